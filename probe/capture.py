@@ -1,0 +1,260 @@
+"""Capture attention probabilities with hooks: :class:`AttentionCapture` and :func:`capture`.
+
+Forward hooks on the attention modules named by the adapter read the probabilities that
+each module returns last in its output tuple (``[batch, head, query, key]``). Models
+loaded with SDPA/flash attention are switched to eager attention for the duration of the
+capture and switched back afterwards (see :func:`probe.hooks.eager_attention`); each
+captured example records which in ``meta["attention_source"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Iterator, Optional, Sequence
+
+import torch
+
+from .hooks import HookSet, eager_attention
+from .maps import AttentionMaps
+
+log = logging.getLogger(__name__)
+
+
+class AttentionCapture:
+    """Context manager that records attention of chosen layers on every forward.
+
+    Example::
+
+        with AttentionCapture(adapter, layers=[0, 5]) as cap:
+            adapter.model(**batch)
+        probs = cap.layer_tensors()   # {layer: [batch, head, query, key]}
+
+    Args:
+        adapter: a :class:`models.ModelAdapter`.
+        layers: model layer indices to record (default: all).
+        stack: ``encoder`` / ``decoder`` / ``cross`` (default: the model's main stack).
+        keep_grad: keep the probabilities in the autograd graph (``retain_grad`` is
+            called) for gradient-weighted analyses; otherwise they are detached.
+
+    Hooks are removed and the attention implementation restored on exit, also when the
+    forward raised. Captures nest: an inner capture records independently.
+    """
+
+    def __init__(self, adapter, layers: Optional[Sequence[int]] = None,
+                 stack: Optional[str] = None, keep_grad: bool = False):
+        self.adapter = adapter
+        self.stack = stack or adapter.default_stack
+        modules = adapter.attention_modules(self.stack)
+        n = len(modules)
+        if layers is None:
+            layers = list(range(n))
+        layers = sorted({int(x) for x in layers})
+        bad = [x for x in layers if not 0 <= x < n]
+        if bad:
+            raise ValueError(f"layer(s) {bad} out of range: {adapter.name} has {self.stack} layers 0..{n - 1}")
+        if not layers:
+            raise ValueError("no layers chosen to capture")
+        self.layers = layers
+        self.keep_grad = keep_grad
+        self._modules = {i: modules[i] for i in layers}
+        self._records: dict[int, list] = {}
+        self._hooks = HookSet()
+        self._eager = None
+        self.attention_source = ""
+
+    def _hook(self, layer: int):
+        def fn(module, args, output):
+            probs = output[-1] if isinstance(output, tuple) else None
+            if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
+                raise RuntimeError(
+                    f"layer {layer} returned no attention probabilities although eager attention "
+                    "was requested; this model family is not supported by the capture hooks"
+                )
+            if self.keep_grad:
+                if probs.requires_grad:
+                    probs.retain_grad()
+                self._records.setdefault(layer, []).append(probs)
+            else:
+                self._records.setdefault(layer, []).append(probs.detach())
+        return fn
+
+    def __enter__(self) -> "AttentionCapture":
+        self._eager = eager_attention(self.adapter.model)
+        self.attention_source = self._eager.__enter__()
+        try:
+            for layer, module in self._modules.items():
+                self._hooks.forward(module, self._hook(layer))
+        except BaseException:
+            self._hooks.remove()
+            self._eager.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            self._hooks.remove()
+        finally:
+            self._eager.__exit__(*exc)
+        return False
+
+    def clear(self) -> None:
+        """Forget what was recorded (between batches)."""
+        self._records.clear()
+
+    def layer_tensors(self, call: int = -1) -> dict:
+        """``{layer: probs [batch, head, query, key]}`` of one recorded forward call
+        (default the last). Generation makes one call per step; a plain forward, one."""
+        missing = [layer for layer in self.layers if layer not in self._records]
+        if missing:
+            raise RuntimeError(f"no attention recorded for layers {missing}: was the model run?")
+        return {layer: recs[call] for layer, recs in self._records.items()}
+
+    def stacked(self, call: int = -1) -> torch.Tensor:
+        """All recorded layers stacked: ``[layer, batch, head, query, key]``."""
+        t = self.layer_tensors(call)
+        return torch.stack([t[layer] for layer in self.layers])
+
+
+def _kind(adapter, stack: str) -> str:
+    if stack == "cross":
+        return "cross"
+    if stack == "decoder":
+        return "causal"
+    return "self"
+
+
+def _shifted(target):
+    """Query-side token facts of teacher-forced decoder inputs: start + target[:-1]."""
+    tokens = ("<start>",) + tuple(target.tokens[:-1])
+    word_ids = (None,) + tuple(target.word_ids[:-1])
+    special = torch.cat([torch.tensor([True]), target.special_mask[:-1]])
+    return tokens, word_ids, special
+
+
+def iter_capture(
+    adapter,
+    texts: Iterable[str],
+    *,
+    layers: Optional[Sequence[int]] = None,
+    batch_size: int = 16,
+    stack: Optional[str] = None,
+    word_spans: Optional[Iterable] = None,
+    targets: Optional[Iterable[str]] = None,
+    truncate: bool = False,
+    dtype: torch.dtype = torch.float32,
+    progress: bool = False,
+    total: Optional[int] = None,
+) -> Iterator[AttentionMaps]:
+    """Like :func:`capture`, but yields maps one example at a time, in input order,
+    holding at most one batch in memory (for corpora larger than memory)."""
+    stack = stack or adapter.default_stack
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+    needs_target = adapter.arch == "encoder-decoder" and stack in ("decoder", "cross")
+    texts = iter(texts)
+    spans_it = iter(word_spans) if word_spans is not None else None
+    targets_it = iter(targets) if targets is not None else None
+    if needs_target and targets_it is None:
+        raise ValueError(f"capturing the {stack} attention of an encoder-decoder model needs "
+                         "target texts (targets=... / --target)")
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, unit="ex", desc=f"capture {adapter.name}")
+    model = adapter.model
+    kind = _kind(adapter, stack)
+    try:
+        with AttentionCapture(adapter, layers=layers, stack=stack) as cap:
+            while True:
+                chunk = []
+                for text in texts:
+                    spans = next(spans_it) if spans_it is not None else None
+                    target = next(targets_it) if targets_it is not None else None
+                    chunk.append((text, spans, target))
+                    if len(chunk) == batch_size:
+                        break
+                if not chunk:
+                    break
+                encs = [adapter.encode(t, s, truncate=truncate) for t, s, _ in chunk]
+                inputs = adapter.batch(encs)
+                tenc = None
+                if adapter.arch == "encoder-decoder":
+                    if targets_it is not None:
+                        tenc = [adapter.encode(tg, truncate=truncate, target=True) for _, _, tg in chunk]
+                    else:  # encoder only: feed the start token to the decoder
+                        tenc = [adapter.encode(t, truncate=truncate, target=True) for t, _, _ in chunk]
+                    inputs.update(adapter.decoder_inputs(tenc))
+                cap.clear()
+                with torch.no_grad():
+                    model(**inputs)
+                probs = cap.stacked()  # [layer, batch, head, query, key]
+                low_precision = probs.dtype not in (torch.float32, torch.float64)
+                for i, enc in enumerate(encs):
+                    n_k = len(enc)
+                    n_q = n_k
+                    extra = {}
+                    if needs_target:
+                        q_tokens, q_wids, q_special = _shifted(tenc[i])
+                        n_q = len(q_tokens)
+                        if stack == "decoder":
+                            n_k = n_q
+                        else:
+                            extra = dict(query_tokens=q_tokens, query_word_ids=q_wids,
+                                         query_special_mask=q_special, query_words=tenc[i].words)
+                    a = probs[:, i, :, :n_q, :n_k].float()
+                    if low_precision or truncate:
+                        a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
+                    a = a.to(dtype).cpu()
+                    if needs_target and stack == "decoder":
+                        tokens, wids, special = _shifted(tenc[i])
+                        words = tenc[i].words
+                    else:
+                        tokens, wids, special, words = enc.tokens, enc.word_ids, enc.special_mask, enc.words
+                    meta = {"model": adapter.name, "stack": stack,
+                            "attention_source": cap.attention_source}
+                    if enc.truncated:
+                        meta["truncated"] = True
+                    if enc.unaligned_words:
+                        meta["unaligned_words"] = list(enc.unaligned_words)
+                    yield AttentionMaps(
+                        attentions=a, tokens=tokens, word_ids=wids, special_mask=special,
+                        words=words, layers=tuple(cap.layers), kind=kind, text=enc.text,
+                        meta=meta, **extra,
+                    )
+                if bar is not None:
+                    bar.update(len(chunk))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps]:
+    """Run the model on ``texts`` and return one :class:`AttentionMaps` per text.
+
+    Args:
+        adapter: a :class:`models.ModelAdapter` (``models.load_model(...)``).
+        texts: a string or a sequence of strings.
+        layers: model layers to capture (default all).
+        batch_size: examples per forward; batches of mixed length are right-padded and
+            the padding is trimmed from every map.
+        stack: ``encoder`` | ``decoder`` | ``cross`` (default: the main stack).
+        word_spans: per text, the ``(start, end)`` character spans of its words
+            (treebank words); default: words and punctuation split from the text.
+        targets: per text, the target text (encoder-decoder decoder/cross attention,
+            teacher forcing).
+        truncate: cut texts beyond the model's limit instead of refusing them.
+        dtype: storage dtype of the maps (float32 or float16).
+        progress: show a tqdm progress bar.
+
+    Returns:
+        ``list[AttentionMaps]``, each ``attentions[layer, head, query, key]``.
+
+    Raises:
+        ValueError: empty text, text beyond the model's length limit, layer out of range.
+    """
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = list(texts)
+    if not texts:
+        raise ValueError("no input texts: give at least one sentence")
+    return list(iter_capture(adapter, texts, total=len(texts), **kwargs))

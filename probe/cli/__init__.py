@@ -1,0 +1,28 @@
+"""The ``probe`` command line: a thin click layer over the public library functions.
+
+Each command lives in its own module under ``probe/cli/`` and is listed in
+``COMMAND_MODULES``; heavy imports happen inside the command bodies.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# module name under probe.cli -> the click command objects it defines (attribute names)
+COMMAND_MODULES = [
+    "core",
+]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="attention-probe")
+def main():
+    """Attention interpretability toolkit: capture, analyse and report attention heads."""
+
+
+for _name in COMMAND_MODULES:
+    _mod = importlib.import_module(f"probe.cli.{_name}")
+    for _cmd in getattr(_mod, "COMMANDS", []):
+        main.add_command(_cmd)

@@ -1,0 +1,57 @@
+"""Own-handle hook bookkeeping: register hooks, remove exactly those, always.
+
+Unlike hook cleanups that pop every hook on a module (including other people's), a
+:class:`HookSet` keeps the handles it created and removes only them, in ``finally``.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+
+
+class HookSet:
+    """Handles of hooks registered by one capture or intervention."""
+
+    def __init__(self):
+        self._handles: list = []
+
+    def forward(self, module: torch.nn.Module, fn: Callable, with_kwargs: bool = False) -> None:
+        self._handles.append(module.register_forward_hook(fn, with_kwargs=with_kwargs))
+
+    def pre(self, module: torch.nn.Module, fn: Callable, with_kwargs: bool = False) -> None:
+        self._handles.append(module.register_forward_pre_hook(fn, with_kwargs=with_kwargs))
+
+    def remove(self) -> None:
+        while self._handles:
+            self._handles.pop().remove()
+
+    def __len__(self) -> int:
+        return len(self._handles)
+
+
+@contextmanager
+def eager_attention(model: torch.nn.Module) -> Iterator[str]:
+    """Run ``model`` with eager attention inside the block, then restore its setting.
+
+    SDPA and flash attention never materialise the probabilities; eager attention
+    computes the same function and returns them. Yields a short statement of what was
+    done (``"eager"`` or ``"eager (switched from sdpa)"``), recorded in captured maps.
+    """
+    config = getattr(model, "config", None)
+    previous = getattr(config, "_attn_implementation", None) if config is not None else None
+    switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
+    if switch:
+        model.set_attn_implementation("eager")
+    try:
+        yield f"eager (switched from {previous})" if switch else "eager"
+    finally:
+        if switch:
+            model.set_attn_implementation(previous)
+
+
+def count_hooks(model: torch.nn.Module) -> int:
+    """Number of forward and forward-pre hooks on all modules of ``model``."""
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())

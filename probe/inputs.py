@@ -1,0 +1,116 @@
+"""What a command runs on: a :class:`Corpus` from text, a file, a treebank or a zoo task.
+
+Every command that takes a model and an input uses :func:`load_corpus`; given a zoo
+model and no input, the zoo task's own generated evaluation set is used.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from .corpus import Sentence, read_conllu, read_text_file
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Texts with optional treebank words and targets, all parallel.
+
+    Attributes:
+        texts: one string per example.
+        word_spans: per example, ``(start, end)`` character spans of its words, or
+            ``None`` (then words are split from the text).
+        sentences: the treebank sentences (CoNLL-U input), else ``()``.
+        targets: target texts for encoder-decoder models, else ``None``.
+        source: a short description (``"text"``, a path, ``"zoo:<task> eval set"``).
+        examples: zoo examples with their ground truth, else ``()``.
+        skipped: ``{reason: count}`` of examples left out.
+    """
+
+    texts: tuple
+    word_spans: Optional[tuple] = None
+    sentences: tuple = ()
+    targets: Optional[tuple] = None
+    source: str = ""
+    examples: tuple = ()
+    skipped: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subset(self, keep: Sequence[int], reason: str = "") -> "Corpus":
+        """The examples at indices ``keep``; the others are counted under ``reason``."""
+        keep = list(keep)
+        pick = lambda xs: tuple(xs[i] for i in keep) if xs else xs  # noqa: E731
+        skipped = dict(self.skipped)
+        if reason and len(keep) < len(self.texts):
+            skipped[reason] = skipped.get(reason, 0) + len(self.texts) - len(keep)
+        return Corpus(texts=pick(self.texts), word_spans=pick(self.word_spans) if self.word_spans else None,
+                      sentences=pick(self.sentences), targets=pick(self.targets) if self.targets else None,
+                      source=self.source, examples=pick(self.examples), skipped=skipped)
+
+
+def from_sentences(sentences: Sequence[Sentence], source: str = "") -> Corpus:
+    return Corpus(texts=tuple(s.text for s in sentences), word_spans=tuple(s.spans for s in sentences),
+                  sentences=tuple(sentences), source=source)
+
+
+def load_corpus(
+    text: Optional[Sequence[str]] = None,
+    file: Optional[str] = None,
+    conllu: Optional[str] = None,
+    limit: Optional[int] = None,
+    model: Optional[str] = None,
+) -> Corpus:
+    """Build the corpus a command runs on from exactly one input source.
+
+    With no input and a ``zoo:<task>`` model, the task's generated evaluation set.
+
+    Raises:
+        ValueError: several inputs or none, empty input, unreadable or malformed files,
+            a non-positive limit.
+    """
+    given = [x for x in (text, file, conllu) if x]
+    if len(given) > 1:
+        raise ValueError("give one input: --text, --file or --conllu, not several")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be a positive number of examples, got {limit}")
+    if text:
+        texts = [t for t in text if t and t.strip()]
+        if not texts:
+            raise ValueError("empty input text: give at least one non-blank sentence")
+        corpus = Corpus(texts=tuple(texts[:limit] if limit else texts), source="text")
+    elif file:
+        lines = read_text_file(file)
+        corpus = Corpus(texts=tuple(lines[:limit] if limit else lines), source=str(file))
+    elif conllu:
+        corpus = from_sentences(read_conllu(conllu, limit=limit), source=str(conllu))
+    elif model and model.startswith("zoo:"):
+        from models import zoo
+
+        examples = zoo.eval_examples(model.split(":", 1)[1])
+        if limit:
+            examples = examples[:limit]
+        targets = tuple(e["target_text"] for e in examples) if examples and "target_text" in examples[0] else None
+        corpus = Corpus(texts=tuple(e["text"] for e in examples), targets=targets,
+                        source=f"{model} evaluation set", examples=tuple(examples))
+    else:
+        raise ValueError("no input: give --text, --file or --conllu (a zoo model uses its own "
+                         "evaluation set when given none)")
+    return corpus
+
+
+def fit_to_model(corpus: Corpus, adapter) -> Corpus:
+    """Drop examples longer than the model's limit, counting them in ``skipped``.
+
+    Uses one batched tokenizer call (no model forward)."""
+    if not len(corpus):
+        return corpus
+    lengths = [len(ids) for ids in adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]]
+    keep = [i for i, n in enumerate(lengths) if n <= adapter.max_length]
+    if len(keep) < len(corpus):
+        log.warning("%d examples longer than %d tokens skipped", len(corpus) - len(keep), adapter.max_length)
+    return corpus.subset(keep, reason=f"longer than {adapter.max_length} tokens")

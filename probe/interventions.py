@@ -1,0 +1,286 @@
+"""Interventions on attention heads through hooks on the per-head output site.
+
+The site is the input of each layer's attention output projection, ``[batch, seq,
+n_heads * head_dim]``, viewed as ``[batch, seq, head, head_dim]`` (TransformerLens's
+``hook_z``). transformers 5 removed ``head_mask``; a forward-pre hook on the output
+projection does the same for every family in :data:`models.architectures.ARCHITECTURES`
+(Michel et al. 2019 gate heads at exactly this point).
+
+* :class:`HeadIntervention` — zero, mean-ablate, patch or scale chosen heads, on all
+  batch rows or on chosen rows (so one forward can carry many different ablations).
+* :func:`ablate_heads` — the common cases in one call.
+* :class:`HeadOutputRecorder` — record head outputs (for patching and for means).
+* :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from .hooks import HookSet
+
+MODES = ("zero", "mean", "patch", "scale")
+
+
+@dataclass(frozen=True)
+class HeadEdit:
+    """One change to one head's output.
+
+    Attributes:
+        layer, head: which head (model indices).
+        mode: ``zero`` | ``mean`` | ``patch`` | ``scale``.
+        value: ``mean``: ``[head_dim]`` or ``[seq, head_dim]``; ``patch``: the head's
+            output from another run, ``[batch, seq, head_dim]`` (or ``[seq, head_dim]``).
+        rows: batch rows the edit applies to (``None``: all rows).
+        scale: the factor for ``scale`` mode.
+    """
+
+    layer: int
+    head: int
+    mode: str = "zero"
+    value: Optional[torch.Tensor] = None
+    rows: Optional[tuple] = None
+    scale: float = 0.0
+
+
+def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    b, s, width = x.shape
+    return x.reshape(b, s, n_heads, width // n_heads)
+
+
+class HeadIntervention:
+    """Context manager applying :class:`HeadEdit` s on every forward inside it.
+
+    Raises:
+        ValueError: a head out of range (naming the valid range), an unknown mode, a
+            missing value for ``mean``/``patch``, a value of the wrong shape.
+    """
+
+    def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None):
+        self.adapter = adapter
+        self.stack = stack or adapter.default_stack
+        self.n_heads = adapter.n_heads
+        by_layer: dict[int, list] = {}
+        for e in edits:
+            adapter.check_head(e.layer, e.head, self.stack)
+            if e.mode not in MODES:
+                raise ValueError(f"unknown ablation mode {e.mode!r}; use one of {', '.join(MODES)}")
+            if e.mode in ("mean", "patch") and e.value is None:
+                raise ValueError(f"mode {e.mode!r} needs a value for head ({e.layer}, {e.head})")
+            by_layer.setdefault(int(e.layer), []).append(e)
+        self._by_layer = by_layer
+        self._modules = adapter.head_output_modules(self.stack)
+        self._hooks = HookSet()
+
+    def _hook(self, layer: int):
+        edits = self._by_layer[layer]
+
+        def fn(module, args):
+            x = args[0]
+            b, s, _ = x.shape
+            z = _split_heads(x, self.n_heads).clone()
+            for e in edits:
+                rows = slice(None) if e.rows is None else list(e.rows)
+                if e.mode == "zero":
+                    z[rows, :, e.head] = 0
+                elif e.mode == "scale":
+                    z[rows, :, e.head] = z[rows, :, e.head] * e.scale
+                elif e.mode == "mean":
+                    v = e.value.to(z.dtype).to(z.device)
+                    if v.dim() == 2:
+                        if v.shape[0] < s:
+                            raise ValueError(f"mean value covers {v.shape[0]} positions, input has {s}")
+                        v = v[:s]
+                    z[rows, :, e.head] = v
+                else:  # patch
+                    v = e.value.to(z.dtype).to(z.device)
+                    if v.dim() == 2:
+                        v = v.unsqueeze(0)
+                    if v.shape[-2] != s:
+                        raise ValueError(
+                            f"patch for head ({layer}, {e.head}) has {v.shape[-2]} positions but the "
+                            f"input has {s}: clean and corrupted inputs must have the same length"
+                        )
+                    if e.rows is not None and v.shape[0] == len(e.rows):
+                        z[rows, :, e.head] = v
+                    else:
+                        z[rows, :, e.head] = v[rows] if v.shape[0] == b else v
+            return (z.reshape(b, s, -1),) + tuple(args[1:])
+
+        return fn
+
+    def __enter__(self) -> "HeadIntervention":
+        try:
+            for layer in self._by_layer:
+                self._hooks.pre(self._modules[layer], self._hook(layer))
+        except BaseException:
+            self._hooks.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._hooks.remove()
+        return False
+
+
+def ablate_heads(
+    adapter,
+    heads: Sequence[tuple],
+    mode: str = "zero",
+    *,
+    means: Optional[torch.Tensor] = None,
+    source: Optional[dict] = None,
+    per_row: bool = False,
+    stack: Optional[str] = None,
+) -> HeadIntervention:
+    """Ablate ``heads`` (a list of ``(layer, head)``) on every forward inside the block.
+
+    Args:
+        mode: ``zero``; ``mean`` (``means[layer, head]`` is ``[head_dim]`` or
+            ``[seq, head_dim]``, e.g. from :func:`head_output_means`); or ``patch``
+            (``source[layer]`` is ``[batch, seq, head, head_dim]`` from a
+            :class:`HeadOutputRecorder` run on other inputs).
+        per_row: batch row ``r`` ablates ``heads[r]`` only (one forward, many
+            ablations); the batch must have ``len(heads)`` rows.
+
+    Example::
+
+        with ablate_heads(adapter, [(3, 5)], mode="zero"):
+            out = adapter.model(**batch)
+    """
+    edits = []
+    for r, (layer, head) in enumerate(heads):
+        rows = (r,) if per_row else None
+        value = None
+        if mode == "mean":
+            if means is None:
+                raise ValueError("mode 'mean' needs means (see head_output_means)")
+            value = means[layer][head]
+        elif mode == "patch":
+            if source is None:
+                raise ValueError("mode 'patch' needs the source run's head outputs (HeadOutputRecorder)")
+            src = source[layer][:, :, head]
+            value = src[r: r + 1] if per_row and src.shape[0] == len(heads) else src
+        edits.append(HeadEdit(layer=int(layer), head=int(head), mode=mode, value=value, rows=rows))
+    return HeadIntervention(adapter, edits, stack=stack)
+
+
+class HeadOutputRecorder:
+    """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
+
+    ``recorder.outputs[layer]`` holds the last forward's outputs.
+    """
+
+    def __init__(self, adapter, layers: Optional[Sequence[int]] = None, stack: Optional[str] = None):
+        self.adapter = adapter
+        self.stack = stack or adapter.default_stack
+        modules = adapter.head_output_modules(self.stack)
+        self.layers = list(range(len(modules))) if layers is None else [int(x) for x in layers]
+        for layer in self.layers:
+            adapter.check_head(layer, 0, self.stack)
+        self._modules = modules
+        self.outputs: dict[int, torch.Tensor] = {}
+        self._hooks = HookSet()
+
+    def __enter__(self) -> "HeadOutputRecorder":
+        n_heads = self.adapter.n_heads
+        try:
+            for layer in self.layers:
+                def fn(module, args, layer=layer):
+                    self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
+                self._hooks.pre(self._modules[layer], fn)
+        except BaseException:
+            self._hooks.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._hooks.remove()
+        return False
+
+
+class HeadGates:
+    """Multiply head ``h`` of layer ``l`` by ``gates[l, h]`` (Michel et al. 2019's ξ_h).
+
+    ``gates`` is a ``[n_layers, n_heads]`` tensor; make it ``requires_grad`` to get
+    ``∂L/∂ξ`` for every head from one backward pass.
+    """
+
+    def __init__(self, adapter, gates: torch.Tensor, stack: Optional[str] = None):
+        self.adapter = adapter
+        self.stack = stack or adapter.default_stack
+        modules = adapter.head_output_modules(self.stack)
+        expected = (len(modules), adapter.n_heads)
+        if tuple(gates.shape) != expected:
+            raise ValueError(f"gates must have shape {expected} (layers, heads), got {tuple(gates.shape)}")
+        self.gates = gates
+        self._modules = modules
+        self._hooks = HookSet()
+
+    def __enter__(self) -> "HeadGates":
+        n_heads = self.adapter.n_heads
+        try:
+            for layer, module in enumerate(self._modules):
+                def fn(mod, args, layer=layer):
+                    x = args[0]
+                    b, s, _ = x.shape
+                    g = self.gates[layer].to(x.dtype).to(x.device)
+                    z = _split_heads(x, n_heads) * g[None, None, :, None]
+                    return (z.reshape(b, s, -1),) + tuple(args[1:])
+                self._hooks.pre(module, fn)
+        except BaseException:
+            self._hooks.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._hooks.remove()
+        return False
+
+
+def head_output_means(adapter, texts: Sequence[str], *, batch_size: int = 16,
+                      stack: Optional[str] = None, by_special: bool = False) -> torch.Tensor:
+    """Mean head output over all (non-padding) token positions of ``texts``.
+
+    Returns:
+        ``[n_layers, n_heads, head_dim]``; with ``by_special``, a pair of such tensors
+        stacked as ``[2, n_layers, n_heads, head_dim]`` (index 0: word tokens, 1: special
+        tokens), the "per position kind" mean used for mean-ablation.
+
+    Raises:
+        ValueError: on an empty corpus.
+    """
+    texts = list(texts)
+    if not texts:
+        raise ValueError("mean-ablation needs at least one example to average over")
+    stack = stack or adapter.default_stack
+    n_layers = len(adapter.head_output_modules(stack))
+    sums = torch.zeros(2, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)
+    counts = torch.zeros(2, dtype=torch.float64)
+    with HeadOutputRecorder(adapter, stack=stack) as rec:
+        for start in range(0, len(texts), batch_size):
+            encs = [adapter.encode(t) for t in texts[start: start + batch_size]]
+            inputs = adapter.batch(encs)
+            if adapter.arch == "encoder-decoder":
+                inputs.update(adapter.decoder_inputs([adapter.encode(t, target=True) for t in texts[start: start + batch_size]]))
+            with torch.no_grad():
+                adapter.model(**inputs)
+            for i, e in enumerate(encs):
+                n = len(e)
+                kinds = e.special_mask.long()
+                for layer in range(n_layers):
+                    z = rec.outputs[layer][i, :n].double().cpu()  # [seq, head, dh]
+                    for k in (0, 1):
+                        sel = kinds == k
+                        if sel.any():
+                            sums[k, layer] += z[sel].sum(0)
+                for k in (0, 1):
+                    counts[k] += float((kinds == k).sum())
+    means = sums / counts.clamp(min=1)[:, None, None, None]
+    if by_special:
+        return means.float()
+    total = (sums[0] + sums[1]) / counts.sum().clamp(min=1)
+    return total.float()

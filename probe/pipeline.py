@@ -1,0 +1,58 @@
+"""Capture a whole corpus to a store, resumably: :func:`capture_corpus`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence
+
+from .capture import iter_capture
+from .inputs import Corpus, fit_to_model
+from .store import Store, StoreWriter, fingerprint
+
+log = logging.getLogger(__name__)
+
+
+def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[int]] = None,
+                   batch_size: int = 16, dtype: str = "float32", shard_size: int = 64,
+                   stack: Optional[str] = None, progress: bool = False) -> Store:
+    """Capture every example of ``corpus`` into the store at ``out``.
+
+    Examples longer than the model's limit are skipped and counted (recorded in the
+    manifest). Running it again on the same model, layers and corpus resumes: finished
+    examples are kept, the rest are captured, none twice. Peak memory is one batch.
+
+    Raises:
+        ValueError: ``out`` holds a capture of other input or settings; layer out of range.
+    """
+    fitted = fit_to_model(corpus, adapter)
+    ids = _ids_after_fit(corpus, fitted, adapter)
+    stack = stack or adapter.default_stack
+    manifest = {
+        "model": adapter.name, "stack": stack,
+        "layers": sorted(layers) if layers is not None else list(range(adapter.n_layers_of(stack))),
+        "input": fingerprint(corpus.texts), "source": corpus.source, "n_input": len(corpus),
+        "skipped": fitted.skipped, "n_heads": adapter.n_heads,
+    }
+    writer = StoreWriter(out, manifest, shard_size=shard_size, dtype=dtype)
+    todo = [k for k, i in enumerate(ids) if i not in writer.done]
+    if len(todo) < len(ids):
+        log.info("resuming: %d of %d examples already in %s", len(ids) - len(todo), len(ids), out)
+    texts = [fitted.texts[k] for k in todo]
+    spans = [fitted.word_spans[k] for k in todo] if fitted.word_spans else None
+    targets = [fitted.targets[k] for k in todo] if fitted.targets else None
+    try:
+        stream = iter_capture(adapter, texts, layers=layers, batch_size=batch_size, stack=stack,
+                              word_spans=spans, targets=targets, progress=progress, total=len(texts))
+        for k, maps in zip(todo, stream):
+            writer.add(ids[k], maps)
+    finally:
+        writer.flush()
+    return Store(out)
+
+
+def _ids_after_fit(corpus: Corpus, fitted: Corpus, adapter) -> list:
+    """Corpus indices of the examples that survived :func:`fit_to_model`."""
+    if len(fitted) == len(corpus):
+        return list(range(len(corpus)))
+    lengths = [len(x) for x in adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]]
+    return [i for i, n in enumerate(lengths) if n <= adapter.max_length]

@@ -1,0 +1,44 @@
+"""Figures of attention maps (seaborn, imported lazily, Agg backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def attention_heatmap(maps, layer: int, head: int, path, title: Optional[str] = None):
+    """Save a heatmap of one head's attention (rows: queries, columns: keys), with token
+    labels, to ``path`` (PNG/SVG/PDF by extension). Returns the path.
+
+    Raises:
+        ValueError: layer not captured or head out of range (from ``maps.head``).
+    """
+    a = maps.head(layer, head).float().numpy()
+    plt = _plt()
+    import seaborn as sns
+
+    q_labels = list(maps.query_tokens) if maps.kind == "cross" else list(maps.tokens)
+    n = max(len(maps.tokens), len(q_labels))
+    size = min(4 + 0.28 * n, 30)
+    fig, ax = plt.subplots(figsize=(size, size * 0.85))
+    sns.heatmap(a, ax=ax, cmap="viridis", vmin=0, vmax=max(float(a.max()), 1e-9), square=True,
+                xticklabels=list(maps.tokens), yticklabels=q_labels, cbar_kws={"shrink": 0.6})
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    ax.set_title(title or f"layer {layer}, head {head} ({maps.meta.get('model', '')})")
+    ax.tick_params(axis="x", labelrotation=90)
+    ax.tick_params(axis="y", labelrotation=0)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

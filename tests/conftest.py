@@ -1,0 +1,141 @@
+"""Shared fixtures: tiny random Hugging Face models (no download), hand-built maps with
+closed-form answers, the bundled model, and the treebanks in ../shared/data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+EWT_DEV = SHARED_DATA / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
+GUM_DEV = SHARED_DATA / "ud-english-gum" / "en_gum-ud-dev.conllu"
+
+LAW = "The Law will never be perfect, but its application should be just - this is what we are missing, in my opinion."
+MAKING = ("It is in this spirit that a majority of American governments have passed new laws since 2009 "
+          "making the registration or voting process more difficult.")
+
+
+def need_data(path: Path) -> Path:
+    """Skip (with the reason) when the shared treebanks are not beside the project."""
+    if not path.exists():
+        pytest.skip(f"needs {path} (the shared treebanks in ../shared/data are missing)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def ewt_dev() -> Path:
+    return need_data(EWT_DEV)
+
+
+@pytest.fixture(scope="session")
+def gum_dev() -> Path:
+    return need_data(GUM_DEV)
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from models import load_model
+
+    return load_model("minilm")
+
+
+@pytest.fixture(scope="session")
+def bert_tokenizer():
+    import transformers
+
+    from models.registry import minilm_path
+
+    return transformers.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
+
+
+def _tiny_configs(vocab: int):
+    import transformers as T
+
+    common = dict(vocab_size=vocab, pad_token_id=0)
+    return {
+        "bert": T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=64, **common),
+        "roberta": T.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=64, max_position_embeddings=130, **common),
+        "distilbert": T.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **common),
+        "gpt2": T.GPT2Config(n_embd=32, n_layer=2, n_head=4, bos_token_id=101, eos_token_id=102, **common),
+        "llama": T.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, intermediate_size=64, bos_token_id=101,
+                               eos_token_id=102, **common),
+        "bart": T.BartConfig(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                             decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                             bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
+                             forced_eos_token_id=None, **common),
+        "t5": T.T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                         decoder_start_token_id=0, eos_token_id=102, **common),
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_models(bert_tokenizer):
+    """family -> ModelAdapter of a randomly initialised 2-layer, 4-head model (seeded)."""
+    import transformers as T
+
+    from models import ModelAdapter
+
+    out = {}
+    for family, cfg in _tiny_configs(len(bert_tokenizer)).items():
+        torch.manual_seed(0)
+        model = T.AutoModel.from_config(cfg)
+        fam = "bert" if family == "roberta" else family
+        out[family] = ModelAdapter(name=f"tiny-{family}", model=model, tokenizer=bert_tokenizer, family=fam)
+    return out
+
+
+# ---- hand-built maps with known answers -------------------------------------------
+def make_maps(attn: torch.Tensor, tokens=None, special=None, kind="self", words=None, word_ids=None):
+    """An AttentionMaps from a [layer, head, n, n] tensor; one word per non-special token."""
+    from probe.maps import AttentionMaps
+
+    n = attn.shape[-1]
+    tokens = tokens or [f"t{i}" for i in range(n)]
+    special = special if special is not None else [False] * n
+    if word_ids is None:
+        word_ids, k = [], 0
+        for s in special:
+            word_ids.append(None if s else k)
+            k += 0 if s else 1
+    if words is None:
+        words = [t for t, s in zip(tokens, special) if not s]
+    return AttentionMaps(attentions=attn, tokens=tokens, word_ids=word_ids,
+                         special_mask=torch.tensor(special), words=words, kind=kind)
+
+
+def previous_token(n: int, layers: int = 1, heads: int = 1) -> torch.Tensor:
+    """Each position attends to i−1 (position 0 to itself): [layers, heads, n, n]."""
+    a = torch.zeros(n, n)
+    a[0, 0] = 1
+    for i in range(1, n):
+        a[i, i - 1] = 1
+    return a.expand(layers, heads, n, n).clone()
+
+
+def uniform(n: int, layers: int = 1, heads: int = 1, causal: bool = False) -> torch.Tensor:
+    if causal:
+        a = torch.tril(torch.ones(n, n))
+        a = a / a.sum(-1, keepdim=True)
+    else:
+        a = torch.full((n, n), 1.0 / n)
+    return a.expand(layers, heads, n, n).clone()
+
+
+def identity(n: int, layers: int = 1, heads: int = 1) -> torch.Tensor:
+    return torch.eye(n).expand(layers, heads, n, n).clone()
+
+
+def all_on(n: int, j: int = 0, layers: int = 1, heads: int = 1) -> torch.Tensor:
+    a = torch.zeros(n, n)
+    a[:, j] = 1
+    return a.expand(layers, heads, n, n).clone()

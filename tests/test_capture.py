@@ -1,0 +1,160 @@
+"""Capture equals Hugging Face's own eager attention; hooks never leak."""
+
+import pytest
+import torch
+
+from conftest import LAW
+from probe.capture import AttentionCapture, capture
+from probe.hooks import count_hooks
+
+TEXTS = ["The cat sat on the mat.", "A much longer sentence, with commas, that makes the batch ragged and padded."]
+
+
+def hf_attentions(adapter, texts, key="attentions", targets=None):
+    """Reference: transformers' output_attentions with eager attention, per example."""
+    encs = [adapter.encode(t) for t in texts]
+    inputs = adapter.batch(encs)
+    if adapter.arch == "encoder-decoder":
+        tenc = [adapter.encode(t, target=True) for t in (targets or texts)]
+        inputs.update(adapter.decoder_inputs(tenc))
+    model = adapter.model
+    prev = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            out = model(**inputs, output_attentions=True)
+    finally:
+        model.set_attn_implementation(prev)
+    return encs, torch.stack(getattr(out, key))  # [layer, batch, head, q, k]
+
+
+def test_minilm_matches_output_attentions(minilm):
+    maps = capture(minilm, TEXTS)
+    encs, ref = hf_attentions(minilm, TEXTS)
+    for i, (m, e) in enumerate(zip(maps, encs)):
+        n = len(e)
+        assert m.attentions.shape == (6, 12, n, n)
+        assert torch.allclose(m.attentions, ref[:, i, :, :n, :n], atol=1e-5)
+        assert torch.allclose(m.attentions.sum(-1), torch.ones(6, 12, n), atol=1e-5)
+    assert maps[0].meta["attention_source"] == "eager (switched from sdpa)"
+    assert minilm.model.config._attn_implementation == "sdpa"  # restored
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "gpt2", "llama"])
+def test_tiny_models_match_output_attentions(tiny_models, family):
+    adapter = tiny_models[family]
+    maps = capture(adapter, TEXTS, batch_size=2)
+    encs, ref = hf_attentions(adapter, TEXTS)
+    for i, (m, e) in enumerate(zip(maps, encs)):
+        n = len(e)
+        assert torch.allclose(m.attentions, ref[:, i, :, :n, :n], atol=1e-5)
+        assert torch.allclose(m.attentions.sum(-1), torch.ones_like(m.attentions.sum(-1)), atol=1e-5)
+    if family in ("gpt2", "llama"):
+        a = maps[1].attentions
+        assert maps[1].kind == "causal"
+        upper = torch.triu(torch.ones(a.shape[-1], a.shape[-1], dtype=torch.bool), diagonal=1)
+        assert a[..., upper].abs().max() == 0  # nothing above the diagonal
+
+
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_encoder_decoder_all_stacks(tiny_models, family):
+    adapter = tiny_models[family]
+    targets = ["le chat", "une phrase beaucoup plus longue avec des virgules"]
+    enc_maps = capture(adapter, TEXTS, stack="encoder")
+    cross = capture(adapter, TEXTS, stack="cross", targets=targets)
+    dec = capture(adapter, TEXTS, stack="decoder", targets=targets)
+    encs, ref_enc = hf_attentions(adapter, TEXTS, "encoder_attentions", targets)
+    _, ref_cross = hf_attentions(adapter, TEXTS, "cross_attentions", targets)
+    _, ref_dec = hf_attentions(adapter, TEXTS, "decoder_attentions", targets)
+    for i, e in enumerate(encs):
+        n = len(e)
+        t = len(adapter.encode(targets[i], target=True))
+        assert torch.allclose(enc_maps[i].attentions, ref_enc[:, i, :, :n, :n], atol=1e-5)
+        assert cross[i].kind == "cross" and cross[i].attentions.shape == (2, 4, t, n)  # target × source
+        assert torch.allclose(cross[i].attentions, ref_cross[:, i, :, :t, :n], atol=1e-5)
+        assert torch.allclose(dec[i].attentions, ref_dec[:, i, :, :t, :t], atol=1e-5)
+        assert torch.triu(dec[i].attentions[0, 0], diagonal=1).abs().max() == 0
+    with pytest.raises(ValueError, match="target texts"):
+        capture(adapter, TEXTS, stack="cross")
+
+
+def test_partial_layers_keep_true_indices(minilm):
+    m = capture(minilm, TEXTS[:1], layers=[1, 4])[0]
+    full = capture(minilm, TEXTS[:1])[0]
+    assert m.layers == (1, 4)
+    assert torch.equal(m.layer(4), full.layer(4))
+    with pytest.raises(ValueError, match="not captured"):
+        m.layer(2)
+    with pytest.raises(ValueError, match="out of range"):
+        capture(minilm, TEXTS[:1], layers=[6])
+
+
+def test_its_attends_to_law_in_some_head(minilm):
+    """Vaswani et al. (2017), appendix: some head resolves "its" to "Law"."""
+    m = capture(minilm, LAW)[0]
+    w = m.word_level(keep_special=False)
+    words = list(w.units)
+    its, law = words.index("its"), words.index("Law")
+    row = w.attentions[:, :, its, :]  # [layer, head, words]
+    found = [(l, h) for l in range(6) for h in range(12) if row[l, h].argmax().item() == law]
+    assert found, "no head attends from 'its' most to 'Law'"
+    # and it is a real peak: the best such head gives 'Law' more than any other word
+    l, h = max(found, key=lambda lh: row[lh[0], lh[1], law].item())
+    assert row[l, h, law] > 0.3
+
+
+def test_no_hook_left_after_forward_raises(minilm):
+    before = count_hooks(minilm.model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with AttentionCapture(minilm):
+            assert count_hooks(minilm.model) == before + 6
+            raise RuntimeError("boom")
+    assert count_hooks(minilm.model) == before
+    assert minilm.model.config._attn_implementation == "sdpa"
+    # a forward that itself fails inside the capture
+    with pytest.raises(Exception):
+        with AttentionCapture(minilm):
+            minilm.model(input_ids=torch.tensor([[101, 99999999]]))
+    assert count_hooks(minilm.model) == before
+
+
+def test_nested_captures_record_independently(minilm):
+    batch = minilm.batch([minilm.encode(TEXTS[0])])
+    before = count_hooks(minilm.model)
+    with AttentionCapture(minilm, layers=[0]) as outer:
+        with AttentionCapture(minilm, layers=[0, 3]) as inner:
+            with torch.no_grad():
+                minilm.model(**batch)
+        assert minilm.model.config._attn_implementation == "eager"  # outer still active
+        assert torch.equal(outer.layer_tensors()[0], inner.layer_tensors()[0])
+        assert set(inner.layer_tensors()) == {0, 3}
+    assert minilm.model.config._attn_implementation == "sdpa"
+    assert count_hooks(minilm.model) == before
+
+
+def test_capture_does_not_touch_grad_mode(minilm):
+    assert torch.is_grad_enabled()
+    capture(minilm, TEXTS[:1])
+    assert torch.is_grad_enabled()
+
+
+def test_word_alignment_from_treebank_spans(minilm):
+    text = "I don't know."
+    spans = [(0, 1), (2, 4), (4, 7), (8, 12), (12, 13)]  # UD: I do n't know .
+    e = minilm.encode(text, spans)
+    assert e.words == ("I", "do", "n't", "know", ".")
+    assert not e.unaligned_words
+    by_word = {}
+    for tok, w in zip(e.tokens, e.word_ids):
+        if w is not None:
+            by_word.setdefault(w, []).append(tok)
+    assert by_word[3] == ["know"] and by_word[4] == ["."]
+    assert e.special_mask[0] and e.special_mask[-1]
+
+
+def test_too_long_text_is_refused_or_truncated(minilm):
+    long = " ".join(["word"] * 600)
+    with pytest.raises(ValueError, match="at most 512"):
+        capture(minilm, long)
+    m = capture(minilm, long, truncate=True)[0]
+    assert m.n_tokens == 512 and m.meta["truncated"]
