@@ -1,0 +1,160 @@
+"""Attention flow (Abnar & Zuidema 2020): closed forms, min-cut, the networkx reference."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from analyses.flow import adjusted_attention, attention_flow, flow_graph, flow_maps
+from conftest import identity, make_maps, previous_token
+
+
+def _random_maps(L, H, n, seed=0, causal=False, temperature=2.0):
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(L, H, n, n, generator=g, dtype=torch.float64) * temperature
+    if causal:
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1)
+
+
+def test_identity_maps_flow_only_to_themselves():
+    f = attention_flow(identity(6, layers=3, heads=2))
+    assert torch.allclose(f, torch.eye(6, dtype=torch.float64), atol=1e-8)
+
+
+def test_previous_token_chain_moves_mass_by_the_expected_offsets():
+    # Â = ½I + ½P on every layer. From input i−k to output i the paths take k shifts and
+    # L−k stays; for 0 < k < L the all-shifts-first and all-stays-first paths are
+    # disjoint inside, so the flow is both unit-half edges out of the source: 1. For
+    # k = 0 or k = L a single path of half-edges carries 0.5; beyond L nothing.
+    L, n, i = 4, 12, 10
+    f = attention_flow(previous_token(n, layers=L), output_positions=[i])[0].numpy()
+    expected = np.zeros(n)
+    expected[i] = expected[i - L] = 0.5
+    expected[i - L + 1 : i] = 1.0
+    np.testing.assert_allclose(f, expected, atol=1e-8)
+
+
+def _min_cut(ahat, j, i):
+    """Smallest s–t cut of the layered graph by enumerating every node subset."""
+    L, n, _ = ahat.shape
+    inner = [(l, p) for l in range(L + 1) for p in range(n) if (l, p) not in ((0, j), (L, i))]
+    best = np.inf
+    for bits in itertools.product((0, 1), repeat=len(inner)):
+        side = {(0, j)} | {v for v, b in zip(inner, bits) if b}
+        cap = sum(
+            ahat[l - 1][q, p]
+            for l in range(1, L + 1) for p in range(n) for q in range(n)
+            if (l - 1, p) in side and (l, q) not in side
+        )
+        best = min(best, cap)
+    return best
+
+
+def test_flow_equals_the_minimum_cut_on_small_graphs():
+    for seed in range(3):
+        a = _random_maps(3, 2, 3, seed=seed)
+        ahat = adjusted_attention(a)
+        f = attention_flow(a).numpy()
+        for j, i in [(0, 0), (1, 2), (2, 0)]:
+            assert f[i, j] == pytest.approx(_min_cut(ahat, j, i), abs=1e-8)
+
+
+def test_flow_is_below_every_cut_of_the_hand_built_graph():
+    # two layers, three tokens: the cuts "all source edges" and "all sink edges"
+    a = _random_maps(2, 1, 3, seed=7)
+    ahat = adjusted_attention(a)
+    f = attention_flow(a).numpy()
+    for i in range(3):
+        for j in range(3):
+            assert f[i, j] <= ahat[0][:, j].sum() + 1e-9
+            assert f[i, j] <= ahat[1][i, :].sum() + 1e-9
+
+
+def test_causal_flow_never_comes_from_the_future_and_matches_networkx():
+    a = _random_maps(4, 2, 9, seed=5, causal=True)
+    fast = attention_flow(a, causal=True)
+    assert fast.triu(1).abs().max().item() == 0
+    ref = attention_flow(a, causal=True, reference=True)
+    assert (fast - ref).abs().max().item() < 1e-6
+
+
+def test_single_layer_flow_is_the_adjusted_map():
+    a = _random_maps(1, 2, 5, seed=1)
+    assert torch.allclose(attention_flow(a), torch.from_numpy(adjusted_attention(a)[0]))
+
+
+def test_graph_has_the_documented_nodes_and_capacities():
+    a = _random_maps(2, 1, 3, seed=2)
+    ahat = adjusted_attention(a)
+    g = flow_graph(ahat)
+    assert g.number_of_nodes() == 9 and g.number_of_edges() == 18
+    assert g.edges[(1, 2), (2, 0)]["capacity"] == pytest.approx(ahat[1][0, 2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [8, 16, 24, 32, 40, 48])
+def test_fast_flow_equals_networkx_on_random_attention(n):
+    a = _random_maps(4, 3, n, seed=n)
+    rows = list(range(n)) if n <= 8 else [0, n - 1]
+    fast = attention_flow(a, output_positions=rows)
+    ref = attention_flow(a, output_positions=rows, reference=True)
+    assert (fast - ref).abs().max().item() < 1e-6
+
+
+def test_fast_flow_in_parallel_equals_serial():
+    a = _random_maps(3, 2, 10, seed=3)
+    assert torch.equal(attention_flow(a, workers=2), attention_flow(a, workers=1))
+
+
+@pytest.mark.slow
+def test_flow_equals_networkx_on_the_bundled_model(minilm):
+    from probe.capture import capture
+
+    text = "The old man who lived by the sea sold his boat to a young fisherman from town."
+    (maps,) = capture(minilm, text)
+    assert 18 <= maps.n_tokens <= 22
+    fast = flow_maps(maps, output_positions=[0, maps.n_tokens // 2, -1])
+    ref = flow_maps(maps, output_positions=[0, maps.n_tokens // 2, -1], reference=True)
+    assert np.abs(fast.scores - ref.scores).max() < 1e-6
+    assert fast.output_positions == (0, maps.n_tokens // 2, maps.n_tokens - 1)
+    assert fast.method == "flow"
+
+
+def test_flow_maps_defaults_to_cls_or_last_token():
+    a = _random_maps(2, 2, 5, seed=9).float()
+    assert flow_maps(make_maps(a)).output_positions == (0,)
+    c = _random_maps(2, 2, 5, seed=9, causal=True).float()
+    ts = flow_maps(make_maps(c, kind="causal"))
+    assert ts.output_positions == (4,)
+
+
+def test_long_inputs_warn_with_an_estimated_time_before_starting():
+    a = _random_maps(2, 1, 12, seed=0)
+    with pytest.warns(RuntimeWarning, match=r"estimated .* s"):
+        attention_flow(a, output_positions=[0], max_tokens=10)
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (torch.rand(2, 2, 3, 4), "square"),
+        (torch.full((2, 2, 3, 3), 0.2), "sum to 1"),
+    ],
+)
+def test_bad_maps_are_rejected(bad, match):
+    with pytest.raises(ValueError, match=match):
+        attention_flow(bad)
+
+
+def test_out_of_range_output_position_names_the_valid_range():
+    with pytest.raises(ValueError, match=r"0\.\.4"):
+        attention_flow(_random_maps(2, 1, 5), output_positions=[5])
+
+
+def test_flow_of_a_batch_is_refused_with_advice():
+    with pytest.raises(ValueError, match="one example"):
+        attention_flow(_random_maps(2, 1, 4).expand(3, 2, 1, 4, 4))
