@@ -1,0 +1,202 @@
+"""Measure one layer's cost: FLOPs per term, sequential operations, peak memory, wall time.
+
+Measurements for :mod:`analyses.complexity` (Vaswani et al. 2017, Table 1):
+
+* FLOPs: :class:`torch.utils.flop_counter.FlopCounterMode` (2 FLOPs per
+  multiply–accumulate of matrix products and convolutions; element-wise work is not
+  counted), split into the layer's cost terms by the sub-modules listed in its
+  ``TERMS`` (see :mod:`analyses.complexity_layers`).
+* Sequential operations: the length of the longest chain of *dependent* tensor
+  operations from the layer's input to its output, counted by a dispatch mode that
+  gives every tensor a depth (1 + the largest depth among the inputs of the operation
+  that produced it; views and tensor creation are free). Operations on the same chain
+  level could run in parallel, so this is the paper's "minimum number of sequential
+  operations", up to a constant per step.
+* Peak memory: the largest total size of tensor storages alive at once during the
+  forward (allocations seen by a dispatch mode, freed when their tensor is collected),
+  plus the layer's parameters and its input.
+* Wall time: median of ``repeats`` forwards under :func:`torch.no_grad`, after one
+  warm-up run, with torch limited to ``threads`` threads for the duration.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Dict
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakTensorKeyDictionary
+
+log = logging.getLogger(__name__)
+
+
+def _returns_alias(func) -> bool:
+    """True when every output of ``func`` aliases an input (a view or an in-place op)."""
+    returns = func._schema.returns
+    return bool(returns) and all(r.alias_info is not None for r in returns)
+
+
+def _mutates(func) -> bool:
+    return any(r.alias_info is not None and r.alias_info.is_write for r in func._schema.returns)
+
+
+class CriticalPathMode(TorchDispatchMode):
+    """Dispatch mode that tracks the longest chain of dependent tensor operations.
+
+    ``depth_of(t)`` is 0 for tensors created outside the mode (inputs, parameters) and
+    for freshly created constants; an operation's outputs get 1 + the largest depth
+    among its tensor inputs; views keep their base's depth; an in-place operation
+    raises the depth of the tensor it writes.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._depth = WeakTensorKeyDictionary()
+
+    def depth_of(self, t: torch.Tensor) -> int:
+        return self._depth.get(t, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        base = max((self._depth.get(t, 0) for t in inputs), default=0)
+        view = _returns_alias(func) and not _mutates(func)
+        depth = base if (view or not inputs) else base + 1
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._depth[t] = depth
+        return out
+
+
+class PeakMemoryMode(TorchDispatchMode):
+    """Dispatch mode that tracks the peak bytes of storages allocated inside it.
+
+    Every operation output that does not alias an input is a new storage; its bytes
+    count as live until the output tensor is garbage collected. ``peak`` is the
+    largest live total seen.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+
+    def _free(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not _returns_alias(func):
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    nbytes = t.untyped_storage().nbytes()
+                    self.live += nbytes
+                    weakref.finalize(t, self._free, nbytes)
+            self.peak = max(self.peak, self.live)
+        return out
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer measured at one size.
+
+    Attributes:
+        flops: total FLOPs counted (2 per multiply–accumulate).
+        term_flops: FLOPs per cost term of the layer (labels of its ``TERMS``).
+        sequential_ops: longest chain of dependent operations, input to output.
+        peak_bytes: peak live tensor bytes during the forward, with parameters and input.
+        time_s: median wall time of one forward, seconds.
+    """
+
+    flops: int
+    term_flops: Dict[str, int]
+    sequential_ops: int
+    peak_bytes: int
+    time_s: float
+
+
+def count_flops(layer: torch.nn.Module, x: torch.Tensor) -> Dict[str, int]:
+    """FLOPs of ``layer(x)`` per cost term of ``layer.TERMS`` (plus ``"total"``).
+
+    A term with sub-modules gets their FLOPs; the term with an empty tuple gets the
+    rest. Input ``x: [n, d]``.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x)
+    return _split_terms(layer, counter.get_flop_counts(), counter.get_total_flops())
+
+
+def _split_terms(layer, counts, total) -> Dict[str, int]:
+    root = type(layer).__name__
+    per_module = {name: sum(ops.values()) for name, ops in counts.items()}
+    terms: Dict[str, int] = {}
+    rest = None
+    for term, modules in layer.TERMS.items():
+        if modules:
+            terms[term] = int(sum(per_module.get(f"{root}.{m}", 0) for m in modules))
+        else:
+            rest = term
+    if rest is not None:
+        terms[rest] = int(total - sum(terms.values()))
+    terms["total"] = int(total)
+    return terms
+
+
+def measure_layer(
+    layer: torch.nn.Module, n: int, *, repeats: int = 3, threads: int = 1, seed: int = 0
+) -> LayerCost:
+    """Measure ``layer`` on a random ``[n, d]`` input (``d = layer.d``).
+
+    One instrumented run counts FLOPs per term, the sequential operations and the peak
+    memory; then ``repeats`` plain runs are timed (median). Torch is limited to
+    ``threads`` threads while measuring and restored afterwards.
+
+    Raises:
+        ValueError: ``n``, ``repeats`` or ``threads`` is not a positive integer.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from analyses.complexity_layers import _check_positive_int
+
+    n = _check_positive_int("n", n)
+    repeats = _check_positive_int("repeats", repeats)
+    threads = _check_positive_int("threads", threads)
+    d = layer.d
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen)
+    fixed = sum(p.numel() * p.element_size() for p in layer.parameters())
+    fixed += x.numel() * x.element_size()
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        path, memory = CriticalPathMode(), PeakMemoryMode()
+        with torch.no_grad(), FlopCounterMode(display=False) as counter, memory, path:
+            y = layer(x)
+            seq = path.depth_of(y)
+        del y
+        terms = _split_terms(layer, counter.get_flop_counts(), counter.get_total_flops())
+        times = []
+        with torch.no_grad():
+            for _ in range(repeats):
+                start = time.perf_counter()
+                layer(x)
+                times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(old_threads)
+    total = terms.pop("total")
+    return LayerCost(
+        flops=total,
+        term_flops=terms,
+        sequential_ops=int(seq),
+        peak_bytes=int(fixed + memory.peak),
+        time_s=float(statistics.median(times)),
+    )
