@@ -1,0 +1,93 @@
+"""Capture value vectors and output projections next to attention, for norm-based analyses.
+
+Kobayashi et al. (2020), "Attention is Not Only a Weight", need per head the vector
+``f_h(x_j) = (x_j W_V + b_V)_h W_O^h`` that head ``h`` moves from token ``j``. Forward hooks
+on the adapter's value projections record ``x W_V + b_V``; the output projections give
+``W_O``. Hooks are registered with a :class:`probe.hooks.HookSet` and removed in
+``finally`` (only our own handles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .capture import capture
+from .hooks import HookSet
+from .maps import AttentionMaps
+
+__all__ = ["ValueCapture", "capture_values", "projection_weight"]
+
+
+@dataclass(frozen=True)
+class ValueCapture:
+    """Attention, value vectors and output projections of one example.
+
+    Attributes:
+        maps: the attention maps (``[layer, head, n, n]``).
+        values: ``[layer, n, head, head_dim]``, the value projection output
+            ``x W_V + b_V`` per head (key/value heads repeated for grouped-query models).
+        w_o: ``[layer, d_model, head * head_dim]``, each layer's output projection weight
+            in ``y = W z`` orientation (its bias is not part of ``f``: it is added once
+            per position, not per head and token).
+    """
+
+    maps: AttentionMaps
+    values: torch.Tensor
+    w_o: torch.Tensor
+
+
+def projection_weight(module: torch.nn.Module) -> torch.Tensor:
+    """The weight of a Linear (``[out, in]``) or GPT-2 Conv1D (stored ``[in, out]``) as
+    ``[out, in]``."""
+    w = module.weight
+    if isinstance(module, torch.nn.Linear):
+        return w
+    if hasattr(module, "nf"):  # transformers Conv1D: y = x W + b with W [in, out]
+        return w.T
+    raise ValueError(f"cannot read a projection matrix from {type(module).__name__}")
+
+
+def capture_values(adapter, text: str, *, stack: Optional[str] = None) -> ValueCapture:
+    """Run ``adapter``'s model on ``text`` once; return attention, values and ``W_O``.
+
+    Raises:
+        ValueError: encoder-decoder models (not supported here), empty text, text
+            beyond the model's length limit.
+    """
+    if adapter.arch == "encoder-decoder":
+        raise ValueError("value capture supports encoder or decoder models, not encoder-decoder")
+    stack = stack or adapter.default_stack
+    H, dh = adapter.n_heads, adapter.head_dim
+    fused = adapter.family == "gpt2"
+    v_mods = adapter.value_modules(stack)
+    records: dict = {}
+    hooks = HookSet()
+
+    def hook(layer):
+        def fn(module, args, output):
+            out = output[0] if isinstance(output, tuple) else output
+            if fused:  # c_attn: q | k | v
+                out = out[..., 2 * out.shape[-1] // 3 :]
+            records[layer] = out.detach()
+        return fn
+
+    try:
+        for layer, mod in enumerate(v_mods):
+            hooks.forward(mod, hook(layer))
+        (maps,) = capture(adapter, [text], stack=stack, batch_size=1)
+    finally:
+        hooks.remove()
+    values = []
+    for layer in range(len(v_mods)):
+        v = records[layer][0].float()  # [n, H_kv * dh]
+        n = v.shape[0]
+        h_kv = v.shape[-1] // dh
+        v = v.reshape(n, h_kv, dh)
+        if h_kv != H:
+            v = v.repeat_interleave(H // h_kv, dim=1)
+        values.append(v)
+    w_o = torch.stack([projection_weight(m).detach().float() for m in adapter.output_projections(stack)])
+    return ValueCapture(maps=maps, values=torch.stack(values), w_o=w_o)
