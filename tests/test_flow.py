@@ -158,3 +158,63 @@ def test_out_of_range_output_position_names_the_valid_range():
 def test_flow_of_a_batch_is_refused_with_advice():
     with pytest.raises(ValueError, match="one example"):
         attention_flow(_random_maps(2, 1, 4).expand(3, 2, 1, 4, 4))
+
+
+# ---- CLI: probe flow ------------------------------------------------------------------
+
+
+def _store_with(tmp_path, attn, kind="self"):
+    from probe.store import write_store
+
+    maps = make_maps(attn.float(), kind=kind)
+    return write_store(tmp_path / "store", [(0, maps)], {"model": "hand-built"})
+
+
+def test_cli_flow_from_a_store_writes_json_csv_and_heatmap(tmp_path):
+    import json
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from probe.cli.flow import flow_cmd
+
+    a = previous_token(12, layers=4)
+    _store_with(tmp_path, a)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(flow_cmd, ["--store", str(tmp_path / "store"), "--example", "0",
+                                        "-p", "10", "-p", "-1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    d = json.loads((out / "flow.json").read_text())
+    assert d["output_positions"] == [10, 11] and len(d["tokens"]) == 12
+    np.testing.assert_allclose(d["scores"][0][6:11], [0.5, 1, 1, 1, 0.5], atol=1e-8)
+    frame = pd.read_csv(out / "flow.csv")
+    assert len(frame) == 24
+    assert (out / "flow.png").stat().st_size > 0
+
+
+def test_cli_flow_default_is_the_last_token_for_causal_maps(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from probe.cli.flow import flow_cmd
+
+    _store_with(tmp_path, _random_maps(2, 2, 6, seed=1, causal=True), kind="causal")
+    res = CliRunner().invoke(flow_cmd, ["--store", str(tmp_path / "store"), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "o" / "flow.json").read_text())["output_positions"] == [5]
+
+
+def test_cli_flow_bad_input_is_one_clear_line(tmp_path):
+    from click.testing import CliRunner
+
+    from probe.cli.flow import flow_cmd
+
+    _store_with(tmp_path, identity(5, layers=2))
+    runner = CliRunner()
+    res = runner.invoke(flow_cmd, ["--store", str(tmp_path / "store"), "-p", "7", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "valid positions are 0..4" in res.output
+    res = runner.invoke(flow_cmd, ["--store", str(tmp_path / "store"), "--example", "3", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "0..0" in res.output
+    res = runner.invoke(flow_cmd, ["-o", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "exactly one of --text" in res.output

@@ -173,3 +173,26 @@ def test_cls_row_on_the_bundled_model_is_a_distribution_over_its_tokens(minilm):
     assert ts.scores.sum() == pytest.approx(1.0, abs=1e-5)
     # the residual path keeps at least 0.5^L of [CLS] on itself
     assert ts.scores[0, 0] >= 0.5**maps.n_layers
+
+
+def test_cli_rollout_of_the_bundled_model_writes_the_cls_row(tmp_path):
+    from click.testing import CliRunner
+
+    from probe.cli.flow import rollout_cmd
+
+    res = CliRunner().invoke(rollout_cmd, ["-t", "The keys to the cabinet are on the table.",
+                                           "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    d = json.loads((tmp_path / "rollout.json").read_text())
+    assert d["tokens"][0] == "[CLS]" and d["output_positions"] == [0]
+    assert sum(d["scores"][0]) == pytest.approx(1.0, abs=1e-5)
+    assert (tmp_path / "rollout.csv").exists() and (tmp_path / "rollout.png").exists()
+
+
+def test_cli_rollout_norm_weights_need_a_live_model(tmp_path):
+    from click.testing import CliRunner
+
+    from probe.cli.flow import rollout_cmd
+
+    res = CliRunner().invoke(rollout_cmd, ["--store", str(tmp_path), "--weights", "norm", "-o", str(tmp_path)])
+    assert res.exit_code == 2 and "--text" in res.output
