@@ -1,0 +1,204 @@
+"""The model zoo: small models trained by this project on synthetic tasks whose
+mechanism or evidence is known by construction.
+
+Each task lives in its own module (``models/zoo/<task>.py``) with its data generator,
+model configuration and training routine; trained weights are committed under
+``models/zoo/weights/<task>/`` as safetensors beside a tokenizer and a JSON card
+(task, generator settings, seed, held-out accuracy, where the ground truth lives).
+
+Public API:
+    TASKS: the task names.
+    load_zoo(task, path=None) -> ZooModel
+    eval_examples(task, n=None, seed=None) -> list[dict]   (deterministic held-out set)
+    train(task, out, steps=None, seed=None, force=False) -> dict (the card)
+    evaluate(task_or_model, n=None) -> dict
+
+Transformer tasks are plain Hugging Face models (BERT, GPT-2, BART), so the generic
+adapter gets capture, interventions and word alignment for free; ``translate-rnn`` is a
+GRU encoder-decoder with additive attention (``card["family"] == "gru-attention"``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from . import _common
+
+log = logging.getLogger(__name__)
+
+#: task name -> module under models.zoo
+_MODULES = {
+    "prev-token": "prev_token",
+    "induction": "induction",
+    "agreement": "agreement",
+    "brackets": "brackets",
+    "translate": "translate",
+    "translate-rnn": "translate_rnn",
+}
+TASKS = tuple(_MODULES)
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """A loaded zoo model.
+
+    Attributes:
+        model: the model in eval mode (a Hugging Face ``PreTrainedModel``, or for
+            ``translate-rnn`` a ``torch.nn.Module``, see ``card["family"]``).
+        tokenizer: a ``PreTrainedTokenizerFast`` (word level, offsets available).
+        card: the JSON card (task, generator, seed, accuracy, ground truth).
+        task: the task name.
+        path: the directory the model was loaded from.
+    """
+
+    model: Any
+    tokenizer: Any
+    card: dict
+    task: str
+    path: Optional[Path] = None
+    extra: dict = field(default_factory=dict)
+
+
+def task_module(task: str):
+    """The module implementing ``task``; ``ValueError`` listing known tasks otherwise."""
+    name = task[4:] if isinstance(task, str) and task.startswith("zoo:") else task
+    if name not in _MODULES:
+        raise ValueError(f"unknown zoo task {task!r}; known tasks: {', '.join(TASKS)}")
+    return importlib.import_module(f"{__name__}.{_MODULES[name]}")
+
+
+def eval_examples(task: str, n: Optional[int] = None, seed: Optional[int] = None) -> list:
+    """Regenerate the held-out evaluation set of ``task`` deterministically.
+
+    Returns a list of dicts with at least ``text`` (space-joined words) plus the task's
+    ground-truth fields (see ``card["ground_truth"]``). ``n`` defaults to the card's
+    ``N_EVAL``; ``seed`` to the task's evaluation seed. Raises ``ValueError`` for an
+    unknown task or ``n < 1``.
+    """
+    mod = task_module(task)
+    n = mod.N_EVAL if n is None else int(n)
+    if n < 1:
+        raise ValueError(f"n must be ≥ 1, got {n}")
+    return mod.generate(n, mod.EVAL_SEED if seed is None else int(seed))
+
+
+def load_zoo(task: str, path: Optional[str | Path] = None) -> ZooModel:
+    """Load the committed model of ``task`` (or one trained into ``path``).
+
+    Raises ``ValueError`` for an unknown task, a directory without a card, a card for
+    another task, or a missing/corrupted/truncated weights file.
+    """
+    mod = task_module(task)
+    directory = Path(path) if path is not None else WEIGHTS_DIR / mod.TASK
+    if not directory.is_dir():
+        raise ValueError(
+            f"no trained model for zoo:{mod.TASK} at {directory}; "
+            f"run `probe train zoo:{mod.TASK} --out {directory}`"
+        )
+    card = _common.read_card(directory)
+    if card.get("task") != mod.TASK:
+        raise ValueError(f"{directory} holds a zoo:{card.get('task')} model, not zoo:{mod.TASK}")
+    model, tok = mod.load(directory)
+    card = dict(card, path=str(directory))
+    return ZooModel(model=model, tokenizer=tok, card=card, task=mod.TASK, path=directory)
+
+
+def train(task: str, out: str | Path, steps: Optional[int] = None, seed: Optional[int] = None,
+          force: bool = False) -> dict:
+    """Train ``task`` from scratch into ``out``; return the card written there.
+
+    Raises ``ValueError`` if ``out`` exists and is not empty, unless ``force``.
+    """
+    mod = task_module(task)
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise ValueError(f"{out} already exists; pass --force to overwrite it")
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    steps = mod.STEPS if steps is None else int(steps)
+    seed = mod.SEED if seed is None else int(seed)
+    held_out = mod.generate(mod.N_EVAL, mod.EVAL_SEED)
+    t0 = time.perf_counter()
+    model, tok = mod.build(seed)
+    stats = mod.fit(model, tok, steps, seed, avoid={e["text"] for e in held_out})
+    acc = mod.accuracy(model, tok, held_out)
+    out.mkdir(parents=True, exist_ok=True)
+    mod.save(model, tok, out)
+    card = {
+        "task": mod.TASK,
+        "family": mod.FAMILY,
+        "architecture": type(model).__name__,
+        "config": getattr(mod, "CONFIG", {}),
+        "generator": mod.GENERATOR,
+        "seed": seed,
+        "train_steps": steps,
+        "train_seconds": round(time.perf_counter() - t0, 1),
+        "train_final_loss": stats.get("loss"),
+        "trained_with": _common.n_threads_note(),
+        "metric": mod.METRIC,
+        "accuracy": round(100 * acc, 2),
+        "eval_seed": mod.EVAL_SEED,
+        "n_eval": mod.N_EVAL,
+        "ground_truth": mod.GROUND_TRUTH,
+        "retrain": f"probe train zoo:{mod.TASK} --out DIR --seed {seed} --steps {steps}",
+    }
+    card.update(getattr(mod, "CARD_EXTRA", {}))
+    _common.write_card(out, card)
+    log.info("zoo:%s trained in %.1fs, held-out %s = %.2f%%", mod.TASK,
+             card["train_seconds"], mod.METRIC, card["accuracy"])
+    return card
+
+
+def evaluate(task: str, path: Optional[str | Path] = None, n: Optional[int] = None) -> dict:
+    """Held-out accuracy (percent) of a zoo model on its regenerated evaluation set.
+
+    Returns ``{"task", "metric", "accuracy", "card_accuracy", "n_eval", "path"}``.
+    """
+    zm = load_zoo(task, path)
+    mod = task_module(zm.task)
+    examples = eval_examples(zm.task, n=n if n is not None else zm.card.get("n_eval"))
+    acc = 100 * mod.accuracy(zm.model, zm.tokenizer, examples)
+    return {"task": zm.task, "metric": mod.METRIC, "accuracy": round(acc, 2),
+            "card_accuracy": zm.card.get("accuracy"), "n_eval": len(examples), "path": str(zm.path)}
+
+
+def cards() -> list:
+    """The cards of all committed zoo models (tasks without weights are skipped)."""
+    out = []
+    for t in TASKS:
+        d = WEIGHTS_DIR / t
+        if (d / _common.CARD).is_file():
+            out.append(_common.read_card(d))
+    return out
+
+
+_ARCH = {"bert": "encoder", "gpt2": "decoder", "bart": "encoder-decoder",
+         "gru-attention": "encoder-decoder (recurrent)"}
+
+
+def list_zoo() -> list:
+    """What ``probe models`` shows for the zoo: one dict per committed model
+    (``name, source, family, arch, layers, heads, card``), read from the cards and
+    config files without loading weights."""
+    import json
+
+    out = []
+    for card in cards():
+        d = WEIGHTS_DIR / card["task"]
+        try:
+            cfg = json.loads((d / "config.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            cfg = {}
+        layers = cfg.get("num_hidden_layers", cfg.get("n_layer", cfg.get("encoder_layers", 1)))
+        heads = cfg.get("num_attention_heads", cfg.get("n_head", cfg.get("encoder_attention_heads", 1)))
+        out.append({"name": f"zoo:{card['task']}", "source": str(d), "family": card["family"],
+                    "arch": _ARCH.get(card["family"], ""), "layers": layers, "heads": heads,
+                    "card": card})
+    return out

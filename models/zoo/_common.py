@@ -1,0 +1,237 @@
+"""Shared plumbing for the zoo: word-level tokenizers, a small training loop, cards, and
+safe loading of weights (safetensors only, never pickles).
+
+Every zoo model is trained by the project's own code on generated data, so that the
+mechanism or the evidence it must use is known by construction. Each task module
+(``models/zoo/<task>.py``) exposes the same small protocol, used by
+:mod:`models.zoo`:
+
+``TASK``, ``FAMILY``, ``SEED``, ``STEPS``, ``EVAL_SEED``, ``N_EVAL``, ``GENERATOR``,
+``GROUND_TRUTH`` (a dict describing where the truth lives), ``METRIC``,
+``generate(n, seed) -> list[dict]``, ``build(seed) -> (model, tokenizer)``,
+``fit(model, tokenizer, steps, seed, avoid)``, ``accuracy(model, tokenizer, examples)``,
+and optionally ``save(model, tokenizer, dir)`` / ``load(dir) -> (model, tokenizer)``
+when the model is not a Hugging Face model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+CARD = "card.json"
+WEIGHTS = "model.safetensors"
+
+
+# --------------------------------------------------------------------------- tokenizers
+def word_tokenizer(
+    words: Sequence[str],
+    specials: Sequence[str],
+    *,
+    template: str | None = None,
+    roles: dict | None = None,
+    max_length: int = 64,
+):
+    """A word-level fast tokenizer: one token per whitespace-separated word.
+
+    Args:
+        words: the ordinary vocabulary (ids follow ``specials``).
+        specials: special tokens, first ids (e.g. ``["[PAD]", "[UNK]", "[CLS]", "[SEP]"]``).
+        template: a ``TemplateProcessing`` single-sequence template such as
+            ``"[CLS] $A [SEP]"`` (``None``: no special tokens added).
+        roles: keyword roles for ``PreTrainedTokenizerFast`` (``pad_token`` …).
+        max_length: ``model_max_length``.
+
+    Returns:
+        a ``transformers.PreTrainedTokenizerFast`` that returns offset mappings and
+        word ids (``encoding.word_ids()``).
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {}
+    for w in list(specials) + list(words):
+        if w in vocab:
+            raise ValueError(f"duplicate vocabulary entry {w!r}")
+        vocab[w] = len(vocab)
+    roles = dict(roles or {})
+    unk = roles.get("unk_token", specials[1] if len(specials) > 1 else None)
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if template:
+        used = [t for t in template.split() if t in vocab]
+        tok.post_processor = processors.TemplateProcessing(
+            single=template, special_tokens=[(t, vocab[t]) for t in used]
+        )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=max_length, **roles)
+    fast.add_special_tokens({"additional_special_tokens": [s for s in specials if s not in roles.values()]})
+    return fast
+
+
+# --------------------------------------------------------------------------- training
+def seed_everything(seed: int) -> None:
+    """Seed torch (model initialisation, dropout) deterministically."""
+    torch.manual_seed(int(seed))
+
+
+def train_loop(
+    model: torch.nn.Module,
+    batch_fn: Callable[[int], dict],
+    loss_fn: Callable[[torch.nn.Module, dict], torch.Tensor],
+    *,
+    steps: int,
+    lr: float = 3e-3,
+    warmup: int = 50,
+    weight_decay: float = 0.01,
+    clip: float = 1.0,
+    log_every: int = 200,
+) -> dict:
+    """AdamW with linear warm-up and cosine decay; returns ``{"steps", "seconds", "loss"}``.
+
+    ``batch_fn(step)`` returns a batch (a dict of tensors); ``loss_fn(model, batch)``
+    returns a scalar loss. The model is left in eval mode.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be ≥ 1, got {steps}")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    warmup = min(warmup, max(1, steps // 5))
+
+    def schedule(s):
+        if s < warmup:
+            return (s + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))) * 0.95 + 0.05
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    model.train()
+    t0 = time.perf_counter()
+    running = None
+    # Tiny models: one intra-op thread is as fast and does not spin against other jobs
+    # on a shared machine; restored afterwards.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        running = _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0)
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    return {"steps": steps, "seconds": round(time.perf_counter() - t0, 1), "loss": running}
+
+
+def _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0):
+    running = None
+    for step in range(steps):
+        batch = batch_fn(step)
+        loss = loss_fn(model, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        sched.step()
+        running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
+        if log_every and (step + 1) % log_every == 0:
+            log.info("step %d/%d loss %.4f (%.1fs)", step + 1, steps, running, time.perf_counter() - t0)
+    return running
+
+
+def fresh_sampler(generate: Callable[[int, int], list], avoid: Iterable[str], seed: int):
+    """Return ``sample(n) -> list[dict]`` drawing training examples from ``generate``
+    with successive seeds derived from ``seed``, skipping any whose ``text`` is in
+    ``avoid`` (the held-out set), so that held-out accuracy is on unseen examples."""
+    avoid = set(avoid)
+    state = {"k": 0}
+
+    def sample(n: int) -> list:
+        out = []
+        while len(out) < n:
+            state["k"] += 1
+            batch = generate(n, seed * 1_000_003 + state["k"])
+            out.extend(e for e in batch if _key(e) not in avoid)
+        return out[:n]
+
+    return sample
+
+
+def _key(example: dict) -> str:
+    return example["text"]
+
+
+# --------------------------------------------------------------------------- cards / io
+def write_card(directory: Path, card: dict) -> None:
+    with open(Path(directory) / CARD, "w") as f:
+        json.dump(card, f, indent=2, sort_keys=False)
+        f.write("\n")
+
+
+def read_card(directory: Path) -> dict:
+    path = Path(directory) / CARD
+    if not path.is_file():
+        raise ValueError(f"no {CARD} in {directory}: not a zoo model directory")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); retrain with `probe train`") from None
+
+
+def check_safetensors(path: Path) -> None:
+    """Raise ``ValueError`` naming ``path`` if it is missing, truncated or corrupted.
+
+    Reads the safetensors header and checks that every tensor's byte range lies inside
+    the file; never unpickles anything.
+    """
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"weights file {path} is missing; retrain with `probe train`")
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise ValueError("file shorter than the 8-byte header length")
+            n = int.from_bytes(head, "little")
+            if n <= 0 or 8 + n > size:
+                raise ValueError("header length points past the end of the file")
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if 8 + n + end != size:
+            raise ValueError(f"expected {8 + n + end} bytes, found {size}")
+        with safe_open(str(path), framework="pt") as f:
+            for k in f.keys():
+                f.get_slice(k)
+    except ValueError as e:
+        raise ValueError(f"weights file {path} is corrupted or truncated: {e}") from None
+    except Exception as e:  # safetensors raises its own error types
+        raise ValueError(f"weights file {path} is corrupted or truncated: {e}") from None
+
+
+def save_hf(model, tokenizer, directory: Path) -> None:
+    """Save a Hugging Face model (safetensors) and its tokenizer in ``directory``."""
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+
+
+def load_hf(model_class, directory: Path):
+    """Load a Hugging Face model and tokenizer saved by :func:`save_hf` (eval mode)."""
+    from transformers import PreTrainedTokenizerFast
+
+    directory = Path(directory)
+    check_safetensors(directory / WEIGHTS)
+    model = model_class.from_pretrained(directory, attn_implementation="eager")
+    model.eval()
+    tok = PreTrainedTokenizerFast.from_pretrained(directory)
+    return model, tok
+
+
+def n_threads_note() -> str:
+    return f"1 torch thread, {os.cpu_count()} CPUs"

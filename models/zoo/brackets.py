@@ -1,0 +1,181 @@
+"""``zoo:brackets``: an encoder that finds, at each closing bracket, the type of its match.
+
+Data: Dyck-2 strings (two bracket types, nested). Openers are written ``(`` and ``[``;
+every closer is written with the same generic word ``/``, so the input does not reveal
+which opener a closer matches. At each closer the model predicts the type of its
+matching opener (``round`` or ``square``); to do so it must locate the match, the
+most recent opener that is still open.
+
+Ground truth: the matching pairs, as dependency arcs (``example["gold_heads"]``,
+``example["gold_rels"]``, 0-based word indices, −1 for the root):
+
+* a closer's head is its matching opener, relation ``match``;
+* an opener's head is the opener that encloses it, relation ``nest``;
+* the first top-level opener is the root (``root``); later top-level openers attach
+  to it with relation ``sibling``.
+
+:func:`to_conllu` writes these arcs as CoNLL-U (1-based HEAD, 0 = root) so that the
+syntax probe runs on them unchanged; closers carry ``Type=Round|Square`` in FEATS.
+Metric: per-closer accuracy of the predicted type.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from . import _common
+
+TASK = "brackets"
+FAMILY = "bert"
+SEED = 0
+STEPS = 2000
+EVAL_SEED = 12345
+N_EVAL = 500
+METRIC = "per-closer accuracy of the matching opener's type"
+OPEN = {"(": 0, "[": 1}
+TYPES = ["round", "square"]
+CLOSE = "/"
+GENERATOR = {"openers": list(OPEN), "closer": CLOSE, "min_pairs": 2, "max_pairs": 12, "max_depth": 5,
+             "p_open": 0.5}
+GROUND_TRUTH = {
+    "field": "gold_heads",
+    "description": "0-based head index per word (-1 root) with gold_rels: closer -> its matching "
+    "opener ('match'), opener -> enclosing opener ('nest'), later top-level openers -> the first "
+    "('sibling'), first top-level opener = root; models.zoo.brackets.to_conllu writes CoNLL-U",
+    "regenerate": "models.zoo.eval_examples('brackets')",
+}
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+CONFIG = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128,
+              max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _dyck(rng):
+    g = GENERATOR
+    pairs = rng.randint(g["min_pairs"], g["max_pairs"])
+    words, heads, rels, labels = [], [], [], []
+    stack, opened, first_top = [], 0, None
+    while opened < pairs or stack:
+        can_open = opened < pairs and len(stack) < g["max_depth"]
+        if can_open and (not stack or rng.random() < g["p_open"]):
+            w = rng.choice(list(OPEN))
+            i = len(words)
+            if stack:
+                heads.append(stack[-1])
+                rels.append("nest")
+            elif first_top is None:
+                first_top = i
+                heads.append(-1)
+                rels.append("root")
+            else:
+                heads.append(first_top)
+                rels.append("sibling")
+            words.append(w)
+            labels.append(None)
+            stack.append(i)
+            opened += 1
+        else:
+            j = stack.pop()
+            words.append(CLOSE)
+            heads.append(j)
+            rels.append("match")
+            labels.append(OPEN[words[j]])
+    return words, heads, rels, labels
+
+
+def generate(n: int, seed: int) -> list[dict]:
+    """``n`` examples ``{"text", "words", "labels", "gold_heads", "gold_rels"}``;
+    ``labels[i]`` is 0 (round) / 1 (square) at closers and ``None`` at openers."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words, heads, rels, labels = _dyck(rng)
+        out.append({"text": " ".join(words), "words": words, "labels": labels,
+                    "gold_heads": heads, "gold_rels": rels})
+    return out
+
+
+def to_conllu(examples) -> str:
+    """CoNLL-U text of the gold arcs of ``examples`` (one sentence each; see module doc).
+
+    Each bracket is a word: FORM is the input word, LEMMA the true bracket, UPOS
+    ``PUNCT``, FEATS ``Type=Round|Square`` and ``Side=Open|Close``, HEAD 1-based (0 =
+    root), DEPREL ``root|nest|sibling|match``.
+    """
+    lines = []
+    for k, e in enumerate(examples):
+        lines.append(f"# sent_id = brackets-{k}")
+        lines.append(f"# text = {e['text']}")
+        for i, (w, h, r) in enumerate(zip(e["words"], e["gold_heads"], e["gold_rels"])):
+            if w == CLOSE:
+                opener = e["words"][h]
+                lemma = ")" if opener == "(" else "]"
+                side = "Close"
+            else:
+                opener, lemma, side = w, w, "Open"
+            feats = f"Side={side}|Type={'Round' if opener == '(' else 'Square'}"
+            lines.append("\t".join([str(i + 1), w, lemma, "PUNCT", "_", feats, str(h + 1), r, "_", "_"]))
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def tokenizer():
+    return _common.word_tokenizer(
+        list(OPEN) + [CLOSE], SPECIALS, template="[CLS] $A [SEP]",
+        roles=dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                   mask_token="[MASK]"),
+        max_length=CONFIG["max_position_embeddings"],
+    )
+
+
+def build(seed: int):
+    from transformers import BertConfig, BertForTokenClassification
+
+    tok = tokenizer()
+    _common.seed_everything(seed)
+    cfg = BertConfig(vocab_size=len(tok), num_labels=2, pad_token_id=tok.pad_token_id,
+                     id2label=dict(enumerate(TYPES)), label2id={t: i for i, t in enumerate(TYPES)},
+                     **CONFIG)
+    return BertForTokenClassification(cfg), tok
+
+
+def encode(tok, examples):
+    enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
+    labels = torch.full_like(enc["input_ids"], -100)
+    for b, e in enumerate(examples):
+        for t, w in enumerate(enc.word_ids(b)):
+            if w is not None and e["labels"][w] is not None:
+                labels[b, t] = e["labels"][w]
+    return enc, labels
+
+
+def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+    sample = _common.fresh_sampler(generate, avoid, seed)
+
+    def batch_fn(_):
+        enc, labels = encode(tok, sample(batch_size))
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+
+    return _common.train_loop(model, batch_fn, lambda m, b: m(**b).loss, steps=steps, lr=3e-3, warmup=100)
+
+
+@torch.no_grad()
+def accuracy(model, tok, examples, batch_size: int = 256) -> float:
+    correct = total = 0
+    for i in range(0, len(examples), batch_size):
+        enc, labels = encode(tok, examples[i:i + batch_size])
+        pred = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)
+        m = labels != -100
+        correct += (pred[m] == labels[m]).sum().item()
+        total += m.sum().item()
+    return correct / max(1, total)
+
+
+save = _common.save_hf
+
+
+def load(directory):
+    from transformers import BertForTokenClassification
+
+    return _common.load_hf(BertForTokenClassification, directory)

@@ -1,0 +1,125 @@
+"""``zoo:induction``: a 2-layer causal decoder (GPT-2) that completes a repeated sequence.
+
+Data: ``<s>`` + a random prefix of ``L`` distinct tokens (``L`` varies, so no fixed
+offset solves it) + the same prefix again. Predicting the second copy requires the
+two-step circuit of Olsson et al. (2022): a previous-token head (layer 0) writes "my
+previous token was A" into each position; an induction head (layer 1) at a position
+holding A attends to the position *after* the earlier A and copies its token.
+
+Ground truth (word indices, ``<s>`` excluded): ``example["prefix_len"] = L``; for word
+``j ≥ L`` (second copy) ``example["induction_target"][str(j)] = j − L + 1`` — the word
+after the previous occurrence of word ``j``; the previous-token target of word ``j`` is
+``j − 1``. Metric: next-token accuracy over the second copy, excluding its first token
+(which cannot be predicted).
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+import torch.nn.functional as F
+
+from . import _common
+
+TASK = "induction"
+FAMILY = "gpt2"
+SEED = 0
+STEPS = 2000
+EVAL_SEED = 12345
+N_EVAL = 500
+METRIC = "next-token accuracy on the second copy (excluding its first token)"
+VOCAB = [f"t{i}" for i in range(40)]
+GENERATOR = {"vocab_size": len(VOCAB), "min_prefix": 6, "max_prefix": 14, "distinct_tokens": True,
+             "layout": "<s> prefix prefix"}
+GROUND_TRUTH = {
+    "field": "induction_target",
+    "description": "word indices without <s>: for word j >= prefix_len (second copy) the "
+    "induction head should attend to word j - prefix_len + 1 (the word after the previous "
+    "occurrence of word j); the previous-token head attends j -> j - 1",
+    "regenerate": "models.zoo.eval_examples('induction')",
+}
+SPECIALS = ["<pad>", "<unk>", "<s>"]
+CONFIG = dict(n_embd=64, n_layer=2, n_head=4, n_positions=32, n_inner=128,
+              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+
+def generate(n: int, seed: int) -> list[dict]:
+    """``n`` examples ``{"text", "words", "prefix_len", "induction_target"}``."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        L = rng.randint(GENERATOR["min_prefix"], GENERATOR["max_prefix"])
+        prefix = rng.sample(VOCAB, L)
+        words = prefix + prefix
+        out.append({"text": " ".join(words), "words": words, "prefix_len": L,
+                    "induction_target": {str(j): j - L + 1 for j in range(L, 2 * L)}})
+    return out
+
+
+def tokenizer():
+    return _common.word_tokenizer(
+        VOCAB, SPECIALS, template="<s> $A",
+        roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>"),
+        max_length=CONFIG["n_positions"],
+    )
+
+
+def build(seed: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = tokenizer()
+    _common.seed_everything(seed)
+    cfg = GPT2Config(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.bos_token_id,
+                     pad_token_id=tok.pad_token_id, **CONFIG)
+    return GPT2LMHeadModel(cfg), tok
+
+
+def encode(tok, examples):
+    """Batch tensors and ``target[b, t]``: the token to predict from position ``t`` on the
+    scored positions (second copy, from its first token up to the one before last), −100
+    elsewhere. Token position = word index + 1 (``<s>`` first)."""
+    enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
+    ids = enc["input_ids"]
+    target = torch.full_like(ids, -100)
+    for b, e in enumerate(examples):
+        L = e["prefix_len"]
+        for t in range(L + 1, 2 * L):  # second copy tokens 0 .. L-2 predict the next one
+            target[b, t] = ids[b, t + 1]
+    return enc, target
+
+
+def _loss(model, batch):
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return F.cross_entropy(logits.flatten(0, 1), batch["target"].flatten(), ignore_index=-100)
+
+
+def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+    sample = _common.fresh_sampler(generate, avoid, seed)
+
+    def batch_fn(_):
+        enc, target = encode(tok, sample(batch_size))
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "target": target}
+
+    return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=1e-2, warmup=100)
+
+
+@torch.no_grad()
+def accuracy(model, tok, examples, batch_size: int = 256) -> float:
+    correct = total = 0
+    for i in range(0, len(examples), batch_size):
+        enc, target = encode(tok, examples[i:i + batch_size])
+        pred = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)
+        m = target != -100
+        correct += (pred[m] == target[m]).sum().item()
+        total += m.sum().item()
+    return correct / max(1, total)
+
+
+save = _common.save_hf
+
+
+def load(directory):
+    from transformers import GPT2LMHeadModel
+
+    return _common.load_hf(GPT2LMHeadModel, directory)

@@ -1,0 +1,110 @@
+"""``zoo:prev-token``: an encoder that outputs, at each word, the previous word.
+
+Data: random strings of single-letter words (letters may repeat). At word ``i ≥ 1`` the
+label is word ``i − 1``; word 0 is not scored. A bidirectional BERT encoder can only
+solve this by moving information from position ``i − 1`` to ``i``, so some head must
+attend ``i → i−1`` (the previous-token head of Clark et al. 2019 and Olsson et al. 2022).
+
+Ground truth: ``example["gold_prev"][i] = i − 1`` (word index; ``None`` for word 0).
+Metric: per-word accuracy over words ``i ≥ 1``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from . import _common
+
+TASK = "prev-token"
+FAMILY = "bert"
+SEED = 0
+STEPS = 600
+EVAL_SEED = 12345
+N_EVAL = 500
+METRIC = "per-word accuracy over words i >= 1"
+LETTERS = [chr(c) for c in range(ord("a"), ord("a") + 20)]
+GENERATOR = {"alphabet": "".join(LETTERS), "min_len": 4, "max_len": 24, "repeats_allowed": True}
+GROUND_TRUTH = {
+    "field": "gold_prev",
+    "description": "for word i, the word it must copy is i-1 (None for word 0); "
+    "a head attending i -> i-1 is required",
+    "regenerate": "models.zoo.eval_examples('prev-token')",
+}
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+CONFIG = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
+              max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def generate(n: int, seed: int) -> list[dict]:
+    """``n`` examples: ``{"text", "words", "gold_prev"}``, deterministic in ``seed``."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.randint(GENERATOR["min_len"], GENERATOR["max_len"])
+        words = [rng.choice(LETTERS) for _ in range(k)]
+        out.append({"text": " ".join(words), "words": words,
+                    "gold_prev": [None] + list(range(k - 1))})
+    return out
+
+
+def tokenizer():
+    return _common.word_tokenizer(
+        LETTERS, SPECIALS, template="[CLS] $A [SEP]",
+        roles=dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                   mask_token="[MASK]"),
+        max_length=CONFIG["max_position_embeddings"],
+    )
+
+
+def build(seed: int):
+    from transformers import BertConfig, BertForTokenClassification
+
+    tok = tokenizer()
+    _common.seed_everything(seed)
+    cfg = BertConfig(vocab_size=len(tok), num_labels=len(tok), pad_token_id=tok.pad_token_id, **CONFIG)
+    return BertForTokenClassification(cfg), tok
+
+
+def encode(tok, examples):
+    """Batch tensors; ``labels[b, t]`` = token id of the previous word, −100 elsewhere."""
+    enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
+    labels = torch.full_like(enc["input_ids"], -100)
+    for b in range(len(examples)):
+        wids = enc.word_ids(b)
+        for t, w in enumerate(wids):
+            if w is not None and w >= 1:
+                labels[b, t] = enc["input_ids"][b, t - 1]
+    return enc, labels
+
+
+def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+    sample = _common.fresh_sampler(generate, avoid, seed)
+
+    def batch_fn(_):
+        enc, labels = encode(tok, sample(batch_size))
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+
+    return _common.train_loop(model, batch_fn, lambda m, b: m(**b).loss, steps=steps, lr=3e-3)
+
+
+@torch.no_grad()
+def accuracy(model, tok, examples, batch_size: int = 256) -> float:
+    correct = total = 0
+    for i in range(0, len(examples), batch_size):
+        enc, labels = encode(tok, examples[i:i + batch_size])
+        pred = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)
+        m = labels != -100
+        correct += (pred[m] == labels[m]).sum().item()
+        total += m.sum().item()
+    return correct / max(1, total)
+
+
+save = _common.save_hf
+
+
+def load(directory):
+    from transformers import BertForTokenClassification
+
+    return _common.load_hf(BertForTokenClassification, directory)

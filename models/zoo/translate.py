@@ -1,0 +1,174 @@
+"""``zoo:translate``: an encoder-decoder transformer (BART) on a synthetic language pair.
+
+Data: source sentences ``DET (ADJ) N V DET (ADJ) N (ADV)`` in a small English-like
+language; the target language has a one-to-one lexicon (each source word has exactly
+one target word) and deterministic reordering: adjective–noun swap (``ADJ N -> N' ADJ'``)
+and verb-final (``S V O ADV -> S' O' ADV' V'``). Because every target word comes from
+exactly one source word, the gold word alignment is known for every pair.
+
+Ground truth: ``example["alignment"][j]`` is the index of the source word that target
+word ``j`` translates (0-based word indices). The decoder is fed ``<s> y_1 … y_n`` and
+predicts ``y_1 … y_n </s>``, so target word ``j`` is produced at decoder query row
+``j`` (whose input is the previous word, or ``<s>`` for ``j = 0``).
+Metric: exact-match sentences under greedy decoding.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from . import _common
+
+TASK = "translate"
+FAMILY = "bart"
+SEED = 0
+STEPS = 1500
+EVAL_SEED = 12345
+N_EVAL = 500
+METRIC = "exact-match sentences (greedy decoding)"
+DETS = ["the", "a"]
+ADJS = ["big", "small", "red", "old", "happy", "quiet"]
+NOUNS = ["dog", "cat", "bird", "child", "farmer", "teacher", "horse", "fish", "king", "queen"]
+VERBS = ["sees", "likes", "finds", "helps", "follows", "calls"]
+ADVS = ["today", "often", "slowly"]
+SOURCE = DETS + ADJS + NOUNS + VERBS + ADVS
+_SYL = ["ka", "lo", "mi", "ne", "ru", "ta", "so", "vi", "pe", "du", "ga", "zo"]
+_PAIRS = [a + b for a in _SYL for b in _SYL if a != b]
+random.Random(7).shuffle(_PAIRS)
+TARGET = _PAIRS[:len(SOURCE)]  # made-up target words, one per source word
+LEXICON = dict(zip(SOURCE, TARGET))
+GENERATOR = {"template": "DET (ADJ) N V DET (ADJ) N (ADV)", "p_adjective": 0.5, "p_adverb": 0.5,
+             "reordering": ["adjective-noun swap", "verb-final (after object and adverb)"],
+             "lexicon": LEXICON}
+GROUND_TRUTH = {
+    "field": "alignment",
+    "description": "alignment[j] = index of the source word that target word j translates; the "
+    "decoder input is '<s> target', so target word j is produced at decoder query row j",
+    "regenerate": "models.zoo.eval_examples('translate')",
+}
+SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
+CONFIG = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+              decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+              max_position_embeddings=32, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+
+
+def _np(rng):
+    """Source NP words with their target order as source offsets."""
+    words = [rng.choice(DETS)]
+    if rng.random() < GENERATOR["p_adjective"]:
+        words += [rng.choice(ADJS), rng.choice(NOUNS)]
+        order = [0, 2, 1]  # DET N ADJ
+    else:
+        words.append(rng.choice(NOUNS))
+        order = [0, 1]
+    return words, order
+
+
+def make_pair(rng) -> dict:
+    """One source sentence, its translation and the gold alignment."""
+    subj, so = _np(rng)
+    verb = rng.choice(VERBS)
+    obj, oo = _np(rng)
+    src = subj + [verb] + obj
+    align = so + [len(subj) + 1 + k for k in oo]
+    if rng.random() < GENERATOR["p_adverb"]:
+        src.append(rng.choice(ADVS))
+        align.append(len(src) - 1)
+    align.append(len(subj))  # verb-final
+    tgt = [LEXICON[src[i]] for i in align]
+    return {"text": " ".join(src), "words": src, "target_text": " ".join(tgt),
+            "target_words": tgt, "alignment": align}
+
+
+def generate(n: int, seed: int) -> list[dict]:
+    """``n`` pairs ``{"text", "words", "target_text", "target_words", "alignment"}``."""
+    rng = random.Random(seed)
+    return [make_pair(rng) for _ in range(n)]
+
+
+def tokenizer():
+    """One word-level tokenizer for both languages; appends ``</s>``."""
+    return _common.word_tokenizer(
+        SOURCE + TARGET, SPECIALS, template="$A </s>",
+        roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"),
+        max_length=CONFIG["max_position_embeddings"],
+    )
+
+
+def build(seed: int):
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    tok = tokenizer()
+    _common.seed_everything(seed)
+    cfg = BartConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                     eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.bos_token_id,
+                     forced_eos_token_id=None, scale_embedding=False, **CONFIG)
+    return BartForConditionalGeneration(cfg), tok
+
+
+def encode(tok, examples):
+    """Source batch, decoder input ``<s> y`` and labels ``y </s>`` (−100 at padding)."""
+    src = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
+    tgt = tok([e["target_text"] for e in examples], padding=True, return_tensors="pt")
+    labels = tgt["input_ids"].masked_fill(tgt["attention_mask"] == 0, -100)
+    start = torch.full((len(examples), 1), tok.bos_token_id)
+    dec = torch.cat([start, tgt["input_ids"][:, :-1]], 1)
+    dec_mask = torch.cat([torch.ones_like(start), tgt["attention_mask"][:, :-1]], 1)
+    return {"input_ids": src["input_ids"], "attention_mask": src["attention_mask"],
+            "decoder_input_ids": dec, "decoder_attention_mask": dec_mask, "labels": labels}
+
+
+def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+    sample = _common.fresh_sampler(generate, avoid, seed)
+    return _common.train_loop(model, lambda _: encode(tok, sample(batch_size)),
+                              lambda m, b: m(**b).loss, steps=steps, lr=3e-3, warmup=100)
+
+
+@torch.no_grad()
+def greedy(model, tok, texts, max_new: int = 20) -> list[str]:
+    """Greedy translations of ``texts`` (decoding stops at ``</s>``)."""
+    src = tok(list(texts), padding=True, return_tensors="pt")
+    enc = model.get_encoder()(input_ids=src["input_ids"], attention_mask=src["attention_mask"])
+    dec = torch.full((len(texts), 1), tok.bos_token_id)
+    done = torch.zeros(len(texts), dtype=torch.bool)
+    for _ in range(max_new):
+        logits = model(encoder_outputs=enc, attention_mask=src["attention_mask"], decoder_input_ids=dec).logits
+        nxt = logits[:, -1].argmax(-1)
+        nxt = nxt.masked_fill(done, tok.pad_token_id)
+        dec = torch.cat([dec, nxt[:, None]], 1)
+        done |= nxt == tok.eos_token_id
+        if done.all():
+            break
+    return _decode(tok, dec[:, 1:])
+
+
+def _decode(tok, ids) -> list[str]:
+    out = []
+    for row in ids.tolist():
+        words = []
+        for i in row:
+            if i in (tok.eos_token_id, tok.pad_token_id):
+                break
+            words.append(tok.convert_ids_to_tokens(i))
+        out.append(" ".join(words))
+    return out
+
+
+def accuracy(model, tok, examples, batch_size: int = 250) -> float:
+    correct = 0
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i:i + batch_size]
+        hyp = greedy(model, tok, [e["text"] for e in chunk])
+        correct += sum(h == e["target_text"] for h, e in zip(hyp, chunk))
+    return correct / max(1, len(examples))
+
+
+save = _common.save_hf
+
+
+def load(directory):
+    from transformers import BartForConditionalGeneration
+
+    return _common.load_hf(BartForConditionalGeneration, directory)
