@@ -1,0 +1,3 @@
+from probe.cli import main
+
+main()
