@@ -13,6 +13,8 @@ import click
 # module name under probe.cli -> the click command objects it defines (attribute names)
 COMMAND_MODULES = [
     "core",
+    "zoo",
+    "flow",
 ]
 
 
