@@ -14,17 +14,26 @@ log = logging.getLogger(__name__)
 
 def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[int]] = None,
                    batch_size: int = 16, dtype: str = "float32", shard_size: int = 64,
-                   stack: Optional[str] = None, progress: bool = False) -> Store:
+                   stack: Optional[str] = None, progress: bool = False,
+                   on_long: str = "skip") -> Store:
     """Capture every example of ``corpus`` into the store at ``out``.
 
-    Examples longer than the model's limit are skipped and counted (recorded in the
-    manifest). Running it again on the same model, layers and corpus resumes: finished
+    Examples longer than the model's limit are skipped and counted in the manifest
+    (``on_long="skip"``), refused (``"error"``), or cut to the limit (``"truncate"``). Running it again on the same model, layers and corpus resumes: finished
     examples are kept, the rest are captured, none twice. Peak memory is one batch.
 
     Raises:
-        ValueError: ``out`` holds a capture of other input or settings; layer out of range.
+        ValueError: ``out`` holds a capture of other input or settings; layer out of range;
+            over-long input with ``on_long="error"``; nothing left to capture.
     """
-    fitted = fit_to_model(corpus, adapter)
+    if on_long not in ("skip", "error", "truncate"):
+        raise ValueError(f"on_long must be skip, error or truncate, got {on_long!r}")
+    fitted = corpus if on_long == "truncate" else fit_to_model(corpus, adapter)
+    if len(fitted) < len(corpus) and on_long == "error":
+        raise ValueError(f"{len(corpus) - len(fitted)} input text(s) longer than {adapter.name}'s limit of "
+                         f"{adapter.max_length} tokens: shorten them or pass --truncate")
+    if not len(fitted):
+        raise ValueError(f"all {len(corpus)} examples are longer than {adapter.max_length} tokens; nothing to capture")
     ids = _ids_after_fit(corpus, fitted, adapter)
     stack = stack or adapter.default_stack
     manifest = {
@@ -42,7 +51,8 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
     targets = [fitted.targets[k] for k in todo] if fitted.targets else None
     try:
         stream = iter_capture(adapter, texts, layers=layers, batch_size=batch_size, stack=stack,
-                              word_spans=spans, targets=targets, progress=progress, total=len(texts))
+                              word_spans=spans, targets=targets, progress=progress, total=len(texts),
+                              truncate=on_long == "truncate")
         for k, maps in zip(todo, stream):
             writer.add(ids[k], maps)
     finally:

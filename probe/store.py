@@ -153,6 +153,10 @@ def done_ids(path) -> set:
     return {r["id"] for r in _read_index(Path(path) / "index.jsonl")}
 
 
+class ExampleOutOfRange(IndexError, ValueError):
+    """An example index beyond the store (an ``IndexError`` and a user-facing ``ValueError``)."""
+
+
 class Store:
     """Read a store lazily: ``len(store)``, ``store[i]`` (i-th finished example in id
     order), iteration. Tensors are read shard by shard on demand, never all at once.
@@ -193,7 +197,7 @@ class Store:
 
     def __getitem__(self, i: int) -> AttentionMaps:
         if not -len(self) <= i < len(self):
-            raise IndexError(f"example {i} out of range: the store has {len(self)} examples (0..{len(self) - 1})")
+            raise ExampleOutOfRange(f"example {i} out of range: the store has {len(self)} examples (0..{len(self) - 1})")
         rec = self.records[i]
         with safe_open(str(self.path / rec["shard"]), framework="pt") as f:
             return self._maps(rec, f.get_tensor(rec["key"]))

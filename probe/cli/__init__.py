@@ -7,6 +7,7 @@ Each command lives in its own module under ``probe/cli/`` and is listed in
 from __future__ import annotations
 
 import importlib
+import os
 
 import click
 
@@ -22,6 +23,10 @@ COMMAND_MODULES = [
 @click.version_option(package_name="attention-probe")
 def main():
     """Attention interpretability toolkit: capture, analyse and report attention heads."""
+    # the command line speaks for itself: no transformers progress bars or advisories
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 for _name in COMMAND_MODULES:

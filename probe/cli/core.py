@@ -42,10 +42,13 @@ def models_cmd(as_json):
               help="attention stack of encoder-decoder models (default: encoder)")
 @device_option
 @dtype_option
+@click.option("--truncate", is_flag=True, help="cut texts beyond the model's limit instead of refusing "
+              "(--text) or skipping (--file/--conllu) them")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="store directory")
 @click.option("-v", "--verbose", is_flag=True)
 @user_errors
-def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dtype, stack, device, dtype, out, verbose):
+def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dtype, stack, device, dtype,
+                truncate, out, verbose):
     """Capture attention maps of a corpus into a store directory (resumable)."""
     setup_logging(verbose)
     from models import load_model
@@ -56,7 +59,8 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
     adapter = load_model(model, device=device, dtype=dtype)
     store = capture_corpus(adapter, corpus, out, layers=parse_int_list(layers, "--layers"),
                            batch_size=batch_size, dtype=store_dtype, stack=stack,
-                           progress=len(corpus) > 1)
+                           progress=len(corpus) > 1,
+                           on_long="truncate" if truncate else ("error" if text else "skip"))
     skipped = store.manifest.get("skipped") or {}
     msg = f"{len(store)} examples in {out} ({adapter.name}, {adapter.n_layers} layers × {adapter.n_heads} heads)"
     if skipped:
