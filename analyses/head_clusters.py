@@ -1,0 +1,193 @@
+"""Head clustering by behaviour, as in Clark et al. (2019), "What Does BERT Look At?", §6.
+
+The distance between heads ``h`` and ``g`` is the Jensen–Shannon divergence between
+their attention distributions at the same query token, averaged over every
+(non-special) query token of the corpus — Clark et al.'s sum over tokens divided by
+the number of tokens, which only rescales it. Base-2 logarithms, so values lie in
+``[0, 1]``. The matrix is embedded in 2-D with metric multidimensional scaling
+(scikit-learn ``MDS`` on the precomputed dissimilarities) and cut into clusters by
+average-linkage agglomerative clustering.
+
+Per example every pair of heads is compared at once: with ``P`` the ``[LH, n, n]``
+stack of head maps, ``JS(P_h, P_g) = H((P_h + P_g)/2) − (H(P_h) + H(P_g))/2`` is
+evaluated in chunks of heads (memory ``chunk × LH × n × n``) for the pairs ``g ≥ h``
+only (the matrix is symmetric), never per head pair in Python.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import numpy as np
+import pandas as pd
+import torch
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HeadClusters", "head_divergence", "embed_heads", "cluster_heads", "head_clusters"]
+
+_CHUNK_ELEMENTS = 8_000_000
+
+
+@dataclass(frozen=True)
+class HeadDivergence:
+    """Mean Jensen–Shannon divergence between heads: ``matrix[LH, LH]`` (row
+    ``layer_index * n_heads + head``), over ``n_rows`` query tokens of ``n_examples``."""
+
+    matrix: np.ndarray
+    layers: tuple
+    n_heads: int
+    n_examples: int
+    n_rows: int
+
+
+def head_divergence(source: Iterable, max_examples: Optional[int] = None,
+                    progress: bool = False) -> HeadDivergence:
+    """Pairwise mean JS divergence between all captured heads over a corpus.
+
+    Args:
+        source: a :class:`probe.store.Store` or an iterable of ``AttentionMaps``
+            (self or causal attention), streamed.
+        max_examples: use only the first N examples (the cost is ``(L·H)² · n²`` per
+            example).
+        progress: tqdm bar.
+
+    Returns:
+        :class:`HeadDivergence`; its matrix is symmetric with a zero diagonal.
+
+    Raises:
+        ValueError: no examples, cross-attention, mixed captures, ``max_examples < 1``.
+    """
+    if max_examples is not None and max_examples < 1:
+        raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
+    it = source
+    if progress:
+        from tqdm.auto import tqdm
+        total = len(source) if hasattr(source, "__len__") else None
+        if total is not None and max_examples:
+            total = min(total, max_examples)
+        it = tqdm(source, total=total, unit="ex", desc="head divergence")
+    total_js, rows, n_ex, layers, H = None, 0, 0, None, None
+    ln2 = math.log(2.0)
+    for maps in it:
+        if max_examples is not None and n_ex >= max_examples:
+            break
+        if maps.kind == "cross":
+            raise ValueError("head clustering is defined for self- and causal attention; got cross-attention")
+        a = maps.attentions.float()
+        L, h, n, _ = a.shape
+        if layers is None:
+            layers, H = tuple(maps.layers), h
+            total_js = torch.zeros(L * H, L * H, dtype=torch.float64)
+        elif tuple(maps.layers) != layers or h != H:
+            raise ValueError(f"example {n_ex} has layers {list(maps.layers)} × {h} heads; earlier ones "
+                             f"had {list(layers)} × {H}: analyse one model's capture at a time")
+        n_ex += 1
+        q = ~maps.special_mask
+        if not q.any():
+            continue
+        p = a[:, :, q].reshape(L * H, int(q.sum()), n)  # [LH, rows, keys]
+        plogp = torch.special.xlogy(p, p).sum(-1)  # [LH, rows]
+        lh = L * H
+        chunk = max(1, _CHUNK_ELEMENTS // max(1, lh * p.shape[1] * n))
+        for s in range(0, lh, chunk):
+            # only pairs (h, g ≥ s): the matrix is symmetric, the lower part is mirrored
+            m = (p[s:s + chunk, None] + p[None, s:]).clamp_(min=1e-30)  # p + q, [c, LH-s, rows, keys]
+            s_log = (m * m.log()).sum(-1)  # Σ (p+q) ln(p+q)
+            # JS = ½Σp ln p + ½Σq ln q − Σ m ln m, with m = (p+q)/2 and Σ(p+q) = 2
+            js = 0.5 * (plogp[s:s + chunk, None] + plogp[None, s:]) - 0.5 * s_log + ln2
+            total_js[s:s + chunk, s:] += js.clamp(min=0).sum(-1).double() / ln2
+        rows += p.shape[1]
+    if layers is None:
+        raise ValueError("no examples: give at least one captured example")
+    upper = np.triu((total_js / max(rows, 1)).numpy())
+    matrix = upper + np.triu(upper, 1).T
+    np.fill_diagonal(matrix, 0.0)
+    return HeadDivergence(matrix=matrix, layers=layers, n_heads=H, n_examples=n_ex, n_rows=rows)
+
+
+def embed_heads(matrix: np.ndarray, seed: int = 0) -> np.ndarray:
+    """2-D metric MDS of a precomputed dissimilarity matrix ``[N, N]`` → ``[N, 2]``.
+
+    Raises:
+        ValueError: not a square symmetric non-negative matrix.
+    """
+    d = _check_matrix(matrix)
+    if len(d) < 3:
+        return np.column_stack([np.arange(len(d), dtype=float), np.zeros(len(d))])
+    from sklearn.manifold import MDS
+
+    params = inspect.signature(MDS).parameters
+    kw = dict(n_components=2, random_state=seed, n_init=1)
+    if "metric_mds" in params:  # scikit-learn ≥ 1.8: classical-MDS start, deterministic
+        kw.update(metric="precomputed", metric_mds=True, init="classical_mds")
+    else:
+        kw.update(dissimilarity="precomputed", n_init=4)
+    return MDS(**kw).fit_transform(d)
+
+
+def cluster_heads(matrix: np.ndarray, n_clusters: int = 8) -> np.ndarray:
+    """Average-linkage agglomerative clusters on a precomputed distance matrix.
+
+    Returns ``[N]`` integer labels (0-based; with ``N ≤ n_clusters`` every head is its
+    own cluster).
+
+    Raises:
+        ValueError: bad matrix, ``n_clusters < 1``.
+    """
+    d = _check_matrix(matrix)
+    if n_clusters < 1:
+        raise ValueError(f"n_clusters must be ≥ 1, got {n_clusters}")
+    if len(d) <= n_clusters:
+        return np.arange(len(d))
+    from sklearn.cluster import AgglomerativeClustering
+
+    return AgglomerativeClustering(n_clusters=n_clusters, metric="precomputed",
+                                   linkage="average").fit_predict(d)
+
+
+def _check_matrix(matrix) -> np.ndarray:
+    d = np.asarray(matrix, dtype=float)
+    if d.ndim != 2 or d.shape[0] != d.shape[1]:
+        raise ValueError(f"expected a square distance matrix, got shape {d.shape}")
+    if not np.isfinite(d).all() or (d < -1e-9).any() or not np.allclose(d, d.T, atol=1e-8):
+        raise ValueError("distance matrix must be finite, non-negative and symmetric")
+    return np.clip(d, 0, None)
+
+
+@dataclass(frozen=True)
+class HeadClusters:
+    """Heads laid out by behaviour: divergence matrix, 2-D MDS coordinates, clusters."""
+
+    divergence: HeadDivergence
+    xy: np.ndarray
+    cluster: np.ndarray
+
+    def to_frame(self) -> pd.DataFrame:
+        """``layer, head, mds_x, mds_y, cluster``, one row per head."""
+        d = self.divergence
+        H = d.n_heads
+        return pd.DataFrame({"layer": np.repeat(np.array(d.layers), H), "head": np.tile(np.arange(H), len(d.layers)),
+                             "mds_x": self.xy[:, 0], "mds_y": self.xy[:, 1],
+                             "cluster": self.cluster.astype(int)})
+
+    def distances_frame(self) -> pd.DataFrame:
+        """The divergence matrix as a square table labelled ``L<layer>H<head>``."""
+        d = self.divergence
+        labels = [f"L{layer}H{h}" for layer in d.layers for h in range(d.n_heads)]
+        return pd.DataFrame(d.matrix, index=labels, columns=labels)
+
+
+def head_clusters(source: Iterable, n_clusters: int = 8, seed: int = 0,
+                  max_examples: Optional[int] = None, progress: bool = False) -> HeadClusters:
+    """Clark et al. (2019) head clustering: JS divergences, MDS layout, clusters.
+
+    See :func:`head_divergence`, :func:`embed_heads`, :func:`cluster_heads`.
+    """
+    div = head_divergence(source, max_examples=max_examples, progress=progress)
+    return HeadClusters(divergence=div, xy=embed_heads(div.matrix, seed=seed),
+                        cluster=cluster_heads(div.matrix, n_clusters=n_clusters))

@@ -1,0 +1,354 @@
+"""Per-head features of attention over a corpus, the evidence for naming head roles.
+
+For every (layer, head) the features are pooled over all *query rows* of all examples
+(each non-special query token of each sentence weighs the same):
+
+``prev2, prev, self, next, next2``
+    mean attention from position ``i`` to ``i−2 … i+2`` (Clark et al. 2019), over the
+    rows where that position exists.
+``argmax_prev2 … argmax_next2``
+    share of rows whose maximum sits on that relative position (Voita et al. 2019's
+    positional criterion is ``≥ 0.9``); ``positional_share`` / ``positional_offset``:
+    the largest of these shares and its offset.
+``to_cls``, ``to_sep``, ``to_special``
+    attention to the first token when it is special ([CLS], ``<s>``/BOS), to the other
+    special tokens ([SEP], EOS), and to both (the "no-op" sinks of Clark et al. 2019).
+    ``NaN`` when the corpus has no such token (e.g. GPT-2), so the role is dropped.
+``to_punct``
+    attention to tokens made only of punctuation/symbol characters.
+``to_rare``, ``argmax_rare``, ``rare_chance``
+    attention to the rarest token of the sentence, the share of rows whose maximum is
+    on it (Voita et al. 2019: 66% for their rare-word head), and that share for a
+    head attending uniformly at random. Frequencies are counted in the analysed
+    corpus itself (lower-cased token strings, or words at word level), not in the
+    training data as Voita did; pass ``frequencies=`` to use another count. All tokens
+    sharing the lowest frequency count as "the rarest" (ties are common in a small
+    corpus; ``rare_chance`` says how much they help a random head).
+``entropy``, ``entropy_ratio``, ``max_attention``
+    row entropy in nats, its ratio to the entropy of a uniform row over the keys the
+    row may see (``log n``, causal ``log(i+1)``), and the mean largest weight of a row
+    ("broad" heads put ≤ 10% on any single word, Clark et al. 2019).
+``duplicate``, ``induction`` (causal attention only, else ``NaN``)
+    Olsson et al. (2022): mass on earlier occurrences of the query's own token, and on
+    the tokens right *after* those occurrences, over the rows that have one.
+
+At word level (``level="word"``) the same features are computed on Clark et al.'s
+word-level maps (``AttentionMaps.word_level(keep_special=True)``): units are words and
+special tokens, offsets count words.
+
+Every example is processed as whole ``[layer, head, query, key]`` tensors; Python loops
+run over examples and the five offsets, never over heads or tokens of a head.
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from collections import Counter
+from typing import Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FEATURES", "OFFSETS", "LEVELS", "head_features", "token_frequencies",
+           "is_punctuation", "HeadFeatureAccumulator"]
+
+OFFSETS = (-2, -1, 0, 1, 2)
+OFFSET_NAMES = {-2: "prev2", -1: "prev", 0: "self", 1: "next", 2: "next2"}
+LEVELS = ("token", "word")
+FEATURES = (
+    [OFFSET_NAMES[k] for k in OFFSETS]
+    + [f"argmax_{OFFSET_NAMES[k]}" for k in OFFSETS]
+    + ["positional_share", "positional_offset", "to_cls", "to_sep", "to_special", "to_punct",
+       "to_rare", "argmax_rare", "rare_chance", "entropy", "entropy_ratio", "max_attention",
+       "duplicate", "induction"]
+)
+_MARKERS = ("##", "Ġ", "▁", "Ċ")
+
+
+def is_punctuation(token: str) -> bool:
+    """True when ``token`` (subword markers ``##``/``Ġ``/``▁`` stripped) is non-empty and
+    made only of Unicode punctuation (P*) or symbol (S*) characters."""
+    t = token
+    for m in _MARKERS:
+        t = t.replace(m, "")
+    t = t.strip()
+    return bool(t) and all(unicodedata.category(c)[0] in "PS" for c in t)
+
+
+def _key(unit: str) -> str:
+    return str(unit).lower()
+
+
+def token_frequencies(source, level: str = "token") -> Counter:
+    """Count lower-cased non-special tokens (or words) in a corpus.
+
+    Args:
+        source: a :class:`probe.store.Store` (counted from its index, no tensor is read)
+            or an iterable of :class:`AttentionMaps` (iterated once).
+        level: ``"token"`` or ``"word"``.
+
+    Returns:
+        ``collections.Counter`` unit → count.
+    """
+    _check_level(level)
+    counts: Counter = Counter()
+    records = getattr(source, "records", None)
+    if records is not None:
+        for r in records:
+            if level == "word":
+                counts.update(_key(w) for w in r.get("words", ()))
+            else:
+                counts.update(_key(t) for t, s in zip(r["tokens"], r["special"]) if not s)
+        return counts
+    for m in source:
+        if level == "word":
+            counts.update(_key(w) for w in m.words)
+        else:
+            counts.update(_key(t) for t, s in zip(m.tokens, m.special_mask.tolist()) if not s)
+    return counts
+
+
+def _check_level(level: str) -> None:
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+
+
+def _units(maps, level: str):
+    """(attention [L, H, n, n] float32, unit labels, special bool [n])."""
+    if maps.kind == "cross":
+        raise ValueError("head roles are defined for self- and causal attention; got cross-attention "
+                         "(capture the encoder or decoder stack instead)")
+    if level == "token":
+        return maps.attentions.float(), list(maps.tokens), maps.special_mask.clone()
+    w = maps.word_level(keep_special=True)
+    return w.attentions, list(w.units), w.is_special.clone()
+
+
+class HeadFeatureAccumulator:
+    """Streams over examples and accumulates the per-head sums behind :data:`FEATURES`.
+
+    ``update(maps)`` adds one example; ``result()`` returns the tidy table. Memory is
+    ``O(layers × heads)`` per feature, plus, when no frequencies are given, a small
+    summary per example (``[layer, head, distinct units]`` ×2, float32) kept until ``result()``
+    because the rarest unit is only known once the whole corpus was counted.
+    """
+
+    def __init__(self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None):
+        _check_level(level)
+        self.level = level
+        self.frequencies = None if frequencies is None else {_key(k): v for k, v in frequencies.items()}
+        self._counts: Counter = Counter()
+        self._sum: dict = {}
+        self._n: dict = {}
+        self._deferred: list = []
+        self.n_examples = 0
+        self.layers: Optional[tuple] = None
+        self.n_heads: Optional[int] = None
+        self.kind: Optional[str] = None
+
+    # ---- accumulation -------------------------------------------------------------
+    def _add(self, name: str, total: torch.Tensor, count) -> None:
+        """Add ``total`` ([L, H], a sum over rows) and its number of rows."""
+        total = total.double()
+        if name in self._sum:
+            self._sum[name] += total
+            self._n[name] += torch.as_tensor(count, dtype=torch.float64)
+        else:
+            self._sum[name] = total.clone()
+            self._n[name] = torch.as_tensor(count, dtype=torch.float64).clone()
+
+    def update(self, maps) -> None:
+        """Add one :class:`AttentionMaps`.
+
+        Raises:
+            ValueError: cross-attention, or an example with other layers/heads/kind
+                than the first one.
+        """
+        a, units, special = _units(maps, self.level)
+        L, H, n, _ = a.shape
+        if self.layers is None:
+            self.layers, self.n_heads, self.kind = tuple(maps.layers), H, maps.kind
+        elif tuple(maps.layers) != self.layers or H != self.n_heads or maps.kind != self.kind:
+            raise ValueError(
+                f"example {self.n_examples} has layers {list(maps.layers)}, {H} heads, {maps.kind} "
+                f"attention; earlier ones had layers {list(self.layers)}, {self.n_heads} heads, "
+                f"{self.kind} attention: analyse one model's capture at a time")
+        self.n_examples += 1
+        causal = maps.kind == "causal"
+        q = ~special  # query rows that count
+        nq = int(q.sum())
+        if nq == 0 or n == 0:
+            return
+        qf = q.to(a.dtype)
+        pos = torch.arange(n)
+
+        # mean attention to relative offsets, and argmax offset shares
+        am = a.argmax(-1)  # [L, H, n]
+        rel = am - pos
+        for k in OFFSETS:
+            name = OFFSET_NAMES[k]
+            valid = q & (pos + k >= 0) & (pos + k < n)
+            if causal and k > 0:
+                valid = torch.zeros_like(valid)
+            nv = int(valid.sum())
+            d = torch.diagonal(a, offset=k, dim1=-2, dim2=-1)  # [L, H, n-|k|]
+            rows = torch.arange(n - abs(k)) + (abs(k) if k < 0 else 0)
+            vmask = valid[rows].to(a.dtype) if nv else torch.zeros(len(rows))
+            self._add(name, (d * vmask).sum(-1), nv)
+            self._add(f"argmax_{name}", ((rel == k) & valid).sum(-1), nv)
+
+        # special tokens: the first ([CLS]/BOS) and the others ([SEP]/EOS)
+        cls = torch.zeros(n, dtype=torch.bool)
+        if bool(special[0]):
+            cls[0] = True
+        sep = special & ~cls
+        mass = lambda cols: (a[..., cols].sum(-1) * qf).sum(-1)  # noqa: E731  [L, H]
+        zeros = torch.zeros(L, H)
+        self._add("to_cls", mass(cls) if cls.any() else zeros, nq if cls.any() else 0)
+        self._add("to_sep", mass(sep) if sep.any() else zeros, nq if sep.any() else 0)
+        self._add("to_special", mass(special) if special.any() else zeros, nq if special.any() else 0)
+        punct = torch.tensor([is_punctuation(u) and not s for u, s in zip(units, special.tolist())])
+        self._add("to_punct", mass(punct) if punct.any() else zeros, nq)
+
+        # entropy and peak weight
+        ent = -(torch.special.xlogy(a, a)).sum(-1)  # [L, H, n]
+        allowed = (pos + 1) if causal else torch.full((n,), n)
+        rmask = q & (allowed > 1)
+        log_allowed = torch.log(allowed.to(a.dtype).clamp(min=2))
+        self._add("entropy", (ent * qf).sum(-1), nq)
+        self._add("entropy_ratio", (ent / log_allowed * rmask.to(a.dtype)).sum(-1), int(rmask.sum()))
+        self._add("max_attention", (a.max(-1).values * qf).sum(-1), nq)
+
+        # per distinct unit: attention mass and argmax counts (for the rarest unit)
+        keys = [_key(u) for u in units]
+        distinct = sorted({k for k, s in zip(keys, special.tolist()) if not s})
+        if distinct:
+            index = {k: i for i, k in enumerate(distinct)}
+            onehot = torch.zeros(n, len(distinct))
+            for t, (k, s) in enumerate(zip(keys, special.tolist())):
+                if not s:
+                    onehot[t, index[k]] = 1.0
+            unit_mass = ((a * qf[:, None]).sum(-2)) @ onehot  # [L, H, U]
+            hit = onehot[am]  # [L, H, n, U]: the unit of each row's argmax
+            unit_argmax = (hit * qf[:, None]).sum(-2)  # [L, H, U]
+            unit_chance = (onehot.sum(0) / n) * nq if not causal else (
+                (onehot.cumsum(0) / allowed[:, None]) * qf[:, None]).sum(0)  # [U]
+            summary = (distinct, unit_mass, unit_argmax, unit_chance, nq)
+            if self.frequencies is not None:
+                self._resolve_rare(summary, self.frequencies)
+            else:
+                self._counts.update(k for k, s in zip(keys, special.tolist()) if not s)
+                self._deferred.append((distinct, unit_mass, unit_argmax, unit_chance, nq))
+
+        # duplicate-token and induction scores (causal only)
+        if causal:
+            ids = torch.tensor([index.get(k, -1) if not s else -1 for k, s in zip(keys, special.tolist())]) \
+                if distinct else torch.full((n,), -1)
+            same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0) & (pos[None, :] < pos[:, None])
+            same &= q[:, None]
+            ind = torch.zeros_like(same)
+            ind[:, 1:] = same[:, :-1]
+            for name, m in (("duplicate", same), ("induction", ind)):
+                has = m.any(-1)
+                nh = int(has.sum())
+                self._add(name, (a * m.to(a.dtype)).sum(-1).sum(-1) if nh else zeros, nh)
+
+    def _resolve_rare(self, summary, freqs) -> None:
+        distinct, unit_mass, unit_argmax, unit_chance, nq = summary
+        f = torch.tensor([freqs.get(k, 0) for k in distinct], dtype=torch.float64)
+        rare = (f == f.min()).to(torch.float32)
+        self._add("to_rare", unit_mass.float() @ rare, nq)
+        self._add("argmax_rare", unit_argmax.float() @ rare, nq)
+        self._add("rare_chance", torch.full(unit_mass.shape[:2], float(unit_chance.float() @ rare)), nq)
+
+    # ---- results --------------------------------------------------------------
+    def result(self) -> pd.DataFrame:
+        """The tidy table: one row per (layer, head), columns ``layer, head,
+        n_examples, n_rows`` and every name of :data:`FEATURES` (``NaN`` where a feature
+        has no rows, e.g. ``to_cls`` without special tokens).
+
+        Raises:
+            ValueError: no example was added.
+        """
+        if self.layers is None:
+            raise ValueError("no examples: give at least one captured example")
+        if self._deferred:
+            freqs = self._counts
+            for s in self._deferred:
+                self._resolve_rare(s, freqs)
+            self._deferred = []
+        L, H = len(self.layers), self.n_heads
+        out = {"layer": np.repeat(np.array(self.layers), H), "head": np.tile(np.arange(H), L),
+               "n_examples": self.n_examples}
+        for name in FEATURES:
+            if name in ("positional_share", "positional_offset"):
+                continue
+            if name in self._sum:
+                n = self._n[name]
+                val = torch.where(n > 0, self._sum[name] / n.clamp(min=1), torch.tensor(float("nan")))
+                val = val.expand(L, H) if val.dim() < 2 else val
+            else:
+                val = torch.full((L, H), float("nan"))
+            out[name] = val.reshape(-1).numpy()
+        out["n_rows"] = (self._n["self"].expand(L, H).reshape(-1).numpy().astype(int)
+                         if "self" in self._n else 0)
+        shares = np.stack([out[f"argmax_{OFFSET_NAMES[k]}"] for k in OFFSETS], 1)
+        filled = np.nan_to_num(shares, nan=-1.0)
+        best = filled.argmax(1)
+        out["positional_share"] = np.where(filled.max(1) >= 0, filled.max(1), np.nan)
+        out["positional_offset"] = np.array(OFFSETS)[best]
+        cols = ["layer", "head", "n_examples", "n_rows"] + list(FEATURES)
+        return pd.DataFrame(out)[cols]
+
+
+def head_features(source: Iterable, level: str = "token",
+                  frequencies: Optional[Mapping[str, int]] = None,
+                  progress: bool = False) -> pd.DataFrame:
+    """Per-head features (:data:`FEATURES`) of a corpus of captured attention.
+
+    Args:
+        source: a :class:`probe.store.Store` or any iterable of
+            :class:`probe.maps.AttentionMaps` of one model (streamed, read once).
+        level: ``"token"`` or ``"word"`` (Clark et al. 2019's word-level maps).
+        frequencies: unit → count for the rare-word features; default: counted in
+            ``source`` (from a Store's index before the pass, so memory stays bounded;
+            from the stream itself otherwise).
+        progress: show a tqdm bar.
+
+    Returns:
+        ``DataFrame`` with ``layer, head, n_examples, n_rows`` and one column per
+        feature (see the module docstring), one row per captured (layer, head).
+
+    Raises:
+        ValueError: unknown level, no examples, cross-attention, mixed captures.
+    """
+    _check_level(level)
+    if frequencies is None and getattr(source, "records", None) is not None:
+        frequencies = token_frequencies(source, level)
+    acc = HeadFeatureAccumulator(level=level, frequencies=frequencies)
+    it = source
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(source, total=len(source) if hasattr(source, "__len__") else None,
+                  unit="ex", desc=f"head features ({level})")
+    for maps in it:
+        acc.update(maps)
+    return acc.result()
+
+
+def layer_summary(features: pd.DataFrame,
+                  columns: Sequence[str] = ("to_cls", "to_sep", "to_punct")) -> pd.DataFrame:
+    """Mean over heads, per layer, of some feature columns (Clark et al. 2019, Fig. 2:
+    the share of attention to [CLS], [SEP] and punctuation per layer).
+
+    Raises:
+        ValueError: a column missing from ``features``.
+    """
+    missing = [c for c in ("layer", *columns) if c not in features.columns]
+    if missing:
+        raise ValueError(f"feature table lacks columns {missing}; compute it with head_features()")
+    return features.groupby("layer", as_index=False)[list(columns)].mean()
