@@ -1,0 +1,229 @@
+"""Syntax probes: relation heads (Clark et al. 2019), trees from attention, the attention
+probe. Closed-form maps on real gold trees, the brackets zoo model, MiniLM on EWT."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_maps, previous_token
+
+from analyses.attention_probe import AttentionProbe, pair_features, probe_report, split_by_sentence
+from analyses.syntax import OFFSETS, argmax_predictions, relation_accuracy
+from analyses.trees import attention_tree, branching_heads, max_arborescence, tree_scores
+from analyses.word_graph import AlignmentError, Skipped, word_graph, word_graphs
+from probe.corpus import Sentence, read_conllu
+
+
+def sentence(heads, deprels):
+    n = len(heads)
+    words = tuple(f"w{i}" for i in range(n))
+    spans, pos = [], 0
+    for w in words:
+        spans.append((pos, pos + len(w)))
+        pos += len(w) + 1
+    return Sentence(text=" ".join(words), words=words, spans=tuple(spans), heads=tuple(heads),
+                    deprels=tuple(deprels), upos=("X",) * n, misc=({},) * n)
+
+
+CAT = sentence([2, 3, 0, 6, 6, 3, 3], ["det", "nsubj", "root", "case", "det", "obl", "punct"])
+
+
+def gold_map(s, layers=1, heads=1):
+    """[CLS] words [SEP]: each word attends to its gold head; the root word to [SEP]."""
+    n = len(s)
+    a = torch.zeros(n + 2, n + 2)
+    a[0, 0] = a[-1, -1] = 1
+    for i, h in enumerate(s.heads):
+        a[i + 1, h if h > 0 else n + 1] = 1
+    return make_maps(a.expand(layers, heads, n + 2, n + 2).clone(),
+                     tokens=["[CLS]"] + list(s.words) + ["[SEP]"], special=[True] + [False] * n + [True])
+
+
+def prev_map(s, layers=1, heads=1):
+    n = len(s)
+    return make_maps(previous_token(n + 2, layers, heads), tokens=["[CLS]"] + list(s.words) + ["[SEP]"],
+                     special=[True] + [False] * n + [True])
+
+
+@pytest.fixture(scope="module")
+def ewt_sentences(ewt_dev):
+    return read_conllu(ewt_dev, limit=150)
+
+
+# ---- word level ----------------------------------------------------------------------
+def test_word_graph_matches_word_level_on_subword_tokens(minilm):
+    from probe.capture import capture
+
+    s = read_conllu_text("1\tUnbelievably\t_\tADV\t_\t_\t2\tadvmod\t_\t_\n"
+                         "2\tinconsequential\t_\tADJ\t_\t_\t0\troot\t_\tSpaceAfter=No\n"
+                         "3\t!\t_\tPUNCT\t_\t_\t2\tpunct\t_\t_\n")
+    maps = capture(minilm, s.text, word_spans=[s.spans])[0]
+    assert len(maps.tokens) > len(s) + 2  # really split into subwords
+    g = word_graph(maps, s)
+    ref = maps.word_level(keep_special=True)
+    torch.testing.assert_close(g.attention, ref.words_only())
+    sp = ref.is_special
+    torch.testing.assert_close(g.to_special, ref.attentions[:, :, ~sp][:, :, :, sp].sum(-1))
+    torch.testing.assert_close(g.attention.sum(-1) + g.to_special, torch.ones(g.attention.shape[:-1]))
+
+
+def read_conllu_text(body, tmp=[]):
+    import tempfile
+
+    f = tempfile.NamedTemporaryFile("w", suffix=".conllu", delete=False)
+    f.write(body + "\n")
+    f.close()
+    return read_conllu(f.name)[0]
+
+
+def test_unaligned_sentence_is_skipped_and_listed():
+    good, bad = gold_map(CAT), gold_map(CAT)
+    bad = bad.__class__(**{**bad.__dict__, "meta": {"unaligned_words": [3]}})
+    with pytest.raises(AlignmentError, match=r"words \[3\]"):
+        word_graph(bad, CAT)
+    skipped = Skipped([])
+    out = list(word_graphs([good, bad, good], [CAT, CAT, CAT], skipped=skipped))
+    assert [g.index for g in out] == [0, 2]
+    assert skipped.to_frame()["index"].tolist() == [1]
+
+
+# ---- relation heads: closed form -------------------------------------------------------
+def test_gold_head_map_scores_100_percent_on_every_relation(ewt_sentences):
+    graphs = [word_graph(gold_map(s), s, i) for i, s in enumerate(ewt_sentences)]
+    acc = relation_accuracy(graphs)
+    df = acc.to_frame()
+    dep = df[df.direction == "dep_to_head"]
+    assert (dep.accuracy == 1.0).all()
+    assert "root" not in acc.relations
+    n_nonroot = sum(sum(h > 0 for h in s.heads) for s in ewt_sentences)
+    assert acc.counts.sum() == n_nonroot
+
+
+def test_previous_word_map_equals_offset_minus_one_baseline(ewt_sentences):
+    graphs = [word_graph(prev_map(s, 2, 3), s, i) for i, s in enumerate(ewt_sentences)]
+    acc = relation_accuracy(graphs).with_all()
+    expected = acc.offset_hits[:, OFFSETS.index(-1)] / acc.counts
+    df = acc.to_frame().query("direction == 'dep_to_head'")
+    for (layer, head), part in df.groupby(["layer", "head"]):
+        got = part.set_index("relation").accuracy.reindex(acc.relations).to_numpy()
+        np.testing.assert_array_equal(got, expected)
+    # and the offset baseline itself is right: offset −1 hits are words whose head is i−1
+    n_prev = sum(sum(h == i > 0 for i, h in enumerate(s.heads)) for s in ewt_sentences)  # 1-based head == i
+    assert acc.offset_hits[acc.relations.index("all"), OFFSETS.index(-1)] == n_prev
+    best = acc.best(min_count=20).set_index(["relation", "direction"])
+    det = best.loc[("det", "dep_to_head")]
+    assert det.baseline_offset in OFFSETS and det.accuracy <= det.baseline_accuracy + 1e-12
+
+
+def test_argmax_ignores_self_special_and_reads_transpose():
+    a = torch.tensor([[0.9, 0.1, 0.0], [0.2, 0.3, 0.5], [0.0, 0.0, 0.0]])[None, None]
+    p = argmax_predictions(a)
+    assert p[0, 0, 0].tolist() == [1, 2, -1]  # row 0: self excluded → 1; row 2: all zero → none
+    assert p[1, 0, 0].tolist() == [1, 0, 1]  # column argmax: who attends most to each word
+
+
+def test_best_table_flags_rare_relations_and_rejects_missing_ones():
+    graphs = [word_graph(gold_map(CAT), CAT)]
+    acc = relation_accuracy(graphs)
+    best = acc.best(min_count=2)
+    assert set(best.columns) >= {"relation", "direction", "layer", "head", "accuracy", "baseline_offset",
+                                 "baseline_accuracy", "count", "flagged"}
+    det = best[(best.relation == "det") & (best.direction == "dep_to_head")].iloc[0]
+    assert det["count"] == 2 and not det.flagged and det.accuracy == 1.0
+    assert best[best.relation == "nsubj"].flagged.all()
+    # det: The→cat (+1) and the→mat (+1)
+    assert det.baseline_offset == 1 and det.baseline_accuracy == 1.0
+    with pytest.raises(ValueError, match="no 'nmod:poss' relation"):
+        acc.best(relations=["nmod:poss"])
+    with pytest.raises(ValueError, match="no sentence"):
+        relation_accuracy([])
+
+
+def test_base_relations_pool_subtypes():
+    s = sentence([2, 0, 2], ["nmod:poss", "root", "nmod"])
+    acc = relation_accuracy([word_graph(gold_map(s), s)], base=True)
+    assert acc.relations == ("nmod",) and acc.counts.tolist() == [2]
+
+
+# ---- trees -------------------------------------------------------------------------------
+def _is_tree(heads):
+    n = len(heads)
+    for start in range(n):
+        v, seen = start, 0
+        while heads[v] != -1:
+            v = heads[v]
+            seen += 1
+            if seen > n:
+                return False
+    return True
+
+
+def test_max_arborescence_matches_networkx():
+    import networkx as nx
+
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        n = int(rng.integers(2, 16))
+        s = rng.random((n, n))
+        heads = max_arborescence(s)
+        assert heads[0] == -1 and _is_tree(heads)
+        g = nx.DiGraph()
+        g.add_weighted_edges_from((h, d, s[d, h]) for d in range(1, n) for h in range(n) if h != d)
+        ref = nx.maximum_spanning_arborescence(g)
+        ref_score = sum(w for _, _, w in ref.edges(data="weight"))
+        assert sum(s[d, heads[d]] for d in range(1, n)) == pytest.approx(ref_score, abs=1e-12)
+
+
+def test_attention_tree_breaks_cycles_and_has_one_root():
+    # words 0 and 1 attend to each other (a 2-cycle); word 2 attends to 1
+    a = np.array([[0.0, 0.9, 0.1], [0.8, 0.0, 0.2], [0.3, 0.7, 0.0]])
+    heads = attention_tree(a)
+    assert (heads == -1).sum() == 1 and _is_tree(heads)
+    # the cycle is broken where it costs least: word 1 gives up its 0.8 and becomes the root,
+    # word 0 keeps its 0.9 edge to word 1 (total 0.9 + 0.7 − 1 beats 0.8 + 0.7 − 1)
+    assert heads.tolist() == [1, -1, 1]
+
+
+def test_gold_map_gives_perfect_trees_and_branching_baselines_are_exact(ewt_sentences):
+    sents = ewt_sentences[:40]
+    graphs = [word_graph(gold_map(s, 1, 2), s, i) for i, s in enumerate(sents)]
+    df = tree_scores(graphs).set_index("source")
+    assert (df.loc["head", "uas"] == 1.0).all() and df.loc["all_mean", "uas"] == 1.0
+    words = sum(len(s) for s in sents)
+    right = sum(sum(h == i + 2 or (h == 0 and i == len(s) - 1) for i, h in enumerate(s.heads)) for s in sents)
+    assert df.loc["right_branching", "correct"] == right and df.loc["right_branching", "count"] == words
+    assert branching_heads(3, "left").tolist() == [-1, 0, 1]
+
+
+def test_previous_word_map_tree_is_the_left_branching_tree(ewt_sentences):
+    sents = ewt_sentences[:30]
+    graphs = [word_graph(prev_map(s), s, i) for i, s in enumerate(sents)]
+    df = tree_scores(graphs).set_index("source")
+    assert df.loc["head", "correct"] == df.loc["left_branching", "correct"]
+
+
+# ---- attention probe -----------------------------------------------------------------------
+def test_probe_learns_gold_heads_from_a_gold_head_map(ewt_sentences):
+    # head 0 points at gold heads; head 1 is a distracting previous-word map
+    graphs = []
+    for i, s in enumerate(ewt_sentences[:80]):
+        gold, prev = gold_map(s), prev_map(s)
+        both = gold.with_attentions(torch.cat([gold.attentions, prev.attentions], 1))
+        graphs.append(word_graph(both, s, i))
+    f, mask = pair_features(graphs[0])
+    w = graphs[0].n_words
+    assert f.shape == (w, w + 1, 2 * 2 + 1) and not mask[np.arange(w), np.arange(w)].any()
+    report = probe_report(graphs, test_fraction=0.25, seed=1)
+    assert report["uas_test"] > 0.97
+    assert report["uas_test"] > report["right_branching_uas_test"] + 0.5
+    probe = AttentionProbe().fit(graphs[:60])
+    assert probe.coef_[0] > abs(probe.coef_[1])  # the gold head's α_ij carries the weight
+
+
+def test_split_by_sentence_is_disjoint_and_refuses_tiny_corpora():
+    tr, te = split_by_sentence(10, 0.3, seed=0)
+    assert len(te) == 3 and not set(tr) & set(te) and len(tr) + len(te) == 10
+    with pytest.raises(ValueError, match="cannot be split"):
+        split_by_sentence(1, 0.2)
