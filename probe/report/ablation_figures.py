@@ -1,0 +1,61 @@
+"""Figures for ablation, importance, pruning and patching tables (matplotlib/seaborn,
+imported lazily, Agg backend). Each function reads a tidy table and writes one figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def head_heatmap(table, value: str, path, title: str = "", center: Optional[float] = 0.0, cmap: str = "RdBu_r"):
+    """Layer × head heatmap of column ``value`` of a ``layer, head, …`` table; returns the path.
+
+    Raises:
+        ValueError: when the table lacks ``layer``, ``head`` or ``value``.
+    """
+    missing = {"layer", "head", value} - set(table.columns)
+    if missing:
+        raise ValueError(f"table lacks column(s) {', '.join(sorted(missing))}")
+    plt = _plt()
+    import seaborn as sns
+
+    grid = table.pivot_table(index="layer", columns="head", values=value, aggfunc="mean")
+    fig, ax = plt.subplots(figsize=(1.2 + 0.5 * grid.shape[1], 1.0 + 0.45 * grid.shape[0]))
+    sns.heatmap(grid, ax=ax, cmap=cmap, center=center, annot=grid.size <= 100, fmt=".2g",
+                annot_kws={"size": 6}, cbar_kws={"label": value})
+    ax.set_title(title or value)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def pruning_plot(table, path, threshold: Optional[float] = None, title: str = ""):
+    """Metric change against the fraction of heads pruned, one line per order."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for order, t in table.groupby("order", sort=False):
+        t = t.sort_values("n_pruned")
+        ax.plot(t["fraction"] * 100, t["delta"], marker="o", ms=3, label=order)
+    if threshold is not None:
+        ax.axhline(threshold, color="grey", ls="--", lw=0.8, label=f"threshold {threshold:g}")
+    metric = table["metric"].iloc[0] if len(table) else ""
+    ax.set_xlabel("heads pruned (%)")
+    ax.set_ylabel(f"Δ {metric}")
+    ax.set_title(title or f"pruning by importance vs random ({metric})")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
