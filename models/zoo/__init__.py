@@ -126,9 +126,10 @@ def train(task: str, out: str | Path, steps: Optional[int] = None, seed: Optiona
     seed = mod.SEED if seed is None else int(seed)
     held_out = mod.generate(mod.N_EVAL, mod.EVAL_SEED)
     t0 = time.perf_counter()
-    model, tok = mod.build(seed)
-    stats = mod.fit(model, tok, steps, seed, avoid={e["text"] for e in held_out})
-    acc = mod.accuracy(model, tok, held_out)
+    with _common.one_thread():
+        model, tok = mod.build(seed)
+        stats = mod.fit(model, tok, steps, seed, avoid={e["text"] for e in held_out})
+        acc = mod.accuracy(model, tok, held_out)
     out.mkdir(parents=True, exist_ok=True)
     mod.save(model, tok, out)
     card = {
@@ -164,7 +165,8 @@ def evaluate(task: str, path: Optional[str | Path] = None, n: Optional[int] = No
     zm = load_zoo(task, path)
     mod = task_module(zm.task)
     examples = eval_examples(zm.task, n=n if n is not None else zm.card.get("n_eval"))
-    acc = 100 * mod.accuracy(zm.model, zm.tokenizer, examples)
+    with _common.one_thread():
+        acc = 100 * mod.accuracy(zm.model, zm.tokenizer, examples)
     return {"task": zm.task, "metric": mod.METRIC, "accuracy": round(acc, 2),
             "card_accuracy": zm.card.get("accuracy"), "n_eval": len(examples), "path": str(zm.path)}
 

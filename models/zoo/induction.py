@@ -25,7 +25,7 @@ from . import _common
 TASK = "induction"
 FAMILY = "gpt2"
 SEED = 0
-STEPS = 2000
+STEPS = 3000
 EVAL_SEED = 12345
 N_EVAL = 500
 METRIC = "next-token accuracy on the second copy (excluding its first token)"
@@ -101,7 +101,7 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
         enc, target = encode(tok, sample(batch_size))
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "target": target}
 
-    return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=1e-2, warmup=100)
+    return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=6e-3, warmup=100)
 
 
 @torch.no_grad()
