@@ -214,8 +214,7 @@ def attribute(
             args = (mask, aux)
             scores: dict = {}
             with torch.no_grad():
-                both = f(torch.cat([ids, base]), torch.cat([mask, mask]), torch.cat([aux, aux])).float()
-            value, base_value = both[: len(idx)], both[len(idx):]
+                value, base_value = f(ids, mask, aux).float(), f(base, mask, aux).float()
             delta = torch.full((len(idx),), float("nan"))
             if "ig" in methods:
                 lig = LayerIntegratedGradients(f, emb)
