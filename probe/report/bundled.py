@@ -1,0 +1,26 @@
+"""The bundled sample corpus of ``probe report``: 24 sentences written for the project
+with hand-made Universal Dependencies annotation (``sample/sample.conllu``), the first
+two being the sentences of the attention figures of Vaswani et al. (2017), appendix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+SAMPLE_CONLLU = Path(__file__).with_name("sample") / "sample.conllu"
+
+
+def sample_corpus(limit: Optional[int] = None):
+    """The bundled sample as a :class:`probe.inputs.Corpus` (with treebank words).
+
+    Raises:
+        ValueError: a non-positive ``limit``; the sample missing from the installation.
+    """
+    from probe.inputs import load_corpus
+
+    if not SAMPLE_CONLLU.exists():
+        raise ValueError(f"the bundled sample {SAMPLE_CONLLU} is missing: reinstall attention-probe")
+    corpus = load_corpus(conllu=str(SAMPLE_CONLLU), limit=limit)
+    from dataclasses import replace
+
+    return replace(corpus, source="bundled sample (24 hand-annotated sentences)")

@@ -1,0 +1,116 @@
+"""HTML building blocks of the report: escaping, JSON for ``<script>``, page frame, tables.
+
+Every string that can come from the corpus (tokens, sentences) or from a user passes
+through :func:`esc` before it lands in HTML; JSON placed inside a ``<script>`` element
+goes through :func:`script_json`, which escapes ``<``, ``>`` and ``&`` so that a token
+such as ``</script>`` cannot close the element.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Iterable, Mapping, Optional
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;
+ color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table.kv td{padding:2px 10px 2px 0;vertical-align:top}table.kv td:first-child{color:#666}
+table.data{border-collapse:collapse;font-size:.9em}table.data td,table.data th{border:1px solid #ddd;
+ padding:2px 6px;text-align:right}table.data th{background:#f4f4f4}
+table.grid{border-collapse:separate;border-spacing:3px}table.grid th{font-weight:normal;color:#666;
+ font-size:.85em}
+table.grid td{width:64px;height:44px;text-align:center;border-radius:4px;font-size:.72em}
+table.grid td a{display:block;color:#111;text-decoration:none;height:100%;line-height:1.25;
+ padding-top:3px}
+table.grid td a:hover{outline:2px solid #333}
+.imp{font-size:1.15em}.muted{color:#777}.verdict{font-size:1.15em;background:#f6f8fa;
+ padding:.6em .8em;border-left:4px solid #4c72b0}
+.skipped{color:#9a6700}.failed{color:#b00020}.ran{color:#1a7f37}
+.legend span{display:inline-block;padding:2px 8px;margin:2px;border-radius:3px;font-size:.85em}
+.sent{font-family:Georgia,serif;background:#fafafa;padding:.4em .6em}
+.phv-bar{font-size:.9em;margin:.3em 0}.phv-bar label{margin-right:1em}.phv-title{font-weight:bold;
+ margin-right:1em}.phv-hint{color:#888}
+.phv-tok{font:13px sans-serif;cursor:pointer;fill:#222}.phv-on{fill:#c44e52;font-weight:bold}
+.phv-line{stroke:#4c72b0}
+figure{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top}figcaption{font-size:.85em;color:#555}
+nav a{margin-right:1em}
+"""
+
+
+def esc(value) -> str:
+    """``str(value)`` escaped for HTML text and attribute values (quotes included)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def script_json(obj) -> str:
+    """JSON safe to place inside a ``<script>`` element: ``<``, ``>``, ``&`` and the
+    line separators U+2028/U+2029 are written as ``\\uXXXX`` escapes."""
+    text = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=_json_default)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _json_default(x):
+    if hasattr(x, "item"):
+        return x.item()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return str(x)
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A number formatted for humans (``—`` for missing/NaN); other values as ``str``."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) or hasattr(value, "dtype"):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            return str(value)
+        if math.isnan(v):
+            return "—"
+        if v != 0 and (abs(v) >= 1e4 or abs(v) < 10 ** -digits):
+            return f"{v:.{digits}g}"
+        s = f"{v:.{digits}f}"
+        return s.rstrip("0").rstrip(".") if "." in s else s
+    return str(value)
+
+
+def page(title: str, body: str, *, scripts: Iterable[str] = ()) -> str:
+    """A complete HTML document: escaped ``title``, ``body`` (already HTML), inline CSS and
+    inline ``scripts`` (JavaScript source, trusted: shipped with the package)."""
+    js = "".join(f"<script>{s}</script>\n" for s in scripts)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n{js}</body></html>\n")
+
+
+def kv_table(rows: Mapping | Iterable, digits: int = 3) -> str:
+    """Two-column table of ``(label, value)`` pairs, both escaped."""
+    items = rows.items() if isinstance(rows, Mapping) else rows
+    cells = "".join(f"<tr><td>{esc(k)}</td><td>{esc(fmt(v, digits))}</td></tr>" for k, v in items)
+    return f"<table class=\"kv\">{cells}</table>"
+
+
+def frame_table(df, max_rows: int = 30, digits: int = 3) -> str:
+    """A pandas DataFrame as an HTML table, every cell escaped; at most ``max_rows`` rows."""
+    if df is None or len(df) == 0:
+        return "<p class=\"muted\">(empty)</p>"
+    head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
+    body = []
+    for row in df.head(max_rows).itertuples(index=False):
+        body.append("<tr>" + "".join(f"<td>{esc(fmt(v, digits))}</td>" for v in row) + "</tr>")
+    more = f"<p class=\"muted\">{len(df) - max_rows} more rows in the CSV</p>" if len(df) > max_rows else ""
+    return f"<table class=\"data\"><tr>{head}</tr>{''.join(body)}</table>{more}"
+
+
+def link(href: str, text: str, title: Optional[str] = None) -> str:
+    t = f" title=\"{esc(title)}\"" if title else ""
+    return f"<a href=\"{esc(href)}\"{t}>{esc(text)}</a>"

@@ -1,0 +1,106 @@
+"""The machine-readable outputs: ``summary.json`` and ``report.md`` (same numbers as the
+HTML pages), and the sections' tables as CSV."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+def _clean(v):
+    """JSON-able, with NaN as ``null`` and numpy scalars as Python numbers."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+def summary_dict(data) -> dict:
+    """Everything the report says, as one JSON-able dict."""
+    ctx = data.ctx
+    heads = []
+    for layer in data.layers:
+        for h in range(data.n_heads):
+            heads.append({"layer": layer, "head": h, "verdict": data.verdicts[(layer, h)],
+                          "page": f"heads/L{layer}H{h}.html",
+                          "facts": _clean(data.facts.get((layer, h), {}))})
+    return _clean({
+        "format": "attention-probe report 1",
+        "model": ctx.settings.get("model_info") or {"name": ctx.settings.get("model")},
+        "corpus": {"source": ctx.corpus.source, "examples": len(ctx.maps),
+                   "tokens": sum(m.n_tokens for m in ctx.maps), "skipped": dict(ctx.corpus.skipped or {}),
+                   "representatives": list(ctx.representatives)},
+        "settings": {k: v for k, v in ctx.settings.items() if k != "model_info"},
+        "sections": [dict(o.to_dict(), notes=list(o.result.notes), summary=o.result.summary,
+                          tables=[f"tables/{o.name}_{n}.csv" for n in o.result.tables])
+                     for o in data.outcomes],
+        "heads": heads,
+        "seconds": round(data.seconds, 2),
+    })
+
+
+#: per-head columns shown in report.md when some section provides them
+MD_COLUMNS = ("role", "confidence", "syntax_relation", "syntax_accuracy", "syntax_baseline",
+              "ablation_delta", "ablation_ci_low", "ablation_ci_high", "importance_rank")
+
+
+def _md(s) -> str:
+    return (str(s).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("\n", " "))
+
+
+def report_markdown(summary: dict) -> str:
+    """``report.md`` from :func:`summary_dict` (so both hold the same numbers)."""
+    m, c = summary["model"], summary["corpus"]
+    lines = [f"# Attention report: {_md(m.get('name'))}", "",
+             f"- model: {_md(m.get('name'))} ({m.get('layers', '?')} layers × {m.get('heads', '?')} heads)",
+             f"- corpus: {_md(c['source'])}, {c['examples']} examples, {c['tokens']} tokens"]
+    for why, n in c["skipped"].items():
+        lines.append(f"- skipped examples: {n} {_md(why)}")
+    for k, v in summary["settings"].items():
+        lines.append(f"- {_md(k)}: {_md(v)}")
+    lines += ["", "## Sections", "", "| section | status | reason | seconds |", "| --- | --- | --- | --- |"]
+    for s in summary["sections"]:
+        lines.append(f"| {_md(s['title'])} | {s['status']} | {_md(s['reason'])} | {s['seconds']} |")
+    for s in summary["sections"]:
+        for note in s["notes"]:
+            lines.append(f"\n{_md(s['name'])}: {_md(note)}")
+    merged = [{k: v for facts in h["facts"].values() for k, v in facts.items()} for h in summary["heads"]]
+    keys = [k for k in MD_COLUMNS if any(f.get(k) is not None for f in merged)]
+    lines += ["", "## Heads", "", "| layer | head | verdict |" + "".join(f" {k} |" for k in keys),
+              "| --- | --- | --- |" + " --- |" * len(keys)]
+    for h, f in zip(summary["heads"], merged):
+        vals = []
+        for k in keys:
+            v = f.get(k)
+            vals.append("" if v is None else (f"{v:.4g}" if isinstance(v, float) else _md(v)))
+        lines.append(f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |" + "".join(f" {v} |" for v in vals))
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(data, out: Path) -> list:
+    """Each section's tables as ``tables/<section>_<name>.csv``; returns the paths."""
+    paths = []
+    (out / "tables").mkdir(exist_ok=True)
+    for o in data.outcomes:
+        for name, table in o.result.tables.items():
+            p = out / "tables" / f"{o.name}_{name}.csv"
+            table.to_csv(p, index=False)
+            paths.append(p)
+    return paths
+
+
+def write_summary(data, out: Path) -> dict:
+    summary = summary_dict(data)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False, allow_nan=False),
+                                      encoding="utf-8")
+    (out / "report.md").write_text(report_markdown(summary), encoding="utf-8")
+    return summary

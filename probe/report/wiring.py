@@ -1,0 +1,135 @@
+"""The built-in report sections: each wires one analysis module's public functions.
+
+A section runs only when its analysis module imports and its input is present (see
+:mod:`probe.report.sections`); otherwise the report lists it as skipped, with the reason.
+Columns a section puts in ``per_head`` are shown on the head pages; the verdict
+(:mod:`probe.report.verdict`) reads the ones it knows (``role``, ``to_special``,
+``syntax_relation`` …).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .sections import Section, SectionResult, SkipSection, register_section
+
+log = logging.getLogger(__name__)
+
+#: examples used by the corpus-level rollout/flow section (representatives first)
+FLOW_EXAMPLES = 3
+FLOW_MAX_TOKENS = 48
+
+
+# ---- syntax (issue 6) ------------------------------------------------------------------
+#: fewest instances of a relation for it to be named on a head page (Clark et al. report
+#: relations with many instances; the bundled sample is small, so the floor is low)
+SYNTAX_MIN_COUNT = 5
+#: relations never named as a head's best (punctuation attaches anywhere; ``all`` pools)
+SYNTAX_EXCLUDED = ("punct", "all", "root")
+
+
+def _run_syntax(ctx) -> SectionResult:
+    from analyses.syntax import relation_accuracy
+    from analyses.word_graph import Skipped, word_graphs
+
+    skipped = Skipped([])
+    acc = relation_accuracy(word_graphs(ctx.maps, ctx.corpus.sentences, skipped=skipped)).with_all()
+    relations = acc.to_frame()
+    best = acc.best(min_count=20)
+    per_head = best_relation_per_head(relations, acc.baselines(), SYNTAX_MIN_COUNT)
+    notes = [f"{len(acc.relations) - 1} relations over {acc.n_sentences} sentences; each head's best relation "
+             f"(≥ {SYNTAX_MIN_COUNT} instances) against the best fixed-offset baseline (Clark et al. 2019)"]
+    if len(skipped):
+        notes.append(f"{len(skipped)} sentences skipped (word alignment): see tables/syntax_skipped.csv")
+    tables = {"best": best, "relations": relations}
+    if len(skipped):
+        tables["skipped"] = skipped.to_frame()
+    return SectionResult(tables=tables, per_head=per_head, notes=notes)
+
+
+def best_relation_per_head(relations, baselines, min_count: int):
+    """For each head, the relation (and direction) it beats its fixed-offset baseline by
+    most, among relations with ≥ ``min_count`` instances (:data:`SYNTAX_EXCLUDED` left out)."""
+    t = relations.merge(baselines[["relation", "baseline_offset", "baseline_accuracy"]], on="relation")
+    t = t[(t["count"] >= min_count) & ~t["relation"].isin(SYNTAX_EXCLUDED)].copy()
+    t["margin"] = t["accuracy"] - t["baseline_accuracy"]
+    t = t.sort_values(["margin", "count"], ascending=False, kind="stable").drop_duplicates(["layer", "head"])
+    t = t.sort_values(["layer", "head"])
+    out = t[["layer", "head", "relation", "direction", "accuracy", "baseline_accuracy", "baseline_offset",
+             "count"]]
+    return out.rename(columns={"relation": "syntax_relation", "direction": "syntax_direction",
+                               "accuracy": "syntax_accuracy", "baseline_accuracy": "syntax_baseline",
+                               "baseline_offset": "syntax_offset", "count": "syntax_count"})
+
+
+# ---- ablation (issue 7) ----------------------------------------------------------------
+def _run_ablation(ctx) -> SectionResult:
+    from analyses.ablation import sweep_heads
+    from analyses.metrics import applicable_metrics
+
+    metrics = applicable_metrics(ctx.adapter, ctx.corpus)
+    metric = "loss" if "loss" in metrics else metrics[0]
+    res = sweep_heads(ctx.adapter, ctx.corpus, metric=metric, mode="zero")
+    t = res.table
+    per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
+        columns={c: f"ablation_{c}" for c in ("metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high")})
+    sig = int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum())
+    return SectionResult(tables={"ablation": t}, per_head=per_head,
+                         notes=[f"zero-ablation of each head alone, metric {metric} ({res.path}); "
+                                f"{sig} of {len(t)} heads change it with a 95% CI excluding 0"],
+                         summary={"metric": metric, "path": res.path, "significant_heads": sig})
+
+
+# ---- roles (issue 4) -------------------------------------------------------------------
+ROLE_FACTS = ("role", "confidence", "decided_by", "also", "to_cls", "to_sep", "to_special", "to_punct",
+              "prev", "self", "next", "positional_share", "positional_offset", "entropy_ratio",
+              "max_attention", "argmax_rare")
+
+
+def _run_roles(ctx) -> SectionResult:
+    from analyses.roles import head_roles, role_counts
+
+    syntax = ctx.results.get("syntax")
+    best = syntax.tables.get("best") if syntax else None
+    roles = head_roles(ctx.maps, syntax=best)
+    cols = [c for c in ROLE_FACTS if c in roles.columns]
+    counts = role_counts(roles)
+    notes = ["heads per role: " + ", ".join(f"{r} {n}" for r, n in zip(counts["role"], counts["heads"]))]
+    if len(ctx.maps) < 100:
+        notes.append(f"roles estimated from {len(ctx.maps)} examples (fewer than 100: unstable)")
+    return SectionResult(tables={"roles": roles, "role_counts": counts},
+                         per_head=roles[["layer", "head"] + cols], notes=notes,
+                         summary={"role_counts": dict(zip(counts["role"], counts["heads"].astype(int)))})
+
+
+# ---- rollout and flow (issue 5): corpus level, not per head ----------------------------
+def _run_rollout(ctx) -> SectionResult:
+    import pandas as pd
+
+    from analyses.flow import flow_maps
+    from analyses.rollout import rollout_maps
+
+    picks = [i for i in ctx.representatives if ctx.maps[i].n_tokens <= FLOW_MAX_TOKENS][:FLOW_EXAMPLES]
+    if not picks:
+        raise SkipSection(f"no example of at most {FLOW_MAX_TOKENS} tokens for flow")
+    rows = []
+    for i in picks:
+        m = ctx.maps[i]
+        for scores in (rollout_maps(m), flow_maps(m)):
+            df = scores.to_frame()
+            df.insert(0, "example", i)
+            rows.append(df)
+    table = pd.concat(rows, ignore_index=True)
+    top = (table.sort_values("score", ascending=False).groupby(["example", "method"]).head(5)
+           .sort_values(["example", "method", "score"], ascending=[True, True, False]))
+    return SectionResult(tables={"scores": table, "top": top},
+                         notes=[f"rollout and flow from position 0 on examples {picks} (Abnar & Zuidema 2020)"])
+
+
+register_section(Section("syntax", "Syntactic relations against positional baselines", _run_syntax,
+                         modules=("analyses.syntax",), needs=("treebank",)))
+register_section(Section("ablation", "Ablation: does the model need the head?", _run_ablation,
+                         modules=("analyses.ablation", "analyses.metrics"), needs=("model",)))
+register_section(Section("roles", "Head roles", _run_roles, modules=("analyses.roles",)))
+register_section(Section("rollout", "Rollout and flow", _run_rollout,
+                         modules=("analyses.rollout", "analyses.flow")))
