@@ -26,80 +26,80 @@ import statistics
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakTensorKeyDictionary
 
 log = logging.getLogger(__name__)
 
 
-def _returns_alias(func) -> bool:
-    """True when every output of ``func`` aliases an input (a view or an in-place op)."""
-    returns = func._schema.returns
-    return bool(returns) and all(r.alias_info is not None for r in returns)
+_OP_KIND: Dict[object, Tuple[bool, bool]] = {}
 
 
-def _mutates(func) -> bool:
-    return any(r.alias_info is not None and r.alias_info.is_write for r in func._schema.returns)
+def _op_kind(func) -> Tuple[bool, bool]:
+    """``(aliases, writes)``: every output aliases an input; some output is written in place."""
+    kind = _OP_KIND.get(func)
+    if kind is None:
+        returns = func._schema.returns
+        aliases = bool(returns) and all(r.alias_info is not None for r in returns)
+        writes = any(r.alias_info is not None and r.alias_info.is_write for r in returns)
+        kind = _OP_KIND[func] = (aliases, writes)
+    return kind
 
 
-class CriticalPathMode(TorchDispatchMode):
-    """Dispatch mode that tracks the longest chain of dependent tensor operations.
-
-    ``depth_of(t)`` is 0 for tensors created outside the mode (inputs, parameters) and
-    for freshly created constants; an operation's outputs get 1 + the largest depth
-    among its tensor inputs; views keep their base's depth; an in-place operation
-    raises the depth of the tensor it writes.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self._depth = WeakTensorKeyDictionary()
-
-    def depth_of(self, t: torch.Tensor) -> int:
-        return self._depth.get(t, 0)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        base = max((self._depth.get(t, 0) for t in inputs), default=0)
-        view = _returns_alias(func) and not _mutates(func)
-        depth = base if (view or not inputs) else base + 1
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._depth[t] = depth
-        return out
+def _tensors(obj):
+    """The tensors in ``obj`` (nested lists, tuples and dicts)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _tensors(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensors(item)
 
 
-class PeakMemoryMode(TorchDispatchMode):
-    """Dispatch mode that tracks the peak bytes of storages allocated inside it.
+class TraceMode(TorchDispatchMode):
+    """Dispatch mode that tracks dependent-operation depth and peak live storage bytes.
 
-    Every operation output that does not alias an input is a new storage; its bytes
+    Depth (the longest chain of dependent tensor operations): ``depth_of(t)`` is 0 for
+    tensors created outside the mode (inputs, parameters) and for freshly created
+    constants; an operation's outputs get 1 + the largest depth among its tensor
+    inputs; views keep their base's depth; an in-place operation raises the depth of
+    the tensor it writes.
+
+    Memory: every output that does not alias an input is a new storage; its bytes
     count as live until the output tensor is garbage collected. ``peak`` is the
     largest live total seen.
     """
 
     def __init__(self):
         super().__init__()
+        self._depth = WeakTensorKeyDictionary()
         self.live = 0
         self.peak = 0
+
+    def depth_of(self, t: torch.Tensor) -> int:
+        return self._depth.get(t, 0)
 
     def _free(self, nbytes: int) -> None:
         self.live -= nbytes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not _returns_alias(func):
-            for t in tree_leaves(out):
-                if isinstance(t, torch.Tensor):
-                    nbytes = t.untyped_storage().nbytes()
-                    self.live += nbytes
-                    weakref.finalize(t, self._free, nbytes)
-            self.peak = max(self.peak, self.live)
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        depths = [self._depth.get(t, 0) for t in _tensors((args, kwargs))]
+        alias, writes = _op_kind(func)
+        depth = max(depths, default=0) + (1 if depths and (writes or not alias) else 0)
+        for t in _tensors(out):
+            self._depth[t] = depth
+            if not alias:
+                nbytes = t.untyped_storage().nbytes()
+                self.live += nbytes
+                weakref.finalize(t, self._free, nbytes)
+        self.peak = max(self.peak, self.live)
         return out
 
 
@@ -178,10 +178,10 @@ def measure_layer(
     old_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        path, memory = CriticalPathMode(), PeakMemoryMode()
-        with torch.no_grad(), FlopCounterMode(display=False) as counter, memory, path:
+        trace = TraceMode()
+        with torch.no_grad(), FlopCounterMode(display=False) as counter, trace:
             y = layer(x)
-            seq = path.depth_of(y)
+            seq = trace.depth_of(y)
         del y
         terms = _split_terms(layer, counter.get_flop_counts(), counter.get_total_flops())
         times = []
@@ -197,6 +197,6 @@ def measure_layer(
         flops=total,
         term_flops=terms,
         sequential_ops=int(seq),
-        peak_bytes=int(fixed + memory.peak),
+        peak_bytes=int(fixed + trace.peak),
         time_s=float(statistics.median(times)),
     )
