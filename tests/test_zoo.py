@@ -295,3 +295,23 @@ def test_translate_rnn_attention_maps_match_gold_alignment(loaded):
     assert _alignment_hits(rows, ex) >= 0.9
     with pytest.raises(ValueError, match="at least one word"):
         mod.attention_maps(zm.model, zm.tokenizer, " ", "x")
+
+
+def test_constructed_heads_are_what_they_were_built_to_be(loaded):
+    """Hand-set weights: head 0.0 puts ≥ 0.99 on i−1, head 0.1 ≥ 0.99 on [CLS], on the
+    committed model and on a fresh build (no training involved)."""
+    mod = zoo.task_module("constructed")
+    ex = zoo.eval_examples("constructed", n=50)
+    fresh, tok = mod.build(seed=3)
+    for model in (loaded("constructed").model, fresh):
+        enc = tok([e["text"] for e in ex], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            a = model(**enc, output_attentions=True).attentions[0]
+        prev, cls = [], []
+        for b in range(len(ex)):
+            n = int(enc["attention_mask"][b].sum())
+            prev.append(a[b, 0, torch.arange(1, n), torch.arange(n - 1)].min())
+            cls.append(a[b, 1, :n, 0].min())
+        assert min(prev) >= 0.99 and min(cls) >= 0.99
+        # and the other head does not do it: head 1 is not a previous-token head
+        assert a[0, 1, 3, 2] < 0.01 and a[0, 0, 3, 0] < 0.01

@@ -40,6 +40,7 @@ _MODULES = {
     "brackets": "brackets",
     "translate": "translate",
     "translate-rnn": "translate_rnn",
+    "constructed": "constructed",
 }
 TASKS = tuple(_MODULES)
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"

@@ -232,13 +232,14 @@ def save_hf(model, tokenizer, directory: Path) -> None:
     tokenizer.save_pretrained(directory)
 
 
-def load_hf(model_class, directory: Path):
-    """Load a Hugging Face model and tokenizer saved by :func:`save_hf` (eval mode)."""
+def load_hf(model_class, directory: Path, **kwargs):
+    """Load a Hugging Face model and tokenizer saved by :func:`save_hf` (eval mode,
+    eager attention so that attention weights can be returned)."""
     from transformers import PreTrainedTokenizerFast
 
     directory = Path(directory)
     check_safetensors(directory / WEIGHTS)
-    model = model_class.from_pretrained(directory, attn_implementation="eager")
+    model = model_class.from_pretrained(directory, attn_implementation="eager", **kwargs)
     model.eval()
     tok = PreTrainedTokenizerFast.from_pretrained(directory)
     return model, tok
