@@ -28,7 +28,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HeadClusters", "head_divergence", "embed_heads", "cluster_heads", "head_clusters"]
+__all__ = ["HeadClusters", "HeadDivergence", "HeadDivergenceAccumulator", "head_divergence", "embed_heads",
+           "cluster_heads", "clusters_from", "head_clusters"]
 
 _CHUNK_ELEMENTS = 8_000_000
 
@@ -45,13 +46,79 @@ class HeadDivergence:
     n_rows: int
 
 
+class HeadDivergenceAccumulator:
+    """Streams examples into the pairwise JS sums; ``update(maps)`` then ``result()``.
+
+    Memory: the ``[LH, LH]`` sums plus one chunk of ``chunk × LH × rows × keys``.
+    Examples past ``max_examples`` are ignored (``update`` returns False).
+    """
+
+    def __init__(self, max_examples: Optional[int] = None):
+        if max_examples is not None and max_examples < 1:
+            raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
+        self.max_examples = max_examples
+        self.total, self.rows, self.n_examples = None, 0, 0
+        self.layers, self.n_heads = None, None
+
+    @property
+    def full(self) -> bool:
+        return self.max_examples is not None and self.n_examples >= self.max_examples
+
+    def update(self, maps) -> bool:
+        """Add one example; False (and nothing done) once ``max_examples`` were added.
+
+        Raises:
+            ValueError: cross-attention, or other layers/heads than the first example.
+        """
+        if self.full:
+            return False
+        if maps.kind == "cross":
+            raise ValueError("head clustering is defined for self- and causal attention; got cross-attention")
+        a = maps.attentions.float()
+        L, h, n, _ = a.shape
+        if self.layers is None:
+            self.layers, self.n_heads = tuple(maps.layers), h
+            self.total = torch.zeros(L * h, L * h, dtype=torch.float64)
+        elif tuple(maps.layers) != self.layers or h != self.n_heads:
+            raise ValueError(f"example {self.n_examples} has layers {list(maps.layers)} × {h} heads; earlier "
+                             f"ones had {list(self.layers)} × {self.n_heads}: analyse one model's capture at a time")
+        self.n_examples += 1
+        q = ~maps.special_mask
+        if not q.any():
+            return True
+        p = a[:, :, q].reshape(L * h, int(q.sum()), n)  # [LH, rows, keys]
+        plogp = torch.special.xlogy(p, p).sum(-1)  # [LH, rows]
+        lh = L * h
+        ln2 = math.log(2.0)
+        chunk = max(1, _CHUNK_ELEMENTS // max(1, lh * p.shape[1] * n))
+        for s in range(0, lh, chunk):
+            # only pairs (h, g ≥ s): the matrix is symmetric, the lower part is mirrored
+            m = (p[s:s + chunk, None] + p[None, s:]).clamp_(min=1e-30)  # p + q, [c, LH-s, rows, keys]
+            s_log = (m * m.log()).sum(-1)  # Σ (p+q) ln(p+q)
+            # JS = ½Σp ln p + ½Σq ln q − Σ m ln m, with m = (p+q)/2 and Σ(p+q) = 2
+            js = 0.5 * (plogp[s:s + chunk, None] + plogp[None, s:]) - 0.5 * s_log + ln2
+            self.total[s:s + chunk, s:] += js.clamp(min=0).sum(-1).double() / ln2
+        self.rows += p.shape[1]
+        return True
+
+    def result(self) -> HeadDivergence:
+        """The symmetric, zero-diagonal mean divergence. Raises ValueError without examples."""
+        if self.layers is None:
+            raise ValueError("no examples: give at least one captured example")
+        upper = np.triu((self.total / max(self.rows, 1)).numpy())
+        matrix = upper + np.triu(upper, 1).T
+        np.fill_diagonal(matrix, 0.0)
+        return HeadDivergence(matrix=matrix, layers=self.layers, n_heads=self.n_heads,
+                              n_examples=self.n_examples, n_rows=self.rows)
+
+
 def head_divergence(source: Iterable, max_examples: Optional[int] = None,
                     progress: bool = False) -> HeadDivergence:
     """Pairwise mean JS divergence between all captured heads over a corpus.
 
     Args:
         source: a :class:`probe.store.Store` or an iterable of ``AttentionMaps``
-            (self or causal attention), streamed.
+            (self or causal attention), streamed; reading stops after ``max_examples``.
         max_examples: use only the first N examples (the cost is ``(L·H)² · n²`` per
             example).
         progress: tqdm bar.
@@ -62,8 +129,7 @@ def head_divergence(source: Iterable, max_examples: Optional[int] = None,
     Raises:
         ValueError: no examples, cross-attention, mixed captures, ``max_examples < 1``.
     """
-    if max_examples is not None and max_examples < 1:
-        raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
+    acc = HeadDivergenceAccumulator(max_examples)
     it = source
     if progress:
         from tqdm.auto import tqdm
@@ -71,43 +137,16 @@ def head_divergence(source: Iterable, max_examples: Optional[int] = None,
         if total is not None and max_examples:
             total = min(total, max_examples)
         it = tqdm(source, total=total, unit="ex", desc="head divergence")
-    total_js, rows, n_ex, layers, H = None, 0, 0, None, None
-    ln2 = math.log(2.0)
     for maps in it:
-        if max_examples is not None and n_ex >= max_examples:
+        if not acc.update(maps):
             break
-        if maps.kind == "cross":
-            raise ValueError("head clustering is defined for self- and causal attention; got cross-attention")
-        a = maps.attentions.float()
-        L, h, n, _ = a.shape
-        if layers is None:
-            layers, H = tuple(maps.layers), h
-            total_js = torch.zeros(L * H, L * H, dtype=torch.float64)
-        elif tuple(maps.layers) != layers or h != H:
-            raise ValueError(f"example {n_ex} has layers {list(maps.layers)} × {h} heads; earlier ones "
-                             f"had {list(layers)} × {H}: analyse one model's capture at a time")
-        n_ex += 1
-        q = ~maps.special_mask
-        if not q.any():
-            continue
-        p = a[:, :, q].reshape(L * H, int(q.sum()), n)  # [LH, rows, keys]
-        plogp = torch.special.xlogy(p, p).sum(-1)  # [LH, rows]
-        lh = L * H
-        chunk = max(1, _CHUNK_ELEMENTS // max(1, lh * p.shape[1] * n))
-        for s in range(0, lh, chunk):
-            # only pairs (h, g ≥ s): the matrix is symmetric, the lower part is mirrored
-            m = (p[s:s + chunk, None] + p[None, s:]).clamp_(min=1e-30)  # p + q, [c, LH-s, rows, keys]
-            s_log = (m * m.log()).sum(-1)  # Σ (p+q) ln(p+q)
-            # JS = ½Σp ln p + ½Σq ln q − Σ m ln m, with m = (p+q)/2 and Σ(p+q) = 2
-            js = 0.5 * (plogp[s:s + chunk, None] + plogp[None, s:]) - 0.5 * s_log + ln2
-            total_js[s:s + chunk, s:] += js.clamp(min=0).sum(-1).double() / ln2
-        rows += p.shape[1]
-    if layers is None:
-        raise ValueError("no examples: give at least one captured example")
-    upper = np.triu((total_js / max(rows, 1)).numpy())
-    matrix = upper + np.triu(upper, 1).T
-    np.fill_diagonal(matrix, 0.0)
-    return HeadDivergence(matrix=matrix, layers=layers, n_heads=H, n_examples=n_ex, n_rows=rows)
+    return acc.result()
+
+
+def clusters_from(div: HeadDivergence, n_clusters: int = 8, seed: int = 0) -> "HeadClusters":
+    """MDS layout and agglomerative clusters of a :class:`HeadDivergence`."""
+    return HeadClusters(divergence=div, xy=embed_heads(div.matrix, seed=seed),
+                        cluster=cluster_heads(div.matrix, n_clusters=n_clusters))
 
 
 def embed_heads(matrix: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -188,6 +227,5 @@ def head_clusters(source: Iterable, n_clusters: int = 8, seed: int = 0,
 
     See :func:`head_divergence`, :func:`embed_heads`, :func:`cluster_heads`.
     """
-    div = head_divergence(source, max_examples=max_examples, progress=progress)
-    return HeadClusters(divergence=div, xy=embed_heads(div.matrix, seed=seed),
-                        cluster=cluster_heads(div.matrix, n_clusters=n_clusters))
+    return clusters_from(head_divergence(source, max_examples=max_examples, progress=progress),
+                         n_clusters=n_clusters, seed=seed)

@@ -44,12 +44,13 @@ from typing import Iterable, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from analyses.role_features import FEATURES, HeadFeatureAccumulator, LEVELS, token_frequencies
+from analyses.head_clusters import HeadClusters, HeadDivergenceAccumulator, clusters_from
+from analyses.role_features import FEATURES, HeadFeatureAccumulator, LEVELS, layer_summary, token_frequencies
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ROLES", "RoleThresholds", "RoleClassifier", "assign_roles", "head_roles",
-           "role_counts", "base_role", "SYNTAX_COLUMNS"]
+__all__ = ["ROLES", "RoleThresholds", "RoleClassifier", "RolesReport", "assign_roles", "head_roles",
+           "roles_report", "role_counts", "base_role", "SYNTAX_COLUMNS"]
 
 ROLES = ("previous-token", "next-token", "self", "special-token", "punctuation", "broad",
          "rare-word", "induction", "duplicate-token", "syntactic", "coreference", "mixed/unclear")
@@ -280,7 +281,10 @@ class RoleClassifier:
                     **asdict(self.thresholds))
 
     def fit(self, source: Iterable, syntax: Optional[pd.DataFrame] = None,
-            coreference: Optional[pd.DataFrame] = None) -> "RoleClassifier":
+            coreference: Optional[pd.DataFrame] = None, observers: Sequence = ()) -> "RoleClassifier":
+        """Stream once over ``source``; ``syntax``/``coreference`` as in
+        :func:`assign_roles`; each of ``observers`` gets ``update(maps)`` for every
+        example of the same pass (e.g. a :class:`HeadDivergenceAccumulator`)."""
         levels = ("token", "word") if self.word_level else ("token",)
         accs = {}
         for lv in levels:
@@ -296,6 +300,8 @@ class RoleClassifier:
         for maps in it:
             for acc in accs.values():
                 acc.update(maps)
+            for obs in observers:
+                obs.update(maps)
         tables = {lv: acc.result() for lv, acc in accs.items()}
         n = accs["token"].n_examples
         self.n_examples_ = n
@@ -334,3 +340,49 @@ def role_counts(roles: pd.DataFrame) -> pd.DataFrame:
     counts = roles["role"].map(base_role).value_counts()
     order = [r for r in ROLES if r in counts.index] + sorted(set(counts.index) - set(ROLES))
     return pd.DataFrame({"role": order, "heads": [int(counts[r]) for r in order]})
+
+
+@dataclass(frozen=True)
+class RolesReport:
+    """Everything ``probe roles`` writes: per-head roles with their features and
+    clusters, the per-layer share of attention to [CLS]/[SEP]/punctuation, the number
+    of heads per role, and the clustering itself."""
+
+    roles: pd.DataFrame
+    layers: pd.DataFrame
+    counts: pd.DataFrame
+    clusters: Optional[HeadClusters]
+    n_examples: int
+
+    def to_frame(self) -> pd.DataFrame:
+        """The roles.csv table: ``layer, head, role, confidence, …features…, mds_x,
+        mds_y, cluster``."""
+        return self.roles
+
+
+def roles_report(source: Iterable, syntax: Optional[pd.DataFrame] = None,
+                 coreference: Optional[pd.DataFrame] = None, n_clusters: Optional[int] = 8,
+                 cluster_examples: Optional[int] = 100, seed: int = 0, **params) -> RolesReport:
+    """Roles, features and Clark et al. (2019) clusters of every head in one pass.
+
+    Args:
+        source: a Store or an iterable of AttentionMaps (read once).
+        syntax, coreference: optional evidence tables (see :func:`assign_roles`).
+        n_clusters: agglomerative clusters (``None``: no clustering).
+        cluster_examples: the JS divergences use the first N examples (their cost
+            grows with ``(layers·heads)²``); ``None`` for all.
+        seed: MDS random state.
+        **params: :class:`RoleClassifier` parameters and thresholds.
+
+    Raises:
+        ValueError: as :class:`RoleClassifier` and :func:`analyses.head_clusters.cluster_heads`.
+    """
+    div = HeadDivergenceAccumulator(cluster_examples) if n_clusters else None
+    clf = RoleClassifier(**params).fit(source, syntax=syntax, coreference=coreference,
+                                       observers=[div] if div else [])
+    roles, clusters = clf.roles_, None
+    if div is not None:
+        clusters = clusters_from(div.result(), n_clusters=n_clusters, seed=seed)
+        roles = roles.merge(clusters.to_frame(), on=["layer", "head"], how="left")
+    return RolesReport(roles=roles, layers=layer_summary(clf.features_), counts=role_counts(roles),
+                       clusters=clusters, n_examples=clf.n_examples_)
