@@ -1,0 +1,219 @@
+"""Agreement, evidence recovery, permuted attention and the `probe faithfulness` command."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from analyses.agreement import agreement
+from analyses.attention_scores import attention_scores
+from analyses.counterfactual import head_output, jsd, permutation_effects, permute_rows, tvd
+from analyses.ground_truth import evidence_recovery, gold_rank
+from analyses.targets import CallableTarget
+from analyses.word_scores import ScoreSet
+
+from conftest import make_maps, previous_token, uniform
+
+
+def _set(index, rows, method="m"):
+    rows = np.asarray(rows, dtype=float)
+    n = rows.shape[1]
+    return ScoreSet(index=index, keys=tuple((f"{method}{k}", -1, -1) for k in range(len(rows))), scores=rows,
+                    word_ids=tuple(range(n)), words=tuple(f"w{i}" for i in range(n)))
+
+
+# ---- agreement (closed form) ---------------------------------------------------------------
+def test_agreement_identical_and_reversed_rankings():
+    x = np.arange(1, 8, dtype=float)
+    att = [_set(i, [x, x[::-1]], "att") for i in range(3)]
+    attr = [_set(i, [x * 10], "ig") for i in range(3)]
+    res = agreement(att, attr)
+    s = res.summary.set_index("method")
+    assert s.loc["att0", "tau_mean"] == pytest.approx(1.0) and s.loc["att0", "rho_mean"] == pytest.approx(1.0)
+    assert s.loc["att1", "tau_mean"] == pytest.approx(-1.0)
+    assert s.loc["att0", "tau_significant"] == 1.0 and s.loc["att1", "tau_significant"] == 1.0
+    assert s.loc["att0", "n_examples"] == 3
+    assert len(res.per_example) == 3 * 2
+
+
+def test_agreement_uses_magnitudes_and_counts_significance_share():
+    rng = np.random.default_rng(0)
+    x = np.arange(1, 9, dtype=float)
+    att = [_set(0, [x]), _set(1, [x])]
+    attr = [_set(0, [-x]), _set(1, [rng.permutation(x) * np.sign(rng.normal(size=8))])]
+    res = agreement(att, attr)
+    per = res.per_example
+    assert per.loc[0, "tau"] == pytest.approx(1.0)  # |−x| ranks as x
+    assert res.summary.loc[0, "tau_significant"] == pytest.approx(np.mean(per["tau_p"] < 0.05))
+
+
+def test_too_few_words_for_a_significance_test_says_so():
+    att, attr = [_set(0, [[1, 2, 3, 4]])], [_set(0, [[1, 2, 3, 4]])]
+    with pytest.raises(ValueError, match="too few examples for a significance test"):
+        agreement(att, attr)
+    long = [_set(1, [np.arange(6.0)])]
+    res = agreement(att + long, attr + long)
+    assert res.skipped == 1 and res.summary.loc[0, "n_examples"] == 1
+
+
+# ---- evidence recovery -------------------------------------------------------------------------
+def test_gold_rank_with_ties_and_magnitudes():
+    assert gold_rank([0.1, -0.9, 0.3], 1) == (1.0, True)
+    assert gold_rank([0.5, 0.5, 0.1], 0) == (1.5, False)  # tied first: not "first"
+    assert gold_rank([0.2, 0.2, 0.2, 0.2], 3) == (2.5, False)
+    with pytest.raises(ValueError, match="out of range"):
+        gold_rank([1, 2], 5)
+
+
+def test_evidence_recovery_table():
+    sets = [_set(0, [[0, 5, 1], [5, 0, 1]]), _set(1, [[9, 1, 0, 0], [1, 9, 0, 0]])]
+    res = evidence_recovery([sets], gold=[1, 0])
+    s = res.summary.set_index("method")
+    assert s.loc["m0", "top1_rate"] == pytest.approx(1.0) and s.loc["m0", "mean_rank"] == pytest.approx(1.0)
+    assert s.loc["m1", "top1_rate"] == pytest.approx(0.0) and s.loc["m1", "mean_rank"] == pytest.approx((3 + 2) / 2)
+    assert s.loc["chance", "top1_rate"] == pytest.approx((1 / 3 + 1 / 4) / 2)
+
+
+# ---- attention scores (closed form) -----------------------------------------------------------
+def test_attention_scores_on_closed_form_maps():
+    n = 6
+    attn = torch.cat([previous_token(n, 2, 2), uniform(n, 2, 2)], 0)  # layers 0-1 previous, 2-3 uniform
+    maps = make_maps(attn)
+    ss = attention_scores(maps, reads=[3], methods=("attention", "rollout"))
+    d = dict(zip(ss.keys, ss.scores))
+    assert d[("attention", 0, 1)].tolist() == [0, 0, 1, 0, 0, 0]
+    assert d[("attention", 3, -1)] == pytest.approx(np.full(n, 1 / n))
+    assert d[("rollout", -1, -1)].sum() == pytest.approx(1.0)
+    assert ss.word_scores().shape == (len(ss.keys), n)
+    with pytest.raises(ValueError, match="out of range 0..5"):
+        attention_scores(maps, reads=[9])
+
+
+# ---- permuted attention -----------------------------------------------------------------------
+def test_permute_rows_shuffles_valid_keys_only():
+    g = torch.Generator().manual_seed(0)
+    a = torch.softmax(torch.randn(2, 5, 5), -1)
+    a[1, :, 3:] = 0  # example 1 has 3 tokens: padding keys carry nothing
+    a[1] = a[1] / a[1].sum(-1, keepdim=True)
+    p = permute_rows(a, [5, 3], causal=False, generator=g)
+    assert torch.allclose(p.sum(-1), torch.ones(2, 5))
+    assert (p[1, :, 3:] == 0).all()
+    assert torch.equal(p.sort(-1).values, a.sort(-1).values)  # each row is a permutation
+    assert not torch.equal(p, a)
+    c = torch.tril(torch.rand(1, 5, 5))
+    c = c / c.sum(-1, keepdim=True)
+    pc = permute_rows(c, [5], causal=True, generator=g)
+    assert (torch.triu(pc, 1) == 0).all() and torch.allclose(pc.sum(-1), torch.ones(1, 5))
+
+
+def test_jsd_and_tvd():
+    p, q = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    assert tvd(p, q) == pytest.approx(1.0) and jsd(p, q) == pytest.approx(1.0)
+    assert jsd(p, p) == pytest.approx(0.0, abs=1e-7)
+
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_identity_permutation_changes_nothing_and_alpha_v_is_the_head_output(tiny_models, family):
+    from probe.capture import AttentionCapture
+    from probe.interventions import HeadOutputRecorder
+
+    a = tiny_models[family]
+    texts = ["the keys to the cabinet are here", "a dog barks"]
+    encs = [a.encode(t) for t in texts]
+    w = torch.linspace(-1, 1, a.config.hidden_size)  # (a plain sum of a LayerNorm output is 0)
+    pos = 0 if family == "bert" else -1  # [CLS]; the last token of a decoder (reads all the others)
+    target = CallableTarget(lambda out, mask: out.last_hidden_state[:, pos] @ w)
+    ctrl = permutation_effects(a, target, encs, heads=[(0, 1), (1, 2)], n_permutations=2, identity=True)
+    shuffled = permutation_effects(a, target, encs, heads=[(0, 1), (1, 2)], n_permutations=3, seed=1)
+    assert ctrl.per_example["abs_delta"].max() < 1e-5  # float32 noise only
+    # a random model's attention is near uniform, yet permuting it moves the output
+    assert shuffled.per_example["abs_delta"].max() > 10 * max(ctrl.per_example["abs_delta"].max(), 1e-6)
+    assert set(shuffled.summary.columns) >= {"layer", "head", "tvd_median", "jsd_median", "share_unchanged"}
+    # z_h = α_h V_h reproduces the recorded head output exactly
+    b = a.batch(encs)
+    vals = {}
+    fused = family == "gpt2"
+    hook = a.value_modules()[1].register_forward_hook(
+        lambda m, i, o: vals.__setitem__(1, (o[..., 2 * o.shape[-1] // 3:] if fused else o).detach()))
+    try:
+        with AttentionCapture(a, layers=[1]) as cap, HeadOutputRecorder(a, layers=[1]) as rec, torch.no_grad():
+            a.model(**b)
+    finally:
+        hook.remove()
+    alpha = cap.layer_tensors()[1]
+    v = vals[1].reshape(*b["input_ids"].shape, -1, a.head_dim)
+    v = v.repeat_interleave(a.n_heads // v.shape[2], dim=2)
+    z = head_output(alpha[:, 2], v[:, :, 2])
+    assert torch.allclose(z, rec.outputs[1][:, :, 2], atol=1e-5)
+
+
+def test_permutation_bad_input(tiny_models):
+    a = tiny_models["bert"]
+    t = CallableTarget(lambda out, mask: out.last_hidden_state[:, 0, 0])
+    with pytest.raises(ValueError, match="head 9 out of range"):
+        permutation_effects(a, t, [a.encode("a b")], heads=[(0, 9)])
+    with pytest.raises(ValueError, match="no examples"):
+        permutation_effects(a, t, [])
+
+
+# ---- real data: the bundled model with the UD probe, through the CLI ----------------------------
+@pytest.mark.slow
+def test_cli_on_ewt_with_the_ud_probe(ewt_dev, tmp_path):
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from probe.cli.faithfulness import faithfulness_cmd
+
+    out = tmp_path / "f"
+    r = CliRunner().invoke(faithfulness_cmd, [
+        "--conllu", str(ewt_dev), "--limit", "120", "--target", "probe:subject-number",
+        "--max-examples", "3", "--steps", "8", "--permutations", "2", "--heads", "0:0,5:1",
+        "--attention-methods", "attention,rollout", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "held-out accuracy" in r.output
+    agree = pd.read_csv(out / "agreement.csv")
+    assert len(agree) == (6 * 13 + 1) * 4  # (72 heads + 6 layer means + rollout) × 4 attributions
+    assert agree["tau_mean"].between(-1, 1).all()
+    perm = pd.read_csv(out / "permutation.csv")
+    assert sorted(zip(perm["layer"], perm["head"])) == [(0, 0), (5, 1)]
+    gt = pd.read_csv(out / "ground_truth.csv")  # the subject word is the UD evidence
+    assert {"ig", "blank_out", "rollout", "chance"} <= set(gt["method"])
+    verdict = pd.read_csv(out / "verdict.csv")
+    assert len(verdict) == 72 and verdict["verdict"].notna().all()
+
+
+def test_cli_refuses_a_target_the_model_cannot_give(tmp_path):
+    from click.testing import CliRunner
+
+    from probe.cli.faithfulness import faithfulness_cmd
+
+    r = CliRunner().invoke(faithfulness_cmd, ["--text", "The dogs bark loudly at night.", "--target", "logit",
+                                              "--out", str(tmp_path / "x")])
+    assert r.exit_code != 0
+    assert "logits" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(faithfulness_cmd, ["--text", "The dogs bark.", "--target", "probe:subject-number",
+                                              "--out", str(tmp_path / "y")])
+    assert r.exit_code != 0 and "--conllu" in r.output
+
+
+# ---- zoo:agreement ground truth ---------------------------------------------------------------
+@pytest.mark.slow
+def test_zoo_agreement_evidence_recovery():
+    from models import load_model
+    from probe.inputs import load_corpus
+
+    try:
+        adapter = load_model("zoo:agreement")
+    except ValueError as exc:
+        pytest.skip(f"zoo:agreement weights are not committed yet: {exc}")
+    from analyses.faithfulness import run_faithfulness
+
+    corpus = load_corpus(model="zoo:agreement", limit=24)
+    rep = run_faithfulness(adapter, corpus, "logit", n_steps=20, permute=False)
+    s = rep.ground_truth.summary.set_index("method")
+    chance = s.loc["chance", "top1_rate"]
+    # the subject noun alone decides the label: occlusion and IG must find it far above chance
+    assert s.loc["blank_out", "top1_rate"] > 2 * chance
+    assert s.loc["ig", "top1_rate"] > 2 * chance
