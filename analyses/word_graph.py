@@ -83,9 +83,25 @@ def word_graph(maps, sentence, index: int = 0) -> WordGraph:
             sentence has.
         ValueError: cross-attention maps (words must be on both sides).
     """
+    attention, to_special, from_special = word_attention(maps, len(sentence.words))
+    return WordGraph(attention=attention, to_special=to_special, from_special=from_special,
+                     heads=gold_heads(sentence), deprels=tuple(sentence.deprels),
+                     layers=tuple(maps.layers), index=index)
+
+
+def word_attention(maps, n_words: int) -> tuple:
+    """Word-level attention of ``maps`` over ``n_words`` words, specials split off.
+
+    Returns:
+        ``(attention [L, H, W, W], to_special [L, H, W], from_special [L, H, W])`` as in
+        :class:`WordGraph`.
+
+    Raises:
+        AlignmentError: a word without tokens, or tokens of a word beyond ``n_words``.
+        ValueError: cross-attention maps.
+    """
     if maps.kind == "cross":
         raise ValueError("syntax analyses need self-attention maps, got cross-attention")
-    n_words = len(sentence.words)
     unaligned = maps.meta.get("unaligned_words") or []
     if unaligned:
         raise AlignmentError(f"words {list(unaligned)} got no token")
@@ -107,9 +123,7 @@ def word_graph(maps, sentence, index: int = 0) -> WordGraph:
         from_special = (a[:, :, special, :] @ member).mean(-2)  # [L, H, W]
     else:
         from_special = torch.zeros(a.shape[0], a.shape[1], n_words)
-    return WordGraph(attention=attention, to_special=to_special, from_special=from_special,
-                     heads=gold_heads(sentence), deprels=tuple(sentence.deprels),
-                     layers=tuple(maps.layers), index=index)
+    return attention, to_special, from_special
 
 
 @dataclass
