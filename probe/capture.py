@@ -163,66 +163,68 @@ def iter_capture(
         bar = tqdm(total=total, unit="ex", desc=f"capture {adapter.name}")
     model = adapter.model
     kind = _kind(adapter, stack)
+    AttentionCapture(adapter, layers=layers, stack=stack)  # validates layers before any work
     try:
-        with AttentionCapture(adapter, layers=layers, stack=stack) as cap:
-            while True:
-                chunk = []
-                for text in texts:
-                    spans = next(spans_it) if spans_it is not None else None
-                    target = next(targets_it) if targets_it is not None else None
-                    chunk.append((text, spans, target))
-                    if len(chunk) == batch_size:
-                        break
-                if not chunk:
+        while True:
+            chunk = []
+            for text in texts:
+                spans = next(spans_it) if spans_it is not None else None
+                target = next(targets_it) if targets_it is not None else None
+                chunk.append((text, spans, target))
+                if len(chunk) == batch_size:
                     break
-                encs = [adapter.encode(t, s, truncate=truncate) for t, s, _ in chunk]
-                inputs = adapter.batch(encs)
-                tenc = None
-                if adapter.arch == "encoder-decoder":
-                    if targets_it is not None:
-                        tenc = [adapter.encode(tg, truncate=truncate, target=True) for _, _, tg in chunk]
-                    else:  # encoder only: feed the start token to the decoder
-                        tenc = [adapter.encode(t, truncate=truncate, target=True) for t, _, _ in chunk]
-                    inputs.update(adapter.decoder_inputs(tenc))
-                cap.clear()
-                with torch.no_grad():
-                    model(**inputs)
-                probs = cap.stacked()  # [layer, batch, head, query, key]
-                low_precision = probs.dtype not in (torch.float32, torch.float64)
-                for i, enc in enumerate(encs):
-                    n_k = len(enc)
-                    n_q = n_k
-                    extra = {}
-                    if needs_target:
-                        q_tokens, q_wids, q_special = _shifted(tenc[i])
-                        n_q = len(q_tokens)
-                        if stack == "decoder":
-                            n_k = n_q
-                        else:
-                            extra = dict(query_tokens=q_tokens, query_word_ids=q_wids,
-                                         query_special_mask=q_special, query_words=tenc[i].words)
-                    a = probs[:, i, :, :n_q, :n_k].float()
-                    if low_precision or truncate:
-                        a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
-                    a = a.to(dtype).cpu()
-                    if needs_target and stack == "decoder":
-                        tokens, wids, special = _shifted(tenc[i])
-                        words = tenc[i].words
+            if not chunk:
+                break
+            encs = [adapter.encode(t, s, truncate=truncate) for t, s, _ in chunk]
+            inputs = adapter.batch(encs)
+            tenc = None
+            if adapter.arch == "encoder-decoder":
+                if targets_it is not None:
+                    tenc = [adapter.encode(tg, truncate=truncate, target=True) for _, _, tg in chunk]
+                else:  # encoder only: feed the start token to the decoder
+                    tenc = [adapter.encode(t, truncate=truncate, target=True) for t, _, _ in chunk]
+                inputs.update(adapter.decoder_inputs(tenc))
+            # hooks live only during the forward, never while the caller holds a yielded map
+            with AttentionCapture(adapter, layers=layers, stack=stack) as cap, torch.no_grad():
+                model(**inputs)
+            per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}
+            low_precision = per_layer[cap.layers[0]].dtype not in (torch.float32, torch.float64)
+            for i, enc in enumerate(encs):
+                n_k = len(enc)
+                n_q = n_k
+                extra = {}
+                if needs_target:
+                    q_tokens, q_wids, q_special = _shifted(tenc[i])
+                    n_q = len(q_tokens)
+                    if stack == "decoder":
+                        n_k = n_q
                     else:
-                        tokens, wids, special, words = enc.tokens, enc.word_ids, enc.special_mask, enc.words
-                    meta = {"model": adapter.name, "stack": stack,
-                            "attention_source": cap.attention_source}
-                    if enc.truncated:
-                        meta["truncated"] = True
-                    if enc.unaligned_words:
-                        meta["unaligned_words"] = list(enc.unaligned_words)
-                    yield AttentionMaps(
-                        attentions=a, tokens=tokens, word_ids=wids, special_mask=special,
-                        words=words, layers=tuple(cap.layers), kind=kind, text=enc.text,
-                        meta=meta, **extra,
-                    )
-                if bar is not None:
-                    bar.update(len(chunk))
+                        extra = dict(query_tokens=q_tokens, query_word_ids=q_wids,
+                                     query_special_mask=q_special, query_words=tenc[i].words)
+                # one copy per example, padding left out: [layer, head, query, key]
+                a = torch.stack([per_layer[layer][i, :, :n_q, :n_k] for layer in cap.layers])
+                if low_precision:
+                    a = a.float()
+                    a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
+                a = a.to(dtype).cpu()
+                if needs_target and stack == "decoder":
+                    tokens, wids, special = _shifted(tenc[i])
+                    words = tenc[i].words
+                else:
+                    tokens, wids, special, words = enc.tokens, enc.word_ids, enc.special_mask, enc.words
+                meta = {"model": adapter.name, "stack": stack,
+                        "attention_source": cap.attention_source}
+                if enc.truncated:
+                    meta["truncated"] = True
+                if enc.unaligned_words:
+                    meta["unaligned_words"] = list(enc.unaligned_words)
+                yield AttentionMaps(
+                    attentions=a, tokens=tokens, word_ids=wids, special_mask=special,
+                    words=words, layers=tuple(cap.layers), kind=kind, text=enc.text,
+                    meta=meta, validate=False, **extra,
+                )
+            if bar is not None:
+                bar.update(len(chunk))
     finally:
         if bar is not None:
             bar.close()

@@ -43,6 +43,8 @@ class AttentionMaps:
             query side, only for cross-attention (``None`` means same as key side).
         text: the input text, when known.
         meta: free-form JSON-able facts (model name, how weights were obtained, …).
+        validate: check values (finite, rows sum to 1); producers whose values are
+            softmax outputs by construction (capture) skip the two extra passes.
 
     Raises:
         ValueError: on construction, when shapes disagree, values are not finite
@@ -62,6 +64,7 @@ class AttentionMaps:
     query_words: Optional[tuple] = None
     text: str = ""
     meta: dict = field(default_factory=dict)
+    validate: bool = field(default=True, repr=False, compare=False)
 
     def __post_init__(self):
         a = self.attentions
@@ -100,6 +103,8 @@ class AttentionMaps:
             object.__setattr__(self, "query_words", tuple(self.query_words or ()))
         elif Q != K:
             raise ValueError(f"{self.kind}-attention must be square, got query {Q} × key {K}")
+        if not self.validate:  # trusted producer (capture: softmax output); shapes checked above
+            return
         if a.numel() and not torch.isfinite(a).all():
             raise ValueError("attention contains NaN or infinite values")
         if a.numel():
