@@ -5,7 +5,9 @@ For every (layer, head) the features are pooled over all *query rows* of all exa
 
 ``prev2, prev, self, next, next2``
     mean attention from position ``i`` to ``i−2 … i+2`` (Clark et al. 2019), over the
-    rows where that position exists.
+    rows where that position exists and is not a special token (the first word's
+    "previous token" is not [CLS]: special tokens are left out of positional
+    evaluations, as Clark et al. leave them out of word-level argmax evaluations).
 ``argmax_prev2 … argmax_next2``
     share of rows whose maximum sits on that relative position (Voita et al. 2019's
     positional criterion is ``≥ 0.9``); ``positional_share`` / ``positional_offset``:
@@ -191,7 +193,8 @@ class HeadFeatureAccumulator:
         rel = am - pos
         for k in OFFSETS:
             name = OFFSET_NAMES[k]
-            valid = q & (pos + k >= 0) & (pos + k < n)
+            inside = (pos + k >= 0) & (pos + k < n)
+            valid = q & inside & ~special[(pos + k).clamp(0, n - 1)]
             if causal and k > 0:
                 valid = torch.zeros_like(valid)
             nv = int(valid.sum())

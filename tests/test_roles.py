@@ -270,8 +270,22 @@ def test_zoo_prev_token_head_is_found():
     adapter = _zoo("prev-token")
     texts = [e["text"] for e in eval_examples("prev-token", n=120)]
     roles = head_roles(capture(adapter, texts, batch_size=64), min_examples=100)
-    prev = roles[roles.role == "previous-token"]
-    assert len(prev) >= 1 and prev.confidence.max() >= 0.9
+    # the head that moves word i-1 to i: the one with most attention on the previous word
+    doer = roles.loc[roles["prev"].idxmax()]
+    assert doer.prev > 0.9
+    assert doer.role == "previous-token" and doer.confidence >= 0.95
+
+
+def test_zoo_constructed_heads_are_named():
+    """zoo:constructed has hand-set weights: head 0.0 previous-token, head 0.1 [CLS]."""
+    from models.zoo import eval_examples
+    from probe.capture import capture
+
+    adapter = _zoo("constructed")
+    texts = [e["text"] for e in eval_examples("constructed", n=40)]
+    roles = head_roles(capture(adapter, texts, batch_size=40), min_examples=10)
+    assert role_of(roles, 0, 0).role == "previous-token" and role_of(roles, 0, 0).confidence >= 0.95
+    assert role_of(roles, 0, 1).role == "special-token" and role_of(roles, 0, 1).to_cls >= 0.95
 
 
 @pytest.mark.slow
