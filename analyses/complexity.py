@@ -369,6 +369,8 @@ def analyze_complexity(
     graph_max_n = _check_positive_int("graph_max_n", graph_max_n)
     if not 0.5 < dominance <= 1:
         raise ValueError(f"dominance must be in (0.5, 1]; got {dominance}")
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0; got {tolerance}")
     grid, terms = measure_grid(n_values, d_values, kinds, k=k, r=r, repeats=repeats,
                                threads=threads, max_bytes=max_bytes, progress=progress)
     exponents = fit_exponents(grid, terms, dominance=dominance, tolerance=tolerance)

@@ -15,14 +15,13 @@ Measurements for :mod:`analyses.complexity` (Vaswani et al. 2017, Table 1):
 * Peak memory: the largest total size of tensor storages alive at once during the
   forward (allocations seen by a dispatch mode, freed when their tensor is collected),
   plus the layer's parameters and its input.
-* Wall time: median of ``repeats`` forwards under :func:`torch.no_grad`, after one
-  warm-up run, with torch limited to ``threads`` threads for the duration.
+* Wall time: the fastest of ``repeats`` forwards under :func:`torch.no_grad` (the
+  minimum is the estimate least disturbed by other processes), after the instrumented
+  run has warmed up, with torch limited to ``threads`` threads for the duration.
 """
 
 from __future__ import annotations
 
-import logging
-import statistics
 import time
 import weakref
 from dataclasses import dataclass
@@ -31,8 +30,6 @@ from typing import Dict, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakTensorKeyDictionary
-
-log = logging.getLogger(__name__)
 
 
 _OP_KIND: Dict[object, Tuple[bool, bool]] = {}
@@ -112,7 +109,7 @@ class LayerCost:
         term_flops: FLOPs per cost term of the layer (labels of its ``TERMS``).
         sequential_ops: longest chain of dependent operations, input to output.
         peak_bytes: peak live tensor bytes during the forward, with parameters and input.
-        time_s: median wall time of one forward, seconds.
+        time_s: fastest wall time of one forward, seconds.
     """
 
     flops: int
@@ -157,7 +154,7 @@ def measure_layer(
     """Measure ``layer`` on a random ``[n, d]`` input (``d = layer.d``).
 
     One instrumented run counts FLOPs per term, the sequential operations and the peak
-    memory; then ``repeats`` plain runs are timed (median). Torch is limited to
+    memory; then ``repeats`` plain runs are timed (fastest kept). Torch is limited to
     ``threads`` threads while measuring and restored afterwards.
 
     Raises:
@@ -198,5 +195,5 @@ def measure_layer(
         term_flops=terms,
         sequential_ops=int(seq),
         peak_bytes=int(fixed + trace.peak),
-        time_s=float(statistics.median(times)),
+        time_s=float(min(times)),
     )

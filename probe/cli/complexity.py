@@ -65,7 +65,7 @@ def parse_sizes(spec: str, name: str) -> list:
 @click.option("--k", type=int, default=3, show_default=True, help="convolution kernel width")
 @click.option("--r", type=int, default=16, show_default=True, help="restricted attention window (keys)")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
-              help="timed forwards per point (median)")
+              help="timed forwards per point (fastest kept)")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="torch threads while timing")
 @click.option("--max-memory", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,
