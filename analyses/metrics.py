@@ -163,12 +163,18 @@ def _to(adapter, d: dict) -> dict:
     return {k: v.to(adapter.device) for k, v in d.items()}
 
 
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision tensors up to float32; float32/float64 kept."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def _token_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy per row over positions whose label is not −100: ``[rows]``."""
+    logits = _f32(logits)
     if logits.dim() == 2:  # sequence classification: one label per row
-        return F.cross_entropy(logits.float(), labels, reduction="none")
+        return F.cross_entropy(logits, labels, reduction="none")
     keep = labels != -100
-    ce = F.cross_entropy(logits.float().transpose(1, 2), labels.clamp(min=0), reduction="none")
+    ce = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")
     return (ce * keep).sum(-1) / keep.sum(-1).clamp(min=1)
 
 
@@ -320,7 +326,8 @@ class DriftMetric(Metric):
         if reference is None:
             raise ValueError("embedding-drift needs the clean run's embeddings as reference")
         e = self.embed(outputs, batch)
-        return 1.0 - F.cosine_similarity(e.float(), reference.float(), dim=-1)
+        e = _f32(e)
+        return 1.0 - F.cosine_similarity(e, reference.to(e.dtype), dim=-1)
 
 
 class CallableMetric(Metric):

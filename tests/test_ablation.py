@@ -1,0 +1,321 @@
+"""Head ablation sweep, importance and pruning: exactness against the naive loop,
+gradients against finite differences, IG completeness, bad input, zoo mechanisms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from analyses.ablation import sweep_heads, sweep_heads_naive
+from analyses.bootstrap import bootstrap_mean_ci
+from analyses.importance import gradient_importance, head_importance, ig_importance
+from analyses.metrics import as_corpus, get_metric, prepare
+from analyses.pruning import pruning_curve
+from probe.hooks import count_hooks
+from probe.interventions import HeadGates
+
+TEXTS = ["The cat sat on the mat.", "A dog barked loudly at night in the park.", "Hi there.",
+         "Colorless green ideas sleep furiously.", "She gave him the book yesterday."]
+
+
+@pytest.fixture(scope="module")
+def lm_models(bert_tokenizer):
+    """Tiny seeded models with LM heads: family -> ModelAdapter."""
+    import transformers as T
+
+    from models import ModelAdapter
+
+    common = dict(vocab_size=len(bert_tokenizer), pad_token_id=0, initializer_range=0.2)
+    specs = {
+        "bert": (T.BertForMaskedLM, T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                 intermediate_size=64, **common)),
+        "distilbert": (T.DistilBertForMaskedLM, T.DistilBertConfig(dim=32, n_layers=2, n_heads=4,
+                                                                   hidden_dim=64, **common)),
+        "gpt2": (T.GPT2LMHeadModel, T.GPT2Config(n_embd=32, n_layer=2, n_head=4, bos_token_id=101,
+                                                 eos_token_id=102, **common)),
+        "llama": (T.LlamaForCausalLM, T.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                    num_key_value_heads=2, intermediate_size=64,
+                                                    bos_token_id=101, eos_token_id=102, **common)),
+    }
+    out = {}
+    for fam, (cls, cfg) in specs.items():
+        torch.manual_seed(0)
+        out[fam] = ModelAdapter(name=f"tiny-{fam}-lm", model=cls(cfg), tokenizer=bert_tokenizer, family=fam)
+    return out
+
+
+# ---- exactness: batched (layer restart) == naive loop -------------------------------
+@pytest.mark.parametrize("family,metric,mode", [
+    ("bert", "loss", "mean"), ("bert", "embedding-drift", "zero"), ("distilbert", "embedding-drift", "mean"),
+    ("gpt2", "loss", "zero"), ("gpt2", "embedding-drift", "mean"), ("llama", "loss", "mean"),
+])
+def test_batched_sweep_equals_naive_loop(lm_models, family, metric, mode):
+    a = lm_models[family]
+    with pytest.warns(UserWarning, match="only 5 example") if mode == "mean" else _nothing():
+        fast = sweep_heads(a, TEXTS, metric, mode, batch_size=3)
+    with pytest.warns(UserWarning) if mode == "mean" else _nothing():
+        slow = sweep_heads_naive(a, TEXTS, metric, mode, batch_size=3)
+    assert fast.path == "layer-restart" and slow.path == "naive loop"
+    np.testing.assert_allclose(fast.clean, slow.clean, atol=1e-5)
+    np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-5)
+    assert fast.ablated.shape == (8, 5)
+    # the ablations do something (so the equality is not 0 == 0)
+    assert np.abs(fast.ablated - fast.clean).max() > 1e-3
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def test_headless_and_encoder_decoder_fall_back_to_full_forward(tiny_models):
+    a = tiny_models["bart"]
+    heads = [(0, 1), (1, 3)]
+    fast = sweep_heads(a, TEXTS[:2], "embedding-drift", heads=heads, batch_size=2)
+    slow = sweep_heads_naive(a, TEXTS[:2], "embedding-drift", heads=heads, batch_size=2)
+    assert fast.path == "full forward"
+    np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-5)
+
+
+def test_restart_skips_earlier_layers_and_leaves_no_hooks(lm_models):
+    a = lm_models["gpt2"]
+    calls = [0, 0]
+    handles = [m.register_forward_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+               for i, m in enumerate(a.attention_modules())]
+    before = count_hooks(a.model)
+    try:
+        sweep_heads(a, TEXTS[:2], "loss", batch_size=2)
+    finally:
+        for h in handles:
+            h.remove()
+    # layer 0: clean + its own ablation forward; layer 1: clean + both ablation forwards
+    assert calls == [2, 3]
+    assert count_hooks(a.model) == before - 2
+    assert not any("forward" in m.__dict__ for m in a.model.modules())
+
+
+def test_sweep_matches_removing_the_head_by_hand(lm_models):
+    """Zero-ablation = zeroing the head's slice of the output projection's weights."""
+    a = lm_models["bert"]
+    res = sweep_heads(a, TEXTS[:2], "loss", heads=[(1, 2)], batch_size=2)
+    proj = a.head_output_modules()[1]
+    dh = a.head_dim
+    saved = proj.weight.data.clone()
+    try:
+        proj.weight.data[:, 2 * dh: 3 * dh] = 0
+        m = get_metric("loss", a)
+        chunk = prepare(a, as_corpus(TEXTS[:2]), m, batch_size=2)[0]
+    finally:
+        proj.weight.data.copy_(saved)
+    np.testing.assert_allclose(res.ablated[0], chunk.clean.numpy(), atol=1e-5)
+
+
+# ---- bootstrap ----------------------------------------------------------------------
+def test_bootstrap_ci_covers_mean_and_shrinks_with_n():
+    rng = np.random.default_rng(1)
+    small, large = rng.normal(1.0, 1.0, (1, 20)), rng.normal(1.0, 1.0, (1, 2000))
+    lo_s, hi_s = bootstrap_mean_ci(small, n_boot=2000)
+    lo_l, hi_l = bootstrap_mean_ci(large, n_boot=2000)
+    assert lo_l[0] < 1.0 < hi_l[0]
+    # width ~ 2·1.96·σ/√n
+    assert abs((hi_l[0] - lo_l[0]) - 2 * 1.96 / np.sqrt(2000)) < 0.02
+    assert (hi_s - lo_s)[0] > 5 * (hi_l - lo_l)[0]
+    const_lo, const_hi = bootstrap_mean_ci(np.full((2, 7), 3.0))
+    np.testing.assert_allclose([const_lo, const_hi], 3.0)
+
+
+# ---- bad input ----------------------------------------------------------------------
+def test_loss_on_headless_encoder_names_the_metrics_that_apply(minilm):
+    with pytest.raises(ValueError, match="headless encoder.*metrics that apply: embedding-drift"):
+        sweep_heads(minilm, TEXTS[:1], "loss")
+    with pytest.raises(ValueError, match="accuracy.*zoo"):
+        sweep_heads(minilm, TEXTS[:1], "accuracy")
+    with pytest.raises(ValueError, match="unknown metric 'bleu'; known: loss, accuracy, embedding-drift"):
+        sweep_heads(minilm, TEXTS[:1], "bleu")
+
+
+def test_head_out_of_range_names_the_valid_range(lm_models):
+    a = lm_models["bert"]
+    with pytest.raises(ValueError, match=r"head 4 out of range: .* heads 0\.\.3"):
+        sweep_heads(a, TEXTS[:1], "loss", heads=[(0, 4)])
+    with pytest.raises(ValueError, match=r"layer 2 out of range: .* layers 0\.\.1"):
+        sweep_heads(a, TEXTS[:1], "loss", heads=[(2, 0)])
+    with pytest.raises(ValueError, match="unknown ablation mode 'random'"):
+        sweep_heads(a, TEXTS[:1], "loss", mode="random")
+
+
+def test_mean_mode_with_too_few_examples_warns(lm_models):
+    with pytest.warns(UserWarning, match="only 2 example"):
+        sweep_heads(lm_models["gpt2"], TEXTS[:2], "loss", mode="mean", heads=[(0, 0)])
+
+
+def test_callable_metric(lm_models):
+    a = lm_models["gpt2"]
+
+    def last_logit_norm(outputs, batch):
+        return outputs.logits[:, -1].norm(dim=-1)
+
+    fast = sweep_heads(a, TEXTS[:3], last_logit_norm, batch_size=2)
+    slow = sweep_heads_naive(a, TEXTS[:3], last_logit_norm, batch_size=2)
+    assert fast.table["metric"].iloc[0] == "last_logit_norm"
+    np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-4)
+    with pytest.raises(ValueError, match="must return a tensor"):
+        sweep_heads(a, TEXTS[:2], lambda o, b: o.logits, batch_size=2)
+
+
+# ---- importance ---------------------------------------------------------------------
+def test_gradient_importance_equals_per_example_finite_differences(lm_models):
+    a = lm_models["gpt2"]
+    a.model.double()
+    try:
+        res = gradient_importance(a, TEXTS[:2], "loss", batch_size=2)
+        metric = get_metric("loss", a)
+        chunks = prepare(a, as_corpus(TEXTS[:2]), metric, batch_size=1)
+        fd = np.zeros((2, 4))
+        eps = 1e-4
+        for ch in chunks:
+            for l in range(2):
+                for h in range(4):
+                    vals = []
+                    for s in (1 + eps, 1 - eps):
+                        g = torch.ones(2, 4, dtype=torch.float64)
+                        g[l, h] = s
+                        with torch.no_grad(), HeadGates(a, g):
+                            vals.append(float(metric.score(metric.forward(a, ch.batch), ch.batch).double()))
+                    fd[l, h] += abs(vals[0] - vals[1]) / (2 * eps) / 2
+    finally:
+        a.model.float()
+    np.testing.assert_allclose(res.raw, fd, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(np.linalg.norm(res.scores, axis=1), 1.0, rtol=1e-5)
+
+
+def test_drift_gradient_is_degenerate_and_ig_is_complete(lm_models):
+    a = lm_models["bert"]
+    with pytest.raises(ValueError, match="use method 'ig'"):
+        gradient_importance(a, TEXTS[:2], "embedding-drift")
+    res = head_importance(a, TEXTS[:3], "embedding-drift", "auto", n_steps=24, batch_size=2)
+    assert res.method == "ig"
+    # completeness: attributions sum to f(ξ=1) − f(ξ=0) = 0 − drift with every head off
+    metric = get_metric("embedding-drift", a)
+    chunks = prepare(a, as_corpus(TEXTS[:3]), metric, batch_size=8)
+    with torch.no_grad(), HeadGates(a, torch.zeros(2, 4)):
+        off = metric.score(metric.forward(a, chunks[0].batch), chunks[0].batch, chunks[0].reference).mean()
+    assert float(off) > 1e-3
+    assert res.raw.sum() == pytest.approx(-float(off), rel=1e-2)
+    assert res.delta < 1e-2 * float(off)
+    frame = res.to_frame()
+    assert list(frame.columns[:5]) == ["layer", "head", "importance", "raw", "rank"]
+    assert frame.loc[frame["importance"].idxmax(), "rank"] == 1
+
+
+def test_ig_loss_importance_completeness(lm_models):
+    a = lm_models["gpt2"]
+    res = ig_importance(a, TEXTS[:2], "loss", n_steps=24, batch_size=2)
+    metric = get_metric("loss", a)
+    ch = prepare(a, as_corpus(TEXTS[:2]), metric, batch_size=2)[0]
+    with torch.no_grad(), HeadGates(a, torch.zeros(2, 4)):
+        off = metric.score(metric.forward(a, ch.batch), ch.batch).mean()
+    assert res.raw.sum() == pytest.approx(float(ch.clean.mean() - off), abs=2e-3)
+
+
+# ---- pruning ------------------------------------------------------------------------
+def test_pruning_curve_shape_and_ends(lm_models):
+    a = lm_models["gpt2"]
+    res = pruning_curve(a, TEXTS[:3], "loss", method="gradient", step_fraction=0.25, batch_size=3)
+    t = res.table
+    assert set(t["order"]) == {"importance", "random"}
+    imp = t[t["order"] == "importance"]
+    assert imp["n_pruned"].tolist() == [0, 2, 4, 6, 8]
+    # both orders start from the clean model and end with every head off
+    for order in ("importance", "random"):
+        o = t[t["order"] == order]
+        assert o["delta"].iloc[0] == pytest.approx(0.0, abs=1e-6)
+    assert imp["value"].iloc[-1] == pytest.approx(t[t["order"] == "random"]["value"].iloc[-1], abs=1e-5)
+    # each head pruned exactly once
+    pruned = " ".join(imp["pruned"]).split()
+    assert sorted(pruned) == sorted(f"{l}:{h}" for l in range(2) for h in range(4))
+    assert res.prunable(float("inf")) == 8
+    assert res.prunable(-1.0) == 0
+
+
+# ---- CLI ----------------------------------------------------------------------------
+def test_cli_ablate_writes_csv_and_figure(tmp_path):
+    from click.testing import CliRunner
+
+    import pandas as pd
+
+    from probe.cli.ablation import ablate_cmd
+
+    r = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--text", TEXTS[1], "--metric", "embedding-drift",
+                                        "--layers", "5", "--n-boot", "50", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    t = pd.read_csv(tmp_path / "ablation.csv")
+    assert list(t.columns) == ["layer", "head", "mode", "metric", "clean", "ablated", "delta", "ci_low", "ci_high"]
+    assert len(t) == 12 and (t["layer"] == 5).all() and (t["delta"] > 0).all()
+    assert (tmp_path / "ablation.png").stat().st_size > 0
+    bad = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--metric", "loss", "--out", str(tmp_path)])
+    assert bad.exit_code != 0 and "metrics that apply: embedding-drift" in bad.output
+
+
+# ---- the bundled model on EWT ---------------------------------------------------------
+@pytest.mark.slow
+def test_minilm_ewt_sweep_drift(minilm, ewt_dev):
+    from probe.inputs import load_corpus
+
+    corpus = load_corpus(conllu=str(ewt_dev), limit=8)
+    res = sweep_heads(minilm, corpus, "embedding-drift", "zero", batch_size=8)
+    t = res.table
+    assert res.path == "layer-restart" and len(t) == 72
+    # drift is non-negative, bounded, and the CI brackets the mean
+    assert (t["delta"] >= 0).all() and (t["delta"] < 1).all()
+    assert ((t["ci_low"] <= t["delta"] + 1e-12) & (t["delta"] <= t["ci_high"] + 1e-12)).all()
+    # single heads matter little for most of the model (Michel et al. 2019)
+    assert t["delta"].median() < 0.05
+
+
+# ---- the zoo ----------------------------------------------------------------------------
+def _zoo(task):
+    from models import load_model
+
+    try:
+        return load_model(f"zoo:{task}")
+    except ValueError as exc:
+        pytest.skip(f"zoo:{task} not available: {exc}")
+
+
+def _prev_token_attention(adapter, texts):
+    """[layer, head] mean attention from token i to token i−1 (word positions)."""
+    from probe.capture import capture
+
+    tot, n = 0, 0
+    for m in capture(adapter, texts, batch_size=64):
+        a = m.attentions.float()  # [layer, head, q, k]
+        idx = torch.arange(2, a.shape[-1] - 1)  # word tokens after the first ([CLS] w0 … [SEP])
+        tot = tot + a[:, :, idx, idx - 1].sum(-1)
+        n += idx.numel()
+    return tot / n
+
+
+@pytest.mark.slow
+def test_zoo_prev_token_head_ablation_hurts_most():
+    """The head that attends i → i−1 is the one whose ablation costs accuracy.
+
+    Measured on the committed model (200 examples): ablating head 0.1 drops accuracy
+    99.7 → 87.7 (zero) / 83.8 (mean); head 0.0 costs 1.2 points. The model solves the
+    task partly without its previous-token head, so accuracy does not fall to chance.
+    """
+    from probe.inputs import load_corpus
+
+    a = _zoo("prev-token")
+    corpus = load_corpus(model="zoo:prev-token", limit=200)
+    res = sweep_heads(a, corpus, "accuracy", "zero", batch_size=50)
+    t = res.table.sort_values("delta")
+    prev = _prev_token_attention(a, list(corpus.texts[:100]))
+    doer = divmod(int(prev.flatten().argmax()), a.n_heads)
+    assert prev.max() > 0.5
+    assert (t["layer"].iloc[0], t["head"].iloc[0]) == doer
+    assert t["clean"].iloc[0] > 95
+    assert t["delta"].iloc[0] < -10 and t["ci_high"].iloc[0] < -5
+    assert abs(t["delta"].iloc[0]) > 5 * t["delta"].iloc[1:].abs().median()
