@@ -49,7 +49,7 @@ def prev_map(s, layers=1, heads=1):
 
 @pytest.fixture(scope="module")
 def ewt_sentences(ewt_dev):
-    return read_conllu(ewt_dev, limit=150)
+    return read_conllu(ewt_dev, limit=80)
 
 
 # ---- word level ----------------------------------------------------------------------
@@ -227,3 +227,61 @@ def test_split_by_sentence_is_disjoint_and_refuses_tiny_corpora():
     assert len(te) == 3 and not set(tr) & set(te) and len(tr) + len(te) == 10
     with pytest.raises(ValueError, match="cannot be split"):
         split_by_sentence(1, 0.2)
+
+
+# ---- the real model on real data, and the CLI ------------------------------------------------
+@pytest.mark.slow
+def test_minilm_on_ewt_has_syntactic_heads(minilm, ewt_sentences, tmp_path):
+    from analyses.syntax_run import run_syntax
+
+    result = run_syntax(minilm, ewt_sentences[:80], tree_limit=15, probe_limit=80)
+    best = result.relations.with_all().best(min_count=20).set_index(["relation", "direction"])
+    # Clark et al. (2019): det, obj and aux heads far above their best fixed offset
+    for rel in ("det", "obj", "aux"):
+        row = best.loc[(rel, "dep_to_head")]
+        assert row.accuracy > row.baseline_accuracy + 0.1, (rel, row.to_dict())
+    trees = result.trees.set_index("source")
+    assert trees.loc["head", "uas"].max() > trees.loc["right_branching", "uas"]
+    assert result.probe["uas_test"] > result.probe["right_branching_uas_test"] + 0.1
+    # every non-root word of every evaluated sentence is counted once per relation table
+    evaluated = [s for i, s in enumerate(ewt_sentences[:80]) if i not in set(result.skipped.to_frame()["index"])]
+    assert result.relations.counts.sum() == sum(sum(h > 0 for h in s.heads) for s in evaluated)
+
+
+def test_syntax_cli_writes_every_output(tmp_path, ewt_dev):
+    import json
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from probe.cli.syntax import syntax_cmd
+
+    out = tmp_path / "out"
+    res = CliRunner().invoke(syntax_cmd, ["--conllu", str(ewt_dev), "--limit", "12", "--min-count", "3",
+                                          "--tree-limit", "3", "--probe-limit", "12", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rel = pd.read_csv(out / "relations.csv")
+    assert list(rel.columns[:6]) == ["relation", "direction", "layer", "head", "accuracy", "hits"]
+    assert len(rel) == rel.relation.nunique() * 2 * 6 * 12
+    best = pd.read_csv(out / "best.csv")
+    assert {"baseline_offset", "baseline_accuracy", "count", "flagged"} <= set(best.columns)
+    assert (out / "trees.csv").exists() and (out / "relations_heatmap.png").stat().st_size > 1000
+    assert 0 <= json.loads((out / "probe.json").read_text())["uas_test"] <= 1
+
+
+def test_syntax_cli_bad_inputs(tmp_path, ewt_dev):
+    from click.testing import CliRunner
+
+    from probe.cli.syntax import syntax_cmd
+
+    bad = tmp_path / "bad.conllu"
+    bad.write_text("# text = a b\n1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n2\tb\t_\tX\t_\t_\t1\n")
+    res = CliRunner().invoke(syntax_cmd, ["--conllu", str(bad), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and f"{bad}:3" in res.output
+    empty = tmp_path / "empty.conllu"
+    empty.write_text("\n")
+    res = CliRunner().invoke(syntax_cmd, ["--conllu", str(empty), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "no sentence" in res.output
+    res = CliRunner().invoke(syntax_cmd, ["--conllu", str(ewt_dev), "--limit", "3", "--relations", "nmod:tmod",
+                                          "--tree-limit", "0", "--probe-limit", "0", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "no 'nmod:tmod' relation" in res.output
