@@ -11,7 +11,8 @@ SAMPLE_CONLLU = Path(__file__).with_name("sample") / "sample.conllu"
 
 
 def sample_corpus(limit: Optional[int] = None):
-    """The bundled sample as a :class:`probe.inputs.Corpus` (with treebank words).
+    """The bundled sample as a :class:`probe.inputs.Corpus` (with treebank words); its
+    ``source`` is the file's path, so analyses that re-read the treebank find it.
 
     Raises:
         ValueError: a non-positive ``limit``; the sample missing from the installation.
@@ -20,7 +21,4 @@ def sample_corpus(limit: Optional[int] = None):
 
     if not SAMPLE_CONLLU.exists():
         raise ValueError(f"the bundled sample {SAMPLE_CONLLU} is missing: reinstall attention-probe")
-    corpus = load_corpus(conllu=str(SAMPLE_CONLLU), limit=limit)
-    from dataclasses import replace
-
-    return replace(corpus, source="bundled sample (24 hand-annotated sentences)")
+    return load_corpus(conllu=str(SAMPLE_CONLLU), limit=limit)

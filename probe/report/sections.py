@@ -2,8 +2,9 @@
 
 A :class:`Section` names the analysis modules it imports and the inputs it needs; the
 runner (:func:`run_sections`) marks it *skipped* with the reason when a module is not
-importable or an input is missing, and *failed* (with the error, logged with its
-traceback) when the analysis raised — the report is built in every case. A section's
+importable, an input is missing or the analysis refused its input (``ValueError``, the
+project's bad-input error), and *failed* (with the error, logged with its traceback)
+when the analysis raised anything else — the report is built in every case. A section's
 ``run`` returns a :class:`SectionResult`: tidy tables (written as CSV) and, optionally,
 one row per ``(layer, head)`` of facts shown on the head pages and used by the verdict.
 
@@ -175,7 +176,9 @@ def run_sections(ctx, sections, strict: bool = False, progress=None) -> list:
             progress(sec.name)
         try:
             result = sec.run(ctx)
-        except SkipSection as exc:
+        except (SkipSection, ValueError) as exc:
+            # ValueError is the analyses' "this input does not allow it" (too few
+            # sentences, no applicable metric…): a skip with the analysis' own reason
             outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", str(exc),
                                            time.perf_counter() - t0))
             continue

@@ -65,10 +65,8 @@ def best_relation_per_head(relations, baselines, min_count: int):
 # ---- ablation (issue 7) ----------------------------------------------------------------
 def _run_ablation(ctx) -> SectionResult:
     from analyses.ablation import sweep_heads
-    from analyses.metrics import applicable_metrics
 
-    metrics = applicable_metrics(ctx.adapter, ctx.corpus)
-    metric = "loss" if "loss" in metrics else metrics[0]
+    metric = _metric(ctx)
     res = sweep_heads(ctx.adapter, ctx.corpus, metric=metric, mode="zero")
     t = res.table
     per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
@@ -78,6 +76,56 @@ def _run_ablation(ctx) -> SectionResult:
                          notes=[f"zero-ablation of each head alone, metric {metric} ({res.path}); "
                                 f"{sig} of {len(t)} heads change it with a 95% CI excluding 0"],
                          summary={"metric": metric, "path": res.path, "significant_heads": sig})
+
+
+# ---- importance (issue 7) --------------------------------------------------------------
+def _metric(ctx) -> str:
+    from analyses.metrics import applicable_metrics
+
+    metrics = applicable_metrics(ctx.adapter, ctx.corpus)
+    return "loss" if "loss" in metrics else metrics[0]
+
+
+def _run_importance(ctx) -> SectionResult:
+    from analyses.importance import head_importance
+
+    res = head_importance(ctx.adapter, ctx.corpus, metric=_metric(ctx))
+    t = res.to_frame()
+    per_head = t[["layer", "head", "importance", "rank"]].rename(columns={"rank": "importance_rank"})
+    per_head = per_head.assign(importance_of=len(t), importance_method=res.method)
+    return SectionResult(tables={"importance": t}, per_head=per_head,
+                         notes=[f"head importance by {res.method} over head gates, metric {res.metric}, "
+                                "normalised per layer (Michel et al. 2019)"])
+
+
+# ---- faithfulness (issue 8) ------------------------------------------------------------
+#: settings of the report's faithfulness run (smaller than ``probe faithfulness``')
+FAITH = dict(methods=("ig",), attention_methods=("attention",), n_steps=8, n_permutations=1,
+             max_examples=16)
+
+
+def faithfulness_target(ctx) -> str:
+    """``logit`` for models with a classifier head (zoo), ``probe:subject-number`` for the
+    sentence model on a treebank; :class:`SkipSection` otherwise."""
+    if str(ctx.adapter.name).startswith("zoo:") or ctx.corpus.examples:
+        return "logit"
+    if ctx.corpus.sentences:
+        return "probe:subject-number"
+    raise SkipSection("no target to explain: the sentence model needs a treebank (--conllu) for its probe")
+
+
+def _run_faithfulness(ctx) -> SectionResult:
+    from analyses.faithfulness import run_faithfulness
+
+    rep = run_faithfulness(ctx.adapter, ctx.corpus, faithfulness_target(ctx), **FAITH)
+    v = rep.verdict
+    ref = v.attrs.get("reference", "ig")
+    per_head = v.rename(columns={c: f"faith_{c}" for c in v.columns if c not in ("layer", "head")})
+    return SectionResult(tables={"verdict": v, "agreement": rep.agreement.summary}, per_head=per_head,
+                         notes=[f"attention vs {ref} attributions (Kendall τ) and head permutations "
+                                f"(Jain & Wallace 2019) on {rep.info.get('n_examples')} examples, target "
+                                f"{rep.info.get('target')}"],
+                         summary={k: v for k, v in rep.info.items() if k in ("target", "n_examples", "ig_completeness")})
 
 
 # ---- roles (issue 4) -------------------------------------------------------------------
@@ -130,6 +178,10 @@ register_section(Section("syntax", "Syntactic relations against positional basel
                          modules=("analyses.syntax",), needs=("treebank",)))
 register_section(Section("ablation", "Ablation: does the model need the head?", _run_ablation,
                          modules=("analyses.ablation", "analyses.metrics"), needs=("model",)))
+register_section(Section("importance", "Importance (head gates)", _run_importance,
+                         modules=("analyses.importance", "analyses.metrics"), needs=("model",)))
+register_section(Section("faithfulness", "Faithfulness: attention vs attributions", _run_faithfulness,
+                         modules=("analyses.faithfulness",), needs=("model",)))
 register_section(Section("roles", "Head roles", _run_roles, modules=("analyses.roles",)))
 register_section(Section("rollout", "Rollout and flow", _run_rollout,
                          modules=("analyses.rollout", "analyses.flow")))
