@@ -47,11 +47,11 @@ class Sentence:
         return len(self.words)
 
 
-def read_text_file(path) -> list[str]:
-    """Non-blank lines of a UTF-8 text file, one example per line.
+def read_utf8(path) -> str:
+    """The text of a UTF-8 file.
 
     Raises:
-        ValueError: unreadable file, not UTF-8 (with the byte offset), or no lines.
+        ValueError: unreadable file, or not UTF-8 (with the byte offset).
     """
     p = Path(path)
     try:
@@ -59,9 +59,19 @@ def read_text_file(path) -> list[str]:
     except OSError as exc:
         raise ValueError(f"cannot read {p}: {exc.strerror}") from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{p} is not UTF-8 (bad byte at offset {exc.start}); convert it with iconv") from None
+
+
+def read_text_file(path) -> list[str]:
+    """Non-blank lines of a UTF-8 text file, one example per line.
+
+    Raises:
+        ValueError: unreadable file, not UTF-8 (with the byte offset), or no lines.
+    """
+    p = Path(path)
+    text = read_utf8(p)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         raise ValueError(f"{p} is empty: give one sentence per line")
@@ -97,14 +107,7 @@ def read_conllu(path, limit: Optional[int] = None) -> list[Sentence]:
     import conllu
 
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read {p}: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{p} is not UTF-8 (bad byte at offset {exc.start})") from None
+    text = read_utf8(p)
     _validate(text, str(p))
     start_lines = _sentence_start_lines(text)
     out = []
