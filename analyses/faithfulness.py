@@ -48,8 +48,10 @@ def verdict_table(agree: Agreement, perm: Optional[PermutationEffects] = None,
     when no permutation was run.
 
     Returns:
-        DataFrame ``layer, head, tau_mean, tau_significant, rho_mean, tvd_median,
-        share_unchanged, top1_rate, mean_rank, verdict``.
+        DataFrame ``layer, head, tau_<ref>, tau_<ref>_significant, rho_<ref>, tvd_median,
+        tvd_mean, abs_delta_median, share_unchanged, top1_rate, mean_rank, verdict``. A
+        saturated classifier can show a tiny median TVD while a few examples flip: read
+        ``tvd_mean`` and ``share_unchanged`` beside the verdict.
     """
     s = agree.summary
     s = s[(s["method"] == "attention") & (s["head"] >= 0)]
@@ -59,7 +61,8 @@ def verdict_table(agree: Agreement, perm: Optional[PermutationEffects] = None,
     t = t.rename(columns={"tau_mean": f"tau_{reference}", "tau_significant": f"tau_{reference}_significant",
                           "rho_mean": f"rho_{reference}"})
     if perm is not None:
-        t = t.merge(perm.summary[["layer", "head", "tvd_median", "share_unchanged"]], on=["layer", "head"], how="left")
+        t = t.merge(perm.summary[["layer", "head", "tvd_median", "tvd_mean", "abs_delta_median",
+                                    "share_unchanged"]], on=["layer", "head"], how="left")
     if truth is not None:
         g = truth.summary
         g = g[(g["method"] == "attention") & (g["head"] >= 0)][["layer", "head", "top1_rate", "mean_rank"]]
@@ -230,6 +233,7 @@ def run_faithfulness(
                  "skipped": corpus.skipped, "agreement_skipped_short": agree.skipped})
     if "ig" in methods:
         rel = attrs.completeness()["relative_error"]
-        info["ig_completeness"] = {"median_relative_error": float(rel.median()), "max_relative_error": float(rel.max())}
+        info["ig_completeness"] = {"median_relative_error": float(rel.median()), "max_relative_error": float(rel.max()),
+                                   "share_within_1pct": float((rel < 0.01).mean())}
     return FaithfulnessReport(attributions=attrs, agreement=agree, permutation=perm, ground_truth=truth,
                               verdict=verdict, info=info)
