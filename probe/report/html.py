@@ -18,7 +18,7 @@ body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto
  color:#222;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table.kv td{padding:2px 10px 2px 0;vertical-align:top}table.kv td:first-child{color:#666}
-table.data{border-collapse:collapse;font-size:.9em}table.data td,table.data th{border:1px solid #ddd;
+table.data{border-collapse:collapse;font-size:.9em;display:block;overflow-x:auto;max-width:100%}table.data td,table.data th{border:1px solid #ddd;
  padding:2px 6px;text-align:right}table.data th{background:#f4f4f4}
 table.grid{border-collapse:separate;border-spacing:3px}table.grid th{font-weight:normal;color:#666;
  font-size:.85em}

@@ -145,17 +145,13 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
         nav.append(link(head_file(*order[i + 1]), "L{}H{} →".format(*order[i + 1])))
     parts = [f"<nav>{''.join(nav)}</nav><h1>Layer {layer}, head {head}</h1>",
              f"<p class=\"verdict\">{esc(data.verdicts[(layer, head)])}</p>"]
-    sym, why = importance_mark(data.flat_facts(layer, head), n_total)
+    flat = data.flat_facts(layer, head)
+    if flat.get("role"):
+        parts.append(f"<p>role: <b>{esc(flat['role'])}</b> (confidence {esc(fmt(flat.get('confidence')))}) — "
+                     f"{esc(flat.get('decided_by', ''))}</p>")
+    sym, why = importance_mark(flat, n_total)
     if why:
         parts.append(f"<p>{esc(sym)} {esc(why)}</p>")
-    parts.append("<h2>Evidence</h2>")
-    for o in data.outcomes:
-        facts = data.facts.get((layer, head), {}).get(o.name)
-        if o.status == "ran" and facts:
-            parts.append(f"<h3>{esc(o.title)}</h3>{kv_table(facts)}")
-        elif o.status != "ran":
-            parts.append(f"<p class=\"muted\">{esc(o.title)}: <span class=\"{esc(o.status)}\">{esc(o.status)}"
-                         f"</span> — {esc(o.reason)}</p>")
     parts.append("<h2>Representative sentences</h2>")
     for ex, png in figures:
         m = ctx.maps[ex]
@@ -164,6 +160,14 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
                      f"<figcaption>heatmap (rows attend to columns)</figcaption></figure>"
                      f"<figure>{line_view_svg(m, layer, head)}<figcaption>line view (weights ≥ 0.05)"
                      f"</figcaption></figure>")
+    parts.append("<h2>Evidence</h2>")
+    for o in data.outcomes:
+        facts = data.facts.get((layer, head), {}).get(o.name)
+        if o.status == "ran" and facts:
+            parts.append(f"<h3>{esc(o.title)}</h3>{kv_table(facts)}")
+        elif o.status != "ran":
+            parts.append(f"<p class=\"muted\">{esc(o.title)}: <span class=\"{esc(o.status)}\">{esc(o.status)}"
+                         f"</span> — {esc(o.reason)}</p>")
     rep = ctx.representatives[0]
     view = HeadView(ctx.maps[rep], layers=[layer], heads=[head],
                     title=f"example {rep}").fragment(include_script=False)

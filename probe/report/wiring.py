@@ -139,6 +139,8 @@ def _run_roles(ctx) -> SectionResult:
 
     syntax = ctx.results.get("syntax")
     best = syntax.tables.get("best") if syntax else None
+    if best is not None:  # the pooled "all" and punct are not evidence of a syntactic head
+        best = best[~best["relation"].isin(SYNTAX_EXCLUDED)]
     roles = head_roles(ctx.maps, syntax=best)
     cols = [c for c in ROLE_FACTS if c in roles.columns]
     counts = role_counts(roles)
