@@ -118,6 +118,15 @@ def _check_evidence(table: Optional[pd.DataFrame], name: str) -> Optional[pd.Dat
         return None
     if not isinstance(table, pd.DataFrame):
         raise ValueError(f"{name} must be a pandas DataFrame with columns {list(SYNTAX_COLUMNS)}")
+    table = table.copy()
+    if name == "coreference" and "baseline_accuracy" not in table.columns:
+        # analyses.coref's best(): setting, layer, head, accuracy, nearest_mention,
+        # nearest_agreeing, count — the stronger baseline is the one to beat
+        bases = [c for c in ("nearest_mention", "nearest_agreeing") if c in table.columns]
+        if bases:
+            table["baseline_accuracy"] = table[bases].max(axis=1)
+    if "relation" not in table.columns and "setting" in table.columns:
+        table["relation"] = table["setting"]
     missing = [c for c in ("relation", "layer", "head", "accuracy", "baseline_accuracy", "count")
                if c not in table.columns]
     if missing:
@@ -173,7 +182,10 @@ def assign_roles(features: pd.DataFrame, thresholds: Optional[RoleThresholds] = 
             ``relation, direction, layer, head, accuracy, baseline_offset,
             baseline_accuracy, count``; accuracy as percent or fraction). Rows whose
             relation is ``coref``/``coreference`` count as coreference evidence.
-        coreference: optional table of the same shape, all rows coreference evidence.
+        coreference: optional table of the same shape, all rows coreference evidence;
+            :meth:`analyses.coref.CorefAccuracy.best` 's table (``setting, layer, head,
+            accuracy, nearest_mention, nearest_agreeing, count``) is read too, the
+            stronger of its two baselines being the one to beat.
 
     Returns:
         ``DataFrame`` ``layer, head, role, confidence, decided_by, also`` then every

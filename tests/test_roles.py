@@ -180,6 +180,14 @@ def test_syntax_evidence_labels_heads():
     assert assign_roles(feats, syntax=frac).role.tolist() == roles.role.tolist()
     loose = assign_roles(feats, RoleThresholds(syntactic_margin=5), syntax=syntax)
     assert role_of(loose, 0, 2).role == "syntactic (amod)"
+    # analyses.coref's best() table: the stronger baseline must be beaten by 10 points
+    coref = pd.DataFrame([dict(setting="same_sentence", layer=0, head=0, accuracy=0.65, nearest_mention=0.27,
+                               nearest_agreeing=0.52, count=400),
+                          dict(setting="earlier_sentence", layer=0, head=1, accuracy=0.60, nearest_mention=0.27,
+                               nearest_agreeing=0.52, count=400)])
+    with_coref = assign_roles(feats, coreference=coref)
+    assert role_of(with_coref, 0, 0).role == "coreference" and "nearest" not in role_of(with_coref, 0, 0).also
+    assert role_of(with_coref, 0, 1).role == "broad"  # 60 vs 52: +8 points only
     counts = role_counts(roles)
     assert counts.heads.sum() == 5 and dict(zip(counts.role, counts.heads))["syntactic"] == 1
 
