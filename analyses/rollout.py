@@ -10,8 +10,8 @@ Definitions (see REFERENCES.md):
 
 A single row ``e_iᵀ Â_L ⋯ Â_1`` is computed as ``L`` vector × matrix products,
 ``O(L·n²)``, not as the ``O(L·n³)`` chain of matrix products. Many examples of different
-lengths are rolled out together (:func:`rollout_batch`): they are bucketed by length and
-padded with identity rows, which leave the real block of the product unchanged.
+lengths are rolled out together (:func:`rollout_batch`): examples of equal length are
+stacked and rolled out with batched matmuls.
 
 For causal (decoder) attention the maps are lower-triangular; so is every product of
 them, hence rollout never moves mass from a future token (checked in the tests).
@@ -69,18 +69,20 @@ def validate_attention(a: torch.Tensor, *, name: str = "attention", causal: bool
         )
     if a.numel() == 0:
         return
-    if not torch.isfinite(a).all():
+    sums = a.sum(-1, dtype=torch.float64)  # NaN/inf anywhere in a row shows in its sum
+    if not torch.isfinite(sums).all():
         raise ValueError(f"{name} contains NaN or infinite values")
-    if (a < -1e-6).any():
-        raise ValueError(f"{name} has negative entries (min {a.min().item():.3g}); pass probabilities")
-    off = (a.double().sum(-1) - 1).abs().max().item()
+    low = a.amin().item()
+    if low < -1e-6:
+        raise ValueError(f"{name} has negative entries (min {low:.3g}); pass probabilities")
+    off = (sums - 1).abs().max().item()
     if off > ROW_TOL:
         raise ValueError(
             f"{name} rows must sum to 1 over keys (worst row off by {off:.3g}); pass "
             "softmax probabilities, not scores"
         )
     if causal:
-        future = torch.triu(a.double(), diagonal=1).abs().max().item()
+        future = torch.triu(a, diagonal=1).abs().max().item()
         if future > 1e-6:
             raise ValueError(
                 f"{name} is declared causal but puts up to {future:.3g} on future keys"
@@ -205,14 +207,15 @@ def rollout_batch(
     residual: float = 0.5,
     output_positions: Union[str, Sequence[Sequence[int]], None] = None,
     kind: str = "self",
-    bucket_size: int = 256,
+    bucket_size: int = 512,
     validate: bool = True,
 ) -> list:
     """Rollout of many examples of different lengths, batched in torch.
 
-    Examples are sorted by length, cut into buckets of ``bucket_size``, padded to the
-    bucket's longest example with identity rows (a padded position only feeds itself, so
-    the real block of every product is unchanged) and rolled out with batched matmuls.
+    Each example is validated and head-combined (one pass over its maps each); the
+    combined maps of equal length are stacked (at most ``bucket_size`` at a time) and
+    rolled out with batched matmuls. No padding: the work is that of the examples
+    themselves plus one set of batched calls per length.
 
     Args:
         examples: attention tensors ``[L, H, n_b, n_b]`` (same ``L`` and ``H``), or
@@ -222,7 +225,7 @@ def rollout_batch(
             ``kind="self"``, the last token for ``"causal"``); ``"all"`` = full matrices;
             or one sequence of positions per example.
         kind: ``"self"`` or ``"causal"`` (causal maps are also checked lower-triangular).
-        bucket_size: examples per padded batch.
+        bucket_size: most examples stacked at once (bounds memory).
         validate: check every example's maps.
 
     Returns:
@@ -230,62 +233,66 @@ def rollout_batch(
         ``"all"``).
 
     Raises:
-        ValueError: invalid maps, mismatched layer/head counts, bad positions.
+        ValueError: invalid maps (naming the example), mismatched layer/head counts, bad
+            positions.
     """
     if bucket_size < 1:
         raise ValueError("bucket_size must be at least 1")
-    combined = []
-    for b, ex in enumerate(examples):
-        if validate:
-            validate_attention(ex, name=f"example {b}", causal=kind == "causal")
-        c = combine_heads(ex, heads)
-        if c.dtype not in (torch.float32, torch.float64):
-            c = c.float()
-        combined.append(c)
-    if not combined:
+    examples = list(examples)
+    if not examples:
         return []
-    shapes = {c.shape[0] for c in combined}
+    lead = 3 if heads is None else 4
+    shapes = set()
+    for b, ex in enumerate(examples):
+        if not torch.is_tensor(ex) or ex.dim() != lead:
+            want = "[layer, query, key]" if heads is None else "[layer, head, query, key]"
+            raise ValueError(f"example {b} must be a {lead}-D tensor {want}")
+        shapes.add(tuple(ex.shape[:-2]))
     if len(shapes) != 1:
-        raise ValueError(f"all examples need the same number of layers; got {sorted(shapes)}")
-    dtype = torch.float64 if any(c.dtype == torch.float64 for c in combined) else torch.float32
-    lengths = [c.shape[-1] for c in combined]
+        raise ValueError(f"all examples need the same layer/head counts; got {sorted(shapes)}")
+    lengths = [ex.shape[-1] for ex in examples]
     full = isinstance(output_positions, str)
     if full and output_positions != "all":
         raise ValueError(f"output_positions must be None, 'all' or per-example lists; got {output_positions!r}")
     if output_positions is None or full:
         rows = [None if full else output_positions_for(n, None, kind=kind) for n in lengths]
     else:
-        if len(output_positions) != len(combined):
-            raise ValueError(
-                f"{len(output_positions)} position lists for {len(combined)} examples"
-            )
+        if len(output_positions) != len(examples):
+            raise ValueError(f"{len(output_positions)} position lists for {len(examples)} examples")
         rows = [output_positions_for(n, p) for n, p in zip(lengths, output_positions)]
-    order = sorted(range(len(combined)), key=lengths.__getitem__)
-    out: list = [None] * len(combined)
-    L = combined[0].shape[0]
-    for start in range(0, len(order), bucket_size):
-        idx = order[start : start + bucket_size]
-        N = max(lengths[b] for b in idx)
-        pad = torch.zeros(len(idx), L, N, N, dtype=dtype)
-        pad.diagonal(dim1=-2, dim2=-1).fill_(1.0)
-        for r, b in enumerate(idx):
-            n = lengths[b]
-            pad[r, :, :n, :n] = combined[b]
-        if full:
-            res = rollout(pad, heads=None, residual=residual, validate=False)
-            for r, b in enumerate(idx):
-                out[b] = res[r, : lengths[b], : lengths[b]]
-            continue
-        k = max(len(rows[b]) for b in idx)
-        sel = torch.zeros(len(idx), k, dtype=torch.long)  # padded rows read position 0
-        for r, b in enumerate(idx):
-            sel[r, : len(rows[b])] = torch.as_tensor(rows[b], dtype=torch.long)
-        a = residual_adjust(pad, residual)
-        v = torch.gather(a[:, L - 1], 1, sel[:, :, None].expand(-1, -1, N))
-        for l in range(L - 2, -1, -1):
-            v = torch.bmm(v, a[:, l])
-        for r, b in enumerate(idx):
-            out[b] = v[r, : len(rows[b]), : lengths[b]]
+    groups: dict = {}
+    for b, n in enumerate(lengths):
+        groups.setdefault(n, []).append(b)
+    out: list = [None] * len(examples)
+    L = next(iter(shapes))[0]
+    for n, members in groups.items():
+        for start in range(0, len(members), bucket_size):
+            idx = members[start : start + bucket_size]
+            parts = []
+            for b in idx:
+                if validate:
+                    validate_attention(examples[b], name=f"example {b}", causal=kind == "causal")
+                parts.append(combine_heads(examples[b], heads))
+            a = torch.stack(parts)
+            if a.dtype not in (torch.float32, torch.float64):
+                a = a.float()
+            a = residual_adjust(a, residual)
+            if full:
+                r = a[:, 0]
+                for l in range(1, L):
+                    r = torch.bmm(a[:, l], r)
+                for i, b in enumerate(idx):
+                    out[b] = r[i]
+                continue
+            k = max(len(rows[b]) for b in idx)
+            sel = torch.zeros(len(idx), k, dtype=torch.long)
+            for i, b in enumerate(idx):
+                sel[i, : len(rows[b])] = torch.as_tensor(rows[b], dtype=torch.long)
+            v = torch.gather(a[:, L - 1], 1, sel[:, :, None].expand(-1, -1, n))
+            for l in range(L - 2, -1, -1):
+                v = torch.bmm(v, a[:, l])
+            for i, b in enumerate(idx):
+                out[b] = v[i, : len(rows[b])]
     return out
 
 

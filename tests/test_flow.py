@@ -218,3 +218,44 @@ def test_cli_flow_bad_input_is_one_clear_line(tmp_path):
     assert res.exit_code == 2 and "0..0" in res.output
     res = runner.invoke(flow_cmd, ["-o", str(tmp_path / "o")])
     assert res.exit_code == 2 and "exactly one of --text" in res.output
+
+
+# ---- blank-out correlation (Abnar & Zuidema Table 1) on zoo:agreement -----------------
+
+
+@pytest.fixture(scope="module")
+def agreement():
+    from models import load_model
+
+    try:
+        return load_model("zoo:agreement")
+    except ValueError as exc:
+        pytest.skip(f"zoo:agreement is not available: {exc}")
+
+
+def test_blank_out_finds_the_subject_noun(agreement):
+    from analyses.blankout import blank_out_importance
+    from models.zoo import eval_examples
+
+    hits = 0
+    examples = eval_examples("agreement", n=20)
+    for e in examples:
+        imp, y = blank_out_importance(agreement, e["text"], e["label"])
+        assert y == e["label"]
+        hits += int(imp.argmax()) == e["evidence_word"] + 1  # +1: [CLS] comes first
+    assert hits >= 15
+
+
+def test_correlation_table_has_one_row_per_method_layer_and_closed_form_ranks():
+    from analyses.blankout import correlation_table, importance_correlations
+
+    a = previous_token(6, layers=2, heads=2)
+    a[:, :, 0] = torch.tensor([0.1, 0.5, 0.2, 0.1, 0.05, 0.05])  # [CLS] row
+    imp = np.array([0.0, 0.9, 0.2, 0.5, 0.1, 0.05])
+    special = torch.tensor([True, False, False, False, False, True])
+    per = importance_correlations([a], [imp], [special])
+    raw_words = per.query("method == 'raw' and positions == 'words' and layer == 1").rho.item()
+    # word ranks: attention 4,3,2,1 vs importance 4,2,3,1 -> ρ = 1 − 6·2/(4·15) = 0.8
+    assert raw_words == pytest.approx(0.8)
+    table = correlation_table(per)
+    assert len(table) == 2 * 3 * 2  # positions × methods × layers

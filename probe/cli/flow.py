@@ -163,4 +163,49 @@ def flow_cmd(model, device, text, store_dir, example, out, verbose, residual, he
     click.echo("wrote " + ", ".join(str(f) for f in files))
 
 
-COMMANDS = [rollout_cmd, flow_cmd]
+@click.command("flow-correlation")
+@model_option
+@click.option("--examples", "n_examples", type=click.IntRange(min=3), default=1000, show_default=True,
+              help="held-out examples of the zoo task (its evaluation set)")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@click.option("-v", "--verbose", is_flag=True)
+@user_errors
+def flow_correlation_cmd(model, n_examples, out, verbose):
+    """Spearman ρ of raw attention, rollout and flow with blank-out importance, per
+    layer (Abnar & Zuidema 2020, Table 1), for a zoo sequence classifier."""
+    setup_logging(verbose)
+    if not model.startswith("zoo:"):
+        raise click.BadParameter("needs a zoo classifier, e.g. zoo:agreement", param_hint="--model")
+    from tqdm.auto import tqdm
+
+    from analyses.blankout import blank_out_importance, correlation_table, importance_correlations
+    from models import load_model
+    from models.zoo import eval_examples
+    from probe.capture import capture
+
+    adapter = load_model(model)
+    examples = eval_examples(model.split(":", 1)[1], n=n_examples)
+    texts = [e["text"] for e in examples]
+    maps = capture(adapter, texts, batch_size=64)
+    imps = [blank_out_importance(adapter, e["text"], e.get("label"))[0]
+            for e in tqdm(examples, desc="blank-out", disable=not verbose)]
+    per_example = importance_correlations([m.attentions for m in maps], imps,
+                                          [m.special_mask for m in maps])
+    table = correlation_table(per_example)
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    per_example.to_csv(d / "flow_correlation_examples.csv", index=False)
+    table.to_csv(d / "flow_correlation.csv", index=False)
+    (d / "flow_correlation.json").write_text(table.to_json(orient="records", indent=1))
+    for pos in ("all", "words"):
+        t = table[table.positions == pos]
+        click.echo(f"positions: {pos} (Spearman ρ with blank-out, mean ± std over {len(examples)} examples)")
+        for method in ("raw", "rollout", "flow"):
+            r = t[t.method == method]
+            click.echo(f"  {method:<8}" + "  ".join(f"L{int(x.layer)} {x['mean']:+.2f} ± {x['std']:.2f}"
+                                                  for _, x in r.iterrows()))
+    click.echo(f"wrote {d / 'flow_correlation.csv'}, {d / 'flow_correlation.json'}, "
+               f"{d / 'flow_correlation_examples.csv'}")
+
+
+COMMANDS = [rollout_cmd, flow_cmd, flow_correlation_cmd]
