@@ -20,6 +20,21 @@ FLOW_EXAMPLES = 3
 FLOW_MAX_TOKENS = 48
 
 
+#: most examples the sections that run the live model (ablation, importance) use; the
+#: analyses over captured maps (roles, syntax) use the whole corpus
+MODEL_EXAMPLES = 256
+
+
+def model_corpus(ctx):
+    """``(corpus, note)``: the first :data:`MODEL_EXAMPLES` examples for the sections that
+    run the model once per head, and a note saying so when the corpus was cut."""
+    n = len(ctx.corpus)
+    if n <= MODEL_EXAMPLES:
+        return ctx.corpus, ""
+    return (ctx.corpus.subset(range(MODEL_EXAMPLES), reason="beyond the report's model-run limit"),
+            f" on the first {MODEL_EXAMPLES} of {n} examples")
+
+
 # ---- syntax (issue 6) ------------------------------------------------------------------
 #: fewest instances of a relation for it to be named on a head page (Clark et al. report
 #: relations with many instances; the bundled sample is small, so the floor is low)
@@ -67,13 +82,14 @@ def _run_ablation(ctx) -> SectionResult:
     from analyses.ablation import sweep_heads
 
     metric = _metric(ctx)
-    res = sweep_heads(ctx.adapter, ctx.corpus, metric=metric, mode="zero")
+    corpus, cut = model_corpus(ctx)
+    res = sweep_heads(ctx.adapter, corpus, metric=metric, mode="zero")
     t = res.table
     per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
         columns={c: f"ablation_{c}" for c in ("metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high")})
     sig = int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum())
     return SectionResult(tables={"ablation": t}, per_head=per_head,
-                         notes=[f"zero-ablation of each head alone, metric {metric} ({res.path}); "
+                         notes=[f"zero-ablation of each head alone{cut}, metric {metric} ({res.path}); "
                                 f"{sig} of {len(t)} heads change it with a 95% CI excluding 0"],
                          summary={"metric": metric, "path": res.path, "significant_heads": sig})
 
@@ -89,12 +105,13 @@ def _metric(ctx) -> str:
 def _run_importance(ctx) -> SectionResult:
     from analyses.importance import head_importance
 
-    res = head_importance(ctx.adapter, ctx.corpus, metric=_metric(ctx))
+    corpus, cut = model_corpus(ctx)
+    res = head_importance(ctx.adapter, corpus, metric=_metric(ctx))
     t = res.to_frame()
     per_head = t[["layer", "head", "importance", "rank"]].rename(columns={"rank": "importance_rank"})
     per_head = per_head.assign(importance_of=len(t), importance_method=res.method)
     return SectionResult(tables={"importance": t}, per_head=per_head,
-                         notes=[f"head importance by {res.method} over head gates, metric {res.metric}, "
+                         notes=[f"head importance by {res.method} over head gates{cut}, metric {res.metric}, "
                                 "normalised per layer (Michel et al. 2019)"])
 
 
