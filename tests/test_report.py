@@ -153,7 +153,14 @@ def test_verdict_sentences():
     v = verdict({"role": "special-token", "to_cls": 0.1, "to_sep": 0.8, "ablation_delta": 0.001,
                  "ablation_ci_low": -0.002, "ablation_ci_high": 0.004, "ablation_metric": "loss"})
     assert v.startswith("attends to [SEP] (80% of its attention); ablating it changes nothing (loss +0.001")
-    assert verdict({}) .startswith("no evidence yet")
+    v = verdict({"role": "special-token", "to_cls": 0.7, "to_sep": 0.1, "ablation_delta": 0.0007,
+                 "ablation_ci_low": 0.0005, "ablation_ci_high": 0.0009, "ablation_metric": "embedding-drift",
+                 "ablation_relative": 0.2, "importance_rank": 64, "importance_of": 72,
+                 "faith_verdict": "relevant, disagrees", "faith_tau_ig": -0.05, "faith_tau_ig_significant": 0.1})
+    assert v == ("attends to [CLS] (70% of its attention); ablating it changes little (embedding-drift +0.0007, "
+                 "20% of the largest head effect), importance rank 64/72; weights relevant, disagrees with ig "
+                 "(τ -0.05)")
+    assert verdict({}).startswith("no evidence yet")
     # a weak relation (19% vs 6%) is not called syntactic
     assert verdict({"syntax_relation": "nmod", "syntax_accuracy": 0.19, "syntax_baseline": 0.06}).startswith("no evidence")
 

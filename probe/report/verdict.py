@@ -14,6 +14,8 @@ import math
 SYNTAX_MARGIN = 10.0
 #: and how accurate (percent) before the relation is worth a verdict
 SYNTAX_MIN_ACCURACY = 30.0
+#: an ablation effect smaller than this share of the largest head's "changes little"
+MATTERS_FRACTION = 0.5
 
 
 def _num(x):
@@ -68,7 +70,20 @@ def _effect(f: dict) -> str:
         return ""
     if lo is not None and hi is not None and lo <= 0.0 <= hi:
         return f"ablating it changes nothing ({name} {d:+.3g}, CI [{lo:+.3g}, {hi:+.3g}])"
+    rel = _num(f.get("ablation_relative"))
+    if rel is not None and rel < MATTERS_FRACTION:
+        return f"ablating it changes little ({name} {d:+.3g}, {rel:.0%} of the largest head effect)"
     return f"matters ({name} {d:+.3g})"
+
+
+def _faithful(f: dict) -> str:
+    v = f.get("faith_verdict")
+    if not v:
+        return ""
+    tau = next((_num(x) for k, x in f.items() if k.startswith("faith_tau_") and not k.endswith("significant")), None)
+    ref = next((k[len("faith_tau_"):] for k in f if k.startswith("faith_tau_") and not k.endswith("significant")), "")
+    return f"weights {v}" if v == "weights irrelevant" else (
+        f"weights {v} with {ref or 'attributions'}" + (f" (τ {tau:+.2f})" if tau is not None else ""))
 
 
 def verdict(facts: dict, cls: str = "[CLS]", sep: str = "[SEP]") -> str:
@@ -77,7 +92,8 @@ def verdict(facts: dict, cls: str = "[CLS]", sep: str = "[SEP]") -> str:
     Known facts: ``role``, ``to_cls``, ``to_sep``, ``to_punct``, ``positional_share``
     (roles); ``syntax_relation``, ``syntax_accuracy``, ``syntax_baseline`` (syntax);
     ``ablation_delta``, ``ablation_ci_low``, ``ablation_ci_high``, ``ablation_metric``
-    (ablation); ``importance_rank``, ``importance_of`` (importance).
+    ``ablation_relative`` (ablation); ``importance_rank``, ``importance_of`` (importance);
+    ``faith_verdict``, ``faith_tau_<attribution>`` (faithfulness).
     """
     what, effect = _what(facts, cls, sep), _effect(facts)
     rank, of = _num(facts.get("importance_rank")), _num(facts.get("importance_of"))
@@ -86,5 +102,10 @@ def verdict(facts: dict, cls: str = "[CLS]", sep: str = "[SEP]") -> str:
         effect = f"{effect}, {r}" if effect else r
     if what and effect:
         joiner = " and " if effect.startswith("matters") else "; "
-        return what + joiner + effect
-    return what or effect or "no evidence yet (no role, syntax or ablation section ran)"
+        line = what + joiner + effect
+    else:
+        line = what or effect
+    faith = _faithful(facts)
+    if faith:
+        line = f"{line}; {faith}" if line else faith
+    return line or "no evidence yet (no role, syntax or ablation section ran)"

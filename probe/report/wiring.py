@@ -87,6 +87,8 @@ def _run_ablation(ctx) -> SectionResult:
     t = res.table
     per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
         columns={c: f"ablation_{c}" for c in ("metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high")})
+    biggest = float(t["delta"].abs().max()) or 1.0
+    per_head = per_head.assign(ablation_relative=(t["delta"].abs() / biggest).to_numpy())
     sig = int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum())
     return SectionResult(tables={"ablation": t}, per_head=per_head,
                          notes=[f"zero-ablation of each head alone{cut}, metric {metric} ({res.path}); "
@@ -138,11 +140,17 @@ def _run_faithfulness(ctx) -> SectionResult:
     v = rep.verdict
     ref = v.attrs.get("reference", "ig")
     per_head = v.rename(columns={c: f"faith_{c}" for c in v.columns if c not in ("layer", "head")})
+    notes = [f"attention vs {ref} attributions (Kendall τ) and head permutations (Jain & Wallace 2019) "
+             f"on {rep.info.get('n_examples')} examples, target {rep.info.get('target')}"]
+    probe = rep.info.get("probe") or {}
+    if probe and probe.get("test_accuracy", 1.0) <= probe.get("majority_baseline", 0.0):
+        notes.append(f"the {probe.get('property')} probe is no better than the majority class on held-out "
+                     f"sentences ({probe['test_accuracy']:.2f} vs {probe['majority_baseline']:.2f}, "
+                     f"{probe.get('n_test')} sentences): its explanations say little; give a larger treebank")
     return SectionResult(tables={"verdict": v, "agreement": rep.agreement.summary}, per_head=per_head,
-                         notes=[f"attention vs {ref} attributions (Kendall τ) and head permutations "
-                                f"(Jain & Wallace 2019) on {rep.info.get('n_examples')} examples, target "
-                                f"{rep.info.get('target')}"],
-                         summary={k: v for k, v in rep.info.items() if k in ("target", "n_examples", "ig_completeness")})
+                         notes=notes,
+                         summary={k: v for k, v in rep.info.items() if k in ("target", "n_examples", "ig_completeness",
+                                                                                 "probe")})
 
 
 # ---- roles (issue 4) -------------------------------------------------------------------
