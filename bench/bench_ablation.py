@@ -1,0 +1,135 @@
+"""Benchmark: batched head sweep (layer restart) vs the naive loop, and the cost of
+gradient importance in forward-equivalents, side by side in one run.
+
+    python bench/bench_ablation.py [--n 64] [--repeats 3] [--batch-size 16] [--threads 2]
+
+Model: the bundled minilm (6 × 12 = 72 heads); data: the first N EWT dev sentences;
+metric: embedding-drift, zero-ablation. Each timing is the median of ``--repeats``
+runs; each method also runs once in a fresh subprocess to report its peak RSS.
+Gradient importance uses a differentiable stand-in metric (‖mean-pooled embedding‖²;
+the cost of a forward + backward does not depend on the metric) and is divided by
+the time of one clean forward pass over the same batches.
+
+Targets (issue 7): sweep ≤ 0.6 × naive; gradient importance ≤ 3 forward-equivalents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+EWT = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
+
+
+def emb_norm(outputs, batch):
+    h = outputs.last_hidden_state
+    m = batch.inputs["attention_mask"].to(h.dtype).unsqueeze(-1)
+    return ((h * m).sum(1) / m.sum(1)).pow(2).sum(-1)
+
+
+def _setup(n, threads):
+    import torch
+
+    torch.set_num_threads(threads)
+    from models import load_model
+    from probe.inputs import load_corpus
+
+    return load_model("minilm"), load_corpus(conllu=str(EWT), limit=n)
+
+
+def _run(name, adapter, corpus, bs):
+    import torch
+
+    from analyses.ablation import sweep_heads, sweep_heads_naive
+    from analyses.importance import gradient_importance
+    from analyses.metrics import CallableMetric, prepare
+
+    if name == "sweep":
+        return sweep_heads(adapter, corpus, "embedding-drift", batch_size=bs)
+    if name == "naive":
+        return sweep_heads_naive(adapter, corpus, "embedding-drift", batch_size=bs)
+    metric = CallableMetric(emb_norm, "emb-norm")
+    chunks = prepare(adapter, corpus, metric, bs)
+    if name == "forward":
+        with torch.no_grad():
+            for ch in chunks:
+                metric.forward(adapter, ch.batch)
+        return None
+    return gradient_importance(adapter, corpus, metric, chunks=chunks)
+
+
+def _timed(name, adapter, corpus, bs):
+    if name in ("forward", "gradient"):
+        # exclude tokenisation/clean pass: time only the measured stage
+        import torch
+
+        from analyses.importance import gradient_importance
+        from analyses.metrics import CallableMetric, prepare
+
+        metric = CallableMetric(emb_norm, "emb-norm")
+        chunks = prepare(adapter, corpus, metric, bs)
+        t = time.perf_counter()
+        if name == "forward":
+            with torch.no_grad():
+                for ch in chunks:
+                    metric.forward(adapter, ch.batch)
+        else:
+            gradient_importance(adapter, corpus, metric, chunks=chunks)
+        return time.perf_counter() - t
+    t = time.perf_counter()
+    _run(name, adapter, corpus, bs)
+    return time.perf_counter() - t
+
+
+def _peak(name, n, bs, threads, q):
+    adapter, corpus = _setup(n, threads)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    _run(name, adapter, corpus, bs)
+    q.put((base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    adapter, corpus = _setup(args.n, args.threads)
+    names = ["sweep", "naive", "forward", "gradient"]
+    times = {k: [] for k in names}
+    for _ in range(args.repeats):
+        for k in names:  # interleaved, so load changes hit both sides alike
+            times[k].append(_timed(k, adapter, corpus, args.batch_size))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    # exactness of the run we time
+    fast, slow = _run("sweep", adapter, corpus, args.batch_size), _run("naive", adapter, corpus, args.batch_size)
+    err = float(abs(fast.ablated - slow.ablated).max())
+    ctx = mp.get_context("spawn")
+    peaks = {}
+    for k in ("sweep", "naive", "gradient"):
+        q = ctx.Queue()
+        p = ctx.Process(target=_peak, args=(k, args.n, args.batch_size, args.threads, q))
+        p.start()
+        base, peak = q.get()
+        p.join()
+        peaks[k] = (base / 1024, peak / 1024)
+    print(f"minilm, {len(corpus)} EWT sentences, 72 heads, batch {args.batch_size}, {args.threads} threads, "
+          f"median of {args.repeats}")
+    print(f"  sweep ({fast.path}): {med['sweep']:.2f} s   naive loop: {med['naive']:.2f} s   "
+          f"ratio {med['sweep'] / med['naive']:.3f} (target ≤ 0.6)   max |Δ| {err:.1e}")
+    print(f"  clean forward: {med['forward']:.3f} s   gradient importance: {med['gradient']:.3f} s   "
+          f"= {med['gradient'] / med['forward']:.2f} forward-equivalents (target ≤ 3)")
+    for k, (b, p) in peaks.items():
+        print(f"  peak RSS {k:<9} {p:.0f} MiB (after model load {b:.0f} MiB, +{p - b:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
