@@ -136,9 +136,9 @@ def test_report_in_headless_chromium(minilm, tmp_path, browser):
     data = build_report(tmp_path / "rep", adapter=minilm, limit=8, sections=["syntax", "roles", "rollout"],
                         strict=True)
     out = data.path
-    # a head page worth showing: a [CLS]/[SEP] sink or a syntactic head if there is one
-    pick = next((k for k, v in data.verdicts.items() if v.startswith("looks syntactic")),
-                next(k for k, v in data.verdicts.items() if v.startswith("attends to")))
+    # a head page worth showing: a previous-token head, else a syntactic one, else a sink
+    pick = next(k for prefix in ("attends to the previous", "looks syntactic", "attends to")
+                for k, v in sorted(data.verdicts.items()) if v.startswith(prefix))
 
     async def run():
         page = await _open_page(browser)
