@@ -117,6 +117,7 @@ def test_attention_gradients_equal_autograd_on_hf_attentions(tiny_models):
 
     adapter = tiny_models["bert"]
     model = adapter.model
+    model.zero_grad(set_to_none=True)  # the model is shared by the session's tests
     before = count_hooks(model)
     with torch.no_grad():
         res = attention_gradients(adapter, TEXT)
