@@ -206,8 +206,10 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     choose(sections)  # unknown names fail before the slow part
     if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
         corpus = load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model)
+        source = "given"
     else:
         corpus = sample_corpus(limit=limit)
+        source = "bundled sample (24 hand-annotated sentences; the first two from Vaswani et al. 2017)"
     if adapter is None:
         adapter = load_model(model, device=device)
     corpus = fit_to_model(corpus, adapter)
@@ -218,7 +220,7 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
                    targets=list(corpus.targets) if corpus.targets else None, batch_size=batch_size,
                    progress=progress)
     t_capture = time.perf_counter() - t0
-    settings = {"model": model if adapter is None else adapter.name, "model_info": adapter.describe(),
+    settings = {"model": adapter.name, "model_info": adapter.describe(), "input": source,
                 "limit": limit, "device": device, "capture seconds": round(t_capture, 2)}
     ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings)
     data = analyse(ctx, sections=sections, strict=strict)
