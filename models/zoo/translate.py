@@ -24,7 +24,7 @@ from . import _common
 TASK = "translate"
 FAMILY = "bart"
 SEED = 0
-STEPS = 1500
+STEPS = 800
 EVAL_SEED = 12345
 N_EVAL = 500
 METRIC = "exact-match sentences (greedy decoding)"
@@ -49,8 +49,11 @@ GROUND_TRUTH = {
     "regenerate": "models.zoo.eval_examples('translate')",
 }
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
+# One decoder head per layer: cross-attention then carries the whole alignment in a single
+# head (with 4 heads it was spread: best head 84%, head mean 96%), as in the one-head
+# additive attention of zoo:translate-rnn it is compared with.
 CONFIG = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-              decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+              decoder_attention_heads=1, encoder_ffn_dim=128, decoder_ffn_dim=128,
               max_position_embeddings=32, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 
 
