@@ -62,7 +62,7 @@ def produced_words(maps) -> list:
     return out
 
 
-def cross_word_attention(maps) -> torch.Tensor:
+def cross_word_attention(maps, special_column: bool = False) -> torch.Tensor:
     """Word-level cross-attention with rows indexed by the target word they produce.
 
     Columns: attention *to* a source word is the sum over its tokens' columns; rows:
@@ -73,10 +73,13 @@ def cross_word_attention(maps) -> torch.Tensor:
     Args:
         maps: cross-attention :class:`probe.maps.AttentionMaps`, ``attentions``
             ``[layer, head, n_query_tokens, n_source_tokens]``.
+        special_column: append one column holding the attention on the source's
+            special tokens (``</s>``), so that rows sum to 1 again (for figures).
 
     Returns:
-        float tensor ``[layer, head, n_target_words, n_source_words]``; a target word
-        with no producing row (truncated target) gets a row of zeros.
+        float tensor ``[layer, head, n_target_words, n_source_words]`` (``+ 1``
+        column with ``special_column``); a target word with no producing row
+        (truncated target) gets a row of zeros.
 
     Raises:
         ValueError: not cross-attention, or no source/target words.
@@ -87,10 +90,12 @@ def cross_word_attention(maps) -> torch.Tensor:
         raise ValueError("the map has no source words (words is empty)")
     a = maps.attentions.float()
     _, _, n_q, n_k = a.shape
-    to_word = torch.zeros(n_k, n_src)
+    to_word = torch.zeros(n_k, n_src + int(special_column))
     for k, (w, s) in enumerate(zip(maps.word_ids, maps.special_mask.tolist())):
         if w is not None and not s and w < n_src:
             to_word[k, w] = 1.0
+        elif s and special_column:
+            to_word[k, n_src] = 1.0
     from_word = torch.zeros(n_q, len(maps.query_words))
     for j, w in enumerate(produced):
         if w is not None:
