@@ -29,54 +29,14 @@ import pandas as pd
 import torch
 
 from analyses.metrics import Metric, as_corpus, get_metric, prepare
-from probe.hooks import HookSet
+from probe.interventions import HeadGates
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RowGates", "ImportanceResult", "head_importance", "gradient_importance", "ig_importance",
+__all__ = ["ImportanceResult", "head_importance", "gradient_importance", "ig_importance",
            "normalize_per_layer", "IMPORTANCE_METHODS"]
 
 IMPORTANCE_METHODS = ("auto", "gradient", "ig")
-
-
-class RowGates:
-    """Multiply head ``h`` of layer ``l`` on batch row ``r`` by ``gates[r, l, h]``.
-
-    The per-row form of :class:`probe.interventions.HeadGates` (same hook site: the
-    input of each attention output projection), so each example has its own ξ.
-
-    Raises:
-        ValueError: gates not ``[rows, n_layers, n_heads]``; at run time, a batch whose
-            row count differs from the gates'.
-    """
-
-    def __init__(self, adapter, gates: torch.Tensor, stack: Optional[str] = None):
-        modules = adapter.head_output_modules(stack)
-        if gates.dim() != 3 or tuple(gates.shape[1:]) != (len(modules), adapter.n_heads):
-            raise ValueError(f"row gates must be [rows, {len(modules)}, {adapter.n_heads}], got {tuple(gates.shape)}")
-        self.gates, self._modules, self._n_heads = gates, modules, adapter.n_heads
-        self._hooks = HookSet()
-
-    def __enter__(self) -> "RowGates":
-        try:
-            for layer, module in enumerate(self._modules):
-                def fn(mod, args, layer=layer):
-                    x = args[0]
-                    b, s, width = x.shape
-                    if b != self.gates.shape[0]:
-                        raise ValueError(f"row gates cover {self.gates.shape[0]} rows, the batch has {b}")
-                    g = self.gates[:, layer].to(x.dtype)
-                    z = x.reshape(b, s, self._n_heads, width // self._n_heads) * g[:, None, :, None]
-                    return (z.reshape(b, s, width),) + tuple(args[1:])
-                self._hooks.pre(module, fn)
-        except BaseException:
-            self._hooks.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._hooks.remove()
-        return False
 
 
 def normalize_per_layer(scores: torch.Tensor) -> torch.Tensor:
@@ -149,7 +109,7 @@ def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size
     for ch in chunks:
         gates = base.expand(ch.batch.rows, *base.shape).clone().requires_grad_(True)
         with torch.enable_grad():
-            with RowGates(adapter, gates, stack):
+            with HeadGates(adapter, gates, stack):
                 out = metric.forward(adapter, ch.batch)
             s = metric.score(out, ch.batch, ch.reference)
             (grad,) = torch.autograd.grad(s.sum(), gates)
@@ -191,7 +151,7 @@ def ig_importance(adapter, corpus, metric="loss", *, mask=None, n_steps: int = 2
             k = g.shape[0]
             big = ch.batch.repeat(k)
             ref = None if ch.reference is None else ch.reference.repeat(k, *([1] * (ch.reference.dim() - 1)))
-            with RowGates(adapter, g.repeat_interleave(b, 0).reshape(k * b, *base.shape), stack):
+            with HeadGates(adapter, g.repeat_interleave(b, 0).reshape(k * b, *base.shape), stack):
                 out = metric.forward(adapter, big)
             # repeat() puts copy j at rows j·b…; repeat_interleave gives gate j to those rows
             return metric.score(out, big, ref).reshape(k, b).mean(1)

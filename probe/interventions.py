@@ -203,10 +203,14 @@ class HeadOutputRecorder:
 
 
 class HeadGates:
-    """Multiply head ``h`` of layer ``l`` by ``gates[l, h]`` (Michel et al. 2019's ξ_h).
+    """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019).
 
-    ``gates`` is a ``[n_layers, n_heads]`` tensor; make it ``requires_grad`` to get
-    ``∂L/∂ξ`` for every head from one backward pass.
+    ``gates`` is ``[n_layers, n_heads]`` (the same gates for every batch row) or
+    ``[rows, n_layers, n_heads]`` (one set per batch row, e.g. per-example gradients
+    from one backward). Make it ``requires_grad`` to get ``∂L/∂ξ`` for every head.
+
+    Raises:
+        ValueError: gates of another shape; per-row gates that do not cover the batch.
     """
 
     def __init__(self, adapter, gates: torch.Tensor, stack: Optional[str] = None):
@@ -214,21 +218,29 @@ class HeadGates:
         self.stack = stack or adapter.default_stack
         modules = adapter.head_output_modules(self.stack)
         expected = (len(modules), adapter.n_heads)
-        if tuple(gates.shape) != expected:
-            raise ValueError(f"gates must have shape {expected} (layers, heads), got {tuple(gates.shape)}")
+        if tuple(gates.shape[-2:]) != expected or gates.dim() not in (2, 3):
+            raise ValueError(f"gates must have shape {expected} (layers, heads) or [rows, {expected[0]}, "
+                             f"{expected[1]}], got {tuple(gates.shape)}")
         self.gates = gates
         self._modules = modules
         self._hooks = HookSet()
 
     def __enter__(self) -> "HeadGates":
         n_heads = self.adapter.n_heads
+        per_row = self.gates.dim() == 3
         try:
             for layer, module in enumerate(self._modules):
                 def fn(mod, args, layer=layer):
                     x = args[0]
                     b, s, _ = x.shape
-                    g = self.gates[layer].to(x.dtype).to(x.device)
-                    z = _split_heads(x, n_heads) * g[None, None, :, None]
+                    g = self.gates[..., layer, :].to(x.dtype).to(x.device)
+                    if per_row:
+                        if g.shape[0] != b:
+                            raise ValueError(f"row gates cover {g.shape[0]} rows, the batch has {b}")
+                        g = g[:, None, :, None]
+                    else:
+                        g = g[None, None, :, None]
+                    z = _split_heads(x, n_heads) * g
                     return (z.reshape(b, s, -1),) + tuple(args[1:])
                 self._hooks.pre(module, fn)
         except BaseException:
