@@ -28,7 +28,8 @@ _ID = re.compile(r"^(\d+|\d+-\d+|\d+\.\d+)$")
 class Sentence:
     """One treebank sentence; word lists are parallel, indexed from 0.
 
-    ``heads`` are UD heads (1-based word numbers, 0 = root); ``misc`` holds each
+    ``heads`` are UD heads (1-based word numbers, 0 = root); ``feats`` holds each
+    word's morphological features as a dict (``{"Number": "Plur"}``); ``misc`` each
     word's MISC field as a dict (GUM's ``Entity=`` coreference annotation lives there).
     """
 
@@ -40,6 +41,7 @@ class Sentence:
     upos: tuple
     misc: tuple
     sent_id: str = ""
+    feats: tuple = ()
     line: int = 0
     meta: dict = field(default_factory=dict)
 
@@ -137,7 +139,7 @@ def _sentence_start_lines(text: str) -> list[int]:
 
 def _sentence(tl, line: int) -> Sentence:
     surface = []  # (form, space_after, [word indices])
-    words, heads, deprels, upos, misc = [], [], [], [], []
+    words, heads, deprels, upos, misc, feats = [], [], [], [], [], []
     pending_range = None
     for tok in tl:
         tid = tok["id"]
@@ -154,6 +156,7 @@ def _sentence(tl, line: int) -> Sentence:
         deprels.append(tok["deprel"] or "_")
         upos.append(tok["upos"] or "_")
         misc.append(dict(m))
+        feats.append(dict(tok["feats"] or {}))
         if pending_range and pending_range[0] <= tid <= pending_range[1]:
             surface[-1][2].append(idx)
             if tid == pending_range[1]:
@@ -178,7 +181,7 @@ def _sentence(tl, line: int) -> Sentence:
             for i, sp in zip(idxs, spans_in):
                 spans[i] = sp
     return Sentence(text=given, words=tuple(words), spans=tuple(spans), heads=tuple(heads),
-                    deprels=tuple(deprels), upos=tuple(upos), misc=tuple(misc),
+                    deprels=tuple(deprels), upos=tuple(upos), misc=tuple(misc), feats=tuple(feats),
                     sent_id=tl.metadata.get("sent_id", ""), line=line,
                     meta={k: v for k, v in tl.metadata.items() if k not in ("text",)})
 

@@ -238,8 +238,9 @@ def _units(tokens, word_ids, special_mask, words, keep_special):
 
 
 def _membership(unit_of_token: Sequence[int], n_units: int, n_tokens: int) -> torch.Tensor:
+    """One-hot ``[n_tokens, n_units]``: token t belongs to unit ``unit_of_token[t]`` (−1: none)."""
+    idx = torch.as_tensor(list(unit_of_token), dtype=torch.long)
     m = torch.zeros(n_tokens, n_units)
-    for t, u in enumerate(unit_of_token):
-        if u >= 0:
-            m[t, u] = 1.0
+    rows = torch.nonzero(idx >= 0).flatten()
+    m[rows, idx[rows]] = 1.0
     return m

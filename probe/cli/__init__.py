@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "ablation",
     "faithfulness",
     "complexity",
+    "paper",
     "zoo",
 ]
 
