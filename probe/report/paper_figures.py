@@ -86,8 +86,10 @@ def paper_figure(attention, query, heads: Sequence, path, targets: Sequence = ()
             ax.plot([x_left, x_right], [ys[q] + dy, ys[k] + dy], color=color, alpha=float(min(1.0, weight)),
                     linewidth=0.5 + 3.0 * float(weight), solid_capstyle="round", zorder=10 - c)
         top = int(np.argmax(row))
-        ax.plot([], [], color=color, linewidth=3,
-                label=f"layer {layer}, head {h}: top {units[top]!r} {row[top]:.2f}")
+        label = f"layer {layer}, head {h}: "
+        if bold:
+            label += f"{' + '.join(units[i] for i in sorted(bold))} {sum(row[i] for i in bold):.2f}, "
+        ax.plot([], [], color=color, linewidth=3, label=label + f"top {units[top]!r} {row[top]:.2f}")
     ax.set_xlim(-0.9, 1.9)
     ax.set_ylim(-1.0, n)
     ax.axis("off")
