@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 import pandas as pd
-import torch
 
 LAW = ("The Law will never be perfect, but its application should be just - this is what we are "
        "missing, in my opinion.")
