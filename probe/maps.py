@@ -154,6 +154,11 @@ class AttentionMaps:
     def word_level(self, keep_special: bool = True) -> "WordAttention":
         """Aggregate to words as Clark et al. (2019) did.
 
+        Cross-attention: query rows are grouped by the decoder's *input* token at each
+        step (the start token, then target word j−1), which is what the row reads. The
+        row that *produces* target word j is the one whose input is word j−1; for word
+        alignments group by the produced word instead (``analyses.alignment``).
+
         Returns a :class:`WordAttention` whose ``attentions`` are
         ``[layer, head, n_units, n_units]`` (cross: ``[.., n_query_units, n_key_units]``),
         units being the words in order, and each special token as a unit of its own
