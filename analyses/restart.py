@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from models.architectures import ARCHITECTURES
-from probe.hooks import HookSet
+from probe.hooks import HookContext, HookSet
 
 __all__ = ["RESTART_FAMILIES", "supports_restart", "layer_modules", "ResidualCache", "RestartFrom"]
 
@@ -64,29 +64,19 @@ def _hidden(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
 
 
-class ResidualCache:
+class ResidualCache(HookContext):
     """Record the hidden state entering each layer: ``.inputs[l]`` ``[batch, seq, dim]``
     (detached), for the last forward run inside the block."""
 
     def __init__(self, adapter, stack: Optional[str] = None):
         self.layers = layer_modules(adapter, stack)
         self.inputs: dict[int, torch.Tensor] = {}
-        self._hooks = HookSet()
 
-    def __enter__(self) -> "ResidualCache":
-        try:
-            for i, layer in enumerate(self.layers):
-                def fn(module, args, kwargs, i=i):
-                    self.inputs[i] = _hidden(args, kwargs).detach()
-                self._hooks.pre(layer, fn, with_kwargs=True)
-        except BaseException:
-            self._hooks.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._hooks.remove()
-        return False
+    def _register(self, hooks: HookSet) -> None:
+        for i, layer in enumerate(self.layers):
+            def fn(module, args, kwargs, i=i):
+                self.inputs[i] = _hidden(args, kwargs).detach()
+            hooks.pre(layer, fn, with_kwargs=True)
 
 
 class RestartFrom:

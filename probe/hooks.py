@@ -32,6 +32,30 @@ class HookSet:
         return len(self._handles)
 
 
+class HookContext:
+    """Base of context managers that register hooks on enter and remove exactly those
+    on exit — also when registering or the forward inside the block raised.
+
+    Subclasses implement :meth:`_register` (add hooks to the given :class:`HookSet`).
+    """
+
+    def _register(self, hooks: HookSet) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self._hooks = HookSet()
+        try:
+            self._register(self._hooks)
+        except BaseException:
+            self._hooks.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._hooks.remove()
+        return False
+
+
 @contextmanager
 def eager_attention(model: torch.nn.Module) -> Iterator[str]:
     """Run ``model`` with eager attention inside the block, then restore its setting.

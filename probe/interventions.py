@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .hooks import HookSet
+from .hooks import HookContext, HookSet
 
 MODES = ("zero", "mean", "patch", "scale")
 
@@ -51,7 +51,7 @@ def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.reshape(b, s, n_heads, width // n_heads)
 
 
-class HeadIntervention:
+class HeadIntervention(HookContext):
     """Context manager applying :class:`HeadEdit` s on every forward inside it.
 
     Raises:
@@ -73,7 +73,6 @@ class HeadIntervention:
             by_layer.setdefault(int(e.layer), []).append(e)
         self._by_layer = by_layer
         self._modules = adapter.head_output_modules(self.stack)
-        self._hooks = HookSet()
 
     def _hook(self, layer: int):
         edits = self._by_layer[layer]
@@ -112,18 +111,9 @@ class HeadIntervention:
 
         return fn
 
-    def __enter__(self) -> "HeadIntervention":
-        try:
-            for layer in self._by_layer:
-                self._hooks.pre(self._modules[layer], self._hook(layer))
-        except BaseException:
-            self._hooks.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._hooks.remove()
-        return False
+    def _register(self, hooks: HookSet) -> None:
+        for layer in self._by_layer:
+            hooks.pre(self._modules[layer], self._hook(layer))
 
 
 def ablate_heads(
@@ -168,7 +158,7 @@ def ablate_heads(
     return HeadIntervention(adapter, edits, stack=stack)
 
 
-class HeadOutputRecorder:
+class HeadOutputRecorder(HookContext):
     """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
 
     ``recorder.outputs[layer]`` holds the last forward's outputs.
@@ -183,26 +173,16 @@ class HeadOutputRecorder:
             adapter.check_head(layer, 0, self.stack)
         self._modules = modules
         self.outputs: dict[int, torch.Tensor] = {}
-        self._hooks = HookSet()
 
-    def __enter__(self) -> "HeadOutputRecorder":
+    def _register(self, hooks: HookSet) -> None:
         n_heads = self.adapter.n_heads
-        try:
-            for layer in self.layers:
-                def fn(module, args, layer=layer):
-                    self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
-                self._hooks.pre(self._modules[layer], fn)
-        except BaseException:
-            self._hooks.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._hooks.remove()
-        return False
+        for layer in self.layers:
+            def fn(module, args, layer=layer):
+                self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
+            hooks.pre(self._modules[layer], fn)
 
 
-class HeadGates:
+class HeadGates(HookContext):
     """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019).
 
     ``gates`` is ``[n_layers, n_heads]`` (the same gates for every batch row) or
@@ -223,34 +203,24 @@ class HeadGates:
                              f"{expected[1]}], got {tuple(gates.shape)}")
         self.gates = gates
         self._modules = modules
-        self._hooks = HookSet()
 
-    def __enter__(self) -> "HeadGates":
+    def _register(self, hooks: HookSet) -> None:
         n_heads = self.adapter.n_heads
         per_row = self.gates.dim() == 3
-        try:
-            for layer, module in enumerate(self._modules):
-                def fn(mod, args, layer=layer):
-                    x = args[0]
-                    b, s, _ = x.shape
-                    g = self.gates[..., layer, :].to(x.dtype).to(x.device)
-                    if per_row:
-                        if g.shape[0] != b:
-                            raise ValueError(f"row gates cover {g.shape[0]} rows, the batch has {b}")
-                        g = g[:, None, :, None]
-                    else:
-                        g = g[None, None, :, None]
-                    z = _split_heads(x, n_heads) * g
-                    return (z.reshape(b, s, -1),) + tuple(args[1:])
-                self._hooks.pre(module, fn)
-        except BaseException:
-            self._hooks.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._hooks.remove()
-        return False
+        for layer, module in enumerate(self._modules):
+            def fn(mod, args, layer=layer):
+                x = args[0]
+                b, s, _ = x.shape
+                g = self.gates[..., layer, :].to(x.dtype).to(x.device)
+                if per_row:
+                    if g.shape[0] != b:
+                        raise ValueError(f"row gates cover {g.shape[0]} rows, the batch has {b}")
+                    g = g[:, None, :, None]
+                else:
+                    g = g[None, None, :, None]
+                z = _split_heads(x, n_heads) * g
+                return (z.reshape(b, s, -1),) + tuple(args[1:])
+            hooks.pre(module, fn)
 
 
 def head_output_means(adapter, texts: Sequence[str], *, batch_size: int = 16,
