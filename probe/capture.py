@@ -144,12 +144,17 @@ def iter_capture(
     dtype: torch.dtype = torch.float32,
     progress: bool = False,
     total: Optional[int] = None,
+    sort_window: int = 8,
 ) -> Iterator[AttentionMaps]:
-    """Like :func:`capture`, but yields maps one example at a time, in input order,
-    holding at most one batch in memory (for corpora larger than memory)."""
+    """Like :func:`capture`, but yields maps one example at a time, in input order.
+
+    Examples are read ``batch_size * sort_window`` at a time and batched by length
+    within that window (less padding), so memory is bounded by one window of maps,
+    whatever the corpus size (``sort_window=1``: strictly one batch).
+    """
     stack = stack or adapter.default_stack
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+    if batch_size < 1 or sort_window < 1:
+        raise ValueError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
     needs_target = adapter.arch == "encoder-decoder" and stack in ("decoder", "cross")
     texts = iter(texts)
     spans_it = iter(word_spans) if word_spans is not None else None
@@ -161,73 +166,81 @@ def iter_capture(
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=total, unit="ex", desc=f"capture {adapter.name}")
-    model = adapter.model
-    kind = _kind(adapter, stack)
     AttentionCapture(adapter, layers=layers, stack=stack)  # validates layers before any work
     try:
         while True:
-            chunk = []
+            window = []
             for text in texts:
                 spans = next(spans_it) if spans_it is not None else None
                 target = next(targets_it) if targets_it is not None else None
-                chunk.append((text, spans, target))
-                if len(chunk) == batch_size:
+                window.append((text, spans, target))
+                if len(window) == batch_size * sort_window:
                     break
-            if not chunk:
+            if not window:
                 break
-            encs = [adapter.encode(t, s, truncate=truncate) for t, s, _ in chunk]
-            inputs = adapter.batch(encs)
-            tenc = None
-            if adapter.arch == "encoder-decoder":
-                if targets_it is not None:
-                    tenc = [adapter.encode(tg, truncate=truncate, target=True) for _, _, tg in chunk]
-                else:  # encoder only: feed the start token to the decoder
-                    tenc = [adapter.encode(t, truncate=truncate, target=True) for t, _, _ in chunk]
-                inputs.update(adapter.decoder_inputs(tenc))
-            # hooks live only during the forward, never while the caller holds a yielded map
-            with AttentionCapture(adapter, layers=layers, stack=stack) as cap, torch.no_grad():
-                model(**inputs)
-            per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}
-            low_precision = per_layer[cap.layers[0]].dtype not in (torch.float32, torch.float64)
-            for i, enc in enumerate(encs):
-                n_k = len(enc)
-                n_q = n_k
-                extra = {}
-                if needs_target:
-                    q_tokens, q_wids, q_special = _shifted(tenc[i])
-                    n_q = len(q_tokens)
-                    if stack == "decoder":
-                        n_k = n_q
-                    else:
-                        extra = dict(query_tokens=q_tokens, query_word_ids=q_wids,
-                                     query_special_mask=q_special, query_words=tenc[i].words)
-                # one copy per example, padding left out: [layer, head, query, key]
-                a = torch.stack([per_layer[layer][i, :, :n_q, :n_k] for layer in cap.layers])
-                if low_precision:
-                    a = a.float()
-                    a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
-                a = a.to(dtype).cpu()
-                if needs_target and stack == "decoder":
-                    tokens, wids, special = _shifted(tenc[i])
-                    words = tenc[i].words
-                else:
-                    tokens, wids, special, words = enc.tokens, enc.word_ids, enc.special_mask, enc.words
-                meta = {"model": adapter.name, "stack": stack,
-                        "attention_source": cap.attention_source}
-                if enc.truncated:
-                    meta["truncated"] = True
-                if enc.unaligned_words:
-                    meta["unaligned_words"] = list(enc.unaligned_words)
-                yield AttentionMaps(
-                    attentions=a, tokens=tokens, word_ids=wids, special_mask=special,
-                    words=words, layers=tuple(cap.layers), kind=kind, text=enc.text,
-                    meta=meta, validate=False, **extra,
-                )
-            if bar is not None:
-                bar.update(len(chunk))
+            encs = [adapter.encode(t, s, truncate=truncate) for t, s, _ in window]
+            tencs = None
+            if adapter.arch == "encoder-decoder":  # decoder inputs: the targets, else the source
+                tencs = [adapter.encode(tg if targets_it is not None else t, truncate=truncate, target=True)
+                         for t, _, tg in window]
+            order = sorted(range(len(window)), key=lambda k: len(encs[k]))
+            done: dict[int, AttentionMaps] = {}
+            for start in range(0, len(order), batch_size):
+                idx = order[start: start + batch_size]
+                maps = _capture_batch(adapter, [encs[k] for k in idx],
+                                      [tencs[k] for k in idx] if tencs else None,
+                                      layers, stack, needs_target, dtype)
+                done.update(zip(idx, maps))
+                if bar is not None:
+                    bar.update(len(idx))
+            for k in range(len(window)):
+                yield done.pop(k)
     finally:
         if bar is not None:
             bar.close()
+
+
+def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype) -> list[AttentionMaps]:
+    """One forward over a batch of encodings; the maps of each example, padding trimmed."""
+    inputs = adapter.batch(encs)
+    if tencs is not None:
+        inputs.update(adapter.decoder_inputs(tencs))
+    # hooks live only during the forward, never while the caller holds a yielded map
+    with AttentionCapture(adapter, layers=layers, stack=stack) as cap, torch.no_grad():
+        adapter.model(**inputs)
+    per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}
+    low_precision = per_layer[cap.layers[0]].dtype not in (torch.float32, torch.float64)
+    kind = _kind(adapter, stack)
+    out = []
+    for i, enc in enumerate(encs):
+        n_k = n_q = len(enc)
+        extra = {}
+        tokens, wids, special, words = enc.tokens, enc.word_ids, enc.special_mask, enc.words
+        if needs_target:
+            q_tokens, q_wids, q_special = _shifted(tencs[i])
+            n_q = len(q_tokens)
+            if stack == "decoder":
+                n_k = n_q
+                tokens, wids, special, words = q_tokens, q_wids, q_special, tencs[i].words
+            else:
+                extra = dict(query_tokens=q_tokens, query_word_ids=q_wids,
+                             query_special_mask=q_special, query_words=tencs[i].words)
+        # one copy per example, padding left out: [layer, head, query, key]
+        a = torch.stack([per_layer[layer][i, :, :n_q, :n_k] for layer in cap.layers])
+        if low_precision:
+            a = a.float()
+            a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
+        a = a.to(dtype).cpu()
+        meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source}
+        if enc.truncated:
+            meta["truncated"] = True
+        if enc.unaligned_words:
+            meta["unaligned_words"] = list(enc.unaligned_words)
+        out.append(AttentionMaps(
+            attentions=a, tokens=tokens, word_ids=wids, special_mask=special, words=words,
+            layers=tuple(cap.layers), kind=kind, text=enc.text, meta=meta, validate=False, **extra,
+        ))
+    return out
 
 
 def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps]:

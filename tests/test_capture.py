@@ -158,3 +158,13 @@ def test_too_long_text_is_refused_or_truncated(minilm):
         capture(minilm, long)
     m = capture(minilm, long, truncate=True)[0]
     assert m.n_tokens == 512 and m.meta["truncated"]
+
+
+def test_length_sorted_batches_keep_input_order(minilm):
+    texts = ["A rather long sentence with quite a few words in it, to pad the others.", "Short.",
+             "Medium length sentence here.", "Tiny.", "Another fairly long sentence that has many words."]
+    sorted_maps = capture(minilm, texts, batch_size=2)  # batched by length within the window
+    plain = capture(minilm, texts, batch_size=2, sort_window=1)  # batched in input order
+    assert [m.text for m in sorted_maps] == texts
+    for a, b in zip(sorted_maps, plain):
+        assert torch.allclose(a.attentions, b.attentions, atol=1e-5)
