@@ -300,11 +300,13 @@ def _prev_token_attention(adapter, texts):
 
 @pytest.mark.slow
 def test_zoo_prev_token_head_ablation_hurts_most():
-    """The head that attends i → i−1 is the one whose ablation costs accuracy.
+    """The head that attends i → i−1 carries the task: ablating it drops accuracy to near
+    chance (1 in 20 letters, 5%), while the median other head changes it by < 1 point.
 
     Measured on the committed model (200 examples): ablating head 0.1 drops accuracy
-    99.7 → 87.7 (zero) / 83.8 (mean); head 0.0 costs 1.2 points. The model solves the
-    task partly without its previous-token head, so accuracy does not fall to chance.
+    99.9 → 5.7 (zero); head 0.0 changes it by 0.0 points (its output projection was
+    trained to ~0, see models/zoo/prev_token.py, although it still attends i → i−1 with
+    ~0.93, less than head 0.1's ~1.00).
     """
     from probe.inputs import load_corpus
 
@@ -314,8 +316,11 @@ def test_zoo_prev_token_head_ablation_hurts_most():
     t = res.table.sort_values("delta")
     prev = _prev_token_attention(a, list(corpus.texts[:100]))
     doer = divmod(int(prev.flatten().argmax()), a.n_heads)
-    assert prev.max() > 0.5
+    assert prev.max() > 0.9
     assert (t["layer"].iloc[0], t["head"].iloc[0]) == doer
-    assert t["clean"].iloc[0] > 95
-    assert t["delta"].iloc[0] < -10 and t["ci_high"].iloc[0] < -5
+    assert t["clean"].iloc[0] >= 99
+    # the task head: accuracy falls to within ~2-3x chance (5%)
+    assert t["ablated"].iloc[0] <= 15 and t["ci_high"].iloc[0] < -80
+    # the other heads do not matter: the median one moves accuracy by < 1 point
+    assert t["delta"].iloc[1:].abs().median() < 1
     assert abs(t["delta"].iloc[0]) > 5 * t["delta"].iloc[1:].abs().median()
