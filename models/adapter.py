@@ -234,14 +234,16 @@ class ModelAdapter:
         special = [bool(s) for s in enc["special_tokens_mask"]]
         word_ids = []
         covered = set()
+        first = 0  # token offsets only move forward: skip words that end before them
         for (s, e), sp in zip(offsets, special):
             if sp or e <= s:
                 word_ids.append(None)
                 continue
+            while first < len(spans) and spans[first][1] <= s:
+                first += 1
             best, best_overlap = None, 0
-            for w, (ws, we) in enumerate(spans):
-                if we <= s:
-                    continue
+            for w in range(first, len(spans)):
+                ws, we = spans[w]
                 if ws >= e:
                     break
                 overlap = min(e, we) - max(s, ws)
