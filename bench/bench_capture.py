@@ -4,7 +4,8 @@ of capturing a treebank to a store.
     python bench/bench_capture.py [--repeats 5] [--batch 16] [--store-limit 2001]
 
 Prints, for n = 32, 128, 512 tokens: median seconds of a plain eager forward, a plain
-SDPA forward, and `probe.capture` (hooks + trimming + AttentionMaps), with ratios; then
+SDPA forward, the same batch through the capture hooks and per-example trimming, and
+`probe.capture` end to end from text (adds tokenization with word alignment), with ratios; then
 the peak RSS of `probe capture --conllu EWT-dev` at two corpus sizes (memory bounded by
 one batch means the two peaks are close).
 """
@@ -39,15 +40,17 @@ def median_time(fn, repeats):
 
 def throughput(repeats: int, batch: int):
     from models import load_model
-    from probe.capture import AttentionCapture, capture
+    from probe.capture import _capture_batch, capture
 
     adapter = load_model("minilm")
     model = adapter.model
-    print(f"{'n':>5} {'eager s':>9} {'sdpa s':>9} {'capture s':>10} {'capture/eager':>14} {'capture/sdpa':>13}")
+    print(f"{'n':>5} {'eager s':>9} {'sdpa s':>9} {'hooks s':>9} {'capture s':>10} "
+          f"{'hooks/eager':>12} {'capture/eager':>14} {'capture/sdpa':>13}")
     for n in (32, 128, 512):
         words = " ".join(["token"] * (n - 2))  # n tokens with [CLS]/[SEP]
         texts = [words] * batch
-        inputs = adapter.batch([adapter.encode(t) for t in texts])
+        encs = [adapter.encode(t) for t in texts]
+        inputs = adapter.batch(encs)
 
         def plain(impl):
             def run():
@@ -59,8 +62,13 @@ def throughput(repeats: int, batch: int):
         eager = median_time(plain("eager"), repeats)
         sdpa = median_time(plain("sdpa"), repeats)
         model.set_attn_implementation("sdpa")
+        # the same batch through the capture hooks and per-example trimming (no tokenization)
+        hooks = median_time(lambda: _capture_batch(adapter, encs, None, None, "encoder", False, torch.float32),
+                            repeats)
+        # end to end from text: tokenization with word alignment, batching, hooks, trimming
         cap = median_time(lambda: capture(adapter, texts, batch_size=batch), repeats)
-        print(f"{n:>5} {eager:>9.4f} {sdpa:>9.4f} {cap:>10.4f} {cap / eager:>14.2f} {cap / sdpa:>13.2f}")
+        print(f"{n:>5} {eager:>9.4f} {sdpa:>9.4f} {hooks:>9.4f} {cap:>10.4f} "
+              f"{hooks / eager:>12.2f} {cap / eager:>14.2f} {cap / sdpa:>13.2f}")
 
 
 def peak_rss_of_store_capture(limit: int) -> tuple[float, float]:
