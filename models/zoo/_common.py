@@ -176,6 +176,20 @@ def _key(example: dict) -> str:
 
 
 # --------------------------------------------------------------------------- cards / io
+@torch.no_grad()
+def token_accuracy(model, tok, examples, encode: Callable, batch_size: int = 256) -> float:
+    """Per-token accuracy of a token classifier over the positions whose label is not
+    −100; ``encode(tok, examples) -> (encoding, labels [batch, seq])``."""
+    correct = total = 0
+    for i in range(0, len(examples), batch_size):
+        enc, labels = encode(tok, examples[i:i + batch_size])
+        pred = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)
+        m = labels != -100
+        correct += (pred[m] == labels[m]).sum().item()
+        total += m.sum().item()
+    return correct / max(1, total)
+
+
 def write_card(directory: Path, card: dict) -> None:
     with open(Path(directory) / CARD, "w") as f:
         json.dump(card, f, indent=2, sort_keys=False)

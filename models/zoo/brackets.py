@@ -160,16 +160,8 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
     return _common.train_loop(model, batch_fn, lambda m, b: m(**b).loss, steps=steps, lr=3e-3, warmup=100)
 
 
-@torch.no_grad()
 def accuracy(model, tok, examples, batch_size: int = 256) -> float:
-    correct = total = 0
-    for i in range(0, len(examples), batch_size):
-        enc, labels = encode(tok, examples[i:i + batch_size])
-        pred = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)
-        m = labels != -100
-        correct += (pred[m] == labels[m]).sum().item()
-        total += m.sum().item()
-    return correct / max(1, total)
+    return _common.token_accuracy(model, tok, examples, encode, batch_size)
 
 
 save = _common.save_hf
