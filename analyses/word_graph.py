@@ -150,14 +150,19 @@ def word_graphs(maps_iter: Iterable, sentences, indices: Optional[Iterable[int]]
         sentences: the treebank sentences (indexable).
         indices: which sentence each maps belongs to (default 0, 1, 2, …).
         skipped: a :class:`Skipped` that collects the sentences left out, with the reason;
-            each is also logged at WARNING level.
+            each is logged at INFO level, and their number once at WARNING level.
     """
     indices = iter(indices) if indices is not None else iter(range(len(sentences)))
+    n_skipped = 0
     for maps, i in zip(maps_iter, indices):
         s = sentences[i]
         try:
             yield word_graph(maps, s, index=i)
         except AlignmentError as exc:
-            log.warning("sentence %s (line %s) skipped: %s", s.sent_id or i, s.line, exc)
+            n_skipped += 1
+            log.info("sentence %s (line %s) skipped: %s", s.sent_id or i, s.line, exc)
             if skipped is not None:
                 skipped.rows.append((i, s.sent_id, s.line, str(exc)))
+    if n_skipped:
+        log.warning("%d sentence(s) skipped because some word got no token of its own (listed in "
+                    "skipped.csv; e.g. UD's 'It'+'s' inside the single token 'its')", n_skipped)
