@@ -95,6 +95,16 @@ class one_thread:
         return False
 
 
+BERT_SPECIALS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+                     mask_token="[MASK]")
+
+
+def bert_word_tokenizer(vocab, specials, max_length: int):
+    """A word-level tokenizer framing each input as ``[CLS] … [SEP]`` (the encoder tasks)."""
+    return word_tokenizer(vocab, specials, template="[CLS] $A [SEP]", roles=dict(BERT_SPECIALS),
+                          max_length=max_length)
+
+
 def seed_everything(seed: int) -> None:
     """Seed torch (model initialisation, dropout) deterministically."""
     torch.manual_seed(int(seed))

@@ -121,12 +121,7 @@ def to_conllu(examples) -> str:
 
 
 def tokenizer():
-    return _common.word_tokenizer(
-        list(OPEN) + [CLOSE], SPECIALS, template="[CLS] $A [SEP]",
-        roles=dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                   mask_token="[MASK]"),
-        max_length=CONFIG["max_position_embeddings"],
-    )
+    return _common.bert_word_tokenizer(list(OPEN) + [CLOSE], SPECIALS, CONFIG["max_position_embeddings"])
 
 
 def build(seed: int):

@@ -67,12 +67,7 @@ def generate(n: int, seed: int) -> list[dict]:
 
 
 def tokenizer():
-    return _common.word_tokenizer(
-        LETTERS, SPECIALS, template="[CLS] $A [SEP]",
-        roles=dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                   mask_token="[MASK]"),
-        max_length=CONFIG["max_position_embeddings"],
-    )
+    return _common.bert_word_tokenizer(LETTERS, SPECIALS, CONFIG["max_position_embeddings"])
 
 
 def build(seed: int):
