@@ -159,13 +159,19 @@ def _decode(tok, ids) -> list[str]:
     return out
 
 
-def accuracy(model, tok, examples, batch_size: int = 250) -> float:
+def exact_match(decode, model, tok, examples, batch_size: int = 250) -> float:
+    """Share of examples whose greedy translation ``decode(model, tok, sources)`` equals
+    the reference ``target_text`` exactly."""
     correct = 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
-        hyp = greedy(model, tok, [e["text"] for e in chunk])
+        hyp = decode(model, tok, [e["text"] for e in chunk])
         correct += sum(h == e["target_text"] for h, e in zip(hyp, chunk))
     return correct / max(1, len(examples))
+
+
+def accuracy(model, tok, examples, batch_size: int = 250) -> float:
+    return exact_match(greedy, model, tok, examples, batch_size)
 
 
 save = _common.save_hf

@@ -127,12 +127,7 @@ def greedy(model, tok, texts, max_new: int = 20) -> list[str]:
 
 
 def accuracy(model, tok, examples, batch_size: int = 250) -> float:
-    correct = 0
-    for i in range(0, len(examples), batch_size):
-        chunk = examples[i:i + batch_size]
-        hyp = greedy(model, tok, [e["text"] for e in chunk])
-        correct += sum(h == e["target_text"] for h, e in zip(hyp, chunk))
-    return correct / max(1, len(examples))
+    return _t.exact_match(greedy, model, tok, examples, batch_size)
 
 
 @torch.no_grad()

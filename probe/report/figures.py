@@ -32,13 +32,19 @@ def attention_heatmap(maps, layer: int, head: int, path, title: Optional[str] = 
     fig, ax = plt.subplots(figsize=(size, size * 0.85))
     sns.heatmap(a, ax=ax, cmap="viridis", vmin=0, vmax=max(float(a.max()), 1e-9), square=True,
                 xticklabels=list(maps.tokens), yticklabels=q_labels, cbar_kws={"shrink": 0.6})
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query (attending)")
-    ax.set_title(title or f"layer {layer}, head {head} ({maps.meta.get('model', '')})")
+    return finish_heatmap(fig, ax, path, "key (attended to)", "query (attending)",
+                          title or f"layer {layer}, head {head} ({maps.meta.get('model', '')})")
+
+
+def finish_heatmap(fig, ax, path, xlabel: str, ylabel: str, title: str) -> Path:
+    """Label a token heatmap (x labels vertical), save it to ``path`` and close it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.tick_params(axis="x", labelrotation=90)
     ax.tick_params(axis="y", labelrotation=0)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _plt().close(fig)
     return path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 
@@ -12,11 +11,11 @@ def token_scores_heatmap(scores, path, title: Optional[str] = None):
 
     Returns the path.
     """
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
     import seaborn as sns
+
+    from .figures import _plt, finish_heatmap
+
+    plt = _plt()
 
     s = scores.scores
     k, n = s.shape
@@ -27,13 +26,4 @@ def token_scores_heatmap(scores, path, title: Optional[str] = None):
                 xticklabels=list(scores.tokens),
                 yticklabels=[f"{p} {scores.tokens[p]}" for p in scores.output_positions],
                 cbar_kws={"shrink": 0.7})
-    ax.set_xlabel("input token")
-    ax.set_ylabel("output position")
-    ax.set_title(title or scores.method)
-    ax.tick_params(axis="x", labelrotation=90)
-    ax.tick_params(axis="y", labelrotation=0)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return finish_heatmap(fig, ax, path, "input token", "output position", title or scores.method)
