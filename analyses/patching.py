@@ -97,6 +97,16 @@ def _ratio_ci(clean, corrupted, patched, n_boot, confidence, seed):
     return np.nanquantile(r, alpha, axis=1), np.nanquantile(r, 1 - alpha, axis=1)
 
 
+def _check_pair(cb, kb, idx: Sequence[int]) -> None:
+    """Raise naming the first pair of ``idx`` whose clean and corrupted batches differ in length."""
+    bad = torch.nonzero(cb.lengths != kb.lengths).flatten()
+    if bad.numel() or cb.inputs["input_ids"].shape != kb.inputs["input_ids"].shape:
+        r = int(bad[0]) if bad.numel() else 0
+        raise ValueError(f"pair {idx[r]}: clean and corrupted inputs tokenize to different lengths "
+                         f"({int(cb.lengths[r])} vs {int(kb.lengths[r])}); "
+                         "patching needs position-aligned pairs")
+
+
 @torch.no_grad()
 def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequence] = None, *,
                 batch_size: int = 8, restart: bool = True, n_boot: int = 1000, confidence: float = 0.95,
@@ -130,12 +140,7 @@ def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequen
         idx = list(range(start, min(n, start + batch_size)))
         cb = metric.make_batch(adapter, clean, idx)
         kb = metric.make_batch(adapter, corrupted, idx)
-        bad = torch.nonzero(cb.lengths != kb.lengths).flatten()
-        if bad.numel() or cb.inputs["input_ids"].shape != kb.inputs["input_ids"].shape:
-            i = idx[int(bad[0])] if bad.numel() else idx[0]
-            raise ValueError(f"pair {i}: clean and corrupted inputs tokenize to different lengths "
-                             f"({int(cb.lengths[i - start])} vs {int(kb.lengths[i - start])}); "
-                             "patching needs position-aligned pairs")
+        _check_pair(cb, kb, idx)
         kb = replace(kb, aux=cb.aux)
         with HeadOutputRecorder(adapter, stack=stack) as rec:
             out = metric.forward(adapter, cb)

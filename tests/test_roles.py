@@ -301,8 +301,6 @@ def test_zoo_constructed_heads_are_named():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the committed zoo:induction model solves the task (99.9%) without a "
-                   "layer-0 previous-token head (see tests/test_zoo.py); the roles cannot be found until it is retrained")
 def test_zoo_induction_and_previous_token_heads_are_found():
     from models.zoo import eval_examples
     from probe.capture import capture

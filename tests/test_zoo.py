@@ -225,9 +225,6 @@ def test_prev_token_head_attends_to_previous_word():
     assert best >= 0.9
 
 
-@pytest.mark.xfail(strict=True, reason="the committed zoo:induction model (99.9%) does not show the "
-                   "canonical circuit: its layer-0 heads already put ~0.35 each on the induction target "
-                   "and no layer-0 head attends i -> i-1; mechanism not yet understood")
 def test_induction_circuit_is_visible():
     """Layer 0 has a previous-token head; layer 1 has a head attending to the word after
     the previous occurrence of the current word (Olsson et al. 2022)."""

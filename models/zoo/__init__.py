@@ -182,7 +182,7 @@ def cards() -> list:
     return out
 
 
-_ARCH = {"bert": "encoder", "gpt2": "decoder", "bart": "encoder-decoder",
+_ARCH = {"bert": "encoder", "gpt2": "decoder", "llama": "decoder", "bart": "encoder-decoder",
          "gru-attention": "encoder-decoder (recurrent)"}
 
 

@@ -1,4 +1,4 @@
-"""``zoo:induction``: a 2-layer causal decoder (GPT-2) that completes a repeated sequence.
+"""``zoo:induction``: a 2-layer causal decoder (Llama) that completes a repeated sequence.
 
 Data: ``<s>`` + a random prefix of ``L`` distinct tokens (``L`` varies, so no fixed
 offset solves it) + the same prefix again. Predicting the second copy requires the
@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from . import _common
 
 TASK = "induction"
-FAMILY = "gpt2"
+FAMILY = "llama"
 SEED = 0
-STEPS = 3000
+STEPS = 1500
 EVAL_SEED = 12345
 N_EVAL = 500
 METRIC = "next-token accuracy on the second copy (excluding its first token)"
@@ -40,8 +40,14 @@ GROUND_TRUTH = {
     "regenerate": "models.zoo.eval_examples('induction')",
 }
 SPECIALS = ["<pad>", "<unk>", "<s>"]
-CONFIG = dict(n_embd=64, n_layer=2, n_head=4, n_positions=32, n_inner=128,
-              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+# Rotary positions (Su et al. 2021) rather than GPT-2's learned absolute ones: with no
+# position vector in the residual stream, layer 1 cannot find "the position after the
+# previous occurrence" by copying that occurrence's position (the duplicate-token +
+# Q-composition shortcut a GPT-2 of this size learned instead, with no previous-token
+# head); it must match keys on "my previous token was A", which only a layer-0
+# previous-token head can write (K-composition, Olsson et al. 2022).
+CONFIG = dict(hidden_size=96, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=4, max_position_embeddings=32, tie_word_embeddings=False)
 
 
 def generate(n: int, seed: int) -> list[dict]:
@@ -61,18 +67,18 @@ def tokenizer():
     return _common.word_tokenizer(
         VOCAB, SPECIALS, template="<s> $A",
         roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>"),
-        max_length=CONFIG["n_positions"],
+        max_length=CONFIG["max_position_embeddings"],
     )
 
 
 def build(seed: int):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = tokenizer()
     _common.seed_everything(seed)
-    cfg = GPT2Config(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.bos_token_id,
-                     pad_token_id=tok.pad_token_id, **CONFIG)
-    return GPT2LMHeadModel(cfg), tok
+    cfg = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.bos_token_id,
+                      pad_token_id=tok.pad_token_id, **CONFIG)
+    return LlamaForCausalLM(cfg), tok
 
 
 def encode(tok, examples):
@@ -101,7 +107,7 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
         enc, target = encode(tok, sample(batch_size))
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "target": target}
 
-    return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=6e-3, warmup=100)
+    return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=3e-3, warmup=100)
 
 
 @torch.no_grad()
@@ -120,6 +126,6 @@ save = _common.save_hf
 
 
 def load(directory):
-    from transformers import GPT2LMHeadModel
+    from transformers import LlamaForCausalLM
 
-    return _common.load_hf(GPT2LMHeadModel, directory)
+    return _common.load_hf(LlamaForCausalLM, directory)
