@@ -168,3 +168,27 @@ def test_zoo_induction_ablation_destroys_copying_and_patching_restores_it():
     assert abs(patch_group(a, clean, corrupted, prev, "accuracy").effect) < 0.05
     single = patch_heads(a, clean, corrupted, "accuracy", heads=ind[:1], batch_size=50).table
     assert patch_group(a, clean, corrupted, ind[:1], "accuracy").effect == pytest.approx(single["restored"][0], abs=1e-9)
+
+
+def test_cli_groups(tmp_path):
+    """``--group`` writes groups.csv: on zoo:prev-token, ablating both heads together is at
+    least as bad as ablating the task head alone; a malformed group is refused in one line."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from probe.cli.ablation import ablate_cmd
+
+    out = tmp_path / "abl"
+    res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "40",
+                                          "--group", "0.0,0.1", "--group", "0.1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    groups = pd.read_csv(out / "groups.csv").set_index("heads")
+    sweep = pd.read_csv(out / "ablation.csv").set_index(["layer", "head"])
+    assert groups.loc["0.1", "effect"] == pytest.approx(sweep.loc[(0, 1), "delta"], abs=1e-6)
+    assert groups.loc["0.0+0.1", "intervened"] < 20 and groups.loc["0.0+0.1", "clean"] > 99
+    res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "5",
+                                          "--group", "0-1", "--out", str(tmp_path / "bad")])
+    assert res.exit_code == 2 and "layer.head" in res.output
+    res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "5",
+                                          "--group", "0.7", "--out", str(tmp_path / "bad2")])
+    assert res.exit_code != 0 and "head" in res.output and not (tmp_path / "bad2" / "groups.csv").exists()

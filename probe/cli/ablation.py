@@ -10,14 +10,28 @@ from pathlib import Path
 
 import click
 
-from .common import (device_option, input_options, limit_option, model_option, parse_int_list, setup_logging,
-                     user_errors)
+from .common import (device_option, input_options, limit_option, model_option, parse_head_group, parse_int_list,
+                     setup_logging, user_errors)
 
 metric_option = click.option("--metric", default="loss", show_default=True,
                              help="loss | accuracy (zoo) | embedding-drift")
 out_option = click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
 batch_option = click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
 verbose_option = click.option("-v", "--verbose", is_flag=True)
+group_option = click.option("--group", "groups", multiple=True,
+                            help="also intervene on these heads together, e.g. 1.0,1.1,1.2 (repeatable); "
+                            "rows in groups.csv")
+
+
+def _write_groups(out: Path, results) -> str:
+    """Write ``groups.csv`` (one row per group) and return a one-line summary."""
+    import pandas as pd
+
+    if not results:
+        return ""
+    rows = [r.summary() for r in results]
+    pd.DataFrame(rows).to_csv(out / "groups.csv", index=False)
+    return "; groups: " + ", ".join(f"{r['heads']} {r['effect']:+.4g}" for r in rows)
 
 
 def _load(model, text, file_, conllu, limit, device):
@@ -48,18 +62,26 @@ def _summary(out: Path, name: str, data: dict) -> None:
 @click.option("--mode", type=click.Choice(["zero", "mean"]), default="zero", show_default=True)
 @click.option("--layers", default=None, help="only heads of these layers, e.g. 0,3 or 0-2")
 @click.option("--n-boot", type=click.IntRange(min=10), default=1000, show_default=True)
+@group_option
 @batch_option
 @device_option
 @out_option
 @verbose_option
 @user_errors
-def ablate_cmd(model, text, file_, conllu, limit, metric, mode, layers, n_boot, batch_size, device, out, verbose):
-    """Ablate each head alone; write ablation.csv (delta with bootstrap CI) and a heatmap."""
+def ablate_cmd(model, text, file_, conllu, limit, metric, mode, layers, n_boot, groups, batch_size, device, out,
+               verbose):
+    """Ablate each head alone; write ablation.csv (delta with bootstrap CI) and a heatmap.
+    With --group, also ablate each group of heads together (groups.csv): redundant heads
+    show no effect alone and a large one together."""
     setup_logging(verbose)
     from analyses.ablation import sweep_heads
+    from analyses.head_groups import ablate_group
     from probe.report.ablation_figures import head_heatmap
 
+    groups = [parse_head_group(g) for g in groups]
     adapter, corpus = _load(model, text, file_, conllu, limit, device)
+    group_results = [ablate_group(adapter, corpus, g, metric, mode, batch_size=batch_size, n_boot=n_boot)
+                     for g in groups]
     res = sweep_heads(adapter, corpus, metric, mode, _layers(adapter, layers), batch_size=batch_size,
                       n_boot=n_boot, progress=len(corpus) > 1)
     out = Path(out)
@@ -72,7 +94,8 @@ def ablate_cmd(model, text, file_, conllu, limit, metric, mode, layers, n_boot, 
                                     "path": res.path, "clean": float(res.clean.mean()),
                                     "top": top[["layer", "head", "delta"]].to_dict("records")})
     click.echo(f"wrote {out / 'ablation.csv'} ({len(res.table)} heads, {len(corpus)} examples, {res.path}); "
-               "largest: " + ", ".join(f"{r.layer}:{r.head} Δ={r.delta:+.4g}" for r in top.itertuples()))
+               "largest: " + ", ".join(f"{r.layer}:{r.head} Δ={r.delta:+.4g}" for r in top.itertuples())
+               + _write_groups(out, group_results))
 
 
 @click.command("prune")
@@ -130,21 +153,24 @@ def prune_cmd(model, text, file_, conllu, limit, metric, method, step_fraction, 
 @click.option("--corrupted-file", type=click.Path(dir_okay=False), default=None,
               help="one corrupted input per line, paired with the lines of --file")
 @click.option("--n-boot", type=click.IntRange(min=10), default=1000, show_default=True)
+@group_option
 @batch_option
 @device_option
 @out_option
 @verbose_option
 @user_errors
-def patch_cmd(model, text, file_, conllu, limit, metric, corrupted, corrupted_file, n_boot, batch_size, device,
-              out, verbose):
+def patch_cmd(model, text, file_, conllu, limit, metric, corrupted, corrupted_file, n_boot, groups, batch_size,
+              device, out, verbose):
     """Patch each head's clean output into the corrupted run; write patching.csv
     (restored fraction with bootstrap CI) and a heatmap. With zoo:induction and no
     input, the evaluation set is paired with copies whose first half is replaced."""
     setup_logging(verbose)
+    from analyses.head_groups import patch_group
     from analyses.patching import corrupt_zoo, patch_heads
     from probe.inputs import Corpus, load_corpus
     from probe.report.ablation_figures import head_heatmap
 
+    groups = [parse_head_group(g) for g in groups]
     adapter, clean = _load(model, text, file_, conllu, limit, device)
     if corrupted or corrupted_file:
         bad = load_corpus(text=corrupted or None, file=corrupted_file, limit=limit)
@@ -154,6 +180,7 @@ def patch_cmd(model, text, file_, conllu, limit, metric, corrupted, corrupted_fi
     else:
         raise ValueError("no corrupted inputs: give --corrupted (with --text) or --corrupted-file")
     res = patch_heads(adapter, clean, bad, metric, batch_size=batch_size, n_boot=n_boot, progress=len(clean) > 1)
+    group_results = [patch_group(adapter, clean, bad, g, metric, batch_size=batch_size, n_boot=n_boot) for g in groups]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     res.table.to_csv(out / "patching.csv", index=False)
@@ -163,7 +190,8 @@ def patch_cmd(model, text, file_, conllu, limit, metric, corrupted, corrupted_fi
                                     "clean": float(res.clean.mean()), "corrupted": float(res.corrupted.mean()),
                                     "top": best[["layer", "head", "restored"]].to_dict("records")})
     click.echo(f"wrote {out / 'patching.csv'} ({len(clean)} pairs); most restoring: "
-               + ", ".join(f"{r.layer}:{r.head} {r.restored:.2f}" for r in best.itertuples()))
+               + ", ".join(f"{r.layer}:{r.head} {r.restored:.2f}" for r in best.itertuples())
+               + _write_groups(out, group_results))
 
 
 COMMANDS = [ablate_cmd, prune_cmd, patch_cmd]

@@ -58,6 +58,19 @@ def parse_int_list(value, name: str):
     return out
 
 
+def parse_head_group(value: str, name: str = "--group") -> list:
+    """'1.0,1.1,1.3' → [(1, 0), (1, 1), (1, 3)]: heads as ``layer.head``."""
+    out = []
+    for part in str(value).split(","):
+        part = part.strip()
+        layer, dot, head = part.partition(".")
+        if not (dot and layer.isdigit() and head.isdigit()):
+            raise click.BadParameter(f"expected heads as layer.head separated by commas, like 1.0,1.3; "
+                                     f"got {part!r}", param_hint=name)
+        out.append((int(layer), int(head)))
+    return out
+
+
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
