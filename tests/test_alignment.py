@@ -112,9 +112,10 @@ def translate_pairs():
 
 @pytest.mark.slow
 def test_zoo_aer_against_gold_alignments(translate_pairs):
-    """The GRU's additive attention aligns every word (AER ≤ 0.01); the transformer's
-    best cross-attention head (layer 1) aligns every word but the sentence-final verb
-    (AER ≤ 0.01 without it, < 0.15 with it); the other layer is far worse."""
+    """The GRU's additive attention aligns every word (AER ≤ 0.01); so does the
+    transformer's best cross-attention head (layer 1), the moved sentence-final verb
+    included (AER ≤ 0.01 with and without it, most attention on the gold word); the other
+    layer is far worse."""
     from models import zoo
 
     ex, maps = translate_pairs
@@ -125,7 +126,7 @@ def test_zoo_aer_against_gold_alignments(translate_pairs):
     assert len(rnn) == 1 and rnn.aer.iloc[0] <= 0.01 and rnn.gold_mass.iloc[0] > 0.9
     tr = alignment_error_rates(maps["translate"], gold)
     best = best_head(tr)
-    assert best.layer == 1 and 0.02 < best.aer < 0.15
+    assert best.layer == 1 and best.aer <= 0.01 and best.gold_mass > 0.9
     assert tr.aer.max() > 0.3
     assert alignment_error_rates(maps["translate"], gold, keep=non_verb).aer.min() <= 0.01
 

@@ -31,7 +31,9 @@ from . import translate as _t
 TASK = "translate-rnn"
 FAMILY = "gru-attention"
 SEED = 0
-STEPS = 1500
+# 1000 steps at lr 3e-3: 100% exact match, attention argmax = gold for every word, mean
+# attention on the gold word 0.93 (500 steps at lr 5e-3: 0.89); ~45 s on one thread.
+STEPS = 1000
 EVAL_SEED = _t.EVAL_SEED
 N_EVAL = _t.N_EVAL
 METRIC = _t.METRIC
@@ -102,7 +104,7 @@ def _loss(model, b):
 def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
     return _common.train_loop(model, lambda _: _t.encode(tok, sample(batch_size)), _loss,
-                              steps=steps, lr=5e-3, warmup=50)
+                              steps=steps, lr=3e-3, warmup=50)
 
 
 @torch.no_grad()
@@ -135,11 +137,11 @@ def attention_maps(model, tok, source: str, target: str):
     """Additive attention of one (source, target) pair, teacher-forced.
 
     Returns ``AttentionMaps(kind="cross")`` with ``attentions`` ``[1, 1, n_target + 1,
-    n_source + 1]``. Key side: source tokens (words, then ``</s>``). Query side, as in
+    n_source]``. Key side: the source words (the source carries no special token, see
+    :func:`models.zoo.translate.tokenizer`). Query side, as in
     :func:`probe.capture.capture` for encoder-decoder models: the decoder *inputs*
-    ``<s> y_1 … y_n`` (query word ids shifted by one), so query row ``j`` is the step
-    that *produces* target word ``j`` (row ``n``: ``</s>``). Raises ``ValueError`` on
-    empty input.
+    ``<s> y_1 … y_n``, so query row ``j`` is the step that *produces* target word ``j``
+    (row ``n``: ``</s>``). Raises ``ValueError`` on empty input.
     """
     from probe.maps import AttentionMaps
 
@@ -149,7 +151,6 @@ def attention_maps(model, tok, source: str, target: str):
     _, attn = model(b["input_ids"], b["attention_mask"], b["decoder_input_ids"])
     src_enc = tok(source)
     tgt_enc = tok(target)
-    t_tokens = tok.convert_ids_to_tokens(tgt_enc["input_ids"])
     t_wids = tgt_enc.word_ids()
     return AttentionMaps(
         attentions=attn[0][None, None].float(),
@@ -159,9 +160,9 @@ def attention_maps(model, tok, source: str, target: str):
         words=source.split(),
         layers=(0,),
         kind="cross",
-        query_tokens=[tok.bos_token] + t_tokens[:-1],
-        query_word_ids=[None] + t_wids[:-1],
-        query_special_mask=[True] + [w is None for w in t_wids[:-1]],
+        query_tokens=[tok.bos_token] + tok.convert_ids_to_tokens(tgt_enc["input_ids"]),
+        query_word_ids=[None] + t_wids,
+        query_special_mask=[True] + [w is None for w in t_wids],
         query_words=target.split(),
         text=source,
         meta={"model": "zoo:translate-rnn", "attention": "additive (Bahdanau et al. 2015)",
