@@ -288,10 +288,9 @@ def test_syntax_cli_bad_inputs(tmp_path, ewt_dev):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the committed zoo:brackets model has no matching-bracket head: its best "
-                   "head on 'match' is the previous-word head (58.6% = the offset −1 baseline); reported to the zoo")
 def test_zoo_brackets_has_a_matching_bracket_head(tmp_path):
-    """zoo:brackets must locate each closer's opener: some head should point there."""
+    """zoo:brackets must locate each closer's opener: the probe, reading the gold arcs
+    from CoNLL-U, must find the head trained to point there (the card's supervised head)."""
     from models import load_model, zoo
     from analyses.syntax_run import run_syntax
 
@@ -306,4 +305,26 @@ def test_zoo_brackets_has_a_matching_bracket_head(tmp_path):
     assert not result.skipped_counts
     best = result.relations.best(relations=["match"]).set_index("direction")
     assert best.loc["dep_to_head", "accuracy"] >= 0.95, best.to_dict()
+    supervised = tuple(adapter.card["ground_truth"]["supervised_head"])
+    assert (best.loc["dep_to_head", "layer"], best.loc["dep_to_head", "head"]) == supervised
+    assert best.loc["dep_to_head", "accuracy"] > best.loc["dep_to_head", "baseline_accuracy"] + 0.3
     assert best.loc["dep_to_head", "count"] == sum(s.deprels.count("match") for s in sentences)
+
+
+def test_syntax_cli_defaults_to_the_zoo_treebank(tmp_path):
+    """With zoo:brackets and no --conllu, the held-out set's gold arcs are written to
+    OUT/gold.conllu and probed; other models are told to give --conllu."""
+    from click.testing import CliRunner
+
+    from models import zoo
+    from probe.cli.syntax import syntax_cmd
+
+    out = tmp_path / "o"
+    res = CliRunner().invoke(syntax_cmd, ["--model", "zoo:brackets", "--limit", "40", "--tree-limit", "0",
+                                          "--probe-limit", "0", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    gold = (out / "gold.conllu").read_text()
+    assert gold == zoo.task_module("brackets").to_conllu(zoo.eval_examples("brackets"))
+    assert "match" in res.output and len(read_conllu(out / "gold.conllu", limit=40)) == 40
+    res = CliRunner().invoke(syntax_cmd, ["--model", "zoo:agreement", "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2 and "--conllu" in res.output and "zoo:brackets" in res.output

@@ -9,7 +9,8 @@ from .common import device_option, limit_option, model_option, setup_logging, us
 
 @click.command("syntax")
 @model_option
-@click.option("--conllu", required=True, type=click.Path(dir_okay=False), help="CoNLL-U treebank")
+@click.option("--conllu", default=None, type=click.Path(dir_okay=False),
+              help="CoNLL-U treebank (default for zoo:brackets: its held-out set, written to OUT/gold.conllu)")
 @limit_option
 @click.option("--min-count", type=click.IntRange(min=1), default=20, show_default=True,
               help="relations with fewer instances are flagged")
@@ -34,6 +35,7 @@ def syntax_cmd(model, conllu, limit, min_count, relations, base_relations, tree_
     from probe.corpus import read_conllu
     from probe.report.syntax_figures import write_syntax_report
 
+    conllu = conllu or _zoo_treebank(model, out)
     sentences = read_conllu(conllu, limit=limit)
     adapter = load_model(model, device=device)
     rels = [r.strip() for r in relations.split(",") if r.strip()] if relations else None
@@ -43,6 +45,24 @@ def syntax_cmd(model, conllu, limit, min_count, relations, base_relations, tree_
                                 meta={"model": adapter.name, "conllu": str(conllu)})
     _echo_summary(result, min_count, rels)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+def _zoo_treebank(model: str, out: str) -> str:
+    """Write a zoo task's held-out set with its gold arcs as ``out/gold.conllu`` (tasks
+    with ``to_conllu``); any other model needs ``--conllu``."""
+    from pathlib import Path
+
+    from models import zoo
+
+    task = model[len("zoo:"):] if model.startswith("zoo:") else None
+    mod = zoo.task_module(task) if task in zoo.TASKS else None
+    if mod is None or not hasattr(mod, "to_conllu"):
+        have = ", ".join(f"zoo:{t}" for t in zoo.TASKS if hasattr(zoo.task_module(t), "to_conllu"))
+        raise click.UsageError(f"give --conllu (a CoNLL-U treebank); only {have} has gold trees of its own")
+    path = Path(out) / "gold.conllu"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(mod.to_conllu(zoo.eval_examples(task)), encoding="utf-8")
+    return str(path)
 
 
 def _echo_summary(result, min_count, rels):
