@@ -6,14 +6,26 @@ time and report the metric change; mean-ablation replaces a head's output by its
 over the corpus, here taken separately for word and special-token positions (the
 "per position kind" mean), so position-specific offsets survive.
 
-Batched: for each chunk of ``b`` examples and each layer ``l``, one forward carries
-the ablation of every swept head of layer ``l`` (``k`` heads → ``k·b`` rows, row
-``j·b + i`` = example ``i`` with head ``j`` ablated, through per-row
-:class:`probe.interventions.HeadEdit` s) and starts at layer ``l`` from the clean
-residual stream cached for that chunk (:mod:`analyses.restart`), so layers before the
-ablated one are not recomputed. Where the restart is not supported the same batched
-rows run through full forwards; ``SweepResult.path`` says which ran.
-:func:`sweep_heads_naive` is the reference loop (one full forward per ablated head).
+Batched: for each chunk of ``b`` examples and each layer ``l``, forwards carry the
+ablation of every swept head of layer ``l`` (``k`` heads → ``k·b`` rows, row
+``j·g + i`` = example ``i`` of a group of ``g`` with head ``j`` ablated, through per-row
+:class:`probe.interventions.HeadEdit` s) and start from the clean run of that chunk
+(:mod:`analyses.restart`), so layers before the ablated one are not recomputed:
+
+* ``site-restart`` (eval mode): at layer ``l``'s attention output projection, from the
+  cached clean per-head outputs — ablating head ``h`` changes only its slice of the
+  projection's input, so layer ``l``'s Q/K/V projections and softmax are skipped too;
+* ``layer-restart`` (a model in training mode): at layer ``l``'s input, from the cached
+  residual stream;
+* ``full forward``: where restart is not supported (encoder-decoder models, T5).
+
+Each forward carries at most ``max_tokens`` padded tokens (rows × length): the chunk's
+examples are taken longest first, and with the built-in metrics, which ignore padding
+(masked pooling, ``−100`` labels), each group of examples is cut to its own longest
+length (right padding only). This bounds memory (one big forward allocates fresh pages
+for every activation) and skips the padding of short sentences; the rows compute the
+same function, so results equal :func:`sweep_heads_naive` (the reference loop: one
+full forward of the whole chunk per ablated head) up to float rounding.
 
 Shapes: ``SweepResult.ablated`` is ``[n_heads_swept, n_examples]``, ``clean`` is
 ``[n_examples]``.
@@ -32,17 +44,20 @@ import pandas as pd
 import torch
 
 from analyses.bootstrap import bootstrap_mean_ci
-from analyses.metrics import Metric, MetricBatch, as_corpus, get_metric
-from analyses.restart import ResidualCache, RestartFrom, supports_restart
+from analyses.metrics import AccuracyMetric, DriftMetric, LossMetric, Metric, MetricBatch, as_corpus, get_metric
+from analyses.restart import ResidualCache, RestartFrom, supports_restart, supports_site_restart
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 log = logging.getLogger(__name__)
 
 __all__ = ["SweepResult", "sweep_heads", "sweep_heads_naive", "position_kind_means", "check_heads",
-           "run_rows", "MIN_MEAN_EXAMPLES", "ABLATION_MODES"]
+           "run_rows", "plan_forwards", "MIN_MEAN_EXAMPLES", "MAX_TOKENS", "ABLATION_MODES"]
 
 ABLATION_MODES = ("zero", "mean")
 MIN_MEAN_EXAMPLES = 8
+MAX_TOKENS = 2048
+# metrics whose per-example value does not depend on trailing padding
+_PADDING_FREE = (LossMetric, AccuracyMetric, DriftMetric)
 COLUMNS = ["layer", "head", "mode", "metric", "clean", "ablated", "delta", "ci_low", "ci_high"]
 
 
@@ -56,7 +71,8 @@ class SweepResult:
         clean: ``[n_examples]`` clean metric per example.
         ablated: ``[n_heads, n_examples]`` metric per example with each head ablated.
         heads: the swept ``(layer, head)`` pairs, in the row order of ``ablated``.
-        path: ``layer-restart``, ``full forward`` (batched rows) or ``naive loop``.
+        path: ``site-restart``, ``layer-restart``, ``full forward`` (batched rows) or
+            ``naive loop``.
     """
 
     table: pd.DataFrame
@@ -153,11 +169,13 @@ def _repeat_ref(reference: Optional[torch.Tensor], k: int):
 
 def run_rows(adapter, metric: Metric, batch: MetricBatch, reference, layer: int, heads: Sequence[int],
              values: Optional[torch.Tensor] = None, residual: Optional[torch.Tensor] = None,
-             stack: Optional[str] = None) -> torch.Tensor:
+             stack: Optional[str] = None, context: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One forward of ``len(heads)·b`` rows, head ``heads[j]`` of ``layer`` replaced on
     the ``j``-th copy of the batch (zeroed, or set to ``values[:, :, head]`` with
     ``values`` ``[b, seq, n_heads, head_dim]``). With ``residual`` ``[b, seq, dim]``
-    (the stream entering ``layer``), the forward restarts at ``layer``.
+    (the stream entering ``layer``), the forward restarts at ``layer``; with also
+    ``context`` ``[b, seq, n_heads·head_dim]`` (``layer``'s clean per-head output
+    site), at ``layer``'s output projection.
 
     Returns:
         ``[len(heads), b]`` metric values.
@@ -167,9 +185,91 @@ def run_rows(adapter, metric: Metric, batch: MetricBatch, reference, layer: int,
     with ExitStack() as stack_ctx:
         stack_ctx.enter_context(HeadIntervention(adapter, _edits(layer, heads, b, values), stack=stack))
         if residual is not None:
-            stack_ctx.enter_context(RestartFrom(adapter, layer, residual.repeat(k, 1, 1), stack=stack))
+            ctx = None if context is None else _repeat_ref(context, k)
+            stack_ctx.enter_context(RestartFrom(adapter, layer, _repeat_ref(residual, k), stack=stack, context=ctx))
         out = metric.forward(adapter, big)
     return metric.score(out, big, _repeat_ref(reference, k)).reshape(k, b)
+
+
+def _trimmable(adapter, metric: Metric, batch: MetricBatch) -> bool:
+    """Can rows be cut to a shorter length? A built-in metric (blind to padding), a
+    right-padded batch of ``[rows, seq]`` inputs, aux tensors ``[rows]`` or ``[rows, seq]``."""
+    if type(metric) not in _PADDING_FREE or adapter.arch == "encoder-decoder":
+        return False
+    mask = batch.inputs["attention_mask"]
+    seq = mask.shape[1]
+    right_padded = bool((mask[:, 1:] <= mask[:, :-1]).all())  # each row: ones, then zeros
+    shapes_ok = all(t.dim() == 2 and t.shape[1] == seq for t in batch.inputs.values()) and all(
+        t.dim() == 1 or (t.dim() == 2 and t.shape[1] == seq) for t in batch.aux.values())
+    return right_padded and shapes_ok
+
+
+def plan_forwards(lengths: Sequence[int], k: int, max_tokens: int = MAX_TOKENS) -> list:
+    """Split one layer's ``k·b`` rows (``k`` heads × ``b`` examples) into forwards.
+
+    Examples are taken longest first; a forward carries a group of examples, all ``k``
+    heads (or, when one example's ``k`` rows exceed the budget, a slice of the heads),
+    and at most ``max_tokens`` = rows × the group's longest length tokens (at least one row).
+
+    Returns:
+        ``[(examples, heads)]``: example indices (a list) and a ``slice`` of the heads.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -int(lengths[i]))
+    plan, i = [], 0
+    while i < len(order):
+        longest = max(1, int(lengths[order[i]]))
+        g = max_tokens // (k * longest)
+        if g >= 1:
+            plan.append((order[i: i + g], slice(0, k)))
+            i += g
+            continue
+        per = max(1, max_tokens // longest)
+        plan.extend(([order[i]], slice(s, min(k, s + per))) for s in range(0, k, per))
+        i += 1
+    return plan
+
+
+def _cut(t: torch.Tensor, rows: torch.Tensor, length: Optional[int] = None) -> torch.Tensor:
+    """Rows ``rows`` of ``t`` ``[rows, ...]``; with ``length``, positions ``:length`` of a
+    ``[rows, seq, ...]`` tensor."""
+    t = t.index_select(0, rows.to(t.device))
+    return t if length is None or t.dim() < 2 else t[:, :length]
+
+
+def _take(batch: MetricBatch, rows: torch.Tensor, length: Optional[int]) -> MetricBatch:
+    """Rows ``rows`` of ``batch`` (cut to ``length`` positions when given)."""
+    return MetricBatch(inputs={n: _cut(t, rows, length) for n, t in batch.inputs.items()},
+                       aux={n: _cut(t, rows, length) for n, t in batch.aux.items()},
+                       special=None if batch.special is None else _cut(batch.special, rows, length))
+
+
+def _sweep_chunk(adapter, metric: Metric, batch: MetricBatch, layers: dict, means, stack, restart: bool,
+                 max_tokens: int):
+    """Clean and ablated scores of one chunk: ``[b]`` and ``{layer: [k, b]}``, ``k`` =
+    the heads swept in that layer, in the order of ``layers[layer]``."""
+    site = restart and supports_site_restart(adapter, stack)
+    with ExitStack() as ctx:
+        cache = ctx.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None
+        out = metric.forward(adapter, batch)
+    ref = metric.reference(out, batch)
+    clean = metric.score(out, batch, ref)
+    trim = _trimmable(adapter, metric, batch)
+    lengths = batch.lengths.tolist() if trim else [batch.inputs["input_ids"].shape[1]] * batch.rows
+    ablated = {}
+    for layer, heads in layers.items():
+        scores = torch.empty(len(heads), batch.rows, dtype=clean.dtype, device=clean.device)
+        for examples, part in plan_forwards(lengths, len(heads), max_tokens):
+            rows = torch.as_tensor(examples)
+            length = max(lengths[i] for i in examples) if trim else None
+            sub = _take(batch, rows, length)
+            values = None if means is None else _row_values(means, layer, sub)
+            residual = _cut(cache.inputs[layer], rows, length) if restart else None
+            context = _cut(cache.contexts[layer], rows, length) if site else None
+            sub_ref = None if ref is None else _cut(ref, rows)
+            s = run_rows(adapter, metric, sub, sub_ref, layer, heads[part], values, residual, stack, context)
+            scores[part, rows.to(scores.device)] = s.to(scores.dtype)
+        ablated[layer] = scores
+    return clean, ablated
 
 
 def _setup(adapter, corpus, metric, mode, heads, stack, batch_size):
@@ -194,8 +294,9 @@ def _result(heads, clean, ablated, mode, metric, path, n_boot, confidence, seed)
 
 @torch.no_grad()
 def sweep_heads(adapter, corpus, metric="loss", mode: str = "zero", heads: Optional[Sequence] = None, *,
-                batch_size: int = 8, restart: bool = True, n_boot: int = 1000, confidence: float = 0.95,
-                seed: int = 0, stack: Optional[str] = None, progress: bool = False) -> SweepResult:
+                batch_size: int = 8, restart: bool = True, max_tokens: int = MAX_TOKENS, n_boot: int = 1000,
+                confidence: float = 0.95, seed: int = 0, stack: Optional[str] = None,
+                progress: bool = False) -> SweepResult:
     """Ablate each head alone and measure ``metric`` on every example (batched).
 
     Args:
@@ -204,38 +305,40 @@ def sweep_heads(adapter, corpus, metric="loss", mode: str = "zero", heads: Optio
             a callable ``fn(outputs, batch) -> Tensor[rows]``.
         mode: ``zero`` or ``mean`` (per-position-kind corpus mean).
         heads: ``(layer, head)`` pairs (default: all ``L·H``).
-        batch_size: examples per chunk; a forward carries up to ``n_heads·batch_size`` rows.
+        batch_size: examples per chunk (one clean forward each).
         restart: restart each forward at the ablated layer where supported.
+        max_tokens: padded tokens (rows × length) per ablation forward; bounds memory.
 
     Raises:
         ValueError: unknown mode or metric, a metric that does not apply (naming those
-            that do), a head out of range (naming the valid range), an empty corpus.
+            that do), a head out of range (naming the valid range), an empty corpus,
+            ``max_tokens < 1``.
     """
     from tqdm.auto import tqdm
 
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     corpus, metric, heads, means = _setup(adapter, corpus, metric, mode, heads, stack, batch_size)
     use_restart = restart and supports_restart(adapter, stack)
-    path = "layer-restart" if use_restart else "full forward"
+    if not use_restart:
+        path = "full forward"
+    else:
+        path = "site-restart" if supports_site_restart(adapter, stack) else "layer-restart"
     if restart and not use_restart:
         log.info("layer restart not supported for %s; batched full forwards", adapter.family)
     by_layer: dict[int, list] = {}
     for j, (layer, head) in enumerate(heads):
         by_layer.setdefault(layer, []).append((j, head))
+    layers = {layer: [h for _, h in items] for layer, items in by_layer.items()}
     n = len(corpus)
     clean = np.zeros(n)
     ablated = np.zeros((len(heads), n))
     chunks = metric.batches(adapter, corpus, batch_size)
     for idx, batch in tqdm(chunks, total=-(-n // batch_size), disable=not progress, desc="sweep"):
-        with ExitStack() as ctx:
-            cache = ctx.enter_context(ResidualCache(adapter, stack)) if use_restart else None
-            out = metric.forward(adapter, batch)
-        ref = metric.reference(out, batch)
-        clean[idx] = metric.score(out, batch, ref).double().cpu().numpy()
+        c, by = _sweep_chunk(adapter, metric, batch, layers, means, stack, use_restart, max_tokens)
+        clean[idx] = c.double().cpu().numpy()
         for layer, items in by_layer.items():
-            values = None if means is None else _row_values(means, layer, batch)
-            residual = cache.inputs[layer] if use_restart else None
-            s = run_rows(adapter, metric, batch, ref, layer, [h for _, h in items], values, residual, stack)
-            ablated[np.ix_([j for j, _ in items], idx)] = s.double().cpu().numpy()
+            ablated[np.ix_([j for j, _ in items], idx)] = by[layer].double().cpu().numpy()
     return _result(heads, clean, ablated, mode, metric, path, n_boot, confidence, seed)
 
 

@@ -18,6 +18,20 @@ return it as their output, and share no state across layers (:data:`RESTART_FAMI
 elsewhere callers fall back to full forwards (:func:`supports_restart`). T5 is
 excluded (its relative position bias is computed in layer 0 and passed on), as are
 encoder-decoder models.
+
+Restart at the output projection. An edit of the per-head output site of layer ``l``
+(the input of its attention output projection, ``[batch, seq, n_heads·head_dim]``)
+leaves layer ``l``'s queries, keys, values and attention probabilities unchanged, so
+those need not be recomputed either. With ``contexts=True`` :class:`ResidualCache` also
+records that site's clean value per layer; :class:`RestartFrom` given ``context`` stubs
+layer ``l``'s attention module (the ``attention`` entry of
+:data:`models.architectures.ARCHITECTURES`) so that it returns what it would have
+computed from the cached site: ``(context, None)`` where the module ends *before* the
+output projection (BERT's ``attention.self``), ``(proj(context), None)`` where it ends
+with it (DistilBERT ``out_lin``, GPT-2 ``c_proj`` + dropout, Llama ``o_proj``). The
+projection is called as a module, so :class:`probe.interventions.HeadIntervention`'s
+hook on it still edits the site. Exact in eval mode only (dropout after the projection
+is skipped): :func:`supports_site_restart`.
 """
 
 from __future__ import annotations
@@ -30,7 +44,8 @@ import torch
 from models.architectures import ARCHITECTURES
 from probe.hooks import HookContext, HookSet
 
-__all__ = ["RESTART_FAMILIES", "supports_restart", "layer_modules", "ResidualCache", "RestartFrom"]
+__all__ = ["RESTART_FAMILIES", "supports_restart", "supports_site_restart", "layer_modules", "ResidualCache",
+           "RestartFrom"]
 
 RESTART_FAMILIES = ("bert", "distilbert", "gpt2", "llama")
 
@@ -39,6 +54,13 @@ def supports_restart(adapter, stack: Optional[str] = None) -> bool:
     """True when :class:`RestartFrom` is exact for this model and stack."""
     stack = stack or adapter.default_stack
     return adapter.family in RESTART_FAMILIES and adapter.arch != "encoder-decoder" and stack == adapter.default_stack
+
+
+def supports_site_restart(adapter, stack: Optional[str] = None) -> bool:
+    """True when :class:`RestartFrom` with ``context`` is exact: layer restart is, every
+    family in :data:`RESTART_FAMILIES` returns ``(output, weights)`` from its attention
+    module with ``output`` the site or its projection, and the model is in eval mode."""
+    return supports_restart(adapter, stack) and not adapter.model.training
 
 
 def layer_modules(adapter, stack: Optional[str] = None) -> list:
@@ -66,28 +88,44 @@ def _hidden(args, kwargs):
 
 class ResidualCache(HookContext):
     """Record the hidden state entering each layer: ``.inputs[l]`` ``[batch, seq, dim]``
-    (detached), for the last forward run inside the block."""
+    (detached), for the last forward run inside the block; with ``contexts=True`` also
+    the per-head output site of each layer, ``.contexts[l]`` ``[batch, seq,
+    n_heads·head_dim]`` (the input of its attention output projection)."""
 
-    def __init__(self, adapter, stack: Optional[str] = None):
+    def __init__(self, adapter, stack: Optional[str] = None, contexts: bool = False):
         self.layers = layer_modules(adapter, stack)
+        self.projections = adapter.head_output_modules(stack) if contexts else []
         self.inputs: dict[int, torch.Tensor] = {}
+        self.contexts: dict[int, torch.Tensor] = {}
 
     def _register(self, hooks: HookSet) -> None:
         for i, layer in enumerate(self.layers):
             def fn(module, args, kwargs, i=i):
                 self.inputs[i] = _hidden(args, kwargs).detach()
             hooks.pre(layer, fn, with_kwargs=True)
+        for i, proj in enumerate(self.projections):
+            def site(module, args, i=i):
+                self.contexts[i] = args[0].detach()
+            hooks.pre(proj, site)
 
 
 class RestartFrom:
     """Inside the block, model forwards skip layers ``< layer`` and feed ``hidden``
     ``[rows, seq, dim]`` into ``layer``; the model must be run on ``rows`` rows.
 
+    With ``context`` ``[rows, seq, n_heads·head_dim]`` (the clean per-head output site
+    of ``layer``, from ``ResidualCache(contexts=True)``), ``layer``'s attention module
+    is not run either: it returns the result of its output projection applied to
+    ``context`` (see the module docstring), so the run restarts at that projection.
+
     Raises:
-        ValueError: a family without restart support, or a row/shape mismatch at run time.
+        ValueError: a family without restart support (or without site restart, given
+            ``context``), a context that does not fit ``hidden``, or a row/shape
+            mismatch at run time.
     """
 
-    def __init__(self, adapter, layer: int, hidden: torch.Tensor, stack: Optional[str] = None):
+    def __init__(self, adapter, layer: int, hidden: torch.Tensor, stack: Optional[str] = None,
+                 context: Optional[torch.Tensor] = None):
         if not supports_restart(adapter, stack):
             raise ValueError(f"layer restart is not supported for {adapter.name} ({adapter.family}); "
                              "use full forwards")
@@ -96,8 +134,28 @@ class RestartFrom:
             raise ValueError(f"layer {layer} out of range: {adapter.name} has layers 0..{len(self.layers) - 1}")
         self.layer = int(layer)
         self.hidden = hidden
+        self.context = context
+        if context is not None:
+            if not supports_site_restart(adapter, stack):
+                raise ValueError(f"restart at the output projection needs {adapter.name} in eval mode")
+            if tuple(context.shape[:2]) != tuple(hidden.shape[:2]):
+                raise ValueError(f"context {tuple(context.shape)} does not fit the residual {tuple(hidden.shape)}")
+            self.attention = adapter.attention_modules(stack)[self.layer]
+            self.projection = adapter.head_output_modules(stack)[self.layer]
+            # does the attention module's output already include the projection?
+            self.projected = any(m is self.projection for m in self.attention.modules())
         self._hooks = HookSet()
         self._stubbed: list = []
+
+    def _attention_from_site(self, *args, **kwargs):
+        """Stand-in for the attention module's forward: ``(output, None)`` from the site
+        (its rows are checked against the batch by :meth:`_replace`, which runs first)."""
+        return (self.projection(self.context) if self.projected else self.context), None
+
+    def _stub(self, module, forward) -> None:
+        saved = module.__dict__.get("forward")
+        module.forward = forward
+        self._stubbed.append((module, saved))
 
     def _replace(self, module, args, kwargs):
         h = _hidden(args, kwargs)
@@ -111,9 +169,9 @@ class RestartFrom:
     def __enter__(self) -> "RestartFrom":
         try:
             for layer in self.layers[: self.layer]:
-                saved = layer.__dict__.get("forward")
-                layer.forward = lambda *a, **k: _hidden(a, k)
-                self._stubbed.append((layer, saved))
+                self._stub(layer, lambda *a, **k: _hidden(a, k))
+            if self.context is not None:
+                self._stub(self.attention, self._attention_from_site)
             self._hooks.pre(self.layers[self.layer], self._replace, with_kwargs=True)
         except BaseException:
             self._restore()

@@ -1,11 +1,18 @@
-"""Benchmark: batched head sweep (layer restart) vs the naive loop, and the cost of
-gradient importance in forward-equivalents, side by side in one run.
+"""Benchmark: batched head sweep vs the naive loop, and the cost of gradient importance
+in forward-equivalents, side by side in one run.
 
     python bench/bench_ablation.py [--n 64] [--repeats 3] [--batch-size 16] [--threads 2]
+                                   [--max-tokens 2048]
 
-Model: the bundled minilm (6 × 12 = 72 heads); data: the first N EWT dev sentences;
-metric: embedding-drift, zero-ablation. Each timing is the median of ``--repeats``
-runs; each method also runs once in a fresh subprocess to report its peak RSS.
+Model: the bundled minilm (6 × 12 = 72 heads, loaded with SDPA attention; both sides
+use the same model); data: the first N EWT dev sentences; metric: embedding-drift,
+zero-ablation. The sweep restarts each forward at the ablated layer's output
+projection and packs its rows into forwards of ≤ ``--max-tokens`` padded tokens, each
+cut to its longest sentence (see :mod:`analyses.ablation`); the naive loop runs one
+full forward of each ``--batch-size`` chunk per ablated head. Timings are interleaved
+(sweep, naive, forward, gradient, repeated) and each is the median of ``--repeats``;
+each method also runs once in a fresh subprocess to report its peak RSS. The load
+average is printed before and after (the machine may be shared).
 Gradient importance uses a differentiable stand-in metric (‖mean-pooled embedding‖²;
 the cost of a forward + backward does not depend on the metric) and is divided by
 the time of one clean forward pass over the same batches.
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import resource
 import statistics
 import sys
@@ -44,7 +52,7 @@ def _setup(n, threads):
     return load_model("minilm"), load_corpus(conllu=str(EWT), limit=n)
 
 
-def _run(name, adapter, corpus, bs):
+def _run(name, adapter, corpus, bs, max_tokens=None):
     import torch
 
     from analyses.ablation import sweep_heads, sweep_heads_naive
@@ -52,7 +60,8 @@ def _run(name, adapter, corpus, bs):
     from analyses.metrics import CallableMetric, prepare
 
     if name == "sweep":
-        return sweep_heads(adapter, corpus, "embedding-drift", batch_size=bs)
+        kw = {} if max_tokens is None else {"max_tokens": max_tokens}
+        return sweep_heads(adapter, corpus, "embedding-drift", batch_size=bs, **kw)
     if name == "naive":
         return sweep_heads_naive(adapter, corpus, "embedding-drift", batch_size=bs)
     metric = CallableMetric(emb_norm, "emb-norm")
@@ -65,7 +74,7 @@ def _run(name, adapter, corpus, bs):
     return gradient_importance(adapter, corpus, metric, chunks=chunks)
 
 
-def _timed(name, adapter, corpus, bs):
+def _timed(name, adapter, corpus, bs, max_tokens):
     if name in ("forward", "gradient"):
         # exclude tokenisation/clean pass: time only the measured stage
         import torch
@@ -84,15 +93,33 @@ def _timed(name, adapter, corpus, bs):
             gradient_importance(adapter, corpus, metric, chunks=chunks)
         return time.perf_counter() - t
     t = time.perf_counter()
-    _run(name, adapter, corpus, bs)
+    _run(name, adapter, corpus, bs, max_tokens)
     return time.perf_counter() - t
 
 
-def _peak(name, n, bs, threads, q):
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith(key + ":")))
+
+
+def _peak(name, n, bs, threads, max_tokens, q):
+    """Peak RSS of one run in a fresh process: (RSS before, peak during) in KiB. The
+    high-water mark is reset after loading (Linux ``clear_refs``), so the model load's
+    own transient peak does not hide the run's; without that, ``ru_maxrss``."""
     adapter, corpus = _setup(n, threads)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    _run(name, adapter, corpus, bs)
-    q.put((base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base, peak = _status_kib("VmRSS"), lambda: _status_kib("VmHWM")
+    except OSError:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # noqa: E731
+    _run(name, adapter, corpus, bs, max_tokens)
+    q.put((base, peak()))
+
+
+def _fmt(values, digits=2) -> str:
+    return "[" + ", ".join(f"{v:.{digits}f}" for v in values) + "]"
 
 
 def main():
@@ -101,34 +128,48 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="padded tokens per sweep forward (default: analyses.ablation.MAX_TOKENS)")
     args = ap.parse_args()
+    if args.max_tokens is None:
+        from analyses.ablation import MAX_TOKENS
+
+        args.max_tokens = MAX_TOKENS
+    load_before = os.getloadavg()
     adapter, corpus = _setup(args.n, args.threads)
     names = ["sweep", "naive", "forward", "gradient"]
     times = {k: [] for k in names}
     for _ in range(args.repeats):
         for k in names:  # interleaved, so load changes hit both sides alike
-            times[k].append(_timed(k, adapter, corpus, args.batch_size))
+            times[k].append(_timed(k, adapter, corpus, args.batch_size, args.max_tokens))
     med = {k: statistics.median(v) for k, v in times.items()}
+    ratios = [s / n for s, n in zip(times["sweep"], times["naive"])]
     # exactness of the run we time
-    fast, slow = _run("sweep", adapter, corpus, args.batch_size), _run("naive", adapter, corpus, args.batch_size)
+    fast = _run("sweep", adapter, corpus, args.batch_size, args.max_tokens)
+    slow = _run("naive", adapter, corpus, args.batch_size)
     err = float(abs(fast.ablated - slow.ablated).max())
     ctx = mp.get_context("spawn")
     peaks = {}
     for k in ("sweep", "naive", "gradient"):
         q = ctx.Queue()
-        p = ctx.Process(target=_peak, args=(k, args.n, args.batch_size, args.threads, q))
+        p = ctx.Process(target=_peak, args=(k, args.n, args.batch_size, args.threads, args.max_tokens, q))
         p.start()
         base, peak = q.get()
         p.join()
         peaks[k] = (base / 1024, peak / 1024)
-    print(f"minilm, {len(corpus)} EWT sentences, 72 heads, batch {args.batch_size}, {args.threads} threads, "
-          f"median of {args.repeats}")
-    print(f"  sweep ({fast.path}): {med['sweep']:.2f} s   naive loop: {med['naive']:.2f} s   "
-          f"ratio {med['sweep'] / med['naive']:.3f} (target ≤ 0.6)   max |Δ| {err:.1e}")
+    attn = getattr(adapter.model.config, "_attn_implementation", "?")
+    print(f"minilm ({attn} attention), {len(corpus)} EWT sentences, 72 heads, batch {args.batch_size}, "
+          f"{args.threads} threads, max_tokens {args.max_tokens}, median of {args.repeats}")
+    print(f"  load average (1/5/15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"  sweep ({fast.path}): {med['sweep']:.2f} s {_fmt(times['sweep'])}   naive loop: {med['naive']:.2f} s "
+          f"{_fmt(times['naive'])}")
+    print(f"  ratio {med['sweep'] / med['naive']:.3f} of medians (target ≤ 0.6); per repeat {_fmt(ratios, 3)}   "
+          f"max |Δ| {err:.1e}")
     print(f"  clean forward: {med['forward']:.3f} s   gradient importance: {med['gradient']:.3f} s   "
           f"= {med['gradient'] / med['forward']:.2f} forward-equivalents (target ≤ 3)")
     for k, (b, p) in peaks.items():
-        print(f"  peak RSS {k:<9} {p:.0f} MiB (after model load {b:.0f} MiB, +{p - b:.0f} MiB)")
+        print(f"  peak RSS {k:<9} {p:.0f} MiB (RSS before the run {b:.0f} MiB, +{p - b:.0f} MiB)")
 
 
 if __name__ == "__main__":

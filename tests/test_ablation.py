@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from analyses.ablation import sweep_heads, sweep_heads_naive
+from analyses.ablation import plan_forwards, run_rows, sweep_heads, sweep_heads_naive
 from analyses.bootstrap import bootstrap_mean_ci
 from analyses.importance import gradient_importance, head_importance, ig_importance
 from analyses.metrics import as_corpus, get_metric, prepare
 from analyses.pruning import pruning_curve
 from probe.hooks import count_hooks
-from probe.interventions import HeadGates
+from analyses.restart import ResidualCache, RestartFrom
+from probe.interventions import HeadEdit, HeadGates, HeadIntervention
 
 TEXTS = ["The cat sat on the mat.", "A dog barked loudly at night in the park.", "Hi there.",
          "Colorless green ideas sleep furiously.", "She gave him the book yesterday."]
@@ -45,18 +46,22 @@ def lm_models(bert_tokenizer):
     return out
 
 
-# ---- exactness: batched (layer restart) == naive loop -------------------------------
+# ---- exactness: batched (restart at the output projection) == naive loop ------------
+# max_tokens 20: every forward carries one example cut to its own length and one head
+# (TEXTS are 5–13 tokens, 4 heads); the default: one forward per layer and chunk.
+@pytest.mark.parametrize("max_tokens", [4096, 20])
 @pytest.mark.parametrize("family,metric,mode", [
     ("bert", "loss", "mean"), ("bert", "embedding-drift", "zero"), ("distilbert", "embedding-drift", "mean"),
-    ("gpt2", "loss", "zero"), ("gpt2", "embedding-drift", "mean"), ("llama", "loss", "mean"),
+    ("distilbert", "loss", "zero"), ("gpt2", "loss", "zero"), ("gpt2", "embedding-drift", "mean"),
+    ("llama", "loss", "mean"), ("llama", "embedding-drift", "zero"),
 ])
-def test_batched_sweep_equals_naive_loop(lm_models, family, metric, mode):
+def test_batched_sweep_equals_naive_loop(lm_models, family, metric, mode, max_tokens):
     a = lm_models[family]
     with pytest.warns(UserWarning, match="only 5 example") if mode == "mean" else _nothing():
-        fast = sweep_heads(a, TEXTS, metric, mode, batch_size=3)
+        fast = sweep_heads(a, TEXTS, metric, mode, batch_size=3, max_tokens=max_tokens)
     with pytest.warns(UserWarning) if mode == "mean" else _nothing():
         slow = sweep_heads_naive(a, TEXTS, metric, mode, batch_size=3)
-    assert fast.path == "layer-restart" and slow.path == "naive loop"
+    assert fast.path == "site-restart" and slow.path == "naive loop"
     np.testing.assert_allclose(fast.clean, slow.clean, atol=1e-5)
     np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-5)
     assert fast.ablated.shape == (8, 5)
@@ -70,6 +75,107 @@ def _nothing():
     return contextlib.nullcontext()
 
 
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_roberta_layout_sweep_equals_naive_loop(bert_tokenizer, mode):
+    """RoBERTa shares BERT's module table: ``attention.self`` ends before the projection."""
+    import transformers as T
+
+    from models import ModelAdapter
+
+    torch.manual_seed(0)
+    cfg = T.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                          max_position_embeddings=130, vocab_size=len(bert_tokenizer), pad_token_id=0,
+                          initializer_range=0.2)
+    a = ModelAdapter(name="tiny-roberta", model=T.RobertaModel(cfg), tokenizer=bert_tokenizer, family="bert")
+    with pytest.warns(UserWarning) if mode == "mean" else _nothing():
+        fast = sweep_heads(a, TEXTS, "embedding-drift", mode, batch_size=5)
+    with pytest.warns(UserWarning) if mode == "mean" else _nothing():
+        slow = sweep_heads_naive(a, TEXTS, "embedding-drift", mode, batch_size=5)
+    assert fast.path == "site-restart"
+    np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-5)
+    assert fast.ablated.max() > 1e-3
+
+
+@pytest.mark.parametrize("family", ["bert", "distilbert", "gpt2", "llama"])
+def test_every_restart_equals_one_full_forward_per_head(lm_models, family):
+    """run_rows without restart, from the layer input, and from the output projection
+    (zeroing and replacing a head's output) = one full forward per head with that edit."""
+    a = lm_models[family]
+    metric = get_metric("loss", a)
+    batch = metric.make_batch(a, as_corpus(TEXTS[:3]), [0, 1, 2])
+    b, seq = batch.inputs["input_ids"].shape
+    values = torch.randn(b, seq, a.n_heads, a.head_dim, generator=torch.Generator().manual_seed(0))
+    heads = list(range(a.n_heads))
+    with torch.no_grad():
+        with ResidualCache(a, contexts=True) as cache:
+            clean = metric.score(metric.forward(a, batch), batch)
+        for layer in range(a.n_layers):
+            for vals in (None, values):
+                naive = []
+                for h in heads:
+                    edit = HeadEdit(layer, h, "zero") if vals is None else HeadEdit(layer, h, "patch", value=vals[:, :, h])
+                    with HeadIntervention(a, [edit]):
+                        naive.append(metric.score(metric.forward(a, batch), batch))
+                naive = torch.stack(naive)
+                assert (naive - clean).abs().max() > 1e-3
+                res, ctx = cache.inputs[layer], cache.contexts[layer]
+                for kw in ({}, {"residual": res}, {"residual": res, "context": ctx}):
+                    got = run_rows(a, metric, batch, None, layer, heads, vals, **kw)
+                    torch.testing.assert_close(got, naive, atol=1e-5, rtol=0)
+
+
+def test_site_restart_needs_eval_mode_and_a_fitting_context(lm_models):
+    a = lm_models["gpt2"]
+    hidden = torch.zeros(2, 5, 32)
+    with pytest.raises(ValueError, match="does not fit the residual"):
+        RestartFrom(a, 1, hidden, context=torch.zeros(3, 5, 32))
+    a.model.train()
+    try:
+        with pytest.raises(ValueError, match="eval mode"):
+            RestartFrom(a, 1, hidden, context=torch.zeros(2, 5, 32))
+        # in training mode the sweep restarts at the layer input instead
+        assert sweep_heads(a, TEXTS[:1], "loss", heads=[(1, 0)]).path == "layer-restart"
+    finally:
+        a.model.eval()
+
+
+def test_plan_forwards_covers_each_row_once_within_budget():
+    # longest first: 9, 7 | 5, 3 — at most 40 tokens = 2 heads × 2 examples × 9
+    assert plan_forwards([5, 9, 3, 7], 2, 40) == [([1, 3], slice(0, 2)), ([0, 2], slice(0, 2))]
+    # one example's 4 heads × 30 tokens exceed 64: two heads per forward
+    assert plan_forwards([30], 4, 64) == [([0], slice(0, 2)), ([0], slice(2, 4))]
+    # even one row over budget still runs (alone)
+    assert plan_forwards([30, 10], 2, 8) == [([0], slice(0, 1)), ([0], slice(1, 2)), ([1], slice(0, 1)),
+                                              ([1], slice(1, 2))]
+    lengths = [int(x) for x in np.random.default_rng(0).integers(3, 60, 37)]
+    plan = plan_forwards(lengths, 12, 1000)
+    rows = sorted((i, h) for ex, part in plan for i in ex for h in range(12)[part])
+    assert rows == sorted((i, h) for i in range(37) for h in range(12))
+    assert all(len(ex) * len(range(12)[part]) * max(lengths[i] for i in ex) <= 1000 for ex, part in plan)
+
+
+def test_forwards_are_cut_to_their_longest_example(lm_models):
+    a = lm_models["bert"]
+    metric = get_metric("loss", a)
+    batch = metric.make_batch(a, as_corpus(TEXTS), list(range(5)))
+    lengths = sorted(batch.lengths.tolist(), reverse=True)
+    assert lengths == [12, 9, 9, 9, 5]
+    seen = {"value": [], "projection": []}
+    handles = [m.register_forward_pre_hook(lambda m, args, k=k: seen[k].append(tuple(args[0].shape[:2])))
+               for k, m in (("value", a.value_modules()[1]), ("projection", a.head_output_modules()[1]))]
+    try:
+        # 4 heads × 9–12 tokens: one example per forward; "Hi there." (5) alone too, being last
+        sweep_heads(a, TEXTS, "loss", heads=[(1, h) for h in range(4)], batch_size=5, max_tokens=60)
+    finally:
+        for h in handles:
+            h.remove()
+    # the clean forward at full length, then one forward of 4 rows per example, cut to
+    # its own length; layer 1's value projection runs in the clean forward only (the
+    # ablation forwards restart at its output projection)
+    assert seen["projection"] == [(5, 12)] + [(4, n) for n in lengths]
+    assert seen["value"] == [(5, 12)]
+
+
 def test_headless_and_encoder_decoder_fall_back_to_full_forward(tiny_models):
     a = tiny_models["bart"]
     heads = [(0, 1), (1, 3)]
@@ -77,13 +183,18 @@ def test_headless_and_encoder_decoder_fall_back_to_full_forward(tiny_models):
     slow = sweep_heads_naive(a, TEXTS[:2], "embedding-drift", heads=heads, batch_size=2)
     assert fast.path == "full forward"
     np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-5)
+    # one row per forward: rows split, never cut (encoder and decoder lengths differ)
+    split = sweep_heads(a, TEXTS[:2], "embedding-drift", heads=heads, batch_size=2, max_tokens=1)
+    np.testing.assert_allclose(split.ablated, slow.ablated, atol=1e-5)
 
 
 def test_restart_skips_earlier_layers_and_leaves_no_hooks(lm_models):
     a = lm_models["gpt2"]
-    calls = [0, 0]
+    calls, qkv = [0, 0], [0, 0]
     handles = [m.register_forward_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
                for i, m in enumerate(a.attention_modules())]
+    handles += [m.register_forward_hook(lambda *_, i=i: qkv.__setitem__(i, qkv[i] + 1))
+                for i, m in enumerate(a.value_modules())]  # GPT-2's fused q|k|v projection
     before = count_hooks(a.model)
     try:
         sweep_heads(a, TEXTS[:2], "loss", batch_size=2)
@@ -92,7 +203,10 @@ def test_restart_skips_earlier_layers_and_leaves_no_hooks(lm_models):
             h.remove()
     # layer 0: clean + its own ablation forward; layer 1: clean + both ablation forwards
     assert calls == [2, 3]
-    assert count_hooks(a.model) == before - 2
+    # but the ablated layer's attention is restarted at its output projection (its
+    # module is stubbed: hooks fire, its q|k|v projection does not run)
+    assert qkv == [1, 2]
+    assert count_hooks(a.model) == before - 4
     assert not any("forward" in m.__dict__ for m in a.model.modules())
 
 
@@ -161,6 +275,10 @@ def test_callable_metric(lm_models):
     slow = sweep_heads_naive(a, TEXTS[:3], last_logit_norm, batch_size=2)
     assert fast.table["metric"].iloc[0] == "last_logit_norm"
     np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-4)
+    # a callable may read padding (here the last position): one example per forward,
+    # yet not cut to its own length
+    split = sweep_heads(a, TEXTS[:3], last_logit_norm, batch_size=2, max_tokens=8)
+    np.testing.assert_allclose(split.ablated, slow.ablated, atol=1e-4)
     with pytest.raises(ValueError, match="must return a tensor"):
         sweep_heads(a, TEXTS[:2], lambda o, b: o.logits, batch_size=2)
 
@@ -267,7 +385,7 @@ def test_minilm_ewt_sweep_drift(minilm, ewt_dev):
     corpus = load_corpus(conllu=str(ewt_dev), limit=8)
     res = sweep_heads(minilm, corpus, "embedding-drift", "zero", batch_size=8)
     t = res.table
-    assert res.path == "layer-restart" and len(t) == 72
+    assert res.path == "site-restart" and len(t) == 72
     # drift is non-negative, bounded, and the CI brackets the mean
     assert (t["delta"] >= 0).all() and (t["delta"] < 1).all()
     assert ((t["ci_low"] <= t["delta"] + 1e-12) & (t["delta"] <= t["ci_high"] + 1e-12)).all()
