@@ -19,7 +19,7 @@ head reproduces the single-head result exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -28,7 +28,7 @@ import torch
 from analyses.ablation import _check_mode, _row_values, check_heads, position_kind_means
 from analyses.bootstrap import bootstrap_mean_ci
 from analyses.metrics import as_corpus, get_metric
-from analyses.patching import _ratio_ci, _check_pair
+from analyses.patching import _ratio_ci, corruption_gap, paired_batches
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 __all__ = ["GroupResult", "ablate_group", "patch_group"]
@@ -136,18 +136,11 @@ def patch_group(adapter, clean, corrupted, heads: Sequence, metric="loss", *, ba
             the corruption does not change), or no heads.
     """
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
-    if len(clean) != len(corrupted):
-        raise ValueError(f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give them in pairs")
     metric = get_metric(metric, adapter, clean)
     heads = _need_heads(adapter, heads, stack)
     n = len(clean)
     c_vals, k_vals, p_vals = np.zeros(n), np.zeros(n), np.zeros(n)
-    for start in range(0, n, batch_size):
-        idx = list(range(start, min(n, start + batch_size)))
-        cb = metric.make_batch(adapter, clean, idx)
-        kb = metric.make_batch(adapter, corrupted, idx)
-        _check_pair(cb, kb, idx)
-        kb = replace(kb, aux=cb.aux)
+    for idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size):
         with HeadOutputRecorder(adapter, stack=stack) as rec:
             out = metric.forward(adapter, cb)
         ref = metric.reference(out, cb)
@@ -156,10 +149,7 @@ def patch_group(adapter, clean, corrupted, heads: Sequence, metric="loss", *, ba
         with HeadIntervention(adapter, _group_edits(heads, lambda layer: rec.outputs[layer]), stack=stack):
             out = metric.forward(adapter, kb)
         p_vals[idx] = metric.score(out, kb, ref).double().cpu().numpy()
-    gap = c_vals.mean() - k_vals.mean()
-    if abs(gap) < 1e-12:
-        raise ValueError(f"the corruption does not change {metric.name} (clean = corrupted = "
-                         f"{c_vals.mean():.4g}): the restored fraction is undefined")
+    gap = corruption_gap(metric, c_vals, k_vals)
     low, high = _ratio_ci(c_vals, k_vals, p_vals[None], n_boot, confidence, seed)
     return GroupResult(heads=tuple(heads), metric=metric.name, kind="patch", clean=c_vals, intervened=p_vals,
                        corrupted=k_vals, effect=float((p_vals.mean() - k_vals.mean()) / gap),

@@ -107,6 +107,36 @@ def _check_pair(cb, kb, idx: Sequence[int]) -> None:
                          "patching needs position-aligned pairs")
 
 
+def paired_batches(adapter, metric, clean, corrupted, batch_size: int, progress: bool = False):
+    """Yield ``(indices, clean_batch, corrupted_batch)`` over paired corpora; the corrupted
+    batch carries the clean one's targets (``aux``), so the metric scores both against
+    the clean answer.
+
+    Raises:
+        ValueError: corpora of different sizes, or a pair of different token lengths.
+    """
+    from tqdm.auto import tqdm
+
+    if len(clean) != len(corrupted):
+        raise ValueError(f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give them in pairs")
+    n = len(clean)
+    for start in tqdm(range(0, n, batch_size), disable=not progress, desc="patching"):
+        idx = list(range(start, min(n, start + batch_size)))
+        cb = metric.make_batch(adapter, clean, idx)
+        kb = metric.make_batch(adapter, corrupted, idx)
+        _check_pair(cb, kb, idx)
+        yield idx, cb, replace(kb, aux=cb.aux)
+
+
+def corruption_gap(metric, clean: np.ndarray, corrupted: np.ndarray) -> float:
+    """``mean(clean) − mean(corrupted)``; raises when it is 0 (restored fraction undefined)."""
+    gap = clean.mean() - corrupted.mean()
+    if abs(gap) < 1e-12:
+        raise ValueError(f"the corruption does not change {metric.name} (clean = corrupted = "
+                         f"{clean.mean():.4g}): the restored fraction is undefined")
+    return float(gap)
+
+
 @torch.no_grad()
 def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequence] = None, *,
                 batch_size: int = 8, restart: bool = True, n_boot: int = 1000, confidence: float = 0.95,
@@ -123,11 +153,7 @@ def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequen
             (naming it), a metric that does not apply, a head out of range, or a metric
             that the corruption does not change (restored fraction undefined).
     """
-    from tqdm.auto import tqdm
-
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
-    if len(clean) != len(corrupted):
-        raise ValueError(f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give them in pairs")
     metric = get_metric(metric, adapter, clean)
     heads = check_heads(adapter, heads, stack)
     use_restart = restart and supports_restart(adapter, stack)
@@ -136,12 +162,7 @@ def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequen
         by_layer.setdefault(layer, []).append((j, head))
     n = len(clean)
     c_vals, k_vals, p_vals = np.zeros(n), np.zeros(n), np.zeros((len(heads), n))
-    for start in tqdm(range(0, n, batch_size), disable=not progress, desc="patching"):
-        idx = list(range(start, min(n, start + batch_size)))
-        cb = metric.make_batch(adapter, clean, idx)
-        kb = metric.make_batch(adapter, corrupted, idx)
-        _check_pair(cb, kb, idx)
-        kb = replace(kb, aux=cb.aux)
+    for idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size, progress):
         with HeadOutputRecorder(adapter, stack=stack) as rec:
             out = metric.forward(adapter, cb)
         ref = metric.reference(out, cb)
@@ -155,11 +176,7 @@ def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequen
             s = run_rows(adapter, metric, kb, ref, layer, [h for _, h in items], rec.outputs[layer],
                          residual, stack)
             p_vals[np.ix_([j for j, _ in items], idx)] = s.double().cpu().numpy()
-    gap = c_vals.mean() - k_vals.mean()
-    if abs(gap) < 1e-12:
-        raise ValueError(f"the corruption does not change {metric.name} (clean = corrupted = "
-                         f"{c_vals.mean():.4g}): the restored fraction is undefined")
-    restored = (p_vals.mean(1) - k_vals.mean()) / gap
+    restored = (p_vals.mean(1) - k_vals.mean()) / corruption_gap(metric, c_vals, k_vals)
     low, high = _ratio_ci(c_vals, k_vals, p_vals, n_boot, confidence, seed)
     table = pd.DataFrame({"layer": [l for l, _ in heads], "head": [h for _, h in heads], "metric": metric.name,
                           "clean": c_vals.mean(), "corrupted": k_vals.mean(), "patched": p_vals.mean(1),
