@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import statistics
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -34,24 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from analyses.flow import adjusted_attention, attention_flow, flow_graph  # noqa: E402
 from analyses.rollout import rollout_batch  # noqa: E402
+from timing import timed  # noqa: E402
 
 EWT_DEV = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
-
-
-def timed(fn, repeats):
-    """Median wall time of ``repeats`` untraced calls, then the peak traced memory (MiB)
-    of one more call under tracemalloc (tracing slows Python code, so it is kept out of
-    the timings); returns (median seconds, peak MiB, result)."""
-    times, out = [], None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return statistics.median(times), peak / 2**20, out
 
 
 def random_attention(L, H, n, seed=0):

@@ -16,9 +16,6 @@ capture is needed. Prints medians of several runs, ratios and peak Python memory
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +25,7 @@ from analyses.syntax import relation_accuracy
 from analyses.trees import max_arborescence
 from analyses.word_graph import WordGraph, gold_heads
 from probe.corpus import read_conllu
+from timing import timed
 
 EWT = Path(__file__).resolve().parents[2] / "shared/data/ud-english-ewt/en_ewt-ud-dev.conllu"
 
@@ -60,21 +58,6 @@ def naive_relation_counts(gs):
     return counts, hits
 
 
-def timed(fn, repeats):
-    """Median wall time of ``repeats`` plain runs; peak Python memory from one more
-    run under tracemalloc (kept out of the timing, which it would distort)."""
-    times, out = [], None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return statistics.median(times), peak, out
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sentences", type=int, default=400)
@@ -86,8 +69,8 @@ def main():
     to, mo, acc = timed(lambda: relation_accuracy(gs), args.repeats)
     r = acc.relations.index("det")
     assert acc.counts[r] == counts["det"] and acc.hits[0, r, 2, 5] == hits[("det", 2, 5)]
-    print(f"relation accuracy, {len(gs)} sentences × 72 heads: naive {tn:.3f}s ({mn / 2**20:.1f} MiB), "
-          f"ours {to:.3f}s ({mo / 2**20:.1f} MiB), speed-up ×{tn / to:.1f}")
+    print(f"relation accuracy, {len(gs)} sentences × 72 heads: naive {tn:.3f}s ({mn:.1f} MiB), "
+          f"ours {to:.3f}s ({mo:.1f} MiB), speed-up ×{tn / to:.1f}")
 
     import networkx as nx
 
@@ -108,8 +91,8 @@ def main():
     tn, mn, ref = timed(nx_trees, args.repeats)
     to, mo, ours = timed(our_trees, args.repeats)
     assert np.allclose(ref, ours)
-    print(f"trees, {len(maps)} maps: networkx {tn:.3f}s ({mn / 2**20:.1f} MiB), ours {to:.3f}s "
-          f"({mo / 2**20:.1f} MiB), speed-up ×{tn / to:.1f}")
+    print(f"trees, {len(maps)} maps: networkx {tn:.3f}s ({mn:.1f} MiB), ours {to:.3f}s "
+          f"({mo:.1f} MiB), speed-up ×{tn / to:.1f}")
 
 
 if __name__ == "__main__":
