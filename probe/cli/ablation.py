@@ -10,14 +10,12 @@ from pathlib import Path
 
 import click
 
-from .common import (device_option, input_options, limit_option, model_option, parse_head_group, parse_int_list,
-                     setup_logging, user_errors)
+from .common import (device_option, input_options, limit_option, model_option, out_dir_option, parse_head_group,
+                     parse_int_list, setup_logging, user_errors, verbose_option)
 
 metric_option = click.option("--metric", default="loss", show_default=True,
                              help="loss | accuracy (zoo) | embedding-drift")
-out_option = click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
 batch_option = click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-verbose_option = click.option("-v", "--verbose", is_flag=True)
 group_option = click.option("--group", "groups", multiple=True,
                             help="also intervene on these heads together, e.g. 1.0,1.1,1.2 (repeatable); "
                             "rows in groups.csv")
@@ -65,7 +63,7 @@ def _summary(out: Path, name: str, data: dict) -> None:
 @group_option
 @batch_option
 @device_option
-@out_option
+@out_dir_option
 @verbose_option
 @user_errors
 def ablate_cmd(model, text, file_, conllu, limit, metric, mode, layers, n_boot, groups, batch_size, device, out,
@@ -113,7 +111,7 @@ def ablate_cmd(model, text, file_, conllu, limit, metric, mode, layers, n_boot, 
 @click.option("--seed", type=int, default=0, show_default=True)
 @batch_option
 @device_option
-@out_option
+@out_dir_option
 @verbose_option
 @user_errors
 def prune_cmd(model, text, file_, conllu, limit, metric, method, step_fraction, threshold, ig_steps, seed,
@@ -156,7 +154,7 @@ def prune_cmd(model, text, file_, conllu, limit, metric, method, step_fraction, 
 @group_option
 @batch_option
 @device_option
-@out_option
+@out_dir_option
 @verbose_option
 @user_errors
 def patch_cmd(model, text, file_, conllu, limit, metric, corrupted, corrupted_file, n_boot, groups, batch_size,

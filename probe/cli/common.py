@@ -14,6 +14,8 @@ device_option = click.option("--device", default="cpu", show_default=True, help=
 dtype_option = click.option("--dtype", default=None, type=click.Choice(["float32", "float16", "bfloat16"]),
                             help="forward dtype (maps are stored as float32 or float16)")
 limit_option = click.option("--limit", type=click.IntRange(min=1), default=None, help="first N examples only")
+out_dir_option = click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
+verbose_option = click.option("-v", "--verbose", is_flag=True)
 
 
 def input_options(fn):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import setup_logging, user_errors
+from .common import out_dir_option, setup_logging, user_errors, verbose_option
 
 DEFAULT_N = "16,32,...,1024"
 DEFAULT_D = "16,32,...,512"
@@ -72,8 +72,8 @@ def parse_sizes(spec: str, name: str) -> list:
               help="refuse grids whose largest layer needs more than this many GiB")
 @click.option("--graph-max-n", type=click.IntRange(min=1), default=256, show_default=True,
               help="largest n whose path length is computed on the graph (closed form above)")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
-@click.option("-v", "--verbose", is_flag=True)
+@out_dir_option
+@verbose_option
 @user_errors
 def complexity_cmd(n_spec, d_spec, layers, k, r, repeats, threads, max_memory, graph_max_n, out, verbose):
     """FLOPs, time, memory, sequential ops and path lengths of each layer type (Table 1)."""

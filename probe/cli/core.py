@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .common import (device_option, dtype_option, input_options, limit_option, model_option,
-                     parse_int_list, setup_logging, user_errors)
+from .common import (device_option, dtype_option, input_options, limit_option, model_option, parse_int_list,
+                     setup_logging, user_errors, verbose_option)
 
 
 @click.command("models")
@@ -45,7 +45,7 @@ def models_cmd(as_json):
 @click.option("--truncate", is_flag=True, help="cut texts beyond the model's limit instead of refusing "
               "(--text) or skipping (--file/--conllu) them")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="store directory")
-@click.option("-v", "--verbose", is_flag=True)
+@verbose_option
 @user_errors
 def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dtype, stack, device, dtype,
                 truncate, out, verbose):

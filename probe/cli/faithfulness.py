@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .common import device_option, input_options, limit_option, model_option, setup_logging, user_errors
+from .common import (device_option, input_options, limit_option, model_option, out_dir_option, setup_logging,
+                     user_errors, verbose_option)
 
 
 def _heads(value):
@@ -42,8 +43,8 @@ def _heads(value):
               help="explain only the first N examples (after a probe's train/test split)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @device_option
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
-@click.option("-v", "--verbose", is_flag=True)
+@out_dir_option
+@verbose_option
 @user_errors
 def faithfulness_cmd(model, text, file_, conllu, limit, target, methods, attention_methods, steps,
                      internal_batch_size, permutations, heads, max_examples, seed, device, out, verbose):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from .common import device_option, model_option, setup_logging, user_errors
+from .common import device_option, model_option, setup_logging, user_errors, verbose_option
 
 
 def _source_options(fn):
@@ -168,7 +168,7 @@ def flow_cmd(model, device, text, store_dir, example, out, verbose, residual, he
 @click.option("--examples", "n_examples", type=click.IntRange(min=3), default=1000, show_default=True,
               help="held-out examples of the zoo task (its evaluation set)")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
-@click.option("-v", "--verbose", is_flag=True)
+@verbose_option
 @user_errors
 def flow_correlation_cmd(model, n_examples, out, verbose):
     """Spearman ρ of raw attention, rollout and flow with blank-out importance, per

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import device_option, model_option, setup_logging, user_errors
+from .common import device_option, model_option, out_dir_option, setup_logging, user_errors, verbose_option
 
 
 @click.command("paper-figures")
@@ -15,8 +15,8 @@ from .common import device_option, model_option, setup_logging, user_errors
 @click.option("--top", type=click.IntRange(1, 8), default=3, show_default=True,
               help="heads drawn per sentence (the best by weight on the targets)")
 @device_option
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
-@click.option("-v", "--verbose", is_flag=True)
+@out_dir_option
+@verbose_option
 @user_errors
 def paper_figures_cmd(model, top, device, out, verbose):
     """Heads whose attention from "its" peaks on "Law" and from "making" on "more
@@ -52,8 +52,8 @@ def paper_figures_cmd(model, top, device, out, verbose):
               help="held-out sentence pairs scored (models.zoo.eval_examples('translate'))")
 @click.option("--example", type=click.IntRange(min=0), default=0, show_default=True,
               help="which pair the heatmaps show")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
-@click.option("-v", "--verbose", is_flag=True)
+@out_dir_option
+@verbose_option
 @user_errors
 def alignment_cmd(limit, example, out, verbose):
     """Alignment error rate (Och & Ney 2003) of zoo:translate's cross-attention heads and

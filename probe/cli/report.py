@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .common import device_option, input_options, limit_option, model_option, setup_logging, user_errors
+from .common import (device_option, input_options, limit_option, model_option, setup_logging, user_errors,
+                     verbose_option)
 
 
 @click.command("report")
@@ -17,7 +18,7 @@ from .common import device_option, input_options, limit_option, model_option, se
               help="comma-separated sections to run (default: all that apply), e.g. roles,syntax")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @device_option
-@click.option("-v", "--verbose", is_flag=True)
+@verbose_option
 @user_errors
 def report_cmd(model, text, file_, conllu, limit, out, force, sections, batch_size, device, verbose):
     """Write the per-head report to OUT: index.html (layer × head grid), a page per

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from .common import device_option, input_options, limit_option, model_option, setup_logging, user_errors
+from .common import (device_option, input_options, limit_option, model_option, setup_logging, user_errors,
+                     verbose_option)
 
 
 def _source(model, text, file_, conllu, limit, store_dir, device, batch_size):
@@ -102,7 +103,7 @@ def _evidence(path, name):
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--no-figure", is_flag=True, help="write the tables only")
 @device_option
-@click.option("-v", "--verbose", is_flag=True)
+@verbose_option
 @user_errors
 def roles_cmd(model, text, file_, conllu, limit, store_dir, out, level, syntax_csv, coref_csv, clusters,
               cluster_examples, min_examples, thresholds, batch_size, no_figure, device, verbose):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .common import device_option, limit_option, model_option, setup_logging, user_errors
+from .common import (device_option, limit_option, model_option, out_dir_option, setup_logging, user_errors,
+                     verbose_option)
 
 
 @click.command("syntax")
@@ -22,8 +23,8 @@ from .common import device_option, limit_option, model_option, setup_logging, us
               help="sentences for the attention-only probe (80/20 split by sentence)")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
 @device_option
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
-@click.option("-v", "--verbose", is_flag=True)
+@out_dir_option
+@verbose_option
 @user_errors
 def syntax_cmd(model, conllu, limit, min_count, relations, base_relations, tree_limit, probe_limit,
                batch_size, device, out, verbose):
@@ -94,8 +95,8 @@ def _echo_summary(result, min_count, rels):
               help="preceding sentences of the same document in each window")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @device_option
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
-@click.option("-v", "--verbose", is_flag=True)
+@out_dir_option
+@verbose_option
 @user_errors
 def coref_cmd(model, conllu, limit, context, batch_size, device, out, verbose):
     """Best head at picking a pronoun's antecedent, beside the nearest-mention and

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .common import setup_logging, user_errors
+from .common import setup_logging, user_errors, verbose_option
 
 
 @click.command("train")
@@ -16,7 +16,7 @@ from .common import setup_logging, user_errors
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="training steps (default: the task's)")
 @click.option("--seed", type=int, default=None, help="random seed (default: the task's)")
 @click.option("--json", "as_json", is_flag=True, help="print the card as JSON")
-@click.option("-v", "--verbose", is_flag=True)
+@verbose_option
 @user_errors
 def train_cmd(spec, out, force, steps, seed, as_json, verbose):
     """Train a zoo model from scratch: SPEC is zoo:<task>."""
