@@ -167,7 +167,8 @@ def test_zoo_induction_ablation_destroys_copying_and_patching_restores_it():
     # token found there is the corrupted one: patching it alone restores nothing
     assert abs(patch_group(a, clean, corrupted, prev, "accuracy").effect) < 0.05
     single = patch_heads(a, clean, corrupted, "accuracy", heads=ind[:1], batch_size=50).table
-    assert patch_group(a, clean, corrupted, ind[:1], "accuracy").effect == pytest.approx(single["restored"][0], abs=1e-9)
+    one = patch_group(a, clean, corrupted, ind[:1], "accuracy")
+    assert one.effect == pytest.approx(single["restored"][0], abs=1e-9)
 
 
 def test_cli_groups(tmp_path):

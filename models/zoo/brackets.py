@@ -60,8 +60,8 @@ GROUND_TRUTH = {
     "('sibling'), first top-level opener = root; models.zoo.brackets.to_conllu writes CoNLL-U",
     "regenerate": "models.zoo.eval_examples('brackets')",
     "supervised_head": list(SUPERVISED_HEAD),
-    "supervision": f"head (layer {SUPERVISED_HEAD[0]}, head {SUPERVISED_HEAD[1]}) trained to attend from each closer to its matching opener "
-    "(LISA, Strubell et al. 2018); no other head is supervised",
+    "supervision": f"head (layer {SUPERVISED_HEAD[0]}, head {SUPERVISED_HEAD[1]}) trained to attend from each "
+    "closer to its matching opener (LISA, Strubell et al. 2018); no other head is supervised",
 }
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 CONFIG = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128,
