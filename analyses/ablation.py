@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 
 from analyses.bootstrap import bootstrap_mean_ci
-from analyses.metrics import AccuracyMetric, DriftMetric, LossMetric, Metric, MetricBatch, as_corpus, get_metric
+from analyses.metrics import Metric, MetricBatch, as_corpus, get_metric
 from analyses.restart import ResidualCache, RestartFrom, supports_restart, supports_site_restart
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
@@ -56,8 +56,6 @@ __all__ = ["SweepResult", "sweep_heads", "sweep_heads_naive", "position_kind_mea
 ABLATION_MODES = ("zero", "mean")
 MIN_MEAN_EXAMPLES = 8
 MAX_TOKENS = 2048
-# metrics whose per-example value does not depend on trailing padding
-_PADDING_FREE = (LossMetric, AccuracyMetric, DriftMetric)
 COLUMNS = ["layer", "head", "mode", "metric", "clean", "ablated", "delta", "ci_low", "ci_high"]
 
 
@@ -192,9 +190,9 @@ def run_rows(adapter, metric: Metric, batch: MetricBatch, reference, layer: int,
 
 
 def _trimmable(adapter, metric: Metric, batch: MetricBatch) -> bool:
-    """Can rows be cut to a shorter length? A built-in metric (blind to padding), a
+    """Can rows be cut to a shorter length? A metric that ignores padding, a
     right-padded batch of ``[rows, seq]`` inputs, aux tensors ``[rows]`` or ``[rows, seq]``."""
-    if type(metric) not in _PADDING_FREE or adapter.arch == "encoder-decoder":
+    if not metric.ignores_padding or adapter.arch == "encoder-decoder":
         return False
     mask = batch.inputs["attention_mask"]
     seq = mask.shape[1]

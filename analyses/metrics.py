@@ -102,9 +102,10 @@ def _has_lm_head(adapter) -> bool:
 class Metric:
     """A scalar per example from a live model.
 
-    Subclasses set ``name``, ``higher_is_better``, ``differentiable`` and
+    Subclasses set ``name``, ``higher_is_better``, ``differentiable``,
     ``stationary_at_clean`` (the metric is at an extremum on the clean model, so its
-    gradient there is zero) and implement :meth:`score`; they may override
+    gradient there is zero) and ``ignores_padding`` (scores do not change when trailing
+    padding positions are cut off, so sweeps may shorten rows) and implement :meth:`score`; they may override
     :meth:`check`, :meth:`make_batch`, :meth:`forward` and :meth:`reference`.
     """
 
@@ -112,6 +113,7 @@ class Metric:
     higher_is_better = False
     differentiable = True
     stationary_at_clean = False
+    ignores_padding = False
 
     def check(self, adapter, corpus=None) -> None:
         """Raise ``ValueError`` when the metric does not apply to this model/corpus."""
@@ -219,6 +221,7 @@ class LossMetric(Metric):
     """
 
     name = "loss"
+    ignores_padding = True  # masked / −100 positions do not count
 
     def __init__(self, seed: int = 0):
         self.seed = int(seed)
@@ -302,6 +305,7 @@ class DriftMetric(Metric):
 
     name = "embedding-drift"
     stationary_at_clean = True
+    ignores_padding = True  # mask-weighted pooling
 
     def forward(self, adapter, batch):
         kwargs = dict(batch.inputs)
