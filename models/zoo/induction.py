@@ -110,16 +110,8 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
     return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=3e-3, warmup=100)
 
 
-@torch.no_grad()
 def accuracy(model, tok, examples, batch_size: int = 256) -> float:
-    correct = total = 0
-    for i in range(0, len(examples), batch_size):
-        enc, target = encode(tok, examples[i:i + batch_size])
-        pred = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)
-        m = target != -100
-        correct += (pred[m] == target[m]).sum().item()
-        total += m.sum().item()
-    return correct / max(1, total)
+    return _common.token_accuracy(model, tok, examples, encode, batch_size)
 
 
 save = _common.save_hf
