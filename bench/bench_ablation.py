@@ -8,7 +8,7 @@ Model: the bundled minilm (6 × 12 = 72 heads, loaded with SDPA attention; both 
 use the same model); data: the first N EWT dev sentences; metric: embedding-drift,
 zero-ablation. The sweep restarts each forward at the ablated layer's output
 projection and packs its rows into forwards of ≤ ``--max-tokens`` padded tokens, each
-cut to its longest sentence (see :mod:`analyses.ablation`); the naive loop runs one
+cut to its longest sentence (see :mod:`probe.analyses.necessity.ablation`); the naive loop runs one
 full forward of each ``--batch-size`` chunk per ablated head, once in corpus order and
 once over the sentences sorted by length (its least padding, so the ratio does not
 credit the sweep with padding any loop could avoid). Timings are interleaved
@@ -48,7 +48,7 @@ def _setup(n, threads):
     import torch
 
     torch.set_num_threads(threads)
-    from models import load_model
+    from probe.models import load_model
     from probe.inputs import load_corpus
 
     return load_model("minilm"), load_corpus(conllu=str(EWT), limit=n)
@@ -74,9 +74,9 @@ def sorted_by_length(adapter, corpus):
 def _run(name, adapter, corpus, bs, max_tokens=None):
     import torch
 
-    from analyses.ablation import sweep_heads, sweep_heads_naive
-    from analyses.importance import gradient_importance
-    from analyses.metrics import CallableMetric, prepare
+    from probe.analyses.necessity.ablation import sweep_heads, sweep_heads_naive
+    from probe.analyses.necessity.importance import gradient_importance
+    from probe.analyses.common.metrics import CallableMetric, prepare
 
     if name == "sweep":
         kw = {} if max_tokens is None else {"max_tokens": max_tokens}
@@ -100,8 +100,8 @@ def _timed(name, adapter, corpus, bs, max_tokens):
         # exclude tokenisation/clean pass: time only the measured stage
         import torch
 
-        from analyses.importance import gradient_importance
-        from analyses.metrics import CallableMetric, prepare
+        from probe.analyses.necessity.importance import gradient_importance
+        from probe.analyses.common.metrics import CallableMetric, prepare
 
         metric = CallableMetric(emb_norm, "emb-norm")
         chunks = prepare(adapter, corpus, metric, bs)
@@ -150,10 +150,10 @@ def main():
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=None,
-                    help="padded tokens per sweep forward (default: analyses.ablation.MAX_TOKENS)")
+                    help="padded tokens per sweep forward (default: probe.analyses.necessity.ablation.MAX_TOKENS)")
     args = ap.parse_args()
     if args.max_tokens is None:
-        from analyses.ablation import MAX_TOKENS
+        from probe.analyses.necessity.ablation import MAX_TOKENS
 
         args.max_tokens = MAX_TOKENS
     load_before = os.getloadavg()

@@ -1,4 +1,4 @@
-"""Integrated gradients: ``analyses.attributions.attribute`` vs a direct captum call.
+"""Integrated gradients: ``probe.analyses.explanation.attributions.attribute`` vs a direct captum call.
 
 Both explain the same target (a probe logit on the bundled model's mean-pooled
 embedding) on the same sentences with 50 Gauss–Legendre steps and the same
@@ -28,8 +28,8 @@ EWT = "../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu"
 def _setup(n: int, max_tokens: int):
     import torch
 
-    from analyses.targets import ProbeLogit
-    from models import load_model
+    from probe.analyses.common.targets import ProbeLogit
+    from probe.models import load_model
     from probe.corpus import read_conllu
 
     adapter = load_model("minilm")
@@ -53,8 +53,8 @@ def _setup(n: int, max_tokens: int):
 def run_one(variant: str, n: int, max_tokens: int, ibs: int, steps: int) -> float:
     import torch
 
-    from analyses.attributions import _special_batch, attribute, baseline_ids
-    from analyses.targets import scalar_function
+    from probe.analyses.explanation.attributions import _special_batch, attribute, baseline_ids
+    from probe.analyses.common.targets import scalar_function
 
     adapter, target, encs = _setup(n, max_tokens)
     t0 = time.perf_counter()

@@ -39,7 +39,7 @@ def median_time(fn, repeats):
 
 
 def throughput(repeats: int, batch: int):
-    from models import load_model
+    from probe.models import load_model
     from probe.capture import _capture_batch, capture
 
     adapter = load_model("minilm")
@@ -74,7 +74,7 @@ def throughput(repeats: int, batch: int):
 def peak_rss_of_store_capture(limit: int) -> tuple[float, float]:
     """Peak RSS (MiB) and wall time of `probe capture` on the first `limit` EWT sentences."""
     with tempfile.TemporaryDirectory() as tmp:
-        code = ("import resource, sys; from probe.cli import main\n"
+        code = ("import resource, sys; from probe.app.cli import main\n"
                 "try:\n    main()\nexcept SystemExit:\n    pass\n"
                 "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)")
         t = time.perf_counter()

@@ -30,8 +30,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analyses.flow import adjusted_attention, attention_flow, flow_graph  # noqa: E402
-from analyses.rollout import rollout_batch  # noqa: E402
+from probe.analyses.flow.attention_flow import adjusted_attention, attention_flow, flow_graph  # noqa: E402
+from probe.analyses.flow.rollout import rollout_batch  # noqa: E402
 from timing import timed  # noqa: E402
 
 EWT_DEV = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
@@ -99,7 +99,7 @@ def bench_rollout(n_sentences, repeats):
     if not EWT_DEV.exists():
         print(f"rollout: skipped, {EWT_DEV} is missing")
         return
-    from models import load_model
+    from probe.models import load_model
     from probe.capture import capture
 
     texts = []

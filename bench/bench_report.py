@@ -29,12 +29,12 @@ def main():
 
     import torch
 
-    from models import load_model
+    from probe.models import load_model
     from probe.capture import capture
     from probe.inputs import fit_to_model, load_corpus
-    from probe.report.build import analyse, write_report
-    from probe.report.bundled import sample_corpus
-    from probe.report.context import ReportContext
+    from probe.app.report.build import analyse, write_report
+    from probe.app.report.bundled import sample_corpus
+    from probe.app.report.context import ReportContext
 
     budget = 15 * 60 if args.conllu else 3 * 60
     clock = {}

@@ -2,7 +2,7 @@
 
 Times, side by side in one run, a per-head / per-token Python-loop reference of the core
 features (offsets −2…+2, argmax offsets, [CLS]/[SEP]/punctuation mass, entropy) against
-the vectorised :class:`analyses.role_features.HeadFeatureAccumulator`, on the same
+the vectorised :class:`probe.analyses.patterns.role_features.HeadFeatureAccumulator`, on the same
 examples; then the full ``roles_report`` (both levels, rare words, JS clusters on the
 first 100 examples) on the whole store, which the issue wants ≤ 30 s beyond capture on
 2 cores. Each measurement runs in a fresh subprocess (peak RSS is per process); the
@@ -37,7 +37,7 @@ EWT = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu
 
 def reference_features(store, n):
     """Per-head, per-row Python loops: the baseline (core features only)."""
-    from analyses.role_features import is_punctuation
+    from probe.analyses.patterns.role_features import is_punctuation
 
     sums, counts = {}, {}
 
@@ -76,9 +76,9 @@ def worker(variant, store_dir, n):
     from probe.store import Store
 
     store = Store(store_dir)
-    from analyses.head_clusters import HeadDivergenceAccumulator  # noqa: F401  (imports outside timing)
-    from analyses.role_features import HeadFeatureAccumulator
-    from analyses.roles import roles_report
+    from probe.analyses.patterns.head_clusters import HeadDivergenceAccumulator  # noqa: F401  (imports outside timing)
+    from probe.analyses.patterns.role_features import HeadFeatureAccumulator
+    from probe.analyses.patterns.roles import roles_report
     import sklearn.cluster  # noqa: F401
     import sklearn.manifold  # noqa: F401
 
@@ -118,7 +118,7 @@ def capture_store(out, n):
     import torch
 
     torch.set_num_threads(2)
-    from models import load_model
+    from probe.models import load_model
     from probe.inputs import load_corpus
     from probe.pipeline import capture_corpus
 

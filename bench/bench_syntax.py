@@ -2,9 +2,9 @@
 
 1. Relation accuracy over a corpus of word graphs: a per-(layer, head) Python loop with a
    per-word argmax (the shape of Clark et al.'s notebook code) vs
-   ``analyses.syntax.relation_accuracy`` (one argmax per sentence for all heads, one
+   ``probe.analyses.structure.syntax.relation_accuracy`` (one argmax per sentence for all heads, one
    grouped sum for the corpus). Same counts are checked.
-2. Trees: ``networkx.maximum_spanning_arborescence`` vs ``analyses.trees.max_arborescence``
+2. Trees: ``networkx.maximum_spanning_arborescence`` vs ``probe.analyses.structure.trees.max_arborescence``
    on the same attention maps (same total score checked).
 
 Word graphs come from real EWT dev gold trees with random (Dirichlet) attention, so no
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from analyses.syntax import relation_accuracy
-from analyses.trees import max_arborescence
-from analyses.word_graph import WordGraph, gold_heads
+from probe.analyses.structure.syntax import relation_accuracy
+from probe.analyses.structure.trees import max_arborescence
+from probe.analyses.structure.word_graph import WordGraph, gold_heads
 from probe.corpus import read_conllu
 from timing import timed
 

@@ -33,7 +33,7 @@ def _one(task: str, out: str) -> dict:
     """Retrain ``task`` into ``out`` with the committed card's seed and steps."""
     from safetensors.torch import load_file
 
-    from models import zoo
+    from probe.models import zoo
 
     committed = zoo.load_zoo(task)
     t0 = time.perf_counter()
@@ -49,7 +49,7 @@ def _one(task: str, out: str) -> dict:
 
 
 def main() -> None:
-    from models import zoo
+    from probe.models import zoo
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="*", default=[t for t in zoo.TASKS if t != "constructed"])

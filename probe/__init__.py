@@ -1,16 +1,46 @@
-"""Hooks on live models: capture attention, intervene on heads, store corpora.
+"""attention-probe: capture attention with hooks, analyse heads, validate on known answers.
 
-Public API::
+One import namespace, mapped from the repository's root folders (the floors, each importing
+only the ones below it)::
 
-    from models import load_model
-    from probe import capture, AttentionMaps, ablate_heads, Store
+    probe.models     models/     loading, adapters, the zoo
+    probe.*          probe/      hooks, capture, interventions, store (this folder)
+    probe.analyses   analyses/   pure analyses and causal tests, grouped by question
+    probe.app        app/        the analysis registry, the report and the command line
+
+Public API (resolved lazily, so ``import probe`` and ``probe --help`` stay fast)::
+
+    from probe import load_model, capture, ablate_heads, Store
+    adapter = load_model("minilm")
+    maps = capture(adapter, ["A sentence."])
 """
 
-from .capture import AttentionCapture, capture, iter_capture
-from .interventions import HeadEdit, HeadGates, HeadIntervention, HeadOutputRecorder, ablate_heads
-from .maps import AttentionMaps, WordAttention
-from .store import Store, write_store
+from __future__ import annotations
 
-__all__ = ["AttentionCapture", "AttentionMaps", "HeadEdit", "HeadGates", "HeadIntervention",
-           "HeadOutputRecorder", "Store", "WordAttention", "ablate_heads", "capture", "iter_capture",
-           "write_store"]
+import importlib
+
+# public name -> module that defines it (imported on first access, PEP 562)
+_EXPORTS = {
+    "AttentionCapture": "probe.capture", "capture": "probe.capture", "iter_capture": "probe.capture",
+    "HeadEdit": "probe.interventions", "HeadGates": "probe.interventions",
+    "HeadIntervention": "probe.interventions", "HeadOutputRecorder": "probe.interventions",
+    "ablate_heads": "probe.interventions",
+    "AttentionMaps": "probe.maps", "WordAttention": "probe.maps",
+    "Store": "probe.store", "write_store": "probe.store",
+    "load_model": "probe.models", "list_models": "probe.models", "ModelAdapter": "probe.models",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'probe' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,3 +1,3 @@
-from probe.cli import main
+from probe.app.cli import main
 
 main()

@@ -89,7 +89,7 @@ def load_corpus(
     elif conllu:
         corpus = from_sentences(read_conllu(conllu, limit=limit), source=str(conllu))
     elif model and model.startswith("zoo:"):
-        from models import zoo
+        from probe.models import zoo
 
         examples = zoo.eval_examples(model.split(":", 1)[1])
         if limit:

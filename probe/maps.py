@@ -157,7 +157,7 @@ class AttentionMaps:
         Cross-attention: query rows are grouped by the decoder's *input* token at each
         step (the start token, then target word j−1), which is what the row reads. The
         row that *produces* target word j is the one whose input is word j−1; for word
-        alignments group by the produced word instead (``analyses.alignment``).
+        alignments group by the produced word instead (``probe.analyses.paper.alignment``).
 
         Returns a :class:`WordAttention` whose ``attentions`` are
         ``[layer, head, n_units, n_units]`` (cross: ``[.., n_query_units, n_key_units]``),

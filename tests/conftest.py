@@ -41,7 +41,7 @@ def gum_dev() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm():
-    from models import load_model
+    from probe.models import load_model
 
     return load_model("minilm")
 
@@ -50,7 +50,7 @@ def minilm():
 def bert_tokenizer():
     import transformers
 
-    from models.registry import minilm_path
+    from probe.models.registry import minilm_path
 
     return transformers.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
 
@@ -83,7 +83,7 @@ def tiny_models(bert_tokenizer):
     """family -> ModelAdapter of a randomly initialised 2-layer, 4-head model (seeded)."""
     import transformers as T
 
-    from models import ModelAdapter
+    from probe.models import ModelAdapter
 
     out = {}
     for family, cfg in _tiny_configs(len(bert_tokenizer)).items():

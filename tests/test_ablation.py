@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from analyses.ablation import plan_forwards, run_rows, sweep_heads, sweep_heads_naive
-from analyses.bootstrap import bootstrap_mean_ci
-from analyses.importance import gradient_importance, head_importance, ig_importance
-from analyses.metrics import as_corpus, get_metric, prepare
-from analyses.pruning import pruning_curve
+from probe.analyses.necessity.ablation import plan_forwards, run_rows, sweep_heads, sweep_heads_naive
+from probe.analyses.common.bootstrap import bootstrap_mean_ci
+from probe.analyses.necessity.importance import gradient_importance, head_importance, ig_importance
+from probe.analyses.common.metrics import as_corpus, get_metric, prepare
+from probe.analyses.necessity.pruning import pruning_curve
 from probe.hooks import count_hooks
-from analyses.restart import ResidualCache, RestartFrom
+from probe.analyses.necessity.restart import ResidualCache, RestartFrom
 from probe.interventions import HeadEdit, HeadGates, HeadIntervention
 
 TEXTS = ["The cat sat on the mat.", "A dog barked loudly at night in the park.", "Hi there.",
@@ -25,7 +25,7 @@ def lm_models(bert_tokenizer):
     """Tiny seeded models with LM heads: family -> ModelAdapter."""
     import transformers as T
 
-    from models import ModelAdapter
+    from probe.models import ModelAdapter
 
     common = dict(vocab_size=len(bert_tokenizer), pad_token_id=0, initializer_range=0.2)
     specs = {
@@ -80,7 +80,7 @@ def test_roberta_layout_sweep_equals_naive_loop(bert_tokenizer, mode):
     """RoBERTa shares BERT's module table: ``attention.self`` ends before the projection."""
     import transformers as T
 
-    from models import ModelAdapter
+    from probe.models import ModelAdapter
 
     torch.manual_seed(0)
     cfg = T.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -364,7 +364,7 @@ def test_cli_ablate_writes_csv_and_figure(tmp_path):
 
     import pandas as pd
 
-    from probe.cli.ablation import ablate_cmd
+    from probe.app.cli.ablation import ablate_cmd
 
     r = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--text", TEXTS[1], "--metric", "embedding-drift",
                                         "--layers", "5", "--n-boot", "50", "--out", str(tmp_path)])
@@ -395,7 +395,7 @@ def test_minilm_ewt_sweep_drift(minilm, ewt_dev):
 
 # ---- the zoo ----------------------------------------------------------------------------
 def _zoo(task):
-    from models import load_model
+    from probe.models import load_model
 
     try:
         return load_model(f"zoo:{task}")

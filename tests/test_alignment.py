@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from analyses.alignment import (aer, alignment_error_rates, best_head, cross_word_attention, gold_links,
+from probe.analyses.paper.alignment import (aer, alignment_error_rates, best_head, cross_word_attention, gold_links,
                                 predicted_alignment, produced_words, zoo_cross_maps)
 from probe.maps import AttentionMaps
 
@@ -92,7 +92,7 @@ def test_alignment_refuses_bad_input():
 def test_alignment_heatmaps_writes_a_figure(tmp_path):
     import matplotlib.image as mpimg
 
-    from probe.report.paper_figures import alignment_heatmaps
+    from probe.app.report.paper_figures import alignment_heatmaps
 
     path = alignment_heatmaps(_cross(ROWS), tmp_path / "h.png", gold=[0, 1], aer={(0, 0): 0.0})
     img = mpimg.imread(path)
@@ -103,7 +103,7 @@ def test_alignment_heatmaps_writes_a_figure(tmp_path):
 
 @pytest.fixture(scope="module")
 def translate_pairs():
-    from models import zoo
+    from probe.models import zoo
 
     torch.set_num_threads(1)
     ex = zoo.eval_examples("translate", n=100)
@@ -116,7 +116,7 @@ def test_zoo_aer_against_gold_alignments(translate_pairs):
     transformer's best cross-attention head (layer 1), the moved sentence-final verb
     included (AER ≤ 0.01 with and without it, most attention on the gold word); the other
     layer is far worse."""
-    from models import zoo
+    from probe.models import zoo
 
     ex, maps = translate_pairs
     verbs = set(zoo.task_module("translate").VERBS)
@@ -151,7 +151,7 @@ def test_zoo_aer_agrees_with_the_token_level_argmax(translate_pairs):
 def test_alignment_cli(tmp_path):
     from click.testing import CliRunner
 
-    from probe.cli.paper import alignment_cmd
+    from probe.app.cli.paper import alignment_cmd
 
     res = CliRunner().invoke(alignment_cmd, ["--limit", "20", "--example", "3", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output

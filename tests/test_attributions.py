@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from analyses.attributions import METHODS, attribute, baseline_ids
-from analyses.targets import CallableTarget, ClassLogit, LMLoss, ProbeLogit, check_scalar, parse_target
+from probe.analyses.explanation.attributions import METHODS, attribute, baseline_ids
+from probe.analyses.common.targets import CallableTarget, ClassLogit, LMLoss, ProbeLogit, check_scalar, parse_target
 
 TEXTS = ["the keys to the cabinet are here", "a dog barks", "she sees the old house near the river"]
 POS = 2  # the one position the hand-built model reads
@@ -19,7 +19,7 @@ def one_token_bert(tiny_models):
     state depends on token i only (plus constant position embeddings)."""
     import copy
 
-    from models import ModelAdapter
+    from probe.models import ModelAdapter
 
     base = tiny_models["bert"]
     model = copy.deepcopy(base.model)

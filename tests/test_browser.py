@@ -131,7 +131,7 @@ def _save(path: Path):
 
 
 def test_report_in_headless_chromium(minilm, tmp_path, browser):
-    from probe.report.build import build_report
+    from probe.app.report.build import build_report
 
     data = build_report(tmp_path / "rep", adapter=minilm, limit=8, sections=["syntax", "roles", "rollout"],
                         strict=True)

@@ -1,4 +1,4 @@
-"""Tests of "Why self-attention" measured (Vaswani et al. 2017, Table 1): analyses.complexity*."""
+"""Tests of "Why self-attention" measured (Vaswani et al. 2017, Table 1): probe.analyses.paper.complexity*."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from analyses.complexity import (
+from probe.analyses.paper.complexity import (
     analyze_complexity,
     check_memory,
     fit_exponents,
@@ -19,16 +19,16 @@ from analyses.complexity import (
     to_markdown,
     validate_sizes,
 )
-from analyses.complexity_crossover import crossover_table
-from analyses.complexity_layers import LAYER_KINDS, RECURRENT_KINDS, estimate_peak_bytes, make_layer
-from analyses.complexity_measure import count_flops, measure_layer
-from analyses.complexity_paths import (
+from probe.analyses.paper.complexity_crossover import crossover_table
+from probe.analyses.paper.complexity_layers import LAYER_KINDS, RECURRENT_KINDS, estimate_peak_bytes, make_layer
+from probe.analyses.paper.complexity_measure import count_flops, measure_layer
+from probe.analyses.paper.complexity_paths import (
     closed_form_path_length,
     connectivity_graph,
     max_path_length,
     path_length_table,
 )
-from probe.cli.complexity import complexity_cmd, parse_sizes
+from probe.app.cli.complexity import complexity_cmd, parse_sizes
 
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
 

@@ -10,9 +10,9 @@ import torch
 
 from conftest import make_maps
 
-from analyses.coref import coref_accuracy, coref_windows
-from analyses.coref_mentions import Mention, parse_entity_field, read_number, sentence_mentions
-from analyses.word_graph import word_attention
+from probe.analyses.structure.coref import coref_accuracy, coref_windows
+from probe.analyses.structure.coref_mentions import Mention, parse_entity_field, read_number, sentence_mentions
+from probe.analyses.structure.word_graph import word_attention
 from probe.corpus import Sentence, read_conllu
 
 
@@ -95,7 +95,7 @@ def test_closed_form_antecedent_and_nearest_maps():
 
 @pytest.mark.slow
 def test_minilm_on_gum_beats_the_nearest_mention(minilm, gum_dev):
-    from analyses.syntax_run import run_coref
+    from probe.analyses.structure.syntax_run import run_coref
 
     sentences = read_conllu(gum_dev, limit=60)
     numbers = read_number(gum_dev, limit=60)
@@ -114,7 +114,7 @@ def test_minilm_on_gum_beats_the_nearest_mention(minilm, gum_dev):
 def test_coref_cli_writes_tables(tmp_path, gum_dev):
     from click.testing import CliRunner
 
-    from probe.cli.syntax import coref_cmd
+    from probe.app.cli.syntax import coref_cmd
 
     res = CliRunner().invoke(coref_cmd, ["--conllu", str(gum_dev), "--limit", "12", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
@@ -128,7 +128,7 @@ def test_coref_cli_writes_tables(tmp_path, gum_dev):
 def test_coref_cli_rejects_a_treebank_without_entities(tmp_path, ewt_dev):
     from click.testing import CliRunner
 
-    from probe.cli.syntax import coref_cmd
+    from probe.app.cli.syntax import coref_cmd
 
     res = CliRunner().invoke(coref_cmd, ["--conllu", str(ewt_dev), "--limit", "5", "--out", str(tmp_path)])
     assert res.exit_code == 1 and "no coreference annotation" in res.output

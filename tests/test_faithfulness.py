@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from analyses.agreement import agreement
-from analyses.attention_scores import attention_scores
-from analyses.counterfactual import head_output, jsd, permutation_effects, permute_rows, tvd
-from analyses.ground_truth import evidence_recovery, gold_rank
-from analyses.targets import CallableTarget
-from analyses.word_scores import ScoreSet
+from probe.analyses.explanation.agreement import agreement
+from probe.analyses.explanation.attention_scores import attention_scores
+from probe.analyses.explanation.counterfactual import head_output, jsd, permutation_effects, permute_rows, tvd
+from probe.analyses.explanation.ground_truth import evidence_recovery, gold_rank
+from probe.analyses.common.targets import CallableTarget
+from probe.analyses.common.word_scores import ScoreSet
 
 from conftest import make_maps, previous_token, uniform
 
@@ -164,7 +164,7 @@ def test_cli_on_ewt_with_the_ud_probe(ewt_dev, tmp_path):
     import pandas as pd
     from click.testing import CliRunner
 
-    from probe.cli.faithfulness import faithfulness_cmd
+    from probe.app.cli.faithfulness import faithfulness_cmd
 
     out = tmp_path / "f"
     r = CliRunner().invoke(faithfulness_cmd, [
@@ -187,7 +187,7 @@ def test_cli_on_ewt_with_the_ud_probe(ewt_dev, tmp_path):
 def test_cli_refuses_a_target_the_model_cannot_give(tmp_path):
     from click.testing import CliRunner
 
-    from probe.cli.faithfulness import faithfulness_cmd
+    from probe.app.cli.faithfulness import faithfulness_cmd
 
     r = CliRunner().invoke(faithfulness_cmd, ["--text", "The dogs bark loudly at night.", "--target", "logit",
                                               "--out", str(tmp_path / "x")])
@@ -201,14 +201,14 @@ def test_cli_refuses_a_target_the_model_cannot_give(tmp_path):
 # ---- zoo:agreement ground truth ---------------------------------------------------------------
 @pytest.mark.slow
 def test_zoo_agreement_evidence_recovery():
-    from models import load_model
+    from probe.models import load_model
     from probe.inputs import load_corpus
 
     try:
         adapter = load_model("zoo:agreement")
     except ValueError as exc:
         pytest.skip(f"zoo:agreement weights are not committed yet: {exc}")
-    from analyses.faithfulness import run_faithfulness
+    from probe.analyses.explanation.faithfulness import run_faithfulness
 
     corpus = load_corpus(model="zoo:agreement", limit=24)
     rep = run_faithfulness(adapter, corpus, "logit", n_steps=20, permute=False)

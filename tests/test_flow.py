@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from analyses.flow import adjusted_attention, attention_flow, flow_graph, flow_maps
+from probe.analyses.flow.attention_flow import adjusted_attention, attention_flow, flow_graph, flow_maps
 from conftest import identity, make_maps, previous_token
 
 
@@ -176,7 +176,7 @@ def test_cli_flow_from_a_store_writes_json_csv_and_heatmap(tmp_path):
     import pandas as pd
     from click.testing import CliRunner
 
-    from probe.cli.flow import flow_cmd
+    from probe.app.cli.flow import flow_cmd
 
     a = previous_token(12, layers=4)
     _store_with(tmp_path, a)
@@ -197,7 +197,7 @@ def test_cli_flow_default_is_the_last_token_for_causal_maps(tmp_path):
 
     from click.testing import CliRunner
 
-    from probe.cli.flow import flow_cmd
+    from probe.app.cli.flow import flow_cmd
 
     _store_with(tmp_path, _random_maps(2, 2, 6, seed=1, causal=True), kind="causal")
     res = CliRunner().invoke(flow_cmd, ["--store", str(tmp_path / "store"), "-o", str(tmp_path / "o")])
@@ -208,7 +208,7 @@ def test_cli_flow_default_is_the_last_token_for_causal_maps(tmp_path):
 def test_cli_flow_bad_input_is_one_clear_line(tmp_path):
     from click.testing import CliRunner
 
-    from probe.cli.flow import flow_cmd
+    from probe.app.cli.flow import flow_cmd
 
     _store_with(tmp_path, identity(5, layers=2))
     runner = CliRunner()
@@ -225,7 +225,7 @@ def test_cli_flow_bad_input_is_one_clear_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def agreement():
-    from models import load_model
+    from probe.models import load_model
 
     try:
         return load_model("zoo:agreement")
@@ -234,8 +234,8 @@ def agreement():
 
 
 def test_blank_out_finds_the_subject_noun(agreement):
-    from analyses.blankout import blank_out_importance
-    from models.zoo import eval_examples
+    from probe.analyses.flow.blankout import blank_out_importance
+    from probe.models.zoo import eval_examples
 
     hits = 0
     examples = eval_examples("agreement", n=20)
@@ -247,7 +247,7 @@ def test_blank_out_finds_the_subject_noun(agreement):
 
 
 def test_correlation_table_has_one_row_per_method_layer_and_closed_form_ranks():
-    from analyses.blankout import correlation_table, importance_correlations
+    from probe.analyses.flow.blankout import correlation_table, importance_correlations
 
     a = previous_token(6, layers=2, heads=2)
     a[:, :, 0] = torch.tensor([0.1, 0.5, 0.2, 0.1, 0.05, 0.05])  # [CLS] row

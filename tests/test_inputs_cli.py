@@ -7,7 +7,7 @@ import torch
 from click.testing import CliRunner
 
 from conftest import make_maps, previous_token, uniform
-from probe.cli import main
+from probe.app.cli import main
 from probe.corpus import read_conllu
 from probe.maps import AttentionMaps
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analyses.grad_attention import grad_rollout, grad_rollout_maps, grad_weighted_attention
-from analyses.norm_attention import norm_rollout, norm_rollout_maps, norm_weights, value_norms
+from probe.analyses.flow.grad_attention import grad_rollout, grad_rollout_maps, grad_weighted_attention
+from probe.analyses.flow.norm_attention import norm_rollout, norm_rollout_maps, norm_weights, value_norms
 from conftest import uniform
 from probe.hooks import count_hooks, eager_attention
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from analyses.paper_heads import SENTENCES, find_word, paper_rankings, rank_heads, top_heads
+from probe.analyses.paper.paper_heads import SENTENCES, find_word, paper_rankings, rank_heads, top_heads
 from probe.maps import AttentionMaps
 
 from conftest import LAW, MAKING
@@ -65,14 +65,14 @@ def test_rank_heads_refuses_bad_input():
     cross = AttentionMaps(attentions=torch.full((1, 1, 2, 2), 0.5), tokens=("a", "</s>"), word_ids=(0, None),
                           special_mask=[False, True], words=("a",), kind="cross", query_tokens=("<s>", "x"),
                           query_word_ids=(None, 0), query_words=("x",))
-    with pytest.raises(ValueError, match="analyses.alignment"):
+    with pytest.raises(ValueError, match="probe.analyses.paper.alignment"):
         rank_heads(cross, "a", "x")
 
 
 def test_paper_figure_draws_one_colour_per_head(tmp_path):
     import matplotlib.image as mpimg
 
-    from probe.report.paper_figures import COLORS, paper_figure
+    from probe.app.report.paper_figures import COLORS, paper_figure
 
     path = paper_figure(_maps(), "its", [(0, 0), (1, 1)], tmp_path / "f.png", targets=["Law"])
     img = (mpimg.imread(path)[..., :3] * 255).astype(int)
@@ -128,7 +128,7 @@ def test_minilm_ranking_weight_matches_token_level_rows(minilm_rankings):
 def test_paper_figures_cli(tmp_path, minilm_rankings):
     from click.testing import CliRunner
 
-    from probe.cli.paper import paper_figures_cmd
+    from probe.app.cli.paper import paper_figures_cmd
 
     res = CliRunner().invoke(paper_figures_cmd, ["--out", str(tmp_path), "--top", "2"])
     assert res.exit_code == 0, res.output

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from analyses.metrics import as_corpus, get_metric
-from analyses.patching import corrupt_zoo, patch_heads
+from probe.analyses.common.metrics import as_corpus, get_metric
+from probe.analyses.necessity.patching import corrupt_zoo, patch_heads
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 CLEAN = ["The cat sat on the mat today.", "A dog barked at the old man."]
@@ -19,7 +19,7 @@ CORRUPT = ["The dog ran to the car today.", "A cat hissed at the young boy."]
 def gpt2_lm(bert_tokenizer):
     import transformers as T
 
-    from models import ModelAdapter
+    from probe.models import ModelAdapter
 
     torch.manual_seed(0)
     cfg = T.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=len(bert_tokenizer), pad_token_id=0,
@@ -48,8 +48,8 @@ def test_patching_equals_one_forward_per_head(gpt2_lm):
 
 
 def test_group_of_one_head_equals_the_single_head_tools(gpt2_lm):
-    from analyses.ablation import sweep_heads
-    from analyses.head_groups import ablate_group, patch_group
+    from probe.analyses.necessity.ablation import sweep_heads
+    from probe.analyses.necessity.head_groups import ablate_group, patch_group
 
     a = gpt2_lm
     sweep = sweep_heads(a, CLEAN, "loss", "zero", batch_size=2)
@@ -67,7 +67,7 @@ def test_zero_ablating_a_whole_layer_equals_zeroing_its_output_projection(gpt2_l
     except the projection bias: the same as zeroing ``c_proj.weight`` on a copy."""
     import copy
 
-    from analyses.head_groups import ablate_group
+    from probe.analyses.necessity.head_groups import ablate_group
 
     a = gpt2_lm
     group = ablate_group(a, CLEAN, [(1, h) for h in range(a.n_heads)], "loss")
@@ -85,7 +85,7 @@ def test_zero_ablating_a_whole_layer_equals_zeroing_its_output_projection(gpt2_l
 
 
 def test_group_bad_input(gpt2_lm):
-    from analyses.head_groups import ablate_group, patch_group
+    from probe.analyses.necessity.head_groups import ablate_group, patch_group
 
     with pytest.raises(ValueError, match="at least one"):
         ablate_group(gpt2_lm, CLEAN, [], "loss")
@@ -114,7 +114,7 @@ def test_patching_loss_table_and_interval(gpt2_lm):
 
 
 def test_corrupt_zoo_induction_keeps_second_copy():
-    from models.zoo import eval_examples
+    from probe.models.zoo import eval_examples
 
     ex = eval_examples("induction", n=5)
     bad = corrupt_zoo("induction", ex)
@@ -133,12 +133,12 @@ def test_zoo_induction_ablation_destroys_copying_and_patching_restores_it():
     and tested causally: the single previous-token head of layer 0 is necessary; the four
     layer-1 induction heads are redundant one by one but together necessary, and patching
     them from the clean run restores copying on inputs whose first copy was replaced."""
-    from models import load_model
+    from probe.models import load_model
     from probe.capture import capture
     from probe.inputs import load_corpus
-    from analyses.ablation import sweep_heads
-    from analyses.head_groups import ablate_group, patch_group
-    from analyses.roles import head_roles
+    from probe.analyses.necessity.ablation import sweep_heads
+    from probe.analyses.necessity.head_groups import ablate_group, patch_group
+    from probe.analyses.patterns.roles import head_roles
 
     try:
         a = load_model("zoo:induction")
@@ -177,7 +177,7 @@ def test_cli_groups(tmp_path):
     import pandas as pd
     from click.testing import CliRunner
 
-    from probe.cli.ablation import ablate_cmd
+    from probe.app.cli.ablation import ablate_cmd
 
     out = tmp_path / "abl"
     res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "40",

@@ -15,7 +15,7 @@ EVIL = ["<script>alert(1)</script>", '"q"', "a&b", "</script>"]
 
 def _ctx(maps_list, sentences=()):
     from probe.inputs import Corpus
-    from probe.report.context import ReportContext
+    from probe.app.report.context import ReportContext
 
     corpus = Corpus(texts=tuple(m.text for m in maps_list), sentences=tuple(sentences), source="hand-built")
     return ReportContext(adapter=None, corpus=corpus, maps=list(maps_list), settings={"model": "hand-built"})
@@ -37,7 +37,7 @@ def _evil_maps():
 
 @pytest.fixture
 def evil_report(tmp_path):
-    from probe.report.build import analyse, write_report
+    from probe.app.report.build import analyse, write_report
 
     ctx = _ctx([_evil_maps(), _evil_maps()])
     data = analyse(ctx, sections=["roles", "syntax", "ablation"], strict=True)
@@ -47,7 +47,7 @@ def evil_report(tmp_path):
 
 # ---- the bundled sample -------------------------------------------------------------
 def test_bundled_sample_is_a_valid_treebank_with_the_paper_sentences():
-    from probe.report.bundled import SAMPLE_CONLLU
+    from probe.app.report.bundled import SAMPLE_CONLLU
     from probe.corpus import read_conllu
 
     sents = read_conllu(SAMPLE_CONLLU)
@@ -78,7 +78,7 @@ def test_sections_skip_with_reasons_and_never_error(evil_report):
 
 
 def test_missing_module_failed_and_valueerror_sections():
-    from probe.report.sections import Section, SectionResult, run_sections
+    from probe.app.report.sections import Section, SectionResult, run_sections
 
     def boom(ctx):
         raise RuntimeError("bug in the analysis")
@@ -100,7 +100,7 @@ def test_missing_module_failed_and_valueerror_sections():
 
 
 def test_unknown_section_name_is_a_user_error():
-    from probe.report.sections import choose
+    from probe.app.report.sections import choose
 
     with pytest.raises(ValueError, match="unknown report section.*known: .*roles"):
         choose(["rolez"])
@@ -144,7 +144,7 @@ def test_verdicts_and_grid_follow_roles(evil_report):
 
 
 def test_verdict_sentences():
-    from probe.report.verdict import verdict
+    from probe.app.report.verdict import verdict
 
     v = verdict({"role": "mixed/unclear", "syntax_relation": "det", "syntax_accuracy": 0.92,
                  "syntax_baseline": 0.51, "ablation_metric": "drift", "ablation_delta": 0.08,
@@ -167,8 +167,8 @@ def test_verdict_sentences():
 
 # ---- --force semantics ---------------------------------------------------------------
 def test_existing_dir_refused_then_replaced_atomically(tmp_path, monkeypatch):
-    from probe.report import build
-    from probe.report.build import analyse, write_report
+    from probe.app.report import build
+    from probe.app.report.build import analyse, write_report
 
     out = tmp_path / "rep"
     out.mkdir()
@@ -194,7 +194,7 @@ def test_existing_dir_refused_then_replaced_atomically(tmp_path, monkeypatch):
 
 
 def test_out_that_is_a_file_or_has_no_parent(tmp_path):
-    from probe.report.build import analyse, write_report
+    from probe.app.report.build import analyse, write_report
 
     data = analyse(_ctx([_evil_maps()]), sections=["roles"])
     f = tmp_path / "file"
@@ -207,7 +207,7 @@ def test_out_that_is_a_file_or_has_no_parent(tmp_path):
 
 # ---- head view component ------------------------------------------------------------
 def test_head_view_data_and_errors():
-    from probe.report.head_view import HeadView, head_view
+    from probe.app.report.head_view import HeadView, head_view
 
     m = _evil_maps()
     v = head_view(m, layer=1, head=1)
@@ -226,7 +226,7 @@ def test_head_view_data_and_errors():
 
 
 def test_script_json_cannot_close_the_script():
-    from probe.report.html import script_json
+    from probe.app.report.html import script_json
 
     s = script_json({"t": "</script><b>&"})
     assert "<" not in s and ">" not in s and "&" not in s
@@ -237,7 +237,7 @@ def test_script_json_cannot_close_the_script():
 @pytest.mark.slow
 def test_report_on_minilm_with_bundled_treebank(minilm, tmp_path):
     """Capture → sections → pages on the bundled model and 6 sample sentences."""
-    from probe.report.build import build_report
+    from probe.app.report.build import build_report
 
     data = build_report(tmp_path / "r", adapter=minilm, limit=6, sections=["syntax", "roles", "rollout"],
                         strict=True)
@@ -259,8 +259,8 @@ def test_report_on_minilm_with_bundled_treebank(minilm, tmp_path):
 def test_cli_report_text_input_and_force(minilm, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import models
-    from probe.cli.report import report_cmd
+    from probe import models
+    from probe.app.cli.report import report_cmd
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: minilm)
     out = tmp_path / "cli"

@@ -11,9 +11,9 @@ import pytest
 import torch
 from conftest import all_on, identity, make_maps, previous_token, uniform
 
-from analyses.head_clusters import cluster_heads, embed_heads, head_clusters, head_divergence
-from analyses.role_features import head_features, is_punctuation, layer_summary, token_frequencies
-from analyses.roles import (ROLES, RoleClassifier, RoleThresholds, assign_roles, base_role, head_roles,
+from probe.analyses.patterns.head_clusters import cluster_heads, embed_heads, head_clusters, head_divergence
+from probe.analyses.patterns.role_features import head_features, is_punctuation, layer_summary, token_frequencies
+from probe.analyses.patterns.roles import (ROLES, RoleClassifier, RoleThresholds, assign_roles, base_role, head_roles,
                             role_counts)
 
 N = 10
@@ -184,7 +184,7 @@ def test_syntax_evidence_labels_heads():
     assert assign_roles(feats, syntax=frac).role.tolist() == roles.role.tolist()
     loose = assign_roles(feats, RoleThresholds(syntactic_margin=5), syntax=syntax)
     assert role_of(loose, 0, 2).role == "syntactic (amod)"
-    # analyses.coref's best() table: the stronger baseline must be beaten by 10 points
+    # probe.analyses.structure.coref's best() table: the stronger baseline must be beaten by 10 points
     coref = pd.DataFrame([dict(setting="same_sentence", layer=0, head=0, accuracy=0.65, nearest_mention=0.27,
                                nearest_agreeing=0.52, count=400),
                           dict(setting="earlier_sentence", layer=0, head=1, accuracy=0.60, nearest_mention=0.27,
@@ -198,7 +198,7 @@ def test_syntax_evidence_labels_heads():
 
 def test_bad_input(caplog):
     m = make_maps(four_heads(), **BERTISH)
-    with caplog.at_level(logging.WARNING, logger="analyses.roles"):
+    with caplog.at_level(logging.WARNING, logger="probe.analyses.patterns.roles"):
         clf = RoleClassifier(min_examples=10).fit([m, m])
     assert clf.n_examples_ == 2
     assert "2 example(s), fewer than 10" in caplog.text
@@ -265,18 +265,18 @@ def test_js_divergence_closed_form_and_clusters():
 
 # ---- the zoo ---------------------------------------------------------------------------
 def _zoo(task):
-    from models.zoo import WEIGHTS_DIR
+    from probe.models.zoo import WEIGHTS_DIR
 
     if not (WEIGHTS_DIR / task).is_dir():
         pytest.skip(f"zoo:{task} weights are not committed yet")
-    from models import load_model
+    from probe.models import load_model
 
     return load_model(f"zoo:{task}")
 
 
 @pytest.mark.slow
 def test_zoo_prev_token_head_is_found():
-    from models.zoo import eval_examples
+    from probe.models.zoo import eval_examples
     from probe.capture import capture
 
     adapter = _zoo("prev-token")
@@ -290,7 +290,7 @@ def test_zoo_prev_token_head_is_found():
 
 def test_zoo_constructed_heads_are_named():
     """zoo:constructed has hand-set weights: head 0.0 previous-token, head 0.1 [CLS]."""
-    from models.zoo import eval_examples
+    from probe.models.zoo import eval_examples
     from probe.capture import capture
 
     adapter = _zoo("constructed")
@@ -302,7 +302,7 @@ def test_zoo_constructed_heads_are_named():
 
 @pytest.mark.slow
 def test_zoo_induction_and_previous_token_heads_are_found():
-    from models.zoo import eval_examples
+    from probe.models.zoo import eval_examples
     from probe.capture import capture
 
     adapter = _zoo("induction")
@@ -345,7 +345,7 @@ def test_minilm_on_ewt(minilm, ewt_dev):
 def test_cli_writes_tables_and_figures_from_a_store(tmp_path):
     from click.testing import CliRunner
 
-    from probe.cli.roles import roles_cmd
+    from probe.app.cli.roles import roles_cmd
     from probe.store import write_store
 
     maps = [make_maps(four_heads(n), tokens=["[CLS]"] + [f"w{i}" for i in range(1, n - 1)] + ["[SEP]"],

@@ -9,10 +9,10 @@ import torch
 
 from conftest import make_maps, previous_token
 
-from analyses.attention_probe import AttentionProbe, pair_features, probe_report, split_by_sentence
-from analyses.syntax import OFFSETS, argmax_predictions, relation_accuracy
-from analyses.trees import attention_tree, branching_heads, max_arborescence, tree_scores
-from analyses.word_graph import AlignmentError, Skipped, word_graph, word_graphs
+from probe.analyses.structure.attention_probe import AttentionProbe, pair_features, probe_report, split_by_sentence
+from probe.analyses.structure.syntax import OFFSETS, argmax_predictions, relation_accuracy
+from probe.analyses.structure.trees import attention_tree, branching_heads, max_arborescence, tree_scores
+from probe.analyses.structure.word_graph import AlignmentError, Skipped, word_graph, word_graphs
 from probe.corpus import Sentence, read_conllu
 
 
@@ -232,7 +232,7 @@ def test_split_by_sentence_is_disjoint_and_refuses_tiny_corpora():
 # ---- the real model on real data, and the CLI ------------------------------------------------
 @pytest.mark.slow
 def test_minilm_on_ewt_has_syntactic_heads(minilm, ewt_sentences, tmp_path):
-    from analyses.syntax_run import run_syntax
+    from probe.analyses.structure.syntax_run import run_syntax
 
     result = run_syntax(minilm, ewt_sentences[:80], tree_limit=15, probe_limit=80)
     best = result.relations.with_all().best(min_count=20).set_index(["relation", "direction"])
@@ -254,7 +254,7 @@ def test_syntax_cli_writes_every_output(tmp_path, ewt_dev):
     import pandas as pd
     from click.testing import CliRunner
 
-    from probe.cli.syntax import syntax_cmd
+    from probe.app.cli.syntax import syntax_cmd
 
     out = tmp_path / "out"
     res = CliRunner().invoke(syntax_cmd, ["--conllu", str(ewt_dev), "--limit", "12", "--min-count", "3",
@@ -272,7 +272,7 @@ def test_syntax_cli_writes_every_output(tmp_path, ewt_dev):
 def test_syntax_cli_bad_inputs(tmp_path, ewt_dev):
     from click.testing import CliRunner
 
-    from probe.cli.syntax import syntax_cmd
+    from probe.app.cli.syntax import syntax_cmd
 
     bad = tmp_path / "bad.conllu"
     bad.write_text("# text = a b\n1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n2\tb\t_\tX\t_\t_\t1\n")
@@ -291,8 +291,8 @@ def test_syntax_cli_bad_inputs(tmp_path, ewt_dev):
 def test_zoo_brackets_has_a_matching_bracket_head(tmp_path):
     """zoo:brackets must locate each closer's opener: the probe, reading the gold arcs
     from CoNLL-U, must find the head trained to point there (the card's supervised head)."""
-    from models import load_model, zoo
-    from analyses.syntax_run import run_syntax
+    from probe.models import load_model, zoo
+    from probe.analyses.structure.syntax_run import run_syntax
 
     try:
         adapter = load_model("zoo:brackets")
@@ -316,8 +316,8 @@ def test_syntax_cli_defaults_to_the_zoo_treebank(tmp_path):
     OUT/gold.conllu and probed; other models are told to give --conllu."""
     from click.testing import CliRunner
 
-    from models import zoo
-    from probe.cli.syntax import syntax_cmd
+    from probe.models import zoo
+    from probe.app.cli.syntax import syntax_cmd
 
     out = tmp_path / "o"
     res = CliRunner().invoke(syntax_cmd, ["--model", "zoo:brackets", "--limit", "40", "--tree-limit", "0",

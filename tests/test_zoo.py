@@ -10,8 +10,8 @@ import shutil
 import pytest
 import torch
 
-from models import zoo
-from models.zoo import _common
+from probe.models import zoo
+from probe.models.zoo import _common
 
 COMMITTED = [t for t in zoo.TASKS if (zoo.WEIGHTS_DIR / t / _common.CARD).is_file()]
 
@@ -141,7 +141,7 @@ def test_train_refuses_to_overwrite_without_force(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     monkeypatch.setattr(zoo.task_module("prev-token"), "N_EVAL", 16)
-    from probe.cli.zoo import train_cmd
+    from probe.app.cli.zoo import train_cmd
 
     out = tmp_path / "m"
     out.mkdir()
@@ -201,7 +201,7 @@ def test_committed_model_reproduces_its_card(task):
 def test_evaluate_cli_json(loaded):
     from click.testing import CliRunner
 
-    from probe.cli.zoo import evaluate_cmd
+    from probe.app.cli.zoo import evaluate_cmd
 
     card = loaded("prev-token").card
     res = CliRunner().invoke(evaluate_cmd, ["--model", "zoo:prev-token", "--json", "--n", "200"])
@@ -223,7 +223,7 @@ def test_list_zoo_shows_cards():
 # ----------------------------------------------------------------------------- ground truth
 def _captured(task, texts, **kw):
     """Attention of a zoo model through the toolkit's own adapter and capture."""
-    from models import load_model
+    from probe.models import load_model
     from probe.capture import capture
 
     _need(task)

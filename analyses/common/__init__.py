@@ -1,0 +1,1 @@
+"""Shared foundations of the analyses: bootstrap intervals, token/word score types, metrics and targets."""

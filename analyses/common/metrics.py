@@ -1,0 +1,418 @@
+"""Per-example metrics of a live model, for ablation, importance, pruning and patching.
+
+A :class:`Metric` turns a corpus into model inputs (:class:`MetricBatch`), runs the
+model, and returns **one scalar per example** (a tensor ``[rows]``), so that one
+forward can carry many ablations (a batch row per ablated head) and bootstrap
+intervals can be taken over examples.
+
+Built-in metrics (:func:`get_metric`):
+
+* ``loss`` — the model's own task loss per example: masked-LM cross-entropy (15% of the
+  word tokens masked, seeded per example) for an encoder with an MLM head; next-token
+  cross-entropy for a decoder with an LM head; teacher-forced cross-entropy of the
+  targets for an encoder-decoder LM; the zoo task's loss (the zoo module's own labels)
+  for ``zoo:<task>`` models on their evaluation examples.
+* ``accuracy`` — zoo tasks only: percent of the scored positions (or the one label)
+  predicted correctly, per example.
+* ``embedding-drift`` — ``1 − cos(e_clean, e)`` between the clean and the intervened
+  sentence embedding, mean-pooled over the attention mask from the base model's last
+  hidden state (the pooling the bundled sentence model was trained with, Reimers &
+  Gurevych 2019). Zero on the clean model.
+* any callable ``fn(outputs, batch) -> Tensor[rows]`` via :class:`CallableMetric`.
+
+Shapes: ``MetricBatch`` tensors are ``[rows, ...]``; ``Metric.score`` returns ``[rows]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Optional, Sequence, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MetricBatch", "Metric", "LossMetric", "AccuracyMetric", "DriftMetric", "CallableMetric",
+           "METRICS", "get_metric", "applicable_metrics", "as_corpus", "Chunk", "prepare"]
+
+MASK_FRACTION = 0.15
+
+
+@dataclass(frozen=True)
+class MetricBatch:
+    """Model inputs and what a metric needs to score them, all with batch rows first.
+
+    Attributes:
+        inputs: keyword arguments of the model forward (``input_ids``, ``attention_mask``,
+            optionally decoder inputs), ``[rows, seq]``.
+        aux: tensors the metric scores against (``labels`` …), ``[rows, ...]``.
+        special: bool ``[rows, seq]``: special-token positions (for per-kind means).
+    """
+
+    inputs: dict
+    aux: dict = field(default_factory=dict)
+    special: Optional[torch.Tensor] = None
+
+    @property
+    def rows(self) -> int:
+        return int(self.inputs["input_ids"].shape[0])
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.inputs["attention_mask"].sum(-1)
+
+    def repeat(self, k: int) -> "MetricBatch":
+        """The batch stacked ``k`` times: row ``j·rows + i`` is a copy of row ``i``."""
+        rep = lambda t: t.repeat(k, *([1] * (t.dim() - 1)))  # noqa: E731
+        return MetricBatch(inputs={n: rep(t) for n, t in self.inputs.items()},
+                           aux={n: rep(t) for n, t in self.aux.items()},
+                           special=None if self.special is None else rep(self.special))
+
+
+def as_corpus(corpus):
+    """A :class:`probe.inputs.Corpus` from a Corpus or a sequence of strings.
+
+    Raises:
+        ValueError: on an empty corpus.
+    """
+    from probe.inputs import Corpus
+
+    if isinstance(corpus, str):
+        corpus = [corpus]
+    if not isinstance(corpus, Corpus):
+        corpus = Corpus(texts=tuple(corpus), source="texts")
+    if not len(corpus):
+        raise ValueError("empty corpus: give at least one example")
+    return corpus
+
+
+def _zoo_task(adapter) -> Optional[str]:
+    task = (adapter.card or {}).get("task")
+    return task if adapter.name.startswith("zoo:") and task else None
+
+
+def _has_lm_head(adapter) -> bool:
+    getter = getattr(adapter.model, "get_output_embeddings", None)
+    return getter is not None and getter() is not None
+
+
+class Metric:
+    """A scalar per example from a live model.
+
+    Subclasses set ``name``, ``higher_is_better``, ``differentiable``,
+    ``stationary_at_clean`` (the metric is at an extremum on the clean model, so its
+    gradient there is zero) and ``ignores_padding`` (scores do not change when trailing
+    padding positions are cut off, so sweeps may shorten rows) and implement :meth:`score`; they may override
+    :meth:`check`, :meth:`make_batch`, :meth:`forward` and :meth:`reference`.
+    """
+
+    name = "metric"
+    higher_is_better = False
+    differentiable = True
+    stationary_at_clean = False
+    ignores_padding = False
+
+    def check(self, adapter, corpus=None) -> None:
+        """Raise ``ValueError`` when the metric does not apply to this model/corpus."""
+
+    def make_batch(self, adapter, corpus, indices: Sequence[int]) -> MetricBatch:
+        """Tokenize ``corpus`` examples ``indices`` into one padded batch."""
+        spans = corpus.word_spans
+        encs = [adapter.encode(corpus.texts[i], spans[i] if spans else None) for i in indices]
+        inputs = adapter.batch(encs)
+        if adapter.arch == "encoder-decoder":
+            targets = corpus.targets or corpus.texts
+            inputs.update(adapter.decoder_inputs([adapter.encode(targets[i], target=True) for i in indices]))
+        return MetricBatch(inputs=inputs, special=_special(adapter, inputs["input_ids"], inputs["attention_mask"]))
+
+    def forward(self, adapter, batch: MetricBatch):
+        """Run the model on ``batch`` (grad mode is the caller's)."""
+        kwargs = dict(batch.inputs)
+        if adapter.arch == "decoder":
+            kwargs["use_cache"] = False
+        return adapter.model(**kwargs)
+
+    def reference(self, outputs, batch: MetricBatch) -> Optional[torch.Tensor]:
+        """What the clean run must hand to :meth:`score` of intervened runs (rows first)."""
+        return None
+
+    def score(self, outputs, batch: MetricBatch, reference: Optional[torch.Tensor] = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def batches(self, adapter, corpus, batch_size: int = 16) -> Iterator[tuple]:
+        """Yield ``(indices, MetricBatch)`` over the corpus in order."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+        n = len(corpus)
+        for start in range(0, n, batch_size):
+            idx = list(range(start, min(n, start + batch_size)))
+            yield idx, self.make_batch(adapter, corpus, idx)
+
+    def __repr__(self) -> str:
+        return f"<metric {self.name}>"
+
+
+def _special(adapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    special_ids = torch.tensor(sorted(set(getattr(adapter.tokenizer, "all_special_ids", []) or [])),
+                               dtype=ids.dtype, device=ids.device)
+    return torch.isin(ids, special_ids) & mask.bool()
+
+
+def _to(adapter, d: dict) -> dict:
+    return {k: v.to(adapter.device) for k, v in d.items()}
+
+
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision tensors up to float32; float32/float64 kept."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _token_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per row over positions whose label is not −100: ``[rows]``."""
+    logits = _f32(logits)
+    if logits.dim() == 2:  # sequence classification: one label per row
+        return F.cross_entropy(logits, labels, reduction="none")
+    keep = labels != -100
+    ce = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")
+    return (ce * keep).sum(-1) / keep.sum(-1).clamp(min=1)
+
+
+def _token_acc(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    pred = logits.argmax(-1)
+    if logits.dim() == 2:
+        return 100.0 * (pred == labels).float()
+    keep = labels != -100
+    return 100.0 * ((pred == labels) & keep).sum(-1).float() / keep.sum(-1).clamp(min=1)
+
+
+def _zoo_batch(adapter, corpus, indices) -> MetricBatch:
+    from probe.models import zoo
+
+    if not corpus.examples:
+        raise ValueError(f"{adapter.name}'s loss/accuracy need the zoo task's examples with their ground "
+                         "truth: run without --text/--file/--conllu to use its evaluation set")
+    mod = zoo.task_module(_zoo_task(adapter))
+    enc, labels = mod.encode(adapter.tokenizer, [corpus.examples[i] for i in indices])
+    inputs = _to(adapter, {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+    return MetricBatch(inputs=inputs, aux={"labels": labels.to(adapter.device)},
+                       special=_special(adapter, inputs["input_ids"], inputs["attention_mask"]))
+
+
+def _mlm_mask(n_tokens: int, special: torch.Tensor, seed: int) -> torch.Tensor:
+    """Bool ``[n_tokens]``: 15% of the non-special positions (at least one), seeded."""
+    words = np.flatnonzero(~special[:n_tokens].cpu().numpy())
+    if words.size == 0:
+        return torch.zeros(n_tokens, dtype=torch.bool)
+    k = max(1, int(round(MASK_FRACTION * words.size)))
+    pick = np.random.default_rng(seed).choice(words, size=k, replace=False)
+    out = torch.zeros(n_tokens, dtype=torch.bool)
+    out[torch.as_tensor(pick)] = True
+    return out
+
+
+class LossMetric(Metric):
+    """The model's own task loss per example (see the module docstring).
+
+    Raises (from :meth:`check`):
+        ValueError: a model without an LM or task head, naming the metrics that apply.
+    """
+
+    name = "loss"
+    ignores_padding = True  # masked / −100 positions do not count
+
+    def __init__(self, seed: int = 0):
+        self.seed = int(seed)
+
+    def check(self, adapter, corpus=None) -> None:
+        if _zoo_task(adapter):
+            if corpus is not None and not corpus.examples:
+                raise ValueError(f"metric 'loss' on {adapter.name} needs the zoo evaluation examples "
+                                 "(run without --text/--file/--conllu); metrics that apply to other "
+                                 "inputs: embedding-drift")
+            return
+        if not _has_lm_head(adapter):
+            ok = ", ".join(applicable_metrics(adapter, corpus))
+            raise ValueError(f"metric 'loss' needs a model with a language-model or task head, but "
+                             f"{adapter.name} ({type(adapter.model).__name__}) is a headless "
+                             f"{adapter.arch}; metrics that apply: {ok}")
+
+    def make_batch(self, adapter, corpus, indices) -> MetricBatch:
+        if _zoo_task(adapter):
+            return _zoo_batch(adapter, corpus, indices)
+        base = super().make_batch(adapter, corpus, indices)
+        ids = base.inputs["input_ids"]
+        mask = base.inputs["attention_mask"].bool()
+        if adapter.arch == "encoder":
+            mask_id = getattr(adapter.tokenizer, "mask_token_id", None)
+            if mask_id is None:
+                raise ValueError(f"{adapter.name}'s tokenizer has no mask token for the masked-LM loss")
+            labels = torch.full_like(ids, -100)
+            new_ids = ids.clone()
+            for r, i in enumerate(indices):
+                m = _mlm_mask(int(mask[r].sum()), base.special[r], self.seed * 1_000_003 + i)
+                pos = torch.nonzero(m).flatten().to(ids.device)
+                labels[r, pos] = ids[r, pos]
+                new_ids[r, pos] = mask_id
+            inputs = dict(base.inputs, input_ids=new_ids)
+            return MetricBatch(inputs=inputs, aux={"labels": labels}, special=base.special)
+        if adapter.arch == "decoder":
+            labels = torch.full_like(ids, -100)
+            nxt = mask[:, 1:]
+            labels[:, :-1] = torch.where(nxt, ids[:, 1:], torch.full_like(ids[:, 1:], -100))
+            return replace(base, aux={"labels": labels})
+        # encoder-decoder: the target tokens under teacher forcing
+        targets = corpus.targets or corpus.texts
+        encs = [adapter.encode(targets[i], target=True) for i in indices]
+        labels = torch.full_like(base.inputs["decoder_input_ids"], -100)
+        for r, e in enumerate(encs):
+            labels[r, : len(e)] = e.input_ids.to(labels.device)
+        return replace(base, aux={"labels": labels})
+
+    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+        return _token_ce(outputs.logits, batch.aux["labels"])
+
+
+class AccuracyMetric(LossMetric):
+    """Percent of the zoo task's scored positions predicted correctly, per example.
+
+    Raises (from :meth:`check`): ValueError for a model that is not a zoo model.
+    """
+
+    name = "accuracy"
+    higher_is_better = True
+    differentiable = False
+
+    def check(self, adapter, corpus=None) -> None:
+        if not _zoo_task(adapter):
+            ok = ", ".join(applicable_metrics(adapter, corpus))
+            raise ValueError(f"metric 'accuracy' needs a zoo:<task> model with ground truth; for "
+                             f"{adapter.name} the metrics that apply: {ok}")
+        super().check(adapter, corpus)
+
+    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+        return _token_acc(outputs.logits, batch.aux["labels"])
+
+
+class DriftMetric(Metric):
+    """``1 − cos`` between clean and intervened mean-pooled sentence embeddings.
+
+    The embedding is the attention-mask-weighted mean of the base model's last hidden
+    state ``[rows, dim]`` (the encoder's, for encoder-decoder models).
+    """
+
+    name = "embedding-drift"
+    stationary_at_clean = True
+    ignores_padding = True  # mask-weighted pooling
+
+    def forward(self, adapter, batch):
+        kwargs = dict(batch.inputs)
+        if adapter.arch == "decoder":
+            kwargs["use_cache"] = False
+        base = getattr(adapter.model, "base_model", adapter.model)
+        return base(**kwargs)
+
+    @staticmethod
+    def embed(outputs, batch) -> torch.Tensor:
+        if getattr(outputs, "encoder_last_hidden_state", None) is not None:
+            h = outputs.encoder_last_hidden_state
+        else:
+            h = outputs.last_hidden_state
+        m = batch.inputs["attention_mask"].to(h.dtype).unsqueeze(-1)
+        return (h * m).sum(1) / m.sum(1).clamp(min=1)
+
+    def reference(self, outputs, batch):
+        return self.embed(outputs, batch).detach()
+
+    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+        if reference is None:
+            raise ValueError("embedding-drift needs the clean run's embeddings as reference")
+        e = self.embed(outputs, batch)
+        e = _f32(e)
+        return 1.0 - F.cosine_similarity(e, reference.to(e.dtype), dim=-1)
+
+
+class CallableMetric(Metric):
+    """Wrap ``fn(outputs, batch) -> Tensor[rows]`` (``outputs``: the model's output on
+    ``batch.inputs``) as a metric named ``name``."""
+
+    def __init__(self, fn: Callable, name: Optional[str] = None, higher_is_better: bool = False):
+        if not callable(fn):
+            raise ValueError(f"a metric must be a name ({', '.join(METRICS)}) or a callable, got {fn!r}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "custom")
+        self.higher_is_better = higher_is_better
+
+    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+        s = self.fn(outputs, batch)
+        if not isinstance(s, torch.Tensor) or s.shape != (batch.rows,):
+            raise ValueError(f"metric {self.name!r} must return a tensor [rows] = [{batch.rows}], "
+                             f"got {getattr(s, 'shape', type(s))}")
+        return s
+
+
+METRICS: dict[str, Callable[[], Metric]] = {
+    "loss": LossMetric,
+    "accuracy": AccuracyMetric,
+    "embedding-drift": DriftMetric,
+}
+
+
+def applicable_metrics(adapter, corpus=None) -> list[str]:
+    """Names of the built-in metrics that apply to ``adapter`` (and ``corpus``)."""
+    zoo = _zoo_task(adapter)
+    has_examples = corpus is None or bool(corpus.examples)
+    out = []
+    if (zoo and has_examples) or (not zoo and _has_lm_head(adapter)):
+        out.append("loss")
+    if zoo and has_examples:
+        out.append("accuracy")
+    out.append("embedding-drift")
+    return out
+
+
+def get_metric(metric: Union[str, Metric, Callable], adapter=None, corpus=None) -> Metric:
+    """A :class:`Metric` from a name, a Metric or a callable; checked against ``adapter``.
+
+    Raises:
+        ValueError: unknown name (listing the known ones), or a metric that does not
+            apply to the model (naming those that do).
+    """
+    if isinstance(metric, Metric):
+        m = metric
+    elif isinstance(metric, str):
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)} "
+                             "(or a callable in the Python API)")
+        m = METRICS[metric]()
+    else:
+        m = CallableMetric(metric)
+    if adapter is not None:
+        m.check(adapter, corpus)
+    return m
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One batch of examples with its clean-run reference and clean scores ``[rows]``."""
+
+    indices: tuple
+    batch: MetricBatch
+    reference: Optional[torch.Tensor]
+    clean: torch.Tensor
+
+
+@torch.no_grad()
+def prepare(adapter, corpus, metric: Metric, batch_size: int = 16, progress: bool = False) -> list:
+    """Tokenize the corpus and run the clean model once: a list of :class:`Chunk`."""
+    from tqdm.auto import tqdm
+
+    chunks = []
+    it = metric.batches(adapter, corpus, batch_size)
+    for idx, batch in tqdm(it, total=-(-len(corpus) // batch_size), disable=not progress, desc="clean"):
+        out = metric.forward(adapter, batch)
+        ref = metric.reference(out, batch)
+        chunks.append(Chunk(tuple(idx), batch, ref, metric.score(out, batch, ref).detach()))
+    return chunks

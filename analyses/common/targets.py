@@ -1,0 +1,309 @@
+"""Targets: the scalar per example that attributions and counterfactuals explain.
+
+A target turns one model forward into one number per example (``[batch]``) and, for
+counterfactual comparisons, into a probability distribution per example
+(``[batch, k]``). Three kinds:
+
+* :class:`ClassLogit` — a class logit of a sequence classifier (zoo classifiers); by
+  default the class the model predicts on the clean input, fixed per example.
+* :class:`LMLoss` — the language-model loss ``−log p(token)`` at a position (causal
+  LM: the token at ``p`` predicted from position ``p−1``; masked LM: the token at ``p``).
+* :class:`ProbeLogit` — the logit of a linear probe on a sentence model's pooled
+  embedding (mean pooling for the bundled model), a differentiable function of the model
+  (see :mod:`probe.analyses.structure.ud_probe` for fitting one on UD annotation).
+
+Per-example choices (the predicted class, a position counted from the end) are resolved
+once on the clean batch by :meth:`Target.aux` into a long tensor ``[batch, k]``. It is
+passed to the forward as an *additional forward argument*, so captum expands it together
+with the inputs when it batches integration steps or ablations.
+
+:func:`scalar_function` wraps a target into ``f(input_ids, attention_mask, aux) ->
+[batch]`` for captum, refusing outputs that are not one scalar per example.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+
+__all__ = ["Target", "ClassLogit", "LMLoss", "ProbeLogit", "CallableTarget", "scalar_function",
+           "check_scalar"]
+
+
+def check_scalar(value, batch: int, name: str = "target") -> torch.Tensor:
+    """Return ``value`` if it is a tensor of shape ``[batch]`` (or ``[batch, 1]``, squeezed).
+
+    Raises:
+        ValueError: any other shape, naming it ("one scalar per example" is needed).
+    """
+    if not torch.is_tensor(value):
+        raise ValueError(f"{name} must return a tensor with one scalar per example, got {type(value).__name__}")
+    if value.dim() == 2 and value.shape == (batch, 1):
+        value = value[:, 0]
+    if tuple(value.shape) != (batch,):
+        raise ValueError(
+            f"{name} must give one scalar per example, shape ({batch},) for a batch of {batch}; "
+            f"got shape {tuple(value.shape)}. Choose a class (--target logit:<class>) or a "
+            "position (--target loss:<position>)"
+        )
+    return value
+
+
+def _lengths(attention_mask: torch.Tensor) -> torch.Tensor:
+    return attention_mask.long().sum(-1)
+
+
+class Target:
+    """Base class: one scalar (and one distribution) per example from a model forward.
+
+    Subclasses implement :meth:`scalar` and :meth:`distribution`; :meth:`aux` fixes
+    per-example choices on the clean batch; :meth:`reads` names the query positions whose
+    output the target reads (used to pick attention rows).
+    """
+
+    name = "target"
+
+    def forward(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        """The model output the target reads (default: the model's forward)."""
+        if adapter.arch == "encoder-decoder":
+            raise ValueError("faithfulness targets support encoder or decoder models, not encoder-decoder")
+        return adapter.model(input_ids=input_ids, attention_mask=attention_mask)
+
+    def aux(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Per-example choices ``[batch, k]`` (long), resolved on the clean inputs."""
+        return torch.zeros(input_ids.shape[0], 1, dtype=torch.long, device=input_ids.device)
+
+    def scalar(self, out, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def distribution(self, out, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
+        """Probabilities ``[batch, k]`` whose change a counterfactual measures."""
+        raise NotImplementedError
+
+    def reads(self, n_tokens: int, adapter=None) -> tuple:
+        """Query positions (of an example of ``n_tokens`` tokens) the target reads."""
+        return (0,)
+
+    def describe(self) -> str:
+        return self.name
+
+
+def _logits(out) -> torch.Tensor:
+    logits = getattr(out, "logits", None)
+    if logits is None:
+        raise ValueError(
+            "this target needs a model with a task head that returns logits (a zoo classifier "
+            "or a language model); for the bundled sentence model use a probe target"
+        )
+    return logits
+
+
+class ClassLogit(Target):
+    """The logit of a class of a sequence classifier, read at [CLS] (position 0).
+
+    Args:
+        label: the class index; ``None``: each example's predicted class on the clean
+            input (fixed while attributing).
+
+    Raises (at use):
+        ValueError: a model without ``[batch, n_classes]`` logits, a class out of range.
+    """
+
+    def __init__(self, label: Optional[int] = None):
+        self.label = label
+        self.name = "logit:predicted" if label is None else f"logit:{label}"
+
+    def _check(self, logits):
+        if logits.dim() != 2:
+            raise ValueError(
+                f"class-logit target needs logits [batch, n_classes], the model gives shape "
+                f"{tuple(logits.shape)} (per position); use an LM-loss target (loss:<position>)"
+            )
+        if self.label is not None and not 0 <= self.label < logits.shape[-1]:
+            raise ValueError(f"class {self.label} out of range: the model has classes 0..{logits.shape[-1] - 1}")
+
+    def aux(self, adapter, input_ids, attention_mask):
+        with torch.no_grad():
+            logits = _logits(self.forward(adapter, input_ids, attention_mask))
+        self._check(logits)
+        if self.label is None:
+            return logits.argmax(-1, keepdim=True)
+        return torch.full((input_ids.shape[0], 1), int(self.label), dtype=torch.long, device=input_ids.device)
+
+    def scalar(self, out, attention_mask, aux):
+        logits = _logits(out)
+        self._check(logits)
+        return logits.gather(1, aux[:, :1]).squeeze(1)
+
+    def distribution(self, out, attention_mask, aux):
+        return torch.softmax(_logits(out).float(), -1)
+
+
+class LMLoss(Target):
+    """``−log p(token at position)`` of a language model (Jain & Wallace's per-position
+    output, for decoders).
+
+    Causal LM: the token at ``position`` predicted from the logits at ``position − 1``
+    (valid positions ``1..n−1``). Masked LM: the logits at ``position`` (``0..n−1``)
+    scoring ``token_id`` (default: the input token there).
+
+    Args:
+        position: token position; negative counts from the end of each example.
+        token_id: the token whose loss is taken (masked LM only; default the input token).
+    """
+
+    def __init__(self, position: int, token_id: Optional[int] = None):
+        self.position = int(position)
+        self.token_id = token_id
+        self.name = f"loss:{position}"
+
+    def _resolve(self, n: int, causal: bool) -> int:
+        lo = 1 if causal else 0
+        p = self.position + n if self.position < 0 else self.position
+        if not lo <= p < n:
+            raise ValueError(
+                f"target position {self.position} is out of range for an example of {n} tokens: "
+                f"valid positions are {lo}..{n - 1} (or {lo - n}..-1 from the end)"
+                + (" — a causal LM predicts position p from p−1, so position 0 has no loss" if causal else "")
+            )
+        return p
+
+    def aux(self, adapter, input_ids, attention_mask):
+        causal = adapter.arch == "decoder"
+        rows = []
+        for i, n in enumerate(_lengths(attention_mask).tolist()):
+            p = self._resolve(n, causal)
+            tok = int(input_ids[i, p]) if self.token_id is None else int(self.token_id)
+            rows.append((p - 1 if causal else p, tok))
+        return torch.tensor(rows, dtype=torch.long, device=input_ids.device)
+
+    def _logprobs(self, out, aux):
+        logits = _logits(out)
+        if logits.dim() != 3:
+            raise ValueError(
+                f"LM-loss target needs per-position logits [batch, seq, vocab]; the model gives "
+                f"{tuple(logits.shape)}; use a class-logit target (logit:<class>)"
+            )
+        rows = logits[torch.arange(logits.shape[0], device=logits.device), aux[:, 0]]
+        return torch.log_softmax(rows.float(), -1)
+
+    def scalar(self, out, attention_mask, aux):
+        lp = self._logprobs(out, aux)
+        return -lp.gather(1, aux[:, 1:2]).squeeze(1)
+
+    def distribution(self, out, attention_mask, aux):
+        return self._logprobs(out, aux).exp()
+
+    def reads(self, n_tokens: int, adapter=None) -> tuple:
+        causal = adapter is not None and adapter.arch == "decoder"
+        p = self._resolve(n_tokens, causal)
+        return (p - 1 if causal else p,)
+
+
+class ProbeLogit(Target):
+    """The logit ``w·pool(h) + b`` of a linear probe on a sentence model's embedding.
+
+    ``pool`` is mean pooling over the non-padding tokens of the last hidden state,
+    L2-normalised when ``normalize`` (the bundled model's sentence embedding, as its card
+    says). The probe is a ``torch.nn.Linear(d, 1)``, usually built from a fitted
+    scikit-learn ``LogisticRegression`` (see :func:`probe.analyses.structure.ud_probe.fit_probe`).
+
+    Args:
+        linear: ``torch.nn.Linear`` with one output.
+        normalize: L2-normalise the pooled embedding before the probe.
+        label_names: names of class 0 and class 1 (for reports).
+    """
+
+    def __init__(self, linear: torch.nn.Linear, normalize: bool = True, label_names=("0", "1"),
+                 name: str = "probe"):
+        if not isinstance(linear, torch.nn.Linear) or linear.out_features != 1:
+            raise ValueError("a probe target needs a torch.nn.Linear with exactly one output")
+        self.linear = linear
+        self.normalize = normalize
+        self.label_names = tuple(label_names)
+        self.name = name
+
+    def embed(self, out, attention_mask) -> torch.Tensor:
+        h = getattr(out, "last_hidden_state", None)
+        if h is None:
+            h = out[0] if isinstance(out, (tuple, list)) else out
+        if h.dim() != 3:
+            raise ValueError(f"a probe target needs hidden states [batch, seq, d]; got {tuple(h.shape)}")
+        m = attention_mask.to(h.dtype).unsqueeze(-1)
+        pooled = (h * m).sum(1) / m.sum(1).clamp(min=1)
+        if self.normalize:
+            pooled = torch.nn.functional.normalize(pooled, dim=-1)
+        return pooled
+
+    def forward(self, adapter, input_ids, attention_mask):
+        if adapter.arch != "encoder":
+            raise ValueError("a probe target pools an encoder's hidden states; this model is a " + adapter.arch)
+        return super().forward(adapter, input_ids, attention_mask)
+
+    def scalar(self, out, attention_mask, aux):
+        pooled = self.embed(out, attention_mask)
+        lin = self.linear.to(pooled.device)
+        return lin(pooled.to(lin.weight.dtype))[:, 0]
+
+    def distribution(self, out, attention_mask, aux):
+        p = torch.sigmoid(self.scalar(out, attention_mask, aux).float())
+        return torch.stack([1 - p, p], -1)
+
+    def reads(self, n_tokens: int, adapter=None) -> tuple:
+        return tuple(range(n_tokens))  # mean pooling reads every position
+
+
+class CallableTarget(Target):
+    """A user function ``fn(model_output, attention_mask) -> [batch]``; its distribution is
+    a Bernoulli of ``sigmoid(scalar)``. Shapes are checked by :func:`scalar_function`."""
+
+    def __init__(self, fn: Callable, positions: Optional[Sequence[int]] = None, name: str = "custom"):
+        self.fn = fn
+        self.positions = positions
+        self.name = name
+
+    def scalar(self, out, attention_mask, aux):
+        return self.fn(out, attention_mask)
+
+    def distribution(self, out, attention_mask, aux):
+        p = torch.sigmoid(check_scalar(self.scalar(out, attention_mask, aux), attention_mask.shape[0],
+                                       self.name).float())
+        return torch.stack([1 - p, p], -1)
+
+    def reads(self, n_tokens: int, adapter=None) -> tuple:
+        return tuple(self.positions) if self.positions is not None else (0,)
+
+
+def scalar_function(adapter, target: Target) -> Callable:
+    """``f(input_ids, attention_mask, aux) -> [batch]``: the forward captum attributes.
+
+    Raises:
+        ValueError: the target does not give one scalar per example (naming its shape).
+    """
+    def f(input_ids, attention_mask, aux):
+        out = target.forward(adapter, input_ids, attention_mask)
+        return check_scalar(target.scalar(out, attention_mask, aux), input_ids.shape[0], target.describe())
+    return f
+
+
+def parse_target(spec: str, adapter, probe: Optional[Target] = None) -> Target:
+    """A target from a CLI string: ``logit`` / ``logit:<class>``, ``loss:<position>``,
+    ``probe`` (needs ``probe``, the fitted probe target).
+
+    Raises:
+        ValueError: an unknown spec, listing the known forms.
+    """
+    spec = (spec or "").strip()
+    kind, _, arg = spec.partition(":")
+    try:
+        if kind == "logit":
+            return ClassLogit(None if arg in ("", "predicted") else int(arg))
+        if kind == "loss":
+            return LMLoss(int(arg))
+    except ValueError:
+        raise ValueError(f"target {spec!r}: expected an integer after '{kind}:'") from None
+    if kind == "probe" and probe is not None:
+        return probe
+    raise ValueError(f"unknown target {spec!r}; use logit, logit:<class>, loss:<position> "
+                     "or probe:<property> (bundled sentence model)")

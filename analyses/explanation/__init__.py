@@ -1,0 +1,1 @@
+"""Is attention an explanation: attributions, agreement, permutations, ground truth (Jain & Wallace 2019)."""

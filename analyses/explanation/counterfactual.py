@@ -1,0 +1,242 @@
+"""Counterfactual attention: permute one head's weights, measure the output change.
+
+Jain & Wallace (2019), "Attention is not Explanation", Section 4.2: shuffle the attention
+weights of each query row over its (non-padding) keys, keep everything else of the model,
+and measure how much the output distribution moves; the median over permutations per
+example. A head whose permutation changes nothing carries no decision-relevant
+information in *how* its weights are spread.
+
+How the permutation is applied. For every family in
+:data:`models.architectures.ARCHITECTURES` the head's output before the output
+projection is ``z_h = α_h V_h`` (``[seq, head_dim]``). A clean forward records ``α`` (the
+attention module's probabilities) and ``V`` (the value projection's output, GQA heads
+repeated, GPT-2's fused projection's last third); the layer's input does not depend on
+the edit, so ``z_h' = π(α_h) V_h`` is exact, and a second forward substitutes it at the
+head-output site with :class:`probe.interventions.HeadEdit` (``mode="patch"``). Many
+permutations and examples run as the rows of one batch.
+
+Measures per (example, permutation), over the target's distribution ``p`` (class
+softmax, the Bernoulli of a probe, the next-token softmax): total variation
+``½‖p − p'‖₁``, Jensen–Shannon divergence (base 2, in [0, 1]), and ``|f(x') − f(x)|`` of
+the target scalar.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from probe.analyses.common.targets import Target, check_scalar
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PermutationEffects", "permutation_effects", "permute_rows", "head_output", "jsd", "tvd"]
+
+
+def tvd(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Total variation ``½ Σ |p − q|`` over the last axis."""
+    return 0.5 * (p - q).abs().sum(-1)
+
+
+def jsd(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Jensen–Shannon divergence in bits (base 2) over the last axis, in [0, 1]."""
+    m = 0.5 * (p + q)
+
+    def kl(a, b):
+        return torch.where(a > 0, a * (torch.log2(a.clamp_min(1e-30)) - torch.log2(b.clamp_min(1e-30))), 0.0).sum(-1)
+
+    return (0.5 * kl(p, m) + 0.5 * kl(q, m)).clamp_min(0.0)
+
+
+def permute_rows(alpha: torch.Tensor, lengths: Sequence[int], *, causal: bool, generator: torch.Generator,
+                 identity: bool = False) -> torch.Tensor:
+    """Shuffle each query row of ``alpha`` ``[batch, seq, seq]`` over its valid keys.
+
+    Valid keys of row ``i`` in an example of ``n`` tokens: ``0..n−1`` (self-attention) or
+    ``0..i`` (causal). Weights on padding stay 0. ``identity`` returns ``alpha`` unchanged
+    (the control: it must leave the output unchanged).
+    """
+    if identity:
+        return alpha.clone()
+    B, S, _ = alpha.shape
+    pos = torch.arange(S)
+    limit = torch.tensor([int(n) for n in lengths])[:, None, None].expand(B, S, 1)
+    if causal:
+        limit = torch.minimum(limit, (pos + 1)[None, :, None])
+    invalid = pos[None, None, :] >= limit  # [B, S, S]
+    r = torch.rand(B, S, S, generator=generator)
+    r = r.masked_fill(invalid, float("inf"))
+    idx = r.argsort(-1).to(alpha.device)  # first m entries: a random permutation of 0..m−1
+    return alpha.gather(-1, idx)
+
+
+def head_output(alpha_h: torch.Tensor, v_h: torch.Tensor) -> torch.Tensor:
+    """``z_h = α_h V_h``: ``[batch, seq, seq] × [batch, seq, head_dim] → [batch, seq, head_dim]``."""
+    return alpha_h @ v_h
+
+
+@dataclass(frozen=True)
+class PermutationEffects:
+    """Output change under permuted attention, per head.
+
+    Attributes:
+        per_example: ``example, layer, head, tvd, jsd, abs_delta`` (medians over the
+            permutations of that example).
+        summary: per ``layer, head``: ``n_examples, tvd_median, tvd_mean, jsd_median,
+            abs_delta_median, share_unchanged`` (examples whose median TVD is below
+            ``tolerance``).
+        n_permutations, tolerance: settings.
+    """
+
+    per_example: object
+    summary: object
+    n_permutations: int
+    tolerance: float
+
+    def to_frame(self):
+        return self.summary
+
+    def by_layer(self):
+        """Per layer: median over heads of the per-head median TVD / JSD."""
+        return self.summary.groupby("layer").agg(tvd_median=("tvd_median", "median"),
+                                                 jsd_median=("jsd_median", "median"),
+                                                 tvd_max=("tvd_median", "max")).reset_index()
+
+
+def _value_hook(store: dict, layer: int, fused: bool):
+    def fn(module, args, output):
+        out = output[0] if isinstance(output, tuple) else output
+        if fused:
+            out = out[..., 2 * out.shape[-1] // 3:]
+        store[layer] = out.detach()
+    return fn
+
+
+def permutation_effects(
+    adapter,
+    target: Target,
+    encodings: Sequence,
+    *,
+    heads: Optional[Sequence[tuple]] = None,
+    n_permutations: int = 10,
+    seed: int = 0,
+    batch_rows: int = 64,
+    tolerance: float = 1e-3,
+    identity: bool = False,
+    progress: bool = False,
+) -> PermutationEffects:
+    """Median output change when one head's attention is permuted (Jain & Wallace 2019).
+
+    Args:
+        adapter: an encoder or decoder :class:`models.ModelAdapter`.
+        target: what to measure (:mod:`probe.analyses.common.targets`).
+        encodings: the examples (``adapter.encode(...)``).
+        heads: ``(layer, head)`` pairs (default: every head).
+        n_permutations: random permutations per example and head.
+        seed: seeds the permutations.
+        batch_rows: most rows (examples × permutations) per forward.
+        tolerance: median TVD below which an example counts as "unchanged".
+        identity: use identity "permutations" (a control: every effect must be ~0).
+
+    Returns:
+        :class:`PermutationEffects`.
+
+    Raises:
+        ValueError: no examples, a head out of range (naming the range), encoder-decoder
+            models, ``n_permutations < 1``.
+    """
+    import pandas as pd
+
+    from probe.capture import AttentionCapture
+    from probe.hooks import HookSet
+    from probe.interventions import HeadEdit, HeadIntervention
+
+    encodings = list(encodings)
+    if not encodings:
+        raise ValueError("no examples to permute attention on")
+    if adapter.arch == "encoder-decoder":
+        raise ValueError("permutation effects support encoder or decoder models, not encoder-decoder")
+    if n_permutations < 1:
+        raise ValueError(f"n_permutations must be ≥ 1, got {n_permutations}")
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be ≥ 1, got {batch_rows}")
+    L, H, dh = adapter.n_layers, adapter.n_heads, adapter.head_dim
+    if heads is None:
+        heads = [(l, h) for l in range(L) for h in range(H)]
+    heads = [(int(l), int(h)) for l, h in heads]
+    for l, h in heads:
+        adapter.check_head(l, h)
+    layers = sorted({l for l, _ in heads})
+    causal = adapter.arch == "decoder"
+    fused = adapter.family == "gpt2"
+    gen = torch.Generator().manual_seed(seed)
+    K = n_permutations
+    per_batch = max(1, batch_rows // K)
+    order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
+    rows = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(encodings) * len(heads), unit="ex·head", desc="permutations")
+    model = adapter.model
+    v_mods = adapter.value_modules()
+    try:
+        for s in range(0, len(order), per_batch):
+            idx = order[s: s + per_batch]
+            encs = [encodings[i] for i in idx]
+            inputs = adapter.batch(encs)
+            ids, mask = inputs["input_ids"], inputs["attention_mask"]
+            lengths = [len(e) for e in encs]
+            B, S = ids.shape
+            aux = target.aux(adapter, ids, mask)
+            values: dict = {}
+            hooks = HookSet()
+            try:
+                for l in layers:
+                    hooks.forward(v_mods[l], _value_hook(values, l, fused))
+                with AttentionCapture(adapter, layers=layers) as cap, torch.no_grad():
+                    out = target.forward(adapter, ids, mask)
+                    probs = cap.layer_tensors()
+            finally:
+                hooks.remove()
+            with torch.no_grad():
+                p0 = target.distribution(out, mask, aux).float()
+                f0 = check_scalar(target.scalar(out, mask, aux), B, target.describe()).float()
+            rep = lambda t: t.repeat_interleave(K, 0)  # noqa: E731  row b*K + k
+            ids_k, mask_k, aux_k = rep(ids), rep(mask), rep(aux)
+            p0_k, f0_k = rep(p0), rep(f0)
+            lengths_k = [n for n in lengths for _ in range(K)]
+            for l, h in heads:
+                alpha = probs[l][:, h].float()  # [B, S, S]
+                v = values[l].float().reshape(B, S, -1, dh)
+                if v.shape[2] != H:  # grouped-query attention: repeat kv heads
+                    v = v.repeat_interleave(H // v.shape[2], dim=2)
+                alpha_k = permute_rows(rep(alpha), lengths_k, causal=causal, generator=gen, identity=identity)
+                z = head_output(alpha_k, rep(v[:, :, h]))
+                with HeadIntervention(adapter, [HeadEdit(l, h, mode="patch", value=z)]), torch.no_grad():
+                    out_k = target.forward(adapter, ids_k, mask_k)
+                    p1 = target.distribution(out_k, mask_k, aux_k).float()
+                    f1 = target.scalar(out_k, mask_k, aux_k).float()
+                d_tvd = tvd(p0_k, p1).reshape(B, K).median(1).values
+                d_jsd = jsd(p0_k, p1).reshape(B, K).median(1).values
+                d_abs = (f1 - f0_k).abs().reshape(B, K).median(1).values
+                for r, i in enumerate(idx):
+                    rows.append((i, l, h, float(d_tvd[r]), float(d_jsd[r]), float(d_abs[r])))
+                if bar is not None:
+                    bar.update(B)
+    finally:
+        if bar is not None:
+            bar.close()
+    per = pd.DataFrame(rows, columns=["example", "layer", "head", "tvd", "jsd", "abs_delta"])
+    per = per.sort_values(["layer", "head", "example"]).reset_index(drop=True)
+    per["_unchanged"] = per["tvd"] < tolerance
+    summary = per.groupby(["layer", "head"]).agg(
+        n_examples=("tvd", "size"), tvd_median=("tvd", "median"), tvd_mean=("tvd", "mean"),
+        jsd_median=("jsd", "median"), abs_delta_median=("abs_delta", "median"),
+        share_unchanged=("_unchanged", "mean")).reset_index()
+    per = per.drop(columns=["_unchanged"])
+    return PermutationEffects(per_example=per, summary=summary, n_permutations=K, tolerance=tolerance)

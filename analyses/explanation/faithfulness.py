@@ -1,0 +1,239 @@
+"""Is attention an explanation here? Attributions, agreement, permutations, ground truth.
+
+:func:`run_faithfulness` drives one model over one corpus and one target:
+
+1. the target (:mod:`probe.analyses.common.targets`; for ``probe:<property>`` a logistic-regression
+   probe is first fitted on the treebank's sentences and the rest runs on its held-out
+   split, :mod:`probe.analyses.structure.ud_probe`);
+2. attributions with captum (:mod:`probe.analyses.explanation.attributions`);
+3. attention-based scores from the same examples (:mod:`probe.analyses.explanation.attention_scores`);
+4. their agreement, Kendall τ / Spearman ρ (:mod:`probe.analyses.explanation.agreement`; Jain & Wallace 2019);
+5. the permutation effect of every head (:mod:`probe.analyses.explanation.counterfactual`);
+6. where the evidence is known (zoo:agreement's subject; the probe's UD word), evidence
+   recovery (:mod:`probe.analyses.explanation.ground_truth`);
+7. a per-head verdict combining them (:func:`verdict_table`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from probe.analyses.explanation.agreement import Agreement, agreement, attribution_scoresets
+from probe.analyses.explanation.attention_scores import attention_scores
+from probe.analyses.explanation.attributions import METHODS, Attributions, attribute
+from probe.analyses.explanation.counterfactual import PermutationEffects, permutation_effects
+from probe.analyses.explanation.ground_truth import EvidenceRecovery, evidence_recovery
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FaithfulnessReport", "run_faithfulness", "verdict_table", "resolve_target"]
+
+
+def verdict_table(agree: Agreement, perm: Optional[PermutationEffects] = None,
+                  truth: Optional[EvidenceRecovery] = None, *, reference: str = "ig",
+                  min_effect: float = 1e-3, min_significant: float = 0.5):
+    """Per head: agreement with the reference attribution, permutation effect, evidence
+    recovery, and a verdict.
+
+    Verdicts: ``weights irrelevant`` (median TVD under permutation below ``min_effect``:
+    permuting the head changes nothing), ``relevant, agrees`` (the ranking correlates
+    positively and significantly with the attribution in at least ``min_significant`` of
+    the examples), ``relevant, disagrees`` otherwise; ``agrees`` / ``disagrees`` alone
+    when no permutation was run.
+
+    Returns:
+        DataFrame ``layer, head, tau_<ref>, tau_<ref>_significant, rho_<ref>, tvd_median,
+        tvd_mean, abs_delta_median, share_unchanged, top1_rate, mean_rank, verdict``. A
+        saturated classifier can show a tiny median TVD while a few examples flip: read
+        ``tvd_mean`` and ``share_unchanged`` beside the verdict.
+    """
+    s = agree.summary
+    s = s[(s["method"] == "attention") & (s["head"] >= 0)]
+    if reference not in set(s["attribution"]):
+        reference = s["attribution"].iloc[0]
+    t = s[s["attribution"] == reference][["layer", "head", "tau_mean", "tau_significant", "rho_mean"]]
+    t = t.rename(columns={"tau_mean": f"tau_{reference}", "tau_significant": f"tau_{reference}_significant",
+                          "rho_mean": f"rho_{reference}"})
+    if perm is not None:
+        t = t.merge(perm.summary[["layer", "head", "tvd_median", "tvd_mean", "abs_delta_median",
+                                    "share_unchanged"]], on=["layer", "head"], how="left")
+    if truth is not None:
+        g = truth.summary
+        g = g[(g["method"] == "attention") & (g["head"] >= 0)][["layer", "head", "top1_rate", "mean_rank"]]
+        t = t.merge(g, on=["layer", "head"], how="left")
+    verdicts = []
+    for _, r in t.iterrows():
+        agrees = r[f"tau_{reference}"] > 0 and r[f"tau_{reference}_significant"] >= min_significant
+        word = "agrees" if agrees else "disagrees"
+        if perm is None or np.isnan(r.get("tvd_median", np.nan)):
+            verdicts.append(word)
+        elif r["tvd_median"] < min_effect:
+            verdicts.append("weights irrelevant")
+        else:
+            verdicts.append(f"relevant, {word}")
+    t["verdict"] = verdicts
+    t.attrs["reference"] = reference
+    return t.reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class FaithfulnessReport:
+    """Everything :func:`run_faithfulness` measured; :meth:`write` saves it as CSV/JSON."""
+
+    attributions: Attributions
+    agreement: Agreement
+    permutation: Optional[PermutationEffects]
+    ground_truth: Optional[EvidenceRecovery]
+    verdict: object
+    info: dict = field(default_factory=dict)
+
+    def to_frame(self):
+        return self.verdict
+
+    def write(self, out) -> list:
+        """Write ``agreement.csv``, ``agreement_per_example.csv``, ``permutation.csv``,
+        ``ground_truth.csv``, ``verdict.csv``, ``attributions.csv``, ``completeness.csv``
+        and ``summary.json`` into directory ``out``; returns the paths."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        files = {"agreement.csv": self.agreement.summary,
+                 "agreement_per_example.csv": self.agreement.per_example,
+                 "verdict.csv": self.verdict,
+                 "attributions.csv": self.attributions.to_frame()}
+        if "ig" in self.attributions.methods:
+            files["completeness.csv"] = self.attributions.completeness()
+        if self.permutation is not None:
+            files["permutation.csv"] = self.permutation.summary
+            files["permutation_per_example.csv"] = self.permutation.per_example
+        if self.ground_truth is not None:
+            files["ground_truth.csv"] = self.ground_truth.summary
+        paths = []
+        for name, df in files.items():
+            df.to_csv(out / name, index=False)
+            paths.append(out / name)
+        (out / "summary.json").write_text(json.dumps(self.info, indent=2, default=str))
+        paths.append(out / "summary.json")
+        return paths
+
+
+def resolve_target(adapter, spec: str, corpus, *, seed: int = 0):
+    """``(target, corpus to explain, evidence words or None, info)`` for a target spec.
+
+    ``probe:<property>`` fits a probe on the treebank (``corpus.sentences``) and returns
+    its held-out split; zoo corpora give their examples' ``evidence_word``.
+
+    Raises:
+        ValueError: a probe target without a CoNLL-U corpus, an unknown spec.
+    """
+    from probe.analyses.common.targets import parse_target
+
+    info: dict = {"target": spec}
+    kind, _, prop = spec.partition(":")
+    if kind == "probe":
+        from probe.analyses.structure.ud_probe import fit_probe, ud_labels
+
+        if not corpus.sentences:
+            raise ValueError("a probe target reads UD annotation: give the treebank with --conllu")
+        labels = ud_labels(corpus.source, prop or "subject-number", limit=len(corpus.sentences))
+        encs = [adapter.encode(corpus.texts[lab.sentence], corpus.word_spans[lab.sentence], truncate=True)
+                for lab in labels]
+        fitted = fit_probe(adapter, encs, [lab.label for lab in labels], prop=prop or "subject-number", seed=seed)
+        info["probe"] = fitted.to_dict()
+        keep = [labels[i].sentence for i in fitted.test_idx]
+        evidence = [labels[i].evidence_word for i in fitted.test_idx]
+        return fitted.target, corpus.subset(keep, reason="probe training split"), evidence, info
+    target = parse_target(spec, adapter)
+    evidence = None
+    if corpus.examples and "evidence_word" in corpus.examples[0]:
+        evidence = [int(e["evidence_word"]) for e in corpus.examples]
+    return target, corpus, evidence, info
+
+
+def _spans(corpus) -> Optional[list]:
+    if corpus.word_spans:
+        return list(corpus.word_spans)
+    if corpus.examples and "words" in corpus.examples[0]:  # zoo: words joined by single spaces
+        out = []
+        for e in corpus.examples:
+            spans, pos = [], 0
+            for w in e["words"]:
+                spans.append((pos, pos + len(w)))
+                pos += len(w) + 1
+            out.append(tuple(spans))
+        return out
+    return None
+
+
+def run_faithfulness(
+    adapter,
+    corpus,
+    target_spec: str,
+    *,
+    methods: Sequence[str] = METHODS,
+    attention_methods: Sequence[str] = ("attention", "rollout", "flow"),
+    n_steps: int = 50,
+    internal_batch_size: int = 64,
+    n_permutations: int = 5,
+    heads: Optional[Sequence[tuple]] = None,
+    permute: bool = True,
+    max_examples: Optional[int] = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> FaithfulnessReport:
+    """Run the whole faithfulness study of ``target_spec`` on ``corpus``.
+
+    Args:
+        adapter: the model.
+        corpus: a :class:`probe.inputs.Corpus`.
+        target_spec: ``logit`` / ``logit:<class>`` / ``loss:<position>`` /
+            ``probe:<property>`` (see :func:`resolve_target`).
+        methods: attribution methods (:data:`probe.analyses.explanation.attributions.METHODS`).
+        attention_methods: see :data:`probe.analyses.explanation.attention_scores.ATTENTION_METHODS`.
+        n_steps, internal_batch_size: IG settings.
+        n_permutations: random permutations per example and head.
+        heads: heads to permute (default all); ``permute=False`` skips permutations.
+        max_examples: explain only the first N examples (after a probe's split).
+        seed: probe split and permutation seed.
+
+    Raises:
+        ValueError: on bad input anywhere along the way (see the modules).
+    """
+    from probe.capture import capture
+
+    target, corpus, evidence, info = resolve_target(adapter, target_spec, corpus, seed=seed)
+    if max_examples is not None:
+        corpus = corpus.subset(range(min(max_examples, len(corpus))), reason="beyond --max-examples")
+        evidence = evidence[: len(corpus)] if evidence is not None else None
+    if not len(corpus):
+        raise ValueError("no examples left to explain")
+    spans = _spans(corpus)
+    encs = [adapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
+    attrs = attribute(adapter, target, encs, methods=methods, n_steps=n_steps,
+                      internal_batch_size=internal_batch_size, progress=progress)
+    maps = capture(adapter, list(corpus.texts), word_spans=spans)
+    att = [attention_scores(m, target.reads(m.n_tokens, adapter), methods=attention_methods, index=i,
+                            adapter=adapter) for i, m in enumerate(maps)]
+    attr_sets = attribution_scoresets(attrs)
+    agree = agreement(att, attr_sets, progress=progress)
+    perm = None
+    if permute:
+        perm = permutation_effects(adapter, target, encs, heads=heads, n_permutations=n_permutations,
+                                   seed=seed, progress=progress)
+    truth = evidence_recovery([att, attr_sets], evidence) if evidence is not None else None
+    verdict = verdict_table(agree, perm, truth)
+    info.update({"model": adapter.name, "n_examples": len(encs), "attribution_methods": list(methods),
+                 "attention_methods": list(attention_methods), "n_steps": n_steps,
+                 "internal_batch_size": internal_batch_size, "n_permutations": n_permutations if permute else 0,
+                 "skipped": corpus.skipped, "agreement_skipped_short": agree.skipped})
+    if "ig" in methods:
+        rel = attrs.completeness()["relative_error"]
+        info["ig_completeness"] = {"median_relative_error": float(rel.median()), "max_relative_error": float(rel.max()),
+                                   "share_within_1pct": float((rel < 0.01).mean())}
+    return FaithfulnessReport(attributions=attrs, agreement=agree, permutation=perm, ground_truth=truth,
+                              verdict=verdict, info=info)

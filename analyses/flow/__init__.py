@@ -1,0 +1,1 @@
+"""Where information flows: rollout, exact flow (Abnar & Zuidema 2020), norm- and gradient-weighted variants."""

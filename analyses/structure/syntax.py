@@ -1,0 +1,224 @@
+"""Which head attends along which dependency relation (Clark et al. 2019, Table 1).
+
+For every UD relation and every (layer, head), at word level, the accuracy of
+
+* ``dep_to_head``: the word that the dependent attends to most is its gold head;
+* ``head_to_dep``: the word that attends most *to* the dependent is its gold head (the
+  transposed map, as in Clark et al.'s code, ``attn.T``): one instance per dependent in
+  both directions, so counts match and a head with several dependents of a relation can
+  be right for each of them.
+
+As in Clark et al.'s code, a word's attention to itself and to special tokens is ignored
+in the argmax; a word that puts no attention on any other word predicts nothing (a
+miss). The root word (head 0) is excluded. Alongside, the fixed-offset baseline: the
+head is the word at ``i + k`` for ``k`` in −3…+3 (``k ≠ 0``), best ``k`` per relation.
+
+Everything is vectorised over layers, heads and words: one ``argmax`` per sentence gives
+``[direction, layer, head, word]`` predictions; the counts per relation are one
+``np.add.at`` over the whole corpus.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+DIRECTIONS = ("dep_to_head", "head_to_dep")
+OFFSETS = (-3, -2, -1, 1, 2, 3)
+
+
+def base_relation(deprel: str) -> str:
+    """``nmod:poss`` → ``nmod`` (the UD base relation)."""
+    return deprel.split(":", 1)[0]
+
+
+def argmax_predictions(attention: torch.Tensor) -> torch.Tensor:
+    """The most attended other word, both directions.
+
+    Args:
+        attention: word-level ``[layer, head, word, word]`` (specials already removed).
+
+    Returns:
+        long ``[2, layer, head, word]``: ``[0]`` the argmax of each word's row (the word
+        it attends to most), ``[1]`` the argmax of its column (the word attending to it
+        most); self excluded; ``-1`` where all candidates have zero attention.
+    """
+    a = attention.float()
+    n = a.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool)
+    out = []
+    for m in (a, a.transpose(-1, -2)):
+        m = m.masked_fill(eye, -1.0)
+        val, idx = m.max(-1)
+        out.append(torch.where(val > 0, idx, torch.full_like(idx, -1)))
+    return torch.stack(out)
+
+
+@dataclass(frozen=True)
+class RelationAccuracy:
+    """Hit counts of every head on every relation, accumulated over a corpus.
+
+    Attributes:
+        relations: relation labels, indexing the second axis of ``hits``.
+        hits: int ``[direction, relation, layer, head]``.
+        counts: int ``[relation]``: instances (non-root words with that relation).
+        offset_hits: int ``[relation, offset]`` for the offsets in ``offsets``.
+        offsets: the fixed offsets tried by the baseline.
+        layers: model layer index of each layer.
+        n_sentences: sentences evaluated.
+    """
+
+    relations: tuple
+    hits: np.ndarray
+    counts: np.ndarray
+    offset_hits: np.ndarray
+    offsets: tuple
+    layers: tuple
+    n_sentences: int
+
+    def with_all(self) -> "RelationAccuracy":
+        """Add the pooled relation ``all`` (every non-root word), as in Clark et al."""
+        if "all" in self.relations:
+            return self
+        return RelationAccuracy(
+            relations=self.relations + ("all",),
+            hits=np.concatenate([self.hits, self.hits.sum(1, keepdims=True)], 1),
+            counts=np.append(self.counts, self.counts.sum()),
+            offset_hits=np.concatenate([self.offset_hits, self.offset_hits.sum(0, keepdims=True)], 0),
+            offsets=self.offsets, layers=self.layers, n_sentences=self.n_sentences)
+
+    def to_frame(self):
+        """Tidy table: relation, direction, layer, head, accuracy, hits, count."""
+        import pandas as pd
+
+        D, R, L, H = self.hits.shape
+        d, r, l, h = np.meshgrid(np.arange(D), np.arange(R), np.arange(L), np.arange(H), indexing="ij")
+        counts = self.counts[r.ravel()]
+        hits = self.hits.ravel()
+        return pd.DataFrame({
+            "relation": np.asarray(self.relations, dtype=object)[r.ravel()],
+            "direction": np.asarray(DIRECTIONS, dtype=object)[d.ravel()],
+            "layer": np.asarray(self.layers)[l.ravel()],
+            "head": h.ravel(),
+            "accuracy": hits / np.maximum(counts, 1),
+            "hits": hits,
+            "count": counts,
+        })
+
+    def baselines(self):
+        """Best fixed offset per relation: relation, baseline_offset, baseline_accuracy, count."""
+        import pandas as pd
+
+        best = self.offset_hits.argmax(1)
+        acc = self.offset_hits[np.arange(len(self.relations)), best] / np.maximum(self.counts, 1)
+        return pd.DataFrame({"relation": list(self.relations),
+                             "baseline_offset": np.asarray(self.offsets)[best],
+                             "baseline_accuracy": acc, "count": self.counts})
+
+    def best(self, min_count: int = 20, relations: Optional[Sequence[str]] = None):
+        """One row per relation and direction: the best head beside the best offset.
+
+        Columns: relation, direction, layer, head, accuracy, baseline_offset,
+        baseline_accuracy, count, flagged (``count < min_count``), sorted by count.
+
+        Raises:
+            ValueError: a requested relation that the treebank does not have.
+        """
+        import pandas as pd
+
+        rel_index = {r: i for i, r in enumerate(self.relations)}
+        if relations:
+            missing = [r for r in relations if r not in rel_index]
+            if missing:
+                raise ValueError(f"the treebank has no {', '.join(map(repr, missing))} relation; it has: "
+                                 f"{', '.join(sorted(r for r in self.relations))}")
+            chosen = [rel_index[r] for r in relations]
+        else:
+            chosen = list(range(len(self.relations)))
+        base = self.baselines()
+        rows = []
+        L, H = self.hits.shape[2:]
+        for r in chosen:
+            for d, direction in enumerate(DIRECTIONS):
+                flat = int(self.hits[d, r].argmax())
+                layer, head = divmod(flat, H)
+                rows.append({
+                    "relation": self.relations[r], "direction": direction,
+                    "layer": self.layers[layer], "head": head,
+                    "accuracy": self.hits[d, r, layer, head] / max(int(self.counts[r]), 1),
+                    "baseline_offset": int(base.baseline_offset[r]),
+                    "baseline_accuracy": float(base.baseline_accuracy[r]),
+                    "count": int(self.counts[r]), "flagged": bool(self.counts[r] < min_count),
+                })
+        df = pd.DataFrame(rows)
+        return df.sort_values(["count", "relation", "direction"], ascending=[False, True, True],
+                              kind="stable").reset_index(drop=True)
+
+
+def relation_accuracy(graphs: Iterable, base: bool = False,
+                      offsets: Sequence[int] = OFFSETS) -> RelationAccuracy:
+    """Accuracy of every head on every relation over a corpus (Clark et al. 2019).
+
+    Args:
+        graphs: :class:`probe.analyses.structure.word_graph.WordGraph` s (any iterable; consumed once).
+        base: group by base relation (``nmod:poss`` counted as ``nmod``).
+        offsets: fixed offsets for the baseline.
+
+    Returns:
+        a :class:`RelationAccuracy` (``.to_frame()``, ``.best()``, ``.with_all()``).
+
+    Raises:
+        ValueError: no sentence, no non-root word, or graphs with different layers/heads.
+    """
+    vocab: dict = {}
+    preds, golds, rels, positions = [], [], [], []
+    shape, layers, n_sent = None, (), 0
+    for g in graphs:
+        L, H, W, _ = g.attention.shape
+        if shape is None:
+            shape, layers = (L, H), g.layers
+        elif (L, H) != shape:
+            raise ValueError(f"sentence {g.index} has {L}×{H} layers×heads, earlier ones {shape[0]}×{shape[1]}")
+        n_sent += 1
+        keep = g.heads >= 0
+        if not bool(keep.any()):
+            continue
+        p = argmax_predictions(g.attention)[..., keep]  # [2, L, H, n]
+        preds.append(p.reshape(2, L * H, -1).numpy())
+        golds.append(g.heads[keep].numpy())
+        positions.append(torch.nonzero(keep).flatten().numpy())
+        labels = [base_relation(r) if base else r for r, k in zip(g.deprels, keep.tolist()) if k]
+        rels.append(np.array([vocab.setdefault(x, len(vocab)) for x in labels], dtype=np.int64))
+    if n_sent == 0:
+        raise ValueError("no sentence to evaluate: the treebank is empty or every sentence was skipped")
+    if not golds:
+        raise ValueError("no dependency to evaluate: every word is a root")
+    L, H = shape
+    pred = np.concatenate(preds, axis=-1)  # [2, LH, N]
+    gold = np.concatenate(golds)
+    rel = np.concatenate(rels)
+    pos = np.concatenate(positions)
+    R = len(vocab)
+    hit = (pred == gold[None, None, :])  # [2, LH, N]
+    hits = _grouped_sum(hit.reshape(2 * L * H, -1), rel, R).reshape(2, L * H, R)
+    counts = np.bincount(rel, minlength=R)
+    off = np.asarray(offsets, dtype=np.int64)
+    off_hit = (pos[:, None] + off[None, :] == gold[:, None]).astype(np.int64)  # [N, O]
+    offset_hits = np.zeros((R, len(off)), dtype=np.int64)
+    np.add.at(offset_hits, rel, off_hit)
+    relations = tuple(sorted(vocab, key=vocab.get))
+    return RelationAccuracy(relations=relations,
+                            hits=hits.reshape(2, L, H, R).transpose(0, 3, 1, 2).copy(),
+                            counts=counts, offset_hits=offset_hits, offsets=tuple(int(o) for o in off),
+                            layers=tuple(layers), n_sentences=n_sent)
+
+
+def _grouped_sum(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """``values [k, N]`` summed over N within ``groups [N]`` → ``[k, n_groups]`` (one BLAS
+    matmul; float64 holds these integer counts exactly)."""
+    onehot = np.zeros((len(groups), n_groups), dtype=np.float64)
+    onehot[np.arange(len(groups)), groups] = 1.0
+    return np.rint(values.astype(np.float64) @ onehot).astype(np.int64)

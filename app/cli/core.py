@@ -1,0 +1,94 @@
+"""Core commands: ``probe models``, ``probe capture``, ``probe heatmap``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .common import (device_option, dtype_option, input_options, limit_option, model_option, parse_int_list,
+                     setup_logging, user_errors, verbose_option)
+
+
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@user_errors
+def models_cmd(as_json):
+    """List the models the toolkit can open (name, source, layers, heads)."""
+    from probe.models import list_models
+
+    rows = list_models()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    click.echo(f"{'name':<22} {'layers':>6} {'heads':>5}  source")
+    for r in rows:
+        extra = ""
+        card = r.get("card") or {}
+        if "accuracy" in card:
+            extra = f"  (held-out accuracy {card['accuracy']:.4g})"
+        click.echo(f"{r['name']:<22} {str(r.get('layers')):>6} {str(r.get('heads')):>5}  {r.get('source', '')}{extra}")
+    click.echo("also: hf:<model id or local path> (local files or the Hugging Face cache; no download)")
+
+
+@click.command("capture")
+@model_option
+@input_options
+@limit_option
+@click.option("--layers", default=None, help="layers to capture, e.g. 0,3,5 or 0-2 (default all)")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--store-dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True)
+@click.option("--stack", type=click.Choice(["encoder", "decoder", "cross"]), default=None,
+              help="attention stack of encoder-decoder models (default: encoder)")
+@device_option
+@dtype_option
+@click.option("--truncate", is_flag=True, help="cut texts beyond the model's limit instead of refusing "
+              "(--text) or skipping (--file/--conllu) them")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="store directory")
+@verbose_option
+@user_errors
+def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dtype, stack, device, dtype,
+                truncate, out, verbose):
+    """Capture attention maps of a corpus into a store directory (resumable)."""
+    setup_logging(verbose)
+    from probe.models import load_model
+    from probe.inputs import load_corpus
+    from probe.pipeline import capture_corpus
+
+    corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
+    adapter = load_model(model, device=device, dtype=dtype)
+    store = capture_corpus(adapter, corpus, out, layers=parse_int_list(layers, "--layers"),
+                           batch_size=batch_size, dtype=store_dtype, stack=stack,
+                           progress=len(corpus) > 1,
+                           on_long="truncate" if truncate else ("error" if text else "skip"))
+    skipped = store.manifest.get("skipped") or {}
+    msg = f"{len(store)} examples in {out} ({adapter.name}, {adapter.n_layers} layers × {adapter.n_heads} heads)"
+    if skipped:
+        msg += "; skipped: " + ", ".join(f"{n} {why}" for why, n in skipped.items())
+    click.echo(msg)
+
+
+@click.command("heatmap")
+@click.option("--store", "store_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--example", type=int, default=0, show_default=True)
+@click.option("--layer", type=int, required=True)
+@click.option("--head", type=int, required=True)
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="figure path (.png/.svg/.pdf)")
+@user_errors
+def heatmap_cmd(store_dir, example, layer, head, out):
+    """Draw one head's attention on one stored example, with token labels."""
+    from probe.app.report.figures import attention_heatmap
+    from probe.store import Store
+
+    store = Store(store_dir)
+    maps = store[example]
+    path = attention_heatmap(maps, layer, head, out)
+    csv = path.with_suffix(".csv")
+    import pandas as pd
+
+    pd.DataFrame(maps.head(layer, head).float().numpy(), index=list(maps.query_tokens or maps.tokens),
+                 columns=list(maps.tokens)).to_csv(csv)
+    click.echo(f"wrote {path} and {csv}")
+
+
+COMMANDS = [models_cmd, capture_cmd, heatmap_cmd]

@@ -1,0 +1,58 @@
+"""Zoo commands: ``probe train zoo:<task>`` and ``probe evaluate --model zoo:<task>``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .common import setup_logging, user_errors, verbose_option
+
+
+@click.command("train")
+@click.argument("spec")
+@click.option("--out", "-o", required=True, type=click.Path(), help="directory for weights, tokenizer and card")
+@click.option("--force", is_flag=True, help="overwrite --out if it exists")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="training steps (default: the task's)")
+@click.option("--seed", type=int, default=None, help="random seed (default: the task's)")
+@click.option("--json", "as_json", is_flag=True, help="print the card as JSON")
+@verbose_option
+@user_errors
+def train_cmd(spec, out, force, steps, seed, as_json, verbose):
+    """Train a zoo model from scratch: SPEC is zoo:<task>."""
+    setup_logging(verbose)
+    from probe.models import zoo
+
+    if not spec.startswith("zoo:"):
+        raise ValueError(f"only zoo models can be trained; give zoo:<task>, one of: "
+                         f"{', '.join('zoo:' + t for t in zoo.TASKS)}")
+    card = zoo.train(spec, out, steps=steps, seed=seed, force=force)
+    if as_json:
+        click.echo(json.dumps(card, indent=2))
+    else:
+        click.echo(f"zoo:{card['task']}: {card['metric']} {card['accuracy']:.2f}% on {card['n_eval']} "
+                   f"held-out examples after {card['train_steps']} steps ({card['train_seconds']}s) -> {out}")
+
+
+@click.command("evaluate")
+@click.option("--model", "-m", required=True, help="zoo:<task>")
+@click.option("--path", type=click.Path(file_okay=False), default=None,
+              help="a directory written by `probe train` (default: the committed model)")
+@click.option("--n", "n", type=click.IntRange(min=1), default=None, help="held-out examples (default: the card's)")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@user_errors
+def evaluate_cmd(model, path, n, as_json):
+    """Held-out accuracy of a zoo model on its regenerated evaluation set."""
+    from probe.models import zoo
+
+    if not model.startswith("zoo:"):
+        raise ValueError(f"evaluate needs a zoo model (zoo:<task>, one of: {', '.join(zoo.TASKS)}); got {model!r}")
+    res = zoo.evaluate(model, path=path, n=n)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+    else:
+        click.echo(f"{model}: {res['metric']} {res['accuracy']:.2f}% on {res['n_eval']} held-out examples "
+                   f"(card: {res['card_accuracy']})")
+
+
+COMMANDS = [train_cmd, evaluate_cmd]

@@ -1,0 +1,22 @@
+"""Report layer: figures and per-head reports built from the analyses' tidy tables.
+
+matplotlib/seaborn are imported lazily inside functions (Agg backend). Public API::
+
+    from probe.app.report import build_report, head_view
+    build_report("report", model="minilm")      # the same as `probe report --out report`
+    head_view(maps)                             # interactive view; renders in notebooks
+"""
+
+
+def build_report(*args, **kwargs):
+    """See :func:`probe.app.report.build.build_report`."""
+    from .build import build_report as _build
+
+    return _build(*args, **kwargs)
+
+
+def head_view(*args, **kwargs):
+    """See :func:`probe.app.report.head_view.head_view`."""
+    from .head_view import head_view as _view
+
+    return _view(*args, **kwargs)

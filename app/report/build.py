@@ -1,0 +1,230 @@
+"""Build the per-head report: :func:`build_report` (capture then report) and
+:func:`write_report` (report from maps already captured).
+
+Output directory ``DIR``::
+
+    index.html               layer × head grid, corpus/model/settings, sections run or skipped
+    heads/L{l}H{h}.html      one page per head: verdict, evidence, heatmaps, line view, head view
+    heads/*.png              the heatmaps
+    summary.json, report.md  the same numbers, machine-readable
+    tables/<section>_<name>.csv
+
+The report is built in a temporary directory beside ``DIR`` and renamed into place, so an
+existing ``DIR`` (replaced only with ``force``) is never half-overwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .context import ReportContext, sharpest_examples
+from .sections import choose, run_sections
+from .verdict import verdict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReportData:
+    """A report's content: the context, the sections' outcomes, facts and verdicts.
+
+    ``facts[(layer, head)][section] = {column: value}``; ``verdicts[(layer, head)]``.
+    """
+
+    ctx: ReportContext
+    outcomes: list
+    facts: dict = field(default_factory=dict)
+    verdicts: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    path: Optional[Path] = None
+
+    @property
+    def layers(self) -> tuple:
+        return self.ctx.layers
+
+    @property
+    def n_heads(self) -> int:
+        return self.ctx.n_heads
+
+    def flat_facts(self, layer: int, head: int) -> dict:
+        """All sections' facts about one head in one dict (later sections win)."""
+        out = {}
+        for facts in self.facts.get((layer, head), {}).values():
+            out.update(facts)
+        return out
+
+    @property
+    def statuses(self) -> dict:
+        """section name -> ran | skipped | failed."""
+        return {o.name: o.status for o in self.outcomes}
+
+
+def _collect_facts(ctx, outcomes) -> dict:
+    facts = {}
+    for o in outcomes:
+        ph = o.result.per_head if o.status == "ran" else None
+        if ph is None or len(ph) == 0:
+            continue
+        for rec in ph.to_dict("records"):
+            key = (int(rec.pop("layer")), int(rec.pop("head")))
+            facts.setdefault(key, {})[o.name] = rec
+    return facts
+
+
+def _special_names(maps) -> tuple:
+    m = maps[0]
+    idx = [i for i, s in enumerate(m.special_mask.tolist()) if s]
+    if not idx:
+        return "the first token", "the last token"
+    return str(m.tokens[idx[0]]), str(m.tokens[idx[-1]])
+
+
+def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict: bool = False) -> ReportData:
+    """Run the report sections on ``ctx`` and derive per-head facts and verdicts.
+
+    Raises:
+        ValueError: an unknown section name.
+    """
+    t0 = time.perf_counter()
+    outcomes = run_sections(ctx, choose(sections), strict=strict)
+    data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
+    cls, sep = _special_names(ctx.maps)
+    for layer in ctx.layers:
+        for h in range(ctx.n_heads):
+            data.verdicts[(layer, h)] = verdict(data.flat_facts(layer, h), cls=cls, sep=sep)
+    data.seconds = time.perf_counter() - t0
+    return data
+
+
+def _check_out(out, force: bool) -> Path:
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} exists and is not a directory: choose another --out")
+    if out.exists() and not force:
+        raise ValueError(f"{out} exists: pass --force (force=True) to replace it, or choose another --out")
+    if not out.parent.exists():
+        raise ValueError(f"the parent directory of {out} does not exist: create it first")
+    return out
+
+
+def _render(data: ReportData, tmp: Path) -> None:
+    from .heatmaps import render_heatmaps
+    from .outputs import write_summary, write_tables
+    from .pages import head_file, head_html, index_html
+
+    ctx = data.ctx
+    heads_dir = tmp / "heads"
+    heads_dir.mkdir()
+    sharp = sharpest_examples(ctx.maps)
+    rep = ctx.representatives[0]
+    requests, figures = {}, {}
+    for li, layer in enumerate(ctx.layers):
+        for h in range(ctx.n_heads):
+            exs = list(dict.fromkeys([rep, int(sharp[li, h])]))
+            figures[(layer, h)] = []
+            for ex in exs:
+                name = f"L{layer}H{h}_ex{ex}.png"
+                requests.setdefault(ex, []).append((layer, h, heads_dir / name))
+                figures[(layer, h)].append((ex, name))
+    t0 = time.perf_counter()
+    render_heatmaps(ctx.maps, requests)
+    log.info("heatmaps: %.1fs", time.perf_counter() - t0)
+    for (layer, h), figs in figures.items():
+        (heads_dir / head_file(layer, h)).write_text(head_html(data, layer, h, figs), encoding="utf-8")
+    write_tables(data, tmp)
+    write_summary(data, tmp)
+    (tmp / "index.html").write_text(index_html(data), encoding="utf-8")
+
+
+def write_report(data: ReportData, out, force: bool = False) -> Path:
+    """Write ``data`` to the directory ``out`` (built beside it, then renamed).
+
+    Raises:
+        ValueError: ``out`` exists and ``force`` is false, ``out`` is a file, or its
+            parent directory does not exist.
+    """
+    out = _check_out(out, force)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        t0 = time.perf_counter()
+        _render(data, tmp)
+        log.info("rendered the report in %.1fs", time.perf_counter() - t0)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    data.path = out
+    return out
+
+
+def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = None,
+                 file: Optional[str] = None, conllu: Optional[str] = None, limit: Optional[int] = None,
+                 force: bool = False, sections: Optional[Sequence[str]] = None, device: str = "cpu",
+                 batch_size: int = 16, adapter=None, strict: bool = False,
+                 progress: bool = False) -> ReportData:
+    """Capture a corpus with a model and write the per-head report to ``out``.
+
+    With no input (``text``/``file``/``conllu``) the bundled sample is used (a
+    ``zoo:<task>`` model uses its own evaluation set). Examples longer than the model's
+    limit are skipped and counted.
+
+    Args:
+        out: the report directory (refused when it exists, unless ``force``).
+        model: a :func:`models.load_model` spec (ignored when ``adapter`` is given).
+        sections: names of the sections to run (default: all default sections).
+        strict: raise an analysis' error instead of listing the section as failed.
+
+    Returns:
+        :class:`ReportData`, with ``path`` set.
+
+    Raises:
+        ValueError: bad input (see :func:`probe.inputs.load_corpus`), unknown model or
+            section, ``out`` exists without ``force``, nothing left to capture.
+    """
+    from probe.models import load_model
+    from probe.capture import capture
+    from probe.inputs import fit_to_model, load_corpus
+
+    from .bundled import sample_corpus
+
+    t_start = time.perf_counter()
+    _check_out(out, force)
+    choose(sections)  # unknown names fail before the slow part
+    if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
+        corpus = load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model)
+        source = "given"
+    else:
+        corpus = sample_corpus(limit=limit)
+        source = "bundled sample (24 hand-annotated sentences; the first two from Vaswani et al. 2017)"
+    if adapter is None:
+        adapter = load_model(model, device=device)
+    corpus = fit_to_model(corpus, adapter)
+    if not len(corpus):
+        raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
+    t0 = time.perf_counter()
+    maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
+                   targets=list(corpus.targets) if corpus.targets else None, batch_size=batch_size,
+                   progress=progress)
+    t_capture = time.perf_counter() - t0
+    settings = {"model": adapter.name, "model_info": adapter.describe(), "input": source,
+                "limit": limit, "device": device, "capture seconds": round(t_capture, 2)}
+    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings)
+    data = analyse(ctx, sections=sections, strict=strict)
+    write_report(data, out, force=force)
+    data.seconds = time.perf_counter() - t_start
+    log.info("report written to %s in %.1fs", out, data.seconds)
+    return data
