@@ -36,7 +36,7 @@ import torch.nn.functional as F
 log = logging.getLogger(__name__)
 
 __all__ = ["MetricBatch", "Metric", "LossMetric", "AccuracyMetric", "DriftMetric", "CallableMetric",
-           "METRICS", "get_metric", "applicable_metrics", "as_corpus", "Chunk", "prepare"]
+           "METRICS", "get_metric", "applicable_metrics", "default_metric", "as_corpus", "Chunk", "prepare"]
 
 MASK_FRACTION = 0.15
 
@@ -92,6 +92,15 @@ def as_corpus(corpus):
 def _zoo_task(adapter) -> Optional[str]:
     task = (adapter.card or {}).get("task")
     return task if adapter.name.startswith("zoo:") and task else None
+
+
+def _zoo_has_loss(adapter) -> bool:
+    """Whether the zoo task defines a loss (its module can ``encode`` labelled inputs;
+    zoo:constructed, whose weights are set by hand, has no task head to score)."""
+    from probe.models import zoo
+
+    task = _zoo_task(adapter)
+    return bool(task) and hasattr(zoo.task_module(task), "encode")
 
 
 def _has_lm_head(adapter) -> bool:
@@ -232,6 +241,9 @@ class LossMetric(Metric):
                 raise ValueError(f"metric 'loss' on {adapter.name} needs the zoo evaluation examples "
                                  "(run without --text/--file/--conllu); metrics that apply to other "
                                  "inputs: embedding-drift")
+            if not _zoo_has_loss(adapter):
+                raise ValueError(f"{adapter.name} has no task loss (its weights are set by hand); "
+                                 "metrics that apply: embedding-drift")
             return
         if not _has_lm_head(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
@@ -364,13 +376,27 @@ def applicable_metrics(adapter, corpus=None) -> list[str]:
     """Names of the built-in metrics that apply to ``adapter`` (and ``corpus``)."""
     zoo = _zoo_task(adapter)
     has_examples = corpus is None or bool(corpus.examples)
+    task_loss = bool(zoo) and has_examples and _zoo_has_loss(adapter)
     out = []
-    if (zoo and has_examples) or (not zoo and _has_lm_head(adapter)):
+    if task_loss or (not zoo and _has_lm_head(adapter)):
         out.append("loss")
-    if zoo and has_examples:
+    if task_loss:
         out.append("accuracy")
     out.append("embedding-drift")
     return out
+
+
+def default_metric(adapter, corpus=None) -> tuple:
+    """``(name, why)``: the metric a command uses when none is given.
+
+    ``loss`` where it applies (a zoo model on its evaluation set: the task's own loss; a
+    model with a language-model head: its LM loss), else ``embedding-drift`` (sentence
+    encoders such as the bundled minilm, which have no head to compute a loss with)."""
+    metrics = applicable_metrics(adapter, corpus)
+    if "loss" in metrics:
+        why = "the zoo task's loss" if _zoo_task(adapter) else "the model's language-model loss"
+        return "loss", why
+    return "embedding-drift", "the model has no language-model or task head (a sentence encoder)"
 
 
 def get_metric(metric: Union[str, Metric, Callable], adapter=None, corpus=None) -> Metric:
