@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from .common import (configure_progress, device_option, force_option, input_options, limit_option, model_option,
-                     quiet_option, setup_logging, verbose_option)
+                     quiet_option, setup_logging, user_errors, verbose_option)
 
 
 def _sections_help() -> str:
@@ -25,6 +25,7 @@ def _sections_help() -> str:
 @force_option
 @quiet_option
 @verbose_option
+@user_errors
 def report_cmd(model, text, file_, conllu, limit, sections, batch_size, device, out, force, quiet, verbose):
     """Write the per-head report to OUT: index.html (layer × head grid), a page per
     head, summary.json and report.md. With no input: the bundled sample sentences.

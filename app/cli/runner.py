@@ -15,7 +15,7 @@ import time
 import click
 
 from .common import (configure_progress, device_option, force_option, input_options, limit_option,
-                     parse_heads, parse_int_list, quiet_option, setup_logging, verbose_option)
+                     parse_heads, parse_int_list, quiet_option, setup_logging, user_errors, verbose_option)
 
 
 def _names(value):
@@ -88,7 +88,7 @@ def build_command(analysis) -> click.Command:
 
     cmd = verbose_option(quiet_option(force_option(click.option(
         "--out", "-o", required=True, type=click.Path(), help="output directory (created; must be empty "
-        "unless --force)")(callback))))
+        "unless --force)")(user_errors(callback)))))
     for p in reversed(analysis.params):
         for alias in p.aliases:
             cmd = _hidden_alias(p, alias)(cmd)

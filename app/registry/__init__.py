@@ -42,10 +42,10 @@ __all__ = ["Param", "Analysis", "Result", "Context", "SkipAnalysis", "register",
 
 #: what an analysis may need, with the common CLI options each one brings
 NEEDS = {
-    "model": "a live model (--model, --device)",
+    "model": "a live model beyond its captured maps (interventions, gradients): --model, --device",
     "corpus": "input examples (--text, --file or --conllu; a zoo model's own set when none)",
     "treebank": "a CoNLL-U treebank with dependency heads (--conllu)",
-    "maps": "captured attention maps of the corpus",
+    "maps": "captured attention maps of the corpus (the report passes them; a command captures them)",
     "zoo": "a zoo model (--model zoo:<task>)",
     "gradients": "a differentiable live model",
 }

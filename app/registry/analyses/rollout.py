@@ -142,7 +142,7 @@ def section(ctx) -> Result:
 
 
 ROLLOUT = Analysis(
-    "rollout", "Rollout and flow", run_rollout, needs=("model", "corpus"),
+    "rollout", "Rollout and flow", run_rollout, needs=("corpus", "maps"),
     help="Attention rollout (Abnar & Zuidema 2020): input-token scores for chosen output positions of one "
          "example (--example of the input, or of --store).",
     params=SOURCE + POSITIONS + (

@@ -121,7 +121,7 @@ def best_relation_per_head(best, min_count: int):
 
 
 ANALYSIS = Analysis(
-    "syntax", "Syntactic relations against positional baselines", run, needs=("model", "treebank"),
+    "syntax", "Syntactic relations against positional baselines", run, needs=("treebank", "maps"),
     help="Best head per dependency relation (Clark et al. 2019), trees from attention and the attention-only "
          "probe; writes relations.csv, best.csv, trees.csv, probe.json and a heatmap. Without --conllu, "
          "zoo:brackets uses its held-out set (written as gold.conllu).",
@@ -132,4 +132,4 @@ ANALYSIS = Analysis(
             Param("probe_limit", int, 1000, "sentences for the attention-only probe (80/20 split by sentence)",
                   min=0),
             Param("batch_size", int, 32, "examples per forward", min=1)),
-    section=section, modules=("probe.analyses.structure.syntax",), order=20)
+    section=section, modules=("probe.analyses.structure.syntax",), order=10)
