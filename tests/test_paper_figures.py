@@ -128,7 +128,9 @@ def test_minilm_ranking_weight_matches_token_level_rows(minilm_rankings):
 def test_paper_figures_cli(tmp_path, minilm_rankings):
     from click.testing import CliRunner
 
-    from probe.app.cli.paper import paper_figures_cmd
+    from probe.app.cli import command
+
+    paper_figures_cmd = command("paper-figures")
 
     res = CliRunner().invoke(paper_figures_cmd, ["--out", str(tmp_path), "--top", "2"])
     assert res.exit_code == 0, res.output

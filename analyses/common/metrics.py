@@ -35,7 +35,8 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MetricBatch", "Metric", "LossMetric", "AccuracyMetric", "DriftMetric", "CallableMetric",
+__all__ = ["ModelScalar", "token_nll", "MetricBatch", "Metric", "LossMetric", "AccuracyMetric", "DriftMetric",
+           "CallableMetric",
            "METRICS", "get_metric", "applicable_metrics", "default_metric", "as_corpus", "Chunk", "prepare"]
 
 MASK_FRACTION = 0.15
@@ -108,7 +109,43 @@ def _has_lm_head(adapter) -> bool:
     return getter is not None and getter() is not None
 
 
-class Metric:
+class ModelScalar:
+    """The one base of :class:`Metric` (ablation, importance, pruning, patching) and
+    :class:`probe.analyses.common.targets.Target` (attributions, counterfactuals): one
+    scalar per example read from one model forward.
+
+    Subclasses set ``name`` and ``differentiable``; :meth:`run_model` is the forward both
+    hierarchies use (no KV cache for decoders: each forward is a whole sequence).
+    """
+
+    name = "scalar"
+    differentiable = True
+
+    def run_model(self, adapter, inputs: dict):
+        """``adapter.model(**inputs)`` (grad mode is the caller's)."""
+        kwargs = dict(inputs)
+        if adapter.arch == "decoder":
+            kwargs["use_cache"] = False
+        return adapter.model(**kwargs)
+
+    def describe(self) -> str:
+        return self.name
+
+
+def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The one language-model loss: ``−log softmax(logits)[label]`` per position.
+
+    ``logits`` ``[..., vocab]`` and ``labels`` ``[...]`` (long; ``−100`` positions give an
+    arbitrary value the caller masks out) -> ``[...]`` in float32 (half precision is
+    upcast). Used by :class:`LossMetric` (masked-LM, next-token, teacher-forced and zoo
+    task losses) and by :class:`probe.analyses.common.targets.LMLoss`.
+    """
+    logits = _f32(logits)
+    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).clamp(min=0), reduction="none")
+    return flat.reshape(labels.shape)
+
+
+class Metric(ModelScalar):
     """A scalar per example from a live model.
 
     Subclasses set ``name``, ``higher_is_better``, ``differentiable``,
@@ -120,7 +157,6 @@ class Metric:
 
     name = "metric"
     higher_is_better = False
-    differentiable = True
     stationary_at_clean = False
     ignores_padding = False
 
@@ -139,10 +175,7 @@ class Metric:
 
     def forward(self, adapter, batch: MetricBatch):
         """Run the model on ``batch`` (grad mode is the caller's)."""
-        kwargs = dict(batch.inputs)
-        if adapter.arch == "decoder":
-            kwargs["use_cache"] = False
-        return adapter.model(**kwargs)
+        return self.run_model(adapter, batch.inputs)
 
     def reference(self, outputs, batch: MetricBatch) -> Optional[torch.Tensor]:
         """What the clean run must hand to :meth:`score` of intervened runs (rows first)."""
@@ -181,11 +214,10 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
 
 def _token_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy per row over positions whose label is not −100: ``[rows]``."""
-    logits = _f32(logits)
     if logits.dim() == 2:  # sequence classification: one label per row
-        return F.cross_entropy(logits, labels, reduction="none")
+        return token_nll(logits, labels)
     keep = labels != -100
-    ce = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")
+    ce = token_nll(logits, labels)
     return (ce * keep).sum(-1) / keep.sum(-1).clamp(min=1)
 
 

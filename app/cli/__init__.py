@@ -87,3 +87,14 @@ def _add_commands() -> None:
 
 
 _add_commands()
+
+
+def command(name: str) -> click.Command:
+    """The click command ``probe <name>`` (for tests and embedding: ``CliRunner().invoke(command("ablate"), …)``).
+
+    Raises:
+        ValueError: no such command.
+    """
+    if name not in main.commands:
+        raise ValueError(f"no command {name!r}; known: {', '.join(sorted(main.commands))}")
+    return main.commands[name]

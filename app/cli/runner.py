@@ -76,7 +76,9 @@ def build_command(analysis) -> click.Command:
         setup_logging(verbose)
         configure_progress()
         out, force = kw.pop("out"), kw.pop("force")
-        common = {k: kw.pop(k) for k in ("model", "device", "text", "file_", "conllu", "limit") if k in kw}
+        declared = {p.name for p in analysis.params}
+        common = {k: kw.pop(k) for k in ("model", "device", "text", "file_", "conllu", "limit")
+                  if k in kw and k not in declared}
         for p in analysis.params:
             for alias in p.aliases:
                 old = kw.pop(f"_alias_{p.name}", None)
