@@ -112,6 +112,8 @@ class Analysis:
         modules: modules that must import for the analysis to run (else skipped).
         order: position in listings (report order, README table).
         model: the default of ``--model`` for this command (a model its defaults work with).
+        example: one command line that runs in seconds (the README tour shows it and
+            tests/test_cli_contract.py runs it).
     """
 
     name: str
@@ -128,6 +130,7 @@ class Analysis:
     modules: tuple = ()
     order: int = 100
     model: str = "minilm"
+    example: str = ""
 
     @property
     def command_name(self) -> Optional[str]:

@@ -56,4 +56,5 @@ ANALYSIS = Analysis(
     params=(METRIC, Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
             Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"), N_BOOT, GROUPS, BATCH),
     section=True, report_params={"max_model_examples": 128}, modules=("probe.analyses.necessity.ablation",),
-    order=30)
+    order=30,
+    example="probe ablate --model zoo:prev-token --metric accuracy --limit 40 --group L0H0,L0H1 --out out/ablate")

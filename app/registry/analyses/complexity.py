@@ -102,4 +102,5 @@ ANALYSIS = Analysis(
                   min=0.0),
             Param("graph_max_n", int, 256, "largest n whose path length is computed on the graph (closed form "
                   "above)", min=1)),
-    order=70)
+    order=70,
+    example="probe complexity --n 16,32,...,256 --d 16,32 --repeats 1 --out out/complexity")

@@ -36,4 +36,5 @@ ANALYSIS = Analysis(
          "baselines; writes coref.csv and coref_best.csv. Needs --conllu: a CorefUD treebank (Entity= in MISC).",
     params=(Param("context", int, 2, "preceding sentences of the same document in each window", min=0),
             Param("batch_size", int, 16, "examples per forward", min=1)),
-    order=11)
+    order=11,
+    example="probe coref --conllu ../shared/data/ud-english-gum/en_gum-ud-dev.conllu --limit 40 --out out/coref")

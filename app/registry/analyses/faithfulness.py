@@ -74,4 +74,5 @@ ANALYSIS = Analysis(
     section=True, modules=("probe.analyses.explanation.faithfulness",),
     report_params={"methods": ("ig",), "attention_methods": ("attention",), "steps": 8, "permutations": 1,
                    "explain_limit": 16},
-    order=40)
+    order=40,
+    example="probe faithfulness --model zoo:agreement --limit 8 --steps 8 --permutations 2 --out out/faith")

@@ -42,7 +42,7 @@ FIGURES = Analysis(
          "et al. 2017, Figures 3-4), drawn in the paper's style. Writes, per sentence, heads_<its|making>.csv "
          "(every head ranked) and paper_<its|making>.png (the top heads, one colour each).",
     params=(Param("top", int, 3, "heads drawn per sentence (the best by weight on the targets), 1-8", min=1),),
-    order=80)
+    order=80, example="probe paper-figures --out out/paper")
 
 
 def run_alignment(ctx) -> Result:
@@ -93,6 +93,6 @@ ALIGNMENT = Analysis(
     params=(Param("limit", int, 200, "held-out sentence pairs scored (probe.models.zoo.eval_examples('translate'))",
                   min=1),
             Param("example", int, 0, "which pair the heatmaps show", min=0)),
-    order=81)
+    order=81, example="probe alignment --limit 50 --out out/alignment")
 
 ANALYSES = (FIGURES, ALIGNMENT)

@@ -13,12 +13,36 @@ def _corrupted(ctx, clean):
     p = ctx.params
     if p["corrupted"] or p["corrupted_file"]:
         return load_corpus(text=p["corrupted"] or None, file=p["corrupted_file"], limit=ctx.limit)
-    if clean.examples:
+    if clean.examples and ctx.zoo_task == "induction":
         from probe.analyses.necessity.patching import corrupt_zoo
 
         ex = corrupt_zoo(ctx.adapter.card.get("task", ""), clean.examples)
+        ctx.say("corrupted inputs: zoo:induction's built-in corruption (the first copy replaced)")
         return Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex), source="corrupted")
-    raise ValueError("no corrupted inputs: give --corrupted (with --text) or --corrupted-file")
+    ctx.say("corrupted inputs: each example's words in a seeded random order (same tokens and length; "
+            "give --corrupted or --corrupted-file for your own)")
+    return shuffled_words(clean)
+
+
+def shuffled_words(corpus, seed: int = 0):
+    """Each example's words (whitespace-separated) in a seeded random order: a corruption
+    that keeps the tokens, so the pair tokenizes to the same length."""
+    import random
+    from probe.inputs import Corpus
+
+    rng = random.Random(seed)
+    texts = []
+    for t in corpus.texts:
+        words = t.split()
+        order = list(range(len(words)))
+        for _ in range(10):  # a different order where one exists
+            rng.shuffle(order)
+            if order != sorted(order) or len(words) < 2:
+                break
+        texts.append(" ".join(words[i] for i in order))
+    examples = tuple(dict(e, text=t, words=t.split()) for e, t in zip(corpus.examples, texts)) \
+        if corpus.examples else ()
+    return Corpus(texts=tuple(texts), examples=examples, source="shuffled words")
 
 
 def run(ctx) -> Result:
@@ -65,4 +89,5 @@ ANALYSIS = Analysis(
                           multiple=True),
             Param("corrupted_file", str, None, "one corrupted input per line, paired with the lines of --file"),
             N_BOOT, GROUPS, BATCH),
-    order=33)
+    order=33,
+    example="probe patch --model zoo:induction --metric accuracy --limit 20 --group L1H0,L1H1 --out out/patch")

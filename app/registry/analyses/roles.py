@@ -131,7 +131,7 @@ def section(ctx) -> Result:
 
 
 ANALYSIS = Analysis(
-    "roles", "Head roles", run, needs=("corpus", "maps"),
+    "roles", "Head roles: what each head does, with the evidence; clusters of similar heads", run, needs=("corpus", "maps"),
     help="Classify every head (previous-token, special-token, broad, induction, …) with its evidence; writes "
          "roles.csv (layer, head, role, confidence, decided_by, also, every feature, mds_x, mds_y, cluster), "
          "layers.csv, counts.csv, distances.csv, roles.json and the figures roles.png, roles.mds.png.",
@@ -148,4 +148,5 @@ ANALYSIS = Analysis(
                   "probe.analyses.patterns.roles.RoleThresholds)", multiple=True),
             Param("batch_size", int, 16, "examples per forward", min=1),
             Param("no_figure", bool, False, "write the tables only")),
-    section=section, modules=("probe.analyses.patterns.roles",), order=45)
+    section=section, modules=("probe.analyses.patterns.roles",), order=45,
+    example="probe roles --model zoo:constructed --limit 20 --out out/roles")

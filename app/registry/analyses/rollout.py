@@ -142,14 +142,15 @@ def section(ctx) -> Result:
 
 
 ROLLOUT = Analysis(
-    "rollout", "Rollout and flow", run_rollout, needs=("corpus", "maps"),
+    "rollout", "Rollout and flow: how much each input token feeds an output position", run_rollout, needs=("corpus", "maps"),
     help="Attention rollout (Abnar & Zuidema 2020): input-token scores for chosen output positions of one "
          "example (--example of the input, or of --store).",
     params=SOURCE + POSITIONS + (
         Param("weights", str, "attention", "roll out raw attention, norm-based weights ‖αf(x)‖ (Kobayashi 2020) "
               "or gradient-weighted attention (Chefer 2021); norm and grad need a live model",
               choices=("attention", "norm", "grad")),),
-    section=section, modules=("probe.analyses.flow.rollout", "probe.analyses.flow.attention_flow"), order=50)
+    section=section, modules=("probe.analyses.flow.rollout", "probe.analyses.flow.attention_flow"), order=50,
+    example="probe rollout --text 'The keys to the cabinet are on the table.' --out out/rollout")
 
 FLOW = Analysis(
     "flow", "Attention flow (max-flow on the layered attention graph) for chosen output positions", run_flow,
@@ -159,7 +160,7 @@ FLOW = Analysis(
         Param("workers", int, None, "processes for the fast solver (default: all cores when the work is large)",
               min=1),
         Param("max_tokens", int, 128, "warn with the estimated time above this many tokens", min=1)),
-    order=51)
+    order=51, example="probe flow --text 'The keys to the cabinet are on the table.' --out out/flow")
 
 
 def run_correlation(ctx) -> Result:
@@ -201,6 +202,6 @@ CORRELATION = Analysis(
          "2020, Table 1), for a zoo sequence classifier on its held-out set (--limit examples, default 1000).",
     params=(Param("limit", int, None, "held-out examples of the zoo task (default 1000)", min=3,
                   aliases=("--examples",)),),
-    order=52)
+    order=52, example="probe flow-correlation --limit 50 --out out/flowcorr")
 
 ANALYSES = (ROLLOUT, FLOW, CORRELATION)

@@ -132,4 +132,5 @@ ANALYSIS = Analysis(
             Param("probe_limit", int, 1000, "sentences for the attention-only probe (80/20 split by sentence)",
                   min=0),
             Param("batch_size", int, 32, "examples per forward", min=1)),
-    section=section, modules=("probe.analyses.structure.syntax",), order=10)
+    section=section, modules=("probe.analyses.structure.syntax",), order=10,
+    example="probe syntax --conllu app/report/sample/sample.conllu --out out/syntax")
