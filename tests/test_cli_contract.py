@@ -225,3 +225,35 @@ def test_every_readme_tour_example_runs(tmp_path, monkeypatch):
         assert r.exit_code == 0, f"{line}\n{r.output}"
         ran.append(args[0])
     assert len(ran) >= len(examples()) - 1
+
+
+def test_adding_an_analysis_is_one_declaration(tmp_path):
+    """The registry docstring's example: one declaration gives a command, a report section
+    and probe.run()."""
+    import probe
+    from probe.app.cli import ProbeGroup
+    from probe.app.cli.runner import build_command
+    from probe.app.registry import _REGISTRY, Analysis, Param, Result, register
+    from probe.app.report.sections import choose
+
+    def run(ctx):
+        from probe.analyses.patterns.role_features import head_features
+
+        table = head_features(ctx.maps).head(ctx.params["top"])
+        return Result(tables={"features": table}, per_head=table, notes=[f"{len(table)} heads"],
+                      summary={"examples": len(ctx.maps)})
+
+    a = register(Analysis("features-demo", "Per-head attention features", run, needs=("maps",),
+                          params=(Param("top", int, 5, "heads listed"),), section=True))
+    try:
+        res = probe.run("features-demo", model="zoo:constructed", limit=3, top=1)
+        assert len(res.tables["features"]) == 1 and res.summary == {"examples": 3}
+        assert a in choose(["features-demo"])
+        group = ProbeGroup()
+        group.add_command(build_command(a))
+        r = CliRunner().invoke(group, ["features-demo", "--model", "zoo:constructed", "--limit", "3",
+                                       "--out", str(tmp_path / "f")])
+        assert r.exit_code == 0, r.output
+        assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["features.csv", "summary.json"]
+    finally:
+        _REGISTRY.pop("features-demo", None)

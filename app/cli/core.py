@@ -94,8 +94,9 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
 @click.option("--out", "-o", required=True, type=click.Path(), help="output directory (must be empty unless "
               "--force): L<l>H<h>_ex<i>.<format> and the matrix as .csv")
 @force_option
+@quiet_option
 @user_errors
-def heatmap_cmd(store_dir, example, head_spec, layer, fmt, out, force):
+def heatmap_cmd(store_dir, example, head_spec, layer, fmt, out, force, quiet):
     """Draw one head's attention on one stored example, with token labels."""
     from probe.app.registry.outdir import OutDir
 

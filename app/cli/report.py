@@ -10,7 +10,10 @@ from .common import (configure_progress, device_option, force_option, input_opti
 
 
 def _sections_help() -> str:
-    return "comma-separated sections to run (default: all that apply), e.g. roles,syntax"
+    from probe.app.registry import registered
+
+    names = ", ".join(a.name for a in registered() if a.section)
+    return f"comma-separated sections to run (default: all that apply): {names}"
 
 
 @click.command("report")

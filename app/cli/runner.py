@@ -95,12 +95,12 @@ def build_command(analysis) -> click.Command:
         for alias in p.aliases:
             cmd = _hidden_alias(p, alias)(cmd)
         cmd = _param_option(p)(cmd)
-    if "corpus" in needs:
-        cmd = input_options(cmd)
-    elif "treebank" in needs:
+    if "treebank" in needs:
         cmd = click.option("--conllu", type=click.Path(dir_okay=False), default=None,
                            help="CoNLL-U treebank with dependency heads")(cmd)
-    if needs & {"corpus", "treebank"} and "limit" not in {p.name for p in analysis.params}:
+    elif needs & {"corpus", "maps"}:
+        cmd = input_options(cmd)
+    if needs & {"corpus", "maps", "treebank"} and "limit" not in {p.name for p in analysis.params}:
         cmd = limit_option(cmd)
     if needs & {"model", "corpus", "maps", "zoo", "gradients", "treebank"}:
         cmd = click.option("--model", "-m", default=analysis.model, show_default=True,

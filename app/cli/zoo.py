@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .common import setup_logging, user_errors, verbose_option
+from .common import quiet_option, setup_logging, user_errors, verbose_option
 
 
 @click.command("train")
@@ -17,9 +17,10 @@ from .common import setup_logging, user_errors, verbose_option
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="training steps (default: the task's)")
 @click.option("--seed", type=int, default=None, help="random seed (default: the task's)")
 @click.option("--json", "as_json", is_flag=True, help="print the card as JSON")
+@quiet_option
 @verbose_option
 @user_errors
-def train_cmd(spec, out, force, steps, seed, as_json, verbose):
+def train_cmd(spec, out, force, steps, seed, as_json, quiet, verbose):
     """Train a zoo model from scratch: SPEC is zoo:<task>."""
     setup_logging(verbose)
     from probe.models import zoo

@@ -16,7 +16,7 @@ Adding an analysis is one new module in ``app/registry/analyses/`` (found by nam
 
     def run(ctx):
         from probe.analyses.patterns.role_features import head_features   # heavy imports inside
-        table = head_features(ctx.maps)                                    # layer, head, …
+        table = head_features(ctx.maps).head(ctx.params["top"])            # layer, head, …
         return Result(tables={"features": table}, per_head=table,
                       notes=[f"{len(table)} heads"], summary={"examples": len(ctx.maps)})
 
@@ -45,7 +45,8 @@ NEEDS = {
     "model": "a live model beyond its captured maps (interventions, gradients): --model, --device",
     "corpus": "input examples (--text, --file or --conllu; a zoo model's own set when none)",
     "treebank": "a CoNLL-U treebank with dependency heads (--conllu)",
-    "maps": "captured attention maps of the corpus (the report passes them; a command captures them)",
+    "maps": "captured attention maps of the corpus (the report passes them; a command captures them "
+            "from its input: --text, --file or --conllu)",
     "zoo": "a zoo model (--model zoo:<task>)",
     "gradients": "a differentiable live model",
 }
