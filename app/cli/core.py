@@ -62,8 +62,8 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
 
     from probe.app.registry.outdir import check_out
 
-    resumable = (Path(out) / "manifest.json").exists()
-    if not resumable:
+    resumable = (Path(out) / "manifest.json").exists() and not force
+    if not resumable:  # a fresh store: --out must be empty, or replaced with --force
         check_out(out, force)
         if force and Path(out).is_dir():
             shutil.rmtree(out)
