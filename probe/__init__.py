@@ -13,6 +13,12 @@ Public API (resolved lazily, so ``import probe`` and ``probe --help`` stay fast)
     from probe import load_model, capture, ablate_heads, Store
     adapter = load_model("minilm")
     maps = capture(adapter, ["A sentence."])
+
+    result = probe.run("roles", model="zoo:constructed", limit=8)   # any registered analysis
+    result.tables["roles"], result.per_head, result.notes; result.write("out/roles")
+
+The lazy facade is the one place where the core floor names the top floor (``run``, read
+from ``probe.app.registry`` on first access); tests/test_architecture.py allows exactly it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ _EXPORTS = {
     "AttentionMaps": "probe.maps", "WordAttention": "probe.maps",
     "Store": "probe.store", "write_store": "probe.store",
     "load_model": "probe.models", "list_models": "probe.models", "ModelAdapter": "probe.models",
+    # the analysis registry (probe.app): probe.run("ablation", model="zoo:induction") -> Result
+    "run": "probe.app.registry", "analyses_registered": "probe.app.registry",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -364,7 +364,9 @@ def test_cli_ablate_writes_csv_and_figure(tmp_path):
 
     import pandas as pd
 
-    from probe.app.cli.ablation import ablate_cmd
+    from probe.app.cli import command
+
+    ablate_cmd = command("ablate")
 
     r = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--text", TEXTS[1], "--metric", "embedding-drift",
                                         "--layers", "5", "--n-boot", "50", "--out", str(tmp_path)])
@@ -373,7 +375,7 @@ def test_cli_ablate_writes_csv_and_figure(tmp_path):
     assert list(t.columns) == ["layer", "head", "mode", "metric", "clean", "ablated", "delta", "ci_low", "ci_high"]
     assert len(t) == 12 and (t["layer"] == 5).all() and (t["delta"] > 0).all()
     assert (tmp_path / "ablation.png").stat().st_size > 0
-    bad = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--metric", "loss", "--out", str(tmp_path)])
+    bad = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--metric", "loss", "--out", str(tmp_path / "b")])
     assert bad.exit_code != 0 and "metrics that apply: embedding-drift" in bad.output
 
 

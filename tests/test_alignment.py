@@ -151,7 +151,9 @@ def test_zoo_aer_agrees_with_the_token_level_argmax(translate_pairs):
 def test_alignment_cli(tmp_path):
     from click.testing import CliRunner
 
-    from probe.app.cli.paper import alignment_cmd
+    from probe.app.cli import command
+
+    alignment_cmd = command("alignment")
 
     res = CliRunner().invoke(alignment_cmd, ["--limit", "20", "--example", "3", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
@@ -161,5 +163,5 @@ def test_alignment_cli(tmp_path):
     assert t[(t.model == "zoo:translate-rnn") & (t.subset == "all")].aer.iloc[0] <= 0.05
     for task in ("translate", "translate-rnn"):
         assert (tmp_path / f"alignment_{task}.png").stat().st_size > 5_000
-    bad = CliRunner().invoke(alignment_cmd, ["--limit", "5", "--example", "5", "--out", str(tmp_path)])
+    bad = CliRunner().invoke(alignment_cmd, ["--limit", "5", "--example", "5", "--out", str(tmp_path / "b")])
     assert bad.exit_code == 1 and "--example 5 is not among the first 5" in bad.output

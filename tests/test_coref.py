@@ -114,7 +114,9 @@ def test_minilm_on_gum_beats_the_nearest_mention(minilm, gum_dev):
 def test_coref_cli_writes_tables(tmp_path, gum_dev):
     from click.testing import CliRunner
 
-    from probe.app.cli.syntax import coref_cmd
+    from probe.app.cli import command
+
+    coref_cmd = command("coref")
 
     res = CliRunner().invoke(coref_cmd, ["--conllu", str(gum_dev), "--limit", "12", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
@@ -128,7 +130,9 @@ def test_coref_cli_writes_tables(tmp_path, gum_dev):
 def test_coref_cli_rejects_a_treebank_without_entities(tmp_path, ewt_dev):
     from click.testing import CliRunner
 
-    from probe.app.cli.syntax import coref_cmd
+    from probe.app.cli import command
 
-    res = CliRunner().invoke(coref_cmd, ["--conllu", str(ewt_dev), "--limit", "5", "--out", str(tmp_path)])
+    coref_cmd = command("coref")
+
+    res = CliRunner().invoke(coref_cmd, ["--conllu", str(ewt_dev), "--limit", "5", "--out", str(tmp_path / "b")])
     assert res.exit_code == 1 and "no coreference annotation" in res.output

@@ -164,7 +164,9 @@ def test_cli_on_ewt_with_the_ud_probe(ewt_dev, tmp_path):
     import pandas as pd
     from click.testing import CliRunner
 
-    from probe.app.cli.faithfulness import faithfulness_cmd
+    from probe.app.cli import command
+
+    faithfulness_cmd = command("faithfulness")
 
     out = tmp_path / "f"
     r = CliRunner().invoke(faithfulness_cmd, [
@@ -187,7 +189,9 @@ def test_cli_on_ewt_with_the_ud_probe(ewt_dev, tmp_path):
 def test_cli_refuses_a_target_the_model_cannot_give(tmp_path):
     from click.testing import CliRunner
 
-    from probe.app.cli.faithfulness import faithfulness_cmd
+    from probe.app.cli import command
+
+    faithfulness_cmd = command("faithfulness")
 
     r = CliRunner().invoke(faithfulness_cmd, ["--text", "The dogs bark loudly at night.", "--target", "logit",
                                               "--out", str(tmp_path / "x")])

@@ -81,17 +81,18 @@ def test_capture_and_heatmap_cli(tmp_path):
     r = invoke("capture", "--text", "The cat sat.", "--text", "Dogs bark.", "--layers", "0,5",
                "--out", str(tmp_path / "s"))
     assert r.exit_code == 0 and "2 examples" in r.output
-    r = invoke("heatmap", "--store", str(tmp_path / "s"), "--example", "1", "--layer", "5", "--head", "3",
-               "--out", str(tmp_path / "h.png"))
-    assert r.exit_code == 0 and (tmp_path / "h.png").stat().st_size > 1000
-    rows = (tmp_path / "h.csv").read_text().splitlines()
+    r = invoke("heatmap", "--store", str(tmp_path / "s"), "--example", "1", "--head", "L5H3",
+               "--out", str(tmp_path / "h"))
+    assert r.exit_code == 0 and (tmp_path / "h" / "L5H3_ex1.png").stat().st_size > 1000
+    rows = (tmp_path / "h" / "L5H3_ex1.csv").read_text().splitlines()
     assert len(rows) == 1 + 5  # header + [CLS] dogs bark . [SEP]
     one_line_error(invoke("heatmap", "--store", str(tmp_path / "s"), "--layer", "2", "--head", "0",
-                          "--out", str(tmp_path / "x.png")), "not captured")
+                          "--out", str(tmp_path / "x")), "not captured")
     one_line_error(invoke("heatmap", "--store", str(tmp_path / "s"), "--layer", "5", "--head", "12",
-                          "--out", str(tmp_path / "x.png")), "0..11")
+                          "--out", str(tmp_path / "x")), "0..11")
     one_line_error(invoke("heatmap", "--store", str(tmp_path / "s"), "--example", "9", "--layer", "5",
-                          "--head", "0", "--out", str(tmp_path / "x.png")), "out of range")
+                          "--head", "0", "--out", str(tmp_path / "x")), "out of range")
+    assert not (tmp_path / "x").exists()  # nothing half-written
 
 
 def test_models_json_lists_minilm():

@@ -128,7 +128,9 @@ def test_minilm_ranking_weight_matches_token_level_rows(minilm_rankings):
 def test_paper_figures_cli(tmp_path, minilm_rankings):
     from click.testing import CliRunner
 
-    from probe.app.cli.paper import paper_figures_cmd
+    from probe.app.cli import command
+
+    paper_figures_cmd = command("paper-figures")
 
     res = CliRunner().invoke(paper_figures_cmd, ["--out", str(tmp_path), "--top", "2"])
     assert res.exit_code == 0, res.output
@@ -137,6 +139,6 @@ def test_paper_figures_cli(tmp_path, minilm_rankings):
         assert list(zip(csv.layer, csv["head"]))[:5] == list(zip(r.layer, r["head"]))[:5]
         assert csv.weight.iloc[0] == pytest.approx(r.weight.iloc[0], abs=1e-6)
         assert (tmp_path / f"paper_{name}.png").stat().st_size > 10_000
-        assert f"best layer {r.layer.iloc[0]} head {r['head'].iloc[0]}" in res.output
+        assert f"best L{r.layer.iloc[0]}H{r['head'].iloc[0]}" in res.output
     bad = CliRunner().invoke(paper_figures_cmd, ["--out", str(tmp_path), "--top", "0"])
     assert bad.exit_code == 2 and "--top" in bad.output

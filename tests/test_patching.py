@@ -177,7 +177,9 @@ def test_cli_groups(tmp_path):
     import pandas as pd
     from click.testing import CliRunner
 
-    from probe.app.cli.ablation import ablate_cmd
+    from probe.app.cli import command
+
+    ablate_cmd = command("ablate")
 
     out = tmp_path / "abl"
     res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "40",
@@ -185,11 +187,11 @@ def test_cli_groups(tmp_path):
     assert res.exit_code == 0, res.output
     groups = pd.read_csv(out / "groups.csv").set_index("heads")
     sweep = pd.read_csv(out / "ablation.csv").set_index(["layer", "head"])
-    assert groups.loc["0.1", "effect"] == pytest.approx(sweep.loc[(0, 1), "delta"], abs=1e-6)
-    assert groups.loc["0.0+0.1", "intervened"] < 20 and groups.loc["0.0+0.1", "clean"] > 99
+    assert groups.loc["L0H1", "effect"] == pytest.approx(sweep.loc[(0, 1), "delta"], abs=1e-6)
+    assert groups.loc["L0H0+L0H1", "intervened"] < 20 and groups.loc["L0H0+L0H1", "clean"] > 99
     res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "5",
-                                          "--group", "0-1", "--out", str(tmp_path / "bad")])
-    assert res.exit_code == 2 and "layer.head" in res.output
+                                          "--group", "0/1", "--out", str(tmp_path / "bad")])
+    assert res.exit_code == 2 and "L2H8" in res.output
     res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "5",
                                           "--group", "0.7", "--out", str(tmp_path / "bad2")])
     assert res.exit_code != 0 and "head" in res.output and not (tmp_path / "bad2" / "groups.csv").exists()

@@ -174,7 +174,7 @@ def test_existing_dir_refused_then_replaced_atomically(tmp_path, monkeypatch):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     data = analyse(_ctx([_evil_maps()]), sections=["roles"])
-    with pytest.raises(ValueError, match="exists: pass --force"):
+    with pytest.raises(ValueError, match="not empty: pass --force"):
         write_report(data, out)
     assert (out / "keep.txt").read_text() == "mine"
 
@@ -199,10 +199,11 @@ def test_out_that_is_a_file_or_has_no_parent(tmp_path):
     data = analyse(_ctx([_evil_maps()]), sections=["roles"])
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(ValueError, match="not a directory"):
+    with pytest.raises(ValueError, match="is a file: --out is always a directory"):
         write_report(data, f, force=True)
-    with pytest.raises(ValueError, match="parent directory"):
-        write_report(data, tmp_path / "no" / "such")
+    with pytest.raises(ValueError, match="not a writable directory"):  # a parent that is a file
+        write_report(data, f / "below")
+    assert (write_report(data, tmp_path / "no" / "such") / "index.html").exists()  # parents are created
 
 
 # ---- head view component ------------------------------------------------------------
@@ -269,7 +270,7 @@ def test_cli_report_text_input_and_force(minilm, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "syntax       skipped: no treebank" in r.output and "roles        ran" in r.output
     r2 = CliRunner().invoke(report_cmd, args)
-    assert r2.exit_code == 1 and "exists: pass --force" in r2.output
+    assert r2.exit_code == 1 and "not empty: pass --force" in r2.output
     r3 = CliRunner().invoke(report_cmd, args + ["--force"])
     assert r3.exit_code == 0, r3.output
     page = (out / "heads" / "L0H0.html").read_text()

@@ -345,26 +345,29 @@ def test_minilm_on_ewt(minilm, ewt_dev):
 def test_cli_writes_tables_and_figures_from_a_store(tmp_path):
     from click.testing import CliRunner
 
-    from probe.app.cli.roles import roles_cmd
+    from probe.app.cli import command
+
+    roles_cmd = command("roles")
     from probe.store import write_store
 
     maps = [make_maps(four_heads(n), tokens=["[CLS]"] + [f"w{i}" for i in range(1, n - 1)] + ["[SEP]"],
                       special=[True] + [False] * (n - 2) + [True]) for n in (7, 9, 10)]
     write_store(tmp_path / "s", enumerate(maps), manifest={"model": "hand"})
-    out = tmp_path / "res" / "roles.csv"
+    out = tmp_path / "res"
     r = CliRunner().invoke(roles_cmd, ["--store", str(tmp_path / "s"), "--out", str(out), "--clusters", "3"])
     assert r.exit_code == 0, r.output
     assert "from 3 examples" in r.output and "previous-token 1" in r.output
-    table = pd.read_csv(out)
+    table = pd.read_csv(out / "roles.csv")
     assert list(table.columns[:4]) == ["layer", "head", "role", "confidence"]
     assert {"mds_x", "mds_y", "cluster", "word_prev", "to_sep"} <= set(table.columns)
     assert table.role.tolist() == ["previous-token", "broad", "self", "special-token", "next-token"]
-    for suffix in (".layers.csv", ".counts.csv", ".distances.csv", ".json", ".png", ".mds.png"):
-        assert (tmp_path / "res" / f"roles{suffix}").stat().st_size > 0
-    layers = pd.read_csv(tmp_path / "res" / "roles.layers.csv")
+    for name in ("layers.csv", "counts.csv", "distances.csv", "roles.json", "roles.png", "roles.mds.png"):
+        assert (out / name).stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res", "s"]  # nothing beside --out
+    layers = pd.read_csv(out / "layers.csv")
     assert list(layers.columns) == ["layer", "to_cls", "to_sep", "to_punct"]
-    bad = CliRunner().invoke(roles_cmd, ["--store", str(tmp_path / "s"), "--out", str(out),
+    bad = CliRunner().invoke(roles_cmd, ["--store", str(tmp_path / "s"), "--out", str(out), "--force",
                                          "--threshold", "positionl=0.5"])
     assert bad.exit_code != 0 and "unknown threshold" in bad.output
-    missing = CliRunner().invoke(roles_cmd, ["--store", str(tmp_path / "nope"), "--out", str(out)])
+    missing = CliRunner().invoke(roles_cmd, ["--store", str(tmp_path / "nope"), "--out", str(out), "--force"])
     assert missing.exit_code == 1 and "is not a store" in missing.output

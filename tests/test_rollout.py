@@ -178,7 +178,9 @@ def test_cls_row_on_the_bundled_model_is_a_distribution_over_its_tokens(minilm):
 def test_cli_rollout_of_the_bundled_model_writes_the_cls_row(tmp_path):
     from click.testing import CliRunner
 
-    from probe.app.cli.flow import rollout_cmd
+    from probe.app.cli import command
+
+    rollout_cmd = command("rollout")
 
     res = CliRunner().invoke(rollout_cmd, ["-t", "The keys to the cabinet are on the table.",
                                            "-o", str(tmp_path)])
@@ -192,7 +194,9 @@ def test_cli_rollout_of_the_bundled_model_writes_the_cls_row(tmp_path):
 def test_cli_rollout_norm_weights_need_a_live_model(tmp_path):
     from click.testing import CliRunner
 
-    from probe.app.cli.flow import rollout_cmd
+    from probe.app.cli import command
 
-    res = CliRunner().invoke(rollout_cmd, ["--store", str(tmp_path), "--weights", "norm", "-o", str(tmp_path)])
-    assert res.exit_code == 2 and "--text" in res.output
+    rollout_cmd = command("rollout")
+
+    res = CliRunner().invoke(rollout_cmd, ["--store", str(tmp_path), "--weights", "norm", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 1 and "give an input instead of --store" in res.output

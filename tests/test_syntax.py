@@ -254,7 +254,9 @@ def test_syntax_cli_writes_every_output(tmp_path, ewt_dev):
     import pandas as pd
     from click.testing import CliRunner
 
-    from probe.app.cli.syntax import syntax_cmd
+    from probe.app.cli import command
+
+    syntax_cmd = command("syntax")
 
     out = tmp_path / "out"
     res = CliRunner().invoke(syntax_cmd, ["--conllu", str(ewt_dev), "--limit", "12", "--min-count", "3",
@@ -272,7 +274,9 @@ def test_syntax_cli_writes_every_output(tmp_path, ewt_dev):
 def test_syntax_cli_bad_inputs(tmp_path, ewt_dev):
     from click.testing import CliRunner
 
-    from probe.app.cli.syntax import syntax_cmd
+    from probe.app.cli import command
+
+    syntax_cmd = command("syntax")
 
     bad = tmp_path / "bad.conllu"
     bad.write_text("# text = a b\n1\ta\t_\tX\t_\t_\t0\troot\t_\t_\n2\tb\t_\tX\t_\t_\t1\n")
@@ -317,7 +321,9 @@ def test_syntax_cli_defaults_to_the_zoo_treebank(tmp_path):
     from click.testing import CliRunner
 
     from probe.models import zoo
-    from probe.app.cli.syntax import syntax_cmd
+    from probe.app.cli import command
+
+    syntax_cmd = command("syntax")
 
     out = tmp_path / "o"
     res = CliRunner().invoke(syntax_cmd, ["--model", "zoo:brackets", "--limit", "40", "--tree-limit", "0",
@@ -327,4 +333,4 @@ def test_syntax_cli_defaults_to_the_zoo_treebank(tmp_path):
     assert gold == zoo.task_module("brackets").to_conllu(zoo.eval_examples("brackets"))
     assert "match" in res.output and len(read_conllu(out / "gold.conllu", limit=40)) == 40
     res = CliRunner().invoke(syntax_cmd, ["--model", "zoo:agreement", "--out", str(tmp_path / "p")])
-    assert res.exit_code == 2 and "--conllu" in res.output and "zoo:brackets" in res.output
+    assert res.exit_code == 1 and "--conllu" in res.output and "zoo:brackets" in res.output

@@ -35,8 +35,9 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MetricBatch", "Metric", "LossMetric", "AccuracyMetric", "DriftMetric", "CallableMetric",
-           "METRICS", "get_metric", "applicable_metrics", "as_corpus", "Chunk", "prepare"]
+__all__ = ["ModelScalar", "token_nll", "MetricBatch", "Metric", "LossMetric", "AccuracyMetric", "DriftMetric",
+           "CallableMetric",
+           "METRICS", "get_metric", "applicable_metrics", "default_metric", "as_corpus", "Chunk", "prepare"]
 
 MASK_FRACTION = 0.15
 
@@ -94,12 +95,57 @@ def _zoo_task(adapter) -> Optional[str]:
     return task if adapter.name.startswith("zoo:") and task else None
 
 
+def _zoo_has_loss(adapter) -> bool:
+    """Whether the zoo task defines a loss (its module can ``encode`` labelled inputs;
+    zoo:constructed, whose weights are set by hand, has no task head to score)."""
+    from probe.models import zoo
+
+    task = _zoo_task(adapter)
+    return bool(task) and hasattr(zoo.task_module(task), "encode")
+
+
 def _has_lm_head(adapter) -> bool:
     getter = getattr(adapter.model, "get_output_embeddings", None)
     return getter is not None and getter() is not None
 
 
-class Metric:
+class ModelScalar:
+    """The one base of :class:`Metric` (ablation, importance, pruning, patching) and
+    :class:`probe.analyses.common.targets.Target` (attributions, counterfactuals): one
+    scalar per example read from one model forward.
+
+    Subclasses set ``name`` and ``differentiable``; :meth:`run_model` is the forward both
+    hierarchies use (no KV cache for decoders: each forward is a whole sequence).
+    """
+
+    name = "scalar"
+    differentiable = True
+
+    def run_model(self, adapter, inputs: dict):
+        """``adapter.model(**inputs)`` (grad mode is the caller's)."""
+        kwargs = dict(inputs)
+        if adapter.arch == "decoder":
+            kwargs["use_cache"] = False
+        return adapter.model(**kwargs)
+
+    def describe(self) -> str:
+        return self.name
+
+
+def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The one language-model loss: ``−log softmax(logits)[label]`` per position.
+
+    ``logits`` ``[..., vocab]`` and ``labels`` ``[...]`` (long; ``−100`` positions give an
+    arbitrary value the caller masks out) -> ``[...]`` in float32 (half precision is
+    upcast). Used by :class:`LossMetric` (masked-LM, next-token, teacher-forced and zoo
+    task losses) and by :class:`probe.analyses.common.targets.LMLoss`.
+    """
+    logits = _f32(logits)
+    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).clamp(min=0), reduction="none")
+    return flat.reshape(labels.shape)
+
+
+class Metric(ModelScalar):
     """A scalar per example from a live model.
 
     Subclasses set ``name``, ``higher_is_better``, ``differentiable``,
@@ -111,7 +157,6 @@ class Metric:
 
     name = "metric"
     higher_is_better = False
-    differentiable = True
     stationary_at_clean = False
     ignores_padding = False
 
@@ -130,10 +175,7 @@ class Metric:
 
     def forward(self, adapter, batch: MetricBatch):
         """Run the model on ``batch`` (grad mode is the caller's)."""
-        kwargs = dict(batch.inputs)
-        if adapter.arch == "decoder":
-            kwargs["use_cache"] = False
-        return adapter.model(**kwargs)
+        return self.run_model(adapter, batch.inputs)
 
     def reference(self, outputs, batch: MetricBatch) -> Optional[torch.Tensor]:
         """What the clean run must hand to :meth:`score` of intervened runs (rows first)."""
@@ -172,11 +214,10 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
 
 def _token_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy per row over positions whose label is not −100: ``[rows]``."""
-    logits = _f32(logits)
     if logits.dim() == 2:  # sequence classification: one label per row
-        return F.cross_entropy(logits, labels, reduction="none")
+        return token_nll(logits, labels)
     keep = labels != -100
-    ce = F.cross_entropy(logits.transpose(1, 2), labels.clamp(min=0), reduction="none")
+    ce = token_nll(logits, labels)
     return (ce * keep).sum(-1) / keep.sum(-1).clamp(min=1)
 
 
@@ -232,6 +273,9 @@ class LossMetric(Metric):
                 raise ValueError(f"metric 'loss' on {adapter.name} needs the zoo evaluation examples "
                                  "(run without --text/--file/--conllu); metrics that apply to other "
                                  "inputs: embedding-drift")
+            if not _zoo_has_loss(adapter):
+                raise ValueError(f"{adapter.name} has no task loss (its weights are set by hand); "
+                                 "metrics that apply: embedding-drift")
             return
         if not _has_lm_head(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
@@ -364,13 +408,27 @@ def applicable_metrics(adapter, corpus=None) -> list[str]:
     """Names of the built-in metrics that apply to ``adapter`` (and ``corpus``)."""
     zoo = _zoo_task(adapter)
     has_examples = corpus is None or bool(corpus.examples)
+    task_loss = bool(zoo) and has_examples and _zoo_has_loss(adapter)
     out = []
-    if (zoo and has_examples) or (not zoo and _has_lm_head(adapter)):
+    if task_loss or (not zoo and _has_lm_head(adapter)):
         out.append("loss")
-    if zoo and has_examples:
+    if task_loss:
         out.append("accuracy")
     out.append("embedding-drift")
     return out
+
+
+def default_metric(adapter, corpus=None) -> tuple:
+    """``(name, why)``: the metric a command uses when none is given.
+
+    ``loss`` where it applies (a zoo model on its evaluation set: the task's own loss; a
+    model with a language-model head: its LM loss), else ``embedding-drift`` (sentence
+    encoders such as the bundled minilm, which have no head to compute a loss with)."""
+    metrics = applicable_metrics(adapter, corpus)
+    if "loss" in metrics:
+        why = "the zoo task's loss" if _zoo_task(adapter) else "the model's language-model loss"
+        return "loss", why
+    return "embedding-drift", "the model has no language-model or task head (a sentence encoder)"
 
 
 def get_metric(metric: Union[str, Metric, Callable], adapter=None, corpus=None) -> Metric:

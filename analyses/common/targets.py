@@ -27,6 +27,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from .metrics import ModelScalar, token_nll
+
 __all__ = ["Target", "ClassLogit", "LMLoss", "ProbeLogit", "CallableTarget", "scalar_function",
            "check_scalar"]
 
@@ -54,8 +56,9 @@ def _lengths(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.long().sum(-1)
 
 
-class Target:
-    """Base class: one scalar (and one distribution) per example from a model forward.
+class Target(ModelScalar):
+    """Base class: one scalar (and one distribution) per example from a model forward
+    (the same base, :class:`probe.analyses.common.metrics.ModelScalar`, as the metrics).
 
     Subclasses implement :meth:`scalar` and :meth:`distribution`; :meth:`aux` fixes
     per-example choices on the clean batch; :meth:`reads` names the query positions whose
@@ -68,7 +71,7 @@ class Target:
         """The model output the target reads (default: the model's forward)."""
         if adapter.arch == "encoder-decoder":
             raise ValueError("faithfulness targets support encoder or decoder models, not encoder-decoder")
-        return adapter.model(input_ids=input_ids, attention_mask=attention_mask)
+        return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
 
     def aux(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-example choices ``[batch, k]`` (long), resolved on the clean inputs."""
@@ -84,9 +87,6 @@ class Target:
     def reads(self, n_tokens: int, adapter=None) -> tuple:
         """Query positions (of an example of ``n_tokens`` tokens) the target reads."""
         return (0,)
-
-    def describe(self) -> str:
-        return self.name
 
 
 def _logits(out) -> torch.Tensor:
@@ -178,19 +178,21 @@ class LMLoss(Target):
             rows.append((p - 1 if causal else p, tok))
         return torch.tensor(rows, dtype=torch.long, device=input_ids.device)
 
-    def _logprobs(self, out, aux):
+    def _rows(self, out, aux):
+        """The logits ``[batch, vocab]`` at each example's predicting position."""
         logits = _logits(out)
         if logits.dim() != 3:
             raise ValueError(
                 f"LM-loss target needs per-position logits [batch, seq, vocab]; the model gives "
                 f"{tuple(logits.shape)}; use a class-logit target (logit:<class>)"
             )
-        rows = logits[torch.arange(logits.shape[0], device=logits.device), aux[:, 0]]
-        return torch.log_softmax(rows.float(), -1)
+        return logits[torch.arange(logits.shape[0], device=logits.device), aux[:, 0]]
+
+    def _logprobs(self, out, aux):
+        return torch.log_softmax(self._rows(out, aux).float(), -1)
 
     def scalar(self, out, attention_mask, aux):
-        lp = self._logprobs(out, aux)
-        return -lp.gather(1, aux[:, 1:2]).squeeze(1)
+        return token_nll(self._rows(out, aux), aux[:, 1])  # the metrics' LM loss, at one position
 
     def distribution(self, out, attention_mask, aux):
         return self._logprobs(out, aux).exp()

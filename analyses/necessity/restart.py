@@ -11,10 +11,11 @@ final norm, task head, attention-mask construction — is the model's own code, 
 result equals a full forward with the same interventions; only the embeddings (a
 lookup) are recomputed.
 
-The layer modules are the ancestors of the adapter's attention modules named by the
-layer-index group of the family's pattern (``encoder.layer.{i}``, ``h.{i}``, …).
-Supported: families whose layers take the residual stream as their first argument,
-return it as their output, and share no state across layers (:data:`RESTART_FAMILIES`);
+The layer modules are the ancestors of the adapter's attention modules
+(:meth:`ModelAdapter.attention_modules`) at their layer-index path component
+(``encoder.layer.{i}``, ``h.{i}``, …). Supported: the families of
+:data:`models.architectures.RESTARTABLE_FAMILIES` (layers take the residual stream as
+their first argument, return it as their output, and share no state across layers);
 elsewhere callers fall back to full forwards (:func:`supports_restart`). T5 is
 excluded (its relative position bias is computed in layer 0 and passed on), as are
 encoder-decoder models.
@@ -36,29 +37,29 @@ is skipped): :func:`supports_site_restart`.
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import torch
 
-from probe.models.architectures import ARCHITECTURES
 from probe.hooks import HookContext, HookSet
+from probe.models.architectures import RESTARTABLE_FAMILIES
 
 __all__ = ["RESTART_FAMILIES", "supports_restart", "supports_site_restart", "layer_modules", "ResidualCache",
            "RestartFrom"]
 
-RESTART_FAMILIES = ("bert", "distilbert", "gpt2", "llama")
+#: kept for callers of the old name; the table lives with the architectures
+RESTART_FAMILIES = tuple(sorted(RESTARTABLE_FAMILIES))
 
 
 def supports_restart(adapter, stack: Optional[str] = None) -> bool:
     """True when :class:`RestartFrom` is exact for this model and stack."""
     stack = stack or adapter.default_stack
-    return adapter.family in RESTART_FAMILIES and adapter.arch != "encoder-decoder" and stack == adapter.default_stack
+    return adapter.family in RESTARTABLE_FAMILIES and adapter.arch != "encoder-decoder" and stack == adapter.default_stack
 
 
 def supports_site_restart(adapter, stack: Optional[str] = None) -> bool:
     """True when :class:`RestartFrom` with ``context`` is exact: layer restart is, every
-    family in :data:`RESTART_FAMILIES` returns ``(output, weights)`` from its attention
+    family in :data:`RESTARTABLE_FAMILIES` returns ``(output, weights)`` from its attention
     module with ``output`` the site or its projection, and the model is in eval mode."""
     return supports_restart(adapter, stack) and not adapter.model.training
 
@@ -69,17 +70,18 @@ def layer_modules(adapter, stack: Optional[str] = None) -> list:
     Raises:
         ValueError: when the layers cannot be located.
     """
-    stack = stack or adapter.default_stack
-    pattern = re.compile(ARCHITECTURES[adapter.family][stack]["attention"])
+    attention = adapter.attention_modules(stack)  # the adapter's lookup in the architectures table
+    names = {id(m): n for n, m in adapter.model.named_modules()}
     modules = dict(adapter.model.named_modules())
-    found = {}
-    for name in modules:
-        m = pattern.search(name)
-        if m:
-            found[int(m.group(1))] = modules[name[: m.end(1)]]
-    if not found:
-        raise ValueError(f"cannot locate the layer modules of {adapter.name}")
-    return [found[i] for i in sorted(found)]
+    out = []
+    for i, module in enumerate(attention):
+        parts = names[id(module)].split(".")
+        # the layer module: the path up to the first component that is the layer index
+        k = next((k for k, part in enumerate(parts) if part == str(i)), None)
+        if k is None:
+            raise ValueError(f"cannot locate the layer modules of {adapter.name}")
+        out.append(modules[".".join(parts[: k + 1])])
+    return out
 
 
 def _hidden(args, kwargs):

@@ -1,7 +1,15 @@
 """The ``probe`` command line: a thin click layer over the public library functions.
 
-Each command lives in its own module under ``app/cli/`` and is listed in
-``COMMAND_MODULES``; heavy imports happen inside the command bodies.
+The analysis commands are built from the registry (:mod:`probe.app.registry`, one
+generic runner in :mod:`.runner`); the few commands that are not analyses (models,
+capture, heatmap, report, train, evaluate, and those listed in ``COMMAND_MODULES``) live
+in their own modules. Heavy imports happen inside the command bodies, so ``probe --help``
+imports neither torch nor transformers.
+
+Errors (one boundary, :class:`ProbeGroup`): bad input (``ValueError``,
+``FileNotFoundError``, click's usage errors) prints one ``Error: …`` line and exits 1
+(click's usage errors: 2); anything else prints one line and "rerun with --verbose for
+the traceback" and exits 3; ``--verbose`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -9,25 +17,42 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 
 import click
 
-# module name under probe.app.cli -> the click command objects it defines (attribute names)
-COMMAND_MODULES = [
-    "core",
-    "report",
-    "roles",
-    "syntax",
-    "flow",
-    "ablation",
-    "faithfulness",
-    "complexity",
-    "paper",
-    "zoo",
-]
+from .common import EXPECTED, UNEXPECTED_EXIT
+
+# modules under probe.app.cli whose ``COMMANDS`` are added to the root group
+COMMAND_MODULES = ["core", "report", "zoo", "store"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class ProbeGroup(click.Group):
+    """The root group: the CLI's one error boundary."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except EXPECTED as exc:
+            if ctx.meta.get("probe.verbose"):
+                traceback.print_exc()
+            raise click.ClickException(str(exc) or type(exc).__name__) from None
+        except Exception as exc:  # a bug, not bad input
+            if ctx.meta.get("probe.verbose"):
+                traceback.print_exc()
+                click.echo(f"Error: unexpected {type(exc).__name__}: {exc}", err=True)
+            else:
+                click.echo(f"Error: unexpected {type(exc).__name__}: {exc} "
+                           "(rerun with --verbose for the traceback)", err=True)
+            sys.exit(UNEXPECTED_EXIT)
+
+
+@click.group(cls=ProbeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="attention-probe")
 def main():
     """Attention interpretability toolkit: capture, analyse and report attention heads."""
@@ -42,12 +67,34 @@ def main():
         hf_logging.set_verbosity_error()
 
 
-for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f"probe.app.cli.{_name}")
-    except ModuleNotFoundError as exc:  # only a command module absent from this checkout
-        if exc.name != f"probe.app.cli.{_name}":
-            raise
-        continue
-    for _cmd in getattr(_mod, "COMMANDS", []):
-        main.add_command(_cmd)
+def _add_commands() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(f"probe.app.cli.{name}")
+        except ModuleNotFoundError as exc:  # only a command module absent from this checkout
+            if exc.name != f"probe.app.cli.{name}":
+                raise
+            continue
+        for cmd in getattr(mod, "COMMANDS", []):
+            main.add_command(cmd)
+    from probe.app.registry import registered
+
+    from .runner import build_command
+
+    for analysis in registered():
+        if analysis.command_name and analysis.command_name not in main.commands:
+            main.add_command(build_command(analysis), analysis.command_name)
+
+
+_add_commands()
+
+
+def command(name: str) -> click.Command:
+    """The click command ``probe <name>`` (for tests and embedding: ``CliRunner().invoke(command("ablate"), …)``).
+
+    Raises:
+        ValueError: no such command.
+    """
+    if name not in main.commands:
+        raise ValueError(f"no command {name!r}; known: {', '.join(sorted(main.commands))}")
+    return main.commands[name]

@@ -1,9 +1,15 @@
-"""Options shared by several commands, defined once, and the error boundary of the CLI."""
+"""Options shared by several commands, defined once; the one head notation; the error
+boundary and progress settings of the CLI.
+
+Heads are printed ``L2H8`` (layer 2, head 8) and accepted as ``L2H8``, ``2.8``, ``2:8``
+or ``2-8`` (:func:`parse_heads`); tables carry ``layer`` and ``head`` columns.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 
 import click
@@ -14,8 +20,27 @@ device_option = click.option("--device", default="cpu", show_default=True, help=
 dtype_option = click.option("--dtype", default=None, type=click.Choice(["float32", "float16", "bfloat16"]),
                             help="forward dtype (maps are stored as float32 or float16)")
 limit_option = click.option("--limit", type=click.IntRange(min=1), default=None, help="first N examples only")
-out_dir_option = click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="output directory")
-verbose_option = click.option("-v", "--verbose", is_flag=True)
+force_option = click.option("--force", is_flag=True, help="replace a non-empty --out")
+
+
+def _remember_verbose(ctx, param, value):
+    if value:
+        ctx.find_root().meta["probe.verbose"] = True
+    return value
+
+
+def _remember_quiet(ctx, param, value):
+    if value:
+        ctx.find_root().meta["probe.quiet"] = True
+        os.environ["TQDM_DISABLE"] = "1"
+    return value
+
+
+out_dir_option = click.option("--out", "-o", required=True, type=click.Path(), help="output directory")
+verbose_option = click.option("-v", "--verbose", is_flag=True, callback=_remember_verbose, expose_value=True,
+                              help="log details; show the traceback of an unexpected error")
+quiet_option = click.option("-q", "--quiet", is_flag=True, callback=_remember_quiet,
+                            help="no progress and no notes (errors still print)")
 
 
 def input_options(fn):
@@ -28,51 +53,73 @@ def input_options(fn):
     return fn
 
 
-def user_errors(fn):
-    """Turn the library's ``ValueError`` s into one clear line and exit status 1."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-    return wrapper
+# ---- the one head notation (parsers in probe.app.registry.notation) -------------------
+def parse_heads(value, name: str = "--heads"):
+    """Heads in any accepted notation (``L2H8``, ``2.8``, ``2:8``, ``2-8``) -> ``[(l, h), …]``.
+
+    Raises:
+        click.BadParameter: naming the option.
+    """
+    from probe.app.registry.notation import parse_heads as parse
+
+    try:
+        return parse(value, name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"{name}: "), param_hint=name) from None
 
 
 def parse_int_list(value, name: str):
     """'0,2,5' or '0-3' → [0, 2, 5] / [0, 1, 2, 3]; ``None`` stays ``None``."""
-    if value is None or value == "":
-        return None
-    out = []
+    from probe.app.registry.notation import parse_int_list as parse
+
     try:
-        for part in str(value).split(","):
-            part = part.strip()
-            if "-" in part[1:]:
-                a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
-            elif part:
-                out.append(int(part))
-    except ValueError:
-        raise click.BadParameter(f"expected integers like 0,2,5 or 0-3, got {value!r}", param_hint=name) from None
-    return out
+        return parse(value, name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"{name}: "), param_hint=name) from None
+
+
+def parse_head(value, name: str = "--head") -> tuple:
+    """One head in any accepted notation -> ``(layer, head)``."""
+    heads = parse_heads(value, name)
+    if not heads or len(heads) != 1:
+        raise click.BadParameter(f"give one head, like L2H8; got {value!r}", param_hint=name)
+    return heads[0]
 
 
 def parse_head_group(value: str, name: str = "--group") -> list:
-    """'1.0,1.1,1.3' → [(1, 0), (1, 1), (1, 3)]: heads as ``layer.head``."""
-    out = []
-    for part in str(value).split(","):
-        part = part.strip()
-        layer, dot, head = part.partition(".")
-        if not (dot and layer.isdigit() and head.isdigit()):
-            raise click.BadParameter(f"expected heads as layer.head separated by commas, like 1.0,1.3; "
-                                     f"got {part!r}", param_hint=name)
-        out.append((int(layer), int(head)))
-    return out
+    """A group of heads in any accepted notation (see :func:`parse_heads`)."""
+    heads = parse_heads(value, name)
+    if not heads:
+        raise click.BadParameter("give at least one head, like L1H0,L1H3", param_hint=name)
+    return heads
+
+
+# ---- errors -------------------------------------------------------------------------------
+#: exit status of an unexpected error (a bug, not bad input); bad input exits with 1
+UNEXPECTED_EXIT = 3
+EXPECTED = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def user_errors(fn):
+    """Kept for command modules written before the boundary moved to the root group:
+    bad input (``ValueError`` …) becomes one ``Error:`` line and exit status 1."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EXPECTED as exc:
+            raise click.ClickException(str(exc)) from None
+    return wrapper
 
 
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+
+
+def configure_progress() -> None:
+    """tqdm bars when stderr is a terminal; otherwise (logs, CI) at most one line every
+    30 s per bar instead of redrawn bars; none under ``--quiet`` (``TQDM_DISABLE``)."""
+    if not sys.stderr.isatty():
+        os.environ.setdefault("TQDM_MININTERVAL", "30")
+        os.environ.setdefault("TQDM_NCOLS", "100")

@@ -6,8 +6,9 @@ import json
 
 import click
 
-from .common import (device_option, dtype_option, input_options, limit_option, model_option, parse_int_list,
-                     setup_logging, user_errors, verbose_option)
+from .common import (configure_progress, device_option, dtype_option, force_option, input_options, limit_option,
+                     model_option, parse_head, parse_int_list, quiet_option, setup_logging, user_errors,
+                     verbose_option)
 
 
 @click.command("models")
@@ -44,13 +45,28 @@ def models_cmd(as_json):
 @dtype_option
 @click.option("--truncate", is_flag=True, help="cut texts beyond the model's limit instead of refusing "
               "(--text) or skipping (--file/--conllu) them")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="store directory")
+@click.option("--out", "-o", required=True, type=click.Path(), help="store directory (a partial store of the "
+              "same run resumes; any other non-empty directory needs --force)")
+@force_option
+@quiet_option
 @verbose_option
 @user_errors
 def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dtype, stack, device, dtype,
-                truncate, out, verbose):
-    """Capture attention maps of a corpus into a store directory (resumable)."""
+                truncate, out, force, quiet, verbose):
+    """Capture attention maps of a corpus into a store directory (resumable: the store is
+    written in place, shard by shard, so a killed run continues where it stopped)."""
     setup_logging(verbose)
+    configure_progress()
+    import shutil
+    from pathlib import Path
+
+    from probe.app.registry.outdir import check_out
+
+    resumable = (Path(out) / "manifest.json").exists() and not force
+    if not resumable:  # a fresh store: --out must be empty, or replaced with --force
+        check_out(out, force)
+        if force and Path(out).is_dir():
+            shutil.rmtree(out)
     from probe.models import load_model
     from probe.inputs import load_corpus
     from probe.pipeline import capture_corpus
@@ -59,7 +75,7 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
     adapter = load_model(model, device=device, dtype=dtype)
     store = capture_corpus(adapter, corpus, out, layers=parse_int_list(layers, "--layers"),
                            batch_size=batch_size, dtype=store_dtype, stack=stack,
-                           progress=len(corpus) > 1,
+                           progress=not quiet and len(corpus) > 1,
                            on_long="truncate" if truncate else ("error" if text else "skip"))
     skipped = store.manifest.get("skipped") or {}
     msg = f"{len(store)} examples in {out} ({adapter.name}, {adapter.n_layers} layers × {adapter.n_heads} heads)"
@@ -71,24 +87,36 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
 @click.command("heatmap")
 @click.option("--store", "store_dir", required=True, type=click.Path(file_okay=False))
 @click.option("--example", type=int, default=0, show_default=True)
-@click.option("--layer", type=int, required=True)
-@click.option("--head", type=int, required=True)
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="figure path (.png/.svg/.pdf)")
+@click.option("--head", "head_spec", required=True, help="the head: L2H8 (or 2.8, 2:8, 2-8; or an index "
+              "with --layer)")
+@click.option("--layer", type=int, default=None, help="the layer, when --head is a bare index")
+@click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png", show_default=True)
+@click.option("--out", "-o", required=True, type=click.Path(), help="output directory (must be empty unless "
+              "--force): L<l>H<h>_ex<i>.<format> and the matrix as .csv")
+@force_option
+@quiet_option
 @user_errors
-def heatmap_cmd(store_dir, example, layer, head, out):
+def heatmap_cmd(store_dir, example, head_spec, layer, fmt, out, force, quiet):
     """Draw one head's attention on one stored example, with token labels."""
+    from probe.app.registry.outdir import OutDir
+
+    if layer is not None and head_spec.isdigit():
+        layer, head = layer, int(head_spec)
+    else:
+        layer, head = parse_head(head_spec)
+    target = OutDir(out, force)
     from probe.app.report.figures import attention_heatmap
     from probe.store import Store
 
-    store = Store(store_dir)
-    maps = store[example]
-    path = attention_heatmap(maps, layer, head, out)
-    csv = path.with_suffix(".csv")
-    import pandas as pd
+    maps = Store(store_dir)[example]
+    stem = f"L{layer}H{head}_ex{example}"
+    with target as tmp:
+        attention_heatmap(maps, layer, head, tmp / f"{stem}.{fmt}")
+        import pandas as pd
 
-    pd.DataFrame(maps.head(layer, head).float().numpy(), index=list(maps.query_tokens or maps.tokens),
-                 columns=list(maps.tokens)).to_csv(csv)
-    click.echo(f"wrote {path} and {csv}")
+        pd.DataFrame(maps.head(layer, head).float().numpy(), index=list(maps.query_tokens or maps.tokens),
+                     columns=list(maps.tokens)).to_csv(tmp / f"{stem}.csv")
+    click.echo(f"wrote {target.out}/{stem}.{fmt} and {stem}.csv")
 
 
 COMMANDS = [models_cmd, capture_cmd, heatmap_cmd]

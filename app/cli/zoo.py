@@ -6,19 +6,21 @@ import json
 
 import click
 
-from .common import setup_logging, user_errors, verbose_option
+from .common import quiet_option, setup_logging, user_errors, verbose_option
 
 
 @click.command("train")
 @click.argument("spec")
-@click.option("--out", "-o", required=True, type=click.Path(), help="directory for weights, tokenizer and card")
-@click.option("--force", is_flag=True, help="overwrite --out if it exists")
+@click.option("--out", "-o", required=True, type=click.Path(), help="directory for weights, tokenizer and card "
+              "(must be empty unless --force)")
+@click.option("--force", is_flag=True, help="replace a non-empty --out")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="training steps (default: the task's)")
 @click.option("--seed", type=int, default=None, help="random seed (default: the task's)")
 @click.option("--json", "as_json", is_flag=True, help="print the card as JSON")
+@quiet_option
 @verbose_option
 @user_errors
-def train_cmd(spec, out, force, steps, seed, as_json, verbose):
+def train_cmd(spec, out, force, steps, seed, as_json, quiet, verbose):
     """Train a zoo model from scratch: SPEC is zoo:<task>."""
     setup_logging(verbose)
     from probe.models import zoo
@@ -26,7 +28,11 @@ def train_cmd(spec, out, force, steps, seed, as_json, verbose):
     if not spec.startswith("zoo:"):
         raise ValueError(f"only zoo models can be trained; give zoo:<task>, one of: "
                          f"{', '.join('zoo:' + t for t in zoo.TASKS)}")
-    card = zoo.train(spec, out, steps=steps, seed=seed, force=force)
+    from probe.app.registry.outdir import OutDir
+
+    target = OutDir(out, force)  # checked before training; written beside it and renamed at the end
+    with target as tmp:
+        card = zoo.train(spec, tmp, steps=steps, seed=seed, force=True)
     if as_json:
         click.echo(json.dumps(card, indent=2))
     else:
@@ -38,11 +44,16 @@ def train_cmd(spec, out, force, steps, seed, as_json, verbose):
 @click.option("--model", "-m", required=True, help="zoo:<task>")
 @click.option("--path", type=click.Path(file_okay=False), default=None,
               help="a directory written by `probe train` (default: the committed model)")
-@click.option("--n", "n", type=click.IntRange(min=1), default=None, help="held-out examples (default: the card's)")
+@click.option("--limit", "n", type=click.IntRange(min=1), default=None,
+              help="held-out examples (default: the card's)")
+@click.option("--n", "n_old", type=click.IntRange(min=1), default=None, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @user_errors
-def evaluate_cmd(model, path, n, as_json):
+def evaluate_cmd(model, path, n, n_old, as_json):
     """Held-out accuracy of a zoo model on its regenerated evaluation set."""
+    if n_old is not None:
+        click.echo("note: --n is deprecated; use --limit", err=True)
+        n = n if n is not None else n_old
     from probe.models import zoo
 
     if not model.startswith("zoo:"):

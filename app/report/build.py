@@ -86,14 +86,17 @@ def _special_names(maps) -> tuple:
     return str(m.tokens[idx[0]]), str(m.tokens[idx[-1]])
 
 
-def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict: bool = False) -> ReportData:
+def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict: bool = False,
+            progress=None) -> ReportData:
     """Run the report sections on ``ctx`` and derive per-head facts and verdicts.
+
+    ``progress(i, n, name)`` is called before each section runs (the CLI prints a line).
 
     Raises:
         ValueError: an unknown section name.
     """
     t0 = time.perf_counter()
-    outcomes = run_sections(ctx, choose(sections), strict=strict)
+    outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress)
     data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
     cls, sep = _special_names(ctx.maps)
     for layer in ctx.layers:
@@ -104,14 +107,11 @@ def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict
 
 
 def _check_out(out, force: bool) -> Path:
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{out} exists and is not a directory: choose another --out")
-    if out.exists() and not force:
-        raise ValueError(f"{out} exists: pass --force (force=True) to replace it, or choose another --out")
-    if not out.parent.exists():
-        raise ValueError(f"the parent directory of {out} does not exist: create it first")
-    return out
+    """The one ``--out`` rule (:func:`probe.app.registry.outdir.check_out`): a directory,
+    empty or absent unless ``force``, whose parent can be written."""
+    from probe.app.registry.outdir import check_out
+
+    return check_out(out, force)
 
 
 def _render(data: ReportData, tmp: Path) -> None:
@@ -151,14 +151,15 @@ def write_report(data: ReportData, out, force: bool = False) -> Path:
             parent directory does not exist.
     """
     out = _check_out(out, force)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    out.absolute().parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.absolute().parent))
     try:
         t0 = time.perf_counter()
         _render(data, tmp)
         log.info("rendered the report in %.1fs", time.perf_counter() - t0)
         os.chmod(tmp, 0o755)
         if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
             os.replace(out, old / out.name)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
@@ -171,11 +172,17 @@ def write_report(data: ReportData, out, force: bool = False) -> Path:
     return out
 
 
+def _print_progress(i: int, n: int, name: str) -> None:
+    import sys
+
+    print(f"[{i + 1}/{n}] {name} …", file=sys.stderr, flush=True)
+
+
 def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = None,
                  file: Optional[str] = None, conllu: Optional[str] = None, limit: Optional[int] = None,
                  force: bool = False, sections: Optional[Sequence[str]] = None, device: str = "cpu",
                  batch_size: int = 16, adapter=None, strict: bool = False,
-                 progress: bool = False) -> ReportData:
+                 progress=False) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
     With no input (``text``/``file``/``conllu``) the bundled sample is used (a
@@ -187,6 +194,8 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
         model: a :func:`models.load_model` spec (ignored when ``adapter`` is given).
         sections: names of the sections to run (default: all default sections).
         strict: raise an analysis' error instead of listing the section as failed.
+        progress: ``True`` for a capture bar and one line per section on stderr, or a
+            callable ``progress(i, n, name)`` called before each section.
 
     Returns:
         :class:`ReportData`, with ``path`` set.
@@ -218,12 +227,13 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     t0 = time.perf_counter()
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
                    targets=list(corpus.targets) if corpus.targets else None, batch_size=batch_size,
-                   progress=progress)
+                   progress=bool(progress))
     t_capture = time.perf_counter() - t0
     settings = {"model": adapter.name, "model_info": adapter.describe(), "input": source,
                 "limit": limit, "device": device, "capture seconds": round(t_capture, 2)}
     ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings)
-    data = analyse(ctx, sections=sections, strict=strict)
+    data = analyse(ctx, sections=sections, strict=strict,
+                   progress=progress if callable(progress) else (_print_progress if progress else None))
     write_report(data, out, force=force)
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)

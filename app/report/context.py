@@ -29,7 +29,7 @@ class ReportContext:
         corpus: the :class:`probe.inputs.Corpus` that was captured.
         maps: one :class:`probe.maps.AttentionMaps` per example, in corpus order.
         settings: JSON-able settings shown in the report (model spec, limit, …).
-        results: section name -> :class:`probe.app.report.sections.SectionResult`, filled
+        results: section name -> :class:`probe.app.registry.Result`, filled
             as sections run (later sections may read earlier ones).
         representatives: example indices shown on every page (paper sentences first).
     """
@@ -40,6 +40,20 @@ class ReportContext:
     settings: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
     representatives: list = field(default_factory=list)
+    #: the running section's parameters (its defaults with its ``report_params``)
+    params: dict = field(default_factory=dict)
+    quiet: bool = True
+    workdir: Optional[object] = None
+
+    def say(self, line: str) -> None:
+        """A line for people: logged (the report lists its choices in the notes)."""
+        import logging
+
+        logging.getLogger(__name__).info("%s", line)
+
+    @property
+    def progress(self) -> bool:
+        return not self.quiet
 
     def __post_init__(self):
         if not self.maps:

@@ -1,0 +1,292 @@
+"""The analysis registry: each analysis is declared once, and the command line, the
+report and the Python API are views of it.
+
+An :class:`Analysis` names itself, says what it needs (``model``, ``corpus``,
+``treebank``, ``maps``, ``zoo``, ``gradients``), declares its parameters
+(:class:`Param`: type, default, help) and has ``run(ctx) -> Result``. ``ctx`` is a
+:class:`Context`: the model, corpus, treebank and maps, built lazily from the common
+options (``--model``, ``--text/--file/--conllu``, ``--limit``, ``--device``), plus
+``ctx.params`` (the declared parameters, defaults filled in). A :class:`Result` holds
+tidy tables, per-head facts (``layer``, ``head`` columns), notes, a summary, and
+writes itself into a directory.
+
+Adding an analysis is one new module in ``app/registry/analyses/`` (found by name)::
+
+    from probe.app.registry import Analysis, Param, Result
+
+    def run(ctx):
+        from probe.analyses.patterns.role_features import head_features   # heavy imports inside
+        table = head_features(ctx.maps).head(ctx.params["top"])            # layer, head, …
+        return Result(tables={"features": table}, per_head=table,
+                      notes=[f"{len(table)} heads"], summary={"examples": len(ctx.maps)})
+
+    ANALYSIS = Analysis("features", "Per-head attention features", run, needs=("maps",),
+                        params=(Param("top", int, 5, "heads listed"),), section=True)
+
+That module gives ``probe features --out DIR [--top N]`` (plus the common options its
+needs imply), a report section (``section=True``; ``report_params`` override defaults
+there) and ``probe.run("features", model="minilm", text=[...])``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+__all__ = ["Param", "Analysis", "Result", "Context", "SkipAnalysis", "register", "registered", "get", "run",
+           "analyses_registered", "NEEDS"]
+
+#: what an analysis may need, with the common CLI options each one brings
+NEEDS = {
+    "model": "a live model beyond its captured maps (interventions, gradients): --model, --device",
+    "corpus": "input examples (--text, --file or --conllu; a zoo model's own set when none)",
+    "treebank": "a CoNLL-U treebank with dependency heads (--conllu)",
+    "maps": "captured attention maps of the corpus (the report passes them; a command captures them "
+            "from its input: --text, --file or --conllu)",
+    "zoo": "a zoo model (--model zoo:<task>)",
+    "gradients": "a differentiable live model",
+}
+
+
+class SkipAnalysis(ValueError):
+    """Raised by ``run`` when its input does not allow it; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an analysis; the CLI option is ``--<name with dashes>``.
+
+    Attributes:
+        name: Python name (``n_boot`` -> ``--n-boot``).
+        type: ``str``, ``int``, ``float``, ``bool`` (a flag), ``"heads"`` (``L2H8,2.9``
+            -> ``[(2, 8), (2, 9)]``), ``"ints"`` (``0,2-4`` -> ``[0, 2, 3, 4]``) or
+            ``"names"`` (``a,b`` -> ``["a", "b"]``).
+        default: used when the option is not given (``None``: unset).
+        help: one line for ``--help``.
+        choices: allowed values of a ``str`` parameter.
+        min: smallest allowed value of an ``int``/``float`` parameter.
+        multiple: repeatable option (a tuple of values).
+        required: the option must be given.
+        aliases: extra spellings kept for old command lines (hidden in ``--help``).
+        short: a one-letter alias such as ``-p``.
+    """
+
+    name: str
+    type: Any = str
+    default: Any = None
+    help: str = ""
+    choices: tuple = ()
+    min: Optional[float] = None
+    multiple: bool = False
+    required: bool = False
+    aliases: tuple = ()
+    short: Optional[str] = None
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One analysis, declared once.
+
+    Attributes:
+        name: the command name (``probe <name>``) and the report section name.
+        title: one line: the heading in the report and the command's short help.
+        run: ``run(ctx: Context) -> Result``; raise ``ValueError`` (or
+            :class:`SkipAnalysis`) when the input does not allow it.
+        needs: keys of :data:`NEEDS`.
+        params: the :class:`Param` s of ``run`` (read as ``ctx.params[name]``).
+        help: the longer ``--help`` text (default: ``title``).
+        command: offered as ``probe <name>`` (``True``), under another command name
+            (a string, e.g. ``"ablate"`` for the ``ablation`` section), or not (``False``).
+        section: a report section; ``True`` runs ``run`` on the report's context, a
+            callable is the report's own variant ``section(ctx) -> Result``.
+        report_default: the section runs when the user names no sections.
+        report_params: parameter values used in the report (smaller budgets).
+        after: sections whose results the report variant reads from ``ctx.results``.
+        modules: modules that must import for the analysis to run (else skipped).
+        order: position in listings (report order, README table).
+        model: the default of ``--model`` for this command (a model its defaults work with).
+        example: one command line that runs in seconds (the README tour shows it and
+            tests/test_cli_contract.py runs it).
+    """
+
+    name: str
+    title: str
+    run: Callable
+    needs: tuple = ()
+    params: tuple = ()
+    help: str = ""
+    command: Any = True
+    section: Any = False
+    report_default: bool = True
+    report_params: dict = field(default_factory=dict)
+    after: tuple = ()
+    modules: tuple = ()
+    order: int = 100
+    model: str = "minilm"
+    example: str = ""
+
+    @property
+    def command_name(self) -> Optional[str]:
+        """``probe <command_name>``, or ``None`` when the analysis is not a command."""
+        if not self.command:
+            return None
+        return self.command if isinstance(self.command, str) else self.name
+
+    def defaults(self, **given) -> dict:
+        """The parameters with defaults filled in; unknown names raise ``ValueError``."""
+        known = {p.name: p for p in self.params}
+        bad = sorted(set(given) - set(known))
+        if bad:
+            raise ValueError(f"{self.name} has no parameter(s) {bad}; known: {', '.join(known) or 'none'}")
+        out = {p.name: ((() if p.default is None else p.default) if p.multiple else p.default)
+               for p in self.params}
+        out.update(given)
+        return out
+
+
+@dataclass
+class Result:
+    """What an analysis returns.
+
+    Attributes:
+        tables: name -> tidy DataFrame, written as ``<name>.csv``.
+        per_head: DataFrame with ``layer``, ``head`` and fact columns, or ``None``.
+        notes: lines for people (printed by the CLI, shown in the report).
+        summary: JSON-able numbers; written as ``<summary_name>.json`` when non-empty.
+        summary_name: file stem of the summary (default ``summary``).
+        writers: ``fn(directory) -> paths`` for figures and other files.
+    """
+
+    tables: dict = field(default_factory=dict)
+    per_head: Any = None
+    notes: list = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    summary_name: str = "summary"
+    writers: list = field(default_factory=list)
+
+    def write(self, directory) -> list:
+        """Write tables (CSV), the summary (JSON) and the writers' files into
+        ``directory`` (created); returns the paths written."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name, frame in self.tables.items():
+            path = d / f"{name}.csv"
+            frame.to_csv(path, index=False)
+            paths.append(path)
+        if self.summary:
+            path = d / f"{self.summary_name}.json"
+            path.write_text(json.dumps(self.summary, indent=2, default=_jsonable) + "\n")
+            paths.append(path)
+        for writer in self.writers:
+            paths.extend(Path(p) for p in (writer(d) or ()))
+        return paths
+
+
+def _jsonable(value):
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+from .context import Context  # noqa: E402  (after Result: context imports nothing from here)
+
+_REGISTRY: dict = {}
+_LOADED = False
+
+
+def register(analysis: Analysis, replace: bool = False) -> Analysis:
+    """Add ``analysis`` to the registry.
+
+    Raises:
+        ValueError: the name is taken and ``replace`` is false, or a need is unknown.
+    """
+    unknown = [n for n in analysis.needs if n not in NEEDS]
+    if unknown:
+        raise ValueError(f"{analysis.name}: unknown needs {unknown}; known: {', '.join(NEEDS)}")
+    if analysis.name in _REGISTRY and not replace:
+        raise ValueError(f"an analysis named {analysis.name!r} is already registered")
+    _REGISTRY[analysis.name] = analysis
+    return analysis
+
+
+def _load_builtin() -> None:
+    """Import every module of :mod:`probe.app.registry.analyses` and register its
+    ``ANALYSIS`` (or ``ANALYSES``): these modules are light (imports inside ``run``)."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    from . import analyses as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+        for a in getattr(mod, "ANALYSES", ()) or ((mod.ANALYSIS,) if hasattr(mod, "ANALYSIS") else ()):
+            if a.name not in _REGISTRY:
+                register(a)
+
+
+def registered() -> list:
+    """Every registered analysis, by ``order`` then name."""
+    _load_builtin()
+    return sorted(_REGISTRY.values(), key=lambda a: (a.order, a.name))
+
+
+def get(name: str) -> Analysis:
+    """The analysis called ``name`` (or whose command is ``name``).
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+    """
+    _load_builtin()
+    by_command = {a.command_name: a for a in _REGISTRY.values() if a.command_name}
+    if name not in _REGISTRY and name in by_command:
+        return by_command[name]
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown analysis {name!r}; known: {', '.join(a.name for a in registered())}")
+    return _REGISTRY[name]
+
+
+def analyses_registered() -> list:
+    """The names of the registered analyses (``probe.run`` accepts these and the command names)."""
+    return [a.name for a in registered()]
+
+
+def run(name: str, *, model: str = "minilm", text=None, file=None, conllu=None, limit=None, device="cpu",
+        adapter=None, quiet: bool = True, out=None, force: bool = False, **params) -> Result:
+    """Run the analysis ``name`` from Python and return its :class:`Result`.
+
+    Args:
+        model, text, file, conllu, limit, device: the same as the CLI's common options.
+        adapter: an already loaded model (instead of ``model``).
+        out: also write the result into this directory (refused when non-empty unless
+            ``force``), as the CLI does.
+        params: the analysis' parameters (see ``probe <name> --help``).
+
+    Raises:
+        ValueError: unknown analysis or parameter, or input the analysis cannot use.
+    """
+    from .outdir import OutDir
+
+    analysis = get(name)
+    values = analysis.defaults(**params)
+    target = OutDir(out, force) if out is not None else None
+    ctx = Context(model=model, text=text, file=file, conllu=conllu, limit=limit, device=device,
+                  adapter=adapter, params=values, quiet=quiet)
+    result = analysis.run(ctx)
+    if target is not None:
+        with target as tmp:
+            result.write(tmp)
+    return result

@@ -1,0 +1,74 @@
+"""Parameters and helpers shared by several built-in analyses."""
+
+from __future__ import annotations
+
+from probe.app.registry import Param
+
+#: most examples the report's model-running sections use (the analyses over captured maps
+#: use the whole corpus); 128 keeps the EWT dev report near its budget (bench/bench_report.py)
+MODEL_EXAMPLES = 128
+
+METRIC = Param("metric", str, "auto", "loss | accuracy (zoo) | embedding-drift; auto: loss where it applies "
+               "(zoo task, LM head), else embedding-drift", choices=("auto", "loss", "accuracy", "embedding-drift"))
+BATCH = Param("batch_size", int, 8, "examples per forward", min=1)
+N_BOOT = Param("n_boot", int, 1000, "bootstrap resamples for the confidence intervals", min=10)
+GROUPS = Param("group", "heads", None, "also intervene on these heads together, e.g. L1H0,L1H1 (repeatable); "
+               "rows in groups.csv", multiple=True)
+
+
+def head_name(layer, head) -> str:
+    return f"L{int(layer)}H{int(head)}"
+
+
+def metric(ctx, corpus=None) -> str:
+    """``ctx.params['metric']``, or the model's default (printed) when it is ``auto``."""
+    from probe.analyses.common.metrics import default_metric
+
+    chosen = ctx.params.get("metric", "auto")
+    if chosen not in (None, "auto"):
+        return chosen
+    name, why = default_metric(ctx.adapter, corpus if corpus is not None else ctx.corpus)
+    ctx.say(f"metric: {name} ({why}; choose with --metric)")
+    return name
+
+
+def model_corpus(ctx):
+    """``(corpus, note)``: at most ``ctx.params['max_model_examples']`` (the report's cap)
+    examples for analyses that run the model once per head."""
+    cap = ctx.params.get("max_model_examples")
+    n = len(ctx.corpus)
+    if not cap or n <= cap:
+        return ctx.corpus, ""
+    return (ctx.corpus.subset(range(cap), reason="beyond the report's model-run limit"),
+            f" on the first {cap} of {n} examples")
+
+
+def heads_of_layers(adapter, layers):
+    if layers is None:
+        return None
+    return [(layer, h) for layer in layers for h in range(adapter.n_heads)]
+
+
+def group_table(results):
+    """One row per head group (heads written ``L1H0+L1H1``), or ``None``."""
+    import pandas as pd
+
+    if not results:
+        return None
+    rows = []
+    for r in results:
+        row = r.summary()
+        row["heads"] = "+".join(head_name(layer, h) for layer, h in r.heads)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def group_note(table) -> str:
+    if table is None:
+        return ""
+    return "groups: " + ", ".join(f"{h} {e:+.4g}" for h, e in zip(table["heads"], table["effect"]))
+
+
+def top_heads(table, column: str, k: int = 5, by_abs: bool = True):
+    order = table[column].abs() if by_abs else table[column]
+    return table.reindex(order.sort_values(ascending=False).index).head(k)

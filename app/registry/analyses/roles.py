@@ -1,0 +1,152 @@
+"""``probe roles`` and the report's roles section: name what each head does, with the
+evidence (previous-token, special-token, broad, induction, syntactic …)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from probe.app.registry import Analysis, Param, Result
+
+#: per-head columns of the roles table shown on the report's head pages
+ROLE_FACTS = ("role", "confidence", "decided_by", "also", "to_cls", "to_sep", "to_special", "to_punct",
+              "prev", "self", "next", "positional_share", "positional_offset", "entropy_ratio",
+              "max_attention", "argmax_rare")
+#: relations that are not evidence of a syntactic head (mirrors the syntax section)
+NOT_SYNTACTIC = ("punct", "all", "root")
+
+
+def _thresholds(items) -> dict:
+    """NAME=VALUE pairs -> keyword arguments of RoleThresholds (checked)."""
+    from probe.analyses.patterns.roles import RoleThresholds
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(f"--threshold: expected NAME=VALUE, got {item!r}")
+    try:
+        RoleThresholds(**out)
+    except TypeError:
+        raise ValueError(f"--threshold: unknown threshold in {list(out)}; known: "
+                         f"{', '.join(RoleThresholds.__dataclass_fields__)}") from None
+    return out
+
+
+def _evidence(path, name):
+    if not path:
+        return None
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the {name} table {path}: {exc}") from None
+
+
+def _source(ctx):
+    """A Store (existing, or captured into --store) or a stream of freshly captured maps."""
+    store_dir = ctx.params.get("store")
+    if store_dir and not ctx.has_input and (Path(store_dir) / "manifest.json").exists():
+        from probe.store import Store
+
+        return Store(store_dir), f"store {store_dir}"
+    if store_dir and not ctx.has_input and not ctx.is_zoo:
+        raise ValueError(f"{store_dir} is not a store (no manifest.json): give an input "
+                         "(--text, --file or --conllu) to capture into it")
+    corpus = ctx.corpus
+    if store_dir:
+        from probe.pipeline import capture_corpus
+
+        store = capture_corpus(ctx.adapter, corpus, store_dir, batch_size=ctx.params["batch_size"],
+                               progress=ctx.progress and len(corpus) > 1)
+        return store, f"{ctx.adapter.name} on {corpus.source} (store {store_dir})"
+    from probe.capture import iter_capture
+
+    stream = iter_capture(ctx.adapter, corpus.texts, word_spans=corpus.word_spans,
+                          batch_size=ctx.params["batch_size"], progress=ctx.progress and len(corpus) > 1,
+                          total=len(corpus))
+    return stream, f"{ctx.adapter.name} on {corpus.source}"
+
+
+def run(ctx) -> Result:
+    from probe.analyses.patterns.roles import roles_report
+
+    p = ctx.params
+    overrides = _thresholds(p["threshold"])
+    source, described = _source(ctx)
+    report = roles_report(source, syntax=_evidence(p["syntax"], "syntax"),
+                          coreference=_evidence(p["coreference"], "coreference"),
+                          n_clusters=p["clusters"] or None, cluster_examples=p["cluster_examples"],
+                          level=p["level"], min_examples=p["min_examples"], progress=ctx.progress, **overrides)
+    counts = dict(zip(report.counts.role, map(int, report.counts.heads)))
+    summary = {"source": described, "n_examples": report.n_examples, "counts": counts}
+    tables = {"roles": report.roles, "layers": report.layers, "counts": report.counts}
+    writers = []
+    if report.clusters is not None:
+        summary["cluster_examples"] = report.clusters.divergence.n_examples
+
+        def distances(d):
+            report.clusters.distances_frame().to_csv(d / "distances.csv")
+            return [d / "distances.csv"]
+        writers.append(distances)
+    if not p["no_figure"]:
+        def figures(d):
+            from probe.app.report.roles_figures import head_map_figure, role_grid_figure
+
+            out = [role_grid_figure(report.roles, d / "roles.png", title=f"head roles: {described}")]
+            if report.clusters is not None:
+                out.append(head_map_figure(report.roles, d / "roles.mds.png"))
+            return out
+        writers.append(figures)
+    notes = [f"{len(report.roles)} heads from {report.n_examples} examples ({described}): "
+             + ", ".join(f"{r} {n}" for r, n in counts.items())]
+    if report.n_examples < p["min_examples"]:
+        notes.append(f"warning: only {report.n_examples} examples (< {p['min_examples']}); the roles are unstable")
+    cols = [c for c in ROLE_FACTS if c in report.roles.columns]
+    return Result(tables=tables, per_head=report.roles[["layer", "head"] + cols], notes=notes, summary=summary,
+                  summary_name="roles", writers=writers)
+
+
+def section(ctx) -> Result:
+    """The report's variant: roles from the maps already captured, with the syntax
+    section's best heads as evidence when it ran."""
+    from probe.analyses.patterns.roles import head_roles, role_counts
+
+    syntax = ctx.results.get("syntax")
+    best = syntax.tables.get("best") if syntax else None
+    if best is not None:
+        best = best[~best["relation"].isin(NOT_SYNTACTIC)]
+    roles = head_roles(ctx.maps, syntax=best)
+    cols = [c for c in ROLE_FACTS if c in roles.columns]
+    counts = role_counts(roles)
+    notes = ["heads per role: " + ", ".join(f"{r} {n}" for r, n in zip(counts["role"], counts["heads"]))]
+    if len(ctx.maps) < 100:
+        notes.append(f"roles estimated from {len(ctx.maps)} examples (fewer than 100: unstable)")
+    return Result(tables={"roles": roles, "role_counts": counts}, per_head=roles[["layer", "head"] + cols],
+                  notes=notes, summary={"role_counts": dict(zip(counts["role"], counts["heads"].astype(int)))})
+
+
+ANALYSIS = Analysis(
+    "roles", "Head roles: what each head does, with the evidence; clusters of similar heads", run, needs=("corpus", "maps"),
+    help="Classify every head (previous-token, special-token, broad, induction, …) with its evidence; writes "
+         "roles.csv (layer, head, role, confidence, decided_by, also, every feature, mds_x, mds_y, cluster), "
+         "layers.csv, counts.csv, distances.csv, roles.json and the figures roles.png, roles.mds.png.",
+    params=(Param("store", str, None, "read this store (from `probe capture`); with an input, capture into it "
+                  "(resumable)"),
+            Param("level", str, "token", "features that decide the roles (both levels are written)",
+                  choices=("token", "word")),
+            Param("syntax", str, None, "best.csv of the syntax analysis: labels 'syntactic (<rel>)' heads"),
+            Param("coreference", str, None, "table of the same shape for coreference"),
+            Param("clusters", int, 8, "agglomerative clusters of heads (0: no clustering)", min=0),
+            Param("cluster_examples", int, 100, "examples used for the head × head JS divergences", min=1),
+            Param("min_examples", int, 100, "warn below this many examples", min=1),
+            Param("threshold", str, None, "override a rule threshold, e.g. positional=0.8 (see "
+                  "probe.analyses.patterns.roles.RoleThresholds)", multiple=True),
+            Param("batch_size", int, 16, "examples per forward", min=1),
+            Param("no_figure", bool, False, "write the tables only")),
+    section=section, modules=("probe.analyses.patterns.roles",), order=45,
+    example="probe roles --model zoo:constructed --limit 20 --out out/roles")

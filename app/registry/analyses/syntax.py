@@ -1,0 +1,136 @@
+"""``probe syntax`` and the report's syntax section: the best head per dependency relation
+against fixed-offset baselines (Clark et al. 2019), trees decoded from attention and the
+attention-only probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from probe.app.registry import Analysis, Param, Result
+
+#: fewest instances of a relation for it to be named on a head page: 1 in 200 dependencies,
+#: within [5, 100] (the bundled sample has ~300 dependencies, EWT dev ~22,000; without a
+#: floor that grows with the corpus, rare relations win by chance)
+SYNTAX_MIN_COUNT = (5, 100)
+#: relations never named as a head's best (punctuation attaches anywhere; ``all`` pools)
+SYNTAX_EXCLUDED = ("punct", "all", "root")
+
+
+def _zoo_treebank(ctx) -> str:
+    """Write a zoo task's held-out set with its gold arcs as ``gold.conllu`` in the run's
+    directory (tasks with ``to_conllu``); any other model needs ``--conllu``."""
+    import tempfile
+
+    from probe.models import zoo
+
+    task = ctx.zoo_task
+    mod = zoo.task_module(task) if task in zoo.TASKS else None
+    if mod is None or not hasattr(mod, "to_conllu"):
+        have = ", ".join(f"zoo:{t}" for t in zoo.TASKS if hasattr(zoo.task_module(t), "to_conllu"))
+        raise ValueError(f"give --conllu (a CoNLL-U treebank); only {have} has gold trees of its own")
+    directory = Path(ctx.workdir or tempfile.mkdtemp(prefix="probe-syntax-"))
+    path = directory / "gold.conllu"
+    path.write_text(mod.to_conllu(zoo.eval_examples(task)), encoding="utf-8")
+    ctx.say(f"treebank: {ctx.model}'s held-out set with its gold trees ({path.name})")
+    return str(path)
+
+
+def run(ctx) -> Result:
+    from probe.analyses.structure.syntax_run import run_syntax
+    from probe.corpus import read_conllu
+
+    p = ctx.params
+    conllu = ctx.conllu or _zoo_treebank(ctx)
+    sentences = read_conllu(conllu, limit=ctx.limit)
+    result = run_syntax(ctx.adapter, sentences, base=p["base_relations"], tree_limit=p["tree_limit"],
+                        probe_limit=p["probe_limit"], batch_size=p["batch_size"],
+                        progress=ctx.progress and len(sentences) > 1)
+    best = result.relations.with_all().best(min_count=p["min_count"], relations=p["relations"])
+
+    def write(d):
+        from probe.app.report.syntax_figures import write_syntax_report
+
+        return list(write_syntax_report(result, d, min_count=p["min_count"], relations=p["relations"],
+                                        meta={"model": ctx.adapter.name, "conllu": str(conllu)}).values())
+
+    return Result(per_head=best_relation_per_head(best, p["min_count"]), notes=_notes(result, best),
+                  writers=[write])
+
+
+def _notes(result, best) -> list:
+    dep = best[(best.direction == "dep_to_head") & ~best.flagged].head(15)
+    lines = [f"{result.relations.n_sentences} sentences evaluated"
+             + (f"; skipped: {', '.join(f'{n} {why}' for why, n in result.skipped_counts.items())}"
+                if result.skipped_counts else "")]
+    lines.append(f"{'relation':<12} {'head':>6} {'acc':>6} {'offset':>6} {'base':>6} {'count':>6}")
+    for r in dep.itertuples():
+        lines.append(f"{r.relation:<12} {f'L{r.layer}H{r.head}':>6} {r.accuracy:6.3f} {r.baseline_offset:>+6d} "
+                     f"{r.baseline_accuracy:6.3f} {r.count:>6d}")
+    if result.trees is not None:
+        t = result.trees.set_index("source")
+        top = result.trees[result.trees.source.isin(["head", "layer_mean", "all_mean"])].iloc[0]
+        where = f"L{top.layer}H{top['head']}" if top.source == "head" else f"layer {top.layer}"
+        lines.append(f"trees: best {top.source} {where} UAS {top.uas:.3f}; right-branching "
+                     f"{t.loc['right_branching', 'uas']:.3f}, left-branching {t.loc['left_branching', 'uas']:.3f}")
+    if result.probe is not None:
+        lines.append(f"attention-only probe: test UAS {result.probe['uas_test']:.3f} "
+                     f"({result.probe['n_test_sentences']} test sentences)")
+    return lines
+
+
+def section(ctx) -> Result:
+    """The report's variant: relation accuracy on the maps already captured."""
+    from probe.analyses.structure.syntax import relation_accuracy
+    from probe.analyses.structure.word_graph import Skipped, word_graphs
+
+    skipped = Skipped([])
+    acc = relation_accuracy(word_graphs(ctx.maps, ctx.corpus.sentences, skipped=skipped)).with_all()
+    relations = acc.to_frame()
+    lo, hi = SYNTAX_MIN_COUNT
+    floor = int(min(hi, max(lo, int(acc.counts.sum()) // 200)))
+    best = acc.best(min_count=floor)
+    per_head = best_relation_per_head(best, floor)
+    notes = [f"{len(acc.relations) - 1} relations over {acc.n_sentences} sentences; the best head of each "
+             f"relation with ≥ {floor} instances against the best fixed-offset baseline (Clark et al. 2019)"]
+    if len(skipped):
+        notes.append(f"{len(skipped)} sentences skipped (word alignment): see tables/syntax_skipped.csv")
+    tables = {"best": best, "relations": relations}
+    if len(skipped):
+        tables["skipped"] = skipped.to_frame()
+    return Result(tables=tables, per_head=per_head, notes=notes)
+
+
+def best_relation_per_head(best, min_count: int):
+    """Heads that are the best head for some relation (Clark et al. 2019's Table 1 view):
+    for each, the relation it beats the fixed-offset baseline by most, and every relation
+    it is best for. ``best``: :meth:`probe.analyses.structure.syntax.RelationAccuracy.best`;
+    relations with fewer than ``min_count`` instances, and :data:`SYNTAX_EXCLUDED`, are
+    left out. Heads best for nothing get no row."""
+    t = best[(best["count"] >= min_count) & ~best["relation"].isin(SYNTAX_EXCLUDED)].copy()
+    t["margin"] = t["accuracy"] - t["baseline_accuracy"]
+    t["label"] = t["relation"] + " (" + t["direction"].str.replace("_", " ") + ")"
+    best_for = t.sort_values("margin", ascending=False).groupby(["layer", "head"])["label"].agg("; ".join)
+    t = t.sort_values(["margin", "count"], ascending=False, kind="stable").drop_duplicates(["layer", "head"])
+    t = t.sort_values(["layer", "head"])
+    out = t[["layer", "head", "relation", "direction", "accuracy", "baseline_accuracy", "baseline_offset",
+             "count"]].rename(columns={"relation": "syntax_relation", "direction": "syntax_direction",
+                                       "accuracy": "syntax_accuracy", "baseline_accuracy": "syntax_baseline",
+                                       "baseline_offset": "syntax_offset", "count": "syntax_count"})
+    out["syntax_best_for"] = [best_for[(l_, h)] for l_, h in zip(out["layer"], out["head"])]
+    return out.reset_index(drop=True)
+
+
+ANALYSIS = Analysis(
+    "syntax", "Syntactic relations against positional baselines", run, needs=("treebank", "maps"),
+    help="Best head per dependency relation (Clark et al. 2019), trees from attention and the attention-only "
+         "probe; writes relations.csv, best.csv, trees.csv, probe.json and a heatmap. Without --conllu, "
+         "zoo:brackets uses its held-out set (written as gold.conllu).",
+    params=(Param("min_count", int, 20, "relations with fewer instances are flagged", min=1),
+            Param("relations", "names", None, "comma-separated relations for best.csv (default: all)"),
+            Param("base_relations", bool, False, "pool subtypes (nmod:poss counted as nmod)"),
+            Param("tree_limit", int, 300, "sentences to decode trees for (one decode per head each)", min=0),
+            Param("probe_limit", int, 1000, "sentences for the attention-only probe (80/20 split by sentence)",
+                  min=0),
+            Param("batch_size", int, 32, "examples per forward", min=1)),
+    section=section, modules=("probe.analyses.structure.syntax",), order=10,
+    example="probe syntax --conllu app/report/sample/sample.conllu --out out/syntax")

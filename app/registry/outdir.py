@@ -1,0 +1,62 @@
+"""``--out`` is always a directory, checked before any compute and written atomically.
+
+:class:`OutDir` refuses a path that is a file, a non-empty directory (unless ``force``)
+or one whose parent cannot be created or written, *before* the analysis runs; the
+result is written into a temporary sibling directory that is renamed into place at the
+end, so a failed run leaves nothing half-written (and an existing ``--out`` untouched).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def check_out(out, force: bool = False) -> Path:
+    """``out`` as a Path, after checking it can receive a result.
+
+    Raises:
+        ValueError: ``out`` is a file, a non-empty directory without ``force``, or its
+            nearest existing parent is not a writable directory.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file: --out is always a directory; choose another path")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ValueError(f"--out {out} is not empty: pass --force to replace it, or choose another directory")
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot create --out {out}: {parent} is not a writable directory")
+    return out
+
+
+class OutDir:
+    """Context manager yielding a temporary directory beside ``out``; on success it
+    replaces ``out``, on error it is removed and ``out`` is left as it was."""
+
+    def __init__(self, out, force: bool = False):
+        self.out = check_out(out, force)
+        self.tmp = None
+
+    def __enter__(self) -> Path:
+        self.out.absolute().parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.absolute().parent))
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        os.chmod(self.tmp, 0o755)
+        if self.out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.absolute().parent))
+            os.replace(self.out, old / "x")
+            os.replace(self.tmp, self.out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.tmp, self.out)
+        return False
