@@ -260,3 +260,12 @@ def test_adding_an_analysis_is_one_declaration(tmp_path):
         assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["features.csv", "summary.json"]
     finally:
         _REGISTRY.pop("features-demo", None)
+
+
+def test_report_prints_a_line_per_section_and_quiet_silences_it(tmp_path):
+    args = ["report", "--model", "zoo:constructed", "--limit", "3", "--sections", "roles,rollout"]
+    r = CliRunner().invoke(main, args + ["--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    assert "[1/2] roles …" in r.output and "[2/2] rollout …" in r.output
+    q = CliRunner().invoke(main, args + ["--out", str(tmp_path / "b"), "--quiet"])
+    assert q.exit_code == 0 and "[1/2]" not in q.output and q.output.strip().startswith("wrote ")

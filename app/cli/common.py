@@ -117,9 +117,25 @@ def setup_logging(verbose: bool = False) -> None:
                         format="%(levelname)s %(name)s: %(message)s")
 
 
+class _LineStream:
+    """stderr for logs: a progress bar's carriage returns become newlines, so each update
+    is one line instead of a redrawn bar."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        return self._stream.write(text.replace("\r", "\n") if "\r" in text else text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def configure_progress() -> None:
-    """tqdm bars when stderr is a terminal; otherwise (logs, CI) at most one line every
-    30 s per bar instead of redrawn bars; none under ``--quiet`` (``TQDM_DISABLE``)."""
+    """tqdm bars when stderr is a terminal; otherwise (logs, CI) one line per update, at
+    most one every 30 s per bar; none under ``--quiet`` (``TQDM_DISABLE``). Call before
+    tqdm is imported (tqdm reads its ``TQDM_*`` settings at import)."""
     if not sys.stderr.isatty():
         os.environ.setdefault("TQDM_MININTERVAL", "30")
-        os.environ.setdefault("TQDM_NCOLS", "100")
+        if not isinstance(sys.stderr, _LineStream):
+            sys.stderr = _LineStream(sys.stderr)
