@@ -170,7 +170,7 @@ def _load_zoo(task: str) -> ModelAdapter:
     loaded = zoo.load_zoo(task)
     if loaded.card.get("family") == "gru-attention":
         raise ValueError(f"zoo:{task} is a GRU encoder-decoder with additive attention, not a transformer, "
-                         "so hook capture does not apply; use models.zoo.translate_rnn.attention_maps(model, "
+                         "so hook capture does not apply; use probe.analyses.paper.alignment.rnn_attention_maps(model, "
                          "tokenizer, source, target) for its attention")
     return ModelAdapter(name=f"zoo:{task}", model=loaded.model, tokenizer=loaded.tokenizer,
                         family=family_for(loaded.model.config.model_type),

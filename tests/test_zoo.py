@@ -10,6 +10,8 @@ import shutil
 import pytest
 import torch
 
+from probe.analyses.paper.alignment import rnn_attention_maps
+
 from probe.models import zoo
 from probe.models.zoo import _common
 
@@ -320,9 +322,8 @@ def test_translate_cross_attention_aligns_every_non_verb_word():
 
 def test_translate_rnn_attention_maps_match_gold_alignment(loaded):
     zm = loaded("translate-rnn")
-    mod = zoo.task_module("translate-rnn")
     ex = zoo.eval_examples("translate-rnn", n=60)
-    maps = [mod.attention_maps(zm.model, zm.tokenizer, e["text"], e["target_text"]) for e in ex]
+    maps = [rnn_attention_maps(zm.model, zm.tokenizer, e["text"], e["target_text"]) for e in ex]
     m = maps[0]
     assert m.kind == "cross" and m.attentions.shape[:2] == (1, 1)
     # rows: <s> y_1 … y_n (the last produces </s>); columns: the source words, no specials
@@ -332,7 +333,7 @@ def test_translate_rnn_attention_maps_match_gold_alignment(loaded):
     rows = [mm.attentions[0, 0, :, :len(e["words"])] for mm, e in zip(maps, ex)]
     assert _alignment_hits(rows, ex) >= 0.9
     with pytest.raises(ValueError, match="at least one word"):
-        mod.attention_maps(zm.model, zm.tokenizer, " ", "x")
+        rnn_attention_maps(zm.model, zm.tokenizer, " ", "x")
 
 
 def test_constructed_heads_are_what_they_were_built_to_be(loaded):

@@ -233,7 +233,7 @@ def zoo_cross_maps(task: str, examples: Sequence[dict], batch_size: int = 32) ->
     ``translate``: the BART model's cross-attention, ``[layer, head, n_target + 1,
     n_source + 1]`` via :func:`probe.capture.capture`; ``translate-rnn``: the GRU
     model's additive attention (Bahdanau et al. 2015) as one layer, one head
-    (:func:`models.zoo.translate_rnn.attention_maps`). ``examples`` are dicts with
+    (:func:`rnn_attention_maps`). ``examples`` are dicts with
     ``text`` and ``target_text`` (``models.zoo.eval_examples(task)``).
 
     Raises:
@@ -255,5 +255,14 @@ def zoo_cross_maps(task: str, examples: Sequence[dict], batch_size: int = 32) ->
     from probe.models import zoo
 
     zm = zoo.load_zoo("translate-rnn")
-    mod = zoo.task_module("translate-rnn")
-    return [mod.attention_maps(zm.model, zm.tokenizer, e["text"], e["target_text"]) for e in examples]
+    return [rnn_attention_maps(zm.model, zm.tokenizer, e["text"], e["target_text"]) for e in examples]
+
+
+def rnn_attention_maps(model, tokenizer, source: str, target: str):
+    """The zoo GRU translator's additive attention (Bahdanau et al. 2015) on one pair, as
+    :class:`probe.maps.AttentionMaps` ``kind="cross"``, ``[1, 1, n_target + 1, n_source]``
+    (fields from :func:`probe.models.zoo.translate_rnn.attention_fields`)."""
+    from probe.maps import AttentionMaps
+    from probe.models import zoo
+
+    return AttentionMaps(**zoo.task_module("translate-rnn").attention_fields(model, tokenizer, source, target))

@@ -11,7 +11,7 @@ produce target word ``t``: one layer, one head of cross-attention.
 Not a Hugging Face model: weights are a plain safetensors state dict
 (``model.safetensors``) with ``config.json`` holding the sizes;
 ``card["family"] == "gru-attention"``. :func:`attention_maps` returns the attention of
-one (source, target) pair as :class:`probe.maps.AttentionMaps` with ``kind="cross"``.
+one (source, target) pair as :class:`probe.maps.AttentionMaps` fields with ``kind="cross"``.
 
 Data, lexicon, ground truth and metric: as in :mod:`models.zoo.translate`.
 """
@@ -133,18 +133,18 @@ def accuracy(model, tok, examples, batch_size: int = 250) -> float:
 
 
 @torch.no_grad()
-def attention_maps(model, tok, source: str, target: str):
-    """Additive attention of one (source, target) pair, teacher-forced.
+def attention_fields(model, tok, source: str, target: str) -> dict:
+    """Additive attention of one (source, target) pair, teacher-forced, as plain fields.
 
-    Returns ``AttentionMaps(kind="cross")`` with ``attentions`` ``[1, 1, n_target + 1,
-    n_source]``. Key side: the source words (the source carries no special token, see
-    :func:`models.zoo.translate.tokenizer`). Query side, as in
+    Returns a dict with ``attentions`` ``[1, 1, n_target + 1, n_source]`` and the token
+    lists of both sides, ready for :class:`probe.maps.AttentionMaps` (``kind="cross"``;
+    :func:`probe.analyses.paper.alignment.rnn_attention_maps` builds it, so this floor
+    stays below the core). Key side: the source words (the source carries no special
+    token, see :func:`models.zoo.translate.tokenizer`). Query side, as in
     :func:`probe.capture.capture` for encoder-decoder models: the decoder *inputs*
     ``<s> y_1 … y_n``, so query row ``j`` is the step that *produces* target word ``j``
     (row ``n``: ``</s>``). Raises ``ValueError`` on empty input.
     """
-    from probe.maps import AttentionMaps
-
     if not source.split() or not target.split():
         raise ValueError("source and target must both contain at least one word")
     b = _t.encode(tok, [{"text": source, "target_text": target}])
@@ -152,7 +152,7 @@ def attention_maps(model, tok, source: str, target: str):
     src_enc = tok(source)
     tgt_enc = tok(target)
     t_wids = tgt_enc.word_ids()
-    return AttentionMaps(
+    return dict(
         attentions=attn[0][None, None].float(),
         tokens=tok.convert_ids_to_tokens(src_enc["input_ids"]),
         word_ids=src_enc.word_ids(),
