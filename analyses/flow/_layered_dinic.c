@@ -19,11 +19,13 @@ typedef struct {
     const double *capT;
     const int *order;
     double *ft, *gt, eps;
-    int *dist, *it, *queue, *touched, n_touched, maxd[64], n_unfound[64], *unfound;
+    int *dist, *it, *queue, *touched, n_touched, maxd[64], n_unfound[64], *unfound, n_alive[64], *alive, *alive_at, list_mode;
     unsigned char *mark;
 } ctx_t;
 
 #define IDX(c, l, a, b) (((size_t)(l) * (c)->n + (a)) * (c)->n + (b))
+
+static inline int n_of(const ctx_t *c) { return c->n; }
 
 static int n_arcs(const ctx_t *c, int l) {
     int nf = (l == c->L) ? 0 : (l == c->L - 1 ? 1 : c->n);
@@ -98,7 +100,20 @@ static int bfs(ctx_t *c) {
             }
         }
     }
+    for (int l = 0; l <= L; l++) c->n_alive[l] = 0;
+    for (int k = 0; k < tail; k++) {
+        int v = c->queue[k], l = v / n;
+        c->alive_at[v] = c->n_alive[l];
+        c->alive[l * n + c->n_alive[l]++] = v % n;
+    }
     return t_dist >= 0;
+}
+
+static void kill(ctx_t *c, int l, int p) {
+    int u = l * n_of(c) + p, k = c->alive_at[u], last = c->alive[l * n_of(c) + --c->n_alive[l]];
+    c->alive[l * n_of(c) + k] = last;
+    c->alive_at[l * n_of(c) + last] = k;
+    c->dist[u] = -2;  /* dead for this phase */
 }
 
 static double dfs(ctx_t *c, int l, int p, double f) {
@@ -106,6 +121,26 @@ static double dfs(ctx_t *c, int l, int p, double f) {
     if (l == c->L) return f;
     int u = l * n + p, na = n_arcs(c, l), nf = (l == c->L - 1) ? 1 : n;
     double pushed = 0;
+    if (c->list_mode && nf == n && c->it[u] < nf && c->n_alive[l + 1] * 4 < nf - c->it[u]) {
+        /* few nodes of the next layer are still alive: look at those only */
+        int *al = c->alive + (size_t)(l + 1) * n;
+        for (int k = 0; k < c->n_alive[l + 1]; k++) {
+            int q = al[k];
+            if (c->dist[(l + 1) * n + q] != c->dist[u] + 1) continue;
+            size_t e = IDX(c, l, p, q);
+            double r = c->capT[e] - c->ft[e];
+            if (r <= c->eps) continue;
+            double want = f - pushed;
+            double d = dfs(c, l + 1, q, want < r ? want : r);
+            if (d > 0) {
+                push(c, l, p, l + 1, q, d);
+                pushed += d;
+                if (f - pushed <= c->eps) return pushed;
+            }
+            if (k < c->n_alive[l + 1] && al[k] != q) k--;  /* q was removed: look at k again */
+        }
+        c->it[u] = nf;
+    }
     for (; c->it[u] < na; c->it[u]++) {
         int a = c->it[u], vl, vp;
         if (a == nf && l > 0) {  /* backward arcs: useless unless the layer below holds dist + 1 */
@@ -125,16 +160,16 @@ static double dfs(ctx_t *c, int l, int p, double f) {
             if (f - pushed <= c->eps) return pushed;
         }
     }
-    c->dist[u] = -2;  /* dead for this phase */
+    kill(c, l, p);
     return pushed;
 }
 
 int layered_max_flows(int L, int n, const double *capT, const int *order, int n_pairs,
                       const int *src, const int *snk, double eps, double *out,
                       double *ft, double *gt, int *touched, unsigned char *mark,
-                      int *dist, int *it, int *queue, int *unfound) {
+                      int *dist, int *it, int *queue, int *unfound, int *alive, int *alive_at) {
     if (L + 1 > 64) return -1;
-    ctx_t c = {L, n, 0, 0, capT, order, ft, gt, eps, dist, it, queue, touched, 0, {0}, {0}, unfound, mark};
+    ctx_t c = {L, n, 0, 0, capT, order, ft, gt, eps, dist, it, queue, touched, 0, {0}, {0}, unfound, {0}, alive, alive_at, 1, mark};
     for (int k = 0; k < n_pairs; k++) {
         c.s_pos = src[k];  /* node (0, src): flat id src */
         c.t_pos = snk[k];  /* node (L, snk) */
@@ -145,9 +180,14 @@ int layered_max_flows(int L, int n, const double *capT, const int *order, int n_
         }
         /* no cut is smaller than min(out_cap, in_cap) allows: stop once it is reached */
         double bound = (out_cap < in_cap ? out_cap : in_cap) - eps;
+        c.list_mode = 1;
         while (total < bound && bfs(&c)) {
+            double before = total;
             memset(c.it, 0, sizeof(int) * (size_t)(L + 1) * n);
             while (total < bound && (f = dfs(&c, 0, c.s_pos, bound + eps - total)) > 0) total += f;
+            /* the list scan may skip a node moved by a removal deeper down; a phase that
+               found a path but pushed nothing is redone with the plain arc order */
+            c.list_mode = total > before;
         }
         out[k] = total;
         for (int e = 0; e < c.n_touched; e++) {

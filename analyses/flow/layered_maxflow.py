@@ -76,7 +76,7 @@ def _load():
     u8 = np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS")
     lib.layered_max_flows.restype = ctypes.c_int
     lib.layered_max_flows.argtypes = [ctypes.c_int, ctypes.c_int, f64, i32, ctypes.c_int, i32, i32,
-                                      ctypes.c_double, f64, f64, f64, i32, u8, i32, i32, i32, i32]
+                                      ctypes.c_double, f64, f64, f64, i32, u8, i32, i32, i32, i32, i32, i32]
     _LIB = lib
     return lib
 
@@ -114,7 +114,7 @@ def max_flows(ahat: np.ndarray, sources: np.ndarray, sinks: np.ndarray, workers:
     def run(idx: np.ndarray) -> None:
         m, nodes = L * n * n, (L + 1) * n
         ws = [np.zeros(m), np.zeros(m), np.zeros(m, np.int32), np.zeros(m, np.uint8)]
-        ws += [np.zeros(nodes, np.int32) for _ in range(4)]
+        ws += [np.zeros(nodes, np.int32) for _ in range(6)]
         res = np.zeros(len(idx))
         rc = lib.layered_max_flows(L, n, cap_t, order, len(idx), sources[idx], sinks[idx], EPS, res, *ws)
         if rc != 0:
