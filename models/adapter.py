@@ -266,6 +266,7 @@ class ModelAdapter:
             for k, i, o, sp in zip(long, cut["input_ids"], cut["offset_mapping"], cut["special_tokens_mask"]):
                 ids[k], offsets[k], special[k] = i, o, sp
         truncated = set(long)
+        rust = getattr(enc, "encodings", None) if not long else None  # the fast tokenizer's own
         aligned = align_batch(offsets, special, spans)
         out = []
         for k, text in enumerate(texts):
@@ -277,9 +278,9 @@ class ModelAdapter:
             out.append(Encoding(
                 text=text,
                 input_ids=torch.tensor(ids[k], dtype=torch.long),
-                tokens=tuple(self.tokenizer.convert_ids_to_tokens(ids[k])),
+                tokens=tuple(rust[k].tokens if rust else self.tokenizer.convert_ids_to_tokens(ids[k])),
                 word_ids=word_ids,
-                special_mask=torch.tensor([bool(x) for x in special[k]], dtype=torch.bool),
+                special_mask=torch.tensor(special[k], dtype=torch.bool),
                 words=tuple(text[a:b] for a, b in sp),
                 word_spans=tuple(tuple(x) for x in sp),
                 unaligned_words=tuple(w for w in range(len(sp)) if w not in covered and w not in absorbed),

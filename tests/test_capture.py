@@ -207,6 +207,7 @@ def test_encode_batch_equals_encoding_each_text(minilm):
         assert b.tokens == one.tokens and b.word_ids == one.word_ids and b.words == one.words
         ids = minilm.tokenizer(text)["input_ids"]
         assert b.input_ids.tolist() == ids
+        assert list(b.tokens) == minilm.tokenizer.convert_ids_to_tokens(ids)
 
 
 def test_words_without_a_token_are_absorbed_and_counted(minilm):
