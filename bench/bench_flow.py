@@ -94,7 +94,7 @@ def interleaved(fns: dict, repeats: int) -> dict:
     return {k: (statistics.median(v), results[k]) for k, v in times.items()}
 
 
-def bench_flow(repeats: int, workers: int, nx_budget_pairs: dict, scipy_rows: int):
+def bench_flow(repeats: int, workers: int, nx_budget_pairs: dict, scipy_rows: int, scipy_512_repeats: int = 3):
     texts = ewt_texts()
     cases = [("[CLS] row", 32), ("[CLS] row", 128), ("[CLS] row", 512), ("full matrix", 64), ("full matrix", 128)]
     nx_fit = {}
@@ -110,7 +110,7 @@ def bench_flow(repeats: int, workers: int, nx_budget_pairs: dict, scipy_rows: in
                                           max_tokens=10**6).numpy(),
             "scipy": lambda: attention_flow(attn, output_positions=sample, solver="scipy", workers=workers,
                                             max_tokens=10**6).numpy(),
-        }, repeats if n < 512 else min(repeats, 3))
+        }, repeats if n < 512 else min(repeats, scipy_512_repeats))
         t_new, new = res["new"]
         t_sp, sp = res["scipy"]
         t_sp *= len(rows) / len(sample)
@@ -192,6 +192,8 @@ def main():
     p.add_argument("--repeats", type=int, default=5, help="interleaved runs per timing (median)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--scipy-rows", type=int, default=16, help="rows timed for scipy's full matrices")
+    p.add_argument("--nx-pairs", type=int, default=8, help="networkx pairs timed at n = 64 (half at 128)")
+    p.add_argument("--long-repeats", type=int, default=3, help="interleaved runs at n = 512 (scipy takes ~30 s)")
     p.add_argument("--no-rollout", action="store_true")
     p.add_argument("--sentences", type=int, default=1000)
     args = p.parse_args()
@@ -200,7 +202,8 @@ def main():
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
     print(f"{os.cpu_count()} cores, flow workers {args.workers}; 1-minute load average {load0:.1f} at start")
-    bench_flow(args.repeats, args.workers, {32: 32, 64: 8, 128: 4}, args.scipy_rows)
+    nx_pairs = {32: 32, 64: args.nx_pairs, 128: max(1, args.nx_pairs // 2)}
+    bench_flow(args.repeats, args.workers, nx_pairs, args.scipy_rows, args.long_repeats)
     if not args.no_rollout:
         bench_rollout(args.sentences, args.repeats)
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
