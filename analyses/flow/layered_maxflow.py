@@ -109,7 +109,9 @@ def max_flows(ahat: np.ndarray, sources: np.ndarray, sinks: np.ndarray, workers:
     sources = np.ascontiguousarray(sources, dtype=np.int32)
     sinks = np.ascontiguousarray(sinks, dtype=np.int32)
     out = np.zeros(len(sources))
-    chunks = [c for c in np.array_split(np.arange(len(sources)), max(1, min(workers, len(sources)) * 4)) if len(c)]
+    # one chunk (and one workspace) per thread; pairs interleaved so that chunks cost alike
+    n_chunks = max(1, min(workers, len(sources)))
+    chunks = [np.arange(k, len(sources), n_chunks) for k in range(n_chunks)]
 
     def run(idx: np.ndarray) -> None:
         m, nodes = L * n * n, (L + 1) * n
