@@ -1,13 +1,15 @@
-"""Capture throughput against a plain forward, side by side in one run, and peak memory
-of capturing a treebank to a store.
+"""Capture throughput against HF's eager forward with ``output_attentions``, side by
+side in one run, and peak memory of capturing a treebank to a store.
 
-    python bench/bench_capture.py [--repeats 5] [--batch 16] [--store-limit 2001]
+    python bench/bench_capture.py [--repeats 9] [--batch 16] [--no-store]
 
-Prints, for n = 32, 128, 512 tokens: median seconds of a plain eager forward, a plain
-SDPA forward, the same batch through the capture hooks and per-example trimming, and
-`probe.capture` end to end from text (adds tokenization with word alignment), with ratios; then
-the peak RSS of `probe capture --conllu EWT-dev` at two corpus sizes (memory bounded by
-one batch means the two peaks are close).
+For n = 32, 128, 512 tokens (a batch of different EWT dev passages of that length) it
+runs, interleaved (A B C A B C …, torch 1 thread) and prints the medians and ratios of:
+the eager forward returning its attention maps on the already tokenized batch (the
+floor), the same batch through the capture hooks and per-example trimming, and
+``probe.capture`` end to end from text (one tokenizer call with offsets, vectorised word
+alignment, batching, hooks, trimming). Then the peak RSS of ``probe capture --conllu
+EWT-dev`` at two corpus sizes (memory bounded by one batch means the two peaks are close).
 """
 
 from __future__ import annotations
@@ -28,14 +30,27 @@ ROOT = Path(__file__).resolve().parents[1]
 EWT = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
 
 
-def median_time(fn, repeats):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
+def ewt_texts(adapter, n: int, batch: int) -> list[str]:
+    """``batch`` different EWT dev passages of about n−2 word pieces each (decoded from
+    consecutive chunks of the treebank's token stream); "token token …" without it."""
+    if not EWT.exists():
+        return [" ".join(["token"] * (n - 2))] * batch
+    lines = [x[len("# text = "):] for x in EWT.read_text(encoding="utf-8").splitlines() if x.startswith("# text = ")]
+    ids = adapter.tokenizer(" ".join(lines[:3000]), add_special_tokens=False)["input_ids"]
+    return [adapter.tokenizer.decode(ids[k * (n - 2):(k + 1) * (n - 2)]) for k in range(batch)]
+
+
+def interleaved(fns: dict, repeats: int) -> dict:
+    """Median seconds of each function, run A B C A B C … after one warm-up round."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def throughput(repeats: int, batch: int):
@@ -44,31 +59,29 @@ def throughput(repeats: int, batch: int):
 
     adapter = load_model("minilm")
     model = adapter.model
-    print(f"{'n':>5} {'eager s':>9} {'sdpa s':>9} {'hooks s':>9} {'capture s':>10} "
-          f"{'hooks/eager':>12} {'capture/eager':>14} {'capture/sdpa':>13}")
+    print(f"{'n':>5} {'tokens':>7} {'eager+attn s':>13} {'hooks s':>9} {'capture s':>10} "
+          f"{'hooks/eager':>12} {'capture/eager':>14}")
     for n in (32, 128, 512):
-        words = " ".join(["token"] * (n - 2))  # n tokens with [CLS]/[SEP]
-        texts = [words] * batch
-        encs = [adapter.encode(t) for t in texts]
+        texts = ewt_texts(adapter, n, batch)
+        encs = adapter.encode_batch(texts, truncate=True)
         inputs = adapter.batch(encs)
 
-        def plain(impl):
-            def run():
-                model.set_attn_implementation(impl)
-                with torch.no_grad():
-                    model(**inputs)
-            return run
+        def eager_forward():
+            # the baseline: HF eager attention returning its maps, same batch, no tokenization
+            model.set_attn_implementation("eager")
+            with torch.no_grad():
+                model(**inputs, output_attentions=True)
+            model.set_attn_implementation("sdpa")
 
-        eager = median_time(plain("eager"), repeats)
-        sdpa = median_time(plain("sdpa"), repeats)
-        model.set_attn_implementation("sdpa")
-        # the same batch through the capture hooks and per-example trimming (no tokenization)
-        hooks = median_time(lambda: _capture_batch(adapter, encs, None, None, "encoder", False, torch.float32),
-                            repeats)
-        # end to end from text: tokenization with word alignment, batching, hooks, trimming
-        cap = median_time(lambda: capture(adapter, texts, batch_size=batch), repeats)
-        print(f"{n:>5} {eager:>9.4f} {sdpa:>9.4f} {hooks:>9.4f} {cap:>10.4f} "
-              f"{hooks / eager:>12.2f} {cap / eager:>14.2f} {cap / sdpa:>13.2f}")
+        res = interleaved({
+            "eager": eager_forward,
+            # the same batch through the capture hooks and per-example trimming (no tokenization)
+            "hooks": lambda: _capture_batch(adapter, encs, None, None, "encoder", False, torch.float32),
+            # end to end from text: tokenization with word alignment, batching, hooks, trimming
+            "capture": lambda: capture(adapter, texts, batch_size=batch, truncate=True),
+        }, repeats)
+        e, h, c = res["eager"], res["hooks"], res["capture"]
+        print(f"{n:>5} {inputs['input_ids'].shape[1]:>7} {e:>13.4f} {h:>9.4f} {c:>10.4f} {h / e:>12.3f} {c / e:>14.3f}")
 
 
 def peak_rss_of_store_capture(limit: int) -> tuple[float, float]:
@@ -86,12 +99,18 @@ def peak_rss_of_store_capture(limit: int) -> tuple[float, float]:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--store-limit", type=int, default=2001)
+    ap.add_argument("--no-store", action="store_true", help="skip the peak-RSS runs")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread; {os.cpu_count()} cores, "
+          f"1-minute load average {os.getloadavg()[0]:.1f}; medians of {args.repeats} interleaved runs")
     throughput(args.repeats, args.batch)
+    print(f"1-minute load average at the end of the throughput runs: {os.getloadavg()[0]:.1f}")
+    if args.no_store:
+        return
     if not EWT.exists():
         print(f"skipping the store case: {EWT} is missing")
         return

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from .alignment import absorbing_tokens, align_batch
 from .architectures import ARCHITECTURES, STACKS
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
@@ -37,8 +38,13 @@ class Encoding:
         special_mask: bool ``[n_tokens]``.
         words: the words' text.
         word_spans: ``(start, end)`` character offsets of each word in ``text``.
-        unaligned_words: indices of words that no token covers (the example cannot be
-            evaluated at word level).
+        unaligned_words: indices of words that no token covers and no token absorbed
+            (the example cannot be evaluated at word level).
+        absorbed_words: ``(word, token)`` pairs for words that got no token of their own
+            (combining marks, zero-width joiners, control characters the tokenizer
+            drops): the non-special token that absorbed the word's characters, else the
+            nearest one before it, else after it. Word-level analyses give the word
+            that token's attention too.
         truncated: True when the text was cut to the model's maximum length.
     """
 
@@ -50,6 +56,7 @@ class Encoding:
     words: tuple
     word_spans: tuple
     unaligned_words: tuple = ()
+    absorbed_words: tuple = ()
     truncated: bool = False
 
     def __len__(self) -> int:
@@ -212,63 +219,75 @@ class ModelAdapter:
             ValueError: on empty text, or text longer than the model's limit when
                 ``truncate`` is False (the message names the limit and the length).
         """
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("empty input text: give at least one non-blank sentence")
-        spans = list(word_spans) if word_spans is not None else split_words(text)
+        return self.encode_batch([text], None if word_spans is None else [word_spans],
+                                 truncate=truncate, target=target)[0]
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        word_spans: Optional[Sequence[Optional[Sequence[tuple]]]] = None,
+        *,
+        truncate: bool = False,
+        target: bool = False,
+    ) -> list:
+        """:meth:`encode` for many texts: one call of the fast tokenizer for the batch,
+        word alignment vectorised over all its tokens (:func:`models.alignment.align_batch`).
+
+        Returns:
+            one :class:`Encoding` per text, equal to ``encode(text, spans)``.
+
+        Raises:
+            ValueError: as :meth:`encode`, for the first offending text.
+        """
+        texts = list(texts)
+        for text in texts:
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError("empty input text: give at least one non-blank sentence")
+        spans = [list(sp) if sp is not None else split_words(t)
+                 for t, sp in zip(texts, word_spans if word_spans is not None else [None] * len(texts))]
         kwargs = dict(return_offsets_mapping=True, return_special_tokens_mask=True, add_special_tokens=True)
-        enc = self.tokenizer(text_target=text, **kwargs) if target else self.tokenizer(text, **kwargs)
-        ids = enc["input_ids"]
-        truncated = False
+
+        def tokenize(batch, **extra):
+            return (self.tokenizer(text_target=batch, **kwargs, **extra) if target
+                    else self.tokenizer(batch, **kwargs, **extra))
+
+        enc = tokenize(texts)
+        ids, offsets, special = enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]
         limit = self.max_length
-        if len(ids) > limit:
-            if not truncate:
-                raise ValueError(
-                    f"text has {len(ids)} tokens but {self.name} takes at most {limit}: "
-                    f"shorten it or pass truncate=True (--truncate); starts {text[:40]!r}"
-                )
-            enc = (self.tokenizer(text_target=text, truncation=True, max_length=limit, **kwargs)
-                   if target else self.tokenizer(text, truncation=True, max_length=limit, **kwargs))
-            ids = enc["input_ids"]
-            truncated = True
-        offsets = enc["offset_mapping"]
-        special = [bool(s) for s in enc["special_tokens_mask"]]
-        word_ids = []
-        covered = set()
-        first = 0  # token offsets only move forward: skip words that end before them
-        for (s, e), sp in zip(offsets, special):
-            if sp or e <= s:
-                word_ids.append(None)
-                continue
-            while first < len(spans) and spans[first][1] <= s:
-                first += 1
-            best, best_overlap = None, 0
-            for w in range(first, len(spans)):
-                ws, we = spans[w]
-                if ws >= e:
-                    break
-                overlap = min(e, we) - max(s, ws)
-                if overlap > best_overlap:
-                    best, best_overlap = w, overlap
-            word_ids.append(best)
-            if best is not None:
-                covered.add(best)
-        n_words = len(spans)
-        if truncated:
-            last = max(covered) if covered else -1
-            spans = spans[: last + 1]
-            n_words = len(spans)
-        unaligned = tuple(w for w in range(n_words) if w not in covered)
-        return Encoding(
-            text=text,
-            input_ids=torch.tensor(ids, dtype=torch.long),
-            tokens=tuple(self.tokenizer.convert_ids_to_tokens(ids)),
-            word_ids=tuple(word_ids),
-            special_mask=torch.tensor(special, dtype=torch.bool),
-            words=tuple(text[s:e] for s, e in spans),
-            word_spans=tuple(tuple(x) for x in spans),
-            unaligned_words=unaligned,
-            truncated=truncated,
-        )
+        long = [k for k, x in enumerate(ids) if len(x) > limit]
+        if long and not truncate:
+            k = long[0]
+            raise ValueError(
+                f"text has {len(ids[k])} tokens but {self.name} takes at most {limit}: "
+                f"shorten it or pass truncate=True (--truncate); starts {texts[k][:40]!r}"
+            )
+        if long:
+            cut = tokenize([texts[k] for k in long], truncation=True, max_length=limit)
+            for k, i, o, sp in zip(long, cut["input_ids"], cut["offset_mapping"], cut["special_tokens_mask"]):
+                ids[k], offsets[k], special[k] = i, o, sp
+        truncated = set(long)
+        rust = getattr(enc, "encodings", None) if not long else None  # the fast tokenizer's own
+        aligned = align_batch(offsets, special, spans)
+        out = []
+        for k, text in enumerate(texts):
+            word_ids, covered = aligned[k]
+            sp = spans[k]
+            if k in truncated:
+                sp = sp[: (max(covered) if covered else -1) + 1]
+            absorbed = absorbing_tokens(offsets[k], special[k], sp, covered)
+            out.append(Encoding(
+                text=text,
+                input_ids=torch.tensor(ids[k], dtype=torch.long),
+                tokens=tuple(rust[k].tokens if rust else self.tokenizer.convert_ids_to_tokens(ids[k])),
+                word_ids=word_ids,
+                special_mask=torch.tensor(special[k], dtype=torch.bool),
+                words=tuple(text[a:b] for a, b in sp),
+                word_spans=tuple(tuple(x) for x in sp),
+                unaligned_words=tuple(w for w in range(len(sp)) if w not in covered and w not in absorbed),
+                absorbed_words=tuple(sorted(absorbed.items())),
+                truncated=k in truncated,
+            ))
+        return out
 
     @property
     def pad_token_id(self) -> int:
@@ -288,12 +307,11 @@ class ModelAdapter:
     def batch(self, encodings: Sequence[Encoding]) -> dict:
         """Right-padded ``input_ids`` and ``attention_mask`` ``[batch, max_len]`` on the
         model's device."""
-        n = max(len(e) for e in encodings)
+        lengths = torch.tensor([len(e) for e in encodings])
+        n = int(lengths.max())
+        mask = (torch.arange(n)[None, :] < lengths[:, None]).long()
         ids = torch.full((len(encodings), n), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(encodings), n), dtype=torch.long)
-        for i, e in enumerate(encodings):
-            ids[i, : len(e)] = e.input_ids
-            mask[i, : len(e)] = 1
+        ids[mask.bool()] = torch.cat([e.input_ids for e in encodings])
         return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
 
     def decoder_inputs(self, targets: Sequence[Encoding]) -> dict:

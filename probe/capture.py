@@ -178,11 +178,13 @@ def iter_capture(
                     break
             if not window:
                 break
-            encs = [adapter.encode(t, s, truncate=truncate) for t, s, _ in window]
+            # one tokenizer call and one vectorised word alignment per window
+            encs = adapter.encode_batch([t for t, _, _ in window], [s for _, s, _ in window],
+                                        truncate=truncate)
             tencs = None
             if adapter.arch == "encoder-decoder":  # decoder inputs: the targets, else the source
-                tencs = [adapter.encode(tg if targets_it is not None else t, truncate=truncate, target=True)
-                         for t, _, tg in window]
+                tencs = adapter.encode_batch([tg if targets_it is not None else t for t, _, tg in window],
+                                             truncate=truncate, target=True)
             order = sorted(range(len(window)), key=lambda k: len(encs[k]))
             done: dict[int, AttentionMaps] = {}
             for start in range(0, len(order), batch_size):
@@ -236,6 +238,8 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype) -> 
             meta["truncated"] = True
         if enc.unaligned_words:
             meta["unaligned_words"] = list(enc.unaligned_words)
+        if enc.absorbed_words:  # words without a token of their own: [word, token] pairs
+            meta["absorbed_words"] = [list(x) for x in enc.absorbed_words]
         out.append(AttentionMaps(
             attentions=a, tokens=tokens, word_ids=wids, special_mask=special, words=words,
             layers=tuple(cap.layers), kind=kind, text=enc.text, meta=meta, validate=False, **extra,

@@ -168,3 +168,60 @@ def test_length_sorted_batches_keep_input_order(minilm):
     assert [m.text for m in sorted_maps] == texts
     for a, b in zip(sorted_maps, plain):
         assert torch.allclose(a.attentions, b.attentions, atol=1e-5)
+
+
+# ---- batched tokenization and vectorised word alignment ------------------------------
+
+
+def test_batch_alignment_equals_the_per_token_definition_on_ewt(minilm, ewt_dev):
+    from probe.corpus import read_conllu
+    from probe.models.alignment import align_batch, align_loop
+
+    sents = read_conllu(ewt_dev, limit=400)
+    enc = minilm.tokenizer([s.text for s in sents], return_offsets_mapping=True,
+                           return_special_tokens_mask=True)
+    spans = [list(s.spans) for s in sents]
+    fast = align_batch(enc["offset_mapping"], enc["special_tokens_mask"], spans)
+    slow = [align_loop(o, sp, w) for o, sp, w in zip(enc["offset_mapping"], enc["special_tokens_mask"], spans)]
+    assert fast == slow
+    assert sum(len(covered) for _, covered in fast) > 5000  # real alignments were compared
+
+
+def test_batch_alignment_handles_out_of_order_spans_and_empty_texts():
+    from probe.models.alignment import align_batch, align_loop
+
+    offsets = [[(0, 0), (0, 3), (4, 7), (0, 0)], [(0, 0), (0, 2), (0, 0)], [(0, 0), (0, 5), (0, 0)]]
+    special = [[1, 0, 0, 1], [1, 0, 1], [1, 0, 1]]
+    spans = [[(4, 7), (0, 3)], [], [(0, 2), (2, 5)]]  # reversed words; no words; a token over two words
+    got = align_batch(offsets, special, spans)
+    assert got == [align_loop(o, s, w) for o, s, w in zip(offsets, special, spans)]
+    assert got[1][0] == (None, None, None)
+    assert got[2][0] == (None, 1, None)  # the token overlaps word 1 by 3 characters, word 0 by 2
+
+
+def test_encode_batch_equals_encoding_each_text(minilm):
+    texts = ["I don't know.", "The cat sat on the mat, didn't it?", "Ünïcödé wörds ñ"]
+    batch = minilm.encode_batch(texts)
+    for text, b in zip(texts, batch):
+        one = minilm.encode(text)
+        assert b.tokens == one.tokens and b.word_ids == one.word_ids and b.words == one.words
+        ids = minilm.tokenizer(text)["input_ids"]
+        assert b.input_ids.tolist() == ids
+        assert list(b.tokens) == minilm.tokenizer.convert_ids_to_tokens(ids)
+
+
+def test_words_without_a_token_are_absorbed_and_counted(minilm):
+    from probe.analyses.structure.word_graph import word_attention
+
+    # a zero-width joiner and a lone combining accent are treebank words the tokenizer drops
+    text = "x \u200d y \u0301 z"
+    spans = [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+    (m,) = capture(minilm, [text], word_spans=[spans])
+    assert m.meta["absorbed_words"] == [[1, 1], [3, 2]]  # word -> the token before it
+    assert "unaligned_words" not in m.meta
+    assert [t for t in m.tokens] == ["[CLS]", "x", "y", "z", "[SEP]"]
+    att, _, _ = word_attention(m, 5)
+    a = m.attentions.float()
+    # the ZWJ word's row is the row of token "x" (index 1), restricted to word columns
+    assert torch.allclose(att[:, :, 1, 2], a[:, :, 1, 2], atol=1e-6)
+    assert torch.allclose(att[:, :, 1], att[:, :, 0], atol=1e-6)

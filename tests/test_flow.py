@@ -105,6 +105,80 @@ def test_fast_flow_equals_networkx_on_random_attention(n):
     assert (fast - ref).abs().max().item() < 1e-6
 
 
+@pytest.fixture(scope="module")
+def kernel():
+    from probe.analyses.flow import layered_maxflow
+
+    if not layered_maxflow.available():
+        pytest.skip("the compiled flow kernel could not be built here (no C compiler); scipy is used")
+    return layered_maxflow
+
+
+def _tied_maps(L, H, n, seed, causal=False):
+    """Attention with many exactly equal weights: scores on a coarse integer grid."""
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randint(0, 3, (L, H, n, n), generator=g).double()
+    if causal:
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1)
+
+
+@pytest.mark.parametrize(
+    "shape, causal, maker",
+    [((2, 1, 7), False, _random_maps), ((3, 2, 9), False, _random_maps), ((5, 2, 8), True, _random_maps),
+     ((4, 3, 10), False, _tied_maps), ((6, 1, 6), True, _tied_maps)],
+)
+def test_compiled_flow_equals_networkx_on_every_pair(kernel, shape, causal, maker):
+    L, H, n = shape
+    a = maker(L, H, n, seed=L * 100 + n, causal=causal)
+    fast = attention_flow(a, causal=causal, solver="dinic")
+    ref = attention_flow(a, causal=causal, reference=True)
+    assert (fast - ref).abs().max().item() < 1e-9
+
+
+def test_compiled_flow_on_sharp_and_flat_maps_equals_scipy(kernel):
+    # temperature 8: near one-hot rows (the flow runs through few wide edges);
+    # temperature 0.1: near-uniform rows (every edge carries a little)
+    for temperature in (8.0, 0.1):
+        a = _random_maps(6, 4, 40, seed=11, temperature=temperature)
+        rows = [0, 17, 39]
+        fast = attention_flow(a, output_positions=rows, solver="dinic", workers=2)
+        slow = attention_flow(a, output_positions=rows, solver="scipy", workers=1)
+        assert (fast - slow).abs().max().item() < 1e-6
+        assert fast.min().item() >= 0 and fast.max().item() <= 1 + 1e-12
+
+
+def test_compiled_flow_stops_at_the_source_cut_when_the_sink_is_wide(kernel):
+    # closed form: with Â = I on the last layer's sink row replaced by a uniform row, the
+    # sink can take everything, and an input's flow is limited by its own out-capacity
+    # Σ_q Â_1[q, j] whenever the middle layers are the identity
+    n = 6
+    ahat = np.zeros((3, n, n))
+    ahat[0] = np.random.default_rng(0).dirichlet(np.ones(n), size=n)
+    ahat[1] = np.eye(n)
+    ahat[2] = np.full((n, n), 1 / n)
+    got = kernel.max_flows(ahat, np.arange(n), np.zeros(n, dtype=int))
+    # source j reaches (1, q) with Â_1[q, j], each (1, q) → (2, q) → sink with 1/n
+    expected = np.minimum(ahat[0], 1 / n).sum(0)
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+def test_without_the_kernel_auto_falls_back_to_scipy(monkeypatch):
+    from probe.analyses.flow import attention_flow as af, layered_maxflow
+
+    monkeypatch.setattr(layered_maxflow, "available", lambda: False)
+    assert af.solver_name("auto") == "scipy"
+    a = previous_token(8, layers=3)
+    ts = flow_maps(make_maps(a), output_positions=[7])
+    assert ts.meta["solver"].startswith("scipy")
+    np.testing.assert_allclose(np.asarray(ts.scores[0])[4:], [0.5, 1, 1, 0.5], atol=1e-6)
+
+
+def test_unknown_solver_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="dinic, scipy, networkx"):
+        attention_flow(_random_maps(2, 1, 4), solver="fast")
+
+
 def test_fast_flow_in_parallel_equals_serial():
     a = _random_maps(3, 2, 10, seed=3)
     assert torch.equal(attention_flow(a, workers=2), attention_flow(a, workers=1))

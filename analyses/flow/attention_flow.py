@@ -11,7 +11,11 @@ and :func:`flow_reference` solves it pair by pair with ``networkx.maximum_flow_v
 (Abnar & Zuidema's published code builds the same graph; whether it applies the residual
 adjustment depends on a flag — we always do, as the paper's Section 3 does.)
 
-The fast path (:func:`attention_flow`) gives the same numbers:
+The fast path (:func:`attention_flow`) gives the same numbers. By default it is the
+compiled layered Dinic of :mod:`probe.analyses.flow.layered_maxflow` (float64, no edge
+list, each pair stops at ``min(source out-capacity, sink in-capacity)`` when reached;
+exact up to ``L·n²·1e-13``), built on first use with the system C compiler. Without a
+compiler (or with ``solver="scipy"``) it is scipy's Dinic on integer capacities:
 
 * **Integer capacities.** ``scipy.sparse.csgraph.maximum_flow`` (Dinic) needs int32
   capacities; we use ``c' = round(S·c)`` with ``S = 2**30`` (every capacity is ≤ 1, and a
@@ -53,6 +57,7 @@ import torch
 
 from probe.analyses.flow.rollout import HeadSpec, _check_rollable, _heads_meta, combine_heads, residual_adjust, validate_attention
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
+from probe.analyses.flow import layered_maxflow
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +70,17 @@ __all__ = [
     "attention_flow",
     "estimate_seconds",
     "flow_maps",
+    "solver_name",
+    "SOLVERS",
 ]
+
+SOLVERS = ("auto", "dinic", "scipy", "networkx")
 
 SCALE = 2**30
 DEFAULT_MAX_TOKENS = 128
 # seconds per edge of a pair's graph per max-flow, one core (rough; bench/bench_flow.py)
 _SECONDS_PER_EDGE = 2e-7
+_SECONDS_PER_EDGE_KERNEL = 6e-9
 _TARGET_EDGES_PER_CALL = 60_000
 _PARALLEL_MIN_EDGES = 4_000_000
 
@@ -135,10 +145,12 @@ def flow_reference(ahat: np.ndarray, output_positions: Sequence[int]) -> np.ndar
     return out
 
 
-def estimate_seconds(n: int, n_layers: int, n_outputs: int, workers: int = 1) -> float:
-    """Rough wall time of the fast flow for ``n_outputs`` rows of ``n`` tokens."""
+def estimate_seconds(n: int, n_layers: int, n_outputs: int, workers: int = 1,
+                     solver: str = "scipy") -> float:
+    """Rough wall time of the flow for ``n_outputs`` rows of ``n`` tokens."""
     edges = max(n_layers - 2, 0) * n * n + 2 * n
-    return _SECONDS_PER_EDGE * edges * n * n_outputs / max(workers, 1)
+    per_edge = {"dinic": _SECONDS_PER_EDGE_KERNEL, "networkx": 100 * _SECONDS_PER_EDGE}
+    return per_edge.get(solver, _SECONDS_PER_EDGE) * edges * n * n_outputs / max(workers, 1)
 
 
 def attention_flow(
@@ -151,6 +163,7 @@ def attention_flow(
     reference: bool = False,
     workers: int | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    solver: str = "auto",
 ) -> torch.Tensor:
     """Attention flow scores of one example.
 
@@ -161,18 +174,22 @@ def attention_flow(
         output_positions: output rows; ``None`` = all ``n`` (the full matrix).
         causal: the maps are causal (checked lower-triangular); flow from a later input
             is 0 and only the leading block is solved.
-        reference: compute with networkx (slow) instead of the fast path.
-        workers: processes for the fast path; ``None`` = ``os.cpu_count()`` when the
-            work is large, else 1.
+        reference: compute with networkx (slow); the same as ``solver="networkx"``.
+        workers: threads (compiled kernel) or processes (scipy) for the fast path;
+            ``None`` = ``os.cpu_count()`` (scipy: only when the work is large).
         max_tokens: above this length a warning with the estimated time is issued
             before the computation starts.
+        solver: ``auto`` (the compiled layered Dinic when a C compiler is there, else
+            scipy), ``dinic``, ``scipy`` or ``networkx``.
 
     Returns:
         float64 tensor ``[k, n]``: ``out[r, j]`` = max flow from input ``j`` to output
-        ``output_positions[r]`` (within ``m/(2·2**30)``, see the module docstring).
+        ``output_positions[r]`` (dinic: within ``L·n²·1e-13``; scipy: within
+        ``m/(2·2**30)``; see the module docstring).
 
     Raises:
-        ValueError: invalid maps, output positions out of range, ``workers < 1``.
+        ValueError: invalid maps, output positions out of range, ``workers < 1``,
+            unknown solver.
     """
     ahat = adjusted_attention(attn, heads=heads, residual=residual, causal=causal)
     L, n, _ = ahat.shape
@@ -180,10 +197,9 @@ def attention_flow(
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     n_workers = workers or os.cpu_count() or 1
+    name = "networkx" if reference else solver_name(solver)
     if n > max_tokens:
-        est = estimate_seconds(n, L, len(pos), 1 if reference else n_workers)
-        if reference:
-            est *= 100
+        est = estimate_seconds(n, L, len(pos), 1 if name == "networkx" else n_workers, solver=name)
         warnings.warn(
             f"attention flow over {n} tokens (> max_tokens={max_tokens}): {n * len(pos)} "
             f"max-flows on graphs of ~{max(L - 2, 0) * n * n + 2 * n} edges; estimated "
@@ -192,10 +208,10 @@ def attention_flow(
             stacklevel=2,
         )
     t0 = time.perf_counter()
-    if reference:
+    if name == "networkx":
         out = flow_reference(ahat, pos)
     else:
-        out = _fast_flow(ahat, pos, causal=causal, workers=workers)
+        out = _fast_flow(ahat, pos, causal=causal, workers=workers, solver=name)
     log.debug("flow of %d rows × %d tokens in %.3f s", len(pos), n, time.perf_counter() - t0)
     return torch.from_numpy(out)
 
@@ -210,6 +226,7 @@ def flow_maps(
     reference: bool = False,
     workers: int | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    solver: str = "auto",
 ) -> TokenScores:
     """Attention flow of one :class:`probe.maps.AttentionMaps` as :class:`TokenScores`.
 
@@ -226,21 +243,54 @@ def flow_maps(
     scores = attention_flow(
         maps.attentions, heads=heads, residual=residual, output_positions=pos,
         causal=maps.kind == "causal", reference=reference, workers=workers,
-        max_tokens=max_tokens,
+        max_tokens=max_tokens, solver=solver,
     )
+    name = "networkx" if reference else solver_name(solver)
+    described = {"networkx": "networkx", "dinic": "layered Dinic (C), float64, eps 1e-13",
+                 "scipy": f"scipy-dinic, scale 2**{int(math.log2(SCALE))}"}
     meta = {"residual": residual, "heads": _heads_meta(heads), "layers": list(maps.layers),
-            "solver": "networkx" if reference else f"scipy-dinic, scale 2**{int(math.log2(SCALE))}"}
+            "solver": described[name]}
     return TokenScores(maps.tokens, pos, scores, "flow", meta)
 
 
 # ---- fast path ------------------------------------------------------------------------
 
 
-def _fast_flow(ahat: np.ndarray, pos: Sequence[int], *, causal: bool, workers: int | None) -> np.ndarray:
+def solver_name(solver: str = "auto") -> str:
+    """The solver :func:`attention_flow` uses for ``solver`` (``auto`` resolved)."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown flow solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+    if solver == "auto":
+        return "dinic" if layered_maxflow.available() else "scipy"
+    return solver
+
+
+def _kernel_flow(ahat: np.ndarray, pos: Sequence[int], *, causal: bool, workers: int | None) -> np.ndarray:
+    """All pairs through the compiled layered Dinic (:mod:`.layered_maxflow`)."""
     L, n, _ = ahat.shape
+    rows, cols = np.meshgrid(np.arange(len(pos)), np.arange(n), indexing="ij")
+    sinks = np.asarray(pos)[rows]
+    keep = cols <= sinks if causal else np.ones_like(cols, dtype=bool)  # causal: no flow from later inputs
     out = np.zeros((len(pos), n))
+    n_workers = workers if workers is not None else (os.cpu_count() or 1)
+    out[keep] = layered_maxflow.max_flows(ahat, cols[keep], sinks[keep], workers=max(1, n_workers))
+    return out
+
+
+def _fast_flow(ahat: np.ndarray, pos: Sequence[int], *, causal: bool, workers: int | None,
+               solver: str = "auto") -> np.ndarray:
+    L, n, _ = ahat.shape
     if L == 1:  # the graph is the bipartite map itself
         return ahat[0][list(pos)].copy()
+    if solver_name(solver) == "dinic":
+        return _kernel_flow(ahat, pos, causal=causal, workers=workers)
+    return _scipy_flow(ahat, pos, causal=causal, workers=workers)
+
+
+def _scipy_flow(ahat: np.ndarray, pos: Sequence[int], *, causal: bool, workers: int | None) -> np.ndarray:
+    """The integer-scaled scipy path (see the module docstring), one Dinic call per batch."""
+    L, n, _ = ahat.shape
+    out = np.zeros((len(pos), n))
     cap = np.rint(ahat * SCALE).astype(np.int32)
     tasks = []
     for r, i in enumerate(pos):

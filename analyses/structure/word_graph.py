@@ -110,6 +110,9 @@ def word_attention(maps, n_words: int) -> tuple:
     if len(ids) and int(ids.max()) >= n_words:
         raise AlignmentError(f"maps index word {int(ids.max())} but the sentence has {n_words} words")
     member = (ids[:, None] == torch.arange(n_words)[None, :]).float()  # [K, W]
+    for w, t in maps.meta.get("absorbed_words") or []:  # a word without a token of its own
+        if w < n_words:  # shares the token that absorbed its characters
+            member[t, w] = 1.0
     counts = member.sum(0)
     if n_words and bool((counts == 0).any()):
         missing = torch.nonzero(counts == 0).flatten().tolist()

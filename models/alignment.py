@@ -1,0 +1,125 @@
+"""Token-to-word alignment from character offsets, for a whole batch at once.
+
+A token belongs to the word its character span ``[s, e)`` overlaps most (the first such
+word on ties); special tokens and empty spans belong to no word. :func:`align_batch`
+computes this for every token of a batch with a few numpy operations (two
+``searchsorted`` calls and an argmax over the few candidate words of each token) instead
+of a Python loop per token; :func:`align_loop` is the per-token definition it is tested
+against and the path for word spans that are not in reading order.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def align_loop(offsets: Sequence, special: Sequence, spans: Sequence) -> tuple[tuple, set]:
+    """Word index per token (``None`` for specials and unaligned pieces) and the set of
+    covered words, token by token. Returns ``(word_ids, covered)``."""
+    word_ids, covered = [], set()
+    first = 0  # token offsets only move forward: skip words that end before them
+    for (s, e), sp in zip(offsets, special):
+        if sp or e <= s:
+            word_ids.append(None)
+            continue
+        while first < len(spans) and spans[first][1] <= s:
+            first += 1
+        best, best_overlap = None, 0
+        for w in range(first, len(spans)):
+            ws, we = spans[w]
+            if ws >= e:
+                break
+            overlap = min(e, we) - max(s, ws)
+            if overlap > best_overlap:
+                best, best_overlap = w, overlap
+        word_ids.append(best)
+        if best is not None:
+            covered.add(best)
+    return tuple(word_ids), covered
+
+
+def _in_order(spans: np.ndarray) -> bool:
+    return len(spans) < 2 or bool((np.diff(spans[:, 0]) >= 0).all() and (np.diff(spans[:, 1]) >= 0).all())
+
+
+def align_batch(offsets: Sequence[Sequence], special: Sequence[Sequence], spans: Sequence[Sequence]) -> list:
+    """:func:`align_loop` for every example of a batch, vectorised over all tokens.
+
+    Args:
+        offsets: per example, ``(start, end)`` character offsets of its tokens.
+        special: per example, 1 for special tokens.
+        spans: per example, ``(start, end)`` character spans of its words.
+
+    Returns:
+        per example ``(word_ids, covered)`` as :func:`align_loop` returns them.
+    """
+    n_ex = len(offsets)
+    tok = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in offsets]
+    wsp = [np.asarray(sp, dtype=np.int64).reshape(-1, 2) for sp in spans]
+    ordered = [_in_order(w) for w in wsp]
+    out: list = [None] * n_ex
+    for k in range(n_ex):
+        if not ordered[k]:
+            out[k] = align_loop(offsets[k], special[k], spans[k])
+    ks = [k for k in range(n_ex) if ordered[k]]
+    if not ks:
+        return out
+    n_tok = np.array([len(tok[k]) for k in ks])
+    n_w = np.array([len(wsp[k]) for k in ks])
+    t = np.concatenate([tok[k] for k in ks]) if n_tok.sum() else np.zeros((0, 2), np.int64)
+    w = np.concatenate([wsp[k] for k in ks]) if n_w.sum() else np.zeros((0, 2), np.int64)
+    sp = np.concatenate([np.asarray(special[k], dtype=bool).reshape(-1) for k in ks])
+    ex_t = np.repeat(np.arange(len(ks)), n_tok)
+    ex_w = np.repeat(np.arange(len(ks)), n_w)
+    big = int(max(t.max(initial=0), w.max(initial=0))) + 2
+    # the key k·big + offset keeps every example's words in its own sorted block
+    first = np.searchsorted(ex_w * big + w[:, 1], ex_t * big + t[:, 0], side="right")
+    last = np.searchsorted(ex_w * big + w[:, 0], ex_t * big + t[:, 1], side="left")
+    last = np.maximum(last, first)
+    valid = ~sp & (t[:, 1] > t[:, 0]) & (last > first)
+    best = np.full(len(t), -1, dtype=np.int64)
+    best_overlap = np.zeros(len(t), dtype=np.int64)
+    width = int((last - first)[valid].max(initial=0))
+    for j in range(width):  # candidates in order: strict > keeps the first of equals
+        cand = first + j
+        ok = valid & (cand < last)
+        c = np.minimum(cand, max(len(w) - 1, 0))
+        overlap = np.minimum(t[:, 1], w[c, 1]) - np.maximum(t[:, 0], w[c, 0])
+        better = ok & (overlap > best_overlap)
+        best = np.where(better, cand, best)
+        best_overlap = np.where(better, overlap, best_overlap)
+    w_start = np.concatenate([[0], np.cumsum(n_w)])[:-1]
+    local = np.where(best >= 0, best - w_start[ex_t], -1)
+    t_start = np.concatenate([[0], np.cumsum(n_tok)])
+    for i, k in enumerate(ks):
+        ids = local[t_start[i]: t_start[i + 1]].tolist()
+        word_ids = tuple(None if x < 0 else x for x in ids)
+        out[k] = (word_ids, {x for x in ids if x >= 0})
+    return out
+
+
+def absorbing_tokens(offsets: Sequence, special: Sequence, spans: Sequence, covered: set) -> dict:
+    """For each word that no token covers, the token that absorbed it.
+
+    A tokenizer drops some characters (combining marks after normalisation, zero-width
+    joiners, control characters); a treebank word made only of them gets no token. It
+    is given the non-special token whose span overlaps it, else the nearest one ending
+    at or before its start (the characters were attached to it), else the first one
+    after it. Returns ``{word: token}``; empty when every word is covered or the text
+    has no non-special token.
+    """
+    missing = [w for w in range(len(spans)) if w not in covered]
+    if not missing:
+        return {}
+    cand = [(i, s, e) for i, ((s, e), sp) in enumerate(zip(offsets, special)) if not sp and e > s]
+    if not cand:
+        return {}
+    out = {}
+    for w in missing:
+        ws, we = spans[w]
+        overlapping = [i for i, s, e in cand if s < we and ws < e]
+        before = [i for i, s, e in cand if e <= ws]
+        out[w] = overlapping[0] if overlapping else (before[-1] if before else cand[0][0])
+    return out
