@@ -28,6 +28,7 @@ _EXPORTS = {
     "AttentionMaps": "probe.maps", "WordAttention": "probe.maps",
     "Store": "probe.store", "write_store": "probe.store",
     "load_model": "probe.models", "list_models": "probe.models", "ModelAdapter": "probe.models",
+    "show": "probe.app.report.model_view",  # notebooks: probe.show(maps, layer, head)
 }
 
 __all__ = sorted(_EXPORTS)

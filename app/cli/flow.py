@@ -81,12 +81,16 @@ def _write(scores, out: str, title: str) -> list:
 
 
 def _summary(scores, top: int = 5) -> str:
+    """The top words per output position; itself, special tokens and punctuation apart."""
+    from probe.app.report.score_figures import split_top
+
     lines = []
     for r, p in enumerate(scores.output_positions[:3]):
-        row = scores.scores[r]
-        best = row.argsort()[::-1][:top]
-        parts = ", ".join(f"{scores.tokens[j]} {row[j]:.3f}" for j in best)
+        words, trivial = split_top(scores.tokens, scores.scores[r], p, k=top)
+        parts = ", ".join(f"{t} {s:.3f}" for _, t, s in words)
+        apart = ", ".join(f"{t} {s:.3f}" for _, t, s in trivial[:4]) + (" …" if len(trivial) > 4 else "")
         lines.append(f"  {p} {scores.tokens[p]}: {parts}")
+        lines.append(f"      (apart: itself, special tokens, punctuation: {apart})")
     if len(scores.output_positions) > 3:
         lines.append(f"  … {len(scores.output_positions) - 3} more rows")
     return "\n".join(lines)

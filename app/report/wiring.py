@@ -63,7 +63,7 @@ def _run_syntax(ctx) -> SectionResult:
     tables = {"best": best, "relations": relations}
     if len(skipped):
         tables["skipped"] = skipped.to_frame()
-    return SectionResult(tables=tables, per_head=per_head, notes=notes)
+    return SectionResult(tables=tables, per_head=per_head, notes=notes, summary={"min_count": floor})
 
 
 def best_relation_per_head(best, min_count: int):
