@@ -15,7 +15,7 @@ import math
 from .html import esc
 from .style import ACCENT, MUTED, number
 
-W = 420  # width of the inline plots (px)
+W = 460  # width of the inline plots (px)
 
 
 def _f(x):
@@ -77,12 +77,12 @@ def strip_svg(values, mine: float, ci=None, *, xlabel: str = "") -> str:
     return "".join(out)
 
 
-def versus_svg(rows, *, label_w: int = 150) -> str:
+def versus_svg(rows, *, label_w: int = 90) -> str:
     """Per row ``(label, accuracy, baseline, count)``: a bar for the head's accuracy and a
     black tick for the baseline (both in [0, 1])."""
     row = 18
     h = row * len(rows) + 20
-    bar_w = W - label_w - 70
+    bar_w = W - label_w - 130
     out = [f"<svg class=\"ev\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" role=\"img\">"]
     for i, (label, acc, base, count) in enumerate(rows):
         y = 2 + i * row
@@ -161,6 +161,14 @@ def _importance(data, layer, head, f) -> str:
             + (f", rank {int(rank)} of {int(of)}" if rank is not None and of is not None else "") + ".</p>")
 
 
+def _excluded() -> tuple:
+    try:
+        from .wiring import SYNTAX_EXCLUDED
+    except ImportError:
+        return ("punct", "all", "root")
+    return SYNTAX_EXCLUDED
+
+
 def _syntax(data, layer, head, f) -> str:
     t = _table(data, "syntax", "relations")
     best = _table(data, "syntax", "best")
@@ -179,7 +187,7 @@ def _syntax(data, layer, head, f) -> str:
         if f.get("syntax_best_for") and ";" in str(f.get("syntax_best_for")):
             parts.append(f"<p class=\"muted\">Also the best head for: {esc(f['syntax_best_for'])}.</p>")
     mine = t[(t["layer"] == layer) & (t["head"] == head) & (t["direction"] == "dep_to_head")
-             & (t["count"] >= floor) & (t["relation"] != "all")]
+             & (t["count"] >= floor) & ~t["relation"].isin(_excluded())]
     base = best[best["direction"] == "dep_to_head"].set_index("relation")["baseline_accuracy"]
     mine = mine[mine["relation"].isin(base.index)]
     if not len(mine):

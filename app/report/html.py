@@ -41,7 +41,7 @@ nav a{margin-right:1em}
 .ev{display:block;margin:.3em 0 .8em}.evl{font:12px sans-serif;fill:#333}section.evidence p{margin:.4em 0}
 .phv-sentence{font-family:Georgia,serif;color:#444;margin:.2em 0 .4em}.phv-dim{fill:#bbb}
 .claims{background:#f6f8fa;padding:.6em .8em;border-left:4px solid #4c72b0}
-.views a{margin-right:1.2em}.pair{display:flex;flex-wrap:wrap;gap:2em}
+.views a{margin-right:1.2em}.pair{display:flex;flex-wrap:wrap;gap:1.5em}.pair>div{flex:1 1 520px;min-width:0}
 """
 
 

@@ -148,8 +148,8 @@ def index_html(data) -> str:
         if k not in ("model_info", "model"):
             summary[f"setting: {k}"] = v
     summary["built in"] = _built_in(data)
-    examples, titles = view_examples(ctx)
-    view = HeadView([ctx.maps[i] for i in examples], titles=titles).fragment(include_script=False)
+    examples, titles = view_examples(ctx)  # every head: two sentences keep the page light
+    view = HeadView([ctx.maps[i] for i in examples[:2]], titles=titles[:2]).fragment(include_script=False)
     body = (f"<h1>Attention report: {esc(summary['model'])}</h1>"
             f"<h2>Corpus, model and settings</h2>{kv_table(summary)}"
             f"<h2>Sections</h2>{_sections_list(data)}"

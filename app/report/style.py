@@ -109,6 +109,8 @@ def number(value, ci=None, *, digits: int = 3, percent: bool = False, signed: bo
     if abs(x) >= 10 ** digits or abs(x) < 10 ** -(digits + 1):
         return f"{x:{sign}.{digits - 1}e}{suffix}".replace("e-0", "e-").replace("e+0", "e")
     d = max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))
+    if round(abs(x), d) >= 10 ** (digits - d):  # 0.00999 rounds up to 0.010, not 0.0100
+        d = max(0, d - 1)
     return f"{x:{sign}.{d}f}{suffix}"
 
 

@@ -28,12 +28,21 @@ ORDER = {
 }
 
 
-def ranked(section: str, name: str, df):
-    """``df`` sorted strongest first (see :data:`ORDER`) with its leading columns; a
-    ``margin`` column is added to syntax tables. Unknown tables come back unchanged."""
+def ranked(section: str, name: str, df, min_count=None):
+    """``df`` sorted strongest first (see :data:`ORDER`) with its leading columns, rows
+    whose ``count`` is under ``min_count`` after all the others; a ``margin`` column is
+    added to syntax tables. Unknown tables come back unchanged."""
     rule = ORDER.get((section, name))
     if rule is None or df is None or not len(df):
         return df
+    df = _ranked(df, rule)
+    if min_count is not None and "count" in df.columns:
+        few = (df["count"] < min_count).to_numpy()
+        df = df.iloc[list((~few).nonzero()[0]) + list(few.nonzero()[0])]
+    return df
+
+
+def _ranked(df, rule):
     key, ascending, columns = rule
     if "margin" in (columns or []) and "margin" not in df.columns and "baseline_accuracy" in df.columns:
         df = df.assign(margin=df["accuracy"] - df["baseline_accuracy"])
@@ -53,7 +62,7 @@ def ranked_table(section: str, name: str, df, min_count=None, max_rows: int = 12
     ``count`` (or ``n_examples``) under ``min_count`` greyed, in a sideways-scrolling box."""
     if df is None or len(df) == 0:
         return "<p class=\"muted\">(empty)</p>"
-    df = ranked(section, name, df)
+    df = ranked(section, name, df, min_count)
     count_col = next((c for c in ("count", "n_examples") if c in df.columns), None)
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
     body = []

@@ -174,7 +174,7 @@
     sentence.className = "phv-sentence";
     var grid = html("div", null, root);
     grid.className = "pmv-grid";
-    grid.style.gridTemplateColumns = "auto repeat(" + data.heads.length + ", 76px)";
+    grid.style.gridTemplateColumns = "28px repeat(" + data.heads.length + ", 76px)";
     var canvases = [];
     html("span", "", grid);
     data.heads.forEach(function (h) { var s = html("span", "H" + h, grid); s.className = "pmv-cell"; });
