@@ -102,7 +102,7 @@ def number(value, ci=None, *, digits: int = 3, percent: bool = False, signed: bo
         lo, hi = (float(x) * scale for x in ci)
         if math.isfinite(lo) and math.isfinite(hi):
             d = _decimals_for((hi - lo) / 2)
-            return f"{v * scale:{sign}.{d}f}{suffix} [{lo:{sign}.{d}f}, {hi:{sign}.{d}f}]"
+            return f"{v * scale:{sign}.{d}f}{suffix} [{lo:{sign}.{d}f}{suffix}, {hi:{sign}.{d}f}{suffix}]"
     x = v * scale
     if x == 0:
         return f"0{suffix}"
