@@ -220,7 +220,7 @@ def test_report_in_headless_chromium(default_report, tmp_path, browser):
         assert await page.js(f"{root}.getAttribute('data-selected')") == "q2"
         assert 0 < int(await _lines(page, root)) < filtered
         await page.js("window.scrollTo(0, 0)")
-        _save(await page.screenshot(tmp_path / "head_page.png"))
+        _save(await page.screenshot(tmp_path / "head.png"))
 
         # the index: grid of 72 links, its head view mounted
         await page.goto((out / "index.html").as_uri())
@@ -245,5 +245,5 @@ def test_report_in_headless_chromium(default_report, tmp_path, browser):
     assert errors == []
     left = [u for u in urls if not u.startswith(("file:", "data:", "about:"))]
     assert urls and not left, f"requests that leave the page: {left}"
-    for name in ("model_view", "head_page", "index", "rollout_flow"):
+    for name in ("model_view", "head", "index", "rollout_flow"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
