@@ -154,8 +154,9 @@ def test_default_report_pages_are_small(default_report):
     pages = [out / "index.html"] + sorted((out / "heads").glob("L*H*.html"))
     assert len(pages) == 73
     sizes = {p.name: p.stat().st_size for p in pages}
-    print(f"index.html {sizes['index.html'] / 1000:.0f} kB, head pages {min(sizes.values()) / 1000:.0f}–"
-          f"{max(sizes.values()) / 1000:.0f} kB, model.html {(out / 'model.html').stat().st_size / 1000:.0f} kB, "
+    heads = [v for k, v in sizes.items() if k != "index.html"]
+    print(f"index.html {sizes['index.html'] / 1000:.0f} kB, head pages {min(heads) / 1000:.0f}–"
+          f"{max(heads) / 1000:.0f} kB, model.html {(out / 'model.html').stat().st_size / 1000:.0f} kB, "
           f"compare.html {(out / 'compare.html').stat().st_size / 1000:.0f} kB")
     big = {k: v for k, v in sizes.items() if v >= MAX_PAGE_BYTES}
     assert not big, f"pages over {MAX_PAGE_BYTES} bytes: {big}"
@@ -226,7 +227,7 @@ def test_report_in_headless_chromium(default_report, tmp_path, browser):
         await page.goto((out / "index.html").as_uri())
         assert await page.js("document.querySelectorAll('table.grid td a').length") == 72
         assert await page.js("document.querySelector('[data-probe-head-view]').getAttribute('data-mounted')") == "1"
-        await page.js("document.querySelector('table.grid').scrollIntoView({block: 'start'})")
+        await page.js("document.querySelectorAll('h2')[2].scrollIntoView({block: 'start'})")
         _save(await page.screenshot(tmp_path / "index.png"))
 
         # compare: two panes on one shared copy of the data, and the rollout/flow bars

@@ -149,7 +149,8 @@ def index_html(data) -> str:
             summary[f"setting: {k}"] = v
     summary["built in"] = _built_in(data)
     examples, titles = view_examples(ctx)  # every head: two sentences keep the page light
-    view = HeadView([ctx.maps[i] for i in examples[:2]], titles=titles[:2]).fragment(include_script=False)
+    view = HeadView([ctx.maps[i] for i in examples[:2]], titles=titles[:2],
+                    initial=_showcase(data)).fragment(include_script=False)
     body = (f"<h1>Attention report: {esc(summary['model'])}</h1>"
             f"<h2>Corpus, model and settings</h2>{kv_table(summary)}"
             f"<h2>Sections</h2>{_sections_list(data)}"
@@ -160,6 +161,20 @@ def index_html(data) -> str:
             f"<p class=\"muted\">Machine-readable: {link('summary.json', 'summary.json')}, "
             f"{link('report.md', 'report.md')}, tables/*.csv</p>")
     return page(f"Attention report — {summary['model']}", body, scripts=[head_view_js()])
+
+
+def _showcase(data) -> tuple:
+    """The head the index's head view opens at: the most confident positional or syntactic
+    head (their lines read at a glance), else the first head."""
+    best, key = (data.layers[0], 0), -1.0
+    for layer in data.layers:
+        for h in range(data.n_heads):
+            f = data.flat_facts(layer, h)
+            role = base_role(f.get("role"))
+            conf = f.get("confidence")
+            if role in ("previous-token", "next-token", "syntactic") and conf is not None and conf > key:
+                best, key = (layer, h), float(conf)
+    return best
 
 
 def claims_block(data, layer: int, head: int) -> str:

@@ -58,9 +58,10 @@ def _pane(src_id: str, data_, initial, title) -> str:
 
 def token_rows_svg(tokens, rows: dict, position: int) -> str:
     """One sentence's input tokens (rows, in sentence order) × methods (columns): a bar
-    per token per method, each method scaled to its largest score *among the words*;
-    special tokens, punctuation and the output position itself are grey and may overflow
-    (their share is printed beside them)."""
+    per token per method, each method's bars spanning *the words'* range (shortest bar =
+    the lowest-scoring word, full bar = the highest), so that a flat method such as flow
+    still shows its order; special tokens, punctuation and the output position itself are
+    grey, clipped to the bar's length, their score printed beside them."""
     methods = list(rows)
     col_w, label_w, row_h = 150, 110, 17
     trivial = [is_trivial(t) or j == position for j, t in enumerate(tokens)]
@@ -70,11 +71,11 @@ def token_rows_svg(tokens, rows: dict, position: int) -> str:
         out.append(f"<text x=\"{label_w + c * col_w}\" y=\"13\" class=\"evl\" font-weight=\"bold\">{esc(m)}</text>")
     for c, m in enumerate(methods):
         s = np.asarray(rows[m], dtype=float)
-        words = [s[j] for j in range(len(tokens)) if not trivial[j]]
-        top = max(max(words) if words else 0.0, 1e-12)
+        words = [s[j] for j in range(len(tokens)) if not trivial[j]] or list(s)
+        lo, hi = min(words), max(words)
         for j, v in enumerate(s):
             y = 20 + j * row_h
-            w = min(v / top, 1.0) * (col_w - 50)
+            w = (0.1 + 0.9 * min(max((v - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 1.0) * (col_w - 50)
             colour = MUTED if trivial[j] else ACCENT
             out.append(f"<rect x=\"{label_w + c * col_w}\" y=\"{y + 3}\" width=\"{max(w, 0):.1f}\" height=\"11\" "
                        f"fill=\"{colour}\"/><text x=\"{label_w + c * col_w + max(w, 0) + 3:.1f}\" y=\"{y + 13}\" "
@@ -119,9 +120,10 @@ def compare_page(data) -> str:
             f"<p>Choose a sentence, a layer and a head on each side.</p>{src}{panes}"
             f"<h2>Raw attention vs rollout vs flow</h2>"
             f"<p>How much each input token feeds one output position: the last layer's attention (mean over "
-            f"heads), attention rollout and attention flow (Abnar &amp; Zuidema 2020). Each column is scaled to "
-            f"its largest score among the words; special tokens, punctuation and the position itself are grey, "
-            f"printed with their share but not setting the scale. Token attributions (integrated gradients) "
+            f"heads), attention rollout and attention flow (Abnar &amp; Zuidema 2020). In each column the bars "
+            f"span the words' range (shortest: the lowest-scoring word; full: the highest), so the order shows "
+            f"even where a method is nearly flat (read the printed values for the size of the differences); "
+            f"special tokens, punctuation and the position itself are grey and do not set the scale. Token attributions (integrated gradients) "
             f"need a target: see <code>probe faithfulness</code>.</p>{_methods_block(data)}")
     return page("Compare heads and methods", body, scripts=[head_view_js()])
 
