@@ -148,8 +148,9 @@ def index_html(data) -> str:
         if k not in ("model_info", "model"):
             summary[f"setting: {k}"] = v
     summary["built in"] = _built_in(data)
-    examples, titles = view_examples(ctx)  # every head: two sentences keep the page light
-    view = HeadView([ctx.maps[i] for i in examples[:2]], titles=titles[:2],
+    examples, titles = view_examples(ctx)  # every head, so as many sentences as the budget allows
+    k = _within_budget([ctx.maps[i] for i in examples[:2]])
+    view = HeadView([ctx.maps[i] for i in examples[:k]], titles=titles[:k],
                     initial=_showcase(data)).fragment(include_script=False)
     body = (f"<h1>Attention report: {esc(summary['model'])}</h1>"
             f"<h2>Corpus, model and settings</h2>{kv_table(summary)}"
@@ -161,6 +162,20 @@ def index_html(data) -> str:
             f"<p class=\"muted\">Machine-readable: {link('summary.json', 'summary.json')}, "
             f"{link('report.md', 'report.md')}, tables/*.csv</p>")
     return page(f"Attention report — {summary['model']}", body, scripts=[head_view_js()])
+
+
+#: bytes of quantised weights the index's head view may embed (the page stays under 300 kB)
+INDEX_VIEW_BYTES = 180_000
+
+
+def _within_budget(maps_list) -> int:
+    """How many of ``maps_list`` (at least one) fit :data:`INDEX_VIEW_BYTES` as base64 bytes."""
+    total = 0
+    for k, m in enumerate(maps_list):
+        total += m.attentions[..., 0, 0].numel() * m.attentions.shape[-2] * m.attentions.shape[-1] * 4 // 3
+        if total > INDEX_VIEW_BYTES:
+            return max(k, 1)
+    return len(maps_list)
 
 
 def _showcase(data) -> tuple:
