@@ -190,16 +190,16 @@ def test_report_in_headless_chromium(default_report, tmp_path, browser):
         assert dark >= 36
         shot = await page.screenshot(tmp_path / "model_view.png")
         _save(shot)
-        target = "document.querySelector('a.pmv-thumb[data-layer=\"3\"][data-head=\"5\"] canvas')"
+        target = "document.querySelector('a.pmv-thumb[data-layer=\"0\"][data-head=\"2\"] canvas')"
         await page.js(f"{target}.scrollIntoView({{block: 'center'}})")
         box = json.loads(await page.js(f"JSON.stringify({target}.getBoundingClientRect())"))
         await page.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         await page.wait_event("Page.loadEventFired")
-        assert (await page.js("location.href")).endswith("/heads/L3H5.html")
+        assert (await page.js("location.href")).endswith("/heads/L0H2.html")
 
         # the head view: the example selector changes the sentence and the lines
         root = "document.querySelector('[data-probe-head-view]')"
-        assert await page.js(f"{root}.getAttribute('data-head')") == "5"
+        assert await page.js(f"{root}.getAttribute('data-head')") == "2"
         toks = f"Array.from({root}.querySelectorAll('text[data-side=q]')).map(t => t.textContent).join(' ')"
         before_tokens, before = await page.js(toks), int(await _lines(page, root))
         n_examples = await page.js(f"{root}.querySelectorAll('select[data-role=example] option').length")
