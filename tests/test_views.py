@@ -21,6 +21,8 @@ def test_numbers_are_rounded_to_their_uncertainty():
     assert number(0.19699999690055847) == "0.197" and number(0.00999, digits=2) == "0.010"
     assert number(-1.74e-08) == "-1.74e-8" and number(float("nan")) == "—" and number(None) == "—"
     assert number(3) == "3" and number(True) == "yes"
+    assert number(1.0, percent=True, digits=2) == "100%" and number(2.4e-7, percent=True) == "<0.1%"
+    assert number(12345.6) == "12346" and number(2e-5) == "2.00e-5"
 
 
 def test_one_palette_and_one_colour_map_everywhere():

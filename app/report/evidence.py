@@ -195,7 +195,7 @@ def _syntax(data, layer, head, f) -> str:
     mine = mine.assign(margin=mine["accuracy"].to_numpy() - base.loc[mine["relation"]].to_numpy())
     mine = mine.sort_values("margin", ascending=False).head(8)
     parts.append(f"<p>Per relation (dependent → head, relations with ≥ {floor} instances; the 8 where this head "
-                 f"does best against the baseline):</p>")
+                 f"comes closest to, or beats, the best fixed offset):</p>")
     parts.append(versus_svg([(r.relation, r.accuracy, base[r.relation], r.count) for r in mine.itertuples()]))
     return "".join(parts)
 

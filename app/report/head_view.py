@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .html import VIEW_CSS, esc, script_json
-from .style import ACCENT, cmap_stops, is_trivial
+from .style import ACCENT, is_trivial
 
 ASSET = Path(__file__).with_name("assets") / "probe_views.js"
 
@@ -186,7 +186,3 @@ def line_view_svg(maps, layer: int, head: int, *, min_weight: float = 0.05, max_
     parts.append("</svg>")
     return "".join(parts)
 
-
-def cmap_json() -> list:
-    """The attention colour map as 32 hex stops (the thumbnails' colours)."""
-    return cmap_stops(32)

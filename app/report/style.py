@@ -106,7 +106,11 @@ def number(value, ci=None, *, digits: int = 3, percent: bool = False, signed: bo
     x = v * scale
     if x == 0:
         return f"0{suffix}"
-    if abs(x) >= 10 ** digits or abs(x) < 10 ** -(digits + 1):
+    if percent and abs(x) < 0.1:  # shares: a tiny one reads as "< 0.1%", not 2.4e-5%
+        return f"{'-' if x < 0 else ''}<0.1%"
+    if abs(x) >= 10 ** digits:
+        return f"{x:{sign}.0f}{suffix}" if abs(x) < 1e6 else f"{x:{sign}.{digits - 1}e}{suffix}".replace("e+0", "e")
+    if abs(x) < 10 ** -(digits + 1):
         return f"{x:{sign}.{digits - 1}e}{suffix}".replace("e-0", "e-").replace("e+0", "e")
     d = max(0, digits - 1 - int(math.floor(math.log10(abs(x)))))
     if round(abs(x), d) >= 10 ** (digits - d):  # 0.00999 rounds up to 0.010, not 0.0100
