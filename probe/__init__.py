@@ -36,6 +36,7 @@ _EXPORTS = {
     "load_model": "probe.models", "list_models": "probe.models", "ModelAdapter": "probe.models",
     # the analysis registry (probe.app): probe.run("ablation", model="zoo:induction") -> Result
     "run": "probe.app.registry", "analyses_registered": "probe.app.registry",
+    "show": "probe.app.report.model_view",  # notebooks: probe.show(maps, layer, head)
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,9 +1,16 @@
 """Execute every notebook in notebooks/ with nbclient (kernel ``python3`` of this
-environment); a notebook whose imports are not available is skipped, naming them."""
+environment); a notebook whose imports are not available is skipped, naming them.
+
+A notebook teaches: markdown cells tell the method (with its paper), how to read the
+result and a zoo check. Its output is quiet: nothing on stderr but the messages the
+notebook explains (listed in its metadata ``probe.explained_stderr`` and said in a
+markdown cell), and nothing written into the working directory.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 import importlib
 import os
 import sys
@@ -38,6 +45,21 @@ def _missing(mods) -> list:
     return out
 
 
+def test_notebooks_teach():
+    """One question per notebook, told in prose around the code: a paper cited, a zoo check."""
+    import nbformat
+
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        prose = [c.source for c in nb.cells if c.cell_type == "markdown"]
+        code = [c.source for c in nb.cells if c.cell_type == "code"]
+        assert prose[0].startswith("# "), path.name
+        assert len(prose) >= 4 and len(code) >= 3, path.name
+        assert re.search(r"\(\d{4}|\d{4}\)|et al\. \d{4}|\d{4}, ", " ".join(prose)), f"{path.name} cites no paper"
+        assert "zoo" in " ".join(code), f"{path.name} has no zoo check"
+        assert "HF_HUB_DISABLE_PROGRESS_BARS" in code[0], f"{path.name} does not silence the loading bars"
+
+
 def test_notebooks_are_stored_without_outputs():
     import nbformat
 
@@ -70,5 +92,13 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    explained = nb.metadata.get("probe", {}).get("explained_stderr", [])
+    stderr = [line for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "stream" and o.name == "stderr" for line in o.text.splitlines() if line.strip()]
+    noise = [line for line in stderr if not any(e in line for e in explained)]
+    assert not noise, f"{path.name} writes to stderr: {noise[:3]}"
+    prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert not explained or "warn" in prose.lower(), f"{path.name}: its expected warning is not explained"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], f"{path.name} wrote into the working directory"
     last = [c for c in nb.cells if c.cell_type == "code"][-1]
     assert last.outputs, f"{path.name}: the last cell shows nothing"

@@ -124,7 +124,7 @@ def test_every_page_exists_and_corpus_text_is_escaped(evil_report):
     assert "&quot;q&quot;" in head and "a&amp;b" in head
     # embedded JSON round-trips to the original tokens
     blob = re.search(r'<script type="application/json">(.*?)</script>', head, re.S).group(1)
-    assert json.loads(blob)["tokens"][1:5] == EVIL
+    assert json.loads(blob)["examples"][0]["tokens"][1:5] == EVIL
 
 
 def test_verdicts_and_grid_follow_roles(evil_report):
@@ -133,7 +133,9 @@ def test_verdicts_and_grid_follow_roles(evil_report):
     assert data.verdicts[(0, 0)].startswith("attends to the previous token (100%")
     assert data.flat_facts(1, 1)["role"] == "broad"
     html = (out / "index.html").read_text()
-    assert 'href="heads/L0H0.html"' in html and "#8fd3ff" in html  # previous-token colour
+    from probe.app.report.style import ROLE_COLOURS
+
+    assert 'href="heads/L0H0.html"' in html and ROLE_COLOURS["previous-token"] in html
     summary = json.loads((out / "summary.json").read_text())
     h00 = next(h for h in summary["heads"] if (h["layer"], h["head"]) == (0, 0))
     assert h00["verdict"] == data.verdicts[(0, 0)] and h00["facts"]["roles"]["role"] == "previous-token"
@@ -214,10 +216,12 @@ def test_head_view_data_and_errors():
     v = head_view(m, layer=1, head=1)
     d = v.data()
     assert d["layers"] == [0, 1] and d["heads"] == [0, 1] and d["initial"] == [1, 1]
-    assert d["attn"][0][0][3][2] == 1.0  # previous-token head, query 3 → key 2
+    assert v.weights()[0, 0, 3, 2] == 1.0  # previous-token head, query 3 → key 2
     html = v._repr_html_()
     assert "ProbeHeadView" in html and "data-probe-head-view" in html and "<script>alert" not in html
-    assert HeadView(m, layers=[0], heads=[0]).data()["attn"] == [[previous_token(6)[0, 0].tolist()]]
+    # one byte per weight: what the browser draws is the weight to within 1/510
+    w = HeadView(m, layers=[0], heads=[0]).weights()
+    assert w.shape == (1, 1, 6, 6) and abs(w[0, 0] - previous_token(6)[0, 0].numpy()).max() <= 1 / 510 + 1e-7
     with pytest.raises(ValueError, match="head 5 out of range"):
         HeadView(m, heads=[5])
     with pytest.raises(ValueError, match="layer 7 was not captured"):

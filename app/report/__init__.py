@@ -2,9 +2,12 @@
 
 matplotlib/seaborn are imported lazily inside functions (Agg backend). Public API::
 
-    from probe.app.report import build_report, head_view
+    from probe.app.report import build_report, head_view, show
     build_report("report", model="minilm")      # the same as `probe report --out report`
-    head_view(maps)                             # interactive view; renders in notebooks
+    show(maps, layer, head)                     # head view inline in a notebook (also probe.show)
+    show(maps)                                  # model view: every head as a thumbnail
+
+The look of every figure (colour maps, role palette, rounding) is in :mod:`.style`.
 """
 
 
@@ -20,3 +23,10 @@ def head_view(*args, **kwargs):
     from .head_view import head_view as _view
 
     return _view(*args, **kwargs)
+
+
+def show(*args, **kwargs):
+    """See :func:`probe.app.report.model_view.show`."""
+    from .model_view import show as _show
+
+    return _show(*args, **kwargs)

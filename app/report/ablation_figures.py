@@ -6,17 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from .style import DIVERGING_CMAP, pyplot
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+_plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
-def head_heatmap(table, value: str, path, title: str = "", center: Optional[float] = 0.0, cmap: str = "RdBu_r"):
+def head_heatmap(table, value: str, path, title: str = "", center: Optional[float] = 0.0, cmap: str = DIVERGING_CMAP):
     """Layer × head heatmap of column ``value`` of a ``layer, head, …`` table; returns the path.
 
     Raises:

@@ -140,6 +140,9 @@ def _render(data: ReportData, tmp: Path) -> None:
         (heads_dir / head_file(layer, h)).write_text(head_html(data, layer, h, figs), encoding="utf-8")
     write_tables(data, tmp)
     write_summary(data, tmp)
+    from .views_pages import write_views
+
+    write_views(data, tmp)
     (tmp / "index.html").write_text(index_html(data), encoding="utf-8")
 
 

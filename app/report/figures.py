@@ -5,14 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from .style import ATTENTION_CMAP, pyplot
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+_plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
 def attention_heatmap(maps, layer: int, head: int, path, title: Optional[str] = None):
@@ -30,8 +25,9 @@ def attention_heatmap(maps, layer: int, head: int, path, title: Optional[str] = 
     n = max(len(maps.tokens), len(q_labels))
     size = min(4 + 0.28 * n, 30)
     fig, ax = plt.subplots(figsize=(size, size * 0.85))
-    sns.heatmap(a, ax=ax, cmap="viridis", vmin=0, vmax=max(float(a.max()), 1e-9), square=True,
-                xticklabels=list(maps.tokens), yticklabels=q_labels, cbar_kws={"shrink": 0.6})
+    sns.heatmap(a, ax=ax, cmap=ATTENTION_CMAP, vmin=0, vmax=1, square=True,
+                xticklabels=list(maps.tokens), yticklabels=q_labels,
+                cbar_kws={"shrink": 0.6, "label": "attention weight"})
     return finish_heatmap(fig, ax, path, "key (attended to)", "query (attending)",
                           title or f"layer {layer}, head {head} ({maps.meta.get('model', '')})")
 

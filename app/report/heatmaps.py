@@ -14,18 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .style import ATTENTION_CMAP, pyplot
+
 log = logging.getLogger(__name__)
 
-CMAP = "rocket_r"
+CMAP = ATTENTION_CMAP
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+_plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
 def _template(m, dpi: int):

@@ -37,7 +37,22 @@ table.grid td a:hover{outline:2px solid #333}
 .phv-line{stroke:#4c72b0}
 figure{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top}figcaption{font-size:.85em;color:#555}
 nav a{margin-right:1em}
+.scroll{overflow-x:auto;max-width:100%}.scroll table.data{display:table}tr.few td{color:#aaa;background:#fafafa}
+.ev{display:block;margin:.3em 0 .8em}.evl{font:12px sans-serif;fill:#333}section.evidence p{margin:.4em 0}
+.phv-sentence{font-family:Georgia,serif;color:#444;margin:.2em 0 .4em}.phv-dim{fill:#bbb}
+.claims{background:#f6f8fa;padding:.6em .8em;border-left:4px solid #4c72b0}
+.views a{margin-right:1.2em}.pair{display:flex;flex-wrap:wrap;gap:1.5em}.pair>div{flex:1 1 520px;min-width:0}
 """
+
+
+#: the views' CSS when they are shown outside a report page (notebooks)
+VIEW_CSS = (".phv-bar{font:13px sans-serif;margin:.3em 0}.phv-bar label{margin-right:1em}"
+            ".phv-title{font-weight:bold;margin-right:1em}.phv-hint{color:#888}"
+            ".phv-tok{font:13px sans-serif;cursor:pointer;fill:#222}.phv-on{fill:#c44e52;font-weight:bold}"
+            ".phv-dim{fill:#bbb}.pmv-grid{display:grid;gap:4px}.pmv-cell{font:10px sans-serif;color:#555;"
+            "text-align:center;text-decoration:none}.pmv-cell canvas{width:72px;height:72px;"
+            "image-rendering:pixelated;border:1px solid #ddd;display:block}.pmv-cell:hover canvas{"
+            "outline:2px solid #333}")
 
 
 def esc(value) -> str:
@@ -62,7 +77,8 @@ def _json_default(x):
 
 
 def fmt(value, digits: int = 3) -> str:
-    """A number formatted for humans (``—`` for missing/NaN); other values as ``str``."""
+    """A number formatted for humans: ``digits`` significant digits (see
+    :func:`probe.app.report.style.number`), ``—`` for missing/NaN; other values as ``str``."""
     if value is None:
         return "—"
     if isinstance(value, bool):
@@ -70,16 +86,17 @@ def fmt(value, digits: int = 3) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float) or hasattr(value, "dtype"):
+        from .style import number
+
         try:
             v = float(value)
         except (TypeError, ValueError):
             return str(value)
         if math.isnan(v):
             return "—"
-        if v != 0 and (abs(v) >= 1e4 or abs(v) < 10 ** -digits):
-            return f"{v:.{digits}g}"
-        s = f"{v:.{digits}f}"
-        return s.rstrip("0").rstrip(".") if "." in s else s
+        if v == int(v) and abs(v) < 1e6:
+            return str(int(v))
+        return number(v, digits=digits)
     return str(value)
 
 
@@ -89,7 +106,7 @@ def page(title: str, body: str, *, scripts: Iterable[str] = ()) -> str:
     js = "".join(f"<script>{s}</script>\n" for s in scripts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n{js}</body></html>\n")
+            f"<title>{esc(title)}</title><style>{CSS}{VIEW_CSS}</style></head>\n<body>\n{body}\n{js}</body></html>\n")
 
 
 def kv_table(rows: Mapping | Iterable, digits: int = 3) -> str:

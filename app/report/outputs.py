@@ -66,7 +66,8 @@ def report_markdown(summary: dict) -> str:
     for why, n in c["skipped"].items():
         lines.append(f"- skipped examples: {n} {_md(why)}")
     for k, v in summary["settings"].items():
-        lines.append(f"- {_md(k)}: {_md(v)}")
+        if k != "model":  # written above, with its shape
+            lines.append(f"- {_md(k)}: {_md(v)}")
     lines += ["", "## Sections", "", "| section | status | reason | seconds |", "| --- | --- | --- | --- |"]
     for s in summary["sections"]:
         lines.append(f"| {_md(s['title'])} | {s['status']} | {_md(s['reason'])} | {s['seconds']} |")

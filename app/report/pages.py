@@ -1,4 +1,5 @@
-"""The report's HTML pages: ``index.html`` (layer × head grid) and ``heads/L{l}H{h}.html``.
+"""The report's HTML pages: ``index.html`` (layer × head grid, sorted tables) and
+``heads/L{l}H{h}.html`` (claims, evidence in words and small plots, heatmaps, head view).
 
 Built from a :class:`probe.app.report.build.ReportData`; every corpus string is escaped
 (:func:`probe.app.report.html.esc`), JSON in scripts goes through ``script_json``.
@@ -6,27 +7,21 @@ Built from a :class:`probe.app.report.build.ReportData`; every corpus string is 
 
 from __future__ import annotations
 
-from .head_view import HeadView, head_view_js, line_view_svg
-from .html import esc, fmt, frame_table, kv_table, link, page
+import os
 
-ROLE_COLOURS = {
-    "previous-token": "#8fd3ff", "next-token": "#9fe3c4", "self": "#ffe08a", "special-token": "#d0d0d0",
-    "punctuation": "#f4b6c2", "broad": "#c7b8ff", "rare-word": "#ffb86b", "induction": "#ff8a80",
-    "duplicate-token": "#b0e57c", "syntactic": "#5fbf9f", "coreference": "#f3a0ff",
-    "mixed/unclear": "#f7f7f7",
-}
-ABBREV = {"previous-token": "prev", "next-token": "next", "self": "self", "special-token": "special",
-          "punctuation": "punct", "broad": "broad", "rare-word": "rare", "induction": "induct",
-          "duplicate-token": "dup", "coreference": "coref", "mixed/unclear": "?"}
+from .evidence import evidence_html
+from .head_view import HeadView, head_view_js
+from .html import esc, kv_table, link, page
+from .style import ROLE_ABBREV, ROLE_COLOURS, base_role
+from .tables import ranked_table
+from .views_pages import COMPARE_FILE, MODEL_FILE, view_examples
+
+#: kept for callers of the old names; the palette lives in :mod:`probe.app.report.style`
+ABBREV = ROLE_ABBREV
 
 
 def head_file(layer: int, head: int) -> str:
     return f"L{layer}H{head}.html"
-
-
-def base_role(role) -> str:
-    role = str(role or "")
-    return "syntactic" if role.startswith("syntactic") else role
 
 
 def role_label(role) -> str:
@@ -34,7 +29,7 @@ def role_label(role) -> str:
     if role.startswith("syntactic"):
         inner = role[len("syntactic"):].strip(" ()")
         return inner or "syn"
-    return ABBREV.get(role, role[:7])
+    return ROLE_ABBREV.get(role, role[:7])
 
 
 def importance_mark(facts: dict, n_heads_total: int) -> tuple:
@@ -43,11 +38,32 @@ def importance_mark(facts: dict, n_heads_total: int) -> tuple:
     if rank is not None and rank == rank:
         r = float(rank) / max(n_heads_total, 1)
         sym = "★" if r <= 0.1 else "●" if r <= 0.3 else "·"
-        return sym, f"importance rank {int(rank)}/{n_heads_total}"
+        return sym, f"importance rank {int(rank)} of {n_heads_total}"
     lo, hi = facts.get("ablation_ci_low"), facts.get("ablation_ci_high")
     if lo is not None and hi is not None and lo == lo and hi == hi:
         return ("●", "ablation effect's CI excludes 0") if (lo > 0 or hi < 0) else ("·", "ablation: no effect")
     return "", ""
+
+
+def process_seconds() -> tuple:
+    """``(seconds, what)``: seconds since this Python process started (Linux: from
+    ``/proc``), so that the index's build time equals the command's wall time; elsewhere
+    ``(None, …)``."""
+    try:
+        with open("/proc/self/stat") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK"), "from the start of the process"
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None, ""
+
+
+def _built_in(data) -> str:
+    seconds, what = process_seconds()
+    if seconds is not None and seconds >= data.seconds:
+        return f"{seconds:.0f} s ({what} to writing this page: start-up, model loading, capture, analyses)"
+    return f"{data.seconds:.0f} s (the analyses only)"
 
 
 def _sections_list(data) -> str:
@@ -56,9 +72,14 @@ def _sections_list(data) -> str:
         why = f": {esc(o.reason)}" if o.reason else ""
         items.append(f"<li><b>{esc(o.title)}</b> ({esc(o.name)}) — <span class=\"{esc(o.status)}\">"
                      f"{esc(o.status)}</span>{why}"
-                     + (f" <span class=\"muted\">{o.seconds:.1f}s</span>" if o.status == "ran" else "")
+                     + (f" <span class=\"muted\">{o.seconds:.1f} s</span>" if o.status == "ran" else "")
                      + "</li>")
     return "<ul>" + "".join(items) + "</ul>"
+
+
+def claim_line(data, layer: int, head: int) -> str:
+    """One line for tooltips: the head's verdict (the claims' summary when they exist)."""
+    return str(data.verdicts.get((layer, head), ""))
 
 
 def _grid(data) -> str:
@@ -72,7 +93,7 @@ def _grid(data) -> str:
             role = base_role(f.get("role"))
             colour = ROLE_COLOURS.get(role, "#eeeeee") if role else "#ffffff"
             sym, why = importance_mark(f, n_total)
-            tip = f"L{layer}H{h}: {data.verdicts[(layer, h)]}" + (f" ({why})" if why else "")
+            tip = f"L{layer}H{h}: {claim_line(data, layer, h)}" + (f" ({why})" if why else "")
             label = esc(role_label(f.get("role"))) if role else "&nbsp;"
             cells.append(f"<td style=\"background:{colour}\"><a href=\"heads/{head_file(layer, h)}\" "
                          f"title=\"{esc(tip)}\">L{layer}H{h}<br>{label} <span class=\"imp\">{esc(sym)}</span>"
@@ -84,7 +105,12 @@ def _grid(data) -> str:
     legend = (f"<p class=\"legend\">{legend} &nbsp; ★ top 10% importance, ● top 30% or a significant "
               f"ablation effect, · little effect</p>") if used else (
         "<p class=\"muted\">Cells are not coloured: the roles section did not run.</p>")
-    return f"<table class=\"grid\"><tr><th></th>{head_row}</tr>{''.join(rows)}</table>{legend}"
+    return (f"<div class=\"scroll\"><table class=\"grid\"><tr><th></th>{head_row}</tr>{''.join(rows)}</table></div>"
+            f"{legend}")
+
+
+def _min_count(o):
+    return (o.result.summary or {}).get("min_count")
 
 
 def _section_blocks(data) -> str:
@@ -95,11 +121,16 @@ def _section_blocks(data) -> str:
         parts = [f"<h3>{esc(o.title)}</h3>"]
         parts += [f"<p>{esc(n)}</p>" for n in o.result.notes]
         for name, table in o.result.tables.items():
-            parts.append(f"<p class=\"muted\">{esc(name)}: {len(table)} rows — "
+            parts.append(f"<p class=\"muted\">{esc(name)}: {len(table)} rows, strongest first — "
                          f"{link(f'tables/{o.name}_{name}.csv', 'CSV')}</p>")
-            parts.append(frame_table(table, max_rows=12))
+            parts.append(ranked_table(o.name, name, table, min_count=_min_count(o)))
         out.append("".join(parts))
     return "".join(out)
+
+
+def _views_links() -> str:
+    return (f"<p class=\"views\">{link(MODEL_FILE, 'Model view: every head at once')} "
+            f"{link(COMPARE_FILE, 'Compare two heads; raw attention vs rollout vs flow')}</p>")
 
 
 def index_html(data) -> str:
@@ -114,21 +145,65 @@ def index_html(data) -> str:
     for why, n in (ctx.corpus.skipped or {}).items():
         summary[f"skipped ({why})"] = n
     for k, v in ctx.settings.items():
-        if k not in ("model_info",):
+        if k not in ("model_info", "model"):
             summary[f"setting: {k}"] = v
-    summary["built in"] = f"{data.seconds:.1f}s"
-    rep = ctx.representatives[0]
-    view = HeadView(ctx.maps[rep], title=f"example {rep}").fragment(include_script=False)
+    summary["built in"] = _built_in(data)
+    examples, titles = view_examples(ctx)  # every head, so as many sentences as the budget allows
+    k = _within_budget([ctx.maps[i] for i in examples[:2]])
+    view = HeadView([ctx.maps[i] for i in examples[:k]], titles=titles[:k],
+                    initial=_showcase(data)).fragment(include_script=False)
     body = (f"<h1>Attention report: {esc(summary['model'])}</h1>"
             f"<h2>Corpus, model and settings</h2>{kv_table(summary)}"
             f"<h2>Sections</h2>{_sections_list(data)}"
-            f"<h2>Heads</h2><p>Each cell links to the head's page; colour: role; mark: importance. "
-            f"Hover for the verdict.</p>{_grid(data)}"
-            f"<h2>Head view</h2><p class=\"sent\">{esc(ctx.maps[rep].text)}</p>{view}"
+            f"<h2>Heads</h2>{_views_links()}<p>Each cell links to the head's page; colour: role; mark: "
+            f"importance. Hover for the verdict.</p>{_grid(data)}"
+            f"<h2>Head view</h2>{view}"
             f"{_section_blocks(data)}"
             f"<p class=\"muted\">Machine-readable: {link('summary.json', 'summary.json')}, "
             f"{link('report.md', 'report.md')}, tables/*.csv</p>")
     return page(f"Attention report — {summary['model']}", body, scripts=[head_view_js()])
+
+
+#: bytes of quantised weights the index's head view may embed (the page stays under 300 kB)
+INDEX_VIEW_BYTES = 180_000
+
+
+def _within_budget(maps_list) -> int:
+    """How many of ``maps_list`` (at least one) fit :data:`INDEX_VIEW_BYTES` as base64 bytes."""
+    total = 0
+    for k, m in enumerate(maps_list):
+        total += m.attentions[..., 0, 0].numel() * m.attentions.shape[-2] * m.attentions.shape[-1] * 4 // 3
+        if total > INDEX_VIEW_BYTES:
+            return max(k, 1)
+    return len(maps_list)
+
+
+def _showcase(data) -> tuple:
+    """The head the index's head view opens at: the most confident positional or syntactic
+    head (their lines read at a glance), else the first head."""
+    best, key = (data.layers[0], 0), -1.0
+    for layer in data.layers:
+        for h in range(data.n_heads):
+            f = data.flat_facts(layer, h)
+            role = base_role(f.get("role"))
+            conf = f.get("confidence")
+            if role in ("previous-token", "next-token", "syntactic") and conf is not None and conf > key:
+                best, key = (layer, h), float(conf)
+    return best
+
+
+def claims_block(data, layer: int, head: int) -> str:
+    """The head's claims, at the top of its page.
+
+    CLAIMS HOOK: once ``probe.app.report.claims_html`` exists (issue 14) its
+    ``head_claims_html(data, layer, head)`` fills this block; until then the one-line
+    verdict stands in.
+    """
+    try:
+        from . import claims_html
+    except ImportError:
+        return f"<p class=\"verdict\">{esc(data.verdicts[(layer, head)])}</p>"
+    return claims_html.head_claims_html(data, layer, head)
 
 
 def head_html(data, layer: int, head: int, figures: dict) -> str:
@@ -138,38 +213,30 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
     layers = list(data.layers)
     i = layers.index(layer) * data.n_heads + head
     order = [(layer_, h) for layer_ in layers for h in range(data.n_heads)]
-    nav = [link("../index.html", "index")]
+    nav = [link("../index.html", "index"), link(f"../{MODEL_FILE}", "model view")]
     if i > 0:
         nav.append(link(head_file(*order[i - 1]), "← L{}H{}".format(*order[i - 1])))
     if i + 1 < len(order):
         nav.append(link(head_file(*order[i + 1]), "L{}H{} →".format(*order[i + 1])))
-    parts = [f"<nav>{''.join(nav)}</nav><h1>Layer {layer}, head {head}</h1>",
-             f"<p class=\"verdict\">{esc(data.verdicts[(layer, head)])}</p>"]
     flat = data.flat_facts(layer, head)
-    if flat.get("role"):
-        parts.append(f"<p>role: <b>{esc(flat['role'])}</b> (confidence {esc(fmt(flat.get('confidence')))}) — "
-                     f"{esc(flat.get('decided_by', ''))}</p>")
     sym, why = importance_mark(flat, n_total)
-    if why:
-        parts.append(f"<p>{esc(sym)} {esc(why)}</p>")
-    parts.append("<h2>Representative sentences</h2>")
+    parts = [f"<nav>{''.join(nav)}</nav><h1>Layer {layer}, head {head}"
+             + (f" <span class=\"imp\" title=\"{esc(why)}\">{esc(sym)}</span>" if sym else "") + "</h1>",
+             claims_block(data, layer, head),
+             "<h2>Evidence</h2>", evidence_html(data, layer, head)]
+    examples, titles = view_examples(ctx)
+    view = HeadView([ctx.maps[e] for e in examples], layers=[layer], heads=[head],
+                    titles=titles).fragment(include_script=False)
+    parts.append(f"<h2>Head view</h2><p>Lines join each token (left) to the tokens it attends to (right); "
+                 f"width and opacity grow with the weight.</p>{view}")
+    parts.append("<h2>Heatmaps</h2>")
     for ex, png in figures:
         m = ctx.maps[ex]
         parts.append(f"<p class=\"sent\">example {ex}: {esc(m.text)}</p>"
                      f"<figure><img src=\"{esc(png)}\" alt=\"heatmap of layer {layer} head {head} on example {ex}\">"
-                     f"<figcaption>heatmap (rows attend to columns)</figcaption></figure>"
-                     f"<figure>{line_view_svg(m, layer, head)}<figcaption>line view (weights ≥ 0.05)"
+                     f"<figcaption>rows attend to columns; colour: weight from 0 (white) to 1 (dark)"
                      f"</figcaption></figure>")
-    parts.append("<h2>Evidence</h2>")
-    for o in data.outcomes:
-        facts = data.facts.get((layer, head), {}).get(o.name)
-        if o.status == "ran" and facts:
-            parts.append(f"<h3>{esc(o.title)}</h3>{kv_table(facts)}")
-        elif o.status != "ran":
-            parts.append(f"<p class=\"muted\">{esc(o.title)}: <span class=\"{esc(o.status)}\">{esc(o.status)}"
-                         f"</span> — {esc(o.reason)}</p>")
-    rep = ctx.representatives[0]
-    view = HeadView(ctx.maps[rep], layers=[layer], heads=[head],
-                    title=f"example {rep}").fragment(include_script=False)
-    parts.append(f"<h2>Head view</h2>{view}")
-    return page(f"L{layer}H{head} — {fmt(data.verdicts[(layer, head)])}", "".join(parts), scripts=[head_view_js()])
+    return page(f"L{layer}H{head} — {data.verdicts[(layer, head)]}", "".join(parts), scripts=[head_view_js()])
+
+
+__all__ = ["index_html", "head_html", "head_file", "claims_block"]

@@ -16,17 +16,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .style import ATTENTION_CMAP, cmap, pyplot
+
 #: head colours (matplotlib tab10 without grey), one per selected head
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+_plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
 def paper_figure(attention, query, heads: Sequence, path, targets: Sequence = (),
@@ -142,7 +138,7 @@ def alignment_heatmaps(maps, path, gold: Optional[Sequence] = None, aer: Optiona
     for li in range(n_l):
         for h in range(n_h):
             ax = axes[li, h]
-            img = ax.imshow(w[li, h], cmap="Reds", vmin=0.0, vmax=1.0, aspect="equal")
+            img = ax.imshow(w[li, h], cmap=cmap(ATTENTION_CMAP), vmin=0.0, vmax=1.0, aspect="equal")
             for t, s in links:
                 ax.add_patch(Rectangle((s - 0.5, t - 0.5), 1, 1, fill=False, ec="#1f77b4", lw=1.8))
             ax.set_xticks(range(n_s), columns, rotation=90, fontsize=8)

@@ -11,22 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-#: one stable colour per base role (the report uses the same)
-ROLE_COLORS = {
-    "previous-token": "#1f77b4", "next-token": "#17becf", "self": "#9edae5",
-    "special-token": "#7f7f7f", "punctuation": "#bcbd22", "broad": "#ffbb78",
-    "rare-word": "#e377c2", "induction": "#d62728", "duplicate-token": "#ff9896",
-    "syntactic": "#2ca02c", "coreference": "#9467bd", "mixed/unclear": "#f0f0f0",
-}
+from .style import ROLE_COLOURS, pyplot
+
+#: one stable colour per base role: the report grid and notebooks use the same (style.py)
+ROLE_COLORS = ROLE_COLOURS
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+_plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
 def _base(role: str) -> str:

@@ -8,16 +8,12 @@ import logging
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .style import ATTENTION_CMAP, pyplot
+
 log = logging.getLogger(__name__)
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+_plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
 def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str = "dep_to_head",
@@ -39,7 +35,7 @@ def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str 
     import seaborn as sns
 
     fig, ax = plt.subplots(figsize=(max(6, 0.16 * len(cols) + 3), max(3, 0.3 * len(order) + 1.5)))
-    sns.heatmap(table, ax=ax, cmap="viridis", vmin=0, vmax=1, cbar_kws={"label": "accuracy"},
+    sns.heatmap(table, ax=ax, cmap=ATTENTION_CMAP, vmin=0, vmax=1, cbar_kws={"label": "accuracy"},
                 xticklabels=True, yticklabels=True)
     ax.set_xlabel("layer-head")
     ax.set_ylabel("relation")

@@ -67,11 +67,14 @@ def _result(scores, title) -> Result:
         scores.to_json(stem.with_suffix(".json"), indent=1)
         return [stem.with_suffix(".json"), token_scores_heatmap(scores, stem.with_suffix(".png"), title=title)]
 
-    lines = []
+    from probe.app.report.score_figures import split_top
+
+    lines = []  # the top words per output position; itself, special tokens and punctuation apart
     for r, p in enumerate(scores.output_positions[:3]):
-        row = scores.scores[r]
-        best = row.argsort()[::-1][:5]
-        lines.append(f"  {p} {scores.tokens[p]}: " + ", ".join(f"{scores.tokens[j]} {row[j]:.3f}" for j in best))
+        words, trivial = split_top(scores.tokens, scores.scores[r], p, k=5)
+        apart = ", ".join(f"{t} {s:.3f}" for _, t, s in trivial[:4]) + (" …" if len(trivial) > 4 else "")
+        lines.append(f"  {p} {scores.tokens[p]}: " + ", ".join(f"{t} {s:.3f}" for _, t, s in words))
+        lines.append(f"      (apart: itself, special tokens, punctuation: {apart})")
     if len(scores.output_positions) > 3:
         lines.append(f"  … {len(scores.output_positions) - 3} more rows")
     return Result(tables={scores.method: scores.to_frame()}, notes=lines, writers=[write])

@@ -97,7 +97,7 @@ def section(ctx) -> Result:
     tables = {"best": best, "relations": relations}
     if len(skipped):
         tables["skipped"] = skipped.to_frame()
-    return Result(tables=tables, per_head=per_head, notes=notes)
+    return Result(tables=tables, per_head=per_head, notes=notes, summary={"min_count": floor})
 
 
 def best_relation_per_head(best, min_count: int):
