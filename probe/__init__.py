@@ -24,6 +24,8 @@ from ``probe.app.registry`` on first access); tests/test_architecture.py allows 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 # public name -> module that defines it (imported on first access, PEP 562)
 _EXPORTS = {
@@ -53,3 +55,17 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Facade(types.ModuleType):
+    """The package module: importing the submodule ``probe.capture`` must not replace the
+    public *function* ``probe.capture`` (the import system sets a package attribute per
+    imported submodule), so a submodule never overwrites an exported name."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and name in _EXPORTS and value.__name__ == f"{__name__}.{name}":
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Facade
