@@ -36,6 +36,7 @@ import torch
 INTERFACE_NAME = "probe_eager"
 _SESSIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 _REGISTERED = False
+_PREVIOUS: dict[int, str] = {}  # id(config) -> the implementation it had before the switch
 
 
 def register() -> str:
@@ -141,8 +142,11 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
 
 def _fast_attention(module, query, key, value, attention_mask, **kwargs):
     """The output without materialising the weights (PyTorch SDPA), where that computes
-    the same function: no soft-capping and no sinks."""
-    if kwargs.get("softcap") is not None or torch.is_tensor(getattr(module, "sinks", None)):
+    the same function (no soft-capping, no sinks) and the model did not run eager before
+    the switch (then it stays eager, so layers no one records compute what they did)."""
+    previous = _PREVIOUS.get(id(getattr(module, "config", None)), "sdpa")
+    if (previous == "eager" or kwargs.get("softcap") is not None
+            or torch.is_tensor(getattr(module, "sinks", None))):
         return eager_attention(module, query, key, value, attention_mask, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -228,6 +232,25 @@ class RecordingSession(AttentionSession):
         return None
 
 
+class EditSession(AttentionSession):
+    """Edit the per-head output ``[batch, q, heads, d]`` of attached layers with
+    ``apply(z, edits_by_layer[layer], layer)`` and mark the layer in ``pending`` (so a
+    stand-by hook on the output projection knows the edit was made)."""
+
+    def __init__(self, layer_of: dict, edits_by_layer: dict, apply, pending: dict):
+        super().__init__(layer_of)
+        self.edits_by_layer = edits_by_layer
+        self.apply = apply
+        self.pending = pending
+
+    def on_output(self, module, output):
+        layer = self.layer_of.get(module)
+        if layer is None:
+            return None
+        self.pending[layer] = True
+        return self.apply(output.clone(), self.edits_by_layer[layer], layer)
+
+
 def active_sessions(model: torch.nn.Module) -> int:
     """Number of sessions attached to modules of ``model`` (0 after every block exits)."""
     return sum(len(_SESSIONS.get(m, ())) for m in model.modules())
@@ -245,11 +268,16 @@ class InterfaceSwitch:
         register()
         self.previous = self.model.config._attn_implementation
         if self.previous != INTERFACE_NAME:
+            self._configs = {id(m.config): m.config._attn_implementation for m in self.model.modules()
+                             if getattr(m, "config", None) is not None}
             self.model.set_attn_implementation(INTERFACE_NAME)
+            _PREVIOUS.update(self._configs)
             return f"interface (switched from {self.previous})"
         return "interface"
 
     def __exit__(self, *exc) -> bool:
         if self.previous is not None and self.previous != INTERFACE_NAME:
+            for key in self._configs:
+                _PREVIOUS.pop(key, None)
             self.model.set_attn_implementation(self.previous)
         return False

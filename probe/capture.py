@@ -199,6 +199,8 @@ def iter_capture(
     progress: bool = False,
     total: Optional[int] = None,
     sort_window: int = 8,
+    heads: Optional[Sequence[int]] = None,
+    path: str = "auto",
 ) -> Iterator[AttentionMaps]:
     """Like :func:`capture`, but yields maps one example at a time, in input order.
 
@@ -220,7 +222,7 @@ def iter_capture(
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=total, unit="ex", desc=f"capture {adapter.name}")
-    AttentionCapture(adapter, layers=layers, stack=stack)  # validates layers before any work
+    AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path)  # validates before any work
     try:
         while True:
             window = []
@@ -243,7 +245,7 @@ def iter_capture(
                 idx = order[start: start + batch_size]
                 maps = _capture_batch(adapter, [encs[k] for k in idx],
                                       [tencs[k] for k in idx] if tencs else None,
-                                      layers, stack, needs_target, dtype)
+                                      layers, stack, needs_target, dtype, heads=heads, path=path)
                 done.update(zip(idx, maps))
                 if bar is not None:
                     bar.update(len(idx))
@@ -254,13 +256,14 @@ def iter_capture(
             bar.close()
 
 
-def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype) -> list[AttentionMaps]:
+def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, heads=None,
+                   path="auto") -> list[AttentionMaps]:
     """One forward over a batch of encodings; the maps of each example, padding trimmed."""
     inputs = adapter.batch(encs)
     if tencs is not None:
         inputs.update(adapter.decoder_inputs(tencs))
     # hooks live only during the forward, never while the caller holds a yielded map
-    with AttentionCapture(adapter, layers=layers, stack=stack) as cap, torch.no_grad():
+    with AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path) as cap, torch.no_grad():
         adapter.model(**inputs)
     per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}
     low_precision = per_layer[cap.layers[0]].dtype not in (torch.float32, torch.float64)
@@ -286,6 +289,8 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype) -> 
             a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
         a = a.to(dtype).cpu()
         meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source}
+        if heads is not None:  # partial capture: the model head index of each stored head
+            meta["heads"] = list(cap.heads)
         if enc.truncated:
             meta["truncated"] = True
         if enc.unaligned_words:
@@ -314,6 +319,9 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
         truncate: cut texts beyond the model's limit instead of refusing them.
         dtype: storage dtype of the maps (float32 or float16).
         progress: show a tqdm progress bar.
+        heads: model heads to keep (default all); the maps then hold ``len(heads)``
+            heads and ``meta["heads"]`` names them.
+        path: ``auto`` | ``interface`` | ``hooks`` (see :class:`AttentionCapture`).
 
     Returns:
         ``list[AttentionMaps]``, each ``attentions[layer, head, query, key]``.
