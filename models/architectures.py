@@ -235,3 +235,42 @@ def discover_attention(model) -> dict:
         table[stack] = {"attention": [a for a, _, _ in order], "head_output": [p for _, p, _ in order],
                         "value": [v for _, _, v in order]}
     return table
+
+
+# ---- what is supported, and by which path ----------------------------------------------
+# model types with a coverage test: tests/test_coverage.py builds a tiny random model of each
+# from its config and checks capture against eager output_attentions and head ablation
+TESTED_MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "gpt2", "gpt_neox", "gptj", "opt", "bloom",
+                      "falcon", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2",
+                      "gemma3_text", "phi3", "olmo", "bart", "t5", "marian")
+
+
+def attention_path_of_type(model_type: str) -> str:
+    """``interface`` when transformers' modeling file for ``model_type`` dispatches attention
+    through ``ALL_ATTENTION_FUNCTIONS`` (capture and interventions run inside the attention
+    function), else ``hooks`` (forward hooks on the attention modules, eager switch).
+
+    Raises:
+        ValueError: a model type transformers does not know.
+    """
+    import importlib
+
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    cls_name = MODEL_MAPPING_NAMES.get(model_type)
+    if cls_name is None:
+        raise ValueError(f"transformers has no model for model type {model_type!r}")
+    import transformers
+
+    cls = getattr(transformers, cls_name)
+    module = importlib.import_module(cls.__module__)
+    uses = "ALL_ATTENTION_FUNCTIONS" in vars(module) and cls._can_set_attn_implementation()
+    return "interface" if uses else "hooks"
+
+
+def supported_architectures() -> list[dict]:
+    """One dict per tested model type: ``model_type``, ``family`` (a table family, or the
+    model type itself when its modules are discovered by shape) and ``path``."""
+    return [{"model_type": t, "family": family_for(t),
+             "modules": "table" if family_for(t) in ARCHITECTURES else "discovered",
+             "path": attention_path_of_type(t)} for t in TESTED_MODEL_TYPES]

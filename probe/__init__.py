@@ -27,6 +27,8 @@ _EXPORTS = {
     "ablate_heads": "probe.interventions",
     "AttentionMaps": "probe.maps", "WordAttention": "probe.maps",
     "Store": "probe.store", "write_store": "probe.store",
+    "AttentionEdit": "probe.reweighting", "AttentionReweighting": "probe.reweighting",
+    "top_k_edges": "probe.long_inputs", "attention_window": "probe.long_inputs",
     "load_model": "probe.models", "list_models": "probe.models", "ModelAdapter": "probe.models",
 }
 

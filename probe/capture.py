@@ -24,6 +24,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import torch
 
 from .hooks import HookSet, eager_attention
+from .long_inputs import warn_if_capture_too_large
 from .maps import AttentionMaps
 
 log = logging.getLogger(__name__)
@@ -262,6 +263,11 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
     inputs = adapter.batch(encs)
     if tencs is not None:
         inputs.update(adapter.decoder_inputs(tencs))
+    n_key = inputs["input_ids"].shape[1] if stack != "decoder" or tencs is None else inputs["decoder_input_ids"].shape[1]
+    n_query = inputs["decoder_input_ids"].shape[1] if tencs is not None and stack != "encoder" else n_key
+    warn_if_capture_too_large(adapter, len(encs), n_query, n_key, store_dtype=dtype,
+                              layers=len(layers) if layers is not None else adapter.n_layers_of(stack),
+                              heads=len(heads) if heads is not None else None)
     # hooks live only during the forward, never while the caller holds a yielded map
     with AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path) as cap, torch.no_grad():
         adapter.model(**inputs)

@@ -133,8 +133,11 @@ FAITH = dict(methods=("ig",), attention_methods=("attention",), n_steps=8, n_per
 
 
 def faithfulness_target(ctx) -> str:
-    """``logit`` for models with a classifier head (zoo), ``probe:subject-number`` for the
+    """``loss:-1`` (the next-token loss of the last token) for causal language models,
+    ``logit`` for models with a classifier head (zoo), ``probe:subject-number`` for the
     sentence model on a treebank; :class:`SkipSection` otherwise."""
+    if ctx.adapter.causal:
+        return "loss:-1"
     if str(ctx.adapter.name).startswith("zoo:") or ctx.corpus.examples:
         return "logit"
     if ctx.corpus.sentences:
