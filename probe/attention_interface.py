@@ -36,7 +36,8 @@ import torch
 INTERFACE_NAME = "probe_eager"
 _SESSIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 _REGISTERED = False
-_PREVIOUS: dict[int, str] = {}  # id(config) -> the implementation it had before the switch
+_PREVIOUS: dict[int, str] = {}
+_CONFIGS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()  # id(config) -> the implementation it had before the switch
 
 
 def register() -> str:
@@ -258,26 +259,42 @@ def active_sessions(model: torch.nn.Module) -> int:
 
 class InterfaceSwitch:
     """Select :data:`INTERFACE_NAME` as ``model``'s attention implementation inside the
-    block and restore the previous one on exit (also after an exception)."""
+    block and restore the previous one on exit (also after an exception).
+
+    The switch sets the field ``set_attn_implementation`` would set
+    (``config._attn_implementation_internal``) on every config the model's modules hold
+    (sub-models included), which costs microseconds instead of the milliseconds of the
+    full checks (the model was checked by :func:`uses_interface`); an interventions sweep
+    enters it once per batch.
+    """
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.previous = None
+        self._configs: dict = {}
 
     def __enter__(self) -> str:
         register()
         self.previous = self.model.config._attn_implementation
-        if self.previous != INTERFACE_NAME:
-            self._configs = {id(m.config): m.config._attn_implementation for m in self.model.modules()
-                             if getattr(m, "config", None) is not None}
-            self.model.set_attn_implementation(INTERFACE_NAME)
-            _PREVIOUS.update(self._configs)
-            return f"interface (switched from {self.previous})"
-        return "interface"
+        if self.previous == INTERFACE_NAME:
+            return "interface"
+        configs = _CONFIGS.get(self.model)
+        if configs is None:  # walking the modules costs milliseconds: once per model
+            configs = {}
+            for m in self.model.modules():
+                cfg = m.__dict__.get("config")
+                if cfg is not None and hasattr(cfg, "_attn_implementation_internal"):
+                    configs[id(cfg)] = cfg
+            _CONFIGS[self.model] = configs
+        self._configs = {key: (cfg, cfg._attn_implementation_internal) for key, cfg in configs.items()}
+        for key, (cfg, before) in self._configs.items():
+            _PREVIOUS[key] = cfg._attn_implementation
+            cfg._attn_implementation_internal = INTERFACE_NAME
+        return f"interface (switched from {self.previous})"
 
     def __exit__(self, *exc) -> bool:
-        if self.previous is not None and self.previous != INTERFACE_NAME:
-            for key in self._configs:
-                _PREVIOUS.pop(key, None)
-            self.model.set_attn_implementation(self.previous)
+        for key, (cfg, before) in self._configs.items():
+            cfg._attn_implementation_internal = before
+            _PREVIOUS.pop(key, None)
+        self._configs = {}
         return False

@@ -263,8 +263,10 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
     inputs = adapter.batch(encs)
     if tencs is not None:
         inputs.update(adapter.decoder_inputs(tencs))
-    n_key = inputs["input_ids"].shape[1] if stack != "decoder" or tencs is None else inputs["decoder_input_ids"].shape[1]
-    n_query = inputs["decoder_input_ids"].shape[1] if tencs is not None and stack != "encoder" else n_key
+    n_source = inputs["input_ids"].shape[1]
+    n_target = inputs["decoder_input_ids"].shape[1] if tencs is not None else n_source
+    n_key = n_target if stack == "decoder" else n_source
+    n_query = n_target if stack != "encoder" else n_source
     warn_if_capture_too_large(adapter, len(encs), n_query, n_key, store_dtype=dtype,
                               layers=len(layers) if layers is not None else adapter.n_layers_of(stack),
                               heads=len(heads) if heads is not None else None)

@@ -31,10 +31,11 @@ TOL = 1e-5
 UNSUPPORTED: dict[str, str] = {}
 # notes shown in the coverage table
 NOTES = {
-    "falcon": "own `output_attentions` under SDPA adds a bool mask (not causal): reference run with eager set on the config",
+    "falcon": ("own `output_attentions` under SDPA adds a bool mask (not causal): reference run with "
+               "eager set on the config"),
     "bloom": "ALiBi inside the module; no attention interface in transformers 5",
     "mistral": "sliding window 4",
-    "gemma2": "sliding window 4, soft-capping 5",
+    "gemma2": "sliding window 4, soft-capping 0.1 (binding on random scores)",
     "gemma3_text": "sliding window 4",
     "gemma": "multi-query (1 key/value head)",
     "gptj": "rotary on 4 dims",
@@ -69,7 +70,7 @@ def tiny_configs(vocab: int) -> dict:
         "qwen2": T.Qwen2Config(**gqa, **dec, **c),
         "qwen3": T.Qwen3Config(**gqa, head_dim=8, **dec, **c),
         "gemma": T.GemmaConfig(**size, num_key_value_heads=1, head_dim=8, **dec, **c),
-        "gemma2": T.Gemma2Config(**gqa, head_dim=8, sliding_window=4, attn_logit_softcapping=5.0,
+        "gemma2": T.Gemma2Config(**gqa, head_dim=8, sliding_window=4, attn_logit_softcapping=0.1,
                                  query_pre_attn_scalar=8, **dec, **c),
         "gemma3_text": T.Gemma3TextConfig(**gqa, head_dim=8, sliding_window=4, query_pre_attn_scalar=8, **dec, **c),
         "phi3": T.Phi3Config(**gqa, **dec, **c),
@@ -293,7 +294,8 @@ def coverage_rows(tokenizer=None) -> list[dict]:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| architecture | stacks | path | max \\|Δ\\| weights vs eager | max \\|Δ\\| outputs | zero-ablation vs zeroed slice | note |",
+    lines = ["| architecture | stacks | path | max \\|Δ\\| weights vs eager | max \\|Δ\\| outputs "
+             "| zero-ablation vs zeroed slice | note |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["path"] == "unsupported":

@@ -209,9 +209,9 @@ def _run_rollout(ctx) -> SectionResult:
     table = pd.concat(rows, ignore_index=True)
     top = (table.sort_values("score", ascending=False).groupby(["example", "method"]).head(5)
            .sort_values(["example", "method", "score"], ascending=[True, True, False]))
+    into = "the last token (causal: nothing flows from later tokens)" if ctx.adapter.causal else "position 0"
     return SectionResult(tables={"scores": table, "top": top},
-                         notes=[f"rollout and flow into {'the last token (causal: nothing flows from later tokens)' if ctx.adapter.causal else 'position 0'} "
-                                f"on examples {picks} (Abnar & Zuidema 2020)"])
+                         notes=[f"rollout and flow into {into} on examples {picks} (Abnar & Zuidema 2020)"])
 
 
 register_section(Section("syntax", "Syntactic relations against positional baselines", _run_syntax,
