@@ -247,6 +247,23 @@ def test_generic_discovery_names_stacks_and_projections(bert_tokenizer):
         phi.value_modules()  # q|k|v in one projection: no separate value module
 
 
+def test_hf_opens_an_architecture_outside_the_table(bert_tokenizer, tmp_path):
+    """``hf:<path>`` opens a model type the family table never named (found by shape) and
+    captures through the interface."""
+    from probe.capture import capture
+    from probe.models import load_model
+    from probe.models.architectures import ARCHITECTURES
+
+    tiny = build("qwen3", bert_tokenizer)
+    assert "qwen3" not in ARCHITECTURES
+    tiny.model.save_pretrained(tmp_path, safe_serialization=True)
+    bert_tokenizer.save_pretrained(tmp_path)
+    adapter = load_model(f"hf:{tmp_path}")
+    assert (adapter.family, adapter.arch, adapter.n_layers, adapter.n_heads) == ("qwen3", "decoder", 2, 4)
+    maps = capture(adapter, TEXTS[:1])[0]
+    assert maps.kind == "causal" and maps.meta["attention_source"].startswith("interface")
+
+
 def test_reweighting_uniform_permute_given(bert_tokenizer):
     """Attention reweighting on a causal GQA model: uniform rows are 1/(i+1); a permutation
     keeps each row's values and the causal mask; given = own weights changes nothing."""
