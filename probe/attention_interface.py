@@ -193,7 +193,6 @@ class AttentionSession:
 
     def __init__(self, layer_of: dict):
         self.layer_of = layer_of
-        self.calls: dict[int, int] = {}
 
     def needs_weights(self, module) -> bool:
         return False

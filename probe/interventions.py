@@ -1,16 +1,20 @@
-"""Interventions on attention heads through hooks on the per-head output site.
+"""Interventions on attention heads at the per-head output site.
 
-The site is the input of each layer's attention output projection, ``[batch, seq,
-n_heads * head_dim]``, viewed as ``[batch, seq, head, head_dim]`` (TransformerLens's
-``hook_z``). transformers 5 removed ``head_mask``; a forward-pre hook on the output
-projection does the same for every family in :data:`models.architectures.ARCHITECTURES`
-(Michel et al. 2019 gate heads at exactly this point).
+The site is each layer's per-head attention output before the output projection, ``[batch,
+seq, head, head_dim]`` (TransformerLens's ``hook_z``). For models whose attention calls
+transformers' attention interface, :class:`HeadIntervention` edits it there, inside the
+toolkit's attention function (:mod:`probe.attention_interface`); for the others, a
+forward-pre hook on the output projection edits the projection's input ``[batch, seq,
+n_heads * head_dim]`` — the same values (transformers 5 removed ``head_mask``; Michel et al.
+2019 gate heads at exactly this point).
 
 * :class:`HeadIntervention` — zero, mean-ablate, patch or scale chosen heads, on all
   batch rows or on chosen rows (so one forward can carry many different ablations).
 * :func:`ablate_heads` — the common cases in one call.
-* :class:`HeadOutputRecorder` — record head outputs (for patching and for means).
-* :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head].
+* :class:`HeadOutputRecorder` — record head outputs (for patching and for means; hooks).
+* :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head] (hooks).
+
+Replacing a head's attention *weights* is :mod:`probe.reweighting`.
 """
 
 from __future__ import annotations
@@ -155,17 +159,27 @@ class HeadIntervention(HookContext):
         for layer in self._by_layer:
             hooks.pre(self._modules[layer], self._hook(layer, pending))
 
+    def __enter__(self):
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._leave_interface()
+            raise
+
     def __exit__(self, *exc) -> bool:
         try:
             super().__exit__(*exc)
         finally:
-            session, switch = getattr(self, "_session", None), getattr(self, "_switch", None)
-            self._session = self._switch = None
-            if session is not None:
-                session.detach()
-            if switch is not None:
-                switch.__exit__(*exc)
+            self._leave_interface(*exc)
         return False
+
+    def _leave_interface(self, *exc) -> None:
+        session, switch = getattr(self, "_session", None), getattr(self, "_switch", None)
+        self._session = self._switch = None
+        if session is not None:
+            session.detach()
+        if switch is not None:
+            switch.__exit__(*exc)
 
 
 def ablate_heads(

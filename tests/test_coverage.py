@@ -247,6 +247,32 @@ def test_generic_discovery_names_stacks_and_projections(bert_tokenizer):
         phi.value_modules()  # q|k|v in one projection: no separate value module
 
 
+def test_interface_intervention_leaves_nothing_attached(bert_tokenizer):
+    """An intervention on the interface path whose forward raises: no session, no hook,
+    the attention implementation restored; the edit applies once (not also at the
+    stand-by projection hook)."""
+    from probe.attention_interface import active_sessions
+    from probe.hooks import count_hooks
+    from probe.interventions import HeadEdit, HeadIntervention
+
+    adapter = build("llama", bert_tokenizer)
+    model = adapter.model
+    inputs, _ = _inputs(adapter)
+    with pytest.raises(RuntimeError, match="boom"):
+        with HeadIntervention(adapter, [HeadEdit(1, 2, mode="scale", scale=2.0)]):
+            assert active_sessions(model) == 1 and count_hooks(model) == 1
+            raise RuntimeError("boom")
+    assert active_sessions(model) == 0 and count_hooks(model) == 0
+    assert model.config._attn_implementation == "sdpa"
+    with torch.no_grad():
+        with HeadIntervention(adapter, [HeadEdit(1, 2, mode="scale", scale=2.0)], path="interface"):
+            once = model(**inputs).last_hidden_state
+        with HeadIntervention(adapter, [HeadEdit(1, 2, mode="scale", scale=2.0)], path="hooks"):
+            hooked = model(**inputs).last_hidden_state
+    valid = inputs["attention_mask"].bool()
+    assert (once - hooked)[valid].abs().max() < 1e-5  # scaled by 2, not by 4
+
+
 def test_hf_opens_an_architecture_outside_the_table(bert_tokenizer, tmp_path):
     """``hf:<path>`` opens a model type the family table never named (found by shape) and
     captures through the interface."""
