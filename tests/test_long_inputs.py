@@ -103,3 +103,34 @@ def test_faithfulness_target_of_a_causal_lm_is_next_token_loss(tiny_models):
     spec = faithfulness_target(ctx)
     assert spec == "loss:-1"
     assert isinstance(parse_target(spec, tiny_models["llama"]), LMLoss)
+
+
+def test_report_on_a_tiny_random_llama_end_to_end(bert_tokenizer, tmp_path):
+    """A causal LM (random tiny LlamaForCausalLM) through the report: roles, rollout into
+    the last token, faithfulness of the next-token loss."""
+    import transformers as T
+
+    from conftest import _tiny_configs
+    from probe.app.report.build import build_report
+    from probe.models import ModelAdapter
+
+    torch.manual_seed(0)
+    lm = T.AutoModelForCausalLM.from_config(_tiny_configs(len(bert_tokenizer))["llama"])
+    adapter = ModelAdapter(name="tiny-llama-lm", model=lm, tokenizer=bert_tokenizer, family="llama")
+    texts = ["the cat sat on the mat and the cat sat on the mat",
+             "one two three four one two three four", "a b c d e f a b c d e f"]
+    data = build_report(tmp_path / "r", adapter=adapter, text=texts,
+                        sections=["roles", "rollout", "faithfulness"], strict=True)
+    assert data.statuses == {"roles": "ran", "rollout": "ran", "faithfulness": "ran"}
+    assert all(m.kind == "causal" for m in data.ctx.maps)
+    assert "last token" in data.ctx.results["rollout"].notes[0]
+    assert "target loss:-1" in data.ctx.results["faithfulness"].notes[0]
+
+
+@pytest.mark.slow
+def test_zoo_induction_report_finds_previous_token_and_induction_heads(tmp_path):
+    from probe.app.report.build import build_report
+
+    data = build_report(tmp_path / "r", model="zoo:induction", limit=60, sections=["roles"], strict=True)
+    roles = set(data.ctx.results["roles"].tables["roles"]["role"])
+    assert {"previous-token", "induction"} <= roles
