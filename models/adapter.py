@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import torch
 
 from .alignment import absorbing_tokens, align_batch
-from .architectures import ARCHITECTURES, STACKS
+from .architectures import ARCHITECTURES, STACKS, discover_attention
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 
@@ -85,7 +85,8 @@ class ModelAdapter:
 
     def __post_init__(self):
         self.model.eval()
-        self._table = ARCHITECTURES[self.family]
+        # a family of the table (module-name patterns), else modules found by shape
+        self._table = ARCHITECTURES.get(self.family) or discover_attention(self.model)
         self._modules = dict(self.model.named_modules())
         self._cache: dict = {}
 
@@ -156,8 +157,14 @@ class ModelAdapter:
                 f"{self.name} has no {stack!r} attention; it has: {', '.join(self.stacks)}"
             )
         key = (stack, site)
+        entry = self._table[stack][site]
+        if isinstance(entry, list):  # discovered modules
+            if any(m is None for m in entry):
+                raise ValueError(f"{self.name} has no separate {site} module (fused projection); "
+                                 "this analysis needs one")
+            return entry
         if key not in self._cache:
-            pattern = re.compile(self._table[stack][site])
+            pattern = re.compile(entry)
             found = {}
             for name, module in self._modules.items():
                 m = pattern.search(name)

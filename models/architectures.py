@@ -1,5 +1,13 @@
 """Where attention lives in each model family: adapters as data, not a class hierarchy.
 
+Most of what the toolkit needs about attention now comes from transformers' attention
+interface (:mod:`probe.attention_interface`): queries, keys, values, mask, scaling and
+the per-head output. This table keeps what the interface cannot tell — where the output
+projection and value projection live (for the hook path, the restart-based ablation sweep
+and norm-based analyses) and the layer modules' names (restart) — for the families the
+toolkit has always named. Any other model is read by :func:`discover_attention`, which
+finds the attention modules generically, so every interface model opens via ``hf:``.
+
 Each family maps a *stack* (``encoder``, ``decoder`` or ``cross``) to regular
 expressions over ``model.named_modules()`` names. The first group of each pattern is the
 layer index. Patterns are searched (not anchored at the start), so task heads that wrap
@@ -17,6 +25,11 @@ the base model (``bert.``, ``transformer.``, ``model.``) need no extra rows.
 """
 
 from __future__ import annotations
+
+import re
+from typing import Optional
+
+import torch
 
 # family -> {"arch": ..., stack -> {"attention": regex, "head_output": regex, "value": regex}}
 ARCHITECTURES: dict[str, dict] = {
@@ -112,18 +125,155 @@ STACKS = ("encoder", "decoder", "cross")
 
 
 def family_for(model_type: str) -> str:
-    """The family whose module table fits a transformers ``config.model_type``.
+    """The family whose module table fits a transformers ``config.model_type``; other
+    model types are their own family, read by :func:`discover_attention`."""
+    return FAMILY_OF_MODEL_TYPE.get(model_type, model_type)
+
+
+# ---- generic discovery ---------------------------------------------------------------
+PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "o", "out_lin", "wo", "out")
+VALUE_NAMES = ("v_proj", "value", "v", "v_lin")
+CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn")
+
+
+def _is_projection(module) -> bool:
+    return isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def _first_index(name: str) -> Optional[int]:
+    m = re.search(r"\.(\d+)(\.|$)", name)
+    return int(m.group(1)) if m else None
+
+
+def _stack_of(name: str, module, encoder_decoder: bool) -> str:
+    low = name.lower()
+    if getattr(module, "is_cross_attention", False) or any(c in low for c in CROSS_NAMES):
+        return "cross"
+    if encoder_decoder:
+        return "decoder" if "decoder" in low else "encoder"
+    return "main"
+
+
+def _projection_of(name: str, module, modules: dict):
+    """The attention output projection: a child named like one, else (BERT-style, where the
+    projection sits in a sibling ``output`` block) the nearest such Linear under the parent."""
+    for child in PROJECTION_NAMES:
+        sub = getattr(module, child, None)
+        if sub is not None and _is_projection(sub):
+            return sub
+    parent = name.rsplit(".", 1)[0] if "." in name else ""
+    for other, sub in modules.items():
+        if (other.startswith(parent + ".") and not other.startswith(name + ".")
+                and other.rsplit(".", 1)[-1] in PROJECTION_NAMES and _is_projection(sub)
+                and other.count(".") <= name.count(".") + 1):
+            return sub
+    return None
+
+
+def _value_of(module):
+    for child in VALUE_NAMES:
+        sub = getattr(module, child, None)
+        if sub is not None and _is_projection(sub):
+            return sub
+    return None
+
+
+def _causal_model_type(model) -> bool:
+    """True for model types transformers offers only as causal LMs (not as masked LMs)."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    t = getattr(model.config, "model_type", "")
+    return t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and t not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def discover_attention(model) -> dict:
+    """Find the attention modules of any transformers model by their shape, not their names.
+
+    An attention module is the innermost module whose class name ends in ``Attention``
+    (``BertSelfAttention`` inside ``BertAttention``, ``T5Attention`` inside
+    ``T5LayerSelfAttention``) and that has an output projection (:data:`PROJECTION_NAMES`,
+    as its child or in a sibling block). Its layer is ``module.layer_idx`` or the first
+    index in its name. Encoder-decoder models split into ``encoder``/``decoder``/``cross``
+    by name; otherwise the stack is ``decoder`` when the modules are causal
+    (``module.is_causal`` or a causal-LM class), else ``encoder``.
+
+    Returns:
+        ``{"arch": ..., stack: {"attention": [...], "head_output": [...], "value": [...]}}``
+        with module lists in layer order (``value`` entries may be None: fused q|k|v).
 
     Raises:
-        ValueError: for a model type with no table, naming the supported ones.
+        ValueError: when no attention module with an output projection is found.
     """
-    try:
-        return FAMILY_OF_MODEL_TYPE[model_type]
-    except KeyError:
-        known = ", ".join(sorted(FAMILY_OF_MODEL_TYPE))
-        raise ValueError(
-            f"model type {model_type!r} has no adapter table; supported model types: {known}"
-        ) from None
+    modules = dict(model.named_modules())
+    found = [(n, m) for n, m in modules.items() if type(m).__name__.endswith("Attention")]
+    inner = [(n, m) for n, m in found
+             if not any(o.startswith(n + ".") for o, _ in found)]
+    enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
+    stacks: dict = {}
+    for name, module in inner:
+        proj = _projection_of(name, module, modules)
+        if proj is None:
+            continue
+        layer = getattr(module, "layer_idx", None)
+        layer = _first_index(name) if not isinstance(layer, int) else layer
+        stack = _stack_of(name, module, enc_dec)
+        stacks.setdefault(stack, {})[layer if layer is not None else len(stacks.get(stack, {}))] = (
+            module, proj, _value_of(module))
+    if not stacks:
+        raise ValueError(f"no attention modules found in {type(model).__name__}: the toolkit looks for "
+                         "modules named *Attention with an o_proj/out_proj/dense-like output projection")
+    if "main" in stacks:
+        first = stacks["main"][min(stacks["main"])][0]
+        causal = getattr(first, "is_causal", None)
+        if causal is None:
+            causal = _causal_model_type(model)
+        stacks[("decoder" if causal else "encoder")] = stacks.pop("main")
+    table = {"arch": "encoder-decoder" if enc_dec else next(iter(s for s in stacks if s != "cross"))}
+    for stack, by_layer in stacks.items():
+        order = [by_layer[i] for i in sorted(by_layer)]
+        table[stack] = {"attention": [a for a, _, _ in order], "head_output": [p for _, p, _ in order],
+                        "value": [v for _, _, v in order]}
+    return table
+
+
+# ---- what is supported, and by which path ----------------------------------------------
+# model types with a coverage test: tests/test_coverage.py builds a tiny random model of each
+# from its config and checks capture against eager output_attentions and head ablation
+TESTED_MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "gpt2", "gpt_neox", "gptj", "opt", "bloom",
+                      "falcon", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2",
+                      "gemma3_text", "phi3", "olmo", "bart", "t5", "marian")
+
+
+def attention_path_of_type(model_type: str) -> str:
+    """``interface`` when transformers' modeling file for ``model_type`` dispatches attention
+    through ``ALL_ATTENTION_FUNCTIONS`` (capture and interventions run inside the attention
+    function), else ``hooks`` (forward hooks on the attention modules, eager switch).
+
+    Raises:
+        ValueError: a model type transformers does not know.
+    """
+    import importlib
+
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    cls_name = MODEL_MAPPING_NAMES.get(model_type)
+    if cls_name is None:
+        raise ValueError(f"transformers has no model for model type {model_type!r}")
+    import transformers
+
+    cls = getattr(transformers, cls_name)
+    module = importlib.import_module(cls.__module__)
+    uses = "ALL_ATTENTION_FUNCTIONS" in vars(module) and cls._can_set_attn_implementation()
+    return "interface" if uses else "hooks"
+
+
+def supported_architectures() -> list[dict]:
+    """One dict per tested model type: ``model_type``, ``family`` (a table family, or the
+    model type itself when its modules are discovered by shape) and ``path``."""
+    return [{"model_type": t, "family": family_for(t),
+             "modules": "table" if family_for(t) in ARCHITECTURES else "discovered",
+             "path": attention_path_of_type(t)} for t in TESTED_MODEL_TYPES]
 
 
 #: families whose layer (block) modules take the residual stream as their first argument,

@@ -35,6 +35,8 @@ _EXPORTS = {
     "ablate_heads": "probe.interventions",
     "AttentionMaps": "probe.maps", "WordAttention": "probe.maps",
     "Store": "probe.store", "write_store": "probe.store",
+    "AttentionEdit": "probe.reweighting", "AttentionReweighting": "probe.reweighting",
+    "top_k_edges": "probe.long_inputs", "attention_window": "probe.long_inputs",
     "load_model": "probe.models", "list_models": "probe.models", "ModelAdapter": "probe.models",
     # the analysis registry (probe.app): probe.run("ablation", model="zoo:induction") -> Result
     "run": "probe.app.registry", "analyses_registered": "probe.app.registry",

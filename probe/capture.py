@@ -1,10 +1,19 @@
-"""Capture attention probabilities with hooks: :class:`AttentionCapture` and :func:`capture`.
+"""Capture attention probabilities: :class:`AttentionCapture` and :func:`capture`.
 
-Forward hooks on the attention modules named by the adapter read the probabilities that
-each module returns last in its output tuple (``[batch, head, query, key]``). Models
-loaded with SDPA/flash attention are switched to eager attention for the duration of the
-capture and switched back afterwards (see :func:`probe.hooks.eager_attention`); each
-captured example records which in ``meta["attention_source"]``.
+Two paths, chosen per model (``path="auto"``):
+
+* **interface** — models whose attention modules call transformers' attention interface
+  (most of transformers 5) run with the toolkit's registered implementation for the
+  duration of the capture; it records the weights of the requested layers only (other
+  layers run SDPA) — see :mod:`probe.attention_interface`.
+* **hooks** — other models (Bloom, Falcon, …): forward hooks on the attention modules
+  named by the adapter read the probabilities each module returns last in its output
+  tuple, with the model switched to eager attention for the duration of the capture
+  (:func:`probe.hooks.eager_attention`). This path is also the reference the interface
+  path is tested against.
+
+Each captured example records which in ``meta["attention_source"]`` (``interface …`` or
+``eager …``).
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import torch
 
 from .hooks import HookSet, eager_attention
+from .long_inputs import warn_if_capture_too_large
 from .maps import AttentionMaps
 
 log = logging.getLogger(__name__)
@@ -35,13 +45,26 @@ class AttentionCapture:
         stack: ``encoder`` / ``decoder`` / ``cross`` (default: the model's main stack).
         keep_grad: keep the probabilities in the autograd graph (``retain_grad`` is
             called) for gradient-weighted analyses; otherwise they are detached.
+        heads: head indices to keep (default all): the recorded tensors have
+            ``len(heads)`` heads, in this order.
+        query_rows: query positions to keep (default all): ``[..., len(rows), key]``.
+        store_dtype: dtype the records are kept in (e.g. ``torch.float16``; default: as
+            computed).
+        path: ``auto`` (the attention interface where the model's attention modules call
+            it, else hooks), ``interface`` or ``hooks``. See :mod:`probe.attention_interface`.
 
-    Hooks are removed and the attention implementation restored on exit, also when the
-    forward raised. Captures nest: an inner capture records independently.
+    Hooks (or interface sessions) are removed and the attention implementation restored
+    on exit, also when the forward raised. Captures nest: an inner capture records
+    independently. ``attention_source`` says which path ran (``interface …`` or
+    ``eager …`` for hooks).
     """
 
     def __init__(self, adapter, layers: Optional[Sequence[int]] = None,
-                 stack: Optional[str] = None, keep_grad: bool = False):
+                 stack: Optional[str] = None, keep_grad: bool = False, *,
+                 heads: Optional[Sequence[int]] = None, query_rows: Optional[Sequence[int]] = None,
+                 store_dtype: Optional[torch.dtype] = None, path: str = "auto"):
+        from .attention_interface import choose_path
+
         self.adapter = adapter
         self.stack = stack or adapter.default_stack
         modules = adapter.attention_modules(self.stack)
@@ -54,13 +77,39 @@ class AttentionCapture:
             raise ValueError(f"layer(s) {bad} out of range: {adapter.name} has {self.stack} layers 0..{n - 1}")
         if not layers:
             raise ValueError("no layers chosen to capture")
+        if heads is not None:
+            heads = [int(h) for h in heads]
+            wrong = [h for h in heads if not 0 <= h < adapter.n_heads]
+            if wrong or not heads:
+                raise ValueError(f"head(s) {wrong or heads} out of range: {adapter.name} has heads "
+                                 f"0..{adapter.n_heads - 1}")
         self.layers = layers
         self.keep_grad = keep_grad
+        self.heads = heads
+        self.query_rows = None if query_rows is None else [int(r) for r in query_rows]
+        self.store_dtype = store_dtype
+        self.path = choose_path(adapter, self.stack, path)
         self._modules = {i: modules[i] for i in layers}
         self._records: dict[int, list] = {}
         self._hooks = HookSet()
         self._eager = None
+        self._session = None
         self.attention_source = ""
+
+    def _keep(self, layer: int, probs: torch.Tensor) -> None:
+        """Store the requested slice of ``probs`` ``[batch, head, query, key]``."""
+        if self.heads is not None:
+            probs = probs[:, self.heads]
+        if self.query_rows is not None:
+            probs = probs[:, :, self.query_rows]
+        if self.keep_grad:
+            if probs.requires_grad:
+                probs.retain_grad()
+        else:
+            probs = probs.detach()
+        if self.store_dtype is not None:
+            probs = probs.to(self.store_dtype)
+        self._records.setdefault(layer, []).append(probs)
 
     def _hook(self, layer: int):
         def fn(module, args, output):
@@ -70,15 +119,18 @@ class AttentionCapture:
                     f"layer {layer} returned no attention probabilities although eager attention "
                     "was requested; this model family is not supported by the capture hooks"
                 )
-            if self.keep_grad:
-                if probs.requires_grad:
-                    probs.retain_grad()
-                self._records.setdefault(layer, []).append(probs)
-            else:
-                self._records.setdefault(layer, []).append(probs.detach())
+            self._keep(layer, probs)
         return fn
 
     def __enter__(self) -> "AttentionCapture":
+        if self.path == "interface":
+            from .attention_interface import InterfaceSwitch, RecordingSession
+
+            self._eager = InterfaceSwitch(self.adapter.model)
+            self.attention_source = self._eager.__enter__()
+            self._session = RecordingSession({m: i for i, m in self._modules.items()}, self._keep)
+            self._session.attach()
+            return self
         self._eager = eager_attention(self.adapter.model)
         self.attention_source = self._eager.__enter__()
         try:
@@ -93,6 +145,9 @@ class AttentionCapture:
     def __exit__(self, *exc) -> bool:
         try:
             self._hooks.remove()
+            if self._session is not None:
+                self._session.detach()
+                self._session = None
         finally:
             self._eager.__exit__(*exc)
         return False
@@ -145,6 +200,8 @@ def iter_capture(
     progress: bool = False,
     total: Optional[int] = None,
     sort_window: int = 8,
+    heads: Optional[Sequence[int]] = None,
+    path: str = "auto",
 ) -> Iterator[AttentionMaps]:
     """Like :func:`capture`, but yields maps one example at a time, in input order.
 
@@ -166,7 +223,7 @@ def iter_capture(
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=total, unit="ex", desc=f"capture {adapter.name}")
-    AttentionCapture(adapter, layers=layers, stack=stack)  # validates layers before any work
+    AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path)  # validates before any work
     try:
         while True:
             window = []
@@ -191,7 +248,7 @@ def iter_capture(
                 idx = order[start: start + batch_size]
                 maps = _capture_batch(adapter, [encs[k] for k in idx],
                                       [tencs[k] for k in idx] if tencs else None,
-                                      layers, stack, needs_target, dtype)
+                                      layers, stack, needs_target, dtype, heads=heads, path=path)
                 done.update(zip(idx, maps))
                 if bar is not None:
                     bar.update(len(idx))
@@ -202,13 +259,21 @@ def iter_capture(
             bar.close()
 
 
-def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype) -> list[AttentionMaps]:
+def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, heads=None,
+                   path="auto") -> list[AttentionMaps]:
     """One forward over a batch of encodings; the maps of each example, padding trimmed."""
     inputs = adapter.batch(encs)
     if tencs is not None:
         inputs.update(adapter.decoder_inputs(tencs))
+    n_source = inputs["input_ids"].shape[1]
+    n_target = inputs["decoder_input_ids"].shape[1] if tencs is not None else n_source
+    n_key = n_target if stack == "decoder" else n_source
+    n_query = n_target if stack != "encoder" else n_source
+    warn_if_capture_too_large(adapter, len(encs), n_query, n_key, store_dtype=dtype,
+                              layers=len(layers) if layers is not None else adapter.n_layers_of(stack),
+                              heads=len(heads) if heads is not None else None)
     # hooks live only during the forward, never while the caller holds a yielded map
-    with AttentionCapture(adapter, layers=layers, stack=stack) as cap, torch.no_grad():
+    with AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path) as cap, torch.no_grad():
         adapter.model(**inputs)
     per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}
     low_precision = per_layer[cap.layers[0]].dtype not in (torch.float32, torch.float64)
@@ -234,6 +299,8 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype) -> 
             a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
         a = a.to(dtype).cpu()
         meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source}
+        if heads is not None:  # partial capture: the model head index of each stored head
+            meta["heads"] = list(cap.heads)
         if enc.truncated:
             meta["truncated"] = True
         if enc.unaligned_words:
@@ -264,6 +331,9 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
         truncate: cut texts beyond the model's limit instead of refusing them.
         dtype: storage dtype of the maps (float32 or float16).
         progress: show a tqdm progress bar.
+        heads: model heads to keep (default all); the maps then hold ``len(heads)``
+            heads and ``meta["heads"]`` names them.
+        path: ``auto`` | ``interface`` | ``hooks`` (see :class:`AttentionCapture`).
 
     Returns:
         ``list[AttentionMaps]``, each ``attentions[layer, head, query, key]``.

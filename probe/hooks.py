@@ -67,12 +67,19 @@ def eager_attention(model: torch.nn.Module) -> Iterator[str]:
     config = getattr(model, "config", None)
     previous = getattr(config, "_attn_implementation", None) if config is not None else None
     switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
-    if switch:
+    # models that dispatch on the config string themselves (Falcon) cannot be switched by
+    # set_attn_implementation (it only warns): set the config field they read instead
+    direct = switch and not type(model)._can_set_attn_implementation()
+    if direct:
+        config._attn_implementation_internal = "eager"
+    elif switch:
         model.set_attn_implementation("eager")
     try:
         yield f"eager (switched from {previous})" if switch else "eager"
     finally:
-        if switch:
+        if direct:
+            config._attn_implementation_internal = previous
+        elif switch:
             model.set_attn_implementation(previous)
 
 

@@ -1,16 +1,20 @@
-"""Interventions on attention heads through hooks on the per-head output site.
+"""Interventions on attention heads at the per-head output site.
 
-The site is the input of each layer's attention output projection, ``[batch, seq,
-n_heads * head_dim]``, viewed as ``[batch, seq, head, head_dim]`` (TransformerLens's
-``hook_z``). transformers 5 removed ``head_mask``; a forward-pre hook on the output
-projection does the same for every family in :data:`models.architectures.ARCHITECTURES`
-(Michel et al. 2019 gate heads at exactly this point).
+The site is each layer's per-head attention output before the output projection, ``[batch,
+seq, head, head_dim]`` (TransformerLens's ``hook_z``). For models whose attention calls
+transformers' attention interface, :class:`HeadIntervention` edits it there, inside the
+toolkit's attention function (:mod:`probe.attention_interface`); for the others, a
+forward-pre hook on the output projection edits the projection's input ``[batch, seq,
+n_heads * head_dim]`` — the same values (transformers 5 removed ``head_mask``; Michel et al.
+2019 gate heads at exactly this point).
 
 * :class:`HeadIntervention` — zero, mean-ablate, patch or scale chosen heads, on all
   batch rows or on chosen rows (so one forward can carry many different ablations).
 * :func:`ablate_heads` — the common cases in one call.
-* :class:`HeadOutputRecorder` — record head outputs (for patching and for means).
-* :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head].
+* :class:`HeadOutputRecorder` — record head outputs (for patching and for means; hooks).
+* :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head] (hooks).
+
+Replacing a head's attention *weights* is :mod:`probe.reweighting`.
 """
 
 from __future__ import annotations
@@ -51,15 +55,67 @@ def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.reshape(b, s, n_heads, width // n_heads)
 
 
+def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch.Tensor:
+    """Apply ``edits`` to per-head outputs ``z`` ``[batch, seq, head, head_dim]`` in place
+    (``z`` must be a copy the caller owns) and return it.
+
+    Raises:
+        ValueError: a mean value shorter than the input, a patch of another length.
+    """
+    b, s = z.shape[:2]
+    for e in edits:
+        rows = slice(None) if e.rows is None else list(e.rows)
+        if e.mode == "zero":
+            z[rows, :, e.head] = 0
+        elif e.mode == "scale":
+            z[rows, :, e.head] = z[rows, :, e.head] * e.scale
+        elif e.mode == "mean":
+            v = e.value.to(z.dtype).to(z.device)
+            if v.dim() == 2:
+                if v.shape[0] < s:
+                    raise ValueError(f"mean value covers {v.shape[0]} positions, input has {s}")
+                v = v[:s]
+            z[rows, :, e.head] = v
+        else:  # patch
+            v = e.value.to(z.dtype).to(z.device)
+            if v.dim() == 2:
+                v = v.unsqueeze(0)
+            if v.shape[-2] != s:
+                raise ValueError(
+                    f"patch for head ({layer}, {e.head}) has {v.shape[-2]} positions but the "
+                    f"input has {s}: clean and corrupted inputs must have the same length"
+                )
+            if e.rows is not None and v.shape[0] == len(e.rows):
+                z[rows, :, e.head] = v
+            else:
+                z[rows, :, e.head] = v[rows] if v.shape[0] == b else v
+    return z
+
+
 class HeadIntervention(HookContext):
     """Context manager applying :class:`HeadEdit` s on every forward inside it.
+
+    Args:
+        adapter: a :class:`models.ModelAdapter`.
+        edits: the head edits.
+        stack: ``encoder`` / ``decoder`` / ``cross`` (default: the main stack).
+        path: ``auto`` (the attention interface where the model's attention modules call
+            it, else hooks), ``interface`` or ``hooks``. On the interface path the edit
+            is made to the per-head output the attention function returns; a forward-pre
+            hook on the output projection stands by and makes it there only when that
+            layer's attention function did not run (a restart that stubs the attention
+            module, :mod:`probe.analyses.necessity.restart`), so each edit applies once.
+            On the hook path it is made at the output projection's input.
 
     Raises:
         ValueError: a head out of range (naming the valid range), an unknown mode, a
             missing value for ``mean``/``patch``, a value of the wrong shape.
     """
 
-    def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None):
+    def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None,
+                 path: str = "auto"):
+        from .attention_interface import choose_path
+
         self.adapter = adapter
         self.stack = stack or adapter.default_stack
         self.n_heads = adapter.n_heads
@@ -73,47 +129,57 @@ class HeadIntervention(HookContext):
             by_layer.setdefault(int(e.layer), []).append(e)
         self._by_layer = by_layer
         self._modules = adapter.head_output_modules(self.stack)
+        self.path = choose_path(adapter, self.stack, path)
 
-    def _hook(self, layer: int):
+    def _hook(self, layer: int, pending: Optional[dict] = None):
         edits = self._by_layer[layer]
 
         def fn(module, args):
+            if pending is not None and pending.pop(layer, False):
+                return None  # already edited inside the attention function
             x = args[0]
             b, s, _ = x.shape
-            z = _split_heads(x, self.n_heads).clone()
-            for e in edits:
-                rows = slice(None) if e.rows is None else list(e.rows)
-                if e.mode == "zero":
-                    z[rows, :, e.head] = 0
-                elif e.mode == "scale":
-                    z[rows, :, e.head] = z[rows, :, e.head] * e.scale
-                elif e.mode == "mean":
-                    v = e.value.to(z.dtype).to(z.device)
-                    if v.dim() == 2:
-                        if v.shape[0] < s:
-                            raise ValueError(f"mean value covers {v.shape[0]} positions, input has {s}")
-                        v = v[:s]
-                    z[rows, :, e.head] = v
-                else:  # patch
-                    v = e.value.to(z.dtype).to(z.device)
-                    if v.dim() == 2:
-                        v = v.unsqueeze(0)
-                    if v.shape[-2] != s:
-                        raise ValueError(
-                            f"patch for head ({layer}, {e.head}) has {v.shape[-2]} positions but the "
-                            f"input has {s}: clean and corrupted inputs must have the same length"
-                        )
-                    if e.rows is not None and v.shape[0] == len(e.rows):
-                        z[rows, :, e.head] = v
-                    else:
-                        z[rows, :, e.head] = v[rows] if v.shape[0] == b else v
+            z = apply_edits(_split_heads(x, self.n_heads).clone(), edits, layer)
             return (z.reshape(b, s, -1),) + tuple(args[1:])
 
         return fn
 
     def _register(self, hooks: HookSet) -> None:
+        pending = None
+        if self.path == "interface":
+            from .attention_interface import EditSession, InterfaceSwitch
+
+            modules = self.adapter.attention_modules(self.stack)
+            pending = {}
+            self._switch = InterfaceSwitch(self.adapter.model)
+            self._switch.__enter__()
+            self._session = EditSession({modules[layer]: layer for layer in self._by_layer},
+                                        self._by_layer, apply_edits, pending)
+            self._session.attach()
         for layer in self._by_layer:
-            hooks.pre(self._modules[layer], self._hook(layer))
+            hooks.pre(self._modules[layer], self._hook(layer, pending))
+
+    def __enter__(self):
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._leave_interface()
+            raise
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._leave_interface(*exc)
+        return False
+
+    def _leave_interface(self, *exc) -> None:
+        session, switch = getattr(self, "_session", None), getattr(self, "_switch", None)
+        self._session = self._switch = None
+        if session is not None:
+            session.detach()
+        if switch is not None:
+            switch.__exit__(*exc)
 
 
 def ablate_heads(

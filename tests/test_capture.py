@@ -5,6 +5,7 @@ import torch
 
 from conftest import LAW
 from probe.capture import AttentionCapture, capture
+from probe.attention_interface import active_sessions
 from probe.hooks import count_hooks
 
 TEXTS = ["The cat sat on the mat.", "A much longer sentence, with commas, that makes the batch ragged and padded."]
@@ -36,8 +37,11 @@ def test_minilm_matches_output_attentions(minilm):
         assert m.attentions.shape == (6, 12, n, n)
         assert torch.allclose(m.attentions, ref[:, i, :, :n, :n], atol=1e-5)
         assert torch.allclose(m.attentions.sum(-1), torch.ones(6, 12, n), atol=1e-5)
-    assert maps[0].meta["attention_source"] == "eager (switched from sdpa)"
+    assert maps[0].meta["attention_source"] == "interface (switched from sdpa)"
     assert minilm.model.config._attn_implementation == "sdpa"  # restored
+    hooked = capture(minilm, TEXTS, path="hooks")  # the reference path gives the same maps
+    assert hooked[0].meta["attention_source"] == "eager (switched from sdpa)"
+    assert all(torch.equal(h.attentions, m.attentions) for h, m in zip(hooked, maps))
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "gpt2", "llama"])
@@ -82,7 +86,8 @@ def test_partial_layers_keep_true_indices(minilm):
     m = capture(minilm, TEXTS[:1], layers=[1, 4])[0]
     full = capture(minilm, TEXTS[:1])[0]
     assert m.layers == (1, 4)
-    assert torch.equal(m.layer(4), full.layer(4))
+    # layers not recorded run SDPA (as the model does outside a capture): equal to rounding
+    assert torch.allclose(m.layer(4), full.layer(4), atol=1e-6)
     with pytest.raises(ValueError, match="not captured"):
         m.layer(2)
     with pytest.raises(ValueError, match="out of range"):
@@ -103,33 +108,41 @@ def test_its_attends_to_law_in_some_head(minilm):
     assert row[l, h, law] > 0.3
 
 
-def test_no_hook_left_after_forward_raises(minilm):
-    before = count_hooks(minilm.model)
+def _attached(model) -> int:
+    """Hooks plus attention-interface sessions on the model's modules."""
+    return count_hooks(model) + active_sessions(model)
+
+
+@pytest.mark.parametrize("path", ["hooks", "interface"])
+def test_no_hook_left_after_forward_raises(minilm, path):
+    before = _attached(minilm.model)
     with pytest.raises(RuntimeError, match="boom"):
-        with AttentionCapture(minilm):
-            assert count_hooks(minilm.model) == before + 6
+        with AttentionCapture(minilm, path=path):
+            assert _attached(minilm.model) == before + 6
             raise RuntimeError("boom")
-    assert count_hooks(minilm.model) == before
+    assert _attached(minilm.model) == before
     assert minilm.model.config._attn_implementation == "sdpa"
     # a forward that itself fails inside the capture
     with pytest.raises(Exception):
-        with AttentionCapture(minilm):
+        with AttentionCapture(minilm, path=path):
             minilm.model(input_ids=torch.tensor([[101, 99999999]]))
-    assert count_hooks(minilm.model) == before
+    assert _attached(minilm.model) == before
+    assert minilm.model.config._attn_implementation == "sdpa"
 
 
-def test_nested_captures_record_independently(minilm):
+@pytest.mark.parametrize("path,inside", [("hooks", "eager"), ("interface", "probe_eager")])
+def test_nested_captures_record_independently(minilm, path, inside):
     batch = minilm.batch([minilm.encode(TEXTS[0])])
-    before = count_hooks(minilm.model)
-    with AttentionCapture(minilm, layers=[0]) as outer:
-        with AttentionCapture(minilm, layers=[0, 3]) as inner:
+    before = _attached(minilm.model)
+    with AttentionCapture(minilm, layers=[0], path=path) as outer:
+        with AttentionCapture(minilm, layers=[0, 3], path=path) as inner:
             with torch.no_grad():
                 minilm.model(**batch)
-        assert minilm.model.config._attn_implementation == "eager"  # outer still active
+        assert minilm.model.config._attn_implementation == inside  # outer still active
         assert torch.equal(outer.layer_tensors()[0], inner.layer_tensors()[0])
         assert set(inner.layer_tensors()) == {0, 3}
     assert minilm.model.config._attn_implementation == "sdpa"
-    assert count_hooks(minilm.model) == before
+    assert _attached(minilm.model) == before
 
 
 def test_capture_does_not_touch_grad_mode(minilm):

@@ -15,11 +15,15 @@ from .common import (configure_progress, device_option, dtype_option, force_opti
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @user_errors
 def models_cmd(as_json):
-    """List the models the toolkit can open (name, source, layers, heads)."""
+    """List the models the toolkit can open (name, source, layers, heads) and the tested
+    architectures with the path capture takes for each (attention interface or hooks)."""
     from probe.models import list_models
+    from probe.models.architectures import supported_architectures
 
     rows = list_models()
+    archs = supported_architectures()
     if as_json:
+        rows = rows + [{"name": f"hf:<{a['model_type']}>", "kind": "architecture", **a} for a in archs]
         click.echo(json.dumps(rows, indent=2, default=str))
         return
     click.echo(f"{'name':<22} {'layers':>6} {'heads':>5}  source")
@@ -30,6 +34,7 @@ def models_cmd(as_json):
             extra = f"  (held-out accuracy {card['accuracy']:.4g})"
         click.echo(f"{r['name']:<22} {str(r.get('layers')):>6} {str(r.get('heads')):>5}  {r.get('source', '')}{extra}")
     click.echo("also: hf:<model id or local path> (local files or the Hugging Face cache; no download)")
+    click.echo("tested architectures (path): " + ", ".join(f"{a['model_type']} ({a['path']})" for a in archs))
 
 
 @click.command("capture")

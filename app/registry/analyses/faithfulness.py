@@ -8,8 +8,11 @@ from probe.app.registry import Analysis, Param, Result, SkipAnalysis
 
 
 def default_target(ctx) -> str:
-    """``logit`` for models with a classifier head (zoo), ``probe:subject-number`` for the
+    """``loss:-1`` (the next-token loss of the last token) for causal language models,
+    ``logit`` for models with a classifier head (zoo), ``probe:subject-number`` for the
     sentence model on a treebank; :class:`SkipAnalysis` otherwise."""
+    if ctx.adapter.causal:
+        return "loss:-1"
     if str(ctx.adapter.name).startswith("zoo:") or ctx.corpus.examples:
         return "logit"
     if ctx.corpus.sentences:
@@ -57,8 +60,8 @@ def run(ctx) -> Result:
 ANALYSIS = Analysis(
     "faithfulness", "Faithfulness: attention vs attributions", run, needs=("model", "corpus", "gradients"),
     help="Is attention an explanation? Writes agreement.csv, permutation.csv, ground_truth.csv (when the "
-         "evidence is known) and verdict.csv to --out. The default target: logit for a zoo model, "
-         "probe:subject-number on a treebank.",
+         "evidence is known) and verdict.csv to --out. The default target: loss:-1 (next-token loss) for a causal LM, "
+         "logit for a zoo classifier, probe:subject-number on a treebank.",
     params=(Param("target", str, "auto", "auto | logit | logit:<class> | loss:<position> | probe:subject-number "
                   "| probe:tense"),
             Param("methods", "names", ("ig", "saliency", "input_x_gradient", "blank_out"), "attribution methods"),

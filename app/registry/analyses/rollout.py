@@ -121,7 +121,8 @@ def run_flow(ctx) -> Result:
 
 
 def section(ctx) -> Result:
-    """Rollout and flow from position 0 on the report's representative examples."""
+    """Rollout and flow into position 0 (the last token of a causal model) on the report's
+    representative examples."""
     import pandas as pd
 
     from probe.analyses.flow.attention_flow import flow_maps
@@ -140,8 +141,9 @@ def section(ctx) -> Result:
     table = pd.concat(rows, ignore_index=True)
     top = (table.sort_values("score", ascending=False).groupby(["example", "method"]).head(5)
            .sort_values(["example", "method", "score"], ascending=[True, True, False]))
+    into = "the last token (causal: nothing flows from later tokens)" if ctx.adapter.causal else "position 0"
     return Result(tables={"scores": table, "top": top},
-                  notes=[f"rollout and flow from position 0 on examples {picks} (Abnar & Zuidema 2020)"])
+                  notes=[f"rollout and flow into {into} on examples {picks} (Abnar & Zuidema 2020)"])
 
 
 ROLLOUT = Analysis(

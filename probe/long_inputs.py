@@ -1,0 +1,138 @@
+"""Long inputs: estimate a capture's memory before it runs, and read large maps sparsely.
+
+A full capture of ``n`` tokens stores ``layers × heads × n²`` weights per example: for a
+24-layer, 16-head model at n = 2,048 that is 6 GiB in float32. The capture keeps only what
+it is asked for (``layers=``, ``heads=``, ``AttentionCapture(query_rows=...)``, float16
+storage); :func:`warn_if_capture_too_large` says so, with the estimate, before a forward
+that would not fit in the memory available (``/proc/meminfo``'s ``MemAvailable`` on the
+CPU, ``torch.cuda.mem_get_info`` on a GPU).
+
+An ``n × n`` picture of 2,048 tokens is unreadable; :func:`top_k_edges` gives the ``k``
+strongest query→key edges per head as a tidy table and :func:`attention_window` a square
+window of the map, for views that show one of those instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Optional, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+#: eager attention holds about this many ``[batch, heads, q, k]`` tensors at once
+#: (scores, softmax in float32, weights) while one layer runs
+EAGER_TEMPORARIES = 3
+
+
+def available_memory_bytes(device: torch.device | str = "cpu") -> Optional[int]:
+    """Free memory on ``device`` in bytes (None when it cannot be read)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError):
+            return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def capture_bytes(batch: int, n_query: int, n_key: int, *, layers: int, heads: int, model_heads: int,
+                  compute_bytes: int = 4, store_bytes: int = 4) -> int:
+    """Estimated peak bytes of one capture forward (beyond the model's own activations).
+
+    The recorded layers' weights ``batch × heads × q × k`` are held until the forward ends
+    (``compute_bytes`` each) and copied per example into storage (``store_bytes``); the
+    layer being computed holds :data:`EAGER_TEMPORARIES` full ``[batch, model_heads, q, k]``
+    float32 tensors.
+    """
+    cells = batch * n_query * n_key
+    kept = cells * layers * heads * (compute_bytes + store_bytes)
+    return int(kept + cells * model_heads * 4 * EAGER_TEMPORARIES)
+
+
+def warn_if_capture_too_large(adapter, batch: int, n_query: int, n_key: int, *, layers: int,
+                              heads: Optional[int] = None, store_dtype: torch.dtype = torch.float32) -> Optional[int]:
+    """Warn (``ResourceWarning`` and the log) when a capture would need more memory than is
+    available, naming the estimate and what to reduce. Returns the estimate in bytes."""
+    model_heads = adapter.n_heads
+    need = capture_bytes(batch, n_query, n_key, layers=layers, heads=heads or model_heads,
+                         model_heads=model_heads, compute_bytes=torch.finfo(adapter.model.dtype).bits // 8,
+                         store_bytes=torch.finfo(store_dtype).bits // 8)
+    free = available_memory_bytes(adapter.device)
+    if free is not None and need > free:
+        msg = (f"capturing {layers} layer(s) × {heads or model_heads} head(s) of {batch} example(s) "
+               f"with {n_query}×{n_key} tokens needs about {need / 2**30:.1f} GiB, but only "
+               f"{free / 2**30:.1f} GiB is available on {adapter.device}: capture fewer layers (layers=…), "
+               "heads (heads=…) or query rows, store float16, or lower the batch size")
+        log.warning(msg)
+        warnings.warn(msg, ResourceWarning, stacklevel=3)
+    return need
+
+
+def top_k_edges(maps, k: int = 20, *, layers: Optional[Sequence[int]] = None,
+                heads: Optional[Sequence[int]] = None, skip_special: bool = False):
+    """The ``k`` strongest query→key weights of each head, as a tidy table.
+
+    Args:
+        maps: an :class:`probe.maps.AttentionMaps` (``[layer, head, query, key]``).
+        k: edges per head.
+        layers: model layers (default: all captured); heads: head indices (default all).
+        skip_special: leave out edges from or to special tokens.
+
+    Returns:
+        ``pandas.DataFrame`` with columns ``layer, head, query, key, weight, query_token,
+        key_token``, strongest first within each head.
+
+    Raises:
+        ValueError: ``k < 1``, or a layer that was not captured.
+    """
+    import pandas as pd
+
+    if k < 1:
+        raise ValueError(f"k must be ≥ 1, got {k}")
+    layers = list(maps.layers) if layers is None else [int(x) for x in layers]
+    heads = list(range(maps.n_heads)) if heads is None else [int(h) for h in heads]
+    q_tokens = maps.query_tokens if maps.kind == "cross" else maps.tokens
+    q_special = maps.query_special_mask if maps.kind == "cross" else maps.special_mask
+    rows = []
+    for layer in layers:
+        block = maps.layer(layer).float()
+        for h in heads:
+            a = block[h]
+            if skip_special:
+                a = a.masked_fill(q_special[:, None] | maps.special_mask[None, :], float("-inf"))
+            n_keys = a.shape[1]
+            top = torch.topk(a.flatten(), min(k, a.numel()))
+            for w, idx in zip(top.values.tolist(), top.indices.tolist()):
+                if w == float("-inf"):
+                    break
+                q, key = divmod(idx, n_keys)
+                rows.append((layer, h, q, key, w, q_tokens[q], maps.tokens[key]))
+    return pd.DataFrame(rows, columns=["layer", "head", "query", "key", "weight", "query_token", "key_token"])
+
+
+def attention_window(maps, start: int, stop: int, *, layer: int, head: int) -> dict:
+    """A square window ``[start, stop)`` of one head's map, for display.
+
+    Returns:
+        ``{"weights": [w, w] tensor, "tokens": tokens[start:stop], "mass": [w]}`` where
+        ``mass`` is each query row's total weight inside the window (the rest goes to
+        keys outside it).
+
+    Raises:
+        ValueError: an empty or out-of-range window.
+    """
+    n = maps.n_tokens
+    if not 0 <= start < stop <= n:
+        raise ValueError(f"window [{start}, {stop}) is not inside the {n} tokens; use 0 ≤ start < stop ≤ {n}")
+    w = maps.head(layer, head)[start:stop, start:stop].float()
+    return {"weights": w, "tokens": tuple(maps.tokens[start:stop]), "mass": w.sum(-1)}
