@@ -97,7 +97,7 @@ def test_faithfulness_target_of_a_causal_lm_is_next_token_loss(tiny_models):
     from types import SimpleNamespace
 
     from probe.analyses.common.targets import LMLoss, parse_target
-    from probe.app.report.wiring import faithfulness_target
+    from probe.app.registry.analyses.faithfulness import default_target as faithfulness_target
 
     ctx = SimpleNamespace(adapter=tiny_models["llama"], corpus=SimpleNamespace(examples=[], sentences=[]))
     spec = faithfulness_target(ctx)
