@@ -93,8 +93,10 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
 
     local = Path(path_or_id).expanduser()
     source = str(local.resolve()) if local.exists() else path_or_id
+    if local.is_dir():
+        refuse_custom_code(local)
     try:
-        config = transformers.AutoConfig.from_pretrained(source, local_files_only=True)
+        config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError) as exc:
         if local.exists():
             raise ValueError(f"{source} has no readable config.json: {str(exc).splitlines()[0]}") from None
@@ -103,6 +105,8 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             "and the toolkit never downloads: download it first (huggingface-cli download "
             f"{path_or_id}) or pass a local path as hf:/path/to/model"
         ) from None
+    if getattr(config, "auto_map", None):
+        raise ValueError(_custom_code_message(path_or_id, "config.json"))
     family = family_for(config.model_type)
     cls = transformers.AutoModel
     for arch_name in getattr(config, "architectures", None) or []:
@@ -110,8 +114,9 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             cls = getattr(transformers, arch_name)
             break
     try:
-        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True)
+        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True,
+                                                               trust_remote_code=False)
     except (OSError, ValueError, EnvironmentError) as exc:
         raise ValueError(f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): "
                          f"{str(exc).splitlines()[0]}") from None
@@ -119,6 +124,38 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
         raise ValueError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
     return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer,
                         family=family, source=source, card=card or {})
+
+
+_CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")
+
+
+def _custom_code_message(name: str, file: str) -> str:
+    return (f"model {name!r} needs custom Python code ({file} has an 'auto_map'), and the toolkit never "
+            "runs code shipped with a model: use a model of a family transformers supports natively")
+
+
+def refuse_custom_code(directory) -> None:
+    """Refuse a local model directory whose configs ask for code shipped beside the weights.
+
+    transformers runs such code only with ``trust_remote_code=True``, which the toolkit never
+    passes; this check makes the refusal one clear line before transformers reads anything.
+
+    Raises:
+        ValueError: a config file with an ``auto_map`` entry, or a config that is not JSON.
+    """
+    d = Path(directory)
+    for file in _CODE_FILES:
+        path = d / file
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path} is not readable JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object, found {type(data).__name__}")
+        if data.get("auto_map"):
+            raise ValueError(_custom_code_message(str(d), file))
 
 
 def minilm_path() -> Path:

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from .corpus import Sentence, read_conllu, read_text_file
+from .corpus import Sentence, read_text_file, read_treebank
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,13 @@ def load_corpus(
     conllu: Optional[str] = None,
     limit: Optional[int] = None,
     model: Optional[str] = None,
+    skip_invalid: Optional[bool] = None,
 ) -> Corpus:
     """Build the corpus a command runs on from exactly one input source.
 
     With no input and a ``zoo:<task>`` model, the task's generated evaluation set.
+    ``skip_invalid`` skips invalid treebank sentences (counted in ``skipped``) instead of
+    refusing the file; ``None`` follows :func:`probe.corpus.skipping_invalid`.
 
     Raises:
         ValueError: several inputs or none, empty input, unreadable or malformed files,
@@ -87,7 +90,11 @@ def load_corpus(
         lines = read_text_file(file)
         corpus = Corpus(texts=tuple(lines[:limit] if limit else lines), source=str(file))
     elif conllu:
-        corpus = from_sentences(read_conllu(conllu, limit=limit), source=str(conllu))
+        sentences, invalid = read_treebank(conllu, limit=limit, skip_invalid=skip_invalid)
+        corpus = from_sentences(sentences, source=str(conllu))
+        if invalid:
+            corpus = Corpus(texts=corpus.texts, word_spans=corpus.word_spans, sentences=corpus.sentences,
+                            source=corpus.source, skipped={"invalid CoNLL-U": len(invalid)})
     elif model and model.startswith("zoo:"):
         from probe.models import zoo
 

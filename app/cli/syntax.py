@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .common import (device_option, limit_option, model_option, out_dir_option, setup_logging, user_errors,
+from .common import (device_option, limit_option, model_option, out_dir_option, setup_logging, skip_invalid_option,
+                     user_errors,
                      verbose_option)
 
 
@@ -25,6 +26,7 @@ from .common import (device_option, limit_option, model_option, out_dir_option, 
 @device_option
 @out_dir_option
 @verbose_option
+@skip_invalid_option
 @user_errors
 def syntax_cmd(model, conllu, limit, min_count, relations, base_relations, tree_limit, probe_limit,
                batch_size, device, out, verbose):
