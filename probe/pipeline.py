@@ -42,21 +42,18 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
         "input": fingerprint(corpus.texts), "source": corpus.source, "n_input": len(corpus),
         "skipped": fitted.skipped, "n_heads": adapter.n_heads,
     }
-    writer = StoreWriter(out, manifest, shard_size=shard_size, dtype=dtype)
-    todo = [k for k, i in enumerate(ids) if i not in writer.done]
-    if len(todo) < len(ids):
-        log.info("resuming: %d of %d examples already in %s", len(ids) - len(todo), len(ids), out)
-    texts = [fitted.texts[k] for k in todo]
-    spans = [fitted.word_spans[k] for k in todo] if fitted.word_spans else None
-    targets = [fitted.targets[k] for k in todo] if fitted.targets else None
-    try:
+    with StoreWriter(out, manifest, shard_size=shard_size, dtype=dtype) as writer:
+        todo = [k for k, i in enumerate(ids) if i not in writer.done]
+        if len(todo) < len(ids):
+            log.info("resuming: %d of %d examples already in %s", len(ids) - len(todo), len(ids), out)
+        texts = [fitted.texts[k] for k in todo]
+        spans = [fitted.word_spans[k] for k in todo] if fitted.word_spans else None
+        targets = [fitted.targets[k] for k in todo] if fitted.targets else None
         stream = iter_capture(adapter, texts, layers=layers, batch_size=batch_size, stack=stack,
                               word_spans=spans, targets=targets, progress=progress, total=len(texts),
                               truncate=on_long == "truncate")
         for k, maps in zip(todo, stream):
             writer.add(ids[k], maps)
-    finally:
-        writer.flush()
     return Store(out)
 
 

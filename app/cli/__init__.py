@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "complexity",
     "paper",
     "zoo",
+    "store",
 ]
 
 
