@@ -224,7 +224,7 @@ class ModelAdapter:
             if not truncate:
                 raise ValueError(
                     f"text has {len(ids)} tokens but {self.name} takes at most {limit}: "
-                    f"shorten it or pass truncate=True (--truncate); starts {text[:40]!r}"
+                    f"shorten or split it; starts {text[:40]!r}"
                 )
             enc = (self.tokenizer(text_target=text, truncation=True, max_length=limit, **kwargs)
                    if target else self.tokenizer(text, truncation=True, max_length=limit, **kwargs))

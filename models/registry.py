@@ -55,6 +55,8 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
             not on disk, an unsupported family, a device that is not available.
     """
     spec = (spec or DEFAULT_MODEL).strip()
+    if device and device != "cpu":
+        check_device(device)  # before the weights are read
     if spec in _NAMED:
         adapter = _NAMED[spec]()
     elif ":" in spec and spec.split(":", 1)[0] in _LOADERS:
@@ -68,11 +70,31 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
     return _place(adapter, device, dtype)
 
 
+def check_device(device: str) -> torch.device:
+    """The ``torch.device`` for ``cpu``, ``cuda`` or ``cuda:N``, checked to exist here.
+
+    Raises:
+        ValueError: an unknown device name, no CUDA GPU, or a GPU index beyond those present.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"device {device!r} is not supported; use cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but no CUDA GPU is available; use --device cpu")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} asked for, but this machine has {torch.cuda.device_count()} "
+                         f"GPU(s): cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    return dev
+
+
 def _place(adapter: ModelAdapter, device: str, dtype: Optional[str]) -> ModelAdapter:
     if device and device != "cpu":
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} asked for, but no CUDA GPU is available; use --device cpu")
-        adapter.model.to(device)
+        adapter.model.to(check_device(device))
     if dtype:
         try:
             adapter.model.to(getattr(torch, dtype))

@@ -39,6 +39,7 @@ from .store_schema import SHARD_NAME, STORE_VERSION, read_manifest, scan_index
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16}
+SHARD_BYTES = 256 * 2 ** 20  # a shard is written when its queued maps reach this size
 _REPAIR = "run `probe store repair {}` to drop the damaged part (a capture then redoes it)"
 
 
@@ -130,6 +131,7 @@ class StoreWriter:
         numbers = [int(p.name[6:-12]) for p in existing if SHARD_NAME.match(p.name)]
         self._next_shard = max(numbers) + 1 if numbers else 0
         self._pending: list[tuple[int, AttentionMaps]] = []
+        self._pending_bytes = 0
 
     def close(self) -> None:
         """Write the pending partial shard and release the lock."""
@@ -146,11 +148,15 @@ class StoreWriter:
         return False
 
     def add(self, i: int, maps: AttentionMaps) -> None:
+        """Queue one example; a shard is written every ``shard_size`` examples or as soon as
+        the queued maps reach ``SHARD_BYTES`` (so long texts never pile up in memory)."""
         if i in self.done:
             return
         self._pending.append((i, maps))
-        if len(self._pending) >= self.shard_size:
+        self._pending_bytes += maps.attentions.numel() * self.dtype.itemsize
+        if len(self._pending) >= self.shard_size or self._pending_bytes >= SHARD_BYTES:
             self.flush()
+            self._pending_bytes = 0
 
     def flush(self) -> None:
         if not self._pending:

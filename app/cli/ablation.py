@@ -32,13 +32,13 @@ def _write_groups(out: Path, results) -> str:
     return "; groups: " + ", ".join(f"{r['heads']} {r['effect']:+.4g}" for r in rows)
 
 
-def _load(model, text, file_, conllu, limit, device):
+def _load(model, text, file_, conllu, limit, device, fit=True):
     from probe.models import load_model
     from probe.inputs import fit_to_model, load_corpus
 
     corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
     adapter = load_model(model, device=device)
-    return adapter, fit_to_model(corpus, adapter)
+    return adapter, fit_to_model(corpus, adapter) if fit else corpus
 
 
 def _layers(adapter, layers):
@@ -165,11 +165,11 @@ def patch_cmd(model, text, file_, conllu, limit, metric, corrupted, corrupted_fi
     setup_logging(verbose)
     from probe.analyses.necessity.head_groups import patch_group
     from probe.analyses.necessity.patching import corrupt_zoo, patch_heads
-    from probe.inputs import Corpus, load_corpus
+    from probe.inputs import Corpus, fit_pairs, load_corpus
     from probe.app.report.ablation_figures import head_heatmap
 
     groups = [parse_head_group(g) for g in groups]
-    adapter, clean = _load(model, text, file_, conllu, limit, device)
+    adapter, clean = _load(model, text, file_, conllu, limit, device, fit=False)
     if corrupted or corrupted_file:
         bad = load_corpus(text=corrupted or None, file=corrupted_file, limit=limit)
     elif clean.examples:
@@ -177,6 +177,7 @@ def patch_cmd(model, text, file_, conllu, limit, metric, corrupted, corrupted_fi
         bad = Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex), source="corrupted")
     else:
         raise ValueError("no corrupted inputs: give --corrupted (with --text) or --corrupted-file")
+    clean, bad = fit_pairs(clean, bad, adapter)  # a pair with an over-long text is dropped whole
     res = patch_heads(adapter, clean, bad, metric, batch_size=batch_size, n_boot=n_boot, progress=len(clean) > 1)
     group_results = [patch_group(adapter, clean, bad, g, metric, batch_size=batch_size, n_boot=n_boot) for g in groups]
     out = Path(out)

@@ -80,8 +80,18 @@ def heatmap_cmd(store_dir, example, layer, head, out):
     from probe.app.report.figures import attention_heatmap
     from probe.store import Store
 
+    from pathlib import Path
+
+    figure, csv = Path(out), Path(out).with_suffix(".csv")
+    if csv.exists() and not figure.exists():  # a CSV that is not this heatmap's own
+        raise ValueError(f"{csv} exists and would be overwritten by the heatmap's table: choose another --out "
+                         "or remove it")
     store = Store(store_dir)
     maps = store[example]
+    try:
+        figure.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create {figure.parent} for --out: {exc.strerror}") from None
     path = attention_heatmap(maps, layer, head, out)
     csv = path.with_suffix(".csv")
     import pandas as pd
