@@ -78,7 +78,7 @@ def read_text_file(path) -> list[str]:
     """
     p = Path(path)
     text = read_utf8(p)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in _lines(text) if line.strip()]
     if not lines:
         raise ValueError(f"{p} is empty: give one sentence per line")
     return lines
@@ -114,10 +114,16 @@ def skipping_invalid(skip: bool = True):
         _SKIP_INVALID.reset(token)
 
 
+def _lines(text: str) -> list:
+    """Lines split at ``\n`` (``\r\n`` too) only: the Unicode separators that
+    ``str.splitlines`` also splits at (U+2028, U+0085, ``\x1c``…) belong to the text."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
 def _blocks(text: str):
     """``(first line number, [(line number, line)])`` per blank-line separated block."""
     block, first = [], 0
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(_lines(text), 1):
         if line.strip():
             if not block:
                 first = n

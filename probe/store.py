@@ -74,7 +74,7 @@ def _read_index(path: Path) -> list[dict]:
         raise ValueError(f"{path}:{n}: {problem}; " + _REPAIR.format(path.parent)
                          + (f" ({len(problems)} bad lines)" if len(problems) > 1 else ""))
     if torn:
-        log.info("%s: ignoring a last line cut by an interrupted capture", path)
+        log.warning("%s: ignoring a last line cut by an interrupted capture (`probe store repair` removes it)", path)
     return [{k: v for k, v in r.items() if k != "_line"} for r in records]
 
 
@@ -212,6 +212,22 @@ class Store:
         self.manifest = read_manifest(self.path)
         records = _read_index(self.path / "index.jsonl")
         self.records = sorted(records, key=lambda r: r["id"])
+        if self.expected is not None and len(self.records) != self.expected:
+            log.warning("%s holds %d of the %d examples its capture was given: an interrupted capture? "
+                        "Run it again to finish", self.path, len(self.records), self.expected)
+
+    @property
+    def expected(self):
+        """Examples a finished capture holds (``n_input`` less the skipped), if recorded."""
+        n, skipped = self.manifest.get("n_input"), self.manifest.get("skipped") or {}
+        if not _is_count(n) or not isinstance(skipped, dict) or not all(_is_count(v) for v in skipped.values()):
+            return None
+        return n - sum(skipped.values())
+
+    @property
+    def complete(self) -> bool:
+        """False when the store holds fewer (or more) examples than its capture was given."""
+        return self.expected is None or len(self.records) == self.expected
 
     @classmethod
     def over(cls, path, manifest: dict, records: list) -> "Store":
@@ -282,6 +298,10 @@ class Store:
 
     def texts(self) -> list[str]:
         return [r.get("text", "") for r in self.records]
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _first_line(exc: Exception) -> str:
