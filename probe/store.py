@@ -34,7 +34,7 @@ from safetensors.torch import save_file
 
 from .maps import AttentionMaps
 from .store_lock import StoreLock
-from .store_schema import SHARD_NAME, STORE_VERSION, read_manifest, scan_index
+from .store_schema import SHARD_NAME, STORE_VERSION, read_manifest, record_crc, scan_index
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ def _example_record(i: int, shard: str, m: AttentionMaps) -> dict:
         rec.update(query_tokens=list(m.query_tokens), query_word_ids=list(m.query_word_ids),
                    query_special=[int(x) for x in m.query_special_mask.tolist()],
                    query_words=list(m.query_words))
+    rec["crc"] = record_crc(rec)
     return rec
 
 

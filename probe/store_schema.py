@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from pathlib import Path
 
 from .maps import KINDS
@@ -59,6 +60,13 @@ def _str_list(x) -> bool:
     return isinstance(x, list) and all(isinstance(t, str) for t in x)
 
 
+def record_crc(rec: dict) -> int:
+    """CRC-32 of an index record's canonical JSON (without its own ``crc``), stored in the
+    record so that an edited or damaged line that is still valid JSON is caught."""
+    body = {k: v for k, v in rec.items() if k not in ("crc", "_line")}
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode("ascii"))
+
+
 def check_record(rec) -> None:
     """Raise ``ValueError`` (without location) when an index record lacks a field or has
     one of the wrong type, length or range."""
@@ -91,6 +99,8 @@ def check_record(rec) -> None:
         if not (isinstance(mask, list) and len(mask) == n and all(x in (0, 1) and not isinstance(x, float)
                                                                   for x in mask)):
             raise ValueError(f"{special} must be {n} flags 0/1")
+    if "crc" in rec and rec["crc"] != record_crc(rec):  # stores written before the checksum have none
+        raise ValueError("index record does not match its checksum: the line was edited or damaged")
 
 
 def scan_index(path: Path) -> tuple[list, list, bool]:

@@ -107,6 +107,7 @@ import shutil  # noqa: E402
 
 from probe.store_lock import StoreLock  # noqa: E402
 from probe.store_repair import repair_store, verify_store  # noqa: E402
+from probe.store_schema import record_crc  # noqa: E402
 
 SMALL = ("The cat sat on the mat.", "A dog barked.", "Birds fly south in winter.", "It rained.", "Go!")
 
@@ -143,6 +144,7 @@ def test_garbage_index_line_is_an_error_naming_the_line_not_a_truncation(copy):
     ("shard", "/etc/passwd", "not a shard file of this store"),
     ("id", None, "without 'id'"),
     ("word_ids", [0], "word_ids must give each"),
+    ("text", "an edited text", "does not match its checksum"),
 ])
 def test_bad_index_record_is_refused(copy, field, value, message):
     lines = _lines(copy)
@@ -186,6 +188,7 @@ def test_index_naming_a_tensor_the_shard_lacks(copy):
     lines = _lines(copy)
     rec = json.loads(lines[0])
     rec["key"] = "ex99"
+    rec["crc"] = record_crc(rec)  # a consistent record naming a tensor the shard lacks
     lines[0] = json.dumps(rec)
     (copy / "index.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(ValueError, match=r"example 0 .*no tensor 'ex99'"):
