@@ -266,7 +266,7 @@ class ModelAdapter:
             k = long[0]
             raise ValueError(
                 f"text has {len(ids[k])} tokens but {self.name} takes at most {limit}: "
-                f"shorten it or pass truncate=True (--truncate); starts {texts[k][:40]!r}"
+                f"shorten or split it; starts {texts[k][:40]!r}"
             )
         if long:
             cut = tokenize([texts[k] for k in long], truncation=True, max_length=limit)

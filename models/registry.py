@@ -55,6 +55,8 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
             not on disk, an unsupported family, a device that is not available.
     """
     spec = (spec or DEFAULT_MODEL).strip()
+    if device and device != "cpu":
+        check_device(device)  # before the weights are read
     if spec in _NAMED:
         adapter = _NAMED[spec]()
     elif ":" in spec and spec.split(":", 1)[0] in _LOADERS:
@@ -68,11 +70,31 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
     return _place(adapter, device, dtype)
 
 
+def check_device(device: str) -> torch.device:
+    """The ``torch.device`` for ``cpu``, ``cuda`` or ``cuda:N``, checked to exist here.
+
+    Raises:
+        ValueError: an unknown device name, no CUDA GPU, or a GPU index beyond those present.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise ValueError(f"device {device!r} is not supported; use cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but no CUDA GPU is available; use --device cpu")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} asked for, but this machine has {torch.cuda.device_count()} "
+                         f"GPU(s): cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    return dev
+
+
 def _place(adapter: ModelAdapter, device: str, dtype: Optional[str]) -> ModelAdapter:
     if device and device != "cpu":
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} asked for, but no CUDA GPU is available; use --device cpu")
-        adapter.model.to(device)
+        adapter.model.to(check_device(device))
     if dtype:
         try:
             adapter.model.to(getattr(torch, dtype))
@@ -93,8 +115,10 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
 
     local = Path(path_or_id).expanduser()
     source = str(local.resolve()) if local.exists() else path_or_id
+    if local.is_dir():
+        refuse_custom_code(local)
     try:
-        config = transformers.AutoConfig.from_pretrained(source, local_files_only=True)
+        config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError) as exc:
         if local.exists():
             raise ValueError(f"{source} has no readable config.json: {str(exc).splitlines()[0]}") from None
@@ -103,6 +127,8 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             "and the toolkit never downloads: download it first (huggingface-cli download "
             f"{path_or_id}) or pass a local path as hf:/path/to/model"
         ) from None
+    if getattr(config, "auto_map", None):
+        raise ValueError(_custom_code_message(path_or_id, "config.json"))
     family = family_for(config.model_type)
     cls = transformers.AutoModel
     for arch_name in getattr(config, "architectures", None) or []:
@@ -110,8 +136,9 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             cls = getattr(transformers, arch_name)
             break
     try:
-        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True)
+        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True,
+                                                               trust_remote_code=False)
     except (OSError, ValueError, EnvironmentError) as exc:
         raise ValueError(f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): "
                          f"{str(exc).splitlines()[0]}") from None
@@ -119,6 +146,38 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
         raise ValueError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
     return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer,
                         family=family, source=source, card=card or {})
+
+
+_CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")
+
+
+def _custom_code_message(name: str, file: str) -> str:
+    return (f"model {name!r} needs custom Python code ({file} has an 'auto_map'), and the toolkit never "
+            "runs code shipped with a model: use a model of a family transformers supports natively")
+
+
+def refuse_custom_code(directory) -> None:
+    """Refuse a local model directory whose configs ask for code shipped beside the weights.
+
+    transformers runs such code only with ``trust_remote_code=True``, which the toolkit never
+    passes; this check makes the refusal one clear line before transformers reads anything.
+
+    Raises:
+        ValueError: a config file with an ``auto_map`` entry, or a config that is not JSON.
+    """
+    d = Path(directory)
+    for file in _CODE_FILES:
+        path = d / file
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path} is not readable JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object, found {type(data).__name__}")
+        if data.get("auto_map"):
+            raise ValueError(_custom_code_message(str(d), file))
 
 
 def minilm_path() -> Path:

@@ -186,6 +186,10 @@ def _shifted(target):
     return tokens, word_ids, special
 
 
+#: default bound on the bytes of maps :func:`iter_capture` holds in its sort window
+WINDOW_BYTES = 256 * 2 ** 20
+
+
 def iter_capture(
     adapter,
     texts: Iterable[str],
@@ -202,12 +206,19 @@ def iter_capture(
     sort_window: int = 8,
     heads: Optional[Sequence[int]] = None,
     path: str = "auto",
+    window_bytes: int = WINDOW_BYTES,
 ) -> Iterator[AttentionMaps]:
     """Like :func:`capture`, but yields maps one example at a time, in input order.
 
-    Examples are read ``batch_size * sort_window`` at a time and batched by length
-    within that window (less padding), so memory is bounded by one window of maps,
-    whatever the corpus size (``sort_window=1``: strictly one batch).
+    Examples are read into a window and batched by length within it (less padding). The
+    window is bounded in bytes, not only in examples: texts are read and tokenized
+    ``batch_size`` at a time (one tokenizer call each), and the window closes at ``batch_size *
+    sort_window`` examples or as soon as the maps it will hold — per example ``layers ×
+    heads × query × key × bytes per value``, known from its encoding before any forward —
+    reach ``window_bytes`` (overshooting by at most that last read of ``batch_size``); a batch is cut as well before its padded maps would pass
+    ``window_bytes``. Peak memory for maps is thus about ``2 × window_bytes`` (the window's
+    finished maps plus one batch's forward), or one example when a single example is larger,
+    whatever the corpus size and text lengths (``sort_window=1``: strictly one batch).
     """
     stack = stack or adapter.default_stack
     if batch_size < 1 or sort_window < 1:
@@ -224,28 +235,36 @@ def iter_capture(
         from tqdm.auto import tqdm
         bar = tqdm(total=total, unit="ex", desc=f"capture {adapter.name}")
     AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path)  # validates before any work
+    n_layers = len(set(layers)) if layers is not None else adapter.n_layers_of(stack)
+    n_heads = len(set(heads)) if heads is not None else adapter.n_heads
+    cell_bytes = max(1, n_layers * n_heads * torch.tensor([], dtype=dtype).element_size())
     try:
         while True:
-            window = []
-            for text in texts:
-                spans = next(spans_it) if spans_it is not None else None
-                target = next(targets_it) if targets_it is not None else None
-                window.append((text, spans, target))
-                if len(window) == batch_size * sort_window:
+            window, encs, tencs, cells, held = [], [], [], [], 0
+            while len(window) < batch_size * sort_window and held < window_bytes:
+                chunk = []  # read batch_size texts, then one tokenizer call and one vectorised alignment
+                for text in texts:
+                    spans = next(spans_it) if spans_it is not None else None
+                    target = next(targets_it) if targets_it is not None else None
+                    chunk.append((text, spans, target))
+                    if len(chunk) == batch_size:
+                        break
+                if not chunk:
                     break
+                window += chunk
+                encs += adapter.encode_batch([t for t, _, _ in chunk], [s for _, s, _ in chunk], truncate=truncate)
+                if adapter.arch == "encoder-decoder":  # decoder inputs: the targets, else the source
+                    tencs += adapter.encode_batch([tg if targets_it is not None else t for t, _, tg in chunk],
+                                                  truncate=truncate, target=True)
+                for k in range(len(window) - len(chunk), len(window)):
+                    cells.append(_map_cells(encs[k], tencs[k] if tencs else None, stack))
+                    held += cells[-1] * cell_bytes
             if not window:
                 break
-            # one tokenizer call and one vectorised word alignment per window
-            encs = adapter.encode_batch([t for t, _, _ in window], [s for _, s, _ in window],
-                                        truncate=truncate)
-            tencs = None
-            if adapter.arch == "encoder-decoder":  # decoder inputs: the targets, else the source
-                tencs = adapter.encode_batch([tg if targets_it is not None else t for t, _, tg in window],
-                                             truncate=truncate, target=True)
+            tencs = tencs or None
             order = sorted(range(len(window)), key=lambda k: len(encs[k]))
             done: dict[int, AttentionMaps] = {}
-            for start in range(0, len(order), batch_size):
-                idx = order[start: start + batch_size]
+            for idx in _batches(order, cells, batch_size, window_bytes // cell_bytes):
                 maps = _capture_batch(adapter, [encs[k] for k in idx],
                                       [tencs[k] for k in idx] if tencs else None,
                                       layers, stack, needs_target, dtype, heads=heads, path=path)
@@ -257,6 +276,27 @@ def iter_capture(
     finally:
         if bar is not None:
             bar.close()
+
+
+def _map_cells(enc, tenc, stack: str) -> int:
+    """Query × key cells of one example's map (per layer and head)."""
+    if tenc is None or stack == "encoder":
+        return len(enc) ** 2
+    return len(tenc) ** 2 if stack == "decoder" else len(tenc) * len(enc)
+
+
+def _batches(order: list, cells: list, batch_size: int, max_cells: int) -> Iterator[list]:
+    """Consecutive runs of ``order`` (ascending length) of at most ``batch_size`` examples
+    whose padded maps (``len(batch) × largest cells``) stay within ``max_cells``; an example
+    larger than that alone forms a batch."""
+    batch: list = []
+    for k in order:
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * max(cells[k], cells[batch[-1]]) > max_cells):
+            yield batch
+            batch = []
+        batch.append(k)
+    if batch:
+        yield batch
 
 
 def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, heads=None,

@@ -15,13 +15,17 @@ UD's own tokenization maps onto any model's subword tokens through character off
 
 from __future__ import annotations
 
-import io
+import contextlib
+import contextvars
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-_ID = re.compile(r"^(\d+|\d+-\d+|\d+\.\d+)$")
+log = logging.getLogger(__name__)
+
+_ID = re.compile(r"^([1-9]\d*|[1-9]\d*-[1-9]\d*|\d+\.[1-9]\d*)$")
 
 
 @dataclass(frozen=True)
@@ -74,67 +78,216 @@ def read_text_file(path) -> list[str]:
     """
     p = Path(path)
     text = read_utf8(p)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in _lines(text) if line.strip()]
     if not lines:
         raise ValueError(f"{p} is empty: give one sentence per line")
     return lines
 
 
-def _validate(text: str, path: str) -> None:
-    """Check the CoNLL-U shape line by line; raise ``ValueError`` with ``file:line``."""
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
+@dataclass(frozen=True)
+class InvalidSentence:
+    """A treebank sentence refused by :func:`check_sentence`: where it is and why."""
+
+    file: str
+    line: int
+    sent_id: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.problem}"
+
+
+#: ``None`` = refuse invalid sentences; a list = skip them and append an :class:`InvalidSentence`
+#: each. Set for one command by :func:`skipping_invalid` (the CLI's ``--skip-invalid``).
+_SKIP_INVALID: contextvars.ContextVar = contextvars.ContextVar("skip_invalid", default=None)
+
+
+@contextlib.contextmanager
+def skipping_invalid(skip: bool = True):
+    """Within the block, :func:`read_conllu` skips invalid sentences (unless told otherwise)
+    and collects them in the yielded list."""
+    collected: list = []
+    token = _SKIP_INVALID.set(collected if skip else None)
+    try:
+        yield collected
+    finally:
+        _SKIP_INVALID.reset(token)
+
+
+def _lines(text: str) -> list:
+    """Lines split at ``\n`` (``\r\n`` too) only: the Unicode separators that
+    ``str.splitlines`` also splits at (U+2028, U+0085, ``\x1c``…) belong to the text."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+
+
+def _blocks(text: str):
+    """``(first line number, [(line number, line)])`` per blank-line separated block."""
+    block, first = [], 0
+    for n, line in enumerate(_lines(text), 1):
+        if line.strip():
+            if not block:
+                first = n
+            block.append((n, line))
+        elif block:
+            yield first, block
+            block = []
+    if block:
+        yield first, block
+
+
+def check_sentence(rows: list) -> Optional[tuple]:
+    """The first UD violation of one sentence as ``(line number, problem)``, else ``None``.
+
+    ``rows`` are the block's ``(line number, line)`` pairs. Checked as the UD validator
+    requires (de Marneffe et al. 2021, "Universal Dependencies"): 10 tab-separated columns;
+    word IDs 1..n in order with no duplicate; multiword ranges ``a-b`` (a < b) placed just
+    before word ``a`` and ending at a word; empty nodes ``k.m`` after word ``k``; a non-empty
+    FORM; HEAD an integer in 0..n, never the word itself; exactly one root (HEAD 0); every
+    word reaches the root (no cycle).
+    """
+    heads, lines, range_end, last_range_end, n_words = [], [], 0, 0, 0
+    for n, line in rows:
+        if line.startswith("#"):
             continue
         cols = line.split("\t")
         if len(cols) != 10:
-            raise ValueError(f"{path}:{n}: malformed CoNLL-U line: expected 10 tab-separated "
-                             f"columns, found {len(cols)}")
-        if not _ID.match(cols[0]):
-            raise ValueError(f"{path}:{n}: malformed CoNLL-U ID {cols[0]!r}")
-        if "-" not in cols[0] and "." not in cols[0] and not cols[6].isdigit():
-            raise ValueError(f"{path}:{n}: HEAD must be a word number, found {cols[6]!r}")
+            return n, f"malformed CoNLL-U line: expected 10 tab-separated columns, found {len(cols)}"
+        tid = cols[0]
+        if not _ID.match(tid):
+            return n, f"malformed CoNLL-U ID {tid!r}"
+        if "-" in tid:
+            a, b = (int(x) for x in tid.split("-"))
+            if not (a == n_words + 1 and b > a and a > last_range_end):
+                return n, (f"multiword range {tid} must start at the next word ({n_words + 1}), span at least "
+                           "two words and not overlap another range")
+            range_end = last_range_end = b
+            continue
+        if "." in tid:
+            k, m = tid.split(".")
+            if int(k) != n_words or int(m) < 1:
+                return n, f"empty node {tid} must follow word {k} (the last word so far is {n_words})"
+            continue
+        if int(tid) != n_words + 1:
+            kind = "duplicate" if 1 <= int(tid) <= n_words else "out of order"
+            return n, f"word ID {tid} is {kind}: expected {n_words + 1} (IDs run 1..n in order)"
+        n_words += 1
+        if not cols[1]:
+            return n, f"word {tid} has an empty FORM"
+        if not cols[6].isdigit():
+            return n, f"HEAD of word {tid} must be a word number, found {cols[6]!r}"
+        heads.append(int(cols[6]))
+        lines.append(n)
+    if not heads:
+        return (rows[0][0], "sentence without words") if any(not ln.startswith("#") for _, ln in rows) else None
+    if range_end > n_words:
+        return rows[-1][0], f"multiword range ends at word {range_end}, beyond the last word {n_words}"
+    for k, h in enumerate(heads):
+        if h > n_words:
+            return lines[k], f"HEAD {h} of word {k + 1} is out of range: the sentence has words 1..{n_words}"
+        if h == k + 1:
+            return lines[k], f"word {k + 1} is its own head"
+    roots = [k for k, h in enumerate(heads) if h == 0]
+    if len(roots) != 1:
+        where = lines[roots[1]] if roots else rows[0][0]
+        return where, f"a sentence needs exactly one root (HEAD 0), found {len(roots)}"
+    for k in range(n_words):
+        seen, j = set(), k
+        while heads[j] != 0:
+            if j in seen:
+                return lines[k], f"word {k + 1} is in a cycle of heads, not reaching the root"
+            seen.add(j)
+            j = heads[j] - 1
+    return None
 
 
-def read_conllu(path, limit: Optional[int] = None) -> list[Sentence]:
-    """Read a CoNLL-U treebank into :class:`Sentence` s.
+def read_conllu(path, limit: Optional[int] = None, skip_invalid: Optional[bool] = None) -> list[Sentence]:
+    """Read a CoNLL-U treebank into :class:`Sentence` s, each checked by :func:`check_sentence`
+    (the sentences of :func:`read_treebank`).
+    """
+    return read_treebank(path, limit, skip_invalid)[0]
+
+
+def read_treebank(path, limit: Optional[int] = None,
+                  skip_invalid: Optional[bool] = None) -> tuple[list, list]:
+    """``(sentences, invalid)``: the valid :class:`Sentence` s of a CoNLL-U file and the
+    :class:`InvalidSentence` s skipped (empty unless ``skip_invalid``).
 
     Args:
         path: the ``.conllu`` file.
-        limit: keep only the first ``limit`` sentences.
+        limit: keep only the first ``limit`` valid sentences (the file is read up to there).
+        skip_invalid: skip invalid sentences instead of refusing the file; each is logged and
+            added to the list of the enclosing :func:`skipping_invalid` block. ``None``
+            (default): as that block says, else ``False``.
 
     Raises:
-        ValueError: unreadable or non-UTF-8 file, malformed line (``file:line``), or a
-            treebank with no sentence.
+        ValueError: unreadable or non-UTF-8 file, an invalid sentence (``file:line: problem``)
+            unless skipped, or a treebank with no (valid) sentence.
     """
     import conllu
 
     p = Path(path)
     text = read_utf8(p)
-    _validate(text, str(p))
-    start_lines = _sentence_start_lines(text)
-    out = []
-    try:
-        for k, tl in enumerate(conllu.parse_incr(io.StringIO(text))):
-            if limit is not None and len(out) >= limit:
-                break
-            out.append(_sentence(tl, start_lines[k] if k < len(start_lines) else 0))
-    except conllu.exceptions.ParseException as exc:
-        raise ValueError(f"{p}: malformed CoNLL-U: {exc}") from None
+    collected = _SKIP_INVALID.get()
+    if skip_invalid is None:
+        skip_invalid = collected is not None
+    out, invalid = [], []
+    for first, rows in _blocks(text):
+        if limit is not None and len(out) >= limit:
+            break
+        problem = check_sentence(rows)
+        if problem is None and not any(not ln.startswith("#") for _, ln in rows):
+            continue  # comments only
+        if problem is None:
+            try:
+                tl = conllu.parse("\n".join(ln for _, ln in rows) + "\n\n")[0]
+                out.append(_sentence(tl, first))
+                continue
+            except (conllu.exceptions.ParseException, ValueError, IndexError, KeyError) as exc:
+                problem = (first, f"malformed CoNLL-U: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        bad = InvalidSentence(str(p), problem[0], _sent_id(rows), problem[1])
+        if not skip_invalid:
+            raise ValueError(f"{bad}; fix the treebank, or pass --skip-invalid to skip such sentences "
+                             "(they are counted in skipped.csv)")
+        invalid.append(bad)
+    if invalid:
+        log.warning("%s: %d invalid sentence(s) skipped, the first at line %d: %s",
+                    p, len(invalid), invalid[0].line, invalid[0].problem)
+        if collected is not None:
+            collected.extend(invalid)
     if not out:
-        raise ValueError(f"{p} holds no sentence")
-    return out
+        raise ValueError(f"{p} holds no sentence" + (f" that is valid ({len(invalid)} invalid skipped)"
+                                                     if invalid else ""))
+    return out, invalid
 
 
-def _sentence_start_lines(text: str) -> list[int]:
-    starts, in_block = [], False
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            if not in_block:
-                starts.append(n)
-                in_block = True
-        else:
-            in_block = False
-    return starts
+def _sent_id(rows) -> str:
+    for _, line in rows:
+        if line.startswith("# sent_id") and "=" in line:
+            return line.split("=", 1)[1].strip()
+    return ""
+
+
+_SKIPPED_HEADER = ["index", "sent_id", "line", "reason"]
+
+
+def write_skipped_csv(invalid: list, path) -> Path:
+    """List skipped sentences as ``index, sent_id, line, reason`` rows (the columns of the
+    syntax report's skipped.csv; ``index`` is empty: the sentence was never read). Rows are
+    appended when ``path`` already holds such a table; returns the path written."""
+    import csv
+
+    path = Path(path)
+    header = ",".join(_SKIPPED_HEADER)
+    append = path.is_file() and path.read_text(encoding="utf-8").split("\n", 1)[0].strip() == header
+    if path.exists() and not append:
+        path = path.with_name(path.stem + "-invalid.csv")
+    with open(path, "a" if append else "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        if not append:
+            w.writerow(_SKIPPED_HEADER)
+        for bad in invalid:
+            w.writerow(["", bad.sent_id, bad.line, f"invalid CoNLL-U ({bad.file}): {bad.problem}"])
+    return path
 
 
 def _sentence(tl, line: int) -> Sentence:

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from .corpus import Sentence, read_conllu, read_text_file
+from .corpus import Sentence, read_text_file, read_treebank
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,13 @@ def load_corpus(
     conllu: Optional[str] = None,
     limit: Optional[int] = None,
     model: Optional[str] = None,
+    skip_invalid: Optional[bool] = None,
 ) -> Corpus:
     """Build the corpus a command runs on from exactly one input source.
 
     With no input and a ``zoo:<task>`` model, the task's generated evaluation set.
+    ``skip_invalid`` skips invalid treebank sentences (counted in ``skipped``) instead of
+    refusing the file; ``None`` follows :func:`probe.corpus.skipping_invalid`.
 
     Raises:
         ValueError: several inputs or none, empty input, unreadable or malformed files,
@@ -87,7 +90,11 @@ def load_corpus(
         lines = read_text_file(file)
         corpus = Corpus(texts=tuple(lines[:limit] if limit else lines), source=str(file))
     elif conllu:
-        corpus = from_sentences(read_conllu(conllu, limit=limit), source=str(conllu))
+        sentences, invalid = read_treebank(conllu, limit=limit, skip_invalid=skip_invalid)
+        corpus = from_sentences(sentences, source=str(conllu))
+        if invalid:
+            corpus = Corpus(texts=corpus.texts, word_spans=corpus.word_spans, sentences=corpus.sentences,
+                            source=corpus.source, skipped={"invalid CoNLL-U": len(invalid)})
     elif model and model.startswith("zoo:"):
         from probe.models import zoo
 
@@ -103,14 +110,49 @@ def load_corpus(
     return corpus
 
 
-def fit_to_model(corpus: Corpus, adapter) -> Corpus:
+def fit_to_model(corpus: Corpus, adapter, allow_empty: bool = False) -> Corpus:
     """Drop examples longer than the model's limit, counting them in ``skipped``.
 
-    Uses one batched tokenizer call (no model forward)."""
+    Uses one batched tokenizer call (no model forward).
+
+    Raises:
+        ValueError: every example is too long (naming the limit), unless ``allow_empty``.
+    """
     if not len(corpus):
         return corpus
-    lengths = [len(ids) for ids in adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]]
-    keep = [i for i, n in enumerate(lengths) if n <= adapter.max_length]
+    keep = [i for i, n in enumerate(_lengths(corpus.texts, adapter)) if n <= adapter.max_length]
     if len(keep) < len(corpus):
         log.warning("%d examples longer than %d tokens skipped", len(corpus) - len(keep), adapter.max_length)
+    if not keep and not allow_empty:
+        raise ValueError(_all_too_long(len(corpus), adapter))
     return corpus.subset(keep, reason=f"longer than {adapter.max_length} tokens")
+
+
+def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus]:
+    """Drop the pairs (clean[i], corrupted[i]) in which either text is longer than the
+    model's limit, counting them in ``skipped`` of both; the pairing is kept.
+
+    Raises:
+        ValueError: the two corpora differ in length, or every pair has a text too long.
+    """
+    if len(clean) != len(corrupted):
+        raise ValueError(f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give one corrupted input "
+                         "per clean one, in the same order")
+    limit = adapter.max_length
+    keep = [i for i, (a, b) in enumerate(zip(_lengths(clean.texts, adapter), _lengths(corrupted.texts, adapter)))
+            if a <= limit and b <= limit]
+    if not keep:
+        raise ValueError(_all_too_long(len(clean), adapter, "pair(s) hold a text"))
+    if len(keep) < len(clean):
+        log.warning("%d pairs with a text longer than %d tokens skipped", len(clean) - len(keep), limit)
+    reason = f"pair with a text longer than {limit} tokens"
+    return clean.subset(keep, reason=reason), corrupted.subset(keep, reason=reason)
+
+
+def _lengths(texts, adapter) -> list:
+    return [len(ids) for ids in adapter.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
+
+
+def _all_too_long(n: int, adapter, what: str = "input(s) are") -> str:
+    return (f"all {n} {what} longer than {adapter.name}'s limit of {adapter.max_length} tokens: "
+            "shorten or split them (one sentence per line)")

@@ -20,7 +20,14 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
 
     Examples longer than the model's limit are skipped and counted in the manifest
     (``on_long="skip"``), refused (``"error"``), or cut to the limit (``"truncate"``). Running it again on the same model, layers and corpus resumes: finished
-    examples are kept, the rest are captured, none twice. Peak memory is one batch.
+    examples are kept, the rest are captured, none twice. Peak memory for maps is
+    bounded in bytes, whatever the corpus size or text lengths: about twice
+    :data:`probe.capture.WINDOW_BYTES` (256 MiB; the sort window's maps are capped at that
+    many bytes, estimated from each encoding before the forward, and so is each padded
+    batch), plus one shard waiting to be written (written at ``shard_size`` examples or
+    :data:`probe.store.SHARD_BYTES`, 256 MiB, whichever comes first).
+    Only one process writes a store at a time (a second one fails at once, see
+    :mod:`probe.store_lock`).
 
     Raises:
         ValueError: ``out`` holds a capture of other input or settings; layer out of range;
@@ -28,7 +35,7 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
     """
     if on_long not in ("skip", "error", "truncate"):
         raise ValueError(f"on_long must be skip, error or truncate, got {on_long!r}")
-    fitted = corpus if on_long == "truncate" else fit_to_model(corpus, adapter)
+    fitted = corpus if on_long == "truncate" else fit_to_model(corpus, adapter, allow_empty=True)
     if len(fitted) < len(corpus) and on_long == "error":
         raise ValueError(f"{len(corpus) - len(fitted)} input text(s) longer than {adapter.name}'s limit of "
                          f"{adapter.max_length} tokens: shorten them or pass --truncate")
@@ -42,21 +49,18 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
         "input": fingerprint(corpus.texts), "source": corpus.source, "n_input": len(corpus),
         "skipped": fitted.skipped, "n_heads": adapter.n_heads,
     }
-    writer = StoreWriter(out, manifest, shard_size=shard_size, dtype=dtype)
-    todo = [k for k, i in enumerate(ids) if i not in writer.done]
-    if len(todo) < len(ids):
-        log.info("resuming: %d of %d examples already in %s", len(ids) - len(todo), len(ids), out)
-    texts = [fitted.texts[k] for k in todo]
-    spans = [fitted.word_spans[k] for k in todo] if fitted.word_spans else None
-    targets = [fitted.targets[k] for k in todo] if fitted.targets else None
-    try:
+    with StoreWriter(out, manifest, shard_size=shard_size, dtype=dtype) as writer:
+        todo = [k for k, i in enumerate(ids) if i not in writer.done]
+        if len(todo) < len(ids):
+            log.info("resuming: %d of %d examples already in %s", len(ids) - len(todo), len(ids), out)
+        texts = [fitted.texts[k] for k in todo]
+        spans = [fitted.word_spans[k] for k in todo] if fitted.word_spans else None
+        targets = [fitted.targets[k] for k in todo] if fitted.targets else None
         stream = iter_capture(adapter, texts, layers=layers, batch_size=batch_size, stack=stack,
                               word_spans=spans, targets=targets, progress=progress, total=len(texts),
                               truncate=on_long == "truncate")
         for k, maps in zip(todo, stream):
             writer.add(ids[k], maps)
-    finally:
-        writer.flush()
     return Store(out)
 
 

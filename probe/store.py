@@ -11,6 +11,12 @@ appended to ``index.jsonl``; an example is in the store exactly when its index l
 complete. A run that is killed leaves a valid store of the finished examples (a shard
 whose index lines never got written is ignored), and running the same capture again
 resumes after the last finished example without duplicating or losing any.
+
+Everything read back is checked, because a store is a file a user can hand over: the
+manifest and every index line on open (``index.jsonl:N`` named on error; shard names
+must be plain ``shard-NNNNN.safetensors`` inside the store), each shard's header and
+tensor when its example is read (the example is named on error). One process writes a
+store at a time (:mod:`probe.store_lock`); :mod:`probe.store_repair` verifies and repairs.
 """
 
 from __future__ import annotations
@@ -20,18 +26,21 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .maps import AttentionMaps
+from .store_lock import StoreLock
+from .store_schema import SHARD_NAME, STORE_VERSION, read_manifest, record_crc, scan_index
 
 log = logging.getLogger(__name__)
 
-STORE_VERSION = 1
 _DTYPES = {"float32": torch.float32, "float16": torch.float16}
+SHARD_BYTES = 256 * 2 ** 20  # a shard is written when its queued maps reach this size
+_REPAIR = "run `probe store repair {}` to drop the damaged part (a capture then redoes it)"
 
 
 def fingerprint(texts: Sequence[str]) -> str:
@@ -53,26 +62,33 @@ def _example_record(i: int, shard: str, m: AttentionMaps) -> dict:
         rec.update(query_tokens=list(m.query_tokens), query_word_ids=list(m.query_word_ids),
                    query_special=[int(x) for x in m.query_special_mask.tolist()],
                    query_words=list(m.query_words))
+    rec["crc"] = record_crc(rec)
     return rec
 
 
 def _read_index(path: Path) -> list[dict]:
-    records = []
-    if not path.exists():
-        return records
-    with open(path, "r", encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break  # a line cut by a kill: that example is not finished
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return records
+    """The finished records of an index; a torn last line is ignored, any other bad line is
+    an error naming ``file:line``."""
+    records, problems, torn = scan_index(path)
+    if problems:
+        n, problem = problems[0]
+        raise ValueError(f"{path}:{n}: {problem}; " + _REPAIR.format(path.parent)
+                         + (f" ({len(problems)} bad lines)" if len(problems) > 1 else ""))
+    if torn:
+        log.warning("%s: ignoring a last line cut by an interrupted capture (`probe store repair` removes it)", path)
+    return [{k: v for k, v in r.items() if k != "_line"} for r in records]
 
 
 class StoreWriter:
-    """Append captured examples to a store directory (used by :func:`write_store`)."""
+    """Append captured examples to a store directory (used by :func:`write_store`).
+
+    Holds the store's lock (:class:`probe.store_lock.StoreLock`) from construction until
+    :meth:`close`; use it as a context manager or call :meth:`close`.
+
+    Raises:
+        ValueError: another process writes the store; it holds another capture; its manifest,
+            index or the shards of finished examples are damaged (resume checks them).
+    """
 
     def __init__(self, path, manifest: dict, shard_size: int = 64, dtype: str = "float32"):
         if dtype not in _DTYPES:
@@ -80,11 +96,21 @@ class StoreWriter:
         self.path = Path(path)
         self.shard_size = shard_size
         self.dtype = _DTYPES[dtype]
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"cannot create the store directory {self.path}: {exc.strerror}") from None
+        self._lock = StoreLock(self.path).acquire()
+        try:
+            self._open(dict(manifest, version=STORE_VERSION, dtype=dtype))
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, manifest: dict) -> None:
         mpath = self.path / "manifest.json"
-        manifest = dict(manifest, version=STORE_VERSION, dtype=dtype)
         if mpath.exists():
-            old = json.loads(mpath.read_text())
+            old = read_manifest(self.path)
             for key in ("model", "stack", "layers", "input", "dtype"):
                 if old.get(key) != manifest.get(key):
                     raise ValueError(
@@ -95,23 +121,43 @@ class StoreWriter:
             _atomic_write(mpath, json.dumps(manifest, indent=2))
         self.manifest = manifest
         self.index_path = self.path / "index.jsonl"
-        # a line cut by a kill is dropped by rewriting the index without it
         finished = _read_index(self.index_path)
-        if self.index_path.exists():
-            raw = self.index_path.read_text(encoding="utf-8")
-            if raw.count("\n") != len(finished) or (raw and not raw.endswith("\n")):
-                _atomic_write(self.index_path, "".join(json.dumps(r) + "\n" for r in finished))
+        _check_shards(self.path, finished)
+        if self.index_path.exists():  # a line cut by a kill is dropped by rewriting the index without it
+            raw = self.index_path.read_bytes()
+            if raw and not raw.endswith(b"\n"):
+                write_index(self.index_path, finished)
         self.done = {r["id"] for r in finished}
         existing = sorted(self.path.glob("shard-*.safetensors"))
-        self._next_shard = (int(existing[-1].stem.split("-")[1]) + 1) if existing else 0
+        numbers = [int(p.name[6:-12]) for p in existing if SHARD_NAME.match(p.name)]
+        self._next_shard = max(numbers) + 1 if numbers else 0
         self._pending: list[tuple[int, AttentionMaps]] = []
+        self._pending_bytes = 0
+
+    def close(self) -> None:
+        """Write the pending partial shard and release the lock."""
+        try:
+            self.flush()
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> "StoreWriter":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
 
     def add(self, i: int, maps: AttentionMaps) -> None:
+        """Queue one example; a shard is written every ``shard_size`` examples or as soon as
+        the queued maps reach ``SHARD_BYTES`` (so long texts never pile up in memory)."""
         if i in self.done:
             return
         self._pending.append((i, maps))
-        if len(self._pending) >= self.shard_size:
+        self._pending_bytes += maps.attentions.numel() * self.dtype.itemsize
+        if len(self._pending) >= self.shard_size or self._pending_bytes >= SHARD_BYTES:
             self.flush()
+            self._pending_bytes = 0
 
     def flush(self) -> None:
         if not self._pending:
@@ -139,12 +185,9 @@ def write_store(path, examples: Iterable[tuple[int, AttentionMaps]], manifest: d
     Ids already in the store are skipped (resume). On an exception (or a kill) every
     finished shard stays valid; the pending partial shard is flushed on exceptions.
     """
-    writer = StoreWriter(path, manifest, shard_size=shard_size, dtype=dtype)
-    try:
+    with StoreWriter(path, manifest, shard_size=shard_size, dtype=dtype) as writer:
         for i, maps in examples:
             writer.add(i, maps)
-    finally:
-        writer.flush()
     return Store(path)
 
 
@@ -167,13 +210,33 @@ class Store:
 
     def __init__(self, path):
         self.path = Path(path)
-        mpath = self.path / "manifest.json"
-        if not mpath.exists():
-            raise ValueError(f"{self.path} is not an attention store (no manifest.json); "
-                             "create one with `probe capture --out DIR`")
-        self.manifest = json.loads(mpath.read_text())
+        self.manifest = read_manifest(self.path)
         records = _read_index(self.path / "index.jsonl")
         self.records = sorted(records, key=lambda r: r["id"])
+        if self.expected is not None and len(self.records) != self.expected:
+            log.warning("%s holds %d of the %d examples its capture was given: an interrupted capture? "
+                        "Run it again to finish", self.path, len(self.records), self.expected)
+
+    @property
+    def expected(self):
+        """Examples a finished capture holds (``n_input`` less the skipped), if recorded."""
+        n, skipped = self.manifest.get("n_input"), self.manifest.get("skipped") or {}
+        if not _is_count(n) or not isinstance(skipped, dict) or not all(_is_count(v) for v in skipped.values()):
+            return None
+        return n - sum(skipped.values())
+
+    @property
+    def complete(self) -> bool:
+        """False when the store holds fewer (or more) examples than its capture was given."""
+        return self.expected is None or len(self.records) == self.expected
+
+    @classmethod
+    def over(cls, path, manifest: dict, records: list) -> "Store":
+        """A reader over records already read and checked (``probe store verify``)."""
+        store = cls.__new__(cls)
+        store.path, store.manifest = Path(path), manifest
+        store.records = sorted(records, key=lambda r: r["id"])
+        return store
 
     def __len__(self) -> int:
         return len(self.records)
@@ -199,8 +262,7 @@ class Store:
         if not -len(self) <= i < len(self):
             raise ExampleOutOfRange(f"example {i} out of range: the store has {len(self)} examples (0..{len(self) - 1})")
         rec = self.records[i]
-        with safe_open(str(self.path / rec["shard"]), framework="pt") as f:
-            return self._maps(rec, f.get_tensor(rec["key"]))
+        return self._load(rec, self._open_shard(rec))
 
     def __iter__(self) -> Iterator[AttentionMaps]:
         # id order; each shard is opened once per consecutive run of its examples
@@ -208,11 +270,71 @@ class Store:
         for rec in self.records:
             if rec["shard"] != current:
                 current = rec["shard"]
-                handle = safe_open(str(self.path / current), framework="pt")
-            yield self._maps(rec, handle.get_tensor(rec["key"]))
+                handle = self._open_shard(rec)
+            yield self._load(rec, handle)
+
+    def _where(self, rec: dict) -> str:
+        return f"{self.path}: example {rec['id']} ({rec['shard']})"
+
+    def _open_shard(self, rec: dict):
+        path = self.path / rec["shard"]
+        if not path.is_file():
+            raise ValueError(f"{self._where(rec)}: the shard file is missing; " + _REPAIR.format(self.path))
+        try:
+            return safe_open(str(path), framework="pt")
+        except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
+            raise ValueError(f"{self._where(rec)}: the shard is not a readable safetensors file "
+                             f"({_first_line(exc)}); " + _REPAIR.format(self.path)) from None
+
+    def _load(self, rec: dict, handle) -> AttentionMaps:
+        try:
+            if rec["key"] not in handle.keys():
+                raise ValueError(f"the shard has no tensor {rec['key']!r}")
+            tensor = handle.get_tensor(rec["key"])
+            if not tensor.is_floating_point():
+                raise ValueError(f"tensor {rec['key']!r} is {tensor.dtype}, not floating point")
+            return self._maps(rec, tensor)
+        except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
+            raise ValueError(f"{self._where(rec)}: {_first_line(exc)}; " + _REPAIR.format(self.path)) from None
 
     def texts(self) -> list[str]:
         return [r.get("text", "") for r in self.records]
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _check_shards(directory: Path, records: list) -> None:
+    """Check that the shard of every finished example exists and its header lists the
+    example (headers only; run before resuming onto a store)."""
+    by_shard: dict = {}
+    for r in records:
+        by_shard.setdefault(r["shard"], []).append(r)
+    for shard, recs in by_shard.items():
+        path = directory / shard
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                keys = set(f.keys())
+        except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
+            problem = "is missing" if not path.is_file() else f"is unreadable ({_first_line(exc)})"
+            raise ValueError(f"{directory}: shard {shard} of example {recs[0]['id']} {problem}; "
+                             + _REPAIR.format(directory)) from None
+        lacking = [r for r in recs if r["key"] not in keys]
+        if lacking:
+            raise ValueError(f"{directory}: shard {shard} lacks the tensor of example {lacking[0]['id']}; "
+                             + _REPAIR.format(directory))
+
+
+def write_index(path: Path, records: list) -> None:
+    """Replace an index atomically with ``records`` (line numbers dropped)."""
+    _atomic_write(path, "".join(json.dumps({k: v for k, v in r.items() if k != "_line"}) + "\n"
+                                for r in records))
 
 
 def _fsync(path: Path) -> None:

@@ -309,7 +309,7 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path):
     runner = CliRunner()
     result = runner.invoke(complexity_cmd, ["--n", "16,-4", "--out", str(tmp_path)])
     assert result.exit_code == 1 and "--n" in result.output
-    result = runner.invoke(complexity_cmd, ["--n", "200000", "--d", "8", "--max-memory", "1",
+    result = runner.invoke(complexity_cmd, ["--n", "16,200000", "--d", "8", "--max-memory", "1",
                                             "--out", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.strip().startswith("Error: grid point n=200000, d=8 needs about")

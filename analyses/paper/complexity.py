@@ -239,11 +239,12 @@ def _exponent_text(exps: pd.DataFrame, kind: str) -> str:
     for term, part in exps[(exps.layer == kind) & exps.in_paper
                            & (exps.term != "sequential operations")].groupby("term", sort=False):
         fit = dict(zip(part.variable, part.fitted_flops))
-        if any(math.isnan(v) for v in fit.values()):
+        if math.isnan(fit["n"]):
             parts.append(f"{term}: does not dominate on this grid")
             continue
         regime = part.iloc[0]
-        parts.append(f"{term}: n^{fit['n']:.2f}·d^{fit['d']:.2f} (n {regime.n_range}, d {regime.d_range})")
+        d_part = "d not varied" if math.isnan(fit["d"]) else f"d^{fit['d']:.2f}"
+        parts.append(f"{term}: n^{fit['n']:.2f}·{d_part} (n {regime.n_range}, d {regime.d_range})")
     return "; ".join(parts)
 
 
@@ -348,13 +349,17 @@ def analyze_complexity(
     (2017), Table 1 and §4.
 
     Raises:
-        ValueError: bad sizes (naming the parameter), unknown layer types, a grid
+        ValueError: bad sizes (naming the parameter), fewer than two sizes of ``n`` (no
+            exponent can be fitted), unknown layer types, a grid
             that would not fit in ``max_bytes`` (with the estimate), or bad fit settings.
     """
     from probe.analyses.paper.complexity_crossover import crossover_table
     from probe.analyses.paper.complexity_paths import path_length_table
 
     n_values, d_values = validate_sizes("n", n_values), validate_sizes("d", d_values)
+    if len(set(n_values)) < 2:
+        raise ValueError(f"n needs at least two different sizes (got {sorted(set(n_values))}): exponents are "
+                         "fitted from how the cost changes with n; e.g. --n 16,32,...,256")
     kinds = _validate_kinds(kinds)
     graph_max_n = _check_positive_int("graph_max_n", graph_max_n)
     if not 0.5 < dominance <= 1:

@@ -153,18 +153,44 @@ def top_heads(ranking: pd.DataFrame, k: int = 3) -> list:
     return [(int(r.layer), int(r.head)) for r in ranking.head(k).itertuples()]
 
 
+def check_vocabulary(adapter, sentences: Sequence[PaperSentence]) -> None:
+    """Refuse a model whose tokenizer turns a sentence's query or target word into its
+    unknown token: the ranking would compare heads over ``[UNK]`` placeholders, not words.
+
+    Raises:
+        ValueError: naming the unknown words and the model (e.g. a zoo model trained on a
+            synthetic vocabulary).
+    """
+    tok = adapter.tokenizer
+    unk = getattr(tok, "unk_token_id", None)
+    if unk is None:
+        return  # byte-level vocabularies have no unknown token
+    missing = []
+    for s in sentences:
+        for word in (s.query, *s.targets):
+            ids = tok(" " + word, add_special_tokens=False)["input_ids"]
+            if not ids or unk in ids:
+                missing.append(word)
+    if missing:
+        raise ValueError(f"{adapter.name}'s vocabulary lacks {', '.join(repr(w) for w in missing)} (tokenized as "
+                         f"{tok.unk_token}): the paper's sentences need a model trained on English text, "
+                         "e.g. minilm or hf:<model>")
+
+
 def paper_rankings(adapter, names: Sequence[str] = tuple(SENTENCES)) -> dict:
     """Capture the appendix sentences with ``adapter`` and rank its heads for each.
 
     Returns ``{name: (AttentionMaps, ranking DataFrame)}`` for names in
-    :data:`SENTENCES`. Raises ``ValueError`` for an unknown name, or (from capture)
-    for a model that cannot read the sentence.
+    :data:`SENTENCES`. Raises ``ValueError`` for an unknown name, a model whose
+    vocabulary lacks the query or target words (:func:`check_vocabulary`), or (from
+    capture) for a model that cannot read the sentence.
     """
     from probe.capture import capture
 
     bad = [n for n in names if n not in SENTENCES]
     if bad:
         raise ValueError(f"unknown sentence(s) {bad}; known: {', '.join(SENTENCES)}")
+    check_vocabulary(adapter, [SENTENCES[n] for n in names])
     maps = capture(adapter, [SENTENCES[n].text for n in names])
     out = {}
     for n, m in zip(names, maps):

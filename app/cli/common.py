@@ -50,7 +50,35 @@ def input_options(fn):
     fn = click.option("--file", "file_", type=click.Path(dir_okay=False), default=None,
                       help="UTF-8 text file, one example per line")(fn)
     fn = click.option("--text", "-t", multiple=True, help="input sentence (repeatable)")(fn)
-    return fn
+    return skip_invalid_option(fn)
+
+
+def skip_invalid_option(fn):
+    """--skip-invalid: skip CoNLL-U sentences that break UD's rules instead of refusing the
+    file; each is listed in ``skipped.csv`` in the --out directory (beside a --out file) and
+    their number is said on stderr."""
+    @functools.wraps(fn)
+    def wrapper(*args, skip_invalid=False, **kwargs):
+        from pathlib import Path
+
+        from probe.corpus import skipping_invalid, write_skipped_csv
+
+        with skipping_invalid(skip_invalid) as invalid:
+            result = fn(*args, **kwargs)
+        if invalid:
+            out = kwargs.get("out")
+            where = ""
+            if out:
+                out = Path(out)
+                path = out / "skipped.csv" if out.is_dir() else out.with_name(out.stem + "-skipped.csv")
+                if path.parent.is_dir():
+                    where = f"; listed in {write_skipped_csv(invalid, path)}"
+            click.echo(f"skipped {len(invalid)} invalid CoNLL-U sentence(s), the first: {invalid[0]}{where}",
+                       err=True)
+        return result
+    return click.option("--skip-invalid", is_flag=True,
+                        help="skip CoNLL-U sentences that break UD's rules (listed in skipped.csv) "
+                             "instead of refusing the file")(wrapper)
 
 
 # ---- the one head notation (parsers in probe.app.registry.notation) -------------------

@@ -14,8 +14,8 @@ import time
 
 import click
 
-from .common import (configure_progress, device_option, force_option, input_options, limit_option,
-                     parse_heads, parse_int_list, quiet_option, setup_logging, user_errors, verbose_option)
+from .common import (configure_progress, device_option, force_option, input_options, limit_option, parse_heads,
+                     parse_int_list, quiet_option, setup_logging, skip_invalid_option, user_errors, verbose_option)
 
 
 def _names(value):
@@ -96,8 +96,8 @@ def build_command(analysis) -> click.Command:
             cmd = _hidden_alias(p, alias)(cmd)
         cmd = _param_option(p)(cmd)
     if "treebank" in needs:
-        cmd = click.option("--conllu", type=click.Path(dir_okay=False), default=None,
-                           help="CoNLL-U treebank with dependency heads")(cmd)
+        cmd = skip_invalid_option(click.option("--conllu", type=click.Path(dir_okay=False), default=None,
+                                               help="CoNLL-U treebank with dependency heads")(cmd))
     elif needs & {"corpus", "maps"}:
         cmd = input_options(cmd)
     if needs & {"corpus", "maps", "treebank"} and "limit" not in {p.name for p in analysis.params}:

@@ -21,6 +21,9 @@ OTHER_COMMANDS = [
      "probe models"),
     ("capture", "capture a corpus to a store (ragged, sharded safetensors, resumable after a kill)",
      "probe capture --model zoo:prev-token --limit 8 --out out/store"),
+    ("store", "`probe store verify DIR` lists what is damaged in a store; `probe store repair DIR` drops "
+     "damaged examples, a torn index tail and orphan shards (a capture then redoes them)",
+     "probe store verify out/store"),
     ("heatmap", "one head on one stored example, with token labels (CSV beside it)",
      "probe heatmap --store out/store --example 0 --head L0H0 --out out/heatmap"),
     ("report", "the per-head report: index grid, a page per head, head view, summary.json, report.md; "

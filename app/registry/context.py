@@ -77,14 +77,20 @@ class Context:
     @property
     def corpus(self):
         if self._corpus is None:
-            from probe.inputs import fit_to_model, load_corpus
+            from probe.inputs import fit_to_model
 
-            corpus = load_corpus(text=self.text or None, file=self.file, conllu=self.conllu, limit=self.limit,
-                                 model=self.model if not self.has_input else None)
-            self._corpus = fit_to_model(corpus, self.adapter)
+            self._corpus = fit_to_model(self.unfitted_corpus(), self.adapter)
             if not len(self._corpus):
                 raise ValueError(f"every example is longer than the model's {self.adapter.max_length} tokens")
         return self._corpus
+
+    def unfitted_corpus(self):
+        """The corpus as given, before examples over the model's limit are dropped (for
+        analyses that must drop paired inputs together, e.g. patching)."""
+        from probe.inputs import load_corpus
+
+        return load_corpus(text=self.text or None, file=self.file, conllu=self.conllu, limit=self.limit,
+                           model=self.model if not self.has_input else None)
 
     @property
     def sentences(self) -> list:

@@ -75,18 +75,26 @@ def task_module(task: str):
     return importlib.import_module(f"{__name__}.{_MODULES[name]}")
 
 
+#: the most held-out examples :func:`eval_examples` generates (each command's count is
+#: refused beyond it instead of filling memory for minutes)
+MAX_EVAL = 10_000
+
+
 def eval_examples(task: str, n: Optional[int] = None, seed: Optional[int] = None) -> list:
     """Regenerate the held-out evaluation set of ``task`` deterministically.
 
     Returns a list of dicts with at least ``text`` (space-joined words) plus the task's
     ground-truth fields (see ``card["ground_truth"]``). ``n`` defaults to the card's
     ``N_EVAL``; ``seed`` to the task's evaluation seed. Raises ``ValueError`` for an
-    unknown task or ``n < 1``.
+    unknown task, ``n < 1`` or ``n > MAX_EVAL``.
     """
     mod = task_module(task)
     n = mod.N_EVAL if n is None else int(n)
     if n < 1:
         raise ValueError(f"n must be ≥ 1, got {n}")
+    if n > MAX_EVAL:
+        raise ValueError(f"{n} held-out examples asked for; the evaluation set of {mod.TASK} is generated in "
+                         f"memory, at most {MAX_EVAL} (its card uses {mod.N_EVAL}): ask for fewer")
     return mod.generate(n, mod.EVAL_SEED if seed is None else int(seed))
 
 

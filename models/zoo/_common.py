@@ -263,9 +263,9 @@ def load_hf(model_class, directory: Path, **kwargs):
 
     directory = Path(directory)
     check_safetensors(directory / WEIGHTS)
-    model = model_class.from_pretrained(directory, attn_implementation="eager", **kwargs)
+    model = model_class.from_pretrained(directory, attn_implementation="eager", trust_remote_code=False, **kwargs)
     model.eval()
-    tok = PreTrainedTokenizerFast.from_pretrained(directory)
+    tok = PreTrainedTokenizerFast.from_pretrained(directory, trust_remote_code=False)
     return model, tok
 
 

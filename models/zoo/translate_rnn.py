@@ -196,4 +196,4 @@ def load(directory):
     except RuntimeError as e:
         raise ValueError(f"weights file {path} does not fit the GRU model in config.json: {e}") from None
     model.eval()
-    return model, PreTrainedTokenizerFast.from_pretrained(directory)
+    return model, PreTrainedTokenizerFast.from_pretrained(directory, trust_remote_code=False)

@@ -50,8 +50,11 @@ def run(ctx) -> Result:
     from probe.analyses.necessity.patching import patch_heads
 
     p = ctx.params
-    clean = ctx.corpus
+    from probe.inputs import fit_pairs
+
+    clean = ctx.unfitted_corpus()
     bad = _corrupted(ctx, clean)
+    clean, bad = fit_pairs(clean, bad, ctx.adapter)  # a pair with an over-long side is dropped whole
     name = metric(ctx, clean)
     res = patch_heads(ctx.adapter, clean, bad, name, batch_size=p["batch_size"], n_boot=p["n_boot"],
                       progress=ctx.progress and len(clean) > 1)

@@ -1,0 +1,326 @@
+"""Bad-input battery: run every `probe` command on bad or odd inputs and count outcomes.
+
+    python bench/bad_inputs.py                # the whole battery, 2 cases at a time
+    python bench/bad_inputs.py --jobs 4 --timeout 120 --csv results.csv
+    python bench/bad_inputs.py --only capture,heatmap --show
+
+Inputs: empty, whitespace-only, over-length, non-UTF-8, binary text; empty, binary and
+malformed CoNLL-U (wrong columns, HEAD out of range, a cycle, a word heading itself,
+duplicate ids, two roots); unknown and missing models, a model directory asking for custom
+code; out-of-range layers, heads, examples and counts; exotic Unicode (combining marks,
+zero-width joiner, control characters, line separators); corrupted stores (truncated,
+empty, random or missing shard, manifest that is a list or not JSON, garbage index line,
+index line without id, shard outside the store, index naming a tensor the shard lacks);
+unwritable ``--out`` (``/proc/x``, ``a_file/sub``).
+
+Each case runs in its own process with a timeout and is classified as:
+
+* ``traceback`` — a Python traceback reached the user;
+* ``hang`` — still running at the timeout (killed);
+* ``exit0_on_refused`` — a bad input that should be refused exited 0 (a silent wrong result);
+* ``unclear_error`` — a non-zero exit without an ``Error:`` line;
+* ``clean_error`` — a non-zero exit whose message is one ``Error: …`` line;
+* ``ok`` — exit 0 on an odd but valid input (exotic Unicode), which may also be refused.
+
+Prints the counts (and the failing cases); exits 1 when any case is a traceback, hang,
+exit-0-on-refused or unclear error. No assertions on timing: it is a user's check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REFUSE, ANY = "refuse", "any"
+LONG = " ".join(["word"] * 700)
+EXOTIC = {
+    "combining": "Cafe\u0301 au lait n\u0303o",
+    "zwj": "The \u200d family \U0001F469\u200d\U0001F4BB codes",
+    "control": "A bell \x07 and an escape \x1b[31m here",
+    "separators": "one\u2028two\u2029three \x85 four",
+    "only_marks": "\u0301\u0302\u0303",
+    "rtl": "\u202eevil\u202c text",
+}
+GOOD_ROWS = ["1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_", "2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_",
+             "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_"]
+
+
+def _rows(col: int, row: int, value: str) -> list:
+    rows = [r.split("\t") for r in GOOD_ROWS]
+    rows[row][col] = value
+    return ["\t".join(r) for r in rows]
+
+
+def make_fixtures(d: Path, probe: list) -> dict:
+    """Bad files, corrupted stores and a good store under ``d``; returns name -> path."""
+    f = {}
+
+    def write(name, data):
+        p = d / name
+        p.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+        f[name] = str(p)
+
+    write("empty.txt", "")
+    write("blank.txt", "  \n\t\n \n")
+    write("latin1.txt", "caf\xe9 cr\xe8me\n".encode("latin-1"))
+    write("binary.txt", bytes(range(256)) * 4)
+    write("long.txt", LONG + "\n")
+    write("exotic.txt", "\n".join(EXOTIC.values()) + "\n")
+    write("empty.conllu", "")
+    write("binary.conllu", os.urandom(2048))
+    write("ninecols.conllu", "# text = The dog\n1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\n2\tdog\tdog\tNOUN\t_\t_\t0\troot\t_\t_\n\n")
+    for name, rows in {"head99": _rows(6, 0, "99"), "cycle": _rows(6, 2, "1"), "selfhead": _rows(6, 1, "2"),
+                       "dupid": _rows(0, 1, "1"), "tworoots": _rows(6, 1, "0")}.items():
+        write(f"{name}.conllu", "# text = The dog barks\n" + "\n".join(rows) + "\n\n")
+    write("good.conllu", "".join(f"# sent_id = g{k}\n# text = The dog barks\n" + "\n".join(GOOD_ROWS) + "\n\n"
+                                 for k in range(12)))
+    write("a_file", "not a directory\n")
+    # a model directory that asks for custom code (it must never run)
+    evil = d / "evil_model"
+    evil.mkdir()
+    (evil / "config.json").write_text(json.dumps({"model_type": "bert", "auto_map": {"AutoModel": "evil.Evil"}}))
+    (evil / "evil.py").write_text(f"open({str(d / 'EVIL_RAN')!r}, 'w').write('ran')\n")
+    f["evil_model"] = str(evil)
+    # a good store, then corrupted copies
+    good = d / "store"
+    subprocess.run(probe + ["capture", "--text", "The cat sat.", "--text", "A dog barked.", "--text", "Go!",
+                            "--out", str(good)], check=True, capture_output=True, timeout=600)
+    f["store"] = str(good)
+    shard = "shard-00000.safetensors"
+
+    def corrupt(name, fn):
+        c = d / f"store_{name}"
+        shutil.copytree(good, c)
+        fn(c)
+        f[f"store_{name}"] = str(c)
+
+    def index_edit(c, edit):
+        lines = (c / "index.jsonl").read_text().splitlines()
+        lines = edit(lines)
+        (c / "index.jsonl").write_text("\n".join(lines) + "\n")
+
+    def rec_edit(key, value):
+        def edit(lines):
+            rec = json.loads(lines[0])
+            if value is None:
+                rec.pop(key)
+            else:
+                rec[key] = value
+            if key == "key":  # consistent record (checksum redone) naming a tensor the shard lacks
+                from probe.store_schema import record_crc
+
+                rec["crc"] = record_crc(rec)
+            return [json.dumps(rec)] + lines[1:]
+        return edit
+
+    corrupt("truncated_shard", lambda c: (c / shard).write_bytes((c / shard).read_bytes()[:200]))
+    corrupt("empty_shard", lambda c: (c / shard).write_bytes(b""))
+    corrupt("random_shard", lambda c: (c / shard).write_bytes(os.urandom((c / shard).stat().st_size)))
+    corrupt("missing_shard", lambda c: (c / shard).unlink())
+    corrupt("manifest_list", lambda c: (c / "manifest.json").write_text("[1, 2]"))
+    corrupt("manifest_garbage", lambda c: (c / "manifest.json").write_text("{garbage"))
+    corrupt("index_garbage", lambda c: index_edit(c, lambda lines: lines[:1] + ["garbage"] + lines[1:]))
+    corrupt("index_no_id", lambda c: index_edit(c, rec_edit("id", None)))
+    corrupt("index_escape", lambda c: index_edit(c, rec_edit("shard", "../store/" + shard)))
+    corrupt("index_no_tensor", lambda c: index_edit(c, rec_edit("key", "ex99")))
+    return f
+
+
+def cases(f: dict, out: str) -> list:
+    """(name, argv after `probe`, expectation)."""
+    o = lambda tag: f"{out}/{tag}"  # noqa: E731 - a fresh --out per case
+    c = []
+
+    def add(name, args, expect=REFUSE):
+        c.append((name, [str(a) for a in args], expect))
+
+    bad_text = {"empty_text": ["--text", ""], "blank_text": ["--text", "   "], "long_text": ["--text", LONG],
+                "empty_file": ["--file", f["empty.txt"]], "blank_file": ["--file", f["blank.txt"]],
+                "latin1_file": ["--file", f["latin1.txt"]], "binary_file": ["--file", f["binary.txt"]],
+                "long_file": ["--file", f["long.txt"]], "missing_file": ["--file", "/no/such/file.txt"]}
+    bad_conllu = {k: ["--conllu", f[f"{k}.conllu"]] for k in
+                  ("empty", "binary", "ninecols", "head99", "cycle", "selfhead", "dupid", "tworoots")}
+    bad_model = {"unknown_model": ["--model", "nope"], "missing_hf": ["--model", "hf:/no/such/dir"],
+                 "uncached_hf": ["--model", "hf:someone/not-cached"],
+                 "custom_code": ["--model", f"hf:{f['evil_model']}"], "unknown_zoo": ["--model", "zoo:nope"]}
+    bad_out = {"out_proc": "/proc/x/y", "out_under_file": f["a_file"] + "/sub"}
+    exotic = {f"exotic_{k}": ["--text", v] for k, v in EXOTIC.items()}
+    exotic["exotic_file"] = ["--file", f["exotic.txt"]]
+
+    # commands that read text / CoNLL-U input and write --out
+    text_cmds = {"capture": [], "ablate": [], "prune": [], "roles": [], "faithfulness": ["--target", "logit"],
+                 "report": []}
+    for cmd, extra in text_cmds.items():
+        out_of = (lambda tag: o(tag) + ".csv") if cmd == "roles" else o
+        for k, args in {**bad_text, **bad_conllu}.items():
+            add(f"{cmd}:{k}", [cmd, *args, *extra, "--out", out_of(f"{cmd}_{k}")])
+        for k, args in bad_model.items():
+            add(f"{cmd}:{k}", [cmd, *args, "--text", "The cat sat.", *extra, "--out", out_of(f"{cmd}_{k}")])
+        for k, path in bad_out.items():
+            add(f"{cmd}:{k}", [cmd, "--text", "The cat sat.", *extra, "--out", path + (".csv" if cmd == "roles" else "")])
+        add(f"{cmd}:device", [cmd, "--text", "The cat sat.", "--device", "bogus", *extra, "--out", out_of(f"{cmd}_dev")])
+        if cmd in ("capture", "roles"):
+            for k, args in exotic.items():
+                add(f"{cmd}:{k}", [cmd, *args, *extra, "--out", out_of(f"{cmd}_{k}")], ANY)
+    add("capture:layer_out_of_range", ["capture", "--text", "hi", "--layers", "99", "--out", o("cap_layers")])
+    add("capture:layer_garbage", ["capture", "--text", "hi", "--layers", "a-b", "--out", o("cap_layers2")])
+    # patch: pairs
+    add("patch:no_corrupted", ["patch", "--text", "The cat sat.", "--out", o("patch1")])
+    add("patch:unpaired", ["patch", "--text", "a b", "--text", "c d", "--corrupted", "e f", "--out", o("patch2")])
+    add("patch:long_pair", ["patch", "--text", LONG, "--corrupted", "short", "--out", o("patch3")])
+    add("patch:empty", ["patch", "--text", "", "--corrupted", "", "--out", o("patch4")])
+    # store readers
+    stores = {k: v for k, v in f.items() if k.startswith("store_")}
+    for k, path in stores.items():
+        add(f"heatmap:{k}", ["heatmap", "--store", path, "--layer", 0, "--head", 0, "--out", o(f"hm_{k}") + ".png"])
+        add(f"roles:{k}", ["roles", "--store", path, "--out", o(f"roles_{k}") + ".csv"])
+        add(f"rollout:{k}", ["rollout", "--store", path, "--out", o(f"ro_{k}")])
+        add(f"flow:{k}", ["flow", "--store", path, "--out", o(f"flow_{k}")])
+        add(f"store-verify:{k}", ["store", "verify", path])
+    add("heatmap:not_a_store", ["heatmap", "--store", f["a_file"], "--layer", 0, "--head", 0, "--out", o("hm1.png")])
+    add("heatmap:empty_dir", ["heatmap", "--store", out, "--layer", 0, "--head", 0, "--out", o("hm2.png")])
+    for k, args in {"layer": ["--layer", 99, "--head", 0], "head": ["--layer", 0, "--head", 99],
+                    "example": ["--layer", 0, "--head", 0, "--example", 99],
+                    "negative": ["--layer", -1, "--head", 0]}.items():
+        add(f"heatmap:{k}_out_of_range", ["heatmap", "--store", f["store"], *args, "--out", o(f"hm_{k}.png")])
+    add("heatmap:out_proc", ["heatmap", "--store", f["store"], "--layer", 0, "--head", 0, "--out", "/proc/x/y.png"])
+    for cmd in ("rollout", "flow"):
+        for k, args in {**bad_text, **exotic}.items():
+            if k.endswith("_file") and k != "exotic_file":
+                continue
+            add(f"{cmd}:{k}", [cmd, *args, "--out", o(f"{cmd}_{k}")], ANY if k.startswith("exotic") else REFUSE)
+        add(f"{cmd}:example_out_of_range", [cmd, "--store", f["store"], "--example", 99, "--out", o(f"{cmd}_ex")])
+        add(f"{cmd}:heads_out_of_range", [cmd, "--text", "The cat sat.", "--heads", "99", "--out", o(f"{cmd}_h")])
+        add(f"{cmd}:position_out_of_range", [cmd, "--text", "The cat sat.", "-p", 99, "--out", o(f"{cmd}_p")])
+        for k, args in bad_model.items():
+            add(f"{cmd}:{k}", [cmd, *args, "--text", "The cat sat.", "--out", o(f"{cmd}_{k}")])
+        add(f"{cmd}:out_proc", [cmd, "--text", "The cat sat.", "--out", "/proc/x/y"])
+    # treebank commands
+    for cmd in ("syntax", "coref"):
+        for k, args in bad_conllu.items():
+            add(f"{cmd}:{k}", [cmd, *args, "--out", o(f"{cmd}_{k}")])
+        add(f"{cmd}:missing", [cmd, "--conllu", "/no/such.conllu", "--out", o(f"{cmd}_missing")])
+        add(f"{cmd}:no_input", [cmd, "--out", o(f"{cmd}_none")])
+        add(f"{cmd}:out_under_file", [cmd, "--conllu", f["good.conllu"], "--out", f["a_file"] + "/sub"])
+    # zoo and paper commands
+    add("evaluate:huge_n", ["evaluate", "--model", "zoo:induction", "--n", 100000000])
+    add("evaluate:unknown", ["evaluate", "--model", "zoo:nope"])
+    add("evaluate:not_zoo", ["evaluate", "--model", "minilm"])
+    add("alignment:huge_limit", ["alignment", "--limit", 100000000, "--out", o("al1")])
+    add("alignment:example_beyond", ["alignment", "--limit", 5, "--example", 9, "--out", o("al2")])
+    add("alignment:out_under_file", ["alignment", "--limit", 5, "--out", f["a_file"] + "/sub"])
+    add("flow-correlation:huge", ["flow-correlation", "--model", "zoo:agreement", "--examples", 100000000,
+                                  "--out", o("fc1")])
+    add("flow-correlation:not_zoo", ["flow-correlation", "--model", "minilm", "--out", o("fc2")])
+    add("flow-correlation:zoo_nope", ["flow-correlation", "--model", "zoo:nope", "--out", o("fc3")])
+    add("paper-figures:unk_vocab", ["paper-figures", "--model", "zoo:agreement", "--out", o("pf1")])
+    add("paper-figures:unknown_model", ["paper-figures", "--model", "nope", "--out", o("pf2")])
+    add("paper-figures:out_proc", ["paper-figures", "--out", "/proc/x/y"])
+    add("complexity:one_size", ["complexity", "--n", 16, "--d", 16, "--out", o("cx1")])
+    add("complexity:negative", ["complexity", "--n", "16,-4", "--out", o("cx2")])
+    add("complexity:huge", ["complexity", "--n", "16,200000", "--d", 8, "--max-memory", 1, "--out", o("cx3")])
+    add("complexity:unknown_layer", ["complexity", "--layers", "mlp", "--n", "8,16", "--d", "8,16", "--out", o("cx4")])
+    add("train:unknown", ["train", "zoo:nope", "--out", o("tr1")])
+    add("train:not_zoo", ["train", "minilm", "--out", o("tr2")])
+    add("train:out_under_file", ["train", "zoo:prev_token", "--steps", 1, "--out", f["a_file"] + "/sub"])
+    add("models:bad_option", ["models", "--nope"])
+    add("store-repair:not_a_store", ["store", "repair", f["a_file"]])
+    return c
+
+
+def classify(expect: str, rc, stdout: str, stderr: str) -> str:
+    text = stdout + stderr
+    if rc is None:
+        return "hang"
+    if "Traceback (most recent call last)" in text:
+        return "traceback"
+    if rc == 0:
+        return "exit0_on_refused" if expect == REFUSE else "ok"
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return "clean_error" if lines and lines[-1].startswith("Error:") else "unclear_error"
+
+
+def run_case(case, probe, timeout) -> dict:
+    name, args, expect = case
+    start = time.perf_counter()
+    try:
+        p = subprocess.run(probe + args, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL, errors="replace")
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, out, err = None, str(exc.stdout or ""), str(exc.stderr or "")
+    outcome = classify(expect, rc, out, err)
+    last = next((line for line in reversed(err.strip().splitlines()) if line.strip()), "")
+    return {"case": name, "expect": expect, "outcome": outcome, "rc": rc,
+            "seconds": round(time.perf_counter() - start, 1), "message": last[:300], "argv": " ".join(args)[:300]}
+
+
+def _sample(todo: list, k: int) -> list:
+    """At most ``k`` cases per command, evenly spread over its list (deterministic)."""
+    by_cmd: dict = {}
+    for c in todo:
+        by_cmd.setdefault(c[0].split(":")[0], []).append(c)
+    out = []
+    for group in by_cmd.values():
+        step = max(1, len(group) / k)
+        out.extend(group[int(i * step)] for i in range(min(k, len(group))))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jobs", type=int, default=2, help="cases run at once")
+    ap.add_argument("--timeout", type=float, default=180, help="seconds per case before it counts as a hang")
+    ap.add_argument("--only", default=None, help="comma-separated command names (e.g. capture,heatmap)")
+    ap.add_argument("--per-command", type=int, default=None,
+                    help="run only this many cases per command, spread over its list (a quicker sample)")
+    ap.add_argument("--csv", default=None, help="write one row per case here")
+    ap.add_argument("--show", action="store_true", help="print every case, not only the failing ones")
+    a = ap.parse_args()
+    probe = [sys.executable, "-m", "probe"]
+    env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {a.jobs} at once, timeout {a.timeout:g}s"
+    with tempfile.TemporaryDirectory(prefix="bad_inputs_") as tmp:
+        d = Path(tmp)
+        out = d / "outs"
+        out.mkdir()
+        fixtures = make_fixtures(d, probe)
+        todo = cases(fixtures, str(out))
+        if a.only:
+            keep = {c.strip() for c in a.only.split(",")}
+            todo = [c for c in todo if c[0].split(":")[0] in keep]
+        if a.per_command:
+            todo = _sample(todo, a.per_command)
+        print(f"{len(todo)} cases over {len({c[0].split(':')[0] for c in todo})} commands ({env_note})", flush=True)
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+            results = list(pool.map(lambda c: run_case(c, probe, a.timeout), todo))
+        wall = time.perf_counter() - start
+        evil_ran = (d / "EVIL_RAN").exists()
+    counts: dict = {}
+    for r in results:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    bad = [r for r in results if r["outcome"] in ("traceback", "hang", "exit0_on_refused", "unclear_error")]
+    for r in results if a.show else bad:
+        print(f"{r['outcome']:<17} {r['case']:<40} rc={r['rc']} {r['seconds']:>6}s  {r['message']}")
+    if a.csv:
+        with open(a.csv, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(results[0]))
+            w.writeheader()
+            w.writerows(results)
+    order = ["traceback", "hang", "exit0_on_refused", "unclear_error", "clean_error", "ok"]
+    print(f"\n{len(results)} cases in {wall:.0f} s: " + ", ".join(f"{k} {counts.get(k, 0)}" for k in order))
+    print(f"custom code ran: {'YES' if evil_ran else 'no'}")
+    return 1 if bad or evil_ran else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

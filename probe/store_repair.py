@@ -1,0 +1,104 @@
+"""``probe store verify`` and ``probe store repair``: check every part of a store, and
+cut a damaged one back to the examples that read correctly.
+
+:func:`verify_store` reads the manifest, every index line and every example's tensor
+(through :class:`probe.store.Store`, so each is checked exactly as an analysis would read
+it) and lists what is wrong. :func:`repair_store` — under the store's write lock — keeps
+the index lines whose example reads correctly, drops a torn last line, bad lines and
+examples whose shard is missing or damaged, and deletes shards and temporary files no
+kept line refers to. A capture run again afterwards redoes the dropped examples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .store_lock import StoreLock
+from .store_schema import SHARD_NAME, read_manifest, scan_index
+
+
+@dataclass
+class StoreCheck:
+    """What :func:`verify_store` found (or :func:`repair_store` changed)."""
+
+    path: Path
+    n_examples: int = 0
+    problems: list = field(default_factory=list)  # one line each
+    torn_tail: bool = False
+    orphans: list = field(default_factory=list)  # file names no index line refers to
+    dropped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.torn_tail and not self.orphans
+
+
+def _readable(directory: Path, records: list, manifest: dict) -> tuple[list, list]:
+    """``(good records, problems)``: each record's tensor loaded and checked by the reader."""
+    from .store import Store
+
+    store = Store.over(directory, manifest, records)
+    good, problems, handles, broken = [], [], {}, {}
+    for rec in records:
+        shard = rec["shard"]
+        try:
+            if shard in broken:
+                raise ValueError(f"{store._where(rec)}: its shard is unreadable, as said for example {broken[shard]}")
+            if shard not in handles:
+                try:
+                    handles[shard] = store._open_shard(rec)
+                except ValueError:
+                    broken[shard] = rec["id"]
+                    raise
+            store._load(rec, handles[shard])
+            good.append(rec)
+        except ValueError as exc:
+            problems.append(str(exc).split("; run `probe store repair")[0])
+    return good, problems
+
+
+def verify_store(path) -> StoreCheck:
+    """Check a store completely (every tensor is read; a store of N examples costs one pass).
+
+    Raises:
+        ValueError: no store at ``path`` or a damaged manifest (nothing can be checked).
+    """
+    directory = Path(path)
+    manifest = read_manifest(directory)
+    records, bad_lines, torn = scan_index(directory / "index.jsonl")
+    check = StoreCheck(path=directory, torn_tail=torn)
+    check.problems = [f"index.jsonl:{n}: {p}" for n, p in bad_lines]
+    good, problems = _readable(directory, records, manifest)
+    check.problems += problems
+    check.n_examples = len(good)
+    used = {r["shard"] for r in records}
+    check.orphans = sorted(p.name for p in directory.iterdir()
+                           if (SHARD_NAME.match(p.name) and p.name not in used) or p.name.endswith(".tmp"))
+    return check
+
+
+def repair_store(path) -> StoreCheck:
+    """Keep only what reads correctly; returns what was found and ``dropped``.
+
+    Raises:
+        ValueError: no store, a damaged manifest, or another process writing the store.
+    """
+    from .store import write_index
+
+    directory = Path(path)
+    with StoreLock(directory):
+        manifest = read_manifest(directory)
+        records, bad_lines, torn = scan_index(directory / "index.jsonl")
+        good, problems = _readable(directory, records, manifest)
+        check = StoreCheck(path=directory, torn_tail=torn, n_examples=len(good),
+                           problems=[f"index.jsonl:{n}: {p}" for n, p in bad_lines] + problems)
+        check.dropped = len(bad_lines) + len(records) - len(good) + int(torn)
+        if check.dropped:
+            write_index(directory / "index.jsonl", good)
+        used = {r["shard"] for r in good}
+        for p in sorted(directory.iterdir()):
+            if (SHARD_NAME.match(p.name) and p.name not in used) or (p.name.endswith(".tmp") and p.is_file()):
+                check.orphans.append(p.name)
+                p.unlink()
+    return check

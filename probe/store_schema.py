@@ -1,0 +1,134 @@
+"""What a store's files must hold: the manifest, the index records, the shard names.
+
+Used by :class:`probe.store.Store` on open and by ``probe store verify``/``repair``; each
+function names the file (and line) at fault, so a damaged or hand-edited store is refused
+with one clear line instead of being read wrongly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from pathlib import Path
+
+from .maps import KINDS
+
+STORE_VERSION = 1
+DTYPES = ("float32", "float16")
+SHARD_NAME = re.compile(r"^shard-\d{5,}\.safetensors$")
+
+
+def read_manifest(directory) -> dict:
+    """The validated ``manifest.json`` of a store directory.
+
+    Raises:
+        ValueError: no manifest (not a store), unreadable or invalid JSON (the file and line
+            are named), not an object, a missing key or a wrong version, dtype or layer list.
+    """
+    mpath = Path(directory) / "manifest.json"
+    if not mpath.is_file():
+        raise ValueError(f"{directory} is not an attention store (no manifest.json); "
+                         "create one with `probe capture --out DIR`")
+    try:
+        data = json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {mpath}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{mpath}:{exc.lineno}: not valid JSON ({exc.msg}); the store's manifest is damaged: "
+                         "capture again into a new --out") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{mpath} must hold a JSON object, found a {type(data).__name__}")
+    missing = [k for k in ("model", "version", "dtype") if k not in data]
+    if missing:
+        raise ValueError(f"{mpath} lacks {', '.join(missing)}: not a manifest written by `probe capture`")
+    if data["version"] != STORE_VERSION:
+        raise ValueError(f"{mpath}: store version {data['version']!r}, this toolkit reads version {STORE_VERSION}")
+    if data["dtype"] not in DTYPES:
+        raise ValueError(f"{mpath}: dtype must be float32 or float16, found {data['dtype']!r}")
+    layers = data.get("layers")
+    if layers is not None and not (isinstance(layers, list) and all(_is_int(x) and x >= 0 for x in layers)):
+        raise ValueError(f"{mpath}: layers must be a list of layer numbers, found {layers!r}")
+    return data
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _str_list(x) -> bool:
+    return isinstance(x, list) and all(isinstance(t, str) for t in x)
+
+
+def record_crc(rec: dict) -> int:
+    """CRC-32 of an index record's canonical JSON (without its own ``crc``), stored in the
+    record so that an edited or damaged line that is still valid JSON is caught."""
+    body = {k: v for k, v in rec.items() if k not in ("crc", "_line")}
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode("ascii"))
+
+
+def check_record(rec) -> None:
+    """Raise ``ValueError`` (without location) when an index record lacks a field or has
+    one of the wrong type, length or range."""
+    if not isinstance(rec, dict):
+        raise ValueError(f"an index line must be a JSON object, found a {type(rec).__name__}")
+    for key in ("id", "shard", "key", "tokens", "word_ids", "special", "words"):
+        if key not in rec:
+            raise ValueError(f"index record without {key!r}")
+    if not (_is_int(rec["id"]) and rec["id"] >= 0):
+        raise ValueError(f"example id must be a non-negative integer, found {rec['id']!r}")
+    if not (isinstance(rec["shard"], str) and SHARD_NAME.match(rec["shard"])):
+        raise ValueError(f"shard {rec['shard']!r} is not a shard file of this store (shard-NNNNN.safetensors)")
+    if not isinstance(rec["key"], str):
+        raise ValueError(f"tensor key must be a string, found {rec['key']!r}")
+    if rec.get("kind", "self") not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, found {rec.get('kind')!r}")
+    if not isinstance(rec.get("text", ""), str) or not isinstance(rec.get("meta", {}), dict):
+        raise ValueError("text must be a string and meta an object")
+    groups = [("tokens", "word_ids", "special", "words")]
+    if rec.get("kind") == "cross":
+        groups.append(("query_tokens", "query_word_ids", "query_special", "query_words"))
+    for tokens, word_ids, special, words in groups:
+        if not (_str_list(rec.get(tokens)) and _str_list(rec.get(words))):
+            raise ValueError(f"{tokens} and {words} must be lists of strings")
+        n, w = len(rec[tokens]), len(rec[words])
+        ids, mask = rec.get(word_ids), rec.get(special)
+        if not (isinstance(ids, list) and len(ids) == n and all(x is None or (_is_int(x) and 0 <= x < w)
+                                                                for x in ids)):
+            raise ValueError(f"{word_ids} must give each of the {n} tokens a word number below {w} or null")
+        if not (isinstance(mask, list) and len(mask) == n and all(x in (0, 1) and not isinstance(x, float)
+                                                                  for x in mask)):
+            raise ValueError(f"{special} must be {n} flags 0/1")
+    if "crc" in rec and rec["crc"] != record_crc(rec):  # stores written before the checksum have none
+        raise ValueError("index record does not match its checksum: the line was edited or damaged")
+
+
+def scan_index(path: Path) -> tuple[list, list, bool]:
+    """``(records, problems, torn)`` of an ``index.jsonl``: the valid records (each with its
+    line number under ``_line``), ``(line, problem)`` pairs for the others (bad JSON, bad
+    record, duplicate id), and whether the last line was cut by a kill (no newline; ignored)."""
+    records, problems, seen = [], [], set()
+    if not path.exists():
+        return records, problems, False
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    lines = raw.split(b"\n")
+    torn = bool(lines[-1])
+    for n, line in enumerate(lines[:-1], 1):
+        try:
+            rec = json.loads(line.decode("utf-8"))
+            check_record(rec)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems.append((n, f"not a JSON line ({type(exc).__name__})"))
+            continue
+        except ValueError as exc:
+            problems.append((n, str(exc)))
+            continue
+        if rec["id"] in seen:
+            problems.append((n, f"duplicate example id {rec['id']}"))
+            continue
+        seen.add(rec["id"])
+        records.append(dict(rec, _line=n))
+    return records, problems, torn
