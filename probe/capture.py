@@ -19,6 +19,7 @@ Each captured example records which in ``meta["attention_source"]`` (``interface
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Iterable, Iterator, Optional, Sequence
 
 import torch
@@ -211,11 +212,12 @@ def iter_capture(
     """Like :func:`capture`, but yields maps one example at a time, in input order.
 
     Examples are read into a window and batched by length within it (less padding). The
-    window is bounded in bytes, not only in examples: texts are read and tokenized
-    ``batch_size`` at a time (one tokenizer call each), and the window closes at ``batch_size *
+    window is bounded in bytes, not only in examples: it closes at ``batch_size *
     sort_window`` examples or as soon as the maps it will hold — per example ``layers ×
     heads × query × key × bytes per value``, known from its encoding before any forward —
-    reach ``window_bytes`` (overshooting by at most that last read of ``batch_size``); a batch is cut as well before its padded maps would pass
+    reach ``window_bytes`` (texts are read and tokenized ``batch_size`` at a time, one
+    tokenizer call each; what the window does not take waits, as text and token ids, for the
+    next one); a batch is cut as well before its padded maps would pass
     ``window_bytes``. Peak memory for maps is thus about ``2 × window_bytes`` (the window's
     finished maps plus one batch's forward), or one example when a single example is larger,
     whatever the corpus size and text lengths (``sort_window=1``: strictly one batch).
@@ -238,27 +240,36 @@ def iter_capture(
     n_layers = len(set(layers)) if layers is not None else adapter.n_layers_of(stack)
     n_heads = len(set(heads)) if heads is not None else adapter.n_heads
     cell_bytes = max(1, n_layers * n_heads * torch.tensor([], dtype=dtype).element_size())
+    pending: deque = deque()  # read and tokenized, not yet in a window
     try:
         while True:
             window, encs, tencs, cells, held = [], [], [], [], 0
             while len(window) < batch_size * sort_window and held < window_bytes:
-                chunk = []  # read batch_size texts, then one tokenizer call and one vectorised alignment
-                for text in texts:
-                    spans = next(spans_it) if spans_it is not None else None
-                    target = next(targets_it) if targets_it is not None else None
-                    chunk.append((text, spans, target))
-                    if len(chunk) == batch_size:
+                if not pending:  # read batch_size texts: one tokenizer call, one vectorised alignment
+                    chunk = []
+                    for text in texts:
+                        spans = next(spans_it) if spans_it is not None else None
+                        target = next(targets_it) if targets_it is not None else None
+                        chunk.append((text, spans, target))
+                        if len(chunk) == batch_size:
+                            break
+                    if not chunk:
                         break
-                if not chunk:
-                    break
-                window += chunk
-                encs += adapter.encode_batch([t for t, _, _ in chunk], [s for _, s, _ in chunk], truncate=truncate)
-                if adapter.arch == "encoder-decoder":  # decoder inputs: the targets, else the source
-                    tencs += adapter.encode_batch([tg if targets_it is not None else t for t, _, tg in chunk],
-                                                  truncate=truncate, target=True)
-                for k in range(len(window) - len(chunk), len(window)):
-                    cells.append(_map_cells(encs[k], tencs[k] if tencs else None, stack))
-                    held += cells[-1] * cell_bytes
+                    chunk_encs = adapter.encode_batch([t for t, _, _ in chunk], [s for _, s, _ in chunk],
+                                                      truncate=truncate)
+                    chunk_tencs = [None] * len(chunk)
+                    if adapter.arch == "encoder-decoder":  # decoder inputs: the targets, else the source
+                        chunk_tencs = adapter.encode_batch(
+                            [tg if targets_it is not None else t for t, _, tg in chunk], truncate=truncate,
+                            target=True)
+                    pending.extend(zip(chunk, chunk_encs, chunk_tencs))
+                item, enc, tenc = pending.popleft()  # the window takes one example at a time
+                window.append(item)
+                encs.append(enc)
+                if tenc is not None:
+                    tencs.append(tenc)
+                cells.append(_map_cells(enc, tenc, stack))
+                held += cells[-1] * cell_bytes
             if not window:
                 break
             tencs = tencs or None

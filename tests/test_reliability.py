@@ -1,6 +1,7 @@
 """One test per defect of issue 19: no foreign code, no silent wrong result, clean
 refusals instead of tracebacks, hangs or misleading messages (stores: test_store.py)."""
 
+import importlib
 import json
 import subprocess
 import sys
@@ -161,9 +162,9 @@ def test_bogus_device_is_a_clean_error(tmp_path):
 
 
 @pytest.mark.parametrize("args", [
-    ("evaluate", "--model", "zoo:induction", "--n", "100000000"),
+    ("evaluate", "--model", "zoo:induction", "--limit", "100000000"),
     ("alignment", "--limit", "100000000", "--out", "{tmp}"),
-    ("flow-correlation", "--model", "zoo:agreement", "--examples", "100000000", "--out", "{tmp}"),
+    ("flow-correlation", "--model", "zoo:agreement", "--limit", "100000000", "--out", "{tmp}"),
 ])
 def test_huge_counts_are_refused_at_once(tmp_path, args):
     start = time.perf_counter()
@@ -196,51 +197,48 @@ def test_commands_without_truncate_do_not_advise_it(tmp_path, command):
     assert res.exit_code == 1 and "--truncate" not in res.output, res.output
 
 
-def test_heatmap_keeps_a_foreign_csv_and_creates_the_parent(minilm, tmp_path):
+def test_heatmap_keeps_a_foreign_file_and_creates_the_parent(minilm, tmp_path):
+    """heatmap's --out is a directory: a non-empty one is refused untouched (no silent
+    overwrite of a CSV already there), and missing parents are created."""
     from probe.inputs import Corpus
     from probe.pipeline import capture_corpus
 
     capture_corpus(minilm, Corpus(texts=("The cat sat.",)), tmp_path / "s")
-    (tmp_path / "fig.csv").write_text("precious\n")
-    one_line_error(invoke("heatmap", "--store", tmp_path / "s", "--layer", 0, "--head", 0,
-                          "--out", tmp_path / "fig.png"), "fig.csv exists")
-    assert (tmp_path / "fig.csv").read_text() == "precious\n"
-    res = invoke("heatmap", "--store", tmp_path / "s", "--layer", 0, "--head", 0,
-                 "--out", tmp_path / "new" / "dir" / "fig.png")
-    assert res.exit_code == 0 and (tmp_path / "new" / "dir" / "fig.csv").exists(), res.output
+    (tmp_path / "fig").mkdir()
+    (tmp_path / "fig" / "L0H0_ex0.csv").write_text("precious\n")
+    one_line_error(invoke("heatmap", "--store", tmp_path / "s", "--head", "L0H0", "--out", tmp_path / "fig"),
+                   "not empty")
+    assert (tmp_path / "fig" / "L0H0_ex0.csv").read_text() == "precious\n"
+    res = invoke("heatmap", "--store", tmp_path / "s", "--head", "L0H0", "--out", tmp_path / "new" / "dir")
+    assert res.exit_code == 0 and (tmp_path / "new" / "dir" / "L0H0_ex0.csv").exists(), res.output
 
 
 # ---- bounded memory ------------------------------------------------------------
 def test_sort_window_and_batches_are_bounded_in_bytes(minilm, monkeypatch):
     """Long texts: the window closes (and each batch is cut) at ``window_bytes`` of maps,
     not at batch_size × sort_window examples; results are unchanged."""
-    import probe.capture as cap
+    cap = importlib.import_module("probe.capture")  # the module (probe.capture is the function)
 
     texts = [" ".join(["word"] * n) for n in (200, 5, 300, 8, 250, 6, 220, 7)]
     cell = minilm.n_layers * minilm.n_heads * 4
     bound = cell * 2 * 300 ** 2  # about two of the longest maps
-    batches, real = [], cap._capture_batch
+    batches, real, produced = [], cap._capture_batch, [0]
 
     def spy(adapter, encs, *a, **k):
         batches.append([len(e) for e in encs])
+        produced[0] += len(encs)
         return real(adapter, encs, *a, **k)
 
     monkeypatch.setattr(cap, "_capture_batch", spy)
-    held, read, done = [], [0], 0
-
-    def reading():
-        for t in texts:
-            read[0] += 1
-            yield t
-
+    held, done = [], 0
     out = []
-    for m in cap.iter_capture(minilm, reading(), batch_size=8, sort_window=8, window_bytes=bound):
+    for m in cap.iter_capture(minilm, iter(texts), batch_size=8, sort_window=8, window_bytes=bound):
+        held.append(produced[0] - done)  # maps captured and not yet handed over (this one included)
         done += 1
-        held.append(read[0] - done + 1)  # maps captured but not yet handed over
         out.append(m)
     for b in batches:
         assert len(b) == 1 or len(b) * max(b) ** 2 * cell <= bound, batches
-    assert max(held) < len(texts)  # the window closed before reading everything
+    assert max(held) < len(texts)  # the window closed before holding every example's maps
     window_lens = [len(minilm.tokenizer(t)["input_ids"]) for t in texts]
     assert max(held) <= 1 + bound // (cell * min(window_lens) ** 2)
     ref = cap.capture(minilm, texts, batch_size=1)
