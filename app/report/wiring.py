@@ -99,10 +99,12 @@ def _run_ablation(ctx) -> SectionResult:
     biggest = float(t["delta"].abs().max()) or 1.0
     per_head = per_head.assign(ablation_relative=(t["delta"].abs() / biggest).to_numpy())
     sig = int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum())
-    return SectionResult(tables={"ablation": t}, per_head=per_head,
+    out = SectionResult(tables={"ablation": t}, per_head=per_head,
                          notes=[f"zero-ablation of each head alone{cut}, metric {metric} ({res.path}); "
                                 f"{sig} of {len(t)} heads change it with a 95% CI excluding 0"],
                          summary={"metric": metric, "path": res.path, "significant_heads": sig})
+    out.sweep = res  # per-example scores, reused by the claims section
+    return out
 
 
 # ---- importance (issue 7) --------------------------------------------------------------
@@ -142,10 +144,29 @@ def faithfulness_target(ctx) -> str:
     raise SkipSection("no target to explain: the sentence model needs a treebank (--conllu) for its probe")
 
 
+def _check_target(ctx, spec: str) -> None:
+    """Skip (and say why in the settings) when a probe target is no better than chance
+    (:func:`probe.analyses.claims.attribution.target_validity`), before the slow part."""
+    from probe.analyses.claims.attribution import target_validity
+    from probe.analyses.explanation.faithfulness import resolve_target
+
+    valid, words = target_validity(resolve_target(ctx.adapter, spec, ctx.corpus)[3])
+    ctx.settings["faithfulness target"] = words if valid else f"not tested: target no better than chance: {words}"
+    if not valid:
+        raise SkipSection(f"not tested: target no better than chance ({words})")
+
+
 def _run_faithfulness(ctx) -> SectionResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
-    rep = run_faithfulness(ctx.adapter, ctx.corpus, faithfulness_target(ctx), **FAITH)
+    spec = faithfulness_target(ctx)
+    if spec.startswith("probe:"):
+        _check_target(ctx, spec)
+    try:
+        rep = run_faithfulness(ctx.adapter, ctx.corpus, spec, **FAITH)
+    except ValueError as exc:
+        ctx.settings["faithfulness target"] = f"not tested: {exc}"
+        raise
     v = rep.verdict
     ref = v.attrs.get("reference", "ig")
     per_head = v.rename(columns={c: f"faith_{c}" for c in v.columns if c not in ("layer", "head")})
@@ -221,3 +242,37 @@ register_section(Section("faithfulness", "Faithfulness: attention vs attribution
 register_section(Section("roles", "Head roles", _run_roles, modules=("probe.analyses.patterns.roles",)))
 register_section(Section("rollout", "Rollout and flow", _run_rollout,
                          modules=("probe.analyses.flow.rollout", "probe.analyses.flow.attention_flow")))
+
+
+# ---- claims (issue 14): per-head claims with their statistics ------------------------------
+def _run_claims(ctx) -> SectionResult:
+    """Every head's claims (:mod:`probe.analyses.claims`); reads the importance and
+    faithfulness results when those sections ran. The :class:`HeadClaims` object is kept
+    on the result as ``.claims`` for the verdicts and pages."""
+    from probe.analyses.claims.heads import head_claims
+    from probe.analyses.claims.thresholds import thresholds_in_force
+
+    imp = ctx.results.get("importance")
+    faith = ctx.results.get("faithfulness")
+    corpus, cut = model_corpus(ctx) if ctx.adapter is not None else (ctx.corpus, "")
+    abl = ctx.results.get("ablation")
+    hc = head_claims(ctx.adapter, corpus, ctx.maps, importance=imp.tables.get("importance") if imp else None,
+                     ablation=getattr(abl, "sweep", None), metric=abl.summary.get("metric") if abl else None,
+                     faithfulness=faith.tables.get("verdict") if faith else None,
+                     faithfulness_info=faith.summary if faith else None,
+                     faithfulness_reason=ctx.settings.get("faithfulness target", "the faithfulness section did not run"))
+    counts = hc.counts()
+    ctx.settings["claim thresholds"] = ", ".join(
+        f"{k}={v['value']}" for k, v in thresholds_in_force().items() if not isinstance(v["value"], (dict, str)))
+    notes = [n + cut for n in hc.notes]
+    notes.append("heads per claim: " + "; ".join(
+        f"{kind}: " + ", ".join(f"{st} {int(n)}" for st, n in row.items() if n) for kind, row in counts.iterrows()))
+    result = SectionResult(tables={"claims": hc.to_frame(), "counts": counts.reset_index(), **hc.tables},
+                           notes=notes, summary={"counts": {k: {s: int(n) for s, n in row.items()}
+                                                            for k, row in counts.iterrows()}})
+    result.claims = hc
+    return result
+
+
+register_section(Section("claims", "Claims per head (pattern, structure, necessity, redundancy, weights, "
+                         "attribution)", _run_claims, modules=("probe.analyses.claims.heads",)))
