@@ -134,7 +134,12 @@ def pattern_claims(maps) -> tuple:
         share = {f: float(mean[j, fi[f]]) for f in FEATURES}
         for f in FEATURES:
             rows.append((layer, head, f, share[f], float(low[j, fi[f]]), float(high[j, fi[f]])))
-        profile = {c: share[c] for c in COMPONENTS if not (c == "to_punct" and punct_chance >= 0.5)}
+        # a component that a head attending at random would reach says nothing: all-bracket corpora are
+        # all punctuation; in a small corpus most tokens tie for "the rarest"
+        chance = {"to_punct": punct_chance, "to_rare": share.get("rare_chance")}
+        profile = {c: share[c] for c in COMPONENTS
+                   if not (c in chance and chance[c] == chance[c] and chance[c] is not None
+                           and share[c] < T.OVER_CHANCE * chance[c])}
         words = profile_words(profile, names)
         extra = {"profile": {names[c]: v for c, v in profile.items() if v == v},
                  "entropy_ratio": share["entropy_ratio"]}

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 from .context import ReportContext, sharpest_examples
 from .sections import choose, run_sections
-from .verdict import verdict
+from .verdict import claims_verdict, verdict
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict
     for layer in ctx.layers:
         for h in range(ctx.n_heads):
             if claims is not None and (layer, h) in claims.claims:
-                data.verdicts[(layer, h)] = claims.summary((layer, h))
+                data.verdicts[(layer, h)] = claims_verdict(claims.claims[(layer, h)])
             else:
                 data.verdicts[(layer, h)] = verdict(data.flat_facts(layer, h), cls=cls, sep=sep)
     data.seconds = time.perf_counter() - t0

@@ -19,7 +19,7 @@ def _n(v, pct: bool = False) -> str:
 def claim_sentence(kind: str, c) -> str:
     """One claim (a :class:`probe.analyses.claims.claim.Claim`) in words."""
     if c.status in ("not tested", "not enough evidence"):
-        return f"{c.status}: {c.reason}" if c.reason else c.status
+        return c.reason.removeprefix("not tested: ") or "no reason recorded"
     ci = f" [{_n(c.ci_low, kind == 'pattern')}, {_n(c.ci_high, kind == 'pattern')}]"
     if kind == "pattern":
         if c.holds:
