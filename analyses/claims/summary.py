@@ -8,6 +8,22 @@ def _num(c, digits: int = 3) -> str:
     return "" if v != v else f"{v:+.{digits}g}"
 
 
+#: a pattern rule's feature in words (the share it is a share of)
+UNIT_WORDS = {"argmax_prev": "of rows peak on the previous token", "argmax_next": "of rows peak on the next token",
+              "argmax_self": "of rows peak on the token itself", "argmax_rare": "of rows peak on the rarest token",
+              "to_special": "of its attention", "to_punct": "of its attention on punctuation",
+              "induction": "of its attention on induction targets",
+              "duplicate": "of its attention on earlier copies", "entropy_ratio": "of a uniform row's entropy"}
+
+
+def pattern_words(p) -> str:
+    """``previous-token head (99% of rows peak on the previous token)``."""
+    unit = UNIT_WORDS.get(p.unit, p.unit)
+    if p.statement.startswith("attends"):
+        return f"{p.statement} ({p.effect:.0%} {unit})"
+    return f"{p.statement} head ({p.effect:.0%} {unit})"
+
+
 def summary_sentence(claims: dict) -> str:
     """``claims``: kind -> :class:`.claim.Claim`. Holds are stated with their number;
     a necessity or weights test that did not hold is stated as *not shown alone*."""
@@ -15,7 +31,7 @@ def summary_sentence(claims: dict) -> str:
     p = claims.get("pattern")
     if p is not None:
         if p.holds:
-            parts.append(f"{p.statement} head ({p.effect:.0%} {p.unit})")
+            parts.append(pattern_words(p))
         elif p.status == "does not hold":
             parts.append(f"attends {p.statement}")
     s = claims.get("structure")
