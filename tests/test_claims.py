@@ -61,6 +61,28 @@ def test_weighted_shares_and_null_geometry():
     assert torch.allclose(uc[1, 1], z[1, :2].mean(0))
 
 
+def test_closed_form_maps_and_minimum_counts():
+    from conftest import make_maps, previous_token, uniform
+
+    from probe.analyses.claims.heads import head_claims
+    from probe.analyses.claims.pattern import pattern_claims
+
+    # head 0 attends to the previous token, head 1 uniformly: 40 examples × 10 query rows each
+    maps = [make_maps(torch.cat([previous_token(10), uniform(10)], 1)) for _ in range(40)]
+    claims, table = pattern_claims(maps)
+    assert claims[(0, 0)].status == "holds" and claims[(0, 0)].statement == "previous-token"
+    assert claims[(0, 0)].effect == pytest.approx(1.0) and claims[(0, 0)].ci_low == pytest.approx(1.0)
+    assert claims[(0, 1)].statement == "broad" and claims[(0, 1)].effect == pytest.approx(1.0)
+    prev = table[(table["head"] == 1) & (table["feature"] == "prev")]["share"].item()
+    assert prev == pytest.approx(0.1)  # uniform over 10 keys
+    # 3 examples × 10 rows < PATTERN_MIN_ROWS: stated as not enough evidence, never as a role
+    few, _ = pattern_claims(maps[:3])
+    assert {c.status for c in few.values()} == {"not enough evidence"} and few[(0, 0)].count == 30
+    # no model: the causal claims say why they were not tested
+    hc = head_claims(None, type("C", (), {"sentences": None, "examples": None})(), maps[:3])
+    assert hc.claims[(0, 0)]["necessity"].status == "not tested" and hc.claims[(0, 0)]["necessity"].reason
+
+
 # ---- zoo models with known answers -----------------------------------------------------
 def _claims(task: str, limit: int = ZOO_EXAMPLES, **kw):
     from probe.analyses.claims.heads import head_claims
