@@ -93,7 +93,8 @@ def redundancy_claims(adapter, corpus, metric: str, pattern: dict, necessity: di
             claims[key] = Claim("redundancy", "holds" if holds else "does not hold",
                                 statement=f"needed as a group of {k}" if holds else f"group of {k} not needed either",
                                 effect=eff, ci_low=lo, ci_high=hi, count=len(harm), null=float(harm0.mean()),
-                                unit=f"{metric} harm above the null", threshold="fdr (Bonferroni over groups)+min_effect",
+                                unit=f"{metric} harm above the null",
+                                threshold="fdr (Bonferroni over groups)+min_effect",
                                 reason=f"{role} heads {names} ablated together",
                                 extra={"group": names, "k": k, "harm": float(harm.mean()), "p": p, "role": role})
     return claims, rows

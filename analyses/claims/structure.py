@@ -139,7 +139,8 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
             unit="accuracy above the best offset", threshold="structure_margin",
             reason=(f"{best['accuracy']:.0%} vs {best['baseline']:.0%} best offset over {int(best['count'])} "
                     f"instances in {S} sentences"),
-            extra={"accuracy": float(best["accuracy"]), "p": float(best["p"]), "bh_significant": bool(best["significant"]),
+            extra={"accuracy": float(best["accuracy"]), "p": float(best["p"]),
+                   "bh_significant": bool(best["significant"]),
                    "relations_tested": int(len(t)), "sentences": S, "sentences_skipped": int(n_sentences_skipped)})
     return claims, table
 

@@ -70,8 +70,8 @@ STRUCTURE_EXCLUDED = _t("structure_excluded", ("punct", "all", "root"), "Clark e
 # ---- necessity and weights --------------------------------------------------------------
 #: smallest mean harm above the null worth a claim, per metric (below: practically nothing)
 MIN_EFFECT = _t("min_effect", {"loss": 0.01, "accuracy": 0.01, "embedding-drift": 0.005},
-                "practical floors: 0.01 nats of loss, 1 point of accuracy, 0.005 of 1−cos drift (a sentence embedding "
-                "moved by less keeps its neighbours); "
+                "practical floors: 0.01 nats of loss, 1 point of accuracy, 0.005 of 1−cos drift "
+                "(a sentence embedding moved by less keeps its neighbours); "
                 "other metrics: 0")
 #: the null of every removal: the same perturbation turned in a random direction
 NULL = _t("null", "random rotation of the removed vector",

@@ -31,7 +31,8 @@ def claim_sentence(kind: str, c) -> str:
         verb = "follows" if c.holds else "best relation"
         return (f"{verb} {c.statement}: accuracy {_n(acc, True)} vs best fixed offset {_n(c.null, True)}, "
                 f"margin {_n(c.effect, True)}{ci} (bootstrap over {c.extra.get('sentences')} sentences), "
-                f"{c.count} instances, p={_n(c.extra.get('p'))}{' (BH significant)' if c.extra.get('bh_significant') else ''}; "
+                f"{c.count} instances, p={_n(c.extra.get('p'))}"
+                f"{' (BH significant)' if c.extra.get('bh_significant') else ''}; "
                 f"needs margin ≥ {c.threshold}")
     if kind in ("necessity", "weights"):
         what = "removing the head" if kind == "necessity" else "uniform attention weights (values kept)"
@@ -42,7 +43,8 @@ def claim_sentence(kind: str, c) -> str:
                f"floor {_n(c.extra.get('min_effect'))}")
         if kind == "necessity" and c.extra.get("importance_rank") is not None:
             out += (f"; gradient importance rank {c.extra['importance_rank']}/{c.extra.get('of')} vs removal rank "
-                    f"{c.extra.get('removal_rank')} (Spearman ρ over heads {_n(c.extra.get('rank_agreement_spearman'))})")
+                    f"{c.extra.get('removal_rank')} "
+                    f"(Spearman ρ over heads {_n(c.extra.get('rank_agreement_spearman'))})")
         if kind == "weights" and c.extra.get("share_of_removal") is not None:
             out += f"; uniform weights do {_n(c.extra['share_of_removal'], True)} of removing the head"
         return out

@@ -260,7 +260,8 @@ def _run_claims(ctx) -> SectionResult:
                      ablation=getattr(abl, "sweep", None), metric=abl.summary.get("metric") if abl else None,
                      faithfulness=faith.tables.get("verdict") if faith else None,
                      faithfulness_info=faith.summary if faith else None,
-                     faithfulness_reason=ctx.settings.get("faithfulness target", "the faithfulness section did not run"))
+                     faithfulness_reason=ctx.settings.get("faithfulness target",
+                                                          "the faithfulness section did not run"))
     counts = hc.counts()
     ctx.settings["claim thresholds"] = ", ".join(
         f"{k}={v['value']}" for k, v in thresholds_in_force().items() if not isinstance(v["value"], (dict, str)))
