@@ -66,3 +66,9 @@ def claims_block(data, layer: int, head: int) -> str:
         items.append(f"<li><b>{esc(TITLES.get(kind, kind))}</b> — <span class=\"{STATUS_CLASS[c.status]}\">"
                      f"{esc(c.status)}</span>: {esc(claim_sentence(kind, c))}</li>")
     return f"<h2>Claims</h2><ul class=\"claims\">{''.join(items)}</ul>"
+
+
+def head_claims_html(data, layer: int, head: int) -> str:
+    """The top of a head's page: its one-line verdict, then its claims (the hook that the
+    head page of the views rework, ``pages.claims_block``, calls when this module exists)."""
+    return f"<p class=\"verdict\">{esc(data.verdicts[(layer, head)])}</p>" + claims_block(data, layer, head)

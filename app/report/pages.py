@@ -6,7 +6,7 @@ Built from a :class:`probe.app.report.build.ReportData`; every corpus string is 
 
 from __future__ import annotations
 
-from .claims_html import claims_block
+from .claims_html import head_claims_html
 from .head_view import HeadView, head_view_js, line_view_svg
 from .html import esc, fmt, frame_table, kv_table, link, page
 
@@ -145,7 +145,7 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
     if i + 1 < len(order):
         nav.append(link(head_file(*order[i + 1]), "L{}H{} →".format(*order[i + 1])))
     parts = [f"<nav>{''.join(nav)}</nav><h1>Layer {layer}, head {head}</h1>",
-             f"<p class=\"verdict\">{esc(data.verdicts[(layer, head)])}</p>", claims_block(data, layer, head)]
+             head_claims_html(data, layer, head)]
     flat = data.flat_facts(layer, head)
     if flat.get("role"):
         parts.append(f"<p>role: <b>{esc(flat['role'])}</b> (confidence {esc(fmt(flat.get('confidence')))}) — "
