@@ -236,8 +236,14 @@ def _zoo_batch(adapter, corpus, indices) -> MetricBatch:
         raise ValueError(f"{adapter.name}'s loss/accuracy need the zoo task's examples with their ground "
                          "truth: run without --text/--file/--conllu to use its evaluation set")
     mod = zoo.task_module(_zoo_task(adapter))
-    enc, labels = mod.encode(adapter.tokenizer, [corpus.examples[i] for i in indices])
-    inputs = _to(adapter, {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+    enc = mod.encode(adapter.tokenizer, [corpus.examples[i] for i in indices])
+    if isinstance(enc, dict):  # a seq2seq task (translate): the teacher-forced batch, labels inside
+        enc = dict(enc)
+        labels = enc.pop("labels")
+        inputs = _to(adapter, enc)
+    else:  # (encoding, labels)
+        enc, labels = enc
+        inputs = _to(adapter, {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
     return MetricBatch(inputs=inputs, aux={"labels": labels.to(adapter.device)},
                        special=_special(adapter, inputs["input_ids"], inputs["attention_mask"]))
 

@@ -56,7 +56,7 @@ import torch
 log = logging.getLogger(__name__)
 
 __all__ = ["FEATURES", "OFFSETS", "LEVELS", "head_features", "token_frequencies",
-           "is_punctuation", "HeadFeatureAccumulator"]
+           "is_punctuation", "HeadFeatureAccumulator", "example_values"]
 
 OFFSETS = (-2, -1, 0, 1, 2)
 OFFSET_NAMES = {-2: "prev2", -1: "prev", 0: "self", 1: "next", 2: "next2"}
@@ -139,8 +139,14 @@ class HeadFeatureAccumulator:
     because the rarest unit is only known once the whole corpus was counted.
     """
 
-    def __init__(self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None):
+    def __init__(self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None,
+                 keep_examples: bool = False):
         _check_level(level)
+        #: with ``keep_examples`` (and ``frequencies`` given): per example, feature name ->
+        #: ``(sum [L, H], rows)``, for intervals over examples (:func:`example_values`)
+        self.examples: Optional[list] = [] if keep_examples else None
+        if keep_examples and frequencies is None:
+            raise ValueError("keep_examples needs frequencies (the rarest token is known only after a full pass)")
         self.level = level
         self.frequencies = None if frequencies is None else {_key(k): v for k, v in frequencies.items()}
         self._counts: Counter = Counter()
@@ -156,6 +162,8 @@ class HeadFeatureAccumulator:
     def _add(self, name: str, total: torch.Tensor, count) -> None:
         """Add ``total`` ([L, H], a sum over rows) and its number of rows."""
         total = total.double()
+        if self.examples is not None:
+            self.examples[-1][name] = (total, float(count))
         if name in self._sum:
             self._sum[name] += total
             self._n[name] += torch.as_tensor(count, dtype=torch.float64)
@@ -172,6 +180,8 @@ class HeadFeatureAccumulator:
         """
         a, units, special = _units(maps, self.level)
         L, H, n, _ = a.shape
+        if self.examples is not None:
+            self.examples.append({})
         if self.layers is None:
             self.layers, self.n_heads, self.kind = tuple(maps.layers), H, maps.kind
         elif tuple(maps.layers) != self.layers or H != self.n_heads or maps.kind != self.kind:
@@ -306,6 +316,30 @@ class HeadFeatureAccumulator:
         out["positional_offset"] = np.array(OFFSETS)[best]
         cols = ["layer", "head", "n_examples", "n_rows"] + list(FEATURES)
         return pd.DataFrame(out)[cols]
+
+
+def example_values(acc: HeadFeatureAccumulator, names: Sequence[str]) -> tuple:
+    """Per-example features from an accumulator built with ``keep_examples=True``.
+
+    Returns:
+        ``(values [E, L·H, F], rows [E, F])``: each example's mean of every feature in
+        ``names`` (``NaN`` where the example has no row for it) and its number of rows.
+    """
+    if acc.examples is None:
+        raise ValueError("build the accumulator with keep_examples=True")
+    L, H = len(acc.layers), acc.n_heads
+    E, F = len(acc.examples), len(names)
+    values = np.full((E, L * H, F), np.nan)
+    rows = np.zeros((E, F))
+    for e, ex in enumerate(acc.examples):
+        for f, name in enumerate(names):
+            if name not in ex:
+                continue
+            total, n = ex[name]
+            rows[e, f] = n
+            if n > 0:
+                values[e, :, f] = (total.expand(L, H) / n).reshape(-1).numpy()
+    return values, rows
 
 
 def head_features(source: Iterable, level: str = "token",

@@ -163,6 +163,9 @@ class Result:
         summary: JSON-able numbers; written as ``<summary_name>.json`` when non-empty.
         summary_name: file stem of the summary (default ``summary``).
         writers: ``fn(directory) -> paths`` for figures and other files.
+        data: in-memory objects that later report sections read through
+            ``ctx.results[name].data`` (never written), e.g. the ablation sweep's
+            per-example scores (``"sweep"``) or the claims (``"claims"``).
     """
 
     tables: dict = field(default_factory=dict)
@@ -171,6 +174,7 @@ class Result:
     summary: dict = field(default_factory=dict)
     summary_name: str = "summary"
     writers: list = field(default_factory=list)
+    data: dict = field(default_factory=dict)
 
     def write(self, directory) -> list:
         """Write tables (CSV), the summary (JSON) and the writers' files into

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 from .context import ReportContext, sharpest_examples
 from .sections import choose, run_sections
-from .verdict import verdict
+from .verdict import claims_verdict, verdict
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ class ReportData:
     facts: dict = field(default_factory=dict)
     verdicts: dict = field(default_factory=dict)
     seconds: float = 0.0
+    claims: Optional[object] = None  # probe.analyses.claims.heads.HeadClaims when that section ran
     path: Optional[Path] = None
 
     @property
@@ -99,9 +100,15 @@ def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict
     outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress)
     data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
     cls, sep = _special_names(ctx.maps)
+    ran = ctx.results.get("claims")
+    claims = ran.data.get("claims") if ran is not None else None  # HeadClaims (registry/analyses/claims.py)
+    data.claims = claims
     for layer in ctx.layers:
         for h in range(ctx.n_heads):
-            data.verdicts[(layer, h)] = verdict(data.flat_facts(layer, h), cls=cls, sep=sep)
+            if claims is not None and (layer, h) in claims.claims:
+                data.verdicts[(layer, h)] = claims_verdict(claims.claims[(layer, h)])
+            else:
+                data.verdicts[(layer, h)] = verdict(data.flat_facts(layer, h), cls=cls, sep=sep)
     data.seconds = time.perf_counter() - t0
     return data
 
@@ -222,6 +229,9 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     else:
         corpus = sample_corpus(limit=limit)
         source = "bundled sample (24 hand-annotated sentences; the first two from Vaswani et al. 2017)"
+    if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
+        return _write_from_maps(out, model, corpus, _rnn_zoo_maps(model, corpus), sections, strict, force,
+                                source, limit, t_start)
     if adapter is None:
         adapter = load_model(model, device=device)
     corpus = fit_to_model(corpus, adapter)
@@ -240,4 +250,32 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     write_report(data, out, force=force)
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
+    return data
+
+
+def _is_rnn_zoo(model) -> bool:
+    """``zoo:translate-rnn``-like models: a GRU with additive attention (no transformer hooks)."""
+    if not str(model).startswith("zoo:"):
+        return False
+    from probe.models.zoo import load_zoo
+
+    return load_zoo(str(model)[4:]).card.get("family") == "gru-attention"
+
+
+def _rnn_zoo_maps(model, corpus) -> list:
+    """Cross-attention maps of a GRU zoo model, one per example (its own attention function,
+    :func:`probe.analyses.paper.alignment.zoo_cross_maps`)."""
+    from probe.analyses.paper.alignment import zoo_cross_maps
+
+    return zoo_cross_maps(str(model), corpus.examples)
+
+
+def _write_from_maps(out, model, corpus, maps, sections, strict, force, source, limit, t_start) -> ReportData:
+    """The report of maps computed without a live adapter (sections that need the model are skipped)."""
+    settings = {"model": str(model), "input": source, "limit": limit,
+                "note": "no live transformer: interventions, importance and attributions are not tested"}
+    ctx = ReportContext(adapter=None, corpus=corpus, maps=maps, settings=settings)
+    data = analyse(ctx, sections=sections, strict=strict)
+    write_report(data, out, force=force)
+    data.seconds = time.perf_counter() - t_start
     return data

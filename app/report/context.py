@@ -31,6 +31,7 @@ class ReportContext:
         settings: JSON-able settings shown in the report (model spec, limit, …).
         results: section name -> :class:`probe.app.registry.Result`, filled
             as sections run (later sections may read earlier ones).
+        skipped: section name -> the reason it was skipped.
         representatives: example indices shown on every page (paper sentences first).
     """
 
@@ -39,6 +40,8 @@ class ReportContext:
     maps: list
     settings: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
+    #: section name -> why it was skipped (later sections may report the reason)
+    skipped: dict = field(default_factory=dict)
     representatives: list = field(default_factory=list)
     #: the running section's parameters (its defaults with its ``report_params``)
     params: dict = field(default_factory=dict)

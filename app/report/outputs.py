@@ -29,9 +29,13 @@ def summary_dict(data) -> dict:
     heads = []
     for layer in data.layers:
         for h in range(data.n_heads):
-            heads.append({"layer": layer, "head": h, "verdict": data.verdicts[(layer, h)],
-                          "page": f"heads/L{layer}H{h}.html",
-                          "facts": _clean(data.facts.get((layer, h), {}))})
+            entry = {"layer": layer, "head": h, "verdict": data.verdicts[(layer, h)],
+                     "page": f"heads/L{layer}H{h}.html"}
+            claims = getattr(data, "claims", None)
+            if claims is not None and (layer, h) in claims.claims:
+                entry["claims"] = claims.head_dict((layer, h))
+            entry["facts"] = _clean(data.facts.get((layer, h), {}))
+            heads.append(entry)
     return _clean({
         "format": "attention-probe report 1",
         "model": ctx.settings.get("model_info") or {"name": ctx.settings.get("model")},
@@ -42,9 +46,59 @@ def summary_dict(data) -> dict:
         "sections": [dict(o.to_dict(), notes=list(o.result.notes), summary=o.result.summary,
                           tables=[f"tables/{o.name}_{n}.csv" for n in o.result.tables])
                      for o in data.outcomes],
+        "claims": _claims_overview(data),
         "heads": heads,
         "seconds": round(data.seconds, 2),
     })
+
+
+def _claims_overview(data) -> dict:
+    """Heads per claim and status, and the thresholds in force (with their sources)."""
+    claims = getattr(data, "claims", None)
+    if claims is None:
+        return {}
+    from probe.analyses.claims.thresholds import thresholds_in_force
+
+    counts = claims.counts()
+    return {"counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()},
+            "thresholds": thresholds_in_force()}
+
+
+def _claim_cell(c: dict) -> str:
+    """A claim in a few words for the Markdown table: status, statement, effect [CI], n."""
+    out = c["status"]
+    if c.get("statement"):
+        out += f": {c['statement']}"
+    if c.get("effect") is not None and c["status"] in ("holds", "does not hold"):
+        ci = (f" [{c['ci_low']:.3g}, {c['ci_high']:.3g}]" if c.get("ci_low") is not None
+              and c.get("ci_high") is not None else "")
+        out += f" ({c['effect']:.3g}{ci}, n={c.get('count')})"
+    elif c["status"] in ("not tested", "not enough evidence") and c.get("reason"):
+        out += f" ({c['reason']})"
+    return out
+
+
+def claims_markdown(summary: dict) -> list:
+    """The claims of every head as Markdown lines (counts, thresholds, one row per head)."""
+    from probe.analyses.claims.claim import KINDS, STATUSES
+
+    ov = summary.get("claims") or {}
+    if not ov:
+        return []
+    lines = ["", "## Claims", "", "| claim |" + "".join(f" {s} |" for s in STATUSES),
+             "| --- |" + " --- |" * len(STATUSES)]
+    for kind, row in ov["counts"].items():
+        lines.append(f"| {kind} |" + "".join(f" {row.get(s, 0)} |" for s in STATUSES))
+    lines += ["", "Thresholds in force:", ""]
+    for name, t in ov["thresholds"].items():
+        lines.append(f"- {_md(name)} = {_md(t['value'])}: {_md(t['source'])}")
+    lines += ["", "| layer | head | summary |" + "".join(f" {k} |" for k in KINDS),
+              "| --- | --- | --- |" + " --- |" * len(KINDS)]
+    for h in summary["heads"]:
+        c = h.get("claims") or {}
+        lines.append(f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |"
+                     + "".join(f" {_md(_claim_cell(c[k])) if k in c else ''} |" for k in KINDS))
+    return lines
 
 
 #: per-head columns shown in report.md when some section provides them
@@ -84,6 +138,7 @@ def report_markdown(summary: dict) -> str:
             v = f.get(k)
             vals.append("" if v is None else (f"{v:.4g}" if isinstance(v, float) else _md(v)))
         lines.append(f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |" + "".join(f" {v} |" for v in vals))
+    lines += claims_markdown(summary)
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from .claims_html import head_claims_html
 from .evidence import evidence_html
 from .head_view import HeadView, head_view_js
 from .html import esc, kv_table, link, page
@@ -192,20 +193,6 @@ def _showcase(data) -> tuple:
     return best
 
 
-def claims_block(data, layer: int, head: int) -> str:
-    """The head's claims, at the top of its page.
-
-    CLAIMS HOOK: once ``probe.app.report.claims_html`` exists (issue 14) its
-    ``head_claims_html(data, layer, head)`` fills this block; until then the one-line
-    verdict stands in.
-    """
-    try:
-        from . import claims_html
-    except ImportError:
-        return f"<p class=\"verdict\">{esc(data.verdicts[(layer, head)])}</p>"
-    return claims_html.head_claims_html(data, layer, head)
-
-
 def head_html(data, layer: int, head: int, figures: dict) -> str:
     """The page of one head. ``figures``: ``[(example index, heatmap file name)]``."""
     ctx = data.ctx
@@ -222,7 +209,7 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
     sym, why = importance_mark(flat, n_total)
     parts = [f"<nav>{''.join(nav)}</nav><h1>Layer {layer}, head {head}"
              + (f" <span class=\"imp\" title=\"{esc(why)}\">{esc(sym)}</span>" if sym else "") + "</h1>",
-             claims_block(data, layer, head),
+             head_claims_html(data, layer, head),
              "<h2>Evidence</h2>", evidence_html(data, layer, head)]
     examples, titles = view_examples(ctx)
     view = HeadView([ctx.maps[e] for e in examples], layers=[layer], heads=[head],
@@ -239,4 +226,4 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
     return page(f"L{layer}H{head} — {data.verdicts[(layer, head)]}", "".join(parts), scripts=[head_view_js()])
 
 
-__all__ = ["index_html", "head_html", "head_file", "claims_block"]
+__all__ = ["index_html", "head_html", "head_file"]

@@ -128,6 +128,7 @@ def run_sections(ctx, sections, strict: bool = False, progress=None) -> list:
         reason = _unmet(ctx, sec)
         if reason is not None:
             log.info("section %s skipped: %s", sec.name, reason)
+            _note_skip(ctx, sec.name, reason)
             outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", reason))
             continue
         if progress:
@@ -137,6 +138,7 @@ def run_sections(ctx, sections, strict: bool = False, progress=None) -> list:
         except ValueError as exc:
             # ValueError is the analyses' "this input does not allow it" (too few
             # sentences, no applicable metric…): a skip with the analysis' own reason
+            _note_skip(ctx, sec.name, str(exc))
             outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", str(exc),
                                            time.perf_counter() - t0))
             continue
@@ -144,6 +146,7 @@ def run_sections(ctx, sections, strict: bool = False, progress=None) -> list:
             if strict:
                 raise
             log.exception("section %s failed", sec.name)
+            _note_skip(ctx, sec.name, f"failed: {type(exc).__name__}: {exc}")
             outcomes.append(SectionOutcome(sec.name, sec.title, "failed", f"{type(exc).__name__}: {exc}",
                                            time.perf_counter() - t0))
             continue
@@ -151,3 +154,10 @@ def run_sections(ctx, sections, strict: bool = False, progress=None) -> list:
         outcomes.append(SectionOutcome(sec.name, sec.title, "ran", "", time.perf_counter() - t0, result))
         log.info("section %s ran in %.1fs", sec.name, outcomes[-1].seconds)
     return outcomes
+
+
+def _note_skip(ctx, name: str, reason: str) -> None:
+    """Record why ``name`` was skipped (or failed), for later sections (``ctx.skipped`` when it has one)."""
+    skipped = getattr(ctx, "skipped", None)
+    if skipped is not None:
+        skipped[name] = reason

@@ -1,8 +1,9 @@
-"""A one-line verdict per head, built from the facts the sections gathered.
+"""The one-line verdict per head.
 
-Examples: ``looks syntactic (det, 92% vs 51% baseline) and matters (drift +0.08)``;
-``attends to [SEP]; ablating it changes nothing``. Only facts that are present are used;
-a head with none gets ``no evidence yet``.
+When the claims section ran (the default), the verdict is the combined sentence of the
+head's claims (:func:`claims_verdict`, :mod:`probe.analyses.claims.summary`), which never
+states more than the claims do. :func:`verdict` is the fallback for reports built without
+it (``--sections`` naming others): a line from the facts the sections gathered.
 """
 
 from __future__ import annotations
@@ -82,8 +83,17 @@ def _faithful(f: dict) -> str:
         return ""
     tau = next((_num(x) for k, x in f.items() if k.startswith("faith_tau_") and not k.endswith("significant")), None)
     ref = next((k[len("faith_tau_"):] for k in f if k.startswith("faith_tau_") and not k.endswith("significant")), "")
-    return f"weights {v}" if v == "weights irrelevant" else (
+    if v == "weights irrelevant":  # permuting one head alone changed nothing: not "meaningless"
+        return "permuting its weights alone changes nothing"
+    return (
         f"weights {v} with {ref or 'attributions'}" + (f" (τ {tau:+.2f})" if tau is not None else ""))
+
+
+def claims_verdict(claims: dict) -> str:
+    """The verdict from a head's claims (kind -> :class:`probe.analyses.claims.claim.Claim`)."""
+    from probe.analyses.claims.summary import summary_sentence
+
+    return summary_sentence(claims)
 
 
 def verdict(facts: dict, cls: str = "[CLS]", sep: str = "[SEP]") -> str:

@@ -45,7 +45,7 @@ def run(ctx) -> Result:
                "path": res.path, "clean": float(res.clean.mean()), "significant_heads": sig,
                "top": top[["layer", "head", "delta"]].to_dict("records")}
     return Result(tables=tables, per_head=per_head, notes=notes, summary=summary, summary_name="ablation",
-                  writers=[figure])
+                  writers=[figure], data={"sweep": res})  # per-example scores, reused by the claims
 
 
 ANALYSIS = Analysis(

@@ -54,7 +54,23 @@ def run(ctx) -> Result:
     per_head = v.rename(columns={c: f"faith_{c}" for c in v.columns if c not in ("layer", "head")})
     summary = {k: val for k, val in rep.info.items() if k in ("target", "n_examples", "ig_completeness", "probe")}
     return Result(tables={"verdict": v, "agreement": rep.agreement.summary}, per_head=per_head, notes=notes,
-                  summary=summary, writers=[lambda d: rep.write(d)])
+                  summary=summary, writers=[lambda d: rep.write(d)], data={"target": target})
+
+
+def run_in_report(ctx) -> Result:
+    """The report's variant: a probe target is first checked against chance
+    (:func:`probe.analyses.claims.attribution.target_validity`) and the section is skipped,
+    with the numbers, when it is no better (before the slow attributions)."""
+    target = _target(ctx)
+    if target.startswith("probe:"):
+        from probe.analyses.claims.attribution import target_validity
+        from probe.analyses.explanation.faithfulness import resolve_target
+
+        valid, words = target_validity(resolve_target(ctx.adapter, target, ctx.corpus, seed=ctx.params["seed"])[3])
+        if not valid:
+            raise SkipAnalysis(f"not tested: target no better than chance ({words})")
+    ctx.params = dict(ctx.params, target=target)
+    return run(ctx)
 
 
 ANALYSIS = Analysis(
@@ -74,7 +90,7 @@ ANALYSIS = Analysis(
             Param("explain_limit", int, None, "explain only the first N examples (after a probe's train/test "
                   "split)", min=1, aliases=("--max-examples",)),
             Param("seed", int, 0, "random seed")),
-    section=True, modules=("probe.analyses.explanation.faithfulness",),
+    section=run_in_report, modules=("probe.analyses.explanation.faithfulness",),
     report_params={"methods": ("ig",), "attention_methods": ("attention",), "steps": 8, "permutations": 1,
                    "explain_limit": 16},
     order=40,

@@ -1,0 +1,65 @@
+"""The *attribution* claim: the head's attention ranks tokens as a gradient attribution
+does (Jain & Wallace 2019; Kendall τ against integrated gradients, Sundararajan et al. 2017).
+
+Tested only on a valid target: a probe target must beat its majority class on held-out
+sentences with a Wilson interval that excludes the majority rate
+(:func:`target_validity`); a model's own predicted class (``logit``) is valid by
+construction. The claim holds when τ is positive and significant in at least
+:data:`.thresholds.AGREEMENT_SHARE` of the examples.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import thresholds as T
+from .claim import Claim
+from .statistics import wilson_interval
+
+
+def target_validity(info: dict) -> tuple:
+    """``(valid, words)`` for a faithfulness run's ``info`` (``info["probe"]`` from
+    :func:`probe.analyses.explanation.faithfulness.resolve_target` when the target is a probe)."""
+    target = str(info.get("target", ""))
+    probe = info.get("probe")
+    if not probe:
+        return True, f"target {target} (the model's own output)"
+    n = int(probe.get("n_test") or 0)
+    acc, major = float(probe.get("test_accuracy", 0.0)), float(probe.get("majority_baseline", 1.0))
+    if n < 1:
+        return False, f"target {target}: no held-out sentences"
+    lo, hi = wilson_interval(int(round(acc * n)), n, T.TARGET_CONFIDENCE)
+    words = (f"target {target}: held-out accuracy {acc:.2f} [{lo:.2f}, {hi:.2f}] vs majority class {major:.2f} "
+             f"on {n} sentences")
+    return lo > major, words
+
+
+def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason: str = "") -> dict:
+    """``{(layer, head): Claim}`` from the faithfulness verdict table (``layer, head,
+    tau_<ref>, tau_<ref>_significant``, optional ``top1_rate``) and its ``info``."""
+    if verdict is None or info is None:
+        why = (reason or "the faithfulness section did not run").removeprefix("not tested: ")
+        return {k: Claim("attribution", "not tested", reason=why) for k in heads}
+    valid, words = target_validity(info)
+    if not valid:
+        return {k: Claim("attribution", "not tested", reason=f"target no better than chance: {words}")
+                for k in heads}
+    ref = verdict.attrs.get("reference") or next(c[4:] for c in verdict.columns
+                                                 if c.startswith("tau_") and not c.endswith("significant"))
+    rows = {(int(r["layer"]), int(r["head"])): r for _, r in verdict.iterrows()}
+    n = int(info.get("n_examples") or 0)
+    out = {}
+    for k in heads:
+        r = rows.get(k)
+        if r is None:
+            out[k] = Claim("attribution", "not tested", reason="head not in the faithfulness run")
+            continue
+        tau, share = float(r[f"tau_{ref}"]), float(r[f"tau_{ref}_significant"])
+        extra = {"significant_share": share, "reference": ref, "target": words}
+        if "top1_rate" in r and r["top1_rate"] == r["top1_rate"]:
+            extra["evidence_top1_rate"] = float(r["top1_rate"])
+        holds = tau > 0 and share >= T.AGREEMENT_SHARE
+        out[k] = Claim("attribution", "holds" if holds else "does not hold", statement=f"agrees with {ref}",
+                       effect=tau, count=n, null=0.0, unit=f"mean Kendall τ with {ref}", threshold="agreement_share",
+                       reason=f"τ {tau:+.2f}, significant in {share:.0%} of {n} examples", extra=extra)
+    return out

@@ -1,0 +1,91 @@
+"""The tests behind the claims: Benjamini–Hochberg, a paired one-sided test against a null,
+percentile bootstrap intervals, a Wilson interval for held-out accuracy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from probe.analyses.common.bootstrap import bootstrap_mean_ci
+
+__all__ = ["benjamini_hochberg", "paired_greater", "mean_ci", "wilson_interval", "spearman"]
+
+
+def benjamini_hochberg(p_values, q: float = 0.05) -> np.ndarray:
+    """Which hypotheses the Benjamini–Hochberg (1995) step-up procedure rejects at FDR ``q``.
+
+    The largest ``k`` with ``p_(k) ≤ k·q/m`` (``m`` tests, NaN p-values not counted);
+    every hypothesis with ``p ≤ p_(k)`` is rejected.
+
+    Returns:
+        bool ``[m]`` (NaN → False).
+
+    Raises:
+        ValueError: ``q`` outside (0, 1).
+    """
+    if not 0 < q < 1:
+        raise ValueError(f"the false discovery rate must be in (0, 1), got {q}")
+    p = np.asarray(p_values, dtype=np.float64)
+    ok = ~np.isnan(p)
+    m = int(ok.sum())
+    out = np.zeros(p.shape, dtype=bool)
+    if m == 0:
+        return out
+    ranked = np.sort(p[ok])
+    below = np.nonzero(ranked <= q * np.arange(1, m + 1) / m)[0]
+    if len(below):
+        out[ok] = p[ok] <= ranked[below[-1]]
+    return out
+
+
+def paired_greater(effect, null) -> float:
+    """One-sided p-value that ``effect`` exceeds ``null`` per example (Wilcoxon 1945
+    signed-rank on the differences; exact for small ``n``). ``NaN`` for fewer than two
+    examples; 1.0 when every difference is 0."""
+    from scipy.stats import wilcoxon
+
+    d = np.asarray(effect, dtype=np.float64) - np.asarray(null, dtype=np.float64)
+    if len(d) < 2:
+        return float("nan")
+    if not np.any(d != 0):
+        return 1.0
+    return float(wilcoxon(d, alternative="greater", zero_method="zsplit").pvalue)
+
+
+def mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple:
+    """``(mean, low, high)``: the mean over examples with its percentile bootstrap interval."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    low, high = bootstrap_mean_ci(v, n_boot=n_boot, confidence=confidence, seed=seed)
+    return float(v.mean()), float(low), float(high)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple:
+    """Wilson (1927) score interval of a proportion ``successes / n``.
+
+    Raises:
+        ValueError: ``n < 1`` or ``successes`` outside ``[0, n]``.
+    """
+    from scipy.stats import norm
+
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"a proportion needs 0 ≤ successes ≤ n and n ≥ 1, got {successes}/{n}")
+    z = float(norm.ppf(0.5 + confidence / 2))
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def spearman(a, b) -> float:
+    """Spearman's rank correlation of two equal-length vectors (NaN when undefined)."""
+    from scipy.stats import spearmanr
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    ok = ~(np.isnan(a) | np.isnan(b))
+    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
+        return float("nan")
+    return float(spearmanr(a[ok], b[ok]).statistic)

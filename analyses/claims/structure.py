@@ -1,0 +1,149 @@
+"""The *structure* claim: the head's attention follows a syntactic relation better than
+the best positional baseline (Clark et al. 2019; Voita et al. 2019's 10-point margin).
+
+For every head, relation and direction with at least :data:`.thresholds.STRUCTURE_MIN_COUNT`
+instances: the accuracy of the head's word-level argmax (:mod:`probe.analyses.structure.syntax`)
+minus the best fixed offset's accuracy for that relation. The interval is a percentile
+bootstrap over *sentences* (the baseline's best offset is re-chosen in each resample);
+the one-sided p-value of ``margin > 0`` uses the bootstrap standard error, and
+Benjamini–Hochberg runs across every head × relation × direction tested. A head holds the
+claim when a relation is significant after BH *and* its margin is at least
+:data:`.thresholds.STRUCTURE_MARGIN`; the claim names the largest such margin.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from probe.analyses.common.bootstrap import resample_counts
+from probe.analyses.structure.syntax import DIRECTIONS, OFFSETS, argmax_predictions
+
+from . import thresholds as T
+from .claim import Claim, not_tested
+from .statistics import benjamini_hochberg
+
+
+def sentence_counts(graphs) -> dict:
+    """Per-sentence sums: ``hits [S, 2, L·H, R]``, ``counts [S, R]``, ``offset_hits [S, R, O]``,
+    ``relations``, ``layers``, ``n_heads`` from :class:`probe.analyses.structure.word_graph.WordGraph` s."""
+    vocab, per = {}, []
+    shape = layers = None
+    for g in graphs:
+        L, H = g.attention.shape[:2]
+        shape, layers = (L, H), g.layers
+        keep = g.heads >= 0
+        if not bool(keep.any()):
+            continue
+        pred = argmax_predictions(g.attention)[..., keep].reshape(2, L * H, -1).numpy()
+        gold = g.heads[keep].numpy()
+        pos = np.nonzero(keep.numpy())[0]
+        rel = np.array([vocab.setdefault(r, len(vocab)) for r, k in zip(g.deprels, keep.tolist()) if k])
+        off = (pos[:, None] + np.asarray(OFFSETS)[None, :]) == gold[:, None]
+        per.append((pred == gold[None, None, :], rel, off))
+    if not per:
+        raise ValueError("no dependency to evaluate: no sentence with a non-root word")
+    L, H = shape
+    S, R, O = len(per), len(vocab), len(OFFSETS)
+    hits = np.zeros((S, 2, L * H, R))
+    counts = np.zeros((S, R))
+    offs = np.zeros((S, R, O))
+    for s, (hit, rel, off) in enumerate(per):
+        onehot = np.eye(R)[rel]  # [n, R]
+        hits[s] = hit.astype(np.float64) @ onehot
+        counts[s] = onehot.sum(0)
+        offs[s] = onehot.T @ off.astype(np.float64)
+    return {"hits": hits, "counts": counts, "offset_hits": offs,
+            "relations": tuple(sorted(vocab, key=vocab.get)), "layers": tuple(layers), "n_heads": H}
+
+
+def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CONFIDENCE, seed: int = 0) -> dict:
+    """Margins over the best offset with bootstrap intervals and p-values for the relations
+    with at least :data:`.thresholds.STRUCTURE_MIN_COUNT` instances (and not excluded).
+
+    Returns dict of arrays over tested ``(direction, head index, relation)``: ``margin,
+    low, high, p, accuracy, baseline, count`` and the index arrays ``d, j, r``."""
+    from scipy.stats import norm
+
+    hits, counts, offs = sc["hits"], sc["counts"], sc["offset_hits"]
+    total = counts.sum(0)
+    rels = [r for r, name in enumerate(sc["relations"])
+            if total[r] >= T.STRUCTURE_MIN_COUNT and name.split(":")[0] not in T.STRUCTURE_EXCLUDED]
+    S = hits.shape[0]
+    C = resample_counts(S, n_boot, seed).astype(np.float64)  # [B, S]
+    out = {k: [] for k in ("margin", "low", "high", "p", "accuracy", "baseline", "count", "d", "j", "r")}
+    a = (1 - confidence) / 2
+    for r in rels:
+        n = total[r]
+        base = offs[:, r].sum(0).max() / n
+        acc = hits[:, :, :, r].sum(0) / n  # [2, LH]
+        nb = np.maximum(C @ counts[:, r], 1)  # [B]
+        base_b = (C @ offs[:, r]).max(1) / nb  # [B]
+        acc_b = (C @ hits[:, :, :, r].reshape(S, -1)) / nb[:, None]  # [B, 2·LH]
+        margin_b = acc_b - base_b[:, None]
+        margin = (acc - base).reshape(-1)
+        se = margin_b.std(0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.where(se > 0, norm.sf(margin / np.where(se > 0, se, 1)), np.where(margin > 0, 0.0, 1.0))
+        low, high = np.quantile(margin_b, [a, 1 - a], axis=0)
+        k = margin.size
+        d, j = np.divmod(np.arange(k), acc.shape[1])
+        for name, v in (("margin", margin), ("low", low), ("high", high), ("p", p), ("accuracy", acc.reshape(-1)),
+                        ("baseline", np.full(k, base)), ("count", np.full(k, n)), ("d", d), ("j", j),
+                        ("r", np.full(k, r))):
+            out[name].append(v)
+    return {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in out.items()}
+
+
+def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
+    """Structure claims of every head from treebank word graphs.
+
+    Returns:
+        ``(claims, table)``: ``{(layer, head): Claim}`` and the tested rows as a tidy table
+        (``layer, head, relation, direction, accuracy, baseline, margin, ci_low, ci_high,
+        p, significant, count``).
+    """
+    import pandas as pd
+
+    graphs = list(graphs)
+    sc = sentence_counts(graphs)
+    L, H = len(sc["layers"]), sc["n_heads"]
+    S = sc["hits"].shape[0]
+    heads = [(sc["layers"][j // H], j % H) for j in range(L * H)]
+    if S < T.STRUCTURE_MIN_SENTENCES:
+        why = f"{S} sentences < {T.STRUCTURE_MIN_SENTENCES}"
+        return {k: Claim("structure", "not enough evidence", count=S, threshold="structure_min_sentences",
+                         reason=why) for k in heads}, pd.DataFrame()
+    m = relation_margins(sc)
+    sig = benjamini_hochberg(m["p"], T.FDR) if len(m["p"]) else np.zeros(0, bool)
+    table = pd.DataFrame({
+        "layer": [heads[j][0] for j in m["j"].astype(int)], "head": [heads[j][1] for j in m["j"].astype(int)],
+        "relation": [sc["relations"][r] for r in m["r"].astype(int)],
+        "direction": [DIRECTIONS[d] for d in m["d"].astype(int)],
+        "accuracy": m["accuracy"], "baseline": m["baseline"], "margin": m["margin"], "ci_low": m["low"],
+        "ci_high": m["high"], "p": m["p"], "significant": sig, "count": m["count"].astype(int)})
+    most = int(sc["counts"].sum(0).max()) if sc["counts"].size else 0
+    claims = {}
+    for j, key in enumerate(heads):
+        t = table[(table["layer"] == key[0]) & (table["head"] == key[1])]
+        if t.empty:
+            claims[key] = Claim("structure", "not enough evidence", count=most, threshold="structure_min_count",
+                                reason=f"no relation with ≥ {T.STRUCTURE_MIN_COUNT} instances (most: {most})")
+            continue
+        ok = t[t["significant"] & (t["margin"] >= T.STRUCTURE_MARGIN)]
+        best = (ok if len(ok) else t).sort_values(["margin", "count"], ascending=False).iloc[0]
+        status = "holds" if len(ok) else "does not hold"
+        what = f"{best['relation']} ({best['direction'].replace('_', ' ')})"
+        claims[key] = Claim(
+            "structure", status, statement=what, effect=float(best["margin"]), ci_low=float(best["ci_low"]),
+            ci_high=float(best["ci_high"]), count=int(best["count"]), null=float(best["baseline"]),
+            unit="accuracy above the best offset", threshold="structure_margin",
+            reason=(f"{best['accuracy']:.0%} vs {best['baseline']:.0%} best offset over {int(best['count'])} "
+                    f"instances in {S} sentences"),
+            extra={"accuracy": float(best["accuracy"]), "p": float(best["p"]),
+                   "bh_significant": bool(best["significant"]),
+                   "relations_tested": int(len(t)), "sentences": S, "sentences_skipped": int(n_sentences_skipped)})
+    return claims, table
+
+
+def no_treebank(heads, reason: str) -> dict:
+    return {k: not_tested("structure", reason) for k in heads}

@@ -1,0 +1,63 @@
+"""One sentence per head that combines its claims and never states more than they do."""
+
+from __future__ import annotations
+
+
+def _num(c, digits: int = 3) -> str:
+    v = c.effect
+    return "" if v != v else f"{v:+.{digits}g}"
+
+
+#: a pattern rule's feature in words (the share it is a share of)
+UNIT_WORDS = {"argmax_prev": "of rows peak on the previous token", "argmax_next": "of rows peak on the next token",
+              "argmax_self": "of rows peak on the token itself", "argmax_rare": "of rows peak on the rarest token",
+              "to_special": "of its attention", "to_punct": "of its attention on punctuation",
+              "induction": "of its attention on induction targets",
+              "duplicate": "of its attention on earlier copies", "entropy_ratio": "of a uniform row's entropy"}
+
+
+def pattern_words(p) -> str:
+    """``previous-token head (99% of rows peak on the previous token)``."""
+    unit = UNIT_WORDS.get(p.unit, p.unit)
+    if p.statement.startswith("attends"):
+        return f"{p.statement} ({p.effect:.0%} {unit})"
+    return f"{p.statement} head ({p.effect:.0%} {unit})"
+
+
+def summary_sentence(claims: dict) -> str:
+    """``claims``: kind -> :class:`.claim.Claim`. Holds are stated with their number;
+    a necessity or weights test that did not hold is stated as *not shown alone*."""
+    parts = []
+    p = claims.get("pattern")
+    if p is not None:
+        if p.holds:
+            parts.append(pattern_words(p))
+        elif p.status == "does not hold":
+            parts.append(f"attends {p.statement}")
+    s = claims.get("structure")
+    if s is not None and s.holds:
+        parts.append(f"follows {s.statement} ({s.extra.get('accuracy', float('nan')):.0%} vs {s.null:.0%} "
+                     f"best offset, n={s.count})")
+    n = claims.get("necessity")
+    r = claims.get("redundancy")
+    if n is not None and n.holds:
+        parts.append(f"needed alone ({n.extra.get('metric')} +{n.extra.get('harm', 0):.3g} vs null "
+                     f"+{n.null:.3g})")
+    elif r is not None and r.holds:
+        parts.append(f"redundant: {r.statement}")
+    elif n is not None and n.status == "does not hold":
+        parts.append("not shown to be needed alone")
+    w = claims.get("weights")
+    if w is not None and w.holds:
+        parts.append("where it looks matters (uniform weights: "
+                     f"{w.extra.get('metric')} +{w.extra.get('harm', 0):.3g})")
+    a = claims.get("attribution")
+    if a is not None and a.holds:
+        parts.append(f"agrees with {a.extra.get('reference', 'attributions')} (τ {a.effect:+.2f})")
+    top1 = a.extra.get("evidence_top1_rate") if a is not None else None
+    if top1 is not None and top1 >= 0.5:
+        parts.append(f"ranks the evidence word first in {top1:.0%} of {a.count} examples")
+    if not parts:
+        return "no claim could be tested"
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:]

@@ -1,0 +1,102 @@
+"""Every threshold and test a claim uses, named once, with the paper or reason it comes from.
+
+A claim names the threshold it was judged against (``Claim.threshold``); the report's
+settings section lists :func:`thresholds_in_force`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A named value and where it comes from."""
+
+    name: str
+    value: object
+    source: str
+
+
+_ALL = {}
+
+
+def _t(name: str, value, source: str):
+    _ALL[name] = Threshold(name, value, source)
+    return value
+
+
+# ---- statistics -------------------------------------------------------------------------
+#: false discovery rate controlled across heads (and across head × relation for structure)
+FDR = _t("fdr", 0.05, "Benjamini & Hochberg (1995) step-up procedure, q = 0.05 across all tests of a claim kind")
+#: bootstrap resamples and coverage of every interval
+N_BOOT = _t("n_boot", 1000, "percentile bootstrap over examples/sentences (Efron 1979)")
+CONFIDENCE = _t("confidence", 0.95, "two-sided 95% intervals")
+#: the paired test of an intervention against its null
+PAIRED_TEST = _t("paired_test", "wilcoxon signed-rank, one-sided",
+                 "Wilcoxon (1945): per-example effect minus null effect; no normality assumed")
+
+# ---- pattern ----------------------------------------------------------------------------
+#: share of query rows whose maximum sits on one relative position
+POSITIONAL = _t("positional", 0.9, "Voita et al. (2019): positional heads point to the same offset in ≥ 90% of rows")
+#: attention mass to special tokens / punctuation for a "sink" role
+SPECIAL = _t("special", 0.5, "Clark et al. (2019): heads putting over half of their attention on [CLS]/[SEP]")
+PUNCTUATION = _t("punctuation", 0.5, "Clark et al. (2019), attention to punctuation, same bar as special tokens")
+#: a share of attention to a kind of token must also be this many times the share of such tokens
+OVER_CHANCE = _t("over_chance", 2.0, "as for Voita et al.'s rare-word head: twice what a head attending at random "
+                                     "gets (a corpus of brackets is all punctuation)")
+#: Olsson et al.'s induction / duplicate-token scores (mean mass, causal models only)
+INDUCTION = _t("induction", 0.5, "Olsson et al. (2022): mass on the token after an earlier occurrence")
+DUPLICATE = _t("duplicate", 0.5, "Olsson et al. (2022): mass on earlier occurrences of the same token")
+#: rows whose maximum is on the rarest token, and how far above a random head
+RARE = _t("rare", 0.5, "Voita et al. (2019): rare-word head points to the rarest token in 66% of rows; 50% here")
+#: broad attention: entropy near the uniform row's
+BROAD_ENTROPY = _t("broad_entropy_ratio", 0.9, "Clark et al. (2019) broad heads; entropy ≥ 90% of a uniform row's")
+#: fewest query rows before a pattern is stated
+PATTERN_MIN_ROWS = _t("pattern_min_rows", 50, "below 50 query rows a share moves by > 0.1 with one sentence")
+
+# ---- structure --------------------------------------------------------------------------
+#: accuracy above the best fixed-offset baseline (fraction)
+STRUCTURE_MARGIN = _t("structure_margin", 0.10, "Voita et al. (2019): 10 points above the positional baseline")
+#: fewest instances of a relation before it is tested
+STRUCTURE_MIN_COUNT = _t("structure_min_count", 20, "Clark et al. (2019) report relations with ≥ 20 instances "
+                                                   "(their 'flagged' rows); fewer: not enough evidence")
+#: fewest sentences for a bootstrap over sentences
+STRUCTURE_MIN_SENTENCES = _t("structure_min_sentences", 10, "a bootstrap over fewer than 10 sentences has "
+                                                           "too few distinct resamples")
+#: relations never claimed (punctuation attaches anywhere; 'all' pools; root has no head)
+STRUCTURE_EXCLUDED = _t("structure_excluded", ("punct", "all", "root"), "Clark et al. (2019) leave these out")
+
+# ---- necessity and weights --------------------------------------------------------------
+#: smallest mean harm above the null worth a claim, per metric (below: practically nothing)
+MIN_EFFECT = _t("min_effect", {"loss": 0.01, "accuracy": 0.01, "embedding-drift": 0.005},
+                "practical floors: 0.01 nats of loss, 1 point of accuracy, 0.005 of 1−cos drift "
+                "(a sentence embedding moved by less keeps its neighbours); "
+                "other metrics: 0")
+#: the null of every removal: the same perturbation turned in a random direction
+NULL = _t("null", "random rotation of the removed vector",
+          "the head's output (or the change of it) minus a randomly rotated copy: same norm at every position, "
+          "random direction (a noise floor the metric can reach, unlike 0 for a non-negative metric)")
+#: fewest examples for a paired test
+MIN_EXAMPLES = _t("min_examples", 8, "the one-sided Wilcoxon test cannot reach p < 0.01 with fewer than 7 pairs")
+
+# ---- redundancy -------------------------------------------------------------------------
+GROUP_MIN = _t("group_min", 2, "a group is two or more heads that are not needed alone and share a named pattern")
+
+# ---- attribution ------------------------------------------------------------------------
+#: a target must beat the majority class on held-out data with a CI excluding it
+TARGET_CONFIDENCE = _t("target_confidence", 0.95, "Wilson (1927) score interval of held-out accuracy")
+#: agreement: τ > 0 and significant in at least this share of examples
+AGREEMENT_SHARE = _t("agreement_share", 0.5, "Jain & Wallace (2019): a head agrees with attributions when its "
+                                              "ranking correlates significantly in most examples")
+
+
+def thresholds_in_force() -> dict:
+    """``name -> {"value", "source"}`` for every threshold above (JSON-able)."""
+    return {t.name: {"value": list(t.value) if isinstance(t.value, tuple) else t.value, "source": t.source}
+            for t in _ALL.values()}
+
+
+def min_effect(metric: str) -> float:
+    """:data:`MIN_EFFECT` of ``metric`` (0 for a metric without a stated floor)."""
+    return float(MIN_EFFECT.get(str(metric), 0.0))

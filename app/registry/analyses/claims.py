@@ -1,0 +1,64 @@
+"""``probe claims`` and the report's claims section: every head's claims (pattern,
+structure, necessity, redundancy, weights, attribution), each with its effect, interval,
+count, null and named threshold (:mod:`probe.analyses.claims`).
+
+In the report the section reads the sections that ran before it through their
+:class:`Result` ``data``/``tables``: the ablation sweep (``data["sweep"]``, reused for the
+removals), the importance table and the faithfulness verdict; a claim whose evidence did
+not run is *not tested*, with the reason (``ctx.skipped`` gives a skipped section's).
+"""
+
+from __future__ import annotations
+
+from probe.app.registry import Analysis, Param, Result
+
+from ._shared import model_corpus
+
+
+def _faithfulness_reason(ctx) -> str:
+    skipped = getattr(ctx, "skipped", {}) or {}
+    if "faithfulness" in skipped:
+        return skipped["faithfulness"]
+    return "the faithfulness section did not run"
+
+
+def _adapter(ctx):
+    """The live model, or ``None`` (a report built from maps, or an RNN zoo model)."""
+    return getattr(ctx, "adapter", None)
+
+
+def run(ctx) -> Result:
+    from probe.analyses.claims.heads import head_claims
+    from probe.analyses.claims.thresholds import thresholds_in_force
+
+    adapter = _adapter(ctx)
+    imp, faith, abl = (ctx.results.get(n) for n in ("importance", "faithfulness", "ablation"))
+    corpus, cut = model_corpus(ctx) if adapter is not None else (ctx.corpus, "")
+    hc = head_claims(adapter, corpus, ctx.maps, importance=imp.tables.get("importance") if imp else None,
+                     ablation=abl.data.get("sweep") if abl else None, metric=abl.summary.get("metric") if abl else None,
+                     faithfulness=faith.tables.get("verdict") if faith else None,
+                     faithfulness_info=faith.summary if faith else None,
+                     faithfulness_reason=_faithfulness_reason(ctx), seed=ctx.params.get("seed", 0),
+                     progress=ctx.progress)
+    counts = hc.counts()
+    notes = [n + cut for n in hc.notes]
+    notes.append("heads per claim: " + "; ".join(
+        f"{kind}: " + ", ".join(f"{st} {int(n)}" for st, n in row.items() if n) for kind, row in counts.iterrows()))
+    notes.append("thresholds: " + ", ".join(f"{k}={v['value']}" for k, v in thresholds_in_force().items()
+                                            if not isinstance(v["value"], (dict, str))))
+    summary = {"counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()}}
+    return Result(tables={"claims": hc.to_frame(), "counts": counts.reset_index(), **hc.tables}, notes=notes,
+                  summary=summary, summary_name="claims", data={"claims": hc})
+
+
+ANALYSIS = Analysis(
+    "claims", "Claims per head (pattern, structure, necessity, redundancy, weights, attribution)", run,
+    needs=("corpus", "maps"),  # without a live model the causal claims are "not tested" (with the reason)
+    help="Every head's claims with their statistics: effect, 95% interval, count, null and the named "
+         "threshold; a claim that cannot be tested says why. Writes claims.csv, counts.csv and the evidence "
+         "tables. Alone it has no ablation, importance or faithfulness run to reuse (the report has): the "
+         "attribution claim is then not tested.",
+    params=(Param("seed", int, 0, "random seed of the nulls"),),
+    section=True, report_params={"max_model_examples": 128},  # the ablation section's cut: its sweep is reused
+    modules=("probe.analyses.claims.heads",), order=90,
+    example="probe claims --model zoo:prev-token --limit 16 --out out/claims")

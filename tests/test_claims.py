@@ -1,0 +1,210 @@
+"""Per-head claims (probe.analyses.claims): the statistics in closed form, every kind of
+claim on a zoo model whose answer is known, and a random model that must not get them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from probe.analyses.claims import thresholds as T
+from probe.analyses.claims.statistics import benjamini_hochberg, mean_ci, paired_greater, wilson_interval
+
+ZOO_EXAMPLES = 48  # enough for the paired tests, small for CI
+
+
+# ---- statistics in closed form ---------------------------------------------------------
+def test_benjamini_hochberg_step_up():
+    # thresholds k·q/m for m = 4, q = 0.05: 0.0125, 0.025, 0.0375, 0.05
+    assert benjamini_hochberg([0.01, 0.04, 0.03, 0.2]).tolist() == [True, False, False, False]
+    assert benjamini_hochberg([0.01, 0.02, 0.03, 0.04]).tolist() == [True] * 4
+    # step-up: 0.013 misses its own threshold (0.0125) but is rejected because 0.02 ≤ 0.025
+    assert benjamini_hochberg([0.013, 0.02, 0.9, 0.9]).tolist() == [True, True, False, False]
+    assert benjamini_hochberg([0.02, 0.2, 0.2, 0.04]).tolist() == [False] * 4
+    assert benjamini_hochberg([np.nan, 0.001]).tolist() == [False, True]
+    with pytest.raises(ValueError, match="false discovery rate"):
+        benjamini_hochberg([0.1], q=0)
+
+
+def test_paired_test_and_intervals():
+    null = np.linspace(0, 1, 10)
+    assert paired_greater(null + 1, null) == pytest.approx(1 / 2 ** 10)  # exact: all 10 signs positive
+    assert paired_greater(null, null) == 1.0
+    assert paired_greater(null - 1, null) > 0.99
+    assert mean_ci(np.full(20, 0.3)) == pytest.approx((0.3, 0.3, 0.3))
+    m, lo, hi = mean_ci(np.arange(100.0))
+    assert m == 49.5 and lo < 49.5 < hi and hi - lo < 25
+    lo, hi = wilson_interval(7, 7)  # Wilson (1927): 7/7 at 95% → [0.646, 1]
+    assert lo == pytest.approx(0.6457, abs=1e-3) and hi == 1.0
+    with pytest.raises(ValueError):
+        wilson_interval(3, 0)
+
+
+def test_weighted_shares_and_null_geometry():
+    from probe.analyses.claims.pattern import weighted_shares
+    from probe.analyses.claims.perturb import random_rotations, rotate, uniform_output
+
+    values = np.array([[1.0], [0.0], [np.nan]])
+    mean, lo, hi = weighted_shares(values, np.array([3.0, 1.0, 5.0]))
+    assert mean[0] == pytest.approx(0.75) and 0.0 <= lo[0] <= 0.75 <= hi[0] <= 1.0  # NaN example carries no weight
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 5, 3, 4, dtype=torch.float64)
+    q = random_rotations(2, 3, 4, g)
+    assert torch.allclose(rotate(z, q).norm(dim=-1), z.norm(dim=-1))  # same norm at every position
+    # the necessity null replaces z by z − Qz: its change −Qz is as large as the removal's (−z)
+    null_output = z - rotate(z, q)
+    assert torch.allclose((null_output - z).norm(dim=-1), (torch.zeros_like(z) - z).norm(dim=-1))
+    assert not torch.allclose(rotate(z, q), z)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    u = uniform_output(z, mask, causal=False)
+    assert torch.allclose(u[0, 4], z[0, :3].mean(0)) and torch.allclose(u[1, 0], z[1].mean(0))
+    uc = uniform_output(z, mask, causal=True)
+    assert torch.allclose(uc[1, 1], z[1, :2].mean(0))
+
+
+def test_closed_form_maps_and_minimum_counts():
+    from conftest import make_maps, previous_token, uniform
+
+    from probe.analyses.claims.heads import head_claims
+    from probe.analyses.claims.pattern import pattern_claims
+
+    # head 0 attends to the previous token, head 1 uniformly: 40 examples × 10 query rows each
+    maps = [make_maps(torch.cat([previous_token(10), uniform(10)], 1)) for _ in range(40)]
+    claims, table = pattern_claims(maps)
+    assert claims[(0, 0)].status == "holds" and claims[(0, 0)].statement == "previous-token"
+    assert claims[(0, 0)].effect == pytest.approx(1.0) and claims[(0, 0)].ci_low == pytest.approx(1.0)
+    assert claims[(0, 1)].statement == "broad" and claims[(0, 1)].effect == pytest.approx(1.0)
+    prev = table[(table["head"] == 1) & (table["feature"] == "prev")]["share"].item()
+    assert prev == pytest.approx(0.1)  # uniform over 10 keys
+    # 3 examples × 10 rows < PATTERN_MIN_ROWS: stated as not enough evidence, never as a role
+    few, _ = pattern_claims(maps[:3])
+    assert {c.status for c in few.values()} == {"not enough evidence"} and few[(0, 0)].count == 30
+    # no model: the causal claims say why they were not tested
+    hc = head_claims(None, type("C", (), {"sentences": None, "examples": None})(), maps[:3])
+    assert hc.claims[(0, 0)]["necessity"].status == "not tested" and hc.claims[(0, 0)]["necessity"].reason
+
+
+# ---- zoo models with known answers -----------------------------------------------------
+def _claims(task: str, limit: int = ZOO_EXAMPLES, **kw):
+    from probe.analyses.claims.heads import head_claims
+    from probe.capture import capture
+    from probe.inputs import fit_to_model, load_corpus
+    from probe.models import load_model
+
+    adapter = load_model(f"zoo:{task}")
+    corpus = fit_to_model(load_corpus(model=f"zoo:{task}", limit=limit), adapter)
+    maps = capture(adapter, list(corpus.texts))
+    return adapter, corpus, head_claims(adapter, corpus, maps, **kw)
+
+
+def test_prev_token_zoo():
+    _, _, hc = _claims("prev-token")
+    used, idle = hc.claims[(0, 1)], hc.claims[(0, 0)]
+    assert used["pattern"].status == "holds" and used["pattern"].statement == "previous-token"
+    assert used["necessity"].status == "holds" and used["necessity"].count == ZOO_EXAMPLES
+    assert used["necessity"].ci_low > used["necessity"].extra["min_effect"]
+    assert used["weights"].status == "holds"
+    # head 0-0 attends to the previous token but its output was trained to ≈ 0
+    assert idle["pattern"].status == "holds" and idle["pattern"].statement == "previous-token"
+    assert idle["necessity"].status == "does not hold"
+    assert idle["weights"].status == "does not hold"
+    assert "needed alone" in hc.summary((0, 1)) and "not shown to be needed alone" in hc.summary((0, 0))
+    assert used["structure"].status == "not tested"  # no dependency annotation
+
+
+def test_induction_zoo_redundant_group():
+    _, _, hc = _claims("induction")
+    assert hc.claims[(0, 3)]["necessity"].status == "holds"
+    assert hc.claims[(0, 3)]["pattern"].statement == "previous-token"
+    for h in range(4):
+        c = hc.claims[(1, h)]
+        assert c["pattern"].status == "holds" and c["pattern"].statement == "induction"
+        assert c["necessity"].status == "does not hold"
+        assert c["redundancy"].status == "holds" and c["redundancy"].statement == "needed as a group of 4"
+        assert "redundant: needed as a group of 4" in hc.summary((1, h))
+
+
+def test_constructed_zoo_patterns():
+    _, _, hc = _claims("constructed")
+    assert hc.claims[(0, 0)]["pattern"].statement == "previous-token"
+    assert hc.claims[(0, 1)]["pattern"].statement == "attends to [CLS]"
+    assert hc.claims[(0, 1)]["pattern"].effect > 0.99
+
+
+def test_brackets_zoo_supervised_head_is_structural():
+    _, _, hc = _claims("brackets")
+    s = hc.claims[(2, 1)]["structure"]
+    assert s.status == "holds" and s.statement == "match (dep to head)"
+    assert s.count >= T.STRUCTURE_MIN_COUNT and s.ci_low > 0 and s.extra["accuracy"] > 0.95
+    assert hc.claims[(0, 3)]["structure"].status == "does not hold"
+    # every token is a bracket: attention to punctuation is no pattern here
+    assert all(c["pattern"].statement != "punctuation" for c in hc.claims.values())
+
+
+@pytest.mark.slow
+def test_agreement_zoo_evidence_heads_not_called_meaningless():
+    from probe.analyses.claims.attribution import attribution_claims
+    from probe.analyses.explanation.faithfulness import run_faithfulness
+
+    adapter, corpus, hc = _claims("agreement", limit=32)
+    rep = run_faithfulness(adapter, corpus, "logit", methods=("ig",), attention_methods=("attention",), n_steps=8,
+                           n_permutations=1, max_examples=16)
+    attr = attribution_claims(sorted(hc.claims), rep.verdict, rep.info)
+    finders = [k for k, c in attr.items() if (c.extra.get("evidence_top1_rate") or 0) >= 0.5]
+    assert finders, "some head of zoo:agreement ranks the evidence word first in most examples"
+    for k in finders:
+        hc.claims[k]["attribution"] = attr[k]
+        text = hc.summary(k)
+        assert "evidence word first" in text
+        for word in ("irrelevant", "meaningless", "no effect"):
+            assert word not in text
+
+
+# ---- a random model must not get the claims ------------------------------------------------
+@pytest.mark.slow
+def test_random_minilm_shape_gets_no_structure_and_few_discoveries():
+    import transformers as T_
+
+    from probe.analyses.claims.heads import head_claims
+    from probe.app.report.bundled import sample_corpus
+    from probe.capture import capture
+    from probe.models import ModelAdapter
+    from probe.models.registry import minilm_path
+
+    cfg = T_.BertConfig.from_pretrained(str(minilm_path()), local_files_only=True)
+    torch.manual_seed(0)
+    model = T_.BertModel(cfg).eval()
+    tok = T_.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
+    adapter = ModelAdapter(name="random-minilm", model=model, tokenizer=tok, family="bert")
+    corpus = sample_corpus(limit=16)
+    maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans))
+    hc = head_claims(adapter, corpus, maps)
+    n = len(hc.claims)
+    assert n == 72
+    status = lambda kind: [c[kind].status for c in hc.claims.values()]  # noqa: E731
+    assert "holds" not in status("structure")
+    assert status("necessity").count("holds") / n <= T.FDR
+    assert status("weights").count("holds") / n <= T.FDR
+    assert status("attribution") == ["not tested"] * n
+
+
+# ---- the report ------------------------------------------------------------------------
+def test_report_has_claims_per_head(tmp_path):
+    from probe.app.report import build_report
+
+    data = build_report(tmp_path / "r", model="zoo:prev-token", limit=24, sections=["ablation", "claims"])
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    head = next(h for h in summary["heads"] if (h["layer"], h["head"]) == (0, 1))
+    assert set(head["claims"]) == {"pattern", "structure", "necessity", "redundancy", "weights", "attribution"}
+    nec = head["claims"]["necessity"]
+    assert nec["status"] == "holds" and nec["count"] == 24 and nec["ci_low"] > 0 and nec["null"] is not None
+    assert head["verdict"].startswith("Previous-token head")
+    assert summary["claims"]["counts"]["necessity"]["holds"] == 1
+    assert "fdr" in summary["claims"]["thresholds"]
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## Claims" in md and "needed alone" in md
+    page = (tmp_path / "r" / "heads" / "L0H1.html").read_text()
+    assert "<h2>Claims</h2>" in page and "same-norm random direction" in page
+    assert data.claims.claims[(0, 0)]["necessity"].status == "does not hold"
