@@ -72,19 +72,19 @@ class LayerwiseRelations(_Skipping):
             self._skip(meta, position, layer, exc)
 
     def result(self) -> RelationAccuracy:
-        """The :class:`RelationAccuracy` of all layers (relations in first-seen order of
-        the first layer; counts and baselines are the same on every layer)."""
+        """The :class:`RelationAccuracy` of all layers, relations in alphabetical order
+        (so the order does not depend on how the corpus was split); counts and
+        baselines are the same on every layer."""
         parts = list(self.results().values())
         first = parts[0]
-        index = {r: i for i, r in enumerate(first.relations)}
-        hits = []
-        for p in parts:
-            order = np.array([index[r] for r in p.relations])
-            h = np.zeros((2, len(first.relations)) + p.hits.shape[2:], dtype=np.int64)
-            h[:, order] = p.hits
-            hits.append(h)
-        return RelationAccuracy(relations=first.relations, hits=np.concatenate(hits, 2), counts=first.counts,
-                                offset_hits=first.offset_hits, offsets=first.offsets,
+        relations = tuple(sorted(first.relations))
+
+        def ordered(p, values, axis):
+            return np.take(values, [p.relations.index(r) for r in relations], axis=axis)
+
+        return RelationAccuracy(relations=relations, hits=np.concatenate([ordered(p, p.hits, 1) for p in parts], 2),
+                                counts=ordered(first, first.counts, 0),
+                                offset_hits=ordered(first, first.offset_hits, 0), offsets=first.offsets,
                                 layers=tuple(x for p in parts for x in p.layers), n_sentences=first.n_sentences)
 
 
