@@ -29,9 +29,10 @@ single-layer maps; results are joined along the layer axis.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+import dataclasses
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Accumulator", "PerLayer", "merge_all", "fresh"]
+__all__ = ["Accumulator", "PerLayer", "KeptExamples", "merge_all", "fresh"]
 
 
 @runtime_checkable
@@ -98,6 +99,42 @@ class PerLayer:
 
     def result(self):
         return self.results()
+
+
+class KeptExamples:
+    """The whole maps (all layers) of the examples whose corpus index is in ``keep``,
+    assembled from the single-layer maps: for the statistics that need every layer of
+    an example at once (Clark et al.'s head × head divergences), on a bounded sample.
+
+    Memory: the kept examples' maps only.
+    """
+
+    def __init__(self, keep: Iterable[int]):
+        self.keep = frozenset(int(i) for i in keep)
+        self.parts: dict = {}  # index -> {layer: AttentionMaps [1, H, n, n]}
+
+    def update(self, layer: int, maps: Sequence, meta: Any) -> None:
+        for index, m in zip(meta.indices, maps):
+            if index in self.keep:
+                self.parts.setdefault(int(index), {})[layer] = m
+
+    def merge(self, other: "KeptExamples") -> "KeptExamples":
+        for index, layers in other.parts.items():
+            self.parts.setdefault(index, {}).update(layers)
+        return self
+
+    def result(self) -> list:
+        """The kept examples in corpus order, ``attentions [L, H, n, n]`` each."""
+        import torch
+
+        out = []
+        for index in sorted(self.parts):
+            by_layer = self.parts[index]
+            layers = sorted(by_layer)
+            first = by_layer[layers[0]]
+            out.append(dataclasses.replace(first, attentions=torch.cat([by_layer[x].attentions for x in layers]),
+                                           layers=tuple(layers)))
+        return out
 
 
 def fresh(accumulators: Sequence) -> list:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from .common import (device_option, input_options, limit_option, model_option, out_dir_option, parse_head_group,
-                     parse_int_list, setup_logging, user_errors, verbose_option)
+from .common import (device_option, engine_option, engine_settings, input_options, limit_option, model_option,
+                     out_dir_option, parse_head_group, parse_int_list, setup_logging, user_errors, verbose_option)
 
 metric_option = click.option("--metric", default="loss", show_default=True,
                              help="loss | accuracy (zoo) | embedding-drift")
@@ -63,11 +63,12 @@ def _summary(out: Path, name: str, data: dict) -> None:
 @group_option
 @batch_option
 @device_option
+@engine_option
 @out_dir_option
 @verbose_option
 @user_errors
-def ablate_cmd(model, text, file_, conllu, limit, metric, mode, layers, n_boot, groups, batch_size, device, out,
-               verbose):
+def ablate_cmd(model, text, file_, conllu, limit, metric, mode, layers, n_boot, groups, batch_size, device, engine,
+               address, workers, out, verbose):
     """Ablate each head alone; write ablation.csv (delta with bootstrap CI) and a heatmap.
     With --group, also ablate each group of heads together (groups.csv): redundant heads
     show no effect alone and a large one together."""
@@ -77,18 +78,31 @@ def ablate_cmd(model, text, file_, conllu, limit, metric, mode, layers, n_boot, 
     from probe.app.report.ablation_figures import head_heatmap
 
     groups = [parse_head_group(g) for g in groups]
-    adapter, corpus = _load(model, text, file_, conllu, limit, device)
-    group_results = [ablate_group(adapter, corpus, g, metric, mode, batch_size=batch_size, n_boot=n_boot)
-                     for g in groups]
-    res = sweep_heads(adapter, corpus, metric, mode, _layers(adapter, layers), batch_size=batch_size,
-                      n_boot=n_boot, progress=len(corpus) > 1)
+    run = engine_settings(engine, address, workers, device)
+    if run:
+        from probe.app.engine import analyses
+        from probe.inputs import load_corpus
+
+        if groups:
+            raise ValueError("--group runs with --engine local")
+        corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
+        res = analyses.ablate(model, corpus, metric, mode, layers=parse_int_list(layers, "--layers"),
+                              batch_size=batch_size, n_boot=n_boot, **run)
+        name, group_results = model, []
+    else:
+        adapter, corpus = _load(model, text, file_, conllu, limit, device)
+        group_results = [ablate_group(adapter, corpus, g, metric, mode, batch_size=batch_size, n_boot=n_boot)
+                         for g in groups]
+        res = sweep_heads(adapter, corpus, metric, mode, _layers(adapter, layers), batch_size=batch_size,
+                          n_boot=n_boot, progress=len(corpus) > 1)
+        name = adapter.name
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     res.table.to_csv(out / "ablation.csv", index=False)
     head_heatmap(res.table, "delta", out / "ablation.png",
-                 f"{adapter.name}: Δ {res.table['metric'].iloc[0]} ({mode}-ablation, {len(corpus)} examples)")
+                 f"{name}: Δ {res.table['metric'].iloc[0]} ({mode}-ablation, {len(corpus)} examples)")
     top = res.table.reindex(res.table["delta"].abs().sort_values(ascending=False).index).head(5)
-    _summary(out, "ablation.json", {"model": adapter.name, "examples": len(corpus), "metric": metric, "mode": mode,
+    _summary(out, "ablation.json", {"model": name, "examples": len(corpus), "metric": metric, "mode": mode,
                                     "path": res.path, "clean": float(res.clean.mean()),
                                     "top": top[["layer", "head", "delta"]].to_dict("records")})
     click.echo(f"wrote {out / 'ablation.csv'} ({len(res.table)} heads, {len(corpus)} examples, {res.path}); "

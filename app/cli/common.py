@@ -76,3 +76,35 @@ def parse_head_group(value: str, name: str = "--group") -> list:
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+
+
+def engine_option(fn):
+    """--engine local|stream|ray, --address and --workers (docs/scale.md).
+
+    ``local``: today's single-process path; ``stream``: one process, attention streamed
+    layer by layer into accumulators (peak memory: one layer of one batch); ``ray``:
+    the same accumulators in a pool of Ray actors (``pip install -e ".[ray]"``).
+    """
+    fn = click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+                      help="Ray actors, each holding the model (--engine ray)")(fn)
+    fn = click.option("--address", default=None,
+                      help="existing Ray cluster (e.g. auto or ray://host:10001); default: start a local one")(fn)
+    fn = click.option("--engine", type=click.Choice(["local", "stream", "ray"]), default="local", show_default=True,
+                      help="local: one process; stream: one process, layer by layer; ray: a pool of Ray actors")(fn)
+    return fn
+
+
+def engine_settings(engine: str, address, workers: int, device: str):
+    """Keyword arguments for :func:`probe.app.engine.run_job`, or ``None`` for ``local``.
+
+    Raises:
+        ValueError: ``--engine ray`` without Ray installed (says how to install it).
+    """
+    if engine == "local":
+        return None
+    if engine == "ray":
+        from probe.app.engine import require_ray
+
+        require_ray()
+        return {"engine": "ray", "address": address, "workers": workers, "device": device}
+    return {"engine": "local", "device": device}

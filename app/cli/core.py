@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .common import (device_option, dtype_option, input_options, limit_option, model_option, parse_int_list,
-                     setup_logging, user_errors, verbose_option)
+from .common import (device_option, dtype_option, engine_option, engine_settings, input_options, limit_option,
+                     model_option, parse_int_list, setup_logging, user_errors, verbose_option)
 
 
 @click.command("models")
@@ -45,10 +45,11 @@ def models_cmd(as_json):
 @click.option("--truncate", is_flag=True, help="cut texts beyond the model's limit instead of refusing "
               "(--text) or skipping (--file/--conllu) them")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="store directory")
+@engine_option
 @verbose_option
 @user_errors
 def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dtype, stack, device, dtype,
-                truncate, out, verbose):
+                truncate, out, engine, address, workers, verbose):
     """Capture attention maps of a corpus into a store directory (resumable)."""
     setup_logging(verbose)
     from probe.models import load_model
@@ -56,11 +57,23 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
     from probe.pipeline import capture_corpus
 
     corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
-    adapter = load_model(model, device=device, dtype=dtype)
-    store = capture_corpus(adapter, corpus, out, layers=parse_int_list(layers, "--layers"),
-                           batch_size=batch_size, dtype=store_dtype, stack=stack,
-                           progress=len(corpus) > 1,
-                           on_long="truncate" if truncate else ("error" if text else "skip"))
+    run = engine_settings(engine, address, workers, device)
+    if run and (stack or truncate):
+        raise ValueError("--stack and --truncate run with --engine local")
+    adapter = load_model(model, device="cpu" if run else device, dtype=None if run else dtype)
+    if run:  # the driver only tokenizes and writes the index; the workers capture
+        from probe.app.engine import analyses
+        from probe.inputs import fit_to_model
+        from probe.pipeline import store_manifest
+
+        lay = parse_int_list(layers, "--layers")
+        store = analyses.capture(model, corpus, out, manifest=store_manifest(adapter, corpus, fit_to_model(
+            corpus, adapter), lay), store_dtype=store_dtype, batch_size=batch_size, layers=lay, dtype=dtype, **run)
+    else:
+        store = capture_corpus(adapter, corpus, out, layers=parse_int_list(layers, "--layers"),
+                               batch_size=batch_size, dtype=store_dtype, stack=stack,
+                               progress=len(corpus) > 1,
+                               on_long="truncate" if truncate else ("error" if text else "skip"))
     skipped = store.manifest.get("skipped") or {}
     msg = f"{len(store)} examples in {out} ({adapter.name}, {adapter.n_layers} layers × {adapter.n_heads} heads)"
     if skipped:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from .common import (device_option, input_options, limit_option, model_option, setup_logging, user_errors,
-                     verbose_option)
+from .common import (device_option, engine_option, engine_settings, input_options, limit_option, model_option,
+                     setup_logging, user_errors, verbose_option)
 
 
 def _source(model, text, file_, conllu, limit, store_dir, device, batch_size):
@@ -103,20 +103,32 @@ def _evidence(path, name):
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--no-figure", is_flag=True, help="write the tables only")
 @device_option
+@engine_option
 @verbose_option
 @user_errors
 def roles_cmd(model, text, file_, conllu, limit, store_dir, out, level, syntax_csv, coref_csv, clusters,
-              cluster_examples, min_examples, thresholds, batch_size, no_figure, device, verbose):
+              cluster_examples, min_examples, thresholds, batch_size, no_figure, device, engine, address, workers,
+              verbose):
     """Classify every head (previous-token, special-token, broad, induction, …) with its evidence."""
     setup_logging(verbose)
     from probe.analyses.patterns.roles import roles_report
 
     overrides = _thresholds(thresholds)
-    source, described = _source(model, text, file_, conllu, limit, store_dir, device, batch_size)
-    report = roles_report(source, syntax=_evidence(syntax_csv, "syntax"),
-                          coreference=_evidence(coref_csv, "coreference"),
-                          n_clusters=clusters or None, cluster_examples=cluster_examples,
-                          level=level, min_examples=min_examples, progress=verbose, **overrides)
+    run = engine_settings(engine, address, workers, device)
+    evidence = dict(coreference=_evidence(coref_csv, "coreference"), n_clusters=clusters or None,
+                    cluster_examples=cluster_examples, level=level, min_examples=min_examples)
+    if run and not store_dir:
+        from probe.app.engine import analyses
+        from probe.inputs import load_corpus
+
+        corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
+        report = analyses.roles(model, corpus, syntax_table=_evidence(syntax_csv, "syntax"), batch_size=batch_size,
+                                thresholds=overrides, **evidence, **run)
+        described = f"{model} on {corpus.source} (--engine {engine})"
+    else:
+        source, described = _source(model, text, file_, conllu, limit, store_dir, device, batch_size)
+        report = roles_report(source, syntax=_evidence(syntax_csv, "syntax"), progress=verbose, **evidence,
+                              **overrides)
     files = _write(report, Path(out), described, no_figure)
     counts = ", ".join(f"{r.role} {r.heads}" for r in report.counts.itertuples(index=False))
     click.echo(f"{len(report.roles)} heads from {report.n_examples} examples ({described}): {counts}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .common import (device_option, limit_option, model_option, out_dir_option, setup_logging, user_errors,
-                     verbose_option)
+from .common import (device_option, engine_option, engine_settings, limit_option, model_option, out_dir_option,
+                     setup_logging, user_errors, verbose_option)
 
 
 @click.command("syntax")
@@ -23,11 +23,12 @@ from .common import (device_option, limit_option, model_option, out_dir_option, 
               help="sentences for the attention-only probe (80/20 split by sentence)")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True)
 @device_option
+@engine_option
 @out_dir_option
 @verbose_option
 @user_errors
 def syntax_cmd(model, conllu, limit, min_count, relations, base_relations, tree_limit, probe_limit,
-               batch_size, device, out, verbose):
+               batch_size, device, engine, address, workers, out, verbose):
     """Best head per dependency relation (Clark et al. 2019), trees from attention and the
     attention-only probe; writes relations.csv, best.csv, trees.csv, probe.json and a heatmap."""
     setup_logging(verbose)
@@ -38,12 +39,18 @@ def syntax_cmd(model, conllu, limit, min_count, relations, base_relations, tree_
 
     conllu = conllu or _zoo_treebank(model, out)
     sentences = read_conllu(conllu, limit=limit)
-    adapter = load_model(model, device=device)
+    run = engine_settings(engine, address, workers, device)
     rels = [r.strip() for r in relations.split(",") if r.strip()] if relations else None
-    result = run_syntax(adapter, sentences, base=base_relations, tree_limit=tree_limit,
-                        probe_limit=probe_limit, batch_size=batch_size, progress=len(sentences) > 1)
+    settings = dict(base=base_relations, tree_limit=tree_limit, probe_limit=probe_limit, batch_size=batch_size)
+    if run:
+        from probe.app.engine import analyses
+
+        result = analyses.syntax(model, sentences, **settings, **run)
+    else:
+        adapter = load_model(model, device=device)
+        result = run_syntax(adapter, sentences, **settings, progress=len(sentences) > 1)
     paths = write_syntax_report(result, out, min_count=min_count, relations=rels,
-                                meta={"model": adapter.name, "conllu": str(conllu)})
+                                meta={"model": model, "conllu": str(conllu), "engine": engine})
     _echo_summary(result, min_count, rels)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
 
@@ -95,10 +102,11 @@ def _echo_summary(result, min_count, rels):
               help="preceding sentences of the same document in each window")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
 @device_option
+@engine_option
 @out_dir_option
 @verbose_option
 @user_errors
-def coref_cmd(model, conllu, limit, context, batch_size, device, out, verbose):
+def coref_cmd(model, conllu, limit, context, batch_size, device, engine, address, workers, out, verbose):
     """Best head at picking a pronoun's antecedent, beside the nearest-mention and
     number-agreeing baselines; writes coref.csv and coref_best.csv."""
     setup_logging(verbose)
@@ -110,10 +118,15 @@ def coref_cmd(model, conllu, limit, context, batch_size, device, out, verbose):
 
     sentences = read_conllu(conllu, limit=limit)
     numbers = read_number(conllu, limit=limit)
-    adapter = load_model(model, device=device)
-    result = run_coref(adapter, sentences, numbers, context=context, batch_size=batch_size,
-                       progress=len(sentences) > 1)
-    paths = write_coref_report(result, out, meta={"model": adapter.name, "conllu": str(conllu), "context": context})
+    run = engine_settings(engine, address, workers, device)
+    if run:
+        from probe.app.engine import analyses
+
+        result = analyses.coref(model, sentences, numbers, context=context, batch_size=batch_size, **run)
+    else:
+        result = run_coref(load_model(model, device=device), sentences, numbers, context=context,
+                           batch_size=batch_size, progress=len(sentences) > 1)
+    paths = write_coref_report(result, out, meta={"model": model, "conllu": str(conllu), "context": context})
     for r in result.accuracy.best().itertuples():
         click.echo(f"{r.setting:<17} head {r.layer}-{r.head} {r.accuracy:.3f}  nearest {r.nearest_mention:.3f}  "
                    f"nearest agreeing {r.nearest_agreeing:.3f}  ({r.count} pronouns)")

@@ -78,8 +78,9 @@ class AblateJob:
     """
 
     def __init__(self, metric: str = "loss", heads: Optional[Sequence] = None, batch_size: int = 8,
-                 max_tokens: Optional[int] = None, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0):
-        self.metric, self.heads, self.batch_size = metric, heads, batch_size
+                 max_tokens: Optional[int] = None, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
+                 layers: Optional[Sequence[int]] = None):
+        self.metric, self.heads, self.batch_size, self.layers = metric, heads, batch_size, layers
         self.max_tokens = max_tokens
         self.n_boot, self.confidence, self.seed = n_boot, confidence, seed
 
@@ -92,7 +93,10 @@ class AblateJob:
         keep, long = _fit(adapter, items, indices)
         corpus = Corpus(texts=tuple(item_text(items[k]) for k in keep), source="block")
         metric = get_metric(self.metric, adapter, corpus)
-        heads = check_heads(adapter, self.heads)
+        heads = self.heads
+        if heads is None and self.layers is not None:  # every head of these layers
+            heads = [(layer, h) for layer in self.layers for h in range(adapter.n_heads)]
+        heads = check_heads(adapter, heads)
         sums = AblationSums(heads, "zero", metric.name, self.n_boot, self.confidence, self.seed)
         if keep:
             clean, ablated, path = sweep_values(adapter, corpus, metric, heads, None, batch_size=self.batch_size,
