@@ -30,20 +30,23 @@ class BlockWorker:
 
     def __init__(self, model: str, device: str, dtype: Optional[str], job: bytes, threads: int = 1):
         import torch
+        from ray import cloudpickle
 
         from probe.models import load_model
 
         torch.set_num_threads(max(1, threads))
         self.adapter = load_model(model, device=device, dtype=dtype)
-        self.job = pickle.loads(job)
+        self.job = cloudpickle.loads(job)
 
     def __call__(self, batch: dict) -> dict:
+        from ray import cloudpickle
+
         blocks, parts = [], []
         for b, payload in zip(batch["block"], batch["payload"]):
             ids, items = pickle.loads(payload)
             part = self.job.run(self.adapter, items, ids)
             blocks.append(int(b))
-            parts.append(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+            parts.append(cloudpickle.dumps(part))
         return {"block": np.asarray(blocks, dtype=np.int64), "part": np.asarray(parts, dtype=object)}
 
 
@@ -71,6 +74,7 @@ def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job
     """
     ray = ensure_ray(address, workers)
     import ray.data
+    from ray import cloudpickle
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = bool(progress)
@@ -82,11 +86,11 @@ def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job
     ds = ds.map_batches(BlockWorker, batch_size=1, batch_format="numpy",
                         compute=ray.data.ActorPoolStrategy(size=workers),
                         fn_constructor_kwargs=dict(model=model, device=device, dtype=dtype,
-                                                   job=pickle.dumps(job)), **resources)
+                                                   job=cloudpickle.dumps(job)), **resources)
     done: dict = {}
     ordered: list = []
     for row in ds.iter_rows():
-        done[int(row["block"])] = pickle.loads(row["part"])
+        done[int(row["block"])] = cloudpickle.loads(row["part"])
         while len(ordered) in done:  # hand parts on in input order
             part = done.pop(len(ordered))
             ordered.append(part)

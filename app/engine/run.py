@@ -15,7 +15,6 @@ Ray is an optional extra: ``pip install -e ".[ray]"``.
 from __future__ import annotations
 
 import logging
-import pickle
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -115,7 +114,3 @@ def run_corpus(model, corpus: Sequence, accumulators: Sequence, *, engine: str =
     if not parts:
         raise ValueError("the corpus is empty: nothing to analyse")
     return StreamJob.merge(parts), sorted(x for p in parts for x in p.long)
-
-
-def dumps(part: Part) -> bytes:
-    return pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
