@@ -273,4 +273,6 @@ def test_ray_store_equals_one_process_store_and_resumes(ray_cluster, minilm, tmp
                                                    "shard-00008-r.safetensors"}
     for x, y in zip(store, local):
         assert (x.tokens, x.word_ids, x.words, x.layers) == (y.tokens, y.word_ids, y.words, y.layers)
-        torch.testing.assert_close(x.attentions, y.attentions, atol=1e-6, rtol=0)
+        # blocks of 4 are batched otherwise than one process's length-sorted window:
+        # the same forward up to float rounding of the padded batch (~1e-6)
+        torch.testing.assert_close(x.attentions, y.attentions, atol=1e-5, rtol=0)
