@@ -146,6 +146,28 @@ def test_ablation_values_merge_to_the_whole_sweep():
     assert np.abs(ref.ablated - ref.clean).max() > 1e-3
 
 
+def test_large_model_placement_refuses_clearly(monkeypatch, llama_dir):
+    from probe.models import load_model
+
+    with pytest.raises(ValueError, match="is for hf: models"):
+        load_model("minilm", device="auto")
+    monkeypatch.setitem(sys.modules, "accelerate", None)
+    with pytest.raises(ValueError, match="pip install accelerate"):
+        load_model(llama_dir, device="auto")
+
+
+def test_bfloat16_forward_streams_renormalised_rows(llama_dir):
+    from probe.models import load_model
+
+    full, half = load_model(llama_dir), load_model(llama_dir, dtype="bfloat16")
+    ref, got = _streamed_features(full, TEXTS, "token"), _streamed_features(half, TEXTS, "token")
+    np.testing.assert_allclose(_numeric(got), _numeric(ref), atol=0.05, equal_nan=True)
+    seen = []
+    stream_layers(half, TEXTS[:1], lambda b: seen.append(b.rows[0]))
+    assert seen[0].dtype == torch.float32
+    torch.testing.assert_close(seen[0].sum(-1), torch.ones(seen[0].shape[:2]), atol=1e-5, rtol=0)
+
+
 def test_ray_missing_says_how_to_install(monkeypatch):
     from probe.app.cli.common import engine_settings
 

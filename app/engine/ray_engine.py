@@ -65,7 +65,7 @@ def ensure_ray(address: Optional[str], workers: int):
 
 def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job, *,
                address: Optional[str], workers: int, device: str, dtype: Optional[str],
-               on_part: Optional[Callable[[Part], None]], progress: bool) -> list:
+               on_part: Optional[Callable[[Part], None]], gpus_per_worker: int = 1, progress: bool = False) -> list:
     """Run ``job`` on every block (lists of corpus indices) with a pool of actors.
 
     Returns:
@@ -80,8 +80,8 @@ def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job
     ctx.enable_progress_bars = bool(progress)
     rows = [{"block": b, "payload": pickle.dumps(([int(i) for i in ids], [items[i] for i in ids]))}
             for b, ids in enumerate(blocks)]
-    gpu = str(device).startswith("cuda")
-    resources = {"num_gpus": 1} if gpu else {"num_cpus": 1}
+    gpu = str(device).startswith("cuda") or device == "auto"
+    resources = {"num_gpus": gpus_per_worker} if gpu else {"num_cpus": 1}
     ds = ray.data.from_items(rows, override_num_blocks=len(rows))
     ds = ds.map_batches(BlockWorker, batch_size=1, batch_format="numpy",
                         compute=ray.data.ActorPoolStrategy(size=workers),

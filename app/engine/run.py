@@ -56,7 +56,7 @@ def _check(engine: str, workers: int, block_size: int) -> None:
 def run_job(model, items: Sequence, job, *, engine: str = "local", address: Optional[str] = None,
             workers: int = 1, block_size: int = 64, device: str = "cpu", dtype: Optional[str] = None,
             on_part: Optional[Callable[[Part], None]] = None, skip: Sequence[int] = (),
-            progress: bool = False) -> list:
+            gpus_per_worker: int = 1, progress: bool = False) -> list:
     """Run ``job`` over ``items`` and return its parts in input order.
 
     Args:
@@ -67,6 +67,9 @@ def run_job(model, items: Sequence, job, *, engine: str = "local", address: Opti
         engine: ``local`` or ``ray``; address: an existing cluster (``ray://…`` or
             ``auto``), default a local one with ``workers`` CPUs.
         workers: actors in the pool; block_size: items per block (one actor call).
+        device: where each worker runs the model: ``cpu`` (one CPU per actor),
+            ``cuda`` (``gpus_per_worker`` GPUs per actor, default 1) or ``auto``
+            (an ``hf:`` model placed over the actor's ``gpus_per_worker`` GPUs).
         on_part: called with each part, in input order, as soon as all earlier parts
             are done (e.g. to append a store's index).
         skip: corpus indices not to run (already done: a resumed store).
@@ -94,7 +97,7 @@ def run_job(model, items: Sequence, job, *, engine: str = "local", address: Opti
 
     blocks = [todo[s:s + block_size] for s in range(0, len(todo), block_size)]
     return run_blocks(model, items, blocks, job, address=address, workers=workers, device=device, dtype=dtype,
-                      on_part=on_part, progress=progress)
+                      on_part=on_part, gpus_per_worker=gpus_per_worker, progress=progress)
 
 
 def run_corpus(model, corpus: Sequence, accumulators: Sequence, *, engine: str = "local",
