@@ -168,6 +168,22 @@ def test_bfloat16_forward_streams_renormalised_rows(llama_dir):
     torch.testing.assert_close(seen[0].sum(-1), torch.ones(seen[0].shape[:2]), atol=1e-5, rtol=0)
 
 
+def test_cli_engine_stream_writes_the_same_syntax_tables(tmp_path):
+    from click.testing import CliRunner
+
+    from probe.app.cli import main
+
+    conllu = str(need_data(EWT_DEV))
+    tables = {}
+    for engine in ("local", "stream"):
+        out = tmp_path / engine
+        r = CliRunner().invoke(main, ["syntax", "--conllu", conllu, "--limit", "6", "--tree-limit", "0",
+                                      "--probe-limit", "0", "--engine", engine, "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        tables[engine] = pd.read_csv(out / "best.csv")
+    pd.testing.assert_frame_equal(tables["stream"], tables["local"])
+
+
 def test_ray_missing_says_how_to_install(monkeypatch):
     from probe.app.cli.common import engine_settings
 
