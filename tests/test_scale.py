@@ -168,6 +168,19 @@ def test_bfloat16_forward_streams_renormalised_rows(llama_dir):
     torch.testing.assert_close(seen[0].sum(-1), torch.ones(seen[0].shape[:2]), atol=1e-5, rtol=0)
 
 
+def test_engine_roles_report_equals_roles_report(minilm):
+    from probe.analyses.patterns.roles import roles_report
+    from probe.inputs import from_sentences
+
+    corpus = from_sentences(_sentences(EWT_DEV, 8), source="ewt")
+    settings = dict(n_clusters=2, cluster_examples=4, min_examples=1)
+    ref = roles_report(iter_capture(minilm, list(corpus.texts), word_spans=list(corpus.word_spans)), **settings)
+    got = engine.roles(minilm, corpus, **settings)
+    assert list(got.roles["role"]) == list(ref.roles["role"])
+    _assert_features_equal(got.roles.drop(columns=["mds_x", "mds_y"]), ref.roles.drop(columns=["mds_x", "mds_y"]))
+    assert got.n_examples == ref.n_examples == 8
+
+
 def test_cli_engine_stream_writes_the_same_syntax_tables(tmp_path):
     from click.testing import CliRunner
 
