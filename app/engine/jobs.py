@@ -9,6 +9,7 @@ count), as :func:`probe.inputs.fit_to_model` does for one process.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -22,19 +23,25 @@ def item_text(item) -> str:
 @dataclass
 class Part:
     """The result of one block: ``value`` (accumulators, ablation values or store
-    records), the over-long items left out, and how many items the block had."""
+    records), the over-long items left out, how many items the block had, and the
+    seconds the job spent on it (inside the worker)."""
 
     first: int
     value: Any
     long: list = field(default_factory=list)
     n_items: int = 0
+    seconds: float = 0.0
 
 
-def _fit(adapter, items: Sequence, indices: Sequence[int]):
-    """(kept positions, [(index, n_tokens)] of items beyond the model's limit)."""
+def _fit(adapter, items: Sequence, indices: Sequence[int], by_length: bool = False):
+    """(kept positions, in input order or shortest first (``by_length``, as run_syntax
+    orders them: batches of similar length carry little padding), [(index, n_tokens)]
+    of the items beyond the model's limit)."""
     lengths = [len(x) for x in adapter.tokenizer([item_text(it) for it in items],
                                                  add_special_tokens=True)["input_ids"]]
     keep = [k for k, n in enumerate(lengths) if n <= adapter.max_length]
+    if by_length:
+        keep.sort(key=lambda k: lengths[k])
     long = [(int(indices[k]), n) for k, n in enumerate(lengths) if n > adapter.max_length]
     return keep, long
 
@@ -57,11 +64,13 @@ class StreamJob:
         from probe.analyses.common.accumulate import fresh
         from probe.streaming import feed, stream_layers
 
-        keep, long = _fit(adapter, items, indices)
+        start = time.perf_counter()
+        keep, long = _fit(adapter, items, indices, by_length=True)
         accs = fresh(self.accumulators)
         stream_layers(adapter, [items[k] for k in keep], feed(accs), indices=[indices[k] for k in keep],
                       batch_size=self.batch_size, last_rows=self.last_rows)
-        return Part(first=int(indices[0]), value=accs, long=long, n_items=len(items))
+        return Part(first=int(indices[0]), value=accs, long=long, n_items=len(items),
+                    seconds=time.perf_counter() - start)
 
     @staticmethod
     def merge(parts: Sequence[Part]) -> list:
