@@ -21,6 +21,7 @@ model) but not starting the local cluster, which is printed once.
 
     python bench/bench_scale.py                  # everything (~10 min on a shared 2-core box)
     python bench/bench_scale.py --skip-ray       # part 1 only
+    python bench/bench_scale.py --costs          # per-token costs behind docs/scale.md
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from probe.streaming import feed, stream_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 EWT = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
@@ -165,6 +168,51 @@ def part_ray(args) -> None:
           "(target ≤ 1.15×)")
 
 
+def part_costs(args) -> None:
+    """Per-token costs on this CPU (one torch thread, MiniLM, the first 200 EWT dev
+    sentences; ablation on 20): the inputs of docs/scale.md's 8B plan. Best of two."""
+    import torch
+
+    from probe.analyses.necessity.ablation import sweep_heads
+    from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
+    from probe.analyses.structure.streaming import LayerwiseRelations
+    from probe.corpus import read_conllu
+    from probe.models import load_model
+
+    torch.set_num_threads(1)
+    sents = read_conllu(EWT, limit=200)
+    ad = load_model("minilm")
+    ntok = sum(len(x) for x in ad.tokenizer([s.text for s in sents])["input_ids"])
+
+    def forward():
+        for i in range(0, len(sents), 16):
+            with torch.no_grad():
+                ad.model(**ad.batch([ad.encode(s.text, s.spans) for s in sents[i:i + 16]]))
+
+    steps = {
+        "forward": forward,
+        "stream capture": lambda: stream_layers(ad, sents, lambda b: None, batch_size=16),
+        "roles (2 levels)": lambda: stream_layers(ad, sents, feed([LayerwiseHeadFeatures("token"),
+                                                                  LayerwiseHeadFeatures("word")]), batch_size=16),
+        "syntax": lambda: stream_layers(ad, sents, feed([LayerwiseRelations()]), batch_size=16),
+    }
+    best = {}
+    for _ in range(2):
+        for name, fn in steps.items():  # interleaved
+            t = time.perf_counter()
+            fn()
+            best[name] = min(best.get(name, 1e9), time.perf_counter() - t)
+    print(f"\nper-token cost on this CPU (1 thread, MiniLM, {len(sents)} EWT dev sentences, {ntok} tokens):")
+    for name, sec in best.items():
+        print(f"  {name:<18} {sec:7.2f} s  {sec / ntok * 1e3:7.3f} ms/token")
+    texts = [s.text for s in sents[:20]]
+    n20 = sum(len(x) for x in ad.tokenizer(texts)["input_ids"])
+    t = time.perf_counter()
+    sweep_heads(ad, texts, "embedding-drift", n_boot=10)
+    sec = time.perf_counter() - t
+    print(f"  ablate 72 heads    {sec:7.2f} s  {sec / n20 * 1e3:7.3f} ms/token (embedding-drift, 20 sentences)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roles-texts", type=int, default=8)
@@ -174,8 +222,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-ray", action="store_true")
+    ap.add_argument("--costs", action="store_true", help="only the per-token costs behind docs/scale.md")
     args = ap.parse_args()
     print("machine: 2 cores shared with other jobs; numbers are medians of interleaved runs")
+    if args.costs:
+        part_costs(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_memory:
             part_memory(args, Path(tmp))
