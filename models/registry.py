@@ -48,15 +48,26 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
         spec: ``minilm``, ``hf:<id or path>`` or ``zoo:<task>``.
         device: ``cpu`` (default) or ``cuda``/``cuda:N``.
         dtype: optional forward dtype (``float32``, ``float16``, ``bfloat16``);
-            captured maps are stored as float32 regardless.
+            captured maps are stored as float32 regardless. ``hf:`` models on CUDA
+            default to ``bfloat16`` (large models: half the memory of float32).
+
+    ``device="auto"`` places an ``hf:`` model over every visible GPU (and the CPU when
+    they are full) with ``device_map="auto"`` (needs the optional ``accelerate``
+    package), in ``bfloat16`` unless ``dtype`` says otherwise: for a model one GPU
+    cannot hold.
 
     Raises:
         ValueError: unknown spec (the message lists the known ones), a model that is
             not on disk, an unsupported family, a device that is not available.
     """
     spec = (spec or DEFAULT_MODEL).strip()
+    if device == "auto":
+        return _load_placed(spec, dtype)
     if device and device != "cpu":
         check_device(device)  # before the weights are read
+    if dtype is None and str(device).startswith("cuda") and spec.startswith("hf:"):
+        dtype = "bfloat16"
+        log.info("%s on %s: loading in bfloat16 (pass dtype='float32' to keep full precision)", spec, device)
     if spec in _NAMED:
         adapter = _NAMED[spec]()
     elif ":" in spec and spec.split(":", 1)[0] in _LOADERS:
@@ -92,6 +103,23 @@ def check_device(device: str) -> torch.device:
     return dev
 
 
+def _load_placed(spec: str, dtype: Optional[str]) -> ModelAdapter:
+    """``hf:`` model loaded with ``device_map="auto"`` (accelerate) in ``dtype`` (default bfloat16)."""
+    if not spec.startswith("hf:"):
+        raise ValueError(f"device 'auto' (placement over several GPUs) is for hf: models, got {spec!r}; "
+                         "use --device cpu or cuda")
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        raise ValueError("device 'auto' places the model with device_map='auto', which needs the accelerate "
+                         "package: pip install accelerate") from None
+    try:
+        torch_dtype = getattr(torch, dtype or "bfloat16")
+    except AttributeError:
+        raise ValueError(f"unknown dtype {dtype!r}; use float32, float16 or bfloat16") from None
+    return load_hf(spec[len("hf:"):], placement={"device_map": "auto", "dtype": torch_dtype})
+
+
 def _place(adapter: ModelAdapter, device: str, dtype: Optional[str]) -> ModelAdapter:
     if device and device != "cpu":
         adapter.model.to(check_device(device))
@@ -104,7 +132,8 @@ def _place(adapter: ModelAdapter, device: str, dtype: Optional[str]) -> ModelAda
 
 
 # ---- Hugging Face ------------------------------------------------------------------
-def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = None) -> ModelAdapter:
+def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = None,
+            placement: Optional[dict] = None) -> ModelAdapter:
     """Open a Hugging Face model from a local path or the local cache, offline.
 
     The class is the first entry of ``config.architectures`` when transformers has it
@@ -136,7 +165,8 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             cls = getattr(transformers, arch_name)
             break
     try:
-        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False)
+        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
+                                    **(placement or {}))
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True,
                                                                trust_remote_code=False)
     except (OSError, ValueError, EnvironmentError) as exc:

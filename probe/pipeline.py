@@ -43,13 +43,8 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
         raise ValueError(f"all {len(corpus)} examples are longer than {adapter.max_length} tokens; nothing to capture")
     ids = _ids_after_fit(corpus, fitted, adapter)
     stack = stack or adapter.default_stack
-    manifest = {
-        "model": adapter.name, "stack": stack,
-        "layers": sorted(layers) if layers is not None else list(range(adapter.n_layers_of(stack))),
-        "input": fingerprint(corpus.texts), "source": corpus.source, "n_input": len(corpus),
-        "skipped": fitted.skipped, "n_heads": adapter.n_heads,
-    }
-    with StoreWriter(out, manifest, shard_size=shard_size, dtype=dtype) as writer:
+    with StoreWriter(out, store_manifest(adapter, corpus, fitted, layers, stack), shard_size=shard_size,
+                     dtype=dtype) as writer:
         todo = [k for k, i in enumerate(ids) if i not in writer.done]
         if len(todo) < len(ids):
             log.info("resuming: %d of %d examples already in %s", len(ids) - len(todo), len(ids), out)
@@ -62,6 +57,18 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
         for k, maps in zip(todo, stream):
             writer.add(ids[k], maps)
     return Store(out)
+
+
+def store_manifest(adapter, corpus: Corpus, fitted: Corpus, layers: Optional[Sequence[int]] = None,
+                   stack: Optional[str] = None) -> dict:
+    """The manifest of a store of ``corpus`` (``fitted``: what is left after the length check)."""
+    stack = stack or adapter.default_stack
+    return {
+        "model": adapter.name, "stack": stack,
+        "layers": sorted(layers) if layers is not None else list(range(adapter.n_layers_of(stack))),
+        "input": fingerprint(corpus.texts), "source": corpus.source, "n_input": len(corpus),
+        "skipped": fitted.skipped, "n_heads": adapter.n_heads,
+    }
 
 
 def _ids_after_fit(corpus: Corpus, fitted: Corpus, adapter) -> list:

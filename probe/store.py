@@ -164,18 +164,31 @@ class StoreWriter:
             return
         name = f"shard-{self._next_shard:05d}.safetensors"
         self._next_shard += 1
-        tensors = {f"ex{i}": m.attentions.to(self.dtype).contiguous() for i, m in self._pending}
-        tmp = self.path / (name + ".tmp")
-        save_file(tensors, str(tmp), metadata={"format": "probe-attention"})
-        _fsync(tmp)
-        os.replace(tmp, self.path / name)
-        lines = "".join(json.dumps(_example_record(i, name, m)) + "\n" for i, m in self._pending)
+        self.append_index(write_shard(self.path, name, self._pending, self.dtype))
+        self._pending = []
+
+    def append_index(self, records: Sequence[dict]) -> None:
+        """Append finished examples (their shard already on disk) to ``index.jsonl``."""
+        lines = "".join(json.dumps(r) + "\n" for r in records if r["id"] not in self.done)
         with open(self.index_path, "a", encoding="utf-8") as f:
             f.write(lines)
             f.flush()
             os.fsync(f.fileno())
-        self.done.update(i for i, _ in self._pending)
-        self._pending = []
+        self.done.update(r["id"] for r in records)
+
+
+def write_shard(path, name: str, examples: Sequence[tuple[int, AttentionMaps]], dtype=torch.float32) -> list:
+    """Write ``(id, maps)`` pairs as one shard (temporary name, fsync, rename) and return
+    their index records; nothing is in the store until the records are appended to its
+    index (:meth:`StoreWriter.append_index`), so a writer killed mid-shard leaves no trace.
+    Used by other processes (Ray workers) that write shards of one store."""
+    path = Path(path)
+    tensors = {f"ex{i}": m.attentions.to(dtype).contiguous() for i, m in examples}
+    tmp = path / (name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "probe-attention"})
+    _fsync(tmp)
+    os.replace(tmp, path / name)
+    return [_example_record(i, name, m) for i, m in examples]
 
 
 def write_store(path, examples: Iterable[tuple[int, AttentionMaps]], manifest: dict,

@@ -50,7 +50,7 @@ from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SweepResult", "sweep_heads", "sweep_heads_naive", "position_kind_means", "check_heads",
+__all__ = ["SweepResult", "sweep_heads", "sweep_heads_naive", "sweep_values", "position_kind_means", "check_heads",
            "run_rows", "plan_forwards", "MIN_MEAN_EXAMPLES", "MAX_TOKENS", "ABLATION_MODES"]
 
 ABLATION_MODES = ("zero", "mean")
@@ -279,11 +279,11 @@ def _setup(adapter, corpus, metric, mode, heads, stack, batch_size):
     return corpus, metric, heads, means
 
 
-def _result(heads, clean, ablated, mode, metric, path, n_boot, confidence, seed) -> SweepResult:
+def _result(heads, clean, ablated, mode, metric_name: str, path, n_boot, confidence, seed) -> SweepResult:
     delta = ablated - clean[None, :]
     low, high = bootstrap_mean_ci(delta, n_boot=n_boot, confidence=confidence, seed=seed)
     table = pd.DataFrame({
-        "layer": [l for l, _ in heads], "head": [h for _, h in heads], "mode": mode, "metric": metric.name,
+        "layer": [l for l, _ in heads], "head": [h for _, h in heads], "mode": mode, "metric": metric_name,
         "clean": float(clean.mean()), "ablated": ablated.mean(1), "delta": delta.mean(1),
         "ci_low": low, "ci_high": high,
     }, columns=COLUMNS)
@@ -312,11 +312,27 @@ def sweep_heads(adapter, corpus, metric="loss", mode: str = "zero", heads: Optio
             that do), a head out of range (naming the valid range), an empty corpus,
             ``max_tokens < 1``.
     """
-    from tqdm.auto import tqdm
-
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     corpus, metric, heads, means = _setup(adapter, corpus, metric, mode, heads, stack, batch_size)
+    clean, ablated, path = sweep_values(adapter, corpus, metric, heads, means, batch_size=batch_size,
+                                        restart=restart, max_tokens=max_tokens, stack=stack, progress=progress)
+    return _result(heads, clean, ablated, mode, metric.name, path, n_boot, confidence, seed)
+
+
+@torch.no_grad()
+def sweep_values(adapter, corpus, metric: Metric, heads: Sequence, means: Optional[torch.Tensor], *,
+                 batch_size: int = 8, restart: bool = True, max_tokens: int = MAX_TOKENS,
+                 stack: Optional[str] = None, progress: bool = False) -> tuple:
+    """The per-example values behind :func:`sweep_heads` (checked arguments).
+
+    Returns:
+        ``(clean [n_examples], ablated [n_heads, n_examples], path)``; each example's
+        values depend on that example only, so a corpus split in parts gives the same
+        values part by part (:class:`probe.analyses.necessity.ablation_sums.AblationSums`).
+    """
+    from tqdm.auto import tqdm
+
     use_restart = restart and supports_restart(adapter, stack)
     if not use_restart:
         path = "full forward"
@@ -337,7 +353,7 @@ def sweep_heads(adapter, corpus, metric="loss", mode: str = "zero", heads: Optio
         clean[idx] = c.double().cpu().numpy()
         for layer, items in by_layer.items():
             ablated[np.ix_([j for j, _ in items], idx)] = by[layer].double().cpu().numpy()
-    return _result(heads, clean, ablated, mode, metric, path, n_boot, confidence, seed)
+    return clean, ablated, path
 
 
 @torch.no_grad()
@@ -365,4 +381,4 @@ def sweep_heads_naive(adapter, corpus, metric="loss", mode: str = "zero", heads:
             with HeadIntervention(adapter, [edit], stack=stack):
                 out = metric.forward(adapter, batch)
             ablated[j, idx] = metric.score(out, batch, ref).double().cpu().numpy()
-    return _result(heads, clean, ablated, mode, metric, "naive loop", n_boot, confidence, seed)
+    return _result(heads, clean, ablated, mode, metric.name, "naive loop", n_boot, confidence, seed)

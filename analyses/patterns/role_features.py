@@ -44,6 +44,7 @@ run over examples and the five offsets, never over heads or tokens of a head.
 
 from __future__ import annotations
 
+import functools
 import logging
 import unicodedata
 from collections import Counter
@@ -53,10 +54,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probe.analyses.common.accumulate import PerLayer
+
 log = logging.getLogger(__name__)
 
 __all__ = ["FEATURES", "OFFSETS", "LEVELS", "head_features", "token_frequencies",
-           "is_punctuation", "HeadFeatureAccumulator", "example_values"]
+           "is_punctuation", "HeadFeatureAccumulator", "example_values",
+           "LayerwiseHeadFeatures"]
 
 OFFSETS = (-2, -1, 0, 1, 2)
 OFFSET_NAMES = {-2: "prev2", -1: "prev", 0: "self", 1: "next", 2: "next2"}
@@ -270,6 +274,29 @@ class HeadFeatureAccumulator:
                 nh = int(has.sum())
                 self._add(name, (a * m.to(a.dtype)).sum(-1).sum(-1) if nh else zeros, nh)
 
+    def merge(self, other: "HeadFeatureAccumulator") -> "HeadFeatureAccumulator":
+        """Add the sums of ``other`` (same level, frequencies, layers and heads) into
+        this accumulator and return it (results as if one had seen both corpora).
+
+        Raises:
+            ValueError: another level or frequency table, or other layers/heads/kind.
+        """
+        if other.level != self.level or other.frequencies != self.frequencies:
+            raise ValueError("cannot merge head features of another level or frequency table")
+        if other.layers is None:
+            return self
+        if self.layers is None:
+            self.layers, self.n_heads, self.kind = other.layers, other.n_heads, other.kind
+        elif (other.layers, other.n_heads, other.kind) != (self.layers, self.n_heads, self.kind):
+            raise ValueError(f"cannot merge features of layers {list(other.layers)} × {other.n_heads} heads "
+                             f"into layers {list(self.layers)} × {self.n_heads}: one model's capture at a time")
+        for name, total in other._sum.items():
+            self._add(name, total, other._n[name])
+        self._counts.update(other._counts)
+        self._deferred.extend(other._deferred)
+        self.n_examples += other.n_examples
+        return self
+
     def _resolve_rare(self, summary, freqs) -> None:
         distinct, unit_mass, unit_argmax, unit_chance, nq = summary
         f = torch.tensor([freqs.get(k, 0) for k in distinct], dtype=torch.float64)
@@ -340,6 +367,24 @@ def example_values(acc: HeadFeatureAccumulator, names: Sequence[str]) -> tuple:
             if n > 0:
                 values[e, :, f] = (total.expand(L, H) / n).reshape(-1).numpy()
     return values, rows
+
+
+class LayerwiseHeadFeatures(PerLayer):
+    """:class:`HeadFeatureAccumulator` fed one layer at a time (the streaming protocol of
+    :mod:`probe.analyses.common.accumulate`); ``result()`` equals :func:`head_features`
+    of the same corpus (to float rounding)."""
+
+    def __init__(self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None):
+        _check_level(level)
+        super().__init__(functools.partial(HeadFeatureAccumulator, level=level, frequencies=frequencies))
+
+    @property
+    def n_examples(self) -> int:
+        return next(iter(self.inner.values())).n_examples if self.inner else 0
+
+    def result(self) -> pd.DataFrame:
+        tables = list(self.results().values())
+        return pd.concat(tables, ignore_index=True)
 
 
 def head_features(source: Iterable, level: str = "token",

@@ -50,7 +50,7 @@ from probe.analyses.patterns.role_features import FEATURES, HeadFeatureAccumulat
 log = logging.getLogger(__name__)
 
 __all__ = ["ROLES", "RoleThresholds", "RoleClassifier", "RolesReport", "assign_roles", "head_roles",
-           "roles_report", "role_counts", "base_role", "SYNTAX_COLUMNS"]
+           "roles_report", "report_from", "role_counts", "base_role", "SYNTAX_COLUMNS"]
 
 ROLES = ("previous-token", "next-token", "self", "special-token", "punctuation", "broad",
          "rare-word", "induction", "duplicate-token", "syntactic", "coreference", "mixed/unclear")
@@ -314,8 +314,16 @@ class RoleClassifier:
                 acc.update(maps)
             for obs in observers:
                 obs.update(maps)
-        tables = {lv: acc.result() for lv, acc in accs.items()}
-        n = accs["token"].n_examples
+        return self.fit_tables({lv: acc.result() for lv, acc in accs.items()}, accs["token"].n_examples,
+                               syntax=syntax, coreference=coreference)
+
+    def fit_tables(self, tables: Mapping[str, pd.DataFrame], n_examples: int,
+                   syntax: Optional[pd.DataFrame] = None,
+                   coreference: Optional[pd.DataFrame] = None) -> "RoleClassifier":
+        """Fit from feature tables already accumulated (``{"token": …, "word": …}``, as
+        :func:`head_features` returns them, e.g. merged from many workers)."""
+        levels = ("token", "word") if self.word_level else ("token",)
+        n = n_examples
         self.n_examples_ = n
         if n < self.min_examples:
             log.warning("head roles estimated from %d example(s), fewer than %d: the features "
@@ -392,6 +400,12 @@ def roles_report(source: Iterable, syntax: Optional[pd.DataFrame] = None,
     div = HeadDivergenceAccumulator(cluster_examples) if n_clusters else None
     clf = RoleClassifier(**params).fit(source, syntax=syntax, coreference=coreference,
                                        observers=[div] if div else [])
+    return report_from(clf, div, n_clusters, seed)
+
+
+def report_from(clf: RoleClassifier, div: Optional[HeadDivergenceAccumulator], n_clusters: Optional[int],
+                seed: int = 0) -> RolesReport:
+    """The :class:`RolesReport` of a fitted classifier and (optionally) filled divergences."""
     roles, clusters = clf.roles_, None
     if div is not None:
         clusters = clusters_from(div.result(), n_clusters=n_clusters, seed=seed)

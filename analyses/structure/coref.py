@@ -199,16 +199,29 @@ def coref_accuracy(pairs: Iterable) -> CorefAccuracy:
     Raises:
         ValueError: no pronoun with an antecedent to evaluate.
     """
-    hits = counts = base = None
-    layers = ()
+    counter = CorefCounter()
     for window, attention, lay in pairs:
+        counter.update(window, attention, lay)
+    return counter.result()
+
+
+class CorefCounter:
+    """The integer sums behind :class:`CorefAccuracy`: ``update(window, attention,
+    layers)`` per window, ``merge(other)`` for another part of the corpus, ``result()``."""
+
+    def __init__(self):
+        self.hits = self.base = self.counts = None
+        self.layers = ()
+
+    def update(self, window, attention, layers) -> None:
+        """Add one window's word-level attention ``[layer, head, word, word]``."""
         a = attention.float()
-        if hits is None:
+        if self.hits is None:
             L, H = a.shape[:2]
-            hits = np.zeros((len(SETTINGS), L, H), dtype=np.int64)
-            base = np.zeros((len(SETTINGS), len(BASELINES)), dtype=np.int64)
-            counts = np.zeros(len(SETTINGS), dtype=np.int64)
-            layers = tuple(lay)
+            self.hits = np.zeros((len(SETTINGS), L, H), dtype=np.int64)
+            self.base = np.zeros((len(SETTINGS), len(BASELINES)), dtype=np.int64)
+            self.counts = np.zeros(len(SETTINGS), dtype=np.int64)
+            self.layers = tuple(layers)
         for p in window.pronouns:
             cand = torch.tensor(p.candidates)
             ok = torch.tensor(p.correct)
@@ -216,9 +229,26 @@ def coref_accuracy(pairs: Iterable) -> CorefAccuracy:
             got = ok[pick].numpy().astype(np.int64)
             b = np.array([p.correct[-1], p.nearest_agreeing >= 0 and p.correct[p.nearest_agreeing]], dtype=np.int64)
             for s in (0, SETTINGS.index(p.setting)):
-                hits[s] += got
-                base[s] += b
-                counts[s] += 1
-    if hits is None or counts[0] == 0:
-        raise ValueError("no pronoun with an antecedent in its window to evaluate")
-    return CorefAccuracy(hits=hits, baseline_hits=base, counts=counts, layers=layers)
+                self.hits[s] += got
+                self.base[s] += b
+                self.counts[s] += 1
+
+    def merge(self, other: "CorefCounter") -> "CorefCounter":
+        if other.hits is None:
+            return self
+        if self.hits is None:
+            self.hits, self.base, self.counts = other.hits.copy(), other.base.copy(), other.counts.copy()
+            self.layers = other.layers
+            return self
+        if other.hits.shape != self.hits.shape:
+            raise ValueError("cannot merge coreference counts of another model's layers/heads")
+        self.hits += other.hits
+        self.base += other.base
+        self.counts += other.counts
+        return self
+
+    def result(self) -> CorefAccuracy:
+        if self.hits is None or self.counts[0] == 0:
+            raise ValueError("no pronoun with an antecedent in its window to evaluate")
+        return CorefAccuracy(hits=self.hits.copy(), baseline_hits=self.base.copy(), counts=self.counts.copy(),
+                             layers=self.layers)

@@ -173,47 +173,94 @@ def relation_accuracy(graphs: Iterable, base: bool = False,
     Raises:
         ValueError: no sentence, no non-root word, or graphs with different layers/heads.
     """
-    vocab: dict = {}
-    preds, golds, rels, positions = [], [], [], []
-    shape, layers, n_sent = None, (), 0
+    counter = RelationCounter(base=base, offsets=offsets)
     for g in graphs:
-        L, H, W, _ = g.attention.shape
-        if shape is None:
-            shape, layers = (L, H), g.layers
-        elif (L, H) != shape:
-            raise ValueError(f"sentence {g.index} has {L}×{H} layers×heads, earlier ones {shape[0]}×{shape[1]}")
-        n_sent += 1
+        counter.update(g)
+    return counter.result()
+
+
+class RelationCounter:
+    """The sums behind :class:`RelationAccuracy`, one sentence at a time: ``update(graph)``,
+    ``merge(other)`` (another part of the corpus, relations matched by label),
+    ``result()``. Integer counts, so merged results equal one pass exactly.
+
+    Memory: ``[direction, relation, layer, head]`` integers; nothing per sentence.
+    """
+
+    def __init__(self, base: bool = False, offsets: Sequence[int] = OFFSETS):
+        self.base = base
+        self.offsets = tuple(int(o) for o in offsets)
+        self.vocab: dict = {}
+        self.hits = self.counts = self.offset_hits = None
+        self.shape, self.layers, self.n_sentences = None, (), 0
+
+    def _grow(self, n_relations: int) -> None:
+        R = len(self.counts)
+        if n_relations > R:
+            L, H = self.shape
+            pad = n_relations - R
+            self.hits = np.concatenate([self.hits, np.zeros((2, pad, L, H), dtype=np.int64)], 1)
+            self.counts = np.append(self.counts, np.zeros(pad, dtype=np.int64))
+            self.offset_hits = np.concatenate([self.offset_hits, np.zeros((pad, len(self.offsets)), np.int64)], 0)
+
+    def _start(self, shape, layers) -> None:
+        if self.shape is None:
+            L, H = self.shape = tuple(shape)
+            self.layers = tuple(layers)
+            self.hits = np.zeros((2, 0, L, H), dtype=np.int64)
+            self.counts = np.zeros(0, dtype=np.int64)
+            self.offset_hits = np.zeros((0, len(self.offsets)), dtype=np.int64)
+        elif tuple(shape) != self.shape:
+            raise ValueError(f"{shape[0]}×{shape[1]} layers×heads after {self.shape[0]}×{self.shape[1]}: "
+                             "one model's capture at a time")
+
+    def update(self, g) -> None:
+        """Add one :class:`WordGraph` (``attention [L, H, W, W]``)."""
+        L, H = g.attention.shape[:2]
+        self._start((L, H), g.layers)
+        self.n_sentences += 1
         keep = g.heads >= 0
         if not bool(keep.any()):
-            continue
-        p = argmax_predictions(g.attention)[..., keep]  # [2, L, H, n]
-        preds.append(p.reshape(2, L * H, -1).numpy())
-        golds.append(g.heads[keep].numpy())
-        positions.append(torch.nonzero(keep).flatten().numpy())
-        labels = [base_relation(r) if base else r for r, k in zip(g.deprels, keep.tolist()) if k]
-        rels.append(np.array([vocab.setdefault(x, len(vocab)) for x in labels], dtype=np.int64))
-    if n_sent == 0:
-        raise ValueError("no sentence to evaluate: the treebank is empty or every sentence was skipped")
-    if not golds:
-        raise ValueError("no dependency to evaluate: every word is a root")
-    L, H = shape
-    pred = np.concatenate(preds, axis=-1)  # [2, LH, N]
-    gold = np.concatenate(golds)
-    rel = np.concatenate(rels)
-    pos = np.concatenate(positions)
-    R = len(vocab)
-    hit = (pred == gold[None, None, :])  # [2, LH, N]
-    hits = _grouped_sum(hit.reshape(2 * L * H, -1), rel, R).reshape(2, L * H, R)
-    counts = np.bincount(rel, minlength=R)
-    off = np.asarray(offsets, dtype=np.int64)
-    off_hit = (pos[:, None] + off[None, :] == gold[:, None]).astype(np.int64)  # [N, O]
-    offset_hits = np.zeros((R, len(off)), dtype=np.int64)
-    np.add.at(offset_hits, rel, off_hit)
-    relations = tuple(sorted(vocab, key=vocab.get))
-    return RelationAccuracy(relations=relations,
-                            hits=hits.reshape(2, L, H, R).transpose(0, 3, 1, 2).copy(),
-                            counts=counts, offset_hits=offset_hits, offsets=tuple(int(o) for o in off),
-                            layers=tuple(layers), n_sentences=n_sent)
+            return
+        labels = [base_relation(r) if self.base else r for r, k in zip(g.deprels, keep.tolist()) if k]
+        rel = np.array([self.vocab.setdefault(x, len(self.vocab)) for x in labels], dtype=np.int64)
+        self._grow(len(self.vocab))
+        R = len(self.vocab)
+        pred = argmax_predictions(g.attention)[..., keep].reshape(2 * L * H, -1).numpy()
+        gold = g.heads[keep].numpy()
+        hits = _grouped_sum(pred == gold[None, :], rel, R)  # [2LH, R]
+        self.hits += hits.reshape(2, L, H, R).transpose(0, 3, 1, 2)
+        self.counts += np.bincount(rel, minlength=R)
+        pos = torch.nonzero(keep).flatten().numpy()
+        off = np.asarray(self.offsets, dtype=np.int64)
+        np.add.at(self.offset_hits, rel, (pos[:, None] + off[None, :] == gold[:, None]).astype(np.int64))
+
+    def merge(self, other: "RelationCounter") -> "RelationCounter":
+        """Add ``other``'s counts (relations matched by label) and return ``self``."""
+        if (other.base, other.offsets) != (self.base, self.offsets):
+            raise ValueError("cannot merge relation counts with another base/offsets setting")
+        if other.shape is None:
+            return self
+        self._start(other.shape, other.layers)
+        for label in sorted(other.vocab, key=other.vocab.get):
+            self.vocab.setdefault(label, len(self.vocab))
+        self._grow(len(self.vocab))
+        to = np.array([self.vocab[label] for label in sorted(other.vocab, key=other.vocab.get)], dtype=np.int64)
+        self.hits[:, to] += other.hits
+        self.counts[to] += other.counts
+        self.offset_hits[to] += other.offset_hits
+        self.n_sentences += other.n_sentences
+        return self
+
+    def result(self) -> RelationAccuracy:
+        if self.n_sentences == 0:
+            raise ValueError("no sentence to evaluate: the treebank is empty or every sentence was skipped")
+        if not self.vocab:
+            raise ValueError("no dependency to evaluate: every word is a root")
+        return RelationAccuracy(relations=tuple(sorted(self.vocab, key=self.vocab.get)),
+                                hits=self.hits.copy(), counts=self.counts.copy(),
+                                offset_hits=self.offset_hits.copy(), offsets=self.offsets,
+                                layers=self.layers, n_sentences=self.n_sentences)
 
 
 def _grouped_sum(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:

@@ -167,3 +167,25 @@ def configure_progress() -> None:
         os.environ.setdefault("TQDM_MININTERVAL", "30")
         if not isinstance(sys.stderr, _LineStream):
             sys.stderr = _LineStream(sys.stderr)
+
+
+def engine_option(engines=("local", "stream", "ray")):
+    """Decorator adding ``--engine``, ``--address`` and ``--workers`` (docs/scale.md).
+
+    ``local``: today's single-process path; ``stream``: one process, attention streamed
+    layer by layer into accumulators (peak memory: one layer of one batch); ``ray``:
+    the same accumulators in a pool of Ray actors (``pip install -e ".[ray]"``).
+    """
+    def add(fn):
+        if "ray" in engines:
+            fn = click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+                              help="Ray actors, each holding the model (--engine ray)")(fn)
+            fn = click.option("--address", default=None, help="existing Ray cluster (e.g. auto or "
+                              "ray://host:10001); default: start a local one (--engine ray)")(fn)
+        return click.option("--engine", type=click.Choice(list(engines)), default="local", show_default=True,
+                            help="; ".join(f"{e}: {_ENGINE_HELP[e]}" for e in engines))(fn)
+    return add
+
+
+_ENGINE_HELP = {"local": "one process", "stream": "one process, layer by layer (peak memory: one layer)",
+                "ray": "a pool of Ray actors (pip install -e \".[ray]\")"}

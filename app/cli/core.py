@@ -6,9 +6,9 @@ import json
 
 import click
 
-from .common import (configure_progress, device_option, dtype_option, force_option, input_options, limit_option,
-                     model_option, parse_head, parse_int_list, quiet_option, setup_logging, user_errors,
-                     verbose_option)
+from .common import (configure_progress, device_option, dtype_option, engine_option, force_option, input_options,
+                     limit_option, model_option, parse_head, parse_int_list, quiet_option, setup_logging,
+                     user_errors, verbose_option)
 
 
 @click.command("models")
@@ -52,14 +52,16 @@ def models_cmd(as_json):
               "(--text) or skipping (--file/--conllu) them")
 @click.option("--out", "-o", required=True, type=click.Path(), help="store directory (a partial store of the "
               "same run resumes; any other non-empty directory needs --force)")
+@engine_option()
 @force_option
 @quiet_option
 @verbose_option
 @user_errors
 def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dtype, stack, device, dtype,
-                truncate, out, force, quiet, verbose):
+                truncate, out, engine, address, workers, force, quiet, verbose):
     """Capture attention maps of a corpus into a store directory (resumable: the store is
-    written in place, shard by shard, so a killed run continues where it stopped)."""
+    written in place, shard by shard, so a killed run continues where it stopped; with
+    --engine ray, the workers write the shards and the driver the index, in input order)."""
     setup_logging(verbose)
     configure_progress()
     import shutil
@@ -72,16 +74,29 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
         check_out(out, force)
         if force and Path(out).is_dir():
             shutil.rmtree(out)
-    from probe.models import load_model
+    from probe.app.engine import engine_settings
     from probe.inputs import load_corpus
+    from probe.models import load_model
     from probe.pipeline import capture_corpus
 
     corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
-    adapter = load_model(model, device=device, dtype=dtype)
-    store = capture_corpus(adapter, corpus, out, layers=parse_int_list(layers, "--layers"),
-                           batch_size=batch_size, dtype=store_dtype, stack=stack,
-                           progress=not quiet and len(corpus) > 1,
-                           on_long="truncate" if truncate else ("error" if text else "skip"))
+    run = engine_settings(engine, address, workers, device)
+    if run and (stack or truncate):
+        raise ValueError("--stack and --truncate run with --engine local")
+    lay = parse_int_list(layers, "--layers")
+    adapter = load_model(model, device="cpu" if run else device, dtype=None if run else dtype)
+    if run:  # the driver only tokenizes and writes the index; the engine's job (stream: here) captures
+        from probe.app.engine import analyses
+        from probe.inputs import fit_to_model
+        from probe.pipeline import store_manifest
+
+        manifest = store_manifest(adapter, corpus, fit_to_model(corpus, adapter), lay)
+        store = analyses.capture(model, corpus, out, manifest=manifest, store_dtype=store_dtype,
+                                 batch_size=batch_size, layers=lay, dtype=dtype, **run)
+    else:
+        store = capture_corpus(adapter, corpus, out, layers=lay, batch_size=batch_size, dtype=store_dtype,
+                               stack=stack, progress=not quiet and len(corpus) > 1,
+                               on_long="truncate" if truncate else ("error" if text else "skip"))
     skipped = store.manifest.get("skipped") or {}
     msg = f"{len(store)} examples in {out} ({adapter.name}, {adapter.n_layers} layers × {adapter.n_heads} heads)"
     if skipped:

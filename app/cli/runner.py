@@ -14,8 +14,9 @@ import time
 
 import click
 
-from .common import (configure_progress, device_option, force_option, input_options, limit_option, parse_heads,
-                     parse_int_list, quiet_option, setup_logging, skip_invalid_option, user_errors, verbose_option)
+from .common import (configure_progress, device_option, engine_option, force_option, input_options, limit_option,
+                     parse_heads, parse_int_list, quiet_option, setup_logging, skip_invalid_option, user_errors,
+                     verbose_option)
 
 
 def _names(value):
@@ -77,8 +78,8 @@ def build_command(analysis) -> click.Command:
         configure_progress()
         out, force = kw.pop("out"), kw.pop("force")
         declared = {p.name for p in analysis.params}
-        common = {k: kw.pop(k) for k in ("model", "device", "text", "file_", "conllu", "limit")
-                  if k in kw and k not in declared}
+        common = {k: kw.pop(k) for k in ("model", "device", "text", "file_", "conllu", "limit", "engine",
+                                         "address", "workers") if k in kw and k not in declared}
         for p in analysis.params:
             for alias in p.aliases:
                 old = kw.pop(f"_alias_{p.name}", None)
@@ -102,6 +103,8 @@ def build_command(analysis) -> click.Command:
         cmd = input_options(cmd)
     if needs & {"corpus", "maps", "treebank"} and "limit" not in {p.name for p in analysis.params}:
         cmd = limit_option(cmd)
+    if analysis.engines:
+        cmd = engine_option(analysis.engines)(cmd)
     if needs & {"model", "corpus", "maps", "zoo", "gradients", "treebank"}:
         cmd = click.option("--model", "-m", default=analysis.model, show_default=True,
                            help="minilm | hf:<id or path> | zoo:<task>")(device_option(cmd))
@@ -110,7 +113,7 @@ def build_command(analysis) -> click.Command:
 
 
 def run_analysis(analysis, params: dict, *, out, force=False, quiet=False, model="minilm", device="cpu",
-                 text=(), file_=None, conllu=None, limit=None):
+                 text=(), file_=None, conllu=None, limit=None, engine="local", address=None, workers=2):
     """Check ``out``, run ``analysis`` inside a temporary sibling directory, write its
     result there and rename it to ``out``; print its notes and the files written."""
     from probe.app.registry import Context
@@ -120,7 +123,7 @@ def run_analysis(analysis, params: dict, *, out, force=False, quiet=False, model
     t0 = time.perf_counter()
     with target as tmp:
         ctx = Context(model=model, text=text, file=file_, conllu=conllu, limit=limit, device=device,
-                      params=params, quiet=quiet, workdir=tmp)
+                      params=params, quiet=quiet, workdir=tmp, engine=engine, address=address, workers=workers)
         result = analysis.run(ctx)
         result.write(tmp)
         names = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 __all__ = ["Param", "Analysis", "Result", "Context", "SkipAnalysis", "register", "registered", "get", "run",
-           "analyses_registered", "NEEDS"]
+           "analyses_registered", "NEEDS", "ENGINES"]
 
 #: what an analysis may need, with the common CLI options each one brings
 NEEDS = {
@@ -50,6 +50,10 @@ NEEDS = {
     "zoo": "a zoo model (--model zoo:<task>)",
     "gradients": "a differentiable live model",
 }
+
+#: every ``--engine`` (docs/scale.md): ``local`` one process on whole maps, ``stream`` one
+#: process layer by layer into accumulators, ``ray`` the accumulators on a pool of Ray actors
+ENGINES = ("local", "stream", "ray")
 
 
 class SkipAnalysis(ValueError):
@@ -115,6 +119,9 @@ class Analysis:
         model: the default of ``--model`` for this command (a model its defaults work with).
         example: one command line that runs in seconds (the README tour shows it and
             tests/test_cli_contract.py runs it).
+        engines: the ``--engine`` choices of the command (``local``, ``stream``, ``ray``;
+            docs/scale.md); non-empty adds ``--engine``/``--address``/``--workers`` and
+            ``run`` reads them as ``ctx.engine_run`` (``None`` for ``local``).
     """
 
     name: str
@@ -132,6 +139,7 @@ class Analysis:
     order: int = 100
     model: str = "minilm"
     example: str = ""
+    engines: tuple = ()
 
     @property
     def command_name(self) -> Optional[str]:
@@ -269,7 +277,8 @@ def analyses_registered() -> list:
 
 
 def run(name: str, *, model: str = "minilm", text=None, file=None, conllu=None, limit=None, device="cpu",
-        adapter=None, quiet: bool = True, out=None, force: bool = False, **params) -> Result:
+        adapter=None, quiet: bool = True, out=None, force: bool = False, engine: str = "local", address=None,
+        workers: int = 2, **params) -> Result:
     """Run the analysis ``name`` from Python and return its :class:`Result`.
 
     Args:
@@ -277,6 +286,8 @@ def run(name: str, *, model: str = "minilm", text=None, file=None, conllu=None, 
         adapter: an already loaded model (instead of ``model``).
         out: also write the result into this directory (refused when non-empty unless
             ``force``), as the CLI does.
+        engine, address, workers: ``--engine`` and its settings, for analyses that
+            declare ``engines`` (docs/scale.md).
         params: the analysis' parameters (see ``probe <name> --help``).
 
     Raises:
@@ -286,9 +297,11 @@ def run(name: str, *, model: str = "minilm", text=None, file=None, conllu=None, 
 
     analysis = get(name)
     values = analysis.defaults(**params)
+    if engine != "local" and engine not in analysis.engines:
+        raise ValueError(f"{analysis.name} runs with engine local only, not {engine!r}")
     target = OutDir(out, force) if out is not None else None
     ctx = Context(model=model, text=text, file=file, conllu=conllu, limit=limit, device=device,
-                  adapter=adapter, params=values, quiet=quiet)
+                  adapter=adapter, params=values, quiet=quiet, engine=engine, address=address, workers=workers)
     result = analysis.run(ctx)
     if target is not None:
         with target as tmp:

@@ -21,13 +21,16 @@ class Context:
         results: earlier analyses' results by name (the report fills it).
         workdir: where a CLI run's output is being written (renamed to ``--out`` at the
             end), or ``None``; for files an analysis produces while it runs.
+        engine, address, workers: ``--engine local|stream|ray`` and its settings;
+            ``engine_run`` turns them into :func:`probe.app.engine.run_job` arguments.
 
     ``say(line)`` prints a line for people (a chosen default, a warning), unless quiet.
     """
 
     def __init__(self, *, model: str = "minilm", text: Optional[Sequence[str]] = None, file=None, conllu=None,
                  limit: Optional[int] = None, device: str = "cpu", params: Optional[dict] = None, adapter=None,
-                 corpus=None, maps=None, quiet: bool = False, batch_size: int = 16, workdir=None):
+                 corpus=None, maps=None, quiet: bool = False, batch_size: int = 16, workdir=None,
+                 engine: str = "local", address: Optional[str] = None, workers: int = 2):
         self.model = model
         self.text = tuple(text or ())
         self.file = file
@@ -40,6 +43,7 @@ class Context:
         self.results: dict = {}
         #: the (temporary) output directory of a CLI run, for files written while running
         self.workdir = workdir
+        self.engine, self.address, self.workers = engine or "local", address, workers
         self._adapter, self._corpus, self._maps, self._sentences = adapter, corpus, maps, None
 
     # -- what the user gave ---------------------------------------------------------------
@@ -65,6 +69,18 @@ class Context:
         """Show progress bars (not quiet)."""
         return not self.quiet
 
+    @property
+    def engine_run(self) -> Optional[dict]:
+        """Keyword arguments of :func:`probe.app.engine.run_job` for ``--engine``, or
+        ``None`` for ``local`` (the single-process path on whole maps).
+
+        Raises:
+            ValueError: ``--engine ray`` without Ray installed (says how to install it).
+        """
+        from probe.app.engine import engine_settings
+
+        return engine_settings(self.engine, self.address, self.workers, self.device)
+
     # -- built on first use -----------------------------------------------------------------
     @property
     def adapter(self):
@@ -75,22 +91,23 @@ class Context:
         return self._adapter
 
     @property
-    def corpus(self):
-        if self._corpus is None:
-            from probe.inputs import fit_to_model
-
-            self._corpus = fit_to_model(self.unfitted_corpus(), self.adapter)
-            if not len(self._corpus):
-                raise ValueError(f"every example is longer than the model's {self.adapter.max_length} tokens")
-        return self._corpus
-
-    def unfitted_corpus(self):
-        """The corpus as given, before examples over the model's limit are dropped (for
-        analyses that must drop paired inputs together, e.g. patching)."""
+    def input_corpus(self):
+        """The corpus as given, not yet fitted to the model (no model loaded: an engine's
+        workers leave out what is too long for the model themselves)."""
         from probe.inputs import load_corpus
 
         return load_corpus(text=self.text or None, file=self.file, conllu=self.conllu, limit=self.limit,
                            model=self.model if not self.has_input else None)
+
+    @property
+    def corpus(self):
+        if self._corpus is None:
+            from probe.inputs import fit_to_model
+
+            self._corpus = fit_to_model(self.input_corpus, self.adapter)
+            if not len(self._corpus):
+                raise ValueError(f"every example is longer than the model's {self.adapter.max_length} tokens")
+        return self._corpus
 
     @property
     def sentences(self) -> list:

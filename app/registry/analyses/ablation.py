@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probe.app.registry import Analysis, Param, Result
+from probe.app.registry import ENGINES, Analysis, Param, Result
 
 from ._shared import BATCH, GROUPS, METRIC, N_BOOT, group_note, group_table, head_name, metric, model_corpus, top_heads
 
@@ -14,12 +14,23 @@ def run(ctx) -> Result:
     from ._shared import heads_of_layers
 
     p = ctx.params
-    corpus, cut = model_corpus(ctx)
-    name = metric(ctx, corpus)
-    groups = [ablate_group(ctx.adapter, corpus, g, name, p["mode"], batch_size=p["batch_size"], n_boot=p["n_boot"])
-              for g in p["group"] if g]
-    res = sweep_heads(ctx.adapter, corpus, name, p["mode"], heads_of_layers(ctx.adapter, p["layers"]),
-                      batch_size=p["batch_size"], n_boot=p["n_boot"], progress=ctx.progress and len(corpus) > 1)
+    engine = ctx.engine_run
+    if engine:  # each block's per-example values in the engine's workers, one bootstrap here
+        from probe.app.engine import analyses as on_engine
+
+        if any(p["group"]):
+            raise ValueError(f"--group runs with --engine local, not --engine {ctx.engine}")
+        corpus, cut, model = ctx.input_corpus, "", ctx.model
+        res = on_engine.ablate(model, corpus, p["metric"], p["mode"], layers=p["layers"],
+                               batch_size=p["batch_size"], n_boot=p["n_boot"], **engine)
+        name, groups = str(res.table["metric"].iloc[0]), []
+    else:
+        corpus, cut = model_corpus(ctx)
+        name, model = metric(ctx, corpus), ctx.adapter.name
+        groups = [ablate_group(ctx.adapter, corpus, g, name, p["mode"], batch_size=p["batch_size"],
+                               n_boot=p["n_boot"]) for g in p["group"] if g]
+        res = sweep_heads(ctx.adapter, corpus, name, p["mode"], heads_of_layers(ctx.adapter, p["layers"]),
+                          batch_size=p["batch_size"], n_boot=p["n_boot"], progress=ctx.progress and len(corpus) > 1)
     t = res.table
     top = top_heads(t, "delta")
     per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
@@ -29,7 +40,7 @@ def run(ctx) -> Result:
     sig = int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum())
     gt = group_table(groups)
     tables = {"ablation": t} if gt is None else {"ablation": t, "groups": gt}
-    title = f"{ctx.adapter.name}: Δ {name} ({p['mode']}-ablation, {len(corpus)} examples)"
+    title = f"{model}: Δ {name} ({p['mode']}-ablation, {len(corpus)} examples)"
 
     def figure(d):
         from probe.app.report.ablation_figures import head_heatmap
@@ -41,7 +52,7 @@ def run(ctx) -> Result:
              + ", ".join(f"{head_name(r.layer, r.head)} Δ={r.delta:+.4g}" for r in top.itertuples())]
     if gt is not None:
         notes.append(group_note(gt))
-    summary = {"model": ctx.adapter.name, "examples": len(corpus), "metric": name, "mode": p["mode"],
+    summary = {"model": model, "examples": len(corpus), "metric": name, "mode": p["mode"],
                "path": res.path, "clean": float(res.clean.mean()), "significant_heads": sig,
                "top": top[["layer", "head", "delta"]].to_dict("records")}
     return Result(tables=tables, per_head=per_head, notes=notes, summary=summary, summary_name="ablation",
@@ -56,5 +67,5 @@ ANALYSIS = Analysis(
     params=(METRIC, Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
             Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"), N_BOOT, GROUPS, BATCH),
     section=True, report_params={"max_model_examples": 128}, modules=("probe.analyses.necessity.ablation",),
-    order=30,
+    order=30, engines=ENGINES,
     example="probe ablate --model zoo:prev-token --metric accuracy --limit 40 --group L0H0,L0H1 --out out/ablate")

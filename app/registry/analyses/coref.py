@@ -3,7 +3,7 @@ mention and number-agreeing baselines (Clark et al. 2019, section 4.3)."""
 
 from __future__ import annotations
 
-from probe.app.registry import Analysis, Param, Result
+from probe.app.registry import ENGINES, Analysis, Param, Result
 
 
 def run(ctx) -> Result:
@@ -15,8 +15,17 @@ def run(ctx) -> Result:
     p = ctx.params
     sentences = ctx.sentences
     numbers = read_number(ctx.conllu, limit=ctx.limit)
-    result = run_coref(ctx.adapter, sentences, numbers, context=p["context"], batch_size=p["batch_size"],
-                       progress=ctx.progress and len(sentences) > 1)
+    engine = ctx.engine_run
+    if engine:  # coreference counts streamed layer by layer, in this process or Ray's workers
+        from probe.app.engine import analyses as on_engine
+
+        result = on_engine.coref(ctx.model, sentences, numbers, context=p["context"], batch_size=p["batch_size"],
+                                 **engine)
+        model = ctx.model
+    else:
+        result = run_coref(ctx.adapter, sentences, numbers, context=p["context"], batch_size=p["batch_size"],
+                           progress=ctx.progress and len(sentences) > 1)
+        model = ctx.adapter.name
     notes = [f"{r.setting:<17} head L{r.layer}H{r.head} {r.accuracy:.3f}  nearest {r.nearest_mention:.3f}  "
              f"nearest agreeing {r.nearest_agreeing:.3f}  ({r.count} pronouns)"
              for r in result.accuracy.best().itertuples()]
@@ -24,7 +33,7 @@ def run(ctx) -> Result:
     def write(d):
         from probe.app.report.syntax_figures import write_coref_report
 
-        return list(write_coref_report(result, d, meta={"model": ctx.adapter.name, "conllu": str(ctx.conllu),
+        return list(write_coref_report(result, d, meta={"model": model, "conllu": str(ctx.conllu),
                                                         "context": p["context"]}).values())
 
     return Result(notes=notes, writers=[write])
@@ -36,5 +45,5 @@ ANALYSIS = Analysis(
          "baselines; writes coref.csv and coref_best.csv. Needs --conllu: a CorefUD treebank (Entity= in MISC).",
     params=(Param("context", int, 2, "preceding sentences of the same document in each window", min=0),
             Param("batch_size", int, 16, "examples per forward", min=1)),
-    order=11,
+    order=11, engines=ENGINES,
     example="probe coref --conllu ../shared/data/ud-english-gum/en_gum-ud-dev.conllu --limit 40 --out out/coref")

@@ -52,7 +52,7 @@ def run(ctx) -> Result:
     p = ctx.params
     from probe.inputs import fit_pairs
 
-    clean = ctx.unfitted_corpus()
+    clean = ctx.input_corpus
     bad = _corrupted(ctx, clean)
     clean, bad = fit_pairs(clean, bad, ctx.adapter)  # a pair with an over-long side is dropped whole
     name = metric(ctx, clean)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probe.app.registry import Analysis, Param, Result
+from probe.app.registry import ENGINES, Analysis, Param, Result
 
 #: per-head columns of the roles table shown on the report's head pages
 ROLE_FACTS = ("role", "confidence", "decided_by", "also", "to_cls", "to_sep", "to_special", "to_punct",
@@ -77,11 +77,23 @@ def run(ctx) -> Result:
 
     p = ctx.params
     overrides = _thresholds(p["threshold"])
-    source, described = _source(ctx)
-    report = roles_report(source, syntax=_evidence(p["syntax"], "syntax"),
-                          coreference=_evidence(p["coreference"], "coreference"),
-                          n_clusters=p["clusters"] or None, cluster_examples=p["cluster_examples"],
-                          level=p["level"], min_examples=p["min_examples"], progress=ctx.progress, **overrides)
+    settings = dict(coreference=_evidence(p["coreference"], "coreference"), n_clusters=p["clusters"] or None,
+                    cluster_examples=p["cluster_examples"], level=p["level"], min_examples=p["min_examples"])
+    syntax = _evidence(p["syntax"], "syntax")
+    engine = ctx.engine_run
+    if engine and p["store"]:
+        raise ValueError(f"--store runs with --engine local (to capture a store with --engine {ctx.engine}, "
+                         "use `probe capture`)")
+    if engine:  # the model runs in the engine's workers, streamed layer by layer
+        from probe.app.engine import analyses as on_engine
+
+        corpus = ctx.input_corpus
+        report = on_engine.roles(ctx.model, corpus, syntax_table=syntax, batch_size=p["batch_size"],
+                                 thresholds=overrides, **settings, **engine)
+        described = f"{ctx.model} on {corpus.source} (--engine {ctx.engine})"
+    else:
+        source, described = _source(ctx)
+        report = roles_report(source, syntax=syntax, progress=ctx.progress, **settings, **overrides)
     counts = dict(zip(report.counts.role, map(int, report.counts.heads)))
     summary = {"source": described, "n_examples": report.n_examples, "counts": counts}
     tables = {"roles": report.roles, "layers": report.layers, "counts": report.counts}
@@ -148,5 +160,5 @@ ANALYSIS = Analysis(
                   "probe.analyses.patterns.roles.RoleThresholds)", multiple=True),
             Param("batch_size", int, 16, "examples per forward", min=1),
             Param("no_figure", bool, False, "write the tables only")),
-    section=section, modules=("probe.analyses.patterns.roles",), order=45,
+    section=section, modules=("probe.analyses.patterns.roles",), order=45, engines=ENGINES,
     example="probe roles --model zoo:constructed --limit 20 --out out/roles")

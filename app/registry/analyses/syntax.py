@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from probe.app.registry import Analysis, Param, Result
+from probe.app.registry import ENGINES, Analysis, Param, Result
 
 #: fewest instances of a relation for it to be named on a head page: 1 in 200 dependencies,
 #: within [5, 100] (the bundled sample has ~300 dependencies, EWT dev ~22,000; without a
@@ -42,16 +42,24 @@ def run(ctx) -> Result:
     p = ctx.params
     conllu = ctx.conllu or _zoo_treebank(ctx)
     sentences = read_conllu(conllu, limit=ctx.limit)
-    result = run_syntax(ctx.adapter, sentences, base=p["base_relations"], tree_limit=p["tree_limit"],
-                        probe_limit=p["probe_limit"], batch_size=p["batch_size"],
-                        progress=ctx.progress and len(sentences) > 1)
+    settings = dict(base=p["base_relations"], tree_limit=p["tree_limit"], probe_limit=p["probe_limit"],
+                    batch_size=p["batch_size"])
+    engine = ctx.engine_run
+    if engine:  # relation counts streamed layer by layer, in this process or Ray's workers
+        from probe.app.engine import analyses as on_engine
+
+        result = on_engine.syntax(ctx.model, sentences, **settings, **engine)
+        meta = {"model": ctx.model, "conllu": str(conllu), "engine": ctx.engine}
+    else:
+        result = run_syntax(ctx.adapter, sentences, **settings, progress=ctx.progress and len(sentences) > 1)
+        meta = {"model": ctx.adapter.name, "conllu": str(conllu)}
     best = result.relations.with_all().best(min_count=p["min_count"], relations=p["relations"])
 
     def write(d):
         from probe.app.report.syntax_figures import write_syntax_report
 
         return list(write_syntax_report(result, d, min_count=p["min_count"], relations=p["relations"],
-                                        meta={"model": ctx.adapter.name, "conllu": str(conllu)}).values())
+                                        meta=meta).values())
 
     return Result(per_head=best_relation_per_head(best, p["min_count"]), notes=_notes(result, best),
                   writers=[write])
@@ -132,5 +140,5 @@ ANALYSIS = Analysis(
             Param("probe_limit", int, 1000, "sentences for the attention-only probe (80/20 split by sentence)",
                   min=0),
             Param("batch_size", int, 32, "examples per forward", min=1)),
-    section=section, modules=("probe.analyses.structure.syntax",), order=10,
+    section=section, modules=("probe.analyses.structure.syntax",), order=10, engines=ENGINES,
     example="probe syntax --conllu app/report/sample/sample.conllu --out out/syntax")

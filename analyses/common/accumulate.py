@@ -1,0 +1,160 @@
+"""Corpus statistics as sums: the accumulator protocol of streaming and distributed runs.
+
+Every corpus-level statistic of the toolkit (head-role features, syntax relation counts
+and offset baselines, coreference counts, ablation metric sums) is a sum over examples.
+An accumulator holds such sums and implements three methods:
+
+``update(layer, maps, meta)``
+    add one layer of one batch: ``maps`` is a list of single-layer
+    :class:`probe.maps.AttentionMaps` (``attentions [1, head, n, n]``, one per example),
+    ``meta`` a :class:`probe.streaming.BatchMeta` (corpus indices and items of the batch,
+    every captured layer). :func:`probe.streaming.stream_layers` calls it from the
+    capture hook, so the full ``[layer, head, n, n]`` of an example is never held.
+``merge(other)``
+    add another accumulator's sums (from another process or machine) into this one and
+    return ``self``; merging is associative, so partial results merge in any grouping.
+``result()``
+    the same table/object the single-process analysis returns.
+
+The same accumulator runs in one process and in Ray actors (:mod:`probe.app.engine`):
+each worker fills a fresh copy (``copy.deepcopy`` of an empty one) per block of the
+corpus, the driver merges them. Sums are float64 (or integers), so the order of the
+merge changes results only at the 1e-15 level.
+
+:class:`PerLayer` turns an accumulator of whole examples (``update(maps)`` on
+``[L, H, n, n]``) into a streaming one: one inner accumulator per layer, each fed the
+single-layer maps; results are joined along the layer axis.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
+
+__all__ = ["Accumulator", "PerLayer", "KeptExamples", "merge_all", "fresh"]
+
+
+@runtime_checkable
+class Accumulator(Protocol):
+    """What :func:`probe.streaming.feed` and the engine need of an accumulator."""
+
+    def update(self, layer: int, maps: Sequence, meta: Any) -> None: ...
+
+    def merge(self, other: "Accumulator") -> "Accumulator": ...
+
+    def result(self) -> Any: ...
+
+
+class PerLayer:
+    """One inner accumulator per layer, made by ``make()`` on first sight of the layer.
+
+    ``make`` must be picklable (a class or a ``functools.partial``) so copies travel to
+    worker processes. The inner accumulators take whole examples (``update(maps)``);
+    ``inner_update(acc, maps, meta, layer)`` may be overridden for inner accumulators
+    that need more than the maps (e.g. the treebank sentence of each example).
+    """
+
+    def __init__(self, make: Callable[[], Any]):
+        self.make = make
+        self.inner: dict = {}
+
+    def _acc(self, layer: int):
+        if layer not in self.inner:
+            self.inner[layer] = self.make()
+        return self.inner[layer]
+
+    def update(self, layer: int, maps: Sequence, meta: Any) -> None:
+        acc = self._acc(layer)
+        for i, m in enumerate(maps):
+            self.inner_update(acc, m, meta, i)
+
+    def inner_update(self, acc, maps, meta, position: int) -> None:
+        """Feed one single-layer example (``position`` in its batch) to ``acc``."""
+        acc.update(maps)
+
+    def merge(self, other: "PerLayer") -> "PerLayer":
+        if type(other) is not type(self):
+            raise ValueError(f"cannot merge a {type(other).__name__} into a {type(self).__name__}")
+        for layer, acc in other.inner.items():
+            if layer in self.inner:
+                self.inner[layer].merge(acc)
+            else:
+                self.inner[layer] = acc
+        return self
+
+    @property
+    def layers(self) -> tuple:
+        return tuple(sorted(self.inner))
+
+    def results(self) -> dict:
+        """``{layer: inner.result()}``, layers in order.
+
+        Raises:
+            ValueError: nothing was added.
+        """
+        if not self.inner:
+            raise ValueError("no examples: give at least one captured example")
+        return {layer: self.inner[layer].result() for layer in self.layers}
+
+    def result(self):
+        return self.results()
+
+
+class KeptExamples:
+    """The whole maps (all layers) of the examples whose corpus index is in ``keep``,
+    assembled from the single-layer maps: for the statistics that need every layer of
+    an example at once (Clark et al.'s head × head divergences), on a bounded sample.
+
+    Memory: the kept examples' maps only.
+    """
+
+    def __init__(self, keep: Iterable[int]):
+        self.keep = frozenset(int(i) for i in keep)
+        self.parts: dict = {}  # index -> {layer: AttentionMaps [1, H, n, n]}
+
+    def update(self, layer: int, maps: Sequence, meta: Any) -> None:
+        for index, m in zip(meta.indices, maps):
+            if index in self.keep:
+                self.parts.setdefault(int(index), {})[layer] = m
+
+    def merge(self, other: "KeptExamples") -> "KeptExamples":
+        for index, layers in other.parts.items():
+            self.parts.setdefault(index, {}).update(layers)
+        return self
+
+    def result(self) -> list:
+        """The kept examples in corpus order, ``attentions [L, H, n, n]`` each."""
+        import torch
+
+        out = []
+        for index in sorted(self.parts):
+            by_layer = self.parts[index]
+            layers = sorted(by_layer)
+            first = by_layer[layers[0]]
+            out.append(dataclasses.replace(first, attentions=torch.cat([by_layer[x].attentions for x in layers]),
+                                           layers=tuple(layers)))
+        return out
+
+
+def fresh(accumulators: Sequence) -> list:
+    """Empty copies of ``accumulators`` (each worker block starts from these)."""
+    return [copy.deepcopy(a) for a in accumulators]
+
+
+def merge_all(parts: Sequence[Sequence]) -> list:
+    """Merge lists of accumulators position by position: ``parts[k][j]`` into ``parts[0][j]``.
+
+    Raises:
+        ValueError: no part, or parts of different lengths.
+    """
+    parts = list(parts)
+    if not parts:
+        raise ValueError("nothing to merge: no worker returned a result")
+    first = list(parts[0])
+    for p in parts[1:]:
+        if len(p) != len(first):
+            raise ValueError(f"cannot merge {len(p)} accumulators into {len(first)}")
+        for a, b in zip(first, p):
+            a.merge(b)
+    return first

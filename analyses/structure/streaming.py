@@ -1,0 +1,162 @@
+"""The syntax and coreference statistics as streaming accumulators (layer by layer).
+
+Each accumulator follows :mod:`probe.analyses.common.accumulate`: ``update(layer, maps,
+meta)`` with the single-layer maps of one batch, where ``meta.items`` are the corpus
+items of the batch (treebank :class:`probe.corpus.Sentence` s, or
+:class:`probe.analyses.structure.coref.CorefWindow` s); ``merge``; ``result``.
+
+* :class:`LayerwiseRelations`: Clark et al. (2019) relation hit counts and the
+  fixed-offset baselines → :class:`~probe.analyses.structure.syntax.RelationAccuracy`,
+  equal to :func:`~probe.analyses.structure.syntax.relation_accuracy` (integer counts).
+* :class:`KeptGraphs`: the word graphs of chosen sentences (the tree decoder and the
+  attention probe need all layers of a sentence), assembled layer by layer.
+* :class:`LayerwiseCoref`: antecedent choices →
+  :class:`~probe.analyses.structure.coref.CorefAccuracy`.
+
+A sentence whose words do not align to tokens raises on every layer; it is listed in
+``skipped`` once (at the first layer), as ``(index, sent_id, line, reason)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from probe.analyses.common.accumulate import PerLayer
+from probe.analyses.structure.coref import CorefCounter
+from probe.analyses.structure.syntax import OFFSETS, RelationAccuracy, RelationCounter
+from probe.analyses.structure.word_graph import AlignmentError, WordGraph, word_attention, word_graph
+
+__all__ = ["LayerwiseRelations", "KeptGraphs", "LayerwiseCoref"]
+
+
+class _Skipping(PerLayer):
+    """PerLayer that lists the examples whose words do not align, once each."""
+
+    def __init__(self, make):
+        super().__init__(make)
+        self.skipped: list = []
+
+    def _skip(self, meta, position: int, layer: int, exc: Exception) -> None:
+        if layer == meta.first_layer:
+            item = meta.items[position]
+            self.skipped.append((meta.indices[position], getattr(item, "sent_id", None),
+                                 getattr(item, "line", None), str(exc)))
+
+    def merge(self, other):
+        super().merge(other)
+        self.skipped.extend(other.skipped)
+        self.skipped.sort(key=lambda row: row[0])
+        return self
+
+
+class LayerwiseRelations(_Skipping):
+    """Relation accuracy counts per layer; ``result()`` joins them along the layer axis.
+
+    Args:
+        base: count base relations (``nmod:poss`` as ``nmod``).
+        offsets: the baseline's fixed offsets.
+    """
+
+    def __init__(self, base: bool = False, offsets: Sequence[int] = OFFSETS):
+        super().__init__(functools.partial(RelationCounter, base=base, offsets=offsets))
+
+    def inner_update(self, acc, maps, meta, position: int) -> None:
+        layer = maps.layers[0]
+        try:
+            acc.update(word_graph(maps, meta.items[position], index=meta.indices[position]))
+        except AlignmentError as exc:
+            self._skip(meta, position, layer, exc)
+
+    def result(self) -> RelationAccuracy:
+        """The :class:`RelationAccuracy` of all layers, relations in alphabetical order
+        (so the order does not depend on how the corpus was split); counts and
+        baselines are the same on every layer."""
+        parts = list(self.results().values())
+        first = parts[0]
+        relations = tuple(sorted(first.relations))
+
+        def ordered(p, values, axis):
+            return np.take(values, [p.relations.index(r) for r in relations], axis=axis)
+
+        return RelationAccuracy(relations=relations, hits=np.concatenate([ordered(p, p.hits, 1) for p in parts], 2),
+                                counts=ordered(first, first.counts, 0),
+                                offset_hits=ordered(first, first.offset_hits, 0), offsets=first.offsets,
+                                layers=tuple(x for p in parts for x in p.layers), n_sentences=first.n_sentences)
+
+
+class _GraphParts:
+    """Single-layer word graphs of the kept sentences: ``{index: WordGraph}``."""
+
+    def __init__(self):
+        self.graphs: dict = {}
+
+    def update(self, graph: WordGraph) -> None:
+        self.graphs[graph.index] = graph
+
+    def merge(self, other: "_GraphParts") -> "_GraphParts":
+        self.graphs.update(other.graphs)
+        return self
+
+    def result(self) -> dict:
+        return self.graphs
+
+
+class KeptGraphs(_Skipping):
+    """Word graphs (all layers) of the sentences whose corpus index is in ``keep``.
+
+    Memory: the word-level maps of the kept sentences only (``[L, H, W, W]`` each).
+    """
+
+    def __init__(self, keep: Iterable[int]):
+        super().__init__(_GraphParts)
+        self.keep = frozenset(int(i) for i in keep)
+
+    def inner_update(self, acc, maps, meta, position: int) -> None:
+        index = meta.indices[position]
+        if index in self.keep:
+            try:
+                acc.update(word_graph(maps, meta.items[position], index=index))
+            except AlignmentError as exc:
+                self._skip(meta, position, maps.layers[0], exc)
+
+    def result(self) -> list:
+        """The kept :class:`WordGraph` s in corpus order (misaligned ones left out)."""
+        if not self.inner:
+            return []
+        parts = self.results()
+        out = []
+        for index in sorted(next(iter(parts.values()))):
+            pieces = [parts[layer][index] for layer in self.layers]
+            g = pieces[0]
+            out.append(WordGraph(attention=torch.cat([p.attention for p in pieces]),
+                                 to_special=torch.cat([p.to_special for p in pieces]),
+                                 from_special=torch.cat([p.from_special for p in pieces]),
+                                 heads=g.heads, deprels=g.deprels, layers=self.layers, index=index))
+        return out
+
+
+class LayerwiseCoref(_Skipping):
+    """Coreference antecedent counts per layer (items: ``CorefWindow`` s)."""
+
+    def __init__(self):
+        super().__init__(CorefCounter)
+
+    def inner_update(self, acc, maps, meta, position: int) -> None:
+        window = meta.items[position]
+        try:
+            a, _, _ = word_attention(maps, len(window.words))
+        except AlignmentError as exc:
+            self._skip(meta, position, maps.layers[0], exc)
+            return
+        acc.update(window, a, maps.layers)
+
+    def result(self):
+        from probe.analyses.structure.coref import CorefAccuracy
+
+        parts = list(self.results().values())
+        return CorefAccuracy(hits=np.concatenate([p.hits for p in parts], 1), baseline_hits=parts[0].baseline_hits,
+                             counts=parts[0].counts, layers=tuple(x for p in parts for x in p.layers))

@@ -1,0 +1,102 @@
+"""The Ray side of :func:`probe.app.engine.run.run_job`: blocks, an actor pool, parts in order.
+
+Ray Data (Moritz et al. 2018, "Ray: a distributed framework for emerging AI
+applications"; Ray Data's streaming executor) holds one row per block of the corpus
+(the block's corpus indices and items, pickled); ``map_batches`` with an
+``ActorPoolStrategy`` of ``workers`` actors (no more than there are blocks: an idle actor
+would still load the model) calls :class:`BlockWorker` on one block at a time. Each
+actor loads the model once in its constructor. Ray Data's defaults for actor pools
+restart a dead actor and retry its block (``max_restarts=-1``, ``max_task_retries=-1``),
+so a killed worker costs time, not results.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from .jobs import Part
+from .run import require_ray
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BlockWorker", "run_blocks", "ensure_ray"]
+
+
+class BlockWorker:
+    """A Ray Data callable class: holds the model, runs the job on one block per call."""
+
+    def __init__(self, model: str, device: str, dtype: Optional[str], job: bytes, threads: int = 1):
+        import torch
+        from ray import cloudpickle
+
+        from probe.models import load_model
+
+        torch.set_num_threads(max(1, threads))
+        self.adapter = load_model(model, device=device, dtype=dtype)
+        self.job = cloudpickle.loads(job)
+
+    def __call__(self, batch: dict) -> dict:
+        from ray import cloudpickle
+
+        blocks, parts = [], []
+        for b, payload in zip(batch["block"], batch["payload"]):
+            ids, items = pickle.loads(payload)
+            part = self.job.run(self.adapter, items, ids)
+            blocks.append(int(b))
+            parts.append(cloudpickle.dumps(part))
+        return {"block": np.asarray(blocks, dtype=np.int64), "part": np.asarray(parts, dtype=object)}
+
+
+def ensure_ray(address: Optional[str], workers: int):
+    """Connect to ``address`` or start a local cluster with ``workers`` CPUs (once per process)."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        kwargs = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                      logging_level=logging.WARNING)
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=workers, **kwargs)
+    return ray
+
+
+def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job, *,
+               address: Optional[str], workers: int, device: str, dtype: Optional[str],
+               on_part: Optional[Callable[[Part], None]], gpus_per_worker: int = 1, progress: bool = False) -> list:
+    """Run ``job`` on every block (lists of corpus indices) with a pool of actors.
+
+    Returns:
+        the parts in block order; ``on_part`` sees each as soon as every earlier block
+        is done.
+    """
+    ray = ensure_ray(address, workers)
+    import ray.data
+    from ray import cloudpickle
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = bool(progress)
+    rows = [{"block": b, "payload": pickle.dumps(([int(i) for i in ids], [items[i] for i in ids]))}
+            for b, ids in enumerate(blocks)]
+    gpu = str(device).startswith("cuda") or device == "auto"
+    resources = {"num_gpus": gpus_per_worker} if gpu else {"num_cpus": 1}
+    ds = ray.data.from_items(rows, override_num_blocks=len(rows))
+    ds = ds.map_batches(BlockWorker, batch_size=1, batch_format="numpy",
+                        compute=ray.data.ActorPoolStrategy(size=min(workers, len(rows))),
+                        fn_constructor_kwargs=dict(model=model, device=device, dtype=dtype,
+                                                   job=cloudpickle.dumps(job)), **resources)
+    done: dict = {}
+    ordered: list = []
+    for row in ds.iter_rows():
+        done[int(row["block"])] = cloudpickle.loads(row["part"])
+        while len(ordered) in done:  # hand parts on in input order
+            part = done.pop(len(ordered))
+            ordered.append(part)
+            if on_part is not None:
+                on_part(part)
+    if len(ordered) != len(blocks):
+        raise RuntimeError(f"the Ray run returned {len(ordered)} of {len(blocks)} blocks")
+    return ordered

@@ -1,0 +1,142 @@
+"""Run a job over a corpus in this process or on a Ray cluster: :func:`run_job`, :func:`run_corpus`.
+
+``engine="local"``: one process, the whole corpus as one block (the streaming path).
+``engine="ray"``: Ray Data holds the corpus as a dataset of blocks (``block_size``
+items each, the items themselves travel in the rows); a pool of ``workers`` actors,
+each loading the model once (``num_gpus=1`` per actor when the model runs on CUDA,
+else one CPU), runs the job on one block per call and returns a :class:`Part`; the
+driver hands the parts to ``on_part`` in input order and merges them. Ray Data
+restarts an actor that died and retries its block on another actor, and a block's
+part depends on the block alone, so a run that lost a worker gives the same result.
+
+Ray is an optional extra: ``pip install -e ".[ray]"``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from .jobs import Part, StreamJob
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ENGINES", "CLI_ENGINES", "CorpusItem", "run_job", "run_corpus", "require_ray", "engine_settings"]
+
+ENGINES = ("local", "ray")
+#: what ``--engine`` offers: ``stream`` is the ``local`` engine of :func:`run_job` (one
+#: process, the accumulators), ``local`` today's whole-maps path that needs no engine
+CLI_ENGINES = ("local", "stream", "ray")
+RAY_HINT = 'the Ray engine needs the optional extra: pip install -e ".[ray]"'
+
+
+@dataclass(frozen=True)
+class CorpusItem:
+    """A text with optional word spans, and a zoo example with its ground truth (a zoo
+    task's loss and accuracy need it): what a job reads of a corpus example."""
+
+    text: str
+    spans: Optional[tuple] = None
+    example: Any = None
+
+
+def require_ray():
+    """``import ray`` or a ``ValueError`` saying how to install it."""
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise ValueError(RAY_HINT) from None
+    return ray
+
+
+def engine_settings(engine: str = "local", address: Optional[str] = None, workers: int = 2,
+                    device: str = "cpu") -> Optional[dict]:
+    """Keyword arguments of :func:`run_job` for a ``--engine`` choice, or ``None`` for
+    ``local`` (today's single-process path, no engine).
+
+    Raises:
+        ValueError: an unknown engine, or ``ray`` without Ray installed (says how to install it).
+    """
+    if engine not in CLI_ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(CLI_ENGINES)}")
+    if engine == "local":
+        return None
+    if engine == "ray":
+        require_ray()
+        return {"engine": "ray", "address": address, "workers": workers, "device": device}
+    return {"engine": "local", "device": device}
+
+
+def _check(engine: str, workers: int, block_size: int) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    if workers < 1 or block_size < 1:
+        raise ValueError(f"workers and block_size must be ≥ 1, got {workers}, {block_size}")
+
+
+def run_job(model, items: Sequence, job, *, engine: str = "local", address: Optional[str] = None,
+            workers: int = 1, block_size: int = 64, device: str = "cpu", dtype: Optional[str] = None,
+            on_part: Optional[Callable[[Part], None]] = None, skip: Sequence[int] = (),
+            gpus_per_worker: int = 1, progress: bool = False) -> list:
+    """Run ``job`` over ``items`` and return its parts in input order.
+
+    Args:
+        model: a model spec (``minilm``, ``hf:<path>``, ``zoo:<task>``); for the local
+            engine also a loaded :class:`probe.models.ModelAdapter`.
+        items: strings or objects with ``.text`` (and ``.spans``), picklable.
+        job: a :mod:`probe.app.engine.jobs` job (``run(adapter, items, indices)``).
+        engine: ``local`` or ``ray``; address: an existing cluster (``ray://…`` or
+            ``auto``), default a local one with ``workers`` CPUs.
+        workers: actors in the pool; block_size: items per block (one actor call).
+        device: where each worker runs the model: ``cpu`` (one CPU per actor),
+            ``cuda`` (``gpus_per_worker`` GPUs per actor, default 1) or ``auto``
+            (an ``hf:`` model placed over the actor's ``gpus_per_worker`` GPUs).
+        on_part: called with each part, in input order, as soon as all earlier parts
+            are done (e.g. to append a store's index).
+        skip: corpus indices not to run (already done: a resumed store).
+
+    Raises:
+        ValueError: unknown engine, bad sizes, Ray not installed, nothing to run.
+    """
+    _check(engine, workers, block_size)
+    skipped = set(int(i) for i in skip)
+    todo = [i for i in range(len(items)) if i not in skipped]
+    if not todo:
+        return []
+    if engine == "local":
+        from probe.models import ModelAdapter, load_model
+
+        adapter = model if isinstance(model, ModelAdapter) else load_model(model, device=device, dtype=dtype)
+        part = job.run(adapter, [items[i] for i in todo], todo)
+        if on_part is not None:
+            on_part(part)
+        return [part]
+    if not isinstance(model, str):
+        raise ValueError("the Ray engine loads the model in each worker: give its spec (e.g. 'minilm', "
+                         "'hf:/path'), not a loaded adapter")
+    from .ray_engine import run_blocks
+
+    blocks = [todo[s:s + block_size] for s in range(0, len(todo), block_size)]
+    return run_blocks(model, items, blocks, job, address=address, workers=workers, device=device, dtype=dtype,
+                      on_part=on_part, gpus_per_worker=gpus_per_worker, progress=progress)
+
+
+def run_corpus(model, corpus: Sequence, accumulators: Sequence, *, engine: str = "local",
+               address: Optional[str] = None, workers: int = 1, batch_size: int = 16, block_size: int = 64,
+               device: str = "cpu", dtype: Optional[str] = None, last_rows: Optional[int] = None,
+               progress: bool = False):
+    """Stream ``corpus`` through the model into ``accumulators`` (capture + accumulate).
+
+    Returns:
+        ``(accumulators, long)``: the merged accumulators (same order as given; call
+        ``.result()``) and ``[(index, n_tokens)]`` of the items left out for being
+        longer than the model's limit.
+    """
+    job = StreamJob(accumulators, batch_size=batch_size, last_rows=last_rows)
+    parts = run_job(model, list(corpus), job, engine=engine, address=address, workers=workers,
+                    block_size=block_size, device=device, dtype=dtype, progress=progress)
+    if not parts:
+        raise ValueError("the corpus is empty: nothing to analyse")
+    return StreamJob.merge(parts), sorted(x for p in parts for x in p.long)

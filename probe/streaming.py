@@ -1,0 +1,216 @@
+"""Streaming capture: hand each layer's attention to a callback inside the forward.
+
+:func:`probe.capture.iter_capture` keeps every layer of a batch until the forward ends
+and then copies each example out (``[layer, head, query, key]``), so its peak memory is
+all layers of one batch, twice. :func:`stream_layers` instead calls ``on_layer`` from
+the capture hook of each attention module, with that layer's probabilities of the whole
+batch, and keeps nothing afterwards: peak memory is one layer's maps of one batch plus
+the model (the eager attention of the next layer reuses the freed memory). The
+corpus-level analyses consume it through accumulators
+(:mod:`probe.analyses.common.accumulate`): ``update(layer, maps_of_one_layer, meta)``.
+
+For decoders whose analysis reads only the last ``k`` query rows (next-token analyses),
+``last_rows=k`` keeps just those rows of every example (``LayerBatch.rows``).
+
+Only self- and causal attention of one stack (encoder, or a decoder-only model) are
+streamed; encoder-decoder captures go through :func:`probe.capture.iter_capture`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Sequence
+
+import torch
+
+from .hooks import HookSet, eager_attention
+from .maps import AttentionMaps
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BatchMeta", "LayerBatch", "stream_layers", "feed"]
+
+
+@dataclass(frozen=True)
+class BatchMeta:
+    """What an accumulator may know about a batch besides its attention.
+
+    Attributes:
+        indices: input position of each example of the batch (in the corpus given to
+            :func:`stream_layers`; batches are sorted by length, so not contiguous).
+        items: the corpus item of each example (a string, or e.g. a treebank
+            ``Sentence`` / coreference window), as given in ``items=``.
+        layers: every captured layer, in order (``layers[0]`` is called first).
+    """
+
+    indices: tuple
+    items: tuple
+    layers: tuple
+
+    @property
+    def first_layer(self) -> int:
+        return self.layers[0]
+
+
+class LayerBatch:
+    """One layer's probabilities of one batch, as the hook saw them.
+
+    ``probs`` is ``[batch, head, query, key]`` (padded, on the model's device);
+    :meth:`maps` trims the padding and gives one single-layer :class:`AttentionMaps`
+    per example (float32 on the CPU), :attr:`rows` the kept query rows ``[head, q, n]``.
+    """
+
+    def __init__(self, layer: int, probs: torch.Tensor, encodings, meta: BatchMeta, kind: str,
+                 source: str, model_name: str, last_rows: Optional[int]):
+        self.layer, self.meta, self.kind = layer, meta, kind
+        self._encs, self._source, self._model = encodings, source, model_name
+        self.last_rows = last_rows
+        low = probs.dtype not in (torch.float32, torch.float64)
+        self.rows = []
+        for i, e in enumerate(encodings):
+            n = len(e)
+            start = 0 if last_rows is None else max(0, n - last_rows)
+            a = probs[i, :, start:n, :n]
+            if low:  # renormalise rows of a half-precision softmax, as iter_capture does
+                a = a.float()
+                a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
+            self.rows.append(a.float().cpu())
+        self._maps = None
+
+    def maps(self) -> list:
+        """One :class:`AttentionMaps` per example with ``attentions [1, head, n, n]``.
+
+        Raises:
+            ValueError: the stream keeps only the last query rows (``last_rows``).
+        """
+        if self.last_rows is not None:
+            raise ValueError(f"this analysis needs every query row, but the capture keeps only the last "
+                             f"{self.last_rows}; run it without last_rows")
+        if self._maps is None:
+            self._maps = []
+            for a, e in zip(self.rows, self._encs):
+                meta = {"model": self._model, "attention_source": self._source}
+                if e.truncated:
+                    meta["truncated"] = True
+                if e.unaligned_words:
+                    meta["unaligned_words"] = list(e.unaligned_words)
+                self._maps.append(AttentionMaps(
+                    attentions=a[None], tokens=e.tokens, word_ids=e.word_ids, special_mask=e.special_mask,
+                    words=e.words, layers=(self.layer,), kind=self.kind, text=e.text, meta=meta,
+                    validate=False))
+        return self._maps
+
+
+def _text_and_spans(item):
+    if isinstance(item, str):
+        return item, None
+    return item.text, getattr(item, "spans", None)
+
+
+def stream_layers(adapter, items: Iterable, on_layer: Callable[[LayerBatch], None], *,
+                  indices: Optional[Iterable[int]] = None, layers: Optional[Sequence[int]] = None,
+                  batch_size: int = 16, truncate: bool = False, last_rows: Optional[int] = None,
+                  sort_window: int = 8, progress: bool = False, total: Optional[int] = None) -> int:
+    """Run the model over ``items`` and call ``on_layer`` once per (batch, layer).
+
+    Args:
+        adapter: a :class:`probe.models.ModelAdapter` (encoder or decoder-only).
+        items: strings, or objects with ``.text`` and optional ``.spans`` (word spans,
+            e.g. :class:`probe.corpus.Sentence`); passed on in :attr:`BatchMeta.items`.
+        on_layer: called with a :class:`LayerBatch`, inside the forward, layers in
+            order; what it keeps is its own business (an accumulator keeps sums).
+        indices: the corpus position of each item (default 0, 1, 2, …).
+        layers: layers to hook (default all).
+        batch_size, sort_window: as :func:`probe.capture.iter_capture` (batches of
+            similar length within windows of ``batch_size * sort_window`` items).
+        truncate: cut texts beyond the model's limit instead of refusing them.
+        last_rows: keep only the last ``k`` query rows of each example (causal models'
+            next-token analyses); ``LayerBatch.maps()`` then refuses.
+
+    Returns:
+        the number of examples streamed.
+
+    Raises:
+        ValueError: an encoder-decoder model, bad batch settings or layers, a text
+            beyond the model's limit (as :meth:`ModelAdapter.encode`).
+    """
+    if adapter.arch == "encoder-decoder":
+        raise ValueError("streaming covers encoder and decoder-only models; capture encoder-decoder "
+                         "models with probe.capture.iter_capture")
+    if batch_size < 1 or sort_window < 1:
+        raise ValueError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
+    if last_rows is not None and last_rows < 1:
+        raise ValueError(f"last_rows must be ≥ 1, got {last_rows}")
+    stack = adapter.default_stack
+    modules = adapter.attention_modules(stack)
+    chosen = list(range(len(modules))) if layers is None else sorted({int(x) for x in layers})
+    bad = [x for x in chosen if not 0 <= x < len(modules)]
+    if bad or not chosen:
+        raise ValueError(f"layer(s) {bad or chosen} out of range: {adapter.name} has layers 0..{len(modules) - 1}")
+    kind = "causal" if adapter.arch == "decoder" or stack == "decoder" else "self"
+    items = iter(items)
+    index_it = iter(indices) if indices is not None else None
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, unit="ex", desc=f"stream {adapter.name}")
+    count, position = 0, 0
+    try:
+        while True:
+            window = []
+            for item in items:
+                idx = next(index_it) if index_it is not None else position
+                position += 1
+                window.append((idx, item))
+                if len(window) == batch_size * sort_window:
+                    break
+            if not window:
+                break
+            encs = [adapter.encode(*_text_and_spans(item), truncate=truncate) for _, item in window]
+            order = sorted(range(len(window)), key=lambda k: len(encs[k]))
+            for start in range(0, len(order), batch_size):
+                part = order[start:start + batch_size]
+                meta = BatchMeta(indices=tuple(window[k][0] for k in part),
+                                 items=tuple(window[k][1] for k in part), layers=tuple(chosen))
+                _forward(adapter, [encs[k] for k in part], meta, on_layer, modules, kind, last_rows)
+                count += len(part)
+                if bar is not None:
+                    bar.update(len(part))
+    finally:
+        if bar is not None:
+            bar.close()
+    return count
+
+
+def _forward(adapter, encs, meta: BatchMeta, on_layer, modules, kind, last_rows) -> None:
+    """One forward of a batch with a hook per chosen layer that hands its probs on."""
+    inputs = adapter.batch(encs)
+    hooks = HookSet()
+
+    def hook(layer):
+        def fn(module, args, output):
+            probs = output[-1] if isinstance(output, tuple) else None
+            if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
+                raise RuntimeError(f"layer {layer} returned no attention probabilities although eager "
+                                   "attention was requested; this model family is not supported")
+            on_layer(LayerBatch(layer, probs.detach(), encs, meta, kind, source, adapter.name, last_rows))
+        return fn
+
+    with eager_attention(adapter.model) as source, torch.no_grad():
+        try:
+            for layer in meta.layers:
+                hooks.forward(modules[layer], hook(layer))
+            adapter.model(**inputs)
+        finally:
+            hooks.remove()
+
+
+def feed(accumulators: Sequence) -> Callable[[LayerBatch], None]:
+    """An ``on_layer`` callback that gives every accumulator
+    ``update(layer, batch.maps(), batch.meta)``."""
+    def on_layer(batch: LayerBatch) -> None:
+        maps = batch.maps()
+        for acc in accumulators:
+            acc.update(batch.layer, maps, batch.meta)
+    return on_layer
