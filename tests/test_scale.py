@@ -374,7 +374,7 @@ def test_ray_store_equals_one_process_store_and_resumes(ray_cluster, llama, llam
     store = engine.capture(llama_dir, corpus, tmp_path / "ray", manifest=manifest, batch_size=4, engine="ray",
                            workers=2, block_size=RAY_BLOCK)
     assert store.ids == local.ids == list(range(2 * RAY_BLOCK))
-    assert {r["shard"] for r in store.records} == {"shard-00000-r.safetensors", "shard-00004-r.safetensors"}
+    assert {r["shard"] for r in store.records} == {"shard-00000000.safetensors", "shard-00000004.safetensors"}
     for x, y in zip(store, local):
         assert (x.tokens, x.word_ids, x.words, x.layers) == (y.tokens, y.word_ids, y.words, y.layers)
         # blocks of 4 are batched otherwise than one process's length-sorted window:
