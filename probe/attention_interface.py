@@ -119,13 +119,17 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
     key, value = repeat_kv(key, n_heads), repeat_kv(value, n_heads)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    # in place where the result has the scores' shape: each out-of-place step of a long
+    # input allocates (and page-faults) another [batch, heads, q, k] tensor; same values
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(scaling)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if position_bias is not None:
         scores = scores + position_bias
     if attention_mask is not None:
-        scores = scores + attention_mask[..., : key.shape[-2]]
+        mask = attention_mask[..., : key.shape[-2]]
+        in_place = mask.dtype == scores.dtype and torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
+        scores = scores.add_(mask) if in_place else scores + mask
     sinks = getattr(module, "sinks", None)
     if torch.is_tensor(sinks):
         sink = sinks.reshape(1, -1, 1, 1).expand(scores.shape[0], -1, scores.shape[2], 1).to(scores.dtype)
