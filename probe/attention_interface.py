@@ -136,6 +136,11 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         logits = torch.cat([scores, sink], dim=-1)
         logits = logits - logits.max(dim=-1, keepdim=True).values
         weights = torch.softmax(logits, dim=-1)[..., :-1]
+    elif (scores.device.type == "cpu" and scores.dtype == torch.float32 and scores.is_contiguous()
+          and not (torch.is_grad_enabled() and scores.requires_grad)):
+        # same kernel, written over the scores (no third [b, h, q, k] tensor; the CPU
+        # last-dim kernel reads each row before writing it — tests check equality)
+        weights = torch.ops.aten.softmax.int_out(scores, -1, None, out=scores).to(query.dtype)
     else:
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     if dropout and module.training:
