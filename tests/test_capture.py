@@ -256,3 +256,19 @@ def test_eager_attention_in_place_steps_give_the_out_of_place_values_exactly():
     assert torch.equal(weights, ref)
     assert torch.equal(out, torch.matmul(ref, v).transpose(1, 2).contiguous())
     assert float(weights[1, :, :, 5:].abs().max()) == 0.0
+
+
+def test_layer_by_layer_trimming_gives_the_stacked_maps(minilm, monkeypatch):
+    """Large batches are trimmed layer by layer (each record released once copied); small
+    ones with one stack per example. Forcing the large-batch path on a mixed-length batch
+    must give the same maps, padding left out, each its own contiguous tensor."""
+    import importlib
+
+    capture_module = importlib.import_module("probe.capture")
+    stacked = capture(minilm, TEXTS, layers=[0, 3, 5])
+    monkeypatch.setattr(capture_module, "STACK_BYTES", 0)
+    by_layer = capture(minilm, TEXTS, layers=[0, 3, 5])
+    assert len({m.attentions.shape[-1] for m in by_layer}) > 1  # the batch really was padded
+    for s, b in zip(stacked, by_layer):
+        assert b.attentions.is_contiguous() and b.attentions.dtype == torch.float32
+        assert torch.equal(s.attentions, b.attentions)
