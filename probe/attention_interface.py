@@ -119,19 +119,28 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
     key, value = repeat_kv(key, n_heads), repeat_kv(value, n_heads)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    # in place where the result has the scores' shape: each out-of-place step of a long
+    # input allocates (and page-faults) another [batch, heads, q, k] tensor; same values
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(scaling)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if position_bias is not None:
         scores = scores + position_bias
     if attention_mask is not None:
-        scores = scores + attention_mask[..., : key.shape[-2]]
+        mask = attention_mask[..., : key.shape[-2]]
+        in_place = mask.dtype == scores.dtype and torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
+        scores = scores.add_(mask) if in_place else scores + mask
     sinks = getattr(module, "sinks", None)
     if torch.is_tensor(sinks):
         sink = sinks.reshape(1, -1, 1, 1).expand(scores.shape[0], -1, scores.shape[2], 1).to(scores.dtype)
         logits = torch.cat([scores, sink], dim=-1)
         logits = logits - logits.max(dim=-1, keepdim=True).values
         weights = torch.softmax(logits, dim=-1)[..., :-1]
+    elif (scores.device.type == "cpu" and scores.dtype == torch.float32 and scores.is_contiguous()
+          and not (torch.is_grad_enabled() and scores.requires_grad)):
+        # same kernel, written over the scores (no third [b, h, q, k] tensor; the CPU
+        # last-dim kernel reads each row before writing it — tests check equality)
+        weights = torch.ops.aten.softmax.int_out(scores, -1, None, out=scores).to(query.dtype)
     else:
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     if dropout and module.training:

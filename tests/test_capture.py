@@ -238,3 +238,37 @@ def test_words_without_a_token_are_absorbed_and_counted(minilm):
     # the ZWJ word's row is the row of token "x" (index 1), restricted to word columns
     assert torch.allclose(att[:, :, 1, 2], a[:, :, 1, 2], atol=1e-6)
     assert torch.allclose(att[:, :, 1], att[:, :, 0], atol=1e-6)
+
+
+def test_eager_attention_in_place_steps_give_the_out_of_place_values_exactly():
+    """eager_attention scales, masks and softmaxes in place on CPU (no extra
+    [batch, head, q, k] tensors on long inputs): the values must equal, bit for bit, the
+    out-of-place formula transformers' eager functions use."""
+    from probe.attention_interface import eager_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 4, generator=g) for _ in range(3))
+    mask = torch.zeros(2, 1, 7, 7)
+    mask[1, :, :, 5:] = torch.finfo(torch.float32).min  # padded keys of the second example
+    module = torch.nn.Module()
+    out, weights = eager_attention(module, q, k, v, mask, scaling=0.5)
+    ref = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * 0.5 + mask, dim=-1)
+    assert torch.equal(weights, ref)
+    assert torch.equal(out, torch.matmul(ref, v).transpose(1, 2).contiguous())
+    assert float(weights[1, :, :, 5:].abs().max()) == 0.0
+
+
+def test_layer_by_layer_trimming_gives_the_stacked_maps(minilm, monkeypatch):
+    """Large batches are trimmed layer by layer (each record released once copied); small
+    ones with one stack per example. Forcing the large-batch path on a mixed-length batch
+    must give the same maps, padding left out, each its own contiguous tensor."""
+    import importlib
+
+    capture_module = importlib.import_module("probe.capture")
+    stacked = capture(minilm, TEXTS, layers=[0, 3, 5])
+    monkeypatch.setattr(capture_module, "STACK_BYTES", 0)
+    by_layer = capture(minilm, TEXTS, layers=[0, 3, 5])
+    assert len({m.attentions.shape[-1] for m in by_layer}) > 1  # the batch really was padded
+    for s, b in zip(stacked, by_layer):
+        assert b.attentions.is_contiguous() and b.attentions.dtype == torch.float32
+        assert torch.equal(s.attentions, b.attentions)
