@@ -48,6 +48,12 @@ class ReportContext:
     quiet: bool = True
     workdir: Optional[object] = None
 
+    @property
+    def engine_run(self) -> None:
+        """The report runs its sections in this process (``probe report`` has no ``--engine``:
+        it keeps every example's maps for its pages), so analyses take their local path."""
+        return None
+
     def say(self, line: str) -> None:
         """A line for people: logged (the report lists its choices in the notes)."""
         import logging
