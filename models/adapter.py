@@ -275,22 +275,28 @@ class ModelAdapter:
         truncated = set(long)
         rust = getattr(enc, "encodings", None) if not long else None  # the fast tokenizer's own
         aligned = align_batch(offsets, special, spans)
+        # one tensor per batch for the ids and one for the special mask, each example a
+        # slice of its own (cloned: an example never keeps the whole batch alive)
+        lengths = [len(x) for x in ids]
+        all_ids = torch.tensor([i for x in ids for i in x], dtype=torch.long).split(lengths)
+        all_special = torch.tensor([m for x in special for m in x], dtype=torch.bool).split(lengths)
         out = []
         for k, text in enumerate(texts):
             word_ids, covered = aligned[k]
             sp = spans[k]
             if k in truncated:
                 sp = sp[: (max(covered) if covered else -1) + 1]
-            absorbed = absorbing_tokens(offsets[k], special[k], sp, covered)
+            absorbed = absorbing_tokens(offsets[k], special[k], sp, covered) if len(covered) < len(sp) else {}
             out.append(Encoding(
                 text=text,
-                input_ids=torch.tensor(ids[k], dtype=torch.long),
+                input_ids=all_ids[k].clone(),
                 tokens=tuple(rust[k].tokens if rust else self.tokenizer.convert_ids_to_tokens(ids[k])),
                 word_ids=word_ids,
-                special_mask=torch.tensor(special[k], dtype=torch.bool),
-                words=tuple(text[a:b] for a, b in sp),
-                word_spans=tuple(tuple(x) for x in sp),
-                unaligned_words=tuple(w for w in range(len(sp)) if w not in covered and w not in absorbed),
+                special_mask=all_special[k].clone(),
+                words=tuple([text[a:b] for a, b in sp]),
+                word_spans=tuple([x if type(x) is tuple else tuple(x) for x in sp]),
+                unaligned_words=(() if len(covered) == len(sp) else
+                                 tuple(w for w in range(len(sp)) if w not in covered and w not in absorbed)),
                 absorbed_words=tuple(sorted(absorbed.items())),
                 truncated=k in truncated,
             ))

@@ -40,8 +40,28 @@ def align_loop(offsets: Sequence, special: Sequence, spans: Sequence) -> tuple[t
     return tuple(word_ids), covered
 
 
-def _in_order(spans: np.ndarray) -> bool:
-    return len(spans) < 2 or bool((np.diff(spans[:, 0]) >= 0).all() and (np.diff(spans[:, 1]) >= 0).all())
+def _flat_pairs(rows: Sequence[Sequence]) -> tuple[np.ndarray, np.ndarray]:
+    """All ``(start, end)`` pairs of a batch as one ``[total, 2]`` int64 array (one numpy
+    conversion for the batch, not one per example) and each example's count."""
+    counts = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    flat = [pair for r in rows for pair in r]
+    if not flat:
+        return np.zeros((0, 2), np.int64), counts
+    return np.asarray(flat, dtype=np.int64).reshape(-1, 2), counts
+
+
+def _examples_in_order(w: np.ndarray, n_w: np.ndarray) -> np.ndarray:
+    """Per example, whether its word spans' starts and ends never decrease (the searchsorted
+    alignment needs reading order), from the concatenated spans ``w`` ``[total, 2]``."""
+    bad = np.zeros(len(n_w), dtype=bool)
+    if len(w) > 1:
+        step_down = ((np.diff(w[:, 0]) < 0) | (np.diff(w[:, 1]) < 0))
+        boundary = np.cumsum(n_w)[:-1]  # a step from one example into the next is no fault
+        inside = np.ones(len(w) - 1, dtype=bool)
+        inside[boundary[(boundary > 0) & (boundary < len(w))] - 1] = False
+        ex = np.repeat(np.arange(len(n_w)), n_w)[1:]
+        np.logical_or.at(bad, ex[step_down & inside], True)
+    return ~bad
 
 
 def align_batch(offsets: Sequence[Sequence], special: Sequence[Sequence], spans: Sequence[Sequence]) -> list:
@@ -56,21 +76,20 @@ def align_batch(offsets: Sequence[Sequence], special: Sequence[Sequence], spans:
         per example ``(word_ids, covered)`` as :func:`align_loop` returns them.
     """
     n_ex = len(offsets)
-    tok = [np.asarray(o, dtype=np.int64).reshape(-1, 2) for o in offsets]
-    wsp = [np.asarray(sp, dtype=np.int64).reshape(-1, 2) for sp in spans]
-    ordered = [_in_order(w) for w in wsp]
+    t, n_tok = _flat_pairs(offsets)
+    w, n_w = _flat_pairs(spans)
+    ordered = _examples_in_order(w, n_w)
     out: list = [None] * n_ex
-    for k in range(n_ex):
-        if not ordered[k]:
+    if not ordered.all():  # spans out of reading order: the per-token definition
+        for k in np.flatnonzero(~ordered):
             out[k] = align_loop(offsets[k], special[k], spans[k])
+        keep_t, keep_w = np.repeat(ordered, n_tok), np.repeat(ordered, n_w)
+        t, w = t[keep_t], w[keep_w]
     ks = [k for k in range(n_ex) if ordered[k]]
     if not ks:
         return out
-    n_tok = np.array([len(tok[k]) for k in ks])
-    n_w = np.array([len(wsp[k]) for k in ks])
-    t = np.concatenate([tok[k] for k in ks]) if n_tok.sum() else np.zeros((0, 2), np.int64)
-    w = np.concatenate([wsp[k] for k in ks]) if n_w.sum() else np.zeros((0, 2), np.int64)
-    sp = np.concatenate([np.asarray(special[k], dtype=bool).reshape(-1) for k in ks])
+    n_tok, n_w = n_tok[ordered], n_w[ordered]
+    sp = np.fromiter((x for k in ks for x in special[k]), dtype=bool, count=int(n_tok.sum()))
     ex_t = np.repeat(np.arange(len(ks)), n_tok)
     ex_w = np.repeat(np.arange(len(ks)), n_w)
     big = int(max(t.max(initial=0), w.max(initial=0))) + 2
@@ -91,10 +110,10 @@ def align_batch(offsets: Sequence[Sequence], special: Sequence[Sequence], spans:
         best = np.where(better, cand, best)
         best_overlap = np.where(better, overlap, best_overlap)
     w_start = np.concatenate([[0], np.cumsum(n_w)])[:-1]
-    local = np.where(best >= 0, best - w_start[ex_t], -1)
-    t_start = np.concatenate([[0], np.cumsum(n_tok)])
+    local = np.where(best >= 0, best - w_start[ex_t], -1).tolist()
+    t_start = np.concatenate([[0], np.cumsum(n_tok)]).tolist()
     for i, k in enumerate(ks):
-        ids = local[t_start[i]: t_start[i + 1]].tolist()
+        ids = local[t_start[i]: t_start[i + 1]]
         word_ids = tuple(None if x < 0 else x for x in ids)
         out[k] = (word_ids, {x for x in ids if x >= 0})
     return out
