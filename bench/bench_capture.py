@@ -6,7 +6,8 @@ side in one run, and peak memory of capturing a treebank to a store.
 For n = 32, 128, 512 tokens (a batch of different EWT dev passages of that length) it
 runs, interleaved (A B C A B C …, torch 1 thread) and prints the medians and ratios of:
 the eager forward returning its attention maps on the already tokenized batch (the
-floor), the same batch through the capture hooks and per-example trimming, and
+floor; under ``torch.no_grad`` as users run it, and under ``torch.inference_mode`` as the
+capture runs its own forward), the same batch through the capture hooks and per-example trimming, and
 ``probe.capture`` end to end from text (one tokenizer call with offsets, vectorised word
 alignment, batching, hooks, trimming). Then the peak RSS of ``probe capture --conllu
 EWT-dev`` at two corpus sizes (memory bounded by one batch means the two peaks are close).
@@ -59,8 +60,8 @@ def throughput(repeats: int, batch: int):
 
     adapter = load_model("minilm")
     model = adapter.model
-    print(f"{'n':>5} {'tokens':>7} {'eager+attn s':>13} {'hooks s':>9} {'capture s':>10} "
-          f"{'hooks/eager':>12} {'capture/eager':>14}")
+    print(f"{'n':>5} {'tokens':>7} {'eager+attn s':>13} {'(inf.) s':>10} {'hooks s':>9} {'capture s':>10} "
+          f"{'hooks/eager':>12} {'capture/eager':>14} {'capture/inf.':>14}")
     for n in (32, 128, 512):
         texts = ewt_texts(adapter, n, batch)
         encs = adapter.encode_batch(texts, truncate=True)
@@ -71,19 +72,26 @@ def throughput(repeats: int, batch: int):
             with torch.no_grad():
                 model(**inputs, output_attentions=True)
 
+        def eager_inference():
+            # the same under inference_mode, as capture runs its forward: the strictest floor
+            with torch.inference_mode():
+                model(**inputs, output_attentions=True)
+
         # eager set once, outside the timings (switching costs ~1 ms; capture switches to
         # its own interface implementation per batch, inside its timing, and back)
         model.set_attn_implementation("eager")
         res = interleaved({
             "eager": eager_forward,
+            "eager_inf": eager_inference,
             # the same batch through the capture hooks and per-example trimming (no tokenization)
             "hooks": lambda: _capture_batch(adapter, encs, None, None, "encoder", False, torch.float32),
             # end to end from text: tokenization with word alignment, batching, hooks, trimming
             "capture": lambda: capture(adapter, texts, batch_size=batch, truncate=True),
         }, repeats)
         model.set_attn_implementation("sdpa")
-        e, h, c = res["eager"], res["hooks"], res["capture"]
-        print(f"{n:>5} {inputs['input_ids'].shape[1]:>7} {e:>13.4f} {h:>9.4f} {c:>10.4f} {h / e:>12.3f} {c / e:>14.3f}")
+        e, ei, h, c = res["eager"], res["eager_inf"], res["hooks"], res["capture"]
+        print(f"{n:>5} {inputs['input_ids'].shape[1]:>7} {e:>13.4f} {ei:>10.4f} {h:>9.4f} {c:>10.4f} "
+              f"{h / e:>12.3f} {c / e:>14.3f} {c / ei:>14.3f}")
 
 
 def peak_rss_of_store_capture(limit: int) -> tuple[float, float]:
