@@ -134,10 +134,12 @@ def part_ray(args) -> None:
     adapter = load_model("minilm")
     variants = {
         "one process": lambda: run_corpus(adapter, sents, [LayerwiseHeadFeatures()], batch_size=16),
+        # one torch thread per actor, as the one process has (by default a lone worker would
+        # take every CPU of the local cluster)
         "ray 1 worker": lambda: run_corpus("minilm", sents, [LayerwiseHeadFeatures()], engine="ray", workers=1,
-                                           block_size=args.block_size, batch_size=16),
+                                           block_size=args.block_size, batch_size=16, threads_per_worker=1),
         "ray 2 workers": lambda: run_corpus("minilm", sents, [LayerwiseHeadFeatures()], engine="ray", workers=2,
-                                            block_size=args.block_size, batch_size=16),
+                                            block_size=args.block_size, batch_size=16, threads_per_worker=1),
     }
     import probe.app.engine.run as engine_run
 
@@ -167,7 +169,7 @@ def part_ray(args) -> None:
               f"(inside the job: {statistics.median(inside[k]):.1f} s summed over blocks; max |Δ feature| {diff:.1e})")
     r1, r2 = statistics.median(times["ray 1 worker"]), statistics.median(times["ray 2 workers"])
     print(f"  2 workers vs 1: {r1 / r2:.2f}× the throughput; Ray overhead with 1 worker: {r1 / base:.2f}× "
-          "(target ≤ 1.15×)")
+          f"(target ≤ 1.15×); 1-minute load average {os.getloadavg()[0]:.1f}")
 
 
 def part_costs(args) -> None:
@@ -226,7 +228,8 @@ def main() -> None:
     ap.add_argument("--skip-ray", action="store_true")
     ap.add_argument("--costs", action="store_true", help="only the per-token costs behind docs/scale.md")
     args = ap.parse_args()
-    print("machine: 2 cores shared with other jobs; numbers are medians of interleaved runs")
+    print(f"machine: {os.cpu_count()} cores, 1-minute load average {os.getloadavg()[0]:.1f}; "
+          "numbers are medians of interleaved runs")
     if args.costs:
         part_costs(args)
         return

@@ -380,3 +380,37 @@ def test_ray_store_equals_one_process_store_and_resumes(ray_cluster, llama, llam
         # blocks of 4 are batched otherwise than one process's length-sorted window:
         # the same forward up to float rounding of the padded batch (~1e-6)
         torch.testing.assert_close(x.attentions, y.attentions, atol=1e-5, rtol=0)
+
+
+def test_cpus_per_worker_packs_every_actor_onto_the_nodes():
+    from probe.app.engine.ray_engine import cpus_per_worker
+
+    assert cpus_per_worker([2.0], 1) == 2  # one worker on a 2-core box uses both cores
+    assert cpus_per_worker([2.0], 2) == 1
+    assert cpus_per_worker([8.0, 8.0], 2) == 8
+    assert cpus_per_worker([8.0, 8.0], 3) == 4  # 5 each would leave the third actor without a node
+    assert cpus_per_worker([16.0, 4.0], 2) == 8  # both fit on the big node
+    assert cpus_per_worker([16.0, 4.0], 6) == 3  # 5 on the big node, 1 on the small one
+    assert cpus_per_worker([1.0], 4) == 1  # more actors than CPUs: one each, Ray queues the rest
+
+
+class ThreadsJob:
+    """Reports the torch threads of the actor that ran the block."""
+
+    def run(self, adapter, items, indices):
+        from probe.app.engine.jobs import Part
+
+        return Part(first=int(indices[0]), value=torch.get_num_threads(), n_items=len(items))
+
+
+@pytest.mark.slow
+def test_one_ray_worker_takes_every_cpu_of_the_local_cluster(ray_cluster, llama_dir):
+    from probe.app.engine.ray_engine import _node_cpus, cpus_per_worker
+    from probe.app.engine.run import run_job
+
+    want = cpus_per_worker(_node_cpus(ray_cluster), 1)
+    assert want == int(ray_cluster.cluster_resources()["CPU"]) >= 2
+    parts = run_job(llama_dir, ["a b c", "d e f", "g h"], ThreadsJob(), engine="ray", workers=1, block_size=2)
+    assert [p.value for p in parts] == [want, want]
+    parts = run_job(llama_dir, ["a b c", "d e f", "g h"], ThreadsJob(), engine="ray", workers=2, block_size=2)
+    assert [p.value for p in parts] == [want // 2] * 2

@@ -13,6 +13,7 @@ so a killed worker costs time, not results.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 from typing import Callable, Optional, Sequence
 
@@ -52,7 +53,8 @@ class BlockWorker:
 
 
 def ensure_ray(address: Optional[str], workers: int):
-    """Connect to ``address`` or start a local cluster with ``workers`` CPUs (once per process)."""
+    """Connect to ``address`` or start a local cluster (once per process) with this
+    machine's CPUs, at least ``workers``."""
     ray = require_ray()
     if not ray.is_initialized():
         kwargs = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
@@ -60,14 +62,38 @@ def ensure_ray(address: Optional[str], workers: int):
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(num_cpus=workers, **kwargs)
+            ray.init(num_cpus=max(workers, os.cpu_count() or 1), **kwargs)
     return ray
+
+
+def cpus_per_worker(node_cpus: Sequence[float], workers: int) -> int:
+    """The most CPUs each of ``workers`` actors can take so that all of them fit on nodes
+    with ``node_cpus`` CPUs each (1 when even that does not fit: Ray queues the rest).
+
+    Each actor runs torch with that many threads, so one worker on an 8-core machine uses
+    8 cores rather than 1.
+    """
+    best = 1
+    for c in range(1, int(max(node_cpus, default=1)) + 1):
+        if sum(int(n // c) for n in node_cpus) >= workers:
+            best = c
+    return best
+
+
+def _node_cpus(ray) -> list:
+    return [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
 
 
 def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job, *,
                address: Optional[str], workers: int, device: str, dtype: Optional[str],
-               on_part: Optional[Callable[[Part], None]], gpus_per_worker: int = 1, progress: bool = False) -> list:
+               on_part: Optional[Callable[[Part], None]], gpus_per_worker: int = 1,
+               threads_per_worker: Optional[int] = None, progress: bool = False) -> list:
     """Run ``job`` on every block (lists of corpus indices) with a pool of actors.
+
+    On CPUs each actor asks for ``threads_per_worker`` CPUs (default: as many as let all
+    ``min(workers, blocks)`` actors fit on the cluster's nodes, :func:`cpus_per_worker`)
+    and runs torch with that many threads; on GPUs, ``gpus_per_worker`` GPUs and one
+    thread.
 
     Returns:
         the parts in block order; ``on_part`` sees each as soon as every earlier block
@@ -82,12 +108,14 @@ def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job
     rows = [{"block": b, "payload": pickle.dumps(([int(i) for i in ids], [items[i] for i in ids]))}
             for b, ids in enumerate(blocks)]
     gpu = str(device).startswith("cuda") or device == "auto"
-    resources = {"num_gpus": gpus_per_worker} if gpu else {"num_cpus": 1}
+    size = min(workers, len(rows))
+    threads = 1 if gpu else (threads_per_worker or cpus_per_worker(_node_cpus(ray), size))
+    resources = {"num_gpus": gpus_per_worker} if gpu else {"num_cpus": threads}
     ds = ray.data.from_items(rows, override_num_blocks=len(rows))
     ds = ds.map_batches(BlockWorker, batch_size=1, batch_format="numpy",
-                        compute=ray.data.ActorPoolStrategy(size=min(workers, len(rows))),
+                        compute=ray.data.ActorPoolStrategy(size=size),
                         fn_constructor_kwargs=dict(model=model, device=device, dtype=dtype,
-                                                   job=cloudpickle.dumps(job)), **resources)
+                                                   job=cloudpickle.dumps(job), threads=threads), **resources)
     done: dict = {}
     ordered: list = []
     for row in ds.iter_rows():

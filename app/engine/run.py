@@ -4,7 +4,7 @@
 ``engine="ray"``: Ray Data holds the corpus as a dataset of blocks (``block_size``
 items each, the items themselves travel in the rows); a pool of ``workers`` actors,
 each loading the model once (``num_gpus=1`` per actor when the model runs on CUDA,
-else one CPU), runs the job on one block per call and returns a :class:`Part`; the
+else its share of the CPUs: all of a node for one worker), runs the job on one block per call and returns a :class:`Part`; the
 driver hands the parts to ``on_part`` in input order and merges them. Ray Data
 restarts an actor that died and retries its block on another actor, and a block's
 part depends on the block alone, so a run that lost a worker gives the same result.
@@ -79,7 +79,7 @@ def _check(engine: str, workers: int, block_size: int) -> None:
 def run_job(model, items: Sequence, job, *, engine: str = "local", address: Optional[str] = None,
             workers: int = 1, block_size: int = 64, device: str = "cpu", dtype: Optional[str] = None,
             on_part: Optional[Callable[[Part], None]] = None, skip: Sequence[int] = (),
-            gpus_per_worker: int = 1, progress: bool = False) -> list:
+            gpus_per_worker: int = 1, threads_per_worker: Optional[int] = None, progress: bool = False) -> list:
     """Run ``job`` over ``items`` and return its parts in input order.
 
     Args:
@@ -90,9 +90,11 @@ def run_job(model, items: Sequence, job, *, engine: str = "local", address: Opti
         engine: ``local`` or ``ray``; address: an existing cluster (``ray://…`` or
             ``auto``), default a local one with ``workers`` CPUs.
         workers: actors in the pool; block_size: items per block (one actor call).
-        device: where each worker runs the model: ``cpu`` (one CPU per actor),
+        device: where each worker runs the model: ``cpu`` (``threads_per_worker`` CPUs per actor),
             ``cuda`` (``gpus_per_worker`` GPUs per actor, default 1) or ``auto``
             (an ``hf:`` model placed over the actor's ``gpus_per_worker`` GPUs).
+        threads_per_worker: CPUs (torch threads) per CPU actor; default as many as let
+            every actor fit (:func:`probe.app.engine.ray_engine.cpus_per_worker`).
         on_part: called with each part, in input order, as soon as all earlier parts
             are done (e.g. to append a store's index).
         skip: corpus indices not to run (already done: a resumed store).
@@ -120,13 +122,14 @@ def run_job(model, items: Sequence, job, *, engine: str = "local", address: Opti
 
     blocks = [todo[s:s + block_size] for s in range(0, len(todo), block_size)]
     return run_blocks(model, items, blocks, job, address=address, workers=workers, device=device, dtype=dtype,
-                      on_part=on_part, gpus_per_worker=gpus_per_worker, progress=progress)
+                      on_part=on_part, gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker,
+                      progress=progress)
 
 
 def run_corpus(model, corpus: Sequence, accumulators: Sequence, *, engine: str = "local",
                address: Optional[str] = None, workers: int = 1, batch_size: int = 16, block_size: int = 64,
                device: str = "cpu", dtype: Optional[str] = None, last_rows: Optional[int] = None,
-               progress: bool = False):
+               threads_per_worker: Optional[int] = None, progress: bool = False):
     """Stream ``corpus`` through the model into ``accumulators`` (capture + accumulate).
 
     Returns:
@@ -136,7 +139,8 @@ def run_corpus(model, corpus: Sequence, accumulators: Sequence, *, engine: str =
     """
     job = StreamJob(accumulators, batch_size=batch_size, last_rows=last_rows)
     parts = run_job(model, list(corpus), job, engine=engine, address=address, workers=workers,
-                    block_size=block_size, device=device, dtype=dtype, progress=progress)
+                    block_size=block_size, device=device, dtype=dtype, threads_per_worker=threads_per_worker,
+                    progress=progress)
     if not parts:
         raise ValueError("the corpus is empty: nothing to analyse")
     return StreamJob.merge(parts), sorted(x for p in parts for x in p.long)
