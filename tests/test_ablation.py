@@ -240,6 +240,19 @@ def test_bootstrap_ci_covers_mean_and_shrinks_with_n():
     np.testing.assert_allclose([const_lo, const_hi], 3.0)
 
 
+def test_one_example_gives_no_interval_and_no_significant_head(minilm):
+    """A bootstrap over one example resamples it every time: the interval is NaN, not the
+    zero-width [x, x] that would call every head that moved at all significant."""
+    lo, hi = bootstrap_mean_ci(np.array([[0.5], [-0.2]]))
+    assert np.isnan(lo).all() and np.isnan(hi).all()
+    assert all(np.isnan(bootstrap_mean_ci(np.array([0.5]))))
+    from probe.analyses.necessity.ablation import sweep_heads
+
+    res = sweep_heads(minilm, ["The cat sat on the mat."], metric="embedding-drift", heads=[(5, 11), (0, 0)])
+    assert (res.table["delta"].abs() > 0).all()  # the heads do move the output
+    assert res.table[["ci_low", "ci_high"]].isna().all().all()
+
+
 # ---- bad input ----------------------------------------------------------------------
 def test_loss_on_headless_encoder_names_the_metrics_that_apply(minilm):
     with pytest.raises(ValueError, match="headless encoder.*metrics that apply: embedding-drift"):

@@ -195,3 +195,12 @@ def test_cli_groups(tmp_path):
     res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "5",
                                           "--group", "0.7", "--out", str(tmp_path / "bad2")])
     assert res.exit_code != 0 and "head" in res.output and not (tmp_path / "bad2" / "groups.csv").exists()
+
+
+def test_one_pair_gives_no_interval(minilm):
+    from probe.analyses.necessity.patching import patch_heads
+
+    res = patch_heads(minilm, ["The cat sat on the mat."], ["mat the on sat cat The."], "embedding-drift",
+                      heads=[(5, 11), (2, 3)])
+    assert res.table["restored"].notna().all()
+    assert res.table[["ci_low", "ci_high"]].isna().all().all()

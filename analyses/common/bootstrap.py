@@ -34,7 +34,9 @@ def bootstrap_mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed
         confidence: the interval's coverage, in (0, 1).
 
     Returns:
-        ``(low, high)``, each ``[k]`` (or scalars for 1-d input).
+        ``(low, high)``, each ``[k]`` (or scalars for 1-d input); NaN from a single
+        example (every resample is that example: a zero-width interval would claim a
+        certainty one example cannot give).
 
     Raises:
         ValueError: confidence outside (0, 1), empty input.
@@ -44,6 +46,9 @@ def bootstrap_mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed
     v = np.asarray(values, dtype=np.float64)
     flat = v.ndim == 1
     v = np.atleast_2d(v)
+    if v.shape[1] == 1:
+        nan = np.full(v.shape[0], np.nan)
+        return (nan[0], nan[0]) if flat else (nan, nan.copy())
     counts = resample_counts(v.shape[1], n_boot, seed)
     means = v @ counts.T / v.shape[1]  # [k, n_boot]
     alpha = (1 - confidence) / 2

@@ -87,8 +87,13 @@ def corrupt_zoo(task: str, examples: Sequence[dict], seed: int = 0) -> list:
 
 
 def _ratio_ci(clean, corrupted, patched, n_boot, confidence, seed):
-    counts = resample_counts(clean.shape[0], n_boot, seed)
+    """Percentile interval of the restored fraction over resampled pairs, per head (NaN
+    from a single pair: no interval)."""
     n = clean.shape[0]
+    if n < 2:
+        nan = np.full(patched.shape[0], np.nan)
+        return nan, nan.copy()
+    counts = resample_counts(n, n_boot, seed)
     c, k = counts @ clean / n, counts @ corrupted / n  # [n_boot]
     p = patched @ counts.T / n  # [heads, n_boot]
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -50,6 +50,9 @@ def run(ctx) -> Result:
     notes = [f"{p['mode']}-ablation of each head alone{cut}, metric {name} ({res.path}): {len(t)} heads, "
              f"{len(corpus)} examples; {sig} change it with a 95% CI excluding 0; largest: "
              + ", ".join(f"{head_name(r.layer, r.head)} Δ={r.delta:+.4g}" for r in top.itertuples())]
+    if len(corpus) < 2:
+        notes.append("1 example: no confidence interval (ci_low/ci_high are empty), so no head is called "
+                     "significant; give at least 2 examples")
     if gt is not None:
         notes.append(group_note(gt))
     summary = {"model": model, "examples": len(corpus), "metric": name, "mode": p["mode"],

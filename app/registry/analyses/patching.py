@@ -71,6 +71,8 @@ def run(ctx) -> Result:
 
     notes = [f"{len(clean)} pairs, metric {name}; most restoring: "
              + ", ".join(f"{head_name(r.layer, r.head)} {r.restored:.2f}" for r in best.itertuples())]
+    if len(clean) < 2:
+        notes.append("1 pair: no confidence interval (ci_low/ci_high are empty); give at least 2 pairs")
     if gt is not None:
         notes.append(group_note(gt))
     summary = {"model": ctx.adapter.name, "pairs": len(clean), "metric": name, "path": res.path,
