@@ -4,7 +4,7 @@ side in one run, and peak memory of capturing a treebank to a store.
     python bench/bench_capture.py [--repeats 9] [--batch 16] [--no-store]
 
 For n = 32, 128, 512 tokens (a batch of different EWT dev passages of that length) it
-runs, interleaved (A B C A B C …, torch 1 thread) and prints the medians and ratios of:
+runs, interleaved (each round every variant once, in a seeded random order; torch 1 thread) and prints the medians and ratios of:
 the eager forward returning its attention maps on the already tokenized batch (the
 floor; under ``torch.no_grad`` as users run it, and under ``torch.inference_mode`` as the
 capture runs its own forward), the same batch through the capture hooks and per-example trimming, and
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -41,15 +42,20 @@ def ewt_texts(adapter, n: int, batch: int) -> list[str]:
     return [adapter.tokenizer.decode(ids[k * (n - 2):(k + 1) * (n - 2)]) for k in range(batch)]
 
 
-def interleaved(fns: dict, repeats: int) -> dict:
-    """Median seconds of each function, run A B C A B C … after one warm-up round."""
+def interleaved(fns: dict, repeats: int, seed: int = 0) -> dict:
+    """Median seconds of each function over ``repeats`` rounds after one warm-up round;
+    each round runs every function once, in a seeded random order (a fixed order A B C
+    would always give C the memory state B left behind)."""
     for fn in fns.values():
         fn()
     times = {k: [] for k in fns}
+    rng = random.Random(seed)
     for _ in range(repeats):
-        for k, fn in fns.items():
+        order = list(fns)
+        rng.shuffle(order)
+        for k in order:
             t = time.perf_counter()
-            fn()
+            fns[k]()
             times[k].append(time.perf_counter() - t)
     return {k: statistics.median(v) for k, v in times.items()}
 
