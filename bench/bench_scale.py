@@ -13,11 +13,15 @@ the child's own peak RSS), variants interleaved A B A B:
 on MiniLM (6 layers × 12 heads) and a random Llama of 24 layers × 4 heads (hidden 64,
 saved as an ``hf:`` directory; the MiniLM tokenizer).
 
-Part 2, throughput of the token-level head features over the first ``--ray-sentences``
-EWT dev sentences on MiniLM: one process (the streaming path, one torch thread), Ray
-with 1 worker and Ray with 2 workers (one torch thread each), interleaved, medians of
-``--repeats``. The Ray times include starting the actor pool (each actor loads the
-model) but not starting the local cluster, which is printed once.
+Part 2, throughput of the token-level head features over the first ``--ray-small`` and
+``--ray-sentences`` EWT dev sentences on MiniLM: one process (the streaming path, one
+torch thread), Ray with 1 worker and Ray with 2 workers (one torch thread each),
+interleaved in a seeded random order, medians of ``--repeats``. Every variant starts from
+the model's name: the one process loads the model, the Ray runs start the actor pool
+(each actor imports torch and loads the model); starting the local cluster is not
+counted (printed once; an ``--address`` cluster is already up). Two corpus sizes separate
+the fixed cost of a run (start-up) from its marginal cost per sentence (the slope): the
+Ray overhead is quoted both ways.
 
     python bench/bench_scale.py                  # everything (~10 min on a shared 2-core box)
     python bench/bench_scale.py --skip-ray       # part 1 only
@@ -118,6 +122,8 @@ def part_memory(args, tmp: Path) -> None:
 
 
 def part_ray(args) -> None:
+    import random
+
     import torch
 
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
@@ -127,49 +133,57 @@ def part_ray(args) -> None:
     from probe.models import load_model
 
     torch.set_num_threads(1)
-    sents = read_conllu(EWT, limit=args.ray_sentences)
+    sizes = (args.ray_small, args.ray_sentences)
+    corpora = {n: read_conllu(EWT, limit=n) for n in sizes}
+    sizes = tuple(len(corpora[n]) for n in sizes)
+    corpora = {len(c): c for c in corpora.values()}
     t = time.perf_counter()
-    ensure_ray(None, 2)
-    print(f"\nRay local cluster (2 CPUs) started in {time.perf_counter() - t:.1f} s (not counted below)")
-    adapter = load_model("minilm")
-    variants = {
-        "one process": lambda: run_corpus(adapter, sents, [LayerwiseHeadFeatures()], batch_size=16),
-        # one torch thread per actor, as the one process has (by default a lone worker would
-        # take every CPU of the local cluster)
-        "ray 1 worker": lambda: run_corpus("minilm", sents, [LayerwiseHeadFeatures()], engine="ray", workers=1,
-                                           block_size=args.block_size, batch_size=16, threads_per_worker=1),
-        "ray 2 workers": lambda: run_corpus("minilm", sents, [LayerwiseHeadFeatures()], engine="ray", workers=2,
-                                            block_size=args.block_size, batch_size=16, threads_per_worker=1),
-    }
-    import probe.app.engine.run as engine_run
+    ray = ensure_ray(None, 2)
+    print(f"\nRay local cluster ({ray.cluster_resources().get('CPU', 0):.0f} CPUs) started in "
+          f"{time.perf_counter() - t:.1f} s (not counted below)")
+    load_model("minilm")  # warm the file cache; each run below loads the model itself
 
-    inside = {k: [] for k in variants}
-    real_merge = engine_run.StreamJob.merge
+    def runner(engine: str, workers: int):
+        def run(sents):
+            if engine == "local":  # from the model's name to the result, as a Ray worker does
+                return run_corpus("minilm", sents, [LayerwiseHeadFeatures()], batch_size=16)
+            # one torch thread per actor, as the one process has (by default a lone worker
+            # would take every CPU of the local cluster)
+            return run_corpus("minilm", sents, [LayerwiseHeadFeatures()], engine="ray", workers=workers,
+                              block_size=args.block_size, batch_size=16, threads_per_worker=1)
+        return run
 
-    def merge_and_time(parts):  # the seconds each block spent inside job.run
-        inside[current].append(sum(p.seconds for p in parts))
-        return real_merge(parts)
-
-    engine_run.StreamJob.merge = staticmethod(merge_and_time)
-    times = {k: [] for k in variants}
+    variants = {"one process": runner("local", 1), "ray 1 worker": runner("ray", 1),
+                "ray 2 workers": runner("ray", 2)}
+    times = {(k, n): [] for k in variants for n in sizes}
     results = {}
+    rng = random.Random(0)
     for _ in range(args.repeats):
-        for current, fn in variants.items():  # interleaved
+        order = list(times)
+        rng.shuffle(order)  # interleaved, in a seeded random order per round
+        for k, n in order:
             t = time.perf_counter()
-            (acc,), _ = fn()
-            times[current].append(time.perf_counter() - t)
-            results[current] = acc.result()
-    base = statistics.median(times["one process"])
-    print(f"head features (token level) of {len(sents)} EWT dev sentences on MiniLM, block size {args.block_size}, "
-          f"median of {args.repeats}:")
-    for k, v in times.items():
-        med = statistics.median(v)
+            (acc,), _ = variants[k](corpora[n])
+            times[k, n].append(time.perf_counter() - t)
+            if n == sizes[1]:
+                results[k] = acc.result()
+    med = {key: statistics.median(v) for key, v in times.items()}
+    small, big = sizes
+    print(f"head features (token level) of EWT dev sentences on MiniLM, one torch thread per process, block size "
+          f"{args.block_size or 'auto'}, medians of {args.repeats} interleaved runs at {small} and {big} sentences; "
+          f"marginal = (t({big}) − t({small})) / {big - small} sentences, fixed = t({small}) − marginal × {small}:")
+    print(f"  {'':<14} {'t(' + str(small) + ') s':>9} {'t(' + str(big) + ') s':>10} {'fixed s':>8} "
+          f"{'marginal sent/s':>16} {'marginal ×':>11} {'end-to-end ×':>13} {'max |Δ|':>8}")
+    marginal = {k: (med[k, big] - med[k, small]) / (big - small) for k in variants}
+    for k in variants:
+        fixed = med[k, small] - marginal[k] * small
         diff = (results[k].select_dtypes("number") - results["one process"].select_dtypes("number")).abs().max().max()
-        print(f"  {k:<14} {med:7.1f} s  {len(sents) / med:6.1f} sentences/s  {med / base:5.2f}× one process  "
-              f"(inside the job: {statistics.median(inside[k]):.1f} s summed over blocks; max |Δ feature| {diff:.1e})")
-    r1, r2 = statistics.median(times["ray 1 worker"]), statistics.median(times["ray 2 workers"])
-    print(f"  2 workers vs 1: {r1 / r2:.2f}× the throughput; Ray overhead with 1 worker: {r1 / base:.2f}× "
-          f"(target ≤ 1.15×); 1-minute load average {os.getloadavg()[0]:.1f}")
+        print(f"  {k:<14} {med[k, small]:9.1f} {med[k, big]:10.1f} {fixed:8.1f} {1 / marginal[k]:16.1f} "
+              f"{marginal[k] / marginal['one process']:11.2f} {med[k, big] / med['one process', big]:13.2f} {diff:8.1e}")
+    print(f"  2 workers vs 1 at {big} sentences: {med['ray 1 worker', big] / med['ray 2 workers', big]:.2f}× the "
+          f"throughput (marginal: {marginal['ray 1 worker'] / marginal['ray 2 workers']:.2f}×); Ray overhead with 1 "
+          f"worker: marginal {marginal['ray 1 worker'] / marginal['one process']:.2f}× (target ≤ 1.15×), end to end "
+          f"{med['ray 1 worker', big] / med['one process', big]:.2f}×; 1-minute load average {os.getloadavg()[0]:.1f}")
 
 
 def part_costs(args) -> None:
@@ -221,9 +235,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roles-texts", type=int, default=8)
     ap.add_argument("--syntax-limit", type=int, default=300)
-    ap.add_argument("--ray-sentences", type=int, default=600)
-    ap.add_argument("--block-size", type=int, default=100)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--ray-sentences", type=int, default=2001, help="the larger corpus (EWT dev has 2,001)")
+    ap.add_argument("--ray-small", type=int, default=500, help="the smaller corpus (marginal cost and fixed cost)")
+    ap.add_argument("--block-size", type=int, default=None, help="items per Ray block (default: automatic)")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-ray", action="store_true")
     ap.add_argument("--costs", action="store_true", help="only the per-token costs behind docs/scale.md")

@@ -414,3 +414,13 @@ def test_one_ray_worker_takes_every_cpu_of_the_local_cluster(ray_cluster, llama_
     assert [p.value for p in parts] == [want, want]
     parts = run_job(llama_dir, ["a b c", "d e f", "g h"], ThreadsJob(), engine="ray", workers=2, block_size=2)
     assert [p.value for p in parts] == [want // 2] * 2
+
+
+def test_auto_block_size_gives_each_worker_about_four_blocks():
+    from probe.app.engine.jobs import StoreJob
+    from probe.app.engine.run import auto_block_size
+
+    assert auto_block_size(2001, 1) == 501 and auto_block_size(2001, 2) == 251
+    assert auto_block_size(10, 1) == 16  # no block smaller than 16 items
+    assert auto_block_size(10 ** 6, 8) == 512  # nor larger than 512
+    assert StoreJob.block_size == 64  # a store's blocks hold their maps until the shard is written

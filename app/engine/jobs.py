@@ -129,6 +129,10 @@ class StoreJob:
     """Capture the block and write it as one shard of the store at ``out``; the part's
     value is the shard's index records (the driver appends them to ``index.jsonl``)."""
 
+    #: items per block unless the caller says: a block's maps are held until its shard is
+    #: written, so blocks stay at a local store's shard size
+    block_size = 64
+
     def __init__(self, out: str, dtype: str = "float32", batch_size: int = 16, layers: Optional[Sequence] = None):
         self.out, self.dtype, self.batch_size, self.layers = str(out), dtype, batch_size, layers
 

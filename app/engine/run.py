@@ -69,15 +69,28 @@ def engine_settings(engine: str = "local", address: Optional[str] = None, worker
     return {"engine": "local", "device": device}
 
 
-def _check(engine: str, workers: int, block_size: int) -> None:
+def _check(engine: str, workers: int, block_size: Optional[int]) -> None:
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
-    if workers < 1 or block_size < 1:
+    if workers < 1 or (block_size is not None and block_size < 1):
         raise ValueError(f"workers and block_size must be ≥ 1, got {workers}, {block_size}")
 
 
+#: bounds of the automatic block size (items per actor call)
+AUTO_BLOCK = (16, 512)
+
+
+def auto_block_size(n_items: int, workers: int) -> int:
+    """Items per block when none is given: about four blocks per worker (load balance, and
+    a retried block redoes little), within :data:`AUTO_BLOCK`. Each block costs a call,
+    its own length sort and a partial last batch: blocks of 100 EWT sentences ran ~7%
+    slower than one block of 600 in one process."""
+    lo, hi = AUTO_BLOCK
+    return int(min(hi, max(lo, -(-n_items // (4 * workers)))))
+
+
 def run_job(model, items: Sequence, job, *, engine: str = "local", address: Optional[str] = None,
-            workers: int = 1, block_size: int = 64, device: str = "cpu", dtype: Optional[str] = None,
+            workers: int = 1, block_size: Optional[int] = None, device: str = "cpu", dtype: Optional[str] = None,
             on_part: Optional[Callable[[Part], None]] = None, skip: Sequence[int] = (),
             gpus_per_worker: int = 1, threads_per_worker: Optional[int] = None, progress: bool = False) -> list:
     """Run ``job`` over ``items`` and return its parts in input order.
@@ -89,7 +102,8 @@ def run_job(model, items: Sequence, job, *, engine: str = "local", address: Opti
         job: a :mod:`probe.app.engine.jobs` job (``run(adapter, items, indices)``).
         engine: ``local`` or ``ray``; address: an existing cluster (``ray://…`` or
             ``auto``), default a local one with ``workers`` CPUs.
-        workers: actors in the pool; block_size: items per block (one actor call).
+        workers: actors in the pool; block_size: items per block (one actor call); default
+            the job's own ``block_size`` (a store's shard) or :func:`auto_block_size`.
         device: where each worker runs the model: ``cpu`` (``threads_per_worker`` CPUs per actor),
             ``cuda`` (``gpus_per_worker`` GPUs per actor, default 1) or ``auto``
             (an ``hf:`` model placed over the actor's ``gpus_per_worker`` GPUs).
@@ -120,14 +134,15 @@ def run_job(model, items: Sequence, job, *, engine: str = "local", address: Opti
                          "'hf:/path'), not a loaded adapter")
     from .ray_engine import run_blocks
 
-    blocks = [todo[s:s + block_size] for s in range(0, len(todo), block_size)]
+    size = block_size or getattr(job, "block_size", None) or auto_block_size(len(todo), workers)
+    blocks = [todo[s:s + size] for s in range(0, len(todo), size)]
     return run_blocks(model, items, blocks, job, address=address, workers=workers, device=device, dtype=dtype,
                       on_part=on_part, gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker,
                       progress=progress)
 
 
 def run_corpus(model, corpus: Sequence, accumulators: Sequence, *, engine: str = "local",
-               address: Optional[str] = None, workers: int = 1, batch_size: int = 16, block_size: int = 64,
+               address: Optional[str] = None, workers: int = 1, batch_size: int = 16, block_size: Optional[int] = None,
                device: str = "cpu", dtype: Optional[str] = None, last_rows: Optional[int] = None,
                threads_per_worker: Optional[int] = None, progress: bool = False):
     """Stream ``corpus`` through the model into ``accumulators`` (capture + accumulate).
