@@ -424,3 +424,24 @@ def test_auto_block_size_gives_each_worker_about_four_blocks():
     assert auto_block_size(10, 1) == 16  # no block smaller than 16 items
     assert auto_block_size(10 ** 6, 8) == 512  # nor larger than 512
     assert StoreJob.block_size == 64  # a store's blocks hold their maps until the shard is written
+
+
+def test_head_features_pickle_packed_and_equal(minilm):
+    """A worker's accumulator travels pickled: the per-example rare-unit summaries are
+    packed into flat arrays on the way (fast) and come back as they were."""
+    import pickle
+
+    from probe.analyses.patterns.role_features import HeadFeatureAccumulator
+
+    texts = ["The cat sat on the mat.", "A dog barked twice at the mailman.", "Rare words: zyzzyva, qoph."]
+    acc = HeadFeatureAccumulator("token")
+    for m in iter_capture(minilm, texts):
+        acc.update(m)
+    state = acc.__getstate__()
+    assert "_deferred" not in state and state["_packed"]["mass"].shape[-1] == sum(state["_packed"]["sizes"])
+    back = pickle.loads(pickle.dumps(acc))
+    assert [d[0] for d in back._deferred] == [d[0] for d in acc._deferred]
+    for x, y in zip(back._deferred, acc._deferred):
+        assert all(torch.equal(a, b) for a, b in zip(x[1:4], y[1:4])) and x[4] == y[4]
+    pd.testing.assert_frame_equal(back.result(), acc.result())
+    assert acc.result()["to_rare"].notna().all()  # the deferred features were really resolved
