@@ -155,17 +155,32 @@ def part_ray(args) -> None:
 
     variants = {"one process": runner("local", 1), "ray 1 worker": runner("ray", 1),
                 "ray 2 workers": runner("ray", 2)}
+    import probe.app.engine.run as engine_run
+
+    seen: list = []
+    real_merge = engine_run.StreamJob.merge
+
+    def merge_and_keep(parts):  # the parts' timestamps: start-up, blocks, hand-over
+        seen[:] = list(parts)
+        return real_merge(parts)
+
+    engine_run.StreamJob.merge = staticmethod(merge_and_keep)
     times = {(k, n): [] for k in variants for n in sizes}
+    phases = {k: [] for k in variants}  # at the larger size: (start-up, blocks, hand-over) seconds
     results = {}
     rng = random.Random(0)
     for _ in range(args.repeats):
         order = list(times)
         rng.shuffle(order)  # interleaved, in a seeded random order per round
         for k, n in order:
+            t0 = time.time()
             t = time.perf_counter()
             (acc,), _ = variants[k](corpora[n])
             times[k, n].append(time.perf_counter() - t)
             if n == sizes[1]:
+                t1 = time.time()
+                first, last = min(p.started for p in seen), max(p.ended for p in seen)
+                phases[k].append((first - t0, last - first, t1 - last))
                 results[k] = acc.result()
     med = {key: statistics.median(v) for key, v in times.items()}
     small, big = sizes
@@ -180,6 +195,13 @@ def part_ray(args) -> None:
         diff = (results[k].select_dtypes("number") - results["one process"].select_dtypes("number")).abs().max().max()
         print(f"  {k:<14} {med[k, small]:9.1f} {med[k, big]:10.1f} {fixed:8.1f} {1 / marginal[k]:16.1f} "
               f"{marginal[k] / marginal['one process']:11.2f} {med[k, big] / med['one process', big]:13.2f} {diff:8.1e}")
+    print(f"  where the time of a run over {big} sentences went (medians; blocks = first block's start to the "
+          "last one's end, the steady state):")
+    blocks_base = statistics.median(b for _, b, _ in phases["one process"])
+    for k in variants:
+        start, blocks, handover = (statistics.median(x[i] for x in phases[k]) for i in range(3))
+        print(f"  {k:<14} start-up {start:5.1f} s  blocks {blocks:6.1f} s ({blocks / blocks_base:4.2f}× one "
+              f"process)  hand-over {handover:4.1f} s")
     print(f"  2 workers vs 1 at {big} sentences: {med['ray 1 worker', big] / med['ray 2 workers', big]:.2f}× the "
           f"throughput (marginal: {marginal['ray 1 worker'] / marginal['ray 2 workers']:.2f}×); Ray overhead with 1 "
           f"worker: marginal {marginal['ray 1 worker'] / marginal['one process']:.2f}× (target ≤ 1.15×), end to end "

@@ -23,14 +23,17 @@ def item_text(item) -> str:
 @dataclass
 class Part:
     """The result of one block: ``value`` (accumulators, ablation values or store
-    records), the over-long items left out, how many items the block had, and the
-    seconds the job spent on it (inside the worker)."""
+    records), the over-long items left out, how many items the block had, the seconds
+    the job spent on it (inside the worker) and when it started and ended (``time.time()``
+    of the worker's machine: where a run's time went, start-up vs blocks vs hand-over)."""
 
     first: int
     value: Any
     long: list = field(default_factory=list)
     n_items: int = 0
     seconds: float = 0.0
+    started: float = 0.0
+    ended: float = 0.0
 
 
 def _fit(adapter, items: Sequence, indices: Sequence[int], by_length: bool = False):
@@ -64,13 +67,13 @@ class StreamJob:
         from probe.analyses.common.accumulate import fresh
         from probe.streaming import feed, stream_layers
 
-        start = time.perf_counter()
+        started, start = time.time(), time.perf_counter()
         keep, long = _fit(adapter, items, indices, by_length=True)
         accs = fresh(self.accumulators)
         stream_layers(adapter, [items[k] for k in keep], feed(accs), indices=[indices[k] for k in keep],
                       batch_size=self.batch_size, last_rows=self.last_rows)
         return Part(first=int(indices[0]), value=accs, long=long, n_items=len(items),
-                    seconds=time.perf_counter() - start)
+                    seconds=time.perf_counter() - start, started=started, ended=time.time())
 
     @staticmethod
     def merge(parts: Sequence[Part]) -> list:
