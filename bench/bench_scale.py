@@ -33,13 +33,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from probe.streaming import feed, stream_layers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import peak_rss  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EWT = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
@@ -79,17 +81,6 @@ def long_texts(n_texts: int, tokens: int = 512) -> list:
     return out
 
 
-def peak_rss(cmd: list) -> tuple:
-    """(peak RSS MiB of the child, seconds) of one CLI run."""
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    _, status, usage = os.wait4(p.pid, 0)
-    err = p.stderr.read().decode()
-    if status != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
-    return usage.ru_maxrss / 1024, time.perf_counter() - t
-
-
 def part_memory(args, tmp: Path) -> None:
     llama = tiny_llama(tmp / "llama24")
     texts = tmp / "long.txt"
@@ -114,7 +105,7 @@ def part_memory(args, tmp: Path) -> None:
                         cmd = probe + ["syntax", "-m", spec, "--conllu", str(EWT), "--limit", str(args.syntax_limit),
                                        "--tree-limit", "0", "--probe-limit", "0", "--engine", engine, "--out", str(out),
                                        "--force", "--quiet"]
-                    res[engine].append(peak_rss(cmd))
+                    res[engine].append(peak_rss(cmd, env={"OMP_NUM_THREADS": "1"}))
             m = {e: statistics.median(r[0] for r in v) for e, v in res.items()}
             s = {e: statistics.median(r[1] for r in v) for e, v in res.items()}
             print(f"{name:<10} {command:<7} {m['local']:>10.0f} {m['stream']:>11.0f} {m['local'] / m['stream']:>5.1f}× "

@@ -15,24 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import peak_rss  # noqa: E402
+
 WORDS = "the cat sat on a mat and dog ran to big red house in new old day way".split()
-
-
-def peak_rss(cmd: list) -> tuple:
-    """(peak RSS MiB of the child, seconds) of one CLI run."""
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(p.pid, 0)
-    err = p.stderr.read().decode()
-    if status != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
-    return usage.ru_maxrss / 1024, time.perf_counter() - t
 
 
 def main() -> None:

@@ -294,14 +294,12 @@ class HeadFeatureAccumulator:
         self.__dict__.update(state)
         self._deferred = []
         if packed:
-            sizes, words = packed["sizes"], packed["words"]
-            starts = [0]
-            for u in sizes:
-                starts.append(starts[-1] + u)
-            for k, (mass, argmax, chance) in enumerate(zip(packed["mass"].split(sizes, -1),
-                                                          packed["argmax"].split(sizes, -1),
-                                                          packed["chance"].split(sizes, -1))):
-                self._deferred.append((words[starts[k]:starts[k + 1]], mass, argmax, chance, packed["nq"][k]))
+            sizes, words, offset = packed["sizes"], packed["words"], 0
+            for size, mass, argmax, chance, nq in zip(sizes, packed["mass"].split(sizes, -1),
+                                                      packed["argmax"].split(sizes, -1),
+                                                      packed["chance"].split(sizes, -1), packed["nq"]):
+                self._deferred.append((words[offset:offset + size], mass, argmax, chance, nq))
+                offset += size
 
     def merge(self, other: "HeadFeatureAccumulator") -> "HeadFeatureAccumulator":
         """Add the sums of ``other`` (same level, frequencies, layers and heads) into

@@ -31,9 +31,12 @@ class Part:
     value: Any
     long: list = field(default_factory=list)
     n_items: int = 0
-    seconds: float = 0.0
     started: float = 0.0
     ended: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
 
 
 def _fit(adapter, items: Sequence, indices: Sequence[int], by_length: bool = False):
@@ -67,13 +70,13 @@ class StreamJob:
         from probe.analyses.common.accumulate import fresh
         from probe.streaming import feed, stream_layers
 
-        started, start = time.time(), time.perf_counter()
+        started = time.time()
         keep, long = _fit(adapter, items, indices, by_length=True)
         accs = fresh(self.accumulators)
         stream_layers(adapter, [items[k] for k in keep], feed(accs), indices=[indices[k] for k in keep],
                       batch_size=self.batch_size, last_rows=self.last_rows)
         return Part(first=int(indices[0]), value=accs, long=long, n_items=len(items),
-                    seconds=time.perf_counter() - start, started=started, ended=time.time())
+                    started=started, ended=time.time())
 
     @staticmethod
     def merge(parts: Sequence[Part]) -> list:
@@ -103,6 +106,7 @@ class AblateJob:
         from probe.analyses.necessity.ablation_sums import AblationSums
         from probe.inputs import Corpus
 
+        started = time.time()
         keep, long = _fit(adapter, items, indices)
         examples = tuple(getattr(items[k], "example", None) for k in keep)
         corpus = Corpus(texts=tuple(item_text(items[k]) for k in keep), source="block",
@@ -118,7 +122,8 @@ class AblateJob:
             clean, ablated, path = sweep_values(adapter, corpus, metric, heads, None, batch_size=self.batch_size,
                                                 max_tokens=self.max_tokens or MAX_TOKENS)
             sums.add([indices[k] for k in keep], clean, ablated, path)
-        return Part(first=int(indices[0]), value=sums, long=long, n_items=len(items))
+        return Part(first=int(indices[0]), value=sums, long=long, n_items=len(items), started=started,
+                    ended=time.time())
 
     @staticmethod
     def merge(parts: Sequence[Part]):
@@ -145,6 +150,7 @@ class StoreJob:
         from probe.capture import iter_capture
         from probe.store import write_shard
 
+        started = time.time()
         keep, long = _fit(adapter, items, indices)
         records = []
         if keep:
@@ -157,7 +163,8 @@ class StoreJob:
             # named by its first example, 8 digits: never one of a local writer's 5-digit shards
             records = write_shard(self.out, f"shard-{pairs[0][0]:08d}.safetensors", pairs,
                                   getattr(torch, self.dtype))
-        return Part(first=int(indices[0]), value=records, long=long, n_items=len(items))
+        return Part(first=int(indices[0]), value=records, long=long, n_items=len(items), started=started,
+                    ended=time.time())
 
     @staticmethod
     def merge(parts: Sequence[Part]) -> list:
