@@ -1,7 +1,7 @@
 """Capture throughput against HF's eager forward with ``output_attentions``, side by
 side in one run, and peak memory of capturing a treebank to a store.
 
-    python bench/bench_capture.py [--repeats 9] [--batch 16] [--no-store]
+    python bench/bench_capture.py [--repeats 9] [--batch 16] [--lengths 32 128 512] [--no-store]
 
 For n = 32, 128, 512 tokens (a batch of different EWT dev passages of that length) it
 runs, interleaved (each round every variant once, in a seeded random order; torch 1 thread) and prints the medians and ratios of:
@@ -60,7 +60,7 @@ def interleaved(fns: dict, repeats: int, seed: int = 0) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def throughput(repeats: int, batch: int):
+def throughput(repeats: int, batch: int, lengths=(32, 128, 512)):
     from probe.models import load_model
     from probe.capture import _capture_batch, capture
 
@@ -68,7 +68,7 @@ def throughput(repeats: int, batch: int):
     model = adapter.model
     print(f"{'n':>5} {'tokens':>7} {'eager+attn s':>13} {'(inf.) s':>10} {'hooks s':>9} {'capture s':>10} "
           f"{'hooks/eager':>12} {'capture/eager':>14} {'capture/inf.':>14}")
-    for n in (32, 128, 512):
+    for n in lengths:
         texts = ewt_texts(adapter, n, batch)
         encs = adapter.encode_batch(texts, truncate=True)
         inputs = adapter.batch(encs)
@@ -118,12 +118,13 @@ def main():
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--store-limit", type=int, default=2001)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[32, 128, 512], help="token lengths to time")
     ap.add_argument("--no-store", action="store_true", help="skip the peak-RSS runs")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread; {os.cpu_count()} cores, "
           f"1-minute load average {os.getloadavg()[0]:.1f}; medians of {args.repeats} interleaved runs")
-    throughput(args.repeats, args.batch)
+    throughput(args.repeats, args.batch, args.lengths)
     print(f"1-minute load average at the end of the throughput runs: {os.getloadavg()[0]:.1f}")
     if args.no_store:
         return

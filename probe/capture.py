@@ -53,6 +53,11 @@ class AttentionCapture:
             computed).
         path: ``auto`` (the attention interface where the model's attention modules call
             it, else hooks), ``interface`` or ``hooks``. See :mod:`probe.attention_interface`.
+        into_buffer: record the first forward call into one ``[len(layers), batch, heads,
+            query, key]`` tensor (:meth:`buffer`), allocated at the first record with its
+            shape, dtype and device: the interface path computes each layer's weights in
+            its slot, so recording costs no copy; the hooks path copies them there. Later
+            calls, and records of another shape, are kept as usual.
 
     Hooks (or interface sessions) are removed and the attention implementation restored
     on exit, also when the forward raised. Captures nest: an inner capture records
@@ -63,7 +68,8 @@ class AttentionCapture:
     def __init__(self, adapter, layers: Optional[Sequence[int]] = None,
                  stack: Optional[str] = None, keep_grad: bool = False, *,
                  heads: Optional[Sequence[int]] = None, query_rows: Optional[Sequence[int]] = None,
-                 store_dtype: Optional[torch.dtype] = None, path: str = "auto"):
+                 store_dtype: Optional[torch.dtype] = None, path: str = "auto",
+                 into_buffer: bool = False):
         from .attention_interface import choose_path
 
         self.adapter = adapter
@@ -92,6 +98,10 @@ class AttentionCapture:
         self.path = choose_path(adapter, self.stack, path)
         self._modules = {i: modules[i] for i in layers}
         self._records: dict[int, list] = {}
+        self.into_buffer = into_buffer
+        self._buffer: Optional[torch.Tensor] = None
+        self._slot = {layer: k for k, layer in enumerate(layers)}
+        self._in_buffer: set = set()
         self._hooks = HookSet()
         self._eager = None
         self._session = None
@@ -110,7 +120,43 @@ class AttentionCapture:
             probs = probs.detach()
         if self.store_dtype is not None:
             probs = probs.to(self.store_dtype)
+        if self.into_buffer and layer not in self._records:
+            slot = self._slot_for(layer, tuple(probs.shape), probs.dtype, probs.device)
+            if slot is not None:
+                if probs.data_ptr() != slot.data_ptr() or probs.stride() != slot.stride():
+                    slot.copy_(probs)  # computed elsewhere (hooks path, soft-capping, …)
+                probs = slot
+                self._in_buffer.add(layer)
         self._records.setdefault(layer, []).append(probs)
+
+    def _slot_for(self, layer: int, shape: tuple, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
+        """``layer``'s slot of the buffer for a first record of ``shape`` (allocated with
+        the first record), or None when the buffer holds records of another kind."""
+        if not self.into_buffer or layer in self._records:
+            return None
+        if self._buffer is None:
+            with torch.inference_mode(False):  # an ordinary tensor, also when the forward runs in inference mode
+                self._buffer = torch.empty((len(self.layers),) + tuple(shape), dtype=dtype, device=device)
+        elif (tuple(self._buffer.shape[1:]) != tuple(shape) or self._buffer.dtype != dtype
+              or self._buffer.device != torch.device(device)):
+            return None
+        return self._buffer[self._slot[layer]]
+
+    def _weights_out(self, layer: int, shape: tuple, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
+        """Where the interface may compute ``layer``'s weights ``[batch, heads, q, k]``: its
+        slot of the buffer when the record is kept as computed (all heads and rows,
+        detached, same dtype)."""
+        if (not self.into_buffer or self.heads is not None or self.query_rows is not None or self.keep_grad
+                or (self.store_dtype is not None and self.store_dtype != dtype)):
+            return None
+        return self._slot_for(layer, shape, dtype, device)
+
+    def buffer(self) -> Optional[torch.Tensor]:
+        """``[layer, batch, head, query, key]``: the first call's records of every layer, in
+        one tensor (``into_buffer=True``); None when some layer's record is not in it."""
+        if self._buffer is None or len(self._in_buffer) != len(self.layers):
+            return None
+        return self._buffer
 
     def _hook(self, layer: int):
         def fn(module, args, output):
@@ -129,7 +175,8 @@ class AttentionCapture:
 
             self._eager = InterfaceSwitch(self.adapter.model)
             self.attention_source = self._eager.__enter__()
-            self._session = RecordingSession({m: i for i, m in self._modules.items()}, self._keep)
+            self._session = RecordingSession({m: i for i, m in self._modules.items()}, self._keep,
+                                             self._weights_out)
             self._session.attach()
             return self
         self._eager = eager_attention(self.adapter.model)
@@ -208,6 +255,7 @@ def iter_capture(
     heads: Optional[Sequence[int]] = None,
     path: str = "auto",
     window_bytes: int = WINDOW_BYTES,
+    standalone: bool = False,
 ) -> Iterator[AttentionMaps]:
     """Like :func:`capture`, but yields maps one example at a time, in input order.
 
@@ -219,8 +267,15 @@ def iter_capture(
     tokenizer call each; what the window does not take waits, as text and token ids, for the
     next one); a batch is cut as well before its padded maps would pass
     ``window_bytes``. Peak memory for maps is thus about ``2 × window_bytes`` (the window's
-    finished maps plus one batch's forward), or one example when a single example is larger,
+    finished maps, with the padding of their batches unless ``standalone``, which the
+    length sort keeps small; plus one batch's forward), or one example when a single example is larger,
     whatever the corpus size and text lengths (``sort_window=1``: strictly one batch).
+
+    Each example's map is a view of its batch's buffer (no copy after the forward; see
+    :func:`_batch_buffer`), so a batch's maps are freed when the last of them is;
+    ``standalone=True`` gives each its own contiguous tensor instead (one copy), for
+    callers that keep some examples long after their batch, such as a store writer
+    queueing a shard.
     """
     stack = stack or adapter.default_stack
     if batch_size < 1 or sort_window < 1:
@@ -278,7 +333,8 @@ def iter_capture(
             for idx in _batches(order, cells, batch_size, window_bytes // cell_bytes):
                 maps = _capture_batch(adapter, [encs[k] for k in idx],
                                       [tencs[k] for k in idx] if tencs else None,
-                                      layers, stack, needs_target, dtype, heads=heads, path=path)
+                                      layers, stack, needs_target, dtype, heads=heads, path=path,
+                                      standalone=standalone)
                 done.update(zip(idx, maps))
                 if bar is not None:
                     bar.update(len(idx))
@@ -353,9 +409,26 @@ def _trimmed(per_layer: dict, layers: list, shapes: list, dtype: torch.dtype) ->
     return maps
 
 
+def _buffer_fits(adapter, dtype: torch.dtype) -> bool:
+    """Whether a batch's maps can be kept as recorded in one ``[layer, batch, head, query,
+    key]`` buffer (:meth:`AttentionCapture.buffer`): not for a GPU model (the maps go to
+    the CPU) nor a compute dtype other than ``dtype`` (half-precision records are
+    renormalised in float32), where each example is converted anyway.
+
+    Each example's map is then the view ``buffer[:, i, :, :n_query, :n_key]`` — no copy
+    beyond the forward's own weights, as HF's ``output_attentions`` hands out one tensor
+    per layer for the batch. The examples of a batch share the buffer (as the maps of HF's
+    batch do); ``.clone()`` one to keep it alone. A store writes each as its own tensor.
+    """
+    param = next(adapter.model.parameters(), None)
+    return (param is not None and param.device.type == "cpu" and param.dtype == dtype
+            and dtype in (torch.float32, torch.float64))
+
+
 def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, heads=None,
-                   path="auto") -> list[AttentionMaps]:
-    """One forward over a batch of encodings; the maps of each example, padding trimmed."""
+                   path="auto", standalone=False) -> list[AttentionMaps]:
+    """One forward over a batch of encodings; the maps of each example, padding trimmed:
+    views of one buffer, or (``standalone``) each its own tensor."""
     inputs = adapter.batch(encs)
     if tencs is not None:
         inputs.update(adapter.decoder_inputs(tencs))
@@ -366,17 +439,25 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
     warn_if_capture_too_large(adapter, len(encs), n_query, n_key, store_dtype=dtype,
                               layers=len(layers) if layers is not None else adapter.n_layers_of(stack),
                               heads=len(heads) if heads is not None else None)
+    into_buffer = not standalone and _buffer_fits(adapter, dtype)
     # hooks live only during the forward, never while the caller holds a yielded map;
     # inference mode (no autograd bookkeeping at all: the records are detached anyway)
-    # costs ~1–2% less than no_grad at small n; the maps handed out are copies made
-    # outside it (_trimmed), so they are ordinary tensors
-    with AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path) as cap, \
+    # costs ~1–2% less than no_grad at small n; the buffer is made outside it, so the
+    # maps handed out are ordinary tensors
+    with AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path,
+                          into_buffer=into_buffer) as cap, \
             torch.inference_mode():
         adapter.model(**inputs)
-    per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}
-    cap.clear()  # per_layer now holds the only reference to each record
     shapes = [_query_key_lengths(enc, tencs[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
-    maps = _trimmed(per_layer, cap.layers, shapes, dtype)
+    cap.layer_tensors()  # raises unless every layer was recorded
+    into = cap.buffer()
+    if into is not None:  # each example a view of its part of the batch's buffer
+        cap.clear()
+        maps = [into[:, i, :, :n_q, :n_k] for i, (n_q, n_k) in enumerate(shapes)]
+    else:
+        per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}
+        cap.clear()  # per_layer now holds the only reference to each record
+        maps = _trimmed(per_layer, cap.layers, shapes, dtype)
     kind = _kind(adapter, stack)
     out = []
     for i, enc in enumerate(encs):
@@ -426,6 +507,8 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
         heads: model heads to keep (default all); the maps then hold ``len(heads)``
             heads and ``meta["heads"]`` names them.
         path: ``auto`` | ``interface`` | ``hooks`` (see :class:`AttentionCapture`).
+        standalone: give each example's map a tensor of its own (one copy after the
+            forward) instead of a view of its batch's buffer.
 
     Returns:
         ``list[AttentionMaps]``, each ``attentions[layer, head, query, key]``.

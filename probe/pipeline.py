@@ -53,7 +53,7 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
         targets = [fitted.targets[k] for k in todo] if fitted.targets else None
         stream = iter_capture(adapter, texts, layers=layers, batch_size=batch_size, stack=stack,
                               word_spans=spans, targets=targets, progress=progress, total=len(texts),
-                              truncate=on_long == "truncate")
+                              truncate=on_long == "truncate", standalone=True)
         for k, maps in zip(todo, stream):
             writer.add(ids[k], maps)
     return Store(out)

@@ -153,6 +153,7 @@ class StoreWriter:
         the queued maps reach ``SHARD_BYTES`` (so long texts never pile up in memory)."""
         if i in self.done:
             return
+        maps = standalone(maps, self.dtype)  # queued alone: a captured batch's buffer is not kept
         self._pending.append((i, maps))
         self._pending_bytes += maps.attentions.numel() * self.dtype.itemsize
         if len(self._pending) >= self.shard_size or self._pending_bytes >= SHARD_BYTES:
@@ -177,13 +178,34 @@ class StoreWriter:
         self.done.update(r["id"] for r in records)
 
 
+def _standalone(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a contiguous tensor with a storage of its own (itself when it is one)."""
+    t = t.contiguous()
+    if t.untyped_storage().nbytes() != t.numel() * t.element_size():
+        t = t.clone()
+    return t
+
+
+def standalone(maps: AttentionMaps, dtype: torch.dtype = torch.float32) -> AttentionMaps:
+    """``maps`` with its attention in ``dtype`` as a contiguous tensor of its own.
+
+    Captured examples are views of their batch's buffer (:func:`probe.capture.iter_capture`):
+    a writer that queues examples until a shard is full makes each one stand alone as it
+    arrives, so the queue holds the examples' bytes, not their batches' padded buffers; and
+    some safetensors releases refuse tensors that share a storage. No copy when the map
+    already is one.
+    """
+    a = _standalone(maps.attentions.to(dtype))
+    return maps if a is maps.attentions else maps.with_attentions(a)
+
+
 def write_shard(path, name: str, examples: Sequence[tuple[int, AttentionMaps]], dtype=torch.float32) -> list:
     """Write ``(id, maps)`` pairs as one shard (temporary name, fsync, rename) and return
     their index records; nothing is in the store until the records are appended to its
     index (:meth:`StoreWriter.append_index`), so a writer killed mid-shard leaves no trace.
     Used by other processes (Ray workers) that write shards of one store."""
     path = Path(path)
-    tensors = {f"ex{i}": m.attentions.to(dtype).contiguous() for i, m in examples}
+    tensors = {f"ex{i}": _standalone(m.attentions.to(dtype)) for i, m in examples}
     tmp = path / (name + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": "probe-attention"})
     _fsync(tmp)

@@ -248,6 +248,52 @@ def test_encode_batch_equals_encoding_each_text(minilm):
         assert list(b.tokens) == minilm.tokenizer.convert_ids_to_tokens(ids)
 
 
+def _byte_level_bpe():
+    """A small byte-level BPE tokenizer (GPT-2's scheme) trained here, wrapped as HF does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TOKENIZER_TEXTS * 5, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
+                                                       special_tokens=[("<s>", 0), ("</s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+
+
+TOKENIZER_TEXTS = ["The cat sat on the mat.", "Naïve café — “quoted” text, 3.5 km²!", "e\u0301 combining, 漢字 and 🙂",
+                   "tabs\tand  double  spaces", "[CLS] [SEP] <s> look like special tokens", "don't won't it's",
+                   "Zero\u200bwidth joiner\u200d here"]
+
+
+@pytest.mark.parametrize("which", ["minilm", "word-level", "byte-level"])
+def test_direct_rust_tokenizer_call_equals_the_wrapper(minilm, which):
+    """The batch encoder calls a fast tokenizer's Rust backend directly; ids, offsets and
+    special masks must equal transformers' own call (WordPiece, a zoo word-level tokenizer,
+    byte-level BPE), also after a truncating call left the backend configured to cut."""
+    from unittest import mock
+
+    from probe.models import load_model
+
+    adapter = {"minilm": lambda: minilm, "word-level": lambda: load_model("zoo:agreement"),
+               "byte-level": lambda: minilm}[which]()
+    if which == "byte-level":
+        from dataclasses import replace
+        adapter = replace(adapter, tokenizer=_byte_level_bpe())
+    tok = adapter.tokenizer
+    tok(TOKENIZER_TEXTS[:2], truncation=True, max_length=4)  # leaves truncation set on the backend
+    with mock.patch.object(type(tok), "__call__", side_effect=AssertionError("the wrapper was called")):
+        ids, offsets, special, encs = adapter._tokenize_batch(TOKENIZER_TEXTS, target=False)
+    ref = tok(TOKENIZER_TEXTS, return_offsets_mapping=True, return_special_tokens_mask=True, add_special_tokens=True)
+    assert ids == ref["input_ids"] and special == ref["special_tokens_mask"]
+    assert [list(map(tuple, o)) for o in offsets] == [list(map(tuple, o)) for o in ref["offset_mapping"]]
+    assert [e.tokens for e in encs] == [tok.convert_ids_to_tokens(i) for i in ref["input_ids"]]
+    assert max(len(i) for i in ids) > 4  # not cut by the earlier truncating call
+
+
 def test_words_without_a_token_are_absorbed_and_counted(minilm):
     from probe.analyses.structure.word_graph import word_attention
 
@@ -284,16 +330,112 @@ def test_eager_attention_in_place_steps_give_the_out_of_place_values_exactly():
 
 
 def test_layer_by_layer_trimming_gives_the_stacked_maps(minilm, monkeypatch):
-    """Large batches are trimmed layer by layer (each record released once copied); small
+    """Where the maps must be converted (here float64 storage of a float32 model) they are
+    trimmed copies: large batches layer by layer (each record released once copied), small
     ones with one stack per example. Forcing the large-batch path on a mixed-length batch
-    must give the same maps, padding left out, each its own contiguous tensor."""
+    must give the same maps, padding left out, each its own contiguous tensor, equal to
+    the float32 capture's values."""
     import importlib
 
     capture_module = importlib.import_module("probe.capture")
-    stacked = capture(minilm, TEXTS, layers=[0, 3, 5])
+    stacked = capture(minilm, TEXTS, layers=[0, 3, 5], dtype=torch.float64)
     monkeypatch.setattr(capture_module, "STACK_BYTES", 0)
-    by_layer = capture(minilm, TEXTS, layers=[0, 3, 5])
+    by_layer = capture(minilm, TEXTS, layers=[0, 3, 5], dtype=torch.float64)
+    buffered = capture(minilm, TEXTS, layers=[0, 3, 5])
     assert len({m.attentions.shape[-1] for m in by_layer}) > 1  # the batch really was padded
-    for s, b in zip(stacked, by_layer):
-        assert b.attentions.is_contiguous() and b.attentions.dtype == torch.float32
+    for s, b, f in zip(stacked, by_layer, buffered):
+        assert b.attentions.is_contiguous() and b.attentions.dtype == torch.float64
         assert torch.equal(s.attentions, b.attentions)
+        assert torch.equal(b.attentions, f.attentions.double())
+
+
+@pytest.mark.parametrize("path", ["interface", "hooks"])
+def test_maps_are_views_of_one_batch_buffer_the_interface_computes_in(minilm, path):
+    """The weights of a float32 CPU capture are recorded into one [layer, batch, head, q, k]
+    buffer and each example is a view of its part: no copy after the forward. On the
+    interface path the attention is computed there (the record is the buffer itself); on
+    the hooks path each layer is copied in. Values equal HF's eager maps; examples share
+    the buffer but not a single element."""
+    from probe.capture import _buffer_fits
+
+    assert _buffer_fits(minilm, torch.float32) and not _buffer_fits(minilm, torch.float16)
+    encs, ref = hf_attentions(minilm, TEXTS)
+    inputs = minilm.batch(encs)
+    with AttentionCapture(minilm, path=path, into_buffer=True) as cap, torch.no_grad():
+        minilm.model(**inputs)
+    into, recs = cap.buffer(), cap.layer_tensors()
+    assert into.shape == (6,) + tuple(ref.shape[1:])
+    assert all(recs[layer].data_ptr() == into[layer].data_ptr() for layer in range(6))
+    assert torch.allclose(into, ref, atol=1e-5)
+
+    maps = capture(minilm, TEXTS, path=path)
+    a, b = maps[0].attentions, maps[1].attentions
+    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    assert not a.is_contiguous() and a.shape == (6, 12, len(encs[0]), len(encs[0]))
+    before = b.clone()
+    a.fill_(-1.0)  # writing one example's map leaves the other untouched
+    assert torch.equal(b, before)
+    assert torch.allclose(b, ref[:, 1, :, :len(encs[1]), :len(encs[1])], atol=1e-5)
+
+
+def test_buffer_takes_the_heads_the_stack_has():
+    """The buffer is sized from the weights themselves: a stack whose head count differs
+    from the config's first one (the zoo translation model's decoder cross-attention) gets
+    its own heads, never a broadcast copy; values equal HF's own cross-attention maps."""
+    from probe.models import load_model, zoo
+
+    adapter = load_model("zoo:translate")
+    ex = zoo.eval_examples("translate", n=3)
+    texts, targets = [e["text"] for e in ex], [e["target_text"] for e in ex]
+    maps = capture(adapter, texts, stack="cross", targets=targets)
+    encs, ref = hf_attentions(adapter, texts, key="cross_attentions", targets=targets)
+    assert adapter.config.decoder_attention_heads != adapter.n_heads
+    assert maps[0].attentions.shape[1] == ref.shape[2] == adapter.config.decoder_attention_heads
+    for i, m in enumerate(maps):
+        q, k = m.attentions.shape[-2:]
+        assert torch.allclose(m.attentions, ref[:, i, :, :q, :k], atol=1e-5)
+
+
+def test_interface_computes_in_the_buffer_without_a_copy():
+    """eager_attention(out=...) computes the weights in ``out`` (same values as without it)
+    and ignores an ``out`` of the wrong shape or one autograd would need to see through."""
+    from probe.attention_interface import eager_attention
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
+    mask = torch.zeros(2, 1, 5, 5)
+    mask[0, :, :, 3:] = torch.finfo(torch.float32).min
+    module = torch.nn.Module()
+    ref_out, ref_w = eager_attention(module, q, k, v, mask)
+    buf = torch.empty(2, 3, 5, 5)
+    out, w = eager_attention(module, q, k, v, mask, out=buf)
+    assert w.data_ptr() == buf.data_ptr() and torch.equal(w, ref_w) and torch.equal(out, ref_out)
+    wrong = torch.empty(2, 3, 5, 6)
+    _, w = eager_attention(module, q, k, v, mask, out=wrong)
+    assert w.data_ptr() != wrong.data_ptr() and torch.equal(w, ref_w)
+    qg = q.clone().requires_grad_(True)
+    _, w = eager_attention(module, qg, k, v, mask, out=buf)
+    assert w.data_ptr() != buf.data_ptr() and w.requires_grad
+
+
+def test_broadcast_check_agrees_with_torch():
+    """The per-layer check whether the mask can be added in place agrees with
+    ``torch.broadcast_shapes`` on random shape pairs (ranks 1–4, sizes 1–3)."""
+    import random
+
+    from probe.attention_interface import _broadcasts_to
+
+    rng = random.Random(0)
+    agree = {True: 0, False: 0}
+    for _ in range(2000):
+        target = tuple(rng.randint(1, 3) for _ in range(rng.randint(1, 4)))
+        shape = tuple(rng.choice([1, s, rng.randint(1, 3)]) for s in target)
+        if rng.random() < 0.2:
+            shape = shape[1:]
+        try:
+            expected = torch.broadcast_shapes(shape, target) == target and len(shape) == len(target)
+        except RuntimeError:
+            expected = False
+        assert _broadcasts_to(shape, target) == expected, (shape, target)
+        agree[expected] += 1
+    assert min(agree.values()) > 100

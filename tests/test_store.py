@@ -29,6 +29,19 @@ def test_roundtrip_is_ragged_and_exact(minilm, tmp_path):
     assert torch.equal(store[3].attentions, fresh[3].attentions)
 
 
+def test_examples_sharing_their_batch_buffer_are_stored_each_alone(minilm, tmp_path):
+    """Captured examples are views of one batch buffer; with one layer and equal lengths
+    each is even a contiguous view of a storage the other example shares. The store writes
+    each as its own tensor and reads back each example's own values."""
+    texts = ["one two three four", "five six seven eight"]
+    maps = capture(minilm, texts, layers=[2])
+    assert all(m.attentions.is_contiguous() for m in maps)
+    assert maps[0].attentions.untyped_storage().data_ptr() == maps[1].attentions.untyped_storage().data_ptr()
+    store = capture_corpus(minilm, Corpus(texts=tuple(texts)), tmp_path / "v", layers=[2])
+    for m, f in zip(store, maps):
+        assert torch.equal(m.attentions, f.attentions)
+
+
 def test_float16_store(minilm, tmp_path):
     store = capture_corpus(minilm, Corpus(texts=tuple(TEXTS[:2])), tmp_path / "h", dtype="float16")
     m = store[0]
