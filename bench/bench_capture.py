@@ -4,12 +4,15 @@ side in one run, and peak memory of capturing a treebank to a store.
     python bench/bench_capture.py [--repeats 9] [--batch 16] [--lengths 32 128 512] [--no-store]
 
 For n = 32, 128, 512 tokens (a batch of different EWT dev passages of that length) it
-runs, interleaved (each round every variant once, in a seeded random order; torch 1 thread) and prints the medians and ratios of:
+runs, interleaved (each round every variant once, in a seeded random order; torch 1 thread;
+``--repeats`` rounds at n = 512, ×2 at 128 and ×4 at 32, where a run is short and noisier)
+and prints the medians and ratios of:
 the eager forward returning its attention maps on the already tokenized batch (the
 floor; under ``torch.no_grad`` as users run it, and under ``torch.inference_mode`` as the
-capture runs its own forward), the same batch through the capture hooks and per-example trimming, and
-``probe.capture`` end to end from text (one tokenizer call with offsets, vectorised word
-alignment, batching, hooks, trimming). Then the peak RSS of ``probe capture --conllu
+capture runs its own forward), the same batch through the capture's recording (``hooks``
+column: the interface records each layer's weights into the batch's buffer, each example a
+view without padding), and ``probe.capture`` end to end from text (one tokenizer call with
+offsets, vectorised word alignment, batching, recording). Then the peak RSS of ``probe capture --conllu
 EWT-dev`` at two corpus sizes (memory bounded by one batch means the two peaks are close).
 """
 
@@ -66,7 +69,7 @@ def throughput(repeats: int, batch: int, lengths=(32, 128, 512)):
 
     adapter = load_model("minilm")
     model = adapter.model
-    print(f"{'n':>5} {'tokens':>7} {'eager+attn s':>13} {'(inf.) s':>10} {'hooks s':>9} {'capture s':>10} "
+    print(f"{'n':>5} {'rounds':>6} {'tokens':>7} {'eager+attn s':>13} {'(inf.) s':>10} {'hooks s':>9} {'capture s':>10} "
           f"{'hooks/eager':>12} {'capture/eager':>14} {'capture/inf.':>14}")
     for n in lengths:
         texts = ewt_texts(adapter, n, batch)
@@ -86,17 +89,18 @@ def throughput(repeats: int, batch: int, lengths=(32, 128, 512)):
         # eager set once, outside the timings (switching costs ~1 ms; capture switches to
         # its own interface implementation per batch, inside its timing, and back)
         model.set_attn_implementation("eager")
+        rounds = repeats * (4 if n <= 32 else 2 if n <= 128 else 1)  # short runs are noisier: more rounds
         res = interleaved({
             "eager": eager_forward,
             "eager_inf": eager_inference,
-            # the same batch through the capture hooks and per-example trimming (no tokenization)
+            # the same batch through the capture's recording and per-example views (no tokenization)
             "hooks": lambda: _capture_batch(adapter, encs, None, None, "encoder", False, torch.float32),
-            # end to end from text: tokenization with word alignment, batching, hooks, trimming
+            # end to end from text: tokenization with word alignment, batching, recording, views
             "capture": lambda: capture(adapter, texts, batch_size=batch, truncate=True),
-        }, repeats)
+        }, rounds)
         model.set_attn_implementation("sdpa")
         e, ei, h, c = res["eager"], res["eager_inf"], res["hooks"], res["capture"]
-        print(f"{n:>5} {inputs['input_ids'].shape[1]:>7} {e:>13.4f} {ei:>10.4f} {h:>9.4f} {c:>10.4f} "
+        print(f"{n:>5} {rounds:>6} {inputs['input_ids'].shape[1]:>7} {e:>13.4f} {ei:>10.4f} {h:>9.4f} {c:>10.4f} "
               f"{h / e:>12.3f} {c / e:>14.3f} {c / ei:>14.3f}")
 
 
@@ -123,7 +127,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread; {os.cpu_count()} cores, "
-          f"1-minute load average {os.getloadavg()[0]:.1f}; medians of {args.repeats} interleaved runs")
+          f"1-minute load average {os.getloadavg()[0]:.1f}; medians of interleaved rounds")
     throughput(args.repeats, args.batch, args.lengths)
     print(f"1-minute load average at the end of the throughput runs: {os.getloadavg()[0]:.1f}")
     if args.no_store:

@@ -5,8 +5,9 @@
 1. Time, for MiniLM (BERT, 6 layers × 12 heads) and a tiny random Llama (4 layers × 4
    heads, hidden 128, 2 key/value heads) at n = 128 and 512 tokens, one batch through:
    the model's plain SDPA forward; its eager forward with ``output_attentions=True``; the
-   toolkit's capture of all layers through the attention interface; the same through
-   hooks (eager switch). Variants are interleaved (A B C D, A B C D, ...), medians of
+   toolkit's capture of all layers through the attention interface (recording into one
+   batch buffer, as ``probe.capture`` does); the same through hooks (eager switch, each
+   layer copied into the buffer). Variants are interleaved (A B C D, A B C D, ...), medians of
    ``--repeats``, torch on 1 thread. Target: interface capture no slower than eager
    ``output_attentions``.
 2. Peak memory (RSS high-water mark, reset after the model is built, each case in a fresh
@@ -67,8 +68,8 @@ def variants(adapter, batch: dict) -> dict:
             model.set_attn_implementation(prev)
 
     def capture(path):
-        def run():
-            with AttentionCapture(adapter, path=path) as cap, torch.no_grad():
+        def run():  # as probe.capture records a batch: into one buffer (the interface computes there)
+            with AttentionCapture(adapter, path=path, into_buffer=True) as cap, torch.no_grad():
                 model(**batch)
             cap.layer_tensors()
         return run
@@ -160,7 +161,10 @@ def main() -> None:
     import logging
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    print(f"torch {torch.__version__}, 1 thread; machine shared with other jobs (2 cores)")
+    import os
+
+    print(f"torch {torch.__version__}, 1 thread; {os.cpu_count()} cores, "
+          f"1-minute load average {os.getloadavg()[0]:.1f}")
     if not args.skip_timing:
         overhead(args.repeats, args.batch)
     memory(args.memory_n)

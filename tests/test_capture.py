@@ -377,6 +377,12 @@ def test_maps_are_views_of_one_batch_buffer_the_interface_computes_in(minilm, pa
     assert torch.equal(b, before)
     assert torch.allclose(b, ref[:, 1, :, :len(encs[1]), :len(encs[1])], atol=1e-5)
 
+    alone = capture(minilm, TEXTS, path=path, standalone=True)  # one tensor per example
+    for m in alone:
+        t = m.attentions
+        assert t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    assert torch.equal(alone[1].attentions, b)
+
 
 def test_buffer_takes_the_heads_the_stack_has():
     """The buffer is sized from the weights themselves: a stack whose head count differs
