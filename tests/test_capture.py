@@ -372,6 +372,7 @@ def test_maps_are_views_of_one_batch_buffer_the_interface_computes_in(minilm, pa
     a, b = maps[0].attentions, maps[1].attentions
     assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
     assert not a.is_contiguous() and a.shape == (6, 12, len(encs[0]), len(encs[0]))
+    assert not a.is_inference()  # the buffer is made outside inference mode: an ordinary tensor
     before = b.clone()
     a.fill_(-1.0)  # writing one example's map leaves the other untouched
     assert torch.equal(b, before)
