@@ -167,8 +167,8 @@ def _fits(out: torch.Tensor, query: torch.Tensor, key_t: torch.Tensor) -> bool:
     """Whether ``query @ key_t`` can be written into ``out`` as is: same shape, dtype and
     device, contiguous, and no gradient to record (``out=`` does not support autograd)."""
     shape = tuple(query.shape[:-1]) + (key_t.shape[-1],)
-    return (tuple(key_t.shape[:-2]) == shape[:-2] and tuple(out.shape) == shape and out.dtype == query.dtype and out.device == query.device
-            and out.is_contiguous()
+    return (tuple(key_t.shape[:-2]) == shape[:-2] and tuple(out.shape) == shape
+            and out.dtype == query.dtype and out.device == query.device and out.is_contiguous()
             and not (torch.is_grad_enabled() and (query.requires_grad or key_t.requires_grad)))
 
 

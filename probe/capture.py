@@ -120,13 +120,12 @@ class AttentionCapture:
             probs = probs.detach()
         if self.store_dtype is not None:
             probs = probs.to(self.store_dtype)
-        if self.into_buffer and layer not in self._records:
-            slot = self._slot_for(layer, tuple(probs.shape), probs.dtype, probs.device)
-            if slot is not None:
-                if probs.data_ptr() != slot.data_ptr() or probs.stride() != slot.stride():
-                    slot.copy_(probs)  # computed elsewhere (hooks path, soft-capping, …)
-                probs = slot
-                self._in_buffer.add(layer)
+        slot = self._slot_for(layer, tuple(probs.shape), probs.dtype, probs.device)
+        if slot is not None:
+            if probs.data_ptr() != slot.data_ptr() or probs.stride() != slot.stride():
+                slot.copy_(probs)  # computed elsewhere (hooks path, soft-capping, …)
+            probs = slot
+            self._in_buffer.add(layer)
         self._records.setdefault(layer, []).append(probs)
 
     def _slot_for(self, layer: int, shape: tuple, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
@@ -272,7 +271,7 @@ def iter_capture(
     whatever the corpus size and text lengths (``sort_window=1``: strictly one batch).
 
     Each example's map is a view of its batch's buffer (no copy after the forward; see
-    :func:`_batch_buffer`), so a batch's maps are freed when the last of them is;
+    :func:`_buffer_fits`), so a batch's maps are freed when the last of them is;
     ``standalone=True`` gives each its own contiguous tensor instead (one copy), for
     callers that keep some examples long after their batch, such as a store writer
     queueing a shard.
@@ -449,14 +448,12 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
             torch.inference_mode():
         adapter.model(**inputs)
     shapes = [_query_key_lengths(enc, tencs[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
-    cap.layer_tensors()  # raises unless every layer was recorded
+    per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}; raises unless every layer ran
     into = cap.buffer()
+    cap.clear()  # per_layer now holds the only reference to each record
     if into is not None:  # each example a view of its part of the batch's buffer
-        cap.clear()
         maps = [into[:, i, :, :n_q, :n_k] for i, (n_q, n_k) in enumerate(shapes)]
     else:
-        per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}
-        cap.clear()  # per_layer now holds the only reference to each record
         maps = _trimmed(per_layer, cap.layers, shapes, dtype)
     kind = _kind(adapter, stack)
     out = []

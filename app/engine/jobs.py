@@ -148,7 +148,7 @@ class StoreJob:
         import torch
 
         from probe.capture import iter_capture
-        from probe.store import standalone, write_shard
+        from probe.store import write_shard
 
         started = time.time()
         keep, long = _fit(adapter, items, indices)
@@ -159,11 +159,10 @@ class StoreJob:
             stream = iter_capture(adapter, [item_text(it) for it in kept], layers=self.layers,
                                   batch_size=self.batch_size, standalone=True,
                                   word_spans=spans if any(s is not None for s in spans) else None)
-            dtype = getattr(torch, self.dtype)
-            # the block holds each example's own bytes, not its batch's buffer
-            pairs = [(int(indices[k]), standalone(m, dtype)) for k, m in zip(keep, stream)]
+            pairs = list(zip([int(indices[k]) for k in keep], stream))  # standalone: no batch buffer held
             # named by its first example, 8 digits: never one of a local writer's 5-digit shards
-            records = write_shard(self.out, f"shard-{pairs[0][0]:08d}.safetensors", pairs, dtype)
+            records = write_shard(self.out, f"shard-{pairs[0][0]:08d}.safetensors", pairs,
+                                  getattr(torch, self.dtype))
         return Part(first=int(indices[0]), value=records, long=long, n_items=len(items), started=started,
                     ended=time.time())
 
