@@ -334,3 +334,48 @@ class EmbeddingMix(HookContext):
         def fn(module, args, out):
             return (self.e_from + self.alpha * (self.e_to - self.e_from)).to(out.dtype)
         hooks.forward(self.adapter.embeddings(), fn)
+
+
+def final_site(adapter) -> tuple:
+    """``(module, "input" | "output")``: where the model's final representation is read —
+    the final norm's input for pre-LN decoders (the residual stream before it), else the
+    last layer's output (post-LN encoders, whose last LayerNorm is inside the layer).
+
+    Raises:
+        ValueError: when no last layer module is found.
+    """
+    if additive_residual(adapter):
+        return residual_sites(adapter)[1], "input"
+    att = adapter.attention_modules()[-1]
+    names = {id(m): n for n, m in adapter.model.named_modules()}
+    name = names[id(att)]
+    last = adapter.n_layers - 1
+    hit = re.search(rf"^(.*\.{last})\.", name + ".")
+    if not hit:
+        raise ValueError(f"{adapter.name}: cannot find its last layer module")
+    return dict(adapter.model.named_modules())[hit.group(1)], "output"
+
+
+class FinalRepresentation(HookContext):
+    """Record the final representation ``[batch, seq, d_model]`` (:func:`final_site`) as a
+    tensor of the autograd graph the rest of the forward reads (``.value``), so that
+    ``∂m/∂value`` can be taken; with ``replace`` (same shape), substitute it."""
+
+    def __init__(self, adapter, replace: Optional[Callable] = None):
+        self.adapter, self.replace, self.value = adapter, replace, None
+
+    def _take(self, x: torch.Tensor) -> torch.Tensor:
+        mine = x.clone() if self.replace is None else self.replace(x)
+        self.value = mine
+        return mine
+
+    def _register(self, hooks: HookSet) -> None:
+        module, where = final_site(self.adapter)
+        if where == "input":
+            hooks.pre(module, lambda m, args: (self._take(args[0]),) + tuple(args[1:]))
+        else:
+            def fn(m, args, out):
+                if isinstance(out, tuple):
+                    return (self._take(out[0]),) + tuple(out[1:])
+                return self._take(out)
+            hooks.forward(module, fn)

@@ -12,7 +12,8 @@ through the residual stream, LayerNorms and MLPs) and the objective by
 
 Pass 1 computes every ``g_rc`` at once (one backward); pass 2 computes every ``J_rc,sᵀ
 g_rc`` at once: one row block per receiver, heads frozen to ``z_clean + δ`` with ``δ = 0``
-a leaf, the block's objective ``g_rc · x_rc`` (the output's block: ``m`` itself), one
+a leaf, the block's objective ``g_rc · x_rc`` (the output's block: ``g_out · x_out``, ``x_out``
+the final representation, :func:`probe.paths.final_site`), one
 backward; ``∂/∂δ_s`` of block ``rc`` is ``J_rc,sᵀ g_rc`` for all senders. On a model whose
 residual stream is a plain sum (no MLPs, no LayerNorm) the estimate is exact in ``J`` and
 first order only in ``g``.
@@ -35,7 +36,7 @@ import torch
 
 from probe.analyses.common.metrics import as_corpus, get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
-from probe.paths import EmbeddingMix, EmbeddingRecorder, HeadOutputOverride, ProjectionHooks
+from probe.paths import EmbeddingMix, EmbeddingRecorder, FinalRepresentation, HeadOutputOverride, ProjectionHooks
 
 from .edges import OUTPUT, all_edges, edge_row, grouped, receivers_of
 from .path_patching import MAX_ROWS, _chunks, _repeat_ref, record_head_outputs
@@ -81,12 +82,14 @@ def _receiver_grads(adapter, metric, cb, kb, ref, layers: list, method: str, ste
                 mix.alpha = a
                 stack.enter_context(mix)
             rec = stack.enter_context(ProjectionHooks(adapter, layers, record=True, keep_graph=True))
+            fin = stack.enter_context(FinalRepresentation(adapter))
             out = metric.forward(adapter, cb)
             m = metric.score(out, cb, ref).sum()
-            keys = list(rec.outputs)
-            grads = torch.autograd.grad(m, [rec.outputs[k] for k in keys], allow_unused=True)
-        for k, g in zip(keys, grads):
-            g = torch.zeros_like(rec.outputs[k]) if g is None else g.detach()
+            keys = list(rec.outputs) + [OUTPUT]
+            tensors = [rec.outputs[k] for k in keys[:-1]] + [fin.value]
+            grads = torch.autograd.grad(m, tensors, allow_unused=True)
+        for k, t, g in zip(keys, tensors, grads):
+            g = torch.zeros_like(t) if g is None else g.detach()
             total[k] = total.get(k, 0) + g / len(alphas)
     return total
 
@@ -103,16 +106,15 @@ def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: di
 
     layers = sorted({l for l, _, c in receivers if c != OUTPUT})
     with torch.enable_grad():
-        with HeadOutputOverride(adapter, frozen), \
+        with HeadOutputOverride(adapter, frozen), FinalRepresentation(adapter) as fin, \
                 ProjectionHooks(adapter, layers, record=True, keep_graph=True) as rec:
-            out = metric.forward(adapter, big)
-        need_m = any(c == OUTPUT for _, _, c in receivers)
-        m = metric.score(out, big, _repeat_ref(ref, k)) if need_m else None
+            metric.forward(adapter, big)
         objective = 0
         for j, (l, slot, c) in enumerate(receivers):
             rows = slice(j * b, (j + 1) * b)
-            if c == OUTPUT:
-                objective = objective + m[rows].sum()
+            if c == OUTPUT:  # the output's input: the final representation
+                x = fin.value[rows]
+                objective = objective + (x * grads[OUTPUT].to(x.dtype)).sum()
             else:
                 x = rec.outputs[(l, c)][rows, :, slot]
                 objective = objective + (x * grads[(l, c)][:, :, slot].to(x.dtype)).sum()
@@ -161,7 +163,7 @@ def edge_attribution(adapter, clean, corrupted, metric="loss", method: str = "ea
         z_corr, out_k = record_head_outputs(adapter, metric, kb)
         k_vals[idx] = metric.score(out_k, kb, ref).double().cpu().numpy()
         dz = {l: z_corr[l] - z_clean[l] for l in z_clean}
-        grads = _receiver_grads(adapter, metric, cb, kb, ref, layers, method, steps) if layers else {}
+        grads = _receiver_grads(adapter, metric, cb, kb, ref, layers, method, steps)
         passes = (1 if method == "eap" else steps) + 2
         for part in _chunks(receivers, max_rows // b):
             jac = _jacobian_pass(adapter, metric, cb, ref, z_clean, part, grads)
