@@ -41,21 +41,35 @@ class CircuitStudy:
 
 
 def study_circuit(adapter, clean, corrupted, metric, *, share: float = 0.9, ranking: str = "exact",
-                  steps: int = 5, batch_size: int = 8, known=None) -> CircuitStudy:
+                  steps: int = 5, batch_size: int = 8, known=None, exact_edges=None) -> CircuitStudy:
     """Run the three scorings, the curve for ``ranking`` (``exact`` | ``eap`` | ``eap_ig``)
-    and, with ``known`` edges, the recovery statistics of each ranking."""
+    and, with ``known`` edges, the recovery statistics of each ranking. ``exact_edges``
+    (default: all) limits exact path patching to those edges (the others' ``exact`` is NaN;
+    the agreement is taken over the edges checked).
+
+    Raises:
+        ValueError: an unknown ranking, ``ranking="exact"`` with a subset of edges, and
+            whatever the scorings refuse (edges, unpaired inputs, a corruption that does not
+            change the objective).
+    """
     from probe.paths import additive_residual
 
     if ranking not in ("exact", "eap", "eap_ig"):
         raise ValueError(f"unknown ranking {ranking!r}; use exact, eap or eap_ig")
     edges = all_edges(adapter)
-    exact = path_patch(adapter, clean, corrupted, metric, edges, batch_size=batch_size)
+    checked = edges if exact_edges is None else list(dict.fromkeys(exact_edges))
+    if len(checked) < len(edges) and (ranking == "exact" or known is not None):
+        raise ValueError("ranking the whole graph by exact path patching needs every edge patched: "
+                         "drop --edge, or rank by eap_ig (--ranking eap_ig) without known-edge statistics")
+    exact = path_patch(adapter, clean, corrupted, metric, checked, batch_size=batch_size)
     eap = edge_attribution(adapter, clean, corrupted, metric, "eap", batch_size=batch_size)
     ig = edge_attribution(adapter, clean, corrupted, metric, "eap-ig", steps=steps, batch_size=batch_size)
-    scores = exact.table.rename(columns={"effect": "exact"}).drop(columns=["delta"])
-    scores["eap"], scores["eap_ig"] = eap.table["effect"].to_numpy(), ig.table["effect"].to_numpy()
-    agreement = {"eap": rank_agreement(scores["exact"], scores["eap"]),
-                 "eap_ig": rank_agreement(scores["exact"], scores["eap_ig"])}
+    scores = eap.table.drop(columns=["score"]).rename(columns={"effect": "eap"})
+    scores["eap_ig"] = ig.table["effect"].to_numpy()
+    scores["exact"] = scores["edge"].map(dict(zip(exact.table["edge"], exact.table["effect"])))
+    both = scores.dropna(subset=["exact"])
+    agreement = {"eap": rank_agreement(both["exact"], both["eap"]),
+                 "eap_ig": rank_agreement(both["exact"], both["eap_ig"]), "n_edges": len(both)}
     notes = []
     curve = None
     if additive_residual(adapter):
