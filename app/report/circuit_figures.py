@@ -38,7 +38,7 @@ def circuit_graph(edges: pd.DataFrame, path: Path, title: str, score: str = "eff
                                connectionstyle="arc3,rad=0.1", node_size=700)
     for c, col in CHANNEL_COLOURS.items():
         ax.plot([], [], color=col, label=c)
-    ax.legend(title="receiver input", loc="lower right", fontsize=8)
+    ax.legend(title="receiver input", loc="upper left", fontsize=8)
     ax.set_title(title, fontsize=10)
     ax.axis("off")
     fig.tight_layout()
