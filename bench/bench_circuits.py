@@ -37,13 +37,12 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8)
     args = ap.parse_args()
     import torch
-    from scipy.stats import spearmanr
-
     from probe.analyses.circuits.attribution import edge_attribution
     from probe.analyses.circuits.edges import Edge, all_edges
     from probe.analyses.circuits.objectives import SimilarityMetric
     from probe.analyses.circuits.path_patching import path_patch
     from probe.models import load_model
+    from scipy.stats import spearmanr
 
     torch.set_num_threads(2)
     a = load_model("minilm")

@@ -2,7 +2,7 @@
 edge ranking (exact path patching, EAP, EAP-IG) against the known edges, precision and
 recall of the circuit it yields, the rank agreement of EAP/EAP-IG with exact path
 patching (Spearman over all edges), and on a randomly initialised model of the same
-configuration the share the known circuit recovers vs random edge sets of its size.
+configuration the share the known circuit recovers vs random edge sets of its composition.
 
     python bench/circuits_table.py [--pairs 16]
 """
@@ -14,9 +14,10 @@ import argparse
 
 def _pairs(task: str, n: int):
     from probe.analyses.necessity.patching import corrupt_zoo
-    from probe.inputs import Corpus
     from probe.models import zoo
     from probe.models.zoo import relay
+
+    from probe.inputs import Corpus
 
     ex = zoo.eval_examples(task, n=n)
     bad = relay.corrupt(ex) if task == "relay" else corrupt_zoo("induction", ex)
@@ -27,9 +28,8 @@ def _pairs(task: str, n: int):
 def _random_null(a, clean, bad, known, draws: int = 20):
     import numpy as np
     import torch
-    import transformers as T
-
     from probe.analyses.circuits.discovery import circuit_objective
+    from probe.analyses.circuits.known import matched_random_circuits
     from probe.analyses.circuits.edges import all_edges
     from probe.models import ModelAdapter
 
@@ -37,13 +37,13 @@ def _random_null(a, clean, bad, known, draws: int = 20):
     cls = type(a.model)
     rand = ModelAdapter(name="random", model=cls(a.model.config), tokenizer=a.tokenizer, family=a.family)
     graph = all_edges(rand)
-    rng = np.random.default_rng(0)
-    null = [[graph[i] for i in rng.choice(len(graph), len(known), replace=False)] for _ in range(draws)]
+    null = matched_random_circuits(graph, known, draws)
     out = {}
     for name, model in (("trained/hand-set", a), ("random init", rand)):
         vals = circuit_objective(model, clean, bad, "loss", [known] + null + [graph, []], graph)
         faith = (vals[:-2] - vals[-1]) / (vals[-2] - vals[-1])
-        out[name] = (faith[0], float(np.quantile(faith[1:], 0.5)), float(np.quantile(faith[1:], 0.95)))
+        out[name] = (faith[0], float(np.quantile(faith[1:], 0.5)), float(np.quantile(faith[1:], 0.95)),
+                     float(vals[-2] - vals[-1]))
     return out
 
 
@@ -52,7 +52,6 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=16)
     args = ap.parse_args()
     import torch
-
     from probe.analyses.circuits.known import known_edges
     from probe.analyses.circuits.study import study_circuit
     from probe.models import load_model
@@ -71,15 +70,16 @@ def main() -> None:
             rows.append(f"| zoo:{task} | {k['n_edges']} / {k['n_known']} | {label} | {k['auc']:.2f} | "
                         f"{k['precision']:.2f} / {k['recall']:.2f} ({circ}, {k['n_found']} edges) | {rho} |")
         null = _random_null(a, clean, bad, known)
-        for name, (f, med, q95) in null.items():
-            nulls.append(f"| zoo:{task} | {name} | {f:.2f} | {med:.2f} / {q95:.2f} |")
+        for name, (f, med, q95, gap) in null.items():
+            nulls.append(f"| zoo:{task} | {name} | {gap:.3g} | {f:.2f} | {med:.2f} / {q95:.2f} |")
     print(f"{args.pairs} clean/corrupted pairs per model, objective: the zoo task's loss")
     print("| model | edges / known | ranking | ROC AUC | precision / recall | Spearman vs exact |")
     print("| --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     print()
-    print("| model | weights | known circuit's faithfulness | random edge sets of that size: median / 95th pct |")
-    print("| --- | --- | --- | --- |")
+    print("| model | weights | m(full) - m(none) | known circuit's faithfulness | "
+          "20 random edge sets of its composition: median / 95th pct |")
+    print("| --- | --- | --- | --- | --- |")
     print("\n".join(nulls))
 
 

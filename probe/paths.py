@@ -25,8 +25,8 @@ Used by :mod:`probe.analyses.circuits`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -60,7 +60,7 @@ def kv_slot(adapter, head: int) -> int:
     return int(head) // (adapter.n_heads // n_kv_heads(adapter))
 
 
-def projection_sites(adapter, layer: int, stack: Optional[str] = None) -> dict:
+def projection_sites(adapter, layer: int, stack: str | None = None) -> dict:
     """``{channel: ProjectionSite}`` of layer ``layer``.
 
     Raises:
@@ -112,8 +112,8 @@ class ProjectionHooks(HookContext):
     """
 
     def __init__(self, adapter, layers: Sequence[int], *, record: bool = False,
-                 patches: Optional[dict] = None, replace: Optional[dict] = None,
-                 keep_graph: bool = False, stack: Optional[str] = None):
+                 patches: dict | None = None, replace: dict | None = None,
+                 keep_graph: bool = False, stack: str | None = None):
         self.adapter, self.stack = adapter, stack
         self.layers = [int(x) for x in layers]
         self.record, self.keep_graph = record, keep_graph
@@ -156,8 +156,8 @@ class HeadOutputOverride(HookContext):
     """Read or replace the per-head outputs ``z`` ``[batch, seq, heads, dh]`` of chosen
     layers at the output projection's input: ``fn(layer, z) -> z'`` (or None: unchanged)."""
 
-    def __init__(self, adapter, fn: Callable, layers: Optional[Sequence[int]] = None,
-                 stack: Optional[str] = None):
+    def __init__(self, adapter, fn: Callable, layers: Sequence[int] | None = None,
+                 stack: str | None = None):
         self.adapter, self.fn, self.stack = adapter, fn, stack
         modules = adapter.head_output_modules(stack)
         self.layers = list(range(len(modules))) if layers is None else [int(x) for x in layers]
@@ -176,7 +176,7 @@ class HeadOutputOverride(HookContext):
             hooks.pre(self._modules[layer], pre)
 
 
-def head_writes(adapter, layer: int, z: torch.Tensor, stack: Optional[str] = None) -> torch.Tensor:
+def head_writes(adapter, layer: int, z: torch.Tensor, stack: str | None = None) -> torch.Tensor:
     """What each head writes into the residual stream: ``z`` ``[batch, seq, heads, dh]``
     through its columns of the output projection (no bias) -> ``[batch, seq, heads, d_model]``."""
     proj = adapter.head_output_modules(stack)[layer]
@@ -248,7 +248,7 @@ class EdgeMixer(HookContext):
         self._writes: dict = {}
         self._resid: dict = {}
 
-    def _delta(self, n_layers: int) -> Optional[torch.Tensor]:
+    def _delta(self, n_layers: int) -> torch.Tensor | None:
         """``[n_senders, batch, seq, d_model]``: what switching each sender of the first
         ``n_layers`` layers to its corrupted output changes (actual − corrupted write)."""
         if n_layers == 0:
@@ -261,7 +261,6 @@ class EdgeMixer(HookContext):
         def on_z(layer, z):
             d = head_writes(adapter, layer, z - self.corrupted_z[layer].to(z.dtype))
             self._writes[layer] = d.permute(2, 0, 1, 3)  # [heads, b, s, m]
-            return None
 
         hooks_z = HeadOutputOverride(adapter, on_z)
         hooks_z._register(hooks)
@@ -361,7 +360,7 @@ class FinalRepresentation(HookContext):
     tensor of the autograd graph the rest of the forward reads (``.value``), so that
     ``∂m/∂value`` can be taken; with ``replace`` (same shape), substitute it."""
 
-    def __init__(self, adapter, replace: Optional[Callable] = None):
+    def __init__(self, adapter, replace: Callable | None = None):
         self.adapter, self.replace, self.value = adapter, replace, None
 
     def _take(self, x: torch.Tensor) -> torch.Tensor:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from probe.analyses.circuits.attribution import edge_attribution
 from probe.analyses.circuits.discovery import circuit_objective, recovery_curve
 from probe.analyses.circuits.edges import Edge, all_edges, check_edge, parse_edge
 from probe.analyses.circuits.objectives import SimilarityMetric
 from probe.analyses.circuits.path_patching import path_patch
+
 from probe.hooks import count_hooks
 
 CLEAN = ["the cat sat on the mat today", "a dog ran in the big park"]
@@ -20,7 +20,6 @@ CORRUPT = ["the cow ate on the hill today", "a man ran at the old house"]
 
 def _tiny(bert_tokenizer, family: str, zero_mlp: bool = False, layers: int = 3):
     import transformers as T
-
     from probe.models import ModelAdapter
 
     v = len(bert_tokenizer)
@@ -91,9 +90,10 @@ def test_edge_attribution_ranks_edges_like_exact_path_patching(bert_tokenizer, f
 
 
 def _relay():
-    from probe.inputs import Corpus
     from probe.models import load_model, zoo
     from probe.models.zoo import relay
+
+    from probe.inputs import Corpus
 
     a = load_model("zoo:relay")
     ex = zoo.eval_examples("relay", n=8)
@@ -102,6 +102,7 @@ def _relay():
             Corpus(texts=tuple(e["text"] for e in bad), examples=tuple(bad)))
 
 
+@pytest.mark.slow
 def test_relay_path_patching_finds_exactly_the_constructed_edges():
     """zoo:relay's answer flows 0.0 -> 1.0.v -> out by construction: each of those two edges
     carries the whole corruption (effect 1), every other edge none of it; the circuit of the
@@ -122,13 +123,14 @@ def test_relay_path_patching_finds_exactly_the_constructed_edges():
     assert stats["auc"] == 1.0 and stats["precision"] == 1.0 and stats["recall"] == 1.0
 
 
+@pytest.mark.slow
 def test_random_model_known_circuit_recovers_no_more_than_random_edge_sets():
     """A randomly initialised model of zoo:relay's configuration: the constructed circuit's
-    edges recover no more of the objective than random edge sets of the same size (and far
-    less than in the hand-set model, where they recover all of it)."""
+    edges recover no more of the objective than random edge sets of the same composition (one
+    head->head value edge, one head->output edge), and far less than in the hand-set model,
+    where they recover all of it."""
     import transformers as T
-
-    from probe.analyses.circuits.known import known_edges
+    from probe.analyses.circuits.known import known_edges, matched_random_circuits
     from probe.models import ModelAdapter
 
     a, clean, bad = _relay()
@@ -137,8 +139,8 @@ def test_random_model_known_circuit_recovers_no_more_than_random_edge_sets():
     rand = ModelAdapter(name="random-relay", model=T.GPT2LMHeadModel(a.model.config), tokenizer=a.tokenizer,
                         family="gpt2")
     graph = all_edges(rand)
-    rng = np.random.default_rng(0)
-    null = [[graph[i] for i in rng.choice(len(graph), len(known), replace=False)] for _ in range(20)]
+    null = matched_random_circuits(graph, known, 20)
+    assert all(sorted(e.channel for e in n) == sorted(e.channel for e in known) for n in null)
     vals = circuit_objective(rand, clean, bad, "loss", [known] + null + [graph, []], graph)
     full, empty = vals[-2], vals[-1]
     faith = (vals[:-2] - empty) / (full - empty)
@@ -167,11 +169,11 @@ def test_bad_edges_and_an_unchanged_corruption_are_refused(bert_tokenizer):
     assert count_hooks(a.model) == 0
 
 
+@pytest.mark.slow
 def test_cli_circuit_writes_tables_and_graph_and_refuses_bad_edges(tmp_path):
     import json
 
     from click.testing import CliRunner
-
     from probe.app.cli import main
 
     out = tmp_path / "c"
@@ -196,8 +198,9 @@ def test_induction_previous_token_head_feeds_induction_heads_through_keys():
     patching ranks those key edges and the induction heads' output edges above the rest."""
     from probe.analyses.circuits.known import known_edges, recovery_stats
     from probe.analyses.necessity.patching import corrupt_zoo
-    from probe.inputs import Corpus
     from probe.models import load_model, zoo
+
+    from probe.inputs import Corpus
 
     a = load_model("zoo:induction")
     ex = zoo.eval_examples("induction", n=16)

@@ -28,20 +28,25 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import pandas as pd
 import torch
-
 from probe.analyses.common.metrics import as_corpus, get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
-from probe.paths import EmbeddingMix, EmbeddingRecorder, FinalRepresentation, HeadOutputOverride, ProjectionHooks
+
+from probe.paths import (
+    EmbeddingMix,
+    EmbeddingRecorder,
+    FinalRepresentation,
+    HeadOutputOverride,
+    ProjectionHooks,
+)
 
 from .edges import OUTPUT, all_edges, edge_row, grouped, receivers_of
-from .path_patching import MAX_ROWS, _chunks, _repeat_ref, record_head_outputs
+from .path_patching import MAX_ROWS, _chunks, record_head_outputs
 
-__all__ = ["AttributionResult", "edge_attribution", "METHODS"]
+__all__ = ["METHODS", "AttributionResult", "edge_attribution"]
 
 METHODS = ("eap", "eap-ig")
 
@@ -109,7 +114,7 @@ def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: di
         with HeadOutputOverride(adapter, frozen), FinalRepresentation(adapter) as fin, \
                 ProjectionHooks(adapter, layers, record=True, keep_graph=True) as rec:
             metric.forward(adapter, big)
-        objective = 0
+        objective = torch.zeros((), dtype=torch.float64)
         for j, (l, slot, c) in enumerate(receivers):
             rows = slice(j * b, (j + 1) * b)
             if c == OUTPUT:  # the output's input: the final representation
@@ -128,7 +133,7 @@ def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: di
 
 
 def edge_attribution(adapter, clean, corrupted, metric="loss", method: str = "eap", *, steps: int = 5,
-                     batch_size: int = 8, max_rows: int = MAX_ROWS, edges: Optional[list] = None,
+                     batch_size: int = 8, max_rows: int = MAX_ROWS, edges: list | None = None,
                      progress: bool = False) -> AttributionResult:
     """EAP or EAP-IG scores of every edge of the head graph (or of ``edges``).
 

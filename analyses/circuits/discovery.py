@@ -15,21 +15,21 @@ decoders only (the mix is additive in the residual stream, LayerNorm recomputed)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
-
 from probe.analyses.common.metrics import as_corpus, get_metric
 from probe.analyses.necessity.patching import paired_batches
+
 from probe.paths import EdgeMixer, n_kv_heads, residual_sites
 
 from .edges import Edge, all_edges, check_edge
 from .path_patching import record_head_outputs
 
-__all__ = ["CircuitCurve", "drop_masks", "circuit_objective", "recovery_curve", "faithfulness"]
+__all__ = ["CircuitCurve", "circuit_objective", "drop_masks", "faithfulness", "recovery_curve"]
 
 
 def drop_masks(adapter, kept: Sequence[Edge], graph: Sequence[Edge]) -> dict:
@@ -54,7 +54,7 @@ def drop_masks(adapter, kept: Sequence[Edge], graph: Sequence[Edge]) -> dict:
 
 @torch.no_grad()
 def circuit_objective(adapter, clean, corrupted, metric, circuits: Sequence[Sequence[Edge]],
-                      graph: Optional[Sequence[Edge]] = None, *, batch_size: int = 16) -> np.ndarray:
+                      graph: Sequence[Edge] | None = None, *, batch_size: int = 16) -> np.ndarray:
     """Mean objective of each circuit (``[len(circuits)]``), one forward per circuit and batch.
 
     Raises:
@@ -109,7 +109,7 @@ class CircuitCurve:
 
 
 def recovery_curve(adapter, clean, corrupted, metric, scores: pd.DataFrame, *, share: float = 0.9,
-                   sizes: Optional[Sequence[int]] = None, graph: Optional[Sequence[Edge]] = None,
+                   sizes: Sequence[int] | None = None, graph: Sequence[Edge] | None = None,
                    batch_size: int = 16) -> CircuitCurve:
     """Faithfulness of the top-``k`` edges by ``|effect|`` for ``k`` in ``sizes`` (default:
     0..all); ``scores`` has the edge columns of :func:`.path_patching.path_patch` and ``effect``.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
 
 from probe.paths import CHANNELS, kv_slot, n_kv_heads
 
@@ -142,5 +141,5 @@ def edge_from_row(row) -> Edge:
                 int(row["receiver_slot"]), str(row["channel"]))
 
 
-def optional_edges(adapter, texts: Optional[list]) -> Optional[list]:
+def optional_edges(adapter, texts: list | None) -> list | None:
     return None if not texts else [parse_edge(adapter, t) for t in texts]

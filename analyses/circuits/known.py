@@ -18,7 +18,7 @@ import pandas as pd
 
 from .edges import Edge, parse_edge
 
-__all__ = ["known_edges", "induction_heads", "recovery_stats", "INDUCTION_FLOOR"]
+__all__ = ["INDUCTION_FLOOR", "induction_heads", "known_edges", "recovery_stats"]
 
 INDUCTION_FLOOR = 0.3
 
@@ -84,3 +84,25 @@ def recovery_stats(scores: pd.DataFrame, known: list, circuit, adapter) -> dict:
     return {"auc": auc, "precision": tp / len(found) if found else float("nan"), "recall": tp / len(known),
             "n_known": len(known), "n_found": len(found), "n_edges": len(keys)}
 
+
+
+def matched_random_circuits(graph: list, known: list, draws: int = 20, seed: int = 0) -> list:
+    """``draws`` random edge sets with the known set's composition: as many head -> output
+    edges and as many head -> head edges of each channel as ``known`` has, drawn from
+    ``graph`` (the null a known circuit is compared with: output edges alone carry more
+    than a random q/k/v edge in any model)."""
+    rng = np.random.default_rng(seed)
+    kinds: dict = {}
+    for e in graph:
+        kinds.setdefault(e.channel, []).append(e)
+    need: dict = {}
+    for e in known:
+        need[e.channel] = need.get(e.channel, 0) + 1
+    out = []
+    for _ in range(draws):
+        pick = []
+        for c, k in need.items():
+            pool = kinds.get(c, [])
+            pick += [pool[i] for i in rng.choice(len(pool), min(k, len(pool)), replace=False)]
+        out.append(pick)
+    return out

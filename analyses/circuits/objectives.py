@@ -14,11 +14,9 @@ Shapes: ``aux["partner"]`` ``[rows, d_model]``; :meth:`SimilarityMetric.score` `
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
-
 from probe.analyses.common.metrics import DriftMetric, MetricBatch, as_corpus
 
 __all__ = ["SimilarityMetric"]
@@ -50,7 +48,7 @@ class SimilarityMetric(DriftMetric):
             e = self.embed(DriftMetric.forward(self, adapter, partner), partner).detach()
         return replace(base, aux={"partner": e})
 
-    def reference(self, outputs, batch) -> Optional[torch.Tensor]:
+    def reference(self, outputs, batch) -> torch.Tensor | None:
         return None
 
     def score(self, outputs, batch, reference=None) -> torch.Tensor:

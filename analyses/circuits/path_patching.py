@@ -24,20 +24,20 @@ Shapes: ``PathPatchingResult.per_example`` is ``[n_edges, n_pairs]`` (raw ``m âˆ
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
-
 from probe.analyses.common.metrics import MetricBatch, as_corpus, get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
+
 from probe.paths import HeadOutputOverride, ProjectionHooks
 
 from .edges import Edge, all_edges, check_edge, edge_row, grouped
 
-__all__ = ["PathPatchingResult", "path_patch", "record_head_outputs", "MAX_ROWS"]
+__all__ = ["MAX_ROWS", "PathPatchingResult", "path_patch", "record_head_outputs"]
 
 MAX_ROWS = 256
 
@@ -74,7 +74,6 @@ def record_head_outputs(adapter, metric, batch: MetricBatch, reference=None):
 
     def keep(layer, value):
         z[layer] = value.detach().clone()
-        return None
 
     with torch.no_grad(), HeadOutputOverride(adapter, keep):
         out = metric.forward(adapter, batch)
@@ -128,7 +127,7 @@ def _receiver_runs(adapter, metric, cb, ref, edges: list, sender_pos: dict, reco
     return metric.score(out, big, _repeat_ref(ref, k)).double().reshape(k, b)
 
 
-def path_patch(adapter, clean, corrupted, metric="loss", edges: Optional[Sequence[Edge]] = None, *,
+def path_patch(adapter, clean, corrupted, metric="loss", edges: Sequence[Edge] | None = None, *,
                batch_size: int = 8, max_rows: int = MAX_ROWS, progress: bool = False) -> PathPatchingResult:
     """Exact path patching of ``edges`` (default: every edge of the head graph).
 

@@ -7,7 +7,6 @@ Pure composition of :mod:`.path_patching`, :mod:`.attribution`, :mod:`.discovery
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import pandas as pd
 
@@ -16,7 +15,7 @@ from .discovery import CircuitCurve, recovery_curve
 from .edges import all_edges
 from .path_patching import path_patch
 
-__all__ = ["CircuitStudy", "study_circuit", "rank_agreement"]
+__all__ = ["CircuitStudy", "rank_agreement", "study_circuit"]
 
 
 def rank_agreement(a: pd.Series, b: pd.Series) -> float:
@@ -34,7 +33,7 @@ class CircuitStudy:
 
     scores: pd.DataFrame
     agreement: dict
-    curve: Optional[CircuitCurve]
+    curve: CircuitCurve | None
     known: dict = field(default_factory=dict)
     gap: float = 0.0
     notes: tuple = ()

@@ -52,7 +52,7 @@ GROUND_TRUTH = {
 }
 CONFIG = dict(n_embd=5 * BLOCK, n_layer=2, n_head=2, n_positions=BLOCK, n_inner=4,
               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False)
-ATTN_GAIN = 3.0  # score margin ≈ ATTN_GAIN · 6² · 38/80 ... ≈ 15 logits after LayerNorm (≈ 6 per one-hot)
+ATTN_GAIN = 3.0  # a LayerNormed one-hot is ≈ 6: score margin ≈ ATTN_GAIN · 6² / √40 ≈ 17 logits
 WRITE_GAIN = 0.16  # a LayerNormed one-hot (≈ 6) written back at height ≈ 1
 READ_GAIN = 4.0
 

@@ -59,6 +59,7 @@ def _metric(ctx, clean, bad):
 def run(ctx) -> Result:
     from probe.analyses.circuits.edges import parse_edge
     from probe.analyses.circuits.study import study_circuit
+
     from probe.inputs import fit_pairs
 
     p = ctx.params
