@@ -69,6 +69,7 @@ def test_grouped_query_attention_receiver_is_the_query_heads_own_group(bert_toke
         check_edge(a, Edge(0, 1, 1, 2, "k"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
 def test_edge_attribution_ranks_edges_like_exact_path_patching(bert_tokenizer, family):
     """EAP is the first-order estimate of each exact effect: on random small models the two
