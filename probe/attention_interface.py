@@ -332,7 +332,7 @@ class InterfaceSwitch:
                     configs[id(cfg)] = cfg
             _CONFIGS[self.model] = configs
         self._configs = {key: (cfg, cfg._attn_implementation_internal) for key, cfg in configs.items()}
-        for key, (cfg, before) in self._configs.items():
+        for key, (cfg, _before) in self._configs.items():
             _PREVIOUS[key] = cfg._attn_implementation
             cfg._attn_implementation_internal = INTERFACE_NAME
         return f"interface (switched from {self.previous})"

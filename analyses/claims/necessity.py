@@ -76,6 +76,6 @@ def weights_claims(sweep, necessity: Optional[dict] = None) -> dict:
         return {k: Claim("weights", "not tested", reason=why) for k in sweep.heads}
     claims = _tested("weights", sweep, "uniform", "uniform_null", f"{sweep.metric} harm above the null")
     zero = sweep.harm("zero").mean(1)
-    for i, (k, c) in enumerate(claims.items()):
+    for i, c in enumerate(claims.values()):
         c.extra["share_of_removal"] = float(c.extra["harm"] / zero[i]) if zero[i] > 0 else None
     return claims

@@ -123,7 +123,7 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
         "ci_high": m["high"], "p": m["p"], "significant": sig, "count": m["count"].astype(int)})
     most = int(sc["counts"].sum(0).max()) if sc["counts"].size else 0
     claims = {}
-    for j, key in enumerate(heads):
+    for key in heads:
         t = table[(table["layer"] == key[0]) & (table["head"] == key[1])]
         if t.empty:
             claims[key] = Claim("structure", "not enough evidence", count=most, threshold="structure_min_count",

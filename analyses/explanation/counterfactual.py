@@ -27,7 +27,6 @@ import logging
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-import numpy as np
 import torch
 
 from probe.analyses.common.targets import Target, check_scalar
@@ -182,7 +181,6 @@ def permutation_effects(
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(encodings) * len(heads), unit="ex·head", desc="permutations")
-    model = adapter.model
     v_mods = adapter.value_modules()
     try:
         for s in range(0, len(order), per_batch):

@@ -45,7 +45,7 @@ def require_ray():
     """``import ray`` or a ``ValueError`` saying how to install it."""
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError:
         raise ValueError(RAY_HINT) from None
     return ray

@@ -25,7 +25,6 @@ from __future__ import annotations
 import random
 
 import torch
-import torch.nn.functional as F
 
 from . import _common
 
