@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -313,9 +313,9 @@ class InterfaceSwitch:
     enters it once per batch.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: Any):
         self.model = model
-        self.previous = None
+        self.previous: Optional[str] = None
         self._configs: dict = {}
 
     def __enter__(self) -> str:

@@ -17,9 +17,12 @@ weights reproduce. A head whose weights do not matter alone may still matter in 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from . import thresholds as T
 from .claim import Claim
@@ -47,7 +50,7 @@ def _tested(kind: str, sweep, real: str, null: str, unit: str) -> dict:
     return claims
 
 
-def necessity_claims(sweep, importance: Optional[object] = None) -> dict:
+def necessity_claims(sweep, importance: Optional[pd.DataFrame] = None) -> dict:
     """``{(layer, head): Claim}``; ``importance``: a table with ``layer, head, importance``
     (:func:`probe.analyses.necessity.importance.head_importance`) shown beside the effect."""
     unit = f"{sweep.metric} harm above the null"
