@@ -129,7 +129,7 @@ def is_special_token(token) -> bool:
 
 def is_punctuation(token) -> bool:
     """A token made only of punctuation characters (after word-piece markers)."""
-    t = str(token).strip().lstrip("#").lstrip("Ġ▁")
+    t = str(token).strip().lstrip("#").lstrip("Ġ▁␣")  # ␣: a displayed leading space (tokens.py)
     return bool(t) and all(unicodedata.category(c).startswith("P") or c in "`^~|" for c in t)
 
 

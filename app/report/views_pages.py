@@ -16,6 +16,7 @@ from .context import representative_examples
 from .head_view import HeadView, head_view_js
 from .html import esc, link, page, script_json
 from .model_view import ModelView
+from .tokens import maps_display_tokens
 from .style import ACCENT, MUTED, is_trivial, number
 
 MODEL_FILE = "model.html"
@@ -100,8 +101,9 @@ def _methods_block(data) -> str:
         rows = {"raw attention (last layer)": m.attentions[-1].float().mean(0)[pos].numpy()}
         for method, g in t.groupby("method", sort=False):
             rows[str(method)] = g.sort_values("input_position")["score"].to_numpy()
-        parts.append(f"<h3>Example {int(ex)}, output position {pos} ({esc(m.tokens[pos])})</h3>"
-                     f"<p class=\"sent\">{esc(m.text)}</p>{token_rows_svg(list(m.tokens), rows, pos)}")
+        shown = maps_display_tokens(m)
+        parts.append(f"<h3>Example {int(ex)}, output position {pos} ({esc(shown[pos])})</h3>"
+                     f"<p class=\"sent\">{esc(m.text)}</p>{token_rows_svg(shown, rows, pos)}")
     return "".join(parts)
 
 

@@ -68,12 +68,15 @@ def _result(scores, title) -> Result:
         return [stem.with_suffix(".json"), token_scores_heatmap(scores, stem.with_suffix(".png"), title=title)]
 
     from probe.app.report.score_figures import split_top
+    from probe.app.report.tokens import display_tokens, positioned
 
+    shown = display_tokens(scores.tokens)
+    keyed = positioned(shown)  # `the(3)`: the position where the same word occurs more than once
     lines = []  # the top words per output position; itself, special tokens and punctuation apart
     for r, p in enumerate(scores.output_positions[:3]):
-        words, trivial = split_top(scores.tokens, scores.scores[r], p, k=5)
-        apart = ", ".join(f"{t} {s:.3f}" for _, t, s in trivial[:4]) + (" …" if len(trivial) > 4 else "")
-        lines.append(f"  {p} {scores.tokens[p]}: " + ", ".join(f"{t} {s:.3f}" for _, t, s in words))
+        words, trivial = split_top(shown, scores.scores[r], p, k=5)
+        apart = ", ".join(f"{keyed[j]} {s:.3f}" for j, _, s in trivial[:4]) + (" …" if len(trivial) > 4 else "")
+        lines.append(f"  {p} {shown[p]}: " + ", ".join(f"{keyed[j]} {s:.3f}" for j, _, s in words))
         lines.append(f"      (apart: itself, special tokens, punctuation: {apart})")
     if len(scores.output_positions) > 3:
         lines.append(f"  … {len(scores.output_positions) - 3} more rows")
