@@ -47,7 +47,9 @@ def _covering(chars: frozenset[int]) -> tuple[Optional[str], frozenset[int]]:
     from matplotlib import font_manager
 
     best, best_n = None, 0
-    for entry in font_manager.fontManager.ttflist:
+    sans_first = sorted(font_manager.fontManager.ttflist,
+                        key=lambda e: not any(w in e.name for w in ("Sans", "Gothic", "Hei")))
+    for entry in sans_first:
         if entry.name.startswith("Last Resort"):  # maps every code point to a box: not a cover
             continue
         n = len(chars & _charmap(entry.fname))
@@ -57,6 +59,23 @@ def _covering(chars: frozenset[int]) -> tuple[Optional[str], frozenset[int]]:
                 break
     left = chars - _charmap(next(e.fname for e in font_manager.fontManager.ttflist if e.name == best)) if best else chars
     return best, frozenset(left)
+
+
+@lru_cache(maxsize=1)
+def _add_new_system_fonts() -> int:
+    """Register the system's fonts that matplotlib's cached list lacks; how many (once)."""
+    from matplotlib import font_manager
+
+    known = {e.fname for e in font_manager.fontManager.ttflist}
+    added = 0
+    for path in font_manager.findSystemFonts():
+        if path not in known:
+            try:
+                font_manager.fontManager.addfont(path)
+                added += 1
+            except (OSError, RuntimeError, ValueError):
+                continue
+    return added
 
 
 def font_for(texts: Iterable[object]) -> Optional[str]:
@@ -71,6 +90,9 @@ def font_for(texts: Iterable[object]) -> Optional[str]:
     if not missing:
         return None
     family, left = _covering(missing)
+    if left and _add_new_system_fonts():  # installed after matplotlib cached its font list
+        _covering.cache_clear()
+        family, left = _covering(missing)
     if left:
         key = "".join(sorted(chr(c) for c in left))[:20]
         if not _WARNED:  # once per process, not once per glyph
