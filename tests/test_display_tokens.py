@@ -105,8 +105,6 @@ def test_figures_warn_once_when_no_font_has_the_script(tmp_path, caplog):
     from probe.maps import AttentionMaps
 
     toks = ("[CLS]", "日", "本", "語", "の", "本", "[SEP]")
-    chars = frozenset(ord(c) for c in "日本語の")
-    family, left = fonts._covering(chars)
     n = len(toks)
     m = AttentionMaps(attentions=torch.softmax(torch.randn(1, 1, n, n), -1), tokens=toks,
                       word_ids=(None, 0, 1, 2, 3, 4, None), special_mask=torch.tensor([1, 0, 0, 0, 0, 0, 1]).bool(),
@@ -116,6 +114,7 @@ def test_figures_warn_once_when_no_font_has_the_script(tmp_path, caplog):
         warnings.simplefilter("default")
         attention_heatmap(m, 0, 0, tmp_path / "a.png")
         attention_heatmap(m, 0, 0, tmp_path / "b.png")
+    family, left = fonts._covering(frozenset(ord(c) for c in "日本語の"))  # what the figures found
     glyphs = [x for x in w if "Glyph" in str(x.message)]
     said = [r for r in caplog.records if "no installed font" in r.getMessage()]
     if left:  # this machine has no font for the script: one line, no glyph flood
