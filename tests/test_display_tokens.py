@@ -124,3 +124,20 @@ def test_figures_warn_once_when_no_font_has_the_script(tmp_path, caplog):
         import matplotlib
 
         assert family in matplotlib.rcParams["font.family"]
+
+
+# ---- `probe models` answers at once ------------------------------------------------------
+def test_models_listing_reads_files_only_and_matches_the_zoo():
+    """The catalog lists what the zoo's own code lists, and `probe models` imports neither
+    torch nor transformers (the listing is what makes it answer in well under a second)."""
+    import subprocess
+    import sys
+
+    from probe.models import catalog, zoo
+
+    assert catalog.zoo_rows() == zoo.list_zoo()
+    code = ("import sys; from click.testing import CliRunner; from probe.app.cli import main; "
+            "r = CliRunner().invoke(main, ['models']); assert r.exit_code == 0, r.output; "
+            "print('zoo:induction' in r.output, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "False", "False"]

@@ -221,7 +221,7 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
         m = ctx.maps[ex]
         parts.append(f"<p class=\"sent\">example {ex}: {esc(m.text)}</p>"
                      f"<figure><img src=\"{esc(png)}\" alt=\"heatmap of layer {layer} head {head} on example {ex}\">"
-                     f"<figcaption>rows attend to columns; colour: weight from 0 (white) to 1 (dark)"
+                     f"<figcaption>rows attend to columns; colour: weight from 0 (palest, a light peach) to 1 (darkest)"
                      f"</figcaption></figure>")
     return page(f"L{layer}H{head} — {data.verdicts[(layer, head)]}", "".join(parts), scripts=[head_view_js()])
 
