@@ -141,3 +141,25 @@ def test_models_listing_reads_files_only_and_matches_the_zoo():
             "print('zoo:induction' in r.output, 'torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "False", "False"]
+
+
+def test_loading_shows_no_bar_and_a_missing_model_names_the_hub_command(capfd):
+    from probe.models import load_model
+
+    load_model("minilm")
+    assert "Loading weights" not in capfd.readouterr().err
+    with pytest.raises(ValueError, match=r"hf download no-such-org/no-such-model"):
+        load_model("hf:no-such-org/no-such-model")
+
+
+def test_index_page_shows_the_head_grid_before_the_settings(tmp_path):
+    from test_report import _ctx, _evil_maps
+
+    from probe.app.report.build import analyse, write_report
+
+    out = write_report(analyse(_ctx([_evil_maps()]), sections=["roles"], strict=True), tmp_path / "rep")
+    html = (out / "index.html").read_text()
+    heads, view, settings = html.index("<h2>Heads</h2>"), html.index("<h2>Head view</h2>"), \
+        html.index("Corpus, model and settings")
+    assert heads < view < settings
+    assert "<details><summary><b>Corpus, model and settings" in html  # folded

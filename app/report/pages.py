@@ -153,12 +153,15 @@ def index_html(data) -> str:
     k = _within_budget([ctx.maps[i] for i in examples[:2]])
     view = HeadView([ctx.maps[i] for i in examples[:k]], titles=titles[:k],
                     initial=_showcase(data)).fragment(include_script=False)
-    body = (f"<h1>Attention report: {esc(summary['model'])}</h1>"
-            f"<h2>Corpus, model and settings</h2>{kv_table(summary)}"
-            f"<h2>Sections</h2>{_sections_list(data)}"
+    # what a reader came for first: the head grid and the head view; the settings below, folded
+    line = (f"{esc(summary['layers × heads'])} heads, {esc(summary['examples'])} examples from "
+            f"{esc(summary['corpus'])}; built in {esc(summary['built in'])}")
+    body = (f"<h1>Attention report: {esc(summary['model'])}</h1><p class=\"muted\">{line}</p>"
             f"<h2>Heads</h2>{_views_links()}<p>Each cell links to the head's page; colour: role; mark: "
             f"importance. Hover for the verdict.</p>{_grid(data)}"
             f"<h2>Head view</h2>{view}"
+            f"<h2>Sections</h2>{_sections_list(data)}"
+            f"<details><summary><b>Corpus, model and settings</b></summary>{kv_table(summary)}</details>"
             f"{_section_blocks(data)}"
             f"<p class=\"muted\">Machine-readable: {link('summary.json', 'summary.json')}, "
             f"{link('report.md', 'report.md')}, tables/*.csv</p>")
