@@ -9,12 +9,14 @@
 - ``on_page_markdown``: in ``cli.md``, ``<!-- cli-tour -->`` becomes the tour table
   (``probe.app.cli.tour.table()``, from the analysis registry) and ``<!-- cli-reference -->``
   one section per command with its ``--help`` text, rendered from the click application
-  itself. Nothing is generated into the repository, so the page cannot go stale; no network.
+  itself (``on_page_content`` drops the Sphinx role names docstrings use). Nothing is
+  generated into the repository, so the page cannot go stale; no network.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,15 @@ def cli_reference() -> str:
         if command is not None and not command.hidden:
             lines += _help_of(command, [name])
     return "\n".join(lines)
+
+
+_RST_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):(?=<code>)")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Docstrings are written with Sphinx roles (``:class:`AttentionMaps```); show the
+    name alone, as code, instead of the role's spelling."""
+    return _RST_ROLE.sub("", html)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:

@@ -50,7 +50,8 @@ def gpt2_adapter():
                             special_tokens=["<|endoftext|>"], show_progress=False)
     tok = T.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
                                     eos_token="<|endoftext|>")
-    cfg = T.GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=4, n_positions=64)
+    cfg = T.GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     import torch
 
     torch.manual_seed(0)
@@ -72,7 +73,7 @@ def main() -> int:
             maps = capture(adapter, [TEXT])[0]
             page = Path(tmp) / f"{name}.html"
             head_view(maps, layer, head).save(page)
-            shoot(page.as_uri(), HERE / f"head_view_{name}.png", size="900,900")
+            shoot(page.as_uri(), HERE / f"head_view_{name}.png", size="760,470")
     return 0
 
 
