@@ -104,7 +104,7 @@ _RST_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):(?=<code>)")
 def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
     """Docstrings are written with Sphinx roles (``:class:`AttentionMaps```); show the
     name alone, as code, instead of the role's spelling."""
-    return _RST_ROLE.sub("", html)
+    return _RST_ROLE.sub("", html).replace("::</p>", ":</p>")  # and RST's literal-block "::"
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
