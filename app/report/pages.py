@@ -8,6 +8,7 @@ Built from a :class:`probe.app.report.build.ReportData`; every corpus string is 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from .claims_html import head_claims_html
 from .evidence import evidence_html
@@ -154,8 +155,10 @@ def index_html(data) -> str:
     view = HeadView([ctx.maps[i] for i in examples[:k]], titles=titles[:k],
                     initial=_showcase(data)).fragment(include_script=False)
     # what a reader came for first: the head grid and the head view; the settings below, folded
+    corpus_name = Path(str(summary["corpus"])).name or str(summary["corpus"])  # the full path is in the settings
+    built = str(summary["built in"]).split(" (")[0]
     line = (f"{esc(summary['layers × heads'])} heads, {esc(summary['examples'])} examples from "
-            f"{esc(summary['corpus'])}; built in {esc(summary['built in'])}")
+            f"{esc(corpus_name)}; built in {esc(built)}")
     body = (f"<h1>Attention report: {esc(summary['model'])}</h1><p class=\"muted\">{line}</p>"
             f"<h2>Heads</h2>{_views_links()}<p>Each cell links to the head's page; colour: role; mark: "
             f"importance. Hover for the verdict.</p>{_grid(data)}"
