@@ -51,8 +51,10 @@ def main() -> None:
     m = SimilarityMetric(bad)
     edges = all_edges(a)
     inner = [e for e in edges if not e.to_output]
-    print(f"minilm: {a.n_layers} layers x {a.n_heads} heads, {len(edges)} edges ({len(inner)} head->head q/k/v, "
-          f"{len(edges) - len(inner)} head->output); {len(clean)} pairs; machine shared (2 cores), one run")
+    print(
+        f"minilm: {a.n_layers} layers x {a.n_heads} heads, {len(edges)} edges ({len(inner)} head->head q/k/v, "
+        f"{len(edges) - len(inner)} head->output); {len(clean)} pairs; machine shared (2 cores), one run"
+    )
     t = time.perf_counter()
     eap = edge_attribution(a, clean, bad, m, "eap", batch_size=8)
     t_eap = time.perf_counter() - t
@@ -86,8 +88,10 @@ def main() -> None:
         rho_out = spearmanr(sub[sub.channel == "out"]["effect"], sub[sub.channel == "out"]["edge"].map(exact))[0]
         print(f"Spearman exact vs {name}: {rho:.2f} over {len(sub)} edges ({rho_out:.2f} over the 72 head->output)")
     top = ex_out.table.sort_values("effect", ascending=False).head(5)
-    print("heads feeding the similarity most (exact head->output effect, share of the corruption's change): "
-          + ", ".join(f"{r.sender_layer}.{r.sender_head} {r.effect:.3f}" for r in top.itertuples()))
+    print(
+        "heads feeding the similarity most (exact head->output effect, share of the corruption's change): "
+        + ", ".join(f"{r.sender_layer}.{r.sender_head} {r.effect:.3f}" for r in top.itertuples())
+    )
     topi = ig.table[~ig.table.channel.eq("out")].sort_values("effect", key=abs, ascending=False).head(5)
     print("largest head->head edges by EAP-IG: " + ", ".join(f"{r.edge} {r.effect:.3f}" for r in topi.itertuples()))
 

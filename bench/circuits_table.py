@@ -21,8 +21,10 @@ def _pairs(task: str, n: int):
 
     ex = zoo.eval_examples(task, n=n)
     bad = relay.corrupt(ex) if task == "relay" else corrupt_zoo("induction", ex)
-    return (Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex)),
-            Corpus(texts=tuple(e["text"] for e in bad), examples=tuple(bad)))
+    return (
+        Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex)),
+        Corpus(texts=tuple(e["text"] for e in bad), examples=tuple(bad)),
+    )
 
 
 def _random_null(a, clean, bad, known, draws: int = 20):
@@ -42,8 +44,12 @@ def _random_null(a, clean, bad, known, draws: int = 20):
     for name, model in (("trained/hand-set", a), ("random init", rand)):
         vals = circuit_objective(model, clean, bad, "loss", [known] + null + [graph, []], graph)
         faith = (vals[:-2] - vals[-1]) / (vals[-2] - vals[-1])
-        out[name] = (faith[0], float(np.quantile(faith[1:], 0.5)), float(np.quantile(faith[1:], 0.95)),
-                     float(vals[-2] - vals[-1]))
+        out[name] = (
+            faith[0],
+            float(np.quantile(faith[1:], 0.5)),
+            float(np.quantile(faith[1:], 0.95)),
+            float(vals[-2] - vals[-1]),
+        )
     return out
 
 
@@ -67,8 +73,10 @@ def main() -> None:
             k = st.known[col]
             rho = "1" if col == "exact" else f"{st.agreement[col]:.2f}"
             circ = "smallest 90% circuit" if col == "exact" else f"top {len(known)}"
-            rows.append(f"| zoo:{task} | {k['n_edges']} / {k['n_known']} | {label} | {k['auc']:.2f} | "
-                        f"{k['precision']:.2f} / {k['recall']:.2f} ({circ}, {k['n_found']} edges) | {rho} |")
+            rows.append(
+                f"| zoo:{task} | {k['n_edges']} / {k['n_known']} | {label} | {k['auc']:.2f} | "
+                f"{k['precision']:.2f} / {k['recall']:.2f} ({circ}, {k['n_found']} edges) | {rho} |"
+            )
         null = _random_null(a, clean, bad, known)
         for name, (f, med, q95, gap) in null.items():
             nulls.append(f"| zoo:{task} | {name} | {gap:.3g} | {f:.2f} | {med:.2f} / {q95:.2f} |")
@@ -77,8 +85,10 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     print()
-    print("| model | weights | m(full) - m(none) | known circuit's faithfulness | "
-          "20 random edge sets of its composition: median / 95th pct |")
+    print(
+        "| model | weights | m(full) - m(none) | known circuit's faithfulness | "
+        "20 random edge sets of its composition: median / 95th pct |"
+    )
     print("| --- | --- | --- | --- | --- |")
     print("\n".join(nulls))
 

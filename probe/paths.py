@@ -33,8 +33,11 @@ import torch
 from .hooks import HookContext, HookSet
 
 CHANNELS = ("q", "k", "v")
-_NAMES = {"q": ("q_proj", "query", "q_lin", "q"), "k": ("k_proj", "key", "k_lin", "k"),
-          "v": ("v_proj", "value", "v_lin", "v")}
+_NAMES = {
+    "q": ("q_proj", "query", "q_lin", "q"),
+    "k": ("k_proj", "key", "k_lin", "k"),
+    "v": ("v_proj", "value", "v_lin", "v"),
+}
 _FUSED = ("c_attn", "qkv_proj", "Wqkv", "query_key_value")
 
 
@@ -83,13 +86,15 @@ def projection_sites(adapter, layer: int, stack: str | None = None) -> dict:
         if isinstance(sub, torch.nn.Module) and name == "c_attn":
             width = n_q * dh
             return {c: ProjectionSite(sub, i * width, slots[c], dh) for i, c in enumerate(CHANNELS)}
-    raise ValueError(f"{adapter.name}: cannot find separate query/key/value projections in layer {layer} "
-                     f"({type(att).__name__}); path patching needs them")
+    raise ValueError(
+        f"{adapter.name}: cannot find separate query/key/value projections in layer {layer} "
+        f"({type(att).__name__}); path patching needs them"
+    )
 
 
 def _slot_view(out: torch.Tensor, site: ProjectionSite) -> torch.Tensor:
     """``out[..., offset:offset + slots*dh]`` as ``[batch, seq, slots, dh]`` (a view)."""
-    part = out[..., site.offset: site.offset + site.slots * site.head_dim]
+    part = out[..., site.offset : site.offset + site.slots * site.head_dim]
     return part.reshape(*out.shape[:-1], site.slots, site.head_dim)
 
 
@@ -111,9 +116,17 @@ class ProjectionHooks(HookContext):
         keep_graph: record the outputs inside the autograd graph (for gradients).
     """
 
-    def __init__(self, adapter, layers: Sequence[int], *, record: bool = False,
-                 patches: dict | None = None, replace: dict | None = None,
-                 keep_graph: bool = False, stack: str | None = None):
+    def __init__(
+        self,
+        adapter,
+        layers: Sequence[int],
+        *,
+        record: bool = False,
+        patches: dict | None = None,
+        replace: dict | None = None,
+        keep_graph: bool = False,
+        stack: str | None = None,
+    ):
         self.adapter, self.stack = adapter, stack
         self.layers = [int(x) for x in layers]
         self.record, self.keep_graph = record, keep_graph
@@ -131,8 +144,9 @@ class ProjectionHooks(HookContext):
 
     def _hook(self, items: list) -> Callable:
         def fn(module, args, out):
-            changed = self.keep_graph or any((layer, c) in self.patches or (layer, c) in self.replace
-                                             for layer, c, _ in items)
+            changed = self.keep_graph or any(
+                (layer, c) in self.patches or (layer, c) in self.replace for layer, c, _ in items
+            )
             if changed:
                 out = out.clone()
             for layer, c, site in items:
@@ -149,6 +163,7 @@ class ProjectionHooks(HookContext):
                 elif self.record:
                     self.outputs[(layer, c)] = view.detach().clone()
             return out if changed else None
+
         return fn
 
 
@@ -156,8 +171,7 @@ class HeadOutputOverride(HookContext):
     """Read or replace the per-head outputs ``z`` ``[batch, seq, heads, dh]`` of chosen
     layers at the output projection's input: ``fn(layer, z) -> z'`` (or None: unchanged)."""
 
-    def __init__(self, adapter, fn: Callable, layers: Sequence[int] | None = None,
-                 stack: str | None = None):
+    def __init__(self, adapter, fn: Callable, layers: Sequence[int] | None = None, stack: str | None = None):
         self.adapter, self.fn, self.stack = adapter, fn, stack
         modules = adapter.head_output_modules(stack)
         self.layers = list(range(len(modules))) if layers is None else [int(x) for x in layers]
@@ -166,6 +180,7 @@ class HeadOutputOverride(HookContext):
     def _register(self, hooks: HookSet) -> None:
         n = self.adapter.n_heads
         for layer in self.layers:
+
             def pre(module, args, layer=layer):
                 x = args[0]
                 b, s, width = x.shape
@@ -173,6 +188,7 @@ class HeadOutputOverride(HookContext):
                 if z is None:
                     return None
                 return (z.reshape(b, s, width),) + tuple(args[1:])
+
             hooks.pre(self._modules[layer], pre)
 
 
@@ -208,9 +224,11 @@ def residual_sites(adapter) -> tuple:
         ValueError: a model whose residual stream is not additive (post-LayerNorm).
     """
     if not additive_residual(adapter):
-        raise ValueError(f"{adapter.name} ({adapter.family}) is not a pre-LayerNorm decoder: its residual stream "
-                         "is renormalised after every sublayer, so a circuit's edges cannot be mixed "
-                         "additively; edge scores and exact path patching still apply")
+        raise ValueError(
+            f"{adapter.name} ({adapter.family}) is not a pre-LayerNorm decoder: its residual stream "
+            "is renormalised after every sublayer, so a circuit's edges cannot be mixed "
+            "additively; edge scores and exact path patching still apply"
+        )
     block_re, norm_attr, final_re = RESIDUAL_SITES[adapter.family]
     blocks, final = {}, None
     for name, m in adapter.model.named_modules():
@@ -265,8 +283,10 @@ class EdgeMixer(HookContext):
         hooks_z = HeadOutputOverride(adapter, on_z)
         hooks_z._register(hooks)
         for layer, norm in enumerate(self.norms):
+
             def keep(module, args, layer=layer):
                 self._resid[layer] = args[0]
+
             hooks.pre(norm, keep)
         for layer in range(len(self.norms)):
             sites = projection_sites(adapter, layer)
@@ -280,6 +300,7 @@ class EdgeMixer(HookContext):
                 return None
             w = mask.to(delta.dtype).to(delta.device)
             return (args[0] - torch.einsum("n,nbsm->bsm", w, delta),) + tuple(args[1:])
+
         hooks.pre(self.final, final_pre)
 
     def _mix_hook(self, layer: int, c: str, site: ProjectionSite, sites: dict) -> Callable:
@@ -306,6 +327,7 @@ class EdgeMixer(HookContext):
                     if bool(mask[r].any()):
                         view[:, :, r] = _slot_view(y[r], s)[:, :, r]
             return out
+
         return fn
 
 
@@ -313,11 +335,13 @@ class EmbeddingRecorder(HookContext):
     """Keep the token-embedding output ``[batch, seq, d_model]`` of the last forward (``.value``)."""
 
     def __init__(self, adapter):
-        self.adapter, self.value = adapter, None
+        self.adapter = adapter
+        self.value: torch.Tensor | None = None
 
     def _register(self, hooks: HookSet) -> None:
         def fn(module, args, out):
             self.value = out.detach().clone()
+
         hooks.forward(self.adapter.embeddings(), fn)
 
 
@@ -332,6 +356,7 @@ class EmbeddingMix(HookContext):
     def _register(self, hooks: HookSet) -> None:
         def fn(module, args, out):
             return (self.e_from + self.alpha * (self.e_to - self.e_from)).to(out.dtype)
+
         hooks.forward(self.adapter.embeddings(), fn)
 
 
@@ -361,7 +386,8 @@ class FinalRepresentation(HookContext):
     ``∂m/∂value`` can be taken; with ``replace`` (same shape), substitute it."""
 
     def __init__(self, adapter, replace: Callable | None = None):
-        self.adapter, self.replace, self.value = adapter, replace, None
+        self.adapter, self.replace = adapter, replace
+        self.value: torch.Tensor | None = None
 
     def _take(self, x: torch.Tensor) -> torch.Tensor:
         mine = x.clone() if self.replace is None else self.replace(x)
@@ -373,8 +399,10 @@ class FinalRepresentation(HookContext):
         if where == "input":
             hooks.pre(module, lambda m, args: (self._take(args[0]),) + tuple(args[1:]))
         else:
+
             def fn(m, args, out):
                 if isinstance(out, tuple):
                     return (self._take(out[0]),) + tuple(out[1:])
                 return self._take(out)
+
             hooks.forward(module, fn)

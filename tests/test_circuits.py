@@ -23,11 +23,26 @@ def _tiny(bert_tokenizer, family: str, zero_mlp: bool = False, layers: int = 3):
     from probe.models import ModelAdapter
 
     v = len(bert_tokenizer)
-    cfg = {"gpt2": T.GPT2Config(vocab_size=v, n_embd=32, n_layer=layers, n_head=4, pad_token_id=0),
-           "llama": T.LlamaConfig(vocab_size=v, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                                  num_key_value_heads=2, intermediate_size=64, pad_token_id=0),
-           "bert": T.BertConfig(vocab_size=v, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                                intermediate_size=64, pad_token_id=0)}[family]
+    cfg = {
+        "gpt2": T.GPT2Config(vocab_size=v, n_embd=32, n_layer=layers, n_head=4, pad_token_id=0),
+        "llama": T.LlamaConfig(
+            vocab_size=v,
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            pad_token_id=0,
+        ),
+        "bert": T.BertConfig(
+            vocab_size=v,
+            hidden_size=32,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            intermediate_size=64,
+            pad_token_id=0,
+        ),
+    }[family]
     torch.manual_seed(0)
     model = T.AutoModel.from_config(cfg)
     if zero_mlp:
@@ -85,8 +100,9 @@ def test_edge_attribution_ranks_edges_like_exact_path_patching(bert_tokenizer, f
     assert spearmanr(pp.table["effect"], eap.table["effect"])[0] > 0.7
     assert spearmanr(pp.table["effect"], ig.table["effect"])[0] > 0.6
     assert not np.allclose(ig.table["effect"], eap.table["effect"])  # IG moves the gradient, outputs included
-    assert not np.allclose(ig.table["effect"][ig.table["channel"] == "out"],
-                           eap.table["effect"][eap.table["channel"] == "out"])
+    assert not np.allclose(
+        ig.table["effect"][ig.table["channel"] == "out"], eap.table["effect"][eap.table["channel"] == "out"]
+    )
     assert count_hooks(a.model) == 0
 
 
@@ -99,8 +115,11 @@ def _relay():
     a = load_model("zoo:relay")
     ex = zoo.eval_examples("relay", n=8)
     bad = relay.corrupt(ex)
-    return (a, Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex)),
-            Corpus(texts=tuple(e["text"] for e in bad), examples=tuple(bad)))
+    return (
+        a,
+        Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex)),
+        Corpus(texts=tuple(e["text"] for e in bad), examples=tuple(bad)),
+    )
 
 
 @pytest.mark.slow
@@ -137,8 +156,9 @@ def test_random_model_known_circuit_recovers_no_more_than_random_edge_sets():
     a, clean, bad = _relay()
     known = known_edges(a)
     torch.manual_seed(0)
-    rand = ModelAdapter(name="random-relay", model=T.GPT2LMHeadModel(a.model.config), tokenizer=a.tokenizer,
-                        family="gpt2")
+    rand = ModelAdapter(
+        name="random-relay", model=T.GPT2LMHeadModel(a.model.config), tokenizer=a.tokenizer, family="gpt2"
+    )
     graph = all_edges(rand)
     null = matched_random_circuits(graph, known, 20)
     assert all(sorted(e.channel for e in n) == sorted(e.channel for e in known) for n in null)
@@ -185,8 +205,9 @@ def test_cli_circuit_writes_tables_and_graph_and_refuses_bad_edges(tmp_path):
     for f in ("edges.csv", "curve.csv", "known.csv", "circuit.png", "curve.png"):
         assert (out / f).stat().st_size > 0
     for edge, what in (("1.0->0.1.k", "later layer"), ("0.0->1.5.q", "does not exist")):
-        r = CliRunner().invoke(main, ["circuit", "--model", "zoo:relay", "--limit", "2", "--edge", edge,
-                                      "--out", str(tmp_path / "bad")])
+        r = CliRunner().invoke(
+            main, ["circuit", "--model", "zoo:relay", "--limit", "2", "--edge", edge, "--out", str(tmp_path / "bad")]
+        )
         lines = [x for x in r.output.splitlines() if x.strip()]
         assert r.exit_code == 1 and lines[-1].startswith("Error:") and what in lines[-1] and edge in lines[-1]
         assert not (tmp_path / "bad").exists()

@@ -103,16 +103,21 @@ def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: di
     """``{receiver: {layer: ∂(block objective)/∂δ [b, s, heads, dh]}}`` for ``receivers``."""
     b, k = cb.rows, len(receivers)
     big = cb.repeat(k)
-    deltas = {l: torch.zeros((k * b,) + tuple(z.shape[1:]), dtype=z.dtype, device=z.device, requires_grad=True)
-              for l, z in z_clean.items()}
+    deltas = {
+        l: torch.zeros((k * b,) + tuple(z.shape[1:]), dtype=z.dtype, device=z.device, requires_grad=True)
+        for l, z in z_clean.items()
+    }
 
     def frozen(l, z):
         return z_clean[l].repeat(k, 1, 1, 1) + deltas[l]
 
     layers = sorted({l for l, _, c in receivers if c != OUTPUT})
     with torch.enable_grad():
-        with HeadOutputOverride(adapter, frozen), FinalRepresentation(adapter) as fin, \
-                ProjectionHooks(adapter, layers, record=True, keep_graph=True) as rec:
+        with (
+            HeadOutputOverride(adapter, frozen),
+            FinalRepresentation(adapter) as fin,
+            ProjectionHooks(adapter, layers, record=True, keep_graph=True) as rec,
+        ):
             metric.forward(adapter, big)
         objective = torch.zeros((), dtype=torch.float64)
         for j, (l, slot, c) in enumerate(receivers):
@@ -132,9 +137,19 @@ def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: di
     return out_grads
 
 
-def edge_attribution(adapter, clean, corrupted, metric="loss", method: str = "eap", *, steps: int = 5,
-                     batch_size: int = 8, max_rows: int = MAX_ROWS, edges: list | None = None,
-                     progress: bool = False) -> AttributionResult:
+def edge_attribution(
+    adapter,
+    clean,
+    corrupted,
+    metric="loss",
+    method: str = "eap",
+    *,
+    steps: int = 5,
+    batch_size: int = 8,
+    max_rows: int = MAX_ROWS,
+    edges: list | None = None,
+    progress: bool = False,
+) -> AttributionResult:
     """EAP or EAP-IG scores of every edge of the head graph (or of ``edges``).
 
     Raises:
@@ -148,8 +163,9 @@ def edge_attribution(adapter, clean, corrupted, metric="loss", method: str = "ea
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
     metric = get_metric(metric, adapter, clean)
     if not metric.differentiable:
-        raise ValueError(f"metric {metric.name!r} has no gradient; edge attribution needs a differentiable "
-                         "objective (e.g. loss)")
+        raise ValueError(
+            f"metric {metric.name!r} has no gradient; edge attribution needs a differentiable objective (e.g. loss)"
+        )
     edges = list(all_edges(adapter) if edges is None else edges)
     receivers = receivers_of(edges)
     layers = sorted({l for l, _, c in receivers if c != OUTPUT})
@@ -185,6 +201,12 @@ def edge_attribution(adapter, clean, corrupted, metric="loss", method: str = "ea
     table = pd.DataFrame([edge_row(e, grouped(adapter)) for e in edges])
     table["score"] = per.mean(1)
     table["effect"] = per.mean(1) / gap
-    return AttributionResult(table=table, clean=c_vals, corrupted=k_vals, edges=tuple(edges), method=method,
-                             metric=metric.name, passes=passes)
-
+    return AttributionResult(
+        table=table,
+        clean=c_vals,
+        corrupted=k_vals,
+        edges=tuple(edges),
+        method=method,
+        metric=metric.name,
+        passes=passes,
+    )

@@ -53,8 +53,16 @@ def drop_masks(adapter, kept: Sequence[Edge], graph: Sequence[Edge]) -> dict:
 
 
 @torch.no_grad()
-def circuit_objective(adapter, clean, corrupted, metric, circuits: Sequence[Sequence[Edge]],
-                      graph: Sequence[Edge] | None = None, *, batch_size: int = 16) -> np.ndarray:
+def circuit_objective(
+    adapter,
+    clean,
+    corrupted,
+    metric,
+    circuits: Sequence[Sequence[Edge]],
+    graph: Sequence[Edge] | None = None,
+    *,
+    batch_size: int = 16,
+) -> np.ndarray:
     """Mean objective of each circuit (``[len(circuits)]``), one forward per circuit and batch.
 
     Raises:
@@ -66,7 +74,7 @@ def circuit_objective(adapter, clean, corrupted, metric, circuits: Sequence[Sequ
     graph = list(all_edges(adapter) if graph is None else graph)
     masks = [drop_masks(adapter, c, graph) for c in circuits]
     sums = np.zeros(len(circuits))
-    for idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size):
+    for _idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size):
         _, out = record_head_outputs(adapter, metric, cb)
         ref = metric.reference(out, cb)
         z_corr, _ = record_head_outputs(adapter, metric, kb)
@@ -80,8 +88,10 @@ def circuit_objective(adapter, clean, corrupted, metric, circuits: Sequence[Sequ
 def faithfulness(value, full: float, empty: float):
     """``(value − empty) / (full − empty)`` (MIB); raises when the graph's cut changes nothing."""
     if abs(full - empty) < 1e-12:
-        raise ValueError("cutting every edge does not change the objective: faithfulness is undefined "
-                         "(the corrupted input does not reach the output through the heads)")
+        raise ValueError(
+            "cutting every edge does not change the objective: faithfulness is undefined "
+            "(the corrupted input does not reach the output through the heads)"
+        )
     return (np.asarray(value, dtype=float) - empty) / (full - empty)
 
 
@@ -108,9 +118,18 @@ class CircuitCurve:
         return bool((self.curve["faithfulness"] >= self.share).any())
 
 
-def recovery_curve(adapter, clean, corrupted, metric, scores: pd.DataFrame, *, share: float = 0.9,
-                   sizes: Sequence[int] | None = None, graph: Sequence[Edge] | None = None,
-                   batch_size: int = 16) -> CircuitCurve:
+def recovery_curve(
+    adapter,
+    clean,
+    corrupted,
+    metric,
+    scores: pd.DataFrame,
+    *,
+    share: float = 0.9,
+    sizes: Sequence[int] | None = None,
+    graph: Sequence[Edge] | None = None,
+    batch_size: int = 16,
+) -> CircuitCurve:
     """Faithfulness of the top-``k`` edges by ``|effect|`` for ``k`` in ``sizes`` (default:
     0..all); ``scores`` has the edge columns of :func:`.path_patching.path_patch` and ``effect``.
 
@@ -120,18 +139,29 @@ def recovery_curve(adapter, clean, corrupted, metric, scores: pd.DataFrame, *, s
     if not 0 < share <= 1:
         raise ValueError(f"share must be in (0, 1], got {share}")
     order = scores.reindex(scores["effect"].abs().sort_values(ascending=False, kind="stable").index)
-    ranking = [check_edge(adapter, Edge(int(r.sender_layer), int(r.sender_head), int(r.receiver_layer),
-                                        int(r.receiver_slot), str(r.channel))) for r in order.itertuples()]
+    ranking = [
+        check_edge(
+            adapter,
+            Edge(int(r.sender_layer), int(r.sender_head), int(r.receiver_layer), int(r.receiver_slot), str(r.channel)),
+        )
+        for r in order.itertuples()
+    ]
     graph = list(all_edges(adapter) if graph is None else graph)
     sizes = list(range(len(ranking) + 1)) if sizes is None else sorted({int(k) for k in sizes} | {0, len(ranking)})
-    values = circuit_objective(adapter, clean, corrupted, metric, [ranking[:k] for k in sizes] + [graph],
-                               graph, batch_size=batch_size)
+    values = circuit_objective(
+        adapter, clean, corrupted, metric, [ranking[:k] for k in sizes] + [graph], graph, batch_size=batch_size
+    )
     full = float(values[-1])
     empty_graph = circuit_objective(adapter, clean, corrupted, metric, [[]], graph, batch_size=batch_size)[0]
     faith = faithfulness(values[:-1], full, float(empty_graph))
     curve = pd.DataFrame({"n_edges": sizes, "objective": values[:-1], "faithfulness": faith})
     hit = curve.index[curve["faithfulness"] >= share]
     k = int(curve.loc[hit[0], "n_edges"]) if len(hit) else len(ranking)
-    return CircuitCurve(curve=curve, ranking=tuple(ranking), circuit=tuple(ranking[:k]), share=share, full=full,
-                        empty=float(empty_graph))
-
+    return CircuitCurve(
+        curve=curve,
+        ranking=tuple(ranking),
+        circuit=tuple(ranking[:k]),
+        share=share,
+        full=full,
+        empty=float(empty_graph),
+    )

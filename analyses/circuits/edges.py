@@ -65,8 +65,10 @@ def all_edges(adapter) -> list:
     return out
 
 
-_EDGE = re.compile(r"^\s*[lL]?(\d+)\s*[.hH,]\s*(\d+)\s*->\s*(?:(out(?:put)?)|[lL]?(\d+)\s*[.hH,]\s*(kv)?(\d+)"
-                   r"\s*[.:]\s*([qkvQKV]))\s*$")
+_EDGE = re.compile(
+    r"^\s*[lL]?(\d+)\s*[.hH,]\s*(\d+)\s*->\s*(?:(out(?:put)?)|[lL]?(\d+)\s*[.hH,]\s*(kv)?(\d+)"
+    r"\s*[.:]\s*([qkvQKV]))\s*$"
+)
 
 
 def check_edge(adapter, edge: Edge) -> Edge:
@@ -79,20 +81,26 @@ def check_edge(adapter, edge: Edge) -> Edge:
     n_layers, n_heads, n_kv = adapter.n_layers, adapter.n_heads, n_kv_heads(adapter)
     name = edge.name(grouped(adapter))
     if not (0 <= edge.sender_layer < n_layers and 0 <= edge.sender_head < n_heads):
-        raise ValueError(f"edge {name}: sender head {edge.sender_layer}.{edge.sender_head} does not exist "
-                         f"({adapter.name} has layers 0..{n_layers - 1}, heads 0..{n_heads - 1})")
+        raise ValueError(
+            f"edge {name}: sender head {edge.sender_layer}.{edge.sender_head} does not exist "
+            f"({adapter.name} has layers 0..{n_layers - 1}, heads 0..{n_heads - 1})"
+        )
     if edge.to_output:
         return edge
     if edge.channel not in CHANNELS:
         raise ValueError(f"edge {name}: unknown receiver input {edge.channel!r}; use q, k, v or out")
     slots = n_heads if edge.channel == "q" else n_kv
     if not (0 <= edge.receiver_layer < n_layers and 0 <= edge.receiver_slot < slots):
-        raise ValueError(f"edge {name}: receiver {edge.receiver_layer}.{edge.receiver_slot}.{edge.channel} does "
-                         f"not exist ({adapter.name} has layers 0..{n_layers - 1}, {edge.channel} slots "
-                         f"0..{slots - 1})")
+        raise ValueError(
+            f"edge {name}: receiver {edge.receiver_layer}.{edge.receiver_slot}.{edge.channel} does "
+            f"not exist ({adapter.name} has layers 0..{n_layers - 1}, {edge.channel} slots "
+            f"0..{slots - 1})"
+        )
     if edge.receiver_layer <= edge.sender_layer:
-        raise ValueError(f"edge {name}: the receiver (layer {edge.receiver_layer}) must be in a later layer than "
-                         f"the sender (layer {edge.sender_layer}); a head reads only earlier layers' outputs")
+        raise ValueError(
+            f"edge {name}: the receiver (layer {edge.receiver_layer}) must be in a later layer than "
+            f"the sender (layer {edge.sender_layer}); a head reads only earlier layers' outputs"
+        )
     return edge
 
 
@@ -112,8 +120,10 @@ def parse_edge(adapter, text: str) -> Edge:
     lr, is_group, slot, c = int(m.group(4)), bool(m.group(5)), int(m.group(6)), m.group(7).lower()
     if c != "q" and not is_group:
         if not 0 <= slot < adapter.n_heads:
-            raise ValueError(f"edge {text!r}: receiver head {lr}.{slot} does not exist ({adapter.name} has heads "
-                             f"0..{adapter.n_heads - 1})")
+            raise ValueError(
+                f"edge {text!r}: receiver head {lr}.{slot} does not exist ({adapter.name} has heads "
+                f"0..{adapter.n_heads - 1})"
+            )
         slot = kv_slot(adapter, slot)
     return check_edge(adapter, Edge(ls, hs, lr, slot, c))
 
@@ -123,8 +133,14 @@ def edges_frame_columns() -> list:
 
 
 def edge_row(edge: Edge, grouped_kv: bool = False) -> dict:
-    return {"edge": edge.name(grouped_kv), "sender_layer": edge.sender_layer, "sender_head": edge.sender_head,
-            "receiver_layer": edge.receiver_layer, "receiver_slot": edge.receiver_slot, "channel": edge.channel}
+    return {
+        "edge": edge.name(grouped_kv),
+        "sender_layer": edge.sender_layer,
+        "sender_head": edge.sender_head,
+        "receiver_layer": edge.receiver_layer,
+        "receiver_slot": edge.receiver_slot,
+        "channel": edge.channel,
+    }
 
 
 def receivers_of(edges) -> list:
@@ -137,8 +153,13 @@ def sender_index(layer: int, head: int, n_heads: int) -> int:
 
 
 def edge_from_row(row) -> Edge:
-    return Edge(int(row["sender_layer"]), int(row["sender_head"]), int(row["receiver_layer"]),
-                int(row["receiver_slot"]), str(row["channel"]))
+    return Edge(
+        int(row["sender_layer"]),
+        int(row["sender_head"]),
+        int(row["receiver_layer"]),
+        int(row["receiver_slot"]),
+        str(row["channel"]),
+    )
 
 
 def optional_edges(adapter, texts: list | None) -> list | None:

@@ -73,17 +73,24 @@ def recovery_stats(scores: pd.DataFrame, known: list, circuit, adapter) -> dict:
     """
     from sklearn.metrics import roc_auc_score
 
-    keys = [Edge(int(r.sender_layer), int(r.sender_head), int(r.receiver_layer), int(r.receiver_slot),
-                 str(r.channel)) for r in scores.itertuples()]
+    keys = [
+        Edge(int(r.sender_layer), int(r.sender_head), int(r.receiver_layer), int(r.receiver_slot), str(r.channel))
+        for r in scores.itertuples()
+    ]
     truth = np.array([k in set(known) for k in keys])
     if truth.all() or not truth.any():
         raise ValueError("the known edges must be some but not all of the scored edges")
     auc = float(roc_auc_score(truth, scores["effect"].abs().to_numpy()))
     found = set(circuit)
     tp = len(found & set(known))
-    return {"auc": auc, "precision": tp / len(found) if found else float("nan"), "recall": tp / len(known),
-            "n_known": len(known), "n_found": len(found), "n_edges": len(keys)}
-
+    return {
+        "auc": auc,
+        "precision": tp / len(found) if found else float("nan"),
+        "recall": tp / len(known),
+        "n_known": len(known),
+        "n_found": len(found),
+        "n_edges": len(keys),
+    }
 
 
 def matched_random_circuits(graph: list, known: list, draws: int = 20, seed: int = 0) -> list:

@@ -38,8 +38,9 @@ class SimilarityMetric(DriftMetric):
 
     def check(self, adapter, corpus=None) -> None:
         if corpus is not None and len(corpus) != len(self.partners):
-            raise ValueError(f"{len(corpus)} examples but {len(self.partners)} partner sentences: give one "
-                             "partner per example")
+            raise ValueError(
+                f"{len(corpus)} examples but {len(self.partners)} partner sentences: give one partner per example"
+            )
 
     def make_batch(self, adapter, corpus, indices) -> MetricBatch:
         base = super().make_batch(adapter, corpus, indices)

@@ -82,7 +82,7 @@ def record_head_outputs(adapter, metric, batch: MetricBatch, reference=None):
 
 def _chunks(items: list, size: int) -> list:
     size = max(1, size)
-    return [items[i: i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _repeat_ref(ref, k: int):
@@ -100,12 +100,11 @@ def _sender_runs(adapter, metric, cb, ref, z_clean, z_corr, layer: int, heads: l
         new = z_clean[l].repeat(k, 1, 1, 1)
         if l == layer:
             for j, h in enumerate(heads):
-                new[j * b:(j + 1) * b, :, h] = z_corr[l][:, :, h]
+                new[j * b : (j + 1) * b, :, h] = z_corr[l][:, :, h]
         return new
 
     layers = list(range(record_from, adapter.n_layers))
-    with torch.no_grad(), HeadOutputOverride(adapter, freeze), \
-            ProjectionHooks(adapter, layers, record=True) as rec:
+    with torch.no_grad(), HeadOutputOverride(adapter, freeze), ProjectionHooks(adapter, layers, record=True) as rec:
         out = metric.forward(adapter, big)
     m = metric.score(out, big, _repeat_ref(ref, k)).double().reshape(k, b)
     return m, rec.outputs
@@ -118,7 +117,7 @@ def _receiver_runs(adapter, metric, cb, ref, edges: list, sender_pos: dict, reco
     patches: dict = {}
     for j, e in enumerate(edges):
         js = sender_pos[e.sender_head]
-        value = recorded[(e.receiver_layer, e.channel)][js * b:(js + 1) * b, :, e.receiver_slot]
+        value = recorded[(e.receiver_layer, e.channel)][js * b : (js + 1) * b, :, e.receiver_slot]
         rows = torch.arange(j * b, (j + 1) * b, device=value.device)
         patches.setdefault((e.receiver_layer, e.channel), []).append((rows, e.receiver_slot, value))
     layers = sorted({e.receiver_layer for e in edges})
@@ -127,8 +126,17 @@ def _receiver_runs(adapter, metric, cb, ref, edges: list, sender_pos: dict, reco
     return metric.score(out, big, _repeat_ref(ref, k)).double().reshape(k, b)
 
 
-def path_patch(adapter, clean, corrupted, metric="loss", edges: Sequence[Edge] | None = None, *,
-               batch_size: int = 8, max_rows: int = MAX_ROWS, progress: bool = False) -> PathPatchingResult:
+def path_patch(
+    adapter,
+    clean,
+    corrupted,
+    metric="loss",
+    edges: Sequence[Edge] | None = None,
+    *,
+    batch_size: int = 8,
+    max_rows: int = MAX_ROWS,
+    progress: bool = False,
+) -> PathPatchingResult:
     """Exact path patching of ``edges`` (default: every edge of the head graph).
 
     Args:
@@ -179,6 +187,6 @@ def path_patch(adapter, clean, corrupted, metric="loss", edges: Sequence[Edge] |
     table = pd.DataFrame([edge_row(e, g) for e in edges])
     table["delta"] = per.mean(1)
     table["effect"] = per.mean(1) / gap
-    return PathPatchingResult(table=table, clean=c_vals, corrupted=k_vals, per_example=per, edges=tuple(edges),
-                              metric=metric.name)
-
+    return PathPatchingResult(
+        table=table, clean=c_vals, corrupted=k_vals, per_example=per, edges=tuple(edges), metric=metric.name
+    )

@@ -39,8 +39,19 @@ class CircuitStudy:
     notes: tuple = ()
 
 
-def study_circuit(adapter, clean, corrupted, metric, *, share: float = 0.9, ranking: str = "exact",
-                  steps: int = 5, batch_size: int = 8, known=None, exact_edges=None) -> CircuitStudy:
+def study_circuit(
+    adapter,
+    clean,
+    corrupted,
+    metric,
+    *,
+    share: float = 0.9,
+    ranking: str = "exact",
+    steps: int = 5,
+    batch_size: int = 8,
+    known=None,
+    exact_edges=None,
+) -> CircuitStudy:
     """Run the three scorings, the curve for ``ranking`` (``exact`` | ``eap`` | ``eap_ig``)
     and, with ``known`` edges, the recovery statistics of each ranking. ``exact_edges``
     (default: all) limits exact path patching to those edges (the others' ``exact`` is NaN;
@@ -58,8 +69,10 @@ def study_circuit(adapter, clean, corrupted, metric, *, share: float = 0.9, rank
     edges = all_edges(adapter)
     checked = edges if exact_edges is None else list(dict.fromkeys(exact_edges))
     if len(checked) < len(edges) and (ranking == "exact" or known is not None):
-        raise ValueError("ranking the whole graph by exact path patching needs every edge patched: "
-                         "drop --edge, or rank by eap_ig (--ranking eap_ig) without known-edge statistics")
+        raise ValueError(
+            "ranking the whole graph by exact path patching needs every edge patched: "
+            "drop --edge, or rank by eap_ig (--ranking eap_ig) without known-edge statistics"
+        )
     exact = path_patch(adapter, clean, corrupted, metric, checked, batch_size=batch_size)
     eap = edge_attribution(adapter, clean, corrupted, metric, "eap", batch_size=batch_size)
     ig = edge_attribution(adapter, clean, corrupted, metric, "eap-ig", steps=steps, batch_size=batch_size)
@@ -67,26 +80,37 @@ def study_circuit(adapter, clean, corrupted, metric, *, share: float = 0.9, rank
     scores["eap_ig"] = ig.table["effect"].to_numpy()
     scores["exact"] = scores["edge"].map(dict(zip(exact.table["edge"], exact.table["effect"])))
     both = scores.dropna(subset=["exact"])
-    agreement = {"eap": rank_agreement(both["exact"], both["eap"]),
-                 "eap_ig": rank_agreement(both["exact"], both["eap_ig"]), "n_edges": len(both)}
+    agreement = {
+        "eap": rank_agreement(both["exact"], both["eap"]),
+        "eap_ig": rank_agreement(both["exact"], both["eap_ig"]),
+        "n_edges": len(both),
+    }
     notes = []
     curve = None
     if additive_residual(adapter):
-        curve = recovery_curve(adapter, clean, corrupted, metric, scores.assign(effect=scores[ranking]),
-                               share=share, graph=edges, batch_size=batch_size)
+        curve = recovery_curve(
+            adapter,
+            clean,
+            corrupted,
+            metric,
+            scores.assign(effect=scores[ranking]),
+            share=share,
+            graph=edges,
+            batch_size=batch_size,
+        )
     else:
-        notes.append(f"{adapter.name} is not a pre-LayerNorm decoder: no circuit curve (edges cannot be mixed "
-                     "additively in its residual stream); edge scores only")
+        notes.append(
+            f"{adapter.name} is not a pre-LayerNorm decoder: no circuit curve (edges cannot be mixed "
+            "additively in its residual stream); edge scores only"
+        )
     stats = {}
     if known is not None:
         from .known import recovery_stats
 
         for col in ("exact", "eap", "eap_ig"):
-            circuit = curve.circuit if (curve is not None and col == ranking) else \
-                _top(scores, col, len(known))
+            circuit = curve.circuit if (curve is not None and col == ranking) else _top(scores, col, len(known))
             stats[col] = recovery_stats(scores.assign(effect=scores[col]), known, circuit, adapter)
-    return CircuitStudy(scores=scores, agreement=agreement, curve=curve, known=stats, gap=exact.gap,
-                        notes=tuple(notes))
+    return CircuitStudy(scores=scores, agreement=agreement, curve=curve, known=stats, gap=exact.gap, notes=tuple(notes))
 
 
 def _top(scores: pd.DataFrame, col: str, k: int) -> list:

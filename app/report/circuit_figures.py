@@ -33,9 +33,17 @@ def circuit_graph(edges: pd.DataFrame, path: Path, title: str, score: str = "eff
     nx.draw_networkx_nodes(g, pos, ax=ax, node_color="#f0f0f0", edgecolors="#333333", node_size=700)
     nx.draw_networkx_labels(g, pos, ax=ax, font_size=8)
     for u, v, d in g.edges(data=True):
-        nx.draw_networkx_edges(g, pos, edgelist=[(u, v)], ax=ax, width=d["width"],
-                               edge_color=CHANNEL_COLOURS.get(d["channel"], "#999999"), arrows=True,
-                               connectionstyle="arc3,rad=0.1", node_size=700)
+        nx.draw_networkx_edges(
+            g,
+            pos,
+            edgelist=[(u, v)],
+            ax=ax,
+            width=d["width"],
+            edge_color=CHANNEL_COLOURS.get(d["channel"], "#999999"),
+            arrows=True,
+            connectionstyle="arc3,rad=0.1",
+            node_size=700,
+        )
     for c, col in CHANNEL_COLOURS.items():
         ax.plot([], [], color=col, label=c)
     ax.legend(title="receiver input", loc="upper left", fontsize=8)

@@ -25,6 +25,7 @@ other edge can act only through LayerNorm's shared scale. Nothing is trained; th
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import torch
 
@@ -39,19 +40,32 @@ N_EVAL = 200
 METRIC = "accuracy of the output at token i naming the token at i - 2 (words 2 and later)"
 SPECIALS = ["<pad>", "<unk>", "<s>"]
 VOCAB = [f"w{i}" for i in range(13)]
-GENERATOR = {"vocab_size": len(VOCAB), "min_words": 5, "max_words": 12, "layout": "<s> words"}
+GENERATOR: dict[str, Any] = {"vocab_size": len(VOCAB), "min_words": 5, "max_words": 12, "layout": "<s> words"}
 BLOCK = 16
 GROUND_TRUTH = {
     "field": "edges",
     "description": "set by hand: head 0.0 writes the previous token, head 1.0 moves it one more step "
     "and the unembedding reads it; heads 0.1 and 1.1 write into a subspace nothing reads",
     "edges": ["0.0->1.0.v", "1.0->out"],
-    "heads": {"0.0": "previous token (writes S)", "1.0": "previous token (moves S to U)",
-              "0.1": "uniform, writes junk", "1.1": "attends <s>, writes junk"},
+    "heads": {
+        "0.0": "previous token (writes S)",
+        "1.0": "previous token (moves S to U)",
+        "0.1": "uniform, writes junk",
+        "1.1": "attends <s>, writes junk",
+    },
     "regenerate": "models.zoo.eval_examples('relay')",
 }
-CONFIG = dict(n_embd=5 * BLOCK, n_layer=2, n_head=2, n_positions=BLOCK, n_inner=4,
-              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False)
+CONFIG: dict[str, Any] = dict(
+    n_embd=5 * BLOCK,
+    n_layer=2,
+    n_head=2,
+    n_positions=BLOCK,
+    n_inner=4,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+    tie_word_embeddings=False,
+)
 ATTN_GAIN = 3.0  # a LayerNormed one-hot is ≈ 6: score margin ≈ ATTN_GAIN · 6² / √40 ≈ 17 logits
 WRITE_GAIN = 0.16  # a LayerNormed one-hot (≈ 6) written back at height ≈ 1
 READ_GAIN = 4.0
@@ -68,9 +82,13 @@ def generate(n: int, seed: int) -> list[dict]:
 
 
 def tokenizer():
-    return _common.word_tokenizer(VOCAB, SPECIALS, template="<s> $A",
-                                  roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>"),
-                                  max_length=BLOCK)
+    return _common.word_tokenizer(
+        VOCAB,
+        SPECIALS,
+        template="<s> $A",
+        roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>"),
+        max_length=BLOCK,
+    )
 
 
 def build(seed: int):
@@ -80,8 +98,13 @@ def build(seed: int):
     tok = tokenizer()
     if len(tok) > BLOCK:
         raise ValueError(f"relay needs at most {BLOCK} tokens, the tokenizer has {len(tok)}")
-    cfg = GPT2Config(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.bos_token_id,
-                     pad_token_id=tok.pad_token_id, **CONFIG)
+    cfg = GPT2Config(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.bos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **CONFIG,
+    )
     cfg._attn_implementation = "eager"
     _common.seed_everything(seed)
     model = GPT2LMHeadModel(cfg)
@@ -89,30 +112,30 @@ def build(seed: int):
     d, dh = cfg.n_embd, cfg.n_embd // cfg.n_head
     eye = torch.eye(BLOCK)
     shift = torch.zeros(BLOCK, BLOCK)  # shift[p, p - 1] = 1: query at p looks for position p - 1
-    for p in range(1, BLOCK):
-        shift[p, p - 1] = 1.0
+    for pos in range(1, BLOCK):
+        shift[pos, pos - 1] = 1.0
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()
-        tr = model.transformer
+        tr: Any = model.transformer
         tr.wte.weight[:, T] = eye[: len(tok)]
         tr.wpe.weight[:, P] = eye
         for ln in [tr.ln_f] + [b.ln_1 for b in tr.h] + [b.ln_2 for b in tr.h]:
             ln.weight.fill_(1.0)
         for layer, (read, write) in enumerate([(T, S), (S, U)]):
-            att = tr.h[layer].attn
+            att: Any = tr.h[layer].attn
             w = att.c_attn.weight  # Conv1D [in, 3·d]: columns q | k | v, heads of dh each
             q0, k0, v0 = 0, d, 2 * d
-            w[P, q0: q0 + BLOCK] = ATTN_GAIN * shift  # head 0: q_i = e_{i-1}
-            w[P, k0: k0 + BLOCK] = eye  # k_j = e_j
-            w[read, v0: v0 + BLOCK] = eye  # v reads T (layer 0) or S (layer 1)
+            w[P, q0 : q0 + BLOCK] = ATTN_GAIN * shift  # head 0: q_i = e_{i-1}
+            w[P, k0 : k0 + BLOCK] = eye  # k_j = e_j
+            w[read, v0 : v0 + BLOCK] = eye  # v reads T (layer 0) or S (layer 1)
             att.c_proj.weight[0:BLOCK, write] = WRITE_GAIN * eye
             # head 1: layer 0 uniform (no q, k); layer 1 attends to <s> (position 0)
             if layer == 1:
                 att.c_attn.bias[q0 + dh] = 1.0
                 w[P.start, k0 + dh] = 4 * ATTN_GAIN
-            w[T, v0 + dh: v0 + dh + BLOCK] = eye
-            att.c_proj.weight[dh: dh + BLOCK, J] = WRITE_GAIN * eye
+            w[T, v0 + dh : v0 + dh + BLOCK] = eye
+            att.c_proj.weight[dh : dh + BLOCK, J] = WRITE_GAIN * eye
         model.lm_head.weight[:, U] = READ_GAIN * eye[: len(tok)]
     model.eval()
     return model, tok
@@ -126,7 +149,7 @@ def encode(tok, examples):
     labels = torch.full_like(ids, -100)
     for b in range(len(examples)):
         n = int(enc["attention_mask"][b].sum())
-        labels[b, 3:n] = ids[b, 1:n - 2]
+        labels[b, 3:n] = ids[b, 1 : n - 2]
     return enc, labels
 
 

@@ -7,9 +7,14 @@ from probe.app.registry import Analysis, Param, Result
 
 from ._shared import BATCH
 
-METRIC = Param("metric", str, "auto", "loss | accuracy (zoo) | similarity (cosine to the partner sentence's "
-               "embedding); auto: loss where it applies, else similarity",
-               choices=("auto", "loss", "accuracy", "similarity"))
+METRIC = Param(
+    "metric",
+    str,
+    "auto",
+    "loss | accuracy (zoo) | similarity (cosine to the partner sentence's "
+    "embedding); auto: loss where it applies, else similarity",
+    choices=("auto", "loss", "accuracy", "similarity"),
+)
 
 
 def _corrupted(ctx, clean):
@@ -33,8 +38,10 @@ def _corrupted(ctx, clean):
         return Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex), source="corrupted")
     from .patching import shuffled_words
 
-    ctx.say("corrupted inputs: each example's words in a seeded random order (give --corrupted or "
-            "--corrupted-file for your own)")
+    ctx.say(
+        "corrupted inputs: each example's words in a seeded random order (give --corrupted or "
+        "--corrupted-file for your own)"
+    )
     return shuffled_words(clean)
 
 
@@ -75,67 +82,108 @@ def run(ctx) -> Result:
 
         known = known_edges(adapter)
     ranking = p["ranking"] if checked is None or p["ranking"] != "exact" else "eap_ig"
-    st = study_circuit(adapter, clean, bad, metric, share=p["share"], ranking=ranking, steps=p["steps"],
-                       batch_size=p["batch_size"], known=known, exact_edges=checked)
+    st = study_circuit(
+        adapter,
+        clean,
+        bad,
+        metric,
+        share=p["share"],
+        ranking=ranking,
+        steps=p["steps"],
+        batch_size=p["batch_size"],
+        known=known,
+        exact_edges=checked,
+    )
     tables = {"edges": st.scores}
     notes = list(st.notes)
-    notes.append(f"{len(clean)} pairs; rank agreement with exact path patching over {st.agreement['n_edges']} "
-                 f"edges: EAP {st.agreement['eap']:.2f}, EAP-IG {st.agreement['eap_ig']:.2f} (Spearman)")
-    summary = {"model": adapter.name, "pairs": len(clean), "metric": getattr(metric, "name", metric),
-               "gap": st.gap, "agreement": st.agreement, "ranking": ranking, "share": p["share"]}
+    notes.append(
+        f"{len(clean)} pairs; rank agreement with exact path patching over {st.agreement['n_edges']} "
+        f"edges: EAP {st.agreement['eap']:.2f}, EAP-IG {st.agreement['eap_ig']:.2f} (Spearman)"
+    )
+    summary = {
+        "model": adapter.name,
+        "pairs": len(clean),
+        "metric": getattr(metric, "name", metric),
+        "gap": st.gap,
+        "agreement": st.agreement,
+        "ranking": ranking,
+        "share": p["share"],
+    }
     circuit_rows = None
     if st.curve is not None:
         tables["curve"] = st.curve.curve
         names = [e.name() for e in st.curve.circuit]
         circuit_rows = st.scores[st.scores["edge"].isin(names)].assign(effect=lambda d: d[ranking])
         summary.update(circuit=names, reached=st.curve.reached, empty=st.curve.empty, full=st.curve.full)
-        notes.append(f"circuit by {ranking}: {len(names)} edges reach faithfulness "
-                     f"{st.curve.curve['faithfulness'].max():.2f} (target {p['share']}): {', '.join(names[:8])}"
-                     + (" ..." if len(names) > 8 else ""))
+        notes.append(
+            f"circuit by {ranking}: {len(names)} edges reach faithfulness "
+            f"{st.curve.curve['faithfulness'].max():.2f} (target {p['share']}): {', '.join(names[:8])}"
+            + (" ..." if len(names) > 8 else "")
+        )
     if st.known:
         import pandas as pd
 
         tables["known"] = pd.DataFrame([dict(ranking=k, **v) for k, v in st.known.items()])
         summary["known"] = st.known
-        notes.append("against the known edges: " + "; ".join(
-            f"{k} AUC {v['auc']:.2f} precision {v['precision']:.2f} recall {v['recall']:.2f}"
-            for k, v in st.known.items()))
+        notes.append(
+            "against the known edges: "
+            + "; ".join(
+                f"{k} AUC {v['auc']:.2f} precision {v['precision']:.2f} recall {v['recall']:.2f}"
+                for k, v in st.known.items()
+            )
+        )
 
     def figures(d):
         from probe.app.report.circuit_figures import circuit_graph, recovery_figure
 
         out = []
-        top = circuit_rows if circuit_rows is not None and len(circuit_rows) else \
-            st.scores.assign(effect=st.scores[ranking]).reindex(
-                st.scores[ranking].abs().sort_values(ascending=False).index).head(p["top"])
+        top = (
+            circuit_rows
+            if circuit_rows is not None and len(circuit_rows)
+            else st.scores.assign(effect=st.scores[ranking])
+            .reindex(st.scores[ranking].abs().sort_values(ascending=False).index)
+            .head(p["top"])
+        )
         out.append(circuit_graph(top, d / "circuit.png", f"{adapter.name}: circuit ({ranking})"))
         if st.curve is not None:
-            out.append(recovery_figure(st.curve.curve, d / "curve.png", f"{adapter.name}: recovered share",
-                                       p["share"]))
+            out.append(recovery_figure(st.curve.curve, d / "curve.png", f"{adapter.name}: recovered share", p["share"]))
         return out
 
     return Result(tables=tables, notes=notes, summary=summary, summary_name="circuit", writers=[figures])
 
 
 ANALYSIS = Analysis(
-    "circuit", "Circuits between heads: exact path patching, EAP, EAP-IG and the smallest faithful circuit", run,
+    "circuit",
+    "Circuits between heads: exact path patching, EAP, EAP-IG and the smallest faithful circuit",
+    run,
     needs=("model", "corpus"),
     help="Score every sender->receiver (q/k/v) edge between heads and every head->output edge by exact path "
-         "patching (heads frozen, LayerNorm recomputed), edge attribution patching and EAP-IG; write edges.csv, "
-         "curve.csv (recovered share vs edges kept, pre-LayerNorm decoders), known.csv (zoo:relay, "
-         "zoo:induction: ROC AUC, precision, recall against the known edges), circuit.png and curve.png.",
-    params=(METRIC,
-            Param("corrupted", str, None, "corrupted partner of each --text (repeatable, in order)", multiple=True),
-            Param("corrupted_file", str, None, "one corrupted input per line, paired with the lines of --file"),
-            Param("partner_file", str, None, "similarity metric: the partner sentence of each example "
-                  "(default: its corrupted input)"),
-            Param("edge", str, None, "patch only these edges exactly, e.g. 0.3->1.2.k or 1.0->out (repeatable)",
-                  multiple=True),
-            Param("ranking", str, "exact", "which scores order the edges for the circuit",
-                  choices=("exact", "eap", "eap_ig")),
-            Param("share", float, 0.9, "faithfulness the circuit must reach", min=0.01),
-            Param("steps", int, 5, "EAP-IG integration steps", min=1),
-            Param("top", int, 12, "edges drawn when there is no circuit curve", min=1),
-            BATCH),
-    order=34, section=False, report_default=False,
-    example="probe circuit --model zoo:relay --limit 16 --out out/circuit")
+    "patching (heads frozen, LayerNorm recomputed), edge attribution patching and EAP-IG; write edges.csv, "
+    "curve.csv (recovered share vs edges kept, pre-LayerNorm decoders), known.csv (zoo:relay, "
+    "zoo:induction: ROC AUC, precision, recall against the known edges), circuit.png and curve.png.",
+    params=(
+        METRIC,
+        Param("corrupted", str, None, "corrupted partner of each --text (repeatable, in order)", multiple=True),
+        Param("corrupted_file", str, None, "one corrupted input per line, paired with the lines of --file"),
+        Param(
+            "partner_file",
+            str,
+            None,
+            "similarity metric: the partner sentence of each example (default: its corrupted input)",
+        ),
+        Param(
+            "edge", str, None, "patch only these edges exactly, e.g. 0.3->1.2.k or 1.0->out (repeatable)", multiple=True
+        ),
+        Param(
+            "ranking", str, "exact", "which scores order the edges for the circuit", choices=("exact", "eap", "eap_ig")
+        ),
+        Param("share", float, 0.9, "faithfulness the circuit must reach", min=0.01),
+        Param("steps", int, 5, "EAP-IG integration steps", min=1),
+        Param("top", int, 12, "edges drawn when there is no circuit curve", min=1),
+        BATCH,
+    ),
+    order=34,
+    section=False,
+    report_default=False,
+    example="probe circuit --model zoo:relay --limit 16 --out out/circuit",
+)
