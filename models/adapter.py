@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .alignment import absorbing_tokens, align_batch
-from .architectures import ARCHITECTURES, STACKS, discover_attention
+from .architectures import ARCHITECTURES, STACKS, UnsupportedModel, discover_attention
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 
@@ -87,10 +87,37 @@ class ModelAdapter:
 
     def __post_init__(self):
         self.model.eval()
-        # a family of the table (module-name patterns), else modules found by shape
-        self._table = ARCHITECTURES.get(self.family) or discover_attention(self.model)
+        _full_attention(self.model, self.card)
+        # a family of the table (module-name patterns), else modules found by shape, with
+        # causality and layer order read from one short forward (see _behaviour)
+        table = ARCHITECTURES.get(self.family)
+        if table is None:
+            table = discover_attention(self.model)
+            measured = _behaviour(self.model, table)
+            if measured is not None:
+                causal, order = measured
+                if "cross" not in table and causal != (table["arch"] == "decoder"):
+                    table = discover_attention(self.model, causal=causal)
+                stack = table["arch"]
+                if order is not None and stack in table:
+                    table[stack] = order(table[stack])
+        self._table = table
         self._modules = dict(self.model.named_modules())
         self._cache: dict = {}
+
+    @property
+    def input_name(self) -> str:
+        """The model's main input: ``input_ids`` (text), ``pixel_values`` (ViT, CLIP vision),
+        ``input_features`` (Whisper), ``input_values`` (wav2vec 2.0)…"""
+        return str(getattr(self.model, "main_input_name", "input_ids") or "input_ids")
+
+    def _text_only(self) -> None:
+        if self.input_name != "input_ids" or self.tokenizer is None:
+            t = getattr(self.config, "model_type", "?")
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}) takes {self.input_name}, not text: capture and ablate it "
+                f"through the Python API (probe.capture.capture_inputs(adapter, {{{self.input_name!r}: ...}}), "
+                "probe.interventions.HeadIntervention)")
 
     # ---- sizes ----------------------------------------------------------------
     @property
@@ -120,10 +147,10 @@ class ModelAdapter:
 
     @property
     def n_heads(self) -> int:
-        c = self.config
-        for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
-            if getattr(c, k, None):
-                return int(getattr(c, k))
+        for c in (self.config, getattr(self.config, "text_config", None)):
+            for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
+                if isinstance(getattr(c, k, None), int) and getattr(c, k) > 0:
+                    return int(getattr(c, k))
         raise ValueError(f"cannot tell the number of heads of {self.name}")
 
     @property
@@ -248,6 +275,7 @@ class ModelAdapter:
         Raises:
             ValueError: as :meth:`encode`, for the first offending text.
         """
+        self._text_only()
         texts = list(texts)
         for text in texts:
             if not isinstance(text, str) or not text.strip():
@@ -380,3 +408,81 @@ class ModelAdapter:
         if self.card:
             d["card"] = self.card
         return d
+
+
+def _full_attention(model: torch.nn.Module, card: dict) -> None:
+    """Switch block-sparse attention (BigBird; Zaheer et al., 2020) to full attention, whose
+    probabilities are an ordinary ``[query, key]`` map: block-sparse attention has none, and
+    BigBird swaps its attention modules for full ones by itself on the first input shorter
+    than its blocks, leaving module lists found before stale. Noted in ``card``."""
+    for module in model.modules():
+        if getattr(module, "attention_type", None) == "block_sparse" and hasattr(module, "set_attention_type"):
+            module.set_attention_type("original_full")
+            card["attention_type"] = "original_full (switched from block_sparse: its maps are not [query, key])"
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "attention_type", None) == "block_sparse":
+        cfg.attention_type = "original_full"
+
+
+def _probe_ids(model: torch.nn.Module, n: int = 6) -> Optional[torch.Tensor]:
+    vocab = getattr(model.config, "vocab_size", None) or getattr(getattr(model.config, "text_config", None),
+                                                                 "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < n + 12:
+        return None
+    base = torch.arange(10, 10 + n)
+    other = base.clone()
+    other[-1] = 10 + n + 1
+    return torch.stack([base, other])
+
+
+def _behaviour(model: torch.nn.Module, table: dict):
+    """Causality and layer order read from one short forward of a text model (not an
+    encoder-decoder): two inputs that differ only in their last token. The main stack is
+    causal when no earlier position's output changes (a model may build its causal mask
+    outside the attention modules: CLIP's text model). The order in which the stack's
+    attention modules are called gives one entry per call: a model that calls one module
+    for several layers (ALBERT's shared layer) gets one entry per layer.
+
+    Modules of the stack that a text input never calls (a multimodal model's vision
+    tower) are left out.
+
+    Returns:
+        ``(causal, order)`` — ``order`` maps the stack's module lists to per-call lists
+        (None when every module is called once, in table order) — or None when the model
+        takes no text or the forward fails (then the table's own reading stands).
+    """
+    if getattr(model.config, "is_encoder_decoder", False) or "cross" in table:
+        return None
+    if str(getattr(model, "main_input_name", "input_ids")) != "input_ids":
+        return None
+    ids = _probe_ids(model)
+    if ids is None:
+        return None
+    stack = table[table["arch"]]
+    modules = stack["attention"]
+    calls: list = []
+    handles = [m.register_forward_hook(lambda mod, a, o: calls.append(mod)) for m in dict.fromkeys(modules)]
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    except Exception:  # noqa: BLE001 - a model that needs more than text ids: keep the table's reading
+        return None
+    finally:
+        for h in handles:
+            h.remove()
+    hidden = next((v for v in (getattr(out, "last_hidden_state", None),
+                               out[0] if isinstance(out, (tuple, list)) or hasattr(out, "to_tuple") else None)
+                   if torch.is_tensor(v)), None)
+    if hidden is None or hidden.dim() != 3 or hidden.shape[1] != ids.shape[1]:
+        return None
+    before = hidden[:, :-1].double()
+    scale = before.abs().max().clamp(min=1e-12)
+    causal = bool(((before[0] - before[1]).abs().max() / scale) < 1e-6)
+    order = None
+    if calls and (len(calls) != len(modules) or any(a is not b for a, b in zip(calls, modules))):
+        position = {m: k for k, m in enumerate(modules)}
+        seq = [position[m] for m in calls if m in position]
+        if seq:  # modules a text input never calls (a multimodal model's vision tower) are left out
+            def order(entry: dict, seq=seq) -> dict:
+                return {site: [entry[site][k] for k in seq] for site in entry}
+    return causal, order

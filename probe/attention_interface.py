@@ -148,8 +148,9 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         # same kernel, written over the scores (no third [b, h, q, k] tensor; the CPU
         # last-dim kernel reads each row before writing it — tests check equality)
         weights = torch.ops.aten.softmax.int_out(scores, -1, None, out=scores).to(query.dtype)
-    else:
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    else:  # float32 softmax for half precision, as transformers does; float64 stays float64
+        work = torch.float64 if scores.dtype == torch.float64 else torch.float32
+        weights = torch.softmax(scores, dim=-1, dtype=work).to(query.dtype)
     if dropout and module.training:
         weights = torch.nn.functional.dropout(weights, p=dropout, training=True)
     weights = weights.to(value.dtype)

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import torch
 
 from .hooks import HookSet, eager_attention
+from .layer_calls import LayerCalls
 from .long_inputs import warn_if_capture_too_large
 from .maps import AttentionMaps
 
@@ -96,7 +97,7 @@ class AttentionCapture:
         self.query_rows = None if query_rows is None else [int(r) for r in query_rows]
         self.store_dtype = store_dtype
         self.path = choose_path(adapter, self.stack, path)
-        self._modules = {i: modules[i] for i in layers}
+        self._calls = LayerCalls(modules, layers)  # layer identity by call: ALBERT shares one module
         self._records: dict[int, list] = {}
         self.into_buffer = into_buffer
         self._buffer: Optional[torch.Tensor] = None
@@ -157,16 +158,21 @@ class AttentionCapture:
             return None
         return self._buffer
 
-    def _hook(self, layer: int):
-        def fn(module, args, output):
-            probs = output[-1] if isinstance(output, tuple) else None
-            if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
-                raise RuntimeError(
-                    f"layer {layer} returned no attention probabilities although eager attention "
-                    "was requested; this model family is not supported by the capture hooks"
-                )
-            self._keep(layer, probs)
-        return fn
+    def _hook(self, module, args, kwargs, output) -> None:
+        layer = self._calls.get(module)
+        if layer is None:
+            return
+        probs = output[-1] if isinstance(output, tuple) else None
+        if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
+            raise _unsupported(self.adapter, f"layer {layer} returns no attention probabilities under eager "
+                                             "attention with output_attentions=True")
+        hidden = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("hidden_states")
+        n_query = hidden.shape[1] if torch.is_tensor(hidden) and hidden.dim() == 3 else probs.shape[-2]
+        if probs.shape[-2] != n_query or (self.stack != "cross" and probs.shape[-1] != probs.shape[-2]):
+            raise _unsupported(self.adapter, f"layer {layer} returns attention of shape {tuple(probs.shape)} for "
+                                             f"{n_query} positions, not [batch, head, query, key] (a local band, "
+                                             "or pooled queries)")
+        self._keep(layer, probs)
 
     def __enter__(self) -> "AttentionCapture":
         if self.path == "interface":
@@ -174,15 +180,24 @@ class AttentionCapture:
 
             self._eager = InterfaceSwitch(self.adapter.model)
             self.attention_source = self._eager.__enter__()
-            self._session = RecordingSession({m: i for i, m in self._modules.items()}, self._keep,
-                                             self._weights_out)
-            self._session.attach()
+            self._session = RecordingSession(self._calls, self._keep, self._weights_out)
+            try:
+                self._calls.register(self._hooks, self.adapter.model)
+                self._session.attach()
+            except BaseException:
+                self._hooks.remove()
+                self._eager.__exit__(None, None, None)
+                raise
             return self
         self._eager = eager_attention(self.adapter.model)
         self.attention_source = self._eager.__enter__()
         try:
-            for layer, module in self._modules.items():
-                self._hooks.forward(module, self._hook(layer))
+            self._calls.register(self._hooks, self.adapter.model)
+            if _accepts(self.adapter.model, "output_attentions"):
+                # DeBERTa-v2, MPNet, …: the modules return their probabilities only when asked
+                self._hooks.pre(self.adapter.model, _ask_for_attentions, with_kwargs=True)
+            for module in self._calls:
+                self._hooks.forward(module, self._hook, with_kwargs=True)
         except BaseException:
             self._hooks.remove()
             self._eager.__exit__(None, None, None)
@@ -217,6 +232,26 @@ class AttentionCapture:
         return torch.stack([t[layer] for layer in self.layers])
 
 
+def _unsupported(adapter, what: str):
+    from .models.architectures import UnsupportedModel
+
+    t = getattr(adapter.config, "model_type", "?")
+    return UnsupportedModel(f"{adapter.name} (model type {t!r}): {what}; the toolkit cannot capture it")
+
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    """Whether ``model.forward`` takes keyword ``name`` (or any keyword)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _ask_for_attentions(module, args, kwargs):
+    """Forward pre-hook: run the model with ``output_attentions=True``."""
+    return args, {**kwargs, "output_attentions": True}
+
+
 def _kind(adapter, stack: str) -> str:
     if stack == "cross":
         return "cross"
@@ -247,7 +282,7 @@ def iter_capture(
     word_spans: Optional[Iterable] = None,
     targets: Optional[Iterable[str]] = None,
     truncate: bool = False,
-    dtype: torch.dtype = torch.float32,
+    dtype: Optional[torch.dtype] = None,
     progress: bool = False,
     total: Optional[int] = None,
     sort_window: int = 8,
@@ -277,6 +312,7 @@ def iter_capture(
     queueing a shard.
     """
     stack = stack or adapter.default_stack
+    dtype = _storage_dtype(adapter, dtype)
     if batch_size < 1 or sort_window < 1:
         raise ValueError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
     needs_target = adapter.arch == "encoder-decoder" and stack in ("decoder", "cross")
@@ -342,6 +378,14 @@ def iter_capture(
     finally:
         if bar is not None:
             bar.close()
+
+
+def _storage_dtype(adapter, dtype: Optional[torch.dtype]) -> torch.dtype:
+    """``dtype``, else float64 for a float64 model (its maps at its own accuracy), else float32."""
+    if dtype is not None:
+        return dtype
+    param = next(adapter.model.parameters(), None)
+    return torch.float64 if param is not None and param.dtype == torch.float64 else torch.float32
 
 
 def _map_cells(enc, tenc, stack: str) -> int:
@@ -449,6 +493,10 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
         adapter.model(**inputs)
     shapes = [_query_key_lengths(enc, tencs[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
     per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}; raises unless every layer ran
+    for layer, rec in per_layer.items():
+        if tuple(rec.shape[-2:]) != (n_query, n_key):
+            raise _unsupported(adapter, f"layer {layer} attends {tuple(rec.shape[-2:])} (query, key) positions "
+                                        f"for an input of {(n_query, n_key)}: not one [query, key] map per layer")
     into = cap.buffer()
     cap.clear()  # per_layer now holds the only reference to each record
     if into is not None:  # each example a view of its part of the batch's buffer
@@ -499,7 +547,8 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
         targets: per text, the target text (encoder-decoder decoder/cross attention,
             teacher forcing).
         truncate: cut texts beyond the model's limit instead of refusing them.
-        dtype: storage dtype of the maps (float32 or float16).
+        dtype: storage dtype of the maps (float32, float16, float64; default float32, or
+            float64 for a float64 model).
         progress: show a tqdm progress bar.
         heads: model heads to keep (default all); the maps then hold ``len(heads)``
             heads and ``meta["heads"]`` names them.

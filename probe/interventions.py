@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 import torch
 
 from .hooks import HookContext, HookSet
+from .layer_calls import LayerCalls, pre_hooks_by_layer
 
 MODES = ("zero", "mean", "patch", "scale")
 
@@ -153,11 +154,12 @@ class HeadIntervention(HookContext):
             pending = {}
             self._switch = InterfaceSwitch(self.adapter.model)
             self._switch.__enter__()
-            self._session = EditSession({modules[layer]: layer for layer in self._by_layer},
-                                        self._by_layer, apply_edits, pending)
+            calls = LayerCalls(modules, self._by_layer)  # layer by call: ALBERT shares one module
+            calls.register(hooks, self.adapter.model)
+            self._session = EditSession(calls, self._by_layer, apply_edits, pending)
             self._session.attach()
-        for layer in self._by_layer:
-            hooks.pre(self._modules[layer], self._hook(layer, pending))
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self._by_layer,
+                           lambda layer: self._hook(layer, pending))
 
     def __enter__(self):
         try:
@@ -242,10 +244,12 @@ class HeadOutputRecorder(HookContext):
 
     def _register(self, hooks: HookSet) -> None:
         n_heads = self.adapter.n_heads
-        for layer in self.layers:
-            def fn(module, args, layer=layer):
+
+        def make(layer):
+            def fn(module, args):
                 self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
-            hooks.pre(self._modules[layer], fn)
+            return fn
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self.layers, make)
 
 
 class HeadGates(HookContext):
@@ -273,8 +277,9 @@ class HeadGates(HookContext):
     def _register(self, hooks: HookSet) -> None:
         n_heads = self.adapter.n_heads
         per_row = self.gates.dim() == 3
-        for layer, module in enumerate(self._modules):
-            def fn(mod, args, layer=layer):
+
+        def make(layer):
+            def fn(mod, args):
                 x = args[0]
                 b, s, _ = x.shape
                 g = self.gates[..., layer, :].to(x.dtype).to(x.device)
@@ -286,7 +291,8 @@ class HeadGates(HookContext):
                     g = g[None, None, :, None]
                 z = _split_heads(x, n_heads) * g
                 return (z.reshape(b, s, -1),) + tuple(args[1:])
-            hooks.pre(module, fn)
+            return fn
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, range(len(self._modules)), make)
 
 
 def head_output_means(adapter, texts: Sequence[str], *, batch_size: int = 16,
