@@ -59,9 +59,10 @@ SIZE_KEYS = {
     "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "d_ff": 64,
     "n_inner": 64, "hidden_dim": 64,
     # per-head width
-    "head_dim": 8, "d_kv": 8, "d_head": 8,
+    "head_dim": 8, "d_kv": 8, "d_head": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8,
+    "kv_lora_rank": 16, "q_lora_rank": 16, "rotary_dim": 4,
     # inputs
-    "image_size": 32, "patch_size": 8, "num_mel_bins": 16, "max_source_positions": 16,
+    "image_size": 32, "patch_size": 8, "num_mel_bins": 16, "max_source_positions": 16, "max_length": 64,
 }
 
 
@@ -79,6 +80,7 @@ def tiny_config(model_type: str, vocab: int):
 TWEAKS: dict[str, dict] = {
     "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
     "longformer": {"attention_window": [4, 4]},
+    "deepseek_v2": {"num_key_value_heads": 4}, "deepseek_v3": {"num_key_value_heads": 4},
 }
 
 
@@ -167,6 +169,8 @@ def example_features(model, name: str, batch: int = 2) -> dict:
     elif name == "input_features":
         frames = 2 * getattr(cfg, "max_source_positions", 8)
         x = torch.randn(batch, getattr(cfg, "num_mel_bins", 16), frames, generator=g)
+    elif name == "input_values" and isinstance(getattr(cfg, "num_mel_bins", None), int):  # spectrogram patches
+        x = torch.randn(batch, getattr(cfg, "max_length", 64), cfg.num_mel_bins, generator=g)
     elif name == "input_values":
         x = torch.randn(batch, 1600, generator=g)
     else:
@@ -181,6 +185,22 @@ def example_features(model, name: str, batch: int = 2) -> dict:
 
 class UnsupportedInput(Exception):
     """The sweep cannot make this model's inputs."""
+
+
+def own_forward(model, tokenizer) -> None:
+    """The tiny model's own forward on the sweep's inputs, without the toolkit."""
+    import torch
+
+    name = str(getattr(model, "main_input_name", "input_ids"))
+    if name != "input_ids":
+        inputs = example_features(model, name)
+    else:
+        inputs = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
+        inputs.pop("token_type_ids", None)
+        if getattr(model.config, "is_encoder_decoder", False):
+            inputs["decoder_input_ids"] = inputs["input_ids"][:, :4]
+    with torch.no_grad():
+        model(**inputs)
 
 
 def eager_reference(model, inputs: dict):
@@ -223,7 +243,7 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
     """Max |Δ| between captured maps and eager ``output_attentions``, per stack."""
     import torch
 
-    from probe.capture import AttentionCapture
+    from probe.capture import capture, capture_inputs
 
     ref = eager_reference(adapter.model, inputs)
     worst, source = 0.0, ""
@@ -232,21 +252,23 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
         want = getattr(ref, key, None)
         if want is None or len(want) == 0 or any(w is None for w in want):
             return {"status": "no reference", "reason": f"eager forward returned no {key}"}
-        with AttentionCapture(adapter, stack=stack) as cap, torch.no_grad():
-            adapter.model(**inputs)
-        source = cap.attention_source
-        got = cap.stacked()
+        if lengths["encoder"] is None:  # images, audio
+            maps = capture_inputs(adapter, inputs, stack=stack)
+        else:  # text, as a user captures it (padding trimmed per example)
+            enc_dec = adapter.arch == "encoder-decoder"
+            maps = capture(adapter, TEXTS, stack=stack, targets=TARGETS if enc_dec else None)
+        source = maps[0].meta["attention_source"]
         want = torch.stack(list(want))
-        if got.shape != want.shape:
-            return {"status": "failed", "reason": f"{stack}: captured {tuple(got.shape)} vs eager {tuple(want.shape)}"}
-        if lengths["encoder"] is None:
-            worst = max(worst, (got.double() - want.double()).abs().max().item())
-            continue
-        q_len = lengths["decoder" if stack in ("decoder", "cross") else "encoder"]
-        k_len = lengths["decoder" if stack == "decoder" else "encoder"]
-        for i in range(got.shape[1]):
-            d = got[:, i, :, : q_len[i], : k_len[i]].double() - want[:, i, :, : q_len[i], : k_len[i]].double()
-            worst = max(worst, d.abs().max().item())
+        for i, m in enumerate(maps):
+            got, ref_i = m.attentions, want[:, i]
+            if lengths["encoder"] is not None:
+                ref_i = ref_i[..., : got.shape[-2], : got.shape[-1]]
+            if tuple(got.shape) != tuple(ref_i.shape) or got.shape[-2] != (
+                    ref_i.shape[-2] if lengths["encoder"] is None else
+                    lengths["decoder" if stack in ("decoder", "cross") else "encoder"][i]):
+                return {"status": "failed",
+                        "reason": f"{stack}: captured {tuple(got.shape)} vs eager {tuple(want[:, i].shape)}"}
+            worst = max(worst, (got.double() - ref_i.double()).abs().max().item())
     return {"capture_delta": worst, "attention_source": source}
 
 
@@ -316,6 +338,12 @@ def check_type(model_type: str) -> dict:
         model = build_model(model_type, tokenizer)
     except Exception as e:  # noqa: BLE001 - the sweep could not build it: not the toolkit's doing
         return {**row, "status": "not built", "reason": _line(e)}
+    try:
+        own_forward(model, tokenizer)
+    except UnsupportedInput as e:
+        return {**row, "status": "not built", "reason": _line(e)}
+    except Exception as e:  # noqa: BLE001 - the tiny model does not run by itself (inconsistent sizes, more inputs)
+        return {**row, "status": "not built", "reason": f"its own forward fails: {_line(e)}"}
     from probe.models import ModelAdapter
     from probe.models.architectures import UnsupportedModel as REFUSALS
     from probe.models.architectures import family_for
@@ -335,6 +363,10 @@ def check_type(model_type: str) -> dict:
         return {**row, "status": "refused", "reason": _line(e)}
     except UnsupportedInput as e:
         return {**row, "status": "not built", "reason": _line(e)}
+    except TypeError as e:
+        if "required positional argument" in str(e) and row.get("inputs") != "input_ids":
+            return {**row, "status": "not built", "reason": f"needs inputs the sweep does not make: {_line(e)}"}
+        return {**row, "status": "failed", "reason": _line(e), "traceback": traceback.format_exc()[-2000:]}
     except Exception as e:  # noqa: BLE001 - a bug: the row says where
         return {**row, "status": "failed", "reason": _line(e), "traceback": traceback.format_exc()[-2000:]}
     ok = row["capture_delta"] <= TOL and row["ablation_delta"] <= TOL and row["ablation_effect"] > 0
@@ -365,12 +397,24 @@ def _tokenizer():
 
 
 # ---- the sweep -------------------------------------------------------------------------
+MEMORY_LIMIT = 3 * 2 ** 30  # address space per type: a config whose size fields the shrink missed fails alone
+
+
 def _child(model_type: str, conn) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT + _address_space(), resource.RLIM_INFINITY))
     try:
         conn.send(check_type(model_type))
     except BaseException as e:  # noqa: BLE001
         conn.send({"model_type": model_type, "status": "failed", "reason": _line(e)})
     conn.close()
+
+
+def _address_space() -> int:
+    """This process's virtual memory size in bytes (the child's limit counts from it)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def run_one(model_type: str, timeout: float = TIMEOUT_S) -> dict:
@@ -502,7 +546,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         rows = [json.loads(line) for f in args.from_jsonl for line in Path(f).read_text().splitlines() if line]
         write_outputs(list({r["model_type"]: r for r in rows}.values()), transformers.__version__, n_types)
         return 0
-    _tokenizer()  # loaded once, before the forks
+    _tokenizer()  # loaded once, before the forks, with what every child imports
+    import transformers.modeling_utils  # noqa: F401
+
+    import probe.capture  # noqa: F401
+    import probe.interventions  # noqa: F401
+    from probe.models import ModelAdapter  # noqa: F401
     types = args.types or all_types()
     if args.shard:
         k, n = (int(x) for x in args.shard.split("/"))

@@ -87,17 +87,26 @@ class ModelAdapter:
 
     def __post_init__(self):
         self.model.eval()
+        if type(self.model).forward is torch.nn.Module.forward:
+            t = getattr(getattr(self.model, "config", None), "model_type", "?")
+            raise UnsupportedModel(f"model type {t!r} ({type(self.model).__name__}) has no forward of its own "
+                                   "(a pipeline of sub-models): open one of its sub-models")
+        if self.tokenizer is None:  # images, audio: every text path refuses in one line
+            self.tokenizer = NoTokenizer(self)
         _full_attention(self.model, self.card)
         # a family of the table (module-name patterns), else modules found by shape, with
         # causality and layer order read from one short forward (see _behaviour)
         table = ARCHITECTURES.get(self.family)
+        self._problems: dict = {}
         if table is None:
             table = discover_attention(self.model)
-            measured = _behaviour(self.model, table)
+            measured = _behaviour(self.model, table, self._problems)
             if measured is not None:
-                causal, order = measured
-                if "cross" not in table and causal != (table["arch"] == "decoder"):
+                causal, order, unused = measured
+                if causal != (table["arch"] == "decoder"):
                     table = discover_attention(self.model, causal=causal)
+                for name in unused:
+                    table.pop(name, None)
                 stack = table["arch"]
                 if order is not None and stack in table:
                     table[stack] = order(table[stack])
@@ -112,12 +121,22 @@ class ModelAdapter:
         return str(getattr(self.model, "main_input_name", "input_ids") or "input_ids")
 
     def _text_only(self) -> None:
-        if self.input_name != "input_ids" or self.tokenizer is None:
+        if self.input_name != "input_ids" or isinstance(self.tokenizer, NoTokenizer):
+            raise self.not_text()
+        failed = self._problems.get("text_forward")
+        if failed:
             t = getattr(self.config, "model_type", "?")
             raise UnsupportedModel(
-                f"{self.name} (model type {t!r}) takes {self.input_name}, not text: capture and ablate it "
-                f"through the Python API (probe.capture.capture_inputs(adapter, {{{self.input_name!r}: ...}}), "
-                "probe.interventions.HeadIntervention)")
+                f"{self.name} (model type {t!r}) needs more than text: a forward on token ids alone raises "
+                f"{failed}; run it with its other inputs inside probe.capture.AttentionCapture")
+
+    def not_text(self) -> UnsupportedModel:
+        """The one-line refusal of a text path for a model that takes no text."""
+        t = getattr(self.config, "model_type", "?")
+        return UnsupportedModel(
+            f"{self.name} (model type {t!r}) takes {self.input_name}, not text: capture and ablate it "
+            f"through the Python API (probe.capture.capture_inputs(adapter, {{{self.input_name!r}: ...}}), "
+            "probe.interventions.HeadIntervention)")
 
     # ---- sizes ----------------------------------------------------------------
     @property
@@ -147,7 +166,8 @@ class ModelAdapter:
 
     @property
     def n_heads(self) -> int:
-        for c in (self.config, getattr(self.config, "text_config", None)):
+        first = self.attention_modules()[0]
+        for c in (self.config, getattr(self.config, "text_config", None), getattr(first, "config", None), first):
             for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
                 if isinstance(getattr(c, k, None), int) and getattr(c, k) > 0:
                     return int(getattr(c, k))
@@ -410,13 +430,37 @@ class ModelAdapter:
         return d
 
 
+class NoTokenizer:
+    """The tokenizer of a model that takes no text: using it raises the adapter's one-line
+    refusal (:meth:`ModelAdapter.not_text`); ``model_max_length`` is None."""
+
+    model_max_length = None
+    is_fast = False
+
+    def __init__(self, adapter: "ModelAdapter"):
+        self._adapter = adapter
+
+    def __call__(self, *args, **kwargs):
+        raise self._adapter.not_text()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self._adapter.not_text()
+
+    def __len__(self) -> int:
+        raise self._adapter.not_text()
+
+
 def _full_attention(model: torch.nn.Module, card: dict) -> None:
     """Switch block-sparse attention (BigBird; Zaheer et al., 2020) to full attention, whose
     probabilities are an ordinary ``[query, key]`` map: block-sparse attention has none, and
     BigBird swaps its attention modules for full ones by itself on the first input shorter
     than its blocks, leaving module lists found before stale. Noted in ``card``."""
-    for module in model.modules():
-        if getattr(module, "attention_type", None) == "block_sparse" and hasattr(module, "set_attention_type"):
+    sparse = [m for m in model.modules()
+              if getattr(m, "attention_type", None) == "block_sparse" and hasattr(m, "set_attention_type")]
+    for module in sparse:  # the whole list first: switching replaces modules of the tree
+        if module.attention_type == "block_sparse":
             module.set_attention_type("original_full")
             card["attention_type"] = "original_full (switched from block_sparse: its maps are not [query, key])"
     cfg = getattr(model, "config", None)
@@ -435,7 +479,7 @@ def _probe_ids(model: torch.nn.Module, n: int = 6) -> Optional[torch.Tensor]:
     return torch.stack([base, other])
 
 
-def _behaviour(model: torch.nn.Module, table: dict):
+def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
     """Causality and layer order read from one short forward of a text model (not an
     encoder-decoder): two inputs that differ only in their last token. The main stack is
     causal when no earlier position's output changes (a model may build its causal mask
@@ -447,11 +491,12 @@ def _behaviour(model: torch.nn.Module, table: dict):
     tower) are left out.
 
     Returns:
-        ``(causal, order)`` — ``order`` maps the stack's module lists to per-call lists
+        ``(causal, order, unused)`` — ``unused``: the other stacks no text forward calls
+        (left out); ``order`` maps the stack's module lists to per-call lists
         (None when every module is called once, in table order) — or None when the model
         takes no text or the forward fails (then the table's own reading stands).
     """
-    if getattr(model.config, "is_encoder_decoder", False) or "cross" in table:
+    if getattr(model.config, "is_encoder_decoder", False) or table["arch"] not in table:
         return None
     if str(getattr(model, "main_input_name", "input_ids")) != "input_ids":
         return None
@@ -461,12 +506,23 @@ def _behaviour(model: torch.nn.Module, table: dict):
     stack = table[table["arch"]]
     modules = stack["attention"]
     calls: list = []
-    handles = [m.register_forward_hook(lambda mod, a, o: calls.append(mod)) for m in dict.fromkeys(modules)]
+    every = [m for name in STACKS if name in table for m in table[name]["attention"]]
+    handles = [m.register_forward_hook(lambda mod, a, o: calls.append(mod)) for m in dict.fromkeys(every)]
     try:
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    except Exception:  # noqa: BLE001 - a model that needs more than text ids: keep the table's reading
-        return None
+    except Exception as exc:  # noqa: BLE001 - a model that needs more than text ids
+        towers = [k for k in vars(model.config) if k.endswith("_config") and k != "text_config"
+                  and hasattr(getattr(model.config, k), "model_type")]
+        if towers:
+            t = getattr(model.config, "model_type", "?")
+            raise UnsupportedModel(
+                f"model type {t!r} ({type(model).__name__}) is multimodal: its forward needs more than text "
+                f"({', '.join(towers)}; a text-only forward raises {type(exc).__name__}); open its text or "
+                "vision model on its own") from None
+        text = str(exc).strip()
+        problems["text_forward"] = f"{type(exc).__name__}: {text.splitlines()[0][:120]}" if text else type(exc).__name__
+        return None  # keep the table's reading
     finally:
         for h in handles:
             h.remove()
@@ -478,6 +534,9 @@ def _behaviour(model: torch.nn.Module, table: dict):
     before = hidden[:, :-1].double()
     scale = before.abs().max().clamp(min=1e-12)
     causal = bool(((before[0] - before[1]).abs().max() / scale) < 1e-6)
+    called = set(calls)  # another stack a text input never runs (a multimodal projector's cross-attention)
+    unused = {name for name in STACKS if name != table["arch"] and name in table
+              and not called.intersection(table[name]["attention"])}
     order = None
     if calls and (len(calls) != len(modules) or any(a is not b for a, b in zip(calls, modules))):
         position = {m: k for k, m in enumerate(modules)}
@@ -485,4 +544,4 @@ def _behaviour(model: torch.nn.Module, table: dict):
         if seq:  # modules a text input never calls (a multimodal model's vision tower) are left out
             def order(entry: dict, seq=seq) -> dict:
                 return {site: [entry[site][k] for k in seq] for site in entry}
-    return causal, order
+    return causal, order, unused

@@ -139,7 +139,7 @@ class UnsupportedModel(ValueError):
 # ---- generic discovery ---------------------------------------------------------------
 # names of output projections (compared lower-case): ModernBERT's ``Wo``, Funnel's ``post_proj``
 PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "o", "out_lin", "wo", "out", "post_proj",
-                    "output_proj", "proj_out", "o_dense", "attn_out")
+                    "output_proj", "proj_out", "o_dense", "attn_out", "output")
 VALUE_NAMES = ("v_proj", "value", "v", "v_lin", "v_head", "value_proj")
 CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn")
 # children that compute queries, keys or values (never the output projection)

@@ -55,10 +55,17 @@ def register() -> str:
 
 
 def calls_interface(module: torch.nn.Module) -> bool:
-    """True when ``module``'s class comes from a modeling file that dispatches attention
-    through ``ALL_ATTENTION_FUNCTIONS`` (transformers 5's functional attention)."""
+    """True when ``module``'s forward dispatches attention through ``ALL_ATTENTION_FUNCTIONS``
+    (transformers 5's functional attention)."""
     mod = sys.modules.get(type(module).__module__)
-    return mod is not None and "ALL_ATTENTION_FUNCTIONS" in vars(mod)
+    if mod is None or "ALL_ATTENTION_FUNCTIONS" not in vars(mod):
+        return False
+    # the module's own forward looks the function up (BigBird-Pegasus's encoder attention,
+    # in a file whose decoder uses the interface, does not)
+    import inspect
+
+    code = getattr(inspect.unwrap(type(module).forward), "__code__", None)
+    return code is None or "ALL_ATTENTION_FUNCTIONS" in code.co_names
 
 
 def uses_interface(model: torch.nn.Module, attention_modules) -> bool:

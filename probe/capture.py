@@ -229,6 +229,10 @@ class AttentionCapture:
     def stacked(self, call: int = -1) -> torch.Tensor:
         """All recorded layers stacked: ``[layer, batch, head, query, key]``."""
         t = self.layer_tensors(call)
+        shapes = {tuple(t[layer].shape[-2:]) for layer in self.layers}
+        if len(shapes) > 1:
+            raise _unsupported(self.adapter, f"its layers attend over different lengths {sorted(shapes)} (pooled "
+                                             "or downsampled): not one [layer, head, query, key] map")
         return torch.stack([t[layer] for layer in self.layers])
 
 
@@ -568,3 +572,52 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
     if not texts:
         raise ValueError("no input texts: give at least one sentence")
     return list(iter_capture(adapter, texts, total=len(texts), **kwargs))
+
+
+def capture_inputs(adapter, inputs: dict, *, layers: Optional[Sequence[int]] = None,
+                   stack: Optional[str] = None, dtype: Optional[torch.dtype] = None,
+                   path: str = "auto") -> list[AttentionMaps]:
+    """Capture the attention of a model whose input is not text — ``pixel_values``
+    ``[batch, channels, height, width]`` (ViT, CLIP vision; Dosovitskiy et al., 2021),
+    ``input_features`` ``[batch, mel bins, frames]`` (Whisper; Radford et al., 2022),
+    ``input_values`` ``[batch, samples]`` (wav2vec 2.0) — from one forward over ``inputs``.
+
+    Positions are named ``<0>``, ``<1>``, … (patches, frames) and belong to no word. An
+    encoder-decoder without ``decoder_input_ids`` gets its start token as the decoder input.
+
+    Returns:
+        one :class:`AttentionMaps` per batch row, ``attentions[layer, head, query, key]``
+        (no padding: every row has the batch's full length).
+
+    Raises:
+        ValueError: ``inputs`` without the model's main input, a layer out of range.
+        UnsupportedModel: the model returns another layout than ``[batch, head, query, key]``.
+    """
+    stack = stack or adapter.default_stack
+    name = adapter.input_name
+    if name not in inputs:
+        raise ValueError(f"{adapter.name} takes {name!r}; the inputs have {', '.join(inputs) or 'nothing'}")
+    inputs = dict(inputs)
+    batch = int(inputs[name].shape[0])
+    if adapter.arch == "encoder-decoder" and "decoder_input_ids" not in inputs:
+        inputs["decoder_input_ids"] = torch.full((batch, 1), adapter.decoder_start_id(), dtype=torch.long,
+                                                 device=adapter.device)
+    dtype = _storage_dtype(adapter, dtype)
+    with AttentionCapture(adapter, layers=layers, stack=stack, path=path) as cap, torch.inference_mode():
+        adapter.model(**inputs)
+    stacked = cap.stacked().to(dtype).cpu()  # [layer, batch, head, query, key]
+    kind = _kind(adapter, stack)
+    out = []
+    for i in range(batch):
+        a = stacked[:, i].clone()
+        n_q, n_k = a.shape[-2:]
+        keys = tuple(f"<{k}>" for k in range(n_k))
+        extra = {}
+        if kind == "cross":
+            extra = dict(query_tokens=tuple(f"<{k}>" for k in range(n_q)), query_word_ids=(None,) * n_q,
+                         query_special_mask=torch.zeros(n_q, dtype=torch.bool))
+        meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source, "inputs": name}
+        out.append(AttentionMaps(attentions=a, tokens=keys, word_ids=(None,) * n_k,
+                                 special_mask=torch.zeros(n_k, dtype=torch.bool), layers=tuple(cap.layers),
+                                 kind=kind, meta=meta, **extra))
+    return out
