@@ -37,7 +37,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -338,6 +338,7 @@ def check_type(model_type: str) -> dict:
         model = build_model(model_type, tokenizer)
     except Exception as e:  # noqa: BLE001 - the sweep could not build it: not the toolkit's doing
         return {**row, "status": "not built", "reason": _line(e)}
+    _enter(1)
     try:
         own_forward(model, tokenizer)
     except UnsupportedInput as e:
@@ -348,6 +349,7 @@ def check_type(model_type: str) -> dict:
     from probe.models.architectures import UnsupportedModel as REFUSALS
     from probe.models.architectures import family_for
 
+    _enter(2)
     try:
         adapter = ModelAdapter(name=f"tiny-{model_type}", model=model, tokenizer=tokenizer,
                                family=family_for(model_type))
@@ -389,7 +391,6 @@ def _tokenizer():
     global _TOKENIZER
     if _TOKENIZER is None:
         import transformers
-
         from probe.models.registry import minilm_path
 
         _TOKENIZER = transformers.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
@@ -400,8 +401,20 @@ def _tokenizer():
 MEMORY_LIMIT = 3 * 2 ** 30  # address space per type: a config whose size fields the shrink missed fails alone
 
 
-def _child(model_type: str, conn) -> None:
+PHASES = ("building the model", "its own forward", "the toolkit")
+_PHASE = None  # a shared counter in forked children: which of PHASES is running
+
+
+def _enter(phase: int) -> None:
+    if _PHASE is not None:
+        _PHASE.value = phase
+
+
+def _child(model_type: str, conn, phase) -> None:
     import resource
+
+    global _PHASE
+    _PHASE = phase
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT + _address_space(), resource.RLIM_INFINITY))
     try:
@@ -422,10 +435,11 @@ def run_one(model_type: str, timeout: float = TIMEOUT_S) -> dict:
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     t0 = time.perf_counter()
-    proc = ctx.Process(target=_child, args=(model_type, child))
+    phase = ctx.Value("i", 0)
+    proc = ctx.Process(target=_child, args=(model_type, child, phase))
     proc.start()
     child.close()
-    row: Optional[dict] = None
+    row: dict | None = None
     if parent.poll(timeout):
         try:
             row = parent.recv()
@@ -437,7 +451,9 @@ def run_one(model_type: str, timeout: float = TIMEOUT_S) -> dict:
         proc.join()
     if row is None:
         why = f"timed out after {timeout:.0f} s" if proc.exitcode in (None, -9) else f"process died ({proc.exitcode})"
-        row = {"model_type": model_type, "status": "failed", "reason": why}
+        where = PHASES[phase.value]
+        row = {"model_type": model_type, "status": "failed" if phase.value == 2 else "not built",
+               "reason": f"{why} in {where}"}
     row["seconds"] = round(time.perf_counter() - t0, 1)
     return row
 
@@ -524,7 +540,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:240]
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     import transformers
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -547,11 +563,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         write_outputs(list({r["model_type"]: r for r in rows}.values()), transformers.__version__, n_types)
         return 0
     _tokenizer()  # loaded once, before the forks, with what every child imports
-    import transformers.modeling_utils  # noqa: F401
-
-    import probe.capture  # noqa: F401
-    import probe.interventions  # noqa: F401
+    import transformers.modeling_utils
     from probe.models import ModelAdapter  # noqa: F401
+
+    import probe.capture
+    import probe.interventions  # noqa: F401
     types = args.types or all_types()
     if args.shard:
         k, n = (int(x) for x in args.shard.split("/"))

@@ -233,6 +233,18 @@ class ModelAdapter:
         is the per-head output site."""
         return self._lookup(stack, "head_output")
 
+    def check_head_site(self, stack: Optional[str] = None) -> None:
+        """Raise :class:`UnsupportedModel` when the output projection's input is not the heads'
+        outputs side by side (a norm over all heads sits between: BitNet, DiffLlama), so no
+        head can be edited there on its own."""
+        entry = self._table.get(stack or self.default_stack, {})
+        mixer = next((m for m in entry.get("mixed_by", []) if m), None) if isinstance(entry, dict) else None
+        if mixer:
+            t = getattr(self.config, "model_type", "?")
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}): its attention normalises all heads together ({mixer}) before "
+                "the output projection, so no head's output can be edited alone")
+
     def value_modules(self, stack: Optional[str] = None) -> list:
         """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third)."""
         return self._lookup(stack, "value")

@@ -228,8 +228,9 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
     the type is offered only as a causal LM.
 
     Returns:
-        ``{"arch": ..., stack: {"attention": [...], "head_output": [...], "value": [...]}}``
-        with module lists in layer order (``value`` entries may be None: fused q|k|v).
+        ``{"arch": ..., stack: {"attention": [...], "head_output": [...], "value": [...],
+        "mixed_by": [...]}}`` with lists in layer order (``value`` entries may be None: fused
+        q|k|v; ``mixed_by``: see :func:`_head_mixer`).
 
     Raises:
         UnsupportedModel: when no attention module with an output projection is found.
@@ -244,7 +245,8 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
         proj = _projection_of(name, module, modules)
         if proj is None:
             continue
-        stacks.setdefault(_stack_of(name, module, enc_dec), []).append((module, proj, _value_of(module)))
+        stacks.setdefault(_stack_of(name, module, enc_dec), []).append((module, proj, _value_of(module),
+                                                                          _head_mixer(module)))
     if not stacks:
         t = getattr(model.config, "model_type", "?")
         raise UnsupportedModel(f"model type {t!r} ({type(model).__name__}): no attention modules found (the "
@@ -257,12 +259,28 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
         stacks[("decoder" if causal else "encoder")] = stacks.pop("main")
     table = {"arch": "encoder-decoder" if enc_dec else next(iter(s for s in stacks if s != "cross"))}
     for stack, entries in stacks.items():
-        idx = [getattr(a, "layer_idx", None) for a, _, _ in entries]
+        idx = [getattr(e[0], "layer_idx", None) for e in entries]
         if all(isinstance(i, int) for i in idx) and len(set(idx)) == len(idx):
             entries = [e for _, e in sorted(zip(idx, entries), key=lambda p: p[0])]
-        table[stack] = {"attention": [a for a, _, _ in entries], "head_output": [p for _, p, _ in entries],
-                        "value": [v for _, _, v in entries]}
+        table[stack] = {site: [e[k] for e in entries]
+                        for k, site in enumerate(("attention", "head_output", "value", "mixed_by"))}
     return table
+
+
+#: names of norms that act on all heads' outputs before the output projection (a norm after
+#: it, such as Funnel's ``layer_norm`` on the residual sum, is not one of them)
+HEAD_MIXING_NORMS = ("sub_norm", "groupnorm", "group_norm")
+
+
+def _head_mixer(module) -> Optional[str]:
+    """The name of a norm inside an attention module that is not a query/key norm: it acts on
+    the heads' outputs together between the attention and the output projection (BitNet's
+    ``attn_sub_norm``, differential attention's ``groupnorm``), so the projection's input is
+    no per-head site. None for most models (``q_norm``/``k_norm`` act on queries and keys)."""
+    for child, sub in module.named_children():
+        if "norm" in type(sub).__name__.lower() and any(k in child.lower() for k in HEAD_MIXING_NORMS):
+            return child
+    return None
 
 
 # ---- what is supported, and by which path ----------------------------------------------
@@ -270,7 +288,10 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
 # from its config and checks capture against eager output_attentions and head ablation
 TESTED_MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "gpt2", "gpt_neox", "gptj", "opt", "bloom",
                       "falcon", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2",
-                      "gemma3_text", "phi3", "olmo", "bart", "t5", "marian")
+                      "gemma3_text", "phi3", "olmo", "bart", "t5", "marian",
+                      # tests/test_architectures_wide.py (and every AutoModel type: docs/coverage.md)
+                      "albert", "clip_text_model", "deberta-v2", "mpnet", "big_bird", "modernbert", "funnel",
+                      "vit", "clip_vision_model", "whisper")
 
 
 def attention_path_of_type(model_type: str) -> str:
@@ -286,6 +307,8 @@ def attention_path_of_type(model_type: str) -> str:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     cls_name = MODEL_MAPPING_NAMES.get(model_type)
+    if isinstance(cls_name, (tuple, list)):  # Funnel: (FunnelModel, FunnelBaseModel)
+        cls_name = cls_name[0]
     if cls_name is None:
         raise ValueError(f"transformers has no model for model type {model_type!r}")
     import transformers

@@ -129,6 +129,7 @@ class HeadIntervention(HookContext):
                 raise ValueError(f"mode {e.mode!r} needs a value for head ({e.layer}, {e.head})")
             by_layer.setdefault(int(e.layer), []).append(e)
         self._by_layer = by_layer
+        adapter.check_head_site(self.stack)
         self._modules = adapter.head_output_modules(self.stack)
         self.path = choose_path(adapter, self.stack, path)
 

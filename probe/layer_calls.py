@@ -9,7 +9,7 @@ layer a call belongs to is its place among that module's calls in the forward: t
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Optional, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
@@ -30,7 +30,7 @@ class LayerCalls:
     :meth:`register`); the count restarts at every forward of the model.
     """
 
-    def __init__(self, per_layer: Sequence[torch.nn.Module], wanted: Optional[Iterable[int]] = None):
+    def __init__(self, per_layer: Sequence[torch.nn.Module], wanted: Iterable[int] | None = None):
         self._layers: dict = {}
         for i, m in enumerate(per_layer):
             self._layers.setdefault(m, []).append(i)
@@ -73,7 +73,7 @@ class LayerCalls:
     def __len__(self) -> int:
         return len(list(iter(self)))
 
-    def register(self, hooks, model: Optional[torch.nn.Module] = None) -> None:
+    def register(self, hooks, model: torch.nn.Module | None = None) -> None:
         """Forward pre-hooks (on ``hooks``, a :class:`probe.hooks.HookSet`) that advance each
         shared module's count, and restart the counts at every forward of ``model``."""
         shared = self.shared

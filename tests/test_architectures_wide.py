@@ -129,8 +129,9 @@ def test_hook_path_asks_for_attentions(sweep, bert_tokenizer, cls_name, cfg_name
 
 # ---- layouts other than [query, key] are refused -----------------------------------------
 def test_longformer_band_layout_refused(sweep, bert_tokenizer):
-    from probe.capture import AttentionCapture, capture
     from probe.models.architectures import UnsupportedModel
+
+    from probe.capture import AttentionCapture, capture
 
     model = _model("LongformerModel", "LongformerConfig", len(bert_tokenizer), attention_window=[4, 4], **SIZE)
     adapter = _adapter(model, bert_tokenizer, "longformer")
@@ -164,8 +165,9 @@ def test_modernbert_wo_discovered(sweep, bert_tokenizer):
 
 
 def test_funnel_post_proj_discovered(sweep, bert_tokenizer):
-    from probe.capture import capture
     from probe.models.architectures import UnsupportedModel
+
+    from probe.capture import capture
 
     kw = dict(d_model=32, n_head=4, d_head=8, d_inner=64, num_decoder_layers=1)
     one_block = _model("FunnelModel", "FunnelConfig", len(bert_tokenizer), block_sizes=[2], **kw)
@@ -195,9 +197,10 @@ def _vision_and_audio():
 
 @pytest.mark.parametrize("name", ["vit", "clip_vision_model", "whisper"])
 def test_non_text_inputs_capture_and_ablate(sweep, name):
-    from probe.capture import capture_inputs
     from probe.models import ModelAdapter
     from probe.models.architectures import UnsupportedModel
+
+    from probe.capture import capture_inputs
 
     torch.manual_seed(0)
     model = _vision_and_audio()[name].eval()
@@ -215,7 +218,6 @@ def test_non_text_inputs_capture_and_ablate(sweep, name):
 
 def test_text_cli_refuses_an_image_model_in_one_line(tmp_path):
     from click.testing import CliRunner
-
     from probe.app.cli import main
 
     torch.manual_seed(0)
@@ -231,7 +233,6 @@ def test_text_cli_refuses_an_image_model_in_one_line(tmp_path):
 def test_uninstrumentable_type_refused_in_one_line(tmp_path, bert_tokenizer):
     import transformers as T
     from click.testing import CliRunner
-
     from probe.app.cli import main
 
     torch.manual_seed(0)
@@ -276,3 +277,18 @@ def test_coverage_sweep_subset(sweep):
             assert f"'{r['model_type']}'" in r["reason"] and "\n" not in r["reason"]
     text = sweep.markdown(rows, "x", 5)
     assert "**exact**: 3" in text and "**refused**: 2" in text and "**failed**: 0" in text
+
+
+def test_head_mixing_norm_refuses_ablation_not_capture(sweep, bert_tokenizer):
+    """BitNet normalises all heads together between the attention and the output projection:
+    capture is exact, but no head's output can be edited alone, so ablation is refused."""
+    from probe.models.architectures import UnsupportedModel
+
+    from probe.interventions import ablate_heads
+
+    adapter = _adapter(_model("BitNetModel", "BitNetConfig", len(bert_tokenizer), num_key_value_heads=2, **SIZE),
+                       bert_tokenizer, "bitnet")
+    inputs, lengths = sweep.inputs_for(adapter)
+    assert sweep.check_capture(adapter, inputs, lengths)["capture_delta"] <= TOL
+    with pytest.raises(UnsupportedModel, match="'bitnet'.*attn_sub_norm"):
+        ablate_heads(adapter, [(1, 2)])
