@@ -246,8 +246,23 @@ class ModelAdapter:
                 "the output projection, so no head's output can be edited alone")
 
     def value_modules(self, stack: Optional[str] = None) -> list:
-        """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third)."""
+        """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third).
+
+        Raises:
+            UnsupportedModel: layers share one module (see :meth:`refuse_shared_layers`).
+        """
+        self.refuse_shared_layers(stack, "per-layer value hooks")
         return self._lookup(stack, "value")
+
+    def refuse_shared_layers(self, stack: Optional[str], what: str) -> None:
+        """Raise :class:`UnsupportedModel` when several layers call one attention module
+        (ALBERT): ``what`` keys hooks by module and would mix the layers. Capture and head
+        interventions tell the layers apart by call (:mod:`probe.layer_calls`)."""
+        modules = self.attention_modules(stack)
+        if len(set(map(id, modules))) < len(modules):
+            t = getattr(self.config, "model_type", "?")
+            raise UnsupportedModel(f"{self.name} (model type {t!r}): its {len(modules)} layers share "
+                                   f"{len(set(map(id, modules)))} attention module(s); {what} are not supported")
 
     def output_projections(self, stack: Optional[str] = None) -> list:
         """Alias of :meth:`head_output_modules`: the attention output projections."""

@@ -292,3 +292,16 @@ def test_head_mixing_norm_refuses_ablation_not_capture(sweep, bert_tokenizer):
     assert sweep.check_capture(adapter, inputs, lengths)["capture_delta"] <= TOL
     with pytest.raises(UnsupportedModel, match="'bitnet'.*attn_sub_norm"):
         ablate_heads(adapter, [(1, 2)])
+
+
+def test_albert_refused_where_hooks_are_keyed_by_module(bert_tokenizer):
+    """Analyses whose hooks are still keyed by module say so instead of mixing ALBERT's layers."""
+    from probe.models.architectures import UnsupportedModel
+    from probe.reweighting import AttentionEdit, AttentionReweighting
+
+    model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
+    adapter = _adapter(model, bert_tokenizer, "albert")
+    with pytest.raises(UnsupportedModel, match="'albert'.*2 layers share 1 attention module"):
+        adapter.value_modules()
+    with pytest.raises(UnsupportedModel, match="share"):
+        AttentionReweighting(adapter, [AttentionEdit(1, 2)])
