@@ -166,8 +166,16 @@ class ModelAdapter:
 
     @property
     def n_heads(self) -> int:
+        # the attention modules' own count first (Laguna sets it per layer, not from the config)
+        counts = {_heads_of(m) for m in self.attention_modules()}
+        if len(counts) > 1:
+            t = getattr(self.config, "model_type", "?")
+            raise UnsupportedModel(f"{self.name} (model type {t!r}): its layers have different head counts "
+                                   f"{sorted(c for c in counts if c)}; maps are [layer, head, query, key] with one count")
+        if counts and next(iter(counts)):
+            return int(next(iter(counts)))
         first = self.attention_modules()[0]
-        for c in (self.config, getattr(self.config, "text_config", None), getattr(first, "config", None), first):
+        for c in (self.config, getattr(self.config, "text_config", None), getattr(first, "config", None)):
             for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
                 if isinstance(getattr(c, k, None), int) and getattr(c, k) > 0:
                     return int(getattr(c, k))
@@ -239,8 +247,15 @@ class ModelAdapter:
         head can be edited there on its own."""
         entry = self._table.get(stack or self.default_stack, {})
         mixer = next((m for m in entry.get("mixed_by", []) if m), None) if isinstance(entry, dict) else None
+        t = getattr(self.config, "model_type", "?")
+        heads = self.n_heads
+        proj = self.head_output_modules(stack)[0]
+        width = proj.weight.shape[0] if type(proj).__name__ == "Conv1D" else getattr(proj, "in_features", 0)
+        if not width or width % heads:  # (MLA's value width differs from its query head_dim: no equality test)
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}): the output projection found ({type(proj).__name__}, {width} inputs) "
+                f"is not the {heads} heads' outputs side by side; no per-head site to edit")
         if mixer:
-            t = getattr(self.config, "model_type", "?")
             raise UnsupportedModel(
                 f"{self.name} (model type {t!r}): its attention normalises all heads together ({mixer}) before "
                 "the output projection, so no head's output can be edited alone")
@@ -455,6 +470,15 @@ class ModelAdapter:
         if self.card:
             d["card"] = self.card
         return d
+
+
+def _heads_of(module: torch.nn.Module) -> Optional[int]:
+    """The query-head count an attention module states itself, or None."""
+    for k in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
+        v = getattr(module, k, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
 
 
 class NoTokenizer:

@@ -117,7 +117,8 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         scaling: score factor (default ``d ** -0.5``); softcap: Gemma 2's
             ``tanh(s / c) · c`` on the scaled scores; position_bias: T5's additive bias.
         module: the calling attention module (``sinks``: gpt-oss's learned per-head sink
-            logit, a softmax column that is dropped afterwards).
+            logit, a softmax column that is dropped afterwards); a ``sinks`` keyword
+            ``[batch, heads, q, 1]`` (Inkling 2) is such a column given by the caller.
         out: optional contiguous ``[batch, heads, q, k]`` tensor of the scores' dtype and
             device to compute the weights in (a capture's buffer: the weights then need
             no copy); ignored where it does not fit or autograd needs the scores.
@@ -144,9 +145,11 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         mask = attention_mask[..., : key.shape[-2]]
         in_place = mask.dtype == scores.dtype and _broadcasts_to(mask.shape, scores.shape)
         scores = scores.add_(mask) if in_place else scores + mask
-    sinks = getattr(module, "sinks", None)
-    if torch.is_tensor(sinks):
-        sink = sinks.reshape(1, -1, 1, 1).expand(scores.shape[0], -1, scores.shape[2], 1).to(scores.dtype)
+    sinks = kwargs.get("sinks")
+    sinks = sinks if torch.is_tensor(sinks) else getattr(module, "sinks", None)
+    if torch.is_tensor(sinks):  # one extra logit per query (a column of the softmax, dropped after)
+        sink = (sinks.reshape(1, -1, 1, 1) if sinks.dim() == 1 else sinks).to(scores.dtype)
+        sink = sink.expand(scores.shape[0], scores.shape[1], scores.shape[2], 1)
         logits = torch.cat([scores, sink], dim=-1)
         logits = logits - logits.max(dim=-1, keepdim=True).values
         weights = torch.softmax(logits, dim=-1)[..., :-1]
@@ -186,7 +189,7 @@ def _fast_attention(module, query, key, value, attention_mask, **kwargs):
     the switch (then it stays eager, so layers no one records compute what they did)."""
     previous = _PREVIOUS.get(id(getattr(module, "config", None)), "sdpa")
     if (previous == "eager" or kwargs.get("softcap") is not None
-            or torch.is_tensor(getattr(module, "sinks", None))):
+            or torch.is_tensor(getattr(module, "sinks", None)) or torch.is_tensor(kwargs.get("sinks"))):
         return eager_attention(module, query, key, value, attention_mask, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
