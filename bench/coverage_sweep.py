@@ -61,6 +61,9 @@ SIZE_KEYS = {
     # per-head width
     "head_dim": 8, "d_kv": 8, "d_head": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8,
     "kv_lora_rank": 16, "q_lora_rank": 16, "rotary_dim": 4,
+    # mixtures of experts (DeepSeek's grouped routing: one group)
+    "n_routed_experts": 4, "num_local_experts": 4, "num_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16, "n_group": 1, "topk_group": 1,
     # inputs
     "image_size": 32, "patch_size": 8, "num_mel_bins": 16, "max_source_positions": 16, "max_length": 64,
 }
@@ -80,7 +83,6 @@ def tiny_config(model_type: str, vocab: int):
 TWEAKS: dict[str, dict] = {
     "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
     "longformer": {"attention_window": [4, 4]},
-    "deepseek_v2": {"num_key_value_heads": 4}, "deepseek_v3": {"num_key_value_heads": 4},
 }
 
 
@@ -97,10 +99,14 @@ def _shrink(cfg, vocab: int, depth: int) -> None:
     for key, value in SIZE_KEYS.items():
         if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
             _set(cfg, key, value)
-    for key, value in TWEAKS.get(getattr(cfg, "model_type", ""), {}).items():
-        _set(cfg, key, value)
     if isinstance(getattr(cfg, "num_key_value_heads", None), int):
         cfg.num_key_value_heads = 2
+    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
+        _set(cfg, "head_dim", cfg.qk_rope_head_dim)  # multi-head latent attention: rotary on the rope part
+    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and isinstance(getattr(cfg, "num_key_value_heads", None), int):
+        _set(cfg, "num_key_value_heads", getattr(cfg, "num_attention_heads", 4))  # latent attention: no key/value groups
+    for key, value in TWEAKS.get(getattr(cfg, "model_type", ""), {}).items():
+        _set(cfg, key, value)
     if isinstance(getattr(cfg, "vocab_size", None), int):
         cfg.vocab_size = vocab
     if isinstance(getattr(cfg, "max_position_embeddings", None), int):
