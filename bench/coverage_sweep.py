@@ -515,9 +515,11 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         lines.append("")
     failed = [r for r in rows if r["status"] in ("failed", "no reference")]
     if failed:
-        lines += ["## Failed / no reference", "", "| type | status | what |", "|---|---|---|"]
-        lines += [f"| {r['model_type']} | {r['status']} | {_cell(r.get('reason', ''))} |" for r in failed]
+        lines += ["## Failed / no reference, each explained", "", "| type | status | what | why |", "|---|---|---|---|"]
+        lines += [f"| {r['model_type']} | {r['status']} | {_cell(r.get('reason', ''))} | "
+                  f"{_cell(EXPLAINED.get(r['model_type'], EXPLAINED.get(r['status'], '')))} |" for r in failed]
         lines.append("")
+    lines += ["## How the toolkit reads a model", "", *NOTES, ""]
     lines += ["## Exact", "", "| type | stacks | inputs | path | max \\|Δ\\| capture | max \\|Δ\\| ablation |",
               "|---|---|---|---|---|---|"]
     for r in rows:
@@ -530,6 +532,45 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         types = [r["model_type"] for r in rows if r["status"] == "not built" and _group(r["reason"]) == reason]
         lines.append(f"| {_cell(reason)} | {len(types)}: {', '.join(types)} |")
     return "\n".join(lines) + "\n"
+
+
+#: why a row failed, where it is understood (rendered beside it in docs/coverage.md)
+EXPLAINED = {
+    "no reference": ("the model's own eager forward returns no attentions (its modules return none, or "
+                     "its output drops them), so the captured maps cannot be checked; not counted exact"),
+    "granite_swa": ("a convention: its sink scales the output after the softmax; the toolkit reports the "
+                    "effective weights (the sink's share removed, as for gpt-oss), the model's "
+                    "output_attentions the weights before that scaling; zero-ablation is exact"),
+    "granitemoe_swa": "as granite_swa: sink-scaled effective weights vs the model's unscaled report",
+}
+
+NOTES = [
+    "- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
+    "their last token) records the order the attention modules are called: ALBERT's one shared layer "
+    "becomes one entry per layer, and capture, `ablate_heads` and head gates tell the layers apart by "
+    "call (`probe/layer_calls.py`). Analyses whose hooks are still keyed by module (value norms, "
+    "reweighting, streaming) refuse shared layers in one line.",
+    "- **Causality from behaviour.** The same forward says whether a later token changes an earlier "
+    "position's output: CLIP's text model (causal mask built outside its attention modules, "
+    "`is_causal=False` on them) is a causal decoder.",
+    "- **Discovery by structure.** Output projections are found by name in any case (ModernBERT's `Wo`, "
+    "Funnel's `post_proj`) or as the only Linear child that computes no query, key or value; modules a "
+    "text input never calls (a multimodal model's vision tower, its projector's cross-attention) are "
+    "left out; head counts come from the attention modules themselves.",
+    "- **The hook path asks for attentions** (`output_attentions=True`: DeBERTa-v2, MPNet) and refuses "
+    "any layout other than `[batch, head, query, key]` (Longformer's local band, Funnel's pooled "
+    "queries, CANINE's downsampled layers, CPM-Ant's prompt positions).",
+    "- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
+    "card): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
+    "on short inputs.",
+    "- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
+    "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a gated "
+    "projection: Inkling 2).",
+    "- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
+    "`probe.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
+    "every text path refuses them in one line.",
+    "- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64).",
+]
 
 
 def _group(reason: str) -> str:
