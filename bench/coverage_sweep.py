@@ -464,6 +464,12 @@ def run_one(model_type: str, timeout: float = TIMEOUT_S) -> dict:
     return row
 
 
+def _done(model_type: str, folder: Path) -> bool:
+    """Whether a row for ``model_type`` is in any row file of ``folder``."""
+    needle = f'"model_type": "{model_type}"'
+    return any(needle in f.read_text() for f in folder.glob("*.jsonl"))
+
+
 def all_types() -> list[str]:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
@@ -596,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-json", action="store_true", help="rewrite docs/coverage.md from docs/coverage.json")
     p.add_argument("--update", action="store_true", help="re-run the given types and merge into docs/coverage.json")
     p.add_argument("--shard", default="", help="K/N: run every N-th type from the K-th (parallel sweeps)")
+    p.add_argument("--reverse", action="store_true", help="run the types last to first (a second worker on a shard)")
     p.add_argument("--jsonl", default="", help="append each row to this file as it is made")
     p.add_argument("--from-jsonl", nargs="+", default=[], help="write the outputs from these row files")
     args = p.parse_args(argv)
@@ -619,8 +626,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.shard:
         k, n = (int(x) for x in args.shard.split("/"))
         types = types[k::n]
+    if args.reverse:
+        types = types[::-1]
     rows = []
     for t in types:
+        if args.jsonl and args.reverse and _done(t, Path(args.jsonl).parent):
+            break  # the forward worker of this shard got here
         row = run_one(t, args.timeout)
         rows.append(row)
         if args.jsonl:

@@ -167,13 +167,13 @@ class ModelAdapter:
     @property
     def n_heads(self) -> int:
         # the attention modules' own count first (Laguna sets it per layer, not from the config)
-        counts = {_heads_of(m) for m in self.attention_modules()}
+        counts: set[int] = {c for c in map(_heads_of, self.attention_modules()) if c}
         if len(counts) > 1:
             t = getattr(self.config, "model_type", "?")
             raise UnsupportedModel(f"{self.name} (model type {t!r}): its layers have different head counts "
-                                   f"{sorted(c for c in counts if c)}; maps are [layer, head, query, key] with one count")
-        if counts and next(iter(counts)):
-            return int(next(iter(counts)))
+                                   f"{sorted(counts)}; maps are [layer, head, query, key] with one count")
+        if counts:
+            return counts.pop()
         first = self.attention_modules()[0]
         for c in (self.config, getattr(self.config, "text_config", None), getattr(first, "config", None)):
             for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
@@ -515,7 +515,7 @@ def _full_attention(model: torch.nn.Module, card: dict) -> None:
             module.set_attention_type("original_full")
             card["attention_type"] = "original_full (switched from block_sparse: its maps are not [query, key])"
     cfg = getattr(model, "config", None)
-    if getattr(cfg, "attention_type", None) == "block_sparse":
+    if cfg is not None and getattr(cfg, "attention_type", None) == "block_sparse":
         cfg.attention_type = "original_full"
 
 

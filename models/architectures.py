@@ -261,7 +261,7 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
     for stack, entries in stacks.items():
         idx = [getattr(e[0], "layer_idx", None) for e in entries]
         if all(isinstance(i, int) for i in idx) and len(set(idx)) == len(idx):
-            entries = [e for _, e in sorted(zip(idx, entries), key=lambda p: p[0])]
+            entries = [e for _, e in sorted(zip(idx, entries), key=lambda p: int(p[0] or 0))]
         table[stack] = {site: [e[k] for e in entries]
                         for k, site in enumerate(("attention", "head_output", "value", "mixed_by"))}
     return table
