@@ -83,6 +83,7 @@ def tiny_config(model_type: str, vocab: int):
 TWEAKS: dict[str, dict] = {
     "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
     "longformer": {"attention_window": [4, 4]},
+    "yolos": {"image_size": [32, 32], "num_detection_tokens": 4},
 }
 
 
@@ -182,6 +183,11 @@ def example_features(model, name: str, batch: int = 2) -> dict:
     else:
         raise UnsupportedInput(f"the sweep makes no {name!r} inputs")
     inputs = {name: x.to(dtype)}
+    import inspect
+
+    if "noise" in inspect.signature(model.forward).parameters and name == "pixel_values":  # ViT-MAE's masking
+        size = getattr(cfg, "image_size", 32) // getattr(cfg, "patch_size", 8)
+        inputs["noise"] = torch.rand(batch, size * size, generator=g)
     if getattr(cfg, "is_encoder_decoder", False):
         start = getattr(cfg, "decoder_start_token_id", None) or 0
         start = start if start < (getattr(cfg, "vocab_size", None) or 0) else 0
@@ -329,14 +335,6 @@ def check_ablation(adapter, inputs: dict) -> dict:
 
 def check_type(model_type: str) -> dict:
     """One row for ``model_type``."""
-    import logging
-    import warnings
-
-    import torch
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    torch.set_num_threads(1)
     row: dict[str, Any] = {"model_type": model_type}
     try:
         row["class"] = model_class(model_type).__name__
@@ -421,6 +419,14 @@ def _child(model_type: str, conn, phase) -> None:
 
     global _PHASE
     _PHASE = phase
+    import logging
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.set_num_threads(1)
 
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT + _address_space(), resource.RLIM_INFINITY))
     try:

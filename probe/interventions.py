@@ -51,7 +51,13 @@ class HeadEdit:
     scale: float = 0.0
 
 
-def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+def _split_heads(x: torch.Tensor, n_heads: int, adapter=None) -> torch.Tensor:
+    if x.dim() != 3:
+        from .models.architectures import UnsupportedModel
+
+        who = "" if adapter is None else f"{adapter.name} (model type {getattr(adapter.config, 'model_type', '?')!r}): "
+        raise UnsupportedModel(f"{who}the output projection's input has shape {tuple(x.shape)}, not [batch, seq, "
+                               "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit")
     b, s, width = x.shape
     return x.reshape(b, s, n_heads, width // n_heads)
 
@@ -140,8 +146,8 @@ class HeadIntervention(HookContext):
             if pending is not None and pending.pop(layer, False):
                 return None  # already edited inside the attention function
             x = args[0]
-            b, s, _ = x.shape
-            z = apply_edits(_split_heads(x, self.n_heads).clone(), edits, layer)
+            z = apply_edits(_split_heads(x, self.n_heads, self.adapter).clone(), edits, layer)
+            b, s = x.shape[:2]
             return (z.reshape(b, s, -1),) + tuple(args[1:])
 
         return fn
