@@ -100,6 +100,8 @@ class ModelAdapter:
         self._problems: dict = {}
         if table is None:
             table = discover_attention(self.model)
+            if table["arch"] == "encoder-decoder":
+                _drop_uncalled(self.model, table)
             measured = _behaviour(self.model, table, self._problems)
             if measured is not None:
                 causal, order, unused = measured
@@ -528,6 +530,31 @@ def _probe_ids(model: torch.nn.Module, n: int = 6) -> Optional[torch.Tensor]:
     other = base.clone()
     other[-1] = 10 + n + 1
     return torch.stack([base, other])
+
+
+def _drop_uncalled(model: torch.nn.Module, table: dict) -> None:
+    """Encoder-decoders: leave out the attention modules one short text forward (with a
+    two-token decoder input) never calls — a vision tower inside (T5Gemma 2). Nothing
+    changes when that forward fails."""
+    ids = _probe_ids(model)
+    if ids is None or str(getattr(model, "main_input_name", "input_ids")) != "input_ids":
+        return
+    calls: set = set()
+    every = [m for name in STACKS if name in table for m in table[name]["attention"]]
+    handles = [m.register_forward_hook(lambda mod, a, o: calls.add(mod)) for m in dict.fromkeys(every)]
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), decoder_input_ids=ids[:, :2])
+    except Exception:  # noqa: BLE001 - keep the table as found
+        return
+    finally:
+        for h in handles:
+            h.remove()
+    for name in STACKS:
+        if name in table:
+            keep = [k for k, m in enumerate(table[name]["attention"]) if m in calls]
+            if keep and len(keep) < len(table[name]["attention"]):
+                table[name] = {site: [v[k] for k in keep] for site, v in table[name].items()}
 
 
 def _behaviour(model: torch.nn.Module, table: dict, problems: dict):

@@ -236,7 +236,10 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
         UnsupportedModel: when no attention module with an output projection is found.
     """
     modules = dict(model.named_modules())
-    found = [(n, m) for n, m in modules.items() if type(m).__name__.endswith("Attention")]
+    # torch's own MultiheadAttention (SigLIP's pooling head, projectors) averages its weights
+    # over heads and is no layer of the stack
+    found = [(n, m) for n, m in modules.items() if type(m).__name__.endswith("Attention")
+             and not isinstance(m, torch.nn.MultiheadAttention)]
     inner = [(n, m) for n, m in found
              if not any(o.startswith(n + ".") for o, _ in found)]
     enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))

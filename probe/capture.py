@@ -606,6 +606,9 @@ def capture_inputs(adapter, inputs: dict, *, layers: Optional[Sequence[int]] = N
     with AttentionCapture(adapter, layers=layers, stack=stack, path=path) as cap, torch.inference_mode():
         adapter.model(**inputs)
     stacked = cap.stacked().to(dtype).cpu()  # [layer, batch, head, query, key]
+    if stacked.shape[1] != batch:
+        raise _unsupported(adapter, f"it attends over its {batch} inputs as {stacked.shape[1]} sequence(s) (Pixtral "
+                                    "concatenates images): not one map per input")
     kind = _kind(adapter, stack)
     out = []
     for i in range(batch):
