@@ -90,7 +90,7 @@ TWEAKS: dict[str, dict] = {
 def _set(cfg, key: str, value) -> None:
     try:
         setattr(cfg, key, value)
-    except Exception:  # noqa: BLE001 - a derived field (Funnel's num_hidden_layers): leave it
+    except Exception:  # noqa: BLE001, S110 - a derived field (Funnel's num_hidden_layers): leave it
         pass
 
 
@@ -573,31 +573,31 @@ EXPLAINED = {
 }
 
 NOTES = [
-    "- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
-    "their last token) records the order the attention modules are called: ALBERT's one shared layer "
-    "becomes one entry per layer, and capture, `ablate_heads` and head gates tell the layers apart by "
-    "call (`probe/layer_calls.py`). Analyses whose hooks are still keyed by module (value norms, "
-    "reweighting, streaming) refuse shared layers in one line.",
-    "- **Causality from behaviour.** The same forward says whether a later token changes an earlier "
-    "position's output: CLIP's text model (causal mask built outside its attention modules, "
-    "`is_causal=False` on them) is a causal decoder.",
-    "- **Discovery by structure.** Output projections are found by name in any case (ModernBERT's `Wo`, "
-    "Funnel's `post_proj`) or as the only Linear child that computes no query, key or value; modules a "
-    "text input never calls (a multimodal model's vision tower, its projector's cross-attention) are "
-    "left out; head counts come from the attention modules themselves.",
-    "- **The hook path asks for attentions** (`output_attentions=True`: DeBERTa-v2, MPNet) and refuses "
-    "any layout other than `[batch, head, query, key]` (Longformer's local band, Funnel's pooled "
-    "queries, CANINE's downsampled layers, CPM-Ant's prompt positions).",
-    "- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
-    "card): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
-    "on short inputs.",
-    "- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
-    "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a gated "
-    "projection: Inkling 2).",
-    "- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
-    "`probe.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
-    "every text path refuses them in one line.",
-    "- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64).",
+    ("- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
+     "their last token) records the order the attention modules are called: ALBERT's one shared layer "
+     "becomes one entry per layer, and capture, `ablate_heads` and head gates tell the layers apart by "
+     "call (`probe/layer_calls.py`). Analyses whose hooks are still keyed by module (value norms, "
+     "reweighting, streaming) refuse shared layers in one line."),
+    ("- **Causality from behaviour.** The same forward says whether a later token changes an earlier "
+     "position's output: CLIP's text model (causal mask built outside its attention modules, "
+     "`is_causal=False` on them) is a causal decoder."),
+    ("- **Discovery by structure.** Output projections are found by name in any case (ModernBERT's `Wo`, "
+     "Funnel's `post_proj`) or as the only Linear child that computes no query, key or value; modules a "
+     "text input never calls (a multimodal model's vision tower, its projector's cross-attention) are "
+     "left out; head counts come from the attention modules themselves."),
+    ("- **The hook path asks for attentions** (`output_attentions=True`: DeBERTa-v2, MPNet) and refuses "
+     "any layout other than `[batch, head, query, key]` (Longformer's local band, Funnel's pooled "
+     "queries, CANINE's downsampled layers, CPM-Ant's prompt positions)."),
+    ("- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
+     "card): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
+     "on short inputs."),
+    ("- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
+     "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a gated "
+     "projection: Inkling 2)."),
+    ("- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
+     "`probe.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
+     "every text path refuses them in one line."),
+    ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
 ]
 
 
