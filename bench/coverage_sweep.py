@@ -90,7 +90,7 @@ TWEAKS: dict[str, dict] = {
 def _set(cfg, key: str, value) -> None:
     try:
         setattr(cfg, key, value)
-    except Exception:  # noqa: BLE001, S110 - a derived field (Funnel's num_hidden_layers): leave it
+    except Exception:
         pass
 
 
@@ -120,7 +120,7 @@ def _shrink(cfg, vocab: int, depth: int) -> None:
         if isinstance(value, int) and isinstance(getattr(cfg, "vocab_size", None), int) and value >= cfg.vocab_size:
             _set(cfg, key, 2)
     if depth < 2:
-        for key, sub in list(vars(cfg).items()):
+        for sub in list(vars(cfg).values()):
             if isinstance(sub, PretrainedConfig):
                 _shrink(sub, vocab, depth + 1)
 
@@ -230,7 +230,7 @@ def eager_reference(model, inputs: dict):
             model.set_attn_implementation("eager")
         else:
             model.config._attn_implementation_internal = "eager"
-    except Exception:  # noqa: BLE001 - some models accept eager only through the config
+    except Exception:
         model.config._attn_implementation_internal = "eager"
     try:
         with torch.no_grad():
@@ -241,7 +241,7 @@ def eager_reference(model, inputs: dict):
                 model.set_attn_implementation(prev)
             else:
                 model.config._attn_implementation_internal = prev
-        except Exception:  # noqa: BLE001
+        except Exception:
             model.config._attn_implementation_internal = prev
 
 
@@ -263,7 +263,7 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
 
     try:
         ref = eager_reference(adapter.model, inputs)
-    except Exception as e:  # noqa: BLE001 - the model's own eager path breaks on the tiny config
+    except Exception as e:
         return {"status": "no reference", "reason": f"the model's own eager forward fails: {_line(e)}"}
     worst, source = 0.0, ""
     for stack in adapter.stacks:
@@ -347,14 +347,14 @@ def check_type(model_type: str) -> dict:
         row["class"] = model_class(model_type).__name__
         tokenizer = _tokenizer()
         model = build_model(model_type, tokenizer)
-    except Exception as e:  # noqa: BLE001 - the sweep could not build it: not the toolkit's doing
+    except Exception as e:
         return {**row, "status": "not built", "reason": _line(e)}
     _enter(1)
     try:
         own_forward(model, tokenizer)
     except UnsupportedInput as e:
         return {**row, "status": "not built", "reason": _line(e)}
-    except Exception as e:  # noqa: BLE001 - the tiny model does not run by itself (inconsistent sizes, more inputs)
+    except Exception as e:
         return {**row, "status": "not built", "reason": f"its own forward fails: {_line(e)}"}
     from probe.models import ModelAdapter
     from probe.models.architectures import UnsupportedModel as REFUSALS
@@ -380,7 +380,7 @@ def check_type(model_type: str) -> dict:
         if "required positional argument" in str(e) and row.get("inputs") != "input_ids":
             return {**row, "status": "not built", "reason": f"needs inputs the sweep does not make: {_line(e)}"}
         return {**row, "status": "failed", "reason": _line(e), "traceback": traceback.format_exc()[-2000:]}
-    except Exception as e:  # noqa: BLE001 - a bug: the row says where
+    except Exception as e:
         return {**row, "status": "failed", "reason": _line(e), "traceback": traceback.format_exc()[-2000:]}
     ok = row["capture_delta"] <= TOL and row["ablation_delta"] <= TOL and row["ablation_effect"] > 0
     row["status"] = "exact" if ok else "failed"
@@ -438,7 +438,7 @@ def _child(model_type: str, conn, phase) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT + _address_space(), resource.RLIM_INFINITY))
     try:
         conn.send(check_type(model_type))
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         conn.send({"model_type": model_type, "status": "failed", "reason": _line(e)})
     conn.close()
 

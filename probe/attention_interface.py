@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from .layer_calls import LayerCalls
 
 INTERFACE_NAME = "probe_eager"
 _SESSIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
@@ -236,7 +239,7 @@ class AttentionSession:
     module to its layer index (from the adapter's module list).
     """
 
-    def __init__(self, layer_of: dict):
+    def __init__(self, layer_of: "dict | LayerCalls"):
         self.layer_of = layer_of
 
     def needs_weights(self, module) -> bool:
@@ -272,7 +275,7 @@ class RecordingSession(AttentionSession):
     ``out_of(layer, shape, dtype, device)`` (optional) names where that layer's weights may
     be computed."""
 
-    def __init__(self, layer_of: dict, keep, out_of=None):
+    def __init__(self, layer_of: "dict | LayerCalls", keep, out_of=None):
         super().__init__(layer_of)
         self.keep = keep
         self.out_of = out_of
@@ -294,7 +297,7 @@ class EditSession(AttentionSession):
     ``apply(z, edits_by_layer[layer], layer)`` and mark the layer in ``pending`` (so a
     stand-by hook on the output projection knows the edit was made)."""
 
-    def __init__(self, layer_of: dict, edits_by_layer: dict, apply, pending: dict):
+    def __init__(self, layer_of: "dict | LayerCalls", edits_by_layer: dict, apply, pending: dict):
         super().__init__(layer_of)
         self.edits_by_layer = edits_by_layer
         self.apply = apply

@@ -615,7 +615,7 @@ def capture_inputs(adapter, inputs: dict, *, layers: Optional[Sequence[int]] = N
         a = stacked[:, i].clone()
         n_q, n_k = a.shape[-2:]
         keys = tuple(f"<{k}>" for k in range(n_k))
-        extra = {}
+        extra: dict = {}
         if kind == "cross":
             extra = dict(query_tokens=tuple(f"<{k}>" for k in range(n_q)), query_word_ids=(None,) * n_q,
                          query_special_mask=torch.zeros(n_q, dtype=torch.bool))
