@@ -121,7 +121,34 @@ def _roles(data, layer, head, f) -> str:
     return text + (bars_svg(items) if items else "")
 
 
+def _necessity(data, layer, head) -> str:
+    """The necessity evidence (the claims' own object) with every head's effect as a strip."""
+    from probe.analyses.claims.evidence import claim_evidence
+
+    claims = data.claims.claims
+    c = claims[(layer, head)]["necessity"]
+    ev = claim_evidence("necessity", c)
+    text = f"<p>{esc(ev.text)}.</p>"
+    if c.status not in ("holds", "does not hold"):
+        return text
+    values = [by["necessity"].effect for by in claims.values()]
+    ci = (c.ci_low, c.ci_high) if c.ci_low == c.ci_low and c.ci_high == c.ci_high else None
+    return text + strip_svg(values, c.effect, ci, xlabel=f"{c.extra.get('objective', '')} harm of mean-ablation: "
+                                                         "every head (grey), this head (blue, with CI)")
+
+
+def _sweep_count(data) -> int | None:
+    """Examples the ablation sweep ran on (the count of its intervals)."""
+    res = data.ctx.results.get("ablation")
+    sweep = res.data.get("sweep") if res is not None else None
+    ablated = getattr(sweep, "ablated", None)
+    return int(ablated.shape[1]) if ablated is not None else None
+
+
 def _ablation(data, layer, head, f) -> str:
+    claims = getattr(data, "claims", None)
+    if claims is not None and (layer, head) in claims.claims and "necessity" in claims.claims[(layer, head)]:
+        return _necessity(data, layer, head)
     d = _f(f.get("ablation_delta"))
     if d is None:
         return ""
@@ -129,23 +156,15 @@ def _ablation(data, layer, head, f) -> str:
     ci = (lo, hi) if lo is not None and hi is not None else None
     metric = f.get("ablation_metric", "metric")
     t = _table(data, "ablation", "ablation")
-    n = len(data.ctx.corpus)
-    try:
-        from .wiring import MODEL_EXAMPLES
-        n = min(n, MODEL_EXAMPLES)
-    except ImportError:
-        pass
+    n = _sweep_count(data)
     rank = ""
     if t is not None and len(t):
         bigger = int((t["delta"].abs() > abs(d)).sum())
         rank = f" It ranks {bigger + 1} of {len(t)} heads by the size of the effect."
-    sig = ci is not None and (ci[0] > 0 or ci[1] < 0)
-    rel = _f(f.get("ablation_relative"))
-    text = (f"<p>Setting this head's output to zero ({esc(f.get('ablation_mode', 'zero'))}-ablation, Michel et al. "
-            f"2019) changes the {esc(metric)} by <b>{esc(number(d, ci, signed=True))}</b> (95% bootstrap CI over "
-            f"{n} sentences){'' if sig else '; the interval includes 0'}"
-            + (f", {esc(number(rel, percent=True, digits=2))} of the largest single-head effect" if rel is not None else "")
-            + f".{esc(rank)}</p>")
+    over = f"{n} examples" if n is not None else "the examples swept"
+    text = (f"<p>{esc(f.get('ablation_mode', 'zero')).capitalize()}-ablation of this head (Michel et al. 2019) "
+            f"changes the {esc(metric)} by <b>{esc(number(d, ci, signed=True))}</b> (95% bootstrap CI over "
+            f"{esc(over)}).{esc(rank)}</p>")
     if t is None or not len(t):
         return text
     return text + strip_svg(t["delta"], d, ci, xlabel=f"Δ {metric}: every head (grey), this head (blue, with CI)")
