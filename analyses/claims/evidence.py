@@ -83,7 +83,7 @@ def _causal(kind: str, c) -> tuple:
     obj = x.get("objective", "")
     what = {"necessity": "Mean-ablating the head (its output replaced by its corpus mean)",
             "weights": "Uniform attention weights (values kept)"}.get(kind, "")
-    verb = "harms" if c.effect >= 0 else "changes"
+    verb = ("harms" if c.effect >= 0 else "changes") if kind == "necessity" else ("harm" if c.effect >= 0 else "change")
     text = (f"{what} {verb} {obj} by {fmt(c.effect, True)} {_ci(c)} (95% bootstrap CI over {c.count} examples; "
             f"{c.unit}); floor {fmt(c.null)}, one-sided Wilcoxon p={fmt(x.get('p'))} against the floor, "
             f"{'significant' if x.get('bh_significant') else 'not significant'} after BH at q={fmt(x.get('fdr'))} "
