@@ -77,7 +77,7 @@ def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
     return claims
 
 
-def necessity_claims(sweep, importance: Optional[object] = None) -> dict:
+def necessity_claims(sweep, importance=None) -> dict:
     """``{(layer, head): Claim}`` from single-head units; ``importance``: a table with
     ``layer, head, importance`` (:func:`probe.analyses.necessity.importance.head_importance`)."""
     claims = _tested("necessity", sweep, "mean", "needed alone")

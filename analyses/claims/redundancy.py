@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from probe.analyses.common.metrics import as_corpus, get_metric
-from probe.analyses.necessity.head_groups import ablate_group
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 from . import thresholds as T

@@ -190,12 +190,13 @@ def removal_sweep(adapter, corpus, objective="auto", units: Optional[Sequence] =
     layers = sorted({l for u in units for l, _ in u})
     gen = torch.Generator().manual_seed(seed)
     n = len(corpus)
-    clean_parts, pert = [], {m: [] for m in modes}
+    clean_parts: list = []
+    pert: dict = {m: [] for m in modes}
     causal = adapter.arch == "decoder"
     from probe.analyses.necessity.restart import ResidualCache, supports_restart
 
     restart = supports_restart(adapter, stack)
-    blocks_of = {}  # units grouped by their first layer: a forward restarts there
+    blocks_of: dict = {}  # units grouped by their first layer: a forward restarts there
     for u in units:
         blocks_of.setdefault(min(l for l, _ in u) if restart else -1, []).append(u)
     order = [u for key in sorted(blocks_of) for u in blocks_of[key]]
@@ -225,7 +226,7 @@ def removal_sweep(adapter, corpus, objective="auto", units: Optional[Sequence] =
             parts = []
             for first in sorted(blocks_of):
                 group = blocks_of[first]
-                residual = (first, cache.inputs[first]) if restart else None
+                residual = (first, cache.inputs[first]) if cache is not None else None
                 for start in range(0, len(group), per_forward):
                     block = group[start:start + per_forward]
                     vals = [_unit_values(mode, u, z, v, batch, means, src.to(z[layers[0]].device), rot, causal)

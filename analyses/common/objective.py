@@ -252,6 +252,6 @@ def resolve_objective(spec="auto", adapter=None, corpus=None) -> tuple:
     obj = OBJECTIVES[spec]()
     if adapter is not None:
         obj.check(adapter, corpus)
-    if isinstance(obj, SimilarityStructure):
+    if isinstance(obj, SimilarityStructure) and obj.pooling is not None:
         why = f"{why}; {obj.pooling.describe()}"
     return obj, why

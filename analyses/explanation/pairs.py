@@ -95,7 +95,7 @@ def similarity_target(adapter, corpus, pairs_file: Optional[str] = None) -> tupl
         nn = nearest_neighbours(e)
         partners, others = e[nn], [corpus.texts[j] for j in nn]
         how = "each sentence against its nearest neighbour in the corpus"
-    keys = {}
+    keys: dict = {}
     spans = corpus.word_spans
     for i, t in enumerate(corpus.texts):
         enc = adapter.encode(t, spans[i] if spans else None)
