@@ -147,6 +147,8 @@ def claim_evidence(kind: str, c) -> Evidence:
                 f"{pct(c.effect)} {_ci(c, True)} (bootstrap over {x.get('sentences')} sentences), {c.count} "
                 f"instances, p={fmt(x.get('p'))} ({'significant' if x.get('bh_significant') else 'not significant'} "
                 f"after BH); holds at margin ≥ {pct(T.STRUCTURE_MARGIN)}")
+        if c.status == "does not hold" and x.get("detectable") is not None:
+            text += f"; the smallest margin this sample could have detected: {pct(x['detectable'])} (80% power)"
         return Evidence(text=text, test="bootstrap margin over the best offset, BH", floor=T.STRUCTURE_MARGIN,
                         numbers={"accuracy": x.get("accuracy"), "baseline": c.null}, **base)
     if kind in ("necessity", "weights"):
