@@ -110,7 +110,8 @@ def _rules(t: RoleThresholds):
 
 
 def _shares(features: pd.DataFrame, h: int) -> dict:
-    """The profile components of row ``h`` (the rarest token only above twice its chance)."""
+    """The profile components of row ``h`` (the rarest token and punctuation only above twice
+    what a head attending at random gets, as in the pattern claim)."""
     from probe.analyses.patterns.vocabulary import COMPONENTS
 
     out = {}
@@ -118,6 +119,9 @@ def _shares(features: pd.DataFrame, h: int) -> dict:
         if c in features.columns:
             v = float(features[c].iat[h])
             if c == "to_rare" and "rare_chance" in features.columns and v < 2.0 * float(features["rare_chance"].iat[h]):
+                continue
+            chance = features.attrs.get("punct_chance")
+            if c == "to_punct" and chance is not None and v < 2.0 * chance:  # what a random head gets says nothing
                 continue
             out[c] = v
     return out
@@ -329,11 +333,19 @@ class RoleClassifier:
             from tqdm.auto import tqdm
             it = tqdm(source, total=len(source) if hasattr(source, "__len__") else None,
                       unit="ex", desc="head roles")
+        from probe.analyses.patterns.role_features import is_punctuation
+
+        words = punct = 0
         for maps in it:
+            for t, sp in zip(maps.tokens, maps.special_mask.tolist()):  # the share a random head puts on punctuation
+                if not sp:
+                    words += 1
+                    punct += is_punctuation(str(t))
             for acc in accs.values():
                 acc.update(maps)
             for obs in observers:
                 obs.update(maps)
+        self.punct_chance_ = punct / max(words, 1)
         return self.fit_tables({lv: acc.result() for lv, acc in accs.items()}, accs["token"].n_examples,
                                syntax=syntax, coreference=coreference)
 
@@ -358,6 +370,7 @@ class RoleClassifier:
             features = pd.concat([features, extra.reset_index(drop=True)], axis=1)
         if features[["to_cls", "to_sep", "to_special"]].isna().all().all():
             log.info("no special tokens in the corpus (e.g. GPT-2): the special-token role is not assigned")
+        features.attrs["punct_chance"] = getattr(self, "punct_chance_", None)
         self.features_ = features
         self.roles_ = assign_roles(features, self.thresholds, syntax=syntax, coreference=coreference)
         return self
