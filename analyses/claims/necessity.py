@@ -26,9 +26,12 @@ have detected (:func:`.statistics.detectable_effect`).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from . import thresholds as T
 from .claim import Claim
@@ -77,7 +80,7 @@ def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
     return claims
 
 
-def necessity_claims(sweep, importance=None) -> dict:
+def necessity_claims(sweep, importance: Optional[pd.DataFrame] = None) -> dict:
     """``{(layer, head): Claim}`` from single-head units; ``importance``: a table with
     ``layer, head, importance`` (:func:`probe.analyses.necessity.importance.head_importance`)."""
     claims = _tested("necessity", sweep, "mean", "needed alone")
