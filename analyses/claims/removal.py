@@ -201,7 +201,7 @@ def removal_sweep(adapter, corpus, objective="auto", units: Optional[Sequence] =
         blocks_of.setdefault(min(l for l, _ in u) if restart else -1, []).append(u)
     order = [u for key in sorted(blocks_of) for u in blocks_of[key]]
     back = np.array([order.index(u) for u in units])
-    for idx, batch in tqdm(obj.batches(adapter, corpus, batch_size), total=-(-n // batch_size),
+    for _idx, batch in tqdm(obj.batches(adapter, corpus, batch_size), total=-(-n // batch_size),
                            disable=not progress, desc="removals"):
         store: dict = {}
         with ExitStack() as st:
