@@ -14,7 +14,8 @@ n_heads * head_dim]`` — the same values (transformers 5 removed ``head_mask``;
 * :class:`HeadOutputRecorder` — record head outputs (for patching and for means; hooks).
 * :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head] (hooks).
 
-Replacing a head's attention *weights* is :mod:`probe.reweighting`.
+All of them are views of :class:`probe.trace.Trace` on the ``z`` sites
+(:mod:`probe.models.sites`); replacing a head's attention *weights* is :mod:`probe.reweighting`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from .hooks import HookContext, HookSet
+from .edits import Edit, Gate, Mean, Patch, Scale, SiteContext, Zero
+from .models.sites import Site
+from .trace import Trace
 
 MODES = ("zero", "mean", "patch", "scale")
 
@@ -50,50 +53,33 @@ class HeadEdit:
     scale: float = 0.0
 
 
-def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    b, s, width = x.shape
-    return x.reshape(b, s, n_heads, width // n_heads)
+def _as_edit(e: HeadEdit) -> Edit:
+    """The :mod:`probe.edits` object of one head edit (on the ``z`` site)."""
+    if e.mode == "zero":
+        return Zero(head=e.head, rows=e.rows)
+    if e.mode == "scale":
+        return Scale(e.scale, head=e.head, rows=e.rows)
+    if e.mode == "mean":
+        return Mean(e.value, head=e.head, rows=e.rows)
+    return Patch(e.value, head=e.head, rows=e.rows)
 
 
-def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch.Tensor:
+def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int, stack: str = "") -> torch.Tensor:
     """Apply ``edits`` to per-head outputs ``z`` ``[batch, seq, head, head_dim]`` in place
     (``z`` must be a copy the caller owns) and return it.
 
     Raises:
         ValueError: a mean value shorter than the input, a patch of another length.
     """
-    b, s = z.shape[:2]
+    ctx = SiteContext(f"blocks.{layer}.attn.hook_z", "z", layer, stack, 2)
     for e in edits:
-        rows = slice(None) if e.rows is None else list(e.rows)
-        if e.mode == "zero":
-            z[rows, :, e.head] = 0
-        elif e.mode == "scale":
-            z[rows, :, e.head] = z[rows, :, e.head] * e.scale
-        elif e.mode == "mean":
-            v = e.value.to(z.dtype).to(z.device)
-            if v.dim() == 2:
-                if v.shape[0] < s:
-                    raise ValueError(f"mean value covers {v.shape[0]} positions, input has {s}")
-                v = v[:s]
-            z[rows, :, e.head] = v
-        else:  # patch
-            v = e.value.to(z.dtype).to(z.device)
-            if v.dim() == 2:
-                v = v.unsqueeze(0)
-            if v.shape[-2] != s:
-                raise ValueError(
-                    f"patch for head ({layer}, {e.head}) has {v.shape[-2]} positions but the "
-                    f"input has {s}: clean and corrupted inputs must have the same length"
-                )
-            if e.rows is not None and v.shape[0] == len(e.rows):
-                z[rows, :, e.head] = v
-            else:
-                z[rows, :, e.head] = v[rows] if v.shape[0] == b else v
+        z = _as_edit(e)(z, ctx)
     return z
 
 
-class HeadIntervention(HookContext):
-    """Context manager applying :class:`HeadEdit` s on every forward inside it.
+class HeadIntervention(Trace):
+    """Context manager applying :class:`HeadEdit` s on every forward inside it: a
+    :class:`probe.trace.Trace` that edits the ``z`` sites.
 
     Args:
         adapter: a :class:`models.ModelAdapter`.
@@ -104,7 +90,7 @@ class HeadIntervention(HookContext):
             is made to the per-head output the attention function returns; a forward-pre
             hook on the output projection stands by and makes it there only when that
             layer's attention function did not run (a restart that stubs the attention
-            module, :mod:`probe.analyses.necessity.restart`), so each edit applies once.
+            module, :class:`probe.trace.Restart`), so each edit applies once.
             On the hook path it is made at the output projection's input.
 
     Raises:
@@ -114,72 +100,19 @@ class HeadIntervention(HookContext):
 
     def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None,
                  path: str = "auto"):
-        from .attention_interface import choose_path
-
-        self.adapter = adapter
-        self.stack = stack or adapter.default_stack
-        self.n_heads = adapter.n_heads
+        stack = stack or adapter.default_stack
         by_layer: dict[int, list] = {}
         for e in edits:
-            adapter.check_head(e.layer, e.head, self.stack)
+            adapter.check_head(e.layer, e.head, stack)
             if e.mode not in MODES:
                 raise ValueError(f"unknown ablation mode {e.mode!r}; use one of {', '.join(MODES)}")
             if e.mode in ("mean", "patch") and e.value is None:
                 raise ValueError(f"mode {e.mode!r} needs a value for head ({e.layer}, {e.head})")
-            by_layer.setdefault(int(e.layer), []).append(e)
-        self._by_layer = by_layer
-        self._modules = adapter.head_output_modules(self.stack)
-        self.path = choose_path(adapter, self.stack, path)
-
-    def _hook(self, layer: int, pending: Optional[dict] = None):
-        edits = self._by_layer[layer]
-
-        def fn(module, args):
-            if pending is not None and pending.pop(layer, False):
-                return None  # already edited inside the attention function
-            x = args[0]
-            b, s, _ = x.shape
-            z = apply_edits(_split_heads(x, self.n_heads).clone(), edits, layer)
-            return (z.reshape(b, s, -1),) + tuple(args[1:])
-
-        return fn
-
-    def _register(self, hooks: HookSet) -> None:
-        pending = None
-        if self.path == "interface":
-            from .attention_interface import EditSession, InterfaceSwitch
-
-            modules = self.adapter.attention_modules(self.stack)
-            pending = {}
-            self._switch = InterfaceSwitch(self.adapter.model)
-            self._switch.__enter__()
-            self._session = EditSession({modules[layer]: layer for layer in self._by_layer},
-                                        self._by_layer, apply_edits, pending)
-            self._session.attach()
-        for layer in self._by_layer:
-            hooks.pre(self._modules[layer], self._hook(layer, pending))
-
-    def __enter__(self):
-        try:
-            return super().__enter__()
-        except BaseException:
-            self._leave_interface()
-            raise
-
-    def __exit__(self, *exc) -> bool:
-        try:
-            super().__exit__(*exc)
-        finally:
-            self._leave_interface(*exc)
-        return False
-
-    def _leave_interface(self, *exc) -> None:
-        session, switch = getattr(self, "_session", None), getattr(self, "_switch", None)
-        self._session = self._switch = None
-        if session is not None:
-            session.detach()
-        if switch is not None:
-            switch.__exit__(*exc)
+            by_layer.setdefault(int(e.layer), []).append(_as_edit(e))
+        self.stack = stack
+        super().__init__(adapter, edit={Site("z", layer, stack): es for layer, es in by_layer.items()},
+                         stack=stack, path=path)
+        self.path = self.path_of(stack)
 
 
 def ablate_heads(
@@ -224,32 +157,31 @@ def ablate_heads(
     return HeadIntervention(adapter, edits, stack=stack)
 
 
-class HeadOutputRecorder(HookContext):
-    """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
+class HeadOutputRecorder(Trace):
+    """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached): a
+    :class:`probe.trace.Trace` reading the ``z`` sites.
 
     ``recorder.outputs[layer]`` holds the last forward's outputs.
     """
 
     def __init__(self, adapter, layers: Optional[Sequence[int]] = None, stack: Optional[str] = None):
-        self.adapter = adapter
-        self.stack = stack or adapter.default_stack
-        modules = adapter.head_output_modules(self.stack)
-        self.layers = list(range(len(modules))) if layers is None else [int(x) for x in layers]
+        stack = stack or adapter.default_stack
+        n = len(adapter.head_output_modules(stack))
+        self.layers = list(range(n)) if layers is None else [int(x) for x in layers]
         for layer in self.layers:
-            adapter.check_head(layer, 0, self.stack)
-        self._modules = modules
+            adapter.check_head(layer, 0, stack)
         self.outputs: dict[int, torch.Tensor] = {}
 
-    def _register(self, hooks: HookSet) -> None:
-        n_heads = self.adapter.n_heads
-        for layer in self.layers:
-            def fn(module, args, layer=layer):
-                self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
-            hooks.pre(self._modules[layer], fn)
+        def keep(layer: int):
+            return lambda z, ctx: self.outputs.__setitem__(layer, z.detach())
+
+        super().__init__(adapter, read={Site("z", layer, stack): keep(layer) for layer in self.layers},
+                         stack=stack, path="hooks")
 
 
-class HeadGates(HookContext):
-    """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019).
+class HeadGates(Trace):
+    """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019): a
+    :class:`probe.trace.Trace` with a :class:`probe.edits.Gate` on every ``z`` site.
 
     ``gates`` is ``[n_layers, n_heads]`` (the same gates for every batch row) or
     ``[rows, n_layers, n_heads]`` (one set per batch row, e.g. per-example gradients
@@ -260,33 +192,15 @@ class HeadGates(HookContext):
     """
 
     def __init__(self, adapter, gates: torch.Tensor, stack: Optional[str] = None):
-        self.adapter = adapter
-        self.stack = stack or adapter.default_stack
-        modules = adapter.head_output_modules(self.stack)
+        stack = stack or adapter.default_stack
+        modules = adapter.head_output_modules(stack)
         expected = (len(modules), adapter.n_heads)
         if tuple(gates.shape[-2:]) != expected or gates.dim() not in (2, 3):
             raise ValueError(f"gates must have shape {expected} (layers, heads) or [rows, {expected[0]}, "
                              f"{expected[1]}], got {tuple(gates.shape)}")
         self.gates = gates
-        self._modules = modules
-
-    def _register(self, hooks: HookSet) -> None:
-        n_heads = self.adapter.n_heads
-        per_row = self.gates.dim() == 3
-        for layer, module in enumerate(self._modules):
-            def fn(mod, args, layer=layer):
-                x = args[0]
-                b, s, _ = x.shape
-                g = self.gates[..., layer, :].to(x.dtype).to(x.device)
-                if per_row:
-                    if g.shape[0] != b:
-                        raise ValueError(f"row gates cover {g.shape[0]} rows, the batch has {b}")
-                    g = g[:, None, :, None]
-                else:
-                    g = g[None, None, :, None]
-                z = _split_heads(x, n_heads) * g
-                return (z.reshape(b, s, -1),) + tuple(args[1:])
-            hooks.pre(module, fn)
+        super().__init__(adapter, edit={Site("z", layer, stack): Gate(gates[..., layer, :])
+                                        for layer in range(len(modules))}, stack=stack, path="hooks")
 
 
 def head_output_means(adapter, texts: Sequence[str], *, batch_size: int = 16,
