@@ -12,6 +12,9 @@ Two paths, chosen per model (``path="auto"``):
   (:func:`probe.hooks.eager_attention`). This path is also the reference the interface
   path is tested against.
 
+Both are the ``pattern`` sites of :class:`probe.trace.Trace`, which registers the hooks or
+attaches the interface session; :class:`AttentionCapture` decides what to keep of them.
+
 Each captured example records which in ``meta["attention_source"]`` (``interface …`` or
 ``eager …``).
 """
@@ -24,7 +27,8 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import torch
 
-from .hooks import HookSet, eager_attention
+from .models.sites import Site
+from .trace import Reader, Trace
 from .long_inputs import warn_if_capture_too_large
 from .maps import AttentionMaps
 
@@ -102,9 +106,7 @@ class AttentionCapture:
         self._buffer: Optional[torch.Tensor] = None
         self._slot = {layer: k for k, layer in enumerate(layers)}
         self._in_buffer: set = set()
-        self._hooks = HookSet()
-        self._eager = None
-        self._session = None
+        self._trace: Optional[Trace] = None
         self.attention_source = ""
 
     def _keep(self, layer: int, probs: torch.Tensor) -> None:
@@ -157,46 +159,21 @@ class AttentionCapture:
             return None
         return self._buffer
 
-    def _hook(self, layer: int):
-        def fn(module, args, output):
-            probs = output[-1] if isinstance(output, tuple) else None
-            if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
-                raise RuntimeError(
-                    f"layer {layer} returned no attention probabilities although eager attention "
-                    "was requested; this model family is not supported by the capture hooks"
-                )
-            self._keep(layer, probs)
-        return fn
-
     def __enter__(self) -> "AttentionCapture":
-        if self.path == "interface":
-            from .attention_interface import InterfaceSwitch, RecordingSession
+        def reader(layer: int) -> Reader:
+            return Reader(lambda probs, ctx: self._keep(layer, probs),
+                          lambda shape, dtype, device: self._weights_out(layer, shape, dtype, device))
 
-            self._eager = InterfaceSwitch(self.adapter.model)
-            self.attention_source = self._eager.__enter__()
-            self._session = RecordingSession({m: i for i, m in self._modules.items()}, self._keep,
-                                             self._weights_out)
-            self._session.attach()
-            return self
-        self._eager = eager_attention(self.adapter.model)
-        self.attention_source = self._eager.__enter__()
-        try:
-            for layer, module in self._modules.items():
-                self._hooks.forward(module, self._hook(layer))
-        except BaseException:
-            self._hooks.remove()
-            self._eager.__exit__(None, None, None)
-            raise
+        self._trace = Trace(self.adapter, read={Site("pattern", layer, self.stack): reader(layer)
+                                                for layer in self._modules}, stack=self.stack, path=self.path)
+        self._trace.__enter__()
+        self.attention_source = self._trace.attention_source
         return self
 
     def __exit__(self, *exc) -> bool:
-        try:
-            self._hooks.remove()
-            if self._session is not None:
-                self._session.detach()
-                self._session = None
-        finally:
-            self._eager.__exit__(*exc)
+        trace, self._trace = self._trace, None
+        if trace is not None:
+            trace.__exit__(*exc)
         return False
 
     def clear(self) -> None:
