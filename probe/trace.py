@@ -481,14 +481,12 @@ def _batch(adapter, inputs) -> dict:
     if isinstance(inputs, Mapping):
         return dict(inputs)
     items = [inputs] if isinstance(inputs, str) else list(inputs)
-    if not items:
-        raise ValueError("no inputs: give at least one text")
-    encs = adapter.encode_batch(items) if isinstance(items[0], str) else items
-    batch = adapter.batch(encs)
-    if adapter.arch == "encoder-decoder":
-        texts = [e.text for e in encs]
-        batch.update(adapter.decoder_inputs(adapter.encode_batch(texts, target=True)))
-    return batch
+    if items and not isinstance(items[0], str):  # encodings
+        batch = adapter.batch(items)
+        if adapter.arch == "encoder-decoder":
+            batch.update(adapter.decoder_inputs(adapter.encode_batch([e.text for e in items], target=True)))
+        return batch
+    return adapter.inputs_of(items)
 
 
 def trace(adapter, inputs, read: Union[Iterable, Mapping, str] = (), edit: Optional[Mapping] = None, *,
