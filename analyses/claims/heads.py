@@ -14,6 +14,8 @@ import pandas as pd
 
 from . import thresholds as T
 from .attribution import attribution_claims
+from probe.errors import NotApplicable
+
 from .claim import KINDS, STATUSES, Claim
 from .summary import summary_sentence
 
@@ -129,12 +131,12 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
     tables = {}
     try:
         pattern, tables["profile"] = pattern_claims(maps)
-    except ValueError as exc:  # e.g. cross-attention: no query-side token pattern
-        pattern = _fill("pattern", heads, str(exc))
+    except NotApplicable as exc:  # the only source of "not tested" (probe.errors)
+        pattern = _fill("pattern", heads, exc.reason)
     try:
         structure, st_table = _structure(maps, corpus, heads)
-    except ValueError as exc:
-        structure, st_table = _fill("structure", heads, str(exc)), None
+    except NotApplicable as exc:
+        structure, st_table = _fill("structure", heads, exc.reason), None
     if st_table is not None and len(st_table):
         tables["structure"] = st_table
     necessity = _fill("necessity", heads, "no live model")
@@ -152,9 +154,9 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
                 tables["groups"] = pd.DataFrame(groups)
             notes.append(f"removal and uniform weights of each head on {len(corpus)} examples, metric {sweep.metric} "
                          f"({sweep.path}), against a same-norm random-direction null; BH at q = {T.FDR}")
-        except Exception as exc:  # noqa: BLE001 - a metric or model that cannot run: say so per claim
-            log.warning("causal claims not tested: %s: %s", type(exc).__name__, exc)
-            why = f"interventions could not run on this model: {type(exc).__name__}: {exc}"
+        except NotApplicable as exc:  # a metric or model the interventions do not apply to; anything else is a bug
+            log.warning("causal claims not tested: %s", exc.reason)
+            why = f"interventions do not apply to this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
     claims = {k: {"pattern": pattern[k], "structure": structure.get(k, Claim("structure", "not tested")),

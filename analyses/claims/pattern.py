@@ -23,6 +23,8 @@ from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.patterns.role_features import HeadFeatureAccumulator, example_values, token_frequencies
 
 from . import thresholds as T
+from probe.errors import NotApplicable
+
 from .claim import Claim
 
 #: profile components: feature column -> words
@@ -119,7 +121,7 @@ def pattern_claims(maps) -> tuple:
         ValueError: no examples.
     """
     if not maps:
-        raise ValueError("no examples to measure attention patterns on")
+        raise NotApplicable("no examples to measure attention patterns on")
     values, rows, layers, H = example_features(maps)
     mean, low, high = weighted_shares(values, rows[:, None, :])
     weights = rows[:, list(FEATURES).index("self")]  # non-special query rows with a self position

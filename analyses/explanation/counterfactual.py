@@ -154,7 +154,7 @@ def permutation_effects(
         raise ValueError(f"n_permutations must be ≥ 1, got {n_permutations}")
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be ≥ 1, got {batch_rows}")
-    L, H, dh = adapter.n_layers, adapter.n_heads, adapter.head_dim
+    L, H = adapter.n_layers, adapter.n_heads
     if heads is None:
         heads = [(l, h) for l in range(L) for h in range(H)]
     heads = [(int(l), int(h)) for l, h in heads]
