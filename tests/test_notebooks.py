@@ -63,7 +63,7 @@ def test_notebooks_teach():
 def test_notebooks_are_stored_without_outputs():
     import nbformat
 
-    assert len(NOTEBOOKS) == 6
+    assert len(NOTEBOOKS) == 7
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
