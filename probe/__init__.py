@@ -36,7 +36,7 @@ _EXPORTS = {
     "HeadIntervention": "probe.interventions", "HeadOutputRecorder": "probe.interventions",
     "ablate_heads": "probe.interventions",
     # the trace core: read / edit any site (probe.models.sites) in one call
-    "trace": "probe.trace", "Trace": "probe.trace", "Cache": "probe.trace", "Restart": "probe.trace",
+    "trace": "probe.trace", "Trace": "probe.trace", "Cache": "probe.cache", "Restart": "probe.trace",
     "run_with_cache": "probe.trace", "run_with_hooks": "probe.trace", "site_names": "probe.models.sites",
     "Zero": "probe.edits", "Mean": "probe.edits", "Resample": "probe.edits", "Patch": "probe.edits",
     "Scale": "probe.edits", "Gate": "probe.edits", "ReplaceWeights": "probe.edits", "Apply": "probe.edits",

@@ -27,66 +27,18 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Callable, Iterable, Literal, Mapping, Optional, Sequence, Union
 
 import torch
 
 from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
+from .cache import Cache
 from .edits import SiteContext, as_edit
 from .hooks import HookContext, HookSet, eager_attention
 from .models.sites import (SITE_KINDS, Site, layer_modules, parse_site, site_module, split_heads,
                            supports_restart, supports_site_restart, value_heads, value_layout)
 
 __all__ = ["Cache", "Trace", "Restart", "Reader", "trace", "run_with_cache", "run_with_hooks"]
-
-
-class Cache(Mapping):
-    """What a trace read, by site name (detached unless the trace keeps gradients).
-
-    Shapes (``batch`` = rows of the forward, ``seq`` = padded positions; encoder-decoder
-    cross attention: ``query`` target, ``key`` source positions)::
-
-        blocks.{l}.hook_resid_pre, hook_resid_post   [batch, seq, d_model]
-        blocks.{l}.attn.hook_pattern                 [batch, head, query, key]
-        blocks.{l}.attn.hook_v                       [batch, seq, head, head_dim]  (kv heads repeated)
-        blocks.{l}.attn.hook_z                       [batch, seq, head, head_dim]
-        blocks.{l}.attn.hook_proj_in                 [batch, seq, head * head_dim]
-
-    ``cache[name]``, ``cache["pattern", 3]`` or ``cache[Site(...)]``: the last forward's
-    value; :meth:`calls`: every forward's; :meth:`stack`: a kind over layers
-    ``[layer, ...]``. ``output``: the model's output (:func:`trace`), ``inputs`` the batch.
-    """
-
-    def __init__(self, default_stack: str):
-        self._values: dict[str, list] = {}
-        self._default = default_stack
-        self.output: Any = None
-        self.inputs: Optional[dict] = None
-
-    def _key(self, key) -> str:
-        return key if isinstance(key, str) else parse_site(key).name(self._default)
-
-    def __getitem__(self, key) -> torch.Tensor:
-        return self._values[self._key(key)][-1]
-
-    def __iter__(self):
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def calls(self, key) -> list:
-        """The value of every forward the site was read in, in order."""
-        return list(self._values[self._key(key)])
-
-    def stack(self, kind: str) -> torch.Tensor:
-        """``[layer, ...]``: every read layer of the main stack's ``kind``, stacked."""
-        names = sorted((n for n in self._values if parse_site(n).kind == kind and parse_site(n).stack is None),
-                       key=lambda n: parse_site(n).layer)
-        return torch.stack([self[n] for n in names])
-
-    def add(self, name: str, value: torch.Tensor) -> None:
-        self._values.setdefault(name, []).append(value)
 
 
 @dataclass(frozen=True)
@@ -442,7 +394,7 @@ class Trace(HookContext):
             else:
                 module.forward = saved
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc) -> Literal[False]:
         try:
             super().__exit__(*exc)
             self._unstub()
@@ -484,7 +436,7 @@ def _batch(adapter, inputs) -> dict:
     if items and not isinstance(items[0], str):  # encodings
         batch = adapter.batch(items)
         if adapter.arch == "encoder-decoder":
-            batch.update(adapter.decoder_inputs(adapter.encode_batch([e.text for e in items], target=True)))
+            batch.update(adapter.decoder_inputs(adapter.encode_batch([getattr(e, "text") for e in items], target=True)))
         return batch
     return adapter.inputs_of(items)
 

@@ -27,6 +27,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from probe.errors import NotApplicable
+
 from .metrics import ModelScalar, token_nll
 
 __all__ = ["Target", "ClassLogit", "LMLoss", "ProbeLogit", "CallableTarget", "scalar_function",
@@ -107,7 +109,8 @@ class ClassLogit(Target):
             input (fixed while attributing).
 
     Raises (at use):
-        ValueError: a model without ``[batch, n_classes]`` logits, a class out of range.
+        NotApplicable: a model without ``[batch, n_classes]`` logits.
+        ValueError: a class out of range.
     """
 
     def __init__(self, label: Optional[int] = None):
@@ -115,8 +118,8 @@ class ClassLogit(Target):
         self.name = "logit:predicted" if label is None else f"logit:{label}"
 
     def _check(self, logits):
-        if logits.dim() != 2:
-            raise ValueError(
+        if logits.dim() != 2:  # the target does not apply to this model (a report section: skipped)
+            raise NotApplicable(
                 f"class-logit target needs logits [batch, n_classes], the model gives shape "
                 f"{tuple(logits.shape)} (per position); use an LM-loss target (loss:<position>)"
             )

@@ -27,7 +27,6 @@ import logging
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-import numpy as np
 import torch
 
 from probe.analyses.common.targets import Target, check_scalar
