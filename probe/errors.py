@@ -7,7 +7,9 @@
   working; new code catches ``InputError`` only.
 * :class:`NotApplicable` — "this analysis (or claim) does not apply to this input", with
   its ``reason``: the only source of a report section's *skipped* and of a claim's *not
-  tested*. Not a ``ValueError``: nothing catches it by accident.
+  tested*. It too subclasses ``ValueError`` (analyses raised ``ValueError`` for it before);
+  the report and the claims catch ``NotApplicable`` by name, and the architecture test
+  allows no handler that turns a plain ``ValueError`` into a status.
 * anything else is a bug: the report marks the section *failed* with the exception's type,
   the command line exits 3 and says to rerun with ``--verbose``.
 
@@ -34,7 +36,7 @@ class InputError(ValueError):
     """Bad input, found by a validator at the boundary; the message says what to do."""
 
 
-class NotApplicable(Exception):
+class NotApplicable(ValueError):
     """This analysis or claim does not apply to this input; ``reason`` says why."""
 
     def __init__(self, reason: str):

@@ -72,7 +72,7 @@ class Target(ModelScalar):
     def forward(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """The model output the target reads (default: the model's forward)."""
         if adapter.arch == "encoder-decoder":
-            raise ValueError("faithfulness targets support encoder or decoder models, not encoder-decoder")
+            raise NotApplicable("faithfulness targets support encoder or decoder models, not encoder-decoder")
         return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
 
     def aux(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -94,7 +94,7 @@ class Target(ModelScalar):
 def _logits(out) -> torch.Tensor:
     logits = getattr(out, "logits", None)
     if logits is None:
-        raise ValueError(
+        raise NotApplicable(
             "this target needs a model with a task head that returns logits (a zoo classifier "
             "or a language model); for the bundled sentence model use a probe target"
         )

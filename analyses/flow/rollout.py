@@ -26,6 +26,7 @@ from typing import Sequence, Union
 
 import torch
 
+from probe.errors import NotApplicable
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 
 log = logging.getLogger(__name__)
@@ -329,7 +330,7 @@ def rollout_maps(
 
 def check_rollable(maps) -> None:
     if maps.kind == "cross":
-        raise ValueError("rollout and flow need self- or causal attention, not cross-attention")
+        raise NotApplicable("rollout and flow need self- or causal attention, not cross-attention")
     layers = list(maps.layers)
     if layers != list(range(layers[0], layers[0] + len(layers))):
         raise ValueError(
