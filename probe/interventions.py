@@ -14,20 +14,18 @@ n_heads * head_dim]`` — the same values (transformers 5 removed ``head_mask``;
 * :class:`HeadOutputRecorder` — record head outputs (for patching and for means; hooks).
 * :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head] (hooks).
 
-All of them are views of :class:`probe.trace.Trace` on the ``z`` sites
-(:mod:`probe.models.sites`); replacing a head's attention *weights* is :mod:`probe.reweighting`.
+Replacing a head's attention *weights* is :mod:`probe.reweighting`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
-from .edits import Edit, Gate, Mean, Patch, Scale, SiteContext, Zero
-from .models.sites import Site
-from .trace import Trace
+from .hooks import HookContext, HookSet
+from .layer_calls import LayerCalls, pre_hooks_by_layer
 
 MODES = ("zero", "mean", "patch", "scale")
 
@@ -53,33 +51,56 @@ class HeadEdit:
     scale: float = 0.0
 
 
-def _as_edit(e: HeadEdit) -> Edit:
-    """The :mod:`probe.edits` object of one head edit (on the ``z`` site)."""
-    if e.mode == "zero":
-        return Zero(head=e.head, rows=e.rows)
-    if e.mode == "scale":
-        return Scale(e.scale, head=e.head, rows=e.rows)
-    if e.mode == "mean":
-        return Mean(e.value, head=e.head, rows=e.rows)
-    return Patch(e.value, head=e.head, rows=e.rows)
+def _split_heads(x: torch.Tensor, n_heads: int, adapter=None) -> torch.Tensor:
+    if x.dim() != 3:
+        from .models.architectures import UnsupportedModel
+
+        who = "" if adapter is None else f"{adapter.name} (model type {getattr(adapter.config, 'model_type', '?')!r}): "
+        raise UnsupportedModel(f"{who}the output projection's input has shape {tuple(x.shape)}, not [batch, seq, "
+                               "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit")
+    b, s, width = x.shape
+    return x.reshape(b, s, n_heads, width // n_heads)
 
 
-def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int, stack: str = "") -> torch.Tensor:
+def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch.Tensor:
     """Apply ``edits`` to per-head outputs ``z`` ``[batch, seq, head, head_dim]`` in place
     (``z`` must be a copy the caller owns) and return it.
 
     Raises:
         ValueError: a mean value shorter than the input, a patch of another length.
     """
-    ctx = SiteContext(f"blocks.{layer}.attn.hook_z", "z", layer, stack, 2)
+    b, s = z.shape[:2]
     for e in edits:
-        z = _as_edit(e)(z, ctx)
+        rows = slice(None) if e.rows is None else list(e.rows)
+        if e.mode == "zero":
+            z[rows, :, e.head] = 0
+        elif e.mode == "scale":
+            z[rows, :, e.head] = z[rows, :, e.head] * e.scale
+        elif e.mode == "mean":
+            v = e.value.to(z.dtype).to(z.device)  # type: ignore[union-attr]  # HeadEdit checks on construction that mean/patch carry a value
+            if v.dim() == 2:
+                if v.shape[0] < s:
+                    raise ValueError(f"mean value covers {v.shape[0]} positions, input has {s}")
+                v = v[:s]
+            z[rows, :, e.head] = v
+        else:  # patch
+            v = e.value.to(z.dtype).to(z.device)  # type: ignore[union-attr]  # HeadEdit checks on construction that mean/patch carry a value
+            if v.dim() == 2:
+                v = v.unsqueeze(0)
+            if v.shape[-2] != s:
+                raise ValueError(
+                    f"patch for head ({layer}, {e.head}) has {v.shape[-2]} positions but the "
+                    f"input has {s}: clean and corrupted inputs must have the same length"
+                )
+            if e.rows is not None and v.shape[0] == len(e.rows):
+                z[rows, :, e.head] = v
+            else:
+                z[rows, :, e.head] = v[rows] if v.shape[0] == b else v
     return z
 
 
-class HeadIntervention(Trace):
-    """Context manager applying :class:`HeadEdit` s on every forward inside it: a
-    :class:`probe.trace.Trace` that edits the ``z`` sites.
+class HeadIntervention(HookContext):
+    """Context manager applying :class:`HeadEdit` s on every forward inside it.
 
     Args:
         adapter: a :class:`models.ModelAdapter`.
@@ -90,7 +111,7 @@ class HeadIntervention(Trace):
             is made to the per-head output the attention function returns; a forward-pre
             hook on the output projection stands by and makes it there only when that
             layer's attention function did not run (a restart that stubs the attention
-            module, :class:`probe.trace.Restart`), so each edit applies once.
+            module, :mod:`probe.analyses.necessity.restart`), so each edit applies once.
             On the hook path it is made at the output projection's input.
 
     Raises:
@@ -100,19 +121,74 @@ class HeadIntervention(Trace):
 
     def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None,
                  path: str = "auto"):
-        stack = stack or adapter.default_stack
+        from .attention_interface import choose_path
+
+        self.adapter = adapter
+        self.stack = stack or adapter.default_stack
+        self.n_heads = adapter.n_heads
         by_layer: dict[int, list] = {}
         for e in edits:
-            adapter.check_head(e.layer, e.head, stack)
+            adapter.check_head(e.layer, e.head, self.stack)
             if e.mode not in MODES:
                 raise ValueError(f"unknown ablation mode {e.mode!r}; use one of {', '.join(MODES)}")
             if e.mode in ("mean", "patch") and e.value is None:
                 raise ValueError(f"mode {e.mode!r} needs a value for head ({e.layer}, {e.head})")
-            by_layer.setdefault(int(e.layer), []).append(_as_edit(e))
-        self.stack = stack
-        super().__init__(adapter, edit={Site("z", layer, stack): es for layer, es in by_layer.items()},
-                         stack=stack, path=path)
-        self.path = self.path_of(stack)
+            by_layer.setdefault(int(e.layer), []).append(e)
+        self._by_layer = by_layer
+        adapter.check_head_site(self.stack)
+        self._modules = adapter.head_output_modules(self.stack)
+        self.path = choose_path(adapter, self.stack, path)
+
+    def _hook(self, layer: int, pending: Optional[dict] = None):
+        edits = self._by_layer[layer]
+
+        def fn(module, args):
+            if pending is not None and pending.pop(layer, False):
+                return None  # already edited inside the attention function
+            x = args[0]
+            z = apply_edits(_split_heads(x, self.n_heads, self.adapter).clone(), edits, layer)
+            b, s = x.shape[:2]
+            return (z.reshape(b, s, -1),) + tuple(args[1:])
+
+        return fn
+
+    def _register(self, hooks: HookSet) -> None:
+        pending: Optional[dict] = None
+        if self.path == "interface":
+            from .attention_interface import EditSession, InterfaceSwitch
+
+            modules = self.adapter.attention_modules(self.stack)
+            pending = {}
+            self._switch: Any = InterfaceSwitch(self.adapter.model)
+            self._switch.__enter__()
+            calls = LayerCalls(modules, self._by_layer)  # layer by call: ALBERT shares one module
+            calls.register(hooks, self.adapter.model)
+            self._session: Any = EditSession(calls, self._by_layer, apply_edits, pending)
+            self._session.attach()
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self._by_layer,
+                           lambda layer: self._hook(layer, pending))
+
+    def __enter__(self):
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._leave_interface()
+            raise
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._leave_interface(*exc)
+        return False
+
+    def _leave_interface(self, *exc) -> None:
+        session, switch = getattr(self, "_session", None), getattr(self, "_switch", None)
+        self._session = self._switch = None
+        if session is not None:
+            session.detach()
+        if switch is not None:
+            switch.__exit__(*exc)
 
 
 def ablate_heads(
@@ -157,31 +233,34 @@ def ablate_heads(
     return HeadIntervention(adapter, edits, stack=stack)
 
 
-class HeadOutputRecorder(Trace):
-    """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached): a
-    :class:`probe.trace.Trace` reading the ``z`` sites.
+class HeadOutputRecorder(HookContext):
+    """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
 
     ``recorder.outputs[layer]`` holds the last forward's outputs.
     """
 
     def __init__(self, adapter, layers: Optional[Sequence[int]] = None, stack: Optional[str] = None):
-        stack = stack or adapter.default_stack
-        n = len(adapter.head_output_modules(stack))
-        self.layers = list(range(n)) if layers is None else [int(x) for x in layers]
+        self.adapter = adapter
+        self.stack = stack or adapter.default_stack
+        modules = adapter.head_output_modules(self.stack)
+        self.layers = list(range(len(modules))) if layers is None else [int(x) for x in layers]
         for layer in self.layers:
-            adapter.check_head(layer, 0, stack)
+            adapter.check_head(layer, 0, self.stack)
+        self._modules = modules
         self.outputs: dict[int, torch.Tensor] = {}
 
-        def keep(layer: int):
-            return lambda z, ctx: self.outputs.__setitem__(layer, z.detach())
+    def _register(self, hooks: HookSet) -> None:
+        n_heads = self.adapter.n_heads
 
-        super().__init__(adapter, read={Site("z", layer, stack): keep(layer) for layer in self.layers},
-                         stack=stack, path="hooks")
+        def make(layer):
+            def fn(module, args):
+                self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
+            return fn
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self.layers, make)
 
 
-class HeadGates(Trace):
-    """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019): a
-    :class:`probe.trace.Trace` with a :class:`probe.edits.Gate` on every ``z`` site.
+class HeadGates(HookContext):
+    """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019).
 
     ``gates`` is ``[n_layers, n_heads]`` (the same gates for every batch row) or
     ``[rows, n_layers, n_heads]`` (one set per batch row, e.g. per-example gradients
@@ -192,15 +271,35 @@ class HeadGates(Trace):
     """
 
     def __init__(self, adapter, gates: torch.Tensor, stack: Optional[str] = None):
-        stack = stack or adapter.default_stack
-        modules = adapter.head_output_modules(stack)
+        self.adapter = adapter
+        self.stack = stack or adapter.default_stack
+        modules = adapter.head_output_modules(self.stack)
         expected = (len(modules), adapter.n_heads)
         if tuple(gates.shape[-2:]) != expected or gates.dim() not in (2, 3):
             raise ValueError(f"gates must have shape {expected} (layers, heads) or [rows, {expected[0]}, "
                              f"{expected[1]}], got {tuple(gates.shape)}")
         self.gates = gates
-        super().__init__(adapter, edit={Site("z", layer, stack): Gate(gates[..., layer, :])
-                                        for layer in range(len(modules))}, stack=stack, path="hooks")
+        self._modules = modules
+
+    def _register(self, hooks: HookSet) -> None:
+        n_heads = self.adapter.n_heads
+        per_row = self.gates.dim() == 3
+
+        def make(layer):
+            def fn(mod, args):
+                x = args[0]
+                b, s, _ = x.shape
+                g = self.gates[..., layer, :].to(x.dtype).to(x.device)
+                if per_row:
+                    if g.shape[0] != b:
+                        raise ValueError(f"row gates cover {g.shape[0]} rows, the batch has {b}")
+                    g = g[:, None, :, None]
+                else:
+                    g = g[None, None, :, None]
+                z = _split_heads(x, n_heads) * g
+                return (z.reshape(b, s, -1),) + tuple(args[1:])
+            return fn
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, range(len(self._modules)), make)
 
 
 def head_output_means(adapter, texts: Sequence[str], *, batch_size: int = 16,

@@ -21,12 +21,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from .attention_interface import choose_path
-from .edits import WEIGHT_MODES, ReplaceWeights, allowed_keys
-from .models.sites import Site
-from .trace import Trace
+from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
 
-__all__ = ["AttentionEdit", "AttentionReweighting", "allowed_keys", "new_weights", "WEIGHT_MODES"]
+WEIGHT_MODES = ("uniform", "permute", "given")
 
 
 @dataclass(frozen=True)
@@ -42,23 +39,59 @@ class AttentionEdit:
     rows: Optional[tuple] = None
     seed: int = 0
 
-    def as_edit(self) -> ReplaceWeights:
-        """The :class:`probe.edits.ReplaceWeights` of this edit (``pattern`` site)."""
-        return ReplaceWeights(head=self.head, mode=self.mode, weights=self.value, rows=self.rows, seed=self.seed)
+
+def allowed_keys(weights: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """Bool ``[batch, query, key]``: keys the additive mask leaves open (all when None)."""
+    b, _, q, k = weights.shape
+    if mask is None:
+        return torch.ones(b, q, k, dtype=torch.bool, device=weights.device)
+    m = mask[..., :k]
+    open_ = m > torch.finfo(m.dtype).min / 2 if m.is_floating_point() else m.bool()
+    return open_[:, 0].expand(b, q, k)
 
 
 def new_weights(edit: AttentionEdit, alpha: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """The replacement ``[batch, query, key]`` of one head's weights ``alpha``."""
-    from .edits import SiteContext
+    if edit.mode == "uniform":
+        a = allowed.to(alpha.dtype)
+        return a / a.sum(-1, keepdim=True).clamp(min=1)
+    if edit.mode == "permute":
+        gen = torch.Generator(device="cpu").manual_seed(edit.seed)
+        r = torch.rand(alpha.shape, generator=gen).to(alpha.device)
+        r = r.masked_fill(~allowed, 2.0)
+        target = r.argsort(-1)  # allowed keys in random order, then the closed ones
+        source = (~allowed).to(torch.int8).argsort(dim=-1, stable=True)  # allowed keys in order
+        return torch.zeros_like(alpha).scatter_(-1, target, alpha.gather(-1, source))
+    v = edit.value.to(alpha.dtype).to(alpha.device)  # type: ignore[union-attr]  # AttentionEdit checks on construction that "set" carries weights
+    if v.shape[-2:] != alpha.shape[-2:]:
+        raise ValueError(f"given weights for head ({edit.layer}, {edit.head}) have shape "
+                         f"{tuple(v.shape)}; the head's weights are [batch, {alpha.shape[-2]}, {alpha.shape[-1]}]")
+    return v.expand_as(alpha)
 
-    ctx = SiteContext(f"blocks.{edit.layer}.attn.hook_pattern", "pattern", edit.layer, "", 1)
-    return edit.as_edit().replacement(alpha, allowed, ctx)
+
+class _ReweightSession(AttentionSession):
+    def __init__(self, layer_of: dict, edits_by_layer: dict):
+        super().__init__(layer_of)
+        self.edits_by_layer = edits_by_layer
+
+    def needs_weights(self, module) -> bool:
+        return module in self.layer_of
+
+    def on_weights(self, module, weights, mask):
+        layer = self.layer_of.get(module)
+        if layer is None:
+            return None
+        w = weights.clone()
+        allowed = allowed_keys(weights, mask)
+        for e in self.edits_by_layer[layer]:
+            rows = slice(None) if e.rows is None else list(e.rows)
+            w[rows, e.head] = new_weights(e, weights[:, e.head], allowed)[rows]
+        return w
 
 
-class AttentionReweighting(Trace):
+class AttentionReweighting:
     """Context manager: on every forward inside it, the edited heads attend with the new
-    weights and their outputs are recomputed from the values (a :class:`probe.trace.Trace`
-    with :class:`probe.edits.ReplaceWeights` on the ``pattern`` sites).
+    weights and their outputs are recomputed from the values.
 
     Raises:
         ValueError: a head out of range, an unknown mode, ``given`` without weights, or a
@@ -66,16 +99,30 @@ class AttentionReweighting(Trace):
     """
 
     def __init__(self, adapter, edits: Sequence[AttentionEdit], stack: Optional[str] = None):
-        stack = stack or adapter.default_stack
-        choose_path(adapter, stack, "interface")
+        self.adapter = adapter
+        self.stack = stack or adapter.default_stack
+        choose_path(adapter, self.stack, "interface")
         by_layer: dict[int, list] = {}
         for e in edits:
-            adapter.check_head(e.layer, e.head, stack)
+            adapter.check_head(e.layer, e.head, self.stack)
             if e.mode not in WEIGHT_MODES:
                 raise ValueError(f"unknown reweighting mode {e.mode!r}; use one of {', '.join(WEIGHT_MODES)}")
             if e.mode == "given" and e.value is None:
                 raise ValueError(f"mode 'given' needs weights for head ({e.layer}, {e.head})")
-            by_layer.setdefault(int(e.layer), []).append(e.as_edit())
-        self.stack = stack
-        super().__init__(adapter, edit={Site("pattern", layer, stack): es for layer, es in by_layer.items()},
-                         stack=stack, path="interface")
+            by_layer.setdefault(int(e.layer), []).append(e)
+        adapter.refuse_shared_layers(self.stack, "attention reweighting sessions")
+        modules = adapter.attention_modules(self.stack)
+        self._session = _ReweightSession({modules[layer]: layer for layer in by_layer}, by_layer)
+        self._switch = InterfaceSwitch(adapter.model)
+
+    def __enter__(self) -> "AttentionReweighting":
+        self._switch.__enter__()
+        self._session.attach()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            self._session.detach()
+        finally:
+            self._switch.__exit__(*exc)
+        return False

@@ -27,7 +27,7 @@ Shapes: ``PerturbationSweep.scores[kind]`` ``[n_heads, n_examples]``; ``clean`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -146,7 +146,7 @@ def _chunk(adapter, metric, batch, layers: dict, stack, restart: bool, max_token
 def perturbation_sweep(adapter, corpus, metric="loss", heads: Optional[Sequence] = None, *, batch_size: int = 8,
                        restart: bool = True, max_tokens: int = MAX_TOKENS, seed: int = 0,
                        stack: Optional[str] = None, progress: bool = False,
-                       zero: Optional[object] = None) -> PerturbationSweep:
+                       zero: Any = None) -> PerturbationSweep:
     """Zero, uniform-weight and null perturbations of every head on every example.
 
     ``zero``: a :class:`probe.analyses.necessity.ablation.SweepResult` of zero-ablation

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 import torch
 
@@ -91,8 +94,8 @@ class PermutationEffects:
         n_permutations, tolerance: settings.
     """
 
-    per_example: object
-    summary: object
+    per_example: pd.DataFrame
+    summary: pd.DataFrame
     n_permutations: int
     tolerance: float
 

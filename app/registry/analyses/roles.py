@@ -30,7 +30,7 @@ def _thresholds(items) -> dict:
         if not sep:
             raise InputError(f"--threshold: expected NAME=VALUE, got {item!r}")
     try:
-        RoleThresholds(**out)
+        RoleThresholds(**out)  # type: ignore[arg-type]  # unknown names are caught below
     except TypeError:
         raise InputError(f"--threshold: unknown threshold in {list(out)}; known: "
                          f"{', '.join(RoleThresholds.__dataclass_fields__)}") from None
