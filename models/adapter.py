@@ -459,6 +459,30 @@ class ModelAdapter:
             mask[i, : len(s)] = 1
         return {"decoder_input_ids": ids.to(self.device), "decoder_attention_mask": mask.to(self.device)}
 
+    def inputs_of(self, texts) -> dict:
+        """Model inputs for a text or texts: tokenized, right-padded (:meth:`batch`); for an
+        encoder-decoder model the texts are also the decoder's targets (teacher forcing).
+
+        Raises:
+            ValueError: no texts, or as :meth:`encode`.
+        """
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts:
+            raise ValueError("no input texts: give at least one sentence")
+        inputs = self.batch(self.encode_batch(texts))
+        if self.arch == "encoder-decoder":
+            inputs.update(self.decoder_inputs(self.encode_batch(texts, target=True)))
+        return inputs
+
+    def run(self, texts, **model_kwargs):
+        """The model's output on a text or texts, in one call (``adapter(texts)`` is the
+        same): :meth:`inputs_of`, then one forward without autograd. To read or edit
+        activations on the way, use :func:`probe.trace`."""
+        with torch.no_grad():
+            return self.model(**self.inputs_of(texts), **model_kwargs)
+
+    __call__ = run
+
     def describe(self) -> dict:
         """JSON-able summary: name, source, family, architecture, layers, heads."""
         d = {

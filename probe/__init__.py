@@ -14,6 +14,8 @@ Public API (resolved lazily, so ``import probe`` and ``probe --help`` stay fast)
     adapter = load_model("minilm")
     maps = capture(adapter, ["A sentence."])
 
+    cache = probe.trace(adapter, ["A sentence."], read="pattern",          # read / edit any site
+                        edit={"blocks.1.attn.hook_z": probe.Zero(head=2)})
     result = probe.run("roles", model="zoo:constructed", limit=8)   # any registered analysis
     result.tables["roles"], result.per_head, result.notes; result.write("out/roles")
 
@@ -34,6 +36,11 @@ _EXPORTS = {
     "HeadEdit": "probe.interventions", "HeadGates": "probe.interventions",
     "HeadIntervention": "probe.interventions", "HeadOutputRecorder": "probe.interventions",
     "ablate_heads": "probe.interventions",
+    # the trace core: read / edit any site (probe.models.sites) in one call
+    "trace": "probe.trace", "Trace": "probe.trace", "Cache": "probe.cache", "Restart": "probe.trace",
+    "run_with_cache": "probe.trace", "run_with_hooks": "probe.trace", "site_names": "probe.models.sites",
+    "Zero": "probe.edits", "Mean": "probe.edits", "Resample": "probe.edits", "Patch": "probe.edits",
+    "Scale": "probe.edits", "Gate": "probe.edits", "ReplaceWeights": "probe.edits", "Apply": "probe.edits",
     "AttentionMaps": "probe.maps", "WordAttention": "probe.maps",
     "Store": "probe.store", "write_store": "probe.store",
     "AttentionEdit": "probe.reweighting", "AttentionReweighting": "probe.reweighting",

@@ -3,7 +3,7 @@
 :func:`probe.capture.iter_capture` keeps every layer of a batch until the forward ends
 and then copies each example out (``[layer, head, query, key]``), so its peak memory is
 all layers of one batch, twice. :func:`stream_layers` instead calls ``on_layer`` from
-the capture hook of each attention module, with that layer's probabilities of the whole
+the trace's reader of each layer's ``pattern`` site (:class:`probe.trace.Trace`, hooks path), with that layer's probabilities of the whole
 batch, and keeps nothing afterwards: peak memory is one layer's maps of one batch plus
 the model (the eager attention of the next layer reuses the freed memory). The
 corpus-level analyses consume it through accumulators
@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
-from .hooks import HookSet, eager_attention
+from .models.sites import Site
+from .trace import Trace
 from .maps import AttentionMaps
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def stream_layers(adapter, items: Iterable, on_layer: Callable[[LayerBatch], Non
                 part = order[start:start + batch_size]
                 meta = BatchMeta(indices=tuple(window[k][0] for k in part),
                                  items=tuple(window[k][1] for k in part), layers=tuple(chosen))
-                _forward(adapter, [encs[k] for k in part], meta, on_layer, modules, kind, last_rows)
+                _forward(adapter, [encs[k] for k in part], meta, on_layer, stack, kind, last_rows)
                 count += len(part)
                 if bar is not None:
                     bar.update(len(part))
@@ -184,27 +185,19 @@ def stream_layers(adapter, items: Iterable, on_layer: Callable[[LayerBatch], Non
     return count
 
 
-def _forward(adapter, encs, meta: BatchMeta, on_layer, modules, kind, last_rows) -> None:
-    """One forward of a batch with a hook per chosen layer that hands its probs on."""
+def _forward(adapter, encs, meta: BatchMeta, on_layer, stack, kind, last_rows) -> None:
+    """One forward of a batch, reading each chosen layer's ``pattern`` site (hooks, eager
+    attention) and handing it on."""
     inputs = adapter.batch(encs)
-    hooks = HookSet()
 
-    def hook(layer):
-        def fn(module, args, output):
-            probs = output[-1] if isinstance(output, tuple) else None
-            if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
-                raise RuntimeError(f"layer {layer} returned no attention probabilities although eager "
-                                   "attention was requested; this model family is not supported")
-            on_layer(LayerBatch(layer, probs.detach(), encs, meta, kind, source, adapter.name, last_rows))
-        return fn
+    def hand_on(layer):
+        return lambda probs, ctx: on_layer(LayerBatch(layer, probs.detach(), encs, meta, kind, tr.attention_source,
+                                                      adapter.name, last_rows))
 
-    with eager_attention(adapter.model) as source, torch.no_grad():
-        try:
-            for layer in meta.layers:
-                hooks.forward(modules[layer], hook(layer))
-            adapter.model(**inputs)
-        finally:
-            hooks.remove()
+    tr = Trace(adapter, read={Site("pattern", layer, stack): hand_on(layer) for layer in meta.layers},
+               stack=stack, path="hooks")
+    with tr, torch.no_grad():
+        adapter.model(**inputs)
 
 
 def feed(accumulators: Sequence) -> Callable[[LayerBatch], None]:

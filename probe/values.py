@@ -3,8 +3,8 @@
 Kobayashi et al. (2020), "Attention is Not Only a Weight", need per head the vector
 ``f_h(x_j) = (x_j W_V + b_V)_h W_O^h`` that head ``h`` moves from token ``j``. Forward hooks
 on the adapter's value projections record ``x W_V + b_V``; the output projections give
-``W_O``. Hooks are registered with a :class:`probe.hooks.HookSet` and removed in
-``finally`` (only our own handles).
+``W_O``. The values are the ``v`` sites of :class:`probe.trace.Trace` (fused q|k|v split and
+grouped-query repeat as :mod:`probe.models.sites` says).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Optional, cast
 import torch
 
 from .capture import capture
-from .hooks import HookSet
+from .models.sites import Site
+from .trace import Trace
 from .maps import AttentionMaps
 
 __all__ = ["ValueCapture", "capture_values", "projection_weight"]
@@ -60,34 +61,10 @@ def capture_values(adapter, text: str, *, stack: Optional[str] = None) -> ValueC
     if adapter.arch == "encoder-decoder":
         raise ValueError("value capture supports encoder or decoder models, not encoder-decoder")
     stack = stack or adapter.default_stack
-    H, dh = adapter.n_heads, adapter.head_dim
-    fused = adapter.family == "gpt2"
-    v_mods = adapter.value_modules(stack)
-    records: dict = {}
-    hooks = HookSet()
-
-    def hook(layer):
-        def fn(module, args, output):
-            out = output[0] if isinstance(output, tuple) else output
-            if fused:  # c_attn: q | k | v
-                out = out[..., 2 * out.shape[-1] // 3 :]
-            records[layer] = out.detach()
-        return fn
-
-    try:
-        for layer, mod in enumerate(v_mods):
-            hooks.forward(mod, hook(layer))
+    n_layers = len(adapter.value_modules(stack))
+    # the value sites (fused split and grouped-query repeat: probe.models.sites) read in the capture's forward
+    with Trace(adapter, read=[Site("v", layer, stack) for layer in range(n_layers)], stack=stack) as tr:
         (maps,) = capture(adapter, [text], stack=stack, batch_size=1)
-    finally:
-        hooks.remove()
-    values = []
-    for layer in range(len(v_mods)):
-        v = records[layer][0].float()  # [n, H_kv * dh]
-        n = v.shape[0]
-        h_kv = v.shape[-1] // dh
-        v = v.reshape(n, h_kv, dh)
-        if h_kv != H:
-            v = v.repeat_interleave(H // h_kv, dim=1)
-        values.append(v)
+    values = [tr.cache[Site("v", layer, stack)][0].float() for layer in range(n_layers)]  # [n, H, dh]
     w_o = torch.stack([projection_weight(m).detach().float() for m in adapter.output_projections(stack)])
     return ValueCapture(maps=maps, values=torch.stack(values), w_o=w_o)

@@ -191,3 +191,156 @@ def test_the_facade_keeps_functions_over_submodules_of_the_same_name():
             "assert callable(probe.capture) and probe.capture.__name__ == 'capture', probe.capture; "
             "assert probe.AttentionMaps.__name__ == 'AttentionMaps'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# ---- one trace core, no private imports, errors by kind -------------------------------------
+#: the trace core: the only modules that register hooks on a model, attach attention-interface
+#: sessions or override a module's forward (probe.hooks is its primitive; the interface
+#: path's sessions are defined in probe.attention_interface and attached by probe.trace)
+TRACE_CORE = {"probe.hooks", "probe.trace"}
+#: mechanisms not yet views of the trace: layer identity by call (probe.layer_calls: ALBERT's
+#: one module for every layer) landed on main while they were being moved, and the trace does
+#: not dispatch a shared module by call yet; listed so that no *new* module can hook a model
+NOT_YET_TRACE_VIEWS = {"probe.capture", "probe.interventions", "probe.reweighting", "probe.layer_calls",
+                       # the adapter's discovery at load time (which attention modules a forward calls),
+                       # on the floor below probe.trace
+                       "probe.models.adapter"}
+HOOK_CALLS = {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+              "register_full_backward_pre_hook", "register_backward_hook", "register_module_forward_hook",
+              "register_module_forward_pre_hook"}
+HOOK_NAMES = {"HookSet", "HookContext", "AttentionSession"}
+
+
+def _hook_uses(path: Path) -> list:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in HOOK_CALLS | {"attach"} and isinstance(node.ctx, ast.Load):
+            if node.attr != "attach" or "session" in ast.unparse(node.value).lower():
+                found.append(f"{node.lineno}: {node.attr}")
+        elif isinstance(node, ast.Name) and node.id in HOOK_NAMES:
+            found.append(f"{node.lineno}: {node.id}")
+        elif isinstance(node, ast.alias) and node.name in HOOK_NAMES:
+            found.append(f"import {node.name}")
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "forward"
+                                                  for t in node.targets):
+            found.append(f"{node.lineno}: .forward = (a stubbed forward)")
+    return found
+
+
+def test_only_the_trace_core_registers_hooks():
+    """Every read or edit of a live model goes through probe.trace (sites of probe.models.sites)."""
+    known = _modules()
+    bad = {name: uses for name, path in known.items()
+           if name not in TRACE_CORE | NOT_YET_TRACE_VIEWS | {"probe.attention_interface"}
+           and (uses := _hook_uses(path))}
+    assert not bad, "hooks registered outside the trace core (use probe.trace.Trace):\n" + "\n".join(
+        f"{n}: {u}" for n, u in sorted(bad.items()))
+    # the interface module defines the session types but attaches nothing itself
+    attaches = [u for u in _hook_uses(ROOT / "probe" / "attention_interface.py") if "attach" in u or "register_" in u]
+    assert not attaches
+    assert all(_hook_uses(known[name]) for name in TRACE_CORE)  # the check sees the core's own hooks
+
+
+def test_hook_check_finds_a_hook():
+    src = "def f(m, fn):\n    h = m.register_forward_pre_hook(fn)\n    m.forward = fn\n"
+    path = ROOT / "tests" / "_hook_sample.py"
+    try:
+        path.write_text(src)
+        assert sorted(_hook_uses(path)) == ["2: register_forward_pre_hook", "3: .forward = (a stubbed forward)"]
+    finally:
+        path.unlink()
+
+
+#: private names imported across modules today, in code another branch is rewriting (the one
+#: sweep of analyses/necessity); listed so that no *new* one can appear
+KNOWN_PRIVATE_IMPORTS = {
+    ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_cut"),
+    ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_take"),
+    ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_trimmable"),
+    ("probe.analyses.necessity.ablation_sums", "probe.analyses.necessity.ablation", "_result"),
+    ("probe.analyses.necessity.head_groups", "probe.analyses.necessity.ablation", "_check_mode"),
+    ("probe.analyses.necessity.head_groups", "probe.analyses.necessity.ablation", "_row_values"),
+    ("probe.analyses.necessity.head_groups", "probe.analyses.necessity.patching", "_ratio_ci"),
+    ("probe.app.report.model_view", "probe.app.report.head_view", "_pick"),  # the views, being reworked
+}
+
+
+def _private_imports(name: str, path: Path, known: dict) -> set:
+    """``(module, source, name)`` for each ``from source import _name`` (module level or in a
+    function) where ``_name`` is not a module of ``source``'s own package."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = name.split(".") if is_pkg else name.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            src = ".".join(base + ([node.module] if node.module else []))
+        else:
+            src = node.module or ""
+        if not (src == "probe" or src.startswith("probe.")):
+            continue
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and f"{src}.{alias.name}" not in known:  # a private module of a package is its own
+                out.add((name, src, alias.name))
+    return out
+
+
+def test_no_private_name_is_imported_across_modules():
+    known = _modules()
+    found = set().union(*(_private_imports(n, p, known) for n, p in known.items()))
+    new = sorted(found - KNOWN_PRIVATE_IMPORTS)
+    assert not new, "private names imported from another module (make them public or move them):\n" + "\n".join(
+        f"{a} <- {b}.{c}" for a, b, c in new)
+
+
+BROAD = {"Exception", "BaseException", "ValueError"}
+#: handlers of a broad type that do not re-raise, each for a stated reason (path -> count):
+#: the report's one section runner (marks a section *failed* with the exception's type),
+#: validation that collects a user's bad records as problems, and number formatting of
+#: ``float(x)`` conversions. Anything else that catches ValueError/Exception and carries
+#: on is "ValueError as control flow" (tests/test_errors.py, probe.errors).
+ALLOWED_BROAD_HANDLERS = {
+    "app/report/sections.py": 1,        # failed: <type>: <message>
+    "probe/store_repair.py": 1,         # a store's bad records listed as problems
+    "probe/store_schema.py": 1,
+    "probe/corpus.py": 1,               # a malformed CoNLL-U sentence, reported with --skip-invalid
+    "models/registry.py": 1,            # `probe models`: the bundled model's package missing
+    "app/report/pages.py": 1,           # /proc/uptime unreadable: no elapsed time printed
+    "app/report/evidence.py": 1,        # float(x) of a table cell
+    "app/report/verdict.py": 1,
+    "app/report/style.py": 1,
+    "app/report/html.py": 1,
+    "app/registry/analyses/roles.py": 1,  # float(value) of NAME=VALUE, refused right after
+    "app/report/fonts.py": 2,           # a font file that cannot be read: the next one is tried
+    "models/adapter.py": 1,             # discovery's trial forward failed: nothing is left out
+}
+
+
+def _broad_handlers(path: Path) -> int:
+    def names(t) -> set:
+        if t is None:
+            return {"BaseException"}
+        if isinstance(t, ast.Tuple):
+            return set().union(*(names(e) for e in t.elts))
+        return {t.id} if isinstance(t, ast.Name) else {t.attr} if isinstance(t, ast.Attribute) else set()
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.ExceptHandler) and names(node.type) & BROAD
+               and not any(isinstance(n, ast.Raise) for b in node.body for n in ast.walk(b)))
+
+
+def test_no_broad_except_turns_an_error_into_a_status():
+    counts = {}
+    for folder in PACKAGE_DIRS.values():
+        for path in (ROOT / folder).rglob("*.py"):
+            n = _broad_handlers(path)
+            if n:
+                counts[str(path.relative_to(ROOT))] = n
+    extra = {p: n for p, n in counts.items() if n > ALLOWED_BROAD_HANDLERS.get(p, 0)}
+    assert not extra, ("except Exception / ValueError that carries on (raise NotApplicable for 'does not apply', "
+                       f"InputError for bad input; let bugs propagate): {extra}")

@@ -79,21 +79,29 @@ def test_sections_skip_with_reasons_and_never_error(evil_report):
 
 def test_missing_module_failed_and_valueerror_sections():
     from probe.app.report.sections import Section, SectionResult, run_sections
+    from probe.errors import NotApplicable
 
     def boom(ctx):
         raise RuntimeError("bug in the analysis")
 
     def refuse(ctx):
-        raise ValueError("only 3 sentences: need 20")
+        raise NotApplicable("only 3 sentences: need 20")
+
+    def numpy_bug(ctx):  # a ValueError is not "does not apply": numpy and pandas raise it for bugs
+        import numpy as np
+
+        np.zeros(3).reshape(2, 2)
 
     secs = [Section("nomod", "No module", lambda c: SectionResult(), modules=("analyses.does_not_exist",)),
             Section("boom", "Boom", boom), Section("refuse", "Refuse", refuse),
-            Section("later", "Later", lambda c: SectionResult(), after=("boom",))]
+            Section("later", "Later", lambda c: SectionResult(), after=("boom",)),
+            Section("numpy", "Numpy", numpy_bug)]
     ctx = _ctx([_evil_maps()])
     out = {o.name: o for o in run_sections(ctx, secs)}
     assert out["nomod"].status == "skipped" and "analyses.does_not_exist" in out["nomod"].reason
     assert out["boom"].status == "failed" and "bug in the analysis" in out["boom"].reason
     assert out["refuse"].status == "skipped" and out["refuse"].reason == "only 3 sentences: need 20"
+    assert out["numpy"].status == "failed" and out["numpy"].reason.startswith("ValueError: cannot reshape")
     assert out["later"].status == "skipped" and "boom" in out["later"].reason
     with pytest.raises(RuntimeError):
         run_sections(ctx, secs[1:2], strict=True)

@@ -14,6 +14,8 @@ import pandas as pd
 
 from . import thresholds as T
 from .attribution import attribution_claims
+from probe.errors import NotApplicable
+
 from .claim import KINDS, STATUSES, Claim
 from .summary import summary_sentence
 
@@ -144,12 +146,12 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
     tables = {}
     try:
         pattern, tables["profile"] = pattern_claims(maps)
-    except ValueError as exc:  # e.g. cross-attention: no query-side token pattern
-        pattern = _fill("pattern", heads, str(exc))
+    except NotApplicable as exc:  # the only source of "not tested" (probe.errors)
+        pattern = _fill("pattern", heads, exc.reason)
     try:
         structure, st_table = _structure(maps, corpus, heads)
-    except ValueError as exc:
-        structure, st_table = _fill("structure", heads, str(exc)), None
+    except NotApplicable as exc:
+        structure, st_table = _fill("structure", heads, exc.reason), None
     if st_table is not None and len(st_table):
         tables["structure"] = st_table
     necessity = _fill("necessity", heads, "no live model")
@@ -172,9 +174,9 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
                          f"(Wang et al. 2022; zero and resample beside) on {len(corpus)} examples; necessity holds "
                          f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
                          f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads")
-        except ValueError as exc:  # an objective that does not fit this model or corpus: say so per claim
-            log.warning("causal claims not tested: %s", exc)
-            why = f"not tested on this model: {exc}"
+        except NotApplicable as exc:  # an objective that does not fit this model or corpus: say so per claim
+            log.warning("causal claims not tested: %s", exc.reason)
+            why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
     claims = {k: {"pattern": pattern[k], "structure": structure.get(k, Claim("structure", "not tested")),

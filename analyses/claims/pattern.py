@@ -25,6 +25,8 @@ from probe.analyses.patterns.role_features import HeadFeatureAccumulator, exampl
 from probe.analyses.patterns.vocabulary import COMPONENTS, profile_words
 
 from . import thresholds as T
+from probe.errors import NotApplicable
+
 from .claim import Claim
 
 #: rules: (role, feature, threshold name, value), first that clears wins
@@ -111,7 +113,7 @@ def pattern_claims(maps) -> tuple:
         ValueError: no examples.
     """
     if not maps:
-        raise ValueError("no examples to measure attention patterns on")
+        raise NotApplicable("no examples to measure attention patterns on")
     values, rows, layers, H = example_features(maps)
     mean, low, high = weighted_shares(values, rows[:, None, :])
     weights = rows[:, list(FEATURES).index("self")]  # non-special query rows with a self position

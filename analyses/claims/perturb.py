@@ -26,7 +26,6 @@ Shapes: ``PerturbationSweep.scores[kind]`` ``[n_heads, n_examples]``; ``clean`` 
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -34,12 +33,10 @@ import numpy as np
 import torch
 
 from probe.analyses.common.metrics import as_corpus, get_metric
-from probe.analyses.explanation.counterfactual import _value_hook
 from probe.analyses.necessity.ablation import (MAX_TOKENS, _cut, _take, _trimmable, check_heads, plan_forwards,
                                                run_rows)
-from probe.analyses.necessity.restart import ResidualCache, supports_restart, supports_site_restart
-from probe.hooks import HookSet
-from probe.interventions import HeadOutputRecorder
+from probe.models.sites import supports_restart, supports_site_restart
+from probe.trace import Trace
 
 __all__ = ["PerturbationSweep", "perturbation_sweep", "uniform_output", "random_rotations", "rotate"]
 
@@ -102,28 +99,19 @@ def rotate(delta: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bshd,bhde->bshe", delta, q.to(delta.dtype).to(delta.device))
 
 
-def _values(store: dict, layer: int, z: torch.Tensor) -> torch.Tensor:
-    b, s, H, dh = z.shape
-    v = store[layer].reshape(b, s, -1, dh)
-    if v.shape[2] != H:  # grouped-query attention: repeat the kv heads
-        v = v.repeat_interleave(H // v.shape[2], dim=2)
-    return v.to(z.dtype)
-
-
 def _chunk(adapter, metric, batch, layers: dict, stack, restart: bool, max_tokens: int, kinds, gen):
     site = restart and supports_site_restart(adapter, stack)
     want_v = "uniform" in kinds
-    store: dict = {}
-    with ExitStack() as st:
-        cache: Any = st.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None  # None unless restarting
-        rec = st.enter_context(HeadOutputRecorder(adapter, layers=list(layers), stack=stack))
-        hooks = HookSet()
-        st.callback(hooks.remove)
-        if want_v:
-            mods = adapter.value_modules(stack)
-            for layer in layers:
-                hooks.forward(mods[layer], _value_hook(store, layer, adapter.family == "gpt2"))
+    # one clean forward reads the residual stream (restart), the output-projection inputs
+    # (site restart), the head outputs and the values (the sites of probe.models.sites)
+    read: list = [("z", layer) for layer in layers]
+    if want_v:
+        read += [("v", layer) for layer in layers]
+    if restart:
+        read += ["resid_pre"] + (["proj_in"] if site else [])
+    with Trace(adapter, read=read, stack=stack, path="hooks") as tr:
         out = metric.forward(adapter, batch)
+    cache = tr.cache
     ref = metric.reference(out, batch)
     clean = metric.score(out, batch, ref)
     trim = _trimmable(adapter, metric, batch)
@@ -131,11 +119,11 @@ def _chunk(adapter, metric, batch, layers: dict, stack, restart: bool, max_token
     mask = batch.inputs["attention_mask"]
     scores = {k: {} for k in kinds}
     for layer, heads in layers.items():
-        z = rec.outputs[layer]
+        z = cache["z", layer, stack]
         q = random_rotations(z.shape[0], z.shape[2], z.shape[3], gen)
         values = {"zero": None, "zero_null": z - rotate(z, q)}  # "zero" runs unless reused
         if want_v:
-            zu = uniform_output(_values(store, layer, z), mask, causal=adapter.arch == "decoder")
+            zu = uniform_output(cache["v", layer, stack].to(z.dtype), mask, causal=adapter.arch == "decoder")
             values["uniform"] = zu
             values["uniform_null"] = z - rotate(z - zu, q)
         for kind in kinds:
@@ -145,8 +133,8 @@ def _chunk(adapter, metric, batch, layers: dict, stack, restart: bool, max_token
                 length = max(lengths[i] for i in examples) if trim else None
                 sub = _take(batch, rows, length)
                 vals = None if values[kind] is None else _cut(values[kind], rows, length)
-                residual = _cut(cache.inputs[layer], rows, length) if restart else None
-                context = _cut(cache.contexts[layer], rows, length) if site else None
+                residual = _cut(cache["resid_pre", layer, stack], rows, length) if restart else None
+                context = _cut(cache["proj_in", layer, stack], rows, length) if site else None
                 sub_ref = None if ref is None else _cut(ref, rows)
                 r = run_rows(adapter, metric, sub, sub_ref, layer, heads[part], vals, residual, stack, context)
                 s[part, rows.to(s.device)] = r.to(s.dtype)

@@ -20,6 +20,8 @@ from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.structure.syntax import DIRECTIONS, OFFSETS, argmax_predictions
 
 from . import thresholds as T
+from probe.errors import NotApplicable
+
 from .claim import Claim, not_tested
 from .statistics import benjamini_hochberg
 
@@ -44,7 +46,7 @@ def sentence_counts(graphs) -> dict:
         off = (pos[:, None] + np.asarray(OFFSETS)[None, :]) == gold[:, None]
         per.append((pred == gold[None, None, :], rel, off))
     if not per:
-        raise ValueError("no dependency to evaluate: no sentence with a non-root word")
+        raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")
     L, H = shape
     S, R, O = len(per), len(vocab), len(OFFSETS)
     hits = np.zeros((S, 2, L * H, R))

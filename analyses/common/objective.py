@@ -36,6 +36,7 @@ import torch
 from .metrics import (AccuracyMetric, DriftMetric, LossMetric, Metric, MetricBatch, _has_lm_head, _zoo_has_loss,
                       _zoo_task, applicable_metrics)
 from .pooling import Pooling, model_pooling
+from probe.errors import InputError, NotApplicable
 
 __all__ = ["Objective", "SimilarityStructure", "OBJECTIVES", "resolve_objective", "applicable_objectives",
            "row_rank_harm", "neighbour_changed", "pairwise_rank_harm", "floor_of"]
@@ -154,10 +155,10 @@ class SimilarityStructure(Metric):
     def check(self, adapter, corpus=None) -> None:
         if adapter.arch != "encoder":
             ok = ", ".join(applicable_objectives(adapter, corpus))
-            raise ValueError(f"objective 'similarity-structure' pools a sentence encoder's states; {adapter.name} "
+            raise NotApplicable(f"objective 'similarity-structure' pools a sentence encoder's states; {adapter.name} "
                              f"is a {adapter.arch}; objectives that fit it: {ok}")
         if corpus is not None and len(corpus) < MIN_SENTENCES:
-            raise ValueError(f"objective 'similarity-structure' compares each sentence with the others: give at "
+            raise NotApplicable(f"objective 'similarity-structure' compares each sentence with the others: give at "
                              f"least {MIN_SENTENCES} sentences (got {len(corpus)})")
         if self.pooling is None:
             self.pooling = model_pooling(adapter)
@@ -199,7 +200,7 @@ class NextTokenLoss(LossMetric):
     def check(self, adapter, corpus=None) -> None:
         if adapter.arch != "decoder" or not _has_lm_head(adapter):
             ok = ", ".join(applicable_objectives(adapter, corpus))
-            raise ValueError(f"objective 'next-token-loss' needs a causal language model with an LM head; "
+            raise NotApplicable(f"objective 'next-token-loss' needs a causal language model with an LM head; "
                              f"{adapter.name} is a{' headless' if not _has_lm_head(adapter) else 'n'} "
                              f"{adapter.arch}; objectives that fit it: {ok}")
         super().check(adapter, corpus)
@@ -248,7 +249,7 @@ def resolve_objective(spec="auto", adapter=None, corpus=None) -> tuple:
     if spec in (None, "", "auto"):
         spec, why = _auto(adapter, corpus)
     if spec not in OBJECTIVES:
-        raise ValueError(f"unknown objective {spec!r}; known: auto, {', '.join(OBJECTIVES)}")
+        raise InputError(f"unknown objective {spec!r}; known: auto, {', '.join(OBJECTIVES)}")
     obj = OBJECTIVES[spec]()
     if adapter is not None:
         obj.check(adapter, corpus)

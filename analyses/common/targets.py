@@ -27,6 +27,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from probe.errors import NotApplicable
+
 from .metrics import ModelScalar, token_nll
 
 __all__ = ["Target", "ClassLogit", "LMLoss", "ProbeLogit", "CallableTarget", "scalar_function",
@@ -70,7 +72,7 @@ class Target(ModelScalar):
     def forward(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """The model output the target reads (default: the model's forward)."""
         if adapter.arch == "encoder-decoder":
-            raise ValueError("faithfulness targets support encoder or decoder models, not encoder-decoder")
+            raise NotApplicable("faithfulness targets support encoder or decoder models, not encoder-decoder")
         return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
 
     def aux(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -92,7 +94,7 @@ class Target(ModelScalar):
 def _logits(out) -> torch.Tensor:
     logits = getattr(out, "logits", None)
     if logits is None:
-        raise ValueError(
+        raise NotApplicable(
             "this target needs a model with a task head that returns logits (a zoo classifier "
             "or a language model); for the bundled sentence model use a probe target"
         )
@@ -107,7 +109,8 @@ class ClassLogit(Target):
             input (fixed while attributing).
 
     Raises (at use):
-        ValueError: a model without ``[batch, n_classes]`` logits, a class out of range.
+        NotApplicable: a model without ``[batch, n_classes]`` logits.
+        ValueError: a class out of range.
     """
 
     def __init__(self, label: Optional[int] = None):
@@ -115,8 +118,8 @@ class ClassLogit(Target):
         self.name = "logit:predicted" if label is None else f"logit:{label}"
 
     def _check(self, logits):
-        if logits.dim() != 2:
-            raise ValueError(
+        if logits.dim() != 2:  # the target does not apply to this model (a report section: skipped)
+            raise NotApplicable(
                 f"class-logit target needs logits [batch, n_classes], the model gives shape "
                 f"{tuple(logits.shape)} (per position); use an LM-loss target (loss:<position>)"
             )

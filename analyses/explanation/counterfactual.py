@@ -9,10 +9,10 @@ information in *how* its weights are spread.
 How the permutation is applied. For every family in
 :data:`models.architectures.ARCHITECTURES` the head's output before the output
 projection is ``z_h = α_h V_h`` (``[seq, head_dim]``). A clean forward records ``α`` (the
-attention module's probabilities) and ``V`` (the value projection's output, GQA heads
-repeated, GPT-2's fused projection's last third); the layer's input does not depend on
-the edit, so ``z_h' = π(α_h) V_h`` is exact, and a second forward substitutes it at the
-head-output site with :class:`probe.interventions.HeadEdit` (``mode="patch"``). Many
+attention module's probabilities) and ``V`` (the ``v`` site of :mod:`probe.models.sites`:
+GQA heads repeated, GPT-2's fused projection's last third); the layer's input does not
+depend on the edit, so ``z_h' = π(α_h) V_h`` is exact, and a second forward substitutes it
+at the ``z`` site with a :class:`probe.edits.Patch` (:func:`probe.trace.trace`). Many
 permutations and examples run as the rows of one batch.
 
 Measures per (example, permutation), over the target's distribution ``p`` (class
@@ -109,15 +109,6 @@ class PermutationEffects:
                                                  tvd_max=("tvd_median", "max")).reset_index()
 
 
-def _value_hook(store: dict, layer: int, fused: bool):
-    def fn(module, args, output):
-        out = output[0] if isinstance(output, tuple) else output
-        if fused:
-            out = out[..., 2 * out.shape[-1] // 3:]
-        store[layer] = out.detach()
-    return fn
-
-
 def permutation_effects(
     adapter,
     target: Target,
@@ -153,9 +144,8 @@ def permutation_effects(
     """
     import pandas as pd
 
-    from probe.capture import AttentionCapture
-    from probe.hooks import HookSet
-    from probe.interventions import HeadEdit, HeadIntervention
+    from probe.edits import Patch
+    from probe.trace import Trace
 
     encodings = list(encodings)
     if not encodings:
@@ -166,7 +156,7 @@ def permutation_effects(
         raise ValueError(f"n_permutations must be ≥ 1, got {n_permutations}")
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be ≥ 1, got {batch_rows}")
-    L, H, dh = adapter.n_layers, adapter.n_heads, adapter.head_dim
+    L, H = adapter.n_layers, adapter.n_heads
     if heads is None:
         heads = [(l, h) for l in range(L) for h in range(H)]
     heads = [(int(l), int(h)) for l, h in heads]
@@ -174,7 +164,6 @@ def permutation_effects(
         adapter.check_head(l, h)
     layers = sorted({l for l, _ in heads})
     causal = adapter.arch == "decoder"
-    fused = adapter.family == "gpt2"
     gen = torch.Generator().manual_seed(seed)
     K = n_permutations
     per_batch = max(1, batch_rows // K)
@@ -184,7 +173,8 @@ def permutation_effects(
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(encodings) * len(heads), unit="ex·head", desc="permutations")
-    v_mods = adapter.value_modules()
+    # the clean forward reads each layer's attention and values (GQA repeated, fused q|k|v split)
+    read = [(kind, layer) for layer in layers for kind in ("pattern", "v")]
     try:
         for s in range(0, len(order), per_batch):
             idx = order[s: s + per_batch]
@@ -194,16 +184,8 @@ def permutation_effects(
             lengths = [len(e) for e in encs]
             B, S = ids.shape
             aux = target.aux(adapter, ids, mask)
-            values: dict = {}
-            hooks = HookSet()
-            try:
-                for l in layers:
-                    hooks.forward(v_mods[l], _value_hook(values, l, fused))
-                with AttentionCapture(adapter, layers=layers) as cap, torch.no_grad():
-                    out = target.forward(adapter, ids, mask)
-                    probs = cap.layer_tensors()
-            finally:
-                hooks.remove()
+            with Trace(adapter, read=read) as clean, torch.no_grad():
+                out = target.forward(adapter, ids, mask)
             with torch.no_grad():
                 p0 = target.distribution(out, mask, aux).float()
                 f0 = check_scalar(target.scalar(out, mask, aux), B, target.describe()).float()
@@ -212,13 +194,11 @@ def permutation_effects(
             p0_k, f0_k = rep(p0), rep(f0)
             lengths_k = [n for n in lengths for _ in range(K)]
             for l, h in heads:
-                alpha = probs[l][:, h].float()  # [B, S, S]
-                v = values[l].float().reshape(B, S, -1, dh)
-                if v.shape[2] != H:  # grouped-query attention: repeat kv heads
-                    v = v.repeat_interleave(H // v.shape[2], dim=2)
+                alpha = clean.cache["pattern", l][:, h].float()  # [B, S, S]
+                v = clean.cache["v", l].float()  # [B, S, H, dh]
                 alpha_k = permute_rows(rep(alpha), lengths_k, causal=causal, generator=gen, identity=identity)
                 z = head_output(alpha_k, rep(v[:, :, h]))
-                with HeadIntervention(adapter, [HeadEdit(l, h, mode="patch", value=z)]), torch.no_grad():
+                with Trace(adapter, edit={("z", l): Patch(z, head=h)}), torch.no_grad():
                     out_k = target.forward(adapter, ids_k, mask_k)
                     p1 = target.distribution(out_k, mask_k, aux_k).float()
                     f1 = target.scalar(out_k, mask_k, aux_k).float()

@@ -55,7 +55,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from probe.analyses.flow.rollout import HeadSpec, _check_rollable, _heads_meta, combine_heads, residual_adjust, validate_attention
+from probe.analyses.flow.rollout import HeadSpec, check_rollable, heads_meta, combine_heads, residual_adjust, validate_attention
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 from probe.analyses.flow import layered_maxflow
 
@@ -236,7 +236,7 @@ def flow_maps(
     Raises:
         ValueError: cross-attention, non-consecutive layers, bad positions or maps.
     """
-    _check_rollable(maps)
+    check_rollable(maps)
     pos = output_positions_for(
         maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions
     )
@@ -248,7 +248,7 @@ def flow_maps(
     name = "networkx" if reference else solver_name(solver)
     described = {"networkx": "networkx", "dinic": "layered Dinic (C), float64, eps 1e-13",
                  "scipy": f"scipy-dinic, scale 2**{int(math.log2(SCALE))}"}
-    meta = {"residual": residual, "heads": _heads_meta(heads), "layers": list(maps.layers),
+    meta = {"residual": residual, "heads": heads_meta(heads), "layers": list(maps.layers),
             "solver": described[name]}
     return TokenScores(maps.tokens, pos, scores, "flow", meta)
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from probe.analyses.flow.rollout import _check_rollable, rollout, validate_attention
+from probe.analyses.flow.rollout import check_rollable, rollout, validate_attention
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 
 __all__ = ["grad_weighted_attention", "grad_rollout", "grad_rollout_maps"]
@@ -58,7 +58,7 @@ def grad_rollout(
 def grad_rollout_maps(result, *, output_positions=None, all_positions: bool = False) -> TokenScores:
     """Gradient-weighted rollout of a :class:`probe.grads.AttentionGradients`."""
     maps = result.maps
-    _check_rollable(maps)
+    check_rollable(maps)
     pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind,
                                all_positions=all_positions)
     scores = grad_rollout(maps.attentions, result.grads, output_positions=pos,

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from probe.analyses.flow.rollout import _check_rollable, rollout, validate_attention
+from probe.analyses.flow.rollout import check_rollable, rollout, validate_attention
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 
 __all__ = ["value_norms", "norm_weights", "norm_rollout", "norm_rollout_maps"]
@@ -94,7 +94,7 @@ def norm_rollout_maps(capture, *, residual: float = 0.5, output_positions=None,
                       all_positions: bool = False) -> TokenScores:
     """Norm-based rollout of a :class:`probe.values.ValueCapture` as :class:`TokenScores`."""
     maps = capture.maps
-    _check_rollable(maps)
+    check_rollable(maps)
     pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind,
                                all_positions=all_positions)
     scores = norm_rollout(maps.attentions, capture.values, capture.w_o, residual=residual,

@@ -26,6 +26,7 @@ from typing import Sequence, Union
 
 import torch
 
+from probe.errors import NotApplicable
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 
 log = logging.getLogger(__name__)
@@ -313,7 +314,7 @@ def rollout_maps(
     Raises:
         ValueError: cross-attention maps, non-consecutive layers, bad positions.
     """
-    _check_rollable(maps)
+    check_rollable(maps)
     pos = output_positions_for(
         maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions
     )
@@ -323,13 +324,13 @@ def rollout_maps(
     )
     return TokenScores(
         maps.tokens, pos, scores.double(), "rollout",
-        {"residual": residual, "heads": _heads_meta(heads), "layers": list(maps.layers)},
+        {"residual": residual, "heads": heads_meta(heads), "layers": list(maps.layers)},
     )
 
 
-def _check_rollable(maps) -> None:
+def check_rollable(maps) -> None:
     if maps.kind == "cross":
-        raise ValueError("rollout and flow need self- or causal attention, not cross-attention")
+        raise NotApplicable("rollout and flow need self- or causal attention, not cross-attention")
     layers = list(maps.layers)
     if layers != list(range(layers[0], layers[0] + len(layers))):
         raise ValueError(
@@ -338,9 +339,13 @@ def _check_rollable(maps) -> None:
         )
 
 
-def _heads_meta(heads: HeadSpec):
+def heads_meta(heads: HeadSpec):
     if heads is None or isinstance(heads, str):
         return heads
     if torch.is_tensor(heads):
         return heads.tolist()
     return [int(h) for h in heads]
+
+
+# the old private names, for code written against them
+_check_rollable, _heads_meta = check_rollable, heads_meta

@@ -34,7 +34,7 @@ from probe.analyses.paper.complexity_layers import (
     LAYER_KINDS,
     RECURRENT_KINDS,
     TERM_EXPONENTS,
-    _check_positive_int,
+    check_positive_int,
     estimate_peak_bytes,
     make_layer,
     validate_sizes,
@@ -120,7 +120,7 @@ def measure_grid(
 
     n_values, d_values = validate_sizes("n", n_values), validate_sizes("d", d_values)
     kinds = _validate_kinds(kinds)
-    k, r = _check_positive_int("k", k, 2), _check_positive_int("r", r, 2)
+    k, r = check_positive_int("k", k, 2), check_positive_int("r", r, 2)
     check_memory(n_values, d_values, kinds, k=k, r=r, max_bytes=max_bytes)
     points = [(kind, d, n) for kind in kinds for d in d_values for n in n_values]
     if progress:
@@ -362,7 +362,7 @@ def analyze_complexity(
         raise ValueError(f"n needs at least two different sizes (got {sorted(set(n_values))}): exponents are "
                          "fitted from how the cost changes with n; e.g. --n 16,32,...,256")
     kinds = _validate_kinds(kinds)
-    graph_max_n = _check_positive_int("graph_max_n", graph_max_n)
+    graph_max_n = check_positive_int("graph_max_n", graph_max_n)
     if not 0.5 < dominance <= 1:
         raise ValueError(f"dominance must be in (0.5, 1]; got {dominance}")
     if tolerance < 0:

@@ -63,7 +63,7 @@ TERM_EXPONENTS: Dict[str, Tuple[int, int]] = {
 EXTRA_TERMS = ("n·d² (projections)",)
 
 
-def _check_positive_int(name: str, value, minimum: int = 1) -> int:
+def check_positive_int(name: str, value, minimum: int = 1) -> int:
     """Return ``value`` as int, or raise ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
@@ -115,7 +115,7 @@ class RestrictedSelfAttention(nn.Module):
     def __init__(self, d: int, r: int):
         super().__init__()
         self.d = d
-        self.r = _check_positive_int("r", r, 2)
+        self.r = check_positive_int("r", r, 2)
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
             nn.Linear(d, d, bias=False) for _ in range(4)
         )
@@ -199,8 +199,8 @@ class CausalConv(nn.Module):
     def __init__(self, d: int, k: int, dilation: int = 1):
         super().__init__()
         self.d = d
-        self.k = _check_positive_int("k", k, 2)
-        self.dilation = _check_positive_int("dilation", dilation, 1)
+        self.k = check_positive_int("k", k, 2)
+        self.dilation = check_positive_int("dilation", dilation, 1)
         self.conv = nn.Conv1d(d, d, self.k, dilation=self.dilation, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -221,7 +221,7 @@ class SeparableConv(nn.Module):
     def __init__(self, d: int, k: int):
         super().__init__()
         self.d = d
-        self.k = _check_positive_int("k", k, 2)
+        self.k = check_positive_int("k", k, 2)
         self.depthwise = nn.Conv1d(d, d, self.k, groups=d, bias=False)
         self.pointwise = nn.Conv1d(d, d, 1, bias=False)
 
@@ -238,7 +238,7 @@ def validate_sizes(name: str, values) -> Tuple[int, ...]:
         raise ValueError(f"{name} must be a list of positive integers; got {values!r}") from None
     if not values:
         raise ValueError(f"{name} needs at least one size")
-    return tuple(sorted({_check_positive_int(name, v) for v in values}))
+    return tuple(sorted({check_positive_int(name, v) for v in values}))
 
 
 def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16) -> nn.Module:
@@ -251,9 +251,9 @@ def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16) -> nn.Module:
         ValueError: unknown ``kind``, or ``d``, ``k``, ``r`` not integers in range
             (``d >= 1``, ``k >= 2``, ``r >= 2``).
     """
-    d = _check_positive_int("d", d)
-    k = _check_positive_int("k", k, 2)
-    r = _check_positive_int("r", r, 2)
+    d = check_positive_int("d", d)
+    k = check_positive_int("k", k, 2)
+    r = check_positive_int("r", r, 2)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         layer: torch.nn.Module
@@ -299,3 +299,7 @@ def estimate_peak_bytes(kind: str, n: int, d: int, *, k: int = 3, r: int = 16) -
     if kind == "separable_conv":
         return f * (k * d + d * d + 4 * (n + k) * d + n * k * d)
     raise ValueError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+
+
+# the old private name, for code written against it
+_check_positive_int = check_positive_int

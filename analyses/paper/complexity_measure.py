@@ -162,11 +162,11 @@ def measure_layer(
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    from probe.analyses.paper.complexity_layers import _check_positive_int
+    from probe.analyses.paper.complexity_layers import check_positive_int
 
-    n = _check_positive_int("n", n)
-    repeats = _check_positive_int("repeats", repeats)
-    threads = _check_positive_int("threads", threads)
+    n = check_positive_int("n", n)
+    repeats = check_positive_int("repeats", repeats)
+    threads = check_positive_int("threads", threads)
     d = cast(int, layer.d)  # every layer of complexity_layers has its width as .d
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=gen)

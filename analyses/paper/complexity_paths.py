@@ -46,7 +46,7 @@ from typing import Iterable, List, Optional
 import networkx as nx
 import pandas as pd
 
-from probe.analyses.paper.complexity_layers import LAYER_KINDS, RECURRENT_KINDS, _check_positive_int
+from probe.analyses.paper.complexity_layers import LAYER_KINDS, RECURRENT_KINDS, check_positive_int
 
 #: the paper's O(·) column for each layer type
 PAPER_PATH = {
@@ -93,10 +93,10 @@ def connectivity_graph(kind: str, n: int, *, k: int = 3, r: int = 16, depth: int
     Raises:
         ValueError: unknown ``kind``; ``n``/``depth`` < 1, ``k``/``r`` < 2 or not integers.
     """
-    n = _check_positive_int("n", n)
-    k = _check_positive_int("k", k, 2)
-    r = _check_positive_int("r", r, 2)
-    depth = _check_positive_int("depth", depth)
+    n = check_positive_int("n", n)
+    k = check_positive_int("k", k, 2)
+    r = check_positive_int("r", r, 2)
+    depth = check_positive_int("depth", depth)
     g = nx.DiGraph()
     if kind in RECURRENT_KINDS:
         g.add_edges_from(((0, j), (1, j)) for j in range(n))
@@ -150,7 +150,7 @@ def max_path_length(kind: str, n: int, *, k: int = 3, r: int = 16) -> int:
         RuntimeError: no stack of up to ``n`` layers connects every pair (cannot happen
             for the layers defined here).
     """
-    n = _check_positive_int("n", n)
+    n = check_positive_int("n", n)
     depths = range(1, n + 1) if kind == "dilated_conv" else [1]
     for depth in depths:
         g = connectivity_graph(kind, n, k=k, r=r, depth=depth)
@@ -166,9 +166,9 @@ def closed_form_path_length(kind: str, n: int, *, k: int = 3, r: int = 16) -> in
     Raises:
         ValueError: bad ``kind``, ``n``, ``k`` or ``r``.
     """
-    n = _check_positive_int("n", n)
-    k = _check_positive_int("k", k, 2)
-    r = _check_positive_int("r", r, 2)
+    n = check_positive_int("n", n)
+    k = check_positive_int("k", k, 2)
+    r = check_positive_int("r", r, 2)
     if kind == "self_attention" or n == 1:
         if kind not in LAYER_KINDS:
             raise ValueError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
@@ -209,7 +209,7 @@ def path_length_table(
     Raises:
         ValueError: bad ``kind``, ``n``, ``k`` or ``r``.
     """
-    graph_max_n = _check_positive_int("graph_max_n", graph_max_n)
+    graph_max_n = check_positive_int("graph_max_n", graph_max_n)
     rows: List[dict] = []
     for kind in kinds:
         for n in n_values:

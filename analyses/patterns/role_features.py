@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probe.errors import NotApplicable
 from probe.analyses.common.accumulate import PerLayer
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ def _check_level(level: str) -> None:
 def _units(maps, level: str):
     """(attention [L, H, n, n] float32, unit labels, special bool [n])."""
     if maps.kind == "cross":
-        raise ValueError("head roles are defined for self- and causal attention; got cross-attention "
+        raise NotApplicable("head roles are defined for self- and causal attention; got cross-attention "
                          "(capture the encoder or decoder stack instead)")
     if level == "token":
         return maps.attentions.float(), list(maps.tokens), maps.special_mask.clone()

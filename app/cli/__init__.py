@@ -6,10 +6,11 @@ capture, heatmap, report, train, evaluate, and those listed in ``COMMAND_MODULES
 in their own modules. Heavy imports happen inside the command bodies, so ``probe --help``
 imports neither torch nor transformers.
 
-Errors (one boundary, :class:`ProbeGroup`): bad input (``ValueError``,
-``FileNotFoundError``, click's usage errors) prints one ``Error: …`` line and exits 1
-(click's usage errors: 2); anything else prints one line and "rerun with --verbose for
-the traceback" and exits 3; ``--verbose`` shows the traceback.
+Errors (one boundary, :class:`ProbeGroup`, kinds in :mod:`probe.errors`): bad input
+(``InputError``, ``NotApplicable``, a missing file, the toolkit's own validators; click's
+usage errors) prints one ``Error: …`` line and exits 1 (click's usage errors: 2);
+anything else — a ``ValueError`` from numpy or pandas included — is a bug: one line and
+"rerun with --verbose for the traceback", exit 3; ``--verbose`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import traceback
 
 import click
 
-from .common import EXPECTED, UNEXPECTED_EXIT
+from .common import UNEXPECTED_EXIT
 
 # modules under probe.app.cli whose ``COMMANDS`` are added to the root group
 COMMAND_MODULES = ["core", "report", "zoo", "store"]
@@ -38,11 +39,14 @@ class ProbeGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
-        except EXPECTED as exc:
-            if ctx.meta.get("probe.verbose"):
-                traceback.print_exc()
-            raise click.ClickException(str(exc) or type(exc).__name__) from None
-        except Exception as exc:  # a bug, not bad input
+        except Exception as exc:
+            from probe.errors import is_input_error
+
+            if is_input_error(exc):  # InputError / NotApplicable / a file: one line, exit 1
+                if ctx.meta.get("probe.verbose"):
+                    traceback.print_exc()
+                raise click.ClickException(str(exc) or type(exc).__name__) from None
+            # a bug, not bad input
             if ctx.meta.get("probe.verbose"):
                 traceback.print_exc()
                 click.echo(f"Error: unexpected {type(exc).__name__}: {exc}", err=True)

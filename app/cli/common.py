@@ -125,17 +125,23 @@ def parse_head_group(value: str, name: str = "--group") -> list:
 # ---- errors -------------------------------------------------------------------------------
 #: exit status of an unexpected error (a bug, not bad input); bad input exits with 1
 UNEXPECTED_EXIT = 3
-EXPECTED = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
 
 def user_errors(fn):
     """Kept for command modules written before the boundary moved to the root group:
-    bad input (``ValueError`` …) becomes one ``Error:`` line and exit status 1."""
+    bad input (:func:`probe.errors.is_input_error`) becomes one ``Error:`` line and exit
+    status 1; anything else goes on to the root group (exit 3)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from probe.errors import is_input_error
+
         try:
             return fn(*args, **kwargs)
-        except EXPECTED as exc:
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            if not is_input_error(exc):
+                raise
             raise click.ClickException(str(exc)) from None
     return wrapper
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from probe.errors import InputError
+
 import json
 
 import click
@@ -90,7 +92,7 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
     corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
     run = engine_settings(engine, address, workers, device)
     if run and (stack or truncate):
-        raise ValueError("--stack and --truncate run with --engine local")
+        raise InputError("--stack and --truncate run with --engine local")
     lay = parse_int_list(layers, "--layers")
     adapter = load_model(model, device="cpu" if run else device, dtype=None if run else dtype)
     if run:  # the driver only tokenizes and writes the index; the engine's job (stream: here) captures

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from probe.errors import InputError
+
 import json
 
 import click
@@ -26,7 +28,7 @@ def train_cmd(spec, out, force, steps, seed, as_json, quiet, verbose):
     from probe.models import zoo
 
     if not spec.startswith("zoo:"):
-        raise ValueError(f"only zoo models can be trained; give zoo:<task>, one of: "
+        raise InputError(f"only zoo models can be trained; give zoo:<task>, one of: "
                          f"{', '.join('zoo:' + t for t in zoo.TASKS)}")
     from probe.app.registry.outdir import OutDir
 
@@ -57,7 +59,7 @@ def evaluate_cmd(model, path, n, n_old, as_json):
     from probe.models import zoo
 
     if not model.startswith("zoo:"):
-        raise ValueError(f"evaluate needs a zoo model (zoo:<task>, one of: {', '.join(zoo.TASKS)}); got {model!r}")
+        raise InputError(f"evaluate needs a zoo model (zoo:<task>, one of: {', '.join(zoo.TASKS)}); got {model!r}")
     res = zoo.evaluate(model, path=path, n=n)
     if as_json:
         click.echo(json.dumps(res, indent=2))

@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-__all__ = ["Param", "Analysis", "Result", "Context", "SkipAnalysis", "register", "registered", "get", "run",
+from probe.errors import InputError, NotApplicable
+
+__all__ = ["Param", "Analysis", "Result", "Context", "SkipAnalysis", "NotApplicable", "InputError", "register", "registered", "get", "run",
            "analyses_registered", "NEEDS", "ENGINES"]
 
 #: what an analysis may need, with the common CLI options each one brings
@@ -56,8 +58,9 @@ NEEDS = {
 ENGINES = ("local", "stream", "ray")
 
 
-class SkipAnalysis(ValueError):
-    """Raised by ``run`` when its input does not allow it; the message is the reason."""
+class SkipAnalysis(NotApplicable):
+    """Raised by ``run`` when its input does not allow it; the message is the reason (a
+    :class:`probe.errors.NotApplicable`: the report's *skipped*, the CLI's one-line exit 1)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ class Analysis:
         known = {p.name: p for p in self.params}
         bad = sorted(set(given) - set(known))
         if bad:
-            raise ValueError(f"{self.name} has no parameter(s) {bad}; known: {', '.join(known) or 'none'}")
+            raise InputError(f"{self.name} has no parameter(s) {bad}; known: {', '.join(known) or 'none'}")
         out = {p.name: ((() if p.default is None else p.default) if p.multiple else p.default)
                for p in self.params}
         out.update(given)
@@ -267,7 +270,7 @@ def get(name: str) -> Analysis:
     if name not in _REGISTRY and name in by_command:
         return by_command[name]
     if name not in _REGISTRY:
-        raise ValueError(f"unknown analysis {name!r}; known: {', '.join(a.name for a in registered())}")
+        raise InputError(f"unknown analysis {name!r}; known: {', '.join(a.name for a in registered())}")
     return _REGISTRY[name]
 
 
@@ -298,7 +301,7 @@ def run(name: str, *, model: str = "minilm", text=None, file=None, conllu=None, 
     analysis = get(name)
     values = analysis.defaults(**params)
     if engine != "local" and engine not in analysis.engines:
-        raise ValueError(f"{analysis.name} runs with engine local only, not {engine!r}")
+        raise InputError(f"{analysis.name} runs with engine local only, not {engine!r}")
     target = OutDir(out, force) if out is not None else None
     ctx = Context(model=model, text=text, file=file, conllu=conllu, limit=limit, device=device,
                   adapter=adapter, params=values, quiet=quiet, engine=engine, address=address, workers=workers)

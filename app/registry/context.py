@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Optional, Sequence
 
+from probe.errors import InputError, NotApplicable
+
 
 class Context:
     """The inputs of one run.
@@ -107,7 +109,7 @@ class Context:
 
             self._corpus = fit_to_model(self.input_corpus, self.adapter)
             if not len(self._corpus):
-                raise ValueError(f"every example is longer than the model's {self.adapter.max_length} tokens")
+                raise InputError(f"every example is longer than the model's {self.adapter.max_length} tokens")
         return self._corpus
 
     @property
@@ -120,7 +122,7 @@ class Context:
 
                 self._sentences = read_conllu(self.conllu, limit=self.limit)
             else:
-                raise ValueError("this analysis needs a treebank: give --conllu (CoNLL-U with dependency heads)")
+                raise NotApplicable("this analysis needs a treebank: give --conllu (CoNLL-U with dependency heads)")
         return self._sentences
 
     @property

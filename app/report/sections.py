@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from probe.app.registry import Analysis, Result, SkipAnalysis, registered as _registered
+from probe.errors import NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -135,14 +136,14 @@ def run_sections(ctx, sections, strict: bool = False, progress=None) -> list:
             progress(i, len(sections), sec.name)
         try:
             result = run_section(ctx, sec)
-        except ValueError as exc:
-            # ValueError is the analyses' "this input does not allow it" (too few
-            # sentences, no applicable metric…): a skip with the analysis' own reason
-            _note_skip(ctx, sec.name, str(exc))
-            outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", str(exc),
+        except NotApplicable as exc:
+            # the analysis does not apply to this input (too few sentences, no applicable
+            # metric…): the only source of "skipped", with the analysis' own reason
+            _note_skip(ctx, sec.name, exc.reason)
+            outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", exc.reason,
                                            time.perf_counter() - t0))
             continue
-        except Exception as exc:
+        except Exception as exc:  # anything else is a bug: the section failed, with its type
             if strict:
                 raise
             log.exception("section %s failed", sec.name)

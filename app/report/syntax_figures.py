@@ -8,6 +8,8 @@ import logging
 from pathlib import Path
 from typing import Optional, Sequence
 
+from probe.errors import NotApplicable
+
 from .style import ATTENTION_CMAP, pyplot
 
 log = logging.getLogger(__name__)
@@ -22,11 +24,11 @@ def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str 
     for the relations with at least ``min_count`` instances; saved to ``path``.
 
     Raises:
-        ValueError: no relation has ``min_count`` instances.
+        NotApplicable: no relation has ``min_count`` instances.
     """
     df = relations_frame[(relations_frame.direction == direction) & (relations_frame["count"] >= min_count)]
     if df.empty:
-        raise ValueError(f"no relation has {min_count} instances for the heatmap; lower --min-count")
+        raise NotApplicable(f"no relation has {min_count} instances for the heatmap; lower --min-count")
     df = df.assign(column="L" + df.layer.astype(str) + "H" + df["head"].astype(str))  # as every other output
     order = df.drop_duplicates("relation").sort_values("count", ascending=False).relation.tolist()
     cols = df.drop_duplicates("column").sort_values(["layer", "head"]).column.tolist()
@@ -81,8 +83,8 @@ def write_syntax_report(result, out, min_count: int = 20, relations: Optional[Se
     try:
         paths["heatmap"] = relation_heatmap(frame[frame.relation != "all"], out / "relations_heatmap.png",
                                             min_count=min_count)
-    except ValueError as exc:
-        log.warning("no heatmap: %s", exc)
+    except NotApplicable as exc:
+        log.warning("no heatmap: %s", exc.reason)
     return paths
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probe.errors import InputError
 from probe.app.registry import ENGINES, Analysis, Param, Result
 
 from ._shared import BATCH, GROUPS, METRIC, N_BOOT, group_note, group_table, head_name, metric, model_corpus, top_heads
@@ -19,7 +20,7 @@ def run(ctx) -> Result:
         from probe.app.engine import analyses as on_engine
 
         if any(p["group"]):
-            raise ValueError(f"--group runs with --engine local, not --engine {ctx.engine}")
+            raise InputError(f"--group runs with --engine local, not --engine {ctx.engine}")
         corpus, cut, model = ctx.input_corpus, "", ctx.model
         res = on_engine.ablate(model, corpus, p["metric"], p["mode"], layers=p["layers"],
                                batch_size=p["batch_size"], n_boot=p["n_boot"], **engine)

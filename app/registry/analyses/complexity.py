@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from probe.errors import InputError
 from probe.app.registry import Analysis, Param, Result
 
 DEFAULT_N = "16,32,...,1024"
@@ -25,21 +26,21 @@ def parse_sizes(spec: str, name: str) -> list:
     """
     parts = [p.strip() for p in str(spec).split(",") if p.strip()]
     if not parts:
-        raise ValueError(f"{name}: give at least one size")
+        raise InputError(f"{name}: give at least one size")
     out: list = []
     pending = False
     for part in parts:
         if part in ("...", "…"):
             if not out or pending:
-                raise ValueError(f"{name}: '...' needs a size before it in {spec!r}")
+                raise InputError(f"{name}: '...' needs a size before it in {spec!r}")
             pending = True
             continue
         try:
             value = int(part)
         except ValueError:
-            raise ValueError(f"{name}: {part!r} is not an integer size") from None
+            raise InputError(f"{name}: {part!r} is not an integer size") from None
         if value < 1:
-            raise ValueError(f"{name}: sizes must be positive integers; got {value}")
+            raise InputError(f"{name}: sizes must be positive integers; got {value}")
         if pending:
             ratio = out[-1] // out[-2] if len(out) >= 2 and out[-2] and out[-1] % out[-2] == 0 else 2
             ratio = max(ratio, 2)
@@ -50,7 +51,7 @@ def parse_sizes(spec: str, name: str) -> list:
             pending = False
         out.append(value)
     if pending:
-        raise ValueError(f"{name}: '...' needs a size after it in {spec!r}")
+        raise InputError(f"{name}: '...' needs a size after it in {spec!r}")
     return sorted(set(out))
 
 

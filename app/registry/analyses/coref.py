@@ -3,6 +3,7 @@ mention and number-agreeing baselines (Clark et al. 2019, section 4.3)."""
 
 from __future__ import annotations
 
+from probe.errors import NotApplicable
 from probe.app.registry import ENGINES, Analysis, Param, Result
 
 
@@ -11,7 +12,7 @@ def run(ctx) -> Result:
     from probe.analyses.structure.syntax_run import run_coref
 
     if not ctx.conllu:
-        raise ValueError("coref needs a CorefUD treebank with Entity= in MISC: give --conllu (e.g. GUM)")
+        raise NotApplicable("coref needs a CorefUD treebank with Entity= in MISC: give --conllu (e.g. GUM)")
     p = ctx.params
     sentences = ctx.sentences
     numbers = read_number(ctx.conllu, limit=ctx.limit)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from probe.errors import InputError
 from probe.app.registry import Analysis, Param, Result
 
 
@@ -53,7 +54,7 @@ def run_alignment(ctx) -> Result:
 
     limit, example = ctx.params["limit"], ctx.params["example"]
     if example >= limit:
-        raise ValueError(f"--example {example} is not among the first {limit} pairs (--limit)")
+        raise InputError(f"--example {example} is not among the first {limit} pairs (--limit)")
     ex = zoo.eval_examples("translate", n=limit)
     verbs = set(zoo.task_module("translate").VERBS)
     gold = [e["alignment"] for e in ex]

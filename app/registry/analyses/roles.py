@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from probe.errors import InputError
 from probe.app.registry import ENGINES, Analysis, Param, Result
 
 #: per-head columns of the roles table shown on the report's head pages
@@ -27,11 +28,11 @@ def _thresholds(items) -> dict:
         except ValueError:
             sep = ""
         if not sep:
-            raise ValueError(f"--threshold: expected NAME=VALUE, got {item!r}")
+            raise InputError(f"--threshold: expected NAME=VALUE, got {item!r}")
     try:
         RoleThresholds(**out)  # type: ignore[arg-type]  # unknown names are caught below
     except TypeError:
-        raise ValueError(f"--threshold: unknown threshold in {list(out)}; known: "
+        raise InputError(f"--threshold: unknown threshold in {list(out)}; known: "
                          f"{', '.join(RoleThresholds.__dataclass_fields__)}") from None
     return out
 
@@ -44,7 +45,7 @@ def _evidence(path, name):
     try:
         return pd.read_csv(path)
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read the {name} table {path}: {exc}") from None
+        raise InputError(f"cannot read the {name} table {path}: {exc}") from None
 
 
 def _source(ctx):
@@ -55,7 +56,7 @@ def _source(ctx):
 
         return Store(store_dir), f"store {store_dir}"
     if store_dir and not ctx.has_input and not ctx.is_zoo:
-        raise ValueError(f"{store_dir} is not a store (no manifest.json): give an input "
+        raise InputError(f"{store_dir} is not a store (no manifest.json): give an input "
                          "(--text, --file or --conllu) to capture into it")
     corpus = ctx.corpus
     if store_dir:
@@ -82,7 +83,7 @@ def run(ctx) -> Result:
     syntax = _evidence(p["syntax"], "syntax")
     engine = ctx.engine_run
     if engine and p["store"]:
-        raise ValueError(f"--store runs with --engine local (to capture a store with --engine {ctx.engine}, "
+        raise InputError(f"--store runs with --engine local (to capture a store with --engine {ctx.engine}, "
                          "use `probe capture`)")
     if engine:  # the model runs in the engine's workers, streamed layer by layer
         from probe.app.engine import analyses as on_engine

@@ -9,6 +9,7 @@ The commands write ``<method>.json`` (``tokens``, ``output_positions``, ``scores
 
 from __future__ import annotations
 
+from probe.errors import InputError, NotApplicable
 from probe.app.registry import Analysis, Param, Result, SkipAnalysis
 
 #: examples and longest input of the report's rollout/flow section (one output row of exact
@@ -40,7 +41,7 @@ def _text(ctx) -> str:
     texts = ctx.corpus.texts
     i = ctx.params["example"]
     if i >= len(texts):
-        raise ValueError(f"--example {i}: the input has {len(texts)} examples (0..{len(texts) - 1})")
+        raise InputError(f"--example {i}: the input has {len(texts)} examples (0..{len(texts) - 1})")
     return texts[i]
 
 
@@ -48,13 +49,13 @@ def _maps(ctx):
     """The AttentionMaps of one example: from --store, or captured from the input."""
     if ctx.params["store"]:
         if ctx.has_input:
-            raise ValueError("give an input (--text/--file/--conllu) or --store, not both")
+            raise InputError("give an input (--text/--file/--conllu) or --store, not both")
         from probe.store import Store
 
         store = Store(ctx.params["store"])
         i = ctx.params["example"]
         if i >= len(store):
-            raise ValueError(f"--example {i}: the store has {len(store)} examples (0..{len(store) - 1})")
+            raise InputError(f"--example {i}: the store has {len(store)} examples (0..{len(store) - 1})")
         return store[i]
     from probe.capture import capture
 
@@ -95,9 +96,9 @@ def run_rollout(ctx) -> Result:
                               output_positions=pos, all_positions=p["all_positions"])
         return _result(scores, f"{scores.method} (attention)")
     if p["store"]:
-        raise ValueError(f"--weights {p['weights']} needs a live model: give an input instead of --store")
+        raise InputError(f"--weights {p['weights']} needs a live model: give an input instead of --store")
     if str(p["head_indices"]).strip() != "mean":
-        raise ValueError(f"--weights {p['weights']} uses the head mean; drop --head-indices")
+        raise InputError(f"--weights {p['weights']} uses the head mean; drop --head-indices")
     text = _text(ctx)
     if p["weights"] == "norm":
         from probe.analyses.flow.norm_attention import norm_rollout_maps
@@ -185,7 +186,7 @@ def run_correlation(ctx) -> Result:
     from probe.models.zoo import eval_examples
 
     if not ctx.is_zoo:
-        raise ValueError("flow-correlation needs a zoo sequence classifier, e.g. --model zoo:agreement")
+        raise NotApplicable("flow-correlation needs a zoo sequence classifier, e.g. --model zoo:agreement")
     examples = eval_examples(ctx.zoo_task, n=ctx.params["limit"] or 1000)
     maps = capture(ctx.adapter, [e["text"] for e in examples], batch_size=64)
     from tqdm.auto import tqdm

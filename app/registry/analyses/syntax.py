@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from probe.errors import NotApplicable
 from probe.app.registry import ENGINES, Analysis, Param, Result
 
 #: fewest instances of a relation for it to be named on a head page: 1 in 200 dependencies,
@@ -27,7 +28,7 @@ def _zoo_treebank(ctx) -> str:
     mod = zoo.task_module(task) if task in zoo.TASKS else None
     if mod is None or not hasattr(mod, "to_conllu"):
         have = ", ".join(f"zoo:{t}" for t in zoo.TASKS if hasattr(zoo.task_module(t), "to_conllu"))
-        raise ValueError(f"give --conllu (a CoNLL-U treebank); only {have} has gold trees of its own")
+        raise NotApplicable(f"give --conllu (a CoNLL-U treebank); only {have} has gold trees of its own")
     directory = Path(ctx.workdir or tempfile.mkdtemp(prefix="probe-syntax-"))
     path = directory / "gold.conllu"
     path.write_text(mod.to_conllu(zoo.eval_examples(task)), encoding="utf-8")

@@ -1,0 +1,60 @@
+"""The cache a trace fills: site name -> tensor, with every shape written once."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import torch
+
+from .models.sites import parse_site
+
+__all__ = ["Cache"]
+
+
+class Cache(Mapping):
+    """What a trace read, by site name (detached unless the trace keeps gradients).
+
+    Shapes (``batch`` = rows of the forward, ``seq`` = padded positions; encoder-decoder
+    cross attention: ``query`` target, ``key`` source positions)::
+
+        blocks.{l}.hook_resid_pre, hook_resid_post   [batch, seq, d_model]
+        blocks.{l}.attn.hook_pattern                 [batch, head, query, key]
+        blocks.{l}.attn.hook_v                       [batch, seq, head, head_dim]  (kv heads repeated)
+        blocks.{l}.attn.hook_z                       [batch, seq, head, head_dim]
+        blocks.{l}.attn.hook_proj_in                 [batch, seq, head * head_dim]
+
+    ``cache[name]``, ``cache["pattern", 3]`` or ``cache[Site(...)]``: the last forward's
+    value; :meth:`calls`: every forward's; :meth:`stack`: a kind over layers
+    ``[layer, ...]``. ``output``: the model's output (:func:`trace`), ``inputs`` the batch.
+    """
+
+    def __init__(self, default_stack: str):
+        self._values: dict[str, list] = {}
+        self._default = default_stack
+        self.output: Any = None
+        self.inputs: Optional[dict] = None
+
+    def _key(self, key) -> str:
+        return key if isinstance(key, str) else parse_site(key).name(self._default)
+
+    def __getitem__(self, key) -> torch.Tensor:
+        return self._values[self._key(key)][-1]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def calls(self, key) -> list:
+        """The value of every forward the site was read in, in order."""
+        return list(self._values[self._key(key)])
+
+    def stack(self, kind: str) -> torch.Tensor:
+        """``[layer, ...]``: every read layer of the main stack's ``kind``, stacked."""
+        names = sorted((n for n in self._values if parse_site(n).kind == kind and parse_site(n).stack is None),
+                       key=lambda n: parse_site(n).layer)
+        return torch.stack([self[n] for n in names])
+
+    def add(self, name: str, value: torch.Tensor) -> None:
+        self._values.setdefault(name, []).append(value)

@@ -1,0 +1,479 @@
+"""One trace: read and edit any site of a live model, the one place that hooks it.
+
+TransformerLens's ``run_with_cache`` / ``run_with_hooks`` and nnsight's ``model.trace``
+in one function over the sites of :mod:`probe.models.sites`::
+
+    cache = trace(adapter, ["The cat sat."], read="pattern")          # every layer's pattern
+    cache["blocks.0.attn.hook_pattern"]                               # [batch, head, q, k]
+    cache = trace(adapter, texts, edit={"blocks.1.attn.hook_z": Zero(head=2)}, read=["blocks.1.hook_resid_post"])
+    cache.output                                                      # the model's output
+
+:class:`Trace` is the same as a context manager, for forwards run by other code (every
+forward inside the block is read and edited). How each site is reached is chosen once,
+per stack (``path="auto"``): attention weights and the per-head output through
+transformers' attention interface where the model's attention calls it
+(:mod:`probe.attention_interface`), else forward hooks with eager attention
+(:func:`probe.hooks.eager_attention`); residual, value and output-projection sites by
+hooks on the modules the adapter names. Hooks are own-handle (:class:`probe.hooks.HookSet`)
+and removed on exit, also after an exception; traces nest; nothing is global.
+
+``restart_from=Restart(layer, hidden, context)`` runs layers ``< layer`` as pass-throughs
+and feeds ``hidden`` into ``layer`` (with ``context``, the clean output-projection input of
+``layer``, its attention is skipped too): a sweep of edits in layer ``l`` need not
+recompute what comes before (:func:`probe.models.sites.supports_restart`).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Callable, Iterable, Literal, Mapping, Optional, Sequence, Union
+
+import torch
+
+from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
+from .cache import Cache
+from .edits import SiteContext, as_edit
+from .hooks import HookContext, HookSet, eager_attention
+from .models.sites import (SITE_KINDS, Site, layer_modules, parse_site, site_module, split_heads,
+                           supports_restart, supports_site_restart, value_heads, value_layout)
+
+__all__ = ["Cache", "Trace", "Restart", "Reader", "trace", "run_with_cache", "run_with_hooks"]
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Read a site with your own function ``fn(value, ctx)`` (called inside the forward,
+    the value not detached); ``out(shape, dtype, device)`` (optional, ``pattern`` on the
+    interface path) may name a tensor the weights are computed in."""
+
+    fn: Callable
+    out: Optional[Callable] = None
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Restart the forward at ``layer`` from ``hidden`` ``[rows, seq, d_model]`` (the
+    stream entering it); with ``context`` ``[rows, seq, head·head_dim]`` (the layer's
+    clean output-projection input) at its output projection."""
+
+    layer: int
+    hidden: torch.Tensor
+    context: Optional[torch.Tensor] = None
+
+
+def _as_list(x) -> list:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _expand(adapter, key, stack: Optional[str]) -> list[Site]:
+    """Sites of a name, tuple or bare kind (``"pattern"``: every layer of the stack)."""
+    if isinstance(key, str) and key in SITE_KINDS:
+        st = stack or adapter.default_stack
+        return [Site(key, layer, st) for layer in range(adapter.n_layers_of(st))]
+    site = parse_site(key)
+    if site.stack is None and stack is not None:
+        site = Site(site.kind, site.layer, stack)
+    return [parse_site(site, adapter)]
+
+
+class _Session(AttentionSession):
+    """The trace's work inside the attention function: read/replace weights, edit ``z``."""
+
+    def __init__(self, layer_of: dict, tr: "Trace"):
+        super().__init__(layer_of)
+        self.tr = tr
+
+    def needs_weights(self, module) -> bool:
+        return module in self.tr._pattern
+
+    def weights_out(self, module, shape, dtype, device):
+        for reader, _ in self.tr._pattern.get(module, {}).get("read", ()):
+            if reader.out is not None:
+                return reader.out(shape, dtype, device)
+        return None
+
+    def on_weights(self, module, weights, mask):
+        work = self.tr._pattern.get(module)
+        if work is None:
+            return None
+        new = None
+        if work["edit"]:
+            ctx = work["ctx"]
+            ctx = SiteContext(ctx.name, ctx.kind, ctx.layer, ctx.stack, ctx.head_axis, mask)
+            new = weights.clone()
+            for e in work["edit"]:
+                new = e(new, ctx)
+        for reader, ctx in work["read"]:
+            reader.fn(weights if new is None else new, ctx)
+        return new
+
+    def on_output(self, module, output):
+        work = self.tr._z_interface.get(module)
+        if work is None:
+            return None
+        layer, edits, ctx = work
+        self.tr._pending[module] = True
+        z = output.clone()
+        for e in edits:
+            z = e(z, ctx)
+        return z
+
+
+class Trace(HookContext):
+    """Context manager: read ``read`` and apply ``edit`` on every forward inside it.
+
+    Args:
+        adapter: a :class:`probe.models.ModelAdapter`.
+        read: site names, ``(kind, layer)`` pairs or bare kinds (``"pattern"``: every
+            layer), stored in :attr:`cache`; or a mapping site -> :class:`Reader` / function.
+        edit: site -> an edit (:mod:`probe.edits`), a function ``fn(value, ctx)``, or a
+            list of them (applied in order).
+        rows: batch rows of edits that name none themselves (None: every row).
+        restart_from: a :class:`Restart`.
+        stack: stack of names without a stack prefix (default: the main one).
+        path: ``auto`` | ``interface`` | ``hooks`` for attention weights and edits of ``z``.
+        keep_grad: keep cached values in the autograd graph.
+
+    ``attention_source`` says how attention weights were reached (``interface …`` /
+    ``eager …``; empty when no weights were needed).
+
+    Raises:
+        ValueError: an unknown site, a layer out of range, a weight edit on a model that
+            does not call the attention interface, a restart the model does not support.
+    """
+
+    def __init__(self, adapter, read: Union[Iterable, Mapping, str] = (), edit: Optional[Mapping] = None, *,
+                 rows: Optional[Sequence[int]] = None, restart_from: Optional[Restart] = None,
+                 stack: Optional[str] = None, path: str = "auto", keep_grad: bool = False):
+        self.adapter = adapter
+        self.keep_grad = keep_grad
+        self.cache = Cache(adapter.default_stack)
+        self.attention_source = ""
+        self._paths: dict[str, str] = {}
+        self._path_arg = path
+        if path not in ("auto", "interface", "hooks"):
+            choose_path(adapter, stack, path)  # raises naming the choices
+        readers: list = []
+        if isinstance(read, Mapping):
+            for key, fn in read.items():
+                r = fn if isinstance(fn, Reader) else Reader(fn)
+                readers += [(s, r) for s in _expand(adapter, key, stack)]
+        else:
+            single = isinstance(read, (str, Site)) or (isinstance(read, tuple) and len(read) in (2, 3)
+                                                       and isinstance(read[1], int))
+            for key in ([read] if single else read):
+                readers += [(s, None) for s in _expand(adapter, key, stack)]
+        edits: list = []
+        for key, value in (edit or {}).items():
+            es = [as_edit(e).with_rows(None if rows is None else tuple(rows)) for e in _as_list(value)]
+            edits += [(s, es) for s in _expand(adapter, key, stack)]
+        self._plan(readers, edits)
+        self._restart = self._check_restart(restart_from, stack) if restart_from is not None else None
+        self._stubbed: list = []
+
+    # ---- planning: which module, which path ---------------------------------------
+    def path_of(self, stack: str) -> str:
+        if stack not in self._paths:
+            self._paths[stack] = choose_path(self.adapter, stack, self._path_arg)
+        return self._paths[stack]
+
+    def _ctx(self, site: Site) -> SiteContext:
+        return SiteContext(site.name(self.adapter.default_stack), site.kind, site.layer, site.stack or "",
+                           site.spec.head_axis)
+
+    def _reader(self, site: Site, reader: Optional[Reader]) -> Reader:
+        if reader is not None:
+            return reader
+        name = site.name(self.adapter.default_stack)
+        keep = self.keep_grad
+        return Reader(lambda v, ctx: self.cache.add(name, v if keep else v.detach()))
+
+    def _plan(self, readers: list, edits: list) -> None:
+        self._pattern: dict = {}     # attention module -> {"read": [(reader, ctx)], "edit": [...], "ctx": ctx}
+        self._z_interface: dict = {}  # attention module -> (layer, edits, ctx): z edited in the attention function
+        self._pending: dict = {}
+        self._hooks_plan: dict = {}   # (module, side) -> {kind: {"read": [...], "edit": [...], "ctx": ...}}
+        self.eager = False
+        self.interface = False
+        for site, es in edits:
+            self._add(site, None, es)
+        for site, reader in readers:
+            self._add(site, self._reader(site, reader), None)
+
+    def _add(self, site: Site, reader: Optional[Reader], edits: Optional[list]) -> None:
+        ctx = self._ctx(site)
+        stack = site.stack or self.adapter.default_stack
+        if site.kind == "pattern":
+            module = site_module(self.adapter, site)
+            path = choose_path(self.adapter, stack, "interface") if edits else self.path_of(stack)
+            if path == "interface":
+                self.interface = True
+                work = self._pattern.setdefault(module, {"read": [], "edit": [], "ctx": ctx})
+            else:
+                self.eager = True
+                work = self._hooks_plan.setdefault((module, "pattern"), {}).setdefault(
+                    "pattern", {"read": [], "edit": [], "ctx": ctx})
+        elif site.kind == "v":
+            module = site_module(self.adapter, site)
+            work = self._hooks_plan.setdefault((module, "output"), {}).setdefault(
+                "v", {"read": [], "edit": [], "ctx": ctx})
+        else:
+            module = site_module(self.adapter, site)
+            side = SITE_KINDS[site.kind].side
+            work = self._hooks_plan.setdefault((module, side), {}).setdefault(
+                site.kind, {"read": [], "edit": [], "ctx": ctx})
+            if site.kind == "z" and edits and self.path_of(stack) == "interface":
+                attention = self.adapter.attention_modules(stack)[site.layer]
+                self.interface = True
+                self._z_interface[attention] = (site.layer, edits, ctx)
+                work["standby"] = attention  # edited here only when the attention function did not run
+        if reader is not None:
+            work["read"].append((reader, ctx))
+        if edits:
+            work["edit"].extend(edits)
+
+    def _check_restart(self, r: Restart, stack: Optional[str]) -> Restart:
+        adapter = self.adapter
+        if not supports_restart(adapter, stack):
+            raise ValueError(f"layer restart is not supported for {adapter.name} ({adapter.family}); "
+                             "use full forwards")
+        self._layers = layer_modules(adapter, stack)
+        if not 0 <= r.layer < len(self._layers):
+            raise ValueError(f"layer {r.layer} out of range: {adapter.name} has layers 0..{len(self._layers) - 1}")
+        if r.context is not None:
+            if not supports_site_restart(adapter, stack):
+                raise ValueError(f"restart at the output projection needs {adapter.name} in eval mode")
+            if tuple(r.context.shape[:2]) != tuple(r.hidden.shape[:2]):
+                raise ValueError(f"context {tuple(r.context.shape)} does not fit the residual {tuple(r.hidden.shape)}")
+            self._attention = adapter.attention_modules(stack)[r.layer]
+            self._projection = adapter.head_output_modules(stack)[r.layer]
+            # does the attention module's output already include the projection?
+            self._projected = any(m is self._projection for m in self._attention.modules())
+        return r
+
+    # ---- hooks ------------------------------------------------------------------------
+    def _register(self, hooks: HookSet) -> None:
+        r = self._restart
+        if r is not None:  # first, so that what reads the restarted layer's input sees the cached stream
+            for layer in self._layers[: r.layer]:
+                self._stub(layer, lambda *a, **k: _hidden(a, k))
+            if r.context is not None:
+                self._stub(self._attention, self._attention_from_site)
+            hooks.pre(self._layers[r.layer], self._replace, with_kwargs=True)
+        for (module, side), kinds in self._hooks_plan.items():
+            if side == "pattern":
+                hooks.forward(module, self._pattern_hook(kinds["pattern"]))
+            elif side == "output":
+                hooks.forward(module, self._output_hook(kinds))
+            else:
+                hooks.pre(module, self._input_hook(kinds), with_kwargs=True)
+
+    def _pattern_hook(self, work: dict) -> Callable:
+        ctx = work["ctx"]
+
+        def fn(module, args, output):
+            probs = output[-1] if isinstance(output, tuple) else None
+            if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
+                raise RuntimeError(
+                    f"layer {ctx.layer} returned no attention probabilities although eager attention "
+                    "was requested; this model family is not supported by the capture hooks")
+            for reader, c in work["read"]:
+                reader.fn(probs, c)
+        return fn
+
+    def _input_hook(self, kinds: dict) -> Callable:
+        n_heads = self.adapter.n_heads
+
+        def fn(module, args, kwargs):
+            x = _hidden(args, kwargs)
+            changed = False
+            z_work = kinds.get("z")
+            if z_work is not None and z_work["edit"] and not self._pending.pop(z_work.get("standby"), False):
+                b, s, _ = x.shape
+                z = split_heads(x, n_heads)
+                z = z.clone() if any(e.in_place for e in z_work["edit"]) else z
+                for e in z_work["edit"]:
+                    z = e(z, z_work["ctx"])
+                x, changed = z.reshape(b, s, -1), True
+            for kind in ("resid_pre", "proj_in"):
+                work = kinds.get(kind)
+                if work is not None and work["edit"]:
+                    x = x.clone()
+                    for e in work["edit"]:
+                        x = e(x, work["ctx"])
+                    changed = True
+            if z_work is not None and z_work["read"]:
+                z = split_heads(x, n_heads)
+                for reader, c in z_work["read"]:
+                    reader.fn(z, c)
+            for kind in ("resid_pre", "proj_in"):
+                work = kinds.get(kind)
+                for reader, c in (work["read"] if work is not None else ()):
+                    reader.fn(x, c)
+            if not changed:
+                return None
+            return ((x,) + tuple(args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
+        return fn
+
+    def _output_hook(self, kinds: dict) -> Callable:
+        adapter = self.adapter
+        layout = value_layout(adapter) if "v" in kinds else None
+
+        def fn(module, args, output):
+            out = output[0] if isinstance(output, tuple) else output
+            new = out
+            work = kinds.get("resid_post")
+            if work is not None:
+                if work["edit"]:
+                    new = out.clone()
+                    for e in work["edit"]:
+                        new = e(new, work["ctx"])
+                for reader, c in work["read"]:
+                    reader.fn(new, c)
+            work = kinds.get("v")
+            if work is not None:
+                v = value_heads(new, adapter.n_heads, adapter.head_dim, layout)
+                if work["edit"]:
+                    new = _write_values(new, v, work, adapter.n_heads, adapter.head_dim, layout)
+                    v = value_heads(new, adapter.n_heads, adapter.head_dim, layout)
+                for reader, c in work["read"]:
+                    reader.fn(v, c)
+            if new is out:
+                return None
+            return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
+        return fn
+
+    # ---- restart ------------------------------------------------------------------------
+    def _stub(self, module, forward) -> None:
+        saved = module.__dict__.get("forward")
+        module.forward = forward
+        self._stubbed.append((module, saved))
+
+    def _attention_from_site(self, *args, **kwargs):
+        """Stand-in for the attention module's forward: ``(output, None)`` from the site
+        (its rows are checked against the batch by :meth:`_replace`, which runs first)."""
+        ctx = self._restart.context
+        return (self._projection(ctx) if self._projected else ctx), None
+
+    def _replace(self, module, args, kwargs):
+        h = _hidden(args, kwargs)
+        hidden = self._restart.hidden
+        if tuple(h.shape) != tuple(hidden.shape):
+            raise ValueError(f"cached residual {tuple(hidden.shape)} does not fit the batch {tuple(h.shape)}")
+        new = hidden.to(h.dtype)
+        if args:
+            return (new,) + tuple(args[1:]), kwargs
+        return args, dict(kwargs, hidden_states=new)
+
+    # ---- enter / exit -----------------------------------------------------------------
+    def __enter__(self) -> "Trace":
+        self._context = ExitStack()
+        try:
+            if self.interface:
+                switch = InterfaceSwitch(self.adapter.model)
+                self.attention_source = switch.__enter__()
+                self._context.push(switch.__exit__)
+                session = _Session({m: 0 for m in set(self._pattern) | set(self._z_interface)}, self)
+                session.attach()
+                self._context.callback(session.detach)
+            if self.eager:
+                self.attention_source = self._context.enter_context(eager_attention(self.adapter.model))
+            super().__enter__()
+        except BaseException:
+            self._unstub()
+            self._context.close()
+            raise
+        return self
+
+    def _unstub(self) -> None:
+        while self._stubbed:
+            module, saved = self._stubbed.pop()
+            if saved is None:
+                del module.forward
+            else:
+                module.forward = saved
+
+    def __exit__(self, *exc) -> Literal[False]:
+        try:
+            super().__exit__(*exc)
+            self._unstub()
+        finally:
+            self._pending.clear()
+            self._context.__exit__(*exc)
+        return False
+
+
+def _hidden(args, kwargs):
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _write_values(out: torch.Tensor, v: torch.Tensor, work: dict, n_heads: int, head_dim: int,
+                  layout: Optional[tuple]) -> torch.Tensor:
+    """The value projection's output with the value site replaced by its edit."""
+    width = out.shape[-1] // (layout[0] if layout else 1)
+    if width // head_dim != n_heads:
+        raise ValueError("edits of the values of a grouped-query model are not supported (its key/value heads "
+                         "are shared by several query heads); edit hook_z instead")
+    v = v.clone()
+    for e in work["edit"]:
+        v = e(v, work["ctx"])
+    flat = v.reshape(out.shape[0], out.shape[1], width).to(out.dtype)
+    if layout is None:
+        return flat
+    parts, index = layout
+    pieces = list(out.split(width, dim=-1))
+    pieces[index] = flat
+    return torch.cat(pieces, dim=-1)
+
+
+def _batch(adapter, inputs) -> dict:
+    """Model inputs from texts, encodings or a ready batch (encoder-decoder: the texts are
+    also the decoder's targets, teacher forcing)."""
+    if isinstance(inputs, Mapping):
+        return dict(inputs)
+    items = [inputs] if isinstance(inputs, str) else list(inputs)
+    if items and not isinstance(items[0], str):  # encodings
+        batch = adapter.batch(items)
+        if adapter.arch == "encoder-decoder":
+            batch.update(adapter.decoder_inputs(adapter.encode_batch([getattr(e, "text") for e in items], target=True)))
+        return batch
+    return adapter.inputs_of(items)
+
+
+def trace(adapter, inputs, read: Union[Iterable, Mapping, str] = (), edit: Optional[Mapping] = None, *,
+          rows: Optional[Sequence[int]] = None, restart_from: Optional[Restart] = None,
+          stack: Optional[str] = None, path: str = "auto", keep_grad: bool = False) -> Cache:
+    """Run ``adapter``'s model once on ``inputs`` (texts, encodings or a batch dict) with
+    ``edit`` applied, and return the :class:`Cache` of ``read`` (shapes in its docstring),
+    with ``cache.output`` the model's output. Arguments as :class:`Trace`; without
+    ``keep_grad`` the forward runs without autograd.
+
+    Example (TransformerLens: ``model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z",
+    zero_head_2)])``)::
+
+        cache = trace(adapter, ["The cat sat."], edit={"blocks.1.attn.hook_z": Zero(head=2)},
+                      read=["blocks.1.hook_resid_post"])
+    """
+    batch = _batch(adapter, inputs)
+    with Trace(adapter, read, edit, rows=rows, restart_from=restart_from, stack=stack, path=path,
+               keep_grad=keep_grad) as tr, torch.set_grad_enabled(keep_grad):
+        out = adapter.model(**batch)
+    tr.cache.output, tr.cache.inputs = out, batch
+    return tr.cache
+
+
+def run_with_cache(adapter, inputs, names: Union[Iterable, str, None] = None, **kwargs) -> tuple:
+    """TransformerLens's ``run_with_cache``: ``(output, cache)`` of every site (``names``:
+    some sites or kinds)."""
+    cache = trace(adapter, inputs, read=list(SITE_KINDS) if names is None else names, **kwargs)
+    return cache.output, cache
+
+
+def run_with_hooks(adapter, inputs, fwd_hooks: Sequence[tuple] = (), **kwargs):
+    """TransformerLens's ``run_with_hooks``: the output with ``fn(value, ctx)`` applied at
+    each ``(site, fn)`` of ``fwd_hooks``."""
+    edit: dict = {}
+    for name, fn in fwd_hooks:
+        edit.setdefault(name, []).append(fn)
+    return trace(adapter, inputs, edit=edit, **kwargs).output
