@@ -72,10 +72,10 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
     from probe.app.registry.outdir import check_out
 
     resumable = (Path(out) / "manifest.json").exists() and not force
-    if not resumable:  # a fresh store: --out must be empty, or replaced with --force
-        check_out(out, force)
-        if force and Path(out).is_dir():
-            shutil.rmtree(out)
+    # resolved once (a symbolic link is followed) and proved writable before any compute
+    out = check_out(out, force=force or resumable)
+    if not resumable and force and out.is_dir():  # a fresh store replaces the old one with --force
+        shutil.rmtree(out)
     from probe.app.engine import engine_settings
     from probe.inputs import load_corpus
     from probe.models import load_model

@@ -221,7 +221,7 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     from .bundled import sample_corpus
 
     t_start = time.perf_counter()
-    _check_out(out, force)
+    out = _check_out(out, force)  # resolved once (a link followed), proved writable, before any compute
     choose(sections)  # unknown names fail before the slow part
     if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
         corpus = load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model)
