@@ -76,6 +76,8 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
                                       truncate=on_long == "truncate", standalone=True)
                 for k, maps in zip(ks, stream):
                     if ids[k] not in writer.done:
+                        if fitted.unknown:  # per example in the store's index (meta)
+                            maps.meta["unknown_tokens"] = int(fitted.unknown[k])
                         writer.add(ids[k], maps)
                         if bar is not None:
                             bar.update(1)

@@ -188,3 +188,82 @@ def test_the_api_refuses_the_same_values():
             name, default_stack, n_heads = "m", "encoder", 1
 
         store_manifest(A(), Corpus(texts=("a",)), Corpus(texts=("a",)), layers=[0, 0, 1])
+
+
+# ---- [UNK]: counted per example, long words named, never hidden as special --------------
+def test_unknown_tokens_are_counted_per_example_and_noted(minilm, caplog):
+    from probe.inputs import fit_to_model
+
+    corpus = fit_to_model(Corpus(texts=("I love 🍕 pizza 😀", "x" * 1_000_000, "plain words")), minilm)
+    assert corpus.unknown == (2, 1, 0)
+    assert "2 of 3 examples hold [UNK] tokens (3 in all" in caplog.text
+    assert "example 1: a word of 1,000,000 characters became one [UNK] token" in caplog.text
+    assert corpus.subset([1, 2]).unknown == (1, 0)
+
+
+def test_a_store_records_each_examples_unknown_tokens(minilm, tmp_path):
+    store = capture_corpus(minilm, Corpus(texts=("Pizza 🍕 and 😀 here", "No unknowns here")), tmp_path / "s")
+    assert [r["meta"]["unknown_tokens"] for r in store.records] == [2, 0]
+
+
+def test_unk_is_not_hidden_as_a_special_token(minilm):
+    from probe.analyses.common.metrics import _special
+
+    enc = minilm.tokenizer(["I love 🍕 pizza"], return_tensors="pt")
+    special = _special(minilm, enc["input_ids"], enc["attention_mask"])[0].tolist()
+    tokens = minilm.tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    assert tokens[3] == "[UNK]" and special == [True, False, False, False, False, True]
+
+
+# ---- models: hf: names a folder; config contradicting weights --------------------------
+def test_hf_path_to_a_file_is_one_clear_error(tmp_path):
+    from probe.models import load_model
+
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(ValueError, match=r"is a file; hf: names a model folder .* use hf:"):
+        load_model(f"hf:{tmp_path / 'config.json'}")
+
+
+def test_config_contradicting_its_weights_is_bad_input(tmp_path, bert_tokenizer):
+    import transformers as T
+
+    cfg = T.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                        intermediate_size=64, vocab_size=len(bert_tokenizer), pad_token_id=0)
+    torch.manual_seed(0)
+    T.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    bert_tokenizer.save_pretrained(tmp_path)
+    c = json.loads((tmp_path / "config.json").read_text())
+    c.update(num_attention_heads=8, num_key_value_heads=4)
+    (tmp_path / "config.json").write_text(json.dumps(c))
+    r = CliRunner().invoke(cli, ["capture", "--model", f"hf:{tmp_path}", "--text", "hi", "--out",
+                                 str(tmp_path / "o")])
+    assert r.exit_code == 1, r.output
+    last = r.output.strip().splitlines()[-1]
+    assert last.startswith("Error:") and "does not match its weights" in last
+    assert "k_proj.weight is [16, 32]" in last and "num_attention_heads=8" in last and "unexpected" not in last
+
+
+# ---- --out: resolved once, links followed, writability proved first ---------------------
+def test_out_through_a_symlink_writes_into_its_target_and_keeps_the_link(tmp_path):
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    r = CliRunner().invoke(cli, ["rollout", "--text", "The cat sat.", "--out", str(link)])
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and (real / "rollout.csv").is_file()
+
+
+def test_unwritable_out_is_refused_before_any_compute(tmp_path, monkeypatch):
+    """Permission bits lie for root (/proc says writable): the check creates a file."""
+    import os
+
+    import probe.models as models
+    from probe.app.report.build import build_report
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before --out was checked")
+
+    monkeypatch.setattr(models, "load_model", no_model)
+    monkeypatch.setattr(os, "access", lambda *a, **k: True)
+    with pytest.raises(InputError, match="cannot write --out /proc/x/y: creating a file in /proc failed"):
+        build_report("/proc/x/y", text=["The cat sat."])
