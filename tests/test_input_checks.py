@@ -267,3 +267,12 @@ def test_unwritable_out_is_refused_before_any_compute(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "access", lambda *a, **k: True)
     with pytest.raises(InputError, match="cannot write --out /proc/x/y: creating a file in /proc failed"):
         build_report("/proc/x/y", text=["The cat sat."])
+
+
+def test_the_report_states_unknown_tokens(minilm):
+    from probe.app.report.build import _unknown_summary
+    from probe.inputs import fit_to_model
+
+    corpus = fit_to_model(Corpus(texts=("Pizza 🍕 here", "plain", "😀 and 😀")), minilm)
+    assert _unknown_summary(corpus, minilm) == "3 [UNK] in 2 of 3 examples (example 0: 1, example 2: 2)"
+    assert _unknown_summary(fit_to_model(Corpus(texts=("plain",)), minilm), minilm) == "none ([UNK] in 0 of 1 examples)"
