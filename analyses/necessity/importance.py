@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probe.analyses.common.metrics import Metric, as_corpus, get_metric, prepare
+from probe.analyses.common.metrics import as_corpus, get_metric, prepare
 from probe.interventions import HeadGates
 
 log = logging.getLogger(__name__)
