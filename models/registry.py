@@ -210,7 +210,7 @@ def weight_mismatch(source: str, cls, config) -> Optional[str]:
     try:
         with torch.device("meta"):
             expected = {k: tuple(v.shape) for k, v in cls._from_config(config).state_dict().items()}
-    except Exception:  # noqa: BLE001 - only for a better message; the caller has one without it
+    except Exception:  # only for a better message; the caller has one without it
         return None
     sizes = ", ".join(f"{f}={getattr(config, f)}" for f in _CONFIG_FIELDS if isinstance(getattr(config, f, None), int))
     for file in files:

@@ -14,15 +14,12 @@ the directory that will receive the result, before any compute.
 
 from __future__ import annotations
 
-<<<<<<< HEAD
 import logging
-=======
-from typing import Optional
->>>>>>> main
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from probe.errors import InputError
 
