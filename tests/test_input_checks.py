@@ -19,8 +19,10 @@ from probe.store_repair import verify_store
 from probe.store_schema import record_crc
 
 BOM = "\ufeff"
-ROWS = ("1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_\n"
-        "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_\n")
+ROWS = (
+    "1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_\n"
+    "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_\n"
+)
 TEXTS = [f"Sentence number {i} has {'many ' * (i % 5)}words in it." for i in range(23)]
 
 
@@ -151,20 +153,23 @@ def test_repair_removes_orphan_shards(small_store, tmp_path):
 
 
 # ---- options: NaN, infinity, ranges; repeated heads and layers ---------------------------
-@pytest.mark.parametrize("args, message", [
-    (["prune", "--threshold", "nan"], "--threshold"),
-    (["prune", "--threshold", "inf"], "--threshold"),
-    (["prune", "--step", "0"], "--step"),
-    (["prune", "--step", "1.5"], "--step"),
-    (["rollout", "--residual", "nan"], "--residual"),
-    (["complexity", "--max-memory", "-inf"], "--max-memory"),
-    (["capture", "--batch-size", "nan"], "--batch-size"),
-    (["faithfulness", "--heads", "L0H0,L0H0"], "L0H0 is given twice"),
-    (["ablate", "--group", "L0H1,L0H1"], "L0H1 is given twice"),
-    (["ablate", "--layers", "0,0,1"], "0 is given twice"),
-    (["capture", "--layers", "0,0,1"], "0 is given twice"),
-    (["capture", "--layers", "0-2,1"], "1 is given twice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["prune", "--threshold", "nan"], "--threshold"),
+        (["prune", "--threshold", "inf"], "--threshold"),
+        (["prune", "--step", "0"], "--step"),
+        (["prune", "--step", "1.5"], "--step"),
+        (["rollout", "--residual", "nan"], "--residual"),
+        (["complexity", "--max-memory", "-inf"], "--max-memory"),
+        (["capture", "--batch-size", "nan"], "--batch-size"),
+        (["faithfulness", "--heads", "L0H0,L0H0"], "L0H0 is given twice"),
+        (["ablate", "--group", "L0H1,L0H1"], "L0H1 is given twice"),
+        (["ablate", "--layers", "0,0,1"], "0 is given twice"),
+        (["capture", "--layers", "0,0,1"], "0 is given twice"),
+        (["capture", "--layers", "0-2,1"], "1 is given twice"),
+    ],
+)
 def test_bad_option_values_are_refused_before_any_work(tmp_path, args, message):
     text = [] if args[0] == "complexity" else ["--text", "The cat sat."]
     r = CliRunner().invoke(cli, [*args, *text, "--out", str(tmp_path / "o")])
@@ -227,16 +232,22 @@ def test_hf_path_to_a_file_is_one_clear_error(tmp_path):
 def test_config_contradicting_its_weights_is_bad_input(tmp_path, bert_tokenizer):
     import transformers as T
 
-    cfg = T.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-                        intermediate_size=64, vocab_size=len(bert_tokenizer), pad_token_id=0)
+    cfg = T.LlamaConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=len(bert_tokenizer),
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     T.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
     bert_tokenizer.save_pretrained(tmp_path)
     c = json.loads((tmp_path / "config.json").read_text())
     c.update(num_attention_heads=8, num_key_value_heads=4)
     (tmp_path / "config.json").write_text(json.dumps(c))
-    r = CliRunner().invoke(cli, ["capture", "--model", f"hf:{tmp_path}", "--text", "hi", "--out",
-                                 str(tmp_path / "o")])
+    r = CliRunner().invoke(cli, ["capture", "--model", f"hf:{tmp_path}", "--text", "hi", "--out", str(tmp_path / "o")])
     assert r.exit_code == 1, r.output
     last = r.output.strip().splitlines()[-1]
     assert last.startswith("Error:") and "does not match its weights" in last

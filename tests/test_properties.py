@@ -42,12 +42,45 @@ from probe.store_schema import check_record, record_crc
 
 #: examples per property (bounded: the whole module runs in well under a minute)
 N = 100
-PROFILE = dict(max_examples=N, derandomize=True, deadline=None, database=None,
-               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-EXOTIC = ["\u0301", "\u200d", "\u200b", "\u2028", "\u2029", "\x85", "\x1c", "\x00", "\x07", "\ufeff",
-          "\t", "\r", "\n", "é", "👩\u200d💻", " ", "#", "-", ".", "0", "9", "_", "=", "word", "The cat"]
-GOOD = ["1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_", "2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_",
-        "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_"]
+PROFILE = dict(
+    max_examples=N,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+EXOTIC = [
+    "\u0301",
+    "\u200d",
+    "\u200b",
+    "\u2028",
+    "\u2029",
+    "\x85",
+    "\x1c",
+    "\x00",
+    "\x07",
+    "\ufeff",
+    "\t",
+    "\r",
+    "\n",
+    "é",
+    "👩\u200d💻",
+    " ",
+    "#",
+    "-",
+    ".",
+    "0",
+    "9",
+    "_",
+    "=",
+    "word",
+    "The cat",
+]
+GOOD = [
+    "1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_",
+    "2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_",
+    "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_",
+]
 VALUES = ["", "_", "0", "1", "2", "3", "99", "-1", "1-2", "2-3", "3.1", "x", "\ufeff1", "1\ufeff", "é"]
 
 
@@ -155,9 +188,11 @@ def test_head_notation_parses_unique_heads_or_refuses(value):
 
 
 @settings(**PROFILE)
-@given(heads=st.lists(st.tuples(st.integers(0, 99), st.integers(0, 99)), min_size=1, max_size=8, unique=True),
-       forms=st.lists(st.sampled_from(["L{}H{}", "{}.{}", "{}:{}", "{}-{}"]), min_size=8, max_size=8),
-       sep=st.sampled_from([",", " ", "+", ", "]))
+@given(
+    heads=st.lists(st.tuples(st.integers(0, 99), st.integers(0, 99)), min_size=1, max_size=8, unique=True),
+    forms=st.lists(st.sampled_from(["L{}H{}", "{}.{}", "{}:{}", "{}-{}"]), min_size=8, max_size=8),
+    sep=st.sampled_from([",", " ", "+", ", "]),
+)
 def test_every_head_form_round_trips_and_a_repeat_is_refused(heads, forms, sep):
     text = sep.join(f.format(*h) for f, h in zip(forms, heads))
     assert parse_heads(text) == heads
@@ -186,10 +221,16 @@ def test_layer_lists_round_trip(layers):
 
 # ---- option values ----------------------------------------------------------------------
 @settings(**PROFILE)
-@given(x=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10 ** 20, 10 ** 20),
-                   st.sampled_from(["nan", "inf", "-inf", "NaN", "1e309", "0.5", " 2 ", "", "x", "1_0"])),
-       lo=st.one_of(st.none(), st.floats(-10, 10)), hi=st.one_of(st.none(), st.floats(-10, 10)),
-       kind=st.sampled_from([int, float]))
+@given(
+    x=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-(10**20), 10**20),
+        st.sampled_from(["nan", "inf", "-inf", "NaN", "1e309", "0.5", " 2 ", "", "x", "1_0"]),
+    ),
+    lo=st.one_of(st.none(), st.floats(-10, 10)),
+    hi=st.one_of(st.none(), st.floats(-10, 10)),
+    kind=st.sampled_from([int, float]),
+)
 def test_a_number_is_accepted_exactly_when_finite_and_in_range(x, lo, hi, kind):
     try:
         got = check_number(x, "--x", kind, lo, hi)
@@ -198,11 +239,18 @@ def test_a_number_is_accepted_exactly_when_finite_and_in_range(x, lo, hi, kind):
             v = float(x) if not isinstance(x, str) else float(x.strip())
         except ValueError:
             return
-        if kind is int and not (isinstance(x, int) or (isinstance(x, str) and x.strip().lstrip("-").isdigit())
-                                or (isinstance(x, float) and x.is_integer())):
+        if kind is int and not (
+            isinstance(x, int)
+            or (isinstance(x, str) and x.strip().lstrip("-").isdigit())
+            or (isinstance(x, float) and x.is_integer())
+        ):
             return
-        assert not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi) \
-            or abs(v) > 2 ** 62, (x, lo, hi, kind)
+        assert not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi) or abs(v) > 2**62, (
+            x,
+            lo,
+            hi,
+            kind,
+        )
         return
     assert isinstance(got, kind) and math.isfinite(got)
     assert (lo is None or got >= lo) and (hi is None or got <= hi)
@@ -230,9 +278,11 @@ def real_store(minilm, tmp_path_factory):
     return out
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers(-3, 10) | st.floats(allow_nan=False)
-                           | st.text(max_size=8), lambda c: st.lists(c, max_size=4)
-                           | st.dictionaries(st.text(max_size=6), c, max_size=4), max_leaves=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4),
+    max_leaves=12,
+)
 
 
 @settings(**PROFILE)
@@ -257,8 +307,10 @@ def test_index_records_are_checked_with_value_errors_only(real_store, data):
 @settings(**dict(PROFILE, max_examples=100))
 @given(data=st.data())
 def test_a_store_verify_accepts_reads_back_equal(real_store, data):
-    original = {r["id"]: (r["text"], r["tokens"], m.attentions.clone())
-                for r, m in zip(Store(real_store).records, Store(real_store))}
+    original = {
+        r["id"]: (r["text"], r["tokens"], m.attentions.clone())
+        for r, m in zip(Store(real_store).records, Store(real_store))
+    }
     d = Path(tempfile.mkdtemp(prefix="propstore-")) / "s"
     shutil.copytree(real_store, d)
     try:

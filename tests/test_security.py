@@ -32,8 +32,9 @@ def test_reads_weights_only_from_safetensors_never_a_pickle(tmp_path, bert_token
     import transformers as T
 
     marker = tmp_path / "UNPICKLED"
-    cfg = T.BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                       vocab_size=len(bert_tokenizer))
+    cfg = T.BertConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=len(bert_tokenizer)
+    )
     cfg.architectures = ["BertModel"]
     cfg.save_pretrained(tmp_path)
     bert_tokenizer.save_pretrained(tmp_path)
@@ -57,8 +58,12 @@ def test_no_source_file_calls_an_unpickler_or_trusts_remote_code():
     """A textual audit of the shipped code: no torch.load / pickle.load(s) on input, and
     trust_remote_code is only ever passed as False."""
     offenders = []
-    for path in [*ROOT.glob("probe/**/*.py"), *ROOT.glob("models/**/*.py"), *ROOT.glob("analyses/**/*.py"),
-                 *ROOT.glob("app/**/*.py")]:
+    for path in [
+        *ROOT.glob("probe/**/*.py"),
+        *ROOT.glob("models/**/*.py"),
+        *ROOT.glob("analyses/**/*.py"),
+        *ROOT.glob("app/**/*.py"),
+    ]:
         if ".venv" in path.parts:
             continue
         text = path.read_text(encoding="utf-8")
@@ -73,8 +78,15 @@ def test_no_source_file_calls_an_unpickler_or_trusts_remote_code():
 def test_reads_store_lines_that_own_their_tensor_only(tmp_path):
     from probe.store_schema import check_record
 
-    rec = {"id": 3, "shard": "shard-00000.safetensors", "key": "ex0", "tokens": ["a"], "word_ids": [0],
-           "special": [0], "words": ["a"]}
+    rec = {
+        "id": 3,
+        "shard": "shard-00000.safetensors",
+        "key": "ex0",
+        "tokens": ["a"],
+        "word_ids": [0],
+        "special": [0],
+        "words": ["a"],
+    }
     with pytest.raises(ValueError, match="names the tensor 'ex0', not its own 'ex3'"):
         check_record(rec)
 
@@ -133,8 +145,18 @@ def test_html_escapes_untrusted_text():
 
 
 def test_report_pages_escape_a_hostile_sentence(tmp_path):
-    r = CliRunner().invoke(cli, ["report", "--text", "<script>alert(1)</script> owns you", "--sections", "roles",
-                                 "--out", str(tmp_path / "rep")])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "report",
+            "--text",
+            "<script>alert(1)</script> owns you",
+            "--sections",
+            "roles",
+            "--out",
+            str(tmp_path / "rep"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     pages = [p.read_text(encoding="utf-8") for p in (tmp_path / "rep").rglob("*.html")]
     assert pages and not any("<script>alert(1)" in page for page in pages)

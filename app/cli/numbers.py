@@ -16,8 +16,9 @@ class Number(click.ParamType):
     """A finite ``int`` or ``float`` option within ``[min, max]`` (``(min, max]`` with
     ``min_open``); a bad value is one ``Error: Invalid value for '--x': …`` line, exit 2."""
 
-    def __init__(self, kind: type = float, min: Optional[float] = None, max: Optional[float] = None,
-                 min_open: bool = False):
+    def __init__(
+        self, kind: type = float, min: Optional[float] = None, max: Optional[float] = None, min_open: bool = False
+    ):
         self.kind, self.min, self.max, self.min_open = kind, min, max, min_open
         self.name = "integer" if kind is int else "float"
 

@@ -15,15 +15,21 @@ from typing import Any, Optional
 from probe.errors import InputError
 
 #: the largest whole number an option may hold (beyond it torch and numpy overflow)
-INT_LIMIT = 2 ** 62
+INT_LIMIT = 2**62
 
 
 def _bound(x: float) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def check_number(value: Any, name: str, kind: type = float, min: Optional[float] = None,
-                 max: Optional[float] = None, min_open: bool = False) -> Any:
+def check_number(
+    value: Any,
+    name: str,
+    kind: type = float,
+    min: Optional[float] = None,
+    max: Optional[float] = None,
+    min_open: bool = False,
+) -> Any:
     """``value`` as a finite ``kind`` (``int`` or ``float``) within ``[min, max]``
     (``(min, max]`` with ``min_open``).
 
@@ -77,8 +83,7 @@ def _one(p: Any, value: Any, parse_heads, parse_int_list) -> Any:
     if value is None:
         return None
     if p.type in (int, float):
-        return check_number(value, p.option, p.type, p.min, getattr(p, "max", None),
-                            getattr(p, "min_open", False))
+        return check_number(value, p.option, p.type, p.min, getattr(p, "max", None), getattr(p, "min_open", False))
     if p.type == "heads":
         return parse_heads(value, p.option)
     if p.type == "ints":
