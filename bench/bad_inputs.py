@@ -11,7 +11,10 @@ code; out-of-range layers, heads, examples and counts; exotic Unicode (combining
 zero-width joiner, control characters, line separators); corrupted stores (truncated,
 empty, random or missing shard, manifest that is a list or not JSON, garbage index line,
 index line without id, shard outside the store, index naming a tensor the shard lacks);
-unwritable ``--out`` (``/proc/x``, ``a_file/sub``).
+unwritable ``--out`` (``/proc/x``, ``a_file/sub``); round three: byte-order marks, an index
+line naming another example's tensor, NaN/inf option values, repeated heads and layers, an
+``hf:`` path to a file, a config contradicting its weights, ``--out`` through a symbolic
+link, a 1,000,000-character word.
 
 Each case runs in its own process with a timeout and is classified as:
 
@@ -60,6 +63,23 @@ def _rows(col: int, row: int, value: str) -> list:
     return ["\t".join(r) for r in rows]
 
 
+_MISMATCH = """
+import json, sys, torch, transformers as T
+from pathlib import Path
+from probe.models.registry import minilm_path
+d = Path(sys.argv[1])
+tok = T.AutoTokenizer.from_pretrained(str(minilm_path()))
+cfg = T.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                    intermediate_size=64, vocab_size=len(tok), pad_token_id=0)
+torch.manual_seed(0)
+T.LlamaForCausalLM(cfg).save_pretrained(d)
+tok.save_pretrained(d)
+c = json.loads((d / "config.json").read_text())
+c.update(num_attention_heads=8, num_key_value_heads=4)
+(d / "config.json").write_text(json.dumps(c))
+"""
+
+
 def make_fixtures(d: Path, probe: list) -> dict:
     """Bad files, corrupted stores and a good store under ``d``; returns name -> path."""
     f = {}
@@ -84,6 +104,16 @@ def make_fixtures(d: Path, probe: list) -> dict:
     write("good.conllu", "".join(f"# sent_id = g{k}\n# text = The dog barks\n" + "\n".join(GOOD_ROWS) + "\n\n"
                                  for k in range(12)))
     write("a_file", "not a directory\n")
+    write("bom.txt", "\ufeffThe cat sat.\nA dog barked.\n")  # round three (issue 28): read, BOM removed
+    write("bom.conllu", "\ufeff# text = The dog barks\n" + "\n".join(GOOD_ROWS) + "\n\n")
+    write("huge_word.txt", "x" * 1_000_000 + "\n")
+    # a tiny Llama whose config says 8 heads over 4-head weights
+    mismatch = d / "mismatch_model"
+    subprocess.run([sys.executable, "-c", _MISMATCH, str(mismatch)], check=True, capture_output=True, timeout=600)
+    f["mismatch_model"] = str(mismatch)
+    (d / "real_out").mkdir()
+    (d / "link_out").symlink_to(d / "real_out")
+    f["link_out"] = str(d / "link_out")
     # a model directory that asks for custom code (it must never run)
     evil = d / "evil_model"
     evil.mkdir()
@@ -132,6 +162,15 @@ def make_fixtures(d: Path, probe: list) -> dict:
     corrupt("index_no_id", lambda c: index_edit(c, rec_edit("id", None)))
     corrupt("index_escape", lambda c: index_edit(c, rec_edit("shard", "../store/" + shard)))
     corrupt("index_no_tensor", lambda c: index_edit(c, rec_edit("key", "ex99")))
+
+    def steal(lines):  # an extra line (fresh id, valid checksum) naming example 0's tensor
+        from probe.store_schema import record_crc
+
+        rec = json.loads(lines[0])
+        rec["id"] = 6
+        rec["crc"] = record_crc(rec)
+        return lines + [json.dumps(rec)]
+    corrupt("index_steals_tensor", lambda c: index_edit(c, steal))
     return f
 
 
@@ -236,6 +275,24 @@ def cases(f: dict, out: str) -> list:
     add("train:out_under_file", ["train", "zoo:prev_token", "--steps", 1, "--out", f["a_file"] + "/sub"])
     add("models:bad_option", ["models", "--nope"])
     add("store-repair:not_a_store", ["store", "repair", f["a_file"]])
+    # round three (issue 28)
+    add("capture:bom_file", ["capture", "--file", f["bom.txt"], "--out", o("r3_bom1")], ANY)
+    add("capture:bom_conllu", ["capture", "--conllu", f["bom.conllu"], "--out", o("r3_bom2")], ANY)
+    add("capture:huge_word", ["capture", "--file", f["huge_word.txt"], "--out", o("r3_huge")], ANY)
+    add("capture:repeated_layers", ["capture", "--text", "hi", "--layers", "0,0,1", "--out", o("r3_lay")])
+    add("capture:hf_config_file", ["capture", "--model", f"hf:{f['mismatch_model']}/config.json", "--text", "hi",
+                                   "--out", o("r3_cfg")])
+    add("capture:config_weight_mismatch", ["capture", "--model", f"hf:{f['mismatch_model']}", "--text", "hi",
+                                           "--out", o("r3_mm")])
+    add("rollout:out_symlink", ["rollout", "--text", "The cat sat.", "--out", f["link_out"]], ANY)
+    for v in ("nan", "inf", "-inf"):
+        add(f"prune:threshold_{v}", ["prune", "--text", "The cat sat.", "--threshold", v, "--out", o(f"r3_pr{v}")])
+    add("prune:step_zero", ["prune", "--text", "The cat sat.", "--step", 0, "--out", o("r3_step")])
+    add("rollout:residual_nan", ["rollout", "--text", "The cat sat.", "--residual", "nan", "--out", o("r3_res")])
+    add("faithfulness:repeated_heads", ["faithfulness", "--text", "The cat sat.", "--heads", "L0H0,L0H0",
+                                        "--out", o("r3_fh")])
+    add("ablate:repeated_group", ["ablate", "--text", "The cat sat.", "--group", "L0H1,L0H1", "--out", o("r3_ag")])
+    add("ablate:repeated_layers", ["ablate", "--text", "The cat sat.", "--layers", "0,0", "--out", o("r3_al")])
     return c
 
 

@@ -144,6 +144,9 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
     import transformers
 
     local = Path(path_or_id).expanduser()
+    if local.exists() and not local.is_dir():
+        raise ValueError(f"hf:{path_or_id} is a file; hf: names a model folder (config.json, tokenizer and "
+                         f"*.safetensors weights together): use hf:{local.parent}")
     source = str(local.resolve()) if local.exists() else path_or_id
     if local.is_dir():
         refuse_custom_code(local)
@@ -175,6 +178,12 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
     except (OSError, ValueError, EnvironmentError) as exc:
         raise ValueError(f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): "
                          f"{str(exc).splitlines()[0]}") from None
+    except RuntimeError as exc:  # transformers' size-mismatch report: the config contradicts the weights
+        if "mismatch" not in str(exc):
+            raise
+        raise ValueError(f"{path_or_id!r}: its config.json does not match its weights: "
+                         f"{weight_mismatch(source, cls, config) or str(exc).splitlines()[0]}; "
+                         "fix config.json or use the config the weights were saved with") from None
     if not text:  # images, audio: the Python API takes their features (probe.capture.capture_inputs)
         return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=None,
                             family=family, source=source, card=card or {})
@@ -182,6 +191,37 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
         raise ValueError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
     return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer,
                         family=family, source=source, card=card or {})
+
+
+_CONFIG_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size", "num_hidden_layers",
+                  "n_head", "n_embd", "n_layer", "n_heads", "dim", "d_model", "d_kv", "num_heads")
+
+
+def weight_mismatch(source: str, cls, config) -> Optional[str]:
+    """The first weight whose shape in the folder's safetensors differs from the shape the
+    config implies, named with the config's size fields (``None`` when none is found).
+
+    Reads only the safetensors headers and builds the model on the meta device (no memory)."""
+    from safetensors import safe_open
+
+    files = sorted(Path(source).glob("*.safetensors")) if Path(source).is_dir() else []
+    if not files:
+        return None
+    try:
+        with torch.device("meta"):
+            expected = {k: tuple(v.shape) for k, v in cls._from_config(config).state_dict().items()}
+    except Exception:  # only for a better message; the caller has one without it
+        return None
+    sizes = ", ".join(f"{f}={getattr(config, f)}" for f in _CONFIG_FIELDS if isinstance(getattr(config, f, None), int))
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                shape = tuple(f.get_slice(key).get_shape())
+                for name in (key, key.split(".", 1)[-1], f"{getattr(cls, 'base_model_prefix', '')}.{key}"):
+                    if name in expected and expected[name] != shape:
+                        return (f"{key} is {list(shape)} in {file.name} but the config ({sizes}) makes it "
+                                f"{list(expected[name])}")
+    return None
 
 
 _CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")

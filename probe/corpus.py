@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from .errors import InputError
+
 log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^([1-9]\d*|[1-9]\d*-[1-9]\d*|\d+\.[1-9]\d*)$")
@@ -54,33 +56,47 @@ class Sentence:
 
 
 def read_utf8(path) -> str:
-    """The text of a UTF-8 file.
+    """The text of a UTF-8 file, without a leading byte-order mark (:func:`strip_bom`).
 
     Raises:
-        ValueError: unreadable file, or not UTF-8 (with the byte offset).
+        InputError: unreadable file, or not UTF-8 (with the byte offset).
     """
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as exc:
-        raise ValueError(f"cannot read {p}: {exc.strerror}") from None
+        raise InputError(f"cannot read {p}: {exc.strerror}") from None
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{p} is not UTF-8 (bad byte at offset {exc.start}); convert it with iconv") from None
+        raise InputError(f"{p} is not UTF-8 (bad byte at offset {exc.start}); convert it with iconv") from None
+    return strip_bom(text, p)
+
+
+BOM = "\ufeff"
+
+
+def strip_bom(text: str, source="text") -> str:
+    """``text`` without a leading byte-order mark (U+FEFF), which some editors write at the
+    start of UTF-8 files; its removal is logged (a warning naming ``source``). A U+FEFF
+    elsewhere is a zero-width no-break space and belongs to the text."""
+    if text.startswith(BOM):
+        log.warning("%s starts with a byte-order mark (U+FEFF): removed", source)
+        return text[1:]
+    return text
 
 
 def read_text_file(path) -> list[str]:
     """Non-blank lines of a UTF-8 text file, one example per line.
 
     Raises:
-        ValueError: unreadable file, not UTF-8 (with the byte offset), or no lines.
+        InputError: unreadable file, not UTF-8 (with the byte offset), or no lines.
     """
     p = Path(path)
     text = read_utf8(p)
     lines = [line.strip() for line in _lines(text) if line.strip()]
     if not lines:
-        raise ValueError(f"{p} is empty: give one sentence per line")
+        raise InputError(f"{p} is empty: give one sentence per line")
     return lines
 
 
@@ -220,7 +236,7 @@ def read_treebank(path, limit: Optional[int] = None,
             (default): as that block says, else ``False``.
 
     Raises:
-        ValueError: unreadable or non-UTF-8 file, an invalid sentence (``file:line: problem``)
+        InputError: unreadable or non-UTF-8 file, an invalid sentence (``file:line: problem``)
             unless skipped, or a treebank with no (valid) sentence.
     """
     import conllu
@@ -246,7 +262,7 @@ def read_treebank(path, limit: Optional[int] = None,
                 problem = (first, f"malformed CoNLL-U: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         bad = InvalidSentence(str(p), problem[0], _sent_id(rows), problem[1])
         if not skip_invalid:
-            raise ValueError(f"{bad}; fix the treebank, or pass --skip-invalid to skip such sentences "
+            raise InputError(f"{bad}; fix the treebank, or pass --skip-invalid to skip such sentences "
                              "(they are counted in skipped.csv)")
         invalid.append(bad)
     if invalid:
@@ -255,7 +271,7 @@ def read_treebank(path, limit: Optional[int] = None,
         if collected is not None:
             collected.extend(invalid)
     if not out:
-        raise ValueError(f"{p} holds no sentence" + (f" that is valid ({len(invalid)} invalid skipped)"
+        raise InputError(f"{p} holds no sentence" + (f" that is valid ({len(invalid)} invalid skipped)"
                                                      if invalid else ""))
     return out, invalid
 

@@ -6,6 +6,7 @@ model and no input, the zoo task's own generated evaluation set is used.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -28,6 +29,9 @@ class Corpus:
         source: a short description (``"text"``, a path, ``"zoo:<task> eval set"``).
         examples: zoo examples with their ground truth, else ``()``.
         skipped: ``{reason: count}`` of examples left out.
+        unknown: per example, how many of its tokens are the tokenizer's unknown token
+            (``[UNK]``: characters the vocabulary lacks, such as emoji, or a word beyond the
+            tokenizer's word-length limit), once :func:`fit_to_model` counted them; else ``()``.
     """
 
     texts: tuple
@@ -37,6 +41,7 @@ class Corpus:
     source: str = ""
     examples: tuple = ()
     skipped: dict = field(default_factory=dict)
+    unknown: tuple = ()
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -50,7 +55,8 @@ class Corpus:
             skipped[reason] = skipped.get(reason, 0) + len(self.texts) - len(keep)
         return Corpus(texts=pick(self.texts), word_spans=pick(self.word_spans) if self.word_spans else None,
                       sentences=pick(self.sentences), targets=pick(self.targets) if self.targets else None,
-                      source=self.source, examples=pick(self.examples), skipped=skipped)
+                      source=self.source, examples=pick(self.examples), skipped=skipped,
+                      unknown=pick(self.unknown))
 
 
 def from_sentences(sentences: Sequence[Sentence], source: str = "") -> Corpus:
@@ -120,7 +126,12 @@ def fit_to_model(corpus: Corpus, adapter, allow_empty: bool = False) -> Corpus:
     """
     if not len(corpus):
         return corpus
-    keep = [i for i, n in enumerate(_lengths(corpus.texts, adapter)) if n <= adapter.max_length]
+    enc = adapter.tokenizer(list(corpus.texts), add_special_tokens=True, return_offsets_mapping=True)
+    counts, notes = unknown_tokens(corpus.texts, enc["input_ids"], enc["offset_mapping"], adapter.tokenizer)
+    for line in notes:
+        log.warning("%s", line)
+    corpus = dataclasses.replace(corpus, unknown=tuple(counts))
+    keep = [i for i, ids in enumerate(enc["input_ids"]) if len(ids) <= adapter.max_length]
     if len(keep) < len(corpus):
         log.warning("%d examples longer than %d tokens skipped", len(corpus) - len(keep), adapter.max_length)
     if not keep and not allow_empty:
@@ -147,6 +158,48 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus
         log.warning("%d pairs with a text longer than %d tokens skipped", len(clean) - len(keep), limit)
     reason = f"pair with a text longer than {limit} tokens"
     return clean.subset(keep, reason=reason), corrupted.subset(keep, reason=reason)
+
+
+#: a word longer than this many characters is named in the notes when it becomes ``[UNK]``
+LONG_WORD = 100
+
+
+def unknown_tokens(texts: Sequence[str], ids: Sequence[Sequence[int]], offsets: Sequence[Sequence[tuple]],
+                   tokenizer) -> tuple[list, list]:
+    """``(counts, notes)``: per text, how many tokens are the tokenizer's unknown token
+    (``tokenizer.unk_token_id``; none when it has none), and lines for people: how many
+    examples hold such tokens, the first ones with the characters each stands for, and every
+    word longer than :data:`LONG_WORD` characters that became one unknown token (WordPiece
+    gives ``[UNK]`` to any word past its ``max_input_chars_per_word``)."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    name = getattr(tokenizer, "unk_token", None) or "[UNK]"
+    counts, spans = [], []
+    for k, row in enumerate(ids):
+        hits = [j for j, t in enumerate(row) if unk is not None and t == unk]
+        counts.append(len(hits))
+        spans.extend((k, tuple(offsets[k][j])) for j in hits)
+    notes = []
+    if spans:
+        hit = [k for k, n in enumerate(counts) if n]
+        shown = ", ".join(f"example {k}: {_shown(texts[k][a:b])}" for k, (a, b) in spans[:3])
+        notes.append(f"{len(hit)} of {len(texts)} examples hold {name} tokens ({sum(counts)} in all; characters "
+                     f"the vocabulary lacks, e.g. {shown}): their attention is to a placeholder")
+        for k, (a, b) in spans:
+            if b - a > LONG_WORD:
+                notes.append(f"example {k}: a word of {b - a:,} characters became one {name} token")
+    return counts, notes
+
+
+def _shown(piece: str) -> str:
+    return repr(piece) if len(piece) <= 20 else f"{piece[:8]!r}… ({len(piece):,} characters)"
+
+
+def special_token_ids(tokenizer) -> list:
+    """Ids of the tokenizer's special tokens that mark structure ([CLS], [SEP], padding…),
+    without the unknown token: an ``[UNK]`` stands for input text (an emoji, a rare
+    character) and is counted, not hidden, as a special token would be."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    return sorted({i for i in (getattr(tokenizer, "all_special_ids", None) or []) if i != unk})
 
 
 def _lengths(texts, adapter) -> list:

@@ -6,10 +6,16 @@ import logging
 from typing import Optional, Sequence
 
 from .capture import iter_capture
+from .errors import InputError
 from .inputs import Corpus, fit_to_model
 from .store import Store, StoreWriter, fingerprint
 
 log = logging.getLogger(__name__)
+
+#: batches are formed within fixed blocks of ``batch_size * SORT_WINDOW`` consecutive examples
+#: (sorted by length inside a block), so an example's batch depends only on its block: a resumed
+#: capture recomputes a partly finished block whole and stores bit for bit what a clean one does
+SORT_WINDOW = 8
 
 
 def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[int]] = None,
@@ -26,6 +32,11 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
     many bytes, estimated from each encoding before the forward, and so is each padded
     batch), plus one shard waiting to be written (written at ``shard_size`` examples or
     :data:`probe.store.SHARD_BYTES`, 256 MiB, whichever comes first).
+    Batches are formed inside fixed blocks of ``batch_size × 8`` consecutive examples, so
+    that a resumed capture (which recaptures a partly finished block whole, keeping only
+    the missing examples) stores exactly the values a clean capture stores: the same
+    batch composition, hence the same padding and the same floating-point sums. Files a
+    killed capture left behind (shards without index lines) are removed on resume.
     Only one process writes a store at a time (a second one fails at once, see
     :mod:`probe.store_lock`).
 
@@ -48,14 +59,31 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
         todo = [k for k, i in enumerate(ids) if i not in writer.done]
         if len(todo) < len(ids):
             log.info("resuming: %d of %d examples already in %s", len(ids) - len(todo), len(ids), out)
-        texts = [fitted.texts[k] for k in todo]
-        spans = [fitted.word_spans[k] for k in todo] if fitted.word_spans else None
-        targets = [fitted.targets[k] for k in todo] if fitted.targets else None
-        stream = iter_capture(adapter, texts, layers=layers, batch_size=batch_size, stack=stack,
-                              word_spans=spans, targets=targets, progress=progress, total=len(texts),
-                              truncate=on_long == "truncate", standalone=True)
-        for k, maps in zip(todo, stream):
-            writer.add(ids[k], maps)
+        bar = None
+        if progress and todo:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(todo), unit="ex", desc=f"capture {adapter.name}")
+        block = batch_size * SORT_WINDOW
+        try:
+            for start in range(0, len(ids), block):
+                ks = list(range(start, min(len(ids), start + block)))
+                if all(ids[k] in writer.done for k in ks):
+                    continue  # a finished block; a partly finished one is captured whole (same batches)
+                stream = iter_capture(adapter, [fitted.texts[k] for k in ks], layers=layers, batch_size=batch_size,
+                                      stack=stack, sort_window=SORT_WINDOW,
+                                      word_spans=[fitted.word_spans[k] for k in ks] if fitted.word_spans else None,
+                                      targets=[fitted.targets[k] for k in ks] if fitted.targets else None,
+                                      truncate=on_long == "truncate", standalone=True)
+                for k, maps in zip(ks, stream):
+                    if ids[k] not in writer.done:
+                        if fitted.unknown:  # per example in the store's index (meta)
+                            maps.meta["unknown_tokens"] = int(fitted.unknown[k])
+                        writer.add(ids[k], maps)
+                        if bar is not None:
+                            bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
     return Store(out)
 
 
@@ -63,6 +91,8 @@ def store_manifest(adapter, corpus: Corpus, fitted: Corpus, layers: Optional[Seq
                    stack: Optional[str] = None) -> dict:
     """The manifest of a store of ``corpus`` (``fitted``: what is left after the length check)."""
     stack = stack or adapter.default_stack
+    if layers is not None and len(set(layers)) != len(layers):
+        raise InputError(f"layers {list(layers)} name a layer twice: give each layer once")
     return {
         "model": adapter.name, "stack": stack,
         "layers": sorted(layers) if layers is not None else list(range(adapter.n_layers_of(stack))),

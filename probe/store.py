@@ -130,6 +130,7 @@ class StoreWriter:
             if raw and not raw.endswith(b"\n"):
                 write_index(self.index_path, finished)
         self.done = {r["id"] for r in finished}
+        self.removed = remove_orphans(self.path, finished)
         existing = sorted(self.path.glob("shard-*.safetensors"))
         numbers = [int(p.name[6:-12]) for p in existing if SHARD_NAME.match(p.name)]
         self._next_shard = max(numbers) + 1 if numbers else 0
@@ -366,6 +367,23 @@ def _check_shards(directory: Path, records: list) -> None:
         if lacking:
             raise ValueError(f"{directory}: shard {shard} lacks the tensor of example {lacking[0]['id']}; "
                              + _REPAIR.format(directory))
+
+
+def remove_orphans(directory: Path, records: list) -> list:
+    """Delete the shards no record refers to and leftover temporary files (what a killed
+    capture leaves: its last shards' index lines were never written, or were cut); returns
+    the names removed. Called under the store's write lock, before new shards are written
+    (by a resumed capture, and by ``probe store repair``)."""
+    used = {r["shard"] for r in records}
+    removed = []
+    for p in sorted(directory.iterdir()):
+        if ((SHARD_NAME.match(p.name) and p.name not in used) or p.name.endswith(".tmp")) and p.is_file():
+            p.unlink()
+            removed.append(p.name)
+    if removed:
+        log.warning("%s: removed %d file(s) no finished example refers to (%s), left by an interrupted capture",
+                    directory, len(removed), ", ".join(removed[:3]) + (", …" if len(removed) > 3 else ""))
+    return removed
 
 
 def write_index(path: Path, records: list) -> None:

@@ -84,7 +84,7 @@ def repair_store(path) -> StoreCheck:
     Raises:
         ValueError: no store, a damaged manifest, or another process writing the store.
     """
-    from .store import write_index
+    from .store import remove_orphans, write_index
 
     directory = Path(path)
     with StoreLock(directory):
@@ -96,9 +96,5 @@ def repair_store(path) -> StoreCheck:
         check.dropped = len(bad_lines) + len(records) - len(good) + int(torn)
         if check.dropped:
             write_index(directory / "index.jsonl", good)
-        used = {r["shard"] for r in good}
-        for p in sorted(directory.iterdir()):
-            if (SHARD_NAME.match(p.name) and p.name not in used) or (p.name.endswith(".tmp") and p.is_file()):
-                check.orphans.append(p.name)
-                p.unlink()
+        check.orphans = remove_orphans(directory, good)
     return check

@@ -49,6 +49,9 @@ def read_manifest(directory) -> dict:
     layers = data.get("layers")
     if layers is not None and not (isinstance(layers, list) and all(_is_int(x) and x >= 0 for x in layers)):
         raise ValueError(f"{mpath}: layers must be a list of layer numbers, found {layers!r}")
+    if layers is not None and len(set(layers)) != len(layers):
+        raise ValueError(f"{mpath}: layers {layers!r} name a layer twice (a capture stores each layer once); "
+                         "capture again into a new --out")
     return data
 
 
@@ -81,6 +84,8 @@ def check_record(rec) -> None:
         raise ValueError(f"shard {rec['shard']!r} is not a shard file of this store (shard-NNNNN.safetensors)")
     if not isinstance(rec["key"], str):
         raise ValueError(f"tensor key must be a string, found {rec['key']!r}")
+    if rec["key"] != f"ex{rec['id']}":  # an example owns its tensor: no line may read another's
+        raise ValueError(f"example {rec['id']} names the tensor {rec['key']!r}, not its own 'ex{rec['id']}'")
     if rec.get("kind", "self") not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, found {rec.get('kind')!r}")
     if not isinstance(rec.get("text", ""), str) or not isinstance(rec.get("meta", {}), dict):
@@ -106,8 +111,10 @@ def check_record(rec) -> None:
 def scan_index(path: Path) -> tuple[list, list, bool]:
     """``(records, problems, torn)`` of an ``index.jsonl``: the valid records (each with its
     line number under ``_line``), ``(line, problem)`` pairs for the others (bad JSON, bad
-    record, duplicate id), and whether the last line was cut by a kill (no newline; ignored)."""
-    records, problems, seen = [], [], set()
+    record, duplicate id, a tensor another line already names), and whether the last line was
+    cut by a kill (no newline; ignored). Each example owns one tensor: no two lines may name
+    the same ``(shard, key)``."""
+    records, problems, seen, owners = [], [], set(), {}
     if not path.exists():
         return records, problems, False
     try:
@@ -129,6 +136,12 @@ def scan_index(path: Path) -> tuple[list, list, bool]:
         if rec["id"] in seen:
             problems.append((n, f"duplicate example id {rec['id']}"))
             continue
+        tensor = (rec["shard"], rec["key"])
+        if tensor in owners:
+            problems.append((n, f"example {rec['id']} names the tensor {rec['key']} of {rec['shard']}, which "
+                                f"line {owners[tensor]} already owns"))
+            continue
         seen.add(rec["id"])
+        owners[tensor] = n
         records.append(dict(rec, _line=n))
     return records, problems, torn

@@ -146,9 +146,12 @@ def test_a_failed_run_leaves_nothing(tmp_path):
 def test_heads_are_accepted_in_every_notation():
     from probe.app.cli.common import parse_heads
 
-    assert parse_heads("L2H8,2.8 2:8+2-8,l2h8") == [(2, 8)] * 5
+    assert parse_heads("L2H8,2.9 2:10+2-11,l3h8") == [(2, 8), (2, 9), (2, 10), (2, 11), (3, 8)]
     assert parse_heads("all") is None
     import click
+
+    with pytest.raises(click.BadParameter, match="L2H8 is given twice"):  # one head in two notations
+        parse_heads("L2H8,2.8")
 
     with pytest.raises(click.BadParameter, match="L2H8"):
         parse_heads("2/8")

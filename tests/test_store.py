@@ -200,12 +200,12 @@ def test_damaged_shard_names_store_and_example(copy, damage, message):
 def test_index_naming_a_tensor_the_shard_lacks(copy):
     lines = _lines(copy)
     rec = json.loads(lines[0])
-    rec["key"] = "ex99"
+    rec["id"], rec["key"] = 99, "ex99"
     rec["crc"] = record_crc(rec)  # a consistent record naming a tensor the shard lacks
     lines[0] = json.dumps(rec)
     (copy / "index.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(ValueError, match=r"example 0 .*no tensor 'ex99'"):
-        Store(copy)[0]
+    with pytest.raises(ValueError, match=r"example 99 .*no tensor 'ex99'"):
+        Store(copy)[-1]
 
 
 @pytest.mark.parametrize("text, message", [

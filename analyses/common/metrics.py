@@ -218,8 +218,9 @@ class Metric(ModelScalar):
 
 
 def _special(adapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    special_ids = torch.tensor(sorted(set(getattr(adapter.tokenizer, "all_special_ids", []) or [])),
-                               dtype=ids.dtype, device=ids.device)
+    from probe.inputs import special_token_ids  # [UNK] is input text, not a special token
+
+    special_ids = torch.tensor(special_token_ids(adapter.tokenizer), dtype=ids.dtype, device=ids.device)
     return torch.isin(ids, special_ids) & mask.bool()
 
 

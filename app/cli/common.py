@@ -14,12 +14,14 @@ import sys
 
 import click
 
+from .numbers import integer
+
 model_option = click.option("--model", "-m", default="minilm", show_default=True,
                             help="minilm | hf:<id or path> | zoo:<task>")
 device_option = click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N]")
 dtype_option = click.option("--dtype", default=None, type=click.Choice(["float32", "float16", "bfloat16"]),
                             help="forward dtype (maps are stored as float32 or float16)")
-limit_option = click.option("--limit", type=click.IntRange(min=1), default=None, help="first N examples only")
+limit_option = click.option("--limit", type=integer(min=1), default=None, help="first N examples only")
 force_option = click.option("--force", is_flag=True, help="replace a non-empty --out")
 
 
@@ -184,7 +186,7 @@ def engine_option(engines=("local", "stream", "ray")):
     """
     def add(fn):
         if "ray" in engines:
-            fn = click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+            fn = click.option("--workers", type=integer(min=1), default=2, show_default=True,
                               help="Ray actors, each holding the model (--engine ray)")(fn)
             fn = click.option("--address", default=None, help="existing Ray cluster (e.g. auto or "
                               "ray://host:10001); default: start a local one (--engine ray)")(fn)

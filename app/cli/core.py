@@ -8,6 +8,8 @@ import json
 
 import click
 
+from .numbers import integer
+
 from .common import (configure_progress, device_option, dtype_option, engine_option, force_option, input_options,
                      limit_option, model_option, parse_head, parse_int_list, quiet_option, setup_logging,
                      user_errors, verbose_option)
@@ -52,7 +54,7 @@ def models_cmd(as_json, architectures):
 @input_options
 @limit_option
 @click.option("--layers", default=None, help="layers to capture, e.g. 0,3,5 or 0-2 (default all)")
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--batch-size", type=integer(min=1), default=16, show_default=True)
 @click.option("--store-dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True)
 @click.option("--stack", type=click.Choice(["encoder", "decoder", "cross"]), default=None,
               help="attention stack of encoder-decoder models (default: encoder)")
@@ -80,10 +82,10 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
     from probe.app.registry.outdir import check_out
 
     resumable = (Path(out) / "manifest.json").exists() and not force
-    if not resumable:  # a fresh store: --out must be empty, or replaced with --force
-        check_out(out, force)
-        if force and Path(out).is_dir():
-            shutil.rmtree(out)
+    # resolved once (a symbolic link is followed) and proved writable before any compute
+    out = check_out(out, force=force or resumable)
+    if not resumable and force and out.is_dir():  # a fresh store replaces the old one with --force
+        shutil.rmtree(out)
     from probe.app.engine import engine_settings
     from probe.inputs import load_corpus
     from probe.models import load_model
@@ -116,10 +118,10 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
 
 @click.command("heatmap")
 @click.option("--store", "store_dir", required=True, type=click.Path(file_okay=False))
-@click.option("--example", type=int, default=0, show_default=True)
+@click.option("--example", type=integer(), default=0, show_default=True)
 @click.option("--head", "head_spec", required=True, help="the head: L2H8 (or 2.8, 2:8, 2-8; or an index "
               "with --layer)")
-@click.option("--layer", type=int, default=None, help="the layer, when --head is a bare index")
+@click.option("--layer", type=integer(), default=None, help="the layer, when --head is a bare index")
 @click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png", show_default=True)
 @click.option("--out", "-o", required=True, type=click.Path(), help="output directory (must be empty unless "
               "--force): L<l>H<h>_ex<i>.<format> and the matrix as .csv")

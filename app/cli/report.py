@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from .numbers import integer
+
 from .common import (configure_progress, device_option, force_option, input_options, limit_option, model_option,
                      quiet_option, setup_logging, user_errors, verbose_option)
 
@@ -21,7 +23,7 @@ def _sections_help() -> str:
 @input_options
 @limit_option
 @click.option("--sections", default=None, help=_sections_help())
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--batch-size", type=integer(min=1), default=16, show_default=True)
 @device_option
 @click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless "
               "--force)")

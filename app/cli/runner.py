@@ -14,6 +14,7 @@ import time
 
 import click
 
+from .numbers import Number
 from .common import (configure_progress, device_option, engine_option, force_option, input_options, limit_option,
                      parse_heads, parse_int_list, quiet_option, setup_logging, skip_invalid_option, user_errors,
                      verbose_option)
@@ -31,16 +32,14 @@ def _click_type(p):
         return str
     if p.choices:
         return click.Choice(list(p.choices))
-    if p.type is int and p.min is not None:
-        return click.IntRange(min=int(p.min))
-    if p.type is float and p.min is not None:
-        return click.FloatRange(min=p.min)
+    if p.type in (int, float):  # finite and in range (NaN and inf refused): the one numeric type
+        return Number(p.type, p.min, p.max, p.min_open)
     return p.type
 
 
 def convert(p, value):
     """A parsed option's value in the declared type (heads, integer lists, names)."""
-    conv = {"heads": lambda v: parse_heads(v, p.option), "ints": lambda v: parse_int_list(v, p.option),
+    conv = {"heads": lambda v: parse_heads(v, p.option), "ints": lambda v: parse_int_list(v, p.option),  # repeats refused
             "names": _names}.get(p.type)
     if conv is None or value is None:
         return value

@@ -8,6 +8,8 @@ import json
 
 import click
 
+from .numbers import integer
+
 from .common import quiet_option, setup_logging, user_errors, verbose_option
 
 
@@ -16,8 +18,8 @@ from .common import quiet_option, setup_logging, user_errors, verbose_option
 @click.option("--out", "-o", required=True, type=click.Path(), help="directory for weights, tokenizer and card "
               "(must be empty unless --force)")
 @click.option("--force", is_flag=True, help="replace a non-empty --out")
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="training steps (default: the task's)")
-@click.option("--seed", type=int, default=None, help="random seed (default: the task's)")
+@click.option("--steps", type=integer(min=1), default=None, help="training steps (default: the task's)")
+@click.option("--seed", type=integer(min=0), default=None, help="random seed (default: the task's)")
 @click.option("--json", "as_json", is_flag=True, help="print the card as JSON")
 @quiet_option
 @verbose_option
@@ -46,9 +48,9 @@ def train_cmd(spec, out, force, steps, seed, as_json, quiet, verbose):
 @click.option("--model", "-m", required=True, help="zoo:<task>")
 @click.option("--path", type=click.Path(file_okay=False), default=None,
               help="a directory written by `probe train` (default: the committed model)")
-@click.option("--limit", "n", type=click.IntRange(min=1), default=None,
+@click.option("--limit", "n", type=integer(min=1), default=None,
               help="held-out examples (default: the card's)")
-@click.option("--n", "n_old", type=click.IntRange(min=1), default=None, hidden=True)
+@click.option("--n", "n_old", type=integer(min=1), default=None, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @user_errors
 def evaluate_cmd(model, path, n, n_old, as_json):

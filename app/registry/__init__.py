@@ -76,6 +76,8 @@ class Param:
         help: one line for ``--help``.
         choices: allowed values of a ``str`` parameter.
         min: smallest allowed value of an ``int``/``float`` parameter.
+        max: largest allowed value of an ``int``/``float`` parameter.
+        min_open: ``min`` itself is not allowed (``(min, max]``).
         multiple: repeatable option (a tuple of values).
         required: the option must be given.
         aliases: extra spellings kept for old command lines (hidden in ``--help``).
@@ -89,6 +91,8 @@ class Param:
     choices: tuple = ()
     min: Optional[float] = None
     multiple: bool = False
+    max: Optional[float] = None
+    min_open: bool = False
     required: bool = False
     aliases: tuple = ()
     short: Optional[str] = None
@@ -159,7 +163,9 @@ class Analysis:
             raise InputError(f"{self.name} has no parameter(s) {bad}; known: {', '.join(known) or 'none'}")
         out = {p.name: ((() if p.default is None else p.default) if p.multiple else p.default)
                for p in self.params}
-        out.update(given)
+        from .validate import check_param
+
+        out.update({k: check_param(known[k], v) for k, v in given.items()})  # NaN, ranges, repeats refused
         return out
 
 

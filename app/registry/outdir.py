@@ -4,35 +4,67 @@
 or one whose parent cannot be created or written, *before* the analysis runs; the
 result is written into a temporary sibling directory that is renamed into place at the
 end, so a failed run leaves nothing half-written (and an existing ``--out`` untouched).
+
+``--out`` is resolved once, at the check: a symbolic link (anywhere in the path) is
+*followed*, and the result replaces the directory it points to, never the link itself;
+every later step uses that resolved path. Writability is proved, not guessed from
+permission bits (which say yes to root under ``/proc``): a file is created and removed in
+the directory that will receive the result, before any compute.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
+
+from probe.errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 def check_out(out, force: bool = False) -> Path:
     """``out`` as a Path, after checking it can receive a result.
 
+    Returns the resolved absolute path (symbolic links followed): use it from then on.
+
     Raises:
-        ValueError: ``out`` is a file, a non-empty directory without ``force``, or its
-            nearest existing parent is not a writable directory.
+        InputError: ``out`` is a file, a non-empty directory without ``force``, or its
+            nearest existing parent is not a directory in which a file can be created.
     """
-    out = Path(out)
+    given = Path(out)
+    out = Path(os.path.realpath(given.expanduser()))
+    if given.is_symlink():
+        log.info("--out %s is a symbolic link: writing into %s", given, out)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file: --out is always a directory; choose another path")
+        raise InputError(f"--out {given} is a file: --out is always a directory; choose another path")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise ValueError(f"--out {out} is not empty: pass --force to replace it, or choose another directory")
+        raise InputError(f"--out {given} is not empty: pass --force to replace it, or choose another directory")
     parent = out.absolute().parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot create --out {out}: {parent} is not a writable directory")
+        raise InputError(f"cannot create --out {given}: {parent} is not a writable directory")
+    probe_writable(parent, given)
     return out
+
+
+def probe_writable(directory: Path, given) -> None:
+    """Create and remove a file in ``directory``.
+
+    Raises:
+        InputError: the file cannot be created (naming ``--out given`` and the reason).
+    """
+    try:
+        fd, name = tempfile.mkstemp(prefix=".probe-write-check-", dir=directory)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise InputError(f"cannot write --out {given}: creating a file in {directory} failed "
+                         f"({exc.strerror or exc}); choose a writable directory") from None
 
 
 class OutDir:

@@ -221,7 +221,7 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     from .bundled import sample_corpus
 
     t_start = time.perf_counter()
-    _check_out(out, force)
+    out = _check_out(out, force)  # resolved once (a link followed), proved writable, before any compute
     choose(sections)  # unknown names fail before the slow part
     if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
         corpus = load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model)
@@ -243,7 +243,8 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
                    progress=bool(progress))
     t_capture = time.perf_counter() - t0
     settings = {"model": adapter.name, "model_info": adapter.describe(), "input": source,
-                "limit": limit, "device": device, "capture seconds": round(t_capture, 2)}
+                "limit": limit, "device": device, "capture seconds": round(t_capture, 2),
+                "unknown tokens": _unknown_summary(corpus, adapter)}
     ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings)
     data = analyse(ctx, sections=sections, strict=strict,
                    progress=progress if callable(progress) else (_print_progress if progress else None))
@@ -251,6 +252,17 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
+
+
+def _unknown_summary(corpus, adapter) -> str:
+    """How many examples hold the tokenizer's unknown token, and which (the first ten)."""
+    counts = list(corpus.unknown)
+    hit = [k for k, n in enumerate(counts) if n]
+    name = getattr(adapter.tokenizer, "unk_token", None) or "[UNK]"
+    if not hit:
+        return f"none ({name} in 0 of {len(counts)} examples)"
+    listed = ", ".join(f"example {k}: {counts[k]}" for k in hit[:10]) + (", …" if len(hit) > 10 else "")
+    return f"{sum(counts)} {name} in {len(hit)} of {len(counts)} examples ({listed})"
 
 
 def _is_rnn_zoo(model) -> bool:

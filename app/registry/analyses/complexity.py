@@ -100,7 +100,7 @@ ANALYSIS = Analysis(
             Param("repeats", int, 3, "timed forwards per point (fastest kept)", min=1),
             Param("threads", int, 1, "torch threads while timing", min=1),
             Param("max_memory", float, 4.0, "refuse grids whose largest layer needs more than this many GiB",
-                  min=0.0),
+                  min=0.0, min_open=True),
             Param("graph_max_n", int, 256, "largest n whose path length is computed on the graph (closed form "
                   "above)", min=1)),
     order=70,

@@ -79,8 +79,10 @@ IMPORTANCE = Analysis(
 PRUNE = Analysis(
     "prune", "Head importance and the pruning curve (by importance vs random order)", run_prune,
     needs=("model", "corpus", "gradients"),
-    params=(METRIC, METHOD, Param("step", float, 0.1, "fraction of heads pruned per step", min=0.0),
-            Param("threshold", float, 0.05, "report how many heads go before the metric worsens by more than this"),
+    params=(METRIC, METHOD, Param("step", float, 0.1, "fraction of heads pruned per step", min=0.0, max=1.0,
+                                       min_open=True),
+            Param("threshold", float, 0.05, "report how many heads go before the metric worsens by more than this",
+                  min=0.0),
             IG_STEPS, Param("seed", int, 0, "random seed of the random order"), BATCH),
     order=32, example="probe prune --model zoo:induction --limit 16 --out out/prune")
 

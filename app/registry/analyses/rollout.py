@@ -24,7 +24,7 @@ SOURCE = (
 )
 POSITIONS = (
     Param("head_indices", str, "mean", "head combination in every layer: 'mean' or head indices like 0,3,5"),
-    Param("residual", float, 0.5, "identity weight of the residual adjustment", min=0.0),
+    Param("residual", float, 0.5, "identity weight of the residual adjustment", min=0.0, max=1.0),
     Param("output_position", int, None, "output position(s) to explain (repeatable; negative counts from the "
           "end). Default: [CLS] for encoders, the last token for decoders", multiple=True, short="-p"),
     Param("all_positions", bool, False, "score every output position (the full matrix)"),
