@@ -192,7 +192,8 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
                  file: Optional[str] = None, conllu: Optional[str] = None, limit: Optional[int] = None,
                  force: bool = False, sections: Optional[Sequence[str]] = None, device: str = "cpu",
                  batch_size: int = 16, adapter=None, strict: bool = False,
-                 progress=False) -> ReportData:
+                 progress=False, memory_budget: Optional[int] = None, objective: Optional[str] = None,
+                 target: Optional[str] = None, max_model_examples: Optional[int] = None) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
     With no input (``text``/``file``/``conllu``) the bundled sample is used (a
@@ -204,6 +205,12 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
         model: a :func:`models.load_model` spec (ignored when ``adapter`` is given).
         sections: names of the sections to run (default: all default sections).
         strict: raise an analysis' error instead of listing the section as failed.
+        memory_budget: bytes the process may use (:mod:`probe.budget`; default 4 GiB):
+            forwards with gradients are sized from the input length to fit it.
+        objective: the metric of ablation/importance/claims (``auto``: chosen per model
+            and printed); ``target``: what faithfulness explains (``auto`` likewise).
+        max_model_examples: most examples the model-running sections (ablation,
+            importance, claims) use; ``0`` for the whole corpus; default their own cap.
         progress: ``True`` for a capture bar and one line per section on stderr, or a
             callable ``progress(i, n, name)`` called before each section.
 
@@ -232,25 +239,64 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
         return _write_from_maps(out, model, corpus, _rnn_zoo_maps(model, corpus), sections, strict, force,
                                 source, limit, t_start)
+    from probe.budget import DEFAULT_BUDGET, check_budget, format_size
+    from probe.budget import memory_budget as budget_in_force
+
+    budget = memory_budget or DEFAULT_BUDGET
     if adapter is None:
         adapter = load_model(model, device=device)
     corpus = fit_to_model(corpus, adapter)
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
+    check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     t0 = time.perf_counter()
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
                    targets=list(corpus.targets) if corpus.targets else None, batch_size=batch_size,
                    progress=bool(progress))
     t_capture = time.perf_counter() - t0
     settings = {"model": adapter.name, "model_info": adapter.describe(), "input": source,
-                "limit": limit, "device": device, "capture seconds": round(t_capture, 2)}
-    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings)
-    data = analyse(ctx, sections=sections, strict=strict,
-                   progress=progress if callable(progress) else (_print_progress if progress else None))
+                "limit": limit, "device": device, "capture seconds": round(t_capture, 2),
+                "memory budget": format_size(budget)}
+    overrides = _overrides(objective, target, max_model_examples)
+    settings.update(_model_examples_setting(len(corpus), max_model_examples))
+    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings, overrides=overrides)
+    with budget_in_force(budget):
+        data = analyse(ctx, sections=sections, strict=strict,
+                       progress=progress if callable(progress) else (_print_progress if progress else None))
     write_report(data, out, force=force)
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
+
+
+def _longest(corpus, adapter) -> int:
+    """Tokens of the longest example (special tokens included)."""
+    ids = adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]
+    return max((len(x) for x in ids), default=1)
+
+
+def _overrides(objective, target, max_model_examples) -> dict:
+    """Section parameters set on the command line (``auto`` leaves the choice to the section)."""
+    out: dict = {}
+    if objective and objective != "auto":
+        out["metric"] = objective
+        out["objective"] = objective
+    if target and target != "auto":
+        out["target"] = target
+    if max_model_examples is not None:
+        out["max_model_examples"] = max_model_examples or None  # 0: the whole corpus
+    return out
+
+
+def _model_examples_setting(n: int, max_model_examples) -> dict:
+    """The cap of the model-running sections, stated on the index page and in summary.json."""
+    from probe.app.registry.analyses._shared import MODEL_EXAMPLES
+
+    cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
+    if cap is None or n <= cap:
+        return {"model-run examples": f"all {n} (ablation, importance, claims)"}
+    return {"model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
+                                  "(--max-model-examples 0 runs them on every example)"}
 
 
 def _is_rnn_zoo(model) -> bool:

@@ -47,6 +47,9 @@ class ReportContext:
     params: dict = field(default_factory=dict)
     quiet: bool = True
     workdir: Optional[object] = None
+    #: parameters the user set on ``probe report`` (``metric``, ``target``,
+    #: ``max_model_examples``), applied to every section that declares them
+    overrides: dict = field(default_factory=dict)
 
     @property
     def engine_run(self) -> None:

@@ -110,6 +110,9 @@ def run_section(ctx, sec) -> Result:
     """Run one section on ``ctx`` with its report parameters."""
     params = sec.defaults()
     params.update(sec.report_params)
+    # the report's own options (--objective, --target, --max-model-examples) for the
+    # sections that declare them
+    params.update({k: v for k, v in (getattr(ctx, "overrides", None) or {}).items() if k in params})
     ctx.params = params
     fn = sec.section if callable(sec.section) else sec.run
     return fn(ctx)
