@@ -97,3 +97,131 @@ def test_report_refuses_too_small_budget_before_capture(checkpoints, tmp_path):
     assert res.exit_code != 0
     assert "smallest budget that works is" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "r").exists()
+
+
+def _report(model_dir, out, *extra):
+    from probe.app.cli import main
+
+    return CliRunner().invoke(main, ["report", "--model", f"hf:{model_dir}", "--limit", "8", "--out", str(out),
+                                     *extra])
+
+
+@pytest.mark.slow  # two whole reports: ~20 s each on 2 cores
+@pytest.mark.parametrize("kind, metric_words, target", [
+    ("mlm", "masked-LM loss of the sentence's own tokens", "mlm"),
+    ("gpt2", "next-token loss", "loss:-1"),
+])
+def test_lm_checkpoint_report_runs_every_section_with_its_head(checkpoints, tmp_path, kind, metric_words, target):
+    """A BertForMaskedLM / GPT2LMHeadModel folder: every section runs (faithfulness used to
+    fail on the MLM with "'MaskedLMOutput' object has no attribute 'dim'"), the objective
+    chosen is printed and recorded, and the LM head gives the loss."""
+    res = _report(checkpoints[kind], tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    assert "Traceback" not in res.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    status = {s["name"]: s["status"] for s in summary["sections"]}
+    assert set(status) >= {"syntax", "ablation", "importance", "faithfulness", "roles", "rollout", "claims"}
+    assert all(v == "ran" for v in status.values()), status
+    choices = summary["settings"]["choices"]
+    assert any(c.startswith("metric: loss") and metric_words in c for c in choices), choices
+    assert any(c.startswith(f"target: {target} ") for c in choices), choices
+    assert metric_words in res.output and f"target: {target} " in res.output
+    faith = next(s for s in summary["sections"] if s["name"] == "faithfulness")
+    assert faith["summary"]["target"] == target
+    abl = next(s for s in summary["sections"] if s["name"] == "ablation")
+    assert abl["summary"]["metric"] == "loss" and abl["summary"]["clean"] > 1.0  # a random head: high loss
+
+
+def test_report_objective_and_target_options(checkpoints, tmp_path):
+    res = _report(checkpoints["mlm"], tmp_path / "r", "--objective", "embedding-drift", "--target", "loss:1",
+                  "--sections", "ablation,faithfulness")
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    by = {s["name"]: s for s in summary["sections"]}
+    assert by["ablation"]["summary"]["metric"] == "embedding-drift"
+    assert by["faithfulness"]["summary"]["target"] == "loss:1"
+
+
+@pytest.mark.parametrize("kind, target", [("seqcls", "logit"), ("tokcls", None)])
+def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind, target):
+    """A sequence classifier explains its logit; a token classifier (no sentence-level
+    head) has no default target without a treebank, and its metric runs on the encoder."""
+    from probe.analyses.common.metrics import default_metric
+    from probe.app.registry import SkipAnalysis
+    from probe.app.registry.analyses.faithfulness import default_target
+    from probe.inputs import Corpus
+    from probe.models import load_model
+
+    a = load_model(f"hf:{checkpoints[kind]}")
+    assert type(a.model).__name__.endswith("SequenceClassification" if kind == "seqcls" else "TokenClassification")
+    corpus = Corpus(texts=("a b c",), source="texts")
+    ctx = type("Ctx", (), {"adapter": a, "corpus": corpus})()
+    assert default_metric(a, corpus)[0] == "embedding-drift"
+    if target is None:
+        with pytest.raises(SkipAnalysis):
+            default_target(ctx)
+    else:
+        assert default_target(ctx) == target
+
+
+def test_probe_target_reads_the_encoder_under_an_mlm_head(checkpoints):
+    """ProbeLogit on a BertForMaskedLM pools the encoder's hidden states (the fault was
+    MaskedLMOutput handed to ``.dim()``); an output without hidden states is a clear error."""
+    from probe.analyses.common.targets import ProbeLogit, hidden_states
+    from probe.models import load_model
+
+    a = load_model(f"hf:{checkpoints['mlm']}")
+    t = ProbeLogit(torch.nn.Linear(32, 1))
+    inputs = a.batch([a.encode("the cat sat"), a.encode("dogs bark loudly today")])
+    out = t.forward(a, inputs["input_ids"], inputs["attention_mask"])
+    assert t.scalar(out, inputs["attention_mask"], None).shape == (2,)
+    with torch.no_grad():
+        mlm_out = a.model(**inputs)
+    with pytest.raises(ValueError, match="MaskedLMOutput"):
+        hidden_states(mlm_out)
+
+
+def test_own_tokens_mlm_target_is_mean_token_nll(checkpoints):
+    from probe.analyses.common.targets import OwnTokensLoss, token_nll
+    from probe.models import load_model
+
+    a = load_model(f"hf:{checkpoints['mlm']}")
+    t = OwnTokensLoss()
+    inputs = a.batch([a.encode("the cat sat"), a.encode("dogs bark loudly today")])
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    aux = t.aux(a, ids, mask)
+    with torch.no_grad():
+        out = t.forward(a, ids, mask)
+        got = t.scalar(out, mask, aux)
+        logp = torch.log_softmax(out.logits, -1)
+    for r in range(2):
+        n = int(mask[r].sum())
+        pos = range(1, n - 1)  # [CLS] … [SEP]
+        want = -sum(float(logp[r, p, ids[r, p]]) for p in pos) / len(pos)
+        assert abs(float(got[r]) - want) < 1e-5
+
+
+def test_sentence_transformers_folder_loads_its_transformer_module(tmp_path, bert_tokenizer):
+    """An older sentence-transformers save (the transformer in 0_Transformer/, pooling in
+    1_Pooling/) loads the transformer and records the pooling."""
+    import transformers as T
+
+    from probe.models import load_model
+
+    cfg = T.BertConfig(vocab_size=len(bert_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, pad_token_id=0)
+    (tmp_path / "0_Transformer").mkdir()
+    (tmp_path / "1_Pooling").mkdir()
+    T.BertModel(cfg).save_pretrained(tmp_path / "0_Transformer", safe_serialization=True)
+    bert_tokenizer.save_pretrained(tmp_path / "0_Transformer")
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                     "pooling_mode_mean_tokens": True,
+                                                                     "pooling_mode_cls_token": False}))
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    a = load_model(f"hf:{tmp_path}")
+    assert a.n_layers == 2 and a.card["pooling"] == "mean"
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "gone", "type": "x.Transformer"}]))
+    with pytest.raises(ValueError, match="missing"):
+        load_model(f"hf:{tmp_path}")

@@ -148,7 +148,9 @@ def run_sections(ctx, sections, strict: bool = False, progress=None) -> list:
         except Exception as exc:
             if strict:
                 raise
-            log.exception("section %s failed", sec.name)
+            # one line mid-run (the report lists the failure); the traceback with --verbose
+            log.error("section %s failed: %s: %s", sec.name, type(exc).__name__, exc)
+            log.debug("section %s traceback", sec.name, exc_info=True)
             _note_skip(ctx, sec.name, f"failed: {type(exc).__name__}: {exc}")
             outcomes.append(SectionOutcome(sec.name, sec.title, "failed", f"{type(exc).__name__}: {exc}",
                                            time.perf_counter() - t0))
