@@ -225,3 +225,93 @@ def test_sentence_transformers_folder_loads_its_transformer_module(tmp_path, ber
     (tmp_path / "modules.json").write_text(json.dumps([{"path": "gone", "type": "x.Transformer"}]))
     with pytest.raises(ValueError, match="missing"):
         load_model(f"hf:{tmp_path}")
+
+
+def _comparable(summary: dict):
+    """summary.json without its timings (they differ between any two runs)."""
+    if isinstance(summary, dict):
+        return {k: _comparable(v) for k, v in summary.items()
+                if k not in ("seconds", "capture seconds") and not k.endswith("_seconds")}
+    if isinstance(summary, list):
+        return [_comparable(v) for v in summary]
+    return summary
+
+
+@pytest.mark.slow  # three reports of a tiny model: ~40 s on 2 cores
+def test_killed_report_resumes_to_the_same_summary(checkpoints, tmp_path):
+    """SIGKILL a report once a later section has started; the same command then resumes
+    from the finished sections (not run again) to the summary.json of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "probe", "report", "--model", f"hf:{checkpoints['mlm']}", "--limit", "4",
+            "--sections", "ablation,importance,faithfulness,claims"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(args + ["--out", str(killed)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            env=env, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "faithfulness …" in line:  # ablation and importance finished, faithfulness running
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)
+    partial = tmp_path / ".killed.partial"
+    assert not killed.exists()
+    assert {p.name for p in (partial / "sections").glob("*.json")} >= {"ablation.json", "importance.json"}
+
+    again = subprocess.run(args + ["--out", str(killed)], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "ablation (resumed" in again.stderr and "importance (resumed" in again.stderr
+    assert not partial.exists()  # removed once the report is written
+
+    whole = subprocess.run(args + ["--out", str(tmp_path / "whole")], capture_output=True, text=True, env=env,
+                           timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    a = json.loads((killed / "summary.json").read_text())
+    b = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert _comparable(a) == _comparable(b)
+
+
+def test_resume_over_other_settings_is_refused_and_keeps_the_partial(tmp_path):
+    from probe.app.report.resume import PartialReport, fingerprint
+
+    out = tmp_path / "r"
+    first = PartialReport(out, fingerprint(model="a", sections=["x"]))
+    (first.dir / "sections" / "x.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"model 'a' there, 'b' now.*nothing was overwritten"):
+        PartialReport(out, fingerprint(model="b", sections=["x"]))
+    assert (first.dir / "sections" / "x.json").read_text() == "{}"
+    assert PartialReport(out, fingerprint(model="a", sections=["x"])).resumed == ["x"]
+
+
+def test_saved_section_round_trips_exactly(tmp_path):
+    """Tables (float32/float64/int/bool/str/NaN columns), summary and the sweep's arrays
+    come back equal, dtypes included."""
+    import numpy as np
+    import pandas as pd
+
+    from probe.analyses.necessity.ablation import SweepResult
+    from probe.app.registry import Result
+    from probe.app.report.resume import PartialReport, fingerprint
+    from probe.app.report.sections import SectionOutcome
+
+    t = pd.DataFrame({"layer": [0, 1], "head": [2, 3], "x": np.array([0.1, 1 / 3], dtype=np.float32),
+                      "y": [np.nan, 2.5], "ok": [True, False], "name": ["a", None]})
+    sweep = SweepResult(table=t, clean=np.array([1.0, 2.0]), ablated=np.arange(6.0).reshape(3, 2),
+                        heads=((0, 1), (1, 0), (1, 1)), path="site-restart")
+    res = Result(tables={"t": t}, per_head=t, notes=["n"], summary={"m": 0.1, "k": [1, 2]}, summary_name="s",
+                 data={"sweep": sweep, "target": "mlm"})
+    p = PartialReport(tmp_path / "r", fingerprint())
+    assert p.save(SectionOutcome("abl", "Ablation", "ran", "", 1.5, res))
+    back = p.load("abl")
+    pd.testing.assert_frame_equal(back.result.tables["t"], t)
+    pd.testing.assert_frame_equal(back.result.per_head, t)
+    assert back.result.summary == res.summary and back.result.data["target"] == "mlm"
+    s = back.result.data["sweep"]
+    assert s.heads == sweep.heads and s.path == sweep.path
+    assert np.array_equal(s.clean, sweep.clean) and np.array_equal(s.ablated, sweep.ablated)

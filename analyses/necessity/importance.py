@@ -111,8 +111,22 @@ def sized_chunks(adapter, corpus, metric: Metric, batch_size: int = 16) -> list:
     return chunks
 
 
+def _bar(chunks: list, progress: bool, desc: str):
+    """The chunks, with a progress bar counting examples (items, rate, ETA) when ``progress``."""
+    if not progress:
+        yield from chunks
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=sum(len(ch.indices) for ch in chunks), unit="ex", desc=desc) as bar:
+        for ch in chunks:
+            yield ch
+            bar.update(len(ch.indices))
+
+
 def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size: int = 16,
-                        chunks: Optional[list] = None, stack: Optional[str] = None) -> ImportanceResult:
+                        chunks: Optional[list] = None, stack: Optional[str] = None,
+                        progress: bool = False) -> ImportanceResult:
     """Michel et al.'s ``E_x |∂L(x)/∂ξ_h|`` at ξ = ``mask`` (default all ones).
 
     One forward and one backward per chunk of examples; chunks group examples of similar
@@ -134,7 +148,7 @@ def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size
     chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, metric, batch_size)
     total = torch.zeros_like(base, dtype=torch.float64)
     n = 0
-    for ch in chunks:
+    for ch in _bar(chunks, progress, "importance (gradient)"):
         gates = base.expand(ch.batch.rows, *base.shape).clone().requires_grad_(True)
         with torch.enable_grad():
             with HeadGates(adapter, gates, stack):
@@ -150,7 +164,7 @@ def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size
 
 def ig_importance(adapter, corpus, metric="loss", *, mask=None, n_steps: int = 20, batch_size: int = 16,
                   max_rows: int = 256, chunks: Optional[list] = None,
-                  stack: Optional[str] = None) -> ImportanceResult:
+                  stack: Optional[str] = None, progress: bool = False) -> ImportanceResult:
     """Integrated gradients of the mean metric over head gates, from ξ = 0 to ξ = ``mask``
     (default all ones), with captum's ``IntegratedGradients`` (Gauss–Legendre, ``n_steps``).
 
@@ -172,7 +186,7 @@ def ig_importance(adapter, corpus, metric="loss", *, mask=None, n_steps: int = 2
     chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, metric, batch_size)
     total = torch.zeros_like(base, dtype=torch.float64)
     deltas, n = [], 0
-    for ch in chunks:
+    for ch in _bar(chunks, progress, f"importance (IG, {n_steps} steps)"):
         b = ch.batch.rows
         # rows of one forward (steps × b) sized from this chunk's length under the budget
         per_forward = rows_for(adapter, int(ch.batch.inputs["input_ids"].shape[1]), max_rows, grad=True)

@@ -37,6 +37,9 @@ def _sections_help() -> str:
 @click.option("--max-model-examples", type=click.IntRange(min=0), default=None,
               help="examples the model-running sections (ablation, importance, claims) use; 0: every example "
                    "(default: the first 128, stated in the report)")
+@click.option("--resume/--no-resume", default=True, show_default=True,
+              help="keep each finished section beside OUT (.OUT.partial/) and resume a killed or failed run of "
+                   "the same command from them; --no-resume discards them and starts afresh")
 @click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless "
               "--force)")
 @force_option
@@ -44,7 +47,7 @@ def _sections_help() -> str:
 @verbose_option
 @user_errors
 def report_cmd(model, text, file_, conllu, limit, sections, batch_size, device, memory_budget, objective, target,
-               max_model_examples, out, force, quiet, verbose):
+               max_model_examples, resume, out, force, quiet, verbose):
     """Write the per-head report to OUT: index.html (layer × head grid), a page per
     head, summary.json and report.md. With no input: the bundled sample sentences.
     Prints one line per section as it starts."""
@@ -59,7 +62,7 @@ def report_cmd(model, text, file_, conllu, limit, sections, batch_size, device, 
     data = build_report(out, model=model, text=list(text) or None, file=file_, conllu=conllu, limit=limit,
                         force=force, sections=names, device=device, batch_size=batch_size,
                         progress=progress or False, memory_budget=budget, objective=objective, target=target,
-                        max_model_examples=max_model_examples)
+                        max_model_examples=max_model_examples, resume=resume)
     if not quiet:
         for o in data.outcomes:
             click.echo(f"  {o.name:<12} {o.status}" + (f": {o.reason}" if o.reason else ""))

@@ -88,16 +88,17 @@ def _special_names(maps) -> tuple:
 
 
 def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict: bool = False,
-            progress=None) -> ReportData:
+            progress=None, partial=None) -> ReportData:
     """Run the report sections on ``ctx`` and derive per-head facts and verdicts.
 
     ``progress(i, n, name)`` is called before each section runs (the CLI prints a line).
+    ``partial`` (:class:`.resume.PartialReport`) keeps finished sections and resumes them.
 
     Raises:
         ValueError: an unknown section name.
     """
     t0 = time.perf_counter()
-    outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress)
+    outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress, partial=partial)
     data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
     cls, sep = _special_names(ctx.maps)
     ran = ctx.results.get("claims")
@@ -193,7 +194,8 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
                  force: bool = False, sections: Optional[Sequence[str]] = None, device: str = "cpu",
                  batch_size: int = 16, adapter=None, strict: bool = False,
                  progress=False, memory_budget: Optional[int] = None, objective: Optional[str] = None,
-                 target: Optional[str] = None, max_model_examples: Optional[int] = None) -> ReportData:
+                 target: Optional[str] = None, max_model_examples: Optional[int] = None,
+                 resume: bool = True) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
     With no input (``text``/``file``/``conllu``) the bundled sample is used (a
@@ -211,6 +213,9 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
             and printed); ``target``: what faithfulness explains (``auto`` likewise).
         max_model_examples: most examples the model-running sections (ablation,
             importance, claims) use; ``0`` for the whole corpus; default their own cap.
+        resume: keep each finished section in ``.OUT.partial/`` beside ``out`` and, when
+            a previous run of the same command left one, resume from its finished
+            sections (:mod:`.resume`); ``False`` discards it and starts afresh.
         progress: ``True`` for a capture bar and one line per section on stderr, or a
             callable ``progress(i, n, name)`` called before each section.
 
@@ -249,6 +254,14 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
+    from .resume import PartialReport, corpus_digest, fingerprint
+
+    overrides = _overrides(objective, target, max_model_examples)
+    partial = PartialReport(out, fingerprint(model=adapter.name, model_info=adapter.describe(), input=source,
+                                             corpus=corpus_digest(corpus), examples=len(corpus), limit=limit,
+                                             sections=[s.name for s in choose(sections)], overrides=overrides,
+                                             batch_size=batch_size, device=device),
+                            fresh=not resume)
     t0 = time.perf_counter()
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
                    targets=list(corpus.targets) if corpus.targets else None, batch_size=batch_size,
@@ -257,13 +270,14 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     settings = {"model": adapter.name, "model_info": adapter.describe(), "input": source,
                 "limit": limit, "device": device, "capture seconds": round(t_capture, 2),
                 "memory budget": format_size(budget)}
-    overrides = _overrides(objective, target, max_model_examples)
     settings.update(_model_examples_setting(len(corpus), max_model_examples))
-    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings, overrides=overrides)
+    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings, overrides=overrides,
+                        echo=bool(progress), quiet=not progress)
     with budget_in_force(budget):
-        data = analyse(ctx, sections=sections, strict=strict,
+        data = analyse(ctx, sections=sections, strict=strict, partial=partial,
                        progress=progress if callable(progress) else (_print_progress if progress else None))
     write_report(data, out, force=force)
+    partial.discard()
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
