@@ -315,3 +315,60 @@ def test_saved_section_round_trips_exactly(tmp_path):
     s = back.result.data["sweep"]
     assert s.heads == sweep.heads and s.path == sweep.path
     assert np.array_equal(s.clean, sweep.clean) and np.array_equal(s.ablated, sweep.ablated)
+
+
+LONG = " ".join(f"word{i % 50} is here ." for i in range(200))  # ~ 1,000 tokens
+
+
+def test_windows_overlap_and_cover_the_text(checkpoints):
+    from probe.inputs import Corpus
+    from probe.long_inputs import window_corpus
+    from probe.models import load_model
+
+    a = load_model(f"hf:{checkpoints['mlm']}")
+    corpus = Corpus(texts=(LONG, "short ."), source="t")
+    out, split = window_corpus(corpus, a, 128, 64)
+    n_content = len(a.tokenizer(LONG, add_special_tokens=False)["input_ids"])
+    assert split == {0: len(out) - 1} and out.texts[-1] == "short ."
+    lengths = [len(a.tokenizer(t)["input_ids"]) for t in out.texts[:-1]]
+    assert max(lengths) <= 128 and lengths[0] == 128
+    assert len(out) - 1 == -(-(n_content - 126) // 64) + 1  # starts 0, 64, … and one ending at the end
+    assert LONG.startswith(out.texts[0]) and LONG.endswith(out.texts[-2])
+    second = out.texts[1]
+    assert second in LONG and LONG.index(second) < len(out.texts[0])  # the windows overlap
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--window", "0"], "--window must be a positive"),
+    (["--window", "100", "--stride", "100"], "must be smaller than --window 100"),
+    (["--window", "100", "--stride", "0"], "--stride must be a positive"),
+    (["--window", "4096"], "larger than the model's limit of 512 tokens"),
+    (["--stride", "3"], "--stride needs --window"),
+])
+def test_bad_window_values_are_one_error_line_before_the_model_loads(checkpoints, tmp_path, monkeypatch, args,
+                                                                     message):
+    from probe.app.cli import main
+    from probe.models import registry
+
+    monkeypatch.setattr(registry, "load_hf", lambda *a, **k: pytest.fail("the model was loaded"))
+    res = CliRunner().invoke(main, ["report", "--model", f"hf:{checkpoints['mlm']}", "--text", "a b", *args,
+                                    "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output
+    assert res.output.count("Error:") == 1
+
+
+@pytest.mark.slow  # three reports with 512-token inputs
+def test_over_length_document_refusal_names_window_and_report_runs_in_windows(checkpoints, tmp_path):
+    from probe.app.cli import main
+
+    base = ["report", "--model", f"hf:{checkpoints['mlm']}", "--text", LONG, "--sections", "roles"]
+    res = CliRunner().invoke(main, base + ["--out", str(tmp_path / "a")])
+    assert res.exit_code == 1 and "--window" in res.output and "--truncate" in res.output
+    res = CliRunner().invoke(main, base + ["--window", "128", "--stride", "96", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["corpus"]["examples"] > 1 and "overlapping windows" in summary["settings"]["long inputs"]
+    res = CliRunner().invoke(main, base + ["--truncate", "--out", str(tmp_path / "c")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "c" / "summary.json").read_text())
+    assert summary["corpus"]["examples"] == 1 and summary["corpus"]["tokens"] == 512

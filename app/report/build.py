@@ -195,7 +195,8 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
                  batch_size: int = 16, adapter=None, strict: bool = False,
                  progress=False, memory_budget: Optional[int] = None, objective: Optional[str] = None,
                  target: Optional[str] = None, max_model_examples: Optional[int] = None,
-                 resume: bool = True) -> ReportData:
+                 resume: bool = True, window: Optional[int] = None, stride: Optional[int] = None,
+                 truncate: bool = False) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
     With no input (``text``/``file``/``conllu``) the bundled sample is used (a
@@ -213,6 +214,10 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
             and printed); ``target``: what faithfulness explains (``auto`` likewise).
         max_model_examples: most examples the model-running sections (ablation,
             importance, claims) use; ``0`` for the whole corpus; default their own cap.
+        window, stride: split examples longer than ``window`` tokens into overlapping
+            windows ``stride`` tokens apart (default half a window), each analysed as an
+            example (:func:`probe.long_inputs.window_corpus` says how they are joined).
+        truncate: cut examples longer than the model's limit to it instead.
         resume: keep each finished section in ``.OUT.partial/`` beside ``out`` and, when
             a previous run of the same command left one, resume from its finished
             sections (:mod:`.resume`); ``False`` discards it and starts afresh.
@@ -232,9 +237,12 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
 
     from .bundled import sample_corpus
 
+    from probe.long_inputs import check_window
+
     t_start = time.perf_counter()
     _check_out(out, force)
     choose(sections)  # unknown names fail before the slow part
+    check_window(window, stride, truncate, None if adapter is not None else peek_limit(model))
     if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
         corpus = load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model)
         source = "given"
@@ -250,6 +258,7 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     budget = memory_budget or DEFAULT_BUDGET
     if adapter is None:
         adapter = load_model(model, device=device)
+    corpus, long_note = _cut_long(corpus, adapter, window, stride, truncate)
     corpus = fit_to_model(corpus, adapter)
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
@@ -260,7 +269,8 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     partial = PartialReport(out, fingerprint(model=adapter.name, model_info=adapter.describe(), input=source,
                                              corpus=corpus_digest(corpus), examples=len(corpus), limit=limit,
                                              sections=[s.name for s in choose(sections)], overrides=overrides,
-                                             batch_size=batch_size, device=device),
+                                             batch_size=batch_size, device=device, window=window,
+                                             stride=stride, truncate=truncate),
                             fresh=not resume)
     t0 = time.perf_counter()
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
@@ -271,6 +281,8 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
                 "limit": limit, "device": device, "capture seconds": round(t_capture, 2),
                 "memory budget": format_size(budget)}
     settings.update(_model_examples_setting(len(corpus), max_model_examples))
+    if long_note:
+        settings["long inputs"] = long_note
     ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings, overrides=overrides,
                         echo=bool(progress), quiet=not progress)
     with budget_in_force(budget):
@@ -281,6 +293,47 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
+
+
+def peek_limit(model) -> Optional[int]:
+    """The longest input (tokens) of ``model`` read from its config without loading
+    weights (``minilm`` and ``hf:`` folders); ``None`` when it cannot be told."""
+    import json
+
+    from probe.models.registry import minilm_path
+
+    spec = str(model or "minilm")
+    try:
+        folder = minilm_path() if spec == "minilm" else Path(spec[3:]).expanduser() if spec.startswith("hf:") else None
+        if folder is None:
+            return None
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for k in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        if isinstance(cfg.get(k), int) and cfg[k] > 0:
+            return int(cfg[k])
+    return None
+
+
+def _cut_long(corpus, adapter, window, stride, truncate) -> tuple:
+    """``(corpus, note)``: over-length examples windowed or truncated, and what was done."""
+    from probe.long_inputs import check_window, default_stride, truncate_corpus, window_corpus
+
+    if window is not None:
+        check_window(window, stride, truncate, adapter.max_length)
+        stride = stride or default_stride(window)
+        cut, split = window_corpus(corpus, adapter, window, stride)
+        if not split:
+            return cut, f"--window {window} --stride {stride}: no example was longer than {window} tokens"
+        return cut, (f"{len(split)} example(s) longer than {window} tokens split into {sum(split.values())} "
+                     f"overlapping windows ({window} tokens, {stride} apart, each with the model's special tokens); "
+                     "each window is analysed as an example of its own, so statistics average over windows and "
+                     "a token in an overlap counts once per window")
+    if truncate:
+        cut, n = truncate_corpus(corpus, adapter)
+        return cut, f"--truncate: {n} example(s) cut to the model's first {adapter.max_length} tokens"
+    return corpus, ""
 
 
 def _longest(corpus, adapter) -> int:
