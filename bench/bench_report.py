@@ -80,7 +80,9 @@ def main():
     rss = {}
 
     def progress(i, n, name):
-        rss[name] = _peak_mib()
+        rss[name.split(" ")[0]] = _peak_mib()
+        print(f"[{i + 1}/{n}] {name} at {time.perf_counter() - t0:.0f}s, peak RSS so far {rss[name.split(' ')[0]]:.0f} "
+              "MiB", flush=True)
 
     with memory_budget(parse_size(args.memory_budget)):
         data = analyse(ctx, sections=args.sections.split(",") if args.sections else None, progress=progress)

@@ -27,10 +27,21 @@ import contextlib
 import contextvars
 import math
 import re
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
 
-__all__ = ["DEFAULT_BUDGET", "WORKSPACE_FRACTION", "parse_size", "format_size", "row_bytes", "rows_for",
-           "current_budget", "memory_budget", "check_budget", "smallest_budget", "length_groups"]
+__all__ = [
+    "DEFAULT_BUDGET",
+    "WORKSPACE_FRACTION",
+    "check_budget",
+    "current_budget",
+    "format_size",
+    "length_groups",
+    "memory_budget",
+    "parse_size",
+    "row_bytes",
+    "rows_for",
+    "smallest_budget",
+]
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -94,7 +105,7 @@ def current_budget() -> int:
 
 
 @contextlib.contextmanager
-def memory_budget(total: Optional[int]) -> Iterator[int]:
+def memory_budget(total: int | None) -> Iterator[int]:
     """Run a block under a budget of ``total`` bytes (``None``: the default)."""
     token = _BUDGET.set(int(total) if total else DEFAULT_BUDGET)
     try:
@@ -103,12 +114,12 @@ def memory_budget(total: Optional[int]) -> Iterator[int]:
         _BUDGET.reset(token)
 
 
-def workspace(total: Optional[int] = None) -> int:
+def workspace(total: int | None = None) -> int:
     """Bytes one forward's activations may take under ``total`` (default: in force)."""
     return int((total or current_budget()) * WORKSPACE_FRACTION)
 
 
-def rows_for(adapter, n_tokens: int, cap: Optional[int] = None, grad: bool = True) -> int:
+def rows_for(adapter, n_tokens: int, cap: int | None = None, grad: bool = True) -> int:
     """How many rows of ``n_tokens`` tokens fit one forward under the budget (≥ 1; at
     most ``cap``). The budget was checked against the longest input by
     :func:`check_budget`, so 1 always fits there."""
@@ -121,7 +132,7 @@ def smallest_budget(adapter, longest_tokens: int, grad: bool = True) -> int:
     return int(math.ceil(row_bytes(adapter, longest_tokens, grad) / WORKSPACE_FRACTION))
 
 
-def check_budget(adapter, longest_tokens: int, total: Optional[int] = None, grad: bool = True) -> None:
+def check_budget(adapter, longest_tokens: int, total: int | None = None, grad: bool = True) -> None:
     """Refuse a budget in which one row of the longest input does not fit.
 
     Raises:

@@ -70,9 +70,10 @@ def test_importance_in_budget_sized_chunks_equals_one_batch(checkpoints):
     the same importance as one padded batch: the grouping changes memory, not values."""
     from probe.analyses.common.metrics import get_metric, prepare
     from probe.analyses.necessity.importance import gradient_importance, ig_importance
+    from probe.models import load_model
+
     from probe.budget import memory_budget, row_bytes
     from probe.inputs import Corpus
-    from probe.models import load_model
 
     a = load_model(f"hf:{checkpoints['mlm']}")
     corpus = Corpus(texts=("a short one .", "The cat sat on the mat because it was warm and the sun was out .",
@@ -149,8 +150,9 @@ def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind
     from probe.analyses.common.metrics import default_metric
     from probe.app.registry import SkipAnalysis
     from probe.app.registry.analyses.faithfulness import default_target
-    from probe.inputs import Corpus
     from probe.models import load_model
+
+    from probe.inputs import Corpus
 
     a = load_model(f"hf:{checkpoints[kind]}")
     assert type(a.model).__name__.endswith("SequenceClassification" if kind == "seqcls" else "TokenClassification")
@@ -182,7 +184,7 @@ def test_probe_target_reads_the_encoder_under_an_mlm_head(checkpoints):
 
 
 def test_own_tokens_mlm_target_is_mean_token_nll(checkpoints):
-    from probe.analyses.common.targets import OwnTokensLoss, token_nll
+    from probe.analyses.common.targets import OwnTokensLoss
     from probe.models import load_model
 
     a = load_model(f"hf:{checkpoints['mlm']}")
@@ -205,7 +207,6 @@ def test_sentence_transformers_folder_loads_its_transformer_module(tmp_path, ber
     """An older sentence-transformers save (the transformer in 0_Transformer/, pooling in
     1_Pooling/) loads the transformer and records the pooling."""
     import transformers as T
-
     from probe.models import load_model
 
     cfg = T.BertConfig(vocab_size=len(bert_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -294,7 +295,6 @@ def test_saved_section_round_trips_exactly(tmp_path):
     come back equal, dtypes included."""
     import numpy as np
     import pandas as pd
-
     from probe.analyses.necessity.ablation import SweepResult
     from probe.app.registry import Result
     from probe.app.report.resume import PartialReport, fingerprint
@@ -321,9 +321,10 @@ LONG = " ".join(f"word{i % 50} is here ." for i in range(200))  # ~ 1,000 tokens
 
 
 def test_windows_overlap_and_cover_the_text(checkpoints):
+    from probe.models import load_model
+
     from probe.inputs import Corpus
     from probe.long_inputs import window_corpus
-    from probe.models import load_model
 
     a = load_model(f"hf:{checkpoints['mlm']}")
     corpus = Corpus(texts=(LONG, "short ."), source="t")

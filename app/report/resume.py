@@ -25,7 +25,6 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -95,7 +94,7 @@ def _table_from_json(d: dict) -> pd.DataFrame:
     return pd.DataFrame(data, index=range(d["rows"])) if data else pd.DataFrame(index=range(d["rows"]))
 
 
-def _save_data(data: dict) -> Optional[tuple]:
+def _save_data(data: dict) -> tuple | None:
     """``(json part, arrays)`` of a Result's data, or ``None`` when some value cannot be saved."""
     from probe.analyses.necessity.ablation import SweepResult
 
@@ -199,7 +198,7 @@ class PartialReport:
             return []
         return list(json.loads(path.read_text(encoding="utf-8")).get("said", []))
 
-    def save(self, outcome, said: Optional[list] = None) -> bool:
+    def save(self, outcome, said: list | None = None) -> bool:
         """Save a finished section (ran or skipped); ``False`` when its data cannot be saved."""
         if outcome.status not in ("ran", "skipped"):
             return False
