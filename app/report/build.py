@@ -231,13 +231,15 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
         ValueError: bad input (see :func:`probe.inputs.load_corpus`), unknown model or
             section, ``out`` exists without ``force``, nothing left to capture.
     """
-    from probe.models import load_model
+    from probe.budget import DEFAULT_BUDGET, check_budget, format_size
+    from probe.budget import memory_budget as budget_in_force
     from probe.capture import capture
     from probe.inputs import fit_to_model, load_corpus
+    from probe.long_inputs import check_window
+    from probe.models import load_model
 
     from .bundled import sample_corpus
-
-    from probe.long_inputs import check_window
+    from .resume import PartialReport, corpus_digest, fingerprint
 
     t_start = time.perf_counter()
     _check_out(out, force)
@@ -252,9 +254,6 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
         return _write_from_maps(out, model, corpus, _rnn_zoo_maps(model, corpus), sections, strict, force,
                                 source, limit, t_start)
-    from probe.budget import DEFAULT_BUDGET, check_budget, format_size
-    from probe.budget import memory_budget as budget_in_force
-
     budget = memory_budget or DEFAULT_BUDGET
     if adapter is None:
         adapter = load_model(model, device=device)
@@ -263,8 +262,6 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
-    from .resume import PartialReport, corpus_digest, fingerprint
-
     overrides = _overrides(objective, target, max_model_examples)
     partial = PartialReport(out, fingerprint(model=adapter.name, model_info=adapter.describe(), input=source,
                                              corpus=corpus_digest(corpus), examples=len(corpus), limit=limit,
