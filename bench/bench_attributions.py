@@ -51,7 +51,6 @@ def _setup(n: int, max_tokens: int):
 
 
 def run_one(variant: str, n: int, max_tokens: int, ibs: int, steps: int) -> float:
-    import torch
 
     from probe.analyses.explanation.attributions import _special_batch, attribute, baseline_ids
     from probe.analyses.common.targets import scalar_function

@@ -79,7 +79,7 @@ def worker(variant, store_dir, n):
     from probe.analyses.patterns.head_clusters import HeadDivergenceAccumulator  # noqa: F401  (imports outside timing)
     from probe.analyses.patterns.role_features import HeadFeatureAccumulator
     from probe.analyses.patterns.roles import roles_report
-    import sklearn.cluster  # noqa: F401
+    import sklearn.cluster
     import sklearn.manifold  # noqa: F401
 
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

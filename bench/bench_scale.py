@@ -41,7 +41,7 @@ from pathlib import Path
 from probe.streaming import feed, stream_layers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import peak_rss  # noqa: E402
+from timing import peak_rss
 
 ROOT = Path(__file__).resolve().parents[1]
 EWT = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"

@@ -31,7 +31,7 @@ EWT = Path(__file__).resolve().parents[2] / "shared/data/ud-english-ewt/en_ewt-u
 
 
 def graphs(n, layers=6, heads=12, seed=0):
-    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)  # Dirichlet.sample takes no generator: seed the global one
     out = []
     for i, s in enumerate(read_conllu(EWT, limit=n)):
         w = len(s)

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import peak_rss  # noqa: E402
+from timing import peak_rss
 
 WORDS = "the cat sat on a mat and dog ran to big red house in new old day way".split()
 

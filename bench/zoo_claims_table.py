@@ -110,8 +110,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = run(args.tasks, args.limit)
-    print(f"\n| model | head | expected (card) | reported (P pattern · S structure · N necessity · R redundancy · "
-          f"W weights · A attribution) | agree |\n| --- | --- | --- | --- | --- |")
+    print("\n| model | head | expected (card) | reported (P pattern · S structure · N necessity · R redundancy · "
+          "W weights · A attribution) | agree |\n| --- | --- | --- | --- | --- |")
     for task, head, words, rep, agree, _ in rows:
         print(f"| zoo:{task} | {head} | {words} | {rep} | {agree} |")
     checked = [r for r in rows if r[4]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -79,8 +79,10 @@ class ModelAdapter:
     """
 
     name: str
-    model: torch.nn.Module
-    tokenizer: object
+    # Any: a transformers PreTrainedModel or a zoo module with its interface; torch's stubs type
+    # every attribute of an nn.Module as `Tensor | Module`, which would hide the real API
+    model: Any
+    tokenizer: Any  # a fast tokenizer (transformers PreTrainedTokenizerFast)
     family: str
     source: str = ""
     card: dict = field(default_factory=dict)

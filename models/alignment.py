@@ -82,7 +82,7 @@ def align_batch(offsets: Sequence[Sequence], special: Sequence[Sequence], spans:
     ordered = _examples_in_order(w, n_w)
     out: list = [None] * n_ex
     if not ordered.all():  # spans out of reading order: the per-token definition
-        for k in np.flatnonzero(~ordered):
+        for k in np.flatnonzero(~ordered).tolist():
             out[k] = align_loop(offsets[k], special[k], spans[k])
         keep_t, keep_w = np.repeat(ordered, n_tok), np.repeat(ordered, n_w)
         t, w = t[keep_t], w[keep_w]

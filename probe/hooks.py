@@ -7,7 +7,7 @@ Unlike hook cleanups that pop every hook on a module (including other people's),
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -57,14 +57,14 @@ class HookContext:
 
 
 @contextmanager
-def eager_attention(model: torch.nn.Module) -> Iterator[str]:
+def eager_attention(model: Any) -> Iterator[str]:
     """Run ``model`` with eager attention inside the block, then restore its setting.
 
     SDPA and flash attention never materialise the probabilities; eager attention
     computes the same function and returns them. Yields a short statement of what was
     done (``"eager"`` or ``"eager (switched from sdpa)"``), recorded in captured maps.
     """
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     previous = getattr(config, "_attn_implementation", None) if config is not None else None
     switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
     # models that dispatch on the config string themselves (Falcon) cannot be switched by

@@ -20,7 +20,7 @@ Replacing a head's attention *weights* is :mod:`probe.reweighting`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -70,14 +70,14 @@ def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch
         elif e.mode == "scale":
             z[rows, :, e.head] = z[rows, :, e.head] * e.scale
         elif e.mode == "mean":
-            v = e.value.to(z.dtype).to(z.device)
+            v = e.value.to(z.dtype).to(z.device)  # type: ignore[union-attr]  # HeadEdit checks on construction that mean/patch carry a value
             if v.dim() == 2:
                 if v.shape[0] < s:
                     raise ValueError(f"mean value covers {v.shape[0]} positions, input has {s}")
                 v = v[:s]
             z[rows, :, e.head] = v
         else:  # patch
-            v = e.value.to(z.dtype).to(z.device)
+            v = e.value.to(z.dtype).to(z.device)  # type: ignore[union-attr]  # HeadEdit checks on construction that mean/patch carry a value
             if v.dim() == 2:
                 v = v.unsqueeze(0)
             if v.shape[-2] != s:
@@ -145,15 +145,15 @@ class HeadIntervention(HookContext):
         return fn
 
     def _register(self, hooks: HookSet) -> None:
-        pending = None
+        pending: Optional[dict] = None
         if self.path == "interface":
             from .attention_interface import EditSession, InterfaceSwitch
 
             modules = self.adapter.attention_modules(self.stack)
             pending = {}
-            self._switch = InterfaceSwitch(self.adapter.model)
+            self._switch: Any = InterfaceSwitch(self.adapter.model)
             self._switch.__enter__()
-            self._session = EditSession({modules[layer]: layer for layer in self._by_layer},
+            self._session: Any = EditSession({modules[layer]: layer for layer in self._by_layer},
                                         self._by_layer, apply_edits, pending)
             self._session.attach()
         for layer in self._by_layer:

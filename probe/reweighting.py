@@ -62,7 +62,7 @@ def new_weights(edit: AttentionEdit, alpha: torch.Tensor, allowed: torch.Tensor)
         target = r.argsort(-1)  # allowed keys in random order, then the closed ones
         source = (~allowed).to(torch.int8).argsort(dim=-1, stable=True)  # allowed keys in order
         return torch.zeros_like(alpha).scatter_(-1, target, alpha.gather(-1, source))
-    v = edit.value.to(alpha.dtype).to(alpha.device)
+    v = edit.value.to(alpha.dtype).to(alpha.device)  # type: ignore[union-attr]  # AttentionEdit checks on construction that "set" carries weights
     if v.shape[-2:] != alpha.shape[-2:]:
         raise ValueError(f"given weights for head ({edit.layer}, {edit.head}) have shape "
                          f"{tuple(v.shape)}; the head's weights are [batch, {alpha.shape[-2]}, {alpha.shape[-1]}]")

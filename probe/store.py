@@ -58,7 +58,9 @@ def _example_record(i: int, shard: str, m: AttentionMaps) -> dict:
         "word_ids": list(m.word_ids), "special": [int(x) for x in m.special_mask.tolist()],
         "words": list(m.words), "kind": m.kind, "meta": m.meta,
     }
-    if m.kind == "cross":
+    if m.kind == "cross":  # a cross map carries its query side (AttentionMaps checks on construction)
+        assert m.query_tokens is not None and m.query_word_ids is not None
+        assert m.query_special_mask is not None and m.query_words is not None
         rec.update(query_tokens=list(m.query_tokens), query_word_ids=list(m.query_word_ids),
                    query_special=[int(x) for x in m.query_special_mask.tolist()],
                    query_words=list(m.query_words))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
@@ -76,7 +76,7 @@ class LayerBatch:
                 a = a.float()
                 a = a / a.sum(-1, keepdim=True).clamp(min=1e-12)
             self.rows.append(a.float().cpu())
-        self._maps = None
+        self._maps: Optional[list[AttentionMaps]] = None
 
     def maps(self) -> list:
         """One :class:`AttentionMaps` per example with ``attentions [1, head, n, n]``.
@@ -90,7 +90,7 @@ class LayerBatch:
         if self._maps is None:
             self._maps = []
             for a, e in zip(self.rows, self._encs):
-                meta = {"model": self._model, "attention_source": self._source}
+                meta: dict[str, Any] = {"model": self._model, "attention_source": self._source}
                 if e.truncated:
                     meta["truncated"] = True
                 if e.unaligned_words:

@@ -10,7 +10,7 @@ on the adapter's value projections record ``x W_V + b_V``; the output projection
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 
@@ -42,7 +42,7 @@ class ValueCapture:
 def projection_weight(module: torch.nn.Module) -> torch.Tensor:
     """The weight of a Linear (``[out, in]``) or GPT-2 Conv1D (stored ``[in, out]``) as
     ``[out, in]``."""
-    w = module.weight
+    w = cast(torch.Tensor, module.weight)  # torch types module attributes as Tensor | Module
     if isinstance(module, torch.nn.Linear):
         return w
     if hasattr(module, "nf"):  # transformers Conv1D: y = x W + b with W [in, out]

@@ -194,11 +194,23 @@ def test_python_api_runs_an_analysis():
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_tour_is_the_generated_table():
+def test_docs_cli_page_renders_the_tour_and_every_command():
+    """docs/cli.md is filled when the site is built (docs/hooks.py): the tour table from the
+    registry and each command's --help, so neither can go stale."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert hooks.TOUR in page and hooks.REFERENCE in page
     from probe.app.cli.tour import table
 
-    assert table() in (ROOT / "README.md").read_text(encoding="utf-8"), \
-        "README's tour is stale: run `python -m probe.app.cli.tour --write`"
+    rendered = hooks.on_page_markdown(page, None, None, None)
+    assert table() in rendered and hooks.TOUR not in rendered
+    for name in main.commands:
+        assert f"### `probe {name}`" in rendered, name
+    assert "--limit" in rendered.split("### `probe syntax`", 1)[1]
 
 
 def test_every_command_has_a_tour_example():

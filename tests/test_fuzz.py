@@ -15,7 +15,6 @@ checksums) or refuses; a store that lost whole index lines (as a killed capture 
 reads the rest and says it is incomplete (``Store.complete``, a warning).
 """
 
-import os
 import random
 import shutil
 import time
@@ -89,15 +88,14 @@ def _mutate_conllu(rng: random.Random, text: str) -> str:
 
 def _word_blocks(text: str) -> int:
     """Blocks holding a non-comment line: each is a sentence, valid or skipped."""
-    n, has_word, any_line = 0, False, False
+    n, has_word = 0, False
     for line in text.split("\n") + [""]:
         line = line[:-1] if line.endswith("\r") else line
         if line.strip():
-            any_line = True
             has_word = has_word or not line.startswith("#")
         else:
             n += has_word
-            has_word = any_line = False
+            has_word = False
     return n
 
 
@@ -131,7 +129,7 @@ def test_fuzz_conllu_reader(tmp_path, ewt_blocks, capsys):
             except ValueError:
                 outcomes["ValueError"] = outcomes.get("ValueError", 0) + 1
                 continue
-            except Exception as exc:  # noqa: BLE001 - the point of the test
+            except Exception as exc:
                 pytest.fail(f"case {case} (seed {SEED}): {type(exc).__name__}: {exc}\n{data[:400]!r}")
             outcomes["read"] = outcomes.get("read", 0) + 1
             assert skip or not invalid
@@ -157,7 +155,7 @@ def test_fuzz_text_reader(tmp_path, capsys):
         except ValueError:
             outcomes["ValueError"] = outcomes.get("ValueError", 0) + 1
             continue
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             pytest.fail(f"case {case} (seed {SEED + 1}): {type(exc).__name__}: {exc}\n{data!r}")
         outcomes["read"] = outcomes.get("read", 0) + 1
         expected = [ln.strip() for ln in data.decode("utf-8").split("\n") if ln.strip()]
@@ -218,7 +216,7 @@ def test_fuzz_store_reader(real_store, tmp_path, capsys):
             outcomes["ValueError"] = outcomes.get("ValueError", 0) + 1
             shutil.rmtree(d)
             continue
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             pytest.fail(f"case {case} (seed {SEED + 2}, {what}): {type(exc).__name__}: {exc}")
         outcomes["read"] = outcomes.get("read", 0) + 1
         # fewer examples is a coherent store (as after a kill), and it says so (warning, .complete)

@@ -101,7 +101,7 @@ def test_minilm_has_heads_like_the_papers(minilm_rankings):
     the query word excluded) is a target, and the best head puts far more than the
     uniform share on the targets. Heads are scanned, not hard-coded."""
     assert set(minilm_rankings) == {"its", "making"}
-    for name, (maps, r) in minilm_rankings.items():
+    for name, (_maps, r) in minilm_rankings.items():
         assert len(r) == 6 * 12
         assert r.is_argmax.sum() >= 1, name
         best = r.iloc[0]

@@ -188,12 +188,12 @@ def test_cli_engine_stream_writes_the_same_syntax_tables(tmp_path):
 
     conllu = str(need_data(EWT_DEV))
     tables = {}
-    for engine in ("local", "stream"):
-        out = tmp_path / engine
+    for kind in ("local", "stream"):
+        out = tmp_path / kind
         r = CliRunner().invoke(main, ["syntax", "--conllu", conllu, "--limit", "6", "--tree-limit", "0",
-                                      "--probe-limit", "0", "--engine", engine, "-o", str(out)])
+                                      "--probe-limit", "0", "--engine", kind, "-o", str(out)])
         assert r.exit_code == 0, r.output
-        tables[engine] = pd.read_csv(out / "best.csv")
+        tables[kind] = pd.read_csv(out / "best.csv")
     pd.testing.assert_frame_equal(tables["stream"], tables["local"])
 
 

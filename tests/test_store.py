@@ -13,7 +13,7 @@ import torch
 from probe.capture import capture
 from probe.inputs import Corpus
 from probe.pipeline import capture_corpus
-from probe.store import Store, StoreWriter, done_ids
+from probe.store import Store, done_ids
 
 TEXTS = [f"Sentence number {i} has {'many ' * (i % 5)}words in it." for i in range(23)]
 

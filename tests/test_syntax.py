@@ -69,7 +69,7 @@ def test_word_graph_matches_word_level_on_subword_tokens(minilm):
     torch.testing.assert_close(g.attention.sum(-1) + g.to_special, torch.ones(g.attention.shape[:-1]))
 
 
-def read_conllu_text(body, tmp=[]):
+def read_conllu_text(body):
     import tempfile
 
     f = tempfile.NamedTemporaryFile("w", suffix=".conllu", delete=False)
@@ -106,7 +106,7 @@ def test_previous_word_map_equals_offset_minus_one_baseline(ewt_sentences):
     acc = relation_accuracy(graphs).with_all()
     expected = acc.offset_hits[:, OFFSETS.index(-1)] / acc.counts
     df = acc.to_frame().query("direction == 'dep_to_head'")
-    for (layer, head), part in df.groupby(["layer", "head"]):
+    for _head, part in df.groupby(["layer", "head"]):
         got = part.set_index("relation").accuracy.reindex(acc.relations).to_numpy()
         np.testing.assert_array_equal(got, expected)
     # and the offset baseline itself is right: offset −1 hits are words whose head is i−1

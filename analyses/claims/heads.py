@@ -152,7 +152,7 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
                 tables["groups"] = pd.DataFrame(groups)
             notes.append(f"removal and uniform weights of each head on {len(corpus)} examples, metric {sweep.metric} "
                          f"({sweep.path}), against a same-norm random-direction null; BH at q = {T.FDR}")
-        except Exception as exc:  # noqa: BLE001 - a metric or model that cannot run: say so per claim
+        except Exception as exc:
             log.warning("causal claims not tested: %s: %s", type(exc).__name__, exc)
             why = f"interventions could not run on this model: {type(exc).__name__}: {exc}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))

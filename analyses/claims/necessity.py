@@ -17,9 +17,12 @@ weights reproduce. A head whose weights do not matter alone may still matter in 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from . import thresholds as T
 from .claim import Claim
@@ -47,7 +50,7 @@ def _tested(kind: str, sweep, real: str, null: str, unit: str) -> dict:
     return claims
 
 
-def necessity_claims(sweep, importance: Optional[object] = None) -> dict:
+def necessity_claims(sweep, importance: Optional[pd.DataFrame] = None) -> dict:
     """``{(layer, head): Claim}``; ``importance``: a table with ``layer, head, importance``
     (:func:`probe.analyses.necessity.importance.head_importance`) shown beside the effect."""
     unit = f"{sweep.metric} harm above the null"
@@ -76,6 +79,6 @@ def weights_claims(sweep, necessity: Optional[dict] = None) -> dict:
         return {k: Claim("weights", "not tested", reason=why) for k in sweep.heads}
     claims = _tested("weights", sweep, "uniform", "uniform_null", f"{sweep.metric} harm above the null")
     zero = sweep.harm("zero").mean(1)
-    for i, (k, c) in enumerate(claims.items()):
+    for i, c in enumerate(claims.values()):
         c.extra["share_of_removal"] = float(c.extra["harm"] / zero[i]) if zero[i] > 0 else None
     return claims

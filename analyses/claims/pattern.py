@@ -49,7 +49,7 @@ def example_features(maps) -> tuple:
     for m in maps:
         acc.update(m)
     values, rows = example_values(acc, FEATURES)
-    return values, rows, tuple(acc.layers), acc.n_heads
+    return values, rows, tuple(acc.layers or ()), acc.n_heads
 
 
 def weighted_shares(values: np.ndarray, weights: np.ndarray, n_boot: int = T.N_BOOT,

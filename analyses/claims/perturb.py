@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -115,7 +115,7 @@ def _chunk(adapter, metric, batch, layers: dict, stack, restart: bool, max_token
     want_v = "uniform" in kinds
     store: dict = {}
     with ExitStack() as st:
-        cache = st.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None
+        cache: Any = st.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None  # None unless restarting
         rec = st.enter_context(HeadOutputRecorder(adapter, layers=list(layers), stack=stack))
         hooks = HookSet()
         st.callback(hooks.remove)
@@ -158,7 +158,7 @@ def _chunk(adapter, metric, batch, layers: dict, stack, restart: bool, max_token
 def perturbation_sweep(adapter, corpus, metric="loss", heads: Optional[Sequence] = None, *, batch_size: int = 8,
                        restart: bool = True, max_tokens: int = MAX_TOKENS, seed: int = 0,
                        stack: Optional[str] = None, progress: bool = False,
-                       zero: Optional[object] = None) -> PerturbationSweep:
+                       zero: Any = None) -> PerturbationSweep:
     """Zero, uniform-weight and null perturbations of every head on every example.
 
     ``zero``: a :class:`probe.analyses.necessity.ablation.SweepResult` of zero-ablation

@@ -13,6 +13,7 @@ claim when a relation is significant after BH *and* its margin is at least
 
 from __future__ import annotations
 
+from typing import Any
 import numpy as np
 
 from probe.analyses.common.bootstrap import resample_counts
@@ -26,8 +27,10 @@ from .statistics import benjamini_hochberg
 def sentence_counts(graphs) -> dict:
     """Per-sentence sums: ``hits [S, 2, L·H, R]``, ``counts [S, R]``, ``offset_hits [S, R, O]``,
     ``relations``, ``layers``, ``n_heads`` from :class:`probe.analyses.structure.word_graph.WordGraph` s."""
-    vocab, per = {}, []
-    shape = layers = None
+    vocab: dict[str, int] = {}
+    per: list = []
+    shape: Any = None
+    layers: Any = None
     for g in graphs:
         L, H = g.attention.shape[:2]
         shape, layers = (L, H), g.layers
@@ -53,7 +56,7 @@ def sentence_counts(graphs) -> dict:
         counts[s] = onehot.sum(0)
         offs[s] = onehot.T @ off.astype(np.float64)
     return {"hits": hits, "counts": counts, "offset_hits": offs,
-            "relations": tuple(sorted(vocab, key=vocab.get)), "layers": tuple(layers), "n_heads": H}
+            "relations": tuple(sorted(vocab, key=vocab.__getitem__)), "layers": tuple(layers), "n_heads": H}
 
 
 def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CONFIDENCE, seed: int = 0) -> dict:
@@ -123,7 +126,7 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
         "ci_high": m["high"], "p": m["p"], "significant": sig, "count": m["count"].astype(int)})
     most = int(sc["counts"].sum(0).max()) if sc["counts"].size else 0
     claims = {}
-    for j, key in enumerate(heads):
+    for key in heads:
         t = table[(table["layer"] == key[0]) & (table["head"] == key[1])]
         if t.empty:
             claims[key] = Claim("structure", "not enough evidence", count=most, threshold="structure_min_count",

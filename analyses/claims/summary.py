@@ -55,7 +55,7 @@ def summary_sentence(claims: dict) -> str:
     if a is not None and a.holds:
         parts.append(f"agrees with {a.extra.get('reference', 'attributions')} (τ {a.effect:+.2f})")
     top1 = a.extra.get("evidence_top1_rate") if a is not None else None
-    if top1 is not None and top1 >= 0.5:
+    if a is not None and top1 is not None and top1 >= 0.5:
         parts.append(f"ranks the evidence word first in {top1:.0%} of {a.count} examples")
     if not parts:
         return "no claim could be tested"

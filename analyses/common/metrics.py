@@ -101,7 +101,7 @@ def _zoo_has_loss(adapter) -> bool:
     from probe.models import zoo
 
     task = _zoo_task(adapter)
-    return bool(task) and hasattr(zoo.task_module(task), "encode")
+    return bool(task) and hasattr(zoo.task_module(task), "encode")  # type: ignore[arg-type]  # a task name when bool(task)
 
 
 def _has_lm_head(adapter) -> bool:
@@ -235,7 +235,7 @@ def _zoo_batch(adapter, corpus, indices) -> MetricBatch:
     if not corpus.examples:
         raise ValueError(f"{adapter.name}'s loss/accuracy need the zoo task's examples with their ground "
                          "truth: run without --text/--file/--conllu to use its evaluation set")
-    mod = zoo.task_module(_zoo_task(adapter))
+    mod = zoo.task_module(_zoo_task(adapter))  # type: ignore[arg-type]  # zoo adapters only (the caller checked)
     enc = mod.encode(adapter.tokenizer, [corpus.examples[i] for i in indices])
     if isinstance(enc, dict):  # a seq2seq task (translate): the teacher-forced batch, labels inside
         enc = dict(enc)
@@ -302,7 +302,7 @@ class LossMetric(Metric):
             labels = torch.full_like(ids, -100)
             new_ids = ids.clone()
             for r, i in enumerate(indices):
-                m = _mlm_mask(int(mask[r].sum()), base.special[r], self.seed * 1_000_003 + i)
+                m = _mlm_mask(int(mask[r].sum()), base.special[r], self.seed * 1_000_003 + i)  # type: ignore[index]  # encoder batches carry their special mask
                 pos = torch.nonzero(m).flatten().to(ids.device)
                 labels[r, pos] = ids[r, pos]
                 new_ids[r, pos] = mask_id
@@ -392,7 +392,7 @@ class CallableMetric(Metric):
         if not callable(fn):
             raise ValueError(f"a metric must be a name ({', '.join(METRICS)}) or a callable, got {fn!r}")
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "custom")
+        self.name: str = name or str(getattr(fn, "__name__", "custom"))
         self.higher_is_better = higher_is_better
 
     def score(self, outputs, batch, reference=None) -> torch.Tensor:

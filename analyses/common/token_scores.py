@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class TokenScores:
 
     tokens: tuple
     output_positions: tuple
-    scores: np.ndarray
+    scores: Any  # given as an array or a tensor; stored as a read-only float64 ndarray
     method: str = ""
     meta: dict = field(default_factory=dict)
 

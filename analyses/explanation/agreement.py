@@ -17,7 +17,10 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 import numpy as np
 
@@ -46,8 +49,8 @@ class Agreement:
         skipped: examples left out for having fewer than ``min_words`` words.
     """
 
-    per_example: object
-    summary: object
+    per_example: pd.DataFrame
+    summary: pd.DataFrame
     alpha: float
     skipped: int = 0
 

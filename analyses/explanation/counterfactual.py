@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import pandas as pd
+
 import torch
 
 from probe.analyses.common.targets import Target, check_scalar
@@ -92,8 +94,8 @@ class PermutationEffects:
         n_permutations, tolerance: settings.
     """
 
-    per_example: object
-    summary: object
+    per_example: pd.DataFrame
+    summary: pd.DataFrame
     n_permutations: int
     tolerance: float
 
@@ -182,7 +184,6 @@ def permutation_effects(
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(encodings) * len(heads), unit="ex·head", desc="permutations")
-    model = adapter.model
     v_mods = adapter.value_modules()
     try:
         for s in range(0, len(order), per_batch):

@@ -20,7 +20,10 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 import numpy as np
 
@@ -90,7 +93,7 @@ class FaithfulnessReport:
     agreement: Agreement
     permutation: Optional[PermutationEffects]
     ground_truth: Optional[EvidenceRecovery]
-    verdict: object
+    verdict: pd.DataFrame
     info: dict = field(default_factory=dict)
 
     def to_frame(self):
@@ -146,10 +149,10 @@ def resolve_target(adapter, spec: str, corpus, *, seed: int = 0):
         fitted = fit_probe(adapter, encs, [lab.label for lab in labels], prop=prop or "subject-number", seed=seed)
         info["probe"] = fitted.to_dict()
         keep = [labels[i].sentence for i in fitted.test_idx]
-        evidence = [labels[i].evidence_word for i in fitted.test_idx]
-        return fitted.target, corpus.subset(keep, reason="probe training split"), evidence, info
+        held_out = [labels[i].evidence_word for i in fitted.test_idx]
+        return fitted.target, corpus.subset(keep, reason="probe training split"), held_out, info
     target = parse_target(spec, adapter)
-    evidence = None
+    evidence: Optional[list] = None
     if corpus.examples and "evidence_word" in corpus.examples[0]:
         evidence = [int(e["evidence_word"]) for e in corpus.examples]
     return target, corpus, evidence, info

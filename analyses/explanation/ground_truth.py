@@ -13,7 +13,10 @@ number agreement) and of attribution benchmarks with known evidence.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 import numpy as np
 
@@ -44,8 +47,8 @@ class EvidenceRecovery:
     """Per method ``(method, layer, head)``: ``n_examples, top1_rate, mean_rank`` plus
     the chance rows (``method == "chance"``); ``per_example`` holds every rank."""
 
-    per_example: object
-    summary: object
+    per_example: pd.DataFrame
+    summary: pd.DataFrame
 
     def to_frame(self):
         return self.summary
@@ -75,7 +78,7 @@ def evidence_recovery(score_sets: Sequence[Sequence[ScoreSet]], gold: Sequence[i
             raise ValueError(f"{len(lst)} score sets for {len(gold)} gold evidence words")
     rows, chance = [], []
     for e, g in enumerate(gold):
-        n_words = None
+        n_words = 0
         for lst in score_sets:
             ss = lst[e]
             w = ss.word_scores()

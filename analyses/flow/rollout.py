@@ -259,7 +259,7 @@ def rollout_batch(
     else:
         if len(output_positions) != len(examples):
             raise ValueError(f"{len(output_positions)} position lists for {len(examples)} examples")
-        rows = [output_positions_for(n, p) for n, p in zip(lengths, output_positions)]
+        rows = [output_positions_for(n, p) for n, p in zip(lengths, output_positions)]  # type: ignore[arg-type]  # per-example lists here: 'all' was handled above
     groups: dict = {}
     for b, n in enumerate(lengths):
         groups.setdefault(n, []).append(b)

@@ -37,7 +37,7 @@ import logging
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -146,7 +146,7 @@ def position_kind_means(adapter, corpus, metric: Metric, batch_size: int = 16,
 def _row_values(means: torch.Tensor, layer: int, batch: MetricBatch) -> torch.Tensor:
     """``[b, seq, head, head_dim]``: each position's per-kind mean for ``layer``."""
     m = means[:, layer].to(batch.inputs["input_ids"].device)  # [2, head, dh]
-    return m[batch.special.long()]
+    return m[batch.special.long()]  # type: ignore[union-attr]  # per-kind means come with batches that carry their special mask
 
 
 def _edits(layer: int, heads: Sequence[int], b: int, values: Optional[torch.Tensor]) -> list:
@@ -247,7 +247,7 @@ def _sweep_chunk(adapter, metric: Metric, batch: MetricBatch, layers: dict, mean
     the heads swept in that layer, in the order of ``layers[layer]``."""
     site = restart and supports_site_restart(adapter, stack)
     with ExitStack() as ctx:
-        cache = ctx.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None
+        cache: Any = ctx.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None  # None unless restarting
         out = metric.forward(adapter, batch)
     ref = metric.reference(out, batch)
     clean = metric.score(out, batch, ref)

@@ -112,7 +112,7 @@ def ablate_group(adapter, corpus, heads: Sequence, metric="loss", mode: str = "z
         out = metric.forward(adapter, batch)
         ref = metric.reference(out, batch)
         clean[idx] = metric.score(out, batch, ref).double().cpu().numpy()
-        values_of = (lambda layer: None) if means is None else (lambda layer: _row_values(means, layer, batch))
+        values_of = (lambda layer: None) if means is None else (lambda layer: _row_values(means, layer, batch))  # noqa: B023 (used in this iteration)
         with HeadIntervention(adapter, _group_edits(heads, values_of), stack=stack):
             out = metric.forward(adapter, batch)
         ablated[idx] = metric.score(out, batch, ref).double().cpu().numpy()

@@ -21,7 +21,7 @@ import logging
 import random
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -173,7 +173,7 @@ def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequen
         ref = metric.reference(out, cb)
         c_vals[idx] = metric.score(out, cb, ref).double().cpu().numpy()
         with ExitStack() as ctx:
-            cache = ctx.enter_context(ResidualCache(adapter, stack)) if use_restart else None
+            cache: Any = ctx.enter_context(ResidualCache(adapter, stack)) if use_restart else None  # None unless restarting
             out = metric.forward(adapter, kb)
         k_vals[idx] = metric.score(out, kb, ref).double().cpu().numpy()
         for layer, items in by_layer.items():

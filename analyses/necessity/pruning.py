@@ -131,9 +131,9 @@ def pruning_curve(adapter, corpus, metric="loss", *, method: str = "auto", step_
         mask = torch.ones(L, H)
         record(name, 0, mask, [])
         for step in range(1, n_iter + 1):
-            drop = order[(step - 1) * per_step: min(step * per_step, limit)]
+            picked = order[(step - 1) * per_step: min(step * per_step, limit)]
             mask = mask.clone()
-            mask.view(-1)[torch.as_tensor(drop)] = 0
-            record(name, step, mask, [(int(i) // H, int(i) % H) for i in drop])
+            mask.view(-1)[torch.as_tensor(picked)] = 0
+            record(name, step, mask, [(int(i) // H, int(i) % H) for i in picked])
     return PruningResult(table=pd.DataFrame(rows), clean=clean, metric=metric.name,
                          higher_is_better=metric.higher_is_better)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -128,7 +128,8 @@ def measure_grid(
 
         points = tqdm(points, desc="complexity grid", unit="layer")
     rows, term_rows = [], []
-    layer, built = None, None
+    layer: Any = None
+    built = None
     for kind, d, n in points:
         if built != (kind, d):
             layer, built = make_layer(kind, d, k=k, r=r), (kind, d)

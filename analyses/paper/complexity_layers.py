@@ -256,6 +256,7 @@ def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16) -> nn.Module:
     r = _check_positive_int("r", r, 2)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
+        layer: torch.nn.Module
         if kind == "self_attention":
             layer = SelfAttention(d)
         elif kind == "restricted_attention":

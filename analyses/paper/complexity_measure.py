@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Tuple, cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -167,7 +167,7 @@ def measure_layer(
     n = _check_positive_int("n", n)
     repeats = _check_positive_int("repeats", repeats)
     threads = _check_positive_int("threads", threads)
-    d = layer.d
+    d = cast(int, layer.d)  # every layer of complexity_layers has its width as .d
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=gen)
     fixed = sum(p.numel() * p.element_size() for p in layer.parameters())

@@ -16,6 +16,7 @@ only (the matrix is symmetric), never per head pair in Python.
 
 from __future__ import annotations
 
+from collections.abc import Sized
 import inspect
 import logging
 import math
@@ -57,8 +58,10 @@ class HeadDivergenceAccumulator:
         if max_examples is not None and max_examples < 1:
             raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
         self.max_examples = max_examples
-        self.total, self.rows, self.n_examples = None, 0, 0
-        self.layers, self.n_heads = None, None
+        self.total: Optional[torch.Tensor] = None  # [L·h, L·h] summed divergences, once the first map is seen
+        self.rows, self.n_examples = 0, 0
+        self.layers: Optional[tuple] = None
+        self.n_heads: Optional[int] = None
 
     @property
     def full(self) -> bool:
@@ -90,6 +93,8 @@ class HeadDivergenceAccumulator:
         plogp = torch.special.xlogy(p, p).sum(-1)  # [LH, rows]
         lh = L * h
         ln2 = math.log(2.0)
+        total = self.total
+        assert total is not None  # made with self.layers above
         chunk = max(1, _CHUNK_ELEMENTS // max(1, lh * p.shape[1] * n))
         for s in range(0, lh, chunk):
             # only pairs (h, g ≥ s): the matrix is symmetric, the lower part is mirrored
@@ -97,7 +102,7 @@ class HeadDivergenceAccumulator:
             s_log = (m * m.log()).sum(-1)  # Σ (p+q) ln(p+q)
             # JS = ½Σp ln p + ½Σq ln q − Σ m ln m, with m = (p+q)/2 and Σ(p+q) = 2
             js = 0.5 * (plogp[s:s + chunk, None] + plogp[None, s:]) - 0.5 * s_log + ln2
-            self.total[s:s + chunk, s:] += js.clamp(min=0).sum(-1).double() / ln2
+            total[s:s + chunk, s:] += js.clamp(min=0).sum(-1).double() / ln2
         self.rows += p.shape[1]
         return True
 
@@ -105,6 +110,7 @@ class HeadDivergenceAccumulator:
         """The symmetric, zero-diagonal mean divergence. Raises ValueError without examples."""
         if self.layers is None:
             raise ValueError("no examples: give at least one captured example")
+        assert self.total is not None and self.n_heads is not None  # set by the first example (checked above)
         upper = np.triu((self.total / max(self.rows, 1)).numpy())
         matrix = upper + np.triu(upper, 1).T
         np.fill_diagonal(matrix, 0.0)
@@ -133,7 +139,7 @@ def head_divergence(source: Iterable, max_examples: Optional[int] = None,
     it = source
     if progress:
         from tqdm.auto import tqdm
-        total = len(source) if hasattr(source, "__len__") else None
+        total = len(source) if isinstance(source, Sized) else None
         if total is not None and max_examples:
             total = min(total, max_examples)
         it = tqdm(source, total=total, unit="ex", desc="head divergence")
@@ -161,7 +167,7 @@ def embed_heads(matrix: np.ndarray, seed: int = 0) -> np.ndarray:
     from sklearn.manifold import MDS
 
     params = inspect.signature(MDS).parameters
-    kw = dict(n_components=2, random_state=seed, n_init=1)
+    kw: dict[str, object] = dict(n_components=2, random_state=seed, n_init=1)
     if "metric_mds" in params:  # scikit-learn ≥ 1.8: classical-MDS start, deterministic
         kw.update(metric="precomputed", metric_mds=True, init="classical_mds")
     else:

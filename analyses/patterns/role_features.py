@@ -44,11 +44,12 @@ run over examples and the five offsets, never over heads or tokens of a head.
 
 from __future__ import annotations
 
+from collections.abc import Sized
 import functools
 import logging
 import unicodedata
 from collections import Counter
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -246,9 +247,9 @@ class HeadFeatureAccumulator:
         if distinct:
             index = {k: i for i, k in enumerate(distinct)}
             onehot = torch.zeros(n, len(distinct))
-            for t, (k, s) in enumerate(zip(keys, special.tolist())):
+            for t, (key, s) in enumerate(zip(keys, special.tolist())):
                 if not s:
-                    onehot[t, index[k]] = 1.0
+                    onehot[t, index[key]] = 1.0
             unit_mass = ((a * qf[:, None]).sum(-2)) @ onehot  # [L, H, U]
             hit = onehot[am]  # [L, H, n, U]: the unit of each row's argmax
             unit_argmax = (hit * qf[:, None]).sum(-2)  # [L, H, U]
@@ -348,8 +349,9 @@ class HeadFeatureAccumulator:
             for s in self._deferred:
                 self._resolve_rare(s, freqs)
             self._deferred = []
+        assert self.layers is not None and self.n_heads is not None  # set by the first example (checked above)
         L, H = len(self.layers), self.n_heads
-        out = {"layer": np.repeat(np.array(self.layers), H), "head": np.tile(np.arange(H), L),
+        out: dict[str, Any] = {"layer": np.repeat(np.array(self.layers), H), "head": np.tile(np.arange(H), L),
                "n_examples": self.n_examples}
         for name in FEATURES:
             if name in ("positional_share", "positional_offset"):
@@ -381,6 +383,7 @@ def example_values(acc: HeadFeatureAccumulator, names: Sequence[str]) -> tuple:
     """
     if acc.examples is None:
         raise ValueError("build the accumulator with keep_examples=True")
+    assert acc.layers is not None and acc.n_heads is not None  # set by the first example (checked above)
     L, H = len(acc.layers), acc.n_heads
     E, F = len(acc.examples), len(names)
     values = np.full((E, L * H, F), np.nan)
@@ -442,7 +445,7 @@ def head_features(source: Iterable, level: str = "token",
     it = source
     if progress:
         from tqdm.auto import tqdm
-        it = tqdm(source, total=len(source) if hasattr(source, "__len__") else None,
+        it = tqdm(source, total=len(source) if isinstance(source, Sized) else None,
                   unit="ex", desc=f"head features ({level})")
     for maps in it:
         acc.update(maps)

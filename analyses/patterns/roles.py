@@ -37,6 +37,7 @@ encoder) drops its role instead of failing.
 
 from __future__ import annotations
 
+from collections.abc import Sized
 import logging
 from dataclasses import asdict, dataclass, fields
 from typing import Iterable, Mapping, Optional, Sequence
@@ -307,7 +308,7 @@ class RoleClassifier:
         it = source
         if self.progress:
             from tqdm.auto import tqdm
-            it = tqdm(source, total=len(source) if hasattr(source, "__len__") else None,
+            it = tqdm(source, total=len(source) if isinstance(source, Sized) else None,
                       unit="ex", desc="head roles")
         for maps in it:
             for acc in accs.values():
@@ -408,7 +409,7 @@ def report_from(clf: RoleClassifier, div: Optional[HeadDivergenceAccumulator], n
     """The :class:`RolesReport` of a fitted classifier and (optionally) filled divergences."""
     roles, clusters = clf.roles_, None
     if div is not None:
-        clusters = clusters_from(div.result(), n_clusters=n_clusters, seed=seed)
+        clusters = clusters_from(div.result(), n_clusters=8 if n_clusters is None else n_clusters, seed=seed)
         roles = roles.merge(clusters.to_frame(), on=["layer", "head"], how="left")
     return RolesReport(roles=roles, layers=layer_summary(clf.features_), counts=role_counts(roles),
                        clusters=clusters, n_examples=clf.n_examples_)

@@ -63,7 +63,7 @@ class CorefWindow:
 
 def _doc_ids(sentences) -> list:
     doc, out = None, []
-    for k, s in enumerate(sentences):
+    for s in sentences:
         doc = s.meta.get("newdoc id", doc) if s.meta else doc
         out.append(doc if doc is not None else "")
     return out
@@ -89,7 +89,7 @@ def coref_windows(sentences: Sequence, numbers: Optional[Sequence] = None, conte
                          "use a CorefUD treebank such as GUM")
     docs = _doc_ids(sentences)
     out = []
-    for k, s in enumerate(sentences):
+    for k in range(len(sentences)):
         first = k
         while first > 0 and k - first < context and docs[first - 1] == docs[k]:
             first -= 1

@@ -21,7 +21,7 @@ Everything is vectorised over layers, heads and words: one ``argmax`` per senten
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -191,8 +191,12 @@ class RelationCounter:
         self.base = base
         self.offsets = tuple(int(o) for o in offsets)
         self.vocab: dict = {}
-        self.hits = self.counts = self.offset_hits = None
-        self.shape, self.layers, self.n_sentences = None, (), 0
+        # [direction, relation, layer, head], [relation], [relation, offset]; made by the first graph
+        self.hits: Any = None
+        self.counts: Any = None
+        self.offset_hits: Any = None
+        self.shape: Any = None
+        self.layers, self.n_sentences = (), 0
 
     def _grow(self, n_relations: int) -> None:
         R = len(self.counts)
@@ -242,10 +246,10 @@ class RelationCounter:
         if other.shape is None:
             return self
         self._start(other.shape, other.layers)
-        for label in sorted(other.vocab, key=other.vocab.get):
+        for label in sorted(other.vocab, key=other.vocab.__getitem__):
             self.vocab.setdefault(label, len(self.vocab))
         self._grow(len(self.vocab))
-        to = np.array([self.vocab[label] for label in sorted(other.vocab, key=other.vocab.get)], dtype=np.int64)
+        to = np.array([self.vocab[label] for label in sorted(other.vocab, key=other.vocab.__getitem__)], dtype=np.int64)
         self.hits[:, to] += other.hits
         self.counts[to] += other.counts
         self.offset_hits[to] += other.offset_hits
@@ -257,7 +261,7 @@ class RelationCounter:
             raise ValueError("no sentence to evaluate: the treebank is empty or every sentence was skipped")
         if not self.vocab:
             raise ValueError("no dependency to evaluate: every word is a root")
-        return RelationAccuracy(relations=tuple(sorted(self.vocab, key=self.vocab.get)),
+        return RelationAccuracy(relations=tuple(sorted(self.vocab, key=self.vocab.__getitem__)),
                                 hits=self.hits.copy(), counts=self.counts.copy(),
                                 offset_hits=self.offset_hits.copy(), offsets=self.offsets,
                                 layers=self.layers, n_sentences=self.n_sentences)

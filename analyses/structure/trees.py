@@ -157,9 +157,10 @@ def tree_scores(graphs: Iterable, root_score: float = -1.0, limit: Optional[int]
     """
     import pandas as pd
 
-    correct = None
+    correct: Optional[np.ndarray] = None
     base = {"right_branching": 0, "left_branching": 0}
-    total, n_sent, layers = 0, 0, ()
+    total, n_sent = 0, 0
+    layers: tuple = ()
     for g in graphs:
         if limit is not None and n_sent >= limit:
             break
@@ -177,8 +178,9 @@ def tree_scores(graphs: Iterable, root_score: float = -1.0, limit: Optional[int]
         n_sent += 1
     if not n_sent or not total:
         raise ValueError("no sentence to decode trees from: the treebank is empty or every sentence was skipped")
+    assert correct is not None  # set by the first sentence (n_sent > 0)
     L, H = len(layers), (len(correct) - len(layers) - 1) // len(layers)
-    rows = [("head", layers[k // H], k % H) for k in range(L * H)]
+    rows: list[tuple] = [("head", layers[k // H], k % H) for k in range(L * H)]
     rows += [("layer_mean", layers[i], None) for i in range(L)] + [("all_mean", None, None)]
     df = pd.DataFrame(rows, columns=["source", "layer", "head"])
     df["correct"] = correct

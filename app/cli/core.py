@@ -13,15 +13,20 @@ from .common import (configure_progress, device_option, dtype_option, engine_opt
 
 @click.command("models")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--architectures", is_flag=True, help="also the tested architectures and the path capture takes for "
+              "each (attention interface or hooks); imports transformers, so it takes seconds")
 @user_errors
-def models_cmd(as_json):
-    """List the models the toolkit can open (name, source, layers, heads) and the tested
-    architectures with the path capture takes for each (attention interface or hooks)."""
-    from probe.models import list_models
-    from probe.models.architectures import supported_architectures
+def models_cmd(as_json, architectures):
+    """List the models the toolkit can open (name, source, layers, heads), from their
+    config files and cards (no weights, no torch: well under a second)."""
+    from probe.models.catalog import list_models
 
     rows = list_models()
-    archs = supported_architectures()
+    archs: list = []
+    if architectures:
+        from probe.models.architectures import supported_architectures
+
+        archs = supported_architectures()
     if as_json:
         rows = rows + [{"name": f"hf:<{a['model_type']}>", "kind": "architecture", **a} for a in archs]
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -34,7 +39,10 @@ def models_cmd(as_json):
             extra = f"  (held-out accuracy {card['accuracy']:.4g})"
         click.echo(f"{r['name']:<22} {str(r.get('layers')):>6} {str(r.get('heads')):>5}  {r.get('source', '')}{extra}")
     click.echo("also: hf:<model id or local path> (local files or the Hugging Face cache; no download)")
-    click.echo("tested architectures (path): " + ", ".join(f"{a['model_type']} ({a['path']})" for a in archs))
+    if archs:
+        click.echo("tested architectures (path): " + ", ".join(f"{a['model_type']} ({a['path']})" for a in archs))
+    else:
+        click.echo("tested architectures and the path capture takes: probe models --architectures")
 
 
 @click.command("capture")

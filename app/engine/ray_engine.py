@@ -100,7 +100,7 @@ def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job
         is done.
     """
     ray = ensure_ray(address, workers)
-    import ray.data
+    import ray.data  # noqa: F811 (the submodule of the module ensure_ray imported)
     from ray import cloudpickle
 
     ctx = ray.data.DataContext.get_current()

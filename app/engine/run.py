@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .jobs import Part, StreamJob
 
@@ -45,7 +45,7 @@ def require_ray():
     """``import ray`` or a ``ValueError`` saying how to install it."""
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError:
         raise ValueError(RAY_HINT) from None
     return ray
@@ -91,7 +91,7 @@ def auto_block_size(n_items: int, workers: int) -> int:
 
 def run_job(model, items: Sequence, job, *, engine: str = "local", address: Optional[str] = None,
             workers: int = 1, block_size: Optional[int] = None, device: str = "cpu", dtype: Optional[str] = None,
-            on_part: Optional[Callable[[Part], None]] = None, skip: Sequence[int] = (),
+            on_part: Optional[Callable[[Part], None]] = None, skip: Iterable[int] = (),
             gpus_per_worker: int = 1, threads_per_worker: Optional[int] = None, progress: bool = False) -> list:
     """Run ``job`` over ``items`` and return its parts in input order.
 

@@ -44,7 +44,8 @@ class Context:
         #: the (temporary) output directory of a CLI run, for files written while running
         self.workdir = workdir
         self.engine, self.address, self.workers = engine or "local", address, workers
-        self._adapter, self._corpus, self._maps, self._sentences = adapter, corpus, maps, None
+        self._adapter, self._corpus, self._maps = adapter, corpus, maps
+        self._sentences: Optional[list] = None
 
     # -- what the user gave ---------------------------------------------------------------
     @property

@@ -8,6 +8,7 @@ end, so a failed run leaves nothing half-written (and an existing ``--out`` unto
 
 from __future__ import annotations
 
+from typing import Optional
 import os
 import shutil
 import tempfile
@@ -40,23 +41,26 @@ class OutDir:
 
     def __init__(self, out, force: bool = False):
         self.out = check_out(out, force)
-        self.tmp = None
+        self.tmp: Optional[Path] = None
 
     def __enter__(self) -> Path:
         self.out.absolute().parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.absolute().parent))
-        return self.tmp
+        self.tmp = tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.absolute().parent))
+        return tmp
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+        tmp = self.tmp
+        if tmp is None:  # never entered
             return False
-        os.chmod(self.tmp, 0o755)
+        if exc_type is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return False
+        os.chmod(tmp, 0o755)
         if self.out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.absolute().parent))
             os.replace(self.out, old / "x")
-            os.replace(self.tmp, self.out)
+            os.replace(tmp, self.out)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(self.tmp, self.out)
+            os.replace(tmp, self.out)
         return False

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .style import DIVERGING_CMAP, pyplot
+from .style import DIVERGING_CMAP, pyplot, set_wrapped_title
 
 _plt = pyplot  # the one Agg-backed pyplot of style.py
 
@@ -24,13 +24,14 @@ def head_heatmap(table, value: str, path, title: str = "", center: Optional[floa
     import seaborn as sns
 
     grid = table.pivot_table(index="layer", columns="head", values=value, aggfunc="mean")
-    fig, ax = plt.subplots(figsize=(1.2 + 0.5 * grid.shape[1], 1.0 + 0.45 * grid.shape[0]))
+    # at least 3.6 in wide: the colour bar's label and the title need the room on a 2-head model
+    fig, ax = plt.subplots(figsize=(max(3.6, 1.2 + 0.5 * grid.shape[1]), 1.4 + 0.45 * grid.shape[0]))
     sns.heatmap(grid, ax=ax, cmap=cmap, center=center, annot=grid.size <= 100, fmt=".2g",
                 annot_kws={"size": 6}, cbar_kws={"label": value})
-    ax.set_title(title or value)
+    set_wrapped_title(fig, ax, title or value, fontsize=10)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 

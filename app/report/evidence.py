@@ -110,7 +110,7 @@ def _roles(data, layer, head, f) -> str:
         r = t[(t["layer"] == layer) & (t["head"] == head)]
         if len(r):
             n_ex, n_rows = r.iloc[0].get("n_examples"), r.iloc[0].get("n_rows")
-    over = f" over {int(n_rows)} query tokens in {int(n_ex)} sentences" if n_rows is not None else ""
+    over = f" over {int(n_rows)} query tokens in {int(n_ex)} sentences" if n_rows is not None and n_ex is not None else ""
     text = (f"<p>Role: <b>{esc(role)}</b>, confidence {esc(number(f.get('confidence'), digits=2))} "
             f"(0 = no rule cleared, 1 = far past its threshold). Why: {esc(f.get('decided_by', ''))}.</p>"
             f"<p>Where its attention goes, on average{esc(over)}:</p>")

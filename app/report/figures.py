@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 from .style import ATTENTION_CMAP, pyplot
+from .fonts import font_for
+from .tokens import maps_display_tokens
 
 _plt = pyplot  # the one Agg-backed pyplot of style.py
 
@@ -21,12 +23,14 @@ def attention_heatmap(maps, layer: int, head: int, path, title: Optional[str] = 
     plt = _plt()
     import seaborn as sns
 
-    q_labels = list(maps.query_tokens) if maps.kind == "cross" else list(maps.tokens)
+    k_labels = maps_display_tokens(maps)
+    q_labels = maps_display_tokens(maps, query=True) if maps.kind == "cross" else k_labels
+    font_for(k_labels + q_labels)
     n = max(len(maps.tokens), len(q_labels))
     size = min(4 + 0.28 * n, 30)
     fig, ax = plt.subplots(figsize=(size, size * 0.85))
     sns.heatmap(a, ax=ax, cmap=ATTENTION_CMAP, vmin=0, vmax=1, square=True,
-                xticklabels=list(maps.tokens), yticklabels=q_labels,
+                xticklabels=k_labels, yticklabels=q_labels,
                 cbar_kws={"shrink": 0.6, "label": "attention weight"})
     return finish_heatmap(fig, ax, path, "key (attended to)", "query (attending)",
                           title or f"layer {layer}, head {head} ({maps.meta.get('model', '')})")

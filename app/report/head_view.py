@@ -24,6 +24,7 @@ import numpy as np
 
 from .html import VIEW_CSS, esc, script_json
 from .style import ACCENT, is_trivial
+from .tokens import maps_display_tokens
 
 ASSET = Path(__file__).with_name("assets") / "probe_views.js"
 
@@ -61,11 +62,12 @@ def example_data(m, layers, heads, title: str = "") -> dict:
     ``[layer, head, query, key]`` of the chosen layers and heads."""
     idx = [m.layers.index(layer) for layer in layers]
     a = m.attentions.float()[idx][:, heads].numpy()
-    keys = [str(t) for t in m.tokens]
-    queries = [str(t) for t in m.query_tokens] if m.kind == "cross" else None
+    raw = [str(t) for t in m.tokens]
+    keys = maps_display_tokens(m)  # readable: byte-level BPE decoded, SentencePiece ▁ as ␣
+    queries = maps_display_tokens(m, query=True) if m.kind == "cross" else None
     special = [bool(s) for s in m.special_mask.tolist()] if m.special_mask is not None else [False] * len(keys)
     return {"title": title, "text": str(m.text or ""), "tokens": keys, "query_tokens": queries,
-            "trivial": [s or is_trivial(t) for s, t in zip(special, keys)],
+            "trivial": [s or is_trivial(t) or is_trivial(r) for s, t, r in zip(special, keys, raw)],
             "nq": int(a.shape[2]), "nk": int(a.shape[3]), "w": quantise(a)}
 
 
@@ -163,8 +165,8 @@ def line_view_svg(maps, layer: int, head: int, *, min_weight: float = 0.05, max_
         ValueError: layer not captured or head out of range.
     """
     a = maps.head(layer, head).float()
-    keys = list(maps.tokens)
-    queries = list(maps.query_tokens) if maps.kind == "cross" else keys
+    keys = maps_display_tokens(maps)
+    queries = maps_display_tokens(maps, query=True) if maps.kind == "cross" else keys
     nq, nk = min(len(queries), max_tokens), min(len(keys), max_tokens)
     a = a[:nq, :nk].numpy()
     n = max(nq, nk)

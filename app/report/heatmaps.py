@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from .style import ATTENTION_CMAP, pyplot
+from .fonts import font_for
+from .tokens import maps_display_tokens
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +31,9 @@ def _template(m, dpi: int):
     plt = _plt()
     import seaborn as sns
 
-    keys = list(m.tokens)
-    queries = list(m.query_tokens) if m.kind == "cross" else keys
+    keys = maps_display_tokens(m)
+    queries = maps_display_tokens(m, query=True) if m.kind == "cross" else keys
+    font_for(keys + queries)
     n = max(len(keys), len(queries))
     size = min(2.2 + 0.17 * n, 14)
     fig, ax = plt.subplots(figsize=(size + 0.8, size), dpi=dpi)

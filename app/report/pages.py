@@ -8,6 +8,7 @@ Built from a :class:`probe.app.report.build.ReportData`; every corpus string is 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from .claims_html import head_claims_html
 from .evidence import evidence_html
@@ -153,12 +154,17 @@ def index_html(data) -> str:
     k = _within_budget([ctx.maps[i] for i in examples[:2]])
     view = HeadView([ctx.maps[i] for i in examples[:k]], titles=titles[:k],
                     initial=_showcase(data)).fragment(include_script=False)
-    body = (f"<h1>Attention report: {esc(summary['model'])}</h1>"
-            f"<h2>Corpus, model and settings</h2>{kv_table(summary)}"
-            f"<h2>Sections</h2>{_sections_list(data)}"
+    # what a reader came for first: the head grid and the head view; the settings below, folded
+    corpus_name = Path(str(summary["corpus"])).name or str(summary["corpus"])  # the full path is in the settings
+    built = str(summary["built in"]).split(" (")[0]
+    line = (f"{esc(summary['layers × heads'])} heads, {esc(summary['examples'])} examples from "
+            f"{esc(corpus_name)}; built in {esc(built)}")
+    body = (f"<h1>Attention report: {esc(summary['model'])}</h1><p class=\"muted\">{line}</p>"
             f"<h2>Heads</h2>{_views_links()}<p>Each cell links to the head's page; colour: role; mark: "
             f"importance. Hover for the verdict.</p>{_grid(data)}"
             f"<h2>Head view</h2>{view}"
+            f"<h2>Sections</h2>{_sections_list(data)}"
+            f"<details><summary><b>Corpus, model and settings</b></summary>{kv_table(summary)}</details>"
             f"{_section_blocks(data)}"
             f"<p class=\"muted\">Machine-readable: {link('summary.json', 'summary.json')}, "
             f"{link('report.md', 'report.md')}, tables/*.csv</p>")
@@ -221,7 +227,7 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
         m = ctx.maps[ex]
         parts.append(f"<p class=\"sent\">example {ex}: {esc(m.text)}</p>"
                      f"<figure><img src=\"{esc(png)}\" alt=\"heatmap of layer {layer} head {head} on example {ex}\">"
-                     f"<figcaption>rows attend to columns; colour: weight from 0 (white) to 1 (dark)"
+                     f"<figcaption>rows attend to columns; colour: weight from 0 (palest, a light peach) to 1 (darkest)"
                      f"</figcaption></figure>")
     return page(f"L{layer}H{head} — {data.verdicts[(layer, head)]}", "".join(parts), scripts=[head_view_js()])
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from .style import ROLE_COLOURS, pyplot
+from .style import ROLE_COLOURS, pyplot, set_wrapped_title
 
 #: one stable colour per base role: the report grid and notebooks use the same (style.py)
 ROLE_COLORS = ROLE_COLOURS
@@ -67,12 +67,12 @@ def role_grid_figure(roles, path, title: Optional[str] = None) -> Path:
                 xticklabels=heads, yticklabels=layers)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title(title or "head roles (cell text: confidence)")
+    set_wrapped_title(fig, ax, title or "head roles (cell text: confidence)", fontsize=10)
     ax.legend(handles=[Patch(color=ROLE_COLORS[r], label=r) for r in present],
               bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=7, frameon=False)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -94,7 +94,7 @@ def head_map_figure(roles, path, title: Optional[str] = None) -> Path:
     sns.scatterplot(data=data, x="mds_x", y="mds_y", hue="base_role", hue_order=order,
                     palette=ROLE_COLORS, edgecolor="black", linewidth=0.3, s=60, ax=ax)
     for r in data.itertuples(index=False):
-        ax.annotate(f"{r.layer}-{r.head}", (r.mds_x, r.mds_y), fontsize=6, xytext=(2, 2),
+        ax.annotate(f"L{r.layer}H{r.head}", (r.mds_x, r.mds_y), fontsize=6, xytext=(2, 2),
                     textcoords="offset points")
     ax.set_xlabel("MDS 1")
     ax.set_ylabel("MDS 2")

@@ -19,6 +19,8 @@ from typing import Optional
 import numpy as np
 
 from .style import ACCENT, ATTENTION_CMAP, MUTED, is_trivial, pyplot
+from .fonts import font_for
+from .tokens import display_tokens
 
 #: most output positions drawn as ranked bars; more become a heatmap
 MAX_BAR_PANELS = 4
@@ -48,10 +50,12 @@ def split_top(tokens, row, position: Optional[int] = None, k: int = 5) -> tuple:
 def _bars(scores, path, title, xlabel):
     plt = pyplot()
     k = len(scores.output_positions)
+    shown = display_tokens(scores.tokens)
+    font_for(shown)
     n_words = min(MAX_BARS, int((~trivial_mask(scores.tokens)).sum()) or 1)
     fig, axes = plt.subplots(1, k, figsize=(4.8 * k, 1.6 + 0.28 * (n_words + 3)), squeeze=False)
     for r, (ax, p) in enumerate(zip(axes[0], scores.output_positions)):
-        words, trivial = split_top(scores.tokens, scores.scores[r], p, k=MAX_BARS)
+        words, trivial = split_top(shown, scores.scores[r], p, k=MAX_BARS)
         labels = [f"{t} ({j})" for j, t, _ in words][::-1]
         ax.barh(range(len(words)), [s for _, _, s in words][::-1], color=ACCENT)
         ax.set_yticks(range(len(words)), labels, fontsize=9)
@@ -60,7 +64,7 @@ def _bars(scores, path, title, xlabel):
         share = sum(s for _, _, s in trivial)
         total = float(np.sum(scores.scores[r])) or 1.0
         apart = ", ".join(f"{t} {s:.2f}" for _, t, s in trivial[:4]) + (" …" if len(trivial) > 4 else "")
-        ax.set_title(f"output position {p} ({scores.tokens[p]})", fontsize=10)
+        ax.set_title(f"output position {p} ({shown[p]})", fontsize=10)
         ax.text(0.0, -0.16 - 0.02 * max(0, 12 - len(words)) / 4, f"not shown: itself, special tokens and "
                 f"punctuation, {share / total:.0%} of the total\n({apart})", transform=ax.transAxes, fontsize=8,
                 color=MUTED, va="top", wrap=True)
@@ -76,6 +80,8 @@ def _heatmap(scores, path, title, xlabel):
 
     plt = pyplot()
     s = scores.scores
+    shown = display_tokens(scores.tokens)
+    font_for(shown)
     k, n = s.shape
     mask = np.array([trivial_mask(scores.tokens, p) for p in scores.output_positions])
     words = s[~mask]
@@ -83,8 +89,8 @@ def _heatmap(scores, path, title, xlabel):
     fig, ax = plt.subplots(figsize=(min(4 + 0.32 * n, 30), min(2.2 + 0.3 * k, 30)))
     ax.set_facecolor("#c4c4c4")
     sns.heatmap(np.where(mask, np.nan, s), ax=ax, cmap=ATTENTION_CMAP, vmin=0, vmax=max(vmax, 1e-9),
-                xticklabels=list(scores.tokens),
-                yticklabels=[f"{p} {scores.tokens[p]}" for p in scores.output_positions],
+                xticklabels=shown,
+                yticklabels=[f"{p} {shown[p]}" for p in scores.output_positions],
                 cbar_kws={"shrink": 0.8, "label": xlabel})
     ax.set_xlabel("input token (grey: itself, special tokens, punctuation; not on the colour scale)")
     ax.set_ylabel("output position")

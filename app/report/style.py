@@ -12,7 +12,7 @@ import math
 import re
 import unicodedata
 
-#: sequential map of attention weights and token scores (0 = white, 1 = dark); seaborn's
+#: sequential map of attention weights and token scores (0 = a pale peach, 1 = near black); seaborn's
 #: "rocket" reversed, so that light cells read as "little attention" on a white page
 ATTENTION_CMAP = "rocket_r"
 #: signed quantities centred on 0 (ablation deltas, importance differences)
@@ -129,7 +129,7 @@ def is_special_token(token) -> bool:
 
 def is_punctuation(token) -> bool:
     """A token made only of punctuation characters (after word-piece markers)."""
-    t = str(token).strip().lstrip("#").lstrip("Ġ▁")
+    t = str(token).strip().lstrip("#").lstrip("Ġ▁␣")  # ␣: a displayed leading space (tokens.py)
     return bool(t) and all(unicodedata.category(c).startswith("P") or c in "`^~|" for c in t)
 
 
@@ -146,3 +146,13 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def set_wrapped_title(fig, ax, text: str, fontsize: float = 11.0) -> None:
+    """``ax``'s title, wrapped to the figure's width so a narrow figure (a 1-layer,
+    2-head model's grid) shows all of it instead of clipping it at the edges."""
+    import textwrap
+
+    width_in = float(fig.get_size_inches()[0])
+    per_line = max(12, int(width_in * 72 / (0.55 * fontsize)))
+    ax.set_title("\n".join(textwrap.wrap(str(text), per_line)) or str(text), fontsize=fontsize)

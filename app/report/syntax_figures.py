@@ -18,7 +18,7 @@ _plt = pyplot  # the one Agg-backed pyplot of style.py
 
 def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str = "dep_to_head",
                      title: Optional[str] = None) -> Path:
-    """Heatmap of accuracy per relation (rows, by frequency) × head (columns ``layer-head``)
+    """Heatmap of accuracy per relation (rows, by frequency) × head (columns ``L{layer}H{head}``)
     for the relations with at least ``min_count`` instances; saved to ``path``.
 
     Raises:
@@ -27,7 +27,7 @@ def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str 
     df = relations_frame[(relations_frame.direction == direction) & (relations_frame["count"] >= min_count)]
     if df.empty:
         raise ValueError(f"no relation has {min_count} instances for the heatmap; lower --min-count")
-    df = df.assign(column=df.layer.astype(str) + "-" + df["head"].astype(str))
+    df = df.assign(column="L" + df.layer.astype(str) + "H" + df["head"].astype(str))  # as every other output
     order = df.drop_duplicates("relation").sort_values("count", ascending=False).relation.tolist()
     cols = df.drop_duplicates("column").sort_values(["layer", "head"]).column.tolist()
     table = df.pivot(index="relation", columns="column", values="accuracy").loc[order, cols]
@@ -37,7 +37,7 @@ def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str 
     fig, ax = plt.subplots(figsize=(max(6, 0.16 * len(cols) + 3), max(3, 0.3 * len(order) + 1.5)))
     sns.heatmap(table, ax=ax, cmap=ATTENTION_CMAP, vmin=0, vmax=1, cbar_kws={"label": "accuracy"},
                 xticklabels=True, yticklabels=True)
-    ax.set_xlabel("layer-head")
+    ax.set_xlabel("head")
     ax.set_ylabel("relation")
     ax.tick_params(axis="x", labelsize=6, labelrotation=90)
     ax.set_title(title or f"{direction.replace('_', ' ')}: accuracy of the most-attended word")

@@ -16,6 +16,7 @@ from .context import representative_examples
 from .head_view import HeadView, head_view_js
 from .html import esc, link, page, script_json
 from .model_view import ModelView
+from .tokens import maps_display_tokens
 from .style import ACCENT, MUTED, is_trivial, number
 
 MODEL_FILE = "model.html"
@@ -43,7 +44,7 @@ def model_page(data) -> str:
     body = (f"<nav>{link('index.html', 'index')}{link(COMPARE_FILE, 'compare')}</nav>"
             f"<h1>Model view: every head at once</h1>"
             f"<p>One square per head (rows: layers, columns: heads): its attention on the chosen sentence, rows "
-            f"attending to columns, colour from 0 (white) to 1 (dark) as in the heatmaps. Vertical stripes are "
+            f"attending to columns, colour from 0 (palest, a light peach) to 1 (darkest) as in the heatmaps. Vertical stripes are "
             f"heads that send every token to one position ([CLS], [SEP]); a line just below the diagonal is a "
             f"previous-token head. Click a square to open the head.</p>{view.fragment(include_script=False)}")
     return page("Model view", body, scripts=[head_view_js()])
@@ -58,10 +59,10 @@ def _pane(src_id: str, data_, initial, title) -> str:
 
 def token_rows_svg(tokens, rows: dict, position: int) -> str:
     """One sentence's input tokens (rows, in sentence order) × methods (columns): a bar
-    per token per method, each method's bars spanning *the words'* range (shortest bar =
-    the lowest-scoring word, full bar = the highest), so that a flat method such as flow
-    still shows its order; special tokens, punctuation and the output position itself are
-    grey, clipped to the bar's length, their score printed beside them."""
+    per token per method, its length proportional to the score from 0 (a full bar = the
+    method's highest-scoring word), so 0.52 against 0.53 looks as close as it is; special
+    tokens, punctuation and the output position itself are grey, clipped to a full bar,
+    every score printed beside its bar."""
     methods = list(rows)
     col_w, label_w, row_h = 150, 110, 17
     trivial = [is_trivial(t) or j == position for j, t in enumerate(tokens)]
@@ -72,10 +73,10 @@ def token_rows_svg(tokens, rows: dict, position: int) -> str:
     for c, m in enumerate(methods):
         s = np.asarray(rows[m], dtype=float)
         words = [s[j] for j in range(len(tokens)) if not trivial[j]] or list(s)
-        lo, hi = min(words), max(words)
+        hi = max(words)
         for j, v in enumerate(s):
             y = 20 + j * row_h
-            w = (0.1 + 0.9 * min(max((v - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 1.0) * (col_w - 50)
+            w = (min(max(v / hi, 0.0), 1.0) if hi > 0 else 0.0) * (col_w - 50)  # the axis starts at 0
             colour = MUTED if trivial[j] else ACCENT
             out.append(f"<rect x=\"{label_w + c * col_w}\" y=\"{y + 3}\" width=\"{max(w, 0):.1f}\" height=\"11\" "
                        f"fill=\"{colour}\"/><text x=\"{label_w + c * col_w + max(w, 0) + 3:.1f}\" y=\"{y + 13}\" "
@@ -100,8 +101,9 @@ def _methods_block(data) -> str:
         rows = {"raw attention (last layer)": m.attentions[-1].float().mean(0)[pos].numpy()}
         for method, g in t.groupby("method", sort=False):
             rows[str(method)] = g.sort_values("input_position")["score"].to_numpy()
-        parts.append(f"<h3>Example {int(ex)}, output position {pos} ({esc(m.tokens[pos])})</h3>"
-                     f"<p class=\"sent\">{esc(m.text)}</p>{token_rows_svg(list(m.tokens), rows, pos)}")
+        shown = maps_display_tokens(m)
+        parts.append(f"<h3>Example {int(ex)}, output position {pos} ({esc(shown[pos])})</h3>"
+                     f"<p class=\"sent\">{esc(m.text)}</p>{token_rows_svg(shown, rows, pos)}")
     return "".join(parts)
 
 
@@ -120,10 +122,9 @@ def compare_page(data) -> str:
             f"<p>Choose a sentence, a layer and a head on each side.</p>{src}{panes}"
             f"<h2>Raw attention vs rollout vs flow</h2>"
             f"<p>How much each input token feeds one output position: the last layer's attention (mean over "
-            f"heads), attention rollout and attention flow (Abnar &amp; Zuidema 2020). In each column the bars "
-            f"span the words' range (shortest: the lowest-scoring word; full: the highest), so the order shows "
-            f"even where a method is nearly flat (read the printed values for the size of the differences); "
-            f"special tokens, punctuation and the position itself are grey and do not set the scale. Token attributions (integrated gradients) "
+            f"heads), attention rollout and attention flow (Abnar &amp; Zuidema 2020). In each column a bar's "
+            f"length is its score from 0 (full: the highest-scoring word), so a nearly flat method looks flat; "
+            f"the values are printed beside the bars; special tokens, punctuation and the position itself are grey and do not set the scale. Token attributions (integrated gradients) "
             f"need a target: see <code>probe faithfulness</code>.</p>{_methods_block(data)}")
     return page("Compare heads and methods", body, scripts=[head_view_js()])
 

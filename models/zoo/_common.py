@@ -58,7 +58,7 @@ def word_tokenizer(
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {}
+    vocab: dict[str, int] = {}
     for w in list(specials) + list(words):
         if w in vocab:
             raise ValueError(f"duplicate vocabulary entry {w!r}")
@@ -171,7 +171,7 @@ def fresh_sampler(generate: Callable[[int, int], list], avoid: Iterable[str], se
     state = {"k": 0}
 
     def sample(n: int) -> list:
-        out = []
+        out: list = []
         while len(out) < n:
             state["k"] += 1
             batch = generate(n, seed * 1_000_003 + state["k"])

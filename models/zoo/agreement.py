@@ -22,10 +22,10 @@ Metric: classification accuracy.
 
 from __future__ import annotations
 
+from typing import Any
 import random
 
 import torch
-import torch.nn.functional as F
 
 from . import _common
 
@@ -43,7 +43,7 @@ VERBS = [("likes", "like"), ("sees", "see"), ("finds", "find"), ("keeps", "keep"
 ADJS = ["old", "new", "big", "small", "red", "happy"]
 PREPS = ["to", "near", "of", "behind", "with", "on"]
 FUNCTION = ["the", "that", "yesterday", "in", ",", "here", "now"]
-GENERATOR = {"nouns": NOUNS, "verbs": VERBS, "adjectives": ADJS, "prepositions": PREPS,
+GENERATOR: dict[str, Any] = {"nouns": NOUNS, "verbs": VERBS, "adjectives": ADJS, "prepositions": PREPS,
              "p_adjective": 0.3, "n_modifiers": [0, 1, 2], "p_relative_clause": 0.4,
              "p_attractor_opposite": 0.7, "p_preamble": 0.5, "p_tail": 0.5}
 GROUND_TRUTH = {
@@ -53,7 +53,7 @@ GROUND_TRUTH = {
     "regenerate": "models.zoo.eval_examples('agreement')",
 }
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-CONFIG = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+CONFIG: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
               max_position_embeddings=40, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
@@ -137,7 +137,7 @@ def build(seed: int):
 
     tok = tokenizer()
     _common.seed_everything(seed)
-    cfg = BertConfig(vocab_size=len(tok), num_labels=2, pad_token_id=tok.pad_token_id,
+    cfg = BertConfig(vocab_size=len(tok), num_labels=2, pad_token_id=tok.pad_token_id,  # type: ignore[call-arg]  # transformers' typed config lists no num_labels; PretrainedConfig takes it
                      id2label={0: "singular", 1: "plural"}, label2id={"singular": 0, "plural": 1},
                      **CONFIG)
     return BertForSequenceClassification(cfg), tok

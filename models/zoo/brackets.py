@@ -33,6 +33,7 @@ head must be :data:`SUPERVISED_HEAD`, and no other head is told to do it.
 
 from __future__ import annotations
 
+from typing import Any
 import random
 
 import torch
@@ -49,7 +50,7 @@ METRIC = "per-closer accuracy of the matching opener's type"
 OPEN = {"(": 0, "[": 1}
 TYPES = ["round", "square"]
 CLOSE = "/"
-GENERATOR = {"openers": list(OPEN), "closer": CLOSE, "min_pairs": 2, "max_pairs": 12, "max_depth": 5,
+GENERATOR: dict[str, Any] = {"openers": list(OPEN), "closer": CLOSE, "min_pairs": 2, "max_pairs": 12, "max_depth": 5,
              "p_open": 0.5}
 SUPERVISED_HEAD = (2, 1)  # (layer, head) trained to attend closer -> matching opener
 ATTENTION_WEIGHT = 1.0
@@ -64,7 +65,7 @@ GROUND_TRUTH = {
     "closer to its matching opener (LISA, Strubell et al. 2018); no other head is supervised",
 }
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-CONFIG = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128,
+CONFIG: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128,
               max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
@@ -147,7 +148,7 @@ def build(seed: int):
 
     tok = tokenizer()
     _common.seed_everything(seed)
-    cfg = BertConfig(vocab_size=len(tok), num_labels=2, pad_token_id=tok.pad_token_id,
+    cfg = BertConfig(vocab_size=len(tok), num_labels=2, pad_token_id=tok.pad_token_id,  # type: ignore[call-arg]  # transformers' typed config lists no num_labels; PretrainedConfig takes it
                      id2label=dict(enumerate(TYPES)), label2id={t: i for i, t in enumerate(TYPES)},
                      attn_implementation="eager", **CONFIG)  # eager: training reads the attention
     return BertForTokenClassification(cfg), tok

@@ -20,6 +20,7 @@ weights (values, feed-forward) are seeded random and irrelevant to the attention
 
 from __future__ import annotations
 
+from typing import Any
 import torch
 
 from . import _common
@@ -32,7 +33,7 @@ STEPS = 0
 EVAL_SEED = 12345
 N_EVAL = 200
 METRIC = "fraction of rows whose argmax is the constructed target (both heads)"
-GENERATOR = dict(_pt.GENERATOR)
+GENERATOR: dict[str, Any] = dict(_pt.GENERATOR)
 GROUND_TRUTH = {
     "field": "heads",
     "description": "token-level, [CLS] at position 0: layer 0 head 0 attends i -> i-1 for every "
@@ -40,7 +41,7 @@ GROUND_TRUTH = {
     "heads": {"0.0": "previous token (i -> i-1)", "0.1": "[CLS] (i -> 0)"},
     "regenerate": "models.zoo.eval_examples('constructed')",
 }
-CONFIG = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+CONFIG: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
               max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 PREV_GAIN = 3.0  # head 0 score margin ≈ PREV_GAIN · 32 / √32 ≈ 17 logits
 CLS_GAIN = 12.0  # head 1 score margin ≈ 12 logits

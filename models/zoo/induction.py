@@ -15,6 +15,7 @@ after the previous occurrence of word ``j``; the previous-token target of word `
 
 from __future__ import annotations
 
+from typing import Any
 import random
 
 import torch
@@ -30,7 +31,7 @@ EVAL_SEED = 12345
 N_EVAL = 500
 METRIC = "next-token accuracy on the second copy (excluding its first token)"
 VOCAB = [f"t{i}" for i in range(40)]
-GENERATOR = {"vocab_size": len(VOCAB), "min_prefix": 6, "max_prefix": 14, "distinct_tokens": True,
+GENERATOR: dict[str, Any] = {"vocab_size": len(VOCAB), "min_prefix": 6, "max_prefix": 14, "distinct_tokens": True,
              "layout": "<s> prefix prefix"}
 GROUND_TRUTH = {
     "field": "induction_target",
@@ -46,7 +47,7 @@ SPECIALS = ["<pad>", "<unk>", "<s>"]
 # Q-composition shortcut a GPT-2 of this size learned instead, with no previous-token
 # head); it must match keys on "my previous token was A", which only a layer-0
 # previous-token head can write (K-composition, Olsson et al. 2022).
-CONFIG = dict(hidden_size=96, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
+CONFIG: dict[str, Any] = dict(hidden_size=96, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=4, max_position_embeddings=32, tie_word_embeddings=False)
 
 

@@ -24,6 +24,7 @@ attention weights alone do not say which head matters.
 
 from __future__ import annotations
 
+from typing import Any
 import random
 
 import torch
@@ -38,7 +39,7 @@ EVAL_SEED = 12345
 N_EVAL = 500
 METRIC = "per-word accuracy over words i >= 1"
 LETTERS = [chr(c) for c in range(ord("a"), ord("a") + 20)]
-GENERATOR = {"alphabet": "".join(LETTERS), "min_len": 4, "max_len": 24, "repeats_allowed": True}
+GENERATOR: dict[str, Any] = {"alphabet": "".join(LETTERS), "min_len": 4, "max_len": 24, "repeats_allowed": True}
 GROUND_TRUTH = {
     "field": "gold_prev",
     "description": "for word i, the word it must copy is i-1 (None for word 0); "
@@ -46,7 +47,7 @@ GROUND_TRUTH = {
     "regenerate": "models.zoo.eval_examples('prev-token')",
 }
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-CONFIG = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
+CONFIG: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
               max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 HEAD_SPARSITY = 3e-3  # final weight of the group-lasso penalty on per-head output projections
 CARD_EXTRA = {"training_objective": f"cross-entropy + {HEAD_SPARSITY} * (step / steps) * sum over heads of "
@@ -75,7 +76,7 @@ def build(seed: int):
 
     tok = tokenizer()
     _common.seed_everything(seed)
-    cfg = BertConfig(vocab_size=len(tok), num_labels=len(tok), pad_token_id=tok.pad_token_id, **CONFIG)
+    cfg = BertConfig(vocab_size=len(tok), num_labels=len(tok), pad_token_id=tok.pad_token_id, **CONFIG)  # type: ignore[call-arg]  # transformers' typed config lists no num_labels; PretrainedConfig takes it
     return BertForTokenClassification(cfg), tok
 
 

@@ -26,6 +26,7 @@ row ``j`` producing target word ``j`` (no ``</s>`` row).
 
 from __future__ import annotations
 
+from typing import Any
 import random
 
 import torch
@@ -50,7 +51,7 @@ _PAIRS = [a + b for a in _SYL for b in _SYL if a != b]
 random.Random(7).shuffle(_PAIRS)
 TARGET = _PAIRS[:len(SOURCE)]  # made-up target words, one per source word
 LEXICON = dict(zip(SOURCE, TARGET))
-GENERATOR = {"template": "DET (ADJ) N V DET (ADJ) N (ADV)", "p_adjective": 0.5, "p_adverb": 0.5,
+GENERATOR: dict[str, Any] = {"template": "DET (ADJ) N V DET (ADJ) N (ADV)", "p_adjective": 0.5, "p_adverb": 0.5,
              "reordering": ["adjective-noun swap", "verb-final (after object and adverb)"],
              "lexicon": LEXICON}
 GROUND_TRUTH = {
@@ -63,7 +64,7 @@ SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 # One decoder head per layer: cross-attention then carries the whole alignment in a single
 # head (with 4 heads it was spread: best head 84%, head mean 96%), as in the one-head
 # additive attention of zoo:translate-rnn it is compared with.
-CONFIG = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+CONFIG: dict[str, Any] = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
               decoder_attention_heads=1, encoder_ffn_dim=128, decoder_ffn_dim=128,
               max_position_embeddings=32, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 

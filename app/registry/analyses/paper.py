@@ -12,7 +12,7 @@ def run_figures(ctx) -> Result:
     adapter = ctx.adapter
     rankings = paper_rankings(adapter)
     tables, notes, drawn = {}, [], {}
-    for name, (maps, ranking) in rankings.items():
+    for name, (_maps, ranking) in rankings.items():
         s = SENTENCES[name]
         tables[f"heads_{name}"] = ranking
         drawn[name] = top_heads(ranking, ctx.params["top"])

@@ -29,7 +29,7 @@ def _thresholds(items) -> dict:
         if not sep:
             raise ValueError(f"--threshold: expected NAME=VALUE, got {item!r}")
     try:
-        RoleThresholds(**out)
+        RoleThresholds(**out)  # type: ignore[arg-type]  # unknown names are caught below
     except TypeError:
         raise ValueError(f"--threshold: unknown threshold in {list(out)}; known: "
                          f"{', '.join(RoleThresholds.__dataclass_fields__)}") from None
