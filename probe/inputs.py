@@ -155,5 +155,4 @@ def _lengths(texts, adapter) -> list:
 
 def _all_too_long(n: int, adapter, what: str = "input(s) are") -> str:
     return (f"all {n} {what} longer than {adapter.name}'s limit of {adapter.max_length} tokens: "
-            "shorten or split them (one sentence per line), or let probe report cut them: --window N "
-            "[--stride S] (overlapping windows) or --truncate")
+            "shorten or split them (one sentence per line)")

@@ -258,7 +258,11 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     if adapter is None:
         adapter = load_model(model, device=device)
     corpus, long_note = _cut_long(corpus, adapter, window, stride, truncate)
-    corpus = fit_to_model(corpus, adapter)
+    try:
+        corpus = fit_to_model(corpus, adapter)
+    except ValueError as exc:  # every input too long: the report can cut them
+        raise ValueError(f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) "
+                         "or --truncate") from None
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
