@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .alignment import absorbing_tokens, align_batch
-from .architectures import ARCHITECTURES, STACKS, discover_attention
+from .architectures import ARCHITECTURES, STACKS, UnsupportedModel, discover_attention
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 
@@ -89,10 +89,58 @@ class ModelAdapter:
 
     def __post_init__(self):
         self.model.eval()
-        # a family of the table (module-name patterns), else modules found by shape
-        self._table = ARCHITECTURES.get(self.family) or discover_attention(self.model)
+        if type(self.model).forward is torch.nn.Module.forward:
+            t = getattr(getattr(self.model, "config", None), "model_type", "?")
+            raise UnsupportedModel(f"model type {t!r} ({type(self.model).__name__}) has no forward of its own "
+                                   "(a pipeline of sub-models): open one of its sub-models")
+        if self.tokenizer is None:  # images, audio: every text path refuses in one line
+            self.tokenizer = NoTokenizer(self)
+        _full_attention(self.model, self.card)
+        # a family of the table (module-name patterns), else modules found by shape, with
+        # causality and layer order read from one short forward (see _behaviour)
+        table = ARCHITECTURES.get(self.family)
+        self._problems: dict = {}
+        if table is None:
+            table = discover_attention(self.model)
+            if table["arch"] == "encoder-decoder":
+                _drop_uncalled(self.model, table)
+            measured = _behaviour(self.model, table, self._problems)
+            if measured is not None:
+                causal, order, unused = measured
+                if causal != (table["arch"] == "decoder"):
+                    table = discover_attention(self.model, causal=causal)
+                for name in unused:
+                    table.pop(name, None)
+                stack = table["arch"]
+                if order is not None and stack in table:
+                    table[stack] = order(table[stack])
+        self._table = table
         self._modules = dict(self.model.named_modules())
         self._cache: dict = {}
+
+    @property
+    def input_name(self) -> str:
+        """The model's main input: ``input_ids`` (text), ``pixel_values`` (ViT, CLIP vision),
+        ``input_features`` (Whisper), ``input_values`` (wav2vec 2.0)…"""
+        return str(getattr(self.model, "main_input_name", "input_ids") or "input_ids")
+
+    def _text_only(self) -> None:
+        if self.input_name != "input_ids" or isinstance(self.tokenizer, NoTokenizer):
+            raise self.not_text()
+        failed = self._problems.get("text_forward")
+        if failed:
+            t = getattr(self.config, "model_type", "?")
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}) needs more than text: a forward on token ids alone raises "
+                f"{failed}; run it with its other inputs inside probe.capture.AttentionCapture")
+
+    def not_text(self) -> UnsupportedModel:
+        """The one-line refusal of a text path for a model that takes no text."""
+        t = getattr(self.config, "model_type", "?")
+        return UnsupportedModel(
+            f"{self.name} (model type {t!r}) takes {self.input_name}, not text: capture and ablate it "
+            f"through the Python API (probe.capture.capture_inputs(adapter, {{{self.input_name!r}: ...}}), "
+            "probe.interventions.HeadIntervention)")
 
     # ---- sizes ----------------------------------------------------------------
     @property
@@ -122,10 +170,19 @@ class ModelAdapter:
 
     @property
     def n_heads(self) -> int:
-        c = self.config
-        for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
-            if getattr(c, k, None):
-                return int(getattr(c, k))
+        # the attention modules' own count first (Laguna sets it per layer, not from the config)
+        counts: set[int] = {c for c in map(_heads_of, self.attention_modules()) if c}
+        if len(counts) > 1:
+            t = getattr(self.config, "model_type", "?")
+            raise UnsupportedModel(f"{self.name} (model type {t!r}): its layers have different head counts "
+                                   f"{sorted(counts)}; maps are [layer, head, query, key] with one count")
+        if counts:
+            return counts.pop()
+        first = self.attention_modules()[0]
+        for c in (self.config, getattr(self.config, "text_config", None), getattr(first, "config", None)):
+            for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
+                if isinstance(getattr(c, k, None), int) and getattr(c, k) > 0:
+                    return int(getattr(c, k))
         raise ValueError(f"cannot tell the number of heads of {self.name}")
 
     @property
@@ -188,9 +245,43 @@ class ModelAdapter:
         is the per-head output site."""
         return self._lookup(stack, "head_output")
 
+    def check_head_site(self, stack: Optional[str] = None) -> None:
+        """Raise :class:`UnsupportedModel` when the output projection's input is not the heads'
+        outputs side by side (a norm over all heads sits between: BitNet, DiffLlama), so no
+        head can be edited there on its own."""
+        entry = self._table.get(stack or self.default_stack, {})
+        mixer = next((m for m in entry.get("mixed_by", []) if m), None) if isinstance(entry, dict) else None
+        t = getattr(self.config, "model_type", "?")
+        heads = self.n_heads
+        proj = self.head_output_modules(stack)[0]
+        width = proj.weight.shape[0] if type(proj).__name__ == "Conv1D" else getattr(proj, "in_features", 0)
+        if not width or width % heads:  # (MLA's value width differs from its query head_dim: no equality test)
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}): the output projection found ({type(proj).__name__}, {width} inputs) "
+                f"is not the {heads} heads' outputs side by side; no per-head site to edit")
+        if mixer:
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}): its attention normalises all heads together ({mixer}) before "
+                "the output projection, so no head's output can be edited alone")
+
     def value_modules(self, stack: Optional[str] = None) -> list:
-        """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third)."""
+        """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third).
+
+        Raises:
+            UnsupportedModel: layers share one module (see :meth:`refuse_shared_layers`).
+        """
+        self.refuse_shared_layers(stack, "per-layer value hooks")
         return self._lookup(stack, "value")
+
+    def refuse_shared_layers(self, stack: Optional[str], what: str) -> None:
+        """Raise :class:`UnsupportedModel` when several layers call one attention module
+        (ALBERT): ``what`` keys hooks by module and would mix the layers. Capture and head
+        interventions tell the layers apart by call (:mod:`probe.layer_calls`)."""
+        modules = self.attention_modules(stack)
+        if len(set(map(id, modules))) < len(modules):
+            t = getattr(self.config, "model_type", "?")
+            raise UnsupportedModel(f"{self.name} (model type {t!r}): its {len(modules)} layers share "
+                                   f"{len(set(map(id, modules)))} attention module(s); {what} are not supported")
 
     def output_projections(self, stack: Optional[str] = None) -> list:
         """Alias of :meth:`head_output_modules`: the attention output projections."""
@@ -250,6 +341,7 @@ class ModelAdapter:
         Raises:
             ValueError: as :meth:`encode`, for the first offending text.
         """
+        self._text_only()
         texts = list(texts)
         for text in texts:
             if not isinstance(text, str) or not text.strip():
@@ -382,3 +474,154 @@ class ModelAdapter:
         if self.card:
             d["card"] = self.card
         return d
+
+
+def _heads_of(module: torch.nn.Module) -> Optional[int]:
+    """The query-head count an attention module states itself, or None."""
+    for k in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
+        v = getattr(module, k, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+class NoTokenizer:
+    """The tokenizer of a model that takes no text: using it raises the adapter's one-line
+    refusal (:meth:`ModelAdapter.not_text`); ``model_max_length`` is None."""
+
+    model_max_length = None
+    is_fast = False
+
+    def __init__(self, adapter: "ModelAdapter"):
+        self._adapter = adapter
+
+    def __call__(self, *args, **kwargs):
+        raise self._adapter.not_text()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self._adapter.not_text()
+
+    def __len__(self) -> int:
+        raise self._adapter.not_text()
+
+
+def _full_attention(model: torch.nn.Module, card: dict) -> None:
+    """Switch block-sparse attention (BigBird; Zaheer et al., 2020) to full attention, whose
+    probabilities are an ordinary ``[query, key]`` map: block-sparse attention has none, and
+    BigBird swaps its attention modules for full ones by itself on the first input shorter
+    than its blocks, leaving module lists found before stale. Noted in ``card``."""
+    sparse = [m for m in model.modules()
+              if getattr(m, "attention_type", None) == "block_sparse" and hasattr(m, "set_attention_type")]
+    for module in sparse:  # the whole list first: switching replaces modules of the tree
+        if module.attention_type == "block_sparse":
+            module.set_attention_type("original_full")  # type: ignore[operator]
+            card["attention_type"] = "original_full (switched from block_sparse: its maps are not [query, key])"
+    cfg = getattr(model, "config", None)
+    if cfg is not None and getattr(cfg, "attention_type", None) == "block_sparse":
+        cfg.attention_type = "original_full"
+
+
+def _probe_ids(model: torch.nn.Module, n: int = 6) -> Optional[torch.Tensor]:
+    vocab = getattr(model.config, "vocab_size", None) or getattr(getattr(model.config, "text_config", None),
+                                                                 "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < n + 12:
+        return None
+    base = torch.arange(10, 10 + n)
+    other = base.clone()
+    other[-1] = 10 + n + 1
+    return torch.stack([base, other])
+
+
+def _drop_uncalled(model: torch.nn.Module, table: dict) -> None:
+    """Encoder-decoders: leave out the attention modules one short text forward (with a
+    two-token decoder input) never calls — a vision tower inside (T5Gemma 2). Nothing
+    changes when that forward fails."""
+    ids = _probe_ids(model)
+    if ids is None or str(getattr(model, "main_input_name", "input_ids")) != "input_ids":
+        return
+    calls: set = set()
+    every = [m for name in STACKS if name in table for m in table[name]["attention"]]
+    handles = [m.register_forward_hook(lambda mod, a, o: calls.add(mod)) for m in dict.fromkeys(every)]
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), decoder_input_ids=ids[:, :2])
+    except Exception:
+        return
+    finally:
+        for h in handles:
+            h.remove()
+    for name in STACKS:
+        if name in table:
+            keep = [k for k, m in enumerate(table[name]["attention"]) if m in calls]
+            if keep and len(keep) < len(table[name]["attention"]):
+                table[name] = {site: [v[k] for k in keep] for site, v in table[name].items()}
+
+
+def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
+    """Causality and layer order read from one short forward of a text model (not an
+    encoder-decoder): two inputs that differ only in their last token. The main stack is
+    causal when no earlier position's output changes (a model may build its causal mask
+    outside the attention modules: CLIP's text model). The order in which the stack's
+    attention modules are called gives one entry per call: a model that calls one module
+    for several layers (ALBERT's shared layer) gets one entry per layer.
+
+    Modules of the stack that a text input never calls (a multimodal model's vision
+    tower) are left out.
+
+    Returns:
+        ``(causal, order, unused)`` — ``unused``: the other stacks no text forward calls
+        (left out); ``order`` maps the stack's module lists to per-call lists
+        (None when every module is called once, in table order) — or None when the model
+        takes no text or the forward fails (then the table's own reading stands).
+    """
+    if getattr(model.config, "is_encoder_decoder", False) or table["arch"] not in table:
+        return None
+    if str(getattr(model, "main_input_name", "input_ids")) != "input_ids":
+        return None
+    ids = _probe_ids(model)
+    if ids is None:
+        return None
+    stack = table[table["arch"]]
+    modules = stack["attention"]
+    calls: list = []
+    every = [m for name in STACKS if name in table for m in table[name]["attention"]]
+    handles = [m.register_forward_hook(lambda mod, a, o: calls.append(mod)) for m in dict.fromkeys(every)]
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    except Exception as exc:
+        towers = [k for k in vars(model.config) if k.endswith("_config") and k != "text_config"
+                  and hasattr(getattr(model.config, k), "model_type")]
+        if towers:
+            t = getattr(model.config, "model_type", "?")
+            raise UnsupportedModel(
+                f"model type {t!r} ({type(model).__name__}) is multimodal: its forward needs more than text "
+                f"({', '.join(towers)}; a text-only forward raises {type(exc).__name__}); open its text or "
+                "vision model on its own") from None
+        text = str(exc).strip()
+        problems["text_forward"] = f"{type(exc).__name__}: {text.splitlines()[0][:120]}" if text else type(exc).__name__
+        return None  # keep the table's reading
+    finally:
+        for h in handles:
+            h.remove()
+    hidden = next((v for v in (getattr(out, "last_hidden_state", None),
+                               out[0] if isinstance(out, (tuple, list)) or hasattr(out, "to_tuple") else None)
+                   if torch.is_tensor(v)), None)
+    if hidden is None or hidden.dim() != 3 or hidden.shape[1] != ids.shape[1]:
+        return None
+    before = hidden[:, :-1].double()
+    scale = before.abs().max().clamp(min=1e-12)
+    causal = bool(((before[0] - before[1]).abs().max() / scale) < 1e-6)
+    called = set(calls)  # another stack a text input never runs (a multimodal projector's cross-attention)
+    unused = {name for name in STACKS if name != table["arch"] and name in table
+              and not called.intersection(table[name]["attention"])}
+    order = None
+    if calls and (len(calls) != len(modules) or any(a is not b for a, b in zip(calls, modules))):
+        position = {m: k for k, m in enumerate(modules)}
+        seq = [position[m] for m in calls if m in position]
+        if seq:  # modules a text input never calls (a multimodal model's vision tower) are left out
+            def order(entry: dict, seq=seq) -> dict:
+                return {site: [entry[site][k] for k in seq] for site in entry}
+    return causal, order, unused

@@ -130,19 +130,37 @@ def family_for(model_type: str) -> str:
     return FAMILY_OF_MODEL_TYPE.get(model_type, model_type)
 
 
+class UnsupportedModel(ValueError):
+    """A model the toolkit cannot instrument; the message is one line naming the model type
+    and what is missing (no attention modules, no weights exposed, a layout other than
+    ``[batch, head, query, key]``, inputs other than text on a text-only path)."""
+
+
 # ---- generic discovery ---------------------------------------------------------------
-PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "o", "out_lin", "wo", "out")
-VALUE_NAMES = ("v_proj", "value", "v", "v_lin")
+# names of output projections (compared lower-case): ModernBERT's ``Wo``, Funnel's ``post_proj``
+PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "o", "out_lin", "wo", "out", "post_proj",
+                    "output_proj", "proj_out", "o_dense", "attn_out", "output")
+VALUE_NAMES = ("v_proj", "value", "v", "v_lin", "v_head", "value_proj")
 CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn")
+# children that compute queries, keys or values (never the output projection)
+_QKV_PARTS = ("q", "k", "v", "query", "key", "value", "qkv", "c_attn", "in_proj", "kv")
 
 
 def _is_projection(module) -> bool:
     return isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"
 
 
-def _first_index(name: str) -> Optional[int]:
-    m = re.search(r"\.(\d+)(\.|$)", name)
-    return int(m.group(1)) if m else None
+def _is_qkv_name(name: str) -> bool:
+    low = name.lower()
+    parts = [p for p in re.split(r"[_\W]+", low) if p]
+    return low in _QKV_PARTS or any(p in _QKV_PARTS or p.startswith(("wq", "wk", "wv")) for p in parts)
+
+
+def _structural_projection(module):
+    """The one Linear child of an attention module that is not a query/key/value projection
+    (by structure: the module's other Linear children all compute q, k or v), else None."""
+    rest = [sub for child, sub in module.named_children() if _is_projection(sub) and not _is_qkv_name(child)]
+    return rest[0] if len(rest) == 1 else None
 
 
 def _stack_of(name: str, module, encoder_decoder: bool) -> str:
@@ -157,10 +175,14 @@ def _stack_of(name: str, module, encoder_decoder: bool) -> str:
 def _projection_of(name: str, module, modules: dict):
     """The attention output projection: a child named like one, else (BERT-style, where the
     projection sits in a sibling ``output`` block) the nearest such Linear under the parent."""
+    children = {child.lower(): sub for child, sub in module.named_children()}
     for child in PROJECTION_NAMES:
-        sub = getattr(module, child, None)
+        sub = children.get(child)
         if sub is not None and _is_projection(sub):
             return sub
+    sub = _structural_projection(module)
+    if sub is not None:
+        return sub
     parent = name.rsplit(".", 1)[0] if "." in name else ""
     for other, sub in modules.items():
         if (other.startswith(parent + ".") and not other.startswith(name + ".")
@@ -171,8 +193,9 @@ def _projection_of(name: str, module, modules: dict):
 
 
 def _value_of(module):
+    children = {child.lower(): sub for child, sub in module.named_children()}
     for child in VALUE_NAMES:
-        sub = getattr(module, child, None)
+        sub = children.get(child)
         if sub is not None and _is_projection(sub):
             return sub
     return None
@@ -187,26 +210,36 @@ def _causal_model_type(model) -> bool:
     return t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and t not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
-def discover_attention(model) -> dict:
+def discover_attention(model, causal: Optional[bool] = None) -> dict:
     """Find the attention modules of any transformers model by their shape, not their names.
 
     An attention module is the innermost module whose class name ends in ``Attention``
     (``BertSelfAttention`` inside ``BertAttention``, ``T5Attention`` inside
-    ``T5LayerSelfAttention``) and that has an output projection (:data:`PROJECTION_NAMES`,
-    as its child or in a sibling block). Its layer is ``module.layer_idx`` or the first
-    index in its name. Encoder-decoder models split into ``encoder``/``decoder``/``cross``
-    by name; otherwise the stack is ``decoder`` when the modules are causal
-    (``module.is_causal`` or a causal-LM class), else ``encoder``.
+    ``T5LayerSelfAttention``) and that has an output projection: a Linear child named like
+    one (:data:`PROJECTION_NAMES`, any case: ModernBERT's ``Wo``, Funnel's ``post_proj``),
+    else its only Linear child that computes no query/key/value, else one in a sibling
+    block (BERT's ``output.dense``). Layers are ordered by ``module.layer_idx`` where every
+    module has a distinct one, else by their place in the module tree (Funnel's
+    ``blocks.0.0``, ``blocks.1.0``, ``decoder.layers.0``); models that call one module for
+    several layers (ALBERT) are re-ordered by call by :class:`models.ModelAdapter`.
+    Encoder-decoder models split into ``encoder``/``decoder``/``cross`` by name; otherwise
+    the stack is ``decoder`` when ``causal`` (what the adapter measured on the model's
+    behaviour), else, when ``causal`` is None, when the modules say so (``is_causal``) or
+    the type is offered only as a causal LM.
 
     Returns:
-        ``{"arch": ..., stack: {"attention": [...], "head_output": [...], "value": [...]}}``
-        with module lists in layer order (``value`` entries may be None: fused q|k|v).
+        ``{"arch": ..., stack: {"attention": [...], "head_output": [...], "value": [...],
+        "mixed_by": [...]}}`` with lists in layer order (``value`` entries may be None: fused
+        q|k|v; ``mixed_by``: see :func:`_head_mixer`).
 
     Raises:
-        ValueError: when no attention module with an output projection is found.
+        UnsupportedModel: when no attention module with an output projection is found.
     """
     modules = dict(model.named_modules())
-    found = [(n, m) for n, m in modules.items() if type(m).__name__.endswith("Attention")]
+    # torch's own MultiheadAttention (SigLIP's pooling head, projectors) averages its weights
+    # over heads and is no layer of the stack
+    found = [(n, m) for n, m in modules.items() if type(m).__name__.endswith("Attention")
+             and not isinstance(m, torch.nn.MultiheadAttention)]
     inner = [(n, m) for n, m in found
              if not any(o.startswith(n + ".") for o, _ in found)]
     enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
@@ -215,26 +248,42 @@ def discover_attention(model) -> dict:
         proj = _projection_of(name, module, modules)
         if proj is None:
             continue
-        layer = getattr(module, "layer_idx", None)
-        layer = _first_index(name) if not isinstance(layer, int) else layer
-        stack = _stack_of(name, module, enc_dec)
-        stacks.setdefault(stack, {})[layer if layer is not None else len(stacks.get(stack, {}))] = (
-            module, proj, _value_of(module))
+        stacks.setdefault(_stack_of(name, module, enc_dec), []).append((module, proj, _value_of(module),
+                                                                          _head_mixer(module)))
     if not stacks:
-        raise ValueError(f"no attention modules found in {type(model).__name__}: the toolkit looks for "
-                         "modules named *Attention with an o_proj/out_proj/dense-like output projection")
+        t = getattr(model.config, "model_type", "?")
+        raise UnsupportedModel(f"model type {t!r} ({type(model).__name__}): no attention modules found (the "
+                               "toolkit instruments modules named *Attention with a Linear output projection)")
     if "main" in stacks:
-        first = stacks["main"][min(stacks["main"])][0]
-        causal = getattr(first, "is_causal", None)
         if causal is None:
-            causal = _causal_model_type(model)
+            causal = getattr(stacks["main"][0][0], "is_causal", None)
+            if causal is None:
+                causal = _causal_model_type(model)
         stacks[("decoder" if causal else "encoder")] = stacks.pop("main")
     table = {"arch": "encoder-decoder" if enc_dec else next(iter(s for s in stacks if s != "cross"))}
-    for stack, by_layer in stacks.items():
-        order = [by_layer[i] for i in sorted(by_layer)]
-        table[stack] = {"attention": [a for a, _, _ in order], "head_output": [p for _, p, _ in order],
-                        "value": [v for _, _, v in order]}
+    for stack, entries in stacks.items():
+        idx = [getattr(e[0], "layer_idx", None) for e in entries]
+        if all(isinstance(i, int) for i in idx) and len(set(idx)) == len(idx):
+            entries = [e for _, e in sorted(zip(idx, entries), key=lambda p: int(p[0] or 0))]
+        table[stack] = {site: [e[k] for e in entries]
+                        for k, site in enumerate(("attention", "head_output", "value", "mixed_by"))}
     return table
+
+
+#: names of norms that act on all heads' outputs before the output projection (a norm after
+#: it, such as Funnel's ``layer_norm`` on the residual sum, is not one of them)
+HEAD_MIXING_NORMS = ("sub_norm", "groupnorm", "group_norm")
+
+
+def _head_mixer(module) -> Optional[str]:
+    """The name of a norm inside an attention module that is not a query/key norm: it acts on
+    the heads' outputs together between the attention and the output projection (BitNet's
+    ``attn_sub_norm``, differential attention's ``groupnorm``), so the projection's input is
+    no per-head site. None for most models (``q_norm``/``k_norm`` act on queries and keys)."""
+    for child, sub in module.named_children():
+        if "norm" in type(sub).__name__.lower() and any(k in child.lower() for k in HEAD_MIXING_NORMS):
+            return child
+    return None
 
 
 # ---- what is supported, and by which path ----------------------------------------------
@@ -242,7 +291,10 @@ def discover_attention(model) -> dict:
 # from its config and checks capture against eager output_attentions and head ablation
 TESTED_MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "gpt2", "gpt_neox", "gptj", "opt", "bloom",
                       "falcon", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2",
-                      "gemma3_text", "phi3", "olmo", "bart", "t5", "marian")
+                      "gemma3_text", "phi3", "olmo", "bart", "t5", "marian",
+                      # tests/test_architectures_wide.py (and every AutoModel type: docs/coverage.md)
+                      "albert", "clip_text_model", "deberta-v2", "mpnet", "big_bird", "modernbert", "funnel",
+                      "vit", "clip_vision_model", "whisper")
 
 
 def attention_path_of_type(model_type: str) -> str:
@@ -258,6 +310,8 @@ def attention_path_of_type(model_type: str) -> str:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     cls_name = MODEL_MAPPING_NAMES.get(model_type)
+    if isinstance(cls_name, (tuple, list)):  # Funnel: (FunnelModel, FunnelBaseModel)
+        cls_name = cls_name[0]
     if cls_name is None:
         raise ValueError(f"transformers has no model for model type {model_type!r}")
     import transformers

@@ -172,11 +172,15 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
         with _quiet_loading():
             model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
                                         **(placement or {}))
+        text = str(getattr(model, "main_input_name", "input_ids")) == "input_ids"
         tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True,
-                                                               trust_remote_code=False)
+                                                               trust_remote_code=False) if text else None
     except (OSError, ValueError, EnvironmentError) as exc:
         raise ValueError(f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): "
                          f"{str(exc).splitlines()[0]}") from None
+    if not text:  # images, audio: the Python API takes their features (probe.capture.capture_inputs)
+        return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=None,
+                            family=family, source=source, card=card or {})
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
     return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer,

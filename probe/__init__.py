@@ -30,6 +30,7 @@ import types
 # public name -> module that defines it (imported on first access, PEP 562)
 _EXPORTS = {
     "AttentionCapture": "probe.capture", "capture": "probe.capture", "iter_capture": "probe.capture",
+    "capture_inputs": "probe.capture",
     "HeadEdit": "probe.interventions", "HeadGates": "probe.interventions",
     "HeadIntervention": "probe.interventions", "HeadOutputRecorder": "probe.interventions",
     "ablate_heads": "probe.interventions",

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from .layer_calls import LayerCalls
 
 INTERFACE_NAME = "probe_eager"
 _SESSIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
@@ -55,10 +58,17 @@ def register() -> str:
 
 
 def calls_interface(module: torch.nn.Module) -> bool:
-    """True when ``module``'s class comes from a modeling file that dispatches attention
-    through ``ALL_ATTENTION_FUNCTIONS`` (transformers 5's functional attention)."""
+    """True when ``module``'s forward dispatches attention through ``ALL_ATTENTION_FUNCTIONS``
+    (transformers 5's functional attention)."""
     mod = sys.modules.get(type(module).__module__)
-    return mod is not None and "ALL_ATTENTION_FUNCTIONS" in vars(mod)
+    if mod is None or "ALL_ATTENTION_FUNCTIONS" not in vars(mod):
+        return False
+    # the module's own forward looks the function up (BigBird-Pegasus's encoder attention,
+    # in a file whose decoder uses the interface, does not)
+    import inspect
+
+    code = getattr(inspect.unwrap(type(module).forward), "__code__", None)
+    return code is None or "ALL_ATTENTION_FUNCTIONS" in code.co_names
 
 
 def uses_interface(model: torch.nn.Module, attention_modules) -> bool:
@@ -110,7 +120,8 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         scaling: score factor (default ``d ** -0.5``); softcap: Gemma 2's
             ``tanh(s / c) · c`` on the scaled scores; position_bias: T5's additive bias.
         module: the calling attention module (``sinks``: gpt-oss's learned per-head sink
-            logit, a softmax column that is dropped afterwards).
+            logit, a softmax column that is dropped afterwards); a ``sinks`` keyword
+            ``[batch, heads, q, 1]`` (Inkling 2) is such a column given by the caller.
         out: optional contiguous ``[batch, heads, q, k]`` tensor of the scores' dtype and
             device to compute the weights in (a capture's buffer: the weights then need
             no copy); ignored where it does not fit or autograd needs the scores.
@@ -137,9 +148,11 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         mask = attention_mask[..., : key.shape[-2]]
         in_place = mask.dtype == scores.dtype and _broadcasts_to(mask.shape, scores.shape)
         scores = scores.add_(mask) if in_place else scores + mask
-    sinks = getattr(module, "sinks", None)
-    if torch.is_tensor(sinks):
-        sink = sinks.reshape(1, -1, 1, 1).expand(scores.shape[0], -1, scores.shape[2], 1).to(scores.dtype)
+    sinks = kwargs.get("sinks")
+    sinks = sinks if torch.is_tensor(sinks) else getattr(module, "sinks", None)
+    if torch.is_tensor(sinks):  # one extra logit per query (a column of the softmax, dropped after)
+        sink = (sinks.reshape(1, -1, 1, 1) if sinks.dim() == 1 else sinks).to(scores.dtype)
+        sink = sink.expand(scores.shape[0], scores.shape[1], scores.shape[2], 1)
         logits = torch.cat([scores, sink], dim=-1)
         logits = logits - logits.max(dim=-1, keepdim=True).values
         weights = torch.softmax(logits, dim=-1)[..., :-1]
@@ -148,8 +161,9 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         # same kernel, written over the scores (no third [b, h, q, k] tensor; the CPU
         # last-dim kernel reads each row before writing it — tests check equality)
         weights = torch.ops.aten.softmax.int_out(scores, -1, None, out=scores).to(query.dtype)
-    else:
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    else:  # float32 softmax for half precision, as transformers does; float64 stays float64
+        work = torch.float64 if scores.dtype == torch.float64 else torch.float32
+        weights = torch.softmax(scores, dim=-1, dtype=work).to(query.dtype)
     if dropout and module.training:
         weights = torch.nn.functional.dropout(weights, p=dropout, training=True)
     weights = weights.to(value.dtype)
@@ -178,7 +192,7 @@ def _fast_attention(module, query, key, value, attention_mask, **kwargs):
     the switch (then it stays eager, so layers no one records compute what they did)."""
     previous = _PREVIOUS.get(id(getattr(module, "config", None)), "sdpa")
     if (previous == "eager" or kwargs.get("softcap") is not None
-            or torch.is_tensor(getattr(module, "sinks", None))):
+            or torch.is_tensor(getattr(module, "sinks", None)) or torch.is_tensor(kwargs.get("sinks"))):
         return eager_attention(module, query, key, value, attention_mask, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -225,7 +239,7 @@ class AttentionSession:
     module to its layer index (from the adapter's module list).
     """
 
-    def __init__(self, layer_of: dict):
+    def __init__(self, layer_of: "dict | LayerCalls"):
         self.layer_of = layer_of
 
     def needs_weights(self, module) -> bool:
@@ -261,7 +275,7 @@ class RecordingSession(AttentionSession):
     ``out_of(layer, shape, dtype, device)`` (optional) names where that layer's weights may
     be computed."""
 
-    def __init__(self, layer_of: dict, keep, out_of=None):
+    def __init__(self, layer_of: "dict | LayerCalls", keep, out_of=None):
         super().__init__(layer_of)
         self.keep = keep
         self.out_of = out_of
@@ -283,7 +297,7 @@ class EditSession(AttentionSession):
     ``apply(z, edits_by_layer[layer], layer)`` and mark the layer in ``pending`` (so a
     stand-by hook on the output projection knows the edit was made)."""
 
-    def __init__(self, layer_of: dict, edits_by_layer: dict, apply, pending: dict):
+    def __init__(self, layer_of: "dict | LayerCalls", edits_by_layer: dict, apply, pending: dict):
         super().__init__(layer_of)
         self.edits_by_layer = edits_by_layer
         self.apply = apply

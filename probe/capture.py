@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import torch
 
 from .hooks import HookSet, eager_attention
+from .layer_calls import LayerCalls
 from .long_inputs import warn_if_capture_too_large
 from .maps import AttentionMaps
 
@@ -96,7 +97,7 @@ class AttentionCapture:
         self.query_rows = None if query_rows is None else [int(r) for r in query_rows]
         self.store_dtype = store_dtype
         self.path = choose_path(adapter, self.stack, path)
-        self._modules = {i: modules[i] for i in layers}
+        self._calls = LayerCalls(modules, layers)  # layer identity by call: ALBERT shares one module
         self._records: dict[int, list] = {}
         self.into_buffer = into_buffer
         self._buffer: Optional[torch.Tensor] = None
@@ -157,16 +158,21 @@ class AttentionCapture:
             return None
         return self._buffer
 
-    def _hook(self, layer: int):
-        def fn(module, args, output):
-            probs = output[-1] if isinstance(output, tuple) else None
-            if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
-                raise RuntimeError(
-                    f"layer {layer} returned no attention probabilities although eager attention "
-                    "was requested; this model family is not supported by the capture hooks"
-                )
-            self._keep(layer, probs)
-        return fn
+    def _hook(self, module, args, kwargs, output) -> None:
+        layer = self._calls.get(module)
+        if layer is None:
+            return
+        probs = output[-1] if isinstance(output, tuple) else None
+        if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
+            raise _unsupported(self.adapter, f"layer {layer} returns no attention probabilities under eager "
+                                             "attention with output_attentions=True")
+        hidden = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("hidden_states")
+        n_query = hidden.shape[1] if torch.is_tensor(hidden) and hidden.dim() == 3 else probs.shape[-2]
+        if probs.shape[-2] != n_query or (self.stack != "cross" and probs.shape[-1] != probs.shape[-2]):
+            raise _unsupported(self.adapter, f"layer {layer} returns attention of shape {tuple(probs.shape)} for "
+                                             f"{n_query} positions, not [batch, head, query, key] (a local band, "
+                                             "or pooled queries)")
+        self._keep(layer, probs)
 
     def __enter__(self) -> "AttentionCapture":
         if self.path == "interface":
@@ -174,15 +180,24 @@ class AttentionCapture:
 
             self._eager = InterfaceSwitch(self.adapter.model)
             self.attention_source = self._eager.__enter__()
-            self._session = RecordingSession({m: i for i, m in self._modules.items()}, self._keep,
-                                             self._weights_out)
-            self._session.attach()
+            self._session = RecordingSession(self._calls, self._keep, self._weights_out)
+            try:
+                self._calls.register(self._hooks, self.adapter.model)
+                self._session.attach()
+            except BaseException:
+                self._hooks.remove()
+                self._eager.__exit__(None, None, None)
+                raise
             return self
         self._eager = eager_attention(self.adapter.model)
         self.attention_source = self._eager.__enter__()
         try:
-            for layer, module in self._modules.items():
-                self._hooks.forward(module, self._hook(layer))
+            self._calls.register(self._hooks, self.adapter.model)
+            if _accepts(self.adapter.model, "output_attentions"):
+                # DeBERTa-v2, MPNet, …: the modules return their probabilities only when asked
+                self._hooks.pre(self.adapter.model, _ask_for_attentions, with_kwargs=True)
+            for module in self._calls:
+                self._hooks.forward(module, self._hook, with_kwargs=True)
         except BaseException:
             self._hooks.remove()
             self._eager.__exit__(None, None, None)
@@ -214,7 +229,31 @@ class AttentionCapture:
     def stacked(self, call: int = -1) -> torch.Tensor:
         """All recorded layers stacked: ``[layer, batch, head, query, key]``."""
         t = self.layer_tensors(call)
+        shapes = {tuple(t[layer].shape[-2:]) for layer in self.layers}
+        if len(shapes) > 1:
+            raise _unsupported(self.adapter, f"its layers attend over different lengths {sorted(shapes)} (pooled "
+                                             "or downsampled): not one [layer, head, query, key] map")
         return torch.stack([t[layer] for layer in self.layers])
+
+
+def _unsupported(adapter, what: str):
+    from .models.architectures import UnsupportedModel
+
+    t = getattr(adapter.config, "model_type", "?")
+    return UnsupportedModel(f"{adapter.name} (model type {t!r}): {what}; the toolkit cannot capture it")
+
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    """Whether ``model.forward`` takes keyword ``name`` (or any keyword)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _ask_for_attentions(module, args, kwargs):
+    """Forward pre-hook: run the model with ``output_attentions=True``."""
+    return args, {**kwargs, "output_attentions": True}
 
 
 def _kind(adapter, stack: str) -> str:
@@ -247,7 +286,7 @@ def iter_capture(
     word_spans: Optional[Iterable] = None,
     targets: Optional[Iterable[str]] = None,
     truncate: bool = False,
-    dtype: torch.dtype = torch.float32,
+    dtype: Optional[torch.dtype] = None,
     progress: bool = False,
     total: Optional[int] = None,
     sort_window: int = 8,
@@ -277,6 +316,7 @@ def iter_capture(
     queueing a shard.
     """
     stack = stack or adapter.default_stack
+    dtype = _storage_dtype(adapter, dtype)
     if batch_size < 1 or sort_window < 1:
         raise ValueError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
     needs_target = adapter.arch == "encoder-decoder" and stack in ("decoder", "cross")
@@ -342,6 +382,14 @@ def iter_capture(
     finally:
         if bar is not None:
             bar.close()
+
+
+def _storage_dtype(adapter, dtype: Optional[torch.dtype]) -> torch.dtype:
+    """``dtype``, else float64 for a float64 model (its maps at its own accuracy), else float32."""
+    if dtype is not None:
+        return dtype
+    param = next(adapter.model.parameters(), None)
+    return torch.float64 if param is not None and param.dtype == torch.float64 else torch.float32
 
 
 def _map_cells(enc, tenc, stack: str) -> int:
@@ -449,6 +497,10 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
         adapter.model(**inputs)
     shapes = [_query_key_lengths(enc, tencs[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
     per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}; raises unless every layer ran
+    for layer, rec in per_layer.items():
+        if tuple(rec.shape[-2:]) != (n_query, n_key):
+            raise _unsupported(adapter, f"layer {layer} attends {tuple(rec.shape[-2:])} (query, key) positions "
+                                        f"for an input of {(n_query, n_key)}: not one [query, key] map per layer")
     into = cap.buffer()
     cap.clear()  # per_layer now holds the only reference to each record
     if into is not None:  # each example a view of its part of the batch's buffer
@@ -499,7 +551,8 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
         targets: per text, the target text (encoder-decoder decoder/cross attention,
             teacher forcing).
         truncate: cut texts beyond the model's limit instead of refusing them.
-        dtype: storage dtype of the maps (float32 or float16).
+        dtype: storage dtype of the maps (float32, float16, float64; default float32, or
+            float64 for a float64 model).
         progress: show a tqdm progress bar.
         heads: model heads to keep (default all); the maps then hold ``len(heads)``
             heads and ``meta["heads"]`` names them.
@@ -519,3 +572,55 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
     if not texts:
         raise ValueError("no input texts: give at least one sentence")
     return list(iter_capture(adapter, texts, total=len(texts), **kwargs))
+
+
+def capture_inputs(adapter, inputs: dict, *, layers: Optional[Sequence[int]] = None,
+                   stack: Optional[str] = None, dtype: Optional[torch.dtype] = None,
+                   path: str = "auto") -> list[AttentionMaps]:
+    """Capture the attention of a model whose input is not text — ``pixel_values``
+    ``[batch, channels, height, width]`` (ViT, CLIP vision; Dosovitskiy et al., 2021),
+    ``input_features`` ``[batch, mel bins, frames]`` (Whisper; Radford et al., 2022),
+    ``input_values`` ``[batch, samples]`` (wav2vec 2.0) — from one forward over ``inputs``.
+
+    Positions are named ``<0>``, ``<1>``, … (patches, frames) and belong to no word. An
+    encoder-decoder without ``decoder_input_ids`` gets its start token as the decoder input.
+
+    Returns:
+        one :class:`AttentionMaps` per batch row, ``attentions[layer, head, query, key]``
+        (no padding: every row has the batch's full length).
+
+    Raises:
+        ValueError: ``inputs`` without the model's main input, a layer out of range.
+        UnsupportedModel: the model returns another layout than ``[batch, head, query, key]``.
+    """
+    stack = stack or adapter.default_stack
+    name = adapter.input_name
+    if name not in inputs:
+        raise ValueError(f"{adapter.name} takes {name!r}; the inputs have {', '.join(inputs) or 'nothing'}")
+    inputs = dict(inputs)
+    batch = int(inputs[name].shape[0])
+    if adapter.arch == "encoder-decoder" and "decoder_input_ids" not in inputs:
+        inputs["decoder_input_ids"] = torch.full((batch, 1), adapter.decoder_start_id(), dtype=torch.long,
+                                                 device=adapter.device)
+    dtype = _storage_dtype(adapter, dtype)
+    with AttentionCapture(adapter, layers=layers, stack=stack, path=path) as cap, torch.inference_mode():
+        adapter.model(**inputs)
+    stacked = cap.stacked().to(dtype).cpu()  # [layer, batch, head, query, key]
+    if stacked.shape[1] != batch:
+        raise _unsupported(adapter, f"it attends over its {batch} inputs as {stacked.shape[1]} sequence(s) (Pixtral "
+                                    "concatenates images): not one map per input")
+    kind = _kind(adapter, stack)
+    out = []
+    for i in range(batch):
+        a = stacked[:, i].clone()
+        n_q, n_k = a.shape[-2:]
+        keys = tuple(f"<{k}>" for k in range(n_k))
+        extra: dict = {}
+        if kind == "cross":
+            extra = dict(query_tokens=tuple(f"<{k}>" for k in range(n_q)), query_word_ids=(None,) * n_q,
+                         query_special_mask=torch.zeros(n_q, dtype=torch.bool))
+        meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source, "inputs": name}
+        out.append(AttentionMaps(attentions=a, tokens=keys, word_ids=(None,) * n_k,
+                                 special_mask=torch.zeros(n_k, dtype=torch.bool), layers=tuple(cap.layers),
+                                 kind=kind, meta=meta, **extra))
+    return out

@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from .hooks import HookContext, HookSet
+from .layer_calls import LayerCalls, pre_hooks_by_layer
 
 MODES = ("zero", "mean", "patch", "scale")
 
@@ -50,7 +51,13 @@ class HeadEdit:
     scale: float = 0.0
 
 
-def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+def _split_heads(x: torch.Tensor, n_heads: int, adapter=None) -> torch.Tensor:
+    if x.dim() != 3:
+        from .models.architectures import UnsupportedModel
+
+        who = "" if adapter is None else f"{adapter.name} (model type {getattr(adapter.config, 'model_type', '?')!r}): "
+        raise UnsupportedModel(f"{who}the output projection's input has shape {tuple(x.shape)}, not [batch, seq, "
+                               "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit")
     b, s, width = x.shape
     return x.reshape(b, s, n_heads, width // n_heads)
 
@@ -128,6 +135,7 @@ class HeadIntervention(HookContext):
                 raise ValueError(f"mode {e.mode!r} needs a value for head ({e.layer}, {e.head})")
             by_layer.setdefault(int(e.layer), []).append(e)
         self._by_layer = by_layer
+        adapter.check_head_site(self.stack)
         self._modules = adapter.head_output_modules(self.stack)
         self.path = choose_path(adapter, self.stack, path)
 
@@ -138,8 +146,8 @@ class HeadIntervention(HookContext):
             if pending is not None and pending.pop(layer, False):
                 return None  # already edited inside the attention function
             x = args[0]
-            b, s, _ = x.shape
-            z = apply_edits(_split_heads(x, self.n_heads).clone(), edits, layer)
+            z = apply_edits(_split_heads(x, self.n_heads, self.adapter).clone(), edits, layer)
+            b, s = x.shape[:2]
             return (z.reshape(b, s, -1),) + tuple(args[1:])
 
         return fn
@@ -153,11 +161,12 @@ class HeadIntervention(HookContext):
             pending = {}
             self._switch: Any = InterfaceSwitch(self.adapter.model)
             self._switch.__enter__()
-            self._session: Any = EditSession({modules[layer]: layer for layer in self._by_layer},
-                                        self._by_layer, apply_edits, pending)
+            calls = LayerCalls(modules, self._by_layer)  # layer by call: ALBERT shares one module
+            calls.register(hooks, self.adapter.model)
+            self._session: Any = EditSession(calls, self._by_layer, apply_edits, pending)
             self._session.attach()
-        for layer in self._by_layer:
-            hooks.pre(self._modules[layer], self._hook(layer, pending))
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self._by_layer,
+                           lambda layer: self._hook(layer, pending))
 
     def __enter__(self):
         try:
@@ -242,10 +251,12 @@ class HeadOutputRecorder(HookContext):
 
     def _register(self, hooks: HookSet) -> None:
         n_heads = self.adapter.n_heads
-        for layer in self.layers:
-            def fn(module, args, layer=layer):
+
+        def make(layer):
+            def fn(module, args):
                 self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
-            hooks.pre(self._modules[layer], fn)
+            return fn
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self.layers, make)
 
 
 class HeadGates(HookContext):
@@ -273,8 +284,9 @@ class HeadGates(HookContext):
     def _register(self, hooks: HookSet) -> None:
         n_heads = self.adapter.n_heads
         per_row = self.gates.dim() == 3
-        for layer, module in enumerate(self._modules):
-            def fn(mod, args, layer=layer):
+
+        def make(layer):
+            def fn(mod, args):
                 x = args[0]
                 b, s, _ = x.shape
                 g = self.gates[..., layer, :].to(x.dtype).to(x.device)
@@ -286,7 +298,8 @@ class HeadGates(HookContext):
                     g = g[None, None, :, None]
                 z = _split_heads(x, n_heads) * g
                 return (z.reshape(b, s, -1),) + tuple(args[1:])
-            hooks.pre(module, fn)
+            return fn
+        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, range(len(self._modules)), make)
 
 
 def head_output_means(adapter, texts: Sequence[str], *, batch_size: int = 16,

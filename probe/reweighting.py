@@ -110,6 +110,7 @@ class AttentionReweighting:
             if e.mode == "given" and e.value is None:
                 raise ValueError(f"mode 'given' needs weights for head ({e.layer}, {e.head})")
             by_layer.setdefault(int(e.layer), []).append(e)
+        adapter.refuse_shared_layers(self.stack, "attention reweighting sessions")
         modules = adapter.attention_modules(self.stack)
         self._session = _ReweightSession({modules[layer]: layer for layer in by_layer}, by_layer)
         self._switch = InterfaceSwitch(adapter.model)

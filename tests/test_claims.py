@@ -206,5 +206,6 @@ def test_report_has_claims_per_head(tmp_path):
     md = (tmp_path / "r" / "report.md").read_text()
     assert "## Claims" in md and "needed alone" in md
     page = (tmp_path / "r" / "heads" / "L0H1.html").read_text()
-    assert "<h2>Claims</h2>" in page and "same-norm random direction" in page
+    assert "<h2>Claims</h2>" in page and "same-norm random perturbation" in page
+    assert "Mean-ablating the head" in page and "floor" in page
     assert data.claims.claims[(0, 0)]["necessity"].status == "does not hold"

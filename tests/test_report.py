@@ -148,7 +148,7 @@ def test_verdicts_and_grid_follow_roles(evil_report):
 def test_verdict_sentences():
     from probe.app.report.verdict import verdict
 
-    v = verdict({"role": "mixed/unclear", "syntax_relation": "det", "syntax_accuracy": 0.92,
+    v = verdict({"role": "attends 30% [CLS], 20% next token", "syntax_relation": "det", "syntax_accuracy": 0.92,
                  "syntax_baseline": 0.51, "ablation_metric": "drift", "ablation_delta": 0.08,
                  "ablation_ci_low": 0.05, "ablation_ci_high": 0.11})
     assert v == "looks syntactic (det, 92% vs 51% baseline) and matters (drift +0.08)"

@@ -143,10 +143,11 @@ def test_report_objective_and_target_options(checkpoints, tmp_path):
     assert by["faithfulness"]["summary"]["target"] == "loss:1"
 
 
-@pytest.mark.parametrize("kind, target", [("seqcls", "logit"), ("tokcls", None)])
+@pytest.mark.parametrize("kind, target", [("seqcls", "logit"), ("tokcls", "similarity")])
 def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind, target):
     """A sequence classifier explains its logit; a token classifier (no sentence-level
-    head) has no default target without a treebank, and its metric runs on the encoder."""
+    head) explains the encoder underneath (sentence similarity), and its metric runs on the
+    encoder."""
     from probe.analyses.common.metrics import default_metric
     from probe.app.registry import SkipAnalysis
     from probe.app.registry.analyses.faithfulness import default_target

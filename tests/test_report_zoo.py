@@ -14,7 +14,7 @@ from probe.models.zoo import TASKS
 
 KINDS = {"pattern", "structure", "necessity", "redundancy", "weights", "attribution"}
 #: what each model's claims can be tested with (the reason is checked where not)
-LIVE = {"prev-token", "induction", "agreement", "brackets", "constructed", "translate"}
+LIVE = {"prev-token", "induction", "agreement", "brackets", "constructed", "translate", "relay"}
 
 
 SLOW = {"prev-token", "induction"}

@@ -27,13 +27,27 @@ class HeadClaims:
     claims: dict
     tables: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    objective: dict = field(default_factory=dict)
 
     def summary(self, key) -> str:
         return summary_sentence(self.claims[key])
 
     def head_dict(self, key) -> dict:
         """``{kind: claim dict}`` for one head (JSON-able)."""
-        return {k: self.claims[key][k].to_dict() for k in KINDS if k in self.claims[key]}
+        from .evidence import claim_evidence
+
+        out = {}
+        for k in KINDS:
+            if k in self.claims[key]:
+                c = self.claims[key][k]
+                out[k] = dict(c.to_dict(), evidence=claim_evidence(k, c).to_dict())
+        return out
+
+    def evidence(self, key) -> dict:
+        """``{kind: Evidence}`` of one head (what every renderer shows)."""
+        from .evidence import claim_evidence
+
+        return {k: claim_evidence(k, c) for k, c in self.claims[key].items()}
 
     def to_frame(self) -> pd.DataFrame:
         """Tidy: ``layer, head, claim, status, statement, effect, ci_low, ci_high, count,
@@ -57,11 +71,10 @@ class HeadClaims:
 
 
 def default_metric(adapter, corpus) -> str:
-    """``loss`` where the model has one, else the first applicable metric."""
-    from probe.analyses.common.metrics import applicable_metrics
+    """The name of the objective ``auto`` resolves to (:func:`probe.analyses.common.objective.resolve_objective`)."""
+    from probe.analyses.common.objective import resolve_objective
 
-    metrics = applicable_metrics(adapter, corpus)
-    return "loss" if "loss" in metrics else metrics[0]
+    return resolve_objective("auto", adapter, corpus)[0].name
 
 
 def zoo_sentences(corpus) -> Optional[list]:
@@ -105,8 +118,8 @@ def _fill(kind: str, heads, reason: str) -> dict:
 
 
 def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, faithfulness_info=None,
-                faithfulness_reason: str = "", metric: Optional[str] = None, seed: int = 0,
-                progress: bool = False, ablation=None) -> HeadClaims:
+                faithfulness_reason: str = "", metric=None, seed: int = 0,
+                progress: bool = False, ablation=None, objective=None) -> HeadClaims:
     """Every claim of every captured head.
 
     Args:
@@ -115,14 +128,16 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
         maps: captured :class:`probe.maps.AttentionMaps` (the pattern and structure claims).
         importance: table ``layer, head, importance`` shown beside necessity.
         faithfulness, faithfulness_info: the faithfulness verdict table and run info.
-        metric: intervention metric (default :func:`default_metric`).
-        ablation: a zero-ablation :class:`probe.analyses.necessity.ablation.SweepResult` on
-            the same corpus and metric, reused for the removals.
+        objective: what necessity is measured on (a name, ``auto`` or an objective;
+            :mod:`probe.analyses.common.objective`); ``metric`` is its older name.
+        ablation: unused (kept for callers: removals are measured on the objective here).
     """
+    from probe.analyses.common.objective import resolve_objective
+
     from .necessity import necessity_claims, weights_claims
     from .pattern import pattern_claims
-    from .perturb import perturbation_sweep
     from .redundancy import redundancy_claims
+    from .removal import removal_sweep
 
     heads = [(int(layer), h) for layer in maps[0].layers for h in range(maps[0].n_heads)]
     notes = []
@@ -140,24 +155,48 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
     necessity = _fill("necessity", heads, "no live model")
     weights = _fill("weights", heads, "no live model")
     redundancy = _fill("redundancy", heads, "no live model")
+    info: dict = {}
     if adapter is not None:
         try:
-            metric = metric or default_metric(adapter, corpus)
-            sweep = perturbation_sweep(adapter, corpus, metric=metric, heads=heads, seed=seed, progress=progress,
-                                       zero=ablation)
+            obj, why = resolve_objective(objective or metric or "auto", adapter, corpus)
+            info = {"objective": obj.name, "described": obj.describe(), "why": why, "units": obj.units,
+                    "floor": T.min_effect(obj.name), "floor_source": T.floor_source(obj.name), "n": len(corpus)}
+            sweep = removal_sweep(adapter, corpus, obj, units=heads, seed=seed, progress=progress)
             necessity = necessity_claims(sweep, importance)
-            weights = weights_claims(sweep)
-            redundancy, groups = redundancy_claims(adapter, corpus, metric, pattern, necessity, seed=seed)
+            weights = weights_claims(sweep, pattern)
+            redundancy, groups = redundancy_claims(adapter, corpus, obj, pattern, necessity, seed=seed)
             if groups:
                 tables["groups"] = pd.DataFrame(groups)
-            notes.append(f"removal and uniform weights of each head on {len(corpus)} examples, metric {sweep.metric} "
-                         f"({sweep.path}), against a same-norm random-direction null; BH at q = {T.FDR}")
-        except Exception as exc:
-            log.warning("causal claims not tested: %s: %s", type(exc).__name__, exc)
-            why = f"interventions could not run on this model: {type(exc).__name__}: {exc}"
+            tables["removal"] = removal_table(sweep)
+            notes.append(f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
+                         f"(Wang et al. 2022; zero and resample beside) on {len(corpus)} examples; necessity holds "
+                         f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
+                         f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads")
+        except ValueError as exc:  # an objective that does not fit this model or corpus: say so per claim
+            log.warning("causal claims not tested: %s", exc)
+            why = f"not tested on this model: {exc}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
     claims = {k: {"pattern": pattern[k], "structure": structure.get(k, Claim("structure", "not tested")),
                   "necessity": necessity[k], "redundancy": redundancy[k], "weights": weights[k],
                   "attribution": attribution[k]} for k in heads}
-    return HeadClaims(claims=claims, tables=tables, notes=notes)
+    return HeadClaims(claims=claims, tables=tables, notes=notes, objective=info)
+
+
+def removal_table(sweep) -> pd.DataFrame:
+    """Tidy: ``layer, head, mode, objective, harm, ci_low, ci_high, count`` (+ secondary measures)."""
+    from .statistics import mean_ci
+
+    rows = []
+    for i, unit in enumerate(sweep.units):
+        (layer, head), = unit
+        for mode, harm in sweep.harm.items():
+            eff, lo, hi = mean_ci(harm[i], seed=i)
+            row = {"layer": layer, "head": head, "mode": mode, "objective": sweep.objective, "harm": eff,
+                   "ci_low": lo, "ci_high": hi, "count": int(harm.shape[1])}
+            for name, vals in (sweep.measures.get(mode) or {}).items():
+                row[name] = float(vals[i].mean())
+            for name, vals in (sweep.corpus.get(mode) or {}).items():
+                row[name] = float(vals[i])
+            rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,22 +1,31 @@
-"""The *necessity* and *weights* claims, from a :class:`.perturb.PerturbationSweep`.
+"""The *necessity* and *weights* claims, from a :class:`.removal.RemovalSweep`.
 
-*Necessity* (Michel et al. 2019): removing the head harms the metric more than the
-null (the same-norm perturbation in a random direction, :mod:`.perturb`). Per head, the
-paired one-sided Wilcoxon test of ``harm(zero) − harm(zero_null)`` over examples;
-Benjamini–Hochberg across all heads at :data:`.thresholds.FDR`; the claim holds when the
-head is a discovery *and* the mean excess harm is at least :func:`.thresholds.min_effect`
-of the metric. The gradient importance (Michel et al.'s head-gate score) is reported
-beside it, with the Spearman rank agreement of the two measures over all heads.
+*Necessity*: the model needs the head on its objective. The head is mean-ablated (its
+output replaced by its corpus mean, Wang et al. 2022) and the harm per example measured
+in the objective's units (:mod:`probe.analyses.common.objective`). The claim holds when
+the mean harm exceeds the objective's practical floor (:data:`.thresholds.MIN_EFFECT`):
+one-sided Wilcoxon signed-rank test of ``harm − floor`` over examples, Benjamini–Hochberg
+across heads at :data:`.thresholds.FDR`, and the mean at least the floor. Zero- and
+resample-ablation (Michel et al. 2019; Chan et al. 2022) are reported beside it, and the
+harm of a same-norm random perturbation only as context. The gradient importance
+(Michel et al.'s head-gate score) is shown with its rank agreement over heads.
 
-*Weights* (does *where* the head looks matter?): the same test for ``uniform`` (its
-attention replaced by uniform weights over the keys it may see, values kept) against
-``uniform_null``; reported with the share of the head's removal effect that uniform
-weights reproduce. A head whose weights do not matter alone may still matter in a group
-(see :mod:`.redundancy`): the claim says "not shown", never "meaningless".
+*Weights*: does *where* the head looks matter? Its attention replaced by uniform weights
+over the keys it may see, values kept; the same test against the floor. Two readings
+(:func:`weights_reading`): a **routing** head, whose uniform weights reproduce at least
+:data:`.thresholds.ROUTING_SHARE` of its removal's harm (what it reads matters, and it is
+needed), and an **inert sink** head, which removal barely harms but spreading its
+attention does: it parks its attention on [CLS]/[SEP] as a no-op (Clark et al. 2019;
+the attention sink of Xiao et al. 2023), and uniform weights turn the no-op into a
+real write.
+
+Every claim that does not hold states its power: the smallest mean harm the sample could
+have detected (:func:`.statistics.detectable_effect`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
@@ -26,59 +35,111 @@ if TYPE_CHECKING:
 
 from . import thresholds as T
 from .claim import Claim
-from .statistics import benjamini_hochberg, mean_ci, paired_greater, spearman
+from .statistics import benjamini_hochberg, detectable_effect, floor_test, mean_ci, spearman
 
 
-def _tested(kind: str, sweep, real: str, null: str, unit: str) -> dict:
-    harm, harm0 = sweep.harm(real), sweep.harm(null)
+def _side(sweep, mode: str, i: int) -> Optional[dict]:
+    if mode not in sweep.harm:
+        return None
+    eff, lo, hi = mean_ci(sweep.harm[mode][i], seed=i)
+    return {"effect": eff, "ci_low": lo, "ci_high": hi}
+
+
+def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
+    """``{unit: Claim}`` of ``mode``'s harm against the objective's floor (BH across units)."""
+    harm = sweep.harm[mode]
     n = harm.shape[1]
-    p = np.array([paired_greater(harm[i], harm0[i]) for i in range(len(sweep.heads))])
+    floor = T.min_effect(sweep.objective)
+    p = np.array([floor_test(harm[i], floor) for i in range(len(sweep.units))])
     sig = benjamini_hochberg(np.nan_to_num(p, nan=1.0), T.FDR)
-    floor = T.min_effect(sweep.metric)
     claims = {}
-    for i, key in enumerate(sweep.heads):
-        eff, lo, hi = mean_ci(harm[i] - harm0[i], seed=i)
-        base = dict(effect=eff, ci_low=lo, ci_high=hi, count=n, null=float(harm0[i].mean()), unit=unit,
-                    threshold="fdr+min_effect",
-                    extra={"harm": float(harm[i].mean()), "p": float(p[i]), "bh_significant": bool(sig[i]),
-                           "min_effect": floor, "metric": sweep.metric, "path": sweep.path})
+    for i, unit in enumerate(sweep.units):
+        eff, lo, hi = mean_ci(harm[i], seed=i)
+        extra = {"mode": mode, "p": float(p[i]), "bh_significant": bool(sig[i]), "min_effect": floor,
+                 "floor_source": T.floor_source(sweep.objective), "objective": sweep.objective,
+                 "objective_described": sweep.describe, "fdr": T.FDR, "tests": int(len(sweep.units))}
+        for other in ("mean", "zero", "resample", "uniform", "random"):
+            side = _side(sweep, other, i) if other != mode else None
+            if side is not None:
+                extra[f"{other}_harm"] = side
+        for name, vals in (sweep.measures.get(mode) or {}).items():
+            extra[name] = float(vals[i].mean())
+        for name, vals in (sweep.corpus.get(mode) or {}).items():
+            extra[name] = float(vals[i])
+        base = dict(statement=statement, effect=eff, ci_low=lo, ci_high=hi, count=n, null=floor,
+                    unit=sweep.units_text, threshold="min_effect+fdr", extra=extra)
+        key = unit[0] if len(unit) == 1 else unit
         if n < T.MIN_EXAMPLES:
-            claims[key] = Claim(kind, "not enough evidence", reason=f"{n} examples < {T.MIN_EXAMPLES}", **base)
+            claims[key] = Claim(kind, "not enough evidence", reason=f"{n} examples < the minimum {T.MIN_EXAMPLES}",
+                                **base)
             continue
         holds = bool(sig[i]) and eff >= floor
+        if not holds:
+            extra["detectable"] = detectable_effect(harm[i], floor)
         claims[key] = Claim(kind, "holds" if holds else "does not hold", **base)
     return claims
 
 
 def necessity_claims(sweep, importance: Optional[pd.DataFrame] = None) -> dict:
-    """``{(layer, head): Claim}``; ``importance``: a table with ``layer, head, importance``
-    (:func:`probe.analyses.necessity.importance.head_importance`) shown beside the effect."""
-    unit = f"{sweep.metric} harm above the null"
-    claims = _tested("necessity", sweep, "zero", "zero_null", unit)
+    """``{(layer, head): Claim}`` from single-head units; ``importance``: a table with
+    ``layer, head, importance`` (:func:`probe.analyses.necessity.importance.head_importance`)."""
+    claims = _tested("necessity", sweep, "mean", "needed alone")
+    harm = sweep.harm["mean"].mean(1)
+    keys = [u[0] for u in sweep.units]
+    order = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -harm[keys.index(k)]))}
+    rnd = sweep.harm["random"].mean(1) if "random" in sweep.harm else None
+    for i, k in enumerate(keys):
+        c = claims[k]
+        c.extra.update(removal_rank=order[k], of=len(keys))
+        if rnd is not None and rnd[i] > 0:
+            c.extra["times_random"] = float(harm[i] / rnd[i])
     if importance is None or len(importance) == 0:
         return claims
     imp = {(int(l), int(h)): float(v) for l, h, v in zip(importance["layer"], importance["head"],
                                                          importance["importance"])}
-    keys = list(sweep.heads)
     scores = np.array([imp.get(k, np.nan) for k in keys])
-    harm = sweep.harm("zero").mean(1)
     rho = spearman(scores, harm)
-    order = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -np.nan_to_num(imp.get(k, np.nan), nan=-1e9)))}
-    horder = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -harm[keys.index(k)]))}
+    rank = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -np.nan_to_num(imp.get(k, np.nan), nan=-1e9)))}
     for k, c in claims.items():
-        c.extra.update(importance=imp.get(k), importance_rank=order[k], removal_rank=horder[k],
-                       rank_agreement_spearman=rho, of=len(keys))
+        c.extra.update(importance=imp.get(k), importance_rank=rank[k], rank_agreement_spearman=rho)
     return claims
 
 
-def weights_claims(sweep, necessity: Optional[dict] = None) -> dict:
+def weights_reading(removal: float, uniform: float, floor: float) -> str:
+    """``routing`` | ``inert sink`` | ``mixed``: what a uniform-weights harm above the floor means."""
+    if removal < floor:
+        return "inert sink"
+    if uniform >= T.ROUTING_SHARE * removal:
+        return "routing"
+    return "partly routing"
+
+
+def weights_claims(sweep, pattern: Optional[dict] = None) -> dict:
     """``{(layer, head): Claim}`` of the uniform-weights test (``not tested`` when the
-    sweep could not replace attention, e.g. encoder-decoder models)."""
-    if "uniform" not in sweep.scores:
+    sweep could not replace attention, e.g. encoder-decoder models). ``pattern``: the
+    pattern claims, naming where an inert head parks its attention."""
+    keys = [u[0] for u in sweep.units]
+    if "uniform" not in sweep.harm:
         why = sweep.skipped.get("uniform", "uniform weights were not run")
-        return {k: Claim("weights", "not tested", reason=why) for k in sweep.heads}
-    claims = _tested("weights", sweep, "uniform", "uniform_null", f"{sweep.metric} harm above the null")
-    zero = sweep.harm("zero").mean(1)
-    for i, c in enumerate(claims.values()):
-        c.extra["share_of_removal"] = float(c.extra["harm"] / zero[i]) if zero[i] > 0 else None
+        return {k: Claim("weights", "not tested", reason=why) for k in keys}
+    claims = _tested("weights", sweep, "uniform", "where it looks matters")
+    removal = sweep.harm["mean"].mean(1) if "mean" in sweep.harm else np.full(len(keys), np.nan)
+    floor = T.min_effect(sweep.objective)
+    for i, k in enumerate(keys):
+        c = claims[k]
+        c.extra["removal_harm"] = float(removal[i])
+        c.extra["share_of_removal"] = float(c.effect / removal[i]) if removal[i] > 0 else None
+        if not c.holds:
+            continue
+        reading = weights_reading(float(removal[i]), c.effect, floor)
+        c.extra["reading"] = reading
+        where = ""
+        prof = (pattern or {}).get(k)
+        if prof is not None:
+            top = sorted(((v, w) for w, v in (prof.extra.get("profile") or {}).items() if v == v), reverse=True)
+            where = top[0][1] if top else ""
+        c.extra["parks_on"] = where
+        statement = {"routing": "routes information", "partly routing": "routes information in part",
+                     "inert sink": f"inert: parks its attention on {where or 'a sink token'}"}[reading]
+        claims[k] = replace(c, statement=statement)
     return claims

@@ -22,13 +22,11 @@ import pandas as pd
 from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.patterns.role_features import HeadFeatureAccumulator, example_values, token_frequencies
 
+from probe.analyses.patterns.vocabulary import COMPONENTS, profile_words
+
 from . import thresholds as T
 from .claim import Claim
 
-#: profile components: feature column -> words
-COMPONENTS = {"prev": "previous token", "next": "next token", "self": "itself", "to_cls": "{cls}",
-              "to_sep": "{sep}", "to_punct": "punctuation", "to_rare": "the rarest token",
-              "induction": "induction target", "duplicate": "earlier copies of its token"}
 #: rules: (role, feature, threshold name, value), first that clears wins
 RULES = (("induction", "induction", "induction", T.INDUCTION),
          ("duplicate-token", "duplicate", "duplicate", T.DUPLICATE),
@@ -100,12 +98,6 @@ def _special_names(maps) -> tuple:
     if not idx or idx[0] != 0:
         return "[CLS]", "[SEP]"
     return str(m.tokens[idx[0]]), (str(m.tokens[idx[-1]]) if len(idx) > 1 else "[SEP]")
-
-
-def profile_words(shares: dict, names: dict, k: int = 2) -> str:
-    """``"43% [CLS], 31% next token"``: the ``k`` largest components."""
-    items = sorted(((v, c) for c, v in shares.items() if v == v), reverse=True)[:k]
-    return ", ".join(f"{v:.0%} {names[c]}" for v, c in items)
 
 
 def pattern_claims(maps) -> tuple:

@@ -5,10 +5,10 @@ When several heads implement the same step, removing any one changes little and 
 all removes the step (Olsson et al. 2022's induction heads; Wang et al. 2023's name
 movers). The group is every head of one layer whose necessity claim does not hold and whose
 pattern claim names the same role; it is zero-ablated at once
-(:func:`probe.analyses.necessity.head_groups.ablate_group`) and compared, example by
-example, with the null of :mod:`.perturb` applied to the whole group (each head's output
-minus a randomly rotated copy). One-sided Wilcoxon, Bonferroni across the groups tested,
-and the mean excess harm must reach :func:`.thresholds.min_effect`.
+mean-ablated at once (:mod:`.removal`) and its harm on the objective tested against the
+objective's floor: one-sided Wilcoxon, Bonferroni across the groups tested, and the mean
+harm must reach :func:`.thresholds.min_effect`. The same-norm random perturbation of the
+whole group is reported as context (:func:`group_null` keeps the older per-metric form).
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ import numpy as np
 import torch
 
 from probe.analyses.common.metrics import as_corpus, get_metric
-from probe.analyses.necessity.head_groups import ablate_group
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 from . import thresholds as T
 from .claim import Claim
 from .perturb import random_rotations, rotate
-from .statistics import mean_ci, paired_greater
+from .statistics import detectable_effect, floor_test, mean_ci
 
 
 @torch.no_grad()
@@ -63,11 +62,13 @@ def candidate_groups(pattern: dict, necessity: dict) -> dict:
     return {r: sorted(h) for r, h in groups.items() if len(h) >= T.GROUP_MIN}
 
 
-def redundancy_claims(adapter, corpus, metric: str, pattern: dict, necessity: dict, seed: int = 0) -> tuple:
-    """``({(layer, head): Claim}, groups table rows)`` for every head in ``necessity``."""
+def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict, seed: int = 0) -> tuple:
+    """``({(layer, head): Claim}, groups table rows)`` for every head in ``necessity``: each
+    candidate group mean-ablated at once (:func:`.removal.removal_sweep`), its harm on the
+    objective tested against the floor (one-sided Wilcoxon, Bonferroni over groups)."""
+    from .removal import removal_sweep
+
     groups = candidate_groups(pattern, necessity)
-    higher = bool(get_metric(metric, adapter, as_corpus(corpus)).higher_is_better)
-    floor = T.min_effect(metric)
     claims, rows = {}, []
     for key, n in necessity.items():
         if n.status == "holds":
@@ -77,24 +78,30 @@ def redundancy_claims(adapter, corpus, metric: str, pattern: dict, necessity: di
         else:
             claims[key] = Claim("redundancy", "not tested",
                                 reason="no other head that is not needed alone shares a named pattern")
-    for gi, (role, heads) in enumerate(sorted(groups.items())):
-        res = ablate_group(adapter, corpus, heads, metric=metric, seed=seed)
-        clean, null = group_null(adapter, corpus, heads, metric, seed=seed + gi)
-        sign = -1.0 if higher else 1.0
-        harm, harm0 = sign * (res.intervened - res.clean), sign * (null - clean)
-        p = paired_greater(harm, harm0)
-        eff, lo, hi = mean_ci(harm - harm0, seed=gi)
+    if not groups:
+        return claims, rows
+    items = sorted(groups.items())
+    sweep = removal_sweep(adapter, corpus, objective, units=[heads for _, heads in items], modes=("mean", "random"),
+                          seed=seed)
+    floor = T.min_effect(sweep.objective)
+    for gi, (role, heads) in enumerate(items):
+        harm = sweep.harm["mean"][gi]
+        p = floor_test(harm, floor)
+        eff, lo, hi = mean_ci(harm, seed=gi)
         holds = len(harm) >= T.MIN_EXAMPLES and p <= T.FDR / len(groups) and eff >= floor
         k = len(heads)
         names = "+".join(f"L{l}H{h}" for l, h in heads)
-        rows.append({"role": role, "heads": names, "k": k, "harm": float(harm.mean()), "null": float(harm0.mean()),
-                     "effect": eff, "ci_low": lo, "ci_high": hi, "p": p, "holds": holds})
+        rnd = float(sweep.harm["random"][gi].mean())
+        rows.append({"role": role, "heads": names, "k": k, "objective": sweep.objective, "harm": eff,
+                     "ci_low": lo, "ci_high": hi, "floor": floor, "p": p, "random": rnd, "holds": holds})
+        extra = {"group": names, "k": k, "p": p, "role": role, "min_effect": floor, "objective": sweep.objective,
+                 "random_harm": rnd, "tests": len(groups)}
+        if not holds:
+            extra["detectable"] = detectable_effect(harm, floor, q=T.FDR / len(groups))
         for key in heads:
             claims[key] = Claim("redundancy", "holds" if holds else "does not hold",
                                 statement=f"needed as a group of {k}" if holds else f"group of {k} not needed either",
-                                effect=eff, ci_low=lo, ci_high=hi, count=len(harm), null=float(harm0.mean()),
-                                unit=f"{metric} harm above the null",
-                                threshold="fdr (Bonferroni over groups)+min_effect",
-                                reason=f"{role} heads {names} ablated together",
-                                extra={"group": names, "k": k, "harm": float(harm.mean()), "p": p, "role": role})
+                                effect=eff, ci_low=lo, ci_high=hi, count=len(harm), null=floor,
+                                unit=sweep.units_text, threshold="min_effect+fdr (Bonferroni over groups)",
+                                reason=f"{role} heads {names} mean-ablated together", extra=dict(extra))
     return claims, rows

@@ -9,7 +9,8 @@ import numpy as np
 
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 
-__all__ = ["benjamini_hochberg", "paired_greater", "mean_ci", "wilson_interval", "spearman"]
+__all__ = ["benjamini_hochberg", "paired_greater", "floor_test", "detectable_effect", "mean_ci", "wilson_interval",
+           "spearman"]
 
 
 def benjamini_hochberg(p_values, q: float = 0.05) -> np.ndarray:
@@ -51,6 +52,26 @@ def paired_greater(effect, null) -> float:
     if not np.any(d != 0):
         return 1.0
     return float(wilcoxon(d, alternative="greater", zero_method="zsplit").pvalue)
+
+
+def floor_test(harm, floor: float) -> float:
+    """One-sided p-value that the harm per example exceeds ``floor`` (Wilcoxon 1945
+    signed-rank test of ``harm − floor``; NaN for fewer than two examples)."""
+    h = np.asarray(harm, dtype=np.float64)
+    return paired_greater(h, np.full_like(h, float(floor)))
+
+
+def detectable_effect(values, floor: float = 0.0, q: float = 0.05, power: float = 0.8) -> float:
+    """The smallest mean effect a sample like ``values`` could have detected above ``floor``:
+    ``floor + (z_{1−q} + z_{power}) · sd / √n`` (one-sided test at level ``q``, the most
+    lenient level Benjamini–Hochberg can give one test; Cohen 1988's normal approximation).
+    NaN for fewer than two values."""
+    from scipy.stats import norm
+
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2:
+        return float("nan")
+    return float(floor + (norm.ppf(1 - q) + norm.ppf(power)) * v.std(ddof=1) / np.sqrt(v.size))
 
 
 def mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple:

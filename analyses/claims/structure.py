@@ -135,6 +135,9 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
         ok = t[t["significant"] & (t["margin"] >= T.STRUCTURE_MARGIN)]
         best = (ok if len(ok) else t).sort_values(["margin", "count"], ascending=False).iloc[0]
         status = "holds" if len(ok) else "does not hold"
+        # power: the smallest margin this many sentences could have shown (bootstrap SE from the interval)
+        se = (float(best["ci_high"]) - float(best["ci_low"])) / (2 * 1.959964)
+        detectable = T.STRUCTURE_MARGIN + (1.644854 + 0.841621) * se
         what = f"{best['relation']} ({best['direction'].replace('_', ' ')})"
         claims[key] = Claim(
             "structure", status, statement=what, effect=float(best["margin"]), ci_low=float(best["ci_low"]),
@@ -144,7 +147,8 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
                     f"instances in {S} sentences"),
             extra={"accuracy": float(best["accuracy"]), "p": float(best["p"]),
                    "bh_significant": bool(best["significant"]),
-                   "relations_tested": int(len(t)), "sentences": S, "sentences_skipped": int(n_sentences_skipped)})
+                   "relations_tested": int(len(t)), "sentences": S, "sentences_skipped": int(n_sentences_skipped),
+                   **({"detectable": detectable} if status == "does not hold" else {})})
     return claims, table
 
 

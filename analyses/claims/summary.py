@@ -41,16 +41,20 @@ def summary_sentence(claims: dict) -> str:
     n = claims.get("necessity")
     r = claims.get("redundancy")
     if n is not None and n.holds:
-        parts.append(f"needed alone ({n.extra.get('metric')} +{n.extra.get('harm', 0):.3g} vs null "
-                     f"+{n.null:.3g})")
+        parts.append(f"needed alone ({n.extra.get('objective')} harm {n.effect:+.3g} "
+                     f"[{n.ci_low:+.3g}, {n.ci_high:+.3g}], floor {n.null:.3g}, n={n.count})")
     elif r is not None and r.holds:
         parts.append(f"redundant: {r.statement}")
     elif n is not None and n.status == "does not hold":
         parts.append("not shown to be needed alone")
     w = claims.get("weights")
     if w is not None and w.holds:
-        parts.append("where it looks matters (uniform weights: "
-                     f"{w.extra.get('metric')} +{w.extra.get('harm', 0):.3g})")
+        if w.extra.get("reading") == "inert sink":
+            parts.append(f"{w.statement}; spreading it harms {w.extra.get('objective')} by {w.effect:+.3g} "
+                         f"(removing it: {w.extra.get('removal_harm', float('nan')):+.3g})")
+        else:
+            parts.append(f"where it looks matters ({w.statement}: uniform weights harm "
+                         f"{w.extra.get('objective')} by {w.effect:+.3g})")
     a = claims.get("attribution")
     if a is not None and a.holds:
         parts.append(f"agrees with {a.extra.get('reference', 'attributions')} (τ {a.effect:+.2f})")

@@ -69,14 +69,30 @@ STRUCTURE_EXCLUDED = _t("structure_excluded", ("punct", "all", "root"), "Clark e
 
 # ---- necessity and weights --------------------------------------------------------------
 #: smallest mean harm above the null worth a claim, per metric (below: practically nothing)
-MIN_EFFECT = _t("min_effect", {"loss": 0.01, "accuracy": 0.01, "embedding-drift": 0.005},
-                "practical floors: 0.01 nats of loss, 1 point of accuracy, 0.005 of 1−cos drift "
-                "(a sentence embedding moved by less keeps its neighbours); "
-                "other metrics: 0")
+MIN_EFFECT = _t("min_effect", {"loss": 0.01, "accuracy": 1.0, "embedding-drift": 0.005,
+                               "similarity-structure": 0.02},
+                "practical floors in each objective's units: 0.01 nats of loss, 1 point of accuracy, 0.005 of "
+                "1−cos drift, 0.02 of 1−ρ similarity structure (see FLOOR_SOURCES); other objectives: 0")
+#: why each floor, per objective
+FLOOR_SOURCES = _t("floor_sources", {
+    "loss": "0.01 nats per token: a perplexity change of 1%, below what LM comparisons report as a difference",
+    "accuracy": "1 percentage point of task accuracy (accuracy is scored in percent)",
+    "embedding-drift": "1−cos 0.005: a sentence embedding moved by less keeps its neighbours",
+    "similarity-structure": "1−ρ 0.02: each sentence's similarity ranking keeps Spearman ρ ≥ 0.98 with the clean "
+                            "one, 2 points on the Spearman×100 scale sentence-embedding benchmarks report "
+                            "(Reimers & Gurevych 2019)"},
+    "each objective's floor with its reason")
 #: the null of every removal: the same perturbation turned in a random direction
-NULL = _t("null", "random rotation of the removed vector",
+NULL = _t("null", "random rotation of the removed vector (context only, never the test)",
           "the head's output (or the change of it) minus a randomly rotated copy: same norm at every position, "
           "random direction (a noise floor the metric can reach, unlike 0 for a non-negative metric)")
+#: share of the removal's harm uniform weights must reproduce for a "routing" head
+ROUTING_SHARE = _t("routing_share", 0.5, "a head whose uniform weights do at least half the harm of removing it "
+                                         "routes information by where it looks; below, and with removal under the "
+                                         "floor, the head is an inert sink (Clark et al. 2019's no-op reading of "
+                                         "attention to [SEP]; Xiao et al. 2023's attention sinks)")
+#: the power a "does not hold" states its detectable effect at
+POWER = _t("power", 0.8, "the smallest effect detectable with 80% power at one-sided level q (Cohen 1988)")
 #: fewest examples for a paired test
 MIN_EXAMPLES = _t("min_examples", 8, "the one-sided Wilcoxon test cannot reach p < 0.01 with fewer than 7 pairs")
 
@@ -95,6 +111,11 @@ def thresholds_in_force() -> dict:
     """``name -> {"value", "source"}`` for every threshold above (JSON-able)."""
     return {t.name: {"value": list(t.value) if isinstance(t.value, tuple) else t.value, "source": t.source}
             for t in _ALL.values()}
+
+
+def floor_source(objective: str) -> str:
+    """Why :func:`min_effect` of ``objective`` is what it is."""
+    return FLOOR_SOURCES.get(str(objective), "no practical floor stated for this objective: 0")
 
 
 def min_effect(metric: str) -> float:

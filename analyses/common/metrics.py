@@ -156,9 +156,11 @@ class Metric(ModelScalar):
     """
 
     name = "metric"
+    units = "metric change"
     higher_is_better = False
     stationary_at_clean = False
     ignores_padding = False
+    corpus_level = False  # harms need every example's readout at once (similarity structure)
 
     def check(self, adapter, corpus=None) -> None:
         """Raise ``ValueError`` when the metric does not apply to this model/corpus."""
@@ -183,6 +185,24 @@ class Metric(ModelScalar):
 
     def score(self, outputs, batch: MetricBatch, reference: Optional[torch.Tensor] = None) -> torch.Tensor:
         raise NotImplementedError
+
+    # ---- the objective protocol (:class:`probe.analyses.common.objective.Objective`) ----
+    def readout(self, outputs, batch: MetricBatch) -> torch.Tensor:
+        """What a run keeps per example, ``[rows, ...]`` (default: the score)."""
+        return self.score(outputs, batch, None)
+
+    def harm(self, clean, perturbed) -> np.ndarray:
+        """``[n]``: how much worse ``perturbed`` readouts are than ``clean`` (positive = worse)."""
+        d = np.asarray(perturbed, np.float64) - np.asarray(clean, np.float64)
+        return -d if self.higher_is_better else d
+
+    def measures(self, clean, perturbed) -> dict:
+        """Secondary per-example measures ``name -> [n]`` (none by default)."""
+        return {}
+
+    def corpus_measures(self, clean, perturbed) -> dict:
+        """Corpus-level measures ``name -> float`` (none by default)."""
+        return {}
 
     def batches(self, adapter, corpus, batch_size: int = 16) -> Iterator[tuple]:
         """Yield ``(indices, MetricBatch)`` over the corpus in order."""
@@ -268,6 +288,7 @@ class LossMetric(Metric):
     """
 
     name = "loss"
+    units = "nats of cross-entropy per scored token"
     ignores_padding = True  # masked / −100 positions do not count
 
     def __init__(self, seed: int = 0):
@@ -332,6 +353,7 @@ class AccuracyMetric(LossMetric):
     """
 
     name = "accuracy"
+    units = "percentage points of accuracy"
     higher_is_better = True
     differentiable = False
 
@@ -354,6 +376,7 @@ class DriftMetric(Metric):
     """
 
     name = "embedding-drift"
+    units = "1 − cos of the sentence embedding"
     stationary_at_clean = True
     ignores_padding = True  # mask-weighted pooling
 
@@ -375,6 +398,14 @@ class DriftMetric(Metric):
 
     def reference(self, outputs, batch):
         return self.embed(outputs, batch).detach()
+
+    def readout(self, outputs, batch) -> torch.Tensor:
+        return _f32(self.embed(outputs, batch))
+
+    def harm(self, clean, perturbed) -> np.ndarray:
+        a, b = np.asarray(clean, np.float64), np.asarray(perturbed, np.float64)
+        den = np.clip(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12, None)
+        return 1.0 - (a * b).sum(-1) / den
 
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
         if reference is None:

@@ -369,3 +369,54 @@ def parse_target(spec: str, adapter, probe: Optional[Target] = None) -> Target:
         return probe
     raise ValueError(f"unknown target {spec!r}; use logit, logit:<class>, loss:<position>, mlm "
                      "or probe:<property> (bundled sentence model)")
+
+
+class PairSimilarity(Target):
+    """The cosine similarity of a sentence to its paired sentence, under the model's pooling.
+
+    ``cos(pool(model(x)), e_pair)`` with ``e_pair`` the clean embedding of the pair's other
+    side, held fixed, so attributions of ``x``'s tokens explain the similarity (a Siamese
+    encoder explained one side at a time; cf. Moeller et al. 2023). ``aux`` holds each
+    example's row in ``partners``, found from its token ids.
+
+    Args:
+        pooling: a :class:`probe.analyses.common.pooling.Pooling`.
+        partners: ``[n, d]`` clean embeddings of the other sides.
+        keys: token ids of each explained sentence (tuple) -> its row in ``partners``.
+        pair_words: per row, the other side's text (for reports).
+    """
+
+    def __init__(self, pooling, partners: torch.Tensor, keys: dict, pair_words: Sequence[str] = (),
+                 name: str = "similarity"):
+        self.pooling = pooling
+        self.partners = partners
+        self.keys = dict(keys)
+        self.pair_words = tuple(pair_words)
+        self.name = name
+
+    def forward(self, adapter, input_ids, attention_mask):
+        if adapter.arch != "encoder":
+            raise ValueError("a similarity target pools an encoder's states; this model is a " + adapter.arch)
+        base = getattr(adapter.model, "base_model", adapter.model)
+        return base(input_ids=input_ids, attention_mask=attention_mask)
+
+    def aux(self, adapter, input_ids, attention_mask):
+        rows = []
+        for ids, n in zip(input_ids.tolist(), _lengths(attention_mask).tolist()):
+            key = tuple(ids[:n])
+            if key not in self.keys:
+                raise ValueError("a similarity target explains only the sentences it was built for")
+            rows.append(self.keys[key])
+        return torch.tensor(rows, dtype=torch.long, device=input_ids.device)[:, None]
+
+    def scalar(self, out, attention_mask, aux):
+        e = self.pooling.pool(out.last_hidden_state, attention_mask)
+        other = self.partners.to(e.device, e.dtype)[aux[:, 0]]
+        return torch.nn.functional.cosine_similarity(e, other, dim=-1)
+
+    def distribution(self, out, attention_mask, aux):
+        s = (self.scalar(out, attention_mask, aux).float() + 1) / 2
+        return torch.stack([s, 1 - s], -1).clamp(0, 1)
+
+    def reads(self, n_tokens: int, adapter=None) -> tuple:
+        return self.pooling.reads(n_tokens)

@@ -125,7 +125,7 @@ class FaithfulnessReport:
         return paths
 
 
-def resolve_target(adapter, spec: str, corpus, *, seed: int = 0):
+def resolve_target(adapter, spec: str, corpus, *, seed: int = 0, pairs: Optional[str] = None):
     """``(target, corpus to explain, evidence words or None, info)`` for a target spec.
 
     ``probe:<property>`` fits a probe on the treebank (``corpus.sentences``) and returns
@@ -138,6 +138,11 @@ def resolve_target(adapter, spec: str, corpus, *, seed: int = 0):
 
     info: dict = {"target": spec}
     kind, _, prop = spec.partition(":")
+    if kind == "similarity":
+        from probe.analyses.explanation.pairs import similarity_target
+
+        target, corpus, info = similarity_target(adapter, corpus, pairs)
+        return target, corpus, None, info
     if kind == "probe":
         from probe.analyses.structure.ud_probe import fit_probe, ud_labels
 
@@ -188,6 +193,7 @@ def run_faithfulness(
     max_examples: Optional[int] = None,
     seed: int = 0,
     progress: bool = False,
+    pairs: Optional[str] = None,
 ) -> FaithfulnessReport:
     """Run the whole faithfulness study of ``target_spec`` on ``corpus``.
 
@@ -195,7 +201,7 @@ def run_faithfulness(
         adapter: the model.
         corpus: a :class:`probe.inputs.Corpus`.
         target_spec: ``logit`` / ``logit:<class>`` / ``loss:<position>`` /
-            ``probe:<property>`` (see :func:`resolve_target`).
+            ``probe:<property>`` / ``similarity`` (see :func:`resolve_target`).
         methods: attribution methods (:data:`probe.analyses.explanation.attributions.METHODS`).
         attention_methods: see :data:`probe.analyses.explanation.attention_scores.ATTENTION_METHODS`.
         n_steps, internal_batch_size: IG settings.
@@ -203,13 +209,14 @@ def run_faithfulness(
         heads: heads to permute (default all); ``permute=False`` skips permutations.
         max_examples: explain only the first N examples (after a probe's split).
         seed: probe split and permutation seed.
+        pairs: a pairs file for the ``similarity`` target (default: nearest neighbours).
 
     Raises:
         ValueError: on bad input anywhere along the way (see the modules).
     """
     from probe.capture import capture
 
-    target, corpus, evidence, info = resolve_target(adapter, target_spec, corpus, seed=seed)
+    target, corpus, evidence, info = resolve_target(adapter, target_spec, corpus, seed=seed, pairs=pairs)
     if max_examples is not None:
         corpus = corpus.subset(range(min(max_examples, len(corpus))), reason="beyond --max-examples")
         evidence = evidence[: len(corpus)] if evidence is not None else None

@@ -19,7 +19,7 @@ duplicate-token    ``duplicate ≥ 0.5`` (causal)                 Olsson et al. 
 syntactic (<rel>)  accuracy ≥ positional baseline + 10 points   Voita et al. 2019
                    on a relation with ≥ 100 instances
 coreference        same rule, on coreference rows               Clark et al. 2019
-mixed/unclear      no rule cleared
+attends <a>, <b>   no rule cleared: its two largest components  (:mod:`.vocabulary`)
 =================  ===========================================  =======================
 
 Voita's 90% and 10-point margins and Clark's 50% / 10% are the papers' numbers; the
@@ -29,7 +29,7 @@ Voita's 90% and 10-point margins and Clark's 50% / 10% are the papers' numbers; 
 When several rules clear, evidence of a specific function (syntactic, coreference) wins;
 otherwise the rule with the largest normalised margin ``(value − t) / (1 − t)`` wins.
 ``confidence`` is the deciding feature's value (``1 − max_attention`` for broad-by-peak,
-the head's accuracy for syntactic/coreference); for ``mixed/unclear`` it is
+the head's accuracy for syntactic/coreference); for a head named by its profile it is
 ``1 − closeness`` of the nearest rule (``value / threshold``), so 0 means "almost
 labelled". A feature that is ``NaN`` (no [CLS]/[SEP] in GPT-2, no duplicates in an
 encoder) drops its role instead of failing.
@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from probe.analyses.patterns.head_clusters import HeadClusters, HeadDivergenceAccumulator, clusters_from
+from probe.analyses.patterns.vocabulary import PROFILE, component_names, profile_role
 from probe.analyses.patterns.role_features import FEATURES, HeadFeatureAccumulator, LEVELS, layer_summary, token_frequencies
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ __all__ = ["ROLES", "RoleThresholds", "RoleClassifier", "RolesReport", "assign_r
            "roles_report", "report_from", "role_counts", "base_role", "SYNTAX_COLUMNS"]
 
 ROLES = ("previous-token", "next-token", "self", "special-token", "punctuation", "broad",
-         "rare-word", "induction", "duplicate-token", "syntactic", "coreference", "mixed/unclear")
+         "rare-word", "induction", "duplicate-token", "syntactic", "coreference", "profile")
 SYNTAX_COLUMNS = ("relation", "direction", "layer", "head", "accuracy", "baseline_offset",
                   "baseline_accuracy", "count")
 _COREF_RELATIONS = {"coref", "coreference"}
@@ -109,9 +110,31 @@ def _rules(t: RoleThresholds):
             ("broad", "entropy_ratio", t.broad_entropy_ratio)]
 
 
+def _shares(features: pd.DataFrame, h: int) -> dict:
+    """The profile components of row ``h`` (the rarest token and punctuation only above twice
+    what a head attending at random gets, as in the pattern claim)."""
+    from probe.analyses.patterns.vocabulary import COMPONENTS
+
+    out = {}
+    for c in COMPONENTS:
+        if c in features.columns:
+            v = float(features[c].iat[h])
+            if c == "to_rare" and "rare_chance" in features.columns and v < 2.0 * float(features["rare_chance"].iat[h]):
+                continue
+            chance = features.attrs.get("punct_chance")
+            if c == "to_punct" and chance is not None and v < 2.0 * chance:  # what a random head gets says nothing
+                continue
+            out[c] = v
+    return out
+
+
 def base_role(role: str) -> str:
-    """``"syntactic (nsubj)"`` → ``"syntactic"``; other roles unchanged."""
-    return str(role).split(" (", 1)[0]
+    """``"syntactic (nsubj)"`` → ``"syntactic"``; ``"attends 35% [CLS], …"`` → ``"profile"``;
+    other roles unchanged."""
+    role = str(role)
+    if role.startswith("attends "):
+        return PROFILE
+    return role.split(" (", 1)[0]
 
 
 def _check_evidence(table: Optional[pd.DataFrame], name: str) -> Optional[pd.DataFrame]:
@@ -234,7 +257,8 @@ def assign_roles(features: pd.DataFrame, thresholds: Optional[RoleThresholds] = 
         else:
             close = np.nan_to_num(vals[h] / thr, nan=0.0)
             i = int(np.argmax(close))
-            role, c = "mixed/unclear", float(max(0.0, 1.0 - close[i]))
+            c = float(max(0.0, 1.0 - close[i]))
+            role = profile_role(_shares(features, h), component_names())
             w = (f"no rule cleared; closest {rules[i][0]}: {rules[i][1]}={vals[h, i]:.3f} < {thr[i]:g}"
                  if np.isfinite(vals[h, i]) else "no rule cleared")
         roles.append(role)
@@ -310,11 +334,19 @@ class RoleClassifier:
             from tqdm.auto import tqdm
             it = tqdm(source, total=len(source) if isinstance(source, Sized) else None,
                       unit="ex", desc="head roles")
+        from probe.analyses.patterns.role_features import is_punctuation
+
+        words = punct = 0
         for maps in it:
+            for t, sp in zip(maps.tokens, maps.special_mask.tolist()):  # the share a random head puts on punctuation
+                if not sp:
+                    words += 1
+                    punct += is_punctuation(str(t))
             for acc in accs.values():
                 acc.update(maps)
             for obs in observers:
                 obs.update(maps)
+        self.punct_chance_ = punct / max(words, 1)
         return self.fit_tables({lv: acc.result() for lv, acc in accs.items()}, accs["token"].n_examples,
                                syntax=syntax, coreference=coreference)
 
@@ -339,6 +371,7 @@ class RoleClassifier:
             features = pd.concat([features, extra.reset_index(drop=True)], axis=1)
         if features[["to_cls", "to_sep", "to_special"]].isna().all().all():
             log.info("no special tokens in the corpus (e.g. GPT-2): the special-token role is not assigned")
+        features.attrs["punct_chance"] = getattr(self, "punct_chance_", None)
         self.features_ = features
         self.roles_ = assign_roles(features, self.thresholds, syntax=syntax, coreference=coreference)
         return self

@@ -77,9 +77,9 @@ def strip_svg(values, mine: float, ci=None, *, xlabel: str = "") -> str:
     return "".join(out)
 
 
-def versus_svg(rows, *, label_w: int = 90) -> str:
+def versus_svg(rows, *, label_w: int = 90, min_count: int = 0) -> str:
     """Per row ``(label, accuracy, baseline, count)``: a bar for the head's accuracy and a
-    black tick for the baseline (both in [0, 1])."""
+    black tick for the baseline (both in [0, 1]); rows under ``min_count`` greyed."""
     row = 18
     h = row * len(rows) + 20
     bar_w = W - label_w - 130
@@ -87,15 +87,19 @@ def versus_svg(rows, *, label_w: int = 90) -> str:
     for i, (label, acc, base, count) in enumerate(rows):
         y = 2 + i * row
         a, b = _f(acc) or 0.0, _f(base) or 0.0
-        colour = ACCENT if a > b else MUTED
-        out.append(f"<text x=\"{label_w - 6}\" y=\"{y + 13}\" text-anchor=\"end\" class=\"evl\">{esc(label)}</text>"
+        few = int(count) < min_count
+        colour = "#dddddd" if few else ACCENT if a > b else MUTED
+        note = f" (n={int(count)} &lt; {min_count})" if few else f" (n={int(count)})"
+        dim = ' opacity="0.5"' if few else ""
+        out.append(f"<text x=\"{label_w - 6}\" y=\"{y + 13}\" text-anchor=\"end\" class=\"evl\""
+                   f"{dim}>{esc(label)}</text>"
                    f"<rect x=\"{label_w}\" y=\"{y + 3}\" width=\"{bar_w * a:.1f}\" height=\"12\" fill=\"{colour}\"/>"
                    f"<line x1=\"{label_w + bar_w * b:.1f}\" x2=\"{label_w + bar_w * b:.1f}\" y1=\"{y + 1}\" "
                    f"y2=\"{y + 17}\" stroke=\"#111\" stroke-width=\"2\"/>"
-                   f"<text x=\"{label_w + bar_w + 6}\" y=\"{y + 13}\" class=\"evl\">{a:.0%} / {b:.0%} "
-                   f"(n={int(count)})</text>")
+                   f"<text x=\"{label_w + bar_w + 6}\" y=\"{y + 13}\" class=\"evl\">{a:.0%} / {b:.0%}{note}</text>")
     y = 2 + len(rows) * row + 12
-    out.append(f"<text x=\"{label_w}\" y=\"{y}\" class=\"evl\">bar: this head · tick: best fixed offset</text></svg>")
+    out.append(f"<text x=\"{label_w}\" y=\"{y}\" class=\"evl\">bar: this head · tick: best fixed offset"
+               f"{' · grey: fewer instances than the claim needs' if min_count else ''}</text></svg>")
     return "".join(out)
 
 
@@ -121,7 +125,34 @@ def _roles(data, layer, head, f) -> str:
     return text + (bars_svg(items) if items else "")
 
 
+def _necessity(data, layer, head) -> str:
+    """The necessity evidence (the claims' own object) with every head's effect as a strip."""
+    from probe.analyses.claims.evidence import claim_evidence
+
+    claims = data.claims.claims
+    c = claims[(layer, head)]["necessity"]
+    ev = claim_evidence("necessity", c)
+    text = f"<p>{esc(ev.text)}.</p>"
+    if c.status not in ("holds", "does not hold"):
+        return text
+    values = [by["necessity"].effect for by in claims.values()]
+    ci = (c.ci_low, c.ci_high) if c.ci_low == c.ci_low and c.ci_high == c.ci_high else None
+    return text + strip_svg(values, c.effect, ci, xlabel=f"{c.extra.get('objective', '')} harm of mean-ablation: "
+                                                         "every head (grey), this head (blue, with CI)")
+
+
+def _sweep_count(data) -> int | None:
+    """Examples the ablation sweep ran on (the count of its intervals)."""
+    res = data.ctx.results.get("ablation")
+    sweep = res.data.get("sweep") if res is not None else None
+    ablated = getattr(sweep, "ablated", None)
+    return int(ablated.shape[1]) if ablated is not None else None
+
+
 def _ablation(data, layer, head, f) -> str:
+    claims = getattr(data, "claims", None)
+    if claims is not None and (layer, head) in claims.claims and "necessity" in claims.claims[(layer, head)]:
+        return _necessity(data, layer, head)
     d = _f(f.get("ablation_delta"))
     if d is None:
         return ""
@@ -129,23 +160,15 @@ def _ablation(data, layer, head, f) -> str:
     ci = (lo, hi) if lo is not None and hi is not None else None
     metric = f.get("ablation_metric", "metric")
     t = _table(data, "ablation", "ablation")
-    n = len(data.ctx.corpus)
-    try:
-        from .wiring import MODEL_EXAMPLES
-        n = min(n, MODEL_EXAMPLES)
-    except ImportError:
-        pass
+    n = _sweep_count(data)
     rank = ""
     if t is not None and len(t):
         bigger = int((t["delta"].abs() > abs(d)).sum())
         rank = f" It ranks {bigger + 1} of {len(t)} heads by the size of the effect."
-    sig = ci is not None and (ci[0] > 0 or ci[1] < 0)
-    rel = _f(f.get("ablation_relative"))
-    text = (f"<p>Setting this head's output to zero ({esc(f.get('ablation_mode', 'zero'))}-ablation, Michel et al. "
-            f"2019) changes the {esc(metric)} by <b>{esc(number(d, ci, signed=True))}</b> (95% bootstrap CI over "
-            f"{n} sentences){'' if sig else '; the interval includes 0'}"
-            + (f", {esc(number(rel, percent=True, digits=2))} of the largest single-head effect" if rel is not None else "")
-            + f".{esc(rank)}</p>")
+    over = f"{n} examples" if n is not None else "the examples swept"
+    text = (f"<p>{esc(f.get('ablation_mode', 'zero')).capitalize()}-ablation of this head (Michel et al. 2019) "
+            f"changes the {esc(metric)} by <b>{esc(number(d, ci, signed=True))}</b> (95% bootstrap CI over "
+            f"{esc(over)}).{esc(rank)}</p>")
     if t is None or not len(t):
         return text
     return text + strip_svg(t["delta"], d, ci, xlabel=f"Δ {metric}: every head (grey), this head (blue, with CI)")
@@ -170,33 +193,33 @@ def _excluded() -> tuple:
 
 
 def _syntax(data, layer, head, f) -> str:
+    """The structure claim's evidence (one answer per head), then this head's relations
+    sorted by margin over the best fixed offset, rows under the claim's minimum greyed."""
+    from probe.analyses.claims import thresholds as T
+    from probe.analyses.claims.evidence import claim_evidence
+
     t = _table(data, "syntax", "relations")
     best = _table(data, "syntax", "best")
-    if t is None or best is None:
-        return ""
-    res = data.ctx.results.get("syntax")
-    floor = int((res.summary or {}).get("min_count", 5)) if res else 5
+    claims = getattr(data, "claims", None)
     parts = []
-    rel = f.get("syntax_relation")
-    if rel:
-        parts.append(f"<p>Best head for <b>{esc(rel)}</b> ({esc(str(f.get('syntax_direction', '')).replace('_', ' '))}): "
-                     f"its most-attended word is the right one in <b>{esc(number(f.get('syntax_accuracy'), percent=True, digits=2))}"
-                     f"</b> of {int(_f(f.get('syntax_count')) or 0)} instances, against "
-                     f"{esc(number(f.get('syntax_baseline'), percent=True, digits=2))} for the best fixed offset "
-                     f"({int(_f(f.get('syntax_offset')) or 0):+d}) (Clark et al. 2019).</p>")
-        if f.get("syntax_best_for") and ";" in str(f.get("syntax_best_for")):
-            parts.append(f"<p class=\"muted\">Also the best head for: {esc(f['syntax_best_for'])}.</p>")
+    if claims is not None and (layer, head) in claims.claims:
+        parts.append(f"<p>{esc(claim_evidence('structure', claims.claims[(layer, head)]['structure']).text)}.</p>")
+    if t is None or best is None:
+        return "".join(parts)
     mine = t[(t["layer"] == layer) & (t["head"] == head) & (t["direction"] == "dep_to_head")
-             & (t["count"] >= floor) & ~t["relation"].isin(_excluded())]
+             & ~t["relation"].isin(_excluded())]
     base = best[best["direction"] == "dep_to_head"].set_index("relation")["baseline_accuracy"]
     mine = mine[mine["relation"].isin(base.index)]
     if not len(mine):
         return "".join(parts)
-    mine = mine.assign(margin=mine["accuracy"].to_numpy() - base.loc[mine["relation"]].to_numpy())
-    mine = mine.sort_values("margin", ascending=False).head(8)
-    parts.append(f"<p>Per relation (dependent → head, relations with ≥ {floor} instances; the 8 where this head "
-                 f"comes closest to, or beats, the best fixed offset):</p>")
-    parts.append(versus_svg([(r.relation, r.accuracy, base[r.relation], r.count) for r in mine.itertuples()]))
+    floor = T.STRUCTURE_MIN_COUNT
+    mine = mine.assign(margin=mine["accuracy"].to_numpy() - base.loc[mine["relation"]].to_numpy(),
+                       enough=mine["count"].to_numpy() >= floor)
+    mine = mine.sort_values(["enough", "margin"], ascending=False).head(8)
+    parts.append(f"<p>Per relation (dependent → head), sorted by margin over the best fixed offset (Clark et al. "
+                 f"2019); relations with fewer than {floor} instances, the claim's minimum, are greyed:</p>")
+    parts.append(versus_svg([(r.relation, r.accuracy, base[r.relation], r.count) for r in mine.itertuples()],
+                            min_count=floor))
     return "".join(parts)
 
 
@@ -236,6 +259,10 @@ def evidence_html(data, layer: int, head: int) -> str:
     out = []
     known = {name: (title, block) for name, title, block in BLOCKS}
     order = [n for n, _, _ in BLOCKS if n in status] + [n for n in status if n not in known]
+    claims = getattr(data, "claims", None)
+    if "ablation" not in status and claims is not None and (layer, head) in claims.claims:
+        out.append(f"<section class=\"evidence\"><h3>Does the model need it?</h3>{_necessity(data, layer, head)}"
+                   f"</section>")
     for name in order:
         o = status[name]
         if o.status != "ran":

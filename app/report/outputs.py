@@ -67,6 +67,8 @@ def _claims_overview(data) -> dict:
 def _claim_cell(c: dict) -> str:
     """A claim in a few words for the Markdown table: status, statement, effect [CI], n."""
     out = c["status"]
+    if (c.get("evidence") or {}).get("text"):
+        return f"{out}: {c['evidence']['text']}"
     if c.get("statement"):
         out += f": {c['statement']}"
     if c.get("effect") is not None and c["status"] in ("holds", "does not hold"):

@@ -27,12 +27,12 @@ ROLE_COLOURS = {
     "previous-token": "#74a9cf", "next-token": "#a6dba0", "self": "#fdd976",
     "special-token": "#bdbdbd", "punctuation": "#f4a6b7", "broad": "#c2a5cf",
     "rare-word": "#fdae6b", "induction": "#ef6f6c", "duplicate-token": "#b8e186",
-    "syntactic": "#41ab5d", "coreference": "#de77ae", "mixed/unclear": "#f0f0f0",
+    "syntactic": "#41ab5d", "coreference": "#de77ae", "profile": "#f0f0f0",
 }
 #: short labels of roles for grid cells
 ROLE_ABBREV = {"previous-token": "prev", "next-token": "next", "self": "self", "special-token": "special",
                "punctuation": "punct", "broad": "broad", "rare-word": "rare", "induction": "induct",
-               "duplicate-token": "dup", "coreference": "coref", "mixed/unclear": "?"}
+               "duplicate-token": "dup", "coreference": "coref", "profile": "?"}
 
 
 def base_role(role) -> str:

@@ -40,7 +40,7 @@ def _what(f: dict, cls: str, sep: str) -> str:
     rel, acc, base = f.get("syntax_relation"), _pct(f.get("syntax_accuracy")), _pct(f.get("syntax_baseline"))
     syntactic = rel is not None and acc is not None and base is not None and acc - base >= SYNTAX_MARGIN \
         and acc >= SYNTAX_MIN_ACCURACY
-    if role.startswith("syntactic") or (not role and syntactic) or (role == "mixed/unclear" and syntactic):
+    if role.startswith("syntactic") or (not role and syntactic) or (role.startswith("attends ") and syntactic):
         if rel is not None and acc is not None and base is not None:
             return f"looks syntactic ({rel}, {acc:.0f}% vs {base:.0f}% baseline)"
         return f"looks syntactic ({role})"
@@ -57,8 +57,8 @@ def _what(f: dict, cls: str, sep: str) -> str:
     if role == "punctuation":
         p = _num(f.get("to_punct"))
         return "attends to punctuation" + (f" ({p:.0%})" if p is not None else "")
-    if role == "mixed/unclear":
-        return "no clear pattern"
+    if role.startswith("attends "):  # no rule named it: its two largest components
+        return role
     if role:
         return f"looks like a {role} head"
     return ""

@@ -41,6 +41,7 @@ _MODULES = {
     "translate": "translate",
     "translate-rnn": "translate_rnn",
     "constructed": "constructed",
+    "relay": "relay",
 }
 TASKS = tuple(_MODULES)
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"

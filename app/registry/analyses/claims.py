@@ -32,10 +32,17 @@ def run(ctx) -> Result:
     from probe.analyses.claims.thresholds import thresholds_in_force
 
     adapter = _adapter(ctx)
-    imp, faith, abl = (ctx.results.get(n) for n in ("importance", "faithfulness", "ablation"))
+    imp, faith = (ctx.results.get(n) for n in ("importance", "faithfulness"))
     corpus, cut = model_corpus(ctx) if adapter is not None else (ctx.corpus, "")
+    objective = ctx.params.get("objective", "auto")
+    if adapter is not None:
+        from probe.analyses.common.objective import resolve_objective
+
+        obj, why = resolve_objective(objective, adapter, corpus)  # refused here, before any forward
+        ctx.say(f"objective: {obj.describe()} ({why}; choose with --objective)")
+        objective = obj
     hc = head_claims(adapter, corpus, ctx.maps, importance=imp.tables.get("importance") if imp else None,
-                     ablation=abl.data.get("sweep") if abl else None, metric=abl.summary.get("metric") if abl else None,
+                     objective=objective,
                      faithfulness=faith.tables.get("verdict") if faith else None,
                      faithfulness_info=faith.summary if faith else None,
                      faithfulness_reason=_faithfulness_reason(ctx), seed=ctx.params.get("seed", 0),
@@ -46,7 +53,8 @@ def run(ctx) -> Result:
         f"{kind}: " + ", ".join(f"{st} {int(n)}" for st, n in row.items() if n) for kind, row in counts.iterrows()))
     notes.append("thresholds: " + ", ".join(f"{k}={v['value']}" for k, v in thresholds_in_force().items()
                                             if not isinstance(v["value"], (dict, str))))
-    summary = {"counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()}}
+    summary = {"counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()},
+               "objective": hc.objective}
     return Result(tables={"claims": hc.to_frame(), "counts": counts.reset_index(), **hc.tables}, notes=notes,
                   summary=summary, summary_name="claims", data={"claims": hc})
 
@@ -58,7 +66,10 @@ ANALYSIS = Analysis(
          "threshold; a claim that cannot be tested says why. Writes claims.csv, counts.csv and the evidence "
          "tables. Alone it has no ablation, importance or faithfulness run to reuse (the report has): the "
          "attribution claim is then not tested.",
-    params=(Param("seed", int, 0, "random seed of the nulls"),),
+    params=(Param("seed", int, 0, "random seed of the nulls"),
+            Param("objective", str, "auto", "what necessity is measured on: auto (printed) | loss | next-token-loss | "
+                  "accuracy | similarity-structure | embedding-drift",
+                  choices=("auto", "loss", "next-token-loss", "accuracy", "similarity-structure", "embedding-drift"))),
     section=True, report_params={"max_model_examples": 128},  # the ablation section's cut: its sweep is reused
     modules=("probe.analyses.claims.heads",), order=90,
     example="probe claims --model zoo:prev-token --limit 16 --out out/claims")

@@ -24,8 +24,9 @@ def default_target(ctx) -> str:
     """``loss:-1`` (the next-token loss of the last token) for causal language models,
     ``logit`` for models with a classifier head (zoo, ``*ForSequenceClassification``),
     ``mlm`` (the masked-LM loss of the sentence's own tokens) for a masked-LM checkpoint,
-    ``probe:subject-number`` on a treebank for the encoder underneath any other head (or
-    none); :class:`SkipAnalysis` otherwise."""
+    ``similarity`` (cosine similarity to the nearest neighbour, or to ``--pairs``) for
+    sentence encoders and the encoder underneath any other head; :class:`SkipAnalysis`
+    otherwise."""
     head = _head_kind(ctx.adapter)
     if ctx.adapter.causal:
         return "loss:-1"
@@ -33,6 +34,8 @@ def default_target(ctx) -> str:
         return "logit"
     if head == "mlm":
         return "mlm"
+    if ctx.adapter.arch == "encoder":  # a sentence encoder: the similarity of sentence pairs, its own output
+        return "similarity"
     if ctx.corpus.sentences:
         return "probe:subject-number"
     raise SkipAnalysis("no target to explain: the sentence model needs a treebank (--conllu) for its probe, "
@@ -58,7 +61,7 @@ def run(ctx) -> Result:
                            attention_methods=list(p["attention_methods"]), n_steps=p["steps"],
                            internal_batch_size=p["internal_batch_size"], n_permutations=max(p["permutations"], 1),
                            heads=p["heads"], permute=p["permutations"] > 0, max_examples=p["explain_limit"],
-                           seed=p["seed"], progress=ctx.progress and len(ctx.corpus) > 1)
+                           seed=p["seed"], progress=ctx.progress and len(ctx.corpus) > 1, pairs=p.get("pairs"))
     v = rep.verdict
     counts = v["verdict"].value_counts().to_dict()
     notes = [f"{rep.info['n_examples']} examples, target {target}: "
@@ -71,7 +74,15 @@ def run(ctx) -> Result:
             notes.append(f"the {probe.get('property')} probe is no better than the majority class on held-out "
                          f"sentences: its explanations say little; give a larger treebank")
     per_head = v.rename(columns={c: f"faith_{c}" for c in v.columns if c not in ("layer", "head")})
-    summary = {k: val for k, val in rep.info.items() if k in ("target", "n_examples", "ig_completeness", "probe")}
+    summary = {k: val for k, val in rep.info.items() if k in ("target", "n_examples", "ig_completeness", "probe",
+                                                                   "pairs", "pooling")}
+    if rep.info.get("pairs"):
+        notes.append(f"similarity target: {rep.info['pairs']} ({rep.info.get('pooling')})")
+    comp = rep.info.get("ig_completeness")
+    if comp:
+        notes.append(f"IG completeness (sum of attributions vs f(x) − f(baseline)): median relative error "
+                     f"{comp['median_relative_error']:.3g}, max {comp['max_relative_error']:.3g}, "
+                     f"{comp['share_within_1pct']:.0%} of examples within 1%")
     return Result(tables={"verdict": v, "agreement": rep.agreement.summary}, per_head=per_head, notes=notes,
                   summary=summary, writers=[lambda d: rep.write(d)], data={"target": target})
 
@@ -97,8 +108,10 @@ ANALYSIS = Analysis(
     help="Is attention an explanation? Writes agreement.csv, permutation.csv, ground_truth.csv (when the "
          "evidence is known) and verdict.csv to --out. The default target: loss:-1 (next-token loss) for a causal LM, "
          "logit for a zoo classifier, probe:subject-number on a treebank.",
-    params=(Param("target", str, "auto", "auto | logit | logit:<class> | loss:<position> | probe:subject-number "
-                  "| probe:tense"),
+    params=(Param("target", str, "auto", "auto | logit | logit:<class> | loss:<position> | similarity "
+                  "| probe:subject-number | probe:tense"),
+            Param("pairs", str, None, "similarity target: a file of sentence pairs, one per line, tab-separated "
+                  "(default: each sentence with its nearest neighbour)"),
             Param("methods", "names", ("ig", "saliency", "input_x_gradient", "blank_out"), "attribution methods"),
             Param("attention_methods", "names", ("attention", "rollout", "flow"),
                   "attention scores: attention,rollout,flow,norm-rollout"),
@@ -110,7 +123,8 @@ ANALYSIS = Analysis(
                   "split)", min=1, aliases=("--max-examples",)),
             Param("seed", int, 0, "random seed")),
     section=run_in_report, modules=("probe.analyses.explanation.faithfulness",),
-    report_params={"methods": ("ig",), "attention_methods": ("attention",), "steps": 8, "permutations": 1,
+    report_params={"methods": ("ig",), "attention_methods": ("attention", "rollout", "flow"), "steps": 8,
+                   "permutations": 1,
                    "explain_limit": 16},
     order=40,
     example="probe faithfulness --model zoo:agreement --limit 8 --steps 8 --permutations 2 --out out/faith")

@@ -1,0 +1,58 @@
+"""The objective of a circuit in a sentence encoder: embedding similarity to a partner.
+
+``m(x) = cos(e(x), e(p))``: the cosine between the mean-pooled sentence embedding of the
+run (the pooling the bundled sentence model was trained with, Reimers & Gurevych 2019)
+and the clean model's embedding of a partner sentence ``p``. With the corrupted sentence
+as the partner (the default), the clean run scores ``cos(e(A), e(A'))`` and the corrupted
+run 1, so a path's effect is how far corrupting it alone moves the sentence's embedding
+onto its corrupted partner. Unlike ``embedding-drift`` it is not at an extremum on the
+clean input, so its gradient there is informative (edge attribution needs that).
+
+Shapes: ``aux["partner"]`` ``[rows, d_model]``; :meth:`SimilarityMetric.score` ``[rows]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from probe.analyses.common.metrics import DriftMetric, MetricBatch, as_corpus
+
+__all__ = ["SimilarityMetric"]
+
+
+class SimilarityMetric(DriftMetric):
+    """Cosine similarity of the run's pooled embedding to a partner's clean embedding.
+
+    Args:
+        partners: the partner of each example, in corpus order (a Corpus or texts).
+    """
+
+    name = "similarity"
+    higher_is_better = True
+    stationary_at_clean = False
+
+    def __init__(self, partners):
+        self.partners = as_corpus(partners)
+
+    def check(self, adapter, corpus=None) -> None:
+        if corpus is not None and len(corpus) != len(self.partners):
+            raise ValueError(
+                f"{len(corpus)} examples but {len(self.partners)} partner sentences: give one partner per example"
+            )
+
+    def make_batch(self, adapter, corpus, indices) -> MetricBatch:
+        base = super().make_batch(adapter, corpus, indices)
+        partner = DriftMetric.make_batch(self, adapter, self.partners, indices)
+        with torch.no_grad():
+            e = self.embed(DriftMetric.forward(self, adapter, partner), partner).detach()
+        return replace(base, aux={"partner": e})
+
+    def reference(self, outputs, batch) -> torch.Tensor | None:
+        return None
+
+    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+        e = self.embed(outputs, batch)
+        e = e.float() if e.dtype in (torch.float16, torch.bfloat16) else e
+        return F.cosine_similarity(e, batch.aux["partner"].to(e.dtype), dim=-1)

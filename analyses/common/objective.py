@@ -1,0 +1,257 @@
+"""What a model is used for, as one objective: the scale necessity and removal are measured on.
+
+An **objective** (:class:`Objective`) turns a corpus into model inputs, runs the model,
+keeps a *readout* per example (a scalar for a loss, an embedding for a sentence model)
+and compares a perturbed run's readouts with the clean run's as a **harm per example**
+(positive = worse, in the objective's ``units``). It knows its practical floor and that
+floor's source (:mod:`probe.analyses.claims.thresholds`). The per-example metrics of
+:mod:`.metrics` (``loss``, ``accuracy``, ``embedding-drift``) are objectives; this module
+adds the sentence encoders' own:
+
+* ``similarity-structure`` — how the similarity structure of the corpus under the model's
+  own pooling (:mod:`.pooling`) changes: per sentence, ``1 − ρ`` with ``ρ`` the Spearman
+  rank correlation of its cosine similarities to every other sentence, perturbed vs clean
+  (both sides perturbed: what a search index rebuilt with the perturbed model would
+  rank). Beside it: the share of sentences whose nearest neighbour changes, the
+  ``1 − ρ`` of all pairwise cosines at once, and the embedding drift ``1 − cos``.
+  Label-free and bounded (``0 ≤ 1 − ρ ≤ 2``); for search, clustering and STS the ranking
+  of similarities is what matters (Reimers & Gurevych 2019 report STS as Spearman ρ).
+
+:func:`resolve_objective` turns ``auto`` into one objective from the model's kind, once,
+with the reason (printed by the caller): the task loss for zoo tasks, the language-model
+loss for models with an LM head (next-token for decoders, masked-LM for encoders), the
+similarity structure for sentence encoders (no head), the embedding drift otherwise. An
+objective that does not fit the model is refused, naming those that do, before any forward.
+
+Shapes: readouts ``[n, ...]`` (rows first); :meth:`Objective.harm` -> ``[n]``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from .metrics import (AccuracyMetric, DriftMetric, LossMetric, Metric, MetricBatch, _has_lm_head, _zoo_has_loss,
+                      _zoo_task, applicable_metrics)
+from .pooling import Pooling, model_pooling
+
+__all__ = ["Objective", "SimilarityStructure", "OBJECTIVES", "resolve_objective", "applicable_objectives",
+           "row_rank_harm", "neighbour_changed", "pairwise_rank_harm", "floor_of"]
+
+#: fewest sentences for a similarity structure (a rank correlation over ≥ 3 others)
+MIN_SENTENCES = 4
+
+
+@runtime_checkable
+class Objective(Protocol):
+    """The one protocol of "a scalar per example from a forward" that necessity uses.
+
+    Attributes: ``name``; ``units`` (what a harm of 1 means); ``higher_is_better`` (the
+    sense of the raw readout; harms are sign-corrected so that positive = worse).
+    """
+
+    name: str
+    units: str
+    higher_is_better: bool
+
+    def check(self, adapter, corpus=None) -> None: ...
+
+    def batches(self, adapter, corpus, batch_size: int = 16): ...
+
+    def forward(self, adapter, batch: MetricBatch): ...
+
+    def readout(self, outputs, batch: MetricBatch) -> torch.Tensor: ...
+
+    def harm(self, clean: np.ndarray, perturbed: np.ndarray) -> np.ndarray: ...
+
+    def measures(self, clean: np.ndarray, perturbed: np.ndarray) -> dict: ...
+
+    def describe(self) -> str: ...
+
+
+def floor_of(objective) -> tuple:
+    """``(floor, source)``: the practical floor of ``objective`` in its units."""
+    from probe.analyses.claims import thresholds as T
+
+    return T.min_effect(objective.name), T.floor_source(objective.name)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    from scipy.stats import rankdata
+
+    return rankdata(x, axis=-1)
+
+
+def _off_diagonal(c: np.ndarray) -> np.ndarray:
+    """``[n, n]`` -> ``[n, n−1]``: each row without its diagonal entry."""
+    n = c.shape[0]
+    return c[~np.eye(n, dtype=bool)].reshape(n, n - 1)
+
+
+def _cosines(e: np.ndarray) -> np.ndarray:
+    e = e / np.clip(np.linalg.norm(e, axis=-1, keepdims=True), 1e-12, None)
+    return e @ e.T
+
+
+def row_rank_harm(clean: np.ndarray, perturbed: np.ndarray) -> np.ndarray:
+    """Per sentence, ``1 − ρ`` of its cosine similarities to the others (Spearman 1904).
+
+    Args: ``clean``, ``perturbed``: embeddings ``[n, d]`` (n ≥ 4). Returns ``[n]``.
+    """
+    a, b = _ranks(_off_diagonal(_cosines(clean))), _ranks(_off_diagonal(_cosines(perturbed)))
+    a = a - a.mean(1, keepdims=True)
+    b = b - b.mean(1, keepdims=True)
+    den = np.sqrt((a * a).sum(1) * (b * b).sum(1))
+    rho = np.where(den > 0, (a * b).sum(1) / np.where(den > 0, den, 1.0), 1.0)
+    return 1.0 - rho
+
+
+def neighbour_changed(clean: np.ndarray, perturbed: np.ndarray) -> np.ndarray:
+    """``[n]`` 1.0 where a sentence's nearest neighbour (cosine, itself excluded) changes."""
+    c0, c1 = _cosines(clean), _cosines(perturbed)
+    np.fill_diagonal(c0, -np.inf)
+    np.fill_diagonal(c1, -np.inf)
+    return (c0.argmax(1) != c1.argmax(1)).astype(np.float64)
+
+
+def pairwise_rank_harm(clean: np.ndarray, perturbed: np.ndarray) -> float:
+    """``1 − ρ`` of all pairwise cosines (upper triangle), perturbed vs clean."""
+    from scipy.stats import spearmanr
+
+    iu = np.triu_indices(clean.shape[0], 1)
+    return float(1.0 - spearmanr(_cosines(clean)[iu], _cosines(perturbed)[iu]).statistic)
+
+
+def drift(clean: np.ndarray, perturbed: np.ndarray) -> np.ndarray:
+    """``[n]`` ``1 − cos`` of each sentence's embedding, perturbed vs clean."""
+    num = (clean * perturbed).sum(-1)
+    den = np.linalg.norm(clean, axis=-1) * np.linalg.norm(perturbed, axis=-1)
+    return 1.0 - num / np.clip(den, 1e-12, None)
+
+
+class SimilarityStructure(Metric):
+    """The similarity structure of the corpus under the model's own pooling (module docstring).
+
+    Args:
+        pooling: a :class:`.pooling.Pooling`; ``None``: the model's (:func:`.pooling.model_pooling`).
+
+    Raises (from :meth:`check`):
+        ValueError: a model that is not an encoder, fewer than 4 sentences.
+    """
+
+    name = "similarity-structure"
+    units = "1 − Spearman ρ of a sentence's cosine similarities to the others (0 = same ranking)"
+    higher_is_better = False
+    differentiable = False
+    ignores_padding = True
+    corpus_level = True
+
+    def __init__(self, pooling: Optional[Pooling] = None):
+        self.pooling = pooling
+
+    def check(self, adapter, corpus=None) -> None:
+        if adapter.arch != "encoder":
+            ok = ", ".join(applicable_objectives(adapter, corpus))
+            raise ValueError(f"objective 'similarity-structure' pools a sentence encoder's states; {adapter.name} "
+                             f"is a {adapter.arch}; objectives that fit it: {ok}")
+        if corpus is not None and len(corpus) < MIN_SENTENCES:
+            raise ValueError(f"objective 'similarity-structure' compares each sentence with the others: give at "
+                             f"least {MIN_SENTENCES} sentences (got {len(corpus)})")
+        if self.pooling is None:
+            self.pooling = model_pooling(adapter)
+
+    def forward(self, adapter, batch):
+        base = getattr(adapter.model, "base_model", adapter.model)
+        return base(**batch.inputs)
+
+    def readout(self, outputs, batch) -> torch.Tensor:
+        pooling = self.pooling or Pooling()
+        h = outputs.last_hidden_state
+        return pooling.pool(h.float() if h.dtype in (torch.float16, torch.bfloat16) else h,
+                            batch.inputs["attention_mask"])
+
+    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+        raise ValueError("similarity-structure compares whole corpora (readout + harm), not one run's scores")
+
+    def harm(self, clean, perturbed) -> np.ndarray:
+        return row_rank_harm(np.asarray(clean, np.float64), np.asarray(perturbed, np.float64))
+
+    def measures(self, clean, perturbed) -> dict:
+        clean, perturbed = np.asarray(clean, np.float64), np.asarray(perturbed, np.float64)
+        return {"neighbour_changed": neighbour_changed(clean, perturbed), "embedding_drift": drift(clean, perturbed)}
+
+    def corpus_measures(self, clean, perturbed) -> dict:
+        return {"pairwise_rank_harm": pairwise_rank_harm(np.asarray(clean, np.float64),
+                                                         np.asarray(perturbed, np.float64))}
+
+    def describe(self) -> str:
+        how = self.pooling.describe() if self.pooling is not None else "the model's pooling"
+        return f"{self.name} ({how})"
+
+
+class NextTokenLoss(LossMetric):
+    """The next-token loss of a causal language model (``loss`` on a decoder with an LM head)."""
+
+    name = "loss"
+
+    def check(self, adapter, corpus=None) -> None:
+        if adapter.arch != "decoder" or not _has_lm_head(adapter):
+            ok = ", ".join(applicable_objectives(adapter, corpus))
+            raise ValueError(f"objective 'next-token-loss' needs a causal language model with an LM head; "
+                             f"{adapter.name} is a{' headless' if not _has_lm_head(adapter) else 'n'} "
+                             f"{adapter.arch}; objectives that fit it: {ok}")
+        super().check(adapter, corpus)
+
+
+#: objective names -> factory (``loss`` is the model's own loss, whichever kind it is)
+OBJECTIVES = {"loss": LossMetric, "next-token-loss": NextTokenLoss, "accuracy": AccuracyMetric,
+              "embedding-drift": DriftMetric, "similarity-structure": SimilarityStructure}
+
+
+def applicable_objectives(adapter, corpus=None) -> list:
+    """Names of the objectives that fit ``adapter`` (and ``corpus``)."""
+    out = list(applicable_metrics(adapter, corpus))
+    if adapter.arch == "decoder" and _has_lm_head(adapter) and not _zoo_task(adapter):
+        out.insert(0, "next-token-loss")
+    if adapter.arch == "encoder" and (corpus is None or len(corpus) >= MIN_SENTENCES):
+        out.insert(len(out) - 1, "similarity-structure")
+    return out
+
+
+def _auto(adapter, corpus) -> tuple:
+    zoo = _zoo_task(adapter)
+    if zoo and _zoo_has_loss(adapter) and (corpus is None or corpus.examples):
+        return "loss", f"the zoo task's loss ({zoo})"
+    if not zoo and _has_lm_head(adapter):
+        kind = {"decoder": "next-token", "encoder": "masked-LM"}.get(adapter.arch, "teacher-forced")
+        return "loss", f"the model's {kind} loss"
+    if adapter.arch == "encoder" and not zoo and (corpus is None or len(corpus) >= MIN_SENTENCES):
+        return "similarity-structure", "a sentence encoder: the similarity structure of the corpus"
+    return "embedding-drift", "no task or LM head and no similarity structure to measure"
+
+
+def resolve_objective(spec="auto", adapter=None, corpus=None) -> tuple:
+    """``(objective, why)`` from a name, ``auto`` or an :class:`Objective`; checked against
+    ``adapter`` and ``corpus`` (before any forward).
+
+    Raises:
+        ValueError: an unknown name (listing the known ones) or one that does not fit the
+            model (naming those that do).
+    """
+    if not isinstance(spec, str):
+        if adapter is not None:
+            spec.check(adapter, corpus)
+        return spec, "given"
+    why = "chosen"
+    if spec in (None, "", "auto"):
+        spec, why = _auto(adapter, corpus)
+    if spec not in OBJECTIVES:
+        raise ValueError(f"unknown objective {spec!r}; known: auto, {', '.join(OBJECTIVES)}")
+    obj = OBJECTIVES[spec]()
+    if adapter is not None:
+        obj.check(adapter, corpus)
+    if isinstance(obj, SimilarityStructure) and obj.pooling is not None:
+        why = f"{why}; {obj.pooling.describe()}"
+    return obj, why

@@ -1,0 +1,105 @@
+"""Sentence pairs for similarity targets: read a pairs file (validated), or pair each
+sentence with its nearest neighbour in the corpus, and build the
+:class:`probe.analyses.common.targets.PairSimilarity` target.
+
+A pairs file has one pair per line, the two sentences separated by a tab; blank lines and
+lines starting with ``#`` are skipped. A line with a missing side, an empty sentence or a
+sentence longer than the model takes is refused with ``file:line`` (``ValueError``),
+before any model forward.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["read_pairs", "similarity_target", "nearest_neighbours"]
+
+
+def read_pairs(path, adapter=None) -> list:
+    """``[(left, right)]`` from a tab-separated pairs file.
+
+    Raises:
+        ValueError: an unreadable file, no pairs, or ``file:line`` with what is wrong.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read pairs file {p}: {exc}") from None
+    limit = getattr(adapter, "max_length", None) if adapter is not None else None
+    pairs = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise ValueError(f"{p}:{i}: a pair is two sentences separated by one tab; found {len(parts)} field(s)")
+        left, right = (s.strip() for s in parts)
+        for side, s in (("first", left), ("second", right)):
+            if not s:
+                raise ValueError(f"{p}:{i}: the {side} sentence is empty")
+            if limit is not None:
+                n = len(adapter.tokenizer(s)["input_ids"])
+                if n > limit:
+                    raise ValueError(f"{p}:{i}: the {side} sentence has {n} tokens, more than the model's {limit}")
+        pairs.append((left, right))
+    if not pairs:
+        raise ValueError(f"{p}: no sentence pairs (one pair per line, separated by a tab)")
+    return pairs
+
+
+@torch.no_grad()
+def embed(adapter, texts: Sequence[str], pooling, batch_size: int = 32) -> torch.Tensor:
+    """``[n, d]`` pooled embeddings of ``texts`` (float32, on CPU)."""
+    base = getattr(adapter.model, "base_model", adapter.model)
+    out = []
+    for s in range(0, len(texts), batch_size):
+        encs = [adapter.encode(t, truncate=True) for t in texts[s:s + batch_size]]
+        inputs = adapter.batch(encs)
+        h = base(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
+        out.append(pooling.pool(h.float(), inputs["attention_mask"]).cpu())
+    return torch.cat(out, 0)
+
+
+def nearest_neighbours(e: torch.Tensor) -> np.ndarray:
+    """``[n]`` index of each row's nearest other row by cosine."""
+    x = torch.nn.functional.normalize(e.double(), dim=-1)
+    c = x @ x.T
+    c.fill_diagonal_(-2.0)
+    return c.argmax(1).numpy()
+
+
+def similarity_target(adapter, corpus, pairs_file: Optional[str] = None) -> tuple:
+    """``(target, corpus to explain, info)``: similarity to the nearest neighbour in the
+    corpus (default) or to the pair's other side (``pairs_file``)."""
+    from probe.analyses.common.pooling import model_pooling
+    from probe.analyses.common.targets import PairSimilarity
+    from probe.inputs import Corpus
+
+    pooling = model_pooling(adapter)
+    if pairs_file:
+        pairs = read_pairs(pairs_file, adapter)
+        corpus = Corpus(texts=tuple(a for a, _ in pairs), source=str(pairs_file))
+        others = [b for _, b in pairs]
+        partners = embed(adapter, others, pooling)
+        how = f"each first sentence of {pairs_file} against its second"
+    else:
+        if len(corpus) < 2:
+            raise ValueError("a similarity target pairs each sentence with its nearest neighbour: give at least "
+                             "2 sentences, or --pairs FILE")
+        e = embed(adapter, list(corpus.texts), pooling)
+        nn = nearest_neighbours(e)
+        partners, others = e[nn], [corpus.texts[j] for j in nn]
+        how = "each sentence against its nearest neighbour in the corpus"
+    keys: dict = {}
+    spans = corpus.word_spans
+    for i, t in enumerate(corpus.texts):
+        enc = adapter.encode(t, spans[i] if spans else None)
+        keys.setdefault(tuple(enc.input_ids.tolist()), i)
+    target = PairSimilarity(pooling, partners, keys, pair_words=others)
+    info = {"target": "similarity", "pairs": how, "pooling": pooling.describe()}
+    return target, corpus, info

@@ -1,0 +1,189 @@
+"""``probe circuit``: edges between heads by exact path patching, EAP and EAP-IG; the
+smallest circuit recovering a share of the objective; a graph of it."""
+
+from __future__ import annotations
+
+from probe.app.registry import Analysis, Param, Result
+
+from ._shared import BATCH
+
+METRIC = Param(
+    "metric",
+    str,
+    "auto",
+    "loss | accuracy (zoo) | similarity (cosine to the partner sentence's "
+    "embedding); auto: loss where it applies, else similarity",
+    choices=("auto", "loss", "accuracy", "similarity"),
+)
+
+
+def _corrupted(ctx, clean):
+    from probe.inputs import Corpus, load_corpus
+
+    p = ctx.params
+    if p["corrupted"] or p["corrupted_file"]:
+        return load_corpus(text=p["corrupted"] or None, file=p["corrupted_file"], limit=ctx.limit)
+    task = ctx.zoo_task
+    if clean.examples and task in ("induction", "relay"):
+        if task == "induction":
+            from probe.analyses.necessity.patching import corrupt_zoo
+
+            ex = corrupt_zoo("induction", clean.examples)
+            ctx.say("corrupted inputs: zoo:induction's first copy replaced by other tokens")
+        else:
+            from probe.models.zoo import relay
+
+            ex = relay.corrupt(clean.examples)
+            ctx.say("corrupted inputs: zoo:relay with every word replaced by another")
+        return Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex), source="corrupted")
+    from .patching import shuffled_words
+
+    ctx.say(
+        "corrupted inputs: each example's words in a seeded random order (give --corrupted or "
+        "--corrupted-file for your own)"
+    )
+    return shuffled_words(clean)
+
+
+def _metric(ctx, clean, bad):
+    from probe.analyses.circuits.objectives import SimilarityMetric
+    from probe.analyses.common.metrics import applicable_metrics
+
+    chosen = ctx.params["metric"]
+    if chosen == "auto":
+        chosen = "loss" if "loss" in applicable_metrics(ctx.adapter, clean) else "similarity"
+        ctx.say(f"metric: {chosen} (choose with --metric)")
+    if chosen == "similarity":
+        partners = bad
+        if ctx.params["partner_file"]:
+            from probe.inputs import load_corpus
+
+            partners = load_corpus(file=ctx.params["partner_file"], limit=ctx.limit)
+        return SimilarityMetric(partners)
+    return chosen
+
+
+def run(ctx) -> Result:
+    from probe.analyses.circuits.edges import parse_edge
+    from probe.analyses.circuits.study import study_circuit
+
+    from probe.inputs import fit_pairs
+
+    p = ctx.params
+    adapter = ctx.adapter
+    checked = [parse_edge(adapter, t) for t in p["edge"] if t] or None  # bad edges refused before any run
+    clean = ctx.input_corpus
+    bad = _corrupted(ctx, clean)
+    clean, bad = fit_pairs(clean, bad, adapter)
+    metric = _metric(ctx, clean, bad)
+    known = None
+    if ctx.zoo_task in ("relay", "induction") and checked is None:
+        from probe.analyses.circuits.known import known_edges
+
+        known = known_edges(adapter)
+    ranking = p["ranking"] if checked is None or p["ranking"] != "exact" else "eap_ig"
+    st = study_circuit(
+        adapter,
+        clean,
+        bad,
+        metric,
+        share=p["share"],
+        ranking=ranking,
+        steps=p["steps"],
+        batch_size=p["batch_size"],
+        known=known,
+        exact_edges=checked,
+    )
+    tables = {"edges": st.scores}
+    notes = list(st.notes)
+    notes.append(
+        f"{len(clean)} pairs; rank agreement with exact path patching over {st.agreement['n_edges']} "
+        f"edges: EAP {st.agreement['eap']:.2f}, EAP-IG {st.agreement['eap_ig']:.2f} (Spearman)"
+    )
+    summary = {
+        "model": adapter.name,
+        "pairs": len(clean),
+        "metric": getattr(metric, "name", metric),
+        "gap": st.gap,
+        "agreement": st.agreement,
+        "ranking": ranking,
+        "share": p["share"],
+    }
+    circuit_rows = None
+    if st.curve is not None:
+        tables["curve"] = st.curve.curve
+        names = [e.name() for e in st.curve.circuit]
+        circuit_rows = st.scores[st.scores["edge"].isin(names)].assign(effect=lambda d: d[ranking])
+        summary.update(circuit=names, reached=st.curve.reached, empty=st.curve.empty, full=st.curve.full)
+        notes.append(
+            f"circuit by {ranking}: {len(names)} edges reach faithfulness "
+            f"{st.curve.curve['faithfulness'].max():.2f} (target {p['share']}): {', '.join(names[:8])}"
+            + (" ..." if len(names) > 8 else "")
+        )
+    if st.known:
+        import pandas as pd
+
+        tables["known"] = pd.DataFrame([dict(ranking=k, **v) for k, v in st.known.items()])
+        summary["known"] = st.known
+        notes.append(
+            "against the known edges: "
+            + "; ".join(
+                f"{k} AUC {v['auc']:.2f} precision {v['precision']:.2f} recall {v['recall']:.2f}"
+                for k, v in st.known.items()
+            )
+        )
+
+    def figures(d):
+        from probe.app.report.circuit_figures import circuit_graph, recovery_figure
+
+        out = []
+        top = (
+            circuit_rows
+            if circuit_rows is not None and len(circuit_rows)
+            else st.scores.assign(effect=st.scores[ranking])
+            .reindex(st.scores[ranking].abs().sort_values(ascending=False).index)
+            .head(p["top"])
+        )
+        out.append(circuit_graph(top, d / "circuit.png", f"{adapter.name}: circuit ({ranking})"))
+        if st.curve is not None:
+            out.append(recovery_figure(st.curve.curve, d / "curve.png", f"{adapter.name}: recovered share", p["share"]))
+        return out
+
+    return Result(tables=tables, notes=notes, summary=summary, summary_name="circuit", writers=[figures])
+
+
+ANALYSIS = Analysis(
+    "circuit",
+    "Circuits between heads: exact path patching, EAP, EAP-IG and the smallest faithful circuit",
+    run,
+    needs=("model", "corpus"),
+    help="Score every sender->receiver (q/k/v) edge between heads and every head->output edge by exact path "
+    "patching (heads frozen, LayerNorm recomputed), edge attribution patching and EAP-IG; write edges.csv, "
+    "curve.csv (recovered share vs edges kept, pre-LayerNorm decoders), known.csv (zoo:relay, "
+    "zoo:induction: ROC AUC, precision, recall against the known edges), circuit.png and curve.png.",
+    params=(
+        METRIC,
+        Param("corrupted", str, None, "corrupted partner of each --text (repeatable, in order)", multiple=True),
+        Param("corrupted_file", str, None, "one corrupted input per line, paired with the lines of --file"),
+        Param(
+            "partner_file",
+            str,
+            None,
+            "similarity metric: the partner sentence of each example (default: its corrupted input)",
+        ),
+        Param(
+            "edge", str, None, "patch only these edges exactly, e.g. 0.3->1.2.k or 1.0->out (repeatable)", multiple=True
+        ),
+        Param(
+            "ranking", str, "exact", "which scores order the edges for the circuit", choices=("exact", "eap", "eap_ig")
+        ),
+        Param("share", float, 0.9, "faithfulness the circuit must reach", min=0.01),
+        Param("steps", int, 5, "EAP-IG integration steps", min=1),
+        Param("top", int, 12, "edges drawn when there is no circuit curve", min=1),
+        BATCH,
+    ),
+    order=34,
+    section=False,
+    report_default=False,
+    example="probe circuit --model zoo:relay --limit 16 --out out/circuit",
+)

@@ -1,0 +1,676 @@
+"""Coverage generated from transformers itself: one row per ``AutoModel`` model type.
+
+For every model type the installed transformers registers for ``AutoModel``
+(``transformers.models.auto.modeling_auto.MODEL_MAPPING_NAMES``) the sweep builds a tiny
+randomly initialised model from the type's default config (hidden 32, 2 layers, 4 heads,
+FFN 64, the bundled BERT vocabulary; no download), opens it as a user would
+(:class:`probe.models.ModelAdapter`) and records one row:
+
+* ``exact`` — the captured maps of every stack equal the model's own eager
+  ``output_attentions`` (max |Δ| over real positions ≤ :data:`TOL`) and zero-ablating head
+  (1, 2) (layer 0 for one-layer models) equals an independent forward-pre hook that zeroes
+  that head's slice of the output projection's input (max |Δ| ≤ :data:`TOL`);
+* ``refused`` — the toolkit said, in one line, why it cannot instrument the type;
+* ``failed`` — anything else: a traceback inside the toolkit, maps of the wrong layout or
+  values (must be 0);
+* ``not built`` — the sweep could not build a tiny model from the default config alone
+  (nested multimodal configs, required sub-models, …): no statement about the toolkit;
+* ``no reference`` — built and instrumented, but the model's own eager forward returns no
+  attentions to compare with.
+
+Each type runs in its own forked process with a timeout (one hang or crash costs one
+row). Writes ``docs/coverage.json``, ``docs/coverage.csv`` and ``docs/coverage.md``::
+
+    python bench/coverage_sweep.py                 # all types (~an hour on 2 cores)
+    python bench/coverage_sweep.py albert vit      # some types, printed
+    python bench/coverage_sweep.py --from-json     # regenerate docs/coverage.md only
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+TOL = 1e-5
+TIMEOUT_S = 120
+
+HIDDEN = 32
+SIZE_KEYS = {
+    # width
+    "hidden_size": HIDDEN, "d_model": HIDDEN, "n_embd": HIDDEN, "embed_dim": HIDDEN, "dim": HIDDEN,
+    "embedding_size": HIDDEN, "word_embed_proj_dim": HIDDEN, "projection_dim": HIDDEN,
+    # depth
+    "num_hidden_layers": 2, "n_layer": 2, "n_layers": 2, "num_layers": 2, "encoder_layers": 2,
+    "decoder_layers": 2, "num_decoder_layers": 2,
+    # heads
+    "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_heads": 4, "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    # feed-forward
+    "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "d_ff": 64,
+    "n_inner": 64, "hidden_dim": 64,
+    # per-head width
+    "head_dim": 8, "d_kv": 8, "d_head": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8,
+    "kv_lora_rank": 16, "q_lora_rank": 16, "rotary_dim": 4,
+    # mixtures of experts (DeepSeek's grouped routing: one group)
+    "n_routed_experts": 4, "num_local_experts": 4, "num_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16, "n_group": 1, "topk_group": 1,
+    # inputs
+    "image_size": 32, "patch_size": 8, "num_mel_bins": 16, "max_source_positions": 16, "max_length": 64,
+}
+
+
+def tiny_config(model_type: str, vocab: int):
+    """The type's default config shrunk: every size field it has set to the tiny value
+    (sub-configs too); ``num_key_value_heads`` 2 where the type has it."""
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(model_type)
+    _shrink(cfg, vocab, depth=0)
+    return cfg
+
+
+#: per-type settings the generic shrink cannot guess (sizes given as lists, …)
+TWEAKS: dict[str, dict] = {
+    "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
+    "longformer": {"attention_window": [4, 4]},
+    "yolos": {"image_size": [32, 32], "num_detection_tokens": 4},
+}
+
+
+def _set(cfg, key: str, value) -> None:
+    try:
+        setattr(cfg, key, value)
+    except Exception:
+        pass
+
+
+def _shrink(cfg, vocab: int, depth: int) -> None:
+    from transformers import PretrainedConfig
+
+    for key, value in SIZE_KEYS.items():
+        if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
+            _set(cfg, key, value)
+    if isinstance(getattr(cfg, "num_key_value_heads", None), int):
+        cfg.num_key_value_heads = 2
+    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
+        _set(cfg, "head_dim", cfg.qk_rope_head_dim)  # multi-head latent attention: rotary on the rope part
+    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and isinstance(getattr(cfg, "num_key_value_heads", None), int):
+        _set(cfg, "num_key_value_heads", getattr(cfg, "num_attention_heads", 4))  # latent attention: no key/value groups
+    for key, value in TWEAKS.get(getattr(cfg, "model_type", ""), {}).items():
+        _set(cfg, key, value)
+    if isinstance(getattr(cfg, "vocab_size", None), int):
+        cfg.vocab_size = vocab
+    if isinstance(getattr(cfg, "max_position_embeddings", None), int):
+        cfg.max_position_embeddings = max(cfg.max_position_embeddings, 128) if cfg.max_position_embeddings >= 64 \
+            else cfg.max_position_embeddings
+    if hasattr(cfg, "pad_token_id"):
+        _set(cfg, "pad_token_id", 0)
+    for key in ("decoder_start_token_id", "bos_token_id", "eos_token_id"):  # ids the shrunk vocabulary has
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and isinstance(getattr(cfg, "vocab_size", None), int) and value >= cfg.vocab_size:
+            _set(cfg, key, 2)
+    if depth < 2:
+        for sub in list(vars(cfg).values()):
+            if isinstance(sub, PretrainedConfig):
+                _shrink(sub, vocab, depth + 1)
+
+
+def model_class(model_type: str):
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    name = MODEL_MAPPING_NAMES[model_type]
+    name = name[0] if isinstance(name, (tuple, list)) else name
+    return getattr(transformers, name)
+
+
+def build_model(model_type: str, tokenizer):
+    import torch
+
+    cfg = tiny_config(model_type, len(tokenizer))
+    torch.manual_seed(0)
+    model = model_class(model_type)(cfg)
+    return model.eval()
+
+
+# ---- the checks ------------------------------------------------------------------------
+TEXTS = ["The cat sat on the mat.", "A longer sentence, with commas, that makes the batch ragged."]
+TARGETS = ["le chat", "une phrase plus longue avec des virgules"]
+REF_KEYS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
+
+
+def inputs_for(adapter) -> tuple[dict, dict]:
+    """Model inputs (text through the adapter's tokenizer, or the adapter's example
+    features) and, per stack, the real (query, key) lengths of each example."""
+    if adapter.input_name != "input_ids":
+        return example_features(adapter.model, adapter.input_name), {"encoder": None, "decoder": None}
+    encs = [adapter.encode(t) for t in TEXTS]
+    inputs = adapter.batch(encs)
+    lengths = {"encoder": [len(e) for e in encs], "decoder": [len(e) for e in encs]}
+    if adapter.arch == "encoder-decoder":
+        tencs = [adapter.encode(t, target=True) for t in TARGETS]
+        inputs.update(adapter.decoder_inputs(tencs))
+        lengths["decoder"] = [len(t) for t in tencs]
+    return inputs, lengths
+
+
+def example_features(model, name: str, batch: int = 2) -> dict:
+    """Seeded random non-text inputs of the shape the model's config implies:
+    ``pixel_values`` ``[batch, channels, size, size]``, ``input_features`` ``[batch, mel bins,
+    2 × source positions]`` (Whisper), ``input_values`` ``[batch, samples]``."""
+    import torch
+
+    cfg = model.config
+    g = torch.Generator().manual_seed(0)
+    dtype = next(model.parameters()).dtype
+    if name == "pixel_values":
+        size = getattr(cfg, "image_size", 32)
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        x = torch.randn(batch, getattr(cfg, "num_channels", 3), size, size, generator=g)
+    elif name == "input_features":
+        frames = 2 * getattr(cfg, "max_source_positions", 8)
+        x = torch.randn(batch, getattr(cfg, "num_mel_bins", 16), frames, generator=g)
+    elif name == "input_values" and isinstance(getattr(cfg, "num_mel_bins", None), int):  # spectrogram patches
+        x = torch.randn(batch, getattr(cfg, "max_length", 64), cfg.num_mel_bins, generator=g)
+    elif name == "input_values":
+        x = torch.randn(batch, 1600, generator=g)
+    else:
+        raise UnsupportedInput(f"the sweep makes no {name!r} inputs")
+    inputs = {name: x.to(dtype)}
+    import inspect
+
+    if "noise" in inspect.signature(model.forward).parameters and name == "pixel_values":  # ViT-MAE's masking
+        size = getattr(cfg, "image_size", 32) // getattr(cfg, "patch_size", 8)
+        inputs["noise"] = torch.rand(batch, size * size, generator=g)
+    if getattr(cfg, "is_encoder_decoder", False):
+        start = getattr(cfg, "decoder_start_token_id", None) or 0
+        start = start if start < (getattr(cfg, "vocab_size", None) or 0) else 0
+        inputs["decoder_input_ids"] = torch.tensor([[start, 5, 6, 7]] * batch)
+    return inputs
+
+
+class UnsupportedInput(Exception):
+    """The sweep cannot make this model's inputs."""
+
+
+def own_forward(model, tokenizer) -> None:
+    """The tiny model's own forward on the sweep's inputs, without the toolkit."""
+    import torch
+
+    name = str(getattr(model, "main_input_name", "input_ids"))
+    if name != "input_ids":
+        inputs = example_features(model, name)
+    else:
+        inputs = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
+        inputs.pop("token_type_ids", None)
+        if getattr(model.config, "is_encoder_decoder", False):
+            inputs["decoder_input_ids"] = inputs["input_ids"][:, :4]
+    with torch.no_grad():
+        model(**inputs)
+
+
+def eager_reference(model, inputs: dict):
+    """The model's own eager forward with ``output_attentions=True``."""
+    import torch
+
+    prev = model.config._attn_implementation
+    dynamic = type(model)._can_set_attn_implementation()
+    try:
+        if dynamic:
+            model.set_attn_implementation("eager")
+        else:
+            model.config._attn_implementation_internal = "eager"
+    except Exception:
+        model.config._attn_implementation_internal = "eager"
+    try:
+        with torch.no_grad():
+            return model(**inputs, output_attentions=True)
+    finally:
+        try:
+            if dynamic:
+                model.set_attn_implementation(prev)
+            else:
+                model.config._attn_implementation_internal = prev
+        except Exception:
+            model.config._attn_implementation_internal = prev
+
+
+def main_output(out):
+    import torch
+
+    for key in ("last_hidden_state", "encoder_last_hidden_state"):
+        v = getattr(out, key, None)
+        if torch.is_tensor(v):
+            return v
+    return next(v for v in out.values() if torch.is_tensor(v))
+
+
+def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
+    """Max |Δ| between captured maps and eager ``output_attentions``, per stack."""
+    import torch
+
+    from probe.capture import capture, capture_inputs
+
+    try:
+        ref = eager_reference(adapter.model, inputs)
+    except Exception as e:
+        return {"status": "no reference", "reason": f"the model's own eager forward fails: {_line(e)}"}
+    worst, source = 0.0, ""
+    for stack in adapter.stacks:
+        key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
+        want = getattr(ref, key, None)
+        if want is None or len(want) == 0 or any(w is None for w in want):
+            return {"status": "no reference", "reason": f"eager forward returned no {key}"}
+        if lengths["encoder"] is None:  # images, audio
+            maps = capture_inputs(adapter, inputs, stack=stack)
+        else:  # text, as a user captures it (padding trimmed per example)
+            enc_dec = adapter.arch == "encoder-decoder"
+            maps = capture(adapter, TEXTS, stack=stack, targets=TARGETS if enc_dec else None)
+        source = maps[0].meta["attention_source"]
+        want = torch.stack(list(want))
+        for i, m in enumerate(maps):
+            got, ref_i = m.attentions, want[:, i]
+            if lengths["encoder"] is not None:
+                ref_i = ref_i[..., : got.shape[-2], : got.shape[-1]]
+            if tuple(got.shape) != tuple(ref_i.shape) or got.shape[-2] != (
+                    ref_i.shape[-2] if lengths["encoder"] is None else
+                    lengths["decoder" if stack in ("decoder", "cross") else "encoder"][i]):
+                return {"status": "failed",
+                        "reason": f"{stack}: captured {tuple(got.shape)} vs eager {tuple(want[:, i].shape)}"}
+            worst = max(worst, (got.double() - ref_i.double()).abs().max().item())
+    return {"capture_delta": worst, "attention_source": source}
+
+
+def check_ablation(adapter, inputs: dict) -> dict:
+    """Zero-ablate head (1, 2) with the toolkit vs an independent pre-hook that zeroes the
+    head's slice of the output projection's input on that layer's call only."""
+    import torch
+
+    from probe.interventions import HeadEdit, HeadIntervention
+
+    stack = adapter.default_stack
+    layer = 1 if adapter.n_layers_of(stack) > 1 else 0
+    head = min(2, adapter.n_heads - 1)
+    projs = adapter.head_output_modules(stack)
+    proj = projs[layer]
+    call_of_layer = sum(1 for m in projs[:layer] if m is proj)  # shared modules: which call
+    dh = adapter.head_dim
+    mask = inputs.get("attention_mask")
+
+    def run():
+        with torch.no_grad():
+            return main_output(adapter.model(**inputs))
+
+    calls = [0]
+
+    def by_hand(module, args):
+        k = calls[0]
+        calls[0] += 1
+        if k != call_of_layer:
+            return None
+        x = args[0].clone()
+        x[..., head * dh:(head + 1) * dh] = 0
+        return (x,) + tuple(args[1:])
+
+    clean = run()
+    handle = proj.register_forward_pre_hook(by_hand)
+    try:
+        want = run()
+    finally:
+        handle.remove()
+
+    def delta(a, b) -> float:
+        d = (a.double() - b.double())
+        if mask is not None and d.dim() == 3 and d.shape[:2] == mask.shape:
+            d = d[mask.bool()]
+        return d.abs().max().item()
+
+    with HeadIntervention(adapter, [HeadEdit(layer, head)], stack=stack):
+        got = run()
+    return {"ablation_delta": delta(got, want), "ablation_effect": delta(clean, want)}
+
+
+def check_type(model_type: str) -> dict:
+    """One row for ``model_type``."""
+    row: dict[str, Any] = {"model_type": model_type}
+    try:
+        row["class"] = model_class(model_type).__name__
+        tokenizer = _tokenizer()
+        model = build_model(model_type, tokenizer)
+    except Exception as e:
+        return {**row, "status": "not built", "reason": _line(e)}
+    _enter(1)
+    try:
+        own_forward(model, tokenizer)
+    except UnsupportedInput as e:
+        return {**row, "status": "not built", "reason": _line(e)}
+    except Exception as e:
+        return {**row, "status": "not built", "reason": f"its own forward fails: {_line(e)}"}
+    from probe.models import ModelAdapter
+    from probe.models.architectures import UnsupportedModel as REFUSALS
+    from probe.models.architectures import family_for
+
+    _enter(2)
+    try:
+        adapter = ModelAdapter(name=f"tiny-{model_type}", model=model, tokenizer=tokenizer,
+                               family=family_for(model_type))
+        row.update(arch=adapter.arch, stacks="/".join(adapter.stacks), layers=adapter.n_layers,
+                   inputs=adapter.input_name)
+        inputs, lengths = inputs_for(adapter)
+        cap = check_capture(adapter, inputs, lengths)
+        row.update(cap)
+        if "status" in cap:
+            return row
+        row.update(check_ablation(adapter, inputs))
+    except REFUSALS as e:
+        return {**row, "status": "refused", "reason": _line(e)}
+    except UnsupportedInput as e:
+        return {**row, "status": "not built", "reason": _line(e)}
+    except TypeError as e:
+        if "required positional argument" in str(e) and row.get("inputs") != "input_ids":
+            return {**row, "status": "not built", "reason": f"needs inputs the sweep does not make: {_line(e)}"}
+        return {**row, "status": "failed", "reason": _line(e), "traceback": traceback.format_exc()[-2000:]}
+    except Exception as e:
+        return {**row, "status": "failed", "reason": _line(e), "traceback": traceback.format_exc()[-2000:]}
+    ok = row["capture_delta"] <= TOL and row["ablation_delta"] <= TOL and row["ablation_effect"] > 0
+    row["status"] = "exact" if ok else "failed"
+    if not ok:
+        row["reason"] = (f"capture |Δ| {row['capture_delta']:.1e}, ablation |Δ| {row['ablation_delta']:.1e}, "
+                         f"effect {row['ablation_effect']:.1e}")
+    return row
+
+
+def _line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+_TOKENIZER = None
+
+
+def _tokenizer():
+    global _TOKENIZER
+    if _TOKENIZER is None:
+        import transformers
+        from probe.models.registry import minilm_path
+
+        _TOKENIZER = transformers.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
+    return _TOKENIZER
+
+
+# ---- the sweep -------------------------------------------------------------------------
+MEMORY_LIMIT = 3 * 2 ** 30  # address space per type: a config whose size fields the shrink missed fails alone
+
+
+PHASES = ("building the model", "its own forward", "the toolkit")
+_PHASE = None  # a shared counter in forked children: which of PHASES is running
+
+
+def _enter(phase: int) -> None:
+    if _PHASE is not None:
+        _PHASE.value = phase
+
+
+def _child(model_type: str, conn, phase) -> None:
+    import resource
+
+    global _PHASE
+    _PHASE = phase
+    import logging
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.set_num_threads(1)
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT + _address_space(), resource.RLIM_INFINITY))
+    try:
+        conn.send(check_type(model_type))
+    except BaseException as e:
+        conn.send({"model_type": model_type, "status": "failed", "reason": _line(e)})
+    conn.close()
+
+
+def _address_space() -> int:
+    """This process's virtual memory size in bytes (the child's limit counts from it)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def run_one(model_type: str, timeout: float = TIMEOUT_S) -> dict:
+    """``check_type`` in a forked process, killed after ``timeout`` seconds."""
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    t0 = time.perf_counter()
+    phase = ctx.Value("i", 0)
+    proc = ctx.Process(target=_child, args=(model_type, child, phase))
+    proc.start()
+    child.close()
+    row: dict | None = None
+    if parent.poll(timeout):
+        try:
+            row = parent.recv()
+        except EOFError:
+            row = None
+    proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    if row is None:
+        why = f"timed out after {timeout:.0f} s" if proc.exitcode in (None, -9) else f"process died ({proc.exitcode})"
+        where = PHASES[phase.value]
+        row = {"model_type": model_type, "status": "failed" if phase.value == 2 else "not built",
+               "reason": f"{why} in {where}"}
+    row["seconds"] = round(time.perf_counter() - t0, 1)
+    return row
+
+
+def _done(model_type: str, folder: Path) -> bool:
+    """Whether a row for ``model_type`` is in any row file of ``folder``."""
+    needle = f'"model_type": "{model_type}"'
+    return any(needle in f.read_text() for f in folder.glob("*.jsonl"))
+
+
+def all_types() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    return sorted(MODEL_MAPPING_NAMES)
+
+
+def write_outputs(rows: list[dict], version: str, n_types: int) -> None:
+    rows = sorted(rows, key=lambda r: r["model_type"])
+    DOCS.mkdir(exist_ok=True)
+    (DOCS / "coverage.json").write_text(json.dumps({"transformers": version, "autmodel_types": n_types,
+                                                    "rows": rows}, indent=1, default=str))
+    fields = ["model_type", "class", "status", "arch", "stacks", "inputs", "capture_delta", "ablation_delta",
+              "attention_source", "reason"]
+    with open(DOCS / "coverage.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    (DOCS / "coverage.md").write_text(markdown(rows, version, n_types))
+
+
+def markdown(rows: list[dict], version: str, n_types: int) -> str:
+    from collections import Counter
+
+    counts = Counter(r["status"] for r in rows)
+    lines = [
+        "# Coverage: every AutoModel type of the installed transformers",
+        "",
+        f"Generated by `python bench/coverage_sweep.py` with transformers {version}: {n_types} model types "
+        "registered for `AutoModel`, each built as a tiny random model from its default config "
+        "(hidden 32, 2 layers, 4 heads; no download) and opened with `ModelAdapter`. Each type runs in a "
+        "forked process with a time and memory limit; on a shared machine run it as parallel workers "
+        "(`--shard K/N --jsonl rows-K.jsonl`, a second worker per shard with `--reverse`) and merge the row "
+        "files with `--from-jsonl` (a later file's row replaces an earlier one, so types re-run after a fix "
+        "replace their first row).",
+        "",
+        f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
+        f"`output_attentions` and zero-ablating head L1H2 equals an independent pre-hook on the output "
+        f"projection (max |Δ| ≤ {TOL:g} each)",
+        f"- **refused**: {counts.get('refused', 0)} — the toolkit says why, in one line (grouped below)",
+        f"- **failed**: {counts.get('failed', 0)}",
+        f"- **no reference**: {counts.get('no reference', 0)} — the model's own eager forward returns no "
+        "attentions to compare with",
+        f"- **not built**: {counts.get('not built', 0)} — the generic tiny config does not build this type "
+        "(nested multimodal configs, list-valued sizes, required sub-models); says nothing about the toolkit",
+        "",
+    ]
+    refused = Counter(_group(r["reason"]) for r in rows if r["status"] == "refused")
+    if refused:
+        lines += ["## Refused, by reason", "", "| reason | types |", "|---|---|"]
+        for reason, _ in refused.most_common():
+            types = [r["model_type"] for r in rows if r["status"] == "refused" and _group(r["reason"]) == reason]
+            lines.append(f"| {reason} | {len(types)}: {', '.join(types)} |")
+        lines.append("")
+    failed = [r for r in rows if r["status"] in ("failed", "no reference")]
+    if failed:
+        lines += ["## Failed / no reference, each explained", "", "| type | status | what | why |", "|---|---|---|---|"]
+        lines += [f"| {r['model_type']} | {r['status']} | {_cell(r.get('reason', ''))} | "
+                  f"{_cell(EXPLAINED.get(r['model_type'], EXPLAINED.get(r['status'], '')))} |" for r in failed]
+        lines.append("")
+    lines += ["## How the toolkit reads a model", "", *NOTES, ""]
+    lines += ["## Exact", "", "| type | stacks | inputs | path | max \\|Δ\\| capture | max \\|Δ\\| ablation |",
+              "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["status"] == "exact":
+            lines.append(f"| {r['model_type']} | {r.get('stacks', '')} | {r.get('inputs', '')} | "
+                         f"{r.get('attention_source', '')} | {r['capture_delta']:.1e} | {r['ablation_delta']:.1e} |")
+    built = Counter(_group(r["reason"]) for r in rows if r["status"] == "not built")
+    lines += ["", "## Not built by the sweep", "", "| why | types |", "|---|---|"]
+    for reason, _ in built.most_common():
+        types = [r["model_type"] for r in rows if r["status"] == "not built" and _group(r["reason"]) == reason]
+        lines.append(f"| {_cell(reason)} | {len(types)}: {', '.join(types)} |")
+    return "\n".join(lines) + "\n"
+
+
+#: why a row failed, where it is understood (rendered beside it in docs/coverage.md)
+EXPLAINED = {
+    "no reference": ("the model's own eager forward returns no attentions (its modules return none, or "
+                     "its output drops them) or fails on the tiny config, so the captured maps cannot be "
+                     "checked; not counted exact"),
+    "granite_swa": ("a convention: its sink scales the output after the softmax; the toolkit reports the "
+                    "effective weights (the sink's share removed, as for gpt-oss), the model's "
+                    "output_attentions the weights before that scaling; zero-ablation is exact"),
+    "granitemoe_swa": "as granite_swa: sink-scaled effective weights vs the model's unscaled report",
+    "nemotron_asr_streaming_encoder": ("the model's own eager attentions contain NaN on the sweep's random "
+                                       "features (rows with no allowed key); maps with non-finite values are "
+                                       "refused by AttentionMaps (one-line ValueError)"),
+    "nemo_speechlm": "did not finish within 200 s on the shared 2-core machine (a large composite speech model)",
+}
+
+NOTES = [
+    ("- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
+     "their last token) records the order the attention modules are called: ALBERT's one shared layer "
+     "becomes one entry per layer, and capture, `ablate_heads` and head gates tell the layers apart by "
+     "call (`probe/layer_calls.py`). Analyses whose hooks are still keyed by module (value norms, "
+     "reweighting, streaming) refuse shared layers in one line."),
+    ("- **Causality from behaviour.** The same forward says whether a later token changes an earlier "
+     "position's output: CLIP's text model (causal mask built outside its attention modules, "
+     "`is_causal=False` on them) is a causal decoder."),
+    ("- **Discovery by structure.** Output projections are found by name in any case (ModernBERT's `Wo`, "
+     "Funnel's `post_proj`) or as the only Linear child that computes no query, key or value; modules a "
+     "text input never calls (a multimodal model's vision tower, its projector's cross-attention) are "
+     "left out; head counts come from the attention modules themselves."),
+    ("- **The hook path asks for attentions** (`output_attentions=True`: DeBERTa-v2, MPNet) and refuses "
+     "any layout other than `[batch, head, query, key]` (Longformer's local band, Funnel's pooled "
+     "queries, CANINE's downsampled layers, CPM-Ant's prompt positions)."),
+    ("- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
+     "card): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
+     "on short inputs."),
+    ("- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
+     "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a gated "
+     "projection: Inkling 2)."),
+    ("- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
+     "`probe.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
+     "every text path refuses them in one line."),
+    ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
+]
+
+
+def _group(reason: str) -> str:
+    """A reason without the model's own name, so like refusals group together."""
+    import re
+
+    reason = re.sub(r"tiny-[\w-]+", "the model", reason)
+    reason = re.sub(r"\b[A-Z]\w*(Model|Config|Attention)\w*\b", "…", reason)
+    reason = re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "…", reason)
+    return reason[:160]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:240]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import transformers
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("types", nargs="*", help="model types (default: every AutoModel type)")
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S)
+    p.add_argument("--from-json", action="store_true", help="rewrite docs/coverage.md from docs/coverage.json")
+    p.add_argument("--update", action="store_true", help="re-run the given types and merge into docs/coverage.json")
+    p.add_argument("--shard", default="", help="K/N: run every N-th type from the K-th (parallel sweeps)")
+    p.add_argument("--reverse", action="store_true", help="run the types last to first (a second worker on a shard)")
+    p.add_argument("--jsonl", default="", help="append each row to this file as it is made")
+    p.add_argument("--from-jsonl", nargs="+", default=[], help="write the outputs from these row files")
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    n_types = len(all_types())
+    if args.from_json:
+        data = json.loads((DOCS / "coverage.json").read_text())
+        (DOCS / "coverage.md").write_text(markdown(data["rows"], data["transformers"], data["autmodel_types"]))
+        return 0
+    if args.from_jsonl:
+        rows = [json.loads(line) for f in args.from_jsonl for line in Path(f).read_text().splitlines() if line]
+        write_outputs(list({r["model_type"]: r for r in rows}.values()), transformers.__version__, n_types)
+        return 0
+    _tokenizer()  # loaded once, before the forks, with what every child imports
+    import transformers.modeling_utils
+    from probe.models import ModelAdapter  # noqa: F401
+
+    import probe.capture
+    import probe.interventions  # noqa: F401
+    types = args.types or all_types()
+    if args.shard:
+        k, n = (int(x) for x in args.shard.split("/"))
+        types = types[k::n]
+    if args.reverse:
+        types = types[::-1]
+    rows = []
+    for t in types:
+        if args.jsonl and args.reverse and _done(t, Path(args.jsonl).parent):
+            break  # the forward worker of this shard got here
+        row = run_one(t, args.timeout)
+        rows.append(row)
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+        print(json.dumps({k: row.get(k) for k in ("model_type", "status", "capture_delta", "ablation_delta",
+                                                    "reason", "seconds")}), flush=True)
+    if not args.types and not args.shard:
+        write_outputs(rows, transformers.__version__, n_types)
+    elif args.update:
+        data = json.loads((DOCS / "coverage.json").read_text())
+        by_type = {r["model_type"]: r for r in data["rows"]}
+        by_type.update({r["model_type"]: r for r in rows})
+        write_outputs(list(by_type.values()), transformers.__version__, n_types)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""Architectures beyond the family table, each checked differentially: captured maps vs the
+model's own eager ``output_attentions``, and zero-ablating a head vs an independent
+forward-pre hook on the output projection (zeroing that head's slice on that layer's call
+only). Tiny random models built from configs (hidden 32, 2 layers, 4 heads; no download).
+
+The checks are the coverage sweep's (``bench/coverage_sweep.py``); a fixed fast subset of
+the sweep itself runs at the end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = 1e-5
+SIZE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def _sweep():
+    spec = importlib.util.spec_from_file_location("coverage_sweep", ROOT / "bench" / "coverage_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return _sweep()
+
+
+def _adapter(model, tokenizer, name: str):
+    from probe.models import ModelAdapter
+    from probe.models.architectures import family_for
+
+    model.eval()
+    return ModelAdapter(name=f"tiny-{name}", model=model, tokenizer=tokenizer,
+                        family=family_for(model.config.model_type))
+
+
+def _model(cls_name: str, cfg_name: str, vocab: int, **kw):
+    import transformers as T
+
+    cfg = getattr(T, cfg_name)(vocab_size=vocab, pad_token_id=0, **kw)
+    torch.manual_seed(0)
+    return getattr(T, cls_name)(cfg)
+
+
+def _exact(sweep, adapter) -> dict:
+    """Both differential checks on ``adapter``; asserts they hold, returns the row."""
+    inputs, lengths = sweep.inputs_for(adapter)
+    cap = sweep.check_capture(adapter, inputs, lengths)
+    assert "status" not in cap, cap
+    assert cap["capture_delta"] <= TOL, cap
+    abl = sweep.check_ablation(adapter, inputs)
+    assert abl["ablation_effect"] > 1e-6, abl  # zeroing the head changes the output ...
+    assert abl["ablation_delta"] <= TOL, abl  # ... exactly as zeroing its slice by hand does
+    return {**cap, **abl}
+
+
+# ---- ALBERT: one module, two layers ------------------------------------------------------
+def test_albert_layers_by_call(sweep, bert_tokenizer):
+    from probe.capture import AttentionCapture, capture
+    from probe.interventions import ablate_heads
+
+    model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
+    adapter = _adapter(model, bert_tokenizer, "albert")
+    shared = model.encoder.albert_layer_groups[0].albert_layers[0].attention
+    assert adapter.n_layers == 2 and adapter.attention_modules() == [shared, shared]
+    _exact(sweep, adapter)  # both layers vs eager; ablating (1, 2) vs zeroing the 2nd call only
+    inputs, _ = sweep.inputs_for(adapter)
+    ref = sweep.eager_reference(model, inputs).attentions
+    assert (ref[0] - ref[1]).abs().max() > 1e-3  # the two layers really differ
+    with AttentionCapture(adapter) as cap, torch.no_grad():
+        model(**inputs)
+    maps = capture(adapter, [sweep.TEXTS[0]])[0]  # the two APIs agree: layers 0 and 1, both
+    n = maps.attentions.shape[-1]
+    assert maps.layers == (0, 1)
+    assert torch.allclose(maps.attentions, cap.stacked()[:, 0, :, :n, :n], atol=1e-6)
+    # ablating (1, 2) leaves layer 0 alone and changes layer 1's output only from its call on
+    with ablate_heads(adapter, [(1, 2)]), AttentionCapture(adapter) as abl, torch.no_grad():
+        out1 = model(**inputs).last_hidden_state
+    assert torch.equal(abl.layer_tensors()[0], cap.layer_tensors()[0])
+    with ablate_heads(adapter, [(0, 2)]), torch.no_grad():
+        out0 = model(**inputs).last_hidden_state
+    assert (out1 - out0).abs().max() > 1e-4  # (0, 2) and (1, 2) are different ablations
+    with pytest.raises(ValueError, match="layers 0..1"):
+        ablate_heads(adapter, [(2, 0)])
+
+
+# ---- CLIP text: causal by behaviour ------------------------------------------------------
+def test_clip_text_causal_from_the_models_behaviour(sweep, bert_tokenizer):
+    from probe.capture import capture
+
+    model = _model("CLIPTextModel", "CLIPTextConfig", len(bert_tokenizer), max_position_embeddings=64,
+                   bos_token_id=101, eos_token_id=102, **SIZE)
+    assert model.encoder.layers[0].self_attn.is_causal is False  # the module flag says no
+    adapter = _adapter(model, bert_tokenizer, "clip_text_model")
+    assert adapter.causal and adapter.arch == "decoder" and adapter.stacks == ("decoder",)
+    _exact(sweep, adapter)
+    a, b = capture(adapter, ["the cat sat on the mat", "the cat sat on the dog"])
+    assert a.kind == "causal"
+    # a later token changes no earlier position's attention, and nothing is above the diagonal
+    assert torch.allclose(a.attentions[..., :-2, :-2], b.attentions[..., :-2, :-2], atol=1e-6)
+    assert torch.triu(a.attentions, 1).abs().max() == 0
+
+
+def test_bert_stays_bidirectional(bert_tokenizer):
+    from probe.models import ModelAdapter
+
+    model = _model("ModernBertModel", "ModernBertConfig", len(bert_tokenizer), **SIZE)
+    adapter = ModelAdapter(name="tiny-modernbert", model=model.eval(), tokenizer=bert_tokenizer, family="modernbert")
+    assert not adapter.causal and adapter.arch == "encoder"
+
+
+# ---- hook path: ask the model for attentions ---------------------------------------------
+@pytest.mark.parametrize("cls_name,cfg_name", [("DebertaV2Model", "DebertaV2Config"), ("MPNetModel", "MPNetConfig")])
+def test_hook_path_asks_for_attentions(sweep, bert_tokenizer, cls_name, cfg_name):
+    from probe.attention_interface import attention_path
+
+    adapter = _adapter(_model(cls_name, cfg_name, len(bert_tokenizer), **SIZE), bert_tokenizer, cls_name)
+    assert attention_path(adapter) == "hooks"
+    row = _exact(sweep, adapter)
+    assert row["attention_source"].startswith("eager")
+
+
+# ---- layouts other than [query, key] are refused -----------------------------------------
+def test_longformer_band_layout_refused(sweep, bert_tokenizer):
+    from probe.models.architectures import UnsupportedModel
+
+    from probe.capture import AttentionCapture, capture
+
+    model = _model("LongformerModel", "LongformerConfig", len(bert_tokenizer), attention_window=[4, 4], **SIZE)
+    adapter = _adapter(model, bert_tokenizer, "longformer")
+    with pytest.raises(UnsupportedModel, match=r"longformer.*not \[batch, head, query, key\]"):
+        capture(adapter, sweep.TEXTS)
+    inputs, _ = sweep.inputs_for(adapter)
+    with pytest.raises(UnsupportedModel, match="local band"):
+        with AttentionCapture(adapter) as cap, torch.no_grad():
+            model(**inputs)
+    assert not cap._records  # no map of the wrong layout was kept
+
+
+# ---- BigBird: block-sparse attention switched to full ------------------------------------
+def test_bigbird_runs_full_attention(sweep, bert_tokenizer):
+    model = _model("BigBirdModel", "BigBirdConfig", len(bert_tokenizer), max_position_embeddings=128,
+                   block_size=2, num_random_blocks=1, **SIZE)
+    assert model.config.attention_type == "block_sparse"
+    adapter = _adapter(model, bert_tokenizer, "big_bird")
+    assert "original_full" in adapter.card["attention_type"]
+    mods = dict(model.named_modules())
+    assert all(any(m is x for x in mods.values()) for m in adapter.attention_modules())  # not stale
+    _exact(sweep, adapter)
+
+
+# ---- discovery by structure --------------------------------------------------------------
+def test_modernbert_wo_discovered(sweep, bert_tokenizer):
+    model = _model("ModernBertModel", "ModernBertConfig", len(bert_tokenizer), **SIZE)
+    adapter = _adapter(model, bert_tokenizer, "modernbert")
+    assert adapter.head_output_modules() == [model.layers[0].attn.Wo, model.layers[1].attn.Wo]
+    _exact(sweep, adapter)
+
+
+def test_funnel_post_proj_discovered(sweep, bert_tokenizer):
+    from probe.models.architectures import UnsupportedModel
+
+    from probe.capture import capture
+
+    kw = dict(d_model=32, n_head=4, d_head=8, d_inner=64, num_decoder_layers=1)
+    one_block = _model("FunnelModel", "FunnelConfig", len(bert_tokenizer), block_sizes=[2], **kw)
+    adapter = _adapter(one_block, bert_tokenizer, "funnel")
+    assert adapter.head_output_modules()[0] is one_block.encoder.blocks[0][0].attention.post_proj
+    assert adapter.n_layers == 3  # two encoder layers, then the decoder's one
+    _exact(sweep, adapter)
+    pooled = _adapter(_model("FunnelModel", "FunnelConfig", len(bert_tokenizer), block_sizes=[1, 1], **kw),
+                      bert_tokenizer, "funnel")
+    with pytest.raises(UnsupportedModel, match="funnel.*pooled queries"):
+        capture(pooled, sweep.TEXTS)  # pooling shortens the queries between blocks
+
+
+# ---- non-text inputs ----------------------------------------------------------------------
+def _vision_and_audio():
+    import transformers as T
+
+    vit = T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **SIZE))
+    clip_vision = T.CLIPVisionModel(T.CLIPVisionConfig(image_size=32, patch_size=8, **SIZE))
+    whisper = T.WhisperModel(T.WhisperConfig(d_model=32, encoder_layers=2, decoder_layers=2,
+                                             encoder_attention_heads=4, decoder_attention_heads=4,
+                                             encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16,
+                                             max_source_positions=16, vocab_size=100, pad_token_id=0,
+                                             decoder_start_token_id=1))
+    return {"vit": vit, "clip_vision_model": clip_vision, "whisper": whisper}
+
+
+@pytest.mark.parametrize("name", ["vit", "clip_vision_model", "whisper"])
+def test_non_text_inputs_capture_and_ablate(sweep, name):
+    from probe.models import ModelAdapter
+    from probe.models.architectures import UnsupportedModel
+
+    from probe.capture import capture_inputs
+
+    torch.manual_seed(0)
+    model = _vision_and_audio()[name].eval()
+    adapter = ModelAdapter(name=f"tiny-{name}", model=model, tokenizer=None, family=name)
+    _exact(sweep, adapter)  # capture (every stack) and ablation with pixel_values / input_features
+    inputs = sweep.example_features(model, adapter.input_name)
+    maps = capture_inputs(adapter, inputs)
+    ref = sweep.eager_reference(model, inputs)
+    want = ref.encoder_attentions if name == "whisper" else ref.attentions
+    assert len(maps) == 2 and maps[1].meta["inputs"] == adapter.input_name
+    assert (maps[1].attentions - torch.stack(want)[:, 1]).abs().max() <= TOL
+    with pytest.raises(UnsupportedModel, match=f"takes {adapter.input_name}, not text"):
+        adapter.encode("a sentence")
+
+
+def test_text_cli_refuses_an_image_model_in_one_line(tmp_path):
+    from click.testing import CliRunner
+    from probe.app.cli import main
+
+    torch.manual_seed(0)
+    _vision_and_audio()["vit"].save_pretrained(tmp_path / "vit", safe_serialization=True)
+    r = CliRunner().invoke(main, ["capture", "--model", f"hf:{tmp_path / 'vit'}", "--text", "A cat.",
+                                  "--out", str(tmp_path / "out"), "--quiet"])
+    assert r.exit_code == 1, r.output
+    lines = [x for x in r.output.strip().splitlines() if x]
+    assert len(lines) == 1 and "'vit'" in lines[0] and "pixel_values" in lines[0], r.output
+    assert "Traceback" not in r.output
+
+
+def test_uninstrumentable_type_refused_in_one_line(tmp_path, bert_tokenizer):
+    import transformers as T
+    from click.testing import CliRunner
+    from probe.app.cli import main
+
+    torch.manual_seed(0)
+    mamba = T.MambaModel(T.MambaConfig(hidden_size=32, num_hidden_layers=2, vocab_size=len(bert_tokenizer)))
+    mamba.save_pretrained(tmp_path / "mamba", safe_serialization=True)
+    bert_tokenizer.save_pretrained(tmp_path / "mamba")
+    r = CliRunner().invoke(main, ["capture", "--model", f"hf:{tmp_path / 'mamba'}", "--text", "A cat.",
+                                  "--out", str(tmp_path / "out"), "--quiet"])
+    assert r.exit_code == 1, r.output
+    lines = [x for x in r.output.strip().splitlines() if x]
+    assert len(lines) == 1 and "'mamba'" in lines[0] and "no attention modules" in lines[0], r.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# ---- float64 --------------------------------------------------------------------------------
+def test_float64_captured_at_float64_accuracy(sweep, bert_tokenizer):
+    from probe.capture import capture
+
+    model = _model("BertModel", "BertConfig", len(bert_tokenizer), **SIZE).double()
+    adapter = _adapter(model, bert_tokenizer, "bert")
+    maps = capture(adapter, sweep.TEXTS)
+    inputs, lengths = sweep.inputs_for(adapter)
+    want = torch.stack(sweep.eager_reference(model, inputs).attentions)
+    assert want.dtype == torch.float64
+    for i, m in enumerate(maps):
+        n = lengths["encoder"][i]
+        assert m.attentions.dtype == torch.float64
+        assert (m.attentions - want[:, i, :, :n, :n]).abs().max() <= 1e-12  # float32 would be ~1e-8
+        assert (m.attentions.sum(-1) - 1).abs().max() <= 1e-12
+
+
+# ---- the sweep itself, on a fixed fast subset -------------------------------------------------
+SUBSET = {"albert": "exact", "clip_text_model": "exact", "vit": "exact", "mamba": "refused",
+          "longformer": "refused"}
+
+
+def test_coverage_sweep_subset(sweep):
+    rows = [sweep.check_type(t) for t in SUBSET]
+    assert {r["model_type"]: r["status"] for r in rows} == SUBSET, [(r["model_type"], r.get("reason")) for r in rows]
+    for r in rows:
+        if r["status"] == "refused":
+            assert f"'{r['model_type']}'" in r["reason"] and "\n" not in r["reason"]
+    text = sweep.markdown(rows, "x", 5)
+    assert "**exact**: 3" in text and "**refused**: 2" in text and "**failed**: 0" in text
+
+
+def test_head_mixing_norm_refuses_ablation_not_capture(sweep, bert_tokenizer):
+    """BitNet normalises all heads together between the attention and the output projection:
+    capture is exact, but no head's output can be edited alone, so ablation is refused."""
+    from probe.models.architectures import UnsupportedModel
+
+    from probe.interventions import ablate_heads
+
+    adapter = _adapter(_model("BitNetModel", "BitNetConfig", len(bert_tokenizer), num_key_value_heads=2, **SIZE),
+                       bert_tokenizer, "bitnet")
+    inputs, lengths = sweep.inputs_for(adapter)
+    assert sweep.check_capture(adapter, inputs, lengths)["capture_delta"] <= TOL
+    with pytest.raises(UnsupportedModel, match="'bitnet'.*attn_sub_norm"):
+        ablate_heads(adapter, [(1, 2)])
+
+
+def test_albert_refused_where_hooks_are_keyed_by_module(bert_tokenizer):
+    """Analyses whose hooks are still keyed by module say so instead of mixing ALBERT's layers."""
+    from probe.models.architectures import UnsupportedModel
+    from probe.reweighting import AttentionEdit, AttentionReweighting
+
+    model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
+    adapter = _adapter(model, bert_tokenizer, "albert")
+    with pytest.raises(UnsupportedModel, match="'albert'.*2 layers share 1 attention module"):
+        adapter.value_modules()
+    with pytest.raises(UnsupportedModel, match="share"):
+        AttentionReweighting(adapter, [AttentionEdit(1, 2)])

@@ -1,0 +1,154 @@
+"""Objectives: the model's own pooling, ``auto`` per model kind, refusals before any forward,
+the similarity structure checked against an independent computation on MiniLM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from probe.analyses.common.objective import (SimilarityStructure, neighbour_changed, pairwise_rank_harm,
+                                             resolve_objective, row_rank_harm)
+from probe.analyses.common.pooling import Pooling, model_pooling
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from probe.models.registry import load_model
+
+    return load_model("minilm")
+
+
+@pytest.fixture(scope="module")
+def sample():
+    from probe.app.report.bundled import sample_corpus
+
+    return sample_corpus(limit=10)
+
+
+def test_rank_harm_closed_form():
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(6, 5))
+    assert np.allclose(row_rank_harm(e, e), 0.0)
+    assert pairwise_rank_harm(e, e) == pytest.approx(0.0)
+    assert not neighbour_changed(e, e).any()
+    # rotating every embedding by one orthogonal matrix keeps every cosine: no harm
+    q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    assert np.allclose(row_rank_harm(e, e @ q), 0.0, atol=1e-12)
+    # on a circle, moving one point past its neighbours reorders their rankings
+    angles = np.array([0.0, 0.5, 1.0, 1.5, 2.0])
+    c = np.stack([np.cos(angles), np.sin(angles)], 1)
+    moved = c.copy()
+    moved[0] = [np.cos(1.75), np.sin(1.75)]
+    h = row_rank_harm(c, moved)
+    assert h[0] > 1.0 and np.all(h >= 0) and neighbour_changed(c, moved)[0] == 1.0
+
+
+def test_minilm_pooling_read_from_its_folder(minilm):
+    p = model_pooling(minilm)
+    assert p.mode == "mean" and p.normalize
+    assert "1_Pooling/config.json" in p.source
+    h = torch.arange(12.0).reshape(1, 3, 4)
+    mask = torch.tensor([[1, 1, 0]])
+    assert torch.allclose(Pooling("mean").pool(h, mask), h[0, :2].mean(0, keepdim=True))
+    assert torch.allclose(Pooling("cls").pool(h, mask), h[:, 0])
+    assert Pooling("mean").reads(3) == (0, 1, 2) and Pooling("cls").reads(3) == (0,)
+
+
+def test_auto_is_the_similarity_structure_for_minilm(minilm, sample):
+    obj, why = resolve_objective("auto", minilm, sample)
+    assert isinstance(obj, SimilarityStructure) and "sentence encoder" in why and "mean pooling" in why
+
+
+def test_an_objective_that_does_not_fit_is_refused_before_any_forward(minilm, sample, monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("the model ran")
+
+    monkeypatch.setattr(minilm.model, "forward", boom)
+    with pytest.raises(ValueError, match="next-token-loss.*objectives that fit it: .*similarity-structure"):
+        resolve_objective("next-token-loss", minilm, sample)
+    with pytest.raises(ValueError, match="unknown objective"):
+        resolve_objective("bleu", minilm, sample)
+
+
+def test_auto_on_zoo_and_decoder():
+    from probe.models.registry import load_model
+
+    zoo = load_model("zoo:prev-token")
+    from probe.inputs import load_corpus
+
+    obj, why = resolve_objective("auto", zoo, load_corpus(model="zoo:prev-token", limit=8))
+    assert obj.name == "loss" and "zoo task" in why
+
+
+def _independent_similarity_harm(minilm, texts, heads):
+    """1 − ρ per sentence under mean-ablation with plain transformers forward pre-hooks on
+    the attention output projection (per-kind means: word and special positions), mean pooling."""
+    from scipy.stats import spearmanr
+
+    model, tok = minilm.model, minilm.tokenizer
+    enc = tok(list(texts), padding=True, return_tensors="pt")
+    valid = enc["attention_mask"].bool()
+    special = torch.isin(enc["input_ids"], torch.tensor(tok.all_special_ids)) & valid
+    dh = model.config.hidden_size // model.config.num_attention_heads
+    rec = {}
+
+    def pooled():
+        with torch.no_grad():
+            h = model(**enc).last_hidden_state
+        m = enc["attention_mask"].unsqueeze(-1).float()
+        return torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).double().numpy()
+
+    dense = [model.encoder.layer[l].attention.output.dense for l in range(model.config.num_hidden_layers)]
+    hooks = [d.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].detach().clone()))
+             for l, d in enumerate(dense)]
+    clean = pooled()
+    for h in hooks:
+        h.remove()
+    out = {}
+    for layer, head in heads:
+        z = rec[layer]
+        means = torch.stack([z[valid & ~special].mean(0), z[special].mean(0)])
+
+        def pre(m, a, layer=layer, head=head, means=means):
+            x = a[0].clone()
+            sl = slice(head * dh, (head + 1) * dh)
+            x[..., sl] = means[special.long()][..., sl]
+            return (x,)
+
+        hook = dense[layer].register_forward_pre_hook(pre)
+        try:
+            ablated = pooled()
+        finally:
+            hook.remove()
+        c0, c1 = clean @ clean.T, ablated @ ablated.T
+        n = len(texts)
+        out[(layer, head)] = np.array([1 - spearmanr(np.delete(c0[i], i), np.delete(c1[i], i)).statistic
+                                       for i in range(n)])
+    return out
+
+
+def test_necessity_effects_equal_an_independent_computation(minilm, sample):
+    from probe.analyses.claims.necessity import necessity_claims
+    from probe.analyses.claims.removal import removal_sweep
+
+    heads = [(5, 10), (0, 2), (4, 5), (2, 7)]
+    sweep = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("mean",))
+    claims = necessity_claims(sweep)
+    ref = _independent_similarity_harm(minilm, sample.texts, heads)
+    for i, k in enumerate(heads):
+        assert np.allclose(sweep.harm["mean"][i], ref[k], atol=2e-4), k
+        assert claims[k].effect == pytest.approx(ref[k].mean(), abs=1e-4)
+        assert claims[k].count == len(sample) == 10
+    assert claims[(5, 10)].effect > 3 * claims[(0, 2)].effect  # the head the issue found matters most
+
+
+def test_removal_modes_differ_and_zero_matches_its_definition(minilm, sample):
+    from probe.analyses.claims.removal import removal_sweep
+
+    sweep = removal_sweep(minilm, sample, "similarity-structure", units=[(5, 10)],
+                          modes=("mean", "zero", "resample", "uniform", "random"))
+    assert set(sweep.harm) == {"mean", "zero", "resample", "uniform", "random"}
+    assert all(np.all(h >= -1e-9) or h.mean() > 0 for h in sweep.harm.values())
+    assert not np.allclose(sweep.harm["mean"], sweep.harm["zero"])
+    assert sweep.measures["mean"]["neighbour_changed"].shape == (1, 10)

@@ -1,0 +1,120 @@
+"""Similarity attributions on the bundled sentence model, pairs files, and head pages that
+render exactly the evidence summary.json holds."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import numpy as np
+import pytest
+
+LIMIT = 8
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from probe.models.registry import load_model
+
+    return load_model("minilm")
+
+
+# ---- pairs files -------------------------------------------------------------------------
+@pytest.mark.parametrize("content, words", [
+    ("A dog runs.\tA dog is running.\nOnly one side here\n", ":2: a pair is two sentences"),
+    ("A dog runs.\t   \n", ":1: the second sentence is empty"),
+    ("# comment\n\n" + "word " * 600 + "\tshort one\n", ":3: the first sentence has"),
+])
+def test_bad_pairs_file_names_file_and_line(minilm, tmp_path, content, words):
+    from probe.analyses.explanation.pairs import read_pairs
+
+    f = tmp_path / "pairs.tsv"
+    f.write_text(content)
+    with pytest.raises(ValueError, match=re.escape(f"{f}{words}")):
+        read_pairs(f, minilm)
+
+
+def test_bad_pairs_file_one_error_line_nothing_written(minilm, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from probe import models
+    from probe.app.cli import command
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: minilm)
+    f = tmp_path / "pairs.tsv"
+    f.write_text("A dog runs.\tA dog is running.\nno tab on this line\n")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(command("faithfulness"), ["--text", "A dog runs.", "--target", "similarity",
+                                                     "--pairs", str(f), "--out", str(out)])
+    assert r.exit_code == 1, r.output
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and f"{f}:2:" in errors[0] and "Traceback" not in r.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_similarity_target_explains_the_pairs_cosine(minilm, tmp_path):
+    from probe.analyses.explanation.attributions import attribute
+    from probe.analyses.explanation.pairs import similarity_target
+
+    f = tmp_path / "pairs.tsv"
+    f.write_text("A man is playing a guitar.\tA person plays an instrument.\n"
+                 "The stock market fell sharply.\tShares dropped on Monday.\n")
+    target, corpus, info = similarity_target(minilm, None, str(f))
+    assert len(corpus) == 2 and "mean pooling" in info["pooling"]
+    encs = [minilm.encode(t) for t in corpus.texts]
+    attrs = attribute(minilm, target, encs, methods=("ig",), n_steps=32)
+    comp = attrs.completeness()
+    assert (comp["relative_error"] < 0.05).all()  # IG sums to f(x) − f(baseline)
+    e = minilm.model(**minilm.batch([minilm.encode("A man is playing a guitar.")])).last_hidden_state.mean(1)
+    o = minilm.model(**minilm.batch([minilm.encode("A person plays an instrument.")])).last_hidden_state.mean(1)
+    cos = float(np.dot(e[0].detach().numpy(), o[0].detach().numpy())
+                / np.linalg.norm(e[0].detach().numpy()) / np.linalg.norm(o[0].detach().numpy()))
+    assert attrs.examples[0].value == pytest.approx(cos, abs=1e-4)
+
+
+# ---- the report: one source of numbers ------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_report(minilm, tmp_path_factory):
+    from probe.app.report.build import build_report
+
+    out = tmp_path_factory.mktemp("sim") / "r"
+    build_report(out, adapter=minilm, limit=LIMIT, sections=["faithfulness", "claims"], strict=True)
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def _claims_items(page: str) -> dict:
+    block = page.split("<h2>Claims</h2>", 1)[1].split("</ul>", 1)[0]
+    out = {}
+    for li in re.findall(r"<li>(.*?)</li>", block, flags=re.S):
+        title = re.search(r"<b>(.*?)</b>", li).group(1)
+        text = html.unescape(re.sub(r"<[^>]+>", "", li.split("</span>: ", 1)[1]))
+        out[title] = text
+    return out
+
+
+@pytest.mark.slow
+def test_every_number_on_a_head_page_is_summary_json(small_report):
+    from probe.analyses.claims.evidence import fmt
+    from probe.app.report.claims_html import TITLES
+
+    out, summary = small_report
+    assert summary["claims"]["counts"]["attribution"]["not tested"] == 0  # tested for every head
+    for h in summary["heads"]:
+        page = (out / h["page"]).read_text()
+        items = _claims_items(page)
+        for kind, c in h["claims"].items():
+            ev = c["evidence"]
+            assert items[TITLES[kind]] == ev["text"], (h["page"], kind)
+            if kind in ("necessity", "weights"):
+                assert ev["count"] == c["count"] == LIMIT
+                assert f"over {LIMIT} examples" in ev["text"]
+                assert fmt(c["effect"], True) in ev["text"] and fmt(c["ci_low"], True) in ev["text"]
+                assert f"floor {fmt(c['null'])}" in ev["text"]
+                assert f"p={fmt(c['extra']['p'])}" in ev["text"]
+        # the evidence block's necessity paragraph is the same object's text, with its count
+        need = page.split("<h3>Does the model need it?</h3>", 1)[1].split("</p>", 1)[0]
+        assert html.unescape(re.sub(r"<[^>]+>", "", need)).rstrip(".") == h["claims"]["necessity"]["evidence"]["text"]
+    md = (out / "report.md").read_text()
+    first = summary["heads"][0]["claims"]["necessity"]["evidence"]["text"]
+    assert first.replace("|", "\\|") in md
