@@ -2,10 +2,16 @@
 
     python bench/bench_report.py                      # the bundled sample (README's command)
     python bench/bench_report.py --conllu ../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu
+    python bench/bench_report.py --document ../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu
+
+``--document`` runs the report on a document made from the treebank's text: 3,000 words
+in 136 lines, the first line about 393 tokens (consecutive sentences joined), as
+``probe report --file`` reads it: the case whose importance step once peaked at 18.9 GB.
 
 Prints wall and CPU seconds of loading, capture, each section and rendering, the peak
-memory, and the ratio of the total to the budget (3 min for the sample, 15 min for EWT dev
-on 2 cores). Writes the report to a temporary directory (or --out).
+RSS after each section (the process's high-water mark so far, so the section that raised it
+shows), and the ratio of the total to the budget (3 min on 2 cores). Writes the report to
+a temporary directory (or --out).
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ def main():
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--sections", default=None, help="comma-separated (default: all)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--document", default=None, metavar="CONLLU",
+                    help="the 136-line document built from this treebank's text, read as --file")
+    ap.add_argument("--memory-budget", default="4G")
+    ap.add_argument("--max-model-examples", type=int, default=None, help="0: every example")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -36,7 +46,10 @@ def main():
     from probe.app.report.bundled import sample_corpus
     from probe.app.report.context import ReportContext
 
-    budget = 15 * 60 if args.conllu else 3 * 60
+    from probe.app.report.build import _model_examples_setting, _overrides
+    from probe.budget import memory_budget, parse_size
+
+    budget = 3 * 60
     clock = {}
     t0, c0 = time.perf_counter(), time.process_time()
 
@@ -46,13 +59,38 @@ def main():
 
     t, c = t0, c0
     adapter = load_model("minilm")
-    corpus = load_corpus(conllu=args.conllu, limit=args.limit) if args.conllu else sample_corpus(args.limit)
+    if args.document:
+        doc = Path(tempfile.mkdtemp()) / "document.txt"
+        doc.write_text("\n".join(long_document(args.document, adapter)) + "\n", encoding="utf-8")
+        corpus = load_corpus(file=str(doc), limit=args.limit)
+    elif args.conllu:
+        corpus = load_corpus(conllu=args.conllu, limit=args.limit)
+    else:
+        corpus = sample_corpus(args.limit)
     corpus = fit_to_model(corpus, adapter)
+    lengths = [len(x) for x in adapter.tokenizer(list(corpus.texts))["input_ids"]]
+    print(f"{len(corpus)} examples, {sum(len(t.split()) for t in corpus.texts)} words, longest {max(lengths)} tokens")
     t, c = lap("load model + corpus", t, c)
-    maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans), progress=True)
+    maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
+                   progress=True)
     t, c = lap(f"capture ({len(maps)} examples)", t, c)
-    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings={"model": "minilm"})
-    data = analyse(ctx, sections=args.sections.split(",") if args.sections else None)
+    settings = {"model": "minilm", **_model_examples_setting(len(corpus), args.max_model_examples)}
+    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings,
+                        overrides=_overrides(None, None, args.max_model_examples))
+    rss = {}
+
+    def progress(i, n, name):
+        rss[name.split(" ")[0]] = _peak_mib()
+        print(f"[{i + 1}/{n}] {name} at {time.perf_counter() - t0:.0f}s, peak RSS so far {rss[name.split(' ')[0]]:.0f} "
+              "MiB", flush=True)
+
+    with memory_budget(parse_size(args.memory_budget)):
+        data = analyse(ctx, sections=args.sections.split(",") if args.sections else None, progress=progress)
+    names = [o.name for o in data.outcomes]
+    after = {}  # peak RSS when each section ended (the next one's start, or the end of all)
+    for j, name in enumerate(names):
+        later = [rss[m] for m in names[j + 1:] if m in rss]
+        after[name] = later[0] if later else _peak_mib()
     t, c = lap("sections", t, c)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "report"
     write_report(data, out, force=True)
@@ -62,10 +100,42 @@ def main():
     for name, (w, cpu) in clock.items():
         print(f"{name:<36} {w:8.1f}s wall {cpu:8.1f}s cpu")
     for o in data.outcomes:
-        print(f"  section {o.name:<14} {o.status:<8} {o.seconds:8.1f}s  {o.reason}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"  section {o.name:<14} {o.status:<8} {o.seconds:8.1f}s  peak RSS so far {after[o.name]:6.0f} MiB  "
+              f"{o.reason}")
+    peak = _peak_mib()
     print(f"total {total:.1f}s wall, {time.process_time() - c0:.1f}s cpu; peak RSS {peak:.0f} MiB; "
           f"{total / budget:.2f} of the {budget // 60}-minute budget; report in {out}")
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def long_document(conllu_path, adapter, lines: int = 136, words: int = 3000, long_tokens: int = 393) -> list:
+    """``lines`` lines holding about ``words`` words of the treebank's text: the first line
+    consecutive sentences (and words of the next) up to ``long_tokens`` tokens, the rest the
+    following sentences shared evenly over the other lines."""
+    import conllu
+
+    with open(conllu_path, encoding="utf-8") as fh:
+        sents = [s.metadata["text"] for s in conllu.parse(fh.read())]
+    n_tok = lambda words_: len(adapter.tokenizer(" ".join(words_))["input_ids"])  # noqa: E731
+    first, k = [], 0
+    while n_tok(first + [sents[k]]) <= long_tokens:
+        first.append(sents[k])
+        k += 1
+    extra = sents[k].split()
+    k += 1
+    while extra and n_tok(first + extra[:1]) <= long_tokens:
+        first.append(extra.pop(0))
+    out, rest, left = [" ".join(first)], [], words - len(" ".join(first).split())
+    while left > 0 and k < len(sents):
+        rest.append(sents[k])
+        left -= len(sents[k].split())
+        k += 1
+    per = len(rest) / (lines - 1)
+    out += [" ".join(rest[round(j * per): round((j + 1) * per)]) for j in range(lines - 1)]
+    return [line for line in out if line]
 
 
 if __name__ == "__main__":

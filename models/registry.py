@@ -147,6 +147,9 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
     if local.exists() and not local.is_dir():
         raise ValueError(f"hf:{path_or_id} is a file; hf: names a model folder (config.json, tokenizer and "
                          f"*.safetensors weights together): use hf:{local.parent}")
+    if local.is_dir():
+        local, st_card = sentence_transformers_module(local)
+        card = {**st_card, **(card or {})}
     source = str(local.resolve()) if local.exists() else path_or_id
     if local.is_dir():
         refuse_custom_code(local)
@@ -222,6 +225,49 @@ def weight_mismatch(source: str, cls, config) -> Optional[str]:
                         return (f"{key} is {list(shape)} in {file.name} but the config ({sizes}) makes it "
                                 f"{list(expected[name])}")
     return None
+
+
+def sentence_transformers_module(directory: Path) -> tuple:
+    """``(folder of the transformer, card)`` of a sentence-transformers folder.
+
+    A sentence-transformers model lists its modules in ``modules.json``; the transformer
+    is the module of type ``…Transformer`` (path ``""`` for the folder itself, or a
+    subfolder such as ``0_Transformer`` in older saves), and the pooling module's
+    ``config.json`` says how token states become the sentence embedding (recorded in the
+    card: ``pooling``). Any other folder is returned as is, with an empty card.
+
+    Raises:
+        ValueError: a ``modules.json`` that is not JSON, or names a missing folder.
+    """
+    modules = directory / "modules.json"
+    if not modules.is_file():
+        return directory, {}
+    try:
+        entries = json.loads(modules.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{modules} is not readable JSON: {exc}") from None
+    if not isinstance(entries, list):
+        raise ValueError(f"{modules} must hold a list of modules")
+    card: dict = {"task": "sentence embeddings (sentence-transformers folder)"}
+    folder = directory
+    for e in entries:
+        if not isinstance(e, dict):
+            continue
+        kind, path = str(e.get("type", "")), str(e.get("path", ""))
+        if kind.endswith("Transformer"):
+            folder = (directory / path) if path else directory
+            if not folder.is_dir():
+                raise ValueError(f"{modules} names the transformer folder {path!r}, which is missing")
+        elif kind.endswith("Pooling"):
+            try:
+                pool = json.loads((directory / path / "config.json").read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            mode = [k[len("pooling_mode_"):].replace("_tokens", "") for k, v in pool.items()
+                    if k.startswith("pooling_mode_") and v is True]
+            if mode:
+                card["pooling"] = "+".join(mode)
+    return folder, card
 
 
 _CODE_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")

@@ -148,3 +148,110 @@ def attention_window(maps, start: int, stop: int, *, layer: int, head: int) -> d
         raise ValueError(f"window [{start}, {stop}) is not inside the {n} tokens; use 0 ≤ start < stop ≤ {n}")
     w = maps.head(layer, head)[start:stop, start:stop].float()
     return {"weights": w, "tokens": tuple(maps.tokens[start:stop]), "mass": w.sum(-1)}
+
+
+# ---- inputs longer than the model's limit: windows or truncation ------------------
+def check_window(window: Optional[int], stride: Optional[int], truncate: bool = False,
+                 limit: Optional[int] = None) -> None:
+    """Refuse bad ``--window``/``--stride``/``--truncate`` values (before a model loads).
+
+    Raises:
+        ValueError: a non-positive window or stride, a stride without a window, a stride
+            not smaller than the window, a window larger than the model's ``limit``
+            (tokens, when known), or ``--truncate`` with ``--window``.
+    """
+    if window is None:
+        if stride is not None:
+            raise ValueError("--stride needs --window N (the window's length in tokens)")
+        return
+    if truncate:
+        raise ValueError("--truncate and --window are alternatives: give one of them")
+    if window < 1:
+        raise ValueError(f"--window must be a positive number of tokens, got {window}")
+    if limit is not None and window > limit:
+        raise ValueError(f"--window {window} is larger than the model's limit of {limit} tokens: "
+                         f"use --window {limit} or less")
+    if stride is not None:
+        if stride < 1:
+            raise ValueError(f"--stride must be a positive number of tokens, got {stride}")
+        if stride >= window:
+            raise ValueError(f"--stride {stride} must be smaller than --window {window} (windows overlap by "
+                             "window − stride tokens)")
+
+
+def default_stride(window: int) -> int:
+    """Half a window: every token is seen by two windows (except at the ends)."""
+    return max(1, window // 2)
+
+
+def _content_offsets(adapter, text: str) -> list:
+    """Character ``(start, end)`` of each non-special token of ``text``."""
+    enc = adapter.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [tuple(o) for o in enc["offset_mapping"]]
+
+
+def _specials(adapter) -> int:
+    return len(adapter.tokenizer("", add_special_tokens=True)["input_ids"])
+
+
+def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
+    """Each example longer than ``window`` tokens split into overlapping windows.
+
+    Window ``j`` of an example holds its content tokens ``j·stride … j·stride + w`` (``w``
+    = ``window`` minus the model's special tokens), cut from the text at token
+    boundaries, and becomes an example of its own (``[CLS] … [SEP]`` added as for any
+    input); the last window ends at the example's end. **How windows are joined:** they
+    are not merged into one map: every window is an example, so per-head statistics
+    average over windows like over sentences, and a token in an overlap counts once per
+    window that holds it. Examples that fit are kept whole. Treebank sentences (their
+    word annotation would be cut) are kept only when they fit.
+
+    Returns ``(corpus, windows)``: the new corpus and ``{original index: number of
+    windows}`` for the examples that were split.
+    """
+    from probe.inputs import Corpus
+
+    stride = stride or default_stride(window)
+    check_window(window, stride)
+    room = window - _specials(adapter)
+    if room < 1:
+        raise ValueError(f"--window {window} leaves no room for text beside the model's special tokens")
+    lengths = [len(_content_offsets(adapter, t)) for t in corpus.texts]
+    if corpus.sentences or corpus.examples or corpus.word_spans:
+        keep = [i for i, n in enumerate(lengths) if n <= room]
+        return corpus.subset(keep, reason=f"annotated example longer than --window {window} tokens (windows "
+                             "split plain text only)"), {}
+    texts, split = [], {}
+    for i, text in enumerate(corpus.texts):
+        if lengths[i] <= room:
+            texts.append(text)
+            continue
+        offs = _content_offsets(adapter, text)
+        starts = sorted(set(range(0, len(offs) - room, stride)) | {len(offs) - room})
+        texts.extend(text[offs[s][0]: offs[s + room - 1][1]] for s in starts)
+        split[i] = len(starts)
+    return Corpus(texts=tuple(texts), source=corpus.source, skipped=dict(corpus.skipped)), split
+
+
+def truncate_corpus(corpus, adapter, limit: Optional[int] = None):
+    """Each example cut to its first ``limit`` (default the model's) tokens, at a token
+    boundary; returns ``(corpus, n_truncated)``. Treebank sentences too long are skipped
+    instead (their annotation would be cut)."""
+    from probe.inputs import Corpus
+
+    limit = limit or adapter.max_length
+    room = limit - _specials(adapter)
+    texts, n = [], 0
+    for text in corpus.texts:
+        offs = _content_offsets(adapter, text)
+        if len(offs) <= room:
+            texts.append(text)
+            continue
+        n += 1
+        texts.append(text[: offs[room - 1][1]])
+    if not n:
+        return corpus, 0
+    if corpus.sentences or corpus.examples or corpus.word_spans:
+        keep = [i for i, t in enumerate(corpus.texts) if len(_content_offsets(adapter, t)) <= room]
+        return corpus.subset(keep, reason=f"annotated example longer than {limit} tokens (not truncated)"), 0
+    return Corpus(texts=tuple(texts), source=corpus.source, skipped=dict(corpus.skipped)), n

@@ -464,7 +464,15 @@ def default_metric(adapter, corpus=None) -> tuple:
     encoders such as the bundled minilm, which have no head to compute a loss with)."""
     metrics = applicable_metrics(adapter, corpus)
     if "loss" in metrics:
-        why = "the zoo task's loss" if _zoo_task(adapter) else "the model's language-model loss"
+        if _zoo_task(adapter):
+            why = "the zoo task's loss"
+        elif adapter.arch == "encoder":
+            why = (f"the masked-LM loss of the sentence's own tokens ({MASK_FRACTION:.0%} masked) from "
+                   f"{type(adapter.model).__name__}'s head")
+        elif adapter.arch == "decoder":
+            why = f"the next-token loss from {type(adapter.model).__name__}'s head"
+        else:
+            why = "the teacher-forced loss of the targets"
         return "loss", why
     return "embedding-drift", "the model has no language-model or task head (a sentence encoder)"
 

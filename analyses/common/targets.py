@@ -31,8 +31,8 @@ from probe.errors import NotApplicable
 
 from .metrics import ModelScalar, token_nll
 
-__all__ = ["Target", "ClassLogit", "LMLoss", "ProbeLogit", "CallableTarget", "scalar_function",
-           "check_scalar"]
+__all__ = ["Target", "ClassLogit", "LMLoss", "ProbeLogit", "OwnTokensLoss", "CallableTarget", "scalar_function",
+           "check_scalar", "hidden_states"]
 
 
 def check_scalar(value, batch: int, name: str = "target") -> torch.Tensor:
@@ -230,11 +230,7 @@ class ProbeLogit(Target):
         self.name = name
 
     def embed(self, out, attention_mask) -> torch.Tensor:
-        h = getattr(out, "last_hidden_state", None)
-        if h is None:
-            h = out[0] if isinstance(out, (tuple, list)) else out
-        if h.dim() != 3:
-            raise ValueError(f"a probe target needs hidden states [batch, seq, d]; got {tuple(h.shape)}")
+        h = hidden_states(out)
         m = attention_mask.to(h.dtype).unsqueeze(-1)
         pooled = (h * m).sum(1) / m.sum(1).clamp(min=1)
         if self.normalize:
@@ -242,9 +238,11 @@ class ProbeLogit(Target):
         return pooled
 
     def forward(self, adapter, input_ids, attention_mask):
+        """The encoder underneath a task head (``base_model``): its last hidden state."""
         if adapter.arch != "encoder":
             raise ValueError("a probe target pools an encoder's hidden states; this model is a " + adapter.arch)
-        return super().forward(adapter, input_ids, attention_mask)
+        base = getattr(adapter.model, "base_model", adapter.model)
+        return base(input_ids=input_ids, attention_mask=attention_mask)
 
     def scalar(self, out, attention_mask, aux):
         pooled = self.embed(out, attention_mask)
@@ -257,6 +255,66 @@ class ProbeLogit(Target):
 
     def reads(self, n_tokens: int, adapter=None) -> tuple:
         return tuple(range(n_tokens))  # mean pooling reads every position
+
+
+def hidden_states(out) -> torch.Tensor:
+    """The last hidden state ``[batch, seq, d]`` of a model output.
+
+    Raises:
+        ValueError: an output that holds none (a task head's logits only), naming its type.
+    """
+    h = getattr(out, "last_hidden_state", None)
+    if h is None and getattr(out, "hidden_states", None) is not None:
+        h = out.hidden_states[-1]
+    if h is None and isinstance(out, (tuple, list)) and out and torch.is_tensor(out[0]):
+        h = out[0]
+    if h is None and torch.is_tensor(out):
+        h = out
+    if not torch.is_tensor(h) or h.dim() != 3:
+        got = type(out).__name__ if not torch.is_tensor(h) else f"shape {tuple(h.shape)}"
+        raise ValueError(f"this target needs hidden states [batch, seq, d], but the model's output is {got}; "
+                         "run it on the encoder underneath the head (model.base_model)")
+    return h
+
+
+class OwnTokensLoss(Target):
+    """Masked-LM loss of a sentence's own tokens: the mean over its word tokens of
+    ``−log p(token_i)`` read from the MLM head's logits at position ``i`` (the input
+    unmasked, so one forward gives every position; Devlin et al. 2019's MLM objective
+    without the corruption). Spec ``mlm``; an MLM checkpoint's default target.
+
+    ``aux`` is ``[batch, seq]``: the token ids to score, ``−100`` at special and padding
+    positions.
+    """
+
+    name = "mlm"
+
+    def aux(self, adapter, input_ids, attention_mask):
+        special = torch.tensor(sorted(set(getattr(adapter.tokenizer, "all_special_ids", []) or [])),
+                               dtype=input_ids.dtype, device=input_ids.device)
+        keep = attention_mask.bool() & ~torch.isin(input_ids, special)
+        return torch.where(keep, input_ids, torch.full_like(input_ids, -100))
+
+    def _logits(self, out) -> torch.Tensor:
+        logits = _logits(out)
+        if logits.dim() != 3:
+            raise ValueError(f"the mlm target needs per-position logits [batch, seq, vocab] (a masked-LM head); "
+                             f"the model gives {tuple(logits.shape)}")
+        return logits
+
+    def scalar(self, out, attention_mask, aux):
+        keep = aux != -100
+        nll = token_nll(self._logits(out), aux)
+        return (nll * keep).sum(-1) / keep.sum(-1).clamp(min=1)
+
+    def distribution(self, out, attention_mask, aux):
+        """The vocabulary distribution averaged over the scored positions ``[batch, vocab]``."""
+        keep = (aux != -100).unsqueeze(-1).float()
+        p = torch.softmax(self._logits(out).float(), -1)
+        return (p * keep).sum(1) / keep.sum(1).clamp(min=1)
+
+    def reads(self, n_tokens: int, adapter=None) -> tuple:
+        return tuple(range(n_tokens))
 
 
 class CallableTarget(Target):
@@ -306,11 +364,13 @@ def parse_target(spec: str, adapter, probe: Optional[Target] = None) -> Target:
             return ClassLogit(None if arg in ("", "predicted") else int(arg))
         if kind == "loss":
             return LMLoss(int(arg))
+        if kind == "mlm" and not arg:
+            return OwnTokensLoss()
     except ValueError:
         raise ValueError(f"target {spec!r}: expected an integer after '{kind}:'") from None
     if kind == "probe" and probe is not None:
         return probe
-    raise ValueError(f"unknown target {spec!r}; use logit, logit:<class>, loss:<position> "
+    raise ValueError(f"unknown target {spec!r}; use logit, logit:<class>, loss:<position>, mlm "
                      "or probe:<property> (bundled sentence model)")
 
 

@@ -195,17 +195,21 @@ def attribute(
 
     f = scalar_function(adapter, target)
     emb = adapter.embeddings()
-    order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
+    from probe.budget import length_groups, rows_for
+
+    # groups of similar length, each as many examples as fit one forward under the memory
+    # budget (probe.budget): a long input gets few rows per forward
+    groups = length_groups([len(e) for e in encodings], adapter, batch_size, grad=True)[::-1]
     out: list = [None] * len(encodings)
-    starts = range(0, len(order), batch_size)
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=len(encodings), unit="ex", desc="attributions")
     try:
-        for s in starts:
-            idx = order[s: s + batch_size]
+        for idx in groups:
+            idx = sorted(idx, key=lambda i: len(encodings[i]))
             encs = [encodings[i] for i in idx]
+            rows = rows_for(adapter, max(len(e) for e in encs), internal_batch_size, grad=True)
             inputs = adapter.batch(encs)
             ids, mask = inputs["input_ids"], inputs["attention_mask"]
             aux = target.aux(adapter, ids, mask)
@@ -219,7 +223,7 @@ def attribute(
             if "ig" in methods:
                 lig = LayerIntegratedGradients(f, emb)
                 attr, delta = lig.attribute(ids, baselines=base, additional_forward_args=args,
-                                            n_steps=n_steps, internal_batch_size=internal_batch_size,
+                                            n_steps=n_steps, internal_batch_size=max(rows, len(idx)),
                                             return_convergence_delta=True)
                 scores["ig"] = attr.sum(-1).detach()
             if "saliency" in methods or "input_x_gradient" in methods:
@@ -232,7 +236,7 @@ def attribute(
                         scores["input_x_gradient"] = (emb(ids) * grad).sum(-1)
             if "blank_out" in methods:
                 feature_mask = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-                per_eval = max(1, internal_batch_size // len(idx))
+                per_eval = max(1, rows // len(idx))
                 with torch.no_grad():
                     scores["blank_out"] = FeatureAblation(f).attribute(
                         ids, baselines=base, additional_forward_args=args, feature_mask=feature_mask,

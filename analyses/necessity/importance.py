@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probe.analyses.common.metrics import as_corpus, get_metric, prepare
+from probe.analyses.common.metrics import Chunk, Metric, as_corpus, get_metric, prepare
+from probe.budget import length_groups, rows_for
 from probe.interventions import HeadGates
 
 log = logging.getLogger(__name__)
@@ -84,11 +85,52 @@ def _base_gates(adapter, mask, stack) -> torch.Tensor:
     return mask
 
 
+def _lengths(adapter, corpus) -> list:
+    """Token count of every example (the model's tokenizer, special tokens included)."""
+    spans = corpus.word_spans
+    return [len(adapter.encode(corpus.texts[i], spans[i] if spans else None)) for i in range(len(corpus))]
+
+
+@torch.no_grad()
+def sized_chunks(adapter, corpus, metric: Metric, batch_size: int = 16) -> list:
+    """Like :func:`probe.analyses.common.metrics.prepare`, but each chunk holds examples
+    of similar length (longest first), as many (at most ``batch_size``) as fit one
+    forward with gradients under the memory budget (:mod:`probe.budget`): a long input
+    no longer pads a whole batch to its length, and its rows are few."""
+    try:
+        lengths = _lengths(adapter, corpus)
+    except (AttributeError, TypeError, ValueError):  # inputs the metric builds itself (zoo tasks)
+        return prepare(adapter, corpus, metric, batch_size)
+    chunks = []
+    for idx in length_groups(lengths, adapter, batch_size, grad=True):
+        idx = sorted(idx)
+        batch = metric.make_batch(adapter, corpus, idx)
+        out = metric.forward(adapter, batch)
+        ref = metric.reference(out, batch)
+        chunks.append(Chunk(tuple(idx), batch, ref, metric.score(out, batch, ref).detach()))
+    return chunks
+
+
+def _bar(chunks: list, progress: bool, desc: str):
+    """The chunks, with a progress bar counting examples (items, rate, ETA) when ``progress``."""
+    if not progress:
+        yield from chunks
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=sum(len(ch.indices) for ch in chunks), unit="ex", desc=desc) as bar:
+        for ch in chunks:
+            yield ch
+            bar.update(len(ch.indices))
+
+
 def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size: int = 16,
-                        chunks: Optional[list] = None, stack: Optional[str] = None) -> ImportanceResult:
+                        chunks: Optional[list] = None, stack: Optional[str] = None,
+                        progress: bool = False) -> ImportanceResult:
     """Michel et al.'s ``E_x |∂L(x)/∂ξ_h|`` at ξ = ``mask`` (default all ones).
 
-    One forward and one backward per chunk of examples.
+    One forward and one backward per chunk of examples; chunks group examples of similar
+    length, as many as the memory budget allows (:func:`sized_chunks`).
 
     Raises:
         ValueError: a non-differentiable metric, or one whose gradient vanishes at the
@@ -103,10 +145,10 @@ def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size
         raise ValueError(f"{metric.name!r} is zero with zero gradient on the unablated model, so "
                          "|∂L/∂ξ| vanishes: use method 'ig' (integrated gradients over the gates)")
     base = _base_gates(adapter, mask, stack).to(adapter.device)
-    chunks = chunks if chunks is not None else prepare(adapter, corpus, metric, batch_size)
+    chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, metric, batch_size)
     total = torch.zeros_like(base, dtype=torch.float64)
     n = 0
-    for ch in chunks:
+    for ch in _bar(chunks, progress, "importance (gradient)"):
         gates = base.expand(ch.batch.rows, *base.shape).clone().requires_grad_(True)
         with torch.enable_grad():
             with HeadGates(adapter, gates, stack):
@@ -122,7 +164,7 @@ def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size
 
 def ig_importance(adapter, corpus, metric="loss", *, mask=None, n_steps: int = 20, batch_size: int = 16,
                   max_rows: int = 256, chunks: Optional[list] = None,
-                  stack: Optional[str] = None) -> ImportanceResult:
+                  stack: Optional[str] = None, progress: bool = False) -> ImportanceResult:
     """Integrated gradients of the mean metric over head gates, from ξ = 0 to ξ = ``mask``
     (default all ones), with captum's ``IntegratedGradients`` (Gauss–Legendre, ``n_steps``).
 
@@ -141,11 +183,13 @@ def ig_importance(adapter, corpus, metric="loss", *, mask=None, n_steps: int = 2
     if n_steps < 2:
         raise ValueError(f"n_steps must be ≥ 2, got {n_steps}")
     base = _base_gates(adapter, mask, stack).to(adapter.device)
-    chunks = chunks if chunks is not None else prepare(adapter, corpus, metric, batch_size)
+    chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, metric, batch_size)
     total = torch.zeros_like(base, dtype=torch.float64)
     deltas, n = [], 0
-    for ch in chunks:
+    for ch in _bar(chunks, progress, f"importance (IG, {n_steps} steps)"):
         b = ch.batch.rows
+        # rows of one forward (steps × b) sized from this chunk's length under the budget
+        per_forward = rows_for(adapter, int(ch.batch.inputs["input_ids"].shape[1]), max_rows, grad=True)
 
         def f(g, ch=ch, b=b):
             k = g.shape[0]
@@ -159,7 +203,7 @@ def ig_importance(adapter, corpus, metric="loss", *, mask=None, n_steps: int = 2
         ig = IntegratedGradients(f)
         with torch.enable_grad():
             attr, delta = ig.attribute(base[None], baselines=torch.zeros_like(base)[None], n_steps=n_steps,
-                                       internal_batch_size=max(1, max_rows // b), return_convergence_delta=True)
+                                       internal_batch_size=max(1, per_forward // b), return_convergence_delta=True)
         total += attr[0].detach().double().cpu() * b
         deltas.append(float(delta.abs().sum()) * b)
         n += b

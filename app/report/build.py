@@ -88,16 +88,17 @@ def _special_names(maps) -> tuple:
 
 
 def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict: bool = False,
-            progress=None) -> ReportData:
+            progress=None, partial=None) -> ReportData:
     """Run the report sections on ``ctx`` and derive per-head facts and verdicts.
 
     ``progress(i, n, name)`` is called before each section runs (the CLI prints a line).
+    ``partial`` (:class:`.resume.PartialReport`) keeps finished sections and resumes them.
 
     Raises:
         ValueError: an unknown section name.
     """
     t0 = time.perf_counter()
-    outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress)
+    outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress, partial=partial)
     data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
     cls, sep = _special_names(ctx.maps)
     ran = ctx.results.get("claims")
@@ -192,7 +193,10 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
                  file: Optional[str] = None, conllu: Optional[str] = None, limit: Optional[int] = None,
                  force: bool = False, sections: Optional[Sequence[str]] = None, device: str = "cpu",
                  batch_size: int = 16, adapter=None, strict: bool = False,
-                 progress=False) -> ReportData:
+                 progress=False, memory_budget: Optional[int] = None, objective: Optional[str] = None,
+                 target: Optional[str] = None, max_model_examples: Optional[int] = None,
+                 resume: bool = True, window: Optional[int] = None, stride: Optional[int] = None,
+                 truncate: bool = False) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
     With no input (``text``/``file``/``conllu``) the bundled sample is used (a
@@ -204,6 +208,19 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
         model: a :func:`models.load_model` spec (ignored when ``adapter`` is given).
         sections: names of the sections to run (default: all default sections).
         strict: raise an analysis' error instead of listing the section as failed.
+        memory_budget: bytes the process may use (:mod:`probe.budget`; default 4 GiB):
+            forwards with gradients are sized from the input length to fit it.
+        objective: the metric of ablation/importance/claims (``auto``: chosen per model
+            and printed); ``target``: what faithfulness explains (``auto`` likewise).
+        max_model_examples: most examples the model-running sections (ablation,
+            importance, claims) use; ``0`` for the whole corpus; default their own cap.
+        window, stride: split examples longer than ``window`` tokens into overlapping
+            windows ``stride`` tokens apart (default half a window), each analysed as an
+            example (:func:`probe.long_inputs.window_corpus` says how they are joined).
+        truncate: cut examples longer than the model's limit to it instead.
+        resume: keep each finished section in ``.OUT.partial/`` beside ``out`` and, when
+            a previous run of the same command left one, resume from its finished
+            sections (:mod:`.resume`); ``False`` discards it and starts afresh.
         progress: ``True`` for a capture bar and one line per section on stderr, or a
             callable ``progress(i, n, name)`` called before each section.
 
@@ -214,15 +231,20 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
         ValueError: bad input (see :func:`probe.inputs.load_corpus`), unknown model or
             section, ``out`` exists without ``force``, nothing left to capture.
     """
-    from probe.models import load_model
+    from probe.budget import DEFAULT_BUDGET, check_budget, format_size
+    from probe.budget import memory_budget as budget_in_force
     from probe.capture import capture
     from probe.inputs import fit_to_model, load_corpus
+    from probe.long_inputs import check_window
+    from probe.models import load_model
 
     from .bundled import sample_corpus
+    from .resume import PartialReport, corpus_digest, fingerprint
 
     t_start = time.perf_counter()
     out = _check_out(out, force)  # resolved once (a link followed), proved writable, before any compute
     choose(sections)  # unknown names fail before the slow part
+    check_window(window, stride, truncate, None if adapter is not None else peek_limit(model))
     if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
         corpus = load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model)
         source = "given"
@@ -232,11 +254,25 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
         return _write_from_maps(out, model, corpus, _rnn_zoo_maps(model, corpus), sections, strict, force,
                                 source, limit, t_start)
+    budget = memory_budget or DEFAULT_BUDGET
     if adapter is None:
         adapter = load_model(model, device=device)
-    corpus = fit_to_model(corpus, adapter)
+    corpus, long_note = _cut_long(corpus, adapter, window, stride, truncate)
+    try:
+        corpus = fit_to_model(corpus, adapter)
+    except ValueError as exc:  # every input too long: the report can cut them
+        raise ValueError(f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) "
+                         "or --truncate") from None
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
+    check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
+    overrides = _overrides(objective, target, max_model_examples)
+    partial = PartialReport(out, fingerprint(model=adapter.name, model_info=adapter.describe(), input=source,
+                                             corpus=corpus_digest(corpus), examples=len(corpus), limit=limit,
+                                             sections=[s.name for s in choose(sections)], overrides=overrides,
+                                             batch_size=batch_size, device=device, window=window,
+                                             stride=stride, truncate=truncate),
+                            fresh=not resume)
     t0 = time.perf_counter()
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
                    targets=list(corpus.targets) if corpus.targets else None, batch_size=batch_size,
@@ -244,11 +280,18 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     t_capture = time.perf_counter() - t0
     settings = {"model": adapter.name, "model_info": adapter.describe(), "input": source,
                 "limit": limit, "device": device, "capture seconds": round(t_capture, 2),
+                "memory budget": format_size(budget),
                 "unknown tokens": _unknown_summary(corpus, adapter)}
-    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings)
-    data = analyse(ctx, sections=sections, strict=strict,
-                   progress=progress if callable(progress) else (_print_progress if progress else None))
+    settings.update(_model_examples_setting(len(corpus), max_model_examples))
+    if long_note:
+        settings["long inputs"] = long_note
+    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings, overrides=overrides,
+                        echo=bool(progress), quiet=not progress)
+    with budget_in_force(budget):
+        data = analyse(ctx, sections=sections, strict=strict, partial=partial,
+                       progress=progress if callable(progress) else (_print_progress if progress else None))
     write_report(data, out, force=force)
+    partial.discard()
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
@@ -263,6 +306,77 @@ def _unknown_summary(corpus, adapter) -> str:
         return f"none ({name} in 0 of {len(counts)} examples)"
     listed = ", ".join(f"example {k}: {counts[k]}" for k in hit[:10]) + (", …" if len(hit) > 10 else "")
     return f"{sum(counts)} {name} in {len(hit)} of {len(counts)} examples ({listed})"
+
+
+def peek_limit(model) -> Optional[int]:
+    """The longest input (tokens) of ``model`` read from its config without loading
+    weights (``minilm`` and ``hf:`` folders); ``None`` when it cannot be told."""
+    import json
+
+    from probe.models.registry import minilm_path
+
+    spec = str(model or "minilm")
+    try:
+        folder = minilm_path() if spec == "minilm" else Path(spec[3:]).expanduser() if spec.startswith("hf:") else None
+        if folder is None:
+            return None
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for k in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        if isinstance(cfg.get(k), int) and cfg[k] > 0:
+            return int(cfg[k])
+    return None
+
+
+def _cut_long(corpus, adapter, window, stride, truncate) -> tuple:
+    """``(corpus, note)``: over-length examples windowed or truncated, and what was done."""
+    from probe.long_inputs import check_window, default_stride, truncate_corpus, window_corpus
+
+    if window is not None:
+        check_window(window, stride, truncate, adapter.max_length)
+        stride = stride or default_stride(window)
+        cut, split = window_corpus(corpus, adapter, window, stride)
+        if not split:
+            return cut, f"--window {window} --stride {stride}: no example was longer than {window} tokens"
+        return cut, (f"{len(split)} example(s) longer than {window} tokens split into {sum(split.values())} "
+                     f"overlapping windows ({window} tokens, {stride} apart, each with the model's special tokens); "
+                     "each window is analysed as an example of its own, so statistics average over windows and "
+                     "a token in an overlap counts once per window")
+    if truncate:
+        cut, n = truncate_corpus(corpus, adapter)
+        return cut, f"--truncate: {n} example(s) cut to the model's first {adapter.max_length} tokens"
+    return corpus, ""
+
+
+def _longest(corpus, adapter) -> int:
+    """Tokens of the longest example (special tokens included)."""
+    ids = adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]
+    return max((len(x) for x in ids), default=1)
+
+
+def _overrides(objective, target, max_model_examples) -> dict:
+    """Section parameters set on the command line (``auto`` leaves the choice to the section)."""
+    out: dict = {}
+    if objective and objective != "auto":
+        out["metric"] = objective
+        out["objective"] = objective
+    if target and target != "auto":
+        out["target"] = target
+    if max_model_examples is not None:
+        out["max_model_examples"] = max_model_examples or None  # 0: the whole corpus
+    return out
+
+
+def _model_examples_setting(n: int, max_model_examples) -> dict:
+    """The cap of the model-running sections, stated on the index page and in summary.json."""
+    from probe.app.registry.analyses._shared import MODEL_EXAMPLES
+
+    cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
+    if cap is None or n <= cap:
+        return {"model-run examples": f"all {n} (ablation, importance, claims)"}
+    return {"model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
+                                  "(--max-model-examples 0 runs them on every example)"}
 
 
 def _is_rnn_zoo(model) -> bool:

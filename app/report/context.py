@@ -47,6 +47,11 @@ class ReportContext:
     params: dict = field(default_factory=dict)
     quiet: bool = True
     workdir: Optional[object] = None
+    #: parameters the user set on ``probe report`` (``metric``, ``target``,
+    #: ``max_model_examples``), applied to every section that declares them
+    overrides: dict = field(default_factory=dict)
+    #: print the choices made for the user (:meth:`say`) as they are made
+    echo: bool = False
 
     @property
     def engine_run(self) -> None:
@@ -55,10 +60,18 @@ class ReportContext:
         return None
 
     def say(self, line: str) -> None:
-        """A line for people: logged (the report lists its choices in the notes)."""
+        """A line for people (a choice made for the user, e.g. the objective): logged, kept
+        under ``settings["choices"]`` (index page, summary.json) and, when ``echo``,
+        printed to stderr."""
         import logging
+        import sys
 
         logging.getLogger(__name__).info("%s", line)
+        choices = self.settings.setdefault("choices", [])
+        if line not in choices:
+            choices.append(line)
+            if self.echo:
+                print(f"  {line}", file=sys.stderr, flush=True)
 
     @property
     def progress(self) -> bool:

@@ -111,50 +111,80 @@ def run_section(ctx, sec) -> Result:
     """Run one section on ``ctx`` with its report parameters."""
     params = sec.defaults()
     params.update(sec.report_params)
+    # the report's own options (--objective, --target, --max-model-examples) for the
+    # sections that declare them
+    params.update({k: v for k, v in (getattr(ctx, "overrides", None) or {}).items() if k in params})
     ctx.params = params
     fn = sec.section if callable(sec.section) else sec.run
     return fn(ctx)
 
 
-def run_sections(ctx, sections, strict: bool = False, progress=None) -> list:
+def run_sections(ctx, sections, strict: bool = False, progress=None, partial=None) -> list:
     """Run ``sections`` in order on ``ctx`` and store each result in ``ctx.results``.
 
     ``progress(i, n, name)`` is called before each section that runs. Returns a list of
     :class:`SectionOutcome`. With ``strict``, an analysis error is raised instead of
-    being recorded as *failed* (tests use this).
+    being recorded as *failed* (tests use this). ``partial``
+    (:class:`probe.app.report.resume.PartialReport`) saves each finished section and
+    gives back those a previous run finished (not run again).
     """
     outcomes = []
     for i, sec in enumerate(sections):
-        t0 = time.perf_counter()
-        reason = _unmet(ctx, sec)
-        if reason is not None:
-            log.info("section %s skipped: %s", sec.name, reason)
-            _note_skip(ctx, sec.name, reason)
-            outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", reason))
+        saved = partial.load(sec.name) if partial is not None else None
+        if saved is not None:
+            if progress:
+                progress(i, len(sections), f"{sec.name} (resumed: finished by the previous run)")
+            if saved.status == "ran":
+                ctx.results[sec.name] = saved.result
+            else:
+                _note_skip(ctx, sec.name, saved.reason)
+            for line in partial.said(sec.name):  # the choices it made for the user, said again
+                ctx.say(line)
+            outcomes.append(saved)
             continue
-        if progress:
-            progress(i, len(sections), sec.name)
-        try:
-            result = run_section(ctx, sec)
-        except NotApplicable as exc:
-            # the analysis does not apply to this input (too few sentences, no applicable
-            # metric…): the only source of "skipped", with the analysis' own reason
-            _note_skip(ctx, sec.name, exc.reason)
-            outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", exc.reason,
-                                           time.perf_counter() - t0))
-            continue
-        except Exception as exc:  # anything else is a bug: the section failed, with its type
-            if strict:
-                raise
-            log.exception("section %s failed", sec.name)
-            _note_skip(ctx, sec.name, f"failed: {type(exc).__name__}: {exc}")
-            outcomes.append(SectionOutcome(sec.name, sec.title, "failed", f"{type(exc).__name__}: {exc}",
-                                           time.perf_counter() - t0))
-            continue
-        ctx.results[sec.name] = result
-        outcomes.append(SectionOutcome(sec.name, sec.title, "ran", "", time.perf_counter() - t0, result))
-        log.info("section %s ran in %.1fs", sec.name, outcomes[-1].seconds)
+        n_before = len(outcomes)
+        choices = getattr(ctx, "settings", {}).get("choices", [])
+        said_before = len(choices)
+        _run_one(ctx, sec, i, len(sections), outcomes, strict, progress)
+        if partial is not None and len(outcomes) > n_before:
+            said = list(getattr(ctx, "settings", {}).get("choices", [])[said_before:])
+            partial.save(outcomes[-1], said=said)
     return outcomes
+
+
+def _run_one(ctx, sec, i: int, n: int, outcomes: list, strict: bool, progress) -> None:
+    """Run one section, appending its :class:`SectionOutcome` to ``outcomes``."""
+    t0 = time.perf_counter()
+    reason = _unmet(ctx, sec)
+    if reason is not None:
+        log.info("section %s skipped: %s", sec.name, reason)
+        _note_skip(ctx, sec.name, reason)
+        outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", reason))
+        return
+    if progress:
+        progress(i, n, sec.name)
+    try:
+        result = run_section(ctx, sec)
+    except NotApplicable as exc:
+        # the analysis does not apply to this input (too few sentences, no applicable
+        # metric…): the only source of "skipped", with the analysis' own reason
+        _note_skip(ctx, sec.name, exc.reason)
+        outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", exc.reason,
+                                       time.perf_counter() - t0))
+        return
+    except Exception as exc:  # anything else is a bug: the section failed, with its type
+        if strict:
+            raise
+        # one line mid-run (the report lists the failure); the traceback with --verbose
+        log.error("section %s failed: %s: %s", sec.name, type(exc).__name__, exc)
+        log.debug("section %s traceback", sec.name, exc_info=True)
+        _note_skip(ctx, sec.name, f"failed: {type(exc).__name__}: {exc}")
+        outcomes.append(SectionOutcome(sec.name, sec.title, "failed", f"{type(exc).__name__}: {exc}",
+                                       time.perf_counter() - t0))
+        return
+    ctx.results[sec.name] = result
+    outcomes.append(SectionOutcome(sec.name, sec.title, "ran", "", time.perf_counter() - t0, result))
+    log.info("section %s ran in %.1fs", sec.name, outcomes[-1].seconds)
 
 
 def _note_skip(ctx, name: str, reason: str) -> None:

@@ -7,14 +7,33 @@ from __future__ import annotations
 from probe.app.registry import Analysis, Param, Result, SkipAnalysis
 
 
+def _head_kind(adapter) -> str:
+    """``mlm``, ``sequence-classification``, ``token-classification`` or ``""`` (no head
+    or another one), from the loaded class (``config.architectures`` chose it)."""
+    name = type(adapter.model).__name__
+    if name.endswith("ForMaskedLM") or (adapter.arch == "encoder" and name.endswith("ForPreTraining")):
+        return "mlm"
+    if name.endswith("ForSequenceClassification"):
+        return "sequence-classification"
+    if name.endswith("ForTokenClassification"):
+        return "token-classification"
+    return ""
+
+
 def default_target(ctx) -> str:
     """``loss:-1`` (the next-token loss of the last token) for causal language models,
-    ``logit`` for models with a classifier head (zoo), ``similarity`` (cosine similarity to
-    the nearest neighbour, or to ``--pairs``) for sentence encoders; :class:`SkipAnalysis` otherwise."""
+    ``logit`` for models with a classifier head (zoo, ``*ForSequenceClassification``),
+    ``mlm`` (the masked-LM loss of the sentence's own tokens) for a masked-LM checkpoint,
+    ``similarity`` (cosine similarity to the nearest neighbour, or to ``--pairs``) for
+    sentence encoders and the encoder underneath any other head; :class:`SkipAnalysis`
+    otherwise."""
+    head = _head_kind(ctx.adapter)
     if ctx.adapter.causal:
         return "loss:-1"
-    if str(ctx.adapter.name).startswith("zoo:") or ctx.corpus.examples:
+    if str(ctx.adapter.name).startswith("zoo:") or ctx.corpus.examples or head == "sequence-classification":
         return "logit"
+    if head == "mlm":
+        return "mlm"
     if ctx.adapter.arch == "encoder":  # a sentence encoder: the similarity of sentence pairs, its own output
         return "similarity"
     if ctx.corpus.sentences:
@@ -28,7 +47,8 @@ def _target(ctx) -> str:
     if chosen not in (None, "auto"):
         return chosen
     target = default_target(ctx)
-    ctx.say(f"target: {target} (chosen for {ctx.adapter.name}; choose with --target)")
+    ctx.say(f"target: {target} (chosen for {ctx.adapter.name}, a {type(ctx.adapter.model).__name__}; "
+            "choose with --target)")
     return target
 
 

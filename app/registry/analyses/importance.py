@@ -17,7 +17,8 @@ def run_importance(ctx) -> Result:
 
     corpus, cut = model_corpus(ctx)
     res = head_importance(ctx.adapter, corpus, metric=metric(ctx, corpus), method=ctx.params["method"],
-                          batch_size=ctx.params["batch_size"], n_steps=ctx.params["ig_steps"])
+                          batch_size=ctx.params["batch_size"], n_steps=ctx.params["ig_steps"],
+                          progress=ctx.progress and len(corpus) > 1)
     t = res.to_frame()
     per_head = t[["layer", "head", "importance", "rank"]].rename(columns={"rank": "importance_rank"})
     per_head = per_head.assign(importance_of=len(t), importance_method=res.method)

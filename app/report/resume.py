@@ -1,0 +1,239 @@
+"""Partial results of a report: each section is saved as it completes, so a killed or
+failed run keeps what finished and rerunning the same command resumes from it.
+
+The sections of a report on ``DIR`` are kept in ``.DIR.partial/`` beside it (the same
+parent directory, where the report is built before it is renamed into place)::
+
+    .DIR.partial/state.json                  format, what the results depend on (the fingerprint)
+    .DIR.partial/sections/<name>.json        one finished section: status, reason, notes, summary,
+                                             tables (columns, dtypes, values), JSON-able data
+    .DIR.partial/sections/<name>.safetensors its arrays (the ablation sweep's per-example scores)
+
+A rerun whose fingerprint (toolkit version, model, input, sections, the report's options)
+equals the saved one loads the finished sections instead of running them; one that
+differs is refused, naming what differs, and nothing is overwritten. When the report is
+written the directory is removed. Values round-trip exactly (floats as JSON numbers,
+dtypes restored), so a resumed report says what an uninterrupted one says.
+
+A section whose in-memory data cannot be saved (the claims' objects) is run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+FORMAT = "attention-probe partial report 1"
+
+__all__ = ["FORMAT", "PartialReport", "fingerprint", "partial_dir"]
+
+
+def toolkit_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attention-probe")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def corpus_digest(corpus) -> str:
+    """sha256 of the examples' texts (and word spans), in order."""
+    h = hashlib.sha256()
+    for i, text in enumerate(corpus.texts):
+        h.update(text.encode("utf-8", "surrogatepass") + b"\0")
+        if corpus.word_spans:
+            h.update(repr(corpus.word_spans[i]).encode() + b"\0")
+    return h.hexdigest()
+
+
+def fingerprint(**parts) -> dict:
+    """What a report's results depend on, as a flat JSON-able dict (the toolkit version added)."""
+    return json.loads(json.dumps({"version": toolkit_version(), **parts}, default=str))
+
+
+def partial_dir(out) -> Path:
+    out = Path(out)
+    return out.absolute().parent / f".{out.name}.partial"
+
+
+def _table_to_json(df: pd.DataFrame) -> dict:
+    cols = []
+    for c in df.columns:
+        values = df[c].tolist()
+        cols.append({"name": c if isinstance(c, str) else json.dumps(c), "dtype": str(df[c].dtype),
+                     "values": [_plain(v) for v in values]})
+    return {"columns": cols, "rows": len(df)}
+
+
+def _plain(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _table_from_json(d: dict) -> pd.DataFrame:
+    data = {}
+    for c in d["columns"]:
+        s = pd.Series(c["values"], dtype=object)
+        try:
+            s = s.astype(c["dtype"])
+        except (TypeError, ValueError):
+            pass
+        data[c["name"]] = s
+    return pd.DataFrame(data, index=range(d["rows"])) if data else pd.DataFrame(index=range(d["rows"]))
+
+
+def _save_data(data: dict) -> tuple | None:
+    """``(json part, arrays)`` of a Result's data, or ``None`` when some value cannot be saved."""
+    from probe.analyses.necessity.ablation import SweepResult
+
+    plain, arrays = {}, {}
+    for k, v in data.items():
+        if isinstance(v, SweepResult):
+            plain[k] = {"kind": "sweep", "table": _table_to_json(v.table), "heads": [list(h) for h in v.heads],
+                        "path": v.path}
+            arrays[f"{k}.clean"] = np.ascontiguousarray(v.clean)
+            arrays[f"{k}.ablated"] = np.ascontiguousarray(v.ablated)
+        else:
+            try:
+                plain[k] = {"kind": "json", "value": json.loads(json.dumps(v, allow_nan=True))}
+            except (TypeError, ValueError):
+                return None
+    return plain, arrays
+
+
+def _load_data(plain: dict, arrays: dict) -> dict:
+    from probe.analyses.necessity.ablation import SweepResult
+
+    out = {}
+    for k, v in plain.items():
+        if v["kind"] == "sweep":
+            out[k] = SweepResult(table=_table_from_json(v["table"]), clean=arrays[f"{k}.clean"],
+                                 ablated=arrays[f"{k}.ablated"], heads=tuple(tuple(h) for h in v["heads"]),
+                                 path=v["path"])
+        else:
+            out[k] = v["value"]
+    return out
+
+
+class PartialReport:
+    """The finished sections of one report on ``out`` (see the module docstring).
+
+    Raises (on opening):
+        ValueError: a partial directory written by another version or with other
+            settings (naming what differs); nothing is changed.
+    """
+
+    def __init__(self, out, fp: dict, fresh: bool = False):
+        self.dir = partial_dir(out)
+        self.fingerprint = fp
+        state = self.dir / "state.json"
+        if self.dir.exists() and fresh:
+            shutil.rmtree(self.dir)
+        if self.dir.exists():
+            try:
+                saved = json.loads(state.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                raise ValueError(f"{self.dir} holds no readable state.json: not a partial report of this "
+                                 "toolkit; remove it or use another --out") from None
+            if saved.get("format") != FORMAT or saved.get("fingerprint") != fp:
+                raise ValueError(f"cannot resume: {self.dir} was written {self._differs(saved)}; nothing was "
+                                 "overwritten. Rerun with the same options, or --no-resume to start afresh "
+                                 "(discarding it)")
+            self.resumed = sorted(p.stem for p in (self.dir / "sections").glob("*.json"))
+            if self.resumed:
+                log.info("resuming %s: %s finished", self.dir, ", ".join(self.resumed))
+        else:
+            (self.dir / "sections").mkdir(parents=True)
+            state.write_text(json.dumps({"format": FORMAT, "fingerprint": fp}, indent=1), encoding="utf-8")
+            self.resumed = []
+
+    def _differs(self, saved: dict) -> str:
+        if saved.get("format") != FORMAT:
+            return f"in another format ({saved.get('format')!r}, this toolkit writes {FORMAT!r})"
+        old = saved.get("fingerprint") or {}
+        keys = sorted(set(old) | set(self.fingerprint))
+        diffs = [f"{k} {old.get(k)!r} there, {self.fingerprint.get(k)!r} now" for k in keys
+                 if old.get(k) != self.fingerprint.get(k)]
+        return "with other settings: " + "; ".join(diffs)
+
+    # ---- one section --------------------------------------------------------------
+    def load(self, name: str):
+        """The saved :class:`probe.app.report.sections.SectionOutcome`, or ``None``."""
+        from probe.app.registry import Result
+
+        from .sections import SectionOutcome
+
+        path = self.dir / "sections" / f"{name}.json"
+        if not path.is_file():
+            return None
+        d = json.loads(path.read_text(encoding="utf-8"))
+        arrays = {}
+        st = path.with_suffix(".safetensors")
+        if st.is_file():
+            from safetensors.numpy import load_file
+
+            arrays = load_file(str(st))
+        per_head = _table_from_json(d["per_head"]) if d.get("per_head") is not None else None
+        result = Result(tables={k: _table_from_json(t) for k, t in d["tables"].items()}, per_head=per_head,
+                        notes=list(d["notes"]), summary=d["summary"], summary_name=d["summary_name"],
+                        data=_load_data(d["data"], arrays))
+        return SectionOutcome(d["name"], d["title"], d["status"], d["reason"], d["seconds"], result)
+
+    def said(self, name: str) -> list:
+        """The lines (choices made for the user) a saved section said when it ran."""
+        path = self.dir / "sections" / f"{name}.json"
+        if not path.is_file():
+            return []
+        return list(json.loads(path.read_text(encoding="utf-8")).get("said", []))
+
+    def save(self, outcome, said: list | None = None) -> bool:
+        """Save a finished section (ran or skipped); ``False`` when its data cannot be saved."""
+        if outcome.status not in ("ran", "skipped"):
+            return False
+        r = outcome.result
+        packed = _save_data(r.data)
+        if packed is None:
+            log.info("section %s: its data is not saved; a resumed run repeats it", outcome.name)
+            return False
+        plain, arrays = packed
+        d = {"name": outcome.name, "title": outcome.title, "status": outcome.status, "reason": outcome.reason,
+             "seconds": outcome.seconds, "notes": list(r.notes), "summary": json.loads(json.dumps(
+                 r.summary, default=_plain_default, allow_nan=True)),
+             "summary_name": r.summary_name, "tables": {k: _table_to_json(t) for k, t in r.tables.items()},
+             "per_head": None if r.per_head is None else _table_to_json(r.per_head), "data": plain,
+             "said": list(said or [])}
+        sections = self.dir / "sections"
+        if arrays:
+            from safetensors.numpy import save_file
+
+            save_file(arrays, str(sections / f"{outcome.name}.safetensors.tmp"))
+            (sections / f"{outcome.name}.safetensors.tmp").replace(sections / f"{outcome.name}.safetensors")
+        tmp = sections / f"{outcome.name}.json.tmp"
+        tmp.write_text(json.dumps(d, default=_plain_default), encoding="utf-8")
+        tmp.replace(sections / f"{outcome.name}.json")  # the .json last: it marks the section finished
+        return True
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _plain_default(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, pd.DataFrame):
+        return v.to_dict("records")
+    return str(v)

@@ -1,0 +1,394 @@
+"""The report at scale (issue 31): memory sized from the input length, task-head
+checkpoints, the report's own options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, bert_tokenizer):
+    """Tiny random task-head checkpoints saved to folders: kind -> path."""
+    import transformers as T
+
+    V = len(bert_tokenizer)
+    bert = T.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, pad_token_id=0)
+    gpt2 = T.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, bos_token_id=101, eos_token_id=102,
+                        pad_token_id=0)
+    out = {}
+    for kind, build in [("mlm", lambda: T.BertForMaskedLM(bert)), ("gpt2", lambda: T.GPT2LMHeadModel(gpt2)),
+                        ("seqcls", lambda: T.BertForSequenceClassification(bert)),
+                        ("tokcls", lambda: T.BertForTokenClassification(bert))]:
+        torch.manual_seed(0)
+        d = tmp_path_factory.mktemp(kind)
+        build().save_pretrained(d, safe_serialization=True)
+        bert_tokenizer.save_pretrained(d)
+        out[kind] = d
+    return out
+
+
+def test_length_groups_cover_corpus_and_shrink_for_long_inputs(tiny_models):
+    from probe.budget import length_groups, memory_budget, row_bytes, workspace
+
+    a = tiny_models["bert"]
+    lengths = [10, 500, 12, 300, 11, 9, 480]
+    with memory_budget(int(8 * row_bytes(a, 500) * 3)):  # workspace: 3 rows of 500 tokens
+        groups = length_groups(lengths, a, cap=16)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+        for g in groups:
+            assert len(g) * row_bytes(a, max(lengths[i] for i in g)) <= workspace()
+        assert groups[0] == [1, 6, 3]  # the longest first, three per forward
+        assert len(groups) == 2 and sorted(groups[1]) == [0, 2, 4, 5]
+
+
+def test_budget_refused_with_smallest_that_works(tiny_models):
+    from probe.budget import check_budget, smallest_budget
+
+    a = tiny_models["bert"]
+    need = smallest_budget(a, 400)
+    check_budget(a, 400, need)  # exactly enough: accepted
+    with pytest.raises(ValueError, match="smallest budget that works is"):
+        check_budget(a, 400, need - 1)
+
+
+def test_parse_size():
+    from probe.budget import parse_size
+
+    assert parse_size("4G") == 4 << 30 and parse_size("1500M") == 1500 << 20 and parse_size("2.5GiB") == int(2.5 * (1 << 30))
+    for bad in ("0", "-1G", "4X", ""):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+
+
+def test_importance_in_budget_sized_chunks_equals_one_batch(checkpoints):
+    """Chunks sized from the input length (one row per forward under a tiny budget) give
+    the same importance as one padded batch: the grouping changes memory, not values."""
+    from probe.analyses.common.metrics import get_metric, prepare
+    from probe.analyses.necessity.importance import gradient_importance, ig_importance
+    from probe.models import load_model
+
+    from probe.budget import memory_budget, row_bytes
+    from probe.inputs import Corpus
+
+    a = load_model(f"hf:{checkpoints['mlm']}")
+    corpus = Corpus(texts=("a short one .", "The cat sat on the mat because it was warm and the sun was out .",
+                           "Dogs bark .", "Colourless green ideas sleep furiously tonight in the garden ."),
+                    source="texts")
+    m = get_metric("loss", a, corpus)
+    whole = gradient_importance(a, corpus, m, chunks=prepare(a, corpus, m, batch_size=16))
+    with memory_budget(8 * row_bytes(a, 20)):  # one row per forward
+        sized = gradient_importance(a, corpus, m, batch_size=16)
+        ig_sized = ig_importance(a, corpus, m, n_steps=4, batch_size=16)
+    ig_whole = ig_importance(a, corpus, m, n_steps=4, chunks=prepare(a, corpus, m, batch_size=16))
+    assert whole.raw.max() > 0
+    assert abs(whole.raw - sized.raw).max() < 1e-5 * max(1.0, abs(whole.raw).max())
+    assert abs(ig_whole.raw - ig_sized.raw).max() < 1e-5 * max(1.0, abs(ig_whole.raw).max())
+
+
+def test_report_refuses_too_small_budget_before_capture(checkpoints, tmp_path):
+    from probe.app.cli import main
+
+    res = CliRunner().invoke(main, ["report", "--model", f"hf:{checkpoints['mlm']}", "--text", "a b c d e",
+                                    "--memory-budget", "1K", "--out", str(tmp_path / "r")])
+    assert res.exit_code != 0
+    assert "smallest budget that works is" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "r").exists()
+
+
+def _report(model_dir, out, *extra):
+    from probe.app.cli import main
+
+    return CliRunner().invoke(main, ["report", "--model", f"hf:{model_dir}", "--limit", "8", "--out", str(out),
+                                     *extra])
+
+
+@pytest.mark.slow  # two whole reports: ~20 s each on 2 cores
+@pytest.mark.parametrize("kind, metric_words, target", [
+    ("mlm", "masked-LM loss of the sentence's own tokens", "mlm"),
+    ("gpt2", "next-token loss", "loss:-1"),
+])
+def test_lm_checkpoint_report_runs_every_section_with_its_head(checkpoints, tmp_path, kind, metric_words, target):
+    """A BertForMaskedLM / GPT2LMHeadModel folder: every section runs (faithfulness used to
+    fail on the MLM with "'MaskedLMOutput' object has no attribute 'dim'"), the objective
+    chosen is printed and recorded, and the LM head gives the loss."""
+    res = _report(checkpoints[kind], tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    assert "Traceback" not in res.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    status = {s["name"]: s["status"] for s in summary["sections"]}
+    assert set(status) >= {"syntax", "ablation", "importance", "faithfulness", "roles", "rollout", "claims"}
+    assert all(v == "ran" for v in status.values()), status
+    choices = summary["settings"]["choices"]
+    assert any(c.startswith("metric: loss") and metric_words in c for c in choices), choices
+    assert any(c.startswith(f"target: {target} ") for c in choices), choices
+    assert metric_words in res.output and f"target: {target} " in res.output
+    faith = next(s for s in summary["sections"] if s["name"] == "faithfulness")
+    assert faith["summary"]["target"] == target
+    abl = next(s for s in summary["sections"] if s["name"] == "ablation")
+    assert abl["summary"]["metric"] == "loss" and abl["summary"]["clean"] > 1.0  # a random head: high loss
+
+
+def test_report_objective_and_target_options(checkpoints, tmp_path):
+    res = _report(checkpoints["mlm"], tmp_path / "r", "--objective", "embedding-drift", "--target", "loss:1",
+                  "--sections", "ablation,faithfulness")
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    by = {s["name"]: s for s in summary["sections"]}
+    assert by["ablation"]["summary"]["metric"] == "embedding-drift"
+    assert by["faithfulness"]["summary"]["target"] == "loss:1"
+
+
+@pytest.mark.parametrize("kind, target", [("seqcls", "logit"), ("tokcls", "similarity")])
+def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind, target):
+    """A sequence classifier explains its logit; a token classifier (no sentence-level
+    head) explains the encoder underneath (sentence similarity), and its metric runs on the
+    encoder."""
+    from probe.analyses.common.metrics import default_metric
+    from probe.app.registry import SkipAnalysis
+    from probe.app.registry.analyses.faithfulness import default_target
+    from probe.models import load_model
+
+    from probe.inputs import Corpus
+
+    a = load_model(f"hf:{checkpoints[kind]}")
+    assert type(a.model).__name__.endswith("SequenceClassification" if kind == "seqcls" else "TokenClassification")
+    corpus = Corpus(texts=("a b c",), source="texts")
+    ctx = type("Ctx", (), {"adapter": a, "corpus": corpus})()
+    assert default_metric(a, corpus)[0] == "embedding-drift"
+    if target is None:
+        with pytest.raises(SkipAnalysis):
+            default_target(ctx)
+    else:
+        assert default_target(ctx) == target
+
+
+def test_probe_target_reads_the_encoder_under_an_mlm_head(checkpoints):
+    """ProbeLogit on a BertForMaskedLM pools the encoder's hidden states (the fault was
+    MaskedLMOutput handed to ``.dim()``); an output without hidden states is a clear error."""
+    from probe.analyses.common.targets import ProbeLogit, hidden_states
+    from probe.models import load_model
+
+    a = load_model(f"hf:{checkpoints['mlm']}")
+    t = ProbeLogit(torch.nn.Linear(32, 1))
+    inputs = a.batch([a.encode("the cat sat"), a.encode("dogs bark loudly today")])
+    out = t.forward(a, inputs["input_ids"], inputs["attention_mask"])
+    assert t.scalar(out, inputs["attention_mask"], None).shape == (2,)
+    with torch.no_grad():
+        mlm_out = a.model(**inputs)
+    with pytest.raises(ValueError, match="MaskedLMOutput"):
+        hidden_states(mlm_out)
+
+
+def test_own_tokens_mlm_target_is_mean_token_nll(checkpoints):
+    from probe.analyses.common.targets import OwnTokensLoss
+    from probe.models import load_model
+
+    a = load_model(f"hf:{checkpoints['mlm']}")
+    t = OwnTokensLoss()
+    inputs = a.batch([a.encode("the cat sat"), a.encode("dogs bark loudly today")])
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    aux = t.aux(a, ids, mask)
+    with torch.no_grad():
+        out = t.forward(a, ids, mask)
+        got = t.scalar(out, mask, aux)
+        logp = torch.log_softmax(out.logits, -1)
+    for r in range(2):
+        n = int(mask[r].sum())
+        pos = range(1, n - 1)  # [CLS] … [SEP]
+        want = -sum(float(logp[r, p, ids[r, p]]) for p in pos) / len(pos)
+        assert abs(float(got[r]) - want) < 1e-5
+
+
+def test_sentence_transformers_folder_loads_its_transformer_module(tmp_path, bert_tokenizer):
+    """An older sentence-transformers save (the transformer in 0_Transformer/, pooling in
+    1_Pooling/) loads the transformer and records the pooling."""
+    import transformers as T
+    from probe.models import load_model
+
+    cfg = T.BertConfig(vocab_size=len(bert_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, pad_token_id=0)
+    (tmp_path / "0_Transformer").mkdir()
+    (tmp_path / "1_Pooling").mkdir()
+    T.BertModel(cfg).save_pretrained(tmp_path / "0_Transformer", safe_serialization=True)
+    bert_tokenizer.save_pretrained(tmp_path / "0_Transformer")
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                     "pooling_mode_mean_tokens": True,
+                                                                     "pooling_mode_cls_token": False}))
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    a = load_model(f"hf:{tmp_path}")
+    assert a.n_layers == 2 and a.card["pooling"] == "mean"
+    (tmp_path / "modules.json").write_text(json.dumps([{"path": "gone", "type": "x.Transformer"}]))
+    with pytest.raises(ValueError, match="missing"):
+        load_model(f"hf:{tmp_path}")
+
+
+def _comparable(summary: dict):
+    """summary.json without its timings (they differ between any two runs)."""
+    if isinstance(summary, dict):
+        return {k: _comparable(v) for k, v in summary.items()
+                if k not in ("seconds", "capture seconds") and not k.endswith("_seconds")}
+    if isinstance(summary, list):
+        return [_comparable(v) for v in summary]
+    return summary
+
+
+@pytest.mark.slow  # three reports of a tiny model: ~40 s on 2 cores
+def test_killed_report_resumes_to_the_same_summary(checkpoints, tmp_path):
+    """SIGKILL a report once a later section has started; the same command then resumes
+    from the finished sections (not run again) to the summary.json of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "probe", "report", "--model", f"hf:{checkpoints['mlm']}", "--limit", "4",
+            "--sections", "ablation,importance,faithfulness,claims"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(args + ["--out", str(killed)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            env=env, text=True)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "faithfulness …" in line:  # ablation and importance finished, faithfulness running
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)
+    partial = tmp_path / ".killed.partial"
+    assert not killed.exists()
+    assert {p.name for p in (partial / "sections").glob("*.json")} >= {"ablation.json", "importance.json"}
+
+    again = subprocess.run(args + ["--out", str(killed)], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "ablation (resumed" in again.stderr and "importance (resumed" in again.stderr
+    assert not partial.exists()  # removed once the report is written
+
+    whole = subprocess.run(args + ["--out", str(tmp_path / "whole")], capture_output=True, text=True, env=env,
+                           timeout=600)
+    assert whole.returncode == 0, whole.stderr
+    a = json.loads((killed / "summary.json").read_text())
+    b = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert _comparable(a) == _comparable(b)
+
+
+def test_resume_over_other_settings_is_refused_and_keeps_the_partial(tmp_path):
+    from probe.app.report.resume import PartialReport, fingerprint
+
+    out = tmp_path / "r"
+    first = PartialReport(out, fingerprint(model="a", sections=["x"]))
+    (first.dir / "sections" / "x.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"model 'a' there, 'b' now.*nothing was overwritten"):
+        PartialReport(out, fingerprint(model="b", sections=["x"]))
+    assert (first.dir / "sections" / "x.json").read_text() == "{}"
+    assert PartialReport(out, fingerprint(model="a", sections=["x"])).resumed == ["x"]
+
+
+def test_saved_section_round_trips_exactly(tmp_path):
+    """Tables (float32/float64/int/bool/str/NaN columns), summary and the sweep's arrays
+    come back equal, dtypes included."""
+    import numpy as np
+    import pandas as pd
+    from probe.analyses.necessity.ablation import SweepResult
+    from probe.app.registry import Result
+    from probe.app.report.resume import PartialReport, fingerprint
+    from probe.app.report.sections import SectionOutcome
+
+    t = pd.DataFrame({"layer": [0, 1], "head": [2, 3], "x": np.array([0.1, 1 / 3], dtype=np.float32),
+                      "y": [np.nan, 2.5], "ok": [True, False], "name": ["a", None]})
+    sweep = SweepResult(table=t, clean=np.array([1.0, 2.0]), ablated=np.arange(6.0).reshape(3, 2),
+                        heads=((0, 1), (1, 0), (1, 1)), path="site-restart")
+    res = Result(tables={"t": t}, per_head=t, notes=["n"], summary={"m": 0.1, "k": [1, 2]}, summary_name="s",
+                 data={"sweep": sweep, "target": "mlm"})
+    p = PartialReport(tmp_path / "r", fingerprint())
+    assert p.save(SectionOutcome("abl", "Ablation", "ran", "", 1.5, res))
+    back = p.load("abl")
+    pd.testing.assert_frame_equal(back.result.tables["t"], t)
+    pd.testing.assert_frame_equal(back.result.per_head, t)
+    assert back.result.summary == res.summary and back.result.data["target"] == "mlm"
+    s = back.result.data["sweep"]
+    assert s.heads == sweep.heads and s.path == sweep.path
+    assert np.array_equal(s.clean, sweep.clean) and np.array_equal(s.ablated, sweep.ablated)
+
+
+LONG = " ".join(f"word{i % 50} is here ." for i in range(200))  # ~ 1,000 tokens
+
+
+def test_windows_overlap_and_cover_the_text(checkpoints):
+    from probe.models import load_model
+
+    from probe.inputs import Corpus
+    from probe.long_inputs import window_corpus
+
+    a = load_model(f"hf:{checkpoints['mlm']}")
+    corpus = Corpus(texts=(LONG, "short ."), source="t")
+    out, split = window_corpus(corpus, a, 128, 64)
+    n_content = len(a.tokenizer(LONG, add_special_tokens=False)["input_ids"])
+    assert split == {0: len(out) - 1} and out.texts[-1] == "short ."
+    lengths = [len(a.tokenizer(t)["input_ids"]) for t in out.texts[:-1]]
+    assert max(lengths) <= 128 and lengths[0] == 128
+    assert len(out) - 1 == -(-(n_content - 126) // 64) + 1  # starts 0, 64, … and one ending at the end
+    assert LONG.startswith(out.texts[0]) and LONG.endswith(out.texts[-2])
+    second = out.texts[1]
+    assert second in LONG and LONG.index(second) < len(out.texts[0])  # the windows overlap
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--window", "0"], "--window must be a positive"),
+    (["--window", "100", "--stride", "100"], "must be smaller than --window 100"),
+    (["--window", "100", "--stride", "0"], "--stride must be a positive"),
+    (["--window", "4096"], "larger than the model's limit of 512 tokens"),
+    (["--stride", "3"], "--stride needs --window"),
+])
+def test_bad_window_values_are_one_error_line_before_the_model_loads(checkpoints, tmp_path, monkeypatch, args,
+                                                                     message):
+    from probe.app.cli import main
+    from probe.models import registry
+
+    monkeypatch.setattr(registry, "load_hf", lambda *a, **k: pytest.fail("the model was loaded"))
+    res = CliRunner().invoke(main, ["report", "--model", f"hf:{checkpoints['mlm']}", "--text", "a b", *args,
+                                    "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output
+    assert res.output.count("Error:") == 1
+
+
+@pytest.mark.slow  # three reports with 512-token inputs
+def test_over_length_document_refusal_names_window_and_report_runs_in_windows(checkpoints, tmp_path):
+    from probe.app.cli import main
+
+    base = ["report", "--model", f"hf:{checkpoints['mlm']}", "--text", LONG, "--sections", "roles"]
+    res = CliRunner().invoke(main, base + ["--out", str(tmp_path / "a")])
+    assert res.exit_code == 1 and "--window" in res.output and "--truncate" in res.output
+    res = CliRunner().invoke(main, base + ["--window", "128", "--stride", "96", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["corpus"]["examples"] > 1 and "overlapping windows" in summary["settings"]["long inputs"]
+    res = CliRunner().invoke(main, base + ["--truncate", "--out", str(tmp_path / "c")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "c" / "summary.json").read_text())
+    assert summary["corpus"]["examples"] == 1 and summary["corpus"]["tokens"] == 512
+
+
+def test_report_options_reach_the_sections_that_declare_them():
+    """--objective/--target/--max-model-examples override a section's parameters (and its
+    report cap) only where it declares them; the cap is stated for the page and summary."""
+    from probe.app.registry import Analysis, Param, Result
+    from probe.app.report.build import _model_examples_setting, _overrides
+    from probe.app.report.sections import run_section
+
+    seen = {}
+    sec = Analysis("x", "x", lambda ctx: seen.update(ctx.params) or Result(), params=(Param("metric", str, "auto"),),
+                   section=True, report_params={"max_model_examples": 128})
+    ctx = type("Ctx", (), {"overrides": _overrides("loss", "mlm", 0), "params": {}})()
+    run_section(ctx, sec)
+    assert seen == {"metric": "loss", "max_model_examples": None}  # no "target": x does not declare it
+    assert "--max-model-examples 0" in _model_examples_setting(2001, None)["model-run examples"]
+    assert "first 128 of 2001" in _model_examples_setting(2001, None)["model-run examples"]
+    assert _model_examples_setting(2001, 0)["model-run examples"].startswith("all 2001")
