@@ -47,14 +47,17 @@ REFUSE, ANY = "refuse", "any"
 LONG = " ".join(["word"] * 700)
 EXOTIC = {
     "combining": "Cafe\u0301 au lait n\u0303o",
-    "zwj": "The \u200d family \U0001F469\u200d\U0001F4BB codes",
+    "zwj": "The \u200d family \U0001f469\u200d\U0001f4bb codes",
     "control": "A bell \x07 and an escape \x1b[31m here",
     "separators": "one\u2028two\u2029three \x85 four",
     "only_marks": "\u0301\u0302\u0303",
     "rtl": "\u202eevil\u202c text",
 }
-GOOD_ROWS = ["1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_", "2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_",
-             "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_"]
+GOOD_ROWS = [
+    "1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_",
+    "2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_",
+    "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_",
+]
 
 
 def _rows(col: int, row: int, value: str) -> list:
@@ -97,12 +100,22 @@ def make_fixtures(d: Path, probe: list) -> dict:
     write("exotic.txt", "\n".join(EXOTIC.values()) + "\n")
     write("empty.conllu", "")
     write("binary.conllu", os.urandom(2048))
-    write("ninecols.conllu", "# text = The dog\n1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\n2\tdog\tdog\tNOUN\t_\t_\t0\troot\t_\t_\n\n")
-    for name, rows in {"head99": _rows(6, 0, "99"), "cycle": _rows(6, 2, "1"), "selfhead": _rows(6, 1, "2"),
-                       "dupid": _rows(0, 1, "1"), "tworoots": _rows(6, 1, "0")}.items():
+    write(
+        "ninecols.conllu",
+        "# text = The dog\n1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\n2\tdog\tdog\tNOUN\t_\t_\t0\troot\t_\t_\n\n",
+    )
+    for name, rows in {
+        "head99": _rows(6, 0, "99"),
+        "cycle": _rows(6, 2, "1"),
+        "selfhead": _rows(6, 1, "2"),
+        "dupid": _rows(0, 1, "1"),
+        "tworoots": _rows(6, 1, "0"),
+    }.items():
         write(f"{name}.conllu", "# text = The dog barks\n" + "\n".join(rows) + "\n\n")
-    write("good.conllu", "".join(f"# sent_id = g{k}\n# text = The dog barks\n" + "\n".join(GOOD_ROWS) + "\n\n"
-                                 for k in range(12)))
+    write(
+        "good.conllu",
+        "".join(f"# sent_id = g{k}\n# text = The dog barks\n" + "\n".join(GOOD_ROWS) + "\n\n" for k in range(12)),
+    )
     write("a_file", "not a directory\n")
     write("bom.txt", "\ufeffThe cat sat.\nA dog barked.\n")  # round three (issue 28): read, BOM removed
     write("bom.conllu", "\ufeff# text = The dog barks\n" + "\n".join(GOOD_ROWS) + "\n\n")
@@ -122,8 +135,12 @@ def make_fixtures(d: Path, probe: list) -> dict:
     f["evil_model"] = str(evil)
     # a good store, then corrupted copies
     good = d / "store"
-    subprocess.run(probe + ["capture", "--text", "The cat sat.", "--text", "A dog barked.", "--text", "Go!",
-                            "--out", str(good)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        probe + ["capture", "--text", "The cat sat.", "--text", "A dog barked.", "--text", "Go!", "--out", str(good)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     f["store"] = str(good)
     shard = "shard-00000.safetensors"
 
@@ -150,6 +167,7 @@ def make_fixtures(d: Path, probe: list) -> dict:
 
                 rec["crc"] = record_crc(rec)
             return [json.dumps(rec)] + lines[1:]
+
         return edit
 
     corrupt("truncated_shard", lambda c: (c / shard).write_bytes((c / shard).read_bytes()[:200]))
@@ -170,6 +188,7 @@ def make_fixtures(d: Path, probe: list) -> dict:
         rec["id"] = 6
         rec["crc"] = record_crc(rec)
         return lines + [json.dumps(rec)]
+
     corrupt("index_steals_tensor", lambda c: index_edit(c, steal))
     return f
 
@@ -182,22 +201,41 @@ def cases(f: dict, out: str) -> list:
     def add(name, args, expect=REFUSE):
         c.append((name, [str(a) for a in args], expect))
 
-    bad_text = {"empty_text": ["--text", ""], "blank_text": ["--text", "   "], "long_text": ["--text", LONG],
-                "empty_file": ["--file", f["empty.txt"]], "blank_file": ["--file", f["blank.txt"]],
-                "latin1_file": ["--file", f["latin1.txt"]], "binary_file": ["--file", f["binary.txt"]],
-                "long_file": ["--file", f["long.txt"]], "missing_file": ["--file", "/no/such/file.txt"]}
-    bad_conllu = {k: ["--conllu", f[f"{k}.conllu"]] for k in
-                  ("empty", "binary", "ninecols", "head99", "cycle", "selfhead", "dupid", "tworoots")}
-    bad_model = {"unknown_model": ["--model", "nope"], "missing_hf": ["--model", "hf:/no/such/dir"],
-                 "uncached_hf": ["--model", "hf:someone/not-cached"],
-                 "custom_code": ["--model", f"hf:{f['evil_model']}"], "unknown_zoo": ["--model", "zoo:nope"]}
+    bad_text = {
+        "empty_text": ["--text", ""],
+        "blank_text": ["--text", "   "],
+        "long_text": ["--text", LONG],
+        "empty_file": ["--file", f["empty.txt"]],
+        "blank_file": ["--file", f["blank.txt"]],
+        "latin1_file": ["--file", f["latin1.txt"]],
+        "binary_file": ["--file", f["binary.txt"]],
+        "long_file": ["--file", f["long.txt"]],
+        "missing_file": ["--file", "/no/such/file.txt"],
+    }
+    bad_conllu = {
+        k: ["--conllu", f[f"{k}.conllu"]]
+        for k in ("empty", "binary", "ninecols", "head99", "cycle", "selfhead", "dupid", "tworoots")
+    }
+    bad_model = {
+        "unknown_model": ["--model", "nope"],
+        "missing_hf": ["--model", "hf:/no/such/dir"],
+        "uncached_hf": ["--model", "hf:someone/not-cached"],
+        "custom_code": ["--model", f"hf:{f['evil_model']}"],
+        "unknown_zoo": ["--model", "zoo:nope"],
+    }
     bad_out = {"out_proc": "/proc/x/y", "out_under_file": f["a_file"] + "/sub"}
     exotic = {f"exotic_{k}": ["--text", v] for k, v in EXOTIC.items()}
     exotic["exotic_file"] = ["--file", f["exotic.txt"]]
 
     # commands that read text / CoNLL-U input and write --out
-    text_cmds = {"capture": [], "ablate": [], "prune": [], "roles": [], "faithfulness": ["--target", "logit"],
-                 "report": []}
+    text_cmds = {
+        "capture": [],
+        "ablate": [],
+        "prune": [],
+        "roles": [],
+        "faithfulness": ["--target", "logit"],
+        "report": [],
+    }
     for cmd, extra in text_cmds.items():
         out_of = (lambda tag: o(tag) + ".csv") if cmd == "roles" else o
         for k, args in {**bad_text, **bad_conllu}.items():
@@ -205,8 +243,13 @@ def cases(f: dict, out: str) -> list:
         for k, args in bad_model.items():
             add(f"{cmd}:{k}", [cmd, *args, "--text", "The cat sat.", *extra, "--out", out_of(f"{cmd}_{k}")])
         for k, path in bad_out.items():
-            add(f"{cmd}:{k}", [cmd, "--text", "The cat sat.", *extra, "--out", path + (".csv" if cmd == "roles" else "")])
-        add(f"{cmd}:device", [cmd, "--text", "The cat sat.", "--device", "bogus", *extra, "--out", out_of(f"{cmd}_dev")])
+            add(
+                f"{cmd}:{k}",
+                [cmd, "--text", "The cat sat.", *extra, "--out", path + (".csv" if cmd == "roles" else "")],
+            )
+        add(
+            f"{cmd}:device", [cmd, "--text", "The cat sat.", "--device", "bogus", *extra, "--out", out_of(f"{cmd}_dev")]
+        )
         if cmd in ("capture", "roles"):
             for k, args in exotic.items():
                 add(f"{cmd}:{k}", [cmd, *args, *extra, "--out", out_of(f"{cmd}_{k}")], ANY)
@@ -229,9 +272,12 @@ def cases(f: dict, out: str) -> list:
         add(f"store-verify:{k}", ["store", "verify", path])
     add("heatmap:not_a_store", ["heatmap", "--store", f["a_file"], "--layer", 0, "--head", 0, "--out", o("hm1.png")])
     add("heatmap:empty_dir", ["heatmap", "--store", out, "--layer", 0, "--head", 0, "--out", o("hm2.png")])
-    for k, args in {"layer": ["--layer", 99, "--head", 0], "head": ["--layer", 0, "--head", 99],
-                    "example": ["--layer", 0, "--head", 0, "--example", 99],
-                    "negative": ["--layer", -1, "--head", 0]}.items():
+    for k, args in {
+        "layer": ["--layer", 99, "--head", 0],
+        "head": ["--layer", 0, "--head", 99],
+        "example": ["--layer", 0, "--head", 0, "--example", 99],
+        "negative": ["--layer", -1, "--head", 0],
+    }.items():
         add(f"heatmap:{k}_out_of_range", ["heatmap", "--store", f["store"], *args, "--out", o(f"hm_{k}.png")])
     add("heatmap:out_proc", ["heatmap", "--store", f["store"], "--layer", 0, "--head", 0, "--out", "/proc/x/y.png"])
     for cmd in ("rollout", "flow"):
@@ -259,8 +305,10 @@ def cases(f: dict, out: str) -> list:
     add("alignment:huge_limit", ["alignment", "--limit", 100000000, "--out", o("al1")])
     add("alignment:example_beyond", ["alignment", "--limit", 5, "--example", 9, "--out", o("al2")])
     add("alignment:out_under_file", ["alignment", "--limit", 5, "--out", f["a_file"] + "/sub"])
-    add("flow-correlation:huge", ["flow-correlation", "--model", "zoo:agreement", "--examples", 100000000,
-                                  "--out", o("fc1")])
+    add(
+        "flow-correlation:huge",
+        ["flow-correlation", "--model", "zoo:agreement", "--examples", 100000000, "--out", o("fc1")],
+    )
     add("flow-correlation:not_zoo", ["flow-correlation", "--model", "minilm", "--out", o("fc2")])
     add("flow-correlation:zoo_nope", ["flow-correlation", "--model", "zoo:nope", "--out", o("fc3")])
     add("paper-figures:unk_vocab", ["paper-figures", "--model", "zoo:agreement", "--out", o("pf1")])
@@ -280,17 +328,23 @@ def cases(f: dict, out: str) -> list:
     add("capture:bom_conllu", ["capture", "--conllu", f["bom.conllu"], "--out", o("r3_bom2")], ANY)
     add("capture:huge_word", ["capture", "--file", f["huge_word.txt"], "--out", o("r3_huge")], ANY)
     add("capture:repeated_layers", ["capture", "--text", "hi", "--layers", "0,0,1", "--out", o("r3_lay")])
-    add("capture:hf_config_file", ["capture", "--model", f"hf:{f['mismatch_model']}/config.json", "--text", "hi",
-                                   "--out", o("r3_cfg")])
-    add("capture:config_weight_mismatch", ["capture", "--model", f"hf:{f['mismatch_model']}", "--text", "hi",
-                                           "--out", o("r3_mm")])
+    add(
+        "capture:hf_config_file",
+        ["capture", "--model", f"hf:{f['mismatch_model']}/config.json", "--text", "hi", "--out", o("r3_cfg")],
+    )
+    add(
+        "capture:config_weight_mismatch",
+        ["capture", "--model", f"hf:{f['mismatch_model']}", "--text", "hi", "--out", o("r3_mm")],
+    )
     add("rollout:out_symlink", ["rollout", "--text", "The cat sat.", "--out", f["link_out"]], ANY)
     for v in ("nan", "inf", "-inf"):
         add(f"prune:threshold_{v}", ["prune", "--text", "The cat sat.", "--threshold", v, "--out", o(f"r3_pr{v}")])
     add("prune:step_zero", ["prune", "--text", "The cat sat.", "--step", 0, "--out", o("r3_step")])
     add("rollout:residual_nan", ["rollout", "--text", "The cat sat.", "--residual", "nan", "--out", o("r3_res")])
-    add("faithfulness:repeated_heads", ["faithfulness", "--text", "The cat sat.", "--heads", "L0H0,L0H0",
-                                        "--out", o("r3_fh")])
+    add(
+        "faithfulness:repeated_heads",
+        ["faithfulness", "--text", "The cat sat.", "--heads", "L0H0,L0H0", "--out", o("r3_fh")],
+    )
     add("ablate:repeated_group", ["ablate", "--text", "The cat sat.", "--group", "L0H1,L0H1", "--out", o("r3_ag")])
     add("ablate:repeated_layers", ["ablate", "--text", "The cat sat.", "--layers", "0,0", "--out", o("r3_al")])
     return c
@@ -312,15 +366,23 @@ def run_case(case, probe, timeout) -> dict:
     name, args, expect = case
     start = time.perf_counter()
     try:
-        p = subprocess.run(probe + args, capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL, errors="replace")
+        p = subprocess.run(
+            probe + args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, errors="replace"
+        )
         rc, out, err = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as exc:
         rc, out, err = None, str(exc.stdout or ""), str(exc.stderr or "")
     outcome = classify(expect, rc, out, err)
     last = next((line for line in reversed(err.strip().splitlines()) if line.strip()), "")
-    return {"case": name, "expect": expect, "outcome": outcome, "rc": rc,
-            "seconds": round(time.perf_counter() - start, 1), "message": last[:300], "argv": " ".join(args)[:300]}
+    return {
+        "case": name,
+        "expect": expect,
+        "outcome": outcome,
+        "rc": rc,
+        "seconds": round(time.perf_counter() - start, 1),
+        "message": last[:300],
+        "argv": " ".join(args)[:300],
+    }
 
 
 def _sample(todo: list, k: int) -> list:
@@ -340,8 +402,12 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="cases run at once")
     ap.add_argument("--timeout", type=float, default=180, help="seconds per case before it counts as a hang")
     ap.add_argument("--only", default=None, help="comma-separated command names (e.g. capture,heatmap)")
-    ap.add_argument("--per-command", type=int, default=None,
-                    help="run only this many cases per command, spread over its list (a quicker sample)")
+    ap.add_argument(
+        "--per-command",
+        type=int,
+        default=None,
+        help="run only this many cases per command, spread over its list (a quicker sample)",
+    )
     ap.add_argument("--csv", default=None, help="write one row per case here")
     ap.add_argument("--show", action="store_true", help="print every case, not only the failing ones")
     a = ap.parse_args()

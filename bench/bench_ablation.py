@@ -149,8 +149,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--max-tokens", type=int, default=None,
-                    help="padded tokens per sweep forward (default: probe.analyses.necessity.ablation.MAX_TOKENS)")
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="padded tokens per sweep forward (default: probe.analyses.necessity.ablation.MAX_TOKENS)",
+    )
     args = ap.parse_args()
     if args.max_tokens is None:
         from probe.analyses.necessity.ablation import MAX_TOKENS
@@ -180,19 +184,31 @@ def main():
         p.join()
         peaks[k] = (base / 1024, peak / 1024)
     attn = getattr(adapter.model.config, "_attn_implementation", "?")
-    print(f"minilm ({attn} attention), {len(corpus)} EWT sentences, 72 heads, batch {args.batch_size}, "
-          f"{args.threads} threads, max_tokens {args.max_tokens}, median of {args.repeats}")
-    print(f"  load average (1/5/15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
-          f"after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"  sweep ({fast.path}): {med['sweep']:.2f} s {_fmt(times['sweep'])}   naive loop: {med['naive']:.2f} s "
-          f"{_fmt(times['naive'])}")
-    print(f"  ratio {med['sweep'] / med['naive']:.3f} of medians (target ≤ 0.6); per repeat {_fmt(ratios, 3)}   "
-          f"max |Δ| {err:.1e}")
-    print(f"  naive loop over length-sorted sentences (its least padding): {med['naive-sorted']:.2f} s "
-          f"{_fmt(times['naive-sorted'])}; ratio {med['sweep'] / med['naive-sorted']:.3f} of medians; "
-          f"per repeat {_fmt(ratios_sorted, 3)}")
-    print(f"  clean forward: {med['forward']:.3f} s   gradient importance: {med['gradient']:.3f} s   "
-          f"= {med['gradient'] / med['forward']:.2f} forward-equivalents (target ≤ 3)")
+    print(
+        f"minilm ({attn} attention), {len(corpus)} EWT sentences, 72 heads, batch {args.batch_size}, "
+        f"{args.threads} threads, max_tokens {args.max_tokens}, median of {args.repeats}"
+    )
+    print(
+        f"  load average (1/5/15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
+        f"after {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"  sweep ({fast.path}): {med['sweep']:.2f} s {_fmt(times['sweep'])}   naive loop: {med['naive']:.2f} s "
+        f"{_fmt(times['naive'])}"
+    )
+    print(
+        f"  ratio {med['sweep'] / med['naive']:.3f} of medians (target ≤ 0.6); per repeat {_fmt(ratios, 3)}   "
+        f"max |Δ| {err:.1e}"
+    )
+    print(
+        f"  naive loop over length-sorted sentences (its least padding): {med['naive-sorted']:.2f} s "
+        f"{_fmt(times['naive-sorted'])}; ratio {med['sweep'] / med['naive-sorted']:.3f} of medians; "
+        f"per repeat {_fmt(ratios_sorted, 3)}"
+    )
+    print(
+        f"  clean forward: {med['forward']:.3f} s   gradient importance: {med['gradient']:.3f} s   "
+        f"= {med['gradient'] / med['forward']:.2f} forward-equivalents (target ≤ 3)"
+    )
     for k, (b, p) in peaks.items():
         print(f"  peak RSS {k:<9} {p:.0f} MiB (RSS before the run {b:.0f} MiB, +{p - b:.0f} MiB)")
 

@@ -58,8 +58,9 @@ def run_one(variant: str, n: int, max_tokens: int, ibs: int, steps: int) -> floa
     adapter, target, encs = _setup(n, max_tokens)
     t0 = time.perf_counter()
     if variant == "ours":
-        attribute(adapter, target, encs, methods=["ig"], n_steps=steps, internal_batch_size=ibs,
-                  batch_size=min(16, ibs))
+        attribute(
+            adapter, target, encs, methods=["ig"], n_steps=steps, internal_batch_size=ibs, batch_size=min(16, ibs)
+        )
     else:  # a direct captum call on the whole padded batch
         from captum.attr import LayerIntegratedGradients
 
@@ -68,15 +69,23 @@ def run_one(variant: str, n: int, max_tokens: int, ibs: int, steps: int) -> floa
         aux = target.aux(adapter, ids, mask)
         base = baseline_ids(adapter, ids, mask, _special_batch(encs, ids.shape[1], ids.device))
         lig = LayerIntegratedGradients(scalar_function(adapter, target), adapter.embeddings())
-        lig.attribute(ids, baselines=base, additional_forward_args=(mask, aux), n_steps=steps,
-                      internal_batch_size=max(ibs, len(encs)), return_convergence_delta=True)
+        lig.attribute(
+            ids,
+            baselines=base,
+            additional_forward_args=(mask, aux),
+            n_steps=steps,
+            internal_batch_size=max(ibs, len(encs)),
+            return_convergence_delta=True,
+        )
     return time.perf_counter() - t0
 
 
 def _subprocess(variant, args, ibs):
-    code = ("import json, resource, sys; sys.path.insert(0, 'bench'); import bench_attributions as b; "
-            f"t = b.run_one({variant!r}, {args.sentences}, {args.max_tokens}, {ibs}, {args.steps}); "
-            "print(json.dumps({'seconds': t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))")
+    code = (
+        "import json, resource, sys; sys.path.insert(0, 'bench'); import bench_attributions as b; "
+        f"t = b.run_one({variant!r}, {args.sentences}, {args.max_tokens}, {ibs}, {args.steps}); "
+        "print(json.dumps({'seconds': t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -96,9 +105,11 @@ def main():
                 res[v].append(_subprocess(v, args, ibs))
         med = {v: statistics.median(r["seconds"] for r in rs) for v, rs in res.items()}
         peak = {v: max(r["peak_mb"] for r in rs) for v, rs in res.items()}
-        print(f"internal_batch_size={ibs}: captum direct {med['captum']:.2f} s (peak {peak['captum']:.0f} MB), "
-              f"ours {med['ours']:.2f} s (peak {peak['ours']:.0f} MB); ours/captum time ratio "
-              f"{med['ours'] / med['captum']:.2f} (median of {args.repeats})")
+        print(
+            f"internal_batch_size={ibs}: captum direct {med['captum']:.2f} s (peak {peak['captum']:.0f} MB), "
+            f"ours {med['ours']:.2f} s (peak {peak['ours']:.0f} MB); ours/captum time ratio "
+            f"{med['ours'] / med['captum']:.2f} (median of {args.repeats})"
+        )
 
 
 if __name__ == "__main__":

@@ -39,9 +39,9 @@ def ewt_texts(adapter, n: int, batch: int) -> list[str]:
     consecutive chunks of the treebank's token stream); "token token …" without it."""
     if not EWT.exists():
         return [" ".join(["token"] * (n - 2))] * batch
-    lines = [x[len("# text = "):] for x in EWT.read_text(encoding="utf-8").splitlines() if x.startswith("# text = ")]
+    lines = [x[len("# text = ") :] for x in EWT.read_text(encoding="utf-8").splitlines() if x.startswith("# text = ")]
     ids = adapter.tokenizer(" ".join(lines[:3000]), add_special_tokens=False)["input_ids"]
-    return [adapter.tokenizer.decode(ids[k * (n - 2):(k + 1) * (n - 2)]) for k in range(batch)]
+    return [adapter.tokenizer.decode(ids[k * (n - 2) : (k + 1) * (n - 2)]) for k in range(batch)]
 
 
 def interleaved(fns: dict, repeats: int, seed: int = 0) -> dict:
@@ -68,8 +68,10 @@ def throughput(repeats: int, batch: int, lengths=(32, 128, 512)):
 
     adapter = load_model("minilm")
     model = adapter.model
-    print(f"{'n':>5} {'rounds':>6} {'tokens':>7} {'eager+attn s':>13} {'(inf.) s':>10} {'hooks s':>9} {'capture s':>10} "
-          f"{'hooks/eager':>12} {'capture/eager':>14} {'capture/inf.':>14}")
+    print(
+        f"{'n':>5} {'rounds':>6} {'tokens':>7} {'eager+attn s':>13} {'(inf.) s':>10} {'hooks s':>9} {'capture s':>10} "
+        f"{'hooks/eager':>12} {'capture/eager':>14} {'capture/inf.':>14}"
+    )
     for n in lengths:
         texts = ewt_texts(adapter, n, batch)
         encs = adapter.encode_batch(texts, truncate=True)
@@ -89,29 +91,51 @@ def throughput(repeats: int, batch: int, lengths=(32, 128, 512)):
         # its own interface implementation per batch, inside its timing, and back)
         model.set_attn_implementation("eager")
         rounds = repeats * (4 if n <= 32 else 2 if n <= 128 else 1)  # short runs are noisier: more rounds
-        res = interleaved({
-            "eager": eager_forward,
-            "eager_inf": eager_inference,
-            # the same batch through the capture's recording and per-example views (no tokenization)
-            "hooks": lambda: _capture_batch(adapter, encs, None, None, "encoder", False, torch.float32),
-            # end to end from text: tokenization with word alignment, batching, recording, views
-            "capture": lambda: capture(adapter, texts, batch_size=batch, truncate=True),
-        }, rounds)
+        res = interleaved(
+            {
+                "eager": eager_forward,
+                "eager_inf": eager_inference,
+                # the same batch through the capture's recording and per-example views (no tokenization)
+                "hooks": lambda: _capture_batch(adapter, encs, None, None, "encoder", False, torch.float32),
+                # end to end from text: tokenization with word alignment, batching, recording, views
+                "capture": lambda: capture(adapter, texts, batch_size=batch, truncate=True),
+            },
+            rounds,
+        )
         model.set_attn_implementation("sdpa")
         e, ei, h, c = res["eager"], res["eager_inf"], res["hooks"], res["capture"]
-        print(f"{n:>5} {rounds:>6} {inputs['input_ids'].shape[1]:>7} {e:>13.4f} {ei:>10.4f} {h:>9.4f} {c:>10.4f} "
-              f"{h / e:>12.3f} {c / e:>14.3f} {c / ei:>14.3f}")
+        print(
+            f"{n:>5} {rounds:>6} {inputs['input_ids'].shape[1]:>7} {e:>13.4f} {ei:>10.4f} {h:>9.4f} {c:>10.4f} "
+            f"{h / e:>12.3f} {c / e:>14.3f} {c / ei:>14.3f}"
+        )
 
 
 def peak_rss_of_store_capture(limit: int) -> tuple[float, float]:
     """Peak RSS (MiB) and wall time of `probe capture` on the first `limit` EWT sentences."""
     with tempfile.TemporaryDirectory() as tmp:
-        code = ("import resource, sys; from probe.app.cli import main\n"
-                "try:\n    main()\nexcept SystemExit:\n    pass\n"
-                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)")
+        code = (
+            "import resource, sys; from probe.app.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)"
+        )
         t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", code, "capture", "--conllu", str(EWT), "--limit", str(limit),
-                              "--out", os.path.join(tmp, "s")], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                code,
+                "capture",
+                "--conllu",
+                str(EWT),
+                "--limit",
+                str(limit),
+                "--out",
+                os.path.join(tmp, "s"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         wall = time.perf_counter() - t
         return float(out.stderr.strip().splitlines()[-1]), wall
 
@@ -125,8 +149,10 @@ def main():
     ap.add_argument("--no-store", action="store_true", help="skip the peak-RSS runs")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread; {os.cpu_count()} cores, "
-          f"1-minute load average {os.getloadavg()[0]:.1f}; medians of interleaved rounds")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread; {os.cpu_count()} cores, "
+        f"1-minute load average {os.getloadavg()[0]:.1f}; medians of interleaved rounds"
+    )
     throughput(args.repeats, args.batch, args.lengths)
     print(f"1-minute load average at the end of the throughput runs: {os.getloadavg()[0]:.1f}")
     if args.no_store:
@@ -136,8 +162,10 @@ def main():
         return
     small, t_small = peak_rss_of_store_capture(100)
     big, t_big = peak_rss_of_store_capture(args.store_limit)
-    print(f"peak RSS capturing EWT dev to a store: {small:.0f} MiB for 100 sentences ({t_small:.0f} s), "
-          f"{big:.0f} MiB for {args.store_limit} ({t_big:.0f} s); ratio {big / small:.2f}")
+    print(
+        f"peak RSS capturing EWT dev to a store: {small:.0f} MiB for 100 sentences ({t_small:.0f} s), "
+        f"{big:.0f} MiB for {args.store_limit} ({t_big:.0f} s); ratio {big / small:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,11 @@ EWT_DEV = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.co
 def ewt_texts():
     if not EWT_DEV.exists():
         return []
-    return [line[len("# text = "):] for line in EWT_DEV.read_text(encoding="utf-8").splitlines()
-            if line.startswith("# text = ")]
+    return [
+        line[len("# text = ") :]
+        for line in EWT_DEV.read_text(encoding="utf-8").splitlines()
+        if line.startswith("# text = ")
+    ]
 
 
 def minilm_attention(n: int, texts: list[str]) -> torch.Tensor:
@@ -105,12 +108,17 @@ def bench_flow(repeats: int, workers: int, nx_budget_pairs: dict, scipy_rows: in
         rows = [0] if what == "[CLS] row" else list(range(n))
         # today's scipy path: a sample of output rows when the job is large, scaled by rows
         sample = rows if len(rows) <= scipy_rows else rows[:: max(1, len(rows) // scipy_rows)][:scipy_rows]
-        res = interleaved({
-            "new": lambda: attention_flow(attn, output_positions=rows, solver="dinic", workers=workers,
-                                          max_tokens=10**6).numpy(),
-            "scipy": lambda: attention_flow(attn, output_positions=sample, solver="scipy", workers=workers,
-                                            max_tokens=10**6).numpy(),
-        }, repeats if n < 512 else min(repeats, scipy_512_repeats))
+        res = interleaved(
+            {
+                "new": lambda: attention_flow(
+                    attn, output_positions=rows, solver="dinic", workers=workers, max_tokens=10**6
+                ).numpy(),
+                "scipy": lambda: attention_flow(
+                    attn, output_positions=sample, solver="scipy", workers=workers, max_tokens=10**6
+                ).numpy(),
+            },
+            repeats if n < 512 else min(repeats, scipy_512_repeats),
+        )
         t_new, new = res["new"]
         t_sp, sp = res["scipy"]
         t_sp *= len(rows) / len(sample)
@@ -120,28 +128,40 @@ def bench_flow(repeats: int, workers: int, nx_budget_pairs: dict, scipy_rows: in
         d_nx, t_nx_pair = float("nan"), float("nan")
         if k_nx:
             rng = np.random.default_rng(n)
-            pairs = [(0, j) for j in range(n)] if k_nx >= n and what == "[CLS] row" else \
-                [(int(rng.choice(rows)), int(j)) for j in rng.integers(0, n, k_nx)]
+            pairs = (
+                [(0, j) for j in range(n)]
+                if k_nx >= n and what == "[CLS] row"
+                else [(int(rng.choice(rows)), int(j)) for j in rng.integers(0, n, k_nx)]
+            )
             t_nx_pair, ref = networkx_pairs(ahat, pairs)
             got = np.array([new[rows.index(i), j] for i, j in pairs])
             d_nx = float(np.abs(got - ref).max())
             nx_fit.setdefault(n, t_nx_pair)
         rows_out.append((what, n, len(rows) * n, t_new, t_sp, len(sample) < len(rows), t_nx_pair, d_sp, d_nx))
-        print(f"  done: {what} n={n}: new {t_new:.3f} s, scipy {t_sp:.2f} s, networkx {t_nx_pair:.3f} s/pair "
-              f"({k_nx} pairs), max|Δ| nx {d_nx:.1e}, scipy {d_sp:.1e}; load {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"  done: {what} n={n}: new {t_new:.3f} s, scipy {t_sp:.2f} s, networkx {t_nx_pair:.3f} s/pair "
+            f"({k_nx} pairs), max|Δ| nx {d_nx:.1e}, scipy {d_sp:.1e}; load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
     ns = np.array(sorted(nx_fit))
     b, log_c = np.polyfit(np.log(ns), np.log([nx_fit[x] for x in ns]), 1) if len(ns) >= 2 else (np.nan, np.nan)
-    print(f"networkx seconds per max-flow fitted as t = {np.exp(log_c):.2e}·n^{b:.2f} over n = "
-          f"{', '.join(map(str, ns))} (timed); '~' marks extrapolated or scaled times")
-    print(f"{'flow':<12} {'n':>4} {'pairs':>6} {'new s':>8} {'scipy s':>10} {'networkx s':>12} "
-          f"{'new/scipy':>10} {'new/nx':>9} {'max|Δ| nx':>10} {'max|Δ| scipy':>12}")
+    print(
+        f"networkx seconds per max-flow fitted as t = {np.exp(log_c):.2e}·n^{b:.2f} over n = "
+        f"{', '.join(map(str, ns))} (timed); '~' marks extrapolated or scaled times"
+    )
+    print(
+        f"{'flow':<12} {'n':>4} {'pairs':>6} {'new s':>8} {'scipy s':>10} {'networkx s':>12} "
+        f"{'new/scipy':>10} {'new/nx':>9} {'max|Δ| nx':>10} {'max|Δ| scipy':>12}"
+    )
     for what, n, pairs, t_new, t_sp, sp_scaled, t_pair, d_sp, d_nx in rows_out:
         timed_nx = not np.isnan(t_pair) and (pairs <= nx_budget_pairs.get(n, 0))
-        t_nx = (t_pair if not np.isnan(t_pair) else np.exp(log_c) * n ** b) * pairs
+        t_nx = (t_pair if not np.isnan(t_pair) else np.exp(log_c) * n**b) * pairs
         nx_s = f"{'' if timed_nx else '~'}{t_nx:.1f}"
         sp_s = f"{'~' if sp_scaled else ''}{t_sp:.2f}"
-        print(f"{what:<12} {n:>4} {pairs:>6} {t_new:>8.3f} {sp_s:>10} {nx_s:>12} {t_sp / t_new:>9.0f}x "
-              f"{t_nx / t_new:>8.0f}x {d_nx:>10.1e} {d_sp:>12.1e}")
+        print(
+            f"{what:<12} {n:>4} {pairs:>6} {t_new:>8.3f} {sp_s:>10} {nx_s:>12} {t_sp / t_new:>9.0f}x "
+            f"{t_nx / t_new:>8.0f}x {d_nx:>10.1e} {d_sp:>12.1e}"
+        )
 
 
 def numpy_rollout_loop(examples):
@@ -169,7 +189,7 @@ def bench_rollout(n_sentences, repeats):
     texts = []
     for line in EWT_DEV.read_text(encoding="utf-8").splitlines():
         if line.startswith("# text = "):
-            texts.append(line[len("# text = "):])
+            texts.append(line[len("# text = ") :])
     texts = [t for t in texts if t.strip()][:n_sentences]
     adapter = load_model("minilm")
     t = time.perf_counter()
@@ -181,10 +201,12 @@ def bench_rollout(n_sentences, repeats):
     t_val, _, _ = timed(lambda: rollout_batch(attn), max(1, repeats // 2))
     t_base, m_base, base = timed(lambda: numpy_rollout_loop(attn), max(1, repeats // 2))
     err = max(float(np.abs(o[0].numpy() - b).max()) for o, b in zip(ours, base))
-    print(f"rollout (torch threads: {torch.get_num_threads()}) of {len(maps)} EWT sentences ({n_tok} tokens; capture took {t_cap:.1f} s): "
-          f"ours {t_ours:.3f} s ({t_val:.3f} s with input validation; torch memory is not "
-          f"traced, see peak RSS), numpy loop {t_base:.3f} s (peak {m_base:.0f} MiB) -> "
-          f"{t_base / t_ours:.1f}x faster; max |diff| {err:.1e}")
+    print(
+        f"rollout (torch threads: {torch.get_num_threads()}) of {len(maps)} EWT sentences ({n_tok} tokens; capture took {t_cap:.1f} s): "
+        f"ours {t_ours:.3f} s ({t_val:.3f} s with input validation; torch memory is not "
+        f"traced, see peak RSS), numpy loop {t_base:.3f} s (peak {m_base:.0f} MiB) -> "
+        f"{t_base / t_ours:.1f}x faster; max |diff| {err:.1e}"
+    )
 
 
 def main():

@@ -40,9 +40,16 @@ def tiny_llama(layers: int, hidden: int, heads: int, kv_heads: int, max_pos: int
     from probe.models.registry import minilm_path
 
     tok = T.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
-    cfg = T.LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-                        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                        max_position_embeddings=max_pos, pad_token_id=0)
+    cfg = T.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_pos,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     model = T.AutoModelForCausalLM.from_config(cfg)
     return ModelAdapter(name="tiny-llama", model=model, tokenizer=tok, family="llama")
@@ -72,18 +79,25 @@ def variants(adapter, batch: dict) -> dict:
             with AttentionCapture(adapter, path=path, into_buffer=True) as cap, torch.no_grad():
                 model(**batch)
             cap.layer_tensors()
+
         return run
 
-    return {"sdpa": sdpa, "eager output_attentions": eager_oa, "interface capture": capture("interface"),
-            "hooks capture": capture("hooks")}
+    return {
+        "sdpa": sdpa,
+        "eager output_attentions": eager_oa,
+        "interface capture": capture("interface"),
+        "hooks capture": capture("hooks"),
+    }
 
 
 def overhead(repeats: int, batch_size: int) -> None:
     from probe.models import load_model
 
     models = {"minilm": load_model("minilm"), "tiny-llama": tiny_llama(4, 128, 4, 2, 1024)}
-    print(f"{'model':<11} {'n':>4} {'sdpa s':>9} {'eager+oa s':>11} {'interface s':>12} {'hooks s':>9} "
-          f"{'iface/eager':>12} {'iface/sdpa':>11} {'hooks/eager':>12}")
+    print(
+        f"{'model':<11} {'n':>4} {'sdpa s':>9} {'eager+oa s':>11} {'interface s':>12} {'hooks s':>9} "
+        f"{'iface/eager':>12} {'iface/sdpa':>11} {'hooks/eager':>12}"
+    )
     for name, adapter in models.items():
         for n in (128, 512):
             ids = torch.randint(1000, 2000, (batch_size, n))
@@ -99,8 +113,10 @@ def overhead(repeats: int, batch_size: int) -> None:
                     times[k].append(time.perf_counter() - t)
             m = {k: statistics.median(v) for k, v in times.items()}
             e, s, i, h = m["eager output_attentions"], m["sdpa"], m["interface capture"], m["hooks capture"]
-            print(f"{name:<11} {n:>4} {s:>9.4f} {e:>11.4f} {i:>12.4f} {h:>9.4f} {i / e:>12.2f} {i / s:>11.2f} "
-                  f"{h / e:>12.2f}")
+            print(
+                f"{name:<11} {n:>4} {s:>9.4f} {e:>11.4f} {i:>12.4f} {h:>9.4f} {i / e:>12.2f} {i / s:>11.2f} "
+                f"{h / e:>12.2f}"
+            )
 
 
 MEMORY_CHILD = r"""
@@ -139,15 +155,13 @@ def memory(n: int) -> None:
     print(f"\npeak RSS, 24-layer tiny Llama (4 heads, hidden 64), one {n}-token input, fresh process each:")
     print(f"{'case':<28} {'peak MiB':>9} {'peak above model MiB':>21} {'maps kept MiB':>14}")
     for case in ("plain forward", "interface, one layer", "hooks, one layer", "interface, all 24 layers"):
-        out = subprocess.run([sys.executable, "-c", code, case, str(n)], capture_output=True, text=True,
-                             cwd=ROOT)
+        out = subprocess.run([sys.executable, "-c", code, case, str(n)], capture_output=True, text=True, cwd=ROOT)
         if out.returncode != 0:
             print(f"{case:<28} failed: {out.stderr.strip().splitlines()[-1]}")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        mib = 2 ** 20
-        print(f"{case:<28} {r['peak'] / mib:>9.0f} {(r['peak'] - r['base']) / mib:>21.0f} "
-              f"{r['stored'] / mib:>14.0f}")
+        mib = 2**20
+        print(f"{case:<28} {r['peak'] / mib:>9.0f} {(r['peak'] - r['base']) / mib:>21.0f} {r['stored'] / mib:>14.0f}")
 
 
 def main() -> None:
@@ -163,8 +177,9 @@ def main() -> None:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     import os
 
-    print(f"torch {torch.__version__}, 1 thread; {os.cpu_count()} cores, "
-          f"1-minute load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"torch {torch.__version__}, 1 thread; {os.cpu_count()} cores, 1-minute load average {os.getloadavg()[0]:.1f}"
+    )
     if not args.skip_timing:
         overhead(args.repeats, args.batch)
     memory(args.memory_n)

@@ -30,8 +30,12 @@ def main():
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--sections", default=None, help="comma-separated (default: all)")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--document", default=None, metavar="CONLLU",
-                    help="the 136-line document built from this treebank's text, read as --file")
+    ap.add_argument(
+        "--document",
+        default=None,
+        metavar="CONLLU",
+        help="the 136-line document built from this treebank's text, read as --file",
+    )
     ap.add_argument("--memory-budget", default="4G")
     ap.add_argument("--max-model-examples", type=int, default=None, help="0: every example")
     args = ap.parse_args()
@@ -71,25 +75,34 @@ def main():
     lengths = [len(x) for x in adapter.tokenizer(list(corpus.texts))["input_ids"]]
     print(f"{len(corpus)} examples, {sum(len(t.split()) for t in corpus.texts)} words, longest {max(lengths)} tokens")
     t, c = lap("load model + corpus", t, c)
-    maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
-                   progress=True)
+    maps = capture(
+        adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None, progress=True
+    )
     t, c = lap(f"capture ({len(maps)} examples)", t, c)
     settings = {"model": "minilm", **_model_examples_setting(len(corpus), args.max_model_examples)}
-    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings,
-                        overrides=_overrides(None, None, args.max_model_examples))
+    ctx = ReportContext(
+        adapter=adapter,
+        corpus=corpus,
+        maps=maps,
+        settings=settings,
+        overrides=_overrides(None, None, args.max_model_examples),
+    )
     rss = {}
 
     def progress(i, n, name):
         rss[name.split(" ")[0]] = _peak_mib()
-        print(f"[{i + 1}/{n}] {name} at {time.perf_counter() - t0:.0f}s, peak RSS so far {rss[name.split(' ')[0]]:.0f} "
-              "MiB", flush=True)
+        print(
+            f"[{i + 1}/{n}] {name} at {time.perf_counter() - t0:.0f}s, peak RSS so far {rss[name.split(' ')[0]]:.0f} "
+            "MiB",
+            flush=True,
+        )
 
     with memory_budget(parse_size(args.memory_budget)):
         data = analyse(ctx, sections=args.sections.split(",") if args.sections else None, progress=progress)
     names = [o.name for o in data.outcomes]
     after = {}  # peak RSS when each section ended (the next one's start, or the end of all)
     for j, name in enumerate(names):
-        later = [rss[m] for m in names[j + 1:] if m in rss]
+        later = [rss[m] for m in names[j + 1 :] if m in rss]
         after[name] = later[0] if later else _peak_mib()
     t, c = lap("sections", t, c)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "report"
@@ -100,11 +113,15 @@ def main():
     for name, (w, cpu) in clock.items():
         print(f"{name:<36} {w:8.1f}s wall {cpu:8.1f}s cpu")
     for o in data.outcomes:
-        print(f"  section {o.name:<14} {o.status:<8} {o.seconds:8.1f}s  peak RSS so far {after[o.name]:6.0f} MiB  "
-              f"{o.reason}")
+        print(
+            f"  section {o.name:<14} {o.status:<8} {o.seconds:8.1f}s  peak RSS so far {after[o.name]:6.0f} MiB  "
+            f"{o.reason}"
+        )
     peak = _peak_mib()
-    print(f"total {total:.1f}s wall, {time.process_time() - c0:.1f}s cpu; peak RSS {peak:.0f} MiB; "
-          f"{total / budget:.2f} of the {budget // 60}-minute budget; report in {out}")
+    print(
+        f"total {total:.1f}s wall, {time.process_time() - c0:.1f}s cpu; peak RSS {peak:.0f} MiB; "
+        f"{total / budget:.2f} of the {budget // 60}-minute budget; report in {out}"
+    )
 
 
 def _peak_mib() -> float:
@@ -134,7 +151,7 @@ def long_document(conllu_path, adapter, lines: int = 136, words: int = 3000, lon
         left -= len(sents[k].split())
         k += 1
     per = len(rest) / (lines - 1)
-    out += [" ".join(rest[round(j * per): round((j + 1) * per)]) for j in range(lines - 1)]
+    out += [" ".join(rest[round(j * per) : round((j + 1) * per)]) for j in range(lines - 1)]
     return [line for line in out if line]
 
 

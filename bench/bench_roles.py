@@ -95,11 +95,24 @@ def worker(variant, store_dir, n):
                 break
             acc.update(m)
         f = acc.result()
-        names = {"o-2": "prev2", "o-1": "prev", "o0": "self", "o1": "next", "o2": "next2",
-                 "a-2": "argmax_prev2", "a-1": "argmax_prev", "a0": "argmax_self", "a1": "argmax_next",
-                 "a2": "argmax_next2", "cls": "to_cls", "punct": "to_punct", "entropy": "entropy"}
-        out["values"] = {f"{r.layer},{r.head},{k}": float(getattr(r, c))
-                         for r in f.itertuples(index=False) for k, c in names.items()}
+        names = {
+            "o-2": "prev2",
+            "o-1": "prev",
+            "o0": "self",
+            "o1": "next",
+            "o2": "next2",
+            "a-2": "argmax_prev2",
+            "a-1": "argmax_prev",
+            "a0": "argmax_self",
+            "a1": "argmax_next",
+            "a2": "argmax_next2",
+            "cls": "to_cls",
+            "punct": "to_punct",
+            "entropy": "entropy",
+        }
+        out["values"] = {
+            f"{r.layer},{r.head},{k}": float(getattr(r, c)) for r in f.itertuples(index=False) for k, c in names.items()
+        }
     else:  # the whole report, as `probe roles` runs it
         rep = roles_report(store, n_clusters=8, cluster_examples=100)
         out["counts"] = dict(zip(rep.counts.role, map(int, rep.counts.heads)))
@@ -109,8 +122,12 @@ def worker(variant, store_dir, n):
 
 
 def run(variant, store_dir, n):
-    res = subprocess.run([sys.executable, __file__, "--worker", variant, "--store", str(store_dir), "--n", str(n)],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, __file__, "--worker", variant, "--store", str(store_dir), "--n", str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -152,14 +169,18 @@ def main():
         t_ref = statistics.median(r["seconds"] for r in ref)
         t_ours = statistics.median(r["seconds"] for r in ours)
         diff = max(abs(ref[0]["values"][k] - ours[0]["values"][k]) for k in ref[0]["values"])
-        print(f"core features, {args.n_reference} examples: loops {t_ref:.2f}s, vectorised {t_ours:.3f}s, "
-              f"ratio {t_ref / t_ours:.0f}x; peak RSS +{statistics.median(r['peak_rss_mb'] for r in ref):.0f} MB vs "
-              f"+{statistics.median(r['peak_rss_mb'] for r in ours):.0f} MB; largest feature difference {diff:.2e}")
+        print(
+            f"core features, {args.n_reference} examples: loops {t_ref:.2f}s, vectorised {t_ours:.3f}s, "
+            f"ratio {t_ref / t_ours:.0f}x; peak RSS +{statistics.median(r['peak_rss_mb'] for r in ref):.0f} MB vs "
+            f"+{statistics.median(r['peak_rss_mb'] for r in ours):.0f} MB; largest feature difference {diff:.2e}"
+        )
         full = [run("report", store_dir, args.n) for _ in range(args.repeats)]
         t_full = statistics.median(r["seconds"] for r in full)
-        print(f"full roles report (token+word features, rare words, JS clusters on 100 examples), "
-              f"{args.n} examples: median {t_full:.1f}s over {args.repeats} runs "
-              f"(target ≤ 30 s), peak RSS +{statistics.median(r['peak_rss_mb'] for r in full):.0f} MB")
+        print(
+            f"full roles report (token+word features, rare words, JS clusters on 100 examples), "
+            f"{args.n} examples: median {t_full:.1f}s over {args.repeats} runs "
+            f"(target ≤ 30 s), peak RSS +{statistics.median(r['peak_rss_mb'] for r in full):.0f} MB"
+        )
         print("heads per role:", full[0]["counts"])
     finally:
         if tmp is not None:

@@ -55,8 +55,16 @@ def tiny_llama(path: Path, layers: int = 24) -> str:
 
     tok = T.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
     torch.manual_seed(0)
-    cfg = T.LlamaConfig(hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                        intermediate_size=128, vocab_size=len(tok), pad_token_id=0, max_position_embeddings=1024)
+    cfg = T.LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=len(tok),
+        pad_token_id=0,
+        max_position_embeddings=1024,
+    )
     T.LlamaForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
     return f"hf:{path}"
@@ -88,9 +96,13 @@ def part_memory(args, tmp: Path) -> None:
     texts.write_text("\n".join(lines) + "\n")
     probe = [sys.executable, "-m", "probe"]
     models = {"minilm": "minilm", "llama-24L": llama}
-    print(f"peak RSS (MiB) of one CLI process; roles on {len(lines)} texts of ~512 tokens (--batch-size 4, "
-          f"--clusters 0), syntax on the first {args.syntax_limit} EWT dev sentences (relations only)")
-    print(f"{'model':<10} {'command':<7} {'local MiB':>10} {'stream MiB':>11} {'ratio':>6} {'local s':>8} {'stream s':>9}")
+    print(
+        f"peak RSS (MiB) of one CLI process; roles on {len(lines)} texts of ~512 tokens (--batch-size 4, "
+        f"--clusters 0), syntax on the first {args.syntax_limit} EWT dev sentences (relations only)"
+    )
+    print(
+        f"{'model':<10} {'command':<7} {'local MiB':>10} {'stream MiB':>11} {'ratio':>6} {'local s':>8} {'stream s':>9}"
+    )
     for name, spec in models.items():
         for command in ("roles", "syntax"):
             res = {"local": [], "stream": []}
@@ -98,18 +110,54 @@ def part_memory(args, tmp: Path) -> None:
                 for engine in ("local", "stream"):  # interleaved
                     out = tmp / f"{name}-{command}-{engine}"
                     if command == "roles":
-                        cmd = probe + ["roles", "-m", spec, "--file", str(texts), "--batch-size", "4", "--clusters", "0",
-                                       "--no-figure", "--min-examples", "1", "--engine", engine, "--out", str(out),
-                                       "--force", "--quiet"]
+                        cmd = probe + [
+                            "roles",
+                            "-m",
+                            spec,
+                            "--file",
+                            str(texts),
+                            "--batch-size",
+                            "4",
+                            "--clusters",
+                            "0",
+                            "--no-figure",
+                            "--min-examples",
+                            "1",
+                            "--engine",
+                            engine,
+                            "--out",
+                            str(out),
+                            "--force",
+                            "--quiet",
+                        ]
                     else:
-                        cmd = probe + ["syntax", "-m", spec, "--conllu", str(EWT), "--limit", str(args.syntax_limit),
-                                       "--tree-limit", "0", "--probe-limit", "0", "--engine", engine, "--out", str(out),
-                                       "--force", "--quiet"]
+                        cmd = probe + [
+                            "syntax",
+                            "-m",
+                            spec,
+                            "--conllu",
+                            str(EWT),
+                            "--limit",
+                            str(args.syntax_limit),
+                            "--tree-limit",
+                            "0",
+                            "--probe-limit",
+                            "0",
+                            "--engine",
+                            engine,
+                            "--out",
+                            str(out),
+                            "--force",
+                            "--quiet",
+                        ]
                     res[engine].append(peak_rss(cmd, env={"OMP_NUM_THREADS": "1"}))
             m = {e: statistics.median(r[0] for r in v) for e, v in res.items()}
             s = {e: statistics.median(r[1] for r in v) for e, v in res.items()}
-            print(f"{name:<10} {command:<7} {m['local']:>10.0f} {m['stream']:>11.0f} {m['local'] / m['stream']:>5.1f}× "
-                  f"{s['local']:>8.1f} {s['stream']:>9.1f}", flush=True)
+            print(
+                f"{name:<10} {command:<7} {m['local']:>10.0f} {m['stream']:>11.0f} {m['local'] / m['stream']:>5.1f}× "
+                f"{s['local']:>8.1f} {s['stream']:>9.1f}",
+                flush=True,
+            )
 
 
 def part_ray(args) -> None:
@@ -130,8 +178,10 @@ def part_ray(args) -> None:
     corpora = {len(c): c for c in corpora.values()}
     t = time.perf_counter()
     ray = ensure_ray(None, 2)
-    print(f"\nRay local cluster ({ray.cluster_resources().get('CPU', 0):.0f} CPUs) started in "
-          f"{time.perf_counter() - t:.1f} s (not counted below)")
+    print(
+        f"\nRay local cluster ({ray.cluster_resources().get('CPU', 0):.0f} CPUs) started in "
+        f"{time.perf_counter() - t:.1f} s (not counted below)"
+    )
     load_model("minilm")  # warm the file cache; each run below loads the model itself
 
     def runner(engine: str, workers: int):
@@ -140,12 +190,20 @@ def part_ray(args) -> None:
                 return run_corpus("minilm", sents, [LayerwiseHeadFeatures()], batch_size=16)
             # one torch thread per actor, as the one process has (by default a lone worker
             # would take every CPU of the local cluster)
-            return run_corpus("minilm", sents, [LayerwiseHeadFeatures()], engine="ray", workers=workers,
-                              block_size=args.block_size, batch_size=16, threads_per_worker=1)
+            return run_corpus(
+                "minilm",
+                sents,
+                [LayerwiseHeadFeatures()],
+                engine="ray",
+                workers=workers,
+                block_size=args.block_size,
+                batch_size=16,
+                threads_per_worker=1,
+            )
+
         return run
 
-    variants = {"one process": runner("local", 1), "ray 1 worker": runner("ray", 1),
-                "ray 2 workers": runner("ray", 2)}
+    variants = {"one process": runner("local", 1), "ray 1 worker": runner("ray", 1), "ray 2 workers": runner("ray", 2)}
     import probe.app.engine.run as engine_run
 
     seen: list = []
@@ -175,28 +233,40 @@ def part_ray(args) -> None:
                 results[k] = acc.result()
     med = {key: statistics.median(v) for key, v in times.items()}
     small, big = sizes
-    print(f"head features (token level) of EWT dev sentences on MiniLM, one torch thread per process, block size "
-          f"{args.block_size or 'auto'}, medians of {args.repeats} interleaved runs at {small} and {big} sentences; "
-          f"marginal = (t({big}) − t({small})) / {big - small} sentences, fixed = t({small}) − marginal × {small}:")
-    print(f"  {'':<14} {'t(' + str(small) + ') s':>9} {'t(' + str(big) + ') s':>10} {'fixed s':>8} "
-          f"{'marginal sent/s':>16} {'marginal ×':>11} {'end-to-end ×':>13} {'max |Δ|':>8}")
+    print(
+        f"head features (token level) of EWT dev sentences on MiniLM, one torch thread per process, block size "
+        f"{args.block_size or 'auto'}, medians of {args.repeats} interleaved runs at {small} and {big} sentences; "
+        f"marginal = (t({big}) − t({small})) / {big - small} sentences, fixed = t({small}) − marginal × {small}:"
+    )
+    print(
+        f"  {'':<14} {'t(' + str(small) + ') s':>9} {'t(' + str(big) + ') s':>10} {'fixed s':>8} "
+        f"{'marginal sent/s':>16} {'marginal ×':>11} {'end-to-end ×':>13} {'max |Δ|':>8}"
+    )
     marginal = {k: (med[k, big] - med[k, small]) / (big - small) for k in variants}
     for k in variants:
         fixed = med[k, small] - marginal[k] * small
         diff = (results[k].select_dtypes("number") - results["one process"].select_dtypes("number")).abs().max().max()
-        print(f"  {k:<14} {med[k, small]:9.1f} {med[k, big]:10.1f} {fixed:8.1f} {1 / marginal[k]:16.1f} "
-              f"{marginal[k] / marginal['one process']:11.2f} {med[k, big] / med['one process', big]:13.2f} {diff:8.1e}")
-    print(f"  where the time of a run over {big} sentences went (medians; blocks = first block's start to the "
-          "last one's end, the steady state):")
+        print(
+            f"  {k:<14} {med[k, small]:9.1f} {med[k, big]:10.1f} {fixed:8.1f} {1 / marginal[k]:16.1f} "
+            f"{marginal[k] / marginal['one process']:11.2f} {med[k, big] / med['one process', big]:13.2f} {diff:8.1e}"
+        )
+    print(
+        f"  where the time of a run over {big} sentences went (medians; blocks = first block's start to the "
+        "last one's end, the steady state):"
+    )
     blocks_base = statistics.median(b for _, b, _ in phases["one process"])
     for k in variants:
         start, blocks, handover = (statistics.median(x[i] for x in phases[k]) for i in range(3))
-        print(f"  {k:<14} start-up {start:5.1f} s  blocks {blocks:6.1f} s ({blocks / blocks_base:4.2f}× one "
-              f"process)  hand-over {handover:4.1f} s")
-    print(f"  2 workers vs 1 at {big} sentences: {med['ray 1 worker', big] / med['ray 2 workers', big]:.2f}× the "
-          f"throughput (marginal: {marginal['ray 1 worker'] / marginal['ray 2 workers']:.2f}×); Ray overhead with 1 "
-          f"worker: marginal {marginal['ray 1 worker'] / marginal['one process']:.2f}× (target ≤ 1.15×), end to end "
-          f"{med['ray 1 worker', big] / med['one process', big]:.2f}×; 1-minute load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"  {k:<14} start-up {start:5.1f} s  blocks {blocks:6.1f} s ({blocks / blocks_base:4.2f}× one "
+            f"process)  hand-over {handover:4.1f} s"
+        )
+    print(
+        f"  2 workers vs 1 at {big} sentences: {med['ray 1 worker', big] / med['ray 2 workers', big]:.2f}× the "
+        f"throughput (marginal: {marginal['ray 1 worker'] / marginal['ray 2 workers']:.2f}×); Ray overhead with 1 "
+        f"worker: marginal {marginal['ray 1 worker'] / marginal['one process']:.2f}× (target ≤ 1.15×), end to end "
+        f"{med['ray 1 worker', big] / med['one process', big]:.2f}×; 1-minute load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 def part_costs(args) -> None:
@@ -218,13 +288,14 @@ def part_costs(args) -> None:
     def forward():
         for i in range(0, len(sents), 16):
             with torch.no_grad():
-                ad.model(**ad.batch([ad.encode(s.text, s.spans) for s in sents[i:i + 16]]))
+                ad.model(**ad.batch([ad.encode(s.text, s.spans) for s in sents[i : i + 16]]))
 
     steps = {
         "forward": forward,
         "stream capture": lambda: stream_layers(ad, sents, lambda b: None, batch_size=16),
-        "roles (2 levels)": lambda: stream_layers(ad, sents, feed([LayerwiseHeadFeatures("token"),
-                                                                  LayerwiseHeadFeatures("word")]), batch_size=16),
+        "roles (2 levels)": lambda: stream_layers(
+            ad, sents, feed([LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word")]), batch_size=16
+        ),
         "syntax": lambda: stream_layers(ad, sents, feed([LayerwiseRelations()]), batch_size=16),
     }
     best = {}
@@ -256,8 +327,10 @@ def main() -> None:
     ap.add_argument("--skip-ray", action="store_true")
     ap.add_argument("--costs", action="store_true", help="only the per-token costs behind docs/scale.md")
     args = ap.parse_args()
-    print(f"machine: {os.cpu_count()} cores, 1-minute load average {os.getloadavg()[0]:.1f}; "
-          "numbers are medians of interleaved runs")
+    print(
+        f"machine: {os.cpu_count()} cores, 1-minute load average {os.getloadavg()[0]:.1f}; "
+        "numbers are medians of interleaved runs"
+    )
     if args.costs:
         part_costs(args)
         return

@@ -36,8 +36,17 @@ def graphs(n, layers=6, heads=12, seed=0):
     for i, s in enumerate(read_conllu(EWT, limit=n)):
         w = len(s)
         a = torch.distributions.Dirichlet(torch.ones(w + 2)).sample((layers, heads, w))
-        out.append(WordGraph(attention=a[..., :w], to_special=a[..., w:].sum(-1), from_special=torch.zeros(layers, heads, w),
-                             heads=gold_heads(s), deprels=s.deprels, layers=tuple(range(layers)), index=i))
+        out.append(
+            WordGraph(
+                attention=a[..., :w],
+                to_special=a[..., w:].sum(-1),
+                from_special=torch.zeros(layers, heads, w),
+                heads=gold_heads(s),
+                deprels=s.deprels,
+                layers=tuple(range(layers)),
+                index=i,
+            )
+        )
     return out
 
 
@@ -69,12 +78,14 @@ def main():
     to, mo, acc = timed(lambda: relation_accuracy(gs), args.repeats)
     r = acc.relations.index("det")
     assert acc.counts[r] == counts["det"] and acc.hits[0, r, 2, 5] == hits[("det", 2, 5)]
-    print(f"relation accuracy, {len(gs)} sentences × 72 heads: naive {tn:.3f}s ({mn:.1f} MiB), "
-          f"ours {to:.3f}s ({mo:.1f} MiB), speed-up ×{tn / to:.1f}")
+    print(
+        f"relation accuracy, {len(gs)} sentences × 72 heads: naive {tn:.3f}s ({mn:.1f} MiB), "
+        f"ours {to:.3f}s ({mo:.1f} MiB), speed-up ×{tn / to:.1f}"
+    )
 
     import networkx as nx
 
-    maps = [np.pad(g.attention[0, 0].numpy(), ((1, 0), (1, 0)), constant_values=-1.0) for g in gs[:args.trees]]
+    maps = [np.pad(g.attention[0, 0].numpy(), ((1, 0), (1, 0)), constant_values=-1.0) for g in gs[: args.trees]]
 
     def nx_trees():
         out = []
@@ -91,8 +102,10 @@ def main():
     tn, mn, ref = timed(nx_trees, args.repeats)
     to, mo, ours = timed(our_trees, args.repeats)
     assert np.allclose(ref, ours)
-    print(f"trees, {len(maps)} maps: networkx {tn:.3f}s ({mn:.1f} MiB), ours {to:.3f}s "
-          f"({mo:.1f} MiB), speed-up ×{tn / to:.1f}")
+    print(
+        f"trees, {len(maps)} maps: networkx {tn:.3f}s ({mn:.1f} MiB), ours {to:.3f}s "
+        f"({mo:.1f} MiB), speed-up ×{tn / to:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -36,10 +36,23 @@ def main() -> None:
     for n in (max(1, args.texts // 4), args.texts):
         with tempfile.TemporaryDirectory() as tmp:
             text = Path(tmp) / "long.txt"
-            text.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(args.words))
-                                      for _ in range(n)) + "\n", encoding="utf-8")
-            rss, sec = peak_rss([sys.executable, "-m", "probe", "capture", "--file", str(text),
-                                 "--out", str(Path(tmp) / "store"), "--quiet"])
+            text.write_text(
+                "\n".join(" ".join(rng.choice(WORDS) for _ in range(args.words)) for _ in range(n)) + "\n",
+                encoding="utf-8",
+            )
+            rss, sec = peak_rss(
+                [
+                    sys.executable,
+                    "-m",
+                    "probe",
+                    "capture",
+                    "--file",
+                    str(text),
+                    "--out",
+                    str(Path(tmp) / "store"),
+                    "--quiet",
+                ]
+            )
             print(f"{n:>6} {args.words:>6} {rss:>13.0f} {sec:>8.1f}", flush=True)
 
 

@@ -42,10 +42,16 @@ def _one(task: str, out: str) -> dict:
     name = next(p.name for p in (zoo.WEIGHTS_DIR / task).glob("*.safetensors"))
     new, old = load_file(str(Path(out) / name)), load_file(str(zoo.WEIGHTS_DIR / task / name))
     identical = new.keys() == old.keys() and all(bool((new[k] == old[k]).all()) for k in new)
-    return {"task": task, "steps": card["train_steps"], "seed": card["seed"], "seconds": round(seconds, 1),
-            "accuracy": card["accuracy"], "card_accuracy": committed.card["accuracy"],
-            "identical_weights": identical,
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    return {
+        "task": task,
+        "steps": card["train_steps"],
+        "seed": card["seed"],
+        "seconds": round(seconds, 1),
+        "accuracy": card["accuracy"],
+        "card_accuracy": committed.card["accuracy"],
+        "identical_weights": identical,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
 
 
 def main() -> None:
@@ -60,22 +66,31 @@ def main() -> None:
         print(json.dumps(_one(*args._one)))
         return
     print(f"cpus={os.cpu_count()} load={os.getloadavg()[0]:.2f} (1-min average before the run)")
-    print(f"{'task':<14} {'steps':>6} {'seconds':>8} {'≤180 s':>7} {'accuracy':>9} {'card':>7} "
-          f"{'same weights':>13} {'peak MiB':>9}")
+    print(
+        f"{'task':<14} {'steps':>6} {'seconds':>8} {'≤180 s':>7} {'accuracy':>9} {'card':>7} "
+        f"{'same weights':>13} {'peak MiB':>9}"
+    )
     rows = []
     for task in args.tasks:
         with tempfile.TemporaryDirectory() as tmp:
-            res = subprocess.run([sys.executable, __file__, "--_one", task, str(Path(tmp) / task)],
-                                 capture_output=True, text=True, cwd=ROOT)
+            res = subprocess.run(
+                [sys.executable, __file__, "--_one", task, str(Path(tmp) / task)],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
         if res.returncode:
             print(f"{task:<14} failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
             continue
         r = json.loads(res.stdout.strip().splitlines()[-1])
         rows.append(r)
-        print(json.dumps(r) if args.json else
-              f"{r['task']:<14} {r['steps']:>6} {r['seconds']:>8.1f} {'yes' if r['seconds'] <= 180 else 'NO':>7} "
-              f"{r['accuracy']:>9.2f} {r['card_accuracy']:>7.2f} {str(r['identical_weights']):>13} "
-              f"{r['peak_rss_mib']:>9}")
+        print(
+            json.dumps(r)
+            if args.json
+            else f"{r['task']:<14} {r['steps']:>6} {r['seconds']:>8.1f} {'yes' if r['seconds'] <= 180 else 'NO':>7} "
+            f"{r['accuracy']:>9.2f} {r['card_accuracy']:>7.2f} {str(r['identical_weights']):>13} "
+            f"{r['peak_rss_mib']:>9}"
+        )
     print(f"load={os.getloadavg()[0]:.2f} (1-min average after the run)")
 
 

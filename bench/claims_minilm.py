@@ -34,28 +34,36 @@ def main() -> None:
         s = json.loads((out / "summary.json").read_text())
     claims = next(x for x in s["sections"] if x["name"] == "claims")
     obj = claims["summary"].get("objective", {})
-    print(f"corpus: {s['corpus']['source']}, {s['corpus']['examples']} sentences; objective: {obj.get('described')}; "
-          f"{seconds:.0f} s\n")
+    print(
+        f"corpus: {s['corpus']['source']}, {s['corpus']['examples']} sentences; objective: {obj.get('described')}; "
+        f"{seconds:.0f} s\n"
+    )
     counts = s["claims"]["counts"]
     statuses = ["holds", "does not hold", "not tested", "not enough evidence"]
     print("| claim | " + " | ".join(statuses) + " |\n| --- |" + " --- |" * len(statuses))
     for kind, row in counts.items():
         print(f"| {kind} | " + " | ".join(str(row.get(st, 0)) for st in statuses) + " |")
     heads = sorted(s["heads"], key=lambda h: -(h["claims"]["necessity"].get("effect") or 0))[:5]
-    print("\n| head | necessity | harm (1 − ρ) | 95% CI | n | nearest neighbour changed | zero-ablation |\n"
-          "| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "\n| head | necessity | harm (1 − ρ) | 95% CI | n | nearest neighbour changed | zero-ablation |\n"
+        "| --- | --- | --- | --- | --- | --- | --- |"
+    )
     for h in heads:
         c = h["claims"]["necessity"]
         x = c["extra"]
-        print(f"| L{h['layer']}H{h['head']} | {c['status']} | {c['effect']:.4f} | [{c['ci_low']:.4f}, "
-              f"{c['ci_high']:.4f}] | {c['count']} | {x.get('neighbour_changed', float('nan')):.0%} | "
-              f"{(x.get('zero_harm') or {}).get('effect', float('nan')):.4f} |")
+        print(
+            f"| L{h['layer']}H{h['head']} | {c['status']} | {c['effect']:.4f} | [{c['ci_low']:.4f}, "
+            f"{c['ci_high']:.4f}] | {c['count']} | {x.get('neighbour_changed', float('nan')):.0%} | "
+            f"{(x.get('zero_harm') or {}).get('effect', float('nan')):.4f} |"
+        )
     if "faithfulness" not in args.sections:
         return
     att = [h["claims"]["attribution"] for h in s["heads"]]
     best = max(att, key=lambda c: c.get("effect") or -1)
-    print(f"\nattribution: {sum(c['status'] != 'not tested' for c in att)} of {len(att)} heads tested; "
-          f"largest mean τ {best.get('effect'):.3f}")
+    print(
+        f"\nattribution: {sum(c['status'] != 'not tested' for c in att)} of {len(att)} heads tested; "
+        f"largest mean τ {best.get('effect'):.3f}"
+    )
     faith = next(x for x in s["sections"] if x["name"] == "faithfulness")
     print("faithfulness notes: " + " | ".join(faith["notes"]))
 

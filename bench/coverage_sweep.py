@@ -47,25 +47,61 @@ TIMEOUT_S = 120
 HIDDEN = 32
 SIZE_KEYS = {
     # width
-    "hidden_size": HIDDEN, "d_model": HIDDEN, "n_embd": HIDDEN, "embed_dim": HIDDEN, "dim": HIDDEN,
-    "embedding_size": HIDDEN, "word_embed_proj_dim": HIDDEN, "projection_dim": HIDDEN,
+    "hidden_size": HIDDEN,
+    "d_model": HIDDEN,
+    "n_embd": HIDDEN,
+    "embed_dim": HIDDEN,
+    "dim": HIDDEN,
+    "embedding_size": HIDDEN,
+    "word_embed_proj_dim": HIDDEN,
+    "projection_dim": HIDDEN,
     # depth
-    "num_hidden_layers": 2, "n_layer": 2, "n_layers": 2, "num_layers": 2, "encoder_layers": 2,
-    "decoder_layers": 2, "num_decoder_layers": 2,
+    "num_hidden_layers": 2,
+    "n_layer": 2,
+    "n_layers": 2,
+    "num_layers": 2,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "num_decoder_layers": 2,
     # heads
-    "num_attention_heads": 4, "n_head": 4, "n_heads": 4, "num_heads": 4, "encoder_attention_heads": 4,
+    "num_attention_heads": 4,
+    "n_head": 4,
+    "n_heads": 4,
+    "num_heads": 4,
+    "encoder_attention_heads": 4,
     "decoder_attention_heads": 4,
     # feed-forward
-    "intermediate_size": 64, "ffn_dim": 64, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "d_ff": 64,
-    "n_inner": 64, "hidden_dim": 64,
+    "intermediate_size": 64,
+    "ffn_dim": 64,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+    "d_ff": 64,
+    "n_inner": 64,
+    "hidden_dim": 64,
     # per-head width
-    "head_dim": 8, "d_kv": 8, "d_head": 8, "qk_rope_head_dim": 4, "qk_nope_head_dim": 4, "v_head_dim": 8,
-    "kv_lora_rank": 16, "q_lora_rank": 16, "rotary_dim": 4,
+    "head_dim": 8,
+    "d_kv": 8,
+    "d_head": 8,
+    "qk_rope_head_dim": 4,
+    "qk_nope_head_dim": 4,
+    "v_head_dim": 8,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 16,
+    "rotary_dim": 4,
     # mixtures of experts (DeepSeek's grouped routing: one group)
-    "n_routed_experts": 4, "num_local_experts": 4, "num_experts": 4, "num_experts_per_tok": 2,
-    "moe_intermediate_size": 16, "n_group": 1, "topk_group": 1,
+    "n_routed_experts": 4,
+    "num_local_experts": 4,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16,
+    "n_group": 1,
+    "topk_group": 1,
     # inputs
-    "image_size": 32, "patch_size": 8, "num_mel_bins": 16, "max_source_positions": 16, "max_length": 64,
+    "image_size": 32,
+    "patch_size": 8,
+    "num_mel_bins": 16,
+    "max_source_positions": 16,
+    "max_length": 64,
 }
 
 
@@ -104,15 +140,20 @@ def _shrink(cfg, vocab: int, depth: int) -> None:
         cfg.num_key_value_heads = 2
     if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
         _set(cfg, "head_dim", cfg.qk_rope_head_dim)  # multi-head latent attention: rotary on the rope part
-    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and isinstance(getattr(cfg, "num_key_value_heads", None), int):
-        _set(cfg, "num_key_value_heads", getattr(cfg, "num_attention_heads", 4))  # latent attention: no key/value groups
+    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and isinstance(
+        getattr(cfg, "num_key_value_heads", None), int
+    ):
+        _set(
+            cfg, "num_key_value_heads", getattr(cfg, "num_attention_heads", 4)
+        )  # latent attention: no key/value groups
     for key, value in TWEAKS.get(getattr(cfg, "model_type", ""), {}).items():
         _set(cfg, key, value)
     if isinstance(getattr(cfg, "vocab_size", None), int):
         cfg.vocab_size = vocab
     if isinstance(getattr(cfg, "max_position_embeddings", None), int):
-        cfg.max_position_embeddings = max(cfg.max_position_embeddings, 128) if cfg.max_position_embeddings >= 64 \
-            else cfg.max_position_embeddings
+        cfg.max_position_embeddings = (
+            max(cfg.max_position_embeddings, 128) if cfg.max_position_embeddings >= 64 else cfg.max_position_embeddings
+        )
     if hasattr(cfg, "pad_token_id"):
         _set(cfg, "pad_token_id", 0)
     for key in ("decoder_start_token_id", "bos_token_id", "eos_token_id"):  # ids the shrunk vocabulary has
@@ -283,10 +324,14 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
             if lengths["encoder"] is not None:
                 ref_i = ref_i[..., : got.shape[-2], : got.shape[-1]]
             if tuple(got.shape) != tuple(ref_i.shape) or got.shape[-2] != (
-                    ref_i.shape[-2] if lengths["encoder"] is None else
-                    lengths["decoder" if stack in ("decoder", "cross") else "encoder"][i]):
-                return {"status": "failed",
-                        "reason": f"{stack}: captured {tuple(got.shape)} vs eager {tuple(want[:, i].shape)}"}
+                ref_i.shape[-2]
+                if lengths["encoder"] is None
+                else lengths["decoder" if stack in ("decoder", "cross") else "encoder"][i]
+            ):
+                return {
+                    "status": "failed",
+                    "reason": f"{stack}: captured {tuple(got.shape)} vs eager {tuple(want[:, i].shape)}",
+                }
             worst = max(worst, (got.double() - ref_i.double()).abs().max().item())
     return {"capture_delta": worst, "attention_source": source}
 
@@ -319,7 +364,7 @@ def check_ablation(adapter, inputs: dict) -> dict:
         if k != call_of_layer:
             return None
         x = args[0].clone()
-        x[..., head * dh:(head + 1) * dh] = 0
+        x[..., head * dh : (head + 1) * dh] = 0
         return (x,) + tuple(args[1:])
 
     clean = run()
@@ -330,7 +375,7 @@ def check_ablation(adapter, inputs: dict) -> dict:
         handle.remove()
 
     def delta(a, b) -> float:
-        d = (a.double() - b.double())
+        d = a.double() - b.double()
         if mask is not None and d.dim() == 3 and d.shape[:2] == mask.shape:
             d = d[mask.bool()]
         return d.abs().max().item()
@@ -362,10 +407,12 @@ def check_type(model_type: str) -> dict:
 
     _enter(2)
     try:
-        adapter = ModelAdapter(name=f"tiny-{model_type}", model=model, tokenizer=tokenizer,
-                               family=family_for(model_type))
-        row.update(arch=adapter.arch, stacks="/".join(adapter.stacks), layers=adapter.n_layers,
-                   inputs=adapter.input_name)
+        adapter = ModelAdapter(
+            name=f"tiny-{model_type}", model=model, tokenizer=tokenizer, family=family_for(model_type)
+        )
+        row.update(
+            arch=adapter.arch, stacks="/".join(adapter.stacks), layers=adapter.n_layers, inputs=adapter.input_name
+        )
         inputs, lengths = inputs_for(adapter)
         cap = check_capture(adapter, inputs, lengths)
         row.update(cap)
@@ -385,8 +432,10 @@ def check_type(model_type: str) -> dict:
     ok = row["capture_delta"] <= TOL and row["ablation_delta"] <= TOL and row["ablation_effect"] > 0
     row["status"] = "exact" if ok else "failed"
     if not ok:
-        row["reason"] = (f"capture |Δ| {row['capture_delta']:.1e}, ablation |Δ| {row['ablation_delta']:.1e}, "
-                         f"effect {row['ablation_effect']:.1e}")
+        row["reason"] = (
+            f"capture |Δ| {row['capture_delta']:.1e}, ablation |Δ| {row['ablation_delta']:.1e}, "
+            f"effect {row['ablation_effect']:.1e}"
+        )
     return row
 
 
@@ -409,7 +458,7 @@ def _tokenizer():
 
 
 # ---- the sweep -------------------------------------------------------------------------
-MEMORY_LIMIT = 3 * 2 ** 30  # address space per type: a config whose size fields the shrink missed fails alone
+MEMORY_LIMIT = 3 * 2**30  # address space per type: a config whose size fields the shrink missed fails alone
 
 
 PHASES = ("building the model", "its own forward", "the toolkit")
@@ -471,8 +520,11 @@ def run_one(model_type: str, timeout: float = TIMEOUT_S) -> dict:
     if row is None:
         why = f"timed out after {timeout:.0f} s" if proc.exitcode in (None, -9) else f"process died ({proc.exitcode})"
         where = PHASES[phase.value]
-        row = {"model_type": model_type, "status": "failed" if phase.value == 2 else "not built",
-               "reason": f"{why} in {where}"}
+        row = {
+            "model_type": model_type,
+            "status": "failed" if phase.value == 2 else "not built",
+            "reason": f"{why} in {where}",
+        }
     row["seconds"] = round(time.perf_counter() - t0, 1)
     return row
 
@@ -492,10 +544,21 @@ def all_types() -> list[str]:
 def write_outputs(rows: list[dict], version: str, n_types: int) -> None:
     rows = sorted(rows, key=lambda r: r["model_type"])
     DOCS.mkdir(exist_ok=True)
-    (DOCS / "coverage.json").write_text(json.dumps({"transformers": version, "autmodel_types": n_types,
-                                                    "rows": rows}, indent=1, default=str))
-    fields = ["model_type", "class", "status", "arch", "stacks", "inputs", "capture_delta", "ablation_delta",
-              "attention_source", "reason"]
+    (DOCS / "coverage.json").write_text(
+        json.dumps({"transformers": version, "autmodel_types": n_types, "rows": rows}, indent=1, default=str)
+    )
+    fields = [
+        "model_type",
+        "class",
+        "status",
+        "arch",
+        "stacks",
+        "inputs",
+        "capture_delta",
+        "ablation_delta",
+        "attention_source",
+        "reason",
+    ]
     with open(DOCS / "coverage.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
@@ -539,16 +602,25 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
     failed = [r for r in rows if r["status"] in ("failed", "no reference")]
     if failed:
         lines += ["## Failed / no reference, each explained", "", "| type | status | what | why |", "|---|---|---|---|"]
-        lines += [f"| {r['model_type']} | {r['status']} | {_cell(r.get('reason', ''))} | "
-                  f"{_cell(EXPLAINED.get(r['model_type'], EXPLAINED.get(r['status'], '')))} |" for r in failed]
+        lines += [
+            f"| {r['model_type']} | {r['status']} | {_cell(r.get('reason', ''))} | "
+            f"{_cell(EXPLAINED.get(r['model_type'], EXPLAINED.get(r['status'], '')))} |"
+            for r in failed
+        ]
         lines.append("")
     lines += ["## How the toolkit reads a model", "", *NOTES, ""]
-    lines += ["## Exact", "", "| type | stacks | inputs | path | max \\|Δ\\| capture | max \\|Δ\\| ablation |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "## Exact",
+        "",
+        "| type | stacks | inputs | path | max \\|Δ\\| capture | max \\|Δ\\| ablation |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["status"] == "exact":
-            lines.append(f"| {r['model_type']} | {r.get('stacks', '')} | {r.get('inputs', '')} | "
-                         f"{r.get('attention_source', '')} | {r['capture_delta']:.1e} | {r['ablation_delta']:.1e} |")
+            lines.append(
+                f"| {r['model_type']} | {r.get('stacks', '')} | {r.get('inputs', '')} | "
+                f"{r.get('attention_source', '')} | {r['capture_delta']:.1e} | {r['ablation_delta']:.1e} |"
+            )
     built = Counter(_group(r["reason"]) for r in rows if r["status"] == "not built")
     lines += ["", "## Not built by the sweep", "", "| why | types |", "|---|---|"]
     for reason, _ in built.most_common():
@@ -559,44 +631,64 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
 
 #: why a row failed, where it is understood (rendered beside it in docs/coverage.md)
 EXPLAINED = {
-    "no reference": ("the model's own eager forward returns no attentions (its modules return none, or "
-                     "its output drops them) or fails on the tiny config, so the captured maps cannot be "
-                     "checked; not counted exact"),
-    "granite_swa": ("a convention: its sink scales the output after the softmax; the toolkit reports the "
-                    "effective weights (the sink's share removed, as for gpt-oss), the model's "
-                    "output_attentions the weights before that scaling; zero-ablation is exact"),
+    "no reference": (
+        "the model's own eager forward returns no attentions (its modules return none, or "
+        "its output drops them) or fails on the tiny config, so the captured maps cannot be "
+        "checked; not counted exact"
+    ),
+    "granite_swa": (
+        "a convention: its sink scales the output after the softmax; the toolkit reports the "
+        "effective weights (the sink's share removed, as for gpt-oss), the model's "
+        "output_attentions the weights before that scaling; zero-ablation is exact"
+    ),
     "granitemoe_swa": "as granite_swa: sink-scaled effective weights vs the model's unscaled report",
-    "nemotron_asr_streaming_encoder": ("the model's own eager attentions contain NaN on the sweep's random "
-                                       "features (rows with no allowed key); maps with non-finite values are "
-                                       "refused by AttentionMaps (one-line ValueError)"),
+    "nemotron_asr_streaming_encoder": (
+        "the model's own eager attentions contain NaN on the sweep's random "
+        "features (rows with no allowed key); maps with non-finite values are "
+        "refused by AttentionMaps (one-line ValueError)"
+    ),
     "nemo_speechlm": "did not finish within 200 s on the shared 2-core machine (a large composite speech model)",
 }
 
 NOTES = [
-    ("- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
-     "their last token) records the order the attention modules are called: ALBERT's one shared layer "
-     "becomes one entry per layer, and capture, `ablate_heads` and head gates tell the layers apart by "
-     "call (`probe/layer_calls.py`). Analyses whose hooks are still keyed by module (value norms, "
-     "reweighting, streaming) refuse shared layers in one line."),
-    ("- **Causality from behaviour.** The same forward says whether a later token changes an earlier "
-     "position's output: CLIP's text model (causal mask built outside its attention modules, "
-     "`is_causal=False` on them) is a causal decoder."),
-    ("- **Discovery by structure.** Output projections are found by name in any case (ModernBERT's `Wo`, "
-     "Funnel's `post_proj`) or as the only Linear child that computes no query, key or value; modules a "
-     "text input never calls (a multimodal model's vision tower, its projector's cross-attention) are "
-     "left out; head counts come from the attention modules themselves."),
-    ("- **The hook path asks for attentions** (`output_attentions=True`: DeBERTa-v2, MPNet) and refuses "
-     "any layout other than `[batch, head, query, key]` (Longformer's local band, Funnel's pooled "
-     "queries, CANINE's downsampled layers, CPM-Ant's prompt positions)."),
-    ("- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
-     "card): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
-     "on short inputs."),
-    ("- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
-     "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a gated "
-     "projection: Inkling 2)."),
-    ("- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
-     "`probe.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
-     "every text path refuses them in one line."),
+    (
+        "- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
+        "their last token) records the order the attention modules are called: ALBERT's one shared layer "
+        "becomes one entry per layer, and capture, `ablate_heads` and head gates tell the layers apart by "
+        "call (`probe/layer_calls.py`). Analyses whose hooks are still keyed by module (value norms, "
+        "reweighting, streaming) refuse shared layers in one line."
+    ),
+    (
+        "- **Causality from behaviour.** The same forward says whether a later token changes an earlier "
+        "position's output: CLIP's text model (causal mask built outside its attention modules, "
+        "`is_causal=False` on them) is a causal decoder."
+    ),
+    (
+        "- **Discovery by structure.** Output projections are found by name in any case (ModernBERT's `Wo`, "
+        "Funnel's `post_proj`) or as the only Linear child that computes no query, key or value; modules a "
+        "text input never calls (a multimodal model's vision tower, its projector's cross-attention) are "
+        "left out; head counts come from the attention modules themselves."
+    ),
+    (
+        "- **The hook path asks for attentions** (`output_attentions=True`: DeBERTa-v2, MPNet) and refuses "
+        "any layout other than `[batch, head, query, key]` (Longformer's local band, Funnel's pooled "
+        "queries, CANINE's downsampled layers, CPM-Ant's prompt positions)."
+    ),
+    (
+        "- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
+        "card): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
+        "on short inputs."
+    ),
+    (
+        "- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
+        "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a gated "
+        "projection: Inkling 2)."
+    ),
+    (
+        "- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
+        "`probe.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
+        "every text path refuses them in one line."
+    ),
     ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
 ]
 
@@ -644,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import probe.capture
     import probe.interventions  # noqa: F401
+
     types = args.types or all_types()
     if args.shard:
         k, n = (int(x) for x in args.shard.split("/"))
@@ -659,8 +752,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.jsonl:
             with open(args.jsonl, "a") as f:
                 f.write(json.dumps(row, default=str) + "\n")
-        print(json.dumps({k: row.get(k) for k in ("model_type", "status", "capture_delta", "ablation_delta",
-                                                    "reason", "seconds")}), flush=True)
+        print(
+            json.dumps(
+                {
+                    k: row.get(k)
+                    for k in ("model_type", "status", "capture_delta", "ablation_delta", "reason", "seconds")
+                }
+            ),
+            flush=True,
+        )
     if not args.types and not args.shard:
         write_outputs(rows, transformers.__version__, n_types)
     elif args.update:

@@ -31,41 +31,65 @@ def _statement(c: dict, kind: str) -> str:
 #: per task: head -> (expected claims in words, from the card; check on the head's claims dict and verdict)
 EXPECTED = {
     "prev-token": {  # card: a head attending i -> i-1 is required; training concentrates the task in one head
-        (0, 1): ("pattern previous-token; necessity holds; weights holds",
-                 lambda c, v: _statement(c, "pattern") == "previous-token" and _status(c, "necessity") == "holds"
-                 and _status(c, "weights") == "holds"),
-        (0, 0): ("pattern previous-token; necessity does not hold (output trained to ≈ 0)",
-                 lambda c, v: _statement(c, "pattern") == "previous-token"
-                 and _status(c, "necessity") == "does not hold"),
+        (0, 1): (
+            "pattern previous-token; necessity holds; weights holds",
+            lambda c, v: (
+                _statement(c, "pattern") == "previous-token"
+                and _status(c, "necessity") == "holds"
+                and _status(c, "weights") == "holds"
+            ),
+        ),
+        (0, 0): (
+            "pattern previous-token; necessity does not hold (output trained to ≈ 0)",
+            lambda c, v: _statement(c, "pattern") == "previous-token" and _status(c, "necessity") == "does not hold",
+        ),
     },
     "induction": {  # card: previous-token head in layer 0 + induction heads in layer 1 (Olsson et al. 2022)
-        (0, 3): ("pattern previous-token; necessity holds",
-                 lambda c, v: _statement(c, "pattern") == "previous-token" and _status(c, "necessity") == "holds"),
-        **{(1, h): ("pattern induction; redundancy: needed as a group of 4",
-                    lambda c, v: _statement(c, "pattern") == "induction"
-                    and _statement(c, "redundancy") == "needed as a group of 4") for h in range(4)},
+        (0, 3): (
+            "pattern previous-token; necessity holds",
+            lambda c, v: _statement(c, "pattern") == "previous-token" and _status(c, "necessity") == "holds",
+        ),
+        **{
+            (1, h): (
+                "pattern induction; redundancy: needed as a group of 4",
+                lambda c, v: (
+                    _statement(c, "pattern") == "induction" and _statement(c, "redundancy") == "needed as a group of 4"
+                ),
+            )
+            for h in range(4)
+        },
     },
     "constructed": {  # card ground_truth.heads: 0.0 previous token, 0.1 [CLS]
         (0, 0): ("pattern previous-token", lambda c, v: _statement(c, "pattern") == "previous-token"),
         (0, 1): ("pattern attends to [CLS]", lambda c, v: _statement(c, "pattern") == "attends to [CLS]"),
     },
     "brackets": {  # card: supervised_head [2, 1] trained to attend closer -> matching opener
-        (2, 1): ("structure holds: match", lambda c, v: _status(c, "structure") == "holds"
-                 and _statement(c, "structure").startswith("match")),
+        (2, 1): (
+            "structure holds: match",
+            lambda c, v: _status(c, "structure") == "holds" and _statement(c, "structure").startswith("match"),
+        ),
     },
 }
 #: every head of the task: a check that holds for all
 EVERY_HEAD = {
-    "agreement": ("not called meaningless (evidence: subject noun)",
-                  lambda c, v: not any(w in v for w in ("irrelevant", "meaningless"))),
+    "agreement": (
+        "not called meaningless (evidence: subject noun)",
+        lambda c, v: not any(w in v for w in ("irrelevant", "meaningless")),
+    ),
 }
 
 
 def reported(c: dict) -> str:
     """A head's claims in a few words: ``P previous-token · S — · N holds · R — · W holds · A —``."""
     out = []
-    for kind, letter in (("pattern", "P"), ("structure", "S"), ("necessity", "N"), ("redundancy", "R"),
-                         ("weights", "W"), ("attribution", "A")):
+    for kind, letter in (
+        ("pattern", "P"),
+        ("structure", "S"),
+        ("necessity", "N"),
+        ("redundancy", "R"),
+        ("weights", "W"),
+        ("attribution", "A"),
+    ):
         st = _status(c, kind)
         if st == "holds":
             word = _statement(c, kind) or "holds"
@@ -110,8 +134,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = run(args.tasks, args.limit)
-    print("\n| model | head | expected (card) | reported (P pattern · S structure · N necessity · R redundancy · "
-          "W weights · A attribution) | agree |\n| --- | --- | --- | --- | --- |")
+    print(
+        "\n| model | head | expected (card) | reported (P pattern · S structure · N necessity · R redundancy · "
+        "W weights · A attribution) | agree |\n| --- | --- | --- | --- | --- |"
+    )
     for task, head, words, rep, agree, _ in rows:
         print(f"| zoo:{task} | {head} | {words} | {rep} | {agree} |")
     checked = [r for r in rows if r[4]]

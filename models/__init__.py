@@ -16,13 +16,28 @@ if TYPE_CHECKING:
     from .registry import DEFAULT_MODEL, load_hf, load_model, register
 
 _EXPORTS = {
-    "Encoding": ".adapter", "ModelAdapter": ".adapter", "split_words": ".adapter",
-    "ARCHITECTURES": ".architectures", "list_models": ".catalog",
-    "DEFAULT_MODEL": ".registry", "load_hf": ".registry", "load_model": ".registry", "register": ".registry",
+    "Encoding": ".adapter",
+    "ModelAdapter": ".adapter",
+    "split_words": ".adapter",
+    "ARCHITECTURES": ".architectures",
+    "list_models": ".catalog",
+    "DEFAULT_MODEL": ".registry",
+    "load_hf": ".registry",
+    "load_model": ".registry",
+    "register": ".registry",
 }
 
-__all__ = ["ARCHITECTURES", "DEFAULT_MODEL", "Encoding", "ModelAdapter", "list_models",
-           "load_hf", "load_model", "register", "split_words"]
+__all__ = [
+    "ARCHITECTURES",
+    "DEFAULT_MODEL",
+    "Encoding",
+    "ModelAdapter",
+    "list_models",
+    "load_hf",
+    "load_model",
+    "register",
+    "split_words",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -91,8 +91,10 @@ class ModelAdapter:
         self.model.eval()
         if type(self.model).forward is torch.nn.Module.forward:
             t = getattr(getattr(self.model, "config", None), "model_type", "?")
-            raise UnsupportedModel(f"model type {t!r} ({type(self.model).__name__}) has no forward of its own "
-                                   "(a pipeline of sub-models): open one of its sub-models")
+            raise UnsupportedModel(
+                f"model type {t!r} ({type(self.model).__name__}) has no forward of its own "
+                "(a pipeline of sub-models): open one of its sub-models"
+            )
         if self.tokenizer is None:  # images, audio: every text path refuses in one line
             self.tokenizer = NoTokenizer(self)
         _full_attention(self.model, self.card)
@@ -132,7 +134,8 @@ class ModelAdapter:
             t = getattr(self.config, "model_type", "?")
             raise UnsupportedModel(
                 f"{self.name} (model type {t!r}) needs more than text: a forward on token ids alone raises "
-                f"{failed}; run it with its other inputs inside probe.capture.AttentionCapture")
+                f"{failed}; run it with its other inputs inside probe.capture.AttentionCapture"
+            )
 
     def not_text(self) -> UnsupportedModel:
         """The one-line refusal of a text path for a model that takes no text."""
@@ -140,7 +143,8 @@ class ModelAdapter:
         return UnsupportedModel(
             f"{self.name} (model type {t!r}) takes {self.input_name}, not text: capture and ablate it "
             f"through the Python API (probe.capture.capture_inputs(adapter, {{{self.input_name!r}: ...}}), "
-            "probe.interventions.HeadIntervention)")
+            "probe.interventions.HeadIntervention)"
+        )
 
     # ---- sizes ----------------------------------------------------------------
     @property
@@ -174,8 +178,10 @@ class ModelAdapter:
         counts: set[int] = {c for c in map(_heads_of, self.attention_modules()) if c}
         if len(counts) > 1:
             t = getattr(self.config, "model_type", "?")
-            raise UnsupportedModel(f"{self.name} (model type {t!r}): its layers have different head counts "
-                                   f"{sorted(counts)}; maps are [layer, head, query, key] with one count")
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}): its layers have different head counts "
+                f"{sorted(counts)}; maps are [layer, head, query, key] with one count"
+            )
         if counts:
             return counts.pop()
         first = self.attention_modules()[0]
@@ -214,15 +220,14 @@ class ModelAdapter:
     def _lookup(self, stack: Optional[str], site: str) -> list:
         stack = stack or self.default_stack
         if stack not in self._table:
-            raise ValueError(
-                f"{self.name} has no {stack!r} attention; it has: {', '.join(self.stacks)}"
-            )
+            raise ValueError(f"{self.name} has no {stack!r} attention; it has: {', '.join(self.stacks)}")
         key = (stack, site)
         entry = self._table[stack][site]
         if isinstance(entry, list):  # discovered modules
             if any(m is None for m in entry):
-                raise ValueError(f"{self.name} has no separate {site} module (fused projection); "
-                                 "this analysis needs one")
+                raise ValueError(
+                    f"{self.name} has no separate {site} module (fused projection); this analysis needs one"
+                )
             return entry
         if key not in self._cache:
             pattern = re.compile(entry)
@@ -258,11 +263,13 @@ class ModelAdapter:
         if not width or width % heads:  # (MLA's value width differs from its query head_dim: no equality test)
             raise UnsupportedModel(
                 f"{self.name} (model type {t!r}): the output projection found ({type(proj).__name__}, {width} inputs) "
-                f"is not the {heads} heads' outputs side by side; no per-head site to edit")
+                f"is not the {heads} heads' outputs side by side; no per-head site to edit"
+            )
         if mixer:
             raise UnsupportedModel(
                 f"{self.name} (model type {t!r}): its attention normalises all heads together ({mixer}) before "
-                "the output projection, so no head's output can be edited alone")
+                "the output projection, so no head's output can be edited alone"
+            )
 
     def value_modules(self, stack: Optional[str] = None) -> list:
         """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third).
@@ -280,8 +287,10 @@ class ModelAdapter:
         modules = self.attention_modules(stack)
         if len(set(map(id, modules))) < len(modules):
             t = getattr(self.config, "model_type", "?")
-            raise UnsupportedModel(f"{self.name} (model type {t!r}): its {len(modules)} layers share "
-                                   f"{len(set(map(id, modules)))} attention module(s); {what} are not supported")
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}): its {len(modules)} layers share "
+                f"{len(set(map(id, modules)))} attention module(s); {what} are not supported"
+            )
 
     def output_projections(self, stack: Optional[str] = None) -> list:
         """Alias of :meth:`head_output_modules`: the attention output projections."""
@@ -321,8 +330,9 @@ class ModelAdapter:
             ValueError: on empty text, or text longer than the model's limit when
                 ``truncate`` is False (the message names the limit and the length).
         """
-        return self.encode_batch([text], None if word_spans is None else [word_spans],
-                                 truncate=truncate, target=target)[0]
+        return self.encode_batch(
+            [text], None if word_spans is None else [word_spans], truncate=truncate, target=target
+        )[0]
 
     def encode_batch(
         self,
@@ -346,8 +356,10 @@ class ModelAdapter:
         for text in texts:
             if not isinstance(text, str) or not text.strip():
                 raise ValueError("empty input text: give at least one non-blank sentence")
-        spans = [list(sp) if sp is not None else split_words(t)
-                 for t, sp in zip(texts, word_spans if word_spans is not None else [None] * len(texts))]
+        spans = [
+            list(sp) if sp is not None else split_words(t)
+            for t, sp in zip(texts, word_spans if word_spans is not None else [None] * len(texts))
+        ]
         ids, offsets, special, rust = self._tokenize_batch(texts, target)
         limit = self.max_length
         long = [k for k, x in enumerate(ids) if len(x) > limit]
@@ -358,8 +370,9 @@ class ModelAdapter:
                 f"shorten or split it; starts {texts[k][:40]!r}"
             )
         if long:
-            cut_ids, cut_offsets, cut_special, _ = self._tokenize_batch([texts[k] for k in long], target,
-                                                                        truncation=True, max_length=limit)
+            cut_ids, cut_offsets, cut_special, _ = self._tokenize_batch(
+                [texts[k] for k in long], target, truncation=True, max_length=limit
+            )
             for k, i, o, sp in zip(long, cut_ids, cut_offsets, cut_special):
                 ids[k], offsets[k], special[k] = i, o, sp
             rust = None
@@ -370,7 +383,9 @@ class ModelAdapter:
         lengths = [len(x) for x in ids]
         total = sum(lengths)
         all_ids = torch.from_numpy(np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)).split(lengths)
-        all_special = torch.from_numpy(np.fromiter(chain.from_iterable(special), dtype=bool, count=total)).split(lengths)
+        all_special = torch.from_numpy(np.fromiter(chain.from_iterable(special), dtype=bool, count=total)).split(
+            lengths
+        )
         out = []
         for k, text in enumerate(texts):
             word_ids, covered = aligned[k]
@@ -378,19 +393,24 @@ class ModelAdapter:
             if k in truncated:
                 sp = sp[: (max(covered) if covered else -1) + 1]
             absorbed = absorbing_tokens(offsets[k], special[k], sp, covered) if len(covered) < len(sp) else {}
-            out.append(Encoding(
-                text=text,
-                input_ids=all_ids[k],
-                tokens=tuple(rust[k].tokens if rust else self.tokenizer.convert_ids_to_tokens(ids[k])),
-                word_ids=word_ids,
-                special_mask=all_special[k],
-                words=tuple([text[a:b] for a, b in sp]),
-                word_spans=tuple([x if type(x) is tuple else tuple(x) for x in sp]),
-                unaligned_words=(() if len(covered) == len(sp) else
-                                 tuple(w for w in range(len(sp)) if w not in covered and w not in absorbed)),
-                absorbed_words=tuple(sorted(absorbed.items())),
-                truncated=k in truncated,
-            ))
+            out.append(
+                Encoding(
+                    text=text,
+                    input_ids=all_ids[k],
+                    tokens=tuple(rust[k].tokens if rust else self.tokenizer.convert_ids_to_tokens(ids[k])),
+                    word_ids=word_ids,
+                    special_mask=all_special[k],
+                    words=tuple([text[a:b] for a, b in sp]),
+                    word_spans=tuple([x if type(x) is tuple else tuple(x) for x in sp]),
+                    unaligned_words=(
+                        ()
+                        if len(covered) == len(sp)
+                        else tuple(w for w in range(len(sp)) if w not in covered and w not in absorbed)
+                    ),
+                    absorbed_words=tuple(sorted(absorbed.items())),
+                    truncated=k in truncated,
+                )
+            )
         return out
 
     def _tokenize_batch(self, texts: list, target: bool, **extra) -> tuple:
@@ -406,10 +426,15 @@ class ModelAdapter:
         """
         tok = self.tokenizer
         backend = getattr(tok, "_tokenizer", None)
-        if (not extra and not target and getattr(tok, "is_fast", False) and backend is not None
-                and hasattr(backend, "encode_batch") and not hasattr(tok, "_switch_to_input_mode")
-                and getattr(backend, "encode_special_tokens", False) == bool(getattr(tok, "split_special_tokens",
-                                                                                    False))):
+        if (
+            not extra
+            and not target
+            and getattr(tok, "is_fast", False)
+            and backend is not None
+            and hasattr(backend, "encode_batch")
+            and not hasattr(tok, "_switch_to_input_mode")
+            and getattr(backend, "encode_special_tokens", False) == bool(getattr(tok, "split_special_tokens", False))
+        ):
             if backend.truncation is not None:
                 backend.no_truncation()
             if backend.padding is not None:
@@ -418,8 +443,12 @@ class ModelAdapter:
             return ([e.ids for e in encs], [e.offsets for e in encs], [e.special_tokens_mask for e in encs], encs)
         kwargs = dict(return_offsets_mapping=True, return_special_tokens_mask=True, add_special_tokens=True, **extra)
         enc = tok(text_target=texts, **kwargs) if target else tok(texts, **kwargs)
-        return (enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"],
-                None if extra else getattr(enc, "encodings", None))
+        return (
+            enc["input_ids"],
+            enc["offset_mapping"],
+            enc["special_tokens_mask"],
+            None if extra else getattr(enc, "encodings", None),
+        )
 
     @property
     def pad_token_id(self) -> int:
@@ -536,8 +565,11 @@ def _full_attention(model: torch.nn.Module, card: dict) -> None:
     probabilities are an ordinary ``[query, key]`` map: block-sparse attention has none, and
     BigBird swaps its attention modules for full ones by itself on the first input shorter
     than its blocks, leaving module lists found before stale. Noted in ``card``."""
-    sparse = [m for m in model.modules()
-              if getattr(m, "attention_type", None) == "block_sparse" and hasattr(m, "set_attention_type")]
+    sparse = [
+        m
+        for m in model.modules()
+        if getattr(m, "attention_type", None) == "block_sparse" and hasattr(m, "set_attention_type")
+    ]
     for module in sparse:  # the whole list first: switching replaces modules of the tree
         if module.attention_type == "block_sparse":
             module.set_attention_type("original_full")  # type: ignore[operator]
@@ -548,8 +580,9 @@ def _full_attention(model: torch.nn.Module, card: dict) -> None:
 
 
 def _probe_ids(model: torch.nn.Module, n: int = 6) -> Optional[torch.Tensor]:
-    vocab = getattr(model.config, "vocab_size", None) or getattr(getattr(model.config, "text_config", None),
-                                                                 "vocab_size", None)
+    vocab = getattr(model.config, "vocab_size", None) or getattr(
+        getattr(model.config, "text_config", None), "vocab_size", None
+    )
     if not isinstance(vocab, int) or vocab < n + 12:
         return None
     base = torch.arange(10, 10 + n)
@@ -616,36 +649,53 @@ def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids))
     except Exception as exc:
-        towers = [k for k in vars(model.config) if k.endswith("_config") and k != "text_config"
-                  and hasattr(getattr(model.config, k), "model_type")]
+        towers = [
+            k
+            for k in vars(model.config)
+            if k.endswith("_config") and k != "text_config" and hasattr(getattr(model.config, k), "model_type")
+        ]
         if towers:
             t = getattr(model.config, "model_type", "?")
             raise UnsupportedModel(
                 f"model type {t!r} ({type(model).__name__}) is multimodal: its forward needs more than text "
                 f"({', '.join(towers)}; a text-only forward raises {type(exc).__name__}); open its text or "
-                "vision model on its own") from None
+                "vision model on its own"
+            ) from None
         text = str(exc).strip()
         problems["text_forward"] = f"{type(exc).__name__}: {text.splitlines()[0][:120]}" if text else type(exc).__name__
         return None  # keep the table's reading
     finally:
         for h in handles:
             h.remove()
-    hidden = next((v for v in (getattr(out, "last_hidden_state", None),
-                               out[0] if isinstance(out, (tuple, list)) or hasattr(out, "to_tuple") else None)
-                   if torch.is_tensor(v)), None)
+    hidden = next(
+        (
+            v
+            for v in (
+                getattr(out, "last_hidden_state", None),
+                out[0] if isinstance(out, (tuple, list)) or hasattr(out, "to_tuple") else None,
+            )
+            if torch.is_tensor(v)
+        ),
+        None,
+    )
     if hidden is None or hidden.dim() != 3 or hidden.shape[1] != ids.shape[1]:
         return None
     before = hidden[:, :-1].double()
     scale = before.abs().max().clamp(min=1e-12)
     causal = bool(((before[0] - before[1]).abs().max() / scale) < 1e-6)
     called = set(calls)  # another stack a text input never runs (a multimodal projector's cross-attention)
-    unused = {name for name in STACKS if name != table["arch"] and name in table
-              and not called.intersection(table[name]["attention"])}
+    unused = {
+        name
+        for name in STACKS
+        if name != table["arch"] and name in table and not called.intersection(table[name]["attention"])
+    }
     order = None
     if calls and (len(calls) != len(modules) or any(a is not b for a, b in zip(calls, modules))):
         position = {m: k for k, m in enumerate(modules)}
         seq = [position[m] for m in calls if m in position]
         if seq:  # modules a text input never calls (a multimodal model's vision tower) are left out
+
             def order(entry: dict, seq=seq) -> dict:
                 return {site: [entry[site][k] for k in seq] for site in entry}
+
     return causal, order, unused

@@ -56,7 +56,7 @@ def _examples_in_order(w: np.ndarray, n_w: np.ndarray) -> np.ndarray:
     alignment needs reading order), from the concatenated spans ``w`` ``[total, 2]``."""
     bad = np.zeros(len(n_w), dtype=bool)
     if len(w) > 1:
-        step_down = ((np.diff(w[:, 0]) < 0) | (np.diff(w[:, 1]) < 0))
+        step_down = (np.diff(w[:, 0]) < 0) | (np.diff(w[:, 1]) < 0)
         boundary = np.cumsum(n_w)[:-1]  # a step from one example into the next is no fault
         inside = np.ones(len(w) - 1, dtype=bool)
         inside[boundary[(boundary > 0) & (boundary < len(w))] - 1] = False
@@ -116,7 +116,7 @@ def align_batch(offsets: Sequence[Sequence], special: Sequence[Sequence], spans:
     local = local.tolist()
     t_start = np.concatenate([[0], np.cumsum(n_tok)]).tolist()
     for i, k in enumerate(ks):
-        word_ids = tuple(local[t_start[i]: t_start[i + 1]])
+        word_ids = tuple(local[t_start[i] : t_start[i + 1]])
         covered = set(word_ids)
         covered.discard(None)
         out[k] = (word_ids, covered)

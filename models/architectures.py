@@ -138,8 +138,22 @@ class UnsupportedModel(ValueError):
 
 # ---- generic discovery ---------------------------------------------------------------
 # names of output projections (compared lower-case): ModernBERT's ``Wo``, Funnel's ``post_proj``
-PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "o", "out_lin", "wo", "out", "post_proj",
-                    "output_proj", "proj_out", "o_dense", "attn_out", "output")
+PROJECTION_NAMES = (
+    "o_proj",
+    "out_proj",
+    "dense",
+    "c_proj",
+    "o",
+    "out_lin",
+    "wo",
+    "out",
+    "post_proj",
+    "output_proj",
+    "proj_out",
+    "o_dense",
+    "attn_out",
+    "output",
+)
 VALUE_NAMES = ("v_proj", "value", "v", "v_lin", "v_head", "value_proj")
 CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn")
 # children that compute queries, keys or values (never the output projection)
@@ -185,9 +199,13 @@ def _projection_of(name: str, module, modules: dict):
         return sub
     parent = name.rsplit(".", 1)[0] if "." in name else ""
     for other, sub in modules.items():
-        if (other.startswith(parent + ".") and not other.startswith(name + ".")
-                and other.rsplit(".", 1)[-1] in PROJECTION_NAMES and _is_projection(sub)
-                and other.count(".") <= name.count(".") + 1):
+        if (
+            other.startswith(parent + ".")
+            and not other.startswith(name + ".")
+            and other.rsplit(".", 1)[-1] in PROJECTION_NAMES
+            and _is_projection(sub)
+            and other.count(".") <= name.count(".") + 1
+        ):
             return sub
     return None
 
@@ -203,8 +221,10 @@ def _value_of(module):
 
 def _causal_model_type(model) -> bool:
     """True for model types transformers offers only as causal LMs (not as masked LMs)."""
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     t = getattr(model.config, "model_type", "")
     return t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and t not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
@@ -238,22 +258,27 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
     modules = dict(model.named_modules())
     # torch's own MultiheadAttention (SigLIP's pooling head, projectors) averages its weights
     # over heads and is no layer of the stack
-    found = [(n, m) for n, m in modules.items() if type(m).__name__.endswith("Attention")
-             and not isinstance(m, torch.nn.MultiheadAttention)]
-    inner = [(n, m) for n, m in found
-             if not any(o.startswith(n + ".") for o, _ in found)]
+    found = [
+        (n, m)
+        for n, m in modules.items()
+        if type(m).__name__.endswith("Attention") and not isinstance(m, torch.nn.MultiheadAttention)
+    ]
+    inner = [(n, m) for n, m in found if not any(o.startswith(n + ".") for o, _ in found)]
     enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
     stacks: dict = {}
     for name, module in inner:
         proj = _projection_of(name, module, modules)
         if proj is None:
             continue
-        stacks.setdefault(_stack_of(name, module, enc_dec), []).append((module, proj, _value_of(module),
-                                                                          _head_mixer(module)))
+        stacks.setdefault(_stack_of(name, module, enc_dec), []).append(
+            (module, proj, _value_of(module), _head_mixer(module))
+        )
     if not stacks:
         t = getattr(model.config, "model_type", "?")
-        raise UnsupportedModel(f"model type {t!r} ({type(model).__name__}): no attention modules found (the "
-                               "toolkit instruments modules named *Attention with a Linear output projection)")
+        raise UnsupportedModel(
+            f"model type {t!r} ({type(model).__name__}): no attention modules found (the "
+            "toolkit instruments modules named *Attention with a Linear output projection)"
+        )
     if "main" in stacks:
         if causal is None:
             causal = getattr(stacks["main"][0][0], "is_causal", None)
@@ -265,8 +290,9 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
         idx = [getattr(e[0], "layer_idx", None) for e in entries]
         if all(isinstance(i, int) for i in idx) and len(set(idx)) == len(idx):
             entries = [e for _, e in sorted(zip(idx, entries), key=lambda p: int(p[0] or 0))]
-        table[stack] = {site: [e[k] for e in entries]
-                        for k, site in enumerate(("attention", "head_output", "value", "mixed_by"))}
+        table[stack] = {
+            site: [e[k] for e in entries] for k, site in enumerate(("attention", "head_output", "value", "mixed_by"))
+        }
     return table
 
 
@@ -289,12 +315,42 @@ def _head_mixer(module) -> Optional[str]:
 # ---- what is supported, and by which path ----------------------------------------------
 # model types with a coverage test: tests/test_coverage.py builds a tiny random model of each
 # from its config and checks capture against eager output_attentions and head ablation
-TESTED_MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "gpt2", "gpt_neox", "gptj", "opt", "bloom",
-                      "falcon", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2",
-                      "gemma3_text", "phi3", "olmo", "bart", "t5", "marian",
-                      # tests/test_architectures_wide.py (and every AutoModel type: docs/coverage.md)
-                      "albert", "clip_text_model", "deberta-v2", "mpnet", "big_bird", "modernbert", "funnel",
-                      "vit", "clip_vision_model", "whisper")
+TESTED_MODEL_TYPES = (
+    "bert",
+    "roberta",
+    "distilbert",
+    "electra",
+    "gpt2",
+    "gpt_neox",
+    "gptj",
+    "opt",
+    "bloom",
+    "falcon",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "olmo",
+    "bart",
+    "t5",
+    "marian",
+    # tests/test_architectures_wide.py (and every AutoModel type: docs/coverage.md)
+    "albert",
+    "clip_text_model",
+    "deberta-v2",
+    "mpnet",
+    "big_bird",
+    "modernbert",
+    "funnel",
+    "vit",
+    "clip_vision_model",
+    "whisper",
+)
 
 
 def attention_path_of_type(model_type: str) -> str:
@@ -325,9 +381,15 @@ def attention_path_of_type(model_type: str) -> str:
 def supported_architectures() -> list[dict]:
     """One dict per tested model type: ``model_type``, ``family`` (a table family, or the
     model type itself when its modules are discovered by shape) and ``path``."""
-    return [{"model_type": t, "family": family_for(t),
-             "modules": "table" if family_for(t) in ARCHITECTURES else "discovered",
-             "path": attention_path_of_type(t)} for t in TESTED_MODEL_TYPES]
+    return [
+        {
+            "model_type": t,
+            "family": family_for(t),
+            "modules": "table" if family_for(t) in ARCHITECTURES else "discovered",
+            "path": attention_path_of_type(t),
+        }
+        for t in TESTED_MODEL_TYPES
+    ]
 
 
 #: families whose layer (block) modules take the residual stream as their first argument,

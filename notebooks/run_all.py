@@ -58,8 +58,12 @@ def notebooks(names: Optional[list[str]] = None) -> list[Path]:
 def kernel_env() -> dict[str, str]:
     """The environment the kernel starts with: this interpreter first on PATH, offline, Agg."""
     bindir = str(Path(sys.executable).parent)
-    return {"PATH": bindir + os.pathsep + os.environ.get("PATH", ""), "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg",
-            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return {
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+        "HF_HUB_OFFLINE": "1",
+        "MPLBACKEND": "Agg",
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
 
 
 def execute(path: Path, workdir: Path) -> Any:
@@ -71,8 +75,13 @@ def execute(path: Path, workdir: Path) -> Any:
     saved = {k: os.environ.get(k) for k in kernel_env()}
     os.environ.update(kernel_env())
     try:
-        NotebookClient(nb, kernel_name="python3", timeout=TIMEOUT_S, allow_errors=True,
-                       resources={"metadata": {"path": str(workdir)}}).execute()
+        NotebookClient(
+            nb,
+            kernel_name="python3",
+            timeout=TIMEOUT_S,
+            allow_errors=True,
+            resources={"metadata": {"path": str(workdir)}},
+        ).execute()
     finally:
         for k, v in saved.items():
             if v is None:
@@ -99,7 +108,7 @@ def _numbers_close(a: str, b: str) -> bool:
         return int(a) == int(b)
     x, y = float(a), float(b)
     digits = max(len(s.split(".")[1]) if "." in s and "e" not in s.lower() else 0 for s in (a, b))
-    return abs(x - y) <= max(0.05 * max(abs(x), abs(y)), 2 * 10 ** -digits)
+    return abs(x - y) <= max(0.05 * max(abs(x), abs(y)), 2 * 10**-digits)
 
 
 def texts_match(old: str, new: str) -> bool:
@@ -144,8 +153,14 @@ def compare(stored: Any, fresh: Any) -> list[str]:
         for oa, ob in zip(a.outputs, b.outputs):
             ta, tb = _text(oa), _text(ob)
             if ta is not None and tb is not None and not texts_match(ta, tb):
-                first = next((la for la, lb in zip(normalise(ta).splitlines(), normalise(tb).splitlines())
-                              if not texts_match(la, lb)), normalise(ta)[:80])
+                first = next(
+                    (
+                        la
+                        for la, lb in zip(normalise(ta).splitlines(), normalise(tb).splitlines())
+                        if not texts_match(la, lb)
+                    ),
+                    normalise(ta)[:80],
+                )
                 problems.append(f"code cell {i}: stored text differs, first at: {first.strip()[:100]!r}")
                 break
     return problems

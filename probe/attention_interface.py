@@ -40,7 +40,9 @@ INTERFACE_NAME = "probe_eager"
 _SESSIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 _REGISTERED = False
 _PREVIOUS: dict[int, str] = {}
-_CONFIGS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()  # id(config) -> the implementation it had before the switch
+_CONFIGS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = (
+    weakref.WeakKeyDictionary()
+)  # id(config) -> the implementation it had before the switch
 
 
 def register() -> str:
@@ -96,8 +98,10 @@ def choose_path(adapter, stack: Optional[str], path: str) -> str:
         raise ValueError(f"unknown attention path {path!r}; use auto, interface or hooks")
     found = attention_path(adapter, stack)
     if path == "interface" and found != "interface":
-        raise ValueError(f"{adapter.name} does not route attention through transformers' attention "
-                         "interface; use path='hooks' (or 'auto')")
+        raise ValueError(
+            f"{adapter.name} does not route attention through transformers' attention "
+            "interface; use path='hooks' (or 'auto')"
+        )
     return found if path == "auto" else path
 
 
@@ -110,8 +114,19 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x[:, :, None].expand(b, kv, n_heads // kv, s, d).reshape(b, n_heads, s, d)
 
 
-def eager_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                    softcap=None, position_bias=None, out=None, **kwargs):
+def eager_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    softcap=None,
+    position_bias=None,
+    out=None,
+    **kwargs,
+):
     """The attention weights and per-head output, as transformers' eager functions compute them.
 
     Args:
@@ -156,8 +171,12 @@ def eager_attention(module, query, key, value, attention_mask, scaling=None, dro
         logits = torch.cat([scores, sink], dim=-1)
         logits = logits - logits.max(dim=-1, keepdim=True).values
         weights = torch.softmax(logits, dim=-1)[..., :-1]
-    elif (scores.device.type == "cpu" and scores.dtype == torch.float32 and scores.is_contiguous()
-          and not (torch.is_grad_enabled() and scores.requires_grad)):
+    elif (
+        scores.device.type == "cpu"
+        and scores.dtype == torch.float32
+        and scores.is_contiguous()
+        and not (torch.is_grad_enabled() and scores.requires_grad)
+    ):
         # same kernel, written over the scores (no third [b, h, q, k] tensor; the CPU
         # last-dim kernel reads each row before writing it — tests check equality)
         weights = torch.ops.aten.softmax.int_out(scores, -1, None, out=scores).to(query.dtype)
@@ -181,9 +200,14 @@ def _fits(out: torch.Tensor, query: torch.Tensor, key_t: torch.Tensor) -> bool:
     """Whether ``query @ key_t`` can be written into ``out`` as is: same shape, dtype and
     device, contiguous, and no gradient to record (``out=`` does not support autograd)."""
     shape = tuple(query.shape[:-1]) + (key_t.shape[-1],)
-    return (tuple(key_t.shape[:-2]) == shape[:-2] and tuple(out.shape) == shape
-            and out.dtype == query.dtype and out.device == query.device and out.is_contiguous()
-            and not (torch.is_grad_enabled() and (query.requires_grad or key_t.requires_grad)))
+    return (
+        tuple(key_t.shape[:-2]) == shape[:-2]
+        and tuple(out.shape) == shape
+        and out.dtype == query.dtype
+        and out.device == query.device
+        and out.is_contiguous()
+        and not (torch.is_grad_enabled() and (query.requires_grad or key_t.requires_grad))
+    )
 
 
 def _fast_attention(module, query, key, value, attention_mask, **kwargs):
@@ -191,8 +215,12 @@ def _fast_attention(module, query, key, value, attention_mask, **kwargs):
     the same function (no soft-capping, no sinks) and the model did not run eager before
     the switch (then it stays eager, so layers no one records compute what they did)."""
     previous = _PREVIOUS.get(id(getattr(module, "config", None)), "sdpa")
-    if (previous == "eager" or kwargs.get("softcap") is not None
-            or torch.is_tensor(getattr(module, "sinks", None)) or torch.is_tensor(kwargs.get("sinks"))):
+    if (
+        previous == "eager"
+        or kwargs.get("softcap") is not None
+        or torch.is_tensor(getattr(module, "sinks", None))
+        or torch.is_tensor(kwargs.get("sinks"))
+    ):
         return eager_attention(module, query, key, value, attention_mask, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -214,8 +242,10 @@ def probe_attention_forward(module, query, key, value, attention_mask, **kwargs)
         output, weights = _fast_attention(module, query, key, value, attention_mask, **kwargs)
     else:
         shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
-        out = next((o for o in (s.weights_out(module, shape, query.dtype, query.device) for s in sessions)
-                    if o is not None), None)
+        out = next(
+            (o for o in (s.weights_out(module, shape, query.dtype, query.device) for s in sessions) if o is not None),
+            None,
+        )
         output, weights = eager_attention(module, query, key, value, attention_mask, out=out, **kwargs)
     for s in list(sessions):
         if weights is not None:

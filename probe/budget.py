@@ -82,8 +82,14 @@ def format_size(n: float) -> str:
 def _dims(adapter) -> tuple:
     cfg = adapter.config
     d = next((int(getattr(cfg, k)) for k in ("hidden_size", "n_embd", "d_model", "dim") if getattr(cfg, k, None)), 768)
-    ff = next((int(getattr(cfg, k)) for k in ("intermediate_size", "n_inner", "d_ff", "hidden_dim", "encoder_ffn_dim",
-                                              "ffn_dim") if getattr(cfg, k, None)), 4 * d)
+    ff = next(
+        (
+            int(getattr(cfg, k))
+            for k in ("intermediate_size", "n_inner", "d_ff", "hidden_dim", "encoder_ffn_dim", "ffn_dim")
+            if getattr(cfg, k, None)
+        ),
+        4 * d,
+    )
     layers = adapter.n_layers
     if adapter.arch == "encoder-decoder":
         layers *= 2
@@ -141,11 +147,13 @@ def check_budget(adapter, longest_tokens: int, total: int | None = None, grad: b
     total = total or current_budget()
     need = smallest_budget(adapter, longest_tokens, grad)
     if need > total:
-        raise ValueError(f"--memory-budget {format_size(total)} is too small: one forward of the longest input "
-                         f"({longest_tokens} tokens) with gradients needs about "
-                         f"{format_size(row_bytes(adapter, longest_tokens, grad))} of activations, which is "
-                         f"{WORKSPACE_FRACTION:.3g} of the budget; the smallest budget that works is "
-                         f"{format_size(need)} (or shorten the inputs: --window/--truncate)")
+        raise ValueError(
+            f"--memory-budget {format_size(total)} is too small: one forward of the longest input "
+            f"({longest_tokens} tokens) with gradients needs about "
+            f"{format_size(row_bytes(adapter, longest_tokens, grad))} of activations, which is "
+            f"{WORKSPACE_FRACTION:.3g} of the budget; the smallest budget that works is "
+            f"{format_size(need)} (or shorten the inputs: --window/--truncate)"
+        )
 
 
 def length_groups(lengths: Sequence[int], adapter, cap: int, grad: bool = True) -> list:
@@ -158,6 +166,6 @@ def length_groups(lengths: Sequence[int], adapter, cap: int, grad: bool = True) 
     groups, i = [], 0
     while i < len(order):
         rows = rows_for(adapter, int(lengths[order[i]]), cap, grad)
-        groups.append(order[i: i + rows])
+        groups.append(order[i : i + rows])
         i += rows
     return groups

@@ -52,8 +52,10 @@ class Cache(Mapping):
 
     def stack(self, kind: str) -> torch.Tensor:
         """``[layer, ...]``: every read layer of the main stack's ``kind``, stacked."""
-        names = sorted((n for n in self._values if parse_site(n).kind == kind and parse_site(n).stack is None),
-                       key=lambda n: parse_site(n).layer)
+        names = sorted(
+            (n for n in self._values if parse_site(n).kind == kind and parse_site(n).stack is None),
+            key=lambda n: parse_site(n).layer,
+        )
         return torch.stack([self[n] for n in names])
 
     def add(self, name: str, value: torch.Tensor) -> None:

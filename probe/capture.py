@@ -66,11 +66,19 @@ class AttentionCapture:
     ``eager …`` for hooks).
     """
 
-    def __init__(self, adapter, layers: Optional[Sequence[int]] = None,
-                 stack: Optional[str] = None, keep_grad: bool = False, *,
-                 heads: Optional[Sequence[int]] = None, query_rows: Optional[Sequence[int]] = None,
-                 store_dtype: Optional[torch.dtype] = None, path: str = "auto",
-                 into_buffer: bool = False):
+    def __init__(
+        self,
+        adapter,
+        layers: Optional[Sequence[int]] = None,
+        stack: Optional[str] = None,
+        keep_grad: bool = False,
+        *,
+        heads: Optional[Sequence[int]] = None,
+        query_rows: Optional[Sequence[int]] = None,
+        store_dtype: Optional[torch.dtype] = None,
+        path: str = "auto",
+        into_buffer: bool = False,
+    ):
         from .attention_interface import choose_path
 
         self.adapter = adapter
@@ -89,8 +97,9 @@ class AttentionCapture:
             heads = [int(h) for h in heads]
             wrong = [h for h in heads if not 0 <= h < adapter.n_heads]
             if wrong or not heads:
-                raise ValueError(f"head(s) {wrong or heads} out of range: {adapter.name} has heads "
-                                 f"0..{adapter.n_heads - 1}")
+                raise ValueError(
+                    f"head(s) {wrong or heads} out of range: {adapter.name} has heads 0..{adapter.n_heads - 1}"
+                )
         self.layers = layers
         self.keep_grad = keep_grad
         self.heads = heads
@@ -137,8 +146,11 @@ class AttentionCapture:
         if self._buffer is None:
             with torch.inference_mode(False):  # an ordinary tensor, also when the forward runs in inference mode
                 self._buffer = torch.empty((len(self.layers),) + tuple(shape), dtype=dtype, device=device)
-        elif (tuple(self._buffer.shape[1:]) != tuple(shape) or self._buffer.dtype != dtype
-              or self._buffer.device != torch.device(device)):
+        elif (
+            tuple(self._buffer.shape[1:]) != tuple(shape)
+            or self._buffer.dtype != dtype
+            or self._buffer.device != torch.device(device)
+        ):
             return None
         return self._buffer[self._slot[layer]]
 
@@ -146,8 +158,13 @@ class AttentionCapture:
         """Where the interface may compute ``layer``'s weights ``[batch, heads, q, k]``: its
         slot of the buffer when the record is kept as computed (all heads and rows,
         detached, same dtype)."""
-        if (not self.into_buffer or self.heads is not None or self.query_rows is not None or self.keep_grad
-                or (self.store_dtype is not None and self.store_dtype != dtype)):
+        if (
+            not self.into_buffer
+            or self.heads is not None
+            or self.query_rows is not None
+            or self.keep_grad
+            or (self.store_dtype is not None and self.store_dtype != dtype)
+        ):
             return None
         return self._slot_for(layer, shape, dtype, device)
 
@@ -164,14 +181,19 @@ class AttentionCapture:
             return
         probs = output[-1] if isinstance(output, tuple) else None
         if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
-            raise _unsupported(self.adapter, f"layer {layer} returns no attention probabilities under eager "
-                                             "attention with output_attentions=True")
+            raise _unsupported(
+                self.adapter,
+                f"layer {layer} returns no attention probabilities under eager attention with output_attentions=True",
+            )
         hidden = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("hidden_states")
         n_query = hidden.shape[1] if torch.is_tensor(hidden) and hidden.dim() == 3 else probs.shape[-2]
         if probs.shape[-2] != n_query or (self.stack != "cross" and probs.shape[-1] != probs.shape[-2]):
-            raise _unsupported(self.adapter, f"layer {layer} returns attention of shape {tuple(probs.shape)} for "
-                                             f"{n_query} positions, not [batch, head, query, key] (a local band, "
-                                             "or pooled queries)")
+            raise _unsupported(
+                self.adapter,
+                f"layer {layer} returns attention of shape {tuple(probs.shape)} for "
+                f"{n_query} positions, not [batch, head, query, key] (a local band, "
+                "or pooled queries)",
+            )
         self._keep(layer, probs)
 
     def __enter__(self) -> "AttentionCapture":
@@ -231,8 +253,11 @@ class AttentionCapture:
         t = self.layer_tensors(call)
         shapes = {tuple(t[layer].shape[-2:]) for layer in self.layers}
         if len(shapes) > 1:
-            raise _unsupported(self.adapter, f"its layers attend over different lengths {sorted(shapes)} (pooled "
-                                             "or downsampled): not one [layer, head, query, key] map")
+            raise _unsupported(
+                self.adapter,
+                f"its layers attend over different lengths {sorted(shapes)} (pooled "
+                "or downsampled): not one [layer, head, query, key] map",
+            )
         return torch.stack([t[layer] for layer in self.layers])
 
 
@@ -273,7 +298,7 @@ def _shifted(target):
 
 
 #: default bound on the bytes of maps :func:`iter_capture` holds in its sort window
-WINDOW_BYTES = 256 * 2 ** 20
+WINDOW_BYTES = 256 * 2**20
 
 
 def iter_capture(
@@ -324,11 +349,13 @@ def iter_capture(
     spans_it = iter(word_spans) if word_spans is not None else None
     targets_it = iter(targets) if targets is not None else None
     if needs_target and targets_it is None:
-        raise ValueError(f"capturing the {stack} attention of an encoder-decoder model needs "
-                         "target texts (targets=... / --target)")
+        raise ValueError(
+            f"capturing the {stack} attention of an encoder-decoder model needs target texts (targets=... / --target)"
+        )
     bar = None
     if progress:
         from tqdm.auto import tqdm
+
         bar = tqdm(total=total, unit="ex", desc=f"capture {adapter.name}")
     AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path)  # validates before any work
     n_layers = len(set(layers)) if layers is not None else adapter.n_layers_of(stack)
@@ -350,13 +377,14 @@ def iter_capture(
                             break
                     if not chunk:
                         break
-                    chunk_encs = adapter.encode_batch([t for t, _, _ in chunk], [s for _, s, _ in chunk],
-                                                      truncate=truncate)
+                    chunk_encs = adapter.encode_batch(
+                        [t for t, _, _ in chunk], [s for _, s, _ in chunk], truncate=truncate
+                    )
                     chunk_tencs = [None] * len(chunk)
                     if adapter.arch == "encoder-decoder":  # decoder inputs: the targets, else the source
                         chunk_tencs = adapter.encode_batch(
-                            [tg if targets_it is not None else t for t, _, tg in chunk], truncate=truncate,
-                            target=True)
+                            [tg if targets_it is not None else t for t, _, tg in chunk], truncate=truncate, target=True
+                        )
                     pending.extend(zip(chunk, chunk_encs, chunk_tencs))
                 item, enc, tenc = pending.popleft()  # the window takes one example at a time
                 window.append(item)
@@ -370,10 +398,18 @@ def iter_capture(
             order = sorted(range(len(window)), key=lambda k: len(encs[k]))
             done: dict[int, AttentionMaps] = {}
             for idx in _batches(order, cells, batch_size, window_bytes // cell_bytes):
-                maps = _capture_batch(adapter, [encs[k] for k in idx],
-                                      [tencs[k] for k in idx] if tencs else None,
-                                      layers, stack, needs_target, dtype, heads=heads, path=path,
-                                      standalone=standalone)
+                maps = _capture_batch(
+                    adapter,
+                    [encs[k] for k in idx],
+                    [tencs[k] for k in idx] if tencs else None,
+                    layers,
+                    stack,
+                    needs_target,
+                    dtype,
+                    heads=heads,
+                    path=path,
+                    standalone=standalone,
+                )
                 done.update(zip(idx, maps))
                 if bar is not None:
                     bar.update(len(idx))
@@ -415,7 +451,7 @@ def _batches(order: list, cells: list, batch_size: int, max_cells: int) -> Itera
 
 #: batches whose records are smaller than this are trimmed example by example with one
 #: ``torch.stack`` each (fewer calls); larger ones layer by layer (lower peak memory)
-STACK_BYTES = 32 * 2 ** 20
+STACK_BYTES = 32 * 2**20
 
 
 def _query_key_lengths(enc, tenc, stack: str) -> tuple[int, int]:
@@ -443,8 +479,10 @@ def _trimmed(per_layer: dict, layers: list, shapes: list, dtype: torch.dtype) ->
     n_heads = first.shape[1]
     if not low_precision and len(layers) * first.numel() * first.element_size() <= STACK_BYTES:
         # small batch: one stacking call per example costs less than a copy call per layer
-        return [torch.stack([per_layer[layer][i, :, :n_q, :n_k] for layer in layers]).to(dtype).cpu()
-                for i, (n_q, n_k) in enumerate(shapes)]
+        return [
+            torch.stack([per_layer[layer][i, :, :n_q, :n_k] for layer in layers]).to(dtype).cpu()
+            for i, (n_q, n_k) in enumerate(shapes)
+        ]
     maps = [torch.empty((len(layers), n_heads, n_q, n_k), dtype=work, device=device) for n_q, n_k in shapes]
     for j, layer in enumerate(layers):
         rec = per_layer.pop(layer)
@@ -468,12 +506,17 @@ def _buffer_fits(adapter, dtype: torch.dtype) -> bool:
     batch do); ``.clone()`` one to keep it alone. A store writes each as its own tensor.
     """
     param = next(adapter.model.parameters(), None)
-    return (param is not None and param.device.type == "cpu" and param.dtype == dtype
-            and dtype in (torch.float32, torch.float64))
+    return (
+        param is not None
+        and param.device.type == "cpu"
+        and param.dtype == dtype
+        and dtype in (torch.float32, torch.float64)
+    )
 
 
-def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, heads=None,
-                   path="auto", standalone=False) -> list[AttentionMaps]:
+def _capture_batch(
+    adapter, encs, tencs, layers, stack, needs_target, dtype, *, heads=None, path="auto", standalone=False
+) -> list[AttentionMaps]:
     """One forward over a batch of encodings; the maps of each example, padding trimmed:
     views of one buffer, or (``standalone``) each its own tensor."""
     inputs = adapter.batch(encs)
@@ -483,24 +526,34 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
     n_target = inputs["decoder_input_ids"].shape[1] if tencs is not None else n_source
     n_key = n_target if stack == "decoder" else n_source
     n_query = n_target if stack != "encoder" else n_source
-    warn_if_capture_too_large(adapter, len(encs), n_query, n_key, store_dtype=dtype,
-                              layers=len(layers) if layers is not None else adapter.n_layers_of(stack),
-                              heads=len(heads) if heads is not None else None)
+    warn_if_capture_too_large(
+        adapter,
+        len(encs),
+        n_query,
+        n_key,
+        store_dtype=dtype,
+        layers=len(layers) if layers is not None else adapter.n_layers_of(stack),
+        heads=len(heads) if heads is not None else None,
+    )
     into_buffer = not standalone and _buffer_fits(adapter, dtype)
     # hooks live only during the forward, never while the caller holds a yielded map;
     # inference mode (no autograd bookkeeping at all: the records are detached anyway)
     # costs ~1–2% less than no_grad at small n; the buffer is made outside it, so the
     # maps handed out are ordinary tensors
-    with AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path,
-                          into_buffer=into_buffer) as cap, \
-            torch.inference_mode():
+    with (
+        AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path, into_buffer=into_buffer) as cap,
+        torch.inference_mode(),
+    ):
         adapter.model(**inputs)
     shapes = [_query_key_lengths(enc, tencs[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
     per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}; raises unless every layer ran
     for layer, rec in per_layer.items():
         if tuple(rec.shape[-2:]) != (n_query, n_key):
-            raise _unsupported(adapter, f"layer {layer} attends {tuple(rec.shape[-2:])} (query, key) positions "
-                                        f"for an input of {(n_query, n_key)}: not one [query, key] map per layer")
+            raise _unsupported(
+                adapter,
+                f"layer {layer} attends {tuple(rec.shape[-2:])} (query, key) positions "
+                f"for an input of {(n_query, n_key)}: not one [query, key] map per layer",
+            )
     into = cap.buffer()
     cap.clear()  # per_layer now holds the only reference to each record
     if into is not None:  # each example a view of its part of the batch's buffer
@@ -517,8 +570,12 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
             if stack == "decoder":
                 tokens, wids, special, words = q_tokens, q_wids, q_special, tencs[i].words
             else:
-                extra = dict(query_tokens=q_tokens, query_word_ids=q_wids,
-                             query_special_mask=q_special, query_words=tencs[i].words)
+                extra = dict(
+                    query_tokens=q_tokens,
+                    query_word_ids=q_wids,
+                    query_special_mask=q_special,
+                    query_words=tencs[i].words,
+                )
         a = maps[i]  # [layer, head, query, key], padding left out
         meta: dict[str, Any] = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source}
         if heads is not None and cap.heads is not None:  # partial capture: the model head index of each stored head
@@ -529,10 +586,21 @@ def _capture_batch(adapter, encs, tencs, layers, stack, needs_target, dtype, *, 
             meta["unaligned_words"] = list(enc.unaligned_words)
         if enc.absorbed_words:  # words without a token of their own: [word, token] pairs
             meta["absorbed_words"] = [list(x) for x in enc.absorbed_words]
-        out.append(AttentionMaps(
-            attentions=a, tokens=tokens, word_ids=wids, special_mask=special, words=words,
-            layers=tuple(cap.layers), kind=kind, text=enc.text, meta=meta, validate=False, **extra,
-        ))
+        out.append(
+            AttentionMaps(
+                attentions=a,
+                tokens=tokens,
+                word_ids=wids,
+                special_mask=special,
+                words=words,
+                layers=tuple(cap.layers),
+                kind=kind,
+                text=enc.text,
+                meta=meta,
+                validate=False,
+                **extra,
+            )
+        )
     return out
 
 
@@ -574,9 +642,15 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
     return list(iter_capture(adapter, texts, total=len(texts), **kwargs))
 
 
-def capture_inputs(adapter, inputs: dict, *, layers: Optional[Sequence[int]] = None,
-                   stack: Optional[str] = None, dtype: Optional[torch.dtype] = None,
-                   path: str = "auto") -> list[AttentionMaps]:
+def capture_inputs(
+    adapter,
+    inputs: dict,
+    *,
+    layers: Optional[Sequence[int]] = None,
+    stack: Optional[str] = None,
+    dtype: Optional[torch.dtype] = None,
+    path: str = "auto",
+) -> list[AttentionMaps]:
     """Capture the attention of a model whose input is not text — ``pixel_values``
     ``[batch, channels, height, width]`` (ViT, CLIP vision; Dosovitskiy et al., 2021),
     ``input_features`` ``[batch, mel bins, frames]`` (Whisper; Radford et al., 2022),
@@ -600,15 +674,19 @@ def capture_inputs(adapter, inputs: dict, *, layers: Optional[Sequence[int]] = N
     inputs = dict(inputs)
     batch = int(inputs[name].shape[0])
     if adapter.arch == "encoder-decoder" and "decoder_input_ids" not in inputs:
-        inputs["decoder_input_ids"] = torch.full((batch, 1), adapter.decoder_start_id(), dtype=torch.long,
-                                                 device=adapter.device)
+        inputs["decoder_input_ids"] = torch.full(
+            (batch, 1), adapter.decoder_start_id(), dtype=torch.long, device=adapter.device
+        )
     dtype = _storage_dtype(adapter, dtype)
     with AttentionCapture(adapter, layers=layers, stack=stack, path=path) as cap, torch.inference_mode():
         adapter.model(**inputs)
     stacked = cap.stacked().to(dtype).cpu()  # [layer, batch, head, query, key]
     if stacked.shape[1] != batch:
-        raise _unsupported(adapter, f"it attends over its {batch} inputs as {stacked.shape[1]} sequence(s) (Pixtral "
-                                    "concatenates images): not one map per input")
+        raise _unsupported(
+            adapter,
+            f"it attends over its {batch} inputs as {stacked.shape[1]} sequence(s) (Pixtral "
+            "concatenates images): not one map per input",
+        )
     kind = _kind(adapter, stack)
     out = []
     for i in range(batch):
@@ -617,10 +695,22 @@ def capture_inputs(adapter, inputs: dict, *, layers: Optional[Sequence[int]] = N
         keys = tuple(f"<{k}>" for k in range(n_k))
         extra: dict = {}
         if kind == "cross":
-            extra = dict(query_tokens=tuple(f"<{k}>" for k in range(n_q)), query_word_ids=(None,) * n_q,
-                         query_special_mask=torch.zeros(n_q, dtype=torch.bool))
+            extra = dict(
+                query_tokens=tuple(f"<{k}>" for k in range(n_q)),
+                query_word_ids=(None,) * n_q,
+                query_special_mask=torch.zeros(n_q, dtype=torch.bool),
+            )
         meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source, "inputs": name}
-        out.append(AttentionMaps(attentions=a, tokens=keys, word_ids=(None,) * n_k,
-                                 special_mask=torch.zeros(n_k, dtype=torch.bool), layers=tuple(cap.layers),
-                                 kind=kind, meta=meta, **extra))
+        out.append(
+            AttentionMaps(
+                attentions=a,
+                tokens=keys,
+                word_ids=(None,) * n_k,
+                special_mask=torch.zeros(n_k, dtype=torch.bool),
+                layers=tuple(cap.layers),
+                kind=kind,
+                meta=meta,
+                **extra,
+            )
+        )
     return out

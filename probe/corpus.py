@@ -174,8 +174,10 @@ def check_sentence(rows: list) -> Optional[tuple]:
         if "-" in tid:
             a, b = (int(x) for x in tid.split("-"))
             if not (a == n_words + 1 and b > a and a > last_range_end):
-                return n, (f"multiword range {tid} must start at the next word ({n_words + 1}), span at least "
-                           "two words and not overlap another range")
+                return n, (
+                    f"multiword range {tid} must start at the next word ({n_words + 1}), span at least "
+                    "two words and not overlap another range"
+                )
             range_end = last_range_end = b
             continue
         if "." in tid:
@@ -223,8 +225,7 @@ def read_conllu(path, limit: Optional[int] = None, skip_invalid: Optional[bool] 
     return read_treebank(path, limit, skip_invalid)[0]
 
 
-def read_treebank(path, limit: Optional[int] = None,
-                  skip_invalid: Optional[bool] = None) -> tuple[list, list]:
+def read_treebank(path, limit: Optional[int] = None, skip_invalid: Optional[bool] = None) -> tuple[list, list]:
     """``(sentences, invalid)``: the valid :class:`Sentence` s of a CoNLL-U file and the
     :class:`InvalidSentence` s skipped (empty unless ``skip_invalid``).
 
@@ -262,17 +263,25 @@ def read_treebank(path, limit: Optional[int] = None,
                 problem = (first, f"malformed CoNLL-U: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         bad = InvalidSentence(str(p), problem[0], _sent_id(rows), problem[1])
         if not skip_invalid:
-            raise InputError(f"{bad}; fix the treebank, or pass --skip-invalid to skip such sentences "
-                             "(they are counted in skipped.csv)")
+            raise InputError(
+                f"{bad}; fix the treebank, or pass --skip-invalid to skip such sentences "
+                "(they are counted in skipped.csv)"
+            )
         invalid.append(bad)
     if invalid:
-        log.warning("%s: %d invalid sentence(s) skipped, the first at line %d: %s",
-                    p, len(invalid), invalid[0].line, invalid[0].problem)
+        log.warning(
+            "%s: %d invalid sentence(s) skipped, the first at line %d: %s",
+            p,
+            len(invalid),
+            invalid[0].line,
+            invalid[0].problem,
+        )
         if collected is not None:
             collected.extend(invalid)
     if not out:
-        raise InputError(f"{p} holds no sentence" + (f" that is valid ({len(invalid)} invalid skipped)"
-                                                     if invalid else ""))
+        raise InputError(
+            f"{p} holds no sentence" + (f" that is valid ({len(invalid)} invalid skipped)" if invalid else "")
+        )
     return out, invalid
 
 
@@ -349,10 +358,19 @@ def _sentence(tl, line: int) -> Sentence:
             spans_in = _split_surface(form, [words[i] for i in idxs], s)
             for i, sp in zip(idxs, spans_in):
                 spans[i] = sp
-    return Sentence(text=given, words=tuple(words), spans=tuple(spans), heads=tuple(heads),
-                    deprels=tuple(deprels), upos=tuple(upos), misc=tuple(misc), feats=tuple(feats),
-                    sent_id=tl.metadata.get("sent_id", ""), line=line,
-                    meta={k: v for k, v in tl.metadata.items() if k not in ("text",)})
+    return Sentence(
+        text=given,
+        words=tuple(words),
+        spans=tuple(spans),
+        heads=tuple(heads),
+        deprels=tuple(deprels),
+        upos=tuple(upos),
+        misc=tuple(misc),
+        feats=tuple(feats),
+        sent_id=tl.metadata.get("sent_id", ""),
+        line=line,
+        meta={k: v for k, v in tl.metadata.items() if k not in ("text",)},
+    )
 
 
 def _locate(text: str, forms: list) -> Optional[list]:

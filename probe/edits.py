@@ -27,8 +27,21 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ["SiteContext", "Edit", "Zero", "Mean", "Resample", "Patch", "Scale", "Gate", "ReplaceWeights",
-           "Apply", "as_edit", "allowed_keys", "WEIGHT_MODES"]
+__all__ = [
+    "SiteContext",
+    "Edit",
+    "Zero",
+    "Mean",
+    "Resample",
+    "Patch",
+    "Scale",
+    "Gate",
+    "ReplaceWeights",
+    "Apply",
+    "as_edit",
+    "allowed_keys",
+    "WEIGHT_MODES",
+]
 
 WEIGHT_MODES = ("uniform", "permute", "given")
 
@@ -152,7 +165,8 @@ class Patch(Edit):
         if v.shape[1] != part.shape[1]:
             raise ValueError(
                 f"patch for {_what(ctx, self.head)} has {v.shape[1]} positions but the input has "
-                f"{part.shape[1]}: clean and corrupted inputs must have the same length")
+                f"{part.shape[1]}: clean and corrupted inputs must have the same length"
+            )
         if self.rows is not None and v.shape[0] == len(self.rows):
             return v
         if v.shape[0] == x.shape[0] and self.rows is not None:
@@ -173,18 +187,23 @@ class Resample(Edit):
     rows: Optional[tuple] = None
 
     def new(self, part, x, ctx):
-        src = (x if self.source is None else self.source.to(part.dtype).to(part.device))
+        src = x if self.source is None else self.source.to(part.dtype).to(part.device)
         src = src[_index(src, ctx, self.head, None)]
         b, n = part.shape[0], src.shape[0]
         if self.perm is not None:
             perm = torch.as_tensor(self.perm, dtype=torch.long)
         else:
             gen = torch.Generator().manual_seed(self.seed)
-            perm = torch.randperm(n, generator=gen)[:b] if n != b or n < 2 else (
-                torch.randperm(n - 1, generator=gen) + 1 + torch.arange(n)) % n  # no row keeps its own
+            perm = (
+                torch.randperm(n, generator=gen)[:b]
+                if n != b or n < 2
+                else (torch.randperm(n - 1, generator=gen) + 1 + torch.arange(n)) % n
+            )  # no row keeps its own
         if src.shape[1:] != part.shape[1:]:
-            raise ValueError(f"resample source for {_what(ctx, self.head)} has shape {tuple(src.shape[1:])} per "
-                             f"row, the input {tuple(part.shape[1:])}")
+            raise ValueError(
+                f"resample source for {_what(ctx, self.head)} has shape {tuple(src.shape[1:])} per "
+                f"row, the input {tuple(part.shape[1:])}"
+            )
         return src[perm.to(src.device)].clone()
 
 
@@ -265,8 +284,10 @@ class ReplaceWeights(Edit):
         assert self.weights is not None
         v = self.weights.to(alpha.dtype).to(alpha.device)
         if v.shape[-2:] != alpha.shape[-2:]:
-            raise ValueError(f"given weights for head ({ctx.layer}, {self.head}) have shape "
-                             f"{tuple(v.shape)}; the head's weights are [batch, {alpha.shape[-2]}, {alpha.shape[-1]}]")
+            raise ValueError(
+                f"given weights for head ({ctx.layer}, {self.head}) have shape "
+                f"{tuple(v.shape)}; the head's weights are [batch, {alpha.shape[-2]}, {alpha.shape[-1]}]"
+            )
         return v.expand_as(alpha)
 
 

@@ -94,9 +94,16 @@ def attention_gradients(
     g = torch.stack([torch.zeros_like(p) if gr is None else gr for p, gr in zip(probs, grads)])
     a = torch.stack([p.detach() for p in probs])
     maps = AttentionMaps(
-        attentions=a[:, 0].float(), tokens=enc.tokens, word_ids=enc.word_ids,
-        special_mask=enc.special_mask, words=enc.words, layers=tuple(cap.layers), kind=kind,
-        text=text, meta={"model": adapter.name, "attention_source": cap.attention_source},
+        attentions=a[:, 0].float(),
+        tokens=enc.tokens,
+        word_ids=enc.word_ids,
+        special_mask=enc.special_mask,
+        words=enc.words,
+        layers=tuple(cap.layers),
+        kind=kind,
+        text=text,
+        meta={"model": adapter.name, "attention_source": cap.attention_source},
     )
-    return AttentionGradients(maps=maps, grads=g[:, 0].float().detach(),
-                              target_value=float(value.detach()), target=what)
+    return AttentionGradients(
+        maps=maps, grads=g[:, 0].float().detach(), target_value=float(value.detach()), target=what
+    )

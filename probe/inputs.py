@@ -53,15 +53,25 @@ class Corpus:
         skipped = dict(self.skipped)
         if reason and len(keep) < len(self.texts):
             skipped[reason] = skipped.get(reason, 0) + len(self.texts) - len(keep)
-        return Corpus(texts=pick(self.texts), word_spans=pick(self.word_spans) if self.word_spans else None,
-                      sentences=pick(self.sentences), targets=pick(self.targets) if self.targets else None,
-                      source=self.source, examples=pick(self.examples), skipped=skipped,
-                      unknown=pick(self.unknown))
+        return Corpus(
+            texts=pick(self.texts),
+            word_spans=pick(self.word_spans) if self.word_spans else None,
+            sentences=pick(self.sentences),
+            targets=pick(self.targets) if self.targets else None,
+            source=self.source,
+            examples=pick(self.examples),
+            skipped=skipped,
+            unknown=pick(self.unknown),
+        )
 
 
 def from_sentences(sentences: Sequence[Sentence], source: str = "") -> Corpus:
-    return Corpus(texts=tuple(s.text for s in sentences), word_spans=tuple(s.spans for s in sentences),
-                  sentences=tuple(sentences), source=source)
+    return Corpus(
+        texts=tuple(s.text for s in sentences),
+        word_spans=tuple(s.spans for s in sentences),
+        sentences=tuple(sentences),
+        source=source,
+    )
 
 
 def load_corpus(
@@ -99,8 +109,13 @@ def load_corpus(
         sentences, invalid = read_treebank(conllu, limit=limit, skip_invalid=skip_invalid)
         corpus = from_sentences(sentences, source=str(conllu))
         if invalid:
-            corpus = Corpus(texts=corpus.texts, word_spans=corpus.word_spans, sentences=corpus.sentences,
-                            source=corpus.source, skipped={"invalid CoNLL-U": len(invalid)})
+            corpus = Corpus(
+                texts=corpus.texts,
+                word_spans=corpus.word_spans,
+                sentences=corpus.sentences,
+                source=corpus.source,
+                skipped={"invalid CoNLL-U": len(invalid)},
+            )
     elif model and model.startswith("zoo:"):
         from probe.models import zoo
 
@@ -108,11 +123,16 @@ def load_corpus(
         if limit:
             examples = examples[:limit]
         targets = tuple(e["target_text"] for e in examples) if examples and "target_text" in examples[0] else None
-        corpus = Corpus(texts=tuple(e["text"] for e in examples), targets=targets,
-                        source=f"{model} evaluation set", examples=tuple(examples))
+        corpus = Corpus(
+            texts=tuple(e["text"] for e in examples),
+            targets=targets,
+            source=f"{model} evaluation set",
+            examples=tuple(examples),
+        )
     else:
-        raise ValueError("no input: give --text, --file or --conllu (a zoo model uses its own "
-                         "evaluation set when given none)")
+        raise ValueError(
+            "no input: give --text, --file or --conllu (a zoo model uses its own evaluation set when given none)"
+        )
     return corpus
 
 
@@ -147,11 +167,16 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus
         ValueError: the two corpora differ in length, or every pair has a text too long.
     """
     if len(clean) != len(corrupted):
-        raise ValueError(f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give one corrupted input "
-                         "per clean one, in the same order")
+        raise ValueError(
+            f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give one corrupted input "
+            "per clean one, in the same order"
+        )
     limit = adapter.max_length
-    keep = [i for i, (a, b) in enumerate(zip(_lengths(clean.texts, adapter), _lengths(corrupted.texts, adapter)))
-            if a <= limit and b <= limit]
+    keep = [
+        i
+        for i, (a, b) in enumerate(zip(_lengths(clean.texts, adapter), _lengths(corrupted.texts, adapter)))
+        if a <= limit and b <= limit
+    ]
     if not keep:
         raise ValueError(_all_too_long(len(clean), adapter, "pair(s) hold a text"))
     if len(keep) < len(clean):
@@ -164,8 +189,9 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus
 LONG_WORD = 100
 
 
-def unknown_tokens(texts: Sequence[str], ids: Sequence[Sequence[int]], offsets: Sequence[Sequence[tuple]],
-                   tokenizer) -> tuple[list, list]:
+def unknown_tokens(
+    texts: Sequence[str], ids: Sequence[Sequence[int]], offsets: Sequence[Sequence[tuple]], tokenizer
+) -> tuple[list, list]:
     """``(counts, notes)``: per text, how many tokens are the tokenizer's unknown token
     (``tokenizer.unk_token_id``; none when it has none), and lines for people: how many
     examples hold such tokens, the first ones with the characters each stands for, and every
@@ -182,8 +208,10 @@ def unknown_tokens(texts: Sequence[str], ids: Sequence[Sequence[int]], offsets: 
     if spans:
         hit = [k for k, n in enumerate(counts) if n]
         shown = ", ".join(f"example {k}: {_shown(texts[k][a:b])}" for k, (a, b) in spans[:3])
-        notes.append(f"{len(hit)} of {len(texts)} examples hold {name} tokens ({sum(counts)} in all; characters "
-                     f"the vocabulary lacks, e.g. {shown}): their attention is to a placeholder")
+        notes.append(
+            f"{len(hit)} of {len(texts)} examples hold {name} tokens ({sum(counts)} in all; characters "
+            f"the vocabulary lacks, e.g. {shown}): their attention is to a placeholder"
+        )
         for k, (a, b) in spans:
             if b - a > LONG_WORD:
                 notes.append(f"example {k}: a word of {b - a:,} characters became one {name} token")
@@ -207,5 +235,7 @@ def _lengths(texts, adapter) -> list:
 
 
 def _all_too_long(n: int, adapter, what: str = "input(s) are") -> str:
-    return (f"all {n} {what} longer than {adapter.name}'s limit of {adapter.max_length} tokens: "
-            "shorten or split them (one sentence per line)")
+    return (
+        f"all {n} {what} longer than {adapter.name}'s limit of {adapter.max_length} tokens: "
+        "shorten or split them (one sentence per line)"
+    )

@@ -56,8 +56,10 @@ def _split_heads(x: torch.Tensor, n_heads: int, adapter=None) -> torch.Tensor:
         from .models.architectures import UnsupportedModel
 
         who = "" if adapter is None else f"{adapter.name} (model type {getattr(adapter.config, 'model_type', '?')!r}): "
-        raise UnsupportedModel(f"{who}the output projection's input has shape {tuple(x.shape)}, not [batch, seq, "
-                               "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit")
+        raise UnsupportedModel(
+            f"{who}the output projection's input has shape {tuple(x.shape)}, not [batch, seq, "
+            "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit"
+        )
     b, s, width = x.shape
     return x.reshape(b, s, n_heads, width // n_heads)
 
@@ -119,8 +121,7 @@ class HeadIntervention(HookContext):
             missing value for ``mean``/``patch``, a value of the wrong shape.
     """
 
-    def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None,
-                 path: str = "auto"):
+    def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None, path: str = "auto"):
         from .attention_interface import choose_path
 
         self.adapter = adapter
@@ -165,8 +166,9 @@ class HeadIntervention(HookContext):
             calls.register(hooks, self.adapter.model)
             self._session: Any = EditSession(calls, self._by_layer, apply_edits, pending)
             self._session.attach()
-        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self._by_layer,
-                           lambda layer: self._hook(layer, pending))
+        pre_hooks_by_layer(
+            hooks, self.adapter.model, self._modules, self._by_layer, lambda layer: self._hook(layer, pending)
+        )
 
     def __enter__(self):
         try:
@@ -228,7 +230,7 @@ def ablate_heads(
             if source is None:
                 raise ValueError("mode 'patch' needs the source run's head outputs (HeadOutputRecorder)")
             src = source[layer][:, :, head]
-            value = src[r: r + 1] if per_row and src.shape[0] == len(heads) else src
+            value = src[r : r + 1] if per_row and src.shape[0] == len(heads) else src
         edits.append(HeadEdit(layer=int(layer), head=int(head), mode=mode, value=value, rows=rows))
     return HeadIntervention(adapter, edits, stack=stack)
 
@@ -255,7 +257,9 @@ class HeadOutputRecorder(HookContext):
         def make(layer):
             def fn(module, args):
                 self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
+
             return fn
+
         pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self.layers, make)
 
 
@@ -276,8 +280,10 @@ class HeadGates(HookContext):
         modules = adapter.head_output_modules(self.stack)
         expected = (len(modules), adapter.n_heads)
         if tuple(gates.shape[-2:]) != expected or gates.dim() not in (2, 3):
-            raise ValueError(f"gates must have shape {expected} (layers, heads) or [rows, {expected[0]}, "
-                             f"{expected[1]}], got {tuple(gates.shape)}")
+            raise ValueError(
+                f"gates must have shape {expected} (layers, heads) or [rows, {expected[0]}, "
+                f"{expected[1]}], got {tuple(gates.shape)}"
+            )
         self.gates = gates
         self._modules = modules
 
@@ -298,12 +304,15 @@ class HeadGates(HookContext):
                     g = g[None, None, :, None]
                 z = _split_heads(x, n_heads) * g
                 return (z.reshape(b, s, -1),) + tuple(args[1:])
+
             return fn
+
         pre_hooks_by_layer(hooks, self.adapter.model, self._modules, range(len(self._modules)), make)
 
 
-def head_output_means(adapter, texts: Sequence[str], *, batch_size: int = 16,
-                      stack: Optional[str] = None, by_special: bool = False) -> torch.Tensor:
+def head_output_means(
+    adapter, texts: Sequence[str], *, batch_size: int = 16, stack: Optional[str] = None, by_special: bool = False
+) -> torch.Tensor:
     """Mean head output over all (non-padding) token positions of ``texts``.
 
     Returns:
@@ -323,10 +332,12 @@ def head_output_means(adapter, texts: Sequence[str], *, batch_size: int = 16,
     counts = torch.zeros(2, dtype=torch.float64)
     with HeadOutputRecorder(adapter, stack=stack) as rec:
         for start in range(0, len(texts), batch_size):
-            encs = [adapter.encode(t) for t in texts[start: start + batch_size]]
+            encs = [adapter.encode(t) for t in texts[start : start + batch_size]]
             inputs = adapter.batch(encs)
             if adapter.arch == "encoder-decoder":
-                inputs.update(adapter.decoder_inputs([adapter.encode(t, target=True) for t in texts[start: start + batch_size]]))
+                inputs.update(
+                    adapter.decoder_inputs([adapter.encode(t, target=True) for t in texts[start : start + batch_size]])
+                )
             with torch.no_grad():
                 adapter.model(**inputs)
             for i, e in enumerate(encs):

@@ -85,8 +85,9 @@ class LayerCalls:
             hooks.pre(m, lambda module, args: (self.advance(module), None)[1])
 
 
-def pre_hooks_by_layer(hooks, model: torch.nn.Module, per_layer: Sequence[torch.nn.Module],
-                       layers: Iterable[int], make_fn) -> None:
+def pre_hooks_by_layer(
+    hooks, model: torch.nn.Module, per_layer: Sequence[torch.nn.Module], layers: Iterable[int], make_fn
+) -> None:
     """Register, on each module that serves one of ``layers``, one forward pre-hook that
     calls ``make_fn(layer)(module, args)`` for the layer of the ongoing call (and does nothing
     on calls of other layers): per-layer hooks that stay right where layers share a module."""

@@ -57,8 +57,17 @@ MEMINFO_TTL = 1.0
 _MEMINFO: list = [-float("inf"), None]  # [monotonic time of the reading, bytes]
 
 
-def capture_bytes(batch: int, n_query: int, n_key: int, *, layers: int, heads: int, model_heads: int,
-                  compute_bytes: int = 4, store_bytes: int = 4) -> int:
+def capture_bytes(
+    batch: int,
+    n_query: int,
+    n_key: int,
+    *,
+    layers: int,
+    heads: int,
+    model_heads: int,
+    compute_bytes: int = 4,
+    store_bytes: int = 4,
+) -> int:
     """Estimated peak bytes of one capture forward (beyond the model's own activations).
 
     The recorded layers' weights ``batch × heads × q × k`` are held until the forward ends
@@ -71,27 +80,50 @@ def capture_bytes(batch: int, n_query: int, n_key: int, *, layers: int, heads: i
     return int(kept + cells * model_heads * 4 * EAGER_TEMPORARIES)
 
 
-def warn_if_capture_too_large(adapter, batch: int, n_query: int, n_key: int, *, layers: int,
-                              heads: Optional[int] = None, store_dtype: torch.dtype = torch.float32) -> Optional[int]:
+def warn_if_capture_too_large(
+    adapter,
+    batch: int,
+    n_query: int,
+    n_key: int,
+    *,
+    layers: int,
+    heads: Optional[int] = None,
+    store_dtype: torch.dtype = torch.float32,
+) -> Optional[int]:
     """Warn (``ResourceWarning`` and the log) when a capture would need more memory than is
     available, naming the estimate and what to reduce. Returns the estimate in bytes."""
     model_heads = adapter.n_heads
-    need = capture_bytes(batch, n_query, n_key, layers=layers, heads=heads or model_heads,
-                         model_heads=model_heads, compute_bytes=torch.finfo(adapter.model.dtype).bits // 8,
-                         store_bytes=torch.finfo(store_dtype).bits // 8)
+    need = capture_bytes(
+        batch,
+        n_query,
+        n_key,
+        layers=layers,
+        heads=heads or model_heads,
+        model_heads=model_heads,
+        compute_bytes=torch.finfo(adapter.model.dtype).bits // 8,
+        store_bytes=torch.finfo(store_dtype).bits // 8,
+    )
     free = available_memory_bytes(adapter.device)
     if free is not None and need > free:
-        msg = (f"capturing {layers} layer(s) × {heads or model_heads} head(s) of {batch} example(s) "
-               f"with {n_query}×{n_key} tokens needs about {need / 2**30:.1f} GiB, but only "
-               f"{free / 2**30:.1f} GiB is available on {adapter.device}: capture fewer layers (layers=…), "
-               "heads (heads=…) or query rows, store float16, or lower the batch size")
+        msg = (
+            f"capturing {layers} layer(s) × {heads or model_heads} head(s) of {batch} example(s) "
+            f"with {n_query}×{n_key} tokens needs about {need / 2**30:.1f} GiB, but only "
+            f"{free / 2**30:.1f} GiB is available on {adapter.device}: capture fewer layers (layers=…), "
+            "heads (heads=…) or query rows, store float16, or lower the batch size"
+        )
         log.warning(msg)
         warnings.warn(msg, ResourceWarning, stacklevel=3)
     return need
 
 
-def top_k_edges(maps, k: int = 20, *, layers: Optional[Sequence[int]] = None,
-                heads: Optional[Sequence[int]] = None, skip_special: bool = False):
+def top_k_edges(
+    maps,
+    k: int = 20,
+    *,
+    layers: Optional[Sequence[int]] = None,
+    heads: Optional[Sequence[int]] = None,
+    skip_special: bool = False,
+):
     """The ``k`` strongest query→key weights of each head, as a tidy table.
 
     Args:
@@ -151,8 +183,9 @@ def attention_window(maps, start: int, stop: int, *, layer: int, head: int) -> d
 
 
 # ---- inputs longer than the model's limit: windows or truncation ------------------
-def check_window(window: Optional[int], stride: Optional[int], truncate: bool = False,
-                 limit: Optional[int] = None) -> None:
+def check_window(
+    window: Optional[int], stride: Optional[int], truncate: bool = False, limit: Optional[int] = None
+) -> None:
     """Refuse bad ``--window``/``--stride``/``--truncate`` values (before a model loads).
 
     Raises:
@@ -169,14 +202,16 @@ def check_window(window: Optional[int], stride: Optional[int], truncate: bool = 
     if window < 1:
         raise ValueError(f"--window must be a positive number of tokens, got {window}")
     if limit is not None and window > limit:
-        raise ValueError(f"--window {window} is larger than the model's limit of {limit} tokens: "
-                         f"use --window {limit} or less")
+        raise ValueError(
+            f"--window {window} is larger than the model's limit of {limit} tokens: use --window {limit} or less"
+        )
     if stride is not None:
         if stride < 1:
             raise ValueError(f"--stride must be a positive number of tokens, got {stride}")
         if stride >= window:
-            raise ValueError(f"--stride {stride} must be smaller than --window {window} (windows overlap by "
-                             "window − stride tokens)")
+            raise ValueError(
+                f"--stride {stride} must be smaller than --window {window} (windows overlap by window − stride tokens)"
+            )
 
 
 def default_stride(window: int) -> int:
@@ -219,8 +254,9 @@ def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
     lengths = [len(_content_offsets(adapter, t)) for t in corpus.texts]
     if corpus.sentences or corpus.examples or corpus.word_spans:
         keep = [i for i, n in enumerate(lengths) if n <= room]
-        return corpus.subset(keep, reason=f"annotated example longer than --window {window} tokens (windows "
-                             "split plain text only)"), {}
+        return corpus.subset(
+            keep, reason=f"annotated example longer than --window {window} tokens (windows split plain text only)"
+        ), {}
     texts, split = [], {}
     for i, text in enumerate(corpus.texts):
         if lengths[i] <= room:
@@ -228,7 +264,7 @@ def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
             continue
         offs = _content_offsets(adapter, text)
         starts = sorted(set(range(0, len(offs) - room, stride)) | {len(offs) - room})
-        texts.extend(text[offs[s][0]: offs[s + room - 1][1]] for s in starts)
+        texts.extend(text[offs[s][0] : offs[s + room - 1][1]] for s in starts)
         split[i] = len(starts)
     return Corpus(texts=tuple(texts), source=corpus.source, skipped=dict(corpus.skipped)), split
 

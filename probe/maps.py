@@ -135,9 +135,7 @@ class AttentionMaps:
         try:
             i = self.layers.index(int(model_layer))
         except ValueError:
-            raise ValueError(
-                f"layer {model_layer} was not captured; captured layers: {list(self.layers)}"
-            ) from None
+            raise ValueError(f"layer {model_layer} was not captured; captured layers: {list(self.layers)}") from None
         return self.attentions[i]
 
     def head(self, model_layer: int, head: int) -> torch.Tensor:
@@ -170,8 +168,11 @@ class AttentionMaps:
         )
         if self.kind == "cross":
             q_units, q_labels, q_special = _units(
-                self.query_tokens, self.query_word_ids, self.query_special_mask,
-                self.query_words, keep_special,
+                self.query_tokens,
+                self.query_word_ids,
+                self.query_special_mask,
+                self.query_words,
+                keep_special,
             )
         else:
             q_units, q_labels, q_special = key_units, key_labels, key_special

@@ -18,10 +18,19 @@ log = logging.getLogger(__name__)
 SORT_WINDOW = 8
 
 
-def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[int]] = None,
-                   batch_size: int = 16, dtype: str = "float32", shard_size: int = 64,
-                   stack: Optional[str] = None, progress: bool = False,
-                   on_long: str = "skip") -> Store:
+def capture_corpus(
+    adapter,
+    corpus: Corpus,
+    out,
+    *,
+    layers: Optional[Sequence[int]] = None,
+    batch_size: int = 16,
+    dtype: str = "float32",
+    shard_size: int = 64,
+    stack: Optional[str] = None,
+    progress: bool = False,
+    on_long: str = "skip",
+) -> Store:
     """Capture every example of ``corpus`` into the store at ``out``.
 
     Examples longer than the model's limit are skipped and counted in the manifest
@@ -48,20 +57,24 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
         raise ValueError(f"on_long must be skip, error or truncate, got {on_long!r}")
     fitted = corpus if on_long == "truncate" else fit_to_model(corpus, adapter, allow_empty=True)
     if len(fitted) < len(corpus) and on_long == "error":
-        raise ValueError(f"{len(corpus) - len(fitted)} input text(s) longer than {adapter.name}'s limit of "
-                         f"{adapter.max_length} tokens: shorten them or pass --truncate")
+        raise ValueError(
+            f"{len(corpus) - len(fitted)} input text(s) longer than {adapter.name}'s limit of "
+            f"{adapter.max_length} tokens: shorten them or pass --truncate"
+        )
     if not len(fitted):
         raise ValueError(f"all {len(corpus)} examples are longer than {adapter.max_length} tokens; nothing to capture")
     ids = _ids_after_fit(corpus, fitted, adapter)
     stack = stack or adapter.default_stack
-    with StoreWriter(out, store_manifest(adapter, corpus, fitted, layers, stack), shard_size=shard_size,
-                     dtype=dtype) as writer:
+    with StoreWriter(
+        out, store_manifest(adapter, corpus, fitted, layers, stack), shard_size=shard_size, dtype=dtype
+    ) as writer:
         todo = [k for k, i in enumerate(ids) if i not in writer.done]
         if len(todo) < len(ids):
             log.info("resuming: %d of %d examples already in %s", len(ids) - len(todo), len(ids), out)
         bar = None
         if progress and todo:
             from tqdm.auto import tqdm
+
             bar = tqdm(total=len(todo), unit="ex", desc=f"capture {adapter.name}")
         block = batch_size * SORT_WINDOW
         try:
@@ -69,11 +82,18 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
                 ks = list(range(start, min(len(ids), start + block)))
                 if all(ids[k] in writer.done for k in ks):
                     continue  # a finished block; a partly finished one is captured whole (same batches)
-                stream = iter_capture(adapter, [fitted.texts[k] for k in ks], layers=layers, batch_size=batch_size,
-                                      stack=stack, sort_window=SORT_WINDOW,
-                                      word_spans=[fitted.word_spans[k] for k in ks] if fitted.word_spans else None,
-                                      targets=[fitted.targets[k] for k in ks] if fitted.targets else None,
-                                      truncate=on_long == "truncate", standalone=True)
+                stream = iter_capture(
+                    adapter,
+                    [fitted.texts[k] for k in ks],
+                    layers=layers,
+                    batch_size=batch_size,
+                    stack=stack,
+                    sort_window=SORT_WINDOW,
+                    word_spans=[fitted.word_spans[k] for k in ks] if fitted.word_spans else None,
+                    targets=[fitted.targets[k] for k in ks] if fitted.targets else None,
+                    truncate=on_long == "truncate",
+                    standalone=True,
+                )
                 for k, maps in zip(ks, stream):
                     if ids[k] not in writer.done:
                         if fitted.unknown:  # per example in the store's index (meta)
@@ -87,17 +107,22 @@ def capture_corpus(adapter, corpus: Corpus, out, *, layers: Optional[Sequence[in
     return Store(out)
 
 
-def store_manifest(adapter, corpus: Corpus, fitted: Corpus, layers: Optional[Sequence[int]] = None,
-                   stack: Optional[str] = None) -> dict:
+def store_manifest(
+    adapter, corpus: Corpus, fitted: Corpus, layers: Optional[Sequence[int]] = None, stack: Optional[str] = None
+) -> dict:
     """The manifest of a store of ``corpus`` (``fitted``: what is left after the length check)."""
     stack = stack or adapter.default_stack
     if layers is not None and len(set(layers)) != len(layers):
         raise InputError(f"layers {list(layers)} name a layer twice: give each layer once")
     return {
-        "model": adapter.name, "stack": stack,
+        "model": adapter.name,
+        "stack": stack,
         "layers": sorted(layers) if layers is not None else list(range(adapter.n_layers_of(stack))),
-        "input": fingerprint(corpus.texts), "source": corpus.source, "n_input": len(corpus),
-        "skipped": fitted.skipped, "n_heads": adapter.n_heads,
+        "input": fingerprint(corpus.texts),
+        "source": corpus.source,
+        "n_input": len(corpus),
+        "skipped": fitted.skipped,
+        "n_heads": adapter.n_heads,
     }
 
 

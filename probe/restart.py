@@ -38,8 +38,14 @@ from .models.architectures import RESTARTABLE_FAMILIES
 from .models.sites import Site, layer_modules, supports_restart, supports_site_restart
 from .trace import Restart, Trace
 
-__all__ = ["RESTART_FAMILIES", "supports_restart", "supports_site_restart", "layer_modules", "ResidualCache",
-           "RestartFrom"]
+__all__ = [
+    "RESTART_FAMILIES",
+    "supports_restart",
+    "supports_site_restart",
+    "layer_modules",
+    "ResidualCache",
+    "RestartFrom",
+]
 
 #: kept for callers of the old name; the table lives with the architectures
 RESTART_FAMILIES = tuple(sorted(RESTARTABLE_FAMILIES))
@@ -81,8 +87,14 @@ class RestartFrom(Trace):
             mismatch at run time.
     """
 
-    def __init__(self, adapter, layer: int, hidden: torch.Tensor, stack: Optional[str] = None,
-                 context: Optional[torch.Tensor] = None):
+    def __init__(
+        self,
+        adapter,
+        layer: int,
+        hidden: torch.Tensor,
+        stack: Optional[str] = None,
+        context: Optional[torch.Tensor] = None,
+    ):
         self.layer = int(layer)
         self.hidden = hidden
         self.context = context

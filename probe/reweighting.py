@@ -64,8 +64,10 @@ def new_weights(edit: AttentionEdit, alpha: torch.Tensor, allowed: torch.Tensor)
         return torch.zeros_like(alpha).scatter_(-1, target, alpha.gather(-1, source))
     v = edit.value.to(alpha.dtype).to(alpha.device)  # type: ignore[union-attr]  # AttentionEdit checks on construction that "set" carries weights
     if v.shape[-2:] != alpha.shape[-2:]:
-        raise ValueError(f"given weights for head ({edit.layer}, {edit.head}) have shape "
-                         f"{tuple(v.shape)}; the head's weights are [batch, {alpha.shape[-2]}, {alpha.shape[-1]}]")
+        raise ValueError(
+            f"given weights for head ({edit.layer}, {edit.head}) have shape "
+            f"{tuple(v.shape)}; the head's weights are [batch, {alpha.shape[-2]}, {alpha.shape[-1]}]"
+        )
     return v.expand_as(alpha)
 
 

@@ -39,7 +39,7 @@ from .store_schema import SHARD_NAME, STORE_VERSION, read_manifest, record_crc, 
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16}
-SHARD_BYTES = 256 * 2 ** 20  # a shard is written when its queued maps reach this size
+SHARD_BYTES = 256 * 2**20  # a shard is written when its queued maps reach this size
 _REPAIR = "run `probe store repair {}` to drop the damaged part (a capture then redoes it)"
 
 
@@ -54,16 +54,26 @@ def fingerprint(texts: Sequence[str]) -> str:
 
 def _example_record(i: int, shard: str, m: AttentionMaps) -> dict:
     rec = {
-        "id": i, "shard": shard, "key": f"ex{i}", "text": m.text, "tokens": list(m.tokens),
-        "word_ids": list(m.word_ids), "special": [int(x) for x in m.special_mask.tolist()],
-        "words": list(m.words), "kind": m.kind, "meta": m.meta,
+        "id": i,
+        "shard": shard,
+        "key": f"ex{i}",
+        "text": m.text,
+        "tokens": list(m.tokens),
+        "word_ids": list(m.word_ids),
+        "special": [int(x) for x in m.special_mask.tolist()],
+        "words": list(m.words),
+        "kind": m.kind,
+        "meta": m.meta,
     }
     if m.kind == "cross":  # a cross map carries its query side (AttentionMaps checks on construction)
         assert m.query_tokens is not None and m.query_word_ids is not None
         assert m.query_special_mask is not None and m.query_words is not None
-        rec.update(query_tokens=list(m.query_tokens), query_word_ids=list(m.query_word_ids),
-                   query_special=[int(x) for x in m.query_special_mask.tolist()],
-                   query_words=list(m.query_words))
+        rec.update(
+            query_tokens=list(m.query_tokens),
+            query_word_ids=list(m.query_word_ids),
+            query_special=[int(x) for x in m.query_special_mask.tolist()],
+            query_words=list(m.query_words),
+        )
     rec["crc"] = record_crc(rec)
     return rec
 
@@ -74,8 +84,11 @@ def _read_index(path: Path) -> list[dict]:
     records, problems, torn = scan_index(path)
     if problems:
         n, problem = problems[0]
-        raise ValueError(f"{path}:{n}: {problem}; " + _REPAIR.format(path.parent)
-                         + (f" ({len(problems)} bad lines)" if len(problems) > 1 else ""))
+        raise ValueError(
+            f"{path}:{n}: {problem}; "
+            + _REPAIR.format(path.parent)
+            + (f" ({len(problems)} bad lines)" if len(problems) > 1 else "")
+        )
     if torn:
         log.warning("%s: ignoring a last line cut by an interrupted capture (`probe store repair` removes it)", path)
     return [{k: v for k, v in r.items() if k != "_line"} for r in records]
@@ -216,8 +229,9 @@ def write_shard(path, name: str, examples: Sequence[tuple[int, AttentionMaps]], 
     return [_example_record(i, name, m) for i, m in examples]
 
 
-def write_store(path, examples: Iterable[tuple[int, AttentionMaps]], manifest: dict,
-                shard_size: int = 64, dtype: str = "float32") -> "Store":
+def write_store(
+    path, examples: Iterable[tuple[int, AttentionMaps]], manifest: dict, shard_size: int = 64, dtype: str = "float32"
+) -> "Store":
     """Write ``(id, maps)`` pairs to a store at ``path`` and return it opened.
 
     Ids already in the store are skipped (resume). On an exception (or a kill) every
@@ -252,8 +266,12 @@ class Store:
         records = _read_index(self.path / "index.jsonl")
         self.records = sorted(records, key=lambda r: r["id"])
         if self.expected is not None and len(self.records) != self.expected:
-            log.warning("%s holds %d of the %d examples its capture was given: an interrupted capture? "
-                        "Run it again to finish", self.path, len(self.records), self.expected)
+            log.warning(
+                "%s holds %d of the %d examples its capture was given: an interrupted capture? Run it again to finish",
+                self.path,
+                len(self.records),
+                self.expected,
+            )
 
     @property
     def expected(self):
@@ -286,19 +304,30 @@ class Store:
     def _maps(self, rec: dict, tensor: torch.Tensor) -> AttentionMaps:
         extra = {}
         if rec.get("kind") == "cross":
-            extra = dict(query_tokens=rec["query_tokens"], query_word_ids=rec["query_word_ids"],
-                         query_special_mask=torch.tensor(rec["query_special"], dtype=torch.bool),
-                         query_words=rec["query_words"])
+            extra = dict(
+                query_tokens=rec["query_tokens"],
+                query_word_ids=rec["query_word_ids"],
+                query_special_mask=torch.tensor(rec["query_special"], dtype=torch.bool),
+                query_words=rec["query_words"],
+            )
         return AttentionMaps(
-            attentions=tensor, tokens=rec["tokens"], word_ids=rec["word_ids"],
-            special_mask=torch.tensor(rec["special"], dtype=torch.bool), words=rec["words"],
-            layers=tuple(self.manifest.get("layers") or ()), kind=rec.get("kind", "self"),
-            text=rec.get("text", ""), meta=rec.get("meta", {}), **extra,
+            attentions=tensor,
+            tokens=rec["tokens"],
+            word_ids=rec["word_ids"],
+            special_mask=torch.tensor(rec["special"], dtype=torch.bool),
+            words=rec["words"],
+            layers=tuple(self.manifest.get("layers") or ()),
+            kind=rec.get("kind", "self"),
+            text=rec.get("text", ""),
+            meta=rec.get("meta", {}),
+            **extra,
         )
 
     def __getitem__(self, i: int) -> AttentionMaps:
         if not -len(self) <= i < len(self):
-            raise ExampleOutOfRange(f"example {i} out of range: the store has {len(self)} examples (0..{len(self) - 1})")
+            raise ExampleOutOfRange(
+                f"example {i} out of range: the store has {len(self)} examples (0..{len(self) - 1})"
+            )
         rec = self.records[i]
         return self._load(rec, self._open_shard(rec))
 
@@ -321,8 +350,10 @@ class Store:
         try:
             return safe_open(str(path), framework="pt")
         except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
-            raise ValueError(f"{self._where(rec)}: the shard is not a readable safetensors file "
-                             f"({_first_line(exc)}); " + _REPAIR.format(self.path)) from None
+            raise ValueError(
+                f"{self._where(rec)}: the shard is not a readable safetensors file "
+                f"({_first_line(exc)}); " + _REPAIR.format(self.path)
+            ) from None
 
     def _load(self, rec: dict, handle) -> AttentionMaps:
         try:
@@ -361,12 +392,15 @@ def _check_shards(directory: Path, records: list) -> None:
                 keys = set(f.keys())
         except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
             problem = "is missing" if not path.is_file() else f"is unreadable ({_first_line(exc)})"
-            raise ValueError(f"{directory}: shard {shard} of example {recs[0]['id']} {problem}; "
-                             + _REPAIR.format(directory)) from None
+            raise ValueError(
+                f"{directory}: shard {shard} of example {recs[0]['id']} {problem}; " + _REPAIR.format(directory)
+            ) from None
         lacking = [r for r in recs if r["key"] not in keys]
         if lacking:
-            raise ValueError(f"{directory}: shard {shard} lacks the tensor of example {lacking[0]['id']}; "
-                             + _REPAIR.format(directory))
+            raise ValueError(
+                f"{directory}: shard {shard} lacks the tensor of example {lacking[0]['id']}; "
+                + _REPAIR.format(directory)
+            )
 
 
 def remove_orphans(directory: Path, records: list) -> list:
@@ -381,15 +415,18 @@ def remove_orphans(directory: Path, records: list) -> list:
             p.unlink()
             removed.append(p.name)
     if removed:
-        log.warning("%s: removed %d file(s) no finished example refers to (%s), left by an interrupted capture",
-                    directory, len(removed), ", ".join(removed[:3]) + (", …" if len(removed) > 3 else ""))
+        log.warning(
+            "%s: removed %d file(s) no finished example refers to (%s), left by an interrupted capture",
+            directory,
+            len(removed),
+            ", ".join(removed[:3]) + (", …" if len(removed) > 3 else ""),
+        )
     return removed
 
 
 def write_index(path: Path, records: list) -> None:
     """Replace an index atomically with ``records`` (line numbers dropped)."""
-    _atomic_write(path, "".join(json.dumps({k: v for k, v in r.items() if k != "_line"}) + "\n"
-                                for r in records))
+    _atomic_write(path, "".join(json.dumps({k: v for k, v in r.items() if k != "_line"}) + "\n" for r in records))
 
 
 def _fsync(path: Path) -> None:

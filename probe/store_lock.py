@@ -77,11 +77,15 @@ class StoreLock:
             return  # released meanwhile: try again
         pid, host = (owner or {}).get("pid"), (owner or {}).get("host")
         if host != self.me["host"] or not isinstance(pid, int):
-            raise ValueError(f"{self.directory} is locked by {pid or 'an unknown process'} on host {host!r} "
-                             f"({self.path}); if no capture is running there, remove that file")
+            raise ValueError(
+                f"{self.directory} is locked by {pid or 'an unknown process'} on host {host!r} "
+                f"({self.path}); if no capture is running there, remove that file"
+            )
         if _alive(pid):
-            raise ValueError(f"{self.directory} is being written by process {pid} on this host; wait for it "
-                             f"to finish or choose another --out (lock: {self.path})")
+            raise ValueError(
+                f"{self.directory} is being written by process {pid} on this host; wait for it "
+                f"to finish or choose another --out (lock: {self.path})"
+            )
         # stale: move it aside under a unique name, then check it is the one we judged dead
         aside = self.directory / f"{LOCK_NAME}.stale.{uuid.uuid4().hex}"
         try:

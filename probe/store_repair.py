@@ -73,8 +73,11 @@ def verify_store(path) -> StoreCheck:
     check.problems += problems
     check.n_examples = len(good)
     used = {r["shard"] for r in records}
-    check.orphans = sorted(p.name for p in directory.iterdir()
-                           if (SHARD_NAME.match(p.name) and p.name not in used) or p.name.endswith(".tmp"))
+    check.orphans = sorted(
+        p.name
+        for p in directory.iterdir()
+        if (SHARD_NAME.match(p.name) and p.name not in used) or p.name.endswith(".tmp")
+    )
     return check
 
 
@@ -91,8 +94,12 @@ def repair_store(path) -> StoreCheck:
         manifest = read_manifest(directory)
         records, bad_lines, torn = scan_index(directory / "index.jsonl")
         good, problems = _readable(directory, records, manifest)
-        check = StoreCheck(path=directory, torn_tail=torn, n_examples=len(good),
-                           problems=[f"index.jsonl:{n}: {p}" for n, p in bad_lines] + problems)
+        check = StoreCheck(
+            path=directory,
+            torn_tail=torn,
+            n_examples=len(good),
+            problems=[f"index.jsonl:{n}: {p}" for n, p in bad_lines] + problems,
+        )
         check.dropped = len(bad_lines) + len(records) - len(good) + int(torn)
         if check.dropped:
             write_index(directory / "index.jsonl", good)

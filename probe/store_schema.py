@@ -28,15 +28,18 @@ def read_manifest(directory) -> dict:
     """
     mpath = Path(directory) / "manifest.json"
     if not mpath.is_file():
-        raise ValueError(f"{directory} is not an attention store (no manifest.json); "
-                         "create one with `probe capture --out DIR`")
+        raise ValueError(
+            f"{directory} is not an attention store (no manifest.json); create one with `probe capture --out DIR`"
+        )
     try:
         data = json.loads(mpath.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {mpath}: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{mpath}:{exc.lineno}: not valid JSON ({exc.msg}); the store's manifest is damaged: "
-                         "capture again into a new --out") from None
+        raise ValueError(
+            f"{mpath}:{exc.lineno}: not valid JSON ({exc.msg}); the store's manifest is damaged: "
+            "capture again into a new --out"
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{mpath} must hold a JSON object, found a {type(data).__name__}")
     missing = [k for k in ("model", "version", "dtype") if k not in data]
@@ -50,8 +53,10 @@ def read_manifest(directory) -> dict:
     if layers is not None and not (isinstance(layers, list) and all(_is_int(x) and x >= 0 for x in layers)):
         raise ValueError(f"{mpath}: layers must be a list of layer numbers, found {layers!r}")
     if layers is not None and len(set(layers)) != len(layers):
-        raise ValueError(f"{mpath}: layers {layers!r} name a layer twice (a capture stores each layer once); "
-                         "capture again into a new --out")
+        raise ValueError(
+            f"{mpath}: layers {layers!r} name a layer twice (a capture stores each layer once); "
+            "capture again into a new --out"
+        )
     return data
 
 
@@ -98,11 +103,11 @@ def check_record(rec) -> None:
             raise ValueError(f"{tokens} and {words} must be lists of strings")
         n, w = len(rec[tokens]), len(rec[words])
         ids, mask = rec.get(word_ids), rec.get(special)
-        if not (isinstance(ids, list) and len(ids) == n and all(x is None or (_is_int(x) and 0 <= x < w)
-                                                                for x in ids)):
+        if not (isinstance(ids, list) and len(ids) == n and all(x is None or (_is_int(x) and 0 <= x < w) for x in ids)):
             raise ValueError(f"{word_ids} must give each of the {n} tokens a word number below {w} or null")
-        if not (isinstance(mask, list) and len(mask) == n and all(x in (0, 1) and not isinstance(x, float)
-                                                                  for x in mask)):
+        if not (
+            isinstance(mask, list) and len(mask) == n and all(x in (0, 1) and not isinstance(x, float) for x in mask)
+        ):
             raise ValueError(f"{special} must be {n} flags 0/1")
     if "crc" in rec and rec["crc"] != record_crc(rec):  # stores written before the checksum have none
         raise ValueError("index record does not match its checksum: the line was edited or damaged")
@@ -138,8 +143,13 @@ def scan_index(path: Path) -> tuple[list, list, bool]:
             continue
         tensor = (rec["shard"], rec["key"])
         if tensor in owners:
-            problems.append((n, f"example {rec['id']} names the tensor {rec['key']} of {rec['shard']}, which "
-                                f"line {owners[tensor]} already owns"))
+            problems.append(
+                (
+                    n,
+                    f"example {rec['id']} names the tensor {rec['key']} of {rec['shard']}, which "
+                    f"line {owners[tensor]} already owns",
+                )
+            )
             continue
         seen.add(rec["id"])
         owners[tensor] = n

@@ -62,8 +62,17 @@ class LayerBatch:
     per example (float32 on the CPU), :attr:`rows` the kept query rows ``[head, q, n]``.
     """
 
-    def __init__(self, layer: int, probs: torch.Tensor, encodings, meta: BatchMeta, kind: str,
-                 source: str, model_name: str, last_rows: Optional[int]):
+    def __init__(
+        self,
+        layer: int,
+        probs: torch.Tensor,
+        encodings,
+        meta: BatchMeta,
+        kind: str,
+        source: str,
+        model_name: str,
+        last_rows: Optional[int],
+    ):
         self.layer, self.meta, self.kind = layer, meta, kind
         self._encs, self._source, self._model = encodings, source, model_name
         self.last_rows = last_rows
@@ -86,8 +95,10 @@ class LayerBatch:
             ValueError: the stream keeps only the last query rows (``last_rows``).
         """
         if self.last_rows is not None:
-            raise ValueError(f"this analysis needs every query row, but the capture keeps only the last "
-                             f"{self.last_rows}; run it without last_rows")
+            raise ValueError(
+                f"this analysis needs every query row, but the capture keeps only the last "
+                f"{self.last_rows}; run it without last_rows"
+            )
         if self._maps is None:
             self._maps = []
             for a, e in zip(self.rows, self._encs):
@@ -96,10 +107,20 @@ class LayerBatch:
                     meta["truncated"] = True
                 if e.unaligned_words:
                     meta["unaligned_words"] = list(e.unaligned_words)
-                self._maps.append(AttentionMaps(
-                    attentions=a[None], tokens=e.tokens, word_ids=e.word_ids, special_mask=e.special_mask,
-                    words=e.words, layers=(self.layer,), kind=self.kind, text=e.text, meta=meta,
-                    validate=False))
+                self._maps.append(
+                    AttentionMaps(
+                        attentions=a[None],
+                        tokens=e.tokens,
+                        word_ids=e.word_ids,
+                        special_mask=e.special_mask,
+                        words=e.words,
+                        layers=(self.layer,),
+                        kind=self.kind,
+                        text=e.text,
+                        meta=meta,
+                        validate=False,
+                    )
+                )
         return self._maps
 
 
@@ -109,10 +130,20 @@ def _text_and_spans(item):
     return item.text, getattr(item, "spans", None)
 
 
-def stream_layers(adapter, items: Iterable, on_layer: Callable[[LayerBatch], None], *,
-                  indices: Optional[Iterable[int]] = None, layers: Optional[Sequence[int]] = None,
-                  batch_size: int = 16, truncate: bool = False, last_rows: Optional[int] = None,
-                  sort_window: int = 8, progress: bool = False, total: Optional[int] = None) -> int:
+def stream_layers(
+    adapter,
+    items: Iterable,
+    on_layer: Callable[[LayerBatch], None],
+    *,
+    indices: Optional[Iterable[int]] = None,
+    layers: Optional[Sequence[int]] = None,
+    batch_size: int = 16,
+    truncate: bool = False,
+    last_rows: Optional[int] = None,
+    sort_window: int = 8,
+    progress: bool = False,
+    total: Optional[int] = None,
+) -> int:
     """Run the model over ``items`` and call ``on_layer`` once per (batch, layer).
 
     Args:
@@ -137,8 +168,10 @@ def stream_layers(adapter, items: Iterable, on_layer: Callable[[LayerBatch], Non
             beyond the model's limit (as :meth:`ModelAdapter.encode`).
     """
     if adapter.arch == "encoder-decoder":
-        raise ValueError("streaming covers encoder and decoder-only models; capture encoder-decoder "
-                         "models with probe.capture.iter_capture")
+        raise ValueError(
+            "streaming covers encoder and decoder-only models; capture encoder-decoder "
+            "models with probe.capture.iter_capture"
+        )
     if batch_size < 1 or sort_window < 1:
         raise ValueError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
     if last_rows is not None and last_rows < 1:
@@ -156,6 +189,7 @@ def stream_layers(adapter, items: Iterable, on_layer: Callable[[LayerBatch], Non
     bar = None
     if progress:
         from tqdm.auto import tqdm
+
         bar = tqdm(total=total, unit="ex", desc=f"stream {adapter.name}")
     count, position = 0, 0
     try:
@@ -172,9 +206,12 @@ def stream_layers(adapter, items: Iterable, on_layer: Callable[[LayerBatch], Non
             encs = [adapter.encode(*_text_and_spans(item), truncate=truncate) for _, item in window]
             order = sorted(range(len(window)), key=lambda k: len(encs[k]))
             for start in range(0, len(order), batch_size):
-                part = order[start:start + batch_size]
-                meta = BatchMeta(indices=tuple(window[k][0] for k in part),
-                                 items=tuple(window[k][1] for k in part), layers=tuple(chosen))
+                part = order[start : start + batch_size]
+                meta = BatchMeta(
+                    indices=tuple(window[k][0] for k in part),
+                    items=tuple(window[k][1] for k in part),
+                    layers=tuple(chosen),
+                )
                 _forward(adapter, [encs[k] for k in part], meta, on_layer, stack, kind, last_rows)
                 count += len(part)
                 if bar is not None:
@@ -191,11 +228,16 @@ def _forward(adapter, encs, meta: BatchMeta, on_layer, stack, kind, last_rows) -
     inputs = adapter.batch(encs)
 
     def hand_on(layer):
-        return lambda probs, ctx: on_layer(LayerBatch(layer, probs.detach(), encs, meta, kind, tr.attention_source,
-                                                      adapter.name, last_rows))
+        return lambda probs, ctx: on_layer(
+            LayerBatch(layer, probs.detach(), encs, meta, kind, tr.attention_source, adapter.name, last_rows)
+        )
 
-    tr = Trace(adapter, read={Site("pattern", layer, stack): hand_on(layer) for layer in meta.layers},
-               stack=stack, path="hooks")
+    tr = Trace(
+        adapter,
+        read={Site("pattern", layer, stack): hand_on(layer) for layer in meta.layers},
+        stack=stack,
+        path="hooks",
+    )
     with tr, torch.no_grad():
         adapter.model(**inputs)
 
@@ -203,8 +245,10 @@ def _forward(adapter, encs, meta: BatchMeta, on_layer, stack, kind, last_rows) -
 def feed(accumulators: Sequence) -> Callable[[LayerBatch], None]:
     """An ``on_layer`` callback that gives every accumulator
     ``update(layer, batch.maps(), batch.meta)``."""
+
     def on_layer(batch: LayerBatch) -> None:
         maps = batch.maps()
         for acc in accumulators:
             acc.update(batch.layer, maps, batch.meta)
+
     return on_layer

@@ -35,8 +35,18 @@ from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
 from .cache import Cache
 from .edits import SiteContext, as_edit
 from .hooks import HookContext, HookSet, eager_attention
-from .models.sites import (SITE_KINDS, Site, layer_modules, parse_site, site_module, split_heads,
-                           supports_restart, supports_site_restart, value_heads, value_layout)
+from .models.sites import (
+    SITE_KINDS,
+    Site,
+    layer_modules,
+    parse_site,
+    site_module,
+    split_heads,
+    supports_restart,
+    supports_site_restart,
+    value_heads,
+    value_layout,
+)
 
 __all__ = ["Cache", "Trace", "Restart", "Reader", "trace", "run_with_cache", "run_with_hooks"]
 
@@ -143,9 +153,18 @@ class Trace(HookContext):
             does not call the attention interface, a restart the model does not support.
     """
 
-    def __init__(self, adapter, read: Union[Iterable, Mapping, str] = (), edit: Optional[Mapping] = None, *,
-                 rows: Optional[Sequence[int]] = None, restart_from: Optional[Restart] = None,
-                 stack: Optional[str] = None, path: str = "auto", keep_grad: bool = False):
+    def __init__(
+        self,
+        adapter,
+        read: Union[Iterable, Mapping, str] = (),
+        edit: Optional[Mapping] = None,
+        *,
+        rows: Optional[Sequence[int]] = None,
+        restart_from: Optional[Restart] = None,
+        stack: Optional[str] = None,
+        path: str = "auto",
+        keep_grad: bool = False,
+    ):
         self.adapter = adapter
         self.keep_grad = keep_grad
         self.cache = Cache(adapter.default_stack)
@@ -160,9 +179,10 @@ class Trace(HookContext):
                 r = fn if isinstance(fn, Reader) else Reader(fn)
                 readers += [(s, r) for s in _expand(adapter, key, stack)]
         else:
-            single = isinstance(read, (str, Site)) or (isinstance(read, tuple) and len(read) in (2, 3)
-                                                       and isinstance(read[1], int))
-            for key in ([read] if single else read):
+            single = isinstance(read, (str, Site)) or (
+                isinstance(read, tuple) and len(read) in (2, 3) and isinstance(read[1], int)
+            )
+            for key in [read] if single else read:
                 readers += [(s, None) for s in _expand(adapter, key, stack)]
         edits: list = []
         for key, value in (edit or {}).items():
@@ -179,8 +199,9 @@ class Trace(HookContext):
         return self._paths[stack]
 
     def _ctx(self, site: Site) -> SiteContext:
-        return SiteContext(site.name(self.adapter.default_stack), site.kind, site.layer, site.stack or "",
-                           site.spec.head_axis)
+        return SiteContext(
+            site.name(self.adapter.default_stack), site.kind, site.layer, site.stack or "", site.spec.head_axis
+        )
 
     def _reader(self, site: Site, reader: Optional[Reader]) -> Reader:
         if reader is not None:
@@ -190,10 +211,10 @@ class Trace(HookContext):
         return Reader(lambda v, ctx: self.cache.add(name, v if keep else v.detach()))
 
     def _plan(self, readers: list, edits: list) -> None:
-        self._pattern: dict = {}     # attention module -> {"read": [(reader, ctx)], "edit": [...], "ctx": ctx}
+        self._pattern: dict = {}  # attention module -> {"read": [(reader, ctx)], "edit": [...], "ctx": ctx}
         self._z_interface: dict = {}  # attention module -> (layer, edits, ctx): z edited in the attention function
         self._pending: dict = {}
-        self._hooks_plan: dict = {}   # (module, side) -> {kind: {"read": [...], "edit": [...], "ctx": ...}}
+        self._hooks_plan: dict = {}  # (module, side) -> {kind: {"read": [...], "edit": [...], "ctx": ...}}
         self.eager = False
         self.interface = False
         for site, es in edits:
@@ -213,16 +234,19 @@ class Trace(HookContext):
             else:
                 self.eager = True
                 work = self._hooks_plan.setdefault((module, "pattern"), {}).setdefault(
-                    "pattern", {"read": [], "edit": [], "ctx": ctx})
+                    "pattern", {"read": [], "edit": [], "ctx": ctx}
+                )
         elif site.kind == "v":
             module = site_module(self.adapter, site)
             work = self._hooks_plan.setdefault((module, "output"), {}).setdefault(
-                "v", {"read": [], "edit": [], "ctx": ctx})
+                "v", {"read": [], "edit": [], "ctx": ctx}
+            )
         else:
             module = site_module(self.adapter, site)
             side = SITE_KINDS[site.kind].side
             work = self._hooks_plan.setdefault((module, side), {}).setdefault(
-                site.kind, {"read": [], "edit": [], "ctx": ctx})
+                site.kind, {"read": [], "edit": [], "ctx": ctx}
+            )
             if site.kind == "z" and edits and self.path_of(stack) == "interface":
                 attention = self.adapter.attention_modules(stack)[site.layer]
                 self.interface = True
@@ -236,8 +260,7 @@ class Trace(HookContext):
     def _check_restart(self, r: Restart, stack: Optional[str]) -> Restart:
         adapter = self.adapter
         if not supports_restart(adapter, stack):
-            raise ValueError(f"layer restart is not supported for {adapter.name} ({adapter.family}); "
-                             "use full forwards")
+            raise ValueError(f"layer restart is not supported for {adapter.name} ({adapter.family}); use full forwards")
         self._layers = layer_modules(adapter, stack)
         if not 0 <= r.layer < len(self._layers):
             raise ValueError(f"layer {r.layer} out of range: {adapter.name} has layers 0..{len(self._layers) - 1}")
@@ -277,9 +300,11 @@ class Trace(HookContext):
             if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
                 raise RuntimeError(
                     f"layer {ctx.layer} returned no attention probabilities although eager attention "
-                    "was requested; this model family is not supported by the capture hooks")
+                    "was requested; this model family is not supported by the capture hooks"
+                )
             for reader, c in work["read"]:
                 reader.fn(probs, c)
+
         return fn
 
     def _input_hook(self, kinds: dict) -> Callable:
@@ -309,11 +334,12 @@ class Trace(HookContext):
                     reader.fn(z, c)
             for kind in ("resid_pre", "proj_in"):
                 work = kinds.get(kind)
-                for reader, c in (work["read"] if work is not None else ()):
+                for reader, c in work["read"] if work is not None else ():
                     reader.fn(x, c)
             if not changed:
                 return None
             return ((x,) + tuple(args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
+
         return fn
 
     def _output_hook(self, kinds: dict) -> Callable:
@@ -342,6 +368,7 @@ class Trace(HookContext):
             if new is out:
                 return None
             return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
+
         return fn
 
     # ---- restart ------------------------------------------------------------------------
@@ -408,13 +435,16 @@ def _hidden(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
 
 
-def _write_values(out: torch.Tensor, v: torch.Tensor, work: dict, n_heads: int, head_dim: int,
-                  layout: Optional[tuple]) -> torch.Tensor:
+def _write_values(
+    out: torch.Tensor, v: torch.Tensor, work: dict, n_heads: int, head_dim: int, layout: Optional[tuple]
+) -> torch.Tensor:
     """The value projection's output with the value site replaced by its edit."""
     width = out.shape[-1] // (layout[0] if layout else 1)
     if width // head_dim != n_heads:
-        raise ValueError("edits of the values of a grouped-query model are not supported (its key/value heads "
-                         "are shared by several query heads); edit hook_z instead")
+        raise ValueError(
+            "edits of the values of a grouped-query model are not supported (its key/value heads "
+            "are shared by several query heads); edit hook_z instead"
+        )
     v = v.clone()
     for e in work["edit"]:
         v = e(v, work["ctx"])
@@ -432,18 +462,27 @@ def _batch(adapter, inputs) -> dict:
     also the decoder's targets, teacher forcing)."""
     if isinstance(inputs, Mapping):
         return dict(inputs)
-    items = [inputs] if isinstance(inputs, str) else list(inputs)
+    items: list = [inputs] if isinstance(inputs, str) else list(inputs)
     if items and not isinstance(items[0], str):  # encodings
         batch = adapter.batch(items)
         if adapter.arch == "encoder-decoder":
-            batch.update(adapter.decoder_inputs(adapter.encode_batch([getattr(e, "text") for e in items], target=True)))
+            batch.update(adapter.decoder_inputs(adapter.encode_batch([e.text for e in items], target=True)))
         return batch
     return adapter.inputs_of(items)
 
 
-def trace(adapter, inputs, read: Union[Iterable, Mapping, str] = (), edit: Optional[Mapping] = None, *,
-          rows: Optional[Sequence[int]] = None, restart_from: Optional[Restart] = None,
-          stack: Optional[str] = None, path: str = "auto", keep_grad: bool = False) -> Cache:
+def trace(
+    adapter,
+    inputs,
+    read: Union[Iterable, Mapping, str] = (),
+    edit: Optional[Mapping] = None,
+    *,
+    rows: Optional[Sequence[int]] = None,
+    restart_from: Optional[Restart] = None,
+    stack: Optional[str] = None,
+    path: str = "auto",
+    keep_grad: bool = False,
+) -> Cache:
     """Run ``adapter``'s model once on ``inputs`` (texts, encodings or a batch dict) with
     ``edit`` applied, and return the :class:`Cache` of ``read`` (shapes in its docstring),
     with ``cache.output`` the model's output. Arguments as :class:`Trace`; without
@@ -456,8 +495,12 @@ def trace(adapter, inputs, read: Union[Iterable, Mapping, str] = (), edit: Optio
                       read=["blocks.1.hook_resid_post"])
     """
     batch = _batch(adapter, inputs)
-    with Trace(adapter, read, edit, rows=rows, restart_from=restart_from, stack=stack, path=path,
-               keep_grad=keep_grad) as tr, torch.set_grad_enabled(keep_grad):
+    with (
+        Trace(
+            adapter, read, edit, rows=rows, restart_from=restart_from, stack=stack, path=path, keep_grad=keep_grad
+        ) as tr,
+        torch.set_grad_enabled(keep_grad),
+    ):
         out = adapter.model(**batch)
     tr.cache.output, tr.cache.inputs = out, batch
     return tr.cache

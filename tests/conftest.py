@@ -18,8 +18,10 @@ EWT_DEV = SHARED_DATA / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
 GUM_DEV = SHARED_DATA / "ud-english-gum" / "en_gum-ud-dev.conllu"
 
 LAW = "The Law will never be perfect, but its application should be just - this is what we are missing, in my opinion."
-MAKING = ("It is in this spirit that a majority of American governments have passed new laws since 2009 "
-          "making the registration or voting process more difficult.")
+MAKING = (
+    "It is in this spirit that a majority of American governments have passed new laws since 2009 "
+    "making the registration or voting process more difficult."
+)
 
 
 def need_data(path: Path) -> Path:
@@ -60,21 +62,46 @@ def _tiny_configs(vocab: int):
 
     common = dict(vocab_size=vocab, pad_token_id=0)
     return {
-        "bert": T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                             intermediate_size=64, **common),
-        "roberta": T.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   intermediate_size=64, max_position_embeddings=130, **common),
+        "bert": T.BertConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, **common
+        ),
+        "roberta": T.RobertaConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=130,
+            **common,
+        ),
         "distilbert": T.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **common),
         "gpt2": T.GPT2Config(n_embd=32, n_layer=2, n_head=4, bos_token_id=101, eos_token_id=102, **common),
-        "llama": T.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=2, intermediate_size=64, bos_token_id=101,
-                               eos_token_id=102, **common),
-        "bart": T.BartConfig(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                             decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                             bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
-                             forced_eos_token_id=None, **common),
-        "t5": T.T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                         decoder_start_token_id=0, eos_token_id=102, **common),
+        "llama": T.LlamaConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            bos_token_id=101,
+            eos_token_id=102,
+            **common,
+        ),
+        "bart": T.BartConfig(
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            bos_token_id=101,
+            eos_token_id=102,
+            decoder_start_token_id=101,
+            forced_eos_token_id=None,
+            **common,
+        ),
+        "t5": T.T5Config(
+            d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0, eos_token_id=102, **common
+        ),
     }
 
 
@@ -109,8 +136,9 @@ def make_maps(attn: torch.Tensor, tokens=None, special=None, kind="self", words=
             k += 0 if s else 1
     if words is None:
         words = [t for t, s in zip(tokens, special) if not s]
-    return AttentionMaps(attentions=attn, tokens=tokens, word_ids=word_ids,
-                         special_mask=torch.tensor(special), words=words, kind=kind)
+    return AttentionMaps(
+        attentions=attn, tokens=tokens, word_ids=word_ids, special_mask=torch.tensor(special), words=words, kind=kind
+    )
 
 
 def previous_token(n: int, layers: int = 1, heads: int = 1) -> torch.Tensor:

@@ -16,8 +16,13 @@ from probe.hooks import count_hooks
 from probe.analyses.necessity.restart import ResidualCache, RestartFrom
 from probe.interventions import HeadEdit, HeadGates, HeadIntervention
 
-TEXTS = ["The cat sat on the mat.", "A dog barked loudly at night in the park.", "Hi there.",
-         "Colorless green ideas sleep furiously.", "She gave him the book yesterday."]
+TEXTS = [
+    "The cat sat on the mat.",
+    "A dog barked loudly at night in the park.",
+    "Hi there.",
+    "Colorless green ideas sleep furiously.",
+    "She gave him the book yesterday.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +34,31 @@ def lm_models(bert_tokenizer):
 
     common = dict(vocab_size=len(bert_tokenizer), pad_token_id=0, initializer_range=0.2)
     specs = {
-        "bert": (T.BertForMaskedLM, T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                 intermediate_size=64, **common)),
-        "distilbert": (T.DistilBertForMaskedLM, T.DistilBertConfig(dim=32, n_layers=2, n_heads=4,
-                                                                   hidden_dim=64, **common)),
-        "gpt2": (T.GPT2LMHeadModel, T.GPT2Config(n_embd=32, n_layer=2, n_head=4, bos_token_id=101,
-                                                 eos_token_id=102, **common)),
-        "llama": (T.LlamaForCausalLM, T.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                    num_key_value_heads=2, intermediate_size=64,
-                                                    bos_token_id=101, eos_token_id=102, **common)),
+        "bert": (
+            T.BertForMaskedLM,
+            T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, **common),
+        ),
+        "distilbert": (
+            T.DistilBertForMaskedLM,
+            T.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **common),
+        ),
+        "gpt2": (
+            T.GPT2LMHeadModel,
+            T.GPT2Config(n_embd=32, n_layer=2, n_head=4, bos_token_id=101, eos_token_id=102, **common),
+        ),
+        "llama": (
+            T.LlamaForCausalLM,
+            T.LlamaConfig(
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                bos_token_id=101,
+                eos_token_id=102,
+                **common,
+            ),
+        ),
     }
     out = {}
     for fam, (cls, cfg) in specs.items():
@@ -50,11 +71,19 @@ def lm_models(bert_tokenizer):
 # max_tokens 20: every forward carries one example cut to its own length and one head
 # (TEXTS are 5–13 tokens, 4 heads); the default: one forward per layer and chunk.
 @pytest.mark.parametrize("max_tokens", [4096, 20])
-@pytest.mark.parametrize("family,metric,mode", [
-    ("bert", "loss", "mean"), ("bert", "embedding-drift", "zero"), ("distilbert", "embedding-drift", "mean"),
-    ("distilbert", "loss", "zero"), ("gpt2", "loss", "zero"), ("gpt2", "embedding-drift", "mean"),
-    ("llama", "loss", "mean"), ("llama", "embedding-drift", "zero"),
-])
+@pytest.mark.parametrize(
+    "family,metric,mode",
+    [
+        ("bert", "loss", "mean"),
+        ("bert", "embedding-drift", "zero"),
+        ("distilbert", "embedding-drift", "mean"),
+        ("distilbert", "loss", "zero"),
+        ("gpt2", "loss", "zero"),
+        ("gpt2", "embedding-drift", "mean"),
+        ("llama", "loss", "mean"),
+        ("llama", "embedding-drift", "zero"),
+    ],
+)
 def test_batched_sweep_equals_naive_loop(lm_models, family, metric, mode, max_tokens):
     a = lm_models[family]
     with pytest.warns(UserWarning, match="only 5 example") if mode == "mean" else _nothing():
@@ -83,9 +112,16 @@ def test_roberta_layout_sweep_equals_naive_loop(bert_tokenizer, mode):
     from probe.models import ModelAdapter
 
     torch.manual_seed(0)
-    cfg = T.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                          max_position_embeddings=130, vocab_size=len(bert_tokenizer), pad_token_id=0,
-                          initializer_range=0.2)
+    cfg = T.RobertaConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=130,
+        vocab_size=len(bert_tokenizer),
+        pad_token_id=0,
+        initializer_range=0.2,
+    )
     a = ModelAdapter(name="tiny-roberta", model=T.RobertaModel(cfg), tokenizer=bert_tokenizer, family="bert")
     with pytest.warns(UserWarning) if mode == "mean" else _nothing():
         fast = sweep_heads(a, TEXTS, "embedding-drift", mode, batch_size=5)
@@ -113,7 +149,9 @@ def test_every_restart_equals_one_full_forward_per_head(lm_models, family):
             for vals in (None, values):
                 naive = []
                 for h in heads:
-                    edit = HeadEdit(layer, h, "zero") if vals is None else HeadEdit(layer, h, "patch", value=vals[:, :, h])
+                    edit = (
+                        HeadEdit(layer, h, "zero") if vals is None else HeadEdit(layer, h, "patch", value=vals[:, :, h])
+                    )
                     with HeadIntervention(a, [edit]):
                         naive.append(metric.score(metric.forward(a, batch), batch))
                 naive = torch.stack(naive)
@@ -145,8 +183,12 @@ def test_plan_forwards_covers_each_row_once_within_budget():
     # one example's 4 heads × 30 tokens exceed 64: two heads per forward
     assert plan_forwards([30], 4, 64) == [([0], slice(0, 2)), ([0], slice(2, 4))]
     # even one row over budget still runs (alone)
-    assert plan_forwards([30, 10], 2, 8) == [([0], slice(0, 1)), ([0], slice(1, 2)), ([1], slice(0, 1)),
-                                              ([1], slice(1, 2))]
+    assert plan_forwards([30, 10], 2, 8) == [
+        ([0], slice(0, 1)),
+        ([0], slice(1, 2)),
+        ([1], slice(0, 1)),
+        ([1], slice(1, 2)),
+    ]
     lengths = [int(x) for x in np.random.default_rng(0).integers(3, 60, 37)]
     plan = plan_forwards(lengths, 12, 1000)
     rows = sorted((i, h) for ex, part in plan for i in ex for h in range(12)[part])
@@ -161,8 +203,10 @@ def test_forwards_are_cut_to_their_longest_example(lm_models):
     lengths = sorted(batch.lengths.tolist(), reverse=True)
     assert lengths == [12, 9, 9, 9, 5]
     seen = {"value": [], "projection": []}
-    handles = [m.register_forward_pre_hook(lambda m, args, k=k: seen[k].append(tuple(args[0].shape[:2])))
-               for k, m in (("value", a.value_modules()[1]), ("projection", a.head_output_modules()[1]))]
+    handles = [
+        m.register_forward_pre_hook(lambda m, args, k=k: seen[k].append(tuple(args[0].shape[:2])))
+        for k, m in (("value", a.value_modules()[1]), ("projection", a.head_output_modules()[1]))
+    ]
     try:
         # 4 heads × 9–12 tokens: one example per forward; "Hi there." (5) alone too, being last
         sweep_heads(a, TEXTS, "loss", heads=[(1, h) for h in range(4)], batch_size=5, max_tokens=60)
@@ -191,10 +235,13 @@ def test_headless_and_encoder_decoder_fall_back_to_full_forward(tiny_models):
 def test_restart_skips_earlier_layers_and_leaves_no_hooks(lm_models):
     a = lm_models["gpt2"]
     calls, qkv = [0, 0], [0, 0]
-    handles = [m.register_forward_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
-               for i, m in enumerate(a.attention_modules())]
-    handles += [m.register_forward_hook(lambda *_, i=i: qkv.__setitem__(i, qkv[i] + 1))
-                for i, m in enumerate(a.value_modules())]  # GPT-2's fused q|k|v projection
+    handles = [
+        m.register_forward_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+        for i, m in enumerate(a.attention_modules())
+    ]
+    handles += [
+        m.register_forward_hook(lambda *_, i=i: qkv.__setitem__(i, qkv[i] + 1)) for i, m in enumerate(a.value_modules())
+    ]  # GPT-2's fused q|k|v projection
     before = count_hooks(a.model)
     try:
         sweep_heads(a, TEXTS[:2], "loss", batch_size=2)
@@ -218,7 +265,7 @@ def test_sweep_matches_removing_the_head_by_hand(lm_models):
     dh = a.head_dim
     saved = proj.weight.data.clone()
     try:
-        proj.weight.data[:, 2 * dh: 3 * dh] = 0
+        proj.weight.data[:, 2 * dh : 3 * dh] = 0
         m = get_metric("loss", a)
         chunk = prepare(a, as_corpus(TEXTS[:2]), m, batch_size=2)[0]
     finally:
@@ -381,8 +428,23 @@ def test_cli_ablate_writes_csv_and_figure(tmp_path):
 
     ablate_cmd = command("ablate")
 
-    r = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--text", TEXTS[1], "--metric", "embedding-drift",
-                                        "--layers", "5", "--n-boot", "50", "--out", str(tmp_path)])
+    r = CliRunner().invoke(
+        ablate_cmd,
+        [
+            "--text",
+            TEXTS[0],
+            "--text",
+            TEXTS[1],
+            "--metric",
+            "embedding-drift",
+            "--layers",
+            "5",
+            "--n-boot",
+            "50",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert r.exit_code == 0, r.output
     t = pd.read_csv(tmp_path / "ablation.csv")
     assert list(t.columns) == ["layer", "head", "mode", "metric", "clean", "ablated", "delta", "ci_low", "ci_high"]

@@ -8,8 +8,16 @@ import pandas as pd
 import pytest
 import torch
 
-from probe.analyses.paper.alignment import (aer, alignment_error_rates, best_head, cross_word_attention, gold_links,
-                                predicted_alignment, produced_words, zoo_cross_maps)
+from probe.analyses.paper.alignment import (
+    aer,
+    alignment_error_rates,
+    best_head,
+    cross_word_attention,
+    gold_links,
+    predicted_alignment,
+    produced_words,
+    zoo_cross_maps,
+)
 from probe.maps import AttentionMaps
 
 
@@ -28,16 +36,26 @@ def test_aer_closed_form():
 def _cross(rows, query_tokens=("<s>", "x", "y1", "y2"), query_word_ids=(None, 0, 1, 1), query_words=("x", "y")):
     """Source a b1 b2 </s> (words a, b); target words x, y (y in two tokens) + </s>."""
     a = torch.tensor(rows, dtype=torch.float32)[None, None]
-    return AttentionMaps(attentions=a, tokens=("a", "b1", "b2", "</s>"), word_ids=(0, 1, 1, None),
-                         special_mask=[False, False, False, True], words=("a", "b"), kind="cross",
-                         query_tokens=query_tokens, query_word_ids=query_word_ids,
-                         query_special_mask=[True] + [False] * (len(query_tokens) - 1), query_words=query_words)
+    return AttentionMaps(
+        attentions=a,
+        tokens=("a", "b1", "b2", "</s>"),
+        word_ids=(0, 1, 1, None),
+        special_mask=[False, False, False, True],
+        words=("a", "b"),
+        kind="cross",
+        query_tokens=query_tokens,
+        query_word_ids=query_word_ids,
+        query_special_mask=[True] + [False] * (len(query_tokens) - 1),
+        query_words=query_words,
+    )
 
 
-ROWS = [[0.7, 0.1, 0.1, 0.1],   # produces x
-        [0.1, 0.4, 0.4, 0.1],   # produces y1
-        [0.3, 0.2, 0.2, 0.3],   # produces y2
-        [0.0, 0.0, 0.0, 1.0]]   # produces </s>
+ROWS = [
+    [0.7, 0.1, 0.1, 0.1],  # produces x
+    [0.1, 0.4, 0.4, 0.1],  # produces y1
+    [0.3, 0.2, 0.2, 0.3],  # produces y2
+    [0.0, 0.0, 0.0, 1.0],
+]  # produces </s>
 
 
 def test_rows_are_grouped_by_the_word_they_produce():
@@ -81,8 +99,13 @@ def test_alignment_refuses_bad_input():
         alignment_error_rates([m], [[0, 1], [0, 1]])
     with pytest.raises(ValueError, match="no sentence pairs"):
         alignment_error_rates([], [])
-    selfmap = AttentionMaps(attentions=torch.full((1, 1, 2, 2), 0.5), tokens=("a", "b"), word_ids=(0, 1),
-                            special_mask=[False, False], words=("a", "b"))
+    selfmap = AttentionMaps(
+        attentions=torch.full((1, 1, 2, 2), 0.5),
+        tokens=("a", "b"),
+        word_ids=(0, 1),
+        special_mask=[False, False],
+        words=("a", "b"),
+    )
     with pytest.raises(ValueError, match="stack='cross'"):
         cross_word_attention(selfmap)
     with pytest.raises(ValueError, match="zoo translation models"):
@@ -142,7 +165,7 @@ def test_zoo_aer_agrees_with_the_token_level_argmax(translate_pairs):
         hits = total = 0
         for m, e in zip(maps["translate"], ex):
             for j, src in enumerate(e["alignment"]):
-                hits += int(m.attentions[layer, h, j, :len(e["words"])].argmax().item() == src)
+                hits += int(m.attentions[layer, h, j, : len(e["words"])].argmax().item() == src)
                 total += 1
         assert row.aer == pytest.approx(1 - hits / total, abs=1e-12)
 

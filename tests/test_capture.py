@@ -175,8 +175,13 @@ def test_too_long_text_is_refused_or_truncated(minilm):
 
 
 def test_length_sorted_batches_keep_input_order(minilm):
-    texts = ["A rather long sentence with quite a few words in it, to pad the others.", "Short.",
-             "Medium length sentence here.", "Tiny.", "Another fairly long sentence that has many words."]
+    texts = [
+        "A rather long sentence with quite a few words in it, to pad the others.",
+        "Short.",
+        "Medium length sentence here.",
+        "Tiny.",
+        "Another fairly long sentence that has many words.",
+    ]
     sorted_maps = capture(minilm, texts, batch_size=2)  # batched by length within the window
     plain = capture(minilm, texts, batch_size=2, sort_window=1)  # batched in input order
     assert [m.text for m in sorted_maps] == texts
@@ -192,8 +197,7 @@ def test_batch_alignment_equals_the_per_token_definition_on_ewt(minilm, ewt_dev)
     from probe.models.alignment import align_batch, align_loop
 
     sents = read_conllu(ewt_dev, limit=400)
-    enc = minilm.tokenizer([s.text for s in sents], return_offsets_mapping=True,
-                           return_special_tokens_mask=True)
+    enc = minilm.tokenizer([s.text for s in sents], return_offsets_mapping=True, return_special_tokens_mask=True)
     spans = [list(s.spans) for s in sents]
     fast = align_batch(enc["offset_mapping"], enc["special_tokens_mask"], spans)
     slow = [align_loop(o, sp, w) for o, sp, w in zip(enc["offset_mapping"], enc["special_tokens_mask"], spans)]
@@ -234,8 +238,7 @@ def test_batch_alignment_equals_the_loop_on_random_batches_with_some_spans_out_o
             offsets.append(toks)
             special.append([1] + [0] * (len(toks) - 2) + [1])
             spans.append(ws)
-        assert align_batch(offsets, special, spans) == [align_loop(o, s, w) for o, s, w in
-                                                        zip(offsets, special, spans)]
+        assert align_batch(offsets, special, spans) == [align_loop(o, s, w) for o, s, w in zip(offsets, special, spans)]
 
 
 def test_encode_batch_equals_encoding_each_text(minilm):
@@ -257,17 +260,23 @@ def _byte_level_bpe():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(TOKENIZER_TEXTS * 5, trainer)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
-                                                       special_tokens=[("<s>", 0), ("</s>", 1)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 1)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
 
 
-TOKENIZER_TEXTS = ["The cat sat on the mat.", "Naïve café — “quoted” text, 3.5 km²!", "e\u0301 combining, 漢字 and 🙂",
-                   "tabs\tand  double  spaces", "[CLS] [SEP] <s> look like special tokens", "don't won't it's",
-                   "Zero\u200bwidth joiner\u200d here"]
+TOKENIZER_TEXTS = [
+    "The cat sat on the mat.",
+    "Naïve café — “quoted” text, 3.5 km²!",
+    "e\u0301 combining, 漢字 and 🙂",
+    "tabs\tand  double  spaces",
+    "[CLS] [SEP] <s> look like special tokens",
+    "don't won't it's",
+    "Zero\u200bwidth joiner\u200d here",
+]
 
 
 @pytest.mark.parametrize("which", ["minilm", "word-level", "byte-level"])
@@ -279,10 +288,14 @@ def test_direct_rust_tokenizer_call_equals_the_wrapper(minilm, which):
 
     from probe.models import load_model
 
-    adapter = {"minilm": lambda: minilm, "word-level": lambda: load_model("zoo:agreement"),
-               "byte-level": lambda: minilm}[which]()
+    adapter = {
+        "minilm": lambda: minilm,
+        "word-level": lambda: load_model("zoo:agreement"),
+        "byte-level": lambda: minilm,
+    }[which]()
     if which == "byte-level":
         from dataclasses import replace
+
         adapter = replace(adapter, tokenizer=_byte_level_bpe())
     tok = adapter.tokenizer
     tok(TOKENIZER_TEXTS[:2], truncation=True, max_length=4)  # leaves truncation set on the backend
@@ -377,7 +390,7 @@ def test_maps_are_views_of_one_batch_buffer_the_interface_computes_in(minilm, pa
     before = b.clone()
     a.fill_(-1.0)  # writing one example's map leaves the other untouched
     assert torch.equal(b, before)
-    assert torch.allclose(b, ref[:, 1, :, :len(encs[1]), :len(encs[1])], atol=1e-5)
+    assert torch.allclose(b, ref[:, 1, :, : len(encs[1]), : len(encs[1])], atol=1e-5)
 
     alone = capture(minilm, TEXTS, path=path, standalone=True)  # one tensor per example
     for m in alone:

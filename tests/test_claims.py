@@ -30,7 +30,7 @@ def test_benjamini_hochberg_step_up():
 
 def test_paired_test_and_intervals():
     null = np.linspace(0, 1, 10)
-    assert paired_greater(null + 1, null) == pytest.approx(1 / 2 ** 10)  # exact: all 10 signs positive
+    assert paired_greater(null + 1, null) == pytest.approx(1 / 2**10)  # exact: all 10 signs positive
     assert paired_greater(null, null) == 1.0
     assert paired_greater(null - 1, null) > 0.99
     assert mean_ci(np.full(20, 0.3)) == pytest.approx((0.3, 0.3, 0.3))
@@ -149,8 +149,16 @@ def test_agreement_zoo_evidence_heads_not_called_meaningless():
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     adapter, corpus, hc = _claims("agreement", limit=32)
-    rep = run_faithfulness(adapter, corpus, "logit", methods=("ig",), attention_methods=("attention",), n_steps=8,
-                           n_permutations=1, max_examples=16)
+    rep = run_faithfulness(
+        adapter,
+        corpus,
+        "logit",
+        methods=("ig",),
+        attention_methods=("attention",),
+        n_steps=8,
+        n_permutations=1,
+        max_examples=16,
+    )
     attr = attribution_claims(sorted(hc.claims), rep.verdict, rep.info)
     finders = [k for k, c in attr.items() if (c.extra.get("evidence_top1_rate") or 0) >= 0.5]
     assert finders, "some head of zoo:agreement ranks the evidence word first in most examples"

@@ -26,16 +26,32 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 INPUTS = {
     "syntax": ["--model", "zoo:brackets", "--limit", "6", "--tree-limit", "2", "--probe-limit", "0"],  # gold trees
     "coref": None,  # needs a CorefUD treebank: run in test_coref.py on GUM
-    "faithfulness": ["--model", "zoo:agreement", "--limit", "2", "--steps", "2", "--permutations", "1",
-                     "--methods", "ig", "--attention-methods", "attention"],  # needs a task head with logits
+    "faithfulness": [
+        "--model",
+        "zoo:agreement",
+        "--limit",
+        "2",
+        "--steps",
+        "2",
+        "--permutations",
+        "1",
+        "--methods",
+        "ig",
+        "--attention-methods",
+        "attention",
+    ],  # needs a task head with logits
     "flow-correlation": ["--limit", "3"],  # default model zoo:agreement (a classifier)
     "alignment": ["--limit", "3"],  # zoo:translate's own pairs
     "complexity": ["--n", "8,16", "--d", "4", "--kinds", "self_attention,rnn", "--repeats", "1"],
     "paper-figures": ["--top", "1"],  # needs English words in the vocabulary: its default, minilm
 }
 DEFAULT_INPUT = ["--model", "zoo:constructed", "--limit", "4"]
-SPEED = {"ablate": ["--n-boot", "20"], "patch": ["--n-boot", "20"], "prune": ["--ig-steps", "2"],
-         "importance": ["--ig-steps", "2"]}
+SPEED = {
+    "ablate": ["--n-boot", "20"],
+    "patch": ["--n-boot", "20"],
+    "prune": ["--ig-steps", "2"],
+    "importance": ["--ig-steps", "2"],
+}
 
 #: a head written as 2-8, 5:5 or 1.0 (not L2H8) inside a value that names heads
 OTHER_HEAD_FORMS = re.compile(r"(?<![\w.])\d+[-:.]\d+(?![\w.])")
@@ -57,6 +73,7 @@ def _head_values(path: Path) -> list:
             if str(col).lower() in ("head", "heads", "pruned", "top", "best_head") and frame[col].dtype == object:
                 out += [v for v in frame[col].dropna().astype(str)]
     elif path.suffix == ".json":
+
         def walk(node, key=""):
             if isinstance(node, dict):
                 for k, v in node.items():
@@ -66,6 +83,7 @@ def _head_values(path: Path) -> list:
                     walk(v, key)
             elif isinstance(node, str) and key.lower() in ("head", "heads", "pruned", "best_head"):
                 out.append(node)
+
         walk(json.loads(path.read_text()))
     return out
 
@@ -137,8 +155,10 @@ def test_out_is_checked_before_any_compute(tmp_path):
 
 
 def test_a_failed_run_leaves_nothing(tmp_path):
-    r = CliRunner().invoke(main, ["ablate", "--model", "zoo:constructed", "--metric", "accuracy", "--limit", "2",
-                                  "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        main,
+        ["ablate", "--model", "zoo:constructed", "--metric", "accuracy", "--limit", "2", "--out", str(tmp_path / "o")],
+    )
     assert r.exit_code == 1 and "metrics that apply: embedding-drift" in r.output
     assert list(tmp_path.iterdir()) == []
 
@@ -258,19 +278,32 @@ def test_adding_an_analysis_is_one_declaration(tmp_path):
         from probe.analyses.patterns.role_features import head_features
 
         table = head_features(ctx.maps).head(ctx.params["top"])
-        return Result(tables={"features": table}, per_head=table, notes=[f"{len(table)} heads"],
-                      summary={"examples": len(ctx.maps)})
+        return Result(
+            tables={"features": table},
+            per_head=table,
+            notes=[f"{len(table)} heads"],
+            summary={"examples": len(ctx.maps)},
+        )
 
-    a = register(Analysis("features-demo", "Per-head attention features", run, needs=("maps",),
-                          params=(Param("top", int, 5, "heads listed"),), section=True))
+    a = register(
+        Analysis(
+            "features-demo",
+            "Per-head attention features",
+            run,
+            needs=("maps",),
+            params=(Param("top", int, 5, "heads listed"),),
+            section=True,
+        )
+    )
     try:
         res = probe.run("features-demo", model="zoo:constructed", limit=3, top=1)
         assert len(res.tables["features"]) == 1 and res.summary == {"examples": 3}
         assert a in choose(["features-demo"])
         group = ProbeGroup()
         group.add_command(build_command(a))
-        r = CliRunner().invoke(group, ["features-demo", "--model", "zoo:constructed", "--limit", "3",
-                                       "--out", str(tmp_path / "f")])
+        r = CliRunner().invoke(
+            group, ["features-demo", "--model", "zoo:constructed", "--limit", "3", "--out", str(tmp_path / "f")]
+        )
         assert r.exit_code == 0, r.output
         assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["features.csv", "summary.json"]
     finally:

@@ -164,8 +164,7 @@ def test_fitted_exponents_match_the_paper_where_each_term_dominates(small_grid):
 
 
 def test_terms_that_need_a_wide_window_or_kernel_dominate_when_r_and_k_exceed_d():
-    grid, terms = measure_grid([64, 128], [1, 2, 4], ["restricted_attention", "separable_conv"],
-                               k=64, r=64, repeats=1)
+    grid, terms = measure_grid([64, 128], [1, 2, 4], ["restricted_attention", "separable_conv"], k=64, r=64, repeats=1)
     exps = fit_exponents(grid, terms).set_index(["layer", "term", "variable"])
     for layer, term in (("restricted_attention", "r·n·d"), ("separable_conv", "k·n·d")):
         assert abs(exps.loc[(layer, term, "n"), "fitted_flops"] - 1) <= 0.15
@@ -179,10 +178,8 @@ def test_fit_recovers_known_exponents_from_a_synthetic_grid():
     for n in (10, 20, 40):
         for d in (3, 6):
             f = 5 * n**2 * d
-            rows.append(dict(layer="self_attention", n=n, d=d, flops=f, time_s=n**1.5 * d,
-                             sequential_ops=7))
-            terms.append(dict(layer="self_attention", n=n, d=d, term="n²·d", flops=f, share=1.0,
-                              in_paper=True))
+            rows.append(dict(layer="self_attention", n=n, d=d, flops=f, time_s=n**1.5 * d, sequential_ops=7))
+            terms.append(dict(layer="self_attention", n=n, d=d, term="n²·d", flops=f, share=1.0, in_paper=True))
     exps = fit_exponents(pd.DataFrame(rows), pd.DataFrame(terms)).set_index(["term", "variable"])
     assert exps.loc[("n²·d", "n"), "fitted_flops"] == pytest.approx(2)
     assert exps.loc[("n²·d", "d"), "fitted_flops"] == pytest.approx(1)
@@ -215,8 +212,7 @@ def test_path_lengths_grow_as_the_paper_says():
 
 def test_connectivity_graphs_encode_what_each_position_reads():
     g = connectivity_graph("conv", 6, k=3)
-    assert set(g.predecessors(("out", 4))) == {("in", 2), ("in", 3), ("in", 4),
-                                               ("out", 2), ("out", 3), ("out", 4)}
+    assert set(g.predecessors(("out", 4))) == {("in", 2), ("in", 3), ("in", 4), ("out", 2), ("out", 3), ("out", 4)}
     g = connectivity_graph("dilated_conv", 9, k=3, depth=2)
     assert set(g.predecessors((2, 8))) == {(1, 8), (1, 5), (1, 2)}  # dilation 3 at layer 2
     g = connectivity_graph("lstm", 5)
@@ -253,8 +249,9 @@ def test_grid_crossover_is_the_first_grid_n_past_the_exact_one():
 # --------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("values,needle", [([0, 16], "got 0"), ([16.5], "16.5"), (["x"], "'x'"),
-                                           ([], "at least one"), ([True], "True")])
+@pytest.mark.parametrize(
+    "values,needle", [([0, 16], "got 0"), ([16.5], "16.5"), (["x"], "'x'"), ([], "at least one"), ([True], "True")]
+)
 def test_bad_sizes_name_the_parameter(values, needle):
     with pytest.raises(ValueError, match="^d ") as err:
         validate_sizes("d", values)
@@ -293,8 +290,10 @@ def test_parse_sizes_expands_geometric_ranges_and_names_the_option():
 @pytest.mark.slow
 def test_cli_writes_tables_figure_and_markdown(tmp_path):
     out = tmp_path / "cx"
-    result = CliRunner().invoke(complexity_cmd, ["--n", "16,32", "--d", "4,8", "--repeats", "1",
-                                                 "--kinds", "self_attention,gru,conv", "--out", str(out)])
+    result = CliRunner().invoke(
+        complexity_cmd,
+        ["--n", "16,32", "--d", "4,8", "--repeats", "1", "--kinds", "self_attention,gru,conv", "--out", str(out)],
+    )
     assert result.exit_code == 0, result.output
     for name in ("grid", "terms", "exponents", "paths", "crossover", "summary"):
         assert (out / f"{name}.csv").stat().st_size > 0
@@ -309,8 +308,9 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path):
     runner = CliRunner()
     result = runner.invoke(complexity_cmd, ["--n", "16,-4", "--out", str(tmp_path)])
     assert result.exit_code == 1 and "--n" in result.output
-    result = runner.invoke(complexity_cmd, ["--n", "16,200000", "--d", "8", "--max-memory", "1",
-                                            "--out", str(tmp_path)])
+    result = runner.invoke(
+        complexity_cmd, ["--n", "16,200000", "--d", "8", "--max-memory", "1", "--out", str(tmp_path)]
+    )
     assert result.exit_code == 1
     assert result.output.strip().startswith("Error: grid point n=200000, d=8 needs about")
 

@@ -33,16 +33,32 @@ def sent(words, heads, upos, entity, number=None, doc=None):
         spans.append((pos, pos + len(w)))
         pos += len(w) + 1
     misc = tuple({"Entity": e} if e else {} for e in entity)
-    return Sentence(text=" ".join(words), words=tuple(words), spans=tuple(spans), heads=tuple(heads),
-                    deprels=("dep",) * len(words), upos=tuple(upos), misc=misc,
-                    meta={"newdoc id": doc} if doc else {})
+    return Sentence(
+        text=" ".join(words),
+        words=tuple(words),
+        spans=tuple(spans),
+        heads=tuple(heads),
+        deprels=("dep",) * len(words),
+        upos=tuple(upos),
+        misc=misc,
+        meta={"newdoc id": doc} if doc else {},
+    )
 
 
 # "Mary met the boys . She thanked them ." — two sentences of one document
-S1 = sent(["Mary", "met", "the", "boys", "."], [2, 0, 4, 2, 2], ["PROPN", "VERB", "DET", "NOUN", "PUNCT"],
-          ["(1-person-new-a-1-coref)", None, "(2-person-new-a-2-coref", "2)", None], doc="d1")
-S2 = sent(["She", "thanked", "them", "."], [2, 0, 2, 2], ["PRON", "VERB", "PRON", "PUNCT"],
-          ["(1-person-giv-a-1-ana)", None, "(2-person-giv-a-1-ana)", None])
+S1 = sent(
+    ["Mary", "met", "the", "boys", "."],
+    [2, 0, 4, 2, 2],
+    ["PROPN", "VERB", "DET", "NOUN", "PUNCT"],
+    ["(1-person-new-a-1-coref)", None, "(2-person-new-a-2-coref", "2)", None],
+    doc="d1",
+)
+S2 = sent(
+    ["She", "thanked", "them", "."],
+    [2, 0, 2, 2],
+    ["PRON", "VERB", "PRON", "PUNCT"],
+    ["(1-person-giv-a-1-ana)", None, "(2-person-giv-a-1-ana)", None],
+)
 NUM = [("Sing", "", "", "Plur", ""), ("Sing", "", "Plur", "")]
 
 
@@ -73,16 +89,18 @@ def _window_maps(window, targets):
     for i in range(n):
         a[i + 1, targets[i] + 1 if i in targets else n + 1] = 1
     a[n + 1, n + 1] = 1
-    return make_maps(a[None, None], tokens=["[CLS]"] + list(window.words) + ["[SEP]"],
-                     special=[True] + [False] * n + [True])
+    return make_maps(
+        a[None, None], tokens=["[CLS]"] + list(window.words) + ["[SEP]"], special=[True] + [False] * n + [True]
+    )
 
 
 def test_closed_form_antecedent_and_nearest_maps():
     w = coref_windows([S1, S2], NUM, context=1)[0]
     right = _window_maps(w, {5: 0, 7: 3})  # She→Mary, them→boys
     nearest = _window_maps(w, {5: 3, 7: 5})  # each pronoun → nearest preceding mention head
-    acc = coref_accuracy([(w, word_attention(right, len(w.words))[0], (0,)),
-                          (w, word_attention(nearest, len(w.words))[0], (0,))])
+    acc = coref_accuracy(
+        [(w, word_attention(right, len(w.words))[0], (0,)), (w, word_attention(nearest, len(w.words))[0], (0,))]
+    )
     df = acc.to_frame().set_index(["setting", "method"])
     assert acc.counts.tolist() == [4, 0, 4]
     assert acc.hits[0, 0, 0] == 2  # the right map twice, the nearest map never

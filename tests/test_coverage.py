@@ -31,8 +31,9 @@ TOL = 1e-5
 UNSUPPORTED: dict[str, str] = {}
 # notes shown in the coverage table
 NOTES = {
-    "falcon": ("own `output_attentions` under SDPA adds a bool mask (not causal): reference run with "
-               "eager set on the config"),
+    "falcon": (
+        "own `output_attentions` under SDPA adds a bool mask (not causal): reference run with eager set on the config"
+    ),
     "bloom": "ALiBi inside the module; no attention interface in transformers 5",
     "mistral": "sliding window 4",
     "gemma2": "sliding window 4, soft-capping 0.1 (binding on random scores)",
@@ -50,8 +51,16 @@ def tiny_configs(vocab: int) -> dict:
     dec = dict(bos_token_id=101, eos_token_id=102)
     size = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
     gqa = dict(size, num_key_value_heads=2)
-    seq2seq = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                   decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, forced_eos_token_id=None)
+    seq2seq = dict(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        forced_eos_token_id=None,
+    )
     return {
         "bert": T.BertConfig(**size, **c),
         "roberta": T.RobertaConfig(**size, max_position_embeddings=130, **c),
@@ -60,8 +69,9 @@ def tiny_configs(vocab: int) -> dict:
         "gpt2": T.GPT2Config(n_embd=32, n_layer=2, n_head=4, **dec, **c),
         "gpt_neox": T.GPTNeoXConfig(**size, **dec, **c),
         "gptj": T.GPTJConfig(n_embd=32, n_layer=2, n_head=4, rotary_dim=4, **dec, **c),
-        "opt": T.OPTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64,
-                           word_embed_proj_dim=32, **dec, **c),
+        "opt": T.OPTConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64, word_embed_proj_dim=32, **dec, **c
+        ),
         "bloom": T.BloomConfig(hidden_size=32, n_layer=2, n_head=4, **dec, **c),
         "falcon": T.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, **dec, **c),
         "llama": T.LlamaConfig(**gqa, **dec, **c),
@@ -70,14 +80,16 @@ def tiny_configs(vocab: int) -> dict:
         "qwen2": T.Qwen2Config(**gqa, **dec, **c),
         "qwen3": T.Qwen3Config(**gqa, head_dim=8, **dec, **c),
         "gemma": T.GemmaConfig(**size, num_key_value_heads=1, head_dim=8, **dec, **c),
-        "gemma2": T.Gemma2Config(**gqa, head_dim=8, sliding_window=4, attn_logit_softcapping=0.1,
-                                 query_pre_attn_scalar=8, **dec, **c),
+        "gemma2": T.Gemma2Config(
+            **gqa, head_dim=8, sliding_window=4, attn_logit_softcapping=0.1, query_pre_attn_scalar=8, **dec, **c
+        ),
         "gemma3_text": T.Gemma3TextConfig(**gqa, head_dim=8, sliding_window=4, query_pre_attn_scalar=8, **dec, **c),
         "phi3": T.Phi3Config(**gqa, **dec, **c),
         "olmo": T.OlmoConfig(**size, **dec, **c),
         "bart": T.BartConfig(**seq2seq, decoder_start_token_id=101, **dec, **c),
-        "t5": T.T5Config(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0,
-                         eos_token_id=102, **c),
+        "t5": T.T5Config(
+            d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0, eos_token_id=102, **c
+        ),
         "marian": T.MarianConfig(**seq2seq, decoder_start_token_id=0, **dec, **c),
     }
 
@@ -186,7 +198,7 @@ def check_ablation(adapter, layer: int = 1, head: int = 2) -> dict:
 
     def by_hand(module, args):
         x = args[0].clone()
-        x[..., head * dh:(head + 1) * dh] = 0
+        x[..., head * dh : (head + 1) * dh] = 0
         return (x,) + tuple(args[1:])
 
     handle = proj.register_forward_pre_hook(by_hand)
@@ -213,8 +225,10 @@ ARCHITECTURES = list(tiny_configs(30522))
 
 
 def _params():
-    return [pytest.param(a, marks=pytest.mark.xfail(reason=UNSUPPORTED[a], strict=True)) if a in UNSUPPORTED
-            else a for a in ARCHITECTURES]
+    return [
+        pytest.param(a, marks=pytest.mark.xfail(reason=UNSUPPORTED[a], strict=True)) if a in UNSUPPORTED else a
+        for a in ARCHITECTURES
+    ]
 
 
 @pytest.mark.parametrize("arch", _params())
@@ -303,8 +317,11 @@ def test_reweighting_uniform_permute_given(bert_tokenizer):
     own = cap.layer_tensors()[1][:, 2]  # [batch, q, k]
     n = lengths["encoder"][0]
     for mode, value in (("uniform", None), ("permute", None), ("given", own)):
-        with AttentionReweighting(adapter, [AttentionEdit(1, 2, mode, value=value)]), \
-                AttentionCapture(adapter, layers=[1]) as cap, torch.no_grad():
+        with (
+            AttentionReweighting(adapter, [AttentionEdit(1, 2, mode, value=value)]),
+            AttentionCapture(adapter, layers=[1]) as cap,
+            torch.no_grad(),
+        ):
             out = _hidden(adapter.model(**inputs))
         w = cap.layer_tensors()[1][0, 2, :n, :n]
         if mode == "uniform":
@@ -331,22 +348,33 @@ def coverage_rows(tokenizer=None) -> list[dict]:
             continue
         adapter = build(arch, tokenizer)
         cap, abl = check_capture(adapter), check_ablation(adapter)
-        rows.append({"architecture": arch, "stacks": "/".join(adapter.stacks), **cap,
-                     "ablation_delta": max(abl["auto"], abl["hooks"]), "note": NOTES.get(arch, "")})
+        rows.append(
+            {
+                "architecture": arch,
+                "stacks": "/".join(adapter.stacks),
+                **cap,
+                "ablation_delta": max(abl["auto"], abl["hooks"]),
+                "note": NOTES.get(arch, ""),
+            }
+        )
     return rows
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| architecture | stacks | path | max \\|Δ\\| weights vs eager | max \\|Δ\\| outputs "
-             "| zero-ablation vs zeroed slice | note |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| architecture | stacks | path | max \\|Δ\\| weights vs eager | max \\|Δ\\| outputs "
+        "| zero-ablation vs zeroed slice | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["path"] == "unsupported":
             lines.append(f"| {r['architecture']} | | unsupported | | | | {r['note']} |")
             continue
         ok = "✓" if r["ablation_delta"] <= TOL else "✗"
-        lines.append(f"| {r['architecture']} | {r['stacks']} | {r['path']} | {r['max_delta']:.1e} | "
-                     f"{r['output_delta']:.1e} | {ok} ({r['ablation_delta']:.1e}) | {r['note']} |")
+        lines.append(
+            f"| {r['architecture']} | {r['stacks']} | {r['path']} | {r['max_delta']:.1e} | "
+            f"{r['output_delta']:.1e} | {ok} ({r['ablation_delta']:.1e}) | {r['note']} |"
+        )
     return "\n".join(lines)
 
 

@@ -19,10 +19,16 @@ def byte_level_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([TEXT, "We have a cat on the mat.", "日本語のテキスト"] * 10, vocab_size=300,
-                            min_frequency=1, special_tokens=["<|endoftext|>"], show_progress=False)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>")
+    bpe.train_from_iterator(
+        [TEXT, "We have a cat on the mat.", "日本語のテキスト"] * 10,
+        vocab_size=300,
+        min_frequency=1,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
 
 
 def _pieces(tok, text):
@@ -62,8 +68,15 @@ def test_sentencepiece_and_wordpiece():
 def test_repeated_words_carry_their_position():
     from probe.app.report.tokens import positioned
 
-    assert positioned(["[CLS]", "The", "keys", "␣the", "cabinet", "the", "."]) == \
-        ["[CLS]", "The(1)", "keys", "␣the(3)", "cabinet", "the(5)", "."]
+    assert positioned(["[CLS]", "The", "keys", "␣the", "cabinet", "the", "."]) == [
+        "[CLS]",
+        "The(1)",
+        "keys",
+        "␣the(3)",
+        "cabinet",
+        "the(5)",
+        ".",
+    ]
 
 
 def _byte_level_maps(tok):
@@ -72,8 +85,15 @@ def _byte_level_maps(tok):
     pieces = tuple(_pieces(tok, TEXT))
     n = len(pieces)
     a = torch.softmax(torch.randn(2, 2, n, n), -1)
-    return AttentionMaps(attentions=a, tokens=pieces, word_ids=tuple(range(n)),
-                         special_mask=torch.zeros(n, dtype=torch.bool), words=pieces, layers=(0, 1), text=TEXT)
+    return AttentionMaps(
+        attentions=a,
+        tokens=pieces,
+        word_ids=tuple(range(n)),
+        special_mask=torch.zeros(n, dtype=torch.bool),
+        words=pieces,
+        layers=(0, 1),
+        text=TEXT,
+    )
 
 
 def test_head_view_and_line_view_show_readable_tokens(byte_level_tokenizer):
@@ -106,9 +126,14 @@ def test_figures_warn_once_when_no_font_has_the_script(tmp_path, caplog):
 
     toks = ("[CLS]", "日", "本", "語", "の", "本", "[SEP]")
     n = len(toks)
-    m = AttentionMaps(attentions=torch.softmax(torch.randn(1, 1, n, n), -1), tokens=toks,
-                      word_ids=(None, 0, 1, 2, 3, 4, None), special_mask=torch.tensor([1, 0, 0, 0, 0, 0, 1]).bool(),
-                      words=toks[1:-1], layers=(0,))
+    m = AttentionMaps(
+        attentions=torch.softmax(torch.randn(1, 1, n, n), -1),
+        tokens=toks,
+        word_ids=(None, 0, 1, 2, 3, 4, None),
+        special_mask=torch.tensor([1, 0, 0, 0, 0, 0, 1]).bool(),
+        words=toks[1:-1],
+        layers=(0,),
+    )
     fonts._WARNED.clear()
     with caplog.at_level(logging.WARNING, logger="probe.app.report.fonts"), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("default")
@@ -136,9 +161,11 @@ def test_models_listing_reads_files_only_and_matches_the_zoo():
     from probe.models import catalog, zoo
 
     assert catalog.zoo_rows() == zoo.list_zoo()
-    code = ("import sys; from click.testing import CliRunner; from probe.app.cli import main; "
-            "r = CliRunner().invoke(main, ['models']); assert r.exit_code == 0, r.output; "
-            "print('zoo:induction' in r.output, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    code = (
+        "import sys; from click.testing import CliRunner; from probe.app.cli import main; "
+        "r = CliRunner().invoke(main, ['models']); assert r.exit_code == 0, r.output; "
+        "print('zoo:induction' in r.output, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "False", "False"]
 
@@ -159,7 +186,10 @@ def test_index_page_shows_the_head_grid_before_the_settings(tmp_path):
 
     out = write_report(analyse(_ctx([_evil_maps()]), sections=["roles"], strict=True), tmp_path / "rep")
     html = (out / "index.html").read_text()
-    heads, view, settings = html.index("<h2>Heads</h2>"), html.index("<h2>Head view</h2>"), \
-        html.index("Corpus, model and settings")
+    heads, view, settings = (
+        html.index("<h2>Heads</h2>"),
+        html.index("<h2>Head view</h2>"),
+        html.index("Corpus, model and settings"),
+    )
     assert heads < view < settings
     assert "<details><summary><b>Corpus, model and settings" in html  # folded

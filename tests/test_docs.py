@@ -21,11 +21,18 @@ def test_nav_drops_missing_pages_and_empty_sections(tmp_path):
     (tmp_path / "index.md").write_text("# x")
     (tmp_path / "api").mkdir()
     (tmp_path / "api" / "a.md").write_text("# a")
-    nav = [{"Home": "index.md"}, {"Questions": [{"Circuits": "circuits.md"}, {"Claims": "claims.md"}]},
-           {"API": [{"A": "api/a.md"}, {"B": "api/b.md"}]}, {"Site": "https://example.org"}]
+    nav = [
+        {"Home": "index.md"},
+        {"Questions": [{"Circuits": "circuits.md"}, {"Claims": "claims.md"}]},
+        {"API": [{"A": "api/a.md"}, {"B": "api/b.md"}]},
+        {"Site": "https://example.org"},
+    ]
     config = {"docs_dir": str(tmp_path), "nav": nav}
-    assert hooks.on_config(config)["nav"] == [{"Home": "index.md"}, {"API": [{"A": "api/a.md"}]},
-                                               {"Site": "https://example.org"}]
+    assert hooks.on_config(config)["nav"] == [
+        {"Home": "index.md"},
+        {"API": [{"A": "api/a.md"}]},
+        {"Site": "https://example.org"},
+    ]
 
 
 def test_every_nav_page_that_exists_is_kept():

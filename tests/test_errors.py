@@ -11,7 +11,7 @@ from probe.errors import InputError, NotApplicable, is_input_error
 def _raised(fn):
     try:
         fn()
-    except Exception as exc:  # noqa: BLE001 - the test inspects what was raised
+    except Exception as exc:
         return exc
     raise AssertionError("nothing raised")
 
@@ -25,11 +25,14 @@ def test_kinds_are_told_apart(tiny_models):
     assert not is_input_error(_raised(lambda: {}["k"]))  # any other exception: a bug
 
 
-@pytest.mark.parametrize("kind, code, text", [
-    ("numpy", 3, "unexpected ValueError: cannot reshape"),
-    ("input", 1, "Error: --limit must be at least 1"),
-    ("not_applicable", 1, "Error: no treebank: give --conllu"),
-])
+@pytest.mark.parametrize(
+    "kind, code, text",
+    [
+        ("numpy", 3, "unexpected ValueError: cannot reshape"),
+        ("input", 1, "Error: --limit must be at least 1"),
+        ("not_applicable", 1, "Error: no treebank: give --conllu"),
+    ],
+)
 def test_cli_exit_status_by_kind(tmp_path, kind, code, text):
     from probe.app.cli import ProbeGroup
     from probe.app.cli.runner import build_command

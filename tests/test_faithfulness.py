@@ -19,8 +19,13 @@ from conftest import make_maps, previous_token, uniform
 def _set(index, rows, method="m"):
     rows = np.asarray(rows, dtype=float)
     n = rows.shape[1]
-    return ScoreSet(index=index, keys=tuple((f"{method}{k}", -1, -1) for k in range(len(rows))), scores=rows,
-                    word_ids=tuple(range(n)), words=tuple(f"w{i}" for i in range(n)))
+    return ScoreSet(
+        index=index,
+        keys=tuple((f"{method}{k}", -1, -1) for k in range(len(rows))),
+        scores=rows,
+        word_ids=tuple(range(n)),
+        words=tuple(f"w{i}" for i in range(n)),
+    )
 
 
 # ---- agreement (closed form) ---------------------------------------------------------------
@@ -113,7 +118,6 @@ def test_jsd_and_tvd():
     assert jsd(p, p) == pytest.approx(0.0, abs=1e-7)
 
 
-
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
 def test_identity_permutation_changes_nothing_and_alpha_v_is_the_head_output(tiny_models, family):
     from probe.capture import AttentionCapture
@@ -136,7 +140,8 @@ def test_identity_permutation_changes_nothing_and_alpha_v_is_the_head_output(tin
     vals = {}
     fused = family == "gpt2"
     hook = a.value_modules()[1].register_forward_hook(
-        lambda m, i, o: vals.__setitem__(1, (o[..., 2 * o.shape[-1] // 3:] if fused else o).detach()))
+        lambda m, i, o: vals.__setitem__(1, (o[..., 2 * o.shape[-1] // 3 :] if fused else o).detach())
+    )
     try:
         with AttentionCapture(a, layers=[1]) as cap, HeadOutputRecorder(a, layers=[1]) as rec, torch.no_grad():
             a.model(**b)
@@ -169,10 +174,29 @@ def test_cli_on_ewt_with_the_ud_probe(ewt_dev, tmp_path):
     faithfulness_cmd = command("faithfulness")
 
     out = tmp_path / "f"
-    r = CliRunner().invoke(faithfulness_cmd, [
-        "--conllu", str(ewt_dev), "--limit", "120", "--target", "probe:subject-number",
-        "--max-examples", "3", "--steps", "8", "--permutations", "2", "--heads", "0:0,5:1",
-        "--attention-methods", "attention,rollout", "--out", str(out)])
+    r = CliRunner().invoke(
+        faithfulness_cmd,
+        [
+            "--conllu",
+            str(ewt_dev),
+            "--limit",
+            "120",
+            "--target",
+            "probe:subject-number",
+            "--max-examples",
+            "3",
+            "--steps",
+            "8",
+            "--permutations",
+            "2",
+            "--heads",
+            "0:0,5:1",
+            "--attention-methods",
+            "attention,rollout",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "held-out accuracy" in r.output
     agree = pd.read_csv(out / "agreement.csv")
@@ -193,12 +217,15 @@ def test_cli_refuses_a_target_the_model_cannot_give(tmp_path):
 
     faithfulness_cmd = command("faithfulness")
 
-    r = CliRunner().invoke(faithfulness_cmd, ["--text", "The dogs bark loudly at night.", "--target", "logit",
-                                              "--out", str(tmp_path / "x")])
+    r = CliRunner().invoke(
+        faithfulness_cmd,
+        ["--text", "The dogs bark loudly at night.", "--target", "logit", "--out", str(tmp_path / "x")],
+    )
     assert r.exit_code != 0
     assert "logits" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(faithfulness_cmd, ["--text", "The dogs bark.", "--target", "probe:subject-number",
-                                              "--out", str(tmp_path / "y")])
+    r = CliRunner().invoke(
+        faithfulness_cmd, ["--text", "The dogs bark.", "--target", "probe:subject-number", "--out", str(tmp_path / "y")]
+    )
     assert r.exit_code != 0 and "--conllu" in r.output
 
 

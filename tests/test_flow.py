@@ -47,7 +47,9 @@ def _min_cut(ahat, j, i):
         side = {(0, j)} | {v for v, b in zip(inner, bits) if b}
         cap = sum(
             ahat[l - 1][q, p]
-            for l in range(1, L + 1) for p in range(n) for q in range(n)
+            for l in range(1, L + 1)
+            for p in range(n)
+            for q in range(n)
             if (l - 1, p) in side and (l, q) not in side
         )
         best = min(best, cap)
@@ -125,8 +127,13 @@ def _tied_maps(L, H, n, seed, causal=False):
 
 @pytest.mark.parametrize(
     "shape, causal, maker",
-    [((2, 1, 7), False, _random_maps), ((3, 2, 9), False, _random_maps), ((5, 2, 8), True, _random_maps),
-     ((4, 3, 10), False, _tied_maps), ((6, 1, 6), True, _tied_maps)],
+    [
+        ((2, 1, 7), False, _random_maps),
+        ((3, 2, 9), False, _random_maps),
+        ((5, 2, 8), True, _random_maps),
+        ((4, 3, 10), False, _tied_maps),
+        ((6, 1, 6), True, _tied_maps),
+    ],
 )
 def test_compiled_flow_equals_networkx_on_every_pair(kernel, shape, causal, maker):
     L, H, n = shape
@@ -257,8 +264,9 @@ def test_cli_flow_from_a_store_writes_json_csv_and_heatmap(tmp_path):
     a = previous_token(12, layers=4)
     _store_with(tmp_path, a)
     out = tmp_path / "out"
-    res = CliRunner().invoke(flow_cmd, ["--store", str(tmp_path / "store"), "--example", "0",
-                                        "-p", "10", "-p", "-1", "--out", str(out)])
+    res = CliRunner().invoke(
+        flow_cmd, ["--store", str(tmp_path / "store"), "--example", "0", "-p", "10", "-p", "-1", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     d = json.loads((out / "flow.json").read_text())
     assert d["output_positions"] == [10, 11] and len(d["tokens"]) == 12

@@ -64,34 +64,58 @@ def test_malformed_conllu_names_file_and_line(tmp_path):
 
 def test_cli_errors_are_one_line(tmp_path):
     one_line_error(invoke("capture", "--text", "  ", "--out", str(tmp_path / "a")), "empty input")
-    one_line_error(invoke("capture", "--model", "nope", "--text", "hi", "--out", str(tmp_path / "a")),
-                   "unknown model", "minilm")
+    one_line_error(
+        invoke("capture", "--model", "nope", "--text", "hi", "--out", str(tmp_path / "a")), "unknown model", "minilm"
+    )
     one_line_error(invoke("capture", "--text", " ".join(["w"] * 700), "--out", str(tmp_path / "a")), "512")
     latin = tmp_path / "latin1.txt"
     latin.write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
     one_line_error(invoke("capture", "--file", str(latin), "--out", str(tmp_path / "a")), "not UTF-8")
-    one_line_error(invoke("capture", "--file", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "a")),
-                   "cannot read")
+    one_line_error(
+        invoke("capture", "--file", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "a")), "cannot read"
+    )
     one_line_error(invoke("capture", "--model", "hf:/no/such/dir", "--text", "x", "--out", str(tmp_path / "a")))
-    one_line_error(invoke("capture", "--model", "hf:someone/not-cached-model", "--text", "x",
-                          "--out", str(tmp_path / "a")), "never downloads")
+    one_line_error(
+        invoke("capture", "--model", "hf:someone/not-cached-model", "--text", "x", "--out", str(tmp_path / "a")),
+        "never downloads",
+    )
 
 
 def test_capture_and_heatmap_cli(tmp_path):
-    r = invoke("capture", "--text", "The cat sat.", "--text", "Dogs bark.", "--layers", "0,5",
-               "--out", str(tmp_path / "s"))
+    r = invoke(
+        "capture", "--text", "The cat sat.", "--text", "Dogs bark.", "--layers", "0,5", "--out", str(tmp_path / "s")
+    )
     assert r.exit_code == 0 and "2 examples" in r.output
-    r = invoke("heatmap", "--store", str(tmp_path / "s"), "--example", "1", "--head", "L5H3",
-               "--out", str(tmp_path / "h"))
+    r = invoke(
+        "heatmap", "--store", str(tmp_path / "s"), "--example", "1", "--head", "L5H3", "--out", str(tmp_path / "h")
+    )
     assert r.exit_code == 0 and (tmp_path / "h" / "L5H3_ex1.png").stat().st_size > 1000
     rows = (tmp_path / "h" / "L5H3_ex1.csv").read_text().splitlines()
     assert len(rows) == 1 + 5  # header + [CLS] dogs bark . [SEP]
-    one_line_error(invoke("heatmap", "--store", str(tmp_path / "s"), "--layer", "2", "--head", "0",
-                          "--out", str(tmp_path / "x")), "not captured")
-    one_line_error(invoke("heatmap", "--store", str(tmp_path / "s"), "--layer", "5", "--head", "12",
-                          "--out", str(tmp_path / "x")), "0..11")
-    one_line_error(invoke("heatmap", "--store", str(tmp_path / "s"), "--example", "9", "--layer", "5",
-                          "--head", "0", "--out", str(tmp_path / "x")), "out of range")
+    one_line_error(
+        invoke("heatmap", "--store", str(tmp_path / "s"), "--layer", "2", "--head", "0", "--out", str(tmp_path / "x")),
+        "not captured",
+    )
+    one_line_error(
+        invoke("heatmap", "--store", str(tmp_path / "s"), "--layer", "5", "--head", "12", "--out", str(tmp_path / "x")),
+        "0..11",
+    )
+    one_line_error(
+        invoke(
+            "heatmap",
+            "--store",
+            str(tmp_path / "s"),
+            "--example",
+            "9",
+            "--layer",
+            "5",
+            "--head",
+            "0",
+            "--out",
+            str(tmp_path / "x"),
+        ),
+        "out of range",
+    )
     assert not (tmp_path / "x").exists()  # nothing half-written
 
 
@@ -109,23 +133,34 @@ def test_maps_validation_messages():
     with pytest.raises(ValueError, match="sum to 1"):
         make_maps(torch.ones(1, 1, 3, 3))
     with pytest.raises(ValueError, match="square"):
-        AttentionMaps(attentions=torch.full((1, 1, 2, 3), 1 / 3), tokens=["a", "b", "c"], word_ids=[0, 1, 2],
-                      special_mask=[0, 0, 0])
+        AttentionMaps(
+            attentions=torch.full((1, 1, 2, 3), 1 / 3),
+            tokens=["a", "b", "c"],
+            word_ids=[0, 1, 2],
+            special_mask=[0, 0, 0],
+        )
     with pytest.raises(ValueError, match="tokens"):
         make_maps(uniform(3), tokens=["a", "b"])
 
 
 def test_word_level_follows_clark_et_al():
     # tokens: [CLS] un ##able to [SEP]; words: unable(0,1 tokens 1-2) to(2)
-    a = torch.tensor([
-        [1.0, 0, 0, 0, 0],
-        [0.1, 0.2, 0.3, 0.4, 0.0],
-        [0.0, 0.5, 0.1, 0.2, 0.2],
-        [0.0, 0.3, 0.3, 0.4, 0.0],
-        [0.0, 0.0, 0.0, 0.0, 1.0],
-    ])[None, None]
-    m = AttentionMaps(attentions=a, tokens=["[CLS]", "un", "##able", "to", "[SEP]"],
-                      word_ids=[None, 0, 0, 1, None], special_mask=[1, 0, 0, 0, 1], words=["unable", "to"])
+    a = torch.tensor(
+        [
+            [1.0, 0, 0, 0, 0],
+            [0.1, 0.2, 0.3, 0.4, 0.0],
+            [0.0, 0.5, 0.1, 0.2, 0.2],
+            [0.0, 0.3, 0.3, 0.4, 0.0],
+            [0.0, 0.0, 0.0, 0.0, 1.0],
+        ]
+    )[None, None]
+    m = AttentionMaps(
+        attentions=a,
+        tokens=["[CLS]", "un", "##able", "to", "[SEP]"],
+        word_ids=[None, 0, 0, 1, None],
+        special_mask=[1, 0, 0, 0, 1],
+        words=["unable", "to"],
+    )
     w = m.word_level()
     assert w.units == ("[CLS]", "unable", "to", "[SEP]")
     got = w.attentions[0, 0]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from probe.hooks import count_hooks
-from probe.interventions import (HeadGates, HeadOutputRecorder, ablate_heads, head_output_means)
+from probe.interventions import HeadGates, HeadOutputRecorder, ablate_heads, head_output_means
 
 TEXTS = ["The cat sat on the mat.", "Dogs bark loudly at night when the moon is full."]
 FAMILIES = ["bert", "roberta", "distilbert", "gpt2", "llama", "bart", "t5"]
@@ -90,7 +90,7 @@ def test_mean_ablation_uses_the_given_mean(tiny_models):
     proj = ref.head_output_modules()[1]
     dh = adapter.head_dim
     with torch.no_grad():  # adding W_O[:, slice] @ mean to the bias is the same intervention
-        proj.bias += adapter.head_output_modules()[1].weight[:, 2 * dh:3 * dh] @ means[1, 2]
+        proj.bias += adapter.head_output_modules()[1].weight[:, 2 * dh : 3 * dh] @ means[1, 2]
     assert torch.allclose(out_mean, run(ref), atol=1e-5)
 
 
@@ -127,5 +127,5 @@ def test_no_hook_left_after_intervened_forward_raises(tiny_models):
             raise RuntimeError("fails inside")
     with pytest.raises(Exception):  # noqa: B017 (whatever the model raises; the test is the cleanup)
         with ablate_heads(adapter, [(0, 1)]), HeadOutputRecorder(adapter):
-            adapter.model(input_ids=torch.tensor([[1, 10 ** 9]]))
+            adapter.model(input_ids=torch.tensor([[1, 10**9]]))
     assert count_hooks(adapter.model) == before

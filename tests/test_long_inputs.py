@@ -18,8 +18,10 @@ def test_partial_capture_is_the_slice_of_the_full_one(tiny_models):
     with AttentionCapture(adapter) as full, torch.no_grad():
         adapter.model(**batch)
     rows = [0, 5, 9]
-    with AttentionCapture(adapter, layers=[1], heads=[3, 1], query_rows=rows,
-                          store_dtype=torch.float16) as part, torch.no_grad():
+    with (
+        AttentionCapture(adapter, layers=[1], heads=[3, 1], query_rows=rows, store_dtype=torch.float16) as part,
+        torch.no_grad(),
+    ):
         adapter.model(**batch)
     got = part.layer_tensors()[1]
     assert got.dtype == torch.float16 and got.shape[1:3] == (2, 3)
@@ -37,7 +39,7 @@ def test_estimate_scales_with_what_is_kept():
     half = capture_bytes(1, 2048, 2048, layers=24, heads=4, model_heads=4, store_bytes=2)
     assert one < half < all_
     # 24 layers × 4 heads × 2048² cells × (4 + 4) bytes, plus one layer's eager temporaries
-    assert all_ == 24 * 4 * 2048 ** 2 * 8 + 4 * 2048 ** 2 * 4 * 3
+    assert all_ == 24 * 4 * 2048**2 * 8 + 4 * 2048**2 * 4 * 3
 
 
 def test_warns_before_a_capture_that_would_not_fit(tiny_models, monkeypatch):
@@ -47,7 +49,7 @@ def test_warns_before_a_capture_that_would_not_fit(tiny_models, monkeypatch):
     monkeypatch.setattr(li, "available_memory_bytes", lambda device: 1000)
     with pytest.warns(ResourceWarning, match=r"GiB.*fewer layers"):
         capture(adapter, [TEXT])
-    monkeypatch.setattr(li, "available_memory_bytes", lambda device: 10 ** 12)
+    monkeypatch.setattr(li, "available_memory_bytes", lambda device: 10**12)
     import warnings
 
     with warnings.catch_warnings():
@@ -117,10 +119,14 @@ def test_report_on_a_tiny_random_llama_end_to_end(bert_tokenizer, tmp_path):
     torch.manual_seed(0)
     lm = T.AutoModelForCausalLM.from_config(_tiny_configs(len(bert_tokenizer))["llama"])
     adapter = ModelAdapter(name="tiny-llama-lm", model=lm, tokenizer=bert_tokenizer, family="llama")
-    texts = ["the cat sat on the mat and the cat sat on the mat",
-             "one two three four one two three four", "a b c d e f a b c d e f"]
-    data = build_report(tmp_path / "r", adapter=adapter, text=texts,
-                        sections=["roles", "rollout", "faithfulness"], strict=True)
+    texts = [
+        "the cat sat on the mat and the cat sat on the mat",
+        "one two three four one two three four",
+        "a b c d e f a b c d e f",
+    ]
+    data = build_report(
+        tmp_path / "r", adapter=adapter, text=texts, sections=["roles", "rollout", "faithfulness"], strict=True
+    )
     assert data.statuses == {"roles": "ran", "rollout": "ran", "faithfulness": "ran"}
     assert all(m.kind == "causal" for m in data.ctx.maps)
     assert "last token" in data.ctx.results["rollout"].notes[0]

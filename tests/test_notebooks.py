@@ -105,8 +105,15 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
     explained = nb.metadata.get("probe", {}).get("explained_stderr", [])
-    stderr = [line for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "stream" and o.name == "stderr" for line in o.text.splitlines() if line.strip()]
+    stderr = [
+        line
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "stream" and o.name == "stderr"
+        for line in o.text.splitlines()
+        if line.strip()
+    ]
     noise = [line for line in stderr if not any(e in line for e in explained)]
     assert not noise, f"{path.name} writes to stderr: {noise[:3]}"
     prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown")

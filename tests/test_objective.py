@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from probe.analyses.common.objective import (SimilarityStructure, neighbour_changed, pairwise_rank_harm,
-                                             resolve_objective, row_rank_harm)
+from probe.analyses.common.objective import (
+    SimilarityStructure,
+    neighbour_changed,
+    pairwise_rank_harm,
+    resolve_objective,
+    row_rank_harm,
+)
 from probe.analyses.common.pooling import Pooling, model_pooling
 
 
@@ -100,8 +105,10 @@ def _independent_similarity_harm(minilm, texts, heads):
         return torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).double().numpy()
 
     dense = [model.encoder.layer[l].attention.output.dense for l in range(model.config.num_hidden_layers)]
-    hooks = [d.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].detach().clone()))
-             for l, d in enumerate(dense)]
+    hooks = [
+        d.register_forward_pre_hook(lambda m, a, l=l: rec.__setitem__(l, a[0].detach().clone()))
+        for l, d in enumerate(dense)
+    ]
     clean = pooled()
     for h in hooks:
         h.remove()
@@ -123,8 +130,9 @@ def _independent_similarity_harm(minilm, texts, heads):
             hook.remove()
         c0, c1 = clean @ clean.T, ablated @ ablated.T
         n = len(texts)
-        out[(layer, head)] = np.array([1 - spearmanr(np.delete(c0[i], i), np.delete(c1[i], i)).statistic
-                                       for i in range(n)])
+        out[(layer, head)] = np.array(
+            [1 - spearmanr(np.delete(c0[i], i), np.delete(c1[i], i)).statistic for i in range(n)]
+        )
     return out
 
 
@@ -146,8 +154,9 @@ def test_necessity_effects_equal_an_independent_computation(minilm, sample):
 def test_removal_modes_differ_and_zero_matches_its_definition(minilm, sample):
     from probe.analyses.claims.removal import removal_sweep
 
-    sweep = removal_sweep(minilm, sample, "similarity-structure", units=[(5, 10)],
-                          modes=("mean", "zero", "resample", "uniform", "random"))
+    sweep = removal_sweep(
+        minilm, sample, "similarity-structure", units=[(5, 10)], modes=("mean", "zero", "resample", "uniform", "random")
+    )
     assert set(sweep.harm) == {"mean", "zero", "resample", "uniform", "random"}
     assert all(np.all(h >= -1e-9) or h.mean() > 0 for h in sweep.harm.values())
     assert not np.allclose(sweep.harm["mean"], sweep.harm["zero"])

@@ -27,12 +27,21 @@ def _maps():
     (1,0): 0.7 on its, 0.2 on the, 0.1 on la  → Law 0.1, argmax the (itself excluded)
     (1,1): 0.5 on [SEP], 0.25 + 0.25 on Law   → Law 0.5, argmax Law"""
     a = torch.full((2, 2, 6, 6), 1 / 6)
-    rows = {(0, 0): [0.4, 0, 0.3, 0.3, 0, 0], (0, 1): [0.9, 0.1, 0, 0, 0, 0],
-            (1, 0): [0, 0.2, 0.1, 0, 0.7, 0], (1, 1): [0, 0, 0.25, 0.25, 0, 0.5]}
+    rows = {
+        (0, 0): [0.4, 0, 0.3, 0.3, 0, 0],
+        (0, 1): [0.9, 0.1, 0, 0, 0, 0],
+        (1, 0): [0, 0.2, 0.1, 0, 0.7, 0],
+        (1, 1): [0, 0, 0.25, 0.25, 0, 0.5],
+    }
     for (layer, h), row in rows.items():
         a[layer, h, 4] = torch.tensor(row)
-    return AttentionMaps(attentions=a, tokens=TOKENS, word_ids=WORD_IDS,
-                         special_mask=[True, False, False, False, False, True], words=WORDS)
+    return AttentionMaps(
+        attentions=a,
+        tokens=TOKENS,
+        word_ids=WORD_IDS,
+        special_mask=[True, False, False, False, False, True],
+        words=WORDS,
+    )
 
 
 def test_rank_heads_on_known_rows():
@@ -62,9 +71,17 @@ def test_rank_heads_refuses_bad_input():
         find_word(("a", "b", "a"), [False] * 3, "a")
     with pytest.raises(ValueError, match="k must be"):
         top_heads(rank_heads(_maps(), "its", "Law"), 0)
-    cross = AttentionMaps(attentions=torch.full((1, 1, 2, 2), 0.5), tokens=("a", "</s>"), word_ids=(0, None),
-                          special_mask=[False, True], words=("a",), kind="cross", query_tokens=("<s>", "x"),
-                          query_word_ids=(None, 0), query_words=("x",))
+    cross = AttentionMaps(
+        attentions=torch.full((1, 1, 2, 2), 0.5),
+        tokens=("a", "</s>"),
+        word_ids=(0, None),
+        special_mask=[False, True],
+        words=("a",),
+        kind="cross",
+        query_tokens=("<s>", "x"),
+        query_word_ids=(None, 0),
+        query_words=("x",),
+    )
     with pytest.raises(ValueError, match="probe.analyses.paper.alignment"):
         rank_heads(cross, "a", "x")
 
@@ -78,7 +95,7 @@ def test_paper_figure_draws_one_colour_per_head(tmp_path):
     img = (mpimg.imread(path)[..., :3] * 255).astype(int)
 
     def has(color):
-        rgb = np.array([int(color[i:i + 2], 16) for i in (1, 3, 5)])
+        rgb = np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)])
         return bool((np.abs(img - rgb).max(-1) <= 6).any())
 
     assert has(COLORS[0]) and has(COLORS[1])

@@ -22,8 +22,9 @@ def gpt2_lm(bert_tokenizer):
     from probe.models import ModelAdapter
 
     torch.manual_seed(0)
-    cfg = T.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=len(bert_tokenizer), pad_token_id=0,
-                       initializer_range=0.2)
+    cfg = T.GPT2Config(
+        n_embd=32, n_layer=2, n_head=4, vocab_size=len(bert_tokenizer), pad_token_id=0, initializer_range=0.2
+    )
     return ModelAdapter(name="tiny-gpt2-lm", model=T.GPT2LMHeadModel(cfg), tokenizer=bert_tokenizer, family="gpt2")
 
 
@@ -182,25 +183,67 @@ def test_cli_groups(tmp_path):
     ablate_cmd = command("ablate")
 
     out = tmp_path / "abl"
-    res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "40",
-                                          "--group", "0.0,0.1", "--group", "0.1", "--out", str(out)])
+    res = CliRunner().invoke(
+        ablate_cmd,
+        [
+            "--model",
+            "zoo:prev-token",
+            "--metric",
+            "accuracy",
+            "--limit",
+            "40",
+            "--group",
+            "0.0,0.1",
+            "--group",
+            "0.1",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     groups = pd.read_csv(out / "groups.csv").set_index("heads")
     sweep = pd.read_csv(out / "ablation.csv").set_index(["layer", "head"])
     assert groups.loc["L0H1", "effect"] == pytest.approx(sweep.loc[(0, 1), "delta"], abs=1e-6)
     assert groups.loc["L0H0+L0H1", "intervened"] < 20 and groups.loc["L0H0+L0H1", "clean"] > 99
-    res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "5",
-                                          "--group", "0/1", "--out", str(tmp_path / "bad")])
+    res = CliRunner().invoke(
+        ablate_cmd,
+        [
+            "--model",
+            "zoo:prev-token",
+            "--metric",
+            "accuracy",
+            "--limit",
+            "5",
+            "--group",
+            "0/1",
+            "--out",
+            str(tmp_path / "bad"),
+        ],
+    )
     assert res.exit_code == 2 and "L2H8" in res.output
-    res = CliRunner().invoke(ablate_cmd, ["--model", "zoo:prev-token", "--metric", "accuracy", "--limit", "5",
-                                          "--group", "0.7", "--out", str(tmp_path / "bad2")])
+    res = CliRunner().invoke(
+        ablate_cmd,
+        [
+            "--model",
+            "zoo:prev-token",
+            "--metric",
+            "accuracy",
+            "--limit",
+            "5",
+            "--group",
+            "0.7",
+            "--out",
+            str(tmp_path / "bad2"),
+        ],
+    )
     assert res.exit_code != 0 and "head" in res.output and not (tmp_path / "bad2" / "groups.csv").exists()
 
 
 def test_one_pair_gives_no_interval(minilm):
     from probe.analyses.necessity.patching import patch_heads
 
-    res = patch_heads(minilm, ["The cat sat on the mat."], ["mat the on sat cat The."], "embedding-drift",
-                      heads=[(5, 11), (2, 3)])
+    res = patch_heads(
+        minilm, ["The cat sat on the mat."], ["mat the on sat cat The."], "embedding-drift", heads=[(5, 11), (2, 3)]
+    )
     assert res.table["restored"].notna().all()
     assert res.table[["ci_low", "ci_high"]].isna().all().all()

@@ -36,25 +36,35 @@ def _custom_code_dir(tmp_path, bert_tokenizer, model_type: str):
     import transformers as T
 
     d = tmp_path / "evil"
-    cfg = T.BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
-                       vocab_size=len(bert_tokenizer))
+    cfg = T.BertConfig(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, vocab_size=len(bert_tokenizer)
+    )
     T.BertModel(cfg).save_pretrained(d, safe_serialization=True)
     bert_tokenizer.save_pretrained(d)
     marker = tmp_path / "MARKER"
-    (d / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
-                               "from transformers import BertConfig as EvilConfig, BertModel as EvilModel\n")
+    (d / "evil.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from transformers import BertConfig as EvilConfig, BertModel as EvilModel\n"
+    )
     data = json.loads((d / "config.json").read_text())
-    data.update(model_type=model_type, architectures=["EvilModel"],
-                auto_map={"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"})
+    data.update(
+        model_type=model_type,
+        architectures=["EvilModel"],
+        auto_map={"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"},
+    )
     (d / "config.json").write_text(json.dumps(data))
     return d, marker
 
 
 def test_auto_map_directory_is_refused_and_never_runs(tmp_path, bert_tokenizer):
     d, marker = _custom_code_dir(tmp_path, bert_tokenizer, "bert")
-    proc = subprocess.run([sys.executable, "-m", "probe", "capture", "--model", f"hf:{d}", "--text", "hi",
-                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "probe", "capture", "--model", f"hf:{d}", "--text", "hi", "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 1 and "needs custom Python code" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "[y/N]" not in proc.stdout + proc.stderr
     assert not marker.exists()
@@ -73,8 +83,11 @@ def test_transformers_itself_is_told_never_to_trust_remote_code(tmp_path, bert_t
 
 
 # ---- CoNLL-U validated as UD requires --------------------------------------------
-GOOD = ["1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_", "2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_",
-        "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_"]
+GOOD = [
+    "1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_",
+    "2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_",
+    "3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_",
+]
 
 
 def _treebank(tmp_path, *sentences):
@@ -92,15 +105,18 @@ def _with(col, row, value):
     return ["\t".join(r) for r in rows]
 
 
-@pytest.mark.parametrize("rows, line, problem", [
-    (_with(6, 0, "99"), 9, "HEAD 99 of word 1 is out of range"),
-    (_with(6, 2, "1"), 7, "exactly one root"),  # 1->2->3->1: a cycle and no root
-    (_with(6, 1, "2"), 10, "word 2 is its own head"),
-    (_with(0, 1, "1"), 10, "word ID 1 is duplicate"),
-    (_with(0, 2, "5"), 11, "word ID 5 is out of order"),
-    (_with(6, 1, "0"), 11, "exactly one root"),  # two roots: the second is named
-    (["1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_"] + GOOD[:1], 10, "multiword range ends at word 2"),
-])
+@pytest.mark.parametrize(
+    "rows, line, problem",
+    [
+        (_with(6, 0, "99"), 9, "HEAD 99 of word 1 is out of range"),
+        (_with(6, 2, "1"), 7, "exactly one root"),  # 1->2->3->1: a cycle and no root
+        (_with(6, 1, "2"), 10, "word 2 is its own head"),
+        (_with(0, 1, "1"), 10, "word ID 1 is duplicate"),
+        (_with(0, 2, "5"), 11, "word ID 5 is out of order"),
+        (_with(6, 1, "0"), 11, "exactly one root"),  # two roots: the second is named
+        (["1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_"] + GOOD[:1], 10, "multiword range ends at word 2"),
+    ],
+)
 def test_invalid_sentences_are_refused_with_file_and_line(tmp_path, rows, line, problem):
     path = _treebank(tmp_path, GOOD, rows)  # the bad sentence: comments at lines 7-8, words from line 9
     with pytest.raises(ValueError, match=rf"t\.conllu:{line}: .*{problem}.*--skip-invalid"):
@@ -146,8 +162,9 @@ def test_ewt_reads_unchanged(ewt_dev):
 
 # ---- preconditions -------------------------------------------------------------
 def test_paper_figures_refuses_a_vocabulary_without_the_words(tmp_path):
-    one_line_error(invoke("paper-figures", "--model", "zoo:agreement", "--out", tmp_path), "vocabulary lacks",
-                   "'Law'", "[UNK]")
+    one_line_error(
+        invoke("paper-figures", "--model", "zoo:agreement", "--out", tmp_path), "vocabulary lacks", "'Law'", "[UNK]"
+    )
 
 
 def test_complexity_refuses_sizes_that_give_no_fit(tmp_path):
@@ -156,16 +173,20 @@ def test_complexity_refuses_sizes_that_give_no_fit(tmp_path):
 
 
 def test_bogus_device_is_a_clean_error(tmp_path):
-    one_line_error(invoke("capture", "--text", "hi", "--device", "bogus", "--out", tmp_path / "o"),
-                   "unknown device 'bogus'")
+    one_line_error(
+        invoke("capture", "--text", "hi", "--device", "bogus", "--out", tmp_path / "o"), "unknown device 'bogus'"
+    )
     one_line_error(invoke("capture", "--text", "hi", "--device", "cuda:99", "--out", tmp_path / "o"), "cuda:99")
 
 
-@pytest.mark.parametrize("args", [
-    ("evaluate", "--model", "zoo:induction", "--limit", "100000000"),
-    ("alignment", "--limit", "100000000", "--out", "{tmp}"),
-    ("flow-correlation", "--model", "zoo:agreement", "--limit", "100000000", "--out", "{tmp}"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("evaluate", "--model", "zoo:induction", "--limit", "100000000"),
+        ("alignment", "--limit", "100000000", "--out", "{tmp}"),
+        ("flow-correlation", "--model", "zoo:agreement", "--limit", "100000000", "--out", "{tmp}"),
+    ],
+)
 def test_huge_counts_are_refused_at_once(tmp_path, args):
     start = time.perf_counter()
     one_line_error(invoke(*[a.format(tmp=tmp_path) for a in args]), "at most 10000")
@@ -186,8 +207,7 @@ def test_patch_drops_the_whole_pair_of_an_over_long_line(minilm, tmp_path):
     c, b = fit_pairs(clean, bad, minilm)
     assert c.texts == ("The cat sat.", "A dog ran.") and b.texts == ("The dog sat.", "A cat ran.")
     assert c.skipped == b.skipped == {"pair with a text longer than 512 tokens": 1}
-    one_line_error(invoke("patch", "--text", LONG, "--corrupted", "short", "--out", tmp_path / "o"),
-                   "512 tokens")
+    one_line_error(invoke("patch", "--text", LONG, "--corrupted", "short", "--out", tmp_path / "o"), "512 tokens")
 
 
 @pytest.mark.parametrize("command", ["rollout", "flow", "faithfulness"])
@@ -206,8 +226,9 @@ def test_heatmap_keeps_a_foreign_file_and_creates_the_parent(minilm, tmp_path):
     capture_corpus(minilm, Corpus(texts=("The cat sat.",)), tmp_path / "s")
     (tmp_path / "fig").mkdir()
     (tmp_path / "fig" / "L0H0_ex0.csv").write_text("precious\n")
-    one_line_error(invoke("heatmap", "--store", tmp_path / "s", "--head", "L0H0", "--out", tmp_path / "fig"),
-                   "not empty")
+    one_line_error(
+        invoke("heatmap", "--store", tmp_path / "s", "--head", "L0H0", "--out", tmp_path / "fig"), "not empty"
+    )
     assert (tmp_path / "fig" / "L0H0_ex0.csv").read_text() == "precious\n"
     res = invoke("heatmap", "--store", tmp_path / "s", "--head", "L0H0", "--out", tmp_path / "new" / "dir")
     assert res.exit_code == 0 and (tmp_path / "new" / "dir" / "L0H0_ex0.csv").exists(), res.output
@@ -221,7 +242,7 @@ def test_sort_window_and_batches_are_bounded_in_bytes(minilm, monkeypatch):
 
     texts = [" ".join(["word"] * n) for n in (200, 5, 300, 8, 250, 6, 220, 7)]
     cell = minilm.n_layers * minilm.n_heads * 4
-    bound = cell * 2 * 300 ** 2  # about two of the longest maps
+    bound = cell * 2 * 300**2  # about two of the longest maps
     batches, real, produced = [], cap._capture_batch, [0]
 
     def spy(adapter, encs, *a, **k):

@@ -92,10 +92,13 @@ def test_missing_module_failed_and_valueerror_sections():
 
         np.zeros(3).reshape(2, 2)
 
-    secs = [Section("nomod", "No module", lambda c: SectionResult(), modules=("analyses.does_not_exist",)),
-            Section("boom", "Boom", boom), Section("refuse", "Refuse", refuse),
-            Section("later", "Later", lambda c: SectionResult(), after=("boom",)),
-            Section("numpy", "Numpy", numpy_bug)]
+    secs = [
+        Section("nomod", "No module", lambda c: SectionResult(), modules=("analyses.does_not_exist",)),
+        Section("boom", "Boom", boom),
+        Section("refuse", "Refuse", refuse),
+        Section("later", "Later", lambda c: SectionResult(), after=("boom",)),
+        Section("numpy", "Numpy", numpy_bug),
+    ]
     ctx = _ctx([_evil_maps()])
     out = {o.name: o for o in run_sections(ctx, secs)}
     assert out["nomod"].status == "skipped" and "analyses.does_not_exist" in out["nomod"].reason
@@ -124,9 +127,10 @@ def test_every_page_exists_and_corpus_text_is_escaped(evil_report):
         # the only <script> tags are ours: the component's code and its JSON data
         for m in re.finditer(r"<script([^>]*)>", html):
             assert m.group(1) in ("", ' type="application/json"')
-        assert "<script>alert" not in html and "</script>\"" not in html
+        assert "<script>alert" not in html and '</script>"' not in html
         assert "alert(1)" not in html.replace("&lt;script&gt;alert(1)&lt;/script&gt;", "").replace(
-            "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e", "")
+            "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e", ""
+        )
     head = (out / "heads" / "L0H0.html").read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in head  # sentence and line-view tokens, as text
     assert "&quot;q&quot;" in head and "a&amp;b" in head
@@ -156,23 +160,58 @@ def test_verdicts_and_grid_follow_roles(evil_report):
 def test_verdict_sentences():
     from probe.app.report.verdict import verdict
 
-    v = verdict({"role": "attends 30% [CLS], 20% next token", "syntax_relation": "det", "syntax_accuracy": 0.92,
-                 "syntax_baseline": 0.51, "ablation_metric": "drift", "ablation_delta": 0.08,
-                 "ablation_ci_low": 0.05, "ablation_ci_high": 0.11})
+    v = verdict(
+        {
+            "role": "attends 30% [CLS], 20% next token",
+            "syntax_relation": "det",
+            "syntax_accuracy": 0.92,
+            "syntax_baseline": 0.51,
+            "ablation_metric": "drift",
+            "ablation_delta": 0.08,
+            "ablation_ci_low": 0.05,
+            "ablation_ci_high": 0.11,
+        }
+    )
     assert v == "looks syntactic (det, 92% vs 51% baseline) and matters (drift +0.08)"
-    v = verdict({"role": "special-token", "to_cls": 0.1, "to_sep": 0.8, "ablation_delta": 0.001,
-                 "ablation_ci_low": -0.002, "ablation_ci_high": 0.004, "ablation_metric": "loss"})
+    v = verdict(
+        {
+            "role": "special-token",
+            "to_cls": 0.1,
+            "to_sep": 0.8,
+            "ablation_delta": 0.001,
+            "ablation_ci_low": -0.002,
+            "ablation_ci_high": 0.004,
+            "ablation_metric": "loss",
+        }
+    )
     assert v.startswith("attends to [SEP] (80% of its attention); ablating it changes nothing (loss +0.001")
-    v = verdict({"role": "special-token", "to_cls": 0.7, "to_sep": 0.1, "ablation_delta": 0.0007,
-                 "ablation_ci_low": 0.0005, "ablation_ci_high": 0.0009, "ablation_metric": "embedding-drift",
-                 "ablation_relative": 0.2, "importance_rank": 64, "importance_of": 72,
-                 "faith_verdict": "relevant, disagrees", "faith_tau_ig": -0.05, "faith_tau_ig_significant": 0.1})
-    assert v == ("attends to [CLS] (70% of its attention); ablating it changes little (embedding-drift +0.0007, "
-                 "20% of the largest head effect), importance rank 64/72; weights relevant, disagrees with ig "
-                 "(τ -0.05)")
+    v = verdict(
+        {
+            "role": "special-token",
+            "to_cls": 0.7,
+            "to_sep": 0.1,
+            "ablation_delta": 0.0007,
+            "ablation_ci_low": 0.0005,
+            "ablation_ci_high": 0.0009,
+            "ablation_metric": "embedding-drift",
+            "ablation_relative": 0.2,
+            "importance_rank": 64,
+            "importance_of": 72,
+            "faith_verdict": "relevant, disagrees",
+            "faith_tau_ig": -0.05,
+            "faith_tau_ig_significant": 0.1,
+        }
+    )
+    assert v == (
+        "attends to [CLS] (70% of its attention); ablating it changes little (embedding-drift +0.0007, "
+        "20% of the largest head effect), importance rank 64/72; weights relevant, disagrees with ig "
+        "(τ -0.05)"
+    )
     assert verdict({}).startswith("no evidence yet")
     # a weak relation (19% vs 6%) is not called syntactic
-    assert verdict({"syntax_relation": "nmod", "syntax_accuracy": 0.19, "syntax_baseline": 0.06}).startswith("no evidence")
+    assert verdict({"syntax_relation": "nmod", "syntax_accuracy": 0.19, "syntax_baseline": 0.06}).startswith(
+        "no evidence"
+    )
 
 
 # ---- --force semantics ---------------------------------------------------------------
@@ -252,8 +291,7 @@ def test_report_on_minilm_with_bundled_treebank(minilm, tmp_path):
     """Capture → sections → pages on the bundled model and 6 sample sentences."""
     from probe.app.report.build import build_report
 
-    data = build_report(tmp_path / "r", adapter=minilm, limit=6, sections=["syntax", "roles", "rollout"],
-                        strict=True)
+    data = build_report(tmp_path / "r", adapter=minilm, limit=6, sections=["syntax", "roles", "rollout"], strict=True)
     assert data.statuses == {"syntax": "ran", "roles": "ran", "rollout": "ran"}
     assert len(data.ctx.maps) == 6 and data.ctx.representatives[:2] == [0, 1]  # the paper sentences
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
@@ -277,7 +315,7 @@ def test_cli_report_text_input_and_force(minilm, tmp_path, monkeypatch):
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: minilm)
     out = tmp_path / "cli"
-    args = ["--text", LAW, "--text", "<b>bold</b> & \"quotes\"", "--out", str(out), "--sections", "roles,syntax"]
+    args = ["--text", LAW, "--text", '<b>bold</b> & "quotes"', "--out", str(out), "--sections", "roles,syntax"]
     r = CliRunner().invoke(report_cmd, args)
     assert r.exit_code == 0, r.output
     assert "syntax       skipped: no treebank" in r.output and "roles        ran" in r.output

@@ -16,14 +16,19 @@ def checkpoints(tmp_path_factory, bert_tokenizer):
     import transformers as T
 
     V = len(bert_tokenizer)
-    bert = T.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, pad_token_id=0)
-    gpt2 = T.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, bos_token_id=101, eos_token_id=102,
-                        pad_token_id=0)
+    bert = T.BertConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, pad_token_id=0
+    )
+    gpt2 = T.GPT2Config(
+        vocab_size=V, n_embd=32, n_layer=2, n_head=4, bos_token_id=101, eos_token_id=102, pad_token_id=0
+    )
     out = {}
-    for kind, build in [("mlm", lambda: T.BertForMaskedLM(bert)), ("gpt2", lambda: T.GPT2LMHeadModel(gpt2)),
-                        ("seqcls", lambda: T.BertForSequenceClassification(bert)),
-                        ("tokcls", lambda: T.BertForTokenClassification(bert))]:
+    for kind, build in [
+        ("mlm", lambda: T.BertForMaskedLM(bert)),
+        ("gpt2", lambda: T.GPT2LMHeadModel(gpt2)),
+        ("seqcls", lambda: T.BertForSequenceClassification(bert)),
+        ("tokcls", lambda: T.BertForTokenClassification(bert)),
+    ]:
         torch.manual_seed(0)
         d = tmp_path_factory.mktemp(kind)
         build().save_pretrained(d, safe_serialization=True)
@@ -59,7 +64,11 @@ def test_budget_refused_with_smallest_that_works(tiny_models):
 def test_parse_size():
     from probe.budget import parse_size
 
-    assert parse_size("4G") == 4 << 30 and parse_size("1500M") == 1500 << 20 and parse_size("2.5GiB") == int(2.5 * (1 << 30))
+    assert (
+        parse_size("4G") == 4 << 30
+        and parse_size("1500M") == 1500 << 20
+        and parse_size("2.5GiB") == int(2.5 * (1 << 30))
+    )
     for bad in ("0", "-1G", "4X", ""):
         with pytest.raises(ValueError):
             parse_size(bad)
@@ -76,9 +85,15 @@ def test_importance_in_budget_sized_chunks_equals_one_batch(checkpoints):
     from probe.inputs import Corpus
 
     a = load_model(f"hf:{checkpoints['mlm']}")
-    corpus = Corpus(texts=("a short one .", "The cat sat on the mat because it was warm and the sun was out .",
-                           "Dogs bark .", "Colourless green ideas sleep furiously tonight in the garden ."),
-                    source="texts")
+    corpus = Corpus(
+        texts=(
+            "a short one .",
+            "The cat sat on the mat because it was warm and the sun was out .",
+            "Dogs bark .",
+            "Colourless green ideas sleep furiously tonight in the garden .",
+        ),
+        source="texts",
+    )
     m = get_metric("loss", a, corpus)
     whole = gradient_importance(a, corpus, m, chunks=prepare(a, corpus, m, batch_size=16))
     with memory_budget(8 * row_bytes(a, 20)):  # one row per forward
@@ -93,8 +108,20 @@ def test_importance_in_budget_sized_chunks_equals_one_batch(checkpoints):
 def test_report_refuses_too_small_budget_before_capture(checkpoints, tmp_path):
     from probe.app.cli import main
 
-    res = CliRunner().invoke(main, ["report", "--model", f"hf:{checkpoints['mlm']}", "--text", "a b c d e",
-                                    "--memory-budget", "1K", "--out", str(tmp_path / "r")])
+    res = CliRunner().invoke(
+        main,
+        [
+            "report",
+            "--model",
+            f"hf:{checkpoints['mlm']}",
+            "--text",
+            "a b c d e",
+            "--memory-budget",
+            "1K",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+    )
     assert res.exit_code != 0
     assert "smallest budget that works is" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "r").exists()
@@ -103,15 +130,17 @@ def test_report_refuses_too_small_budget_before_capture(checkpoints, tmp_path):
 def _report(model_dir, out, *extra):
     from probe.app.cli import main
 
-    return CliRunner().invoke(main, ["report", "--model", f"hf:{model_dir}", "--limit", "8", "--out", str(out),
-                                     *extra])
+    return CliRunner().invoke(main, ["report", "--model", f"hf:{model_dir}", "--limit", "8", "--out", str(out), *extra])
 
 
 @pytest.mark.slow  # two whole reports: ~20 s each on 2 cores
-@pytest.mark.parametrize("kind, metric_words, target", [
-    ("mlm", "masked-LM loss of the sentence's own tokens", "mlm"),
-    ("gpt2", "next-token loss", "loss:-1"),
-])
+@pytest.mark.parametrize(
+    "kind, metric_words, target",
+    [
+        ("mlm", "masked-LM loss of the sentence's own tokens", "mlm"),
+        ("gpt2", "next-token loss", "loss:-1"),
+    ],
+)
 def test_lm_checkpoint_report_runs_every_section_with_its_head(checkpoints, tmp_path, kind, metric_words, target):
     """A BertForMaskedLM / GPT2LMHeadModel folder: every section runs (faithfulness used to
     fail on the MLM with "'MaskedLMOutput' object has no attribute 'dim'"), the objective
@@ -134,8 +163,16 @@ def test_lm_checkpoint_report_runs_every_section_with_its_head(checkpoints, tmp_
 
 
 def test_report_objective_and_target_options(checkpoints, tmp_path):
-    res = _report(checkpoints["mlm"], tmp_path / "r", "--objective", "embedding-drift", "--target", "loss:1",
-                  "--sections", "ablation,faithfulness")
+    res = _report(
+        checkpoints["mlm"],
+        tmp_path / "r",
+        "--objective",
+        "embedding-drift",
+        "--target",
+        "loss:1",
+        "--sections",
+        "ablation,faithfulness",
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     by = {s["name"]: s for s in summary["sections"]}
@@ -210,18 +247,29 @@ def test_sentence_transformers_folder_loads_its_transformer_module(tmp_path, ber
     import transformers as T
     from probe.models import load_model
 
-    cfg = T.BertConfig(vocab_size=len(bert_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                       intermediate_size=64, pad_token_id=0)
+    cfg = T.BertConfig(
+        vocab_size=len(bert_tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        pad_token_id=0,
+    )
     (tmp_path / "0_Transformer").mkdir()
     (tmp_path / "1_Pooling").mkdir()
     T.BertModel(cfg).save_pretrained(tmp_path / "0_Transformer", safe_serialization=True)
     bert_tokenizer.save_pretrained(tmp_path / "0_Transformer")
-    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
-                                                                     "pooling_mode_mean_tokens": True,
-                                                                     "pooling_mode_cls_token": False}))
-    (tmp_path / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False})
+    )
+    (tmp_path / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
     a = load_model(f"hf:{tmp_path}")
     assert a.n_layers == 2 and a.card["pooling"] == "mean"
     (tmp_path / "modules.json").write_text(json.dumps([{"path": "gone", "type": "x.Transformer"}]))
@@ -232,8 +280,11 @@ def test_sentence_transformers_folder_loads_its_transformer_module(tmp_path, ber
 def _comparable(summary: dict):
     """summary.json without its timings (they differ between any two runs)."""
     if isinstance(summary, dict):
-        return {k: _comparable(v) for k, v in summary.items()
-                if k not in ("seconds", "capture seconds") and not k.endswith("_seconds")}
+        return {
+            k: _comparable(v)
+            for k, v in summary.items()
+            if k not in ("seconds", "capture seconds") and not k.endswith("_seconds")
+        }
     if isinstance(summary, list):
         return [_comparable(v) for v in summary]
     return summary
@@ -248,12 +299,23 @@ def test_killed_report_resumes_to_the_same_summary(checkpoints, tmp_path):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "probe", "report", "--model", f"hf:{checkpoints['mlm']}", "--limit", "4",
-            "--sections", "ablation,importance,faithfulness,claims"]
+    args = [
+        sys.executable,
+        "-m",
+        "probe",
+        "report",
+        "--model",
+        f"hf:{checkpoints['mlm']}",
+        "--limit",
+        "4",
+        "--sections",
+        "ablation,importance,faithfulness,claims",
+    ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(args + ["--out", str(killed)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            env=env, text=True)
+    proc = subprocess.Popen(
+        args + ["--out", str(killed)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True
+    )
     seen = []
     for line in proc.stderr:
         seen.append(line)
@@ -271,8 +333,9 @@ def test_killed_report_resumes_to_the_same_summary(checkpoints, tmp_path):
     assert "ablation (resumed" in again.stderr and "importance (resumed" in again.stderr
     assert not partial.exists()  # removed once the report is written
 
-    whole = subprocess.run(args + ["--out", str(tmp_path / "whole")], capture_output=True, text=True, env=env,
-                           timeout=600)
+    whole = subprocess.run(
+        args + ["--out", str(tmp_path / "whole")], capture_output=True, text=True, env=env, timeout=600
+    )
     assert whole.returncode == 0, whole.stderr
     a = json.loads((killed / "summary.json").read_text())
     b = json.loads((tmp_path / "whole" / "summary.json").read_text())
@@ -301,12 +364,31 @@ def test_saved_section_round_trips_exactly(tmp_path):
     from probe.app.report.resume import PartialReport, fingerprint
     from probe.app.report.sections import SectionOutcome
 
-    t = pd.DataFrame({"layer": [0, 1], "head": [2, 3], "x": np.array([0.1, 1 / 3], dtype=np.float32),
-                      "y": [np.nan, 2.5], "ok": [True, False], "name": ["a", None]})
-    sweep = SweepResult(table=t, clean=np.array([1.0, 2.0]), ablated=np.arange(6.0).reshape(3, 2),
-                        heads=((0, 1), (1, 0), (1, 1)), path="site-restart")
-    res = Result(tables={"t": t}, per_head=t, notes=["n"], summary={"m": 0.1, "k": [1, 2]}, summary_name="s",
-                 data={"sweep": sweep, "target": "mlm"})
+    t = pd.DataFrame(
+        {
+            "layer": [0, 1],
+            "head": [2, 3],
+            "x": np.array([0.1, 1 / 3], dtype=np.float32),
+            "y": [np.nan, 2.5],
+            "ok": [True, False],
+            "name": ["a", None],
+        }
+    )
+    sweep = SweepResult(
+        table=t,
+        clean=np.array([1.0, 2.0]),
+        ablated=np.arange(6.0).reshape(3, 2),
+        heads=((0, 1), (1, 0), (1, 1)),
+        path="site-restart",
+    )
+    res = Result(
+        tables={"t": t},
+        per_head=t,
+        notes=["n"],
+        summary={"m": 0.1, "k": [1, 2]},
+        summary_name="s",
+        data={"sweep": sweep, "target": "mlm"},
+    )
     p = PartialReport(tmp_path / "r", fingerprint())
     assert p.save(SectionOutcome("abl", "Ablation", "ran", "", 1.5, res))
     back = p.load("abl")
@@ -340,21 +422,24 @@ def test_windows_overlap_and_cover_the_text(checkpoints):
     assert second in LONG and LONG.index(second) < len(out.texts[0])  # the windows overlap
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--window", "0"], "--window must be a positive"),
-    (["--window", "100", "--stride", "100"], "must be smaller than --window 100"),
-    (["--window", "100", "--stride", "0"], "--stride must be a positive"),
-    (["--window", "4096"], "larger than the model's limit of 512 tokens"),
-    (["--stride", "3"], "--stride needs --window"),
-])
-def test_bad_window_values_are_one_error_line_before_the_model_loads(checkpoints, tmp_path, monkeypatch, args,
-                                                                     message):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--window", "0"], "--window must be a positive"),
+        (["--window", "100", "--stride", "100"], "must be smaller than --window 100"),
+        (["--window", "100", "--stride", "0"], "--stride must be a positive"),
+        (["--window", "4096"], "larger than the model's limit of 512 tokens"),
+        (["--stride", "3"], "--stride needs --window"),
+    ],
+)
+def test_bad_window_values_are_one_error_line_before_the_model_loads(checkpoints, tmp_path, monkeypatch, args, message):
     from probe.app.cli import main
     from probe.models import registry
 
     monkeypatch.setattr(registry, "load_hf", lambda *a, **k: pytest.fail("the model was loaded"))
-    res = CliRunner().invoke(main, ["report", "--model", f"hf:{checkpoints['mlm']}", "--text", "a b", *args,
-                                    "--out", str(tmp_path / "r")])
+    res = CliRunner().invoke(
+        main, ["report", "--model", f"hf:{checkpoints['mlm']}", "--text", "a b", *args, "--out", str(tmp_path / "r")]
+    )
     assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output
     assert res.output.count("Error:") == 1
 
@@ -384,8 +469,14 @@ def test_report_options_reach_the_sections_that_declare_them():
     from probe.app.report.sections import run_section
 
     seen = {}
-    sec = Analysis("x", "x", lambda ctx: seen.update(ctx.params) or Result(), params=(Param("metric", str, "auto"),),
-                   section=True, report_params={"max_model_examples": 128})
+    sec = Analysis(
+        "x",
+        "x",
+        lambda ctx: seen.update(ctx.params) or Result(),
+        params=(Param("metric", str, "auto"),),
+        section=True,
+        report_params={"max_model_examples": 128},
+    )
     ctx = type("Ctx", (), {"overrides": _overrides("loss", "mlm", 0), "params": {}})()
     run_section(ctx, sec)
     assert seen == {"metric": "loss", "max_model_examples": None}  # no "target": x does not declare it

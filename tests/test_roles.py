@@ -13,12 +13,20 @@ from conftest import all_on, identity, make_maps, previous_token, uniform
 
 from probe.analyses.patterns.head_clusters import cluster_heads, embed_heads, head_clusters, head_divergence
 from probe.analyses.patterns.role_features import head_features, is_punctuation, layer_summary, token_frequencies
-from probe.analyses.patterns.roles import (ROLES, RoleClassifier, RoleThresholds, assign_roles, base_role, head_roles,
-                            role_counts)
+from probe.analyses.patterns.roles import (
+    ROLES,
+    RoleClassifier,
+    RoleThresholds,
+    assign_roles,
+    base_role,
+    head_roles,
+    role_counts,
+)
 
 N = 10
-BERTISH = dict(tokens=["[CLS]"] + [f"w{i}" for i in range(1, N - 2)] + [".", "[SEP]"],
-               special=[True] + [False] * (N - 2) + [True])
+BERTISH = dict(
+    tokens=["[CLS]"] + [f"w{i}" for i in range(1, N - 2)] + [".", "[SEP]"], special=[True] + [False] * (N - 2) + [True]
+)
 
 
 def next_token(n, layers=1, heads=1):
@@ -79,8 +87,9 @@ def test_closed_form_feature_values():
 
 def test_word_level_features_follow_clark_aggregation():
     # words: w0 = (t0, t1), w1 = t2; a token previous-token head is "self" for w0 and "prev" for w1
-    m = make_maps(previous_token(3), tokens=["a", "##b", "c"], special=[False] * 3,
-                  word_ids=[0, 0, 1], words=["ab", "c"])
+    m = make_maps(
+        previous_token(3), tokens=["a", "##b", "c"], special=[False] * 3, word_ids=[0, 0, 1], words=["ab", "c"]
+    )
     word = head_features([m], level="word").iloc[0]
     assert word.prev == pytest.approx(1.0)  # one row (w1) has a previous word
     assert word.self == pytest.approx(0.5)  # w0 → itself (1), w1 → itself (0)
@@ -162,16 +171,50 @@ def test_punctuation_head():
 
 def test_syntax_evidence_labels_heads():
     feats = head_features([make_maps(four_heads(), **BERTISH)])
-    syntax = pd.DataFrame([
-        dict(relation="nsubj", direction="dep->head", layer=0, head=1, accuracy=58.5,
-             baseline_offset=1, baseline_accuracy=45.5, count=500),  # +13 points: syntactic
-        dict(relation="amod", direction="dep->head", layer=0, head=2, accuracy=75.6,
-             baseline_offset=1, baseline_accuracy=68.3, count=500),  # +7.3: not enough
-        dict(relation="det", direction="dep->head", layer=0, head=3, accuracy=94.3,
-             baseline_offset=1, baseline_accuracy=51.7, count=20),  # too few instances
-        dict(relation="coref", direction="mention->antecedent", layer=0, head=4, accuracy=65.0,
-             baseline_offset=-1, baseline_accuracy=27.0, count=300),
-    ])
+    syntax = pd.DataFrame(
+        [
+            dict(
+                relation="nsubj",
+                direction="dep->head",
+                layer=0,
+                head=1,
+                accuracy=58.5,
+                baseline_offset=1,
+                baseline_accuracy=45.5,
+                count=500,
+            ),  # +13 points: syntactic
+            dict(
+                relation="amod",
+                direction="dep->head",
+                layer=0,
+                head=2,
+                accuracy=75.6,
+                baseline_offset=1,
+                baseline_accuracy=68.3,
+                count=500,
+            ),  # +7.3: not enough
+            dict(
+                relation="det",
+                direction="dep->head",
+                layer=0,
+                head=3,
+                accuracy=94.3,
+                baseline_offset=1,
+                baseline_accuracy=51.7,
+                count=20,
+            ),  # too few instances
+            dict(
+                relation="coref",
+                direction="mention->antecedent",
+                layer=0,
+                head=4,
+                accuracy=65.0,
+                baseline_offset=-1,
+                baseline_accuracy=27.0,
+                count=300,
+            ),
+        ]
+    )
     roles = assign_roles(feats, syntax=syntax)
     assert role_of(roles, 0, 1).role == "syntactic (nsubj)"
     assert role_of(roles, 0, 1).confidence == pytest.approx(0.585)
@@ -185,10 +228,28 @@ def test_syntax_evidence_labels_heads():
     loose = assign_roles(feats, RoleThresholds(syntactic_margin=5), syntax=syntax)
     assert role_of(loose, 0, 2).role == "syntactic (amod)"
     # probe.analyses.structure.coref's best() table: the stronger baseline must be beaten by 10 points
-    coref = pd.DataFrame([dict(setting="same_sentence", layer=0, head=0, accuracy=0.65, nearest_mention=0.27,
-                               nearest_agreeing=0.52, count=400),
-                          dict(setting="earlier_sentence", layer=0, head=1, accuracy=0.60, nearest_mention=0.27,
-                               nearest_agreeing=0.52, count=400)])
+    coref = pd.DataFrame(
+        [
+            dict(
+                setting="same_sentence",
+                layer=0,
+                head=0,
+                accuracy=0.65,
+                nearest_mention=0.27,
+                nearest_agreeing=0.52,
+                count=400,
+            ),
+            dict(
+                setting="earlier_sentence",
+                layer=0,
+                head=1,
+                accuracy=0.60,
+                nearest_mention=0.27,
+                nearest_agreeing=0.52,
+                count=400,
+            ),
+        ]
+    )
     with_coref = assign_roles(feats, coreference=coref)
     assert role_of(with_coref, 0, 0).role == "coreference" and "nearest" not in role_of(with_coref, 0, 0).also
     assert role_of(with_coref, 0, 1).role == "broad"  # 60 vs 52: +8 points only
@@ -212,9 +273,14 @@ def test_bad_input(caplog):
         head_roles([])
     from probe.maps import AttentionMaps
 
-    cross = AttentionMaps(attentions=torch.full((1, 1, 2, 3), 1 / 3), tokens=["a", "b", "c"],
-                          word_ids=[0, 1, 2], special_mask=torch.zeros(3, dtype=torch.bool),
-                          kind="cross", query_tokens=["x", "y"])
+    cross = AttentionMaps(
+        attentions=torch.full((1, 1, 2, 3), 1 / 3),
+        tokens=["a", "b", "c"],
+        word_ids=[0, 1, 2],
+        special_mask=torch.zeros(3, dtype=torch.bool),
+        kind="cross",
+        query_tokens=["x", "y"],
+    )
     with pytest.raises(ValueError, match="cross-attention"):
         head_roles([cross])
     other = make_maps(four_heads()[:, :2], **BERTISH)
@@ -227,8 +293,14 @@ def test_bad_input(caplog):
 def test_store_streams_the_same_answer(tmp_path):
     from probe.store import Store, write_store
 
-    maps = [make_maps(four_heads(n), tokens=["[CLS]"] + [f"w{i % 3}" for i in range(1, n - 1)] + ["[SEP]"],
-                      special=[True] + [False] * (n - 2) + [True]) for n in (6, 8, 9)]
+    maps = [
+        make_maps(
+            four_heads(n),
+            tokens=["[CLS]"] + [f"w{i % 3}" for i in range(1, n - 1)] + ["[SEP]"],
+            special=[True] + [False] * (n - 2) + [True],
+        )
+        for n in (6, 8, 9)
+    ]
     store = write_store(tmp_path / "s", enumerate(maps), manifest={"model": "hand"}, shard_size=2)
     assert isinstance(store, Store)
     a, b = head_roles(store, min_examples=1), head_roles(maps, min_examples=1)
@@ -350,8 +422,14 @@ def test_cli_writes_tables_and_figures_from_a_store(tmp_path):
     roles_cmd = command("roles")
     from probe.store import write_store
 
-    maps = [make_maps(four_heads(n), tokens=["[CLS]"] + [f"w{i}" for i in range(1, n - 1)] + ["[SEP]"],
-                      special=[True] + [False] * (n - 2) + [True]) for n in (7, 9, 10)]
+    maps = [
+        make_maps(
+            four_heads(n),
+            tokens=["[CLS]"] + [f"w{i}" for i in range(1, n - 1)] + ["[SEP]"],
+            special=[True] + [False] * (n - 2) + [True],
+        )
+        for n in (7, 9, 10)
+    ]
     write_store(tmp_path / "s", enumerate(maps), manifest={"model": "hand"})
     out = tmp_path / "res"
     r = CliRunner().invoke(roles_cmd, ["--store", str(tmp_path / "s"), "--out", str(out), "--clusters", "3"])
@@ -366,8 +444,9 @@ def test_cli_writes_tables_and_figures_from_a_store(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res", "s"]  # nothing beside --out
     layers = pd.read_csv(out / "layers.csv")
     assert list(layers.columns) == ["layer", "to_cls", "to_sep", "to_punct"]
-    bad = CliRunner().invoke(roles_cmd, ["--store", str(tmp_path / "s"), "--out", str(out), "--force",
-                                         "--threshold", "positionl=0.5"])
+    bad = CliRunner().invoke(
+        roles_cmd, ["--store", str(tmp_path / "s"), "--out", str(out), "--force", "--threshold", "positionl=0.5"]
+    )
     assert bad.exit_code != 0 and "unknown threshold" in bad.output
     missing = CliRunner().invoke(roles_cmd, ["--store", str(tmp_path / "nope"), "--out", str(out), "--force"])
     assert missing.exit_code == 1 and "is not a store" in missing.output

@@ -100,8 +100,7 @@ def test_batch_default_row_of_causal_examples_is_the_last_token():
 
 def test_rollout_maps_gives_token_scores_that_round_trip_through_json():
     a = _random_maps(3, 2, 6, seed=3).float()
-    maps = make_maps(a, tokens=["[CLS]", "a", "b", "c", "d", "[SEP]"],
-                     special=[True, False, False, False, False, True])
+    maps = make_maps(a, tokens=["[CLS]", "a", "b", "c", "d", "[SEP]"], special=[True, False, False, False, False, True])
     ts = rollout_maps(maps)
     assert ts.output_positions == (0,)
     assert ts.scores.shape == (1, 6)
@@ -158,8 +157,9 @@ def test_non_consecutive_captured_layers_are_refused():
     from probe.maps import AttentionMaps
 
     a = _random_maps(2, 2, 4).float()
-    maps = AttentionMaps(a, tokens=list("abcd"), word_ids=[0, 1, 2, 3],
-                         special_mask=torch.zeros(4, dtype=torch.bool), layers=(0, 3))
+    maps = AttentionMaps(
+        a, tokens=list("abcd"), word_ids=[0, 1, 2, 3], special_mask=torch.zeros(4, dtype=torch.bool), layers=(0, 3)
+    )
     with pytest.raises(ValueError, match="consecutive"):
         rollout_maps(maps)
 
@@ -182,8 +182,7 @@ def test_cli_rollout_of_the_bundled_model_writes_the_cls_row(tmp_path):
 
     rollout_cmd = command("rollout")
 
-    res = CliRunner().invoke(rollout_cmd, ["-t", "The keys to the cabinet are on the table.",
-                                           "-o", str(tmp_path)])
+    res = CliRunner().invoke(rollout_cmd, ["-t", "The keys to the cabinet are on the table.", "-o", str(tmp_path)])
     assert res.exit_code == 0, res.output
     d = json.loads((tmp_path / "rollout.json").read_text())
     assert d["tokens"][0] == "[CLS]" and d["output_positions"] == [0]

@@ -23,8 +23,12 @@ from probe.app.engine.run import run_corpus
 from probe.capture import iter_capture
 from probe.streaming import feed, stream_layers
 
-TEXTS = ["The cat sat on the mat.", "A dog barked at the cat and the cat ran away quickly.",
-         "It rained.", "Birds sing when the sun rises over the quiet hills."]
+TEXTS = [
+    "The cat sat on the mat.",
+    "A dog barked at the cat and the cat ran away quickly.",
+    "It rained.",
+    "Birds sing when the sun rises over the quiet hills.",
+]
 
 
 def _sentences(path, n):
@@ -79,8 +83,9 @@ def test_streamed_features_and_syntax_equal_today_on_minilm_ewt(minilm):
 
     # alone vs in a padded batch: the forward itself differs at float rounding
     torch.testing.assert_close(graphs[0].attention, word_graph(next(whole), sents[0]).attention, atol=1e-5, rtol=0)
-    ref_feat = head_features(iter_capture(minilm, [s.text for s in sents], word_spans=[s.spans for s in sents]),
-                             level="word")
+    ref_feat = head_features(
+        iter_capture(minilm, [s.text for s in sents], word_spans=[s.spans for s in sents]), level="word"
+    )
     _assert_features_equal(_streamed_features(minilm, sents, "word"), ref_feat)
 
 
@@ -134,8 +139,16 @@ def test_ablation_values_merge_to_the_whole_sweep():
 
     tok = T.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
     torch.manual_seed(0)
-    cfg = T.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                        intermediate_size=64, vocab_size=len(tok), pad_token_id=0, initializer_range=0.2)
+    cfg = T.LlamaConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=len(tok),
+        pad_token_id=0,
+        initializer_range=0.2,
+    )
     a = ModelAdapter(name="tiny-llama-lm", model=T.LlamaForCausalLM(cfg), tokenizer=tok, family="llama")
     ref = sweep_heads(a, TEXTS, "loss", n_boot=200)
     job = AblateJob("loss", n_boot=200)
@@ -190,8 +203,24 @@ def test_cli_engine_stream_writes_the_same_syntax_tables(tmp_path):
     tables = {}
     for kind in ("local", "stream"):
         out = tmp_path / kind
-        r = CliRunner().invoke(main, ["syntax", "--conllu", conllu, "--limit", "6", "--tree-limit", "0",
-                                      "--probe-limit", "0", "--engine", kind, "-o", str(out)])
+        r = CliRunner().invoke(
+            main,
+            [
+                "syntax",
+                "--conllu",
+                conllu,
+                "--limit",
+                "6",
+                "--tree-limit",
+                "0",
+                "--probe-limit",
+                "0",
+                "--engine",
+                kind,
+                "-o",
+                str(out),
+            ],
+        )
         assert r.exit_code == 0, r.output
         tables[kind] = pd.read_csv(out / "best.csv")
     pd.testing.assert_frame_equal(tables["stream"], tables["local"])
@@ -206,8 +235,23 @@ def test_cli_engine_stream_ablates_a_zoo_model_with_its_task_loss(tmp_path):
 
     tables = {}
     for eng in ("local", "stream"):
-        r = CliRunner().invoke(main, ["ablate", "--model", "zoo:prev-token", "--limit", "6", "--n-boot", "20",
-                                      "--engine", eng, "--out", str(tmp_path / eng), "--quiet"])
+        r = CliRunner().invoke(
+            main,
+            [
+                "ablate",
+                "--model",
+                "zoo:prev-token",
+                "--limit",
+                "6",
+                "--n-boot",
+                "20",
+                "--engine",
+                eng,
+                "--out",
+                str(tmp_path / eng),
+                "--quiet",
+            ],
+        )
         assert r.exit_code == 0, r.output
         tables[eng] = pd.read_csv(tmp_path / eng / "ablation.csv")
     assert set(tables["stream"]["metric"]) == {"loss"}
@@ -293,13 +337,20 @@ def llama_dir(tmp_path_factory):
 
     tok = T.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
     torch.manual_seed(0)
-    cfg = T.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                        intermediate_size=64, vocab_size=len(tok), pad_token_id=0, initializer_range=0.2)
+    cfg = T.LlamaConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=len(tok),
+        pad_token_id=0,
+        initializer_range=0.2,
+    )
     path = tmp_path_factory.mktemp("tiny-llama")
     T.LlamaForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
     return f"hf:{path}"
-
 
 
 @pytest.fixture(scope="module")
@@ -323,8 +374,15 @@ def test_ray_two_workers_with_one_killed_equal_one_process(ray_cluster, llama, l
 
     (tok, word, rel), _ = run_corpus(llama, sents, accs(), engine="local", batch_size=4)
     _assert_features_equal(tok.result(), head_features(iter_capture(llama, [s.text for s in sents])))
-    (rtok, rword, rrel, _k), _ = run_corpus(llama_dir, sents, accs() + [KillOnce(str(marker), 5)], engine="ray",
-                                           workers=2, block_size=RAY_BLOCK, batch_size=4)
+    (rtok, rword, rrel, _k), _ = run_corpus(
+        llama_dir,
+        sents,
+        accs() + [KillOnce(str(marker), 5)],
+        engine="ray",
+        workers=2,
+        block_size=RAY_BLOCK,
+        batch_size=4,
+    )
     assert not marker.exists()  # a worker really died on block 1, and the block was retried
     _assert_features_equal(rtok.result(), tok.result())
     _assert_features_equal(rword.result(), word.result())
@@ -339,8 +397,15 @@ def test_ray_ablation_sums_equal_one_process(ray_cluster, llama, llama_dir):
     from probe.inputs import Corpus
 
     texts = [s.text for s in _sentences(EWT_DEV, RAY_SENTENCES)]
-    swept = engine.ablate(llama_dir, Corpus(texts=tuple(texts), source="ewt"), "loss", engine="ray", workers=2,
-                          block_size=RAY_BLOCK, n_boot=200)
+    swept = engine.ablate(
+        llama_dir,
+        Corpus(texts=tuple(texts), source="ewt"),
+        "loss",
+        engine="ray",
+        workers=2,
+        block_size=RAY_BLOCK,
+        n_boot=200,
+    )
     whole = sweep_heads(llama, texts, "loss", n_boot=200)
     np.testing.assert_allclose(swept.ablated, whole.ablated, atol=1e-5)
     pd.testing.assert_frame_equal(swept.table, whole.table, atol=1e-5)
@@ -367,12 +432,28 @@ def test_ray_store_equals_one_process_store_and_resumes(ray_cluster, llama, llam
 
     monkeypatch.setattr(StoreWriter, "append_index", driver_dies_after_one_block)
     with pytest.raises(KeyboardInterrupt):
-        engine.capture(llama_dir, corpus, tmp_path / "ray", manifest=manifest, batch_size=4, engine="ray",
-                       workers=2, block_size=RAY_BLOCK)
+        engine.capture(
+            llama_dir,
+            corpus,
+            tmp_path / "ray",
+            manifest=manifest,
+            batch_size=4,
+            engine="ray",
+            workers=2,
+            block_size=RAY_BLOCK,
+        )
     monkeypatch.setattr(StoreWriter, "append_index", real)
     assert len(Store(tmp_path / "ray")) == RAY_BLOCK  # the first block survived the driver
-    store = engine.capture(llama_dir, corpus, tmp_path / "ray", manifest=manifest, batch_size=4, engine="ray",
-                           workers=2, block_size=RAY_BLOCK)
+    store = engine.capture(
+        llama_dir,
+        corpus,
+        tmp_path / "ray",
+        manifest=manifest,
+        batch_size=4,
+        engine="ray",
+        workers=2,
+        block_size=RAY_BLOCK,
+    )
     assert store.ids == local.ids == list(range(2 * RAY_BLOCK))
     assert {r["shard"] for r in store.records} == {"shard-00000000.safetensors", "shard-00000004.safetensors"}
     for x, y in zip(store, local):
@@ -422,7 +503,7 @@ def test_auto_block_size_gives_each_worker_about_four_blocks():
 
     assert auto_block_size(2001, 1) == 501 and auto_block_size(2001, 2) == 251
     assert auto_block_size(10, 1) == 16  # no block smaller than 16 items
-    assert auto_block_size(10 ** 6, 8) == 512  # nor larger than 512
+    assert auto_block_size(10**6, 8) == 512  # nor larger than 512
     assert StoreJob.block_size == 64  # a store's blocks hold their maps until the shard is written
 
 

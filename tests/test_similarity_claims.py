@@ -21,11 +21,14 @@ def minilm():
 
 
 # ---- pairs files -------------------------------------------------------------------------
-@pytest.mark.parametrize("content, words", [
-    ("A dog runs.\tA dog is running.\nOnly one side here\n", ":2: a pair is two sentences"),
-    ("A dog runs.\t   \n", ":1: the second sentence is empty"),
-    ("# comment\n\n" + "word " * 600 + "\tshort one\n", ":3: the first sentence has"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("A dog runs.\tA dog is running.\nOnly one side here\n", ":2: a pair is two sentences"),
+        ("A dog runs.\t   \n", ":1: the second sentence is empty"),
+        ("# comment\n\n" + "word " * 600 + "\tshort one\n", ":3: the first sentence has"),
+    ],
+)
 def test_bad_pairs_file_names_file_and_line(minilm, tmp_path, content, words):
     from probe.analyses.explanation.pairs import read_pairs
 
@@ -45,8 +48,10 @@ def test_bad_pairs_file_one_error_line_nothing_written(minilm, tmp_path, monkeyp
     f = tmp_path / "pairs.tsv"
     f.write_text("A dog runs.\tA dog is running.\nno tab on this line\n")
     out = tmp_path / "out"
-    r = CliRunner().invoke(command("faithfulness"), ["--text", "A dog runs.", "--target", "similarity",
-                                                     "--pairs", str(f), "--out", str(out)])
+    r = CliRunner().invoke(
+        command("faithfulness"),
+        ["--text", "A dog runs.", "--target", "similarity", "--pairs", str(f), "--out", str(out)],
+    )
     assert r.exit_code == 1, r.output
     errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and f"{f}:2:" in errors[0] and "Traceback" not in r.output
@@ -58,8 +63,10 @@ def test_similarity_target_explains_the_pairs_cosine(minilm, tmp_path):
     from probe.analyses.explanation.pairs import similarity_target
 
     f = tmp_path / "pairs.tsv"
-    f.write_text("A man is playing a guitar.\tA person plays an instrument.\n"
-                 "The stock market fell sharply.\tShares dropped on Monday.\n")
+    f.write_text(
+        "A man is playing a guitar.\tA person plays an instrument.\n"
+        "The stock market fell sharply.\tShares dropped on Monday.\n"
+    )
     target, corpus, info = similarity_target(minilm, None, str(f))
     assert len(corpus) == 2 and "mean pooling" in info["pooling"]
     encs = [minilm.encode(t) for t in corpus.texts]
@@ -68,8 +75,11 @@ def test_similarity_target_explains_the_pairs_cosine(minilm, tmp_path):
     assert (comp["relative_error"] < 0.05).all()  # IG sums to f(x) − f(baseline)
     e = minilm.model(**minilm.batch([minilm.encode("A man is playing a guitar.")])).last_hidden_state.mean(1)
     o = minilm.model(**minilm.batch([minilm.encode("A person plays an instrument.")])).last_hidden_state.mean(1)
-    cos = float(np.dot(e[0].detach().numpy(), o[0].detach().numpy())
-                / np.linalg.norm(e[0].detach().numpy()) / np.linalg.norm(o[0].detach().numpy()))
+    cos = float(
+        np.dot(e[0].detach().numpy(), o[0].detach().numpy())
+        / np.linalg.norm(e[0].detach().numpy())
+        / np.linalg.norm(o[0].detach().numpy())
+    )
     assert attrs.examples[0].value == pytest.approx(cos, abs=1e-4)
 
 

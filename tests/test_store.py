@@ -89,8 +89,20 @@ def test_interrupted_then_resumed_holds_each_example_once(minilm, tmp_path):
 def test_killed_cli_run_resumes(tmp_path, ewt_dev):
     """A real SIGKILL of `probe capture`, then the same command again."""
     out = tmp_path / "ewt"
-    cmd = [sys.executable, "-m", "probe", "capture", "--conllu", str(ewt_dev), "--limit", "120",
-           "--batch-size", "8", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "probe",
+        "capture",
+        "--conllu",
+        str(ewt_dev),
+        "--limit",
+        "120",
+        "--batch-size",
+        "8",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and len(done_ids(out)) < 64:
@@ -152,13 +164,16 @@ def test_garbage_index_line_is_an_error_naming_the_line_not_a_truncation(copy):
         Store(copy)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("shard", "../other/shard-00000.safetensors", "not a shard file of this store"),
-    ("shard", "/etc/passwd", "not a shard file of this store"),
-    ("id", None, "without 'id'"),
-    ("word_ids", [0], "word_ids must give each"),
-    ("text", "an edited text", "does not match its checksum"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("shard", "../other/shard-00000.safetensors", "not a shard file of this store"),
+        ("shard", "/etc/passwd", "not a shard file of this store"),
+        ("id", None, "without 'id'"),
+        ("word_ids", [0], "word_ids must give each"),
+        ("text", "an edited text", "does not match its checksum"),
+    ],
+)
 def test_bad_index_record_is_refused(copy, field, value, message):
     lines = _lines(copy)
     rec = json.loads(lines[2])
@@ -172,12 +187,15 @@ def test_bad_index_record_is_refused(copy, field, value, message):
         Store(copy)
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("truncate", "the shard is not a readable safetensors file"),
-    ("empty", "the shard is not a readable safetensors file"),
-    ("random", "the shard is not a readable safetensors file"),
-    ("missing", "the shard file is missing"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("truncate", "the shard is not a readable safetensors file"),
+        ("empty", "the shard is not a readable safetensors file"),
+        ("random", "the shard is not a readable safetensors file"),
+        ("missing", "the shard file is missing"),
+    ],
+)
 def test_damaged_shard_names_store_and_example(copy, damage, message):
     shard = copy / "shard-00001.safetensors"  # examples 2 and 3
     data = shard.read_bytes()
@@ -208,11 +226,14 @@ def test_index_naming_a_tensor_the_shard_lacks(copy):
         Store(copy)[-1]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[1, 2]", "must hold a JSON object, found a list"),
-    ('{"model": "x"', r"manifest\.json:1: not valid JSON"),
-    ('{"model": "x"}', "lacks version, dtype"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1, 2]", "must hold a JSON object, found a list"),
+        ('{"model": "x"', r"manifest\.json:1: not valid JSON"),
+        ('{"model": "x"}', "lacks version, dtype"),
+    ],
+)
 def test_bad_manifest_names_the_file(copy, text, message):
     (copy / "manifest.json").write_text(text)
     with pytest.raises(ValueError, match=message):
@@ -270,15 +291,24 @@ def test_two_concurrent_cli_captures_one_refuses_store_equals_a_single_run(tmp_p
     texts = tmp_path / "in.txt"
     texts.write_text("\n".join(f"Line {i} of the shared input, with a few words." for i in range(40)) + "\n")
     cmd = [sys.executable, "-m", "probe", "capture", "--file", str(texts), "--batch-size", "4"]
-    first = subprocess.Popen(cmd + ["--out", str(tmp_path / "both")], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        cmd + ["--out", str(tmp_path / "both")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not (tmp_path / "both" / ".lock").exists() and first.poll() is None:
         time.sleep(0.05)
     first.send_signal(signal.SIGSTOP)
     try:
-        second = subprocess.run(cmd + ["--out", str(tmp_path / "both")], capture_output=True, text=True,
-                                timeout=300, stdin=subprocess.DEVNULL)
+        second = subprocess.run(
+            cmd + ["--out", str(tmp_path / "both")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         first.send_signal(signal.SIGCONT)
     out, err = first.communicate(timeout=300)

@@ -23,8 +23,15 @@ def sentence(heads, deprels):
     for w in words:
         spans.append((pos, pos + len(w)))
         pos += len(w) + 1
-    return Sentence(text=" ".join(words), words=words, spans=tuple(spans), heads=tuple(heads),
-                    deprels=tuple(deprels), upos=("X",) * n, misc=({},) * n)
+    return Sentence(
+        text=" ".join(words),
+        words=words,
+        spans=tuple(spans),
+        heads=tuple(heads),
+        deprels=tuple(deprels),
+        upos=("X",) * n,
+        misc=({},) * n,
+    )
 
 
 CAT = sentence([2, 3, 0, 6, 6, 3, 3], ["det", "nsubj", "root", "case", "det", "obl", "punct"])
@@ -37,14 +44,20 @@ def gold_map(s, layers=1, heads=1):
     a[0, 0] = a[-1, -1] = 1
     for i, h in enumerate(s.heads):
         a[i + 1, h if h > 0 else n + 1] = 1
-    return make_maps(a.expand(layers, heads, n + 2, n + 2).clone(),
-                     tokens=["[CLS]"] + list(s.words) + ["[SEP]"], special=[True] + [False] * n + [True])
+    return make_maps(
+        a.expand(layers, heads, n + 2, n + 2).clone(),
+        tokens=["[CLS]"] + list(s.words) + ["[SEP]"],
+        special=[True] + [False] * n + [True],
+    )
 
 
 def prev_map(s, layers=1, heads=1):
     n = len(s)
-    return make_maps(previous_token(n + 2, layers, heads), tokens=["[CLS]"] + list(s.words) + ["[SEP]"],
-                     special=[True] + [False] * n + [True])
+    return make_maps(
+        previous_token(n + 2, layers, heads),
+        tokens=["[CLS]"] + list(s.words) + ["[SEP]"],
+        special=[True] + [False] * n + [True],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +69,11 @@ def ewt_sentences(ewt_dev):
 def test_word_graph_matches_word_level_on_subword_tokens(minilm):
     from probe.capture import capture
 
-    s = read_conllu_text("1\tUnbelievably\t_\tADV\t_\t_\t2\tadvmod\t_\t_\n"
-                         "2\tinconsequential\t_\tADJ\t_\t_\t0\troot\t_\tSpaceAfter=No\n"
-                         "3\t!\t_\tPUNCT\t_\t_\t2\tpunct\t_\t_\n")
+    s = read_conllu_text(
+        "1\tUnbelievably\t_\tADV\t_\t_\t2\tadvmod\t_\t_\n"
+        "2\tinconsequential\t_\tADJ\t_\t_\t0\troot\t_\tSpaceAfter=No\n"
+        "3\t!\t_\tPUNCT\t_\t_\t2\tpunct\t_\t_\n"
+    )
     maps = capture(minilm, s.text, word_spans=[s.spans])[0]
     assert len(maps.tokens) > len(s) + 2  # really split into subwords
     g = word_graph(maps, s)
@@ -128,8 +143,17 @@ def test_best_table_flags_rare_relations_and_rejects_missing_ones():
     graphs = [word_graph(gold_map(CAT), CAT)]
     acc = relation_accuracy(graphs)
     best = acc.best(min_count=2)
-    assert set(best.columns) >= {"relation", "direction", "layer", "head", "accuracy", "baseline_offset",
-                                 "baseline_accuracy", "count", "flagged"}
+    assert set(best.columns) >= {
+        "relation",
+        "direction",
+        "layer",
+        "head",
+        "accuracy",
+        "baseline_offset",
+        "baseline_accuracy",
+        "count",
+        "flagged",
+    }
     det = best[(best.relation == "det") & (best.direction == "dep_to_head")].iloc[0]
     assert det["count"] == 2 and not det.flagged and det.accuracy == 1.0
     assert best[best.relation == "nsubj"].flagged.all()
@@ -259,8 +283,23 @@ def test_syntax_cli_writes_every_output(tmp_path, ewt_dev):
     syntax_cmd = command("syntax")
 
     out = tmp_path / "out"
-    res = CliRunner().invoke(syntax_cmd, ["--conllu", str(ewt_dev), "--limit", "12", "--min-count", "3",
-                                          "--tree-limit", "3", "--probe-limit", "12", "--out", str(out)])
+    res = CliRunner().invoke(
+        syntax_cmd,
+        [
+            "--conllu",
+            str(ewt_dev),
+            "--limit",
+            "12",
+            "--min-count",
+            "3",
+            "--tree-limit",
+            "3",
+            "--probe-limit",
+            "12",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     rel = pd.read_csv(out / "relations.csv")
     assert list(rel.columns[:6]) == ["relation", "direction", "layer", "head", "accuracy", "hits"]
@@ -286,8 +325,23 @@ def test_syntax_cli_bad_inputs(tmp_path, ewt_dev):
     empty.write_text("\n")
     res = CliRunner().invoke(syntax_cmd, ["--conllu", str(empty), "--out", str(tmp_path / "o")])
     assert res.exit_code == 1 and "no sentence" in res.output
-    res = CliRunner().invoke(syntax_cmd, ["--conllu", str(ewt_dev), "--limit", "3", "--relations", "nmod:tmod",
-                                          "--tree-limit", "0", "--probe-limit", "0", "--out", str(tmp_path / "o")])
+    res = CliRunner().invoke(
+        syntax_cmd,
+        [
+            "--conllu",
+            str(ewt_dev),
+            "--limit",
+            "3",
+            "--relations",
+            "nmod:tmod",
+            "--tree-limit",
+            "0",
+            "--probe-limit",
+            "0",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert res.exit_code == 1 and "no 'nmod:tmod' relation" in res.output
 
 
@@ -326,8 +380,10 @@ def test_syntax_cli_defaults_to_the_zoo_treebank(tmp_path):
     syntax_cmd = command("syntax")
 
     out = tmp_path / "o"
-    res = CliRunner().invoke(syntax_cmd, ["--model", "zoo:brackets", "--limit", "40", "--tree-limit", "0",
-                                          "--probe-limit", "0", "--out", str(out)])
+    res = CliRunner().invoke(
+        syntax_cmd,
+        ["--model", "zoo:brackets", "--limit", "40", "--tree-limit", "0", "--probe-limit", "0", "--out", str(out)],
+    )
     assert res.exit_code == 0, res.output
     gold = (out / "gold.conllu").read_text()
     assert gold == zoo.task_module("brackets").to_conllu(zoo.eval_examples("brackets"))

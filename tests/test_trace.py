@@ -80,7 +80,7 @@ def test_patch_one_head_from_a_clean_run_equals_a_plain_torch_hook(tiny_models):
 
     def by_hand(module, args):
         x = args[0].clone()
-        x[..., 3 * dh:4 * dh] = z[:, :, 3].reshape(1, -1, dh)
+        x[..., 3 * dh : 4 * dh] = z[:, :, 3].reshape(1, -1, dh)
         return (x,)
 
     handle = proj.register_forward_pre_hook(by_hand)
@@ -135,20 +135,34 @@ def test_resample_takes_another_rows_value(tiny_models):
     adapter = tiny_models["bert"]
     texts = ["the cat sat on the mat", "the dog sat on the rug"]  # same length
     clean = trace(adapter, texts, read=["blocks.0.hook_resid_post"])
-    swapped = trace(adapter, texts, edit={"blocks.0.hook_resid_post": Resample(perm=(1, 0))},
-                    read=["blocks.1.hook_resid_post"])
-    alone = [trace(adapter, [t], edit={"blocks.0.hook_resid_post": Patch(clean["resid_post", 0][j])},
-                   read=["blocks.1.hook_resid_post"]) for j, t in zip((1, 0), texts)]
+    swapped = trace(
+        adapter, texts, edit={"blocks.0.hook_resid_post": Resample(perm=(1, 0))}, read=["blocks.1.hook_resid_post"]
+    )
+    alone = [
+        trace(
+            adapter,
+            [t],
+            edit={"blocks.0.hook_resid_post": Patch(clean["resid_post", 0][j])},
+            read=["blocks.1.hook_resid_post"],
+        )
+        for j, t in zip((1, 0), texts)
+    ]
     for i in range(2):
         assert torch.allclose(swapped["resid_post", 1][i], alone[i]["resid_post", 1][0], atol=1e-5)
-    derangement = trace(adapter, texts, edit={"blocks.0.hook_resid_post": Resample()}, read=["blocks.1.hook_resid_post"])
+    derangement = trace(
+        adapter, texts, edit={"blocks.0.hook_resid_post": Resample()}, read=["blocks.1.hook_resid_post"]
+    )
     assert torch.allclose(derangement["resid_post", 1], swapped["resid_post", 1])  # two rows: the only derangement
 
 
 def test_uniform_weights_on_the_pattern_site(tiny_models):
     adapter = tiny_models["llama"]  # causal, grouped-query
-    cache = trace(adapter, TEXTS[:1], edit={"blocks.1.attn.hook_pattern": ReplaceWeights(head=2)},
-                  read=["blocks.1.attn.hook_pattern", "blocks.1.attn.hook_v", "blocks.1.attn.hook_z"])
+    cache = trace(
+        adapter,
+        TEXTS[:1],
+        edit={"blocks.1.attn.hook_pattern": ReplaceWeights(head=2)},
+        read=["blocks.1.attn.hook_pattern", "blocks.1.attn.hook_v", "blocks.1.attn.hook_z"],
+    )
     a = cache["pattern", 1][0, 2]
     n = a.shape[-1]
     assert torch.allclose(a, torch.ones(n, n).tril() / torch.arange(1, n + 1)[:, None], atol=1e-6)
@@ -186,8 +200,10 @@ def test_hooks_and_sessions_are_gone_after_a_trace_that_raised(tiny_models):
     adapter = tiny_models["bert"]
     before = count_hooks(adapter.model)
     with pytest.raises(RuntimeError, match="boom"):
+
         def boom(z, ctx):
             raise RuntimeError("boom")
+
         trace(adapter, TEXTS, read="pattern", edit={"blocks.0.attn.hook_z": boom})
     assert count_hooks(adapter.model) == before and active_sessions(adapter.model) == 0
     assert adapter.model.config._attn_implementation == "sdpa"

@@ -59,23 +59,42 @@ def test_score_figures_bars_and_heatmap(tmp_path):
 def test_ranked_tables_put_the_strongest_trusted_rows_first():
     from probe.app.report.tables import ranked, ranked_table
 
-    best = pd.DataFrame({"relation": ["expl", "det", "amod", "obj"], "direction": ["dep_to_head"] * 4,
-                         "layer": [0, 1, 2, 3], "head": [0, 1, 2, 3], "accuracy": [1.0, 0.9, 0.6, 0.7],
-                         "baseline_accuracy": [0.0, 0.4, 0.5, 0.1], "baseline_offset": [1, 1, -1, 2],
-                         "count": [2, 40, 30, 12]})
+    best = pd.DataFrame(
+        {
+            "relation": ["expl", "det", "amod", "obj"],
+            "direction": ["dep_to_head"] * 4,
+            "layer": [0, 1, 2, 3],
+            "head": [0, 1, 2, 3],
+            "accuracy": [1.0, 0.9, 0.6, 0.7],
+            "baseline_accuracy": [0.0, 0.4, 0.5, 0.1],
+            "baseline_offset": [1, 1, -1, 2],
+            "count": [2, 40, 30, 12],
+        }
+    )
     t = ranked("syntax", "best", best, min_count=5)
     assert list(t["relation"]) == ["obj", "det", "amod", "expl"]  # margin 0.6, 0.5, 0.1; then count 2
     html = ranked_table("syntax", "best", best, min_count=5)
-    assert html.count("class=\"few\"") == 1 and "class=\"scroll\"" in html
-    abl = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "metric": "loss", "delta": [0.01, -0.3, 0.1],
-                        "ci_low": [0.0, -0.4, 0.05], "ci_high": [0.02, -0.2, 0.15]})
+    assert html.count('class="few"') == 1 and 'class="scroll"' in html
+    abl = pd.DataFrame(
+        {
+            "layer": [0, 0, 1],
+            "head": [0, 1, 0],
+            "metric": "loss",
+            "delta": [0.01, -0.3, 0.1],
+            "ci_low": [0.0, -0.4, 0.05],
+            "ci_high": [0.02, -0.2, 0.15],
+        }
+    )
     assert list(ranked("ablation", "ablation", abl)["delta"]) == [-0.3, 0.1, 0.01]
 
 
 def _maps(n=6):
     a = torch.cat([previous_token(n, 1, 1), uniform(n, 1, 1)], 1)
-    return make_maps(torch.cat([a, uniform(n, 1, 2)], 0), tokens=["[CLS]", "a", "b", ",", "c", "[SEP]"],
-                     special=[True, False, False, False, False, True])
+    return make_maps(
+        torch.cat([a, uniform(n, 1, 2)], 0),
+        tokens=["[CLS]", "a", "b", ",", "c", "[SEP]"],
+        special=[True, False, False, False, False, True],
+    )
 
 
 def test_show_returns_views_that_render_offline():
@@ -84,8 +103,11 @@ def test_show_returns_views_that_render_offline():
     m = _maps()
     head = probe.show(m, 0, 0)
     html = head._repr_html_()
-    assert "data-probe-head-view" in html and "ProbeViews" in html and "http" not in html.replace(
-        "http://www.w3.org/2000/svg", "")
+    assert (
+        "data-probe-head-view" in html
+        and "ProbeViews" in html
+        and "http" not in html.replace("http://www.w3.org/2000/svg", "")
+    )
     assert head.weights()[0, 0, 2, 1] == 1.0  # previous-token head, query 2 → key 1
     assert head.data()["examples"][0]["trivial"] == [True, False, False, True, False, True]
     model = probe.show([m, m])

@@ -92,7 +92,7 @@ def test_brackets_arcs_match_and_conllu_roundtrip():
             if w == mod.CLOSE:
                 # the head is the nearest opener with no closer in between at its depth
                 assert r == "match" and e["words"][h] in mod.OPEN and lab == mod.OPEN[e["words"][h]]
-                inner = e["words"][h + 1:i]
+                inner = e["words"][h + 1 : i]
                 assert inner.count(mod.CLOSE) == len(inner) - inner.count(mod.CLOSE)
                 depth -= 1
             else:
@@ -239,7 +239,8 @@ def test_prev_token_head_attends_to_previous_word():
     n_layers, n_heads = words[0].shape[:2]
     best = max(
         torch.cat([w[layer, h].diagonal(-1) for w in words]).mean().item()
-        for layer in range(n_layers) for h in range(n_heads)
+        for layer in range(n_layers)
+        for h in range(n_heads)
     )
     assert best >= 0.9
 
@@ -288,14 +289,13 @@ def test_translate_cross_attention_matches_gold_alignment():
     decoder step that produces target word j (its input is <start> for j = 0, else target
     word j − 1); source token k = word k (the source has no </s> to park the verb on)."""
     ex = zoo.eval_examples("translate", n=100)
-    maps = _captured("translate", [e["text"] for e in ex], stack="cross",
-                     targets=[e["target_text"] for e in ex])
+    maps = _captured("translate", [e["text"] for e in ex], stack="cross", targets=[e["target_text"] for e in ex])
     assert list(maps[0].tokens) == ex[0]["words"]  # no special token on the source side
     n_layers, n_heads = maps[0].attentions.shape[:2]
     best = 0.0
     for layer in range(n_layers):
         for h in range(n_heads):
-            rows = [m.attentions[layer, h, :, :len(e["words"])] for m, e in zip(maps, ex)]
+            rows = [m.attentions[layer, h, :, : len(e["words"])] for m, e in zip(maps, ex)]
             best = max(best, _alignment_hits(rows, ex))
     assert best >= 0.9
 
@@ -304,8 +304,7 @@ def test_translate_cross_attention_aligns_every_non_verb_word():
     """The same check restricted to target words that are not the (moved) verb."""
     mod = zoo.task_module("translate")
     ex = zoo.eval_examples("translate", n=100)
-    maps = _captured("translate", [e["text"] for e in ex], stack="cross",
-                     targets=[e["target_text"] for e in ex])
+    maps = _captured("translate", [e["text"] for e in ex], stack="cross", targets=[e["target_text"] for e in ex])
     best = 0.0
     for layer in range(maps[0].attentions.shape[0]):
         for h in range(maps[0].attentions.shape[1]):
@@ -314,7 +313,7 @@ def test_translate_cross_attention_aligns_every_non_verb_word():
                 for j, src in enumerate(e["alignment"]):
                     if e["words"][src] in mod.VERBS:
                         continue
-                    hits += int(m.attentions[layer, h, j, :len(e["words"])].argmax().item() == src)
+                    hits += int(m.attentions[layer, h, j, : len(e["words"])].argmax().item() == src)
                     total += 1
             best = max(best, hits / total)
     assert best >= 0.99
@@ -330,7 +329,7 @@ def test_translate_rnn_attention_maps_match_gold_alignment(loaded):
     assert m.attentions.shape[2:] == (len(ex[0]["target_words"]) + 1, len(ex[0]["words"]))
     assert list(m.query_tokens) == ["<s>"] + ex[0]["target_words"] and list(m.tokens) == ex[0]["words"]
     assert torch.allclose(m.attentions.sum(-1), torch.ones(m.attentions.shape[:3]))
-    rows = [mm.attentions[0, 0, :, :len(e["words"])] for mm, e in zip(maps, ex)]
+    rows = [mm.attentions[0, 0, :, : len(e["words"])] for mm, e in zip(maps, ex)]
     assert _alignment_hits(rows, ex) >= 0.9
     with pytest.raises(ValueError, match="at least one word"):
         rnn_attention_maps(zm.model, zm.tokenizer, " ", "x")

@@ -29,8 +29,10 @@ def target_validity(info: dict) -> tuple:
     if n < 1:
         return False, f"target {target}: no held-out sentences"
     lo, hi = wilson_interval(int(round(acc * n)), n, T.TARGET_CONFIDENCE)
-    words = (f"target {target}: held-out accuracy {acc:.2f} [{lo:.2f}, {hi:.2f}] vs majority class {major:.2f} "
-             f"on {n} sentences")
+    words = (
+        f"target {target}: held-out accuracy {acc:.2f} [{lo:.2f}, {hi:.2f}] vs majority class {major:.2f} "
+        f"on {n} sentences"
+    )
     return lo > major, words
 
 
@@ -42,10 +44,10 @@ def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason:
         return {k: Claim("attribution", "not tested", reason=why) for k in heads}
     valid, words = target_validity(info)
     if not valid:
-        return {k: Claim("attribution", "not tested", reason=f"target no better than chance: {words}")
-                for k in heads}
-    ref = verdict.attrs.get("reference") or next(c[4:] for c in verdict.columns
-                                                 if c.startswith("tau_") and not c.endswith("significant"))
+        return {k: Claim("attribution", "not tested", reason=f"target no better than chance: {words}") for k in heads}
+    ref = verdict.attrs.get("reference") or next(
+        c[4:] for c in verdict.columns if c.startswith("tau_") and not c.endswith("significant")
+    )
     rows = {(int(r["layer"]), int(r["head"])): r for _, r in verdict.iterrows()}
     n = int(info.get("n_examples") or 0)
     out = {}
@@ -59,7 +61,16 @@ def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason:
         if "top1_rate" in r and r["top1_rate"] == r["top1_rate"]:
             extra["evidence_top1_rate"] = float(r["top1_rate"])
         holds = tau > 0 and share >= T.AGREEMENT_SHARE
-        out[k] = Claim("attribution", "holds" if holds else "does not hold", statement=f"agrees with {ref}",
-                       effect=tau, count=n, null=0.0, unit=f"mean Kendall τ with {ref}", threshold="agreement_share",
-                       reason=f"τ {tau:+.2f}, significant in {share:.0%} of {n} examples", extra=extra)
+        out[k] = Claim(
+            "attribution",
+            "holds" if holds else "does not hold",
+            statement=f"agrees with {ref}",
+            effect=tau,
+            count=n,
+            null=0.0,
+            unit=f"mean Kendall τ with {ref}",
+            threshold="agreement_share",
+            reason=f"τ {tau:+.2f}, significant in {share:.0%} of {n} examples",
+            extra=extra,
+        )
     return out

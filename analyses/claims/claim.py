@@ -52,6 +52,7 @@ class Claim:
 
     def to_dict(self) -> dict:
         """JSON-able (NaN → None)."""
+
         def clean(v):
             if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
                 return None
@@ -62,6 +63,7 @@ class Claim:
             if isinstance(v, (list, tuple)):
                 return [clean(x) for x in v]
             return v
+
         d = asdict(self)
         d.pop("kind")
         return clean(d)

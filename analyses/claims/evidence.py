@@ -63,6 +63,7 @@ class Evidence:
             if isinstance(v, dict):
                 return {str(k): clean(x) for k, x in v.items()}
             return v.item() if hasattr(v, "item") else v
+
         return clean(asdict(self))
 
 
@@ -81,20 +82,25 @@ def _power(c) -> str:
 def _causal(kind: str, c) -> tuple:
     x = c.extra
     obj = x.get("objective", "")
-    what = {"necessity": "Mean-ablating the head (its output replaced by its corpus mean)",
-            "weights": "Uniform attention weights (values kept)"}.get(kind, "")
+    what = {
+        "necessity": "Mean-ablating the head (its output replaced by its corpus mean)",
+        "weights": "Uniform attention weights (values kept)",
+    }.get(kind, "")
     verb = ("harms" if c.effect >= 0 else "changes") if kind == "necessity" else ("harm" if c.effect >= 0 else "change")
-    text = (f"{what} {verb} {obj} by {fmt(c.effect, True)} {_ci(c)} (95% bootstrap CI over {c.count} examples; "
-            f"{c.unit}); floor {fmt(c.null)}, one-sided Wilcoxon p={fmt(x.get('p'))} against the floor, "
-            f"{'significant' if x.get('bh_significant') else 'not significant'} after BH at q={fmt(x.get('fdr'))} "
-            f"over {x.get('tests')} heads")
+    text = (
+        f"{what} {verb} {obj} by {fmt(c.effect, True)} {_ci(c)} (95% bootstrap CI over {c.count} examples; "
+        f"{c.unit}); floor {fmt(c.null)}, one-sided Wilcoxon p={fmt(x.get('p'))} against the floor, "
+        f"{'significant' if x.get('bh_significant') else 'not significant'} after BH at q={fmt(x.get('fdr'))} "
+        f"over {x.get('tests')} heads"
+    )
     numbers = {}
     if kind == "necessity":
         for mode, words in (("zero", "zero-ablation"), ("resample", "resample-ablation")):
             side = x.get(f"{mode}_harm")
             if side:
-                text += f"; {words} {fmt(side['effect'], True)} [{fmt(side['ci_low'], True)}, " \
-                        f"{fmt(side['ci_high'], True)}]"
+                text += (
+                    f"; {words} {fmt(side['effect'], True)} [{fmt(side['ci_low'], True)}, {fmt(side['ci_high'], True)}]"
+                )
                 numbers[f"{mode}_harm"] = side["effect"]
         if x.get("neighbour_changed") is not None:
             text += f"; nearest neighbour changes for {pct(x['neighbour_changed'])} of the sentences"
@@ -108,59 +114,88 @@ def _causal(kind: str, c) -> tuple:
         if x.get("removal_rank") is not None:
             text += f"; rank {x['removal_rank']} of {x.get('of')} heads by harm"
         if x.get("importance_rank") is not None:
-            text += (f"; gradient importance rank {x['importance_rank']} (Spearman ρ over heads "
-                     f"{fmt(x.get('rank_agreement_spearman'))})")
+            text += (
+                f"; gradient importance rank {x['importance_rank']} (Spearman ρ over heads "
+                f"{fmt(x.get('rank_agreement_spearman'))})"
+            )
     else:
         if x.get("removal_harm") is not None:
             text += f"; mean-ablation harms it by {fmt(x['removal_harm'], True)}"
             numbers["removal_harm"] = x["removal_harm"]
         if c.holds and x.get("reading") == "inert sink":
-            text = (f"{c.statement} (removing it harms {obj} by {fmt(x.get('removal_harm'), True)}, under the "
-                    f"floor); spreading it harms {fmt(c.effect, True)} {_ci(c)}: a no-op head (Clark et al. 2019; "
-                    f"attention sinks, Xiao et al. 2023). " + text)
+            text = (
+                f"{c.statement} (removing it harms {obj} by {fmt(x.get('removal_harm'), True)}, under the "
+                f"floor); spreading it harms {fmt(c.effect, True)} {_ci(c)}: a no-op head (Clark et al. 2019; "
+                f"attention sinks, Xiao et al. 2023). " + text
+            )
         elif c.holds:
             text = f"{c.statement}: uniform weights do {pct(x.get('share_of_removal'))} of the removal's harm. " + text
     text += _power(c)
-    test = (f"one-sided Wilcoxon of harm − floor ({T.floor_source(obj)}), Benjamini–Hochberg q={T.FDR}")
+    test = f"one-sided Wilcoxon of harm − floor ({T.floor_source(obj)}), Benjamini–Hochberg q={T.FDR}"
     return text, test, numbers
 
 
 def claim_evidence(kind: str, c) -> Evidence:
     """The :class:`Evidence` of claim ``c`` of kind ``kind``."""
-    base = dict(kind=kind, status=c.status, value=c.effect, ci_low=c.ci_low, ci_high=c.ci_high, count=c.count,
-                units=c.unit, p=float(c.extra.get("p", float("nan")) or float("nan")))
+    base = dict(
+        kind=kind,
+        status=c.status,
+        value=c.effect,
+        ci_low=c.ci_low,
+        ci_high=c.ci_high,
+        count=c.count,
+        units=c.unit,
+        p=float(c.extra.get("p", float("nan")) or float("nan")),
+    )
     if c.status in ("not tested", "not enough evidence"):
-        return Evidence(text=c.reason.removeprefix("not tested: ") or "no reason recorded", test=c.threshold,
-                        **base)
+        return Evidence(text=c.reason.removeprefix("not tested: ") or "no reason recorded", test=c.threshold, **base)
     if kind == "pattern":
         if c.holds:
-            text = (f"{c.statement}: {c.unit} {pct(c.effect)} {_ci(c, True)} (95% CI over examples, "
-                    f"{c.count} query rows) ≥ {pct(c.null)} ({c.threshold}); profile: "
-                    f"{c.reason.split('profile: ')[-1]}")
+            text = (
+                f"{c.statement}: {c.unit} {pct(c.effect)} {_ci(c, True)} (95% CI over examples, "
+                f"{c.count} query rows) ≥ {pct(c.null)} ({c.threshold}); profile: "
+                f"{c.reason.split('profile: ')[-1]}"
+            )
             return Evidence(text=text, test=c.threshold, floor=c.null, **base)
-        return Evidence(text=f"no role rule cleared its threshold over {c.count} query rows; largest components: "
-                             f"{c.statement}", test="every role rule of thresholds.py", **base)
+        return Evidence(
+            text=f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}",
+            test="every role rule of thresholds.py",
+            **base,
+        )
     if kind == "structure":
         x = c.extra
         verb = "follows" if c.holds else "best relation"
-        text = (f"{verb} {c.statement}: accuracy {pct(x.get('accuracy'))} vs best fixed offset {pct(c.null)}, margin "
-                f"{pct(c.effect)} {_ci(c, True)} (bootstrap over {x.get('sentences')} sentences), {c.count} "
-                f"instances, p={fmt(x.get('p'))} ({'significant' if x.get('bh_significant') else 'not significant'} "
-                f"after BH); holds at margin ≥ {pct(T.STRUCTURE_MARGIN)}")
+        text = (
+            f"{verb} {c.statement}: accuracy {pct(x.get('accuracy'))} vs best fixed offset {pct(c.null)}, margin "
+            f"{pct(c.effect)} {_ci(c, True)} (bootstrap over {x.get('sentences')} sentences), {c.count} "
+            f"instances, p={fmt(x.get('p'))} ({'significant' if x.get('bh_significant') else 'not significant'} "
+            f"after BH); holds at margin ≥ {pct(T.STRUCTURE_MARGIN)}"
+        )
         if c.status == "does not hold" and x.get("detectable") is not None:
             text += f"; the smallest margin this sample could have detected: {pct(x['detectable'])} (80% power)"
-        return Evidence(text=text, test="bootstrap margin over the best offset, BH", floor=T.STRUCTURE_MARGIN,
-                        numbers={"accuracy": x.get("accuracy"), "baseline": c.null}, **base)
+        return Evidence(
+            text=text,
+            test="bootstrap margin over the best offset, BH",
+            floor=T.STRUCTURE_MARGIN,
+            numbers={"accuracy": x.get("accuracy"), "baseline": c.null},
+            **base,
+        )
     if kind in ("necessity", "weights"):
         text, test, numbers = _causal(kind, c)
         return Evidence(text=text, test=test, floor=c.null, numbers=numbers, **base)
     if kind == "redundancy":
         x = c.extra
-        text = (f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
-                f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
-                f"perturbation of the group harms {fmt(x.get('random_harm'), True)}") + _power(c)
+        text = (
+            f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
+            f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
+            f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
+        ) + _power(c)
         return Evidence(text=text, test="one-sided Wilcoxon of harm − floor, Bonferroni", floor=c.null, **base)
     if kind == "attribution":
-        return Evidence(text=f"{c.statement}: {c.reason}; {c.extra.get('target', '')}", test=c.threshold,
-                        floor=T.AGREEMENT_SHARE, **base)
+        return Evidence(
+            text=f"{c.statement}: {c.reason}; {c.extra.get('target', '')}",
+            test=c.threshold,
+            floor=T.AGREEMENT_SHARE,
+            **base,
+        )
     return Evidence(text=c.reason, **base)

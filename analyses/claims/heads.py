@@ -59,10 +59,23 @@ class HeadClaims:
             for kind in KINDS:
                 c = by.get(kind)
                 if c is not None:
-                    rows.append({"layer": layer, "head": head, "claim": kind, "status": c.status,
-                                 "statement": c.statement, "effect": c.effect, "ci_low": c.ci_low,
-                                 "ci_high": c.ci_high, "count": c.count, "null": c.null, "unit": c.unit,
-                                 "threshold": c.threshold, "reason": c.reason})
+                    rows.append(
+                        {
+                            "layer": layer,
+                            "head": head,
+                            "claim": kind,
+                            "status": c.status,
+                            "statement": c.statement,
+                            "effect": c.effect,
+                            "ci_low": c.ci_low,
+                            "ci_high": c.ci_high,
+                            "count": c.count,
+                            "null": c.null,
+                            "unit": c.unit,
+                            "threshold": c.threshold,
+                            "reason": c.reason,
+                        }
+                    )
         return pd.DataFrame(rows)
 
     def counts(self) -> pd.DataFrame:
@@ -92,10 +105,17 @@ def zoo_sentences(corpus) -> Optional[list]:
         starts = [0]
         for w in e["words"][:-1]:
             starts.append(starts[-1] + len(w) + 1)
-        out.append(Sentence(text=e["text"], words=tuple(e["words"]),
-                            spans=tuple((s, s + len(w)) for s, w in zip(starts, e["words"])),
-                            heads=tuple(int(h) + 1 for h in e["gold_heads"]), deprels=tuple(e["gold_rels"]),
-                            upos=(), misc=()))
+        out.append(
+            Sentence(
+                text=e["text"],
+                words=tuple(e["words"]),
+                spans=tuple((s, s + len(w)) for s, w in zip(starts, e["words"])),
+                heads=tuple(int(h) + 1 for h in e["gold_heads"]),
+                deprels=tuple(e["gold_rels"]),
+                upos=(),
+                misc=(),
+            )
+        )
     return out
 
 
@@ -104,8 +124,9 @@ def _structure(maps, corpus, heads) -> tuple:
 
     from .structure import no_treebank, structure_claims
 
-    sentences = corpus.sentences if corpus.sentences and all(s.heads for s in corpus.sentences) else \
-        zoo_sentences(corpus)
+    sentences = (
+        corpus.sentences if corpus.sentences and all(s.heads for s in corpus.sentences) else zoo_sentences(corpus)
+    )
     if not sentences:
         return no_treebank(heads, "no dependency annotation (give a treebank with --conllu)"), None
     skipped = Skipped([])
@@ -119,9 +140,21 @@ def _fill(kind: str, heads, reason: str) -> dict:
     return {k: Claim(kind, "not tested", reason=reason) for k in heads}
 
 
-def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, faithfulness_info=None,
-                faithfulness_reason: str = "", metric=None, seed: int = 0,
-                progress: bool = False, ablation=None, objective=None) -> HeadClaims:
+def head_claims(
+    adapter,
+    corpus,
+    maps,
+    *,
+    importance=None,
+    faithfulness=None,
+    faithfulness_info=None,
+    faithfulness_reason: str = "",
+    metric=None,
+    seed: int = 0,
+    progress: bool = False,
+    ablation=None,
+    objective=None,
+) -> HeadClaims:
     """Every claim of every captured head.
 
     Args:
@@ -161,8 +194,15 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
     if adapter is not None:
         try:
             obj, why = resolve_objective(objective or metric or "auto", adapter, corpus)
-            info = {"objective": obj.name, "described": obj.describe(), "why": why, "units": obj.units,
-                    "floor": T.min_effect(obj.name), "floor_source": T.floor_source(obj.name), "n": len(corpus)}
+            info = {
+                "objective": obj.name,
+                "described": obj.describe(),
+                "why": why,
+                "units": obj.units,
+                "floor": T.min_effect(obj.name),
+                "floor_source": T.floor_source(obj.name),
+                "n": len(corpus),
+            }
             sweep = removal_sweep(adapter, corpus, obj, units=heads, seed=seed, progress=progress)
             necessity = necessity_claims(sweep, importance)
             weights = weights_claims(sweep, pattern)
@@ -170,18 +210,28 @@ def head_claims(adapter, corpus, maps, *, importance=None, faithfulness=None, fa
             if groups:
                 tables["groups"] = pd.DataFrame(groups)
             tables["removal"] = removal_table(sweep)
-            notes.append(f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
-                         f"(Wang et al. 2022; zero and resample beside) on {len(corpus)} examples; necessity holds "
-                         f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
-                         f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads")
+            notes.append(
+                f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
+                f"(Wang et al. 2022; zero and resample beside) on {len(corpus)} examples; necessity holds "
+                f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
+                f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads"
+            )
         except NotApplicable as exc:  # an objective that does not fit this model or corpus: say so per claim
             log.warning("causal claims not tested: %s", exc.reason)
             why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
-    claims = {k: {"pattern": pattern[k], "structure": structure.get(k, Claim("structure", "not tested")),
-                  "necessity": necessity[k], "redundancy": redundancy[k], "weights": weights[k],
-                  "attribution": attribution[k]} for k in heads}
+    claims = {
+        k: {
+            "pattern": pattern[k],
+            "structure": structure.get(k, Claim("structure", "not tested")),
+            "necessity": necessity[k],
+            "redundancy": redundancy[k],
+            "weights": weights[k],
+            "attribution": attribution[k],
+        }
+        for k in heads
+    }
     return HeadClaims(claims=claims, tables=tables, notes=notes, objective=info)
 
 
@@ -191,11 +241,19 @@ def removal_table(sweep) -> pd.DataFrame:
 
     rows = []
     for i, unit in enumerate(sweep.units):
-        (layer, head), = unit
+        ((layer, head),) = unit
         for mode, harm in sweep.harm.items():
             eff, lo, hi = mean_ci(harm[i], seed=i)
-            row = {"layer": layer, "head": head, "mode": mode, "objective": sweep.objective, "harm": eff,
-                   "ci_low": lo, "ci_high": hi, "count": int(harm.shape[1])}
+            row = {
+                "layer": layer,
+                "head": head,
+                "mode": mode,
+                "objective": sweep.objective,
+                "harm": eff,
+                "ci_low": lo,
+                "ci_high": hi,
+                "count": int(harm.shape[1]),
+            }
             for name, vals in (sweep.measures.get(mode) or {}).items():
                 row[name] = float(vals[i].mean())
             for name, vals in (sweep.corpus.get(mode) or {}).items():

@@ -55,9 +55,17 @@ def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
     claims = {}
     for i, unit in enumerate(sweep.units):
         eff, lo, hi = mean_ci(harm[i], seed=i)
-        extra = {"mode": mode, "p": float(p[i]), "bh_significant": bool(sig[i]), "min_effect": floor,
-                 "floor_source": T.floor_source(sweep.objective), "objective": sweep.objective,
-                 "objective_described": sweep.describe, "fdr": T.FDR, "tests": int(len(sweep.units))}
+        extra = {
+            "mode": mode,
+            "p": float(p[i]),
+            "bh_significant": bool(sig[i]),
+            "min_effect": floor,
+            "floor_source": T.floor_source(sweep.objective),
+            "objective": sweep.objective,
+            "objective_described": sweep.describe,
+            "fdr": T.FDR,
+            "tests": int(len(sweep.units)),
+        }
         for other in ("mean", "zero", "resample", "uniform", "random"):
             side = _side(sweep, other, i) if other != mode else None
             if side is not None:
@@ -66,12 +74,22 @@ def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
             extra[name] = float(vals[i].mean())
         for name, vals in (sweep.corpus.get(mode) or {}).items():
             extra[name] = float(vals[i])
-        base = dict(statement=statement, effect=eff, ci_low=lo, ci_high=hi, count=n, null=floor,
-                    unit=sweep.units_text, threshold="min_effect+fdr", extra=extra)
+        base = dict(
+            statement=statement,
+            effect=eff,
+            ci_low=lo,
+            ci_high=hi,
+            count=n,
+            null=floor,
+            unit=sweep.units_text,
+            threshold="min_effect+fdr",
+            extra=extra,
+        )
         key = unit[0] if len(unit) == 1 else unit
         if n < T.MIN_EXAMPLES:
-            claims[key] = Claim(kind, "not enough evidence", reason=f"{n} examples < the minimum {T.MIN_EXAMPLES}",
-                                **base)
+            claims[key] = Claim(
+                kind, "not enough evidence", reason=f"{n} examples < the minimum {T.MIN_EXAMPLES}", **base
+            )
             continue
         holds = bool(sig[i]) and eff >= floor
         if not holds:
@@ -95,8 +113,9 @@ def necessity_claims(sweep, importance: Optional[pd.DataFrame] = None) -> dict:
             c.extra["times_random"] = float(harm[i] / rnd[i])
     if importance is None or len(importance) == 0:
         return claims
-    imp = {(int(l), int(h)): float(v) for l, h, v in zip(importance["layer"], importance["head"],
-                                                         importance["importance"])}
+    imp = {
+        (int(l), int(h)): float(v) for l, h, v in zip(importance["layer"], importance["head"], importance["importance"])
+    }
     scores = np.array([imp.get(k, np.nan) for k in keys])
     rho = spearman(scores, harm)
     rank = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -np.nan_to_num(imp.get(k, np.nan), nan=-1e9)))}
@@ -139,7 +158,10 @@ def weights_claims(sweep, pattern: Optional[dict] = None) -> dict:
             top = sorted(((v, w) for w, v in (prof.extra.get("profile") or {}).items() if v == v), reverse=True)
             where = top[0][1] if top else ""
         c.extra["parks_on"] = where
-        statement = {"routing": "routes information", "partly routing": "routes information in part",
-                     "inert sink": f"inert: parks its attention on {where or 'a sink token'}"}[reading]
+        statement = {
+            "routing": "routes information",
+            "partly routing": "routes information in part",
+            "inert sink": f"inert: parks its attention on {where or 'a sink token'}",
+        }[reading]
         claims[k] = replace(c, statement=statement)
     return claims

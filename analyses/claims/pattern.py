@@ -30,15 +30,17 @@ from probe.errors import NotApplicable
 from .claim import Claim
 
 #: rules: (role, feature, threshold name, value), first that clears wins
-RULES = (("induction", "induction", "induction", T.INDUCTION),
-         ("duplicate-token", "duplicate", "duplicate", T.DUPLICATE),
-         ("previous-token", "argmax_prev", "positional", T.POSITIONAL),
-         ("next-token", "argmax_next", "positional", T.POSITIONAL),
-         ("self", "argmax_self", "positional", T.POSITIONAL),
-         ("rare-word", "argmax_rare", "rare", T.RARE),
-         ("special-token", "to_special", "special", T.SPECIAL),
-         ("punctuation", "to_punct", "punctuation", T.PUNCTUATION),
-         ("broad", "entropy_ratio", "broad_entropy_ratio", T.BROAD_ENTROPY))
+RULES = (
+    ("induction", "induction", "induction", T.INDUCTION),
+    ("duplicate-token", "duplicate", "duplicate", T.DUPLICATE),
+    ("previous-token", "argmax_prev", "positional", T.POSITIONAL),
+    ("next-token", "argmax_next", "positional", T.POSITIONAL),
+    ("self", "argmax_self", "positional", T.POSITIONAL),
+    ("rare-word", "argmax_rare", "rare", T.RARE),
+    ("special-token", "to_special", "special", T.SPECIAL),
+    ("punctuation", "to_punct", "punctuation", T.PUNCTUATION),
+    ("broad", "entropy_ratio", "broad_entropy_ratio", T.BROAD_ENTROPY),
+)
 FEATURES = tuple(dict.fromkeys(list(COMPONENTS) + [r[1] for r in RULES] + ["rare_chance"]))
 
 
@@ -52,8 +54,9 @@ def example_features(maps) -> tuple:
     return values, rows, tuple(acc.layers or ()), acc.n_heads
 
 
-def weighted_shares(values: np.ndarray, weights: np.ndarray, n_boot: int = T.N_BOOT,
-                    confidence: float = T.CONFIDENCE, seed: int = 0) -> tuple:
+def weighted_shares(
+    values: np.ndarray, weights: np.ndarray, n_boot: int = T.N_BOOT, confidence: float = T.CONFIDENCE, seed: int = 0
+) -> tuple:
     """Row-weighted means over examples with percentile bootstrap intervals.
 
     Args:
@@ -65,8 +68,9 @@ def weighted_shares(values: np.ndarray, weights: np.ndarray, n_boot: int = T.N_B
     """
     E = values.shape[0]
     flat = values.reshape(E, -1)
-    w = np.broadcast_to(weights if weights.ndim == values.ndim else weights.reshape((E,) + (1,) * (values.ndim - 1)),
-                        values.shape).reshape(E, -1) * ~np.isnan(flat)
+    w = np.broadcast_to(
+        weights if weights.ndim == values.ndim else weights.reshape((E,) + (1,) * (values.ndim - 1)), values.shape
+    ).reshape(E, -1) * ~np.isnan(flat)
     v = np.nan_to_num(flat)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = (w * v).sum(0) / w.sum(0)
@@ -131,16 +135,32 @@ def pattern_claims(maps) -> tuple:
         # a component that a head attending at random would reach says nothing: all-bracket corpora are
         # all punctuation; in a small corpus most tokens tie for "the rarest"
         chance = {"to_punct": punct_chance, "to_rare": share.get("rare_chance")}
-        profile = {c: share[c] for c in COMPONENTS
-                   if not (c in chance and chance[c] == chance[c] and chance[c] is not None
-                           and share[c] < T.OVER_CHANCE * chance[c])}
+        profile = {
+            c: share[c]
+            for c in COMPONENTS
+            if not (
+                c in chance
+                and chance[c] == chance[c]
+                and chance[c] is not None
+                and share[c] < T.OVER_CHANCE * chance[c]
+            )
+        }
         words = profile_words(profile, names)
-        extra = {"profile": {names[c]: v for c, v in profile.items() if v == v},
-                 "entropy_ratio": share["entropy_ratio"]}
+        extra = {
+            "profile": {names[c]: v for c, v in profile.items() if v == v},
+            "entropy_ratio": share["entropy_ratio"],
+        }
         if n_rows < T.PATTERN_MIN_ROWS:
-            claims[(layer, head)] = Claim("pattern", "not enough evidence", statement=words, count=n_rows,
-                                          threshold="pattern_min_rows", unit="share of attention",
-                                          reason=f"{n_rows} query rows < {T.PATTERN_MIN_ROWS}", extra=extra)
+            claims[(layer, head)] = Claim(
+                "pattern",
+                "not enough evidence",
+                statement=words,
+                count=n_rows,
+                threshold="pattern_min_rows",
+                unit="share of attention",
+                reason=f"{n_rows} query rows < {T.PATTERN_MIN_ROWS}",
+                extra=extra,
+            )
             continue
         hit = None
         for role, feat, tname, value in RULES:
@@ -154,19 +174,39 @@ def pattern_claims(maps) -> tuple:
             hit = (role, feat, tname, value)
             break
         if hit is None:
-            claims[(layer, head)] = Claim("pattern", "does not hold", statement=words, count=n_rows,
-                                          unit="share of attention", threshold="no role rule cleared",
-                                          effect=max((v for v in profile.values() if v == v), default=float("nan")),
-                                          reason=f"no single role; largest components: {words}", extra=extra)
+            claims[(layer, head)] = Claim(
+                "pattern",
+                "does not hold",
+                statement=words,
+                count=n_rows,
+                unit="share of attention",
+                threshold="no role rule cleared",
+                effect=max((v for v in profile.values() if v == v), default=float("nan")),
+                reason=f"no single role; largest components: {words}",
+                extra=extra,
+            )
             continue
         role, feat, tname, value = hit
         if role == "special-token":
-            role = f"attends to {cls}" if share["to_cls"] >= (share["to_sep"] if share["to_sep"] == share["to_sep"]
-                                                            else -1) else f"attends to {sep}"
+            role = (
+                f"attends to {cls}"
+                if share["to_cls"] >= (share["to_sep"] if share["to_sep"] == share["to_sep"] else -1)
+                else f"attends to {sep}"
+            )
         extra["rule_feature"] = feat
-        claims[(layer, head)] = Claim("pattern", "holds", statement=role, effect=share[feat],
-                                      ci_low=float(low[j, fi[feat]]), ci_high=float(high[j, fi[feat]]),
-                                      count=n_rows, null=float(value), unit=feat, threshold=tname,
-                                      reason=f"{feat} {share[feat]:.0%} ≥ {value:.0%}; profile: {words}", extra=extra)
+        claims[(layer, head)] = Claim(
+            "pattern",
+            "holds",
+            statement=role,
+            effect=share[feat],
+            ci_low=float(low[j, fi[feat]]),
+            ci_high=float(high[j, fi[feat]]),
+            count=n_rows,
+            null=float(value),
+            unit=feat,
+            threshold=tname,
+            reason=f"{feat} {share[feat]:.0%} ≥ {value:.0%}; profile: {words}",
+            extra=extra,
+        )
     table = pd.DataFrame(rows, columns=["layer", "head", "feature", "share", "ci_low", "ci_high"])
     return claims, table

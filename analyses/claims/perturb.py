@@ -33,8 +33,7 @@ import numpy as np
 import torch
 
 from probe.analyses.common.metrics import as_corpus, get_metric
-from probe.analyses.necessity.ablation import (MAX_TOKENS, _cut, _take, _trimmable, check_heads, plan_forwards,
-                                               run_rows)
+from probe.analyses.necessity.ablation import MAX_TOKENS, _cut, _take, _trimmable, check_heads, plan_forwards, run_rows
 from probe.models.sites import supports_restart, supports_site_restart
 from probe.trace import Trace
 
@@ -132,7 +131,8 @@ def _chunk(adapter, metric, batch, layers: dict, stack, restart: bool, max_token
                 rows = torch.as_tensor(examples)
                 length = max(lengths[i] for i in examples) if trim else None
                 sub = _take(batch, rows, length)
-                vals = None if values[kind] is None else _cut(values[kind], rows, length)
+                v_kind = values[kind]
+                vals = None if v_kind is None else _cut(v_kind, rows, length)
                 residual = _cut(cache["resid_pre", layer, stack], rows, length) if restart else None
                 context = _cut(cache["proj_in", layer, stack], rows, length) if site else None
                 sub_ref = None if ref is None else _cut(ref, rows)
@@ -143,10 +143,20 @@ def _chunk(adapter, metric, batch, layers: dict, stack, restart: bool, max_token
 
 
 @torch.no_grad()
-def perturbation_sweep(adapter, corpus, metric="loss", heads: Optional[Sequence] = None, *, batch_size: int = 8,
-                       restart: bool = True, max_tokens: int = MAX_TOKENS, seed: int = 0,
-                       stack: Optional[str] = None, progress: bool = False,
-                       zero: Any = None) -> PerturbationSweep:
+def perturbation_sweep(
+    adapter,
+    corpus,
+    metric="loss",
+    heads: Optional[Sequence] = None,
+    *,
+    batch_size: int = 8,
+    restart: bool = True,
+    max_tokens: int = MAX_TOKENS,
+    seed: int = 0,
+    stack: Optional[str] = None,
+    progress: bool = False,
+    zero: Any = None,
+) -> PerturbationSweep:
     """Zero, uniform-weight and null perturbations of every head on every example.
 
     ``zero``: a :class:`probe.analyses.necessity.ablation.SweepResult` of zero-ablation
@@ -167,14 +177,23 @@ def perturbation_sweep(adapter, corpus, metric="loss", heads: Optional[Sequence]
     if adapter.arch == "encoder-decoder":
         kinds = ["zero", "zero_null"]
         skipped["uniform"] = "attention replacement supports encoder or decoder models, not encoder-decoder"
-    reuse = (zero is not None and getattr(zero, "table", None) is not None and len(zero.table)
-             and zero.table["metric"].iloc[0] == metric.name and zero.table["mode"].iloc[0] == "zero"
-             and tuple(zero.heads) == tuple(heads) and zero.ablated.shape[1] == len(corpus))
+    reuse = (
+        zero is not None
+        and getattr(zero, "table", None) is not None
+        and len(zero.table)
+        and zero.table["metric"].iloc[0] == metric.name
+        and zero.table["mode"].iloc[0] == "zero"
+        and tuple(zero.heads) == tuple(heads)
+        and zero.ablated.shape[1] == len(corpus)
+    )
     if reuse:
         kinds.remove("zero")
     use_restart = restart and supports_restart(adapter, stack)
-    path = ("site-restart" if supports_site_restart(adapter, stack) else "layer-restart") if use_restart \
+    path = (
+        ("site-restart" if supports_site_restart(adapter, stack) else "layer-restart")
+        if use_restart
         else "full forward"
+    )
     by_layer: dict = {}
     for j, (layer, head) in enumerate(heads):
         by_layer.setdefault(layer, []).append((j, head))
@@ -183,8 +202,12 @@ def perturbation_sweep(adapter, corpus, metric="loss", heads: Optional[Sequence]
     clean = np.zeros(n)
     scores = {k: np.zeros((len(heads), n)) for k in kinds}
     gen = torch.Generator().manual_seed(seed)
-    for idx, batch in tqdm(metric.batches(adapter, corpus, batch_size), total=-(-n // batch_size),
-                           disable=not progress, desc="perturbations"):
+    for idx, batch in tqdm(
+        metric.batches(adapter, corpus, batch_size),
+        total=-(-n // batch_size),
+        disable=not progress,
+        desc="perturbations",
+    ):
         c, by = _chunk(adapter, metric, batch, layers, stack, use_restart, max_tokens, kinds, gen)
         clean[idx] = c.double().cpu().numpy()
         for kind in kinds:
@@ -192,5 +215,12 @@ def perturbation_sweep(adapter, corpus, metric="loss", heads: Optional[Sequence]
                 scores[kind][np.ix_([j for j, _ in items], idx)] = by[kind][layer].double().cpu().numpy()
     if reuse:
         scores["zero"] = np.asarray(zero.ablated, dtype=np.float64)
-    return PerturbationSweep(heads=tuple(heads), metric=metric.name, higher_is_better=bool(metric.higher_is_better),
-                             clean=clean, scores=scores, path=path, skipped=skipped)
+    return PerturbationSweep(
+        heads=tuple(heads),
+        metric=metric.name,
+        higher_is_better=bool(metric.higher_is_better),
+        clean=clean,
+        scores=scores,
+        path=path,
+        skipped=skipped,
+    )

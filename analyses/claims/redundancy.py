@@ -76,13 +76,15 @@ def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict
         elif n.status != "does not hold":
             claims[key] = Claim("redundancy", "not tested", reason=f"necessity {n.status}")
         else:
-            claims[key] = Claim("redundancy", "not tested",
-                                reason="no other head that is not needed alone shares a named pattern")
+            claims[key] = Claim(
+                "redundancy", "not tested", reason="no other head that is not needed alone shares a named pattern"
+            )
     if not groups:
         return claims, rows
     items = sorted(groups.items())
-    sweep = removal_sweep(adapter, corpus, objective, units=[heads for _, heads in items], modes=("mean", "random"),
-                          seed=seed)
+    sweep = removal_sweep(
+        adapter, corpus, objective, units=[heads for _, heads in items], modes=("mean", "random"), seed=seed
+    )
     floor = T.min_effect(sweep.objective)
     for gi, (role, heads) in enumerate(items):
         harm = sweep.harm["mean"][gi]
@@ -92,16 +94,46 @@ def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict
         k = len(heads)
         names = "+".join(f"L{l}H{h}" for l, h in heads)
         rnd = float(sweep.harm["random"][gi].mean())
-        rows.append({"role": role, "heads": names, "k": k, "objective": sweep.objective, "harm": eff,
-                     "ci_low": lo, "ci_high": hi, "floor": floor, "p": p, "random": rnd, "holds": holds})
-        extra = {"group": names, "k": k, "p": p, "role": role, "min_effect": floor, "objective": sweep.objective,
-                 "random_harm": rnd, "tests": len(groups)}
+        rows.append(
+            {
+                "role": role,
+                "heads": names,
+                "k": k,
+                "objective": sweep.objective,
+                "harm": eff,
+                "ci_low": lo,
+                "ci_high": hi,
+                "floor": floor,
+                "p": p,
+                "random": rnd,
+                "holds": holds,
+            }
+        )
+        extra = {
+            "group": names,
+            "k": k,
+            "p": p,
+            "role": role,
+            "min_effect": floor,
+            "objective": sweep.objective,
+            "random_harm": rnd,
+            "tests": len(groups),
+        }
         if not holds:
             extra["detectable"] = detectable_effect(harm, floor, q=T.FDR / len(groups))
         for key in heads:
-            claims[key] = Claim("redundancy", "holds" if holds else "does not hold",
-                                statement=f"needed as a group of {k}" if holds else f"group of {k} not needed either",
-                                effect=eff, ci_low=lo, ci_high=hi, count=len(harm), null=floor,
-                                unit=sweep.units_text, threshold="min_effect+fdr (Bonferroni over groups)",
-                                reason=f"{role} heads {names} mean-ablated together", extra=dict(extra))
+            claims[key] = Claim(
+                "redundancy",
+                "holds" if holds else "does not hold",
+                statement=f"needed as a group of {k}" if holds else f"group of {k} not needed either",
+                effect=eff,
+                ci_low=lo,
+                ci_high=hi,
+                count=len(harm),
+                null=floor,
+                unit=sweep.units_text,
+                threshold="min_effect+fdr (Bonferroni over groups)",
+                reason=f"{role} heads {names} mean-ablated together",
+                extra=dict(extra),
+            )
     return claims, rows

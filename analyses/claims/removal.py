@@ -35,9 +35,8 @@ import torch
 
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
-from probe.analyses.explanation.counterfactual import _value_hook
 from probe.analyses.necessity.ablation import position_kind_means
-from probe.hooks import HookSet
+from probe.trace import Trace
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 from .perturb import random_rotations, rotate, uniform_output
@@ -119,14 +118,6 @@ def _unit_values(mode, unit, z, v, batch, means, src, rot, causal):
     return out
 
 
-def _values_of(store, layer, z):
-    b, s, H, dh = z.shape
-    v = store[layer].reshape(b, s, -1, dh)
-    if v.shape[2] != H:  # grouped-query attention: repeat the kv heads
-        v = v.repeat_interleave(H // v.shape[2], dim=2)
-    return v.to(z.dtype)
-
-
 def _run_units(adapter, objective, batch, units, values_per_unit, stack, residual=None):
     """One forward of ``len(units)·b`` rows; unit ``j``'s edits on rows ``j·b … j·b+b−1``.
     ``residual``: ``(layer, [b, seq, dim])``, the clean stream entering the first edited
@@ -140,8 +131,11 @@ def _run_units(adapter, objective, batch, units, values_per_unit, stack, residua
         rows = tuple(range(j * b, (j + 1) * b))
         for layer, h in unit:
             v = vals[layer]
-            edits.append(HeadEdit(layer, h, "zero", rows=rows) if v is None else
-                         HeadEdit(layer, h, "patch", value=v[:, :, h], rows=rows))
+            edits.append(
+                HeadEdit(layer, h, "zero", rows=rows)
+                if v is None
+                else HeadEdit(layer, h, "patch", value=v[:, :, h], rows=rows)
+            )
     with ExitStack() as st:
         st.enter_context(HeadIntervention(adapter, edits, stack=stack))
         if residual is not None:
@@ -153,9 +147,18 @@ def _run_units(adapter, objective, batch, units, values_per_unit, stack, residua
 
 
 @torch.no_grad()
-def removal_sweep(adapter, corpus, objective="auto", units: Optional[Sequence] = None, *,
-                  modes: Sequence[str] = MODES, batch_size: int = 8, seed: int = 0, stack: Optional[str] = None,
-                  progress: bool = False) -> RemovalSweep:
+def removal_sweep(
+    adapter,
+    corpus,
+    objective="auto",
+    units: Optional[Sequence] = None,
+    *,
+    modes: Sequence[str] = MODES,
+    batch_size: int = 8,
+    seed: int = 0,
+    stack: Optional[str] = None,
+    progress: bool = False,
+) -> RemovalSweep:
     """Remove every unit in every mode on every example; harms on ``objective``.
 
     Args:
@@ -176,8 +179,12 @@ def removal_sweep(adapter, corpus, objective="auto", units: Optional[Sequence] =
     stack = stack or adapter.default_stack
     if units is None:
         units = [(l, h) for l in range(adapter.n_layers_of(stack)) for h in range(adapter.n_heads)]
-    units = tuple(tuple([tuple(map(int, u))]) if len(u) == 2 and not isinstance(u[0], (tuple, list))
-                  else tuple(tuple(map(int, x)) for x in u) for u in units)
+    units = tuple(
+        tuple([tuple(map(int, u))])
+        if len(u) == 2 and not isinstance(u[0], (tuple, list))
+        else tuple(tuple(map(int, x)) for x in u)
+        for u in units
+    )
     for u in units:
         for layer, h in u:
             adapter.check_head(layer, h, stack)
@@ -201,36 +208,41 @@ def removal_sweep(adapter, corpus, objective="auto", units: Optional[Sequence] =
         blocks_of.setdefault(min(l for l, _ in u) if restart else -1, []).append(u)
     order = [u for key in sorted(blocks_of) for u in blocks_of[key]]
     back = np.array([order.index(u) for u in units])
-    for _idx, batch in tqdm(obj.batches(adapter, corpus, batch_size), total=-(-n // batch_size),
-                           disable=not progress, desc="removals"):
-        store: dict = {}
+    for _idx, batch in tqdm(
+        obj.batches(adapter, corpus, batch_size), total=-(-n // batch_size), disable=not progress, desc="removals"
+    ):
         with ExitStack() as st:
             cache = st.enter_context(ResidualCache(adapter, stack)) if restart else None
             rec = st.enter_context(HeadOutputRecorder(adapter, layers=layers, stack=stack))
-            hooks = HookSet()
-            st.callback(hooks.remove)
-            if "uniform" in modes:
-                mods = adapter.value_modules(stack)
-                for layer in layers:
-                    hooks.forward(mods[layer], _value_hook(store, layer, adapter.family == "gpt2"))
+            # the values (site v of probe.models.sites: [b, seq, heads, head_dim], kv heads repeated)
+            values_trace = (
+                st.enter_context(Trace(adapter, read=[("v", layer) for layer in layers], stack=stack, path="hooks"))
+                if "uniform" in modes
+                else None
+            )
             out = obj.forward(adapter, batch)
         clean_parts.append(obj.readout(out, batch).detach().double().cpu())
         z = rec.outputs
-        v = {l: _values_of(store, l, z[l]) for l in layers} if "uniform" in modes else {}
+        v = {l: values_trace.cache["v", l, stack].to(z[l].dtype) for l in layers} if values_trace is not None else {}
         src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
-        rot = {l: random_rotations(z[l].shape[0], z[l].shape[2], z[l].shape[3], gen) for l in layers} \
-            if "random" in modes else {}
+        rot = (
+            {l: random_rotations(z[l].shape[0], z[l].shape[2], z[l].shape[3], gen) for l in layers}
+            if "random" in modes
+            else {}
+        )
         tokens = int(batch.inputs["input_ids"].numel())
         per_forward = max(1, MAX_TOKENS // max(tokens, 1))
         for mode in modes:
             parts = []
             for first in sorted(blocks_of):
                 group = blocks_of[first]
-                residual = (first, cache.inputs[first]) if cache is not None else None
+                residual = (first, cache.inputs[first]) if cache is not None else None  # type: ignore[attr-defined]  # a ResidualCache
                 for start in range(0, len(group), per_forward):
-                    block = group[start:start + per_forward]
-                    vals = [_unit_values(mode, u, z, v, batch, means, src.to(z[layers[0]].device), rot, causal)
-                            for u in block]
+                    block = group[start : start + per_forward]
+                    vals = [
+                        _unit_values(mode, u, z, v, batch, means, src.to(z[layers[0]].device), rot, causal)
+                        for u in block
+                    ]
                     parts.append(_run_units(adapter, obj, batch, block, vals, stack, residual).double().cpu())
             pert[mode].append(torch.cat(parts, 0)[torch.as_tensor(back)])  # [units, b, ...] in unit order
     clean = torch.cat(clean_parts, 0).numpy()
@@ -242,5 +254,14 @@ def removal_sweep(adapter, corpus, objective="auto", units: Optional[Sequence] =
         measures[mode] = {k: np.stack([d[k] for d in per]) for k in (per[0] if per else {})}
         cm = [obj.corpus_measures(clean, p[j]) for j in range(len(units))]
         corpus_m[mode] = {k: np.array([d[k] for d in cm]) for k in (cm[0] if cm else {})}
-    return RemovalSweep(units=units, objective=obj.name, units_text=obj.units, harm=harm, measures=measures,
-                        corpus=corpus_m, n=n, describe=obj.describe(), skipped=skipped)
+    return RemovalSweep(
+        units=units,
+        objective=obj.name,
+        units_text=obj.units,
+        harm=harm,
+        measures=measures,
+        corpus=corpus_m,
+        n=n,
+        describe=obj.describe(),
+        skipped=skipped,
+    )

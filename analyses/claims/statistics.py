@@ -9,8 +9,15 @@ import numpy as np
 
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 
-__all__ = ["benjamini_hochberg", "paired_greater", "floor_test", "detectable_effect", "mean_ci", "wilson_interval",
-           "spearman"]
+__all__ = [
+    "benjamini_hochberg",
+    "paired_greater",
+    "floor_test",
+    "detectable_effect",
+    "mean_ci",
+    "wilson_interval",
+    "spearman",
+]
 
 
 def benjamini_hochberg(p_values, q: float = 0.05) -> np.ndarray:

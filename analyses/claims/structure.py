@@ -57,8 +57,14 @@ def sentence_counts(graphs) -> dict:
         hits[s] = hit.astype(np.float64) @ onehot
         counts[s] = onehot.sum(0)
         offs[s] = onehot.T @ off.astype(np.float64)
-    return {"hits": hits, "counts": counts, "offset_hits": offs,
-            "relations": tuple(sorted(vocab, key=vocab.__getitem__)), "layers": tuple(layers), "n_heads": H}
+    return {
+        "hits": hits,
+        "counts": counts,
+        "offset_hits": offs,
+        "relations": tuple(sorted(vocab, key=vocab.__getitem__)),
+        "layers": tuple(layers),
+        "n_heads": H,
+    }
 
 
 def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CONFIDENCE, seed: int = 0) -> dict:
@@ -71,8 +77,11 @@ def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CON
 
     hits, counts, offs = sc["hits"], sc["counts"], sc["offset_hits"]
     total = counts.sum(0)
-    rels = [r for r, name in enumerate(sc["relations"])
-            if total[r] >= T.STRUCTURE_MIN_COUNT and name.split(":")[0] not in T.STRUCTURE_EXCLUDED]
+    rels = [
+        r
+        for r, name in enumerate(sc["relations"])
+        if total[r] >= T.STRUCTURE_MIN_COUNT and name.split(":")[0] not in T.STRUCTURE_EXCLUDED
+    ]
     S = hits.shape[0]
     C = resample_counts(S, n_boot, seed).astype(np.float64)  # [B, S]
     out = {k: [] for k in ("margin", "low", "high", "p", "accuracy", "baseline", "count", "d", "j", "r")}
@@ -92,9 +101,18 @@ def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CON
         low, high = np.quantile(margin_b, [a, 1 - a], axis=0)
         k = margin.size
         d, j = np.divmod(np.arange(k), acc.shape[1])
-        for name, v in (("margin", margin), ("low", low), ("high", high), ("p", p), ("accuracy", acc.reshape(-1)),
-                        ("baseline", np.full(k, base)), ("count", np.full(k, n)), ("d", d), ("j", j),
-                        ("r", np.full(k, r))):
+        for name, v in (
+            ("margin", margin),
+            ("low", low),
+            ("high", high),
+            ("p", p),
+            ("accuracy", acc.reshape(-1)),
+            ("baseline", np.full(k, base)),
+            ("count", np.full(k, n)),
+            ("d", d),
+            ("j", j),
+            ("r", np.full(k, r)),
+        ):
             out[name].append(v)
     return {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in out.items()}
 
@@ -116,23 +134,40 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
     heads = [(sc["layers"][j // H], j % H) for j in range(L * H)]
     if S < T.STRUCTURE_MIN_SENTENCES:
         why = f"{S} sentences < {T.STRUCTURE_MIN_SENTENCES}"
-        return {k: Claim("structure", "not enough evidence", count=S, threshold="structure_min_sentences",
-                         reason=why) for k in heads}, pd.DataFrame()
+        return {
+            k: Claim("structure", "not enough evidence", count=S, threshold="structure_min_sentences", reason=why)
+            for k in heads
+        }, pd.DataFrame()
     m = relation_margins(sc)
     sig = benjamini_hochberg(m["p"], T.FDR) if len(m["p"]) else np.zeros(0, bool)
-    table = pd.DataFrame({
-        "layer": [heads[j][0] for j in m["j"].astype(int)], "head": [heads[j][1] for j in m["j"].astype(int)],
-        "relation": [sc["relations"][r] for r in m["r"].astype(int)],
-        "direction": [DIRECTIONS[d] for d in m["d"].astype(int)],
-        "accuracy": m["accuracy"], "baseline": m["baseline"], "margin": m["margin"], "ci_low": m["low"],
-        "ci_high": m["high"], "p": m["p"], "significant": sig, "count": m["count"].astype(int)})
+    table = pd.DataFrame(
+        {
+            "layer": [heads[j][0] for j in m["j"].astype(int)],
+            "head": [heads[j][1] for j in m["j"].astype(int)],
+            "relation": [sc["relations"][r] for r in m["r"].astype(int)],
+            "direction": [DIRECTIONS[d] for d in m["d"].astype(int)],
+            "accuracy": m["accuracy"],
+            "baseline": m["baseline"],
+            "margin": m["margin"],
+            "ci_low": m["low"],
+            "ci_high": m["high"],
+            "p": m["p"],
+            "significant": sig,
+            "count": m["count"].astype(int),
+        }
+    )
     most = int(sc["counts"].sum(0).max()) if sc["counts"].size else 0
     claims = {}
     for key in heads:
         t = table[(table["layer"] == key[0]) & (table["head"] == key[1])]
         if t.empty:
-            claims[key] = Claim("structure", "not enough evidence", count=most, threshold="structure_min_count",
-                                reason=f"no relation with ≥ {T.STRUCTURE_MIN_COUNT} instances (most: {most})")
+            claims[key] = Claim(
+                "structure",
+                "not enough evidence",
+                count=most,
+                threshold="structure_min_count",
+                reason=f"no relation with ≥ {T.STRUCTURE_MIN_COUNT} instances (most: {most})",
+            )
             continue
         ok = t[t["significant"] & (t["margin"] >= T.STRUCTURE_MARGIN)]
         best = (ok if len(ok) else t).sort_values(["margin", "count"], ascending=False).iloc[0]
@@ -142,15 +177,30 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
         detectable = T.STRUCTURE_MARGIN + (1.644854 + 0.841621) * se
         what = f"{best['relation']} ({best['direction'].replace('_', ' ')})"
         claims[key] = Claim(
-            "structure", status, statement=what, effect=float(best["margin"]), ci_low=float(best["ci_low"]),
-            ci_high=float(best["ci_high"]), count=int(best["count"]), null=float(best["baseline"]),
-            unit="accuracy above the best offset", threshold="structure_margin",
-            reason=(f"{best['accuracy']:.0%} vs {best['baseline']:.0%} best offset over {int(best['count'])} "
-                    f"instances in {S} sentences"),
-            extra={"accuracy": float(best["accuracy"]), "p": float(best["p"]),
-                   "bh_significant": bool(best["significant"]),
-                   "relations_tested": int(len(t)), "sentences": S, "sentences_skipped": int(n_sentences_skipped),
-                   **({"detectable": detectable} if status == "does not hold" else {})})
+            "structure",
+            status,
+            statement=what,
+            effect=float(best["margin"]),
+            ci_low=float(best["ci_low"]),
+            ci_high=float(best["ci_high"]),
+            count=int(best["count"]),
+            null=float(best["baseline"]),
+            unit="accuracy above the best offset",
+            threshold="structure_margin",
+            reason=(
+                f"{best['accuracy']:.0%} vs {best['baseline']:.0%} best offset over {int(best['count'])} "
+                f"instances in {S} sentences"
+            ),
+            extra={
+                "accuracy": float(best["accuracy"]),
+                "p": float(best["p"]),
+                "bh_significant": bool(best["significant"]),
+                "relations_tested": int(len(t)),
+                "sentences": S,
+                "sentences_skipped": int(n_sentences_skipped),
+                **({"detectable": detectable} if status == "does not hold" else {}),
+            },
+        )
     return claims, table
 
 

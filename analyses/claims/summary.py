@@ -9,11 +9,17 @@ def _num(c, digits: int = 3) -> str:
 
 
 #: a pattern rule's feature in words (the share it is a share of)
-UNIT_WORDS = {"argmax_prev": "of rows peak on the previous token", "argmax_next": "of rows peak on the next token",
-              "argmax_self": "of rows peak on the token itself", "argmax_rare": "of rows peak on the rarest token",
-              "to_special": "of its attention", "to_punct": "of its attention on punctuation",
-              "induction": "of its attention on induction targets",
-              "duplicate": "of its attention on earlier copies", "entropy_ratio": "of a uniform row's entropy"}
+UNIT_WORDS = {
+    "argmax_prev": "of rows peak on the previous token",
+    "argmax_next": "of rows peak on the next token",
+    "argmax_self": "of rows peak on the token itself",
+    "argmax_rare": "of rows peak on the rarest token",
+    "to_special": "of its attention",
+    "to_punct": "of its attention on punctuation",
+    "induction": "of its attention on induction targets",
+    "duplicate": "of its attention on earlier copies",
+    "entropy_ratio": "of a uniform row's entropy",
+}
 
 
 def pattern_words(p) -> str:
@@ -36,13 +42,17 @@ def summary_sentence(claims: dict) -> str:
             parts.append(f"attends {p.statement}")
     s = claims.get("structure")
     if s is not None and s.holds:
-        parts.append(f"follows {s.statement} ({s.extra.get('accuracy', float('nan')):.0%} vs {s.null:.0%} "
-                     f"best offset, n={s.count})")
+        parts.append(
+            f"follows {s.statement} ({s.extra.get('accuracy', float('nan')):.0%} vs {s.null:.0%} "
+            f"best offset, n={s.count})"
+        )
     n = claims.get("necessity")
     r = claims.get("redundancy")
     if n is not None and n.holds:
-        parts.append(f"needed alone ({n.extra.get('objective')} harm {n.effect:+.3g} "
-                     f"[{n.ci_low:+.3g}, {n.ci_high:+.3g}], floor {n.null:.3g}, n={n.count})")
+        parts.append(
+            f"needed alone ({n.extra.get('objective')} harm {n.effect:+.3g} "
+            f"[{n.ci_low:+.3g}, {n.ci_high:+.3g}], floor {n.null:.3g}, n={n.count})"
+        )
     elif r is not None and r.holds:
         parts.append(f"redundant: {r.statement}")
     elif n is not None and n.status == "does not hold":
@@ -50,11 +60,15 @@ def summary_sentence(claims: dict) -> str:
     w = claims.get("weights")
     if w is not None and w.holds:
         if w.extra.get("reading") == "inert sink":
-            parts.append(f"{w.statement}; spreading it harms {w.extra.get('objective')} by {w.effect:+.3g} "
-                         f"(removing it: {w.extra.get('removal_harm', float('nan')):+.3g})")
+            parts.append(
+                f"{w.statement}; spreading it harms {w.extra.get('objective')} by {w.effect:+.3g} "
+                f"(removing it: {w.extra.get('removal_harm', float('nan')):+.3g})"
+            )
         else:
-            parts.append(f"where it looks matters ({w.statement}: uniform weights harm "
-                         f"{w.extra.get('objective')} by {w.effect:+.3g})")
+            parts.append(
+                f"where it looks matters ({w.statement}: uniform weights harm "
+                f"{w.extra.get('objective')} by {w.effect:+.3g})"
+            )
     a = claims.get("attribution")
     if a is not None and a.holds:
         parts.append(f"agrees with {a.extra.get('reference', 'attributions')} (τ {a.effect:+.2f})")

@@ -33,8 +33,11 @@ FDR = _t("fdr", 0.05, "Benjamini & Hochberg (1995) step-up procedure, q = 0.05 a
 N_BOOT = _t("n_boot", 1000, "percentile bootstrap over examples/sentences (Efron 1979)")
 CONFIDENCE = _t("confidence", 0.95, "two-sided 95% intervals")
 #: the paired test of an intervention against its null
-PAIRED_TEST = _t("paired_test", "wilcoxon signed-rank, one-sided",
-                 "Wilcoxon (1945): per-example effect minus null effect; no normality assumed")
+PAIRED_TEST = _t(
+    "paired_test",
+    "wilcoxon signed-rank, one-sided",
+    "Wilcoxon (1945): per-example effect minus null effect; no normality assumed",
+)
 
 # ---- pattern ----------------------------------------------------------------------------
 #: share of query rows whose maximum sits on one relative position
@@ -43,8 +46,12 @@ POSITIONAL = _t("positional", 0.9, "Voita et al. (2019): positional heads point 
 SPECIAL = _t("special", 0.5, "Clark et al. (2019): heads putting over half of their attention on [CLS]/[SEP]")
 PUNCTUATION = _t("punctuation", 0.5, "Clark et al. (2019), attention to punctuation, same bar as special tokens")
 #: a share of attention to a kind of token must also be this many times the share of such tokens
-OVER_CHANCE = _t("over_chance", 2.0, "as for Voita et al.'s rare-word head: twice what a head attending at random "
-                                     "gets (a corpus of brackets is all punctuation)")
+OVER_CHANCE = _t(
+    "over_chance",
+    2.0,
+    "as for Voita et al.'s rare-word head: twice what a head attending at random "
+    "gets (a corpus of brackets is all punctuation)",
+)
 #: Olsson et al.'s induction / duplicate-token scores (mean mass, causal models only)
 INDUCTION = _t("induction", 0.5, "Olsson et al. (2022): mass on the token after an earlier occurrence")
 DUPLICATE = _t("duplicate", 0.5, "Olsson et al. (2022): mass on earlier occurrences of the same token")
@@ -59,38 +66,55 @@ PATTERN_MIN_ROWS = _t("pattern_min_rows", 50, "below 50 query rows a share moves
 #: accuracy above the best fixed-offset baseline (fraction)
 STRUCTURE_MARGIN = _t("structure_margin", 0.10, "Voita et al. (2019): 10 points above the positional baseline")
 #: fewest instances of a relation before it is tested
-STRUCTURE_MIN_COUNT = _t("structure_min_count", 20, "Clark et al. (2019) report relations with ≥ 20 instances "
-                                                   "(their 'flagged' rows); fewer: not enough evidence")
+STRUCTURE_MIN_COUNT = _t(
+    "structure_min_count",
+    20,
+    "Clark et al. (2019) report relations with ≥ 20 instances (their 'flagged' rows); fewer: not enough evidence",
+)
 #: fewest sentences for a bootstrap over sentences
-STRUCTURE_MIN_SENTENCES = _t("structure_min_sentences", 10, "a bootstrap over fewer than 10 sentences has "
-                                                           "too few distinct resamples")
+STRUCTURE_MIN_SENTENCES = _t(
+    "structure_min_sentences", 10, "a bootstrap over fewer than 10 sentences has too few distinct resamples"
+)
 #: relations never claimed (punctuation attaches anywhere; 'all' pools; root has no head)
 STRUCTURE_EXCLUDED = _t("structure_excluded", ("punct", "all", "root"), "Clark et al. (2019) leave these out")
 
 # ---- necessity and weights --------------------------------------------------------------
 #: smallest mean harm above the null worth a claim, per metric (below: practically nothing)
-MIN_EFFECT = _t("min_effect", {"loss": 0.01, "accuracy": 1.0, "embedding-drift": 0.005,
-                               "similarity-structure": 0.02},
-                "practical floors in each objective's units: 0.01 nats of loss, 1 point of accuracy, 0.005 of "
-                "1−cos drift, 0.02 of 1−ρ similarity structure (see FLOOR_SOURCES); other objectives: 0")
+MIN_EFFECT = _t(
+    "min_effect",
+    {"loss": 0.01, "accuracy": 1.0, "embedding-drift": 0.005, "similarity-structure": 0.02},
+    "practical floors in each objective's units: 0.01 nats of loss, 1 point of accuracy, 0.005 of "
+    "1−cos drift, 0.02 of 1−ρ similarity structure (see FLOOR_SOURCES); other objectives: 0",
+)
 #: why each floor, per objective
-FLOOR_SOURCES = _t("floor_sources", {
-    "loss": "0.01 nats per token: a perplexity change of 1%, below what LM comparisons report as a difference",
-    "accuracy": "1 percentage point of task accuracy (accuracy is scored in percent)",
-    "embedding-drift": "1−cos 0.005: a sentence embedding moved by less keeps its neighbours",
-    "similarity-structure": "1−ρ 0.02: each sentence's similarity ranking keeps Spearman ρ ≥ 0.98 with the clean "
-                            "one, 2 points on the Spearman×100 scale sentence-embedding benchmarks report "
-                            "(Reimers & Gurevych 2019)"},
-    "each objective's floor with its reason")
+FLOOR_SOURCES = _t(
+    "floor_sources",
+    {
+        "loss": "0.01 nats per token: a perplexity change of 1%, below what LM comparisons report as a difference",
+        "accuracy": "1 percentage point of task accuracy (accuracy is scored in percent)",
+        "embedding-drift": "1−cos 0.005: a sentence embedding moved by less keeps its neighbours",
+        "similarity-structure": "1−ρ 0.02: each sentence's similarity ranking keeps Spearman ρ ≥ 0.98 with the clean "
+        "one, 2 points on the Spearman×100 scale sentence-embedding benchmarks report "
+        "(Reimers & Gurevych 2019)",
+    },
+    "each objective's floor with its reason",
+)
 #: the null of every removal: the same perturbation turned in a random direction
-NULL = _t("null", "random rotation of the removed vector (context only, never the test)",
-          "the head's output (or the change of it) minus a randomly rotated copy: same norm at every position, "
-          "random direction (a noise floor the metric can reach, unlike 0 for a non-negative metric)")
+NULL = _t(
+    "null",
+    "random rotation of the removed vector (context only, never the test)",
+    "the head's output (or the change of it) minus a randomly rotated copy: same norm at every position, "
+    "random direction (a noise floor the metric can reach, unlike 0 for a non-negative metric)",
+)
 #: share of the removal's harm uniform weights must reproduce for a "routing" head
-ROUTING_SHARE = _t("routing_share", 0.5, "a head whose uniform weights do at least half the harm of removing it "
-                                         "routes information by where it looks; below, and with removal under the "
-                                         "floor, the head is an inert sink (Clark et al. 2019's no-op reading of "
-                                         "attention to [SEP]; Xiao et al. 2023's attention sinks)")
+ROUTING_SHARE = _t(
+    "routing_share",
+    0.5,
+    "a head whose uniform weights do at least half the harm of removing it "
+    "routes information by where it looks; below, and with removal under the "
+    "floor, the head is an inert sink (Clark et al. 2019's no-op reading of "
+    "attention to [SEP]; Xiao et al. 2023's attention sinks)",
+)
 #: the power a "does not hold" states its detectable effect at
 POWER = _t("power", 0.8, "the smallest effect detectable with 80% power at one-sided level q (Cohen 1988)")
 #: fewest examples for a paired test
@@ -103,14 +127,19 @@ GROUP_MIN = _t("group_min", 2, "a group is two or more heads that are not needed
 #: a target must beat the majority class on held-out data with a CI excluding it
 TARGET_CONFIDENCE = _t("target_confidence", 0.95, "Wilson (1927) score interval of held-out accuracy")
 #: agreement: τ > 0 and significant in at least this share of examples
-AGREEMENT_SHARE = _t("agreement_share", 0.5, "Jain & Wallace (2019): a head agrees with attributions when its "
-                                              "ranking correlates significantly in most examples")
+AGREEMENT_SHARE = _t(
+    "agreement_share",
+    0.5,
+    "Jain & Wallace (2019): a head agrees with attributions when its ranking correlates significantly in most examples",
+)
 
 
 def thresholds_in_force() -> dict:
     """``name -> {"value", "source"}`` for every threshold above (JSON-able)."""
-    return {t.name: {"value": list(t.value) if isinstance(t.value, tuple) else t.value, "source": t.source}
-            for t in _ALL.values()}
+    return {
+        t.name: {"value": list(t.value) if isinstance(t.value, tuple) else t.value, "source": t.source}
+        for t in _ALL.values()
+    }
 
 
 def floor_source(objective: str) -> str:

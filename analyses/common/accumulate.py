@@ -132,8 +132,11 @@ class KeptExamples:
             by_layer = self.parts[index]
             layers = sorted(by_layer)
             first = by_layer[layers[0]]
-            out.append(dataclasses.replace(first, attentions=torch.cat([by_layer[x].attentions for x in layers]),
-                                           layers=tuple(layers)))
+            out.append(
+                dataclasses.replace(
+                    first, attentions=torch.cat([by_layer[x].attentions for x in layers]), layers=tuple(layers)
+                )
+            )
         return out
 
 

@@ -35,9 +35,23 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ModelScalar", "token_nll", "MetricBatch", "Metric", "LossMetric", "AccuracyMetric", "DriftMetric",
-           "CallableMetric",
-           "METRICS", "get_metric", "applicable_metrics", "default_metric", "as_corpus", "Chunk", "prepare"]
+__all__ = [
+    "ModelScalar",
+    "token_nll",
+    "MetricBatch",
+    "Metric",
+    "LossMetric",
+    "AccuracyMetric",
+    "DriftMetric",
+    "CallableMetric",
+    "METRICS",
+    "get_metric",
+    "applicable_metrics",
+    "default_metric",
+    "as_corpus",
+    "Chunk",
+    "prepare",
+]
 
 MASK_FRACTION = 0.15
 
@@ -68,9 +82,11 @@ class MetricBatch:
     def repeat(self, k: int) -> "MetricBatch":
         """The batch stacked ``k`` times: row ``j·rows + i`` is a copy of row ``i``."""
         rep = lambda t: t.repeat(k, *([1] * (t.dim() - 1)))  # noqa: E731
-        return MetricBatch(inputs={n: rep(t) for n, t in self.inputs.items()},
-                           aux={n: rep(t) for n, t in self.aux.items()},
-                           special=None if self.special is None else rep(self.special))
+        return MetricBatch(
+            inputs={n: rep(t) for n, t in self.inputs.items()},
+            aux={n: rep(t) for n, t in self.aux.items()},
+            special=None if self.special is None else rep(self.special),
+        )
 
 
 def as_corpus(corpus):
@@ -254,8 +270,10 @@ def _zoo_batch(adapter, corpus, indices) -> MetricBatch:
     from probe.models import zoo
 
     if not corpus.examples:
-        raise ValueError(f"{adapter.name}'s loss/accuracy need the zoo task's examples with their ground "
-                         "truth: run without --text/--file/--conllu to use its evaluation set")
+        raise ValueError(
+            f"{adapter.name}'s loss/accuracy need the zoo task's examples with their ground "
+            "truth: run without --text/--file/--conllu to use its evaluation set"
+        )
     mod = zoo.task_module(_zoo_task(adapter))  # type: ignore[arg-type]  # zoo adapters only (the caller checked)
     enc = mod.encode(adapter.tokenizer, [corpus.examples[i] for i in indices])
     if isinstance(enc, dict):  # a seq2seq task (translate): the teacher-forced batch, labels inside
@@ -265,8 +283,11 @@ def _zoo_batch(adapter, corpus, indices) -> MetricBatch:
     else:  # (encoding, labels)
         enc, labels = enc
         inputs = _to(adapter, {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
-    return MetricBatch(inputs=inputs, aux={"labels": labels.to(adapter.device)},
-                       special=_special(adapter, inputs["input_ids"], inputs["attention_mask"]))
+    return MetricBatch(
+        inputs=inputs,
+        aux={"labels": labels.to(adapter.device)},
+        special=_special(adapter, inputs["input_ids"], inputs["attention_mask"]),
+    )
 
 
 def _mlm_mask(n_tokens: int, special: torch.Tensor, seed: int) -> torch.Tensor:
@@ -298,18 +319,24 @@ class LossMetric(Metric):
     def check(self, adapter, corpus=None) -> None:
         if _zoo_task(adapter):
             if corpus is not None and not corpus.examples:
-                raise ValueError(f"metric 'loss' on {adapter.name} needs the zoo evaluation examples "
-                                 "(run without --text/--file/--conllu); metrics that apply to other "
-                                 "inputs: embedding-drift")
+                raise ValueError(
+                    f"metric 'loss' on {adapter.name} needs the zoo evaluation examples "
+                    "(run without --text/--file/--conllu); metrics that apply to other "
+                    "inputs: embedding-drift"
+                )
             if not _zoo_has_loss(adapter):
-                raise ValueError(f"{adapter.name} has no task loss (its weights are set by hand); "
-                                 "metrics that apply: embedding-drift")
+                raise ValueError(
+                    f"{adapter.name} has no task loss (its weights are set by hand); "
+                    "metrics that apply: embedding-drift"
+                )
             return
         if not _has_lm_head(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
-            raise ValueError(f"metric 'loss' needs a model with a language-model or task head, but "
-                             f"{adapter.name} ({type(adapter.model).__name__}) is a headless "
-                             f"{adapter.arch}; metrics that apply: {ok}")
+            raise ValueError(
+                f"metric 'loss' needs a model with a language-model or task head, but "
+                f"{adapter.name} ({type(adapter.model).__name__}) is a headless "
+                f"{adapter.arch}; metrics that apply: {ok}"
+            )
 
     def make_batch(self, adapter, corpus, indices) -> MetricBatch:
         if _zoo_task(adapter):
@@ -361,8 +388,10 @@ class AccuracyMetric(LossMetric):
     def check(self, adapter, corpus=None) -> None:
         if not _zoo_task(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
-            raise ValueError(f"metric 'accuracy' needs a zoo:<task> model with ground truth; for "
-                             f"{adapter.name} the metrics that apply: {ok}")
+            raise ValueError(
+                f"metric 'accuracy' needs a zoo:<task> model with ground truth; for "
+                f"{adapter.name} the metrics that apply: {ok}"
+            )
         super().check(adapter, corpus)
 
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
@@ -430,8 +459,9 @@ class CallableMetric(Metric):
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
         s = self.fn(outputs, batch)
         if not isinstance(s, torch.Tensor) or s.shape != (batch.rows,):
-            raise ValueError(f"metric {self.name!r} must return a tensor [rows] = [{batch.rows}], "
-                             f"got {getattr(s, 'shape', type(s))}")
+            raise ValueError(
+                f"metric {self.name!r} must return a tensor [rows] = [{batch.rows}], got {getattr(s, 'shape', type(s))}"
+            )
         return s
 
 
@@ -467,8 +497,10 @@ def default_metric(adapter, corpus=None) -> tuple:
         if _zoo_task(adapter):
             why = "the zoo task's loss"
         elif adapter.arch == "encoder":
-            why = (f"the masked-LM loss of the sentence's own tokens ({MASK_FRACTION:.0%} masked) from "
-                   f"{type(adapter.model).__name__}'s head")
+            why = (
+                f"the masked-LM loss of the sentence's own tokens ({MASK_FRACTION:.0%} masked) from "
+                f"{type(adapter.model).__name__}'s head"
+            )
         elif adapter.arch == "decoder":
             why = f"the next-token loss from {type(adapter.model).__name__}'s head"
         else:
@@ -488,8 +520,9 @@ def get_metric(metric: Union[str, Metric, Callable], adapter=None, corpus=None) 
         m = metric
     elif isinstance(metric, str):
         if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)} "
-                             "(or a callable in the Python API)")
+            raise ValueError(
+                f"unknown metric {metric!r}; known: {', '.join(METRICS)} (or a callable in the Python API)"
+            )
         m = METRICS[metric]()
     else:
         m = CallableMetric(metric)

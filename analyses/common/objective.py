@@ -33,13 +33,31 @@ from typing import Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from .metrics import (AccuracyMetric, DriftMetric, LossMetric, Metric, MetricBatch, _has_lm_head, _zoo_has_loss,
-                      _zoo_task, applicable_metrics)
+from .metrics import (
+    AccuracyMetric,
+    DriftMetric,
+    LossMetric,
+    Metric,
+    MetricBatch,
+    _has_lm_head,
+    _zoo_has_loss,
+    _zoo_task,
+    applicable_metrics,
+)
 from .pooling import Pooling, model_pooling
 from probe.errors import InputError, NotApplicable
 
-__all__ = ["Objective", "SimilarityStructure", "OBJECTIVES", "resolve_objective", "applicable_objectives",
-           "row_rank_harm", "neighbour_changed", "pairwise_rank_harm", "floor_of"]
+__all__ = [
+    "Objective",
+    "SimilarityStructure",
+    "OBJECTIVES",
+    "resolve_objective",
+    "applicable_objectives",
+    "row_rank_harm",
+    "neighbour_changed",
+    "pairwise_rank_harm",
+    "floor_of",
+]
 
 #: fewest sentences for a similarity structure (a rank correlation over ≥ 3 others)
 MIN_SENTENCES = 4
@@ -155,11 +173,15 @@ class SimilarityStructure(Metric):
     def check(self, adapter, corpus=None) -> None:
         if adapter.arch != "encoder":
             ok = ", ".join(applicable_objectives(adapter, corpus))
-            raise NotApplicable(f"objective 'similarity-structure' pools a sentence encoder's states; {adapter.name} "
-                             f"is a {adapter.arch}; objectives that fit it: {ok}")
+            raise NotApplicable(
+                f"objective 'similarity-structure' pools a sentence encoder's states; {adapter.name} "
+                f"is a {adapter.arch}; objectives that fit it: {ok}"
+            )
         if corpus is not None and len(corpus) < MIN_SENTENCES:
-            raise NotApplicable(f"objective 'similarity-structure' compares each sentence with the others: give at "
-                             f"least {MIN_SENTENCES} sentences (got {len(corpus)})")
+            raise NotApplicable(
+                f"objective 'similarity-structure' compares each sentence with the others: give at "
+                f"least {MIN_SENTENCES} sentences (got {len(corpus)})"
+            )
         if self.pooling is None:
             self.pooling = model_pooling(adapter)
 
@@ -170,8 +192,9 @@ class SimilarityStructure(Metric):
     def readout(self, outputs, batch) -> torch.Tensor:
         pooling = self.pooling or Pooling()
         h = outputs.last_hidden_state
-        return pooling.pool(h.float() if h.dtype in (torch.float16, torch.bfloat16) else h,
-                            batch.inputs["attention_mask"])
+        return pooling.pool(
+            h.float() if h.dtype in (torch.float16, torch.bfloat16) else h, batch.inputs["attention_mask"]
+        )
 
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
         raise ValueError("similarity-structure compares whole corpora (readout + harm), not one run's scores")
@@ -184,8 +207,9 @@ class SimilarityStructure(Metric):
         return {"neighbour_changed": neighbour_changed(clean, perturbed), "embedding_drift": drift(clean, perturbed)}
 
     def corpus_measures(self, clean, perturbed) -> dict:
-        return {"pairwise_rank_harm": pairwise_rank_harm(np.asarray(clean, np.float64),
-                                                         np.asarray(perturbed, np.float64))}
+        return {
+            "pairwise_rank_harm": pairwise_rank_harm(np.asarray(clean, np.float64), np.asarray(perturbed, np.float64))
+        }
 
     def describe(self) -> str:
         how = self.pooling.describe() if self.pooling is not None else "the model's pooling"
@@ -200,15 +224,22 @@ class NextTokenLoss(LossMetric):
     def check(self, adapter, corpus=None) -> None:
         if adapter.arch != "decoder" or not _has_lm_head(adapter):
             ok = ", ".join(applicable_objectives(adapter, corpus))
-            raise NotApplicable(f"objective 'next-token-loss' needs a causal language model with an LM head; "
-                             f"{adapter.name} is a{' headless' if not _has_lm_head(adapter) else 'n'} "
-                             f"{adapter.arch}; objectives that fit it: {ok}")
+            raise NotApplicable(
+                f"objective 'next-token-loss' needs a causal language model with an LM head; "
+                f"{adapter.name} is a{' headless' if not _has_lm_head(adapter) else 'n'} "
+                f"{adapter.arch}; objectives that fit it: {ok}"
+            )
         super().check(adapter, corpus)
 
 
 #: objective names -> factory (``loss`` is the model's own loss, whichever kind it is)
-OBJECTIVES = {"loss": LossMetric, "next-token-loss": NextTokenLoss, "accuracy": AccuracyMetric,
-              "embedding-drift": DriftMetric, "similarity-structure": SimilarityStructure}
+OBJECTIVES = {
+    "loss": LossMetric,
+    "next-token-loss": NextTokenLoss,
+    "accuracy": AccuracyMetric,
+    "embedding-drift": DriftMetric,
+    "similarity-structure": SimilarityStructure,
+}
 
 
 def applicable_objectives(adapter, corpus=None) -> list:

@@ -68,16 +68,24 @@ def _from_folder(folder: Path) -> Optional[Pooling]:
     modules = _read_json(folder / "modules.json")
     if not isinstance(modules, list):
         return None
-    pool_dir = next((m.get("path", "") for m in modules if isinstance(m, dict)
-                     and str(m.get("type", "")).endswith("Pooling")), None)
+    pool_dir = next(
+        (m.get("path", "") for m in modules if isinstance(m, dict) and str(m.get("type", "")).endswith("Pooling")), None
+    )
     if pool_dir is None:
         return None
     normalize = any(isinstance(m, dict) and str(m.get("type", "")).endswith("Normalize") for m in modules)
     cfg = _read_json(folder / pool_dir / "config.json")
     if not isinstance(cfg, dict):
         return None
-    mode = ("mean" if cfg.get("pooling_mode_mean_tokens") else "cls" if cfg.get("pooling_mode_cls_token")
-            else "max" if cfg.get("pooling_mode_max_tokens") else None)
+    mode = (
+        "mean"
+        if cfg.get("pooling_mode_mean_tokens")
+        else "cls"
+        if cfg.get("pooling_mode_cls_token")
+        else "max"
+        if cfg.get("pooling_mode_max_tokens")
+        else None
+    )
     if mode is None:
         return None
     where = f"{pool_dir}/config.json" if pool_dir else "config.json"

@@ -31,8 +31,17 @@ from probe.errors import NotApplicable
 
 from .metrics import ModelScalar, token_nll
 
-__all__ = ["Target", "ClassLogit", "LMLoss", "ProbeLogit", "OwnTokensLoss", "CallableTarget", "scalar_function",
-           "check_scalar", "hidden_states"]
+__all__ = [
+    "Target",
+    "ClassLogit",
+    "LMLoss",
+    "ProbeLogit",
+    "OwnTokensLoss",
+    "CallableTarget",
+    "scalar_function",
+    "check_scalar",
+    "hidden_states",
+]
 
 
 def check_scalar(value, batch: int, name: str = "target") -> torch.Tensor:
@@ -220,8 +229,7 @@ class ProbeLogit(Target):
         label_names: names of class 0 and class 1 (for reports).
     """
 
-    def __init__(self, linear: torch.nn.Linear, normalize: bool = True, label_names=("0", "1"),
-                 name: str = "probe"):
+    def __init__(self, linear: torch.nn.Linear, normalize: bool = True, label_names=("0", "1"), name: str = "probe"):
         if not isinstance(linear, torch.nn.Linear) or linear.out_features != 1:
             raise ValueError("a probe target needs a torch.nn.Linear with exactly one output")
         self.linear = linear
@@ -272,8 +280,10 @@ def hidden_states(out) -> torch.Tensor:
         h = out
     if not torch.is_tensor(h) or h.dim() != 3:
         got = type(out).__name__ if not torch.is_tensor(h) else f"shape {tuple(h.shape)}"
-        raise ValueError(f"this target needs hidden states [batch, seq, d], but the model's output is {got}; "
-                         "run it on the encoder underneath the head (model.base_model)")
+        raise ValueError(
+            f"this target needs hidden states [batch, seq, d], but the model's output is {got}; "
+            "run it on the encoder underneath the head (model.base_model)"
+        )
     return h
 
 
@@ -290,16 +300,21 @@ class OwnTokensLoss(Target):
     name = "mlm"
 
     def aux(self, adapter, input_ids, attention_mask):
-        special = torch.tensor(sorted(set(getattr(adapter.tokenizer, "all_special_ids", []) or [])),
-                               dtype=input_ids.dtype, device=input_ids.device)
+        special = torch.tensor(
+            sorted(set(getattr(adapter.tokenizer, "all_special_ids", []) or [])),
+            dtype=input_ids.dtype,
+            device=input_ids.device,
+        )
         keep = attention_mask.bool() & ~torch.isin(input_ids, special)
         return torch.where(keep, input_ids, torch.full_like(input_ids, -100))
 
     def _logits(self, out) -> torch.Tensor:
         logits = _logits(out)
         if logits.dim() != 3:
-            raise ValueError(f"the mlm target needs per-position logits [batch, seq, vocab] (a masked-LM head); "
-                             f"the model gives {tuple(logits.shape)}")
+            raise ValueError(
+                f"the mlm target needs per-position logits [batch, seq, vocab] (a masked-LM head); "
+                f"the model gives {tuple(logits.shape)}"
+            )
         return logits
 
     def scalar(self, out, attention_mask, aux):
@@ -330,8 +345,9 @@ class CallableTarget(Target):
         return self.fn(out, attention_mask)
 
     def distribution(self, out, attention_mask, aux):
-        p = torch.sigmoid(check_scalar(self.scalar(out, attention_mask, aux), attention_mask.shape[0],
-                                       self.name).float())
+        p = torch.sigmoid(
+            check_scalar(self.scalar(out, attention_mask, aux), attention_mask.shape[0], self.name).float()
+        )
         return torch.stack([1 - p, p], -1)
 
     def reads(self, n_tokens: int, adapter=None) -> tuple:
@@ -344,9 +360,11 @@ def scalar_function(adapter, target: Target) -> Callable:
     Raises:
         ValueError: the target does not give one scalar per example (naming its shape).
     """
+
     def f(input_ids, attention_mask, aux):
         out = target.forward(adapter, input_ids, attention_mask)
         return check_scalar(target.scalar(out, attention_mask, aux), input_ids.shape[0], target.describe())
+
     return f
 
 
@@ -370,8 +388,10 @@ def parse_target(spec: str, adapter, probe: Optional[Target] = None) -> Target:
         raise ValueError(f"target {spec!r}: expected an integer after '{kind}:'") from None
     if kind == "probe" and probe is not None:
         return probe
-    raise ValueError(f"unknown target {spec!r}; use logit, logit:<class>, loss:<position>, mlm "
-                     "or probe:<property> (bundled sentence model)")
+    raise ValueError(
+        f"unknown target {spec!r}; use logit, logit:<class>, loss:<position>, mlm "
+        "or probe:<property> (bundled sentence model)"
+    )
 
 
 class PairSimilarity(Target):
@@ -389,8 +409,9 @@ class PairSimilarity(Target):
         pair_words: per row, the other side's text (for reports).
     """
 
-    def __init__(self, pooling, partners: torch.Tensor, keys: dict, pair_words: Sequence[str] = (),
-                 name: str = "similarity"):
+    def __init__(
+        self, pooling, partners: torch.Tensor, keys: dict, pair_words: Sequence[str] = (), name: str = "similarity"
+    ):
         self.pooling = pooling
         self.partners = partners
         self.keys = dict(keys)

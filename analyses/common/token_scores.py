@@ -51,9 +51,7 @@ class TokenScores:
         )
         n, k = len(self.tokens), len(self.output_positions)
         if s.shape != (k, n):
-            raise ValueError(
-                f"scores must have shape [output positions, tokens] = ({k}, {n}); got {s.shape}"
-            )
+            raise ValueError(f"scores must have shape [output positions, tokens] = ({k}, {n}); got {s.shape}")
         bad = [p for p in self.output_positions if not 0 <= p < n]
         if bad:
             raise ValueError(f"output positions {bad} out of range 0..{n - 1}")
@@ -114,9 +112,7 @@ class TokenScores:
         missing = {"tokens", "output_positions", "scores"} - set(d)
         if missing:
             raise ValueError(f"token-score JSON lacks the keys {sorted(missing)}")
-        scores = np.asarray(d["scores"], dtype=np.float64).reshape(
-            len(d["output_positions"]), len(d["tokens"])
-        )
+        scores = np.asarray(d["scores"], dtype=np.float64).reshape(len(d["output_positions"]), len(d["tokens"]))
         return cls(d["tokens"], d["output_positions"], scores, d.get("method", ""), d.get("meta", {}))
 
 

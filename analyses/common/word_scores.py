@@ -65,8 +65,7 @@ class ScoreSet:
     def __post_init__(self):
         s = np.asarray(self.scores, dtype=np.float64)
         if s.ndim != 2 or s.shape != (len(self.keys), len(self.word_ids)):
-            raise ValueError(f"scores must be [keys, tokens] = ({len(self.keys)}, {len(self.word_ids)}); "
-                             f"got {s.shape}")
+            raise ValueError(f"scores must be [keys, tokens] = ({len(self.keys)}, {len(self.word_ids)}); got {s.shape}")
         object.__setattr__(self, "scores", s)
         object.__setattr__(self, "keys", tuple(tuple(k) for k in self.keys))
 

@@ -64,8 +64,15 @@ def attribution_scoresets(attributions) -> list:
     out = []
     for ex in attributions.examples:
         keys = tuple((m, -1, -1) for m in ex.scores)
-        out.append(ScoreSet(index=ex.index, keys=keys, scores=np.stack([ex.scores[m] for m in ex.scores]),
-                            word_ids=ex.word_ids, words=ex.words))
+        out.append(
+            ScoreSet(
+                index=ex.index,
+                keys=keys,
+                scores=np.stack([ex.scores[m] for m in ex.scores]),
+                word_ids=ex.word_ids,
+                words=ex.words,
+            )
+        )
     return out
 
 
@@ -79,8 +86,14 @@ def _tests(x: np.ndarray, y: np.ndarray):
     return float(t.statistic), float(t.pvalue), float(r.statistic), float(r.pvalue)
 
 
-def agreement(attention: Sequence[ScoreSet], attributions: Sequence[ScoreSet], *, alpha: float = 0.05,
-              min_words: int = MIN_WORDS, progress: bool = False) -> Agreement:
+def agreement(
+    attention: Sequence[ScoreSet],
+    attributions: Sequence[ScoreSet],
+    *,
+    alpha: float = 0.05,
+    min_words: int = MIN_WORDS,
+    progress: bool = False,
+) -> Agreement:
     """Rank correlations between every attention score and every attribution.
 
     Args:
@@ -110,6 +123,7 @@ def agreement(attention: Sequence[ScoreSet], attributions: Sequence[ScoreSet], *
     it = zip(attention, attributions)
     if progress:
         from tqdm.auto import tqdm
+
         it = tqdm(it, total=len(attention), unit="ex", desc="agreement")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy warns on ties / constant input
@@ -132,13 +146,20 @@ def agreement(attention: Sequence[ScoreSet], attributions: Sequence[ScoreSet], *
         )
     if skipped:
         log.warning("%d examples with fewer than %d words left out of the agreement test", skipped, min_words)
-    per = pd.DataFrame(rows, columns=["example", *KEY_COLUMNS[:3], "attribution", "n_words",
-                                      "tau", "tau_p", "rho", "rho_p"])
+    per = pd.DataFrame(
+        rows, columns=["example", *KEY_COLUMNS[:3], "attribution", "n_words", "tau", "tau_p", "rho", "rho_p"]
+    )
     per["tau_sig"] = per["tau_p"] < alpha
     per["rho_sig"] = per["rho_p"] < alpha
     g = per.groupby(KEY_COLUMNS, sort=False)
-    summary = g.agg(n_examples=("tau", "size"), tau_mean=("tau", "mean"), tau_median=("tau", "median"),
-                    rho_mean=("rho", "mean"), rho_median=("rho", "median"),
-                    tau_significant=("tau_sig", "mean"), rho_significant=("rho_sig", "mean")).reset_index()
+    summary = g.agg(
+        n_examples=("tau", "size"),
+        tau_mean=("tau", "mean"),
+        tau_median=("tau", "median"),
+        rho_mean=("rho", "mean"),
+        rho_median=("rho", "median"),
+        tau_significant=("tau_sig", "mean"),
+        rho_significant=("rho_sig", "mean"),
+    ).reset_index()
     per = per.drop(columns=["tau_sig", "rho_sig"])
     return Agreement(per_example=per, summary=summary, alpha=alpha, skipped=skipped)

@@ -33,8 +33,15 @@ __all__ = ["ATTENTION_METHODS", "attention_scores"]
 ATTENTION_METHODS = ("attention", "rollout", "flow", "norm-rollout")
 
 
-def attention_scores(maps, reads: Sequence[int], *, methods: Sequence[str] = ("attention", "rollout", "flow"),
-                     index: int = 0, adapter=None, flow_workers: int | None = 1) -> ScoreSet:
+def attention_scores(
+    maps,
+    reads: Sequence[int],
+    *,
+    methods: Sequence[str] = ("attention", "rollout", "flow"),
+    index: int = 0,
+    adapter=None,
+    flow_workers: int | None = 1,
+) -> ScoreSet:
     """Attention-based scores of the input tokens for the rows ``reads`` of one example.
 
     Args:
@@ -83,8 +90,9 @@ def attention_scores(maps, reads: Sequence[int], *, methods: Sequence[str] = ("a
         from probe.analyses.flow.attention_flow import attention_flow
 
         keys.append(("flow", -1, -1))
-        rows.append(attention_flow(a, output_positions=reads, causal=causal, workers=flow_workers,
-                                   max_tokens=10**6).mean(0))
+        rows.append(
+            attention_flow(a, output_positions=reads, causal=causal, workers=flow_workers, max_tokens=10**6).mean(0)
+        )
     if "norm-rollout" in methods:
         if adapter is None:
             raise ValueError("norm-rollout needs the model adapter (values are captured)")
@@ -95,7 +103,10 @@ def attention_scores(maps, reads: Sequence[int], *, methods: Sequence[str] = ("a
         if vc.maps.n_tokens != n:
             raise ValueError("norm-rollout: the re-encoded text has a different length; pass word spans")
         keys.append(("norm-rollout", -1, -1))
-        rows.append(norm_rollout(vc.maps.attentions.double(), vc.values.double(), vc.w_o.double(),
-                                 output_positions=reads, causal=causal).mean(0))
+        rows.append(
+            norm_rollout(
+                vc.maps.attentions.double(), vc.values.double(), vc.w_o.double(), output_positions=reads, causal=causal
+            ).mean(0)
+        )
     scores = torch.stack([torch.as_tensor(r, dtype=torch.float64) for r in rows]).numpy() if rows else np.zeros((0, n))
     return ScoreSet(index=index, keys=tuple(keys), scores=scores, word_ids=maps.word_ids, words=maps.words)

@@ -96,8 +96,7 @@ class Attributions:
             for m, s in ex.scores.items():
                 for t, (tok, w, sp) in enumerate(zip(ex.tokens, ex.word_ids, ex.special_mask)):
                     rows.append((ex.index, m, t, tok, -1 if w is None else w, bool(sp), float(s[t])))
-        return pd.DataFrame(rows, columns=["example", "method", "position", "token", "word_id",
-                                           "special", "score"])
+        return pd.DataFrame(rows, columns=["example", "method", "position", "token", "word_id", "special", "score"])
 
     def completeness(self):
         """Per example: ``value, baseline_value, ig_sum, ig_delta, relative_error``
@@ -109,14 +108,22 @@ class Attributions:
             if "ig" not in ex.scores:
                 raise ValueError("completeness needs the 'ig' attributions")
             gap = ex.value - ex.baseline_value
-            rows.append({"example": ex.index, "value": ex.value, "baseline_value": ex.baseline_value,
-                         "ig_sum": float(ex.scores["ig"].sum()), "ig_delta": ex.ig_delta,
-                         "relative_error": abs(ex.ig_delta) / max(abs(gap), 1e-12)})
+            rows.append(
+                {
+                    "example": ex.index,
+                    "value": ex.value,
+                    "baseline_value": ex.baseline_value,
+                    "ig_sum": float(ex.scores["ig"].sum()),
+                    "ig_delta": ex.ig_delta,
+                    "relative_error": abs(ex.ig_delta) / max(abs(gap), 1e-12),
+                }
+            )
         return pd.DataFrame(rows)
 
 
-def baseline_ids(adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 special_mask: torch.Tensor, token: str = "pad") -> torch.Tensor:
+def baseline_ids(
+    adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor, special_mask: torch.Tensor, token: str = "pad"
+) -> torch.Tensor:
     """The reference input: word tokens replaced by ``[PAD]`` (``token="pad"``) or
     ``[MASK]`` (``"mask"``); special tokens and padding unchanged. ``[batch, seq]``.
 
@@ -189,8 +196,10 @@ def attribute(
         raise ValueError(f"internal_batch_size must be ≥ 1, got {internal_batch_size}")
     batch_size = batch_size or min(16, internal_batch_size)
     if batch_size > internal_batch_size:
-        raise ValueError(f"batch_size {batch_size} exceeds internal_batch_size {internal_batch_size}: "
-                         "one forward would hold more rows than the memory bound allows")
+        raise ValueError(
+            f"batch_size {batch_size} exceeds internal_batch_size {internal_batch_size}: "
+            "one forward would hold more rows than the memory bound allows"
+        )
     from captum.attr import FeatureAblation, LayerGradientXActivation, LayerIntegratedGradients
 
     f = scalar_function(adapter, target)
@@ -204,6 +213,7 @@ def attribute(
     bar = None
     if progress:
         from tqdm.auto import tqdm
+
         bar = tqdm(total=len(encodings), unit="ex", desc="attributions")
     try:
         for idx in groups:
@@ -222,13 +232,21 @@ def attribute(
             delta = torch.full((len(idx),), float("nan"))
             if "ig" in methods:
                 lig = LayerIntegratedGradients(f, emb)
-                attr, delta = lig.attribute(ids, baselines=base, additional_forward_args=args,
-                                            n_steps=n_steps, internal_batch_size=max(rows, len(idx)),
-                                            return_convergence_delta=True)
+                attr, delta = lig.attribute(
+                    ids,
+                    baselines=base,
+                    additional_forward_args=args,
+                    n_steps=n_steps,
+                    internal_batch_size=max(rows, len(idx)),
+                    return_convergence_delta=True,
+                )
                 scores["ig"] = attr.sum(-1).detach()
             if "saliency" in methods or "input_x_gradient" in methods:
-                grad = LayerGradientXActivation(f, emb, multiply_by_inputs=False).attribute(
-                    ids, additional_forward_args=args).detach()
+                grad = (
+                    LayerGradientXActivation(f, emb, multiply_by_inputs=False)
+                    .attribute(ids, additional_forward_args=args)
+                    .detach()
+                )
                 if "saliency" in methods:
                     scores["saliency"] = grad.norm(dim=-1)
                 if "input_x_gradient" in methods:
@@ -238,16 +256,28 @@ def attribute(
                 feature_mask = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
                 per_eval = max(1, rows // len(idx))
                 with torch.no_grad():
-                    scores["blank_out"] = FeatureAblation(f).attribute(
-                        ids, baselines=base, additional_forward_args=args, feature_mask=feature_mask,
-                        perturbations_per_eval=per_eval).detach()
+                    scores["blank_out"] = (
+                        FeatureAblation(f)
+                        .attribute(
+                            ids,
+                            baselines=base,
+                            additional_forward_args=args,
+                            feature_mask=feature_mask,
+                            perturbations_per_eval=per_eval,
+                        )
+                        .detach()
+                    )
             for r, (i, e) in enumerate(zip(idx, encs)):
                 n = len(e)
                 out[i] = ExampleAttribution(
-                    index=i, tokens=e.tokens, word_ids=e.word_ids,
-                    special_mask=tuple(bool(x) for x in e.special_mask), words=e.words,
+                    index=i,
+                    tokens=e.tokens,
+                    word_ids=e.word_ids,
+                    special_mask=tuple(bool(x) for x in e.special_mask),
+                    words=e.words,
                     scores={m: scores[m][r, :n].double().cpu().numpy() for m in methods},
-                    value=float(value[r]), baseline_value=float(base_value[r]) if "ig" in methods else float("nan"),
+                    value=float(value[r]),
+                    baseline_value=float(base_value[r]) if "ig" in methods else float("nan"),
                     ig_delta=float(delta[r]),
                 )
             if bar is not None:
@@ -255,6 +285,14 @@ def attribute(
     finally:
         if bar is not None:
             bar.close()
-    return Attributions(examples=tuple(out), methods=methods, target=target.describe(),
-                        settings={"n_steps": n_steps, "internal_batch_size": internal_batch_size,
-                                  "batch_size": batch_size, "baseline": baseline})
+    return Attributions(
+        examples=tuple(out),
+        methods=methods,
+        target=target.describe(),
+        settings={
+            "n_steps": n_steps,
+            "internal_batch_size": internal_batch_size,
+            "batch_size": batch_size,
+            "baseline": baseline,
+        },
+    )

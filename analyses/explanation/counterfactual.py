@@ -54,8 +54,9 @@ def jsd(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return (0.5 * kl(p, m) + 0.5 * kl(q, m)).clamp_min(0.0)
 
 
-def permute_rows(alpha: torch.Tensor, lengths: Sequence[int], *, causal: bool, generator: torch.Generator,
-                 identity: bool = False) -> torch.Tensor:
+def permute_rows(
+    alpha: torch.Tensor, lengths: Sequence[int], *, causal: bool, generator: torch.Generator, identity: bool = False
+) -> torch.Tensor:
     """Shuffle each query row of ``alpha`` ``[batch, seq, seq]`` over its valid keys.
 
     Valid keys of row ``i`` in an example of ``n`` tokens: ``0..n−1`` (self-attention) or
@@ -104,9 +105,13 @@ class PermutationEffects:
 
     def by_layer(self):
         """Per layer: median over heads of the per-head median TVD / JSD."""
-        return self.summary.groupby("layer").agg(tvd_median=("tvd_median", "median"),
-                                                 jsd_median=("jsd_median", "median"),
-                                                 tvd_max=("tvd_median", "max")).reset_index()
+        return (
+            self.summary.groupby("layer")
+            .agg(
+                tvd_median=("tvd_median", "median"), jsd_median=("jsd_median", "median"), tvd_max=("tvd_median", "max")
+            )
+            .reset_index()
+        )
 
 
 def permutation_effects(
@@ -172,12 +177,13 @@ def permutation_effects(
     bar = None
     if progress:
         from tqdm.auto import tqdm
+
         bar = tqdm(total=len(encodings) * len(heads), unit="ex·head", desc="permutations")
     # the clean forward reads each layer's attention and values (GQA repeated, fused q|k|v split)
     read = [(kind, layer) for layer in layers for kind in ("pattern", "v")]
     try:
         for s in range(0, len(order), per_batch):
-            idx = order[s: s + per_batch]
+            idx = order[s : s + per_batch]
             encs = [encodings[i] for i in idx]
             inputs = adapter.batch(encs)
             ids, mask = inputs["input_ids"], inputs["attention_mask"]
@@ -215,9 +221,17 @@ def permutation_effects(
     per = pd.DataFrame(rows, columns=["example", "layer", "head", "tvd", "jsd", "abs_delta"])
     per = per.sort_values(["layer", "head", "example"]).reset_index(drop=True)
     per["_unchanged"] = per["tvd"] < tolerance
-    summary = per.groupby(["layer", "head"]).agg(
-        n_examples=("tvd", "size"), tvd_median=("tvd", "median"), tvd_mean=("tvd", "mean"),
-        jsd_median=("jsd", "median"), abs_delta_median=("abs_delta", "median"),
-        share_unchanged=("_unchanged", "mean")).reset_index()
+    summary = (
+        per.groupby(["layer", "head"])
+        .agg(
+            n_examples=("tvd", "size"),
+            tvd_median=("tvd", "median"),
+            tvd_mean=("tvd", "mean"),
+            jsd_median=("jsd", "median"),
+            abs_delta_median=("abs_delta", "median"),
+            share_unchanged=("_unchanged", "mean"),
+        )
+        .reset_index()
+    )
     per = per.drop(columns=["_unchanged"])
     return PermutationEffects(per_example=per, summary=summary, n_permutations=K, tolerance=tolerance)

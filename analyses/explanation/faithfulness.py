@@ -38,9 +38,15 @@ log = logging.getLogger(__name__)
 __all__ = ["FaithfulnessReport", "run_faithfulness", "verdict_table", "resolve_target"]
 
 
-def verdict_table(agree: Agreement, perm: Optional[PermutationEffects] = None,
-                  truth: Optional[EvidenceRecovery] = None, *, reference: str = "ig",
-                  min_effect: float = 1e-3, min_significant: float = 0.5):
+def verdict_table(
+    agree: Agreement,
+    perm: Optional[PermutationEffects] = None,
+    truth: Optional[EvidenceRecovery] = None,
+    *,
+    reference: str = "ig",
+    min_effect: float = 1e-3,
+    min_significant: float = 0.5,
+):
     """Per head: agreement with the reference attribution, permutation effect, evidence
     recovery, and a verdict.
 
@@ -61,11 +67,19 @@ def verdict_table(agree: Agreement, perm: Optional[PermutationEffects] = None,
     if reference not in set(s["attribution"]):
         reference = s["attribution"].iloc[0]
     t = s[s["attribution"] == reference][["layer", "head", "tau_mean", "tau_significant", "rho_mean"]]
-    t = t.rename(columns={"tau_mean": f"tau_{reference}", "tau_significant": f"tau_{reference}_significant",
-                          "rho_mean": f"rho_{reference}"})
+    t = t.rename(
+        columns={
+            "tau_mean": f"tau_{reference}",
+            "tau_significant": f"tau_{reference}_significant",
+            "rho_mean": f"rho_{reference}",
+        }
+    )
     if perm is not None:
-        t = t.merge(perm.summary[["layer", "head", "tvd_median", "tvd_mean", "abs_delta_median",
-                                    "share_unchanged"]], on=["layer", "head"], how="left")
+        t = t.merge(
+            perm.summary[["layer", "head", "tvd_median", "tvd_mean", "abs_delta_median", "share_unchanged"]],
+            on=["layer", "head"],
+            how="left",
+        )
     if truth is not None:
         g = truth.summary
         g = g[(g["method"] == "attention") & (g["head"] >= 0)][["layer", "head", "top1_rate", "mean_rank"]]
@@ -105,10 +119,12 @@ class FaithfulnessReport:
         and ``summary.json`` into directory ``out``; returns the paths."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        files = {"agreement.csv": self.agreement.summary,
-                 "agreement_per_example.csv": self.agreement.per_example,
-                 "verdict.csv": self.verdict,
-                 "attributions.csv": self.attributions.to_frame()}
+        files = {
+            "agreement.csv": self.agreement.summary,
+            "agreement_per_example.csv": self.agreement.per_example,
+            "verdict.csv": self.verdict,
+            "attributions.csv": self.attributions.to_frame(),
+        }
         if "ig" in self.attributions.methods:
             files["completeness.csv"] = self.attributions.completeness()
         if self.permutation is not None:
@@ -149,8 +165,9 @@ def resolve_target(adapter, spec: str, corpus, *, seed: int = 0, pairs: Optional
         if not corpus.sentences:
             raise ValueError("a probe target reads UD annotation: give the treebank with --conllu")
         labels = ud_labels(corpus.source, prop or "subject-number", limit=len(corpus.sentences))
-        encs = [adapter.encode(corpus.texts[lab.sentence], corpus.word_spans[lab.sentence], truncate=True)
-                for lab in labels]
+        encs = [
+            adapter.encode(corpus.texts[lab.sentence], corpus.word_spans[lab.sentence], truncate=True) for lab in labels
+        ]
         fitted = fit_probe(adapter, encs, [lab.label for lab in labels], prop=prop or "subject-number", seed=seed)
         info["probe"] = fitted.to_dict()
         keep = [labels[i].sentence for i in fitted.test_idx]
@@ -224,26 +241,49 @@ def run_faithfulness(
         raise ValueError("no examples left to explain")
     spans = _spans(corpus)
     encs = [adapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
-    attrs = attribute(adapter, target, encs, methods=methods, n_steps=n_steps,
-                      internal_batch_size=internal_batch_size, progress=progress)
+    attrs = attribute(
+        adapter,
+        target,
+        encs,
+        methods=methods,
+        n_steps=n_steps,
+        internal_batch_size=internal_batch_size,
+        progress=progress,
+    )
     maps = capture(adapter, list(corpus.texts), word_spans=spans)
-    att = [attention_scores(m, target.reads(m.n_tokens, adapter), methods=attention_methods, index=i,
-                            adapter=adapter) for i, m in enumerate(maps)]
+    att = [
+        attention_scores(m, target.reads(m.n_tokens, adapter), methods=attention_methods, index=i, adapter=adapter)
+        for i, m in enumerate(maps)
+    ]
     attr_sets = attribution_scoresets(attrs)
     agree = agreement(att, attr_sets, progress=progress)
     perm = None
     if permute:
-        perm = permutation_effects(adapter, target, encs, heads=heads, n_permutations=n_permutations,
-                                   seed=seed, progress=progress)
+        perm = permutation_effects(
+            adapter, target, encs, heads=heads, n_permutations=n_permutations, seed=seed, progress=progress
+        )
     truth = evidence_recovery([att, attr_sets], evidence) if evidence is not None else None
     verdict = verdict_table(agree, perm, truth)
-    info.update({"model": adapter.name, "n_examples": len(encs), "attribution_methods": list(methods),
-                 "attention_methods": list(attention_methods), "n_steps": n_steps,
-                 "internal_batch_size": internal_batch_size, "n_permutations": n_permutations if permute else 0,
-                 "skipped": corpus.skipped, "agreement_skipped_short": agree.skipped})
+    info.update(
+        {
+            "model": adapter.name,
+            "n_examples": len(encs),
+            "attribution_methods": list(methods),
+            "attention_methods": list(attention_methods),
+            "n_steps": n_steps,
+            "internal_batch_size": internal_batch_size,
+            "n_permutations": n_permutations if permute else 0,
+            "skipped": corpus.skipped,
+            "agreement_skipped_short": agree.skipped,
+        }
+    )
     if "ig" in methods:
         rel = attrs.completeness()["relative_error"]
-        info["ig_completeness"] = {"median_relative_error": float(rel.median()), "max_relative_error": float(rel.max()),
-                                   "share_within_1pct": float((rel < 0.01).mean())}
-    return FaithfulnessReport(attributions=attrs, agreement=agree, permutation=perm, ground_truth=truth,
-                              verdict=verdict, info=info)
+        info["ig_completeness"] = {
+            "median_relative_error": float(rel.median()),
+            "max_relative_error": float(rel.max()),
+            "share_within_1pct": float((rel < 0.01).mean()),
+        }
+    return FaithfulnessReport(
+        attributions=attrs, agreement=agree, permutation=perm, ground_truth=truth, verdict=verdict, info=info
+    )

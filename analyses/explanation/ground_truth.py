@@ -88,8 +88,11 @@ def evidence_recovery(score_sets: Sequence[Sequence[ScoreSet]], gold: Sequence[i
                 rows.append((ss.index, *key, n_words, rank, first))
         chance.append((1.0 / n_words, (n_words + 1) / 2.0))
     per = pd.DataFrame(rows, columns=["example", "method", "layer", "head", "n_words", "rank", "first"])
-    summary = per.groupby(["method", "layer", "head"], sort=False).agg(
-        n_examples=("rank", "size"), top1_rate=("first", "mean"), mean_rank=("rank", "mean")).reset_index()
+    summary = (
+        per.groupby(["method", "layer", "head"], sort=False)
+        .agg(n_examples=("rank", "size"), top1_rate=("first", "mean"), mean_rank=("rank", "mean"))
+        .reset_index()
+    )
     c = np.asarray(chance)
     summary.loc[len(summary)] = ["chance", -1, -1, len(gold), float(c[:, 0].mean()), float(c[:, 1].mean())]
     return EvidenceRecovery(per_example=per, summary=summary)

@@ -58,7 +58,7 @@ def embed(adapter, texts: Sequence[str], pooling, batch_size: int = 32) -> torch
     base = getattr(adapter.model, "base_model", adapter.model)
     out = []
     for s in range(0, len(texts), batch_size):
-        encs = [adapter.encode(t, truncate=True) for t in texts[s:s + batch_size]]
+        encs = [adapter.encode(t, truncate=True) for t in texts[s : s + batch_size]]
         inputs = adapter.batch(encs)
         h = base(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
         out.append(pooling.pool(h.float(), inputs["attention_mask"]).cpu())
@@ -89,8 +89,10 @@ def similarity_target(adapter, corpus, pairs_file: Optional[str] = None) -> tupl
         how = f"each first sentence of {pairs_file} against its second"
     else:
         if len(corpus) < 2:
-            raise ValueError("a similarity target pairs each sentence with its nearest neighbour: give at least "
-                             "2 sentences, or --pairs FILE")
+            raise ValueError(
+                "a similarity target pairs each sentence with its nearest neighbour: give at least "
+                "2 sentences, or --pairs FILE"
+            )
         e = embed(adapter, list(corpus.texts), pooling)
         nn = nearest_neighbours(e)
         partners, others = e[nn], [corpus.texts[j] for j in nn]

@@ -55,7 +55,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from probe.analyses.flow.rollout import HeadSpec, check_rollable, heads_meta, combine_heads, residual_adjust, validate_attention
+from probe.analyses.flow.rollout import (
+    HeadSpec,
+    check_rollable,
+    heads_meta,
+    combine_heads,
+    residual_adjust,
+    validate_attention,
+)
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 from probe.analyses.flow import layered_maxflow
 
@@ -98,8 +105,7 @@ def adjusted_attention(
     a = combine_heads(attn.double(), heads)
     if a.dim() != 3:
         raise ValueError(
-            f"flow takes one example: [layer, head, n, n] (or [layer, n, n] with heads=None); "
-            f"got {tuple(attn.shape)}"
+            f"flow takes one example: [layer, head, n, n] (or [layer, n, n] with heads=None); got {tuple(attn.shape)}"
         )
     return residual_adjust(a, residual).numpy()
 
@@ -122,10 +128,7 @@ def flow_graph(ahat: np.ndarray):
     g.add_nodes_from((l, p) for l in range(L + 1) for p in range(n))
     for l in range(1, L + 1):
         qi, kj = np.nonzero(ahat[l - 1])
-        g.add_edges_from(
-            ((l - 1, int(j)), (l, int(i)), {"capacity": float(ahat[l - 1][i, j])})
-            for i, j in zip(qi, kj)
-        )
+        g.add_edges_from(((l - 1, int(j)), (l, int(i)), {"capacity": float(ahat[l - 1][i, j])}) for i, j in zip(qi, kj))
     return g
 
 
@@ -145,8 +148,7 @@ def flow_reference(ahat: np.ndarray, output_positions: Sequence[int]) -> np.ndar
     return out
 
 
-def estimate_seconds(n: int, n_layers: int, n_outputs: int, workers: int = 1,
-                     solver: str = "scipy") -> float:
+def estimate_seconds(n: int, n_layers: int, n_outputs: int, workers: int = 1, solver: str = "scipy") -> float:
     """Rough wall time of the flow for ``n_outputs`` rows of ``n`` tokens."""
     edges = max(n_layers - 2, 0) * n * n + 2 * n
     per_edge = {"dinic": _SECONDS_PER_EDGE_KERNEL, "networkx": 100 * _SECONDS_PER_EDGE}
@@ -237,19 +239,25 @@ def flow_maps(
         ValueError: cross-attention, non-consecutive layers, bad positions or maps.
     """
     check_rollable(maps)
-    pos = output_positions_for(
-        maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions
-    )
+    pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions)
     scores = attention_flow(
-        maps.attentions, heads=heads, residual=residual, output_positions=pos,
-        causal=maps.kind == "causal", reference=reference, workers=workers,
-        max_tokens=max_tokens, solver=solver,
+        maps.attentions,
+        heads=heads,
+        residual=residual,
+        output_positions=pos,
+        causal=maps.kind == "causal",
+        reference=reference,
+        workers=workers,
+        max_tokens=max_tokens,
+        solver=solver,
     )
     name = "networkx" if reference else solver_name(solver)
-    described = {"networkx": "networkx", "dinic": "layered Dinic (C), float64, eps 1e-13",
-                 "scipy": f"scipy-dinic, scale 2**{int(math.log2(SCALE))}"}
-    meta = {"residual": residual, "heads": heads_meta(heads), "layers": list(maps.layers),
-            "solver": described[name]}
+    described = {
+        "networkx": "networkx",
+        "dinic": "layered Dinic (C), float64, eps 1e-13",
+        "scipy": f"scipy-dinic, scale 2**{int(math.log2(SCALE))}",
+    }
+    meta = {"residual": residual, "heads": heads_meta(heads), "layers": list(maps.layers), "solver": described[name]}
     return TokenScores(maps.tokens, pos, scores, "flow", meta)
 
 
@@ -277,8 +285,9 @@ def _kernel_flow(ahat: np.ndarray, pos: Sequence[int], *, causal: bool, workers:
     return out
 
 
-def _fast_flow(ahat: np.ndarray, pos: Sequence[int], *, causal: bool, workers: int | None,
-               solver: str = "auto") -> np.ndarray:
+def _fast_flow(
+    ahat: np.ndarray, pos: Sequence[int], *, causal: bool, workers: int | None, solver: str = "auto"
+) -> np.ndarray:
     L, n, _ = ahat.shape
     if L == 1:  # the graph is the bipartite map itself
         return ahat[0][list(pos)].copy()
@@ -325,13 +334,10 @@ def _sink_flows(cap: np.ndarray, sink: int) -> np.ndarray:
     K = max(1, min(m, _TARGET_EDGES_PER_CALL // max(edges_copy, 1)))
     # one copy: rows are layer-1..L-1 nodes; layer l (1..L-2) node p -> layer l+1 node q
     local_idx = np.concatenate(
-        [np.tile(l * m + np.arange(m, dtype=np.int32), m) for l in range(1, L - 1)]
-        + [np.zeros(m, dtype=np.int32)]
+        [np.tile(l * m + np.arange(m, dtype=np.int32), m) for l in range(1, L - 1)] + [np.zeros(m, dtype=np.int32)]
     )
     copy_data = np.concatenate([cap[l].T.ravel() for l in range(1, L - 1)] + [cap[L - 1][sink]])
-    row_counts = np.concatenate(
-        [np.full((L - 2) * m, m, dtype=np.int64), np.ones(m, dtype=np.int64)]
-    )
+    row_counts = np.concatenate([np.full((L - 2) * m, m, dtype=np.int64), np.ones(m, dtype=np.int64)])
     is_sink_edge = np.zeros(edges_copy, dtype=bool)
     is_sink_edge[n_mid:] = True
     flows = np.zeros(m)

@@ -47,8 +47,7 @@ def blank_out_importance(adapter, text: str, label: Optional[int] = None) -> tup
     n = len(enc)
     ids = enc.input_ids.repeat(n + 1, 1)
     ids[torch.arange(1, n + 1), torch.arange(n)] = unk
-    out = adapter.model(input_ids=ids.to(adapter.device),
-                        attention_mask=torch.ones_like(ids).to(adapter.device))
+    out = adapter.model(input_ids=ids.to(adapter.device), attention_mask=torch.ones_like(ids).to(adapter.device))
     logits = getattr(out, "logits", None)
     if logits is None or logits.dim() != 2:
         raise ValueError("blank-out importance needs a sequence classifier (logits [batch, classes])")
@@ -94,8 +93,7 @@ def importance_correlations(
                 for pos in positions:
                     k = keep[pos]
                     rho = spearmanr(s[k], imp[k]).statistic if len(k) > 2 else np.nan
-                    rows.append({"example": e, "layer": l, "method": method, "positions": pos,
-                                 "rho": float(rho)})
+                    rows.append({"example": e, "layer": l, "method": method, "positions": pos, "rho": float(rho)})
     return pd.DataFrame(rows)
 
 

@@ -59,9 +59,8 @@ def grad_rollout_maps(result, *, output_positions=None, all_positions: bool = Fa
     """Gradient-weighted rollout of a :class:`probe.grads.AttentionGradients`."""
     maps = result.maps
     check_rollable(maps)
-    pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind,
-                               all_positions=all_positions)
-    scores = grad_rollout(maps.attentions, result.grads, output_positions=pos,
-                          causal=maps.kind == "causal")
-    return TokenScores(maps.tokens, pos, scores, "grad-rollout",
-                       {"target": result.target, "target_value": result.target_value})
+    pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions)
+    scores = grad_rollout(maps.attentions, result.grads, output_positions=pos, causal=maps.kind == "causal")
+    return TokenScores(
+        maps.tokens, pos, scores, "grad-rollout", {"target": result.target, "target_value": result.target_value}
+    )

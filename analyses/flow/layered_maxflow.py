@@ -64,8 +64,12 @@ def _load():
             cc = os.environ.get("CC", "cc")
             with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
                 tmp_so = Path(tmp) / so.name
-                subprocess.run([cc, "-O3", "-shared", "-fPIC", "-o", str(tmp_so), str(_SOURCE)],
-                               check=True, capture_output=True, timeout=120)
+                subprocess.run(
+                    [cc, "-O3", "-shared", "-fPIC", "-o", str(tmp_so), str(_SOURCE)],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                )
                 os.replace(tmp_so, so)  # atomic: concurrent processes never see half a file
         lib = ctypes.CDLL(str(so))
     except (OSError, subprocess.SubprocessError) as exc:
@@ -75,8 +79,27 @@ def _load():
     f64, i32 = (np.ctypeslib.ndpointer(t, flags="C_CONTIGUOUS") for t in (np.float64, np.int32))
     u8 = np.ctypeslib.ndpointer(np.uint8, flags="C_CONTIGUOUS")
     lib.layered_max_flows.restype = ctypes.c_int
-    lib.layered_max_flows.argtypes = [ctypes.c_int, ctypes.c_int, f64, i32, ctypes.c_int, i32, i32,
-                                      ctypes.c_double, f64, f64, f64, i32, u8, i32, i32, i32, i32, i32, i32]
+    lib.layered_max_flows.argtypes = [
+        ctypes.c_int,
+        ctypes.c_int,
+        f64,
+        i32,
+        ctypes.c_int,
+        i32,
+        i32,
+        ctypes.c_double,
+        f64,
+        f64,
+        f64,
+        i32,
+        u8,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+    ]
     _LIB = lib
     return lib
 

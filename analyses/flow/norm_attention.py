@@ -40,8 +40,7 @@ def value_norms(values: torch.Tensor, w_o: torch.Tensor) -> torch.Tensor:
     """
     if values.dim() != 4 or w_o.dim() != 3:
         raise ValueError(
-            f"values must be [L, n, H, dh] and w_o [L, d, H*dh]; got {tuple(values.shape)} "
-            f"and {tuple(w_o.shape)}"
+            f"values must be [L, n, H, dh] and w_o [L, d, H*dh]; got {tuple(values.shape)} and {tuple(w_o.shape)}"
         )
     L, n, H, dh = values.shape
     if w_o.shape[0] != L or w_o.shape[2] != H * dh:
@@ -64,9 +63,7 @@ def norm_weights(alpha: torch.Tensor, values: torch.Tensor, w_o: torch.Tensor) -
     validate_attention(alpha, name="alpha")
     norms = value_norms(values, w_o)
     if norms.shape != (alpha.shape[0], alpha.shape[1], alpha.shape[-1]):
-        raise ValueError(
-            f"attention {tuple(alpha.shape)} and values (giving norms {tuple(norms.shape)}) disagree"
-        )
+        raise ValueError(f"attention {tuple(alpha.shape)} and values (giving norms {tuple(norms.shape)}) disagree")
     return alpha.to(norms.dtype) * norms[:, :, None, :]
 
 
@@ -86,18 +83,28 @@ def norm_rollout(
     """
     w = norm_weights(alpha, values, w_o).mean(1)
     w = w / w.sum(-1, keepdim=True).clamp_min(1e-30)
-    return rollout(w, heads=None, residual=residual, output_positions=output_positions,
-                   causal=causal)
+    return rollout(w, heads=None, residual=residual, output_positions=output_positions, causal=causal)
 
 
-def norm_rollout_maps(capture, *, residual: float = 0.5, output_positions=None,
-                      all_positions: bool = False) -> TokenScores:
+def norm_rollout_maps(
+    capture, *, residual: float = 0.5, output_positions=None, all_positions: bool = False
+) -> TokenScores:
     """Norm-based rollout of a :class:`probe.values.ValueCapture` as :class:`TokenScores`."""
     maps = capture.maps
     check_rollable(maps)
-    pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind,
-                               all_positions=all_positions)
-    scores = norm_rollout(maps.attentions, capture.values, capture.w_o, residual=residual,
-                          output_positions=pos, causal=maps.kind == "causal")
-    return TokenScores(maps.tokens, pos, scores.double(), "norm-rollout",
-                       {"residual": residual, "weights": "Kobayashi et al. 2020 ‖α f(x)‖"})
+    pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions)
+    scores = norm_rollout(
+        maps.attentions,
+        capture.values,
+        capture.w_o,
+        residual=residual,
+        output_positions=pos,
+        causal=maps.kind == "causal",
+    )
+    return TokenScores(
+        maps.tokens,
+        pos,
+        scores.double(),
+        "norm-rollout",
+        {"residual": residual, "weights": "Kobayashi et al. 2020 ‖α f(x)‖"},
+    )

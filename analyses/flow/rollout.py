@@ -79,15 +79,12 @@ def validate_attention(a: torch.Tensor, *, name: str = "attention", causal: bool
     off = (sums - 1).abs().max().item()
     if off > ROW_TOL:
         raise ValueError(
-            f"{name} rows must sum to 1 over keys (worst row off by {off:.3g}); pass "
-            "softmax probabilities, not scores"
+            f"{name} rows must sum to 1 over keys (worst row off by {off:.3g}); pass softmax probabilities, not scores"
         )
     if causal:
         future = torch.triu(a, diagonal=1).abs().max().item()
         if future > 1e-6:
-            raise ValueError(
-                f"{name} is declared causal but puts up to {future:.3g} on future keys"
-            )
+            raise ValueError(f"{name} is declared causal but puts up to {future:.3g} on future keys")
 
 
 def combine_heads(attn: torch.Tensor, heads: HeadSpec = "mean") -> torch.Tensor:
@@ -315,15 +312,19 @@ def rollout_maps(
         ValueError: cross-attention maps, non-consecutive layers, bad positions.
     """
     check_rollable(maps)
-    pos = output_positions_for(
-        maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions
-    )
+    pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions)
     scores = rollout(
-        maps.attentions, heads=heads, residual=residual, output_positions=pos,
+        maps.attentions,
+        heads=heads,
+        residual=residual,
+        output_positions=pos,
         causal=maps.kind == "causal",
     )
     return TokenScores(
-        maps.tokens, pos, scores.double(), "rollout",
+        maps.tokens,
+        pos,
+        scores.double(),
+        "rollout",
         {"residual": residual, "heads": heads_meta(heads), "layers": list(maps.layers)},
     )
 

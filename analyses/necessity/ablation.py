@@ -50,8 +50,19 @@ from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SweepResult", "sweep_heads", "sweep_heads_naive", "sweep_values", "position_kind_means", "check_heads",
-           "run_rows", "plan_forwards", "MIN_MEAN_EXAMPLES", "MAX_TOKENS", "ABLATION_MODES"]
+__all__ = [
+    "SweepResult",
+    "sweep_heads",
+    "sweep_heads_naive",
+    "sweep_values",
+    "position_kind_means",
+    "check_heads",
+    "run_rows",
+    "plan_forwards",
+    "MIN_MEAN_EXAMPLES",
+    "MAX_TOKENS",
+    "ABLATION_MODES",
+]
 
 ABLATION_MODES = ("zero", "mean")
 MIN_MEAN_EXAMPLES = 8
@@ -108,8 +119,9 @@ def _check_mode(mode: str) -> None:
 
 
 @torch.no_grad()
-def position_kind_means(adapter, corpus, metric: Metric, batch_size: int = 16,
-                        stack: Optional[str] = None) -> torch.Tensor:
+def position_kind_means(
+    adapter, corpus, metric: Metric, batch_size: int = 16, stack: Optional[str] = None
+) -> torch.Tensor:
     """Mean output of every head over the corpus, per position kind.
 
     Returns:
@@ -120,9 +132,12 @@ def position_kind_means(adapter, corpus, metric: Metric, batch_size: int = 16,
         UserWarning when the corpus has fewer than :data:`MIN_MEAN_EXAMPLES` examples.
     """
     if len(corpus) < MIN_MEAN_EXAMPLES:
-        warnings.warn(f"mean-ablation averages head outputs over only {len(corpus)} example(s); "
-                      f"the mean is noisy — give at least {MIN_MEAN_EXAMPLES} examples or use --mode zero",
-                      UserWarning, stacklevel=3)
+        warnings.warn(
+            f"mean-ablation averages head outputs over only {len(corpus)} example(s); "
+            f"the mean is noisy — give at least {MIN_MEAN_EXAMPLES} examples or use --mode zero",
+            UserWarning,
+            stacklevel=3,
+        )
     n_layers = adapter.n_layers_of(stack)
     sums = torch.zeros(2, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)
     counts = torch.zeros(2, dtype=torch.float64)
@@ -165,9 +180,18 @@ def _repeat_ref(reference: Optional[torch.Tensor], k: int):
     return None if reference is None else reference.repeat(k, *([1] * (reference.dim() - 1)))
 
 
-def run_rows(adapter, metric: Metric, batch: MetricBatch, reference, layer: int, heads: Sequence[int],
-             values: Optional[torch.Tensor] = None, residual: Optional[torch.Tensor] = None,
-             stack: Optional[str] = None, context: Optional[torch.Tensor] = None) -> torch.Tensor:
+def run_rows(
+    adapter,
+    metric: Metric,
+    batch: MetricBatch,
+    reference,
+    layer: int,
+    heads: Sequence[int],
+    values: Optional[torch.Tensor] = None,
+    residual: Optional[torch.Tensor] = None,
+    stack: Optional[str] = None,
+    context: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """One forward of ``len(heads)·b`` rows, head ``heads[j]`` of ``layer`` replaced on
     the ``j``-th copy of the batch (zeroed, or set to ``values[:, :, head]`` with
     ``values`` ``[b, seq, n_heads, head_dim]``). With ``residual`` ``[b, seq, dim]``
@@ -198,7 +222,8 @@ def _trimmable(adapter, metric: Metric, batch: MetricBatch) -> bool:
     seq = mask.shape[1]
     right_padded = bool((mask[:, 1:] <= mask[:, :-1]).all())  # each row: ones, then zeros
     shapes_ok = all(t.dim() == 2 and t.shape[1] == seq for t in batch.inputs.values()) and all(
-        t.dim() == 1 or (t.dim() == 2 and t.shape[1] == seq) for t in batch.aux.values())
+        t.dim() == 1 or (t.dim() == 2 and t.shape[1] == seq) for t in batch.aux.values()
+    )
     return right_padded and shapes_ok
 
 
@@ -218,7 +243,7 @@ def plan_forwards(lengths: Sequence[int], k: int, max_tokens: int = MAX_TOKENS) 
         longest = max(1, int(lengths[order[i]]))
         g = max_tokens // (k * longest)
         if g >= 1:
-            plan.append((order[i: i + g], slice(0, k)))
+            plan.append((order[i : i + g], slice(0, k)))
             i += g
             continue
         per = max(1, max_tokens // longest)
@@ -236,18 +261,23 @@ def _cut(t: torch.Tensor, rows: torch.Tensor, length: Optional[int] = None) -> t
 
 def _take(batch: MetricBatch, rows: torch.Tensor, length: Optional[int]) -> MetricBatch:
     """Rows ``rows`` of ``batch`` (cut to ``length`` positions when given)."""
-    return MetricBatch(inputs={n: _cut(t, rows, length) for n, t in batch.inputs.items()},
-                       aux={n: _cut(t, rows, length) for n, t in batch.aux.items()},
-                       special=None if batch.special is None else _cut(batch.special, rows, length))
+    return MetricBatch(
+        inputs={n: _cut(t, rows, length) for n, t in batch.inputs.items()},
+        aux={n: _cut(t, rows, length) for n, t in batch.aux.items()},
+        special=None if batch.special is None else _cut(batch.special, rows, length),
+    )
 
 
-def _sweep_chunk(adapter, metric: Metric, batch: MetricBatch, layers: dict, means, stack, restart: bool,
-                 max_tokens: int):
+def _sweep_chunk(
+    adapter, metric: Metric, batch: MetricBatch, layers: dict, means, stack, restart: bool, max_tokens: int
+):
     """Clean and ablated scores of one chunk: ``[b]`` and ``{layer: [k, b]}``, ``k`` =
     the heads swept in that layer, in the order of ``layers[layer]``."""
     site = restart and supports_site_restart(adapter, stack)
     with ExitStack() as ctx:
-        cache: Any = ctx.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None  # None unless restarting
+        cache: Any = (
+            ctx.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None
+        )  # None unless restarting
         out = metric.forward(adapter, batch)
     ref = metric.reference(out, batch)
     clean = metric.score(out, batch, ref)
@@ -282,19 +312,40 @@ def _setup(adapter, corpus, metric, mode, heads, stack, batch_size):
 def _result(heads, clean, ablated, mode, metric_name: str, path, n_boot, confidence, seed) -> SweepResult:
     delta = ablated - clean[None, :]
     low, high = bootstrap_mean_ci(delta, n_boot=n_boot, confidence=confidence, seed=seed)
-    table = pd.DataFrame({
-        "layer": [l for l, _ in heads], "head": [h for _, h in heads], "mode": mode, "metric": metric_name,
-        "clean": float(clean.mean()), "ablated": ablated.mean(1), "delta": delta.mean(1),
-        "ci_low": low, "ci_high": high,
-    }, columns=COLUMNS)
+    table = pd.DataFrame(
+        {
+            "layer": [l for l, _ in heads],
+            "head": [h for _, h in heads],
+            "mode": mode,
+            "metric": metric_name,
+            "clean": float(clean.mean()),
+            "ablated": ablated.mean(1),
+            "delta": delta.mean(1),
+            "ci_low": low,
+            "ci_high": high,
+        },
+        columns=COLUMNS,
+    )
     return SweepResult(table=table, clean=clean, ablated=ablated, heads=tuple(heads), path=path)
 
 
 @torch.no_grad()
-def sweep_heads(adapter, corpus, metric="loss", mode: str = "zero", heads: Optional[Sequence] = None, *,
-                batch_size: int = 8, restart: bool = True, max_tokens: int = MAX_TOKENS, n_boot: int = 1000,
-                confidence: float = 0.95, seed: int = 0, stack: Optional[str] = None,
-                progress: bool = False) -> SweepResult:
+def sweep_heads(
+    adapter,
+    corpus,
+    metric="loss",
+    mode: str = "zero",
+    heads: Optional[Sequence] = None,
+    *,
+    batch_size: int = 8,
+    restart: bool = True,
+    max_tokens: int = MAX_TOKENS,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    stack: Optional[str] = None,
+    progress: bool = False,
+) -> SweepResult:
     """Ablate each head alone and measure ``metric`` on every example (batched).
 
     Args:
@@ -315,15 +366,35 @@ def sweep_heads(adapter, corpus, metric="loss", mode: str = "zero", heads: Optio
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     corpus, metric, heads, means = _setup(adapter, corpus, metric, mode, heads, stack, batch_size)
-    clean, ablated, path = sweep_values(adapter, corpus, metric, heads, means, batch_size=batch_size,
-                                        restart=restart, max_tokens=max_tokens, stack=stack, progress=progress)
+    clean, ablated, path = sweep_values(
+        adapter,
+        corpus,
+        metric,
+        heads,
+        means,
+        batch_size=batch_size,
+        restart=restart,
+        max_tokens=max_tokens,
+        stack=stack,
+        progress=progress,
+    )
     return _result(heads, clean, ablated, mode, metric.name, path, n_boot, confidence, seed)
 
 
 @torch.no_grad()
-def sweep_values(adapter, corpus, metric: Metric, heads: Sequence, means: Optional[torch.Tensor], *,
-                 batch_size: int = 8, restart: bool = True, max_tokens: int = MAX_TOKENS,
-                 stack: Optional[str] = None, progress: bool = False) -> tuple:
+def sweep_values(
+    adapter,
+    corpus,
+    metric: Metric,
+    heads: Sequence,
+    means: Optional[torch.Tensor],
+    *,
+    batch_size: int = 8,
+    restart: bool = True,
+    max_tokens: int = MAX_TOKENS,
+    stack: Optional[str] = None,
+    progress: bool = False,
+) -> tuple:
     """The per-example values behind :func:`sweep_heads` (checked arguments).
 
     Returns:
@@ -357,9 +428,20 @@ def sweep_values(adapter, corpus, metric: Metric, heads: Sequence, means: Option
 
 
 @torch.no_grad()
-def sweep_heads_naive(adapter, corpus, metric="loss", mode: str = "zero", heads: Optional[Sequence] = None, *,
-                      batch_size: int = 8, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
-                      stack: Optional[str] = None, progress: bool = False) -> SweepResult:
+def sweep_heads_naive(
+    adapter,
+    corpus,
+    metric="loss",
+    mode: str = "zero",
+    heads: Optional[Sequence] = None,
+    *,
+    batch_size: int = 8,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    stack: Optional[str] = None,
+    progress: bool = False,
+) -> SweepResult:
     """The reference loop for :func:`sweep_heads`: one full forward of each chunk per
     ablated head (same arguments, same result up to float error)."""
     from tqdm.auto import tqdm
@@ -368,8 +450,9 @@ def sweep_heads_naive(adapter, corpus, metric="loss", mode: str = "zero", heads:
     n = len(corpus)
     clean = np.zeros(n)
     ablated = np.zeros((len(heads), n))
-    for idx, batch in tqdm(metric.batches(adapter, corpus, batch_size), total=-(-n // batch_size),
-                           disable=not progress, desc="naive sweep"):
+    for idx, batch in tqdm(
+        metric.batches(adapter, corpus, batch_size), total=-(-n // batch_size), disable=not progress, desc="naive sweep"
+    ):
         out = metric.forward(adapter, batch)
         ref = metric.reference(out, batch)
         clean[idx] = metric.score(out, batch, ref).double().cpu().numpy()

@@ -28,8 +28,9 @@ class AblationSums:
     examples; the sums ``Σ delta`` alone are in ``delta_sums``).
     """
 
-    def __init__(self, heads: Sequence, mode: str, metric_name: str, n_boot: int = 1000,
-                 confidence: float = 0.95, seed: int = 0):
+    def __init__(
+        self, heads: Sequence, mode: str, metric_name: str, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0
+    ):
         self.heads = [tuple(int(x) for x in h) for h in heads]
         self.mode, self.metric_name = mode, metric_name
         self.n_boot, self.confidence, self.seed = n_boot, confidence, seed
@@ -42,8 +43,10 @@ class AblationSums:
         self.path = self.path or path
 
     def update(self, layer, maps, meta) -> None:
-        raise ValueError("ablation values come from forwards with interventions, not from captured maps; "
-                         "fill AblationSums with add()")
+        raise ValueError(
+            "ablation values come from forwards with interventions, not from captured maps; "
+            "fill AblationSums with add()"
+        )
 
     def merge(self, other: "AblationSums") -> "AblationSums":
         if other.heads != self.heads or (other.mode, other.metric_name) != (self.mode, self.metric_name):
@@ -64,5 +67,6 @@ class AblationSums:
         order = sorted(self.values)
         clean = np.array([self.values[i][0] for i in order])
         ablated = np.stack([self.values[i][1] for i in order], 1)
-        return _result(self.heads, clean, ablated, self.mode, self.metric_name, self.path, self.n_boot,
-                       self.confidence, self.seed)
+        return _result(
+            self.heads, clean, ablated, self.mode, self.metric_name, self.path, self.n_boot, self.confidence, self.seed
+        )

@@ -60,8 +60,13 @@ class GroupResult:
 
     def summary(self) -> dict:
         """A flat dict (heads as ``"l.h+l.h"``), for tables and JSON."""
-        out = {"heads": "+".join(f"{l}.{h}" for l, h in self.heads), "metric": self.metric, "kind": self.kind,
-               "clean": float(self.clean.mean()), "intervened": float(self.intervened.mean())}
+        out = {
+            "heads": "+".join(f"{l}.{h}" for l, h in self.heads),
+            "metric": self.metric,
+            "kind": self.kind,
+            "clean": float(self.clean.mean()),
+            "intervened": float(self.intervened.mean()),
+        }
         if self.corrupted is not None:
             out["corrupted"] = float(self.corrupted.mean())
         out.update(effect=self.effect, ci_low=self.ci_low, ci_high=self.ci_high)
@@ -87,9 +92,19 @@ def _need_heads(adapter, heads, stack):
 
 
 @torch.no_grad()
-def ablate_group(adapter, corpus, heads: Sequence, metric="loss", mode: str = "zero", *, batch_size: int = 16,
-                 n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
-                 stack: Optional[str] = None) -> GroupResult:
+def ablate_group(
+    adapter,
+    corpus,
+    heads: Sequence,
+    metric="loss",
+    mode: str = "zero",
+    *,
+    batch_size: int = 16,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    stack: Optional[str] = None,
+) -> GroupResult:
     """Ablate all ``heads`` at once and measure ``metric`` on every example.
 
     Args:
@@ -117,15 +132,33 @@ def ablate_group(adapter, corpus, heads: Sequence, metric="loss", mode: str = "z
             out = metric.forward(adapter, batch)
         ablated[idx] = metric.score(out, batch, ref).double().cpu().numpy()
     low, high = bootstrap_mean_ci((ablated - clean)[None], n_boot=n_boot, confidence=confidence, seed=seed)
-    return GroupResult(heads=tuple(heads), metric=metric.name, kind=mode, clean=clean, intervened=ablated,
-                       corrupted=None, effect=float((ablated - clean).mean()), ci_low=float(low[0]),
-                       ci_high=float(high[0]))
+    return GroupResult(
+        heads=tuple(heads),
+        metric=metric.name,
+        kind=mode,
+        clean=clean,
+        intervened=ablated,
+        corrupted=None,
+        effect=float((ablated - clean).mean()),
+        ci_low=float(low[0]),
+        ci_high=float(high[0]),
+    )
 
 
 @torch.no_grad()
-def patch_group(adapter, clean, corrupted, heads: Sequence, metric="loss", *, batch_size: int = 16,
-                n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
-                stack: Optional[str] = None) -> GroupResult:
+def patch_group(
+    adapter,
+    clean,
+    corrupted,
+    heads: Sequence,
+    metric="loss",
+    *,
+    batch_size: int = 16,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    stack: Optional[str] = None,
+) -> GroupResult:
     """Patch all ``heads``' clean outputs into the corrupted run at once.
 
     Args:
@@ -151,6 +184,14 @@ def patch_group(adapter, clean, corrupted, heads: Sequence, metric="loss", *, ba
         p_vals[idx] = metric.score(out, kb, ref).double().cpu().numpy()
     gap = corruption_gap(metric, c_vals, k_vals)
     low, high = _ratio_ci(c_vals, k_vals, p_vals[None], n_boot, confidence, seed)
-    return GroupResult(heads=tuple(heads), metric=metric.name, kind="patch", clean=c_vals, intervened=p_vals,
-                       corrupted=k_vals, effect=float((p_vals.mean() - k_vals.mean()) / gap),
-                       ci_low=float(low[0]), ci_high=float(high[0]))
+    return GroupResult(
+        heads=tuple(heads),
+        metric=metric.name,
+        kind="patch",
+        clean=c_vals,
+        intervened=p_vals,
+        corrupted=k_vals,
+        effect=float((p_vals.mean() - k_vals.mean()) / gap),
+        ci_low=float(low[0]),
+        ci_high=float(high[0]),
+    )

@@ -34,8 +34,14 @@ from probe.interventions import HeadGates
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ImportanceResult", "head_importance", "gradient_importance", "ig_importance",
-           "normalize_per_layer", "IMPORTANCE_METHODS"]
+__all__ = [
+    "ImportanceResult",
+    "head_importance",
+    "gradient_importance",
+    "ig_importance",
+    "normalize_per_layer",
+    "IMPORTANCE_METHODS",
+]
 
 IMPORTANCE_METHODS = ("auto", "gradient", "ig")
 
@@ -70,9 +76,17 @@ class ImportanceResult:
         imp = self.scores.reshape(-1)
         rank = np.empty(imp.size, dtype=int)
         rank[np.argsort(-imp, kind="stable")] = np.arange(1, imp.size + 1)
-        return pd.DataFrame({"layer": np.repeat(np.arange(L), H), "head": np.tile(np.arange(H), L),
-                             "importance": imp, "raw": self.raw.reshape(-1), "rank": rank,
-                             "method": self.method, "metric": self.metric})
+        return pd.DataFrame(
+            {
+                "layer": np.repeat(np.arange(L), H),
+                "head": np.tile(np.arange(H), L),
+                "importance": imp,
+                "raw": self.raw.reshape(-1),
+                "rank": rank,
+                "method": self.method,
+                "metric": self.metric,
+            }
+        )
 
 
 def _base_gates(adapter, mask, stack) -> torch.Tensor:
@@ -124,9 +138,17 @@ def _bar(chunks: list, progress: bool, desc: str):
             bar.update(len(ch.indices))
 
 
-def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size: int = 16,
-                        chunks: Optional[list] = None, stack: Optional[str] = None,
-                        progress: bool = False) -> ImportanceResult:
+def gradient_importance(
+    adapter,
+    corpus,
+    metric="loss",
+    *,
+    mask=None,
+    batch_size: int = 16,
+    chunks: Optional[list] = None,
+    stack: Optional[str] = None,
+    progress: bool = False,
+) -> ImportanceResult:
     """Michel et al.'s ``E_x |∂L(x)/∂ξ_h|`` at ξ = ``mask`` (default all ones).
 
     One forward and one backward per chunk of examples; chunks group examples of similar
@@ -139,11 +161,14 @@ def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
     if not metric.differentiable:
-        raise ValueError(f"metric {metric.name!r} is not differentiable; gradient importance needs "
-                         "a loss (use --metric loss)")
+        raise ValueError(
+            f"metric {metric.name!r} is not differentiable; gradient importance needs a loss (use --metric loss)"
+        )
     if metric.stationary_at_clean and mask is None:
-        raise ValueError(f"{metric.name!r} is zero with zero gradient on the unablated model, so "
-                         "|∂L/∂ξ| vanishes: use method 'ig' (integrated gradients over the gates)")
+        raise ValueError(
+            f"{metric.name!r} is zero with zero gradient on the unablated model, so "
+            "|∂L/∂ξ| vanishes: use method 'ig' (integrated gradients over the gates)"
+        )
     base = _base_gates(adapter, mask, stack).to(adapter.device)
     chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, metric, batch_size)
     total = torch.zeros_like(base, dtype=torch.float64)
@@ -158,13 +183,24 @@ def gradient_importance(adapter, corpus, metric="loss", *, mask=None, batch_size
         total += grad.abs().sum(0).double().cpu()
         n += ch.batch.rows
     raw = (total / max(n, 1)).float()
-    return ImportanceResult(scores=normalize_per_layer(raw).numpy(), raw=raw.numpy(), method="gradient",
-                            metric=metric.name)
+    return ImportanceResult(
+        scores=normalize_per_layer(raw).numpy(), raw=raw.numpy(), method="gradient", metric=metric.name
+    )
 
 
-def ig_importance(adapter, corpus, metric="loss", *, mask=None, n_steps: int = 20, batch_size: int = 16,
-                  max_rows: int = 256, chunks: Optional[list] = None,
-                  stack: Optional[str] = None, progress: bool = False) -> ImportanceResult:
+def ig_importance(
+    adapter,
+    corpus,
+    metric="loss",
+    *,
+    mask=None,
+    n_steps: int = 20,
+    batch_size: int = 16,
+    max_rows: int = 256,
+    chunks: Optional[list] = None,
+    stack: Optional[str] = None,
+    progress: bool = False,
+) -> ImportanceResult:
     """Integrated gradients of the mean metric over head gates, from ξ = 0 to ξ = ``mask``
     (default all ones), with captum's ``IntegratedGradients`` (Gauss–Legendre, ``n_steps``).
 
@@ -202,16 +238,22 @@ def ig_importance(adapter, corpus, metric="loss", *, mask=None, n_steps: int = 2
 
         ig = IntegratedGradients(f)
         with torch.enable_grad():
-            attr, delta = ig.attribute(base[None], baselines=torch.zeros_like(base)[None], n_steps=n_steps,
-                                       internal_batch_size=max(1, per_forward // b), return_convergence_delta=True)
+            attr, delta = ig.attribute(
+                base[None],
+                baselines=torch.zeros_like(base)[None],
+                n_steps=n_steps,
+                internal_batch_size=max(1, per_forward // b),
+                return_convergence_delta=True,
+            )
         total += attr[0].detach().double().cpu() * b
         deltas.append(float(delta.abs().sum()) * b)
         n += b
     raw = (total / max(n, 1)).float()
     delta = sum(deltas) / max(n, 1)
     log.info("integrated gradients over head gates: mean |convergence delta| %.3g", delta)
-    return ImportanceResult(scores=normalize_per_layer(raw.abs()).numpy(), raw=raw.numpy(), method="ig",
-                            metric=metric.name, delta=delta)
+    return ImportanceResult(
+        scores=normalize_per_layer(raw.abs()).numpy(), raw=raw.numpy(), method="ig", metric=metric.name, delta=delta
+    )
 
 
 def head_importance(adapter, corpus, metric="loss", method: str = "auto", **kwargs) -> ImportanceResult:

@@ -107,9 +107,11 @@ def _check_pair(cb, kb, idx: Sequence[int]) -> None:
     bad = torch.nonzero(cb.lengths != kb.lengths).flatten()
     if bad.numel() or cb.inputs["input_ids"].shape != kb.inputs["input_ids"].shape:
         r = int(bad[0]) if bad.numel() else 0
-        raise ValueError(f"pair {idx[r]}: clean and corrupted inputs tokenize to different lengths "
-                         f"({int(cb.lengths[r])} vs {int(kb.lengths[r])}); "
-                         "patching needs position-aligned pairs")
+        raise ValueError(
+            f"pair {idx[r]}: clean and corrupted inputs tokenize to different lengths "
+            f"({int(cb.lengths[r])} vs {int(kb.lengths[r])}); "
+            "patching needs position-aligned pairs"
+        )
 
 
 def paired_batches(adapter, metric, clean, corrupted, batch_size: int, progress: bool = False):
@@ -137,15 +139,29 @@ def corruption_gap(metric, clean: np.ndarray, corrupted: np.ndarray) -> float:
     """``mean(clean) − mean(corrupted)``; raises when it is 0 (restored fraction undefined)."""
     gap = clean.mean() - corrupted.mean()
     if abs(gap) < 1e-12:
-        raise ValueError(f"the corruption does not change {metric.name} (clean = corrupted = "
-                         f"{clean.mean():.4g}): the restored fraction is undefined")
+        raise ValueError(
+            f"the corruption does not change {metric.name} (clean = corrupted = "
+            f"{clean.mean():.4g}): the restored fraction is undefined"
+        )
     return float(gap)
 
 
 @torch.no_grad()
-def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequence] = None, *,
-                batch_size: int = 8, restart: bool = True, n_boot: int = 1000, confidence: float = 0.95,
-                seed: int = 0, stack: Optional[str] = None, progress: bool = False) -> PatchingResult:
+def patch_heads(
+    adapter,
+    clean,
+    corrupted,
+    metric="loss",
+    heads: Optional[Sequence] = None,
+    *,
+    batch_size: int = 8,
+    restart: bool = True,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    stack: Optional[str] = None,
+    progress: bool = False,
+) -> PatchingResult:
     """Patch each head's clean output into the corrupted run, pair by pair.
 
     Args:
@@ -173,18 +189,36 @@ def patch_heads(adapter, clean, corrupted, metric="loss", heads: Optional[Sequen
         ref = metric.reference(out, cb)
         c_vals[idx] = metric.score(out, cb, ref).double().cpu().numpy()
         with ExitStack() as ctx:
-            cache: Any = ctx.enter_context(ResidualCache(adapter, stack)) if use_restart else None  # None unless restarting
+            cache: Any = (
+                ctx.enter_context(ResidualCache(adapter, stack)) if use_restart else None
+            )  # None unless restarting
             out = metric.forward(adapter, kb)
         k_vals[idx] = metric.score(out, kb, ref).double().cpu().numpy()
         for layer, items in by_layer.items():
             residual = cache.inputs[layer] if use_restart else None
-            s = run_rows(adapter, metric, kb, ref, layer, [h for _, h in items], rec.outputs[layer],
-                         residual, stack)
+            s = run_rows(adapter, metric, kb, ref, layer, [h for _, h in items], rec.outputs[layer], residual, stack)
             p_vals[np.ix_([j for j, _ in items], idx)] = s.double().cpu().numpy()
     restored = (p_vals.mean(1) - k_vals.mean()) / corruption_gap(metric, c_vals, k_vals)
     low, high = _ratio_ci(c_vals, k_vals, p_vals, n_boot, confidence, seed)
-    table = pd.DataFrame({"layer": [l for l, _ in heads], "head": [h for _, h in heads], "metric": metric.name,
-                          "clean": c_vals.mean(), "corrupted": k_vals.mean(), "patched": p_vals.mean(1),
-                          "restored": restored, "ci_low": low, "ci_high": high}, columns=COLUMNS)
-    return PatchingResult(table=table, clean=c_vals, corrupted=k_vals, patched=p_vals, heads=tuple(heads),
-                          path="layer-restart" if use_restart else "full forward")
+    table = pd.DataFrame(
+        {
+            "layer": [l for l, _ in heads],
+            "head": [h for _, h in heads],
+            "metric": metric.name,
+            "clean": c_vals.mean(),
+            "corrupted": k_vals.mean(),
+            "patched": p_vals.mean(1),
+            "restored": restored,
+            "ci_low": low,
+            "ci_high": high,
+        },
+        columns=COLUMNS,
+    )
+    return PatchingResult(
+        table=table,
+        clean=c_vals,
+        corrupted=k_vals,
+        patched=p_vals,
+        heads=tuple(heads),
+        path="layer-restart" if use_restart else "full forward",
+    )

@@ -73,9 +73,21 @@ def masked_metric(adapter, chunks, metric, mask: torch.Tensor, stack: Optional[s
     return total / max(n, 1)
 
 
-def pruning_curve(adapter, corpus, metric="loss", *, method: str = "auto", step_fraction: float = 0.1,
-                  max_fraction: float = 1.0, random_orders: int = 1, seed: int = 0, batch_size: int = 16,
-                  n_steps: int = 16, stack: Optional[str] = None, progress: bool = False) -> PruningResult:
+def pruning_curve(
+    adapter,
+    corpus,
+    metric="loss",
+    *,
+    method: str = "auto",
+    step_fraction: float = 0.1,
+    max_fraction: float = 1.0,
+    random_orders: int = 1,
+    seed: int = 0,
+    batch_size: int = 16,
+    n_steps: int = 16,
+    stack: Optional[str] = None,
+    progress: bool = False,
+) -> PruningResult:
     """Prune heads iteratively by importance and in random order; measure the metric.
 
     Args:
@@ -105,9 +117,18 @@ def pruning_curve(adapter, corpus, metric="loss", *, method: str = "auto", step_
 
     def record(order, step, mask, removed):
         value = masked_metric(adapter, chunks, metric, mask, stack)
-        rows.append({"order": order, "step": step, "n_pruned": int((mask == 0).sum()),
-                     "fraction": float((mask == 0).sum()) / total, "metric": metric.name, "value": value,
-                     "delta": value - clean, "pruned": " ".join(f"{l}:{h}" for l, h in removed)})
+        rows.append(
+            {
+                "order": order,
+                "step": step,
+                "n_pruned": int((mask == 0).sum()),
+                "fraction": float((mask == 0).sum()) / total,
+                "metric": metric.name,
+                "value": value,
+                "delta": value - clean,
+                "pruned": " ".join(f"{l}:{h}" for l, h in removed),
+            }
+        )
 
     n_iter = -(-limit // per_step)
     mask = torch.ones(L, H)
@@ -116,8 +137,9 @@ def pruning_curve(adapter, corpus, metric="loss", *, method: str = "auto", step_
         k = min(per_step, limit - int((mask == 0).sum()))
         alive = torch.nonzero(mask.flatten()).flatten()
         if k < alive.numel():
-            imp = head_importance(adapter, corpus, metric, method, mask=mask, chunks=chunks, stack=stack,
-                                  n_steps=n_steps)
+            imp = head_importance(
+                adapter, corpus, metric, method, mask=mask, chunks=chunks, stack=stack, n_steps=n_steps
+            )
             scores = torch.as_tensor(imp.scores).flatten()[alive]
             drop = alive[torch.argsort(scores, stable=True)[:k]]
         else:
@@ -131,9 +153,10 @@ def pruning_curve(adapter, corpus, metric="loss", *, method: str = "auto", step_
         mask = torch.ones(L, H)
         record(name, 0, mask, [])
         for step in range(1, n_iter + 1):
-            picked = order[(step - 1) * per_step: min(step * per_step, limit)]
+            picked = order[(step - 1) * per_step : min(step * per_step, limit)]
             mask = mask.clone()
             mask.view(-1)[torch.as_tensor(picked)] = 0
             record(name, step, mask, [(int(i) // H, int(i) % H) for i in picked])
-    return PruningResult(table=pd.DataFrame(rows), clean=clean, metric=metric.name,
-                         higher_is_better=metric.higher_is_better)
+    return PruningResult(
+        table=pd.DataFrame(rows), clean=clean, metric=metric.name, higher_is_better=metric.higher_is_better
+    )

@@ -3,8 +3,20 @@
 
 from __future__ import annotations
 
-from probe.restart import (RESTART_FAMILIES, ResidualCache, RestartFrom, layer_modules, supports_restart,
-                           supports_site_restart)
+from probe.restart import (
+    RESTART_FAMILIES,
+    ResidualCache,
+    RestartFrom,
+    layer_modules,
+    supports_restart,
+    supports_site_restart,
+)
 
-__all__ = ["RESTART_FAMILIES", "supports_restart", "supports_site_restart", "layer_modules", "ResidualCache",
-           "RestartFrom"]
+__all__ = [
+    "RESTART_FAMILIES",
+    "supports_restart",
+    "supports_site_restart",
+    "layer_modules",
+    "ResidualCache",
+    "RestartFrom",
+]

@@ -45,8 +45,10 @@ def produced_words(maps) -> list:
         ValueError: not a cross-attention map, or no target words are known.
     """
     if maps.kind != "cross":
-        raise ValueError(f"alignment needs cross-attention maps (kind='cross'), got kind={maps.kind!r}; "
-                         "capture with stack='cross' and targets=[...]")
+        raise ValueError(
+            f"alignment needs cross-attention maps (kind='cross'), got kind={maps.kind!r}; "
+            "capture with stack='cross' and targets=[...]"
+        )
     n_words = len(maps.query_words)
     if n_words == 0:
         raise ValueError("the map has no target words (query_words is empty); capture with targets=[...]")
@@ -129,13 +131,17 @@ def gold_links(alignment: Sequence, n_target: int, n_source: int) -> set:
         links = {(int(t), int(s)) for t, s in items}
     else:
         if len(items) != n_target:
-            raise ValueError(f"gold alignment has {len(items)} entries for {n_target} target words; "
-                             "give one source index per target word or (target, source) pairs")
+            raise ValueError(
+                f"gold alignment has {len(items)} entries for {n_target} target words; "
+                "give one source index per target word or (target, source) pairs"
+            )
         links = {(j, int(s)) for j, s in enumerate(items)}
     bad = [(t, s) for t, s in links if not (0 <= t < n_target and 0 <= s < n_source)]
     if bad:
-        raise ValueError(f"gold links {sorted(bad)[:5]} fall outside {n_target} target × {n_source} "
-                         "source words: does the alignment belong to this sentence pair?")
+        raise ValueError(
+            f"gold links {sorted(bad)[:5]} fall outside {n_target} target × {n_source} "
+            "source words: does the alignment belong to this sentence pair?"
+        )
     return links
 
 
@@ -153,8 +159,7 @@ def aer(predicted: Iterable, sure: Iterable, possible: Optional[Iterable] = None
     return 1.0 - (len(a & s) + len(a & p)) / (len(a) + len(s))
 
 
-def alignment_error_rates(maps_list: Sequence, alignments: Sequence,
-                          keep: Optional[Sequence] = None) -> pd.DataFrame:
+def alignment_error_rates(maps_list: Sequence, alignments: Sequence, keep: Optional[Sequence] = None) -> pd.DataFrame:
     """Corpus-level AER of every (layer, head) of cross-attention against gold alignments.
 
     Each head predicts one link per target word (its argmax source word, see
@@ -211,12 +216,19 @@ def alignment_error_rates(maps_list: Sequence, alignments: Sequence,
     for li, layer in enumerate(layers):
         for h in range(shape[1]):
             a_, c = float(n_pred[li, h]), float(n_correct[li, h])
-            recs.append(dict(layer=layer, head=h,
-                             aer=1.0 - 2.0 * c / (a_ + n_gold) if a_ + n_gold else float("nan"),
-                             precision=c / a_ if a_ else float("nan"),
-                             recall=c / n_gold if n_gold else float("nan"),
-                             gold_mass=float(mass[li, h]) / a_ if a_ else float("nan"),
-                             n_pred=int(a_), n_gold=n_gold, n_correct=int(c)))
+            recs.append(
+                dict(
+                    layer=layer,
+                    head=h,
+                    aer=1.0 - 2.0 * c / (a_ + n_gold) if a_ + n_gold else float("nan"),
+                    precision=c / a_ if a_ else float("nan"),
+                    recall=c / n_gold if n_gold else float("nan"),
+                    gold_mass=float(mass[li, h]) / a_ if a_ else float("nan"),
+                    n_pred=int(a_),
+                    n_gold=n_gold,
+                    n_correct=int(c),
+                )
+            )
     return pd.DataFrame.from_records(recs)
 
 
@@ -250,8 +262,13 @@ def zoo_cross_maps(task: str, examples: Sequence[dict], batch_size: int = 32) ->
         from probe.capture import capture
 
         adapter = load_model("zoo:translate")
-        return capture(adapter, [e["text"] for e in examples], stack="cross",
-                       targets=[e["target_text"] for e in examples], batch_size=batch_size)
+        return capture(
+            adapter,
+            [e["text"] for e in examples],
+            stack="cross",
+            targets=[e["target_text"] for e in examples],
+            batch_size=batch_size,
+        )
     from probe.models import zoo
 
     zm = zoo.load_zoo("translate-rnn")

@@ -1,4 +1,4 @@
-""""Why self-attention", measured: Table 1 of Vaswani et al. (2017) from real layers.
+""" "Why self-attention", measured: Table 1 of Vaswani et al. (2017) from real layers.
 
 For every layer type of :mod:`probe.analyses.paper.complexity_layers` and every ``(n, d)`` of a grid
 (``n`` sequence length, ``d`` model width) one layer is measured with
@@ -135,15 +135,29 @@ def measure_grid(
             layer, built = make_layer(kind, d, k=k, r=r), (kind, d)
         cost = measure_layer(layer, n, repeats=repeats, threads=threads)
         rows.append(
-            dict(layer=kind, n=n, d=d, k=k, r=r, flops=cost.flops,
-                 sequential_ops=cost.sequential_ops, peak_bytes=cost.peak_bytes,
-                 time_s=cost.time_s)
+            dict(
+                layer=kind,
+                n=n,
+                d=d,
+                k=k,
+                r=r,
+                flops=cost.flops,
+                sequential_ops=cost.sequential_ops,
+                peak_bytes=cost.peak_bytes,
+                time_s=cost.time_s,
+            )
         )
         for term, flops in cost.term_flops.items():
             term_rows.append(
-                dict(layer=kind, n=n, d=d, term=term, flops=flops,
-                     share=flops / cost.flops if cost.flops else float("nan"),
-                     in_paper=term not in EXTRA_TERMS)
+                dict(
+                    layer=kind,
+                    n=n,
+                    d=d,
+                    term=term,
+                    flops=flops,
+                    share=flops / cost.flops if cost.flops else float("nan"),
+                    in_paper=term not in EXTRA_TERMS,
+                )
             )
         log.debug("%s n=%d d=%d: %d FLOPs, %.4fs", kind, n, d, cost.flops, cost.time_s)
     return pd.DataFrame(rows), pd.DataFrame(term_rows)
@@ -201,23 +215,46 @@ def fit_exponents(
         raise ValueError(f"dominance must be in (0.5, 1]; got {dominance}")
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0; got {tolerance}")
-    merged = terms.merge(grid[["layer", "n", "d", "flops", "time_s"]], on=["layer", "n", "d"],
-                         suffixes=("_term", ""))
+    merged = terms.merge(grid[["layer", "n", "d", "flops", "time_s"]], on=["layer", "n", "d"], suffixes=("_term", ""))
     rows: List[dict] = []
     for (kind, term), part in merged.groupby(["layer", "term"], sort=False):
         regime = part[part["share"] >= dominance]
         for var, other, paper in (("n", "d", TERM_EXPONENTS[term][0]), ("d", "n", TERM_EXPONENTS[term][1])):
             x = np.log(regime[var].to_numpy(float))
-            fitted = {m: _within_slope(x, np.log(regime[m].to_numpy(float)), regime[other].to_numpy())
-                      for m in ("flops", "time_s")}
-            rows.append(_fit_row(kind, term, term not in EXTRA_TERMS, var, paper, fitted, regime,
-                                 f"{term} ≥ {dominance:.0%} of FLOPs", tolerance))
+            fitted = {
+                m: _within_slope(x, np.log(regime[m].to_numpy(float)), regime[other].to_numpy())
+                for m in ("flops", "time_s")
+            }
+            rows.append(
+                _fit_row(
+                    kind,
+                    term,
+                    term not in EXTRA_TERMS,
+                    var,
+                    paper,
+                    fitted,
+                    regime,
+                    f"{term} ≥ {dominance:.0%} of FLOPs",
+                    tolerance,
+                )
+            )
     for kind, part in grid.groupby("layer", sort=False):
         x = np.log(part["n"].to_numpy(float))
         seq = _within_slope(x, np.log(part["sequential_ops"].to_numpy(float)), part["d"].to_numpy())
         paper = 1 if kind in RECURRENT_KINDS else 0
-        rows.append(_fit_row(kind, "sequential operations", True, "n", paper,
-                             {"flops": seq, "time_s": float("nan")}, part, "all sizes", tolerance))
+        rows.append(
+            _fit_row(
+                kind,
+                "sequential operations",
+                True,
+                "n",
+                paper,
+                {"flops": seq, "time_s": float("nan")},
+                part,
+                "all sizes",
+                tolerance,
+            )
+        )
     out = pd.DataFrame(rows)
     out["within_tolerance"] = out["within_tolerance"].astype("boolean")
     return out
@@ -225,20 +262,31 @@ def fit_exponents(
 
 def _fit_row(kind, term, in_paper, var, paper, fitted, regime, text, tolerance) -> dict:
     fit = fitted["flops"]
+
     def span(col):
         return f"{regime[col].min()}–{regime[col].max()}" if len(regime) else ""
+
     return dict(
-        layer=kind, term=term, in_paper=in_paper, variable=var, paper_exponent=paper,
-        fitted_flops=fit, fitted_time=fitted["time_s"], points=int(len(regime)),
-        n_range=span("n"), d_range=span("d"), regime=text,
+        layer=kind,
+        term=term,
+        in_paper=in_paper,
+        variable=var,
+        paper_exponent=paper,
+        fitted_flops=fit,
+        fitted_time=fitted["time_s"],
+        points=int(len(regime)),
+        n_range=span("n"),
+        d_range=span("d"),
+        regime=text,
         within_tolerance=None if math.isnan(fit) else bool(abs(fit - paper) <= tolerance),
     )
 
 
 def _exponent_text(exps: pd.DataFrame, kind: str) -> str:
     parts = []
-    for term, part in exps[(exps.layer == kind) & exps.in_paper
-                           & (exps.term != "sequential operations")].groupby("term", sort=False):
+    for term, part in exps[(exps.layer == kind) & exps.in_paper & (exps.term != "sequential operations")].groupby(
+        "term", sort=False
+    ):
         fit = dict(zip(part.variable, part.fitted_flops))
         if math.isnan(fit["n"]):
             parts.append(f"{term}: does not dominate on this grid")
@@ -265,30 +313,34 @@ def summary_table(grid: pd.DataFrame, exponents: pd.DataFrame, paths: pd.DataFra
         seq_fit = exponents[(exponents.layer == kind) & (exponents.term == "sequential operations")]
         seq_exp = float(seq_fit.fitted_flops.iloc[0]) if len(seq_fit) else float("nan")
         p = paths[paths.layer == kind].sort_values("n")
-        measured = [f"{int(v if not pd.isna(v) else c)}" + ("" if not pd.isna(v) else "*")
-                    for v, c in zip(p.path_length_graph, p.path_length_closed_form)]
-        rows.append(dict(
-            layer=kind,
-            complexity_paper=PAPER_COMPLEXITY[kind],
-            complexity_measured=_exponent_text(exponents, kind),
-            sequential_paper="O(n)" if kind in RECURRENT_KINDS else "O(1)",
-            sequential_measured=(f"{part.sequential_ops.min()}–{part.sequential_ops.max()} ops, "
-                                 f"∝ n^{seq_exp:.2f}"),
-            path_paper=p.paper.iloc[0] if len(p) else "",
-            path_closed_form=p.closed_form.iloc[0] if len(p) else "",
-            path_measured=", ".join(f"{n}: {m}" for n, m in zip(p.n, measured)),
-        ))
+        measured = [
+            f"{int(v if not pd.isna(v) else c)}" + ("" if not pd.isna(v) else "*")
+            for v, c in zip(p.path_length_graph, p.path_length_closed_form)
+        ]
+        rows.append(
+            dict(
+                layer=kind,
+                complexity_paper=PAPER_COMPLEXITY[kind],
+                complexity_measured=_exponent_text(exponents, kind),
+                sequential_paper="O(n)" if kind in RECURRENT_KINDS else "O(1)",
+                sequential_measured=(f"{part.sequential_ops.min()}–{part.sequential_ops.max()} ops, ∝ n^{seq_exp:.2f}"),
+                path_paper=p.paper.iloc[0] if len(p) else "",
+                path_closed_form=p.closed_form.iloc[0] if len(p) else "",
+                path_measured=", ".join(f"{n}: {m}" for n, m in zip(p.n, measured)),
+            )
+        )
     return pd.DataFrame(rows)
 
 
 def to_markdown(frame: pd.DataFrame, floatfmt: str = ".3g") -> str:
     """A GitHub-flavoured Markdown table of ``frame`` (no extra dependency)."""
+
     def cell(v):
         if isinstance(v, float):
             return "" if math.isnan(v) else format(v, floatfmt)
         return "" if v is None or v is pd.NA else str(v)
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |",
-             "| " + " | ".join("---" for _ in frame.columns) + " |"]
+
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "| " + " | ".join("---" for _ in frame.columns) + " |"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
@@ -321,8 +373,7 @@ class ComplexityReport:
 
     def tables(self) -> Dict[str, pd.DataFrame]:
         """Every table by name: grid, terms, exponents, paths, crossover, summary."""
-        return {name: getattr(self, name)
-                for name in ("grid", "terms", "exponents", "paths", "crossover", "summary")}
+        return {name: getattr(self, name) for name in ("grid", "terms", "exponents", "paths", "crossover", "summary")}
 
 
 def analyze_complexity(
@@ -359,16 +410,19 @@ def analyze_complexity(
 
     n_values, d_values = validate_sizes("n", n_values), validate_sizes("d", d_values)
     if len(set(n_values)) < 2:
-        raise ValueError(f"n needs at least two different sizes (got {sorted(set(n_values))}): exponents are "
-                         "fitted from how the cost changes with n; e.g. --n 16,32,...,256")
+        raise ValueError(
+            f"n needs at least two different sizes (got {sorted(set(n_values))}): exponents are "
+            "fitted from how the cost changes with n; e.g. --n 16,32,...,256"
+        )
     kinds = _validate_kinds(kinds)
     graph_max_n = check_positive_int("graph_max_n", graph_max_n)
     if not 0.5 < dominance <= 1:
         raise ValueError(f"dominance must be in (0.5, 1]; got {dominance}")
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0; got {tolerance}")
-    grid, terms = measure_grid(n_values, d_values, kinds, k=k, r=r, repeats=repeats,
-                               threads=threads, max_bytes=max_bytes, progress=progress)
+    grid, terms = measure_grid(
+        n_values, d_values, kinds, k=k, r=r, repeats=repeats, threads=threads, max_bytes=max_bytes, progress=progress
+    )
     exponents = fit_exponents(grid, terms, dominance=dominance, tolerance=tolerance)
     paths = path_length_table(n_values, kinds, k=k, r=r, graph_max_n=graph_max_n)
     cells = [c for c in kinds if c in RECURRENT_KINDS]
@@ -376,8 +430,17 @@ def analyze_complexity(
         crossover = crossover_table(d_values, cells, grid=grid)
     else:
         crossover = pd.DataFrame(columns=["d", "recurrent", "crossover_n"])
-    settings = dict(n=list(n_values), d=list(d_values), layers=list(kinds), k=k, r=r,
-                    repeats=repeats, threads=threads, max_bytes=max_bytes, dominance=dominance,
-                    tolerance=tolerance, graph_max_n=graph_max_n)
-    return ComplexityReport(grid, terms, exponents, paths, crossover,
-                            summary_table(grid, exponents, paths), settings)
+    settings = dict(
+        n=list(n_values),
+        d=list(d_values),
+        layers=list(kinds),
+        k=k,
+        r=r,
+        repeats=repeats,
+        threads=threads,
+        max_bytes=max_bytes,
+        dominance=dominance,
+        tolerance=tolerance,
+        graph_max_n=graph_max_n,
+    )
+    return ComplexityReport(grid, terms, exponents, paths, crossover, summary_table(grid, exponents, paths), settings)

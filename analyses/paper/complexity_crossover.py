@@ -83,12 +83,17 @@ def crossover_table(
             if verify:
                 _verify_crossover(cell, d, n_star)
             rows.append(
-                dict(d=d, recurrent=cell, crossover_n=n_star, crossover_over_d=n_star / d,
-                     paper_n=d,
-                     crossover_n_grid=_grid_crossover(grid, d, cell, "flops"),
-                     crossover_n_time_grid=_grid_crossover(grid, d, cell, "time_s"),
-                     flops_self_attention=_poly_text(sa, d),
-                     flops_recurrent=_poly_text(rec, d))
+                dict(
+                    d=d,
+                    recurrent=cell,
+                    crossover_n=n_star,
+                    crossover_over_d=n_star / d,
+                    paper_n=d,
+                    crossover_n_grid=_grid_crossover(grid, d, cell, "flops"),
+                    crossover_n_time_grid=_grid_crossover(grid, d, cell, "time_s"),
+                    flops_self_attention=_poly_text(sa, d),
+                    flops_recurrent=_poly_text(rec, d),
+                )
             )
     out = pd.DataFrame(rows)
     for col in ("crossover_n_grid", "crossover_n_time_grid"):
@@ -105,8 +110,9 @@ def _check_poly(kind, poly, counts, grid, d) -> None:
         measured.update(zip(part["n"].astype(int), part["flops"].astype(int)))
     for n, count in measured.items():
         if c + a * n + b * n * n != count:
-            raise RuntimeError(f"{kind}, d={d}: the FLOP count at n={n} ({count}) is off the "
-                               f"quadratic through n=1,2,3 ({counts})")
+            raise RuntimeError(
+                f"{kind}, d={d}: the FLOP count at n={n} ({count}) is off the quadratic through n=1,2,3 ({counts})"
+            )
 
 
 def _first_exceeding(sa, rec) -> int:

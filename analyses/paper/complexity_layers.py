@@ -86,9 +86,7 @@ class SelfAttention(nn.Module):
     def __init__(self, d: int):
         super().__init__()
         self.d = d
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
-            nn.Linear(d, d, bias=False) for _ in range(4)
-        )
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
         self.scale = 1.0 / math.sqrt(d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -116,9 +114,7 @@ class RestrictedSelfAttention(nn.Module):
         super().__init__()
         self.d = d
         self.r = check_positive_int("r", r, 2)
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
-            nn.Linear(d, d, bias=False) for _ in range(4)
-        )
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
         self.scale = 1.0 / math.sqrt(d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -148,9 +148,7 @@ def _split_terms(layer, counts, total) -> Dict[str, int]:
     return terms
 
 
-def measure_layer(
-    layer: torch.nn.Module, n: int, *, repeats: int = 3, threads: int = 1, seed: int = 0
-) -> LayerCost:
+def measure_layer(layer: torch.nn.Module, n: int, *, repeats: int = 3, threads: int = 1, seed: int = 0) -> LayerCost:
     """Measure ``layer`` on a random ``[n, d]`` input (``d = layer.d``).
 
     One instrumented run counts FLOPs per term, the sequential operations and the peak

@@ -106,9 +106,7 @@ def connectivity_graph(kind: str, n: int, *, k: int = 3, r: int = 16, depth: int
         g.add_nodes_from((0, j) for j in range(n))
         for layer in range(1, depth + 1):
             taps = _taps(kind, n, k, r, layer - 1)
-            g.add_edges_from(
-                ((layer - 1, i + o), (layer, i)) for i in range(n) for o in taps if i + o >= 0
-            )
+            g.add_edges_from(((layer - 1, i + o), (layer, i)) for i in range(n) for o in taps if i + o >= 0)
         return g
     taps = _taps(kind, n, k, r, 0)
     for src in ("in", "out"):
@@ -232,4 +230,3 @@ def path_length_table(
     frame = pd.DataFrame(rows)
     frame["path_length_graph"] = frame["path_length_graph"].astype("Int64")
     return frame
-

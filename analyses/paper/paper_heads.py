@@ -17,10 +17,11 @@ from typing import Sequence, Union
 
 import pandas as pd
 
-LAW = ("The Law will never be perfect, but its application should be just - this is what we are "
-       "missing, in my opinion.")
-MAKING = ("It is in this spirit that a majority of American governments have passed new laws since "
-          "2009 making the registration or voting process more difficult.")
+LAW = "The Law will never be perfect, but its application should be just - this is what we are missing, in my opinion."
+MAKING = (
+    "It is in this spirit that a majority of American governments have passed new laws since "
+    "2009 making the registration or voting process more difficult."
+)
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ class PaperSentence:
 
 #: The two appendix sentences of Vaswani et al. (2017), keyed by a short name.
 SENTENCES = {
-    "making": PaperSentence("making", MAKING, "making", ("more", "difficult"),
-                            "Vaswani et al. 2017, Figure 3 (long-distance dependency)"),
+    "making": PaperSentence(
+        "making", MAKING, "making", ("more", "difficult"), "Vaswani et al. 2017, Figure 3 (long-distance dependency)"
+    ),
     "its": PaperSentence("its", LAW, "its", ("Law",), "Vaswani et al. 2017, Figure 4 (anaphora)"),
 }
 
@@ -48,8 +50,10 @@ def _word_attention(attention):
     """WordAttention from AttentionMaps (special tokens kept as units) or pass through."""
     if hasattr(attention, "word_level"):
         if attention.kind == "cross":
-            raise ValueError("rank_heads reads self-attention; for cross-attention use "
-                             "probe.analyses.paper.alignment (its rows are grouped by the word they produce)")
+            raise ValueError(
+                "rank_heads reads self-attention; for cross-attention use "
+                "probe.analyses.paper.alignment (its rows are grouped by the word they produce)"
+            )
         return attention.word_level(keep_special=True)
     if not hasattr(attention, "units"):
         raise ValueError(f"expected AttentionMaps or WordAttention, got {type(attention).__name__}")
@@ -138,9 +142,17 @@ def rank_heads(attention, query: WordRef, targets: Union[WordRef, Sequence[WordR
     for li, layer in enumerate(layers):
         for h in range(w.shape[1]):
             a = int(arg[li, h])
-            recs.append(dict(layer=layer, head=h, weight=float(weight[li, h]), is_argmax=a in t_idx,
-                             argmax_word=units[a], argmax_weight=float(w[li, h, a]),
-                             uniform=len(t_idx) / n_cand))
+            recs.append(
+                dict(
+                    layer=layer,
+                    head=h,
+                    weight=float(weight[li, h]),
+                    is_argmax=a in t_idx,
+                    argmax_word=units[a],
+                    argmax_weight=float(w[li, h, a]),
+                    uniform=len(t_idx) / n_cand,
+                )
+            )
     df = pd.DataFrame.from_records(recs).sort_values(["weight", "layer", "head"], ascending=[False, True, True])
     df.insert(0, "rank", range(1, len(df) + 1))
     return df.reset_index(drop=True)
@@ -172,9 +184,11 @@ def check_vocabulary(adapter, sentences: Sequence[PaperSentence]) -> None:
             if not ids or unk in ids:
                 missing.append(word)
     if missing:
-        raise ValueError(f"{adapter.name}'s vocabulary lacks {', '.join(repr(w) for w in missing)} (tokenized as "
-                         f"{tok.unk_token}): the paper's sentences need a model trained on English text, "
-                         "e.g. minilm or hf:<model>")
+        raise ValueError(
+            f"{adapter.name}'s vocabulary lacks {', '.join(repr(w) for w in missing)} (tokenized as "
+            f"{tok.unk_token}): the paper's sentences need a model trained on English text, "
+            "e.g. minilm or hf:<model>"
+        )
 
 
 def paper_rankings(adapter, names: Sequence[str] = tuple(SENTENCES)) -> dict:

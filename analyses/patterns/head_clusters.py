@@ -29,8 +29,16 @@ import torch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HeadClusters", "HeadDivergence", "HeadDivergenceAccumulator", "head_divergence", "embed_heads",
-           "cluster_heads", "clusters_from", "head_clusters"]
+__all__ = [
+    "HeadClusters",
+    "HeadDivergence",
+    "HeadDivergenceAccumulator",
+    "head_divergence",
+    "embed_heads",
+    "cluster_heads",
+    "clusters_from",
+    "head_clusters",
+]
 
 _CHUNK_ELEMENTS = 8_000_000
 
@@ -83,8 +91,10 @@ class HeadDivergenceAccumulator:
             self.layers, self.n_heads = tuple(maps.layers), h
             self.total = torch.zeros(L * h, L * h, dtype=torch.float64)
         elif tuple(maps.layers) != self.layers or h != self.n_heads:
-            raise ValueError(f"example {self.n_examples} has layers {list(maps.layers)} × {h} heads; earlier "
-                             f"ones had {list(self.layers)} × {self.n_heads}: analyse one model's capture at a time")
+            raise ValueError(
+                f"example {self.n_examples} has layers {list(maps.layers)} × {h} heads; earlier "
+                f"ones had {list(self.layers)} × {self.n_heads}: analyse one model's capture at a time"
+            )
         self.n_examples += 1
         q = ~maps.special_mask
         if not q.any():
@@ -98,11 +108,11 @@ class HeadDivergenceAccumulator:
         chunk = max(1, _CHUNK_ELEMENTS // max(1, lh * p.shape[1] * n))
         for s in range(0, lh, chunk):
             # only pairs (h, g ≥ s): the matrix is symmetric, the lower part is mirrored
-            m = (p[s:s + chunk, None] + p[None, s:]).clamp_(min=1e-30)  # p + q, [c, LH-s, rows, keys]
+            m = (p[s : s + chunk, None] + p[None, s:]).clamp_(min=1e-30)  # p + q, [c, LH-s, rows, keys]
             s_log = (m * m.log()).sum(-1)  # Σ (p+q) ln(p+q)
             # JS = ½Σp ln p + ½Σq ln q − Σ m ln m, with m = (p+q)/2 and Σ(p+q) = 2
-            js = 0.5 * (plogp[s:s + chunk, None] + plogp[None, s:]) - 0.5 * s_log + ln2
-            total[s:s + chunk, s:] += js.clamp(min=0).sum(-1).double() / ln2
+            js = 0.5 * (plogp[s : s + chunk, None] + plogp[None, s:]) - 0.5 * s_log + ln2
+            total[s : s + chunk, s:] += js.clamp(min=0).sum(-1).double() / ln2
         self.rows += p.shape[1]
         return True
 
@@ -114,12 +124,12 @@ class HeadDivergenceAccumulator:
         upper = np.triu((self.total / max(self.rows, 1)).numpy())
         matrix = upper + np.triu(upper, 1).T
         np.fill_diagonal(matrix, 0.0)
-        return HeadDivergence(matrix=matrix, layers=self.layers, n_heads=self.n_heads,
-                              n_examples=self.n_examples, n_rows=self.rows)
+        return HeadDivergence(
+            matrix=matrix, layers=self.layers, n_heads=self.n_heads, n_examples=self.n_examples, n_rows=self.rows
+        )
 
 
-def head_divergence(source: Iterable, max_examples: Optional[int] = None,
-                    progress: bool = False) -> HeadDivergence:
+def head_divergence(source: Iterable, max_examples: Optional[int] = None, progress: bool = False) -> HeadDivergence:
     """Pairwise mean JS divergence between all captured heads over a corpus.
 
     Args:
@@ -139,6 +149,7 @@ def head_divergence(source: Iterable, max_examples: Optional[int] = None,
     it = source
     if progress:
         from tqdm.auto import tqdm
+
         total = len(source) if isinstance(source, Sized) else None
         if total is not None and max_examples:
             total = min(total, max_examples)
@@ -151,8 +162,9 @@ def head_divergence(source: Iterable, max_examples: Optional[int] = None,
 
 def clusters_from(div: HeadDivergence, n_clusters: int = 8, seed: int = 0) -> "HeadClusters":
     """MDS layout and agglomerative clusters of a :class:`HeadDivergence`."""
-    return HeadClusters(divergence=div, xy=embed_heads(div.matrix, seed=seed),
-                        cluster=cluster_heads(div.matrix, n_clusters=n_clusters))
+    return HeadClusters(
+        divergence=div, xy=embed_heads(div.matrix, seed=seed), cluster=cluster_heads(div.matrix, n_clusters=n_clusters)
+    )
 
 
 def embed_heads(matrix: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -191,8 +203,7 @@ def cluster_heads(matrix: np.ndarray, n_clusters: int = 8) -> np.ndarray:
         return np.arange(len(d))
     from sklearn.cluster import AgglomerativeClustering
 
-    return AgglomerativeClustering(n_clusters=n_clusters, metric="precomputed",
-                                   linkage="average").fit_predict(d)
+    return AgglomerativeClustering(n_clusters=n_clusters, metric="precomputed", linkage="average").fit_predict(d)
 
 
 def _check_matrix(matrix) -> np.ndarray:
@@ -216,9 +227,15 @@ class HeadClusters:
         """``layer, head, mds_x, mds_y, cluster``, one row per head."""
         d = self.divergence
         H = d.n_heads
-        return pd.DataFrame({"layer": np.repeat(np.array(d.layers), H), "head": np.tile(np.arange(H), len(d.layers)),
-                             "mds_x": self.xy[:, 0], "mds_y": self.xy[:, 1],
-                             "cluster": self.cluster.astype(int)})
+        return pd.DataFrame(
+            {
+                "layer": np.repeat(np.array(d.layers), H),
+                "head": np.tile(np.arange(H), len(d.layers)),
+                "mds_x": self.xy[:, 0],
+                "mds_y": self.xy[:, 1],
+                "cluster": self.cluster.astype(int),
+            }
+        )
 
     def distances_frame(self) -> pd.DataFrame:
         """The divergence matrix as a square table labelled ``L<layer>H<head>``."""
@@ -227,11 +244,13 @@ class HeadClusters:
         return pd.DataFrame(d.matrix, index=labels, columns=labels)
 
 
-def head_clusters(source: Iterable, n_clusters: int = 8, seed: int = 0,
-                  max_examples: Optional[int] = None, progress: bool = False) -> HeadClusters:
+def head_clusters(
+    source: Iterable, n_clusters: int = 8, seed: int = 0, max_examples: Optional[int] = None, progress: bool = False
+) -> HeadClusters:
     """Clark et al. (2019) head clustering: JS divergences, MDS layout, clusters.
 
     See :func:`head_divergence`, :func:`embed_heads`, :func:`cluster_heads`.
     """
-    return clusters_from(head_divergence(source, max_examples=max_examples, progress=progress),
-                         n_clusters=n_clusters, seed=seed)
+    return clusters_from(
+        head_divergence(source, max_examples=max_examples, progress=progress), n_clusters=n_clusters, seed=seed
+    )

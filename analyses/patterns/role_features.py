@@ -60,9 +60,17 @@ from probe.analyses.common.accumulate import PerLayer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FEATURES", "OFFSETS", "LEVELS", "head_features", "token_frequencies",
-           "is_punctuation", "HeadFeatureAccumulator", "example_values",
-           "LayerwiseHeadFeatures"]
+__all__ = [
+    "FEATURES",
+    "OFFSETS",
+    "LEVELS",
+    "head_features",
+    "token_frequencies",
+    "is_punctuation",
+    "HeadFeatureAccumulator",
+    "example_values",
+    "LayerwiseHeadFeatures",
+]
 
 OFFSETS = (-2, -1, 0, 1, 2)
 OFFSET_NAMES = {-2: "prev2", -1: "prev", 0: "self", 1: "next", 2: "next2"}
@@ -70,9 +78,22 @@ LEVELS = ("token", "word")
 FEATURES = (
     [OFFSET_NAMES[k] for k in OFFSETS]
     + [f"argmax_{OFFSET_NAMES[k]}" for k in OFFSETS]
-    + ["positional_share", "positional_offset", "to_cls", "to_sep", "to_special", "to_punct",
-       "to_rare", "argmax_rare", "rare_chance", "entropy", "entropy_ratio", "max_attention",
-       "duplicate", "induction"]
+    + [
+        "positional_share",
+        "positional_offset",
+        "to_cls",
+        "to_sep",
+        "to_special",
+        "to_punct",
+        "to_rare",
+        "argmax_rare",
+        "rare_chance",
+        "entropy",
+        "entropy_ratio",
+        "max_attention",
+        "duplicate",
+        "induction",
+    ]
 )
 _MARKERS = ("##", "Ġ", "▁", "Ċ")
 
@@ -128,8 +149,10 @@ def _check_level(level: str) -> None:
 def _units(maps, level: str):
     """(attention [L, H, n, n] float32, unit labels, special bool [n])."""
     if maps.kind == "cross":
-        raise NotApplicable("head roles are defined for self- and causal attention; got cross-attention "
-                         "(capture the encoder or decoder stack instead)")
+        raise NotApplicable(
+            "head roles are defined for self- and causal attention; got cross-attention "
+            "(capture the encoder or decoder stack instead)"
+        )
     if level == "token":
         return maps.attentions.float(), list(maps.tokens), maps.special_mask.clone()
     w = maps.word_level(keep_special=True)
@@ -145,8 +168,9 @@ class HeadFeatureAccumulator:
     because the rarest unit is only known once the whole corpus was counted.
     """
 
-    def __init__(self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None,
-                 keep_examples: bool = False):
+    def __init__(
+        self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None, keep_examples: bool = False
+    ):
         _check_level(level)
         #: with ``keep_examples`` (and ``frequencies`` given): per example, feature name ->
         #: ``(sum [L, H], rows)``, for intervals over examples (:func:`example_values`)
@@ -194,7 +218,8 @@ class HeadFeatureAccumulator:
             raise ValueError(
                 f"example {self.n_examples} has layers {list(maps.layers)}, {H} heads, {maps.kind} "
                 f"attention; earlier ones had layers {list(self.layers)}, {self.n_heads} heads, "
-                f"{self.kind} attention: analyse one model's capture at a time")
+                f"{self.kind} attention: analyse one model's capture at a time"
+            )
         self.n_examples += 1
         causal = maps.kind == "causal"
         q = ~special  # query rows that count
@@ -254,8 +279,9 @@ class HeadFeatureAccumulator:
             unit_mass = ((a * qf[:, None]).sum(-2)) @ onehot  # [L, H, U]
             hit = onehot[am]  # [L, H, n, U]: the unit of each row's argmax
             unit_argmax = (hit * qf[:, None]).sum(-2)  # [L, H, U]
-            unit_chance = (onehot.sum(0) / n) * nq if not causal else (
-                (onehot.cumsum(0) / allowed[:, None]) * qf[:, None]).sum(0)  # [U]
+            unit_chance = (
+                (onehot.sum(0) / n) * nq if not causal else ((onehot.cumsum(0) / allowed[:, None]) * qf[:, None]).sum(0)
+            )  # [U]
             summary = (distinct, unit_mass, unit_argmax, unit_chance, nq)
             if self.frequencies is not None:
                 self._resolve_rare(summary, self.frequencies)
@@ -265,8 +291,11 @@ class HeadFeatureAccumulator:
 
         # duplicate-token and induction scores (causal only)
         if causal:
-            ids = torch.tensor([index.get(k, -1) if not s else -1 for k, s in zip(keys, special.tolist())]) \
-                if distinct else torch.full((n,), -1)
+            ids = (
+                torch.tensor([index.get(k, -1) if not s else -1 for k, s in zip(keys, special.tolist())])
+                if distinct
+                else torch.full((n,), -1)
+            )
             same = (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0) & (pos[None, :] < pos[:, None])
             same &= q[:, None]
             ind = torch.zeros_like(same)
@@ -286,9 +315,13 @@ class HeadFeatureAccumulator:
         if deferred:
             sizes = [len(d[0]) for d in deferred]
             state["_packed"] = {
-                "words": [w for d in deferred for w in d[0]], "sizes": sizes,
-                "mass": torch.cat([d[1] for d in deferred], -1), "argmax": torch.cat([d[2] for d in deferred], -1),
-                "chance": torch.cat([d[3] for d in deferred], -1), "nq": [d[4] for d in deferred]}
+                "words": [w for d in deferred for w in d[0]],
+                "sizes": sizes,
+                "mass": torch.cat([d[1] for d in deferred], -1),
+                "argmax": torch.cat([d[2] for d in deferred], -1),
+                "chance": torch.cat([d[3] for d in deferred], -1),
+                "nq": [d[4] for d in deferred],
+            }
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -297,10 +330,14 @@ class HeadFeatureAccumulator:
         self._deferred = []
         if packed:
             sizes, words, offset = packed["sizes"], packed["words"], 0
-            for size, mass, argmax, chance, nq in zip(sizes, packed["mass"].split(sizes, -1),
-                                                      packed["argmax"].split(sizes, -1),
-                                                      packed["chance"].split(sizes, -1), packed["nq"]):
-                self._deferred.append((words[offset:offset + size], mass, argmax, chance, nq))
+            for size, mass, argmax, chance, nq in zip(
+                sizes,
+                packed["mass"].split(sizes, -1),
+                packed["argmax"].split(sizes, -1),
+                packed["chance"].split(sizes, -1),
+                packed["nq"],
+            ):
+                self._deferred.append((words[offset : offset + size], mass, argmax, chance, nq))
                 offset += size
 
     def merge(self, other: "HeadFeatureAccumulator") -> "HeadFeatureAccumulator":
@@ -317,8 +354,10 @@ class HeadFeatureAccumulator:
         if self.layers is None:
             self.layers, self.n_heads, self.kind = other.layers, other.n_heads, other.kind
         elif (other.layers, other.n_heads, other.kind) != (self.layers, self.n_heads, self.kind):
-            raise ValueError(f"cannot merge features of layers {list(other.layers)} × {other.n_heads} heads "
-                             f"into layers {list(self.layers)} × {self.n_heads}: one model's capture at a time")
+            raise ValueError(
+                f"cannot merge features of layers {list(other.layers)} × {other.n_heads} heads "
+                f"into layers {list(self.layers)} × {self.n_heads}: one model's capture at a time"
+            )
         for name, total in other._sum.items():
             self._add(name, total, other._n[name])
         self._counts.update(other._counts)
@@ -352,8 +391,11 @@ class HeadFeatureAccumulator:
             self._deferred = []
         assert self.layers is not None and self.n_heads is not None  # set by the first example (checked above)
         L, H = len(self.layers), self.n_heads
-        out: dict[str, Any] = {"layer": np.repeat(np.array(self.layers), H), "head": np.tile(np.arange(H), L),
-               "n_examples": self.n_examples}
+        out: dict[str, Any] = {
+            "layer": np.repeat(np.array(self.layers), H),
+            "head": np.tile(np.arange(H), L),
+            "n_examples": self.n_examples,
+        }
         for name in FEATURES:
             if name in ("positional_share", "positional_offset"):
                 continue
@@ -364,8 +406,7 @@ class HeadFeatureAccumulator:
             else:
                 val = torch.full((L, H), float("nan"))
             out[name] = val.reshape(-1).numpy()
-        out["n_rows"] = (self._n["self"].expand(L, H).reshape(-1).numpy().astype(int)
-                         if "self" in self._n else 0)
+        out["n_rows"] = self._n["self"].expand(L, H).reshape(-1).numpy().astype(int) if "self" in self._n else 0
         shares = np.stack([out[f"argmax_{OFFSET_NAMES[k]}"] for k in OFFSETS], 1)
         filled = np.nan_to_num(shares, nan=-1.0)
         best = filled.argmax(1)
@@ -418,9 +459,9 @@ class LayerwiseHeadFeatures(PerLayer):
         return pd.concat(tables, ignore_index=True)
 
 
-def head_features(source: Iterable, level: str = "token",
-                  frequencies: Optional[Mapping[str, int]] = None,
-                  progress: bool = False) -> pd.DataFrame:
+def head_features(
+    source: Iterable, level: str = "token", frequencies: Optional[Mapping[str, int]] = None, progress: bool = False
+) -> pd.DataFrame:
     """Per-head features (:data:`FEATURES`) of a corpus of captured attention.
 
     Args:
@@ -446,15 +487,16 @@ def head_features(source: Iterable, level: str = "token",
     it = source
     if progress:
         from tqdm.auto import tqdm
-        it = tqdm(source, total=len(source) if isinstance(source, Sized) else None,
-                  unit="ex", desc=f"head features ({level})")
+
+        it = tqdm(
+            source, total=len(source) if isinstance(source, Sized) else None, unit="ex", desc=f"head features ({level})"
+        )
     for maps in it:
         acc.update(maps)
     return acc.result()
 
 
-def layer_summary(features: pd.DataFrame,
-                  columns: Sequence[str] = ("to_cls", "to_sep", "to_punct")) -> pd.DataFrame:
+def layer_summary(features: pd.DataFrame, columns: Sequence[str] = ("to_cls", "to_sep", "to_punct")) -> pd.DataFrame:
     """Mean over heads, per layer, of some feature columns (Clark et al. 2019, Fig. 2:
     the share of attention to [CLS], [SEP] and punctuation per layer).
 

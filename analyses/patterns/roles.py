@@ -47,17 +47,45 @@ import pandas as pd
 
 from probe.analyses.patterns.head_clusters import HeadClusters, HeadDivergenceAccumulator, clusters_from
 from probe.analyses.patterns.vocabulary import PROFILE, component_names, profile_role
-from probe.analyses.patterns.role_features import FEATURES, HeadFeatureAccumulator, LEVELS, layer_summary, token_frequencies
+from probe.analyses.patterns.role_features import (
+    FEATURES,
+    HeadFeatureAccumulator,
+    LEVELS,
+    layer_summary,
+    token_frequencies,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ROLES", "RoleThresholds", "RoleClassifier", "RolesReport", "assign_roles", "head_roles",
-           "roles_report", "report_from", "role_counts", "base_role", "SYNTAX_COLUMNS"]
+__all__ = [
+    "ROLES",
+    "RoleThresholds",
+    "RoleClassifier",
+    "RolesReport",
+    "assign_roles",
+    "head_roles",
+    "roles_report",
+    "report_from",
+    "role_counts",
+    "base_role",
+    "SYNTAX_COLUMNS",
+]
 
-ROLES = ("previous-token", "next-token", "self", "special-token", "punctuation", "broad",
-         "rare-word", "induction", "duplicate-token", "syntactic", "coreference", "profile")
-SYNTAX_COLUMNS = ("relation", "direction", "layer", "head", "accuracy", "baseline_offset",
-                  "baseline_accuracy", "count")
+ROLES = (
+    "previous-token",
+    "next-token",
+    "self",
+    "special-token",
+    "punctuation",
+    "broad",
+    "rare-word",
+    "induction",
+    "duplicate-token",
+    "syntactic",
+    "coreference",
+    "profile",
+)
+SYNTAX_COLUMNS = ("relation", "direction", "layer", "head", "accuracy", "baseline_offset", "baseline_accuracy", "count")
 _COREF_RELATIONS = {"coref", "coreference"}
 
 
@@ -103,11 +131,17 @@ class RoleThresholds:
 
 def _rules(t: RoleThresholds):
     """(role, feature, threshold) for the ≥ rules, in tie-break order."""
-    return [("induction", "induction", t.induction), ("duplicate-token", "duplicate", t.duplicate),
-            ("previous-token", "argmax_prev", t.positional), ("next-token", "argmax_next", t.positional),
-            ("self", "argmax_self", t.positional), ("rare-word", "argmax_rare", t.rare_word),
-            ("special-token", "to_special", t.special), ("punctuation", "to_punct", t.punctuation),
-            ("broad", "entropy_ratio", t.broad_entropy_ratio)]
+    return [
+        ("induction", "induction", t.induction),
+        ("duplicate-token", "duplicate", t.duplicate),
+        ("previous-token", "argmax_prev", t.positional),
+        ("next-token", "argmax_next", t.positional),
+        ("self", "argmax_self", t.positional),
+        ("rare-word", "argmax_rare", t.rare_word),
+        ("special-token", "to_special", t.special),
+        ("punctuation", "to_punct", t.punctuation),
+        ("broad", "entropy_ratio", t.broad_entropy_ratio),
+    ]
 
 
 def _shares(features: pd.DataFrame, h: int) -> dict:
@@ -151,11 +185,14 @@ def _check_evidence(table: Optional[pd.DataFrame], name: str) -> Optional[pd.Dat
             table["baseline_accuracy"] = table[bases].max(axis=1)
     if "relation" not in table.columns and "setting" in table.columns:
         table["relation"] = table["setting"]
-    missing = [c for c in ("relation", "layer", "head", "accuracy", "baseline_accuracy", "count")
-               if c not in table.columns]
+    missing = [
+        c for c in ("relation", "layer", "head", "accuracy", "baseline_accuracy", "count") if c not in table.columns
+    ]
     if missing:
-        raise ValueError(f"{name} table lacks columns {missing}; expected the syntax analysis's "
-                         f"best.csv columns {list(SYNTAX_COLUMNS)}")
+        raise ValueError(
+            f"{name} table lacks columns {missing}; expected the syntax analysis's "
+            f"best.csv columns {list(SYNTAX_COLUMNS)}"
+        )
     t = table.copy()
     scale = 100.0 if max(t["accuracy"].max(), t["baseline_accuracy"].max()) <= 1.0 else 1.0
     t["acc_pts"] = t["accuracy"] * scale
@@ -186,16 +223,21 @@ def _evidence(features: pd.DataFrame, syntax, coreference, t: RoleThresholds) ->
             role = "coreference" if kind == "coreference" else f"syntactic ({r.relation})"
             direction = f" {r.direction}" if "direction" in table.columns else ""
             base = f" (offset {r.baseline_offset:+d})" if "baseline_offset" in table.columns else ""
-            why = (f"{r.relation}{direction}: accuracy {r.acc_pts:.1f} vs positional baseline "
-                   f"{r.base_pts:.1f}{base}, n={int(r.count)}")
+            why = (
+                f"{r.relation}{direction}: accuracy {r.acc_pts:.1f} vs positional baseline "
+                f"{r.base_pts:.1f}{base}, n={int(r.count)}"
+            )
             if key not in out or margin > out[key][3]:
                 out[key] = (role, r.acc_pts / 100.0, why, margin)
     return out
 
 
-def assign_roles(features: pd.DataFrame, thresholds: Optional[RoleThresholds] = None,
-                 syntax: Optional[pd.DataFrame] = None,
-                 coreference: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+def assign_roles(
+    features: pd.DataFrame,
+    thresholds: Optional[RoleThresholds] = None,
+    syntax: Optional[pd.DataFrame] = None,
+    coreference: Optional[pd.DataFrame] = None,
+) -> pd.DataFrame:
     """Label each head from its features (no fitting: threshold rules).
 
     Args:
@@ -259,14 +301,25 @@ def assign_roles(features: pd.DataFrame, thresholds: Optional[RoleThresholds] = 
             i = int(np.argmax(close))
             c = float(max(0.0, 1.0 - close[i]))
             role = profile_role(_shares(features, h), component_names())
-            w = (f"no rule cleared; closest {rules[i][0]}: {rules[i][1]}={vals[h, i]:.3f} < {thr[i]:g}"
-                 if np.isfinite(vals[h, i]) else "no rule cleared")
+            w = (
+                f"no rule cleared; closest {rules[i][0]}: {rules[i][1]}={vals[h, i]:.3f} < {thr[i]:g}"
+                if np.isfinite(vals[h, i])
+                else "no rule cleared"
+            )
         roles.append(role)
         conf.append(c)
         why.append(w)
         also.append(";".join(n for n in dict.fromkeys(names) if n != base_role(role)))
-    out = pd.DataFrame({"layer": features["layer"].to_numpy(), "head": features["head"].to_numpy(),
-                        "role": roles, "confidence": conf, "decided_by": why, "also": also})
+    out = pd.DataFrame(
+        {
+            "layer": features["layer"].to_numpy(),
+            "head": features["head"].to_numpy(),
+            "role": roles,
+            "confidence": conf,
+            "decided_by": why,
+            "also": also,
+        }
+    )
     rest = features.drop(columns=["layer", "head"])
     return pd.concat([out, rest.reset_index(drop=True)], axis=1)
 
@@ -295,9 +348,15 @@ class RoleClassifier:
             no examples, cross-attention (in ``fit``).
     """
 
-    def __init__(self, level: str = "token", word_level: bool = True, min_examples: int = 100,
-                 frequencies: Optional[Mapping[str, int]] = None, progress: bool = False,
-                 **thresholds):
+    def __init__(
+        self,
+        level: str = "token",
+        word_level: bool = True,
+        min_examples: int = 100,
+        frequencies: Optional[Mapping[str, int]] = None,
+        progress: bool = False,
+        **thresholds,
+    ):
         if level not in LEVELS:
             raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
         if level == "word" and not word_level:
@@ -314,11 +373,17 @@ class RoleClassifier:
         self.thresholds = RoleThresholds(**thresholds)
 
     def get_params(self) -> dict:
-        return dict(level=self.level, word_level=self.word_level, min_examples=self.min_examples,
-                    **asdict(self.thresholds))
+        return dict(
+            level=self.level, word_level=self.word_level, min_examples=self.min_examples, **asdict(self.thresholds)
+        )
 
-    def fit(self, source: Iterable, syntax: Optional[pd.DataFrame] = None,
-            coreference: Optional[pd.DataFrame] = None, observers: Sequence = ()) -> "RoleClassifier":
+    def fit(
+        self,
+        source: Iterable,
+        syntax: Optional[pd.DataFrame] = None,
+        coreference: Optional[pd.DataFrame] = None,
+        observers: Sequence = (),
+    ) -> "RoleClassifier":
         """Stream once over ``source``; ``syntax``/``coreference`` as in
         :func:`assign_roles`; each of ``observers`` gets ``update(maps)`` for every
         example of the same pass (e.g. a :class:`HeadDivergenceAccumulator`)."""
@@ -332,8 +397,8 @@ class RoleClassifier:
         it = source
         if self.progress:
             from tqdm.auto import tqdm
-            it = tqdm(source, total=len(source) if isinstance(source, Sized) else None,
-                      unit="ex", desc="head roles")
+
+            it = tqdm(source, total=len(source) if isinstance(source, Sized) else None, unit="ex", desc="head roles")
         from probe.analyses.patterns.role_features import is_punctuation
 
         words = punct = 0
@@ -347,20 +412,32 @@ class RoleClassifier:
             for obs in observers:
                 obs.update(maps)
         self.punct_chance_ = punct / max(words, 1)
-        return self.fit_tables({lv: acc.result() for lv, acc in accs.items()}, accs["token"].n_examples,
-                               syntax=syntax, coreference=coreference)
+        return self.fit_tables(
+            {lv: acc.result() for lv, acc in accs.items()},
+            accs["token"].n_examples,
+            syntax=syntax,
+            coreference=coreference,
+        )
 
-    def fit_tables(self, tables: Mapping[str, pd.DataFrame], n_examples: int,
-                   syntax: Optional[pd.DataFrame] = None,
-                   coreference: Optional[pd.DataFrame] = None) -> "RoleClassifier":
+    def fit_tables(
+        self,
+        tables: Mapping[str, pd.DataFrame],
+        n_examples: int,
+        syntax: Optional[pd.DataFrame] = None,
+        coreference: Optional[pd.DataFrame] = None,
+    ) -> "RoleClassifier":
         """Fit from feature tables already accumulated (``{"token": …, "word": …}``, as
         :func:`head_features` returns them, e.g. merged from many workers)."""
         levels = ("token", "word") if self.word_level else ("token",)
         n = n_examples
         self.n_examples_ = n
         if n < self.min_examples:
-            log.warning("head roles estimated from %d example(s), fewer than %d: the features "
-                        "(and so the roles) are unstable; give a larger corpus", n, self.min_examples)
+            log.warning(
+                "head roles estimated from %d example(s), fewer than %d: the features "
+                "(and so the roles) are unstable; give a larger corpus",
+                n,
+                self.min_examples,
+            )
         else:
             log.info("head roles estimated from %d examples", n)
         main = tables[self.level]
@@ -377,8 +454,9 @@ class RoleClassifier:
         return self
 
 
-def head_roles(source: Iterable, syntax: Optional[pd.DataFrame] = None,
-               coreference: Optional[pd.DataFrame] = None, **params) -> pd.DataFrame:
+def head_roles(
+    source: Iterable, syntax: Optional[pd.DataFrame] = None, coreference: Optional[pd.DataFrame] = None, **params
+) -> pd.DataFrame:
     """Roles of every head over a corpus: ``RoleClassifier(**params).fit(source).roles_``.
 
     Returns ``layer, head, role, confidence, decided_by, also`` and every feature.
@@ -414,9 +492,15 @@ class RolesReport:
         return self.roles
 
 
-def roles_report(source: Iterable, syntax: Optional[pd.DataFrame] = None,
-                 coreference: Optional[pd.DataFrame] = None, n_clusters: Optional[int] = 8,
-                 cluster_examples: Optional[int] = 100, seed: int = 0, **params) -> RolesReport:
+def roles_report(
+    source: Iterable,
+    syntax: Optional[pd.DataFrame] = None,
+    coreference: Optional[pd.DataFrame] = None,
+    n_clusters: Optional[int] = 8,
+    cluster_examples: Optional[int] = 100,
+    seed: int = 0,
+    **params,
+) -> RolesReport:
     """Roles, features and Clark et al. (2019) clusters of every head in one pass.
 
     Args:
@@ -432,17 +516,22 @@ def roles_report(source: Iterable, syntax: Optional[pd.DataFrame] = None,
         ValueError: as :class:`RoleClassifier` and :func:`probe.analyses.patterns.head_clusters.cluster_heads`.
     """
     div = HeadDivergenceAccumulator(cluster_examples) if n_clusters else None
-    clf = RoleClassifier(**params).fit(source, syntax=syntax, coreference=coreference,
-                                       observers=[div] if div else [])
+    clf = RoleClassifier(**params).fit(source, syntax=syntax, coreference=coreference, observers=[div] if div else [])
     return report_from(clf, div, n_clusters, seed)
 
 
-def report_from(clf: RoleClassifier, div: Optional[HeadDivergenceAccumulator], n_clusters: Optional[int],
-                seed: int = 0) -> RolesReport:
+def report_from(
+    clf: RoleClassifier, div: Optional[HeadDivergenceAccumulator], n_clusters: Optional[int], seed: int = 0
+) -> RolesReport:
     """The :class:`RolesReport` of a fitted classifier and (optionally) filled divergences."""
     roles, clusters = clf.roles_, None
     if div is not None:
         clusters = clusters_from(div.result(), n_clusters=8 if n_clusters is None else n_clusters, seed=seed)
         roles = roles.merge(clusters.to_frame(), on=["layer", "head"], how="left")
-    return RolesReport(roles=roles, layers=layer_summary(clf.features_), counts=role_counts(roles),
-                       clusters=clusters, n_examples=clf.n_examples_)
+    return RolesReport(
+        roles=roles,
+        layers=layer_summary(clf.features_),
+        counts=role_counts(roles),
+        clusters=clusters,
+        n_examples=clf.n_examples_,
+    )

@@ -10,9 +10,17 @@ from __future__ import annotations
 __all__ = ["COMPONENTS", "PROFILE", "profile_words", "profile_role", "component_names"]
 
 #: profile components: feature column -> words ({cls}/{sep}: the model's special tokens)
-COMPONENTS = {"prev": "previous token", "next": "next token", "self": "itself", "to_cls": "{cls}",
-              "to_sep": "{sep}", "to_punct": "punctuation", "to_rare": "the rarest token",
-              "induction": "induction target", "duplicate": "earlier copies of its token"}
+COMPONENTS = {
+    "prev": "previous token",
+    "next": "next token",
+    "self": "itself",
+    "to_cls": "{cls}",
+    "to_sep": "{sep}",
+    "to_punct": "punctuation",
+    "to_rare": "the rarest token",
+    "induction": "induction target",
+    "duplicate": "earlier copies of its token",
+}
 #: the base role of a head named by its profile
 PROFILE = "profile"
 

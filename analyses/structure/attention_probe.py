@@ -41,9 +41,9 @@ def pair_features(graph) -> tuple[np.ndarray, np.ndarray]:
     flat = a.reshape(lh, W, W)
     f = torch.zeros(W, W + 1, 2 * lh + 1)
     f[:, :W, :lh] = flat.permute(1, 2, 0)  # α_ij
-    f[:, :W, lh:2 * lh] = flat.permute(2, 1, 0)  # α_ji
+    f[:, :W, lh : 2 * lh] = flat.permute(2, 1, 0)  # α_ji
     f[:, W, :lh] = graph.to_special.reshape(lh, W).T
-    f[:, W, lh:2 * lh] = graph.from_special.reshape(lh, W).T
+    f[:, W, lh : 2 * lh] = graph.from_special.reshape(lh, W).T
     f[:, W, -1] = 1.0
     mask = torch.ones(W, W + 1, dtype=torch.bool)
     mask[torch.arange(W), torch.arange(W)] = False
@@ -111,8 +111,9 @@ class AttentionProbe:
         for g in graphs:
             f, mask = pair_features(g)
             if f.shape[-1] != self.n_features_in_:
-                raise ValueError(f"sentence {g.index} has {f.shape[-1]} features, the probe was fitted on "
-                                 f"{self.n_features_in_}")
+                raise ValueError(
+                    f"sentence {g.index} has {f.shape[-1]} features, the probe was fitted on {self.n_features_in_}"
+                )
             score = np.where(mask, f @ self.coef_, -np.inf)
             pred = score.argmax(1)
             pred[pred == g.n_words] = -1
@@ -166,8 +167,15 @@ def probe_report(graphs: Sequence, test_fraction: float = 0.2, seed: int = 0, C:
         return sum(int((branching_heads(g.n_words, direction) == g.heads.numpy()).sum()) for g in test) / words
 
     return {
-        "uas_test": probe.score(test), "uas_train": probe.score(train),
-        "right_branching_uas_test": branching("right"), "left_branching_uas_test": branching("left"),
-        "n_train_sentences": len(train), "n_test_sentences": len(test), "n_test_words": words,
-        "n_features": probe.n_features_in_, "test_fraction": test_fraction, "seed": seed, "C": C,
+        "uas_test": probe.score(test),
+        "uas_train": probe.score(train),
+        "right_branching_uas_test": branching("right"),
+        "left_branching_uas_test": branching("left"),
+        "n_train_sentences": len(train),
+        "n_test_sentences": len(test),
+        "n_test_words": words,
+        "n_features": probe.n_features_in_,
+        "test_fraction": test_fraction,
+        "seed": seed,
+        "C": C,
     }

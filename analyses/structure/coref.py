@@ -85,8 +85,9 @@ def coref_windows(sentences: Sequence, numbers: Optional[Sequence] = None, conte
         raise ValueError(f"context must be ≥ 0 sentences, got {context}")
     mentions = [sentence_mentions(s) for s in sentences]
     if not any(mentions):
-        raise ValueError("the treebank has no coreference annotation (no Entity= in MISC); "
-                         "use a CorefUD treebank such as GUM")
+        raise ValueError(
+            "the treebank has no coreference annotation (no Entity= in MISC); use a CorefUD treebank such as GUM"
+        )
     docs = _doc_ids(sentences)
     out = []
     for k in range(len(sentences)):
@@ -103,15 +104,26 @@ def coref_windows(sentences: Sequence, numbers: Optional[Sequence] = None, conte
             words += list(sj.words)
             upos += list(sj.upos)
             if numbers is not None and len(numbers[j]) != len(sj):
-                raise ValueError(f"sentence {sj.sent_id or j}: {len(numbers[j])} Number values for {len(sj)} words; "
-                                 "read both from the same file")
+                raise ValueError(
+                    f"sentence {sj.sent_id or j}: {len(numbers[j])} Number values for {len(sj)} words; "
+                    "read both from the same file"
+                )
             nums += list(numbers[j]) if numbers is not None else [""] * len(sj)
             ms += [Mention(m.start + wbase, m.end + wbase, m.head + wbase, m.entity, m.etype) for m in mentions[j]]
             first_word = wbase
         pronouns = _pronouns(ms, upos, nums, first_word)
         if pronouns:
-            out.append(CorefWindow(text=text, spans=tuple(spans), words=tuple(words), sentence_index=k,
-                                   first_word=first_word, mentions=tuple(ms), pronouns=tuple(pronouns)))
+            out.append(
+                CorefWindow(
+                    text=text,
+                    spans=tuple(spans),
+                    words=tuple(words),
+                    sentence_index=k,
+                    first_word=first_word,
+                    mentions=tuple(ms),
+                    pronouns=tuple(pronouns),
+                )
+            )
     return out
 
 
@@ -134,8 +146,15 @@ def _pronouns(mentions, upos, numbers, first_word) -> list:
         setting = "same_sentence" if nearest_correct >= first_word else "earlier_sentence"
         num = numbers[m.head]
         agree = [i for i, h in enumerate(cands) if not num or not numbers[h] or numbers[h] == num]
-        out.append(Pronoun(word=m.head, candidates=tuple(cands), correct=correct, setting=setting,
-                           nearest_agreeing=agree[-1] if agree else -1))
+        out.append(
+            Pronoun(
+                word=m.head,
+                candidates=tuple(cands),
+                correct=correct,
+                setting=setting,
+                nearest_agreeing=agree[-1] if agree else -1,
+            )
+        )
     return out
 
 
@@ -178,10 +197,17 @@ class CorefAccuracy:
         for s in range(S):
             n = max(int(self.counts[s]), 1)
             li, h = divmod(int(self.hits[s].argmax()), H)
-            rows.append({"setting": SETTINGS[s], "layer": self.layers[li], "head": h,
-                         "accuracy": self.hits[s, li, h] / n,
-                         "nearest_mention": self.baseline_hits[s, 0] / n,
-                         "nearest_agreeing": self.baseline_hits[s, 1] / n, "count": int(self.counts[s])})
+            rows.append(
+                {
+                    "setting": SETTINGS[s],
+                    "layer": self.layers[li],
+                    "head": h,
+                    "accuracy": self.hits[s, li, h] / n,
+                    "nearest_mention": self.baseline_hits[s, 0] / n,
+                    "nearest_agreeing": self.baseline_hits[s, 1] / n,
+                    "count": int(self.counts[s]),
+                }
+            )
         return pd.DataFrame(rows)
 
 
@@ -250,5 +276,6 @@ class CorefCounter:
     def result(self) -> CorefAccuracy:
         if self.hits is None or self.counts[0] == 0:
             raise ValueError("no pronoun with an antecedent in its window to evaluate")
-        return CorefAccuracy(hits=self.hits.copy(), baseline_hits=self.base.copy(), counts=self.counts.copy(),
-                             layers=self.layers)
+        return CorefAccuracy(
+            hits=self.hits.copy(), baseline_hits=self.base.copy(), counts=self.counts.copy(), layers=self.layers
+        )

@@ -56,7 +56,7 @@ def parse_entity_field(value: str, position: int, open_stack: list, where: str =
             j = i + 1
             while j < n and value[j] not in "()":
                 j += 1
-            fields = value[i + 1:j].split("-")
+            fields = value[i + 1 : j].split("-")
             entity, etype = fields[0], fields[1] if len(fields) > 1 else ""
             if j < n and value[j] == ")":
                 closed.append((entity, etype, position, position))
@@ -69,7 +69,9 @@ def parse_entity_field(value: str, position: int, open_stack: list, where: str =
         else:
             j = value.find(")", i)
             if j < 0:
-                raise ValueError(f"{where}: malformed Entity annotation {value!r}: {value[i:]!r} is not closed with ')'")
+                raise ValueError(
+                    f"{where}: malformed Entity annotation {value!r}: {value[i:]!r} is not closed with ')'"
+                )
             entity = value[i:j]
             for k in range(len(open_stack) - 1, -1, -1):
                 if open_stack[k][0] == entity:
@@ -132,8 +134,7 @@ def read_number(path, limit: Optional[int] = None) -> list[tuple]:
     for tl in conllu.parse_incr(_lines(text)):
         if limit is not None and len(out) >= limit:
             break
-        out.append(tuple((tok["feats"] or {}).get("Number", "") for tok in tl
-                         if isinstance(tok["id"], int)))
+        out.append(tuple((tok["feats"] or {}).get("Number", "") for tok in tl if isinstance(tok["id"], int)))
     return out
 
 

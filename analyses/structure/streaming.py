@@ -43,8 +43,9 @@ class _Skipping(PerLayer):
     def _skip(self, meta, position: int, layer: int, exc: Exception) -> None:
         if layer == meta.first_layer:
             item = meta.items[position]
-            self.skipped.append((meta.indices[position], getattr(item, "sent_id", None),
-                                 getattr(item, "line", None), str(exc)))
+            self.skipped.append(
+                (meta.indices[position], getattr(item, "sent_id", None), getattr(item, "line", None), str(exc))
+            )
 
     def merge(self, other):
         super().merge(other)
@@ -82,10 +83,15 @@ class LayerwiseRelations(_Skipping):
         def ordered(p, values, axis):
             return np.take(values, [p.relations.index(r) for r in relations], axis=axis)
 
-        return RelationAccuracy(relations=relations, hits=np.concatenate([ordered(p, p.hits, 1) for p in parts], 2),
-                                counts=ordered(first, first.counts, 0),
-                                offset_hits=ordered(first, first.offset_hits, 0), offsets=first.offsets,
-                                layers=tuple(x for p in parts for x in p.layers), n_sentences=first.n_sentences)
+        return RelationAccuracy(
+            relations=relations,
+            hits=np.concatenate([ordered(p, p.hits, 1) for p in parts], 2),
+            counts=ordered(first, first.counts, 0),
+            offset_hits=ordered(first, first.offset_hits, 0),
+            offsets=first.offsets,
+            layers=tuple(x for p in parts for x in p.layers),
+            n_sentences=first.n_sentences,
+        )
 
 
 class _GraphParts:
@@ -132,10 +138,17 @@ class KeptGraphs(_Skipping):
         for index in sorted(next(iter(parts.values()))):
             pieces = [parts[layer][index] for layer in self.layers]
             g = pieces[0]
-            out.append(WordGraph(attention=torch.cat([p.attention for p in pieces]),
-                                 to_special=torch.cat([p.to_special for p in pieces]),
-                                 from_special=torch.cat([p.from_special for p in pieces]),
-                                 heads=g.heads, deprels=g.deprels, layers=self.layers, index=index))
+            out.append(
+                WordGraph(
+                    attention=torch.cat([p.attention for p in pieces]),
+                    to_special=torch.cat([p.to_special for p in pieces]),
+                    from_special=torch.cat([p.from_special for p in pieces]),
+                    heads=g.heads,
+                    deprels=g.deprels,
+                    layers=self.layers,
+                    index=index,
+                )
+            )
         return out
 
 
@@ -158,5 +171,9 @@ class LayerwiseCoref(_Skipping):
         from probe.analyses.structure.coref import CorefAccuracy
 
         parts = list(self.results().values())
-        return CorefAccuracy(hits=np.concatenate([p.hits for p in parts], 1), baseline_hits=parts[0].baseline_hits,
-                             counts=parts[0].counts, layers=tuple(x for p in parts for x in p.layers))
+        return CorefAccuracy(
+            hits=np.concatenate([p.hits for p in parts], 1),
+            baseline_hits=parts[0].baseline_hits,
+            counts=parts[0].counts,
+            layers=tuple(x for p in parts for x in p.layers),
+        )

@@ -88,7 +88,10 @@ class RelationAccuracy:
             hits=np.concatenate([self.hits, self.hits.sum(1, keepdims=True)], 1),
             counts=np.append(self.counts, self.counts.sum()),
             offset_hits=np.concatenate([self.offset_hits, self.offset_hits.sum(0, keepdims=True)], 0),
-            offsets=self.offsets, layers=self.layers, n_sentences=self.n_sentences)
+            offsets=self.offsets,
+            layers=self.layers,
+            n_sentences=self.n_sentences,
+        )
 
     def to_frame(self):
         """Tidy table: relation, direction, layer, head, accuracy, hits, count."""
@@ -98,15 +101,17 @@ class RelationAccuracy:
         d, r, l, h = np.meshgrid(np.arange(D), np.arange(R), np.arange(L), np.arange(H), indexing="ij")
         counts = self.counts[r.ravel()]
         hits = self.hits.ravel()
-        return pd.DataFrame({
-            "relation": np.asarray(self.relations, dtype=object)[r.ravel()],
-            "direction": np.asarray(DIRECTIONS, dtype=object)[d.ravel()],
-            "layer": np.asarray(self.layers)[l.ravel()],
-            "head": h.ravel(),
-            "accuracy": hits / np.maximum(counts, 1),
-            "hits": hits,
-            "count": counts,
-        })
+        return pd.DataFrame(
+            {
+                "relation": np.asarray(self.relations, dtype=object)[r.ravel()],
+                "direction": np.asarray(DIRECTIONS, dtype=object)[d.ravel()],
+                "layer": np.asarray(self.layers)[l.ravel()],
+                "head": h.ravel(),
+                "accuracy": hits / np.maximum(counts, 1),
+                "hits": hits,
+                "count": counts,
+            }
+        )
 
     def baselines(self):
         """Best fixed offset per relation: relation, baseline_offset, baseline_accuracy, count."""
@@ -114,9 +119,14 @@ class RelationAccuracy:
 
         best = self.offset_hits.argmax(1)
         acc = self.offset_hits[np.arange(len(self.relations)), best] / np.maximum(self.counts, 1)
-        return pd.DataFrame({"relation": list(self.relations),
-                             "baseline_offset": np.asarray(self.offsets)[best],
-                             "baseline_accuracy": acc, "count": self.counts})
+        return pd.DataFrame(
+            {
+                "relation": list(self.relations),
+                "baseline_offset": np.asarray(self.offsets)[best],
+                "baseline_accuracy": acc,
+                "count": self.counts,
+            }
+        )
 
     def best(self, min_count: int = 20, relations: Optional[Sequence[str]] = None):
         """One row per relation and direction: the best head beside the best offset.
@@ -133,8 +143,10 @@ class RelationAccuracy:
         if relations:
             missing = [r for r in relations if r not in rel_index]
             if missing:
-                raise ValueError(f"the treebank has no {', '.join(map(repr, missing))} relation; it has: "
-                                 f"{', '.join(sorted(r for r in self.relations))}")
+                raise ValueError(
+                    f"the treebank has no {', '.join(map(repr, missing))} relation; it has: "
+                    f"{', '.join(sorted(r for r in self.relations))}"
+                )
             chosen = [rel_index[r] for r in relations]
         else:
             chosen = list(range(len(self.relations)))
@@ -145,21 +157,26 @@ class RelationAccuracy:
             for d, direction in enumerate(DIRECTIONS):
                 flat = int(self.hits[d, r].argmax())
                 layer, head = divmod(flat, H)
-                rows.append({
-                    "relation": self.relations[r], "direction": direction,
-                    "layer": self.layers[layer], "head": head,
-                    "accuracy": self.hits[d, r, layer, head] / max(int(self.counts[r]), 1),
-                    "baseline_offset": int(base.baseline_offset[r]),
-                    "baseline_accuracy": float(base.baseline_accuracy[r]),
-                    "count": int(self.counts[r]), "flagged": bool(self.counts[r] < min_count),
-                })
+                rows.append(
+                    {
+                        "relation": self.relations[r],
+                        "direction": direction,
+                        "layer": self.layers[layer],
+                        "head": head,
+                        "accuracy": self.hits[d, r, layer, head] / max(int(self.counts[r]), 1),
+                        "baseline_offset": int(base.baseline_offset[r]),
+                        "baseline_accuracy": float(base.baseline_accuracy[r]),
+                        "count": int(self.counts[r]),
+                        "flagged": bool(self.counts[r] < min_count),
+                    }
+                )
         df = pd.DataFrame(rows)
-        return df.sort_values(["count", "relation", "direction"], ascending=[False, True, True],
-                              kind="stable").reset_index(drop=True)
+        return df.sort_values(
+            ["count", "relation", "direction"], ascending=[False, True, True], kind="stable"
+        ).reset_index(drop=True)
 
 
-def relation_accuracy(graphs: Iterable, base: bool = False,
-                      offsets: Sequence[int] = OFFSETS) -> RelationAccuracy:
+def relation_accuracy(graphs: Iterable, base: bool = False, offsets: Sequence[int] = OFFSETS) -> RelationAccuracy:
     """Accuracy of every head on every relation over a corpus (Clark et al. 2019).
 
     Args:
@@ -215,8 +232,10 @@ class RelationCounter:
             self.counts = np.zeros(0, dtype=np.int64)
             self.offset_hits = np.zeros((0, len(self.offsets)), dtype=np.int64)
         elif tuple(shape) != self.shape:
-            raise ValueError(f"{shape[0]}×{shape[1]} layers×heads after {self.shape[0]}×{self.shape[1]}: "
-                             "one model's capture at a time")
+            raise ValueError(
+                f"{shape[0]}×{shape[1]} layers×heads after {self.shape[0]}×{self.shape[1]}: "
+                "one model's capture at a time"
+            )
 
     def update(self, g) -> None:
         """Add one :class:`WordGraph` (``attention [L, H, W, W]``)."""
@@ -261,10 +280,15 @@ class RelationCounter:
             raise ValueError("no sentence to evaluate: the treebank is empty or every sentence was skipped")
         if not self.vocab:
             raise ValueError("no dependency to evaluate: every word is a root")
-        return RelationAccuracy(relations=tuple(sorted(self.vocab, key=self.vocab.__getitem__)),
-                                hits=self.hits.copy(), counts=self.counts.copy(),
-                                offset_hits=self.offset_hits.copy(), offsets=self.offsets,
-                                layers=self.layers, n_sentences=self.n_sentences)
+        return RelationAccuracy(
+            relations=tuple(sorted(self.vocab, key=self.vocab.__getitem__)),
+            hits=self.hits.copy(),
+            counts=self.counts.copy(),
+            offset_hits=self.offset_hits.copy(),
+            offsets=self.offsets,
+            layers=self.layers,
+            n_sentences=self.n_sentences,
+        )
 
 
 def _grouped_sum(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:

@@ -55,14 +55,24 @@ def _fit(adapter, texts, skipped: Skipped, sentences, label=lambda i: i) -> list
             s = sentences[label(i)]
             skipped.rows.append((label(i), s.sent_id, s.line, f"{n} tokens, longer than {adapter.max_length}"))
     if len(keep) < len(lengths):
-        log.warning("%d of %d inputs longer than %d tokens skipped", len(lengths) - len(keep), len(lengths),
-                    adapter.max_length)
+        log.warning(
+            "%d of %d inputs longer than %d tokens skipped", len(lengths) - len(keep), len(lengths), adapter.max_length
+        )
     return sorted(keep, key=lambda i: lengths[i])
 
 
-def run_syntax(adapter, sentences, *, base: bool = False, tree_limit: int = 300, probe_limit: int = 1000,
-               batch_size: int = 32, test_fraction: float = 0.2, seed: int = 0,
-               progress: bool = False) -> SyntaxResult:
+def run_syntax(
+    adapter,
+    sentences,
+    *,
+    base: bool = False,
+    tree_limit: int = 300,
+    probe_limit: int = 1000,
+    batch_size: int = 32,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    progress: bool = False,
+) -> SyntaxResult:
     """Capture a treebank and run the relation, tree and probe analyses.
 
     Args:
@@ -86,10 +96,15 @@ def run_syntax(adapter, sentences, *, base: bool = False, tree_limit: int = 300,
     skipped = Skipped([])
     order = _fit(adapter, [s.text for s in sentences], skipped, sentences)
     n_long = len(skipped)
-    keep_ids = set(sorted(order)[:max(tree_limit, probe_limit)])
-    stream = iter_capture(adapter, [sentences[i].text for i in order],
-                          word_spans=[sentences[i].spans for i in order], batch_size=batch_size,
-                          progress=progress, total=len(order))
+    keep_ids = set(sorted(order)[: max(tree_limit, probe_limit)])
+    stream = iter_capture(
+        adapter,
+        [sentences[i].text for i in order],
+        word_spans=[sentences[i].spans for i in order],
+        batch_size=batch_size,
+        progress=progress,
+        total=len(order),
+    )
     kept = {}
 
     def graphs():
@@ -112,9 +127,15 @@ def run_syntax(adapter, sentences, *, base: bool = False, tree_limit: int = 300,
         counts[f"longer than {adapter.max_length} tokens"] = n_long
     if len(skipped) > n_long:
         counts["words not aligned to tokens"] = len(skipped) - n_long
-    return SyntaxResult(relations=relations, trees=trees, probe=probe, skipped=skipped, skipped_counts=counts,
-                        n_input=len(sentences),
-                        seconds={"capture_and_relations": t1 - t0, "trees": t2 - t1, "probe": t3 - t2})
+    return SyntaxResult(
+        relations=relations,
+        trees=trees,
+        probe=probe,
+        skipped=skipped,
+        skipped_counts=counts,
+        n_input=len(sentences),
+        seconds={"capture_and_relations": t1 - t0, "trees": t2 - t1, "probe": t3 - t2},
+    )
 
 
 @dataclass
@@ -125,8 +146,9 @@ class CorefResult:
     seconds: dict = field(default_factory=dict)
 
 
-def run_coref(adapter, sentences, numbers=None, *, context: int = 2, batch_size: int = 16,
-              progress: bool = False) -> CorefResult:
+def run_coref(
+    adapter, sentences, numbers=None, *, context: int = 2, batch_size: int = 16, progress: bool = False
+) -> CorefResult:
     """Capture coreference windows of a CorefUD treebank and score every head.
 
     Args:
@@ -144,10 +166,15 @@ def run_coref(adapter, sentences, numbers=None, *, context: int = 2, batch_size:
     sentences = list(sentences)
     windows = coref_windows(sentences, numbers, context=context)
     skipped = Skipped([])
-    order = _fit(adapter, [w.text for w in windows], skipped, sentences,
-                 label=lambda i: windows[i].sentence_index)
-    stream = iter_capture(adapter, [windows[i].text for i in order], word_spans=[windows[i].spans for i in order],
-                          batch_size=batch_size, progress=progress, total=len(order))
+    order = _fit(adapter, [w.text for w in windows], skipped, sentences, label=lambda i: windows[i].sentence_index)
+    stream = iter_capture(
+        adapter,
+        [windows[i].text for i in order],
+        word_spans=[windows[i].spans for i in order],
+        batch_size=batch_size,
+        progress=progress,
+        total=len(order),
+    )
 
     def pairs():
         for maps, i in zip(stream, order):
@@ -162,5 +189,6 @@ def run_coref(adapter, sentences, numbers=None, *, context: int = 2, batch_size:
             yield w, a, maps.layers
 
     acc = coref_accuracy(pairs())
-    return CorefResult(accuracy=acc, skipped=skipped, n_windows=len(windows),
-                       seconds={"total": time.perf_counter() - t0})
+    return CorefResult(
+        accuracy=acc, skipped=skipped, n_windows=len(windows), seconds={"total": time.perf_counter() - t0}
+    )

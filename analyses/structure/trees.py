@@ -42,7 +42,7 @@ def _find_cycle(heads: np.ndarray) -> Optional[list]:
             path.append(v)
             v = int(heads[v])
         if v != -1 and state[v] == 1:
-            return path[path.index(v):]
+            return path[path.index(v) :]
         for u in path:
             state[u] = 2
     return None

@@ -112,7 +112,7 @@ def sentence_embeddings(adapter, encodings: Sequence, target: ProbeLogit, batch_
     order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
     with torch.no_grad():
         for s in range(0, len(order), batch_size):
-            idx = order[s: s + batch_size]
+            idx = order[s : s + batch_size]
             inputs = adapter.batch([encodings[i] for i in idx])
             out = target.forward(adapter, inputs["input_ids"], inputs["attention_mask"])  # the encoder underneath
             emb = target.embed(out, inputs["attention_mask"]).float().cpu().numpy()
@@ -143,13 +143,27 @@ class FittedProbe:
     majority_baseline: float
 
     def to_dict(self) -> dict:
-        return {"property": self.prop, "labels": list(self.label_names), "n_train": len(self.train_idx),
-                "n_test": len(self.test_idx), "train_accuracy": self.train_accuracy,
-                "test_accuracy": self.test_accuracy, "majority_baseline": self.majority_baseline}
+        return {
+            "property": self.prop,
+            "labels": list(self.label_names),
+            "n_train": len(self.train_idx),
+            "n_test": len(self.test_idx),
+            "train_accuracy": self.train_accuracy,
+            "test_accuracy": self.test_accuracy,
+            "majority_baseline": self.majority_baseline,
+        }
 
 
-def fit_probe(adapter, encodings: Sequence, labels: Sequence[int], *, prop: str = "subject-number",
-              test_size: float = 0.3, seed: int = 0, C: float = 10.0) -> FittedProbe:
+def fit_probe(
+    adapter,
+    encodings: Sequence,
+    labels: Sequence[int],
+    *,
+    prop: str = "subject-number",
+    test_size: float = 0.3,
+    seed: int = 0,
+    C: float = 10.0,
+) -> FittedProbe:
     """Fit a logistic-regression probe on pooled sentence embeddings.
 
     Args:
@@ -190,8 +204,20 @@ def fit_probe(adapter, encodings: Sequence, labels: Sequence[int], *, prop: str 
     lin.requires_grad_(False)
     target = ProbeLogit(lin, normalize=True, label_names=names, name=f"probe:{prop}")
     majority = max(np.mean(y[te] == 0), np.mean(y[te] == 1))
-    log.info("probe %s: train %.3f, held-out %.3f (majority %.3f)", prop, clf.score(X[tr], y[tr]),
-             clf.score(X[te], y[te]), majority)
-    return FittedProbe(target=target, prop=prop, label_names=names, train_idx=tuple(int(i) for i in tr),
-                       test_idx=tuple(int(i) for i in te), train_accuracy=float(clf.score(X[tr], y[tr])),
-                       test_accuracy=float(clf.score(X[te], y[te])), majority_baseline=float(majority))
+    log.info(
+        "probe %s: train %.3f, held-out %.3f (majority %.3f)",
+        prop,
+        clf.score(X[tr], y[tr]),
+        clf.score(X[te], y[te]),
+        majority,
+    )
+    return FittedProbe(
+        target=target,
+        prop=prop,
+        label_names=names,
+        train_idx=tuple(int(i) for i in tr),
+        test_idx=tuple(int(i) for i in te),
+        train_accuracy=float(clf.score(X[tr], y[tr])),
+        test_accuracy=float(clf.score(X[te], y[te])),
+        majority_baseline=float(majority),
+    )

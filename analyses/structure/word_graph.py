@@ -84,9 +84,15 @@ def word_graph(maps, sentence, index: int = 0) -> WordGraph:
         ValueError: cross-attention maps (words must be on both sides).
     """
     attention, to_special, from_special = word_attention(maps, len(sentence.words))
-    return WordGraph(attention=attention, to_special=to_special, from_special=from_special,
-                     heads=gold_heads(sentence), deprels=tuple(sentence.deprels),
-                     layers=tuple(maps.layers), index=index)
+    return WordGraph(
+        attention=attention,
+        to_special=to_special,
+        from_special=from_special,
+        heads=gold_heads(sentence),
+        deprels=tuple(sentence.deprels),
+        layers=tuple(maps.layers),
+        index=index,
+    )
 
 
 def word_attention(maps, n_words: int) -> tuple:
@@ -105,8 +111,9 @@ def word_attention(maps, n_words: int) -> tuple:
     unaligned = maps.meta.get("unaligned_words") or []
     if unaligned:
         raise AlignmentError(f"words {list(unaligned)} got no token")
-    ids = torch.tensor([-1 if w is None or s else int(w)
-                        for w, s in zip(maps.word_ids, maps.special_mask.tolist())], dtype=torch.long)
+    ids = torch.tensor(
+        [-1 if w is None or s else int(w) for w, s in zip(maps.word_ids, maps.special_mask.tolist())], dtype=torch.long
+    )
     if len(ids) and int(ids.max()) >= n_words:
         raise AlignmentError(f"maps index word {int(ids.max())} but the sentence has {n_words} words")
     member = (ids[:, None] == torch.arange(n_words)[None, :]).float()  # [K, W]
@@ -144,8 +151,9 @@ class Skipped:
         return pd.DataFrame(self.rows, columns=["index", "sent_id", "line", "reason"])
 
 
-def word_graphs(maps_iter: Iterable, sentences, indices: Optional[Iterable[int]] = None,
-                skipped: Optional[Skipped] = None) -> Iterator[WordGraph]:
+def word_graphs(
+    maps_iter: Iterable, sentences, indices: Optional[Iterable[int]] = None, skipped: Optional[Skipped] = None
+) -> Iterator[WordGraph]:
     """Yield a :class:`WordGraph` per (maps, sentence) pair, skipping misaligned ones.
 
     Args:
@@ -167,5 +175,8 @@ def word_graphs(maps_iter: Iterable, sentences, indices: Optional[Iterable[int]]
             if skipped is not None:
                 skipped.rows.append((i, s.sent_id, s.line, str(exc)))
     if n_skipped:
-        log.warning("%d sentence(s) skipped because some word got no token of its own (listed in "
-                    "skipped.csv; e.g. UD's 'It'+'s' inside the single token 'its')", n_skipped)
+        log.warning(
+            "%d sentence(s) skipped because some word got no token of its own (listed in "
+            "skipped.csv; e.g. UD's 'It'+'s' inside the single token 'its')",
+            n_skipped,
+        )

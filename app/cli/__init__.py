@@ -51,8 +51,9 @@ class ProbeGroup(click.Group):
                 traceback.print_exc()
                 click.echo(f"Error: unexpected {type(exc).__name__}: {exc}", err=True)
             else:
-                click.echo(f"Error: unexpected {type(exc).__name__}: {exc} "
-                           "(rerun with --verbose for the traceback)", err=True)
+                click.echo(
+                    f"Error: unexpected {type(exc).__name__}: {exc} (rerun with --verbose for the traceback)", err=True
+                )
             sys.exit(UNEXPECTED_EXIT)
 
 

@@ -16,11 +16,16 @@ import click
 
 from .numbers import integer
 
-model_option = click.option("--model", "-m", default="minilm", show_default=True,
-                            help="minilm | hf:<id or path> | zoo:<task>")
+model_option = click.option(
+    "--model", "-m", default="minilm", show_default=True, help="minilm | hf:<id or path> | zoo:<task>"
+)
 device_option = click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N]")
-dtype_option = click.option("--dtype", default=None, type=click.Choice(["float32", "float16", "bfloat16"]),
-                            help="forward dtype (maps are stored as float32 or float16)")
+dtype_option = click.option(
+    "--dtype",
+    default=None,
+    type=click.Choice(["float32", "float16", "bfloat16"]),
+    help="forward dtype (maps are stored as float32 or float16)",
+)
 limit_option = click.option("--limit", type=integer(min=1), default=None, help="first N examples only")
 force_option = click.option("--force", is_flag=True, help="replace a non-empty --out")
 
@@ -39,18 +44,27 @@ def _remember_quiet(ctx, param, value):
 
 
 out_dir_option = click.option("--out", "-o", required=True, type=click.Path(), help="output directory")
-verbose_option = click.option("-v", "--verbose", is_flag=True, callback=_remember_verbose, expose_value=True,
-                              help="log details; show the traceback of an unexpected error")
-quiet_option = click.option("-q", "--quiet", is_flag=True, callback=_remember_quiet,
-                            help="no progress and no notes (errors still print)")
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    callback=_remember_verbose,
+    expose_value=True,
+    help="log details; show the traceback of an unexpected error",
+)
+quiet_option = click.option(
+    "-q", "--quiet", is_flag=True, callback=_remember_quiet, help="no progress and no notes (errors still print)"
+)
 
 
 def input_options(fn):
     """--text (repeatable), --file and --conllu: exactly one, or none for a zoo model."""
-    fn = click.option("--conllu", type=click.Path(dir_okay=False), default=None,
-                      help="CoNLL-U treebank (words taken from it)")(fn)
-    fn = click.option("--file", "file_", type=click.Path(dir_okay=False), default=None,
-                      help="UTF-8 text file, one example per line")(fn)
+    fn = click.option(
+        "--conllu", type=click.Path(dir_okay=False), default=None, help="CoNLL-U treebank (words taken from it)"
+    )(fn)
+    fn = click.option(
+        "--file", "file_", type=click.Path(dir_okay=False), default=None, help="UTF-8 text file, one example per line"
+    )(fn)
     fn = click.option("--text", "-t", multiple=True, help="input sentence (repeatable)")(fn)
     return skip_invalid_option(fn)
 
@@ -59,6 +73,7 @@ def skip_invalid_option(fn):
     """--skip-invalid: skip CoNLL-U sentences that break UD's rules instead of refusing the
     file; each is listed in ``skipped.csv`` in the --out directory (beside a --out file) and
     their number is said on stderr."""
+
     @functools.wraps(fn)
     def wrapper(*args, skip_invalid=False, **kwargs):
         from pathlib import Path
@@ -75,12 +90,14 @@ def skip_invalid_option(fn):
                 path = out / "skipped.csv" if out.is_dir() else out.with_name(out.stem + "-skipped.csv")
                 if path.parent.is_dir():
                     where = f"; listed in {write_skipped_csv(invalid, path)}"
-            click.echo(f"skipped {len(invalid)} invalid CoNLL-U sentence(s), the first: {invalid[0]}{where}",
-                       err=True)
+            click.echo(f"skipped {len(invalid)} invalid CoNLL-U sentence(s), the first: {invalid[0]}{where}", err=True)
         return result
-    return click.option("--skip-invalid", is_flag=True,
-                        help="skip CoNLL-U sentences that break UD's rules (listed in skipped.csv) "
-                             "instead of refusing the file")(wrapper)
+
+    return click.option(
+        "--skip-invalid",
+        is_flag=True,
+        help="skip CoNLL-U sentences that break UD's rules (listed in skipped.csv) instead of refusing the file",
+    )(wrapper)
 
 
 # ---- the one head notation (parsers in probe.app.registry.notation) -------------------
@@ -133,6 +150,7 @@ def user_errors(fn):
     """Kept for command modules written before the boundary moved to the root group:
     bad input (:func:`probe.errors.is_input_error`) becomes one ``Error:`` line and exit
     status 1; anything else goes on to the root group (exit 3)."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from probe.errors import is_input_error
@@ -145,12 +163,14 @@ def user_errors(fn):
             if not is_input_error(exc):
                 raise
             raise click.ClickException(str(exc)) from None
+
     return wrapper
 
 
 def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 class _LineStream:
@@ -184,16 +204,34 @@ def engine_option(engines=("local", "stream", "ray")):
     layer by layer into accumulators (peak memory: one layer of one batch); ``ray``:
     the same accumulators in a pool of Ray actors (``pip install -e ".[ray]"``).
     """
+
     def add(fn):
         if "ray" in engines:
-            fn = click.option("--workers", type=integer(min=1), default=2, show_default=True,
-                              help="Ray actors, each holding the model (--engine ray)")(fn)
-            fn = click.option("--address", default=None, help="existing Ray cluster (e.g. auto or "
-                              "ray://host:10001); default: start a local one (--engine ray)")(fn)
-        return click.option("--engine", type=click.Choice(list(engines)), default="local", show_default=True,
-                            help="; ".join(f"{e}: {_ENGINE_HELP[e]}" for e in engines))(fn)
+            fn = click.option(
+                "--workers",
+                type=integer(min=1),
+                default=2,
+                show_default=True,
+                help="Ray actors, each holding the model (--engine ray)",
+            )(fn)
+            fn = click.option(
+                "--address",
+                default=None,
+                help="existing Ray cluster (e.g. auto or ray://host:10001); default: start a local one (--engine ray)",
+            )(fn)
+        return click.option(
+            "--engine",
+            type=click.Choice(list(engines)),
+            default="local",
+            show_default=True,
+            help="; ".join(f"{e}: {_ENGINE_HELP[e]}" for e in engines),
+        )(fn)
+
     return add
 
 
-_ENGINE_HELP = {"local": "one process", "stream": "one process, layer by layer (peak memory: one layer)",
-                "ray": "a pool of Ray actors (pip install -e \".[ray]\")"}
+_ENGINE_HELP = {
+    "local": "one process",
+    "stream": "one process, layer by layer (peak memory: one layer)",
+    "ray": 'a pool of Ray actors (pip install -e ".[ray]")',
+}

@@ -10,15 +10,32 @@ import click
 
 from .numbers import integer
 
-from .common import (configure_progress, device_option, dtype_option, engine_option, force_option, input_options,
-                     limit_option, model_option, parse_head, parse_int_list, quiet_option, setup_logging,
-                     user_errors, verbose_option)
+from .common import (
+    configure_progress,
+    device_option,
+    dtype_option,
+    engine_option,
+    force_option,
+    input_options,
+    limit_option,
+    model_option,
+    parse_head,
+    parse_int_list,
+    quiet_option,
+    setup_logging,
+    user_errors,
+    verbose_option,
+)
 
 
 @click.command("models")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-@click.option("--architectures", is_flag=True, help="also the tested architectures and the path capture takes for "
-              "each (attention interface or hooks); imports transformers, so it takes seconds")
+@click.option(
+    "--architectures",
+    is_flag=True,
+    help="also the tested architectures and the path capture takes for "
+    "each (attention interface or hooks); imports transformers, so it takes seconds",
+)
 @user_errors
 def models_cmd(as_json, architectures):
     """List the models the toolkit can open (name, source, layers, heads), from their
@@ -56,21 +73,52 @@ def models_cmd(as_json, architectures):
 @click.option("--layers", default=None, help="layers to capture, e.g. 0,3,5 or 0-2 (default all)")
 @click.option("--batch-size", type=integer(min=1), default=16, show_default=True)
 @click.option("--store-dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True)
-@click.option("--stack", type=click.Choice(["encoder", "decoder", "cross"]), default=None,
-              help="attention stack of encoder-decoder models (default: encoder)")
+@click.option(
+    "--stack",
+    type=click.Choice(["encoder", "decoder", "cross"]),
+    default=None,
+    help="attention stack of encoder-decoder models (default: encoder)",
+)
 @device_option
 @dtype_option
-@click.option("--truncate", is_flag=True, help="cut texts beyond the model's limit instead of refusing "
-              "(--text) or skipping (--file/--conllu) them")
-@click.option("--out", "-o", required=True, type=click.Path(), help="store directory (a partial store of the "
-              "same run resumes; any other non-empty directory needs --force)")
+@click.option(
+    "--truncate",
+    is_flag=True,
+    help="cut texts beyond the model's limit instead of refusing (--text) or skipping (--file/--conllu) them",
+)
+@click.option(
+    "--out",
+    "-o",
+    required=True,
+    type=click.Path(),
+    help="store directory (a partial store of the same run resumes; any other non-empty directory needs --force)",
+)
 @engine_option()
 @force_option
 @quiet_option
 @verbose_option
 @user_errors
-def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dtype, stack, device, dtype,
-                truncate, out, engine, address, workers, force, quiet, verbose):
+def capture_cmd(
+    model,
+    text,
+    file_,
+    conllu,
+    limit,
+    layers,
+    batch_size,
+    store_dtype,
+    stack,
+    device,
+    dtype,
+    truncate,
+    out,
+    engine,
+    address,
+    workers,
+    force,
+    quiet,
+    verbose,
+):
     """Capture attention maps of a corpus into a store directory (resumable: the store is
     written in place, shard by shard, so a killed run continues where it stopped; with
     --engine ray, the workers write the shards and the driver the index, in input order)."""
@@ -103,12 +151,29 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
         from probe.pipeline import store_manifest
 
         manifest = store_manifest(adapter, corpus, fit_to_model(corpus, adapter), lay)
-        store = analyses.capture(model, corpus, out, manifest=manifest, store_dtype=store_dtype,
-                                 batch_size=batch_size, layers=lay, dtype=dtype, **run)
+        store = analyses.capture(
+            model,
+            corpus,
+            out,
+            manifest=manifest,
+            store_dtype=store_dtype,
+            batch_size=batch_size,
+            layers=lay,
+            dtype=dtype,
+            **run,
+        )
     else:
-        store = capture_corpus(adapter, corpus, out, layers=lay, batch_size=batch_size, dtype=store_dtype,
-                               stack=stack, progress=not quiet and len(corpus) > 1,
-                               on_long="truncate" if truncate else ("error" if text else "skip"))
+        store = capture_corpus(
+            adapter,
+            corpus,
+            out,
+            layers=lay,
+            batch_size=batch_size,
+            dtype=store_dtype,
+            stack=stack,
+            progress=not quiet and len(corpus) > 1,
+            on_long="truncate" if truncate else ("error" if text else "skip"),
+        )
     skipped = store.manifest.get("skipped") or {}
     msg = f"{len(store)} examples in {out} ({adapter.name}, {adapter.n_layers} layers × {adapter.n_heads} heads)"
     if skipped:
@@ -119,12 +184,16 @@ def capture_cmd(model, text, file_, conllu, limit, layers, batch_size, store_dty
 @click.command("heatmap")
 @click.option("--store", "store_dir", required=True, type=click.Path(file_okay=False))
 @click.option("--example", type=integer(), default=0, show_default=True)
-@click.option("--head", "head_spec", required=True, help="the head: L2H8 (or 2.8, 2:8, 2-8; or an index "
-              "with --layer)")
+@click.option("--head", "head_spec", required=True, help="the head: L2H8 (or 2.8, 2:8, 2-8; or an index with --layer)")
 @click.option("--layer", type=integer(), default=None, help="the layer, when --head is a bare index")
 @click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png", show_default=True)
-@click.option("--out", "-o", required=True, type=click.Path(), help="output directory (must be empty unless "
-              "--force): L<l>H<h>_ex<i>.<format> and the matrix as .csv")
+@click.option(
+    "--out",
+    "-o",
+    required=True,
+    type=click.Path(),
+    help="output directory (must be empty unless --force): L<l>H<h>_ex<i>.<format> and the matrix as .csv",
+)
 @force_option
 @quiet_option
 @user_errors
@@ -146,8 +215,11 @@ def heatmap_cmd(store_dir, example, head_spec, layer, fmt, out, force, quiet):
         attention_heatmap(maps, layer, head, tmp / f"{stem}.{fmt}")
         import pandas as pd
 
-        pd.DataFrame(maps.head(layer, head).float().numpy(), index=list(maps.query_tokens or maps.tokens),
-                     columns=list(maps.tokens)).to_csv(tmp / f"{stem}.csv")
+        pd.DataFrame(
+            maps.head(layer, head).float().numpy(),
+            index=list(maps.query_tokens or maps.tokens),
+            columns=list(maps.tokens),
+        ).to_csv(tmp / f"{stem}.csv")
     click.echo(f"wrote {target.out}/{stem}.{fmt} and {stem}.csv")
 
 

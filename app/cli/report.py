@@ -7,8 +7,18 @@ import click
 
 from .numbers import integer
 
-from .common import (configure_progress, device_option, force_option, input_options, limit_option, model_option,
-                     quiet_option, setup_logging, user_errors, verbose_option)
+from .common import (
+    configure_progress,
+    device_option,
+    force_option,
+    input_options,
+    limit_option,
+    model_option,
+    quiet_option,
+    setup_logging,
+    user_errors,
+    verbose_option,
+)
 
 
 def _sections_help() -> str:
@@ -25,36 +35,81 @@ def _sections_help() -> str:
 @click.option("--sections", default=None, help=_sections_help())
 @click.option("--batch-size", type=integer(min=1), default=16, show_default=True)
 @device_option
-@click.option("--memory-budget", default="4G", show_default=True,
-              help="memory the run may use (e.g. 4G, 1500M): forwards with gradients are sized from the input "
-                   "length to fit; refused at once, with the smallest that works, when one row of the longest "
-                   "input does not fit")
-@click.option("--objective", "--metric", "objective", default="auto", show_default=True,
-              help="metric of ablation, importance and claims: auto | loss (masked-LM loss on the sentence's own "
-                   "tokens for an MLM, next-token loss for a causal LM, a zoo task's loss) | accuracy (zoo) | "
-                   "embedding-drift; auto picks per model and prints the choice")
-@click.option("--target", default="auto", show_default=True,
-              help="what faithfulness explains: auto | logit | logit:<class> | loss:<position> | mlm | "
-                   "probe:subject-number | probe:tense")
-@click.option("--max-model-examples", type=click.IntRange(min=0), default=None,
-              help="examples the model-running sections (ablation, importance, claims) use; 0: every example "
-                   "(default: the first 128, stated in the report)")
-@click.option("--window", type=int, default=None,
-              help="split inputs longer than N tokens into overlapping windows of N tokens, each analysed as "
-                   "an example (statistics average over windows)")
+@click.option(
+    "--memory-budget",
+    default="4G",
+    show_default=True,
+    help="memory the run may use (e.g. 4G, 1500M): forwards with gradients are sized from the input "
+    "length to fit; refused at once, with the smallest that works, when one row of the longest "
+    "input does not fit",
+)
+@click.option(
+    "--objective",
+    "--metric",
+    "objective",
+    default="auto",
+    show_default=True,
+    help="metric of ablation, importance and claims: auto | loss (masked-LM loss on the sentence's own "
+    "tokens for an MLM, next-token loss for a causal LM, a zoo task's loss) | accuracy (zoo) | "
+    "embedding-drift; auto picks per model and prints the choice",
+)
+@click.option(
+    "--target",
+    default="auto",
+    show_default=True,
+    help="what faithfulness explains: auto | logit | logit:<class> | loss:<position> | mlm | "
+    "probe:subject-number | probe:tense",
+)
+@click.option(
+    "--max-model-examples",
+    type=click.IntRange(min=0),
+    default=None,
+    help="examples the model-running sections (ablation, importance, claims) use; 0: every example "
+    "(default: the first 128, stated in the report)",
+)
+@click.option(
+    "--window",
+    type=int,
+    default=None,
+    help="split inputs longer than N tokens into overlapping windows of N tokens, each analysed as "
+    "an example (statistics average over windows)",
+)
 @click.option("--stride", type=int, default=None, help="tokens between window starts (default: half a window)")
 @click.option("--truncate", is_flag=True, help="cut inputs longer than the model's limit to it")
-@click.option("--resume/--no-resume", default=True, show_default=True,
-              help="keep each finished section beside OUT (.OUT.partial/) and resume a killed or failed run of "
-                   "the same command from them; --no-resume discards them and starts afresh")
-@click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless "
-              "--force)")
+@click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="keep each finished section beside OUT (.OUT.partial/) and resume a killed or failed run of "
+    "the same command from them; --no-resume discards them and starts afresh",
+)
+@click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless --force)")
 @force_option
 @quiet_option
 @verbose_option
 @user_errors
-def report_cmd(model, text, file_, conllu, limit, sections, batch_size, device, memory_budget, objective, target,
-               max_model_examples, window, stride, truncate, resume, out, force, quiet, verbose):
+def report_cmd(
+    model,
+    text,
+    file_,
+    conllu,
+    limit,
+    sections,
+    batch_size,
+    device,
+    memory_budget,
+    objective,
+    target,
+    max_model_examples,
+    window,
+    stride,
+    truncate,
+    resume,
+    out,
+    force,
+    quiet,
+    verbose,
+):
     """Write the per-head report to OUT: index.html (layer × head grid), a page per
     head, summary.json and report.md. With no input: the bundled sample sentences.
     Prints one line per section as it starts."""
@@ -69,11 +124,27 @@ def report_cmd(model, text, file_, conllu, limit, sections, batch_size, device, 
     check_window(window, stride, truncate)
     names = [s.strip() for s in sections.split(",") if s.strip()] if sections else None
     progress = None if quiet else (lambda i, n, name: click.echo(f"[{i + 1}/{n}] {name} …", err=True))
-    data = build_report(out, model=model, text=list(text) or None, file=file_, conllu=conllu, limit=limit,
-                        force=force, sections=names, device=device, batch_size=batch_size,
-                        progress=progress or False, memory_budget=budget, objective=objective, target=target,
-                        max_model_examples=max_model_examples, resume=resume, window=window, stride=stride,
-                        truncate=truncate)
+    data = build_report(
+        out,
+        model=model,
+        text=list(text) or None,
+        file=file_,
+        conllu=conllu,
+        limit=limit,
+        force=force,
+        sections=names,
+        device=device,
+        batch_size=batch_size,
+        progress=progress or False,
+        memory_budget=budget,
+        objective=objective,
+        target=target,
+        max_model_examples=max_model_examples,
+        resume=resume,
+        window=window,
+        stride=stride,
+        truncate=truncate,
+    )
     if not quiet:
         for o in data.outcomes:
             click.echo(f"  {o.name:<12} {o.status}" + (f": {o.reason}" if o.reason else ""))

@@ -15,9 +15,21 @@ import time
 import click
 
 from .numbers import Number
-from .common import (configure_progress, device_option, engine_option, force_option, input_options, limit_option,
-                     parse_heads, parse_int_list, quiet_option, setup_logging, skip_invalid_option, user_errors,
-                     verbose_option)
+from .common import (
+    configure_progress,
+    device_option,
+    engine_option,
+    force_option,
+    input_options,
+    limit_option,
+    parse_heads,
+    parse_int_list,
+    quiet_option,
+    setup_logging,
+    skip_invalid_option,
+    user_errors,
+    verbose_option,
+)
 
 
 def _names(value):
@@ -39,8 +51,11 @@ def _click_type(p):
 
 def convert(p, value):
     """A parsed option's value in the declared type (heads, integer lists, names)."""
-    conv = {"heads": lambda v: parse_heads(v, p.option), "ints": lambda v: parse_int_list(v, p.option),  # repeats refused
-            "names": _names}.get(p.type)
+    conv = {
+        "heads": lambda v: parse_heads(v, p.option),
+        "ints": lambda v: parse_int_list(v, p.option),  # repeats refused
+        "names": _names,
+    }.get(p.type)
     if conv is None or value is None:
         return value
     if p.multiple:
@@ -55,15 +70,22 @@ def _param_option(p):
     default = p.default
     if p.type in ("heads", "ints", "names") and isinstance(default, (list, tuple)) and not p.multiple:
         default = ",".join(str(x) for x in default)
-    opt = click.option(*decls, p.name, type=_click_type(p), default=default, multiple=p.multiple,
-                       required=p.required, show_default=default not in (None, (), ""), help=p.help)
+    opt = click.option(
+        *decls,
+        p.name,
+        type=_click_type(p),
+        default=default,
+        multiple=p.multiple,
+        required=p.required,
+        show_default=default not in (None, (), ""),
+        help=p.help,
+    )
     return opt
 
 
 def _hidden_alias(p, alias):
     """An old spelling of ``p`` kept working, hidden from ``--help``."""
-    return click.option(alias, f"_alias_{p.name}", type=_click_type(p), default=None, hidden=True,
-                        expose_value=True)
+    return click.option(alias, f"_alias_{p.name}", type=_click_type(p), default=None, hidden=True, expose_value=True)
 
 
 def build_command(analysis) -> click.Command:
@@ -77,8 +99,11 @@ def build_command(analysis) -> click.Command:
         configure_progress()
         out, force = kw.pop("out"), kw.pop("force")
         declared = {p.name for p in analysis.params}
-        common = {k: kw.pop(k) for k in ("model", "device", "text", "file_", "conllu", "limit", "engine",
-                                         "address", "workers") if k in kw and k not in declared}
+        common = {
+            k: kw.pop(k)
+            for k in ("model", "device", "text", "file_", "conllu", "limit", "engine", "address", "workers")
+            if k in kw and k not in declared
+        }
         for p in analysis.params:
             for alias in p.aliases:
                 old = kw.pop(f"_alias_{p.name}", None)
@@ -88,16 +113,29 @@ def build_command(analysis) -> click.Command:
         params = {p.name: convert(p, kw[p.name]) for p in analysis.params}
         run_analysis(analysis, params, out=out, force=force, quiet=quiet, **common)
 
-    cmd = verbose_option(quiet_option(force_option(click.option(
-        "--out", "-o", required=True, type=click.Path(), help="output directory (created; must be empty "
-        "unless --force)")(user_errors(callback)))))
+    cmd = verbose_option(
+        quiet_option(
+            force_option(
+                click.option(
+                    "--out",
+                    "-o",
+                    required=True,
+                    type=click.Path(),
+                    help="output directory (created; must be empty unless --force)",
+                )(user_errors(callback))
+            )
+        )
+    )
     for p in reversed(analysis.params):
         for alias in p.aliases:
             cmd = _hidden_alias(p, alias)(cmd)
         cmd = _param_option(p)(cmd)
     if "treebank" in needs:
-        cmd = skip_invalid_option(click.option("--conllu", type=click.Path(dir_okay=False), default=None,
-                                               help="CoNLL-U treebank with dependency heads")(cmd))
+        cmd = skip_invalid_option(
+            click.option(
+                "--conllu", type=click.Path(dir_okay=False), default=None, help="CoNLL-U treebank with dependency heads"
+            )(cmd)
+        )
     elif needs & {"corpus", "maps"}:
         cmd = input_options(cmd)
     if needs & {"corpus", "maps", "treebank"} and "limit" not in {p.name for p in analysis.params}:
@@ -105,14 +143,30 @@ def build_command(analysis) -> click.Command:
     if analysis.engines:
         cmd = engine_option(analysis.engines)(cmd)
     if needs & {"model", "corpus", "maps", "zoo", "gradients", "treebank"}:
-        cmd = click.option("--model", "-m", default=analysis.model, show_default=True,
-                           help="minilm | hf:<id or path> | zoo:<task>")(device_option(cmd))
+        cmd = click.option(
+            "--model", "-m", default=analysis.model, show_default=True, help="minilm | hf:<id or path> | zoo:<task>"
+        )(device_option(cmd))
     help_text = analysis.help or analysis.title
     return click.command(analysis.command_name or analysis.name, help=help_text, short_help=analysis.title)(cmd)
 
 
-def run_analysis(analysis, params: dict, *, out, force=False, quiet=False, model="minilm", device="cpu",
-                 text=(), file_=None, conllu=None, limit=None, engine="local", address=None, workers=2):
+def run_analysis(
+    analysis,
+    params: dict,
+    *,
+    out,
+    force=False,
+    quiet=False,
+    model="minilm",
+    device="cpu",
+    text=(),
+    file_=None,
+    conllu=None,
+    limit=None,
+    engine="local",
+    address=None,
+    workers=2,
+):
     """Check ``out``, run ``analysis`` inside a temporary sibling directory, write its
     result there and rename it to ``out``; print its notes and the files written."""
     from probe.app.registry import Context
@@ -121,14 +175,29 @@ def run_analysis(analysis, params: dict, *, out, force=False, quiet=False, model
     target = OutDir(out, force)  # refuses a bad --out before anything is computed
     t0 = time.perf_counter()
     with target as tmp:
-        ctx = Context(model=model, text=text, file=file_, conllu=conllu, limit=limit, device=device,
-                      params=params, quiet=quiet, workdir=tmp, engine=engine, address=address, workers=workers)
+        ctx = Context(
+            model=model,
+            text=text,
+            file=file_,
+            conllu=conllu,
+            limit=limit,
+            device=device,
+            params=params,
+            quiet=quiet,
+            workdir=tmp,
+            engine=engine,
+            address=address,
+            workers=workers,
+        )
         result = analysis.run(ctx)
         result.write(tmp)
         names = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
     if not quiet:
         for line in result.notes:
             click.echo(line)
-    click.echo(f"wrote {len(names)} files to {target.out} in {time.perf_counter() - t0:.1f}s: "
-               + ", ".join(names[:8]) + (", …" if len(names) > 8 else ""))
+    click.echo(
+        f"wrote {len(names)} files to {target.out} in {time.perf_counter() - t0:.1f}s: "
+        + ", ".join(names[:8])
+        + (", …" if len(names) > 8 else "")
+    )
     return result

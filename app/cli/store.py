@@ -33,8 +33,9 @@ def verify_cmd(directory):
     check = verify_store(directory)
     if check.problems:
         raise click.ClickException(f"{directory}: {_summary(check)}; run `probe store repair {directory}`")
-    click.echo(f"{directory}: {_summary(check)}" + ("" if check.ok else " (harmless; `probe store repair` "
-                                                     "removes them)"))
+    click.echo(
+        f"{directory}: {_summary(check)}" + ("" if check.ok else " (harmless; `probe store repair` removes them)")
+    )
 
 
 @store_group.command("repair")
@@ -45,8 +46,10 @@ def repair_cmd(directory):
     from probe.store_repair import repair_store
 
     check = repair_store(directory)
-    click.echo(f"{directory}: kept {check.n_examples} examples; dropped {check.dropped} index line(s)"
-               + (f"; removed {len(check.orphans)} orphan file(s)" if check.orphans else ""))
+    click.echo(
+        f"{directory}: kept {check.n_examples} examples; dropped {check.dropped} index line(s)"
+        + (f"; removed {len(check.orphans)} orphan file(s)" if check.orphans else "")
+    )
     for line in check.problems[:10]:
         click.echo(f"  dropped: {line}")
 

@@ -13,22 +13,39 @@ END = "<!-- end of tour -->"
 
 #: the commands that are not analyses: (name, what it does, an example that runs in seconds)
 OTHER_COMMANDS = [
-    ("models", "the models it can open: `minilm` (default), the zoo with its cards, `hf:<id or path>`",
-     "probe models"),
-    ("capture", "capture a corpus to a store (ragged, sharded safetensors, resumable after a kill)",
-     "probe capture --model zoo:prev-token --limit 8 --out out/store"),
-    ("store", "`probe store verify DIR` lists what is damaged in a store; `probe store repair DIR` drops "
-     "damaged examples, a torn index tail and orphan shards (a capture then redoes them)",
-     "probe store verify out/store"),
-    ("heatmap", "one head on one stored example, with token labels (CSV beside it)",
-     "probe heatmap --store out/store --example 0 --head L0H0 --out out/heatmap"),
-    ("report", "the per-head report: index grid, a page per head, head view, summary.json, report.md; "
-     "its sections are the analyses marked *section*",
-     "probe report --limit 4 --sections syntax,roles --out out/report"),
-    ("train", "retrain a zoo model from scratch (zoo:constructed is set by hand: instant)",
-     "probe train zoo:constructed --out out/constructed"),
-    ("evaluate", "reproduce a zoo model's held-out accuracy from its card",
-     "probe evaluate --model zoo:constructed --limit 50 --json"),
+    ("models", "the models it can open: `minilm` (default), the zoo with its cards, `hf:<id or path>`", "probe models"),
+    (
+        "capture",
+        "capture a corpus to a store (ragged, sharded safetensors, resumable after a kill)",
+        "probe capture --model zoo:prev-token --limit 8 --out out/store",
+    ),
+    (
+        "store",
+        "`probe store verify DIR` lists what is damaged in a store; `probe store repair DIR` drops "
+        "damaged examples, a torn index tail and orphan shards (a capture then redoes them)",
+        "probe store verify out/store",
+    ),
+    (
+        "heatmap",
+        "one head on one stored example, with token labels (CSV beside it)",
+        "probe heatmap --store out/store --example 0 --head L0H0 --out out/heatmap",
+    ),
+    (
+        "report",
+        "the per-head report: index grid, a page per head, head view, summary.json, report.md; "
+        "its sections are the analyses marked *section*",
+        "probe report --limit 4 --sections syntax,roles --out out/report",
+    ),
+    (
+        "train",
+        "retrain a zoo model from scratch (zoo:constructed is set by hand: instant)",
+        "probe train zoo:constructed --out out/constructed",
+    ),
+    (
+        "evaluate",
+        "reproduce a zoo model's held-out accuracy from its card",
+        "probe evaluate --model zoo:constructed --limit 50 --json",
+    ),
 ]
 
 

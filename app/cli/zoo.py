@@ -15,8 +15,13 @@ from .common import quiet_option, setup_logging, user_errors, verbose_option
 
 @click.command("train")
 @click.argument("spec")
-@click.option("--out", "-o", required=True, type=click.Path(), help="directory for weights, tokenizer and card "
-              "(must be empty unless --force)")
+@click.option(
+    "--out",
+    "-o",
+    required=True,
+    type=click.Path(),
+    help="directory for weights, tokenizer and card (must be empty unless --force)",
+)
 @click.option("--force", is_flag=True, help="replace a non-empty --out")
 @click.option("--steps", type=integer(min=1), default=None, help="training steps (default: the task's)")
 @click.option("--seed", type=integer(min=0), default=None, help="random seed (default: the task's)")
@@ -30,8 +35,9 @@ def train_cmd(spec, out, force, steps, seed, as_json, quiet, verbose):
     from probe.models import zoo
 
     if not spec.startswith("zoo:"):
-        raise InputError(f"only zoo models can be trained; give zoo:<task>, one of: "
-                         f"{', '.join('zoo:' + t for t in zoo.TASKS)}")
+        raise InputError(
+            f"only zoo models can be trained; give zoo:<task>, one of: {', '.join('zoo:' + t for t in zoo.TASKS)}"
+        )
     from probe.app.registry.outdir import OutDir
 
     target = OutDir(out, force)  # checked before training; written beside it and renamed at the end
@@ -40,16 +46,21 @@ def train_cmd(spec, out, force, steps, seed, as_json, quiet, verbose):
     if as_json:
         click.echo(json.dumps(card, indent=2))
     else:
-        click.echo(f"zoo:{card['task']}: {card['metric']} {card['accuracy']:.2f}% on {card['n_eval']} "
-                   f"held-out examples after {card['train_steps']} steps ({card['train_seconds']}s) -> {out}")
+        click.echo(
+            f"zoo:{card['task']}: {card['metric']} {card['accuracy']:.2f}% on {card['n_eval']} "
+            f"held-out examples after {card['train_steps']} steps ({card['train_seconds']}s) -> {out}"
+        )
 
 
 @click.command("evaluate")
 @click.option("--model", "-m", required=True, help="zoo:<task>")
-@click.option("--path", type=click.Path(file_okay=False), default=None,
-              help="a directory written by `probe train` (default: the committed model)")
-@click.option("--limit", "n", type=integer(min=1), default=None,
-              help="held-out examples (default: the card's)")
+@click.option(
+    "--path",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="a directory written by `probe train` (default: the committed model)",
+)
+@click.option("--limit", "n", type=integer(min=1), default=None, help="held-out examples (default: the card's)")
 @click.option("--n", "n_old", type=integer(min=1), default=None, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @user_errors
@@ -66,8 +77,10 @@ def evaluate_cmd(model, path, n, n_old, as_json):
     if as_json:
         click.echo(json.dumps(res, indent=2))
     else:
-        click.echo(f"{model}: {res['metric']} {res['accuracy']:.2f}% on {res['n_eval']} held-out examples "
-                   f"(card: {res['card_accuracy']})")
+        click.echo(
+            f"{model}: {res['metric']} {res['accuracy']:.2f}% on {res['n_eval']} held-out examples "
+            f"(card: {res['card_accuracy']})"
+        )
 
 
 COMMANDS = [train_cmd, evaluate_cmd]

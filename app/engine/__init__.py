@@ -8,5 +8,16 @@ or in Ray actors (:mod:`probe.app.engine.ray_engine`), and merges the parts.
 from .jobs import AblateJob, Part, StoreJob, StreamJob
 from .run import CLI_ENGINES, ENGINES, CorpusItem, engine_settings, require_ray, run_corpus, run_job
 
-__all__ = ["ENGINES", "CLI_ENGINES", "engine_settings", "CorpusItem", "run_corpus", "run_job", "require_ray",
-           "Part", "StreamJob", "AblateJob", "StoreJob"]
+__all__ = [
+    "ENGINES",
+    "CLI_ENGINES",
+    "engine_settings",
+    "CorpusItem",
+    "run_corpus",
+    "run_job",
+    "require_ray",
+    "Part",
+    "StreamJob",
+    "AblateJob",
+    "StoreJob",
+]

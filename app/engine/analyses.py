@@ -41,9 +41,21 @@ def _stream(model, items, accumulators, run, batch_size):
     return StreamJob.merge(parts), sorted(x for p in parts for x in p.long)
 
 
-def roles(model, corpus, *, syntax_table=None, coreference=None, n_clusters: Optional[int] = 8,
-          cluster_examples: Optional[int] = 100, seed: int = 0, level: str = "token", min_examples: int = 100,
-          batch_size: int = 16, thresholds: Optional[dict] = None, **run):
+def roles(
+    model,
+    corpus,
+    *,
+    syntax_table=None,
+    coreference=None,
+    n_clusters: Optional[int] = 8,
+    cluster_examples: Optional[int] = 100,
+    seed: int = 0,
+    level: str = "token",
+    min_examples: int = 100,
+    batch_size: int = 16,
+    thresholds: Optional[dict] = None,
+    **run,
+):
     """Head roles of ``corpus`` (a :class:`probe.inputs.Corpus`); ``run``: engine settings
     of :func:`run_job` (``engine``, ``address``, ``workers``, ``device``, …).
 
@@ -57,11 +69,17 @@ def roles(model, corpus, *, syntax_table=None, coreference=None, n_clusters: Opt
 
     items = corpus_items(corpus)
     keep = range(min(cluster_examples or len(items), len(items))) if n_clusters else ()
-    (token, word, kept), _ = _stream(model, items, [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"),
-                                                    KeptExamples(keep)], run, batch_size)
+    (token, word, kept), _ = _stream(
+        model,
+        items,
+        [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), KeptExamples(keep)],
+        run,
+        batch_size,
+    )
     clf = RoleClassifier(level=level, min_examples=min_examples, **(thresholds or {}))
-    clf.fit_tables({"token": token.result(), "word": word.result()}, token.n_examples,
-                   syntax=syntax_table, coreference=coreference)
+    clf.fit_tables(
+        {"token": token.result(), "word": word.result()}, token.n_examples, syntax=syntax_table, coreference=coreference
+    )
     div = None
     if n_clusters:
         div = HeadDivergenceAccumulator(cluster_examples)
@@ -74,8 +92,18 @@ def _long_rows(long, sentences, limit_text):
     return [(i, sentences[i].sent_id, sentences[i].line, f"{n} tokens, longer than {limit_text}") for i, n in long]
 
 
-def syntax(model, sentences: Sequence, *, base: bool = False, tree_limit: int = 300, probe_limit: int = 1000,
-           batch_size: int = 32, test_fraction: float = 0.2, seed: int = 0, **run):
+def syntax(
+    model,
+    sentences: Sequence,
+    *,
+    base: bool = False,
+    tree_limit: int = 300,
+    probe_limit: int = 1000,
+    batch_size: int = 32,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    **run,
+):
     """:func:`probe.analyses.structure.syntax_run.run_syntax` on an engine. The trees and
     the probe use the first ``max(tree_limit, probe_limit)`` sentences of the corpus
     (kept whole as word graphs), the relation counts every sentence."""
@@ -90,14 +118,18 @@ def syntax(model, sentences: Sequence, *, base: bool = False, tree_limit: int = 
         raise ValueError("the treebank holds no sentence")
     t0 = time.perf_counter()
     keep = range(min(max(tree_limit, probe_limit), len(sentences)))
-    (relations, kept), long = _stream(model, sentences, [LayerwiseRelations(base=base), KeptGraphs(keep)],
-                                      run, batch_size)
+    (relations, kept), long = _stream(
+        model, sentences, [LayerwiseRelations(base=base), KeptGraphs(keep)], run, batch_size
+    )
     t1 = time.perf_counter()
     sub = kept.result()
     trees = tree_scores(sub[:tree_limit]) if tree_limit and sub else None
     t2 = time.perf_counter()
-    probe = probe_report(sub[:probe_limit], test_fraction=test_fraction, seed=seed) \
-        if probe_limit and len(sub[:probe_limit]) >= 2 else None
+    probe = (
+        probe_report(sub[:probe_limit], test_fraction=test_fraction, seed=seed)
+        if probe_limit and len(sub[:probe_limit]) >= 2
+        else None
+    )
     t3 = time.perf_counter()
     skipped = Skipped(_long_rows(long, sentences, "the model's limit") + relations.skipped)
     counts = {}
@@ -105,9 +137,15 @@ def syntax(model, sentences: Sequence, *, base: bool = False, tree_limit: int = 
         counts["longer than the model's limit"] = len(long)
     if relations.skipped:
         counts["words not aligned to tokens"] = len(relations.skipped)
-    return SyntaxResult(relations=relations.result(), trees=trees, probe=probe, skipped=skipped,
-                        skipped_counts=counts, n_input=len(sentences),
-                        seconds={"capture_and_relations": t1 - t0, "trees": t2 - t1, "probe": t3 - t2})
+    return SyntaxResult(
+        relations=relations.result(),
+        trees=trees,
+        probe=probe,
+        skipped=skipped,
+        skipped_counts=counts,
+        n_input=len(sentences),
+        seconds={"capture_and_relations": t1 - t0, "trees": t2 - t1, "probe": t3 - t2},
+    )
 
 
 def coref(model, sentences: Sequence, numbers=None, *, context: int = 2, batch_size: int = 16, **run):
@@ -122,16 +160,33 @@ def coref(model, sentences: Sequence, numbers=None, *, context: int = 2, batch_s
     windows = coref_windows(sentences, numbers, context=context)
     (acc,), long = _stream(model, windows, [LayerwiseCoref()], run, batch_size)
     rows = []
-    for i, reason in [(i, f"{n} tokens, longer than the model's limit") for i, n in long] + \
-                     [(row[0], row[3]) for row in acc.skipped]:
+    for i, reason in [(i, f"{n} tokens, longer than the model's limit") for i, n in long] + [
+        (row[0], row[3]) for row in acc.skipped
+    ]:
         s = sentences[windows[i].sentence_index]
         rows.append((windows[i].sentence_index, s.sent_id, s.line, reason))
-    return CorefResult(accuracy=acc.result(), skipped=Skipped(rows), n_windows=len(windows),
-                       seconds={"total": time.perf_counter() - t0})
+    return CorefResult(
+        accuracy=acc.result(),
+        skipped=Skipped(rows),
+        n_windows=len(windows),
+        seconds={"total": time.perf_counter() - t0},
+    )
 
 
-def ablate(model, corpus, metric: str = "loss", mode: str = "zero", heads=None, *, layers=None, batch_size: int = 8,
-           n_boot: int = 1000, confidence: float = 0.95, seed: int = 0, **run):
+def ablate(
+    model,
+    corpus,
+    metric: str = "loss",
+    mode: str = "zero",
+    heads=None,
+    *,
+    layers=None,
+    batch_size: int = 8,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    **run,
+):
     """Single-head zero-ablation sweep on an engine → :class:`SweepResult` (the per-example
     values of each block, merged by corpus index, then one bootstrap as in one process).
 
@@ -139,18 +194,36 @@ def ablate(model, corpus, metric: str = "loss", mode: str = "zero", heads=None, 
         ValueError: ``mode="mean"`` (the corpus mean of every head is not known to a block).
     """
     if mode != "zero":
-        raise ValueError("the engine runs zero-ablation; mean-ablation needs the whole corpus's head means "
-                         "first: run it with --engine local")
-    job = AblateJob(metric=metric, heads=heads, batch_size=batch_size, n_boot=n_boot, confidence=confidence,
-                    seed=seed, layers=layers)
+        raise ValueError(
+            "the engine runs zero-ablation; mean-ablation needs the whole corpus's head means "
+            "first: run it with --engine local"
+        )
+    job = AblateJob(
+        metric=metric,
+        heads=heads,
+        batch_size=batch_size,
+        n_boot=n_boot,
+        confidence=confidence,
+        seed=seed,
+        layers=layers,
+    )
     parts = run_job(model, corpus_items(corpus), job, **run)
     if not parts:
         raise ValueError("the corpus is empty: nothing to ablate")
     return AblateJob.merge(parts).result()
 
 
-def capture(model, corpus, out, *, manifest: dict, store_dtype: str = "float32", batch_size: int = 16,
-            layers: Optional[Sequence[int]] = None, **run):
+def capture(
+    model,
+    corpus,
+    out,
+    *,
+    manifest: dict,
+    store_dtype: str = "float32",
+    batch_size: int = 16,
+    layers: Optional[Sequence[int]] = None,
+    **run,
+):
     """Capture ``corpus`` into the store ``out``: each worker writes the shard of its
     block, the driver appends the index in input order as blocks finish. Resumable
     after a worker or the driver was killed: examples in the index are not redone.
@@ -164,6 +237,12 @@ def capture(model, corpus, out, *, manifest: dict, store_dtype: str = "float32",
 
     with StoreWriter(out, manifest, dtype=store_dtype) as writer:  # the driver holds the store's lock
         job = StoreJob(str(out), dtype=store_dtype, batch_size=batch_size, layers=layers)
-        run_job(model, corpus_items(corpus), job, on_part=lambda part: writer.append_index(part.value),
-                skip=writer.done, **run)
+        run_job(
+            model,
+            corpus_items(corpus),
+            job,
+            on_part=lambda part: writer.append_index(part.value),
+            skip=writer.done,
+            **run,
+        )
     return Store(out)

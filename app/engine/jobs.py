@@ -43,8 +43,7 @@ def _fit(adapter, items: Sequence, indices: Sequence[int], by_length: bool = Fal
     """(kept positions, in input order or shortest first (``by_length``, as run_syntax
     orders them: batches of similar length carry little padding), [(index, n_tokens)]
     of the items beyond the model's limit)."""
-    lengths = [len(x) for x in adapter.tokenizer([item_text(it) for it in items],
-                                                 add_special_tokens=True)["input_ids"]]
+    lengths = [len(x) for x in adapter.tokenizer([item_text(it) for it in items], add_special_tokens=True)["input_ids"]]
     keep = [k for k, n in enumerate(lengths) if n <= adapter.max_length]
     if by_length:
         keep.sort(key=lambda k: lengths[k])
@@ -73,10 +72,17 @@ class StreamJob:
         started = time.time()
         keep, long = _fit(adapter, items, indices, by_length=True)
         accs = fresh(self.accumulators)
-        stream_layers(adapter, [items[k] for k in keep], feed(accs), indices=[indices[k] for k in keep],
-                      batch_size=self.batch_size, last_rows=self.last_rows)
-        return Part(first=int(indices[0]), value=accs, long=long, n_items=len(items),
-                    started=started, ended=time.time())
+        stream_layers(
+            adapter,
+            [items[k] for k in keep],
+            feed(accs),
+            indices=[indices[k] for k in keep],
+            batch_size=self.batch_size,
+            last_rows=self.last_rows,
+        )
+        return Part(
+            first=int(indices[0]), value=accs, long=long, n_items=len(items), started=started, ended=time.time()
+        )
 
     @staticmethod
     def merge(parts: Sequence[Part]) -> list:
@@ -93,9 +99,17 @@ class AblateJob:
     whole corpus, which no block knows alone.
     """
 
-    def __init__(self, metric: str = "loss", heads: Optional[Sequence] = None, batch_size: int = 8,
-                 max_tokens: Optional[int] = None, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
-                 layers: Optional[Sequence[int]] = None):
+    def __init__(
+        self,
+        metric: str = "loss",
+        heads: Optional[Sequence] = None,
+        batch_size: int = 8,
+        max_tokens: Optional[int] = None,
+        n_boot: int = 1000,
+        confidence: float = 0.95,
+        seed: int = 0,
+        layers: Optional[Sequence[int]] = None,
+    ):
         self.metric, self.heads, self.batch_size, self.layers = metric, heads, batch_size, layers
         self.max_tokens = max_tokens
         self.n_boot, self.confidence, self.seed = n_boot, confidence, seed
@@ -109,8 +123,11 @@ class AblateJob:
         started = time.time()
         keep, long = _fit(adapter, items, indices)
         examples = tuple(getattr(items[k], "example", None) for k in keep)
-        corpus = Corpus(texts=tuple(item_text(items[k]) for k in keep), source="block",
-                        examples=examples if all(e is not None for e in examples) else ())
+        corpus = Corpus(
+            texts=tuple(item_text(items[k]) for k in keep),
+            source="block",
+            examples=examples if all(e is not None for e in examples) else (),
+        )
         chosen = self.metric if self.metric not in (None, "auto") else default_metric(adapter, corpus)[0]
         metric = get_metric(chosen, adapter, corpus)
         heads = self.heads
@@ -119,11 +136,19 @@ class AblateJob:
         heads = check_heads(adapter, heads)
         sums = AblationSums(heads, "zero", metric.name, self.n_boot, self.confidence, self.seed)
         if keep:
-            clean, ablated, path = sweep_values(adapter, corpus, metric, heads, None, batch_size=self.batch_size,
-                                                max_tokens=self.max_tokens or MAX_TOKENS)
+            clean, ablated, path = sweep_values(
+                adapter,
+                corpus,
+                metric,
+                heads,
+                None,
+                batch_size=self.batch_size,
+                max_tokens=self.max_tokens or MAX_TOKENS,
+            )
             sums.add([indices[k] for k in keep], clean, ablated, path)
-        return Part(first=int(indices[0]), value=sums, long=long, n_items=len(items), started=started,
-                    ended=time.time())
+        return Part(
+            first=int(indices[0]), value=sums, long=long, n_items=len(items), started=started, ended=time.time()
+        )
 
     @staticmethod
     def merge(parts: Sequence[Part]):
@@ -156,15 +181,20 @@ class StoreJob:
         if keep:
             kept = [items[k] for k in keep]
             spans = [getattr(it, "spans", None) for it in kept]
-            stream = iter_capture(adapter, [item_text(it) for it in kept], layers=self.layers,
-                                  batch_size=self.batch_size, standalone=True,
-                                  word_spans=spans if any(s is not None for s in spans) else None)
+            stream = iter_capture(
+                adapter,
+                [item_text(it) for it in kept],
+                layers=self.layers,
+                batch_size=self.batch_size,
+                standalone=True,
+                word_spans=spans if any(s is not None for s in spans) else None,
+            )
             pairs = list(zip([int(indices[k]) for k in keep], stream))  # standalone: no batch buffer held
             # named by its first example, 8 digits: never one of a local writer's 5-digit shards
-            records = write_shard(self.out, f"shard-{pairs[0][0]:08d}.safetensors", pairs,
-                                  getattr(torch, self.dtype))
-        return Part(first=int(indices[0]), value=records, long=long, n_items=len(items), started=started,
-                    ended=time.time())
+            records = write_shard(self.out, f"shard-{pairs[0][0]:08d}.safetensors", pairs, getattr(torch, self.dtype))
+        return Part(
+            first=int(indices[0]), value=records, long=long, n_items=len(items), started=started, ended=time.time()
+        )
 
     @staticmethod
     def merge(parts: Sequence[Part]) -> list:

@@ -57,8 +57,9 @@ def ensure_ray(address: Optional[str], workers: int):
     machine's CPUs, at least ``workers``."""
     ray = require_ray()
     if not ray.is_initialized():
-        kwargs = dict(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
-                      logging_level=logging.WARNING)
+        kwargs = dict(
+            include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level=logging.WARNING
+        )
         if address:
             ray.init(address=address, **kwargs)
         else:
@@ -84,10 +85,21 @@ def _node_cpus(ray) -> list:
     return [float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
 
 
-def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job, *,
-               address: Optional[str], workers: int, device: str, dtype: Optional[str],
-               on_part: Optional[Callable[[Part], None]], gpus_per_worker: int = 1,
-               threads_per_worker: Optional[int] = None, progress: bool = False) -> list:
+def run_blocks(
+    model: str,
+    items: Sequence,
+    blocks: Sequence[Sequence[int]],
+    job,
+    *,
+    address: Optional[str],
+    workers: int,
+    device: str,
+    dtype: Optional[str],
+    on_part: Optional[Callable[[Part], None]],
+    gpus_per_worker: int = 1,
+    threads_per_worker: Optional[int] = None,
+    progress: bool = False,
+) -> list:
     """Run ``job`` on every block (lists of corpus indices) with a pool of actors.
 
     On CPUs each actor asks for ``threads_per_worker`` CPUs (default: as many as let all
@@ -105,17 +117,25 @@ def run_blocks(model: str, items: Sequence, blocks: Sequence[Sequence[int]], job
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = bool(progress)
-    rows = [{"block": b, "payload": pickle.dumps(([int(i) for i in ids], [items[i] for i in ids]))}
-            for b, ids in enumerate(blocks)]
+    rows = [
+        {"block": b, "payload": pickle.dumps(([int(i) for i in ids], [items[i] for i in ids]))}
+        for b, ids in enumerate(blocks)
+    ]
     gpu = str(device).startswith("cuda") or device == "auto"
     size = min(workers, len(rows))
     threads = 1 if gpu else (threads_per_worker or cpus_per_worker(_node_cpus(ray), size))
     resources = {"num_gpus": gpus_per_worker} if gpu else {"num_cpus": threads}
     ds = ray.data.from_items(rows, override_num_blocks=len(rows))
-    ds = ds.map_batches(BlockWorker, batch_size=1, batch_format="numpy",
-                        compute=ray.data.ActorPoolStrategy(size=size),
-                        fn_constructor_kwargs=dict(model=model, device=device, dtype=dtype,
-                                                   job=cloudpickle.dumps(job), threads=threads), **resources)
+    ds = ds.map_batches(
+        BlockWorker,
+        batch_size=1,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=size),
+        fn_constructor_kwargs=dict(
+            model=model, device=device, dtype=dtype, job=cloudpickle.dumps(job), threads=threads
+        ),
+        **resources,
+    )
     done: dict = {}
     ordered: list = []
     for row in ds.iter_rows():

@@ -51,8 +51,9 @@ def require_ray():
     return ray
 
 
-def engine_settings(engine: str = "local", address: Optional[str] = None, workers: int = 2,
-                    device: str = "cpu") -> Optional[dict]:
+def engine_settings(
+    engine: str = "local", address: Optional[str] = None, workers: int = 2, device: str = "cpu"
+) -> Optional[dict]:
     """Keyword arguments of :func:`run_job` for a ``--engine`` choice, or ``None`` for
     ``local`` (today's single-process path, no engine).
 
@@ -89,10 +90,23 @@ def auto_block_size(n_items: int, workers: int) -> int:
     return int(min(hi, max(lo, -(-n_items // (4 * workers)))))
 
 
-def run_job(model, items: Sequence, job, *, engine: str = "local", address: Optional[str] = None,
-            workers: int = 1, block_size: Optional[int] = None, device: str = "cpu", dtype: Optional[str] = None,
-            on_part: Optional[Callable[[Part], None]] = None, skip: Iterable[int] = (),
-            gpus_per_worker: int = 1, threads_per_worker: Optional[int] = None, progress: bool = False) -> list:
+def run_job(
+    model,
+    items: Sequence,
+    job,
+    *,
+    engine: str = "local",
+    address: Optional[str] = None,
+    workers: int = 1,
+    block_size: Optional[int] = None,
+    device: str = "cpu",
+    dtype: Optional[str] = None,
+    on_part: Optional[Callable[[Part], None]] = None,
+    skip: Iterable[int] = (),
+    gpus_per_worker: int = 1,
+    threads_per_worker: Optional[int] = None,
+    progress: bool = False,
+) -> list:
     """Run ``job`` over ``items`` and return its parts in input order.
 
     Args:
@@ -130,21 +144,46 @@ def run_job(model, items: Sequence, job, *, engine: str = "local", address: Opti
             on_part(part)
         return [part]
     if not isinstance(model, str):
-        raise ValueError("the Ray engine loads the model in each worker: give its spec (e.g. 'minilm', "
-                         "'hf:/path'), not a loaded adapter")
+        raise ValueError(
+            "the Ray engine loads the model in each worker: give its spec (e.g. 'minilm', "
+            "'hf:/path'), not a loaded adapter"
+        )
     from .ray_engine import run_blocks
 
     size = block_size or getattr(job, "block_size", None) or auto_block_size(len(todo), workers)
-    blocks = [todo[s:s + size] for s in range(0, len(todo), size)]
-    return run_blocks(model, items, blocks, job, address=address, workers=workers, device=device, dtype=dtype,
-                      on_part=on_part, gpus_per_worker=gpus_per_worker, threads_per_worker=threads_per_worker,
-                      progress=progress)
+    blocks = [todo[s : s + size] for s in range(0, len(todo), size)]
+    return run_blocks(
+        model,
+        items,
+        blocks,
+        job,
+        address=address,
+        workers=workers,
+        device=device,
+        dtype=dtype,
+        on_part=on_part,
+        gpus_per_worker=gpus_per_worker,
+        threads_per_worker=threads_per_worker,
+        progress=progress,
+    )
 
 
-def run_corpus(model, corpus: Sequence, accumulators: Sequence, *, engine: str = "local",
-               address: Optional[str] = None, workers: int = 1, batch_size: int = 16, block_size: Optional[int] = None,
-               device: str = "cpu", dtype: Optional[str] = None, last_rows: Optional[int] = None,
-               threads_per_worker: Optional[int] = None, progress: bool = False):
+def run_corpus(
+    model,
+    corpus: Sequence,
+    accumulators: Sequence,
+    *,
+    engine: str = "local",
+    address: Optional[str] = None,
+    workers: int = 1,
+    batch_size: int = 16,
+    block_size: Optional[int] = None,
+    device: str = "cpu",
+    dtype: Optional[str] = None,
+    last_rows: Optional[int] = None,
+    threads_per_worker: Optional[int] = None,
+    progress: bool = False,
+):
     """Stream ``corpus`` through the model into ``accumulators`` (capture + accumulate).
 
     Returns:
@@ -153,9 +192,19 @@ def run_corpus(model, corpus: Sequence, accumulators: Sequence, *, engine: str =
         longer than the model's limit.
     """
     job = StreamJob(accumulators, batch_size=batch_size, last_rows=last_rows)
-    parts = run_job(model, list(corpus), job, engine=engine, address=address, workers=workers,
-                    block_size=block_size, device=device, dtype=dtype, threads_per_worker=threads_per_worker,
-                    progress=progress)
+    parts = run_job(
+        model,
+        list(corpus),
+        job,
+        engine=engine,
+        address=address,
+        workers=workers,
+        block_size=block_size,
+        device=device,
+        dtype=dtype,
+        threads_per_worker=threads_per_worker,
+        progress=progress,
+    )
     if not parts:
         raise ValueError("the corpus is empty: nothing to analyse")
     return StreamJob.merge(parts), sorted(x for p in parts for x in p.long)

@@ -39,8 +39,22 @@ from typing import Any, Callable, Optional
 
 from probe.errors import InputError, NotApplicable
 
-__all__ = ["Param", "Analysis", "Result", "Context", "SkipAnalysis", "NotApplicable", "InputError", "register", "registered", "get", "run",
-           "analyses_registered", "NEEDS", "ENGINES"]
+__all__ = [
+    "Param",
+    "Analysis",
+    "Result",
+    "Context",
+    "SkipAnalysis",
+    "NotApplicable",
+    "InputError",
+    "register",
+    "registered",
+    "get",
+    "run",
+    "analyses_registered",
+    "NEEDS",
+    "ENGINES",
+]
 
 #: what an analysis may need, with the common CLI options each one brings
 NEEDS = {
@@ -48,7 +62,7 @@ NEEDS = {
     "corpus": "input examples (--text, --file or --conllu; a zoo model's own set when none)",
     "treebank": "a CoNLL-U treebank with dependency heads (--conllu)",
     "maps": "captured attention maps of the corpus (the report passes them; a command captures them "
-            "from its input: --text, --file or --conllu)",
+    "from its input: --text, --file or --conllu)",
     "zoo": "a zoo model (--model zoo:<task>)",
     "gradients": "a differentiable live model",
 }
@@ -161,8 +175,7 @@ class Analysis:
         bad = sorted(set(given) - set(known))
         if bad:
             raise InputError(f"{self.name} has no parameter(s) {bad}; known: {', '.join(known) or 'none'}")
-        out = {p.name: ((() if p.default is None else p.default) if p.multiple else p.default)
-               for p in self.params}
+        out = {p.name: ((() if p.default is None else p.default) if p.multiple else p.default) for p in self.params}
         from .validate import check_param
 
         out.update({k: check_param(known[k], v) for k, v in given.items()})  # NaN, ranges, repeats refused
@@ -285,9 +298,24 @@ def analyses_registered() -> list:
     return [a.name for a in registered()]
 
 
-def run(name: str, *, model: str = "minilm", text=None, file=None, conllu=None, limit=None, device="cpu",
-        adapter=None, quiet: bool = True, out=None, force: bool = False, engine: str = "local", address=None,
-        workers: int = 2, **params) -> Result:
+def run(
+    name: str,
+    *,
+    model: str = "minilm",
+    text=None,
+    file=None,
+    conllu=None,
+    limit=None,
+    device="cpu",
+    adapter=None,
+    quiet: bool = True,
+    out=None,
+    force: bool = False,
+    engine: str = "local",
+    address=None,
+    workers: int = 2,
+    **params,
+) -> Result:
     """Run the analysis ``name`` from Python and return its :class:`Result`.
 
     Args:
@@ -309,8 +337,20 @@ def run(name: str, *, model: str = "minilm", text=None, file=None, conllu=None, 
     if engine != "local" and engine not in analysis.engines:
         raise InputError(f"{analysis.name} runs with engine local only, not {engine!r}")
     target = OutDir(out, force) if out is not None else None
-    ctx = Context(model=model, text=text, file=file, conllu=conllu, limit=limit, device=device,
-                  adapter=adapter, params=values, quiet=quiet, engine=engine, address=address, workers=workers)
+    ctx = Context(
+        model=model,
+        text=text,
+        file=file,
+        conllu=conllu,
+        limit=limit,
+        device=device,
+        adapter=adapter,
+        params=values,
+        quiet=quiet,
+        engine=engine,
+        address=address,
+        workers=workers,
+    )
     result = analysis.run(ctx)
     if target is not None:
         with target as tmp:

@@ -29,10 +29,26 @@ class Context:
     ``say(line)`` prints a line for people (a chosen default, a warning), unless quiet.
     """
 
-    def __init__(self, *, model: str = "minilm", text: Optional[Sequence[str]] = None, file=None, conllu=None,
-                 limit: Optional[int] = None, device: str = "cpu", params: Optional[dict] = None, adapter=None,
-                 corpus=None, maps=None, quiet: bool = False, batch_size: int = 16, workdir=None,
-                 engine: str = "local", address: Optional[str] = None, workers: int = 2):
+    def __init__(
+        self,
+        *,
+        model: str = "minilm",
+        text: Optional[Sequence[str]] = None,
+        file=None,
+        conllu=None,
+        limit: Optional[int] = None,
+        device: str = "cpu",
+        params: Optional[dict] = None,
+        adapter=None,
+        corpus=None,
+        maps=None,
+        quiet: bool = False,
+        batch_size: int = 16,
+        workdir=None,
+        engine: str = "local",
+        address: Optional[str] = None,
+        workers: int = 2,
+    ):
         self.model = model
         self.text = tuple(text or ())
         self.file = file
@@ -99,8 +115,13 @@ class Context:
         workers leave out what is too long for the model themselves)."""
         from probe.inputs import load_corpus
 
-        return load_corpus(text=self.text or None, file=self.file, conllu=self.conllu, limit=self.limit,
-                           model=self.model if not self.has_input else None)
+        return load_corpus(
+            text=self.text or None,
+            file=self.file,
+            conllu=self.conllu,
+            limit=self.limit,
+            model=self.model if not self.has_input else None,
+        )
 
     @property
     def corpus(self):
@@ -131,8 +152,12 @@ class Context:
             from probe.capture import capture
 
             c = self.corpus
-            self._maps = capture(self.adapter, list(c.texts),
-                                 word_spans=list(c.word_spans) if c.word_spans else None,
-                                 targets=list(c.targets) if c.targets else None, batch_size=self.batch_size,
-                                 progress=self.progress and len(c) > 1)
+            self._maps = capture(
+                self.adapter,
+                list(c.texts),
+                word_spans=list(c.word_spans) if c.word_spans else None,
+                targets=list(c.targets) if c.targets else None,
+                batch_size=self.batch_size,
+                progress=self.progress and len(c) > 1,
+            )
         return self._maps

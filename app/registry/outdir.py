@@ -63,8 +63,10 @@ def probe_writable(directory: Path, given) -> None:
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
-        raise InputError(f"cannot write --out {given}: creating a file in {directory} failed "
-                         f"({exc.strerror or exc}); choose a writable directory") from None
+        raise InputError(
+            f"cannot write --out {given}: creating a file in {directory} failed "
+            f"({exc.strerror or exc}); choose a writable directory"
+        ) from None
 
 
 class OutDir:

@@ -26,8 +26,16 @@ def head_heatmap(table, value: str, path, title: str = "", center: Optional[floa
     grid = table.pivot_table(index="layer", columns="head", values=value, aggfunc="mean")
     # at least 3.6 in wide: the colour bar's label and the title need the room on a 2-head model
     fig, ax = plt.subplots(figsize=(max(3.6, 1.2 + 0.5 * grid.shape[1]), 1.4 + 0.45 * grid.shape[0]))
-    sns.heatmap(grid, ax=ax, cmap=cmap, center=center, annot=grid.size <= 100, fmt=".2g",
-                annot_kws={"size": 6}, cbar_kws={"label": value})
+    sns.heatmap(
+        grid,
+        ax=ax,
+        cmap=cmap,
+        center=center,
+        annot=grid.size <= 100,
+        fmt=".2g",
+        annot_kws={"size": 6},
+        cbar_kws={"label": value},
+    )
     set_wrapped_title(fig, ax, title or value, fontsize=10)
     fig.tight_layout()
     path = Path(path)

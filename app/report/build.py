@@ -87,8 +87,9 @@ def _special_names(maps) -> tuple:
     return str(m.tokens[idx[0]]), str(m.tokens[idx[-1]])
 
 
-def analyse(ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict: bool = False,
-            progress=None, partial=None) -> ReportData:
+def analyse(
+    ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict: bool = False, progress=None, partial=None
+) -> ReportData:
     """Run the report sections on ``ctx`` and derive per-head facts and verdicts.
 
     ``progress(i, n, name)`` is called before each section runs (the CLI prints a line).
@@ -189,14 +190,30 @@ def _print_progress(i: int, n: int, name: str) -> None:
     print(f"[{i + 1}/{n}] {name} …", file=sys.stderr, flush=True)
 
 
-def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = None,
-                 file: Optional[str] = None, conllu: Optional[str] = None, limit: Optional[int] = None,
-                 force: bool = False, sections: Optional[Sequence[str]] = None, device: str = "cpu",
-                 batch_size: int = 16, adapter=None, strict: bool = False,
-                 progress=False, memory_budget: Optional[int] = None, objective: Optional[str] = None,
-                 target: Optional[str] = None, max_model_examples: Optional[int] = None,
-                 resume: bool = True, window: Optional[int] = None, stride: Optional[int] = None,
-                 truncate: bool = False) -> ReportData:
+def build_report(
+    out,
+    *,
+    model: str = "minilm",
+    text: Optional[Sequence[str]] = None,
+    file: Optional[str] = None,
+    conllu: Optional[str] = None,
+    limit: Optional[int] = None,
+    force: bool = False,
+    sections: Optional[Sequence[str]] = None,
+    device: str = "cpu",
+    batch_size: int = 16,
+    adapter=None,
+    strict: bool = False,
+    progress=False,
+    memory_budget: Optional[int] = None,
+    objective: Optional[str] = None,
+    target: Optional[str] = None,
+    max_model_examples: Optional[int] = None,
+    resume: bool = True,
+    window: Optional[int] = None,
+    stride: Optional[int] = None,
+    truncate: bool = False,
+) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
     With no input (``text``/``file``/``conllu``) the bundled sample is used (a
@@ -252,8 +269,9 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
         corpus = sample_corpus(limit=limit)
         source = "bundled sample (24 hand-annotated sentences; the first two from Vaswani et al. 2017)"
     if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
-        return _write_from_maps(out, model, corpus, _rnn_zoo_maps(model, corpus), sections, strict, force,
-                                source, limit, t_start)
+        return _write_from_maps(
+            out, model, corpus, _rnn_zoo_maps(model, corpus), sections, strict, force, source, limit, t_start
+        )
     budget = memory_budget or DEFAULT_BUDGET
     if adapter is None:
         adapter = load_model(model, device=device)
@@ -261,35 +279,72 @@ def build_report(out, *, model: str = "minilm", text: Optional[Sequence[str]] = 
     try:
         corpus = fit_to_model(corpus, adapter)
     except ValueError as exc:  # every input too long: the report can cut them
-        raise ValueError(f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) "
-                         "or --truncate") from None
+        raise ValueError(
+            f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) or --truncate"
+        ) from None
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     overrides = _overrides(objective, target, max_model_examples)
-    partial = PartialReport(out, fingerprint(model=adapter.name, model_info=adapter.describe(), input=source,
-                                             corpus=corpus_digest(corpus), examples=len(corpus), limit=limit,
-                                             sections=[s.name for s in choose(sections)], overrides=overrides,
-                                             batch_size=batch_size, device=device, window=window,
-                                             stride=stride, truncate=truncate),
-                            fresh=not resume)
+    partial = PartialReport(
+        out,
+        fingerprint(
+            model=adapter.name,
+            model_info=adapter.describe(),
+            input=source,
+            corpus=corpus_digest(corpus),
+            examples=len(corpus),
+            limit=limit,
+            sections=[s.name for s in choose(sections)],
+            overrides=overrides,
+            batch_size=batch_size,
+            device=device,
+            window=window,
+            stride=stride,
+            truncate=truncate,
+        ),
+        fresh=not resume,
+    )
     t0 = time.perf_counter()
-    maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None,
-                   targets=list(corpus.targets) if corpus.targets else None, batch_size=batch_size,
-                   progress=bool(progress))
+    maps = capture(
+        adapter,
+        list(corpus.texts),
+        word_spans=list(corpus.word_spans) if corpus.word_spans else None,
+        targets=list(corpus.targets) if corpus.targets else None,
+        batch_size=batch_size,
+        progress=bool(progress),
+    )
     t_capture = time.perf_counter() - t0
-    settings = {"model": adapter.name, "model_info": adapter.describe(), "input": source,
-                "limit": limit, "device": device, "capture seconds": round(t_capture, 2),
-                "memory budget": format_size(budget),
-                "unknown tokens": _unknown_summary(corpus, adapter)}
+    settings = {
+        "model": adapter.name,
+        "model_info": adapter.describe(),
+        "input": source,
+        "limit": limit,
+        "device": device,
+        "capture seconds": round(t_capture, 2),
+        "memory budget": format_size(budget),
+        "unknown tokens": _unknown_summary(corpus, adapter),
+    }
     settings.update(_model_examples_setting(len(corpus), max_model_examples))
     if long_note:
         settings["long inputs"] = long_note
-    ctx = ReportContext(adapter=adapter, corpus=corpus, maps=maps, settings=settings, overrides=overrides,
-                        echo=bool(progress), quiet=not progress)
+    ctx = ReportContext(
+        adapter=adapter,
+        corpus=corpus,
+        maps=maps,
+        settings=settings,
+        overrides=overrides,
+        echo=bool(progress),
+        quiet=not progress,
+    )
     with budget_in_force(budget):
-        data = analyse(ctx, sections=sections, strict=strict, partial=partial,
-                       progress=progress if callable(progress) else (_print_progress if progress else None))
+        data = analyse(
+            ctx,
+            sections=sections,
+            strict=strict,
+            partial=partial,
+            progress=progress if callable(progress) else (_print_progress if progress else None),
+        )
     write_report(data, out, force=force)
     partial.discard()
     data.seconds = time.perf_counter() - t_start
@@ -339,10 +394,12 @@ def _cut_long(corpus, adapter, window, stride, truncate) -> tuple:
         cut, split = window_corpus(corpus, adapter, window, stride)
         if not split:
             return cut, f"--window {window} --stride {stride}: no example was longer than {window} tokens"
-        return cut, (f"{len(split)} example(s) longer than {window} tokens split into {sum(split.values())} "
-                     f"overlapping windows ({window} tokens, {stride} apart, each with the model's special tokens); "
-                     "each window is analysed as an example of its own, so statistics average over windows and "
-                     "a token in an overlap counts once per window")
+        return cut, (
+            f"{len(split)} example(s) longer than {window} tokens split into {sum(split.values())} "
+            f"overlapping windows ({window} tokens, {stride} apart, each with the model's special tokens); "
+            "each window is analysed as an example of its own, so statistics average over windows and "
+            "a token in an overlap counts once per window"
+        )
     if truncate:
         cut, n = truncate_corpus(corpus, adapter)
         return cut, f"--truncate: {n} example(s) cut to the model's first {adapter.max_length} tokens"
@@ -375,8 +432,10 @@ def _model_examples_setting(n: int, max_model_examples) -> dict:
     cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
     if cap is None or n <= cap:
         return {"model-run examples": f"all {n} (ablation, importance, claims)"}
-    return {"model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
-                                  "(--max-model-examples 0 runs them on every example)"}
+    return {
+        "model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
+        "(--max-model-examples 0 runs them on every example)"
+    }
 
 
 def _is_rnn_zoo(model) -> bool:
@@ -398,8 +457,12 @@ def _rnn_zoo_maps(model, corpus) -> list:
 
 def _write_from_maps(out, model, corpus, maps, sections, strict, force, source, limit, t_start) -> ReportData:
     """The report of maps computed without a live adapter (sections that need the model are skipped)."""
-    settings = {"model": str(model), "input": source, "limit": limit,
-                "note": "no live transformer: interventions, importance and attributions are not tested"}
+    settings = {
+        "model": str(model),
+        "input": source,
+        "limit": limit,
+        "note": "no live transformer: interventions, importance and attributions are not tested",
+    }
     ctx = ReportContext(adapter=None, corpus=corpus, maps=maps, settings=settings)
     data = analyse(ctx, sections=sections, strict=strict)
     write_report(data, out, force=force)

@@ -6,8 +6,14 @@ from __future__ import annotations
 from .html import esc
 
 STATUS_CLASS = {"holds": "ran", "does not hold": "muted", "not tested": "skipped", "not enough evidence": "skipped"}
-TITLES = {"pattern": "Pattern", "structure": "Structure", "necessity": "Necessity", "redundancy": "Redundancy",
-          "weights": "Do the weights matter", "attribution": "Agreement with attributions"}
+TITLES = {
+    "pattern": "Pattern",
+    "structure": "Structure",
+    "necessity": "Necessity",
+    "redundancy": "Redundancy",
+    "weights": "Do the weights matter",
+    "attribution": "Agreement with attributions",
+}
 
 
 def claim_sentence(kind: str, c) -> str:
@@ -25,12 +31,14 @@ def claims_block(data, layer: int, head: int) -> str:
         return ""
     items = []
     for kind, c in claims.claims[(layer, head)].items():
-        items.append(f"<li><b>{esc(TITLES.get(kind, kind))}</b> — <span class=\"{STATUS_CLASS[c.status]}\">"
-                     f"{esc(c.status)}</span>: {esc(claim_sentence(kind, c))}</li>")
-    return f"<h2>Claims</h2><ul class=\"claims\">{''.join(items)}</ul>"
+        items.append(
+            f'<li><b>{esc(TITLES.get(kind, kind))}</b> — <span class="{STATUS_CLASS[c.status]}">'
+            f"{esc(c.status)}</span>: {esc(claim_sentence(kind, c))}</li>"
+        )
+    return f'<h2>Claims</h2><ul class="claims">{"".join(items)}</ul>'
 
 
 def head_claims_html(data, layer: int, head: int) -> str:
     """The top of a head's page (:func:`probe.app.report.pages.head_html`): its one-line
     verdict, then its claims."""
-    return f"<p class=\"verdict\">{esc(data.verdicts[(layer, head)])}</p>" + claims_block(data, layer, head)
+    return f'<p class="verdict">{esc(data.verdicts[(layer, head)])}</p>' + claims_block(data, layer, head)

@@ -12,8 +12,7 @@ import torch
 PAPER_SENTENCES = (
     "It is in this spirit that a majority of American governments have passed new laws since 2009 "
     "making the registration or voting process more difficult.",
-    "The Law will never be perfect, but its application should be just - this is what we are "
-    "missing, in my opinion.",
+    "The Law will never be perfect, but its application should be just - this is what we are missing, in my opinion.",
 )
 
 #: longest example (tokens) drawn as a heatmap or line view

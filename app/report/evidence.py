@@ -37,15 +37,17 @@ def bars_svg(items, *, unit_max: float = 1.0, percent: bool = True, label_w: int
     row = 18
     h = row * len(items) + 4
     bar_w = W - label_w - 60
-    out = [f"<svg class=\"ev\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" role=\"img\">"]
+    out = [f'<svg class="ev" width="{W}" height="{h}" viewBox="0 0 {W} {h}" role="img">']
     for i, (label, value, colour) in enumerate(items):
         y = 2 + i * row
         v = max(0.0, _f(value) or 0.0)
         w = bar_w * min(v / unit_max, 1.0) if unit_max > 0 else 0
-        out.append(f"<text x=\"{label_w - 6}\" y=\"{y + 13}\" text-anchor=\"end\" class=\"evl\">{esc(label)}</text>"
-                   f"<rect x=\"{label_w}\" y=\"{y + 3}\" width=\"{w:.1f}\" height=\"12\" fill=\"{colour}\"/>"
-                   f"<text x=\"{label_w + w + 4:.1f}\" y=\"{y + 13}\" class=\"evl\">"
-                   f"{esc(number(value, percent=percent, digits=2))}</text>")
+        out.append(
+            f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end" class="evl">{esc(label)}</text>'
+            f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="12" fill="{colour}"/>'
+            f'<text x="{label_w + w + 4:.1f}" y="{y + 13}" class="evl">'
+            f"{esc(number(value, percent=percent, digits=2))}</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -61,18 +63,24 @@ def strip_svg(values, mine: float, ci=None, *, xlabel: str = "") -> str:
     def x(v):
         return x0 + (v - lo_all) / span * (x1 - x0)
 
-    out = [f"<svg class=\"ev\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" role=\"img\">",
-           f"<line x1=\"{x0}\" x2=\"{x1}\" y1=\"30\" y2=\"30\" stroke=\"#ccc\"/>",
-           f"<line x1=\"{x(0):.1f}\" x2=\"{x(0):.1f}\" y1=\"14\" y2=\"38\" stroke=\"#888\" stroke-dasharray=\"2,2\"/>"]
-    out += [f"<line x1=\"{x(v):.1f}\" x2=\"{x(v):.1f}\" y1=\"22\" y2=\"38\" stroke=\"{MUTED}\" "
-            f"stroke-opacity=\"0.6\"/>" for v in vals]
+    out = [
+        f'<svg class="ev" width="{W}" height="{h}" viewBox="0 0 {W} {h}" role="img">',
+        f'<line x1="{x0}" x2="{x1}" y1="30" y2="30" stroke="#ccc"/>',
+        f'<line x1="{x(0):.1f}" x2="{x(0):.1f}" y1="14" y2="38" stroke="#888" stroke-dasharray="2,2"/>',
+    ]
+    out += [
+        f'<line x1="{x(v):.1f}" x2="{x(v):.1f}" y1="22" y2="38" stroke="{MUTED}" stroke-opacity="0.6"/>' for v in vals
+    ]
     if ci:
-        out.append(f"<line x1=\"{x(ci[0]):.1f}\" x2=\"{x(ci[1]):.1f}\" y1=\"30\" y2=\"30\" stroke=\"{ACCENT}\" "
-                   f"stroke-width=\"4\"/>")
-    out.append(f"<circle cx=\"{x(mine):.1f}\" cy=\"30\" r=\"5\" fill=\"{ACCENT}\"/>")
-    out.append(f"<text x=\"{x0}\" y=\"52\" class=\"evl\">{esc(number(lo_all, digits=2))}</text>"
-               f"<text x=\"{x1}\" y=\"52\" class=\"evl\" text-anchor=\"end\">{esc(number(hi_all, digits=2))}</text>"
-               f"<text x=\"{(x0 + x1) / 2}\" y=\"11\" class=\"evl\" text-anchor=\"middle\">{esc(xlabel)}</text>")
+        out.append(
+            f'<line x1="{x(ci[0]):.1f}" x2="{x(ci[1]):.1f}" y1="30" y2="30" stroke="{ACCENT}" stroke-width="4"/>'
+        )
+    out.append(f'<circle cx="{x(mine):.1f}" cy="30" r="5" fill="{ACCENT}"/>')
+    out.append(
+        f'<text x="{x0}" y="52" class="evl">{esc(number(lo_all, digits=2))}</text>'
+        f'<text x="{x1}" y="52" class="evl" text-anchor="end">{esc(number(hi_all, digits=2))}</text>'
+        f'<text x="{(x0 + x1) / 2}" y="11" class="evl" text-anchor="middle">{esc(xlabel)}</text>'
+    )
     out.append("</svg>")
     return "".join(out)
 
@@ -83,7 +91,7 @@ def versus_svg(rows, *, label_w: int = 90, min_count: int = 0) -> str:
     row = 18
     h = row * len(rows) + 20
     bar_w = W - label_w - 130
-    out = [f"<svg class=\"ev\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" role=\"img\">"]
+    out = [f'<svg class="ev" width="{W}" height="{h}" viewBox="0 0 {W} {h}" role="img">']
     for i, (label, acc, base, count) in enumerate(rows):
         y = 2 + i * row
         a, b = _f(acc) or 0.0, _f(base) or 0.0
@@ -91,15 +99,19 @@ def versus_svg(rows, *, label_w: int = 90, min_count: int = 0) -> str:
         colour = "#dddddd" if few else ACCENT if a > b else MUTED
         note = f" (n={int(count)} &lt; {min_count})" if few else f" (n={int(count)})"
         dim = ' opacity="0.5"' if few else ""
-        out.append(f"<text x=\"{label_w - 6}\" y=\"{y + 13}\" text-anchor=\"end\" class=\"evl\""
-                   f"{dim}>{esc(label)}</text>"
-                   f"<rect x=\"{label_w}\" y=\"{y + 3}\" width=\"{bar_w * a:.1f}\" height=\"12\" fill=\"{colour}\"/>"
-                   f"<line x1=\"{label_w + bar_w * b:.1f}\" x2=\"{label_w + bar_w * b:.1f}\" y1=\"{y + 1}\" "
-                   f"y2=\"{y + 17}\" stroke=\"#111\" stroke-width=\"2\"/>"
-                   f"<text x=\"{label_w + bar_w + 6}\" y=\"{y + 13}\" class=\"evl\">{a:.0%} / {b:.0%}{note}</text>")
+        out.append(
+            f'<text x="{label_w - 6}" y="{y + 13}" text-anchor="end" class="evl"'
+            f"{dim}>{esc(label)}</text>"
+            f'<rect x="{label_w}" y="{y + 3}" width="{bar_w * a:.1f}" height="12" fill="{colour}"/>'
+            f'<line x1="{label_w + bar_w * b:.1f}" x2="{label_w + bar_w * b:.1f}" y1="{y + 1}" '
+            f'y2="{y + 17}" stroke="#111" stroke-width="2"/>'
+            f'<text x="{label_w + bar_w + 6}" y="{y + 13}" class="evl">{a:.0%} / {b:.0%}{note}</text>'
+        )
     y = 2 + len(rows) * row + 12
-    out.append(f"<text x=\"{label_w}\" y=\"{y}\" class=\"evl\">bar: this head · tick: best fixed offset"
-               f"{' · grey: fewer instances than the claim needs' if min_count else ''}</text></svg>")
+    out.append(
+        f'<text x="{label_w}" y="{y}" class="evl">bar: this head · tick: best fixed offset'
+        f"{' · grey: fewer instances than the claim needs' if min_count else ''}</text></svg>"
+    )
     return "".join(out)
 
 
@@ -114,13 +126,22 @@ def _roles(data, layer, head, f) -> str:
         r = t[(t["layer"] == layer) & (t["head"] == head)]
         if len(r):
             n_ex, n_rows = r.iloc[0].get("n_examples"), r.iloc[0].get("n_rows")
-    over = f" over {int(n_rows)} query tokens in {int(n_ex)} sentences" if n_rows is not None and n_ex is not None else ""
-    text = (f"<p>Role: <b>{esc(role)}</b>, confidence {esc(number(f.get('confidence'), digits=2))} "
-            f"(0 = no rule cleared, 1 = far past its threshold). Why: {esc(f.get('decided_by', ''))}.</p>"
-            f"<p>Where its attention goes, on average{esc(over)}:</p>")
-    items = [("[CLS] / first token", f.get("to_cls"), "#bdbdbd"), ("[SEP] / last token", f.get("to_sep"), "#bdbdbd"),
-             ("punctuation", f.get("to_punct"), "#f4a6b7"), ("previous token", f.get("prev"), ACCENT),
-             ("itself", f.get("self"), ACCENT), ("next token", f.get("next"), ACCENT)]
+    over = (
+        f" over {int(n_rows)} query tokens in {int(n_ex)} sentences" if n_rows is not None and n_ex is not None else ""
+    )
+    text = (
+        f"<p>Role: <b>{esc(role)}</b>, confidence {esc(number(f.get('confidence'), digits=2))} "
+        f"(0 = no rule cleared, 1 = far past its threshold). Why: {esc(f.get('decided_by', ''))}.</p>"
+        f"<p>Where its attention goes, on average{esc(over)}:</p>"
+    )
+    items = [
+        ("[CLS] / first token", f.get("to_cls"), "#bdbdbd"),
+        ("[SEP] / last token", f.get("to_sep"), "#bdbdbd"),
+        ("punctuation", f.get("to_punct"), "#f4a6b7"),
+        ("previous token", f.get("prev"), ACCENT),
+        ("itself", f.get("self"), ACCENT),
+        ("next token", f.get("next"), ACCENT),
+    ]
     items = [i for i in items if _f(i[1]) is not None]
     return text + (bars_svg(items) if items else "")
 
@@ -137,8 +158,12 @@ def _necessity(data, layer, head) -> str:
         return text
     values = [by["necessity"].effect for by in claims.values()]
     ci = (c.ci_low, c.ci_high) if c.ci_low == c.ci_low and c.ci_high == c.ci_high else None
-    return text + strip_svg(values, c.effect, ci, xlabel=f"{c.extra.get('objective', '')} harm of mean-ablation: "
-                                                         "every head (grey), this head (blue, with CI)")
+    return text + strip_svg(
+        values,
+        c.effect,
+        ci,
+        xlabel=f"{c.extra.get('objective', '')} harm of mean-ablation: every head (grey), this head (blue, with CI)",
+    )
 
 
 def _sweep_count(data) -> int | None:
@@ -166,9 +191,11 @@ def _ablation(data, layer, head, f) -> str:
         bigger = int((t["delta"].abs() > abs(d)).sum())
         rank = f" It ranks {bigger + 1} of {len(t)} heads by the size of the effect."
     over = f"{n} examples" if n is not None else "the examples swept"
-    text = (f"<p>{esc(f.get('ablation_mode', 'zero')).capitalize()}-ablation of this head (Michel et al. 2019) "
-            f"changes the {esc(metric)} by <b>{esc(number(d, ci, signed=True))}</b> (95% bootstrap CI over "
-            f"{esc(over)}).{esc(rank)}</p>")
+    text = (
+        f"<p>{esc(f.get('ablation_mode', 'zero')).capitalize()}-ablation of this head (Michel et al. 2019) "
+        f"changes the {esc(metric)} by <b>{esc(number(d, ci, signed=True))}</b> (95% bootstrap CI over "
+        f"{esc(over)}).{esc(rank)}</p>"
+    )
     if t is None or not len(t):
         return text
     return text + strip_svg(t["delta"], d, ci, xlabel=f"Δ {metric}: every head (grey), this head (blue, with CI)")
@@ -179,9 +206,12 @@ def _importance(data, layer, head, f) -> str:
     if imp is None:
         return ""
     rank, of = _f(f.get("importance_rank")), _f(f.get("importance_of"))
-    return (f"<p>Importance by {esc(f.get('importance_method', ''))} over head gates (Michel et al. 2019), "
-            f"normalised per layer: <b>{esc(number(imp, digits=2))}</b>"
-            + (f", rank {int(rank)} of {int(of)}" if rank is not None and of is not None else "") + ".</p>")
+    return (
+        f"<p>Importance by {esc(f.get('importance_method', ''))} over head gates (Michel et al. 2019), "
+        f"normalised per layer: <b>{esc(number(imp, digits=2))}</b>"
+        + (f", rank {int(rank)} of {int(of)}" if rank is not None and of is not None else "")
+        + ".</p>"
+    )
 
 
 def _excluded() -> tuple:
@@ -206,20 +236,29 @@ def _syntax(data, layer, head, f) -> str:
         parts.append(f"<p>{esc(claim_evidence('structure', claims.claims[(layer, head)]['structure']).text)}.</p>")
     if t is None or best is None:
         return "".join(parts)
-    mine = t[(t["layer"] == layer) & (t["head"] == head) & (t["direction"] == "dep_to_head")
-             & ~t["relation"].isin(_excluded())]
+    mine = t[
+        (t["layer"] == layer)
+        & (t["head"] == head)
+        & (t["direction"] == "dep_to_head")
+        & ~t["relation"].isin(_excluded())
+    ]
     base = best[best["direction"] == "dep_to_head"].set_index("relation")["baseline_accuracy"]
     mine = mine[mine["relation"].isin(base.index)]
     if not len(mine):
         return "".join(parts)
     floor = T.STRUCTURE_MIN_COUNT
-    mine = mine.assign(margin=mine["accuracy"].to_numpy() - base.loc[mine["relation"]].to_numpy(),
-                       enough=mine["count"].to_numpy() >= floor)
+    mine = mine.assign(
+        margin=mine["accuracy"].to_numpy() - base.loc[mine["relation"]].to_numpy(),
+        enough=mine["count"].to_numpy() >= floor,
+    )
     mine = mine.sort_values(["enough", "margin"], ascending=False).head(8)
-    parts.append(f"<p>Per relation (dependent → head), sorted by margin over the best fixed offset (Clark et al. "
-                 f"2019); relations with fewer than {floor} instances, the claim's minimum, are greyed:</p>")
-    parts.append(versus_svg([(r.relation, r.accuracy, base[r.relation], r.count) for r in mine.itertuples()],
-                            min_count=floor))
+    parts.append(
+        f"<p>Per relation (dependent → head), sorted by margin over the best fixed offset (Clark et al. "
+        f"2019); relations with fewer than {floor} instances, the claim's minimum, are greyed:</p>"
+    )
+    parts.append(
+        versus_svg([(r.relation, r.accuracy, base[r.relation], r.count) for r in mine.itertuples()], min_count=floor)
+    )
     return "".join(parts)
 
 
@@ -229,26 +268,41 @@ def _faithfulness(data, layer, head, f) -> str:
         return ""
     res = data.ctx.results.get("faithfulness")
     n = (res.summary or {}).get("n_examples") if res else None
-    taus = {k[len("faith_tau_"):]: _f(x) for k, x in f.items()
-            if k.startswith("faith_tau_") and not k.endswith("significant")}
+    taus = {
+        k[len("faith_tau_") :]: _f(x)
+        for k, x in f.items()
+        if k.startswith("faith_tau_") and not k.endswith("significant")
+    }
     parts = []
     for ref, tau in taus.items():
         share = _f(f.get(f"faith_tau_{ref}_significant"))
-        parts.append(f"Kendall τ between its attention and the {esc(ref.upper())} attributions: "
-                     f"<b>{esc(number(tau, digits=2, signed=True))}</b> (mean over {n or '?'} sentences"
-                     + (f"; significant at p &lt; 0.05 in {esc(number(share, percent=True, digits=2))} of them"
-                        if share is not None else "") + ").")
+        parts.append(
+            f"Kendall τ between its attention and the {esc(ref.upper())} attributions: "
+            f"<b>{esc(number(tau, digits=2, signed=True))}</b> (mean over {n or '?'} sentences"
+            + (
+                f"; significant at p &lt; 0.05 in {esc(number(share, percent=True, digits=2))} of them"
+                if share is not None
+                else ""
+            )
+            + ")."
+        )
     tvd = _f(f.get("faith_tvd_median"))
     if tvd is not None:
-        parts.append(f"Permuting its attention moves the output distribution by a median total variation of "
-                     f"{esc(number(tvd, digits=2))} (Jain &amp; Wallace 2019).")
+        parts.append(
+            f"Permuting its attention moves the output distribution by a median total variation of "
+            f"{esc(number(tvd, digits=2))} (Jain &amp; Wallace 2019)."
+        )
     parts.append(f"Verdict: <b>{esc(v)}</b>.")
     return "<p>" + " ".join(parts) + "</p>"
 
 
-BLOCKS = (("roles", "What it attends to", _roles), ("syntax", "Syntax", _syntax),
-          ("ablation", "Does the model need it?", _ablation), ("importance", "Importance", _importance),
-          ("faithfulness", "Is its attention an explanation?", _faithfulness))
+BLOCKS = (
+    ("roles", "What it attends to", _roles),
+    ("syntax", "Syntax", _syntax),
+    ("ablation", "Does the model need it?", _ablation),
+    ("importance", "Importance", _importance),
+    ("faithfulness", "Is its attention an explanation?", _faithfulness),
+)
 
 
 def evidence_html(data, layer: int, head: int) -> str:
@@ -261,22 +315,26 @@ def evidence_html(data, layer: int, head: int) -> str:
     order = [n for n, _, _ in BLOCKS if n in status] + [n for n in status if n not in known]
     claims = getattr(data, "claims", None)
     if "ablation" not in status and claims is not None and (layer, head) in claims.claims:
-        out.append(f"<section class=\"evidence\"><h3>Does the model need it?</h3>{_necessity(data, layer, head)}"
-                   f"</section>")
+        out.append(
+            f'<section class="evidence"><h3>Does the model need it?</h3>{_necessity(data, layer, head)}</section>'
+        )
     for name in order:
         o = status[name]
         if o.status != "ran":
-            out.append(f"<p class=\"muted\">{esc(o.title)}: <span class=\"{esc(o.status)}\">{esc(o.status)}"
-                       f"</span> — {esc(o.reason)}</p>")
+            out.append(
+                f'<p class="muted">{esc(o.title)}: <span class="{esc(o.status)}">{esc(o.status)}'
+                f"</span> — {esc(o.reason)}</p>"
+            )
             continue
         if name in known:
             title, block = known[name]
             body = block(data, layer, head, flat)
         else:  # a section this page has no sentences for yet: its facts, named for people
             title, facts = o.title, data.facts.get((layer, head), {}).get(name) or {}
-            body = "".join(f"<li>{esc(str(k).replace('_', ' '))}: {esc(number(v, digits=2))}</li>"
-                           for k, v in facts.items())
+            body = "".join(
+                f"<li>{esc(str(k).replace('_', ' '))}: {esc(number(v, digits=2))}</li>" for k, v in facts.items()
+            )
             body = f"<ul>{body}</ul>" if body else ""
         if body:
-            out.append(f"<section class=\"evidence\"><h3>{esc(title)}</h3>{body}</section>")
+            out.append(f'<section class="evidence"><h3>{esc(title)}</h3>{body}</section>')
     return "".join(out)

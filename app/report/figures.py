@@ -29,11 +29,25 @@ def attention_heatmap(maps, layer: int, head: int, path, title: Optional[str] = 
     n = max(len(maps.tokens), len(q_labels))
     size = min(4 + 0.28 * n, 30)
     fig, ax = plt.subplots(figsize=(size, size * 0.85))
-    sns.heatmap(a, ax=ax, cmap=ATTENTION_CMAP, vmin=0, vmax=1, square=True,
-                xticklabels=k_labels, yticklabels=q_labels,
-                cbar_kws={"shrink": 0.6, "label": "attention weight"})
-    return finish_heatmap(fig, ax, path, "key (attended to)", "query (attending)",
-                          title or f"layer {layer}, head {head} ({maps.meta.get('model', '')})")
+    sns.heatmap(
+        a,
+        ax=ax,
+        cmap=ATTENTION_CMAP,
+        vmin=0,
+        vmax=1,
+        square=True,
+        xticklabels=k_labels,
+        yticklabels=q_labels,
+        cbar_kws={"shrink": 0.6, "label": "attention weight"},
+    )
+    return finish_heatmap(
+        fig,
+        ax,
+        path,
+        "key (attended to)",
+        "query (attending)",
+        title or f"layer {layer}, head {head} ({maps.meta.get('model', '')})",
+    )
 
 
 def finish_heatmap(fig, ax, path, xlabel: str, ylabel: str, title: str) -> Path:

@@ -47,8 +47,9 @@ def _covering(chars: frozenset[int]) -> tuple[Optional[str], frozenset[int]]:
     from matplotlib import font_manager
 
     best, best_n = None, 0
-    sans_first = sorted(font_manager.fontManager.ttflist,
-                        key=lambda e: not any(w in e.name for w in ("Sans", "Gothic", "Hei")))
+    sans_first = sorted(
+        font_manager.fontManager.ttflist, key=lambda e: not any(w in e.name for w in ("Sans", "Gothic", "Hei"))
+    )
     for entry in sans_first:
         if entry.name.startswith("Last Resort"):  # maps every code point to a box: not a cover
             continue
@@ -57,7 +58,9 @@ def _covering(chars: frozenset[int]) -> tuple[Optional[str], frozenset[int]]:
             best, best_n = entry.name, n
             if n == len(chars):
                 break
-    left = chars - _charmap(next(e.fname for e in font_manager.fontManager.ttflist if e.name == best)) if best else chars
+    left = (
+        chars - _charmap(next(e.fname for e in font_manager.fontManager.ttflist if e.name == best)) if best else chars
+    )
     return best, frozenset(left)
 
 
@@ -96,8 +99,11 @@ def font_for(texts: Iterable[object]) -> Optional[str]:
     if left:
         key = "".join(sorted(chr(c) for c in left))[:20]
         if not _WARNED:  # once per process, not once per glyph
-            log.warning("no installed font has the characters %s: figures show boxes for them "
-                        "(install a font for the script, e.g. fonts-noto-cjk)", key)
+            log.warning(
+                "no installed font has the characters %s: figures show boxes for them "
+                "(install a font for the script, e.g. fonts-noto-cjk)",
+                key,
+            )
         _WARNED.add(key)
         warnings.filterwarnings("ignore", message=_GLYPH_WARNING)
     if family is None:

@@ -66,9 +66,16 @@ def example_data(m, layers, heads, title: str = "") -> dict:
     keys = maps_display_tokens(m)  # readable: byte-level BPE decoded, SentencePiece ▁ as ␣
     queries = maps_display_tokens(m, query=True) if m.kind == "cross" else None
     special = [bool(s) for s in m.special_mask.tolist()] if m.special_mask is not None else [False] * len(keys)
-    return {"title": title, "text": str(m.text or ""), "tokens": keys, "query_tokens": queries,
-            "trivial": [s or is_trivial(t) or is_trivial(r) for s, t, r in zip(special, keys, raw)],
-            "nq": int(a.shape[2]), "nk": int(a.shape[3]), "w": quantise(a)}
+    return {
+        "title": title,
+        "text": str(m.text or ""),
+        "tokens": keys,
+        "query_tokens": queries,
+        "trivial": [s or is_trivial(t) or is_trivial(r) for s, t, r in zip(special, keys, raw)],
+        "nq": int(a.shape[2]),
+        "nk": int(a.shape[3]),
+        "w": quantise(a),
+    }
 
 
 class HeadView:
@@ -88,8 +95,15 @@ class HeadView:
             not among the included layers/heads, no example.
     """
 
-    def __init__(self, maps, layers: Optional[Sequence[int]] = None, heads: Optional[Sequence[int]] = None,
-                 initial: Optional[tuple] = None, title: str = "", titles: Optional[Sequence[str]] = None):
+    def __init__(
+        self,
+        maps,
+        layers: Optional[Sequence[int]] = None,
+        heads: Optional[Sequence[int]] = None,
+        initial: Optional[tuple] = None,
+        title: str = "",
+        titles: Optional[Sequence[str]] = None,
+    ):
         examples = list(maps) if isinstance(maps, (list, tuple)) else [maps]
         if not examples:
             raise ValueError("the head view needs at least one example")
@@ -103,16 +117,22 @@ class HeadView:
         if initial is None:
             initial = (self.layers[0], self.heads[0])
         if initial[0] not in self.layers or initial[1] not in self.heads:
-            raise ValueError(f"initial (layer, head) {tuple(initial)} is not among the layers "
-                             f"{self.layers} and heads {self.heads} of this view")
+            raise ValueError(
+                f"initial (layer, head) {tuple(initial)} is not among the layers "
+                f"{self.layers} and heads {self.heads} of this view"
+            )
         self.initial = (self.layers.index(initial[0]), self.heads.index(initial[1]))
 
     def data(self) -> dict:
         """The JSON-able data the component draws (weights quantised, see :func:`quantise`)."""
-        return {"layers": self.layers, "heads": self.heads, "initial": list(self.initial),
-                "title": self.title, "accent": ACCENT,
-                "examples": [example_data(m, self.layers, self.heads, t)
-                             for m, t in zip(self.examples, self.titles)]}
+        return {
+            "layers": self.layers,
+            "heads": self.heads,
+            "initial": list(self.initial),
+            "title": self.title,
+            "accent": ACCENT,
+            "examples": [example_data(m, self.layers, self.heads, t) for m, t in zip(self.examples, self.titles)],
+        }
 
     def weights(self, example: int = 0) -> np.ndarray:
         """The embedded weights of one example, ``[layer, head, query, key]`` (as the browser sees them)."""
@@ -123,8 +143,10 @@ class HeadView:
         """An HTML fragment: the component's root ``<div>`` with its data; with
         ``include_script`` also the views' JavaScript (harmless when repeated)."""
         uid = f"phv-{uuid.uuid4().hex[:10]}"
-        html_ = (f"<div class=\"probe-head-view\" id=\"{uid}\" data-probe-head-view>"
-                 f"<script type=\"application/json\">{script_json(self.data())}</script></div>")
+        html_ = (
+            f'<div class="probe-head-view" id="{uid}" data-probe-head-view>'
+            f'<script type="application/json">{script_json(self.data())}</script></div>'
+        )
         if include_script:
             html_ += f"<style>{VIEW_CSS}</style><script>{head_view_js()}</script>"
         return html_
@@ -137,8 +159,10 @@ class HeadView:
         from .html import page
 
         path = Path(path)
-        path.write_text(page(self.title or "head view", self.fragment(include_script=False),
-                             scripts=[head_view_js()]), encoding="utf-8")
+        path.write_text(
+            page(self.title or "head view", self.fragment(include_script=False), scripts=[head_view_js()]),
+            encoding="utf-8",
+        )
         return path
 
 
@@ -155,8 +179,17 @@ def head_view(maps, layer: Optional[int] = None, head: Optional[int] = None, **k
     return HeadView(maps, initial=initial, **kwargs)
 
 
-def line_view_svg(maps, layer: int, head: int, *, min_weight: float = 0.05, max_tokens: int = 60,
-                  row_height: int = 16, col_width: int = 130, gap: int = 140) -> str:
+def line_view_svg(
+    maps,
+    layer: int,
+    head: int,
+    *,
+    min_weight: float = 0.05,
+    max_tokens: int = 60,
+    row_height: int = 16,
+    col_width: int = 130,
+    gap: int = 140,
+) -> str:
     """Static SVG of one head on one example: query tokens left, key tokens right, a line
     per weight ≥ ``min_weight`` with width and opacity by weight. Tokens are escaped;
     examples longer than ``max_tokens`` are cut (said in the caption).
@@ -171,20 +204,26 @@ def line_view_svg(maps, layer: int, head: int, *, min_weight: float = 0.05, max_
     a = a[:nq, :nk].numpy()
     n = max(nq, nk)
     width, height = 2 * col_width + gap, n * row_height + 8
-    parts = [f"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" "
-             f"viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"attention lines, layer {layer} head {head}\">"]
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="attention lines, layer {layer} head {head}">'
+    ]
     x1, x2 = col_width, col_width + gap
     for i, j in zip(*np.nonzero(a >= min_weight)):
         w = float(a[i, j])
-        parts.append(f"<line x1=\"{x1}\" y1=\"{8 + i * row_height}\" x2=\"{x2}\" y2=\"{8 + j * row_height}\" "
-                     f"stroke=\"{ACCENT}\" stroke-width=\"{0.4 + 4.5 * w:.1f}\" "
-                     f"stroke-opacity=\"{min(1.0, 0.15 + w):.2f}\"/>")
+        parts.append(
+            f'<line x1="{x1}" y1="{8 + i * row_height}" x2="{x2}" y2="{8 + j * row_height}" '
+            f'stroke="{ACCENT}" stroke-width="{0.4 + 4.5 * w:.1f}" '
+            f'stroke-opacity="{min(1.0, 0.15 + w):.2f}"/>'
+        )
     for i, tok in enumerate(queries[:nq]):
-        parts.append(f"<text x=\"{x1 - 5}\" y=\"{12 + i * row_height}\" text-anchor=\"end\" "
-                     f"font-size=\"12\" font-family=\"sans-serif\">{esc(tok)}</text>")
+        parts.append(
+            f'<text x="{x1 - 5}" y="{12 + i * row_height}" text-anchor="end" '
+            f'font-size="12" font-family="sans-serif">{esc(tok)}</text>'
+        )
     for j, tok in enumerate(keys[:nk]):
-        parts.append(f"<text x=\"{x2 + 5}\" y=\"{12 + j * row_height}\" font-size=\"12\" "
-                     f"font-family=\"sans-serif\">{esc(tok)}</text>")
+        parts.append(
+            f'<text x="{x2 + 5}" y="{12 + j * row_height}" font-size="12" font-family="sans-serif">{esc(tok)}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
-

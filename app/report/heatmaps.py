@@ -37,8 +37,17 @@ def _template(m, dpi: int):
     n = max(len(keys), len(queries))
     size = min(2.2 + 0.17 * n, 14)
     fig, ax = plt.subplots(figsize=(size + 0.8, size), dpi=dpi)
-    sns.heatmap(np.zeros((len(queries), len(keys))), ax=ax, cmap=CMAP, vmin=0.0, vmax=1.0, square=True,
-                xticklabels=keys, yticklabels=queries, cbar_kws={"shrink": 0.5})
+    sns.heatmap(
+        np.zeros((len(queries), len(keys))),
+        ax=ax,
+        cmap=CMAP,
+        vmin=0.0,
+        vmax=1.0,
+        square=True,
+        xticklabels=keys,
+        yticklabels=queries,
+        cbar_kws={"shrink": 0.5},
+    )
     ax.tick_params(axis="x", labelrotation=90, labelsize=7)
     ax.tick_params(axis="y", labelrotation=0, labelsize=7)
     ax.set_xlabel("key (attended to)", fontsize=8)

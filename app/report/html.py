@@ -46,13 +46,15 @@ nav a{margin-right:1em}
 
 
 #: the views' CSS when they are shown outside a report page (notebooks)
-VIEW_CSS = (".phv-bar{font:13px sans-serif;margin:.3em 0}.phv-bar label{margin-right:1em}"
-            ".phv-title{font-weight:bold;margin-right:1em}.phv-hint{color:#888}"
-            ".phv-tok{font:13px sans-serif;cursor:pointer;fill:#222}.phv-on{fill:#c44e52;font-weight:bold}"
-            ".phv-dim{fill:#bbb}.pmv-grid{display:grid;gap:4px}.pmv-cell{font:10px sans-serif;color:#555;"
-            "text-align:center;text-decoration:none}.pmv-cell canvas{width:72px;height:72px;"
-            "image-rendering:pixelated;border:1px solid #ddd;display:block}.pmv-cell:hover canvas{"
-            "outline:2px solid #333}")
+VIEW_CSS = (
+    ".phv-bar{font:13px sans-serif;margin:.3em 0}.phv-bar label{margin-right:1em}"
+    ".phv-title{font-weight:bold;margin-right:1em}.phv-hint{color:#888}"
+    ".phv-tok{font:13px sans-serif;cursor:pointer;fill:#222}.phv-on{fill:#c44e52;font-weight:bold}"
+    ".phv-dim{fill:#bbb}.pmv-grid{display:grid;gap:4px}.pmv-cell{font:10px sans-serif;color:#555;"
+    "text-align:center;text-decoration:none}.pmv-cell canvas{width:72px;height:72px;"
+    "image-rendering:pixelated;border:1px solid #ddd;display:block}.pmv-cell:hover canvas{"
+    "outline:2px solid #333}"
+)
 
 
 def esc(value) -> str:
@@ -64,8 +66,13 @@ def script_json(obj) -> str:
     """JSON safe to place inside a ``<script>`` element: ``<``, ``>``, ``&`` and the
     line separators U+2028/U+2029 are written as ``\\uXXXX`` escapes."""
     text = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=_json_default)
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def _json_default(x):
@@ -104,30 +111,32 @@ def page(title: str, body: str, *, scripts: Iterable[str] = ()) -> str:
     """A complete HTML document: escaped ``title``, ``body`` (already HTML), inline CSS and
     inline ``scripts`` (JavaScript source, trusted: shipped with the package)."""
     js = "".join(f"<script>{s}</script>\n" for s in scripts)
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{esc(title)}</title><style>{CSS}{VIEW_CSS}</style></head>\n<body>\n{body}\n{js}</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}{VIEW_CSS}</style></head>\n<body>\n{body}\n{js}</body></html>\n"
+    )
 
 
 def kv_table(rows: Mapping | Iterable, digits: int = 3) -> str:
     """Two-column table of ``(label, value)`` pairs, both escaped."""
     items = rows.items() if isinstance(rows, Mapping) else rows
     cells = "".join(f"<tr><td>{esc(k)}</td><td>{esc(fmt(v, digits))}</td></tr>" for k, v in items)
-    return f"<table class=\"kv\">{cells}</table>"
+    return f'<table class="kv">{cells}</table>'
 
 
 def frame_table(df, max_rows: int = 30, digits: int = 3) -> str:
     """A pandas DataFrame as an HTML table, every cell escaped; at most ``max_rows`` rows."""
     if df is None or len(df) == 0:
-        return "<p class=\"muted\">(empty)</p>"
+        return '<p class="muted">(empty)</p>'
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
     body = []
     for row in df.head(max_rows).itertuples(index=False):
         body.append("<tr>" + "".join(f"<td>{esc(fmt(v, digits))}</td>" for v in row) + "</tr>")
-    more = f"<p class=\"muted\">{len(df) - max_rows} more rows in the CSV</p>" if len(df) > max_rows else ""
-    return f"<table class=\"data\"><tr>{head}</tr>{''.join(body)}</table>{more}"
+    more = f'<p class="muted">{len(df) - max_rows} more rows in the CSV</p>' if len(df) > max_rows else ""
+    return f'<table class="data"><tr>{head}</tr>{"".join(body)}</table>{more}'
 
 
 def link(href: str, text: str, title: Optional[str] = None) -> str:
-    t = f" title=\"{esc(title)}\"" if title else ""
-    return f"<a href=\"{esc(href)}\"{t}>{esc(text)}</a>"
+    t = f' title="{esc(title)}"' if title else ""
+    return f'<a href="{esc(href)}"{t}>{esc(text)}</a>'

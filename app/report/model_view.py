@@ -36,20 +36,26 @@ class ModelView:
         self.layers, self.heads = _pick(examples[0], None, None)
         for m in examples[1:]:
             if list(m.layers) != self.layers or m.n_heads != len(self.heads):
-                raise ValueError("the model view's examples must come from one model capture "
-                                 "(same layers and heads)")
+                raise ValueError("the model view's examples must come from one model capture (same layers and heads)")
         self.examples = examples
         self.titles = list(titles) if titles is not None else [f"example {i}" for i in range(len(examples))]
         self.href = href or "#L{layer}H{head}"
 
     def data(self) -> dict:
-        return {"layers": self.layers, "heads": self.heads, "cmap": cmap_stops(32), "href": self.href,
-                "examples": [example_data(m, self.layers, self.heads, t) for m, t in zip(self.examples, self.titles)]}
+        return {
+            "layers": self.layers,
+            "heads": self.heads,
+            "cmap": cmap_stops(32),
+            "href": self.href,
+            "examples": [example_data(m, self.layers, self.heads, t) for m, t in zip(self.examples, self.titles)],
+        }
 
     def fragment(self, include_script: bool = True) -> str:
         uid = f"pmv-{uuid.uuid4().hex[:10]}"
-        out = (f"<div class=\"probe-model-view\" id=\"{uid}\" data-probe-model-view>"
-               f"<script type=\"application/json\">{script_json(self.data())}</script></div>")
+        out = (
+            f'<div class="probe-model-view" id="{uid}" data-probe-model-view>'
+            f'<script type="application/json">{script_json(self.data())}</script></div>'
+        )
         if include_script:
             out += f"<style>{VIEW_CSS}</style><script>{head_view_js()}</script>"
         return out
@@ -61,8 +67,9 @@ class ModelView:
         from .html import page
 
         path = Path(path)
-        path.write_text(page("model view", self.fragment(include_script=False), scripts=[head_view_js()]),
-                        encoding="utf-8")
+        path.write_text(
+            page("model view", self.fragment(include_script=False), scripts=[head_view_js()]), encoding="utf-8"
+        )
         return path
 
 

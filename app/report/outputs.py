@@ -29,27 +29,43 @@ def summary_dict(data) -> dict:
     heads = []
     for layer in data.layers:
         for h in range(data.n_heads):
-            entry = {"layer": layer, "head": h, "verdict": data.verdicts[(layer, h)],
-                     "page": f"heads/L{layer}H{h}.html"}
+            entry = {
+                "layer": layer,
+                "head": h,
+                "verdict": data.verdicts[(layer, h)],
+                "page": f"heads/L{layer}H{h}.html",
+            }
             claims = getattr(data, "claims", None)
             if claims is not None and (layer, h) in claims.claims:
                 entry["claims"] = claims.head_dict((layer, h))
             entry["facts"] = _clean(data.facts.get((layer, h), {}))
             heads.append(entry)
-    return _clean({
-        "format": "attention-probe report 1",
-        "model": ctx.settings.get("model_info") or {"name": ctx.settings.get("model")},
-        "corpus": {"source": ctx.corpus.source, "examples": len(ctx.maps),
-                   "tokens": sum(m.n_tokens for m in ctx.maps), "skipped": dict(ctx.corpus.skipped or {}),
-                   "representatives": list(ctx.representatives)},
-        "settings": {k: v for k, v in ctx.settings.items() if k != "model_info"},
-        "sections": [dict(o.to_dict(), notes=list(o.result.notes), summary=o.result.summary,
-                          tables=[f"tables/{o.name}_{n}.csv" for n in o.result.tables])
-                     for o in data.outcomes],
-        "claims": _claims_overview(data),
-        "heads": heads,
-        "seconds": round(data.seconds, 2),
-    })
+    return _clean(
+        {
+            "format": "attention-probe report 1",
+            "model": ctx.settings.get("model_info") or {"name": ctx.settings.get("model")},
+            "corpus": {
+                "source": ctx.corpus.source,
+                "examples": len(ctx.maps),
+                "tokens": sum(m.n_tokens for m in ctx.maps),
+                "skipped": dict(ctx.corpus.skipped or {}),
+                "representatives": list(ctx.representatives),
+            },
+            "settings": {k: v for k, v in ctx.settings.items() if k != "model_info"},
+            "sections": [
+                dict(
+                    o.to_dict(),
+                    notes=list(o.result.notes),
+                    summary=o.result.summary,
+                    tables=[f"tables/{o.name}_{n}.csv" for n in o.result.tables],
+                )
+                for o in data.outcomes
+            ],
+            "claims": _claims_overview(data),
+            "heads": heads,
+            "seconds": round(data.seconds, 2),
+        }
+    )
 
 
 def _claims_overview(data) -> dict:
@@ -60,8 +76,10 @@ def _claims_overview(data) -> dict:
     from probe.analyses.claims.thresholds import thresholds_in_force
 
     counts = claims.counts()
-    return {"counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()},
-            "thresholds": thresholds_in_force()}
+    return {
+        "counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()},
+        "thresholds": thresholds_in_force(),
+    }
 
 
 def _claim_cell(c: dict) -> str:
@@ -72,8 +90,11 @@ def _claim_cell(c: dict) -> str:
     if c.get("statement"):
         out += f": {c['statement']}"
     if c.get("effect") is not None and c["status"] in ("holds", "does not hold"):
-        ci = (f" [{c['ci_low']:.3g}, {c['ci_high']:.3g}]" if c.get("ci_low") is not None
-              and c.get("ci_high") is not None else "")
+        ci = (
+            f" [{c['ci_low']:.3g}, {c['ci_high']:.3g}]"
+            if c.get("ci_low") is not None and c.get("ci_high") is not None
+            else ""
+        )
         out += f" ({c['effect']:.3g}{ci}, n={c.get('count')})"
     elif c["status"] in ("not tested", "not enough evidence") and c.get("reason"):
         out += f" ({c['reason']})"
@@ -87,38 +108,59 @@ def claims_markdown(summary: dict) -> list:
     ov = summary.get("claims") or {}
     if not ov:
         return []
-    lines = ["", "## Claims", "", "| claim |" + "".join(f" {s} |" for s in STATUSES),
-             "| --- |" + " --- |" * len(STATUSES)]
+    lines = [
+        "",
+        "## Claims",
+        "",
+        "| claim |" + "".join(f" {s} |" for s in STATUSES),
+        "| --- |" + " --- |" * len(STATUSES),
+    ]
     for kind, row in ov["counts"].items():
         lines.append(f"| {kind} |" + "".join(f" {row.get(s, 0)} |" for s in STATUSES))
     lines += ["", "Thresholds in force:", ""]
     for name, t in ov["thresholds"].items():
         lines.append(f"- {_md(name)} = {_md(t['value'])}: {_md(t['source'])}")
-    lines += ["", "| layer | head | summary |" + "".join(f" {k} |" for k in KINDS),
-              "| --- | --- | --- |" + " --- |" * len(KINDS)]
+    lines += [
+        "",
+        "| layer | head | summary |" + "".join(f" {k} |" for k in KINDS),
+        "| --- | --- | --- |" + " --- |" * len(KINDS),
+    ]
     for h in summary["heads"]:
         c = h.get("claims") or {}
-        lines.append(f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |"
-                     + "".join(f" {_md(_claim_cell(c[k])) if k in c else ''} |" for k in KINDS))
+        lines.append(
+            f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |"
+            + "".join(f" {_md(_claim_cell(c[k])) if k in c else ''} |" for k in KINDS)
+        )
     return lines
 
 
 #: per-head columns shown in report.md when some section provides them
-MD_COLUMNS = ("role", "confidence", "syntax_relation", "syntax_accuracy", "syntax_baseline",
-              "ablation_delta", "ablation_ci_low", "ablation_ci_high", "importance_rank")
+MD_COLUMNS = (
+    "role",
+    "confidence",
+    "syntax_relation",
+    "syntax_accuracy",
+    "syntax_baseline",
+    "ablation_delta",
+    "ablation_ci_low",
+    "ablation_ci_high",
+    "importance_rank",
+)
 
 
 def _md(s) -> str:
-    return (str(s).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("\n", " "))
+    return str(s).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
 
 
 def report_markdown(summary: dict) -> str:
     """``report.md`` from :func:`summary_dict` (so both hold the same numbers)."""
     m, c = summary["model"], summary["corpus"]
-    lines = [f"# Attention report: {_md(m.get('name'))}", "",
-             f"- model: {_md(m.get('name'))} ({m.get('layers', '?')} layers × {m.get('heads', '?')} heads)",
-             f"- corpus: {_md(c['source'])}, {c['examples']} examples, {c['tokens']} tokens"]
+    lines = [
+        f"# Attention report: {_md(m.get('name'))}",
+        "",
+        f"- model: {_md(m.get('name'))} ({m.get('layers', '?')} layers × {m.get('heads', '?')} heads)",
+        f"- corpus: {_md(c['source'])}, {c['examples']} examples, {c['tokens']} tokens",
+    ]
     for why, n in c["skipped"].items():
         lines.append(f"- skipped examples: {n} {_md(why)}")
     for k, v in summary["settings"].items():
@@ -132,8 +174,13 @@ def report_markdown(summary: dict) -> str:
             lines.append(f"\n{_md(s['name'])}: {_md(note)}")
     merged = [{k: v for facts in h["facts"].values() for k, v in facts.items()} for h in summary["heads"]]
     keys = [k for k in MD_COLUMNS if any(f.get(k) is not None for f in merged)]
-    lines += ["", "## Heads", "", "| layer | head | verdict |" + "".join(f" {k} |" for k in keys),
-              "| --- | --- | --- |" + " --- |" * len(keys)]
+    lines += [
+        "",
+        "## Heads",
+        "",
+        "| layer | head | verdict |" + "".join(f" {k} |" for k in keys),
+        "| --- | --- | --- |" + " --- |" * len(keys),
+    ]
     for h, f in zip(summary["heads"], merged):
         vals = []
         for k in keys:
@@ -158,7 +205,8 @@ def write_tables(data, out: Path) -> list:
 
 def write_summary(data, out: Path) -> dict:
     summary = summary_dict(data)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False, allow_nan=False),
-                                      encoding="utf-8")
+    (out / "summary.json").write_text(
+        json.dumps(summary, indent=1, ensure_ascii=False, allow_nan=False), encoding="utf-8"
+    )
     (out / "report.md").write_text(report_markdown(summary), encoding="utf-8")
     return summary

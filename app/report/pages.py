@@ -29,7 +29,7 @@ def head_file(layer: int, head: int) -> str:
 def role_label(role) -> str:
     role = str(role or "")
     if role.startswith("syntactic"):
-        inner = role[len("syntactic"):].strip(" ()")
+        inner = role[len("syntactic") :].strip(" ()")
         return inner or "syn"
     return ROLE_ABBREV.get(role, role[:7])
 
@@ -72,10 +72,12 @@ def _sections_list(data) -> str:
     items = []
     for o in data.outcomes:
         why = f": {esc(o.reason)}" if o.reason else ""
-        items.append(f"<li><b>{esc(o.title)}</b> ({esc(o.name)}) — <span class=\"{esc(o.status)}\">"
-                     f"{esc(o.status)}</span>{why}"
-                     + (f" <span class=\"muted\">{o.seconds:.1f} s</span>" if o.status == "ran" else "")
-                     + "</li>")
+        items.append(
+            f'<li><b>{esc(o.title)}</b> ({esc(o.name)}) — <span class="{esc(o.status)}">'
+            f"{esc(o.status)}</span>{why}"
+            + (f' <span class="muted">{o.seconds:.1f} s</span>' if o.status == "ran" else "")
+            + "</li>"
+        )
     return "<ul>" + "".join(items) + "</ul>"
 
 
@@ -97,18 +99,25 @@ def _grid(data) -> str:
             sym, why = importance_mark(f, n_total)
             tip = f"L{layer}H{h}: {claim_line(data, layer, h)}" + (f" ({why})" if why else "")
             label = esc(role_label(f.get("role"))) if role else "&nbsp;"
-            cells.append(f"<td style=\"background:{colour}\"><a href=\"heads/{head_file(layer, h)}\" "
-                         f"title=\"{esc(tip)}\">L{layer}H{h}<br>{label} <span class=\"imp\">{esc(sym)}</span>"
-                         f"</a></td>")
+            cells.append(
+                f'<td style="background:{colour}"><a href="heads/{head_file(layer, h)}" '
+                f'title="{esc(tip)}">L{layer}H{h}<br>{label} <span class="imp">{esc(sym)}</span>'
+                f"</a></td>"
+            )
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
-    used = sorted({base_role(data.flat_facts(layer, h).get("role")) for layer in data.layers
-                   for h in range(data.n_heads)} - {""})
-    legend = "".join(f"<span style=\"background:{ROLE_COLOURS.get(r, '#eeeeee')}\">{esc(r)}</span>" for r in used)
-    legend = (f"<p class=\"legend\">{legend} &nbsp; ★ top 10% importance, ● top 30% or a significant "
-              f"ablation effect, · little effect</p>") if used else (
-        "<p class=\"muted\">Cells are not coloured: the roles section did not run.</p>")
-    return (f"<div class=\"scroll\"><table class=\"grid\"><tr><th></th>{head_row}</tr>{''.join(rows)}</table></div>"
-            f"{legend}")
+    used = sorted(
+        {base_role(data.flat_facts(layer, h).get("role")) for layer in data.layers for h in range(data.n_heads)} - {""}
+    )
+    legend = "".join(f'<span style="background:{ROLE_COLOURS.get(r, "#eeeeee")}">{esc(r)}</span>' for r in used)
+    legend = (
+        (
+            f'<p class="legend">{legend} &nbsp; ★ top 10% importance, ● top 30% or a significant '
+            f"ablation effect, · little effect</p>"
+        )
+        if used
+        else ('<p class="muted">Cells are not coloured: the roles section did not run.</p>')
+    )
+    return f'<div class="scroll"><table class="grid"><tr><th></th>{head_row}</tr>{"".join(rows)}</table></div>{legend}'
 
 
 def _min_count(o):
@@ -123,27 +132,34 @@ def _section_blocks(data) -> str:
         parts = [f"<h3>{esc(o.title)}</h3>"]
         parts += [f"<p>{esc(n)}</p>" for n in o.result.notes]
         for name, table in o.result.tables.items():
-            parts.append(f"<p class=\"muted\">{esc(name)}: {len(table)} rows, strongest first — "
-                         f"{link(f'tables/{o.name}_{name}.csv', 'CSV')}</p>")
+            parts.append(
+                f'<p class="muted">{esc(name)}: {len(table)} rows, strongest first — '
+                f"{link(f'tables/{o.name}_{name}.csv', 'CSV')}</p>"
+            )
             parts.append(ranked_table(o.name, name, table, min_count=_min_count(o)))
         out.append("".join(parts))
     return "".join(out)
 
 
 def _views_links() -> str:
-    return (f"<p class=\"views\">{link(MODEL_FILE, 'Model view: every head at once')} "
-            f"{link(COMPARE_FILE, 'Compare two heads; raw attention vs rollout vs flow')}</p>")
+    return (
+        f'<p class="views">{link(MODEL_FILE, "Model view: every head at once")} '
+        f"{link(COMPARE_FILE, 'Compare two heads; raw attention vs rollout vs flow')}</p>"
+    )
 
 
 def index_html(data) -> str:
     """The report's front page."""
     ctx = data.ctx
     model = dict(ctx.settings.get("model_info") or {})
-    summary = {"model": model.get("name", ctx.settings.get("model")),
-               "layers × heads": f"{len(data.layers)} × {data.n_heads}",
-               "model source": model.get("source", ""),
-               "corpus": ctx.corpus.source or "text", "examples": len(ctx.maps),
-               "tokens": sum(m.n_tokens for m in ctx.maps)}
+    summary = {
+        "model": model.get("name", ctx.settings.get("model")),
+        "layers × heads": f"{len(data.layers)} × {data.n_heads}",
+        "model source": model.get("source", ""),
+        "corpus": ctx.corpus.source or "text",
+        "examples": len(ctx.maps),
+        "tokens": sum(m.n_tokens for m in ctx.maps),
+    }
     for why, n in (ctx.corpus.skipped or {}).items():
         summary[f"skipped ({why})"] = n
     for k, v in ctx.settings.items():
@@ -152,22 +168,27 @@ def index_html(data) -> str:
     summary["built in"] = _built_in(data)
     examples, titles = view_examples(ctx)  # every head, so as many sentences as the budget allows
     k = _within_budget([ctx.maps[i] for i in examples[:2]])
-    view = HeadView([ctx.maps[i] for i in examples[:k]], titles=titles[:k],
-                    initial=_showcase(data)).fragment(include_script=False)
+    view = HeadView([ctx.maps[i] for i in examples[:k]], titles=titles[:k], initial=_showcase(data)).fragment(
+        include_script=False
+    )
     # what a reader came for first: the head grid and the head view; the settings below, folded
     corpus_name = Path(str(summary["corpus"])).name or str(summary["corpus"])  # the full path is in the settings
     built = str(summary["built in"]).split(" (")[0]
-    line = (f"{esc(summary['layers × heads'])} heads, {esc(summary['examples'])} examples from "
-            f"{esc(corpus_name)}; built in {esc(built)}")
-    body = (f"<h1>Attention report: {esc(summary['model'])}</h1><p class=\"muted\">{line}</p>"
-            f"<h2>Heads</h2>{_views_links()}<p>Each cell links to the head's page; colour: role; mark: "
-            f"importance. Hover for the verdict.</p>{_grid(data)}"
-            f"<h2>Head view</h2>{view}"
-            f"<h2>Sections</h2>{_sections_list(data)}"
-            f"<details><summary><b>Corpus, model and settings</b></summary>{kv_table(summary)}</details>"
-            f"{_section_blocks(data)}"
-            f"<p class=\"muted\">Machine-readable: {link('summary.json', 'summary.json')}, "
-            f"{link('report.md', 'report.md')}, tables/*.csv</p>")
+    line = (
+        f"{esc(summary['layers × heads'])} heads, {esc(summary['examples'])} examples from "
+        f"{esc(corpus_name)}; built in {esc(built)}"
+    )
+    body = (
+        f'<h1>Attention report: {esc(summary["model"])}</h1><p class="muted">{line}</p>'
+        f"<h2>Heads</h2>{_views_links()}<p>Each cell links to the head's page; colour: role; mark: "
+        f"importance. Hover for the verdict.</p>{_grid(data)}"
+        f"<h2>Head view</h2>{view}"
+        f"<h2>Sections</h2>{_sections_list(data)}"
+        f"<details><summary><b>Corpus, model and settings</b></summary>{kv_table(summary)}</details>"
+        f"{_section_blocks(data)}"
+        f'<p class="muted">Machine-readable: {link("summary.json", "summary.json")}, '
+        f"{link('report.md', 'report.md')}, tables/*.csv</p>"
+    )
     return page(f"Attention report — {summary['model']}", body, scripts=[head_view_js()])
 
 
@@ -213,22 +234,31 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
         nav.append(link(head_file(*order[i + 1]), "L{}H{} →".format(*order[i + 1])))
     flat = data.flat_facts(layer, head)
     sym, why = importance_mark(flat, n_total)
-    parts = [f"<nav>{''.join(nav)}</nav><h1>Layer {layer}, head {head}"
-             + (f" <span class=\"imp\" title=\"{esc(why)}\">{esc(sym)}</span>" if sym else "") + "</h1>",
-             head_claims_html(data, layer, head),
-             "<h2>Evidence</h2>", evidence_html(data, layer, head)]
+    parts = [
+        f"<nav>{''.join(nav)}</nav><h1>Layer {layer}, head {head}"
+        + (f' <span class="imp" title="{esc(why)}">{esc(sym)}</span>' if sym else "")
+        + "</h1>",
+        head_claims_html(data, layer, head),
+        "<h2>Evidence</h2>",
+        evidence_html(data, layer, head),
+    ]
     examples, titles = view_examples(ctx)
-    view = HeadView([ctx.maps[e] for e in examples], layers=[layer], heads=[head],
-                    titles=titles).fragment(include_script=False)
-    parts.append(f"<h2>Head view</h2><p>Lines join each token (left) to the tokens it attends to (right); "
-                 f"width and opacity grow with the weight.</p>{view}")
+    view = HeadView([ctx.maps[e] for e in examples], layers=[layer], heads=[head], titles=titles).fragment(
+        include_script=False
+    )
+    parts.append(
+        f"<h2>Head view</h2><p>Lines join each token (left) to the tokens it attends to (right); "
+        f"width and opacity grow with the weight.</p>{view}"
+    )
     parts.append("<h2>Heatmaps</h2>")
     for ex, png in figures:
         m = ctx.maps[ex]
-        parts.append(f"<p class=\"sent\">example {ex}: {esc(m.text)}</p>"
-                     f"<figure><img src=\"{esc(png)}\" alt=\"heatmap of layer {layer} head {head} on example {ex}\">"
-                     f"<figcaption>rows attend to columns; colour: weight from 0 (palest, a light peach) to 1 (darkest)"
-                     f"</figcaption></figure>")
+        parts.append(
+            f'<p class="sent">example {ex}: {esc(m.text)}</p>'
+            f'<figure><img src="{esc(png)}" alt="heatmap of layer {layer} head {head} on example {ex}">'
+            f"<figcaption>rows attend to columns; colour: weight from 0 (palest, a light peach) to 1 (darkest)"
+            f"</figcaption></figure>"
+        )
     return page(f"L{layer}H{head} — {data.verdicts[(layer, head)]}", "".join(parts), scripts=[head_view_js()])
 
 

@@ -25,8 +25,9 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e3
 _plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
-def paper_figure(attention, query, heads: Sequence, path, targets: Sequence = (),
-                 title: Optional[str] = None, dpi: int = 100):
+def paper_figure(
+    attention, query, heads: Sequence, path, targets: Sequence = (), title: Optional[str] = None, dpi: int = 100
+):
     """Draw the attention from one word, for a few heads, as in the paper's appendix.
 
     Args:
@@ -67,11 +68,27 @@ def paper_figure(attention, query, heads: Sequence, path, targets: Sequence = ()
     x_left, x_right = 0.0, 1.0
     for i, u in enumerate(units):
         grey = "#8a8a8a" if bool(special[i]) else "black"
-        ax.text(x_left - 0.03, ys[i], u, ha="right", va="center", fontsize=9, color=grey,
-                fontweight="bold" if i == q else "normal",
-                bbox=dict(boxstyle="round,pad=0.15", fc="#ffe9a8", ec="none") if i == q else None)
-        ax.text(x_right + 0.03, ys[i], u, ha="left", va="center", fontsize=9, color=grey,
-                fontweight="bold" if i in bold else "normal")
+        ax.text(
+            x_left - 0.03,
+            ys[i],
+            u,
+            ha="right",
+            va="center",
+            fontsize=9,
+            color=grey,
+            fontweight="bold" if i == q else "normal",
+            bbox=dict(boxstyle="round,pad=0.15", fc="#ffe9a8", ec="none") if i == q else None,
+        )
+        ax.text(
+            x_right + 0.03,
+            ys[i],
+            u,
+            ha="left",
+            va="center",
+            fontsize=9,
+            color=grey,
+            fontweight="bold" if i in bold else "normal",
+        )
     spread = 0.6 / max(len(heads), 2)  # lines of different heads side by side, within a row
     for c, ((layer, h), row) in enumerate(zip(heads, rows)):
         color = COLORS[c]
@@ -79,8 +96,15 @@ def paper_figure(attention, query, heads: Sequence, path, targets: Sequence = ()
         for k, weight in enumerate(row):
             if weight < 0.01:
                 continue
-            ax.plot([x_left, x_right], [ys[q] + dy, ys[k] + dy], color=color, alpha=float(min(1.0, weight)),
-                    linewidth=0.5 + 3.0 * float(weight), solid_capstyle="round", zorder=10 - c)
+            ax.plot(
+                [x_left, x_right],
+                [ys[q] + dy, ys[k] + dy],
+                color=color,
+                alpha=float(min(1.0, weight)),
+                linewidth=0.5 + 3.0 * float(weight),
+                solid_capstyle="round",
+                zorder=10 - c,
+            )
         top = int(np.argmax(row))
         label = f"layer {layer}, head {h}: "
         if bold:
@@ -99,8 +123,9 @@ def paper_figure(attention, query, heads: Sequence, path, targets: Sequence = ()
     return path
 
 
-def alignment_heatmaps(maps, path, gold: Optional[Sequence] = None, aer: Optional[dict] = None,
-                       title: Optional[str] = None, dpi: int = 100):
+def alignment_heatmaps(
+    maps, path, gold: Optional[Sequence] = None, aer: Optional[dict] = None, title: Optional[str] = None, dpi: int = 100
+):
     """Heatmaps of a cross-attention map's heads at word level, target rows × source columns.
 
     Args:
@@ -130,8 +155,9 @@ def alignment_heatmaps(maps, path, gold: Optional[Sequence] = None, aer: Optiona
     columns = list(maps.words) + ["/".join(dict.fromkeys(special)) or "(special)"]
     plt = _plt()
     cell = 0.42
-    fig, axes = plt.subplots(n_l, n_h, figsize=(n_h * (1.6 + cell * n_s), n_l * (1.3 + cell * n_t)),
-                             dpi=dpi, squeeze=False)
+    fig, axes = plt.subplots(
+        n_l, n_h, figsize=(n_h * (1.6 + cell * n_s), n_l * (1.3 + cell * n_t)), dpi=dpi, squeeze=False
+    )
     from matplotlib.patches import Rectangle
 
     img = None

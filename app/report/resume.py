@@ -69,8 +69,13 @@ def _table_to_json(df: pd.DataFrame) -> dict:
     cols = []
     for c in df.columns:
         values = df[c].tolist()
-        cols.append({"name": c if isinstance(c, str) else json.dumps(c), "dtype": str(df[c].dtype),
-                     "values": [_plain(v) for v in values]})
+        cols.append(
+            {
+                "name": c if isinstance(c, str) else json.dumps(c),
+                "dtype": str(df[c].dtype),
+                "values": [_plain(v) for v in values],
+            }
+        )
     return {"columns": cols, "rows": len(df)}
 
 
@@ -101,8 +106,12 @@ def _save_data(data: dict) -> tuple | None:
     plain, arrays = {}, {}
     for k, v in data.items():
         if isinstance(v, SweepResult):
-            plain[k] = {"kind": "sweep", "table": _table_to_json(v.table), "heads": [list(h) for h in v.heads],
-                        "path": v.path}
+            plain[k] = {
+                "kind": "sweep",
+                "table": _table_to_json(v.table),
+                "heads": [list(h) for h in v.heads],
+                "path": v.path,
+            }
             arrays[f"{k}.clean"] = np.ascontiguousarray(v.clean)
             arrays[f"{k}.ablated"] = np.ascontiguousarray(v.ablated)
         else:
@@ -119,9 +128,13 @@ def _load_data(plain: dict, arrays: dict) -> dict:
     out = {}
     for k, v in plain.items():
         if v["kind"] == "sweep":
-            out[k] = SweepResult(table=_table_from_json(v["table"]), clean=arrays[f"{k}.clean"],
-                                 ablated=arrays[f"{k}.ablated"], heads=tuple(tuple(h) for h in v["heads"]),
-                                 path=v["path"])
+            out[k] = SweepResult(
+                table=_table_from_json(v["table"]),
+                clean=arrays[f"{k}.clean"],
+                ablated=arrays[f"{k}.ablated"],
+                heads=tuple(tuple(h) for h in v["heads"]),
+                path=v["path"],
+            )
         else:
             out[k] = v["value"]
     return out
@@ -145,12 +158,16 @@ class PartialReport:
             try:
                 saved = json.loads(state.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                raise ValueError(f"{self.dir} holds no readable state.json: not a partial report of this "
-                                 "toolkit; remove it or use another --out") from None
+                raise ValueError(
+                    f"{self.dir} holds no readable state.json: not a partial report of this "
+                    "toolkit; remove it or use another --out"
+                ) from None
             if saved.get("format") != FORMAT or saved.get("fingerprint") != fp:
-                raise ValueError(f"cannot resume: {self.dir} was written {self._differs(saved)}; nothing was "
-                                 "overwritten. Rerun with the same options, or --no-resume to start afresh "
-                                 "(discarding it)")
+                raise ValueError(
+                    f"cannot resume: {self.dir} was written {self._differs(saved)}; nothing was "
+                    "overwritten. Rerun with the same options, or --no-resume to start afresh "
+                    "(discarding it)"
+                )
             self.resumed = sorted(p.stem for p in (self.dir / "sections").glob("*.json"))
             if self.resumed:
                 log.info("resuming %s: %s finished", self.dir, ", ".join(self.resumed))
@@ -164,8 +181,11 @@ class PartialReport:
             return f"in another format ({saved.get('format')!r}, this toolkit writes {FORMAT!r})"
         old = saved.get("fingerprint") or {}
         keys = sorted(set(old) | set(self.fingerprint))
-        diffs = [f"{k} {old.get(k)!r} there, {self.fingerprint.get(k)!r} now" for k in keys
-                 if old.get(k) != self.fingerprint.get(k)]
+        diffs = [
+            f"{k} {old.get(k)!r} there, {self.fingerprint.get(k)!r} now"
+            for k in keys
+            if old.get(k) != self.fingerprint.get(k)
+        ]
         return "with other settings: " + "; ".join(diffs)
 
     # ---- one section --------------------------------------------------------------
@@ -186,9 +206,14 @@ class PartialReport:
 
             arrays = load_file(str(st))
         per_head = _table_from_json(d["per_head"]) if d.get("per_head") is not None else None
-        result = Result(tables={k: _table_from_json(t) for k, t in d["tables"].items()}, per_head=per_head,
-                        notes=list(d["notes"]), summary=d["summary"], summary_name=d["summary_name"],
-                        data=_load_data(d["data"], arrays))
+        result = Result(
+            tables={k: _table_from_json(t) for k, t in d["tables"].items()},
+            per_head=per_head,
+            notes=list(d["notes"]),
+            summary=d["summary"],
+            summary_name=d["summary_name"],
+            data=_load_data(d["data"], arrays),
+        )
         return SectionOutcome(d["name"], d["title"], d["status"], d["reason"], d["seconds"], result)
 
     def said(self, name: str) -> list:
@@ -208,12 +233,20 @@ class PartialReport:
             log.info("section %s: its data is not saved; a resumed run repeats it", outcome.name)
             return False
         plain, arrays = packed
-        d = {"name": outcome.name, "title": outcome.title, "status": outcome.status, "reason": outcome.reason,
-             "seconds": outcome.seconds, "notes": list(r.notes), "summary": json.loads(json.dumps(
-                 r.summary, default=_plain_default, allow_nan=True)),
-             "summary_name": r.summary_name, "tables": {k: _table_to_json(t) for k, t in r.tables.items()},
-             "per_head": None if r.per_head is None else _table_to_json(r.per_head), "data": plain,
-             "said": list(said or [])}
+        d = {
+            "name": outcome.name,
+            "title": outcome.title,
+            "status": outcome.status,
+            "reason": outcome.reason,
+            "seconds": outcome.seconds,
+            "notes": list(r.notes),
+            "summary": json.loads(json.dumps(r.summary, default=_plain_default, allow_nan=True)),
+            "summary_name": r.summary_name,
+            "tables": {k: _table_to_json(t) for k, t in r.tables.items()},
+            "per_head": None if r.per_head is None else _table_to_json(r.per_head),
+            "data": plain,
+            "said": list(said or []),
+        }
         sections = self.dir / "sections"
         if arrays:
             from safetensors.numpy import save_file

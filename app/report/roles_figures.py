@@ -27,7 +27,9 @@ def _base(role: str) -> str:
 def _check(roles, columns):
     missing = [c for c in columns if c not in roles.columns]
     if missing:
-        raise ValueError(f"roles table lacks columns {missing}; compute it with probe.analyses.patterns.roles.roles_report()")
+        raise ValueError(
+            f"roles table lacks columns {missing}; compute it with probe.analyses.patterns.roles.roles_report()"
+        )
     if roles.empty:
         raise ValueError("roles table is empty")
 
@@ -57,19 +59,36 @@ def role_grid_figure(roles, path, title: Optional[str] = None) -> Path:
         i, j = layers.index(r.layer), heads.index(r.head)
         base = _base(r.role)
         grid[i, j] = code.get(base, np.nan)
-        rel = r.role[len(base):].strip(" ()")
+        rel = r.role[len(base) :].strip(" ()")
         conf = "" if r.confidence != r.confidence else f"{r.confidence:.2f}"
         text[i, j] = f"{rel}\n{conf}" if rel else conf
     cmap = ListedColormap([ROLE_COLORS[r] for r in present])
     fig, ax = plt.subplots(figsize=(1.0 + 0.62 * len(heads) + 2.6, 0.9 + 0.5 * len(layers)))
-    sns.heatmap(grid, ax=ax, cmap=cmap, vmin=-0.5, vmax=len(present) - 0.5, cbar=False,
-                annot=text, fmt="", annot_kws={"fontsize": 6}, linewidths=0.5, linecolor="white",
-                xticklabels=heads, yticklabels=layers)
+    sns.heatmap(
+        grid,
+        ax=ax,
+        cmap=cmap,
+        vmin=-0.5,
+        vmax=len(present) - 0.5,
+        cbar=False,
+        annot=text,
+        fmt="",
+        annot_kws={"fontsize": 6},
+        linewidths=0.5,
+        linecolor="white",
+        xticklabels=heads,
+        yticklabels=layers,
+    )
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     set_wrapped_title(fig, ax, title or "head roles (cell text: confidence)", fontsize=10)
-    ax.legend(handles=[Patch(color=ROLE_COLORS[r], label=r) for r in present],
-              bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=7, frameon=False)
+    ax.legend(
+        handles=[Patch(color=ROLE_COLORS[r], label=r) for r in present],
+        bbox_to_anchor=(1.01, 1),
+        loc="upper left",
+        fontsize=7,
+        frameon=False,
+    )
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -91,16 +110,24 @@ def head_map_figure(roles, path, title: Optional[str] = None) -> Path:
     data = roles.assign(base_role=roles["role"].map(_base))
     order = [r for r in ROLE_COLORS if r in set(data["base_role"])]
     fig, ax = plt.subplots(figsize=(7.5, 6))
-    sns.scatterplot(data=data, x="mds_x", y="mds_y", hue="base_role", hue_order=order,
-                    palette=ROLE_COLORS, edgecolor="black", linewidth=0.3, s=60, ax=ax)
+    sns.scatterplot(
+        data=data,
+        x="mds_x",
+        y="mds_y",
+        hue="base_role",
+        hue_order=order,
+        palette=ROLE_COLORS,
+        edgecolor="black",
+        linewidth=0.3,
+        s=60,
+        ax=ax,
+    )
     for r in data.itertuples(index=False):
-        ax.annotate(f"L{r.layer}H{r.head}", (r.mds_x, r.mds_y), fontsize=6, xytext=(2, 2),
-                    textcoords="offset points")
+        ax.annotate(f"L{r.layer}H{r.head}", (r.mds_x, r.mds_y), fontsize=6, xytext=(2, 2), textcoords="offset points")
     ax.set_xlabel("MDS 1")
     ax.set_ylabel("MDS 2")
     ax.set_title(title or "heads by Jensen–Shannon distance (MDS)")
-    ax.legend(title="role", fontsize=7, title_fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left",
-              frameon=False)
+    ax.legend(title="role", fontsize=7, title_fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left", frameon=False)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)

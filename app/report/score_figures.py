@@ -65,9 +65,16 @@ def _bars(scores, path, title, xlabel):
         total = float(np.sum(scores.scores[r])) or 1.0
         apart = ", ".join(f"{t} {s:.2f}" for _, t, s in trivial[:4]) + (" …" if len(trivial) > 4 else "")
         ax.set_title(f"output position {p} ({shown[p]})", fontsize=10)
-        ax.text(0.0, -0.16 - 0.02 * max(0, 12 - len(words)) / 4, f"not shown: itself, special tokens and "
-                f"punctuation, {share / total:.0%} of the total\n({apart})", transform=ax.transAxes, fontsize=8,
-                color=MUTED, va="top", wrap=True)
+        ax.text(
+            0.0,
+            -0.16 - 0.02 * max(0, 12 - len(words)) / 4,
+            f"not shown: itself, special tokens and punctuation, {share / total:.0%} of the total\n({apart})",
+            transform=ax.transAxes,
+            fontsize=8,
+            color=MUTED,
+            va="top",
+            wrap=True,
+        )
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -88,10 +95,16 @@ def _heatmap(scores, path, title, xlabel):
     vmax = float(words.max()) if words.size else float(s.max())
     fig, ax = plt.subplots(figsize=(min(4 + 0.32 * n, 30), min(2.2 + 0.3 * k, 30)))
     ax.set_facecolor("#c4c4c4")
-    sns.heatmap(np.where(mask, np.nan, s), ax=ax, cmap=ATTENTION_CMAP, vmin=0, vmax=max(vmax, 1e-9),
-                xticklabels=shown,
-                yticklabels=[f"{p} {shown[p]}" for p in scores.output_positions],
-                cbar_kws={"shrink": 0.8, "label": xlabel})
+    sns.heatmap(
+        np.where(mask, np.nan, s),
+        ax=ax,
+        cmap=ATTENTION_CMAP,
+        vmin=0,
+        vmax=max(vmax, 1e-9),
+        xticklabels=shown,
+        yticklabels=[f"{p} {shown[p]}" for p in scores.output_positions],
+        cbar_kws={"shrink": 0.8, "label": xlabel},
+    )
     ax.set_xlabel("input token (grey: itself, special tokens, punctuation; not on the colour scale)")
     ax.set_ylabel("output position")
     ax.set_title(title)

@@ -31,8 +31,10 @@ SkipSection = SkipAnalysis
 
 #: inputs a section may need, and how to tell whether a report's context has them
 NEEDS = {
-    "treebank": (lambda ctx: bool(ctx.corpus.sentences) and all(s.heads for s in ctx.corpus.sentences),
-                 "no treebank input (give --conllu with dependency annotation)"),
+    "treebank": (
+        lambda ctx: bool(ctx.corpus.sentences) and all(s.heads for s in ctx.corpus.sentences),
+        "no treebank input (give --conllu with dependency annotation)",
+    ),
     "model": (lambda ctx: ctx.adapter is not None, "no live model (report built from stored maps)"),
     "gradients": (lambda ctx: ctx.adapter is not None, "no live model (report built from stored maps)"),
     "zoo": (lambda ctx: str(getattr(ctx.adapter, "name", "")).startswith("zoo:"), "not a zoo model"),
@@ -40,11 +42,21 @@ NEEDS = {
 }
 
 
-def Section(name: str, title: str, run, modules: tuple = (), needs: tuple = (), after: tuple = (),
-            default: bool = True) -> Analysis:
+def Section(
+    name: str, title: str, run, modules: tuple = (), needs: tuple = (), after: tuple = (), default: bool = True
+) -> Analysis:
     """A report-only analysis (no command): the declaration :func:`run_sections` runs."""
-    return Analysis(name, title, run, needs=tuple(n for n in needs if n != "words"), command=False, section=True,
-                    report_default=default, after=after, modules=modules)
+    return Analysis(
+        name,
+        title,
+        run,
+        needs=tuple(n for n in needs if n != "words"),
+        command=False,
+        section=True,
+        report_default=default,
+        after=after,
+        modules=modules,
+    )
 
 
 @dataclass
@@ -59,8 +71,13 @@ class SectionOutcome:
     result: Result = field(default_factory=Result)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "title": self.title, "status": self.status,
-                "reason": self.reason, "seconds": round(self.seconds, 3)}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "status": self.status,
+            "reason": self.reason,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def registered() -> list:
@@ -169,8 +186,7 @@ def _run_one(ctx, sec, i: int, n: int, outcomes: list, strict: bool, progress) -
         # the analysis does not apply to this input (too few sentences, no applicable
         # metric…): the only source of "skipped", with the analysis' own reason
         _note_skip(ctx, sec.name, exc.reason)
-        outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", exc.reason,
-                                       time.perf_counter() - t0))
+        outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", exc.reason, time.perf_counter() - t0))
         return
     except Exception as exc:  # anything else is a bug: the section failed, with its type
         if strict:
@@ -179,8 +195,9 @@ def _run_one(ctx, sec, i: int, n: int, outcomes: list, strict: bool, progress) -
         log.error("section %s failed: %s: %s", sec.name, type(exc).__name__, exc)
         log.debug("section %s traceback", sec.name, exc_info=True)
         _note_skip(ctx, sec.name, f"failed: {type(exc).__name__}: {exc}")
-        outcomes.append(SectionOutcome(sec.name, sec.title, "failed", f"{type(exc).__name__}: {exc}",
-                                       time.perf_counter() - t0))
+        outcomes.append(
+            SectionOutcome(sec.name, sec.title, "failed", f"{type(exc).__name__}: {exc}", time.perf_counter() - t0)
+        )
         return
     ctx.results[sec.name] = result
     outcomes.append(SectionOutcome(sec.name, sec.title, "ran", "", time.perf_counter() - t0, result))

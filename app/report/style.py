@@ -24,15 +24,33 @@ MUTED = "#9a9a9a"
 
 #: one colour per base role; light enough for dark text on a cell, distinct as points
 ROLE_COLOURS = {
-    "previous-token": "#74a9cf", "next-token": "#a6dba0", "self": "#fdd976",
-    "special-token": "#bdbdbd", "punctuation": "#f4a6b7", "broad": "#c2a5cf",
-    "rare-word": "#fdae6b", "induction": "#ef6f6c", "duplicate-token": "#b8e186",
-    "syntactic": "#41ab5d", "coreference": "#de77ae", "profile": "#f0f0f0",
+    "previous-token": "#74a9cf",
+    "next-token": "#a6dba0",
+    "self": "#fdd976",
+    "special-token": "#bdbdbd",
+    "punctuation": "#f4a6b7",
+    "broad": "#c2a5cf",
+    "rare-word": "#fdae6b",
+    "induction": "#ef6f6c",
+    "duplicate-token": "#b8e186",
+    "syntactic": "#41ab5d",
+    "coreference": "#de77ae",
+    "profile": "#f0f0f0",
 }
 #: short labels of roles for grid cells
-ROLE_ABBREV = {"previous-token": "prev", "next-token": "next", "self": "self", "special-token": "special",
-               "punctuation": "punct", "broad": "broad", "rare-word": "rare", "induction": "induct",
-               "duplicate-token": "dup", "coreference": "coref", "profile": "?"}
+ROLE_ABBREV = {
+    "previous-token": "prev",
+    "next-token": "next",
+    "self": "self",
+    "special-token": "special",
+    "punctuation": "punct",
+    "broad": "broad",
+    "rare-word": "rare",
+    "induction": "induct",
+    "duplicate-token": "dup",
+    "coreference": "coref",
+    "profile": "?",
+}
 
 
 def base_role(role) -> str:
@@ -72,7 +90,7 @@ def _decimals_for(spread: float) -> int:
     if not spread or not math.isfinite(spread) or spread <= 0:
         return 3
     e = int(math.floor(math.log10(spread)))
-    lead = int(spread / 10 ** e)
+    lead = int(spread / 10**e)
     return max(0, -e + (1 if lead == 1 else 0))
 
 
@@ -108,7 +126,7 @@ def number(value, ci=None, *, digits: int = 3, percent: bool = False, signed: bo
         return f"0{suffix}"
     if percent and abs(x) < 0.1:  # shares: a tiny one reads as "< 0.1%", not 2.4e-5%
         return f"{'-' if x < 0 else ''}<0.1%"
-    if abs(x) >= 10 ** digits:
+    if abs(x) >= 10**digits:
         return f"{x:{sign}.0f}{suffix}" if abs(x) < 1e6 else f"{x:{sign}.{digits - 1}e}{suffix}".replace("e+0", "e")
     if abs(x) < 10 ** -(digits + 1):
         return f"{x:{sign}.{digits - 1}e}{suffix}".replace("e-0", "e-").replace("e+0", "e")

@@ -18,8 +18,9 @@ log = logging.getLogger(__name__)
 _plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
-def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str = "dep_to_head",
-                     title: Optional[str] = None) -> Path:
+def relation_heatmap(
+    relations_frame, path, min_count: int = 20, direction: str = "dep_to_head", title: Optional[str] = None
+) -> Path:
     """Heatmap of accuracy per relation (rows, by frequency) × head (columns ``L{layer}H{head}``)
     for the relations with at least ``min_count`` instances; saved to ``path``.
 
@@ -37,8 +38,16 @@ def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str 
     import seaborn as sns
 
     fig, ax = plt.subplots(figsize=(max(6, 0.16 * len(cols) + 3), max(3, 0.3 * len(order) + 1.5)))
-    sns.heatmap(table, ax=ax, cmap=ATTENTION_CMAP, vmin=0, vmax=1, cbar_kws={"label": "accuracy"},
-                xticklabels=True, yticklabels=True)
+    sns.heatmap(
+        table,
+        ax=ax,
+        cmap=ATTENTION_CMAP,
+        vmin=0,
+        vmax=1,
+        cbar_kws={"label": "accuracy"},
+        xticklabels=True,
+        yticklabels=True,
+    )
     ax.set_xlabel("head")
     ax.set_ylabel("relation")
     ax.tick_params(axis="x", labelsize=6, labelrotation=90)
@@ -50,8 +59,9 @@ def relation_heatmap(relations_frame, path, min_count: int = 20, direction: str 
     return path
 
 
-def write_syntax_report(result, out, min_count: int = 20, relations: Optional[Sequence[str]] = None,
-                        meta: Optional[dict] = None) -> dict:
+def write_syntax_report(
+    result, out, min_count: int = 20, relations: Optional[Sequence[str]] = None, meta: Optional[dict] = None
+) -> dict:
     """Write relations.csv, best.csv, trees.csv, probe.json, skipped.csv, summary.json and
     relations_heatmap.png under ``out``; return ``{name: path}``.
 
@@ -76,13 +86,20 @@ def write_syntax_report(result, out, min_count: int = 20, relations: Optional[Se
         paths["probe"] = out / "probe.json"
     result.skipped.to_frame().to_csv(out / "skipped.csv", index=False)
     paths["skipped"] = out / "skipped.csv"
-    summary = {"n_input": result.n_input, "n_evaluated": rel.n_sentences, "skipped": result.skipped_counts,
-               "min_count": min_count, "seconds": result.seconds, **(meta or {})}
+    summary = {
+        "n_input": result.n_input,
+        "n_evaluated": rel.n_sentences,
+        "skipped": result.skipped_counts,
+        "min_count": min_count,
+        "seconds": result.seconds,
+        **(meta or {}),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     paths["summary"] = out / "summary.json"
     try:
-        paths["heatmap"] = relation_heatmap(frame[frame.relation != "all"], out / "relations_heatmap.png",
-                                            min_count=min_count)
+        paths["heatmap"] = relation_heatmap(
+            frame[frame.relation != "all"], out / "relations_heatmap.png", min_count=min_count
+        )
     except NotApplicable as exc:
         log.warning("no heatmap: %s", exc.reason)
     return paths
@@ -96,8 +113,20 @@ def write_coref_report(result, out, meta: Optional[dict] = None) -> dict:
     result.accuracy.to_frame().to_csv(out / "coref.csv", index=False)
     result.accuracy.best().to_csv(out / "coref_best.csv", index=False)
     result.skipped.to_frame().to_csv(out / "skipped.csv", index=False)
-    summary = {"n_windows": result.n_windows, "n_skipped": len(result.skipped),
-               "pronouns": int(result.accuracy.counts[0]), "seconds": result.seconds, **(meta or {})}
+    summary = {
+        "n_windows": result.n_windows,
+        "n_skipped": len(result.skipped),
+        "pronouns": int(result.accuracy.counts[0]),
+        "seconds": result.seconds,
+        **(meta or {}),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return {name: out / f for name, f in [("coref", "coref.csv"), ("best", "coref_best.csv"),
-                                           ("skipped", "skipped.csv"), ("summary", "summary.json")]}
+    return {
+        name: out / f
+        for name, f in [
+            ("coref", "coref.csv"),
+            ("best", "coref_best.csv"),
+            ("skipped", "skipped.csv"),
+            ("summary", "summary.json"),
+        ]
+    }

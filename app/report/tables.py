@@ -15,14 +15,42 @@ from .html import esc, fmt
 ORDER = {
     ("ablation", "ablation"): ("|delta|", False, ["layer", "head", "metric", "delta", "ci_low", "ci_high"]),
     ("importance", "importance"): ("rank", True, ["layer", "head", "importance", "rank", "method"]),
-    ("syntax", "best"): ("margin", False, ["relation", "direction", "layer", "head", "accuracy",
-                                           "baseline_accuracy", "baseline_offset", "margin", "count"]),
+    ("syntax", "best"): (
+        "margin",
+        False,
+        [
+            "relation",
+            "direction",
+            "layer",
+            "head",
+            "accuracy",
+            "baseline_accuracy",
+            "baseline_offset",
+            "margin",
+            "count",
+        ],
+    ),
     ("syntax", "relations"): ("accuracy", False, None),
     ("faithfulness", "verdict"): ("|tau_ig|", False, None),
     ("faithfulness", "agreement"): ("|tau_mean|", False, None),
-    ("roles", "roles"): ("confidence", False, ["layer", "head", "role", "confidence", "decided_by", "to_special",
-                                               "to_punct", "positional_share", "positional_offset",
-                                               "entropy_ratio", "n_examples", "n_rows"]),
+    ("roles", "roles"): (
+        "confidence",
+        False,
+        [
+            "layer",
+            "head",
+            "role",
+            "confidence",
+            "decided_by",
+            "to_special",
+            "to_punct",
+            "positional_share",
+            "positional_offset",
+            "entropy_ratio",
+            "n_examples",
+            "n_rows",
+        ],
+    ),
     ("roles", "role_counts"): ("heads", False, None),
     ("rollout", "scores"): ("score", False, None),
 }
@@ -61,17 +89,24 @@ def ranked_table(section: str, name: str, df, min_count=None, max_rows: int = 12
     """:func:`ranked` as HTML: every cell escaped, at most ``max_rows`` rows, rows with
     ``count`` (or ``n_examples``) under ``min_count`` greyed, in a sideways-scrolling box."""
     if df is None or len(df) == 0:
-        return "<p class=\"muted\">(empty)</p>"
+        return '<p class="muted">(empty)</p>'
     df = ranked(section, name, df, min_count)
     count_col = next((c for c in ("count", "n_examples") if c in df.columns), None)
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
     body = []
     for rec in df.head(max_rows).to_dict("records"):
-        few = (min_count is not None and count_col is not None and rec[count_col] == rec[count_col]
-               and rec[count_col] < min_count)
-        cls = " class=\"few\" title=\"fewer instances than the minimum: not trusted\"" if few else ""
+        few = (
+            min_count is not None
+            and count_col is not None
+            and rec[count_col] == rec[count_col]
+            and rec[count_col] < min_count
+        )
+        cls = ' class="few" title="fewer instances than the minimum: not trusted"' if few else ""
         body.append(f"<tr{cls}>" + "".join(f"<td>{esc(fmt(v, 3))}</td>" for v in rec.values()) + "</tr>")
-    more = (f"<p class=\"muted\">top {max_rows} of {len(df)} rows; all in the CSV</p>" if len(df) > max_rows else "")
-    legend = (f"<p class=\"muted\">greyed: fewer than {min_count} instances</p>"
-              if min_count is not None and count_col is not None else "")
-    return f"<div class=\"scroll\"><table class=\"data\"><tr>{head}</tr>{''.join(body)}</table></div>{more}{legend}"
+    more = f'<p class="muted">top {max_rows} of {len(df)} rows; all in the CSV</p>' if len(df) > max_rows else ""
+    legend = (
+        f'<p class="muted">greyed: fewer than {min_count} instances</p>'
+        if min_count is not None and count_col is not None
+        else ""
+    )
+    return f'<div class="scroll"><table class="data"><tr>{head}</tr>{"".join(body)}</table></div>{more}{legend}'

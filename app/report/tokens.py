@@ -29,8 +29,9 @@ _CONTROL = {"\n": "↵", "\t": "⇥", "\r": "↵"}
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
     """The inverse of GPT-2's ``bytes_to_unicode``: piece character → byte."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
-        + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     n = 0
     for b in range(256):

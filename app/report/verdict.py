@@ -38,8 +38,13 @@ def _pct(x):
 def _what(f: dict, cls: str, sep: str) -> str:
     role = str(f.get("role") or "")
     rel, acc, base = f.get("syntax_relation"), _pct(f.get("syntax_accuracy")), _pct(f.get("syntax_baseline"))
-    syntactic = rel is not None and acc is not None and base is not None and acc - base >= SYNTAX_MARGIN \
+    syntactic = (
+        rel is not None
+        and acc is not None
+        and base is not None
+        and acc - base >= SYNTAX_MARGIN
         and acc >= SYNTAX_MIN_ACCURACY
+    )
     if role.startswith("syntactic") or (not role and syntactic) or (role.startswith("attends ") and syntactic):
         if rel is not None and acc is not None and base is not None:
             return f"looks syntactic ({rel}, {acc:.0f}% vs {base:.0f}% baseline)"
@@ -49,8 +54,9 @@ def _what(f: dict, cls: str, sep: str) -> str:
         return f"attends to {sep if s >= c else cls} ({max(c, s):.0%} of its attention)"
     if role in ("previous-token", "next-token", "self"):
         share = _num(f.get("positional_share"))
-        where = {"previous-token": "the previous token", "next-token": "the next token",
-                 "self": "the token itself"}[role]
+        where = {"previous-token": "the previous token", "next-token": "the next token", "self": "the token itself"}[
+            role
+        ]
         return f"attends to {where}" + (f" ({share:.0%} of rows peak there)" if share is not None else "")
     if role == "broad":
         return "attends broadly (no single token stands out)"
@@ -82,11 +88,10 @@ def _faithful(f: dict) -> str:
     if not v:
         return ""
     tau = next((_num(x) for k, x in f.items() if k.startswith("faith_tau_") and not k.endswith("significant")), None)
-    ref = next((k[len("faith_tau_"):] for k in f if k.startswith("faith_tau_") and not k.endswith("significant")), "")
+    ref = next((k[len("faith_tau_") :] for k in f if k.startswith("faith_tau_") and not k.endswith("significant")), "")
     if v == "weights irrelevant":  # permuting one head alone changed nothing: not "meaningless"
         return "permuting its weights alone changes nothing"
-    return (
-        f"weights {v} with {ref or 'attributions'}" + (f" (τ {tau:+.2f})" if tau is not None else ""))
+    return f"weights {v} with {ref or 'attributions'}" + (f" (τ {tau:+.2f})" if tau is not None else "")
 
 
 def claims_verdict(claims: dict) -> str:

@@ -31,9 +31,23 @@ def chromium() -> str:
 
 def shoot(url: str, out: Path, size: str = "1280,900") -> Path:
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--user-data-dir={profile}", f"--window-size={size}", "--virtual-time-budget=3000",
-                        f"--screenshot={out}", url], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                chromium(),
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--user-data-dir={profile}",
+                f"--window-size={size}",
+                "--virtual-time-budget=3000",
+                f"--screenshot={out}",
+                url,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     print(f"wrote {out.relative_to(ROOT)}")
     return out
 
@@ -46,17 +60,31 @@ def gpt2_adapter():
     from probe.models import ModelAdapter
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator([TEXT, "A cat and a dog sat on the table."] * 20, vocab_size=320, min_frequency=1,
-                            special_tokens=["<|endoftext|>"], show_progress=False)
-    tok = T.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
-                                    eos_token="<|endoftext|>")
-    cfg = T.GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=4, n_positions=64,
-                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    bpe.train_from_iterator(
+        [TEXT, "A cat and a dog sat on the table."] * 20,
+        vocab_size=320,
+        min_frequency=1,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+    )
+    tok = T.PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+    cfg = T.GPT2Config(
+        vocab_size=len(tok),
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     import torch
 
     torch.manual_seed(0)
-    return ModelAdapter(name="tiny random GPT-2 (byte-level BPE)", model=T.GPT2LMHeadModel(cfg), tokenizer=tok,
-                        family="gpt2")
+    return ModelAdapter(
+        name="tiny random GPT-2 (byte-level BPE)", model=T.GPT2LMHeadModel(cfg), tokenizer=tok, family="gpt2"
+    )
 
 
 def main() -> int:

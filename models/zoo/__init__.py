@@ -94,8 +94,10 @@ def eval_examples(task: str, n: Optional[int] = None, seed: Optional[int] = None
     if n < 1:
         raise ValueError(f"n must be ≥ 1, got {n}")
     if n > MAX_EVAL:
-        raise ValueError(f"{n} held-out examples asked for; the evaluation set of {mod.TASK} is generated in "
-                         f"memory, at most {MAX_EVAL} (its card uses {mod.N_EVAL}): ask for fewer")
+        raise ValueError(
+            f"{n} held-out examples asked for; the evaluation set of {mod.TASK} is generated in "
+            f"memory, at most {MAX_EVAL} (its card uses {mod.N_EVAL}): ask for fewer"
+        )
     return mod.generate(n, mod.EVAL_SEED if seed is None else int(seed))
 
 
@@ -109,8 +111,7 @@ def load_zoo(task: str, path: Optional[str | Path] = None) -> ZooModel:
     directory = Path(path) if path is not None else WEIGHTS_DIR / mod.TASK
     if not directory.is_dir():
         raise ValueError(
-            f"no trained model for zoo:{mod.TASK} at {directory}; "
-            f"run `probe train zoo:{mod.TASK} --out {directory}`"
+            f"no trained model for zoo:{mod.TASK} at {directory}; run `probe train zoo:{mod.TASK} --out {directory}`"
         )
     card = _common.read_card(directory)
     if card.get("task") != mod.TASK:
@@ -120,8 +121,9 @@ def load_zoo(task: str, path: Optional[str | Path] = None) -> ZooModel:
     return ZooModel(model=model, tokenizer=tok, card=card, task=mod.TASK, path=directory)
 
 
-def train(task: str, out: str | Path, steps: Optional[int] = None, seed: Optional[int] = None,
-          force: bool = False) -> dict:
+def train(
+    task: str, out: str | Path, steps: Optional[int] = None, seed: Optional[int] = None, force: bool = False
+) -> dict:
     """Train ``task`` from scratch into ``out``; return the card written there.
 
     Raises ``ValueError`` if ``out`` exists and is not empty, unless ``force``.
@@ -162,8 +164,9 @@ def train(task: str, out: str | Path, steps: Optional[int] = None, seed: Optiona
     }
     card.update(getattr(mod, "CARD_EXTRA", {}))
     _common.write_card(out, card)
-    log.info("zoo:%s trained in %.1fs, held-out %s = %.2f%%", mod.TASK,
-             card["train_seconds"], mod.METRIC, card["accuracy"])
+    log.info(
+        "zoo:%s trained in %.1fs, held-out %s = %.2f%%", mod.TASK, card["train_seconds"], mod.METRIC, card["accuracy"]
+    )
     return card
 
 
@@ -177,8 +180,14 @@ def evaluate(task: str, path: Optional[str | Path] = None, n: Optional[int] = No
     examples = eval_examples(zm.task, n=n if n is not None else zm.card.get("n_eval"))
     with _common.one_thread():
         acc = 100 * mod.accuracy(zm.model, zm.tokenizer, examples)
-    return {"task": zm.task, "metric": mod.METRIC, "accuracy": round(acc, 2),
-            "card_accuracy": zm.card.get("accuracy"), "n_eval": len(examples), "path": str(zm.path)}
+    return {
+        "task": zm.task,
+        "metric": mod.METRIC,
+        "accuracy": round(acc, 2),
+        "card_accuracy": zm.card.get("accuracy"),
+        "n_eval": len(examples),
+        "path": str(zm.path),
+    }
 
 
 def cards() -> list:
@@ -191,8 +200,13 @@ def cards() -> list:
     return out
 
 
-_ARCH = {"bert": "encoder", "gpt2": "decoder", "llama": "decoder", "bart": "encoder-decoder",
-         "gru-attention": "encoder-decoder (recurrent)"}
+_ARCH = {
+    "bert": "encoder",
+    "gpt2": "decoder",
+    "llama": "decoder",
+    "bart": "encoder-decoder",
+    "gru-attention": "encoder-decoder (recurrent)",
+}
 
 
 def list_zoo() -> list:
@@ -210,7 +224,15 @@ def list_zoo() -> list:
             cfg = {}
         layers = cfg.get("num_hidden_layers", cfg.get("n_layer", cfg.get("encoder_layers", 1)))
         heads = cfg.get("num_attention_heads", cfg.get("n_head", cfg.get("encoder_attention_heads", 1)))
-        out.append({"name": f"zoo:{card['task']}", "source": str(d), "family": card["family"],
-                    "arch": _ARCH.get(card["family"], ""), "layers": layers, "heads": heads,
-                    "card": card})
+        out.append(
+            {
+                "name": f"zoo:{card['task']}",
+                "source": str(d),
+                "family": card["family"],
+                "arch": _ARCH.get(card["family"], ""),
+                "layers": layers,
+                "heads": heads,
+                "card": card,
+            }
+        )
     return out

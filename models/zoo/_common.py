@@ -95,14 +95,12 @@ class one_thread:
         return False
 
 
-BERT_SPECIALS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-                     mask_token="[MASK]")
+BERT_SPECIALS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
 
 
 def bert_word_tokenizer(vocab, specials, max_length: int):
     """A word-level tokenizer framing each input as ``[CLS] … [SEP]`` (the encoder tasks)."""
-    return word_tokenizer(vocab, specials, template="[CLS] $A [SEP]", roles=dict(BERT_SPECIALS),
-                          max_length=max_length)
+    return word_tokenizer(vocab, specials, template="[CLS] $A [SEP]", roles=dict(BERT_SPECIALS), max_length=max_length)
 
 
 def seed_everything(seed: int) -> None:
@@ -192,7 +190,7 @@ def token_accuracy(model, tok, examples, encode: Callable, batch_size: int = 256
     −100; ``encode(tok, examples) -> (encoding, labels [batch, seq])``."""
     correct = total = 0
     for i in range(0, len(examples), batch_size):
-        enc, labels = encode(tok, examples[i:i + batch_size])
+        enc, labels = encode(tok, examples[i : i + batch_size])
         pred = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)
         m = labels != -100
         correct += (pred[m] == labels[m]).sum().item()

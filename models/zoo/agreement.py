@@ -36,16 +36,36 @@ STEPS = 1200
 EVAL_SEED = 12345
 N_EVAL = 1000
 METRIC = "verb-number classification accuracy"
-NOUNS = [("key", "keys"), ("cabinet", "cabinets"), ("dog", "dogs"), ("author", "authors"),
-         ("table", "tables"), ("friend", "friends"), ("house", "houses"), ("letter", "letters"),
-         ("teacher", "teachers"), ("boy", "boys"), ("girl", "girls"), ("car", "cars")]
+NOUNS = [
+    ("key", "keys"),
+    ("cabinet", "cabinets"),
+    ("dog", "dogs"),
+    ("author", "authors"),
+    ("table", "tables"),
+    ("friend", "friends"),
+    ("house", "houses"),
+    ("letter", "letters"),
+    ("teacher", "teachers"),
+    ("boy", "boys"),
+    ("girl", "girls"),
+    ("car", "cars"),
+]
 VERBS = [("likes", "like"), ("sees", "see"), ("finds", "find"), ("keeps", "keep")]
 ADJS = ["old", "new", "big", "small", "red", "happy"]
 PREPS = ["to", "near", "of", "behind", "with", "on"]
 FUNCTION = ["the", "that", "yesterday", "in", ",", "here", "now"]
-GENERATOR: dict[str, Any] = {"nouns": NOUNS, "verbs": VERBS, "adjectives": ADJS, "prepositions": PREPS,
-             "p_adjective": 0.3, "n_modifiers": [0, 1, 2], "p_relative_clause": 0.4,
-             "p_attractor_opposite": 0.7, "p_preamble": 0.5, "p_tail": 0.5}
+GENERATOR: dict[str, Any] = {
+    "nouns": NOUNS,
+    "verbs": VERBS,
+    "adjectives": ADJS,
+    "prepositions": PREPS,
+    "p_adjective": 0.3,
+    "n_modifiers": [0, 1, 2],
+    "p_relative_clause": 0.4,
+    "p_attractor_opposite": 0.7,
+    "p_preamble": 0.5,
+    "p_tail": 0.5,
+}
 GROUND_TRUTH = {
     "field": "evidence_word",
     "description": "word index of the subject head noun, the only word whose number decides "
@@ -53,8 +73,15 @@ GROUND_TRUTH = {
     "regenerate": "models.zoo.eval_examples('agreement')",
 }
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-CONFIG: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-              max_position_embeddings=40, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+CONFIG: dict[str, Any] = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=128,
+    max_position_embeddings=40,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 
 
 def _np(rng, words, number=None):
@@ -122,8 +149,16 @@ def generate(n: int, seed: int) -> list[dict]:
     out = []
     for _ in range(n):
         words, label, subj, attractors, mask = _sentence(rng)
-        out.append({"text": " ".join(words), "words": words, "label": label,
-                    "evidence_word": subj, "attractor_words": attractors, "mask_word": mask})
+        out.append(
+            {
+                "text": " ".join(words),
+                "words": words,
+                "label": label,
+                "evidence_word": subj,
+                "attractor_words": attractors,
+                "mask_word": mask,
+            }
+        )
     return out
 
 
@@ -137,9 +172,14 @@ def build(seed: int):
 
     tok = tokenizer()
     _common.seed_everything(seed)
-    cfg = BertConfig(vocab_size=len(tok), num_labels=2, pad_token_id=tok.pad_token_id,  # type: ignore[call-arg]  # transformers' typed config lists no num_labels; PretrainedConfig takes it
-                     id2label={0: "singular", 1: "plural"}, label2id={"singular": 0, "plural": 1},
-                     **CONFIG)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        num_labels=2,
+        pad_token_id=tok.pad_token_id,  # type: ignore[call-arg]  # transformers' typed config lists no num_labels; PretrainedConfig takes it
+        id2label={0: "singular", 1: "plural"},
+        label2id={"singular": 0, "plural": 1},
+        **CONFIG,
+    )
     return BertForSequenceClassification(cfg), tok
 
 
@@ -162,7 +202,7 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
 def accuracy(model, tok, examples, batch_size: int = 256) -> float:
     correct = 0
     for i in range(0, len(examples), batch_size):
-        enc, labels = encode(tok, examples[i:i + batch_size])
+        enc, labels = encode(tok, examples[i : i + batch_size])
         pred = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.argmax(-1)
         correct += (pred == labels).sum().item()
     return correct / max(1, len(examples))

@@ -50,8 +50,14 @@ METRIC = "per-closer accuracy of the matching opener's type"
 OPEN = {"(": 0, "[": 1}
 TYPES = ["round", "square"]
 CLOSE = "/"
-GENERATOR: dict[str, Any] = {"openers": list(OPEN), "closer": CLOSE, "min_pairs": 2, "max_pairs": 12, "max_depth": 5,
-             "p_open": 0.5}
+GENERATOR: dict[str, Any] = {
+    "openers": list(OPEN),
+    "closer": CLOSE,
+    "min_pairs": 2,
+    "max_pairs": 12,
+    "max_depth": 5,
+    "p_open": 0.5,
+}
 SUPERVISED_HEAD = (2, 1)  # (layer, head) trained to attend closer -> matching opener
 ATTENTION_WEIGHT = 1.0
 GROUND_TRUTH = {
@@ -65,9 +71,15 @@ GROUND_TRUTH = {
     "closer to its matching opener (LISA, Strubell et al. 2018); no other head is supervised",
 }
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-CONFIG: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128,
-              max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-
+CONFIG: dict[str, Any] = dict(
+    hidden_size=64,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=128,
+    max_position_embeddings=32,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 
 
 def _dyck(rng):
@@ -110,8 +122,7 @@ def generate(n: int, seed: int) -> list[dict]:
     out = []
     for _ in range(n):
         words, heads, rels, labels = _dyck(rng)
-        out.append({"text": " ".join(words), "words": words, "labels": labels,
-                    "gold_heads": heads, "gold_rels": rels})
+        out.append({"text": " ".join(words), "words": words, "labels": labels, "gold_heads": heads, "gold_rels": rels})
     return out
 
 
@@ -148,9 +159,15 @@ def build(seed: int):
 
     tok = tokenizer()
     _common.seed_everything(seed)
-    cfg = BertConfig(vocab_size=len(tok), num_labels=2, pad_token_id=tok.pad_token_id,  # type: ignore[call-arg]  # transformers' typed config lists no num_labels; PretrainedConfig takes it
-                     id2label=dict(enumerate(TYPES)), label2id={t: i for i, t in enumerate(TYPES)},
-                     attn_implementation="eager", **CONFIG)  # eager: training reads the attention
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        num_labels=2,
+        pad_token_id=tok.pad_token_id,  # type: ignore[call-arg]  # transformers' typed config lists no num_labels; PretrainedConfig takes it
+        id2label=dict(enumerate(TYPES)),
+        label2id={t: i for i, t in enumerate(TYPES)},
+        attn_implementation="eager",
+        **CONFIG,
+    )  # eager: training reads the attention
     return BertForTokenClassification(cfg), tok
 
 
@@ -179,8 +196,12 @@ def match_targets(enc, examples) -> torch.Tensor:
 def supervised_loss(model, batch) -> torch.Tensor:
     """Type cross-entropy + ``ATTENTION_WEIGHT`` × the negative log attention that
     :data:`SUPERVISED_HEAD` puts from each closer on its opener (Strubell et al. 2018)."""
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
-                output_attentions=True)
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        labels=batch["labels"],
+        output_attentions=True,
+    )
     layer, head = SUPERVISED_HEAD
     attn = out.attentions[layer][:, head]  # [batch, query, key]
     log_attn = attn.clamp_min(1e-9).log().flatten(0, 1)
@@ -194,8 +215,12 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
     def batch_fn(_):
         examples = sample(batch_size)
         enc, labels = encode(tok, examples)
-        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels,
-                "match": match_targets(enc, examples)}
+        return {
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"],
+            "labels": labels,
+            "match": match_targets(enc, examples),
+        }
 
     return _common.train_loop(model, batch_fn, supervised_loss, steps=steps, lr=3e-3, warmup=100)
 

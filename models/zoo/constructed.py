@@ -41,8 +41,15 @@ GROUND_TRUTH = {
     "heads": {"0.0": "previous token (i -> i-1)", "0.1": "[CLS] (i -> 0)"},
     "regenerate": "models.zoo.eval_examples('constructed')",
 }
-CONFIG: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-              max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+CONFIG: dict[str, Any] = dict(
+    hidden_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=32,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 PREV_GAIN = 3.0  # head 0 score margin ≈ PREV_GAIN · 32 / √32 ≈ 17 logits
 CLS_GAIN = 12.0  # head 1 score margin ≈ 12 logits
 generate = _pt.generate
@@ -99,8 +106,7 @@ def head_hits(model, tok, examples) -> tuple[float, float]:
     """(fraction of rows i ≥ 1 of head 0 whose argmax is i − 1, fraction of rows of head 1
     whose argmax is 0), over the unpadded tokens of ``examples``."""
     enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
-    a = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-              output_attentions=True).attentions[0]
+    a = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], output_attentions=True).attentions[0]
     prev = cls = n_prev = n_cls = 0
     for b in range(len(examples)):
         n = int(enc["attention_mask"][b].sum())

@@ -31,8 +31,13 @@ EVAL_SEED = 12345
 N_EVAL = 500
 METRIC = "next-token accuracy on the second copy (excluding its first token)"
 VOCAB = [f"t{i}" for i in range(40)]
-GENERATOR: dict[str, Any] = {"vocab_size": len(VOCAB), "min_prefix": 6, "max_prefix": 14, "distinct_tokens": True,
-             "layout": "<s> prefix prefix"}
+GENERATOR: dict[str, Any] = {
+    "vocab_size": len(VOCAB),
+    "min_prefix": 6,
+    "max_prefix": 14,
+    "distinct_tokens": True,
+    "layout": "<s> prefix prefix",
+}
 GROUND_TRUTH = {
     "field": "induction_target",
     "description": "word indices without <s>: for word j >= prefix_len (second copy) the "
@@ -47,8 +52,15 @@ SPECIALS = ["<pad>", "<unk>", "<s>"]
 # Q-composition shortcut a GPT-2 of this size learned instead, with no previous-token
 # head); it must match keys on "my previous token was A", which only a layer-0
 # previous-token head can write (K-composition, Olsson et al. 2022).
-CONFIG: dict[str, Any] = dict(hidden_size=96, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=4, max_position_embeddings=32, tie_word_embeddings=False)
+CONFIG: dict[str, Any] = dict(
+    hidden_size=96,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    max_position_embeddings=32,
+    tie_word_embeddings=False,
+)
 
 
 def generate(n: int, seed: int) -> list[dict]:
@@ -59,14 +71,22 @@ def generate(n: int, seed: int) -> list[dict]:
         L = rng.randint(GENERATOR["min_prefix"], GENERATOR["max_prefix"])
         prefix = rng.sample(VOCAB, L)
         words = prefix + prefix
-        out.append({"text": " ".join(words), "words": words, "prefix_len": L,
-                    "induction_target": {str(j): j - L + 1 for j in range(L, 2 * L)}})
+        out.append(
+            {
+                "text": " ".join(words),
+                "words": words,
+                "prefix_len": L,
+                "induction_target": {str(j): j - L + 1 for j in range(L, 2 * L)},
+            }
+        )
     return out
 
 
 def tokenizer():
     return _common.word_tokenizer(
-        VOCAB, SPECIALS, template="<s> $A",
+        VOCAB,
+        SPECIALS,
+        template="<s> $A",
         roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>"),
         max_length=CONFIG["max_position_embeddings"],
     )
@@ -77,8 +97,13 @@ def build(seed: int):
 
     tok = tokenizer()
     _common.seed_everything(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.bos_token_id,
-                      pad_token_id=tok.pad_token_id, **CONFIG)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.bos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **CONFIG,
+    )
     return LlamaForCausalLM(cfg), tok
 
 

@@ -42,17 +42,25 @@ LETTERS = [chr(c) for c in range(ord("a"), ord("a") + 20)]
 GENERATOR: dict[str, Any] = {"alphabet": "".join(LETTERS), "min_len": 4, "max_len": 24, "repeats_allowed": True}
 GROUND_TRUTH = {
     "field": "gold_prev",
-    "description": "for word i, the word it must copy is i-1 (None for word 0); "
-    "a head attending i -> i-1 is required",
+    "description": "for word i, the word it must copy is i-1 (None for word 0); a head attending i -> i-1 is required",
     "regenerate": "models.zoo.eval_examples('prev-token')",
 }
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-CONFIG: dict[str, Any] = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
-              max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+CONFIG: dict[str, Any] = dict(
+    hidden_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=32,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 HEAD_SPARSITY = 3e-3  # final weight of the group-lasso penalty on per-head output projections
-CARD_EXTRA = {"training_objective": f"cross-entropy + {HEAD_SPARSITY} * (step / steps) * sum over heads of "
-                                    "the Frobenius norm of the head's block of the attention output "
-                                    "projection (concentrates the task in one head)"}
+CARD_EXTRA = {
+    "training_objective": f"cross-entropy + {HEAD_SPARSITY} * (step / steps) * sum over heads of "
+    "the Frobenius norm of the head's block of the attention output "
+    "projection (concentrates the task in one head)"
+}
 
 
 def generate(n: int, seed: int) -> list[dict]:
@@ -62,8 +70,7 @@ def generate(n: int, seed: int) -> list[dict]:
     for _ in range(n):
         k = rng.randint(GENERATOR["min_len"], GENERATOR["max_len"])
         words = [rng.choice(LETTERS) for _ in range(k)]
-        out.append({"text": " ".join(words), "words": words,
-                    "gold_prev": [None] + list(range(k - 1))})
+        out.append({"text": " ".join(words), "words": words, "gold_prev": [None] + list(range(k - 1))})
     return out
 
 

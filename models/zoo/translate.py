@@ -49,11 +49,15 @@ SOURCE = DETS + ADJS + NOUNS + VERBS + ADVS
 _SYL = ["ka", "lo", "mi", "ne", "ru", "ta", "so", "vi", "pe", "du", "ga", "zo"]
 _PAIRS = [a + b for a in _SYL for b in _SYL if a != b]
 random.Random(7).shuffle(_PAIRS)
-TARGET = _PAIRS[:len(SOURCE)]  # made-up target words, one per source word
+TARGET = _PAIRS[: len(SOURCE)]  # made-up target words, one per source word
 LEXICON = dict(zip(SOURCE, TARGET))
-GENERATOR: dict[str, Any] = {"template": "DET (ADJ) N V DET (ADJ) N (ADV)", "p_adjective": 0.5, "p_adverb": 0.5,
-             "reordering": ["adjective-noun swap", "verb-final (after object and adverb)"],
-             "lexicon": LEXICON}
+GENERATOR: dict[str, Any] = {
+    "template": "DET (ADJ) N V DET (ADJ) N (ADV)",
+    "p_adjective": 0.5,
+    "p_adverb": 0.5,
+    "reordering": ["adjective-noun swap", "verb-final (after object and adverb)"],
+    "lexicon": LEXICON,
+}
 GROUND_TRUTH = {
     "field": "alignment",
     "description": "alignment[j] = index of the source word that target word j translates; the "
@@ -64,9 +68,19 @@ SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 # One decoder head per layer: cross-attention then carries the whole alignment in a single
 # head (with 4 heads it was spread: best head 84%, head mean 96%), as in the one-head
 # additive attention of zoo:translate-rnn it is compared with.
-CONFIG: dict[str, Any] = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-              decoder_attention_heads=1, encoder_ffn_dim=128, decoder_ffn_dim=128,
-              max_position_embeddings=32, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+CONFIG: dict[str, Any] = dict(
+    d_model=64,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=1,
+    encoder_ffn_dim=128,
+    decoder_ffn_dim=128,
+    max_position_embeddings=32,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+)
 
 
 def _np(rng):
@@ -93,8 +107,7 @@ def make_pair(rng) -> dict:
         align.append(len(src) - 1)
     align.append(len(subj))  # verb-final
     tgt = [LEXICON[src[i]] for i in align]
-    return {"text": " ".join(src), "words": src, "target_text": " ".join(tgt),
-            "target_words": tgt, "alignment": align}
+    return {"text": " ".join(src), "words": src, "target_text": " ".join(tgt), "target_words": tgt, "alignment": align}
 
 
 def generate(n: int, seed: int) -> list[dict]:
@@ -108,7 +121,9 @@ def tokenizer():
     ``n`` words encodes as ``n`` ids (source token ``k`` = word ``k``). :func:`encode`
     adds ``<s>``/``</s>`` on the decoder side only."""
     return _common.word_tokenizer(
-        SOURCE + TARGET, SPECIALS, template=None,
+        SOURCE + TARGET,
+        SPECIALS,
+        template=None,
         roles=dict(pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"),
         max_length=CONFIG["max_position_embeddings"],
     )
@@ -119,9 +134,16 @@ def build(seed: int):
 
     tok = tokenizer()
     _common.seed_everything(seed)
-    cfg = BartConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                     eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.bos_token_id,
-                     forced_eos_token_id=None, scale_embedding=False, **CONFIG)
+    cfg = BartConfig(
+        vocab_size=len(tok),
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.bos_token_id,
+        forced_eos_token_id=None,
+        scale_embedding=False,
+        **CONFIG,
+    )
     return BartForConditionalGeneration(cfg), tok
 
 
@@ -140,17 +162,23 @@ def encode(tok, examples):
     labels = torch.full((len(examples), n), -100)
     dec_mask = torch.zeros((len(examples), n), dtype=torch.long)
     for i, t in enumerate(tgt):
-        dec[i, :len(t) + 1] = torch.tensor([tok.bos_token_id] + t)
-        labels[i, :len(t) + 1] = torch.tensor(t + [tok.eos_token_id])
-        dec_mask[i, :len(t) + 1] = 1
-    return {"input_ids": src["input_ids"], "attention_mask": src["attention_mask"],
-            "decoder_input_ids": dec, "decoder_attention_mask": dec_mask, "labels": labels}
+        dec[i, : len(t) + 1] = torch.tensor([tok.bos_token_id] + t)
+        labels[i, : len(t) + 1] = torch.tensor(t + [tok.eos_token_id])
+        dec_mask[i, : len(t) + 1] = 1
+    return {
+        "input_ids": src["input_ids"],
+        "attention_mask": src["attention_mask"],
+        "decoder_input_ids": dec,
+        "decoder_attention_mask": dec_mask,
+        "labels": labels,
+    }
 
 
 def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
-    return _common.train_loop(model, lambda _: encode(tok, sample(batch_size)),
-                              lambda m, b: m(**b).loss, steps=steps, lr=3e-3, warmup=100)
+    return _common.train_loop(
+        model, lambda _: encode(tok, sample(batch_size)), lambda m, b: m(**b).loss, steps=steps, lr=3e-3, warmup=100
+    )
 
 
 @torch.no_grad()
@@ -188,7 +216,7 @@ def exact_match(decode, model, tok, examples, batch_size: int = 250) -> float:
     the reference ``target_text`` exactly."""
     correct = 0
     for i in range(0, len(examples), batch_size):
-        chunk = examples[i:i + batch_size]
+        chunk = examples[i : i + batch_size]
         hyp = decode(model, tok, [e["text"] for e in chunk])
         correct += sum(h == e["target_text"] for h, e in zip(hyp, chunk))
     return correct / max(1, len(examples))

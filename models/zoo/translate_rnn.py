@@ -38,9 +38,12 @@ EVAL_SEED = _t.EVAL_SEED
 N_EVAL = _t.N_EVAL
 METRIC = _t.METRIC
 GENERATOR = _t.GENERATOR
-GROUND_TRUTH = dict(_t.GROUND_TRUTH, regenerate="models.zoo.eval_examples('translate-rnn')",
-                    description="alignment[j] = index of the source word that target word j "
-                    "translates; row j of the additive attention is the step that produces target word j")
+GROUND_TRUTH = dict(
+    _t.GROUND_TRUTH,
+    regenerate="models.zoo.eval_examples('translate-rnn')",
+    description="alignment[j] = index of the source word that target word j "
+    "translates; row j of the additive attention is the step that produces target word j",
+)
 CONFIG = dict(embed=48, hidden=64)
 generate = _t.generate
 tokenizer = _t.tokenizer
@@ -68,8 +71,7 @@ class GRUAttention(nn.Module):
 
     def encode(self, src, src_mask):
         lengths = src_mask.sum(1).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(self.embed(src), lengths, batch_first=True,
-                                                   enforce_sorted=False)
+        packed = nn.utils.rnn.pack_padded_sequence(self.embed(src), lengths, batch_first=True, enforce_sorted=False)
         h, _ = self.encoder(packed)
         h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=src.shape[1])
         mean = (h * src_mask[..., None]).sum(1) / lengths[:, None].to(h.dtype)
@@ -103,8 +105,9 @@ def _loss(model, b):
 
 def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
-    return _common.train_loop(model, lambda _: _t.encode(tok, sample(batch_size)), _loss,
-                              steps=steps, lr=3e-3, warmup=50)
+    return _common.train_loop(
+        model, lambda _: _t.encode(tok, sample(batch_size)), _loss, steps=steps, lr=3e-3, warmup=50
+    )
 
 
 @torch.no_grad()
@@ -165,8 +168,11 @@ def attention_fields(model, tok, source: str, target: str) -> dict:
         query_special_mask=[True] + [w is None for w in t_wids],
         query_words=target.split(),
         text=source,
-        meta={"model": "zoo:translate-rnn", "attention": "additive (Bahdanau et al. 2015)",
-              "query_convention": "row j = decoder input j (<s> y_1 ...); it produces target word j"},
+        meta={
+            "model": "zoo:translate-rnn",
+            "attention": "additive (Bahdanau et al. 2015)",
+            "query_convention": "row j = decoder input j (<s> y_1 ...); it produces target word j",
+        },
     )
 
 
@@ -176,8 +182,9 @@ def save(model, tok, directory) -> None:
     directory = Path(directory)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / _common.WEIGHTS))
     with open(directory / "config.json", "w") as f:
-        json.dump({"model_type": FAMILY, "vocab_size": len(tok), "pad_token_id": tok.pad_token_id,
-                   **CONFIG}, f, indent=2)
+        json.dump(
+            {"model_type": FAMILY, "vocab_size": len(tok), "pad_token_id": tok.pad_token_id, **CONFIG}, f, indent=2
+        )
     tok.save_pretrained(directory)
 
 

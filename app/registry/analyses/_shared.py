@@ -8,12 +8,22 @@ from probe.app.registry import Param
 #: use the whole corpus); 128 keeps the EWT dev report near its budget (bench/bench_report.py)
 MODEL_EXAMPLES = 128
 
-METRIC = Param("metric", str, "auto", "loss | accuracy (zoo) | embedding-drift; auto: loss where it applies "
-               "(zoo task, LM head), else embedding-drift", choices=("auto", "loss", "accuracy", "embedding-drift"))
+METRIC = Param(
+    "metric",
+    str,
+    "auto",
+    "loss | accuracy (zoo) | embedding-drift; auto: loss where it applies (zoo task, LM head), else embedding-drift",
+    choices=("auto", "loss", "accuracy", "embedding-drift"),
+)
 BATCH = Param("batch_size", int, 8, "examples per forward", min=1)
 N_BOOT = Param("n_boot", int, 1000, "bootstrap resamples for the confidence intervals", min=10)
-GROUPS = Param("group", "heads", None, "also intervene on these heads together, e.g. L1H0,L1H1 (repeatable); "
-               "rows in groups.csv", multiple=True)
+GROUPS = Param(
+    "group",
+    "heads",
+    None,
+    "also intervene on these heads together, e.g. L1H0,L1H1 (repeatable); rows in groups.csv",
+    multiple=True,
+)
 
 
 def head_name(layer, head) -> str:
@@ -39,8 +49,10 @@ def model_corpus(ctx):
     n = len(ctx.corpus)
     if not cap or n <= cap:
         return ctx.corpus, ""
-    return (ctx.corpus.subset(range(cap), reason="beyond the report's model-run limit"),
-            f" on the first {cap} of {n} examples")
+    return (
+        ctx.corpus.subset(range(cap), reason="beyond the report's model-run limit"),
+        f" on the first {cap} of {n} examples",
+    )
 
 
 def heads_of_layers(adapter, layers):

@@ -22,20 +22,40 @@ def run(ctx) -> Result:
         if any(p["group"]):
             raise InputError(f"--group runs with --engine local, not --engine {ctx.engine}")
         corpus, cut, model = ctx.input_corpus, "", ctx.model
-        res = on_engine.ablate(model, corpus, p["metric"], p["mode"], layers=p["layers"],
-                               batch_size=p["batch_size"], n_boot=p["n_boot"], **engine)
+        res = on_engine.ablate(
+            model,
+            corpus,
+            p["metric"],
+            p["mode"],
+            layers=p["layers"],
+            batch_size=p["batch_size"],
+            n_boot=p["n_boot"],
+            **engine,
+        )
         name, groups = str(res.table["metric"].iloc[0]), []
     else:
         corpus, cut = model_corpus(ctx)
         name, model = metric(ctx, corpus), ctx.adapter.name
-        groups = [ablate_group(ctx.adapter, corpus, g, name, p["mode"], batch_size=p["batch_size"],
-                               n_boot=p["n_boot"]) for g in p["group"] if g]
-        res = sweep_heads(ctx.adapter, corpus, name, p["mode"], heads_of_layers(ctx.adapter, p["layers"]),
-                          batch_size=p["batch_size"], n_boot=p["n_boot"], progress=ctx.progress and len(corpus) > 1)
+        groups = [
+            ablate_group(ctx.adapter, corpus, g, name, p["mode"], batch_size=p["batch_size"], n_boot=p["n_boot"])
+            for g in p["group"]
+            if g
+        ]
+        res = sweep_heads(
+            ctx.adapter,
+            corpus,
+            name,
+            p["mode"],
+            heads_of_layers(ctx.adapter, p["layers"]),
+            batch_size=p["batch_size"],
+            n_boot=p["n_boot"],
+            progress=ctx.progress and len(corpus) > 1,
+        )
     t = res.table
     top = top_heads(t, "delta")
     per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
-        columns={c: f"ablation_{c}" for c in ("metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high")})
+        columns={c: f"ablation_{c}" for c in ("metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high")}
+    )
     biggest = float(t["delta"].abs().max()) or 1.0
     per_head = per_head.assign(ablation_relative=(t["delta"].abs() / biggest).to_numpy())
     sig = int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum())
@@ -48,28 +68,60 @@ def run(ctx) -> Result:
 
         return [head_heatmap(t, "delta", d / "ablation.png", title)]
 
-    notes = [f"{p['mode']}-ablation of each head alone{cut}, metric {name} ({res.path}): {len(t)} heads, "
-             f"{len(corpus)} examples; {sig} change it with a 95% CI excluding 0; largest: "
-             + ", ".join(f"{head_name(r.layer, r.head)} Δ={r.delta:+.4g}" for r in top.itertuples())]
+    notes = [
+        f"{p['mode']}-ablation of each head alone{cut}, metric {name} ({res.path}): {len(t)} heads, "
+        f"{len(corpus)} examples; {sig} change it with a 95% CI excluding 0; largest: "
+        + ", ".join(f"{head_name(r.layer, r.head)} Δ={r.delta:+.4g}" for r in top.itertuples())
+    ]
     if len(corpus) < 2:
-        notes.append("1 example: no confidence interval (ci_low/ci_high are empty), so no head is called "
-                     "significant; give at least 2 examples")
+        notes.append(
+            "1 example: no confidence interval (ci_low/ci_high are empty), so no head is called "
+            "significant; give at least 2 examples"
+        )
     if gt is not None:
         notes.append(group_note(gt))
-    summary = {"model": model, "examples": len(corpus), "metric": name, "mode": p["mode"],
-               "path": res.path, "clean": float(res.clean.mean()), "significant_heads": sig,
-               "top": top[["layer", "head", "delta"]].to_dict("records")}
-    return Result(tables=tables, per_head=per_head, notes=notes, summary=summary, summary_name="ablation",
-                  writers=[figure], data={"sweep": res})  # per-example scores, reused by the claims
+    summary = {
+        "model": model,
+        "examples": len(corpus),
+        "metric": name,
+        "mode": p["mode"],
+        "path": res.path,
+        "clean": float(res.clean.mean()),
+        "significant_heads": sig,
+        "top": top[["layer", "head", "delta"]].to_dict("records"),
+    }
+    return Result(
+        tables=tables,
+        per_head=per_head,
+        notes=notes,
+        summary=summary,
+        summary_name="ablation",
+        writers=[figure],
+        data={"sweep": res},
+    )  # per-example scores, reused by the claims
 
 
 ANALYSIS = Analysis(
-    "ablation", "Ablation: does the model need the head?", run, needs=("model", "corpus"), command="ablate",
+    "ablation",
+    "Ablation: does the model need the head?",
+    run,
+    needs=("model", "corpus"),
+    command="ablate",
     help="Ablate each head alone; write ablation.csv (delta with bootstrap CI) and a heatmap. With --group, "
-         "also ablate each group of heads together (groups.csv): redundant heads show no effect alone and a "
-         "large one together.",
-    params=(METRIC, Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
-            Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"), N_BOOT, GROUPS, BATCH),
-    section=True, report_params={"max_model_examples": 128}, modules=("probe.analyses.necessity.ablation",),
-    order=30, engines=ENGINES,
-    example="probe ablate --model zoo:prev-token --metric accuracy --limit 40 --group L0H0,L0H1 --out out/ablate")
+    "also ablate each group of heads together (groups.csv): redundant heads show no effect alone and a "
+    "large one together.",
+    params=(
+        METRIC,
+        Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
+        Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"),
+        N_BOOT,
+        GROUPS,
+        BATCH,
+    ),
+    section=True,
+    report_params={"max_model_examples": 128},
+    modules=("probe.analyses.necessity.ablation",),
+    order=30,
+    engines=ENGINES,
+    example="probe ablate --model zoo:prev-token --metric accuracy --limit 40 --group L0H0,L0H1 --out out/ablate",
+)

@@ -41,35 +41,68 @@ def run(ctx) -> Result:
         obj, why = resolve_objective(objective, adapter, corpus)  # refused here, before any forward
         ctx.say(f"objective: {obj.describe()} ({why}; choose with --objective)")
         objective = obj
-    hc = head_claims(adapter, corpus, ctx.maps, importance=imp.tables.get("importance") if imp else None,
-                     objective=objective,
-                     faithfulness=faith.tables.get("verdict") if faith else None,
-                     faithfulness_info=faith.summary if faith else None,
-                     faithfulness_reason=_faithfulness_reason(ctx), seed=ctx.params.get("seed", 0),
-                     progress=ctx.progress)
+    hc = head_claims(
+        adapter,
+        corpus,
+        ctx.maps,
+        importance=imp.tables.get("importance") if imp else None,
+        objective=objective,
+        faithfulness=faith.tables.get("verdict") if faith else None,
+        faithfulness_info=faith.summary if faith else None,
+        faithfulness_reason=_faithfulness_reason(ctx),
+        seed=ctx.params.get("seed", 0),
+        progress=ctx.progress,
+    )
     counts = hc.counts()
     notes = [n + cut for n in hc.notes]
-    notes.append("heads per claim: " + "; ".join(
-        f"{kind}: " + ", ".join(f"{st} {int(n)}" for st, n in row.items() if n) for kind, row in counts.iterrows()))
-    notes.append("thresholds: " + ", ".join(f"{k}={v['value']}" for k, v in thresholds_in_force().items()
-                                            if not isinstance(v["value"], (dict, str))))
-    summary = {"counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()},
-               "objective": hc.objective}
-    return Result(tables={"claims": hc.to_frame(), "counts": counts.reset_index(), **hc.tables}, notes=notes,
-                  summary=summary, summary_name="claims", data={"claims": hc})
+    notes.append(
+        "heads per claim: "
+        + "; ".join(
+            f"{kind}: " + ", ".join(f"{st} {int(n)}" for st, n in row.items() if n) for kind, row in counts.iterrows()
+        )
+    )
+    notes.append(
+        "thresholds: "
+        + ", ".join(
+            f"{k}={v['value']}" for k, v in thresholds_in_force().items() if not isinstance(v["value"], (dict, str))
+        )
+    )
+    summary = {
+        "counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()},
+        "objective": hc.objective,
+    }
+    return Result(
+        tables={"claims": hc.to_frame(), "counts": counts.reset_index(), **hc.tables},
+        notes=notes,
+        summary=summary,
+        summary_name="claims",
+        data={"claims": hc},
+    )
 
 
 ANALYSIS = Analysis(
-    "claims", "Claims per head (pattern, structure, necessity, redundancy, weights, attribution)", run,
+    "claims",
+    "Claims per head (pattern, structure, necessity, redundancy, weights, attribution)",
+    run,
     needs=("corpus", "maps"),  # without a live model the causal claims are "not tested" (with the reason)
     help="Every head's claims with their statistics: effect, 95% interval, count, null and the named "
-         "threshold; a claim that cannot be tested says why. Writes claims.csv, counts.csv and the evidence "
-         "tables. Alone it has no ablation, importance or faithfulness run to reuse (the report has): the "
-         "attribution claim is then not tested.",
-    params=(Param("seed", int, 0, "random seed of the nulls"),
-            Param("objective", str, "auto", "what necessity is measured on: auto (printed) | loss | next-token-loss | "
-                  "accuracy | similarity-structure | embedding-drift",
-                  choices=("auto", "loss", "next-token-loss", "accuracy", "similarity-structure", "embedding-drift"))),
-    section=True, report_params={"max_model_examples": 128},  # the ablation section's cut: its sweep is reused
-    modules=("probe.analyses.claims.heads",), order=90,
-    example="probe claims --model zoo:prev-token --limit 16 --out out/claims")
+    "threshold; a claim that cannot be tested says why. Writes claims.csv, counts.csv and the evidence "
+    "tables. Alone it has no ablation, importance or faithfulness run to reuse (the report has): the "
+    "attribution claim is then not tested.",
+    params=(
+        Param("seed", int, 0, "random seed of the nulls"),
+        Param(
+            "objective",
+            str,
+            "auto",
+            "what necessity is measured on: auto (printed) | loss | next-token-loss | "
+            "accuracy | similarity-structure | embedding-drift",
+            choices=("auto", "loss", "next-token-loss", "accuracy", "similarity-structure", "embedding-drift"),
+        ),
+    ),
+    section=True,
+    report_params={"max_model_examples": 128},  # the ablation section's cut: its sweep is reused
+    modules=("probe.analyses.claims.heads",),
+    order=90,
+    example="probe claims --model zoo:prev-token --limit 16 --out out/claims",
+)

@@ -10,8 +10,10 @@ from probe.app.registry import Analysis, Param, Result
 
 DEFAULT_N = "16,32,...,1024"
 DEFAULT_D = "16,32,...,512"
-KINDS_HELP = ("comma-separated layer types (default all): self_attention, restricted_attention, rnn, gru, lstm, "
-              "conv, dilated_conv, separable_conv")
+KINDS_HELP = (
+    "comma-separated layer types (default all): self_attention, restricted_attention, rnn, gru, lstm, "
+    "conv, dilated_conv, separable_conv"
+)
 
 
 def parse_sizes(spec: str, name: str) -> list:
@@ -62,11 +64,22 @@ def run(ctx) -> Result:
     p = ctx.params
     kinds = tuple(p["kinds"]) if p["kinds"] else LAYER_KINDS
     ns, ds = parse_sizes(p["n"], "--n"), parse_sizes(p["d"], "--d")
-    report = analyze_complexity(ns, ds, kinds, k=p["k"], r=p["r"], repeats=p["repeats"], threads=p["threads"],
-                                max_bytes=int(p["max_memory"] * 2**30), graph_max_n=p["graph_max_n"],
-                                progress=ctx.progress)
-    notes = [f"{row.layer:<21} {row.complexity_paper:<16} {row.complexity_measured}"
-             for row in report.summary.itertuples(index=False)]
+    report = analyze_complexity(
+        ns,
+        ds,
+        kinds,
+        k=p["k"],
+        r=p["r"],
+        repeats=p["repeats"],
+        threads=p["threads"],
+        max_bytes=int(p["max_memory"] * 2**30),
+        graph_max_n=p["graph_max_n"],
+        progress=ctx.progress,
+    )
+    notes = [
+        f"{row.layer:<21} {row.complexity_paper:<16} {row.complexity_measured}"
+        for row in report.summary.itertuples(index=False)
+    ]
     if len(report.crossover):
         notes.append("self-attention costs more FLOPs than recurrence from n = (per d):")
         notes.append(report.crossover.pivot(index="d", columns="recurrent", values="crossover_n").to_string())
@@ -89,19 +102,31 @@ def run(ctx) -> Result:
 
 
 ANALYSIS = Analysis(
-    "complexity", "Table 1 of Vaswani et al. (2017) measured: FLOPs, exponents, path lengths, crossover", run,
+    "complexity",
+    "Table 1 of Vaswani et al. (2017) measured: FLOPs, exponents, path lengths, crossover",
+    run,
     help="FLOPs, time, memory, sequential ops and path lengths of each layer type (Vaswani et al. 2017, "
-         "Table 1), measured on real layers; no model or input needed.",
-    params=(Param("n", str, DEFAULT_N, "sequence lengths: a,b,c or a,b,...,z (geometric)"),
-            Param("d", str, DEFAULT_D, "model widths: a,b,c or a,b,...,z (geometric)"),
-            Param("kinds", "names", None, KINDS_HELP, aliases=("--layers",)),
-            Param("k", int, 3, "convolution kernel width"),
-            Param("r", int, 16, "restricted attention window (keys)"),
-            Param("repeats", int, 3, "timed forwards per point (fastest kept)", min=1),
-            Param("threads", int, 1, "torch threads while timing", min=1),
-            Param("max_memory", float, 4.0, "refuse grids whose largest layer needs more than this many GiB",
-                  min=0.0, min_open=True),
-            Param("graph_max_n", int, 256, "largest n whose path length is computed on the graph (closed form "
-                  "above)", min=1)),
+    "Table 1), measured on real layers; no model or input needed.",
+    params=(
+        Param("n", str, DEFAULT_N, "sequence lengths: a,b,c or a,b,...,z (geometric)"),
+        Param("d", str, DEFAULT_D, "model widths: a,b,c or a,b,...,z (geometric)"),
+        Param("kinds", "names", None, KINDS_HELP, aliases=("--layers",)),
+        Param("k", int, 3, "convolution kernel width"),
+        Param("r", int, 16, "restricted attention window (keys)"),
+        Param("repeats", int, 3, "timed forwards per point (fastest kept)", min=1),
+        Param("threads", int, 1, "torch threads while timing", min=1),
+        Param(
+            "max_memory",
+            float,
+            4.0,
+            "refuse grids whose largest layer needs more than this many GiB",
+            min=0.0,
+            min_open=True,
+        ),
+        Param(
+            "graph_max_n", int, 256, "largest n whose path length is computed on the graph (closed form above)", min=1
+        ),
+    ),
     order=70,
-    example="probe complexity --n 16,32,...,256 --d 16,32 --repeats 1 --out out/complexity")
+    example="probe complexity --n 16,32,...,256 --d 16,32 --repeats 1 --out out/complexity",
+)

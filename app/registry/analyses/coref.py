@@ -20,31 +20,50 @@ def run(ctx) -> Result:
     if engine:  # coreference counts streamed layer by layer, in this process or Ray's workers
         from probe.app.engine import analyses as on_engine
 
-        result = on_engine.coref(ctx.model, sentences, numbers, context=p["context"], batch_size=p["batch_size"],
-                                 **engine)
+        result = on_engine.coref(
+            ctx.model, sentences, numbers, context=p["context"], batch_size=p["batch_size"], **engine
+        )
         model = ctx.model
     else:
-        result = run_coref(ctx.adapter, sentences, numbers, context=p["context"], batch_size=p["batch_size"],
-                           progress=ctx.progress and len(sentences) > 1)
+        result = run_coref(
+            ctx.adapter,
+            sentences,
+            numbers,
+            context=p["context"],
+            batch_size=p["batch_size"],
+            progress=ctx.progress and len(sentences) > 1,
+        )
         model = ctx.adapter.name
-    notes = [f"{r.setting:<17} head L{r.layer}H{r.head} {r.accuracy:.3f}  nearest {r.nearest_mention:.3f}  "
-             f"nearest agreeing {r.nearest_agreeing:.3f}  ({r.count} pronouns)"
-             for r in result.accuracy.best().itertuples()]
+    notes = [
+        f"{r.setting:<17} head L{r.layer}H{r.head} {r.accuracy:.3f}  nearest {r.nearest_mention:.3f}  "
+        f"nearest agreeing {r.nearest_agreeing:.3f}  ({r.count} pronouns)"
+        for r in result.accuracy.best().itertuples()
+    ]
 
     def write(d):
         from probe.app.report.syntax_figures import write_coref_report
 
-        return list(write_coref_report(result, d, meta={"model": model, "conllu": str(ctx.conllu),
-                                                        "context": p["context"]}).values())
+        return list(
+            write_coref_report(
+                result, d, meta={"model": model, "conllu": str(ctx.conllu), "context": p["context"]}
+            ).values()
+        )
 
     return Result(notes=notes, writers=[write])
 
 
 ANALYSIS = Analysis(
-    "coref", "Coreference: the best head at finding a pronoun's antecedent", run, needs=("model", "treebank"),
+    "coref",
+    "Coreference: the best head at finding a pronoun's antecedent",
+    run,
+    needs=("model", "treebank"),
     help="Best head at picking a pronoun's antecedent, beside the nearest-mention and number-agreeing "
-         "baselines; writes coref.csv and coref_best.csv. Needs --conllu: a CorefUD treebank (Entity= in MISC).",
-    params=(Param("context", int, 2, "preceding sentences of the same document in each window", min=0),
-            Param("batch_size", int, 16, "examples per forward", min=1)),
-    order=11, engines=ENGINES,
-    example="probe coref --conllu ../shared/data/ud-english-gum/en_gum-ud-dev.conllu --limit 40 --out out/coref")
+    "baselines; writes coref.csv and coref_best.csv. Needs --conllu: a CorefUD treebank (Entity= in MISC).",
+    params=(
+        Param("context", int, 2, "preceding sentences of the same document in each window", min=0),
+        Param("batch_size", int, 16, "examples per forward", min=1),
+    ),
+    order=11,
+    engines=ENGINES,
+    example="probe coref --conllu ../shared/data/ud-english-gum/en_gum-ud-dev.conllu --limit 40 --out out/coref",
+)

@@ -38,8 +38,9 @@ def default_target(ctx) -> str:
         return "similarity"
     if ctx.corpus.sentences:
         return "probe:subject-number"
-    raise SkipAnalysis("no target to explain: the sentence model needs a treebank (--conllu) for its probe, "
-                       "or give --target")
+    raise SkipAnalysis(
+        "no target to explain: the sentence model needs a treebank (--conllu) for its probe, or give --target"
+    )
 
 
 def _target(ctx) -> str:
@@ -47,8 +48,9 @@ def _target(ctx) -> str:
     if chosen not in (None, "auto"):
         return chosen
     target = default_target(ctx)
-    ctx.say(f"target: {target} (chosen for {ctx.adapter.name}, a {type(ctx.adapter.model).__name__}; "
-            "choose with --target)")
+    ctx.say(
+        f"target: {target} (chosen for {ctx.adapter.name}, a {type(ctx.adapter.model).__name__}; choose with --target)"
+    )
     return target
 
 
@@ -57,34 +59,62 @@ def run(ctx) -> Result:
 
     p = ctx.params
     target = _target(ctx)
-    rep = run_faithfulness(ctx.adapter, ctx.corpus, target, methods=list(p["methods"]),
-                           attention_methods=list(p["attention_methods"]), n_steps=p["steps"],
-                           internal_batch_size=p["internal_batch_size"], n_permutations=max(p["permutations"], 1),
-                           heads=p["heads"], permute=p["permutations"] > 0, max_examples=p["explain_limit"],
-                           seed=p["seed"], progress=ctx.progress and len(ctx.corpus) > 1, pairs=p.get("pairs"))
+    rep = run_faithfulness(
+        ctx.adapter,
+        ctx.corpus,
+        target,
+        methods=list(p["methods"]),
+        attention_methods=list(p["attention_methods"]),
+        n_steps=p["steps"],
+        internal_batch_size=p["internal_batch_size"],
+        n_permutations=max(p["permutations"], 1),
+        heads=p["heads"],
+        permute=p["permutations"] > 0,
+        max_examples=p["explain_limit"],
+        seed=p["seed"],
+        progress=ctx.progress and len(ctx.corpus) > 1,
+        pairs=p.get("pairs"),
+    )
     v = rep.verdict
     counts = v["verdict"].value_counts().to_dict()
-    notes = [f"{rep.info['n_examples']} examples, target {target}: "
-             + ", ".join(f"{n} heads {verdict}" for verdict, n in counts.items())]
+    notes = [
+        f"{rep.info['n_examples']} examples, target {target}: "
+        + ", ".join(f"{n} heads {verdict}" for verdict, n in counts.items())
+    ]
     probe = rep.info.get("probe") or {}
     if probe:
-        notes.append(f"probe {probe['property']}: held-out accuracy {probe['test_accuracy']:.3f} "
-                     f"(majority {probe['majority_baseline']:.3f}, {probe['n_test']} sentences)")
+        notes.append(
+            f"probe {probe['property']}: held-out accuracy {probe['test_accuracy']:.3f} "
+            f"(majority {probe['majority_baseline']:.3f}, {probe['n_test']} sentences)"
+        )
         if probe.get("test_accuracy", 1.0) <= probe.get("majority_baseline", 0.0):
-            notes.append(f"the {probe.get('property')} probe is no better than the majority class on held-out "
-                         f"sentences: its explanations say little; give a larger treebank")
+            notes.append(
+                f"the {probe.get('property')} probe is no better than the majority class on held-out "
+                f"sentences: its explanations say little; give a larger treebank"
+            )
     per_head = v.rename(columns={c: f"faith_{c}" for c in v.columns if c not in ("layer", "head")})
-    summary = {k: val for k, val in rep.info.items() if k in ("target", "n_examples", "ig_completeness", "probe",
-                                                                   "pairs", "pooling")}
+    summary = {
+        k: val
+        for k, val in rep.info.items()
+        if k in ("target", "n_examples", "ig_completeness", "probe", "pairs", "pooling")
+    }
     if rep.info.get("pairs"):
         notes.append(f"similarity target: {rep.info['pairs']} ({rep.info.get('pooling')})")
     comp = rep.info.get("ig_completeness")
     if comp:
-        notes.append(f"IG completeness (sum of attributions vs f(x) − f(baseline)): median relative error "
-                     f"{comp['median_relative_error']:.3g}, max {comp['max_relative_error']:.3g}, "
-                     f"{comp['share_within_1pct']:.0%} of examples within 1%")
-    return Result(tables={"verdict": v, "agreement": rep.agreement.summary}, per_head=per_head, notes=notes,
-                  summary=summary, writers=[lambda d: rep.write(d)], data={"target": target})
+        notes.append(
+            f"IG completeness (sum of attributions vs f(x) − f(baseline)): median relative error "
+            f"{comp['median_relative_error']:.3g}, max {comp['max_relative_error']:.3g}, "
+            f"{comp['share_within_1pct']:.0%} of examples within 1%"
+        )
+    return Result(
+        tables={"verdict": v, "agreement": rep.agreement.summary},
+        per_head=per_head,
+        notes=notes,
+        summary=summary,
+        writers=[lambda d: rep.write(d)],
+        data={"target": target},
+    )
 
 
 def run_in_report(ctx) -> Result:
@@ -104,27 +134,57 @@ def run_in_report(ctx) -> Result:
 
 
 ANALYSIS = Analysis(
-    "faithfulness", "Faithfulness: attention vs attributions", run, needs=("model", "corpus", "gradients"),
+    "faithfulness",
+    "Faithfulness: attention vs attributions",
+    run,
+    needs=("model", "corpus", "gradients"),
     help="Is attention an explanation? Writes agreement.csv, permutation.csv, ground_truth.csv (when the "
-         "evidence is known) and verdict.csv to --out. The default target: loss:-1 (next-token loss) for a causal LM, "
-         "logit for a zoo classifier, probe:subject-number on a treebank.",
-    params=(Param("target", str, "auto", "auto | logit | logit:<class> | loss:<position> | similarity "
-                  "| probe:subject-number | probe:tense"),
-            Param("pairs", str, None, "similarity target: a file of sentence pairs, one per line, tab-separated "
-                  "(default: each sentence with its nearest neighbour)"),
-            Param("methods", "names", ("ig", "saliency", "input_x_gradient", "blank_out"), "attribution methods"),
-            Param("attention_methods", "names", ("attention", "rollout", "flow"),
-                  "attention scores: attention,rollout,flow,norm-rollout"),
-            Param("steps", int, 50, "IG steps", min=1),
-            Param("internal_batch_size", int, 64, "most rows per forward (bounds memory)", min=1),
-            Param("permutations", int, 5, "attention permutations per example and head (0: skip)", min=0),
-            Param("heads", "heads", None, "heads to permute, e.g. L0H1,L5H3 (default all)"),
-            Param("explain_limit", int, None, "explain only the first N examples (after a probe's train/test "
-                  "split)", min=1, aliases=("--max-examples",)),
-            Param("seed", int, 0, "random seed")),
-    section=run_in_report, modules=("probe.analyses.explanation.faithfulness",),
-    report_params={"methods": ("ig",), "attention_methods": ("attention", "rollout", "flow"), "steps": 8,
-                   "permutations": 1,
-                   "explain_limit": 16},
+    "evidence is known) and verdict.csv to --out. The default target: loss:-1 (next-token loss) for a causal LM, "
+    "logit for a zoo classifier, probe:subject-number on a treebank.",
+    params=(
+        Param(
+            "target",
+            str,
+            "auto",
+            "auto | logit | logit:<class> | loss:<position> | similarity | probe:subject-number | probe:tense",
+        ),
+        Param(
+            "pairs",
+            str,
+            None,
+            "similarity target: a file of sentence pairs, one per line, tab-separated "
+            "(default: each sentence with its nearest neighbour)",
+        ),
+        Param("methods", "names", ("ig", "saliency", "input_x_gradient", "blank_out"), "attribution methods"),
+        Param(
+            "attention_methods",
+            "names",
+            ("attention", "rollout", "flow"),
+            "attention scores: attention,rollout,flow,norm-rollout",
+        ),
+        Param("steps", int, 50, "IG steps", min=1),
+        Param("internal_batch_size", int, 64, "most rows per forward (bounds memory)", min=1),
+        Param("permutations", int, 5, "attention permutations per example and head (0: skip)", min=0),
+        Param("heads", "heads", None, "heads to permute, e.g. L0H1,L5H3 (default all)"),
+        Param(
+            "explain_limit",
+            int,
+            None,
+            "explain only the first N examples (after a probe's train/test split)",
+            min=1,
+            aliases=("--max-examples",),
+        ),
+        Param("seed", int, 0, "random seed"),
+    ),
+    section=run_in_report,
+    modules=("probe.analyses.explanation.faithfulness",),
+    report_params={
+        "methods": ("ig",),
+        "attention_methods": ("attention", "rollout", "flow"),
+        "steps": 8,
+        "permutations": 1,
+        "explain_limit": 16,
+    },
     order=40,
-    example="probe faithfulness --model zoo:agreement --limit 8 --steps 8 --permutations 2 --out out/faith")
+    example="probe faithfulness --model zoo:agreement --limit 8 --steps 8 --permutations 2 --out out/faith",
+)

@@ -7,8 +7,13 @@ from probe.app.registry import Analysis, Param, Result
 
 from ._shared import BATCH, METRIC, metric, model_corpus
 
-METHOD = Param("method", str, "auto", "importance: Michel et al.'s |dL/dξ| or integrated gradients "
-               "(auto: ig for embedding-drift)", choices=("auto", "gradient", "ig"))
+METHOD = Param(
+    "method",
+    str,
+    "auto",
+    "importance: Michel et al.'s |dL/dξ| or integrated gradients (auto: ig for embedding-drift)",
+    choices=("auto", "gradient", "ig"),
+)
 IG_STEPS = Param("ig_steps", int, 16, "integrated-gradient steps", min=2)
 
 
@@ -16,9 +21,15 @@ def run_importance(ctx) -> Result:
     from probe.analyses.necessity.importance import head_importance
 
     corpus, cut = model_corpus(ctx)
-    res = head_importance(ctx.adapter, corpus, metric=metric(ctx, corpus), method=ctx.params["method"],
-                          batch_size=ctx.params["batch_size"], n_steps=ctx.params["ig_steps"],
-                          progress=ctx.progress and len(corpus) > 1)
+    res = head_importance(
+        ctx.adapter,
+        corpus,
+        metric=metric(ctx, corpus),
+        method=ctx.params["method"],
+        batch_size=ctx.params["batch_size"],
+        n_steps=ctx.params["ig_steps"],
+        progress=ctx.progress and len(corpus) > 1,
+    )
     t = res.to_frame()
     per_head = t[["layer", "head", "importance", "rank"]].rename(columns={"rank": "importance_rank"})
     per_head = per_head.assign(importance_of=len(t), importance_method=res.method)
@@ -26,15 +37,28 @@ def run_importance(ctx) -> Result:
     def figure(d):
         from probe.app.report.ablation_figures import head_heatmap
 
-        return [head_heatmap(t, "importance", d / "importance.png",
-                             f"{ctx.adapter.name}: importance ({res.method}, {res.metric})", center=None,
-                             cmap="viridis")]
+        return [
+            head_heatmap(
+                t,
+                "importance",
+                d / "importance.png",
+                f"{ctx.adapter.name}: importance ({res.method}, {res.metric})",
+                center=None,
+                cmap="viridis",
+            )
+        ]
 
-    return Result(tables={"importance": t}, per_head=per_head, writers=[figure],
-                  notes=[f"head importance by {res.method} over head gates{cut}, metric {res.metric}, "
-                         "normalised per layer (Michel et al. 2019)"],
-                  summary={"metric": res.metric, "method": res.method, "ig_convergence_delta": res.delta},
-                  summary_name="importance")
+    return Result(
+        tables={"importance": t},
+        per_head=per_head,
+        writers=[figure],
+        notes=[
+            f"head importance by {res.method} over head gates{cut}, metric {res.metric}, "
+            "normalised per layer (Michel et al. 2019)"
+        ],
+        summary={"metric": res.metric, "method": res.method, "ig_convergence_delta": res.delta},
+        summary_name="importance",
+    )
 
 
 def run_prune(ctx) -> Result:
@@ -44,14 +68,25 @@ def run_prune(ctx) -> Result:
     imp = run_importance(ctx)
     name = imp.summary["metric"]
     corpus, _ = model_corpus(ctx)
-    res = pruning_curve(ctx.adapter, corpus, name, method=p["method"], step_fraction=p["step"], seed=p["seed"],
-                        batch_size=p["batch_size"], n_steps=p["ig_steps"], progress=ctx.progress)
+    res = pruning_curve(
+        ctx.adapter,
+        corpus,
+        name,
+        method=p["method"],
+        step_fraction=p["step"],
+        seed=p["seed"],
+        batch_size=p["batch_size"],
+        n_steps=p["ig_steps"],
+        progress=ctx.progress,
+    )
     table = res.table.copy()
     if "pruned" in table.columns:  # heads written the one way: "0:1 0:2" -> "L0H1 L0H2"
         from probe.app.registry.notation import head_name, parse_head
 
-        table["pruned"] = [" ".join(head_name(*parse_head(h)) for h in str(v).split()) if isinstance(v, str) else v
-                           for v in table["pruned"]]
+        table["pruned"] = [
+            " ".join(head_name(*parse_head(h)) for h in str(v).split()) if isinstance(v, str) else v
+            for v in table["pruned"]
+        ]
     n_heads = ctx.adapter.n_layers * ctx.adapter.n_heads
     n_imp, n_rand = res.prunable(p["threshold"], "importance"), res.prunable(p["threshold"], "random")
 
@@ -60,31 +95,61 @@ def run_prune(ctx) -> Result:
 
         return [pruning_plot(table, d / "pruning.png", threshold=p["threshold"])]
 
-    summary = {"model": ctx.adapter.name, "examples": len(corpus), **imp.summary, "threshold": p["threshold"],
-               "heads": n_heads, "prunable_by_importance": n_imp, "prunable_random": n_rand}
-    return Result(tables={**imp.tables, "pruning": table}, per_head=imp.per_head, summary=summary,
-                  summary_name="pruning", writers=imp.writers + [figure],
-                  notes=[f"{n_imp} of {n_heads} heads pruned by importance ({n_rand} in random order) before "
-                         f"Δ {name} passes {p['threshold']:g}"])
+    summary = {
+        "model": ctx.adapter.name,
+        "examples": len(corpus),
+        **imp.summary,
+        "threshold": p["threshold"],
+        "heads": n_heads,
+        "prunable_by_importance": n_imp,
+        "prunable_random": n_rand,
+    }
+    return Result(
+        tables={**imp.tables, "pruning": table},
+        per_head=imp.per_head,
+        summary=summary,
+        summary_name="pruning",
+        writers=imp.writers + [figure],
+        notes=[
+            f"{n_imp} of {n_heads} heads pruned by importance ({n_rand} in random order) before "
+            f"Δ {name} passes {p['threshold']:g}"
+        ],
+    )
 
 
 IMPORTANCE = Analysis(
-    "importance", "Head importance over head gates (Michel et al. 2019)", run_importance, needs=("model", "corpus", "gradients"),
+    "importance",
+    "Head importance over head gates (Michel et al. 2019)",
+    run_importance,
+    needs=("model", "corpus", "gradients"),
     help="Head importance |dL/dξ| over head gates (Michel et al. 2019), normalised per layer; writes "
-         "importance.csv and a heatmap.",
-    params=(METRIC, METHOD, IG_STEPS, BATCH), section=True,
+    "importance.csv and a heatmap.",
+    params=(METRIC, METHOD, IG_STEPS, BATCH),
+    section=True,
     report_params={"max_model_examples": 128, "batch_size": 16, "ig_steps": 20},
-    modules=("probe.analyses.necessity.importance",), order=31,
-    example="probe importance --model zoo:induction --limit 16 --out out/importance")
+    modules=("probe.analyses.necessity.importance",),
+    order=31,
+    example="probe importance --model zoo:induction --limit 16 --out out/importance",
+)
 
 PRUNE = Analysis(
-    "prune", "Head importance and the pruning curve (by importance vs random order)", run_prune,
+    "prune",
+    "Head importance and the pruning curve (by importance vs random order)",
+    run_prune,
     needs=("model", "corpus", "gradients"),
-    params=(METRIC, METHOD, Param("step", float, 0.1, "fraction of heads pruned per step", min=0.0, max=1.0,
-                                       min_open=True),
-            Param("threshold", float, 0.05, "report how many heads go before the metric worsens by more than this",
-                  min=0.0),
-            IG_STEPS, Param("seed", int, 0, "random seed of the random order"), BATCH),
-    order=32, example="probe prune --model zoo:induction --limit 16 --out out/prune")
+    params=(
+        METRIC,
+        METHOD,
+        Param("step", float, 0.1, "fraction of heads pruned per step", min=0.0, max=1.0, min_open=True),
+        Param(
+            "threshold", float, 0.05, "report how many heads go before the metric worsens by more than this", min=0.0
+        ),
+        IG_STEPS,
+        Param("seed", int, 0, "random seed of the random order"),
+        BATCH,
+    ),
+    order=32,
+    example="probe prune --model zoo:induction --limit 16 --out out/prune",
+)
 
 ANALYSES = (IMPORTANCE, PRUNE)

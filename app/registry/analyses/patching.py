@@ -19,8 +19,10 @@ def _corrupted(ctx, clean):
         ex = corrupt_zoo(ctx.adapter.card.get("task", ""), clean.examples)
         ctx.say("corrupted inputs: zoo:induction's built-in corruption (the first copy replaced)")
         return Corpus(texts=tuple(e["text"] for e in ex), examples=tuple(ex), source="corrupted")
-    ctx.say("corrupted inputs: each example's words in a seeded random order (same tokens and length; "
-            "give --corrupted or --corrupted-file for your own)")
+    ctx.say(
+        "corrupted inputs: each example's words in a seeded random order (same tokens and length; "
+        "give --corrupted or --corrupted-file for your own)"
+    )
     return shuffled_words(clean)
 
 
@@ -40,8 +42,9 @@ def shuffled_words(corpus, seed: int = 0):
             if order != sorted(order) or len(words) < 2:
                 break
         texts.append(" ".join(words[i] for i in order))
-    examples = tuple(dict(e, text=t, words=t.split()) for e, t in zip(corpus.examples, texts)) \
-        if corpus.examples else ()
+    examples = (
+        tuple(dict(e, text=t, words=t.split()) for e, t in zip(corpus.examples, texts)) if corpus.examples else ()
+    )
     return Corpus(texts=tuple(texts), examples=examples, source="shuffled words")
 
 
@@ -56,43 +59,70 @@ def run(ctx) -> Result:
     bad = _corrupted(ctx, clean)
     clean, bad = fit_pairs(clean, bad, ctx.adapter)  # a pair with an over-long side is dropped whole
     name = metric(ctx, clean)
-    res = patch_heads(ctx.adapter, clean, bad, name, batch_size=p["batch_size"], n_boot=p["n_boot"],
-                      progress=ctx.progress and len(clean) > 1)
-    groups = [patch_group(ctx.adapter, clean, bad, g, name, batch_size=p["batch_size"], n_boot=p["n_boot"])
-              for g in p["group"] if g]
+    res = patch_heads(
+        ctx.adapter,
+        clean,
+        bad,
+        name,
+        batch_size=p["batch_size"],
+        n_boot=p["n_boot"],
+        progress=ctx.progress and len(clean) > 1,
+    )
+    groups = [
+        patch_group(ctx.adapter, clean, bad, g, name, batch_size=p["batch_size"], n_boot=p["n_boot"])
+        for g in p["group"]
+        if g
+    ]
     gt = group_table(groups)
     best = res.table.sort_values("restored", ascending=False).head(3)
 
     def figure(d):
         from probe.app.report.ablation_figures import head_heatmap
 
-        return [head_heatmap(res.table, "restored", d / "patching.png",
-                             f"{ctx.adapter.name}: restored fraction ({name})")]
+        return [
+            head_heatmap(res.table, "restored", d / "patching.png", f"{ctx.adapter.name}: restored fraction ({name})")
+        ]
 
-    notes = [f"{len(clean)} pairs, metric {name}; most restoring: "
-             + ", ".join(f"{head_name(r.layer, r.head)} {r.restored:.2f}" for r in best.itertuples())]
+    notes = [
+        f"{len(clean)} pairs, metric {name}; most restoring: "
+        + ", ".join(f"{head_name(r.layer, r.head)} {r.restored:.2f}" for r in best.itertuples())
+    ]
     if len(clean) < 2:
         notes.append("1 pair: no confidence interval (ci_low/ci_high are empty); give at least 2 pairs")
     if gt is not None:
         notes.append(group_note(gt))
-    summary = {"model": ctx.adapter.name, "pairs": len(clean), "metric": name, "path": res.path,
-               "clean": float(res.clean.mean()), "corrupted": float(res.corrupted.mean()),
-               "top": best[["layer", "head", "restored"]].to_dict("records")}
+    summary = {
+        "model": ctx.adapter.name,
+        "pairs": len(clean),
+        "metric": name,
+        "path": res.path,
+        "clean": float(res.clean.mean()),
+        "corrupted": float(res.corrupted.mean()),
+        "top": best[["layer", "head", "restored"]].to_dict("records"),
+    }
     tables = {"patching": res.table, **({"groups": gt} if gt is not None else {})}
     per_head = res.table[["layer", "head", "restored"]].rename(columns={"restored": "patching_restored"})
-    return Result(tables=tables, per_head=per_head, notes=notes, summary=summary, summary_name="patching",
-                  writers=[figure])
+    return Result(
+        tables=tables, per_head=per_head, notes=notes, summary=summary, summary_name="patching", writers=[figure]
+    )
 
 
 ANALYSIS = Analysis(
-    "patch", "Activation patching: which head's clean output restores the corrupted run?", run,
+    "patch",
+    "Activation patching: which head's clean output restores the corrupted run?",
+    run,
     needs=("model", "corpus"),
     help="Patch each head's clean output into the corrupted run; write patching.csv (restored fraction with "
-         "bootstrap CI) and a heatmap. With a zoo model and no input, the evaluation set is paired with "
-         "corrupted copies (zoo:induction: the first half replaced).",
-    params=(METRIC, Param("corrupted", str, None, "corrupted partner of each --text (repeatable, in order)",
-                          multiple=True),
-            Param("corrupted_file", str, None, "one corrupted input per line, paired with the lines of --file"),
-            N_BOOT, GROUPS, BATCH),
+    "bootstrap CI) and a heatmap. With a zoo model and no input, the evaluation set is paired with "
+    "corrupted copies (zoo:induction: the first half replaced).",
+    params=(
+        METRIC,
+        Param("corrupted", str, None, "corrupted partner of each --text (repeatable, in order)", multiple=True),
+        Param("corrupted_file", str, None, "one corrupted input per line, paired with the lines of --file"),
+        N_BOOT,
+        GROUPS,
+        BATCH,
+    ),
     order=33,
-    example="probe patch --model zoo:induction --metric accuracy --limit 20 --group L1H0,L1H1 --out out/patch")
+    example="probe patch --model zoo:induction --metric accuracy --limit 20 --group L1H0,L1H1 --out out/patch",
+)

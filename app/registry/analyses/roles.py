@@ -9,9 +9,24 @@ from probe.errors import InputError
 from probe.app.registry import ENGINES, Analysis, Param, Result
 
 #: per-head columns of the roles table shown on the report's head pages
-ROLE_FACTS = ("role", "confidence", "decided_by", "also", "to_cls", "to_sep", "to_special", "to_punct",
-              "prev", "self", "next", "positional_share", "positional_offset", "entropy_ratio",
-              "max_attention", "argmax_rare")
+ROLE_FACTS = (
+    "role",
+    "confidence",
+    "decided_by",
+    "also",
+    "to_cls",
+    "to_sep",
+    "to_special",
+    "to_punct",
+    "prev",
+    "self",
+    "next",
+    "positional_share",
+    "positional_offset",
+    "entropy_ratio",
+    "max_attention",
+    "argmax_rare",
+)
 #: relations that are not evidence of a syntactic head (mirrors the syntax section)
 NOT_SYNTACTIC = ("punct", "all", "root")
 
@@ -32,8 +47,9 @@ def _thresholds(items) -> dict:
     try:
         RoleThresholds(**out)  # type: ignore[arg-type]  # unknown names are caught below
     except TypeError:
-        raise InputError(f"--threshold: unknown threshold in {list(out)}; known: "
-                         f"{', '.join(RoleThresholds.__dataclass_fields__)}") from None
+        raise InputError(
+            f"--threshold: unknown threshold in {list(out)}; known: {', '.join(RoleThresholds.__dataclass_fields__)}"
+        ) from None
     return out
 
 
@@ -56,20 +72,32 @@ def _source(ctx):
 
         return Store(store_dir), f"store {store_dir}"
     if store_dir and not ctx.has_input and not ctx.is_zoo:
-        raise InputError(f"{store_dir} is not a store (no manifest.json): give an input "
-                         "(--text, --file or --conllu) to capture into it")
+        raise InputError(
+            f"{store_dir} is not a store (no manifest.json): give an input "
+            "(--text, --file or --conllu) to capture into it"
+        )
     corpus = ctx.corpus
     if store_dir:
         from probe.pipeline import capture_corpus
 
-        store = capture_corpus(ctx.adapter, corpus, store_dir, batch_size=ctx.params["batch_size"],
-                               progress=ctx.progress and len(corpus) > 1)
+        store = capture_corpus(
+            ctx.adapter,
+            corpus,
+            store_dir,
+            batch_size=ctx.params["batch_size"],
+            progress=ctx.progress and len(corpus) > 1,
+        )
         return store, f"{ctx.adapter.name} on {corpus.source} (store {store_dir})"
     from probe.capture import iter_capture
 
-    stream = iter_capture(ctx.adapter, corpus.texts, word_spans=corpus.word_spans,
-                          batch_size=ctx.params["batch_size"], progress=ctx.progress and len(corpus) > 1,
-                          total=len(corpus))
+    stream = iter_capture(
+        ctx.adapter,
+        corpus.texts,
+        word_spans=corpus.word_spans,
+        batch_size=ctx.params["batch_size"],
+        progress=ctx.progress and len(corpus) > 1,
+        total=len(corpus),
+    )
     return stream, f"{ctx.adapter.name} on {corpus.source}"
 
 
@@ -78,19 +106,32 @@ def run(ctx) -> Result:
 
     p = ctx.params
     overrides = _thresholds(p["threshold"])
-    settings = dict(coreference=_evidence(p["coreference"], "coreference"), n_clusters=p["clusters"] or None,
-                    cluster_examples=p["cluster_examples"], level=p["level"], min_examples=p["min_examples"])
+    settings = dict(
+        coreference=_evidence(p["coreference"], "coreference"),
+        n_clusters=p["clusters"] or None,
+        cluster_examples=p["cluster_examples"],
+        level=p["level"],
+        min_examples=p["min_examples"],
+    )
     syntax = _evidence(p["syntax"], "syntax")
     engine = ctx.engine_run
     if engine and p["store"]:
-        raise InputError(f"--store runs with --engine local (to capture a store with --engine {ctx.engine}, "
-                         "use `probe capture`)")
+        raise InputError(
+            f"--store runs with --engine local (to capture a store with --engine {ctx.engine}, use `probe capture`)"
+        )
     if engine:  # the model runs in the engine's workers, streamed layer by layer
         from probe.app.engine import analyses as on_engine
 
         corpus = ctx.input_corpus
-        report = on_engine.roles(ctx.model, corpus, syntax_table=syntax, batch_size=p["batch_size"],
-                                 thresholds=overrides, **settings, **engine)
+        report = on_engine.roles(
+            ctx.model,
+            corpus,
+            syntax_table=syntax,
+            batch_size=p["batch_size"],
+            thresholds=overrides,
+            **settings,
+            **engine,
+        )
         described = f"{ctx.model} on {corpus.source} (--engine {ctx.engine})"
     else:
         source, described = _source(ctx)
@@ -105,8 +146,10 @@ def run(ctx) -> Result:
         def distances(d):
             report.clusters.distances_frame().to_csv(d / "distances.csv")
             return [d / "distances.csv"]
+
         writers.append(distances)
     if not p["no_figure"]:
+
         def figures(d):
             from probe.app.report.roles_figures import head_map_figure, role_grid_figure
 
@@ -114,14 +157,23 @@ def run(ctx) -> Result:
             if report.clusters is not None:
                 out.append(head_map_figure(report.roles, d / "roles.mds.png"))
             return out
+
         writers.append(figures)
-    notes = [f"{len(report.roles)} heads from {report.n_examples} examples ({described}): "
-             + ", ".join(f"{r} {n}" for r, n in counts.items())]
+    notes = [
+        f"{len(report.roles)} heads from {report.n_examples} examples ({described}): "
+        + ", ".join(f"{r} {n}" for r, n in counts.items())
+    ]
     if report.n_examples < p["min_examples"]:
         notes.append(f"warning: only {report.n_examples} examples (< {p['min_examples']}); the roles are unstable")
     cols = [c for c in ROLE_FACTS if c in report.roles.columns]
-    return Result(tables=tables, per_head=report.roles[["layer", "head"] + cols], notes=notes, summary=summary,
-                  summary_name="roles", writers=writers)
+    return Result(
+        tables=tables,
+        per_head=report.roles[["layer", "head"] + cols],
+        notes=notes,
+        summary=summary,
+        summary_name="roles",
+        writers=writers,
+    )
 
 
 def section(ctx) -> Result:
@@ -139,27 +191,45 @@ def section(ctx) -> Result:
     notes = ["heads per role: " + ", ".join(f"{r} {n}" for r, n in zip(counts["role"], counts["heads"]))]
     if len(ctx.maps) < 100:
         notes.append(f"roles estimated from {len(ctx.maps)} examples (fewer than 100: unstable)")
-    return Result(tables={"roles": roles, "role_counts": counts}, per_head=roles[["layer", "head"] + cols],
-                  notes=notes, summary={"role_counts": dict(zip(counts["role"], counts["heads"].astype(int)))})
+    return Result(
+        tables={"roles": roles, "role_counts": counts},
+        per_head=roles[["layer", "head"] + cols],
+        notes=notes,
+        summary={"role_counts": dict(zip(counts["role"], counts["heads"].astype(int)))},
+    )
 
 
 ANALYSIS = Analysis(
-    "roles", "Head roles: what each head does, with the evidence; clusters of similar heads", run, needs=("corpus", "maps"),
+    "roles",
+    "Head roles: what each head does, with the evidence; clusters of similar heads",
+    run,
+    needs=("corpus", "maps"),
     help="Classify every head (previous-token, special-token, broad, induction, …) with its evidence; writes "
-         "roles.csv (layer, head, role, confidence, decided_by, also, every feature, mds_x, mds_y, cluster), "
-         "layers.csv, counts.csv, distances.csv, roles.json and the figures roles.png, roles.mds.png.",
-    params=(Param("store", str, None, "read this store (from `probe capture`); with an input, capture into it "
-                  "(resumable)"),
-            Param("level", str, "token", "features that decide the roles (both levels are written)",
-                  choices=("token", "word")),
-            Param("syntax", str, None, "best.csv of the syntax analysis: labels 'syntactic (<rel>)' heads"),
-            Param("coreference", str, None, "table of the same shape for coreference"),
-            Param("clusters", int, 8, "agglomerative clusters of heads (0: no clustering)", min=0),
-            Param("cluster_examples", int, 100, "examples used for the head × head JS divergences", min=1),
-            Param("min_examples", int, 100, "warn below this many examples", min=1),
-            Param("threshold", str, None, "override a rule threshold, e.g. positional=0.8 (see "
-                  "probe.analyses.patterns.roles.RoleThresholds)", multiple=True),
-            Param("batch_size", int, 16, "examples per forward", min=1),
-            Param("no_figure", bool, False, "write the tables only")),
-    section=section, modules=("probe.analyses.patterns.roles",), order=45, engines=ENGINES,
-    example="probe roles --model zoo:constructed --limit 20 --out out/roles")
+    "roles.csv (layer, head, role, confidence, decided_by, also, every feature, mds_x, mds_y, cluster), "
+    "layers.csv, counts.csv, distances.csv, roles.json and the figures roles.png, roles.mds.png.",
+    params=(
+        Param("store", str, None, "read this store (from `probe capture`); with an input, capture into it (resumable)"),
+        Param(
+            "level", str, "token", "features that decide the roles (both levels are written)", choices=("token", "word")
+        ),
+        Param("syntax", str, None, "best.csv of the syntax analysis: labels 'syntactic (<rel>)' heads"),
+        Param("coreference", str, None, "table of the same shape for coreference"),
+        Param("clusters", int, 8, "agglomerative clusters of heads (0: no clustering)", min=0),
+        Param("cluster_examples", int, 100, "examples used for the head × head JS divergences", min=1),
+        Param("min_examples", int, 100, "warn below this many examples", min=1),
+        Param(
+            "threshold",
+            str,
+            None,
+            "override a rule threshold, e.g. positional=0.8 (see probe.analyses.patterns.roles.RoleThresholds)",
+            multiple=True,
+        ),
+        Param("batch_size", int, 16, "examples per forward", min=1),
+        Param("no_figure", bool, False, "write the tables only"),
+    ),
+    section=section,
+    modules=("probe.analyses.patterns.roles",),
+    order=45,
+    engines=ENGINES,
+    example="probe roles --model zoo:constructed --limit 20 --out out/roles",
+)

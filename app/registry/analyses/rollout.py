@@ -25,8 +25,15 @@ SOURCE = (
 POSITIONS = (
     Param("head_indices", str, "mean", "head combination in every layer: 'mean' or head indices like 0,3,5"),
     Param("residual", float, 0.5, "identity weight of the residual adjustment", min=0.0, max=1.0),
-    Param("output_position", int, None, "output position(s) to explain (repeatable; negative counts from the "
-          "end). Default: [CLS] for encoders, the last token for decoders", multiple=True, short="-p"),
+    Param(
+        "output_position",
+        int,
+        None,
+        "output position(s) to explain (repeatable; negative counts from the "
+        "end). Default: [CLS] for encoders, the last token for decoders",
+        multiple=True,
+        short="-p",
+    ),
     Param("all_positions", bool, False, "score every output position (the full matrix)"),
 )
 
@@ -92,8 +99,13 @@ def run_rollout(ctx) -> Result:
     if p["weights"] == "attention":
         from probe.analyses.flow.rollout import rollout_maps
 
-        scores = rollout_maps(_maps(ctx), heads=_combine(p["head_indices"]), residual=p["residual"],
-                              output_positions=pos, all_positions=p["all_positions"])
+        scores = rollout_maps(
+            _maps(ctx),
+            heads=_combine(p["head_indices"]),
+            residual=p["residual"],
+            output_positions=pos,
+            all_positions=p["all_positions"],
+        )
         return _result(scores, f"{scores.method} (attention)")
     if p["store"]:
         raise InputError(f"--weights {p['weights']} needs a live model: give an input instead of --store")
@@ -104,14 +116,21 @@ def run_rollout(ctx) -> Result:
         from probe.analyses.flow.norm_attention import norm_rollout_maps
         from probe.values import capture_values
 
-        scores = norm_rollout_maps(capture_values(ctx.adapter, text), residual=p["residual"],
-                                   output_positions=pos, all_positions=p["all_positions"])
+        scores = norm_rollout_maps(
+            capture_values(ctx.adapter, text),
+            residual=p["residual"],
+            output_positions=pos,
+            all_positions=p["all_positions"],
+        )
     else:
         from probe.analyses.flow.grad_attention import grad_rollout_maps
         from probe.grads import attention_gradients
 
-        scores = grad_rollout_maps(attention_gradients(ctx.adapter, text, position=pos[0] if pos else None),
-                                   output_positions=pos, all_positions=p["all_positions"])
+        scores = grad_rollout_maps(
+            attention_gradients(ctx.adapter, text, position=pos[0] if pos else None),
+            output_positions=pos,
+            all_positions=p["all_positions"],
+        )
     return _result(scores, f"{scores.method} ({p['weights']})")
 
 
@@ -120,9 +139,16 @@ def run_flow(ctx) -> Result:
 
     p = ctx.params
     # a long input warns (stderr) with the estimated time before the solver starts
-    scores = flow_maps(_maps(ctx), heads=_combine(p["head_indices"]), residual=p["residual"],
-                       output_positions=list(p["output_position"]) or None, all_positions=p["all_positions"],
-                       reference=p["reference"], workers=p["workers"], max_tokens=p["max_tokens"])
+    scores = flow_maps(
+        _maps(ctx),
+        heads=_combine(p["head_indices"]),
+        residual=p["residual"],
+        output_positions=list(p["output_position"]) or None,
+        all_positions=p["all_positions"],
+        reference=p["reference"],
+        workers=p["workers"],
+        max_tokens=p["max_tokens"],
+    )
     return _result(scores, "attention flow" + (" (networkx)" if p["reference"] else ""))
 
 
@@ -138,8 +164,10 @@ def section(ctx) -> Result:
     too_long = [i for i in ctx.representatives if ctx.maps[i].n_tokens > FLOW_MAX_TOKENS]
     picks = fits[:FLOW_EXAMPLES]
     if not picks:
-        raise SkipAnalysis(f"no example of at most {FLOW_MAX_TOKENS} tokens for flow "
-                           f"({len(too_long)} representative examples are longer)")
+        raise SkipAnalysis(
+            f"no example of at most {FLOW_MAX_TOKENS} tokens for flow "
+            f"({len(too_long)} representative examples are longer)"
+        )
     rows = []
     for i in picks:
         m = ctx.maps[i]
@@ -148,36 +176,62 @@ def section(ctx) -> Result:
             df.insert(0, "example", i)
             rows.append(df)
     table = pd.concat(rows, ignore_index=True)
-    top = (table.sort_values("score", ascending=False).groupby(["example", "method"]).head(5)
-           .sort_values(["example", "method", "score"], ascending=[True, True, False]))
+    top = (
+        table.sort_values("score", ascending=False)
+        .groupby(["example", "method"])
+        .head(5)
+        .sort_values(["example", "method", "score"], ascending=[True, True, False])
+    )
     into = "the last token (causal: nothing flows from later tokens)" if ctx.adapter.causal else "position 0"
     notes = [f"rollout and flow into {into} on examples {picks} (Abnar & Zuidema 2020)"]
     if too_long:
-        notes.append(f"left out {len(too_long)} representative example(s) over {FLOW_MAX_TOKENS} tokens "
-                     f"({', '.join(str(i) for i in too_long[:5])}{' …' if len(too_long) > 5 else ''})")
+        notes.append(
+            f"left out {len(too_long)} representative example(s) over {FLOW_MAX_TOKENS} tokens "
+            f"({', '.join(str(i) for i in too_long[:5])}{' …' if len(too_long) > 5 else ''})"
+        )
     return Result(tables={"scores": table, "top": top}, notes=notes)
 
 
 ROLLOUT = Analysis(
-    "rollout", "Rollout and flow: how much each input token feeds an output position", run_rollout, needs=("corpus", "maps"),
+    "rollout",
+    "Rollout and flow: how much each input token feeds an output position",
+    run_rollout,
+    needs=("corpus", "maps"),
     help="Attention rollout (Abnar & Zuidema 2020): input-token scores for chosen output positions of one "
-         "example (--example of the input, or of --store).",
-    params=SOURCE + POSITIONS + (
-        Param("weights", str, "attention", "roll out raw attention, norm-based weights ‖αf(x)‖ (Kobayashi 2020) "
-              "or gradient-weighted attention (Chefer 2021); norm and grad need a live model",
-              choices=("attention", "norm", "grad")),),
-    section=section, modules=("probe.analyses.flow.rollout", "probe.analyses.flow.attention_flow"), order=50,
-    example="probe rollout --text 'The keys to the cabinet are on the table.' --out out/rollout")
+    "example (--example of the input, or of --store).",
+    params=SOURCE
+    + POSITIONS
+    + (
+        Param(
+            "weights",
+            str,
+            "attention",
+            "roll out raw attention, norm-based weights ‖αf(x)‖ (Kobayashi 2020) "
+            "or gradient-weighted attention (Chefer 2021); norm and grad need a live model",
+            choices=("attention", "norm", "grad"),
+        ),
+    ),
+    section=section,
+    modules=("probe.analyses.flow.rollout", "probe.analyses.flow.attention_flow"),
+    order=50,
+    example="probe rollout --text 'The keys to the cabinet are on the table.' --out out/rollout",
+)
 
 FLOW = Analysis(
-    "flow", "Attention flow (max-flow on the layered attention graph) for chosen output positions", run_flow,
+    "flow",
+    "Attention flow (max-flow on the layered attention graph) for chosen output positions",
+    run_flow,
     needs=("model", "corpus"),
-    params=SOURCE + POSITIONS + (
+    params=SOURCE
+    + POSITIONS
+    + (
         Param("reference", bool, False, "compute with networkx, one max-flow per pair (slow; the reference)"),
-        Param("workers", int, None, "processes for the fast solver (default: all cores when the work is large)",
-              min=1),
-        Param("max_tokens", int, 128, "warn with the estimated time above this many tokens", min=1)),
-    order=51, example="probe flow --text 'The keys to the cabinet are on the table.' --out out/flow")
+        Param("workers", int, None, "processes for the fast solver (default: all cores when the work is large)", min=1),
+        Param("max_tokens", int, 128, "warn with the estimated time above this many tokens", min=1),
+    ),
+    order=51,
+    example="probe flow --text 'The keys to the cabinet are on the table.' --out out/flow",
+)
 
 
 def run_correlation(ctx) -> Result:
@@ -191,8 +245,10 @@ def run_correlation(ctx) -> Result:
     maps = capture(ctx.adapter, [e["text"] for e in examples], batch_size=64)
     from tqdm.auto import tqdm
 
-    imps = [blank_out_importance(ctx.adapter, e["text"], e.get("label"))[0]
-            for e in tqdm(examples, desc="blank-out", disable=not ctx.progress)]
+    imps = [
+        blank_out_importance(ctx.adapter, e["text"], e.get("label"))[0]
+        for e in tqdm(examples, desc="blank-out", disable=not ctx.progress)
+    ]
     per_example = importance_correlations([m.attentions for m in maps], imps, [m.special_mask for m in maps])
     table = correlation_table(per_example)
     notes = []
@@ -201,24 +257,33 @@ def run_correlation(ctx) -> Result:
         notes.append(f"positions: {pos} (Spearman ρ with blank-out, mean ± std over {len(examples)} examples)")
         for method in ("raw", "rollout", "flow"):
             r = t[t.method == method]
-            notes.append(f"  {method:<8}" + "  ".join(f"L{int(x.layer)} {x['mean']:+.2f} ± {x['std']:.2f}"
-                                                     for _, x in r.iterrows()))
+            notes.append(
+                f"  {method:<8}"
+                + "  ".join(f"L{int(x.layer)} {x['mean']:+.2f} ± {x['std']:.2f}" for _, x in r.iterrows())
+            )
 
     def write_json(d):
         (d / "flow_correlation.json").write_text(table.to_json(orient="records", indent=1))
         return [d / "flow_correlation.json"]
 
-    return Result(tables={"flow_correlation": table, "flow_correlation_examples": per_example}, notes=notes,
-                  writers=[write_json])
+    return Result(
+        tables={"flow_correlation": table, "flow_correlation_examples": per_example}, notes=notes, writers=[write_json]
+    )
 
 
 CORRELATION = Analysis(
-    "flow-correlation", "Raw attention, rollout and flow vs blank-out importance (Abnar & Zuidema 2020, "
-    "Table 1)", run_correlation, needs=("model", "zoo"), model="zoo:agreement",
+    "flow-correlation",
+    "Raw attention, rollout and flow vs blank-out importance (Abnar & Zuidema 2020, Table 1)",
+    run_correlation,
+    needs=("model", "zoo"),
+    model="zoo:agreement",
     help="Spearman ρ of raw attention, rollout and flow with blank-out importance, per layer (Abnar & Zuidema "
-         "2020, Table 1), for a zoo sequence classifier on its held-out set (--limit examples, default 1000).",
-    params=(Param("limit", int, None, "held-out examples of the zoo task (default 1000)", min=3,
-                  aliases=("--examples",)),),
-    order=52, example="probe flow-correlation --limit 50 --out out/flowcorr")
+    "2020, Table 1), for a zoo sequence classifier on its held-out set (--limit examples, default 1000).",
+    params=(
+        Param("limit", int, None, "held-out examples of the zoo task (default 1000)", min=3, aliases=("--examples",)),
+    ),
+    order=52,
+    example="probe flow-correlation --limit 50 --out out/flowcorr",
+)
 
 ANALYSES = (ROLLOUT, FLOW, CORRELATION)

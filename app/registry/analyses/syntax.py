@@ -43,8 +43,9 @@ def run(ctx) -> Result:
     p = ctx.params
     conllu = ctx.conllu or _zoo_treebank(ctx)
     sentences = read_conllu(conllu, limit=ctx.limit)
-    settings = dict(base=p["base_relations"], tree_limit=p["tree_limit"], probe_limit=p["probe_limit"],
-                    batch_size=p["batch_size"])
+    settings = dict(
+        base=p["base_relations"], tree_limit=p["tree_limit"], probe_limit=p["probe_limit"], batch_size=p["batch_size"]
+    )
     engine = ctx.engine_run
     if engine:  # relation counts streamed layer by layer, in this process or Ray's workers
         from probe.app.engine import analyses as on_engine
@@ -59,31 +60,42 @@ def run(ctx) -> Result:
     def write(d):
         from probe.app.report.syntax_figures import write_syntax_report
 
-        return list(write_syntax_report(result, d, min_count=p["min_count"], relations=p["relations"],
-                                        meta=meta).values())
+        return list(
+            write_syntax_report(result, d, min_count=p["min_count"], relations=p["relations"], meta=meta).values()
+        )
 
-    return Result(per_head=best_relation_per_head(best, p["min_count"]), notes=_notes(result, best),
-                  writers=[write])
+    return Result(per_head=best_relation_per_head(best, p["min_count"]), notes=_notes(result, best), writers=[write])
 
 
 def _notes(result, best) -> list:
     dep = best[(best.direction == "dep_to_head") & ~best.flagged].head(15)
-    lines = [f"{result.relations.n_sentences} sentences evaluated"
-             + (f"; skipped: {', '.join(f'{n} {why}' for why, n in result.skipped_counts.items())}"
-                if result.skipped_counts else "")]
+    lines = [
+        f"{result.relations.n_sentences} sentences evaluated"
+        + (
+            f"; skipped: {', '.join(f'{n} {why}' for why, n in result.skipped_counts.items())}"
+            if result.skipped_counts
+            else ""
+        )
+    ]
     lines.append(f"{'relation':<12} {'head':>6} {'acc':>6} {'offset':>6} {'base':>6} {'count':>6}")
     for r in dep.itertuples():
-        lines.append(f"{r.relation:<12} {f'L{r.layer}H{r.head}':>6} {r.accuracy:6.3f} {r.baseline_offset:>+6d} "
-                     f"{r.baseline_accuracy:6.3f} {r.count:>6d}")
+        lines.append(
+            f"{r.relation:<12} {f'L{r.layer}H{r.head}':>6} {r.accuracy:6.3f} {r.baseline_offset:>+6d} "
+            f"{r.baseline_accuracy:6.3f} {r.count:>6d}"
+        )
     if result.trees is not None:
         t = result.trees.set_index("source")
         top = result.trees[result.trees.source.isin(["head", "layer_mean", "all_mean"])].iloc[0]
         where = f"L{top.layer}H{top['head']}" if top.source == "head" else f"layer {top.layer}"
-        lines.append(f"trees: best {top.source} {where} UAS {top.uas:.3f}; right-branching "
-                     f"{t.loc['right_branching', 'uas']:.3f}, left-branching {t.loc['left_branching', 'uas']:.3f}")
+        lines.append(
+            f"trees: best {top.source} {where} UAS {top.uas:.3f}; right-branching "
+            f"{t.loc['right_branching', 'uas']:.3f}, left-branching {t.loc['left_branching', 'uas']:.3f}"
+        )
     if result.probe is not None:
-        lines.append(f"attention-only probe: test UAS {result.probe['uas_test']:.3f} "
-                     f"({result.probe['n_test_sentences']} test sentences)")
+        lines.append(
+            f"attention-only probe: test UAS {result.probe['uas_test']:.3f} "
+            f"({result.probe['n_test_sentences']} test sentences)"
+        )
     return lines
 
 
@@ -99,8 +111,10 @@ def section(ctx) -> Result:
     floor = int(min(hi, max(lo, int(acc.counts.sum()) // 200)))
     best = acc.best(min_count=floor)
     per_head = best_relation_per_head(best, floor)
-    notes = [f"{len(acc.relations) - 1} relations over {acc.n_sentences} sentences; the best head of each "
-             f"relation with ≥ {floor} instances against the best fixed-offset baseline (Clark et al. 2019)"]
+    notes = [
+        f"{len(acc.relations) - 1} relations over {acc.n_sentences} sentences; the best head of each "
+        f"relation with ≥ {floor} instances against the best fixed-offset baseline (Clark et al. 2019)"
+    ]
     if len(skipped):
         notes.append(f"{len(skipped)} sentences skipped (word alignment): see tables/syntax_skipped.csv")
     tables = {"best": best, "relations": relations}
@@ -121,25 +135,41 @@ def best_relation_per_head(best, min_count: int):
     best_for = t.sort_values("margin", ascending=False).groupby(["layer", "head"])["label"].agg("; ".join)
     t = t.sort_values(["margin", "count"], ascending=False, kind="stable").drop_duplicates(["layer", "head"])
     t = t.sort_values(["layer", "head"])
-    out = t[["layer", "head", "relation", "direction", "accuracy", "baseline_accuracy", "baseline_offset",
-             "count"]].rename(columns={"relation": "syntax_relation", "direction": "syntax_direction",
-                                       "accuracy": "syntax_accuracy", "baseline_accuracy": "syntax_baseline",
-                                       "baseline_offset": "syntax_offset", "count": "syntax_count"})
+    out = t[
+        ["layer", "head", "relation", "direction", "accuracy", "baseline_accuracy", "baseline_offset", "count"]
+    ].rename(
+        columns={
+            "relation": "syntax_relation",
+            "direction": "syntax_direction",
+            "accuracy": "syntax_accuracy",
+            "baseline_accuracy": "syntax_baseline",
+            "baseline_offset": "syntax_offset",
+            "count": "syntax_count",
+        }
+    )
     out["syntax_best_for"] = [best_for[(l_, h)] for l_, h in zip(out["layer"], out["head"])]
     return out.reset_index(drop=True)
 
 
 ANALYSIS = Analysis(
-    "syntax", "Syntactic relations against positional baselines", run, needs=("treebank", "maps"),
+    "syntax",
+    "Syntactic relations against positional baselines",
+    run,
+    needs=("treebank", "maps"),
     help="Best head per dependency relation (Clark et al. 2019), trees from attention and the attention-only "
-         "probe; writes relations.csv, best.csv, trees.csv, probe.json and a heatmap. Without --conllu, "
-         "zoo:brackets uses its held-out set (written as gold.conllu).",
-    params=(Param("min_count", int, 20, "relations with fewer instances are flagged", min=1),
-            Param("relations", "names", None, "comma-separated relations for best.csv (default: all)"),
-            Param("base_relations", bool, False, "pool subtypes (nmod:poss counted as nmod)"),
-            Param("tree_limit", int, 300, "sentences to decode trees for (one decode per head each)", min=0),
-            Param("probe_limit", int, 1000, "sentences for the attention-only probe (80/20 split by sentence)",
-                  min=0),
-            Param("batch_size", int, 32, "examples per forward", min=1)),
-    section=section, modules=("probe.analyses.structure.syntax",), order=10, engines=ENGINES,
-    example="probe syntax --conllu app/report/sample/sample.conllu --out out/syntax")
+    "probe; writes relations.csv, best.csv, trees.csv, probe.json and a heatmap. Without --conllu, "
+    "zoo:brackets uses its held-out set (written as gold.conllu).",
+    params=(
+        Param("min_count", int, 20, "relations with fewer instances are flagged", min=1),
+        Param("relations", "names", None, "comma-separated relations for best.csv (default: all)"),
+        Param("base_relations", bool, False, "pool subtypes (nmod:poss counted as nmod)"),
+        Param("tree_limit", int, 300, "sentences to decode trees for (one decode per head each)", min=0),
+        Param("probe_limit", int, 1000, "sentences for the attention-only probe (80/20 split by sentence)", min=0),
+        Param("batch_size", int, 32, "examples per forward", min=1),
+    ),
+    section=section,
+    modules=("probe.analyses.structure.syntax",),
+    order=10,
+    engines=ENGINES,
+    example="probe syntax --conllu app/report/sample/sample.conllu --out out/syntax",
+)
