@@ -62,21 +62,22 @@ def roles(
     The head × head divergences of the clustering need every layer of an example at
     once; they use the first ``cluster_examples`` examples, kept whole.
     """
-    from probe.analyses.common.accumulate import KeptExamples
+    from probe.analyses.common.accumulate import KeptExamples, PunctuationShare
     from probe.analyses.patterns.head_clusters import HeadDivergenceAccumulator
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
     from probe.analyses.patterns.roles import RoleClassifier, report_from
 
     items = corpus_items(corpus)
     keep = range(min(cluster_examples or len(items), len(items))) if n_clusters else ()
-    (token, word, kept), _ = _stream(
+    (token, word, kept, punct), _ = _stream(
         model,
         items,
-        [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), KeptExamples(keep)],
+        [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), KeptExamples(keep), PunctuationShare()],
         run,
         batch_size,
     )
     clf = RoleClassifier(level=level, min_examples=min_examples, **(thresholds or {}))
+    clf.punct_chance_ = punct.result()  # as RoleClassifier.fit counts it over the same maps
     clf.fit_tables(
         {"token": token.result(), "word": word.result()}, token.n_examples, syntax=syntax_table, coreference=coreference
     )
