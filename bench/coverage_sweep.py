@@ -9,7 +9,9 @@ FFN 64, the bundled BERT vocabulary; no download), opens it as a user would
 * ``exact`` — the captured maps of every stack equal the model's own eager
   ``output_attentions`` (max |Δ| over real positions ≤ :data:`TOL`) and zero-ablating head
   (1, 2) (layer 0 for one-layer models) equals an independent forward-pre hook that zeroes
-  that head's slice of the output projection's input (max |Δ| ≤ :data:`TOL`);
+  that head's slice of the output projection's input (max |Δ| ≤ :data:`TOL`); types with a
+  learned per-head sink are checked independently of how the model reports its weights
+  (:func:`values_delta`: maps × values vs the output projection's input);
 * ``refused`` — the toolkit said, in one line, why it cannot instrument the type;
 * ``failed`` — anything else: a traceback inside the toolkit, maps of the wrong layout or
   values (must be 0);
@@ -314,7 +316,8 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
     worst, source, vals = 0.0, "", None
     sinks = False
     for stack in adapter.stacks:
-        sinks = has_sinks(adapter, stack)
+        values = value_projections(adapter, stack) if has_sinks(adapter, stack) else None
+        sinks = values is not None  # sinks, and values to check the maps' scale against
         key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
         want = getattr(ref, key, None)
         if want is None or len(want) == 0 or any(w is None for w in want):
@@ -344,7 +347,7 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
                 ref_i = ref_i / ref_i.sum(-1, keepdim=True).clamp_min(1e-30)
             worst = max(worst, (got.double() - ref_i.double()).abs().max().item())
         if sinks:
-            vals = max(vals or 0.0, values_delta(adapter, inputs, stack, maps))
+            vals = max(vals or 0.0, values_delta(adapter, inputs, stack, maps, values))
             worst = max(worst, vals)
     out: dict = {"capture_delta": worst, "attention_source": source}
     if vals is not None:
@@ -367,9 +370,27 @@ def has_sinks(adapter, stack: str) -> bool:
     return any(torch.is_tensor(getattr(m, "sinks", None)) for m in adapter.attention_modules(stack))
 
 
-def values_delta(adapter, inputs: dict, stack: str, maps) -> float:
-    """Max |Δ| between ``maps[i][l, h] @ V_h`` and the model's own input to the output
-    projection (head ``h``'s slice), over every layer, head and real query of ``stack``.
+def value_projections(adapter, stack: str):
+    """Each layer's value projection (a Linear child named like one, :data:`VALUE_NAMES`),
+    read here from the attention modules, or None when a layer has none (a fused or latent
+    key/value projection: HY-V4's sinks are then checked against the eager report as it is)."""
+    import torch
+
+    from probe.models.architectures import VALUE_NAMES
+
+    out = []
+    for m in adapter.attention_modules(stack):
+        children = {name.lower(): sub for name, sub in m.named_children()}
+        found = [children[n] for n in VALUE_NAMES if isinstance(children.get(n), torch.nn.Linear)]
+        if not found:
+            return None
+        out.append(found[0])
+    return out
+
+
+def values_delta(adapter, inputs: dict, stack: str, maps, values: list) -> float:
+    """Max |Δ| between ``maps[i][l, h] @ V_h`` (``values``: the layers' value projections,
+    :func:`value_projections`) and the model's own input to the output projection (head ``h``'s slice), over every layer, head and real query of ``stack``.
 
     Convention-independent: whatever the model reports as ``output_attentions``, the weights
     that really mix the values are the ones whose product with the values is the output
@@ -381,7 +402,7 @@ def values_delta(adapter, inputs: dict, stack: str, maps) -> float:
     """
     import torch
 
-    values, projs = adapter.value_modules(stack), adapter.head_output_modules(stack)
+    projs = adapter.head_output_modules(stack)
     seen: dict = {"v": {}, "o": {}}
 
     def keep(kind, module, tensor):
@@ -664,7 +685,8 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         "replace their first row).",
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
-        f"`output_attentions` and zero-ablating head L1H2 equals an independent pre-hook on the output "
+        "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "
+        "see *Learned sinks*) and zero-ablating head L1H2 equals an independent pre-hook on the output "
         f"projection (max |Δ| ≤ {TOL:g} each)",
         f"- **refused**: {counts.get('refused', 0)} — the toolkit says why, in one line (grouped below)",
         f"- **failed**: {counts.get('failed', 0)}",
@@ -701,7 +723,8 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         if r["status"] == "exact":
             lines.append(
                 f"| {r['model_type']} | {r.get('stacks', '')} | {r.get('inputs', '')} | "
-                f"{r.get('attention_source', '')} | {r['capture_delta']:.1e} | {r['ablation_delta']:.1e} |"
+                f"{r.get('attention_source', '')}{'; sink: maps × values' if r.get('reference') else ''} | "
+                f"{r['capture_delta']:.1e} | {r['ablation_delta']:.1e} |"
             )
     built = Counter(_group(r["reason"]) for r in rows if r["status"] == "not built")
     lines += ["", "## Not built by the sweep", "", "| why | types |", "|---|---|"]
@@ -718,18 +741,6 @@ EXPLAINED = {
         "its output drops them) or fails on the tiny config, so the captured maps cannot be "
         "checked; not counted exact"
     ),
-    "granite_swa": (
-        "a convention: its sink scales the output after the softmax; the toolkit reports the "
-        "effective weights (the sink's share removed, as for gpt-oss), the model's "
-        "output_attentions the weights before that scaling; zero-ablation is exact"
-    ),
-    "granitemoe_swa": "as granite_swa: sink-scaled effective weights vs the model's unscaled report",
-    "nemotron_asr_streaming_encoder": (
-        "the model's own eager attentions contain NaN on the sweep's random "
-        "features (rows with no allowed key); maps with non-finite values are "
-        "refused by AttentionMaps (one-line ValueError)"
-    ),
-    "nemo_speechlm": "did not finish within 200 s on the shared 2-core machine (a large composite speech model)",
 }
 
 NOTES = [
@@ -772,6 +783,31 @@ NOTES = [
         "every text path refuses them in one line."
     ),
     ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
+    (
+        "- **Learned sinks** (gpt-oss, Granite-SWA, GraniteMoE-SWA: a per-head `sinks` logit that takes a share "
+        "of every row and belongs to no key): the toolkit reports the *effective* weights, the ones that "
+        "multiply the values, so a row sums to the keys' share (1 − the sink's). gpt-oss's own "
+        "`output_attentions` reports the same; Granite-SWA's reports the softmax over the keys alone and scales "
+        "the head's output afterwards by `sigmoid(logsumexp − sink)`, which is the same number. Rows of types "
+        "with sinks (path marked *sink* below) are checked independently of either report: captured maps × "
+        "the layer's values (a hook on the value projection) equal the model's own input to the output "
+        "projection (a pre-hook on it), per head and real query, and the row-normalised maps equal the "
+        "row-normalised eager report; the larger |Δ| is the row's."
+    ),
+    (
+        "- **A broken eager path is refused, not captured.** NemotronAsrStreaming's attention (the streaming "
+        "encoder, and the ASR models built on it) applies `attention_mask.logical_not()`, a boolean reading; "
+        "eager attention, the path whose weights the toolkit (and `output_attentions`) reads, hands it the "
+        "additive mask (0 where allowed), so every allowed key is masked (all-NaN rows on short inputs) and "
+        "disallowed keys (padding, beyond the chunked context) are attended. Its own SDPA forward is finite. "
+        "The adapter refuses these types at load in one line (`BOOLEAN_MASK_ATTENTION` in "
+        "`models/architectures.py`)."
+    ),
+    (
+        "- **Sweep settings per type**: NeMo SpeechLM's diarization encoder sits three sub-configs deep "
+        "(shrunk one level further: `DEEP_CONFIGS`) and the type gets a 600 s limit (`TIMEOUTS`; ~25 s alone, "
+        "over 200 s with five sessions on two cores)."
+    ),
 ]
 
 
