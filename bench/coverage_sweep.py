@@ -792,7 +792,9 @@ NOTES = [
         "with sinks (path marked *sink* below) are checked independently of either report: captured maps × "
         "the layer's values (a hook on the value projection) equal the model's own input to the output "
         "projection (a pre-hook on it), per head and real query, and the row-normalised maps equal the "
-        "row-normalised eager report; the larger |Δ| is the row's."
+        "row-normalised eager report; the larger |Δ| is the row's. Where a layer has no value projection "
+        "to read (HY-V4: latent keys and values) the maps are compared with the eager report as it is "
+        "(HY-V4's is the effective weights, as gpt-oss's)."
     ),
     (
         "- **A broken eager path is refused, not captured.** NemotronAsrStreaming's attention (the streaming "

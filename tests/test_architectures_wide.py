@@ -415,9 +415,14 @@ def test_albert_refused_where_hooks_are_keyed_by_module(bert_tokenizer):
     with pytest.raises(UnsupportedModel, match="'albert'.*share.*per-layer value hooks") as e:
         capture_values(adapter, "The cat sat.")
     assert "\n" not in str(e.value)
-    from probe.restart import supports_restart
+    from probe.restart import ResidualCache, RestartFrom, supports_restart
 
-    assert not supports_restart(adapter)  # restart's per-layer pass-through: full forwards instead
+    assert not supports_restart(adapter)  # callers of restart run full forwards instead
+    with pytest.raises(UnsupportedModel, match="'albert'.*share.*residual sites") as e:
+        ResidualCache(adapter)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="restart is not supported for tiny-albert"):
+        RestartFrom(adapter, 1, torch.zeros(1, 4, 32))
 
 
 def test_albert_gradients_by_call(sweep, bert_tokenizer):
