@@ -128,6 +128,16 @@ TWEAKS: dict[str, dict] = {
     # its Mamba-2 mixer (1024 wide, 128 heads, state 256) ran past 120 s on a loaded machine
     "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_chunk_size": 16},
     "longformer": {"attention_window": [4, 4]},
+    # VITS's vocoder and flows (512 channels, 256× upsampling) took ~80 s a type
+    "vits": {
+        "upsample_initial_channel": 32,
+        "upsample_rates": [2, 2],
+        "upsample_kernel_sizes": [4, 4],
+        "resblock_kernel_sizes": [3],
+        "resblock_dilation_sizes": [[1, 3]],
+        "flow_size": 16,
+        "duration_predictor_filter_channels": 32,
+    },
     "yolos": {"image_size": [32, 32], "num_detection_tokens": 4},
 }
 
@@ -400,7 +410,8 @@ def values_delta(adapter, inputs: dict, stack: str, maps, values: list) -> float
     on the layer's value projection and the output projection's input ``[batch, query, heads
     * head_dim]`` by a forward-pre hook, both registered here (not the toolkit's capture);
     grouped key/value heads are repeated as the model repeats them (head h reads key/value
-    head ``h // (heads / kv_heads)``).
+    head ``h // (heads / kv_heads)``); a module's ``v_scale`` (MiMo-V2-Flash multiplies the
+    value projection's output by it) is applied.
     """
     import torch
 
@@ -418,12 +429,16 @@ def values_delta(adapter, inputs: dict, stack: str, maps, values: list) -> float
     finally:
         for h in handles:
             h.remove()
-    heads, dh = adapter.n_heads, adapter.head_dim
+    heads = adapter.n_heads
     worst = 0.0
+    attention = adapter.attention_modules(stack)
     for layer, (vm, om) in enumerate(zip(values, projs)):
         v = seen["v"][id(vm)][sum(1 for m in values[:layer] if m is vm)]
         o = seen["o"][id(om)][sum(1 for m in projs[:layer] if m is om)]
-        kv = v.shape[-1] // dh
+        scale = getattr(attention[layer], "v_scale", None)  # MiMo-V2-Flash scales v_proj's output
+        v = v * scale if isinstance(scale, (int, float)) or torch.is_tensor(scale) else v
+        dh = o.shape[-1] // heads  # the value head width (MLA-like types: not the query's)
+        kv = v.shape[-1] // dh  # per layer (MiMo's sliding layers have more key/value heads)
         for i, m in enumerate(maps):
             a = m.attentions[layer].double()  # [head, query, key]
             q, k = a.shape[-2], a.shape[-1]
@@ -450,7 +465,8 @@ def check_ablation(adapter, inputs: dict) -> dict:
     dh = adapter.head_dim
     mask = inputs.get("attention_mask")
 
-    def run():
+    def run():  # seeded: a stochastic forward (VITS's duration predictor draws noise) repeats itself
+        torch.manual_seed(0)
         with torch.no_grad():
             return main_output(adapter.model(**inputs))
 
@@ -473,6 +489,8 @@ def check_ablation(adapter, inputs: dict) -> dict:
         handle.remove()
 
     def delta(a, b) -> float:
+        if a.shape != b.shape:  # the edit changed the output's length (VITS: the waveform's)
+            return float("inf")
         d = a.double() - b.double()
         if mask is not None and d.dim() == 3 and d.shape[:2] == mask.shape:
             d = d[mask.bool()]
