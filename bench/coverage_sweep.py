@@ -249,8 +249,14 @@ def example_features(model, name: str, batch: int = 2) -> dict:
     inputs = {name: x.to(dtype)}
     import inspect
 
-    if "noise" in inspect.signature(model.forward).parameters and name == "pixel_values":  # ViT-MAE's masking
-        size = getattr(cfg, "image_size", 32) // getattr(cfg, "patch_size", 8)
+    image, patch = getattr(cfg, "image_size", 32), getattr(cfg, "patch_size", 8)
+    if (
+        "noise" in inspect.signature(model.forward).parameters
+        and name == "pixel_values"
+        and isinstance(image, int)
+        and isinstance(patch, int)
+    ):  # ViT-MAE's masking (Hiera, with per-axis sizes, draws its own)
+        size = image // patch
         inputs["noise"] = torch.rand(batch, size * size, generator=g)
     if getattr(cfg, "is_encoder_decoder", False):
         start = getattr(cfg, "decoder_start_token_id", None) or 0
@@ -804,7 +810,8 @@ NOTES = [
     ),
     ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
     (
-        "- **Learned sinks** (gpt-oss, Granite-SWA, GraniteMoE-SWA: a per-head `sinks` logit that takes a share "
+        "- **Learned sinks** (gpt-oss, Granite-SWA, GraniteMoE-SWA, MiMo-V2-Flash, Flint, the OpenAI privacy "
+        "filter, HY-V4: a per-head `sinks` logit that takes a share "
         "of every row and belongs to no key): the toolkit reports the *effective* weights, the ones that "
         "multiply the values, so a row sums to the keys' share (1 − the sink's). gpt-oss's own "
         "`output_attentions` reports the same; Granite-SWA's reports the softmax over the keys alone and scales "
