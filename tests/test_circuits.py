@@ -580,3 +580,61 @@ def test_head_curve_on_a_post_ln_encoder_finds_the_heads_that_write(bert_tokeniz
     with pytest.raises(ValueError, match="not a pre-LayerNorm decoder"):
         circuit_objective(a, CLEAN, CORRUPT, m, [[]])
     assert count_hooks(a.model) == 0
+
+
+def test_study_patches_exactly_only_the_top_edges_by_eap_ig(bert_tokenizer):
+    """``exact_top``: EAP and EAP-IG score every edge, exact path patching only the k edges
+    EAP-IG ranks highest (the same values a full run gives them), the rest NaN; the post-LN
+    model gets the head curve, and a ranking by exact on a partial graph is refused."""
+    from probe.analyses.circuits.study import study_circuit
+
+    a = _unit_gain(_tiny(bert_tokenizer, "bert", layers=2))
+    m = SimilarityMetric(CORRUPT)
+    st = study_circuit(a, CLEAN, CORRUPT, m, ranking="eap_ig", exact_top=10, steps=2)
+    done = st.scores.dropna(subset=["exact"])
+    top = st.scores.reindex(st.scores["eap_ig"].abs().sort_values(ascending=False, kind="stable").index).head(10)
+    assert set(done["edge"]) == set(top["edge"]) and st.agreement["n_edges"] == 10
+    full = path_patch(a, CLEAN, CORRUPT, m, [parse_edge(a, t) for t in done["edge"]])
+    np.testing.assert_allclose(done["exact"].to_numpy(), full.table["effect"].to_numpy(), rtol=1e-5)
+    assert st.curve is None and st.head_curve is not None and len(st.head_curve.curve) == 9
+    assert any("on 10 of" in n for n in st.notes) and any("curve is over heads" in n for n in st.notes)
+    with pytest.raises(ValueError, match="needs every edge patched"):
+        study_circuit(a, CLEAN, CORRUPT, m, ranking="exact", exact_top=10)
+
+
+@pytest.mark.slow
+def test_cli_circuit_exact_top_states_what_it_patched(tmp_path):
+    import json
+
+    import pandas as pd
+    from click.testing import CliRunner
+    from probe.app.cli import main
+
+    out = tmp_path / "c"
+    r = CliRunner().invoke(
+        main, ["circuit", "--model", "zoo:relay", "--limit", "4", "--exact-top", "3", "--out", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    assert "exact path patching the top 3 by |EAP-IG|" in r.output and "ranked by eap_ig" in r.output
+    edges = pd.read_csv(out / "edges.csv")
+    assert edges["exact"].notna().sum() == 3 and len(edges) == 16
+    summary = json.loads((out / "circuit.json").read_text())
+    assert summary["ranking"] == "eap_ig" and "known" not in summary
+
+
+def test_encoder_decoder_study_gives_a_head_curve_over_all_three_stacks(bert_tokenizer):
+    """An encoder-decoder has no edge curve (the encoder output that cross-attention reads is
+    not one additive stream with the decoder's); the head curve covers encoder, decoder and
+    cross-attention heads (2 x 4 + 2 x 2 x 4 = 24) and says why."""
+    from probe.analyses.circuits.study import study_circuit
+
+    a = _tiny_seq2seq(bert_tokenizer, "bart")
+    clean, bad = _seq2seq_pairs()
+    st = study_circuit(a, clean, bad, "loss", ranking="eap", exact_top=20, steps=2)
+    hc = st.head_curve
+    assert st.curve is None and hc is not None and len(hc.ranking) == 24
+    assert set(hc.nodes["site"]) == {"e0", "e1", "d0", "x0", "d1", "x1"}
+    f = hc.curve["faithfulness"].to_numpy()
+    assert f[0] == pytest.approx(0) and f[-1] == pytest.approx(1)
+    assert any("an encoder-decoder" in n for n in st.notes)
+    assert count_hooks(a.model) == 0

@@ -150,7 +150,11 @@ def run(ctx) -> Result:
         hc = st.head_curve
         tables["head_curve"] = hc.curve
         tables["heads"] = hc.nodes
-        heads = [f"{hc.nodes.set_index(['layer', 'head']).loc[(l, h), 'site']}.{h}" for l, h in hc.circuit]
+        from probe.paths import site_name
+
+        # heads as L5H11 (one stack) or x1H3 (an encoder-decoder's cross-attention layer 1)
+        names_of = {l: site_name(adapter, l) for l, _ in hc.ranking}
+        heads = [(f"L{l}" if names_of[l].isdigit() else names_of[l]) + f"H{h}" for l, h in hc.circuit]
         summary.update(head_circuit=heads, reached=hc.reached, empty=hc.empty, full=hc.full)
         notes.append(
             f"head circuit by {ranking}: {len(heads)} of {len(hc.ranking)} heads reach faithfulness "
