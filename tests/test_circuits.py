@@ -638,3 +638,36 @@ def test_encoder_decoder_study_gives_a_head_curve_over_all_three_stacks(bert_tok
     assert f[0] == pytest.approx(0) and f[-1] == pytest.approx(1)
     assert any("an encoder-decoder" in n for n in st.notes)
     assert count_hooks(a.model) == 0
+
+
+@pytest.mark.slow
+def test_cli_circuit_on_an_encoder_decoder(bert_tokenizer, tmp_path):
+    """`probe circuit --model hf:<tiny BART>`: the corruption reaches the encoder only (the
+    decoder reads the clean text as its target in both runs), the edges carry stack names,
+    the curve is over heads, and an encoder head -> output edge is refused in one line."""
+    import json
+
+    import pandas as pd
+    from click.testing import CliRunner
+    from probe.app.cli import main
+
+    a = _tiny_seq2seq(bert_tokenizer, "bart")
+    a.model.save_pretrained(tmp_path / "m")
+    bert_tokenizer.save_pretrained(tmp_path / "m")
+    args = ["circuit", "--model", f"hf:{tmp_path / 'm'}"]
+    for c, k in zip(CLEAN, CORRUPT):
+        args += ["--text", c, "--corrupted", k]
+    r = CliRunner().invoke(main, args + ["--steps", "2", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    assert "the decoder reads the clean targets" in r.output and "an encoder-decoder" in r.output
+    edges = pd.read_csv(tmp_path / "c" / "edges.csv")
+    assert len(edges) == 352 and edges["exact"].notna().all()
+    assert {e.split("->")[0][0] for e in edges["edge"]} == {"e", "d", "x"}
+    d0 = edges[edges["edge"].str.startswith("d0.")]
+    assert d0["exact"].abs().max() < 1e-6 and edges["exact"].abs().max() > 1e-3  # block 0 never sees it
+    summary = json.loads((tmp_path / "c" / "circuit.json").read_text())
+    assert summary["head_circuit"] and all(h[0] in "edx" for h in summary["head_circuit"])
+    assert (tmp_path / "c" / "head_curve.csv").stat().st_size > 0
+    r = CliRunner().invoke(main, args + ["--edge", "e1.0->out", "--out", str(tmp_path / "bad")])
+    last = r.output.strip().splitlines()[-1]
+    assert r.exit_code == 1 and last.startswith("Error:") and "only through cross-attention" in last
