@@ -19,6 +19,12 @@ Three sites, all reached with own-handle hooks (:class:`probe.hooks.HookSet`, re
   output (Wang et al. 2022; Conmy et al. 2023, ACDC). LayerNorm is recomputed on each
   receiver's own input: nothing is linearised.
 
+Layers are **head sites**, :func:`head_sites`: the attention sublayers in the order a
+forward runs them. For encoders and decoders that is layer ``l`` of the one stack; for an
+encoder-decoder (BART, T5) the encoder's layers come first, then each decoder block's
+self-attention and cross-attention (site ``L_enc + 2l`` and ``L_enc + 2l + 1``). The hooks
+below take site indices unless a ``stack`` is named (then layers of that stack).
+
 Used by :mod:`probe.analyses.circuits`.
 """
 
@@ -63,12 +69,49 @@ def kv_slot(adapter, head: int) -> int:
     return int(head) // (adapter.n_heads // n_kv_heads(adapter))
 
 
+#: the one-letter tag of a stack in edge names (``e0.1->x1.2.k``)
+STACK_TAGS = {"encoder": "e", "decoder": "d", "cross": "x"}
+
+
+def head_sites(adapter) -> list:
+    """``[(stack, layer)]`` of every attention sublayer in forward order (``stack`` None for a
+    one-stack model; an encoder-decoder: encoder layers, then decoder self/cross per block).
+
+    Raises:
+        ValueError: an encoder-decoder whose stacks have different head counts or head sizes.
+    """
+    if adapter.arch != "encoder-decoder":
+        return [(None, layer) for layer in range(adapter.n_layers)]
+    widths = {s: adapter.head_output_modules(s)[0].weight.shape[-1] for s in ("encoder", "decoder", "cross")}
+    if len(set(widths.values())) > 1:
+        raise ValueError(
+            f"{adapter.name}: its encoder, decoder and cross-attention heads differ in width {widths}; "
+            "the head graph needs one head count and size"
+        )
+    sites = [("encoder", layer) for layer in range(adapter.n_layers_of("encoder"))]
+    for layer in range(adapter.n_layers_of("decoder")):
+        sites += [("decoder", layer), ("cross", layer)]
+    return sites
+
+
+def site_name(adapter, site: int) -> str:
+    """``"3"`` for layer 3 of a one-stack model; ``"e0"``/``"d1"``/``"x1"`` for an encoder-decoder."""
+    stack, layer = head_sites(adapter)[site]
+    return str(layer) if stack is None else f"{STACK_TAGS[stack]}{layer}"
+
+
+def _site(adapter, layer: int, stack: str | None) -> tuple:
+    """``(stack, layer in stack)`` of site ``layer`` (or of ``stack``'s layer ``layer``)."""
+    return (stack, layer) if stack is not None else head_sites(adapter)[layer]
+
+
 def projection_sites(adapter, layer: int, stack: str | None = None) -> dict:
     """``{channel: ProjectionSite}`` of layer ``layer``.
 
     Raises:
         ValueError: an attention module without recognisable q/k/v projections (naming it).
     """
+    stack, layer = _site(adapter, layer, stack)
     att = adapter.attention_modules(stack)[layer]
     dh, n_q, n_kv = adapter.head_dim, adapter.n_heads, n_kv_heads(adapter)
     slots = {"q": n_q, "k": n_kv, "v": n_kv}
@@ -169,13 +212,16 @@ class ProjectionHooks(HookContext):
 
 class HeadOutputOverride(HookContext):
     """Read or replace the per-head outputs ``z`` ``[batch, seq, heads, dh]`` of chosen
-    layers at the output projection's input: ``fn(layer, z) -> z'`` (or None: unchanged)."""
+    layers (head sites, :func:`head_sites`; default all) at the output projection's input:
+    ``fn(layer, z) -> z'`` (or None: unchanged)."""
 
     def __init__(self, adapter, fn: Callable, layers: Sequence[int] | None = None, stack: str | None = None):
         self.adapter, self.fn, self.stack = adapter, fn, stack
-        modules = adapter.head_output_modules(stack)
-        self.layers = list(range(len(modules))) if layers is None else [int(x) for x in layers]
-        self._modules = modules
+        n = len(adapter.head_output_modules(stack)) if stack is not None else len(head_sites(adapter))
+        self.layers = list(range(n)) if layers is None else [int(x) for x in layers]
+        self._modules = {
+            layer: adapter.head_output_modules(s)[i] for layer in self.layers for s, i in [_site(adapter, layer, stack)]
+        }
 
     def _register(self, hooks: HookSet) -> None:
         n = self.adapter.n_heads
@@ -331,6 +377,15 @@ class EdgeMixer(HookContext):
         return fn
 
 
+def input_embedding(adapter) -> torch.nn.Module:
+    """The token-embedding module of the input the corruption changes: the model's input
+    embeddings, or the encoder's for an encoder-decoder (its decoder reads the same targets
+    in the clean and the corrupted run)."""
+    if adapter.arch == "encoder-decoder":
+        return adapter.model.get_encoder().get_input_embeddings()
+    return adapter.embeddings()
+
+
 class EmbeddingRecorder(HookContext):
     """Keep the token-embedding output ``[batch, seq, d_model]`` of the last forward (``.value``)."""
 
@@ -342,7 +397,7 @@ class EmbeddingRecorder(HookContext):
         def fn(module, args, out):
             self.value = out.detach().clone()
 
-        hooks.forward(self.adapter.embeddings(), fn)
+        hooks.forward(input_embedding(self.adapter), fn)
 
 
 class EmbeddingMix(HookContext):
@@ -357,24 +412,26 @@ class EmbeddingMix(HookContext):
         def fn(module, args, out):
             return (self.e_from + self.alpha * (self.e_to - self.e_from)).to(out.dtype)
 
-        hooks.forward(self.adapter.embeddings(), fn)
+        hooks.forward(input_embedding(self.adapter), fn)
 
 
 def final_site(adapter) -> tuple:
     """``(module, "input" | "output")``: where the model's final representation is read —
     the final norm's input for pre-LN decoders (the residual stream before it), else the
-    last layer's output (post-LN encoders, whose last LayerNorm is inside the layer).
+    last layer's output (post-LN encoders, whose last LayerNorm is inside the layer; the
+    decoder's last block for an encoder-decoder).
 
     Raises:
         ValueError: when no last layer module is found.
     """
     if additive_residual(adapter):
         return residual_sites(adapter)[1], "input"
-    att = adapter.attention_modules()[-1]
+    stack = "decoder" if adapter.arch == "encoder-decoder" else None
+    att = adapter.attention_modules(stack)[-1]
     names = {id(m): n for n, m in adapter.model.named_modules()}
     name = names[id(att)]
-    last = adapter.n_layers - 1
-    hit = re.search(rf"^(.*\.{last})\.", name + ".")
+    last = adapter.n_layers_of(stack) - 1
+    hit = re.search(rf"^(.*?\.{last})\.", name + ".")
     if not hit:
         raise ValueError(f"{adapter.name}: cannot find its last layer module")
     return dict(adapter.model.named_modules())[hit.group(1)], "output"
