@@ -220,14 +220,10 @@ def test_the_facade_keeps_functions_over_submodules_of_the_same_name():
 #: sessions or override a module's forward (probe.hooks is its primitive; the interface
 #: path's sessions are defined in probe.attention_interface and attached by probe.trace)
 TRACE_CORE = {"probe.hooks", "probe.trace"}
-#: mechanisms not yet views of the trace: layer identity by call (probe.layer_calls: ALBERT's
-#: one module for every layer) landed on main while they were being moved, and the trace does
-#: not dispatch a shared module by call yet; listed so that no *new* module can hook a model
+#: mechanisms not yet views of the trace, each for a stated reason; listed so that no *new*
+#: module can hook a model (capture, interventions, reweighting and layer identity by call
+#: are views of the trace since it dispatches a module several layers share by call)
 NOT_YET_TRACE_VIEWS = {
-    "probe.capture",
-    "probe.interventions",
-    "probe.reweighting",
-    "probe.layer_calls",
     # path patching's per-head q/k/v input sites (circuits) landed beside the trace core and
     # are not yet trace sites
     "probe.paths",
