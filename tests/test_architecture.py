@@ -296,13 +296,6 @@ KNOWN_PRIVATE_IMPORTS = {
     ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_has_lm_head"),
     ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_zoo_has_loss"),
     ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_zoo_task"),
-    ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_cut"),
-    ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_take"),
-    ("probe.analyses.claims.perturb", "probe.analyses.necessity.ablation", "_trimmable"),
-    ("probe.analyses.necessity.ablation_sums", "probe.analyses.necessity.ablation", "_result"),
-    ("probe.analyses.necessity.head_groups", "probe.analyses.necessity.ablation", "_check_mode"),
-    ("probe.analyses.necessity.head_groups", "probe.analyses.necessity.ablation", "_row_values"),
-    ("probe.analyses.necessity.head_groups", "probe.analyses.necessity.patching", "_ratio_ci"),
     ("probe.app.report.model_view", "probe.app.report.head_view", "_pick"),  # the views, being reworked
 }
 

@@ -25,10 +25,10 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from probe.analyses.necessity.ablation import _check_mode, _row_values, check_heads, position_kind_means
+from probe.analyses.necessity.ablation import check_heads, check_mode, position_kind_means, row_values
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.common.metrics import as_corpus, get_metric
-from probe.analyses.necessity.patching import _ratio_ci, corruption_gap, paired_batches
+from probe.analyses.necessity.patching import corruption_gap, paired_batches, ratio_ci
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 __all__ = ["GroupResult", "ablate_group", "patch_group"]
@@ -118,7 +118,7 @@ def ablate_group(
     """
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
-    _check_mode(mode)
+    check_mode(mode)
     heads = _need_heads(adapter, heads, stack)
     means = position_kind_means(adapter, corpus, metric, batch_size, stack) if mode == "mean" else None
     n = len(corpus)
@@ -127,7 +127,7 @@ def ablate_group(
         out = metric.forward(adapter, batch)
         ref = metric.reference(out, batch)
         clean[idx] = metric.score(out, batch, ref).double().cpu().numpy()
-        values_of = (lambda layer: None) if means is None else (lambda layer: _row_values(means, layer, batch))  # noqa: B023 (used in this iteration)
+        values_of = (lambda layer: None) if means is None else (lambda layer: row_values(means, layer, batch))  # noqa: B023 (used in this iteration)
         with HeadIntervention(adapter, _group_edits(heads, values_of), stack=stack):
             out = metric.forward(adapter, batch)
         ablated[idx] = metric.score(out, batch, ref).double().cpu().numpy()
@@ -183,7 +183,7 @@ def patch_group(
             out = metric.forward(adapter, kb)
         p_vals[idx] = metric.score(out, kb, ref).double().cpu().numpy()
     gap = corruption_gap(metric, c_vals, k_vals)
-    low, high = _ratio_ci(c_vals, k_vals, p_vals[None], n_boot, confidence, seed)
+    low, high = ratio_ci(c_vals, k_vals, p_vals[None], n_boot, confidence, seed)
     return GroupResult(
         heads=tuple(heads),
         metric=metric.name,
