@@ -70,6 +70,7 @@ __all__ = [
     "plan_forwards",
     "check_mode",
     "row_values",
+    "scorer",
     "sweep_result",
     "MIN_MEAN_EXAMPLES",
     "MAX_TOKENS",
@@ -207,7 +208,7 @@ def run_rows(
     return sweep_batch(
         adapter,
         metric.forward,
-        _scorer(metric, reference),
+        scorer(metric, reference),
         batch,
         clean,
         units,
@@ -218,8 +219,9 @@ def run_rows(
     )
 
 
-def _scorer(metric: Metric, reference):
-    """The sweep's ``read``: metric scores of ``k`` copies of rows ``rows``."""
+def scorer(metric: Metric, reference):
+    """The sweep's ``read`` (:func:`probe.analyses.necessity.sweep.sweep_batch`): metric
+    scores of ``k`` copies of rows ``rows``, against those rows' clean ``reference``."""
 
     def read(out, big, rows, k):
         ref = None if reference is None else cut(reference, rows)
@@ -239,7 +241,7 @@ def _sweep_chunk(adapter, metric: Metric, batch: MetricBatch, layers: dict, mean
     scores = sweep_batch(
         adapter,
         metric.forward,
-        _scorer(metric, ref),
+        scorer(metric, ref),
         batch,
         run,
         units,
