@@ -293,10 +293,6 @@ def test_hook_check_finds_a_hook():
 KNOWN_PRIVATE_IMPORTS = {
     # landed in parallel with this test (circuits, objectives): to be made public next
     ("probe.analyses.circuits.attribution", "probe.analyses.circuits.path_patching", "_chunks"),
-    ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_has_lm_head"),
-    ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_zoo_has_loss"),
-    ("probe.analyses.common.objective", "probe.analyses.common.metrics", "_zoo_task"),
-    ("probe.app.report.model_view", "probe.app.report.head_view", "_pick"),  # the views, being reworked
 }
 
 
