@@ -27,12 +27,12 @@ import torch
 from .long_inputs import warn_if_capture_too_large
 from .maps import AttentionMaps
 from .models.sites import Site
-from .trace import Reader, Trace, unsupported
+from .trace import Reader, Trace, TraceView, unsupported
 
 log = logging.getLogger(__name__)
 
 
-class AttentionCapture:
+class AttentionCapture(TraceView):
     """Context manager that records attention of chosen layers on every forward.
 
     Example::
@@ -112,7 +112,6 @@ class AttentionCapture:
         self._buffer: Optional[torch.Tensor] = None
         self._slot = {layer: k for k, layer in enumerate(layers)}
         self._in_buffer: set = set()
-        self._trace: Optional[Trace] = None
         self.attention_source = ""
 
     def _keep(self, layer: int, probs: torch.Tensor) -> None:
@@ -179,18 +178,12 @@ class AttentionCapture:
             out=lambda shape, dtype, device: self._weights_out(layer, shape, dtype, device),
         )
 
-    def __enter__(self) -> "AttentionCapture":
+    def _trace(self) -> Trace:
         read = {Site("pattern", layer, self.stack): self._reader(layer) for layer in self.layers}
-        self._trace = Trace(self.adapter, read=read, path=self.path)
-        self._trace.__enter__()
-        self.attention_source = self._trace.attention_source
-        return self
+        return Trace(self.adapter, read=read, path=self.path)
 
-    def __exit__(self, *exc) -> bool:
-        tr, self._trace = self._trace, None
-        if tr is not None:
-            tr.__exit__(*exc)
-        return False
+    def _entered(self, tr: Trace) -> None:
+        self.attention_source = tr.attention_source
 
     def clear(self) -> None:
         """Forget what was recorded (between batches)."""

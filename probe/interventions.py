@@ -29,7 +29,7 @@ import torch
 
 from .edits import Edit, Gate, SiteContext
 from .models.sites import Site
-from .trace import Reader, Trace
+from .trace import Reader, Trace, TraceView
 
 MODES = ("zero", "mean", "patch", "scale")
 
@@ -103,26 +103,7 @@ class LayerEdits(Edit):
         return apply_edits(x, self.edits, self.layer)
 
 
-class _TraceView:
-    """Base of the context managers here: a :class:`probe.trace.Trace` entered and left
-    with the block (hooks removed on exit, also after an exception)."""
-
-    def _trace(self) -> Trace:
-        raise NotImplementedError
-
-    def __enter__(self):
-        self._active = self._trace()
-        self._active.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        active, self._active = self._active, None
-        if active is not None:
-            active.__exit__(*exc)
-        return False
-
-
-class HeadIntervention(_TraceView):
+class HeadIntervention(TraceView):
     """Context manager applying :class:`HeadEdit` s on every forward inside it.
 
     Args:
@@ -207,7 +188,7 @@ def ablate_heads(
     return HeadIntervention(adapter, edits, stack=stack)
 
 
-class HeadOutputRecorder(_TraceView):
+class HeadOutputRecorder(TraceView):
     """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
 
     ``recorder.outputs[layer]`` holds the last forward's outputs.
@@ -248,7 +229,7 @@ class LayerGate(Edit):
         return Gate(gates=self.gates[..., self.layer, :])(x, ctx)
 
 
-class HeadGates(_TraceView):
+class HeadGates(TraceView):
     """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019).
 
     ``gates`` is ``[n_layers, n_heads]`` (the same gates for every batch row) or

@@ -24,7 +24,7 @@ import torch
 from .attention_interface import choose_path
 from .edits import Edit, SiteContext
 from .models.sites import Site
-from .trace import Trace
+from .trace import Trace, TraceView
 
 WEIGHT_MODES = ("uniform", "permute", "given")
 
@@ -91,7 +91,7 @@ class LayerWeights(Edit):
         return weights
 
 
-class AttentionReweighting:
+class AttentionReweighting(TraceView):
     """Context manager: on every forward inside it, the edited heads attend with the new
     weights and their outputs are recomputed from the values (a view of
     :class:`probe.trace.Trace`'s ``pattern`` edits; layer identity by call where layers
@@ -115,16 +115,7 @@ class AttentionReweighting:
                 raise ValueError(f"mode 'given' needs weights for head ({e.layer}, {e.head})")
             by_layer.setdefault(int(e.layer), []).append(e)
         self._by_layer = by_layer
-        self._active: Optional[Trace] = None
 
-    def __enter__(self) -> "AttentionReweighting":
+    def _trace(self) -> Trace:
         edit = {Site("pattern", layer, self.stack): LayerWeights(tuple(es)) for layer, es in self._by_layer.items()}
-        self._active = Trace(self.adapter, edit=edit, path="interface")
-        self._active.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        active, self._active = self._active, None
-        if active is not None:
-            active.__exit__(*exc)
-        return False
+        return Trace(self.adapter, edit=edit, path="interface")

@@ -49,7 +49,17 @@ from .models.sites import (
     value_layout,
 )
 
-__all__ = ["Cache", "Trace", "Restart", "Reader", "trace", "run_with_cache", "run_with_hooks", "unsupported"]
+__all__ = [
+    "Cache",
+    "Trace",
+    "TraceView",
+    "Restart",
+    "Reader",
+    "trace",
+    "run_with_cache",
+    "run_with_hooks",
+    "unsupported",
+]
 
 
 @dataclass(frozen=True)
@@ -503,6 +513,34 @@ class Trace(HookContext):
         finally:
             self._pending.clear()
             self._context.__exit__(*exc)
+        return False
+
+
+class TraceView:
+    """Base of the context managers that are views of a :class:`Trace` (capture, head
+    interventions, recorders, gates, reweighting): :meth:`_trace` declares the sites the
+    view reads and edits; entering the view enters that trace, leaving it leaves the trace
+    (hooks removed, also after an exception)."""
+
+    _active: Optional[Trace] = None
+
+    def _trace(self) -> Trace:
+        raise NotImplementedError
+
+    def __enter__(self):
+        tr = self._trace()
+        tr.__enter__()
+        self._active = tr
+        self._entered(tr)
+        return self
+
+    def _entered(self, tr: Trace) -> None:
+        """Called with the entered trace (e.g. to read its ``attention_source``)."""
+
+    def __exit__(self, *exc) -> Literal[False]:
+        tr, self._active = self._active, None
+        if tr is not None:
+            tr.__exit__(*exc)
         return False
 
 
