@@ -290,10 +290,7 @@ def test_hook_check_finds_a_hook():
 
 #: private names imported across modules today, in code another branch is rewriting (the one
 #: sweep of analyses/necessity); listed so that no *new* one can appear
-KNOWN_PRIVATE_IMPORTS = {
-    # landed in parallel with this test (circuits, objectives): to be made public next
-    ("probe.analyses.circuits.attribution", "probe.analyses.circuits.path_patching", "_chunks"),
-}
+KNOWN_PRIVATE_IMPORTS: set = set()
 
 
 def _private_imports(name: str, path: Path, known: dict) -> set:
