@@ -53,6 +53,7 @@ __all__ = [
     "Cache",
     "Trace",
     "TraceView",
+    "ModuleSite",
     "Restart",
     "Reader",
     "trace",
@@ -83,12 +84,32 @@ class Restart:
     context: Optional[torch.Tensor] = None
 
 
+@dataclass(frozen=True, eq=False)
+class ModuleSite:
+    """Any module's input (its first argument, or ``hidden_states``) or output (its first
+    output), as nnsight's ``module.input`` / ``module.output``: for sites no architecture
+    table names (a query projection, an embedding, a final norm). Read without a
+    :class:`Reader`, it is cached under ``label``. Two ModuleSites are the same site only
+    when they are the same object."""
+
+    module: torch.nn.Module
+    side: str = "output"
+    label: str = ""
+
+    def __post_init__(self):
+        if self.side not in ("input", "output"):
+            raise ValueError(f"a module site is a module's 'input' or 'output', got {self.side!r}")
+
+
 def _as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def _expand(adapter, key, stack: Optional[str]) -> list[Site]:
-    """Sites of a name, tuple or bare kind (``"pattern"``: every layer of the stack)."""
+def _expand(adapter, key, stack: Optional[str]) -> list:
+    """Sites of a name, tuple or bare kind (``"pattern"``: every layer of the stack); a
+    :class:`ModuleSite` as is."""
+    if isinstance(key, ModuleSite):
+        return [key]
     if isinstance(key, str) and key in SITE_KINDS:
         st = stack or adapter.default_stack
         return [Site(key, layer, st) for layer in range(adapter.n_layers_of(st))]
@@ -192,7 +213,7 @@ class Trace(HookContext):
                 r = fn if isinstance(fn, Reader) else Reader(fn)
                 readers += [(s, r) for s in _expand(adapter, key, stack)]
         else:
-            single = isinstance(read, (str, Site)) or (
+            single = isinstance(read, (str, Site, ModuleSite)) or (
                 isinstance(read, tuple) and len(read) in (2, 3) and isinstance(read[1], int)
             )
             for key in [read] if single else read:
@@ -211,7 +232,9 @@ class Trace(HookContext):
             self._paths[stack] = choose_path(self.adapter, stack, self._path_arg)
         return self._paths[stack]
 
-    def _ctx(self, site: Site) -> SiteContext:
+    def _ctx(self, site) -> SiteContext:
+        if isinstance(site, ModuleSite):
+            return SiteContext(site.label or type(site.module).__name__, "module", -1, "", None)
         return SiteContext(
             site.name(self.adapter.default_stack), site.kind, site.layer, site.stack or "", site.spec.head_axis
         )
@@ -219,7 +242,7 @@ class Trace(HookContext):
     def _reader(self, site: Site, reader: Optional[Reader]) -> Reader:
         if reader is not None:
             return reader
-        name = site.name(self.adapter.default_stack)
+        name = site.label if isinstance(site, ModuleSite) else site.name(self.adapter.default_stack)
         keep = self.keep_grad
         return Reader(lambda v, ctx: self.cache.add(name, v if keep else v.detach()))
 
@@ -232,6 +255,7 @@ class Trace(HookContext):
         self._pending: dict = {}
         self._hooks_plan: dict = {}  # (module, side) -> {layer: {kind: {"read": [...], "edit": [...], "ctx": ...}}}
         self._served: dict = {}  # module -> the layers it serves, in call order (all of them, wanted or not)
+        self._modules: dict = {}  # (module, side) -> work of a ModuleSite: every call of the module
         self.eager = False
         self.interface = False
         for site, es in edits:
@@ -261,8 +285,15 @@ class Trace(HookContext):
             layer for layer in range(n) if site_module(self.adapter, Site(kind, layer, stack)) is module
         ]
 
-    def _add(self, site: Site, reader: Optional[Reader], edits: Optional[list]) -> None:
+    def _add(self, site, reader: Optional[Reader], edits: Optional[list]) -> None:
         ctx = self._ctx(site)
+        if isinstance(site, ModuleSite):
+            work = self._modules.setdefault((site.module, site.side), {"read": [], "edit": [], "ctx": ctx})
+            if reader is not None:
+                work["read"].append((reader, ctx))
+            if edits:
+                work["edit"].extend(edits)
+            return
         stack = site.stack or self.adapter.default_stack
         module = site_module(self.adapter, site)
         self._serve(module, site.kind, stack)
@@ -343,6 +374,43 @@ class Trace(HookContext):
             else:
                 fns = {layer: self._input_hook(kinds) for layer, kinds in by_layer.items()}
                 hooks.pre(module, self._by_call(module, fns), with_kwargs=True)
+        for (module, side), work in self._modules.items():
+            if side == "input":
+                hooks.pre(module, self._module_input_hook(work), with_kwargs=True)
+            else:
+                hooks.forward(module, self._module_output_hook(work))
+
+    @staticmethod
+    def _edited(x: torch.Tensor, work: dict) -> tuple:
+        """``(value, changed)``: ``x`` through the work's edits (a copy for edits that write
+        in place), then handed to its readers."""
+        changed = bool(work["edit"])
+        if changed:
+            if any(e.in_place for e in work["edit"]):
+                x = x.clone()
+            for e in work["edit"]:
+                x = e(x, work["ctx"])
+        for reader, c in work["read"]:
+            reader.fn(x, c)
+        return x, changed
+
+    def _module_input_hook(self, work: dict) -> Callable:
+        def fn(module, args, kwargs):
+            x, changed = self._edited(_hidden(args, kwargs), work)
+            if not changed:
+                return None
+            return ((x,) + tuple(args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
+
+        return fn
+
+    def _module_output_hook(self, work: dict) -> Callable:
+        def fn(module, args, output):
+            x, changed = self._edited(output[0] if isinstance(output, tuple) else output, work)
+            if not changed:
+                return None
+            return (x,) + tuple(output[1:]) if isinstance(output, tuple) else x
+
+        return fn
 
     def _by_call(self, module, fns: dict) -> Callable:
         """The hook of ``module``: its one layer's, or, for a module several layers call,

@@ -221,12 +221,10 @@ def test_the_facade_keeps_functions_over_submodules_of_the_same_name():
 #: path's sessions are defined in probe.attention_interface and attached by probe.trace)
 TRACE_CORE = {"probe.hooks", "probe.trace"}
 #: mechanisms not yet views of the trace, each for a stated reason; listed so that no *new*
-#: module can hook a model (capture, interventions, reweighting and layer identity by call
-#: are views of the trace since it dispatches a module several layers share by call)
+#: module can hook a model (capture, interventions, reweighting, circuits' paths and layer
+#: identity by call are views of the trace: it dispatches a module several layers share by
+#: call, and any module's input or output is a site, probe.trace.ModuleSite)
 NOT_YET_TRACE_VIEWS = {
-    # path patching's per-head q/k/v input sites (circuits) landed beside the trace core and
-    # are not yet trace sites
-    "probe.paths",
     # the adapter's discovery at load time (which attention modules a forward calls),
     # on the floor below probe.trace
     "probe.models.adapter",
