@@ -13,6 +13,20 @@ content words (same token length).
   with EAP/EAP-IG over the 252 edges patched exactly.
 
     python bench/bench_circuits.py [--pairs 8]
+
+``--heads``: instead, the head circuit curve (MiniLM is post-LayerNorm, so the edge curve is
+not defined; :mod:`probe.analyses.circuits.heads`): heads ranked by the sum of their
+outgoing EAP / EAP-IG edge scores, heads outside the circuit writing their corrupted output;
+faithfulness at k heads, the smallest 90% circuit, and 20 random head orders beside it.
+
+    python bench/bench_circuits.py --heads [--pairs 8]
+
+``--seq2seq``: exact path patching vs EAP / EAP-IG over every edge of tiny randomly
+initialised BART and T5 models (2 + 2 layers, 4 heads, unit-gain weights, as in
+``tests/test_circuits.py``), teacher-forced loss of fixed targets, encoder input corrupted:
+Spearman overall and per edge kind, and the time of each method.
+
+    python bench/bench_circuits.py --seq2seq
 """
 
 from __future__ import annotations
@@ -35,7 +49,13 @@ PAIRS = [
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=8)
+    ap.add_argument("--heads", action="store_true", help="the head circuit curve instead of the timing")
+    ap.add_argument("--seq2seq", action="store_true", help="encoder-decoder agreement on tiny BART and T5")
     args = ap.parse_args()
+    if args.heads:
+        return head_curve(args.pairs)
+    if args.seq2seq:
+        return seq2seq()
     import torch
     from probe.analyses.circuits.attribution import edge_attribution
     from probe.analyses.circuits.edges import Edge, all_edges
@@ -94,6 +114,121 @@ def main() -> None:
     )
     topi = ig.table[~ig.table.channel.eq("out")].sort_values("effect", key=abs, ascending=False).head(5)
     print("largest head->head edges by EAP-IG: " + ", ".join(f"{r.edge} {r.effect:.3f}" for r in topi.itertuples()))
+
+
+SEQ2SEQ_CLEAN = ["the cat sat on the mat today", "a dog ran in the big park"]
+SEQ2SEQ_CORRUPT = ["the cow ate on the hill today", "a man ran at the old house"]
+SEQ2SEQ_TARGETS = ["le chat est assis sur le tapis", "un chien court dans le parc"]
+
+
+def seq2seq() -> None:
+    import torch
+    import transformers as T
+    from probe.analyses.circuits.attribution import edge_attribution
+    from probe.analyses.circuits.path_patching import path_patch
+    from probe.models import ModelAdapter
+    from probe.models.registry import minilm_path
+    from scipy.stats import spearmanr
+
+    from probe.inputs import Corpus
+
+    torch.set_num_threads(1)
+    tok = T.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
+    v = len(tok)
+    configs = {
+        "bart": (
+            T.BartConfig(
+                vocab_size=v, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, pad_token_id=0,
+                bos_token_id=101, eos_token_id=102, decoder_start_token_id=101, forced_eos_token_id=None,
+            ),
+            T.BartForConditionalGeneration,
+        ),
+        "t5": (
+            T.T5Config(vocab_size=v, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, pad_token_id=0,
+                       decoder_start_token_id=0),
+            T.T5ForConditionalGeneration,
+        ),
+    }  # fmt: skip
+    clean = Corpus(texts=tuple(SEQ2SEQ_CLEAN), targets=tuple(SEQ2SEQ_TARGETS))
+    bad = Corpus(texts=tuple(SEQ2SEQ_CORRUPT), targets=tuple(SEQ2SEQ_TARGETS))
+    print("| model | edges | Spearman exact vs EAP | vs EAP-IG (4 steps) | EAP: encoder -> cross k/v | "
+          "seconds exact / EAP / EAP-IG |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- |")
+    for family, (cfg, cls) in configs.items():
+        torch.manual_seed(0)
+        model = cls(cfg)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if p.dim() == 2 and not any(k in n for k in ("emb", "shared", "lm_head")):
+                    p.normal_(0, p.shape[-1] ** -0.5)
+        a = ModelAdapter(name=f"tiny-{family}", model=model, tokenizer=tok, family=family)
+        times = []
+        t = time.perf_counter()
+        pp = path_patch(a, clean, bad, "loss")
+        times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        eap = edge_attribution(a, clean, bad, "loss", "eap")
+        times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        ig = edge_attribution(a, clean, bad, "loss", "eap-ig", steps=4)
+        times.append(time.perf_counter() - t)
+        cross = pp.table["channel"].isin(["k", "v"]) & pp.table["edge"].str.contains("->x")
+        rho = lambda x, y: spearmanr(x, y)[0]  # noqa: E731
+        print(
+            f"| {family} (loss clean {pp.clean.mean():.3f}, corrupted {pp.corrupted.mean():.3f}) | {len(pp.table)} | "
+            f"{rho(pp.table.effect, eap.table.effect):.2f} | {rho(pp.table.effect, ig.table.effect):.2f} | "
+            f"{rho(pp.table.effect[cross], eap.table.effect[cross]):.2f} ({int(cross.sum())} edges) | "
+            + " / ".join(f"{x:.1f}" for x in times)
+            + " |"
+        )
+
+
+def head_curve(pairs: int) -> None:
+    import numpy as np
+    import torch
+    from probe.analyses.circuits.attribution import edge_attribution
+    from probe.analyses.circuits.heads import head_circuit_objective, head_recovery_curve
+    from probe.analyses.circuits.objectives import SimilarityMetric
+    from probe.models import load_model
+
+    torch.set_num_threads(2)
+    a = load_model("minilm")
+    clean = [p[0] for p in PAIRS[:pairs]]
+    bad = [p[1] for p in PAIRS[:pairs]]
+    m = SimilarityMetric(bad)
+    ks = [1, 2, 4, 8, 10, 13, 18, 24, 36, 48, 60, 72]
+    rng = np.random.default_rng(0)
+    every = [(l, h) for l in range(a.n_layers) for h in range(a.n_heads)]
+    orders = [[every[i] for i in rng.permutation(len(every))] for _ in range(20)]
+    curves = {}
+    for name, method in (("EAP", "eap"), ("EAP-IG (5 steps)", "eap-ig")):
+        t = time.perf_counter()
+        res = edge_attribution(a, clean, bad, m, method, steps=5, batch_size=8)
+        hc = head_recovery_curve(a, clean, bad, m, res.table, share=0.9, batch_size=8)
+        curves[name] = (hc, time.perf_counter() - t)
+    hc0 = next(iter(curves.values()))[0]
+    vals = head_circuit_objective(a, clean, bad, m, [o[:k] for o in orders for k in ks], batch_size=8)
+    rand = (vals.reshape(len(orders), len(ks)) - hc0.empty) / (hc0.full - hc0.empty)
+    print(
+        f"minilm, {len(clean)} pairs, similarity: m(all heads) = {hc0.full:.4f} (clean), "
+        f"m(no head) = {hc0.empty:.4f} (every head corrupted; embeddings and MLPs clean)"
+    )
+    print("| heads kept | " + " | ".join(str(k) for k in ks) + " |")
+    print("| --- |" + " --- |" * len(ks))
+    for name, (hc, _) in curves.items():
+        f = hc.curve.set_index("n_heads")["faithfulness"]
+        print(f"| {name} ranking | " + " | ".join(f"{f[k]:.2f}" for k in ks) + " |")
+    print("| random orders: median | " + " | ".join(f"{v:.2f}" for v in np.median(rand, 0)) + " |")
+    print("| random orders: 95th pct | " + " | ".join(f"{v:.2f}" for v in np.quantile(rand, 0.95, 0)) + " |")
+    for name, (hc, secs) in curves.items():
+        names = [f"{l}.{h}" for l, h in hc.circuit]
+        print(
+            f"{name}: smallest 90% circuit {len(names)} heads (faithfulness "
+            f"{hc.curve['faithfulness'].iloc[len(names)]:.3f}): "
+            + ", ".join(names)
+            + f"; {secs:.0f} s (scores + curve)"
+        )
 
 
 if __name__ == "__main__":

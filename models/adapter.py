@@ -272,18 +272,14 @@ class ModelAdapter:
             )
 
     def value_modules(self, stack: Optional[str] = None) -> list:
-        """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third).
-
-        Raises:
-            UnsupportedModel: layers share one module (see :meth:`refuse_shared_layers`).
-        """
-        self.refuse_shared_layers(stack, "per-layer value hooks")
+        """The value projection per layer (GPT-2: the fused ``c_attn``, value = last third);
+        a module may repeat where layers share one (ALBERT: the trace tells them apart by call)."""
         return self._lookup(stack, "value")
 
     def refuse_shared_layers(self, stack: Optional[str], what: str) -> None:
         """Raise :class:`UnsupportedModel` when several layers call one attention module
-        (ALBERT): ``what`` keys hooks by module and would mix the layers. Capture and head
-        interventions tell the layers apart by call (:mod:`probe.layer_calls`)."""
+        (ALBERT): ``what`` keys its work by module and would mix the layers. Every site of
+        :class:`probe.trace.Trace` tells the layers apart by call (:mod:`probe.layer_calls`)."""
         modules = self.attention_modules(stack)
         if len(set(map(id, modules))) < len(modules):
             t = getattr(self.config, "model_type", "?")

@@ -300,47 +300,6 @@ class AttentionSession:
                     del _SESSIONS[m]
 
 
-class RecordingSession(AttentionSession):
-    """Hand each attached layer's weights ``[batch, heads, q, k]`` to ``keep(layer, weights)``;
-    ``out_of(layer, shape, dtype, device)`` (optional) names where that layer's weights may
-    be computed."""
-
-    def __init__(self, layer_of: "dict | LayerCalls", keep, out_of=None):
-        super().__init__(layer_of)
-        self.keep = keep
-        self.out_of = out_of
-
-    def needs_weights(self, module) -> bool:
-        return module in self.layer_of
-
-    def weights_out(self, module, shape, dtype, device) -> Optional[torch.Tensor]:
-        layer = self.layer_of.get(module)
-        return None if layer is None or self.out_of is None else self.out_of(layer, shape, dtype, device)
-
-    def on_weights(self, module, weights, mask):
-        self.keep(self.layer_of[module], weights)
-        return None
-
-
-class EditSession(AttentionSession):
-    """Edit the per-head output ``[batch, q, heads, d]`` of attached layers with
-    ``apply(z, edits_by_layer[layer], layer)`` and mark the layer in ``pending`` (so a
-    stand-by hook on the output projection knows the edit was made)."""
-
-    def __init__(self, layer_of: "dict | LayerCalls", edits_by_layer: dict, apply, pending: dict):
-        super().__init__(layer_of)
-        self.edits_by_layer = edits_by_layer
-        self.apply = apply
-        self.pending = pending
-
-    def on_output(self, module, output):
-        layer = self.layer_of.get(module)
-        if layer is None:
-            return None
-        self.pending[layer] = True
-        return self.apply(output.clone(), self.edits_by_layer[layer], layer)
-
-
 def active_sessions(model: torch.nn.Module) -> int:
     """Number of sessions attached to modules of ``model`` (0 after every block exits)."""
     return sum(len(_SESSIONS.get(m, ())) for m in model.modules())

@@ -24,15 +24,15 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import torch
 
-from .hooks import HookSet, eager_attention
-from .layer_calls import LayerCalls
 from .long_inputs import warn_if_capture_too_large
 from .maps import AttentionMaps
+from .models.sites import Site
+from .trace import Reader, Trace, TraceView, unsupported
 
 log = logging.getLogger(__name__)
 
 
-class AttentionCapture:
+class AttentionCapture(TraceView):
     """Context manager that records attention of chosen layers on every forward.
 
     Example::
@@ -60,10 +60,11 @@ class AttentionCapture:
             its slot, so recording costs no copy; the hooks path copies them there. Later
             calls, and records of another shape, are kept as usual.
 
-    Hooks (or interface sessions) are removed and the attention implementation restored
-    on exit, also when the forward raised. Captures nest: an inner capture records
-    independently. ``attention_source`` says which path ran (``interface …`` or
-    ``eager …`` for hooks).
+    A view of :class:`probe.trace.Trace`: it reads the ``pattern`` site of each chosen
+    layer (layer identity by call where layers share a module: ALBERT). Hooks (or
+    interface sessions) are removed and the attention implementation restored on exit,
+    also when the forward raised. Captures nest: an inner capture records independently.
+    ``attention_source`` says which path ran (``interface …`` or ``eager …`` for hooks).
     """
 
     def __init__(
@@ -106,15 +107,11 @@ class AttentionCapture:
         self.query_rows = None if query_rows is None else [int(r) for r in query_rows]
         self.store_dtype = store_dtype
         self.path = choose_path(adapter, self.stack, path)
-        self._calls = LayerCalls(modules, layers)  # layer identity by call: ALBERT shares one module
         self._records: dict[int, list] = {}
         self.into_buffer = into_buffer
         self._buffer: Optional[torch.Tensor] = None
         self._slot = {layer: k for k, layer in enumerate(layers)}
         self._in_buffer: set = set()
-        self._hooks = HookSet()
-        self._eager: Any = None  # InterfaceSwitch or the eager_attention context, while entered
-        self._session: Any = None  # RecordingSession on the interface path
         self.attention_source = ""
 
     def _keep(self, layer: int, probs: torch.Tensor) -> None:
@@ -175,66 +172,18 @@ class AttentionCapture:
             return None
         return self._buffer
 
-    def _hook(self, module, args, kwargs, output) -> None:
-        layer = self._calls.get(module)
-        if layer is None:
-            return
-        probs = output[-1] if isinstance(output, tuple) else None
-        if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
-            raise _unsupported(
-                self.adapter,
-                f"layer {layer} returns no attention probabilities under eager attention with output_attentions=True",
-            )
-        hidden = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("hidden_states")
-        n_query = hidden.shape[1] if torch.is_tensor(hidden) and hidden.dim() == 3 else probs.shape[-2]
-        if probs.shape[-2] != n_query or (self.stack != "cross" and probs.shape[-1] != probs.shape[-2]):
-            raise _unsupported(
-                self.adapter,
-                f"layer {layer} returns attention of shape {tuple(probs.shape)} for "
-                f"{n_query} positions, not [batch, head, query, key] (a local band, "
-                "or pooled queries)",
-            )
-        self._keep(layer, probs)
+    def _reader(self, layer: int) -> Reader:
+        return Reader(
+            lambda probs, ctx: self._keep(layer, probs),
+            out=lambda shape, dtype, device: self._weights_out(layer, shape, dtype, device),
+        )
 
-    def __enter__(self) -> "AttentionCapture":
-        if self.path == "interface":
-            from .attention_interface import InterfaceSwitch, RecordingSession
+    def _trace(self) -> Trace:
+        read = {Site("pattern", layer, self.stack): self._reader(layer) for layer in self.layers}
+        return Trace(self.adapter, read=read, path=self.path)
 
-            self._eager = InterfaceSwitch(self.adapter.model)
-            self.attention_source = self._eager.__enter__()
-            self._session = RecordingSession(self._calls, self._keep, self._weights_out)
-            try:
-                self._calls.register(self._hooks, self.adapter.model)
-                self._session.attach()
-            except BaseException:
-                self._hooks.remove()
-                self._eager.__exit__(None, None, None)
-                raise
-            return self
-        self._eager = eager_attention(self.adapter.model)
-        self.attention_source = self._eager.__enter__()
-        try:
-            self._calls.register(self._hooks, self.adapter.model)
-            if _accepts(self.adapter.model, "output_attentions"):
-                # DeBERTa-v2, MPNet, …: the modules return their probabilities only when asked
-                self._hooks.pre(self.adapter.model, _ask_for_attentions, with_kwargs=True)
-            for module in self._calls:
-                self._hooks.forward(module, self._hook, with_kwargs=True)
-        except BaseException:
-            self._hooks.remove()
-            self._eager.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        try:
-            self._hooks.remove()
-            if self._session is not None:
-                self._session.detach()
-                self._session = None
-        finally:
-            self._eager.__exit__(*exc)
-        return False
+    def _entered(self, tr: Trace) -> None:
+        self.attention_source = tr.attention_source
 
     def clear(self) -> None:
         """Forget what was recorded (between batches)."""
@@ -253,32 +202,12 @@ class AttentionCapture:
         t = self.layer_tensors(call)
         shapes = {tuple(t[layer].shape[-2:]) for layer in self.layers}
         if len(shapes) > 1:
-            raise _unsupported(
+            raise unsupported(
                 self.adapter,
                 f"its layers attend over different lengths {sorted(shapes)} (pooled "
                 "or downsampled): not one [layer, head, query, key] map",
             )
         return torch.stack([t[layer] for layer in self.layers])
-
-
-def _unsupported(adapter, what: str):
-    from .models.architectures import UnsupportedModel
-
-    t = getattr(adapter.config, "model_type", "?")
-    return UnsupportedModel(f"{adapter.name} (model type {t!r}): {what}; the toolkit cannot capture it")
-
-
-def _accepts(model: torch.nn.Module, name: str) -> bool:
-    """Whether ``model.forward`` takes keyword ``name`` (or any keyword)."""
-    import inspect
-
-    params = inspect.signature(model.forward).parameters.values()
-    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def _ask_for_attentions(module, args, kwargs):
-    """Forward pre-hook: run the model with ``output_attentions=True``."""
-    return args, {**kwargs, "output_attentions": True}
 
 
 def _kind(adapter, stack: str) -> str:
@@ -549,7 +478,7 @@ def _capture_batch(
     per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}; raises unless every layer ran
     for layer, rec in per_layer.items():
         if tuple(rec.shape[-2:]) != (n_query, n_key):
-            raise _unsupported(
+            raise unsupported(
                 adapter,
                 f"layer {layer} attends {tuple(rec.shape[-2:])} (query, key) positions "
                 f"for an input of {(n_query, n_key)}: not one [query, key] map per layer",
@@ -682,7 +611,7 @@ def capture_inputs(
         adapter.model(**inputs)
     stacked = cap.stacked().to(dtype).cpu()  # [layer, batch, head, query, key]
     if stacked.shape[1] != batch:
-        raise _unsupported(
+        raise unsupported(
             adapter,
             f"it attends over its {batch} inputs as {stacked.shape[1]} sequence(s) (Pixtral "
             "concatenates images): not one map per input",

@@ -294,9 +294,12 @@ class ReplaceWeights(Edit):
 @dataclass(frozen=True)
 class Apply(Edit):
     """Your own edit: ``fn(value, ctx)`` returns the new value (or None after editing
-    ``value`` in place), as a TransformerLens hook ``fn(activation, hook)``."""
+    ``value`` in place), as a TransformerLens hook ``fn(activation, hook)``. With
+    ``in_place=False`` it is given the value itself, not a copy (it must not write into it;
+    returning None leaves the value as it is)."""
 
     fn: Optional[Callable] = None
+    in_place: bool = True
 
     def __call__(self, x, ctx):
         assert self.fn is not None

@@ -11,8 +11,11 @@ n_heads * head_dim]`` — the same values (transformers 5 removed ``head_mask``;
 * :class:`HeadIntervention` — zero, mean-ablate, patch or scale chosen heads, on all
   batch rows or on chosen rows (so one forward can carry many different ablations).
 * :func:`ablate_heads` — the common cases in one call.
-* :class:`HeadOutputRecorder` — record head outputs (for patching and for means; hooks).
-* :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head] (hooks).
+* :class:`HeadOutputRecorder` — record head outputs (for patching and for means).
+* :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head].
+
+All are views of :class:`probe.trace.Trace` on the ``z`` site (layer identity by call
+where layers share a module: ALBERT).
 
 Replacing a head's attention *weights* is :mod:`probe.reweighting`.
 """
@@ -20,12 +23,13 @@ Replacing a head's attention *weights* is :mod:`probe.reweighting`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
-from .hooks import HookContext, HookSet
-from .layer_calls import LayerCalls, pre_hooks_by_layer
+from .edits import Edit, Gate, SiteContext
+from .models.sites import Site
+from .trace import Reader, Trace, TraceView
 
 MODES = ("zero", "mean", "patch", "scale")
 
@@ -49,19 +53,6 @@ class HeadEdit:
     value: Optional[torch.Tensor] = None
     rows: Optional[tuple] = None
     scale: float = 0.0
-
-
-def _split_heads(x: torch.Tensor, n_heads: int, adapter=None) -> torch.Tensor:
-    if x.dim() != 3:
-        from .models.architectures import UnsupportedModel
-
-        who = "" if adapter is None else f"{adapter.name} (model type {getattr(adapter.config, 'model_type', '?')!r}): "
-        raise UnsupportedModel(
-            f"{who}the output projection's input has shape {tuple(x.shape)}, not [batch, seq, "
-            "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit"
-        )
-    b, s, width = x.shape
-    return x.reshape(b, s, n_heads, width // n_heads)
 
 
 def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch.Tensor:
@@ -101,7 +92,18 @@ def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch
     return z
 
 
-class HeadIntervention(HookContext):
+@dataclass(frozen=True)
+class LayerEdits(Edit):
+    """The :class:`HeadEdit` s of one layer as one edit of its ``z`` site (:func:`apply_edits`)."""
+
+    edits: tuple = ()
+    layer: int = 0
+
+    def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
+        return apply_edits(x, self.edits, self.layer)
+
+
+class HeadIntervention(TraceView):
     """Context manager applying :class:`HeadEdit` s on every forward inside it.
 
     Args:
@@ -137,60 +139,11 @@ class HeadIntervention(HookContext):
             by_layer.setdefault(int(e.layer), []).append(e)
         self._by_layer = by_layer
         adapter.check_head_site(self.stack)
-        self._modules = adapter.head_output_modules(self.stack)
         self.path = choose_path(adapter, self.stack, path)
 
-    def _hook(self, layer: int, pending: Optional[dict] = None):
-        edits = self._by_layer[layer]
-
-        def fn(module, args):
-            if pending is not None and pending.pop(layer, False):
-                return None  # already edited inside the attention function
-            x = args[0]
-            z = apply_edits(_split_heads(x, self.n_heads, self.adapter).clone(), edits, layer)
-            b, s = x.shape[:2]
-            return (z.reshape(b, s, -1),) + tuple(args[1:])
-
-        return fn
-
-    def _register(self, hooks: HookSet) -> None:
-        pending: Optional[dict] = None
-        if self.path == "interface":
-            from .attention_interface import EditSession, InterfaceSwitch
-
-            modules = self.adapter.attention_modules(self.stack)
-            pending = {}
-            self._switch: Any = InterfaceSwitch(self.adapter.model)
-            self._switch.__enter__()
-            calls = LayerCalls(modules, self._by_layer)  # layer by call: ALBERT shares one module
-            calls.register(hooks, self.adapter.model)
-            self._session: Any = EditSession(calls, self._by_layer, apply_edits, pending)
-            self._session.attach()
-        pre_hooks_by_layer(
-            hooks, self.adapter.model, self._modules, self._by_layer, lambda layer: self._hook(layer, pending)
-        )
-
-    def __enter__(self):
-        try:
-            return super().__enter__()
-        except BaseException:
-            self._leave_interface()
-            raise
-
-    def __exit__(self, *exc) -> bool:
-        try:
-            super().__exit__(*exc)
-        finally:
-            self._leave_interface(*exc)
-        return False
-
-    def _leave_interface(self, *exc) -> None:
-        session, switch = getattr(self, "_session", None), getattr(self, "_switch", None)
-        self._session = self._switch = None
-        if session is not None:
-            session.detach()
-        if switch is not None:
-            switch.__exit__(*exc)
+    def _trace(self) -> Trace:
+        edit = {Site("z", layer, self.stack): LayerEdits(tuple(es), layer) for layer, es in self._by_layer.items()}
+        return Trace(self.adapter, edit=edit, path=self.path)
 
 
 def ablate_heads(
@@ -235,7 +188,7 @@ def ablate_heads(
     return HeadIntervention(adapter, edits, stack=stack)
 
 
-class HeadOutputRecorder(HookContext):
+class HeadOutputRecorder(TraceView):
     """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
 
     ``recorder.outputs[layer]`` holds the last forward's outputs.
@@ -248,27 +201,41 @@ class HeadOutputRecorder(HookContext):
         self.layers = list(range(len(modules))) if layers is None else [int(x) for x in layers]
         for layer in self.layers:
             adapter.check_head(layer, 0, self.stack)
-        self._modules = modules
         self.outputs: dict[int, torch.Tensor] = {}
 
-    def _register(self, hooks: HookSet) -> None:
-        n_heads = self.adapter.n_heads
+    def _keep(self, layer: int) -> Reader:
+        def fn(z, ctx):
+            self.outputs[layer] = z.detach()
 
-        def make(layer):
-            def fn(module, args):
-                self.outputs[layer] = _split_heads(args[0].detach(), n_heads)
+        return Reader(fn)
 
-            return fn
-
-        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, self.layers, make)
+    def _trace(self) -> Trace:
+        read = {Site("z", layer, self.stack): self._keep(layer) for layer in self.layers}
+        return Trace(self.adapter, read=read, path="hooks")
 
 
-class HeadGates(HookContext):
+@dataclass(frozen=True)
+class LayerGate(Edit):
+    """Layer ``layer``'s gates of ``gates`` ``[n_layers, n_heads]`` or ``[rows, n_layers,
+    n_heads]`` as a :class:`probe.edits.Gate` (sliced at each call, so a backward through
+    each forward reaches ``gates``)."""
+
+    gates: Optional[torch.Tensor] = None
+    layer: int = 0
+    in_place = False
+
+    def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
+        assert self.gates is not None
+        return Gate(gates=self.gates[..., self.layer, :])(x, ctx)
+
+
+class HeadGates(TraceView):
     """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019).
 
     ``gates`` is ``[n_layers, n_heads]`` (the same gates for every batch row) or
     ``[rows, n_layers, n_heads]`` (one set per batch row, e.g. per-example gradients
     from one backward). Make it ``requires_grad`` to get ``∂L/∂ξ`` for every head.
+    The gates multiply the output projection's input (the ``z`` site on the hook path).
 
     Raises:
         ValueError: gates of another shape; per-row gates that do not cover the batch.
@@ -285,29 +252,11 @@ class HeadGates(HookContext):
                 f"{expected[1]}], got {tuple(gates.shape)}"
             )
         self.gates = gates
-        self._modules = modules
+        self.n_layers = len(modules)
 
-    def _register(self, hooks: HookSet) -> None:
-        n_heads = self.adapter.n_heads
-        per_row = self.gates.dim() == 3
-
-        def make(layer):
-            def fn(mod, args):
-                x = args[0]
-                b, s, _ = x.shape
-                g = self.gates[..., layer, :].to(x.dtype).to(x.device)
-                if per_row:
-                    if g.shape[0] != b:
-                        raise ValueError(f"row gates cover {g.shape[0]} rows, the batch has {b}")
-                    g = g[:, None, :, None]
-                else:
-                    g = g[None, None, :, None]
-                z = _split_heads(x, n_heads) * g
-                return (z.reshape(b, s, -1),) + tuple(args[1:])
-
-            return fn
-
-        pre_hooks_by_layer(hooks, self.adapter.model, self._modules, range(len(self._modules)), make)
+    def _trace(self) -> Trace:
+        edit = {Site("z", layer, self.stack): LayerGate(self.gates, layer) for layer in range(self.n_layers)}
+        return Trace(self.adapter, edit=edit, path="hooks")
 
 
 def head_output_means(

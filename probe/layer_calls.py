@@ -5,11 +5,15 @@ some call one module for several layers (ALBERT shares one layer's weights acros
 its layers; Lan et al., 2020). A hook on such a module fires once per layer, so which
 layer a call belongs to is its place among that module's calls in the forward: the
 ``k``-th call of a module listed at layers ``[i0, i1, …]`` is layer ``i_k``.
+
+This module only counts; :class:`probe.trace.Trace` (the one place that hooks a model)
+advances the count from a forward pre-hook on each shared module and restarts it at
+every forward of the model, and dispatches each site's work to the layer of the call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -26,17 +30,30 @@ class LayerCalls:
         wanted: layer indices to answer for (default all).
 
     A module listed once always answers its layer. A shared module answers the layer of
-    its current call once :meth:`advance` was called for the call (a forward pre-hook,
-    :meth:`register`); the count restarts at every forward of the model.
+    its current call once :meth:`advance` was called for the call; :meth:`reset` restarts
+    the count (at every forward of the model).
     """
 
     def __init__(self, per_layer: Sequence[torch.nn.Module], wanted: Iterable[int] | None = None):
-        self._layers: dict = {}
+        layers: dict = {}
         for i, m in enumerate(per_layer):
-            self._layers.setdefault(m, []).append(i)
-        self.wanted = set(range(len(per_layer))) if wanted is None else {int(x) for x in wanted}
+            layers.setdefault(m, []).append(i)
+        self._setup(layers, set(range(len(per_layer))) if wanted is None else {int(x) for x in wanted})
+
+    @classmethod
+    def of(cls, served: Mapping[torch.nn.Module, Sequence[int]]) -> "LayerCalls":
+        """From ``{module: the layers it serves, in call order}`` (modules of different
+        per-layer lists, e.g. attention modules and output projections, in one count)."""
+        out = cls.__new__(cls)
+        out._setup({m: list(ls) for m, ls in served.items()}, {i for ls in served.values() for i in ls})
+        return out
+
+    def _setup(self, layers: dict, wanted: set) -> None:
+        self._layers = layers
+        self.wanted = wanted
         self._count = dict.fromkeys(self._layers, 0)
         self._now = {m: ls[0] for m, ls in self._layers.items()}
+        self.shared_set = {m for m, ls in self._layers.items() if len(ls) > 1}
 
     @property
     def shared(self) -> list:
@@ -49,6 +66,10 @@ class LayerCalls:
         k = self._count[module]
         self._count[module] = k + 1
         self._now[module] = layers[k % len(layers)]
+        return self._now[module]
+
+    def current(self, module: torch.nn.Module) -> int:
+        """The layer of ``module``'s ongoing call (wanted or not)."""
         return self._now[module]
 
     def reset(self) -> None:
@@ -72,33 +93,3 @@ class LayerCalls:
 
     def __len__(self) -> int:
         return len(list(iter(self)))
-
-    def register(self, hooks, model: torch.nn.Module | None = None) -> None:
-        """Forward pre-hooks (on ``hooks``, a :class:`probe.hooks.HookSet`) that advance each
-        shared module's count, and restart the counts at every forward of ``model``."""
-        shared = self.shared
-        if not shared:
-            return
-        if model is not None:
-            hooks.pre(model, lambda module, args: self.reset())
-        for m in shared:
-            hooks.pre(m, lambda module, args: (self.advance(module), None)[1])
-
-
-def pre_hooks_by_layer(
-    hooks, model: torch.nn.Module, per_layer: Sequence[torch.nn.Module], layers: Iterable[int], make_fn
-) -> None:
-    """Register, on each module that serves one of ``layers``, one forward pre-hook that
-    calls ``make_fn(layer)(module, args)`` for the layer of the ongoing call (and does nothing
-    on calls of other layers): per-layer hooks that stay right where layers share a module."""
-    calls = LayerCalls(per_layer, layers)
-    fns = {layer: make_fn(layer) for layer in calls.wanted}
-    if calls.shared:
-        hooks.pre(model, lambda module, args: calls.reset())
-
-    def fn(module, args):
-        layer = calls.advance(module)
-        return fns[layer](module, args) if layer in fns else None
-
-    for module in calls:
-        hooks.pre(module, fn)

@@ -1,7 +1,7 @@
-"""Hooks for path patching and edge attribution between attention heads.
+"""Sites for path patching and edge attribution between attention heads.
 
-Three sites, all reached with own-handle hooks (:class:`probe.hooks.HookSet`, removed in
-``finally``):
+Three sites, all views of :class:`probe.trace.Trace` (its ``z`` site and
+:class:`probe.trace.ModuleSite` s: a projection's output, a norm's input; removed on exit):
 
 * the **receiver inputs**: the outputs of each layer's query, key and value projections,
   split per head ``[batch, seq, slots, head_dim]`` (:class:`ProjectionHooks`). A *slot*
@@ -19,6 +19,12 @@ Three sites, all reached with own-handle hooks (:class:`probe.hooks.HookSet`, re
   output (Wang et al. 2022; Conmy et al. 2023, ACDC). LayerNorm is recomputed on each
   receiver's own input: nothing is linearised.
 
+Layers are **head sites**, :func:`head_sites`: the attention sublayers in the order a
+forward runs them. For encoders and decoders that is layer ``l`` of the one stack; for an
+encoder-decoder (BART, T5) the encoder's layers come first, then each decoder block's
+self-attention and cross-attention (site ``L_enc + 2l`` and ``L_enc + 2l + 1``). The hooks
+below take site indices unless a ``stack`` is named (then layers of that stack).
+
 Used by :mod:`probe.analyses.circuits`.
 """
 
@@ -30,7 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .hooks import HookContext, HookSet
+from .edits import Apply, Edit, SiteContext
+from .models.sites import Site
+from .trace import ModuleSite, Reader, Trace, TraceView
 
 CHANNELS = ("q", "k", "v")
 _NAMES = {
@@ -63,12 +71,49 @@ def kv_slot(adapter, head: int) -> int:
     return int(head) // (adapter.n_heads // n_kv_heads(adapter))
 
 
+#: the one-letter tag of a stack in edge names (``e0.1->x1.2.k``)
+STACK_TAGS = {"encoder": "e", "decoder": "d", "cross": "x"}
+
+
+def head_sites(adapter) -> list:
+    """``[(stack, layer)]`` of every attention sublayer in forward order (``stack`` None for a
+    one-stack model; an encoder-decoder: encoder layers, then decoder self/cross per block).
+
+    Raises:
+        ValueError: an encoder-decoder whose stacks have different head counts or head sizes.
+    """
+    if adapter.arch != "encoder-decoder":
+        return [(None, layer) for layer in range(adapter.n_layers)]
+    widths = {s: adapter.head_output_modules(s)[0].weight.shape[-1] for s in ("encoder", "decoder", "cross")}
+    if len(set(widths.values())) > 1:
+        raise ValueError(
+            f"{adapter.name}: its encoder, decoder and cross-attention heads differ in width {widths}; "
+            "the head graph needs one head count and size"
+        )
+    sites = [("encoder", layer) for layer in range(adapter.n_layers_of("encoder"))]
+    for layer in range(adapter.n_layers_of("decoder")):
+        sites += [("decoder", layer), ("cross", layer)]
+    return sites
+
+
+def site_name(adapter, site: int) -> str:
+    """``"3"`` for layer 3 of a one-stack model; ``"e0"``/``"d1"``/``"x1"`` for an encoder-decoder."""
+    stack, layer = head_sites(adapter)[site]
+    return str(layer) if stack is None else f"{STACK_TAGS[stack]}{layer}"
+
+
+def _site(adapter, layer: int, stack: str | None) -> tuple:
+    """``(stack, layer in stack)`` of site ``layer`` (or of ``stack``'s layer ``layer``)."""
+    return (stack, layer) if stack is not None else head_sites(adapter)[layer]
+
+
 def projection_sites(adapter, layer: int, stack: str | None = None) -> dict:
     """``{channel: ProjectionSite}`` of layer ``layer``.
 
     Raises:
         ValueError: an attention module without recognisable q/k/v projections (naming it).
     """
+    stack, layer = _site(adapter, layer, stack)
     att = adapter.attention_modules(stack)[layer]
     dh, n_q, n_kv = adapter.head_dim, adapter.n_heads, n_kv_heads(adapter)
     slots = {"q": n_q, "k": n_kv, "v": n_kv}
@@ -102,7 +147,7 @@ def _slot_view(out: torch.Tensor, site: ProjectionSite) -> torch.Tensor:
 Patch = tuple
 
 
-class ProjectionHooks(HookContext):
+class ProjectionHooks(TraceView):
     """Record and/or overwrite per-head q/k/v projection outputs of chosen layers.
 
     Args:
@@ -134,21 +179,32 @@ class ProjectionHooks(HookContext):
         self.replace = replace or {}
         self.outputs: dict = {}
 
-    def _register(self, hooks: HookSet) -> None:
+    def _trace(self) -> Trace:
         by_module: dict = {}
         for layer in self.layers:
             for c, site in projection_sites(self.adapter, layer, self.stack).items():
                 by_module.setdefault(id(site.module), (site.module, []))[1].append((layer, c, site))
+        read, edit = {}, {}
         for module, items in by_module.values():
-            hooks.forward(module, self._hook(items))
-
-    def _hook(self, items: list) -> Callable:
-        def fn(module, args, out):
+            key = ModuleSite(module, "output", f"projection {type(module).__name__}")
             changed = self.keep_graph or any(
                 (layer, c) in self.patches or (layer, c) in self.replace for layer, c, _ in items
             )
-            if changed:
-                out = out.clone()
+            if changed:  # the trace hands the edit a copy of the output
+                edit[key] = Apply(self._edit(items))
+            elif self.record:
+                read[key] = Reader(self._keep(items))
+        return Trace(self.adapter, read=read, edit=edit, path="hooks")
+
+    def _keep(self, items: list) -> Callable:
+        def fn(out, ctx):
+            for layer, c, site in items:
+                self.outputs[(layer, c)] = _slot_view(out, site).detach().clone()
+
+        return fn
+
+    def _edit(self, items: list) -> Callable:
+        def fn(out, ctx):
             for layer, c, site in items:
                 view = _slot_view(out, site)
                 if (layer, c) in self.replace:
@@ -162,34 +218,46 @@ class ProjectionHooks(HookContext):
                     self.outputs[(layer, c)] = mine
                 elif self.record:
                     self.outputs[(layer, c)] = view.detach().clone()
-            return out if changed else None
+            return out
 
         return fn
 
 
-class HeadOutputOverride(HookContext):
+@dataclass(frozen=True)
+class _LayerFn(Edit):
+    """``fn(layer, z) -> z'`` (or None: unchanged) as an edit of one layer's ``z`` site,
+    given the value itself (no copy)."""
+
+    fn: Callable | None = None
+    layer: int = 0
+    in_place = False
+
+    def __call__(self, z: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
+        assert self.fn is not None
+        out = self.fn(self.layer, z)
+        return z if out is None else out
+
+
+class HeadOutputOverride(TraceView):
     """Read or replace the per-head outputs ``z`` ``[batch, seq, heads, dh]`` of chosen
-    layers at the output projection's input: ``fn(layer, z) -> z'`` (or None: unchanged)."""
+    layers (head sites, :func:`head_sites`; default all) at the output projection's input:
+    ``fn(layer, z) -> z'`` (or None: unchanged)."""
 
     def __init__(self, adapter, fn: Callable, layers: Sequence[int] | None = None, stack: str | None = None):
         self.adapter, self.fn, self.stack = adapter, fn, stack
-        modules = adapter.head_output_modules(stack)
-        self.layers = list(range(len(modules))) if layers is None else [int(x) for x in layers]
-        self._modules = modules
+        n = len(adapter.head_output_modules(stack)) if stack is not None else len(head_sites(adapter))
+        self.layers = list(range(n)) if layers is None else [int(x) for x in layers]
 
-    def _register(self, hooks: HookSet) -> None:
-        n = self.adapter.n_heads
+    def edits(self) -> dict:
+        """The trace edits of this override: ``{z site: edit}``."""
+        out = {}
         for layer in self.layers:
+            st, i = _site(self.adapter, layer, self.stack)
+            out[Site("z", i, st)] = _LayerFn(self.fn, layer)
+        return out
 
-            def pre(module, args, layer=layer):
-                x = args[0]
-                b, s, width = x.shape
-                z = self.fn(layer, x.reshape(b, s, n, width // n))
-                if z is None:
-                    return None
-                return (z.reshape(b, s, width),) + tuple(args[1:])
-
-            hooks.pre(self._modules[layer], pre)
+    def _trace(self) -> Trace:
+        return Trace(self.adapter, edit=self.edits(), path="hooks")
 
 
 def head_writes(adapter, layer: int, z: torch.Tensor, stack: str | None = None) -> torch.Tensor:
@@ -242,7 +310,7 @@ def residual_sites(adapter) -> tuple:
     return [blocks[i] for i in sorted(blocks)], final
 
 
-class EdgeMixer(HookContext):
+class EdgeMixer(TraceView):
     """Run a circuit: every receiver reads its own residual stream, in which each sender
     whose edge to it is *not* kept writes its corrupted output instead of its actual one
     (Wang et al. 2022; Conmy et al. 2023). Pre-LayerNorm decoders only.
@@ -273,43 +341,46 @@ class EdgeMixer(HookContext):
             return None
         return torch.cat([self._writes[i] for i in range(n_layers)], dim=0)
 
-    def _register(self, hooks: HookSet) -> None:
+    def _trace(self) -> Trace:
         adapter = self.adapter
 
         def on_z(layer, z):
             d = head_writes(adapter, layer, z - self.corrupted_z[layer].to(z.dtype))
             self._writes[layer] = d.permute(2, 0, 1, 3)  # [heads, b, s, m]
 
-        hooks_z = HeadOutputOverride(adapter, on_z)
-        hooks_z._register(hooks)
+        edit: dict = HeadOutputOverride(adapter, on_z).edits()
+        read: dict = {}
         for layer, norm in enumerate(self.norms):
 
-            def keep(module, args, layer=layer):
-                self._resid[layer] = args[0]
+            def keep(x, ctx, layer=layer):
+                self._resid[layer] = x
 
-            hooks.pre(norm, keep)
+            read[ModuleSite(norm, "input", f"attention norm {layer}")] = Reader(keep)
         for layer in range(len(self.norms)):
             sites = projection_sites(adapter, layer)
             for c, site in sites.items():
-                hooks.forward(site.module, self._mix_hook(layer, c, site, sites))
+                mix = self._mix_edit(layer, c, site, sites)
+                if mix is not None:
+                    edit[ModuleSite(site.module, "output", f"projection {layer}.{c}")] = Apply(mix, in_place=False)
 
-        def final_pre(module, args):
+        def final_pre(x, ctx):
             delta = self._delta(len(self.norms))
             mask = self.drop.get("out")
             if delta is None or mask is None or not bool(mask.any()):
                 return None
             w = mask.to(delta.dtype).to(delta.device)
-            return (args[0] - torch.einsum("n,nbsm->bsm", w, delta),) + tuple(args[1:])
+            return x - torch.einsum("n,nbsm->bsm", w, delta)
 
-        hooks.pre(self.final, final_pre)
+        edit[ModuleSite(self.final, "input", "final norm")] = Apply(final_pre, in_place=False)
+        return Trace(adapter, read=read, edit=edit, path="hooks")
 
-    def _mix_hook(self, layer: int, c: str, site: ProjectionSite, sites: dict) -> Callable:
-        # a fused projection (GPT-2) carries q, k and v: one hook edits the three channels
+    def _mix_edit(self, layer: int, c: str, site: ProjectionSite, sites: dict) -> Callable | None:
+        # a fused projection (GPT-2) carries q, k and v: one edit makes the three channels
         mine = [(cc, s) for cc, s in sites.items() if s.module is site.module]
         if mine[0][0] != c:
-            return lambda module, args, out: None
+            return None
 
-        def fn(module, args, out):
+        def fn(out, ctx):
             delta = self._delta(layer)
             if delta is None:
                 return None
@@ -321,7 +392,7 @@ class EdgeMixer(HookContext):
                     continue
                 w = mask.to(delta.dtype).to(delta.device)  # [slots, n_senders]
                 x = resid.unsqueeze(0) - torch.einsum("rn,nbsm->rbsm", w, delta)  # [slots, b, s, m]
-                y = module.forward(self.norms[layer].forward(x))  # .forward: no hooks re-entered
+                y = _forward_unhooked(site.module, self.norms[layer], x)
                 view = _slot_view(out, s)
                 for r in range(s.slots):
                     if bool(mask[r].any()):
@@ -331,21 +402,37 @@ class EdgeMixer(HookContext):
         return fn
 
 
-class EmbeddingRecorder(HookContext):
+def _forward_unhooked(projection: torch.nn.Module, norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``projection(norm(x))`` through the modules' own ``forward`` (no hook of a trace on
+    them runs again for this side computation)."""
+    return projection.forward(norm.forward(x))
+
+
+def input_embedding(adapter) -> torch.nn.Module:
+    """The token-embedding module of the input the corruption changes: the model's input
+    embeddings, or the encoder's for an encoder-decoder (its decoder reads the same targets
+    in the clean and the corrupted run)."""
+    if adapter.arch == "encoder-decoder":
+        return adapter.model.get_encoder().get_input_embeddings()
+    return adapter.embeddings()
+
+
+class EmbeddingRecorder(TraceView):
     """Keep the token-embedding output ``[batch, seq, d_model]`` of the last forward (``.value``)."""
 
     def __init__(self, adapter):
         self.adapter = adapter
         self.value: torch.Tensor | None = None
 
-    def _register(self, hooks: HookSet) -> None:
-        def fn(module, args, out):
+    def _trace(self) -> Trace:
+        def fn(out, ctx):
             self.value = out.detach().clone()
 
-        hooks.forward(self.adapter.embeddings(), fn)
+        site = ModuleSite(input_embedding(self.adapter), "output", "input embedding")
+        return Trace(self.adapter, read={site: Reader(fn)}, path="hooks")
 
 
-class EmbeddingMix(HookContext):
+class EmbeddingMix(TraceView):
     """Replace the token embeddings by ``e_from + alpha · (e_to − e_from)`` (both
     ``[batch, seq, d_model]``): the integration path of integrated gradients
     (Sundararajan et al. 2017) between two inputs of the same length. Set ``alpha`` between forwards."""
@@ -353,34 +440,37 @@ class EmbeddingMix(HookContext):
     def __init__(self, adapter, e_from: torch.Tensor, e_to: torch.Tensor, alpha: float = 1.0):
         self.adapter, self.e_from, self.e_to, self.alpha = adapter, e_from, e_to, float(alpha)
 
-    def _register(self, hooks: HookSet) -> None:
-        def fn(module, args, out):
+    def _trace(self) -> Trace:
+        def fn(out, ctx):
             return (self.e_from + self.alpha * (self.e_to - self.e_from)).to(out.dtype)
 
-        hooks.forward(self.adapter.embeddings(), fn)
+        site = ModuleSite(input_embedding(self.adapter), "output", "input embedding")
+        return Trace(self.adapter, edit={site: Apply(fn, in_place=False)}, path="hooks")
 
 
 def final_site(adapter) -> tuple:
     """``(module, "input" | "output")``: where the model's final representation is read —
     the final norm's input for pre-LN decoders (the residual stream before it), else the
-    last layer's output (post-LN encoders, whose last LayerNorm is inside the layer).
+    last layer's output (post-LN encoders, whose last LayerNorm is inside the layer; the
+    decoder's last block for an encoder-decoder).
 
     Raises:
         ValueError: when no last layer module is found.
     """
     if additive_residual(adapter):
         return residual_sites(adapter)[1], "input"
-    att = adapter.attention_modules()[-1]
+    stack = "decoder" if adapter.arch == "encoder-decoder" else None
+    att = adapter.attention_modules(stack)[-1]
     names = {id(m): n for n, m in adapter.model.named_modules()}
     name = names[id(att)]
-    last = adapter.n_layers - 1
-    hit = re.search(rf"^(.*\.{last})\.", name + ".")
+    last = adapter.n_layers_of(stack) - 1
+    hit = re.search(rf"^(.*?\.{last})\.", name + ".")
     if not hit:
         raise ValueError(f"{adapter.name}: cannot find its last layer module")
     return dict(adapter.model.named_modules())[hit.group(1)], "output"
 
 
-class FinalRepresentation(HookContext):
+class FinalRepresentation(TraceView):
     """Record the final representation ``[batch, seq, d_model]`` (:func:`final_site`) as a
     tensor of the autograd graph the rest of the forward reads (``.value``), so that
     ``∂m/∂value`` can be taken; with ``replace`` (same shape), substitute it."""
@@ -389,20 +479,12 @@ class FinalRepresentation(HookContext):
         self.adapter, self.replace = adapter, replace
         self.value: torch.Tensor | None = None
 
-    def _take(self, x: torch.Tensor) -> torch.Tensor:
+    def _take(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
         mine = x.clone() if self.replace is None else self.replace(x)
         self.value = mine
         return mine
 
-    def _register(self, hooks: HookSet) -> None:
+    def _trace(self) -> Trace:
         module, where = final_site(self.adapter)
-        if where == "input":
-            hooks.pre(module, lambda m, args: (self._take(args[0]),) + tuple(args[1:]))
-        else:
-
-            def fn(m, args, out):
-                if isinstance(out, tuple):
-                    return (self._take(out[0]),) + tuple(out[1:])
-                return self._take(out)
-
-            hooks.forward(module, fn)
+        site = ModuleSite(module, where, "final representation")
+        return Trace(self.adapter, edit={site: Apply(self._take, in_place=False)}, path="hooks")

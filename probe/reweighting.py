@@ -21,7 +21,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
+from .attention_interface import choose_path
+from .edits import Edit, SiteContext
+from .models.sites import Site
+from .trace import Trace, TraceView
 
 WEIGHT_MODES = ("uniform", "permute", "given")
 
@@ -71,29 +74,28 @@ def new_weights(edit: AttentionEdit, alpha: torch.Tensor, allowed: torch.Tensor)
     return v.expand_as(alpha)
 
 
-class _ReweightSession(AttentionSession):
-    def __init__(self, layer_of: dict, edits_by_layer: dict):
-        super().__init__(layer_of)
-        self.edits_by_layer = edits_by_layer
+@dataclass(frozen=True)
+class LayerWeights(Edit):
+    """The :class:`AttentionEdit` s of one layer as one edit of its ``pattern`` site
+    ``[batch, head, query, key]`` (each head's new weights from its clean weights)."""
 
-    def needs_weights(self, module) -> bool:
-        return module in self.layer_of
+    edits: tuple = ()
 
-    def on_weights(self, module, weights, mask):
-        layer = self.layer_of.get(module)
-        if layer is None:
-            return None
-        w = weights.clone()
-        allowed = allowed_keys(weights, mask)
-        for e in self.edits_by_layer[layer]:
+    def __call__(self, weights: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
+        allowed = allowed_keys(weights, ctx.mask)
+        # every replacement from the clean weights first, then written (a head may repeat)
+        new = [(e, new_weights(e, weights[:, e.head], allowed)) for e in self.edits]
+        for e, w in new:
             rows = slice(None) if e.rows is None else list(e.rows)
-            w[rows, e.head] = new_weights(e, weights[:, e.head], allowed)[rows]
-        return w
+            weights[rows, e.head] = w[rows]
+        return weights
 
 
-class AttentionReweighting:
+class AttentionReweighting(TraceView):
     """Context manager: on every forward inside it, the edited heads attend with the new
-    weights and their outputs are recomputed from the values.
+    weights and their outputs are recomputed from the values (a view of
+    :class:`probe.trace.Trace`'s ``pattern`` edits; layer identity by call where layers
+    share a module: ALBERT).
 
     Raises:
         ValueError: a head out of range, an unknown mode, ``given`` without weights, or a
@@ -112,19 +114,8 @@ class AttentionReweighting:
             if e.mode == "given" and e.value is None:
                 raise ValueError(f"mode 'given' needs weights for head ({e.layer}, {e.head})")
             by_layer.setdefault(int(e.layer), []).append(e)
-        adapter.refuse_shared_layers(self.stack, "attention reweighting sessions")
-        modules = adapter.attention_modules(self.stack)
-        self._session = _ReweightSession({modules[layer]: layer for layer in by_layer}, by_layer)
-        self._switch = InterfaceSwitch(adapter.model)
+        self._by_layer = by_layer
 
-    def __enter__(self) -> "AttentionReweighting":
-        self._switch.__enter__()
-        self._session.attach()
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        try:
-            self._session.detach()
-        finally:
-            self._switch.__exit__(*exc)
-        return False
+    def _trace(self) -> Trace:
+        edit = {Site("pattern", layer, self.stack): LayerWeights(tuple(es)) for layer, es in self._by_layer.items()}
+        return Trace(self.adapter, edit=edit, path="interface")

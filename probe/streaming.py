@@ -177,7 +177,6 @@ def stream_layers(
     if last_rows is not None and last_rows < 1:
         raise ValueError(f"last_rows must be ≥ 1, got {last_rows}")
     stack = adapter.default_stack
-    adapter.refuse_shared_layers(stack, "streaming hooks")
     modules = adapter.attention_modules(stack)
     chosen = list(range(len(modules))) if layers is None else sorted({int(x) for x in layers})
     bad = [x for x in chosen if not 0 <= x < len(modules)]

@@ -35,6 +35,7 @@ from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
 from .cache import Cache
 from .edits import SiteContext, as_edit
 from .hooks import HookContext, HookSet, eager_attention
+from .layer_calls import LayerCalls
 from .models.sites import (
     SITE_KINDS,
     Site,
@@ -48,7 +49,18 @@ from .models.sites import (
     value_layout,
 )
 
-__all__ = ["Cache", "Trace", "Restart", "Reader", "trace", "run_with_cache", "run_with_hooks"]
+__all__ = [
+    "Cache",
+    "Trace",
+    "TraceView",
+    "ModuleSite",
+    "Restart",
+    "Reader",
+    "trace",
+    "run_with_cache",
+    "run_with_hooks",
+    "unsupported",
+]
 
 
 @dataclass(frozen=True)
@@ -72,12 +84,32 @@ class Restart:
     context: Optional[torch.Tensor] = None
 
 
+@dataclass(frozen=True, eq=False)
+class ModuleSite:
+    """Any module's input (its first argument, or ``hidden_states``) or output (its first
+    output), as nnsight's ``module.input`` / ``module.output``: for sites no architecture
+    table names (a query projection, an embedding, a final norm). Read without a
+    :class:`Reader`, it is cached under ``label``. Two ModuleSites are the same site only
+    when they are the same object."""
+
+    module: torch.nn.Module
+    side: str = "output"
+    label: str = ""
+
+    def __post_init__(self):
+        if self.side not in ("input", "output"):
+            raise ValueError(f"a module site is a module's 'input' or 'output', got {self.side!r}")
+
+
 def _as_list(x) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def _expand(adapter, key, stack: Optional[str]) -> list[Site]:
-    """Sites of a name, tuple or bare kind (``"pattern"``: every layer of the stack)."""
+def _expand(adapter, key, stack: Optional[str]) -> list:
+    """Sites of a name, tuple or bare kind (``"pattern"``: every layer of the stack); a
+    :class:`ModuleSite` as is."""
+    if isinstance(key, ModuleSite):
+        return [key]
     if isinstance(key, str) and key in SITE_KINDS:
         st = stack or adapter.default_stack
         return [Site(key, layer, st) for layer in range(adapter.n_layers_of(st))]
@@ -88,23 +120,25 @@ def _expand(adapter, key, stack: Optional[str]) -> list[Site]:
 
 
 class _Session(AttentionSession):
-    """The trace's work inside the attention function: read/replace weights, edit ``z``."""
+    """The trace's work inside the attention function: read/replace weights, edit ``z``
+    (the work of the layer whose call is running: :meth:`Trace.now`)."""
 
-    def __init__(self, layer_of: dict, tr: "Trace"):
+    def __init__(self, layer_of, tr: "Trace"):
         super().__init__(layer_of)
         self.tr = tr
 
     def needs_weights(self, module) -> bool:
-        return module in self.tr._pattern
+        return self.tr.now(self.tr._pattern, module) is not None
 
     def weights_out(self, module, shape, dtype, device):
-        for reader, _ in self.tr._pattern.get(module, {}).get("read", ()):
+        work = self.tr.now(self.tr._pattern, module)
+        for reader, _ in work["read"] if work is not None else ():
             if reader.out is not None:
                 return reader.out(shape, dtype, device)
         return None
 
     def on_weights(self, module, weights, mask):
-        work = self.tr._pattern.get(module)
+        work = self.tr.now(self.tr._pattern, module)
         if work is None:
             return None
         new = None
@@ -119,10 +153,10 @@ class _Session(AttentionSession):
         return new
 
     def on_output(self, module, output):
-        work = self.tr._z_interface.get(module)
+        work = self.tr.now(self.tr._z_interface, module)
         if work is None:
             return None
-        layer, edits, ctx = work
+        edits, ctx = work
         self.tr._pending[module] = True
         z = output.clone()
         for e in edits:
@@ -179,7 +213,7 @@ class Trace(HookContext):
                 r = fn if isinstance(fn, Reader) else Reader(fn)
                 readers += [(s, r) for s in _expand(adapter, key, stack)]
         else:
-            single = isinstance(read, (str, Site)) or (
+            single = isinstance(read, (str, Site, ModuleSite)) or (
                 isinstance(read, tuple) and len(read) in (2, 3) and isinstance(read[1], int)
             )
             for key in [read] if single else read:
@@ -198,7 +232,9 @@ class Trace(HookContext):
             self._paths[stack] = choose_path(self.adapter, stack, self._path_arg)
         return self._paths[stack]
 
-    def _ctx(self, site: Site) -> SiteContext:
+    def _ctx(self, site) -> SiteContext:
+        if isinstance(site, ModuleSite):
+            return SiteContext(site.label or type(site.module).__name__, "module", -1, "", None)
         return SiteContext(
             site.name(self.adapter.default_stack), site.kind, site.layer, site.stack or "", site.spec.head_axis
         )
@@ -206,51 +242,85 @@ class Trace(HookContext):
     def _reader(self, site: Site, reader: Optional[Reader]) -> Reader:
         if reader is not None:
             return reader
-        name = site.name(self.adapter.default_stack)
+        name = site.label if isinstance(site, ModuleSite) else site.name(self.adapter.default_stack)
         keep = self.keep_grad
         return Reader(lambda v, ctx: self.cache.add(name, v if keep else v.detach()))
 
     def _plan(self, readers: list, edits: list) -> None:
-        self._pattern: dict = {}  # attention module -> {"read": [(reader, ctx)], "edit": [...], "ctx": ctx}
-        self._z_interface: dict = {}  # attention module -> (layer, edits, ctx): z edited in the attention function
+        # module -> {layer: work}: a module serves one layer, or several called in turn
+        # (ALBERT's one layer for all layers: the layer of a call is its place among the
+        # module's calls in the forward, :class:`probe.layer_calls.LayerCalls`)
+        self._pattern: dict = {}  # attention module -> {layer: {"read": [(reader, ctx)], "edit": [...], "ctx": ctx}}
+        self._z_interface: dict = {}  # attention module -> {layer: (edits, ctx)}: z edited in the attention function
         self._pending: dict = {}
-        self._hooks_plan: dict = {}  # (module, side) -> {kind: {"read": [...], "edit": [...], "ctx": ...}}
+        self._hooks_plan: dict = {}  # (module, side) -> {layer: {kind: {"read": [...], "edit": [...], "ctx": ...}}}
+        self._served: dict = {}  # module -> the layers it serves, in call order (all of them, wanted or not)
+        self._modules: dict = {}  # (module, side) -> work of a ModuleSite: every call of the module
         self.eager = False
         self.interface = False
         for site, es in edits:
             self._add(site, None, es)
         for site, reader in readers:
             self._add(site, self._reader(site, reader), None)
+        shared = {m: layers for m, layers in self._served.items() if len(layers) > 1}
+        self._calls = LayerCalls.of(shared) if shared else None
 
-    def _add(self, site: Site, reader: Optional[Reader], edits: Optional[list]) -> None:
+    def now(self, plan: dict, module):
+        """The work of ``plan`` (module -> {layer: work}) for the call of ``module`` that
+        is running: its one layer's, or, for a module several layers call, the layer of
+        this call (None: nothing to do on this call)."""
+        by_layer = plan.get(module)
+        if by_layer is None:
+            return None
+        if self._calls is None or module not in self._calls.shared_set:
+            return next(iter(by_layer.values()))
+        return by_layer.get(self._calls.current(module))
+
+    def _serve(self, module, kind: str, stack: str) -> None:
+        """Record which layers ``module`` serves for sites of ``kind`` (for layer by call)."""
+        if module in self._served:
+            return
+        n = self.adapter.n_layers_of(stack)
+        self._served[module] = [
+            layer for layer in range(n) if site_module(self.adapter, Site(kind, layer, stack)) is module
+        ]
+
+    def _add(self, site, reader: Optional[Reader], edits: Optional[list]) -> None:
         ctx = self._ctx(site)
+        if isinstance(site, ModuleSite):
+            work = self._modules.setdefault((site.module, site.side), {"read": [], "edit": [], "ctx": ctx})
+            if reader is not None:
+                work["read"].append((reader, ctx))
+            if edits:
+                work["edit"].extend(edits)
+            return
         stack = site.stack or self.adapter.default_stack
+        module = site_module(self.adapter, site)
+        self._serve(module, site.kind, stack)
         if site.kind == "pattern":
-            module = site_module(self.adapter, site)
             path = choose_path(self.adapter, stack, "interface") if edits else self.path_of(stack)
             if path == "interface":
                 self.interface = True
-                work = self._pattern.setdefault(module, {"read": [], "edit": [], "ctx": ctx})
+                work = self._pattern.setdefault(module, {}).setdefault(site.layer, {"read": [], "edit": [], "ctx": ctx})
             else:
                 self.eager = True
-                work = self._hooks_plan.setdefault((module, "pattern"), {}).setdefault(
-                    "pattern", {"read": [], "edit": [], "ctx": ctx}
+                work = (
+                    self._hooks_plan.setdefault((module, "pattern"), {})
+                    .setdefault(site.layer, {})
+                    .setdefault("pattern", {"read": [], "edit": [], "ctx": ctx})
                 )
-        elif site.kind == "v":
-            module = site_module(self.adapter, site)
-            work = self._hooks_plan.setdefault((module, "output"), {}).setdefault(
-                "v", {"read": [], "edit": [], "ctx": ctx}
-            )
         else:
-            module = site_module(self.adapter, site)
-            side = SITE_KINDS[site.kind].side
-            work = self._hooks_plan.setdefault((module, side), {}).setdefault(
-                site.kind, {"read": [], "edit": [], "ctx": ctx}
+            side = "output" if site.kind == "v" else SITE_KINDS[site.kind].side
+            work = (
+                self._hooks_plan.setdefault((module, side), {})
+                .setdefault(site.layer, {})
+                .setdefault(site.kind, {"read": [], "edit": [], "ctx": ctx})
             )
             if site.kind == "z" and edits and self.path_of(stack) == "interface":
                 attention = self.adapter.attention_modules(stack)[site.layer]
+                self._serve(attention, "pattern", stack)
                 self.interface = True
-                self._z_interface[attention] = (site.layer, edits, ctx)
+                self._z_interface.setdefault(attention, {})[site.layer] = (edits, ctx)
                 work["standby"] = attention  # edited here only when the attention function did not run
         if reader is not None:
             work["read"].append((reader, ctx))
@@ -262,6 +332,8 @@ class Trace(HookContext):
         if not supports_restart(adapter, stack):
             raise ValueError(f"layer restart is not supported for {adapter.name} ({adapter.family}); use full forwards")
         self._layers = layer_modules(adapter, stack)
+        if len(set(map(id, self._layers))) < len(self._layers):
+            raise ValueError(f"layer restart is not supported for {adapter.name}: its layers share one module")
         if not 0 <= r.layer < len(self._layers):
             raise ValueError(f"layer {r.layer} out of range: {adapter.name} has layers 0..{len(self._layers) - 1}")
         if r.context is not None:
@@ -277,6 +349,14 @@ class Trace(HookContext):
 
     # ---- hooks ------------------------------------------------------------------------
     def _register(self, hooks: HookSet) -> None:
+        calls = self._calls
+        if calls is not None:  # first: every other hook on a shared module reads the layer of its call
+            hooks.pre(self.adapter.model, lambda module, args: calls.reset())
+            for m in calls.shared:
+                hooks.pre(m, lambda module, args: (calls.advance(module), None)[1])
+        if self.eager and _accepts(self.adapter.model, "output_attentions"):
+            # DeBERTa-v2, MPNet, …: the modules return their probabilities only when asked
+            hooks.pre(self.adapter.model, _ask_for_attentions, with_kwargs=True)
         r = self._restart
         if r is not None:  # first, so that what reads the restarted layer's input sees the cached stream
             for layer in self._layers[: r.layer]:
@@ -284,23 +364,87 @@ class Trace(HookContext):
             if r.context is not None:
                 self._stub(self._attention, self._attention_from_site)
             hooks.pre(self._layers[r.layer], self._replace, with_kwargs=True)
-        for (module, side), kinds in self._hooks_plan.items():
+        for (module, side), by_layer in self._hooks_plan.items():
             if side == "pattern":
-                hooks.forward(module, self._pattern_hook(kinds["pattern"]))
+                fns = {layer: self._pattern_hook(kinds["pattern"]) for layer, kinds in by_layer.items()}
+                hooks.forward(module, self._by_call(module, fns), with_kwargs=True)
             elif side == "output":
-                hooks.forward(module, self._output_hook(kinds))
+                fns = {layer: self._output_hook(kinds) for layer, kinds in by_layer.items()}
+                hooks.forward(module, self._by_call(module, fns))
             else:
-                hooks.pre(module, self._input_hook(kinds), with_kwargs=True)
+                fns = {layer: self._input_hook(kinds) for layer, kinds in by_layer.items()}
+                hooks.pre(module, self._by_call(module, fns), with_kwargs=True)
+        for (module, side), work in self._modules.items():
+            if side == "input":
+                hooks.pre(module, self._module_input_hook(work), with_kwargs=True)
+            else:
+                hooks.forward(module, self._module_output_hook(work))
+
+    @staticmethod
+    def _edited(x: torch.Tensor, work: dict) -> tuple:
+        """``(value, changed)``: ``x`` through the work's edits (a copy for edits that write
+        in place), then handed to its readers."""
+        changed = bool(work["edit"])
+        if changed:
+            if any(e.in_place for e in work["edit"]):
+                x = x.clone()
+            for e in work["edit"]:
+                x = e(x, work["ctx"])
+        for reader, c in work["read"]:
+            reader.fn(x, c)
+        return x, changed
+
+    def _module_input_hook(self, work: dict) -> Callable:
+        def fn(module, args, kwargs):
+            x, changed = self._edited(_hidden(args, kwargs), work)
+            if not changed:
+                return None
+            return ((x,) + tuple(args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
+
+        return fn
+
+    def _module_output_hook(self, work: dict) -> Callable:
+        def fn(module, args, output):
+            x, changed = self._edited(output[0] if isinstance(output, tuple) else output, work)
+            if not changed:
+                return None
+            return (x,) + tuple(output[1:]) if isinstance(output, tuple) else x
+
+        return fn
+
+    def _by_call(self, module, fns: dict) -> Callable:
+        """The hook of ``module``: its one layer's, or, for a module several layers call,
+        the one of the layer whose call is running (nothing on the calls of other layers)."""
+        calls = self._calls
+        if calls is None or module not in calls.shared_set:
+            return next(iter(fns.values()))
+
+        def fn(mod, *args):
+            f = fns.get(calls.current(mod))
+            return None if f is None else f(mod, *args)
+
+        return fn
 
     def _pattern_hook(self, work: dict) -> Callable:
         ctx = work["ctx"]
+        adapter = self.adapter
 
-        def fn(module, args, output):
+        def fn(module, args, kwargs, output):
             probs = output[-1] if isinstance(output, tuple) else None
             if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
-                raise RuntimeError(
-                    f"layer {ctx.layer} returned no attention probabilities although eager attention "
-                    "was requested; this model family is not supported by the capture hooks"
+                raise unsupported(
+                    adapter,
+                    f"layer {ctx.layer} returns no attention probabilities under eager attention "
+                    "with output_attentions=True",
+                )
+            hidden = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("hidden_states")
+            n_query = hidden.shape[1] if torch.is_tensor(hidden) and hidden.dim() == 3 else probs.shape[-2]
+            if probs.shape[-2] != n_query or (ctx.stack != "cross" and probs.shape[-1] != probs.shape[-2]):
+                raise unsupported(
+                    adapter,
+                    f"layer {ctx.layer} returns attention of shape {tuple(probs.shape)} for "
+                    f"{n_query} positions, not [batch, head, query, key] (a local band, "
+                    "or pooled queries)",
                 )
             for reader, c in work["read"]:
                 reader.fn(probs, c)
@@ -310,10 +454,19 @@ class Trace(HookContext):
     def _input_hook(self, kinds: dict) -> Callable:
         n_heads = self.adapter.n_heads
 
+        adapter = self.adapter
+
         def fn(module, args, kwargs):
             x = _hidden(args, kwargs)
             changed = False
             z_work = kinds.get("z")
+            if z_work is not None and x.dim() != 3:
+                raise unsupported(
+                    adapter,
+                    f"the output projection's input has shape {tuple(x.shape)}, not [batch, seq, "
+                    "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit",
+                    capture=False,
+                )
             if z_work is not None and z_work["edit"] and not self._pending.pop(z_work.get("standby"), False):
                 b, s, _ = x.shape
                 z = split_heads(x, n_heads)
@@ -429,6 +582,57 @@ class Trace(HookContext):
             self._pending.clear()
             self._context.__exit__(*exc)
         return False
+
+
+class TraceView:
+    """Base of the context managers that are views of a :class:`Trace` (capture, head
+    interventions, recorders, gates, reweighting): :meth:`_trace` declares the sites the
+    view reads and edits; entering the view enters that trace, leaving it leaves the trace
+    (hooks removed, also after an exception)."""
+
+    _active: Optional[Trace] = None
+
+    def _trace(self) -> Trace:
+        raise NotImplementedError
+
+    def __enter__(self):
+        tr = self._trace()
+        tr.__enter__()
+        self._active = tr
+        self._entered(tr)
+        return self
+
+    def _entered(self, tr: Trace) -> None:
+        """Called with the entered trace (e.g. to read its ``attention_source``)."""
+
+    def __exit__(self, *exc) -> Literal[False]:
+        tr, self._active = self._active, None
+        if tr is not None:
+            tr.__exit__(*exc)
+        return False
+
+
+def unsupported(adapter, what: str, capture: bool = True):
+    """:class:`probe.models.architectures.UnsupportedModel` naming the model and its type:
+    ``what`` it does, and (``capture``) that the toolkit cannot capture it."""
+    from .models.architectures import UnsupportedModel
+
+    t = getattr(adapter.config, "model_type", "?")
+    tail = "; the toolkit cannot capture it" if capture else ""
+    return UnsupportedModel(f"{adapter.name} (model type {t!r}): {what}{tail}")
+
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    """Whether ``model.forward`` takes keyword ``name`` (or any keyword)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _ask_for_attentions(module, args, kwargs):
+    """Forward pre-hook: run the model with ``output_attentions=True``."""
+    return args, {**kwargs, "output_attentions": True}
 
 
 def _hidden(args, kwargs):

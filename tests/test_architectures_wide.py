@@ -399,26 +399,61 @@ def test_head_mixing_norm_refuses_ablation_not_capture(sweep, bert_tokenizer):
         ablate_heads(adapter, [(1, 2)])
 
 
-def test_albert_refused_where_hooks_are_keyed_by_module(bert_tokenizer):
-    """Analyses whose hooks are still keyed by module say so instead of mixing ALBERT's layers."""
-    from probe.models.architectures import UnsupportedModel
+def test_albert_every_trace_site_by_call(sweep, bert_tokenizer):
+    """Values, streaming and attention reweighting on ALBERT (one module for both layers) are
+    trace views, told apart by call: each layer's values equal the shared value projection
+    applied to that layer's own input (the model's hidden_states), streamed maps equal eager
+    output_attentions per layer, and replacing layer 1's weights leaves layer 0 alone."""
+    from probe.capture import AttentionCapture
     from probe.reweighting import AttentionEdit, AttentionReweighting
+    from probe.streaming import stream_layers
+    from probe.trace import trace
 
     model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
     adapter = _adapter(model, bert_tokenizer, "albert")
-    with pytest.raises(UnsupportedModel, match="'albert'.*2 layers share 1 attention module"):
-        adapter.value_modules()
-    with pytest.raises(UnsupportedModel, match="share"):
-        AttentionReweighting(adapter, [AttentionEdit(1, 2)])
-    from probe.values import capture_values
+    inputs, _ = sweep.inputs_for(adapter)
+    with torch.no_grad():
+        ref = model(**inputs, output_hidden_states=True)
+    value = model.encoder.albert_layer_groups[0].albert_layers[0].attention.value
+    cache = trace(adapter, inputs, read=["blocks.0.attn.hook_v", "blocks.1.attn.hook_v"])
+    b, s = inputs["input_ids"].shape
+    for layer in (0, 1):
+        with torch.no_grad():
+            want = value(ref.hidden_states[layer]).reshape(b, s, 4, 8)  # the layer's own input
+        assert torch.allclose(cache[f"blocks.{layer}.attn.hook_v"], want, atol=1e-6)
+    assert (cache["blocks.0.attn.hook_v"] - cache["blocks.1.attn.hook_v"]).abs().max() > 1e-3
 
-    with pytest.raises(UnsupportedModel, match="'albert'.*share.*per-layer value hooks") as e:
-        capture_values(adapter, "The cat sat.")
-    assert "\n" not in str(e.value)
+    encs = [adapter.encode(t) for t in sweep.TEXTS[:2]]
+    got: dict = {}
+    stream_layers(adapter, encs, lambda lb: got.setdefault(lb.layer, lb.rows), batch_size=2)
+    eager = sweep.eager_reference(model, adapter.batch(encs)).attentions
+    for layer in (0, 1):
+        for i, e in enumerate(encs):
+            n = len(e)
+            assert torch.allclose(got[layer][i], eager[layer][i, :, :n, :n], atol=1e-6)
+
+    with AttentionCapture(adapter) as clean, torch.no_grad():
+        out = model(**inputs).last_hidden_state
+    with AttentionReweighting(adapter, [AttentionEdit(1, 2)]), AttentionCapture(adapter) as cap, torch.no_grad():
+        out1 = model(**inputs).last_hidden_state
+    assert torch.equal(cap.layer_tensors()[0], clean.layer_tensors()[0])  # layer 0: untouched
+    assert (out1 - out).abs().max() > 1e-4
+    given = clean.layer_tensors()[1][:, 2]  # layer 1's own weights given back: nothing changes
+    with AttentionReweighting(adapter, [AttentionEdit(1, 2, mode="given", value=given)]), torch.no_grad():
+        same = model(**inputs).last_hidden_state
+    assert torch.allclose(same, out, atol=1e-5)
+
+
+def test_albert_residual_sites_refused_in_one_line(bert_tokenizer):
+    """The residual stream has no block module per layer when layers share one (ALBERT):
+    the residual cache and the ``resid_*`` sites say so in one line; restart is not offered."""
+    from probe.models.architectures import UnsupportedModel
     from probe.restart import ResidualCache, RestartFrom, supports_restart
 
+    model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
+    adapter = _adapter(model, bert_tokenizer, "albert")
     assert not supports_restart(adapter)  # callers of restart run full forwards instead
-    with pytest.raises(UnsupportedModel, match="'albert'.*share.*residual sites") as e:
+    with pytest.raises(UnsupportedModel, match="'albert'.*2 layers share 1 attention module.*residual") as e:
         ResidualCache(adapter)
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="restart is not supported for tiny-albert"):

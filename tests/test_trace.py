@@ -228,3 +228,39 @@ def test_the_old_mechanisms_are_views_of_the_trace(tiny_models):
 
     for cls in (ResidualCache, RestartFrom):
         assert issubclass(cls, Trace), cls
+
+
+# ---- any module's input or output: ModuleSite ------------------------------------------------
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_module_site_reads_and_edits_any_module(tiny_models, family):
+    """A module's output read through the trace equals transformers' own hidden state; an
+    edit of it changes the forward exactly as the same edit by a plain torch hook."""
+    from probe.trace import ModuleSite
+
+    adapter = tiny_models[family]
+    ref = eager_reference(adapter, TEXTS)
+    before = count_hooks(adapter.model)  # after transformers' own output-recording hooks are in
+    emb = adapter.embeddings()
+    if family == "bert":  # BERT's embeddings module (word + position + type, LayerNorm) is hidden_states[0]
+        site, want = ModuleSite(adapter.model.embeddings, "output", "emb"), ref.hidden_states[0]
+    else:  # GPT-2's first block's input is hidden_states[0]
+        site, want = ModuleSite(adapter.model.h[0], "input", "block0.in"), ref.hidden_states[0]
+    cache = trace(adapter, TEXTS, read=[site])
+    assert torch.allclose(cache["emb" if family == "bert" else "block0.in"], want, atol=1e-6)
+
+    def halve(x, ctx):
+        return x * 0.5
+
+    edited = trace(adapter, TEXTS, edit={ModuleSite(emb, "output"): halve}).output
+    handle = emb.register_forward_hook(lambda m, a, out: out * 0.5)
+    try:
+        with torch.no_grad():
+            plain = adapter.model(**adapter.inputs_of(TEXTS))
+    finally:
+        handle.remove()
+    first = lambda o: o[0] if isinstance(o, tuple) else o.last_hidden_state  # noqa: E731
+    assert torch.allclose(first(edited), first(plain), atol=1e-6)
+    assert (first(edited) - first(ref)).abs().max() > 1e-3  # the edit changed the output
+    assert count_hooks(adapter.model) == before  # the trace's hooks are gone
+    with pytest.raises(ValueError, match="'input' or 'output'"):
+        ModuleSite(emb, "middle")

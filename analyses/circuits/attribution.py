@@ -44,7 +44,7 @@ from probe.paths import (
 )
 
 from .edges import OUTPUT, all_edges, edge_row, grouped, receivers_of
-from .path_patching import MAX_ROWS, _chunks, record_head_outputs
+from .path_patching import MAX_ROWS, chunks, record_head_outputs
 
 __all__ = ["METHODS", "AttributionResult", "edge_attribution"]
 
@@ -186,7 +186,7 @@ def edge_attribution(
         dz = {l: z_corr[l] - z_clean[l] for l in z_clean}
         grads = _receiver_grads(adapter, metric, cb, kb, ref, layers, method, steps)
         passes = (1 if method == "eap" else steps) + 2
-        for part in _chunks(receivers, max_rows // b):
+        for part in chunks(receivers, max_rows // b):
             jac = _jacobian_pass(adapter, metric, cb, ref, z_clean, part, grads)
             passes += 1
             for r in part:

@@ -14,6 +14,9 @@ For a clean input and its corrupted partner (same length), the effect of edge
 
 Nothing is linearised (LayerNorm is recomputed in both runs), so this is exact for any
 architecture with separate or GPT-2-fused q/k/v projections (post-LN encoders included).
+Encoder-decoders (BART, T5) too: every head of every stack (encoder, decoder self- and
+cross-attention) is frozen in step 1, so an encoder head's edge into a cross-attention's
+keys runs through the rest of the encoder (MLPs, norms, the final encoder norm) only.
 The effect is reported as the share of the corruption's total effect the path carries::
 
     effect = (m(path patched) − m(clean)) / (m(corrupted) − m(clean))
@@ -33,11 +36,11 @@ import torch
 from probe.analyses.common.metrics import MetricBatch, as_corpus, get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
 
-from probe.paths import HeadOutputOverride, ProjectionHooks
+from probe.paths import HeadOutputOverride, ProjectionHooks, head_sites
 
 from .edges import Edge, all_edges, check_edge, edge_row, grouped
 
-__all__ = ["MAX_ROWS", "PathPatchingResult", "path_patch", "record_head_outputs"]
+__all__ = ["MAX_ROWS", "PathPatchingResult", "chunks", "path_patch", "record_head_outputs", "repeat_ref"]
 
 MAX_ROWS = 256
 
@@ -80,12 +83,14 @@ def record_head_outputs(adapter, metric, batch: MetricBatch, reference=None):
     return z, out
 
 
-def _chunks(items: list, size: int) -> list:
+def chunks(items: list, size: int) -> list:
+    """``items`` in consecutive lists of at most ``size`` (at least 1)."""
     size = max(1, size)
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _repeat_ref(ref, k: int):
+def repeat_ref(ref, k: int):
+    """A metric reference ``[rows, ...]`` stacked ``k`` times (as :meth:`MetricBatch.repeat`)."""
     return None if ref is None else ref.repeat(k, *([1] * (ref.dim() - 1)))
 
 
@@ -103,10 +108,10 @@ def _sender_runs(adapter, metric, cb, ref, z_clean, z_corr, layer: int, heads: l
                 new[j * b : (j + 1) * b, :, h] = z_corr[l][:, :, h]
         return new
 
-    layers = list(range(record_from, adapter.n_layers))
+    layers = list(range(record_from, len(head_sites(adapter))))
     with torch.no_grad(), HeadOutputOverride(adapter, freeze), ProjectionHooks(adapter, layers, record=True) as rec:
         out = metric.forward(adapter, big)
-    m = metric.score(out, big, _repeat_ref(ref, k)).double().reshape(k, b)
+    m = metric.score(out, big, repeat_ref(ref, k)).double().reshape(k, b)
     return m, rec.outputs
 
 
@@ -123,7 +128,7 @@ def _receiver_runs(adapter, metric, cb, ref, edges: list, sender_pos: dict, reco
     layers = sorted({e.receiver_layer for e in edges})
     with torch.no_grad(), ProjectionHooks(adapter, layers, patches=patches):
         out = metric.forward(adapter, big)
-    return metric.score(out, big, _repeat_ref(ref, k)).double().reshape(k, b)
+    return metric.score(out, big, repeat_ref(ref, k)).double().reshape(k, b)
 
 
 def path_patch(
@@ -170,7 +175,7 @@ def path_patch(
         c_vals[idx] = m_clean.cpu().numpy()
         k_vals[idx] = metric.score(out_k, kb, ref).double().cpu().numpy()
         for layer, senders in sorted(by_sender_layer.items()):
-            for heads in _chunks(sorted(senders), max_rows // b):
+            for heads in chunks(sorted(senders), max_rows // b):
                 m, recorded = _sender_runs(adapter, metric, cb, ref, z_clean, z_corr, layer, heads, layer + 1)
                 pos = {h: j for j, h in enumerate(heads)}
                 for h in heads:
@@ -178,7 +183,7 @@ def path_patch(
                         if e.to_output:
                             per[index[e], idx] = (m[pos[h]] - m_clean).cpu().numpy()
                 inner = [e for h in heads for e in senders[h] if not e.to_output]
-                for part in _chunks(inner, max_rows // b):
+                for part in chunks(inner, max_rows // b):
                     mp = _receiver_runs(adapter, metric, cb, ref, part, pos, recorded)
                     for j, e in enumerate(part):
                         per[index[e], idx] = (mp[j] - m_clean).cpu().numpy()

@@ -12,7 +12,8 @@ import pandas as pd
 
 from .attribution import edge_attribution
 from .discovery import CircuitCurve, recovery_curve
-from .edges import all_edges
+from .edges import all_edges, edge_from_row
+from .heads import HeadCurve, head_recovery_curve
 from .path_patching import path_patch
 
 __all__ = ["CircuitStudy", "rank_agreement", "study_circuit"]
@@ -27,9 +28,11 @@ def rank_agreement(a: pd.Series, b: pd.Series) -> float:
 
 @dataclass(frozen=True)
 class CircuitStudy:
-    """``scores``: one row per edge with ``exact``, ``eap``, ``eap_ig`` effects; ``agreement``:
-    Spearman of each attribution vs exact; ``curve``: the circuit curve (None for post-LN
-    models); ``known``: recovery statistics per ranking (where edges are known)."""
+    """``scores``: one row per edge with ``exact``, ``eap``, ``eap_ig`` effects (``exact`` NaN
+    where not patched); ``agreement``: Spearman of each attribution vs exact over the edges
+    patched; ``curve``: the edge circuit curve (pre-LN decoders, else None); ``head_curve``:
+    the head circuit curve (:mod:`.heads`; models without an additive residual stream);
+    ``known``: recovery statistics per ranking (where edges are known)."""
 
     scores: pd.DataFrame
     agreement: dict
@@ -37,6 +40,7 @@ class CircuitStudy:
     known: dict = field(default_factory=dict)
     gap: float = 0.0
     notes: tuple = ()
+    head_curve: HeadCurve | None = None
 
 
 def study_circuit(
@@ -51,11 +55,14 @@ def study_circuit(
     batch_size: int = 8,
     known=None,
     exact_edges=None,
+    exact_top: int | None = None,
 ) -> CircuitStudy:
     """Run the three scorings, the curve for ``ranking`` (``exact`` | ``eap`` | ``eap_ig``)
     and, with ``known`` edges, the recovery statistics of each ranking. ``exact_edges``
     (default: all) limits exact path patching to those edges (the others' ``exact`` is NaN;
-    the agreement is taken over the edges checked).
+    the agreement is taken over the edges checked); ``exact_top`` limits it to the
+    ``exact_top`` edges EAP-IG ranks highest by ``|score|`` (the attributions run first, on
+    every edge).
 
     Raises:
         ValueError: an unknown ranking, ``ranking="exact"`` with a subset of edges, and
@@ -68,16 +75,20 @@ def study_circuit(
         raise ValueError(f"unknown ranking {ranking!r}; use exact, eap or eap_ig")
     edges = all_edges(adapter)
     checked = edges if exact_edges is None else list(dict.fromkeys(exact_edges))
-    if len(checked) < len(edges) and (ranking == "exact" or known is not None):
+    partial = len(checked) < len(edges) or (exact_top is not None and exact_top < len(edges))
+    if partial and (ranking == "exact" or known is not None):
         raise ValueError(
             "ranking the whole graph by exact path patching needs every edge patched: "
             "drop --edge, or rank by eap_ig (--ranking eap_ig) without known-edge statistics"
         )
-    exact = path_patch(adapter, clean, corrupted, metric, checked, batch_size=batch_size)
     eap = edge_attribution(adapter, clean, corrupted, metric, "eap", batch_size=batch_size)
     ig = edge_attribution(adapter, clean, corrupted, metric, "eap-ig", steps=steps, batch_size=batch_size)
     scores = eap.table.drop(columns=["score"]).rename(columns={"effect": "eap"})
     scores["eap_ig"] = ig.table["effect"].to_numpy()
+    if exact_edges is None and exact_top is not None and exact_top < len(edges):
+        top = scores.reindex(scores["eap_ig"].abs().sort_values(ascending=False, kind="stable").index)
+        checked = [edge_from_row(r) for _, r in top.head(max(1, int(exact_top))).iterrows()]
+    exact = path_patch(adapter, clean, corrupted, metric, checked, batch_size=batch_size)
     scores["exact"] = scores["edge"].map(dict(zip(exact.table["edge"], exact.table["effect"])))
     both = scores.dropna(subset=["exact"])
     agreement = {
@@ -86,7 +97,13 @@ def study_circuit(
         "n_edges": len(both),
     }
     notes = []
-    curve = None
+    curve = head_curve = None
+    if len(checked) < len(edges):
+        notes.append(
+            f"exact path patching on {len(checked)} of {len(edges)} edges"
+            + (f" (the top {len(checked)} by |EAP-IG|)" if exact_edges is None else " (those named)")
+            + "; the others have EAP and EAP-IG scores only"
+        )
     if additive_residual(adapter):
         curve = recovery_curve(
             adapter,
@@ -99,9 +116,19 @@ def study_circuit(
             batch_size=batch_size,
         )
     else:
+        head_curve = head_recovery_curve(
+            adapter, clean, corrupted, metric, scores.assign(effect=scores[ranking]), share=share, batch_size=batch_size
+        )
+        why = (
+            "an encoder-decoder (the edge mixer covers one pre-LayerNorm stack, not the encoder output "
+            "cross-attention reads)"
+            if adapter.arch == "encoder-decoder"
+            else "not a pre-LayerNorm decoder: its residual stream is renormalised after every sublayer"
+        )
         notes.append(
-            f"{adapter.name} is not a pre-LayerNorm decoder: no circuit curve (edges cannot be mixed "
-            "additively in its residual stream); edge scores only"
+            f"{adapter.name} is {why}, so an edge circuit is not defined; the curve is over heads instead (heads "
+            f"outside the circuit write their corrupted output; heads ranked by the sum of their outgoing "
+            f"{ranking} edge scores)"
         )
     stats = {}
     if known is not None:
@@ -110,11 +137,17 @@ def study_circuit(
         for col in ("exact", "eap", "eap_ig"):
             circuit = curve.circuit if (curve is not None and col == ranking) else _top(scores, col, len(known))
             stats[col] = recovery_stats(scores.assign(effect=scores[col]), known, circuit, adapter)
-    return CircuitStudy(scores=scores, agreement=agreement, curve=curve, known=stats, gap=exact.gap, notes=tuple(notes))
+    return CircuitStudy(
+        scores=scores,
+        agreement=agreement,
+        curve=curve,
+        known=stats,
+        gap=exact.gap,
+        notes=tuple(notes),
+        head_curve=head_curve,
+    )
 
 
 def _top(scores: pd.DataFrame, col: str, k: int) -> list:
-    from .edges import edge_from_row
-
     order = scores.reindex(scores[col].abs().sort_values(ascending=False, kind="stable").index).head(k)
     return [edge_from_row(r) for _, r in order.iterrows()]

@@ -8,47 +8,15 @@ pattern claim names the same role; it is zero-ablated at once
 mean-ablated at once (:mod:`.removal`) and its harm on the objective tested against the
 objective's floor: one-sided Wilcoxon, Bonferroni across the groups tested, and the mean
 harm must reach :func:`.thresholds.min_effect`. The same-norm random perturbation of the
-whole group is reported as context (:func:`group_null` keeps the older per-metric form).
+whole group is reported as context.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-
-from probe.analyses.common.metrics import as_corpus, get_metric
-from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 from . import thresholds as T
 from .claim import Claim
-from .perturb import random_rotations, rotate
 from .statistics import detectable_effect, floor_test, mean_ci
-
-
-@torch.no_grad()
-def group_null(adapter, corpus, heads, metric, batch_size: int = 16, seed: int = 0) -> tuple:
-    """``(clean [n], null [n])``: the metric with every head of ``heads`` moved by its own
-    output turned in a random direction (``z − Q z``), all in the same forward."""
-    corpus = as_corpus(corpus)
-    metric = get_metric(metric, adapter, corpus)
-    gen = torch.Generator().manual_seed(seed)
-    n = len(corpus)
-    clean, null = np.zeros(n), np.zeros(n)
-    layers = sorted({l for l, _ in heads})
-    for idx, batch in metric.batches(adapter, corpus, batch_size):
-        with HeadOutputRecorder(adapter, layers=layers) as rec:
-            out = metric.forward(adapter, batch)
-        ref = metric.reference(out, batch)
-        clean[idx] = metric.score(out, batch, ref).double().cpu().numpy()
-        edits = []
-        for l in layers:
-            z = rec.outputs[l]
-            moved = z - rotate(z, random_rotations(z.shape[0], z.shape[2], z.shape[3], gen))
-            edits += [HeadEdit(l, h, "patch", value=moved[:, :, h]) for ll, h in heads if ll == l]
-        with HeadIntervention(adapter, edits):
-            out = metric.forward(adapter, batch)
-        null[idx] = metric.score(out, batch, ref).double().cpu().numpy()
-    return clean, null
 
 
 def candidate_groups(pattern: dict, necessity: dict) -> dict:

@@ -19,14 +19,16 @@ example, the objective's readout (:mod:`probe.analyses.common.objective`) under 
 
 Harms need the whole corpus's readouts for a corpus-level objective (the similarity
 structure compares every sentence with every other), so readouts are kept per unit
-(``[n_units, n, ...]``) and harms computed at the end.
+(``[n_units, n, ...]``) and harms computed at the end. The forwards are the one sweep's
+(:mod:`probe.analyses.necessity.sweep`): one clean run per batch, units grouped by their
+first layer and restarted there from the cached stream (a single head's at its layer's
+output projection), rows replicated and trimmed under a token budget.
 
 Shapes: ``RemovalSweep.harm[mode]`` ``[n_units, n]``; ``measures[mode][name]`` ``[n_units, n]``.
 """
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -36,8 +38,7 @@ import torch
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
-from probe.trace import Trace
-from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
+from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
 
 from .perturb import random_rotations, rotate, uniform_output
 
@@ -99,51 +100,24 @@ def resample_sources(special: torch.Tensor, mask: torch.Tensor, generator: torch
     return src.reshape(b, s)
 
 
-def _unit_values(mode, unit, z, v, batch, means, src, rot, causal):
-    """Per layer of the unit: the replacement head outputs ``[b, s, H, dh]`` (None: zero)."""
-    out = {}
-    for layer in {l for l, _ in unit}:
-        zl = z[layer]
-        if mode == "zero":
-            out[layer] = None
-        elif mode == "mean":
-            out[layer] = means[:, layer].to(zl.device)[batch.special.long()].to(zl.dtype)
-        elif mode == "resample":
-            b, s, H, dh = zl.shape
-            out[layer] = zl.reshape(b * s, H, dh)[src.reshape(-1)].reshape(b, s, H, dh)
-        elif mode == "uniform":
-            out[layer] = uniform_output(v[layer], batch.inputs["attention_mask"], causal)
-        else:  # random
-            out[layer] = zl - rotate(zl, rot[layer])
-    return out
+def _layer_value(mode, layer, z, v, batch, means, src, rot, causal):
+    """The replacement head outputs ``[b, s, H, dh]`` of ``layer`` under ``mode`` (None: zero)."""
+    zl = z[layer]
+    if mode == "zero":
+        return None
+    if mode == "mean":
+        return means[:, layer].to(zl.device)[batch.special.long()].to(zl.dtype)
+    if mode == "resample":
+        b, s, H, dh = zl.shape
+        return zl.reshape(b * s, H, dh)[src.reshape(-1)].reshape(b, s, H, dh)
+    if mode == "uniform":
+        return uniform_output(v[layer], batch.inputs["attention_mask"], causal)
+    return zl - rotate(zl, rot[layer])  # random
 
 
-def _run_units(adapter, objective, batch, units, values_per_unit, stack, residual=None):
-    """One forward of ``len(units)·b`` rows; unit ``j``'s edits on rows ``j·b … j·b+b−1``.
-    ``residual``: ``(layer, [b, seq, dim])``, the clean stream entering the first edited
-    layer: the forward restarts there (layers before it are not recomputed)."""
-    from probe.analyses.necessity.restart import RestartFrom
-
-    k, b = len(units), batch.rows
-    big = batch.repeat(k)
-    edits = []
-    for j, (unit, vals) in enumerate(zip(units, values_per_unit)):
-        rows = tuple(range(j * b, (j + 1) * b))
-        for layer, h in unit:
-            v = vals[layer]
-            edits.append(
-                HeadEdit(layer, h, "zero", rows=rows)
-                if v is None
-                else HeadEdit(layer, h, "patch", value=v[:, :, h], rows=rows)
-            )
-    with ExitStack() as st:
-        st.enter_context(HeadIntervention(adapter, edits, stack=stack))
-        if residual is not None:
-            layer, hidden = residual
-            st.enter_context(RestartFrom(adapter, layer, hidden.repeat(k, *([1] * (hidden.dim() - 1))), stack=stack))
-        out = objective.forward(adapter, big)
-    r = objective.readout(out, big).detach()
-    return r.reshape(k, b, *r.shape[1:])
+def _readout(obj):
+    """The sweep's ``read``: the objective's readouts of every row (detached)."""
+    return lambda out, big, rows, k: obj.readout(out, big).detach()
 
 
 @torch.no_grad()
@@ -200,51 +174,37 @@ def removal_sweep(
     clean_parts: list = []
     pert: dict = {m: [] for m in modes}
     causal = adapter.arch == "decoder"
-    from probe.analyses.necessity.restart import ResidualCache, supports_restart
-
-    restart = supports_restart(adapter, stack)
-    blocks_of: dict = {}  # units grouped by their first layer: a forward restarts there
-    for u in units:
-        blocks_of.setdefault(min(l for l, _ in u) if restart else -1, []).append(u)
-    order = [u for key in sorted(blocks_of) for u in blocks_of[key]]
-    back = np.array([order.index(u) for u in units])
+    path = restart_path(adapter, stack)
     for _idx, batch in tqdm(
         obj.batches(adapter, corpus, batch_size), total=-(-n // batch_size), disable=not progress, desc="removals"
     ):
-        with ExitStack() as st:
-            cache = st.enter_context(ResidualCache(adapter, stack)) if restart else None
-            rec = st.enter_context(HeadOutputRecorder(adapter, layers=layers, stack=stack))
-            # the values (site v of probe.models.sites: [b, seq, heads, head_dim], kv heads repeated)
-            values_trace = (
-                st.enter_context(Trace(adapter, read=[("v", layer) for layer in layers], stack=stack, path="hooks"))
-                if "uniform" in modes
-                else None
-            )
-            out = obj.forward(adapter, batch)
-        clean_parts.append(obj.readout(out, batch).detach().double().cpu())
-        z = rec.outputs
-        v = {l: values_trace.cache["v", l, stack].to(z[l].dtype) for l in layers} if values_trace is not None else {}
+        run = clean_run(adapter, obj.forward, batch, layers, stack=stack, path=path, values="uniform" in modes)
+        clean_parts.append(obj.readout(run.output, batch).detach().double().cpu())
+        z = run.z
+        v = {l: run.v[l].to(z[l].dtype) for l in run.v}
         src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
         rot = (
             {l: random_rotations(z[l].shape[0], z[l].shape[2], z[l].shape[3], gen) for l in layers}
             if "random" in modes
             else {}
         )
-        tokens = int(batch.inputs["input_ids"].numel())
-        per_forward = max(1, MAX_TOKENS // max(tokens, 1))
+        src = src.to(z[layers[0]].device)
+        trim = trimmable(adapter, obj, batch)
         for mode in modes:
-            parts = []
-            for first in sorted(blocks_of):
-                group = blocks_of[first]
-                residual = (first, cache.inputs[first]) if cache is not None else None  # type: ignore[attr-defined]  # a ResidualCache
-                for start in range(0, len(group), per_forward):
-                    block = group[start : start + per_forward]
-                    vals = [
-                        _unit_values(mode, u, z, v, batch, means, src.to(z[layers[0]].device), rot, causal)
-                        for u in block
-                    ]
-                    parts.append(_run_units(adapter, obj, batch, block, vals, stack, residual).double().cpu())
-            pert[mode].append(torch.cat(parts, 0)[torch.as_tensor(back)])  # [units, b, ...] in unit order
+            r = sweep_batch(
+                adapter,
+                obj.forward,
+                _readout(obj),
+                batch,
+                run,
+                units,
+                lambda j, layer: _layer_value(mode, layer, z, v, batch, means, src, rot, causal),  # noqa: B023 (this mode's)
+                stack=stack,
+                path=path,
+                trim=trim,
+                max_tokens=MAX_TOKENS,
+            )
+            pert[mode].append(r.double().cpu())  # [units, b, ...] in unit order
     clean = torch.cat(clean_parts, 0).numpy()
     harm, measures, corpus_m = {}, {}, {}
     for mode in modes:

@@ -106,21 +106,23 @@ def as_corpus(corpus):
     return corpus
 
 
-def _zoo_task(adapter) -> Optional[str]:
+def zoo_task(adapter) -> Optional[str]:
+    """The zoo task of a ``zoo:`` model (None for any other model)."""
     task = (adapter.card or {}).get("task")
     return task if adapter.name.startswith("zoo:") and task else None
 
 
-def _zoo_has_loss(adapter) -> bool:
+def zoo_has_loss(adapter) -> bool:
     """Whether the zoo task defines a loss (its module can ``encode`` labelled inputs;
     zoo:constructed, whose weights are set by hand, has no task head to score)."""
     from probe.models import zoo
 
-    task = _zoo_task(adapter)
+    task = zoo_task(adapter)
     return bool(task) and hasattr(zoo.task_module(task), "encode")  # type: ignore[arg-type]  # a task name when bool(task)
 
 
-def _has_lm_head(adapter) -> bool:
+def has_lm_head(adapter) -> bool:
+    """Whether the model has an output embedding (a language-model head)."""
     getter = getattr(adapter.model, "get_output_embeddings", None)
     return getter is not None and getter() is not None
 
@@ -274,7 +276,7 @@ def _zoo_batch(adapter, corpus, indices) -> MetricBatch:
             f"{adapter.name}'s loss/accuracy need the zoo task's examples with their ground "
             "truth: run without --text/--file/--conllu to use its evaluation set"
         )
-    mod = zoo.task_module(_zoo_task(adapter))  # type: ignore[arg-type]  # zoo adapters only (the caller checked)
+    mod = zoo.task_module(zoo_task(adapter))  # type: ignore[arg-type]  # zoo adapters only (the caller checked)
     enc = mod.encode(adapter.tokenizer, [corpus.examples[i] for i in indices])
     if isinstance(enc, dict):  # a seq2seq task (translate): the teacher-forced batch, labels inside
         enc = dict(enc)
@@ -317,20 +319,20 @@ class LossMetric(Metric):
         self.seed = int(seed)
 
     def check(self, adapter, corpus=None) -> None:
-        if _zoo_task(adapter):
+        if zoo_task(adapter):
             if corpus is not None and not corpus.examples:
                 raise ValueError(
                     f"metric 'loss' on {adapter.name} needs the zoo evaluation examples "
                     "(run without --text/--file/--conllu); metrics that apply to other "
                     "inputs: embedding-drift"
                 )
-            if not _zoo_has_loss(adapter):
+            if not zoo_has_loss(adapter):
                 raise ValueError(
                     f"{adapter.name} has no task loss (its weights are set by hand); "
                     "metrics that apply: embedding-drift"
                 )
             return
-        if not _has_lm_head(adapter):
+        if not has_lm_head(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
             raise ValueError(
                 f"metric 'loss' needs a model with a language-model or task head, but "
@@ -339,7 +341,7 @@ class LossMetric(Metric):
             )
 
     def make_batch(self, adapter, corpus, indices) -> MetricBatch:
-        if _zoo_task(adapter):
+        if zoo_task(adapter):
             return _zoo_batch(adapter, corpus, indices)
         base = super().make_batch(adapter, corpus, indices)
         ids = base.inputs["input_ids"]
@@ -386,7 +388,7 @@ class AccuracyMetric(LossMetric):
     differentiable = False
 
     def check(self, adapter, corpus=None) -> None:
-        if not _zoo_task(adapter):
+        if not zoo_task(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
             raise ValueError(
                 f"metric 'accuracy' needs a zoo:<task> model with ground truth; for "
@@ -474,11 +476,11 @@ METRICS: dict[str, Callable[[], Metric]] = {
 
 def applicable_metrics(adapter, corpus=None) -> list[str]:
     """Names of the built-in metrics that apply to ``adapter`` (and ``corpus``)."""
-    zoo = _zoo_task(adapter)
+    zoo = zoo_task(adapter)
     has_examples = corpus is None or bool(corpus.examples)
-    task_loss = bool(zoo) and has_examples and _zoo_has_loss(adapter)
+    task_loss = bool(zoo) and has_examples and zoo_has_loss(adapter)
     out = []
-    if task_loss or (not zoo and _has_lm_head(adapter)):
+    if task_loss or (not zoo and has_lm_head(adapter)):
         out.append("loss")
     if task_loss:
         out.append("accuracy")
@@ -494,7 +496,7 @@ def default_metric(adapter, corpus=None) -> tuple:
     encoders such as the bundled minilm, which have no head to compute a loss with)."""
     metrics = applicable_metrics(adapter, corpus)
     if "loss" in metrics:
-        if _zoo_task(adapter):
+        if zoo_task(adapter):
             why = "the zoo task's loss"
         elif adapter.arch == "encoder":
             why = (

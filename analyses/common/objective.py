@@ -39,9 +39,9 @@ from .metrics import (
     LossMetric,
     Metric,
     MetricBatch,
-    _has_lm_head,
-    _zoo_has_loss,
-    _zoo_task,
+    has_lm_head,
+    zoo_has_loss,
+    zoo_task,
     applicable_metrics,
 )
 from .pooling import Pooling, model_pooling
@@ -222,11 +222,11 @@ class NextTokenLoss(LossMetric):
     name = "loss"
 
     def check(self, adapter, corpus=None) -> None:
-        if adapter.arch != "decoder" or not _has_lm_head(adapter):
+        if adapter.arch != "decoder" or not has_lm_head(adapter):
             ok = ", ".join(applicable_objectives(adapter, corpus))
             raise NotApplicable(
                 f"objective 'next-token-loss' needs a causal language model with an LM head; "
-                f"{adapter.name} is a{' headless' if not _has_lm_head(adapter) else 'n'} "
+                f"{adapter.name} is a{' headless' if not has_lm_head(adapter) else 'n'} "
                 f"{adapter.arch}; objectives that fit it: {ok}"
             )
         super().check(adapter, corpus)
@@ -245,7 +245,7 @@ OBJECTIVES = {
 def applicable_objectives(adapter, corpus=None) -> list:
     """Names of the objectives that fit ``adapter`` (and ``corpus``)."""
     out = list(applicable_metrics(adapter, corpus))
-    if adapter.arch == "decoder" and _has_lm_head(adapter) and not _zoo_task(adapter):
+    if adapter.arch == "decoder" and has_lm_head(adapter) and not zoo_task(adapter):
         out.insert(0, "next-token-loss")
     if adapter.arch == "encoder" and (corpus is None or len(corpus) >= MIN_SENTENCES):
         out.insert(len(out) - 1, "similarity-structure")
@@ -253,10 +253,10 @@ def applicable_objectives(adapter, corpus=None) -> list:
 
 
 def _auto(adapter, corpus) -> tuple:
-    zoo = _zoo_task(adapter)
-    if zoo and _zoo_has_loss(adapter) and (corpus is None or corpus.examples):
+    zoo = zoo_task(adapter)
+    if zoo and zoo_has_loss(adapter) and (corpus is None or corpus.examples):
         return "loss", f"the zoo task's loss ({zoo})"
-    if not zoo and _has_lm_head(adapter):
+    if not zoo and has_lm_head(adapter):
         kind = {"decoder": "next-token", "encoder": "masked-LM"}.get(adapter.arch, "teacher-forced")
         return "loss", f"the model's {kind} loss"
     if adapter.arch == "encoder" and not zoo and (corpus is None or len(corpus) >= MIN_SENTENCES):

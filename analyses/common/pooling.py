@@ -59,8 +59,8 @@ class Pooling:
 
 def _read_json(path: Path) -> Optional[object]:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):  # no readable config: the next source
         return None
 
 

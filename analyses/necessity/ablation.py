@@ -6,11 +6,12 @@ time and report the metric change; mean-ablation replaces a head's output by its
 over the corpus, here taken separately for word and special-token positions (the
 "per position kind" mean), so position-specific offsets survive.
 
-Batched: for each chunk of ``b`` examples and each layer ``l``, forwards carry the
-ablation of every swept head of layer ``l`` (``k`` heads → ``k·b`` rows, row
-``j·g + i`` = example ``i`` of a group of ``g`` with head ``j`` ablated, through per-row
-:class:`probe.interventions.HeadEdit` s) and start from the clean run of that chunk
-(:mod:`probe.analyses.necessity.restart`), so layers before the ablated one are not recomputed:
+Batched by the one sweep (:mod:`probe.analyses.necessity.sweep`): for each chunk of ``b``
+examples and each layer ``l``, forwards carry the ablation of every swept head of layer
+``l`` (``k`` heads → ``k·b`` rows, row ``j·g + i`` = example ``i`` of a group of ``g`` with
+head ``j`` ablated, through per-row :class:`probe.interventions.HeadEdit` s) and start from
+the clean run of that chunk (:mod:`probe.restart`), so layers before the ablated one are
+not recomputed:
 
 * ``site-restart`` (eval mode): at layer ``l``'s attention output projection, from the
   cached clean per-head outputs — ablating head ``h`` changes only its slice of the
@@ -35,9 +36,8 @@ from __future__ import annotations
 
 import logging
 import warnings
-from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,7 +45,16 @@ import torch
 
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.common.metrics import Metric, MetricBatch, as_corpus, get_metric
-from probe.analyses.necessity.restart import ResidualCache, RestartFrom, supports_restart, supports_site_restart
+from probe.analyses.necessity.sweep import (
+    MAX_TOKENS,
+    CleanRun,
+    clean_run,
+    cut,
+    plan_forwards,
+    restart_path,
+    sweep_batch,
+    trimmable,
+)
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 log = logging.getLogger(__name__)
@@ -59,6 +68,10 @@ __all__ = [
     "check_heads",
     "run_rows",
     "plan_forwards",
+    "check_mode",
+    "row_values",
+    "scorer",
+    "sweep_result",
     "MIN_MEAN_EXAMPLES",
     "MAX_TOKENS",
     "ABLATION_MODES",
@@ -66,7 +79,6 @@ __all__ = [
 
 ABLATION_MODES = ("zero", "mean")
 MIN_MEAN_EXAMPLES = 8
-MAX_TOKENS = 2048
 COLUMNS = ["layer", "head", "mode", "metric", "clean", "ablated", "delta", "ci_low", "ci_high"]
 
 
@@ -113,7 +125,8 @@ def check_heads(adapter, heads: Optional[Sequence], stack: Optional[str] = None)
     return out
 
 
-def _check_mode(mode: str) -> None:
+def check_mode(mode: str) -> None:
+    """``ValueError`` naming the modes for one not in :data:`ABLATION_MODES`."""
     if mode not in ABLATION_MODES:
         raise ValueError(f"unknown ablation mode {mode!r}; use one of {', '.join(ABLATION_MODES)}")
 
@@ -158,26 +171,10 @@ def position_kind_means(
     return means.float()
 
 
-def _row_values(means: torch.Tensor, layer: int, batch: MetricBatch) -> torch.Tensor:
+def row_values(means: torch.Tensor, layer: int, batch: MetricBatch) -> torch.Tensor:
     """``[b, seq, head, head_dim]``: each position's per-kind mean for ``layer``."""
     m = means[:, layer].to(batch.inputs["input_ids"].device)  # [2, head, dh]
     return m[batch.special.long()]  # type: ignore[union-attr]  # per-kind means come with batches that carry their special mask
-
-
-def _edits(layer: int, heads: Sequence[int], b: int, values: Optional[torch.Tensor]) -> list:
-    """One edit per head; head ``j`` of ``heads`` acts on rows ``j·b … j·b + b − 1``."""
-    out = []
-    for j, h in enumerate(heads):
-        rows = tuple(range(j * b, (j + 1) * b))
-        if values is None:
-            out.append(HeadEdit(layer, h, "zero", rows=rows))
-        else:
-            out.append(HeadEdit(layer, h, "patch", value=values[:, :, h], rows=rows))
-    return out
-
-
-def _repeat_ref(reference: Optional[torch.Tensor], k: int):
-    return None if reference is None else reference.repeat(k, *([1] * (reference.dim() - 1)))
 
 
 def run_rows(
@@ -197,119 +194,81 @@ def run_rows(
     ``values`` ``[b, seq, n_heads, head_dim]``). With ``residual`` ``[b, seq, dim]``
     (the stream entering ``layer``), the forward restarts at ``layer``; with also
     ``context`` ``[b, seq, n_heads·head_dim]`` (``layer``'s clean per-head output
-    site), at ``layer``'s output projection.
+    site), at ``layer``'s output projection (:func:`probe.analyses.necessity.sweep.sweep_batch`).
 
     Returns:
         ``[len(heads), b]`` metric values.
     """
-    k, b = len(heads), batch.rows
-    big = batch.repeat(k)
-    with ExitStack() as stack_ctx:
-        stack_ctx.enter_context(HeadIntervention(adapter, _edits(layer, heads, b, values), stack=stack))
-        if residual is not None:
-            ctx = None if context is None else _repeat_ref(context, k)
-            stack_ctx.enter_context(RestartFrom(adapter, layer, _repeat_ref(residual, k), stack=stack, context=ctx))
-        out = metric.forward(adapter, big)
-    return metric.score(out, big, _repeat_ref(reference, k)).reshape(k, b)
-
-
-def _trimmable(adapter, metric: Metric, batch: MetricBatch) -> bool:
-    """Can rows be cut to a shorter length? A metric that ignores padding, a
-    right-padded batch of ``[rows, seq]`` inputs, aux tensors ``[rows]`` or ``[rows, seq]``."""
-    if not metric.ignores_padding or adapter.arch == "encoder-decoder":
-        return False
-    mask = batch.inputs["attention_mask"]
-    seq = mask.shape[1]
-    right_padded = bool((mask[:, 1:] <= mask[:, :-1]).all())  # each row: ones, then zeros
-    shapes_ok = all(t.dim() == 2 and t.shape[1] == seq for t in batch.inputs.values()) and all(
-        t.dim() == 1 or (t.dim() == 2 and t.shape[1] == seq) for t in batch.aux.values()
+    path = "full forward" if residual is None else "layer-restart" if context is None else "site-restart"
+    clean = CleanRun(
+        None, {}, {}, {} if residual is None else {layer: residual}, {} if context is None else {layer: context}
     )
-    return right_padded and shapes_ok
-
-
-def plan_forwards(lengths: Sequence[int], k: int, max_tokens: int = MAX_TOKENS) -> list:
-    """Split one layer's ``k·b`` rows (``k`` heads × ``b`` examples) into forwards.
-
-    Examples are taken longest first; a forward carries a group of examples, all ``k``
-    heads (or, when one example's ``k`` rows exceed the budget, a slice of the heads),
-    and at most ``max_tokens`` = rows × the group's longest length tokens (at least one row).
-
-    Returns:
-        ``[(examples, heads)]``: example indices (a list) and a ``slice`` of the heads.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -int(lengths[i]))
-    plan, i = [], 0
-    while i < len(order):
-        longest = max(1, int(lengths[order[i]]))
-        g = max_tokens // (k * longest)
-        if g >= 1:
-            plan.append((order[i : i + g], slice(0, k)))
-            i += g
-            continue
-        per = max(1, max_tokens // longest)
-        plan.extend(([order[i]], slice(s, min(k, s + per))) for s in range(0, k, per))
-        i += 1
-    return plan
-
-
-def _cut(t: torch.Tensor, rows: torch.Tensor, length: Optional[int] = None) -> torch.Tensor:
-    """Rows ``rows`` of ``t`` ``[rows, ...]``; with ``length``, positions ``:length`` of a
-    ``[rows, seq, ...]`` tensor."""
-    t = t.index_select(0, rows.to(t.device))
-    return t if length is None or t.dim() < 2 else t[:, :length]
-
-
-def _take(batch: MetricBatch, rows: torch.Tensor, length: Optional[int]) -> MetricBatch:
-    """Rows ``rows`` of ``batch`` (cut to ``length`` positions when given)."""
-    return MetricBatch(
-        inputs={n: _cut(t, rows, length) for n, t in batch.inputs.items()},
-        aux={n: _cut(t, rows, length) for n, t in batch.aux.items()},
-        special=None if batch.special is None else _cut(batch.special, rows, length),
+    units = [((int(layer), int(h)),) for h in heads]
+    tokens = batch.rows * int(batch.inputs["input_ids"].shape[1]) * max(1, len(units))
+    return sweep_batch(
+        adapter,
+        metric.forward,
+        scorer(metric, reference),
+        batch,
+        clean,
+        units,
+        lambda j, l: values,
+        stack=stack,
+        path=path,
+        max_tokens=tokens,
     )
 
 
-def _sweep_chunk(
-    adapter, metric: Metric, batch: MetricBatch, layers: dict, means, stack, restart: bool, max_tokens: int
-):
+def scorer(metric: Metric, reference):
+    """The sweep's ``read`` (:func:`probe.analyses.necessity.sweep.sweep_batch`): metric
+    scores of ``k`` copies of rows ``rows``, against those rows' clean ``reference``."""
+
+    def read(out, big, rows, k):
+        ref = None if reference is None else cut(reference, rows)
+        return metric.score(out, big, None if ref is None else ref.repeat(k, *([1] * (ref.dim() - 1))))
+
+    return read
+
+
+def _sweep_chunk(adapter, metric: Metric, batch: MetricBatch, layers: dict, means, stack, path: str, max_tokens: int):
     """Clean and ablated scores of one chunk: ``[b]`` and ``{layer: [k, b]}``, ``k`` =
     the heads swept in that layer, in the order of ``layers[layer]``."""
-    site = restart and supports_site_restart(adapter, stack)
-    with ExitStack() as ctx:
-        cache: Any = (
-            ctx.enter_context(ResidualCache(adapter, stack, contexts=site)) if restart else None
-        )  # None unless restarting
-        out = metric.forward(adapter, batch)
-    ref = metric.reference(out, batch)
-    clean = metric.score(out, batch, ref)
-    trim = _trimmable(adapter, metric, batch)
-    lengths = batch.lengths.tolist() if trim else [batch.inputs["input_ids"].shape[1]] * batch.rows
-    ablated = {}
+    run = clean_run(adapter, metric.forward, batch, [], stack=stack, path=path)
+    ref = metric.reference(run.output, batch)
+    clean = metric.score(run.output, batch, ref)
+    units = [((layer, h),) for layer, heads in layers.items() for h in heads]
+    values = {layer: row_values(means, layer, batch) for layer in layers} if means is not None else {}
+    scores = sweep_batch(
+        adapter,
+        metric.forward,
+        scorer(metric, ref),
+        batch,
+        run,
+        units,
+        lambda j, layer: values.get(layer),
+        stack=stack,
+        path=path,
+        trim=trimmable(adapter, metric, batch),
+        max_tokens=max_tokens,
+    ).to(clean.dtype)
+    ablated, start = {}, 0
     for layer, heads in layers.items():
-        scores = torch.empty(len(heads), batch.rows, dtype=clean.dtype, device=clean.device)
-        for examples, part in plan_forwards(lengths, len(heads), max_tokens):
-            rows = torch.as_tensor(examples)
-            length = max(lengths[i] for i in examples) if trim else None
-            sub = _take(batch, rows, length)
-            values = None if means is None else _row_values(means, layer, sub)
-            residual = _cut(cache.inputs[layer], rows, length) if restart else None
-            context = _cut(cache.contexts[layer], rows, length) if site else None
-            sub_ref = None if ref is None else _cut(ref, rows)
-            s = run_rows(adapter, metric, sub, sub_ref, layer, heads[part], values, residual, stack, context)
-            scores[part, rows.to(scores.device)] = s.to(scores.dtype)
-        ablated[layer] = scores
+        ablated[layer] = scores[start : start + len(heads)]
+        start += len(heads)
     return clean, ablated
 
 
 def _setup(adapter, corpus, metric, mode, heads, stack, batch_size):
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
-    _check_mode(mode)
+    check_mode(mode)
     heads = check_heads(adapter, heads, stack)
     means = position_kind_means(adapter, corpus, metric, batch_size, stack) if mode == "mean" else None
     return corpus, metric, heads, means
 
 
-def _result(heads, clean, ablated, mode, metric_name: str, path, n_boot, confidence, seed) -> SweepResult:
+def sweep_result(heads, clean, ablated, mode, metric_name: str, path, n_boot, confidence, seed) -> SweepResult:
+    """The :class:`SweepResult` of per-example ``clean`` ``[n]`` and ``ablated`` ``[n_heads, n]``."""
     delta = ablated - clean[None, :]
     low, high = bootstrap_mean_ci(delta, n_boot=n_boot, confidence=confidence, seed=seed)
     table = pd.DataFrame(
@@ -378,7 +337,7 @@ def sweep_heads(
         stack=stack,
         progress=progress,
     )
-    return _result(heads, clean, ablated, mode, metric.name, path, n_boot, confidence, seed)
+    return sweep_result(heads, clean, ablated, mode, metric.name, path, n_boot, confidence, seed)
 
 
 @torch.no_grad()
@@ -404,12 +363,8 @@ def sweep_values(
     """
     from tqdm.auto import tqdm
 
-    use_restart = restart and supports_restart(adapter, stack)
-    if not use_restart:
-        path = "full forward"
-    else:
-        path = "site-restart" if supports_site_restart(adapter, stack) else "layer-restart"
-    if restart and not use_restart:
+    path = restart_path(adapter, stack, restart)
+    if restart and path == "full forward":
         log.info("layer restart not supported for %s; batched full forwards", adapter.family)
     by_layer: dict[int, list] = {}
     for j, (layer, head) in enumerate(heads):
@@ -420,7 +375,7 @@ def sweep_values(
     ablated = np.zeros((len(heads), n))
     chunks = metric.batches(adapter, corpus, batch_size)
     for idx, batch in tqdm(chunks, total=-(-n // batch_size), disable=not progress, desc="sweep"):
-        c, by = _sweep_chunk(adapter, metric, batch, layers, means, stack, use_restart, max_tokens)
+        c, by = _sweep_chunk(adapter, metric, batch, layers, means, stack, path, max_tokens)
         clean[idx] = c.double().cpu().numpy()
         for layer, items in by_layer.items():
             ablated[np.ix_([j for j, _ in items], idx)] = by[layer].double().cpu().numpy()
@@ -460,8 +415,8 @@ def sweep_heads_naive(
             if means is None:
                 edit = HeadEdit(layer, head, "zero")
             else:
-                edit = HeadEdit(layer, head, "patch", value=_row_values(means, layer, batch)[:, :, head])
+                edit = HeadEdit(layer, head, "patch", value=row_values(means, layer, batch)[:, :, head])
             with HeadIntervention(adapter, [edit], stack=stack):
                 out = metric.forward(adapter, batch)
             ablated[j, idx] = metric.score(out, batch, ref).double().cpu().numpy()
-    return _result(heads, clean, ablated, mode, metric.name, "naive loop", n_boot, confidence, seed)
+    return sweep_result(heads, clean, ablated, mode, metric.name, "naive loop", n_boot, confidence, seed)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from probe.analyses.necessity.ablation import SweepResult, _result
+from probe.analyses.necessity.ablation import SweepResult, sweep_result
 
 __all__ = ["AblationSums"]
 
@@ -67,6 +67,6 @@ class AblationSums:
         order = sorted(self.values)
         clean = np.array([self.values[i][0] for i in order])
         ablated = np.stack([self.values[i][1] for i in order], 1)
-        return _result(
+        return sweep_result(
             self.heads, clean, ablated, self.mode, self.metric_name, self.path, self.n_boot, self.confidence, self.seed
         )

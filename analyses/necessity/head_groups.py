@@ -25,11 +25,11 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from probe.analyses.necessity.ablation import _check_mode, _row_values, check_heads, position_kind_means
+from probe.analyses.necessity.ablation import check_heads, check_mode, position_kind_means, row_values, scorer
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.common.metrics import as_corpus, get_metric
-from probe.analyses.necessity.patching import _ratio_ci, corruption_gap, paired_batches
-from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
+from probe.analyses.necessity.patching import corruption_gap, paired_batches, ratio_ci
+from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
 
 __all__ = ["GroupResult", "ablate_group", "patch_group"]
 
@@ -73,18 +73,6 @@ class GroupResult:
         return out
 
 
-def _group_edits(heads, values_of) -> list:
-    """One edit per head of the group; ``values_of(layer)`` is ``[b, seq, H, dh]`` or ``None`` (zero)."""
-    edits = []
-    for layer, head in heads:
-        values = values_of(layer)
-        if values is None:
-            edits.append(HeadEdit(int(layer), int(head), "zero"))
-        else:
-            edits.append(HeadEdit(int(layer), int(head), "patch", value=values[:, :, head]))
-    return edits
-
-
 def _need_heads(adapter, heads, stack):
     if not heads:
         raise ValueError("give at least one (layer, head) to intervene on")
@@ -118,19 +106,30 @@ def ablate_group(
     """
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
-    _check_mode(mode)
+    check_mode(mode)
     heads = _need_heads(adapter, heads, stack)
     means = position_kind_means(adapter, corpus, metric, batch_size, stack) if mode == "mean" else None
     n = len(corpus)
     clean, ablated = np.zeros(n), np.zeros(n)
+    path = restart_path(adapter, stack)
     for idx, batch in metric.batches(adapter, corpus, batch_size):
-        out = metric.forward(adapter, batch)
-        ref = metric.reference(out, batch)
-        clean[idx] = metric.score(out, batch, ref).double().cpu().numpy()
-        values_of = (lambda layer: None) if means is None else (lambda layer: _row_values(means, layer, batch))  # noqa: B023 (used in this iteration)
-        with HeadIntervention(adapter, _group_edits(heads, values_of), stack=stack):
-            out = metric.forward(adapter, batch)
-        ablated[idx] = metric.score(out, batch, ref).double().cpu().numpy()
+        run = clean_run(adapter, metric.forward, batch, [], stack=stack, path=path)
+        ref = metric.reference(run.output, batch)
+        clean[idx] = metric.score(run.output, batch, ref).double().cpu().numpy()
+        values = {} if means is None else {layer: row_values(means, layer, batch) for layer, _ in heads}
+        r = sweep_batch(
+            adapter,
+            metric.forward,
+            scorer(metric, ref),
+            batch,
+            run,
+            [tuple(heads)],
+            lambda j, layer: values.get(layer),  # noqa: B023 (this batch's)
+            stack=stack,
+            path=path,
+            trim=trimmable(adapter, metric, batch),
+        )
+        ablated[idx] = r[0].double().cpu().numpy()
     low, high = bootstrap_mean_ci((ablated - clean)[None], n_boot=n_boot, confidence=confidence, seed=seed)
     return GroupResult(
         heads=tuple(heads),
@@ -173,17 +172,28 @@ def patch_group(
     heads = _need_heads(adapter, heads, stack)
     n = len(clean)
     c_vals, k_vals, p_vals = np.zeros(n), np.zeros(n), np.zeros(n)
+    path = restart_path(adapter, stack)
+    layers = sorted({layer for layer, _ in heads})
     for idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size):
-        with HeadOutputRecorder(adapter, stack=stack) as rec:
-            out = metric.forward(adapter, cb)
-        ref = metric.reference(out, cb)
-        c_vals[idx] = metric.score(out, cb, ref).double().cpu().numpy()
-        k_vals[idx] = metric.score(metric.forward(adapter, kb), kb, ref).double().cpu().numpy()
-        with HeadIntervention(adapter, _group_edits(heads, lambda layer: rec.outputs[layer]), stack=stack):
-            out = metric.forward(adapter, kb)
-        p_vals[idx] = metric.score(out, kb, ref).double().cpu().numpy()
+        source = clean_run(adapter, metric.forward, cb, layers, stack=stack)  # the clean head outputs
+        ref = metric.reference(source.output, cb)
+        c_vals[idx] = metric.score(source.output, cb, ref).double().cpu().numpy()
+        run = clean_run(adapter, metric.forward, kb, [], stack=stack, path=path)  # the run patched into
+        k_vals[idx] = metric.score(run.output, kb, ref).double().cpu().numpy()
+        r = sweep_batch(
+            adapter,
+            metric.forward,
+            scorer(metric, ref),
+            kb,
+            run,
+            [tuple(heads)],
+            lambda j, layer: source.z[layer],  # noqa: B023 (this batch's)
+            stack=stack,
+            path=path,
+        )
+        p_vals[idx] = r[0].double().cpu().numpy()
     gap = corruption_gap(metric, c_vals, k_vals)
-    low, high = _ratio_ci(c_vals, k_vals, p_vals[None], n_boot, confidence, seed)
+    low, high = ratio_ci(c_vals, k_vals, p_vals[None], n_boot, confidence, seed)
     return GroupResult(
         heads=tuple(heads),
         metric=metric.name,

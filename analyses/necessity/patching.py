@@ -35,7 +35,7 @@ from probe.interventions import HeadOutputRecorder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PatchingResult", "patch_heads", "corrupt_zoo"]
+__all__ = ["PatchingResult", "patch_heads", "corrupt_zoo", "ratio_ci"]
 
 COLUMNS = ["layer", "head", "metric", "clean", "corrupted", "patched", "restored", "ci_low", "ci_high"]
 
@@ -86,7 +86,7 @@ def corrupt_zoo(task: str, examples: Sequence[dict], seed: int = 0) -> list:
     return out
 
 
-def _ratio_ci(clean, corrupted, patched, n_boot, confidence, seed):
+def ratio_ci(clean, corrupted, patched, n_boot, confidence, seed):
     """Percentile interval of the restored fraction over resampled pairs, per head (NaN
     from a single pair: no interval)."""
     n = clean.shape[0]
@@ -199,7 +199,7 @@ def patch_heads(
             s = run_rows(adapter, metric, kb, ref, layer, [h for _, h in items], rec.outputs[layer], residual, stack)
             p_vals[np.ix_([j for j, _ in items], idx)] = s.double().cpu().numpy()
     restored = (p_vals.mean(1) - k_vals.mean()) / corruption_gap(metric, c_vals, k_vals)
-    low, high = _ratio_ci(c_vals, k_vals, p_vals, n_boot, confidence, seed)
+    low, high = ratio_ci(c_vals, k_vals, p_vals, n_boot, confidence, seed)
     table = pd.DataFrame(
         {
             "layer": [l for l, _ in heads],

@@ -24,11 +24,12 @@ class Number(click.ParamType):
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
         from probe.app.registry.validate import check_number
+        from probe.errors import InputError
 
         name = param.opts[0] if param is not None and param.opts else "value"
         try:
             return check_number(value, name, self.kind, self.min, self.max, self.min_open)
-        except ValueError as exc:
+        except InputError as exc:
             self.fail(str(exc).removeprefix(f"{name}: "), param, ctx)
 
     def get_metavar(self, param: click.Parameter, ctx: Optional[click.Context] = None) -> str:

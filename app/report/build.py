@@ -376,7 +376,7 @@ def peek_limit(model) -> Optional[int]:
         if folder is None:
             return None
         cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):  # no readable config: no early length check
         return None
     for k in ("max_position_embeddings", "n_positions", "max_seq_len"):
         if isinstance(cfg.get(k), int) and cfg[k] > 0:

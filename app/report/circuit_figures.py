@@ -24,6 +24,9 @@ def circuit_graph(edges: pd.DataFrame, path: Path, title: str, score: str = "eff
     for r in edges.itertuples():
         s = f"{r.sender_layer}.{r.sender_head}"
         t = "out" if r.channel == "out" else f"{r.receiver_layer}.{r.receiver_slot}"
+        if hasattr(r, "edge"):  # the edge's own names (an encoder-decoder's e0.1 -> x1.2)
+            s, _, rest = str(r.edge).partition("->")
+            t = "out" if r.channel == "out" else rest.rsplit(".", 1)[0]
         g.add_node(s, layer=int(r.sender_layer))
         g.add_node(t, layer=10**6 if t == "out" else int(r.receiver_layer))
         g.add_edge(s, t, channel=r.channel, width=0.5 + 4 * abs(getattr(r, score)) / top)
@@ -56,16 +59,17 @@ def circuit_graph(edges: pd.DataFrame, path: Path, title: str, score: str = "eff
 
 
 def recovery_figure(curve: pd.DataFrame, path: Path, title: str, share: float) -> Path:
-    """Faithfulness vs number of kept edges, with the target share."""
+    """Faithfulness vs number of kept edges (or heads: a ``n_heads`` column), with the target share."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(curve["n_edges"], curve["faithfulness"], marker=".")
+    unit = "heads" if "n_heads" in curve else "edges"
+    ax.plot(curve[f"n_{unit}"], curve["faithfulness"], marker=".")
     ax.axhline(share, color="#999999", linestyle="--", linewidth=1)
-    ax.set_xlabel("edges kept (by |score|)")
+    ax.set_xlabel(f"{unit} kept (by |score|)")
     ax.set_ylabel("recovered share (faithfulness)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()

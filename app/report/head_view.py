@@ -46,7 +46,8 @@ def dequantise(text: str, shape) -> np.ndarray:
     return np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape).astype(np.float32) / 255.0
 
 
-def _pick(maps, layers, heads):
+def pick_heads(maps, layers, heads):
+    """``(layers, heads)`` to show of ``maps`` (None: all), each checked against the maps."""
     layers = list(maps.layers) if layers is None else [int(x) for x in layers]
     heads = list(range(maps.n_heads)) if heads is None else [int(h) for h in heads]
     for h in heads:
@@ -107,9 +108,9 @@ class HeadView:
         examples = list(maps) if isinstance(maps, (list, tuple)) else [maps]
         if not examples:
             raise ValueError("the head view needs at least one example")
-        self.layers, self.heads = _pick(examples[0], layers, heads)
+        self.layers, self.heads = pick_heads(examples[0], layers, heads)
         for m in examples[1:]:
-            _pick(m, self.layers, self.heads)
+            pick_heads(m, self.layers, self.heads)
         self.examples = examples
         self.maps = examples[0]
         self.title = title

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .head_view import VIEW_CSS, HeadView, _pick, example_data, head_view, head_view_js
+from .head_view import VIEW_CSS, HeadView, pick_heads, example_data, head_view, head_view_js
 from .html import script_json
 from .style import cmap_stops
 
@@ -33,7 +33,7 @@ class ModelView:
         examples = list(maps) if isinstance(maps, (list, tuple)) else [maps]
         if not examples:
             raise ValueError("the model view needs at least one example")
-        self.layers, self.heads = _pick(examples[0], None, None)
+        self.layers, self.heads = pick_heads(examples[0], None, None)
         for m in examples[1:]:
             if list(m.layers) != self.layers or m.n_heads != len(self.heads):
                 raise ValueError("the model view's examples must come from one model capture (same layers and heads)")

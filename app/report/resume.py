@@ -90,12 +90,7 @@ def _plain(v):
 def _table_from_json(d: dict) -> pd.DataFrame:
     data = {}
     for c in d["columns"]:
-        s = pd.Series(c["values"], dtype=object)
-        try:
-            s = s.astype(c["dtype"])
-        except (TypeError, ValueError):
-            pass
-        data[c["name"]] = s
+        data[c["name"]] = pd.Series(c["values"], dtype=object).astype(c["dtype"])  # the dtype it was saved with
     return pd.DataFrame(data, index=range(d["rows"])) if data else pd.DataFrame(index=range(d["rows"]))
 
 
@@ -117,7 +112,7 @@ def _save_data(data: dict) -> tuple | None:
         else:
             try:
                 plain[k] = {"kind": "json", "value": json.loads(json.dumps(v, allow_nan=True))}
-            except (TypeError, ValueError):
+            except TypeError:  # not JSON (an object): the section is not kept for resume
                 return None
     return plain, arrays
 

@@ -7,6 +7,11 @@ from probe.app.registry import Analysis, Param, Result
 
 from ._shared import BATCH
 
+#: graphs up to this many edges are patched exactly in full by default; larger ones (MiniLM:
+#: 6,552 edges, ~30 min exact on a CPU) only on the AUTO_TOP edges EAP-IG ranks highest
+AUTO_ALL_EDGES = 1000
+AUTO_TOP = 64
+
 METRIC = Param(
     "metric",
     str,
@@ -64,7 +69,7 @@ def _metric(ctx, clean, bad):
 
 
 def run(ctx) -> Result:
-    from probe.analyses.circuits.edges import parse_edge
+    from probe.analyses.circuits.edges import all_edges, parse_edge
     from probe.analyses.circuits.study import study_circuit
 
     from probe.inputs import fit_pairs
@@ -75,13 +80,33 @@ def run(ctx) -> Result:
     clean = ctx.input_corpus
     bad = _corrupted(ctx, clean)
     clean, bad = fit_pairs(clean, bad, adapter)
+    if adapter.arch == "encoder-decoder":  # corrupt the encoder's input only: one decoder target per pair
+        from dataclasses import replace
+
+        targets = clean.targets or clean.texts
+        clean, bad = replace(clean, targets=targets), replace(bad, targets=targets)
+        ctx.say("encoder-decoder: the corruption changes the encoder input; the decoder reads the clean targets")
     metric = _metric(ctx, clean, bad)
     known = None
     if ctx.zoo_task in ("relay", "induction") and checked is None:
         from probe.analyses.circuits.known import known_edges
 
         known = known_edges(adapter)
-    ranking = p["ranking"] if checked is None or p["ranking"] != "exact" else "eap_ig"
+    n_edges = len(all_edges(adapter))
+    top = p["exact_top"]
+    if top is None:
+        top = 0 if n_edges <= AUTO_ALL_EDGES else AUTO_TOP
+    exact_top = top if 0 < top < n_edges and checked is None else None
+    if exact_top is not None and known is not None:
+        known = None
+        ctx.say("exact path patching on a subset of the edges: no known-edge statistics")
+    partial = checked is not None or exact_top is not None
+    ranking = p["ranking"] if not partial or p["ranking"] != "exact" else "eap_ig"
+    if exact_top is not None:
+        ctx.say(
+            f"{n_edges} edges: EAP and EAP-IG score all of them, exact path patching the top {exact_top} by "
+            f"|EAP-IG|, the circuit is ranked by {ranking} (--exact-top 0 patches every edge exactly)"
+        )
     st = study_circuit(
         adapter,
         clean,
@@ -93,6 +118,7 @@ def run(ctx) -> Result:
         batch_size=p["batch_size"],
         known=known,
         exact_edges=checked,
+        exact_top=exact_top,
     )
     tables = {"edges": st.scores}
     notes = list(st.notes)
@@ -119,6 +145,21 @@ def run(ctx) -> Result:
             f"circuit by {ranking}: {len(names)} edges reach faithfulness "
             f"{st.curve.curve['faithfulness'].max():.2f} (target {p['share']}): {', '.join(names[:8])}"
             + (" ..." if len(names) > 8 else "")
+        )
+    if st.head_curve is not None:
+        hc = st.head_curve
+        tables["head_curve"] = hc.curve
+        tables["heads"] = hc.nodes
+        from probe.paths import site_name
+
+        # heads as L5H11 (one stack) or x1H3 (an encoder-decoder's cross-attention layer 1)
+        names_of = {l: site_name(adapter, l) for l, _ in hc.ranking}
+        heads = [(f"L{l}" if names_of[l].isdigit() else names_of[l]) + f"H{h}" for l, h in hc.circuit]
+        summary.update(head_circuit=heads, reached=hc.reached, empty=hc.empty, full=hc.full)
+        notes.append(
+            f"head circuit by {ranking}: {len(heads)} of {len(hc.ranking)} heads reach faithfulness "
+            f"{hc.curve['faithfulness'].iloc[len(heads)]:.2f} (target {p['share']}): {', '.join(heads[:12])}"
+            + (" ..." if len(heads) > 12 else "")
         )
     if st.known:
         import pandas as pd
@@ -147,6 +188,12 @@ def run(ctx) -> Result:
         out.append(circuit_graph(top, d / "circuit.png", f"{adapter.name}: circuit ({ranking})"))
         if st.curve is not None:
             out.append(recovery_figure(st.curve.curve, d / "curve.png", f"{adapter.name}: recovered share", p["share"]))
+        if st.head_curve is not None:
+            out.append(
+                recovery_figure(
+                    st.head_curve.curve, d / "head_curve.png", f"{adapter.name}: recovered share (heads)", p["share"]
+                )
+            )
         return out
 
     return Result(tables=tables, notes=notes, summary=summary, summary_name="circuit", writers=[figures])
@@ -158,9 +205,12 @@ ANALYSIS = Analysis(
     run,
     needs=("model", "corpus"),
     help="Score every sender->receiver (q/k/v) edge between heads and every head->output edge by exact path "
-    "patching (heads frozen, LayerNorm recomputed), edge attribution patching and EAP-IG; write edges.csv, "
-    "curve.csv (recovered share vs edges kept, pre-LayerNorm decoders), known.csv (zoo:relay, "
-    "zoo:induction: ROC AUC, precision, recall against the known edges), circuit.png and curve.png.",
+    "patching (heads frozen, LayerNorm recomputed), edge attribution patching and EAP-IG (graphs over "
+    f"{AUTO_ALL_EDGES} edges: exact only on the top {AUTO_TOP} by EAP-IG unless --exact-top); write edges.csv, "
+    "curve.csv (recovered share vs edges kept, pre-LayerNorm decoders) or head_curve.csv and heads.csv "
+    "(recovered share vs heads kept: post-LayerNorm encoders, encoder-decoders), known.csv (zoo:relay, "
+    "zoo:induction: ROC AUC, precision, recall against the known edges), circuit.png and curve.png / "
+    "head_curve.png. Encoder-decoders: name layers e0 (encoder), d0 (decoder), x0 (cross-attention).",
     params=(
         METRIC,
         Param("corrupted", str, None, "corrupted partner of each --text (repeatable, in order)", multiple=True),
@@ -179,7 +229,15 @@ ANALYSIS = Analysis(
         ),
         Param("share", float, 0.9, "faithfulness the circuit must reach", min=0.01),
         Param("steps", int, 5, "EAP-IG integration steps", min=1),
-        Param("top", int, 12, "edges drawn when there is no circuit curve", min=1),
+        Param("top", int, 12, "edges drawn when there is no edge circuit", min=1),
+        Param(
+            "exact_top",
+            int,
+            None,
+            f"patch exactly only the N edges EAP-IG ranks highest (0: every edge; default: every edge up to "
+            f"{AUTO_ALL_EDGES} edges, else {AUTO_TOP})",
+            min=0,
+        ),
         BATCH,
     ),
     order=34,
