@@ -773,9 +773,10 @@ NOTES = [
     (
         "- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
         "their last token) records the order the attention modules are called: ALBERT's one shared layer "
-        "becomes one entry per layer, and capture, `ablate_heads` and head gates tell the layers apart by "
-        "call (`probe/layer_calls.py`). Analyses whose hooks are still keyed by module (value norms, "
-        "reweighting, streaming) refuse shared layers in one line."
+        "becomes one entry per layer, and the trace tells the layers apart by call (`probe/layer_calls.py`): "
+        "capture, `ablate_heads`, head gates, values, streaming, reweighting and gradients are exact per "
+        "layer. The residual stream has no block module per layer there, so the residual cache and the "
+        "`resid_*` sites refuse shared layers in one line, and restart is not offered (full forwards)."
     ),
     (
         "- **Causality from behaviour.** The same forward says whether a later token changes an earlier "
