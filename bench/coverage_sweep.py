@@ -9,7 +9,9 @@ FFN 64, the bundled BERT vocabulary; no download), opens it as a user would
 * ``exact`` — the captured maps of every stack equal the model's own eager
   ``output_attentions`` (max |Δ| over real positions ≤ :data:`TOL`) and zero-ablating head
   (1, 2) (layer 0 for one-layer models) equals an independent forward-pre hook that zeroes
-  that head's slice of the output projection's input (max |Δ| ≤ :data:`TOL`);
+  that head's slice of the output projection's input (max |Δ| ≤ :data:`TOL`); types with a
+  learned per-head sink are checked independently of how the model reports its weights
+  (:func:`values_delta`: maps × values vs the output projection's input);
 * ``refused`` — the toolkit said, in one line, why it cannot instrument the type;
 * ``failed`` — anything else: a traceback inside the toolkit, maps of the wrong layout or
   values (must be 0);
@@ -111,14 +113,31 @@ def tiny_config(model_type: str, vocab: int):
     import transformers
 
     cfg = transformers.AutoConfig.for_model(model_type)
-    _shrink(cfg, vocab, depth=0)
+    _shrink(cfg, vocab, depth=0, max_depth=DEEP_CONFIGS.get(model_type, 2))
     return cfg
+
+
+#: types whose sizes sit deeper than two sub-configs down (NeMo SpeechLM's diarization
+#: encoder is audio_config.diarization_config.audio_config: 512 wide, 31 layers unshrunk)
+DEEP_CONFIGS = {"nemo_speechlm": 3}
 
 
 #: per-type settings the generic shrink cannot guess (sizes given as lists, …)
 TWEAKS: dict[str, dict] = {
     "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
+    # its Mamba-2 mixer (1024 wide, 128 heads, state 256) ran past 120 s on a loaded machine
+    "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_chunk_size": 16},
     "longformer": {"attention_window": [4, 4]},
+    # VITS's vocoder and flows (512 channels, 256× upsampling) took ~80 s a type
+    "vits": {
+        "upsample_initial_channel": 32,
+        "upsample_rates": [2, 2],
+        "upsample_kernel_sizes": [4, 4],
+        "resblock_kernel_sizes": [3],
+        "resblock_dilation_sizes": [[1, 3]],
+        "flow_size": 16,
+        "duration_predictor_filter_channels": 32,
+    },
     "yolos": {"image_size": [32, 32], "num_detection_tokens": 4},
 }
 
@@ -130,7 +149,7 @@ def _set(cfg, key: str, value) -> None:
         pass
 
 
-def _shrink(cfg, vocab: int, depth: int) -> None:
+def _shrink(cfg, vocab: int, depth: int, max_depth: int = 2) -> None:
     from transformers import PretrainedConfig
 
     for key, value in SIZE_KEYS.items():
@@ -160,10 +179,10 @@ def _shrink(cfg, vocab: int, depth: int) -> None:
         value = getattr(cfg, key, None)
         if isinstance(value, int) and isinstance(getattr(cfg, "vocab_size", None), int) and value >= cfg.vocab_size:
             _set(cfg, key, 2)
-    if depth < 2:
+    if depth < max_depth:
         for sub in list(vars(cfg).values()):
             if isinstance(sub, PretrainedConfig):
-                _shrink(sub, vocab, depth + 1)
+                _shrink(sub, vocab, depth + 1, max_depth)
 
 
 def model_class(model_type: str):
@@ -230,8 +249,14 @@ def example_features(model, name: str, batch: int = 2) -> dict:
     inputs = {name: x.to(dtype)}
     import inspect
 
-    if "noise" in inspect.signature(model.forward).parameters and name == "pixel_values":  # ViT-MAE's masking
-        size = getattr(cfg, "image_size", 32) // getattr(cfg, "patch_size", 8)
+    image, patch = getattr(cfg, "image_size", 32), getattr(cfg, "patch_size", 8)
+    if (
+        "noise" in inspect.signature(model.forward).parameters
+        and name == "pixel_values"
+        and isinstance(image, int)
+        and isinstance(patch, int)
+    ):  # ViT-MAE's masking (Hiera, with per-axis sizes, draws its own)
+        size = image // patch
         inputs["noise"] = torch.rand(batch, size * size, generator=g)
     if getattr(cfg, "is_encoder_decoder", False):
         start = getattr(cfg, "decoder_start_token_id", None) or 0
@@ -306,8 +331,11 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
         ref = eager_reference(adapter.model, inputs)
     except Exception as e:
         return {"status": "no reference", "reason": f"the model's own eager forward fails: {_line(e)}"}
-    worst, source = 0.0, ""
+    worst, source, vals = 0.0, "", None
+    sinks = False
     for stack in adapter.stacks:
+        values = value_projections(adapter, stack) if has_sinks(adapter, stack) else None
+        sinks = values is not None  # sinks, and values to check the maps' scale against
         key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
         want = getattr(ref, key, None)
         if want is None or len(want) == 0 or any(w is None for w in want):
@@ -332,8 +360,99 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
                     "status": "failed",
                     "reason": f"{stack}: captured {tuple(got.shape)} vs eager {tuple(want[:, i].shape)}",
                 }
+            if sinks:  # rows sum to the keys' share, or (Granite-SWA's report) to 1: compare shapes
+                got = got / got.sum(-1, keepdim=True).clamp_min(1e-30)
+                ref_i = ref_i / ref_i.sum(-1, keepdim=True).clamp_min(1e-30)
             worst = max(worst, (got.double() - ref_i.double()).abs().max().item())
-    return {"capture_delta": worst, "attention_source": source}
+        if sinks:
+            vals = max(vals or 0.0, values_delta(adapter, inputs, stack, maps, values))
+            worst = max(worst, vals)
+    out: dict = {"capture_delta": worst, "attention_source": source}
+    if vals is not None:
+        out.update(reference=SINK_REFERENCE, values_delta=vals)
+    return out
+
+
+#: how a row with learned sinks is checked (recorded in the row, explained in docs/coverage.md)
+SINK_REFERENCE = (
+    "learned sink: captured maps row-normalised vs eager output_attentions, and maps x values "
+    "vs the output projection's input, per head"
+)
+
+
+def has_sinks(adapter, stack: str) -> bool:
+    """Whether the stack's attention modules carry a learned per-head sink (``sinks``:
+    gpt-oss, Granite-SWA): an extra softmax logit whose share is no key's."""
+    import torch
+
+    return any(torch.is_tensor(getattr(m, "sinks", None)) for m in adapter.attention_modules(stack))
+
+
+def value_projections(adapter, stack: str):
+    """Each layer's value projection (a Linear child named like one, :data:`VALUE_NAMES`),
+    read here from the attention modules, or None when a layer has none (a fused or latent
+    key/value projection: HY-V4's sinks are then checked against the eager report as it is)."""
+    import torch
+
+    from probe.models.architectures import VALUE_NAMES
+
+    out = []
+    for m in adapter.attention_modules(stack):
+        children = {name.lower(): sub for name, sub in m.named_children()}
+        found = [children[n] for n in VALUE_NAMES if isinstance(children.get(n), torch.nn.Linear)]
+        if not found:
+            return None
+        out.append(found[0])
+    return out
+
+
+def values_delta(adapter, inputs: dict, stack: str, maps, values: list) -> float:
+    """Max |Δ| between ``maps[i][l, h] @ V_h`` (``values``: the layers' value projections,
+    :func:`value_projections`) and the model's own input to the output projection (head ``h``'s slice), over every layer, head and real query of ``stack``.
+
+    Convention-independent: whatever the model reports as ``output_attentions``, the weights
+    that really mix the values are the ones whose product with the values is the output
+    projection's input. ``V`` ``[batch, key, kv_heads * head_dim]`` is read by a forward hook
+    on the layer's value projection and the output projection's input ``[batch, query, heads
+    * head_dim]`` by a forward-pre hook, both registered here (not the toolkit's capture);
+    grouped key/value heads are repeated as the model repeats them (head h reads key/value
+    head ``h // (heads / kv_heads)``); a module's ``v_scale`` (MiMo-V2-Flash multiplies the
+    value projection's output by it) is applied.
+    """
+    import torch
+
+    projs = adapter.head_output_modules(stack)
+    seen: dict = {"v": {}, "o": {}}
+
+    def keep(kind, module, tensor):
+        seen[kind].setdefault(id(module), []).append(tensor.detach())
+
+    handles = [m.register_forward_hook(lambda m, a, out: keep("v", m, out)) for m in set(values)]
+    handles += [m.register_forward_pre_hook(lambda m, a: keep("o", m, a[0])) for m in set(projs)]
+    try:
+        with torch.no_grad():
+            adapter.model(**inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    heads = adapter.n_heads
+    worst = 0.0
+    attention = adapter.attention_modules(stack)
+    for layer, (vm, om) in enumerate(zip(values, projs)):
+        v = seen["v"][id(vm)][sum(1 for m in values[:layer] if m is vm)]
+        o = seen["o"][id(om)][sum(1 for m in projs[:layer] if m is om)]
+        scale = getattr(attention[layer], "v_scale", None)  # MiMo-V2-Flash scales v_proj's output
+        v = v * scale if isinstance(scale, (int, float)) or torch.is_tensor(scale) else v
+        dh = o.shape[-1] // heads  # the value head width (MLA-like types: not the query's)
+        kv = v.shape[-1] // dh  # per layer (MiMo's sliding layers have more key/value heads)
+        for i, m in enumerate(maps):
+            a = m.attentions[layer].double()  # [head, query, key]
+            q, k = a.shape[-2], a.shape[-1]
+            for h in range(heads):
+                g = h // (heads // kv)
+                mixed = a[h] @ v[i, :k, g * dh : (g + 1) * dh].double()
+                worst = max(worst, (mixed - o[i, :q, h * dh : (h + 1) * dh].double()).abs().max().item())
+    return worst
 
 
 def check_ablation(adapter, inputs: dict) -> dict:
@@ -352,7 +471,8 @@ def check_ablation(adapter, inputs: dict) -> dict:
     dh = adapter.head_dim
     mask = inputs.get("attention_mask")
 
-    def run():
+    def run():  # seeded: a stochastic forward (VITS's duration predictor draws noise) repeats itself
+        torch.manual_seed(0)
         with torch.no_grad():
             return main_output(adapter.model(**inputs))
 
@@ -375,6 +495,8 @@ def check_ablation(adapter, inputs: dict) -> dict:
         handle.remove()
 
     def delta(a, b) -> float:
+        if a.shape != b.shape:  # the edit changed the output's length (VITS: the waveform's)
+            return float("inf")
         d = a.double() - b.double()
         if mask is not None and d.dim() == 3 and d.shape[:2] == mask.shape:
             d = d[mask.bool()]
@@ -498,8 +620,15 @@ def _address_space() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+#: per-type time limits where the default is too short on a loaded machine (NeMo SpeechLM:
+#: a composite speech model, 24 s alone, over 200 s with five sessions on two cores)
+TIMEOUTS = {"nemo_speechlm": 600.0}
+
+
 def run_one(model_type: str, timeout: float = TIMEOUT_S) -> dict:
-    """``check_type`` in a forked process, killed after ``timeout`` seconds."""
+    """``check_type`` in a forked process, killed after ``timeout`` seconds (or the
+    type's own limit in :data:`TIMEOUTS`, whichever is longer)."""
+    timeout = max(timeout, TIMEOUTS.get(model_type, 0.0))
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     t0 = time.perf_counter()
@@ -582,7 +711,8 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         "replace their first row).",
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
-        f"`output_attentions` and zero-ablating head L1H2 equals an independent pre-hook on the output "
+        "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "
+        "see *Learned sinks*) and zero-ablating head L1H2 equals an independent pre-hook on the output "
         f"projection (max |Δ| ≤ {TOL:g} each)",
         f"- **refused**: {counts.get('refused', 0)} — the toolkit says why, in one line (grouped below)",
         f"- **failed**: {counts.get('failed', 0)}",
@@ -619,7 +749,8 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         if r["status"] == "exact":
             lines.append(
                 f"| {r['model_type']} | {r.get('stacks', '')} | {r.get('inputs', '')} | "
-                f"{r.get('attention_source', '')} | {r['capture_delta']:.1e} | {r['ablation_delta']:.1e} |"
+                f"{r.get('attention_source', '')}{'; sink: maps × values' if r.get('reference') else ''} | "
+                f"{r['capture_delta']:.1e} | {r['ablation_delta']:.1e} |"
             )
     built = Counter(_group(r["reason"]) for r in rows if r["status"] == "not built")
     lines += ["", "## Not built by the sweep", "", "| why | types |", "|---|---|"]
@@ -636,27 +767,16 @@ EXPLAINED = {
         "its output drops them) or fails on the tiny config, so the captured maps cannot be "
         "checked; not counted exact"
     ),
-    "granite_swa": (
-        "a convention: its sink scales the output after the softmax; the toolkit reports the "
-        "effective weights (the sink's share removed, as for gpt-oss), the model's "
-        "output_attentions the weights before that scaling; zero-ablation is exact"
-    ),
-    "granitemoe_swa": "as granite_swa: sink-scaled effective weights vs the model's unscaled report",
-    "nemotron_asr_streaming_encoder": (
-        "the model's own eager attentions contain NaN on the sweep's random "
-        "features (rows with no allowed key); maps with non-finite values are "
-        "refused by AttentionMaps (one-line ValueError)"
-    ),
-    "nemo_speechlm": "did not finish within 200 s on the shared 2-core machine (a large composite speech model)",
 }
 
 NOTES = [
     (
         "- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
         "their last token) records the order the attention modules are called: ALBERT's one shared layer "
-        "becomes one entry per layer, and capture, `ablate_heads` and head gates tell the layers apart by "
-        "call (`probe/layer_calls.py`). Analyses whose hooks are still keyed by module (value norms, "
-        "reweighting, streaming) refuse shared layers in one line."
+        "becomes one entry per layer, and the trace tells the layers apart by call (`probe/layer_calls.py`): "
+        "capture, `ablate_heads`, head gates, values, streaming, reweighting and gradients are exact per "
+        "layer. The residual stream has no block module per layer there, so the residual cache and the "
+        "`resid_*` sites refuse shared layers in one line, and restart is not offered (full forwards)."
     ),
     (
         "- **Causality from behaviour.** The same forward says whether a later token changes an earlier "
@@ -690,6 +810,34 @@ NOTES = [
         "every text path refuses them in one line."
     ),
     ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
+    (
+        "- **Learned sinks** (gpt-oss, Granite-SWA, GraniteMoE-SWA, MiMo-V2-Flash, Flint, the OpenAI privacy "
+        "filter, HY-V4: a per-head `sinks` logit that takes a share "
+        "of every row and belongs to no key): the toolkit reports the *effective* weights, the ones that "
+        "multiply the values, so a row sums to the keys' share (1 − the sink's). gpt-oss's own "
+        "`output_attentions` reports the same; Granite-SWA's reports the softmax over the keys alone and scales "
+        "the head's output afterwards by `sigmoid(logsumexp − sink)`, which is the same number. Rows of types "
+        "with sinks (path marked *sink* below) are checked independently of either report: captured maps × "
+        "the layer's values (a hook on the value projection) equal the model's own input to the output "
+        "projection (a pre-hook on it), per head and real query, and the row-normalised maps equal the "
+        "row-normalised eager report; the larger |Δ| is the row's. Where a layer has no value projection "
+        "to read (HY-V4: latent keys and values) the maps are compared with the eager report as it is "
+        "(HY-V4's is the effective weights, as gpt-oss's)."
+    ),
+    (
+        "- **A broken eager path is refused, not captured.** NemotronAsrStreaming's attention (the streaming "
+        "encoder, and the ASR models built on it) applies `attention_mask.logical_not()`, a boolean reading; "
+        "eager attention, the path whose weights the toolkit (and `output_attentions`) reads, hands it the "
+        "additive mask (0 where allowed), so every allowed key is masked (all-NaN rows on short inputs) and "
+        "disallowed keys (padding, beyond the chunked context) are attended. Its own SDPA forward is finite. "
+        "The adapter refuses these types at load in one line (`BOOLEAN_MASK_ATTENTION` in "
+        "`models/architectures.py`)."
+    ),
+    (
+        "- **Sweep settings per type**: NeMo SpeechLM's diarization encoder sits three sub-configs deep "
+        "(shrunk one level further: `DEEP_CONFIGS`) and the type gets a 600 s limit (`TIMEOUTS`; ~25 s alone, "
+        "over 200 s with five sessions on two cores)."
+    ),
 ]
 
 

@@ -279,6 +279,7 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
             f"model type {t!r} ({type(model).__name__}): no attention modules found (the "
             "toolkit instruments modules named *Attention with a Linear output projection)"
         )
+    _refuse_boolean_masks(model, [e[0] for entries in stacks.values() for e in entries])
     if "main" in stacks:
         if causal is None:
             causal = getattr(stacks["main"][0][0], "is_causal", None)
@@ -294,6 +295,27 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
             site: [e[k] for e in entries] for k, site in enumerate(("attention", "head_output", "value", "mixed_by"))
         }
     return table
+
+
+#: attention classes that apply the mask they are given as a boolean (``attention_mask.logical_not()``
+#: before adding position scores) although eager attention, the path whose weights the toolkit
+#: reads, hands them the additive mask (0 where a key is allowed): every allowed key is masked
+#: (rows of NaN) and the disallowed ones are attended (past padding, or beyond the chunked
+#: context) — the eager weights are not the model's (transformers 5.24, ``modeling_nemotron_asr_streaming.py``)
+BOOLEAN_MASK_ATTENTION = ("NemotronAsrStreamingEncoderAttention",)
+
+
+def _refuse_boolean_masks(model, modules: list) -> None:
+    """Raise :class:`UnsupportedModel` when an attention module is one of
+    :data:`BOOLEAN_MASK_ATTENTION`: its eager weights, the ones the toolkit captures, are not
+    those of the model's own (sdpa) forward."""
+    bad = sorted({type(m).__name__ for m in modules} & set(BOOLEAN_MASK_ATTENTION))
+    if bad:
+        t = getattr(model.config, "model_type", "?")
+        raise UnsupportedModel(
+            f"model type {t!r}: {bad[0]} reads its mask as boolean (logical_not) but eager attention, whose "
+            "weights the toolkit captures, passes an additive one: allowed keys masked (NaN), others attended"
+        )
 
 
 #: names of norms that act on all heads' outputs before the output projection (a norm after

@@ -157,7 +157,9 @@ def layer_modules(adapter, stack: Optional[str] = None) -> list:
 
     Raises:
         ValueError: when the layers cannot be located.
+        UnsupportedModel: layers share one attention module (ALBERT): no block per layer.
     """
+    adapter.refuse_shared_layers(stack, "per-layer residual sites (resid_pre/resid_post, residual cache, restart)")
     attention = adapter.attention_modules(stack)  # the adapter's lookup in the architectures table
     names = {id(m): n for n, m in adapter.model.named_modules()}
     modules = dict(adapter.model.named_modules())

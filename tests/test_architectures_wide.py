@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -287,6 +288,60 @@ def test_uninstrumentable_type_refused_in_one_line(tmp_path, bert_tokenizer):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+# ---- learned sinks: the weights that mix the values -------------------------------------------
+def _granite_swa(sweep, tokenizer):
+    model = sweep.build_model("granite_swa", tokenizer)
+    torch.manual_seed(1)
+    for m in model.modules():  # sinks of different sizes per head (zeros at init)
+        if torch.is_tensor(getattr(m, "sinks", None)):
+            m.sinks.data = torch.randn_like(m.sinks)
+    return model, _adapter(model, tokenizer, "granite_swa")
+
+
+def test_granite_swa_sink_maps_mix_the_values(sweep, bert_tokenizer):
+    """Granite-SWA scales each head's output by its sink's complement after the softmax
+    (``sigmoid(logsumexp − sink)``) and reports the softmax before that scaling. The toolkit
+    reports the effective weights (rows sum to the keys' share, as gpt-oss's): captured maps ×
+    the layer's values equal the model's own input to ``o_proj``, per head; the model's
+    reported weights do not, so the check would fail on maps of the other convention."""
+    from probe.capture import capture
+
+    model, adapter = _granite_swa(sweep, bert_tokenizer)
+    row = _exact(sweep, adapter)
+    assert row["reference"] == sweep.SINK_REFERENCE and row["values_delta"] <= TOL
+    inputs, lengths = sweep.inputs_for(adapter)
+    maps = capture(adapter, sweep.TEXTS)
+    sums = torch.cat([m.attentions.sum(-1).flatten() for m in maps])
+    assert sums.max() < 0.999 and sums.min() > 0  # the sink takes a share of every row
+    ref = torch.stack(sweep.eager_reference(model, inputs).attentions)  # [layer, batch, head, q, k]
+    for i, m in enumerate(maps):  # same distribution over keys, scaled per row
+        n = lengths["decoder"][i]
+        want = ref[:, i, :, :n, :n]
+        assert (m.attentions / m.attentions.sum(-1, keepdim=True) - want).abs().max() <= TOL
+    n = [m.attentions.shape[-1] for m in maps]  # the model's own report, in place of the maps
+    reported = [SimpleNamespace(attentions=ref[:, i, :, : n[i], : n[i]]) for i in range(len(maps))]
+    values = sweep.value_projections(adapter, adapter.default_stack)
+    assert values is not None and sweep.values_delta(adapter, inputs, adapter.default_stack, reported, values) > 1e-2
+
+
+def test_boolean_mask_attention_refused_at_load(sweep, bert_tokenizer):
+    """NemotronAsrStreaming's attention masks with ``attention_mask.logical_not()``: under its
+    own (sdpa) forward the mask is boolean and the output finite; under eager attention (what
+    the toolkit reads) the mask is additive, every allowed key is masked and the weights are
+    NaN. The toolkit refuses the type at load in one line naming it."""
+    from probe.models.architectures import UnsupportedModel
+
+    model = sweep.build_model("nemotron_asr_streaming_encoder", bert_tokenizer)
+    inputs = sweep.example_features(model, model.main_input_name)
+    with torch.no_grad():
+        assert torch.isfinite(model(**inputs).last_hidden_state).all()
+    eager = sweep.eager_reference(model, inputs).attentions
+    assert torch.isnan(eager[0]).all()  # every row: the root cause, not a few degenerate rows
+    with pytest.raises(UnsupportedModel, match="'nemotron_asr_streaming_encoder'.*logical_not") as e:
+        _adapter(model, bert_tokenizer, "nemotron_asr_streaming_encoder")
+    assert "\n" not in str(e.value)
+
+
 # ---- float64 --------------------------------------------------------------------------------
 def test_float64_captured_at_float64_accuracy(sweep, bert_tokenizer):
     from probe.capture import capture
@@ -305,7 +360,15 @@ def test_float64_captured_at_float64_accuracy(sweep, bert_tokenizer):
 
 
 # ---- the sweep itself, on a fixed fast subset -------------------------------------------------
-SUBSET = {"albert": "exact", "clip_text_model": "exact", "vit": "exact", "mamba": "refused", "longformer": "refused"}
+SUBSET = {
+    "albert": "exact",
+    "clip_text_model": "exact",
+    "vit": "exact",
+    "granite_swa": "exact",
+    "mamba": "refused",
+    "longformer": "refused",
+    "nemotron_asr_streaming_encoder": "refused",
+}
 
 
 def test_coverage_sweep_subset(sweep):
@@ -314,8 +377,8 @@ def test_coverage_sweep_subset(sweep):
     for r in rows:
         if r["status"] == "refused":
             assert f"'{r['model_type']}'" in r["reason"] and "\n" not in r["reason"]
-    text = sweep.markdown(rows, "x", 5)
-    assert "**exact**: 3" in text and "**refused**: 2" in text and "**failed**: 0" in text
+    text = sweep.markdown(rows, "x", len(SUBSET))
+    assert "**exact**: 4" in text and "**refused**: 3" in text and "**failed**: 0" in text
 
 
 def test_head_mixing_norm_refuses_ablation_not_capture(sweep, bert_tokenizer):
@@ -379,3 +442,47 @@ def test_albert_every_trace_site_by_call(sweep, bert_tokenizer):
     with AttentionReweighting(adapter, [AttentionEdit(1, 2, mode="given", value=given)]), torch.no_grad():
         same = model(**inputs).last_hidden_state
     assert torch.allclose(same, out, atol=1e-5)
+
+
+def test_albert_residual_sites_refused_in_one_line(bert_tokenizer):
+    """The residual stream has no block module per layer when layers share one (ALBERT):
+    the residual cache and the ``resid_*`` sites say so in one line; restart is not offered."""
+    from probe.models.architectures import UnsupportedModel
+    from probe.restart import ResidualCache, RestartFrom, supports_restart
+
+    model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
+    adapter = _adapter(model, bert_tokenizer, "albert")
+    assert not supports_restart(adapter)  # callers of restart run full forwards instead
+    with pytest.raises(UnsupportedModel, match="'albert'.*2 layers share 1 attention module.*residual") as e:
+        ResidualCache(adapter)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="restart is not supported for tiny-albert"):
+        RestartFrom(adapter, 1, torch.zeros(1, 4, 32))
+
+
+def test_albert_gradients_by_call(sweep, bert_tokenizer):
+    """Gradient-weighted attention tells ALBERT's two calls of one module apart: each layer's
+    ``∂target/∂attention`` equals autograd through the model's own eager ``output_attentions``."""
+    from probe.grads import attention_gradients
+
+    model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
+    adapter = _adapter(model, bert_tokenizer, "albert")
+    text = sweep.TEXTS[0]
+
+    def target(out):  # a few features of [CLS] (its norm is fixed by the final LayerNorm)
+        return out.last_hidden_state[0, 0, :4].sum(), "[CLS] features 0-3"
+
+    got = attention_gradients(adapter, text, target=target)
+    inputs = adapter.batch([adapter.encode(text)])
+    prev = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        out = model(**inputs, output_attentions=True)
+        want = torch.stack(torch.autograd.grad(target(out)[0], list(out.attentions)))[:, 0]
+    finally:
+        model.set_attn_implementation(prev)
+    assert got.grads.shape == want.shape == (2, 4, len(got.maps.tokens), len(got.maps.tokens))
+    scale = want.abs().max()
+    assert scale > 1e-3 and (got.grads - want).abs().max() <= 1e-5 * scale
+    assert (want[0] - want[1]).abs().max() > 0.1 * scale  # the two layers' gradients really differ
+    assert (got.maps.attentions - torch.stack(out.attentions)[:, 0].detach()).abs().max() <= TOL
