@@ -460,14 +460,17 @@ class Trace(HookContext):
             x = _hidden(args, kwargs)
             changed = False
             z_work = kinds.get("z")
-            if z_work is not None and x.dim() != 3:
+            # z edited here unless the attention function already did (interface path), and read here
+            edit_here = z_work is not None and z_work["edit"] and not self._pending.pop(z_work.get("standby"), False)
+            if (edit_here or (z_work is not None and z_work["read"])) and x.dim() != 3:
                 raise unsupported(
                     adapter,
                     f"the output projection's input has shape {tuple(x.shape)}, not [batch, seq, "
                     "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit",
                     capture=False,
                 )
-            if z_work is not None and z_work["edit"] and not self._pending.pop(z_work.get("standby"), False):
+            if edit_here:
+                assert z_work is not None
                 b, s, _ = x.shape
                 z = split_heads(x, n_heads)
                 z = z.clone() if any(e.in_place for e in z_work["edit"]) else z
