@@ -235,8 +235,8 @@ def claim_evidence(kind: str, c) -> Evidence:
         d = _detectable(c)
         if d == d:
             text += (
-                f"; the smallest rate of significant agreement {c.count} examples could have detected at "
-                f"≥ {pct(T.AGREEMENT_SHARE)} of them: {pct(d)} (80% power)"
+                f"; the smallest rate of significant agreement this sample could have detected: {pct(d)} "
+                f"(80% power of reaching ≥ {pct(T.AGREEMENT_SHARE)} of {c.count} examples)"
             )
         return Evidence(
             text=text,
