@@ -2,7 +2,9 @@
 necessary heads (effect in the objective's units, 95% interval, count).
 
     python bench/claims_minilm.py                      # the bundled sample (24 sentences)
-    python bench/claims_minilm.py --conllu ../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu --limit 48 --sections claims
+    python bench/claims_minilm.py --conllu ../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu --sections claims
+        # pattern and structure on every sentence; necessity, weights and redundancy on the report's
+        # model-run cap (the first 128; --max-model-examples N, 0 for all)
 
 Builds the report's faithfulness and claims sections (the default objective: the
 similarity structure of the corpus under mean pooling) and prints Markdown. Prints,
@@ -23,13 +25,23 @@ def main() -> None:
     ap.add_argument("--conllu", default=None)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--sections", default="faithfulness,claims", help="report sections (claims alone: no attribution)")
+    ap.add_argument(
+        "--max-model-examples", type=int, default=None, help="examples the model-running claims use (0: all)"
+    )
     args = ap.parse_args()
     from probe.app.report.build import build_report
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r"
         t0 = time.perf_counter()
-        build_report(out, model="minilm", conllu=args.conllu, limit=args.limit, sections=args.sections.split(","))
+        build_report(
+            out,
+            model="minilm",
+            conllu=args.conllu,
+            limit=args.limit,
+            sections=args.sections.split(","),
+            max_model_examples=args.max_model_examples,
+        )
         seconds = time.perf_counter() - t0
         s = json.loads((out / "summary.json").read_text())
     claims = next(x for x in s["sections"] if x["name"] == "claims")
@@ -38,6 +50,9 @@ def main() -> None:
         f"corpus: {s['corpus']['source']}, {s['corpus']['examples']} sentences; objective: {obj.get('described')}; "
         f"{seconds:.0f} s\n"
     )
+    runs = {k: v for k, v in (s.get("settings") or {}).items() if "model-run" in str(k)}
+    if runs:
+        print(f"{runs}\n")
     counts = s["claims"]["counts"]
     statuses = ["holds", "does not hold", "not tested", "not enough evidence"]
     print("| claim | " + " | ".join(statuses) + " |\n| --- |" + " --- |" * len(statuses))
@@ -45,8 +60,8 @@ def main() -> None:
         print(f"| {kind} | " + " | ".join(str(row.get(st, 0)) for st in statuses) + " |")
     heads = sorted(s["heads"], key=lambda h: -(h["claims"]["necessity"].get("effect") or 0))[:5]
     print(
-        "\n| head | necessity | harm (1 − ρ) | 95% CI | n | nearest neighbour changed | zero-ablation |\n"
-        "| --- | --- | --- | --- | --- | --- | --- |"
+        "\n| head | necessity | harm (1 − ρ) | 95% CI | n | nearest neighbour changed | zero-ablation | "
+        "smallest detectable (if not) |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
     )
     for h in heads:
         c = h["claims"]["necessity"]
@@ -54,7 +69,8 @@ def main() -> None:
         print(
             f"| L{h['layer']}H{h['head']} | {c['status']} | {c['effect']:.4f} | [{c['ci_low']:.4f}, "
             f"{c['ci_high']:.4f}] | {c['count']} | {x.get('neighbour_changed', float('nan')):.0%} | "
-            f"{(x.get('zero_harm') or {}).get('effect', float('nan')):.4f} |"
+            f"{(x.get('zero_harm') or {}).get('effect', float('nan')):.4f} | "
+            f"{'' if c['evidence'].get('detectable') is None else format(c['evidence']['detectable'], '.4f')} |"
         )
     if "faithfulness" not in args.sections:
         return

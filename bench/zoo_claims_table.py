@@ -61,7 +61,13 @@ EXPECTED = {
     },
     "constructed": {  # card ground_truth.heads: 0.0 previous token, 0.1 [CLS]
         (0, 0): ("pattern previous-token", lambda c, v: _statement(c, "pattern") == "previous-token"),
-        (0, 1): ("pattern attends to [CLS]", lambda c, v: _statement(c, "pattern") == "attends to [CLS]"),
+        (0, 1): (
+            "pattern special-token on [CLS]",
+            lambda c, v: (
+                _statement(c, "pattern") == "special-token"
+                and ((c.get("pattern") or {}).get("extra") or {}).get("parks_on") == "[CLS]"
+            ),
+        ),
     },
     "brackets": {  # card: supervised_head [2, 1] trained to attend closer -> matching opener
         (2, 1): (

@@ -86,6 +86,90 @@ def test_closed_form_maps_and_minimum_counts():
     assert hc.claims[(0, 0)]["necessity"].status == "not tested" and hc.claims[(0, 0)]["necessity"].reason
 
 
+# ---- power: what a claim that does not hold could have detected ---------------------------
+Z95, Z80 = 1.6448536, 0.8416212  # one-sided 5% and 80% normal quantiles (tables)
+
+
+def test_detectable_effect_and_share_shrink_with_n_and_match_closed_form():
+    from math import comb
+
+    from probe.analyses.claims.statistics import detectable_effect, detectable_share
+
+    base = np.array([0.0, 0.01, 0.03, 0.02, 0.05, 0.04, 0.01, 0.02])
+    ds = [detectable_effect(np.tile(base, k), 0.02, q=T.FDR, power=T.POWER) for k in (1, 4, 16)]
+    assert ds[0] > ds[1] > ds[2] > 0.02
+    v = np.tile(base, 4)
+    assert ds[1] == pytest.approx(0.02 + (Z95 + Z80) * v.std(ddof=1) / np.sqrt(v.size), rel=1e-6)
+    # attribution: the smallest per-example rate at which n examples reach a 50% share in 80% of samples
+    shares = [detectable_share(n, 0.5, 0.8) for n in (8, 32, 128)]
+    assert shares[0] > shares[1] > shares[2] > 0.5
+
+    def reach(n, p):  # P(at least ceil(n/2) of n), summed by hand
+        return sum(comb(n, k) * p**k * (1 - p) ** (n - k) for k in range((n + 1) // 2, n + 1))
+
+    grid = np.arange(0.5, 1.0, 1e-4)
+    brute = next(p for p in grid if reach(10, p) >= 0.8)
+    assert detectable_share(10, 0.5, 0.8) == pytest.approx(brute, abs=2e-4)
+
+
+def _cls_maps(shares) -> list:
+    """One head per example: ``s`` of every non-special row on [CLS], the rest split over the
+    previous token, itself and the next token (no role rule clears: to_special < 50%)."""
+    from conftest import make_maps
+
+    n = 12
+    special = [True] + [False] * (n - 2) + [True]
+    out = []
+    for s in shares:
+        a = torch.zeros(n, n)
+        a[0, 0] = a[-1, -1] = 1.0
+        for i in range(1, n - 1):
+            a[i, 0] += s
+            for j in (i - 1, i, i + 1):
+                a[i, j] += (1 - s) / 3
+        out.append(make_maps(a[None, None], special=special))
+    return out
+
+
+def test_pattern_power_shrinks_with_n_and_matches_an_independent_computation():
+    from probe.analyses.claims.evidence import claim_evidence, pct
+    from probe.analyses.claims.pattern import pattern_claims
+
+    rng = np.random.default_rng(0)
+    got = []
+    for E in (20, 80):
+        maps = _cls_maps(rng.uniform(0.3, 0.45, size=E))
+        c = pattern_claims(maps)[0][(0, 0)]
+        assert c.status == "does not hold" and c.extra["nearest_rule"] == "special-token"
+        # independently: each example's share on [CLS]/[SEP] over its non-special rows, plain torch
+        per = np.array([float(m.attentions[0, 0, 1:-1][:, [0, -1]].sum(-1).mean()) for m in maps])
+        assert c.extra["nearest_share"] == pytest.approx(per.mean(), abs=1e-6)  # float32 maps
+        # the rule compares the share with 50% (no test level): 50% + z_0.8 · se, se ≈ sd / √E
+        expect = T.SPECIAL + Z80 * per.std() / np.sqrt(E)
+        assert c.extra["detectable"] - T.SPECIAL == pytest.approx(expect - T.SPECIAL, rel=0.2)
+        ev = claim_evidence("pattern", c)
+        assert ev.detectable == c.extra["detectable"] and f"could have detected: {pct(ev.detectable)}" in ev.text
+        got.append(c.extra["detectable"])
+    assert got[0] > got[1] > T.SPECIAL
+
+
+def test_attribution_and_necessity_state_their_power_in_the_evidence():
+    import pandas as pd
+
+    from probe.analyses.claims.attribution import attribution_claims
+    from probe.analyses.claims.evidence import claim_evidence, pct
+    from probe.analyses.claims.statistics import detectable_share
+
+    verdict = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "tau_ig": [0.3, 0.1], "tau_ig_significant": [0.7, 0.2]})
+    for n in (10, 40):
+        claims = attribution_claims([(0, 0), (0, 1)], verdict, {"target": "logit", "n_examples": n})
+        assert claims[(0, 0)].holds and "detectable" not in claims[(0, 0)].extra
+        c = claims[(0, 1)]
+        ev = claim_evidence("attribution", c)
+        assert ev.detectable == pytest.approx(detectable_share(n)) and pct(ev.detectable) in ev.text
+        assert ev.to_dict()["detectable"] == ev.detectable  # what summary.json carries
+
+
 # ---- zoo models with known answers -----------------------------------------------------
 def _claims(task: str, limit: int = ZOO_EXAMPLES, **kw):
     from probe.analyses.claims.heads import head_claims
@@ -129,7 +213,8 @@ def test_induction_zoo_redundant_group():
 def test_constructed_zoo_patterns():
     _, _, hc = _claims("constructed")
     assert hc.claims[(0, 0)]["pattern"].statement == "previous-token"
-    assert hc.claims[(0, 1)]["pattern"].statement == "attends to [CLS]"
+    assert hc.claims[(0, 1)]["pattern"].statement == "special-token"  # the role probe roles names it
+    assert hc.claims[(0, 1)]["pattern"].extra["parks_on"] == "[CLS]"
     assert hc.claims[(0, 1)]["pattern"].effect > 0.99
 
 

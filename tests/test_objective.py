@@ -76,6 +76,42 @@ def test_an_objective_that_does_not_fit_is_refused_before_any_forward(minilm, sa
         resolve_objective("bleu", minilm, sample)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "--sections", "claims"],
+        ["report"],
+        ["claims"],
+    ],
+)
+def test_cli_refuses_an_objective_that_does_not_fit_before_any_forward(command, tmp_path, monkeypatch):
+    """``--objective next-token-loss`` on the bundled encoder: one Error line naming what fits,
+    exit 1, nothing written, and the model's forward never called (counted on the class)."""
+    import transformers
+    from click.testing import CliRunner
+
+    from probe.app.cli import main
+
+    calls = []
+    real = transformers.BertModel.forward
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(transformers.BertModel, "forward", counted)
+    texts = tmp_path / "s.txt"
+    texts.write_text("".join(f"Sentence number {i} is here.\n" for i in range(6)))
+    out = tmp_path / "out"
+    args = command + ["--model", "minilm", "--file", str(texts), "--objective", "next-token-loss", "--out", str(out)]
+    r = CliRunner().invoke(main, args)
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("Error:")]
+    assert r.exit_code == 1, r.output
+    assert len(lines) == 1 and "next-token-loss" in lines[0]
+    assert "objectives that fit it: similarity-structure, embedding-drift" in lines[0]
+    assert calls == [] and not out.exists()
+
+
 def test_auto_on_zoo_and_decoder():
     from probe.models.registry import load_model
 

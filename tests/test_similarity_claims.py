@@ -105,10 +105,11 @@ def _claims_items(page: str) -> dict:
 
 @pytest.mark.slow
 def test_every_number_on_a_head_page_is_summary_json(small_report):
-    from probe.analyses.claims.evidence import fmt
+    from probe.analyses.claims.evidence import fmt, pct
     from probe.app.report.claims_html import TITLES
 
     out, summary = small_report
+    powered = 0
     assert summary["claims"]["counts"]["attribution"]["not tested"] == 0  # tested for every head
     for h in summary["heads"]:
         page = (out / h["page"]).read_text()
@@ -116,6 +117,14 @@ def test_every_number_on_a_head_page_is_summary_json(small_report):
         for kind, c in h["claims"].items():
             ev = c["evidence"]
             assert items[TITLES[kind]] == ev["text"], (h["page"], kind)
+            if c["status"] == "does not hold" and (kind != "redundancy" or "detectable" in c["extra"]):
+                assert ev["detectable"] is not None, (h["page"], kind)  # power: stated, with the same number
+                shown = (
+                    fmt(ev["detectable"]) if kind in ("necessity", "weights", "redundancy") else pct(ev["detectable"])
+                )
+                assert f"could have detected: {shown}" in items[TITLES[kind]], (h["page"], kind)
+                assert ev["detectable"] == c["extra"]["detectable"]
+                powered += 1
             if kind in ("necessity", "weights"):
                 assert ev["count"] == c["count"] == LIMIT
                 assert f"over {LIMIT} examples" in ev["text"]
@@ -125,6 +134,7 @@ def test_every_number_on_a_head_page_is_summary_json(small_report):
         # the evidence block's necessity paragraph is the same object's text, with its count
         need = page.split("<h3>Does the model need it?</h3>", 1)[1].split("</p>", 1)[0]
         assert html.unescape(re.sub(r"<[^>]+>", "", need)).rstrip(".") == h["claims"]["necessity"]["evidence"]["text"]
+    assert powered
     md = (out / "report.md").read_text()
     first = summary["heads"][0]["claims"]["necessity"]["evidence"]["text"]
     assert first.replace("|", "\\|") in md

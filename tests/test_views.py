@@ -4,6 +4,8 @@ the notebook entry point ``probe.show``."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -57,6 +59,7 @@ def test_score_figures_bars_and_heatmap(tmp_path):
 
 
 def test_ranked_tables_put_the_strongest_trusted_rows_first():
+    from probe.analyses.claims import thresholds as T
     from probe.app.report.tables import ranked, ranked_table
 
     best = pd.DataFrame(
@@ -71,10 +74,23 @@ def test_ranked_tables_put_the_strongest_trusted_rows_first():
             "count": [2, 40, 30, 12],
         }
     )
+    # the section's own minimum (5) gives way to the structure claim's (20): obj (12) is greyed too
     t = ranked("syntax", "best", best, min_count=5)
-    assert list(t["relation"]) == ["obj", "det", "amod", "expl"]  # margin 0.6, 0.5, 0.1; then count 2
+    assert T.STRUCTURE_MIN_COUNT == 20
+    assert list(t["relation"]) == ["det", "amod", "expl", "obj"]  # margin 0.5, 0.1; under 20: 1.0, 0.6
     html = ranked_table("syntax", "best", best, min_count=5)
-    assert html.count('class="few"') == 1 and 'class="scroll"' in html
+    rows = re.findall(r"<tr( class=\"few\"[^>]*)?><td>(\w+)</td>", html)
+    assert [(r, bool(few)) for few, r in rows] == [("det", False), ("amod", False), ("expl", True), ("obj", True)]
+    assert "fewer than 20 instances (the structure claim's minimum)" in html and 'class="scroll"' in html
+    # the per-head × relation table is sorted by margin over the relation's best offset, not by accuracy
+    rel = best.drop(columns="baseline_offset").assign(direction="head_to_dep")
+    assert list(ranked("syntax", "relations", rel)["relation"]) == ["det", "amod", "expl", "obj"]
+    # the structure claim's table (margins already computed): same order, same minimum
+    claim_t = best.assign(margin=best["accuracy"] - best["baseline_accuracy"]).rename(
+        columns={"baseline_accuracy": "baseline"}
+    )
+    assert list(ranked("claims", "structure", claim_t)["relation"]) == ["det", "amod", "expl", "obj"]
+    assert ranked_table("claims", "structure", claim_t).count('class="few"') == 2
     abl = pd.DataFrame(
         {
             "layer": [0, 0, 1],

@@ -5,7 +5,9 @@ Tested only on a valid target: a probe target must beat its majority class on he
 sentences with a Wilson interval that excludes the majority rate
 (:func:`target_validity`); a model's own predicted class (``logit``) is valid by
 construction. The claim holds when τ is positive and significant in at least
-:data:`.thresholds.AGREEMENT_SHARE` of the examples.
+:data:`.thresholds.AGREEMENT_SHARE` of the examples. A claim that does not hold states its
+power: the smallest per-example rate of significant agreement at which its ``n`` examples
+would reach that share with 80% probability (:func:`.statistics.detectable_share`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Optional
 
 from . import thresholds as T
 from .claim import Claim
-from .statistics import wilson_interval
+from .statistics import detectable_share, wilson_interval
 
 
 def target_validity(info: dict) -> tuple:
@@ -61,6 +63,8 @@ def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason:
         if "top1_rate" in r and r["top1_rate"] == r["top1_rate"]:
             extra["evidence_top1_rate"] = float(r["top1_rate"])
         holds = tau > 0 and share >= T.AGREEMENT_SHARE
+        if not holds:
+            extra["detectable"] = detectable_share(n, T.AGREEMENT_SHARE, T.POWER)
         out[k] = Claim(
             "attribution",
             "holds" if holds else "does not hold",

@@ -40,6 +40,8 @@ class Evidence:
         value, ci_low, ci_high: the effect the decision used and its 95% interval.
         count: instances the effect and its interval rest on. units: what ``value`` is in.
         test: the test and threshold it was held to. floor: the threshold value; p: its p-value.
+        detectable: for a claim that does not hold, the smallest effect its sample could have
+            detected with 80% power (units in ``detectable_units``; NaN otherwise).
         numbers: every other number the text quotes, by name.
     """
 
@@ -54,6 +56,8 @@ class Evidence:
     test: str = ""
     floor: float = float("nan")
     p: float = float("nan")
+    detectable: float = float("nan")
+    detectable_units: str = ""
     numbers: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -70,6 +74,12 @@ class Evidence:
 def _ci(c, percent: bool = False) -> str:
     f = pct if percent else (lambda v: fmt(v, signed=True))
     return f"[{f(c.ci_low)}, {f(c.ci_high)}]"
+
+
+def _detectable(c) -> float:
+    """The claim's stated power (NaN unless it does not hold and has one)."""
+    d = c.extra.get("detectable")
+    return float(d) if c.status == "does not hold" and d is not None else float("nan")
 
 
 def _power(c) -> str:
@@ -157,9 +167,21 @@ def claim_evidence(kind: str, c) -> Evidence:
                 f"{c.reason.split('profile: ')[-1]}"
             )
             return Evidence(text=text, test=c.threshold, floor=c.null, **base)
+        x = c.extra
+        text = f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}"
+        d = x.get("detectable")
+        if d is not None and d == d:
+            text += (
+                f"; nearest rule {x['nearest_rule']} ({x['nearest_feature']} {pct(x['nearest_share'])} < "
+                f"{pct(x['nearest_threshold'])}); the smallest {x['nearest_feature']} this sample could have "
+                f"detected: {pct(d)} (80% power: a head at it is named {x['nearest_rule']} in 80% of samples "
+                f"this size)"
+            )
         return Evidence(
-            text=f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}",
+            text=text,
             test="every role rule of thresholds.py",
+            detectable=_detectable(c),
+            detectable_units=str(x.get("nearest_feature", "")),
             **base,
         )
     if kind == "structure":
@@ -176,13 +198,23 @@ def claim_evidence(kind: str, c) -> Evidence:
         return Evidence(
             text=text,
             test="bootstrap margin over the best offset, BH",
+            detectable=_detectable(c),
+            detectable_units=c.unit,
             floor=T.STRUCTURE_MARGIN,
             numbers={"accuracy": x.get("accuracy"), "baseline": c.null},
             **base,
         )
     if kind in ("necessity", "weights"):
         text, test, numbers = _causal(kind, c)
-        return Evidence(text=text, test=test, floor=c.null, numbers=numbers, **base)
+        return Evidence(
+            text=text,
+            test=test,
+            floor=c.null,
+            numbers=numbers,
+            detectable=_detectable(c),
+            detectable_units=c.unit,
+            **base,
+        )
     if kind == "redundancy":
         x = c.extra
         text = (
@@ -190,12 +222,28 @@ def claim_evidence(kind: str, c) -> Evidence:
             f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
             f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
         ) + _power(c)
-        return Evidence(text=text, test="one-sided Wilcoxon of harm − floor, Bonferroni", floor=c.null, **base)
-    if kind == "attribution":
         return Evidence(
-            text=f"{c.statement}: {c.reason}; {c.extra.get('target', '')}",
+            text=text,
+            test="one-sided Wilcoxon of harm − floor, Bonferroni",
+            floor=c.null,
+            detectable=_detectable(c),
+            detectable_units=c.unit,
+            **base,
+        )
+    if kind == "attribution":
+        text = f"{c.statement}: {c.reason}; {c.extra.get('target', '')}"
+        d = _detectable(c)
+        if d == d:
+            text += (
+                f"; the smallest rate of significant agreement this sample could have detected: {pct(d)} "
+                f"(80% power of reaching ≥ {pct(T.AGREEMENT_SHARE)} of {c.count} examples)"
+            )
+        return Evidence(
+            text=text,
             test=c.threshold,
             floor=T.AGREEMENT_SHARE,
+            detectable=d,
+            detectable_units="share of examples with a significant τ",
             **base,
         )
     return Evidence(text=c.reason, **base)

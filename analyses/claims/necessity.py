@@ -93,7 +93,7 @@ def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
             continue
         holds = bool(sig[i]) and eff >= floor
         if not holds:
-            extra["detectable"] = detectable_effect(harm[i], floor)
+            extra["detectable"] = detectable_effect(harm[i], floor, q=T.FDR, power=T.POWER)
         claims[key] = Claim(kind, "holds" if holds else "does not hold", **base)
     return claims
 

@@ -22,26 +22,27 @@ import pandas as pd
 from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.patterns.role_features import HeadFeatureAccumulator, example_values, token_frequencies
 
-from probe.analyses.patterns.vocabulary import COMPONENTS, profile_words
+from probe.analyses.patterns.vocabulary import COMPONENTS, choose_rule, nearest_rule, profile_words
+from probe.analyses.patterns.vocabulary import RULES as VOCAB_RULES
 
 from . import thresholds as T
 from probe.errors import NotApplicable
 
 from .claim import Claim
+from .statistics import detectable_from_se, se_from_interval
 
-#: rules: (role, feature, threshold name, value), first that clears wins
-RULES = (
-    ("induction", "induction", "induction", T.INDUCTION),
-    ("duplicate-token", "duplicate", "duplicate", T.DUPLICATE),
-    ("previous-token", "argmax_prev", "positional", T.POSITIONAL),
-    ("next-token", "argmax_next", "positional", T.POSITIONAL),
-    ("self", "argmax_self", "positional", T.POSITIONAL),
-    ("rare-word", "argmax_rare", "rare", T.RARE),
-    ("special-token", "to_special", "special", T.SPECIAL),
-    ("punctuation", "to_punct", "punctuation", T.PUNCTUATION),
-    ("broad", "entropy_ratio", "broad_entropy_ratio", T.BROAD_ENTROPY),
-)
-FEATURES = tuple(dict.fromkeys(list(COMPONENTS) + [r[1] for r in RULES] + ["rare_chance"]))
+#: the role rules' thresholds (:data:`probe.analyses.patterns.vocabulary.RULES`, the ones ``probe roles`` applies)
+THRESHOLDS = {
+    "induction": T.INDUCTION,
+    "duplicate": T.DUPLICATE,
+    "positional": T.POSITIONAL,
+    "rare": T.RARE,
+    "special": T.SPECIAL,
+    "punctuation": T.PUNCTUATION,
+    "broad_entropy_ratio": T.BROAD_ENTROPY,
+}
+RULES = tuple((role, feat, key, THRESHOLDS[key]) for role, feat, key in VOCAB_RULES)
+FEATURES = tuple(dict.fromkeys(list(COMPONENTS) + [r[1] for r in RULES] + ["rare_chance", "max_attention"]))
 
 
 def example_features(maps) -> tuple:
@@ -162,18 +163,24 @@ def pattern_claims(maps) -> tuple:
                 extra=extra,
             )
             continue
-        hit = None
-        for role, feat, tname, value in RULES:
-            v = share.get(feat)
-            if v is None or v != v or v < value:
-                continue
-            if role == "rare-word" and not v >= T.OVER_CHANCE * (share.get("rare_chance") or 0.0):
-                continue
-            if role == "punctuation" and not v >= T.OVER_CHANCE * punct_chance:
-                continue
-            hit = (role, feat, tname, value)
-            break
+        hit = choose_rule(
+            {**share, "punct_chance": punct_chance},
+            THRESHOLDS,
+            T.OVER_CHANCE,
+            broad_max_attention=T.BROAD_MAX_ATTENTION,
+        )
         if hit is None:
+            near = nearest_rule({**share, "punct_chance": punct_chance}, THRESHOLDS, T.OVER_CHANCE)
+            if near is not None:  # power: the share the nearest rule's feature needs to be named in 80% of samples
+                n_role, n_feat, n_thr, n_val = near
+                se = se_from_interval(float(low[j, fi[n_feat]]), float(high[j, fi[n_feat]]), T.CONFIDENCE)
+                extra.update(
+                    nearest_rule=n_role,
+                    nearest_feature=n_feat,
+                    nearest_share=n_val,
+                    nearest_threshold=n_thr,
+                    detectable=detectable_from_se(se, n_thr, q=None, power=T.POWER),
+                )
             claims[(layer, head)] = Claim(
                 "pattern",
                 "does not hold",
@@ -186,26 +193,27 @@ def pattern_claims(maps) -> tuple:
                 extra=extra,
             )
             continue
-        role, feat, tname, value = hit
-        if role == "special-token":
-            role = (
-                f"attends to {cls}"
-                if share["to_cls"] >= (share["to_sep"] if share["to_sep"] == share["to_sep"] else -1)
-                else f"attends to {sep}"
-            )
+        role, feat, value, _ = hit
+        tname = "broad_max_attention" if feat == "max_attention" else next(k for r, f, k, _ in RULES if r == role)
+        low_j, high_j = (
+            (float(low[j, fi[feat]]), float(high[j, fi[feat]])) if feat in fi else (float("nan"), float("nan"))
+        )
         extra["rule_feature"] = feat
+        if role == "special-token":  # which special token it parks its attention on (in the profile too)
+            to_sep = share["to_sep"] if share["to_sep"] == share["to_sep"] else -1.0
+            extra["parks_on"] = cls if share["to_cls"] >= to_sep else sep
         claims[(layer, head)] = Claim(
             "pattern",
             "holds",
             statement=role,
             effect=share[feat],
-            ci_low=float(low[j, fi[feat]]),
-            ci_high=float(high[j, fi[feat]]),
+            ci_low=low_j,
+            ci_high=high_j,
             count=n_rows,
             null=float(value),
             unit=feat,
             threshold=tname,
-            reason=f"{feat} {share[feat]:.0%} ≥ {value:.0%}; profile: {words}",
+            reason=f"{feat} {share[feat]:.0%} {'≤' if feat == 'max_attention' else '≥'} {value:.0%}; profile: {words}",
             extra=extra,
         )
     table = pd.DataFrame(rows, columns=["layer", "head", "feature", "share", "ci_low", "ci_high"])

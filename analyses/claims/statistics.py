@@ -14,7 +14,10 @@ __all__ = [
     "paired_greater",
     "floor_test",
     "detectable_effect",
+    "detectable_from_se",
+    "detectable_share",
     "mean_ci",
+    "se_from_interval",
     "wilson_interval",
     "spearman",
 ]
@@ -79,6 +82,45 @@ def detectable_effect(values, floor: float = 0.0, q: float = 0.05, power: float 
     if v.size < 2:
         return float("nan")
     return float(floor + (norm.ppf(1 - q) + norm.ppf(power)) * v.std(ddof=1) / np.sqrt(v.size))
+
+
+def detectable_from_se(se: float, floor: float = 0.0, q=0.05, power: float = 0.8) -> float:
+    """The smallest true value an estimate with standard error ``se`` would show above
+    ``floor`` with probability ``power``: ``floor + (z_{1−q} + z_{power}) · se`` for a one-sided
+    test at level ``q``; ``q=None`` for a rule that compares the point estimate with the floor
+    and tests nothing (``floor + z_{power} · se``). NaN for a NaN or negative ``se``."""
+    from scipy.stats import norm
+
+    if not se >= 0:
+        return float("nan")
+    z = (norm.ppf(1 - q) if q is not None else 0.0) + norm.ppf(power)
+    return float(floor + z * se)
+
+
+def se_from_interval(low: float, high: float, confidence: float = 0.95) -> float:
+    """The standard error a two-sided normal interval ``[low, high]`` at ``confidence`` implies."""
+    from scipy.stats import norm
+
+    return float((high - low) / (2 * norm.ppf(0.5 + confidence / 2)))
+
+
+def detectable_share(n: int, share: float = 0.5, power: float = 0.8) -> float:
+    """The smallest per-example rate ``p`` at which ``n`` independent examples reach an observed
+    share ``k/n ≥ share`` with probability ``power`` (binomial, exact; bisection to 1e-6). NaN for
+    ``n < 1``; it falls toward ``share`` as ``n`` grows."""
+    from scipy.stats import binom
+
+    if n < 1:
+        return float("nan")
+    k = math.ceil(share * n - 1e-12)  # fewest examples that give the share
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if binom.sf(k - 1, n, mid) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return float(hi)
 
 
 def mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple:

@@ -23,7 +23,7 @@ from . import thresholds as T
 from probe.errors import NotApplicable
 
 from .claim import Claim, not_tested
-from .statistics import benjamini_hochberg
+from .statistics import benjamini_hochberg, detectable_from_se, se_from_interval
 
 
 def sentence_counts(graphs) -> dict:
@@ -173,8 +173,8 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
         best = (ok if len(ok) else t).sort_values(["margin", "count"], ascending=False).iloc[0]
         status = "holds" if len(ok) else "does not hold"
         # power: the smallest margin this many sentences could have shown (bootstrap SE from the interval)
-        se = (float(best["ci_high"]) - float(best["ci_low"])) / (2 * 1.959964)
-        detectable = T.STRUCTURE_MARGIN + (1.644854 + 0.841621) * se
+        se = se_from_interval(float(best["ci_low"]), float(best["ci_high"]), T.CONFIDENCE)
+        detectable = detectable_from_se(se, T.STRUCTURE_MARGIN, q=T.FDR, power=T.POWER)
         what = f"{best['relation']} ({best['direction'].replace('_', ' ')})"
         claims[key] = Claim(
             "structure",

@@ -14,20 +14,20 @@ UNIT_WORDS = {
     "argmax_next": "of rows peak on the next token",
     "argmax_self": "of rows peak on the token itself",
     "argmax_rare": "of rows peak on the rarest token",
-    "to_special": "of its attention",
+    "to_special": "of its attention on special tokens",
     "to_punct": "of its attention on punctuation",
     "induction": "of its attention on induction targets",
     "duplicate": "of its attention on earlier copies",
     "entropy_ratio": "of a uniform row's entropy",
+    "max_attention": "mean largest weight of a row",
 }
 
 
 def pattern_words(p) -> str:
     """``previous-token head (99% of rows peak on the previous token)``."""
     unit = UNIT_WORDS.get(p.unit, p.unit)
-    if p.statement.startswith("attends"):
-        return f"{p.statement} ({p.effect:.0%} {unit})"
-    return f"{p.statement} head ({p.effect:.0%} {unit})"
+    where = f", most on {p.extra['parks_on']}" if p.extra.get("parks_on") else ""
+    return f"{p.statement} head ({p.effect:.0%} {unit}{where})"
 
 
 def summary_sentence(claims: dict) -> str:

@@ -59,6 +59,9 @@ DUPLICATE = _t("duplicate", 0.5, "Olsson et al. (2022): mass on earlier occurren
 RARE = _t("rare", 0.5, "Voita et al. (2019): rare-word head points to the rarest token in 66% of rows; 50% here")
 #: broad attention: entropy near the uniform row's
 BROAD_ENTROPY = _t("broad_entropy_ratio", 0.9, "Clark et al. (2019) broad heads; entropy ≥ 90% of a uniform row's")
+BROAD_MAX_ATTENTION = _t(
+    "broad_max_attention", 0.1, "Clark et al. (2019) broad heads: no row puts more than 10% on one token (mean peak)"
+)
 #: fewest query rows before a pattern is stated
 PATTERN_MIN_ROWS = _t("pattern_min_rows", 50, "below 50 query rows a share moves by > 0.1 with one sentence")
 

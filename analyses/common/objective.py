@@ -52,6 +52,7 @@ __all__ = [
     "SimilarityStructure",
     "OBJECTIVES",
     "resolve_objective",
+    "check_objective",
     "applicable_objectives",
     "row_rank_harm",
     "neighbour_changed",
@@ -287,3 +288,19 @@ def resolve_objective(spec="auto", adapter=None, corpus=None) -> tuple:
     if isinstance(obj, SimilarityStructure) and obj.pooling is not None:
         why = f"{why}; {obj.pooling.describe()}"
     return obj, why
+
+
+def check_objective(spec, adapter, corpus=None) -> None:
+    """Refuse, before any forward, an objective the user named that does not fit ``adapter``
+    (and ``corpus``): the command-line boundary's check (``auto``/``None`` always fit).
+
+    Raises:
+        InputError: an unknown name (listing the known ones) or one that does not fit, naming
+            the objectives that do (one line, exit 1).
+    """
+    if spec in (None, "", "auto"):
+        return
+    try:
+        resolve_objective(spec, adapter, corpus)
+    except NotApplicable as exc:  # inside a section it skips; named by the user it is a bad input
+        raise InputError(f"--objective {spec}: {exc.reason}") from None

@@ -42,11 +42,10 @@ import logging
 from dataclasses import asdict, dataclass, fields
 from typing import Iterable, Mapping, Optional, Sequence
 
-import numpy as np
 import pandas as pd
 
 from probe.analyses.patterns.head_clusters import HeadClusters, HeadDivergenceAccumulator, clusters_from
-from probe.analyses.patterns.vocabulary import PROFILE, component_names, profile_role
+from probe.analyses.patterns.vocabulary import PROFILE, choose_rule, component_names, nearest_rule, profile_role
 from probe.analyses.patterns.role_features import (
     FEATURES,
     HeadFeatureAccumulator,
@@ -162,6 +161,10 @@ def _shares(features: pd.DataFrame, h: int) -> dict:
     return out
 
 
+def _chance(shares: dict) -> dict:
+    return {k: shares[k] for k in ("rare_chance", "punct_chance") if k in shares}
+
+
 def base_role(role: str) -> str:
     """``"syntactic (nsubj)"`` → ``"syntactic"``; ``"attends 35% [CLS], …"`` → ``"profile"``;
     other roles unchanged."""
@@ -267,45 +270,51 @@ def assign_roles(
     if missing:
         raise ValueError(f"feature table lacks columns {missing}; compute it with head_features()")
     rules = _rules(t)
-    vals = np.stack([features[f].to_numpy(dtype=float) for _, f, _ in rules], 1)  # [heads, rules]
-    thr = np.array([x for _, _, x in rules])
-    with np.errstate(invalid="ignore"):
-        cleared = np.nan_to_num(vals, nan=-np.inf) >= thr
-        rare = [i for i, (r, _, _) in enumerate(rules) if r == "rare-word"][0]
-        chance = features["rare_chance"].to_numpy(dtype=float)
-        cleared[:, rare] &= np.nan_to_num(vals[:, rare], nan=-np.inf) >= t.rare_over_chance * np.nan_to_num(chance)
-        margin = np.where(cleared, (vals - thr) / (1 - thr), -np.inf)
-    broad = [i for i, (r, _, _) in enumerate(rules) if r == "broad"][0]
-    peak = features["max_attention"].to_numpy(dtype=float)
-    by_peak = ~cleared[:, broad] & (np.nan_to_num(peak, nan=np.inf) <= t.broad_max_attention)
+    rule_t = {
+        "induction": t.induction,
+        "duplicate": t.duplicate,
+        "positional": t.positional,
+        "rare": t.rare_word,
+        "special": t.special,
+        "punctuation": t.punctuation,
+        "broad_entropy_ratio": t.broad_entropy_ratio,
+    }
+    punct_chance = features.attrs.get("punct_chance")
+    columns = [f for _, f, _ in rules] + ["max_attention", "rare_chance"]
     evidence = _evidence(features, syntax, coreference, t)
 
     roles, conf, why, also = [], [], [], []
     for h in range(len(features)):
-        names = [rules[i][0] for i in np.flatnonzero(cleared[h])]
-        if by_peak[h]:
-            names.append("broad")
+        shares = {c: float(features[c].iat[h]) for c in columns}
+        if punct_chance is not None:
+            shares["punct_chance"] = float(punct_chance)
+        # one rule for probe roles and the pattern claim (probe.analyses.patterns.vocabulary.choose_rule)
+        hit = choose_rule(shares, rule_t, t.rare_over_chance, broad_max_attention=t.broad_max_attention)
+        names = [
+            r
+            for r, f, _ in rules
+            if choose_rule({f: shares[f], **_chance(shares)}, rule_t, t.rare_over_chance) is not None
+        ]
         key = (int(features["layer"].iat[h]), int(features["head"].iat[h]))
         if key in evidence:
             role, c, w, _ = evidence[key]
-        elif cleared[h].any():
-            i = int(np.argmax(margin[h]))
-            role, feat, x = rules[i]
-            c = float(vals[h, i])
+        elif hit is not None and hit[1] == "max_attention":
+            role, c = "broad", 1.0 - hit[3]
+            w = f"max_attention={hit[3]:.3f} ≤ {t.broad_max_attention:g}"
+        elif hit is not None:
+            role, feat, x, c = hit
             w = f"{feat}={c:.3f} ≥ {x:g}"
-        elif by_peak[h]:
-            role, c = "broad", 1.0 - float(peak[h])
-            w = f"max_attention={peak[h]:.3f} ≤ {t.broad_max_attention:g}"
         else:
-            close = np.nan_to_num(vals[h] / thr, nan=0.0)
-            i = int(np.argmax(close))
-            c = float(max(0.0, 1.0 - close[i]))
+            near = nearest_rule(shares, rule_t, t.rare_over_chance)
+            c = float(max(0.0, 1.0 - near[3] / near[2])) if near is not None else 1.0
             role = profile_role(_shares(features, h), component_names())
             w = (
-                f"no rule cleared; closest {rules[i][0]}: {rules[i][1]}={vals[h, i]:.3f} < {thr[i]:g}"
-                if np.isfinite(vals[h, i])
+                f"no rule cleared; closest {near[0]}: {near[1]}={near[3]:.3f} < {near[2]:g}"
+                if near is not None
                 else "no rule cleared"
             )
+        if hit is not None and hit[1] == "max_attention":
+            names.append("broad")
         roles.append(role)
         conf.append(c)
         why.append(w)

@@ -50,8 +50,9 @@ def _sections_help() -> str:
     default="auto",
     show_default=True,
     help="metric of ablation, importance and claims: auto | loss (masked-LM loss on the sentence's own "
-    "tokens for an MLM, next-token loss for a causal LM, a zoo task's loss) | accuracy (zoo) | "
-    "embedding-drift; auto picks per model and prints the choice",
+    "tokens for an MLM, next-token loss for a causal LM, a zoo task's loss) | next-token-loss | accuracy "
+    "(zoo) | similarity-structure (sentence encoders) | embedding-drift; auto picks per model and prints "
+    "the choice; one that does not fit the model is refused before any forward, naming those that do",
 )
 @click.option(
     "--target",

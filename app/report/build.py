@@ -248,6 +248,7 @@ def build_report(
         ValueError: bad input (see :func:`probe.inputs.load_corpus`), unknown model or
             section, ``out`` exists without ``force``, nothing left to capture.
     """
+    from probe.analyses.common.objective import check_objective
     from probe.budget import DEFAULT_BUDGET, check_budget, format_size
     from probe.budget import memory_budget as budget_in_force
     from probe.capture import capture
@@ -285,6 +286,7 @@ def build_report(
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
+    check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
     overrides = _overrides(objective, target, max_model_examples)
     partial = PartialReport(
         out,

@@ -215,11 +215,10 @@ def _importance(data, layer, head, f) -> str:
 
 
 def _excluded() -> tuple:
-    try:
-        from .wiring import SYNTAX_EXCLUDED
-    except ImportError:
-        return ("punct", "all", "root")
-    return SYNTAX_EXCLUDED
+    """Relations the structure claim never states (punct, the pooled 'all', root)."""
+    from probe.analyses.claims import thresholds as T
+
+    return tuple(T.STRUCTURE_EXCLUDED)
 
 
 def _syntax(data, layer, head, f) -> str:

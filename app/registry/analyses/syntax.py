@@ -106,7 +106,8 @@ def section(ctx) -> Result:
 
     skipped = Skipped([])
     acc = relation_accuracy(word_graphs(ctx.maps, ctx.corpus.sentences, skipped=skipped)).with_all()
-    relations = acc.to_frame()
+    base = acc.baselines()[["relation", "baseline_offset", "baseline_accuracy"]]
+    relations = acc.to_frame().merge(base, on="relation", how="left")  # the index sorts it by the margin
     lo, hi = SYNTAX_MIN_COUNT
     floor = int(min(hi, max(lo, int(acc.counts.sum()) // 200)))
     best = acc.best(min_count=floor)
