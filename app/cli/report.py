@@ -10,6 +10,7 @@ from .numbers import integer
 from .common import (
     configure_progress,
     device_option,
+    engine_option,
     force_option,
     input_options,
     limit_option,
@@ -83,6 +84,14 @@ def _sections_help() -> str:
     help="keep each finished section beside OUT (.OUT.partial/) and resume a killed or failed run of "
     "the same command from them; --no-resume discards them and starts afresh",
 )
+@engine_option()
+@click.option(
+    "--kept-examples",
+    type=integer(min=1),
+    default=None,
+    help="with --engine stream|ray: examples captured whole for the pages and the sections that need "
+    "whole maps or gradients (default 128, stated in the report); the corpus statistics use every example",
+)
 @click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless --force)")
 @force_option
 @quiet_option
@@ -105,6 +114,10 @@ def report_cmd(
     stride,
     truncate,
     resume,
+    engine,
+    address,
+    workers,
+    kept_examples,
     out,
     force,
     quiet,
@@ -144,11 +157,16 @@ def report_cmd(
         window=window,
         stride=stride,
         truncate=truncate,
+        engine=engine,
+        workers=workers,
+        address=address,
+        kept_examples=kept_examples,
     )
     if not quiet:
         for o in data.outcomes:
             click.echo(f"  {o.name:<12} {o.status}" + (f": {o.reason}" if o.reason else ""))
-    click.echo(f"wrote {data.path}/index.html ({len(data.ctx.maps)} examples, {data.seconds:.0f}s)")
+    kept = "" if data.ctx.on_engine is None else f", {len(data.ctx.on_engine.corpus)} in the statistics"
+    click.echo(f"wrote {data.path}/index.html ({len(data.ctx.maps)} examples{kept}, {data.seconds:.0f}s)")
 
 
 COMMANDS = [report_cmd]

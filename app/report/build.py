@@ -213,6 +213,10 @@ def build_report(
     window: Optional[int] = None,
     stride: Optional[int] = None,
     truncate: bool = False,
+    engine: str = "local",
+    workers: int = 2,
+    address: Optional[str] = None,
+    kept_examples: Optional[int] = None,
 ) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
@@ -240,6 +244,11 @@ def build_report(
             sections (:mod:`.resume`); ``False`` discards it and starts afresh.
         progress: ``True`` for a capture bar and one line per section on stderr, or a
             callable ``progress(i, n, name)`` called before each section.
+        engine: ``local`` (every example's maps held), ``stream`` or ``ray``: the corpus
+            statistics (syntax, roles, the ablation sweep) streamed over the whole corpus
+            as accumulators, in this process or ``workers`` Ray actors (at ``address``),
+            and only the first ``kept_examples`` examples (default 128) captured whole
+            for the pages and the other sections (:mod:`.engine_sections`).
 
     Returns:
         :class:`ReportData`, with ``path`` set.
@@ -286,6 +295,9 @@ def build_report(
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     overrides = _overrides(objective, target, max_model_examples)
+    on_engine, full = None, corpus
+    if engine != "local":
+        on_engine, corpus = _on_engine(engine, workers, address, device, model, adapter, corpus, kept_examples)
     partial = PartialReport(
         out,
         fingerprint(
@@ -302,6 +314,7 @@ def build_report(
             window=window,
             stride=stride,
             truncate=truncate,
+            **({"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if on_engine else {}),
         ),
         fresh=not resume,
     )
@@ -328,6 +341,10 @@ def build_report(
     settings.update(_model_examples_setting(len(corpus), max_model_examples))
     if long_note:
         settings["long inputs"] = long_note
+    if on_engine is not None:
+        _engine_statistics(on_engine, batch_size, bool(progress))
+        settings["engine"] = on_engine.statement(len(corpus), [s.name for s in choose(sections)])
+        settings["engine seconds"] = round(on_engine.stats["seconds"], 2)
     ctx = ReportContext(
         adapter=adapter,
         corpus=corpus,
@@ -336,6 +353,7 @@ def build_report(
         overrides=overrides,
         echo=bool(progress),
         quiet=not progress,
+        on_engine=on_engine,
     )
     with budget_in_force(budget):
         data = analyse(
@@ -350,6 +368,40 @@ def build_report(
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
+
+
+def _on_engine(engine, workers, address, device, model, adapter, corpus, kept_examples) -> tuple:
+    """``(EngineRun, kept sample)`` of ``probe report --engine stream|ray``: the workers'
+    settings and the first ``kept_examples`` examples (default
+    :data:`.engine_sections.KEPT_EXAMPLES`), the only ones captured whole."""
+    from probe.app.engine import engine_settings
+
+    from .engine_sections import KEPT_EXAMPLES, EngineRun
+
+    run = engine_settings(engine, address, workers, device)
+    if run is None:
+        raise ValueError(f"unknown engine {engine!r}")
+    # ray: each actor loads the model from its spec; stream: this process's adapter
+    spec = (str(model) if model else adapter.name) if engine == "ray" else adapter
+    kept = min(len(corpus), kept_examples or KEPT_EXAMPLES)
+    sample = corpus.subset(range(kept)) if kept < len(corpus) else corpus
+    return EngineRun(engine, run, spec, corpus), sample
+
+
+def _engine_statistics(on_engine, batch_size: int, progress: bool) -> None:
+    """Stream the whole corpus once through the statistics' accumulators (in place)."""
+    import sys
+
+    from probe.app.engine.analyses import report_statistics
+
+    corpus = on_engine.corpus
+    treebank = bool(corpus.sentences) and all(s.heads for s in corpus.sentences)  # the sections' "treebank" need
+    if progress:
+        where = f"{on_engine.run.get('workers')} Ray workers" if on_engine.name == "ray" else "this process"
+        print(f"statistics of all {len(corpus)} examples on {where} …", file=sys.stderr, flush=True)
+    on_engine.stats = report_statistics(
+        on_engine.model, corpus, treebank=treebank, batch_size=batch_size, progress=progress, **on_engine.run
+    )
 
 
 def _unknown_summary(corpus, adapter) -> str:
