@@ -69,6 +69,12 @@ def _sections_help() -> str:
     "(default: the first 128, stated in the report)",
 )
 @click.option(
+    "--explained-examples",
+    type=click.IntRange(min=0),
+    default=None,
+    help="examples faithfulness explains; 0: every example (default: the first 16, stated in the report)",
+)
+@click.option(
     "--window",
     type=int,
     default=None,
@@ -110,6 +116,7 @@ def report_cmd(
     objective,
     target,
     max_model_examples,
+    explained_examples,
     window,
     stride,
     truncate,
@@ -153,6 +160,7 @@ def report_cmd(
         objective=objective,
         target=target,
         max_model_examples=max_model_examples,
+        explained_examples=explained_examples,
         resume=resume,
         window=window,
         stride=stride,

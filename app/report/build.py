@@ -209,6 +209,7 @@ def build_report(
     objective: Optional[str] = None,
     target: Optional[str] = None,
     max_model_examples: Optional[int] = None,
+    explained_examples: Optional[int] = None,
     resume: bool = True,
     window: Optional[int] = None,
     stride: Optional[int] = None,
@@ -294,7 +295,7 @@ def build_report(
     if not len(corpus):
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
-    overrides = _overrides(objective, target, max_model_examples)
+    overrides = _overrides(objective, target, max_model_examples, explained_examples)
     on_engine, full = None, corpus
     if engine != "local":
         on_engine, corpus = _on_engine(engine, workers, address, device, model, adapter, corpus, kept_examples)
@@ -338,12 +339,12 @@ def build_report(
         "memory budget": format_size(budget),
         "unknown tokens": _unknown_summary(corpus, adapter),
     }
-    settings.update(_model_examples_setting(len(corpus), max_model_examples))
+    settings.update(_model_examples_setting(len(full), max_model_examples, explained_examples))
     if long_note:
         settings["long inputs"] = long_note
     if on_engine is not None:
         _engine_statistics(on_engine, batch_size, bool(progress))
-        settings["engine"] = on_engine.statement(len(corpus), [s.name for s in choose(sections)])
+        settings.update(on_engine.statement(len(corpus), [s.name for s in choose(sections)]))
         settings["engine seconds"] = round(on_engine.stats["seconds"], 2)
     ctx = ReportContext(
         adapter=adapter,
@@ -464,9 +465,11 @@ def _longest(corpus, adapter) -> int:
     return max((len(x) for x in ids), default=1)
 
 
-def _overrides(objective, target, max_model_examples) -> dict:
+def _overrides(objective, target, max_model_examples, explained_examples=None) -> dict:
     """Section parameters set on the command line (``auto`` leaves the choice to the section)."""
     out: dict = {}
+    if explained_examples is not None:
+        out["explain_limit"] = explained_examples or None  # 0: every example
     if objective and objective != "auto":
         out["metric"] = objective
         out["objective"] = objective
@@ -477,17 +480,28 @@ def _overrides(objective, target, max_model_examples) -> dict:
     return out
 
 
-def _model_examples_setting(n: int, max_model_examples) -> dict:
-    """The cap of the model-running sections, stated on the index page and in summary.json."""
+def _model_examples_setting(n: int, max_model_examples, explained_examples=None) -> dict:
+    """The caps of the model-running sections, stated on the index page and in summary.json."""
+    from probe.app.registry import get
     from probe.app.registry.analyses._shared import MODEL_EXAMPLES
 
     cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
     if cap is None or n <= cap:
-        return {"model-run examples": f"all {n} (ablation, importance, claims)"}
-    return {
-        "model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
-        "(--max-model-examples 0 runs them on every example)"
-    }
+        out = {"model-run examples": f"all {n} (ablation, importance, claims)"}
+    else:
+        out = {
+            "model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
+            "(--max-model-examples 0 runs them on every example)"
+        }
+    default = get("faithfulness").report_params.get("explain_limit")
+    limit = default if explained_examples is None else (explained_examples or None)
+    if limit is None or n <= limit:
+        out["faithfulness examples"] = f"all {n}"
+    else:
+        out["faithfulness examples"] = (
+            f"the first {limit} of {n} explained (--explained-examples N changes it, 0 explains every example)"
+        )
+    return out
 
 
 def _is_rnn_zoo(model) -> bool:

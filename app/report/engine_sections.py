@@ -51,16 +51,18 @@ class EngineRun:
     seconds: dict = field(default_factory=dict)
 
     def statement(self, kept: int, sections) -> dict:
-        """The settings entry stated on the index page and in summary.json."""
-        local = [s for s in sections if s not in DISTRIBUTED]
+        """The settings entries stated on the index page and in summary.json."""
         n = len(self.corpus)
+        whole = [s for s in sections if s in ("syntax", "roles")]
+        local = [s for s in sections if s not in DISTRIBUTED]
+        where = f"{self.run.get('workers')} Ray workers" if self.name == "ray" else "one process, streamed"
+        parts = [f"{', '.join(whole)} on all {n} examples"] if whole else []
+        if "ablation" in sections:
+            parts.append("ablation on its model-run examples")
         return {
-            "engine": self.name + (f" ({self.run.get('workers')} workers)" if self.name == "ray" else ""),
-            "corpus examples": n,
-            "distributed (whole corpus)": [s for s in sections if s in ("syntax", "roles")]
-            + (["ablation (its model-run examples)"] if "ablation" in sections else []),
-            "kept sample": f"the first {kept} of {n} examples, captured whole (pages' figures, local sections)",
-            "local on the kept sample": local,
+            "engine": f"{self.name} ({where}): " + ("; ".join(parts) or "no section distributed"),
+            "kept sample": f"the first {kept} of {n} examples, captured whole (--kept-examples): the pages' "
+            "figures" + (f" and {', '.join(local)}, run on it alone" if local else ""),
         }
 
 
