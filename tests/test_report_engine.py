@@ -57,7 +57,7 @@ def local_summary(tmp_path_factory):
 def _check_against_local(got: dict, ref: dict, engine: str) -> None:
     assert _differences(got, ref) == []
     n_facts = sum(len(f) for h in ref["heads"] for f in h["facts"].values())
-    assert n_facts > 1000  # syntax, ablation and roles facts of all 48 heads were compared
+    assert n_facts > 1000  # syntax, ablation and roles facts of all 72 heads were compared
     for sa, sb in zip(got["sections"], ref["sections"], strict=True):
         assert sa["status"] == sb["status"] == "ran"
         assert sa["summary"] == sb["summary"] and sa["notes"] == sb["notes"], sa["name"]
