@@ -72,6 +72,13 @@ class ReportContext:
         return self.on_engine.model if self.on_engine is not None else getattr(self.adapter, "name", None)
 
     @property
+    def engine_cut(self) -> str:
+        """What the model-run cap left out of the whole corpus, for the notes (as locally)."""
+        cap = self.params.get("max_model_examples")
+        n = len(self.on_engine.corpus) if self.on_engine is not None else len(self.corpus)
+        return f" on the first {cap} of {n} examples" if cap and n > cap else ""
+
+    @property
     def input_corpus(self):
         """The examples an engine-run analysis (the ablation sweep) runs on: the whole
         corpus cut at the running section's model-run cap, as locally."""
