@@ -35,7 +35,7 @@ class ReportContext:
     """
 
     adapter: Optional[object]
-    corpus: object
+    corpus: Any
     maps: list
     settings: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
