@@ -8,6 +8,10 @@
 in 136 lines, the first line about 393 tokens (consecutive sentences joined), as
 ``probe report --file`` reads it: the case whose importance step once peaked at 18.9 GB.
 
+``--engine stream|ray`` (``--workers``, ``--kept-examples``) runs the corpus statistics
+as ``probe report --engine`` does (one streamed pass, here or on Ray actors) and captures
+only the kept sample.
+
 Prints wall and CPU seconds of loading, capture, each section and rendering, the peak
 RSS after each section (the process's high-water mark so far, so the section that raised it
 shows), and the ratio of the total to the budget (3 min on 2 cores). Writes the report to
@@ -38,6 +42,9 @@ def main():
     )
     ap.add_argument("--memory-budget", default="4G")
     ap.add_argument("--max-model-examples", type=int, default=None, help="0: every example")
+    ap.add_argument("--engine", default="local", choices=("local", "stream", "ray"))
+    ap.add_argument("--workers", type=int, default=2, help="Ray actors (--engine ray)")
+    ap.add_argument("--kept-examples", type=int, default=None, help="--engine stream|ray: maps held (default 128)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -75,18 +82,34 @@ def main():
     lengths = [len(x) for x in adapter.tokenizer(list(corpus.texts))["input_ids"]]
     print(f"{len(corpus)} examples, {sum(len(t.split()) for t in corpus.texts)} words, longest {max(lengths)} tokens")
     t, c = lap("load model + corpus", t, c)
+    on_engine = None
+    if args.engine != "local":
+        from probe.app.report.build import _engine_statistics, _on_engine
+
+        on_engine, corpus = _on_engine(
+            args.engine, args.workers, None, "cpu", "minilm", adapter, corpus, args.kept_examples
+        )
+        _engine_statistics(on_engine, 16, False)
+        t, c = lap(f"engine {args.engine} statistics ({len(on_engine.corpus)} examples)", t, c)
     maps = capture(
         adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None, progress=True
     )
     t, c = lap(f"capture ({len(maps)} examples)", t, c)
-    settings = {"model": "minilm", **_model_examples_setting(len(corpus), args.max_model_examples)}
+    n_all = len(on_engine.corpus) if on_engine is not None else len(corpus)
+    settings = {"model": "minilm", **_model_examples_setting(n_all, args.max_model_examples)}
     ctx = ReportContext(
         adapter=adapter,
         corpus=corpus,
         maps=maps,
         settings=settings,
         overrides=_overrides(None, None, args.max_model_examples),
+        on_engine=on_engine,
     )
+    if on_engine is not None:
+        from probe.app.report.sections import choose
+
+        chosen = choose(args.sections.split(",") if args.sections else None)
+        settings.update(on_engine.statement(len(corpus), [sec.name for sec in chosen]))
     rss = {}
 
     def progress(i, n, name):

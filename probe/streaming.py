@@ -107,6 +107,8 @@ class LayerBatch:
                     meta["truncated"] = True
                 if e.unaligned_words:
                     meta["unaligned_words"] = list(e.unaligned_words)
+                if e.absorbed_words:  # as probe.capture: words sharing the token that absorbed them
+                    meta["absorbed_words"] = [list(x) for x in e.absorbed_words]
                 self._maps.append(
                     AttentionMaps(
                         attentions=a[None],

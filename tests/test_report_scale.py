@@ -483,3 +483,15 @@ def test_report_options_reach_the_sections_that_declare_them():
     assert "--max-model-examples 0" in _model_examples_setting(2001, None)["model-run examples"]
     assert "first 128 of 2001" in _model_examples_setting(2001, None)["model-run examples"]
     assert _model_examples_setting(2001, 0)["model-run examples"].startswith("all 2001")
+
+
+def test_every_example_cap_is_stated_with_the_flag_that_lifts_it():
+    from probe.app.report.build import _model_examples_setting, _overrides
+
+    stated = _model_examples_setting(2001, None)
+    assert "first 16 of 2001" in stated["faithfulness examples"]
+    assert "--explained-examples N" in stated["faithfulness examples"]
+    assert _model_examples_setting(2001, None, 0)["faithfulness examples"] == "all 2001"
+    assert _model_examples_setting(10, None)["faithfulness examples"] == "all 10"
+    assert _overrides(None, None, None, 0) == {"explain_limit": None}
+    assert _overrides(None, None, None, 40) == {"explain_limit": 40}

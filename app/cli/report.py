@@ -10,6 +10,7 @@ from .numbers import integer
 from .common import (
     configure_progress,
     device_option,
+    engine_option,
     force_option,
     input_options,
     limit_option,
@@ -69,6 +70,12 @@ def _sections_help() -> str:
     "(default: the first 128, stated in the report)",
 )
 @click.option(
+    "--explained-examples",
+    type=click.IntRange(min=0),
+    default=None,
+    help="examples faithfulness explains; 0: every example (default: the first 16, stated in the report)",
+)
+@click.option(
     "--window",
     type=int,
     default=None,
@@ -83,6 +90,14 @@ def _sections_help() -> str:
     show_default=True,
     help="keep each finished section beside OUT (.OUT.partial/) and resume a killed or failed run of "
     "the same command from them; --no-resume discards them and starts afresh",
+)
+@engine_option()
+@click.option(
+    "--kept-examples",
+    type=integer(min=1),
+    default=None,
+    help="with --engine stream|ray: examples captured whole for the pages and the sections that need "
+    "whole maps or gradients (default 128, stated in the report); the corpus statistics use every example",
 )
 @click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless --force)")
 @force_option
@@ -102,10 +117,15 @@ def report_cmd(
     objective,
     target,
     max_model_examples,
+    explained_examples,
     window,
     stride,
     truncate,
     resume,
+    engine,
+    address,
+    workers,
+    kept_examples,
     out,
     force,
     quiet,
@@ -141,15 +161,21 @@ def report_cmd(
         objective=objective,
         target=target,
         max_model_examples=max_model_examples,
+        explained_examples=explained_examples,
         resume=resume,
         window=window,
         stride=stride,
         truncate=truncate,
+        engine=engine,
+        workers=workers,
+        address=address,
+        kept_examples=kept_examples,
     )
     if not quiet:
         for o in data.outcomes:
             click.echo(f"  {o.name:<12} {o.status}" + (f": {o.reason}" if o.reason else ""))
-    click.echo(f"wrote {data.path}/index.html ({len(data.ctx.maps)} examples, {data.seconds:.0f}s)")
+    kept = "" if data.ctx.on_engine is None else f", {len(data.ctx.on_engine.corpus)} in the statistics"
+    click.echo(f"wrote {data.path}/index.html ({len(data.ctx.maps)} examples{kept}, {data.seconds:.0f}s)")
 
 
 COMMANDS = [report_cmd]

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 from .jobs import AblateJob, StoreJob, StreamJob
 from .run import CorpusItem, run_job
 
-__all__ = ["roles", "syntax", "coref", "ablate", "capture", "corpus_items"]
+__all__ = ["roles", "syntax", "coref", "ablate", "capture", "corpus_items", "report_statistics"]
 
 
 def corpus_items(corpus) -> list:
@@ -247,3 +247,42 @@ def capture(
             **run,
         )
     return Store(out)
+
+
+def report_statistics(model, corpus, *, treebank: bool, batch_size: int = 16, **run) -> dict:
+    """The report's corpus statistics in one streamed pass (``probe report --engine``):
+    the roles' head features (token and word level) and punctuation share, and, on a
+    treebank, the syntax section's relation counts (Clark et al. 2019), over every
+    example of ``corpus`` (a fitted :class:`probe.inputs.Corpus`), in this process or
+    Ray's workers (``run``: :func:`probe.app.engine.run_job` settings).
+
+    Returns:
+        ``{"token", "word"}``: head-feature tables ``[layer × head rows]``;
+        ``"n_examples"``; ``"punct_chance"``: float; ``"relations"``: the
+        :class:`probe.analyses.structure.syntax.RelationAccuracy` (``None`` without a
+        treebank); ``"skipped"``: rows ``(index, sent_id, line, reason)`` of sentences
+        whose words could not be aligned; ``"long"``: ``[(index, n_tokens)]`` left out;
+        ``"seconds"``: wall time of the pass.
+    """
+    from probe.analyses.common.accumulate import PunctuationShare
+    from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
+    from probe.analyses.structure.streaming import LayerwiseRelations
+
+    t0 = time.perf_counter()
+    items = list(corpus.sentences) if treebank else corpus_items(corpus)
+    accs = [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), PunctuationShare()]
+    if treebank:
+        accs.append(LayerwiseRelations())
+    merged, long = _stream(model, items, accs, run, batch_size)
+    token, word, punct = merged[:3]
+    relations = merged[3] if treebank else None
+    return {
+        "token": token.result(),
+        "word": word.result(),
+        "n_examples": token.n_examples,
+        "punct_chance": punct.result(),
+        "relations": relations.result() if relations is not None else None,
+        "skipped": list(relations.skipped) if relations is not None else [],
+        "long": long,
+        "seconds": time.perf_counter() - t0,
+    }

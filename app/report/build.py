@@ -209,10 +209,15 @@ def build_report(
     objective: Optional[str] = None,
     target: Optional[str] = None,
     max_model_examples: Optional[int] = None,
+    explained_examples: Optional[int] = None,
     resume: bool = True,
     window: Optional[int] = None,
     stride: Optional[int] = None,
     truncate: bool = False,
+    engine: str = "local",
+    workers: int = 2,
+    address: Optional[str] = None,
+    kept_examples: Optional[int] = None,
 ) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
@@ -240,6 +245,11 @@ def build_report(
             sections (:mod:`.resume`); ``False`` discards it and starts afresh.
         progress: ``True`` for a capture bar and one line per section on stderr, or a
             callable ``progress(i, n, name)`` called before each section.
+        engine: ``local`` (every example's maps held), ``stream`` or ``ray``: the corpus
+            statistics (syntax, roles, the ablation sweep) streamed over the whole corpus
+            as accumulators, in this process or ``workers`` Ray actors (at ``address``),
+            and only the first ``kept_examples`` examples (default 128) captured whole
+            for the pages and the other sections (:mod:`.engine_sections`).
 
     Returns:
         :class:`ReportData`, with ``path`` set.
@@ -287,7 +297,10 @@ def build_report(
         raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
-    overrides = _overrides(objective, target, max_model_examples)
+    overrides = _overrides(objective, target, max_model_examples, explained_examples)
+    on_engine, full = None, corpus
+    if engine != "local":
+        on_engine, corpus = _on_engine(engine, workers, address, device, model, adapter, corpus, kept_examples)
     partial = PartialReport(
         out,
         fingerprint(
@@ -304,6 +317,7 @@ def build_report(
             window=window,
             stride=stride,
             truncate=truncate,
+            **({"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if on_engine else {}),
         ),
         fresh=not resume,
     )
@@ -327,9 +341,13 @@ def build_report(
         "memory budget": format_size(budget),
         "unknown tokens": _unknown_summary(corpus, adapter),
     }
-    settings.update(_model_examples_setting(len(corpus), max_model_examples))
+    settings.update(_model_examples_setting(len(full), max_model_examples, explained_examples))
     if long_note:
         settings["long inputs"] = long_note
+    if on_engine is not None:
+        _engine_statistics(on_engine, batch_size, bool(progress))
+        settings.update(on_engine.statement(len(corpus), [s.name for s in choose(sections)]))
+        settings["engine seconds"] = round(on_engine.stats["seconds"], 2)
     ctx = ReportContext(
         adapter=adapter,
         corpus=corpus,
@@ -338,6 +356,7 @@ def build_report(
         overrides=overrides,
         echo=bool(progress),
         quiet=not progress,
+        on_engine=on_engine,
     )
     with budget_in_force(budget):
         data = analyse(
@@ -352,6 +371,40 @@ def build_report(
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
+
+
+def _on_engine(engine, workers, address, device, model, adapter, corpus, kept_examples) -> tuple:
+    """``(EngineRun, kept sample)`` of ``probe report --engine stream|ray``: the workers'
+    settings and the first ``kept_examples`` examples (default
+    :data:`.engine_sections.KEPT_EXAMPLES`), the only ones captured whole."""
+    from probe.app.engine import engine_settings
+
+    from .engine_sections import KEPT_EXAMPLES, EngineRun
+
+    run = engine_settings(engine, address, workers, device)
+    if run is None:
+        raise ValueError(f"unknown engine {engine!r}")
+    # ray: each actor loads the model from its spec; stream: this process's adapter
+    spec = (str(model) if model else adapter.name) if engine == "ray" else adapter
+    kept = min(len(corpus), kept_examples or KEPT_EXAMPLES)
+    sample = corpus.subset(range(kept)) if kept < len(corpus) else corpus
+    return EngineRun(engine, run, spec, corpus), sample
+
+
+def _engine_statistics(on_engine, batch_size: int, progress: bool) -> None:
+    """Stream the whole corpus once through the statistics' accumulators (in place)."""
+    import sys
+
+    from probe.app.engine.analyses import report_statistics
+
+    corpus = on_engine.corpus
+    treebank = bool(corpus.sentences) and all(s.heads for s in corpus.sentences)  # the sections' "treebank" need
+    if progress:
+        where = f"{on_engine.run.get('workers')} Ray workers" if on_engine.name == "ray" else "this process"
+        print(f"statistics of all {len(corpus)} examples on {where} …", file=sys.stderr, flush=True)
+    on_engine.stats = report_statistics(
+        on_engine.model, corpus, treebank=treebank, batch_size=batch_size, progress=progress, **on_engine.run
+    )
 
 
 def _unknown_summary(corpus, adapter) -> str:
@@ -414,9 +467,11 @@ def _longest(corpus, adapter) -> int:
     return max((len(x) for x in ids), default=1)
 
 
-def _overrides(objective, target, max_model_examples) -> dict:
+def _overrides(objective, target, max_model_examples, explained_examples=None) -> dict:
     """Section parameters set on the command line (``auto`` leaves the choice to the section)."""
     out: dict = {}
+    if explained_examples is not None:
+        out["explain_limit"] = explained_examples or None  # 0: every example
     if objective and objective != "auto":
         out["metric"] = objective
         out["objective"] = objective
@@ -427,17 +482,28 @@ def _overrides(objective, target, max_model_examples) -> dict:
     return out
 
 
-def _model_examples_setting(n: int, max_model_examples) -> dict:
-    """The cap of the model-running sections, stated on the index page and in summary.json."""
+def _model_examples_setting(n: int, max_model_examples, explained_examples=None) -> dict:
+    """The caps of the model-running sections, stated on the index page and in summary.json."""
+    from probe.app.registry import get
     from probe.app.registry.analyses._shared import MODEL_EXAMPLES
 
     cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
     if cap is None or n <= cap:
-        return {"model-run examples": f"all {n} (ablation, importance, claims)"}
-    return {
-        "model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
-        "(--max-model-examples 0 runs them on every example)"
-    }
+        out = {"model-run examples": f"all {n} (ablation, importance, claims)"}
+    else:
+        out = {
+            "model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
+            "(--max-model-examples 0 runs them on every example)"
+        }
+    default = get("faithfulness").report_params.get("explain_limit")
+    limit = default if explained_examples is None else (explained_examples or None)
+    if limit is None or n <= limit:
+        out["faithfulness examples"] = f"all {n}"
+    else:
+        out["faithfulness examples"] = (
+            f"the first {limit} of {n} explained (--explained-examples N changes it, 0 explains every example)"
+        )
+    return out
 
 
 def _is_rnn_zoo(model) -> bool:

@@ -4,7 +4,7 @@ representative sentences."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -35,7 +35,7 @@ class ReportContext:
     """
 
     adapter: Optional[object]
-    corpus: object
+    corpus: Any
     maps: list
     settings: dict = field(default_factory=dict)
     results: dict = field(default_factory=dict)
@@ -51,12 +51,42 @@ class ReportContext:
     overrides: dict = field(default_factory=dict)
     #: print the choices made for the user (:meth:`say`) as they are made
     echo: bool = False
+    #: ``probe report --engine stream|ray``: the whole corpus and its streamed statistics
+    #: (:class:`probe.app.report.engine_sections.EngineRun`); ``maps``/``corpus`` are then
+    #: the kept sample. ``None``: every example's maps are held (``--engine local``).
+    on_engine: Optional[Any] = None
 
     @property
-    def engine_run(self) -> None:
-        """The report runs its sections in this process (``probe report`` has no ``--engine``:
-        it keeps every example's maps for its pages), so analyses take their local path."""
-        return None
+    def engine(self) -> str:
+        return self.on_engine.name if self.on_engine is not None else "local"
+
+    @property
+    def engine_run(self) -> Optional[dict]:
+        """:func:`probe.app.engine.run_job` settings when the report runs on an engine
+        (analyses with an engine path, e.g. the ablation sweep, take it), else ``None``."""
+        return self.on_engine.run if self.on_engine is not None else None
+
+    @property
+    def model(self):
+        """What the engine's workers load (a spec; the adapter itself for ``stream``)."""
+        return self.on_engine.model if self.on_engine is not None else getattr(self.adapter, "name", None)
+
+    @property
+    def engine_cut(self) -> str:
+        """What the model-run cap left out of the whole corpus, for the notes (as locally)."""
+        cap = self.params.get("max_model_examples")
+        n = len(self.on_engine.corpus) if self.on_engine is not None else len(self.corpus)
+        return f" on the first {cap} of {n} examples" if cap and n > cap else ""
+
+    @property
+    def input_corpus(self):
+        """The examples an engine-run analysis (the ablation sweep) runs on: the whole
+        corpus cut at the running section's model-run cap, as locally."""
+        from .engine_sections import model_run_corpus
+
+        if self.on_engine is None:
+            return self.corpus
+        return model_run_corpus(self, self.params.get("max_model_examples"))
 
     def say(self, line: str) -> None:
         """A line for people (a choice made for the user, e.g. the objective): logged, kept

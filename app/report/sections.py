@@ -133,6 +133,10 @@ def run_section(ctx, sec) -> Result:
     params.update({k: v for k, v in (getattr(ctx, "overrides", None) or {}).items() if k in params})
     ctx.params = params
     fn = sec.section if callable(sec.section) else sec.run
+    if getattr(ctx, "on_engine", None) is not None:  # probe report --engine: statistics of the whole corpus
+        from .engine_sections import engine_section
+
+        fn = engine_section(sec.name) or fn
     return fn(ctx)
 
 

@@ -21,9 +21,10 @@ def run(ctx) -> Result:
 
         if any(p["group"]):
             raise InputError(f"--group runs with --engine local, not --engine {ctx.engine}")
-        corpus, cut, model = ctx.input_corpus, "", ctx.model
+        corpus, cut = ctx.input_corpus, getattr(ctx, "engine_cut", "")
+        model = getattr(ctx.model, "name", ctx.model)  # the report's stream engine runs its loaded adapter
         res = on_engine.ablate(
-            model,
+            ctx.model,
             corpus,
             p["metric"],
             p["mode"],

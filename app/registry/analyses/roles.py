@@ -179,18 +179,30 @@ def run(ctx) -> Result:
 def section(ctx) -> Result:
     """The report's variant: roles from the maps already captured, with the syntax
     section's best heads as evidence when it ran."""
-    from probe.analyses.patterns.roles import head_roles, role_counts
+    from probe.analyses.patterns.roles import head_roles
 
+    return section_from(ctx, head_roles(ctx.maps, syntax=syntax_evidence(ctx)), len(ctx.maps))
+
+
+def syntax_evidence(ctx):
+    """The syntax section's best heads (non-syntactic relations left out), or ``None``."""
     syntax = ctx.results.get("syntax")
     best = syntax.tables.get("best") if syntax else None
     if best is not None:
         best = best[~best["relation"].isin(NOT_SYNTACTIC)]
-    roles = head_roles(ctx.maps, syntax=best)
+    return best
+
+
+def section_from(ctx, roles, n_examples: int) -> Result:
+    """The roles section of a roles table however it was fitted (from the kept maps, or
+    from head features streamed on an engine: ``probe report --engine``)."""
+    from probe.analyses.patterns.roles import role_counts
+
     cols = [c for c in ROLE_FACTS if c in roles.columns]
     counts = role_counts(roles)
     notes = ["heads per role: " + ", ".join(f"{r} {n}" for r, n in zip(counts["role"], counts["heads"]))]
-    if len(ctx.maps) < 100:
-        notes.append(f"roles estimated from {len(ctx.maps)} examples (fewer than 100: unstable)")
+    if n_examples < 100:
+        notes.append(f"roles estimated from {n_examples} examples (fewer than 100: unstable)")
     return Result(
         tables={"roles": roles, "role_counts": counts},
         per_head=roles[["layer", "head"] + cols],

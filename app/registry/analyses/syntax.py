@@ -105,7 +105,14 @@ def section(ctx) -> Result:
     from probe.analyses.structure.word_graph import Skipped, word_graphs
 
     skipped = Skipped([])
-    acc = relation_accuracy(word_graphs(ctx.maps, ctx.corpus.sentences, skipped=skipped)).with_all()
+    return section_from(relation_accuracy(word_graphs(ctx.maps, ctx.corpus.sentences, skipped=skipped)), skipped)
+
+
+def section_from(accuracy, skipped) -> Result:
+    """The syntax section of relation counts however they were made (from the kept maps,
+    or streamed on an engine: ``probe report --engine``); ``skipped``: a
+    :class:`probe.analyses.structure.word_graph.Skipped`."""
+    acc = accuracy.with_all()
     base = acc.baselines()[["relation", "baseline_offset", "baseline_accuracy"]]
     relations = acc.to_frame().merge(base, on="relation", how="left")  # the index sorts it by the margin
     lo, hi = SYNTAX_MIN_COUNT

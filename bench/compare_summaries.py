@@ -1,0 +1,52 @@
+"""Compare two reports' summary.json, fact by fact: ``python bench/compare_summaries.py A B``.
+
+Prints, per section, whether its status, summary and notes agree, and counts the per-head
+facts (every section's per-head columns) that differ (floats beyond 1e-6, relative or
+absolute; other values when unequal) and the verdicts that differ. Exit status 1 when any
+fact differs. Used for ``probe report --engine local`` against ``--engine ray``
+(docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def differences(a: dict, b: dict) -> list:
+    out = []
+    for ha, hb in zip(a["heads"], b["heads"], strict=True):
+        for sec in sorted(set(ha["facts"]) | set(hb["facts"])):
+            fa, fb = ha["facts"].get(sec, {}), hb["facts"].get(sec, {})
+            for k in sorted(set(fa) | set(fb)):
+                va, vb = fa.get(k), fb.get(k)
+                same = (
+                    math.isclose(va, vb, rel_tol=1e-6, abs_tol=1e-6)
+                    if isinstance(va, float) and isinstance(vb, float)
+                    else va == vb
+                )
+                if not same:
+                    out.append((ha["layer"], ha["head"], sec, k, va, vb))
+    return out
+
+
+def main(argv) -> int:
+    a, b = (json.loads((Path(p) / "summary.json").read_text(encoding="utf-8")) for p in argv[1:3])
+    for sa, sb in zip(a["sections"], b["sections"]):
+        print(
+            f"{sa['name']:<14} {sa['status']}/{sb['status']}  summary {'same' if sa['summary'] == sb['summary'] else 'DIFFERS'}"
+            f"  notes {'same' if sa['notes'] == sb['notes'] else 'DIFFER'}"
+        )
+    diff = differences(a, b)
+    n = sum(len(f) for h in a["heads"] for f in h["facts"].values())
+    verdicts = sum(ha["verdict"] != hb["verdict"] for ha, hb in zip(a["heads"], b["heads"]))
+    for row in diff[:20]:
+        print("differs:", *row)
+    print(f"{n} per-head facts compared, {len(diff)} differ (1e-6); {verdicts} of {len(a['heads'])} verdicts differ")
+    return 1 if diff else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
