@@ -22,11 +22,11 @@ from typing import Optional, Sequence
 import torch
 
 from .attention_interface import choose_path
-from .edits import Edit, SiteContext
+from .edits import WEIGHT_MODES, Edit, ReplaceWeights, SiteContext, allowed_keys
 from .models.sites import Site
 from .trace import Trace, TraceView
 
-WEIGHT_MODES = ("uniform", "permute", "given")
+__all__ = ["WEIGHT_MODES", "AttentionEdit", "AttentionReweighting", "LayerWeights", "allowed_keys", "new_weights"]
 
 
 @dataclass(frozen=True)
@@ -43,35 +43,11 @@ class AttentionEdit:
     seed: int = 0
 
 
-def allowed_keys(weights: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """Bool ``[batch, query, key]``: keys the additive mask leaves open (all when None)."""
-    b, _, q, k = weights.shape
-    if mask is None:
-        return torch.ones(b, q, k, dtype=torch.bool, device=weights.device)
-    m = mask[..., :k]
-    open_ = m > torch.finfo(m.dtype).min / 2 if m.is_floating_point() else m.bool()
-    return open_[:, 0].expand(b, q, k)
-
-
 def new_weights(edit: AttentionEdit, alpha: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """The replacement ``[batch, query, key]`` of one head's weights ``alpha``."""
-    if edit.mode == "uniform":
-        a = allowed.to(alpha.dtype)
-        return a / a.sum(-1, keepdim=True).clamp(min=1)
-    if edit.mode == "permute":
-        gen = torch.Generator(device="cpu").manual_seed(edit.seed)
-        r = torch.rand(alpha.shape, generator=gen).to(alpha.device)
-        r = r.masked_fill(~allowed, 2.0)
-        target = r.argsort(-1)  # allowed keys in random order, then the closed ones
-        source = (~allowed).to(torch.int8).argsort(dim=-1, stable=True)  # allowed keys in order
-        return torch.zeros_like(alpha).scatter_(-1, target, alpha.gather(-1, source))
-    v = edit.value.to(alpha.dtype).to(alpha.device)  # type: ignore[union-attr]  # AttentionEdit checks on construction that "set" carries weights
-    if v.shape[-2:] != alpha.shape[-2:]:
-        raise ValueError(
-            f"given weights for head ({edit.layer}, {edit.head}) have shape "
-            f"{tuple(v.shape)}; the head's weights are [batch, {alpha.shape[-2]}, {alpha.shape[-1]}]"
-        )
-    return v.expand_as(alpha)
+    """The replacement ``[batch, query, key]`` of one head's weights ``alpha``
+    (:meth:`probe.edits.ReplaceWeights.replacement`)."""
+    replace = ReplaceWeights(head=edit.head, mode=edit.mode, weights=edit.value, seed=edit.seed)
+    return replace.replacement(alpha, allowed, SiteContext("", "pattern", edit.layer, "", 1))
 
 
 @dataclass(frozen=True)

@@ -136,8 +136,7 @@ def recovery_curve(
     Raises:
         ValueError: ``share`` outside (0, 1], a post-LN model, an empty graph cut.
     """
-    if not 0 < share <= 1:
-        raise ValueError(f"share must be in (0, 1], got {share}")
+    check_share(share)
     order = scores.reindex(scores["effect"].abs().sort_values(ascending=False, kind="stable").index)
     ranking = [
         check_edge(
@@ -151,17 +150,22 @@ def recovery_curve(
     values = circuit_objective(
         adapter, clean, corrupted, metric, [ranking[:k] for k in sizes] + [graph], graph, batch_size=batch_size
     )
-    full = float(values[-1])
-    empty_graph = circuit_objective(adapter, clean, corrupted, metric, [[]], graph, batch_size=batch_size)[0]
-    faith = faithfulness(values[:-1], full, float(empty_graph))
-    curve = pd.DataFrame({"n_edges": sizes, "objective": values[:-1], "faithfulness": faith})
+    full, empty = float(values[-1]), float(values[0])  # sizes start at 0: the empty circuit
+    curve, circuit = curve_of("n_edges", sizes, values[:-1], full, empty, ranking, share)
+    return CircuitCurve(curve=curve, ranking=tuple(ranking), circuit=circuit, share=share, full=full, empty=empty)
+
+
+def check_share(share: float) -> None:
+    """``ValueError`` unless ``0 < share <= 1``."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+
+
+def curve_of(unit: str, sizes, values, full: float, empty: float, ranking: Sequence, share: float) -> tuple:
+    """``(curve, circuit)``: the table ``unit, objective, faithfulness`` of circuits of
+    ``sizes`` with objective ``values``, and the shortest prefix of ``ranking`` reaching
+    ``share`` (all of it if none does)."""
+    curve = pd.DataFrame({unit: sizes, "objective": values, "faithfulness": faithfulness(values, full, empty)})
     hit = curve.index[curve["faithfulness"] >= share]
-    k = int(curve.loc[hit[0], "n_edges"]) if len(hit) else len(ranking)
-    return CircuitCurve(
-        curve=curve,
-        ranking=tuple(ranking),
-        circuit=tuple(ranking[:k]),
-        share=share,
-        full=full,
-        empty=float(empty_graph),
-    )
+    k = int(curve.loc[hit[0], unit]) if len(hit) else len(ranking)
+    return curve, tuple(ranking[:k])

@@ -38,7 +38,7 @@ from probe.analyses.necessity.patching import paired_batches
 
 from probe.paths import HeadOutputOverride, head_sites, site_name
 
-from .discovery import faithfulness
+from .discovery import CircuitCurve, check_share, curve_of
 from .path_patching import MAX_ROWS, chunks, repeat_ref, record_head_outputs
 
 __all__ = ["HeadCurve", "head_circuit_objective", "head_recovery_curve", "node_scores"]
@@ -106,7 +106,7 @@ def head_circuit_objective(
 
 
 @dataclass(frozen=True)
-class HeadCurve:
+class HeadCurve(CircuitCurve):
     """Recovered share vs number of kept heads.
 
     Attributes:
@@ -114,17 +114,7 @@ class HeadCurve:
             added; circuit: the shortest prefix reaching ``share``; nodes: :func:`node_scores`.
     """
 
-    curve: pd.DataFrame
-    ranking: tuple
-    circuit: tuple
-    share: float
-    full: float
-    empty: float
     nodes: pd.DataFrame
-
-    @property
-    def reached(self) -> bool:
-        return bool((self.curve["faithfulness"] >= self.share).any())
 
 
 def head_recovery_curve(
@@ -144,8 +134,7 @@ def head_recovery_curve(
     Raises:
         ValueError: ``share`` outside (0, 1], a graph whose full cut changes nothing.
     """
-    if not 0 < share <= 1:
-        raise ValueError(f"share must be in (0, 1], got {share}")
+    check_share(share)
     nodes = node_scores(adapter, scores)
     every = [(l, h) for l in range(len(head_sites(adapter))) for h in range(adapter.n_heads)]
     scored = nodes.reindex(nodes["score"].abs().sort_values(ascending=False, kind="stable").index)
@@ -156,16 +145,7 @@ def head_recovery_curve(
         adapter, clean, corrupted, metric, [ranking[:k] for k in sizes], batch_size=batch_size
     )
     full, empty = float(values[-1]), float(values[0])
-    faith = faithfulness(values, full, empty)
-    curve = pd.DataFrame({"n_heads": sizes, "objective": values, "faithfulness": faith})
-    hit = curve.index[curve["faithfulness"] >= share]
-    k = int(curve.loc[hit[0], "n_heads"]) if len(hit) else len(ranking)
+    curve, circuit = curve_of("n_heads", sizes, values, full, empty, ranking, share)
     return HeadCurve(
-        curve=curve,
-        ranking=tuple(ranking),
-        circuit=tuple(ranking[:k]),
-        share=share,
-        full=full,
-        empty=empty,
-        nodes=nodes,
+        curve=curve, ranking=tuple(ranking), circuit=circuit, share=share, full=full, empty=empty, nodes=nodes
     )
