@@ -40,7 +40,7 @@ def main():
         metavar="CONLLU",
         help="the 136-line document built from this treebank's text, read as --file",
     )
-    ap.add_argument("--memory-budget", default="4G")
+    ap.add_argument("--memory-budget", default="2G")
     ap.add_argument("--max-model-examples", type=int, default=None, help="0: every example")
     ap.add_argument("--engine", default="local", choices=("local", "stream", "ray"))
     ap.add_argument("--workers", type=int, default=2, help="Ray actors (--engine ray)")
@@ -112,8 +112,11 @@ def main():
         settings.update(on_engine.statement(len(corpus), [sec.name for sec in chosen]))
     rss = {}
 
+    cpu_at = {}  # section -> process CPU seconds when it started
+
     def progress(i, n, name):
         rss[name.split(" ")[0]] = _peak_mib()
+        cpu_at[name.split(" ")[0]] = time.process_time()
         print(
             f"[{i + 1}/{n}] {name} at {time.perf_counter() - t0:.0f}s, peak RSS so far {rss[name.split(' ')[0]]:.0f} "
             "MiB",
@@ -127,6 +130,11 @@ def main():
     for j, name in enumerate(names):
         later = [rss[m] for m in names[j + 1 :] if m in rss]
         after[name] = later[0] if later else _peak_mib()
+    cpu_end = time.process_time()
+    cpu_of = {}  # section -> CPU seconds (this process's threads; the next section's start, or the end)
+    for j, name in enumerate(names):
+        later = [cpu_at[m] for m in names[j + 1 :] if m in cpu_at]
+        cpu_of[name] = (later[0] if later else cpu_end) - cpu_at[name] if name in cpu_at else 0.0
     t, c = lap("sections", t, c)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "report"
     write_report(data, out, force=True)
@@ -137,7 +145,8 @@ def main():
         print(f"{name:<36} {w:8.1f}s wall {cpu:8.1f}s cpu")
     for o in data.outcomes:
         print(
-            f"  section {o.name:<14} {o.status:<8} {o.seconds:8.1f}s  peak RSS so far {after[o.name]:6.0f} MiB  "
+            f"  section {o.name:<14} {o.status:<8} {o.seconds:8.1f}s wall {cpu_of[o.name]:7.1f}s cpu  "
+            f"peak RSS so far {after[o.name]:6.0f} MiB  "
             f"{o.reason}"
         )
     peak = _peak_mib()

@@ -46,7 +46,7 @@ __all__ = [
 GiB = 1 << 30
 MiB = 1 << 20
 #: default budget of the whole process: fits a 16 GB laptop with room for everything else
-DEFAULT_BUDGET = 4 * GiB
+DEFAULT_BUDGET = 2 * GiB
 #: share of the budget one forward's activations may use
 WORKSPACE_FRACTION = 1 / 8
 #: measured on MiniLM with gradients (see the module docstring), rounded up

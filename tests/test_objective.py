@@ -197,3 +197,53 @@ def test_removal_modes_differ_and_zero_matches_its_definition(minilm, sample):
     assert all(np.all(h >= -1e-9) or h.mean() > 0 for h in sweep.harm.values())
     assert not np.allclose(sweep.harm["mean"], sweep.harm["zero"])
     assert sweep.measures["mean"]["neighbour_changed"].shape == (1, 10)
+
+
+def test_ablation_values_read_from_the_claims_removals_equal_their_own_sweep(minilm, sample):
+    """The report's ablation section reads its per-head values from the claims' removal
+    sweep (same heads, examples, mode) instead of running the forwards again: the
+    embedding drift of a mean-pooled similarity-structure sweep equals the zero-ablation
+    sweep of ``embedding-drift`` run on its own."""
+    from probe.analyses.claims.removal import derives, removal_sweep, single_head_values
+    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.necessity.ablation import sweep_heads
+
+    heads = [(5, 10), (0, 2), (3, 1)]
+    obj, _ = resolve_objective("auto", minilm, sample)
+    assert derives(obj, "embedding-drift") and not derives(obj, "loss")
+    for mode in ("zero", "mean"):
+        sweep = removal_sweep(minilm, sample, obj, units=heads, modes=(mode,))
+        clean, ablated = single_head_values(sweep, "embedding-drift", mode)
+        own = sweep_heads(minilm, sample, "embedding-drift", mode, heads)
+        assert np.allclose(clean, own.clean, atol=1e-6)
+        assert np.allclose(ablated, own.ablated, atol=2e-5), mode
+        assert ablated[0].mean() > 0.01  # L5H10 moves the embedding: not a vacuous match
+
+
+def test_claims_reuse_a_sweep_without_running_its_mode_again(minilm, sample):
+    """``removal_sweep(reuse=…)`` takes the modes an earlier sweep of the same heads,
+    examples and objective measured (the same harms) and runs only the others: fewer
+    model forwards. Another corpus is not reused."""
+    from probe.analyses.claims.removal import removal_sweep
+
+    heads = [(5, 10), (1, 3)]
+    calls = []
+    model = minilm.model
+    hook = model.register_forward_pre_hook(lambda m, a: calls.append(1))
+    try:
+        zero = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("zero",))
+        calls.clear()
+        both = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("zero", "mean"))
+        fresh = len(calls)
+        calls.clear()
+        reused = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("zero", "mean"), reuse=zero)
+        fewer = len(calls)
+        other = sample.subset(range(8), reason="test")
+        calls.clear()
+        removal_sweep(minilm, other, "similarity-structure", units=heads, modes=("zero",), reuse=zero)
+        not_reused = len(calls)
+    finally:
+        hook.remove()
+    assert fewer < fresh and not_reused > 0
+    for mode in ("zero", "mean"):
+        assert np.allclose(reused.harm[mode], both.harm[mode], atol=1e-6), mode

@@ -51,6 +51,50 @@ def test_length_groups_cover_corpus_and_shrink_for_long_inputs(tiny_models):
         assert len(groups) == 2 and sorted(groups[1]) == [0, 2, 4, 5]
 
 
+def test_batches_by_length_cover_the_corpus_once_with_less_padding(tiny_models):
+    """Length-sorted batches: every example once, batches of similar length (longest
+    first), fewer padded tokens than corpus order on a corpus of mixed lengths."""
+    from probe.analyses.common.metrics import get_metric
+    from probe.inputs import Corpus
+
+    a = tiny_models["bert"]
+    texts = tuple(" ".join(["word"] * n) + " ." for n in (3, 40, 5, 38, 4, 36, 6, 41, 2))
+    corpus = Corpus(texts=texts, source="texts")
+    m = get_metric("embedding-drift", a, corpus)
+
+    def padded(by_length):
+        idx, total = [], 0
+        for i, b in m.batches(a, corpus, 3, by_length=by_length):
+            idx += list(i)
+            total += b.inputs["input_ids"].numel()
+        return idx, total
+
+    order, sorted_tokens = padded(True)
+    plain, plain_tokens = padded(False)
+    assert sorted(order) == plain == list(range(len(texts)))
+    assert [len(texts[i]) for i in order] == sorted((len(t) for t in texts), reverse=True)
+    assert sorted_tokens < 0.75 * plain_tokens  # 270 vs 384 here
+
+
+def test_permutations_split_over_forwards_under_a_small_budget(checkpoints):
+    """Permutation forwards are sized by the budget (no gradients): under a budget that
+    holds 3 rows of the longest input, its 8 permutations run in 3 forwards, shorter
+    inputs share forwards, and identity permutations still change nothing."""
+    from probe.analyses.common.targets import parse_target
+    from probe.analyses.explanation.counterfactual import _permutation_groups, permutation_effects
+    from probe.budget import memory_budget, row_bytes
+    from probe.models import load_model
+
+    a = load_model(f"hf:{checkpoints['gpt2']}")
+    with memory_budget(int(8 * row_bytes(a, 60, grad=False) * 3.5)):
+        groups = _permutation_groups(a, [5, 6, 7, 60], 8, 64)
+        assert groups[-1] == (3, 4, 3)  # the long one alone, 3 of its 8 permutations per forward
+        assert sum(stop - start for start, stop, _ in groups) == 4
+        encs = [a.encode(" ".join(["word"] * n)) for n in (3, 4, 58)]
+        eff = permutation_effects(a, parse_target("loss:-1", a), encs, heads=[(0, 1)], n_permutations=8, identity=True)
+    assert len(eff.per_example) == 3 and eff.per_example["tvd"].abs().max() < 1e-6
+
+
 def test_budget_refused_with_smallest_that_works(tiny_models):
     from probe.budget import check_budget, smallest_budget
 

@@ -165,7 +165,8 @@ def head_claims(
         faithfulness, faithfulness_info: the faithfulness verdict table and run info.
         objective: what necessity is measured on (a name, ``auto`` or an objective;
             :mod:`probe.analyses.common.objective`); ``metric`` is its older name.
-        ablation: unused (kept for callers: removals are measured on the objective here).
+        ablation: a :class:`.removal.RemovalSweep` already run on these heads, examples and
+            objective (the report's ablation section's): its modes are not run again.
     """
     from probe.analyses.common.objective import resolve_objective
 
@@ -203,7 +204,7 @@ def head_claims(
                 "floor_source": T.floor_source(obj.name),
                 "n": len(corpus),
             }
-            sweep = removal_sweep(adapter, corpus, obj, units=heads, seed=seed, progress=progress)
+            sweep = removal_sweep(adapter, corpus, obj, units=heads, seed=seed, progress=progress, reuse=ablation)
             necessity = necessity_claims(sweep, importance)
             weights = weights_claims(sweep, pattern)
             redundancy, groups = redundancy_claims(adapter, corpus, obj, pattern, necessity, seed=seed)

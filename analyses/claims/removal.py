@@ -42,7 +42,16 @@ from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch,
 
 from .perturb import random_rotations, rotate, uniform_output
 
-__all__ = ["RemovalSweep", "removal_sweep", "MODES", "resample_sources"]
+__all__ = [
+    "RemovalSweep",
+    "removal_sweep",
+    "MODES",
+    "resample_sources",
+    "single_head_values",
+    "reusable",
+    "derives",
+    "corpus_key",
+]
 
 MODES = ("mean", "zero", "resample", "uniform", "random")
 #: most rows × tokens per forward (bounds memory)
@@ -69,9 +78,75 @@ class RemovalSweep:
     n: int
     describe: str = ""
     skipped: dict = field(default_factory=dict)
+    #: ``[n]`` the clean readouts, when the objective reads one number per example
+    clean: Optional[np.ndarray] = None
+    #: the pooling mode of a pooled-embedding readout (``mean`` | ``cls`` | ``max``), else ``""``
+    pooling: str = ""
+    #: the objective's direction (harm is ``clean − perturbed`` when True)
+    higher_is_better: bool = False
+    #: :func:`corpus_key` of the examples
+    corpus_key: str = ""
 
     def row(self, unit) -> int:
         return self.units.index(tuple(unit))
+
+
+def single_head_values(sweep: RemovalSweep, metric: str, mode: str) -> Optional[tuple]:
+    """``(clean [n], ablated [n_heads, n])`` of ``metric`` for a sweep of single heads
+    under ``mode``, read from the sweep instead of running the model again; ``None``
+    when the sweep's objective does not determine ``metric``.
+
+    Determined: ``metric`` is the sweep's own objective and reads one number per example
+    (``ablated = clean ± harm``), or ``embedding-drift`` (``1 − cos`` of the mean-pooled
+    last hidden state, :class:`probe.analyses.common.metrics.DriftMetric`) from a
+    similarity-structure sweep whose pooling is the mean: its ``embedding_drift`` measure
+    is that number per example, and the clean run's drift is 0.
+    """
+    if mode not in sweep.harm or any(len(u) != 1 for u in sweep.units):
+        return None
+    if metric == "embedding-drift" and sweep.pooling == "mean" and "embedding_drift" in sweep.measures.get(mode, {}):
+        return np.zeros(sweep.n), np.asarray(sweep.measures[mode]["embedding_drift"], np.float64)
+    if metric == sweep.objective and sweep.clean is not None:
+        sign = -1.0 if sweep.higher_is_better else 1.0
+        return sweep.clean, sweep.clean[None, :] + sign * sweep.harm[mode]
+    return None
+
+
+def derives(objective, metric: str) -> bool:
+    """Whether a sweep on ``objective`` determines ``metric`` per head and example
+    (:func:`single_head_values`), so a section measuring ``metric`` can read the sweep
+    the claims run anyway instead of running the model again."""
+    from probe.analyses.common.metrics import Metric
+
+    if metric == "embedding-drift":
+        pooling = getattr(getattr(objective, "pooling", None), "mode", "")
+        return objective.name == "similarity-structure" and pooling == "mean"
+    return (
+        metric == objective.name
+        and not getattr(objective, "corpus_level", False)
+        and getattr(type(objective), "reference", None) is Metric.reference  # a score without a clean reference
+    )
+
+
+def corpus_key(corpus) -> str:
+    """A fingerprint of the examples (texts and their order) a sweep ran on, the same in
+    every process (a resumed report reuses a saved sweep)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in corpus.texts:
+        h.update(t.encode("utf-8", "surrogatepass") + b"\x00")
+    return h.hexdigest()
+
+
+def reusable(sweep: Optional[RemovalSweep], units: tuple, corpus, objective: str) -> dict:
+    """``{mode: sweep}`` of the modes ``sweep`` already measured on these units, examples
+    and objective (what :func:`removal_sweep` need not run again)."""
+    if sweep is None or (sweep.units, sweep.n, sweep.objective) != (units, len(corpus), objective):
+        return {}
+    if sweep.corpus_key != corpus_key(corpus):
+        return {}
+    return {m: sweep for m in sweep.harm}
 
 
 def resample_sources(special: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -132,12 +207,15 @@ def removal_sweep(
     seed: int = 0,
     stack: Optional[str] = None,
     progress: bool = False,
+    reuse: Optional[RemovalSweep] = None,
 ) -> RemovalSweep:
     """Remove every unit in every mode on every example; harms on ``objective``.
 
     Args:
         units: heads ``(layer, head)`` or groups (sequences of heads); default: every head.
         modes: of :data:`MODES`.
+        reuse: an earlier sweep of the same units, examples and objective (the report's
+            ablation section's): its modes are taken from it, not run again.
 
     Raises:
         ValueError: an unknown mode, an objective that does not fit, a head out of range,
@@ -162,35 +240,39 @@ def removal_sweep(
     for u in units:
         for layer, h in u:
             adapter.check_head(layer, h, stack)
+    n = len(corpus)
+    done = reusable(reuse, units, corpus, obj.name)
     modes = list(modes)
     skipped = {}
     if "uniform" in modes and adapter.arch == "encoder-decoder":
         modes.remove("uniform")
         skipped["uniform"] = "attention replacement supports encoder or decoder models, not encoder-decoder"
-    means = position_kind_means(adapter, corpus, obj, batch_size, stack) if "mean" in modes else None
+    todo = [m for m in modes if m not in done]
+    means = position_kind_means(adapter, corpus, obj, batch_size, stack) if "mean" in todo else None
     layers = sorted({l for u in units for l, _ in u})
     gen = torch.Generator().manual_seed(seed)
-    n = len(corpus)
-    clean_parts: list = []
-    pert: dict = {m: [] for m in modes}
+    clean: Optional[torch.Tensor] = None  # [n, ...] readouts, placed by example index
+    pert: dict = {}  # mode -> [n_units, n, ...]
+    batches = obj.batches(adapter, corpus, batch_size, by_length=True) if todo else iter(())
     causal = adapter.arch == "decoder"
     path = restart_path(adapter, stack)
-    for _idx, batch in tqdm(
-        obj.batches(adapter, corpus, batch_size), total=-(-n // batch_size), disable=not progress, desc="removals"
-    ):
-        run = clean_run(adapter, obj.forward, batch, layers, stack=stack, path=path, values="uniform" in modes)
-        clean_parts.append(obj.readout(run.output, batch).detach().double().cpu())
+    for idx, batch in tqdm(batches, total=-(-n // batch_size), disable=not progress or not todo, desc="removals"):
+        run = clean_run(adapter, obj.forward, batch, layers, stack=stack, path=path, values="uniform" in todo)
+        r0 = obj.readout(run.output, batch).detach().double().cpu()
+        if clean is None:
+            clean = torch.zeros((n,) + tuple(r0.shape[1:]), dtype=torch.float64)
+        clean[idx] = r0
         z = run.z
         v = {l: run.v[l].to(z[l].dtype) for l in run.v}
         src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
         rot = (
             {l: random_rotations(z[l].shape[0], z[l].shape[2], z[l].shape[3], gen) for l in layers}
-            if "random" in modes
+            if "random" in todo
             else {}
         )
         src = src.to(z[layers[0]].device)
         trim = trimmable(adapter, obj, batch)
-        for mode in modes:
+        for mode in todo:
             r = sweep_batch(
                 adapter,
                 obj.forward,
@@ -204,15 +286,25 @@ def removal_sweep(
                 trim=trim,
                 max_tokens=MAX_TOKENS,
             )
-            pert[mode].append(r.double().cpu())  # [units, b, ...] in unit order
-    clean = torch.cat(clean_parts, 0).numpy()
+            if mode not in pert:
+                pert[mode] = torch.zeros((len(units), n) + tuple(r.shape[2:]), dtype=torch.float64)
+            pert[mode][:, idx] = r.double().cpu()  # [units, b, ...] in unit order
     harm, measures, corpus_m = {}, {}, {}
     for mode in modes:
-        p = torch.cat(pert[mode], 1).numpy()  # [units, n, ...]
-        harm[mode] = np.stack([obj.harm(clean, p[j]) for j in range(len(units))])
-        per = [obj.measures(clean, p[j]) for j in range(len(units))]
+        if mode in done:
+            harm[mode], measures[mode], corpus_m[mode] = (
+                done[mode].harm[mode],
+                done[mode].measures.get(mode, {}),
+                done[mode].corpus.get(mode, {}),
+            )
+            continue
+        assert clean is not None
+        clean_np = clean.numpy()
+        p = pert[mode].numpy()  # [units, n, ...]
+        harm[mode] = np.stack([obj.harm(clean_np, p[j]) for j in range(len(units))])
+        per = [obj.measures(clean_np, p[j]) for j in range(len(units))]
         measures[mode] = {k: np.stack([d[k] for d in per]) for k in (per[0] if per else {})}
-        cm = [obj.corpus_measures(clean, p[j]) for j in range(len(units))]
+        cm = [obj.corpus_measures(clean_np, p[j]) for j in range(len(units))]
         corpus_m[mode] = {k: np.array([d[k] for d in cm]) for k in (cm[0] if cm else {})}
     return RemovalSweep(
         units=units,
@@ -224,4 +316,8 @@ def removal_sweep(
         n=n,
         describe=obj.describe(),
         skipped=skipped,
+        clean=(clean.numpy() if clean is not None and clean.dim() == 1 else (reuse.clean if done and reuse else None)),
+        pooling=str(getattr(getattr(obj, "pooling", None), "mode", "") or ""),
+        higher_is_better=bool(getattr(obj, "higher_is_better", False)),
+        corpus_key=corpus_key(corpus),
     )

@@ -222,13 +222,26 @@ class Metric(ModelScalar):
         """Corpus-level measures ``name -> float`` (none by default)."""
         return {}
 
-    def batches(self, adapter, corpus, batch_size: int = 16) -> Iterator[tuple]:
-        """Yield ``(indices, MetricBatch)`` over the corpus in order."""
+    def batches(self, adapter, corpus, batch_size: int = 16, *, by_length: bool = False) -> Iterator[tuple]:
+        """Yield ``(indices, MetricBatch)`` over the corpus.
+
+        Args:
+            by_length: batch examples of similar length together (longest first, by
+                characters; ties in corpus order) instead of in corpus order. A batch is
+                padded to its longest example, so on a corpus of mixed lengths this cuts
+                the padded tokens every forward carries (the first 128 sentences of EWT
+                dev: 5,736 → 3,592 at batch size 8). Callers place each batch's results
+                by its ``indices``.
+        """
         if batch_size < 1:
             raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
         n = len(corpus)
+        order = list(range(n))
+        if by_length:
+            texts = corpus.texts
+            order.sort(key=lambda i: -len(texts[i]))
         for start in range(0, n, batch_size):
-            idx = list(range(start, min(n, start + batch_size)))
+            idx = order[start : start + batch_size]
             yield idx, self.make_batch(adapter, corpus, idx)
 
     def __repr__(self) -> str:
@@ -443,8 +456,9 @@ class DriftMetric(Metric):
         if reference is None:
             raise ValueError("embedding-drift needs the clean run's embeddings as reference")
         e = self.embed(outputs, batch)
-        e = _f32(e)
-        return 1.0 - F.cosine_similarity(e, reference.to(e.dtype), dim=-1)
+        # cos in float64: 1 − cos of a small drift loses its digits in float32 (a drift of
+        # 0.004 carries a relative error of ~1e-5 there)
+        return 1.0 - F.cosine_similarity(e.double(), reference.double(), dim=-1)
 
 
 class CallableMetric(Metric):

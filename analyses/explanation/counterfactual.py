@@ -114,6 +114,24 @@ class PermutationEffects:
         )
 
 
+def _permutation_groups(adapter, lengths: Sequence[int], k: int, batch_rows: int) -> list:
+    """``[(start, stop, kc)]`` over examples sorted by ``lengths`` (ascending): each forward
+    carries examples ``start:stop`` × ``kc`` permutations, at most ``batch_rows`` rows and
+    what the memory budget allows at the group's longest length (:func:`probe.budget.rows_for`,
+    no gradients); ``kc < k`` only for a single example whose ``k`` rows do not fit."""
+    from probe.budget import rows_for
+
+    groups, start = [], 0
+    per = max(1, batch_rows // k)
+    while start < len(lengths):
+        stop = min(len(lengths), start + per)
+        fit = rows_for(adapter, int(lengths[stop - 1]), cap=batch_rows, grad=False)
+        stop = min(stop, start + max(1, fit // k))
+        groups.append((start, stop, k if fit >= k else fit))
+        start = stop
+    return groups
+
+
 def permutation_effects(
     adapter,
     target: Target,
@@ -136,7 +154,10 @@ def permutation_effects(
         heads: ``(layer, head)`` pairs (default: every head).
         n_permutations: random permutations per example and head.
         seed: seeds the permutations.
-        batch_rows: most rows (examples × permutations) per forward.
+        batch_rows: most rows (examples × permutations) per forward; fewer where the
+            memory budget (:mod:`probe.budget`, no gradients) allows fewer rows at the
+            group's length, down to one example whose permutations are split over
+            several forwards, so a long input does not raise the peak.
         tolerance: median TVD below which an example counts as "unchanged".
         identity: use identity "permutations" (a control: every effect must be ~0).
 
@@ -171,8 +192,8 @@ def permutation_effects(
     causal = adapter.arch == "decoder"
     gen = torch.Generator().manual_seed(seed)
     K = n_permutations
-    per_batch = max(1, batch_rows // K)
     order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
+    groups = _permutation_groups(adapter, [len(encodings[i]) for i in order], K, batch_rows)
     rows = []
     bar = None
     if progress:
@@ -182,8 +203,8 @@ def permutation_effects(
     # the clean forward reads each layer's attention and values (GQA repeated, fused q|k|v split)
     read = [(kind, layer) for layer in layers for kind in ("pattern", "v")]
     try:
-        for s in range(0, len(order), per_batch):
-            idx = order[s : s + per_batch]
+        for start, stop, kc in groups:
+            idx = order[start:stop]
             encs = [encodings[i] for i in idx]
             inputs = adapter.batch(encs)
             ids, mask = inputs["input_ids"], inputs["attention_mask"]
@@ -195,22 +216,25 @@ def permutation_effects(
             with torch.no_grad():
                 p0 = target.distribution(out, mask, aux).float()
                 f0 = check_scalar(target.scalar(out, mask, aux), B, target.describe()).float()
-            rep = lambda t: t.repeat_interleave(K, 0)  # noqa: E731  row b*K + k
+            rep = lambda t: t.repeat_interleave(kc, 0)  # noqa: E731, B023  row b*kc + k (this group's kc)
             ids_k, mask_k, aux_k = rep(ids), rep(mask), rep(aux)
             p0_k, f0_k = rep(p0), rep(f0)
-            lengths_k = [n for n in lengths for _ in range(K)]
+            lengths_k = [n for n in lengths for _ in range(kc)]
             for l, h in heads:
                 alpha = clean.cache["pattern", l][:, h].float()  # [B, S, S]
                 v = clean.cache["v", l].float()  # [B, S, H, dh]
-                alpha_k = permute_rows(rep(alpha), lengths_k, causal=causal, generator=gen, identity=identity)
-                z = head_output(alpha_k, rep(v[:, :, h]))
-                with Trace(adapter, edit={("z", l): Patch(z, head=h)}), torch.no_grad():
-                    out_k = target.forward(adapter, ids_k, mask_k)
-                    p1 = target.distribution(out_k, mask_k, aux_k).float()
-                    f1 = target.scalar(out_k, mask_k, aux_k).float()
-                d_tvd = tvd(p0_k, p1).reshape(B, K).median(1).values
-                d_jsd = jsd(p0_k, p1).reshape(B, K).median(1).values
-                d_abs = (f1 - f0_k).abs().reshape(B, K).median(1).values
+                parts: list = [[], [], []]  # tvd, jsd, |Δ| as [B, kc] per forward
+                for _ in range(0, K, kc):  # kc < K only when one example's K rows exceed the budget
+                    alpha_k = permute_rows(rep(alpha), lengths_k, causal=causal, generator=gen, identity=identity)
+                    z = head_output(alpha_k, rep(v[:, :, h]))
+                    with Trace(adapter, edit={("z", l): Patch(z, head=h)}), torch.no_grad():
+                        out_k = target.forward(adapter, ids_k, mask_k)
+                        p1 = target.distribution(out_k, mask_k, aux_k).float()
+                        f1 = target.scalar(out_k, mask_k, aux_k).float()
+                    del out_k
+                    for part, d in zip(parts, (tvd(p0_k, p1), jsd(p0_k, p1), (f1 - f0_k).abs())):
+                        part.append(d.reshape(B, kc))
+                d_tvd, d_jsd, d_abs = (torch.cat(part, 1)[:, :K].median(1).values for part in parts)
                 for r, i in enumerate(idx):
                     rows.append((i, l, h, float(d_tvd[r]), float(d_jsd[r]), float(d_abs[r])))
                 if bar is not None:

@@ -155,7 +155,7 @@ def position_kind_means(
     sums = torch.zeros(2, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)
     counts = torch.zeros(2, dtype=torch.float64)
     with HeadOutputRecorder(adapter, stack=stack) as rec:
-        for _, batch in metric.batches(adapter, corpus, batch_size):
+        for _, batch in metric.batches(adapter, corpus, batch_size, by_length=True):
             metric.forward(adapter, batch)
             valid = batch.inputs["attention_mask"].bool().cpu()
             kind = batch.special.cpu()
@@ -373,7 +373,7 @@ def sweep_values(
     n = len(corpus)
     clean = np.zeros(n)
     ablated = np.zeros((len(heads), n))
-    chunks = metric.batches(adapter, corpus, batch_size)
+    chunks = metric.batches(adapter, corpus, batch_size, by_length=True)
     for idx, batch in tqdm(chunks, total=-(-n // batch_size), disable=not progress, desc="sweep"):
         c, by = _sweep_chunk(adapter, metric, batch, layers, means, stack, path, max_tokens)
         clean[idx] = c.double().cpu().numpy()

@@ -112,7 +112,7 @@ def ablate_group(
     n = len(corpus)
     clean, ablated = np.zeros(n), np.zeros(n)
     path = restart_path(adapter, stack)
-    for idx, batch in metric.batches(adapter, corpus, batch_size):
+    for idx, batch in metric.batches(adapter, corpus, batch_size, by_length=True):
         run = clean_run(adapter, metric.forward, batch, [], stack=stack, path=path)
         ref = metric.reference(run.output, batch)
         clean[idx] = metric.score(run.output, batch, ref).double().cpu().numpy()

@@ -38,7 +38,7 @@ def _sections_help() -> str:
 @device_option
 @click.option(
     "--memory-budget",
-    default="4G",
+    default="2G",
     show_default=True,
     help="memory the run may use (e.g. 4G, 1500M): forwards with gradients are sized from the input "
     "length to fit; refused at once, with the smallest that works, when one row of the longest "

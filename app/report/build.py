@@ -230,7 +230,7 @@ def build_report(
         model: a :func:`models.load_model` spec (ignored when ``adapter`` is given).
         sections: names of the sections to run (default: all default sections).
         strict: raise an analysis' error instead of listing the section as failed.
-        memory_budget: bytes the process may use (:mod:`probe.budget`; default 4 GiB):
+        memory_budget: bytes the process may use (:mod:`probe.budget`; default 2 GiB):
             forwards with gradients are sized from the input length to fit it.
         objective: the metric of ablation/importance/claims (``auto``: chosen per model
             and printed); ``target``: what faithfulness explains (``auto`` likewise).

@@ -98,9 +98,13 @@ def _save_data(data: dict) -> tuple | None:
     """``(json part, arrays)`` of a Result's data, or ``None`` when some value cannot be saved."""
     from probe.analyses.necessity.ablation import SweepResult
 
+    from probe.analyses.claims.removal import RemovalSweep
+
     plain, arrays = {}, {}
     for k, v in data.items():
-        if isinstance(v, SweepResult):
+        if isinstance(v, RemovalSweep):
+            plain[k] = _save_removals(k, v, arrays)
+        elif isinstance(v, SweepResult):
             plain[k] = {
                 "kind": "sweep",
                 "table": _table_to_json(v.table),
@@ -122,7 +126,9 @@ def _load_data(plain: dict, arrays: dict) -> dict:
 
     out = {}
     for k, v in plain.items():
-        if v["kind"] == "sweep":
+        if v["kind"] == "removals":
+            out[k] = _load_removals(k, v, arrays)
+        elif v["kind"] == "sweep":
             out[k] = SweepResult(
                 table=_table_from_json(v["table"]),
                 clean=arrays[f"{k}.clean"],
@@ -133,6 +139,53 @@ def _load_data(plain: dict, arrays: dict) -> dict:
         else:
             out[k] = v["value"]
     return out
+
+
+def _save_removals(k: str, sweep, arrays: dict) -> dict:
+    """A :class:`probe.analyses.claims.removal.RemovalSweep`: its arrays into ``arrays``
+    (``k.harm.<mode>``, ``k.measures.<mode>.<name>``, ``k.corpus.<mode>.<name>``, ``k.clean``),
+    the rest as JSON."""
+    for mode, a in sweep.harm.items():
+        arrays[f"{k}.harm.{mode}"] = np.ascontiguousarray(a)
+    for part in ("measures", "corpus"):
+        for mode, named in getattr(sweep, part).items():
+            for name, a in named.items():
+                arrays[f"{k}.{part}.{mode}.{name}"] = np.ascontiguousarray(np.asarray(a, dtype=np.float64))
+    if sweep.clean is not None:
+        arrays[f"{k}.clean"] = np.ascontiguousarray(sweep.clean)
+    return {
+        "kind": "removals",
+        "units": [[list(h) for h in u] for u in sweep.units],
+        "names": {part: {m: sorted(d) for m, d in getattr(sweep, part).items()} for part in ("measures", "corpus")},
+        "modes": list(sweep.harm),
+        "scalars": {
+            "objective": sweep.objective,
+            "units_text": sweep.units_text,
+            "n": sweep.n,
+            "describe": sweep.describe,
+            "skipped": sweep.skipped,
+            "pooling": sweep.pooling,
+            "higher_is_better": sweep.higher_is_better,
+            "corpus_key": sweep.corpus_key,
+        },
+    }
+
+
+def _load_removals(k: str, v: dict, arrays: dict):
+    from probe.analyses.claims.removal import RemovalSweep
+
+    parts = {
+        part: {m: {name: arrays[f"{k}.{part}.{m}.{name}"] for name in names} for m, names in v["names"][part].items()}
+        for part in ("measures", "corpus")
+    }
+    return RemovalSweep(
+        units=tuple(tuple(tuple(h) for h in u) for u in v["units"]),
+        harm={m: arrays[f"{k}.harm.{m}"] for m in v["modes"]},
+        measures=parts["measures"],
+        corpus=parts["corpus"],
+        clean=arrays.get(f"{k}.clean"),
+        **v["scalars"],
+    )
 
 
 class PartialReport:

@@ -16,6 +16,7 @@ def run(ctx) -> Result:
 
     p = ctx.params
     engine = ctx.engine_run
+    removals = None  # the claims' removal sweep, when this section's metric is read from it
     if engine:  # each block's per-example values in the engine's workers, one bootstrap here
         from probe.app.engine import analyses as on_engine
 
@@ -42,16 +43,27 @@ def run(ctx) -> Result:
             for g in p["group"]
             if g
         ]
-        res = sweep_heads(
-            ctx.adapter,
-            corpus,
-            name,
-            p["mode"],
-            heads_of_layers(ctx.adapter, p["layers"]),
-            batch_size=p["batch_size"],
-            n_boot=p["n_boot"],
-            progress=ctx.progress and len(corpus) > 1,
-        )
+        removals = _removals(ctx, corpus, name)
+        if removals is not None:  # the claims' sweep on their objective gives this metric: read it
+            from probe.analyses.claims.removal import single_head_values
+            from probe.analyses.necessity.ablation import sweep_result
+            from probe.analyses.necessity.sweep import restart_path
+
+            clean, ablated = single_head_values(removals, name, p["mode"])
+            heads = [u[0] for u in removals.units]
+            path = restart_path(ctx.adapter, None)
+            res = sweep_result(heads, clean, ablated, p["mode"], name, path, p["n_boot"], 0.95, 0)
+        else:
+            res = sweep_heads(
+                ctx.adapter,
+                corpus,
+                name,
+                p["mode"],
+                heads_of_layers(ctx.adapter, p["layers"]),
+                batch_size=p["batch_size"],
+                n_boot=p["n_boot"],
+                progress=ctx.progress and len(corpus) > 1,
+            )
     t = res.table
     top = top_heads(t, "delta")
     per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
@@ -98,8 +110,32 @@ def run(ctx) -> Result:
         summary=summary,
         summary_name="ablation",
         writers=[figure],
-        data={"sweep": res},
-    )  # per-example scores, reused by the claims
+        data={"sweep": res, "removals": removals},
+    )  # the removals, reused by the claims
+
+
+def _removals(ctx, corpus, name: str):
+    """Every head removed alone in this section's mode on the objective the claims
+    measure (:func:`probe.analyses.claims.removal.removal_sweep`), when that sweep
+    determines ``name`` (:func:`probe.analyses.claims.removal.derives`: the same
+    objective, or the embedding drift of a mean-pooled similarity structure): the claims
+    then reuse it instead of running the same forwards again. ``None`` otherwise (the
+    section runs :func:`probe.analyses.necessity.ablation.sweep_heads`)."""
+    from probe.analyses.claims.removal import derives, removal_sweep
+    from probe.analyses.common.objective import OBJECTIVES, resolve_objective
+    from probe.errors import NotApplicable
+
+    p = ctx.params
+    spec = p["metric"] if p["metric"] not in (None, "auto") else "auto"
+    if p["mode"] not in ("zero", "mean") or p["layers"] is not None or (spec != "auto" and spec not in OBJECTIVES):
+        return None
+    try:
+        objective, _ = resolve_objective(spec, ctx.adapter, corpus)
+    except NotApplicable:  # the claims' objective does not fit here: this section measures alone
+        return None
+    if not derives(objective, name):
+        return None
+    return removal_sweep(ctx.adapter, corpus, objective, modes=(p["mode"],), progress=ctx.progress and len(corpus) > 1)
 
 
 ANALYSIS = Analysis(

@@ -3,8 +3,8 @@ structure, necessity, redundancy, weights, attribution), each with its effect, i
 count, null and named threshold (:mod:`probe.analyses.claims`).
 
 In the report the section reads the sections that ran before it through their
-:class:`Result` ``data``/``tables``: the ablation sweep (``data["sweep"]``, reused for the
-removals), the importance table and the faithfulness verdict; a claim whose evidence did
+:class:`Result` ``data``/``tables``: the ablation section's removals (``data["removals"]``,
+the same single-head sweep on the same objective: its mode is not run again), the importance table and the faithfulness verdict; a claim whose evidence did
 not run is *not tested*, with the reason (``ctx.skipped`` gives a skipped section's).
 """
 
@@ -32,7 +32,7 @@ def run(ctx) -> Result:
     from probe.analyses.claims.thresholds import thresholds_in_force
 
     adapter = _adapter(ctx)
-    imp, faith = (ctx.results.get(n) for n in ("importance", "faithfulness"))
+    imp, faith, ablation = (ctx.results.get(n) for n in ("importance", "faithfulness", "ablation"))
     corpus, cut = model_corpus(ctx) if adapter is not None else (ctx.corpus, "")
     objective = ctx.params.get("objective", "auto")
     if adapter is not None:
@@ -52,6 +52,7 @@ def run(ctx) -> Result:
         faithfulness_reason=_faithfulness_reason(ctx),
         seed=ctx.params.get("seed", 0),
         progress=ctx.progress,
+        ablation=ablation.data.get("removals") if ablation else None,  # its removals are not run again
     )
     counts = hc.counts()
     notes = [n + cut for n in hc.notes]
