@@ -138,3 +138,24 @@ def test_every_number_on_a_head_page_is_summary_json(small_report):
     md = (out / "report.md").read_text()
     first = summary["heads"][0]["claims"]["necessity"]["evidence"]["text"]
     assert first.replace("|", "\\|") in md
+
+
+def test_embeddings_batched_by_length_are_each_texts_own(minilm):
+    """``embed`` batches texts of similar length together (not in the order given): every
+    row is still its own text's embedding, as if embedded alone."""
+    import torch
+
+    from probe.analyses.common.pooling import model_pooling
+    from probe.analyses.explanation.pairs import embed
+
+    texts = [
+        "A dog.",
+        "The committee postponed the vote until the report on the budget was read.",
+        "Yes.",
+        "It rained all day in the small town by the sea.",
+    ]
+    pooling = model_pooling(minilm)
+    together = embed(minilm, texts, pooling, batch_size=2)
+    alone = torch.cat([embed(minilm, [t], pooling) for t in texts])
+    assert torch.allclose(together, alone, atol=1e-5)
+    assert not torch.allclose(together[0], together[1], atol=1e-2)

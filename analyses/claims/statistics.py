@@ -3,6 +3,8 @@ percentile bootstrap intervals, a Wilson interval for held-out accuracy."""
 
 from __future__ import annotations
 
+import functools
+
 import math
 
 import numpy as np
@@ -124,10 +126,19 @@ def detectable_share(n: int, share: float = 0.5, power: float = 0.8) -> float:
 
 
 def mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple:
-    """``(mean, low, high)``: the mean over examples with its percentile bootstrap interval."""
-    v = np.asarray(values, dtype=np.float64)
+    """``(mean, low, high)``: the mean over examples with its percentile bootstrap interval.
+
+    A pure function of its arguments: the necessity, weights and removal tables ask for
+    the same heads' intervals, so results are memoised on the values' bytes."""
+    v = np.ascontiguousarray(values, dtype=np.float64)
     if v.size == 0:
         return float("nan"), float("nan"), float("nan")
+    return _mean_ci(v.tobytes(), v.shape, n_boot, confidence, seed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _mean_ci(data: bytes, shape: tuple, n_boot: int, confidence: float, seed: int) -> tuple:
+    v = np.frombuffer(data, dtype=np.float64).reshape(shape)
     low, high = bootstrap_mean_ci(v, n_boot=n_boot, confidence=confidence, seed=seed)
     return float(v.mean()), float(low), float(high)
 

@@ -54,15 +54,24 @@ def read_pairs(path, adapter=None) -> list:
 
 @torch.no_grad()
 def embed(adapter, texts: Sequence[str], pooling, batch_size: int = 32) -> torch.Tensor:
-    """``[n, d]`` pooled embeddings of ``texts`` (float32, on CPU)."""
+    """``[n, d]`` pooled embeddings of ``texts`` (float32, on CPU), in the order given.
+
+    Texts are batched with others of similar length (longest first), so a batch is not
+    padded to one long text; each row is its text's embedding whatever its batch."""
     base = getattr(adapter.model, "base_model", adapter.model)
-    out = []
-    for s in range(0, len(texts), batch_size):
-        encs = [adapter.encode(t, truncate=True) for t in texts[s : s + batch_size]]
-        inputs = adapter.batch(encs)
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out: Optional[torch.Tensor] = None
+    for s in range(0, len(order), batch_size):
+        idx = order[s : s + batch_size]
+        inputs = adapter.batch(adapter.encode_batch([texts[i] for i in idx], truncate=True))
         h = base(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
-        out.append(pooling.pool(h.float(), inputs["attention_mask"]).cpu())
-    return torch.cat(out, 0)
+        pooled = pooling.pool(h.float(), inputs["attention_mask"]).cpu()
+        if out is None:
+            out = torch.empty((len(texts), pooled.shape[-1]), dtype=pooled.dtype)
+        out[idx] = pooled
+    if out is None:
+        raise ValueError("no texts to embed")
+    return out
 
 
 def nearest_neighbours(e: torch.Tensor) -> np.ndarray:
@@ -99,8 +108,7 @@ def similarity_target(adapter, corpus, pairs_file: Optional[str] = None) -> tupl
         how = "each sentence against its nearest neighbour in the corpus"
     keys: dict = {}
     spans = corpus.word_spans
-    for i, t in enumerate(corpus.texts):
-        enc = adapter.encode(t, spans[i] if spans else None)
+    for i, enc in enumerate(adapter.encode_batch(list(corpus.texts), list(spans) if spans else None)):
         keys.setdefault(tuple(enc.input_ids.tolist()), i)
     target = PairSimilarity(pooling, partners, keys, pair_words=others)
     info = {"target": "similarity", "pairs": how, "pooling": pooling.describe()}
