@@ -159,3 +159,20 @@ def test_embeddings_batched_by_length_are_each_texts_own(minilm):
     alone = torch.cat([embed(minilm, [t], pooling) for t in texts])
     assert torch.allclose(together, alone, atol=1e-5)
     assert not torch.allclose(together[0], together[1], atol=1e-2)
+
+
+def test_permutations_restarted_at_the_layer_equal_full_forwards(minilm):
+    """Permuted-attention forwards restarted at the head's layer's output projection from
+    the clean run's cached stream give the full forwards' effects (the same permutations)."""
+    from probe.analyses.explanation.counterfactual import permutation_effects
+    from probe.analyses.explanation.pairs import similarity_target
+    from probe.app.report.bundled import sample_corpus
+
+    target, corpus, _ = similarity_target(minilm, sample_corpus(limit=6))
+    encs = [minilm.encode(t) for t in corpus.texts[:3]]
+    heads = [(0, 3), (2, 7), (5, 10)]
+    fast = permutation_effects(minilm, target, encs, heads=heads, n_permutations=4, restart=True)
+    full = permutation_effects(minilm, target, encs, heads=heads, n_permutations=4, restart=False)
+    a, b = fast.per_example, full.per_example
+    assert (a[["example", "layer", "head"]].values == b[["example", "layer", "head"]].values).all()
+    assert np.allclose(a["abs_delta"], b["abs_delta"], atol=2e-6) and b["abs_delta"].max() > 1e-3

@@ -144,6 +144,7 @@ def permutation_effects(
     tolerance: float = 1e-3,
     identity: bool = False,
     progress: bool = False,
+    restart: bool = True,
 ) -> PermutationEffects:
     """Median output change when one head's attention is permuted (Jain & Wallace 2019).
 
@@ -160,6 +161,10 @@ def permutation_effects(
             several forwards, so a long input does not raise the peak.
         tolerance: median TVD below which an example counts as "unchanged".
         identity: use identity "permutations" (a control: every effect must be ~0).
+        restart: start each permuted forward at the head's layer's output projection from
+            the clean run's cached stream (:class:`probe.restart.RestartFrom`, where the
+            family supports it): layers before it and the layer's own attention are not
+            recomputed; the outputs are the full forward's (float rounding aside).
 
     Returns:
         :class:`PermutationEffects`.
@@ -168,9 +173,13 @@ def permutation_effects(
         ValueError: no examples, a head out of range (naming the range), encoder-decoder
             models, ``n_permutations < 1``.
     """
+    from contextlib import ExitStack
+
     import pandas as pd
 
     from probe.edits import Patch
+    from probe.models.sites import supports_site_restart
+    from probe.restart import RestartFrom
     from probe.trace import Trace
 
     encodings = list(encodings)
@@ -202,6 +211,9 @@ def permutation_effects(
         bar = tqdm(total=len(encodings) * len(heads), unit="ex·head", desc="permutations")
     # the clean forward reads each layer's attention and values (GQA repeated, fused q|k|v split)
     read = [(kind, layer) for layer in layers for kind in ("pattern", "v")]
+    site = restart and supports_site_restart(adapter, None)
+    if site:  # and what a forward restarted at the layer's output projection starts from
+        read += [(kind, layer) for layer in layers for kind in ("resid_pre", "proj_in")]
     try:
         for start, stop, kc in groups:
             idx = order[start:stop]
@@ -227,7 +239,11 @@ def permutation_effects(
                 for _ in range(0, K, kc):  # kc < K only when one example's K rows exceed the budget
                     alpha_k = permute_rows(rep(alpha), lengths_k, causal=causal, generator=gen, identity=identity)
                     z = head_output(alpha_k, rep(v[:, :, h]))
-                    with Trace(adapter, edit={("z", l): Patch(z, head=h)}), torch.no_grad():
+                    with ExitStack() as st, torch.no_grad():
+                        st.enter_context(Trace(adapter, edit={("z", l): Patch(z, head=h)}))
+                        if site:
+                            hidden, context = rep(clean.cache["resid_pre", l]), rep(clean.cache["proj_in", l])
+                            st.enter_context(RestartFrom(adapter, l, hidden, context=context))
                         out_k = target.forward(adapter, ids_k, mask_k)
                         p1 = target.distribution(out_k, mask_k, aux_k).float()
                         f1 = target.scalar(out_k, mask_k, aux_k).float()
