@@ -125,7 +125,7 @@ def run(ctx) -> Result:
 
         corpus = ctx.input_corpus
         report = on_engine.roles(
-            ctx.model,
+            ctx.engine_model,
             corpus,
             syntax_table=syntax,
             batch_size=p["batch_size"],

@@ -51,7 +51,7 @@ def run(ctx) -> Result:
     if engine:  # relation counts streamed layer by layer, in this process or Ray's workers
         from probe.app.engine import analyses as on_engine
 
-        result = on_engine.syntax(ctx.model, sentences, **settings, **engine)
+        result = on_engine.syntax(ctx.engine_model, sentences, **settings, **engine)
         meta = {"model": ctx.model, "conllu": str(conllu), "engine": ctx.engine}
     else:
         result = run_syntax(ctx.adapter, sentences, **settings, progress=ctx.progress and len(sentences) > 1)
