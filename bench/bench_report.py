@@ -51,11 +51,11 @@ def main():
     import torch
 
     from probe.models import load_model
-    from probe.capture import capture
     from probe.inputs import fit_to_model, load_corpus
+    from probe.app.registry import open_run
     from probe.app.report.build import analyse, write_report
     from probe.app.report.bundled import sample_corpus
-    from probe.app.report.context import ReportContext
+    from probe.app.report.engine_sections import KEPT_EXAMPLES
 
     from probe.app.report.build import _model_examples_setting, _overrides
     from probe.budget import memory_budget, parse_size
@@ -82,29 +82,27 @@ def main():
     lengths = [len(x) for x in adapter.tokenizer(list(corpus.texts))["input_ids"]]
     print(f"{len(corpus)} examples, {sum(len(t.split()) for t in corpus.texts)} words, longest {max(lengths)} tokens")
     t, c = lap("load model + corpus", t, c)
-    on_engine = None
-    if args.engine != "local":
-        from probe.app.report.build import _engine_statistics, _on_engine
-
-        on_engine, corpus = _on_engine(
-            args.engine, args.workers, None, "cpu", "minilm", adapter, corpus, args.kept_examples
-        )
-        _engine_statistics(on_engine, 16, False)
-        t, c = lap(f"engine {args.engine} statistics ({len(on_engine.corpus)} examples)", t, c)
-    maps = capture(
-        adapter, list(corpus.texts), word_spans=list(corpus.word_spans) if corpus.word_spans else None, progress=True
-    )
-    t, c = lap(f"capture ({len(maps)} examples)", t, c)
-    n_all = len(on_engine.corpus) if on_engine is not None else len(corpus)
-    settings = {"model": "minilm", **_model_examples_setting(n_all, args.max_model_examples)}
-    ctx = ReportContext(
+    ctx = open_run(
+        "minilm",
+        corpus,
         adapter=adapter,
-        corpus=corpus,
-        maps=maps,
-        settings=settings,
+        engine=args.engine,
+        workers=args.workers,
+        kept_examples=(args.kept_examples or KEPT_EXAMPLES) if args.engine != "local" else None,
         overrides=_overrides(None, None, args.max_model_examples),
-        on_engine=on_engine,
+        quiet=False,
+        echo=False,
     )
+    corpus, on_engine = ctx.corpus, None
+    if args.engine != "local":
+        from probe.app.report.build import _engine_statistics
+
+        on_engine = _engine_statistics(ctx, 16, False)
+        t, c = lap(f"engine {args.engine} statistics ({len(on_engine.corpus)} examples)", t, c)
+    maps = ctx.maps
+    t, c = lap(f"capture ({len(maps)} examples)", t, c)
+    settings = ctx.settings
+    settings.update({"model": "minilm", **_model_examples_setting(len(ctx.input_corpus), args.max_model_examples)})
     if on_engine is not None:
         from probe.app.report.sections import choose
 

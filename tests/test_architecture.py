@@ -377,3 +377,130 @@ def test_no_broad_except_turns_an_error_into_a_status():
         "except Exception / ValueError that carries on (raise NotApplicable for 'does not apply', "
         f"InputError for bad input; let bugs propagate): {extra}"
     )
+
+
+# ---- one run, typed results (issue 26, items 4 and 5) ---------------------------------
+#: the only modules that touch ``ctx.results`` by key: the report's section runner (writes
+#: each result under its section's name) and the context (``result_of`` reads by type)
+RESULTS_BY_KEY = {"app/report/sections.py", "app/registry/context.py"}
+
+
+def _results_by_key(path: Path) -> list:
+    """``line: text`` of each ``<x>.results[...]`` or ``<x>.results.get(...)``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "results":
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr == "results"
+        ):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_section_reads_another_through_a_string_key():
+    """A section reads another's output by type (``ctx.result_of(AblationResult)``, declared
+    in ``consumes``), never as ``ctx.results["ablation"]`` or ``ctx.results.get(name)``."""
+    bad = {}
+    for path in (ROOT / "app").rglob("*.py"):
+        rel = str(path.relative_to(ROOT))
+        if rel not in RESULTS_BY_KEY and (uses := _results_by_key(path)):
+            bad[rel] = uses
+    assert not bad, "results read by name (use ctx.result_of(<type>) and declare consumes):\n" + "\n".join(
+        f"{p}: {u}" for p, u in sorted(bad.items())
+    )
+
+
+def test_results_check_finds_a_read_by_name():
+    src = 'def f(ctx, n):\n    a = ctx.results["ablation"]\n    b = ctx.results.get(n)\n    return ctx.result_of(a)\n'
+    path = ROOT / "tests" / "_results_sample.py"
+    try:
+        path.write_text(src)
+        assert _results_by_key(path) == ["2: ctx.results['ablation']", "3: ctx.results.get(n)"]
+    finally:
+        path.unlink()
+
+
+def _classes(path: Path) -> list:
+    return [n.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.ClassDef)]
+
+
+def test_one_context_class_for_commands_and_the_report():
+    """One run, one context: ``probe.app.registry.Context`` (opened by ``open_run``) is the
+    only context class of the top floor; no ``ReportContext`` beside it."""
+    found = {
+        f"{path.relative_to(ROOT)}:{name}"
+        for path in (ROOT / "app").rglob("*.py")
+        for name in _classes(path)
+        if name.endswith("Context")
+    }
+    assert found == {"app/registry/context.py:Context"}, found
+    import probe.app.report as report
+
+    assert not hasattr(report, "ReportContext")
+
+
+def test_every_section_declares_the_type_it_produces():
+    """Each report section returns a declared type; what a section consumes is produced by
+    a section that the runner puts before it."""
+    from probe.app.registry import Result
+    from probe.app.report.sections import in_order, registered
+
+    sections = registered()
+    produced = {s.produces: s.name for s in sections}
+    assert all(isinstance(s.produces, type) and issubclass(s.produces, Result) for s in sections)
+    assert len(produced) == len(sections), "two sections produce the same type"
+    order = [s.name for s in in_order(sections)]
+    for s in sections:
+        for kind in s.consumes + s.requires:
+            assert kind in produced, f"{s.name} consumes {kind.__name__}, which no section produces"
+            assert order.index(produced[kind]) < order.index(s.name)
+
+
+def _guarded_imports(path: Path) -> list:
+    """``try: from probe… import X`` (or a relative import) whose ``except ImportError``
+    carries on: a constant that may or may not exist."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Try):
+            continue
+        ours = [
+            n
+            for b in node.body
+            for n in ast.walk(b)
+            if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("probe"))
+        ]
+        guarded = [
+            h
+            for h in node.handlers
+            if "ImportError" in ast.unparse(h.type or ast.Name("BaseException"))
+            and not any(isinstance(n, ast.Raise) for b in h.body for n in ast.walk(b))
+        ]
+        if ours and guarded:
+            out.append(node.lineno)
+    return out
+
+
+def test_guard_check_finds_a_guarded_import():
+    src = "try:\n    from probe.x import CONST\nexcept ImportError:\n    CONST = None\n"
+    path = ROOT / "tests" / "_guard_sample.py"
+    try:
+        path.write_text(src)
+        assert _guarded_imports(path) == [1]
+    finally:
+        path.unlink()
+
+
+def test_no_guarded_import_of_our_own_names():
+    bad = {
+        str(p.relative_to(ROOT)): lines
+        for folder in ("app", "analyses", "probe", "models")
+        for p in (ROOT / folder).rglob("*.py")
+        if (lines := _guarded_imports(p))
+    }
+    assert not bad, f"guarded imports of the project's own names (import them plainly): {bad}"

@@ -15,10 +15,10 @@ EVIL = ["<script>alert(1)</script>", '"q"', "a&b", "</script>"]
 
 def _ctx(maps_list, sentences=()):
     from probe.inputs import Corpus
-    from probe.app.report.context import ReportContext
+    from probe.app.registry import open_run
 
     corpus = Corpus(texts=tuple(m.text for m in maps_list), sentences=tuple(sentences), source="hand-built")
-    return ReportContext(adapter=None, corpus=corpus, maps=list(maps_list), settings={"model": "hand-built"})
+    return open_run(None, corpus, maps=list(maps_list), settings={"model": "hand-built"})
 
 
 def _evil_maps():
@@ -81,6 +81,9 @@ def test_missing_module_failed_and_valueerror_sections():
     from probe.app.report.sections import Section, SectionResult, run_sections
     from probe.errors import NotApplicable
 
+    class BoomResult(SectionResult):
+        """What the failing section would have produced."""
+
     def boom(ctx):
         raise RuntimeError("bug in the analysis")
 
@@ -94,9 +97,9 @@ def test_missing_module_failed_and_valueerror_sections():
 
     secs = [
         Section("nomod", "No module", lambda c: SectionResult(), modules=("analyses.does_not_exist",)),
-        Section("boom", "Boom", boom),
+        Section("boom", "Boom", boom, produces=BoomResult),
         Section("refuse", "Refuse", refuse),
-        Section("later", "Later", lambda c: SectionResult(), after=("boom",)),
+        Section("later", "Later", lambda c: SectionResult(), requires=(BoomResult,)),
         Section("numpy", "Numpy", numpy_bug),
     ]
     ctx = _ctx([_evil_maps()])

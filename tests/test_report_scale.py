@@ -508,7 +508,7 @@ def test_over_length_document_refusal_names_window_and_report_runs_in_windows(ch
 def test_report_options_reach_the_sections_that_declare_them():
     """--objective/--target/--max-model-examples override a section's parameters (and its
     report cap) only where it declares them; the cap is stated for the page and summary."""
-    from probe.app.registry import Analysis, Param, Result
+    from probe.app.registry import Analysis, Param, Result, open_run
     from probe.app.report.build import _model_examples_setting, _overrides
     from probe.app.report.sections import run_section
 
@@ -521,7 +521,7 @@ def test_report_options_reach_the_sections_that_declare_them():
         section=True,
         report_params={"max_model_examples": 128},
     )
-    ctx = type("Ctx", (), {"overrides": _overrides("loss", "mlm", 0), "params": {}})()
+    ctx = open_run(None, overrides=_overrides("loss", "mlm", 0))
     run_section(ctx, sec)
     assert seen == {"metric": "loss", "max_model_examples": None}  # no "target": x does not declare it
     assert "--max-model-examples 0" in _model_examples_setting(2001, None)["model-run examples"]

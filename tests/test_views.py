@@ -135,12 +135,12 @@ def test_show_returns_views_that_render_offline():
 
 def test_evidence_speaks_in_sentences(tmp_path):
     from probe.app.report.build import analyse
-    from probe.app.report.context import ReportContext
+    from probe.app.registry import open_run
     from probe.app.report.evidence import evidence_html
     from probe.inputs import Corpus
 
     m = _maps()
-    ctx = ReportContext(adapter=None, corpus=Corpus(texts=("a b , c",) * 2), maps=[m, m])
+    ctx = open_run(None, Corpus(texts=("a b , c",) * 2), maps=[m, m])
     data = analyse(ctx, sections=["roles"], strict=True)
     html = evidence_html(data, 0, 0)
     assert "Role: <b>previous-token</b>" in html and "previous token" in html and "<svg" in html

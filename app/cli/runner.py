@@ -169,17 +169,15 @@ def run_analysis(
 ):
     """Check ``out``, run ``analysis`` inside a temporary sibling directory, write its
     result there and rename it to ``out``; print its notes and the files written."""
-    from probe.app.registry import Context
+    from probe.app.registry import Inputs, open_run
     from probe.app.registry.outdir import OutDir
 
     target = OutDir(out, force)  # refuses a bad --out before anything is computed
     t0 = time.perf_counter()
     with target as tmp:
-        ctx = Context(
-            model=model,
-            text=text,
-            file=file_,
-            conllu=conllu,
+        ctx = open_run(
+            model,
+            Inputs(text or (), file_, conllu),
             limit=limit,
             device=device,
             params=params,

@@ -44,6 +44,8 @@ __all__ = [
     "Analysis",
     "Result",
     "Context",
+    "open_run",
+    "Inputs",
     "SkipAnalysis",
     "NotApplicable",
     "InputError",
@@ -134,7 +136,12 @@ class Analysis:
             callable is the report's own variant ``section(ctx) -> Result``.
         report_default: the section runs when the user names no sections.
         report_params: parameter values used in the report (smaller budgets).
-        after: sections whose results the report variant reads from ``ctx.results``.
+        produces: the type of the :class:`Result` ``run`` returns (a
+            :mod:`probe.app.registry.results` class that later analyses read by type);
+            ``None``: a plain :class:`Result` no other analysis reads.
+        consumes: result types ``run`` reads with ``ctx.result_of(T)`` when the analysis
+            producing them ran (``None`` otherwise); the report runs the producers first.
+        requires: result types without which the section is skipped (with the reason).
         modules: modules that must import for the analysis to run (else skipped).
         order: position in listings (report order, README table).
         model: the default of ``--model`` for this command (a model its defaults work with).
@@ -155,7 +162,9 @@ class Analysis:
     section: Any = False
     report_default: bool = True
     report_params: dict = field(default_factory=dict)
-    after: tuple = ()
+    produces: Optional[type] = None
+    consumes: tuple = ()
+    requires: tuple = ()
     modules: tuple = ()
     order: int = 100
     model: str = "minilm"
@@ -193,9 +202,9 @@ class Result:
         summary: JSON-able numbers; written as ``<summary_name>.json`` when non-empty.
         summary_name: file stem of the summary (default ``summary``).
         writers: ``fn(directory) -> paths`` for figures and other files.
-        data: in-memory objects that later report sections read through
-            ``ctx.results[name].data`` (never written), e.g. the ablation sweep's
-            per-example scores (``"sweep"``) or the claims (``"claims"``).
+        data: in-memory objects (never written) that a typed result of
+            :mod:`probe.app.registry.results` gives to later analyses as properties, e.g.
+            the ablation sweep's per-example scores or the claims.
     """
 
     tables: dict = field(default_factory=dict)
@@ -234,6 +243,7 @@ def _jsonable(value):
 
 
 from .context import Context  # noqa: E402  (after Result: context imports nothing from here)
+from .runs import Inputs, open_run  # noqa: E402
 
 _REGISTRY: dict = {}
 _LOADED = False
@@ -337,11 +347,9 @@ def run(
     if engine != "local" and engine not in analysis.engines:
         raise InputError(f"{analysis.name} runs with engine local only, not {engine!r}")
     target = OutDir(out, force) if out is not None else None
-    ctx = Context(
-        model=model,
-        text=text,
-        file=file,
-        conllu=conllu,
+    ctx = open_run(
+        model,
+        Inputs(text or (), file, conllu),
         limit=limit,
         device=device,
         adapter=adapter,

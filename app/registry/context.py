@@ -1,38 +1,61 @@
-"""What an analysis' ``run`` reads: :class:`Context`, whose model, corpus, treebank and
-maps are built on first use from the common options (so ``--help`` and analyses that
-need no model import nothing heavy)."""
+"""What an analysis' ``run`` reads: :class:`Context`, the one context of a run (a command,
+the report, a notebook's :func:`probe.app.registry.run`), opened by
+:func:`probe.app.registry.runs.open_run`. Its model, corpus, treebank and maps are built
+on first use from the common options (so ``--help`` and analyses that need no model
+import nothing heavy); the engine is a property of the run; earlier analyses' results are
+read by their type (:meth:`Context.result_of`)."""
 
 from __future__ import annotations
 
+import logging
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, TypeVar
 
 from probe.errors import InputError, NotApplicable
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 class Context:
     """The inputs of one run.
 
     Attributes (lazy; each built once, on first access):
-        adapter: the live model (:func:`probe.models.load_model` of ``model``).
+        adapter: the live model (:func:`probe.models.load_model` of ``model``), or
+            ``None`` for a run on maps alone (``model`` given as ``None``).
         corpus: the :class:`probe.inputs.Corpus` (``--text/--file/--conllu``, or a zoo
-            model's evaluation set), fitted to the model's length limit.
+            model's evaluation set), fitted to the model's length limit; on a stream or
+            Ray engine with ``kept_examples``, the kept sample whose maps are held.
+        input_corpus: the corpus as given, not fitted (an engine's workers leave out
+            what is too long themselves), or the whole corpus the run was opened on.
         sentences: the treebank's :class:`probe.corpus.Sentence` s (``--conllu``).
-        maps: one :class:`probe.maps.AttentionMaps` per corpus example.
-        params: the analysis' parameters (defaults filled in).
-        results: earlier analyses' results by name (the report fills it).
+        maps: one :class:`probe.maps.AttentionMaps` per corpus example, in order.
+        params: the running analysis' parameters (defaults filled in).
+        results: what the analyses that ran produced, by analysis name; written by the
+            report's runner (:mod:`probe.app.report.sections`) alone. Read them by type
+            with :meth:`result_of`.
+        skipped: analysis name -> why it was skipped (later analyses may give the reason).
         workdir: where a CLI run's output is being written (renamed to ``--out`` at the
             end), or ``None``; for files an analysis produces while it runs.
-        engine, address, workers: ``--engine local|stream|ray`` and its settings;
-            ``engine_run`` turns them into :func:`probe.app.engine.run_job` arguments.
+        engine, address, workers: ``local|stream|ray`` and its settings; ``engine_run``
+            turns them into :func:`probe.app.engine.run_job` arguments.
+        on_engine: the report's streamed statistics of the whole corpus
+            (:class:`probe.app.report.engine_sections.EngineRun`), or ``None``.
+        settings: JSON-able settings shown in the report (model, limit, choices made …).
+        overrides: parameters the user set for every analysis that declares them
+            (``probe report --objective/--target/--max-model-examples``).
+        representatives: example indices shown on every report page (the report's
+            :func:`probe.app.report.examples.representative_examples` when not given).
 
-    ``say(line)`` prints a line for people (a chosen default, a warning), unless quiet.
+    ``say(line)`` states a choice made for the user (a chosen default, a warning): logged,
+    kept under ``settings["choices"]`` and, when ``echo``, printed to stderr.
     """
 
     def __init__(
         self,
         *,
-        model: str = "minilm",
+        model: Any = "minilm",
         text: Optional[Sequence[str]] = None,
         file=None,
         conllu=None,
@@ -48,6 +71,12 @@ class Context:
         engine: str = "local",
         address: Optional[str] = None,
         workers: int = 2,
+        input_corpus=None,
+        settings: Optional[dict] = None,
+        overrides: Optional[dict] = None,
+        echo: Optional[bool] = None,
+        indent: str = "",
+        representatives: Optional[list] = None,
     ):
         self.model = model
         self.text = tuple(text or ())
@@ -59,11 +88,20 @@ class Context:
         self.quiet = quiet
         self.batch_size = batch_size
         self.results: dict = {}
+        self.skipped: dict = {}
         #: the (temporary) output directory of a CLI run, for files written while running
         self.workdir = workdir
         self.engine, self.address, self.workers = engine or "local", address, workers
+        self.on_engine: Optional[Any] = None
+        self.settings: dict = settings if settings is not None else {}
+        self.overrides: dict = dict(overrides or {})
+        self.echo = (not quiet) if echo is None else echo
+        self.indent = indent
         self._adapter, self._corpus, self._maps = adapter, corpus, maps
+        self._input_corpus = input_corpus
         self._sentences: Optional[list] = None
+        #: example indices shown on every report page (the report chooses them)
+        self.representatives: list = list(representatives or ())
 
     # -- what the user gave ---------------------------------------------------------------
     @property
@@ -80,30 +118,58 @@ class Context:
         return name.split(":", 1)[1] if name.startswith("zoo:") else None
 
     def say(self, line: str) -> None:
-        if not self.quiet:
-            print(line, file=sys.stderr, flush=True)
+        """A line for people (a choice made for the user, e.g. the objective): logged, kept
+        under ``settings["choices"]`` (the report's index page and summary.json) and, when
+        ``echo``, printed to stderr once."""
+        log.info("%s", line)
+        choices = self.settings.setdefault("choices", [])
+        if line not in choices:
+            choices.append(line)
+            if self.echo:
+                print(f"{self.indent}{line}", file=sys.stderr, flush=True)
 
     @property
     def progress(self) -> bool:
         """Show progress bars (not quiet)."""
         return not self.quiet
 
+    # -- the engine -------------------------------------------------------------------------
     @property
     def engine_run(self) -> Optional[dict]:
-        """Keyword arguments of :func:`probe.app.engine.run_job` for ``--engine``, or
+        """Keyword arguments of :func:`probe.app.engine.run_job` for the run's engine, or
         ``None`` for ``local`` (the single-process path on whole maps).
 
         Raises:
-            ValueError: ``--engine ray`` without Ray installed (says how to install it).
+            ValueError: ``ray`` without Ray installed (says how to install it).
         """
         from probe.app.engine import engine_settings
 
         return engine_settings(self.engine, self.address, self.workers, self.device)
 
+    @property
+    def engine_model(self):
+        """What the engine's workers load: the model's spec, or for ``stream`` the model
+        this process already loaded (not loaded twice)."""
+        if self.engine == "stream" and self._adapter is not None:
+            return self._adapter
+        if self.model is None or not isinstance(self.model, str):
+            return self.adapter.name
+        return self.model
+
+    # -- results of earlier analyses ----------------------------------------------------------
+    def result_of(self, kind: type[R]) -> Optional[R]:
+        """The result of type ``kind`` (a :mod:`probe.app.registry.results` class) an
+        analysis of this run produced, or ``None`` when none did (not chosen, skipped or
+        failed)."""
+        for result in self.results.values():
+            if type(result) is kind:
+                return result
+        return None
+
     # -- built on first use -----------------------------------------------------------------
     @property
     def adapter(self):
-        if self._adapter is None:
+        if self._adapter is None and self.model is not None:
             from probe.models import load_model
 
             self._adapter = load_model(self.model, device=self.device)
@@ -112,7 +178,10 @@ class Context:
     @property
     def input_corpus(self):
         """The corpus as given, not yet fitted to the model (no model loaded: an engine's
-        workers leave out what is too long for the model themselves)."""
+        workers leave out what is too long for the model themselves); the whole corpus
+        when the run was opened on one."""
+        if self._input_corpus is not None:
+            return self._input_corpus
         from probe.inputs import load_corpus
 
         return load_corpus(
@@ -161,3 +230,25 @@ class Context:
                 progress=self.progress and len(c) > 1,
             )
         return self._maps
+
+    def keep_first(self, n: int) -> None:
+        """Hold the maps of the first ``n`` examples only: ``corpus`` becomes them and
+        ``input_corpus`` stays the whole (fitted) corpus, for an engine to stream."""
+        whole = self.corpus
+        self._input_corpus = whole
+        if n < len(whole):
+            self._corpus = whole.subset(range(n))
+
+    @property
+    def maps_captured(self) -> bool:
+        """Whether the maps are held (given, or captured by an earlier access)."""
+        return self._maps is not None
+
+    # -- what the report shows ------------------------------------------------------------------
+    @property
+    def layers(self) -> tuple:
+        return tuple(self.maps[0].layers)
+
+    @property
+    def n_heads(self) -> int:
+        return self.maps[0].n_heads

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .context import ReportContext, sharpest_examples
+from probe.app.registry import Context, open_run
+
+from .examples import representative_examples, sharpest_examples
 from .sections import choose, run_sections
 from .verdict import claims_verdict, verdict
 
@@ -38,7 +40,7 @@ class ReportData:
     ``facts[(layer, head)][section] = {column: value}``; ``verdicts[(layer, head)]``.
     """
 
-    ctx: ReportContext
+    ctx: Context
     outcomes: list
     facts: dict = field(default_factory=dict)
     verdicts: dict = field(default_factory=dict)
@@ -88,22 +90,29 @@ def _special_names(maps) -> tuple:
 
 
 def analyse(
-    ctx: ReportContext, sections: Optional[Sequence[str]] = None, strict: bool = False, progress=None, partial=None
+    ctx: Context, sections: Optional[Sequence[str]] = None, strict: bool = False, progress=None, partial=None
 ) -> ReportData:
-    """Run the report sections on ``ctx`` and derive per-head facts and verdicts.
+    """Run the report sections on the run ``ctx`` (:func:`probe.app.registry.open_run`)
+    and derive per-head facts and verdicts.
 
     ``progress(i, n, name)`` is called before each section runs (the CLI prints a line).
     ``partial`` (:class:`.resume.PartialReport`) keeps finished sections and resumes them.
 
     Raises:
-        ValueError: an unknown section name.
+        ValueError: an unknown section name, or a run with no example captured.
     """
+    from probe.app.registry.results import ClaimsResult
+
     t0 = time.perf_counter()
+    if not ctx.maps:
+        raise ValueError("nothing to report: no example was captured")
+    if not ctx.representatives:
+        ctx.representatives = representative_examples(ctx.maps)
     outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress, partial=partial)
     data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
     cls, sep = _special_names(ctx.maps)
-    ran = ctx.results.get("claims")
-    claims = ran.data.get("claims") if ran is not None else None  # HeadClaims (registry/analyses/claims.py)
+    ran = ctx.result_of(ClaimsResult)
+    claims = ran.claims if ran is not None else None  # HeadClaims
     data.claims = claims
     for layer in ctx.layers:
         for h in range(ctx.n_heads):
@@ -261,12 +270,12 @@ def build_report(
     from probe.analyses.common.objective import check_objective
     from probe.budget import DEFAULT_BUDGET, check_budget, format_size
     from probe.budget import memory_budget as budget_in_force
-    from probe.capture import capture
     from probe.inputs import fit_to_model, load_corpus
     from probe.long_inputs import check_window
     from probe.models import load_model
 
     from .bundled import sample_corpus
+    from .engine_sections import KEPT_EXAMPLES
     from .resume import PartialReport, corpus_digest, fingerprint
 
     t_start = time.perf_counter()
@@ -298,9 +307,22 @@ def build_report(
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
     overrides = _overrides(objective, target, max_model_examples, explained_examples)
-    on_engine, full = None, corpus
-    if engine != "local":
-        on_engine, corpus = _on_engine(engine, workers, address, device, model, adapter, corpus, kept_examples)
+    ctx = open_run(
+        model,
+        corpus,
+        adapter=adapter,
+        device=device,
+        engine=engine,
+        address=address,
+        workers=workers,
+        kept_examples=(kept_examples or KEPT_EXAMPLES) if engine != "local" else None,
+        batch_size=batch_size,
+        overrides=overrides,
+        quiet=not progress,
+        echo=bool(progress),
+        indent="  ",
+    )
+    corpus, full = ctx.corpus, ctx.input_corpus  # the kept sample (maps held); the whole corpus
     partial = PartialReport(
         out,
         fingerprint(
@@ -317,20 +339,14 @@ def build_report(
             window=window,
             stride=stride,
             truncate=truncate,
-            **({"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if on_engine else {}),
+            **({"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if engine != "local" else {}),
         ),
         fresh=not resume,
     )
     t0 = time.perf_counter()
-    maps = capture(
-        adapter,
-        list(corpus.texts),
-        word_spans=list(corpus.word_spans) if corpus.word_spans else None,
-        targets=list(corpus.targets) if corpus.targets else None,
-        batch_size=batch_size,
-        progress=bool(progress),
-    )
+    n_captured = len(ctx.maps)  # captured here, timed (the run captures on first use)
     t_capture = time.perf_counter() - t0
+    log.info("captured %d examples in %.1fs", n_captured, t_capture)
     settings = {
         "model": adapter.name,
         "model_info": adapter.describe(),
@@ -344,20 +360,11 @@ def build_report(
     settings.update(_model_examples_setting(len(full), max_model_examples, explained_examples))
     if long_note:
         settings["long inputs"] = long_note
-    if on_engine is not None:
-        _engine_statistics(on_engine, batch_size, bool(progress))
+    if engine != "local":  # the whole corpus's statistics, streamed on the run's engine
+        on_engine = _engine_statistics(ctx, batch_size, bool(progress))
         settings.update(on_engine.statement(len(corpus), [s.name for s in choose(sections)]))
         settings["engine seconds"] = round(on_engine.stats["seconds"], 2)
-    ctx = ReportContext(
-        adapter=adapter,
-        corpus=corpus,
-        maps=maps,
-        settings=settings,
-        overrides=overrides,
-        echo=bool(progress),
-        quiet=not progress,
-        on_engine=on_engine,
-    )
+    ctx.settings.update(settings)
     with budget_in_force(budget):
         data = analyse(
             ctx,
@@ -373,30 +380,19 @@ def build_report(
     return data
 
 
-def _on_engine(engine, workers, address, device, model, adapter, corpus, kept_examples) -> tuple:
-    """``(EngineRun, kept sample)`` of ``probe report --engine stream|ray``: the workers'
-    settings and the first ``kept_examples`` examples (default
-    :data:`.engine_sections.KEPT_EXAMPLES`), the only ones captured whole."""
-    from probe.app.engine import engine_settings
-
-    from .engine_sections import KEPT_EXAMPLES, EngineRun
-
-    run = engine_settings(engine, address, workers, device)
-    if run is None:
-        raise ValueError(f"unknown engine {engine!r}")
-    # ray: each actor loads the model from its spec; stream: this process's adapter
-    spec = (str(model) if model else adapter.name) if engine == "ray" else adapter
-    kept = min(len(corpus), kept_examples or KEPT_EXAMPLES)
-    sample = corpus.subset(range(kept)) if kept < len(corpus) else corpus
-    return EngineRun(engine, run, spec, corpus), sample
-
-
-def _engine_statistics(on_engine, batch_size: int, progress: bool) -> None:
-    """Stream the whole corpus once through the statistics' accumulators (in place)."""
+def _engine_statistics(ctx: Context, batch_size: int, progress: bool):
+    """Stream the run's whole corpus once through the statistics' accumulators on its
+    engine; the :class:`.engine_sections.EngineRun` is kept as ``ctx.on_engine`` and returned."""
     import sys
 
     from probe.app.engine.analyses import report_statistics
 
+    from .engine_sections import EngineRun
+
+    run = ctx.engine_run
+    if run is None:
+        raise ValueError("the local engine holds every example's maps: it streams no statistics")
+    on_engine = ctx.on_engine = EngineRun(ctx.engine, run, ctx.engine_model, ctx.input_corpus)
     corpus = on_engine.corpus
     treebank = bool(corpus.sentences) and all(s.heads for s in corpus.sentences)  # the sections' "treebank" need
     if progress:
@@ -405,6 +401,7 @@ def _engine_statistics(on_engine, batch_size: int, progress: bool) -> None:
     on_engine.stats = report_statistics(
         on_engine.model, corpus, treebank=treebank, batch_size=batch_size, progress=progress, **on_engine.run
     )
+    return on_engine
 
 
 def _unknown_summary(corpus, adapter) -> str:
@@ -531,7 +528,7 @@ def _write_from_maps(out, model, corpus, maps, sections, strict, force, source, 
         "limit": limit,
         "note": "no live transformer: interventions, importance and attributions are not tested",
     }
-    ctx = ReportContext(adapter=None, corpus=corpus, maps=maps, settings=settings)
+    ctx = open_run(None, corpus, maps=maps, settings=settings)
     data = analyse(ctx, sections=sections, strict=strict)
     write_report(data, out, force=force)
     data.seconds = time.perf_counter() - t_start

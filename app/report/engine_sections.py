@@ -21,7 +21,7 @@ The numbers of the distributed sections equal the local engine's (tests/test_rep
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 #: sections whose statistics the engine computes over the whole corpus
 DISTRIBUTED = ("syntax", "roles", "ablation")
@@ -96,12 +96,3 @@ def roles_section(ctx):
     clf.punct_chance_ = stats["punct_chance"]
     clf.fit_tables({"token": stats["token"], "word": stats["word"]}, stats["n_examples"], syntax=syntax_evidence(ctx))
     return section_from(ctx, clf.roles_, stats["n_examples"])
-
-
-def model_run_corpus(ctx, cap: Optional[int]):
-    """The examples the ablation sweep runs on: the first ``cap`` of the whole corpus
-    (``None``: all), as :func:`probe.app.registry.analyses._shared.model_corpus` cuts them."""
-    corpus = ctx.on_engine.corpus
-    if not cap or len(corpus) <= cap:
-        return corpus
-    return corpus.subset(range(cap), reason="beyond the report's model-run limit")

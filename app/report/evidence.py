@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from probe.app.registry.results import AblationResult, FaithfulnessResult, RolesResult, SyntaxResult
+
 from .html import esc
 from .style import ACCENT, MUTED, number
 
@@ -26,9 +28,9 @@ def _f(x):
     return None if math.isnan(v) else v
 
 
-def _table(data, section: str, name: str):
-    res = data.ctx.results.get(section)
-    return None if res is None else res.tables.get(name)
+def _result(data, kind):
+    """The run's result of type ``kind``, or ``None`` (its section did not run)."""
+    return data.ctx.result_of(kind)
 
 
 # ---- small SVG plots -------------------------------------------------------------------
@@ -120,7 +122,7 @@ def _roles(data, layer, head, f) -> str:
     role = f.get("role")
     if not role:
         return ""
-    t = _table(data, "roles", "roles")
+    t = getattr(_result(data, RolesResult), "roles", None)
     n_ex = n_rows = None
     if t is not None:
         r = t[(t["layer"] == layer) & (t["head"] == head)]
@@ -168,10 +170,8 @@ def _necessity(data, layer, head) -> str:
 
 def _sweep_count(data) -> int | None:
     """Examples the ablation sweep ran on (the count of its intervals)."""
-    res = data.ctx.results.get("ablation")
-    sweep = res.data.get("sweep") if res is not None else None
-    ablated = getattr(sweep, "ablated", None)
-    return int(ablated.shape[1]) if ablated is not None else None
+    res = _result(data, AblationResult)
+    return res.n_examples if res is not None else None
 
 
 def _ablation(data, layer, head, f) -> str:
@@ -184,7 +184,7 @@ def _ablation(data, layer, head, f) -> str:
     lo, hi = _f(f.get("ablation_ci_low")), _f(f.get("ablation_ci_high"))
     ci = (lo, hi) if lo is not None and hi is not None else None
     metric = f.get("ablation_metric", "metric")
-    t = _table(data, "ablation", "ablation")
+    t = getattr(_result(data, AblationResult), "table", None)
     n = _sweep_count(data)
     rank = ""
     if t is not None and len(t):
@@ -227,8 +227,8 @@ def _syntax(data, layer, head, f) -> str:
     from probe.analyses.claims import thresholds as T
     from probe.analyses.claims.evidence import claim_evidence
 
-    t = _table(data, "syntax", "relations")
-    best = _table(data, "syntax", "best")
+    syntax = _result(data, SyntaxResult)
+    t, best = (syntax.relations, syntax.best) if syntax is not None else (None, None)
     claims = getattr(data, "claims", None)
     parts = []
     if claims is not None and (layer, head) in claims.claims:
@@ -265,8 +265,8 @@ def _faithfulness(data, layer, head, f) -> str:
     v = f.get("faith_verdict")
     if not v:
         return ""
-    res = data.ctx.results.get("faithfulness")
-    n = (res.summary or {}).get("n_examples") if res else None
+    res = _result(data, FaithfulnessResult)
+    n = res.n_examples if res else None
     taus = {
         k[len("faith_tau_") :]: _f(x)
         for k, x in f.items()

@@ -237,8 +237,9 @@ class PartialReport:
         return "with other settings: " + "; ".join(diffs)
 
     # ---- one section --------------------------------------------------------------
-    def load(self, name: str):
-        """The saved :class:`probe.app.report.sections.SectionOutcome`, or ``None``."""
+    def load(self, name: str, kind=None):
+        """The saved :class:`probe.app.report.sections.SectionOutcome`, or ``None``; its
+        result is a ``kind`` (the section's declared result type; default :class:`Result`)."""
         from probe.app.registry import Result
 
         from .sections import SectionOutcome
@@ -254,7 +255,7 @@ class PartialReport:
 
             arrays = load_file(str(st))
         per_head = _table_from_json(d["per_head"]) if d.get("per_head") is not None else None
-        result = Result(
+        result = (kind or Result)(
             tables={k: _table_from_json(t) for k, t in d["tables"].items()},
             per_head=per_head,
             notes=list(d["notes"]),

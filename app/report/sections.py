@@ -2,11 +2,16 @@
 declare ``section``; this module runs them on a report's context.
 
 The runner (:func:`run_sections`) marks a section *skipped* with the reason when a module
-is not importable, an input it needs is missing, a section it reads did not run, or the
-analysis refused its input (``ValueError``, the project's bad-input error), and *failed*
+is not importable, an input it needs is missing, a result it requires was not produced, or
+the analysis found it does not apply (:class:`probe.errors.NotApplicable`), and *failed*
 (with the error, logged with its traceback) when the analysis raised anything else — the
 report is built in every case. Each section runs with its declared defaults overridden by
 its ``report_params`` (smaller budgets than the command line).
+
+Sections talk through types, not names: each declares what it ``produces`` and
+``consumes`` (:mod:`probe.app.registry.results`); the runner puts producers before their
+consumers, checks that each section returns what it declared, and keeps the results on
+the run, where a consumer reads one with ``ctx.result_of(T)``.
 
 A report-only section is one module in ``app/registry/analyses/`` (see the registry's
 docstring); :func:`Section` builds the same declaration for tests and notebooks.
@@ -43,7 +48,15 @@ NEEDS = {
 
 
 def Section(
-    name: str, title: str, run, modules: tuple = (), needs: tuple = (), after: tuple = (), default: bool = True
+    name: str,
+    title: str,
+    run,
+    modules: tuple = (),
+    needs: tuple = (),
+    default: bool = True,
+    produces: Optional[type] = None,
+    consumes: tuple = (),
+    requires: tuple = (),
 ) -> Analysis:
     """A report-only analysis (no command): the declaration :func:`run_sections` runs."""
     return Analysis(
@@ -54,8 +67,10 @@ def Section(
         command=False,
         section=True,
         report_default=default,
-        after=after,
         modules=modules,
+        produces=produces,
+        consumes=consumes,
+        requires=requires,
     )
 
 
@@ -101,6 +116,31 @@ def choose(names=None) -> list:
     return [s for s in sections if s.name in set(names)]
 
 
+def produced(sec) -> type[Result]:
+    """The type of the result section ``sec`` returns (a plain :class:`Result` unless declared)."""
+    return sec.produces or Result
+
+
+def in_order(sections) -> list:
+    """``sections`` with every producer before the sections that consume or require its
+    type, otherwise in the given order (a stable topological sort).
+
+    Raises:
+        ValueError: the declarations form a cycle.
+    """
+    left, out = list(sections), []
+    while left:
+        for sec in left:
+            wants = set(sec.consumes) | set(sec.requires)
+            if not any(produced(o) in wants for o in left if o is not sec):
+                break
+        else:
+            raise ValueError(f"sections consume each other's results in a cycle: {[s.name for s in left]}")
+        out.append(sec)
+        left.remove(sec)
+    return out
+
+
 def _missing_module(names) -> Optional[str]:
     for name in names:
         try:
@@ -110,7 +150,7 @@ def _missing_module(names) -> Optional[str]:
     return None
 
 
-def _unmet(ctx, sec) -> Optional[str]:
+def _unmet(ctx, sec, producers: dict) -> Optional[str]:
     reason = _missing_module(sec.modules)
     if reason is not None:
         return reason
@@ -118,9 +158,14 @@ def _unmet(ctx, sec) -> Optional[str]:
         check = NEEDS.get(need)
         if check is not None and not check[0](ctx):
             return check[1]
-    for dep in sec.after:
-        if dep not in ctx.results:
-            return f"needs the {dep!r} section, which did not run"
+    for kind in sec.requires:
+        if ctx.result_of(kind) is None:
+            by = producers.get(kind)
+            return (
+                f"needs the {by!r} section, which did not run"
+                if by
+                else f"needs a {kind.__name__}: no section makes one"
+            )
     return None
 
 
@@ -130,14 +175,19 @@ def run_section(ctx, sec) -> Result:
     params.update(sec.report_params)
     # the report's own options (--objective, --target, --max-model-examples) for the
     # sections that declare them
-    params.update({k: v for k, v in (getattr(ctx, "overrides", None) or {}).items() if k in params})
+    params.update({k: v for k, v in ctx.overrides.items() if k in params})
     ctx.params = params
     fn = sec.section if callable(sec.section) else sec.run
-    if getattr(ctx, "on_engine", None) is not None:  # probe report --engine: statistics of the whole corpus
+    if ctx.on_engine is not None:  # probe report --engine: statistics of the whole corpus
         from .engine_sections import engine_section
 
         fn = engine_section(sec.name) or fn
-    return fn(ctx)
+    result = fn(ctx)
+    if not isinstance(result, produced(sec)):  # a bug in the declaration or the analysis
+        raise TypeError(
+            f"section {sec.name} returned a {type(result).__name__}, not the {produced(sec).__name__} it declares"
+        )
+    return result
 
 
 def run_sections(ctx, sections, strict: bool = False, progress=None, partial=None) -> list:
@@ -150,8 +200,9 @@ def run_sections(ctx, sections, strict: bool = False, progress=None, partial=Non
     gives back those a previous run finished (not run again).
     """
     outcomes = []
+    sections = in_order(sections)
     for i, sec in enumerate(sections):
-        saved = partial.load(sec.name) if partial is not None else None
+        saved = partial.load(sec.name, produced(sec)) if partial is not None else None
         if saved is not None:
             if progress:
                 progress(i, len(sections), f"{sec.name} (resumed: finished by the previous run)")
@@ -164,26 +215,25 @@ def run_sections(ctx, sections, strict: bool = False, progress=None, partial=Non
             outcomes.append(saved)
             continue
         n_before = len(outcomes)
-        choices = getattr(ctx, "settings", {}).get("choices", [])
-        said_before = len(choices)
-        _run_one(ctx, sec, i, len(sections), outcomes, strict, progress)
+        said_before = len(ctx.settings.get("choices", []))
+        _run_one(ctx, sec, i, sections, outcomes, strict, progress)
         if partial is not None and len(outcomes) > n_before:
-            said = list(getattr(ctx, "settings", {}).get("choices", [])[said_before:])
+            said = list(ctx.settings.get("choices", [])[said_before:])
             partial.save(outcomes[-1], said=said)
     return outcomes
 
 
-def _run_one(ctx, sec, i: int, n: int, outcomes: list, strict: bool, progress) -> None:
+def _run_one(ctx, sec, i: int, sections: list, outcomes: list, strict: bool, progress) -> None:
     """Run one section, appending its :class:`SectionOutcome` to ``outcomes``."""
     t0 = time.perf_counter()
-    reason = _unmet(ctx, sec)
+    reason = _unmet(ctx, sec, {produced(s): s.name for s in sections})
     if reason is not None:
         log.info("section %s skipped: %s", sec.name, reason)
         _note_skip(ctx, sec.name, reason)
         outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", reason))
         return
     if progress:
-        progress(i, n, sec.name)
+        progress(i, len(sections), sec.name)
     try:
         result = run_section(ctx, sec)
     except NotApplicable as exc:
@@ -209,7 +259,5 @@ def _run_one(ctx, sec, i: int, n: int, outcomes: list, strict: bool, progress) -
 
 
 def _note_skip(ctx, name: str, reason: str) -> None:
-    """Record why ``name`` was skipped (or failed), for later sections (``ctx.skipped`` when it has one)."""
-    skipped = getattr(ctx, "skipped", None)
-    if skipped is not None:
-        skipped[name] = reason
+    """Record why ``name`` was skipped (or failed), for later sections (``ctx.skipped``)."""
+    ctx.skipped[name] = reason

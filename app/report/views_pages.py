@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .context import representative_examples
+from probe.app.registry.results import RolloutResult
+
+from .examples import representative_examples
 from .head_view import HeadView, head_view_js
 from .html import esc, link, page, script_json
 from .model_view import ModelView
@@ -98,10 +100,10 @@ def token_rows_svg(tokens, rows: dict, position: int) -> str:
 
 
 def _methods_block(data) -> str:
-    res = data.ctx.results.get("rollout")
-    if res is None or "scores" not in res.tables:
+    res = data.ctx.result_of(RolloutResult)
+    if res is None or res.scores is None:
         return '<p class="muted">Rollout and flow were not computed (the rollout section did not run).</p>'
-    table = res.tables["scores"]
+    table = res.scores
     parts = []
     for ex, t in table.groupby("example", sort=True):
         m = data.ctx.maps[int(ex)]

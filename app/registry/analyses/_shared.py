@@ -42,15 +42,17 @@ def metric(ctx, corpus=None) -> str:
     return name
 
 
-def model_corpus(ctx):
+def model_corpus(ctx, corpus=None):
     """``(corpus, note)``: at most ``ctx.params['max_model_examples']`` (the report's cap)
-    examples for analyses that run the model once per head."""
+    examples of ``corpus`` (default ``ctx.corpus``) for analyses that run the model once
+    per head."""
+    corpus = ctx.corpus if corpus is None else corpus
     cap = ctx.params.get("max_model_examples")
-    n = len(ctx.corpus)
+    n = len(corpus)
     if not cap or n <= cap:
-        return ctx.corpus, ""
+        return corpus, ""
     return (
-        ctx.corpus.subset(range(cap), reason="beyond the report's model-run limit"),
+        corpus.subset(range(cap), reason="beyond the report's model-run limit"),
         f" on the first {cap} of {n} examples",
     )
 

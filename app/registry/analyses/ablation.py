@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from probe.errors import InputError
-from probe.app.registry import ENGINES, Analysis, Param, Result
+from probe.app.registry import ENGINES, Analysis, Param
+from probe.app.registry.results import AblationResult
 
 from ._shared import BATCH, GROUPS, METRIC, N_BOOT, group_note, group_table, head_name, metric, model_corpus, top_heads
 
 
-def run(ctx) -> Result:
+def run(ctx) -> AblationResult:
     from probe.analyses.necessity.ablation import sweep_heads
     from probe.analyses.necessity.head_groups import ablate_group
 
@@ -22,10 +23,11 @@ def run(ctx) -> Result:
 
         if any(p["group"]):
             raise InputError(f"--group runs with --engine local, not --engine {ctx.engine}")
-        corpus, cut = ctx.input_corpus, getattr(ctx, "engine_cut", "")
-        model = getattr(ctx.model, "name", ctx.model)  # the report's stream engine runs its loaded adapter
+        corpus, cut = model_corpus(ctx, ctx.input_corpus)  # the whole corpus, not the kept sample
+        spec = ctx.engine_model  # a stream engine runs the model this process loaded
+        model = getattr(spec, "name", spec)
         res = on_engine.ablate(
-            ctx.model,
+            spec,
             corpus,
             p["metric"],
             p["mode"],
@@ -103,7 +105,7 @@ def run(ctx) -> Result:
         "significant_heads": sig,
         "top": top[["layer", "head", "delta"]].to_dict("records"),
     }
-    return Result(
+    return AblationResult(
         tables=tables,
         per_head=per_head,
         notes=notes,
@@ -156,6 +158,7 @@ ANALYSIS = Analysis(
         BATCH,
     ),
     section=True,
+    produces=AblationResult,
     report_params={"max_model_examples": 128},
     modules=("probe.analyses.necessity.ablation",),
     order=30,

@@ -2,23 +2,24 @@
 structure, necessity, redundancy, weights, attribution), each with its effect, interval,
 count, null and named threshold (:mod:`probe.analyses.claims`).
 
-In the report the section reads the sections that ran before it through their
-:class:`Result` ``data``/``tables``: the ablation section's removals (``data["removals"]``,
-the same single-head sweep on the same objective: its mode is not run again), the importance table and the faithfulness verdict; a claim whose evidence did
-not run is *not tested*, with the reason (``ctx.skipped`` gives a skipped section's).
+In the report the section reads, by type, the results of the sections that ran before it
+(``consumes``): the ablation section's removals (the same single-head sweep on the same
+objective: its mode is not run again), the importance table and the faithfulness verdict;
+a claim whose evidence did not run is *not tested*, with the reason (``ctx.skipped`` gives
+a skipped section's).
 """
 
 from __future__ import annotations
 
-from probe.app.registry import Analysis, Param, Result
+from probe.app.registry import Analysis, Param
+from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
 from ._shared import model_corpus
 
 
 def _faithfulness_reason(ctx) -> str:
-    skipped = getattr(ctx, "skipped", {}) or {}
-    if "faithfulness" in skipped:
-        return skipped["faithfulness"]
+    if "faithfulness" in ctx.skipped:
+        return ctx.skipped["faithfulness"]
     return "the faithfulness section did not run"
 
 
@@ -27,12 +28,13 @@ def _adapter(ctx):
     return getattr(ctx, "adapter", None)
 
 
-def run(ctx) -> Result:
+def run(ctx) -> ClaimsResult:
     from probe.analyses.claims.heads import head_claims
     from probe.analyses.claims.thresholds import thresholds_in_force
 
     adapter = _adapter(ctx)
-    imp, faith, ablation = (ctx.results.get(n) for n in ("importance", "faithfulness", "ablation"))
+    imp, faith = ctx.result_of(ImportanceResult), ctx.result_of(FaithfulnessResult)
+    ablation = ctx.result_of(AblationResult)
     corpus, cut = model_corpus(ctx) if adapter is not None else (ctx.corpus, "")
     objective = ctx.params.get("objective", "auto")
     if adapter is not None:
@@ -45,14 +47,14 @@ def run(ctx) -> Result:
         adapter,
         corpus,
         ctx.maps,
-        importance=imp.tables.get("importance") if imp else None,
+        importance=imp.table if imp else None,
         objective=objective,
-        faithfulness=faith.tables.get("verdict") if faith else None,
+        faithfulness=faith.verdict if faith else None,
         faithfulness_info=faith.summary if faith else None,
         faithfulness_reason=_faithfulness_reason(ctx),
         seed=ctx.params.get("seed", 0),
         progress=ctx.progress,
-        ablation=ablation.data.get("removals") if ablation else None,  # its removals are not run again
+        ablation=ablation.removals if ablation else None,  # its removals are not run again
     )
     counts = hc.counts()
     notes = [n + cut for n in hc.notes]
@@ -72,7 +74,7 @@ def run(ctx) -> Result:
         "counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()},
         "objective": hc.objective,
     }
-    return Result(
+    return ClaimsResult(
         tables={"claims": hc.to_frame(), "counts": counts.reset_index(), **hc.tables},
         notes=notes,
         summary=summary,
@@ -102,6 +104,8 @@ ANALYSIS = Analysis(
         ),
     ),
     section=True,
+    produces=ClaimsResult,
+    consumes=(AblationResult, ImportanceResult, FaithfulnessResult),
     report_params={"max_model_examples": 128},  # the ablation section's cut: its sweep is reused
     modules=("probe.analyses.claims.heads",),
     order=90,

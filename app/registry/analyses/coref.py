@@ -21,7 +21,7 @@ def run(ctx) -> Result:
         from probe.app.engine import analyses as on_engine
 
         result = on_engine.coref(
-            ctx.model, sentences, numbers, context=p["context"], batch_size=p["batch_size"], **engine
+            ctx.engine_model, sentences, numbers, context=p["context"], batch_size=p["batch_size"], **engine
         )
         model = ctx.model
     else:

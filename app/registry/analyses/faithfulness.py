@@ -4,7 +4,8 @@ explanation? Attention vs attributions (Kendall τ), head permutations (Jain & W
 
 from __future__ import annotations
 
-from probe.app.registry import Analysis, Param, Result, SkipAnalysis
+from probe.app.registry import Analysis, Param, SkipAnalysis
+from probe.app.registry.results import FaithfulnessResult
 
 
 def _head_kind(adapter) -> str:
@@ -54,7 +55,7 @@ def _target(ctx) -> str:
     return target
 
 
-def run(ctx) -> Result:
+def run(ctx) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     p = ctx.params
@@ -107,7 +108,7 @@ def run(ctx) -> Result:
             f"{comp['median_relative_error']:.3g}, max {comp['max_relative_error']:.3g}, "
             f"{comp['share_within_1pct']:.0%} of examples within 1%"
         )
-    return Result(
+    return FaithfulnessResult(
         tables={"verdict": v, "agreement": rep.agreement.summary},
         per_head=per_head,
         notes=notes,
@@ -117,7 +118,7 @@ def run(ctx) -> Result:
     )
 
 
-def run_in_report(ctx) -> Result:
+def run_in_report(ctx) -> FaithfulnessResult:
     """The report's variant: a probe target is first checked against chance
     (:func:`probe.analyses.claims.attribution.target_validity`) and the section is skipped,
     with the numbers, when it is no better (before the slow attributions)."""
@@ -177,6 +178,7 @@ ANALYSIS = Analysis(
         Param("seed", int, 0, "random seed"),
     ),
     section=run_in_report,
+    produces=FaithfulnessResult,
     modules=("probe.analyses.explanation.faithfulness",),
     report_params={
         "methods": ("ig",),

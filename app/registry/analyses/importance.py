@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from probe.app.registry import Analysis, Param, Result
 
+from probe.app.registry.results import ImportanceResult
+
 from ._shared import BATCH, METRIC, metric, model_corpus
 
 METHOD = Param(
@@ -17,7 +19,7 @@ METHOD = Param(
 IG_STEPS = Param("ig_steps", int, 16, "integrated-gradient steps", min=2)
 
 
-def run_importance(ctx) -> Result:
+def run_importance(ctx) -> ImportanceResult:
     from probe.analyses.necessity.importance import head_importance
 
     corpus, cut = model_corpus(ctx)
@@ -48,7 +50,7 @@ def run_importance(ctx) -> Result:
             )
         ]
 
-    return Result(
+    return ImportanceResult(
         tables={"importance": t},
         per_head=per_head,
         writers=[figure],
@@ -126,6 +128,7 @@ IMPORTANCE = Analysis(
     "importance.csv and a heatmap.",
     params=(METRIC, METHOD, IG_STEPS, BATCH),
     section=True,
+    produces=ImportanceResult,
     report_params={"max_model_examples": 128, "batch_size": 16, "ig_steps": 20},
     modules=("probe.analyses.necessity.importance",),
     order=31,

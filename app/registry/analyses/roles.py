@@ -7,6 +7,7 @@ from pathlib import Path
 
 from probe.errors import InputError
 from probe.app.registry import ENGINES, Analysis, Param, Result
+from probe.app.registry.results import RolesResult, SyntaxResult
 
 #: per-head columns of the roles table shown on the report's head pages
 ROLE_FACTS = (
@@ -124,7 +125,7 @@ def run(ctx) -> Result:
 
         corpus = ctx.input_corpus
         report = on_engine.roles(
-            ctx.model,
+            ctx.engine_model,
             corpus,
             syntax_table=syntax,
             batch_size=p["batch_size"],
@@ -176,7 +177,7 @@ def run(ctx) -> Result:
     )
 
 
-def section(ctx) -> Result:
+def section(ctx) -> RolesResult:
     """The report's variant: roles from the maps already captured, with the syntax
     section's best heads as evidence when it ran."""
     from probe.analyses.patterns.roles import head_roles
@@ -186,14 +187,14 @@ def section(ctx) -> Result:
 
 def syntax_evidence(ctx):
     """The syntax section's best heads (non-syntactic relations left out), or ``None``."""
-    syntax = ctx.results.get("syntax")
-    best = syntax.tables.get("best") if syntax else None
+    syntax = ctx.result_of(SyntaxResult)
+    best = syntax.best if syntax else None
     if best is not None:
         best = best[~best["relation"].isin(NOT_SYNTACTIC)]
     return best
 
 
-def section_from(ctx, roles, n_examples: int) -> Result:
+def section_from(ctx, roles, n_examples: int) -> RolesResult:
     """The roles section of a roles table however it was fitted (from the kept maps, or
     from head features streamed on an engine: ``probe report --engine``)."""
     from probe.analyses.patterns.roles import role_counts
@@ -203,7 +204,7 @@ def section_from(ctx, roles, n_examples: int) -> Result:
     notes = ["heads per role: " + ", ".join(f"{r} {n}" for r, n in zip(counts["role"], counts["heads"]))]
     if n_examples < 100:
         notes.append(f"roles estimated from {n_examples} examples (fewer than 100: unstable)")
-    return Result(
+    return RolesResult(
         tables={"roles": roles, "role_counts": counts},
         per_head=roles[["layer", "head"] + cols],
         notes=notes,
@@ -240,6 +241,8 @@ ANALYSIS = Analysis(
         Param("no_figure", bool, False, "write the tables only"),
     ),
     section=section,
+    produces=RolesResult,
+    consumes=(SyntaxResult,),
     modules=("probe.analyses.patterns.roles",),
     order=45,
     engines=ENGINES,

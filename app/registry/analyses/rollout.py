@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from probe.errors import InputError, NotApplicable
 from probe.app.registry import Analysis, Param, Result, SkipAnalysis
+from probe.app.registry.results import RolloutResult
 
 #: examples and longest input of the report's rollout/flow section (one output row of exact
 #: flow on 128 tokens takes tens of milliseconds with the compiled solver; longer examples
@@ -152,7 +153,7 @@ def run_flow(ctx) -> Result:
     return _result(scores, "attention flow" + (" (networkx)" if p["reference"] else ""))
 
 
-def section(ctx) -> Result:
+def section(ctx) -> RolloutResult:
     """Rollout and flow into position 0 (the last token of a causal model) on the report's
     representative examples."""
     import pandas as pd
@@ -189,7 +190,7 @@ def section(ctx) -> Result:
             f"left out {len(too_long)} representative example(s) over {FLOW_MAX_TOKENS} tokens "
             f"({', '.join(str(i) for i in too_long[:5])}{' …' if len(too_long) > 5 else ''})"
         )
-    return Result(tables={"scores": table, "top": top}, notes=notes)
+    return RolloutResult(tables={"scores": table, "top": top}, notes=notes)
 
 
 ROLLOUT = Analysis(
@@ -212,6 +213,7 @@ ROLLOUT = Analysis(
         ),
     ),
     section=section,
+    produces=RolloutResult,
     modules=("probe.analyses.flow.rollout", "probe.analyses.flow.attention_flow"),
     order=50,
     example="probe rollout --text 'The keys to the cabinet are on the table.' --out out/rollout",

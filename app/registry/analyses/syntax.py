@@ -8,6 +8,7 @@ from pathlib import Path
 
 from probe.errors import NotApplicable
 from probe.app.registry import ENGINES, Analysis, Param, Result
+from probe.app.registry.results import SyntaxResult
 
 #: fewest instances of a relation for it to be named on a head page: 1 in 200 dependencies,
 #: within [5, 100] (the bundled sample has ~300 dependencies, EWT dev ~22,000; without a
@@ -50,7 +51,7 @@ def run(ctx) -> Result:
     if engine:  # relation counts streamed layer by layer, in this process or Ray's workers
         from probe.app.engine import analyses as on_engine
 
-        result = on_engine.syntax(ctx.model, sentences, **settings, **engine)
+        result = on_engine.syntax(ctx.engine_model, sentences, **settings, **engine)
         meta = {"model": ctx.model, "conllu": str(conllu), "engine": ctx.engine}
     else:
         result = run_syntax(ctx.adapter, sentences, **settings, progress=ctx.progress and len(sentences) > 1)
@@ -99,7 +100,7 @@ def _notes(result, best) -> list:
     return lines
 
 
-def section(ctx) -> Result:
+def section(ctx) -> SyntaxResult:
     """The report's variant: relation accuracy on the maps already captured."""
     from probe.analyses.structure.syntax import relation_accuracy
     from probe.analyses.structure.word_graph import Skipped, word_graphs
@@ -108,7 +109,7 @@ def section(ctx) -> Result:
     return section_from(relation_accuracy(word_graphs(ctx.maps, ctx.corpus.sentences, skipped=skipped)), skipped)
 
 
-def section_from(accuracy, skipped) -> Result:
+def section_from(accuracy, skipped) -> SyntaxResult:
     """The syntax section of relation counts however they were made (from the kept maps,
     or streamed on an engine: ``probe report --engine``); ``skipped``: a
     :class:`probe.analyses.structure.word_graph.Skipped`."""
@@ -128,7 +129,7 @@ def section_from(accuracy, skipped) -> Result:
     tables = {"best": best, "relations": relations}
     if len(skipped):
         tables["skipped"] = skipped.to_frame()
-    return Result(tables=tables, per_head=per_head, notes=notes, summary={"min_count": floor})
+    return SyntaxResult(tables=tables, per_head=per_head, notes=notes, summary={"min_count": floor})
 
 
 def best_relation_per_head(best, min_count: int):
@@ -176,6 +177,7 @@ ANALYSIS = Analysis(
         Param("batch_size", int, 32, "examples per forward", min=1),
     ),
     section=section,
+    produces=SyntaxResult,
     modules=("probe.analyses.structure.syntax",),
     order=10,
     engines=ENGINES,

@@ -1,0 +1,88 @@
+"""One run: :func:`probe.app.registry.open_run` opens the one context that the commands,
+the report and ``probe.run`` read; the engine is a property of the run, the maps are
+captured on first use, and the report built on such a run is the report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+TEXTS = ["The cat sat on the mat.", "A dog ran home.", "Birds sing.", "It rains.", "We left early."]
+
+
+def test_open_run_holds_the_engine_and_captures_maps_on_first_use(minilm):
+    from probe.app.registry import Context, Inputs, open_run
+
+    ctx = open_run(minilm, Inputs(text=TEXTS[:2]), engine="stream")
+    assert type(ctx) is Context and ctx.engine == "stream"
+    assert ctx.engine_run == {"engine": "local", "device": "cpu"}  # stream: run_job's in-process engine
+    assert ctx.engine_model is minilm  # a stream engine runs the model this process loaded
+    assert not ctx.maps_captured
+    maps = ctx.maps
+    assert ctx.maps_captured and len(maps) == 2 and ctx.maps is maps  # captured once
+    assert maps[0].n_heads == minilm.n_heads
+
+    local = open_run("minilm", Inputs(text=TEXTS[:1]))
+    assert local.engine == "local" and local.engine_run is None and not local.maps_captured
+    assert open_run("minilm", engine="ray").engine_model == "minilm"  # each Ray actor loads the spec
+
+
+def test_open_run_keeps_the_maps_of_a_sample_on_an_engine(minilm):
+    from probe.app.registry import Inputs, open_run
+
+    ctx = open_run(minilm, Inputs(text=TEXTS), engine="stream", kept_examples=2)
+    assert len(ctx.corpus) == 2 and len(ctx.input_corpus) == len(TEXTS)  # maps held for 2; all 5 streamed
+    assert len(ctx.maps) == 2
+    assert len(open_run(minilm, Inputs(text=TEXTS), kept_examples=2).corpus) == len(TEXTS)  # local keeps all
+
+
+def test_open_run_refuses_an_unknown_engine():
+    from probe.app.registry import open_run
+    from probe.errors import InputError
+
+    with pytest.raises(InputError, match="unknown engine 'spark'.*local, stream, ray"):
+        open_run("minilm", engine="spark")
+    with pytest.raises(InputError, match="kept_examples"):
+        open_run("minilm", engine="stream", kept_examples=0)
+
+
+def test_results_are_read_by_type(minilm):
+    from probe.app.registry import Inputs, Result, open_run
+    from probe.app.registry.results import AblationResult, SyntaxResult
+
+    ctx = open_run(minilm, Inputs(text=TEXTS[:1]))
+    assert ctx.result_of(SyntaxResult) is None
+    ctx.results["x"], ctx.results["y"] = Result(), SyntaxResult(tables={"best": "b"})
+    assert ctx.result_of(SyntaxResult).best == "b" and ctx.result_of(AblationResult) is None
+
+
+def _without_times(summary: dict) -> dict:
+    """summary.json less what a second run cannot repeat (seconds)."""
+    summary = json.loads(json.dumps(summary))
+    summary.pop("seconds")
+    summary["settings"].pop("capture seconds", None)
+    for s in summary["sections"]:
+        s.pop("seconds")
+    return summary
+
+
+@pytest.mark.slow
+def test_report_on_an_opened_run_is_build_reports(minilm, tmp_path):
+    """``analyse`` + ``write_report`` on a run opened by hand (maps captured lazily by the
+    run) write the summary.json of :func:`build_report` on the same model and corpus."""
+    from probe.app.registry import open_run
+    from probe.app.report.build import analyse, build_report, write_report
+    from probe.app.report.bundled import sample_corpus
+    from probe.inputs import fit_to_model
+
+    sections = ["syntax", "roles", "rollout", "ablation"]
+    built = build_report(tmp_path / "built", adapter=minilm, limit=4, sections=sections, strict=True)
+    settings = {k: v for k, v in built.ctx.settings.items() if k != "choices"}
+    ctx = open_run(minilm, fit_to_model(sample_corpus(limit=4), minilm), settings=settings)
+    assert not ctx.maps_captured
+    data = analyse(ctx, sections=sections, strict=True)
+    write_report(data, tmp_path / "opened")
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text(encoding="utf-8")) for d in ("built", "opened"))
+    assert data.statuses == built.statuses == dict.fromkeys(sections, "ran")
+    assert _without_times(a) == _without_times(b)
