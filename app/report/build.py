@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from probe.errors import InputError
+
 from .context import ReportContext, sharpest_examples
 from .sections import choose, run_sections
 from .verdict import claims_verdict, verdict
@@ -290,11 +292,11 @@ def build_report(
     try:
         corpus = fit_to_model(corpus, adapter)
     except ValueError as exc:  # every input too long: the report can cut them
-        raise ValueError(
+        raise InputError(
             f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) or --truncate"
         ) from None
     if not len(corpus):
-        raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
+        raise InputError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
     overrides = _overrides(objective, target, max_model_examples, explained_examples)
@@ -383,7 +385,7 @@ def _on_engine(engine, workers, address, device, model, adapter, corpus, kept_ex
 
     run = engine_settings(engine, address, workers, device)
     if run is None:
-        raise ValueError(f"unknown engine {engine!r}")
+        raise InputError(f"unknown engine {engine!r}")
     # ray: each actor loads the model from its spec; stream: this process's adapter
     spec = (str(model) if model else adapter.name) if engine == "ray" else adapter
     kept = min(len(corpus), kept_examples or KEPT_EXAMPLES)

@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 import torch
 
+from probe.errors import InputError
+
 #: the two sentences of the attention figures in Vaswani et al. (2017), appendix
 PAPER_SENTENCES = (
     "It is in this spirit that a majority of American governments have passed new laws since 2009 "
@@ -108,7 +110,7 @@ class ReportContext:
 
     def __post_init__(self):
         if not self.maps:
-            raise ValueError("nothing to report: no example was captured")
+            raise InputError("nothing to report: no example was captured")
         if not self.representatives:
             self.representatives = representative_examples(self.maps)
 
