@@ -21,12 +21,14 @@ Each case runs in its own process with a timeout and is classified as:
 * ``traceback`` — a Python traceback reached the user;
 * ``hang`` — still running at the timeout (killed);
 * ``exit0_on_refused`` — a bad input that should be refused exited 0 (a silent wrong result);
+* ``bug`` — exit status 3, the command line's "unexpected error" (probe.errors): an input the
+  toolkit should have refused as bad input (exit 1) reached code that failed on it;
 * ``unclear_error`` — a non-zero exit without an ``Error:`` line;
 * ``clean_error`` — a non-zero exit whose message is one ``Error: …`` line;
 * ``ok`` — exit 0 on an odd but valid input (exotic Unicode), which may also be refused.
 
 Prints the counts (and the failing cases); exits 1 when any case is a traceback, hang,
-exit-0-on-refused or unclear error. No assertions on timing: it is a user's check.
+exit-0-on-refused, bug or unclear error. No assertions on timing: it is a user's check.
 """
 
 from __future__ import annotations
@@ -358,6 +360,8 @@ def classify(expect: str, rc, stdout: str, stderr: str) -> str:
         return "traceback"
     if rc == 0:
         return "exit0_on_refused" if expect == REFUSE else "ok"
+    if rc == 3:  # the CLI's exit status for a bug (UNEXPECTED_EXIT), never for bad input
+        return "bug"
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     return "clean_error" if lines and lines[-1].startswith("Error:") else "unclear_error"
 
@@ -433,7 +437,7 @@ def main() -> int:
     counts: dict = {}
     for r in results:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    bad = [r for r in results if r["outcome"] in ("traceback", "hang", "exit0_on_refused", "unclear_error")]
+    bad = [r for r in results if r["outcome"] in ("traceback", "hang", "exit0_on_refused", "bug", "unclear_error")]
     for r in results if a.show else bad:
         print(f"{r['outcome']:<17} {r['case']:<40} rc={r['rc']} {r['seconds']:>6}s  {r['message']}")
     if a.csv:
@@ -441,7 +445,7 @@ def main() -> int:
             w = csv.DictWriter(fh, fieldnames=list(results[0]))
             w.writeheader()
             w.writerows(results)
-    order = ["traceback", "hang", "exit0_on_refused", "unclear_error", "clean_error", "ok"]
+    order = ["traceback", "hang", "exit0_on_refused", "bug", "unclear_error", "clean_error", "ok"]
     print(f"\n{len(results)} cases in {wall:.0f} s: " + ", ".join(f"{k} {counts.get(k, 0)}" for k in order))
     print(f"custom code ran: {'YES' if evil_ran else 'no'}")
     return 1 if bad or evil_ran else 0

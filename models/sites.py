@@ -34,6 +34,7 @@ from typing import Optional, Union
 import torch
 
 from .architectures import RESTARTABLE_FAMILIES
+from .errors import InputError, NotApplicable
 
 __all__ = [
     "SITE_KINDS",
@@ -119,26 +120,26 @@ def parse_site(key: SiteKey, adapter=None) -> Site:
     elif isinstance(key, tuple) and 2 <= len(key) <= 3:
         kind = _BY_SUFFIX.get(key[0], key[0])
         if kind not in SITE_KINDS:
-            raise ValueError(f"unknown site kind {key[0]!r}; use one of {', '.join(SITE_KINDS)}")
+            raise InputError(f"unknown site kind {key[0]!r}; use one of {', '.join(SITE_KINDS)}")
         site = Site(kind, int(key[1]), key[2] if len(key) == 3 else None)
     elif isinstance(key, str):
         m = _NAME.match(key)
         if not m or m.group(3) not in _BY_SUFFIX:
-            raise ValueError(
+            raise InputError(
                 f"unknown site {key!r}; sites are named like blocks.0.attn.hook_pattern "
                 f"(suffixes: {', '.join(_BY_SUFFIX)})"
             )
         site = Site(_BY_SUFFIX[m.group(3)], int(m.group(2)), m.group(1))
     else:
-        raise ValueError(f"a site is a name like 'blocks.0.attn.hook_z' or a (kind, layer) pair, got {key!r}")
+        raise InputError(f"a site is a name like 'blocks.0.attn.hook_z' or a (kind, layer) pair, got {key!r}")
     if adapter is None:
         return site
     stack = site.stack or adapter.default_stack
     if stack not in adapter.stacks:
-        raise ValueError(f"{adapter.name} has no {stack!r} attention; it has: {', '.join(adapter.stacks)}")
+        raise InputError(f"{adapter.name} has no {stack!r} attention; it has: {', '.join(adapter.stacks)}")
     n = adapter.n_layers_of(stack)
     if not 0 <= site.layer < n:
-        raise ValueError(f"layer {site.layer} out of range: {adapter.name} has layers 0..{n - 1}")
+        raise InputError(f"layer {site.layer} out of range: {adapter.name} has layers 0..{n - 1}")
     return Site(site.kind, site.layer, stack)
 
 
@@ -168,7 +169,7 @@ def layer_modules(adapter, stack: Optional[str] = None) -> list:
         parts = names[id(module)].split(".")
         k = next((k for k, part in enumerate(parts) if part == str(i)), None)
         if k is None:
-            raise ValueError(f"cannot locate the layer modules of {adapter.name}")
+            raise NotApplicable(f"cannot locate the layer modules of {adapter.name}")
         out.append(modules[".".join(parts[: k + 1])])
     return out
 

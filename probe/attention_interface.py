@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from probe.errors import InputError
+
 if TYPE_CHECKING:
     from .layer_calls import LayerCalls
 
@@ -95,10 +97,10 @@ def choose_path(adapter, stack: Optional[str], path: str) -> str:
         ValueError: an unknown path, or ``interface`` for a model that does not use it.
     """
     if path not in ("auto", "interface", "hooks"):
-        raise ValueError(f"unknown attention path {path!r}; use auto, interface or hooks")
+        raise InputError(f"unknown attention path {path!r}; use auto, interface or hooks")
     found = attention_path(adapter, stack)
     if path == "interface" and found != "interface":
-        raise ValueError(
+        raise InputError(
             f"{adapter.name} does not route attention through transformers' attention "
             "interface; use path='hooks' (or 'auto')"
         )

@@ -29,6 +29,8 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 
+from probe.errors import InputError
+
 __all__ = [
     "DEFAULT_BUDGET",
     "WORKSPACE_FRACTION",
@@ -67,10 +69,10 @@ def parse_size(text) -> int:
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", str(text), re.IGNORECASE)
         if not m:
-            raise ValueError(f"memory budget {text!r} is not a size: write e.g. 4G, 1500M or 2.5GiB")
+            raise InputError(f"memory budget {text!r} is not a size: write e.g. 4G, 1500M or 2.5GiB")
         value = float(m.group(1)) * {"": 1, "k": 1 << 10, "m": MiB, "g": GiB, "t": 1 << 40}[m.group(2).lower()]
     if not value > 0:
-        raise ValueError(f"memory budget must be positive, got {text!r}")
+        raise InputError(f"memory budget must be positive, got {text!r}")
     return int(value)
 
 
@@ -147,7 +149,7 @@ def check_budget(adapter, longest_tokens: int, total: int | None = None, grad: b
     total = total or current_budget()
     need = smallest_budget(adapter, longest_tokens, grad)
     if need > total:
-        raise ValueError(
+        raise InputError(
             f"--memory-budget {format_size(total)} is too small: one forward of the longest input "
             f"({longest_tokens} tokens) with gradients needs about "
             f"{format_size(row_bytes(adapter, longest_tokens, grad))} of activations, which is "

@@ -24,6 +24,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import torch
 
+from probe.errors import InputError
+
 from .long_inputs import warn_if_capture_too_large
 from .maps import AttentionMaps
 from .models.sites import Site
@@ -91,14 +93,14 @@ class AttentionCapture(TraceView):
         layers = sorted({int(x) for x in layers})
         bad = [x for x in layers if not 0 <= x < n]
         if bad:
-            raise ValueError(f"layer(s) {bad} out of range: {adapter.name} has {self.stack} layers 0..{n - 1}")
+            raise InputError(f"layer(s) {bad} out of range: {adapter.name} has {self.stack} layers 0..{n - 1}")
         if not layers:
-            raise ValueError("no layers chosen to capture")
+            raise InputError("no layers chosen to capture")
         if heads is not None:
             heads = [int(h) for h in heads]
             wrong = [h for h in heads if not 0 <= h < adapter.n_heads]
             if wrong or not heads:
-                raise ValueError(
+                raise InputError(
                     f"head(s) {wrong or heads} out of range: {adapter.name} has heads 0..{adapter.n_heads - 1}"
                 )
         self.layers = layers
@@ -272,13 +274,13 @@ def iter_capture(
     stack = stack or adapter.default_stack
     dtype = _storage_dtype(adapter, dtype)
     if batch_size < 1 or sort_window < 1:
-        raise ValueError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
+        raise InputError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
     needs_target = adapter.arch == "encoder-decoder" and stack in ("decoder", "cross")
     texts = iter(texts)
     spans_it = iter(word_spans) if word_spans is not None else None
     targets_it = iter(targets) if targets is not None else None
     if needs_target and targets_it is None:
-        raise ValueError(
+        raise InputError(
             f"capturing the {stack} attention of an encoder-decoder model needs target texts (targets=... / --target)"
         )
     bar = None
@@ -567,7 +569,7 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
         texts = [texts]
     texts = list(texts)
     if not texts:
-        raise ValueError("no input texts: give at least one sentence")
+        raise InputError("no input texts: give at least one sentence")
     return list(iter_capture(adapter, texts, total=len(texts), **kwargs))
 
 
@@ -599,7 +601,7 @@ def capture_inputs(
     stack = stack or adapter.default_stack
     name = adapter.input_name
     if name not in inputs:
-        raise ValueError(f"{adapter.name} takes {name!r}; the inputs have {', '.join(inputs) or 'nothing'}")
+        raise InputError(f"{adapter.name} takes {name!r}; the inputs have {', '.join(inputs) or 'nothing'}")
     inputs = dict(inputs)
     batch = int(inputs[name].shape[0])
     if adapter.arch == "encoder-decoder" and "decoder_input_ids" not in inputs:

@@ -27,6 +27,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from probe.errors import InputError
+
 __all__ = [
     "SiteContext",
     "Edit",
@@ -64,7 +66,7 @@ def _index(x: torch.Tensor, ctx: SiteContext, head: Optional[int], rows: Optiona
     idx: list[Any] = [slice(None) if rows is None else list(rows)]
     if head is not None:
         if ctx.head_axis is None:
-            raise ValueError(f"site {ctx.name} has no head axis; give the edit no head")
+            raise InputError(f"site {ctx.name} has no head axis; give the edit no head")
         idx += [slice(None)] * (ctx.head_axis - 1) + [int(head)]
     return tuple(idx)
 
@@ -132,12 +134,12 @@ class Mean(Edit):
 
     def new(self, part, x, ctx):
         if self.value is None:
-            raise ValueError(f"Mean needs a value for {_what(ctx, self.head)}")
+            raise InputError(f"Mean needs a value for {_what(ctx, self.head)}")
         v = self.value.to(part.dtype).to(part.device)
         s = part.shape[1]
         if v.dim() == part.dim() - 1 and v.dim() >= 2:
             if v.shape[0] < s:
-                raise ValueError(f"mean value covers {v.shape[0]} positions, input has {s}")
+                raise InputError(f"mean value covers {v.shape[0]} positions, input has {s}")
             v = v[:s]
         return v
 
@@ -158,12 +160,12 @@ class Patch(Edit):
 
     def new(self, part, x, ctx):
         if self.value is None:
-            raise ValueError(f"Patch needs a value for {_what(ctx, self.head)}")
+            raise InputError(f"Patch needs a value for {_what(ctx, self.head)}")
         v = self.value.to(part.dtype).to(part.device)
         if v.dim() == part.dim() - 1:
             v = v.unsqueeze(0)
         if v.shape[1] != part.shape[1]:
-            raise ValueError(
+            raise InputError(
                 f"patch for {_what(ctx, self.head)} has {v.shape[1]} positions but the input has "
                 f"{part.shape[1]}: clean and corrupted inputs must have the same length"
             )
@@ -200,7 +202,7 @@ class Resample(Edit):
                 else (torch.randperm(n - 1, generator=gen) + 1 + torch.arange(n)) % n
             )  # no row keeps its own
         if src.shape[1:] != part.shape[1:]:
-            raise ValueError(
+            raise InputError(
                 f"resample source for {_what(ctx, self.head)} has shape {tuple(src.shape[1:])} per "
                 f"row, the input {tuple(part.shape[1:])}"
             )
@@ -218,12 +220,12 @@ class Gate(Edit):
 
     def __call__(self, x, ctx):
         if ctx.head_axis is None or self.gates is None:
-            raise ValueError(f"Gate needs gates and a site with a head axis, got {ctx.name}")
+            raise InputError(f"Gate needs gates and a site with a head axis, got {ctx.name}")
         g = self.gates.to(x.dtype).to(x.device)
         shape = [1] * x.dim()
         if g.dim() == 2:
             if g.shape[0] != x.shape[0]:
-                raise ValueError(f"row gates cover {g.shape[0]} rows, the batch has {x.shape[0]}")
+                raise InputError(f"row gates cover {g.shape[0]} rows, the batch has {x.shape[0]}")
             shape[0] = g.shape[0]
         shape[ctx.head_axis] = g.shape[-1]
         return x * g.reshape(shape)
@@ -255,15 +257,15 @@ class ReplaceWeights(Edit):
 
     def __post_init__(self):
         if self.mode not in WEIGHT_MODES:
-            raise ValueError(f"unknown reweighting mode {self.mode!r}; use one of {', '.join(WEIGHT_MODES)}")
+            raise InputError(f"unknown reweighting mode {self.mode!r}; use one of {', '.join(WEIGHT_MODES)}")
         if self.mode == "given" and self.weights is None:
-            raise ValueError(f"mode 'given' needs weights for head {self.head}")
+            raise InputError(f"mode 'given' needs weights for head {self.head}")
         if self.head is None:
-            raise ValueError("ReplaceWeights needs a head")
+            raise InputError("ReplaceWeights needs a head")
 
     def __call__(self, x, ctx):
         if ctx.kind != "pattern":
-            raise ValueError(f"ReplaceWeights edits attention weights (a hook_pattern site), not {ctx.name}")
+            raise InputError(f"ReplaceWeights edits attention weights (a hook_pattern site), not {ctx.name}")
         rows = slice(None) if self.rows is None else list(self.rows)
         alpha = x[:, self.head].clone()
         x[rows, self.head] = self.replacement(alpha, allowed_keys(x, ctx.mask), ctx)[rows]
@@ -284,7 +286,7 @@ class ReplaceWeights(Edit):
         assert self.weights is not None
         v = self.weights.to(alpha.dtype).to(alpha.device)
         if v.shape[-2:] != alpha.shape[-2:]:
-            raise ValueError(
+            raise InputError(
                 f"given weights for head ({ctx.layer}, {self.head}) have shape "
                 f"{tuple(v.shape)}; the head's weights are [batch, {alpha.shape[-2]}, {alpha.shape[-1]}]"
             )
@@ -317,4 +319,4 @@ def as_edit(edit) -> Edit:
         return edit
     if callable(edit):
         return Apply(edit)
-    raise ValueError(f"an edit is an Edit object (Zero(), Patch(value), …) or a function, got {edit!r}")
+    raise InputError(f"an edit is an Edit object (Zero(), Patch(value), …) or a function, got {edit!r}")

@@ -13,51 +13,28 @@
 * anything else is a bug: the report marks the section *failed* with the exception's type,
   the command line exits 3 and says to rerun with ``--verbose``.
 
-:func:`is_input_error` is the command line's one classification. A plain ``ValueError``
-raised by the toolkit's own code (its innermost frame in one of the toolkit's folders) is
-still taken as bad input: the toolkit's validators raise ``ValueError`` with a message
-written for the user, and are being moved to :class:`InputError`; a ``ValueError`` raised
-inside numpy, pandas, torch or any other library is a bug.
+:func:`is_input_error` is the command line's one classification, by type only: a plain
+``ValueError`` is a bug wherever it was raised (numpy, pandas, torch or the toolkit's own
+code); the toolkit's validators raise :class:`InputError`, and its refusals of a model or
+input an analysis does not fit raise :class:`NotApplicable`. The two classes are defined
+on the lowest floor (:mod:`probe.models.errors`), so that the models' validators raise
+them too.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from probe.models.errors import InputError, NotApplicable
 
-__all__ = ["InputError", "NotApplicable", "is_input_error", "raised_by_toolkit"]
+__all__ = ["InputError", "NotApplicable", "is_input_error"]
 
-#: the toolkit's folders (the floors): models/, probe/, analyses/, app/
-_ROOTS = tuple(str(Path(__file__).resolve().parents[1] / floor) for floor in ("models", "probe", "analyses", "app"))
 #: errors of the file system a user's path names: bad input, not bugs
 _FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
-
-
-class InputError(ValueError):
-    """Bad input, found by a validator at the boundary; the message says what to do."""
-
-
-class NotApplicable(ValueError):
-    """This analysis or claim does not apply to this input; ``reason`` says why."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
-def raised_by_toolkit(exc: BaseException) -> bool:
-    """True when the innermost frame of ``exc``'s traceback is in the toolkit's own code."""
-    tb = exc.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(_ROOTS)
 
 
 def is_input_error(exc: BaseException) -> bool:
     """Whether the command line reports ``exc`` as bad input (exit 1) rather than a bug (exit 3)."""
     import json
 
-    if isinstance(exc, (InputError, NotApplicable, UnicodeError, json.JSONDecodeError) + _FILE_ERRORS):
-        return True  # a user's file that is not text / not JSON is bad input too
-    return isinstance(exc, ValueError) and raised_by_toolkit(exc)
+    # a user's file that is not text / not JSON is bad input too; a plain ValueError is a
+    # bug wherever it was raised (numpy's, pandas' and the toolkit's own alike)
+    return isinstance(exc, (InputError, NotApplicable, UnicodeError, json.JSONDecodeError) + _FILE_ERRORS)

@@ -14,6 +14,8 @@ from typing import Callable, Optional
 
 import torch
 
+from probe.errors import InputError, NotApplicable
+
 from .capture import AttentionCapture
 from .maps import AttentionMaps
 
@@ -73,23 +75,23 @@ def attention_gradients(
         ValueError: encoder-decoder models, bad text, a target that is not a scalar.
     """
     if adapter.arch == "encoder-decoder":
-        raise ValueError("gradient-weighted attention supports encoder or decoder models")
+        raise NotApplicable("gradient-weighted attention supports encoder or decoder models")
     enc = adapter.encode(text)
     n = len(enc)
     kind = "causal" if adapter.arch == "decoder" else "self"
     if position is None:
         position = n - 1 if kind == "causal" else 0
     if not -n <= position < n:
-        raise ValueError(f"position {position} out of range 0..{n - 1}")
+        raise InputError(f"position {position} out of range 0..{n - 1}")
     inputs = adapter.batch([enc])
     with AttentionCapture(adapter, keep_grad=True) as cap, torch.enable_grad():
         outputs = adapter.model(**inputs)
         value, what = (target or (lambda o: default_target(o, position % n)))(outputs)
         if not torch.is_tensor(value) or value.numel() != 1:
-            raise ValueError("the target must return a scalar tensor and a description")
+            raise InputError("the target must return a scalar tensor and a description")
         probs = [cap.layer_tensors()[layer] for layer in cap.layers]
         if not all(p.requires_grad for p in probs):
-            raise ValueError("the attention probabilities are not part of the autograd graph")
+            raise NotApplicable("the attention probabilities are not part of the autograd graph")
         grads = torch.autograd.grad(value.reshape(()), probs, allow_unused=True)
     g = torch.stack([torch.zeros_like(p) if gr is None else gr for p, gr in zip(probs, grads)])
     a = torch.stack([p.detach() for p in probs])

@@ -11,6 +11,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from probe.errors import InputError
+
 from .corpus import Sentence, read_text_file, read_treebank
 
 log = logging.getLogger(__name__)
@@ -94,13 +96,13 @@ def load_corpus(
     """
     given = [x for x in (text, file, conllu) if x]
     if len(given) > 1:
-        raise ValueError("give one input: --text, --file or --conllu, not several")
+        raise InputError("give one input: --text, --file or --conllu, not several")
     if limit is not None and limit < 1:
-        raise ValueError(f"--limit must be a positive number of examples, got {limit}")
+        raise InputError(f"--limit must be a positive number of examples, got {limit}")
     if text:
         texts = [t for t in text if t and t.strip()]
         if not texts:
-            raise ValueError("empty input text: give at least one non-blank sentence")
+            raise InputError("empty input text: give at least one non-blank sentence")
         corpus = Corpus(texts=tuple(texts[:limit] if limit else texts), source="text")
     elif file:
         lines = read_text_file(file)
@@ -130,7 +132,7 @@ def load_corpus(
             examples=tuple(examples),
         )
     else:
-        raise ValueError(
+        raise InputError(
             "no input: give --text, --file or --conllu (a zoo model uses its own evaluation set when given none)"
         )
     return corpus
@@ -155,7 +157,7 @@ def fit_to_model(corpus: Corpus, adapter, allow_empty: bool = False) -> Corpus:
     if len(keep) < len(corpus):
         log.warning("%d examples longer than %d tokens skipped", len(corpus) - len(keep), adapter.max_length)
     if not keep and not allow_empty:
-        raise ValueError(_all_too_long(len(corpus), adapter))
+        raise InputError(_all_too_long(len(corpus), adapter))
     return corpus.subset(keep, reason=f"longer than {adapter.max_length} tokens")
 
 
@@ -167,7 +169,7 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus
         ValueError: the two corpora differ in length, or every pair has a text too long.
     """
     if len(clean) != len(corrupted):
-        raise ValueError(
+        raise InputError(
             f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give one corrupted input "
             "per clean one, in the same order"
         )
@@ -178,7 +180,7 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus
         if a <= limit and b <= limit
     ]
     if not keep:
-        raise ValueError(_all_too_long(len(clean), adapter, "pair(s) hold a text"))
+        raise InputError(_all_too_long(len(clean), adapter, "pair(s) hold a text"))
     if len(keep) < len(clean):
         log.warning("%d pairs with a text longer than %d tokens skipped", len(clean) - len(keep), limit)
     reason = f"pair with a text longer than {limit} tokens"

@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from probe.errors import InputError
+
 from .edits import Edit, Gate, SiteContext
 from .models.sites import Site
 from .trace import Reader, Trace, TraceView
@@ -73,7 +75,7 @@ def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch
             v = e.value.to(z.dtype).to(z.device)  # type: ignore[union-attr]  # HeadEdit checks on construction that mean/patch carry a value
             if v.dim() == 2:
                 if v.shape[0] < s:
-                    raise ValueError(f"mean value covers {v.shape[0]} positions, input has {s}")
+                    raise InputError(f"mean value covers {v.shape[0]} positions, input has {s}")
                 v = v[:s]
             z[rows, :, e.head] = v
         else:  # patch
@@ -81,7 +83,7 @@ def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch
             if v.dim() == 2:
                 v = v.unsqueeze(0)
             if v.shape[-2] != s:
-                raise ValueError(
+                raise InputError(
                     f"patch for head ({layer}, {e.head}) has {v.shape[-2]} positions but the "
                     f"input has {s}: clean and corrupted inputs must have the same length"
                 )
@@ -133,9 +135,9 @@ class HeadIntervention(TraceView):
         for e in edits:
             adapter.check_head(e.layer, e.head, self.stack)
             if e.mode not in MODES:
-                raise ValueError(f"unknown ablation mode {e.mode!r}; use one of {', '.join(MODES)}")
+                raise InputError(f"unknown ablation mode {e.mode!r}; use one of {', '.join(MODES)}")
             if e.mode in ("mean", "patch") and e.value is None:
-                raise ValueError(f"mode {e.mode!r} needs a value for head ({e.layer}, {e.head})")
+                raise InputError(f"mode {e.mode!r} needs a value for head ({e.layer}, {e.head})")
             by_layer.setdefault(int(e.layer), []).append(e)
         self._by_layer = by_layer
         adapter.check_head_site(self.stack)
@@ -177,11 +179,11 @@ def ablate_heads(
         value = None
         if mode == "mean":
             if means is None:
-                raise ValueError("mode 'mean' needs means (see head_output_means)")
+                raise InputError("mode 'mean' needs means (see head_output_means)")
             value = means[layer][head]
         elif mode == "patch":
             if source is None:
-                raise ValueError("mode 'patch' needs the source run's head outputs (HeadOutputRecorder)")
+                raise InputError("mode 'patch' needs the source run's head outputs (HeadOutputRecorder)")
             src = source[layer][:, :, head]
             value = src[r : r + 1] if per_row and src.shape[0] == len(heads) else src
         edits.append(HeadEdit(layer=int(layer), head=int(head), mode=mode, value=value, rows=rows))
@@ -247,7 +249,7 @@ class HeadGates(TraceView):
         modules = adapter.head_output_modules(self.stack)
         expected = (len(modules), adapter.n_heads)
         if tuple(gates.shape[-2:]) != expected or gates.dim() not in (2, 3):
-            raise ValueError(
+            raise InputError(
                 f"gates must have shape {expected} (layers, heads) or [rows, {expected[0]}, "
                 f"{expected[1]}], got {tuple(gates.shape)}"
             )
@@ -274,7 +276,7 @@ def head_output_means(
     """
     texts = list(texts)
     if not texts:
-        raise ValueError("mean-ablation needs at least one example to average over")
+        raise InputError("mean-ablation needs at least one example to average over")
     stack = stack or adapter.default_stack
     n_layers = len(adapter.head_output_modules(stack))
     sums = torch.zeros(2, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)

@@ -21,6 +21,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from probe.errors import InputError
+
 log = logging.getLogger(__name__)
 
 #: eager attention holds about this many ``[batch, heads, q, k]`` tensors at once
@@ -142,7 +144,7 @@ def top_k_edges(
     import pandas as pd
 
     if k < 1:
-        raise ValueError(f"k must be ≥ 1, got {k}")
+        raise InputError(f"k must be ≥ 1, got {k}")
     layers = list(maps.layers) if layers is None else [int(x) for x in layers]
     heads = list(range(maps.n_heads)) if heads is None else [int(h) for h in heads]
     q_tokens = maps.query_tokens if maps.kind == "cross" else maps.tokens
@@ -177,7 +179,7 @@ def attention_window(maps, start: int, stop: int, *, layer: int, head: int) -> d
     """
     n = maps.n_tokens
     if not 0 <= start < stop <= n:
-        raise ValueError(f"window [{start}, {stop}) is not inside the {n} tokens; use 0 ≤ start < stop ≤ {n}")
+        raise InputError(f"window [{start}, {stop}) is not inside the {n} tokens; use 0 ≤ start < stop ≤ {n}")
     w = maps.head(layer, head)[start:stop, start:stop].float()
     return {"weights": w, "tokens": tuple(maps.tokens[start:stop]), "mass": w.sum(-1)}
 
@@ -195,21 +197,21 @@ def check_window(
     """
     if window is None:
         if stride is not None:
-            raise ValueError("--stride needs --window N (the window's length in tokens)")
+            raise InputError("--stride needs --window N (the window's length in tokens)")
         return
     if truncate:
-        raise ValueError("--truncate and --window are alternatives: give one of them")
+        raise InputError("--truncate and --window are alternatives: give one of them")
     if window < 1:
-        raise ValueError(f"--window must be a positive number of tokens, got {window}")
+        raise InputError(f"--window must be a positive number of tokens, got {window}")
     if limit is not None and window > limit:
-        raise ValueError(
+        raise InputError(
             f"--window {window} is larger than the model's limit of {limit} tokens: use --window {limit} or less"
         )
     if stride is not None:
         if stride < 1:
-            raise ValueError(f"--stride must be a positive number of tokens, got {stride}")
+            raise InputError(f"--stride must be a positive number of tokens, got {stride}")
         if stride >= window:
-            raise ValueError(
+            raise InputError(
                 f"--stride {stride} must be smaller than --window {window} (windows overlap by window − stride tokens)"
             )
 
@@ -250,7 +252,7 @@ def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
     check_window(window, stride)
     room = window - _specials(adapter)
     if room < 1:
-        raise ValueError(f"--window {window} leaves no room for text beside the model's special tokens")
+        raise InputError(f"--window {window} leaves no room for text beside the model's special tokens")
     lengths = [len(_content_offsets(adapter, t)) for t in corpus.texts]
     if corpus.sentences or corpus.examples or corpus.word_spans:
         keep = [i for i, n in enumerate(lengths) if n <= room]

@@ -22,6 +22,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from probe.errors import InputError
+
 KINDS = ("self", "causal", "cross")
 
 
@@ -69,7 +71,7 @@ class AttentionMaps:
     def __post_init__(self):
         a = self.attentions
         if not torch.is_tensor(a) or a.dim() != 4:
-            raise ValueError(
+            raise InputError(
                 "attentions must be a 4-D tensor [layer, head, query, key]; got "
                 f"{tuple(a.shape) if torch.is_tensor(a) else type(a).__name__}"
             )
@@ -78,22 +80,22 @@ class AttentionMaps:
         object.__setattr__(self, "word_ids", tuple(self.word_ids))
         object.__setattr__(self, "words", tuple(self.words))
         if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+            raise InputError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if len(self.tokens) != K:
-            raise ValueError(f"{len(self.tokens)} tokens for {K} attention keys")
+            raise InputError(f"{len(self.tokens)} tokens for {K} attention keys")
         if len(self.word_ids) != K:
-            raise ValueError(f"{len(self.word_ids)} word ids for {K} attention keys")
+            raise InputError(f"{len(self.word_ids)} word ids for {K} attention keys")
         mask = torch.as_tensor(self.special_mask, dtype=torch.bool)
         if mask.shape != (K,):
-            raise ValueError(f"special_mask has shape {tuple(mask.shape)}, expected ({K},)")
+            raise InputError(f"special_mask has shape {tuple(mask.shape)}, expected ({K},)")
         object.__setattr__(self, "special_mask", mask)
         layers = tuple(int(x) for x in self.layers) if self.layers else tuple(range(L))
         if len(layers) != L:
-            raise ValueError(f"{len(layers)} layer indices for {L} captured layers")
+            raise InputError(f"{len(layers)} layer indices for {L} captured layers")
         object.__setattr__(self, "layers", layers)
         if self.kind == "cross":
             if self.query_tokens is None or len(self.query_tokens) != Q:
-                raise ValueError("cross-attention needs query_tokens, one per query row")
+                raise InputError("cross-attention needs query_tokens, one per query row")
             object.__setattr__(self, "query_tokens", tuple(self.query_tokens))
             qw = self.query_word_ids if self.query_word_ids is not None else (None,) * Q
             object.__setattr__(self, "query_word_ids", tuple(qw))
@@ -102,17 +104,17 @@ class AttentionMaps:
             object.__setattr__(self, "query_special_mask", qm)
             object.__setattr__(self, "query_words", tuple(self.query_words or ()))
         elif Q != K:
-            raise ValueError(f"{self.kind}-attention must be square, got query {Q} × key {K}")
+            raise InputError(f"{self.kind}-attention must be square, got query {Q} × key {K}")
         if not self.validate:  # trusted producer (capture: softmax output); shapes checked above
             return
         if a.numel() and not torch.isfinite(a).all():
-            raise ValueError("attention contains NaN or infinite values")
+            raise InputError("attention contains NaN or infinite values")
         if a.numel():
             sums = a.float().sum(-1)
             tol = 1e-3 if a.dtype == torch.float32 or a.dtype == torch.float64 else 1e-2
             if ((sums - 1).abs() > tol).any():
                 worst = (sums - 1).abs().max().item()
-                raise ValueError(
+                raise InputError(
                     f"attention rows must sum to 1 over keys (worst row off by {worst:.3g}); "
                     "pass probabilities, not scores"
                 )
@@ -135,13 +137,13 @@ class AttentionMaps:
         try:
             i = self.layers.index(int(model_layer))
         except ValueError:
-            raise ValueError(f"layer {model_layer} was not captured; captured layers: {list(self.layers)}") from None
+            raise InputError(f"layer {model_layer} was not captured; captured layers: {list(self.layers)}") from None
         return self.attentions[i]
 
     def head(self, model_layer: int, head: int) -> torch.Tensor:
         """Attention of one head, ``[query, key]``."""
         if not 0 <= head < self.n_heads:
-            raise ValueError(f"head {head} out of range 0..{self.n_heads - 1}")
+            raise InputError(f"head {head} out of range 0..{self.n_heads - 1}")
         return self.layer(model_layer)[head]
 
     def with_attentions(self, attentions: torch.Tensor) -> "AttentionMaps":

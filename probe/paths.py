@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
+from probe.errors import NotApplicable
+
 from .edits import Apply, Edit, SiteContext
 from .models.sites import Site
 from .trace import ModuleSite, Reader, Trace, TraceView
@@ -86,7 +88,7 @@ def head_sites(adapter) -> list:
         return [(None, layer) for layer in range(adapter.n_layers)]
     widths = {s: adapter.head_output_modules(s)[0].weight.shape[-1] for s in ("encoder", "decoder", "cross")}
     if len(set(widths.values())) > 1:
-        raise ValueError(
+        raise NotApplicable(
             f"{adapter.name}: its encoder, decoder and cross-attention heads differ in width {widths}; "
             "the head graph needs one head count and size"
         )
@@ -131,7 +133,7 @@ def projection_sites(adapter, layer: int, stack: str | None = None) -> dict:
         if isinstance(sub, torch.nn.Module) and name == "c_attn":
             width = n_q * dh
             return {c: ProjectionSite(sub, i * width, slots[c], dh) for i, c in enumerate(CHANNELS)}
-    raise ValueError(
+    raise NotApplicable(
         f"{adapter.name}: cannot find separate query/key/value projections in layer {layer} "
         f"({type(att).__name__}); path patching needs them"
     )
@@ -292,7 +294,7 @@ def residual_sites(adapter) -> tuple:
         ValueError: a model whose residual stream is not additive (post-LayerNorm).
     """
     if not additive_residual(adapter):
-        raise ValueError(
+        raise NotApplicable(
             f"{adapter.name} ({adapter.family}) is not a pre-LayerNorm decoder: its residual stream "
             "is renormalised after every sublayer, so a circuit's edges cannot be mixed "
             "additively; edge scores and exact path patching still apply"
@@ -306,7 +308,7 @@ def residual_sites(adapter) -> tuple:
         if re.search(final_re, name):
             final = m
     if final is None or not blocks:
-        raise ValueError(f"{adapter.name}: cannot find its attention norms and final norm")
+        raise NotApplicable(f"{adapter.name}: cannot find its attention norms and final norm")
     return [blocks[i] for i in sorted(blocks)], final
 
 
@@ -466,7 +468,7 @@ def final_site(adapter) -> tuple:
     last = adapter.n_layers_of(stack) - 1
     hit = re.search(rf"^(.*?\.{last})\.", name + ".")
     if not hit:
-        raise ValueError(f"{adapter.name}: cannot find its last layer module")
+        raise NotApplicable(f"{adapter.name}: cannot find its last layer module")
     return dict(adapter.model.named_modules())[hit.group(1)], "output"
 
 

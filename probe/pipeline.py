@@ -54,15 +54,15 @@ def capture_corpus(
             over-long input with ``on_long="error"``; nothing left to capture.
     """
     if on_long not in ("skip", "error", "truncate"):
-        raise ValueError(f"on_long must be skip, error or truncate, got {on_long!r}")
+        raise InputError(f"on_long must be skip, error or truncate, got {on_long!r}")
     fitted = corpus if on_long == "truncate" else fit_to_model(corpus, adapter, allow_empty=True)
     if len(fitted) < len(corpus) and on_long == "error":
-        raise ValueError(
+        raise InputError(
             f"{len(corpus) - len(fitted)} input text(s) longer than {adapter.name}'s limit of "
             f"{adapter.max_length} tokens: shorten them or pass --truncate"
         )
     if not len(fitted):
-        raise ValueError(f"all {len(corpus)} examples are longer than {adapter.max_length} tokens; nothing to capture")
+        raise InputError(f"all {len(corpus)} examples are longer than {adapter.max_length} tokens; nothing to capture")
     ids = _ids_after_fit(corpus, fitted, adapter)
     stack = stack or adapter.default_stack
     with StoreWriter(

@@ -21,6 +21,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from probe.errors import InputError
+
 from .attention_interface import choose_path
 from .edits import WEIGHT_MODES, Edit, ReplaceWeights, SiteContext, allowed_keys
 from .models.sites import Site
@@ -86,9 +88,9 @@ class AttentionReweighting(TraceView):
         for e in edits:
             adapter.check_head(e.layer, e.head, self.stack)
             if e.mode not in WEIGHT_MODES:
-                raise ValueError(f"unknown reweighting mode {e.mode!r}; use one of {', '.join(WEIGHT_MODES)}")
+                raise InputError(f"unknown reweighting mode {e.mode!r}; use one of {', '.join(WEIGHT_MODES)}")
             if e.mode == "given" and e.value is None:
-                raise ValueError(f"mode 'given' needs weights for head ({e.layer}, {e.head})")
+                raise InputError(f"mode 'given' needs weights for head ({e.layer}, {e.head})")
             by_layer.setdefault(int(e.layer), []).append(e)
         self._by_layer = by_layer
 

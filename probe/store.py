@@ -32,6 +32,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from probe.errors import InputError
+
 from .maps import AttentionMaps
 from .store_lock import StoreLock
 from .store_schema import SHARD_NAME, STORE_VERSION, read_manifest, record_crc, scan_index
@@ -84,7 +86,7 @@ def _read_index(path: Path) -> list[dict]:
     records, problems, torn = scan_index(path)
     if problems:
         n, problem = problems[0]
-        raise ValueError(
+        raise InputError(
             f"{path}:{n}: {problem}; "
             + _REPAIR.format(path.parent)
             + (f" ({len(problems)} bad lines)" if len(problems) > 1 else "")
@@ -107,14 +109,14 @@ class StoreWriter:
 
     def __init__(self, path, manifest: dict, shard_size: int = 64, dtype: str = "float32"):
         if dtype not in _DTYPES:
-            raise ValueError(f"store dtype must be float32 or float16, got {dtype!r}")
+            raise InputError(f"store dtype must be float32 or float16, got {dtype!r}")
         self.path = Path(path)
         self.shard_size = shard_size
         self.dtype = _DTYPES[dtype]
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ValueError(f"cannot create the store directory {self.path}: {exc.strerror}") from None
+            raise InputError(f"cannot create the store directory {self.path}: {exc.strerror}") from None
         self._lock = StoreLock(self.path).acquire()
         try:
             self._open(dict(manifest, version=STORE_VERSION, dtype=dtype))
@@ -128,7 +130,7 @@ class StoreWriter:
             old = read_manifest(self.path)
             for key in ("model", "stack", "layers", "input", "dtype"):
                 if old.get(key) != manifest.get(key):
-                    raise ValueError(
+                    raise InputError(
                         f"{self.path} holds a different capture ({key}: {old.get(key)!r} ≠ "
                         f"{manifest.get(key)!r}); choose another --out or remove it"
                     )
@@ -248,8 +250,8 @@ def done_ids(path) -> set:
     return {r["id"] for r in _read_index(Path(path) / "index.jsonl")}
 
 
-class ExampleOutOfRange(IndexError, ValueError):
-    """An example index beyond the store (an ``IndexError`` and a user-facing ``ValueError``)."""
+class ExampleOutOfRange(IndexError, InputError):
+    """An example index beyond the store (an ``IndexError`` and an :class:`InputError`)."""
 
 
 class Store:
@@ -346,11 +348,11 @@ class Store:
     def _open_shard(self, rec: dict):
         path = self.path / rec["shard"]
         if not path.is_file():
-            raise ValueError(f"{self._where(rec)}: the shard file is missing; " + _REPAIR.format(self.path))
+            raise InputError(f"{self._where(rec)}: the shard file is missing; " + _REPAIR.format(self.path))
         try:
             return safe_open(str(path), framework="pt")
         except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
-            raise ValueError(
+            raise InputError(
                 f"{self._where(rec)}: the shard is not a readable safetensors file "
                 f"({_first_line(exc)}); " + _REPAIR.format(self.path)
             ) from None
@@ -358,13 +360,13 @@ class Store:
     def _load(self, rec: dict, handle) -> AttentionMaps:
         try:
             if rec["key"] not in handle.keys():
-                raise ValueError(f"the shard has no tensor {rec['key']!r}")
+                raise InputError(f"the shard has no tensor {rec['key']!r}")
             tensor = handle.get_tensor(rec["key"])
             if not tensor.is_floating_point():
-                raise ValueError(f"tensor {rec['key']!r} is {tensor.dtype}, not floating point")
+                raise InputError(f"tensor {rec['key']!r} is {tensor.dtype}, not floating point")
             return self._maps(rec, tensor)
         except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
-            raise ValueError(f"{self._where(rec)}: {_first_line(exc)}; " + _REPAIR.format(self.path)) from None
+            raise InputError(f"{self._where(rec)}: {_first_line(exc)}; " + _REPAIR.format(self.path)) from None
 
     def texts(self) -> list[str]:
         return [r.get("text", "") for r in self.records]
@@ -392,12 +394,12 @@ def _check_shards(directory: Path, records: list) -> None:
                 keys = set(f.keys())
         except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
             problem = "is missing" if not path.is_file() else f"is unreadable ({_first_line(exc)})"
-            raise ValueError(
+            raise InputError(
                 f"{directory}: shard {shard} of example {recs[0]['id']} {problem}; " + _REPAIR.format(directory)
             ) from None
         lacking = [r for r in recs if r["key"] not in keys]
         if lacking:
-            raise ValueError(
+            raise InputError(
                 f"{directory}: shard {shard} lacks the tensor of example {lacking[0]['id']}; "
                 + _REPAIR.format(directory)
             )

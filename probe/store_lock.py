@@ -17,6 +17,8 @@ import socket
 import uuid
 from pathlib import Path
 
+from probe.errors import InputError
+
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
@@ -66,10 +68,10 @@ class StoreLock:
                 except FileExistsError:
                     self._take_over_if_stale()
         except OSError as exc:
-            raise ValueError(f"cannot lock {self.directory} for writing: {exc.strerror or exc}") from None
+            raise InputError(f"cannot lock {self.directory} for writing: {exc.strerror or exc}") from None
         finally:
             tmp.unlink(missing_ok=True)
-        raise ValueError(f"{self.directory} is being written by another process (lock {self.path})")
+        raise InputError(f"{self.directory} is being written by another process (lock {self.path})")
 
     def _take_over_if_stale(self) -> None:
         owner = _read(self.path)
@@ -77,12 +79,12 @@ class StoreLock:
             return  # released meanwhile: try again
         pid, host = (owner or {}).get("pid"), (owner or {}).get("host")
         if host != self.me["host"] or not isinstance(pid, int):
-            raise ValueError(
+            raise InputError(
                 f"{self.directory} is locked by {pid or 'an unknown process'} on host {host!r} "
                 f"({self.path}); if no capture is running there, remove that file"
             )
         if _alive(pid):
-            raise ValueError(
+            raise InputError(
                 f"{self.directory} is being written by process {pid} on this host; wait for it "
                 f"to finish or choose another --out (lock: {self.path})"
             )

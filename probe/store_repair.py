@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from probe.errors import InputError
+
 from .store_lock import StoreLock
 from .store_schema import SHARD_NAME, read_manifest, scan_index
 
@@ -44,7 +46,7 @@ def _readable(directory: Path, records: list, manifest: dict) -> tuple[list, lis
         shard = rec["shard"]
         try:
             if shard in broken:
-                raise ValueError(f"{store._where(rec)}: its shard is unreadable, as said for example {broken[shard]}")
+                raise InputError(f"{store._where(rec)}: its shard is unreadable, as said for example {broken[shard]}")
             if shard not in handles:
                 try:
                     handles[shard] = store._open_shard(rec)

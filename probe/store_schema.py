@@ -12,6 +12,8 @@ import re
 import zlib
 from pathlib import Path
 
+from probe.errors import InputError
+
 from .maps import KINDS
 
 STORE_VERSION = 1
@@ -28,32 +30,32 @@ def read_manifest(directory) -> dict:
     """
     mpath = Path(directory) / "manifest.json"
     if not mpath.is_file():
-        raise ValueError(
+        raise InputError(
             f"{directory} is not an attention store (no manifest.json); create one with `probe capture --out DIR`"
         )
     try:
         data = json.loads(mpath.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read {mpath}: {exc}") from None
+        raise InputError(f"cannot read {mpath}: {exc}") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(
+        raise InputError(
             f"{mpath}:{exc.lineno}: not valid JSON ({exc.msg}); the store's manifest is damaged: "
             "capture again into a new --out"
         ) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{mpath} must hold a JSON object, found a {type(data).__name__}")
+        raise InputError(f"{mpath} must hold a JSON object, found a {type(data).__name__}")
     missing = [k for k in ("model", "version", "dtype") if k not in data]
     if missing:
-        raise ValueError(f"{mpath} lacks {', '.join(missing)}: not a manifest written by `probe capture`")
+        raise InputError(f"{mpath} lacks {', '.join(missing)}: not a manifest written by `probe capture`")
     if data["version"] != STORE_VERSION:
-        raise ValueError(f"{mpath}: store version {data['version']!r}, this toolkit reads version {STORE_VERSION}")
+        raise InputError(f"{mpath}: store version {data['version']!r}, this toolkit reads version {STORE_VERSION}")
     if data["dtype"] not in DTYPES:
-        raise ValueError(f"{mpath}: dtype must be float32 or float16, found {data['dtype']!r}")
+        raise InputError(f"{mpath}: dtype must be float32 or float16, found {data['dtype']!r}")
     layers = data.get("layers")
     if layers is not None and not (isinstance(layers, list) and all(_is_int(x) and x >= 0 for x in layers)):
-        raise ValueError(f"{mpath}: layers must be a list of layer numbers, found {layers!r}")
+        raise InputError(f"{mpath}: layers must be a list of layer numbers, found {layers!r}")
     if layers is not None and len(set(layers)) != len(layers):
-        raise ValueError(
+        raise InputError(
             f"{mpath}: layers {layers!r} name a layer twice (a capture stores each layer once); "
             "capture again into a new --out"
         )
@@ -79,38 +81,38 @@ def check_record(rec) -> None:
     """Raise ``ValueError`` (without location) when an index record lacks a field or has
     one of the wrong type, length or range."""
     if not isinstance(rec, dict):
-        raise ValueError(f"an index line must be a JSON object, found a {type(rec).__name__}")
+        raise InputError(f"an index line must be a JSON object, found a {type(rec).__name__}")
     for key in ("id", "shard", "key", "tokens", "word_ids", "special", "words"):
         if key not in rec:
-            raise ValueError(f"index record without {key!r}")
+            raise InputError(f"index record without {key!r}")
     if not (_is_int(rec["id"]) and rec["id"] >= 0):
-        raise ValueError(f"example id must be a non-negative integer, found {rec['id']!r}")
+        raise InputError(f"example id must be a non-negative integer, found {rec['id']!r}")
     if not (isinstance(rec["shard"], str) and SHARD_NAME.match(rec["shard"])):
-        raise ValueError(f"shard {rec['shard']!r} is not a shard file of this store (shard-NNNNN.safetensors)")
+        raise InputError(f"shard {rec['shard']!r} is not a shard file of this store (shard-NNNNN.safetensors)")
     if not isinstance(rec["key"], str):
-        raise ValueError(f"tensor key must be a string, found {rec['key']!r}")
+        raise InputError(f"tensor key must be a string, found {rec['key']!r}")
     if rec["key"] != f"ex{rec['id']}":  # an example owns its tensor: no line may read another's
-        raise ValueError(f"example {rec['id']} names the tensor {rec['key']!r}, not its own 'ex{rec['id']}'")
+        raise InputError(f"example {rec['id']} names the tensor {rec['key']!r}, not its own 'ex{rec['id']}'")
     if rec.get("kind", "self") not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, found {rec.get('kind')!r}")
+        raise InputError(f"kind must be one of {KINDS}, found {rec.get('kind')!r}")
     if not isinstance(rec.get("text", ""), str) or not isinstance(rec.get("meta", {}), dict):
-        raise ValueError("text must be a string and meta an object")
+        raise InputError("text must be a string and meta an object")
     groups = [("tokens", "word_ids", "special", "words")]
     if rec.get("kind") == "cross":
         groups.append(("query_tokens", "query_word_ids", "query_special", "query_words"))
     for tokens, word_ids, special, words in groups:
         if not (_str_list(rec.get(tokens)) and _str_list(rec.get(words))):
-            raise ValueError(f"{tokens} and {words} must be lists of strings")
+            raise InputError(f"{tokens} and {words} must be lists of strings")
         n, w = len(rec[tokens]), len(rec[words])
         ids, mask = rec.get(word_ids), rec.get(special)
         if not (isinstance(ids, list) and len(ids) == n and all(x is None or (_is_int(x) and 0 <= x < w) for x in ids)):
-            raise ValueError(f"{word_ids} must give each of the {n} tokens a word number below {w} or null")
+            raise InputError(f"{word_ids} must give each of the {n} tokens a word number below {w} or null")
         if not (
             isinstance(mask, list) and len(mask) == n and all(x in (0, 1) and not isinstance(x, float) for x in mask)
         ):
-            raise ValueError(f"{special} must be {n} flags 0/1")
+            raise InputError(f"{special} must be {n} flags 0/1")
     if "crc" in rec and rec["crc"] != record_crc(rec):  # stores written before the checksum have none
-        raise ValueError("index record does not match its checksum: the line was edited or damaged")
+        raise InputError("index record does not match its checksum: the line was edited or damaged")
 
 
 def scan_index(path: Path) -> tuple[list, list, bool]:
@@ -125,7 +127,7 @@ def scan_index(path: Path) -> tuple[list, list, bool]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
     lines = raw.split(b"\n")
     torn = bool(lines[-1])
     for n, line in enumerate(lines[:-1], 1):

@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
+from probe.errors import InputError, NotApplicable
+
 from .models.sites import Site
 from .trace import Trace
 from .maps import AttentionMaps
@@ -95,7 +97,7 @@ class LayerBatch:
             ValueError: the stream keeps only the last query rows (``last_rows``).
         """
         if self.last_rows is not None:
-            raise ValueError(
+            raise InputError(
                 f"this analysis needs every query row, but the capture keeps only the last "
                 f"{self.last_rows}; run it without last_rows"
             )
@@ -170,20 +172,20 @@ def stream_layers(
             beyond the model's limit (as :meth:`ModelAdapter.encode`).
     """
     if adapter.arch == "encoder-decoder":
-        raise ValueError(
+        raise NotApplicable(
             "streaming covers encoder and decoder-only models; capture encoder-decoder "
             "models with probe.capture.iter_capture"
         )
     if batch_size < 1 or sort_window < 1:
-        raise ValueError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
+        raise InputError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
     if last_rows is not None and last_rows < 1:
-        raise ValueError(f"last_rows must be ≥ 1, got {last_rows}")
+        raise InputError(f"last_rows must be ≥ 1, got {last_rows}")
     stack = adapter.default_stack
     modules = adapter.attention_modules(stack)
     chosen = list(range(len(modules))) if layers is None else sorted({int(x) for x in layers})
     bad = [x for x in chosen if not 0 <= x < len(modules)]
     if bad or not chosen:
-        raise ValueError(f"layer(s) {bad or chosen} out of range: {adapter.name} has layers 0..{len(modules) - 1}")
+        raise InputError(f"layer(s) {bad or chosen} out of range: {adapter.name} has layers 0..{len(modules) - 1}")
     kind = "causal" if adapter.arch == "decoder" or stack == "decoder" else "self"
     items = iter(items)
     index_it = iter(indices) if indices is not None else None

@@ -31,6 +31,8 @@ from typing import Callable, Iterable, Literal, Mapping, Optional, Sequence, Uni
 
 import torch
 
+from probe.errors import InputError, NotApplicable
+
 from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
 from .cache import Cache
 from .edits import SiteContext, as_edit
@@ -98,7 +100,7 @@ class ModuleSite:
 
     def __post_init__(self):
         if self.side not in ("input", "output"):
-            raise ValueError(f"a module site is a module's 'input' or 'output', got {self.side!r}")
+            raise InputError(f"a module site is a module's 'input' or 'output', got {self.side!r}")
 
 
 def _as_list(x) -> list:
@@ -330,17 +332,19 @@ class Trace(HookContext):
     def _check_restart(self, r: Restart, stack: Optional[str]) -> Restart:
         adapter = self.adapter
         if not supports_restart(adapter, stack):
-            raise ValueError(f"layer restart is not supported for {adapter.name} ({adapter.family}); use full forwards")
+            raise NotApplicable(
+                f"layer restart is not supported for {adapter.name} ({adapter.family}); use full forwards"
+            )
         self._layers = layer_modules(adapter, stack)
         if len(set(map(id, self._layers))) < len(self._layers):
-            raise ValueError(f"layer restart is not supported for {adapter.name}: its layers share one module")
+            raise NotApplicable(f"layer restart is not supported for {adapter.name}: its layers share one module")
         if not 0 <= r.layer < len(self._layers):
-            raise ValueError(f"layer {r.layer} out of range: {adapter.name} has layers 0..{len(self._layers) - 1}")
+            raise InputError(f"layer {r.layer} out of range: {adapter.name} has layers 0..{len(self._layers) - 1}")
         if r.context is not None:
             if not supports_site_restart(adapter, stack):
-                raise ValueError(f"restart at the output projection needs {adapter.name} in eval mode")
+                raise InputError(f"restart at the output projection needs {adapter.name} in eval mode")
             if tuple(r.context.shape[:2]) != tuple(r.hidden.shape[:2]):
-                raise ValueError(f"context {tuple(r.context.shape)} does not fit the residual {tuple(r.hidden.shape)}")
+                raise InputError(f"context {tuple(r.context.shape)} does not fit the residual {tuple(r.hidden.shape)}")
             self._attention = adapter.attention_modules(stack)[r.layer]
             self._projection = adapter.head_output_modules(stack)[r.layer]
             # does the attention module's output already include the projection?
@@ -543,7 +547,7 @@ class Trace(HookContext):
         h = _hidden(args, kwargs)
         hidden = self._restart.hidden
         if tuple(h.shape) != tuple(hidden.shape):
-            raise ValueError(f"cached residual {tuple(hidden.shape)} does not fit the batch {tuple(h.shape)}")
+            raise InputError(f"cached residual {tuple(hidden.shape)} does not fit the batch {tuple(h.shape)}")
         new = hidden.to(h.dtype)
         if args:
             return (new,) + tuple(args[1:]), kwargs
@@ -648,7 +652,7 @@ def _write_values(
     """The value projection's output with the value site replaced by its edit."""
     width = out.shape[-1] // (layout[0] if layout else 1)
     if width // head_dim != n_heads:
-        raise ValueError(
+        raise NotApplicable(
             "edits of the values of a grouped-query model are not supported (its key/value heads "
             "are shared by several query heads); edit hook_z instead"
         )

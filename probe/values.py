@@ -14,6 +14,8 @@ from typing import Optional, cast
 
 import torch
 
+from probe.errors import NotApplicable
+
 from .capture import capture
 from .models.sites import Site
 from .trace import Trace
@@ -48,7 +50,7 @@ def projection_weight(module: torch.nn.Module) -> torch.Tensor:
         return w
     if hasattr(module, "nf"):  # transformers Conv1D: y = x W + b with W [in, out]
         return w.T
-    raise ValueError(f"cannot read a projection matrix from {type(module).__name__}")
+    raise NotApplicable(f"cannot read a projection matrix from {type(module).__name__}")
 
 
 def capture_values(adapter, text: str, *, stack: Optional[str] = None) -> ValueCapture:
@@ -59,7 +61,7 @@ def capture_values(adapter, text: str, *, stack: Optional[str] = None) -> ValueC
             beyond the model's length limit.
     """
     if adapter.arch == "encoder-decoder":
-        raise ValueError("value capture supports encoder or decoder models, not encoder-decoder")
+        raise NotApplicable("value capture supports encoder or decoder models, not encoder-decoder")
     stack = stack or adapter.default_stack
     n_layers = len(adapter.value_modules(stack))
     # the value sites (fused split and grouped-query repeat: probe.models.sites) read in the capture's forward

@@ -504,3 +504,85 @@ def test_no_guarded_import_of_our_own_names():
         if (lines := _guarded_imports(p))
     }
     assert not bad, f"guarded imports of the project's own names (import them plainly): {bad}"
+
+#: plain ``raise ValueError`` left in the toolkit (path -> count), each an internal invariant
+#: whose breaking is a bug (exit 3, a report section *failed*): merging accumulators of
+#: different shapes, score arrays built by the toolkit itself, a claim's own fields, the
+#: registry's checks of an analysis as a developer declares it, a zoo model built wrong,
+#: and ValueErrors raised to be caught a few lines below (validate.py, the zoo's weights
+#: check). Validators of a user's input raise InputError, "does not apply" NotApplicable
+#: (probe.errors); anything not listed here may raise neither a plain ValueError.
+ALLOWED_PLAIN_VALUE_ERRORS = {
+    "analyses/claims/claim.py": 2,  # a Claim's status and kind, set by the toolkit
+    "analyses/claims/statistics.py": 1,  # a proportion of 0 ≤ successes ≤ n
+    "analyses/common/accumulate.py": 4,  # merging accumulators / partitioned blocks
+    "analyses/common/objective.py": 1,  # similarity-structure has no per-run score
+    "analyses/common/token_scores.py": 1,  # scores shaped by the toolkit
+    "analyses/common/word_scores.py": 2,
+    "analyses/explanation/agreement.py": 2,  # attention and attributions of one corpus
+    "analyses/explanation/ground_truth.py": 1,
+    "analyses/flow/blankout.py": 1,
+    "analyses/flow/grad_attention.py": 2,
+    "analyses/flow/norm_attention.py": 3,  # values and projections read from one model
+    "analyses/necessity/ablation_sums.py": 2,
+    "analyses/patterns/role_features.py": 2,  # merging feature accumulators
+    "analyses/structure/attention_probe.py": 3,  # the probe's own fit/predict contract
+    "analyses/structure/coref.py": 1,  # merging coreference counts
+    "analyses/structure/syntax.py": 1,  # merging relation counts
+    "analyses/structure/trees.py": 2,  # a score matrix built by the toolkit
+    "analyses/structure/ud_probe.py": 1,  # encodings and labels of one corpus
+    "app/registry/__init__.py": 2,  # an analysis registered wrong (a developer's error)
+    "app/registry/validate.py": 1,  # raised and caught in one function
+    "models/zoo/_common.py": 4,  # duplicate vocabulary; the weights check (caught, re-raised as InputError)
+    "models/zoo/constructed.py": 1,  # a constructed model's config
+    "models/zoo/relay.py": 1,  # the relay model's tokenizer
+}
+#: the classes that subclass ValueError directly: the two kinds, defined once
+ERROR_KINDS = {"models/errors.py": {"InputError", "NotApplicable"}}
+
+
+def _plain_value_errors(path: Path) -> tuple:
+    """(number of ``raise ValueError`` / ``raise ValueError(...)``, names of classes whose
+    base is ``ValueError`` itself) in one module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    raises, classes = 0, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            raises += isinstance(exc, ast.Name) and exc.id == "ValueError"
+        elif isinstance(node, ast.ClassDef) and any(
+            isinstance(b, ast.Name) and b.id == "ValueError" for b in node.bases
+        ):
+            classes.add(node.name)
+    return raises, classes
+
+
+def test_plain_value_error_check_finds_one():
+    src = "class E(ValueError):\n    pass\n\n\ndef f(x):\n    if x:\n        raise ValueError('x')\n    raise ValueError\n"
+    path = ROOT / "tests" / "_value_error_sample.py"
+    try:
+        path.write_text(src)
+        assert _plain_value_errors(path) == (2, {"E"})
+    finally:
+        path.unlink()
+
+
+def test_bad_input_is_an_input_error_not_a_plain_value_error():
+    """The command line tells bad input (exit 1) from a bug (exit 3) by type only
+    (probe.errors.is_input_error): a validator that raised a plain ValueError would now
+    report a user's typo as a bug, so no new one may appear."""
+    counts, classes = {}, {}
+    for folder in PACKAGE_DIRS.values():
+        for path in (ROOT / folder).rglob("*.py"):
+            n, found = _plain_value_errors(path)
+            rel = str(path.relative_to(ROOT))
+            if n:
+                counts[rel] = n
+            if found:
+                classes[rel] = found
+    extra = {p: n for p, n in counts.items() if n > ALLOWED_PLAIN_VALUE_ERRORS.get(p, 0)}
+    assert not extra, (
+        "raise ValueError in the toolkit (a validator raises probe.errors.InputError, 'does not apply' "
+        f"NotApplicable; an internal invariant is listed in ALLOWED_PLAIN_VALUE_ERRORS): {extra}"
+    )
+    assert classes == ERROR_KINDS, f"subclass InputError or NotApplicable, not ValueError: {classes}"

@@ -35,6 +35,7 @@ import torch
 from probe.analyses.common.metrics import as_corpus, get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
 
+from probe.errors import InputError
 from probe.paths import (
     EmbeddingMix,
     EmbeddingRecorder,
@@ -157,13 +158,13 @@ def edge_attribution(
             change the objective, a metric without gradients.
     """
     if method not in METHODS:
-        raise ValueError(f"unknown attribution method {method!r}; use one of {', '.join(METHODS)}")
+        raise InputError(f"unknown attribution method {method!r}; use one of {', '.join(METHODS)}")
     if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+        raise InputError(f"steps must be >= 1, got {steps}")
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
     metric = get_metric(metric, adapter, clean)
     if not metric.differentiable:
-        raise ValueError(
+        raise InputError(
             f"metric {metric.name!r} has no gradient; edge attribution needs a differentiable objective (e.g. loss)"
         )
     edges = list(all_edges(adapter) if edges is None else edges)

@@ -24,6 +24,7 @@ import torch
 from probe.analyses.common.metrics import as_corpus, get_metric
 from probe.analyses.necessity.patching import paired_batches
 
+from probe.errors import InputError, NotApplicable
 from probe.paths import EdgeMixer, n_kv_heads, residual_sites
 
 from .edges import Edge, all_edges, check_edge
@@ -88,7 +89,7 @@ def circuit_objective(
 def faithfulness(value, full: float, empty: float):
     """``(value − empty) / (full − empty)`` (MIB); raises when the graph's cut changes nothing."""
     if abs(full - empty) < 1e-12:
-        raise ValueError(
+        raise NotApplicable(
             "cutting every edge does not change the objective: faithfulness is undefined "
             "(the corrupted input does not reach the output through the heads)"
         )
@@ -158,7 +159,7 @@ def recovery_curve(
 def check_share(share: float) -> None:
     """``ValueError`` unless ``0 < share <= 1``."""
     if not 0 < share <= 1:
-        raise ValueError(f"share must be in (0, 1], got {share}")
+        raise InputError(f"share must be in (0, 1], got {share}")
 
 
 def curve_of(unit: str, sizes, values, full: float, empty: float, ranking: Sequence, share: float) -> tuple:

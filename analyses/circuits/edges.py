@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from probe.errors import InputError
 from probe.paths import CHANNELS, STACK_TAGS, head_sites, kv_slot, n_kv_heads
 
 OUTPUT = "out"
@@ -130,35 +131,35 @@ def check_edge(adapter, edge: Edge) -> Edge:
     n_layers, n_heads, n_kv = len(head_sites(adapter)), adapter.n_heads, n_kv_heads(adapter)
     name = edge.name(grouped(adapter))
     if not (0 <= edge.sender_layer < n_layers and 0 <= edge.sender_head < n_heads):
-        raise ValueError(
+        raise InputError(
             f"edge {name}: sender head {edge.sender_layer}.{edge.sender_head} does not exist "
             f"({adapter.name} has layers 0..{n_layers - 1}, heads 0..{n_heads - 1})"
         )
     if edge.to_output:
         if not reaches_output(adapter, edge.sender_layer):
-            raise ValueError(
+            raise InputError(
                 f"edge {name}: an encoder head reaches the output only through cross-attention heads; "
                 "name its edge into a cross-attention's keys or values (e.g. e0.1->x0.2.k)"
             )
         return _tagged(adapter, edge)
     if edge.channel not in CHANNELS:
-        raise ValueError(f"edge {name}: unknown receiver input {edge.channel!r}; use q, k, v or out")
+        raise InputError(f"edge {name}: unknown receiver input {edge.channel!r}; use q, k, v or out")
     slots = n_heads if edge.channel == "q" else n_kv
     if not (0 <= edge.receiver_layer < n_layers and 0 <= edge.receiver_slot < slots):
-        raise ValueError(
+        raise InputError(
             f"edge {name}: receiver {edge.receiver_layer}.{edge.receiver_slot}.{edge.channel} does "
             f"not exist ({adapter.name} has layers 0..{n_layers - 1}, {edge.channel} slots "
             f"0..{slots - 1})"
         )
     if edge.receiver_layer <= edge.sender_layer:
-        raise ValueError(
+        raise InputError(
             f"edge {name}: the receiver (layer {edge.receiver_layer}) must be in a later layer than "
             f"the sender (layer {edge.sender_layer}); a head reads only earlier layers' outputs"
         )
     edge = _tagged(adapter, edge)
     allowed = channels_between(adapter, edge.sender_layer, edge.receiver_layer)
     if edge.channel not in allowed:
-        raise ValueError(
+        raise InputError(
             f"edge {edge.name(grouped(adapter))}: {edge.sender_tag} does not feed {edge.receiver_tag}'s "
             f"{edge.channel} input ({'only ' + '/'.join(allowed) if allowed else 'no input of it'}): encoder heads "
             "feed encoder heads and cross-attention keys/values; decoder heads feed decoder heads and "
@@ -173,17 +174,17 @@ def _layer_of(adapter, tag: str | None, layer: int, text: str) -> int:
     tag = (tag or "").lower()
     if sites[0][0] is None:
         if tag in ("e", "d", "x"):
-            raise ValueError(f"edge {text!r}: {adapter.name} has one attention stack; write layers as numbers")
+            raise InputError(f"edge {text!r}: {adapter.name} has one attention stack; write layers as numbers")
         return layer
     if tag not in ("e", "d", "x"):
-        raise ValueError(
+        raise InputError(
             f"edge {text!r}: {adapter.name} is an encoder-decoder; name each layer's stack, e.g. e0.1->x1.2.k "
             "(e encoder, d decoder self-attention, x cross-attention)"
         )
     stack = {v: k for k, v in STACK_TAGS.items()}[tag]
     n = adapter.n_layers_of(stack)
     if not 0 <= layer < n:
-        raise ValueError(
+        raise InputError(
             f"edge {text!r}: {stack} layer {layer} does not exist ({adapter.name} has {tag}0..{tag}{n - 1})"
         )
     return sites.index((stack, layer))
@@ -199,7 +200,7 @@ def parse_edge(adapter, text: str) -> Edge:
     """
     m = _EDGE.match(text)
     if not m:
-        raise ValueError(f"cannot read edge {text!r}: write sender->receiver as 0.1->1.2.k or 0.1->out")
+        raise InputError(f"cannot read edge {text!r}: write sender->receiver as 0.1->1.2.k or 0.1->out")
     ls, hs = _layer_of(adapter, m.group(1), int(m.group(2)), text), int(m.group(3))
     if m.group(4):
         return check_edge(adapter, Edge(ls, hs, -1, -1, OUTPUT))
@@ -207,7 +208,7 @@ def parse_edge(adapter, text: str) -> Edge:
     is_group, slot, c = bool(m.group(7)), int(m.group(8)), m.group(9).lower()
     if c != "q" and not is_group:
         if not 0 <= slot < adapter.n_heads:
-            raise ValueError(
+            raise InputError(
                 f"edge {text!r}: receiver head {m.group(6)}.{slot} does not exist ({adapter.name} has heads "
                 f"0..{adapter.n_heads - 1})"
             )

@@ -36,6 +36,7 @@ import torch
 from probe.analyses.common.metrics import as_corpus, get_metric
 from probe.analyses.necessity.patching import paired_batches
 
+from probe.errors import InputError
 from probe.paths import HeadOutputOverride, head_sites, site_name
 
 from .discovery import CircuitCurve, check_share, curve_of
@@ -80,7 +81,7 @@ def head_circuit_objective(
     for j, c in enumerate(circuits):
         for layer, head in c:
             if not (0 <= layer < n_sites and 0 <= head < n_heads):
-                raise ValueError(
+                raise InputError(
                     f"head {layer}.{head} does not exist ({adapter.name}: {n_sites} layers x {n_heads} heads)"
                 )
             keep[j, layer, head] = True

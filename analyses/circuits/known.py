@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from probe.errors import InputError, NotApplicable
+
 from .edges import Edge, parse_edge
 
 __all__ = ["INDUCTION_FLOOR", "induction_heads", "known_edges", "recovery_stats"]
@@ -61,7 +63,7 @@ def known_edges(adapter, examples=None) -> list:
         (pl, ph), ind = induction_heads(adapter, examples)
         out = [Edge(pl, ph, l, h, "k") for l, h in ind] + [Edge(l, h, -1, -1, "out") for l, h in ind]
         return out
-    raise ValueError(f"{adapter.name} has no known circuit; known circuits: zoo:relay, zoo:induction")
+    raise NotApplicable(f"{adapter.name} has no known circuit; known circuits: zoo:relay, zoo:induction")
 
 
 def recovery_stats(scores: pd.DataFrame, known: list, circuit, adapter) -> dict:
@@ -79,7 +81,7 @@ def recovery_stats(scores: pd.DataFrame, known: list, circuit, adapter) -> dict:
     ]
     truth = np.array([k in set(known) for k in keys])
     if truth.all() or not truth.any():
-        raise ValueError("the known edges must be some but not all of the scored edges")
+        raise InputError("the known edges must be some but not all of the scored edges")
     auc = float(roc_auc_score(truth, scores["effect"].abs().to_numpy()))
     found = set(circuit)
     tp = len(found & set(known))

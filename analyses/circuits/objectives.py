@@ -18,6 +18,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 from probe.analyses.common.metrics import DriftMetric, MetricBatch, as_corpus
+from probe.errors import InputError
 
 __all__ = ["SimilarityMetric"]
 
@@ -38,7 +39,7 @@ class SimilarityMetric(DriftMetric):
 
     def check(self, adapter, corpus=None) -> None:
         if corpus is not None and len(corpus) != len(self.partners):
-            raise ValueError(
+            raise InputError(
                 f"{len(corpus)} examples but {len(self.partners)} partner sentences: give one partner per example"
             )
 

@@ -36,6 +36,7 @@ import torch
 from probe.analyses.common.metrics import MetricBatch, as_corpus, get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
 
+from probe.errors import InputError
 from probe.paths import HeadOutputOverride, ProjectionHooks, head_sites
 
 from .edges import Edge, all_edges, check_edge, edge_row, grouped
@@ -158,7 +159,7 @@ def path_patch(
     metric = get_metric(metric, adapter, clean)
     edges = list(all_edges(adapter) if edges is None else [check_edge(adapter, e) for e in edges])
     if not edges:
-        raise ValueError("no edges to patch")
+        raise InputError("no edges to patch")
     index = {e: i for i, e in enumerate(edges)}
     n = len(clean)
     c_vals, k_vals = np.zeros(n), np.zeros(n)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from probe.errors import InputError
+
 from .attribution import edge_attribution
 from .discovery import CircuitCurve, recovery_curve
 from .edges import all_edges, edge_from_row
@@ -72,12 +74,12 @@ def study_circuit(
     from probe.paths import additive_residual
 
     if ranking not in ("exact", "eap", "eap_ig"):
-        raise ValueError(f"unknown ranking {ranking!r}; use exact, eap or eap_ig")
+        raise InputError(f"unknown ranking {ranking!r}; use exact, eap or eap_ig")
     edges = all_edges(adapter)
     checked = edges if exact_edges is None else list(dict.fromkeys(exact_edges))
     partial = len(checked) < len(edges) or (exact_top is not None and exact_top < len(edges))
     if partial and (ranking == "exact" or known is not None):
-        raise ValueError(
+        raise InputError(
             "ranking the whole graph by exact path patching needs every edge patched: "
             "drop --edge, or rank by eap_ig (--ranking eap_ig) without known-edge statistics"
         )

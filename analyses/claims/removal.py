@@ -39,6 +39,7 @@ from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
 from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
+from probe.errors import InputError
 
 from .perturb import random_rotations, rotate, uniform_output
 
@@ -225,7 +226,7 @@ def removal_sweep(
 
     bad = [m for m in modes if m not in MODES]
     if bad:
-        raise ValueError(f"unknown removal mode(s) {', '.join(bad)}; use {', '.join(MODES)}")
+        raise InputError(f"unknown removal mode(s) {', '.join(bad)}; use {', '.join(MODES)}")
     corpus = as_corpus(corpus)
     obj, _ = resolve_objective(objective, adapter, corpus)
     stack = stack or adapter.default_stack

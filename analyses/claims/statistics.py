@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
+from probe.errors import InputError
 
 __all__ = [
     "benjamini_hochberg",
@@ -38,7 +39,7 @@ def benjamini_hochberg(p_values, q: float = 0.05) -> np.ndarray:
         ValueError: ``q`` outside (0, 1).
     """
     if not 0 < q < 1:
-        raise ValueError(f"the false discovery rate must be in (0, 1), got {q}")
+        raise InputError(f"the false discovery rate must be in (0, 1), got {q}")
     p = np.asarray(p_values, dtype=np.float64)
     ok = ~np.isnan(p)
     m = int(ok.sum())

@@ -32,6 +32,8 @@ import copy
 import dataclasses
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
+from probe.errors import InputError
+
 __all__ = ["Accumulator", "PerLayer", "KeptExamples", "merge_all", "fresh"]
 
 
@@ -94,7 +96,7 @@ class PerLayer:
             ValueError: nothing was added.
         """
         if not self.inner:
-            raise ValueError("no examples: give at least one captured example")
+            raise InputError("no examples: give at least one captured example")
         return {layer: self.inner[layer].result() for layer in self.layers}
 
     def result(self):

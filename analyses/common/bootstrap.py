@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from probe.errors import InputError
+
 __all__ = ["resample_counts", "bootstrap_mean_ci"]
 
 
@@ -19,9 +21,9 @@ def resample_counts(n: int, n_boot: int = 1000, seed: int = 0) -> np.ndarray:
         ValueError: ``n < 1`` or ``n_boot < 1``.
     """
     if n < 1:
-        raise ValueError("bootstrap needs at least one example")
+        raise InputError("bootstrap needs at least one example")
     if n_boot < 1:
-        raise ValueError(f"n_boot must be ≥ 1, got {n_boot}")
+        raise InputError(f"n_boot must be ≥ 1, got {n_boot}")
     rng = np.random.default_rng(seed)
     return rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)
 
@@ -42,7 +44,7 @@ def bootstrap_mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed
         ValueError: confidence outside (0, 1), empty input.
     """
     if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+        raise InputError(f"confidence must be in (0, 1), got {confidence}")
     v = np.asarray(values, dtype=np.float64)
     flat = v.ndim == 1
     v = np.atleast_2d(v)

@@ -33,6 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from probe.errors import InputError, NotApplicable
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -102,7 +104,7 @@ def as_corpus(corpus):
     if not isinstance(corpus, Corpus):
         corpus = Corpus(texts=tuple(corpus), source="texts")
     if not len(corpus):
-        raise ValueError("empty corpus: give at least one example")
+        raise InputError("empty corpus: give at least one example")
     return corpus
 
 
@@ -234,7 +236,7 @@ class Metric(ModelScalar):
                 by its ``indices``.
         """
         if batch_size < 1:
-            raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+            raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
         n = len(corpus)
         order = list(range(n))
         if by_length:
@@ -285,7 +287,7 @@ def _zoo_batch(adapter, corpus, indices) -> MetricBatch:
     from probe.models import zoo
 
     if not corpus.examples:
-        raise ValueError(
+        raise InputError(
             f"{adapter.name}'s loss/accuracy need the zoo task's examples with their ground "
             "truth: run without --text/--file/--conllu to use its evaluation set"
         )
@@ -334,20 +336,20 @@ class LossMetric(Metric):
     def check(self, adapter, corpus=None) -> None:
         if zoo_task(adapter):
             if corpus is not None and not corpus.examples:
-                raise ValueError(
+                raise NotApplicable(
                     f"metric 'loss' on {adapter.name} needs the zoo evaluation examples "
                     "(run without --text/--file/--conllu); metrics that apply to other "
                     "inputs: embedding-drift"
                 )
             if not zoo_has_loss(adapter):
-                raise ValueError(
+                raise NotApplicable(
                     f"{adapter.name} has no task loss (its weights are set by hand); "
                     "metrics that apply: embedding-drift"
                 )
             return
         if not has_lm_head(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
-            raise ValueError(
+            raise NotApplicable(
                 f"metric 'loss' needs a model with a language-model or task head, but "
                 f"{adapter.name} ({type(adapter.model).__name__}) is a headless "
                 f"{adapter.arch}; metrics that apply: {ok}"
@@ -362,7 +364,7 @@ class LossMetric(Metric):
         if adapter.arch == "encoder":
             mask_id = getattr(adapter.tokenizer, "mask_token_id", None)
             if mask_id is None:
-                raise ValueError(f"{adapter.name}'s tokenizer has no mask token for the masked-LM loss")
+                raise NotApplicable(f"{adapter.name}'s tokenizer has no mask token for the masked-LM loss")
             labels = torch.full_like(ids, -100)
             new_ids = ids.clone()
             for r, i in enumerate(indices):
@@ -403,7 +405,7 @@ class AccuracyMetric(LossMetric):
     def check(self, adapter, corpus=None) -> None:
         if not zoo_task(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
-            raise ValueError(
+            raise NotApplicable(
                 f"metric 'accuracy' needs a zoo:<task> model with ground truth; for "
                 f"{adapter.name} the metrics that apply: {ok}"
             )
@@ -454,7 +456,7 @@ class DriftMetric(Metric):
 
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
         if reference is None:
-            raise ValueError("embedding-drift needs the clean run's embeddings as reference")
+            raise InputError("embedding-drift needs the clean run's embeddings as reference")
         e = self.embed(outputs, batch)
         # cos in float64: 1 − cos of a small drift loses its digits in float32 (a drift of
         # 0.004 carries a relative error of ~1e-5 there)
@@ -467,7 +469,7 @@ class CallableMetric(Metric):
 
     def __init__(self, fn: Callable, name: Optional[str] = None, higher_is_better: bool = False):
         if not callable(fn):
-            raise ValueError(f"a metric must be a name ({', '.join(METRICS)}) or a callable, got {fn!r}")
+            raise InputError(f"a metric must be a name ({', '.join(METRICS)}) or a callable, got {fn!r}")
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", "custom"))
         self.higher_is_better = higher_is_better
@@ -475,7 +477,7 @@ class CallableMetric(Metric):
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
         s = self.fn(outputs, batch)
         if not isinstance(s, torch.Tensor) or s.shape != (batch.rows,):
-            raise ValueError(
+            raise InputError(
                 f"metric {self.name!r} must return a tensor [rows] = [{batch.rows}], got {getattr(s, 'shape', type(s))}"
             )
         return s
@@ -536,7 +538,7 @@ def get_metric(metric: Union[str, Metric, Callable], adapter=None, corpus=None) 
         m = metric
     elif isinstance(metric, str):
         if metric not in METRICS:
-            raise ValueError(
+            raise InputError(
                 f"unknown metric {metric!r}; known: {', '.join(METRICS)} (or a callable in the Python API)"
             )
         m = METRICS[metric]()

@@ -20,6 +20,8 @@ from typing import Optional
 
 import torch
 
+from probe.errors import InputError
+
 __all__ = ["Pooling", "model_pooling", "POOLING_MODES"]
 
 POOLING_MODES = ("mean", "cls", "max")
@@ -36,7 +38,7 @@ class Pooling:
 
     def __post_init__(self) -> None:
         if self.mode not in POOLING_MODES:
-            raise ValueError(f"unknown pooling {self.mode!r}; use one of {', '.join(POOLING_MODES)}")
+            raise InputError(f"unknown pooling {self.mode!r}; use one of {', '.join(POOLING_MODES)}")
 
     def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``hidden [b, seq, d]``, ``mask [b, seq]`` (1 = real token) -> ``[b, d]``."""

@@ -27,7 +27,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from probe.errors import NotApplicable
+from probe.errors import InputError, NotApplicable
 
 from .metrics import ModelScalar, token_nll
 
@@ -51,11 +51,11 @@ def check_scalar(value, batch: int, name: str = "target") -> torch.Tensor:
         ValueError: any other shape, naming it ("one scalar per example" is needed).
     """
     if not torch.is_tensor(value):
-        raise ValueError(f"{name} must return a tensor with one scalar per example, got {type(value).__name__}")
+        raise InputError(f"{name} must return a tensor with one scalar per example, got {type(value).__name__}")
     if value.dim() == 2 and value.shape == (batch, 1):
         value = value[:, 0]
     if tuple(value.shape) != (batch,):
-        raise ValueError(
+        raise InputError(
             f"{name} must give one scalar per example, shape ({batch},) for a batch of {batch}; "
             f"got shape {tuple(value.shape)}. Choose a class (--target logit:<class>) or a "
             "position (--target loss:<position>)"
@@ -133,7 +133,7 @@ class ClassLogit(Target):
                 f"{tuple(logits.shape)} (per position); use an LM-loss target (loss:<position>)"
             )
         if self.label is not None and not 0 <= self.label < logits.shape[-1]:
-            raise ValueError(f"class {self.label} out of range: the model has classes 0..{logits.shape[-1] - 1}")
+            raise InputError(f"class {self.label} out of range: the model has classes 0..{logits.shape[-1] - 1}")
 
     def aux(self, adapter, input_ids, attention_mask):
         with torch.no_grad():
@@ -174,7 +174,7 @@ class LMLoss(Target):
         lo = 1 if causal else 0
         p = self.position + n if self.position < 0 else self.position
         if not lo <= p < n:
-            raise ValueError(
+            raise InputError(
                 f"target position {self.position} is out of range for an example of {n} tokens: "
                 f"valid positions are {lo}..{n - 1} (or {lo - n}..-1 from the end)"
                 + (" — a causal LM predicts position p from p−1, so position 0 has no loss" if causal else "")
@@ -194,7 +194,7 @@ class LMLoss(Target):
         """The logits ``[batch, vocab]`` at each example's predicting position."""
         logits = _logits(out)
         if logits.dim() != 3:
-            raise ValueError(
+            raise InputError(
                 f"LM-loss target needs per-position logits [batch, seq, vocab]; the model gives "
                 f"{tuple(logits.shape)}; use a class-logit target (logit:<class>)"
             )
@@ -231,7 +231,7 @@ class ProbeLogit(Target):
 
     def __init__(self, linear: torch.nn.Linear, normalize: bool = True, label_names=("0", "1"), name: str = "probe"):
         if not isinstance(linear, torch.nn.Linear) or linear.out_features != 1:
-            raise ValueError("a probe target needs a torch.nn.Linear with exactly one output")
+            raise InputError("a probe target needs a torch.nn.Linear with exactly one output")
         self.linear = linear
         self.normalize = normalize
         self.label_names = tuple(label_names)
@@ -248,7 +248,7 @@ class ProbeLogit(Target):
     def forward(self, adapter, input_ids, attention_mask):
         """The encoder underneath a task head (``base_model``): its last hidden state."""
         if adapter.arch != "encoder":
-            raise ValueError("a probe target pools an encoder's hidden states; this model is a " + adapter.arch)
+            raise NotApplicable("a probe target pools an encoder's hidden states; this model is a " + adapter.arch)
         base = getattr(adapter.model, "base_model", adapter.model)
         return base(input_ids=input_ids, attention_mask=attention_mask)
 
@@ -280,7 +280,7 @@ def hidden_states(out) -> torch.Tensor:
         h = out
     if not torch.is_tensor(h) or h.dim() != 3:
         got = type(out).__name__ if not torch.is_tensor(h) else f"shape {tuple(h.shape)}"
-        raise ValueError(
+        raise NotApplicable(
             f"this target needs hidden states [batch, seq, d], but the model's output is {got}; "
             "run it on the encoder underneath the head (model.base_model)"
         )
@@ -311,7 +311,7 @@ class OwnTokensLoss(Target):
     def _logits(self, out) -> torch.Tensor:
         logits = _logits(out)
         if logits.dim() != 3:
-            raise ValueError(
+            raise InputError(
                 f"the mlm target needs per-position logits [batch, seq, vocab] (a masked-LM head); "
                 f"the model gives {tuple(logits.shape)}"
             )
@@ -385,10 +385,10 @@ def parse_target(spec: str, adapter, probe: Optional[Target] = None) -> Target:
         if kind == "mlm" and not arg:
             return OwnTokensLoss()
     except ValueError:
-        raise ValueError(f"target {spec!r}: expected an integer after '{kind}:'") from None
+        raise InputError(f"target {spec!r}: expected an integer after '{kind}:'") from None
     if kind == "probe" and probe is not None:
         return probe
-    raise ValueError(
+    raise InputError(
         f"unknown target {spec!r}; use logit, logit:<class>, loss:<position>, mlm "
         "or probe:<property> (bundled sentence model)"
     )
@@ -420,7 +420,7 @@ class PairSimilarity(Target):
 
     def forward(self, adapter, input_ids, attention_mask):
         if adapter.arch != "encoder":
-            raise ValueError("a similarity target pools an encoder's states; this model is a " + adapter.arch)
+            raise NotApplicable("a similarity target pools an encoder's states; this model is a " + adapter.arch)
         base = getattr(adapter.model, "base_model", adapter.model)
         return base(input_ids=input_ids, attention_mask=attention_mask)
 
@@ -429,7 +429,7 @@ class PairSimilarity(Target):
         for ids, n in zip(input_ids.tolist(), _lengths(attention_mask).tolist()):
             key = tuple(ids[:n])
             if key not in self.keys:
-                raise ValueError("a similarity target explains only the sentences it was built for")
+                raise InputError("a similarity target explains only the sentences it was built for")
             rows.append(self.keys[key])
         return torch.tensor(rows, dtype=torch.long, device=input_ids.device)[:, None]
 

@@ -16,6 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from probe.errors import InputError
+
 __all__ = ["TokenScores"]
 
 
@@ -54,7 +56,7 @@ class TokenScores:
             raise ValueError(f"scores must have shape [output positions, tokens] = ({k}, {n}); got {s.shape}")
         bad = [p for p in self.output_positions if not 0 <= p < n]
         if bad:
-            raise ValueError(f"output positions {bad} out of range 0..{n - 1}")
+            raise InputError(f"output positions {bad} out of range 0..{n - 1}")
         s.setflags(write=False)
         object.__setattr__(self, "scores", s)
 
@@ -63,7 +65,7 @@ class TokenScores:
         try:
             r = self.output_positions.index(int(position))
         except ValueError:
-            raise ValueError(
+            raise InputError(
                 f"position {position} not among the output positions {list(self.output_positions)}"
             ) from None
         return self.scores[r]
@@ -111,7 +113,7 @@ class TokenScores:
         """Inverse of :meth:`to_dict` (also accepts the parsed JSON file)."""
         missing = {"tokens", "output_positions", "scores"} - set(d)
         if missing:
-            raise ValueError(f"token-score JSON lacks the keys {sorted(missing)}")
+            raise InputError(f"token-score JSON lacks the keys {sorted(missing)}")
         scores = np.asarray(d["scores"], dtype=np.float64).reshape(len(d["output_positions"]), len(d["tokens"]))
         return cls(d["tokens"], d["output_positions"], scores, d.get("method", ""), d.get("meta", {}))
 
@@ -143,7 +145,7 @@ def output_positions_for(
     for p in positions:
         p = int(p)
         if not -n_tokens <= p < n_tokens:
-            raise ValueError(
+            raise InputError(
                 f"output position {p} is out of range: the example has {n_tokens} tokens, "
                 f"valid positions are 0..{n_tokens - 1} (or -{n_tokens}..-1 from the end)"
             )

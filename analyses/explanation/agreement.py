@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 import numpy as np
 
 from probe.analyses.common.word_scores import ScoreSet
+from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +117,9 @@ def agreement(
     if len(attention) != len(attributions):
         raise ValueError(f"{len(attention)} attention score sets for {len(attributions)} attribution sets")
     if not 0 < alpha < 1:
-        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+        raise InputError(f"alpha must lie in (0, 1), got {alpha}")
     if min_words < 3:
-        raise ValueError("min_words must be ≥ 3: a rank correlation of fewer words is meaningless")
+        raise InputError("min_words must be ≥ 3: a rank correlation of fewer words is meaningless")
     rows, skipped = [], 0
     it = zip(attention, attributions)
     if progress:
@@ -139,7 +140,7 @@ def agreement(
                 for j, kb in enumerate(b.keys):
                     rows.append((a.index, *ka, kb[0], n_words, *_tests(wa[i], wb[j])))
     if not rows:
-        raise ValueError(
+        raise NotApplicable(
             f"too few examples for a significance test: none of the {len(attention)} examples has "
             f"at least {min_words} words (an exact two-sided Kendall test cannot reach p < 0.05 with "
             "fewer); give longer sentences or more of them"

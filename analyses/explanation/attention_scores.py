@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from probe.analyses.common.word_scores import ScoreSet
+from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,14 @@ def attention_scores(
     """
     bad = [m for m in methods if m not in ATTENTION_METHODS]
     if bad:
-        raise ValueError(f"unknown attention method(s) {bad}; choose from {', '.join(ATTENTION_METHODS)}")
+        raise InputError(f"unknown attention method(s) {bad}; choose from {', '.join(ATTENTION_METHODS)}")
     if maps.kind == "cross":
-        raise ValueError("faithfulness compares self- or causal attention with attributions, not cross-attention")
+        raise NotApplicable("faithfulness compares self- or causal attention with attributions, not cross-attention")
     n = maps.n_tokens
     reads = [int(p) for p in reads]
     out_of_range = [p for p in reads if not 0 <= p < n]
     if out_of_range or not reads:
-        raise ValueError(f"target positions {out_of_range or reads} out of range 0..{n - 1}")
+        raise InputError(f"target positions {out_of_range or reads} out of range 0..{n - 1}")
     a = maps.attentions.double()
     keys, rows = [], []
     if "attention" in methods:
@@ -95,13 +96,13 @@ def attention_scores(
         )
     if "norm-rollout" in methods:
         if adapter is None:
-            raise ValueError("norm-rollout needs the model adapter (values are captured)")
+            raise InputError("norm-rollout needs the model adapter (values are captured)")
         from probe.analyses.flow.norm_attention import norm_rollout
         from probe.values import capture_values
 
         vc = capture_values(adapter, maps.text)
         if vc.maps.n_tokens != n:
-            raise ValueError("norm-rollout: the re-encoded text has a different length; pass word spans")
+            raise InputError("norm-rollout: the re-encoded text has a different length; pass word spans")
         keys.append(("norm-rollout", -1, -1))
         rows.append(
             norm_rollout(

@@ -33,6 +33,7 @@ import torch
 
 from probe.analyses.common.targets import Target, scalar_function
 from probe.analyses.common.word_scores import n_words_of, to_words
+from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class ExampleAttribution:
     def word_scores(self, method: str) -> np.ndarray:
         """Signed word scores ``[n_words]``: token scores summed over each word."""
         if method not in self.scores:
-            raise ValueError(f"no {method!r} attributions; computed: {', '.join(self.scores)}")
+            raise InputError(f"no {method!r} attributions; computed: {', '.join(self.scores)}")
         return to_words(self.scores[method], self.word_ids, self.n_words)
 
 
@@ -106,7 +107,7 @@ class Attributions:
         rows = []
         for ex in self.examples:
             if "ig" not in ex.scores:
-                raise ValueError("completeness needs the 'ig' attributions")
+                raise InputError("completeness needs the 'ig' attributions")
             gap = ex.value - ex.baseline_value
             rows.append(
                 {
@@ -135,9 +136,9 @@ def baseline_ids(
     elif token == "mask":
         tid = getattr(adapter.tokenizer, "mask_token_id", None)
         if tid is None:
-            raise ValueError(f"{adapter.name} has no mask token; use the pad baseline")
+            raise InputError(f"{adapter.name} has no mask token; use the pad baseline")
     else:
-        raise ValueError(f"baseline must be 'pad' or 'mask', got {token!r}")
+        raise InputError(f"baseline must be 'pad' or 'mask', got {token!r}")
     word = attention_mask.bool() & ~special_mask
     return torch.where(word, torch.full_like(input_ids, int(tid)), input_ids)
 
@@ -186,17 +187,17 @@ def attribute(
     methods = tuple(methods)
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
-        raise ValueError(f"unknown attribution method(s) {bad or methods}; choose from {', '.join(METHODS)}")
+        raise InputError(f"unknown attribution method(s) {bad or methods}; choose from {', '.join(METHODS)}")
     encodings = list(encodings)
     if not encodings:
-        raise ValueError("no examples to attribute")
+        raise InputError("no examples to attribute")
     if n_steps < 1:
-        raise ValueError(f"n_steps must be ≥ 1, got {n_steps}")
+        raise InputError(f"n_steps must be ≥ 1, got {n_steps}")
     if internal_batch_size < 1:
-        raise ValueError(f"internal_batch_size must be ≥ 1, got {internal_batch_size}")
+        raise InputError(f"internal_batch_size must be ≥ 1, got {internal_batch_size}")
     batch_size = batch_size or min(16, internal_batch_size)
     if batch_size > internal_batch_size:
-        raise ValueError(
+        raise InputError(
             f"batch_size {batch_size} exceeds internal_batch_size {internal_batch_size}: "
             "one forward would hold more rows than the memory bound allows"
         )

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 import torch
 
 from probe.analyses.common.targets import Target, check_scalar
+from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +185,13 @@ def permutation_effects(
 
     encodings = list(encodings)
     if not encodings:
-        raise ValueError("no examples to permute attention on")
+        raise InputError("no examples to permute attention on")
     if adapter.arch == "encoder-decoder":
-        raise ValueError("permutation effects support encoder or decoder models, not encoder-decoder")
+        raise NotApplicable("permutation effects support encoder or decoder models, not encoder-decoder")
     if n_permutations < 1:
-        raise ValueError(f"n_permutations must be ≥ 1, got {n_permutations}")
+        raise InputError(f"n_permutations must be ≥ 1, got {n_permutations}")
     if batch_rows < 1:
-        raise ValueError(f"batch_rows must be ≥ 1, got {batch_rows}")
+        raise InputError(f"batch_rows must be ≥ 1, got {batch_rows}")
     L, H = adapter.n_layers, adapter.n_heads
     if heads is None:
         heads = [(l, h) for l in range(L) for h in range(H)]

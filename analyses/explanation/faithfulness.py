@@ -32,6 +32,7 @@ from probe.analyses.explanation.attention_scores import attention_scores
 from probe.analyses.explanation.attributions import METHODS, Attributions, attribute
 from probe.analyses.explanation.counterfactual import PermutationEffects, permutation_effects
 from probe.analyses.explanation.ground_truth import EvidenceRecovery, evidence_recovery
+from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ def resolve_target(adapter, spec: str, corpus, *, seed: int = 0, pairs: Optional
         from probe.analyses.structure.ud_probe import fit_probe, ud_labels
 
         if not corpus.sentences:
-            raise ValueError("a probe target reads UD annotation: give the treebank with --conllu")
+            raise InputError("a probe target reads UD annotation: give the treebank with --conllu")
         labels = ud_labels(corpus.source, prop or "subject-number", limit=len(corpus.sentences))
         encs = [
             adapter.encode(corpus.texts[lab.sentence], corpus.word_spans[lab.sentence], truncate=True) for lab in labels
@@ -238,7 +239,7 @@ def run_faithfulness(
         corpus = corpus.subset(range(min(max_examples, len(corpus))), reason="beyond --max-examples")
         evidence = evidence[: len(corpus)] if evidence is not None else None
     if not len(corpus):
-        raise ValueError("no examples left to explain")
+        raise InputError("no examples left to explain")
     spans = _spans(corpus)
     encs = [adapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
     attrs = attribute(

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 import numpy as np
 
 from probe.analyses.common.word_scores import ScoreSet
+from probe.errors import InputError
 
 __all__ = ["EvidenceRecovery", "evidence_recovery", "gold_rank"]
 
@@ -35,7 +36,7 @@ def gold_rank(scores: np.ndarray, gold: int) -> tuple:
     """
     s = np.abs(np.asarray(scores, dtype=np.float64))
     if not 0 <= gold < s.shape[0]:
-        raise ValueError(f"gold word {gold} out of range: the example has words 0..{s.shape[0] - 1}")
+        raise InputError(f"gold word {gold} out of range: the example has words 0..{s.shape[0] - 1}")
     g = s[gold]
     greater = int((s > g).sum())
     ties = int((s == g).sum()) - 1
@@ -72,7 +73,7 @@ def evidence_recovery(score_sets: Sequence[Sequence[ScoreSet]], gold: Sequence[i
 
     gold = [int(g) for g in gold]
     if not gold:
-        raise ValueError("no examples with gold evidence")
+        raise InputError("no examples with gold evidence")
     for lst in score_sets:
         if len(lst) != len(gold):
             raise ValueError(f"{len(lst)} score sets for {len(gold)} gold evidence words")

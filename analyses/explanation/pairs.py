@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from probe.errors import InputError
+
 __all__ = ["read_pairs", "similarity_target", "nearest_neighbours"]
 
 
@@ -29,7 +31,7 @@ def read_pairs(path, adapter=None) -> list:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read pairs file {p}: {exc}") from None
+        raise InputError(f"cannot read pairs file {p}: {exc}") from None
     limit = getattr(adapter, "max_length", None) if adapter is not None else None
     pairs = []
     for i, line in enumerate(text.splitlines(), 1):
@@ -37,18 +39,18 @@ def read_pairs(path, adapter=None) -> list:
             continue
         parts = line.split("\t")
         if len(parts) != 2:
-            raise ValueError(f"{p}:{i}: a pair is two sentences separated by one tab; found {len(parts)} field(s)")
+            raise InputError(f"{p}:{i}: a pair is two sentences separated by one tab; found {len(parts)} field(s)")
         left, right = (s.strip() for s in parts)
         for side, s in (("first", left), ("second", right)):
             if not s:
-                raise ValueError(f"{p}:{i}: the {side} sentence is empty")
+                raise InputError(f"{p}:{i}: the {side} sentence is empty")
             if limit is not None:
                 n = len(adapter.tokenizer(s)["input_ids"])
                 if n > limit:
-                    raise ValueError(f"{p}:{i}: the {side} sentence has {n} tokens, more than the model's {limit}")
+                    raise InputError(f"{p}:{i}: the {side} sentence has {n} tokens, more than the model's {limit}")
         pairs.append((left, right))
     if not pairs:
-        raise ValueError(f"{p}: no sentence pairs (one pair per line, separated by a tab)")
+        raise InputError(f"{p}: no sentence pairs (one pair per line, separated by a tab)")
     return pairs
 
 
@@ -98,7 +100,7 @@ def similarity_target(adapter, corpus, pairs_file: Optional[str] = None) -> tupl
         how = f"each first sentence of {pairs_file} against its second"
     else:
         if len(corpus) < 2:
-            raise ValueError(
+            raise InputError(
                 "a similarity target pairs each sentence with its nearest neighbour: give at least "
                 "2 sentences, or --pairs FILE"
             )

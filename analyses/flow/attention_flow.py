@@ -65,6 +65,7 @@ from probe.analyses.flow.rollout import (
 )
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 from probe.analyses.flow import layered_maxflow
+from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def adjusted_attention(
     validate_attention(attn, causal=causal)
     a = combine_heads(attn.double(), heads)
     if a.dim() != 3:
-        raise ValueError(
+        raise InputError(
             f"flow takes one example: [layer, head, n, n] (or [layer, n, n] with heads=None); got {tuple(attn.shape)}"
         )
     return residual_adjust(a, residual).numpy()
@@ -197,7 +198,7 @@ def attention_flow(
     L, n, _ = ahat.shape
     pos = output_positions_for(n, output_positions, all_positions=output_positions is None)
     if workers is not None and workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
+        raise InputError(f"workers must be at least 1, got {workers}")
     n_workers = workers or os.cpu_count() or 1
     name = "networkx" if reference else solver_name(solver)
     if n > max_tokens:
@@ -267,7 +268,7 @@ def flow_maps(
 def solver_name(solver: str = "auto") -> str:
     """The solver :func:`attention_flow` uses for ``solver`` (``auto`` resolved)."""
     if solver not in SOLVERS:
-        raise ValueError(f"unknown flow solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+        raise InputError(f"unknown flow solver {solver!r}; choose one of {', '.join(SOLVERS)}")
     if solver == "auto":
         return "dinic" if layered_maxflow.available() else "scipy"
     return solver

@@ -23,6 +23,7 @@ import torch
 
 from probe.analyses.flow.attention_flow import attention_flow
 from probe.analyses.flow.rollout import rollout
+from probe.errors import NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def blank_out_importance(adapter, text: str, label: Optional[int] = None) -> tup
     """
     unk = getattr(adapter.tokenizer, "unk_token_id", None)
     if unk is None:
-        raise ValueError("blank-out needs a tokenizer with an [UNK] token")
+        raise NotApplicable("blank-out needs a tokenizer with an [UNK] token")
     enc = adapter.encode(text)
     n = len(enc)
     ids = enc.input_ids.repeat(n + 1, 1)
@@ -50,7 +51,7 @@ def blank_out_importance(adapter, text: str, label: Optional[int] = None) -> tup
     out = adapter.model(input_ids=ids.to(adapter.device), attention_mask=torch.ones_like(ids).to(adapter.device))
     logits = getattr(out, "logits", None)
     if logits is None or logits.dim() != 2:
-        raise ValueError("blank-out importance needs a sequence classifier (logits [batch, classes])")
+        raise NotApplicable("blank-out importance needs a sequence classifier (logits [batch, classes])")
     p = torch.softmax(logits.double(), -1).cpu()
     y = int(p[0].argmax()) if label is None else int(label)
     return (p[0, y] - p[1:, y]).numpy(), y

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from probe.errors import NotApplicable
+
 log = logging.getLogger(__name__)
 
 EPS = 1e-13
@@ -143,7 +145,7 @@ def max_flows(ahat: np.ndarray, sources: np.ndarray, sinks: np.ndarray, workers:
         res = np.zeros(len(idx))
         rc = lib.layered_max_flows(L, n, cap_t, order, len(idx), sources[idx], sinks[idx], EPS, res, *ws)
         if rc != 0:
-            raise ValueError(f"the flow kernel handles at most 63 layers, got {L}")
+            raise NotApplicable(f"the flow kernel handles at most 63 layers, got {L}")
         out[idx] = res
 
     if workers > 1 and len(chunks) > 1:

@@ -26,7 +26,7 @@ from typing import Sequence, Union
 
 import torch
 
-from probe.errors import NotApplicable
+from probe.errors import InputError, NotApplicable
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 
 log = logging.getLogger(__name__)
@@ -59,12 +59,12 @@ def validate_attention(a: torch.Tensor, *, name: str = "attention", causal: bool
             ``causal`` — mass on future keys; the message says which and how far off.
     """
     if not torch.is_tensor(a):
-        raise ValueError(f"{name} must be a torch tensor, got {type(a).__name__}")
+        raise InputError(f"{name} must be a torch tensor, got {type(a).__name__}")
     if a.dim() < 2:
-        raise ValueError(f"{name} must be at least [query, key]; got shape {tuple(a.shape)}")
+        raise InputError(f"{name} must be at least [query, key]; got shape {tuple(a.shape)}")
     q, k = a.shape[-2:]
     if q != k:
-        raise ValueError(
+        raise NotApplicable(
             f"{name} maps must be square (self-attention, query = key); got {q} × {k}. "
             "Rollout and flow are not defined for cross-attention."
         )
@@ -72,19 +72,19 @@ def validate_attention(a: torch.Tensor, *, name: str = "attention", causal: bool
         return
     sums = a.sum(-1, dtype=torch.float64)  # NaN/inf anywhere in a row shows in its sum
     if not torch.isfinite(sums).all():
-        raise ValueError(f"{name} contains NaN or infinite values")
+        raise InputError(f"{name} contains NaN or infinite values")
     low = a.amin().item()
     if low < -1e-6:
-        raise ValueError(f"{name} has negative entries (min {low:.3g}); pass probabilities")
+        raise InputError(f"{name} has negative entries (min {low:.3g}); pass probabilities")
     off = (sums - 1).abs().max().item()
     if off > ROW_TOL:
-        raise ValueError(
+        raise InputError(
             f"{name} rows must sum to 1 over keys (worst row off by {off:.3g}); pass softmax probabilities, not scores"
         )
     if causal:
         future = torch.triu(a, diagonal=1).abs().max().item()
         if future > 1e-6:
-            raise ValueError(f"{name} is declared causal but puts up to {future:.3g} on future keys")
+            raise InputError(f"{name} is declared causal but puts up to {future:.3g} on future keys")
 
 
 def combine_heads(attn: torch.Tensor, heads: HeadSpec = "mean") -> torch.Tensor:
@@ -104,22 +104,22 @@ def combine_heads(attn: torch.Tensor, heads: HeadSpec = "mean") -> torch.Tensor:
     if heads is None:
         return attn
     if attn.dim() < 4:
-        raise ValueError(
+        raise InputError(
             f"attention must be [..., layer, head, query, key]; got shape {tuple(attn.shape)} "
             "(pass heads=None for maps already combined over heads)"
         )
     L, H = attn.shape[-4], attn.shape[-3]
     if isinstance(heads, str):
         if heads != "mean":
-            raise ValueError(f"heads must be 'mean', head indices or weights; got {heads!r}")
+            raise InputError(f"heads must be 'mean', head indices or weights; got {heads!r}")
         return attn.mean(-3)
     if not torch.is_tensor(heads):
         idx = [int(h) for h in heads]
         if not idx:
-            raise ValueError("heads: empty head selection")
+            raise InputError("heads: empty head selection")
         bad = [h for h in idx if not 0 <= h < H]
         if bad:
-            raise ValueError(f"heads {bad} out of range 0..{H - 1}")
+            raise InputError(f"heads {bad} out of range 0..{H - 1}")
         w = torch.zeros(H, dtype=attn.dtype)
         w[idx] = 1.0
         heads = w
@@ -127,12 +127,12 @@ def combine_heads(attn: torch.Tensor, heads: HeadSpec = "mean") -> torch.Tensor:
     if w.shape == (H,):
         w = w.expand(L, H)
     if w.shape != (L, H):
-        raise ValueError(f"head weights must have shape ({H},) or ({L}, {H}); got {tuple(w.shape)}")
+        raise InputError(f"head weights must have shape ({H},) or ({L}, {H}); got {tuple(w.shape)}")
     if (w < 0).any():
-        raise ValueError("head weights must be non-negative (rows must stay probabilities)")
+        raise InputError("head weights must be non-negative (rows must stay probabilities)")
     total = w.sum(-1, keepdim=True)
     if (total <= 0).any():
-        raise ValueError("head weights sum to 0 in some layer")
+        raise InputError("head weights sum to 0 in some layer")
     w = w / total
     return torch.einsum("...lhqk,lh->...lqk", attn, w)
 
@@ -143,7 +143,7 @@ def residual_adjust(a: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
     Shape ``[..., n, n]`` in and out. ``residual=0`` returns the maps renormalised.
     """
     if not 0.0 <= residual <= 1.0:
-        raise ValueError(f"residual weight must lie in [0, 1], got {residual}")
+        raise InputError(f"residual weight must lie in [0, 1], got {residual}")
     n = a.shape[-1]
     eye = torch.eye(n, dtype=a.dtype, device=a.device)
     out = (1.0 - residual) * a + residual * eye
@@ -180,7 +180,7 @@ def rollout(
         validate_attention(attn, causal=causal)
     a = combine_heads(attn, heads)
     if a.dim() < 3:
-        raise ValueError(f"need at least [layer, query, key] after combining heads; got {tuple(a.shape)}")
+        raise InputError(f"need at least [layer, query, key] after combining heads; got {tuple(a.shape)}")
     if a.dtype not in (torch.float32, torch.float64):
         a = a.float()
     a = residual_adjust(a, residual)
@@ -235,7 +235,7 @@ def rollout_batch(
             positions.
     """
     if bucket_size < 1:
-        raise ValueError("bucket_size must be at least 1")
+        raise InputError("bucket_size must be at least 1")
     examples = list(examples)
     if not examples:
         return []
@@ -244,19 +244,19 @@ def rollout_batch(
     for b, ex in enumerate(examples):
         if not torch.is_tensor(ex) or ex.dim() != lead:
             want = "[layer, query, key]" if heads is None else "[layer, head, query, key]"
-            raise ValueError(f"example {b} must be a {lead}-D tensor {want}")
+            raise InputError(f"example {b} must be a {lead}-D tensor {want}")
         shapes.add(tuple(ex.shape[:-2]))
     if len(shapes) != 1:
-        raise ValueError(f"all examples need the same layer/head counts; got {sorted(shapes)}")
+        raise InputError(f"all examples need the same layer/head counts; got {sorted(shapes)}")
     lengths = [ex.shape[-1] for ex in examples]
     full = isinstance(output_positions, str)
     if full and output_positions != "all":
-        raise ValueError(f"output_positions must be None, 'all' or per-example lists; got {output_positions!r}")
+        raise InputError(f"output_positions must be None, 'all' or per-example lists; got {output_positions!r}")
     if output_positions is None or full:
         rows = [None if full else output_positions_for(n, None, kind=kind) for n in lengths]
     else:
         if len(output_positions) != len(examples):
-            raise ValueError(f"{len(output_positions)} position lists for {len(examples)} examples")
+            raise InputError(f"{len(output_positions)} position lists for {len(examples)} examples")
         rows = [output_positions_for(n, p) for n, p in zip(lengths, output_positions)]  # type: ignore[arg-type]  # per-example lists here: 'all' was handled above
     groups: dict = {}
     for b, n in enumerate(lengths):
@@ -334,7 +334,7 @@ def check_rollable(maps) -> None:
         raise NotApplicable("rollout and flow need self- or causal attention, not cross-attention")
     layers = list(maps.layers)
     if layers != list(range(layers[0], layers[0] + len(layers))):
-        raise ValueError(
+        raise InputError(
             f"rollout composes consecutive layers; the captured layers are {layers}. "
             "Capture all layers (or a consecutive range)."
         )

@@ -55,6 +55,7 @@ from probe.analyses.necessity.sweep import (
     sweep_batch,
     trimmable,
 )
+from probe.errors import InputError
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 log = logging.getLogger(__name__)
@@ -117,18 +118,18 @@ def check_heads(adapter, heads: Optional[Sequence], stack: Optional[str] = None)
         try:
             layer, head = (int(x) for x in pair)
         except (TypeError, ValueError):
-            raise ValueError(f"a head is a (layer, head) pair of integers, got {pair!r}") from None
+            raise InputError(f"a head is a (layer, head) pair of integers, got {pair!r}") from None
         adapter.check_head(layer, head, stack)
         out.append((layer, head))
     if not out:
-        raise ValueError("no heads to ablate")
+        raise InputError("no heads to ablate")
     return out
 
 
 def check_mode(mode: str) -> None:
     """``ValueError`` naming the modes for one not in :data:`ABLATION_MODES`."""
     if mode not in ABLATION_MODES:
-        raise ValueError(f"unknown ablation mode {mode!r}; use one of {', '.join(ABLATION_MODES)}")
+        raise InputError(f"unknown ablation mode {mode!r}; use one of {', '.join(ABLATION_MODES)}")
 
 
 @torch.no_grad()
@@ -323,7 +324,7 @@ def sweep_heads(
             ``max_tokens < 1``.
     """
     if max_tokens < 1:
-        raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
+        raise InputError(f"max_tokens must be ≥ 1, got {max_tokens}")
     corpus, metric, heads, means = _setup(adapter, corpus, metric, mode, heads, stack, batch_size)
     clean, ablated, path = sweep_values(
         adapter,

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from probe.analyses.necessity.ablation import SweepResult, sweep_result
+from probe.errors import InputError
 
 __all__ = ["AblationSums"]
 
@@ -63,7 +64,7 @@ class AblationSums:
     def result(self) -> SweepResult:
         """Raises ValueError without examples."""
         if not self.values:
-            raise ValueError("no ablation values: no example was swept")
+            raise InputError("no ablation values: no example was swept")
         order = sorted(self.values)
         clean = np.array([self.values[i][0] for i in order])
         ablated = np.stack([self.values[i][1] for i in order], 1)

@@ -30,6 +30,7 @@ from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.common.metrics import as_corpus, get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches, ratio_ci
 from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
+from probe.errors import InputError
 
 __all__ = ["GroupResult", "ablate_group", "patch_group"]
 
@@ -75,7 +76,7 @@ class GroupResult:
 
 def _need_heads(adapter, heads, stack):
     if not heads:
-        raise ValueError("give at least one (layer, head) to intervene on")
+        raise InputError("give at least one (layer, head) to intervene on")
     return check_heads(adapter, heads, stack)
 
 

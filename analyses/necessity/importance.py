@@ -30,6 +30,7 @@ import torch
 
 from probe.analyses.common.metrics import Chunk, Metric, as_corpus, get_metric, prepare
 from probe.budget import length_groups, rows_for
+from probe.errors import InputError
 from probe.interventions import HeadGates
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def _base_gates(adapter, mask, stack) -> torch.Tensor:
         return torch.ones(shape)
     mask = torch.as_tensor(mask, dtype=torch.float32)
     if tuple(mask.shape) != shape:
-        raise ValueError(f"head mask must have shape {shape} (layers, heads), got {tuple(mask.shape)}")
+        raise InputError(f"head mask must have shape {shape} (layers, heads), got {tuple(mask.shape)}")
     return mask
 
 
@@ -160,11 +161,11 @@ def gradient_importance(
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
     if not metric.differentiable:
-        raise ValueError(
+        raise InputError(
             f"metric {metric.name!r} is not differentiable; gradient importance needs a loss (use --metric loss)"
         )
     if metric.stationary_at_clean and mask is None:
-        raise ValueError(
+        raise InputError(
             f"{metric.name!r} is zero with zero gradient on the unablated model, so "
             "|∂L/∂ξ| vanishes: use method 'ig' (integrated gradients over the gates)"
         )
@@ -214,9 +215,9 @@ def ig_importance(
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
     if not metric.differentiable:
-        raise ValueError(f"metric {metric.name!r} is not differentiable; use loss or embedding-drift")
+        raise InputError(f"metric {metric.name!r} is not differentiable; use loss or embedding-drift")
     if n_steps < 2:
-        raise ValueError(f"n_steps must be ≥ 2, got {n_steps}")
+        raise InputError(f"n_steps must be ≥ 2, got {n_steps}")
     base = _base_gates(adapter, mask, stack).to(adapter.device)
     chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, metric, batch_size)
     total = torch.zeros_like(base, dtype=torch.float64)
@@ -263,7 +264,7 @@ def head_importance(adapter, corpus, metric="loss", method: str = "auto", **kwar
         ValueError: an unknown method (listing the known ones) and the callees' errors.
     """
     if method not in IMPORTANCE_METHODS:
-        raise ValueError(f"unknown importance method {method!r}; use one of {', '.join(IMPORTANCE_METHODS)}")
+        raise InputError(f"unknown importance method {method!r}; use one of {', '.join(IMPORTANCE_METHODS)}")
     m = get_metric(metric, adapter, as_corpus(corpus))
     if method == "auto":
         method = "ig" if m.stationary_at_clean else "gradient"

@@ -31,6 +31,7 @@ from probe.analyses.necessity.ablation import check_heads, run_rows
 from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.common.metrics import as_corpus, get_metric
 from probe.analyses.necessity.restart import ResidualCache, supports_restart
+from probe.errors import InputError, NotApplicable
 from probe.interventions import HeadOutputRecorder
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def corrupt_zoo(task: str, examples: Sequence[dict], seed: int = 0) -> list:
         ValueError: for a task without a corruption.
     """
     if task != "induction":
-        raise ValueError(f"no built-in corruption for zoo:{task}; give corrupted inputs (--corrupted-file)")
+        raise InputError(f"no built-in corruption for zoo:{task}; give corrupted inputs (--corrupted-file)")
     from probe.models.zoo import induction
 
     rng = random.Random(seed)
@@ -107,7 +108,7 @@ def _check_pair(cb, kb, idx: Sequence[int]) -> None:
     bad = torch.nonzero(cb.lengths != kb.lengths).flatten()
     if bad.numel() or cb.inputs["input_ids"].shape != kb.inputs["input_ids"].shape:
         r = int(bad[0]) if bad.numel() else 0
-        raise ValueError(
+        raise InputError(
             f"pair {idx[r]}: clean and corrupted inputs tokenize to different lengths "
             f"({int(cb.lengths[r])} vs {int(kb.lengths[r])}); "
             "patching needs position-aligned pairs"
@@ -125,7 +126,7 @@ def paired_batches(adapter, metric, clean, corrupted, batch_size: int, progress:
     from tqdm.auto import tqdm
 
     if len(clean) != len(corrupted):
-        raise ValueError(f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give them in pairs")
+        raise InputError(f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give them in pairs")
     n = len(clean)
     for start in tqdm(range(0, n, batch_size), disable=not progress, desc="patching"):
         idx = list(range(start, min(n, start + batch_size)))
@@ -139,7 +140,7 @@ def corruption_gap(metric, clean: np.ndarray, corrupted: np.ndarray) -> float:
     """``mean(clean) − mean(corrupted)``; raises when it is 0 (restored fraction undefined)."""
     gap = clean.mean() - corrupted.mean()
     if abs(gap) < 1e-12:
-        raise ValueError(
+        raise NotApplicable(
             f"the corruption does not change {metric.name} (clean = corrupted = "
             f"{clean.mean():.4g}): the restored fraction is undefined"
         )

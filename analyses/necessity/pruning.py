@@ -26,6 +26,7 @@ import torch
 
 from probe.analyses.necessity.importance import head_importance
 from probe.analyses.common.metrics import as_corpus, get_metric, prepare
+from probe.errors import InputError
 from probe.interventions import HeadGates
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def pruning_curve(
     from tqdm.auto import tqdm
 
     if not 0 < step_fraction <= 1 or not 0 < max_fraction <= 1:
-        raise ValueError(f"step_fraction and max_fraction must be in (0, 1], got {step_fraction}, {max_fraction}")
+        raise InputError(f"step_fraction and max_fraction must be in (0, 1], got {step_fraction}, {max_fraction}")
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
     L, H = adapter.n_layers_of(stack), adapter.n_heads

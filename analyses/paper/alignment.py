@@ -24,6 +24,8 @@ from typing import Iterable, Optional, Sequence
 import pandas as pd
 import torch
 
+from probe.errors import InputError, NotApplicable
+
 TASKS = ("translate", "translate-rnn")
 
 
@@ -45,13 +47,13 @@ def produced_words(maps) -> list:
         ValueError: not a cross-attention map, or no target words are known.
     """
     if maps.kind != "cross":
-        raise ValueError(
+        raise NotApplicable(
             f"alignment needs cross-attention maps (kind='cross'), got kind={maps.kind!r}; "
             "capture with stack='cross' and targets=[...]"
         )
     n_words = len(maps.query_words)
     if n_words == 0:
-        raise ValueError("the map has no target words (query_words is empty); capture with targets=[...]")
+        raise InputError("the map has no target words (query_words is empty); capture with targets=[...]")
     wids = list(maps.query_word_ids)
     special = maps.query_special_mask.tolist()
     out = []
@@ -89,7 +91,7 @@ def cross_word_attention(maps, special_column: bool = False) -> torch.Tensor:
     produced = produced_words(maps)
     n_src = len(maps.words)
     if n_src == 0:
-        raise ValueError("the map has no source words (words is empty)")
+        raise InputError("the map has no source words (words is empty)")
     a = maps.attentions.float()
     _, _, n_q, n_k = a.shape
     to_word = torch.zeros(n_k, n_src + int(special_column))
@@ -131,14 +133,14 @@ def gold_links(alignment: Sequence, n_target: int, n_source: int) -> set:
         links = {(int(t), int(s)) for t, s in items}
     else:
         if len(items) != n_target:
-            raise ValueError(
+            raise InputError(
                 f"gold alignment has {len(items)} entries for {n_target} target words; "
                 "give one source index per target word or (target, source) pairs"
             )
         links = {(j, int(s)) for j, s in enumerate(items)}
     bad = [(t, s) for t, s in links if not (0 <= t < n_target and 0 <= s < n_source)]
     if bad:
-        raise ValueError(
+        raise InputError(
             f"gold links {sorted(bad)[:5]} fall outside {n_target} target × {n_source} "
             "source words: does the alignment belong to this sentence pair?"
         )
@@ -155,7 +157,7 @@ def aer(predicted: Iterable, sure: Iterable, possible: Optional[Iterable] = None
     a, s = set(predicted), set(sure)
     p = s | set(possible or ())
     if not a and not s:
-        raise ValueError("AER is undefined when both the predicted and the gold alignment are empty")
+        raise InputError("AER is undefined when both the predicted and the gold alignment are empty")
     return 1.0 - (len(a & s) + len(a & p)) / (len(a) + len(s))
 
 
@@ -183,11 +185,11 @@ def alignment_error_rates(maps_list: Sequence, alignments: Sequence, keep: Optio
     maps_list = list(maps_list)
     alignments = list(alignments)
     if not maps_list:
-        raise ValueError("no sentence pairs given")
+        raise InputError("no sentence pairs given")
     if len(maps_list) != len(alignments):
-        raise ValueError(f"{len(maps_list)} maps but {len(alignments)} gold alignments")
+        raise InputError(f"{len(maps_list)} maps but {len(alignments)} gold alignments")
     if keep is not None and len(keep) != len(maps_list):
-        raise ValueError(f"keep has {len(keep)} entries for {len(maps_list)} pairs")
+        raise InputError(f"keep has {len(keep)} entries for {len(maps_list)} pairs")
     shape = tuple(maps_list[0].attentions.shape[:2])
     layers = maps_list[0].layers
     n_pred = torch.zeros(shape)
@@ -196,7 +198,7 @@ def alignment_error_rates(maps_list: Sequence, alignments: Sequence, keep: Optio
     n_gold = 0
     for i, (m, gold) in enumerate(zip(maps_list, alignments)):
         if tuple(m.attentions.shape[:2]) != shape:
-            raise ValueError(f"pair {i} has {tuple(m.attentions.shape[:2])} layers × heads, pair 0 has {shape}")
+            raise InputError(f"pair {i} has {tuple(m.attentions.shape[:2])} layers × heads, pair 0 has {shape}")
         w = cross_word_attention(m)  # [L, H, T, S]
         n_t, n_s = w.shape[-2:]
         links = gold_links(gold, n_t, n_s)
@@ -235,7 +237,7 @@ def alignment_error_rates(maps_list: Sequence, alignments: Sequence, keep: Optio
 def best_head(table: pd.DataFrame) -> pd.Series:
     """The row of :func:`alignment_error_rates` with the lowest AER (first on ties)."""
     if table.empty:
-        raise ValueError("empty AER table")
+        raise InputError("empty AER table")
     return table.loc[table["aer"].idxmin()]
 
 
@@ -253,10 +255,10 @@ def zoo_cross_maps(task: str, examples: Sequence[dict], batch_size: int = 32) ->
     """
     name = task[4:] if task.startswith("zoo:") else task
     if name not in TASKS:
-        raise ValueError(f"alignment is scored on the zoo translation models {TASKS}, got {task!r}")
+        raise NotApplicable(f"alignment is scored on the zoo translation models {TASKS}, got {task!r}")
     examples = list(examples)
     if not examples:
-        raise ValueError("no examples given")
+        raise InputError("no examples given")
     if name == "translate":
         from probe.models import load_model
         from probe.capture import capture

@@ -39,6 +39,7 @@ from probe.analyses.paper.complexity_layers import (
     make_layer,
     validate_sizes,
 )
+from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def check_memory(
         if need > worst:
             worst, worst_kind = need, kind
     if worst > max_bytes:
-        raise ValueError(
+        raise InputError(
             f"grid point n={n}, d={d} needs about {worst / 2**30:.2f} GiB for one "
             f"{worst_kind} layer, above the memory limit of {max_bytes / 2**30:.2f} GiB; "
             "use smaller n/d values or raise the limit (max_bytes, --max-memory)"
@@ -166,10 +167,10 @@ def measure_grid(
 def _validate_kinds(kinds) -> Tuple[str, ...]:
     kinds = tuple(kinds)
     if not kinds:
-        raise ValueError("choose at least one layer type")
+        raise InputError("choose at least one layer type")
     for kind in kinds:
         if kind not in LAYER_KINDS:
-            raise ValueError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+            raise InputError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
     return kinds
 
 
@@ -212,9 +213,9 @@ def fit_exponents(
         ValueError: ``dominance`` not in (0.5, 1] or ``tolerance`` negative.
     """
     if not 0.5 < dominance <= 1:
-        raise ValueError(f"dominance must be in (0.5, 1]; got {dominance}")
+        raise InputError(f"dominance must be in (0.5, 1]; got {dominance}")
     if tolerance < 0:
-        raise ValueError(f"tolerance must be >= 0; got {tolerance}")
+        raise InputError(f"tolerance must be >= 0; got {tolerance}")
     merged = terms.merge(grid[["layer", "n", "d", "flops", "time_s"]], on=["layer", "n", "d"], suffixes=("_term", ""))
     rows: List[dict] = []
     for (kind, term), part in merged.groupby(["layer", "term"], sort=False):
@@ -410,16 +411,16 @@ def analyze_complexity(
 
     n_values, d_values = validate_sizes("n", n_values), validate_sizes("d", d_values)
     if len(set(n_values)) < 2:
-        raise ValueError(
+        raise InputError(
             f"n needs at least two different sizes (got {sorted(set(n_values))}): exponents are "
             "fitted from how the cost changes with n; e.g. --n 16,32,...,256"
         )
     kinds = _validate_kinds(kinds)
     graph_max_n = check_positive_int("graph_max_n", graph_max_n)
     if not 0.5 < dominance <= 1:
-        raise ValueError(f"dominance must be in (0.5, 1]; got {dominance}")
+        raise InputError(f"dominance must be in (0.5, 1]; got {dominance}")
     if tolerance < 0:
-        raise ValueError(f"tolerance must be >= 0; got {tolerance}")
+        raise InputError(f"tolerance must be >= 0; got {tolerance}")
     grid, terms = measure_grid(
         n_values, d_values, kinds, k=k, r=r, repeats=repeats, threads=threads, max_bytes=max_bytes, progress=progress
     )

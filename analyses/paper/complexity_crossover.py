@@ -15,6 +15,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import pandas as pd
 
 from probe.analyses.paper.complexity_layers import RECURRENT_KINDS, make_layer, validate_sizes
+from probe.errors import InputError
 
 
 def _poly_from_counts(counts: Dict[int, int]) -> Tuple[Fraction, Fraction, Fraction]:
@@ -69,7 +70,7 @@ def crossover_table(
     d_values = validate_sizes("d", d_values)
     for cell in cells:
         if cell not in RECURRENT_KINDS:
-            raise ValueError(f"cells must be among {', '.join(RECURRENT_KINDS)}; got {cell!r}")
+            raise InputError(f"cells must be among {', '.join(RECURRENT_KINDS)}; got {cell!r}")
     rows = []
     for d in d_values:
         sa_counts = {n: _flops("self_attention", n, d) for n in (1, 2, 3, 4)}

@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from probe.errors import InputError
+
 #: every layer type, in the order of the paper's Table 1 (plus the variants)
 LAYER_KINDS = (
     "self_attention",
@@ -66,9 +68,9 @@ EXTRA_TERMS = ("n·d² (projections)",)
 def check_positive_int(name: str, value, minimum: int = 1) -> int:
     """Return ``value`` as int, or raise ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+        raise InputError(f"{name} must be an integer >= {minimum}; got {value!r}")
     if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value}")
+        raise InputError(f"{name} must be an integer >= {minimum}; got {value}")
     return int(value)
 
 
@@ -149,7 +151,7 @@ class Recurrent(nn.Module):
     def __init__(self, d: int, cell: str):
         super().__init__()
         if cell not in _GATES:
-            raise ValueError(f"cell must be one of {sorted(_GATES)}; got {cell!r}")
+            raise InputError(f"cell must be one of {sorted(_GATES)}; got {cell!r}")
         self.d, self.cell, g = d, cell, _GATES[cell]
         self.w_ih = nn.Parameter(torch.randn(g * d, d) / math.sqrt(d))
         self.w_hh = nn.Parameter(torch.randn(g * d, d) / math.sqrt(d))
@@ -231,9 +233,9 @@ def validate_sizes(name: str, values) -> Tuple[int, ...]:
     try:
         values = list(values)
     except TypeError:
-        raise ValueError(f"{name} must be a list of positive integers; got {values!r}") from None
+        raise InputError(f"{name} must be a list of positive integers; got {values!r}") from None
     if not values:
-        raise ValueError(f"{name} needs at least one size")
+        raise InputError(f"{name} needs at least one size")
     return tuple(sorted({check_positive_int(name, v) for v in values}))
 
 
@@ -266,7 +268,7 @@ def make_layer(kind: str, d: int, *, k: int = 3, r: int = 16) -> nn.Module:
         elif kind == "separable_conv":
             layer = SeparableConv(d, k)
         else:
-            raise ValueError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+            raise InputError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
     return layer.eval()
 
 
@@ -294,7 +296,7 @@ def estimate_peak_bytes(kind: str, n: int, d: int, *, k: int = 3, r: int = 16) -
         return f * (k * d * d + 3 * (n + (k - 1) * dil) * d + n * k * d)
     if kind == "separable_conv":
         return f * (k * d + d * d + 4 * (n + k) * d + n * k * d)
-    raise ValueError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+    raise InputError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
 
 
 # the old private name, for code written against it

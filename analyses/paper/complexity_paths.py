@@ -47,6 +47,7 @@ import networkx as nx
 import pandas as pd
 
 from probe.analyses.paper.complexity_layers import LAYER_KINDS, RECURRENT_KINDS, check_positive_int
+from probe.errors import InputError
 
 #: the paper's O(·) column for each layer type
 PAPER_PATH = {
@@ -81,7 +82,7 @@ def _taps(kind: str, n: int, k: int, r: int, layer: int) -> range:
         return range(-(k - 1), 1)
     if kind == "dilated_conv":
         return range(-(k - 1) * k**layer, 1, k**layer)
-    raise ValueError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+    raise InputError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
 
 
 def connectivity_graph(kind: str, n: int, *, k: int = 3, r: int = 16, depth: int = 1) -> nx.DiGraph:
@@ -169,7 +170,7 @@ def closed_form_path_length(kind: str, n: int, *, k: int = 3, r: int = 16) -> in
     r = check_positive_int("r", r, 2)
     if kind == "self_attention" or n == 1:
         if kind not in LAYER_KINDS:
-            raise ValueError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+            raise InputError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
         return 1
     if kind in RECURRENT_KINDS:
         return n
@@ -182,7 +183,7 @@ def closed_form_path_length(kind: str, n: int, *, k: int = 3, r: int = 16) -> in
         while reach < n:  # integer ⌈log_k n⌉, no floating-point rounding
             layers, reach = layers + 1, reach * k
         return layers
-    raise ValueError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
+    raise InputError(f"unknown layer type {kind!r}; choose from {', '.join(LAYER_KINDS)}")
 
 
 def path_length_table(

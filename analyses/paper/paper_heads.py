@@ -17,6 +17,8 @@ from typing import Sequence, Union
 
 import pandas as pd
 
+from probe.errors import InputError, NotApplicable
+
 LAW = "The Law will never be perfect, but its application should be just - this is what we are missing, in my opinion."
 MAKING = (
     "It is in this spirit that a majority of American governments have passed new laws since "
@@ -50,13 +52,13 @@ def _word_attention(attention):
     """WordAttention from AttentionMaps (special tokens kept as units) or pass through."""
     if hasattr(attention, "word_level"):
         if attention.kind == "cross":
-            raise ValueError(
+            raise NotApplicable(
                 "rank_heads reads self-attention; for cross-attention use "
                 "probe.analyses.paper.alignment (its rows are grouped by the word they produce)"
             )
         return attention.word_level(keep_special=True)
     if not hasattr(attention, "units"):
-        raise ValueError(f"expected AttentionMaps or WordAttention, got {type(attention).__name__}")
+        raise InputError(f"expected AttentionMaps or WordAttention, got {type(attention).__name__}")
     return attention
 
 
@@ -70,7 +72,7 @@ def find_word(units: Sequence[str], is_special, word: WordRef) -> int:
     special = [bool(s) for s in is_special]
     if isinstance(word, int) and not isinstance(word, bool):
         if not 0 <= word < len(units) or special[word]:
-            raise ValueError(f"unit {word} is not a word of this sentence (0..{len(units) - 1}, specials excluded)")
+            raise InputError(f"unit {word} is not a word of this sentence (0..{len(units) - 1}, specials excluded)")
         return word
     word = str(word)
     for same in (lambda u: u == word, lambda u: u.lower() == word.lower()):
@@ -78,9 +80,9 @@ def find_word(units: Sequence[str], is_special, word: WordRef) -> int:
         if len(hits) == 1:
             return hits[0]
         if len(hits) > 1:
-            raise ValueError(f"{word!r} occurs {len(hits)} times (units {hits}); pass the unit index instead")
+            raise InputError(f"{word!r} occurs {len(hits)} times (units {hits}); pass the unit index instead")
     words = [u for u, s in zip(units, special) if not s]
-    raise ValueError(f"{word!r} is not a word of this sentence; its words are: {' '.join(words)}")
+    raise InputError(f"{word!r} is not a word of this sentence; its words are: {' '.join(words)}")
 
 
 def query_weights(attention, query: WordRef) -> tuple:
@@ -126,11 +128,11 @@ def rank_heads(attention, query: WordRef, targets: Union[WordRef, Sequence[WordR
         targets = [targets]
     targets = list(targets)
     if not targets:
-        raise ValueError("give at least one target word")
+        raise InputError("give at least one target word")
     w, units, special, q = query_weights(attention, query)
     t_idx = sorted({find_word(units, special, t) for t in targets})
     if q in t_idx:
-        raise ValueError(f"the query word {units[q]!r} cannot also be a target")
+        raise InputError(f"the query word {units[q]!r} cannot also be a target")
     candidates = ~special
     candidates[q] = False
     n_cand = int(candidates.sum())
@@ -161,7 +163,7 @@ def rank_heads(attention, query: WordRef, targets: Union[WordRef, Sequence[WordR
 def top_heads(ranking: pd.DataFrame, k: int = 3) -> list:
     """The first ``k`` ``(layer, head)`` of a :func:`rank_heads` table."""
     if k < 1:
-        raise ValueError(f"k must be ≥ 1, got {k}")
+        raise InputError(f"k must be ≥ 1, got {k}")
     return [(int(r.layer), int(r.head)) for r in ranking.head(k).itertuples()]
 
 
@@ -184,7 +186,7 @@ def check_vocabulary(adapter, sentences: Sequence[PaperSentence]) -> None:
             if not ids or unk in ids:
                 missing.append(word)
     if missing:
-        raise ValueError(
+        raise NotApplicable(
             f"{adapter.name}'s vocabulary lacks {', '.join(repr(w) for w in missing)} (tokenized as "
             f"{tok.unk_token}): the paper's sentences need a model trained on English text, "
             "e.g. minilm or hf:<model>"
@@ -203,7 +205,7 @@ def paper_rankings(adapter, names: Sequence[str] = tuple(SENTENCES)) -> dict:
 
     bad = [n for n in names if n not in SENTENCES]
     if bad:
-        raise ValueError(f"unknown sentence(s) {bad}; known: {', '.join(SENTENCES)}")
+        raise InputError(f"unknown sentence(s) {bad}; known: {', '.join(SENTENCES)}")
     check_vocabulary(adapter, [SENTENCES[n] for n in names])
     maps = capture(adapter, [SENTENCES[n].text for n in names])
     out = {}

@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probe.errors import InputError, NotApplicable
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -64,7 +66,7 @@ class HeadDivergenceAccumulator:
 
     def __init__(self, max_examples: Optional[int] = None):
         if max_examples is not None and max_examples < 1:
-            raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
+            raise InputError(f"max_examples must be ≥ 1, got {max_examples}")
         self.max_examples = max_examples
         self.total: Optional[torch.Tensor] = None  # [L·h, L·h] summed divergences, once the first map is seen
         self.rows, self.n_examples = 0, 0
@@ -84,14 +86,14 @@ class HeadDivergenceAccumulator:
         if self.full:
             return False
         if maps.kind == "cross":
-            raise ValueError("head clustering is defined for self- and causal attention; got cross-attention")
+            raise NotApplicable("head clustering is defined for self- and causal attention; got cross-attention")
         a = maps.attentions.float()
         L, h, n, _ = a.shape
         if self.layers is None:
             self.layers, self.n_heads = tuple(maps.layers), h
             self.total = torch.zeros(L * h, L * h, dtype=torch.float64)
         elif tuple(maps.layers) != self.layers or h != self.n_heads:
-            raise ValueError(
+            raise InputError(
                 f"example {self.n_examples} has layers {list(maps.layers)} × {h} heads; earlier "
                 f"ones had {list(self.layers)} × {self.n_heads}: analyse one model's capture at a time"
             )
@@ -119,7 +121,7 @@ class HeadDivergenceAccumulator:
     def result(self) -> HeadDivergence:
         """The symmetric, zero-diagonal mean divergence. Raises ValueError without examples."""
         if self.layers is None:
-            raise ValueError("no examples: give at least one captured example")
+            raise InputError("no examples: give at least one captured example")
         assert self.total is not None and self.n_heads is not None  # set by the first example (checked above)
         upper = np.triu((self.total / max(self.rows, 1)).numpy())
         matrix = upper + np.triu(upper, 1).T
@@ -198,7 +200,7 @@ def cluster_heads(matrix: np.ndarray, n_clusters: int = 8) -> np.ndarray:
     """
     d = _check_matrix(matrix)
     if n_clusters < 1:
-        raise ValueError(f"n_clusters must be ≥ 1, got {n_clusters}")
+        raise InputError(f"n_clusters must be ≥ 1, got {n_clusters}")
     if len(d) <= n_clusters:
         return np.arange(len(d))
     from sklearn.cluster import AgglomerativeClustering
@@ -209,9 +211,9 @@ def cluster_heads(matrix: np.ndarray, n_clusters: int = 8) -> np.ndarray:
 def _check_matrix(matrix) -> np.ndarray:
     d = np.asarray(matrix, dtype=float)
     if d.ndim != 2 or d.shape[0] != d.shape[1]:
-        raise ValueError(f"expected a square distance matrix, got shape {d.shape}")
+        raise InputError(f"expected a square distance matrix, got shape {d.shape}")
     if not np.isfinite(d).all() or (d < -1e-9).any() or not np.allclose(d, d.T, atol=1e-8):
-        raise ValueError("distance matrix must be finite, non-negative and symmetric")
+        raise InputError("distance matrix must be finite, non-negative and symmetric")
     return np.clip(d, 0, None)
 
 

@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probe.errors import NotApplicable
+from probe.errors import InputError, NotApplicable
 from probe.analyses.common.accumulate import PerLayer
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ def token_frequencies(source, level: str = "token") -> Counter:
 
 def _check_level(level: str) -> None:
     if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+        raise InputError(f"level must be one of {LEVELS}, got {level!r}")
 
 
 def _units(maps, level: str):
@@ -176,7 +176,7 @@ class HeadFeatureAccumulator:
         #: ``(sum [L, H], rows)``, for intervals over examples (:func:`example_values`)
         self.examples: Optional[list] = [] if keep_examples else None
         if keep_examples and frequencies is None:
-            raise ValueError("keep_examples needs frequencies (the rarest token is known only after a full pass)")
+            raise InputError("keep_examples needs frequencies (the rarest token is known only after a full pass)")
         self.level = level
         self.frequencies = None if frequencies is None else {_key(k): v for k, v in frequencies.items()}
         self._counts: Counter = Counter()
@@ -215,7 +215,7 @@ class HeadFeatureAccumulator:
         if self.layers is None:
             self.layers, self.n_heads, self.kind = tuple(maps.layers), H, maps.kind
         elif tuple(maps.layers) != self.layers or H != self.n_heads or maps.kind != self.kind:
-            raise ValueError(
+            raise InputError(
                 f"example {self.n_examples} has layers {list(maps.layers)}, {H} heads, {maps.kind} "
                 f"attention; earlier ones had layers {list(self.layers)}, {self.n_heads} heads, "
                 f"{self.kind} attention: analyse one model's capture at a time"
@@ -383,7 +383,7 @@ class HeadFeatureAccumulator:
             ValueError: no example was added.
         """
         if self.layers is None:
-            raise ValueError("no examples: give at least one captured example")
+            raise InputError("no examples: give at least one captured example")
         if self._deferred:
             freqs = self._counts
             for s in self._deferred:
@@ -424,7 +424,7 @@ def example_values(acc: HeadFeatureAccumulator, names: Sequence[str]) -> tuple:
         ``names`` (``NaN`` where the example has no row for it) and its number of rows.
     """
     if acc.examples is None:
-        raise ValueError("build the accumulator with keep_examples=True")
+        raise InputError("build the accumulator with keep_examples=True")
     assert acc.layers is not None and acc.n_heads is not None  # set by the first example (checked above)
     L, H = len(acc.layers), acc.n_heads
     E, F = len(acc.examples), len(names)
@@ -505,5 +505,5 @@ def layer_summary(features: pd.DataFrame, columns: Sequence[str] = ("to_cls", "t
     """
     missing = [c for c in ("layer", *columns) if c not in features.columns]
     if missing:
-        raise ValueError(f"feature table lacks columns {missing}; compute it with head_features()")
+        raise InputError(f"feature table lacks columns {missing}; compute it with head_features()")
     return features.groupby("layer", as_index=False)[list(columns)].mean()

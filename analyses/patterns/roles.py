@@ -53,6 +53,7 @@ from probe.analyses.patterns.role_features import (
     layer_summary,
     token_frequencies,
 )
+from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +124,9 @@ class RoleThresholds:
             v = getattr(self, f.name)
             if f.name in ("syntactic_margin", "syntax_min_count", "rare_over_chance"):
                 if not v >= 0:
-                    raise ValueError(f"threshold {f.name} must be ≥ 0, got {v}")
+                    raise InputError(f"threshold {f.name} must be ≥ 0, got {v}")
             elif not 0 < v < 1:
-                raise ValueError(f"threshold {f.name} must lie strictly between 0 and 1, got {v}")
+                raise InputError(f"threshold {f.name} must lie strictly between 0 and 1, got {v}")
 
 
 def _rules(t: RoleThresholds):
@@ -178,7 +179,7 @@ def _check_evidence(table: Optional[pd.DataFrame], name: str) -> Optional[pd.Dat
     if table is None:
         return None
     if not isinstance(table, pd.DataFrame):
-        raise ValueError(f"{name} must be a pandas DataFrame with columns {list(SYNTAX_COLUMNS)}")
+        raise InputError(f"{name} must be a pandas DataFrame with columns {list(SYNTAX_COLUMNS)}")
     table = table.copy()
     if name == "coreference" and "baseline_accuracy" not in table.columns:
         # probe.analyses.structure.coref's best(): setting, layer, head, accuracy, nearest_mention,
@@ -192,7 +193,7 @@ def _check_evidence(table: Optional[pd.DataFrame], name: str) -> Optional[pd.Dat
         c for c in ("relation", "layer", "head", "accuracy", "baseline_accuracy", "count") if c not in table.columns
     ]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"{name} table lacks columns {missing}; expected the syntax analysis's "
             f"best.csv columns {list(SYNTAX_COLUMNS)}"
         )
@@ -268,7 +269,7 @@ def assign_roles(
     need = ["layer", "head"] + [f for _, f, _ in _rules(t)] + ["max_attention", "rare_chance"]
     missing = [c for c in need if c not in features.columns]
     if missing:
-        raise ValueError(f"feature table lacks columns {missing}; compute it with head_features()")
+        raise InputError(f"feature table lacks columns {missing}; compute it with head_features()")
     rules = _rules(t)
     rule_t = {
         "induction": t.induction,
@@ -367,13 +368,13 @@ class RoleClassifier:
         **thresholds,
     ):
         if level not in LEVELS:
-            raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+            raise InputError(f"level must be one of {LEVELS}, got {level!r}")
         if level == "word" and not word_level:
-            raise ValueError("level='word' needs word_level=True")
+            raise InputError("level='word' needs word_level=True")
         known = {f.name for f in fields(RoleThresholds)}
         unknown = sorted(set(thresholds) - known)
         if unknown:
-            raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(known)}")
+            raise InputError(f"unknown threshold(s) {unknown}; known: {sorted(known)}")
         self.level = level
         self.word_level = word_level
         self.min_examples = int(min_examples)
@@ -477,7 +478,7 @@ def role_counts(roles: pd.DataFrame) -> pd.DataFrame:
     """Number of heads per role: ``role, heads`` (syntactic relations pooled as
     ``syntactic``), in :data:`ROLES` order, roles with no head left out."""
     if "role" not in roles.columns:
-        raise ValueError("roles table lacks the 'role' column; compute it with head_roles()")
+        raise InputError("roles table lacks the 'role' column; compute it with head_roles()")
     counts = roles["role"].map(base_role).value_counts()
     order = [r for r in ROLES if r in counts.index] + sorted(set(counts.index) - set(ROLES))
     return pd.DataFrame({"role": order, "heads": [int(counts[r]) for r in order]})

@@ -22,6 +22,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from probe.errors import InputError
+
 log = logging.getLogger(__name__)
 
 
@@ -83,7 +85,7 @@ class AttentionProbe:
         from sklearn.linear_model import LogisticRegression
 
         if not len(graphs):
-            raise ValueError("no training sentence for the attention probe")
+            raise InputError("no training sentence for the attention probe")
         xs, ys = [], []
         for g in graphs:
             f, mask = pair_features(g)
@@ -135,10 +137,10 @@ def split_by_sentence(n: int, test_fraction: float = 0.2, seed: int = 0) -> tupl
         ValueError: ``test_fraction`` outside (0, 1) or too few sentences for both sides.
     """
     if not 0 < test_fraction < 1:
-        raise ValueError(f"test fraction must be between 0 and 1, got {test_fraction}")
+        raise InputError(f"test fraction must be between 0 and 1, got {test_fraction}")
     n_test = int(round(n * test_fraction))
     if n_test < 1 or n - n_test < 1:
-        raise ValueError(f"{n} sentences cannot be split into train and test; give more sentences")
+        raise InputError(f"{n} sentences cannot be split into train and test; give more sentences")
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[n_test:]), np.sort(order[:n_test])
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from probe.analyses.structure.coref_mentions import Mention, sentence_mentions
+from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +83,10 @@ def coref_windows(sentences: Sequence, numbers: Optional[Sequence] = None, conte
         ValueError: negative context; no ``Entity=`` annotation anywhere (not CorefUD).
     """
     if context < 0:
-        raise ValueError(f"context must be ≥ 0 sentences, got {context}")
+        raise InputError(f"context must be ≥ 0 sentences, got {context}")
     mentions = [sentence_mentions(s) for s in sentences]
     if not any(mentions):
-        raise ValueError(
+        raise NotApplicable(
             "the treebank has no coreference annotation (no Entity= in MISC); use a CorefUD treebank such as GUM"
         )
     docs = _doc_ids(sentences)
@@ -104,7 +105,7 @@ def coref_windows(sentences: Sequence, numbers: Optional[Sequence] = None, conte
             words += list(sj.words)
             upos += list(sj.upos)
             if numbers is not None and len(numbers[j]) != len(sj):
-                raise ValueError(
+                raise InputError(
                     f"sentence {sj.sent_id or j}: {len(numbers[j])} Number values for {len(sj)} words; "
                     "read both from the same file"
                 )
@@ -275,7 +276,7 @@ class CorefCounter:
 
     def result(self) -> CorefAccuracy:
         if self.hits is None or self.counts[0] == 0:
-            raise ValueError("no pronoun with an antecedent in its window to evaluate")
+            raise NotApplicable("no pronoun with an antecedent in its window to evaluate")
         return CorefAccuracy(
             hits=self.hits.copy(), baseline_hits=self.base.copy(), counts=self.counts.copy(), layers=self.layers
         )

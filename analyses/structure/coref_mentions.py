@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from probe.errors import InputError
+
 log = logging.getLogger(__name__)
 
 
@@ -69,7 +71,7 @@ def parse_entity_field(value: str, position: int, open_stack: list, where: str =
         else:
             j = value.find(")", i)
             if j < 0:
-                raise ValueError(
+                raise InputError(
                     f"{where}: malformed Entity annotation {value!r}: {value[i:]!r} is not closed with ')'"
                 )
             entity = value[i:j]
@@ -79,7 +81,7 @@ def parse_entity_field(value: str, position: int, open_stack: list, where: str =
                     closed.append((e, t, start, position))
                     break
             else:
-                raise ValueError(f"{where}: Entity annotation closes mention {entity!r} that was never opened")
+                raise InputError(f"{where}: Entity annotation closes mention {entity!r} that was never opened")
             i = j + 1
     return closed
 
@@ -129,7 +131,7 @@ def read_number(path, limit: Optional[int] = None) -> list[tuple]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
+        raise InputError(f"cannot read {path}: {exc}") from None
     out = []
     for tl in conllu.parse_incr(_lines(text)):
         if limit is not None and len(out) >= limit:

@@ -26,6 +26,8 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import torch
 
+from probe.errors import InputError
+
 DIRECTIONS = ("dep_to_head", "head_to_dep")
 OFFSETS = (-3, -2, -1, 1, 2, 3)
 
@@ -143,7 +145,7 @@ class RelationAccuracy:
         if relations:
             missing = [r for r in relations if r not in rel_index]
             if missing:
-                raise ValueError(
+                raise InputError(
                     f"the treebank has no {', '.join(map(repr, missing))} relation; it has: "
                     f"{', '.join(sorted(r for r in self.relations))}"
                 )
@@ -232,7 +234,7 @@ class RelationCounter:
             self.counts = np.zeros(0, dtype=np.int64)
             self.offset_hits = np.zeros((0, len(self.offsets)), dtype=np.int64)
         elif tuple(shape) != self.shape:
-            raise ValueError(
+            raise InputError(
                 f"{shape[0]}×{shape[1]} layers×heads after {self.shape[0]}×{self.shape[1]}: "
                 "one model's capture at a time"
             )
@@ -277,9 +279,9 @@ class RelationCounter:
 
     def result(self) -> RelationAccuracy:
         if self.n_sentences == 0:
-            raise ValueError("no sentence to evaluate: the treebank is empty or every sentence was skipped")
+            raise InputError("no sentence to evaluate: the treebank is empty or every sentence was skipped")
         if not self.vocab:
-            raise ValueError("no dependency to evaluate: every word is a root")
+            raise InputError("no dependency to evaluate: every word is a root")
         return RelationAccuracy(
             relations=tuple(sorted(self.vocab, key=self.vocab.__getitem__)),
             hits=self.hits.copy(),

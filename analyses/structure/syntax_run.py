@@ -23,6 +23,7 @@ from probe.analyses.structure.coref import coref_accuracy, coref_windows
 from probe.analyses.structure.syntax import relation_accuracy
 from probe.analyses.structure.trees import tree_scores
 from probe.analyses.structure.word_graph import AlignmentError, Skipped, word_attention, word_graphs
+from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def run_syntax(
 
     sentences = list(sentences)
     if not sentences:
-        raise ValueError("the treebank holds no sentence")
+        raise InputError("the treebank holds no sentence")
     t0 = time.perf_counter()
     skipped = Skipped([])
     order = _fit(adapter, [s.text for s in sentences], skipped, sentences)

@@ -29,6 +29,8 @@ from typing import Iterable, Optional
 import numpy as np
 import torch
 
+from probe.errors import InputError
+
 log = logging.getLogger(__name__)
 
 
@@ -134,7 +136,7 @@ def branching_heads(n: int, direction: str) -> np.ndarray:
     elif direction == "left":
         h = np.arange(-1, n - 1)
     else:
-        raise ValueError(f"direction must be 'right' or 'left', got {direction!r}")
+        raise InputError(f"direction must be 'right' or 'left', got {direction!r}")
     return h
 
 
@@ -177,7 +179,7 @@ def tree_scores(graphs: Iterable, root_score: float = -1.0, limit: Optional[int]
         total += W
         n_sent += 1
     if not n_sent or not total:
-        raise ValueError("no sentence to decode trees from: the treebank is empty or every sentence was skipped")
+        raise InputError("no sentence to decode trees from: the treebank is empty or every sentence was skipped")
     assert correct is not None  # set by the first sentence (n_sent > 0)
     L, H = len(layers), (len(correct) - len(layers) - 1) // len(layers)
     rows: list[tuple] = [("head", layers[k // H], k % H) for k in range(L * H)]

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from probe.analyses.common.targets import ProbeLogit
+from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +92,11 @@ def ud_labels(path, prop: str = "subject-number", limit: Optional[int] = None) -
     import conllu
 
     if prop not in PROPERTIES:
-        raise ValueError(f"unknown UD property {prop!r}; choose from {', '.join(PROPERTIES)}")
+        raise InputError(f"unknown UD property {prop!r}; choose from {', '.join(PROPERTIES)}")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
+        raise InputError(f"cannot read {path}: {exc}") from None
     out = []
     for k, tl in enumerate(conllu.parse_incr(io.StringIO(text))):
         if limit is not None and k >= limit:
@@ -185,11 +186,11 @@ def fit_probe(
     if len(y) != len(encodings):
         raise ValueError(f"{len(encodings)} sentences for {len(y)} labels")
     if len(y) < 20:
-        raise ValueError(f"only {len(y)} labelled sentences: a probe with a held-out accuracy needs at least 20")
+        raise NotApplicable(f"only {len(y)} labelled sentences: a probe with a held-out accuracy needs at least 20")
     if len(set(y.tolist())) < 2:
-        raise ValueError("all labelled sentences have the same class; the probe has nothing to learn")
+        raise NotApplicable("all labelled sentences have the same class; the probe has nothing to learn")
     if not 0 < test_size < 1:
-        raise ValueError(f"test_size must lie in (0, 1), got {test_size}")
+        raise InputError(f"test_size must lie in (0, 1), got {test_size}")
     names = PROPERTIES.get(prop, ("", ("0", "1")))[1]
     d = adapter.config.hidden_size
     template = ProbeLogit(torch.nn.Linear(d, 1), normalize=True, label_names=names, name=f"probe:{prop}")

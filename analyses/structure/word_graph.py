@@ -22,10 +22,12 @@ from typing import Iterable, Iterator, Optional
 
 import torch
 
+from probe.errors import InputError, NotApplicable
+
 log = logging.getLogger(__name__)
 
 
-class AlignmentError(ValueError):
+class AlignmentError(InputError):
     """The captured tokens do not cover every treebank word of the sentence."""
 
 
@@ -107,7 +109,7 @@ def word_attention(maps, n_words: int) -> tuple:
         ValueError: cross-attention maps.
     """
     if maps.kind == "cross":
-        raise ValueError("syntax analyses need self-attention maps, got cross-attention")
+        raise NotApplicable("syntax analyses need self-attention maps, got cross-attention")
     unaligned = maps.meta.get("unaligned_words") or []
     if unaligned:
         raise AlignmentError(f"words {list(unaligned)} got no token")

@@ -7,9 +7,10 @@ in their own modules. Heavy imports happen inside the command bodies, so ``probe
 imports neither torch nor transformers.
 
 Errors (one boundary, :class:`ProbeGroup`, kinds in :mod:`probe.errors`): bad input
-(``InputError``, ``NotApplicable``, a missing file, the toolkit's own validators; click's
+(``InputError`` from the toolkit's validators, ``NotApplicable``, a missing file; click's
 usage errors) prints one ``Error: …`` line and exits 1 (click's usage errors: 2);
-anything else — a ``ValueError`` from numpy or pandas included — is a bug: one line and
+anything else — a plain ``ValueError`` included, from numpy, pandas or the toolkit's own
+code — is a bug: one line and
 "rerun with --verbose for the traceback", exit 3; ``--verbose`` shows the traceback.
 """
 
@@ -21,6 +22,8 @@ import sys
 import traceback
 
 import click
+
+from probe.errors import InputError
 
 from .common import UNEXPECTED_EXIT
 
@@ -101,5 +104,5 @@ def command(name: str) -> click.Command:
         ValueError: no such command.
     """
     if name not in main.commands:
-        raise ValueError(f"no command {name!r}; known: {', '.join(sorted(main.commands))}")
+        raise InputError(f"no command {name!r}; known: {', '.join(sorted(main.commands))}")
     return main.commands[name]

@@ -14,6 +14,8 @@ import sys
 
 import click
 
+from probe.errors import InputError
+
 from .numbers import integer
 
 model_option = click.option(
@@ -111,7 +113,7 @@ def parse_heads(value, name: str = "--heads"):
 
     try:
         return parse(value, name)
-    except ValueError as exc:
+    except InputError as exc:
         raise click.BadParameter(str(exc).removeprefix(f"{name}: "), param_hint=name) from None
 
 
@@ -121,7 +123,7 @@ def parse_int_list(value, name: str):
 
     try:
         return parse(value, name)
-    except ValueError as exc:
+    except InputError as exc:
         raise click.BadParameter(str(exc).removeprefix(f"{name}: "), param_hint=name) from None
 
 

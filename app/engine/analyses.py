@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from typing import Optional, Sequence
 
+from probe.errors import InputError
+
 from .jobs import AblateJob, StoreJob, StreamJob
 from .run import CorpusItem, run_job
 
@@ -37,7 +39,7 @@ def _stream(model, items, accumulators, run, batch_size):
     job = StreamJob(accumulators, batch_size=batch_size)
     parts = run_job(model, items, job, **run)
     if not parts:
-        raise ValueError("the corpus is empty: nothing to analyse")
+        raise InputError("the corpus is empty: nothing to analyse")
     return StreamJob.merge(parts), sorted(x for p in parts for x in p.long)
 
 
@@ -116,7 +118,7 @@ def syntax(
 
     sentences = list(sentences)
     if not sentences:
-        raise ValueError("the treebank holds no sentence")
+        raise InputError("the treebank holds no sentence")
     t0 = time.perf_counter()
     keep = range(min(max(tree_limit, probe_limit), len(sentences)))
     (relations, kept), long = _stream(
@@ -195,7 +197,7 @@ def ablate(
         ValueError: ``mode="mean"`` (the corpus mean of every head is not known to a block).
     """
     if mode != "zero":
-        raise ValueError(
+        raise InputError(
             "the engine runs zero-ablation; mean-ablation needs the whole corpus's head means "
             "first: run it with --engine local"
         )
@@ -210,7 +212,7 @@ def ablate(
     )
     parts = run_job(model, corpus_items(corpus), job, **run)
     if not parts:
-        raise ValueError("the corpus is empty: nothing to ablate")
+        raise InputError("the corpus is empty: nothing to ablate")
     return AblateJob.merge(parts).result()
 
 

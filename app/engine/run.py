@@ -18,6 +18,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from probe.errors import InputError
+
 from .jobs import Part, StreamJob
 
 log = logging.getLogger(__name__)
@@ -47,7 +49,7 @@ def require_ray():
         import ray
         import ray.data
     except ImportError:
-        raise ValueError(RAY_HINT) from None
+        raise InputError(RAY_HINT) from None
     return ray
 
 
@@ -61,7 +63,7 @@ def engine_settings(
         ValueError: an unknown engine, or ``ray`` without Ray installed (says how to install it).
     """
     if engine not in CLI_ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(CLI_ENGINES)}")
+        raise InputError(f"unknown engine {engine!r}; use one of {', '.join(CLI_ENGINES)}")
     if engine == "local":
         return None
     if engine == "ray":
@@ -72,9 +74,9 @@ def engine_settings(
 
 def _check(engine: str, workers: int, block_size: Optional[int]) -> None:
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+        raise InputError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if workers < 1 or (block_size is not None and block_size < 1):
-        raise ValueError(f"workers and block_size must be ≥ 1, got {workers}, {block_size}")
+        raise InputError(f"workers and block_size must be ≥ 1, got {workers}, {block_size}")
 
 
 #: bounds of the automatic block size (items per actor call)
@@ -144,7 +146,7 @@ def run_job(
             on_part(part)
         return [part]
     if not isinstance(model, str):
-        raise ValueError(
+        raise InputError(
             "the Ray engine loads the model in each worker: give its spec (e.g. 'minilm', "
             "'hf:/path'), not a loaded adapter"
         )
@@ -206,5 +208,5 @@ def run_corpus(
         progress=progress,
     )
     if not parts:
-        raise ValueError("the corpus is empty: nothing to analyse")
+        raise InputError("the corpus is empty: nothing to analyse")
     return StreamJob.merge(parts), sorted(x for p in parts for x in p.long)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from probe.errors import InputError
+
 from .style import DIVERGING_CMAP, pyplot, set_wrapped_title
 
 _plt = pyplot  # the one Agg-backed pyplot of style.py
@@ -19,7 +21,7 @@ def head_heatmap(table, value: str, path, title: str = "", center: Optional[floa
     """
     missing = {"layer", "head", value} - set(table.columns)
     if missing:
-        raise ValueError(f"table lacks column(s) {', '.join(sorted(missing))}")
+        raise InputError(f"table lacks column(s) {', '.join(sorted(missing))}")
     plt = _plt()
     import seaborn as sns
 

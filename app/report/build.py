@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from probe.app.registry import Context, open_run
+from probe.errors import InputError
 
 from .examples import representative_examples, sharpest_examples
 from .sections import choose, run_sections
@@ -105,7 +106,7 @@ def analyse(
 
     t0 = time.perf_counter()
     if not ctx.maps:
-        raise ValueError("nothing to report: no example was captured")
+        raise InputError("nothing to report: no example was captured")
     if not ctx.representatives:
         ctx.representatives = representative_examples(ctx.maps)
     outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress, partial=partial)
@@ -299,11 +300,11 @@ def build_report(
     try:
         corpus = fit_to_model(corpus, adapter)
     except ValueError as exc:  # every input too long: the report can cut them
-        raise ValueError(
+        raise InputError(
             f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) or --truncate"
         ) from None
     if not len(corpus):
-        raise ValueError(f"every example is longer than the model's {adapter.max_length} tokens")
+        raise InputError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
     overrides = _overrides(objective, target, max_model_examples, explained_examples)
@@ -391,7 +392,7 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool):
 
     run = ctx.engine_run
     if run is None:
-        raise ValueError("the local engine holds every example's maps: it streams no statistics")
+        raise RuntimeError("the local engine holds every example's maps: it streams no statistics")
     on_engine = ctx.on_engine = EngineRun(ctx.engine, run, ctx.engine_model, ctx.input_corpus)
     corpus = on_engine.corpus
     treebank = bool(corpus.sentences) and all(s.heads for s in corpus.sentences)  # the sections' "treebank" need

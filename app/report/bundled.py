@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from probe.errors import InputError
+
 SAMPLE_CONLLU = Path(__file__).with_name("sample") / "sample.conllu"
 
 
@@ -20,5 +22,5 @@ def sample_corpus(limit: Optional[int] = None):
     from probe.inputs import load_corpus
 
     if not SAMPLE_CONLLU.exists():
-        raise ValueError(f"the bundled sample {SAMPLE_CONLLU} is missing: reinstall attention-probe")
+        raise InputError(f"the bundled sample {SAMPLE_CONLLU} is missing: reinstall attention-probe")
     return load_corpus(conllu=str(SAMPLE_CONLLU), limit=limit)

@@ -22,6 +22,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from probe.errors import InputError
+
 from .html import VIEW_CSS, esc, script_json
 from .style import ACCENT, is_trivial
 from .tokens import maps_display_tokens
@@ -52,7 +54,7 @@ def pick_heads(maps, layers, heads):
     heads = list(range(maps.n_heads)) if heads is None else [int(h) for h in heads]
     for h in heads:
         if not 0 <= h < maps.n_heads:
-            raise ValueError(f"head {h} out of range 0..{maps.n_heads - 1}")
+            raise InputError(f"head {h} out of range 0..{maps.n_heads - 1}")
     for layer in layers:
         maps.layer(layer)  # raises ValueError naming the captured layers
     return layers, heads
@@ -107,7 +109,7 @@ class HeadView:
     ):
         examples = list(maps) if isinstance(maps, (list, tuple)) else [maps]
         if not examples:
-            raise ValueError("the head view needs at least one example")
+            raise InputError("the head view needs at least one example")
         self.layers, self.heads = pick_heads(examples[0], layers, heads)
         for m in examples[1:]:
             pick_heads(m, self.layers, self.heads)
@@ -118,7 +120,7 @@ class HeadView:
         if initial is None:
             initial = (self.layers[0], self.heads[0])
         if initial[0] not in self.layers or initial[1] not in self.heads:
-            raise ValueError(
+            raise InputError(
                 f"initial (layer, head) {tuple(initial)} is not among the layers "
                 f"{self.layers} and heads {self.heads} of this view"
             )

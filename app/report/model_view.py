@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Optional, Sequence
 
+from probe.errors import InputError
+
 from .head_view import VIEW_CSS, HeadView, pick_heads, example_data, head_view, head_view_js
 from .html import script_json
 from .style import cmap_stops
@@ -32,11 +34,11 @@ class ModelView:
     def __init__(self, maps, titles: Optional[Sequence[str]] = None, href: str = ""):
         examples = list(maps) if isinstance(maps, (list, tuple)) else [maps]
         if not examples:
-            raise ValueError("the model view needs at least one example")
+            raise InputError("the model view needs at least one example")
         self.layers, self.heads = pick_heads(examples[0], None, None)
         for m in examples[1:]:
             if list(m.layers) != self.layers or m.n_heads != len(self.heads):
-                raise ValueError("the model view's examples must come from one model capture (same layers and heads)")
+                raise InputError("the model view's examples must come from one model capture (same layers and heads)")
         self.examples = examples
         self.titles = list(titles) if titles is not None else [f"example {i}" for i in range(len(examples))]
         self.href = href or "#L{layer}H{head}"
@@ -95,7 +97,7 @@ def show(maps, layer: Optional[int] = None, head: Optional[int] = None, *, view:
         return ModelView(maps)
     if view == "head":
         return head_view(maps, layer, head)
-    raise ValueError(f"unknown view {view!r}: use 'head' or 'model'")
+    raise InputError(f"unknown view {view!r}: use 'head' or 'model'")
 
 
 __all__ = ["HeadView", "ModelView", "show"]

@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from probe.errors import InputError
+
 from .style import ATTENTION_CMAP, cmap, pyplot
 
 #: head colours (matplotlib tab10 without grey), one per selected head
@@ -52,13 +54,13 @@ def paper_figure(
 
     heads = [(int(layer), int(h)) for layer, h in heads]
     if not heads or len(heads) > len(COLORS):
-        raise ValueError(f"give 1..{len(COLORS)} (layer, head) pairs to draw, got {len(heads)}")
+        raise InputError(f"give 1..{len(COLORS)} (layer, head) pairs to draw, got {len(heads)}")
     w, units, special, q = query_weights(attention, query)
     layers = list(attention.layers)
     rows = []
     for layer, h in heads:
         if layer not in layers or not 0 <= h < w.shape[1]:
-            raise ValueError(f"head ({layer}, {h}) is not in these maps: layers {layers}, heads 0..{w.shape[1] - 1}")
+            raise InputError(f"head ({layer}, {h}) is not in these maps: layers {layers}, heads 0..{w.shape[1] - 1}")
         rows.append(w[layers.index(layer), h].numpy())
     bold = {find_word(units, special, t) for t in targets}
     n = len(units)

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from probe.errors import InputError
+
 log = logging.getLogger(__name__)
 
 FORMAT = "attention-probe partial report 1"
@@ -206,12 +208,12 @@ class PartialReport:
             try:
                 saved = json.loads(state.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                raise ValueError(
+                raise InputError(
                     f"{self.dir} holds no readable state.json: not a partial report of this "
                     "toolkit; remove it or use another --out"
                 ) from None
             if saved.get("format") != FORMAT or saved.get("fingerprint") != fp:
-                raise ValueError(
+                raise InputError(
                     f"cannot resume: {self.dir} was written {self._differs(saved)}; nothing was "
                     "overwritten. Rerun with the same options, or --no-resume to start afresh "
                     "(discarding it)"

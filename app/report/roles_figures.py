@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from probe.errors import InputError
+
 from .style import ROLE_COLOURS, pyplot, set_wrapped_title
 
 #: one stable colour per base role: the report grid and notebooks use the same (style.py)
@@ -27,11 +29,11 @@ def _base(role: str) -> str:
 def _check(roles, columns):
     missing = [c for c in columns if c not in roles.columns]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"roles table lacks columns {missing}; compute it with probe.analyses.patterns.roles.roles_report()"
         )
     if roles.empty:
-        raise ValueError("roles table is empty")
+        raise InputError("roles table is empty")
 
 
 def role_grid_figure(roles, path, title: Optional[str] = None) -> Path:

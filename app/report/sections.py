@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from probe.app.registry import Analysis, Result, SkipAnalysis, registered as _registered
-from probe.errors import NotApplicable
+from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def choose(names=None) -> list:
     known = {s.name for s in sections}
     bad = [n for n in names if n not in known]
     if bad:
-        raise ValueError(f"unknown report section(s) {bad}; known: {', '.join(sorted(known))}")
+        raise InputError(f"unknown report section(s) {bad}; known: {', '.join(sorted(known))}")
     return [s for s in sections if s.name in set(names)]
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import _common
+from ..errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ def task_module(task: str):
     """The module implementing ``task``; ``ValueError`` listing known tasks otherwise."""
     name = task[4:] if isinstance(task, str) and task.startswith("zoo:") else task
     if name not in _MODULES:
-        raise ValueError(f"unknown zoo task {task!r}; known tasks: {', '.join(TASKS)}")
+        raise InputError(f"unknown zoo task {task!r}; known tasks: {', '.join(TASKS)}")
     return importlib.import_module(f"{__name__}.{_MODULES[name]}")
 
 
@@ -92,9 +93,9 @@ def eval_examples(task: str, n: Optional[int] = None, seed: Optional[int] = None
     mod = task_module(task)
     n = mod.N_EVAL if n is None else int(n)
     if n < 1:
-        raise ValueError(f"n must be ≥ 1, got {n}")
+        raise InputError(f"n must be ≥ 1, got {n}")
     if n > MAX_EVAL:
-        raise ValueError(
+        raise InputError(
             f"{n} held-out examples asked for; the evaluation set of {mod.TASK} is generated in "
             f"memory, at most {MAX_EVAL} (its card uses {mod.N_EVAL}): ask for fewer"
         )
@@ -110,12 +111,12 @@ def load_zoo(task: str, path: Optional[str | Path] = None) -> ZooModel:
     mod = task_module(task)
     directory = Path(path) if path is not None else WEIGHTS_DIR / mod.TASK
     if not directory.is_dir():
-        raise ValueError(
+        raise InputError(
             f"no trained model for zoo:{mod.TASK} at {directory}; run `probe train zoo:{mod.TASK} --out {directory}`"
         )
     card = _common.read_card(directory)
     if card.get("task") != mod.TASK:
-        raise ValueError(f"{directory} holds a zoo:{card.get('task')} model, not zoo:{mod.TASK}")
+        raise InputError(f"{directory} holds a zoo:{card.get('task')} model, not zoo:{mod.TASK}")
     model, tok = mod.load(directory)
     card = dict(card, path=str(directory))
     return ZooModel(model=model, tokenizer=tok, card=card, task=mod.TASK, path=directory)
@@ -132,7 +133,7 @@ def train(
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
-            raise ValueError(f"{out} already exists; pass --force to overwrite it")
+            raise InputError(f"{out} already exists; pass --force to overwrite it")
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     steps = mod.STEPS if steps is None else int(steps)
     seed = mod.SEED if seed is None else int(seed)

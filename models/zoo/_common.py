@@ -26,6 +26,8 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from ..errors import InputError
+
 log = logging.getLogger(__name__)
 
 CARD = "card.json"
@@ -126,7 +128,7 @@ def train_loop(
     returns a scalar loss. The model is left in eval mode.
     """
     if steps < 1:
-        raise ValueError(f"steps must be ≥ 1, got {steps}")
+        raise InputError(f"steps must be ≥ 1, got {steps}")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     warmup = min(warmup, max(1, steps // 5))
 
@@ -207,12 +209,12 @@ def write_card(directory: Path, card: dict) -> None:
 def read_card(directory: Path) -> dict:
     path = Path(directory) / CARD
     if not path.is_file():
-        raise ValueError(f"no {CARD} in {directory}: not a zoo model directory")
+        raise InputError(f"no {CARD} in {directory}: not a zoo model directory")
     try:
         with open(path) as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e}); retrain with `probe train`") from None
+        raise InputError(f"{path} is not valid JSON ({e}); retrain with `probe train`") from None
 
 
 def check_safetensors(path: Path) -> None:
@@ -225,7 +227,7 @@ def check_safetensors(path: Path) -> None:
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"weights file {path} is missing; retrain with `probe train`")
+        raise InputError(f"weights file {path} is missing; retrain with `probe train`")
     size = path.stat().st_size
     try:
         with open(path, "rb") as f:
@@ -243,9 +245,9 @@ def check_safetensors(path: Path) -> None:
             for k in f.keys():
                 f.get_slice(k)
     except ValueError as e:
-        raise ValueError(f"weights file {path} is corrupted or truncated: {e}") from None
+        raise InputError(f"weights file {path} is corrupted or truncated: {e}") from None
     except Exception as e:  # safetensors raises its own error types
-        raise ValueError(f"weights file {path} is corrupted or truncated: {e}") from None
+        raise InputError(f"weights file {path} is corrupted or truncated: {e}") from None
 
 
 def save_hf(model, tokenizer, directory: Path) -> None:

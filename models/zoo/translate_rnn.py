@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from . import _common
 from . import translate as _t
+from ..errors import InputError
 
 TASK = "translate-rnn"
 FAMILY = "gru-attention"
@@ -149,7 +150,7 @@ def attention_fields(model, tok, source: str, target: str) -> dict:
     (row ``n``: ``</s>``). Raises ``ValueError`` on empty input.
     """
     if not source.split() or not target.split():
-        raise ValueError("source and target must both contain at least one word")
+        raise InputError("source and target must both contain at least one word")
     b = _t.encode(tok, [{"text": source, "target_text": target}])
     _, attn = model(b["input_ids"], b["attention_mask"], b["decoder_input_ids"])
     src_enc = tok(source)
@@ -201,6 +202,6 @@ def load(directory):
     try:
         model.load_state_dict(load_file(str(path)), strict=True)
     except RuntimeError as e:
-        raise ValueError(f"weights file {path} does not fit the GRU model in config.json: {e}") from None
+        raise InputError(f"weights file {path} does not fit the GRU model in config.json: {e}") from None
     model.eval()
     return model, PreTrainedTokenizerFast.from_pretrained(directory, trust_remote_code=False)
