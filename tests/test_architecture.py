@@ -505,6 +505,7 @@ def test_no_guarded_import_of_our_own_names():
     }
     assert not bad, f"guarded imports of the project's own names (import them plainly): {bad}"
 
+
 #: plain ``raise ValueError`` left in the toolkit (path -> count), each an internal invariant
 #: whose breaking is a bug (exit 3, a report section *failed*): merging accumulators of
 #: different shapes, score arrays built by the toolkit itself, a claim's own fields, the

@@ -18,6 +18,7 @@ import torch
 
 from probe.errors import InputError
 
+
 __all__ = ["read_pairs", "similarity_target", "nearest_neighbours"]
 
 
@@ -72,7 +73,7 @@ def embed(adapter, texts: Sequence[str], pooling, batch_size: int = 32) -> torch
             out = torch.empty((len(texts), pooled.shape[-1]), dtype=pooled.dtype)
         out[idx] = pooled
     if out is None:
-        raise ValueError("no texts to embed")
+        raise InputError("no texts to embed: give at least one sentence")
     return out
 
 

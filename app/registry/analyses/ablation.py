@@ -45,16 +45,17 @@ def run(ctx) -> AblationResult:
             for g in p["group"]
             if g
         ]
+        from probe.analyses.claims.removal import single_head_values
+
         removals = _removals(ctx, corpus, name)
-        if removals is not None:  # the claims' sweep on their objective gives this metric: read it
-            from probe.analyses.claims.removal import single_head_values
+        values = single_head_values(removals, name, p["mode"]) if removals is not None else None
+        if removals is not None and values is not None:  # the claims' sweep gives this metric: read it
             from probe.analyses.necessity.ablation import sweep_result
             from probe.analyses.necessity.sweep import restart_path
 
-            clean, ablated = single_head_values(removals, name, p["mode"])
             heads = [u[0] for u in removals.units]
             path = restart_path(ctx.adapter, None)
-            res = sweep_result(heads, clean, ablated, p["mode"], name, path, p["n_boot"], 0.95, 0)
+            res = sweep_result(heads, values[0], values[1], p["mode"], name, path, p["n_boot"], 0.95, 0)
         else:
             res = sweep_heads(
                 ctx.adapter,
