@@ -135,7 +135,7 @@ def in_order(sections) -> list:
             if not any(produced(o) in wants for o in left if o is not sec):
                 break
         else:
-            raise ValueError(f"sections consume each other's results in a cycle: {[s.name for s in left]}")
+            raise RuntimeError(f"sections consume each other's results in a cycle: {[s.name for s in left]}")
         out.append(sec)
         left.remove(sec)
     return out
