@@ -299,7 +299,7 @@ def build_report(
     corpus, long_note = _cut_long(corpus, adapter, window, stride, truncate)
     try:
         corpus = fit_to_model(corpus, adapter)
-    except ValueError as exc:  # every input too long: the report can cut them
+    except InputError as exc:  # every input too long: the report can cut them
         raise InputError(
             f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) or --truncate"
         ) from None
