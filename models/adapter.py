@@ -19,6 +19,7 @@ import torch
 from .alignment import absorbing_tokens, align_batch
 from .architectures import ARCHITECTURES, STACKS, UnsupportedModel, discover_attention
 from .errors import InputError, NotApplicable
+from .hooks import HookSet
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 
@@ -597,15 +598,16 @@ def _drop_uncalled(model: torch.nn.Module, table: dict) -> None:
         return
     calls: set = set()
     every = [m for name in STACKS if name in table for m in table[name]["attention"]]
-    handles = [m.register_forward_hook(lambda mod, a, o: calls.add(mod)) for m in dict.fromkeys(every)]
+    hooks = HookSet()
     try:
+        for m in dict.fromkeys(every):
+            hooks.forward(m, lambda mod, a, o: calls.add(mod))
         with torch.no_grad():
             model(input_ids=ids, attention_mask=torch.ones_like(ids), decoder_input_ids=ids[:, :2])
     except Exception:
         return
     finally:
-        for h in handles:
-            h.remove()
+        hooks.remove()
     for name in STACKS:
         if name in table:
             keep = [k for k, m in enumerate(table[name]["attention"]) if m in calls]
@@ -641,8 +643,10 @@ def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
     modules = stack["attention"]
     calls: list = []
     every = [m for name in STACKS if name in table for m in table[name]["attention"]]
-    handles = [m.register_forward_hook(lambda mod, a, o: calls.append(mod)) for m in dict.fromkeys(every)]
+    hooks = HookSet()
     try:
+        for m in dict.fromkeys(every):
+            hooks.forward(m, lambda mod, a, o: calls.append(mod))
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids))
     except Exception as exc:
@@ -662,8 +666,7 @@ def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
         problems["text_forward"] = f"{type(exc).__name__}: {text.splitlines()[0][:120]}" if text else type(exc).__name__
         return None  # keep the table's reading
     finally:
-        for h in handles:
-            h.remove()
+        hooks.remove()
     hidden = next(
         (
             v

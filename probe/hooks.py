@@ -1,59 +1,17 @@
-"""Own-handle hook bookkeeping: register hooks, remove exactly those, always.
-
-Unlike hook cleanups that pop every hook on a module (including other people's), a
-:class:`HookSet` keeps the handles it created and removes only them, in ``finally``.
-"""
+"""The trace core's hook tools: own-handle hooks (:class:`HookSet`, :class:`HookContext`,
+defined once in :mod:`probe.models.hooks`), eager attention inside a block, and a count
+of the hooks on a model (tests check none is left behind)."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 
+from .models.hooks import HookContext, HookSet
 
-class HookSet:
-    """Handles of hooks registered by one capture or intervention."""
-
-    def __init__(self):
-        self._handles: list = []
-
-    def forward(self, module: torch.nn.Module, fn: Callable, with_kwargs: bool = False) -> None:
-        self._handles.append(module.register_forward_hook(fn, with_kwargs=with_kwargs))
-
-    def pre(self, module: torch.nn.Module, fn: Callable, with_kwargs: bool = False) -> None:
-        self._handles.append(module.register_forward_pre_hook(fn, with_kwargs=with_kwargs))
-
-    def remove(self) -> None:
-        while self._handles:
-            self._handles.pop().remove()
-
-    def __len__(self) -> int:
-        return len(self._handles)
-
-
-class HookContext:
-    """Base of context managers that register hooks on enter and remove exactly those
-    on exit — also when registering or the forward inside the block raised.
-
-    Subclasses implement :meth:`_register` (add hooks to the given :class:`HookSet`).
-    """
-
-    def _register(self, hooks: HookSet) -> None:
-        raise NotImplementedError
-
-    def __enter__(self):
-        self._hooks = HookSet()
-        try:
-            self._register(self._hooks)
-        except BaseException:
-            self._hooks.remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._hooks.remove()
-        return False
+__all__ = ["HookContext", "HookSet", "eager_attention", "count_hooks"]
 
 
 @contextmanager

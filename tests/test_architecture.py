@@ -217,9 +217,10 @@ def test_the_facade_keeps_functions_over_submodules_of_the_same_name():
 
 # ---- one trace core, no private imports, errors by kind -------------------------------------
 #: the trace core: the only modules that register hooks on a model, attach attention-interface
-#: sessions or override a module's forward (probe.hooks is its primitive; the interface
-#: path's sessions are defined in probe.attention_interface and attached by probe.trace)
-TRACE_CORE = {"probe.hooks", "probe.trace"}
+#: sessions or override a module's forward (probe.models.hooks is its primitive, re-exported by
+#: probe.hooks; the interface path's sessions are defined in probe.attention_interface and
+#: attached by probe.trace)
+TRACE_CORE = {"probe.models.hooks", "probe.hooks", "probe.trace"}
 #: mechanisms not yet views of the trace, each for a stated reason; listed so that no *new*
 #: module can hook a model (capture, interventions, reweighting, circuits' paths and layer
 #: identity by call are views of the trace: it dispatches a module several layers share by
@@ -274,6 +275,16 @@ def test_only_the_trace_core_registers_hooks():
     attaches = [u for u in _hook_uses(ROOT / "probe" / "attention_interface.py") if "attach" in u or "register_" in u]
     assert not attaches
     assert all(_hook_uses(known[name]) for name in TRACE_CORE)  # the check sees the core's own hooks
+
+
+def test_one_module_registers_hooks_with_torch():
+    """torch's ``register_*hook`` is called in one module, the own-handle primitive
+    (probe.models.hooks: handles kept, exactly those removed); the trace and the adapter's
+    load-time discovery register through it."""
+    calls = {
+        name for name, path in _modules().items() if any(u.split(": ")[-1] in HOOK_CALLS for u in _hook_uses(path))
+    }
+    assert calls == {"probe.models.hooks"}, calls
 
 
 def test_hook_check_finds_a_hook():
