@@ -176,3 +176,13 @@ def test_permutations_restarted_at_the_layer_equal_full_forwards(minilm):
     a, b = fast.per_example, full.per_example
     assert (a[["example", "layer", "head"]].values == b[["example", "layer", "head"]].values).all()
     assert np.allclose(a["abs_delta"], b["abs_delta"], atol=2e-6) and b["abs_delta"].max() > 1e-3
+
+
+def test_the_report_states_why_the_claims_objective_was_chosen(small_report):
+    """The claims section resolves ``auto`` itself and hands the objective on: the notes and
+    summary.json say why it was chosen (a sentence encoder), not "given"."""
+    _, summary = small_report
+    claims = next(s for s in summary["sections"] if s["name"] == "claims")
+    why = claims["summary"]["objective"]["why"]
+    assert "sentence encoder" in why and why != "given"
+    assert any("— a sentence encoder" in n for n in claims["notes"])

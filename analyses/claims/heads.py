@@ -154,6 +154,7 @@ def head_claims(
     progress: bool = False,
     ablation=None,
     objective=None,
+    objective_why: str = "",
 ) -> HeadClaims:
     """Every claim of every captured head.
 
@@ -165,6 +166,8 @@ def head_claims(
         faithfulness, faithfulness_info: the faithfulness verdict table and run info.
         objective: what necessity is measured on (a name, ``auto`` or an objective;
             :mod:`probe.analyses.common.objective`); ``metric`` is its older name.
+        objective_why: how an objective passed as an object was chosen (stated in the
+            notes and ``HeadClaims.objective``; default: ``given``).
         ablation: a :class:`.removal.RemovalSweep` already run on these heads, examples and
             objective (the report's ablation section's): its modes are not run again.
     """
@@ -195,6 +198,7 @@ def head_claims(
     if adapter is not None:
         try:
             obj, why = resolve_objective(objective or metric or "auto", adapter, corpus)
+            why = objective_why or why  # how the caller chose an objective it resolved itself
             info = {
                 "objective": obj.name,
                 "described": obj.describe(),

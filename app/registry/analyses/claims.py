@@ -37,6 +37,7 @@ def run(ctx) -> ClaimsResult:
     ablation = ctx.result_of(AblationResult)
     corpus, cut = model_corpus(ctx) if adapter is not None else (ctx.corpus, "")
     objective = ctx.params.get("objective", "auto")
+    why = ""
     if adapter is not None:
         from probe.analyses.common.objective import resolve_objective
 
@@ -55,6 +56,7 @@ def run(ctx) -> ClaimsResult:
         seed=ctx.params.get("seed", 0),
         progress=ctx.progress,
         ablation=ablation.removals if ablation else None,  # its removals are not run again
+        objective_why=why,
     )
     counts = hc.counts()
     notes = [n + cut for n in hc.notes]
