@@ -1,6 +1,6 @@
 """Compare two reports' summary.json, fact by fact: ``python bench/compare_summaries.py A B``.
 
-Prints, per section, whether its status, summary and notes agree, and counts the per-head
+Prints, per section, whether its status, summary (floats to 1e-6) and notes agree, and counts the per-head
 facts (every section's per-head columns) that differ (floats beyond 1e-6, relative or
 absolute; other values when unequal) and the verdicts that differ. Exit status 1 when any
 fact differs. Used for ``probe report --engine local`` against ``--engine ray``
@@ -32,11 +32,23 @@ def differences(a: dict, b: dict) -> list:
     return out
 
 
+def close(a, b) -> bool:
+    """``a == b`` with floats equal to 1e-6 (relative or absolute), recursively."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def main(argv) -> int:
     a, b = (json.loads((Path(p) / "summary.json").read_text(encoding="utf-8")) for p in argv[1:3])
     for sa, sb in zip(a["sections"], b["sections"]):
         print(
-            f"{sa['name']:<14} {sa['status']}/{sb['status']}  summary {'same' if sa['summary'] == sb['summary'] else 'DIFFERS'}"
+            f"{sa['name']:<14} {sa['status']}/{sb['status']}  "
+            f"summary {'same (1e-6)' if close(sa['summary'], sb['summary']) else 'DIFFERS'}"
             f"  notes {'same' if sa['notes'] == sb['notes'] else 'DIFFER'}"
         )
     diff = differences(a, b)
