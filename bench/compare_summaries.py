@@ -10,40 +10,13 @@ fact differs. Used for ``probe report --engine local`` against ``--engine ray``
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
 
-def differences(a: dict, b: dict) -> list:
-    out = []
-    for ha, hb in zip(a["heads"], b["heads"], strict=True):
-        for sec in sorted(set(ha["facts"]) | set(hb["facts"])):
-            fa, fb = ha["facts"].get(sec, {}), hb["facts"].get(sec, {})
-            for k in sorted(set(fa) | set(fb)):
-                va, vb = fa.get(k), fb.get(k)
-                same = (
-                    math.isclose(va, vb, rel_tol=1e-6, abs_tol=1e-6)
-                    if isinstance(va, float) and isinstance(vb, float)
-                    else va == vb
-                )
-                if not same:
-                    out.append((ha["layer"], ha["head"], sec, k, va, vb))
-    return out
-
-
-def close(a, b) -> bool:
-    """``a == b`` with floats equal to 1e-6 (relative or absolute), recursively."""
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 def main(argv) -> int:
+    from probe.app.report.compare import close, fact_differences
+
     a, b = (json.loads((Path(p) / "summary.json").read_text(encoding="utf-8")) for p in argv[1:3])
     for sa, sb in zip(a["sections"], b["sections"]):
         print(
@@ -51,7 +24,7 @@ def main(argv) -> int:
             f"summary {'same (1e-6)' if close(sa['summary'], sb['summary']) else 'DIFFERS'}"
             f"  notes {'same' if sa['notes'] == sb['notes'] else 'DIFFER'}"
         )
-    diff = differences(a, b)
+    diff = fact_differences(a, b)
     n = sum(len(f) for h in a["heads"] for f in h["facts"].values())
     verdicts = sum(ha["verdict"] != hb["verdict"] for ha, hb in zip(a["heads"], b["heads"]))
     for row in diff[:20]:

@@ -5,10 +5,11 @@ maps held; the numbers equal the local engine's."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from click.testing import CliRunner
+
+from probe.app.report.compare import close, fact_differences
 
 #: the bundled sample (24 treebank sentences): statistics over 24, maps kept for 8
 KEPT = 8
@@ -27,51 +28,18 @@ def _report(tmp_path, engine: str, *extra) -> dict:
     return json.loads((out / "summary.json").read_text(encoding="utf-8"))
 
 
-def _differences(a: dict, b: dict) -> list:
-    """Every per-head fact of ``a`` that ``b`` does not match (floats to 1e-6)."""
-    out = []
-    for ha, hb in zip(a["heads"], b["heads"], strict=True):
-        assert (ha["layer"], ha["head"]) == (hb["layer"], hb["head"])
-        for sec in set(ha["facts"]) | set(hb["facts"]):
-            fa, fb = ha["facts"].get(sec, {}), hb["facts"].get(sec, {})
-            out += [(ha["layer"], ha["head"], sec, k, "missing") for k in set(fa) ^ set(fb)]
-            for k, va in fa.items():
-                if k not in fb:
-                    continue
-                vb = fb[k]
-                same = (
-                    math.isclose(va, vb, rel_tol=1e-6, abs_tol=1e-6)
-                    if isinstance(va, float) and isinstance(vb, float)
-                    else va == vb
-                )
-                if not same:
-                    out.append((ha["layer"], ha["head"], sec, k, va, vb))
-    return out
-
-
 @pytest.fixture(scope="module")
 def local_summary(tmp_path_factory):
     return _report(tmp_path_factory.mktemp("local"), "local")
 
 
-def _close(a, b) -> bool:
-    """``a == b`` with floats equal to 1e-6 (relative or absolute), recursively."""
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 def _check_against_local(got: dict, ref: dict, engine: str) -> None:
-    assert _differences(got, ref) == []
+    assert fact_differences(got, ref) == []
     n_facts = sum(len(f) for h in ref["heads"] for f in h["facts"].values())
     assert n_facts > 1000  # syntax, ablation and roles facts of all 72 heads were compared
     for sa, sb in zip(got["sections"], ref["sections"], strict=True):
         assert sa["status"] == sb["status"] == "ran"
-        assert _close(sa["summary"], sb["summary"]) and sa["notes"] == sb["notes"], sa["name"]
+        assert close(sa["summary"], sb["summary"]) and sa["notes"] == sb["notes"], sa["name"]
     assert [h["verdict"] for h in got["heads"]] == [h["verdict"] for h in ref["heads"]]
     # only the kept sample's maps were held; the statistics counted all 24 sentences
     assert ref["corpus"]["examples"] == 24 and got["corpus"]["examples"] == KEPT
@@ -90,7 +58,7 @@ def test_roles_from_the_kept_sample_alone_would_differ(tmp_path, local_summary):
     """The equality above is not the kept sample's: the local report of the first 8
     sentences names other numbers (so the engine really streamed all 24)."""
     small = _report(tmp_path, "local", "--limit", str(KEPT))
-    assert len(_differences(small, local_summary)) > 100
+    assert len(fact_differences(small, local_summary)) > 100
 
 
 @pytest.mark.slow

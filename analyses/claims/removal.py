@@ -140,14 +140,12 @@ def corpus_key(corpus) -> str:
     return h.hexdigest()
 
 
-def reusable(sweep: Optional[RemovalSweep], units: tuple, corpus, objective: str) -> dict:
-    """``{mode: sweep}`` of the modes ``sweep`` already measured on these units, examples
-    and objective (what :func:`removal_sweep` need not run again)."""
+def reusable(sweep: Optional[RemovalSweep], units: tuple, corpus, objective: str) -> set:
+    """The modes ``sweep`` already measured on these units, examples and objective (what
+    :func:`removal_sweep` need not run again)."""
     if sweep is None or (sweep.units, sweep.n, sweep.objective) != (units, len(corpus), objective):
-        return {}
-    if sweep.corpus_key != corpus_key(corpus):
-        return {}
-    return {m: sweep for m in sweep.harm}
+        return set()
+    return set(sweep.harm) if sweep.corpus_key == corpus_key(corpus) else set()
 
 
 def resample_sources(special: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -292,11 +290,12 @@ def removal_sweep(
             pert[mode][:, idx] = r.cpu()  # [units, b, ...] in unit order
     harm, measures, corpus_m = {}, {}, {}
     for mode in modes:
-        if mode in done:
+        if mode in done:  # measured by ``reuse``
+            assert reuse is not None
             harm[mode], measures[mode], corpus_m[mode] = (
-                done[mode].harm[mode],
-                done[mode].measures.get(mode, {}),
-                done[mode].corpus.get(mode, {}),
+                reuse.harm[mode],
+                reuse.measures.get(mode, {}),
+                reuse.corpus.get(mode, {}),
             )
             continue
         assert clean is not None

@@ -1,0 +1,46 @@
+"""Compare two reports' ``summary.json``: per-head facts and section summaries, floats to
+a tolerance (``probe report --engine local`` against ``--engine stream|ray``; used by
+``bench/compare_summaries.py`` and the engine tests)."""
+
+from __future__ import annotations
+
+import math
+
+from probe.errors import InputError
+
+__all__ = ["TOLERANCE", "close", "fact_differences"]
+
+#: relative or absolute: what "equal" means between two engines' floats
+TOLERANCE = 1e-6
+
+
+def close(a, b, tol: float = TOLERANCE) -> bool:
+    """``a == b`` with floats equal to ``tol`` (relative or absolute), through dicts and lists."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k], tol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(close(x, y, tol) for x, y in zip(a, b))
+    return a == b
+
+
+def fact_differences(a: dict, b: dict, tol: float = TOLERANCE) -> list:
+    """``(layer, head, section, fact, value in a, value in b)`` for every per-head fact the
+    two summaries do not share within ``tol`` (a fact one of them lacks: ``None`` there).
+
+    Raises:
+        InputError: the summaries list other heads (different models or layers).
+    """
+    out = []
+    for ha, hb in zip(a["heads"], b["heads"], strict=True):
+        if (ha["layer"], ha["head"]) != (hb["layer"], hb["head"]):
+            raise InputError(
+                f"the summaries list other heads: L{ha['layer']}H{ha['head']} vs L{hb['layer']}H{hb['head']}"
+            )
+        for sec in sorted(set(ha["facts"]) | set(hb["facts"])):
+            fa, fb = ha["facts"].get(sec, {}), hb["facts"].get(sec, {})
+            for k in sorted(set(fa) | set(fb)):
+                if k not in fa or k not in fb or not close(fa[k], fb[k], tol):
+                    out.append((ha["layer"], ha["head"], sec, k, fa.get(k), fb.get(k)))
+    return out
