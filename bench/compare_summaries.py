@@ -1,7 +1,7 @@
 """Compare two reports' summary.json, fact by fact: ``python bench/compare_summaries.py A B``.
 
 Prints, per section, whether its status, summary (floats to 1e-6) and notes agree, and counts the per-head
-facts (every section's per-head columns) that differ (floats beyond 1e-6, relative or
+facts (every section's per-head columns, and every field of every head's claims) that differ (floats beyond 1e-6, relative or
 absolute; other values when unequal) and the verdicts that differ. Exit status 1 when any
 fact differs. Used for ``probe report --engine local`` against ``--engine ray``
 (docs/scale.md).
@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 def main(argv) -> int:
-    from probe.app.report.compare import close, fact_differences
+    from probe.app.report.compare import close, fact_count, fact_differences
 
     a, b = (json.loads((Path(p) / "summary.json").read_text(encoding="utf-8")) for p in argv[1:3])
     for sa, sb in zip(a["sections"], b["sections"]):
@@ -25,11 +25,14 @@ def main(argv) -> int:
             f"  notes {'same' if sa['notes'] == sb['notes'] else 'DIFFER'}"
         )
     diff = fact_differences(a, b)
-    n = sum(len(f) for h in a["heads"] for f in h["facts"].values())
+    n, n_claims = fact_count(a)
     verdicts = sum(ha["verdict"] != hb["verdict"] for ha, hb in zip(a["heads"], b["heads"]))
     for row in diff[:20]:
         print("differs:", *row)
-    print(f"{n} per-head facts compared, {len(diff)} differ (1e-6); {verdicts} of {len(a['heads'])} verdicts differ")
+    print(
+        f"{n} per-head facts and {n_claims} claim fields compared, {len(diff)} differ (1e-6); "
+        f"{verdicts} of {len(a['heads'])} verdicts differ"
+    )
     return 1 if diff else 0
 
 

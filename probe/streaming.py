@@ -32,7 +32,7 @@ from .maps import AttentionMaps
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchMeta", "LayerBatch", "stream_layers", "feed"]
+__all__ = ["BatchMeta", "LayerBatch", "stream_layers", "feed", "feed_maps"]
 
 
 @dataclass(frozen=True)
@@ -255,3 +255,44 @@ def feed(accumulators: Sequence) -> Callable[[LayerBatch], None]:
             acc.update(batch.layer, maps, batch.meta)
 
     return on_layer
+
+
+def feed_maps(accumulators: Sequence, maps: Sequence, items: Optional[Sequence] = None, batch_size: int = 16) -> list:
+    """Give held whole maps to streaming accumulators, layer by layer, as
+    :func:`stream_layers` would: the same accumulators serve a run that keeps every
+    example's maps (the local engine) and one that streams them (``--engine``). An
+    accumulator with ``update_examples(maps, meta)`` gets the whole examples of each
+    batch at once instead (faster; it must equal the layer-by-layer result).
+
+    Args:
+        accumulators: objects with ``update(layer, maps, meta)`` (filled in place).
+        maps: :class:`AttentionMaps` ``[L, H, n, n]`` of examples ``0, 1, …`` (corpus order).
+        items: the corpus item of each example (``BatchMeta.items``; default: its text).
+        batch_size: examples per :class:`BatchMeta`.
+
+    Returns:
+        ``accumulators``.
+    """
+    import dataclasses
+
+    maps = list(maps)
+    if not maps:
+        return list(accumulators)
+    items = list(items) if items is not None else [m.text for m in maps]
+    layers = tuple(maps[0].layers)
+    for start in range(0, len(maps), batch_size):
+        block = maps[start : start + batch_size]
+        meta = BatchMeta(
+            indices=tuple(range(start, start + len(block))),
+            items=tuple(items[start : start + len(block)]),
+            layers=layers,
+        )
+        whole = [acc for acc in accumulators if hasattr(acc, "update_examples")]
+        for acc in whole:
+            acc.update_examples(block, meta)
+        by_layer = [acc for acc in accumulators if not hasattr(acc, "update_examples")]
+        for j, layer in enumerate(layers if by_layer else ()):
+            one = [dataclasses.replace(m, attentions=m.attentions[j : j + 1], layers=(layer,)) for m in block]
+            for acc in by_layer:
+                acc.update(layer, one, meta)
+    return list(accumulators)

@@ -9,18 +9,18 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from probe.app.report.compare import close, fact_differences
+from probe.app.report.compare import close, fact_count, fact_differences
 
 #: the bundled sample (24 treebank sentences): statistics over 24, maps kept for 8
 KEPT = 8
-SECTIONS = "syntax,ablation,roles"
+SECTIONS = "syntax,ablation,roles,claims"
 
 
-def _report(tmp_path, engine: str, *extra) -> dict:
+def _report(tmp_path, engine: str, *extra, sections: str = SECTIONS) -> dict:
     from probe.app.cli import main
 
     out = tmp_path / engine
-    args = ["report", "--sections", SECTIONS, "--engine", engine, "--out", str(out), *extra]
+    args = ["report", "--sections", sections, "--engine", engine, "--out", str(out), *extra]
     if engine != "local":
         args += ["--kept-examples", str(KEPT)]
     r = CliRunner().invoke(main, args)
@@ -35,8 +35,9 @@ def local_summary(tmp_path_factory):
 
 def _check_against_local(got: dict, ref: dict, engine: str) -> None:
     assert fact_differences(got, ref) == []
-    n_facts = sum(len(f) for h in ref["heads"] for f in h["facts"].values())
+    n_facts, n_claim_fields = fact_count(ref)
     assert n_facts > 1000  # syntax, ablation and roles facts of all 72 heads were compared
+    assert n_claim_fields >= 6 * 72 * 10  # and every field of the six claims of every head
     for sa, sb in zip(got["sections"], ref["sections"], strict=True):
         assert sa["status"] == sb["status"] == "ran"
         assert close(sa["summary"], sb["summary"]) and sa["notes"] == sb["notes"], sa["name"]
@@ -44,7 +45,8 @@ def _check_against_local(got: dict, ref: dict, engine: str) -> None:
     # only the kept sample's maps were held; the statistics counted all 24 sentences
     assert ref["corpus"]["examples"] == 24 and got["corpus"]["examples"] == KEPT
     stated = got["settings"]
-    assert stated["engine"].startswith(engine) and "syntax, roles on all 24 examples" in stated["engine"]
+    assert stated["engine"].startswith(engine)
+    assert "syntax, roles, the claims' pattern and structure evidence on all 24 examples" in stated["engine"]
     assert f"first {KEPT} of 24" in stated["kept sample"]
     syntax = next(s for s in got["sections"] if s["name"] == "syntax")
     assert "over 24 sentences" in syntax["notes"][0]
@@ -59,6 +61,9 @@ def test_roles_from_the_kept_sample_alone_would_differ(tmp_path, local_summary):
     sentences names other numbers (so the engine really streamed all 24)."""
     small = _report(tmp_path, "local", "--limit", str(KEPT))
     assert len(fact_differences(small, local_summary)) > 100
+    pattern = [d for d in fact_differences(small, local_summary) if d[2] == "claims:pattern"]
+    structure = [d for d in fact_differences(small, local_summary) if d[2] == "claims:structure"]
+    assert len(pattern) > 50 and len(structure) > 50  # the claims' evidence too
 
 
 @pytest.mark.slow
@@ -106,3 +111,44 @@ def test_streamed_relations_keep_words_absorbed_by_a_neighbours_token(minilm):
     import pandas as pd
 
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-6)
+
+
+def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm):
+    """The claims declare their pattern and structure evidence as accumulators. Streamed
+    layer by layer in blocks of 5 sentences (the last block first; each block's
+    accumulators pickled, as a Ray worker hands them back, and merged) they hold the same per-example sums, in corpus
+    order, as the held whole maps fed at once; and the claims read from them are equal."""
+    import numpy as np
+
+    from probe.analyses.claims.heads import evidence_accumulators, head_claims
+    import pickle
+
+    from probe.app.engine.jobs import StreamJob
+    from probe.app.report.bundled import sample_corpus
+    from probe.capture import capture
+    from probe.inputs import fit_to_model
+
+    corpus = fit_to_model(sample_corpus(), minilm)
+    maps = capture(minilm, list(corpus.texts), word_spans=list(corpus.word_spans))
+    held = head_claims(None, corpus, maps)
+    items, job = list(corpus.sentences), StreamJob(list(evidence_accumulators(corpus).values()), batch_size=4)
+    blocks = [list(range(s, min(s + 5, len(items)))) for s in range(0, len(items), 5)][::-1]  # last block first
+    parts = [pickle.loads(pickle.dumps(job.run(minilm, [items[i] for i in b], b))) for b in blocks]
+    got = dict(zip(("pattern", "structure"), StreamJob.merge(parts)))
+    assert got["pattern"].layerwise.inner and not got["pattern"].whole.n_examples  # really streamed by layer
+    ref = evidence_accumulators(corpus)
+    from probe.streaming import feed_maps
+
+    feed_maps(list(ref.values()), maps, items=list(corpus.sentences))
+    a, b = got["pattern"].result(), ref["pattern"].result()
+    assert a.values.shape == (24, 72, b.values.shape[2]) and np.array_equal(np.isnan(a.values), np.isnan(b.values))
+    np.testing.assert_allclose(a.values, b.values, rtol=0, atol=1e-6, equal_nan=True)  # float32 maps of other batches
+    assert np.array_equal(a.rows, b.rows) and a.punct_chance == b.punct_chance
+    (sa, ka), (sb, kb) = got["structure"].result(), ref["structure"].result()
+    assert sa["relations"] == sb["relations"] and ka == kb
+    for key in ("hits", "counts", "offset_hits"):
+        assert np.array_equal(sa[key], sb[key]), key
+    streamed = head_claims(None, corpus, maps[:3], evidence=got)  # the held maps do not matter
+    for head, by_kind in held.claims.items():
+        for kind in ("pattern", "structure"):
+            assert close(streamed.claims[head][kind].to_dict(), by_kind[kind].to_dict()), (head, kind)

@@ -119,21 +119,52 @@ def zoo_sentences(corpus) -> Optional[list]:
     return out
 
 
-def _structure(maps, corpus, heads) -> tuple:
-    from probe.analyses.structure.word_graph import Skipped, word_graphs
+def structure_sentences(corpus) -> tuple:
+    """``(sentences, own)``: the dependency-annotated sentences of ``corpus`` (its
+    treebank's, or :func:`zoo_sentences`) and whether they are the corpus's own items
+    (``corpus.sentences``, what an engine streams); ``(None, False)`` without annotation."""
+    if corpus.sentences and all(s.heads for s in corpus.sentences):
+        return list(corpus.sentences), True
+    return zoo_sentences(corpus), False
 
+
+def evidence_accumulators(corpus) -> dict:
+    """The pattern and structure claims' evidence as accumulators over ``corpus`` (the
+    protocol of :mod:`probe.analyses.common.accumulate`): ``{"pattern":
+    PatternFeatures, "structure": StructureCounts}`` (no ``structure`` without dependency
+    annotation). A run fills them from its held maps or streams its corpus through them;
+    :func:`head_claims` reads them (``evidence=``)."""
+    from .pattern import PatternFeatures
+    from .structure import StructureCounts
+
+    accs: dict = {"pattern": PatternFeatures()}
+    sentences, own = structure_sentences(corpus)
+    if sentences:
+        accs["structure"] = StructureCounts(None if own else sentences)
+    return accs
+
+
+def _structure(acc, heads) -> tuple:
     from .structure import no_treebank, structure_claims
 
-    sentences = (
-        corpus.sentences if corpus.sentences and all(s.heads for s in corpus.sentences) else zoo_sentences(corpus)
-    )
-    if not sentences:
+    if acc is None:
         return no_treebank(heads, "no dependency annotation (give a treebank with --conllu)"), None
-    skipped = Skipped([])
-    graphs = list(word_graphs(maps, sentences, skipped=skipped))
-    if not graphs:
+    counts, n_skipped = acc.result()
+    if counts is None:
         return no_treebank(heads, "no sentence aligned with its words"), None
-    return structure_claims(graphs, n_sentences_skipped=len(skipped))
+    return structure_claims(counts, n_sentences_skipped=n_skipped)
+
+
+def feed_maps(accumulators: dict, maps, items) -> dict:
+    """``accumulators`` (a dict) filled from held ``maps`` (:func:`probe.streaming.feed_maps`)."""
+    from probe.streaming import feed_maps as feed
+
+    feed(list(accumulators.values()), maps, items=items)
+    return accumulators
+
+
+def _items(corpus) -> Optional[list]:
+    return list(corpus.sentences) if getattr(corpus, "sentences", None) else None
 
 
 def _fill(kind: str, heads, reason: str) -> dict:
@@ -143,8 +174,9 @@ def _fill(kind: str, heads, reason: str) -> dict:
 def head_claims(
     adapter,
     corpus,
-    maps,
+    maps=None,
     *,
+    evidence: Optional[dict] = None,
     importance=None,
     faithfulness=None,
     faithfulness_info=None,
@@ -161,7 +193,10 @@ def head_claims(
     Args:
         adapter: the live model (``None``: causal claims are not tested).
         corpus: the :class:`probe.inputs.Corpus` the interventions run on (cut it first).
-        maps: captured :class:`probe.maps.AttentionMaps` (the pattern and structure claims).
+        maps: captured :class:`probe.maps.AttentionMaps` of ``corpus`` (the pattern and
+            structure claims' evidence, unless ``evidence`` is given).
+        evidence: :func:`evidence_accumulators` already filled (an engine streamed a
+            larger corpus through them than the maps held here).
         importance: table ``layer, head, importance`` shown beside necessity.
         faithfulness, faithfulness_info: the faithfulness verdict table and run info.
         objective: what necessity is measured on (a name, ``auto`` or an objective;
@@ -178,15 +213,21 @@ def head_claims(
     from .redundancy import redundancy_claims
     from .removal import removal_sweep
 
-    heads = [(int(layer), h) for layer in maps[0].layers for h in range(maps[0].n_heads)]
+    if evidence is None:
+        evidence = feed_maps(evidence_accumulators(corpus), maps or [], items=_items(corpus))
     notes = []
     tables = {}
     try:
-        pattern, tables["profile"] = pattern_claims(maps)
+        pattern_ev = evidence["pattern"].result()
+        heads = [(int(layer), h) for layer in pattern_ev.layers for h in range(pattern_ev.n_heads)]
+        pattern, tables["profile"] = pattern_claims(pattern_ev)
     except NotApplicable as exc:  # the only source of "not tested" (probe.errors)
+        if not maps:
+            raise
+        heads = [(int(layer), h) for layer in maps[0].layers for h in range(maps[0].n_heads)]
         pattern = _fill("pattern", heads, exc.reason)
     try:
-        structure, st_table = _structure(maps, corpus, heads)
+        structure, st_table = _structure(evidence.get("structure"), heads)
     except NotApplicable as exc:
         structure, st_table = _fill("structure", heads, exc.reason), None
     if st_table is not None and len(st_table):

@@ -15,12 +15,16 @@ bootstrap interval over examples (row-weighted means of per-example shares).
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
+from probe.analyses.common.accumulate import PunctuationShare
 from probe.analyses.common.bootstrap import resample_counts
-from probe.analyses.patterns.role_features import HeadFeatureAccumulator, example_values, token_frequencies
+from probe.analyses.patterns.role_features import HeadFeatureAccumulator, LayerwiseHeadFeatures, example_values
+from probe.streaming import feed_maps
 
 from probe.analyses.patterns.vocabulary import COMPONENTS, choose_rule, nearest_rule, profile_words
 from probe.analyses.patterns.vocabulary import RULES as VOCAB_RULES
@@ -45,14 +49,102 @@ RULES = tuple((role, feat, key, THRESHOLDS[key]) for role, feat, key in VOCAB_RU
 FEATURES = tuple(dict.fromkeys(list(COMPONENTS) + [r[1] for r in RULES] + ["rare_chance", "max_attention"]))
 
 
-def example_features(maps) -> tuple:
-    """Per-example features in one pass: ``(values [E, L·H, F], rows [E, F], layers,
-    n_heads)`` with ``F = len(FEATURES)`` (NaN where an example has no row for a feature)."""
-    acc = HeadFeatureAccumulator(level="token", frequencies=token_frequencies(maps, "token"), keep_examples=True)
-    for m in maps:
-        acc.update(m)
-    values, rows = example_values(acc, FEATURES)
-    return values, rows, tuple(acc.layers or ()), acc.n_heads
+@dataclass(frozen=True)
+class PatternEvidence:
+    """What the pattern claims read, as per-example sums (one streamed pass suffices).
+
+    Attributes:
+        values: ``[E, L·H, F]`` each example's mean of every feature of :data:`FEATURES`
+            (``NaN`` where the example has no row for it); heads layer-major.
+        rows: ``[E, F]`` query rows behind each example's feature.
+        layers: the captured layers; ``n_heads``: heads per layer.
+        punct_chance: share of punctuation among the corpus's non-special tokens.
+        special_names: ``(first, other)`` special tokens' text (``[CLS]``, ``[SEP]``).
+    """
+
+    values: np.ndarray
+    rows: np.ndarray
+    layers: tuple
+    n_heads: int
+    punct_chance: float
+    special_names: tuple
+
+
+class PatternFeatures:
+    """The accumulator of :class:`PatternEvidence` (the protocol of
+    :mod:`probe.analyses.common.accumulate`): head features of every example (the rarest
+    token resolved once the whole corpus was counted), the punctuation share and the
+    first example's special tokens. Fed layer by layer by a streamed run
+    (``update``), or whole examples at once from held maps (``update_examples``, what
+    :func:`probe.streaming.feed_maps` calls): the same numbers either way
+    (tests/test_report_engine.py). Memory: ``E × L·H × F`` float64 (EWT dev's 2,001
+    sentences: 20 MB).
+    """
+
+    def __init__(self) -> None:
+        self.layerwise = LayerwiseHeadFeatures("token", keep_examples=True)
+        self.whole = HeadFeatureAccumulator(level="token", keep_examples=True)
+        self.punct = PunctuationShare()
+        self.first: Optional[tuple] = None  # (corpus index, special names)
+
+    def _first(self, meta, maps) -> None:
+        for index, m in zip(meta.indices, maps):
+            if self.first is None or index < self.first[0]:
+                self.first = (int(index), _special_names(m))
+
+    def update(self, layer: int, maps: Sequence, meta: Any) -> None:
+        """One layer of a batch (single-layer maps ``[1, H, n, n]``)."""
+        self.layerwise.update(layer, maps, meta)
+        self.punct.update(layer, maps, meta)
+        self._first(meta, maps)
+
+    def update_examples(self, maps: Sequence, meta: Any) -> None:
+        """Whole examples (``[L, H, n, n]``) of a batch."""
+        for index, m in zip(meta.indices, maps):
+            self.whole.update(m, index=index)
+        self.punct.update(meta.first_layer, maps, meta)
+        self._first(meta, maps)
+
+    def merge(self, other: "PatternFeatures") -> "PatternFeatures":
+        self.layerwise.merge(other.layerwise)
+        self.whole.merge(other.whole)
+        self.punct.merge(other.punct)
+        if other.first is not None and (self.first is None or other.first[0] < self.first[0]):
+            self.first = other.first
+        return self
+
+    def result(self) -> PatternEvidence:
+        """Raises: NotApplicable: no example was added."""
+        if self.first is None:
+            raise NotApplicable("no examples to measure attention patterns on")
+        if self.layerwise.inner and self.whole.n_examples:
+            raise ValueError("PatternFeatures was fed both layers and whole examples: feed one way")
+        if self.layerwise.inner:
+            values, rows, _ = self.layerwise.example_values(FEATURES)
+            some = next(iter(self.layerwise.inner.values()))
+            layers, n_heads = self.layerwise.layers, some.n_heads
+        else:
+            values, rows = example_values(self.whole, FEATURES)
+            order = np.argsort(np.asarray(self.whole.example_ids), kind="stable")
+            values, rows = values[order], rows[order]
+            layers, n_heads = tuple(self.whole.layers or ()), self.whole.n_heads
+        return PatternEvidence(
+            values=values,
+            rows=rows,
+            layers=tuple(layers),
+            n_heads=int(n_heads or 0),
+            punct_chance=self.punct.result(),
+            special_names=self.first[1],
+        )
+
+
+def pattern_evidence(maps) -> PatternEvidence:
+    """:class:`PatternEvidence` of held maps (a list of :class:`probe.maps.AttentionMaps`
+    ``[L, H, n, n]``, corpus order), through the accumulator a streamed run fills."""
+    if not maps:
+        raise NotApplicable("no examples to measure attention patterns on")
+    (acc,) = feed_maps([PatternFeatures()], maps)
+    return acc.result()
 
 
 def weighted_shares(
@@ -85,54 +177,43 @@ def weighted_shares(
     return mean.reshape(shape), np.asarray(low).reshape(shape), np.asarray(high).reshape(shape)
 
 
-def punctuation_share(maps) -> float:
-    """Share of non-special tokens that are punctuation over the corpus (what a head
-    attending at random puts on punctuation)."""
-    from probe.analyses.patterns.role_features import is_punctuation
-
-    n = p = 0
-    for m in maps:
-        for t, s in zip(m.tokens, m.special_mask.tolist()):
-            if not s:
-                n += 1
-                p += is_punctuation(str(t))
-    return p / max(n, 1)
-
-
-def _special_names(maps) -> tuple:
-    m = maps[0]
+def _special_names(m) -> tuple:
+    """``(first, other)`` special tokens of one example's maps (``[CLS]``, ``[SEP]``)."""
     idx = [i for i, s in enumerate(m.special_mask.tolist()) if s]
     if not idx or idx[0] != 0:
         return "[CLS]", "[SEP]"
     return str(m.tokens[idx[0]]), (str(m.tokens[idx[-1]]) if len(idx) > 1 else "[SEP]")
 
 
-def pattern_claims(maps) -> tuple:
-    """Pattern claims of every head over ``maps`` (a list of :class:`probe.maps.AttentionMaps`).
+def pattern_claims(evidence) -> tuple:
+    """Pattern claims of every head.
+
+    Args:
+        evidence: a :class:`PatternEvidence` (streamed or not), or a list of
+            :class:`probe.maps.AttentionMaps` (its evidence is computed here).
 
     Returns:
         ``(claims, table)``: ``{(layer, head): Claim}`` and the tidy profile table
         (``layer, head, feature, share, ci_low, ci_high``).
 
     Raises:
-        ValueError: no examples.
+        NotApplicable: no examples.
     """
-    if not maps:
-        raise NotApplicable("no examples to measure attention patterns on")
-    values, rows, layers, H = example_features(maps)
+    ev = evidence if isinstance(evidence, PatternEvidence) else pattern_evidence(evidence)
+    values, rows, layers, H = ev.values, ev.rows, ev.layers, ev.n_heads
     mean, low, high = weighted_shares(values, rows[:, None, :])
     weights = rows[:, list(FEATURES).index("self")]  # non-special query rows with a self position
-    cls, sep = _special_names(maps)
+    cls, sep = ev.special_names
     names = {c: w.format(cls=cls, sep=sep) for c, w in COMPONENTS.items()}
     fi = {f: i for i, f in enumerate(FEATURES)}
     n_rows = int(weights.sum())
-    punct_chance = punctuation_share(maps)
-    claims, rows = {}, []
+    punct_chance = ev.punct_chance
+    claims, profile_rows = {}, []
     for j in range(values.shape[1]):
         layer, head = layers[j // H], j % H
         share = {f: float(mean[j, fi[f]]) for f in FEATURES}
         for f in FEATURES:
-            rows.append((layer, head, f, share[f], float(low[j, fi[f]]), float(high[j, fi[f]])))
+            profile_rows.append((layer, head, f, share[f], float(low[j, fi[f]]), float(high[j, fi[f]])))
         # a component that a head attending at random would reach says nothing: all-bracket corpora are
         # all punctuation; in a small corpus most tokens tie for "the rarest"
         chance = {"to_punct": punct_chance, "to_rare": share.get("rare_chance")}
@@ -216,5 +297,5 @@ def pattern_claims(maps) -> tuple:
             reason=f"{feat} {share[feat]:.0%} {'≤' if feat == 'max_attention' else '≥'} {value:.0%}; profile: {words}",
             extra=extra,
         )
-    table = pd.DataFrame(rows, columns=["layer", "head", "feature", "share", "ci_low", "ci_high"])
+    table = pd.DataFrame(profile_rows, columns=["layer", "head", "feature", "share", "ci_low", "ci_high"])
     return claims, table

@@ -13,11 +13,14 @@ claim when a relation is significant after BH *and* its margin is at least
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Optional, Sequence
+
 import numpy as np
 
 from probe.analyses.common.bootstrap import resample_counts
+from probe.analyses.structure.streaming import SkippingPerLayer
 from probe.analyses.structure.syntax import DIRECTIONS, OFFSETS, argmax_predictions
+from probe.analyses.structure.word_graph import AlignmentError, word_graph
 
 from . import thresholds as T
 from probe.errors import NotApplicable
@@ -26,34 +29,45 @@ from .claim import Claim, not_tested
 from .statistics import benjamini_hochberg, detectable_from_se, se_from_interval
 
 
-def sentence_counts(graphs) -> dict:
-    """Per-sentence sums: ``hits [S, 2, L·H, R]``, ``counts [S, R]``, ``offset_hits [S, R, O]``,
-    ``relations``, ``layers``, ``n_heads`` from :class:`probe.analyses.structure.word_graph.WordGraph` s."""
-    vocab: dict[str, int] = {}
-    per: list = []
-    shape: Any = None
-    layers: Any = None
-    for g in graphs:
-        L, H = g.attention.shape[:2]
-        shape, layers = (L, H), g.layers
-        keep = g.heads >= 0
-        if not bool(keep.any()):
-            continue
-        pred = argmax_predictions(g.attention)[..., keep].reshape(2, L * H, -1).numpy()
-        gold = g.heads[keep].numpy()
-        pos = np.nonzero(keep.numpy())[0]
-        rel = np.array([vocab.setdefault(r, len(vocab)) for r, k in zip(g.deprels, keep.tolist()) if k])
-        off = (pos[:, None] + np.asarray(OFFSETS)[None, :]) == gold[:, None]
-        per.append((pred == gold[None, None, :], rel, off))
+def sentence_record(g) -> Optional[tuple]:
+    """One sentence's evidence from its :class:`probe.analyses.structure.word_graph.WordGraph`
+    (any layers): ``(hits bool [2, L·H, n], relations (n names), offset_hits bool [n, O])``
+    over its ``n`` non-root words (each direction's argmax is the gold head; each fixed
+    offset is), or ``None`` when it has no non-root word."""
+    L, H = g.attention.shape[:2]
+    keep = g.heads >= 0
+    if not bool(keep.any()):
+        return None
+    pred = argmax_predictions(g.attention)[..., keep].reshape(2, L * H, -1).numpy()
+    gold = g.heads[keep].numpy()
+    pos = np.nonzero(keep.numpy())[0]
+    rels = tuple(r for r, k in zip(g.deprels, keep.tolist()) if k)
+    off = (pos[:, None] + np.asarray(OFFSETS)[None, :]) == gold[:, None]
+    return pred == gold[None, None, :], rels, off
+
+
+def counts_from_records(records: Sequence, layers: Sequence[int], n_heads: int) -> dict:
+    """Per-sentence sums from :func:`sentence_record` s (corpus order; ``None`` ones left
+    out): ``hits [S, 2, L·H, R]``, ``counts [S, R]``, ``offset_hits [S, R, O]``,
+    ``relations`` (in order of first appearance), ``layers``, ``n_heads``.
+
+    Raises:
+        NotApplicable: no sentence with a non-root word.
+    """
+    per = [r for r in records if r is not None]
     if not per:
         raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")
-    L, H = shape
+    vocab: dict[str, int] = {}
+    for _, rels, _ in per:
+        for r in rels:
+            vocab.setdefault(r, len(vocab))
     S, R, O = len(per), len(vocab), len(OFFSETS)
-    hits = np.zeros((S, 2, L * H, R))
+    LH = per[0][0].shape[1]
+    hits = np.zeros((S, 2, LH, R))
     counts = np.zeros((S, R))
     offs = np.zeros((S, R, O))
-    for s, (hit, rel, off) in enumerate(per):
-        onehot = np.eye(R)[rel]  # [n, R]
+    for s, (hit, rels, off) in enumerate(per):
+        onehot = np.eye(R)[[vocab[r] for r in rels]]  # [n, R]
         hits[s] = hit.astype(np.float64) @ onehot
         counts[s] = onehot.sum(0)
         offs[s] = onehot.T @ off.astype(np.float64)
@@ -61,10 +75,111 @@ def sentence_counts(graphs) -> dict:
         "hits": hits,
         "counts": counts,
         "offset_hits": offs,
-        "relations": tuple(sorted(vocab, key=vocab.__getitem__)),
+        "relations": tuple(vocab),
         "layers": tuple(layers),
-        "n_heads": H,
+        "n_heads": int(n_heads),
     }
+
+
+def sentence_counts(graphs) -> dict:
+    """Per-sentence sums (:func:`counts_from_records`) from
+    :class:`probe.analyses.structure.word_graph.WordGraph` s of every layer."""
+    graphs = list(graphs)
+    if not graphs:
+        raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")
+    g = graphs[-1]
+    return counts_from_records([sentence_record(g) for g in graphs], g.layers, g.attention.shape[1])
+
+
+class _SentenceRecords:
+    """One layer's :func:`sentence_record` s: ``{corpus index: record}``."""
+
+    def __init__(self) -> None:
+        self.records: dict = {}
+
+    def update(self, graph) -> None:
+        self.records[graph.index] = sentence_record(graph)
+
+    def merge(self, other: "_SentenceRecords") -> "_SentenceRecords":
+        self.records.update(other.records)
+        return self
+
+    def result(self) -> dict:
+        return self.records
+
+
+class StructureCounts(SkippingPerLayer):
+    """The streaming accumulator of the structure claims' evidence (the protocol of
+    :mod:`probe.analyses.common.accumulate`): each sentence's :func:`sentence_record`,
+    layer by layer, joined at the end. ``result()`` is ``(counts, n_skipped)`` with
+    ``counts`` as :func:`sentence_counts` of the whole word graphs (``None``: no
+    sentence aligned). Memory: ``2 × L·H`` booleans per word of the corpus.
+
+    Args:
+        sentences: the treebank sentence of each corpus index, when the streamed items
+            are not the sentences themselves (``None``: ``meta.items``).
+    """
+
+    def __init__(self, sentences: Optional[Sequence] = None):
+        super().__init__(_SentenceRecords)
+        self.sentences = sentences
+        self.whole = _SentenceRecords()  # records of whole examples (update_examples)
+        self.whole_layers: tuple = ()
+
+    def _sentence(self, meta, position: int):
+        index = meta.indices[position]
+        return self.sentences[index] if self.sentences is not None else meta.items[position]
+
+    def inner_update(self, acc, maps, meta, position: int) -> None:
+        try:
+            acc.update(word_graph(maps, self._sentence(meta, position), index=meta.indices[position]))
+        except AlignmentError as exc:
+            self._skip(meta, position, maps.layers[0], exc)
+
+    def update_examples(self, maps: Sequence, meta) -> None:
+        """Whole examples (``[L, H, n, n]``) of a batch: one word graph each."""
+        for position, m in enumerate(maps):
+            self.whole_layers = tuple(m.layers)
+            try:
+                self.whole.update(word_graph(m, self._sentence(meta, position), index=meta.indices[position]))
+            except AlignmentError as exc:
+                self._skip(meta, position, meta.first_layer, exc)
+
+    def merge(self, other):
+        super().merge(other)
+        self.whole.merge(other.whole)
+        self.whole_layers = self.whole_layers or other.whole_layers
+        return self
+
+    def result(self) -> tuple:
+        """``(counts, n_skipped)``; ``counts`` is ``None`` when no sentence aligned.
+
+        Raises:
+            NotApplicable: no aligned sentence has a non-root word.
+        """
+        if self.whole.records:
+            records = [self.whole.records[i] for i in sorted(self.whole.records)]
+            if not any(r is not None for r in records):
+                raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")
+            first = next(r for r in records if r is not None)
+            L = len(self.whole_layers)
+            return counts_from_records(records, self.whole_layers, first[0].shape[1] // L), len(self.skipped)
+        if not self.inner:
+            return None, len(self.skipped)
+        parts = self.results()
+        layers = self.layers
+        records = []
+        for index in sorted(parts[layers[0]]):
+            pieces = [parts[layer][index] for layer in layers]
+            if pieces[0] is None:
+                records.append(None)
+                continue
+            hits = np.concatenate([p[0] for p in pieces], axis=1)  # [2, L·H, n], layer-major
+            records.append((hits, pieces[0][1], pieces[0][2]))
+        if not any(r is not None for r in records):
+            raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")
+        H = next(r for r in records if r is not None)[0].shape[1] // len(layers)
+        return counts_from_records(records, layers, H), len(self.skipped)
 
 
 def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CONFIDENCE, seed: int = 0) -> dict:
@@ -118,7 +233,8 @@ def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CON
 
 
 def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
-    """Structure claims of every head from treebank word graphs.
+    """Structure claims of every head from treebank word graphs, or from their
+    per-sentence sums (:func:`sentence_counts`, streamed by :class:`StructureCounts`).
 
     Returns:
         ``(claims, table)``: ``{(layer, head): Claim}`` and the tested rows as a tidy table
@@ -127,8 +243,7 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
     """
     import pandas as pd
 
-    graphs = list(graphs)
-    sc = sentence_counts(graphs)
+    sc = graphs if isinstance(graphs, dict) else sentence_counts(graphs)
     L, H = len(sc["layers"]), sc["n_heads"]
     S = sc["hits"].shape[0]
     heads = [(sc["layers"][j // H], j % H) for j in range(L * H)]

@@ -172,28 +172,31 @@ class HeadFeatureAccumulator:
         self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None, keep_examples: bool = False
     ):
         _check_level(level)
-        #: with ``keep_examples`` (and ``frequencies`` given): per example, feature name ->
-        #: ``(sum [L, H], rows)``, for intervals over examples (:func:`example_values`)
+        #: with ``keep_examples``: per example, feature name -> ``(sum [L, H], rows)``, for
+        #: intervals over examples (:func:`example_values`); without ``frequencies`` the
+        #: rare-token entries are filled when the corpus was counted (:meth:`resolve`)
         self.examples: Optional[list] = [] if keep_examples else None
-        if keep_examples and frequencies is None:
-            raise InputError("keep_examples needs frequencies (the rarest token is known only after a full pass)")
+        #: with ``keep_examples``: each kept example's corpus index (``update(index=)``)
+        self.example_ids: list = []
         self.level = level
         self.frequencies = None if frequencies is None else {_key(k): v for k, v in frequencies.items()}
         self._counts: Counter = Counter()
         self._sum: dict = {}
         self._n: dict = {}
         self._deferred: list = []
+        self._deferred_at: list = []  # the position in ``examples`` of each deferred summary (-1: none kept)
         self.n_examples = 0
         self.layers: Optional[tuple] = None
         self.n_heads: Optional[int] = None
         self.kind: Optional[str] = None
 
     # ---- accumulation -------------------------------------------------------------
-    def _add(self, name: str, total: torch.Tensor, count) -> None:
-        """Add ``total`` ([L, H], a sum over rows) and its number of rows."""
+    def _add(self, name: str, total: torch.Tensor, count, at: int = -1) -> None:
+        """Add ``total`` ([L, H], a sum over rows) and its number of rows (of the kept
+        example at position ``at``, the last one by default)."""
         total = total.double()
         if self.examples is not None:
-            self.examples[-1][name] = (total, float(count))
+            self.examples[at][name] = (total, float(count))
         if name in self._sum:
             self._sum[name] += total
             self._n[name] += torch.as_tensor(count, dtype=torch.float64)
@@ -201,17 +204,19 @@ class HeadFeatureAccumulator:
             self._sum[name] = total.clone()
             self._n[name] = torch.as_tensor(count, dtype=torch.float64).clone()
 
-    def update(self, maps) -> None:
-        """Add one :class:`AttentionMaps`.
+    def update(self, maps, index: Optional[int] = None) -> None:
+        """Add one :class:`AttentionMaps` (``index``: its corpus index, kept with its
+        values when the accumulator keeps examples; default: its order of arrival).
 
         Raises:
-            ValueError: cross-attention, or an example with other layers/heads/kind
+            InputError: cross-attention, or an example with other layers/heads/kind
                 than the first one.
         """
         a, units, special = _units(maps, self.level)
         L, H, n, _ = a.shape
         if self.examples is not None:
             self.examples.append({})
+            self.example_ids.append(len(self.example_ids) if index is None else int(index))
         if self.layers is None:
             self.layers, self.n_heads, self.kind = tuple(maps.layers), H, maps.kind
         elif tuple(maps.layers) != self.layers or H != self.n_heads or maps.kind != self.kind:
@@ -271,11 +276,11 @@ class HeadFeatureAccumulator:
         keys = [_key(u) for u in units]
         distinct = sorted({k for k, s in zip(keys, special.tolist()) if not s})
         if distinct:
-            index = {k: i for i, k in enumerate(distinct)}
+            unit_index = {k: i for i, k in enumerate(distinct)}
             onehot = torch.zeros(n, len(distinct))
             for t, (key, s) in enumerate(zip(keys, special.tolist())):
                 if not s:
-                    onehot[t, index[key]] = 1.0
+                    onehot[t, unit_index[key]] = 1.0
             unit_mass = ((a * qf[:, None]).sum(-2)) @ onehot  # [L, H, U]
             hit = onehot[am]  # [L, H, n, U]: the unit of each row's argmax
             unit_argmax = (hit * qf[:, None]).sum(-2)  # [L, H, U]
@@ -288,11 +293,12 @@ class HeadFeatureAccumulator:
             else:
                 self._counts.update(k for k, s in zip(keys, special.tolist()) if not s)
                 self._deferred.append((distinct, unit_mass, unit_argmax, unit_chance, nq))
+                self._deferred_at.append(len(self.examples) - 1 if self.examples is not None else -1)
 
         # duplicate-token and induction scores (causal only)
         if causal:
             ids = (
-                torch.tensor([index.get(k, -1) if not s else -1 for k, s in zip(keys, special.tolist())])
+                torch.tensor([unit_index.get(k, -1) if not s else -1 for k, s in zip(keys, special.tolist())])
                 if distinct
                 else torch.full((n,), -1)
             )
@@ -312,6 +318,11 @@ class HeadFeatureAccumulator:
         block of 500 EWT sentences took ~1 s to pickle, the same again to load)."""
         state = dict(self.__dict__)
         deferred = state.pop("_deferred")
+        examples = state.pop("examples")
+        if examples:
+            state["_packed_examples"] = _pack_examples(examples)
+        else:
+            state["examples"] = examples
         if deferred:
             sizes = [len(d[0]) for d in deferred]
             state["_packed"] = {
@@ -326,7 +337,10 @@ class HeadFeatureAccumulator:
 
     def __setstate__(self, state: dict) -> None:
         packed = state.pop("_packed", None)
+        packed_examples = state.pop("_packed_examples", None)
         self.__dict__.update(state)
+        if packed_examples is not None:
+            self.examples = _unpack_examples(packed_examples)
         self._deferred = []
         if packed:
             sizes, words, offset = packed["sizes"], packed["words"], 0
@@ -358,20 +372,38 @@ class HeadFeatureAccumulator:
                 f"cannot merge features of layers {list(other.layers)} × {other.n_heads} heads "
                 f"into layers {list(self.layers)} × {self.n_heads}: one model's capture at a time"
             )
+        if (self.examples is None) != (other.examples is None):
+            raise ValueError("cannot merge an accumulator that keeps examples with one that does not")
+        offset = len(self.examples) if self.examples is not None else 0
+        kept, self.examples = self.examples, None  # the other's sums are not an example of this one
         for name, total in other._sum.items():
             self._add(name, total, other._n[name])
+        self.examples = kept
+        if self.examples is not None and other.examples is not None:
+            self.examples.extend(other.examples)
+            self.example_ids.extend(other.example_ids)
         self._counts.update(other._counts)
         self._deferred.extend(other._deferred)
+        self._deferred_at.extend(at + offset if at >= 0 else -1 for at in other._deferred_at)
         self.n_examples += other.n_examples
         return self
 
-    def _resolve_rare(self, summary, freqs) -> None:
+    def _resolve_rare(self, summary, freqs, at: int = -1) -> None:
         distinct, unit_mass, unit_argmax, unit_chance, nq = summary
         f = torch.tensor([freqs.get(k, 0) for k in distinct], dtype=torch.float64)
-        rare = (f == f.min()).to(torch.float32)
-        self._add("to_rare", unit_mass.float() @ rare, nq)
-        self._add("argmax_rare", unit_argmax.float() @ rare, nq)
-        self._add("rare_chance", torch.full(unit_mass.shape[:2], float(unit_chance.float() @ rare)), nq)
+        rare = (f == f.min()).to(torch.float64)  # float64 sums: the same to 1e-15 however the corpus was split
+        self._add("to_rare", unit_mass.double() @ rare, nq, at)
+        self._add("argmax_rare", unit_argmax.double() @ rare, nq, at)
+        self._add("rare_chance", torch.full(unit_mass.shape[:2], float(unit_chance.double() @ rare)), nq, at)
+
+    def resolve(self) -> None:
+        """Resolve the rare-token features deferred until the corpus was counted (called
+        by :meth:`result` and :func:`example_values`; a no-op once done)."""
+        if self._deferred:
+            freqs = self._counts
+            for s, at in zip(self._deferred, self._deferred_at):
+                self._resolve_rare(s, freqs, at)
+            self._deferred, self._deferred_at = [], []
 
     # ---- results --------------------------------------------------------------
     def result(self) -> pd.DataFrame:
@@ -384,11 +416,7 @@ class HeadFeatureAccumulator:
         """
         if self.layers is None:
             raise InputError("no examples: give at least one captured example")
-        if self._deferred:
-            freqs = self._counts
-            for s in self._deferred:
-                self._resolve_rare(s, freqs)
-            self._deferred = []
+        self.resolve()
         assert self.layers is not None and self.n_heads is not None  # set by the first example (checked above)
         L, H = len(self.layers), self.n_heads
         out: dict[str, Any] = {
@@ -416,6 +444,30 @@ class HeadFeatureAccumulator:
         return pd.DataFrame(out)[cols]
 
 
+def _pack_examples(examples: list) -> dict:
+    """Per-example ``{name: (sum [L, H], rows)}`` as a few flat arrays (for pickling)."""
+    names = sorted({name for ex in examples for name in ex})
+    first = next((ex[name][0] for ex in examples for name in ex), None)
+    shape = tuple(first.shape) if first is not None else (0, 0)
+    totals = torch.zeros((len(examples), len(names)) + shape, dtype=torch.float64)
+    rows = np.zeros((len(examples), len(names)))
+    has = np.zeros((len(examples), len(names)), dtype=bool)
+    for e, ex in enumerate(examples):
+        for k, name in enumerate(names):
+            if name in ex:
+                total, n = ex[name]
+                totals[e, k] = total.expand(shape)
+                rows[e, k], has[e, k] = n, True
+    return {"names": names, "totals": totals, "rows": rows, "has": has}
+
+
+def _unpack_examples(packed: dict) -> list:
+    names, totals, rows, has = packed["names"], packed["totals"], packed["rows"], packed["has"]
+    return [
+        {name: (totals[e, k], float(rows[e, k])) for k, name in enumerate(names) if has[e, k]} for e in range(len(has))
+    ]
+
+
 def example_values(acc: HeadFeatureAccumulator, names: Sequence[str]) -> tuple:
     """Per-example features from an accumulator built with ``keep_examples=True``.
 
@@ -425,6 +477,7 @@ def example_values(acc: HeadFeatureAccumulator, names: Sequence[str]) -> tuple:
     """
     if acc.examples is None:
         raise InputError("build the accumulator with keep_examples=True")
+    acc.resolve()
     assert acc.layers is not None and acc.n_heads is not None  # set by the first example (checked above)
     L, H = len(acc.layers), acc.n_heads
     E, F = len(acc.examples), len(names)
@@ -446,13 +499,39 @@ class LayerwiseHeadFeatures(PerLayer):
     :mod:`probe.analyses.common.accumulate`); ``result()`` equals :func:`head_features`
     of the same corpus (to float rounding)."""
 
-    def __init__(self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None):
+    def __init__(
+        self, level: str = "token", frequencies: Optional[Mapping[str, int]] = None, keep_examples: bool = False
+    ):
         _check_level(level)
-        super().__init__(functools.partial(HeadFeatureAccumulator, level=level, frequencies=frequencies))
+        super().__init__(
+            functools.partial(HeadFeatureAccumulator, level=level, frequencies=frequencies, keep_examples=keep_examples)
+        )
+
+    def inner_update(self, acc, maps, meta, position: int) -> None:
+        acc.update(maps, index=meta.indices[position])
 
     @property
     def n_examples(self) -> int:
         return next(iter(self.inner.values())).n_examples if self.inner else 0
+
+    def example_values(self, names: Sequence[str]) -> tuple:
+        """Per-example features of every layer (built with ``keep_examples=True``).
+
+        Returns:
+            ``(values [E, L·H, F], rows [E, F], ids [E])``: examples in corpus order
+            (``ids``: their indices), heads layer-major as :func:`example_values` of
+            whole maps.
+        """
+        if not self.inner:
+            raise InputError("no examples: give at least one captured example")
+        parts = []
+        for layer in self.layers:
+            acc = self.inner[layer]
+            values, rows = example_values(acc, names)
+            order = np.argsort(np.asarray(acc.example_ids), kind="stable")
+            parts.append((values[order], rows[order], np.asarray(acc.example_ids)[order]))
+        values = np.concatenate([p[0] for p in parts], axis=1)
+        return values, parts[0][1], parts[0][2]
 
     def result(self) -> pd.DataFrame:
         tables = list(self.results().values())

@@ -30,10 +30,10 @@ from probe.analyses.structure.coref import CorefCounter
 from probe.analyses.structure.syntax import OFFSETS, RelationAccuracy, RelationCounter
 from probe.analyses.structure.word_graph import AlignmentError, WordGraph, word_attention, word_graph
 
-__all__ = ["LayerwiseRelations", "KeptGraphs", "LayerwiseCoref"]
+__all__ = ["SkippingPerLayer", "LayerwiseRelations", "KeptGraphs", "LayerwiseCoref"]
 
 
-class _Skipping(PerLayer):
+class SkippingPerLayer(PerLayer):
     """PerLayer that lists the examples whose words do not align, once each."""
 
     def __init__(self, make):
@@ -54,7 +54,7 @@ class _Skipping(PerLayer):
         return self
 
 
-class LayerwiseRelations(_Skipping):
+class LayerwiseRelations(SkippingPerLayer):
     """Relation accuracy counts per layer; ``result()`` joins them along the layer axis.
 
     Args:
@@ -111,7 +111,7 @@ class _GraphParts:
         return self.graphs
 
 
-class KeptGraphs(_Skipping):
+class KeptGraphs(SkippingPerLayer):
     """Word graphs (all layers) of the sentences whose corpus index is in ``keep``.
 
     Memory: the word-level maps of the kept sentences only (``[L, H, W, W]`` each).
@@ -152,7 +152,7 @@ class KeptGraphs(_Skipping):
         return out
 
 
-class LayerwiseCoref(_Skipping):
+class LayerwiseCoref(SkippingPerLayer):
     """Coreference antecedent counts per layer (items: ``CorefWindow`` s)."""
 
     def __init__(self):

@@ -251,7 +251,9 @@ def capture(
     return Store(out)
 
 
-def report_statistics(model, corpus, *, treebank: bool, batch_size: int = 16, **run) -> dict:
+def report_statistics(
+    model, corpus, *, treebank: bool, batch_size: int = 16, extra: Optional[dict] = None, **run
+) -> dict:
     """The report's corpus statistics in one streamed pass (``probe report --engine``):
     the roles' head features (token and word level) and punctuation share, and, on a
     treebank, the syntax section's relation counts (Clark et al. 2019), over every
@@ -264,7 +266,9 @@ def report_statistics(model, corpus, *, treebank: bool, batch_size: int = 16, **
         :class:`probe.analyses.structure.syntax.RelationAccuracy` (``None`` without a
         treebank); ``"skipped"``: rows ``(index, sent_id, line, reason)`` of sentences
         whose words could not be aligned; ``"long"``: ``[(index, n_tokens)]`` left out;
-        ``"seconds"``: wall time of the pass.
+        ``"seconds"``: wall time of the pass; ``"extra"``: ``extra``
+        (``{analysis: {key: accumulator}}``, the accumulators analyses declare) filled over
+        the same pass, merged.
     """
     from probe.analyses.common.accumulate import PunctuationShare
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
@@ -275,9 +279,14 @@ def report_statistics(model, corpus, *, treebank: bool, batch_size: int = 16, **
     accs = [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), PunctuationShare()]
     if treebank:
         accs.append(LayerwiseRelations())
+    declared = [(name, key) for name, by_key in (extra or {}).items() for key in by_key]
+    accs.extend((extra or {})[name][key] for name, key in declared)
     merged, long = _stream(model, items, accs, run, batch_size)
     token, word, punct = merged[:3]
     relations = merged[3] if treebank else None
+    filled: dict = {}
+    for (name, key), acc in zip(declared, merged[len(accs) - len(declared) :]):
+        filled.setdefault(name, {})[key] = acc
     return {
         "token": token.result(),
         "word": word.result(),
@@ -287,4 +296,5 @@ def report_statistics(model, corpus, *, treebank: bool, batch_size: int = 16, **
         "skipped": list(relations.skipped) if relations is not None else [],
         "long": long,
         "seconds": time.perf_counter() - t0,
+        "extra": filled,
     }

@@ -150,6 +150,12 @@ class Analysis:
         engines: the ``--engine`` choices of the command (``local``, ``stream``, ``ray``;
             docs/scale.md); non-empty adds ``--engine``/``--address``/``--workers`` and
             ``run`` reads them as ``ctx.engine_run`` (``None`` for ``local``).
+        accumulators: ``accumulators(ctx, corpus) -> {key: accumulator}``: the corpus statistics
+            the analysis reads as sums over examples (the protocol of
+            :mod:`probe.analyses.common.accumulate`). The run fills them: an engine
+            streams the whole corpus through them (``probe report --engine``), a local
+            run feeds them its held maps; ``run`` reads them with
+            ``ctx.accumulated(name)`` and never branches on the engine.
     """
 
     name: str
@@ -170,6 +176,7 @@ class Analysis:
     model: str = "minilm"
     example: str = ""
     engines: tuple = ()
+    accumulators: Optional[Callable] = None
 
     @property
     def command_name(self) -> Optional[str]:

@@ -42,6 +42,9 @@ class Context:
             turns them into :func:`probe.app.engine.run_job` arguments.
         on_engine: the report's streamed statistics of the whole corpus
             (:class:`probe.app.report.engine_sections.EngineRun`), or ``None``.
+        streamed: analysis name -> its declared accumulators (``Analysis.accumulators``)
+            filled by an engine's pass over the whole corpus; :meth:`accumulated` fills
+            them from the held maps when no engine did.
         settings: JSON-able settings shown in the report (model, limit, choices made …).
         overrides: parameters the user set for every analysis that declares them
             (``probe report --objective/--target/--max-model-examples``).
@@ -93,12 +96,14 @@ class Context:
         self.workdir = workdir
         self.engine, self.address, self.workers = engine or "local", address, workers
         self.on_engine: Optional[Any] = None
+        self.streamed: dict = {}
         self.settings: dict = settings if settings is not None else {}
         self.overrides: dict = dict(overrides or {})
         self.echo = (not quiet) if echo is None else echo
         self.indent = indent
         self._adapter, self._corpus, self._maps = adapter, corpus, maps
         self._input_corpus = input_corpus
+        self._whole = None  # the corpus a kept sample was cut from (keep_first)
         self._sentences: Optional[list] = None
         #: example indices shown on every report page (the report chooses them)
         self.representatives: list = list(representatives or ())
@@ -231,11 +236,48 @@ class Context:
             )
         return self._maps
 
+    def accumulated(self, name: str) -> dict:
+        """The accumulators analysis ``name`` declares (``Analysis.accumulators``), filled
+        over the run's corpus: by the engine's streamed pass when one ran (the whole
+        corpus), else from the held maps (:func:`probe.streaming.feed_maps`). Each is
+        read with ``.result()`` (which may raise ``NotApplicable``).
+
+        Raises:
+            KeyError: no analysis of that name; ``TypeError``: it declares none.
+        """
+        if name in self.streamed:
+            return self.streamed[name]
+        from probe.streaming import feed_maps
+
+        from . import get
+
+        declare = get(name).accumulators  # (ctx, corpus) -> {key: accumulator}
+        if declare is None:
+            raise TypeError(f"analysis {name!r} declares no accumulators")
+        accs = declare(self, self.corpus)
+        feed_maps(list(accs.values()), self.maps, items=self.stream_items())
+        self.streamed[name] = accs
+        return accs
+
+    def stream_items(self, corpus=None) -> list:
+        """The item of each example of ``corpus`` (default: the run's) as the streamed
+        accumulators see it (``BatchMeta.items``): its treebank sentence, else its text."""
+        c = corpus if corpus is not None else self.corpus
+        return list(c.sentences) if c.sentences else list(c.texts)
+
+    @property
+    def whole_corpus(self):
+        """The whole fitted corpus the run analyses: ``corpus``, unless the run holds the
+        maps of a kept sample only (:meth:`keep_first`), then the corpus it was cut from
+        (an engine streams it; the model-running analyses take their examples from it)."""
+        return self._whole if self._whole is not None else self.corpus
+
     def keep_first(self, n: int) -> None:
         """Hold the maps of the first ``n`` examples only: ``corpus`` becomes them and
-        ``input_corpus`` stays the whole (fitted) corpus, for an engine to stream."""
+        ``input_corpus`` and :attr:`whole_corpus` stay the whole (fitted) corpus, for an
+        engine to stream."""
         whole = self.corpus
-        self._input_corpus = whole
+        self._input_corpus = self._whole = whole
         if n < len(whole):
             self._corpus = whole.subset(range(n))
 

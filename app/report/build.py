@@ -362,7 +362,7 @@ def build_report(
     if long_note:
         settings["long inputs"] = long_note
     if engine != "local":  # the whole corpus's statistics, streamed on the run's engine
-        on_engine = _engine_statistics(ctx, batch_size, bool(progress))
+        on_engine = _engine_statistics(ctx, batch_size, bool(progress), sections)
         settings.update(on_engine.statement(len(corpus), [s.name for s in choose(sections)]))
         settings["engine seconds"] = round(on_engine.stats["seconds"], 2)
     ctx.settings.update(settings)
@@ -381,7 +381,7 @@ def build_report(
     return data
 
 
-def _engine_statistics(ctx: Context, batch_size: int, progress: bool):
+def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=None):
     """Stream the run's whole corpus once through the statistics' accumulators on its
     engine; the :class:`.engine_sections.EngineRun` is kept as ``ctx.on_engine`` and returned."""
     import sys
@@ -399,9 +399,19 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool):
     if progress:
         where = f"{on_engine.run.get('workers')} Ray workers" if on_engine.name == "ray" else "this process"
         print(f"statistics of all {len(corpus)} examples on {where} …", file=sys.stderr, flush=True)
+    declared = {  # the sections' own accumulators (Analysis.accumulators), streamed beside the statistics
+        a.name: a.accumulators(ctx, corpus) for a in choose(sections) if a.accumulators is not None
+    }
     on_engine.stats = report_statistics(
-        on_engine.model, corpus, treebank=treebank, batch_size=batch_size, progress=progress, **on_engine.run
+        on_engine.model,
+        corpus,
+        treebank=treebank,
+        batch_size=batch_size,
+        progress=progress,
+        extra=declared,
+        **on_engine.run,
     )
+    ctx.streamed.update(on_engine.stats["extra"])
     return on_engine
 
 

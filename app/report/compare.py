@@ -8,7 +8,7 @@ import math
 
 from probe.errors import InputError
 
-__all__ = ["TOLERANCE", "close", "fact_differences"]
+__all__ = ["TOLERANCE", "close", "fact_differences", "fact_count"]
 
 #: relative or absolute: what "equal" means between two engines' floats
 TOLERANCE = 1e-6
@@ -25,9 +25,19 @@ def close(a, b, tol: float = TOLERANCE) -> bool:
     return a == b
 
 
+def _facts(head: dict) -> dict:
+    """A head's facts by section, its claims included (section ``claims:<kind>``: every
+    field of the claim, its evidence and extra numbers)."""
+    out = dict(head.get("facts") or {})
+    for kind, claim in (head.get("claims") or {}).items():
+        out[f"claims:{kind}"] = claim
+    return out
+
+
 def fact_differences(a: dict, b: dict, tol: float = TOLERANCE) -> list:
     """``(layer, head, section, fact, value in a, value in b)`` for every per-head fact the
-    two summaries do not share within ``tol`` (a fact one of them lacks: ``None`` there).
+    two summaries do not share within ``tol`` (a fact one of them lacks: ``None`` there);
+    each claim's fields count as facts of section ``claims:<kind>``.
 
     Raises:
         InputError: the summaries list other heads (different models or layers).
@@ -38,9 +48,17 @@ def fact_differences(a: dict, b: dict, tol: float = TOLERANCE) -> list:
             raise InputError(
                 f"the summaries list other heads: L{ha['layer']}H{ha['head']} vs L{hb['layer']}H{hb['head']}"
             )
-        for sec in sorted(set(ha["facts"]) | set(hb["facts"])):
-            fa, fb = ha["facts"].get(sec, {}), hb["facts"].get(sec, {})
+        facts_a, facts_b = _facts(ha), _facts(hb)
+        for sec in sorted(set(facts_a) | set(facts_b)):
+            fa, fb = facts_a.get(sec, {}), facts_b.get(sec, {})
             for k in sorted(set(fa) | set(fb)):
                 if k not in fa or k not in fb or not close(fa[k], fb[k], tol):
                     out.append((ha["layer"], ha["head"], sec, k, fa.get(k), fb.get(k)))
     return out
+
+
+def fact_count(summary: dict) -> tuple:
+    """``(facts, claim fields)`` compared by :func:`fact_differences` in ``summary``."""
+    facts = sum(len(f) for h in summary["heads"] for f in (h.get("facts") or {}).values())
+    claims = sum(len(c) for h in summary["heads"] for c in (h.get("claims") or {}).values())
+    return facts, claims

@@ -12,7 +12,10 @@ roles           head features of every example (``LayerwiseHeadFeatures``, token
                 word level) and the punctuation share, fitted as local
 ablation        the single-head zero-ablation sweep on the model-run examples
                 (``AblateJob``: per-example values per block, one bootstrap here)
-others          importance, faithfulness, rollout, claims, …: locally, on the kept sample
+claims          the pattern and structure evidence of every example (the accumulators
+                the claims declare, ``Analysis.accumulators``); the removals on the
+                whole corpus's model-run examples, in this process
+others          importance, faithfulness, rollout, …: locally, on the kept sample
 ==============  =====================================================================
 
 The numbers of the distributed sections equal the local engine's (tests/test_report_engine.py).
@@ -54,11 +57,15 @@ class EngineRun:
         """The settings entries stated on the index page and in summary.json."""
         n = len(self.corpus)
         whole = [s for s in sections if s in ("syntax", "roles")]
+        if "claims" in sections:
+            whole.append("the claims' pattern and structure evidence")
         local = [s for s in sections if s not in DISTRIBUTED]
         where = f"{self.run.get('workers')} Ray workers" if self.name == "ray" else "one process, streamed"
         parts = [f"{', '.join(whole)} on all {n} examples"] if whole else []
         if "ablation" in sections:
             parts.append("ablation on its model-run examples")
+        if "claims" in sections:
+            parts.append("the claims' removals on the model-run examples of the whole corpus, in this process")
         return {
             "engine": f"{self.name} ({where}): " + ("; ".join(parts) or "no section distributed"),
             "kept sample": f"the first {kept} of {n} examples, captured whole (--kept-examples): the pages' "

@@ -23,7 +23,7 @@ def run(ctx) -> AblationResult:
 
         if any(p["group"]):
             raise InputError(f"--group runs with --engine local, not --engine {ctx.engine}")
-        corpus, cut = model_corpus(ctx, ctx.input_corpus)  # the whole corpus, not the kept sample
+        corpus, cut = model_corpus(ctx, ctx.whole_corpus)  # the whole corpus, not the kept sample
         spec = ctx.engine_model  # a stream engine runs the model this process loaded
         model = getattr(spec, "name", spec)
         res = on_engine.ablate(

@@ -35,7 +35,8 @@ def run(ctx) -> ClaimsResult:
     adapter = _adapter(ctx)
     imp, faith = ctx.result_of(ImportanceResult), ctx.result_of(FaithfulnessResult)
     ablation = ctx.result_of(AblationResult)
-    corpus, cut = model_corpus(ctx) if adapter is not None else (ctx.corpus, "")
+    # the model runs on the whole corpus's first examples, also when only a kept sample's maps are held
+    corpus, cut = model_corpus(ctx, ctx.whole_corpus) if adapter is not None else (ctx.corpus, "")
     objective = ctx.params.get("objective", "auto")
     why = ""
     if adapter is not None:
@@ -48,6 +49,7 @@ def run(ctx) -> ClaimsResult:
         adapter,
         corpus,
         ctx.maps,
+        evidence=ctx.accumulated("claims"),  # pattern and structure sums over the run's (or engine's) corpus
         importance=imp.table if imp else None,
         objective=objective,
         faithfulness=faith.verdict if faith else None,
@@ -85,11 +87,19 @@ def run(ctx) -> ClaimsResult:
     )
 
 
+def accumulators(ctx, corpus) -> dict:
+    """The pattern and structure claims' sums over examples (an engine streams them)."""
+    from probe.analyses.claims.heads import evidence_accumulators
+
+    return evidence_accumulators(corpus)
+
+
 ANALYSIS = Analysis(
     "claims",
     "Claims per head (pattern, structure, necessity, redundancy, weights, attribution)",
     run,
     needs=("corpus", "maps"),  # without a live model the causal claims are "not tested" (with the reason)
+    accumulators=accumulators,
     help="Every head's claims with their statistics: effect, 95% interval, count, null and the named "
     "threshold; a claim that cannot be tested says why. Writes claims.csv, counts.csv and the evidence "
     "tables. Alone it has no ablation, importance or faithfulness run to reuse (the report has): the "
