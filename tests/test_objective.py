@@ -247,3 +247,32 @@ def test_claims_reuse_a_sweep_without_running_its_mode_again(minilm, sample):
     assert fewer < fresh and not_reused > 0
     for mode in ("zero", "mean"):
         assert np.allclose(reused.harm[mode], both.harm[mode], atol=1e-6), mode
+
+
+def test_removal_batches_split_between_workers_give_the_same_harms(minilm, sample):
+    """The claims' removal sweep on an engine: the driver makes the plan (objective,
+    units, head means), the batches run in blocks elsewhere (here: three blocks, the last
+    first, each result pickled as a Ray actor hands it back) and the harms are computed
+    from the placed readouts. Every mode, the random ones included (each batch draws from
+    its own number), equals the sweep run in one process."""
+    import pickle
+
+    from probe.analyses.claims.removal import MODES, removal_sweep, run_removal_batches
+
+    heads = [(5, 10), (0, 2), (3, 1)]
+    seen = []
+
+    def runner(plan, batches):
+        blocks = [batches[s : s + 1] for s in range(0, len(batches), 1)][::-1]
+        seen.append(len(blocks))
+        plan = pickle.loads(pickle.dumps(plan))  # what a worker receives
+        return [pickle.loads(pickle.dumps(run_removal_batches(minilm, plan, b))) for b in blocks]
+
+    here = removal_sweep(minilm, sample, "similarity-structure", units=heads, batch_size=4)
+    there = removal_sweep(minilm, sample, "similarity-structure", units=heads, batch_size=4, runner=runner)
+    assert seen == [3]  # 10 sentences in batches of 4, one block each
+    for mode in MODES:
+        assert np.allclose(there.harm[mode], here.harm[mode], rtol=0, atol=1e-9), mode
+        for k, v in here.measures[mode].items():
+            assert np.allclose(there.measures[mode][k], v, rtol=0, atol=1e-9), (mode, k)
+    assert here.harm["resample"].std() > 0 and here.harm["random"].mean() > 0  # the random modes really ran

@@ -187,6 +187,7 @@ def head_claims(
     ablation=None,
     objective=None,
     objective_why: str = "",
+    runner=None,
 ) -> HeadClaims:
     """Every claim of every captured head.
 
@@ -205,6 +206,8 @@ def head_claims(
             notes and ``HeadClaims.objective``; default: ``given``).
         ablation: a :class:`.removal.RemovalSweep` already run on these heads, examples and
             objective (the report's ablation section's): its modes are not run again.
+        runner: where the removal sweeps' batches run (:func:`.removal.removal_sweep`'s
+            ``runner``; ``None``: this process).
     """
     from probe.analyses.common.objective import resolve_objective
 
@@ -249,10 +252,12 @@ def head_claims(
                 "floor_source": T.floor_source(obj.name),
                 "n": len(corpus),
             }
-            sweep = removal_sweep(adapter, corpus, obj, units=heads, seed=seed, progress=progress, reuse=ablation)
+            sweep = removal_sweep(
+                adapter, corpus, obj, units=heads, seed=seed, progress=progress, reuse=ablation, runner=runner
+            )
             necessity = necessity_claims(sweep, importance)
             weights = weights_claims(sweep, pattern)
-            redundancy, groups = redundancy_claims(adapter, corpus, obj, pattern, necessity, seed=seed)
+            redundancy, groups = redundancy_claims(adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner)
             if groups:
                 tables["groups"] = pd.DataFrame(groups)
             tables["removal"] = removal_table(sweep)

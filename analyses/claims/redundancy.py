@@ -30,10 +30,11 @@ def candidate_groups(pattern: dict, necessity: dict) -> dict:
     return {r: sorted(h) for r, h in groups.items() if len(h) >= T.GROUP_MIN}
 
 
-def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict, seed: int = 0) -> tuple:
+def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict, seed: int = 0, runner=None) -> tuple:
     """``({(layer, head): Claim}, groups table rows)`` for every head in ``necessity``: each
-    candidate group mean-ablated at once (:func:`.removal.removal_sweep`), its harm on the
-    objective tested against the floor (one-sided Wilcoxon, Bonferroni over groups)."""
+    candidate group mean-ablated at once (:func:`.removal.removal_sweep`, its batches run
+    by ``runner``), its harm on the objective tested against the floor (one-sided
+    Wilcoxon, Bonferroni over groups)."""
     from .removal import removal_sweep
 
     groups = candidate_groups(pattern, necessity)
@@ -51,7 +52,13 @@ def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict
         return claims, rows
     items = sorted(groups.items())
     sweep = removal_sweep(
-        adapter, corpus, objective, units=[heads for _, heads in items], modes=("mean", "random"), seed=seed
+        adapter,
+        corpus,
+        objective,
+        units=[heads for _, heads in items],
+        modes=("mean", "random"),
+        seed=seed,
+        runner=runner,
     )
     floor = T.min_effect(sweep.objective)
     for gi, (role, heads) in enumerate(items):

@@ -30,7 +30,7 @@ Shapes: ``RemovalSweep.harm[mode]`` ``[n_units, n]``; ``measures[mode][name]`` `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -45,7 +45,11 @@ from .perturb import random_rotations, rotate, uniform_output
 
 __all__ = [
     "RemovalSweep",
+    "RemovalPlan",
+    "BatchReadouts",
     "removal_sweep",
+    "run_removal_batches",
+    "sweep_batches",
     "MODES",
     "resample_sources",
     "single_head_values",
@@ -194,7 +198,123 @@ def _readout(obj):
     return lambda out, big, rows, k: obj.readout(out, big).detach()
 
 
+@dataclass(frozen=True)
+class RemovalPlan:
+    """What every batch of a removal sweep runs with, decided once by the driver
+    (picklable: a Ray worker receives it with its block of batches).
+
+    Attributes:
+        corpus: the examples (a :class:`probe.inputs.Corpus`); objective: resolved.
+        units: tuples of ``(layer, head)``; modes: the modes to run.
+        means: ``[2, L, H, head_dim]`` per-kind head means (``mean`` mode), else ``None``.
+        seed: each batch draws its resample sources and rotations from
+            ``seed × 1,000,003 + batch number``, so a batch's draws do not depend on
+            which process runs it or what ran before.
+        stack: the attention stack; batch_size: examples per batch.
+    """
+
+    corpus: Any
+    objective: Any
+    units: tuple
+    modes: tuple
+    means: Optional[torch.Tensor]
+    seed: int
+    stack: Optional[str]
+    batch_size: int
+
+
+@dataclass
+class BatchReadouts:
+    """The readouts of some batches of a sweep: ``clean [m, ...]`` and, per mode,
+    ``perturbed[mode] [n_units, m, ...]``, for the examples ``indices`` (``m`` of them)."""
+
+    indices: list
+    clean: Optional[torch.Tensor]
+    perturbed: dict
+
+
+def sweep_batches(corpus, batch_size: int) -> list:
+    """``[(number, example indices)]``: the sweep's batches, examples of similar length
+    together (longest first by characters, ties in corpus order), as
+    ``Metric.batches(by_length=True)`` forms them."""
+    if batch_size < 1:
+        raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
+    order = sorted(range(len(corpus)), key=lambda i: -len(corpus.texts[i]))
+    return [(b, tuple(order[s : s + batch_size])) for b, s in enumerate(range(0, len(order), batch_size))]
+
+
 @torch.no_grad()
+def run_removal_batches(adapter, plan: RemovalPlan, batches: Sequence, progress: bool = False) -> BatchReadouts:
+    """Run ``batches`` (of :func:`sweep_batches`) of ``plan``: the clean run of each batch
+    and every unit removed in every mode, restarted from the cached stream
+    (:mod:`probe.analyses.necessity.sweep`). The same function runs in one process and
+    in every Ray actor (``probe.app.engine.jobs.RemovalJob``)."""
+    from tqdm.auto import tqdm
+
+    obj, units, stack = plan.objective, plan.units, plan.stack
+    layers = sorted({l for u in units for l, _ in u})
+    causal = adapter.arch == "decoder"
+    path = restart_path(adapter, stack)
+    indices: list = []
+    cleans: list = []
+    pert: dict = {m: [] for m in plan.modes}
+    for number, idx in tqdm(batches, disable=not progress, desc="removals"):
+        idx = list(idx)
+        batch = obj.make_batch(adapter, plan.corpus, idx)
+        gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + int(number))
+        run = clean_run(adapter, obj.forward, batch, layers, stack=stack, path=path, values="uniform" in plan.modes)
+        cleans.append(obj.readout(run.output, batch).detach().cpu())
+        indices.extend(idx)
+        z = run.z
+        v = {l: run.v[l].to(z[l].dtype) for l in run.v}
+        src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
+        rot = (
+            {l: random_rotations(z[l].shape[0], z[l].shape[2], z[l].shape[3], gen) for l in layers}
+            if "random" in plan.modes
+            else {}
+        )
+        src = src.to(z[layers[0]].device)
+        trim = trimmable(adapter, obj, batch)
+        for mode in plan.modes:
+            r = sweep_batch(
+                adapter,
+                obj.forward,
+                _readout(obj),
+                batch,
+                run,
+                units,
+                lambda j, layer: _layer_value(mode, layer, z, v, batch, plan.means, src, rot, causal),  # noqa: B023 (this mode's)
+                stack=stack,
+                path=path,
+                trim=trim,
+                max_tokens=MAX_TOKENS,
+            )
+            pert[mode].append(r.cpu())  # [units, b, ...] in unit order
+    return BatchReadouts(
+        indices=indices,
+        clean=torch.cat(cleans) if cleans else None,
+        perturbed={m: torch.cat(rs, 1) for m, rs in pert.items() if rs},
+    )
+
+
+def _placed(parts: Sequence[BatchReadouts], n: int, n_units: int) -> tuple:
+    """``(clean [n, ...], {mode: [n_units, n, ...]})``: the parts' rows at their indices."""
+    clean: Optional[torch.Tensor] = None
+    pert: dict = {}
+    for part in parts:
+        if part.clean is None:
+            continue
+        idx = torch.as_tensor(part.indices)
+        if clean is None:  # the readouts' own precision (float64 harms are computed from them)
+            clean = torch.zeros((n,) + tuple(part.clean.shape[1:]), dtype=part.clean.dtype)
+        clean[idx] = part.clean
+        for mode, r in part.perturbed.items():
+            if mode not in pert:
+                pert[mode] = torch.zeros((n_units, n) + tuple(r.shape[2:]), dtype=r.dtype)
+            pert[mode][:, idx] = r
+    return clean, pert
+
+
 def removal_sweep(
     adapter,
     corpus,
@@ -207,6 +327,7 @@ def removal_sweep(
     stack: Optional[str] = None,
     progress: bool = False,
     reuse: Optional[RemovalSweep] = None,
+    runner: Optional[Callable] = None,
 ) -> RemovalSweep:
     """Remove every unit in every mode on every example; harms on ``objective``.
 
@@ -215,13 +336,16 @@ def removal_sweep(
         modes: of :data:`MODES`.
         reuse: an earlier sweep of the same units, examples and objective (the report's
             ablation section's): its modes are taken from it, not run again.
+        runner: ``runner(plan, batches) -> [BatchReadouts]`` runs the batches elsewhere
+            (an engine's workers, :func:`probe.app.engine.analyses.removal_runner`);
+            default: :func:`run_removal_batches` in this process. The plan (objective,
+            units, the mean mode's head means) is made here either way, and the harms
+            are computed here from every example's readouts.
 
     Raises:
-        ValueError: an unknown mode, an objective that does not fit, a head out of range,
+        InputError: an unknown mode, an objective that does not fit, a head out of range,
             an empty corpus.
     """
-    from tqdm.auto import tqdm
-
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise InputError(f"unknown removal mode(s) {', '.join(bad)}; use {', '.join(MODES)}")
@@ -246,48 +370,15 @@ def removal_sweep(
     if "uniform" in modes and adapter.arch == "encoder-decoder":
         modes.remove("uniform")
         skipped["uniform"] = "attention replacement supports encoder or decoder models, not encoder-decoder"
-    todo = [m for m in modes if m not in done]
-    means = position_kind_means(adapter, corpus, obj, batch_size, stack) if "mean" in todo else None
-    layers = sorted({l for u in units for l, _ in u})
-    gen = torch.Generator().manual_seed(seed)
+    todo = tuple(m for m in modes if m not in done)
     clean: Optional[torch.Tensor] = None  # [n, ...] readouts, placed by example index
     pert: dict = {}  # mode -> [n_units, n, ...]
-    batches = obj.batches(adapter, corpus, batch_size, by_length=True) if todo else iter(())
-    causal = adapter.arch == "decoder"
-    path = restart_path(adapter, stack)
-    for idx, batch in tqdm(batches, total=-(-n // batch_size), disable=not progress or not todo, desc="removals"):
-        run = clean_run(adapter, obj.forward, batch, layers, stack=stack, path=path, values="uniform" in todo)
-        r0 = obj.readout(run.output, batch).detach().cpu()
-        if clean is None:  # the readouts' own precision (float64 harms are computed from them)
-            clean = torch.zeros((n,) + tuple(r0.shape[1:]), dtype=r0.dtype)
-        clean[idx] = r0
-        z = run.z
-        v = {l: run.v[l].to(z[l].dtype) for l in run.v}
-        src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
-        rot = (
-            {l: random_rotations(z[l].shape[0], z[l].shape[2], z[l].shape[3], gen) for l in layers}
-            if "random" in todo
-            else {}
-        )
-        src = src.to(z[layers[0]].device)
-        trim = trimmable(adapter, obj, batch)
-        for mode in todo:
-            r = sweep_batch(
-                adapter,
-                obj.forward,
-                _readout(obj),
-                batch,
-                run,
-                units,
-                lambda j, layer: _layer_value(mode, layer, z, v, batch, means, src, rot, causal),  # noqa: B023 (this mode's)
-                stack=stack,
-                path=path,
-                trim=trim,
-                max_tokens=MAX_TOKENS,
-            )
-            if mode not in pert:
-                pert[mode] = torch.zeros((len(units), n) + tuple(r.shape[2:]), dtype=r.dtype)
-            pert[mode][:, idx] = r.cpu()  # [units, b, ...] in unit order
+    if todo:
+        means = position_kind_means(adapter, corpus, obj, batch_size, stack) if "mean" in todo else None
+        plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size)
+        batches = sweep_batches(corpus, batch_size)
+        parts = runner(plan, batches) if runner is not None else [run_removal_batches(adapter, plan, batches, progress)]
+        clean, pert = _placed(parts, n, len(units))
     harm, measures, corpus_m = {}, {}, {}
     for mode in modes:
         if mode in done:  # measured by ``reuse``

@@ -21,10 +21,19 @@ from typing import Optional, Sequence
 
 from probe.errors import InputError
 
-from .jobs import AblateJob, StoreJob, StreamJob
+from .jobs import AblateJob, RemovalJob, StoreJob, StreamJob
 from .run import CorpusItem, run_job
 
-__all__ = ["roles", "syntax", "coref", "ablate", "capture", "corpus_items", "report_statistics"]
+__all__ = [
+    "roles",
+    "syntax",
+    "coref",
+    "ablate",
+    "capture",
+    "corpus_items",
+    "report_statistics",
+    "removal_runner",
+]
 
 
 def corpus_items(corpus) -> list:
@@ -298,3 +307,16 @@ def report_statistics(
         "seconds": time.perf_counter() - t0,
         "extra": filled,
     }
+
+
+def removal_runner(model, **run):
+    """A ``runner`` for :func:`probe.analyses.claims.removal.removal_sweep` that runs the
+    sweep's batches on an engine (``run``: :func:`run_job` settings; on Ray each actor
+    loads ``model``, a spec, and runs a block of batches): ``runner(plan, batches) ->
+    [BatchReadouts]``."""
+
+    def runner(plan, batches) -> list:
+        parts = run_job(model, list(batches), RemovalJob(plan), **run)
+        return RemovalJob.merge(parts)
+
+    return runner

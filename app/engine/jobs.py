@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-__all__ = ["Part", "StreamJob", "AblateJob", "StoreJob", "item_text"]
+__all__ = ["Part", "StreamJob", "AblateJob", "RemovalJob", "StoreJob", "item_text"]
 
 
 def item_text(item) -> str:
@@ -156,6 +156,29 @@ class AblateJob:
         for p in parts[1:]:
             first.merge(p.value)
         return first
+
+
+class RemovalJob:
+    """Batches of the claims' removal sweep (:func:`probe.analyses.claims.removal.run_removal_batches`):
+    the items are the sweep's batches ``(number, example indices)``, the plan (examples,
+    objective, units, modes, head means, seed) was made by the driver; the part's value is
+    the batches' readouts, which the driver places by example index and turns into harms.
+    Each batch draws its random sources from its own number, so the readouts do not
+    depend on how the batches were split between workers."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def run(self, adapter, items: Sequence, indices: Sequence[int]) -> Part:
+        from probe.analyses.claims.removal import run_removal_batches
+
+        started = time.time()
+        value = run_removal_batches(adapter, self.plan, list(items))
+        return Part(first=int(indices[0]), value=value, n_items=len(items), started=started, ended=time.time())
+
+    @staticmethod
+    def merge(parts: Sequence[Part]) -> list:
+        return [p.value for p in parts]
 
 
 class StoreJob:

@@ -152,6 +152,17 @@ class Context:
         return engine_settings(self.engine, self.address, self.workers, self.device)
 
     @property
+    def sweep_runner(self):
+        """Where the removal sweeps' batches run: ``None`` in this process (local), else a
+        runner on the run's engine (:func:`probe.app.engine.analyses.removal_runner`)."""
+        run = self.engine_run
+        if run is None:
+            return None
+        from probe.app.engine.analyses import removal_runner
+
+        return removal_runner(self.engine_model, **run)
+
+    @property
     def engine_model(self):
         """What the engine's workers load: the model's spec, or for ``stream`` the model
         this process already loaded (not loaded twice)."""

@@ -10,11 +10,13 @@ figures and for the sections that need whole maps or gradients:
 syntax          relation counts of every sentence (``LayerwiseRelations``), as local
 roles           head features of every example (``LayerwiseHeadFeatures``, token and
                 word level) and the punctuation share, fitted as local
-ablation        the single-head zero-ablation sweep on the model-run examples
-                (``AblateJob``: per-example values per block, one bootstrap here)
+ablation        the single-head sweep on the model-run examples, read from the claims'
+                removal sweep when that gives its metric (below), else ``AblateJob``
+                (per-example values per block, one bootstrap here)
 claims          the pattern and structure evidence of every example (the accumulators
-                the claims declare, ``Analysis.accumulators``); the removals on the
-                whole corpus's model-run examples, in this process
+                the claims declare, ``Analysis.accumulators``); the removal sweeps on
+                the whole corpus's model-run examples, their batches in the engine's
+                workers (``RemovalJob``: the plan and the harms here)
 others          importance, faithfulness, rollout, …: locally, on the kept sample
 ==============  =====================================================================
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: sections whose statistics the engine computes over the whole corpus
-DISTRIBUTED = ("syntax", "roles", "ablation")
+DISTRIBUTED = ("syntax", "roles", "ablation", "claims")
 #: examples captured whole when none is given: the model-run cap, so the sections that
 #: run locally on the kept sample see the examples they would see without an engine
 KEPT_EXAMPLES = 128
@@ -65,7 +67,7 @@ class EngineRun:
         if "ablation" in sections:
             parts.append("ablation on its model-run examples")
         if "claims" in sections:
-            parts.append("the claims' removals on the model-run examples of the whole corpus, in this process")
+            parts.append("the claims' removal sweeps on the model-run examples, their batches on the engine")
         return {
             "engine": f"{self.name} ({where}): " + ("; ".join(parts) or "no section distributed"),
             "kept sample": f"the first {kept} of {n} examples, captured whole (--kept-examples): the pages' "

@@ -17,56 +17,51 @@ def run(ctx) -> AblationResult:
 
     p = ctx.params
     engine = ctx.engine_run
-    removals = None  # the claims' removal sweep, when this section's metric is read from it
-    if engine:  # each block's per-example values in the engine's workers, one bootstrap here
+    if engine and any(p["group"]):
+        raise InputError(f"--group runs with --engine local, not --engine {ctx.engine}")
+    corpus, cut = model_corpus(ctx, ctx.whole_corpus)  # the whole corpus's first examples, not a kept sample's
+    name, model = metric(ctx, corpus), ctx.adapter.name
+    groups = [
+        ablate_group(ctx.adapter, corpus, g, name, p["mode"], batch_size=p["batch_size"], n_boot=p["n_boot"])
+        for g in p["group"]
+        if g
+    ]
+    from probe.analyses.claims.removal import single_head_values
+
+    # the claims' removal sweep (its batches on the run's engine), when it gives this metric: the claims reuse it
+    removals = _removals(ctx, corpus, name)
+    values = single_head_values(removals, name, p["mode"]) if removals is not None else None
+    if removals is not None and values is not None:
+        from probe.analyses.necessity.ablation import sweep_result
+        from probe.analyses.necessity.sweep import restart_path
+
+        heads = [u[0] for u in removals.units]
+        path = restart_path(ctx.adapter, None)
+        res = sweep_result(heads, values[0], values[1], p["mode"], name, path, p["n_boot"], 0.95, 0)
+    elif engine:  # each block's per-example values in the engine's workers, one bootstrap here
         from probe.app.engine import analyses as on_engine
 
-        if any(p["group"]):
-            raise InputError(f"--group runs with --engine local, not --engine {ctx.engine}")
-        corpus, cut = model_corpus(ctx, ctx.whole_corpus)  # the whole corpus, not the kept sample
-        spec = ctx.engine_model  # a stream engine runs the model this process loaded
-        model = getattr(spec, "name", spec)
         res = on_engine.ablate(
-            spec,
+            ctx.engine_model,
             corpus,
-            p["metric"],
+            name,
             p["mode"],
             layers=p["layers"],
             batch_size=p["batch_size"],
             n_boot=p["n_boot"],
             **engine,
         )
-        name, groups = str(res.table["metric"].iloc[0]), []
     else:
-        corpus, cut = model_corpus(ctx)
-        name, model = metric(ctx, corpus), ctx.adapter.name
-        groups = [
-            ablate_group(ctx.adapter, corpus, g, name, p["mode"], batch_size=p["batch_size"], n_boot=p["n_boot"])
-            for g in p["group"]
-            if g
-        ]
-        from probe.analyses.claims.removal import single_head_values
-
-        removals = _removals(ctx, corpus, name)
-        values = single_head_values(removals, name, p["mode"]) if removals is not None else None
-        if removals is not None and values is not None:  # the claims' sweep gives this metric: read it
-            from probe.analyses.necessity.ablation import sweep_result
-            from probe.analyses.necessity.sweep import restart_path
-
-            heads = [u[0] for u in removals.units]
-            path = restart_path(ctx.adapter, None)
-            res = sweep_result(heads, values[0], values[1], p["mode"], name, path, p["n_boot"], 0.95, 0)
-        else:
-            res = sweep_heads(
-                ctx.adapter,
-                corpus,
-                name,
-                p["mode"],
-                heads_of_layers(ctx.adapter, p["layers"]),
-                batch_size=p["batch_size"],
-                n_boot=p["n_boot"],
-                progress=ctx.progress and len(corpus) > 1,
-            )
+        res = sweep_heads(
+            ctx.adapter,
+            corpus,
+            name,
+            p["mode"],
+            heads_of_layers(ctx.adapter, p["layers"]),
+            batch_size=p["batch_size"],
+            n_boot=p["n_boot"],
+            progress=ctx.progress and len(corpus) > 1,
+        )
     t = res.table
     top = top_heads(t, "delta")
     per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
@@ -138,7 +133,14 @@ def _removals(ctx, corpus, name: str):
         return None
     if not derives(objective, name):
         return None
-    return removal_sweep(ctx.adapter, corpus, objective, modes=(p["mode"],), progress=ctx.progress and len(corpus) > 1)
+    return removal_sweep(
+        ctx.adapter,
+        corpus,
+        objective,
+        modes=(p["mode"],),
+        progress=ctx.progress and len(corpus) > 1,
+        runner=ctx.sweep_runner,
+    )
 
 
 ANALYSIS = Analysis(

@@ -59,6 +59,7 @@ def run(ctx) -> ClaimsResult:
         progress=ctx.progress,
         ablation=ablation.removals if ablation else None,  # its removals are not run again
         objective_why=why,
+        runner=ctx.sweep_runner,  # the removals' batches on the run's engine (None: here)
     )
     counts = hc.counts()
     notes = [n + cut for n in hc.notes]
