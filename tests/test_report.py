@@ -161,58 +161,47 @@ def test_verdicts_and_grid_follow_roles(evil_report):
 
 
 def test_verdict_sentences():
+    from probe.app.registry.evidence import HeadEvidence as E
     from probe.app.report.verdict import verdict
 
     v = verdict(
-        {
-            "role": "attends 30% [CLS], 20% next token",
-            "syntax_relation": "det",
-            "syntax_accuracy": 0.92,
-            "syntax_baseline": 0.51,
-            "ablation_metric": "drift",
-            "ablation_delta": 0.08,
-            "ablation_ci_low": 0.05,
-            "ablation_ci_high": 0.11,
-        }
+        [
+            E("roles", "role", label="attends 30% [CLS], 20% next token"),
+            E("syntax", "syntax", label="det", value=0.92, numbers={"baseline": 0.51}),
+            E("ablation", "ablation", value=0.08, interval=(0.05, 0.11), unit="drift"),
+        ]
     )
     assert v == "looks syntactic (det, 92% vs 51% baseline) and matters (drift +0.08)"
     v = verdict(
-        {
-            "role": "special-token",
-            "to_cls": 0.1,
-            "to_sep": 0.8,
-            "ablation_delta": 0.001,
-            "ablation_ci_low": -0.002,
-            "ablation_ci_high": 0.004,
-            "ablation_metric": "loss",
-        }
+        [
+            E("roles", "role", label="special-token", numbers={"to_cls": 0.1, "to_sep": 0.8}),
+            E("ablation", "ablation", value=0.001, interval=(-0.002, 0.004), unit="loss"),
+        ]
     )
     assert v.startswith("attends to [SEP] (80% of its attention); ablating it changes nothing (loss +0.001")
     v = verdict(
-        {
-            "role": "special-token",
-            "to_cls": 0.7,
-            "to_sep": 0.1,
-            "ablation_delta": 0.0007,
-            "ablation_ci_low": 0.0005,
-            "ablation_ci_high": 0.0009,
-            "ablation_metric": "embedding-drift",
-            "ablation_relative": 0.2,
-            "importance_rank": 64,
-            "importance_of": 72,
-            "faith_verdict": "relevant, disagrees",
-            "faith_tau_ig": -0.05,
-            "faith_tau_ig_significant": 0.1,
-        }
+        [
+            E("roles", "role", label="special-token", numbers={"to_cls": 0.7, "to_sep": 0.1}),
+            E(
+                "ablation",
+                "ablation",
+                value=0.0007,
+                interval=(0.0005, 0.0009),
+                unit="embedding-drift",
+                numbers={"relative": 0.2},
+            ),
+            E("importance", "importance", numbers={"rank": 64, "of": 72}),
+            E("faithfulness", "faithfulness", value=-0.05, label="relevant, disagrees", numbers={"reference": "ig"}),
+        ]
     )
     assert v == (
         "attends to [CLS] (70% of its attention); ablating it changes little (embedding-drift +0.0007, "
         "20% of the largest head effect), importance rank 64/72; weights relevant, disagrees with ig "
         "(τ -0.05)"
     )
-    assert verdict({}).startswith("no evidence yet")
+    assert verdict([]).startswith("no evidence yet")
     # a weak relation (19% vs 6%) is not called syntactic
-    assert verdict({"syntax_relation": "nmod", "syntax_accuracy": 0.19, "syntax_baseline": 0.06}).startswith(
+    assert verdict([E("syntax", "syntax", label="nmod", value=0.19, numbers={"baseline": 0.06})]).startswith(
         "no evidence"
     )
 

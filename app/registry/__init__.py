@@ -222,6 +222,12 @@ class Result:
     writers: list = field(default_factory=list)
     data: dict = field(default_factory=dict)
 
+    def head_evidence(self) -> dict:
+        """``{(layer, head): [HeadEvidence, …]}``: what this result says about each head
+        (:class:`probe.app.registry.evidence.HeadEvidence`), declared by the analysis'
+        typed result (:mod:`probe.app.registry.results`); a plain result says nothing."""
+        return {}
+
     def write(self, directory) -> list:
         """Write tables (CSV), the summary (JSON) and the writers' files into
         ``directory`` (created); returns the paths written."""

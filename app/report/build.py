@@ -36,15 +36,18 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ReportData:
-    """A report's content: the context, the sections' outcomes, facts and verdicts.
+    """A report's content: the context, the sections' outcomes, facts, evidence and verdicts.
 
-    ``facts[(layer, head)][section] = {column: value}``; ``verdicts[(layer, head)]``.
+    ``facts[(layer, head)][section] = {column: value}`` (summary.json's raw facts);
+    ``evidence[(layer, head)] = [HeadEvidence, …]`` (:mod:`probe.app.registry.evidence`:
+    what pages, the verdict, report.md and summary.json say); ``verdicts[(layer, head)]``.
     """
 
     ctx: Context
     outcomes: list
     facts: dict = field(default_factory=dict)
     verdicts: dict = field(default_factory=dict)
+    evidence: dict = field(default_factory=dict)
     seconds: float = 0.0
     claims: Optional[object] = None  # probe.analyses.claims.heads.HeadClaims when that section ran
     path: Optional[Path] = None
@@ -110,7 +113,10 @@ def analyse(
     if not ctx.representatives:
         ctx.representatives = representative_examples(ctx.maps)
     outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress, partial=partial)
+    from probe.app.registry.evidence import collect
+
     data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
+    data.evidence = collect(o.result for o in outcomes if o.status == "ran")
     cls, sep = _special_names(ctx.maps)
     ran = ctx.result_of(ClaimsResult)
     claims = ran.claims if ran is not None else None  # HeadClaims
@@ -120,7 +126,7 @@ def analyse(
             if claims is not None and (layer, h) in claims.claims:
                 data.verdicts[(layer, h)] = claims_verdict(claims.claims[(layer, h)])
             else:
-                data.verdicts[(layer, h)] = verdict(data.flat_facts(layer, h), cls=cls, sep=sep)
+                data.verdicts[(layer, h)] = verdict(data.evidence.get((layer, h), []), cls=cls, sep=sep)
     data.seconds = time.perf_counter() - t0
     return data
 

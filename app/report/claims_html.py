@@ -1,5 +1,7 @@
 """The claims block of a head page: each claim's evidence sentence (unit, interval, count,
-test and floor), rendered from the per-head evidence objects (:mod:`probe.analyses.claims.evidence`)."""
+test and floor), rendered from the head's evidence objects (the claims section's
+:class:`probe.app.registry.evidence.HeadEvidence`, each made from
+:func:`probe.analyses.claims.evidence.claim_evidence`)."""
 
 from __future__ import annotations
 
@@ -16,25 +18,17 @@ TITLES = {
 }
 
 
-def claim_sentence(kind: str, c) -> str:
-    """One claim in words: its evidence's text (:func:`probe.analyses.claims.evidence.claim_evidence`),
-    the same text report.md and summary.json carry."""
-    from probe.analyses.claims.evidence import claim_evidence
-
-    return claim_evidence(kind, c).text
-
-
 def claims_block(data, layer: int, head: int) -> str:
-    """HTML list of the head's claims ('' when the claims section did not run)."""
-    claims = getattr(data, "claims", None)
-    if claims is None or (layer, head) not in claims.claims:
+    """HTML list of the head's claims, from their evidence objects ('' when the claims
+    section did not run)."""
+    found = [ev for ev in data.evidence.get((layer, head), ()) if ev.section == "claims"]
+    if not found:
         return ""
-    items = []
-    for kind, c in claims.claims[(layer, head)].items():
-        items.append(
-            f'<li><b>{esc(TITLES.get(kind, kind))}</b> — <span class="{STATUS_CLASS[c.status]}">'
-            f"{esc(c.status)}</span>: {esc(claim_sentence(kind, c))}</li>"
-        )
+    items = [
+        f'<li><b>{esc(TITLES.get(ev.kind, ev.kind))}</b> — <span class="{STATUS_CLASS[ev.status]}">'
+        f"{esc(ev.status)}</span>: {esc(ev.text)}</li>"
+        for ev in found
+    ]
     return f'<h2>Claims</h2><ul class="claims">{"".join(items)}</ul>'
 
 

@@ -1,18 +1,18 @@
 """A head's evidence in words and small pictures, for its report page.
 
-Each section that ran and has facts about the head becomes a few sentences with units,
-confidence intervals and counts (numbers rounded by :func:`probe.app.report.style.number`
-to what their uncertainty supports), and, where a picture says more, a small inline SVG:
-the attention profile as bars, the head's ablation effect among all heads' effects, the
-head's syntax accuracy against the fixed-offset baseline per relation. Raw values stay in
+Every sentence and number here is a field of the head's evidence objects
+(:class:`probe.app.registry.evidence.HeadEvidence`, ``data.evidence``), which each
+analysis declares once beside itself; this module only lays them out: each section that
+ran becomes its evidence's sentences (the parts the object marks ``strong`` in bold) and,
+where a picture says more, a small inline SVG drawn from the same objects: the attention
+profile as bars, the head's ablation effect among all heads' effects, the head's syntax
+accuracy against the fixed-offset baseline per relation. Raw values stay in
 ``tables/*.csv`` and ``summary.json``.
 """
 
 from __future__ import annotations
 
 import math
-
-from probe.app.registry.results import AblationResult, FaithfulnessResult, RolesResult, SyntaxResult
 
 from .html import esc
 from .style import ACCENT, MUTED, number
@@ -28,9 +28,39 @@ def _f(x):
     return None if math.isnan(v) else v
 
 
-def _result(data, kind):
-    """The run's result of type ``kind``, or ``None`` (its section did not run)."""
-    return data.ctx.result_of(kind)
+def items(data, layer: int, head: int, section: str, kind=None) -> list:
+    """The head's evidence objects from ``section`` (of ``kind`` when given), in order."""
+    return [
+        ev for ev in data.evidence.get((layer, head), ()) if ev.section == section and (kind is None or ev.kind == kind)
+    ]
+
+
+def _one(data, layer, head, section, kind):
+    found = items(data, layer, head, section, kind)
+    return found[0] if found else None
+
+
+def _every_head(data, section: str, kind: str) -> list:
+    """Every head's value of the evidence ``(section, kind)`` (a strip's grey ticks)."""
+    return [
+        ev.value
+        for key in sorted(data.evidence)
+        for ev in data.evidence[key]
+        if (ev.section, ev.kind) == (section, kind)
+    ]
+
+
+def sentence(ev) -> str:
+    """``ev.text`` as HTML (escaped), the parts it marks ``strong`` in bold."""
+    out, pos = [], 0
+    for part in ev.strong:
+        i = ev.text.find(part, pos) if part else -1
+        if i < 0:
+            continue
+        out += [esc(ev.text[pos:i]), f"<b>{esc(part)}</b>"]
+        pos = i + len(part)
+    out.append(esc(ev.text[pos:]))
+    return "".join(out)
 
 
 # ---- small SVG plots -------------------------------------------------------------------
@@ -118,202 +148,88 @@ def versus_svg(rows, *, label_w: int = 90, min_count: int = 0) -> str:
 
 
 # ---- one block per section ---------------------------------------------------------------
-def _roles(data, layer, head, f) -> str:
-    role = f.get("role")
-    if not role:
+#: bar colours of an attention profile's parts (the others: the accent)
+PROFILE_COLOURS = {"[CLS] / first token": "#bdbdbd", "[SEP] / last token": "#bdbdbd", "punctuation": "#f4a6b7"}
+
+
+def _roles(data, layer, head) -> str:
+    role = _one(data, layer, head, "roles", "role")
+    if role is None:
         return ""
-    t = getattr(_result(data, RolesResult), "roles", None)
-    n_ex = n_rows = None
-    if t is not None:
-        r = t[(t["layer"] == layer) & (t["head"] == head)]
-        if len(r):
-            n_ex, n_rows = r.iloc[0].get("n_examples"), r.iloc[0].get("n_rows")
-    over = (
-        f" over {int(n_rows)} query tokens in {int(n_ex)} sentences" if n_rows is not None and n_ex is not None else ""
-    )
-    text = (
-        f"<p>Role: <b>{esc(role)}</b>, confidence {esc(number(f.get('confidence'), digits=2))} "
-        f"(0 = no rule cleared, 1 = far past its threshold). Why: {esc(f.get('decided_by', ''))}.</p>"
-        f"<p>Where its attention goes, on average{esc(over)}:</p>"
-    )
-    items = [
-        ("[CLS] / first token", f.get("to_cls"), "#bdbdbd"),
-        ("[SEP] / last token", f.get("to_sep"), "#bdbdbd"),
-        ("punctuation", f.get("to_punct"), "#f4a6b7"),
-        ("previous token", f.get("prev"), ACCENT),
-        ("itself", f.get("self"), ACCENT),
-        ("next token", f.get("next"), ACCENT),
-    ]
-    items = [i for i in items if _f(i[1]) is not None]
-    return text + (bars_svg(items) if items else "")
+    out = f"<p>{sentence(role)}</p>"
+    for profile in items(data, layer, head, "roles", "profile"):
+        bars = [(label, value, PROFILE_COLOURS.get(label, ACCENT)) for label, value in profile.parts]
+        out += f"<p>{sentence(profile)}</p>" + (bars_svg(bars) if bars else "")
+    return out
 
 
 def _necessity(data, layer, head) -> str:
-    """The necessity evidence (the claims' own object) with every head's effect as a strip."""
-    from probe.analyses.claims.evidence import claim_evidence
-
-    claims = data.claims.claims
-    c = claims[(layer, head)]["necessity"]
-    ev = claim_evidence("necessity", c)
+    """The necessity claim's evidence with every head's effect as a strip."""
+    ev = _one(data, layer, head, "claims", "necessity")
     text = f"<p>{esc(ev.text)}.</p>"
-    if c.status not in ("holds", "does not hold"):
+    if ev.status not in ("holds", "does not hold"):
         return text
-    values = [by["necessity"].effect for by in claims.values()]
-    ci = (c.ci_low, c.ci_high) if c.ci_low == c.ci_low and c.ci_high == c.ci_high else None
     return text + strip_svg(
-        values,
-        c.effect,
-        ci,
-        xlabel=f"{c.extra.get('objective', '')} harm of mean-ablation: every head (grey), this head (blue, with CI)",
+        _every_head(data, "claims", "necessity"),
+        ev.value,
+        ev.ci,
+        xlabel=f"{ev.numbers.get('objective', '')} harm of mean-ablation: every head (grey), this head (blue, with CI)",
     )
 
 
-def _sweep_count(data) -> int | None:
-    """Examples the ablation sweep ran on (the count of its intervals)."""
-    res = _result(data, AblationResult)
-    return res.n_examples if res is not None else None
-
-
-def _ablation(data, layer, head, f) -> str:
-    claims = getattr(data, "claims", None)
-    if claims is not None and (layer, head) in claims.claims and "necessity" in claims.claims[(layer, head)]:
+def _ablation(data, layer, head) -> str:
+    if _one(data, layer, head, "claims", "necessity") is not None:
         return _necessity(data, layer, head)
-    d = _f(f.get("ablation_delta"))
-    if d is None:
+    ev = _one(data, layer, head, "ablation", "ablation")
+    if ev is None:
         return ""
-    lo, hi = _f(f.get("ablation_ci_low")), _f(f.get("ablation_ci_high"))
-    ci = (lo, hi) if lo is not None and hi is not None else None
-    metric = f.get("ablation_metric", "metric")
-    t = getattr(_result(data, AblationResult), "table", None)
-    n = _sweep_count(data)
-    rank = ""
-    if t is not None and len(t):
-        bigger = int((t["delta"].abs() > abs(d)).sum())
-        rank = f" It ranks {bigger + 1} of {len(t)} heads by the size of the effect."
-    over = f"{n} examples" if n is not None else "the examples swept"
-    text = (
-        f"<p>{esc(f.get('ablation_mode', 'zero')).capitalize()}-ablation of this head (Michel et al. 2019) "
-        f"changes the {esc(metric)} by <b>{esc(number(d, ci, signed=True))}</b> (95% bootstrap CI over "
-        f"{esc(over)}).{esc(rank)}</p>"
-    )
-    if t is None or not len(t):
-        return text
-    return text + strip_svg(t["delta"], d, ci, xlabel=f"Δ {metric}: every head (grey), this head (blue, with CI)")
-
-
-def _importance(data, layer, head, f) -> str:
-    imp = _f(f.get("importance"))
-    if imp is None:
-        return ""
-    rank, of = _f(f.get("importance_rank")), _f(f.get("importance_of"))
-    return (
-        f"<p>Importance by {esc(f.get('importance_method', ''))} over head gates (Michel et al. 2019), "
-        f"normalised per layer: <b>{esc(number(imp, digits=2))}</b>"
-        + (f", rank {int(rank)} of {int(of)}" if rank is not None and of is not None else "")
-        + ".</p>"
+    xlabel = f"Δ {ev.unit}: every head (grey), this head (blue, with CI)"
+    return f"<p>{sentence(ev)}</p>" + strip_svg(
+        _every_head(data, "ablation", "ablation"), ev.value, ev.ci, xlabel=xlabel
     )
 
 
-def _excluded() -> tuple:
-    """Relations the structure claim never states (punct, the pooled 'all', root)."""
-    from probe.analyses.claims import thresholds as T
+def _paragraphs(section: str, kind: str):
+    """A block that is the head's ``(section, kind)`` evidence, one paragraph each."""
 
-    return tuple(T.STRUCTURE_EXCLUDED)
+    def block(data, layer, head) -> str:
+        return "".join(f"<p>{sentence(ev)}</p>" for ev in items(data, layer, head, section, kind))
+
+    return block
 
 
-def _syntax(data, layer, head, f) -> str:
+def _syntax(data, layer, head) -> str:
     """The structure claim's evidence (one answer per head), then this head's relations
     sorted by margin over the best fixed offset, rows under the claim's minimum greyed."""
-    from probe.analyses.claims import thresholds as T
-    from probe.analyses.claims.evidence import claim_evidence
-
-    syntax = _result(data, SyntaxResult)
-    t, best = (syntax.relations, syntax.best) if syntax is not None else (None, None)
-    claims = getattr(data, "claims", None)
-    parts = []
-    if claims is not None and (layer, head) in claims.claims:
-        parts.append(f"<p>{esc(claim_evidence('structure', claims.claims[(layer, head)]['structure']).text)}.</p>")
-    if t is None or best is None:
-        return "".join(parts)
-    mine = t[
-        (t["layer"] == layer)
-        & (t["head"] == head)
-        & (t["direction"] == "dep_to_head")
-        & ~t["relation"].isin(_excluded())
-    ]
-    base = best[best["direction"] == "dep_to_head"].set_index("relation")["baseline_accuracy"]
-    mine = mine[mine["relation"].isin(base.index)]
-    if not len(mine):
-        return "".join(parts)
-    floor = T.STRUCTURE_MIN_COUNT
-    mine = mine.assign(
-        margin=mine["accuracy"].to_numpy() - base.loc[mine["relation"]].to_numpy(),
-        enough=mine["count"].to_numpy() >= floor,
-    )
-    mine = mine.sort_values(["enough", "margin"], ascending=False).head(8)
-    parts.append(
-        f"<p>Per relation (dependent → head), sorted by margin over the best fixed offset (Clark et al. "
-        f"2019); relations with fewer than {floor} instances, the claim's minimum, are greyed:</p>"
-    )
-    parts.append(
-        versus_svg([(r.relation, r.accuracy, base[r.relation], r.count) for r in mine.itertuples()], min_count=floor)
-    )
+    parts = [f"<p>{esc(ev.text)}.</p>" for ev in items(data, layer, head, "claims", "structure")]
+    rows = items(data, layer, head, "syntax", "relation")
+    for intro in items(data, layer, head, "syntax", "relations") if rows else ():
+        parts.append(f"<p>{sentence(intro)}</p>")
+        floor = int(intro.floor)
+        parts.append(versus_svg([(r.label, r.value, r.number("baseline"), r.count) for r in rows], min_count=floor))
     return "".join(parts)
-
-
-def _faithfulness(data, layer, head, f) -> str:
-    v = f.get("faith_verdict")
-    if not v:
-        return ""
-    res = _result(data, FaithfulnessResult)
-    n = res.n_examples if res else None
-    taus = {
-        k[len("faith_tau_") :]: _f(x)
-        for k, x in f.items()
-        if k.startswith("faith_tau_") and not k.endswith("significant")
-    }
-    parts = []
-    for ref, tau in taus.items():
-        share = _f(f.get(f"faith_tau_{ref}_significant"))
-        parts.append(
-            f"Kendall τ between its attention and the {esc(ref.upper())} attributions: "
-            f"<b>{esc(number(tau, digits=2, signed=True))}</b> (mean over {n or '?'} sentences"
-            + (
-                f"; significant at p &lt; 0.05 in {esc(number(share, percent=True, digits=2))} of them"
-                if share is not None
-                else ""
-            )
-            + ")."
-        )
-    tvd = _f(f.get("faith_tvd_median"))
-    if tvd is not None:
-        parts.append(
-            f"Permuting its attention moves the output distribution by a median total variation of "
-            f"{esc(number(tvd, digits=2))} (Jain &amp; Wallace 2019)."
-        )
-    parts.append(f"Verdict: <b>{esc(v)}</b>.")
-    return "<p>" + " ".join(parts) + "</p>"
 
 
 BLOCKS = (
     ("roles", "What it attends to", _roles),
     ("syntax", "Syntax", _syntax),
     ("ablation", "Does the model need it?", _ablation),
-    ("importance", "Importance", _importance),
-    ("faithfulness", "Is its attention an explanation?", _faithfulness),
+    ("importance", "Importance", _paragraphs("importance", "importance")),
+    ("faithfulness", "Is its attention an explanation?", _paragraphs("faithfulness", "faithfulness")),
 )
+#: sections whose evidence the page shows elsewhere: the claims list at its top (and the
+#: necessity and structure claims inside the blocks above)
+SHOWN_ELSEWHERE = ("claims",)
 
 
 def evidence_html(data, layer: int, head: int) -> str:
     """The head's evidence: one titled block per section that ran and says something,
     and one muted line per section that was skipped or failed (with the reason)."""
-    flat = data.flat_facts(layer, head)
     status = {o.name: o for o in data.outcomes}
     out = []
     known = {name: (title, block) for name, title, block in BLOCKS}
     order = [n for n, _, _ in BLOCKS if n in status] + [n for n in status if n not in known]
-    claims = getattr(data, "claims", None)
-    if "ablation" not in status and claims is not None and (layer, head) in claims.claims:
+    if "ablation" not in status and _one(data, layer, head, "claims", "necessity") is not None:
         out.append(
             f'<section class="evidence"><h3>Does the model need it?</h3>{_necessity(data, layer, head)}</section>'
         )
@@ -327,8 +243,10 @@ def evidence_html(data, layer: int, head: int) -> str:
             continue
         if name in known:
             title, block = known[name]
-            body = block(data, layer, head, flat)
-        else:  # a section this page has no sentences for yet: its facts, named for people
+            body = block(data, layer, head)
+        elif name not in SHOWN_ELSEWHERE and items(data, layer, head, name):  # no block of its own: its sentences
+            title, body = o.title, "".join(f"<p>{sentence(ev)}</p>" for ev in items(data, layer, head, name))
+        else:  # a section that declares no evidence: its facts, named for people
             title, facts = o.title, data.facts.get((layer, head), {}).get(name) or {}
             body = "".join(
                 f"<li>{esc(str(k).replace('_', ' '))}: {esc(number(v, digits=2))}</li>" for k, v in facts.items()

@@ -39,6 +39,8 @@ def summary_dict(data) -> dict:
             if claims is not None and (layer, h) in claims.claims:
                 entry["claims"] = claims.head_dict((layer, h))
             entry["facts"] = _clean(data.facts.get((layer, h), {}))
+            # the objects the head's page renders (the claims' are under "claims", with their evidence)
+            entry["evidence"] = [ev.to_dict() for ev in data.evidence.get((layer, h), ()) if ev.section != "claims"]
             heads.append(entry)
     return _clean(
         {
@@ -134,22 +136,18 @@ def claims_markdown(summary: dict) -> list:
     return lines
 
 
-#: per-head columns shown in report.md when some section provides them
-MD_COLUMNS = (
-    "role",
-    "confidence",
-    "syntax_relation",
-    "syntax_accuracy",
-    "syntax_baseline",
-    "ablation_delta",
-    "ablation_ci_low",
-    "ablation_ci_high",
-    "importance_rank",
-)
-
-
 def _md(s) -> str:
     return str(s).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def _evidence_cells(head: dict) -> dict:
+    """kind -> the head's headline evidence in a few words (its ``brief``), from summary.json."""
+    out: dict = {}
+    for ev in head.get("evidence", ()):
+        if ev["headline"] and ev["kind"] not in out:
+            value = ev.get("value")
+            out[ev["kind"]] = ev.get("brief") or ev.get("label") or ("" if value is None else f"{value:.4g}")
+    return out
 
 
 def report_markdown(summary: dict) -> str:
@@ -172,8 +170,8 @@ def report_markdown(summary: dict) -> str:
     for s in summary["sections"]:
         for note in s["notes"]:
             lines.append(f"\n{_md(s['name'])}: {_md(note)}")
-    merged = [{k: v for facts in h["facts"].values() for k, v in facts.items()} for h in summary["heads"]]
-    keys = [k for k in MD_COLUMNS if any(f.get(k) is not None for f in merged)]
+    cells = [_evidence_cells(h) for h in summary["heads"]]
+    keys = list(dict.fromkeys(k for row in cells for k in row))
     lines += [
         "",
         "## Heads",
@@ -181,12 +179,10 @@ def report_markdown(summary: dict) -> str:
         "| layer | head | verdict |" + "".join(f" {k} |" for k in keys),
         "| --- | --- | --- |" + " --- |" * len(keys),
     ]
-    for h, f in zip(summary["heads"], merged):
-        vals = []
-        for k in keys:
-            v = f.get(k)
-            vals.append("" if v is None else (f"{v:.4g}" if isinstance(v, float) else _md(v)))
-        lines.append(f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |" + "".join(f" {v} |" for v in vals))
+    for h, row in zip(summary["heads"], cells):
+        lines.append(
+            f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |" + "".join(f" {_md(row.get(k, ''))} |" for k in keys)
+        )
     lines += claims_markdown(summary)
     return "\n".join(lines) + "\n"
 

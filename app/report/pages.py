@@ -34,17 +34,30 @@ def role_label(role) -> str:
     return ROLE_ABBREV.get(role, role[:7])
 
 
-def importance_mark(facts: dict, n_heads_total: int) -> tuple:
-    """(symbol, explanation) marking how much a head matters."""
-    rank = facts.get("importance_rank")
-    if rank is not None and rank == rank:
-        r = float(rank) / max(n_heads_total, 1)
+def importance_mark(evidence, n_heads_total: int) -> tuple:
+    """(symbol, explanation) marking how much a head matters, from its evidence: its
+    importance rank, else whether its ablation interval excludes 0."""
+    by = {(ev.section, ev.kind): ev for ev in reversed(evidence)}
+    imp, abl = by.get(("importance", "importance")), by.get(("ablation", "ablation"))
+    rank = imp.number("rank") if imp is not None else None
+    if rank is not None:
+        r = rank / max(n_heads_total, 1)
         sym = "★" if r <= 0.1 else "●" if r <= 0.3 else "·"
         return sym, f"importance rank {int(rank)} of {n_heads_total}"
-    lo, hi = facts.get("ablation_ci_low"), facts.get("ablation_ci_high")
-    if lo is not None and hi is not None and lo == lo and hi == hi:
-        return ("●", "ablation effect's CI excludes 0") if (lo > 0 or hi < 0) else ("·", "ablation: no effect")
+    ci = abl.ci if abl is not None else None
+    if ci is not None:
+        return ("●", "ablation effect's CI excludes 0") if (ci[0] > 0 or ci[1] < 0) else ("·", "ablation: no effect")
     return "", ""
+
+
+def _role(data, layer: int, head: int):
+    """The head's ``role`` evidence, or ``None`` (the roles section did not run)."""
+    return next((ev for ev in data.evidence.get((layer, head), ()) if ev.kind == "role"), None)
+
+
+def _role_label(data, layer: int, head: int) -> str:
+    ev = _role(data, layer, head)
+    return ev.label if ev is not None else ""
 
 
 def process_seconds() -> tuple:
@@ -93,21 +106,19 @@ def _grid(data) -> str:
     for layer in data.layers:
         cells = []
         for h in range(data.n_heads):
-            f = data.flat_facts(layer, h)
-            role = base_role(f.get("role"))
+            full = _role_label(data, layer, h)
+            role = base_role(full)
             colour = ROLE_COLOURS.get(role, "#eeeeee") if role else "#ffffff"
-            sym, why = importance_mark(f, n_total)
+            sym, why = importance_mark(data.evidence.get((layer, h), []), n_total)
             tip = f"L{layer}H{h}: {claim_line(data, layer, h)}" + (f" ({why})" if why else "")
-            label = esc(role_label(f.get("role"))) if role else "&nbsp;"
+            label = esc(role_label(full)) if role else "&nbsp;"
             cells.append(
                 f'<td style="background:{colour}"><a href="heads/{head_file(layer, h)}" '
                 f'title="{esc(tip)}">L{layer}H{h}<br>{label} <span class="imp">{esc(sym)}</span>'
                 f"</a></td>"
             )
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
-    used = sorted(
-        {base_role(data.flat_facts(layer, h).get("role")) for layer in data.layers for h in range(data.n_heads)} - {""}
-    )
+    used = sorted({base_role(_role_label(data, layer, h)) for layer in data.layers for h in range(data.n_heads)} - {""})
     legend = "".join(f'<span style="background:{ROLE_COLOURS.get(r, "#eeeeee")}">{esc(r)}</span>' for r in used)
     legend = (
         (
@@ -212,9 +223,9 @@ def _showcase(data) -> tuple:
     best, key = (data.layers[0], 0), -1.0
     for layer in data.layers:
         for h in range(data.n_heads):
-            f = data.flat_facts(layer, h)
-            role = base_role(f.get("role"))
-            conf = f.get("confidence")
+            ev = _role(data, layer, h)
+            role = base_role(ev.label) if ev is not None else ""
+            conf = ev.value if ev is not None else None
             if role in ("previous-token", "next-token", "syntactic") and conf is not None and conf > key:
                 best, key = (layer, h), float(conf)
     return best
@@ -232,8 +243,7 @@ def head_html(data, layer: int, head: int, figures: dict) -> str:
         nav.append(link(head_file(*order[i - 1]), "← L{}H{}".format(*order[i - 1])))
     if i + 1 < len(order):
         nav.append(link(head_file(*order[i + 1]), "L{}H{} →".format(*order[i + 1])))
-    flat = data.flat_facts(layer, head)
-    sym, why = importance_mark(flat, n_total)
+    sym, why = importance_mark(data.evidence.get((layer, head), []), n_total)
     parts = [
         f"<nav>{''.join(nav)}</nav><h1>Layer {layer}, head {head}"
         + (f' <span class="imp" title="{esc(why)}">{esc(sym)}</span>' if sym else "")

@@ -3,12 +3,14 @@
 When the claims section ran (the default), the verdict is the combined sentence of the
 head's claims (:func:`claims_verdict`, :mod:`probe.analyses.claims.summary`), which never
 states more than the claims do. :func:`verdict` is the fallback for reports built without
-it (``--sections`` naming others): a line from the facts the sections gathered.
+it (``--sections`` naming others): a line from the evidence the sections declared.
 """
 
 from __future__ import annotations
 
 import math
+
+from probe.app.registry.evidence import HeadEvidence
 
 #: how far above its positional baseline a relation must be to call a head syntactic
 #: (Voita et al. 2019's 10 points)
@@ -35,9 +37,24 @@ def _pct(x):
     return v * 100 if v <= 1.0 else v
 
 
-def _what(f: dict, cls: str, sep: str) -> str:
-    role = str(f.get("role") or "")
-    rel, acc, base = f.get("syntax_relation"), _pct(f.get("syntax_accuracy")), _pct(f.get("syntax_baseline"))
+#: what a section that did not run says: nothing (no label, value, interval or numbers)
+_SILENT = HeadEvidence("", "")
+
+
+def _headlines(evidence) -> dict:
+    """kind -> the first headline :class:`probe.app.registry.evidence.HeadEvidence` of that kind."""
+    out: dict = {}
+    for ev in evidence:
+        if ev.headline:
+            out.setdefault(ev.kind, ev)
+    return out
+
+
+def _what(by: dict, cls: str, sep: str) -> str:
+    r, syn = by.get("role", _SILENT), by.get("syntax", _SILENT)
+    role = r.label
+    rel = syn.label or None
+    acc, base = _pct(syn.value), _pct(syn.number("baseline"))
     syntactic = (
         rel is not None
         and acc is not None
@@ -50,10 +67,10 @@ def _what(f: dict, cls: str, sep: str) -> str:
             return f"looks syntactic ({rel}, {acc:.0f}% vs {base:.0f}% baseline)"
         return f"looks syntactic ({role})"
     if role == "special-token":
-        c, s = _num(f.get("to_cls")) or 0.0, _num(f.get("to_sep")) or 0.0
+        c, s = r.number("to_cls") or 0.0, r.number("to_sep") or 0.0
         return f"attends to {sep if s >= c else cls} ({max(c, s):.0%} of its attention)"
     if role in ("previous-token", "next-token", "self"):
-        share = _num(f.get("positional_share"))
+        share = r.number("positional_share")
         where = {"previous-token": "the previous token", "next-token": "the next token", "self": "the token itself"}[
             role
         ]
@@ -61,7 +78,7 @@ def _what(f: dict, cls: str, sep: str) -> str:
     if role == "broad":
         return "attends broadly (no single token stands out)"
     if role == "punctuation":
-        p = _num(f.get("to_punct"))
+        p = r.number("to_punct")
         return "attends to punctuation" + (f" ({p:.0%})" if p is not None else "")
     if role.startswith("attends "):  # no rule named it: its two largest components
         return role
@@ -70,25 +87,26 @@ def _what(f: dict, cls: str, sep: str) -> str:
     return ""
 
 
-def _effect(f: dict) -> str:
-    d, lo, hi = _num(f.get("ablation_delta")), _num(f.get("ablation_ci_low")), _num(f.get("ablation_ci_high"))
-    name = f.get("ablation_metric") or "effect"
+def _effect(by: dict) -> str:
+    ev = by.get("ablation", _SILENT)
+    d = _num(ev.value)
     if d is None:
         return ""
-    if lo is not None and hi is not None and lo <= 0.0 <= hi:
-        return f"ablating it changes nothing ({name} {d:+.3g}, CI [{lo:+.3g}, {hi:+.3g}])"
-    rel = _num(f.get("ablation_relative"))
+    name, ci = ev.unit or "effect", ev.ci
+    if ci is not None and ci[0] <= 0.0 <= ci[1]:
+        return f"ablating it changes nothing ({name} {d:+.3g}, CI [{ci[0]:+.3g}, {ci[1]:+.3g}])"
+    rel = ev.number("relative")
     if rel is not None and rel < MATTERS_FRACTION:
         return f"ablating it changes little ({name} {d:+.3g}, {rel:.0%} of the largest head effect)"
     return f"matters ({name} {d:+.3g})"
 
 
-def _faithful(f: dict) -> str:
-    v = f.get("faith_verdict")
+def _faithful(by: dict) -> str:
+    ev = by.get("faithfulness", _SILENT)
+    v = ev.label
     if not v:
         return ""
-    tau = next((_num(x) for k, x in f.items() if k.startswith("faith_tau_") and not k.endswith("significant")), None)
-    ref = next((k[len("faith_tau_") :] for k in f if k.startswith("faith_tau_") and not k.endswith("significant")), "")
+    tau, ref = _num(ev.value), ev.numbers.get("reference") or ""
     if v == "weights irrelevant":  # permuting one head alone changed nothing: not "meaningless"
         return "permuting its weights alone changes nothing"
     return f"weights {v} with {ref or 'attributions'}" + (f" (τ {tau:+.2f})" if tau is not None else "")
@@ -101,17 +119,20 @@ def claims_verdict(claims: dict) -> str:
     return summary_sentence(claims)
 
 
-def verdict(facts: dict, cls: str = "[CLS]", sep: str = "[SEP]") -> str:
-    """The one-line verdict of a head from its merged facts (column name -> value).
+def verdict(evidence, cls: str = "[CLS]", sep: str = "[SEP]") -> str:
+    """The one-line verdict of a head from its evidence (the
+    :class:`probe.app.registry.evidence.HeadEvidence` of every section that ran).
 
-    Known facts: ``role``, ``to_cls``, ``to_sep``, ``to_punct``, ``positional_share``
-    (roles); ``syntax_relation``, ``syntax_accuracy``, ``syntax_baseline`` (syntax);
-    ``ablation_delta``, ``ablation_ci_low``, ``ablation_ci_high``, ``ablation_metric``
-    ``ablation_relative`` (ablation); ``importance_rank``, ``importance_of`` (importance);
-    ``faith_verdict``, ``faith_tau_<attribution>`` (faithfulness).
+    Read: the ``role`` (its label and ``numbers``: ``to_cls``, ``to_sep``, ``to_punct``,
+    ``positional_share``), the ``syntax`` best relation (label, accuracy, ``numbers["baseline"]``),
+    the ``ablation`` effect (value, interval, unit, ``numbers["relative"]``), the
+    ``importance`` rank (``numbers``: ``rank``, ``of``) and the ``faithfulness`` verdict
+    (label, τ, ``numbers["reference"]``).
     """
-    what, effect = _what(facts, cls, sep), _effect(facts)
-    rank, of = _num(facts.get("importance_rank")), _num(facts.get("importance_of"))
+    by = _headlines(evidence)
+    what, effect = _what(by, cls, sep), _effect(by)
+    imp = by.get("importance", _SILENT)
+    rank, of = imp.number("rank"), imp.number("of")
     if rank is not None:
         r = f"importance rank {rank:.0f}" + (f"/{of:.0f}" if of is not None else "")
         effect = f"{effect}, {r}" if effect else r
@@ -120,7 +141,7 @@ def verdict(facts: dict, cls: str = "[CLS]", sep: str = "[SEP]") -> str:
         line = what + joiner + effect
     else:
         line = what or effect
-    faith = _faithful(facts)
+    faith = _faithful(by)
     if faith:
         line = f"{line}; {faith}" if line else faith
     return line or "no evidence yet (no role, syntax or ablation section ran)"

@@ -168,3 +168,47 @@ ANALYSIS = Analysis(
     engines=ENGINES,
     example="probe ablate --model zoo:prev-token --metric accuracy --limit 40 --group L0H0,L0H1 --out out/ablate",
 )
+
+
+def head_evidence(result: AblationResult) -> dict:
+    """Each head's ablation effect (:class:`probe.app.registry.evidence.HeadEvidence`):
+    Δ metric with its 95% bootstrap interval over the examples the sweep ran on (its
+    ``count``: the sweep's own examples, not the corpus), its rank among every head's
+    ``|Δ|`` and its share of the largest (``numbers``: ``rank``, ``of``, ``relative``)."""
+    from probe.app.registry.evidence import HeadEvidence, finite
+    from probe.app.report.style import number
+
+    t = result.table
+    if t is None or not len(t):
+        return {}
+    n = result.n_examples if result.n_examples is not None else result.summary.get("examples")
+    over = f"{n} examples" if n is not None else "the examples swept"
+    sizes = t["delta"].abs().to_numpy()
+    biggest = float(t["delta"].abs().max()) or 1.0
+    out = {}
+    for r in t.itertuples(index=False):
+        if not finite(r.delta):
+            continue
+        d, interval = float(r.delta), (float(r.ci_low), float(r.ci_high))
+        ci = interval if finite(interval[0]) and finite(interval[1]) else None
+        shown, rank = number(d, ci, signed=True), int((sizes > abs(d)).sum()) + 1
+        text = (
+            f"{str(r.mode).capitalize()}-ablation of this head (Michel et al. 2019) changes the {r.metric} by "
+            f"{shown} (95% bootstrap CI over {over}). It ranks {rank} of {len(t)} heads by the size of the effect."
+        )
+        out[(int(r.layer), int(r.head))] = [
+            HeadEvidence(
+                "ablation",
+                "ablation",
+                text,
+                value=d,
+                interval=interval,
+                count=None if n is None else int(n),
+                count_of="examples",
+                unit=str(r.metric),
+                brief=shown + ("" if n is None else f" (n={n})"),
+                strong=(shown,),
+                numbers={"mode": str(r.mode), "rank": rank, "of": len(t), "relative": abs(d) / biggest},
+            )
+        ]
+    return out

@@ -124,3 +124,45 @@ ANALYSIS = Analysis(
     order=90,
     example="probe claims --model zoo:prev-token --limit 16 --out out/claims",
 )
+
+
+def head_evidence(result: ClaimsResult) -> dict:
+    """Each head's claims as evidence: each claim's own
+    :func:`probe.analyses.claims.evidence.claim_evidence` (its sentence, effect, interval,
+    the count it used, status, test and floor), kind by kind; ``numbers`` adds the
+    objective it was measured on, its p-value and its detectable effect."""
+    from probe.analyses.claims.evidence import claim_evidence
+    from probe.app.registry.evidence import HeadEvidence
+
+    hc = result.claims
+    if hc is None:
+        return {}
+    out = {}
+    for key, by_kind in hc.claims.items():
+        items = []
+        for kind, c in by_kind.items():
+            ev = claim_evidence(kind, c)
+            items.append(
+                HeadEvidence(
+                    "claims",
+                    kind,
+                    ev.text,
+                    value=ev.value,
+                    interval=(ev.ci_low, ev.ci_high),
+                    count=ev.count,
+                    unit=ev.units,
+                    label=c.statement,
+                    headline=False,  # report.md has the claims' own table
+                    numbers={
+                        **ev.numbers,
+                        "objective": c.extra.get("objective", ""),
+                        "p": ev.p,
+                        "detectable": ev.detectable,
+                    },
+                    status=ev.status,
+                    test=ev.test,
+                    floor=ev.floor,
+                )
+            )
+        out[key] = items
+    return out

@@ -4,6 +4,8 @@ explanation? Attention vs attributions (Kendall τ), head permutations (Jain & W
 
 from __future__ import annotations
 
+from typing import Any
+
 from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.results import FaithfulnessResult
 
@@ -190,3 +192,63 @@ ANALYSIS = Analysis(
     order=40,
     example="probe faithfulness --model zoo:agreement --limit 8 --steps 8 --permutations 2 --out out/faith",
 )
+
+
+def head_evidence(result: FaithfulnessResult) -> dict:
+    """Each explained head's agreement with the attributions (Kendall τ per attribution,
+    the share of examples where it is significant), the effect of permuting its weights
+    (Jain & Wallace 2019) and the verdict, over the examples explained (``count``)."""
+    from probe.app.registry.evidence import HeadEvidence, finite
+    from probe.app.report.style import number
+
+    v = result.verdict
+    if v is None or not len(v):
+        return {}
+    n = result.n_examples
+    refs = [c[len("tau_") :] for c in v.columns if c.startswith("tau_") and not c.endswith("_significant")]
+    out = {}
+    for rec in v.to_dict("records"):
+        verdict = rec.get("verdict")
+        if not verdict or verdict != verdict:
+            continue
+        parts, strong, numbers = [], [], {}
+        for ref in refs:
+            tau, share = rec.get(f"tau_{ref}"), rec.get(f"tau_{ref}_significant")
+            shown = number(tau if finite(tau) else None, digits=2, signed=True)
+            strong.append(shown)
+            numbers.update({f"tau {ref}": tau, f"significant share {ref}": share})
+            parts.append(
+                f"Kendall τ between its attention and the {ref.upper()} attributions: {shown} (mean over "
+                f"{n or '?'} sentences"
+                + (
+                    f"; significant at p < 0.05 in {number(share, percent=True, digits=2)} of them"
+                    if finite(share)
+                    else ""
+                )
+                + ")."
+            )
+        tvd = rec.get("tvd_median")
+        if finite(tvd):
+            numbers["tvd median"] = tvd
+            parts.append(
+                f"Permuting its attention moves the output distribution by a median total variation of "
+                f"{number(tvd, digits=2)} (Jain & Wallace 2019)."
+            )
+        parts.append(f"Verdict: {verdict}.")
+        tau0: Any = rec.get(f"tau_{refs[0]}") if refs else None
+        out[(int(rec["layer"]), int(rec["head"]))] = [
+            HeadEvidence(
+                "faithfulness",
+                "faithfulness",
+                " ".join(parts),
+                value=float(tau0) if finite(tau0) else float("nan"),
+                count=n,
+                count_of="sentences",
+                unit=f"Kendall τ with {refs[0]}" if refs else "",
+                label=str(verdict),
+                brief=str(verdict) + (f" (τ {float(tau0):+.2f})" if finite(tau0) else ""),
+                strong=(*strong, str(verdict)),
+                numbers={"reference": refs[0] if refs else "", **numbers},
+            )
+        ]
+    return out

@@ -58,9 +58,50 @@ def run_importance(ctx) -> ImportanceResult:
             f"head importance by {res.method} over head gates{cut}, metric {res.metric}, "
             "normalised per layer (Michel et al. 2019)"
         ],
-        summary={"metric": res.metric, "method": res.method, "ig_convergence_delta": res.delta},
+        summary={
+            "metric": res.metric,
+            "method": res.method,
+            "ig_convergence_delta": res.delta,
+            "examples": len(corpus),
+        },
         summary_name="importance",
     )
+
+
+def head_evidence(result: ImportanceResult) -> dict:
+    """Each head's importance over head gates, normalised per layer, with its rank among
+    all heads (``numbers``: ``rank``, ``of``) and the examples it was measured on."""
+    from probe.app.registry.evidence import HeadEvidence, finite
+    from probe.app.report.style import number
+
+    t = result.table
+    if t is None or not len(t):
+        return {}
+    method, n = str(result.summary.get("method", "")), result.summary.get("examples")
+    out = {}
+    for r in t.itertuples(index=False):
+        if not finite(r.importance):
+            continue
+        shown = number(r.importance, digits=2)
+        rank = int(r.rank) if finite(r.rank) else None
+        text = f"Importance by {method} over head gates (Michel et al. 2019), normalised per layer: {shown}" + (
+            f", rank {rank} of {len(t)}." if rank is not None else "."
+        )
+        out[(int(r.layer), int(r.head))] = [
+            HeadEvidence(
+                "importance",
+                "importance",
+                text,
+                value=float(r.importance),
+                count=n,
+                count_of="examples",
+                unit="importance",
+                brief=shown + ("" if rank is None else f", rank {rank}/{len(t)}"),
+                strong=(shown,),
+                numbers={"method": method, "rank": rank, "of": len(t)},
+            )
+        ]
+    return out
 
 
 def run_prune(ctx) -> Result:

@@ -248,3 +248,68 @@ ANALYSIS = Analysis(
     engines=ENGINES,
     example="probe roles --model zoo:constructed --limit 20 --out out/roles",
 )
+
+
+#: the attention profile a head page draws: (label, roles column)
+PROFILE = (
+    ("[CLS] / first token", "to_cls"),
+    ("[SEP] / last token", "to_sep"),
+    ("punctuation", "to_punct"),
+    ("previous token", "prev"),
+    ("itself", "self"),
+    ("next token", "next"),
+)
+#: the shares a verdict reads beside the role
+VERDICT_SHARES = ("to_cls", "to_sep", "to_punct", "positional_share")
+
+
+def head_evidence(result: RolesResult) -> dict:
+    """Each head's role with its confidence and the rule that decided it (``role``, over
+    the sentences the roles were fitted on), and where its attention goes on average
+    (``profile``: the shares of :data:`PROFILE` as ``parts``, over its query tokens)."""
+    from probe.app.registry.evidence import HeadEvidence, finite
+    from probe.app.report.style import number
+
+    t = result.roles
+    if t is None or not len(t):
+        return {}
+    out = {}
+    for rec in t.to_dict("records"):
+        role = rec.get("role")
+        if not isinstance(role, str) or not role:
+            continue
+        n_ex, n_rows = rec.get("n_examples"), rec.get("n_rows")
+        n_ex = int(n_ex) if finite(n_ex) else None
+        n_rows = int(n_rows) if finite(n_rows) else None
+        conf = rec.get("confidence")
+        text = (
+            f"Role: {role}, confidence {number(conf, digits=2)} (0 = no rule cleared, 1 = far past its "
+            f"threshold). Why: {rec.get('decided_by', '')}."
+        )
+        over = f" over {n_rows} query tokens in {n_ex} sentences" if n_rows is not None and n_ex is not None else ""
+        out[(int(rec["layer"]), int(rec["head"]))] = [
+            HeadEvidence(
+                "roles",
+                "role",
+                text,
+                value=float(conf) if finite(conf) else float("nan"),
+                count=n_ex,
+                count_of="sentences",
+                unit="confidence",
+                label=role,
+                brief=role,
+                strong=(role,),
+                numbers={k: rec[k] for k in VERDICT_SHARES if finite(rec.get(k))},
+            ),
+            HeadEvidence(
+                "roles",
+                "profile",
+                f"Where its attention goes, on average{over}:",
+                count=n_rows,
+                count_of="query tokens",
+                headline=False,
+                parts=tuple((label, float(rec[k])) for label, k in PROFILE if finite(rec.get(k))),
+                numbers={"sentences": n_ex},
+            ),
+        ]
+    return out

@@ -132,10 +132,11 @@ def section_from(accuracy, skipped) -> SyntaxResult:
     return SyntaxResult(tables=tables, per_head=per_head, notes=notes, summary={"min_count": floor})
 
 
-def best_relation_per_head(best, min_count: int):
+def best_relations(best, min_count: int):
     """Heads that are the best head for some relation (Clark et al. 2019's Table 1 view):
-    for each, the relation it beats the fixed-offset baseline by most, and every relation
-    it is best for. ``best``: :meth:`probe.analyses.structure.syntax.RelationAccuracy.best`;
+    for each, the relation it beats the fixed-offset baseline by most (``relation,
+    direction, accuracy, baseline_accuracy, baseline_offset, count``) and every relation it
+    is best for (``best_for``). ``best``: :meth:`probe.analyses.structure.syntax.RelationAccuracy.best`;
     relations with fewer than ``min_count`` instances, and :data:`SYNTAX_EXCLUDED`, are
     left out. Heads best for nothing get no row."""
     t = best[(best["count"] >= min_count) & ~best["relation"].isin(SYNTAX_EXCLUDED)].copy()
@@ -144,9 +145,14 @@ def best_relation_per_head(best, min_count: int):
     best_for = t.sort_values("margin", ascending=False).groupby(["layer", "head"])["label"].agg("; ".join)
     t = t.sort_values(["margin", "count"], ascending=False, kind="stable").drop_duplicates(["layer", "head"])
     t = t.sort_values(["layer", "head"])
-    out = t[
-        ["layer", "head", "relation", "direction", "accuracy", "baseline_accuracy", "baseline_offset", "count"]
-    ].rename(
+    out = t[["layer", "head", "relation", "direction", "accuracy", "baseline_accuracy", "baseline_offset", "count"]]
+    out = out.assign(best_for=[best_for[(l_, h)] for l_, h in zip(out["layer"], out["head"])])
+    return out.reset_index(drop=True)
+
+
+def best_relation_per_head(best, min_count: int):
+    """:func:`best_relations` as the section's per-head facts (``syntax_*`` columns)."""
+    return best_relations(best, min_count).rename(
         columns={
             "relation": "syntax_relation",
             "direction": "syntax_direction",
@@ -154,10 +160,101 @@ def best_relation_per_head(best, min_count: int):
             "baseline_accuracy": "syntax_baseline",
             "baseline_offset": "syntax_offset",
             "count": "syntax_count",
+            "best_for": "syntax_best_for",
         }
     )
-    out["syntax_best_for"] = [best_for[(l_, h)] for l_, h in zip(out["layer"], out["head"])]
-    return out.reset_index(drop=True)
+
+
+#: relations a head page draws, at most (its best margins first)
+PAGE_RELATIONS = 8
+
+
+def _accuracy(kind: str, text: str, relation, accuracy, count, **kw):
+    """A head's accuracy on a relation (its baseline in ``numbers``), as evidence."""
+    from probe.app.registry.evidence import HeadEvidence
+
+    return HeadEvidence(
+        "syntax",
+        kind,
+        text,
+        value=float(accuracy),
+        count=int(count),
+        count_of="instances",
+        unit="accuracy",
+        label=str(relation),
+        **kw,
+    )
+
+
+def head_evidence(result: SyntaxResult) -> dict:
+    """Each head's syntax evidence: the relation it is the best head for with the largest
+    margin over the best fixed offset (``syntax``: label, accuracy, ``numbers["baseline"]``,
+    the instances it rests on) and, for its page, its accuracy per relation (dependent →
+    head) against that baseline, largest margins first (``relation``, at most
+    :data:`PAGE_RELATIONS`), relations under the structure claim's minimum count last."""
+    best, t = result.best, result.relations
+    if best is None or t is None:
+        return {}
+    out: dict = {}
+    for r in best_relations(best, int(result.summary.get("min_count", 1))).itertuples(index=False):
+        text = (
+            f"the best head for {r.best_for}; {r.relation} ({r.direction.replace('_', ' ')}): accuracy "
+            f"{r.accuracy:.0%} vs {r.baseline_accuracy:.0%} for the best fixed offset, {int(r.count)} instances"
+        )
+        out.setdefault((int(r.layer), int(r.head)), []).append(
+            _accuracy(
+                "syntax",
+                text,
+                r.relation,
+                r.accuracy,
+                r.count,
+                brief=f"{r.relation} {r.accuracy:.0%} vs {r.baseline_accuracy:.0%} (n={int(r.count)})",
+                numbers={"baseline": float(r.baseline_accuracy), "offset": r.baseline_offset},
+            )
+        )
+    for key, items in _per_relation(best, t).items():
+        out.setdefault(key, []).extend(items)
+    return out
+
+
+def _per_relation(best, t) -> dict:
+    """``{(layer, head): [intro, relation, …]}``: the head page's rows (see :func:`head_evidence`)."""
+    from probe.analyses.claims import thresholds as T
+    from probe.app.registry.evidence import HeadEvidence
+
+    floor = T.STRUCTURE_MIN_COUNT
+    base = best[best["direction"] == "dep_to_head"].set_index("relation")["baseline_accuracy"]
+    mine = t[
+        (t["direction"] == "dep_to_head") & ~t["relation"].isin(T.STRUCTURE_EXCLUDED) & t["relation"].isin(base.index)
+    ]
+    mine = mine.assign(margin=mine["accuracy"].to_numpy() - base.loc[mine["relation"]].to_numpy())
+    mine = mine.assign(enough=mine["count"].to_numpy() >= floor)
+    intro = HeadEvidence(
+        "syntax",
+        "relations",
+        f"Per relation (dependent → head), sorted by margin over the best fixed offset (Clark et al. 2019); "
+        f"relations with fewer than {floor} instances, the claim's minimum, are greyed:",
+        headline=False,
+        floor=floor,
+    )
+    out = {}
+    for (layer, head), rows in mine.groupby(["layer", "head"], sort=False):
+        rows = rows.sort_values(["enough", "margin"], ascending=False).head(PAGE_RELATIONS)
+        out[(int(layer), int(head))] = [intro] + [
+            _accuracy(
+                "relation",
+                f"{r.relation}: accuracy {r.accuracy:.0%} vs {base[r.relation]:.0%} for the best fixed offset "
+                f"({int(r.count)} instances)",
+                r.relation,
+                r.accuracy,
+                r.count,
+                headline=False,
+                floor=floor,
+                numbers={"baseline": float(base[r.relation]), "margin": float(r.margin)},
+            )
+            for r in rows.itertuples(index=False)
+        ]
+    return out
 
 
 ANALYSIS = Analysis(
