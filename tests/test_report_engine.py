@@ -20,8 +20,10 @@ def _report(tmp_path, engine: str, *extra, sections: str = SECTIONS) -> dict:
     from probe.app.cli import main
 
     out = tmp_path / engine
-    args = ["report", "--sections", sections, "--engine", engine, "--out", str(out), *extra]
-    if engine != "local":
+    args = ["report", "--sections", sections, "--out", str(out), *extra]
+    if engine != "auto":
+        args += ["--engine", engine]
+    if engine not in ("local", "auto"):
         args += ["--kept-examples", str(KEPT)]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
@@ -30,7 +32,7 @@ def _report(tmp_path, engine: str, *extra, sections: str = SECTIONS) -> dict:
 
 @pytest.fixture(scope="module")
 def local_summary(tmp_path_factory):
-    return _report(tmp_path_factory.mktemp("local"), "local")
+    return _report(tmp_path_factory.mktemp("local"), "auto")  # the default: local on 24 sentences
 
 
 def _check_against_local(got: dict, ref: dict, engine: str) -> None:
@@ -152,3 +154,22 @@ def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm):
     for head, by_kind in held.claims.items():
         for kind in ("pattern", "structure"):
             assert close(streamed.claims[head][kind].to_dict(), by_kind[kind].to_dict()), (head, kind)
+
+
+def test_auto_engine_streams_when_the_maps_would_take_over_a_quarter_of_the_budget(minilm, local_summary):
+    """``--engine auto`` (the default) holds every example's maps only while they fit in a
+    quarter of the memory budget: the estimate is the float32 ``[6, 12, n, n]`` of each
+    bundled sentence, so one byte less than four times it chooses ``stream``."""
+    from probe.app.report.bundled import sample_corpus
+    from probe.app.report.build import choose_engine, held_maps_bytes
+    from probe.inputs import fit_to_model
+
+    corpus = fit_to_model(sample_corpus(), minilm)
+    ids = minilm.tokenizer(list(corpus.texts))["input_ids"]
+    held = held_maps_bytes(corpus, minilm)
+    assert held == sum(len(x) ** 2 for x in ids) * 6 * 12 * 4
+    assert choose_engine("auto", corpus, minilm, 4 * held)[0] == "local"
+    engine, why = choose_engine("auto", corpus, minilm, 4 * held - 4)
+    assert engine == "stream" and "over a quarter of the memory budget" in why
+    assert choose_engine("ray", corpus, minilm, 1) == ("ray", "")  # a chosen engine is kept
+    assert local_summary["settings"]["engine choice"].startswith("--engine auto: local")  # the default, stated

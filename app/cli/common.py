@@ -199,7 +199,7 @@ def configure_progress() -> None:
             sys.stderr = _LineStream(sys.stderr)
 
 
-def engine_option(engines=("local", "stream", "ray")):
+def engine_option(engines=("local", "stream", "ray"), default: str = "local"):
     """Decorator adding ``--engine``, ``--address`` and ``--workers`` (docs/scale.md).
 
     ``local``: today's single-process path; ``stream``: one process, attention streamed
@@ -224,7 +224,7 @@ def engine_option(engines=("local", "stream", "ray")):
         return click.option(
             "--engine",
             type=click.Choice(list(engines)),
-            default="local",
+            default=default,
             show_default=True,
             help="; ".join(f"{e}: {_ENGINE_HELP[e]}" for e in engines),
         )(fn)
@@ -233,6 +233,7 @@ def engine_option(engines=("local", "stream", "ray")):
 
 
 _ENGINE_HELP = {
+    "auto": "local while every example's maps fit in a quarter of --memory-budget, else stream",
     "local": "one process",
     "stream": "one process, layer by layer (peak memory: one layer)",
     "ray": 'a pool of Ray actors (pip install -e ".[ray]")',

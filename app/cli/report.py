@@ -91,7 +91,7 @@ def _sections_help() -> str:
     help="keep each finished section beside OUT (.OUT.partial/) and resume a killed or failed run of "
     "the same command from them; --no-resume discards them and starts afresh",
 )
-@engine_option()
+@engine_option(("auto", "local", "stream", "ray"), default="auto")
 @click.option(
     "--kept-examples",
     type=integer(min=1),

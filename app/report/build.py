@@ -230,7 +230,7 @@ def build_report(
     window: Optional[int] = None,
     stride: Optional[int] = None,
     truncate: bool = False,
-    engine: str = "local",
+    engine: str = "auto",
     workers: int = 2,
     address: Optional[str] = None,
     kept_examples: Optional[int] = None,
@@ -262,10 +262,12 @@ def build_report(
         progress: ``True`` for a capture bar and one line per section on stderr, or a
             callable ``progress(i, n, name)`` called before each section.
         engine: ``local`` (every example's maps held), ``stream`` or ``ray``: the corpus
-            statistics (syntax, roles, the ablation sweep) streamed over the whole corpus
-            as accumulators, in this process or ``workers`` Ray actors (at ``address``),
-            and only the first ``kept_examples`` examples (default 128) captured whole
-            for the pages and the other sections (:mod:`.engine_sections`).
+            statistics (syntax, roles, the claims' evidence and sweeps) streamed over the
+            whole corpus as accumulators, in this process or ``workers`` Ray actors (at
+            ``address``), and only the first ``kept_examples`` examples (default 128)
+            captured whole for the pages and the other sections (:mod:`.engine_sections`);
+            ``auto`` (default): ``local`` while every example's maps fit in a quarter of
+            the memory budget, else ``stream`` (:func:`choose_engine`).
 
     Returns:
         :class:`ReportData`, with ``path`` set.
@@ -312,6 +314,7 @@ def build_report(
     if not len(corpus):
         raise InputError(f"every example is longer than the model's {adapter.max_length} tokens")
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
+    engine, engine_why = choose_engine(engine, corpus, adapter, budget)
     check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
     overrides = _overrides(objective, target, max_model_examples, explained_examples)
     ctx = open_run(
@@ -367,6 +370,8 @@ def build_report(
     settings.update(_model_examples_setting(len(full), max_model_examples, explained_examples))
     if long_note:
         settings["long inputs"] = long_note
+    if engine_why:
+        settings["engine choice"] = engine_why
     if engine != "local":  # the whole corpus's statistics, streamed on the run's engine
         on_engine = _engine_statistics(ctx, batch_size, bool(progress), sections)
         settings.update(on_engine.statement(len(corpus), [s.name for s in choose(sections)]))
@@ -479,6 +484,39 @@ def _longest(corpus, adapter) -> int:
     """Tokens of the longest example (special tokens included)."""
     ids = adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]
     return max((len(x) for x in ids), default=1)
+
+
+#: the share of the memory budget that ``--engine auto`` lets every example's maps take
+HELD_MAPS_SHARE = 0.25
+
+
+def held_maps_bytes(corpus, adapter) -> int:
+    """Bytes of every example's captured maps, float32 ``[layers, heads, n, n]`` each (the
+    model's default stack), from the token counts alone."""
+    ids = adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]
+    layers = adapter.n_layers_of(adapter.default_stack)
+    return int(sum(len(x) ** 2 for x in ids)) * layers * adapter.n_heads * 4
+
+
+def choose_engine(engine: str, corpus, adapter, budget: int) -> tuple:
+    """``(engine, why)``: ``auto`` becomes ``local`` when every example's maps fit in
+    :data:`HELD_MAPS_SHARE` of the memory budget, else ``stream`` (a kept sample's maps
+    held, the corpus statistics streamed: peak memory no longer grows with the corpus);
+    the numbers equal either way (tests/test_report_engine.py). Another engine is kept
+    (``why`` empty)."""
+    from probe.budget import format_size
+
+    if engine != "auto":
+        return engine, ""
+    held = held_maps_bytes(corpus, adapter)
+    limit = int(budget * HELD_MAPS_SHARE)
+    chosen = "local" if held <= limit else "stream"
+    return chosen, (
+        f"--engine auto: {chosen} (the {len(corpus)} examples' maps take {format_size(held)}, "
+        f"{'within' if chosen == 'local' else 'over'} a quarter of the memory budget, {format_size(limit)}"
+        + ("" if chosen == "local" else "; the statistics streamed, a kept sample's maps held")
+        + ")"
+    )
 
 
 def _overrides(objective, target, max_model_examples, explained_examples=None) -> dict:
