@@ -528,7 +528,7 @@ ALLOWED_PLAIN_VALUE_ERRORS = {
     "analyses/claims/claim.py": 2,  # a Claim's status and kind, set by the toolkit
     "analyses/claims/statistics.py": 1,  # a proportion of 0 ≤ successes ≤ n
     "analyses/common/accumulate.py": 4,  # merging accumulators / partitioned blocks
-    "analyses/common/objective.py": 1,  # similarity-structure has no per-run score
+    "analyses/common/similarity.py": 1,  # similarity-structure has no per-run score
     "analyses/common/token_scores.py": 1,  # scores shaped by the toolkit
     "analyses/common/word_scores.py": 2,
     "analyses/explanation/agreement.py": 2,  # attention and attributions of one corpus

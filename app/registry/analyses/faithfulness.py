@@ -8,51 +8,33 @@ from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.results import FaithfulnessResult
 
 
-def _head_kind(adapter) -> str:
-    """``mlm``, ``sequence-classification``, ``token-classification`` or ``""`` (no head
-    or another one), from the loaded class (``config.architectures`` chose it)."""
-    name = type(adapter.model).__name__
-    if name.endswith("ForMaskedLM") or (adapter.arch == "encoder" and name.endswith("ForPreTraining")):
-        return "mlm"
-    if name.endswith("ForSequenceClassification"):
-        return "sequence-classification"
-    if name.endswith("ForTokenClassification"):
-        return "token-classification"
-    return ""
-
-
 def default_target(ctx) -> str:
-    """``loss:-1`` (the next-token loss of the last token) for causal language models,
-    ``logit`` for models with a classifier head (zoo, ``*ForSequenceClassification``),
-    ``mlm`` (the masked-LM loss of the sentence's own tokens) for a masked-LM checkpoint,
-    ``similarity`` (cosine similarity to the nearest neighbour, or to ``--pairs``) for
-    sentence encoders and the encoder underneath any other head; :class:`SkipAnalysis`
-    otherwise."""
-    head = _head_kind(ctx.adapter)
-    if ctx.adapter.causal:
-        return "loss:-1"
-    if str(ctx.adapter.name).startswith("zoo:") or ctx.corpus.examples or head == "sequence-classification":
-        return "logit"
-    if head == "mlm":
-        return "mlm"
-    if ctx.adapter.arch == "encoder":  # a sentence encoder: the similarity of sentence pairs, its own output
-        return "similarity"
-    if ctx.corpus.sentences:
-        return "probe:subject-number"
-    raise SkipAnalysis(
-        "no target to explain: the sentence model needs a treebank (--conllu) for its probe, or give --target"
-    )
+    """What ``--target auto`` means here (:func:`probe.analyses.common.objective.resolve_objective`
+    with ``use="explain"``): ``loss:-1`` (the next-token loss of the last token) for causal
+    language models, ``logit`` for models with a classifier head (zoo,
+    ``*ForSequenceClassification``), ``mlm`` (the masked-LM loss of the sentence's own
+    tokens) for a masked-LM checkpoint, ``similarity`` (cosine similarity to the nearest
+    neighbour, or to ``--pairs``) for sentence encoders and the encoder underneath any other
+    head; :class:`SkipAnalysis` otherwise."""
+    return _resolved(ctx, "auto")[0]
+
+
+def _resolved(ctx, spec) -> tuple:
+    """``(name, why)`` of the target ``spec`` names (``auto`` resolved)."""
+    from probe.analyses.common.objective import resolve_objective
+    from probe.errors import NotApplicable
+
+    try:
+        target, why = resolve_objective(spec, ctx.adapter, ctx.corpus, use="explain")
+    except NotApplicable as exc:
+        raise SkipAnalysis(exc.reason) from None
+    return target.spec, why
 
 
 def _target(ctx) -> str:
-    chosen = ctx.params.get("target", "auto")
-    if chosen not in (None, "auto"):
-        return chosen
-    target = default_target(ctx)
-    ctx.say(
-        f"target: {target} (chosen for {ctx.adapter.name}, a {type(ctx.adapter.model).__name__}; choose with --target)"
-    )
-    return target
+    spec, why = _resolved(ctx, ctx.params.get("target", "auto"))
+    ctx.say(f"target: {spec} ({why}; choose with --target)")
+    return spec
 
 
 def run(ctx) -> FaithfulnessResult:
