@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from probe.errors import InputError, NotApplicable
 
-from .objective import MetricBatch, Objective, f32, resolve_objective, special_mask, token_nll
+from .objective import MetricBatch, Objective, f32, special_mask, token_nll
 
 log = logging.getLogger(__name__)
 
@@ -396,6 +396,8 @@ def applicable_metrics(adapter, corpus=None) -> list[str]:
 def default_metric(adapter, corpus=None) -> tuple:
     """``(name, why)``: what ``auto`` means for a per-example metric (the model's loss
     where it has one, else ``embedding-drift``), from :func:`.objective.resolve_objective`."""
+    from .objective import resolve_objective  # looked up at call time: one resolver, patchable
+
     obj, why = resolve_objective("auto", adapter, corpus, use="per-example")
     return obj.name, why
 
@@ -409,6 +411,8 @@ def get_metric(metric: Union[str, Objective, Callable], adapter=None, corpus=Non
         InputError: unknown name (listing the known ones).
         NotApplicable: a metric that does not apply to the model (naming those that do).
     """
+    from .objective import resolve_objective
+
     return resolve_objective(metric, adapter, corpus, use="per-example")[0]
 
 

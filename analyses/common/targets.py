@@ -32,7 +32,7 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
-from .objective import InputObjective, check_scalar, resolve_objective, scalar_function, token_nll
+from .objective import InputObjective, check_scalar, scalar_function, token_nll
 
 __all__ = [
     "Target",
@@ -326,6 +326,8 @@ def parse_target(spec: str, adapter=None, probe: Optional[InputObjective] = None
     Raises:
         InputError: an unknown spec, listing the known forms.
     """
+    from .objective import resolve_objective  # looked up at call time: one resolver, patchable
+
     target, _ = resolve_objective(spec, adapter, None, use="explain", probe=probe)
     return target
 
