@@ -40,7 +40,8 @@ import torch.nn.functional as F
 
 from probe.errors import InputError, NotApplicable
 
-from .objective import MetricBatch, Objective, f32, special_mask, token_nll
+from .batch import MetricBatch, f32, special_mask, token_nll
+from .objective import Objective
 
 log = logging.getLogger(__name__)
 

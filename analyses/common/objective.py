@@ -35,14 +35,14 @@ naming those that do, before any forward.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from probe.errors import InputError, NotApplicable
+
+from .batch import MetricBatch, check_scalar, special_mask
 
 log = logging.getLogger(__name__)
 
@@ -51,95 +51,17 @@ __all__ = [
     "InputObjective",
     "Unfitted",
     "MetricBatch",
-    "token_nll",
     "check_scalar",
     "scalar_function",
     "USES",
     "NAMES",
+    "FORMS",
     "resolve_objective",
     "check_objective",
     "applicable_objectives",
     "head_kind",
     "floor_of",
 ]
-
-
-@dataclass(frozen=True)
-class MetricBatch:
-    """Model inputs and what an objective needs to score them, all with batch rows first.
-
-    Attributes:
-        inputs: keyword arguments of the model forward (``input_ids``, ``attention_mask``,
-            optionally decoder inputs), ``[rows, seq]``.
-        aux: tensors the objective scores against (``labels`` …), ``[rows, ...]``.
-        special: bool ``[rows, seq]``: special-token positions (for per-kind means).
-    """
-
-    inputs: dict
-    aux: dict = field(default_factory=dict)
-    special: Optional[torch.Tensor] = None
-
-    @property
-    def rows(self) -> int:
-        return int(self.inputs["input_ids"].shape[0])
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.inputs["attention_mask"].sum(-1)
-
-    def repeat(self, k: int) -> "MetricBatch":
-        """The batch stacked ``k`` times: row ``j·rows + i`` is a copy of row ``i``."""
-        rep = lambda t: t.repeat(k, *([1] * (t.dim() - 1)))  # noqa: E731
-        return MetricBatch(
-            inputs={n: rep(t) for n, t in self.inputs.items()},
-            aux={n: rep(t) for n, t in self.aux.items()},
-            special=None if self.special is None else rep(self.special),
-        )
-
-
-def special_mask(adapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Bool ``[rows, seq]``: the special-token positions of ``ids`` (padding excluded)."""
-    from probe.inputs import special_token_ids  # [UNK] is input text, not a special token
-
-    special_ids = torch.tensor(special_token_ids(adapter.tokenizer), dtype=ids.dtype, device=ids.device)
-    return torch.isin(ids, special_ids) & mask.bool()
-
-
-def f32(x: torch.Tensor) -> torch.Tensor:
-    """Half-precision tensors up to float32; float32/float64 kept."""
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-
-
-def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The one language-model loss: ``−log softmax(logits)[label]`` per position.
-
-    ``logits`` ``[..., vocab]`` and ``labels`` ``[...]`` (long; ``−100`` positions give an
-    arbitrary value the caller masks out) -> ``[...]`` in float32 (half precision is
-    upcast). Used by :class:`.metrics.LossMetric` (masked-LM, next-token, teacher-forced
-    and zoo task losses) and by :class:`.targets.LMLoss` / :class:`.targets.OwnTokensLoss`.
-    """
-    logits = f32(logits)
-    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).clamp(min=0), reduction="none")
-    return flat.reshape(labels.shape)
-
-
-def check_scalar(value, batch: int, name: str = "target") -> torch.Tensor:
-    """Return ``value`` if it is a tensor of shape ``[batch]`` (or ``[batch, 1]``, squeezed).
-
-    Raises:
-        InputError: any other shape, naming it ("one scalar per example" is needed).
-    """
-    if not torch.is_tensor(value):
-        raise InputError(f"{name} must return a tensor with one scalar per example, got {type(value).__name__}")
-    if value.dim() == 2 and value.shape == (batch, 1):
-        value = value[:, 0]
-    if tuple(value.shape) != (batch,):
-        raise InputError(
-            f"{name} must give one scalar per example, shape ({batch},) for a batch of {batch}; "
-            f"got shape {tuple(value.shape)}. Choose a class (--target logit:<class>) or a "
-            "position (--target loss:<position>)"
-        )
-    return value
 
 
 class Objective:
@@ -331,12 +253,13 @@ USES = ("corpus", "per-example", "gradient", "explain")
 #: the corpus objectives by name (``loss`` is the model's own loss, whichever kind it is)
 NAMES = ("loss", "next-token-loss", "accuracy", "embedding-drift", "similarity-structure")
 #: the per-input forms (:mod:`.targets`)
-TARGET_FORMS = "logit, logit:<class>, loss:<position>, mlm"
-_KNOWN = {
-    "corpus": ", ".join(NAMES),
-    "per-example": f"loss, accuracy, embedding-drift, next-token-loss, {TARGET_FORMS}",
-    "gradient": f"loss, accuracy, embedding-drift, similarity, {TARGET_FORMS}",
-    "explain": f"{TARGET_FORMS}, similarity, probe:<property> (bundled sentence model)",
+TARGET_FORMS = ("logit", "logit:<class>", "loss:<position>", "mlm")
+#: the names each use knows, in the order an error lists them
+FORMS = {
+    "corpus": NAMES,
+    "per-example": ("loss", "accuracy", "embedding-drift", "next-token-loss", *TARGET_FORMS),
+    "gradient": ("loss", "accuracy", "embedding-drift", "similarity", *TARGET_FORMS),
+    "explain": (*TARGET_FORMS, "similarity", "probe:<property>"),
 }
 _NOUN = {"corpus": "objective", "per-example": "metric", "gradient": "metric", "explain": "target"}
 
@@ -366,14 +289,9 @@ def _parse(spec: str, use: str, probe: Optional[Objective]) -> Objective:
         "embedding-drift": metrics.DriftMetric,
         "similarity-structure": similarity.SimilarityStructure,
     }
-    allowed = {
-        "corpus": set(NAMES),
-        "per-example": set(NAMES) - {"similarity-structure"} | {"logit", "loss:", "mlm"},
-        "gradient": {"loss", "accuracy", "embedding-drift", "similarity", "logit", "loss:", "mlm"},
-        "explain": {"logit", "loss:", "mlm", "similarity", "probe"},
-    }[use]
-    key = f"{kind}:" if kind == "loss" and arg else kind
-    if key in allowed:
+    allowed = {form.partition("<")[0] for form in FORMS[use]}  # "loss:<position>" -> "loss:"
+    key = f"{kind}:" if arg else kind
+    if key in allowed or (kind == "probe" and "probe:" in allowed):
         try:
             if spec in named:
                 return named[spec]()
@@ -387,10 +305,10 @@ def _parse(spec: str, use: str, probe: Optional[Objective]) -> Objective:
             raise InputError(f"{_NOUN[use]} {spec!r}: expected an integer after '{kind}:'") from None
         if kind == "probe" and probe is not None:
             return probe
-        if kind == "similarity" and not arg or kind == "probe":
+        if kind in ("similarity", "probe"):
             return Unfitted(spec)
-    callable_note = " (or a callable in the Python API)" if use == "per-example" else ""
-    raise InputError(f"unknown {_NOUN[use]} {spec!r}; known: {_KNOWN[use]}, auto{callable_note}")
+    note = " (or a callable in the Python API)" if use == "per-example" else ""
+    raise InputError(f"unknown {_NOUN[use]} {spec!r}; known: {', '.join(FORMS[use])}, auto{note}")
 
 
 def _auto(adapter, corpus, use: str) -> tuple:

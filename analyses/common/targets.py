@@ -32,7 +32,8 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
-from .objective import InputObjective, check_scalar, scalar_function, token_nll
+from .batch import check_scalar, token_nll
+from .objective import InputObjective, scalar_function
 
 __all__ = [
     "Target",
