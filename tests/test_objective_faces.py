@@ -205,3 +205,15 @@ def test_auto_is_resolved_by_resolve_objective_only(heads, monkeypatch):
     assert circuit._metric(ctx, corpus, corpus).name == "loss"
     assert [s for s, _ in seen] == ["auto"] * 6
     assert {u for _, u in seen} == {"per-example", "explain", "gradient"}
+
+
+def test_every_command_line_choice_is_a_name_resolve_objective_knows():
+    """The registry's choices are written out (the top floor does not import torch); each
+    is a name the one parser accepts for its use."""
+    from probe.app.registry import get
+    from probe.app.registry.analyses import _shared, circuit
+
+    claims = next(p for p in get("claims").params if p.name == "objective")
+    for param, use in ((_shared.METRIC, "per-example"), (circuit.METRIC, "gradient"), (claims, "corpus")):
+        for name in set(param.choices) - {"auto"}:
+            assert isinstance(resolve_objective(name, use=use)[0], Objective), (param.name, name)
