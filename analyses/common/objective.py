@@ -34,7 +34,6 @@ naming those that do, before any forward.
 
 from __future__ import annotations
 
-import logging
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -43,8 +42,6 @@ import torch
 from probe.errors import InputError, NotApplicable
 
 from .batch import MetricBatch, check_scalar, special_mask
-
-log = logging.getLogger(__name__)
 
 __all__ = [
     "Objective",
@@ -169,7 +166,9 @@ class Objective:
     def output(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """The model output :meth:`scalar` reads, from ``[batch, seq]`` inputs."""
         if adapter.arch == "encoder-decoder":
-            raise NotApplicable("per-input objectives support encoder or decoder models, not encoder-decoder")
+            raise NotApplicable(
+                "faithfulness targets (per-input objectives) support encoder or decoder models, not encoder-decoder"
+            )
         return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
 
     def aux(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -349,7 +348,7 @@ def _auto(adapter, corpus, use: str) -> tuple:
         return "similarity", "no task or LM head: the similarity to a partner sentence"
     if use == "corpus" and adapter.arch == "encoder" and not zoo and (corpus is None or len(corpus) >= MIN_SENTENCES):
         return "similarity-structure", "a sentence encoder: the similarity structure of the corpus"
-    return "embedding-drift", "the model has no language-model or task head (a sentence encoder)"
+    return "embedding-drift", "the model has no language-model or task head to score a loss with"
 
 
 def resolve_objective(spec="auto", adapter=None, corpus=None, *, use: str = "corpus", probe=None) -> tuple:
@@ -380,7 +379,7 @@ def resolve_objective(spec="auto", adapter=None, corpus=None, *, use: str = "cor
         if adapter is not None:
             obj.check(adapter, corpus)
         return obj, "given"
-    spec, why = (spec or "auto").strip(), "chosen"
+    spec, why = (spec or "auto").strip(), "named"
     if spec == "auto":
         if adapter is None:
             raise InputError("'auto' chooses an objective for a model: give the model")

@@ -16,32 +16,35 @@ def default_target(ctx) -> str:
     tokens) for a masked-LM checkpoint, ``similarity`` (cosine similarity to the nearest
     neighbour, or to ``--pairs``) for sentence encoders and the encoder underneath any other
     head; :class:`SkipAnalysis` otherwise."""
-    return _resolved(ctx, "auto")[0]
+    return _resolved(ctx, "auto")[0].spec
 
 
 def _resolved(ctx, spec) -> tuple:
-    """``(name, why)`` of the target ``spec`` names (``auto`` resolved)."""
+    """``(objective, why)`` the target ``spec`` names (``auto`` resolved; fitted later)."""
     from probe.analyses.common.objective import resolve_objective
     from probe.errors import NotApplicable
 
     try:
-        target, why = resolve_objective(spec, ctx.adapter, ctx.corpus, use="explain")
+        return resolve_objective(spec, ctx.adapter, ctx.corpus, use="explain")
     except NotApplicable as exc:
         raise SkipAnalysis(exc.reason) from None
-    return target.spec, why
 
 
-def _target(ctx) -> str:
-    spec, why = _resolved(ctx, ctx.params.get("target", "auto"))
-    ctx.say(f"target: {spec} ({why}; choose with --target)")
-    return spec
+def _target(ctx):
+    """The target the section explains, printed with why it was chosen."""
+    target, why = _resolved(ctx, ctx.params.get("target", "auto"))
+    ctx.say(f"target: {target.spec} ({why}; choose with --target)")
+    return target
 
 
 def run(ctx) -> FaithfulnessResult:
+    return _run(ctx, _target(ctx).spec)
+
+
+def _run(ctx, target: str) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     p = ctx.params
-    target = _target(ctx)
     rep = run_faithfulness(
         ctx.adapter,
         ctx.corpus,
@@ -104,16 +107,19 @@ def run_in_report(ctx) -> FaithfulnessResult:
     """The report's variant: a probe target is first checked against chance
     (:func:`probe.analyses.claims.attribution.target_validity`) and the section is skipped,
     with the numbers, when it is no better (before the slow attributions)."""
+    from probe.analyses.common.objective import Unfitted
+
     target = _target(ctx)
-    if target.startswith("probe:"):
+    if isinstance(target, Unfitted) and target.kind == "probe":
         from probe.analyses.claims.attribution import target_validity
         from probe.analyses.explanation.faithfulness import resolve_target
 
-        valid, words = target_validity(resolve_target(ctx.adapter, target, ctx.corpus, seed=ctx.params["seed"])[3])
+        info = resolve_target(ctx.adapter, target.spec, ctx.corpus, seed=ctx.params["seed"])[3]
+        valid, words = target_validity(info)
         if not valid:
             raise SkipAnalysis(f"not tested: target no better than chance ({words})")
-    ctx.params = dict(ctx.params, target=target)
-    return run(ctx)
+    ctx.params = dict(ctx.params, target=target.spec)
+    return _run(ctx, target.spec)
 
 
 ANALYSIS = Analysis(
