@@ -133,6 +133,30 @@ def test_own_tokens_loss_both_faces(heads):
     _both_faces(obj, a, _nll_by_hand(a, lambda n: (torch.arange(1, n - 1), torch.arange(1, n - 1))))
 
 
+def test_probe_and_pair_similarity_both_faces(heads):
+    """A linear probe's logit on the mean-pooled, L2-normalised embedding, and the cosine of
+    each sentence's pooled embedding to its nearest neighbour's (held fixed)."""
+    from probe.analyses.common.targets import ProbeLogit
+    from probe.analyses.explanation.pairs import similarity_target
+
+    a = heads["bert"]
+    inputs = a.batch([a.encode(t) for t in TEXTS])
+    with torch.no_grad():
+        h = a.model(**inputs).last_hidden_state.double()
+    m = inputs["attention_mask"].double()[..., None]
+    pooled = (h * m).sum(1) / m.sum(1)
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(32, 1)
+    want = (torch.nn.functional.normalize(pooled, dim=-1) @ linear.weight.double().T)[:, 0] + float(
+        linear.bias.detach()
+    )
+    _both_faces(ProbeLogit(linear), a, want)
+    target, corpus, _ = similarity_target(a, Corpus(texts=TEXTS, source="texts"))
+    e = target.pooling.pool(h, inputs["attention_mask"])
+    cos = torch.nn.functional.cosine_similarity(e[:, None], e[None], dim=-1).fill_diagonal_(-2)
+    _both_faces(target, a, cos.max(-1).values)
+
+
 def test_drift_and_callables_both_faces(heads):
     """``embedding-drift`` is 0 on the clean input through both faces; a callable objective
     gives its own function's value through both."""

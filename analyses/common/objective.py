@@ -226,6 +226,11 @@ class Unfitted(Objective):
         self.spec = self.name = spec
         self.kind, _, self.arg = spec.partition(":")
 
+    def _unfitted(self, *args, **kwargs):
+        raise NotApplicable(f"objective {self.spec!r} is fitted on the data first (its partners, its treebank)")
+
+    forward = output = aux = score = scalar = _unfitted
+
 
 def scalar_function(adapter, objective: Objective) -> Callable:
     """``f(input_ids, attention_mask, aux) -> [batch]``: the forward captum attributes.
