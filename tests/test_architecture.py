@@ -528,7 +528,7 @@ ALLOWED_PLAIN_VALUE_ERRORS = {
     "analyses/claims/claim.py": 2,  # a Claim's status and kind, set by the toolkit
     "analyses/claims/statistics.py": 1,  # a proportion of 0 ≤ successes ≤ n
     "analyses/common/accumulate.py": 4,  # merging accumulators / partitioned blocks
-    "analyses/common/objective.py": 1,  # similarity-structure has no per-run score
+    "analyses/common/similarity.py": 1,  # similarity-structure has no per-run score
     "analyses/common/token_scores.py": 1,  # scores shaped by the toolkit
     "analyses/common/word_scores.py": 2,
     "analyses/explanation/agreement.py": 2,  # attention and attributions of one corpus
@@ -599,3 +599,60 @@ def test_bad_input_is_an_input_error_not_a_plain_value_error():
         f"NotApplicable; an internal invariant is listed in ALLOWED_PLAIN_VALUE_ERRORS): {extra}"
     )
     assert classes == ERROR_KINDS, f"subclass InputError or NotApplicable, not ValueError: {classes}"
+
+
+#: words that make a comparison with "auto" one about an objective (metric, target) name
+OBJECTIVE_WORDS = ("metric", "objective", "target", "spec", "chosen")
+#: (file, function) allowed to compare such a name with "auto": the one resolver, and two
+#: places that only pass the user's choice on (the sections resolve it): the report's
+#: per-section overrides and the engine's job (app/engine is another engineer's; its
+#: ``default_metric`` call is resolve_objective's per-example front)
+AUTO_COMPARISONS = {
+    ("analyses/common/objective.py", "resolve_objective"),
+    ("app/report/build.py", "_overrides"),
+    ("app/engine/jobs.py", "run"),
+}
+
+
+def _auto_comparisons(path: Path) -> set:
+    """``(function, line)`` of each comparison of an objective-like name with ``"auto"``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = set()
+
+    def is_auto(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value == "auto"
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(is_auto(e) for e in node.elts)
+
+    def visit(node, func: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else func
+            if isinstance(child, ast.Compare) and any(is_auto(x) for x in [child.left, *child.comparators]):
+                text = ast.unparse(child).lower()
+                if any(w in text for w in OBJECTIVE_WORDS):
+                    found.add((name, child.lineno))
+            visit(child, name)
+
+    visit(tree, "")
+    return found
+
+
+def test_auto_objective_is_resolved_in_one_function():
+    """'auto' for a metric, objective or target is resolved by resolve_objective only: a
+    comparison of such a name with "auto" anywhere else is a second resolver."""
+    bad = []
+    for folder in ("models", "probe", "analyses", "app"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for func, line in _auto_comparisons(path):
+                if (rel, func) not in AUTO_COMPARISONS:
+                    bad.append(f"{rel}:{line} in {func or '<module>'}")
+    assert not bad, "'auto' compared outside resolve_objective:\n" + "\n".join(bad)
+
+
+def test_auto_check_finds_a_second_resolver(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text('def pick(metric):\n    if metric in (None, "auto"):\n        return "loss"\n    return metric\n')
+    assert _auto_comparisons(p) == {("pick", 2)}
+    p.write_text('def solve(solver):\n    return solver == "auto"\n')
+    assert _auto_comparisons(p) == set()

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from probe.analyses.common.objective import (
+from probe.analyses.common.objective import resolve_objective
+from probe.analyses.common.similarity import (
     SimilarityStructure,
     neighbour_changed,
     pairwise_rank_harm,
-    resolve_objective,
     row_rank_harm,
 )
 from probe.analyses.common.pooling import Pooling, model_pooling

@@ -257,7 +257,7 @@ def test_probe_target_reads_the_encoder_under_an_mlm_head(checkpoints):
     a = load_model(f"hf:{checkpoints['mlm']}")
     t = ProbeLogit(torch.nn.Linear(32, 1))
     inputs = a.batch([a.encode("the cat sat"), a.encode("dogs bark loudly today")])
-    out = t.forward(a, inputs["input_ids"], inputs["attention_mask"])
+    out = t.output(a, inputs["input_ids"], inputs["attention_mask"])
     assert t.scalar(out, inputs["attention_mask"], None).shape == (2,)
     with torch.no_grad():
         mlm_out = a.model(**inputs)
@@ -275,7 +275,7 @@ def test_own_tokens_mlm_target_is_mean_token_nll(checkpoints):
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     aux = t.aux(a, ids, mask)
     with torch.no_grad():
-        out = t.forward(a, ids, mask)
+        out = t.output(a, ids, mask)
         got = t.scalar(out, mask, aux)
         logp = torch.log_softmax(out.logits, -1)
     for r in range(2):

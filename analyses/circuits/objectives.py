@@ -18,7 +18,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 from probe.analyses.common.metrics import DriftMetric, MetricBatch, as_corpus
-from probe.errors import InputError
+from probe.errors import InputError, NotApplicable
 
 __all__ = ["SimilarityMetric"]
 
@@ -52,6 +52,9 @@ class SimilarityMetric(DriftMetric):
 
     def reference(self, outputs, batch) -> torch.Tensor | None:
         return None
+
+    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+        raise NotApplicable("the similarity to a partner reads the partner of each corpus example: sweep it")
 
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
         e = self.embed(outputs, batch)

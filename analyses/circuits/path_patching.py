@@ -147,7 +147,7 @@ def path_patch(
 
     Args:
         clean, corrupted: paired corpora (or text lists) of equal size, pairs of equal length.
-        metric: a metric name or :class:`probe.analyses.common.metrics.Metric`.
+        metric: a metric name or :class:`probe.analyses.common.objective.Objective`.
         max_rows: rows per forward (senders or edges × pairs of a batch).
 
     Raises:

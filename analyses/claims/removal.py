@@ -121,7 +121,7 @@ def derives(objective, metric: str) -> bool:
     """Whether a sweep on ``objective`` determines ``metric`` per head and example
     (:func:`single_head_values`), so a section measuring ``metric`` can read the sweep
     the claims run anyway instead of running the model again."""
-    from probe.analyses.common.metrics import Metric
+    from probe.analyses.common.objective import Objective
 
     if metric == "embedding-drift":
         pooling = getattr(getattr(objective, "pooling", None), "mode", "")
@@ -129,7 +129,7 @@ def derives(objective, metric: str) -> bool:
     return (
         metric == objective.name
         and not getattr(objective, "corpus_level", False)
-        and getattr(type(objective), "reference", None) is Metric.reference  # a score without a clean reference
+        and getattr(type(objective), "reference", None) is Objective.reference  # a score without a clean reference
     )
 
 

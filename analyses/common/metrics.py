@@ -1,11 +1,14 @@
-"""Per-example metrics of a live model, for ablation, importance, pruning and patching.
+"""The corpus objectives of a live model: its loss, accuracy and embedding drift.
 
-A :class:`Metric` turns a corpus into model inputs (:class:`MetricBatch`), runs the
-model, and returns **one scalar per example** (a tensor ``[rows]``), so that one
-forward can carry many ablations (a batch row per ablated head) and bootstrap
-intervals can be taken over examples.
+Each is an :class:`.objective.Objective` whose sweep face turns a corpus into model
+inputs (:class:`MetricBatch`), runs the model, and returns **one scalar per example** (a
+tensor ``[rows]``), so that one forward can carry many ablations (a batch row per ablated
+head) and bootstrap intervals can be taken over examples. Where it is defined, the
+gradient face gives the same scalar from ``input_ids``/``attention_mask`` alone (the
+next-token loss, the embedding drift, a callable).
 
-Built-in metrics (:func:`get_metric`):
+Built-in (by name through :func:`.objective.resolve_objective`; :func:`get_metric` is its
+per-example front):
 
 * ``loss`` — the model's own task loss per example: masked-LM cross-entropy (15% of the
   word tokens masked, seeded per example) for an encoder with an MLM head; next-token
@@ -20,20 +23,25 @@ Built-in metrics (:func:`get_metric`):
   Gurevych 2019). Zero on the clean model.
 * any callable ``fn(outputs, batch) -> Tensor[rows]`` via :class:`CallableMetric`.
 
-Shapes: ``MetricBatch`` tensors are ``[rows, ...]``; ``Metric.score`` returns ``[rows]``.
+Shapes: ``MetricBatch`` tensors are ``[rows, ...]``; ``score`` returns ``[rows]``.
+``Metric`` and ``ModelScalar`` are the former names of :class:`.objective.Objective`
+(kept for existing code; new code names ``Objective``).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Optional, Sequence, Union
+from dataclasses import dataclass, replace
+from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from probe.errors import InputError, NotApplicable
+
+from .batch import MetricBatch, f32, special_mask, token_nll
+from .objective import Objective
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +54,6 @@ __all__ = [
     "AccuracyMetric",
     "DriftMetric",
     "CallableMetric",
-    "METRICS",
     "get_metric",
     "applicable_metrics",
     "default_metric",
@@ -56,39 +63,6 @@ __all__ = [
 ]
 
 MASK_FRACTION = 0.15
-
-
-@dataclass(frozen=True)
-class MetricBatch:
-    """Model inputs and what a metric needs to score them, all with batch rows first.
-
-    Attributes:
-        inputs: keyword arguments of the model forward (``input_ids``, ``attention_mask``,
-            optionally decoder inputs), ``[rows, seq]``.
-        aux: tensors the metric scores against (``labels`` …), ``[rows, ...]``.
-        special: bool ``[rows, seq]``: special-token positions (for per-kind means).
-    """
-
-    inputs: dict
-    aux: dict = field(default_factory=dict)
-    special: Optional[torch.Tensor] = None
-
-    @property
-    def rows(self) -> int:
-        return int(self.inputs["input_ids"].shape[0])
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.inputs["attention_mask"].sum(-1)
-
-    def repeat(self, k: int) -> "MetricBatch":
-        """The batch stacked ``k`` times: row ``j·rows + i`` is a copy of row ``i``."""
-        rep = lambda t: t.repeat(k, *([1] * (t.dim() - 1)))  # noqa: E731
-        return MetricBatch(
-            inputs={n: rep(t) for n, t in self.inputs.items()},
-            aux={n: rep(t) for n, t in self.aux.items()},
-            special=None if self.special is None else rep(self.special),
-        )
 
 
 def as_corpus(corpus):
@@ -129,141 +103,15 @@ def has_lm_head(adapter) -> bool:
     return getter is not None and getter() is not None
 
 
-class ModelScalar:
-    """The one base of :class:`Metric` (ablation, importance, pruning, patching) and
-    :class:`probe.analyses.common.targets.Target` (attributions, counterfactuals): one
-    scalar per example read from one model forward.
-
-    Subclasses set ``name`` and ``differentiable``; :meth:`run_model` is the forward both
-    hierarchies use (no KV cache for decoders: each forward is a whole sequence).
-    """
-
-    name = "scalar"
-    differentiable = True
-
-    def run_model(self, adapter, inputs: dict):
-        """``adapter.model(**inputs)`` (grad mode is the caller's)."""
-        kwargs = dict(inputs)
-        if adapter.arch == "decoder":
-            kwargs["use_cache"] = False
-        return adapter.model(**kwargs)
-
-    def describe(self) -> str:
-        return self.name
-
-
-def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The one language-model loss: ``−log softmax(logits)[label]`` per position.
-
-    ``logits`` ``[..., vocab]`` and ``labels`` ``[...]`` (long; ``−100`` positions give an
-    arbitrary value the caller masks out) -> ``[...]`` in float32 (half precision is
-    upcast). Used by :class:`LossMetric` (masked-LM, next-token, teacher-forced and zoo
-    task losses) and by :class:`probe.analyses.common.targets.LMLoss`.
-    """
-    logits = _f32(logits)
-    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).clamp(min=0), reduction="none")
-    return flat.reshape(labels.shape)
-
-
-class Metric(ModelScalar):
-    """A scalar per example from a live model.
-
-    Subclasses set ``name``, ``higher_is_better``, ``differentiable``,
-    ``stationary_at_clean`` (the metric is at an extremum on the clean model, so its
-    gradient there is zero) and ``ignores_padding`` (scores do not change when trailing
-    padding positions are cut off, so sweeps may shorten rows) and implement :meth:`score`; they may override
-    :meth:`check`, :meth:`make_batch`, :meth:`forward` and :meth:`reference`.
-    """
-
-    name = "metric"
-    units = "metric change"
-    higher_is_better = False
-    stationary_at_clean = False
-    ignores_padding = False
-    corpus_level = False  # harms need every example's readout at once (similarity structure)
-
-    def check(self, adapter, corpus=None) -> None:
-        """Raise ``ValueError`` when the metric does not apply to this model/corpus."""
-
-    def make_batch(self, adapter, corpus, indices: Sequence[int]) -> MetricBatch:
-        """Tokenize ``corpus`` examples ``indices`` into one padded batch."""
-        spans = corpus.word_spans
-        encs = [adapter.encode(corpus.texts[i], spans[i] if spans else None) for i in indices]
-        inputs = adapter.batch(encs)
-        if adapter.arch == "encoder-decoder":
-            targets = corpus.targets or corpus.texts
-            inputs.update(adapter.decoder_inputs([adapter.encode(targets[i], target=True) for i in indices]))
-        return MetricBatch(inputs=inputs, special=_special(adapter, inputs["input_ids"], inputs["attention_mask"]))
-
-    def forward(self, adapter, batch: MetricBatch):
-        """Run the model on ``batch`` (grad mode is the caller's)."""
-        return self.run_model(adapter, batch.inputs)
-
-    def reference(self, outputs, batch: MetricBatch) -> Optional[torch.Tensor]:
-        """What the clean run must hand to :meth:`score` of intervened runs (rows first)."""
-        return None
-
-    def score(self, outputs, batch: MetricBatch, reference: Optional[torch.Tensor] = None) -> torch.Tensor:
-        raise NotImplementedError
-
-    # ---- the objective protocol (:class:`probe.analyses.common.objective.Objective`) ----
-    def readout(self, outputs, batch: MetricBatch) -> torch.Tensor:
-        """What a run keeps per example, ``[rows, ...]`` (default: the score)."""
-        return self.score(outputs, batch, None)
-
-    def harm(self, clean, perturbed) -> np.ndarray:
-        """``[n]``: how much worse ``perturbed`` readouts are than ``clean`` (positive = worse)."""
-        d = np.asarray(perturbed, np.float64) - np.asarray(clean, np.float64)
-        return -d if self.higher_is_better else d
-
-    def measures(self, clean, perturbed) -> dict:
-        """Secondary per-example measures ``name -> [n]`` (none by default)."""
-        return {}
-
-    def corpus_measures(self, clean, perturbed) -> dict:
-        """Corpus-level measures ``name -> float`` (none by default)."""
-        return {}
-
-    def batches(self, adapter, corpus, batch_size: int = 16, *, by_length: bool = False) -> Iterator[tuple]:
-        """Yield ``(indices, MetricBatch)`` over the corpus.
-
-        Args:
-            by_length: batch examples of similar length together (longest first, by
-                characters; ties in corpus order) instead of in corpus order. A batch is
-                padded to its longest example, so on a corpus of mixed lengths this cuts
-                the padded tokens every forward carries (the first 128 sentences of EWT
-                dev: 5,736 → 3,592 at batch size 8). Callers place each batch's results
-                by its ``indices``.
-        """
-        if batch_size < 1:
-            raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
-        n = len(corpus)
-        order = list(range(n))
-        if by_length:
-            texts = corpus.texts
-            order.sort(key=lambda i: -len(texts[i]))
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
-            yield idx, self.make_batch(adapter, corpus, idx)
-
-    def __repr__(self) -> str:
-        return f"<metric {self.name}>"
-
-
-def _special(adapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    from probe.inputs import special_token_ids  # [UNK] is input text, not a special token
-
-    special_ids = torch.tensor(special_token_ids(adapter.tokenizer), dtype=ids.dtype, device=ids.device)
-    return torch.isin(ids, special_ids) & mask.bool()
+#: the former names of :class:`.objective.Objective` (one concept; kept for existing code)
+Metric = Objective
+ModelScalar = Objective
+_special = special_mask
+_f32 = f32
 
 
 def _to(adapter, d: dict) -> dict:
     return {k: v.to(adapter.device) for k, v in d.items()}
-
-
-def _f32(x: torch.Tensor) -> torch.Tensor:
-    """Half-precision tensors up to float32; float32/float64 kept."""
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def _token_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -319,7 +167,7 @@ def _mlm_mask(n_tokens: int, special: torch.Tensor, seed: int) -> torch.Tensor:
     return out
 
 
-class LossMetric(Metric):
+class LossMetric(Objective):
     """The model's own task loss per example (see the module docstring).
 
     Raises (from :meth:`check`):
@@ -375,10 +223,7 @@ class LossMetric(Metric):
             inputs = dict(base.inputs, input_ids=new_ids)
             return MetricBatch(inputs=inputs, aux={"labels": labels}, special=base.special)
         if adapter.arch == "decoder":
-            labels = torch.full_like(ids, -100)
-            nxt = mask[:, 1:]
-            labels[:, :-1] = torch.where(nxt, ids[:, 1:], torch.full_like(ids[:, 1:], -100))
-            return replace(base, aux={"labels": labels})
+            return replace(base, aux={"labels": _next_token_labels(ids, mask)})
         # encoder-decoder: the target tokens under teacher forcing
         targets = corpus.targets or corpus.texts
         encs = [adapter.encode(targets[i], target=True) for i in indices]
@@ -389,6 +234,31 @@ class LossMetric(Metric):
 
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
         return _token_ce(outputs.logits, batch.aux["labels"])
+
+    # the gradient face: defined where the labels follow from the input ids alone
+    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+        """The next-token labels ``[batch, seq]`` (``−100`` where none) of a causal LM.
+
+        Raises:
+            NotApplicable: a zoo task (its labels come from its examples), a masked LM (its
+                loss corrupts the input: use the ``mlm`` objective), an encoder-decoder.
+        """
+        if zoo_task(adapter) or adapter.arch != "decoder":
+            raise NotApplicable(
+                f"the per-input loss of {adapter.name} needs labels beyond the input ids; attribute "
+                "loss:<position>, mlm or logit instead"
+            )
+        return _next_token_labels(input_ids, attention_mask.bool())
+
+    def scalar(self, out, attention_mask, aux) -> torch.Tensor:
+        return _token_ce(out.logits, aux)
+
+
+def _next_token_labels(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[rows, seq]``: the token at ``p + 1`` as the label of position ``p`` (−100 past the end)."""
+    labels = torch.full_like(ids, -100)
+    labels[:, :-1] = torch.where(mask[:, 1:], ids[:, 1:], torch.full_like(ids[:, 1:], -100))
+    return labels
 
 
 class AccuracyMetric(LossMetric):
@@ -414,8 +284,11 @@ class AccuracyMetric(LossMetric):
     def score(self, outputs, batch, reference=None) -> torch.Tensor:
         return _token_acc(outputs.logits, batch.aux["labels"])
 
+    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+        raise NotApplicable("accuracy is not differentiable: it has no per-input scalar to attribute")
 
-class DriftMetric(Metric):
+
+class DriftMetric(Objective):
     """``1 − cos`` between clean and intervened mean-pooled sentence embeddings.
 
     The embedding is the attention-mask-weighted mean of the base model's last hidden
@@ -462,14 +335,32 @@ class DriftMetric(Metric):
         # 0.004 carries a relative error of ~1e-5 there)
         return 1.0 - F.cosine_similarity(e.double(), reference.double(), dim=-1)
 
+    # the gradient face: the clean embedding ``[batch, d]`` as aux, the drift from it as scalar
+    def output(self, adapter, input_ids, attention_mask):
+        return self.forward(adapter, MetricBatch(inputs={"input_ids": input_ids, "attention_mask": attention_mask}))
 
-class CallableMetric(Metric):
+    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+        with torch.no_grad():
+            return self.reference(self.output(adapter, input_ids, attention_mask), _mask_batch(attention_mask))
+
+    def scalar(self, out, attention_mask, aux) -> torch.Tensor:
+        return self.score(out, _mask_batch(attention_mask), aux)
+
+
+def _mask_batch(attention_mask: torch.Tensor, input_ids: Optional[torch.Tensor] = None) -> MetricBatch:
+    """A :class:`MetricBatch` of ``[batch, seq]`` inputs (ids default to the mask's shape)."""
+    ids = attention_mask.long() if input_ids is None else input_ids
+    return MetricBatch(inputs={"input_ids": ids, "attention_mask": attention_mask})
+
+
+class CallableMetric(Objective):
     """Wrap ``fn(outputs, batch) -> Tensor[rows]`` (``outputs``: the model's output on
-    ``batch.inputs``) as a metric named ``name``."""
+    ``batch.inputs``) as an objective named ``name`` (both faces: the gradient face hands
+    ``fn`` a batch of the input ids, as aux, and the attention mask)."""
 
     def __init__(self, fn: Callable, name: Optional[str] = None, higher_is_better: bool = False):
         if not callable(fn):
-            raise InputError(f"a metric must be a name ({', '.join(METRICS)}) or a callable, got {fn!r}")
+            raise InputError(f"a metric must be a name (loss, accuracy, embedding-drift …) or a callable, got {fn!r}")
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", "custom"))
         self.higher_is_better = higher_is_better
@@ -482,16 +373,15 @@ class CallableMetric(Metric):
             )
         return s
 
+    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+        return input_ids
 
-METRICS: dict[str, Callable[[], Metric]] = {
-    "loss": LossMetric,
-    "accuracy": AccuracyMetric,
-    "embedding-drift": DriftMetric,
-}
+    def scalar(self, out, attention_mask, aux) -> torch.Tensor:
+        return self.score(out, _mask_batch(attention_mask, aux))
 
 
 def applicable_metrics(adapter, corpus=None) -> list[str]:
-    """Names of the built-in metrics that apply to ``adapter`` (and ``corpus``)."""
+    """Names of the built-in per-example metrics that apply to ``adapter`` (and ``corpus``)."""
     zoo = zoo_task(adapter)
     has_examples = corpus is None or bool(corpus.examples)
     task_loss = bool(zoo) and has_examples and zoo_has_loss(adapter)
@@ -505,48 +395,26 @@ def applicable_metrics(adapter, corpus=None) -> list[str]:
 
 
 def default_metric(adapter, corpus=None) -> tuple:
-    """``(name, why)``: the metric a command uses when none is given.
+    """``(name, why)``: what ``auto`` means for a per-example metric (the model's loss
+    where it has one, else ``embedding-drift``), from :func:`.objective.resolve_objective`."""
+    from .objective import resolve_objective  # looked up at call time: one resolver, patchable
 
-    ``loss`` where it applies (a zoo model on its evaluation set: the task's own loss; a
-    model with a language-model head: its LM loss), else ``embedding-drift`` (sentence
-    encoders such as the bundled minilm, which have no head to compute a loss with)."""
-    metrics = applicable_metrics(adapter, corpus)
-    if "loss" in metrics:
-        if zoo_task(adapter):
-            why = "the zoo task's loss"
-        elif adapter.arch == "encoder":
-            why = (
-                f"the masked-LM loss of the sentence's own tokens ({MASK_FRACTION:.0%} masked) from "
-                f"{type(adapter.model).__name__}'s head"
-            )
-        elif adapter.arch == "decoder":
-            why = f"the next-token loss from {type(adapter.model).__name__}'s head"
-        else:
-            why = "the teacher-forced loss of the targets"
-        return "loss", why
-    return "embedding-drift", "the model has no language-model or task head (a sentence encoder)"
+    obj, why = resolve_objective("auto", adapter, corpus, use="per-example")
+    return obj.name, why
 
 
-def get_metric(metric: Union[str, Metric, Callable], adapter=None, corpus=None) -> Metric:
-    """A :class:`Metric` from a name, a Metric or a callable; checked against ``adapter``.
+def get_metric(metric: Union[str, Objective, Callable], adapter=None, corpus=None) -> Objective:
+    """A per-example :class:`.objective.Objective` from a name, ``auto``, an objective or a
+    callable ``fn(outputs, batch) -> [rows]``; checked against ``adapter``
+    (:func:`.objective.resolve_objective` with ``use="per-example"``).
 
     Raises:
-        ValueError: unknown name (listing the known ones), or a metric that does not
-            apply to the model (naming those that do).
+        InputError: unknown name (listing the known ones).
+        NotApplicable: a metric that does not apply to the model (naming those that do).
     """
-    if isinstance(metric, Metric):
-        m = metric
-    elif isinstance(metric, str):
-        if metric not in METRICS:
-            raise InputError(
-                f"unknown metric {metric!r}; known: {', '.join(METRICS)} (or a callable in the Python API)"
-            )
-        m = METRICS[metric]()
-    else:
-        m = CallableMetric(metric)
-    if adapter is not None:
-        m.check(adapter, corpus)
-    return m
+    from .objective import resolve_objective
+
+    return resolve_objective(metric, adapter, corpus, use="per-example")[0]
 
 
 @dataclass(frozen=True)
@@ -560,7 +428,7 @@ class Chunk:
 
 
 @torch.no_grad()
-def prepare(adapter, corpus, metric: Metric, batch_size: int = 16, progress: bool = False) -> list:
+def prepare(adapter, corpus, metric: Objective, batch_size: int = 16, progress: bool = False) -> list:
     """Tokenize the corpus and run the clean model once: a list of :class:`Chunk`."""
     from tqdm.auto import tqdm
 

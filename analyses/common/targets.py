@@ -1,8 +1,9 @@
-"""Targets: the scalar per example that attributions and counterfactuals explain.
+"""Targets: the objectives defined on one input, which attributions and counterfactuals explain.
 
-A target turns one model forward into one number per example (``[batch]``) and, for
+A target is an :class:`.objective.Objective` (an :class:`.objective.InputObjective`) whose
+gradient face turns one model forward into one number per example (``[batch]``) and, for
 counterfactual comparisons, into a probability distribution per example
-(``[batch, k]``). Three kinds:
+(``[batch, k]``); its sweep face (ablation, patching) is derived from that. Kinds:
 
 * :class:`ClassLogit` — a class logit of a sequence classifier (zoo classifiers); by
   default the class the model predicts on the clean input, fixed per example.
@@ -17,8 +18,10 @@ once on the clean batch by :meth:`Target.aux` into a long tensor ``[batch, k]``.
 passed to the forward as an *additional forward argument*, so captum expands it together
 with the inputs when it batches integration steps or ablations.
 
-:func:`scalar_function` wraps a target into ``f(input_ids, attention_mask, aux) ->
-[batch]`` for captum, refusing outputs that are not one scalar per example.
+:func:`.objective.scalar_function` wraps a target into ``f(input_ids, attention_mask, aux)
+-> [batch]`` for captum, refusing outputs that are not one scalar per example.
+``Target`` is the former name of :class:`.objective.InputObjective` (kept for existing
+code); :func:`parse_target` is :func:`.objective.resolve_objective` with ``use="explain"``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
-from .metrics import ModelScalar, token_nll
+from .batch import check_scalar, token_nll
+from .objective import InputObjective, scalar_function
 
 __all__ = [
     "Target",
@@ -44,60 +48,12 @@ __all__ = [
 ]
 
 
-def check_scalar(value, batch: int, name: str = "target") -> torch.Tensor:
-    """Return ``value`` if it is a tensor of shape ``[batch]`` (or ``[batch, 1]``, squeezed).
-
-    Raises:
-        ValueError: any other shape, naming it ("one scalar per example" is needed).
-    """
-    if not torch.is_tensor(value):
-        raise InputError(f"{name} must return a tensor with one scalar per example, got {type(value).__name__}")
-    if value.dim() == 2 and value.shape == (batch, 1):
-        value = value[:, 0]
-    if tuple(value.shape) != (batch,):
-        raise InputError(
-            f"{name} must give one scalar per example, shape ({batch},) for a batch of {batch}; "
-            f"got shape {tuple(value.shape)}. Choose a class (--target logit:<class>) or a "
-            "position (--target loss:<position>)"
-        )
-    return value
-
-
 def _lengths(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.long().sum(-1)
 
 
-class Target(ModelScalar):
-    """Base class: one scalar (and one distribution) per example from a model forward
-    (the same base, :class:`probe.analyses.common.metrics.ModelScalar`, as the metrics).
-
-    Subclasses implement :meth:`scalar` and :meth:`distribution`; :meth:`aux` fixes
-    per-example choices on the clean batch; :meth:`reads` names the query positions whose
-    output the target reads (used to pick attention rows).
-    """
-
-    name = "target"
-
-    def forward(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-        """The model output the target reads (default: the model's forward)."""
-        if adapter.arch == "encoder-decoder":
-            raise NotApplicable("faithfulness targets support encoder or decoder models, not encoder-decoder")
-        return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
-
-    def aux(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Per-example choices ``[batch, k]`` (long), resolved on the clean inputs."""
-        return torch.zeros(input_ids.shape[0], 1, dtype=torch.long, device=input_ids.device)
-
-    def scalar(self, out, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def distribution(self, out, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
-        """Probabilities ``[batch, k]`` whose change a counterfactual measures."""
-        raise NotImplementedError
-
-    def reads(self, n_tokens: int, adapter=None) -> tuple:
-        """Query positions (of an example of ``n_tokens`` tokens) the target reads."""
-        return (0,)
+#: the former name of :class:`.objective.InputObjective` (kept for existing code)
+Target = InputObjective
 
 
 def _logits(out) -> torch.Tensor:
@@ -110,7 +66,7 @@ def _logits(out) -> torch.Tensor:
     return logits
 
 
-class ClassLogit(Target):
+class ClassLogit(InputObjective):
     """The logit of a class of a sequence classifier, read at [CLS] (position 0).
 
     Args:
@@ -121,6 +77,9 @@ class ClassLogit(Target):
         NotApplicable: a model without ``[batch, n_classes]`` logits.
         ValueError: a class out of range.
     """
+
+    units = "logit"
+    higher_is_better = True
 
     def __init__(self, label: Optional[int] = None):
         self.label = label
@@ -137,7 +96,7 @@ class ClassLogit(Target):
 
     def aux(self, adapter, input_ids, attention_mask):
         with torch.no_grad():
-            logits = _logits(self.forward(adapter, input_ids, attention_mask))
+            logits = _logits(self.output(adapter, input_ids, attention_mask))
         self._check(logits)
         if self.label is None:
             return logits.argmax(-1, keepdim=True)
@@ -152,7 +111,7 @@ class ClassLogit(Target):
         return torch.softmax(_logits(out).float(), -1)
 
 
-class LMLoss(Target):
+class LMLoss(InputObjective):
     """``−log p(token at position)`` of a language model (Jain & Wallace's per-position
     output, for decoders).
 
@@ -164,6 +123,8 @@ class LMLoss(Target):
         position: token position; negative counts from the end of each example.
         token_id: the token whose loss is taken (masked LM only; default the input token).
     """
+
+    units = "nats of the token's cross-entropy"
 
     def __init__(self, position: int, token_id: Optional[int] = None):
         self.position = int(position)
@@ -215,7 +176,7 @@ class LMLoss(Target):
         return (p - 1 if causal else p,)
 
 
-class ProbeLogit(Target):
+class ProbeLogit(InputObjective):
     """The logit ``w·pool(h) + b`` of a linear probe on a sentence model's embedding.
 
     ``pool`` is mean pooling over the non-padding tokens of the last hidden state,
@@ -228,6 +189,9 @@ class ProbeLogit(Target):
         normalize: L2-normalise the pooled embedding before the probe.
         label_names: names of class 0 and class 1 (for reports).
     """
+
+    units = "probe logit"
+    higher_is_better = True
 
     def __init__(self, linear: torch.nn.Linear, normalize: bool = True, label_names=("0", "1"), name: str = "probe"):
         if not isinstance(linear, torch.nn.Linear) or linear.out_features != 1:
@@ -245,7 +209,7 @@ class ProbeLogit(Target):
             pooled = torch.nn.functional.normalize(pooled, dim=-1)
         return pooled
 
-    def forward(self, adapter, input_ids, attention_mask):
+    def output(self, adapter, input_ids, attention_mask):
         """The encoder underneath a task head (``base_model``): its last hidden state."""
         if adapter.arch != "encoder":
             raise NotApplicable("a probe target pools an encoder's hidden states; this model is a " + adapter.arch)
@@ -287,7 +251,7 @@ def hidden_states(out) -> torch.Tensor:
     return h
 
 
-class OwnTokensLoss(Target):
+class OwnTokensLoss(InputObjective):
     """Masked-LM loss of a sentence's own tokens: the mean over its word tokens of
     ``−log p(token_i)`` read from the MLM head's logits at position ``i`` (the input
     unmasked, so one forward gives every position; Devlin et al. 2019's MLM objective
@@ -298,6 +262,7 @@ class OwnTokensLoss(Target):
     """
 
     name = "mlm"
+    units = "nats of cross-entropy per word token"
 
     def aux(self, adapter, input_ids, attention_mask):
         special = torch.tensor(
@@ -332,7 +297,7 @@ class OwnTokensLoss(Target):
         return tuple(range(n_tokens))
 
 
-class CallableTarget(Target):
+class CallableTarget(InputObjective):
     """A user function ``fn(model_output, attention_mask) -> [batch]``; its distribution is
     a Bernoulli of ``sigmoid(scalar)``. Shapes are checked by :func:`scalar_function`."""
 
@@ -354,47 +319,21 @@ class CallableTarget(Target):
         return tuple(self.positions) if self.positions is not None else (0,)
 
 
-def scalar_function(adapter, target: Target) -> Callable:
-    """``f(input_ids, attention_mask, aux) -> [batch]``: the forward captum attributes.
+def parse_target(spec: str, adapter=None, probe: Optional[InputObjective] = None) -> InputObjective:
+    """A target from a CLI string: ``auto``, ``logit`` / ``logit:<class>``, ``loss:<position>``,
+    ``mlm``, ``probe`` (needs ``probe``, the fitted probe target); through
+    :func:`.objective.resolve_objective` (``use="explain"``).
 
     Raises:
-        ValueError: the target does not give one scalar per example (naming its shape).
+        InputError: an unknown spec, listing the known forms.
     """
+    from .objective import resolve_objective  # looked up at call time: one resolver, patchable
 
-    def f(input_ids, attention_mask, aux):
-        out = target.forward(adapter, input_ids, attention_mask)
-        return check_scalar(target.scalar(out, attention_mask, aux), input_ids.shape[0], target.describe())
-
-    return f
+    target, _ = resolve_objective(spec, adapter, None, use="explain", probe=probe)
+    return target
 
 
-def parse_target(spec: str, adapter, probe: Optional[Target] = None) -> Target:
-    """A target from a CLI string: ``logit`` / ``logit:<class>``, ``loss:<position>``,
-    ``probe`` (needs ``probe``, the fitted probe target).
-
-    Raises:
-        ValueError: an unknown spec, listing the known forms.
-    """
-    spec = (spec or "").strip()
-    kind, _, arg = spec.partition(":")
-    try:
-        if kind == "logit":
-            return ClassLogit(None if arg in ("", "predicted") else int(arg))
-        if kind == "loss":
-            return LMLoss(int(arg))
-        if kind == "mlm" and not arg:
-            return OwnTokensLoss()
-    except ValueError:
-        raise InputError(f"target {spec!r}: expected an integer after '{kind}:'") from None
-    if kind == "probe" and probe is not None:
-        return probe
-    raise InputError(
-        f"unknown target {spec!r}; use logit, logit:<class>, loss:<position>, mlm "
-        "or probe:<property> (bundled sentence model)"
-    )
-
-
-class PairSimilarity(Target):
+class PairSimilarity(InputObjective):
     """The cosine similarity of a sentence to its paired sentence, under the model's pooling.
 
     ``cos(pool(model(x)), e_pair)`` with ``e_pair`` the clean embedding of the pair's other
@@ -418,7 +357,10 @@ class PairSimilarity(Target):
         self.pair_words = tuple(pair_words)
         self.name = name
 
-    def forward(self, adapter, input_ids, attention_mask):
+    units = "cosine similarity to the partner"
+    higher_is_better = True
+
+    def output(self, adapter, input_ids, attention_mask):
         if adapter.arch != "encoder":
             raise NotApplicable("a similarity target pools an encoder's states; this model is a " + adapter.arch)
         base = getattr(adapter.model, "base_model", adapter.model)

@@ -1,6 +1,6 @@
 """Attention-based token importance for a target, from the same examples as the attributions.
 
-For the query positions a target reads (``Target.reads``: [CLS] for a classifier, the
+For the query positions a target reads (``Objective.reads``: [CLS] for a classifier, the
 predicting position for an LM loss, every position for a mean-pooled sentence
 embedding), each method gives one score per input token, the mean over those rows of:
 

@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from probe.analyses.common.targets import Target, scalar_function
+from probe.analyses.common.objective import Objective, scalar_function
 from probe.analyses.common.word_scores import n_words_of, to_words
 from probe.errors import InputError
 
@@ -152,7 +152,7 @@ def _special_batch(encodings, n: int, device) -> torch.Tensor:
 
 def attribute(
     adapter,
-    target: Target,
+    target: Objective,
     encodings: Sequence,
     *,
     methods: Sequence[str] = METHODS,

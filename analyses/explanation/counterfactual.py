@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 import torch
 
-from probe.analyses.common.targets import Target, check_scalar
+from probe.analyses.common.objective import Objective, check_scalar
 from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def _permutation_groups(adapter, lengths: Sequence[int], k: int, batch_rows: int
 
 def permutation_effects(
     adapter,
-    target: Target,
+    target: Objective,
     encodings: Sequence,
     *,
     heads: Optional[Sequence[tuple]] = None,
@@ -225,7 +225,7 @@ def permutation_effects(
             B, S = ids.shape
             aux = target.aux(adapter, ids, mask)
             with Trace(adapter, read=read) as clean, torch.no_grad():
-                out = target.forward(adapter, ids, mask)
+                out = target.output(adapter, ids, mask)
             with torch.no_grad():
                 p0 = target.distribution(out, mask, aux).float()
                 f0 = check_scalar(target.scalar(out, mask, aux), B, target.describe()).float()
@@ -245,7 +245,7 @@ def permutation_effects(
                         if site:
                             hidden, context = rep(clean.cache["resid_pre", l]), rep(clean.cache["proj_in", l])
                             st.enter_context(RestartFrom(adapter, l, hidden, context=context))
-                        out_k = target.forward(adapter, ids_k, mask_k)
+                        out_k = target.output(adapter, ids_k, mask_k)
                         p1 = target.distribution(out_k, mask_k, aux_k).float()
                         f1 = target.scalar(out_k, mask_k, aux_k).float()
                     del out_k

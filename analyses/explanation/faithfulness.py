@@ -149,20 +149,21 @@ def resolve_target(adapter, spec: str, corpus, *, seed: int = 0, pairs: Optional
     its held-out split; zoo corpora give their examples' ``evidence_word``.
 
     Raises:
-        ValueError: a probe target without a CoNLL-U corpus, an unknown spec.
+        InputError: a probe target without a CoNLL-U corpus, an unknown spec.
     """
-    from probe.analyses.common.targets import parse_target
+    from probe.analyses.common.objective import Unfitted, resolve_objective
 
-    info: dict = {"target": spec}
-    kind, _, prop = spec.partition(":")
-    if kind == "similarity":
+    target, _ = resolve_objective(spec, adapter, corpus, use="explain")
+    info: dict = {"target": target.spec}
+    if isinstance(target, Unfitted) and target.kind == "similarity":
         from probe.analyses.explanation.pairs import similarity_target
 
         target, corpus, info = similarity_target(adapter, corpus, pairs)
         return target, corpus, None, info
-    if kind == "probe":
+    if isinstance(target, Unfitted):  # probe:<property>
         from probe.analyses.structure.ud_probe import fit_probe, ud_labels
 
+        prop = target.arg
         if not corpus.sentences:
             raise InputError("a probe target reads UD annotation: give the treebank with --conllu")
         labels = ud_labels(corpus.source, prop or "subject-number", limit=len(corpus.sentences))
@@ -174,7 +175,6 @@ def resolve_target(adapter, spec: str, corpus, *, seed: int = 0, pairs: Optional
         keep = [labels[i].sentence for i in fitted.test_idx]
         held_out = [labels[i].evidence_word for i in fitted.test_idx]
         return fitted.target, corpus.subset(keep, reason="probe training split"), held_out, info
-    target = parse_target(spec, adapter)
     evidence: Optional[list] = None
     if corpus.examples and "evidence_word" in corpus.examples[0]:
         evidence = [int(e["evidence_word"]) for e in corpus.examples]

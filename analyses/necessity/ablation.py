@@ -44,7 +44,8 @@ import pandas as pd
 import torch
 
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
-from probe.analyses.common.metrics import Metric, MetricBatch, as_corpus, get_metric
+from probe.analyses.common.metrics import MetricBatch, as_corpus, get_metric
+from probe.analyses.common.objective import Objective
 from probe.analyses.necessity.sweep import (
     MAX_TOKENS,
     CleanRun,
@@ -134,7 +135,7 @@ def check_mode(mode: str) -> None:
 
 @torch.no_grad()
 def position_kind_means(
-    adapter, corpus, metric: Metric, batch_size: int = 16, stack: Optional[str] = None
+    adapter, corpus, metric: Objective, batch_size: int = 16, stack: Optional[str] = None
 ) -> torch.Tensor:
     """Mean output of every head over the corpus, per position kind.
 
@@ -180,7 +181,7 @@ def row_values(means: torch.Tensor, layer: int, batch: MetricBatch) -> torch.Ten
 
 def run_rows(
     adapter,
-    metric: Metric,
+    metric: Objective,
     batch: MetricBatch,
     reference,
     layer: int,
@@ -220,7 +221,7 @@ def run_rows(
     )
 
 
-def scorer(metric: Metric, reference):
+def scorer(metric: Objective, reference):
     """The sweep's ``read`` (:func:`probe.analyses.necessity.sweep.sweep_batch`): metric
     scores of ``k`` copies of rows ``rows``, against those rows' clean ``reference``."""
 
@@ -231,7 +232,9 @@ def scorer(metric: Metric, reference):
     return read
 
 
-def _sweep_chunk(adapter, metric: Metric, batch: MetricBatch, layers: dict, means, stack, path: str, max_tokens: int):
+def _sweep_chunk(
+    adapter, metric: Objective, batch: MetricBatch, layers: dict, means, stack, path: str, max_tokens: int
+):
     """Clean and ablated scores of one chunk: ``[b]`` and ``{layer: [k, b]}``, ``k`` =
     the heads swept in that layer, in the order of ``layers[layer]``."""
     run = clean_run(adapter, metric.forward, batch, [], stack=stack, path=path)
@@ -310,7 +313,7 @@ def sweep_heads(
 
     Args:
         corpus: a :class:`probe.inputs.Corpus` or a list of texts.
-        metric: ``loss`` | ``accuracy`` | ``embedding-drift`` | a :class:`Metric` |
+        metric: ``loss`` | ``accuracy`` | ``embedding-drift`` | a :class:`probe.analyses.common.objective.Objective` |
             a callable ``fn(outputs, batch) -> Tensor[rows]``.
         mode: ``zero`` or ``mean`` (per-position-kind corpus mean).
         heads: ``(layer, head)`` pairs (default: all ``L·H``).
@@ -345,7 +348,7 @@ def sweep_heads(
 def sweep_values(
     adapter,
     corpus,
-    metric: Metric,
+    metric: Objective,
     heads: Sequence,
     means: Optional[torch.Tensor],
     *,

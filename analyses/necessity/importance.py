@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probe.analyses.common.metrics import Chunk, Metric, as_corpus, get_metric, prepare
+from probe.analyses.common.metrics import Chunk, as_corpus, get_metric, prepare
+from probe.analyses.common.objective import Objective
 from probe.budget import length_groups, rows_for
 from probe.errors import InputError
 from probe.interventions import HeadGates
@@ -107,7 +108,7 @@ def _lengths(adapter, corpus) -> list:
 
 
 @torch.no_grad()
-def sized_chunks(adapter, corpus, metric: Metric, batch_size: int = 16) -> list:
+def sized_chunks(adapter, corpus, metric: Objective, batch_size: int = 16) -> list:
     """Like :func:`probe.analyses.common.metrics.prepare`, but each chunk holds examples
     of similar length (longest first), as many (at most ``batch_size``) as fit one
     forward with gradients under the memory budget (:mod:`probe.budget`): a long input

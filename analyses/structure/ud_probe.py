@@ -115,7 +115,7 @@ def sentence_embeddings(adapter, encodings: Sequence, target: ProbeLogit, batch_
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size]
             inputs = adapter.batch([encodings[i] for i in idx])
-            out = target.forward(adapter, inputs["input_ids"], inputs["attention_mask"])  # the encoder underneath
+            out = target.output(adapter, inputs["input_ids"], inputs["attention_mask"])  # the encoder underneath
             emb = target.embed(out, inputs["attention_mask"]).float().cpu().numpy()
             for r, i in enumerate(idx):
                 rows[i] = emb[r]

@@ -31,15 +31,14 @@ def head_name(layer, head) -> str:
 
 
 def metric(ctx, corpus=None) -> str:
-    """``ctx.params['metric']``, or the model's default (printed) when it is ``auto``."""
-    from probe.analyses.common.metrics import default_metric
+    """The name of the per-example metric ``ctx.params['metric']`` names, ``auto`` resolved
+    (:func:`probe.analyses.common.objective.resolve_objective`) and printed."""
+    from probe.analyses.common.objective import resolve_objective
 
-    chosen = ctx.params.get("metric", "auto")
-    if chosen not in (None, "auto"):
-        return chosen
-    name, why = default_metric(ctx.adapter, corpus if corpus is not None else ctx.corpus)
-    ctx.say(f"metric: {name} ({why}; choose with --metric)")
-    return name
+    corpus = corpus if corpus is not None else ctx.corpus
+    obj, why = resolve_objective(ctx.params.get("metric", "auto"), ctx.adapter, corpus, use="per-example")
+    ctx.say(f"metric: {obj.spec} ({why}; choose with --metric)")
+    return obj.spec
 
 
 def model_corpus(ctx, corpus=None):

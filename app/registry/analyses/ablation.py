@@ -120,16 +120,15 @@ def _removals(ctx, corpus, name: str):
     then reuse it instead of running the same forwards again. ``None`` otherwise (the
     section runs :func:`probe.analyses.necessity.ablation.sweep_heads`)."""
     from probe.analyses.claims.removal import derives, removal_sweep
-    from probe.analyses.common.objective import OBJECTIVES, resolve_objective
-    from probe.errors import NotApplicable
+    from probe.analyses.common.objective import resolve_objective
+    from probe.errors import InputError, NotApplicable
 
     p = ctx.params
-    spec = p["metric"] if p["metric"] not in (None, "auto") else "auto"
-    if p["mode"] not in ("zero", "mean") or p["layers"] is not None or (spec != "auto" and spec not in OBJECTIVES):
+    if p["mode"] not in ("zero", "mean") or p["layers"] is not None:
         return None
     try:
-        objective, _ = resolve_objective(spec, ctx.adapter, corpus)
-    except NotApplicable:  # the claims' objective does not fit here: this section measures alone
+        objective, _ = resolve_objective(p["metric"], ctx.adapter, corpus)
+    except (InputError, NotApplicable):  # not one of the claims' objectives, or it does not fit here
         return None
     if not derives(objective, name):
         return None

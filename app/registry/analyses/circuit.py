@@ -51,21 +51,21 @@ def _corrupted(ctx, clean):
 
 
 def _metric(ctx, clean, bad):
+    """The circuit's objective (``auto`` resolved and printed): ``similarity`` is the cosine to
+    each example's partner (the corrupted input or ``--partner-file``)."""
     from probe.analyses.circuits.objectives import SimilarityMetric
-    from probe.analyses.common.metrics import applicable_metrics
+    from probe.analyses.common.objective import Unfitted, resolve_objective
 
-    chosen = ctx.params["metric"]
-    if chosen == "auto":
-        chosen = "loss" if "loss" in applicable_metrics(ctx.adapter, clean) else "similarity"
-        ctx.say(f"metric: {chosen} (choose with --metric)")
-    if chosen == "similarity":
-        partners = bad
-        if ctx.params["partner_file"]:
-            from probe.inputs import load_corpus
+    obj, why = resolve_objective(ctx.params["metric"], ctx.adapter, clean, use="gradient")
+    ctx.say(f"metric: {obj.spec} ({why}; choose with --metric)")
+    if not isinstance(obj, Unfitted):
+        return obj
+    partners = bad
+    if ctx.params["partner_file"]:
+        from probe.inputs import load_corpus
 
-            partners = load_corpus(file=ctx.params["partner_file"], limit=ctx.limit)
-        return SimilarityMetric(partners)
-    return chosen
+        partners = load_corpus(file=ctx.params["partner_file"], limit=ctx.limit)
+    return SimilarityMetric(partners)
 
 
 def run(ctx) -> Result:

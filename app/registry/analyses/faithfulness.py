@@ -10,58 +10,43 @@ from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.results import FaithfulnessResult
 
 
-def _head_kind(adapter) -> str:
-    """``mlm``, ``sequence-classification``, ``token-classification`` or ``""`` (no head
-    or another one), from the loaded class (``config.architectures`` chose it)."""
-    name = type(adapter.model).__name__
-    if name.endswith("ForMaskedLM") or (adapter.arch == "encoder" and name.endswith("ForPreTraining")):
-        return "mlm"
-    if name.endswith("ForSequenceClassification"):
-        return "sequence-classification"
-    if name.endswith("ForTokenClassification"):
-        return "token-classification"
-    return ""
-
-
 def default_target(ctx) -> str:
-    """``loss:-1`` (the next-token loss of the last token) for causal language models,
-    ``logit`` for models with a classifier head (zoo, ``*ForSequenceClassification``),
-    ``mlm`` (the masked-LM loss of the sentence's own tokens) for a masked-LM checkpoint,
-    ``similarity`` (cosine similarity to the nearest neighbour, or to ``--pairs``) for
-    sentence encoders and the encoder underneath any other head; :class:`SkipAnalysis`
-    otherwise."""
-    head = _head_kind(ctx.adapter)
-    if ctx.adapter.causal:
-        return "loss:-1"
-    if str(ctx.adapter.name).startswith("zoo:") or ctx.corpus.examples or head == "sequence-classification":
-        return "logit"
-    if head == "mlm":
-        return "mlm"
-    if ctx.adapter.arch == "encoder":  # a sentence encoder: the similarity of sentence pairs, its own output
-        return "similarity"
-    if ctx.corpus.sentences:
-        return "probe:subject-number"
-    raise SkipAnalysis(
-        "no target to explain: the sentence model needs a treebank (--conllu) for its probe, or give --target"
-    )
+    """What ``--target auto`` means here (:func:`probe.analyses.common.objective.resolve_objective`
+    with ``use="explain"``): ``loss:-1`` (the next-token loss of the last token) for causal
+    language models, ``logit`` for models with a classifier head (zoo,
+    ``*ForSequenceClassification``), ``mlm`` (the masked-LM loss of the sentence's own
+    tokens) for a masked-LM checkpoint, ``similarity`` (cosine similarity to the nearest
+    neighbour, or to ``--pairs``) for sentence encoders and the encoder underneath any other
+    head; :class:`SkipAnalysis` otherwise."""
+    return _resolved(ctx, "auto")[0].spec
 
 
-def _target(ctx) -> str:
-    chosen = ctx.params.get("target", "auto")
-    if chosen not in (None, "auto"):
-        return chosen
-    target = default_target(ctx)
-    ctx.say(
-        f"target: {target} (chosen for {ctx.adapter.name}, a {type(ctx.adapter.model).__name__}; choose with --target)"
-    )
+def _resolved(ctx, spec) -> tuple:
+    """``(objective, why)`` the target ``spec`` names (``auto`` resolved; fitted later)."""
+    from probe.analyses.common.objective import resolve_objective
+    from probe.errors import NotApplicable
+
+    try:
+        return resolve_objective(spec, ctx.adapter, ctx.corpus, use="explain")
+    except NotApplicable as exc:
+        raise SkipAnalysis(exc.reason) from None
+
+
+def _target(ctx):
+    """The target the section explains, printed with why it was chosen."""
+    target, why = _resolved(ctx, ctx.params.get("target", "auto"))
+    ctx.say(f"target: {target.spec} ({why}; choose with --target)")
     return target
 
 
 def run(ctx) -> FaithfulnessResult:
+    return _run(ctx, _target(ctx).spec)
+
+
+def _run(ctx, target: str) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     p = ctx.params
-    target = _target(ctx)
     rep = run_faithfulness(
         ctx.adapter,
         ctx.corpus,
@@ -124,16 +109,19 @@ def run_in_report(ctx) -> FaithfulnessResult:
     """The report's variant: a probe target is first checked against chance
     (:func:`probe.analyses.claims.attribution.target_validity`) and the section is skipped,
     with the numbers, when it is no better (before the slow attributions)."""
+    from probe.analyses.common.objective import Unfitted
+
     target = _target(ctx)
-    if target.startswith("probe:"):
+    if isinstance(target, Unfitted) and target.kind == "probe":
         from probe.analyses.claims.attribution import target_validity
         from probe.analyses.explanation.faithfulness import resolve_target
 
-        valid, words = target_validity(resolve_target(ctx.adapter, target, ctx.corpus, seed=ctx.params["seed"])[3])
+        info = resolve_target(ctx.adapter, target.spec, ctx.corpus, seed=ctx.params["seed"])[3]
+        valid, words = target_validity(info)
         if not valid:
             raise SkipAnalysis(f"not tested: target no better than chance ({words})")
-    ctx.params = dict(ctx.params, target=target)
-    return run(ctx)
+    ctx.params = dict(ctx.params, target=target.spec)
+    return _run(ctx, target.spec)
 
 
 ANALYSIS = Analysis(
