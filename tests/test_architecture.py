@@ -610,7 +610,6 @@ OBJECTIVE_WORDS = ("metric", "objective", "target", "spec", "chosen")
 AUTO_COMPARISONS = {
     ("analyses/common/objective.py", "resolve_objective"),
     ("app/report/build.py", "_overrides"),
-    ("app/engine/jobs.py", "run"),
 }
 
 

@@ -115,7 +115,7 @@ class AblateJob:
         self.n_boot, self.confidence, self.seed = n_boot, confidence, seed
 
     def run(self, adapter, items: Sequence, indices: Sequence[int]) -> Part:
-        from probe.analyses.common.metrics import default_metric, get_metric
+        from probe.analyses.common.metrics import get_metric
         from probe.analyses.necessity.ablation import MAX_TOKENS, check_heads, sweep_values
         from probe.analyses.necessity.ablation_sums import AblationSums
         from probe.inputs import Corpus
@@ -128,8 +128,7 @@ class AblateJob:
             source="block",
             examples=examples if all(e is not None for e in examples) else (),
         )
-        chosen = self.metric if self.metric not in (None, "auto") else default_metric(adapter, corpus)[0]
-        metric = get_metric(chosen, adapter, corpus)
+        metric = get_metric(self.metric or "auto", adapter, corpus)  # resolves "auto" (resolve_objective)
         heads = self.heads
         if heads is None and self.layers is not None:  # every head of these layers
             heads = [(layer, h) for layer in self.layers for h in range(adapter.n_heads)]

@@ -27,7 +27,7 @@ def _resolved(ctx, spec) -> tuple:
     from probe.errors import NotApplicable
 
     try:
-        return resolve_objective(spec, ctx.adapter, ctx.corpus, use="explain")
+        return resolve_objective(spec, ctx.adapter, ctx.corpus, use="explain")  # decided by its kind of examples
     except NotApplicable as exc:
         raise SkipAnalysis(exc.reason) from None
 
@@ -49,7 +49,7 @@ def _run(ctx, target: str) -> FaithfulnessResult:
     p = ctx.params
     rep = run_faithfulness(
         ctx.adapter,
-        ctx.corpus,
+        ctx.whole_corpus,
         target,
         methods=list(p["methods"]),
         attention_methods=list(p["attention_methods"]),
@@ -60,7 +60,7 @@ def _run(ctx, target: str) -> FaithfulnessResult:
         permute=p["permutations"] > 0,
         max_examples=p["explain_limit"],
         seed=p["seed"],
-        progress=ctx.progress and len(ctx.corpus) > 1,
+        progress=ctx.progress and len(ctx.whole_corpus) > 1,
         pairs=p.get("pairs"),
     )
     v = rep.verdict
@@ -116,7 +116,7 @@ def run_in_report(ctx) -> FaithfulnessResult:
         from probe.analyses.claims.attribution import target_validity
         from probe.analyses.explanation.faithfulness import resolve_target
 
-        info = resolve_target(ctx.adapter, target.spec, ctx.corpus, seed=ctx.params["seed"])[3]
+        info = resolve_target(ctx.adapter, target.spec, ctx.whole_corpus, seed=ctx.params["seed"])[3]
         valid, words = target_validity(info)
         if not valid:
             raise SkipAnalysis(f"not tested: target no better than chance ({words})")

@@ -22,7 +22,7 @@ IG_STEPS = Param("ig_steps", int, 16, "integrated-gradient steps", min=2)
 def run_importance(ctx) -> ImportanceResult:
     from probe.analyses.necessity.importance import head_importance
 
-    corpus, cut = model_corpus(ctx)
+    corpus, cut = model_corpus(ctx, ctx.whole_corpus)
     res = head_importance(
         ctx.adapter,
         corpus,
@@ -110,7 +110,7 @@ def run_prune(ctx) -> Result:
     p = ctx.params
     imp = run_importance(ctx)
     name = imp.summary["metric"]
-    corpus, _ = model_corpus(ctx)
+    corpus, _ = model_corpus(ctx, ctx.whole_corpus)
     res = pruning_curve(
         ctx.adapter,
         corpus,
