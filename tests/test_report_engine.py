@@ -93,7 +93,8 @@ def test_streamed_relations_keep_words_absorbed_by_a_neighbours_token(minilm):
 
     from probe.analyses.structure.syntax import relation_accuracy
     from probe.analyses.structure.word_graph import Skipped, word_graphs
-    from probe.app.engine.analyses import report_statistics
+    from probe.analyses.structure.streaming import LayerwiseRelations
+    from probe.app.engine.analyses import stream_declared
     from probe.capture import capture
     from probe.corpus import read_conllu
     from probe.inputs import from_sentences
@@ -104,7 +105,9 @@ def test_streamed_relations_keep_words_absorbed_by_a_neighbours_token(minilm):
     assert any(m.meta.get("absorbed_words") for m in maps)  # the case is really in the input
     skipped = Skipped([])
     ref = relation_accuracy(word_graphs(maps, sents, skipped=skipped))
-    got = report_statistics(minilm, corpus, treebank=True, batch_size=4, engine="local")
+    filled = stream_declared(minilm, corpus, {"syntax": {"relations": LayerwiseRelations()}}, batch_size=4)
+    streamed = filled["filled"]["syntax"]["relations"]
+    got = {"relations": streamed.result(), "skipped": streamed.skipped}
     assert len(skipped) == 0 and got["skipped"] == []
     assert got["relations"].n_sentences == ref.n_sentences == 5
     keys = ["relation", "direction", "layer", "head"]

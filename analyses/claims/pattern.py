@@ -86,6 +86,7 @@ class PatternFeatures:
         self.whole = HeadFeatureAccumulator(level="token", keep_examples=True)
         self.punct = PunctuationShare()
         self.first: Optional[tuple] = None  # (corpus index, special names)
+        self.not_applicable = ""  # why the maps have no pattern features (cross-attention), said by result()
 
     def _first(self, meta, maps) -> None:
         for index, m in zip(meta.indices, maps):
@@ -94,14 +95,22 @@ class PatternFeatures:
 
     def update(self, layer: int, maps: Sequence, meta: Any) -> None:
         """One layer of a batch (single-layer maps ``[1, H, n, n]``)."""
-        self.layerwise.update(layer, maps, meta)
+        try:
+            self.layerwise.update(layer, maps, meta)
+        except NotApplicable as exc:  # the other claims still run; this one says why at result()
+            self.not_applicable = exc.reason
+            return
         self.punct.update(layer, maps, meta)
         self._first(meta, maps)
 
     def update_examples(self, maps: Sequence, meta: Any) -> None:
         """Whole examples (``[L, H, n, n]``) of a batch."""
-        for index, m in zip(meta.indices, maps):
-            self.whole.update(m, index=index)
+        try:
+            for index, m in zip(meta.indices, maps):
+                self.whole.update(m, index=index)
+        except NotApplicable as exc:
+            self.not_applicable = exc.reason
+            return
         self.punct.update(meta.first_layer, maps, meta)
         self._first(meta, maps)
 
@@ -111,10 +120,13 @@ class PatternFeatures:
         self.punct.merge(other.punct)
         if other.first is not None and (self.first is None or other.first[0] < self.first[0]):
             self.first = other.first
+        self.not_applicable = self.not_applicable or other.not_applicable
         return self
 
     def result(self) -> PatternEvidence:
-        """Raises: NotApplicable: no example was added."""
+        """Raises: NotApplicable: no example was added, or the maps have no pattern features."""
+        if self.not_applicable:
+            raise NotApplicable(self.not_applicable)
         if self.first is None:
             raise NotApplicable("no examples to measure attention patterns on")
         if self.layerwise.inner and self.whole.n_examples:

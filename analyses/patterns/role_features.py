@@ -506,12 +506,29 @@ class LayerwiseHeadFeatures(PerLayer):
         super().__init__(
             functools.partial(HeadFeatureAccumulator, level=level, frequencies=frequencies, keep_examples=keep_examples)
         )
+        self.whole: Optional[HeadFeatureAccumulator] = None  # whole examples (update_examples)
 
     def inner_update(self, acc, maps, meta, position: int) -> None:
         acc.update(maps, index=meta.indices[position])
 
+    def update_examples(self, maps: Sequence, meta: Any) -> None:
+        """Whole examples (``[L, H, n, n]``, held maps: :func:`probe.streaming.feed_maps`)
+        at once, each in one pass over its layers; ``result()`` is the same table."""
+        if self.whole is None:
+            self.whole = self.make()
+        for index, m in zip(meta.indices, maps):
+            self.whole.update(m, index=index)
+
+    def merge(self, other):
+        super().merge(other)
+        if other.whole is not None:
+            self.whole = other.whole if self.whole is None else self.whole.merge(other.whole)
+        return self
+
     @property
     def n_examples(self) -> int:
+        if self.whole is not None:
+            return self.whole.n_examples
         return next(iter(self.inner.values())).n_examples if self.inner else 0
 
     def example_values(self, names: Sequence[str]) -> tuple:
@@ -534,6 +551,10 @@ class LayerwiseHeadFeatures(PerLayer):
         return values, parts[0][1], parts[0][2]
 
     def result(self) -> pd.DataFrame:
+        if self.whole is not None:
+            if self.inner:
+                raise ValueError("LayerwiseHeadFeatures was fed both by layer and whole examples: feed one way")
+            return self.whole.result()
         tables = list(self.results().values())
         return pd.concat(tables, ignore_index=True)
 

@@ -12,6 +12,10 @@ the same result object as the single-process function it mirrors:
 :func:`ablate`       :func:`probe.analyses.necessity.ablation.sweep_heads` (zero mode)
 :func:`capture`      :func:`probe.pipeline.capture_corpus` (a resumable store)
 ===================  ==============================================================
+
+The report does not mirror its sections here: they declare their accumulators
+(``Analysis.accumulators``), :func:`stream_declared` fills them in one pass, and the
+removal sweeps run their batches through :func:`removal_runner`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ __all__ = [
     "ablate",
     "capture",
     "corpus_items",
-    "report_statistics",
+    "stream_declared",
     "removal_runner",
 ]
 
@@ -260,53 +264,30 @@ def capture(
     return Store(out)
 
 
-def report_statistics(
-    model, corpus, *, treebank: bool, batch_size: int = 16, extra: Optional[dict] = None, **run
-) -> dict:
-    """The report's corpus statistics in one streamed pass (``probe report --engine``):
-    the roles' head features (token and word level) and punctuation share, and, on a
-    treebank, the syntax section's relation counts (Clark et al. 2019), over every
-    example of ``corpus`` (a fitted :class:`probe.inputs.Corpus`), in this process or
-    Ray's workers (``run``: :func:`probe.app.engine.run_job` settings).
+def stream_declared(model, corpus, declared: dict, *, batch_size: int = 16, **run) -> dict:
+    """The accumulators the report's sections declare (``Analysis.accumulators``), filled
+    in one streamed pass over every example of ``corpus`` (a fitted
+    :class:`probe.inputs.Corpus`), in this process or Ray's workers (``run``:
+    :func:`probe.app.engine.run_job` settings); the items are its treebank sentences, or
+    its texts with word spans.
+
+    Args:
+        declared: ``{analysis: {key: accumulator}}`` (empty accumulators).
 
     Returns:
-        ``{"token", "word"}``: head-feature tables ``[layer × head rows]``;
-        ``"n_examples"``; ``"punct_chance"``: float; ``"relations"``: the
-        :class:`probe.analyses.structure.syntax.RelationAccuracy` (``None`` without a
-        treebank); ``"skipped"``: rows ``(index, sent_id, line, reason)`` of sentences
-        whose words could not be aligned; ``"long"``: ``[(index, n_tokens)]`` left out;
-        ``"seconds"``: wall time of the pass; ``"extra"``: ``extra``
-        (``{analysis: {key: accumulator}}``, the accumulators analyses declare) filled over
-        the same pass, merged.
+        ``{"filled": {analysis: {key: accumulator}}`` (merged over the workers),
+        ``"long": [(index, n_tokens)]`` left out, ``"seconds"``: wall time of the pass}.
     """
-    from probe.analyses.common.accumulate import PunctuationShare
-    from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
-    from probe.analyses.structure.streaming import LayerwiseRelations
-
     t0 = time.perf_counter()
-    items = list(corpus.sentences) if treebank else corpus_items(corpus)
-    accs = [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), PunctuationShare()]
-    if treebank:
-        accs.append(LayerwiseRelations())
-    declared = [(name, key) for name, by_key in (extra or {}).items() for key in by_key]
-    accs.extend((extra or {})[name][key] for name, key in declared)
-    merged, long = _stream(model, items, accs, run, batch_size)
-    token, word, punct = merged[:3]
-    relations = merged[3] if treebank else None
-    filled: dict = {}
-    for (name, key), acc in zip(declared, merged[len(accs) - len(declared) :]):
-        filled.setdefault(name, {})[key] = acc
-    return {
-        "token": token.result(),
-        "word": word.result(),
-        "n_examples": token.n_examples,
-        "punct_chance": punct.result(),
-        "relations": relations.result() if relations is not None else None,
-        "skipped": list(relations.skipped) if relations is not None else [],
-        "long": long,
-        "seconds": time.perf_counter() - t0,
-        "extra": filled,
-    }
+    items = list(corpus.sentences) if corpus.sentences else corpus_items(corpus)
+    keys = [(name, key) for name, by_key in declared.items() for key in by_key]
+    filled: dict = {name: {} for name in declared}
+    long: list = []
+    if keys:
+        merged, long = _stream(model, items, [declared[name][key] for name, key in keys], run, batch_size)
+        for (name, key), acc in zip(keys, merged):
+            filled[name][key] = acc
+    return {"filled": filled, "long": long, "seconds": time.perf_counter() - t0}
 
 
 def removal_runner(model, **run):

@@ -393,11 +393,13 @@ def build_report(
 
 
 def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=None):
-    """Stream the run's whole corpus once through the statistics' accumulators on its
-    engine; the :class:`.engine_sections.EngineRun` is kept as ``ctx.on_engine`` and returned."""
+    """Stream the run's whole corpus once through the accumulators the sections declare
+    (``Analysis.accumulators``) on its engine; they are kept as ``ctx.streamed`` (what
+    ``ctx.accumulated`` returns) and the :class:`.engine_sections.EngineRun` as
+    ``ctx.on_engine``, which is returned."""
     import sys
 
-    from probe.app.engine.analyses import report_statistics
+    from probe.app.engine.analyses import stream_declared
 
     from .engine_sections import EngineRun
 
@@ -406,23 +408,12 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=N
         raise RuntimeError("the local engine holds every example's maps: it streams no statistics")
     on_engine = ctx.on_engine = EngineRun(ctx.engine, run, ctx.engine_model, ctx.input_corpus)
     corpus = on_engine.corpus
-    treebank = bool(corpus.sentences) and all(s.heads for s in corpus.sentences)  # the sections' "treebank" need
     if progress:
         where = f"{on_engine.run.get('workers')} Ray workers" if on_engine.name == "ray" else "this process"
         print(f"statistics of all {len(corpus)} examples on {where} …", file=sys.stderr, flush=True)
-    declared = {  # the sections' own accumulators (Analysis.accumulators), streamed beside the statistics
-        a.name: a.accumulators(ctx, corpus) for a in choose(sections) if a.accumulators is not None
-    }
-    on_engine.stats = report_statistics(
-        on_engine.model,
-        corpus,
-        treebank=treebank,
-        batch_size=batch_size,
-        progress=progress,
-        extra=declared,
-        **on_engine.run,
-    )
-    ctx.streamed.update(on_engine.stats["extra"])
+    declared = {a.name: a.accumulators(ctx, corpus) for a in choose(sections) if a.accumulators is not None}
+    on_engine.stats = stream_declared(on_engine.model, corpus, declared, batch_size=batch_size, **on_engine.run)
+    ctx.streamed.update(on_engine.stats["filled"])
     return on_engine
 
 

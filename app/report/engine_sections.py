@@ -1,26 +1,29 @@
-"""The report's sections on an engine (``probe report --engine stream|ray``).
+"""The report on an engine (``probe report --engine stream|ray``).
 
-With an engine the report no longer holds every example's maps. One streamed pass over
-the whole corpus (:func:`probe.app.engine.analyses.report_statistics`, in this process
-or Ray's actors) feeds the accumulators of the corpus statistics, and only a bounded
-*kept sample* (the first ``kept_examples`` examples) is captured whole, for the pages'
-figures and for the sections that need whole maps or gradients:
+With an engine the report no longer holds every example's maps. The sections declare the
+sums they read over the corpus (``Analysis.accumulators``); one streamed pass over the
+whole corpus (:func:`probe.app.engine.analyses.stream_declared`, in this process or Ray's
+actors) fills them, and only a bounded *kept sample* (the first ``kept_examples``
+examples) is captured whole, for the pages' figures and the sections that need whole
+maps or gradients. A section runs the same code on every engine (a local run feeds the
+same accumulators its held maps):
 
 ==============  =====================================================================
-syntax          relation counts of every sentence (``LayerwiseRelations``), as local
+syntax          relation counts of every sentence (``LayerwiseRelations``)
 roles           head features of every example (``LayerwiseHeadFeatures``, token and
-                word level) and the punctuation share, fitted as local
+                word level) and the punctuation share (``PunctuationShare``)
+claims          the pattern and structure evidence of every example (``PatternFeatures``,
+                ``StructureCounts``); the removal sweeps on the whole corpus's model-run
+                examples, their batches in the engine's workers (``RemovalJob``: the plan
+                and the harms here)
 ablation        the single-head sweep on the model-run examples, read from the claims'
-                removal sweep when that gives its metric (below), else ``AblateJob``
+                removal sweep when that gives its metric, else ``AblateJob``
                 (per-example values per block, one bootstrap here)
-claims          the pattern and structure evidence of every example (the accumulators
-                the claims declare, ``Analysis.accumulators``); the removal sweeps on
-                the whole corpus's model-run examples, their batches in the engine's
-                workers (``RemovalJob``: the plan and the harms here)
-others          importance, faithfulness, rollout, …: locally, on the kept sample
+others          importance, faithfulness: on the whole corpus's model-run or explained
+                examples, in this process; rollout: on the kept sample's representatives
 ==============  =====================================================================
 
-The numbers of the distributed sections equal the local engine's (tests/test_report_engine.py).
+The numbers equal the local engine's (tests/test_report_engine.py).
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ class EngineRun:
         run: :func:`probe.app.engine.run_job` settings (``engine``, ``workers``, …).
         model: what each worker loads (a spec; for ``stream`` the loaded adapter).
         corpus: the whole fitted corpus (the kept sample is ``ctx.corpus``).
-        stats: :func:`probe.app.engine.analyses.report_statistics` of ``corpus``
-            (filled before the sections run).
+        stats: :func:`probe.app.engine.analyses.stream_declared` of ``corpus``: the
+            sections' declared accumulators, filled before the sections run.
     """
 
     name: str
@@ -73,35 +76,3 @@ class EngineRun:
             "kept sample": f"the first {kept} of {n} examples, captured whole (--kept-examples): the pages' "
             "figures" + (f" and {', '.join(local)}, run on it alone" if local else ""),
         }
-
-
-def engine_section(name: str):
-    """The engine's variant of section ``name``, or ``None`` (runs locally)."""
-    return {"syntax": syntax_section, "roles": roles_section}.get(name)
-
-
-def syntax_section(ctx):
-    """The syntax section from the relation counts streamed over every sentence."""
-    from probe.analyses.structure.word_graph import Skipped
-    from probe.app.registry.analyses.syntax import section_from
-
-    stats = ctx.on_engine.stats
-    if stats.get("relations") is None:
-        from probe.errors import NotApplicable
-
-        raise NotApplicable("no treebank input (give --conllu with dependency annotation)")
-    return section_from(stats["relations"], Skipped(list(stats["skipped"])))
-
-
-def roles_section(ctx):
-    """The roles section from head features streamed over every example (the syntax
-    section's best heads as evidence when it ran), as :func:`probe.analyses.patterns.roles.head_roles`
-    fits them from whole maps."""
-    from probe.analyses.patterns.roles import RoleClassifier
-    from probe.app.registry.analyses.roles import section_from, syntax_evidence
-
-    stats = ctx.on_engine.stats
-    clf = RoleClassifier()
-    clf.punct_chance_ = stats["punct_chance"]
-    clf.fit_tables({"token": stats["token"], "word": stats["word"]}, stats["n_examples"], syntax=syntax_evidence(ctx))
-    return section_from(ctx, clf.roles_, stats["n_examples"])

@@ -178,11 +178,7 @@ def run_section(ctx, sec) -> Result:
     params.update({k: v for k, v in ctx.overrides.items() if k in params})
     ctx.params = params
     fn = sec.section if callable(sec.section) else sec.run
-    if ctx.on_engine is not None:  # probe report --engine: statistics of the whole corpus
-        from .engine_sections import engine_section
-
-        fn = engine_section(sec.name) or fn
-    result = fn(ctx)
+    result = fn(ctx)  # the same on every engine: what it sums over the corpus, it reads from ctx.accumulated
     if not isinstance(result, produced(sec)):  # a bug in the declaration or the analysis
         raise TypeError(
             f"section {sec.name} returned a {type(result).__name__}, not the {produced(sec).__name__} it declares"

@@ -177,12 +177,29 @@ def run(ctx) -> Result:
     )
 
 
-def section(ctx) -> RolesResult:
-    """The report's variant: roles from the maps already captured, with the syntax
-    section's best heads as evidence when it ran."""
-    from probe.analyses.patterns.roles import head_roles
+def accumulators(ctx, corpus) -> dict:
+    """The report section's sums: the head features of every example at token and word
+    level (:class:`probe.analyses.patterns.role_features.LayerwiseHeadFeatures`) and the
+    corpus's punctuation share (the chance rule of ``to_punct``)."""
+    from probe.analyses.common.accumulate import PunctuationShare
+    from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
 
-    return section_from(ctx, head_roles(ctx.maps, syntax=syntax_evidence(ctx)), len(ctx.maps))
+    return {"token": LayerwiseHeadFeatures("token"), "word": LayerwiseHeadFeatures("word"), "punct": PunctuationShare()}
+
+
+def section(ctx) -> RolesResult:
+    """The report's variant: roles fitted from the head features of every example of the
+    run (fed from the held maps, or streamed by the engine: ``ctx.accumulated``), with
+    the syntax section's best heads as evidence when it ran; as
+    :func:`probe.analyses.patterns.roles.head_roles` fits them from whole maps."""
+    from probe.analyses.patterns.roles import RoleClassifier
+
+    acc = ctx.accumulated("roles")
+    clf = RoleClassifier()
+    clf.punct_chance_ = acc["punct"].result()
+    n = acc["token"].n_examples
+    clf.fit_tables({"token": acc["token"].result(), "word": acc["word"].result()}, n, syntax=syntax_evidence(ctx))
+    return section_from(ctx, clf.roles_, n)
 
 
 def syntax_evidence(ctx):
@@ -241,6 +258,7 @@ ANALYSIS = Analysis(
         Param("no_figure", bool, False, "write the tables only"),
     ),
     section=section,
+    accumulators=accumulators,
     produces=RolesResult,
     consumes=(SyntaxResult,),
     modules=("probe.analyses.patterns.roles",),

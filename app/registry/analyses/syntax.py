@@ -100,13 +100,26 @@ def _notes(result, best) -> list:
     return lines
 
 
-def section(ctx) -> SyntaxResult:
-    """The report's variant: relation accuracy on the maps already captured."""
-    from probe.analyses.structure.syntax import relation_accuracy
-    from probe.analyses.structure.word_graph import Skipped, word_graphs
+def accumulators(ctx, corpus) -> dict:
+    """The report section's sums: Clark et al.'s relation counts of every treebank
+    sentence (:class:`probe.analyses.structure.streaming.LayerwiseRelations`; none
+    without a treebank)."""
+    from probe.analyses.structure.streaming import LayerwiseRelations
 
-    skipped = Skipped([])
-    return section_from(relation_accuracy(word_graphs(ctx.maps, ctx.corpus.sentences, skipped=skipped)), skipped)
+    if not (corpus.sentences and all(s.heads for s in corpus.sentences)):
+        return {}
+    return {"relations": LayerwiseRelations()}
+
+
+def section(ctx) -> SyntaxResult:
+    """The report's variant: relation accuracy from the counts of every sentence of the
+    run (fed from the held maps, or streamed by the engine: ``ctx.accumulated``)."""
+    from probe.analyses.structure.word_graph import Skipped
+
+    acc = ctx.accumulated("syntax").get("relations")
+    if acc is None:
+        raise NotApplicable("no treebank input (give --conllu with dependency annotation)")
+    return section_from(acc.result(), Skipped(list(acc.skipped)))
 
 
 def section_from(accuracy, skipped) -> SyntaxResult:
@@ -274,6 +287,7 @@ ANALYSIS = Analysis(
         Param("batch_size", int, 32, "examples per forward", min=1),
     ),
     section=section,
+    accumulators=accumulators,
     produces=SyntaxResult,
     modules=("probe.analyses.structure.syntax",),
     order=10,
