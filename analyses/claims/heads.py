@@ -155,11 +155,11 @@ def _structure(acc, heads) -> tuple:
     return structure_claims(counts, n_sentences_skipped=n_skipped)
 
 
-def feed_maps(accumulators: dict, maps, items) -> dict:
+def _filled(accumulators: dict, maps, items) -> dict:
     """``accumulators`` (a dict) filled from held ``maps`` (:func:`probe.streaming.feed_maps`)."""
-    from probe.streaming import feed_maps as feed
+    from probe.streaming import feed_maps
 
-    feed(list(accumulators.values()), maps, items=items)
+    feed_maps(list(accumulators.values()), maps, items=items)
     return accumulators
 
 
@@ -217,7 +217,7 @@ def head_claims(
     from .removal import removal_sweep
 
     if evidence is None:
-        evidence = feed_maps(evidence_accumulators(corpus), maps or [], items=_items(corpus))
+        evidence = _filled(evidence_accumulators(corpus), maps or [], items=_items(corpus))
     notes = []
     tables = {}
     try:
