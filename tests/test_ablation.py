@@ -10,7 +10,8 @@ import torch
 from probe.analyses.necessity.ablation import plan_forwards, run_rows, sweep_heads, sweep_heads_naive
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.necessity.importance import gradient_importance, head_importance, ig_importance
-from probe.analyses.common.metrics import as_corpus, get_metric, prepare
+from probe.analyses.common.metrics import as_corpus, prepare
+from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.pruning import pruning_curve
 from probe.hooks import count_hooks
 from probe.analyses.necessity.restart import ResidualCache, RestartFrom

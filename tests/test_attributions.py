@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from probe.analyses.explanation.attributions import METHODS, attribute, baseline_ids
-from probe.analyses.common.targets import CallableTarget, ClassLogit, LMLoss, ProbeLogit, check_scalar, parse_target
+from probe.analyses.common.targets import CallableTarget, ClassLogit, LMLoss, ProbeLogit, check_scalar
+from probe.analyses.common.objective import parse_target
 
 TEXTS = ["the keys to the cabinet are here", "a dog barks", "she sees the old house near the river"]
 POS = 2  # the one position the hand-built model reads

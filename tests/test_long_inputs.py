@@ -98,7 +98,8 @@ def test_decoder_maps_are_causal_and_flow_respects_it(tiny_models):
 def test_faithfulness_target_of_a_causal_lm_is_next_token_loss(tiny_models):
     from types import SimpleNamespace
 
-    from probe.analyses.common.targets import LMLoss, parse_target
+    from probe.analyses.common.targets import LMLoss
+    from probe.analyses.common.objective import parse_target
     from probe.app.registry.analyses.faithfulness import default_target as faithfulness_target
 
     ctx = SimpleNamespace(adapter=tiny_models["llama"], corpus=SimpleNamespace(examples=[], sentences=[]))

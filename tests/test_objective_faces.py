@@ -204,8 +204,8 @@ def test_auto_is_resolved_by_resolve_objective_only(heads, monkeypatch):
     registry's --metric, --target and the circuit's metric) hands it to
     :func:`resolve_objective`: with a spy in its place, each call is seen."""
     import probe.analyses.common.objective as O
-    from probe.analyses.common.metrics import default_metric, get_metric
-    from probe.analyses.common.targets import parse_target
+    from probe.analyses.common.objective import default_metric, get_metric
+    from probe.analyses.common.objective import parse_target
     from probe.app.registry.analyses import _shared, circuit, faithfulness
 
     seen = []

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from probe.analyses.common.metrics import as_corpus, get_metric
+from probe.analyses.common.metrics import as_corpus
+from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import corrupt_zoo, patch_heads
 from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
 

@@ -54,7 +54,7 @@ def test_length_groups_cover_corpus_and_shrink_for_long_inputs(tiny_models):
 def test_batches_by_length_cover_the_corpus_once_with_less_padding(tiny_models):
     """Length-sorted batches: every example once, batches of similar length (longest
     first), fewer padded tokens than corpus order on a corpus of mixed lengths."""
-    from probe.analyses.common.metrics import get_metric
+    from probe.analyses.common.objective import get_metric
     from probe.inputs import Corpus
 
     a = tiny_models["bert"]
@@ -80,7 +80,7 @@ def test_permutations_split_over_forwards_under_a_small_budget(checkpoints):
     """Permutation forwards are sized by the budget (no gradients): under a budget that
     holds 3 rows of the longest input, its 8 permutations run in 3 forwards, shorter
     inputs share forwards, and identity permutations still change nothing."""
-    from probe.analyses.common.targets import parse_target
+    from probe.analyses.common.objective import parse_target
     from probe.analyses.explanation.counterfactual import _permutation_groups, permutation_effects
     from probe.budget import memory_budget, row_bytes
     from probe.models import load_model
@@ -121,7 +121,8 @@ def test_parse_size():
 def test_importance_in_budget_sized_chunks_equals_one_batch(checkpoints):
     """Chunks sized from the input length (one row per forward under a tiny budget) give
     the same importance as one padded batch: the grouping changes memory, not values."""
-    from probe.analyses.common.metrics import get_metric, prepare
+    from probe.analyses.common.metrics import prepare
+    from probe.analyses.common.objective import get_metric
     from probe.analyses.necessity.importance import gradient_importance, ig_importance
     from probe.models import load_model
 
@@ -229,7 +230,7 @@ def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind
     """A sequence classifier explains its logit; a token classifier (no sentence-level
     head) explains the encoder underneath (sentence similarity), and its metric runs on the
     encoder."""
-    from probe.analyses.common.metrics import default_metric
+    from probe.analyses.common.objective import default_metric
     from probe.app.registry import SkipAnalysis
     from probe.app.registry.analyses.faithfulness import default_target
     from probe.models import load_model

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from probe.analyses.common.metrics import as_corpus, get_metric
+from probe.analyses.common.metrics import as_corpus
+from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import paired_batches
 
 from probe.errors import InputError, NotApplicable

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from probe.analyses.common.metrics import MetricBatch, as_corpus, get_metric
+from probe.analyses.common.metrics import MetricBatch, as_corpus
+from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
 
 from probe.errors import InputError

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Union
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from probe.errors import InputError, NotApplicable
 
 from .batch import MetricBatch, f32, special_mask, token_nll
-from .objective import Objective
+from .objective_base import Objective
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,7 @@ __all__ = [
     "AccuracyMetric",
     "DriftMetric",
     "CallableMetric",
-    "get_metric",
     "applicable_metrics",
-    "default_metric",
     "as_corpus",
     "Chunk",
     "prepare",
@@ -392,29 +390,6 @@ def applicable_metrics(adapter, corpus=None) -> list[str]:
         out.append("accuracy")
     out.append("embedding-drift")
     return out
-
-
-def default_metric(adapter, corpus=None) -> tuple:
-    """``(name, why)``: what ``auto`` means for a per-example metric (the model's loss
-    where it has one, else ``embedding-drift``), from :func:`.objective.resolve_objective`."""
-    from .objective import resolve_objective  # looked up at call time: one resolver, patchable
-
-    obj, why = resolve_objective("auto", adapter, corpus, use="per-example")
-    return obj.name, why
-
-
-def get_metric(metric: Union[str, Objective, Callable], adapter=None, corpus=None) -> Objective:
-    """A per-example :class:`.objective.Objective` from a name, ``auto``, an objective or a
-    callable ``fn(outputs, batch) -> [rows]``; checked against ``adapter``
-    (:func:`.objective.resolve_objective` with ``use="per-example"``).
-
-    Raises:
-        InputError: unknown name (listing the known ones).
-        NotApplicable: a metric that does not apply to the model (naming those that do).
-    """
-    from .objective import resolve_objective
-
-    return resolve_objective(metric, adapter, corpus, use="per-example")[0]
 
 
 @dataclass(frozen=True)

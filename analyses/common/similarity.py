@@ -23,12 +23,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .metrics import LossMetric, has_lm_head
-from .objective import Objective, applicable_objectives
+from .metrics import LossMetric, applicable_metrics, has_lm_head, zoo_task
+from .objective_base import Objective
 from .pooling import Pooling, model_pooling
 from probe.errors import NotApplicable
 
 __all__ = [
+    "applicable_objectives",
     "SimilarityStructure",
     "NextTokenLoss",
     "MIN_SENTENCES",
@@ -175,3 +176,15 @@ class NextTokenLoss(LossMetric):
                 f"{adapter.arch}; objectives that fit it: {ok}"
             )
         super().check(adapter, corpus)
+
+
+def applicable_objectives(adapter, corpus=None) -> list:
+    """Names of the corpus objectives that fit ``adapter`` (and ``corpus``): the metrics'
+    (:func:`.metrics.applicable_metrics`) and this module's (the next-token loss, the
+    similarity structure)."""
+    out = list(applicable_metrics(adapter, corpus))
+    if adapter.arch == "decoder" and has_lm_head(adapter) and not zoo_task(adapter):
+        out.insert(0, "next-token-loss")
+    if adapter.arch == "encoder" and (corpus is None or len(corpus) >= MIN_SENTENCES):
+        out.insert(len(out) - 1, "similarity-structure")
+    return out

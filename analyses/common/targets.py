@@ -33,7 +33,7 @@ import torch
 from probe.errors import InputError, NotApplicable
 
 from .batch import check_scalar, token_nll
-from .objective import InputObjective, scalar_function
+from .objective_base import InputObjective, scalar_function
 
 __all__ = [
     "Target",
@@ -317,20 +317,6 @@ class CallableTarget(InputObjective):
 
     def reads(self, n_tokens: int, adapter=None) -> tuple:
         return tuple(self.positions) if self.positions is not None else (0,)
-
-
-def parse_target(spec: str, adapter=None, probe: Optional[InputObjective] = None) -> InputObjective:
-    """A target from a CLI string: ``auto``, ``logit`` / ``logit:<class>``, ``loss:<position>``,
-    ``mlm``, ``probe`` (needs ``probe``, the fitted probe target); through
-    :func:`.objective.resolve_objective` (``use="explain"``).
-
-    Raises:
-        InputError: an unknown spec, listing the known forms.
-    """
-    from .objective import resolve_objective  # looked up at call time: one resolver, patchable
-
-    target, _ = resolve_objective(spec, adapter, None, use="explain", probe=probe)
-    return target
 
 
 class PairSimilarity(InputObjective):

@@ -44,7 +44,8 @@ import pandas as pd
 import torch
 
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
-from probe.analyses.common.metrics import MetricBatch, as_corpus, get_metric
+from probe.analyses.common.metrics import MetricBatch, as_corpus
+from probe.analyses.common.objective import get_metric
 from probe.analyses.common.objective import Objective
 from probe.analyses.necessity.sweep import (
     MAX_TOKENS,

@@ -27,7 +27,8 @@ import torch
 
 from probe.analyses.necessity.ablation import check_heads, check_mode, position_kind_means, row_values, scorer
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
-from probe.analyses.common.metrics import as_corpus, get_metric
+from probe.analyses.common.metrics import as_corpus
+from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches, ratio_ci
 from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
 from probe.errors import InputError

@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probe.analyses.common.metrics import Chunk, as_corpus, get_metric, prepare
+from probe.analyses.common.metrics import Chunk, as_corpus, prepare
+from probe.analyses.common.objective import get_metric
 from probe.analyses.common.objective import Objective
 from probe.budget import length_groups, rows_for
 from probe.errors import InputError

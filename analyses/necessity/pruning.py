@@ -25,7 +25,8 @@ import pandas as pd
 import torch
 
 from probe.analyses.necessity.importance import head_importance
-from probe.analyses.common.metrics import as_corpus, get_metric, prepare
+from probe.analyses.common.metrics import as_corpus, prepare
+from probe.analyses.common.objective import get_metric
 from probe.errors import InputError
 from probe.interventions import HeadGates
 

@@ -115,7 +115,7 @@ class AblateJob:
         self.n_boot, self.confidence, self.seed = n_boot, confidence, seed
 
     def run(self, adapter, items: Sequence, indices: Sequence[int]) -> Part:
-        from probe.analyses.common.metrics import get_metric
+        from probe.analyses.common.objective import get_metric
         from probe.analyses.necessity.ablation import MAX_TOKENS, check_heads, sweep_values
         from probe.analyses.necessity.ablation_sums import AblationSums
         from probe.inputs import Corpus
