@@ -3,25 +3,8 @@
 The classes live in :mod:`.objective_base` (the built-ins in :mod:`.metrics`,
 :mod:`.targets`, :mod:`.similarity`); this module is their public face and the resolver.
 
-An :class:`Objective` is what a causal test or an attribution measures the model by. It
-has two faces on one object (captum's ``forward_func`` and TransformerLens' metric
-callables are the models):
-
-* **the sweep face** (ablation, necessity, patching, pruning, the claims' removal
-  sweeps): :meth:`~Objective.batches` turns a corpus into :class:`MetricBatch` es
-  (``[rows, seq]``), :meth:`~Objective.forward` runs the model (under whatever
-  intervention the caller holds), :meth:`~Objective.score` gives one scalar per row
-  ``[rows]``, :meth:`~Objective.readout` what a run keeps per example ``[rows, ...]``
-  (a score, or an embedding for corpus-level objectives), and :meth:`~Objective.harm`
-  compares a perturbed run's readouts with the clean run's as ``[n]`` in ``units``,
-  positive = worse (sign-corrected by ``higher_is_better``).
-* **the gradient face** (attributions, importance, faithfulness, circuits):
-  :meth:`~Objective.output` runs the model on ``input_ids``/``attention_mask``
-  ``[batch, seq]``, :meth:`~Objective.aux` fixes per-example choices on the clean input
-  (``[batch, k]``, passed to captum as an additional forward argument so it is expanded
-  with the inputs), :meth:`~Objective.scalar` gives one differentiable scalar per row
-  ``[batch]``, :meth:`~Objective.distribution` probabilities ``[batch, k]`` for
-  counterfactuals, :meth:`~Objective.reads` the query positions it reads.
+An :class:`Objective` (:mod:`.objective_base`: its sweep face and its gradient face, the
+shapes of each) is what a causal test or an attribution measures the model by.
 
 Objectives defined on one input (a class logit, a token's loss, a probe's logit:
 :mod:`.targets`) derive their sweep face from their gradient face (:class:`InputObjective`);
