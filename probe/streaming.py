@@ -32,7 +32,7 @@ from .maps import AttentionMaps
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchMeta", "LayerBatch", "stream_layers", "feed", "feed_maps"]
+__all__ = ["BatchMeta", "LayerBatch", "stream_layers", "feed", "feed_maps", "held_items"]
 
 
 @dataclass(frozen=True)
@@ -255,6 +255,13 @@ def feed(accumulators: Sequence) -> Callable[[LayerBatch], None]:
             acc.update(batch.layer, maps, batch.meta)
 
     return on_layer
+
+
+def held_items(corpus) -> Optional[list]:
+    """The items accumulators fed ``corpus``'s held maps see (``BatchMeta.items``): its
+    treebank sentences, or ``None``, for which :func:`feed_maps` gives each example's text."""
+    sentences = getattr(corpus, "sentences", None)
+    return list(sentences) if sentences else None
 
 
 def feed_maps(accumulators: Sequence, maps: Sequence, items: Optional[Sequence] = None, batch_size: int = 16) -> list:

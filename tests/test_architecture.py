@@ -538,7 +538,6 @@ ALLOWED_PLAIN_VALUE_ERRORS = {
     "analyses/flow/norm_attention.py": 3,  # values and projections read from one model
     "analyses/necessity/ablation_sums.py": 2,
     "analyses/patterns/role_features.py": 4,  # merging feature accumulators (another level, kept examples, fed two ways)
-    "analyses/claims/pattern.py": 1,  # an accumulator fed both by layer and by whole examples
     "analyses/structure/attention_probe.py": 3,  # the probe's own fit/predict contract
     "analyses/structure/coref.py": 1,  # merging coreference counts
     "analyses/structure/syntax.py": 1,  # merging relation counts

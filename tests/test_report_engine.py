@@ -140,7 +140,7 @@ def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm):
     blocks = [list(range(s, min(s + 5, len(items)))) for s in range(0, len(items), 5)][::-1]  # last block first
     parts = [pickle.loads(pickle.dumps(job.run(minilm, [items[i] for i in b], b))) for b in blocks]
     got = dict(zip(("pattern", "structure"), StreamJob.merge(parts)))
-    assert got["pattern"].layerwise.inner and not got["pattern"].whole.n_examples  # really streamed by layer
+    assert got["pattern"].features.inner and got["pattern"].features.whole is None  # really streamed by layer
     ref = evidence_accumulators(corpus)
     from probe.streaming import feed_maps
 

@@ -155,16 +155,12 @@ def _structure(acc, heads) -> tuple:
     return structure_claims(counts, n_sentences_skipped=n_skipped)
 
 
-def _filled(accumulators: dict, maps, items) -> dict:
-    """``accumulators`` (a dict) filled from held ``maps`` (:func:`probe.streaming.feed_maps`)."""
-    from probe.streaming import feed_maps
+def _filled(accumulators: dict, maps, corpus) -> dict:
+    """``accumulators`` (a dict) filled from ``corpus``'s held ``maps`` (:func:`probe.streaming.feed_maps`)."""
+    from probe.streaming import feed_maps, held_items
 
-    feed_maps(list(accumulators.values()), maps, items=items)
+    feed_maps(list(accumulators.values()), maps, items=held_items(corpus))
     return accumulators
-
-
-def _items(corpus) -> Optional[list]:
-    return list(corpus.sentences) if getattr(corpus, "sentences", None) else None
 
 
 def _fill(kind: str, heads, reason: str) -> dict:
@@ -217,7 +213,7 @@ def head_claims(
     from .removal import removal_sweep
 
     if evidence is None:
-        evidence = _filled(evidence_accumulators(corpus), maps or [], items=_items(corpus))
+        evidence = _filled(evidence_accumulators(corpus), maps or [], corpus)
     notes = []
     tables = {}
     try:

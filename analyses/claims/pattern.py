@@ -23,7 +23,7 @@ import pandas as pd
 
 from probe.analyses.common.accumulate import PunctuationShare
 from probe.analyses.common.bootstrap import resample_counts
-from probe.analyses.patterns.role_features import HeadFeatureAccumulator, LayerwiseHeadFeatures, example_values
+from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
 from probe.streaming import feed_maps
 
 from probe.analyses.patterns.vocabulary import COMPONENTS, choose_rule, nearest_rule, profile_words
@@ -82,8 +82,7 @@ class PatternFeatures:
     """
 
     def __init__(self) -> None:
-        self.layerwise = LayerwiseHeadFeatures("token", keep_examples=True)
-        self.whole = HeadFeatureAccumulator(level="token", keep_examples=True)
+        self.features = LayerwiseHeadFeatures("token", keep_examples=True)
         self.punct = PunctuationShare()
         self.first: Optional[tuple] = None  # (corpus index, special names)
         self.not_applicable = ""  # why the maps have no pattern features (cross-attention), said by result()
@@ -96,7 +95,7 @@ class PatternFeatures:
     def update(self, layer: int, maps: Sequence, meta: Any) -> None:
         """One layer of a batch (single-layer maps ``[1, H, n, n]``)."""
         try:
-            self.layerwise.update(layer, maps, meta)
+            self.features.update(layer, maps, meta)
         except NotApplicable as exc:  # the other claims still run; this one says why at result()
             self.not_applicable = exc.reason
             return
@@ -106,8 +105,7 @@ class PatternFeatures:
     def update_examples(self, maps: Sequence, meta: Any) -> None:
         """Whole examples (``[L, H, n, n]``) of a batch."""
         try:
-            for index, m in zip(meta.indices, maps):
-                self.whole.update(m, index=index)
+            self.features.update_examples(maps, meta)
         except NotApplicable as exc:
             self.not_applicable = exc.reason
             return
@@ -115,8 +113,7 @@ class PatternFeatures:
         self._first(meta, maps)
 
     def merge(self, other: "PatternFeatures") -> "PatternFeatures":
-        self.layerwise.merge(other.layerwise)
-        self.whole.merge(other.whole)
+        self.features.merge(other.features)
         self.punct.merge(other.punct)
         if other.first is not None and (self.first is None or other.first[0] < self.first[0]):
             self.first = other.first
@@ -129,22 +126,13 @@ class PatternFeatures:
             raise NotApplicable(self.not_applicable)
         if self.first is None:
             raise NotApplicable("no examples to measure attention patterns on")
-        if self.layerwise.inner and self.whole.n_examples:
-            raise ValueError("PatternFeatures was fed both layers and whole examples: feed one way")
-        if self.layerwise.inner:
-            values, rows, _ = self.layerwise.example_values(FEATURES)
-            some = next(iter(self.layerwise.inner.values()))
-            layers, n_heads = self.layerwise.layers, some.n_heads
-        else:
-            values, rows = example_values(self.whole, FEATURES)
-            order = np.argsort(np.asarray(self.whole.example_ids), kind="stable")
-            values, rows = values[order], rows[order]
-            layers, n_heads = tuple(self.whole.layers or ()), self.whole.n_heads
+        values, rows, _ = self.features.example_values(FEATURES)
+        layers, n_heads = self.features.shape()
         return PatternEvidence(
             values=values,
             rows=rows,
-            layers=tuple(layers),
-            n_heads=int(n_heads or 0),
+            layers=layers,
+            n_heads=n_heads,
             punct_chance=self.punct.result(),
             special_names=self.first[1],
         )

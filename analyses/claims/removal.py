@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from probe.analyses.common.batch import batch_indices
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
@@ -235,12 +236,9 @@ class BatchReadouts:
 
 def sweep_batches(corpus, batch_size: int) -> list:
     """``[(number, example indices)]``: the sweep's batches, examples of similar length
-    together (longest first by characters, ties in corpus order), as
-    ``Metric.batches(by_length=True)`` forms them."""
-    if batch_size < 1:
-        raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
-    order = sorted(range(len(corpus)), key=lambda i: -len(corpus.texts[i]))
-    return [(b, tuple(order[s : s + batch_size])) for b, s in enumerate(range(0, len(order), batch_size))]
+    together (:func:`probe.analyses.common.batch.batch_indices`, as
+    ``Objective.batches(by_length=True)`` forms them), numbered."""
+    return list(enumerate(tuple(idx) for idx in batch_indices(corpus.texts, batch_size, by_length=True)))
 
 
 @torch.no_grad()

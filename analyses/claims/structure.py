@@ -13,12 +13,13 @@ claim when a relation is significant after BH *and* its margin is at least
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence
 
 import numpy as np
 
 from probe.analyses.common.bootstrap import resample_counts
-from probe.analyses.structure.streaming import SkippingPerLayer
+from probe.analyses.structure.streaming import GraphsByIndex, SkippingPerLayer
 from probe.analyses.structure.syntax import DIRECTIONS, OFFSETS, argmax_predictions
 from probe.analyses.structure.word_graph import AlignmentError, word_graph
 
@@ -91,23 +92,6 @@ def sentence_counts(graphs) -> dict:
     return counts_from_records([sentence_record(g) for g in graphs], g.layers, g.attention.shape[1])
 
 
-class _SentenceRecords:
-    """One layer's :func:`sentence_record` s: ``{corpus index: record}``."""
-
-    def __init__(self) -> None:
-        self.records: dict = {}
-
-    def update(self, graph) -> None:
-        self.records[graph.index] = sentence_record(graph)
-
-    def merge(self, other: "_SentenceRecords") -> "_SentenceRecords":
-        self.records.update(other.records)
-        return self
-
-    def result(self) -> dict:
-        return self.records
-
-
 class StructureCounts(SkippingPerLayer):
     """The streaming accumulator of the structure claims' evidence (the protocol of
     :mod:`probe.analyses.common.accumulate`): each sentence's :func:`sentence_record`,
@@ -121,9 +105,9 @@ class StructureCounts(SkippingPerLayer):
     """
 
     def __init__(self, sentences: Optional[Sequence] = None):
-        super().__init__(_SentenceRecords)
+        super().__init__(functools.partial(GraphsByIndex, sentence_record))
         self.sentences = sentences
-        self.whole = _SentenceRecords()  # records of whole examples (update_examples)
+        self.whole = GraphsByIndex(sentence_record)  # records of whole examples (update_examples)
         self.whole_layers: tuple = ()
 
     def _sentence(self, meta, position: int):
@@ -157,8 +141,8 @@ class StructureCounts(SkippingPerLayer):
         Raises:
             NotApplicable: no aligned sentence has a non-root word.
         """
-        if self.whole.records:
-            records = [self.whole.records[i] for i in sorted(self.whole.records)]
+        if self.whole.graphs:
+            records = [self.whole.graphs[i] for i in sorted(self.whole.graphs)]
             if not any(r is not None for r in records):
                 raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")
             first = next(r for r in records if r is not None)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from probe.errors import InputError
 
-__all__ = ["MetricBatch", "special_mask", "f32", "token_nll", "check_scalar"]
+__all__ = ["MetricBatch", "batch_indices", "special_mask", "f32", "token_nll", "check_scalar"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,24 @@ class MetricBatch:
             aux={n: rep(t) for n, t in self.aux.items()},
             special=None if self.special is None else rep(self.special),
         )
+
+
+def batch_indices(texts, batch_size: int, by_length: bool = False) -> list:
+    """The example indices of each batch: in corpus order, or (``by_length``) examples of
+    similar length together, longest first by characters, ties in corpus order (a batch is
+    padded to its longest example). Callers place each batch's results by its indices.
+
+    Raises:
+        InputError: ``batch_size < 1``.
+    """
+    from probe.errors import InputError
+
+    if batch_size < 1:
+        raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
+    order = list(range(len(texts)))
+    if by_length:
+        order.sort(key=lambda i: -len(texts[i]))
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 def special_mask(adapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

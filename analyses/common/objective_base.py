@@ -32,9 +32,9 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from probe.errors import InputError, NotApplicable
+from probe.errors import NotApplicable
 
-from .batch import MetricBatch, check_scalar, special_mask
+from .batch import MetricBatch, batch_indices, check_scalar, special_mask
 
 __all__ = ["Objective", "InputObjective", "Unfitted", "MetricBatch", "check_scalar", "scalar_function"]
 
@@ -91,14 +91,7 @@ class Objective:
                 dev: 5,736 → 3,592 at batch size 8). Callers place each batch's results
                 by its ``indices``.
         """
-        if batch_size < 1:
-            raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
-        order = list(range(len(corpus)))
-        if by_length:
-            texts = corpus.texts
-            order.sort(key=lambda i: -len(texts[i]))
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
+        for idx in batch_indices(corpus.texts, batch_size, by_length):
             yield idx, self.make_batch(adapter, corpus, idx)
 
     def make_batch(self, adapter, corpus, indices: Sequence[int]) -> MetricBatch:

@@ -531,6 +531,18 @@ class LayerwiseHeadFeatures(PerLayer):
             return self.whole.n_examples
         return next(iter(self.inner.values())).n_examples if self.inner else 0
 
+    def _fed_one_way(self) -> None:
+        if self.whole is not None and self.inner:
+            raise ValueError("LayerwiseHeadFeatures was fed both by layer and whole examples: feed one way")
+
+    def shape(self) -> tuple:
+        """``(layers, n_heads)`` of the captured maps (``((), 0)`` before any example)."""
+        if self.whole is not None:
+            return tuple(self.whole.layers or ()), int(self.whole.n_heads or 0)
+        if not self.inner:
+            return (), 0
+        return self.layers, int(next(iter(self.inner.values())).n_heads or 0)
+
     def example_values(self, names: Sequence[str]) -> tuple:
         """Per-example features of every layer (built with ``keep_examples=True``).
 
@@ -539,11 +551,12 @@ class LayerwiseHeadFeatures(PerLayer):
             (``ids``: their indices), heads layer-major as :func:`example_values` of
             whole maps.
         """
-        if not self.inner:
+        self._fed_one_way()
+        accs = [self.whole] if self.whole is not None else [self.inner[layer] for layer in self.layers]
+        if not accs:
             raise InputError("no examples: give at least one captured example")
         parts = []
-        for layer in self.layers:
-            acc = self.inner[layer]
+        for acc in accs:  # the whole examples' accumulator, or one per layer
             values, rows = example_values(acc, names)
             order = np.argsort(np.asarray(acc.example_ids), kind="stable")
             parts.append((values[order], rows[order], np.asarray(acc.example_ids)[order]))
@@ -551,9 +564,8 @@ class LayerwiseHeadFeatures(PerLayer):
         return values, parts[0][1], parts[0][2]
 
     def result(self) -> pd.DataFrame:
+        self._fed_one_way()
         if self.whole is not None:
-            if self.inner:
-                raise ValueError("LayerwiseHeadFeatures was fed both by layer and whole examples: feed one way")
             return self.whole.result()
         tables = list(self.results().values())
         return pd.concat(tables, ignore_index=True)

@@ -20,7 +20,7 @@ A sentence whose words do not align to tokens raises on every layer; it is liste
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from probe.analyses.structure.coref import CorefCounter
 from probe.analyses.structure.syntax import OFFSETS, RelationAccuracy, RelationCounter
 from probe.analyses.structure.word_graph import AlignmentError, WordGraph, word_attention, word_graph
 
-__all__ = ["SkippingPerLayer", "LayerwiseRelations", "KeptGraphs", "LayerwiseCoref"]
+__all__ = ["SkippingPerLayer", "GraphsByIndex", "LayerwiseRelations", "KeptGraphs", "LayerwiseCoref"]
 
 
 class SkippingPerLayer(PerLayer):
@@ -94,16 +94,18 @@ class LayerwiseRelations(SkippingPerLayer):
         )
 
 
-class _GraphParts:
-    """Single-layer word graphs of the kept sentences: ``{index: WordGraph}``."""
+class GraphsByIndex:
+    """One layer's word graphs, or what ``keep`` makes of each (a picklable function of a
+    :class:`WordGraph`): ``{corpus index: kept}``, merged across blocks by index."""
 
-    def __init__(self):
+    def __init__(self, keep: Optional[Callable] = None):
+        self.keep = keep
         self.graphs: dict = {}
 
     def update(self, graph: WordGraph) -> None:
-        self.graphs[graph.index] = graph
+        self.graphs[graph.index] = graph if self.keep is None else self.keep(graph)
 
-    def merge(self, other: "_GraphParts") -> "_GraphParts":
+    def merge(self, other: "GraphsByIndex") -> "GraphsByIndex":
         self.graphs.update(other.graphs)
         return self
 
@@ -118,7 +120,7 @@ class KeptGraphs(SkippingPerLayer):
     """
 
     def __init__(self, keep: Iterable[int]):
-        super().__init__(_GraphParts)
+        super().__init__(GraphsByIndex)
         self.keep = frozenset(int(i) for i in keep)
 
     def inner_update(self, acc, maps, meta, position: int) -> None:

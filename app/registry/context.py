@@ -258,7 +258,7 @@ class Context:
         """
         if name in self.streamed:
             return self.streamed[name]
-        from probe.streaming import feed_maps
+        from probe.streaming import feed_maps, held_items
 
         from . import get
 
@@ -266,15 +266,9 @@ class Context:
         if declare is None:
             raise TypeError(f"analysis {name!r} declares no accumulators")
         accs = declare(self, self.corpus)
-        feed_maps(list(accs.values()), self.maps, items=self.stream_items())
+        feed_maps(list(accs.values()), self.maps, items=held_items(self.corpus))
         self.streamed[name] = accs
         return accs
-
-    def stream_items(self, corpus=None) -> list:
-        """The item of each example of ``corpus`` (default: the run's) as the streamed
-        accumulators see it (``BatchMeta.items``): its treebank sentence, else its text."""
-        c = corpus if corpus is not None else self.corpus
-        return list(c.sentences) if c.sentences else list(c.texts)
 
     @property
     def whole_corpus(self):
