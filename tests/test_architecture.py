@@ -527,7 +527,8 @@ def test_no_guarded_import_of_our_own_names():
 ALLOWED_PLAIN_VALUE_ERRORS = {
     "analyses/claims/claim.py": 2,  # a Claim's status and kind, set by the toolkit
     "analyses/claims/statistics.py": 1,  # a proportion of 0 ≤ successes ≤ n
-    "analyses/common/accumulate.py": 4,  # merging accumulators / partitioned blocks
+    "analyses/common/accumulate.py": 2,  # merging accumulators / partitioned blocks
+    "probe/blocks.py": 2,  # merging the blocks' accumulators (moved from accumulate.py)
     "analyses/common/similarity.py": 1,  # similarity-structure has no per-run score
     "analyses/common/token_scores.py": 1,  # scores shaped by the toolkit
     "analyses/common/word_scores.py": 2,
@@ -602,14 +603,8 @@ def test_bad_input_is_an_input_error_not_a_plain_value_error():
 
 #: words that make a comparison with "auto" one about an objective (metric, target) name
 OBJECTIVE_WORDS = ("metric", "objective", "target", "spec", "chosen")
-#: (file, function) allowed to compare such a name with "auto": the one resolver, and two
-#: places that only pass the user's choice on (the sections resolve it): the report's
-#: per-section overrides and the engine's job (app/engine is another engineer's; its
-#: ``default_metric`` call is resolve_objective's per-example front)
-AUTO_COMPARISONS = {
-    ("analyses/common/objective.py", "resolve_objective"),
-    ("app/report/build.py", "_overrides"),
-}
+#: (file, function) allowed to compare such a name with "auto": the one resolver
+AUTO_COMPARISONS = {("analyses/common/objective.py", "resolve_objective")}
 
 
 def _auto_comparisons(path: Path) -> set:
@@ -654,3 +649,41 @@ def test_auto_check_finds_a_second_resolver(tmp_path):
     assert _auto_comparisons(p) == {("pick", 2)}
     p.write_text('def solve(solver):\n    return solver == "auto"\n')
     assert _auto_comparisons(p) == set()
+
+
+#: what an analysis would read to branch on the engine: the engine's settings and model,
+#: or the engine's package itself (an analysis takes ``ctx.runner`` and the accumulators)
+ENGINE_BRANCHES = ("engine_run", "engine_model", "sweep_runner")
+
+
+def _engine_branches(path: Path) -> list:
+    """``(line, what)`` of each read of the engine's settings or import of probe.app.engine."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr in ENGINE_BRANCHES:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("probe.app.engine"):
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names if a.name.startswith("probe.app.engine"))
+    return found
+
+
+def test_no_analysis_branches_on_the_engine():
+    """The engine is a property of the run: every analysis (commands and report sections)
+    takes ``ctx.runner`` (this process or the engine's workers, :mod:`probe.blocks`) or
+    reads its declared accumulators (``ctx.accumulated``); none reads the engine's
+    settings or calls a mirror of itself in ``probe.app.engine``."""
+    bad = []
+    for path in sorted((ROOT / "app" / "registry" / "analyses").glob("*.py")):
+        bad += [f"{path.name}:{line} {what}" for line, what in _engine_branches(path)]
+    assert not bad, "an analysis branches on the engine:\n" + "\n".join(bad)
+
+
+def test_engine_branch_check_finds_one(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text(
+        "def run(ctx):\n    if ctx.engine_run:\n        from probe.app.engine import analyses\n"
+        "        return analyses.roles(ctx.engine_model)\n"
+    )
+    assert _engine_branches(p) == [(2, "engine_run"), (3, "probe.app.engine"), (4, "engine_model")]

@@ -32,7 +32,7 @@ def test_a_plain_value_error_is_a_bug_wherever_it_was_raised(monkeypatch):
     from probe.analyses.common.accumulate import merge_all
 
     exc = _raised(lambda: merge_all([]))  # "nothing to merge": an invariant of the engine
-    assert type(exc) is ValueError and "analyses/common/accumulate.py" in _innermost_file(exc)
+    assert type(exc) is ValueError and "probe/blocks.py" in _innermost_file(exc)
     assert not is_input_error(exc)
     assert not hasattr(probe.errors, "raised_by_toolkit")
 

@@ -257,16 +257,17 @@ def test_removal_batches_split_between_workers_give_the_same_harms(minilm, sampl
     its own number), equals the sweep run in one process."""
     import pickle
 
-    from probe.analyses.claims.removal import MODES, removal_sweep, run_removal_batches
+    from probe.analyses.claims.removal import MODES, removal_sweep
 
     heads = [(5, 10), (0, 2), (3, 1)]
     seen = []
 
-    def runner(plan, batches):
-        blocks = [batches[s : s + 1] for s in range(0, len(batches), 1)][::-1]
-        seen.append(len(blocks))
-        plan = pickle.loads(pickle.dumps(plan))  # what a worker receives
-        return [pickle.loads(pickle.dumps(run_removal_batches(minilm, plan, b))) for b in blocks]
+    def runner(job, batches):  # a runner of probe.blocks: one batch per block, the last first
+        starts = list(range(len(batches)))[::-1]
+        seen.append(len(starts))
+        job = pickle.loads(pickle.dumps(job))  # what a worker receives: the plan travels in the job
+        parts = {s: pickle.loads(pickle.dumps(job.run(minilm, batches[s : s + 1], [s]))) for s in starts}
+        return [parts[s] for s in sorted(parts)]
 
     here = removal_sweep(minilm, sample, "similarity-structure", units=heads, batch_size=4)
     there = removal_sweep(minilm, sample, "similarity-structure", units=heads, batch_size=4, runner=runner)

@@ -94,7 +94,7 @@ def test_streamed_relations_keep_words_absorbed_by_a_neighbours_token(minilm):
     from probe.analyses.structure.syntax import relation_accuracy
     from probe.analyses.structure.word_graph import Skipped, word_graphs
     from probe.analyses.structure.streaming import LayerwiseRelations
-    from probe.app.engine.analyses import stream_declared
+    from probe.blocks import stream_into
     from probe.capture import capture
     from probe.corpus import read_conllu
     from probe.inputs import from_sentences
@@ -105,8 +105,7 @@ def test_streamed_relations_keep_words_absorbed_by_a_neighbours_token(minilm):
     assert any(m.meta.get("absorbed_words") for m in maps)  # the case is really in the input
     skipped = Skipped([])
     ref = relation_accuracy(word_graphs(maps, sents, skipped=skipped))
-    filled = stream_declared(minilm, corpus, {"syntax": {"relations": LayerwiseRelations()}}, batch_size=4)
-    streamed = filled["filled"]["syntax"]["relations"]
+    (streamed,) = stream_into(minilm, corpus.sentences, [LayerwiseRelations()], batch_size=4).accumulators
     got = {"relations": streamed.result(), "skipped": streamed.skipped}
     assert len(skipped) == 0 and got["skipped"] == []
     assert got["relations"].n_sentences == ref.n_sentences == 5
@@ -128,7 +127,7 @@ def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm):
     from probe.analyses.claims.heads import evidence_accumulators, head_claims
     import pickle
 
-    from probe.app.engine.jobs import StreamJob
+    from probe.blocks import StreamJob
     from probe.app.report.bundled import sample_corpus
     from probe.capture import capture
     from probe.inputs import fit_to_model

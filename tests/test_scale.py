@@ -18,7 +18,6 @@ import torch
 from conftest import EWT_DEV, GUM_DEV, need_data
 
 from probe.analyses.patterns.role_features import LayerwiseHeadFeatures, head_features
-from probe.app.engine import analyses as engine
 from probe.app.engine.run import run_corpus
 from probe.capture import iter_capture
 from probe.streaming import feed, stream_layers
@@ -46,6 +45,28 @@ def _assert_features_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
     np.testing.assert_allclose(_numeric(a), _numeric(b), atol=1e-6, equal_nan=True)
 
 
+class BlockRunner:
+    """A runner of :mod:`probe.blocks` as an engine uses one: blocks of ``size`` items,
+    the last block first, each part pickled and unpickled (as a Ray worker hands it
+    back); the parts are returned in input order."""
+
+    def __init__(self, adapter, size: int):
+        self.adapter, self.size, self.blocks = adapter, size, 0
+
+    def __call__(self, job, items):
+        import pickle
+
+        items = list(items)
+        starts = list(range(0, len(items), self.size))[::-1]
+        parts = {}
+        for s in starts:
+            ids = list(range(s, min(s + self.size, len(items))))
+            part = job.run(self.adapter, [items[i] for i in ids], ids)
+            parts[s] = pickle.loads(pickle.dumps(part))
+        self.blocks += len(starts)
+        return [parts[s] for s in sorted(parts)]
+
+
 def _streamed_features(adapter, items, level):
     acc = LayerwiseHeadFeatures(level=level)
     stream_layers(adapter, items, feed([acc]), batch_size=3)
@@ -67,11 +88,25 @@ def test_streamed_features_and_syntax_equal_today_on_minilm_ewt(minilm):
     from probe.analyses.structure.streaming import KeptGraphs, LayerwiseRelations
     from probe.analyses.structure.syntax_run import run_syntax
 
+    from probe.analyses.structure.syntax import relation_accuracy
+    from probe.analyses.structure.word_graph import word_graphs
+
     sents = _sentences(EWT_DEV, 16)
-    ref = run_syntax(minilm, sents, tree_limit=0, probe_limit=0, batch_size=8)
+    # the reference: every sentence's whole maps, held, turned into word graphs
+    whole_maps = iter_capture(minilm, [s.text for s in sents], word_spans=[s.spans for s in sents], batch_size=8)
+    ref_relations = relation_accuracy(word_graphs(whole_maps, sents))
+    runner = BlockRunner(minilm, 5)
+    ref = run_syntax(runner, sents, tree_limit=0, probe_limit=0, batch_size=8)  # streamed, in 4 blocks
+    assert runner.blocks == 4
+    keys = ["relation", "direction", "layer", "head"]
+    pd.testing.assert_frame_equal(
+        ref.relations.to_frame().sort_values(keys).reset_index(drop=True),
+        ref_relations.to_frame().sort_values(keys).reset_index(drop=True),
+        check_exact=False,
+        rtol=1e-6,
+    )
     rel, kept = LayerwiseRelations(), KeptGraphs(range(5))
     stream_layers(minilm, sents, feed([rel, kept]), batch_size=8)
-    keys = ["relation", "direction", "layer", "head"]
     a = ref.relations.to_frame().sort_values(keys).reset_index(drop=True)
     b = rel.result().to_frame().sort_values(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
@@ -89,17 +124,25 @@ def test_streamed_features_and_syntax_equal_today_on_minilm_ewt(minilm):
     _assert_features_equal(_streamed_features(minilm, sents, "word"), ref_feat)
 
 
-def test_streamed_coref_equals_run_coref(minilm):
+def test_streamed_coref_equals_whole_maps(minilm):
+    """run_coref streams the windows layer by layer (here in blocks of 7, the last first):
+    its counts equal coref_accuracy of every window's whole maps, held."""
+    from probe.analyses.structure.coref import coref_accuracy, coref_windows
     from probe.analyses.structure.coref_mentions import read_number
     from probe.analyses.structure.syntax_run import run_coref
+    from probe.analyses.structure.word_graph import word_attention
 
     sents = _sentences(GUM_DEV, 40)
     numbers = read_number(GUM_DEV, limit=40)
-    ref = run_coref(minilm, sents, numbers, batch_size=8)
-    got = engine.coref(minilm, sents, numbers, batch_size=8)
-    np.testing.assert_array_equal(got.accuracy.hits, ref.accuracy.hits)
-    np.testing.assert_array_equal(got.accuracy.counts, ref.accuracy.counts)
-    assert ref.accuracy.counts[0] > 0 and got.skipped.rows == ref.skipped.rows
+    windows = coref_windows(sents, numbers, context=2)
+    maps = iter_capture(minilm, [w.text for w in windows], word_spans=[w.spans for w in windows], batch_size=8)
+    ref = coref_accuracy((w, word_attention(m, len(w.words))[0], m.layers) for w, m in zip(windows, maps))
+    for model in (minilm, BlockRunner(minilm, 7)):
+        got = run_coref(model, sents, numbers, batch_size=8)
+        np.testing.assert_array_equal(got.accuracy.hits, ref.hits)
+        np.testing.assert_array_equal(got.accuracy.counts, ref.counts)
+        assert got.skipped.rows == [] and got.n_windows == len(windows)
+    assert ref.counts[0] > 0 and ref.hits.sum() > 0
 
 
 def test_streamed_features_equal_on_a_zoo_model():
@@ -133,7 +176,7 @@ def test_ablation_values_merge_to_the_whole_sweep():
     import transformers as T
 
     from probe.analyses.necessity.ablation import sweep_heads
-    from probe.app.engine.jobs import AblateJob
+    from probe.analyses.necessity.ablation_job import sweep_heads_in_blocks
     from probe.models import ModelAdapter
     from probe.models.registry import minilm_path
 
@@ -150,13 +193,14 @@ def test_ablation_values_merge_to_the_whole_sweep():
         initializer_range=0.2,
     )
     a = ModelAdapter(name="tiny-llama-lm", model=T.LlamaForCausalLM(cfg), tokenizer=tok, family="llama")
-    ref = sweep_heads(a, TEXTS, "loss", n_boot=200)
-    job = AblateJob("loss", n_boot=200)
-    parts = [job.run(a, TEXTS[:1], [0]), job.run(a, TEXTS[1:], [1, 2, 3])]
-    got = AblateJob.merge(parts).result()
-    np.testing.assert_allclose(got.ablated, ref.ablated, atol=1e-5)
-    pd.testing.assert_frame_equal(got.table, ref.table, atol=1e-5)
-    assert np.abs(ref.ablated - ref.clean).max() > 1e-3
+    for mode in ("zero", "mean"):
+        ref = sweep_heads(a, TEXTS * 2, "loss", mode, n_boot=200)
+        runner = BlockRunner(a, 3)  # blocks of 3 examples, the last first, pickled
+        got = sweep_heads_in_blocks(runner, a, TEXTS * 2, "loss", mode, n_boot=200)
+        assert runner.blocks == 3
+        np.testing.assert_allclose(got.ablated, ref.ablated, atol=1e-5)
+        pd.testing.assert_frame_equal(got.table, ref.table, atol=1e-5)
+        assert np.abs(ref.ablated - ref.clean).max() > 1e-3
 
 
 def test_large_model_placement_refuses_clearly(monkeypatch, llama_dir):
@@ -181,14 +225,15 @@ def test_bfloat16_forward_streams_renormalised_rows(llama_dir):
     torch.testing.assert_close(seen[0].sum(-1), torch.ones(seen[0].shape[:2]), atol=1e-5, rtol=0)
 
 
-def test_engine_roles_report_equals_roles_report(minilm):
-    from probe.analyses.patterns.roles import roles_report
+def test_streamed_roles_report_in_blocks_equals_roles_report(minilm):
+    from probe.analyses.patterns.roles import roles_report, roles_streamed
+    from probe.blocks import corpus_items
     from probe.inputs import from_sentences
 
     corpus = from_sentences(_sentences(EWT_DEV, 8), source="ewt")
     settings = dict(n_clusters=2, cluster_examples=4, min_examples=1)
     ref = roles_report(iter_capture(minilm, list(corpus.texts), word_spans=list(corpus.word_spans)), **settings)
-    got = engine.roles(minilm, corpus, **settings)
+    got = roles_streamed(BlockRunner(minilm, 3), corpus_items(corpus), **settings)
     assert list(got.roles["role"]) == list(ref.roles["role"])
     _assert_features_equal(got.roles.drop(columns=["mds_x", "mds_y"]), ref.roles.drop(columns=["mds_x", "mds_y"]))
     assert got.n_examples == ref.n_examples == 8
@@ -397,23 +442,21 @@ def test_ray_ablation_sums_equal_one_process(ray_cluster, llama, llama_dir):
     from probe.inputs import Corpus
 
     texts = [s.text for s in _sentences(EWT_DEV, RAY_SENTENCES)]
-    swept = engine.ablate(
-        llama_dir,
-        Corpus(texts=tuple(texts), source="ewt"),
-        "loss",
-        engine="ray",
-        workers=2,
-        block_size=RAY_BLOCK,
-        n_boot=200,
-    )
-    whole = sweep_heads(llama, texts, "loss", n_boot=200)
-    np.testing.assert_allclose(swept.ablated, whole.ablated, atol=1e-5)
-    pd.testing.assert_frame_equal(swept.table, whole.table, atol=1e-5)
-    assert np.abs(whole.ablated - whole.clean).max() > 1e-3
+    from probe.analyses.necessity.ablation_job import sweep_heads_in_blocks
+    from probe.app.engine.run import engine_runner
+
+    on_ray = engine_runner(llama_dir, engine="ray", workers=2, block_size=RAY_BLOCK)
+    for mode in ("zero", "mean"):  # mean: the driver's head means travel with the job
+        swept = sweep_heads_in_blocks(on_ray, llama, Corpus(texts=tuple(texts), source="ewt"), "loss", mode, n_boot=200)
+        whole = sweep_heads(llama, texts, "loss", mode, n_boot=200)
+        np.testing.assert_allclose(swept.ablated, whole.ablated, atol=1e-5)
+        pd.testing.assert_frame_equal(swept.table, whole.table, atol=1e-5)
+        assert np.abs(whole.ablated - whole.clean).max() > 1e-3
 
 
 @pytest.mark.slow
 def test_ray_store_equals_one_process_store_and_resumes(ray_cluster, llama, llama_dir, tmp_path, monkeypatch):
+    from probe.app.engine.capture import capture
     from probe.inputs import from_sentences
     from probe.pipeline import capture_corpus, store_manifest
     from probe.store import Store, StoreWriter
@@ -432,7 +475,7 @@ def test_ray_store_equals_one_process_store_and_resumes(ray_cluster, llama, llam
 
     monkeypatch.setattr(StoreWriter, "append_index", driver_dies_after_one_block)
     with pytest.raises(KeyboardInterrupt):
-        engine.capture(
+        capture(
             llama_dir,
             corpus,
             tmp_path / "ray",
@@ -444,7 +487,7 @@ def test_ray_store_equals_one_process_store_and_resumes(ray_cluster, llama, llam
         )
     monkeypatch.setattr(StoreWriter, "append_index", real)
     assert len(Store(tmp_path / "ray")) == RAY_BLOCK  # the first block survived the driver
-    store = engine.capture(
+    store = capture(
         llama_dir,
         corpus,
         tmp_path / "ray",
@@ -478,8 +521,8 @@ def test_cpus_per_worker_packs_every_actor_onto_the_nodes():
 class ThreadsJob:
     """Reports the torch threads of the actor that ran the block."""
 
-    def run(self, adapter, items, indices):
-        from probe.app.engine.jobs import Part
+    def run(self, adapter, items, indices, progress=False):
+        from probe.blocks import Part
 
         return Part(first=int(indices[0]), value=torch.get_num_threads(), n_items=len(items))
 

@@ -29,6 +29,7 @@ Shapes: ``RemovalSweep.harm[mode]`` ``[n_units, n]``; ``measures[mode][name]`` `
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -40,11 +41,13 @@ from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
 from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
+from probe.blocks import InProcess, Part
 from probe.errors import InputError
 
 from .perturb import random_rotations, rotate, uniform_output
 
 __all__ = [
+    "RemovalJob",
     "RemovalSweep",
     "RemovalPlan",
     "BatchReadouts",
@@ -295,6 +298,23 @@ def run_removal_batches(adapter, plan: RemovalPlan, batches: Sequence, progress:
     )
 
 
+class RemovalJob:
+    """Batches of the removal sweep as a job over blocks (:mod:`probe.blocks`): the items
+    are the sweep's batches ``(number, example indices)``, the plan (examples, objective,
+    units, modes, head means, seed) was made by the driver; the part's value is the
+    batches' readouts, which the driver places by example index and turns into harms.
+    Each batch draws its random sources from its own number, so the readouts do not
+    depend on how the batches were split between workers."""
+
+    def __init__(self, plan: RemovalPlan):
+        self.plan = plan
+
+    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
+        started = time.time()
+        value = run_removal_batches(adapter, self.plan, list(items), progress)
+        return Part(first=int(indices[0]), value=value, n_items=len(items), started=started, ended=time.time())
+
+
 def _placed(parts: Sequence[BatchReadouts], n: int, n_units: int) -> tuple:
     """``(clean [n, ...], {mode: [n_units, n, ...]})``: the parts' rows at their indices."""
     clean: Optional[torch.Tensor] = None
@@ -334,9 +354,9 @@ def removal_sweep(
         modes: of :data:`MODES`.
         reuse: an earlier sweep of the same units, examples and objective (the report's
             ablation section's): its modes are taken from it, not run again.
-        runner: ``runner(plan, batches) -> [BatchReadouts]`` runs the batches elsewhere
-            (an engine's workers, :func:`probe.app.engine.analyses.removal_runner`);
-            default: :func:`run_removal_batches` in this process. The plan (objective,
+        runner: where the sweep's batches run (:mod:`probe.blocks`: ``runner(job, items)``;
+            an engine's workers, a block of batches each); default this process
+            (:class:`probe.blocks.InProcess`). The plan (objective,
             units, the mean mode's head means) is made here either way, and the harms
             are computed here from every example's readouts.
 
@@ -375,7 +395,7 @@ def removal_sweep(
         means = position_kind_means(adapter, corpus, obj, batch_size, stack) if "mean" in todo else None
         plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size)
         batches = sweep_batches(corpus, batch_size)
-        parts = runner(plan, batches) if runner is not None else [run_removal_batches(adapter, plan, batches, progress)]
+        parts = [p.value for p in (runner or InProcess(adapter, progress))(RemovalJob(plan), batches)]
         clean, pert = _placed(parts, n, len(units))
     harm, measures, corpus_m = {}, {}, {}
     for mode in modes:

@@ -28,10 +28,10 @@ single-layer maps; results are joined along the layer axis.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
+from probe.blocks import fresh, merge_all
 from probe.errors import InputError
 
 __all__ = ["Accumulator", "PerLayer", "KeptExamples", "merge_all", "fresh"]
@@ -175,26 +175,3 @@ class PunctuationShare:
 
     def result(self) -> float:
         return self.punct / max(self.words, 1)
-
-
-def fresh(accumulators: Sequence) -> list:
-    """Empty copies of ``accumulators`` (each worker block starts from these)."""
-    return [copy.deepcopy(a) for a in accumulators]
-
-
-def merge_all(parts: Sequence[Sequence]) -> list:
-    """Merge lists of accumulators position by position: ``parts[k][j]`` into ``parts[0][j]``.
-
-    Raises:
-        ValueError: no part, or parts of different lengths.
-    """
-    parts = list(parts)
-    if not parts:
-        raise ValueError("nothing to merge: no worker returned a result")
-    first = list(parts[0])
-    for p in parts[1:]:
-        if len(p) != len(first):
-            raise ValueError(f"cannot merge {len(p)} accumulators into {len(first)}")
-        for a, b in zip(first, p):
-            a.merge(b)
-    return first

@@ -263,7 +263,10 @@ def _sweep_chunk(
     return clean, ablated
 
 
-def _setup(adapter, corpus, metric, mode, heads, stack, batch_size):
+def setup_sweep(adapter, corpus, metric, mode, heads, stack, batch_size):
+    """``(corpus, objective, heads, means)`` of a sweep, checked: the corpus as a
+    :class:`probe.inputs.Corpus`, the resolved objective, the checked heads and, for
+    mean-ablation, :func:`position_kind_means` (else ``None``)."""
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
     check_mode(mode)
@@ -329,7 +332,7 @@ def sweep_heads(
     """
     if max_tokens < 1:
         raise InputError(f"max_tokens must be ≥ 1, got {max_tokens}")
-    corpus, metric, heads, means = _setup(adapter, corpus, metric, mode, heads, stack, batch_size)
+    corpus, metric, heads, means = setup_sweep(adapter, corpus, metric, mode, heads, stack, batch_size)
     clean, ablated, path = sweep_values(
         adapter,
         corpus,
@@ -406,7 +409,7 @@ def sweep_heads_naive(
     ablated head (same arguments, same result up to float error)."""
     from tqdm.auto import tqdm
 
-    corpus, metric, heads, means = _setup(adapter, corpus, metric, mode, heads, stack, batch_size)
+    corpus, metric, heads, means = setup_sweep(adapter, corpus, metric, mode, heads, stack, batch_size)
     n = len(corpus)
     clean = np.zeros(n)
     ablated = np.zeros((len(heads), n))

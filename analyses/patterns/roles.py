@@ -58,6 +58,7 @@ from probe.errors import InputError
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "roles_streamed",
     "ROLES",
     "RoleThresholds",
     "RoleClassifier",
@@ -527,6 +528,53 @@ def roles_report(
     """
     div = HeadDivergenceAccumulator(cluster_examples) if n_clusters else None
     clf = RoleClassifier(**params).fit(source, syntax=syntax, coreference=coreference, observers=[div] if div else [])
+    return report_from(clf, div, n_clusters, seed)
+
+
+def roles_streamed(
+    model,
+    items: Sequence,
+    syntax: Optional[pd.DataFrame] = None,
+    coreference: Optional[pd.DataFrame] = None,
+    n_clusters: Optional[int] = 8,
+    cluster_examples: Optional[int] = 100,
+    seed: int = 0,
+    *,
+    batch_size: int = 16,
+    progress: bool = False,
+    **params,
+) -> RolesReport:
+    """:func:`roles_report` of a corpus streamed through the model layer by layer (no
+    example's maps are held whole, but the first ``cluster_examples`` kept for the head ×
+    head divergences of the clustering, which need every layer of an example at once).
+
+    Args:
+        model: a :class:`probe.models.ModelAdapter` (runs here), or a runner of
+            :mod:`probe.blocks` (e.g. an engine's workers, a block of the corpus each).
+        items: the corpus as items (:func:`probe.blocks.corpus_items`: texts with word spans).
+        syntax, coreference, n_clusters, cluster_examples, seed, params: as :func:`roles_report`.
+
+    Raises:
+        InputError: as :func:`roles_report`, and an empty corpus.
+    """
+    from probe.analyses.common.accumulate import KeptExamples, PunctuationShare
+    from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
+    from probe.blocks import as_runner, stream_into
+
+    items = list(items)
+    keep = range(min(cluster_examples or len(items), len(items))) if n_clusters else ()
+    accs = [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), KeptExamples(keep), PunctuationShare()]
+    token, word, kept, punct = stream_into(as_runner(model, progress), items, accs, batch_size=batch_size).accumulators
+    clf = RoleClassifier(**params)
+    clf.punct_chance_ = punct.result()  # as RoleClassifier.fit counts it over the same maps
+    clf.fit_tables(
+        {"token": token.result(), "word": word.result()}, token.n_examples, syntax=syntax, coreference=coreference
+    )
+    div = None
+    if n_clusters:
+        div = HeadDivergenceAccumulator(cluster_examples)
+        for m in kept.result():
+            div.update(m)
     return report_from(clf, div, n_clusters, seed)
 
 

@@ -18,11 +18,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+import pandas as pd
+
 from probe.analyses.structure.attention_probe import probe_report
-from probe.analyses.structure.coref import coref_accuracy, coref_windows
-from probe.analyses.structure.syntax import relation_accuracy
+from probe.analyses.structure.coref import CorefAccuracy, coref_windows
+from probe.analyses.structure.syntax import RelationAccuracy
 from probe.analyses.structure.trees import tree_scores
-from probe.analyses.structure.word_graph import AlignmentError, Skipped, word_attention, word_graphs
+from probe.analyses.structure.word_graph import Skipped
 from probe.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -32,8 +34,8 @@ log = logging.getLogger(__name__)
 class SyntaxResult:
     """What ``probe syntax`` computes: relation accuracies, trees, probe, what was skipped."""
 
-    relations: object  # RelationAccuracy
-    trees: object  # DataFrame
+    relations: RelationAccuracy
+    trees: Optional[pd.DataFrame]
     probe: Optional[dict]
     skipped: Skipped
     skipped_counts: dict
@@ -41,29 +43,19 @@ class SyntaxResult:
     seconds: dict = field(default_factory=dict)
 
 
-def _token_lengths(adapter, texts) -> list:
-    return [len(ids) for ids in adapter.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
-
-
-def _fit(adapter, texts, skipped: Skipped, sentences, label=lambda i: i) -> list:
-    """Indices of the texts that fit the model, shortest first; the others are listed."""
-    lengths = _token_lengths(adapter, texts)
-    keep = []
-    for i, n in enumerate(lengths):
-        if n <= adapter.max_length:
-            keep.append(i)
-        else:
-            s = sentences[label(i)]
-            skipped.rows.append((label(i), s.sent_id, s.line, f"{n} tokens, longer than {adapter.max_length}"))
-    if len(keep) < len(lengths):
-        log.warning(
-            "%d of %d inputs longer than %d tokens skipped", len(lengths) - len(keep), len(lengths), adapter.max_length
-        )
-    return sorted(keep, key=lambda i: lengths[i])
+def _long_rows(long, sentences, label=lambda i: i) -> list:
+    """Skipped rows of the items left out for their length (``[(index, n_tokens)]``)."""
+    rows = []
+    for i, n in long:
+        s = sentences[label(i)]
+        rows.append((label(i), s.sent_id, s.line, f"{n} tokens, longer than the model's limit"))
+    if rows:
+        log.warning("%d inputs longer than the model's limit skipped", len(rows))
+    return rows
 
 
 def run_syntax(
-    adapter,
+    model,
     sentences,
     *,
     base: bool = False,
@@ -74,10 +66,11 @@ def run_syntax(
     seed: int = 0,
     progress: bool = False,
 ) -> SyntaxResult:
-    """Capture a treebank and run the relation, tree and probe analyses.
+    """Stream a treebank through the model and run the relation, tree and probe analyses.
 
     Args:
-        adapter: a :class:`models.ModelAdapter` (self-attention).
+        model: a :class:`models.ModelAdapter` (self-attention; runs here), or a runner of
+            :mod:`probe.blocks` (e.g. an engine's workers, a block of sentences each).
         sentences: :class:`probe.corpus.Sentence` s (``read_conllu``).
         base: count base relations (``nmod:poss`` as ``nmod``).
         tree_limit: sentences (first in corpus order) to decode trees for; 0 = none.
@@ -86,50 +79,36 @@ def run_syntax(
         test_fraction, seed: the probe's sentence split.
 
     Raises:
-        ValueError: no sentence, or no sentence left after skipping.
+        InputError: no sentence, or no sentence left after skipping.
     """
-    from probe.capture import iter_capture
+    from probe.analyses.structure.streaming import KeptGraphs, LayerwiseRelations
+    from probe.blocks import as_runner, stream_into
 
     sentences = list(sentences)
     if not sentences:
         raise InputError("the treebank holds no sentence")
     t0 = time.perf_counter()
-    skipped = Skipped([])
-    order = _fit(adapter, [s.text for s in sentences], skipped, sentences)
-    n_long = len(skipped)
-    keep_ids = set(sorted(order)[: max(tree_limit, probe_limit)])
-    stream = iter_capture(
-        adapter,
-        [sentences[i].text for i in order],
-        word_spans=[sentences[i].spans for i in order],
-        batch_size=batch_size,
-        progress=progress,
-        total=len(order),
+    keep = range(min(max(tree_limit, probe_limit), len(sentences)))
+    streamed = stream_into(
+        as_runner(model, progress), sentences, [LayerwiseRelations(base=base), KeptGraphs(keep)], batch_size=batch_size
     )
-    kept = {}
-
-    def graphs():
-        for g in word_graphs(stream, sentences, indices=order, skipped=skipped):
-            if g.index in keep_ids:
-                kept[g.index] = g
-            yield g
-
-    relations = relation_accuracy(graphs(), base=base)
+    relations, kept = streamed.accumulators
     t1 = time.perf_counter()
-    sub = [kept[i] for i in sorted(kept)]
+    sub = kept.result()
     trees = tree_scores(sub[:tree_limit]) if tree_limit and sub else None
     t2 = time.perf_counter()
     probe = None
     if probe_limit and len(sub[:probe_limit]) >= 2:
         probe = probe_report(sub[:probe_limit], test_fraction=test_fraction, seed=seed)
     t3 = time.perf_counter()
+    skipped = Skipped(_long_rows(streamed.long, sentences) + list(relations.skipped))
     counts = {}
-    if n_long:
-        counts[f"longer than {adapter.max_length} tokens"] = n_long
-    if len(skipped) > n_long:
-        counts["words not aligned to tokens"] = len(skipped) - n_long
+    if streamed.long:
+        counts["longer than the model's limit"] = len(streamed.long)
+    if relations.skipped:
+        counts["words not aligned to tokens"] = len(relations.skipped)
     return SyntaxResult(
-        relations=relations,
+        relations=relations.result(),
         trees=trees,
         probe=probe,
         skipped=skipped,
@@ -141,55 +120,42 @@ def run_syntax(
 
 @dataclass
 class CorefResult:
-    accuracy: object  # CorefAccuracy
+    accuracy: CorefAccuracy
     skipped: Skipped
     n_windows: int
     seconds: dict = field(default_factory=dict)
 
 
 def run_coref(
-    adapter, sentences, numbers=None, *, context: int = 2, batch_size: int = 16, progress: bool = False
+    model, sentences, numbers=None, *, context: int = 2, batch_size: int = 16, progress: bool = False
 ) -> CorefResult:
-    """Capture coreference windows of a CorefUD treebank and score every head.
+    """Stream coreference windows of a CorefUD treebank through the model and score every head.
 
     Args:
-        adapter: a :class:`models.ModelAdapter`.
+        model: a :class:`models.ModelAdapter` (runs here), or a runner of :mod:`probe.blocks`.
         sentences: :class:`probe.corpus.Sentence` s with ``Entity=`` in MISC.
         numbers: per sentence, each word's ``Number`` (:func:`probe.analyses.structure.coref_mentions.read_number`).
         context: preceding sentences of the same document in each window.
 
     Raises:
-        ValueError: no coreference annotation, or no pronoun with an antecedent.
+        InputError: no coreference annotation; NotApplicable: no pronoun with an antecedent.
     """
-    from probe.capture import iter_capture
+    from probe.analyses.structure.streaming import LayerwiseCoref
+    from probe.blocks import as_runner, stream_into
 
     t0 = time.perf_counter()
     sentences = list(sentences)
     windows = coref_windows(sentences, numbers, context=context)
-    skipped = Skipped([])
-    order = _fit(adapter, [w.text for w in windows], skipped, sentences, label=lambda i: windows[i].sentence_index)
-    stream = iter_capture(
-        adapter,
-        [windows[i].text for i in order],
-        word_spans=[windows[i].spans for i in order],
-        batch_size=batch_size,
-        progress=progress,
-        total=len(order),
-    )
-
-    def pairs():
-        for maps, i in zip(stream, order):
-            w = windows[i]
-            try:
-                a, _, _ = word_attention(maps, len(w.words))
-            except AlignmentError as exc:
-                s = sentences[w.sentence_index]
-                log.warning("window ending at sentence %s skipped: %s", s.sent_id, exc)
-                skipped.rows.append((w.sentence_index, s.sent_id, s.line, str(exc)))
-                continue
-            yield w, a, maps.layers
-
-    acc = coref_accuracy(pairs())
+    streamed = stream_into(as_runner(model, progress), windows, [LayerwiseCoref()], batch_size=batch_size)
+    (acc,) = streamed.accumulators
+    label = lambda i: windows[i].sentence_index  # noqa: E731
+    rows = _long_rows(streamed.long, sentences, label)
+    for i, _, _, reason in acc.skipped:
+        s = sentences[label(i)]
+        rows.append((label(i), s.sent_id, s.line, reason))
     return CorefResult(
-        accuracy=acc, skipped=skipped, n_windows=len(windows), seconds={"total": time.perf_counter() - t0}
+        accuracy=acc.result(),
+        skipped=Skipped(rows),
+        n_windows=len(windows),
+        seconds={"total": time.perf_counter() - t0},
     )

@@ -146,12 +146,12 @@ def capture_cmd(
     lay = parse_int_list(layers, "--layers")
     adapter = load_model(model, device="cpu" if run else device, dtype=None if run else dtype)
     if run:  # the driver only tokenizes and writes the index; the engine's job (stream: here) captures
-        from probe.app.engine import analyses
+        from probe.app.engine.capture import capture as capture_on_engine
         from probe.inputs import fit_to_model
         from probe.pipeline import store_manifest
 
         manifest = store_manifest(adapter, corpus, fit_to_model(corpus, adapter), lay)
-        store = analyses.capture(
+        store = capture_on_engine(
             model,
             corpus,
             out,

@@ -5,8 +5,10 @@ analyses' accumulators (:mod:`probe.analyses.common.accumulate`) over a corpus, 
 or in Ray actors (:mod:`probe.app.engine.ray_engine`), and merges the parts.
 """
 
-from .jobs import AblateJob, Part, StoreJob, StreamJob
-from .run import CLI_ENGINES, ENGINES, CorpusItem, engine_settings, require_ray, run_corpus, run_job
+from probe.blocks import Part, StreamJob
+
+from .jobs import StoreJob
+from .run import CLI_ENGINES, ENGINES, CorpusItem, engine_runner, engine_settings, require_ray, run_corpus, run_job
 
 __all__ = [
     "ENGINES",
@@ -15,9 +17,9 @@ __all__ = [
     "CorpusItem",
     "run_corpus",
     "run_job",
+    "engine_runner",
     "require_ray",
     "Part",
     "StreamJob",
-    "AblateJob",
     "StoreJob",
 ]

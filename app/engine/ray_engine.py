@@ -19,7 +19,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .jobs import Part
+from probe.blocks import Part
+
 from .run import require_ray
 
 log = logging.getLogger(__name__)

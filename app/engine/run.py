@@ -15,32 +15,31 @@ Ray is an optional extra: ``pip install -e ".[ray]"``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from probe.errors import InputError
 
-from .jobs import Part, StreamJob
+from probe.blocks import CorpusItem, Part, StreamJob
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ENGINES", "CLI_ENGINES", "CorpusItem", "run_job", "run_corpus", "require_ray", "engine_settings"]
+__all__ = [
+    "ENGINES",
+    "CLI_ENGINES",
+    "CorpusItem",
+    "Part",
+    "run_job",
+    "run_corpus",
+    "engine_runner",
+    "require_ray",
+    "engine_settings",
+]
 
 ENGINES = ("local", "ray")
 #: what ``--engine`` offers: ``stream`` is the ``local`` engine of :func:`run_job` (one
 #: process, the accumulators), ``local`` today's whole-maps path that needs no engine
 CLI_ENGINES = ("local", "stream", "ray")
 RAY_HINT = 'the Ray engine needs the optional extra: pip install -e ".[ray]"'
-
-
-@dataclass(frozen=True)
-class CorpusItem:
-    """A text with optional word spans, and a zoo example with its ground truth (a zoo
-    task's loss and accuracy need it): what a job reads of a corpus example."""
-
-    text: str
-    spans: Optional[tuple] = None
-    example: Any = None
 
 
 def require_ray():
@@ -168,6 +167,17 @@ def run_job(
         threads_per_worker=threads_per_worker,
         progress=progress,
     )
+
+
+def engine_runner(model, **run):
+    """A runner of :mod:`probe.blocks` (``runner(job, items) -> [Part]``) on an engine:
+    :func:`run_job` of ``model`` (a spec each Ray actor loads, or for ``engine="local"``
+    a loaded adapter) with the engine settings ``run`` (:func:`engine_settings`)."""
+
+    def runner(job, items) -> list:
+        return run_job(model, list(items), job, **run)
+
+    return runner
 
 
 def run_corpus(

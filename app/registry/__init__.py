@@ -148,8 +148,9 @@ class Analysis:
         example: one command line that runs in seconds (the README tour shows it and
             tests/test_cli_contract.py runs it).
         engines: the ``--engine`` choices of the command (``local``, ``stream``, ``ray``;
-            docs/scale.md); non-empty adds ``--engine``/``--address``/``--workers`` and
-            ``run`` reads them as ``ctx.engine_run`` (``None`` for ``local``).
+            docs/scale.md); non-empty adds ``--engine``/``--address``/``--workers``, and
+            ``run`` hands its jobs to ``ctx.runner`` (this process, or Ray's actors)
+            without asking which engine it is.
         accumulators: ``accumulators(ctx, corpus) -> {key: accumulator}``: the corpus statistics
             the analysis reads as sums over examples (the protocol of
             :mod:`probe.analyses.common.accumulate`). The run fills them: an engine

@@ -152,15 +152,25 @@ class Context:
         return engine_settings(self.engine, self.address, self.workers, self.device)
 
     @property
-    def sweep_runner(self):
-        """Where the removal sweeps' batches run: ``None`` in this process (local), else a
-        runner on the run's engine (:func:`probe.app.engine.analyses.removal_runner`)."""
-        run = self.engine_run
-        if run is None:
-            return None
-        from probe.app.engine.analyses import removal_runner
+    def runner(self):
+        """Where this run's jobs over the corpus run (:mod:`probe.blocks`: ``runner(job,
+        items) -> [Part]``): this process on :attr:`adapter` for ``local`` and ``stream``
+        (:class:`probe.blocks.InProcess`, with progress bars unless quiet), a pool of Ray
+        actors that each load :attr:`engine_model` for ``ray``
+        (:func:`probe.app.engine.run.engine_runner`). Analyses take it and never ask
+        which engine it is.
 
-        return removal_runner(self.engine_model, **run)
+        Raises:
+            InputError: ``ray`` without Ray installed (says how to install it).
+        """
+        run = self.engine_run
+        if run is None or run["engine"] == "local":
+            from probe.blocks import InProcess
+
+            return InProcess(self.adapter, self.progress)
+        from probe.app.engine.run import engine_runner
+
+        return engine_runner(self.engine_model, **run)
 
     @property
     def engine_model(self):

@@ -5,8 +5,8 @@ A run is a model, its inputs, and how its maps are kept: on the ``local`` engine
 example's maps (captured on first use); on ``stream`` or ``ray`` with ``kept_examples``,
 the whole corpus goes to the engine's accumulators and only the first ``kept_examples``
 examples are captured whole (the report's pages and the analyses that need whole maps).
-The engine is a property of the run (``ctx.engine``, ``ctx.engine_run``), not of each
-analysis.
+The engine is a property of the run (``ctx.engine``; ``ctx.runner`` runs an analysis'
+jobs on it), not of each analysis.
 """
 
 from __future__ import annotations

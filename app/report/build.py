@@ -399,7 +399,7 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=N
     ``ctx.on_engine``, which is returned."""
     import sys
 
-    from probe.app.engine.analyses import stream_declared
+    from probe.blocks import Streamed, corpus_items, stream_into
 
     from .engine_sections import EngineRun
 
@@ -412,8 +412,17 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=N
         where = f"{on_engine.run.get('workers')} Ray workers" if on_engine.name == "ray" else "this process"
         print(f"statistics of all {len(corpus)} examples on {where} …", file=sys.stderr, flush=True)
     declared = {a.name: a.accumulators(ctx, corpus) for a in choose(sections) if a.accumulators is not None}
-    on_engine.stats = stream_declared(on_engine.model, corpus, declared, batch_size=batch_size, **on_engine.run)
-    ctx.streamed.update(on_engine.stats["filled"])
+    keys = [(name, key) for name, by_key in declared.items() for key in by_key]
+    filled: dict = {name: {} for name in declared}
+    streamed = Streamed([], [])
+    if keys:  # one pass of every declared accumulator, wherever the run's engine runs it
+        streamed = stream_into(
+            ctx.runner, corpus_items(corpus), [declared[n][k] for n, k in keys], batch_size=batch_size
+        )
+        for (name, key), acc in zip(keys, streamed.accumulators):
+            filled[name][key] = acc
+    on_engine.stats = {"filled": filled, "long": streamed.long, "seconds": streamed.seconds}
+    ctx.streamed.update(filled)
     return on_engine
 
 
@@ -511,14 +520,16 @@ def choose_engine(engine: str, corpus, adapter, budget: int) -> tuple:
 
 
 def _overrides(objective, target, max_model_examples, explained_examples=None) -> dict:
-    """Section parameters set on the command line (``auto`` leaves the choice to the section)."""
+    """Section parameters set on the command line, passed on as the user wrote them (each
+    section resolves its objective with :func:`probe.analyses.common.objective.resolve_objective`;
+    ``auto`` is every section's default too)."""
     out: dict = {}
     if explained_examples is not None:
         out["explain_limit"] = explained_examples or None  # 0: every example
-    if objective and objective != "auto":
+    if objective:
         out["metric"] = objective
         out["objective"] = objective
-    if target and target != "auto":
+    if target:
         out["target"] = target
     if max_model_examples is not None:
         out["max_model_examples"] = max_model_examples or None  # 0: the whole corpus

@@ -2,8 +2,8 @@
 
 With an engine the report no longer holds every example's maps. The sections declare the
 sums they read over the corpus (``Analysis.accumulators``); one streamed pass over the
-whole corpus (:func:`probe.app.engine.analyses.stream_declared`, in this process or Ray's
-actors) fills them, and only a bounded *kept sample* (the first ``kept_examples``
+whole corpus (:func:`probe.blocks.stream_into` on the run's runner, in this process or
+Ray's actors) fills them, and only a bounded *kept sample* (the first ``kept_examples``
 examples) is captured whole, for the pages' figures and the sections that need whole
 maps or gradients. A section runs the same code on every engine (a local run feeds the
 same accumulators its held maps):
@@ -17,7 +17,7 @@ claims          the pattern and structure evidence of every example (``PatternFe
                 examples, their batches in the engine's workers (``RemovalJob``: the plan
                 and the harms here)
 ablation        the single-head sweep on the model-run examples, read from the claims'
-                removal sweep when that gives its metric, else ``AblateJob``
+                removal sweep when that gives its metric, else ``AblateJob`` on the run's runner
                 (per-example values per block, one bootstrap here)
 others          importance, faithfulness: on the whole corpus's model-run or explained
                 examples, in this process; rollout: on the kept sample's representatives
@@ -47,8 +47,9 @@ class EngineRun:
         run: :func:`probe.app.engine.run_job` settings (``engine``, ``workers``, …).
         model: what each worker loads (a spec; for ``stream`` the loaded adapter).
         corpus: the whole fitted corpus (the kept sample is ``ctx.corpus``).
-        stats: :func:`probe.app.engine.analyses.stream_declared` of ``corpus``: the
-            sections' declared accumulators, filled before the sections run.
+        stats: the sections' declared accumulators filled over ``corpus`` before the
+            sections run (``filled``: ``{analysis: {key: accumulator}}``), the items left
+            out for their length (``long``) and the pass's wall time (``seconds``).
     """
 
     name: str

@@ -10,15 +10,12 @@ from ._shared import BATCH, GROUPS, METRIC, N_BOOT, group_note, group_table, hea
 
 
 def run(ctx) -> AblationResult:
-    from probe.analyses.necessity.ablation import sweep_heads
+    from probe.analyses.necessity.ablation_job import sweep_heads_in_blocks
     from probe.analyses.necessity.head_groups import ablate_group
 
     from ._shared import heads_of_layers
 
     p = ctx.params
-    engine = ctx.engine_run
-    if engine and any(p["group"]):
-        raise InputError(f"--group runs with --engine local, not --engine {ctx.engine}")
     corpus, cut = model_corpus(ctx, ctx.whole_corpus)  # the whole corpus's first examples, not a kept sample's
     name, model = metric(ctx, corpus), ctx.adapter.name
     groups = [
@@ -38,21 +35,9 @@ def run(ctx) -> AblationResult:
         heads = [u[0] for u in removals.units]
         path = restart_path(ctx.adapter, None)
         res = sweep_result(heads, values[0], values[1], p["mode"], name, path, p["n_boot"], 0.95, 0)
-    elif engine:  # each block's per-example values in the engine's workers, one bootstrap here
-        from probe.app.engine import analyses as on_engine
-
-        res = on_engine.ablate(
-            ctx.engine_model,
-            corpus,
-            name,
-            p["mode"],
-            layers=p["layers"],
-            batch_size=p["batch_size"],
-            n_boot=p["n_boot"],
-            **engine,
-        )
-    else:
-        res = sweep_heads(
+    else:  # the sweep's forwards wherever the run's engine runs them (ctx.runner), one bootstrap here
+        res = sweep_heads_in_blocks(
+            ctx.runner,
             ctx.adapter,
             corpus,
             name,
@@ -60,7 +45,6 @@ def run(ctx) -> AblationResult:
             heads_of_layers(ctx.adapter, p["layers"]),
             batch_size=p["batch_size"],
             n_boot=p["n_boot"],
-            progress=ctx.progress and len(corpus) > 1,
         )
     t = res.table
     top = top_heads(t, "delta")
@@ -121,7 +105,7 @@ def _removals(ctx, corpus, name: str):
     section runs :func:`probe.analyses.necessity.ablation.sweep_heads`)."""
     from probe.analyses.claims.removal import derives, removal_sweep
     from probe.analyses.common.objective import resolve_objective
-    from probe.errors import InputError, NotApplicable
+    from probe.errors import NotApplicable
 
     p = ctx.params
     if p["mode"] not in ("zero", "mean") or p["layers"] is not None:
@@ -138,7 +122,7 @@ def _removals(ctx, corpus, name: str):
         objective,
         modes=(p["mode"],),
         progress=ctx.progress and len(corpus) > 1,
-        runner=ctx.sweep_runner,
+        runner=ctx.runner,
     )
 
 

@@ -59,7 +59,7 @@ def run(ctx) -> ClaimsResult:
         progress=ctx.progress,
         ablation=ablation.removals if ablation else None,  # its removals are not run again
         objective_why=why,
-        runner=ctx.sweep_runner,  # the removals' batches on the run's engine (None: here)
+        runner=ctx.runner,  # the removals' batches wherever the run's engine runs them
     )
     counts = hc.counts()
     notes = [n + cut for n in hc.notes]

@@ -16,24 +16,9 @@ def run(ctx) -> Result:
     p = ctx.params
     sentences = ctx.sentences
     numbers = read_number(ctx.conllu, limit=ctx.limit)
-    engine = ctx.engine_run
-    if engine:  # coreference counts streamed layer by layer, in this process or Ray's workers
-        from probe.app.engine import analyses as on_engine
-
-        result = on_engine.coref(
-            ctx.engine_model, sentences, numbers, context=p["context"], batch_size=p["batch_size"], **engine
-        )
-        model = ctx.model
-    else:
-        result = run_coref(
-            ctx.adapter,
-            sentences,
-            numbers,
-            context=p["context"],
-            batch_size=p["batch_size"],
-            progress=ctx.progress and len(sentences) > 1,
-        )
-        model = ctx.adapter.name
+    # the windows stream through the model wherever the run's engine runs it (ctx.runner)
+    result = run_coref(ctx.runner, sentences, numbers, context=p["context"], batch_size=p["batch_size"])
+    model = ctx.model if isinstance(ctx.model, str) else ctx.adapter.name
     notes = [
         f"{r.setting:<17} head L{r.layer}H{r.head} {r.accuracy:.3f}  nearest {r.nearest_mention:.3f}  "
         f"nearest agreeing {r.nearest_agreeing:.3f}  ({r.count} pronouns)"

@@ -65,41 +65,29 @@ def _evidence(path, name):
         raise InputError(f"cannot read the {name} table {path}: {exc}") from None
 
 
-def _source(ctx):
-    """A Store (existing, or captured into --store) or a stream of freshly captured maps."""
-    store_dir = ctx.params.get("store")
-    if store_dir and not ctx.has_input and (Path(store_dir) / "manifest.json").exists():
+def _store(ctx):
+    """The ``--store`` to read: an existing one, or one captured into now from the input."""
+    store_dir = ctx.params["store"]
+    if not ctx.has_input and (Path(store_dir) / "manifest.json").exists():
         from probe.store import Store
 
         return Store(store_dir), f"store {store_dir}"
-    if store_dir and not ctx.has_input and not ctx.is_zoo:
+    if not ctx.has_input and not ctx.is_zoo:
         raise InputError(
             f"{store_dir} is not a store (no manifest.json): give an input "
             "(--text, --file or --conllu) to capture into it"
         )
+    from probe.pipeline import capture_corpus
+
     corpus = ctx.corpus
-    if store_dir:
-        from probe.pipeline import capture_corpus
-
-        store = capture_corpus(
-            ctx.adapter,
-            corpus,
-            store_dir,
-            batch_size=ctx.params["batch_size"],
-            progress=ctx.progress and len(corpus) > 1,
-        )
-        return store, f"{ctx.adapter.name} on {corpus.source} (store {store_dir})"
-    from probe.capture import iter_capture
-
-    stream = iter_capture(
+    store = capture_corpus(
         ctx.adapter,
-        corpus.texts,
-        word_spans=corpus.word_spans,
+        corpus,
+        store_dir,
         batch_size=ctx.params["batch_size"],
         progress=ctx.progress and len(corpus) > 1,
-        total=len(corpus),
     )
-    return stream, f"{ctx.adapter.name} on {corpus.source}"
+    return store, f"{ctx.adapter.name} on {corpus.source} (store {store_dir})"
 
 
 def run(ctx) -> Result:
@@ -115,28 +103,23 @@ def run(ctx) -> Result:
         min_examples=p["min_examples"],
     )
     syntax = _evidence(p["syntax"], "syntax")
-    engine = ctx.engine_run
-    if engine and p["store"]:
+    if p["store"] and ctx.engine != "local":
         raise InputError(
             f"--store runs with --engine local (to capture a store with --engine {ctx.engine}, use `probe capture`)"
         )
-    if engine:  # the model runs in the engine's workers, streamed layer by layer
-        from probe.app.engine import analyses as on_engine
+    if p["store"]:  # maps read from (or captured into) a store, one example at a time
+        source, described = _store(ctx)
+        report = roles_report(source, syntax=syntax, progress=ctx.progress, **settings, **overrides)
+    else:  # the corpus streams through the model wherever the run's engine runs it (ctx.runner)
+        from probe.analyses.patterns.roles import roles_streamed
+        from probe.blocks import corpus_items
 
         corpus = ctx.input_corpus
-        report = on_engine.roles(
-            ctx.engine_model,
-            corpus,
-            syntax_table=syntax,
-            batch_size=p["batch_size"],
-            thresholds=overrides,
-            **settings,
-            **engine,
+        report = roles_streamed(
+            ctx.runner, corpus_items(corpus), syntax=syntax, batch_size=p["batch_size"], **settings, **overrides
         )
-        described = f"{ctx.model} on {corpus.source} (--engine {ctx.engine})"
-    else:
-        source, described = _source(ctx)
-        report = roles_report(source, syntax=syntax, progress=ctx.progress, **settings, **overrides)
+        model = ctx.model if isinstance(ctx.model, str) else ctx.adapter.name
+        described = f"{model} on {corpus.source}" + (f" (--engine {ctx.engine})" if ctx.engine != "local" else "")
     counts = dict(zip(report.counts.role, map(int, report.counts.heads)))
     summary = {"source": described, "n_examples": report.n_examples, "counts": counts}
     tables = {"roles": report.roles, "layers": report.layers, "counts": report.counts}

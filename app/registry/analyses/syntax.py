@@ -47,15 +47,11 @@ def run(ctx) -> Result:
     settings = dict(
         base=p["base_relations"], tree_limit=p["tree_limit"], probe_limit=p["probe_limit"], batch_size=p["batch_size"]
     )
-    engine = ctx.engine_run
-    if engine:  # relation counts streamed layer by layer, in this process or Ray's workers
-        from probe.app.engine import analyses as on_engine
-
-        result = on_engine.syntax(ctx.engine_model, sentences, **settings, **engine)
-        meta = {"model": ctx.model, "conllu": str(conllu), "engine": ctx.engine}
-    else:
-        result = run_syntax(ctx.adapter, sentences, **settings, progress=ctx.progress and len(sentences) > 1)
-        meta = {"model": ctx.adapter.name, "conllu": str(conllu)}
+    # the sentences stream through the model wherever the run's engine runs it (ctx.runner)
+    result = run_syntax(ctx.runner, sentences, **settings)
+    meta = {"model": ctx.model if isinstance(ctx.model, str) else ctx.adapter.name, "conllu": str(conllu)}
+    if ctx.engine != "local":
+        meta["engine"] = ctx.engine
     best = result.relations.with_all().best(min_count=p["min_count"], relations=p["relations"])
 
     def write(d):
