@@ -163,8 +163,12 @@ def merge_all(parts: Sequence[Sequence]) -> list:
 
 
 class StreamJob:
-    """Stream the block layer by layer into fresh copies of ``accumulators``; items longer
-    than the model's limit are left out (``Part.long``).
+    """Stream the block into fresh copies of ``accumulators``; items longer than the
+    model's limit are left out (``Part.long``). Accumulators that count whole examples
+    get each example once with all its layers (:func:`probe.streaming.feed` with
+    ``join``) while a batch of every layer at the model's longest input fits
+    :data:`probe.streaming.JOIN_BYTES` (batches made smaller to fit), else every
+    accumulator is fed layer by layer.
 
     Args:
         accumulators: empty accumulators (:mod:`probe.analyses.common.accumulate`).
@@ -178,17 +182,20 @@ class StreamJob:
         self.last_rows = last_rows
 
     def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
-        from probe.streaming import feed, stream_layers
+        from probe.streaming import feed, join_batch_size, stream_layers
 
         started = time.time()
         keep, long = fit_items(adapter, items, indices, by_length=True)
         accs = fresh(self.accumulators)
+        # whole examples where every layer of a batch fits (a function of the model: every
+        # block decides alike), else layer by layer
+        joined = join_batch_size(adapter, self.batch_size) if self.last_rows is None else 0
         stream_layers(
             adapter,
             [items[k] for k in keep],
-            feed(accs),
+            feed(accs, join=joined > 0),
             indices=[indices[k] for k in keep],
-            batch_size=self.batch_size,
+            batch_size=joined or self.batch_size,
             last_rows=self.last_rows,
             progress=progress and len(keep) > 1,
             total=len(keep),

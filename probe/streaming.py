@@ -32,7 +32,17 @@ from .maps import AttentionMaps
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchMeta", "LayerBatch", "stream_layers", "feed", "feed_maps", "held_items"]
+__all__ = [
+    "BatchMeta",
+    "LayerBatch",
+    "stream_layers",
+    "feed",
+    "join_layers",
+    "join_batch_size",
+    "JOIN_BYTES",
+    "feed_maps",
+    "held_items",
+]
 
 
 @dataclass(frozen=True)
@@ -245,16 +255,61 @@ def _forward(adapter, encs, meta: BatchMeta, on_layer, stack, kind, last_rows) -
         adapter.model(**inputs)
 
 
-def feed(accumulators: Sequence) -> Callable[[LayerBatch], None]:
+def feed(accumulators: Sequence, join: bool = False) -> Callable[[LayerBatch], None]:
     """An ``on_layer`` callback that gives every accumulator
-    ``update(layer, batch.maps(), batch.meta)``."""
+    ``update(layer, batch.maps(), batch.meta)``.
+
+    With ``join``, an accumulator that counts whole examples (``update_examples(maps,
+    meta)``) gets each example of the batch once, all its layers joined, when the batch's
+    last layer has passed (as :func:`feed_maps` gives held maps): counted once per
+    example instead of once per layer, which is several times cheaper where the cost
+    per call is Python's. The batch's maps of every layer are then held until its
+    forward ends (the caller bounds that: :func:`join_batch_size`); the others are
+    still fed layer by layer.
+    """
+    whole = [acc for acc in accumulators if join and hasattr(acc, "update_examples")]
+    by_layer = [acc for acc in accumulators if not (join and hasattr(acc, "update_examples"))]
+    held: dict = {}
 
     def on_layer(batch: LayerBatch) -> None:
         maps = batch.maps()
-        for acc in accumulators:
+        for acc in by_layer:
             acc.update(batch.layer, maps, batch.meta)
+        if not whole:
+            return
+        held[batch.layer] = maps
+        if batch.layer == batch.meta.layers[-1]:
+            joined = join_layers([held[x] for x in batch.meta.layers], batch.meta.layers)
+            held.clear()
+            for acc in whole:
+                acc.update_examples(joined, batch.meta)
 
     return on_layer
+
+
+def join_layers(by_layer: Sequence[Sequence], layers: Sequence[int]) -> list:
+    """Single-layer maps ``by_layer[j][i]`` (layer ``layers[j]`` of example ``i``) as one
+    :class:`AttentionMaps` per example with ``attentions [L, H, n, n]``."""
+    import dataclasses
+
+    return [
+        dataclasses.replace(parts[0], attentions=torch.cat([m.attentions for m in parts]), layers=tuple(layers))
+        for parts in zip(*by_layer)
+    ]
+
+
+#: the most bytes of float32 maps (every layer of a batch) a joined stream may hold
+JOIN_BYTES = 1 << 30
+
+
+def join_batch_size(adapter, batch_size: int, budget: Optional[int] = None) -> int:
+    """The batch size at which a batch's maps of every layer, at the model's longest
+    input (``L · H · n_max² · 4`` bytes each), fit in ``budget``: ``batch_size`` or less;
+    0 when not even one example fits (then stream layer by layer). A function of the
+    model alone, so every block of a corpus (every Ray worker) decides alike."""
+    budget = JOIN_BYTES if budget is None else budget
+    per_example = len(adapter.attention_modules(adapter.default_stack)) * adapter.n_heads * adapter.max_length**2 * 4
+    return int(min(batch_size, budget // max(per_example, 1)))
 
 
 def held_items(corpus) -> Optional[list]:

@@ -528,6 +528,7 @@ ALLOWED_PLAIN_VALUE_ERRORS = {
     "analyses/claims/claim.py": 2,  # a Claim's status and kind, set by the toolkit
     "analyses/claims/statistics.py": 1,  # a proportion of 0 ≤ successes ≤ n
     "analyses/common/accumulate.py": 2,  # merging accumulators / partitioned blocks
+    "analyses/structure/streaming.py": 1,  # an accumulator fed both by layer and whole examples
     "probe/blocks.py": 2,  # merging the blocks' accumulators (moved from accumulate.py)
     "analyses/common/similarity.py": 1,  # similarity-structure has no per-run score
     "analyses/common/token_scores.py": 1,  # scores shaped by the toolkit

@@ -117,7 +117,8 @@ def test_streamed_relations_keep_words_absorbed_by_a_neighbours_token(minilm):
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-6)
 
 
-def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm):
+@pytest.mark.parametrize("joined", [True, False])
+def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm, monkeypatch, joined):
     """The claims declare their pattern and structure evidence as accumulators. Streamed
     layer by layer in blocks of 5 sentences (the last block first; each block's
     accumulators pickled, as a Ray worker hands them back, and merged) they hold the same per-example sums, in corpus
@@ -132,6 +133,10 @@ def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm):
     from probe.capture import capture
     from probe.inputs import fit_to_model
 
+    import probe.streaming
+
+    if not joined:
+        monkeypatch.setattr(probe.streaming, "JOIN_BYTES", 0)  # not one example fits: layer by layer
     corpus = fit_to_model(sample_corpus(), minilm)
     maps = capture(minilm, list(corpus.texts), word_spans=list(corpus.word_spans))
     held = head_claims(None, corpus, maps)
@@ -139,7 +144,11 @@ def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm):
     blocks = [list(range(s, min(s + 5, len(items)))) for s in range(0, len(items), 5)][::-1]  # last block first
     parts = [pickle.loads(pickle.dumps(job.run(minilm, [items[i] for i in b], b))) for b in blocks]
     got = dict(zip(("pattern", "structure"), StreamJob.merge(parts)))
-    assert got["pattern"].features.inner and got["pattern"].features.whole is None  # really streamed by layer
+    features = got["pattern"].features
+    if joined:  # every batch's layers joined: whole examples only
+        assert features.whole is not None and not features.inner
+    else:  # really streamed by layer
+        assert features.inner and features.whole is None
     ref = evidence_accumulators(corpus)
     from probe.streaming import feed_maps
 

@@ -124,9 +124,15 @@ def test_streamed_features_and_syntax_equal_today_on_minilm_ewt(minilm):
     _assert_features_equal(_streamed_features(minilm, sents, "word"), ref_feat)
 
 
-def test_streamed_coref_equals_whole_maps(minilm):
-    """run_coref streams the windows layer by layer (here in blocks of 7, the last first):
-    its counts equal coref_accuracy of every window's whole maps, held."""
+@pytest.mark.parametrize("joined", [True, False])
+def test_streamed_coref_equals_whole_maps(minilm, monkeypatch, joined):
+    """run_coref streams the windows (here also in blocks of 7, the last first), each
+    batch's layers joined or, with a stream budget of 0, fed layer by layer: its counts
+    equal coref_accuracy of every window's whole maps, held."""
+    import probe.streaming
+
+    if not joined:
+        monkeypatch.setattr(probe.streaming, "JOIN_BYTES", 0)
     from probe.analyses.structure.coref import coref_accuracy, coref_windows
     from probe.analyses.structure.coref_mentions import read_number
     from probe.analyses.structure.syntax_run import run_coref
@@ -225,7 +231,14 @@ def test_bfloat16_forward_streams_renormalised_rows(llama_dir):
     torch.testing.assert_close(seen[0].sum(-1), torch.ones(seen[0].shape[:2]), atol=1e-5, rtol=0)
 
 
-def test_streamed_roles_report_in_blocks_equals_roles_report(minilm):
+@pytest.mark.parametrize("joined", [True, False])
+def test_streamed_roles_report_in_blocks_equals_roles_report(minilm, monkeypatch, joined):
+    """roles_streamed in blocks of 3 (each batch's layers joined, or layer by layer with a
+    stream budget of 0) equals roles_report of the whole maps, clusters included."""
+    import probe.streaming
+
+    if not joined:
+        monkeypatch.setattr(probe.streaming, "JOIN_BYTES", 0)
     from probe.analyses.patterns.roles import roles_report, roles_streamed
     from probe.blocks import corpus_items
     from probe.inputs import from_sentences
@@ -237,6 +250,10 @@ def test_streamed_roles_report_in_blocks_equals_roles_report(minilm):
     assert list(got.roles["role"]) == list(ref.roles["role"])
     _assert_features_equal(got.roles.drop(columns=["mds_x", "mds_y"]), ref.roles.drop(columns=["mds_x", "mds_y"]))
     assert got.n_examples == ref.n_examples == 8
+    a, b = got.clusters.divergence, ref.clusters.divergence  # the first 4 examples' head × head divergences
+    assert a.n_examples == b.n_examples == 4 and a.n_rows == b.n_rows
+    np.testing.assert_allclose(a.matrix, b.matrix, rtol=0, atol=1e-6)
+    assert b.matrix.max() > 0.1
 
 
 def test_cli_engine_stream_writes_the_same_syntax_tables(tmp_path):

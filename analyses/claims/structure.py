@@ -107,8 +107,7 @@ class StructureCounts(SkippingPerLayer):
     def __init__(self, sentences: Optional[Sequence] = None):
         super().__init__(functools.partial(GraphsByIndex, sentence_record))
         self.sentences = sentences
-        self.whole = GraphsByIndex(sentence_record)  # records of whole examples (update_examples)
-        self.whole_layers: tuple = ()
+        self.whole_layers: tuple = ()  # the layers of the whole examples (update_examples)
 
     def _sentence(self, meta, position: int):
         index = meta.indices[position]
@@ -120,18 +119,13 @@ class StructureCounts(SkippingPerLayer):
         except AlignmentError as exc:
             self._skip(meta, position, maps.layers[0], exc)
 
-    def update_examples(self, maps: Sequence, meta) -> None:
-        """Whole examples (``[L, H, n, n]``) of a batch: one word graph each."""
-        for position, m in enumerate(maps):
-            self.whole_layers = tuple(m.layers)
-            try:
-                self.whole.update(word_graph(m, self._sentence(meta, position), index=meta.indices[position]))
-            except AlignmentError as exc:
-                self._skip(meta, position, meta.first_layer, exc)
+    def whole_update(self, acc, maps, meta, position: int) -> None:
+        """A whole example (``[L, H, n, n]``): one word graph with every layer."""
+        self.whole_layers = tuple(maps.layers)
+        self.inner_update(acc, maps, meta, position)
 
     def merge(self, other):
         super().merge(other)
-        self.whole.merge(other.whole)
         self.whole_layers = self.whole_layers or other.whole_layers
         return self
 
@@ -141,7 +135,7 @@ class StructureCounts(SkippingPerLayer):
         Raises:
             NotApplicable: no aligned sentence has a non-root word.
         """
-        if self.whole.graphs:
+        if self.whole is not None and self.whole.graphs:
             records = [self.whole.graphs[i] for i in sorted(self.whole.graphs)]
             if not any(r is not None for r in records):
                 raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")

@@ -10,6 +10,13 @@ An accumulator holds such sums and implements three methods:
     ``meta`` a :class:`probe.streaming.BatchMeta` (corpus indices and items of the batch,
     every captured layer). :func:`probe.streaming.stream_layers` calls it from the
     capture hook, so the full ``[layer, head, n, n]`` of an example is never held.
+``update_examples(maps, meta)`` (optional)
+    add whole examples (``[L, H, n, n]`` each) at once: held maps
+    (:func:`probe.streaming.feed_maps`), or a streamed batch whose layers were joined
+    (:func:`probe.streaming.feed` with ``join``, which :class:`probe.blocks.StreamJob`
+    uses while a batch of every layer fits its budget). Counting an example once with all
+    its layers is several times cheaper than once per layer (the cost per call is
+    Python's); the result is the same. An accumulator is fed one way or the other.
 ``merge(other)``
     add another accumulator's sums (from another process or machine) into this one and
     return ``self``; merging is associative, so partial results merge in any grouping.
@@ -28,13 +35,12 @@ single-layer maps; results are joined along the layer axis.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from probe.blocks import fresh, merge_all
 from probe.errors import InputError
 
-__all__ = ["Accumulator", "PerLayer", "KeptExamples", "merge_all", "fresh"]
+__all__ = ["Accumulator", "PerLayer", "PunctuationShare", "merge_all", "fresh"]
 
 
 @runtime_checkable
@@ -101,45 +107,6 @@ class PerLayer:
 
     def result(self):
         return self.results()
-
-
-class KeptExamples:
-    """The whole maps (all layers) of the examples whose corpus index is in ``keep``,
-    assembled from the single-layer maps: for the statistics that need every layer of
-    an example at once (Clark et al.'s head × head divergences), on a bounded sample.
-
-    Memory: the kept examples' maps only.
-    """
-
-    def __init__(self, keep: Iterable[int]):
-        self.keep = frozenset(int(i) for i in keep)
-        self.parts: dict = {}  # index -> {layer: AttentionMaps [1, H, n, n]}
-
-    def update(self, layer: int, maps: Sequence, meta: Any) -> None:
-        for index, m in zip(meta.indices, maps):
-            if index in self.keep:
-                self.parts.setdefault(int(index), {})[layer] = m
-
-    def merge(self, other: "KeptExamples") -> "KeptExamples":
-        for index, layers in other.parts.items():
-            self.parts.setdefault(index, {}).update(layers)
-        return self
-
-    def result(self) -> list:
-        """The kept examples in corpus order, ``attentions [L, H, n, n]`` each."""
-        import torch
-
-        out = []
-        for index in sorted(self.parts):
-            by_layer = self.parts[index]
-            layers = sorted(by_layer)
-            first = by_layer[layers[0]]
-            out.append(
-                dataclasses.replace(
-                    first, attentions=torch.cat([by_layer[x].attentions for x in layers]), layers=tuple(layers)
-                )
-            )
-        return out
 
 
 class PunctuationShare:

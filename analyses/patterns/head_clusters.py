@@ -35,6 +35,7 @@ __all__ = [
     "HeadClusters",
     "HeadDivergence",
     "HeadDivergenceAccumulator",
+    "KeptDivergence",
     "head_divergence",
     "embed_heads",
     "cluster_heads",
@@ -118,6 +119,21 @@ class HeadDivergenceAccumulator:
         self.rows += p.shape[1]
         return True
 
+    def merge(self, other: "HeadDivergenceAccumulator") -> "HeadDivergenceAccumulator":
+        """Add ``other``'s sums (examples of the same model) into this one and return it."""
+        if other.layers is None:
+            return self
+        if self.layers is None:
+            self.layers, self.n_heads, self.total = other.layers, other.n_heads, other.total
+        elif (other.layers, other.n_heads) != (self.layers, self.n_heads):
+            raise InputError("cannot merge head divergences of another model's capture")
+        else:
+            assert self.total is not None and other.total is not None  # set with the layers
+            self.total = self.total + other.total
+        self.rows += other.rows
+        self.n_examples += other.n_examples
+        return self
+
     def result(self) -> HeadDivergence:
         """The symmetric, zero-diagonal mean divergence. Raises ValueError without examples."""
         if self.layers is None:
@@ -129,6 +145,44 @@ class HeadDivergenceAccumulator:
         return HeadDivergence(
             matrix=matrix, layers=self.layers, n_heads=self.n_heads, n_examples=self.n_examples, n_rows=self.rows
         )
+
+
+class KeptDivergence:
+    """The head × head divergences of the examples whose corpus index is in ``keep``, as
+    a streaming accumulator (:mod:`probe.analyses.common.accumulate`): a kept example is
+    counted once all its layers have passed (layer by layer), or at once
+    (``update_examples``); the blocks' sums add up. ``result()`` is the filled
+    :class:`HeadDivergenceAccumulator`. Memory: the ``[LH, LH]`` sums and the layers of
+    the kept examples of the batch in flight, not every kept example's maps."""
+
+    def __init__(self, keep: Iterable[int]):
+        self.keep = frozenset(int(i) for i in keep)
+        self.divergence = HeadDivergenceAccumulator()
+        self.pending: dict = {}  # index -> {layer: single-layer maps} until its last layer
+
+    def update(self, layer: int, maps, meta) -> None:
+        from probe.streaming import join_layers
+
+        for index, m in zip(meta.indices, maps):
+            if int(index) not in self.keep:
+                continue
+            parts = self.pending.setdefault(int(index), {})
+            parts[layer] = m
+            if len(parts) == len(meta.layers):
+                del self.pending[int(index)]
+                self.divergence.update(join_layers([[parts[x]] for x in meta.layers], meta.layers)[0])
+
+    def update_examples(self, maps, meta) -> None:
+        for index, m in zip(meta.indices, maps):
+            if int(index) in self.keep:
+                self.divergence.update(m)
+
+    def merge(self, other: "KeptDivergence") -> "KeptDivergence":
+        self.divergence.merge(other.divergence)
+        return self
+
+    def result(self) -> HeadDivergenceAccumulator:
+        return self.divergence
 
 
 def head_divergence(source: Iterable, max_examples: Optional[int] = None, progress: bool = False) -> HeadDivergence:

@@ -544,9 +544,9 @@ def roles_streamed(
     progress: bool = False,
     **params,
 ) -> RolesReport:
-    """:func:`roles_report` of a corpus streamed through the model layer by layer (no
-    example's maps are held whole, but the first ``cluster_examples`` kept for the head ×
-    head divergences of the clustering, which need every layer of an example at once).
+    """:func:`roles_report` of a corpus streamed through the model (each batch's layers
+    joined as they pass: no example's maps are held beyond its batch; the head × head
+    divergences of the clustering are summed over the first ``cluster_examples``).
 
     Args:
         model: a :class:`probe.models.ModelAdapter` (runs here), or a runner of
@@ -557,25 +557,21 @@ def roles_streamed(
     Raises:
         InputError: as :func:`roles_report`, and an empty corpus.
     """
-    from probe.analyses.common.accumulate import KeptExamples, PunctuationShare
+    from probe.analyses.common.accumulate import PunctuationShare
+    from probe.analyses.patterns.head_clusters import KeptDivergence
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
     from probe.blocks import as_runner, stream_into
 
     items = list(items)
     keep = range(min(cluster_examples or len(items), len(items))) if n_clusters else ()
-    accs = [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), KeptExamples(keep), PunctuationShare()]
+    accs = [LayerwiseHeadFeatures("token"), LayerwiseHeadFeatures("word"), KeptDivergence(keep), PunctuationShare()]
     token, word, kept, punct = stream_into(as_runner(model, progress), items, accs, batch_size=batch_size).accumulators
     clf = RoleClassifier(**params)
     clf.punct_chance_ = punct.result()  # as RoleClassifier.fit counts it over the same maps
     clf.fit_tables(
         {"token": token.result(), "word": word.result()}, token.n_examples, syntax=syntax, coreference=coreference
     )
-    div = None
-    if n_clusters:
-        div = HeadDivergenceAccumulator(cluster_examples)
-        for m in kept.result():
-            div.update(m)
-    return report_from(clf, div, n_clusters, seed)
+    return report_from(clf, kept.result() if n_clusters else None, n_clusters, seed)
 
 
 def report_from(

@@ -1,9 +1,12 @@
-"""The syntax and coreference statistics as streaming accumulators (layer by layer).
+"""The syntax and coreference statistics as streaming accumulators.
 
 Each accumulator follows :mod:`probe.analyses.common.accumulate`: ``update(layer, maps,
-meta)`` with the single-layer maps of one batch, where ``meta.items`` are the corpus
-items of the batch (treebank :class:`probe.corpus.Sentence` s, or
-:class:`probe.analyses.structure.coref.CorefWindow` s); ``merge``; ``result``.
+meta)`` with the single-layer maps of one batch, or ``update_examples(maps, meta)`` with
+whole examples (held maps, or a streamed batch's layers joined: each example's word graph
+is then made once, not once per layer), where ``meta.items`` are the corpus items of the
+batch (treebank :class:`probe.corpus.Sentence` s, or
+:class:`probe.analyses.structure.coref.CorefWindow` s); ``merge``; ``result``. An
+accumulator is fed one way; the result is the same either way.
 
 * :class:`LayerwiseRelations`: Clark et al. (2019) relation hit counts and the
   fixed-offset baselines → :class:`~probe.analyses.structure.syntax.RelationAccuracy`,
@@ -39,6 +42,29 @@ class SkippingPerLayer(PerLayer):
     def __init__(self, make):
         super().__init__(make)
         self.skipped: list = []
+        #: the accumulator of whole examples (``update_examples``), made on first use
+        self.whole = None
+
+    def update_examples(self, maps: Sequence, meta) -> None:
+        """Whole examples (``[L, H, n, n]``: held maps, or a streamed batch joined), each
+        counted once with all its layers (``whole_update``)."""
+        self._one_way(layer_fed=bool(self.inner))
+        if self.whole is None:
+            self.whole = self.make()
+        for position, m in enumerate(maps):
+            self.whole_update(self.whole, m, meta, position)
+
+    def whole_update(self, acc, maps, meta, position: int) -> None:
+        self.inner_update(acc, maps, meta, position)
+
+    def _one_way(self, layer_fed: bool) -> None:
+        """An accumulator is fed one way: layer by layer, or whole examples."""
+        if layer_fed:
+            raise ValueError(f"{type(self).__name__} was fed both by layer and whole examples: feed one way")
+
+    def update(self, layer: int, maps: Sequence, meta) -> None:
+        self._one_way(layer_fed=self.whole is not None)
+        super().update(layer, maps, meta)
 
     def _skip(self, meta, position: int, layer: int, exc: Exception) -> None:
         if layer == meta.first_layer:
@@ -49,9 +75,18 @@ class SkippingPerLayer(PerLayer):
 
     def merge(self, other):
         super().merge(other)
+        if other.whole is not None:
+            self.whole = other.whole if self.whole is None else self.whole.merge(other.whole)
         self.skipped.extend(other.skipped)
         self.skipped.sort(key=lambda row: row[0])
         return self
+
+    def parts(self) -> list:
+        """The inner results, one per layer, or the whole examples' result alone."""
+        if self.whole is not None:
+            self._one_way(layer_fed=bool(self.inner))
+            return [self.whole.result()]
+        return list(self.results().values())
 
 
 class LayerwiseRelations(SkippingPerLayer):
@@ -76,7 +111,7 @@ class LayerwiseRelations(SkippingPerLayer):
         """The :class:`RelationAccuracy` of all layers, relations in alphabetical order
         (so the order does not depend on how the corpus was split); counts and
         baselines are the same on every layer."""
-        parts = list(self.results().values())
+        parts = self.parts()
         first = parts[0]
         relations = tuple(sorted(first.relations))
 
@@ -133,6 +168,9 @@ class KeptGraphs(SkippingPerLayer):
 
     def result(self) -> list:
         """The kept :class:`WordGraph` s in corpus order (misaligned ones left out)."""
+        if self.whole is not None:
+            graphs = self.parts()[0]
+            return [graphs[i] for i in sorted(graphs)]
         if not self.inner:
             return []
         parts = self.results()
@@ -172,7 +210,7 @@ class LayerwiseCoref(SkippingPerLayer):
     def result(self):
         from probe.analyses.structure.coref import CorefAccuracy
 
-        parts = list(self.results().values())
+        parts = self.parts()
         return CorefAccuracy(
             hits=np.concatenate([p.hits for p in parts], 1),
             baseline_hits=parts[0].baseline_hits,
