@@ -21,11 +21,24 @@ import numpy as np
 
 from probe.blocks import Part
 
-from .run import require_ray
+from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BlockWorker", "run_blocks", "ensure_ray"]
+__all__ = ["BlockWorker", "run_blocks", "ensure_ray", "require_ray", "RAY_HINT"]
+
+
+RAY_HINT = 'the Ray engine needs the optional extra: pip install -e ".[ray]"'
+
+
+def require_ray():
+    """``import ray`` or a ``ValueError`` saying how to install it."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise InputError(RAY_HINT) from None
+    return ray
 
 
 class BlockWorker:

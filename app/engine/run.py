@@ -21,6 +21,8 @@ from probe.errors import InputError
 
 from probe.blocks import CorpusItem, Part, StreamJob
 
+from .ray_engine import require_ray, run_blocks
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -39,17 +41,6 @@ ENGINES = ("local", "ray")
 #: what ``--engine`` offers: ``stream`` is the ``local`` engine of :func:`run_job` (one
 #: process, the accumulators), ``local`` today's whole-maps path that needs no engine
 CLI_ENGINES = ("local", "stream", "ray")
-RAY_HINT = 'the Ray engine needs the optional extra: pip install -e ".[ray]"'
-
-
-def require_ray():
-    """``import ray`` or a ``ValueError`` saying how to install it."""
-    try:
-        import ray
-        import ray.data
-    except ImportError:
-        raise InputError(RAY_HINT) from None
-    return ray
 
 
 def engine_settings(
@@ -149,8 +140,6 @@ def run_job(
             "the Ray engine loads the model in each worker: give its spec (e.g. 'minilm', "
             "'hf:/path'), not a loaded adapter"
         )
-    from .ray_engine import run_blocks
-
     size = block_size or getattr(job, "block_size", None) or auto_block_size(len(todo), workers)
     blocks = [todo[s : s + size] for s in range(0, len(todo), size)]
     return run_blocks(
