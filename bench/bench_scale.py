@@ -204,16 +204,16 @@ def part_ray(args) -> None:
         return run
 
     variants = {"one process": runner("local", 1), "ray 1 worker": runner("ray", 1), "ray 2 workers": runner("ray", 2)}
-    import probe.app.engine.run as engine_run
+    from probe.blocks import StreamJob
 
     seen: list = []
-    real_merge = engine_run.StreamJob.merge
+    real_merge = StreamJob.merge
 
     def merge_and_keep(parts):  # the parts' timestamps: start-up, blocks, hand-over
         seen[:] = list(parts)
         return real_merge(parts)
 
-    engine_run.StreamJob.merge = staticmethod(merge_and_keep)
+    StreamJob.merge = staticmethod(merge_and_keep)
     times = {(k, n): [] for k in variants for n in sizes}
     phases = {k: [] for k in variants}  # at the larger size: (start-up, blocks, hand-over) seconds
     results = {}

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from probe.errors import InputError
 
-from probe.blocks import CorpusItem, Part, StreamJob
+from probe.blocks import CorpusItem, Part, stream_into
 
 from .ray_engine import require_ray, run_blocks
 
@@ -192,11 +192,8 @@ def run_corpus(
         ``.result()``) and ``[(index, n_tokens)]`` of the items left out for being
         longer than the model's limit.
     """
-    job = StreamJob(accumulators, batch_size=batch_size, last_rows=last_rows)
-    parts = run_job(
+    runner = engine_runner(
         model,
-        list(corpus),
-        job,
         engine=engine,
         address=address,
         workers=workers,
@@ -206,6 +203,5 @@ def run_corpus(
         threads_per_worker=threads_per_worker,
         progress=progress,
     )
-    if not parts:
-        raise InputError("the corpus is empty: nothing to analyse")
-    return StreamJob.merge(parts), sorted(x for p in parts for x in p.long)
+    streamed = stream_into(runner, corpus, accumulators, batch_size=batch_size, last_rows=last_rows)
+    return streamed.accumulators, streamed.long

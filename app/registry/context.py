@@ -173,6 +173,12 @@ class Context:
         return engine_runner(self.engine_model, **run)
 
     @property
+    def model_name(self) -> str:
+        """The model's name without loading it: its spec, or the loaded adapter's name
+        when the run was opened on an adapter."""
+        return self.model if isinstance(self.model, str) else self.adapter.name
+
+    @property
     def engine_model(self):
         """What the engine's workers load: the model's spec, or for ``stream`` the model
         this process already loaded (not loaded twice)."""

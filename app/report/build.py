@@ -406,7 +406,7 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=N
     run = ctx.engine_run
     if run is None:
         raise RuntimeError("the local engine holds every example's maps: it streams no statistics")
-    on_engine = ctx.on_engine = EngineRun(ctx.engine, run, ctx.engine_model, ctx.input_corpus)
+    on_engine = ctx.on_engine = EngineRun(ctx.engine, run, ctx.input_corpus)
     corpus = on_engine.corpus
     if progress:
         where = f"{on_engine.run.get('workers')} Ray workers" if on_engine.name == "ray" else "this process"

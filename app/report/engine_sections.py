@@ -45,7 +45,6 @@ class EngineRun:
     Attributes:
         name: ``stream`` or ``ray`` (the ``--engine`` choice).
         run: :func:`probe.app.engine.run_job` settings (``engine``, ``workers``, …).
-        model: what each worker loads (a spec; for ``stream`` the loaded adapter).
         corpus: the whole fitted corpus (the kept sample is ``ctx.corpus``).
         stats: the sections' declared accumulators filled over ``corpus`` before the
             sections run (``filled``: ``{analysis: {key: accumulator}}``), the items left
@@ -54,7 +53,6 @@ class EngineRun:
 
     name: str
     run: dict
-    model: Any
     corpus: Any
     stats: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)

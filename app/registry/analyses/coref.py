@@ -18,7 +18,7 @@ def run(ctx) -> Result:
     numbers = read_number(ctx.conllu, limit=ctx.limit)
     # the windows stream through the model wherever the run's engine runs it (ctx.runner)
     result = run_coref(ctx.runner, sentences, numbers, context=p["context"], batch_size=p["batch_size"])
-    model = ctx.model if isinstance(ctx.model, str) else ctx.adapter.name
+    model = ctx.model_name
     notes = [
         f"{r.setting:<17} head L{r.layer}H{r.head} {r.accuracy:.3f}  nearest {r.nearest_mention:.3f}  "
         f"nearest agreeing {r.nearest_agreeing:.3f}  ({r.count} pronouns)"

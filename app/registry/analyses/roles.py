@@ -118,8 +118,9 @@ def run(ctx) -> Result:
         report = roles_streamed(
             ctx.runner, corpus_items(corpus), syntax=syntax, batch_size=p["batch_size"], **settings, **overrides
         )
-        model = ctx.model if isinstance(ctx.model, str) else ctx.adapter.name
-        described = f"{model} on {corpus.source}" + (f" (--engine {ctx.engine})" if ctx.engine != "local" else "")
+        described = f"{ctx.model_name} on {corpus.source}" + (
+            f" (--engine {ctx.engine})" if ctx.engine != "local" else ""
+        )
     counts = dict(zip(report.counts.role, map(int, report.counts.heads)))
     summary = {"source": described, "n_examples": report.n_examples, "counts": counts}
     tables = {"roles": report.roles, "layers": report.layers, "counts": report.counts}

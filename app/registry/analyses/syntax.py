@@ -49,7 +49,7 @@ def run(ctx) -> Result:
     )
     # the sentences stream through the model wherever the run's engine runs it (ctx.runner)
     result = run_syntax(ctx.runner, sentences, **settings)
-    meta = {"model": ctx.model if isinstance(ctx.model, str) else ctx.adapter.name, "conllu": str(conllu)}
+    meta = {"model": ctx.model_name, "conllu": str(conllu)}
     if ctx.engine != "local":
         meta["engine"] = ctx.engine
     best = result.relations.with_all().best(min_count=p["min_count"], relations=p["relations"])
