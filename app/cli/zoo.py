@@ -25,12 +25,25 @@ from .common import quiet_option, setup_logging, user_errors, verbose_option
 @click.option("--force", is_flag=True, help="replace a non-empty --out")
 @click.option("--steps", type=integer(min=1), default=None, help="training steps (default: the task's)")
 @click.option("--seed", type=integer(min=0), default=None, help="random seed (default: the task's)")
+@click.option("--batch-size", type=integer(min=1), default=None, help="examples per step (default: the task's)")
+@click.option(
+    "--checkpoint-every",
+    type=integer(min=1),
+    default=None,
+    help="also save the weights every N steps (and at 0 and the last) under OUT/checkpoints/step-NNNNNN",
+)
+@click.option(
+    "--checkpoints", "n_checkpoints", type=integer(min=1), default=None, help="save N+1 evenly spaced checkpoints"
+)
 @click.option("--json", "as_json", is_flag=True, help="print the card as JSON")
 @quiet_option
 @verbose_option
 @user_errors
-def train_cmd(spec, out, force, steps, seed, as_json, quiet, verbose):
-    """Train a zoo model from scratch: SPEC is zoo:<task>."""
+def train_cmd(spec, out, force, steps, seed, batch_size, checkpoint_every, n_checkpoints, as_json, quiet, verbose):
+    """Train a zoo model from scratch: SPEC is zoo:<task>.
+
+    With --checkpoint-every or --checkpoints the run's checkpoints are saved too, for
+    `probe compare OUT/checkpoints/step-*` (training dynamics, docs/compare.md)."""
     setup_logging(verbose)
     from probe.models import zoo
 
@@ -40,15 +53,20 @@ def train_cmd(spec, out, force, steps, seed, as_json, quiet, verbose):
         )
     from probe.app.registry.outdir import OutDir
 
+    schedule = ()
+    if checkpoint_every is not None or n_checkpoints is not None:
+        total = zoo.task_module(spec).STEPS if steps is None else steps
+        schedule = zoo.checkpoint_schedule(total, every=checkpoint_every, n=n_checkpoints)
     target = OutDir(out, force)  # checked before training; written beside it and renamed at the end
     with target as tmp:
-        card = zoo.train(spec, tmp, steps=steps, seed=seed, force=True)
+        card = zoo.train(spec, tmp, steps=steps, seed=seed, force=True, checkpoints=schedule, batch_size=batch_size)
     if as_json:
         click.echo(json.dumps(card, indent=2))
     else:
         click.echo(
             f"zoo:{card['task']}: {card['metric']} {card['accuracy']:.2f}% on {card['n_eval']} "
             f"held-out examples after {card['train_steps']} steps ({card['train_seconds']}s) -> {out}"
+            + (f" ({len(schedule)} checkpoints in {out}/checkpoints)" if schedule else "")
         )
 
 

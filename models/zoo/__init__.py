@@ -10,7 +10,8 @@ Public API:
     TASKS: the task names.
     load_zoo(task, path=None) -> ZooModel
     eval_examples(task, n=None, seed=None) -> list[dict]   (deterministic held-out set)
-    train(task, out, steps=None, seed=None, force=False) -> dict (the card)
+    train(task, out, steps=None, seed=None, force=False, checkpoints=(), batch_size=None) -> dict (the card)
+    checkpoint_schedule(steps, every=None, n=None) -> list[int]
     evaluate(task_or_model, n=None) -> dict
 
 Transformer tasks are plain Hugging Face models (BERT, GPT-2, BART), so the generic
@@ -122,27 +123,91 @@ def load_zoo(task: str, path: Optional[str | Path] = None) -> ZooModel:
     return ZooModel(model=model, tokenizer=tok, card=card, task=mod.TASK, path=directory)
 
 
+#: the folder of a run's checkpoints inside ``out`` (``checkpoints/step-000100/`` …)
+CHECKPOINTS_DIR = "checkpoints"
+
+
+def checkpoint_dir(out: str | Path, step: int) -> Path:
+    """Where :func:`train` saves the checkpoint taken after ``step`` steps."""
+    return Path(out) / CHECKPOINTS_DIR / f"step-{int(step):06d}"
+
+
+def checkpoint_schedule(steps: int, every: Optional[int] = None, n: Optional[int] = None) -> list:
+    """The steps a run of ``steps`` steps saves checkpoints at: ``0`` (the initialisation),
+    every ``every`` steps, or ``n`` evenly spaced ones, and always the last step.
+
+    Raises:
+        InputError: both or neither of ``every`` and ``n``, or a value below 1.
+    """
+    if (every is None) == (n is None):
+        raise InputError("give one checkpoint schedule: every N steps, or N checkpoints")
+    k = every if every is not None else n
+    if int(k) < 1:
+        raise InputError(f"the checkpoint schedule needs a positive number, got {k}")
+    if every is not None:
+        points = range(0, steps + 1, int(every))
+    else:
+        points = (round(i * steps / int(n)) for i in range(int(n) + 1))
+    return sorted(set(points) | {0, int(steps)})
+
+
 def train(
-    task: str, out: str | Path, steps: Optional[int] = None, seed: Optional[int] = None, force: bool = False
+    task: str,
+    out: str | Path,
+    steps: Optional[int] = None,
+    seed: Optional[int] = None,
+    force: bool = False,
+    checkpoints=(),
+    batch_size: Optional[int] = None,
 ) -> dict:
     """Train ``task`` from scratch into ``out``; return the card written there.
 
-    Raises ``ValueError`` if ``out`` exists and is not empty, unless ``force``.
+    ``checkpoints``: steps after which the weights are saved too, each as a zoo model
+    directory ``out/checkpoints/step-NNNNNN/`` (weights, tokenizer, a card with its
+    ``step``; :func:`load_zoo` opens it with ``path=``), for training dynamics
+    (``probe compare out/checkpoints/step-*``); ``0`` is the initialisation.
+    ``batch_size``: examples per step (default: the task's).
+
+    Raises ``InputError`` if ``out`` exists and is not empty, unless ``force``; for a
+    checkpoint step outside ``0..steps``; for checkpoints of a task whose trainer takes
+    no schedule.
     """
+    import inspect
+
     mod = task_module(task)
     out = Path(out)
+    steps = mod.STEPS if steps is None else int(steps)
+    seed = mod.SEED if seed is None else int(seed)
+    schedule = sorted({int(s) for s in checkpoints})
+    if schedule and (schedule[0] < 0 or schedule[-1] > steps):
+        raise InputError(f"checkpoint steps must lie in 0..{steps} (the run's steps), got {schedule}")
+    accepts = inspect.signature(mod.fit).parameters
+    if schedule and "on_step" not in accepts:
+        raise InputError(f"zoo:{mod.TASK}'s trainer saves no checkpoints yet (it takes no schedule); train it without")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
             raise InputError(f"{out} already exists; pass --force to overwrite it")
         shutil.rmtree(out) if out.is_dir() else out.unlink()
-    steps = mod.STEPS if steps is None else int(steps)
-    seed = mod.SEED if seed is None else int(seed)
     held_out = mod.generate(mod.N_EVAL, mod.EVAL_SEED)
+    settings = {} if batch_size is None else {"batch_size": int(batch_size)}
     t0 = time.perf_counter()
+    tok_box: dict = {}
+
+    def save_checkpoint(done: int, model) -> None:
+        if done in schedule:
+            where = checkpoint_dir(out, done)
+            where.mkdir(parents=True, exist_ok=True)
+            mod.save(model, tok_box["tok"], where)
+            _common.write_card(where, _checkpoint_card(mod, seed, steps, done, settings))
+
+    if schedule:
+        settings["on_step"] = save_checkpoint
     with _common.one_thread():
         model, tok = mod.build(seed)
-        stats = mod.fit(model, tok, steps, seed, avoid={e["text"] for e in held_out})
+        tok_box["tok"] = tok
+        stats = mod.fit(model, tok, steps, seed, avoid={e["text"] for e in held_out}, **settings)
         acc = mod.accuracy(model, tok, held_out)
+    settings.pop("on_step", None)
     out.mkdir(parents=True, exist_ok=True)
     mod.save(model, tok, out)
     card = {
@@ -163,11 +228,36 @@ def train(
         "ground_truth": mod.GROUND_TRUTH,
         "retrain": f"probe train zoo:{mod.TASK} --out DIR --seed {seed} --steps {steps}",
     }
+    if settings.get("batch_size"):
+        card["batch_size"] = settings["batch_size"]
+        card["retrain"] += f" --batch-size {settings['batch_size']}"
+    if schedule:
+        card["checkpoints"] = {str(s): str(checkpoint_dir(out, s).relative_to(out)) for s in schedule}
     card.update(getattr(mod, "CARD_EXTRA", {}))
     _common.write_card(out, card)
     log.info(
         "zoo:%s trained in %.1fs, held-out %s = %.2f%%", mod.TASK, card["train_seconds"], mod.METRIC, card["accuracy"]
     )
+    return card
+
+
+def _checkpoint_card(mod, seed: int, steps: int, done: int, settings: dict) -> dict:
+    """The card of a checkpoint: what made it and after how many of the run's steps."""
+    card = {
+        "task": mod.TASK,
+        "family": mod.FAMILY,
+        "config": getattr(mod, "CONFIG", {}),
+        "generator": mod.GENERATOR,
+        "seed": seed,
+        "step": done,
+        "train_steps": steps,
+        "metric": mod.METRIC,
+        "eval_seed": mod.EVAL_SEED,
+        "n_eval": mod.N_EVAL,
+        "ground_truth": mod.GROUND_TRUTH,
+    }
+    if settings.get("batch_size"):
+        card["batch_size"] = settings["batch_size"]
     return card
 
 

@@ -22,7 +22,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 
@@ -121,11 +121,14 @@ def train_loop(
     weight_decay: float = 0.01,
     clip: float = 1.0,
     log_every: int = 200,
+    on_step: Optional[Callable[[int, torch.nn.Module], None]] = None,
 ) -> dict:
     """AdamW with linear warm-up and cosine decay; returns ``{"steps", "seconds", "loss"}``.
 
     ``batch_fn(step)`` returns a batch (a dict of tensors); ``loss_fn(model, batch)``
-    returns a scalar loss. The model is left in eval mode.
+    returns a scalar loss. ``on_step(done, model)`` is called before the first step
+    (``done = 0``) and after each one (``done`` steps taken), the model in eval mode
+    during the call (a checkpoint schedule saves there). The model is left in eval mode.
     """
     if steps < 1:
         raise InputError(f"steps must be ≥ 1, got {steps}")
@@ -142,13 +145,23 @@ def train_loop(
     t0 = time.perf_counter()
     running = None
     with one_thread():
-        running = _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0)
+        running = _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_step)
     model.eval()
     return {"steps": steps, "seconds": round(time.perf_counter() - t0, 1), "loss": running}
 
 
-def _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0):
+def _visit(on_step, done: int, model) -> None:
+    """Call ``on_step(done, model)`` with the model in eval mode, then back to training."""
+    if on_step is None:
+        return
+    model.eval()
+    on_step(done, model)
+    model.train()
+
+
+def _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_step=None):
     running = None
+    _visit(on_step, 0, model)
     for step in range(steps):
         batch = batch_fn(step)
         loss = loss_fn(model, batch)
@@ -158,6 +171,7 @@ def _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0):
         opt.step()
         sched.step()
         running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
+        _visit(on_step, step + 1, model)
         if log_every and (step + 1) % log_every == 0:
             log.info("step %d/%d loss %.4f (%.1fs)", step + 1, steps, running, time.perf_counter() - t0)
     return running

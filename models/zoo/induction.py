@@ -126,14 +126,14 @@ def _loss(model, batch):
     return F.cross_entropy(logits.flatten(0, 1), batch["target"].flatten(), ignore_index=-100)
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64, on_step=None) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
 
     def batch_fn(_):
         enc, target = encode(tok, sample(batch_size))
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "target": target}
 
-    return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=3e-3, warmup=100)
+    return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=3e-3, warmup=100, on_step=on_step)
 
 
 def accuracy(model, tok, examples, batch_size: int = 256) -> float:

@@ -99,7 +99,7 @@ def encode(tok, examples):
     return enc, labels
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64, on_step=None) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
     at = {"step": 0}
 
@@ -113,7 +113,7 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
         # head before any has learned to attend i -> i-1
         return m(**b).loss + HEAD_SPARSITY * (at["step"] / steps) * head_norms(m).sum()
 
-    return _common.train_loop(model, batch_fn, loss_fn, steps=steps, lr=3e-3)
+    return _common.train_loop(model, batch_fn, loss_fn, steps=steps, lr=3e-3, on_step=on_step)
 
 
 def head_norms(model) -> torch.Tensor:
