@@ -28,7 +28,7 @@ from probe.errors import InputError
 from .common import UNEXPECTED_EXIT
 
 # modules under probe.app.cli whose ``COMMANDS`` are added to the root group
-COMMAND_MODULES = ["core", "report", "zoo", "store"]
+COMMAND_MODULES = ["core", "report", "zoo", "store", "compare"]
 
 
 class ProbeGroup(click.Group):

@@ -1,0 +1,155 @@
+"""Checkpoints to compare: what ``probe compare A B [C …]`` opens, and their fingerprints.
+
+A checkpoint argument is one of
+
+* a model spec :func:`probe.models.registry.load_model` knows (``minilm``, ``hf:<path>``,
+  ``zoo:<task>``);
+* a zoo model directory (a ``card.json`` naming its task: what ``probe train`` writes,
+  and each of its checkpoints ``OUT/checkpoints/step-NNNNNN``);
+* a training run's directory (``probe train … --checkpoint-every N --out OUT``): all its
+  checkpoints, in step order;
+* any other directory: ``hf:<directory>``.
+
+:func:`weights_fingerprint` hashes a model's weights (names, dtypes, shapes and bytes of
+its state dict): two checkpoints with the same fingerprint hold the same weights (the
+trap of a model hub serving the final weights under every step's name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .errors import InputError
+
+__all__ = ["Checkpoint", "resolve_checkpoints", "load_checkpoint", "weights_fingerprint", "shape_of"]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint argument, resolved.
+
+    Attributes:
+        label: how tables and pages name it (``step-000100``, ``minilm``, a directory name).
+        spec: the :func:`probe.models.registry.load_model` spec, or ``None`` for a zoo directory.
+        path: the zoo model directory (``None`` for a spec).
+        task: the zoo task of ``path``.
+        step: the training step its card records (``None`` when it records none).
+    """
+
+    label: str
+    spec: Optional[str] = None
+    path: Optional[Path] = None
+    task: Optional[str] = None
+    step: Optional[int] = None
+
+
+def _card(directory: Path) -> Optional[dict]:
+    path = directory / "card.json"
+    if not path.is_file():
+        return None
+    try:
+        card = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path} is not a readable JSON card ({exc})") from None
+    return card if isinstance(card, dict) else None
+
+
+def _zoo_dir(directory: Path) -> Optional[Checkpoint]:
+    card = _card(directory)
+    if card is None or not isinstance(card.get("task"), str):
+        return None
+    step = card.get("step")
+    return Checkpoint(
+        label=directory.name,
+        path=directory,
+        task=card["task"],
+        step=int(step) if isinstance(step, int) else None,
+    )
+
+
+def resolve_checkpoints(args: Sequence[str]) -> list:
+    """The :class:`Checkpoint` s the arguments name, in order (a run's directory expands to
+    its checkpoints by step).
+
+    Raises:
+        InputError: a run directory without checkpoints, a path that does not exist.
+    """
+    out: list = []
+    for arg in args:
+        p = Path(arg)
+        if arg.startswith(("zoo:", "hf:")) or arg == "minilm" or not p.exists():
+            if ":" not in arg and arg != "minilm":
+                raise InputError(f"checkpoint {arg!r}: no such directory, and not a model spec (minilm, hf:…, zoo:…)")
+            out.append(Checkpoint(label=arg, spec=arg))
+            continue
+        if not p.is_dir():
+            raise InputError(f"checkpoint {arg!r} is a file; give a model directory or a spec")
+        run = p / "checkpoints"
+        if run.is_dir():  # a training run: its checkpoints, by step
+            found = [c for c in (_zoo_dir(d) for d in sorted(run.iterdir()) if d.is_dir()) if c is not None]
+            if not found:
+                raise InputError(f"{run} holds no checkpoint (no card.json in its folders)")
+            out.extend(sorted(found, key=lambda c: (c.step is None, c.step or 0, c.label)))
+            continue
+        zoo = _zoo_dir(p)
+        out.append(zoo if zoo is not None else Checkpoint(label=p.name or arg, spec=f"hf:{p}"))
+    return out
+
+
+def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu"):
+    """The :class:`probe.models.adapter.ModelAdapter` of ``checkpoint`` (a zoo directory is
+    named ``zoo:<task>`` so the zoo's objectives and evaluation set apply to it)."""
+    from .registry import check_device, load_model
+
+    if checkpoint.spec is not None:
+        return load_model(checkpoint.spec, device=device)
+    from . import zoo
+    from .adapter import ModelAdapter
+    from .architectures import family_for
+
+    loaded = zoo.load_zoo(checkpoint.task or "", checkpoint.path)
+    if loaded.card.get("family") == "gru-attention":
+        raise InputError(f"{checkpoint.path} is a GRU model: compare needs transformers with attention heads")
+    adapter = ModelAdapter(
+        name=f"zoo:{loaded.task}",
+        model=loaded.model,
+        tokenizer=loaded.tokenizer,
+        family=family_for(loaded.model.config.model_type),
+        source=str(checkpoint.path),
+        card=dict(loaded.card),
+    )
+    if device and device != "cpu":
+        adapter.model.to(check_device(device))
+    return adapter
+
+
+def weights_fingerprint(model) -> str:
+    """``sha256:<hex>`` of a module's state dict: every tensor's name, dtype, shape and
+    bytes, in name order (the same weights give the same fingerprint whatever the file)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
+        digest.update(t.numpy().tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def shape_of(adapter) -> dict:
+    """What two checkpoints must share to be compared head by head: family, layers,
+    heads, head size and vocabulary size."""
+    cfg = getattr(adapter.model, "config", None)
+    return {
+        "family": adapter.family,
+        "layers": int(adapter.n_layers),
+        "heads": int(adapter.n_heads),
+        "hidden": getattr(cfg, "hidden_size", None),
+        "vocab": getattr(cfg, "vocab_size", None),
+    }
