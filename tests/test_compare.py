@@ -91,7 +91,7 @@ def test_constructed_pair_flags_the_changed_head_alone(one_thread):
     flagged = res.heads[res.heads["flagged"]]
     assert [(r.layer, r.head) for r in flagged.itertuples()] == [BROKEN]
     top = res.heads.iloc[0]
-    assert (top.layer, top.head) == BROKEN and top.jsd > 0.5
+    assert (int(top["layer"]), int(top["head"])) == BROKEN and top["jsd"] > 0.5
     ind = res.changes[(res.changes["measure"] == "induction")].set_index(["layer", "head"]).loc[BROKEN]
     assert ind["a"] > 0.9 and ind["change"] < -0.5 and ind["ci_high"] < -0.5  # it stopped being an induction head
     assert not res.warnings
@@ -149,10 +149,12 @@ def test_minilm_with_one_layer_rerandomised_puts_that_layer_on_top(minilm, one_t
         "The cat sat on the mat.",
         "A quick brown fox jumps over the lazy dog.",
         "She gave him the book yesterday.",
+        "Rain fell on the old town all night.",
         "They will visit their friends in Paris next week.",
         "The results were better than expected.",
+        "He runs every morning before work.",
         "Our team won the final match.",
-    ]
+    ]  # eight: a signed-rank p of 8 examples (at best 1/256) can clear BH across 72 heads; 6 (1/64) cannot
     checkpoints, loader = _in_memory({"minilm": minilm, "layer 2 re-randomised": b})
     res = compare_checkpoints(checkpoints, load_corpus(text=texts), loader=loader, n_boot=200, necessity=False)
     ranked = res.heads.sort_values("jsd", ascending=False)
@@ -180,7 +182,18 @@ def test_cli_on_identical_checkpoints_warns_and_writes_tables_and_page(tmp_path,
     out = tmp_path / "o"
     r = CliRunner().invoke(
         main,
-        ["compare", "zoo:induction", "zoo:induction", "--limit", "6", "--no-necessity", "--n-boot", "50", "--out", str(out)],
+        [
+            "compare",
+            "zoo:induction",
+            "zoo:induction",
+            "--limit",
+            "6",
+            "--no-necessity",
+            "--n-boot",
+            "50",
+            "--out",
+            str(out),
+        ],
     )
     assert r.exit_code == 0, r.output
     assert "identical weights" in r.output and "0 of 8 heads flagged" in r.output
@@ -200,3 +213,44 @@ def test_page_escapes_checkpoint_labels(one_thread):
     )
     html = compare_page(res)
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "b&amp;c" in html
+
+
+# --------------------------------------------------------------------------- training dynamics
+def test_trainer_saves_checkpoints_and_a_run_expands_to_them_by_step(tmp_path, one_thread):
+    from probe.models import zoo
+    from probe.models.checkpoints import resolve_checkpoints
+
+    assert zoo.checkpoint_schedule(10, every=4) == [0, 4, 8, 10]
+    assert zoo.checkpoint_schedule(9, n=3) == [0, 3, 6, 9]
+    card = zoo.train("induction", tmp_path / "run", steps=4, seed=1, batch_size=4, checkpoints=[0, 2, 4])
+    assert card["checkpoints"] == {s: f"checkpoints/step-00000{s}" for s in ("0", "2", "4")}
+    resolved = resolve_checkpoints([str(tmp_path / "run")])
+    assert [(c.label, c.step, c.task) for c in resolved] == [(f"step-00000{s}", s, "induction") for s in (0, 2, 4)]
+    with pytest.raises(InputError, match="0..4"):
+        zoo.train("induction", tmp_path / "bad", steps=4, checkpoints=[6])
+
+
+@pytest.mark.slow
+def test_the_induction_phase_change_in_the_first_150_steps(tmp_path, one_thread):
+    """The first 150 steps of zoo:induction's own run (its learning-rate schedule, batch 64):
+    the in-context-learning score and the induction heads' score move most in the same
+    interval, 100 -> 150, by most of their total movement (Olsson et al. 2022's phase change;
+    docs/compare.md draws the whole 1,500-step run)."""
+    from probe.models import zoo
+    from probe.models.checkpoints import resolve_checkpoints
+
+    zoo.train("induction", tmp_path / "run", stop_after=150, checkpoints=[0, 50, 100, 150])
+    res = compare_checkpoints(
+        resolve_checkpoints([str(tmp_path / "run")]),
+        load_corpus(model="zoo:induction", limit=12),
+        necessity=False,
+        n_boot=100,
+    )
+    ((layer, head),) = res.induction_heads
+    assert layer == 1  # the induction head sits above the previous-token head
+    icl, ind = res.phase.iloc[0], res.phase.iloc[1]
+    assert (icl.from_step, icl.to_step) == (ind.from_step, ind.to_step) == (100, 150)
+    assert icl.change < -1.0 and ind.change > 0.3 and icl.share > 0.4 and ind.share > 0.6
+    assert res.icl["icl"].iloc[0] == pytest.approx(0.0, abs=0.1)  # at initialisation: no in-context learning
+    layer0 = res.scores[(res.scores["measure"] == "induction") & (res.scores["layer"] == 0)]
+    assert layer0[layer0["step"] == 150]["value"].max() < 0.1  # layer 0 heads cannot do induction

@@ -122,7 +122,8 @@ def _necessity(adapter, corpus, metric, batch_size: int, n_heads: int) -> tuple:
     obj, why = resolve_objective(metric, adapter, corpus, use="per-example")
     heads = [(layer, h) for layer in range(adapter.n_layers) for h in range(n_heads)]
     sweep = sweep_heads(adapter, corpus, obj, heads=heads, batch_size=batch_size, n_boot=10)
-    harm = np.stack([obj.harm(sweep.clean, row) for row in sweep.ablated], axis=1)  # [E, L·H]
+    delta = (np.asarray(sweep.ablated) - np.asarray(sweep.clean)[None, :]).T  # [E, L·H] score changes
+    harm = -delta if obj.higher_is_better else delta  # positive: worse without the head
     floor, _source = floor_of(obj)
     return harm, obj.spec if hasattr(obj, "spec") else obj.name, float(floor), why
 

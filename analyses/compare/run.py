@@ -167,7 +167,13 @@ def compare_checkpoints(
 
             try:
                 attribution[(measured[-1].label, m.label)] = attribute_change(
-                    adapters[len(measured) - 1], adapter, corpus, metric, batch_size=batch_size, n_boot=n_boot, seed=seed
+                    adapters[len(measured) - 1],
+                    adapter,
+                    corpus,
+                    metric,
+                    batch_size=batch_size,
+                    n_boot=n_boot,
+                    seed=seed,
                 )
             except NotApplicable as exc:
                 notes.append(f"attribution {measured[-1].label} -> {m.label} not measured: {exc}")

@@ -44,8 +44,22 @@ WRITTEN = (
 @verbose_option
 @user_errors
 def compare_cmd(
-    checkpoints, text, file_, conllu, limit, out, no_necessity, attribute, metric, fdr, n_boot, batch_size, device,
-    force, quiet, verbose,
+    checkpoints,
+    text,
+    file_,
+    conllu,
+    limit,
+    out,
+    no_necessity,
+    attribute,
+    metric,
+    fdr,
+    n_boot,
+    batch_size,
+    device,
+    force,
+    quiet,
+    verbose,
 ):
     """Compare checkpoints head by head: per head, the change of every role score and
     detector, of the pattern (Jensen–Shannon divergence on the same inputs) and of
@@ -54,7 +68,7 @@ def compare_cmd(
     CHECKPOINTS: model specs (minilm, hf:<path>, zoo:<task>), zoo model directories, or a
     training run's directory (`probe train zoo:<task> --checkpoint-every N`: all its
     checkpoints, by step; the scores are drawn against the step). A zoo checkpoint with
-    no input runs on its task's evaluation set. Writes """
+    no input runs on its task's evaluation set. Writes"""
     setup_logging(verbose)
     configure_progress()
     from probe.errors import InputError
@@ -104,11 +118,15 @@ def result_lines(result) -> list:
         names = ", ".join(f"L{r.layer}H{r.head} ({r.flagged_measures})" for r in flagged.head(8).itertuples())
         more = f" and {len(flagged) - 8} more" if len(flagged) > 8 else ""
         lines.append(f"{a} -> {b}: {len(flagged)} of {len(g)} heads flagged" + (f": {names}{more}" if names else ""))
-        top = ", ".join(f"L{r.layer}H{r.head} {r.jsd:.3f}" for r in g.sort_values("jsd", ascending=False).head(5).itertuples())
+        top = ", ".join(
+            f"L{r.layer}H{r.head} {r.jsd:.3f}" for r in g.sort_values("jsd", ascending=False).head(5).itertuples()
+        )
         lines.append(f"  largest pattern change (JSD, bits): {top}")
     if result.phase is not None:
         for r in result.phase.itertuples():
-            lines.append(f"phase change: {r.series} moves most from step {r.from_step} to {r.to_step} ({r.change:+.3f})")
+            lines.append(
+                f"phase change: {r.series} moves most from step {r.from_step} to {r.to_step} ({r.change:+.3f})"
+            )
     return lines
 
 

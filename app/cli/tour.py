@@ -38,13 +38,20 @@ OTHER_COMMANDS = [
     ),
     (
         "train",
-        "retrain a zoo model from scratch (zoo:constructed is set by hand: instant)",
+        "retrain a zoo model from scratch (zoo:constructed is set by hand: instant); "
+        "`--checkpoint-every N` saves the run's checkpoints for `probe compare`",
         "probe train zoo:constructed --out out/constructed",
     ),
     (
         "evaluate",
         "reproduce a zoo model's held-out accuracy from its card",
         "probe evaluate --model zoo:constructed --limit 50 --json",
+    ),
+    (
+        "compare",
+        "heads across checkpoints: per head the change of every score, of the pattern (JSD) and of "
+        "necessity, paired by example with FDR; a training run's scores against the step",
+        "probe compare zoo:constructed out/constructed --limit 8 --out out/compare",
     ),
 ]
 

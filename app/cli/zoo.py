@@ -35,11 +35,19 @@ from .common import quiet_option, setup_logging, user_errors, verbose_option
 @click.option(
     "--checkpoints", "n_checkpoints", type=integer(min=1), default=None, help="save N+1 evenly spaced checkpoints"
 )
+@click.option(
+    "--stop-after",
+    type=integer(min=1),
+    default=None,
+    help="end after N of the run's steps (its learning-rate schedule unchanged: a long run's first steps)",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the card as JSON")
 @quiet_option
 @verbose_option
 @user_errors
-def train_cmd(spec, out, force, steps, seed, batch_size, checkpoint_every, n_checkpoints, as_json, quiet, verbose):
+def train_cmd(
+    spec, out, force, steps, seed, batch_size, checkpoint_every, n_checkpoints, stop_after, as_json, quiet, verbose
+):
     """Train a zoo model from scratch: SPEC is zoo:<task>.
 
     With --checkpoint-every or --checkpoints the run's checkpoints are saved too, for
@@ -56,10 +64,19 @@ def train_cmd(spec, out, force, steps, seed, batch_size, checkpoint_every, n_che
     schedule = ()
     if checkpoint_every is not None or n_checkpoints is not None:
         total = zoo.task_module(spec).STEPS if steps is None else steps
-        schedule = zoo.checkpoint_schedule(total, every=checkpoint_every, n=n_checkpoints)
+        schedule = zoo.checkpoint_schedule(stop_after or total, every=checkpoint_every, n=n_checkpoints)
     target = OutDir(out, force)  # checked before training; written beside it and renamed at the end
     with target as tmp:
-        card = zoo.train(spec, tmp, steps=steps, seed=seed, force=True, checkpoints=schedule, batch_size=batch_size)
+        card = zoo.train(
+            spec,
+            tmp,
+            steps=steps,
+            seed=seed,
+            force=True,
+            checkpoints=schedule,
+            batch_size=batch_size,
+            stop_after=stop_after,
+        )
     if as_json:
         click.echo(json.dumps(card, indent=2))
     else:

@@ -24,13 +24,18 @@ def dynamics_figure(scores, path, highlight=()) -> Path:
         for (layer, head), g in s.groupby(["layer", "head"]):
             g = g.sort_values("step")
             thick = (int(layer), int(head)) in set(highlight)
-            ax.plot(g["step"], g["value"], lw=2.2 if thick else 0.8, alpha=1 if thick else 0.45,
-                    label=f"L{layer}H{head}" if thick else None)
+            ax.plot(
+                g["step"],
+                g["value"],
+                lw=2.2 if thick else 0.8,
+                alpha=1 if thick else 0.45,
+                label=f"L{layer}H{head}" if thick else None,
+            )
         ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
         if highlight:
             ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(measures):]:
+    for ax in list(axes.flat)[len(measures) :]:
         ax.axis("off")
     fig.supxlabel("training step", fontsize=9)
     fig.tight_layout()

@@ -82,8 +82,10 @@ def compare_page(comparison, figures=()) -> str:
     if c.phase is not None:
         parts.append("<h2>Phase change</h2>" + frame_table(c.phase))
     for name, caption in figures:
-        parts.append(f'<figure><img src="{esc(name)}" alt="{esc(caption)}" style="max-width:100%">'
-                     f"<figcaption>{esc(caption)}</figcaption></figure>")
+        parts.append(
+            f'<figure><img src="{esc(name)}" alt="{esc(caption)}" style="max-width:100%">'
+            f"<figcaption>{esc(caption)}</figcaption></figure>"
+        )
     for note in c.notes:
         parts.append(f'<p class="muted">{esc(note)}</p>')
     return page("probe compare", "\n".join(parts))

@@ -159,6 +159,7 @@ def train(
     force: bool = False,
     checkpoints=(),
     batch_size: Optional[int] = None,
+    stop_after: Optional[int] = None,
 ) -> dict:
     """Train ``task`` from scratch into ``out``; return the card written there.
 
@@ -166,7 +167,9 @@ def train(
     directory ``out/checkpoints/step-NNNNNN/`` (weights, tokenizer, a card with its
     ``step``; :func:`load_zoo` opens it with ``path=``), for training dynamics
     (``probe compare out/checkpoints/step-*``); ``0`` is the initialisation.
-    ``batch_size``: examples per step (default: the task's).
+    ``batch_size``: examples per step (default: the task's). ``stop_after``: end the run
+    after this many of its ``steps`` (the learning-rate schedule stays the full run's, so
+    its checkpoints are the first ones of the long run: the tests' training dynamics).
 
     Raises ``InputError`` if ``out`` exists and is not empty, unless ``force``; for a
     checkpoint step outside ``0..steps``; for checkpoints of a task whose trainer takes
@@ -179,10 +182,13 @@ def train(
     steps = mod.STEPS if steps is None else int(steps)
     seed = mod.SEED if seed is None else int(seed)
     schedule = sorted({int(s) for s in checkpoints})
-    if schedule and (schedule[0] < 0 or schedule[-1] > steps):
-        raise InputError(f"checkpoint steps must lie in 0..{steps} (the run's steps), got {schedule}")
+    last = steps if stop_after is None else int(stop_after)
+    if stop_after is not None and not 1 <= last <= steps:
+        raise InputError(f"stop_after must lie in 1..{steps} (the run's steps), got {stop_after}")
+    if schedule and (schedule[0] < 0 or schedule[-1] > last):
+        raise InputError(f"checkpoint steps must lie in 0..{last} (the steps run), got {schedule}")
     accepts = inspect.signature(mod.fit).parameters
-    if schedule and "on_step" not in accepts:
+    if (schedule or stop_after is not None) and "on_step" not in accepts:
         raise InputError(f"zoo:{mod.TASK}'s trainer saves no checkpoints yet (it takes no schedule); train it without")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
@@ -199,8 +205,10 @@ def train(
             where.mkdir(parents=True, exist_ok=True)
             mod.save(model, tok_box["tok"], where)
             _common.write_card(where, _checkpoint_card(mod, seed, steps, done, settings))
+        if done == last and last < steps:
+            raise _common.StopTraining()
 
-    if schedule:
+    if schedule or last < steps:
         settings["on_step"] = save_checkpoint
     with _common.one_thread():
         model, tok = mod.build(seed)
@@ -231,6 +239,8 @@ def train(
     if settings.get("batch_size"):
         card["batch_size"] = settings["batch_size"]
         card["retrain"] += f" --batch-size {settings['batch_size']}"
+    if last < steps:
+        card["stopped_after"] = last
     if schedule:
         card["checkpoints"] = {str(s): str(checkpoint_dir(out, s).relative_to(out)) for s in schedule}
     card.update(getattr(mod, "CARD_EXTRA", {}))

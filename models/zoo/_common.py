@@ -150,6 +150,11 @@ def train_loop(
     return {"steps": steps, "seconds": round(time.perf_counter() - t0, 1), "loss": running}
 
 
+class StopTraining(Exception):
+    """Raised by an ``on_step`` callback to end a run early (the schedule stays the full
+    run's: the first steps of a long run, for training dynamics in a short time)."""
+
+
 def _visit(on_step, done: int, model) -> None:
     """Call ``on_step(done, model)`` with the model in eval mode, then back to training."""
     if on_step is None:
@@ -160,6 +165,13 @@ def _visit(on_step, done: int, model) -> None:
 
 
 def _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_step=None):
+    try:
+        return _steps(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_step)
+    except StopTraining as stop:
+        return stop.args[0] if stop.args else None
+
+
+def _steps(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_step):
     running = None
     _visit(on_step, 0, model)
     for step in range(steps):
