@@ -254,3 +254,26 @@ def test_the_induction_phase_change_in_the_first_150_steps(tmp_path, one_thread)
     assert res.icl["icl"].iloc[0] == pytest.approx(0.0, abs=0.1)  # at initialisation: no in-context learning
     layer0 = res.scores[(res.scores["measure"] == "induction") & (res.scores["layer"] == 0)]
     assert layer0[layer0["step"] == 150]["value"].max() < 0.1  # layer 0 heads cannot do induction
+
+
+def test_cli_trains_a_run_and_compares_its_checkpoints_against_the_step(tmp_path, one_thread):
+    import pandas as pd
+
+    from probe.app.cli import main
+
+    run, out = tmp_path / "run", tmp_path / "cmp"
+    r = CliRunner().invoke(
+        main,
+        ["train", "zoo:induction", "--steps", "4", "--batch-size", "4", "--checkpoints", "2", "--out", str(run), "-q"],
+    )
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(
+        main, ["compare", str(run), "--limit", "3", "--no-necessity", "--n-boot", "20", "--out", str(out), "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    scores = pd.read_csv(out / "scores.csv")
+    assert sorted(scores["step"].unique()) == [0, 2, 4]
+    assert set(pd.read_csv(out / "heads.csv")["from"]) == {"step-000000", "step-000002"}
+    assert (out / "dynamics.png").is_file() and (out / "phase.csv").is_file()
+    summary = json.loads((out / "compare.json").read_text())
+    assert [c["step"] for c in summary["checkpoints"]] == [0, 2, 4]

@@ -89,7 +89,18 @@ class Comparison:
             out.setdefault("attribution", []).append(
                 {"from": a, "to": b, "objective": res.objective, "total": res.total, "total_ci": list(res.total_ci)}
             )
-        return out
+        return _no_nan(out)
+
+
+def _no_nan(value):
+    """``value`` with every NaN float replaced by ``None`` (strict JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
 
 
 def check_shapes(labels: Sequence[str], shapes: Sequence[dict]) -> None:
