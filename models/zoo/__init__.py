@@ -141,14 +141,14 @@ def checkpoint_schedule(steps: int, every: Optional[int] = None, n: Optional[int
     """
     if (every is None) == (n is None):
         raise InputError("give one checkpoint schedule: every N steps, or N checkpoints")
-    k = every if every is not None else n
-    if int(k) < 1:
+    k = int(every if every is not None else n)  # type: ignore[arg-type]  # one of them is given (checked)
+    if k < 1:
         raise InputError(f"the checkpoint schedule needs a positive number, got {k}")
     if every is not None:
-        points = range(0, steps + 1, int(every))
+        points = set(range(0, steps + 1, k))
     else:
-        points = (round(i * steps / int(n)) for i in range(int(n) + 1))
-    return sorted(set(points) | {0, int(steps)})
+        points = {round(i * steps / k) for i in range(k + 1)}
+    return sorted(points | {0, int(steps)})
 
 
 def train(
@@ -195,7 +195,7 @@ def train(
             raise InputError(f"{out} already exists; pass --force to overwrite it")
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     held_out = mod.generate(mod.N_EVAL, mod.EVAL_SEED)
-    settings = {} if batch_size is None else {"batch_size": int(batch_size)}
+    settings: dict = {} if batch_size is None else {"batch_size": int(batch_size)}
     t0 = time.perf_counter()
     tok_box: dict = {}
 
