@@ -1,0 +1,268 @@
+"""Screen every head at once: attribution patching of each head's removal.
+
+Attribution patching (Nanda 2023, "Attribution patching: activation patching at
+industrial scale"; AtP, Kramár et al. 2024, "AtP*: an efficient and scalable method for
+localizing LLM behaviour to components") replaces one forward per removed head by a
+first-order Taylor expansion around the clean run. Removing head ``h`` of layer ``l``
+replaces its output ``z_h`` (``blocks.{l}.attn.hook_z``, ``[b, seq, head, head_dim]``)
+by ``r_h`` (the corpus mean at word / special positions, zero, or another sentence's
+output at a position of the same kind — the values of
+:mod:`probe.analyses.claims.removal`), so the readout ``R`` of example ``i`` changes by::
+
+    ΔR_i,h ≈ ∂R_i/∂α_i,h   with   z_h ← z_h + α_i,h (r_h − z_h),  α = 0
+
+One forward with a zero ``α`` per example, head and mode at every layer's ``hook_z``
+(through the one trace, :class:`probe.trace.Trace`) and one backward of ``Σ_i R_i`` give
+``∂R_i/∂α_i,h = g_i,h · (r_h − z_h)`` (summed over positions and ``head_dim``) for every
+head, example and mode at once: the rows of a batch do not interact, so the gradient of
+the sum with respect to row ``i``'s ``α`` is row ``i``'s own.
+
+Two estimates, chosen by the objective (``kind="auto"``):
+
+* ``first-order`` — objectives with one number per example that are not stationary at the
+  clean model (a loss, a logit): ``estimate[mode] [n, L, H]`` is the AtP estimate of the
+  harm, in the objective's units and sign (positive = worse). It is exact when the readout
+  is linear in every head's output (:mod:`tests.test_screen` builds such a model).
+* ``readout-sketch`` — objectives stationary at the clean model (``stationary_at_clean``:
+  embedding drift), corpus-level ones (``corpus_level``: the similarity structure of a
+  sentence encoder) or readouts with more than one number per example. Their first-order
+  harm is zero (or undefined), so the screen ranks heads by the size of the linearised
+  change of each example's readout instead: ``estimate[mode] [n, L, H]`` estimates
+  ``‖J_i Δz_i,h‖²``, ``J_i`` the Jacobian of example ``i``'s unit-normalised readout
+  ``R_i/‖R_i‖`` (what cosine similarities see) with respect to the head's output. With
+  ``u ~ N(0, I)``, ``E[(uᵀ J Δz)²] = ‖J Δz‖²`` (the Hutchinson trick, Hutchinson 1989), so
+  ``k = n_projections`` backwards of ``uᵀ R̂`` per batch give an unbiased estimate for every
+  head at once (relative standard deviation ``√(2/k)`` per example). For the embedding
+  drift ``1 − cos`` this is ``2 ×`` the second-order harm; for the similarity structure
+  it is a ranking, not a harm.
+
+AtP*'s two refinements and what they mean here: the *QK fix* recomputes the softmax when
+the patched node is a head's query or key; the nodes screened here are head outputs
+``z``, so the softmax of the head itself is not linearised (downstream heads' are, which is
+the error that remains; :func:`probe.analyses.claims.removal.removal_sweep` confirms).
+*GradDrop* (against cancellation along different paths) needs one backward per layer with
+that layer's residual gradient dropped; it is not implemented (docs/necessity.md).
+
+Cost: one forward + one backward per batch (``readout-sketch``: ``k`` backwards), against
+``n_heads × n_modes`` restarted forwards per batch for the exact sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from probe.analyses.claims.removal import resample_sources, sweep_batches
+from probe.analyses.common.metrics import as_corpus
+from probe.analyses.common.objective import resolve_objective
+from probe.analyses.necessity.ablation import position_kind_means
+from probe.edits import Apply
+from probe.errors import InputError
+from probe.models.sites import Site
+from probe.trace import Trace
+
+__all__ = ["SCREEN_MODES", "KINDS", "HeadScreen", "screen_heads", "screen_kind"]
+
+#: the removal modes a screen linearises (those that replace ``z`` by a value)
+SCREEN_MODES = ("mean", "zero", "resample")
+KINDS = ("first-order", "readout-sketch")
+
+
+@dataclass(frozen=True)
+class HeadScreen:
+    """Screened estimates of every head's removal.
+
+    Attributes:
+        estimate: mode -> ``[n, n_layers, n_heads]`` per-example estimates (module docstring:
+            a harm for ``first-order``, ``‖J Δz‖²`` for ``readout-sketch``).
+        kind: ``first-order`` | ``readout-sketch``; n_projections: ``k`` of the sketch (0 otherwise).
+        objective: its name; n: examples; seconds: wall time of the screen (means included).
+    """
+
+    estimate: dict
+    kind: str
+    objective: str
+    n: int
+    n_projections: int = 0
+    seconds: float = 0.0
+    units: str = ""
+    skipped: dict = field(default_factory=dict)
+
+    @property
+    def heads(self) -> list:
+        """``[(layer, head)]`` in the flattened order of :meth:`mean`'s rows."""
+        _, L, H = next(iter(self.estimate.values())).shape
+        return [(layer, h) for layer in range(L) for h in range(H)]
+
+    def mean(self, mode: str) -> np.ndarray:
+        """``[n_layers · n_heads]`` the estimate's mean over examples (rows as :attr:`heads`)."""
+        e = self.estimate[mode]
+        return e.reshape(e.shape[0], -1).mean(0)
+
+    def stderr(self, mode: str) -> np.ndarray:
+        """``[n_layers · n_heads]`` the standard error of :meth:`mean` over examples."""
+        e = self.estimate[mode]
+        flat = e.reshape(e.shape[0], -1)
+        return flat.std(0, ddof=1) / np.sqrt(len(flat)) if len(flat) > 1 else np.full(flat.shape[1], np.inf)
+
+    def upper(self, mode: str, z: float = 2.0, slack: float = 0.0) -> np.ndarray:
+        """``[n_layers · n_heads]`` an upper bound on the mean effect: ``mean + z · stderr +
+        slack · |mean|`` (``slack``: a relative allowance for the linearisation's error)."""
+        m = self.mean(mode)
+        return m + z * self.stderr(mode) + slack * np.abs(m)
+
+    def to_frame(self) -> pd.DataFrame:
+        """``layer, head, mode, estimate, stderr`` (one row per head and mode)."""
+        rows = []
+        for mode in self.estimate:
+            for (layer, h), m, s in zip(self.heads, self.mean(mode), self.stderr(mode)):
+                rows.append({"layer": layer, "head": h, "mode": mode, "estimate": m, "stderr": s})
+        return pd.DataFrame(rows)
+
+
+def screen_kind(obj) -> str:
+    """``first-order`` or ``readout-sketch`` for a resolved objective (module docstring)."""
+    if getattr(obj, "stationary_at_clean", False) or getattr(obj, "corpus_level", False):
+        return "readout-sketch"
+    return "first-order"
+
+
+def _replacements(mode: str, z: torch.Tensor, layer: int, batch, means, src) -> torch.Tensor:
+    """``r − z`` ``[b, s, H, dh]`` for ``mode`` (``z`` detached)."""
+    if mode == "zero":
+        return -z
+    if mode == "mean":
+        return means[:, layer].to(z.device)[batch.special.long().to(z.device)].to(z.dtype) - z
+    b, s, H, dh = z.shape  # resample
+    return z.reshape(b * s, H, dh)[src.reshape(-1)].reshape(b, s, H, dh) - z
+
+
+def _linearised_edit(alpha: torch.Tensor, modes: Sequence[str], layer: int, batch, means, src):
+    """The edit ``z ← z + Σ_m α_m (r_m − z)`` of one layer (``alpha [M, b, H]``, zero)."""
+
+    def edit(z, ctx):
+        zd = z.detach()
+        out = z
+        for m, mode in enumerate(modes):
+            out = out + alpha[m][:, None, :, None].to(z.dtype) * _replacements(mode, zd, layer, batch, means, src)
+        return out
+
+    return edit
+
+
+def screen_heads(
+    adapter,
+    corpus,
+    objective="auto",
+    *,
+    modes: Sequence[str] = SCREEN_MODES,
+    kind: str = "auto",
+    n_projections: int = 8,
+    batch_size: int = 8,
+    seed: int = 0,
+    stack: Optional[str] = None,
+    means: Optional[torch.Tensor] = None,
+    progress: bool = False,
+) -> HeadScreen:
+    """Screen every head's removal in every mode on every example (module docstring).
+
+    Args:
+        objective: a name, ``auto`` or an :class:`probe.analyses.common.objective.Objective`.
+        modes: of :data:`SCREEN_MODES`.
+        kind: ``auto`` (from the objective, :func:`screen_kind`) or one of :data:`KINDS`.
+        n_projections: random projections of the readout per batch (``readout-sketch``).
+        batch_size, seed: as :func:`probe.analyses.claims.removal.removal_sweep` (the same
+            batches and, for ``resample``, the same sources per batch, so estimates and
+            exact harms are paired by example).
+        means: ``[2, L, H, head_dim]`` per-kind head means
+            (:func:`probe.analyses.necessity.ablation.position_kind_means`), computed here
+            when ``mean`` is screened and none is given.
+
+    Returns:
+        :class:`HeadScreen` with ``estimate[mode] [n, L, H]``.
+
+    Raises:
+        InputError: an unknown mode or kind, ``n_projections < 1``, an objective that does not fit.
+    """
+    started = time.time()
+    bad = [m for m in modes if m not in SCREEN_MODES]
+    if bad:
+        raise InputError(f"unknown screen mode(s) {', '.join(bad)}; use {', '.join(SCREEN_MODES)}")
+    if kind not in ("auto", *KINDS):
+        raise InputError(f"unknown screen kind {kind!r}; use auto, {', '.join(KINDS)}")
+    if n_projections < 1:
+        raise InputError(f"n_projections must be at least 1, got {n_projections}")
+    corpus = as_corpus(corpus)
+    obj, _ = resolve_objective(objective, adapter, corpus)
+    kind = screen_kind(obj) if kind == "auto" else kind
+    stack = stack or adapter.default_stack
+    L, H = adapter.n_layers_of(stack), adapter.n_heads
+    modes = tuple(modes)
+    if "mean" in modes and means is None:
+        means = position_kind_means(adapter, corpus, obj, batch_size, stack)
+    sign = -1.0 if getattr(obj, "higher_is_better", False) else 1.0
+    n = len(corpus)
+    est = {m: np.zeros((n, L, H)) for m in modes}
+    from tqdm.auto import tqdm
+
+    for number, idx in tqdm(sweep_batches(corpus, batch_size), disable=not progress, desc="screen"):
+        idx = list(idx)
+        batch = obj.make_batch(adapter, corpus, idx)
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + int(number))  # as removal_sweep's batch
+        src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
+        device = batch.inputs["input_ids"].device
+        src = src.to(device)
+        alphas = [torch.zeros(len(modes), len(idx), H, device=device, requires_grad=True) for _ in range(L)]
+        edit = {
+            Site("z", layer, stack): Apply(
+                _linearised_edit(alphas[layer], modes, layer, batch, means, src), in_place=False
+            )
+            for layer in range(L)
+        }
+        with torch.enable_grad(), Trace(adapter, edit=edit, stack=stack, path="hooks"):
+            readout = obj.readout(obj.forward(adapter, batch), batch)
+        got = (
+            _first_order(readout, alphas) * sign
+            if kind == "first-order"
+            else _sketch(readout, alphas, n_projections, gen)
+        )
+        for m, mode in enumerate(modes):
+            est[mode][idx] = got[:, m].transpose(0, 1).numpy()  # [L, b, H] -> [b, L, H]
+    return HeadScreen(
+        estimate=est,
+        kind=kind,
+        objective=obj.name,
+        n=n,
+        n_projections=n_projections if kind == "readout-sketch" else 0,
+        seconds=time.time() - started,
+        units=obj.units if kind == "first-order" else "‖J Δz‖² of the unit-normalised readout",
+    )
+
+
+def _first_order(readout: torch.Tensor, alphas: list) -> torch.Tensor:
+    """``[L, M, b, H]``: ``∂R_i/∂α`` of a readout of one number per row."""
+    if readout.dim() != 1:
+        raise InputError(
+            f"a first-order screen needs one number per example, the readout has shape {tuple(readout.shape)}; "
+            "use kind='readout-sketch'"
+        )
+    grads = torch.autograd.grad(readout.double().sum(), alphas, allow_unused=True)
+    return torch.stack([torch.zeros_like(a) if g is None else g for a, g in zip(alphas, grads)]).detach().double().cpu()
+
+
+def _sketch(readout: torch.Tensor, alphas: list, k: int, gen: torch.Generator) -> torch.Tensor:
+    """``[L, M, b, H]``: the mean over ``k`` Gaussian projections ``u`` of ``(uᵀ J Δz)²``,
+    ``J`` the Jacobian of the unit-normalised readout (module docstring)."""
+    r = readout.reshape(readout.shape[0], -1).double()
+    r = r / r.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    total = torch.stack([torch.zeros_like(a, dtype=torch.float64) for a in alphas])
+    for j in range(k):
+        u = torch.randn(r.shape, generator=gen, dtype=torch.float64).to(r.device)
+        grads = torch.autograd.grad((u * r).sum(), alphas, retain_graph=j < k - 1, allow_unused=True)
+        total += torch.stack([torch.zeros_like(a) if g is None else g for a, g in zip(alphas, grads)]).double() ** 2
+    return (total / k).detach().cpu()
