@@ -148,6 +148,8 @@ def test_screen_refuses_bad_settings(linear_gpt2, w):
         screen_heads(linear_gpt2, TEXTS, LinearReadout(w), modes=("uniform",))
     with pytest.raises(InputError, match="n_projections"):
         screen_heads(linear_gpt2, TEXTS, LinearReadout(w), n_projections=0)
+    with pytest.raises(InputError, match="needs a model with logits"):
+        screen_heads(linear_gpt2, TEXTS[:4], LinearReadout(w), kind="output-sketch", modes=("zero",))
     with pytest.raises(InputError, match="one number per example"):
         screen_heads(linear_gpt2, TEXTS[:4], LinearReadout(w, vector=True), kind="first-order", modes=("zero",))
 
@@ -180,3 +182,19 @@ def test_confirm_calls_necessary_only_what_it_removed_exactly(linear_gpt2, w):
     for j, i in enumerate(plan.confirm):
         np.testing.assert_allclose(conf.exact[i], sweep.harm["mean"][j])
     assert conf.summary()["audited"] == 2
+
+
+def test_sequential_necessity_runs_the_exact_removals_of_the_sweep(linear_gpt2, w):
+    """On the live model: with a level no 8 sentences can reach, every head takes every
+    sentence (in shuffled blocks), and its mean harm is the exact sweep's."""
+    from probe.analyses.necessity.sequential import sequential_necessity
+
+    obj = LinearReadout(w)
+    heads = [(0, 1), (1, 2), (1, 3)]
+    exact = removal_sweep(linear_gpt2, TEXTS, obj, heads, modes=("mean",), batch_size=3).harm["mean"]
+    big = float(np.abs(exact).max()) * 2
+    r = sequential_necessity(
+        linear_gpt2, TEXTS, heads, floor=0.0, bounds=(-big, big), objective=obj, q=1e-6, block=3, batch_size=3
+    )
+    assert r.decision == ("undecided",) * 3 and (r.n_used == len(TEXTS)).all()
+    np.testing.assert_allclose(r.mean, exact.mean(1), rtol=1e-5, atol=1e-7)

@@ -35,6 +35,12 @@ Two estimates, chosen by the objective (``kind="auto"``):
   head at once (relative standard deviation ``√(2/k)`` per example). For the embedding
   drift ``1 − cos`` this is ``2 ×`` the second-order harm; for the similarity structure
   it is a ranking, not a harm.
+* ``output-sketch`` (asked for, not chosen by ``auto``) — the same sketch of the model's
+  log-probabilities at every valid position (a squared norm per example that is the mean
+  over positions). For a loss the model has saturated (a trained zoo model, loss ≈ 0) the
+  loss's gradient vanishes and first-order AtP ranks heads badly (the benchmark's
+  zoo:induction: docs/necessity.md); the change of the output distribution does not
+  vanish and ranks them.
 
 AtP*'s two refinements and what they mean here: the *QK fix* recomputes the softmax when
 the patched node is a head's query or key; the nodes screened here are head outputs
@@ -70,7 +76,7 @@ __all__ = ["SCREEN_MODES", "KINDS", "HeadScreen", "screen_heads", "screen_kind"]
 
 #: the removal modes a screen linearises (those that replace ``z`` by a value)
 SCREEN_MODES = ("mean", "zero", "resample")
-KINDS = ("first-order", "readout-sketch")
+KINDS = ("first-order", "readout-sketch", "output-sketch")
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,7 @@ def screen_heads(
     *,
     modes: Sequence[str] = SCREEN_MODES,
     kind: str = "auto",
-    n_projections: int = 8,
+    n_projections: int = 4,
     batch_size: int = 8,
     seed: int = 0,
     stack: Optional[str] = None,
@@ -225,12 +231,12 @@ def screen_heads(
             for layer in range(L)
         }
         with torch.enable_grad(), Trace(adapter, edit=edit, stack=stack, path="hooks"):
-            readout = obj.readout(obj.forward(adapter, batch), batch)
-        got = (
-            _first_order(readout, alphas) * sign
-            if kind == "first-order"
-            else _sketch(readout, alphas, n_projections, gen)
-        )
+            out = obj.forward(adapter, batch)
+            readout = _log_probs(out, batch) if kind == "output-sketch" else obj.readout(out, batch)
+        if kind == "first-order":
+            got = _first_order(readout, alphas) * sign
+        else:
+            got = _sketch(readout, alphas, n_projections, gen, normalise=kind == "readout-sketch")
         for m, mode in enumerate(modes):
             est[mode][idx] = got[:, m].transpose(0, 1).numpy()  # [L, b, H] -> [b, L, H]
     return HeadScreen(
@@ -238,10 +244,30 @@ def screen_heads(
         kind=kind,
         objective=obj.name,
         n=n,
-        n_projections=n_projections if kind == "readout-sketch" else 0,
+        n_projections=0 if kind == "first-order" else n_projections,
         seconds=time.time() - started,
-        units=obj.units if kind == "first-order" else "‖J Δz‖² of the unit-normalised readout",
+        units=_UNITS.get(kind, obj.units),
     )
+
+
+_UNITS = {
+    "readout-sketch": "‖J Δz‖² of the unit-normalised readout",
+    "output-sketch": "‖J Δz‖² of the log-probabilities (mean over positions)",
+}
+
+
+def _log_probs(out, batch) -> torch.Tensor:
+    """``[b, seq · vocab]``: the log-probabilities of every valid position, scaled by
+    ``1/√(valid positions)`` (so a squared norm is a mean over positions)."""
+    logits = getattr(out, "logits", None)
+    if logits is None or logits.dim() != 3:
+        raise InputError("kind='output-sketch' needs a model with logits [batch, seq, vocab]; use readout-sketch")
+    mask = batch.inputs.get("decoder_attention_mask", batch.inputs["attention_mask"]).to(logits.device)
+    if mask.shape != logits.shape[:2]:
+        mask = torch.ones(logits.shape[:2], device=logits.device)
+    m = mask.double()[..., None]
+    lp = torch.log_softmax(logits.double(), -1) * m / m.sum(1, keepdim=True).clamp(min=1).sqrt()
+    return lp.reshape(lp.shape[0], -1)
 
 
 def _first_order(readout: torch.Tensor, alphas: list) -> torch.Tensor:
@@ -255,14 +281,26 @@ def _first_order(readout: torch.Tensor, alphas: list) -> torch.Tensor:
     return torch.stack([torch.zeros_like(a) if g is None else g for a, g in zip(alphas, grads)]).detach().double().cpu()
 
 
-def _sketch(readout: torch.Tensor, alphas: list, k: int, gen: torch.Generator) -> torch.Tensor:
+def _sketch(readout: torch.Tensor, alphas: list, k: int, gen: torch.Generator, normalise: bool = True) -> torch.Tensor:
     """``[L, M, b, H]``: the mean over ``k`` Gaussian projections ``u`` of ``(uᵀ J Δz)²``,
-    ``J`` the Jacobian of the unit-normalised readout (module docstring)."""
+    ``J`` the Jacobian of the (``normalise``: unit-normalised) readout (module docstring).
+    The ``k`` backwards run as one batched backward (``is_grads_batched``, vmap) where
+    the model's ops allow it, one at a time otherwise."""
     r = readout.reshape(readout.shape[0], -1).double()
-    r = r / r.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-    total = torch.stack([torch.zeros_like(a, dtype=torch.float64) for a in alphas])
-    for j in range(k):
-        u = torch.randn(r.shape, generator=gen, dtype=torch.float64).to(r.device)
-        grads = torch.autograd.grad((u * r).sum(), alphas, retain_graph=j < k - 1, allow_unused=True)
-        total += torch.stack([torch.zeros_like(a) if g is None else g for a, g in zip(alphas, grads)]).double() ** 2
-    return (total / k).detach().cpu()
+    if normalise:
+        r = r / r.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    u = torch.randn((k,) + tuple(r.shape), generator=gen, dtype=torch.float64).to(r.device)
+    try:
+        grads = torch.autograd.grad(
+            r, alphas, grad_outputs=u, retain_graph=True, is_grads_batched=True, allow_unused=True
+        )
+        sq = [
+            torch.zeros_like(a, dtype=torch.float64) if g is None else (g.double() ** 2).mean(0)
+            for a, g in zip(alphas, grads)
+        ]
+    except RuntimeError:  # an op without a batching rule: one backward per projection
+        sq = [torch.zeros_like(a, dtype=torch.float64) for a in alphas]
+        for j in range(k):
+            got = torch.autograd.grad(r, alphas, grad_outputs=u[j], retain_graph=j < k - 1, allow_unused=True)
+            sq = [s if g is None else s + g.double() ** 2 / k for s, g in zip(sq, got)]
+    return torch.stack(sq).detach().cpu()
