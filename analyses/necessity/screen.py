@@ -287,7 +287,7 @@ def _sketch(readout: torch.Tensor, alphas: list, k: int, gen: torch.Generator, n
     The ``k`` backwards run as one batched backward (``is_grads_batched``, vmap) where
     the model's ops allow it, one at a time otherwise."""
     r = readout.reshape(readout.shape[0], -1).double()
-    if normalise:
+    if normalise and r.shape[1] > 1:  # a single number has no direction to keep
         r = r / r.norm(dim=-1, keepdim=True).clamp(min=1e-12)
     u = torch.randn((k,) + tuple(r.shape), generator=gen, dtype=torch.float64).to(r.device)
     try:

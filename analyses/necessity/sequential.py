@@ -29,8 +29,12 @@ under any dependence between heads (they share sentences). A head stops
 The examples must come in random order (exchangeable): :func:`sequential_necessity`
 shuffles them with ``seed`` and runs the exact removals of the heads still undecided, one
 block at a time (:func:`probe.analyses.claims.removal.run_removal_batches`, the head means
-of the whole corpus). The test is of the mean of the clipped harm; clipping at ``hi``
-only lowers it (conservative for "necessary").
+of the whole corpus). The test is of the mean of the clipped harm: clipping at ``hi``
+only lowers it (conservative for "necessary"), clipping at ``lo`` raises it (a head whose
+removal helps some sentences by more than ``|lo|`` is credited with less of that help).
+Choose the bounds before the data, around the floor: the bets are capped by the range
+(``c/(1 − m₀)``), so a head just under the floor on a wide range takes many sentences to
+be called not necessary (bench/bench_sequential.py uses ``(−2, 20) × floor``).
 """
 
 from __future__ import annotations
