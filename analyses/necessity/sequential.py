@@ -94,9 +94,9 @@ class BettingTest:
             self.count = self.count + on
 
 
-def e_bh(e: Sequence[float], q: float) -> np.ndarray:
-    """``[m]`` bool: the e-BH rejections of e-values ``e`` at level ``q`` (Wang & Ramdas 2022)."""
-    e = np.asarray(e, np.float64)
+def e_bh(values, q: float) -> np.ndarray:
+    """``[m]`` bool: the e-BH rejections of e-values ``values`` at level ``q`` (Wang & Ramdas 2022)."""
+    e = np.asarray(values, np.float64)
     m = len(e)
     if m == 0:
         return np.zeros(0, bool)
@@ -254,6 +254,7 @@ def sequential_necessity(
             batches.append((calls[0], tuple(idx[c] for c in chunk)))
             calls[0] += 1
         got = run_removal_batches(adapter, plan, batches)
+        assert got.clean is not None  # at least one example in a block
         pos = {ex: k for k, ex in enumerate(got.indices)}
         take = torch.as_tensor([pos[i] for i in idx])
         clean = got.clean[take].double().numpy()
