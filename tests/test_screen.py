@@ -198,3 +198,21 @@ def test_sequential_necessity_runs_the_exact_removals_of_the_sweep(linear_gpt2, 
     )
     assert r.decision == ("undecided",) * 3 and (r.n_used == len(TEXTS)).all()
     np.testing.assert_allclose(r.mean, exact.mean(1), rtol=1e-5, atol=1e-7)
+
+
+def test_zoo_induction_output_sketch_finds_the_previous_token_head_where_first_order_cannot():
+    """zoo:induction (Olsson et al. 2022; docs/zoo.md): removing the previous-token head
+    L0H3 destroys copying, so its exact harm is nats, while the saturated loss (≈ 0) leaves
+    first-order AtP with nothing (the failure docs/screening.md reports); the output
+    sketch puts L0H3 first."""
+    from probe.inputs import load_corpus
+    from probe.models import load_model
+
+    a = load_model("zoo:induction")
+    corpus = load_corpus(model="zoo:induction", limit=16)
+    first = screen_heads(a, corpus, "auto", modes=("mean",))
+    sketch = screen_heads(a, corpus, "auto", modes=("mean",), kind="output-sketch", n_projections=4)
+    assert first.kind == "first-order" and np.abs(first.mean("mean")).max() < 0.05
+    exact = removal_sweep(a, corpus, "auto", [(0, 3)], modes=("mean",)).harm["mean"].mean()
+    assert exact > 1.0
+    assert sketch.heads[int(np.argmax(sketch.mean("mean")))] == (0, 3)
