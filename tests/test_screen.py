@@ -216,3 +216,20 @@ def test_zoo_induction_output_sketch_finds_the_previous_token_head_where_first_o
     exact = removal_sweep(a, corpus, "auto", [(0, 3)], modes=("mean",)).harm["mean"].mean()
     assert exact > 1.0
     assert sketch.heads[int(np.argmax(sketch.mean("mean")))] == (0, 3)
+
+
+@pytest.mark.slow
+def test_minilm_readout_sketch_ranks_heads_as_the_exact_similarity_harm(minilm):
+    """The bundled model on 8 bundled sentences, its default objective (the similarity
+    structure: no gradient at the clean model): the sketch's ranking of the 72 heads
+    follows the exact zero-removal harms (ρ 0.69 when written; a random ranking has
+    sd 0.12; on 24 sentences the benchmark gives 0.95)."""
+    from scipy.stats import spearmanr
+
+    from probe.app.report.bundled import sample_corpus
+
+    corpus = sample_corpus(8)
+    screen = screen_heads(minilm, corpus, "auto", modes=("zero",), n_projections=4)
+    exact = removal_sweep(minilm, corpus, "auto", modes=("zero",)).harm["zero"].mean(1)
+    assert screen.kind == "readout-sketch"
+    assert spearmanr(screen.mean("zero"), exact).statistic > 0.5
