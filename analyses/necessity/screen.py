@@ -56,7 +56,7 @@ Cost: one forward + one backward per batch (``readout-sketch``: ``k`` backwards)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -85,9 +85,10 @@ class HeadScreen:
 
     Attributes:
         estimate: mode -> ``[n, n_layers, n_heads]`` per-example estimates (module docstring:
-            a harm for ``first-order``, ``‖J Δz‖²`` for ``readout-sketch``).
-        kind: ``first-order`` | ``readout-sketch``; n_projections: ``k`` of the sketch (0 otherwise).
-        objective: its name; n: examples; seconds: wall time of the screen (means included).
+            a harm for ``first-order``, ``‖J Δz‖²`` for the sketches).
+        kind: one of :data:`KINDS`; n_projections: ``k`` of a sketch (0 for first-order).
+        objective: its name; n: examples; seconds: wall time of the screen (means included);
+        units: what an estimate of 1 means.
     """
 
     estimate: dict
@@ -97,7 +98,6 @@ class HeadScreen:
     n_projections: int = 0
     seconds: float = 0.0
     units: str = ""
-    skipped: dict = field(default_factory=dict)
 
     @property
     def heads(self) -> list:
@@ -118,7 +118,11 @@ class HeadScreen:
 
     def upper(self, mode: str, z: float = 2.0, slack: float = 0.0) -> np.ndarray:
         """``[n_layers · n_heads]`` an upper bound on the mean effect: ``mean + z · stderr +
-        slack · |mean|`` (``slack``: a relative allowance for the linearisation's error)."""
+        slack · |mean|`` (``slack``: a relative allowance for the linearisation's error).
+
+        It bounds the *screened* mean, not the exact harm: where the first-order estimate is
+        far from the harm (a saturated loss, docs/screening.md) it is no bound on the harm,
+        which is why :mod:`.confirm` audits the heads it rules out."""
         m = self.mean(mode)
         return m + z * self.stderr(mode) + slack * np.abs(m)
 
