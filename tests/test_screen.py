@@ -233,3 +233,22 @@ def test_minilm_readout_sketch_ranks_heads_as_the_exact_similarity_harm(minilm):
     exact = removal_sweep(minilm, corpus, "auto", modes=("zero",)).harm["zero"].mean(1)
     assert screen.kind == "readout-sketch"
     assert spearmanr(screen.mean("zero"), exact).statistic > 0.5
+
+
+def test_screen_on_a_runner_of_blocks_equals_one_process(linear_gpt2, w):
+    """The screen's batches as jobs (what Ray's actors run): split into blocks any way,
+    the estimates are this process's, also for the random parts (resample sources,
+    projections), which each batch draws from its own number."""
+
+    def split(job, items):
+        items = list(items)
+        return [job.run(linear_gpt2, items[:1], [0]), job.run(linear_gpt2, items[1:], list(range(1, len(items))))]
+
+    for obj in (LinearReadout(w), LinearReadout(w, vector=True)):
+        one = screen_heads(linear_gpt2, TEXTS, obj, modes=("mean", "resample"), batch_size=3, n_projections=2)
+        blocks = screen_heads(
+            linear_gpt2, TEXTS, obj, modes=("mean", "resample"), batch_size=3, n_projections=2, runner=split
+        )
+        for mode in ("mean", "resample"):
+            assert np.abs(one.estimate[mode]).max() > 0
+            np.testing.assert_array_equal(one.estimate[mode], blocks.estimate[mode])

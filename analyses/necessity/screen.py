@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -67,12 +67,22 @@ from probe.analyses.claims.removal import resample_sources, sweep_batches
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
+from probe.blocks import InProcess, Part
 from probe.edits import Apply
 from probe.errors import InputError
 from probe.models.sites import Site
 from probe.trace import Trace
 
-__all__ = ["SCREEN_MODES", "KINDS", "HeadScreen", "screen_heads", "screen_kind"]
+__all__ = [
+    "SCREEN_MODES",
+    "KINDS",
+    "HeadScreen",
+    "ScreenPlan",
+    "ScreenJob",
+    "screen_batches",
+    "screen_heads",
+    "screen_kind",
+]
 
 #: the removal modes a screen linearises (those that replace ``z`` by a value)
 SCREEN_MODES = ("mean", "zero", "resample")
@@ -178,6 +188,7 @@ def screen_heads(
     stack: Optional[str] = None,
     means: Optional[torch.Tensor] = None,
     progress: bool = False,
+    runner: Optional[Callable] = None,
 ) -> HeadScreen:
     """Screen every head's removal in every mode on every example (module docstring).
 
@@ -192,6 +203,8 @@ def screen_heads(
         means: ``[2, L, H, head_dim]`` per-kind head means
             (:func:`probe.analyses.necessity.ablation.position_kind_means`), computed here
             when ``mean`` is screened and none is given.
+        runner: where the batches run (:mod:`probe.blocks`; default this process): each
+            batch draws from its own number, so blocks split any way give the same estimates.
 
     Returns:
         :class:`HeadScreen` with ``estimate[mode] [n, L, H]``.
@@ -215,34 +228,14 @@ def screen_heads(
     modes = tuple(modes)
     if "mean" in modes and means is None:
         means = position_kind_means(adapter, corpus, obj, batch_size, stack)
-    sign = -1.0 if getattr(obj, "higher_is_better", False) else 1.0
+    plan = ScreenPlan(corpus, obj, modes, kind, n_projections, means, seed, stack)
+    parts = (runner or InProcess(adapter, progress))(ScreenJob(plan), sweep_batches(corpus, batch_size))
     n = len(corpus)
     est = {m: np.zeros((n, L, H)) for m in modes}
-    from tqdm.auto import tqdm
-
-    for number, idx in tqdm(sweep_batches(corpus, batch_size), disable=not progress, desc="screen"):
-        idx = list(idx)
-        batch = obj.make_batch(adapter, corpus, idx)
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + int(number))  # as removal_sweep's batch
-        src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
-        device = batch.inputs["input_ids"].device
-        src = src.to(device)
-        alphas = [torch.zeros(len(modes), len(idx), H, device=device, requires_grad=True) for _ in range(L)]
-        edit = {
-            Site("z", layer, stack): Apply(
-                _linearised_edit(alphas[layer], modes, layer, batch, means, src), in_place=False
-            )
-            for layer in range(L)
-        }
-        with torch.enable_grad(), Trace(adapter, edit=edit, stack=stack, path="hooks"):
-            out = obj.forward(adapter, batch)
-            readout = _log_probs(out, batch) if kind == "output-sketch" else obj.readout(out, batch)
-        if kind == "first-order":
-            got = _first_order(readout, alphas) * sign
-        else:
-            got = _sketch(readout, alphas, n_projections, gen, normalise=kind == "readout-sketch")
-        for m, mode in enumerate(modes):
-            est[mode][idx] = got[:, m].transpose(0, 1).numpy()  # [L, b, H] -> [b, L, H]
+    for part in parts:
+        idx, got = part.value
+        for mode in modes:
+            est[mode][idx] = got[mode]
     return HeadScreen(
         estimate=est,
         kind=kind,
@@ -252,6 +245,75 @@ def screen_heads(
         seconds=time.time() - started,
         units=_UNITS.get(kind, obj.units),
     )
+
+
+@dataclass(frozen=True)
+class ScreenPlan:
+    """What every batch of a screen runs with, decided once by the driver (picklable, as
+    :class:`probe.analyses.claims.removal.RemovalPlan`): the examples, the resolved
+    objective, the modes, the kind, ``k`` projections, the head means, the seed, the stack."""
+
+    corpus: Any
+    objective: Any
+    modes: tuple
+    kind: str
+    n_projections: int
+    means: Optional[torch.Tensor]
+    seed: int
+    stack: Optional[str]
+
+
+def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool = False) -> tuple:
+    """``(example indices [m], {mode: [m, L, H]})``: the screen of ``batches``
+    (``(number, example indices)`` of :func:`probe.analyses.claims.removal.sweep_batches`);
+    batch ``number`` draws its resample sources and projections from
+    ``seed × 1,000,003 + number``, as the removal sweep's batch does."""
+    from tqdm.auto import tqdm
+
+    obj, modes, kind, stack = plan.objective, plan.modes, plan.kind, plan.stack or adapter.default_stack
+    L, H = adapter.n_layers_of(stack), adapter.n_heads
+    sign = -1.0 if getattr(obj, "higher_is_better", False) else 1.0
+    indices: list = []
+    out: dict = {m: [] for m in modes}
+    for number, idx in tqdm(batches, disable=not progress, desc="screen"):
+        idx = list(idx)
+        batch = obj.make_batch(adapter, plan.corpus, idx)
+        gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + int(number))  # as removal_sweep's batch
+        src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
+        device = batch.inputs["input_ids"].device
+        src = src.to(device)
+        alphas = [torch.zeros(len(modes), len(idx), H, device=device, requires_grad=True) for _ in range(L)]
+        edit = {
+            Site("z", layer, stack): Apply(
+                _linearised_edit(alphas[layer], modes, layer, batch, plan.means, src), in_place=False
+            )
+            for layer in range(L)
+        }
+        with torch.enable_grad(), Trace(adapter, edit=edit, stack=stack, path="hooks"):
+            res = obj.forward(adapter, batch)
+            readout = _log_probs(res, batch) if kind == "output-sketch" else obj.readout(res, batch)
+        if kind == "first-order":
+            got = _first_order(readout, alphas) * sign
+        else:
+            got = _sketch(readout, alphas, plan.n_projections, gen, normalise=kind == "readout-sketch")
+        indices.extend(idx)
+        for m, mode in enumerate(modes):
+            out[mode].append(got[:, m].transpose(0, 1).numpy())  # [L, b, H] -> [b, L, H]
+    return indices, {m: np.concatenate(v) if v else np.zeros((0, L, H)) for m, v in out.items()}
+
+
+class ScreenJob:
+    """Batches of a screen as a job over blocks (:mod:`probe.blocks`), as
+    :class:`probe.analyses.claims.removal.RemovalJob`: the items are the batches, the
+    part's value is :func:`screen_batches`' ``(indices, estimates)``."""
+
+    def __init__(self, plan: ScreenPlan):
+        self.plan = plan
+
+    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
+        started = time.time()
+        value = screen_batches(adapter, self.plan, list(items), progress)
+        return Part(first=int(indices[0]), value=value, n_items=len(items), started=started, ended=time.time())
 
 
 _UNITS = {
