@@ -1,0 +1,372 @@
+"""Screen every head at once: attribution patching of each head's removal.
+
+Attribution patching (Nanda 2023, "Attribution patching: activation patching at
+industrial scale"; AtP, Kramár et al. 2024, "AtP*: an efficient and scalable method for
+localizing LLM behaviour to components") replaces one forward per removed head by a
+first-order Taylor expansion around the clean run. Removing head ``h`` of layer ``l``
+replaces its output ``z_h`` (``blocks.{l}.attn.hook_z``, ``[b, seq, head, head_dim]``)
+by ``r_h`` (the corpus mean at word / special positions, zero, or another sentence's
+output at a position of the same kind — the values of
+:mod:`probe.analyses.claims.removal`), so the readout ``R`` of example ``i`` changes by::
+
+    ΔR_i,h ≈ ∂R_i/∂α_i,h   with   z_h ← z_h + α_i,h (r_h − z_h),  α = 0
+
+One forward with a zero ``α`` per example, head and mode at every layer's ``hook_z``
+(through the one trace, :class:`probe.trace.Trace`) and one backward of ``Σ_i R_i`` give
+``∂R_i/∂α_i,h = g_i,h · (r_h − z_h)`` (summed over positions and ``head_dim``) for every
+head, example and mode at once: the rows of a batch do not interact, so the gradient of
+the sum with respect to row ``i``'s ``α`` is row ``i``'s own.
+
+Two estimates, chosen by the objective (``kind="auto"``):
+
+* ``first-order`` — objectives with one number per example that are not stationary at the
+  clean model (a loss, a logit): ``estimate[mode] [n, L, H]`` is the AtP estimate of the
+  harm, in the objective's units and sign (positive = worse). It is exact when the readout
+  is linear in every head's output (:mod:`tests.test_screen` builds such a model).
+* ``readout-sketch`` — objectives stationary at the clean model (``stationary_at_clean``:
+  embedding drift), corpus-level ones (``corpus_level``: the similarity structure of a
+  sentence encoder) or readouts with more than one number per example. Their first-order
+  harm is zero (or undefined), so the screen ranks heads by the size of the linearised
+  change of each example's readout instead: ``estimate[mode] [n, L, H]`` estimates
+  ``‖J_i Δz_i,h‖²``, ``J_i`` the Jacobian of example ``i``'s unit-normalised readout
+  ``R_i/‖R_i‖`` (what cosine similarities see) with respect to the head's output. With
+  ``u ~ N(0, I)``, ``E[(uᵀ J Δz)²] = ‖J Δz‖²`` (the Hutchinson trick, Hutchinson 1989), so
+  ``k = n_projections`` backwards of ``uᵀ R̂`` per batch give an unbiased estimate for every
+  head at once (relative standard deviation ``√(2/k)`` per example). For the embedding
+  drift ``1 − cos`` this is ``2 ×`` the second-order harm; for the similarity structure
+  it is a ranking, not a harm.
+* ``output-sketch`` (asked for, not chosen by ``auto``) — the same sketch of the model's
+  log-probabilities at every valid position (a squared norm per example that is the mean
+  over positions). For a loss the model has saturated (a trained zoo model, loss ≈ 0) the
+  loss's gradient vanishes and first-order AtP ranks heads badly (the benchmark's
+  zoo:induction: docs/necessity.md); the change of the output distribution does not
+  vanish and ranks them.
+
+AtP*'s two refinements and what they mean here: the *QK fix* recomputes the softmax when
+the patched node is a head's query or key; the nodes screened here are head outputs
+``z``, so the softmax of the head itself is not linearised (downstream heads' are, which is
+the error that remains; :func:`probe.analyses.claims.removal.removal_sweep` confirms).
+*GradDrop* (against cancellation along different paths) needs one backward per layer with
+that layer's residual gradient dropped; it is not implemented (docs/necessity.md).
+
+Cost: one forward + one backward per batch (``readout-sketch``: ``k`` backwards), against
+``n_heads × n_modes`` restarted forwards per batch for the exact sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from probe.analyses.claims.removal import resample_sources, sweep_batches
+from probe.analyses.common.metrics import as_corpus
+from probe.analyses.common.objective import resolve_objective
+from probe.analyses.necessity.ablation import position_kind_means
+from probe.blocks import InProcess, Part
+from probe.edits import Apply
+from probe.errors import InputError
+from probe.models.sites import Site
+from probe.trace import Trace
+
+__all__ = [
+    "SCREEN_MODES",
+    "KINDS",
+    "HeadScreen",
+    "ScreenPlan",
+    "ScreenJob",
+    "screen_batches",
+    "screen_heads",
+    "screen_kind",
+]
+
+#: the removal modes a screen linearises (those that replace ``z`` by a value)
+SCREEN_MODES = ("mean", "zero", "resample")
+KINDS = ("first-order", "readout-sketch", "output-sketch")
+
+
+@dataclass(frozen=True)
+class HeadScreen:
+    """Screened estimates of every head's removal.
+
+    Attributes:
+        estimate: mode -> ``[n, n_layers, n_heads]`` per-example estimates (module docstring:
+            a harm for ``first-order``, ``‖J Δz‖²`` for the sketches).
+        kind: one of :data:`KINDS`; n_projections: ``k`` of a sketch (0 for first-order).
+        objective: its name; n: examples; seconds: wall time of the screen (means included);
+        units: what an estimate of 1 means.
+    """
+
+    estimate: dict
+    kind: str
+    objective: str
+    n: int
+    n_projections: int = 0
+    seconds: float = 0.0
+    units: str = ""
+
+    @property
+    def heads(self) -> list:
+        """``[(layer, head)]`` in the flattened order of :meth:`mean`'s rows."""
+        _, L, H = next(iter(self.estimate.values())).shape
+        return [(layer, h) for layer in range(L) for h in range(H)]
+
+    def mean(self, mode: str) -> np.ndarray:
+        """``[n_layers · n_heads]`` the estimate's mean over examples (rows as :attr:`heads`)."""
+        e = self.estimate[mode]
+        return e.reshape(e.shape[0], -1).mean(0)
+
+    def stderr(self, mode: str) -> np.ndarray:
+        """``[n_layers · n_heads]`` the standard error of :meth:`mean` over examples."""
+        e = self.estimate[mode]
+        flat = e.reshape(e.shape[0], -1)
+        return flat.std(0, ddof=1) / np.sqrt(len(flat)) if len(flat) > 1 else np.full(flat.shape[1], np.inf)
+
+    def upper(self, mode: str, z: float = 2.0, slack: float = 0.0) -> np.ndarray:
+        """``[n_layers · n_heads]`` an upper bound on the mean effect: ``mean + z · stderr +
+        slack · |mean|`` (``slack``: a relative allowance for the linearisation's error).
+
+        It bounds the *screened* mean, not the exact harm: where the first-order estimate is
+        far from the harm (a saturated loss, docs/screening.md) it is no bound on the harm,
+        which is why :mod:`.confirm` audits the heads it rules out."""
+        m = self.mean(mode)
+        return m + z * self.stderr(mode) + slack * np.abs(m)
+
+    def to_frame(self) -> pd.DataFrame:
+        """``layer, head, mode, estimate, stderr`` (one row per head and mode)."""
+        rows = []
+        for mode in self.estimate:
+            for (layer, h), m, s in zip(self.heads, self.mean(mode), self.stderr(mode)):
+                rows.append({"layer": layer, "head": h, "mode": mode, "estimate": m, "stderr": s})
+        return pd.DataFrame(rows)
+
+
+def screen_kind(obj) -> str:
+    """``first-order`` or ``readout-sketch`` for a resolved objective (module docstring)."""
+    if getattr(obj, "stationary_at_clean", False) or getattr(obj, "corpus_level", False):
+        return "readout-sketch"
+    return "first-order"
+
+
+def _replacements(mode: str, z: torch.Tensor, layer: int, batch, means, src) -> torch.Tensor:
+    """``r − z`` ``[b, s, H, dh]`` for ``mode`` (``z`` detached)."""
+    if mode == "zero":
+        return -z
+    if mode == "mean":
+        return means[:, layer].to(z.device)[batch.special.long().to(z.device)].to(z.dtype) - z
+    b, s, H, dh = z.shape  # resample
+    return z.reshape(b * s, H, dh)[src.reshape(-1)].reshape(b, s, H, dh) - z
+
+
+def _linearised_edit(alpha: torch.Tensor, modes: Sequence[str], layer: int, batch, means, src):
+    """The edit ``z ← z + Σ_m α_m (r_m − z)`` of one layer (``alpha [M, b, H]``, zero)."""
+
+    def edit(z, ctx):
+        zd = z.detach()
+        out = z
+        for m, mode in enumerate(modes):
+            out = out + alpha[m][:, None, :, None].to(z.dtype) * _replacements(mode, zd, layer, batch, means, src)
+        return out
+
+    return edit
+
+
+def screen_heads(
+    adapter,
+    corpus,
+    objective="auto",
+    *,
+    modes: Sequence[str] = SCREEN_MODES,
+    kind: str = "auto",
+    n_projections: int = 4,
+    batch_size: int = 8,
+    seed: int = 0,
+    stack: Optional[str] = None,
+    means: Optional[torch.Tensor] = None,
+    progress: bool = False,
+    runner: Optional[Callable] = None,
+) -> HeadScreen:
+    """Screen every head's removal in every mode on every example (module docstring).
+
+    Args:
+        objective: a name, ``auto`` or an :class:`probe.analyses.common.objective.Objective`.
+        modes: of :data:`SCREEN_MODES`.
+        kind: ``auto`` (from the objective, :func:`screen_kind`) or one of :data:`KINDS`.
+        n_projections: random projections of the readout per batch (``readout-sketch``).
+        batch_size, seed: as :func:`probe.analyses.claims.removal.removal_sweep` (the same
+            batches and, for ``resample``, the same sources per batch, so estimates and
+            exact harms are paired by example).
+        means: ``[2, L, H, head_dim]`` per-kind head means
+            (:func:`probe.analyses.necessity.ablation.position_kind_means`), computed here
+            when ``mean`` is screened and none is given.
+        runner: where the batches run (:mod:`probe.blocks`; default this process): each
+            batch draws from its own number, so blocks split any way give the same estimates.
+
+    Returns:
+        :class:`HeadScreen` with ``estimate[mode] [n, L, H]``.
+
+    Raises:
+        InputError: an unknown mode or kind, ``n_projections < 1``, an objective that does not fit.
+    """
+    started = time.time()
+    bad = [m for m in modes if m not in SCREEN_MODES]
+    if bad:
+        raise InputError(f"unknown screen mode(s) {', '.join(bad)}; use {', '.join(SCREEN_MODES)}")
+    if kind not in ("auto", *KINDS):
+        raise InputError(f"unknown screen kind {kind!r}; use auto, {', '.join(KINDS)}")
+    if n_projections < 1:
+        raise InputError(f"n_projections must be at least 1, got {n_projections}")
+    corpus = as_corpus(corpus)
+    obj, _ = resolve_objective(objective, adapter, corpus)
+    kind = screen_kind(obj) if kind == "auto" else kind
+    stack = stack or adapter.default_stack
+    L, H = adapter.n_layers_of(stack), adapter.n_heads
+    modes = tuple(modes)
+    if "mean" in modes and means is None:
+        means = position_kind_means(adapter, corpus, obj, batch_size, stack)
+    plan = ScreenPlan(corpus, obj, modes, kind, n_projections, means, seed, stack)
+    parts = (runner or InProcess(adapter, progress))(ScreenJob(plan), sweep_batches(corpus, batch_size))
+    n = len(corpus)
+    est = {m: np.zeros((n, L, H)) for m in modes}
+    for part in parts:
+        idx, got = part.value
+        for mode in modes:
+            est[mode][idx] = got[mode]
+    return HeadScreen(
+        estimate=est,
+        kind=kind,
+        objective=obj.name,
+        n=n,
+        n_projections=0 if kind == "first-order" else n_projections,
+        seconds=time.time() - started,
+        units=_UNITS.get(kind, obj.units),
+    )
+
+
+@dataclass(frozen=True)
+class ScreenPlan:
+    """What every batch of a screen runs with, decided once by the driver (picklable, as
+    :class:`probe.analyses.claims.removal.RemovalPlan`): the examples, the resolved
+    objective, the modes, the kind, ``k`` projections, the head means, the seed, the stack."""
+
+    corpus: Any
+    objective: Any
+    modes: tuple
+    kind: str
+    n_projections: int
+    means: Optional[torch.Tensor]
+    seed: int
+    stack: Optional[str]
+
+
+def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool = False) -> tuple:
+    """``(example indices [m], {mode: [m, L, H]})``: the screen of ``batches``
+    (``(number, example indices)`` of :func:`probe.analyses.claims.removal.sweep_batches`);
+    batch ``number`` draws its resample sources and projections from
+    ``seed × 1,000,003 + number``, as the removal sweep's batch does."""
+    from tqdm.auto import tqdm
+
+    obj, modes, kind, stack = plan.objective, plan.modes, plan.kind, plan.stack or adapter.default_stack
+    L, H = adapter.n_layers_of(stack), adapter.n_heads
+    sign = -1.0 if getattr(obj, "higher_is_better", False) else 1.0
+    indices: list = []
+    out: dict = {m: [] for m in modes}
+    for number, idx in tqdm(batches, disable=not progress, desc="screen"):
+        idx = list(idx)
+        batch = obj.make_batch(adapter, plan.corpus, idx)
+        gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + int(number))  # as removal_sweep's batch
+        src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
+        device = batch.inputs["input_ids"].device
+        src = src.to(device)
+        alphas = [torch.zeros(len(modes), len(idx), H, device=device, requires_grad=True) for _ in range(L)]
+        edit = {
+            Site("z", layer, stack): Apply(
+                _linearised_edit(alphas[layer], modes, layer, batch, plan.means, src), in_place=False
+            )
+            for layer in range(L)
+        }
+        with torch.enable_grad(), Trace(adapter, edit=edit, stack=stack, path="hooks"):
+            res = obj.forward(adapter, batch)
+            readout = _log_probs(res, batch) if kind == "output-sketch" else obj.readout(res, batch)
+        if kind == "first-order":
+            got = _first_order(readout, alphas) * sign
+        else:
+            got = _sketch(readout, alphas, plan.n_projections, gen, normalise=kind == "readout-sketch")
+        indices.extend(idx)
+        for m, mode in enumerate(modes):
+            out[mode].append(got[:, m].transpose(0, 1).numpy())  # [L, b, H] -> [b, L, H]
+    return indices, {m: np.concatenate(v) if v else np.zeros((0, L, H)) for m, v in out.items()}
+
+
+class ScreenJob:
+    """Batches of a screen as a job over blocks (:mod:`probe.blocks`), as
+    :class:`probe.analyses.claims.removal.RemovalJob`: the items are the batches, the
+    part's value is :func:`screen_batches`' ``(indices, estimates)``."""
+
+    def __init__(self, plan: ScreenPlan):
+        self.plan = plan
+
+    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
+        started = time.time()
+        value = screen_batches(adapter, self.plan, list(items), progress)
+        return Part(first=int(indices[0]), value=value, n_items=len(items), started=started, ended=time.time())
+
+
+_UNITS = {
+    "readout-sketch": "‖J Δz‖² of the unit-normalised readout",
+    "output-sketch": "‖J Δz‖² of the log-probabilities (mean over positions)",
+}
+
+
+def _log_probs(out, batch) -> torch.Tensor:
+    """``[b, seq · vocab]``: the log-probabilities of every valid position, scaled by
+    ``1/√(valid positions)`` (so a squared norm is a mean over positions)."""
+    logits = getattr(out, "logits", None)
+    if logits is None or logits.dim() != 3:
+        raise InputError("kind='output-sketch' needs a model with logits [batch, seq, vocab]; use readout-sketch")
+    mask = batch.inputs.get("decoder_attention_mask", batch.inputs["attention_mask"]).to(logits.device)
+    if mask.shape != logits.shape[:2]:
+        mask = torch.ones(logits.shape[:2], device=logits.device)
+    m = mask.double()[..., None]
+    lp = torch.log_softmax(logits.double(), -1) * m / m.sum(1, keepdim=True).clamp(min=1).sqrt()
+    return lp.reshape(lp.shape[0], -1)
+
+
+def _first_order(readout: torch.Tensor, alphas: list) -> torch.Tensor:
+    """``[L, M, b, H]``: ``∂R_i/∂α`` of a readout of one number per row."""
+    if readout.dim() != 1:
+        raise InputError(
+            f"a first-order screen needs one number per example, the readout has shape {tuple(readout.shape)}; "
+            "use kind='readout-sketch'"
+        )
+    grads = torch.autograd.grad(readout.double().sum(), alphas, allow_unused=True)
+    return torch.stack([torch.zeros_like(a) if g is None else g for a, g in zip(alphas, grads)]).detach().double().cpu()
+
+
+def _sketch(readout: torch.Tensor, alphas: list, k: int, gen: torch.Generator, normalise: bool = True) -> torch.Tensor:
+    """``[L, M, b, H]``: the mean over ``k`` Gaussian projections ``u`` of ``(uᵀ J Δz)²``,
+    ``J`` the Jacobian of the (``normalise``: unit-normalised) readout (module docstring).
+    The ``k`` backwards run as one batched backward (``is_grads_batched``, vmap) where
+    the model's ops allow it, one at a time otherwise."""
+    r = readout.reshape(readout.shape[0], -1).double()
+    if normalise and r.shape[1] > 1:  # a single number has no direction to keep
+        r = r / r.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    u = torch.randn((k,) + tuple(r.shape), generator=gen, dtype=torch.float64).to(r.device)
+    try:
+        grads = torch.autograd.grad(
+            r, alphas, grad_outputs=u, retain_graph=True, is_grads_batched=True, allow_unused=True
+        )
+        sq = [
+            torch.zeros_like(a, dtype=torch.float64) if g is None else (g.double() ** 2).mean(0)
+            for a, g in zip(alphas, grads)
+        ]
+    except RuntimeError:  # an op without a batching rule: one backward per projection
+        sq = [torch.zeros_like(a, dtype=torch.float64) for a in alphas]
+        for j in range(k):
+            got = torch.autograd.grad(r, alphas, grad_outputs=u[j], retain_graph=j < k - 1, allow_unused=True)
+            sq = [s if g is None else s + g.double() ** 2 / k for s, g in zip(sq, got)]
+    return torch.stack(sq).detach().cpu()
