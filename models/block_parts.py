@@ -31,134 +31,153 @@ from .errors import NotApplicable
 
 __all__ = ["BlockLayout", "LAYOUTS", "layout_of", "part_of", "model_part", "MODEL_PARTS"]
 
-_PARALLEL = "attention and MLP run in parallel from resid_pre (parallel block): there is no stream between them"
-_POST_NORM = (
-    "the block is post-norm: the stream after attention is LayerNorm(resid_pre + attn_out), not a sum; "
-    "read that LayerNorm's output with probe.trace.ModuleSite"
-)
-
 
 @dataclass(frozen=True)
 class BlockLayout:
     """The block-level sites of one model type: kind -> ``(path in the block, side)`` or a
     reason string (the site does not exist in such blocks). ``sequential``: resid_mid =
     resid_pre + attn_out and resid_post = resid_mid + mlp_out hold; ``parallel``:
-    resid_post = resid_pre + attn_out + mlp_out."""
+    resid_post = resid_pre + attn_out + mlp_out. ``mlp_norm``: the norm whose output is
+    ``mlp_in`` (of ``resid_mid``, or of ``resid_pre`` in a parallel block; None: none).
+    ``model``: model-level kind -> the module's attribute name, or a reason."""
 
     parts: dict
     sequential: bool = True
     parallel: bool = False
+    mlp_norm: Optional[str] = None
     model: dict = field(default_factory=dict)
 
 
-def _llama_like(router: Optional[str] = None, final: str = "norm") -> BlockLayout:
-    parts = {
-        "attn_out": ("self_attn", "output"),
-        "resid_mid": ("post_attention_layernorm", "input"),
-        "mlp_in": ("mlp", "input"),
-        "mlp_out": ("mlp", "output"),
-        "router": (router, "output") if router else "the MLP is dense (no experts): there is no router",
-    }
-    return BlockLayout(
-        parts,
-        model={
-            "embed": "embed_tokens",
-            "pos_embed": "rotary position embeddings rotate q and k; nothing is added to the stream",
-            "ln_final": final,
-        },
-    )
-
-
-_GEMMA = BlockLayout(
-    {
-        "attn_out": ("post_attention_layernorm", "output"),
-        "resid_mid": ("pre_feedforward_layernorm", "input"),
-        "mlp_in": ("mlp", "input"),
-        "mlp_out": ("post_feedforward_layernorm", "output"),
-        "router": "the MLP is dense (no experts): there is no router",
-    },
-    model={
-        "embed": "embed_tokens",
-        "pos_embed": "rotary position embeddings rotate q and k; nothing is added to the stream",
-        "ln_final": "norm",
-    },
+_PARALLEL = "attention and MLP run in parallel from resid_pre (parallel block): there is no stream between them"
+_POST_NORM = (
+    "the block is post-norm: the stream after attention is LayerNorm(resid_pre + attn_out), not a sum; "
+    "read that LayerNorm's output with probe.trace.ModuleSite"
 )
-
 _NO_ROUTER = "the MLP is dense (no experts): there is no router"
+_ROTARY = "rotary position embeddings rotate q and k; nothing is added to the stream"
+
+
+def _layout(
+    attn: str = "self_attn",
+    mid: Optional[str] = "post_attention_layernorm",
+    mlp: str = "mlp",
+    *,
+    attn_out: Optional[str] = None,
+    mlp_out: Optional[str] = None,
+    mlp_in: Optional[str] = None,
+    mid_side: str = "input",
+    mlp_norm: Optional[str] = "post_attention_layernorm",
+    router: Optional[str] = None,
+    parallel: bool = False,
+    post_norm: bool = False,
+    embed: str = "embed_tokens",
+    pos_embed: str = _ROTARY,
+    final: str = "norm",
+) -> BlockLayout:
+    """A row: the attention and MLP modules of the block, the module whose input is
+    ``resid_mid`` (``mid``), and where a post-norm moves ``attn_out`` / ``mlp_out``."""
+    resid_mid: object = (mid, mid_side)
+    if parallel:
+        resid_mid = _PARALLEL
+    elif post_norm:
+        resid_mid = _POST_NORM
+    parts = {
+        "attn_out": (attn_out or attn, "output"),
+        "resid_mid": resid_mid,
+        "mlp_in": (mlp_in or mlp, "input"),
+        "mlp_out": (mlp_out or mlp, "output"),
+        "router": (router, "output") if router else _NO_ROUTER,
+    }
+    model = {"embed": embed, "pos_embed": pos_embed, "ln_final": final}
+    return BlockLayout(parts, not (parallel or post_norm), parallel, mlp_norm, model)
+
+
+_LLAMA = _layout()
+_GEMMA2 = _layout(
+    attn_out="post_attention_layernorm",
+    mid="pre_feedforward_layernorm",
+    mlp_out="post_feedforward_layernorm",
+    mlp_norm="pre_feedforward_layernorm",
+)
+#: OLMo 2 / EXAONE 4: norms after attention and after the MLP only (no pre-norms)
+_POST_ONLY = _layout(
+    attn_out="post_attention_layernorm", mid="mlp", mlp_out="post_feedforward_layernorm", mlp_norm=None
+)
+_GPT2 = _layout("attn", "ln_2", mlp_norm="ln_2", embed="wte", pos_embed="wpe", final="ln_f")
+_GPTJ = _layout("attn", None, parallel=True, mlp_norm="ln_1", embed="wte", final="ln_f")
 
 LAYOUTS: dict[str, BlockLayout] = {
-    "gpt2": BlockLayout(
-        {
-            "attn_out": ("attn", "output"),
-            "resid_mid": ("ln_2", "input"),
-            "mlp_in": ("mlp", "input"),
-            "mlp_out": ("mlp", "output"),
-            "router": _NO_ROUTER,
-        },
-        model={"embed": "wte", "pos_embed": "wpe", "ln_final": "ln_f"},
+    **{
+        t: _LLAMA
+        for t in (
+            "llama",
+            "mistral",
+            "qwen2",
+            "qwen3",
+            "olmo",
+            "phi3",
+            "starcoder2",
+            "helium",
+            "glm",
+            "smollm3",
+            "ernie4_5",
+            "arcee",
+        )
+    },
+    **{t: _layout(router="mlp.gate") for t in ("mixtral", "qwen2_moe", "qwen3_moe")},
+    "persimmon": _layout(final="final_layernorm"),
+    "gemma": _layout(
+        embed="Gemma multiplies the embedding by sqrt(d_model) in the model's forward, so the embedding "
+        "module's output is not the stream's first term; read blocks.0.hook_resid_pre"
     ),
-    "llama": _llama_like(),
-    "mistral": _llama_like(),
-    "qwen2": _llama_like(),
-    "qwen3": _llama_like(),
-    "olmo": _llama_like(),
-    "mixtral": _llama_like(router="mlp.gate"),
-    "qwen2_moe": _llama_like(router="mlp.gate"),
-    "qwen3_moe": _llama_like(router="mlp.gate"),
-    "gemma2": _GEMMA,
-    "gemma3_text": _GEMMA,
-    "phi": BlockLayout(
-        {
-            "attn_out": ("self_attn", "output"),
-            "resid_mid": _PARALLEL,
-            "mlp_in": ("mlp", "input"),
-            "mlp_out": ("mlp", "output"),
-            "router": _NO_ROUTER,
-        },
-        sequential=False,
-        parallel=True,
-        model={
-            "embed": "embed_tokens",
-            "pos_embed": "rotary position embeddings rotate q and k; nothing is added to the stream",
-            "ln_final": "final_layernorm",
-        },
+    "gemma2": _GEMMA2,
+    "gemma3_text": _GEMMA2,
+    "olmo2": _POST_ONLY,
+    "exaone4": _POST_ONLY,
+    "glm4": _layout(attn_out="post_self_attn_layernorm", mlp_out="post_mlp_layernorm"),
+    "apertus": _layout(mid="feedforward_layernorm", mlp_norm="feedforward_layernorm"),
+    "gpt2": _GPT2,
+    "gpt_bigcode": _GPT2,
+    "gptj": _GPTJ,
+    "codegen": _GPTJ,
+    "phi": _layout(parallel=True, mlp_norm="input_layernorm", final="final_layernorm"),
+    "opt": _layout(
+        mid="final_layer_norm",
+        mlp_in="fc1",
+        mlp_out="fc2",
+        mlp_norm="final_layer_norm",
+        pos_embed="embed_positions",
+        final="final_layer_norm",
     ),
-    "bert": BlockLayout(
-        {
-            "attn_out": ("attention.output.dense", "output"),
-            "resid_mid": _POST_NORM,
-            "mlp_in": ("intermediate", "input"),
-            "mlp_out": ("output.dense", "output"),
-            "router": _NO_ROUTER,
-        },
-        sequential=False,
-        model={
-            "embed": "word_embeddings",
-            "pos_embed": "position_embeddings",
-            "ln_final": "a post-norm encoder has no final norm (each block ends in its own LayerNorm)",
-        },
+    "bert": _layout(
+        attn_out="attention.output.dense",
+        mlp_in="intermediate",
+        mlp_out="output.dense",
+        post_norm=True,
+        mlp_norm=None,
+        embed="word_embeddings",
+        pos_embed="position_embeddings",
+        final="a post-norm encoder has no final norm (each block ends in its own LayerNorm)",
     ),
 }
 
 
 def _neox(config) -> BlockLayout:
+    """GPT-NeoX (Pythia): parallel unless ``use_parallel_residual`` is False."""
     parallel = bool(getattr(config, "use_parallel_residual", True))
-    return BlockLayout(
-        {
-            "attn_out": ("attention", "output"),
-            "resid_mid": _PARALLEL if parallel else ("post_attention_layernorm", "input"),
-            "mlp_in": ("mlp", "input"),
-            "mlp_out": ("mlp", "output"),
-            "router": _NO_ROUTER,
-        },
-        sequential=not parallel,
+    return _layout(
+        "attention",
         parallel=parallel,
-        model={
-            "embed": "embed_in",
-            "pos_embed": "rotary position embeddings rotate q and k; nothing is added to the stream",
-            "ln_final": "final_layer_norm",
-        },
+        embed="embed_in",
+        final="final_layer_norm",
     )
+
+
+def _stablelm(config) -> BlockLayout:
+    """StableLM: sequential, or parallel (both from ``input_layernorm``) with ``use_parallel_residual``."""
+    if getattr(config, "use_parallel_residual", False):
+        return _layout(parallel=True, mlp_norm="input_layernorm")
+    return _LLAMA
 
 
 #: the model-level sites and where their value is (the module's output)
@@ -171,6 +190,8 @@ def layout_of(adapter) -> Optional[BlockLayout]:
     t = getattr(config, "model_type", None)
     if t == "gpt_neox":
         return _neox(config)
+    if t == "stablelm":
+        return _stablelm(config)
     if t in ("roberta", "xlm-roberta", "camembert", "electra"):
         t = "bert"
     return LAYOUTS.get(t)

@@ -275,11 +275,14 @@ def site_side(adapter, site: Site) -> str:
     return "output" if site.kind == "v" else site.spec.side
 
 
-def kv_head_of(adapter, head: int) -> int:
+def kv_head_of(adapter, head: int, n_kv_heads: Optional[int] = None) -> int:
     """The key/value head query head ``head`` reads in grouped-query attention (Ainslie et
-    al. 2023): ``head // (n_heads // n_kv_heads)``, as transformers' ``repeat_kv`` repeats."""
-    kv = int(getattr(adapter.config, "num_key_value_heads", None) or adapter.n_heads)
-    return head // (adapter.n_heads // kv)
+    al. 2023): ``head // (n_heads // n_kv_heads)``, as transformers' ``repeat_kv`` repeats.
+    ``n_kv_heads`` defaults to the config's (``num_key_value_heads``; 1 for multi-query
+    models, Shazeer 2019; else one per query head); ``hook_k``'s head axis says it too."""
+    c = adapter.config
+    kv = n_kv_heads or getattr(c, "num_key_value_heads", None) or (1 if getattr(c, "multi_query", False) else None)
+    return head // (adapter.n_heads // int(kv or adapter.n_heads))
 
 
 def value_layout(adapter) -> Optional[tuple]:

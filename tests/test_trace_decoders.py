@@ -323,3 +323,20 @@ def test_padded_batches_of_three_lengths_give_each_text_its_own_forward(decoders
             assert got.shape[0 if not name.endswith("hook_pattern") else 1] == n
             torch.testing.assert_close(got, want, **TOL, msg=lambda m, name=name, i=i: f"{name}, text {i}: {m}")
         torch.testing.assert_close(cache.output.logits[i][keep], alone.output.logits[0], **TOL)
+
+
+def test_readme_tour_rows(decoders):
+    """The README's decoder rows as written (beside TransformerLens), with their shapes."""
+    import probe
+
+    adapter, texts, tok = decoders["llama"], TEXTS[:2], 7
+    cache = probe.trace(adapter, texts, read=lambda n: n.endswith(("hook_q", "hook_k", "hook_attn_scores")))
+    assert cache["blocks.0.attn.hook_k"].shape[2:] == (2, adapter.head_dim)  # [batch, pos, kv_head, d_head]
+    assert len(cache) == 3 * adapter.n_layers
+    cache = probe.trace(adapter, texts, read=["resid_pre", "resid_mid", "resid_post"])
+    assert cache.stack("resid_post").shape[:2] == (adapter.n_layers, 2)
+    cache = probe.trace(adapter, texts, read="blocks.1.hook_resid_post", grad=lambda out: out.logits[0, -1, tok])
+    g = cache.grad("blocks.1.hook_resid_post")
+    assert g.shape == cache["blocks.1.hook_resid_post"].shape and g[1].abs().sum() == 0  # row 1 is not in the objective
+    out = probe.trace_generate(adapter, texts[:1], 20, edit={"blocks.1.attn.hook_z": probe.Zero(head=3)}).output
+    assert out.shape[1] > adapter.inputs_of(texts[:1])["input_ids"].shape[1]
