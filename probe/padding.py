@@ -20,7 +20,11 @@ import torch
 
 from .errors import InputError
 
-__all__ = ["padded_inputs", "real_positions"]
+__all__ = ["padded_inputs", "real_positions", "padding_leak", "LEAK_TOLERANCE"]
+
+#: above this max |Δ| a text's outputs depend on its batch-mates (float32 noise is ~1e-6)
+LEAK_TOLERANCE = 1e-4
+_PROBE = ("A short text.", "A much longer text, with several clauses, that makes the batch ragged and padded.")
 
 
 def _takes(model, name: str) -> bool:
@@ -58,3 +62,26 @@ def padded_inputs(adapter, texts: Sequence[str], side: str = "right") -> dict:
 def real_positions(mask: torch.Tensor) -> torch.Tensor:
     """``[batch, seq]`` position of each token among its row's real tokens (padding: 0)."""
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _main(out) -> torch.Tensor:
+    for key in ("logits", "last_hidden_state"):
+        v = getattr(out, key, None)
+        if torch.is_tensor(v):
+            return v
+    return out[0]
+
+
+def padding_leak(adapter, texts: Sequence[str] = _PROBE) -> float:
+    """Max |Δ| of the first text's outputs on its real positions between its own forward
+    and a right-padded batch with the others: 0 up to float noise where padding is masked
+    out everywhere; large where a layer mixes positions without the mask (ConvBERT's span
+    convolutions, Jiang et al. 2020; Nyströmformer's landmark means, Xiong et al. 2021).
+    Such a model must run one text per batch (or one length per batch)."""
+    with torch.no_grad():
+        batch = padded_inputs(adapter, list(texts), side="right")
+        alone = padded_inputs(adapter, [texts[0]], side="right")
+        together = _main(adapter.model(**batch))[0]
+        own = _main(adapter.model(**alone))[0]
+    n = own.shape[0]
+    return float((together[:n].float() - own.float()).abs().max())

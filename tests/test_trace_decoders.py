@@ -340,3 +340,18 @@ def test_readme_tour_rows(decoders):
     assert g.shape == cache["blocks.1.hook_resid_post"].shape and g[1].abs().sum() == 0  # row 1 is not in the objective
     out = probe.trace_generate(adapter, texts[:1], 20, edit={"blocks.1.attn.hook_z": probe.Zero(head=3)}).output
     assert out.shape[1] > adapter.inputs_of(texts[:1])["input_ids"].shape[1]
+
+
+def test_padding_leak_is_measured_zero_for_masked_models_and_large_for_convbert(decoders, tiny_models, bert_tokenizer):
+    import transformers as T
+
+    from probe.padding import LEAK_TOLERANCE, padding_leak
+
+    assert padding_leak(decoders["llama"]) < LEAK_TOLERANCE
+    assert padding_leak(tiny_models["bert"]) < LEAK_TOLERANCE
+    cfg = T.ConvBertConfig(
+        vocab_size=len(bert_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+    )
+    torch.manual_seed(0)
+    conv = ModelAdapter(name="tiny-convbert", model=T.ConvBertModel(cfg), tokenizer=bert_tokenizer, family="convbert")
+    assert padding_leak(conv) > 10 * LEAK_TOLERANCE  # its span convolution reads the padding
