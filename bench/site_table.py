@@ -163,6 +163,8 @@ def check(adapter) -> dict:
                 q, k = get("attn.hook_q", layer), get("attn.hook_k", layer)
                 module = adapter.attention_modules()[layer]
                 scale = getattr(module, "scaling", None) or q.shape[-1] ** -0.5
+                if model_type == "opt":  # OPT scales its queries before the attention function (scaling=1.0 there)
+                    scale = 1.0
                 cap = getattr(module, "attn_logit_softcapping", None) or getattr(
                     adapter.config, "attn_logit_softcapping", None
                 )
@@ -238,7 +240,11 @@ def check(adapter) -> dict:
             head = adapter.model.get_output_embeddings()
             logits = getattr(cache.output, "logits", None)
             if head is not None and logits is not None:
-                worst("logits", _err(head(cache["ln_final.hook_normalized"]), logits))
+                mine = head(cache["ln_final.hook_normalized"])
+                cap = getattr(adapter.config, "final_logit_softcapping", None)
+                if cap:  # Gemma 2: the model's head soft-caps its logits
+                    mine = torch.tanh(mine / cap) * cap
+                worst("logits", _err(mine, logits))
             else:
                 mark["logits"] = "—: no language-model head"
         else:
@@ -364,6 +370,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--types", default=",".join(DECODERS + OTHERS))
+    ap.add_argument("--debug", action="store_true", help="raise instead of writing an error row")
     ap.add_argument("--write", default=None, help="write the docs page here (e.g. docs/sites.md)")
     args = ap.parse_args(argv)
     tok = _tokenizer()
@@ -372,6 +379,8 @@ def main(argv=None) -> int:
         try:
             rows[t] = check(build(t, tok))
         except Exception as e:  # a row, not a crash: the table says what went wrong
+            if args.debug:
+                raise
             rows[t] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
         print(t, rows[t] if "error" in rows[t] else sum(v == "exact" for v in rows[t].values()), file=sys.stderr)
     table = markdown(rows)

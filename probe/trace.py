@@ -39,6 +39,7 @@ from .edits import SiteContext, as_edit
 from .hooks import HookContext, HookSet, eager_attention
 from .layer_calls import LayerCalls
 from .models.sites import (
+    BLOCK_KINDS,
     INTERFACE_KINDS,
     MODEL_KINDS,
     SITE_KINDS,
@@ -332,7 +333,8 @@ class Trace(HookContext):
         self._z_interface: dict = {}  # attention module -> {layer: (edits, ctx)}: z edited in the attention function
         self._pending: dict = {}
         self._qk: dict = {}  # attention module -> {layer: {kind: work}}: q, k, scores in the attention function
-        self._router_shape = False  # a router site is read: record each forward's [batch, seq]
+        self._router_shape = False  # a block site is read: record each forward's [batch, seq]
+        self._shape: Optional[tuple] = None
         self._hooks_plan: dict = {}  # (module, side) -> {layer: {kind: {"read": [...], "edit": [...], "ctx": ...}}}
         self._served: dict = {}  # module -> the layers it serves, in call order (all of them, wanted or not)
         self._modules: dict = {}  # (module, side) -> work of a ModuleSite: every call of the module
@@ -404,7 +406,8 @@ class Trace(HookContext):
                     .setdefault("pattern", {"read": [], "edit": [], "ctx": ctx})
                 )
         else:
-            self._router_shape = self._router_shape or site.kind == "router"
+            # router logits, and OPT's MLP (flattened rows), need each forward's [batch, seq]
+            self._router_shape = self._router_shape or site.kind in BLOCK_KINDS
             work = (
                 self._hooks_plan.setdefault((module, side), {})
                 .setdefault(site.layer, {})
@@ -559,6 +562,7 @@ class Trace(HookContext):
 
         def fn(module, args, kwargs):
             x = _hidden(args, kwargs)
+            flat, x = self._unflatten(x, kinds)
             changed = False
             z_work = kinds.get("z")
             # z edited here unless the attention function already did (interface path), and read here
@@ -597,6 +601,7 @@ class Trace(HookContext):
                     reader.fn(x, c)
             if not changed:
                 return None
+            x = x.reshape(flat) if flat is not None else x
             return ((x,) + tuple(args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
 
         return fn
@@ -607,6 +612,7 @@ class Trace(HookContext):
 
         def fn(module, args, output):
             out = output[0] if isinstance(output, tuple) else output
+            flat, out = self._unflatten(out, kinds)
             new = out
             for kind in _OUTPUT_KINDS:
                 work = kinds.get(kind)
@@ -620,7 +626,7 @@ class Trace(HookContext):
                     reader.fn(new, c)
             work = kinds.get("router")
             if work is not None:  # [batch·seq, expert] as the router computes it -> [batch, seq, expert]
-                logits = new.reshape(*self._shape, new.shape[-1])
+                logits = new.reshape(*self._shape, new.shape[-1]) if new.dim() == 2 else new
                 for reader, c in work["read"]:
                     reader.fn(logits, c)
             work = kinds.get("v")
@@ -633,9 +639,17 @@ class Trace(HookContext):
                     reader.fn(v, c)
             if new is out:
                 return None
+            new = new.reshape(flat) if flat is not None else new
             return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
 
         return fn
+
+    def _unflatten(self, x: torch.Tensor, kinds: dict) -> tuple:
+        """``(the flat shape or None, x)``: a block site a layer computes on flattened rows
+        ``[batch·seq, d]`` (OPT's MLP) as ``[batch, seq, d]``."""
+        if x.dim() != 2 or self._shape is None or not any(k in BLOCK_KINDS for k in kinds):
+            return None, x
+        return tuple(x.shape), x.reshape(*self._shape, x.shape[-1])
 
     def _record_shape(self, module, args, kwargs):
         """Model pre-hook: ``[batch, seq]`` of this forward (router logits come flattened)."""
