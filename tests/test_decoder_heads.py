@@ -77,3 +77,40 @@ def test_zoo_induction_heads_and_its_previous_token_head_are_named(induction_mod
     assert result.sink_ratio == 0.0  # no head parks its attention on <s>
     with pytest.raises(InputError, match="positions"):
         decoder_head_scores(induction_model, n_tokens=20)
+
+
+def test_hand_set_weights_make_a_previous_token_head_and_a_sink_head(bert_tokenizer):
+    """One GPT-2 layer whose attention reads positions only (token embeddings zero, one-hot
+    position embeddings): head 0's W_Q shifts position i onto i-1 against W_K = I (a
+    previous-token head); head 1's query is a constant bias that matches only position 0's
+    key (a sink). The detectors must name exactly these."""
+    import transformers
+
+    from probe.models import ModelAdapter
+    from probe.trace import trace
+
+    cfg = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=16, bos_token_id=1, eos_token_id=2)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    attn = model.transformer.h[0].attn.c_attn  # Conv1D: x @ W + b, W [32, 96] = q | k | v
+    with torch.no_grad():
+        model.transformer.wte.weight.zero_()
+        model.transformer.wpe.weight.zero_()
+        model.transformer.wpe.weight[:16, :16] = 10 * torch.eye(16)
+        model.transformer.h[0].ln_1.weight.fill_(1.0)
+        model.transformer.h[0].ln_1.bias.zero_()
+        attn.weight.zero_()
+        attn.bias.zero_()
+        for p in range(1, 16):
+            attn.weight[p, p - 1] = 1.0  # head 0: q_i ∝ e_{i-1}
+        for p in range(16):
+            attn.weight[p, 32 + p] = 1.0  # head 0: k_j ∝ e_j
+        attn.bias[16] = 4.0  # head 1: the same query everywhere
+        attn.weight[0, 32 + 16] = 1.0  # head 1: only position 0's key answers it
+    adapter = ModelAdapter(name="hand-set", model=model, tokenizer=bert_tokenizer, family="gpt2")
+    ids = repeated_random_tokens(range(3, 64), T, 4, bos_id=1)
+    patterns = trace(adapter, {"input_ids": ids}, read="pattern").stack("pattern").transpose(0, 1)
+    prev, sink = previous_token_scores(patterns)[0], sink_scores(patterns)[0]
+    assert prev[0] > 0.95 and prev[1] < 0.3
+    assert sink[1] > 0.9 and sink[0] < 0.3
+    assert sink_ratio(sink_scores(patterns)) == 0.5
+    assert (induction_scores(patterns, T)[0] < 0.1).all() and (duplicate_token_scores(patterns, T)[0] < 0.1).all()
