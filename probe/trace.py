@@ -33,7 +33,7 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
-from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
+from .attention_interface import AttentionSession, InterfaceSwitch, choose_path, repeat_kv
 from .cache import Cache
 from .edits import SiteContext, as_edit
 from .hooks import HookContext, HookSet, eager_attention
@@ -131,6 +131,8 @@ def _expand(adapter, key, stack: Optional[str]) -> list:
 
 def _refusal(adapter, site: Site) -> Optional[str]:
     """Why ``adapter``'s model has no ``site`` (one line), or None when it has it."""
+    if _interface_values(adapter, site):
+        return None
     try:
         site_module(adapter, site)
     except NotApplicable as e:
@@ -141,6 +143,19 @@ def _refusal(adapter, site: Site) -> Optional[str]:
             "inside transformers' attention interface, which its attention does not call"
         )
     return None
+
+
+def _interface_values(adapter, site) -> bool:
+    """True when ``site`` is ``v`` of a model with no separate value projection (a fused
+    q|k|v other than GPT-2's: GPT-NeoX, Phi-3, CodeGen) whose attention calls the
+    interface: the values are then read there, as the attention function receives them."""
+    if not isinstance(site, Site) or site.kind != "v" or value_layout(adapter) is not None:
+        return False
+    try:
+        adapter.value_modules(site.stack)
+        return False
+    except NotApplicable:
+        return choose_path(adapter, site.stack, "auto") == "interface"
 
 
 def available_sites(adapter, stack: Optional[str] = None) -> list:
@@ -182,7 +197,7 @@ class _Session(AttentionSession):
 
     def on_qkv(self, module, query, key, value):
         work = self.tr.now(self.tr._qk, module)
-        if not work or not ("q" in work or "k" in work):
+        if not work or not ("q" in work or "k" in work or "v" in work):
             return None
         # the site is [batch, seq, head, d]: a transposed view the attention then reads from,
         # so that a gradient at the site is one of the forward's own tensors
@@ -195,6 +210,15 @@ class _Session(AttentionSession):
             site = x.transpose(1, 2)
             site, _ = self.tr._edited(site, w)
             out.append(site.transpose(1, 2))
+        w = work.get("v")
+        if w is not None:  # fused projections: the values as the attention function receives them
+            if w["edit"] and value.shape[1] != query.shape[1]:
+                raise NotApplicable(
+                    "edits of the values of a grouped-query model are not supported (its key/value heads "
+                    "are shared by several query heads); edit hook_z instead"
+                )
+            site, _ = self.tr._edited(repeat_kv(value, query.shape[1]).transpose(1, 2), w)
+            value = site.transpose(1, 2)
         return out[0], out[1], value
 
     def needs_scores(self, module) -> bool:
@@ -380,10 +404,13 @@ class Trace(HookContext):
         why = _refusal(self.adapter, site)
         if why is not None:
             raise NotApplicable(why)
-        module = site_module(self.adapter, site)
-        if site.kind not in MODEL_KINDS:
-            self._serve(module, site.kind, stack)
-        side = site_side(self.adapter, site)
+        if _interface_values(self.adapter, site):
+            module, side = self.adapter.attention_modules(stack)[site.layer], "interface"
+            self._serve(module, "pattern", stack)
+        else:
+            module, side = site_module(self.adapter, site), site_side(self.adapter, site)
+            if site.kind not in MODEL_KINDS:
+                self._serve(module, site.kind, stack)
         if side == "interface":
             self.interface = True
             work = self._qk.setdefault(module, {}).setdefault(site.layer, {})

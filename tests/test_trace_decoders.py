@@ -355,3 +355,15 @@ def test_padding_leak_is_measured_zero_for_masked_models_and_large_for_convbert(
     torch.manual_seed(0)
     conv = ModelAdapter(name="tiny-convbert", model=T.ConvBertModel(cfg), tokenizer=bert_tokenizer, family="convbert")
     assert padding_leak(conv) > 10 * LEAK_TOLERANCE  # its span convolution reads the padding
+
+
+@pytest.mark.parametrize("t", ["gpt_neox", "llama"])
+def test_values_times_the_pattern_give_z_also_for_fused_projections(decoders, t):
+    """GPT-NeoX's q|k|v projection is fused (no value module): hook_v is read inside the
+    attention function; Llama's from its v_proj (key/value heads repeated)."""
+    adapter = decoders[t]
+    cache = trace(
+        adapter, TEXTS[:2], read=["blocks.1.attn.hook_v", "blocks.1.attn.hook_pattern", "blocks.1.attn.hook_z"]
+    )
+    v, a = cache["blocks.1.attn.hook_v"], cache["blocks.1.attn.hook_pattern"]
+    torch.testing.assert_close(torch.einsum("bhqk,bkhd->bqhd", a, v), cache["blocks.1.attn.hook_z"], **TOL)
