@@ -194,7 +194,7 @@ def layout_of(adapter) -> Optional[BlockLayout]:
         return _stablelm(config)
     if t in ("roberta", "xlm-roberta", "camembert", "electra"):
         t = "bert"
-    return LAYOUTS.get(t)
+    return LAYOUTS.get(str(t))
 
 
 def _refuse(adapter, kind: str, why: str) -> NotApplicable:

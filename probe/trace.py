@@ -296,7 +296,7 @@ class Trace(HookContext):
     def __init__(
         self,
         adapter,
-        read: Union[Iterable, Mapping, str] = (),
+        read: Union[Iterable, Mapping, str, Callable] = (),
         edit: Optional[Mapping] = None,
         *,
         rows: Optional[Sequence[int]] = None,

@@ -158,7 +158,7 @@ def decoder_head_scores(adapter, n_tokens: int = 10, n_examples: int = 16, seed:
     rows = []
     for layer in range(n_layers):
         for head in range(n_heads):
-            row = {"layer": layer, "head": head}
+            row: dict = {"layer": layer, "head": head}
             for role, s in scores.items():
                 row[role] = float(s[layer, head])
                 row[role + "_head"] = row[role] > THRESHOLDS[role]
