@@ -367,3 +367,27 @@ def test_values_times_the_pattern_give_z_also_for_fused_projections(decoders, t)
     )
     v, a = cache["blocks.1.attn.hook_v"], cache["blocks.1.attn.hook_pattern"]
     torch.testing.assert_close(torch.einsum("bhqk,bkhd->bqhd", a, v), cache["blocks.1.attn.hook_z"], **TOL)
+
+
+def test_score_and_query_edits_do_what_their_definitions_say(decoders):
+    """Masking key 2 through hook_attn_scores in every layer equals the model's own
+    attention mask with position 2 off; a zeroed query makes its head's pattern uniform
+    over the causal keys."""
+    adapter = decoders["llama"]
+    batch = adapter.inputs_of(TEXTS[:1])
+
+    def mask_key_2(scores, ctx):
+        scores[..., 2] = torch.finfo(scores.dtype).min
+        return scores
+
+    edit = {f"blocks.{l}.attn.hook_attn_scores": mask_key_2 for l in range(adapter.n_layers)}
+    edited = trace(adapter, batch, edit=edit).output.logits
+    off = dict(batch, attention_mask=batch["attention_mask"].clone())
+    off["attention_mask"][:, 2] = 0
+    with torch.no_grad():
+        want = adapter.model(**off, position_ids=torch.arange(off["input_ids"].shape[1])[None]).logits
+    torch.testing.assert_close(edited, want, **TOL)
+    cache = trace(adapter, batch, read="blocks.0.attn.hook_pattern", edit={"blocks.0.attn.hook_q": Zero(head=1)})
+    n = batch["input_ids"].shape[1]
+    uniform = torch.tril(torch.ones(n, n)) / torch.arange(1, n + 1)[:, None]
+    torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"][0, 1], uniform, **TOL)
