@@ -301,6 +301,7 @@ def test_generation_past_the_position_limit_is_refused_before_any_forward(decode
 
 
 # ---- padding ------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("t", FAMILIES)
 def test_padded_batches_of_three_lengths_give_each_text_its_own_forward(decoders, t, side):
