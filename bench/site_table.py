@@ -13,10 +13,10 @@ where it has one, in float32. The identities (max |Δ| ≤ 1e-5 each, over every
     attn_out, resid_mid, mlp_out, resid_post
                   sequential: resid_mid = resid_pre + attn_out, resid_post = resid_mid + mlp_out;
                   parallel: resid_post = resid_pre + attn_out + mlp_out;
-                  post-norm (BERT): resid_post = LN₂(mlp_out + LN₁(attn_out + resid_pre))
+                  post-norm (BERT, BART): resid_post = LN₂(mlp_out + LN₁(attn_out + resid_pre))
     mlp_in        the pre-MLP norm of resid_mid (of resid_pre in a parallel block) = mlp_in
     router        mlp_in @ router weightᵀ = router logits
-    embed, pos_embed   resid_pre of layer 0 = embed (+ pos_embed)  (BERT: its LayerNorm of the sum)
+    embed, pos_embed   resid_pre of layer 0 = embed (+ pos_embed)  (BERT, BART: their LayerNorm of the sum)
     ln_final      final norm(last resid_post) = ln_final; logits: unembedding(ln_final) = the logits
     edit          zeroing head 1's hook_result in layer 1 = zeroing its output-projection columns
     generate      each generated step's pattern (KV cache) = that row of one forward over the sequence
@@ -210,9 +210,10 @@ def check(adapter) -> dict:
                 for col in ("attn_out", "mlp_out", "resid_post"):
                     worst(col, e)
                 norm_in = pre
-            else:  # post-norm (BERT)
-                mid = blk.attention.output.LayerNorm(attn + pre)
-                e = _err(post, blk.output.LayerNorm(mlp + mid))
+            else:  # post-norm (BERT, BART)
+                first_norm, second_norm = (blk.get_submodule(p) for p in layout.post_norms)
+                mid = first_norm(attn + pre)
+                e = _err(post, second_norm(mlp + mid))
                 for col in ("attn_out", "mlp_out", "resid_post"):
                     worst(col, e)
                 norm_in = mid
@@ -229,6 +230,8 @@ def check(adapter) -> dict:
             if model_type == "bert":
                 emb = adapter.model.embeddings
                 first = emb.LayerNorm(first + emb.token_type_embeddings(torch.zeros_like(cache.inputs["input_ids"])))
+            elif model_type == "bart":  # BART normalises the sum
+                first = adapter.model.encoder.layernorm_embedding(first)
             e = _err(first, cache["blocks.0.hook_resid_pre"])
             worst("embed", e)
             worst("pos_embed", e)

@@ -46,6 +46,9 @@ class BlockLayout:
     parallel: bool = False
     mlp_norm: Optional[str] = None
     model: dict = field(default_factory=dict)
+    #: post-norm blocks: the norms after attention and after the MLP (resid_mid =
+    #: norms[0](resid_pre + attn_out), resid_post = norms[1](that + mlp_out))
+    post_norms: Optional[tuple] = None
 
 
 _PARALLEL = "attention and MLP run in parallel from resid_pre (parallel block): there is no stream between them"
@@ -69,7 +72,7 @@ def _layout(
     mlp_norm: Optional[str] = "post_attention_layernorm",
     router: Optional[str] = None,
     parallel: bool = False,
-    post_norm: bool = False,
+    post_norm: Optional[tuple] = None,
     embed: str = "embed_tokens",
     pos_embed: str = _ROTARY,
     final: str = "norm",
@@ -89,7 +92,7 @@ def _layout(
         "router": (router, "output") if router else _NO_ROUTER,
     }
     model = {"embed": embed, "pos_embed": pos_embed, "ln_final": final}
-    return BlockLayout(parts, not (parallel or post_norm), parallel, mlp_norm, model)
+    return BlockLayout(parts, not (parallel or post_norm), parallel, mlp_norm, model, post_norm)
 
 
 _LLAMA = _layout()
@@ -153,13 +156,35 @@ LAYOUTS: dict[str, BlockLayout] = {
         attn_out="attention.output.dense",
         mlp_in="intermediate",
         mlp_out="output.dense",
-        post_norm=True,
+        post_norm=("attention.output.LayerNorm", "output.LayerNorm"),
         mlp_norm=None,
         embed="word_embeddings",
         pos_embed="position_embeddings",
         final="a post-norm encoder has no final norm (each block ends in its own LayerNorm)",
     ),
 }
+
+
+LAYOUTS["bart"] = _layout(
+    mlp_in="fc1",
+    mlp_out="fc2",
+    post_norm=("self_attn_layer_norm", "final_layer_norm"),
+    mlp_norm=None,
+    pos_embed="embed_positions",
+    final="BART's blocks are post-norm: there is no final norm (each block ends in its own LayerNorm)",
+)
+
+
+#: T5's encoder blocks (pre-norm, RMS): layer.0 self-attention, layer.1 the feed-forward;
+#: its decoder blocks put cross-attention at layer.1, so their MLP sites are refused
+LAYOUTS["t5"] = _layout(
+    "layer.0.SelfAttention",
+    "layer.1",
+    "layer.1.DenseReluDense",
+    mlp_norm="layer.1.layer_norm",
+    pos_embed="T5 adds a relative position bias to the attention scores; nothing is added to the stream",
+    final="final_layer_norm",
+)
 
 
 def _neox(config) -> BlockLayout:
@@ -216,7 +241,10 @@ def part_of(adapter, block: torch.nn.Module, kind: str) -> tuple:
     if isinstance(where, str):
         raise _refuse(adapter, kind, where)
     path, side = where
-    return block.get_submodule(path), side
+    try:
+        return block.get_submodule(path), side
+    except AttributeError:
+        raise _refuse(adapter, kind, f"its block {type(block).__name__} has no {path} (another block layout)") from None
 
 
 def model_part(adapter, kind: str) -> torch.nn.Module:

@@ -392,3 +392,26 @@ def test_score_and_query_edits_do_what_their_definitions_say(decoders):
     n = batch["input_ids"].shape[1]
     uniform = torch.tril(torch.ones(n, n)) / torch.arange(1, n + 1)[:, None]
     torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"][0, 1], uniform, **TOL)
+
+
+def test_encoder_decoder_blocks_add_up_where_their_layout_is_known(tiny_models):
+    """T5's encoder blocks are pre-norm and sequential; BART's are post-norm (resid_mid
+    refused, the stream is each block's LayerNorm of the sum); T5's decoder blocks hold
+    cross-attention where the encoder's hold the MLP, so their MLP sites are refused."""
+    t5 = tiny_models["t5"]
+    names = ["hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post"]
+    cache = trace(t5, TEXTS[:2], read=[f"blocks.1.{n}" for n in names])
+    pre, attn, mid, mlp, post = (cache[f"blocks.1.{n}"] for n in names)
+    torch.testing.assert_close(mid, pre + attn, **TOL)
+    torch.testing.assert_close(post, mid + mlp, **TOL)
+    with pytest.raises(NotApplicable, match="no layer.1.DenseReluDense"):
+        trace(t5, TEXTS[:1], read="decoder.blocks.0.hook_mlp_out")
+    bart = tiny_models["bart"]
+    names = ["hook_resid_pre", "hook_attn_out", "hook_mlp_out", "hook_resid_post"]
+    cache = trace(bart, TEXTS[:2], read=[f"blocks.0.{n}" for n in names])
+    pre, attn, mlp, post = (cache[f"blocks.0.{n}"] for n in names)
+    layer = bart.model.encoder.layers[0]
+    with torch.no_grad():
+        torch.testing.assert_close(post, layer.final_layer_norm(layer.self_attn_layer_norm(pre + attn) + mlp), **TOL)
+    with pytest.raises(NotApplicable, match="post-norm"):
+        trace(bart, TEXTS[:1], read="blocks.0.hook_resid_mid")
