@@ -11,22 +11,42 @@ that hooks these sites.
 
 Site kinds (``batch`` = rows of the forward, ``seq`` = padded positions)::
 
-    kind        name                          module          side     shape
-    resid_pre   blocks.{l}.hook_resid_pre     layer (block)   input    [batch, seq, d_model]
-    resid_post  blocks.{l}.hook_resid_post    layer (block)   output   [batch, seq, d_model]
-    pattern     blocks.{l}.attn.hook_pattern  attention       output   [batch, head, query, key]
-    v           blocks.{l}.attn.hook_v        value proj.     output   [batch, seq, head, head_dim]
-    z           blocks.{l}.attn.hook_z        output proj.    input    [batch, seq, head, head_dim]
-    proj_in     blocks.{l}.attn.hook_proj_in  output proj.    input    [batch, seq, head * head_dim]
+    kind        name                               module            side       shape
+    embed       hook_embed                         token embedding   output     [batch, seq, d_model]
+    pos_embed   hook_pos_embed                     position embed.   output     [batch, seq, d_model]
+    resid_pre   blocks.{l}.hook_resid_pre          layer (block)     input      [batch, seq, d_model]
+    q           blocks.{l}.attn.hook_q             attention         interface  [batch, seq, head, head_dim]
+    k           blocks.{l}.attn.hook_k             attention         interface  [batch, seq, kv_head, head_dim]
+    attn_scores blocks.{l}.attn.hook_attn_scores   attention         interface  [batch, head, query, key]
+    pattern     blocks.{l}.attn.hook_pattern       attention         output     [batch, head, query, key]
+    v           blocks.{l}.attn.hook_v             value proj.       output     [batch, seq, head, head_dim]
+    z           blocks.{l}.attn.hook_z             output proj.      input      [batch, seq, head, head_dim]
+    proj_in     blocks.{l}.attn.hook_proj_in       output proj.      input      [batch, seq, head * head_dim]
+    result      blocks.{l}.attn.hook_result        output proj.      result     [batch, seq, head, d_model]
+    attn_out    blocks.{l}.hook_attn_out           (block_parts)     …          [batch, seq, d_model]
+    resid_mid   blocks.{l}.hook_resid_mid          (block_parts)     …          [batch, seq, d_model]
+    mlp_in      blocks.{l}.hook_mlp_in             (block_parts)     …          [batch, seq, d_model]
+    mlp_out     blocks.{l}.hook_mlp_out            (block_parts)     …          [batch, seq, d_model]
+    router      blocks.{l}.mlp.hook_router_logits  MoE router        output     [batch, seq, expert]
+    resid_post  blocks.{l}.hook_resid_post         layer (block)     output     [batch, seq, d_model]
+    ln_final    ln_final.hook_normalized           final norm        output     [batch, seq, d_model]
 
-``z`` and ``proj_in`` are the same values (the output projection's input), split into heads
-or not. ``v`` has one entry per query head (key/value heads repeated). Stacks other than
-the model's main one are prefixed: ``decoder.blocks.0.attn.hook_pattern``,
+``q`` and ``k`` are read inside transformers' attention interface, so after rotary
+embeddings and q/k norms; ``k`` has one entry per key/value head (grouped-query
+attention: query head ``h`` reads key head :func:`kv_head_of` ``h``). ``attn_scores`` are
+the scaled, soft-capped, masked logits the softmax turns into ``pattern``. ``result`` is
+each head's ``z`` through its slice of the output projection (TransformerLens's
+``hook_result``): Σ_h result_h + bias is the projection's output. ``z`` and ``proj_in`` are
+the same values (the output projection's input), split into heads or not. ``v`` has one
+entry per query head (key/value heads repeated; its consumers read it per head). Where the
+block-level sites live, and why a family lacks one, is :mod:`probe.models.block_parts`.
+Stacks other than the model's main one are prefixed: ``decoder.blocks.0.attn.hook_pattern``,
 ``cross.blocks.0.attn.hook_z`` (encoder-decoder models).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -44,6 +64,11 @@ __all__ = [
     "site_names",
     "layer_modules",
     "site_module",
+    "site_side",
+    "kv_head_of",
+    "MODEL_KINDS",
+    "INTERFACE_KINDS",
+    "BLOCK_KINDS",
     "value_layout",
     "value_heads",
     "split_heads",
@@ -75,10 +100,29 @@ SITE_KINDS: dict[str, SiteKind] = {
         SiteKind("v", "attn.hook_v", "value", "output", "[batch, seq, head, head_dim]", 2),
         SiteKind("z", "attn.hook_z", "head_output", "input", "[batch, seq, head, head_dim]", 2),
         SiteKind("proj_in", "attn.hook_proj_in", "head_output", "input", "[batch, seq, head * head_dim]", None),
+        SiteKind("q", "attn.hook_q", "attention", "interface", "[batch, seq, head, head_dim]", 2),
+        SiteKind("k", "attn.hook_k", "attention", "interface", "[batch, seq, kv_head, head_dim]", 2),
+        SiteKind("attn_scores", "attn.hook_attn_scores", "attention", "interface", "[batch, head, query, key]", 1),
+        SiteKind("result", "attn.hook_result", "head_output", "result", "[batch, seq, head, d_model]", 2),
+        SiteKind("attn_out", "hook_attn_out", "block", "", "[batch, seq, d_model]", None),
+        SiteKind("resid_mid", "hook_resid_mid", "block", "", "[batch, seq, d_model]", None),
+        SiteKind("mlp_in", "hook_mlp_in", "block", "", "[batch, seq, d_model]", None),
+        SiteKind("mlp_out", "hook_mlp_out", "block", "", "[batch, seq, d_model]", None),
+        SiteKind("router", "mlp.hook_router_logits", "block", "", "[batch, seq, expert]", None),
+        SiteKind("embed", "hook_embed", "model", "output", "[batch, seq, d_model]", None),
+        SiteKind("pos_embed", "hook_pos_embed", "model", "output", "[batch, seq, d_model]", None),
+        SiteKind("ln_final", "ln_final.hook_normalized", "model", "output", "[batch, seq, d_model]", None),
     )
 }
+#: kinds with one site per model (no layer): named by their suffix alone
+MODEL_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.module == "model")
+#: kinds read inside transformers' attention interface (after rotary embeddings)
+INTERFACE_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.side == "interface")
+#: kinds held by a module of the block found through :mod:`probe.models.block_parts`
+BLOCK_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.module == "block")
 _BY_SUFFIX = {k.suffix: k.kind for k in SITE_KINDS.values()}
 _NAME = re.compile(r"^(?:(encoder|decoder|cross)\.)?blocks\.(\d+)\.(.+)$")
+_TOP = re.compile(r"^(?:(encoder|decoder|cross)\.)?(.+)$")
 
 #: families whose value projection is fused with the queries and keys: the number of equal
 #: parts of its output and which part is the value (GPT-2's ``c_attn``: q | k | v)
@@ -100,6 +144,8 @@ class Site:
     def name(self, default_stack: Optional[str] = None) -> str:
         """The TransformerLens-style name; prefixed with the stack unless it is the main one."""
         prefix = "" if self.stack in (None, default_stack) else f"{self.stack}."
+        if self.kind in MODEL_KINDS:
+            return f"{prefix}{self.spec.suffix}"
         return f"{prefix}blocks.{self.layer}.{self.spec.suffix}"
 
 
@@ -120,16 +166,18 @@ def parse_site(key: SiteKey, adapter=None) -> Site:
     elif isinstance(key, tuple) and 2 <= len(key) <= 3:
         kind = _BY_SUFFIX.get(key[0], key[0])
         if kind not in SITE_KINDS:
-            raise InputError(f"unknown site kind {key[0]!r}; use one of {', '.join(SITE_KINDS)}")
-        site = Site(kind, int(key[1]), key[2] if len(key) == 3 else None)
+            raise InputError(f"unknown site kind {key[0]!r}{_closest(str(key[0]), list(SITE_KINDS))}")
+        site = Site(kind, -1 if kind in MODEL_KINDS else int(key[1]), key[2] if len(key) == 3 else None)
     elif isinstance(key, str):
         m = _NAME.match(key)
-        if not m or m.group(3) not in _BY_SUFFIX:
-            raise InputError(
-                f"unknown site {key!r}; sites are named like blocks.0.attn.hook_pattern "
-                f"(suffixes: {', '.join(_BY_SUFFIX)})"
-            )
-        site = Site(_BY_SUFFIX[m.group(3)], int(m.group(2)), m.group(1))
+        top = _TOP.match(key)
+        if top and top.group(2) in _BY_SUFFIX and _BY_SUFFIX[top.group(2)] in MODEL_KINDS:
+            site = Site(_BY_SUFFIX[top.group(2)], -1, top.group(1))
+        elif m and m.group(3) in _BY_SUFFIX and _BY_SUFFIX[m.group(3)] not in MODEL_KINDS:
+            site = Site(_BY_SUFFIX[m.group(3)], int(m.group(2)), m.group(1))
+        else:
+            names = site_names(adapter) if adapter is not None else []
+            raise InputError(f"unknown site {key!r}{_closest(key, names or _example_names())}")
     else:
         raise InputError(f"a site is a name like 'blocks.0.attn.hook_z' or a (kind, layer) pair, got {key!r}")
     if adapter is None:
@@ -137,18 +185,37 @@ def parse_site(key: SiteKey, adapter=None) -> Site:
     stack = site.stack or adapter.default_stack
     if stack not in adapter.stacks:
         raise InputError(f"{adapter.name} has no {stack!r} attention; it has: {', '.join(adapter.stacks)}")
+    if site.kind in MODEL_KINDS:
+        return Site(site.kind, -1, stack)
     n = adapter.n_layers_of(stack)
     if not 0 <= site.layer < n:
         raise InputError(f"layer {site.layer} out of range: {adapter.name} has layers 0..{n - 1}")
     return Site(site.kind, site.layer, stack)
 
 
+def _example_names() -> list:
+    return [Site(k, 0).name() for k in SITE_KINDS]
+
+
+def _closest(name: str, names: list) -> str:
+    """``; closest: a, b, c`` (the nearest valid names), or the kinds when none is near."""
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if near:
+        return f"; closest: {', '.join(near)}"
+    return f"; sites are named like blocks.0.attn.hook_pattern (suffixes: {', '.join(_BY_SUFFIX)})"
+
+
 def site_names(adapter, kind: Optional[str] = None, stack: Optional[str] = None) -> list[str]:
-    """Every site name of ``adapter``'s ``stack`` (default the main one), or of one kind."""
+    """Every site name of ``adapter``'s ``stack`` (default the main one), or of one kind
+    (names only: a site the model's blocks lack is refused when it is traced)."""
     stack = stack or adapter.default_stack
     kinds = [kind] if kind else list(SITE_KINDS)
-    return [
-        Site(k, layer, stack).name(adapter.default_stack) for layer in range(adapter.n_layers_of(stack)) for k in kinds
+    top = [Site(k, -1, stack).name(adapter.default_stack) for k in kinds if k in MODEL_KINDS]
+    return top + [
+        Site(k, layer, stack).name(adapter.default_stack)
+        for layer in range(adapter.n_layers_of(stack))
+        for k in kinds
+        if k not in MODEL_KINDS
     ]
 
 
@@ -175,7 +242,14 @@ def layer_modules(adapter, stack: Optional[str] = None) -> list:
 
 
 def site_module(adapter, site: Site) -> torch.nn.Module:
-    """The module that holds ``site`` (``site.stack`` resolved)."""
+    """The module that holds ``site`` (``site.stack`` resolved).
+
+    Raises:
+        NotApplicable: the model has no such site (its reason in one line, see
+            :mod:`probe.models.block_parts`).
+    """
+    from .block_parts import model_part, part_of
+
     role = site.spec.module
     if role == "layer":
         return layer_modules(adapter, site.stack)[site.layer]
@@ -183,7 +257,32 @@ def site_module(adapter, site: Site) -> torch.nn.Module:
         return adapter.attention_modules(site.stack)[site.layer]
     if role == "value":
         return adapter.value_modules(site.stack)[site.layer]
+    if role == "block":
+        return part_of(adapter, layer_modules(adapter, site.stack)[site.layer], site.kind)[0]
+    if role == "model":
+        return model_part(adapter, site.kind)
     return adapter.head_output_modules(site.stack)[site.layer]
+
+
+def site_side(adapter, site: Site) -> str:
+    """The side of :func:`site_module` that holds ``site``: ``input`` | ``output`` (hooks),
+    ``interface`` (inside the attention function), ``result`` (the output projection's
+    input, weighted per head)."""
+    if site.spec.module == "block":
+        from .block_parts import part_of
+
+        return part_of(adapter, layer_modules(adapter, site.stack)[site.layer], site.kind)[1]
+    return "output" if site.kind == "v" else site.spec.side
+
+
+def kv_head_of(adapter, head: int, n_kv_heads: Optional[int] = None) -> int:
+    """The key/value head query head ``head`` reads in grouped-query attention (Ainslie et
+    al. 2023): ``head // (n_heads // n_kv_heads)``, as transformers' ``repeat_kv`` repeats.
+    ``n_kv_heads`` defaults to the config's (``num_key_value_heads``; 1 for multi-query
+    models, Shazeer 2019; else one per query head); ``hook_k``'s head axis says it too."""
+    c = adapter.config
+    kv = n_kv_heads or getattr(c, "num_key_value_heads", None) or (1 if getattr(c, "multi_query", False) else None)
+    return head // (adapter.n_heads // int(kv or adapter.n_heads))
 
 
 def value_layout(adapter) -> Optional[tuple]:

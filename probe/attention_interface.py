@@ -127,6 +127,7 @@ def eager_attention(
     softcap=None,
     position_bias=None,
     out=None,
+    on_scores=None,
     **kwargs,
 ):
     """The attention weights and per-head output, as transformers' eager functions compute them.
@@ -142,6 +143,9 @@ def eager_attention(
         out: optional contiguous ``[batch, heads, q, k]`` tensor of the scores' dtype and
             device to compute the weights in (a capture's buffer: the weights then need
             no copy); ignored where it does not fit or autograd needs the scores.
+        on_scores: optional ``fn(scores) -> scores``: called with the scaled, soft-capped,
+            masked scores ``[batch, heads, q, k]`` before the softmax (TransformerLens's
+            ``hook_attn_scores``); what it returns goes into the softmax (never written over).
 
     Returns:
         ``(output [batch, q, heads, d], weights [batch, heads, q, k])``.
@@ -165,6 +169,8 @@ def eager_attention(
         mask = attention_mask[..., : key.shape[-2]]
         in_place = mask.dtype == scores.dtype and _broadcasts_to(mask.shape, scores.shape)
         scores = scores.add_(mask) if in_place else scores + mask
+    if on_scores is not None:
+        scores = on_scores(scores)
     sinks = kwargs.get("sinks")
     sinks = sinks if torch.is_tensor(sinks) else getattr(module, "sinks", None)
     if torch.is_tensor(sinks):  # one extra logit per query (a column of the softmax, dropped after)
@@ -174,7 +180,8 @@ def eager_attention(
         logits = logits - logits.max(dim=-1, keepdim=True).values
         weights = torch.softmax(logits, dim=-1)[..., :-1]
     elif (
-        scores.device.type == "cpu"
+        on_scores is None
+        and scores.device.type == "cpu"
         and scores.dtype == torch.float32
         and scores.is_contiguous()
         and not (torch.is_grad_enabled() and scores.requires_grad)
@@ -239,7 +246,20 @@ def probe_attention_forward(module, query, key, value, attention_mask, **kwargs)
     (or ``output_attentions``) needs the weights, SDPA elsewhere; then each session attached
     to ``module`` may record or replace the weights and edit the per-head output."""
     sessions = _SESSIONS.get(module, ())
-    want = kwargs.get("output_attentions", False) or any(s.needs_weights(module) for s in sessions)
+    for s in list(sessions):  # queries, keys, values as the attention function receives them
+        edited_qkv = s.on_qkv(module, query, key, value)
+        if edited_qkv is not None:
+            query, key, value = edited_qkv
+    scorers = [s for s in sessions if s.needs_scores(module)]
+    if scorers:
+
+        def on_scores(scores):
+            for s in scorers:
+                scores = s.on_scores(module, scores)
+            return scores
+
+        kwargs = dict(kwargs, on_scores=on_scores)
+    want = kwargs.get("output_attentions", False) or bool(scorers) or any(s.needs_weights(module) for s in sessions)
     if not want:
         output, weights = _fast_attention(module, query, key, value, attention_mask, **kwargs)
     else:
@@ -284,6 +304,18 @@ class AttentionSession:
 
     def on_weights(self, module, weights, mask) -> Optional[torch.Tensor]:
         return None
+
+    def on_qkv(self, module, query, key, value) -> Optional[tuple]:
+        """Read (or return edited) ``(query [batch, heads, q, d], key, value [batch,
+        kv_heads, k, d])`` as the attention function receives them (after rotary), or None."""
+        return None
+
+    def needs_scores(self, module) -> bool:
+        return False
+
+    def on_scores(self, module, scores: torch.Tensor) -> torch.Tensor:
+        """The pre-softmax scores ``[batch, heads, q, k]`` (masked), read or edited."""
+        return scores
 
     def on_output(self, module, output) -> Optional[torch.Tensor]:
         return None

@@ -6,6 +6,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
+from .errors import InputError
 from .models.sites import parse_site
 
 __all__ = ["Cache"]
@@ -17,15 +18,22 @@ class Cache(Mapping):
     Shapes (``batch`` = rows of the forward, ``seq`` = padded positions; encoder-decoder
     cross attention: ``query`` target, ``key`` source positions)::
 
-        blocks.{l}.hook_resid_pre, hook_resid_post   [batch, seq, d_model]
-        blocks.{l}.attn.hook_pattern                 [batch, head, query, key]
+        hook_embed, hook_pos_embed, ln_final.hook_normalized   [batch, seq, d_model]
+        blocks.{l}.hook_resid_pre / _mid / _post, hook_attn_out, hook_mlp_in, hook_mlp_out
+                                                     [batch, seq, d_model]
+        blocks.{l}.attn.hook_q                       [batch, seq, head, head_dim]  (after rotary)
+        blocks.{l}.attn.hook_k                       [batch, seq, kv_head, head_dim]
+        blocks.{l}.attn.hook_attn_scores, hook_pattern   [batch, head, query, key]
         blocks.{l}.attn.hook_v                       [batch, seq, head, head_dim]  (kv heads repeated)
         blocks.{l}.attn.hook_z                       [batch, seq, head, head_dim]
         blocks.{l}.attn.hook_proj_in                 [batch, seq, head * head_dim]
+        blocks.{l}.attn.hook_result                  [batch, seq, head, d_model]
+        blocks.{l}.mlp.hook_router_logits            [batch, seq, expert]
 
     ``cache[name]``, ``cache["pattern", 3]`` or ``cache[Site(...)]``: the last forward's
     value; :meth:`calls`: every forward's; :meth:`stack`: a kind over layers
-    ``[layer, ...]``. ``output``: the model's output (:func:`trace`), ``inputs`` the batch.
+    ``[layer, ...]``; :meth:`grad`: the gradient of ``trace(grad=...)``'s objective at a
+    site. ``output``: the model's output (:func:`trace`), ``inputs`` the batch.
     """
 
     def __init__(self, default_stack: str):
@@ -33,6 +41,7 @@ class Cache(Mapping):
         self._default = default_stack
         self.output: Any = None
         self.inputs: Optional[dict] = None
+        self._grads: dict = {}
 
     def _key(self, key) -> str:
         return key if isinstance(key, str) else parse_site(key).name(self._default)
@@ -57,6 +66,24 @@ class Cache(Mapping):
             key=lambda n: parse_site(n).layer,
         )
         return torch.stack([self[n] for n in names])
+
+    def grad(self, key) -> torch.Tensor:
+        """The gradient of the trace's ``grad=`` objective at a read site (its shape).
+
+        Raises:
+            InputError: the trace computed no gradient, or the site's value is not a tensor
+                the forward goes on with (``hook_v``, the router logits: derived copies).
+        """
+        name = self._key(key)
+        if name not in self._grads:
+            raise InputError(f"no gradient at {name}: pass grad=fn(output) -> scalar to trace()")
+        g = self._grads[name]
+        if g is None:
+            raise InputError(f"{name} is a copy the forward does not go on with: no gradient flows through it")
+        return g
+
+    def set_grad(self, name: str, value: Optional[torch.Tensor]) -> None:
+        self._grads[name] = value
 
     def add(self, name: str, value: torch.Tensor) -> None:
         self._values.setdefault(name, []).append(value)

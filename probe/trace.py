@@ -33,14 +33,19 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
-from .attention_interface import AttentionSession, InterfaceSwitch, choose_path
+from .attention_interface import AttentionSession, InterfaceSwitch, choose_path, repeat_kv
 from .cache import Cache
 from .edits import SiteContext, as_edit
 from .hooks import HookContext, HookSet, eager_attention
 from .layer_calls import LayerCalls
 from .models.sites import (
+    BLOCK_KINDS,
+    INTERFACE_KINDS,
+    MODEL_KINDS,
     SITE_KINDS,
     Site,
+    site_names,
+    site_side,
     layer_modules,
     parse_site,
     site_module,
@@ -62,6 +67,7 @@ __all__ = [
     "run_with_cache",
     "run_with_hooks",
     "unsupported",
+    "available_sites",
 ]
 
 
@@ -114,11 +120,68 @@ def _expand(adapter, key, stack: Optional[str]) -> list:
         return [key]
     if isinstance(key, str) and key in SITE_KINDS:
         st = stack or adapter.default_stack
+        if key in MODEL_KINDS:
+            return [Site(key, -1, st)]
         return [Site(key, layer, st) for layer in range(adapter.n_layers_of(st))]
-    site = parse_site(key)
+    site = parse_site(key, adapter if isinstance(key, str) else None)
     if site.stack is None and stack is not None:
         site = Site(site.kind, site.layer, stack)
     return [parse_site(site, adapter)]
+
+
+def _refusal(adapter, site: Site) -> Optional[str]:
+    """Why ``adapter``'s model has no ``site`` (one line), or None when it has it."""
+    if _interface_values(adapter, site):
+        return None
+    try:
+        site_module(adapter, site)
+    except NotApplicable as e:
+        return str(e)
+    if site.kind in INTERFACE_KINDS and choose_path(adapter, site.stack, "auto") != "interface":
+        return (
+            f"{adapter.name} has no site {site.kind}: queries, keys and scores after rotary are read "
+            "inside transformers' attention interface, which its attention does not call"
+        )
+    return None
+
+
+def _interface_values(adapter, site) -> bool:
+    """True when ``site`` is ``v`` of a model with no separate value projection (a fused
+    q|k|v other than GPT-2's: GPT-NeoX, Phi-3, CodeGen) whose attention calls the
+    interface: the values are then read there, as the attention function receives them."""
+    if not isinstance(site, Site) or site.kind != "v" or value_layout(adapter) is not None:
+        return False
+    try:
+        adapter.value_modules(site.stack)
+        return False
+    except NotApplicable:
+        return choose_path(adapter, site.stack, "auto") == "interface"
+
+
+def available_sites(adapter, stack: Optional[str] = None) -> list:
+    """The names of every site ``adapter``'s model has (those :func:`site_names` lists
+    minus the ones it refuses, see :mod:`probe.models.block_parts`)."""
+    st = stack or adapter.default_stack
+    out, refused = [], {}
+    for name in site_names(adapter, stack=st):
+        site = parse_site(parse_site(name), adapter) if st == adapter.default_stack else None
+        site = site or Site(parse_site(name).kind, parse_site(name).layer, st)
+        key = (site.kind, site.spec.module)
+        if key not in refused:
+            refused[key] = _refusal(adapter, site)
+        if refused[key] is None:
+            out.append(name)
+    return out
+
+
+def _keys_of(adapter, read, stack: Optional[str]) -> list:
+    """The site keys of a names filter: a name, a list, or a predicate over site names."""
+    if callable(read) and not isinstance(read, (str, Site, ModuleSite)):
+        return [n for n in available_sites(adapter, stack) if read(n)]
+    single = isinstance(read, (str, Site, ModuleSite)) or (
+        isinstance(read, tuple) and len(read) in (2, 3) and isinstance(read[1], int)
+    )
+    return [read] if single else list(read)
 
 
 class _Session(AttentionSession):
@@ -131,6 +194,43 @@ class _Session(AttentionSession):
 
     def needs_weights(self, module) -> bool:
         return self.tr.now(self.tr._pattern, module) is not None
+
+    def on_qkv(self, module, query, key, value):
+        work = self.tr.now(self.tr._qk, module)
+        if not work or not ("q" in work or "k" in work or "v" in work):
+            return None
+        # the site is [batch, seq, head, d]: a transposed view the attention then reads from,
+        # so that a gradient at the site is one of the forward's own tensors
+        out = []
+        for kind, x in (("q", query), ("k", key)):
+            w = work.get(kind)
+            if w is None:
+                out.append(x)
+                continue
+            site = x.transpose(1, 2)
+            site, _ = self.tr._edited(site, w)
+            out.append(site.transpose(1, 2))
+        w = work.get("v")
+        if w is not None:  # fused projections: the values as the attention function receives them
+            if w["edit"] and value.shape[1] != query.shape[1]:
+                raise NotApplicable(
+                    "edits of the values of a grouped-query model are not supported (its key/value heads "
+                    "are shared by several query heads); edit hook_z instead"
+                )
+            site, _ = self.tr._edited(repeat_kv(value, query.shape[1]).transpose(1, 2), w)
+            value = site.transpose(1, 2)
+        return out[0], out[1], value
+
+    def needs_scores(self, module) -> bool:
+        work = self.tr.now(self.tr._qk, module)
+        return bool(work) and "attn_scores" in work
+
+    def on_scores(self, module, scores):
+        work = self.tr.now(self.tr._qk, module)
+        w = work.get("attn_scores") if work else None
+        if w is None:
+            return scores
+        return self.tr._edited(scores, w)[0]
 
     def weights_out(self, module, shape, dtype, device):
         work = self.tr.now(self.tr._pattern, module)
@@ -172,7 +272,8 @@ class Trace(HookContext):
     Args:
         adapter: a :class:`probe.models.ModelAdapter`.
         read: site names, ``(kind, layer)`` pairs or bare kinds (``"pattern"``: every
-            layer), stored in :attr:`cache`; or a mapping site -> :class:`Reader` / function.
+            layer), a predicate over site names, stored in :attr:`cache`; or a mapping
+            site -> :class:`Reader` / function.
         edit: site -> an edit (:mod:`probe.edits`), a function ``fn(value, ctx)``, or a
             list of them (applied in order).
         rows: batch rows of edits that name none themselves (None: every row).
@@ -185,14 +286,17 @@ class Trace(HookContext):
     ``eager …``; empty when no weights were needed).
 
     Raises:
-        ValueError: an unknown site, a layer out of range, a weight edit on a model that
-            does not call the attention interface, a restart the model does not support.
+        InputError: an unknown site (naming the closest names), a layer out of range, a
+            weight edit on a model that does not call the attention interface, an edit
+            that returns a tensor of another shape (naming both).
+        NotApplicable: a site the model does not have (its reason in one line: a parallel
+            block has no resid_mid, …), a restart the model does not support.
     """
 
     def __init__(
         self,
         adapter,
-        read: Union[Iterable, Mapping, str] = (),
+        read: Union[Iterable, Mapping, str, Callable] = (),
         edit: Optional[Mapping] = None,
         *,
         rows: Optional[Sequence[int]] = None,
@@ -215,10 +319,7 @@ class Trace(HookContext):
                 r = fn if isinstance(fn, Reader) else Reader(fn)
                 readers += [(s, r) for s in _expand(adapter, key, stack)]
         else:
-            single = isinstance(read, (str, Site, ModuleSite)) or (
-                isinstance(read, tuple) and len(read) in (2, 3) and isinstance(read[1], int)
-            )
-            for key in [read] if single else read:
+            for key in _keys_of(adapter, read, stack):
                 readers += [(s, None) for s in _expand(adapter, key, stack)]
         edits: list = []
         for key, value in (edit or {}).items():
@@ -255,6 +356,9 @@ class Trace(HookContext):
         self._pattern: dict = {}  # attention module -> {layer: {"read": [(reader, ctx)], "edit": [...], "ctx": ctx}}
         self._z_interface: dict = {}  # attention module -> {layer: (edits, ctx)}: z edited in the attention function
         self._pending: dict = {}
+        self._qk: dict = {}  # attention module -> {layer: {kind: work}}: q, k, scores in the attention function
+        self._router_shape = False  # a block site is read: record each forward's [batch, seq]
+        self._shape: Optional[tuple] = None
         self._hooks_plan: dict = {}  # (module, side) -> {layer: {kind: {"read": [...], "edit": [...], "ctx": ...}}}
         self._served: dict = {}  # module -> the layers it serves, in call order (all of them, wanted or not)
         self._modules: dict = {}  # (module, side) -> work of a ModuleSite: every call of the module
@@ -297,9 +401,26 @@ class Trace(HookContext):
                 work["edit"].extend(edits)
             return
         stack = site.stack or self.adapter.default_stack
-        module = site_module(self.adapter, site)
-        self._serve(module, site.kind, stack)
-        if site.kind == "pattern":
+        why = _refusal(self.adapter, site)
+        if why is not None:
+            raise NotApplicable(why)
+        if _interface_values(self.adapter, site):
+            module, side = self.adapter.attention_modules(stack)[site.layer], "interface"
+            self._serve(module, "pattern", stack)
+        else:
+            module, side = site_module(self.adapter, site), site_side(self.adapter, site)
+            if site.kind not in MODEL_KINDS:
+                self._serve(module, site.kind, stack)
+        if side == "interface":
+            self.interface = True
+            work = self._qk.setdefault(module, {}).setdefault(site.layer, {})
+            work = work.setdefault(site.kind, {"read": [], "edit": [], "ctx": ctx})
+        elif site.kind == "router" and edits:
+            raise InputError(
+                f"{ctx.name} is read only: the router's top-k choice is made inside its forward; "
+                "edit hook_mlp_in or hook_mlp_out instead"
+            )
+        elif site.kind == "pattern":
             path = choose_path(self.adapter, stack, "interface") if edits else self.path_of(stack)
             if path == "interface":
                 self.interface = True
@@ -312,7 +433,8 @@ class Trace(HookContext):
                     .setdefault("pattern", {"read": [], "edit": [], "ctx": ctx})
                 )
         else:
-            side = "output" if site.kind == "v" else SITE_KINDS[site.kind].side
+            # router logits, and OPT's MLP (flattened rows), need each forward's [batch, seq]
+            self._router_shape = self._router_shape or site.kind in BLOCK_KINDS
             work = (
                 self._hooks_plan.setdefault((module, side), {})
                 .setdefault(site.layer, {})
@@ -368,8 +490,13 @@ class Trace(HookContext):
             if r.context is not None:
                 self._stub(self._attention, self._attention_from_site)
             hooks.pre(self._layers[r.layer], self._replace, with_kwargs=True)
+        if self._router_shape:
+            hooks.pre(self.adapter.model, self._record_shape, with_kwargs=True)
         for (module, side), by_layer in self._hooks_plan.items():
-            if side == "pattern":
+            if side == "result":
+                fns = {layer: self._result_hook(kinds["result"]) for layer, kinds in by_layer.items()}
+                hooks.forward(module, self._by_call(module, fns))
+            elif side == "pattern":
                 fns = {layer: self._pattern_hook(kinds["pattern"]) for layer, kinds in by_layer.items()}
                 hooks.forward(module, self._by_call(module, fns), with_kwargs=True)
             elif side == "output":
@@ -393,7 +520,7 @@ class Trace(HookContext):
             if any(e.in_place for e in work["edit"]):
                 x = x.clone()
             for e in work["edit"]:
-                x = e(x, work["ctx"])
+                x = _checked(e(x, work["ctx"]), x, work["ctx"])
         for reader, c in work["read"]:
             reader.fn(x, c)
         return x, changed
@@ -462,6 +589,7 @@ class Trace(HookContext):
 
         def fn(module, args, kwargs):
             x = _hidden(args, kwargs)
+            flat, x = self._unflatten(x, kinds)
             changed = False
             z_work = kinds.get("z")
             # z edited here unless the attention function already did (interface path), and read here
@@ -479,25 +607,28 @@ class Trace(HookContext):
                 z = split_heads(x, n_heads)
                 z = z.clone() if any(e.in_place for e in z_work["edit"]) else z
                 for e in z_work["edit"]:
-                    z = e(z, z_work["ctx"])
+                    z = _checked(e(z, z_work["ctx"]), z, z_work["ctx"])
                 x, changed = z.reshape(b, s, -1), True
-            for kind in ("resid_pre", "proj_in"):
+            for kind in _INPUT_KINDS:
                 work = kinds.get(kind)
                 if work is not None and work["edit"]:
                     x = x.clone()
                     for e in work["edit"]:
-                        x = e(x, work["ctx"])
+                        x = _checked(e(x, work["ctx"]), x, work["ctx"])
                     changed = True
             if z_work is not None and z_work["read"]:
                 z = split_heads(x, n_heads)
                 for reader, c in z_work["read"]:
                     reader.fn(z, c)
-            for kind in ("resid_pre", "proj_in"):
+                if self.keep_grad:  # the projection reads the site's tensor: a gradient there is defined
+                    x, changed = z.reshape(x.shape), True
+            for kind in _INPUT_KINDS:
                 work = kinds.get(kind)
                 for reader, c in work["read"] if work is not None else ():
                     reader.fn(x, c)
             if not changed:
                 return None
+            x = x.reshape(flat) if flat is not None else x
             return ((x,) + tuple(args[1:]), kwargs) if args else (args, dict(kwargs, hidden_states=x))
 
         return fn
@@ -508,15 +639,23 @@ class Trace(HookContext):
 
         def fn(module, args, output):
             out = output[0] if isinstance(output, tuple) else output
+            flat, out = self._unflatten(out, kinds)
             new = out
-            work = kinds.get("resid_post")
-            if work is not None:
+            for kind in _OUTPUT_KINDS:
+                work = kinds.get(kind)
+                if work is None:
+                    continue
                 if work["edit"]:
-                    new = out.clone()
+                    new = new.clone()
                     for e in work["edit"]:
-                        new = e(new, work["ctx"])
+                        new = _checked(e(new, work["ctx"]), new, work["ctx"])
                 for reader, c in work["read"]:
                     reader.fn(new, c)
+            work = kinds.get("router")
+            if work is not None:  # [batch·seq, expert] as the router computes it -> [batch, seq, expert]
+                logits = new.reshape(*self._shape, new.shape[-1]) if new.dim() == 2 else new
+                for reader, c in work["read"]:
+                    reader.fn(logits, c)
             work = kinds.get("v")
             if work is not None:
                 v = value_heads(new, adapter.n_heads, adapter.head_dim, layout)
@@ -527,7 +666,46 @@ class Trace(HookContext):
                     reader.fn(v, c)
             if new is out:
                 return None
+            new = new.reshape(flat) if flat is not None else new
             return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
+
+        return fn
+
+    def _unflatten(self, x: torch.Tensor, kinds: dict) -> tuple:
+        """``(the flat shape or None, x)``: a block site a layer computes on flattened rows
+        ``[batch·seq, d]`` (OPT's MLP) as ``[batch, seq, d]``."""
+        if x.dim() != 2 or self._shape is None or not any(k in BLOCK_KINDS for k in kinds):
+            return None, x
+        return tuple(x.shape), x.reshape(*self._shape, x.shape[-1])
+
+    def _record_shape(self, module, args, kwargs):
+        """Model pre-hook: ``[batch, seq]`` of this forward (router logits come flattened)."""
+        x = kwargs.get("input_ids", kwargs.get("inputs_embeds"))
+        x = x if torch.is_tensor(x) else (args[0] if args else None)
+        self._shape = tuple(x.shape[:2])
+
+    def _result_hook(self, work: dict) -> Callable:
+        """Forward hook of the output projection: each head's contribution ``result``
+        ``[batch, seq, head, d_model]`` (its ``z`` times its slice of the projection); with an
+        edit (or gradients kept) the projection's output becomes Σ_h result_h + bias."""
+        n_heads = self.adapter.n_heads
+        keep = self.keep_grad
+
+        def fn(module, args, output):
+            x = _hidden(args, {})
+            z = split_heads(x, n_heads)  # [b, s, H, d]
+            w = module.weight
+            if type(module).__name__ == "Conv1D":  # GPT-2: x @ W, W [H·d, d_model]
+                per_head = w.reshape(n_heads, -1, w.shape[-1])
+            else:  # Linear: x @ Wᵀ, W [d_model, H·d]
+                per_head = w.reshape(w.shape[0], n_heads, -1).permute(1, 2, 0)
+            result = torch.einsum("bshd,hdm->bshm", z, per_head.to(z.dtype))
+            result, changed = self._edited(result, work)
+            if not (changed or keep):
+                return None
+            out = result.sum(2)
+            bias = getattr(module, "bias", None)
+            return out + bias if bias is not None else out
 
         return fn
 
@@ -561,7 +739,7 @@ class Trace(HookContext):
                 switch = InterfaceSwitch(self.adapter.model)
                 self.attention_source = switch.__enter__()
                 self._context.push(switch.__exit__)
-                session = _Session({m: 0 for m in set(self._pattern) | set(self._z_interface)}, self)
+                session = _Session({m: 0 for m in set(self._pattern) | set(self._z_interface) | set(self._qk)}, self)
                 session.attach()
                 self._context.callback(session.detach)
             if self.eager:
@@ -646,6 +824,22 @@ def _hidden(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
 
 
+#: plain sites on a module's input / output side (the value is the tensor itself)
+_INPUT_KINDS = ("resid_pre", "proj_in", "resid_mid", "mlp_in")
+_OUTPUT_KINDS = ("resid_post", "attn_out", "mlp_out", "embed", "pos_embed", "ln_final")
+
+
+def _checked(new, old: torch.Tensor, ctx) -> torch.Tensor:
+    """``new`` when it is a tensor of ``old``'s shape, else one line naming both shapes."""
+    if not torch.is_tensor(new) or tuple(new.shape) != tuple(old.shape):
+        got = tuple(new.shape) if torch.is_tensor(new) else type(new).__name__
+        raise InputError(
+            f"the edit of {ctx.name} returned {got}, but the site is {tuple(old.shape)} "
+            f"{SITE_KINDS[ctx.kind].shape if ctx.kind in SITE_KINDS else ''}: return a tensor of the site's shape"
+        )
+    return new
+
+
 def _write_values(
     out: torch.Tensor, v: torch.Tensor, work: dict, n_heads: int, head_dim: int, layout: Optional[tuple]
 ) -> torch.Tensor:
@@ -685,7 +879,7 @@ def _batch(adapter, inputs) -> dict:
 def trace(
     adapter,
     inputs,
-    read: Union[Iterable, Mapping, str] = (),
+    read: Union[Iterable, Mapping, str, Callable] = (),
     edit: Optional[Mapping] = None,
     *,
     rows: Optional[Sequence[int]] = None,
@@ -693,11 +887,17 @@ def trace(
     stack: Optional[str] = None,
     path: str = "auto",
     keep_grad: bool = False,
+    grad: Optional[Callable] = None,
 ) -> Cache:
     """Run ``adapter``'s model once on ``inputs`` (texts, encodings or a batch dict) with
     ``edit`` applied, and return the :class:`Cache` of ``read`` (shapes in its docstring),
-    with ``cache.output`` the model's output. Arguments as :class:`Trace`; without
-    ``keep_grad`` the forward runs without autograd.
+    with ``cache.output`` the model's output. Arguments as :class:`Trace`; ``read`` may also
+    be a predicate over site names (``lambda n: n.endswith("hook_q")``: every site the
+    model has whose name passes). Without ``keep_grad`` or ``grad`` the forward runs
+    without autograd.
+
+    ``grad``: ``fn(output) -> scalar``; the gradient of that scalar at every read site is
+    in ``cache.grad(name)`` (same shape as the site), from the same forward.
 
     Example (TransformerLens: ``model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z",
     zero_head_2)])``)::
@@ -706,13 +906,21 @@ def trace(
                       read=["blocks.1.hook_resid_post"])
     """
     batch = _batch(adapter, inputs)
+    keep = keep_grad or grad is not None
     with (
-        Trace(
-            adapter, read, edit, rows=rows, restart_from=restart_from, stack=stack, path=path, keep_grad=keep_grad
-        ) as tr,
-        torch.set_grad_enabled(keep_grad),
+        Trace(adapter, read, edit, rows=rows, restart_from=restart_from, stack=stack, path=path, keep_grad=keep) as tr,
+        torch.set_grad_enabled(keep),
     ):
         out = adapter.model(**batch)
+        if grad is not None:
+            names = list(tr.cache)
+            values = [tr.cache[n] for n in names]
+            scalar = grad(out)
+            if not torch.is_tensor(scalar) or scalar.numel() != 1:
+                raise InputError("grad= must return a scalar tensor of the model's output (e.g. a loss)")
+            grads = torch.autograd.grad(scalar, values, allow_unused=True)
+            for n, g in zip(names, grads):
+                tr.cache.set_grad(n, g)
     tr.cache.output, tr.cache.inputs = out, batch
     return tr.cache
 
@@ -720,7 +928,7 @@ def trace(
 def run_with_cache(adapter, inputs, names: Union[Iterable, str, None] = None, **kwargs) -> tuple:
     """TransformerLens's ``run_with_cache``: ``(output, cache)`` of every site (``names``:
     some sites or kinds)."""
-    cache = trace(adapter, inputs, read=list(SITE_KINDS) if names is None else names, **kwargs)
+    cache = trace(adapter, inputs, read=available_sites(adapter) if names is None else names, **kwargs)
     return cache.output, cache
 
 
