@@ -149,35 +149,84 @@ def _set(cfg, key: str, value) -> None:
         pass
 
 
+def _get(cfg, key: str):
+    """``getattr(cfg, key, None)``, None where the config refuses to say (Gemma 4's per-layer
+    attributes raise on the whole config)."""
+    try:
+        return getattr(cfg, key, None)
+    except Exception:
+        return None
+
+
+DEPTH_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers", "encoder_layers")
+
+
+def _shrink_per_layer(cfg, before: int, after: int) -> None:
+    """Lists with one entry per layer (``layer_types``, ``mlp_only_layers`` of the full
+    depth, …) cut to the shrunk depth. A hybrid's first layers are often all linear attention
+    or state-space layers (Qwen3-Next: three linear layers per full one): where the cut would
+    leave no attention layer the original list had, its last entry becomes that layer type."""
+    for key, value in list(vars(cfg).items()):
+        if not isinstance(value, list) or len(value) != before or before <= after:
+            continue
+        cut = value[:after]
+        attention = [v for v in value if isinstance(v, str) and "attention" in v and "linear" not in v]
+        if attention and not any(v in attention for v in cut):
+            cut[-1] = attention[0]
+        _set(cfg, key, cut)
+
+
+def _shrink_rope_sections(cfg) -> None:
+    """Multimodal rotary sections (``mrope_section``, Qwen2-VL's temporal/height/width split
+    of the rotary half) rescaled to the shrunk head: they must sum to ``head_dim // 2``."""
+    head = _get(cfg, "head_dim")
+    if not isinstance(head, int):
+        width, heads = _get(cfg, "hidden_size"), _get(cfg, "num_attention_heads")
+        head = width // heads if isinstance(width, int) and isinstance(heads, int) and heads else None
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = _get(cfg, key)
+        if not isinstance(head, int) or not isinstance(rope, dict):
+            continue
+        for name in ("mrope_section", "mrope_sections"):
+            sections = rope.get(name)
+            if isinstance(sections, list) and sections and sum(sections) != head // 2:
+                n, total = len(sections), head // 2
+                rope[name] = [total // n + (1 if i < total % n else 0) for i in range(n)]
+
+
 def _shrink(cfg, vocab: int, depth: int, max_depth: int = 2) -> None:
     from transformers import PretrainedConfig
 
+    depth_before = next((v for k in DEPTH_KEYS if isinstance(v := _get(cfg, k), int)), None)
     for key, value in SIZE_KEYS.items():
-        if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
+        current = _get(cfg, key)
+        if isinstance(current, int) and not isinstance(current, bool):
             _set(cfg, key, value)
-    if isinstance(getattr(cfg, "num_key_value_heads", None), int):
+    depth_after = next((v for k in DEPTH_KEYS if isinstance(v := _get(cfg, k), int)), None)
+    if depth_before and depth_after:
+        _shrink_per_layer(cfg, depth_before, depth_after)
+    _shrink_rope_sections(cfg)
+    if isinstance(_get(cfg, "num_key_value_heads"), int):
         cfg.num_key_value_heads = 2
-    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
+    if isinstance(_get(cfg, "qk_rope_head_dim"), int) and hasattr(cfg, "head_dim"):
         _set(cfg, "head_dim", cfg.qk_rope_head_dim)  # multi-head latent attention: rotary on the rope part
-    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and isinstance(
-        getattr(cfg, "num_key_value_heads", None), int
-    ):
+    if isinstance(_get(cfg, "qk_rope_head_dim"), int) and isinstance(_get(cfg, "num_key_value_heads"), int):
         _set(
-            cfg, "num_key_value_heads", getattr(cfg, "num_attention_heads", 4)
+            cfg, "num_key_value_heads", (_get(cfg, "num_attention_heads") or 4)
         )  # latent attention: no key/value groups
-    for key, value in TWEAKS.get(getattr(cfg, "model_type", ""), {}).items():
+    for key, value in TWEAKS.get((_get(cfg, "model_type") or ""), {}).items():
         _set(cfg, key, value)
-    if isinstance(getattr(cfg, "vocab_size", None), int):
+    if isinstance(_get(cfg, "vocab_size"), int):
         cfg.vocab_size = vocab
-    if isinstance(getattr(cfg, "max_position_embeddings", None), int):
+    if isinstance(_get(cfg, "max_position_embeddings"), int):
         cfg.max_position_embeddings = (
             max(cfg.max_position_embeddings, 128) if cfg.max_position_embeddings >= 64 else cfg.max_position_embeddings
         )
     if hasattr(cfg, "pad_token_id"):
         _set(cfg, "pad_token_id", 0)
     for key in ("decoder_start_token_id", "bos_token_id", "eos_token_id"):  # ids the shrunk vocabulary has
-        value = getattr(cfg, key, None)
-        if isinstance(value, int) and isinstance(getattr(cfg, "vocab_size", None), int) and value >= cfg.vocab_size:
+        value = _get(cfg, key)
+        if isinstance(value, int) and isinstance(_get(cfg, "vocab_size"), int) and value >= cfg.vocab_size:
             _set(cfg, key, 2)
     if depth < max_depth:
         for sub in list(vars(cfg).values()):
@@ -455,9 +504,117 @@ def values_delta(adapter, inputs: dict, stack: str, maps, values: list) -> float
     return worst
 
 
+def _config_head_size(cfg) -> int | None:
+    """The per-head width a config states (``head_dim``, ``d_kv``, ``v_head_dim``, or
+    hidden size over heads; its ``text_config`` where it has one), or None."""
+    for c in (cfg, getattr(cfg, "text_config", None)):
+        for k in ("v_head_dim", "head_dim", "d_kv", "attention_head_size"):
+            v = getattr(c, k, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        width = next(
+            (getattr(c, k) for k in ("hidden_size", "d_model", "n_embd") if isinstance(getattr(c, k, None), int)), None
+        )
+        heads = next(
+            (
+                getattr(c, k)
+                for k in ("num_attention_heads", "n_head", "num_heads")
+                if isinstance(getattr(c, k, None), int)
+            ),
+            None,
+        )
+        if width and heads and width % heads == 0:
+            return width // heads
+    return None
+
+
+def _value_child(module):
+    """The attention module's own value projection (a Linear child named like one), or None."""
+    import torch
+
+    from probe.models.architectures import VALUE_NAMES
+
+    children = {name.lower(): sub for name, sub in module.named_children()}
+    return next((children[n] for n in VALUE_NAMES if isinstance(children.get(n), torch.nn.Linear)), None)
+
+
+def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: int) -> dict:
+    """Where head ``head`` of layer ``layer`` sits in the output projection's input, found from
+    the model's own computation, never from the adapter's head size or head count.
+
+    One eager forward with ``output_attentions`` records the layer's weights ``P``
+    ``[batch, heads, query, key]`` (the head count is P's), the value projection's output
+    ``V`` and the output projection's input ``O`` ``[batch, query, width]``. For each head
+    size ``d`` the config or the module suggests (``v_head_dim``/``head_dim``/``d_kv``, hidden
+    over the config's heads, the module's ``attention_head_size``, width over P's heads) the
+    head's own output ``P_h @ V_g`` (``g`` its key/value group) is looked for among the
+    ``d``-wide windows of ``O``; the window it equals (max |Δ| ≤ 1e-4 relative) is the head's
+    columns: ``source`` ``"values"``. Where no value projection is found or none matches
+    (values normalised after the projection, a learned sink's rescaling), the config's head
+    size places head ``h`` at ``h·d``: ``source`` ``"config"``.
+
+    Returns ``{"columns": (start, stop), "width": W, "heads": n, "source": ...}``.
+    """
+    import torch
+
+    attention = adapter.attention_modules(stack)
+    projs = adapter.head_output_modules(stack)
+    module, proj = attention[layer], projs[layer]
+    call = sum(1 for m in projs[:layer] if m is proj)  # shared modules (ALBERT): which call
+    value = _value_child(module)
+    seen: dict = {"v": [], "o": []}
+    handles = [proj.register_forward_pre_hook(lambda m, a: seen["o"].append(a[0].detach()))]
+    if value is not None:
+        handles.append(value.register_forward_hook(lambda m, a, out: seen["v"].append(out.detach())))
+    try:
+        torch.manual_seed(0)
+        ref = eager_reference(adapter.model, inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
+    probs = getattr(ref, key)[layer].double()  # [batch, heads, query, key]
+    heads = probs.shape[1]
+    o = seen["o"][call].double()
+    width = o.shape[-1]
+    cfg = adapter.model.config
+    from_config = _config_head_size(cfg)
+    mask = inputs.get("attention_mask")
+    valid = (
+        mask.bool()
+        if torch.is_tensor(mask) and mask.dim() == 2 and tuple(mask.shape) == tuple(o.shape[:2])
+        else torch.ones(o.shape[:2], dtype=torch.bool)
+    )
+    if value is not None and len(seen["v"]) > call and o.dim() == 3:
+        v = seen["v"][call].double()
+        scale = getattr(module, "v_scale", None)  # MiMo-V2-Flash scales v_proj's output
+        v = v * scale if isinstance(scale, (int, float)) or torch.is_tensor(scale) else v
+        stated = getattr(module, "attention_head_size", None)
+        sizes = [from_config, stated if isinstance(stated, int) else None, width // heads]
+        for d in dict.fromkeys(x for x in sizes if x and x <= width):
+            if v.shape[-1] % d or v.shape[1] != probs.shape[-1]:
+                continue
+            kv = v.shape[-1] // d
+            if heads % kv:
+                continue
+            g = head // (heads // kv)
+            z = probs[:, head] @ v[..., g * d : (g + 1) * d]  # [batch, query, d]: the head's own output
+            windows = o.unfold(-1, d, 1)  # [batch, query, width - d + 1, d]
+            diff = (windows - z[:, :, None, :])[valid].abs().amax(dim=(0, -1))  # per window start
+            tol = 1e-4 * max(1.0, z[valid].abs().max().item())
+            hits = (diff <= tol).nonzero().flatten().tolist()
+            if hits:
+                start = hits[0]
+                return {"columns": (start, start + d), "width": width, "heads": heads, "source": "values"}
+    d = from_config or width // heads
+    return {"columns": (head * d, (head + 1) * d), "width": width, "heads": heads, "source": "config"}
+
+
 def check_ablation(adapter, inputs: dict) -> dict:
     """Zero-ablate head (1, 2) with the toolkit vs an independent pre-hook that zeroes the
-    head's slice of the output projection's input on that layer's call only."""
+    head's own columns of the output projection's input (found by
+    :func:`reference_head_columns` from the model's computation, not from the adapter) on
+    that layer's call only."""
     import torch
 
     from probe.interventions import HeadEdit, HeadIntervention
@@ -468,7 +625,8 @@ def check_ablation(adapter, inputs: dict) -> dict:
     projs = adapter.head_output_modules(stack)
     proj = projs[layer]
     call_of_layer = sum(1 for m in projs[:layer] if m is proj)  # shared modules: which call
-    dh = adapter.head_dim
+    where = reference_head_columns(adapter, inputs, stack, layer, head)
+    start, stop = where["columns"]
     mask = inputs.get("attention_mask")
 
     def run():  # seeded: a stochastic forward (VITS's duration predictor draws noise) repeats itself
@@ -484,7 +642,7 @@ def check_ablation(adapter, inputs: dict) -> dict:
         if k != call_of_layer:
             return None
         x = args[0].clone()
-        x[..., head * dh : (head + 1) * dh] = 0
+        x[..., start:stop] = 0
         return (x,) + tuple(args[1:])
 
     clean = run()
@@ -504,7 +662,11 @@ def check_ablation(adapter, inputs: dict) -> dict:
 
     with HeadIntervention(adapter, [HeadEdit(layer, head)], stack=stack):
         got = run()
-    return {"ablation_delta": delta(got, want), "ablation_effect": delta(clean, want)}
+    return {
+        "ablation_delta": delta(got, want),
+        "ablation_effect": delta(clean, want),
+        "head_columns": f"{start}:{stop} of {where['width']} ({where['source']})",
+    }
 
 
 def check_type(model_type: str) -> dict:
