@@ -128,6 +128,9 @@ TWEAKS: dict[str, dict] = {
     # its Mamba-2 mixer (1024 wide, 128 heads, state 256) ran past 120 s on a loaded machine
     "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_chunk_size": 16},
     "longformer": {"attention_window": [4, 4]},
+    # hybrids that place their attention layers by index or period (none in two layers otherwise)
+    "bamba": {"attn_layer_indices": [1]},
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     # VITS's vocoder and flows (512 channels, 256× upsampling) took ~80 s a type
     "vits": {
         "upsample_initial_channel": 32,
@@ -170,9 +173,12 @@ def _shrink_per_layer(cfg, before: int, after: int) -> None:
         if not isinstance(value, list) or len(value) != before or before <= after:
             continue
         cut = value[:after]
-        attention = [v for v in value if isinstance(v, str) and "attention" in v and "linear" not in v]
+        kinds = list(dict.fromkeys(v for v in value if isinstance(v, str)))
+        attention = [v for v in kinds if "attention" in v and "linear" not in v]
         if attention and not any(v in attention for v in cut):
             cut[-1] = attention[0]
+        elif len(kinds) > 1 and len(set(cut) & set(kinds)) == 1:  # two kinds of layer: keep both
+            cut[-1] = next(v for v in kinds if v != cut[0])
         _set(cfg, key, cut)
 
 
@@ -187,6 +193,8 @@ def _shrink_rope_sections(cfg) -> None:
         rope = _get(cfg, key)
         if not isinstance(head, int) or not isinstance(rope, dict):
             continue
+        if "mrope_section" in getattr(type(cfg), "ignore_keys_at_rope_validation", ()) and "mrope_section" not in rope:
+            rope["mrope_section"] = [0, 0, 0]  # the model's own default ([16, 24, 24]) is for a 128-wide head
         for name in ("mrope_section", "mrope_sections"):
             sections = rope.get(name)
             if isinstance(sections, list) and sections and sum(sections) != head // 2:
@@ -205,6 +213,8 @@ def _shrink(cfg, vocab: int, depth: int, max_depth: int = 2) -> None:
     depth_after = next((v for k in DEPTH_KEYS if isinstance(v := _get(cfg, k), int)), None)
     if depth_before and depth_after:
         _shrink_per_layer(cfg, depth_before, depth_after)
+    if "head_dim" in vars(cfg) and vars(cfg)["head_dim"] is None:  # Ministral, HunYuan: None is not derived
+        _set(cfg, "head_dim", SIZE_KEYS["head_dim"])
     _shrink_rope_sections(cfg)
     if isinstance(_get(cfg, "num_key_value_heads"), int):
         cfg.num_key_value_heads = 2
@@ -504,12 +514,19 @@ def values_delta(adapter, inputs: dict, stack: str, maps, values: list) -> float
     return worst
 
 
-def _config_head_size(cfg) -> int | None:
-    """The per-head width a config states (``head_dim``, ``d_kv``, ``v_head_dim``, or
-    hidden size over heads; its ``text_config`` where it has one), or None."""
-    for c in (cfg, getattr(cfg, "text_config", None)):
+def _config_head_size(cfg, layer: int = 0) -> int | None:
+    """The per-head width a config states for ``layer`` (``head_dim``, ``d_kv``,
+    ``v_head_dim``, or hidden size over heads; a per-layer config's where the config has
+    one, as Gemma 4; its ``text_config`` where it has one), or None."""
+    per_layer = _get(cfg, "per_layer_config")
+    if isinstance(per_layer, dict):
+        own = per_layer.get(layer, per_layer.get(f"{layer:02d}", per_layer.get(str(layer))))
+        v = own.get("head_dim") if isinstance(own, dict) else _get(own, "head_dim")
+        if isinstance(v, int) and v > 0:
+            return v
+    for c in (cfg, _get(cfg, "text_config")):
         for k in ("v_head_dim", "head_dim", "d_kv", "attention_head_size"):
-            v = getattr(c, k, None)
+            v = _get(c, k)
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
                 return v
         width = next(
@@ -551,7 +568,9 @@ def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: 
     ``d``-wide windows of ``O``; the window it equals (max |Δ| ≤ 1e-4 relative) is the head's
     columns: ``source`` ``"values"``. Where no value projection is found or none matches
     (values normalised after the projection, a learned sink's rescaling), the config's head
-    size places head ``h`` at ``h·d``: ``source`` ``"config"``.
+    size places head ``h`` at ``h·d``: ``source`` ``"config"``, where the heads at that size
+    fill the input; else the input's width over P's heads: ``source`` ``"width / heads"`` (no
+    independent statement; counted apart in docs/coverage.md).
 
     Returns ``{"columns": (start, stop), "width": W, "heads": n, "source": ...}``.
     """
@@ -578,7 +597,7 @@ def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: 
     o = seen["o"][call].double()
     width = o.shape[-1]
     cfg = adapter.model.config
-    from_config = _config_head_size(cfg)
+    from_config = _config_head_size(cfg, layer)
     mask = inputs.get("attention_mask")
     valid = (
         mask.bool()
@@ -606,8 +625,15 @@ def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: 
             if hits:
                 start = hits[0]
                 return {"columns": (start, start + d), "width": width, "heads": heads, "source": "values"}
-    d = from_config or width // heads
-    return {"columns": (head * d, (head + 1) * d), "width": width, "heads": heads, "source": "config"}
+    if from_config and from_config * heads == width:
+        return {
+            "columns": (head * from_config, (head + 1) * from_config),
+            "width": width,
+            "heads": heads,
+            "source": "config",
+        }
+    d = width // heads  # the config's size does not fill the projection's input: the reference is the old rule's
+    return {"columns": (head * d, (head + 1) * d), "width": width, "heads": heads, "source": "width / heads"}
 
 
 def check_ablation(adapter, inputs: dict) -> dict:
