@@ -296,6 +296,13 @@ class ModelAdapter:
         other = self.other_head_columns(stack)
         if other:
             raise UnsupportedModel(other)
+        module = self.attention_modules(stack)[0]
+        if _calls_functional_attention(type(module)):
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}): {type(module).__name__} hands its output projection's weights to "
+                "torch's multi_head_attention_forward, so the projection never runs as a module and no hook sees "
+                "the heads' outputs; no per-head site to edit"
+            )
         if not width or width % heads:  # (MLA's value width differs from its query head_dim: no equality test)
             raise UnsupportedModel(
                 f"{self.name} (model type {t!r}): the output projection found ({type(proj).__name__}, {width} inputs) "
@@ -559,6 +566,17 @@ class ModelAdapter:
         if self.card:
             d["card"] = self.card
         return d
+
+
+def _calls_functional_attention(cls: type) -> bool:
+    """Whether an attention module's forward calls torch's functional
+    ``multi_head_attention_forward`` (WavLM): its output projection is then a weight, not a call."""
+    import inspect
+
+    try:
+        return "multi_head_attention_forward(" in inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
 
 
 def _fan_in(proj: torch.nn.Module) -> int:

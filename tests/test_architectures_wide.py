@@ -306,6 +306,17 @@ def test_led_decoder_and_cross_attention_read_from_the_weights_item(sweep, bert_
         capture(adapter, texts, stack="encoder", targets=targets)
 
 
+def test_wavlm_captured_past_its_position_bias_and_ablation_refused(sweep):
+    """WavLM's attention returns (output, weights, position_bias): the 3-D bias is skipped
+    and the weights are captured exactly; its output projection's weights go to torch's
+    functional multi_head_attention_forward (never a module call), so head ablation is
+    refused in one line rather than silently doing nothing."""
+    row = sweep.check_type("wavlm")
+    assert row["capture_delta"] <= TOL, row
+    assert row["status"] == "refused" and "multi_head_attention_forward" in row["reason"], row
+    assert "\n" not in row["reason"]
+
+
 # ---- discovery by structure --------------------------------------------------------------
 def test_modernbert_wo_discovered(sweep, bert_tokenizer):
     model = _model("ModernBertModel", "ModernBertConfig", len(bert_tokenizer), **SIZE)
