@@ -9,21 +9,24 @@ FFN 64, the bundled BERT vocabulary; no download), opens it as a user would
 * ``exact`` — the captured maps of every stack equal the model's own eager
   ``output_attentions`` (max |Δ| over real positions ≤ :data:`TOL`) and zero-ablating head
   (1, 2) (layer 0 for one-layer models) equals an independent forward-pre hook that zeroes
-  that head's slice of the output projection's input (max |Δ| ≤ :data:`TOL`); types with a
+  that head's own columns of the output projection's input, found from the layer's own
+  weights × values (:func:`reference_head_columns`, never the adapter's head size) (max
+  |Δ| ≤ :data:`TOL`); types with a
   learned per-head sink are checked independently of how the model reports its weights
   (:func:`values_delta`: maps × values vs the output projection's input);
 * ``refused`` — the toolkit said, in one line, why it cannot instrument the type;
 * ``failed`` — anything else: a traceback inside the toolkit, maps of the wrong layout or
   values (must be 0);
-* ``not built`` — the sweep could not build a tiny model from the default config alone
-  (nested multimodal configs, required sub-models, …): no statement about the toolkit;
+* ``not built`` — the sweep could not build a tiny model from the shrunk default config, or
+  cannot make its inputs (required sub-models, multimodal inputs, missing optional libraries
+  such as timm, …), each with its reason: no statement about the toolkit;
 * ``no reference`` — built and instrumented, but the model's own eager forward returns no
   attentions to compare with.
 
 Each type runs in its own forked process with a timeout (one hang or crash costs one
 row). Writes ``docs/coverage.json``, ``docs/coverage.csv`` and ``docs/coverage.md``::
 
-    python bench/coverage_sweep.py                 # all types (~an hour on 2 cores)
+    python bench/coverage_sweep.py                 # all types (rows: 20 min; 2 shards: 17 min wall)
     python bench/coverage_sweep.py albert vit      # some types, printed
     python bench/coverage_sweep.py --from-json     # regenerate docs/coverage.md only
 """
