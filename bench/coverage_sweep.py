@@ -988,14 +988,6 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
 
 #: why a row failed, where it is understood (rendered beside it in docs/coverage.md)
 EXPLAINED = {
-    **{
-        t: (
-            "open: built once the sweep shrank its sliding-window sizes (48 heads x 128 did not divide before, "
-            "so the adapter refused it); capture exact, but zero-ablating L1H2 is 0.85 off zeroing its columns "
-            "16:24: unexplained"
-        )
-        for t in ("inkling2", "inkling2_loop", "inkling2_loop_text", "inkling2_text")
-    },
     "no reference": (
         "the model's own eager forward returns no attentions (its modules return none, or "
         "its output drops them) or fails on the tiny config, so the captured maps cannot be "
@@ -1037,7 +1029,9 @@ NOTES = [
     ),
     (
         "- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
-        "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`), or holds other columns beside them: ConvBERT turns `config.head_ratio` of "
+        "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a projection "
+        "module that gates the heads' outputs by the layer input before its Linear: Inkling 2's `o_proj`, "
+        "found inside it rather than taking the attention's `sink_proj`), or holds other columns beside them: ConvBERT turns `config.head_ratio` of "
         "its heads into a span-based convolution whose outputs follow the attention heads' (2 heads × 8 | "
         "16 convolution columns); the attention module's own `attention_head_size` says so, and width / "
         "heads would have zeroed the convolution half (the old reference, which took the head size from "

@@ -310,8 +310,8 @@ class ModelAdapter:
             )
         if mixer:
             raise UnsupportedModel(
-                f"{self.name} (model type {t!r}): its attention normalises all heads together ({mixer}) before "
-                "the output projection, so no head's output can be edited alone"
+                f"{self.name} (model type {t!r}): its attention normalises or gates all heads together ({mixer}) "
+                "before the output projection, so no head's output can be edited alone"
             )
 
     def value_modules(self, stack: Optional[str] = None) -> list:

@@ -317,6 +317,21 @@ def test_wavlm_captured_past_its_position_bias_and_ablation_refused(sweep):
     assert "\n" not in row["reason"]
 
 
+def test_inkling2_gated_projection_found_and_ablation_refused(sweep, bert_tokenizer):
+    """Inkling 2's o_proj is a module around a Linear that first multiplies the heads'
+    outputs by a sigmoid gate of the layer input. Discovery takes o_proj.linear (not
+    sink_proj, the attention's other Linear, whose input is the layer input and which the
+    structural rule took before: the sweep's reference caught the ablation 0.85 off once the
+    type was built with widths that divide); head ablation is refused naming the gate."""
+    tok = sweep._tokenizer()
+    model = sweep.build_model("inkling2_text", tok)
+    adapter = _adapter(model, tok, "inkling2_text")
+    assert adapter.head_output_modules()[1] is model.layers[1].self_attn.o_proj.linear
+    row = sweep.check_type("inkling2_text")
+    assert row["capture_delta"] <= TOL, row
+    assert row["status"] == "refused" and "gates the heads' outputs" in row["reason"], row
+
+
 # ---- discovery by structure --------------------------------------------------------------
 def test_modernbert_wo_discovered(sweep, bert_tokenizer):
     model = _model("ModernBertModel", "ModernBertConfig", len(bert_tokenizer), **SIZE)
