@@ -9,21 +9,24 @@ FFN 64, the bundled BERT vocabulary; no download), opens it as a user would
 * ``exact`` — the captured maps of every stack equal the model's own eager
   ``output_attentions`` (max |Δ| over real positions ≤ :data:`TOL`) and zero-ablating head
   (1, 2) (layer 0 for one-layer models) equals an independent forward-pre hook that zeroes
-  that head's slice of the output projection's input (max |Δ| ≤ :data:`TOL`); types with a
+  that head's own columns of the output projection's input, found from the layer's own
+  weights × values (:func:`reference_head_columns`, never the adapter's head size) (max
+  |Δ| ≤ :data:`TOL`); types with a
   learned per-head sink are checked independently of how the model reports its weights
   (:func:`values_delta`: maps × values vs the output projection's input);
 * ``refused`` — the toolkit said, in one line, why it cannot instrument the type;
 * ``failed`` — anything else: a traceback inside the toolkit, maps of the wrong layout or
   values (must be 0);
-* ``not built`` — the sweep could not build a tiny model from the default config alone
-  (nested multimodal configs, required sub-models, …): no statement about the toolkit;
+* ``not built`` — the sweep could not build a tiny model from the shrunk default config, or
+  cannot make its inputs (required sub-models, multimodal inputs, missing optional libraries
+  such as timm, …), each with its reason: no statement about the toolkit;
 * ``no reference`` — built and instrumented, but the model's own eager forward returns no
   attentions to compare with.
 
 Each type runs in its own forked process with a timeout (one hang or crash costs one
 row). Writes ``docs/coverage.json``, ``docs/coverage.csv`` and ``docs/coverage.md``::
 
-    python bench/coverage_sweep.py                 # all types (~an hour on 2 cores)
+    python bench/coverage_sweep.py                 # all types (rows: 20 min; 2 shards: 17 min wall)
     python bench/coverage_sweep.py albert vit      # some types, printed
     python bench/coverage_sweep.py --from-json     # regenerate docs/coverage.md only
 """
@@ -128,6 +131,9 @@ TWEAKS: dict[str, dict] = {
     # its Mamba-2 mixer (1024 wide, 128 heads, state 256) ran past 120 s on a loaded machine
     "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_chunk_size": 16},
     "longformer": {"attention_window": [4, 4]},
+    # hybrids that place their attention layers by index or period (none in two layers otherwise)
+    "bamba": {"attn_layer_indices": [1]},
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     # VITS's vocoder and flows (512 channels, 256× upsampling) took ~80 s a type
     "vits": {
         "upsample_initial_channel": 32,
@@ -149,35 +155,114 @@ def _set(cfg, key: str, value) -> None:
         pass
 
 
+def _get(cfg, key: str):
+    """``getattr(cfg, key, None)``, None where the config refuses to say (Gemma 4's per-layer
+    attributes raise on the whole config)."""
+    try:
+        return getattr(cfg, key, None)
+    except Exception:
+        return None
+
+
+DEPTH_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers", "encoder_layers")
+
+
+#: the prefixes of a hybrid's other attention layers' sizes (sliding-window, linear, indexer)
+HYBRID_PREFIXES = ("swa_", "linear_", "index_")
+
+
+def _shrink_prefixed(cfg) -> None:
+    """The head sizes of a hybrid's other kind of layer, named with a prefix
+    (``swa_num_attention_heads``, ``linear_num_heads``, ``index_n_heads``, ``linear_head_dim``):
+    4 heads, 2 key/value heads, 8 wide, as the main attention's. Unshrunk, the two layers of a
+    hybrid disagree in head count (64 vs 4) and the adapter rightly refuses the type."""
+    for key, value in list(vars(cfg).items()):
+        if key in SIZE_KEYS or not isinstance(value, int) or isinstance(value, bool):
+            continue
+        if not key.startswith(HYBRID_PREFIXES):  # not mamba_ (its mixer ties heads to the width), encoder_, …
+            continue
+        if key.endswith(("_num_attention_heads", "_num_heads", "_n_heads")):
+            _set(cfg, key, 4)
+        elif key.endswith(("_num_key_value_heads", "_num_kv_heads")):
+            _set(cfg, key, 2)
+        elif key.endswith("_head_dim") and key not in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            _set(cfg, key, 8)
+
+
+def _shrink_per_layer(cfg, before: int, after: int) -> None:
+    """Lists with one entry per layer (``layer_types``, ``mlp_only_layers`` of the full
+    depth, …) cut to the shrunk depth. A hybrid's first layers are often all linear attention
+    or state-space layers (Qwen3-Next: three linear layers per full one): where the cut would
+    leave no attention layer the original list had, its last entry becomes that layer type."""
+    for key, value in list(vars(cfg).items()):
+        if not isinstance(value, list) or len(value) != before or before <= after:
+            continue
+        cut = value[:after]
+        kinds = list(dict.fromkeys(v for v in value if isinstance(v, str)))
+        attention = [v for v in kinds if "attention" in v and "linear" not in v]
+        if attention and not any(v in attention for v in cut):
+            cut[-1] = attention[0]
+        elif len(kinds) > 1 and len(set(cut) & set(kinds)) == 1:  # two kinds of layer: keep both
+            cut[-1] = next(v for v in kinds if v != cut[0])
+        _set(cfg, key, cut)
+
+
+def _shrink_rope_sections(cfg) -> None:
+    """Multimodal rotary sections (``mrope_section``, Qwen2-VL's temporal/height/width split
+    of the rotary half) rescaled to the shrunk head: they must sum to ``head_dim // 2``."""
+    head = _get(cfg, "head_dim")
+    if not isinstance(head, int):
+        width, heads = _get(cfg, "hidden_size"), _get(cfg, "num_attention_heads")
+        head = width // heads if isinstance(width, int) and isinstance(heads, int) and heads else None
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = _get(cfg, key)
+        if not isinstance(head, int) or not isinstance(rope, dict):
+            continue
+        if "mrope_section" in getattr(type(cfg), "ignore_keys_at_rope_validation", ()) and "mrope_section" not in rope:
+            rope["mrope_section"] = [0, 0, 0]  # the model's own default ([16, 24, 24]) is for a 128-wide head
+        for name in ("mrope_section", "mrope_sections"):
+            sections = rope.get(name)
+            if isinstance(sections, list) and sections and sum(sections) != head // 2:
+                n, total = len(sections), head // 2
+                rope[name] = [total // n + (1 if i < total % n else 0) for i in range(n)]
+
+
 def _shrink(cfg, vocab: int, depth: int, max_depth: int = 2) -> None:
     from transformers import PretrainedConfig
 
+    depth_before = next((v for k in DEPTH_KEYS if isinstance(v := _get(cfg, k), int)), None)
     for key, value in SIZE_KEYS.items():
-        if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
+        current = _get(cfg, key)
+        if isinstance(current, int) and not isinstance(current, bool):
             _set(cfg, key, value)
-    if isinstance(getattr(cfg, "num_key_value_heads", None), int):
+    _shrink_prefixed(cfg)
+    depth_after = next((v for k in DEPTH_KEYS if isinstance(v := _get(cfg, k), int)), None)
+    if depth_before and depth_after:
+        _shrink_per_layer(cfg, depth_before, depth_after)
+    if "head_dim" in vars(cfg) and vars(cfg)["head_dim"] is None:  # Ministral, HunYuan: None is not derived
+        _set(cfg, "head_dim", SIZE_KEYS["head_dim"])
+    _shrink_rope_sections(cfg)
+    if isinstance(_get(cfg, "num_key_value_heads"), int):
         cfg.num_key_value_heads = 2
-    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
+    if isinstance(_get(cfg, "qk_rope_head_dim"), int) and hasattr(cfg, "head_dim"):
         _set(cfg, "head_dim", cfg.qk_rope_head_dim)  # multi-head latent attention: rotary on the rope part
-    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and isinstance(
-        getattr(cfg, "num_key_value_heads", None), int
-    ):
+    if isinstance(_get(cfg, "qk_rope_head_dim"), int) and isinstance(_get(cfg, "num_key_value_heads"), int):
         _set(
-            cfg, "num_key_value_heads", getattr(cfg, "num_attention_heads", 4)
+            cfg, "num_key_value_heads", (_get(cfg, "num_attention_heads") or 4)
         )  # latent attention: no key/value groups
-    for key, value in TWEAKS.get(getattr(cfg, "model_type", ""), {}).items():
+    for key, value in TWEAKS.get((_get(cfg, "model_type") or ""), {}).items():
         _set(cfg, key, value)
-    if isinstance(getattr(cfg, "vocab_size", None), int):
+    if isinstance(_get(cfg, "vocab_size"), int):
         cfg.vocab_size = vocab
-    if isinstance(getattr(cfg, "max_position_embeddings", None), int):
+    if isinstance(_get(cfg, "max_position_embeddings"), int):
         cfg.max_position_embeddings = (
             max(cfg.max_position_embeddings, 128) if cfg.max_position_embeddings >= 64 else cfg.max_position_embeddings
         )
     if hasattr(cfg, "pad_token_id"):
         _set(cfg, "pad_token_id", 0)
     for key in ("decoder_start_token_id", "bos_token_id", "eos_token_id"):  # ids the shrunk vocabulary has
-        value = getattr(cfg, key, None)
-        if isinstance(value, int) and isinstance(getattr(cfg, "vocab_size", None), int) and value >= cfg.vocab_size:
+        value = _get(cfg, key)
+        if isinstance(value, int) and isinstance(_get(cfg, "vocab_size"), int) and value >= cfg.vocab_size:
             _set(cfg, key, 2)
     if depth < max_depth:
         for sub in list(vars(cfg).values()):
@@ -455,9 +540,140 @@ def values_delta(adapter, inputs: dict, stack: str, maps, values: list) -> float
     return worst
 
 
+def _config_head_size(cfg, layer: int = 0) -> int | None:
+    """The per-head width a config states for ``layer`` (``head_dim``, ``d_kv``,
+    ``v_head_dim``, or hidden size over heads; a per-layer config's where the config has
+    one, as Gemma 4; its ``text_config`` where it has one), or None."""
+    per_layer = _get(cfg, "per_layer_config")
+    if isinstance(per_layer, dict):
+        own = per_layer.get(layer, per_layer.get(f"{layer:02d}", per_layer.get(str(layer))))
+        v = own.get("head_dim") if isinstance(own, dict) else _get(own, "head_dim")
+        if isinstance(v, int) and v > 0:
+            return v
+    for c in (cfg, _get(cfg, "text_config")):
+        for k in ("v_head_dim", "head_dim", "d_kv", "attention_head_size"):
+            v = _get(c, k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        width = next(
+            (getattr(c, k) for k in ("hidden_size", "d_model", "n_embd") if isinstance(getattr(c, k, None), int)), None
+        )
+        heads = next(
+            (
+                getattr(c, k)
+                for k in ("num_attention_heads", "n_head", "num_heads")
+                if isinstance(getattr(c, k, None), int)
+            ),
+            None,
+        )
+        if width and heads and width % heads == 0:
+            return width // heads
+    return None
+
+
+def _value_child(module):
+    """The attention module's own value projection (a Linear child named like one), or None."""
+    import torch
+
+    from probe.models.architectures import VALUE_NAMES
+
+    children = {name.lower(): sub for name, sub in module.named_children()}
+    return next((children[n] for n in VALUE_NAMES if isinstance(children.get(n), torch.nn.Linear)), None)
+
+
+def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: int) -> dict:
+    """Where head ``head`` of layer ``layer`` sits in the output projection's input, found from
+    the model's own computation, never from the adapter's head size or head count.
+
+    One eager forward with ``output_attentions`` records the layer's weights ``P``
+    ``[batch, heads, query, key]`` (the head count is P's), the value projection's output
+    ``V`` and the output projection's input ``O`` ``[batch, query, width]``. For each head
+    size ``d`` the config or the module suggests (``v_head_dim``/``head_dim``/``d_kv``, hidden
+    over the config's heads, the module's ``attention_head_size``, width over P's heads) the
+    head's own output ``P_h @ V_g`` (``g`` its key/value group) is looked for among the
+    ``d``-wide windows of ``O``; the window it equals (max |Δ| ≤ 1e-4 relative) is the head's
+    columns: ``source`` ``"values"``. Where no value projection is found or none matches
+    (values normalised after the projection, a learned sink's rescaling), the config's head
+    size places head ``h`` at ``h·d``: ``source`` ``"config"``, where the heads at that size
+    fill the input; else the input's width over P's heads: ``source`` ``"width / heads"`` (no
+    independent statement; counted apart in docs/coverage.md).
+
+    Returns ``{"columns": (start, stop), "width": W, "heads": n, "source": ...}``.
+    """
+    import torch
+
+    attention = adapter.attention_modules(stack)
+    projs = adapter.head_output_modules(stack)
+    module, proj = attention[layer], projs[layer]
+    call = sum(1 for m in projs[:layer] if m is proj)  # shared modules (ALBERT): which call
+    value = _value_child(module)
+    seen: dict = {"v": [], "o": []}
+    handles = [proj.register_forward_pre_hook(lambda m, a: seen["o"].append(a[0].detach()))]
+    if value is not None:
+        handles.append(value.register_forward_hook(lambda m, a, out: seen["v"].append(out.detach())))
+    try:
+        torch.manual_seed(0)
+        ref = eager_reference(adapter.model, inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
+    probs = getattr(ref, key)[layer].double()  # [batch, heads, query, key]
+    heads = probs.shape[1]
+    if len(seen["o"]) <= call:
+        raise RuntimeError(
+            f"the output projection of layer {layer} ({type(proj).__name__}) never ran as a module in the eager "
+            "forward: no input of it to zero by hand"
+        )
+    o = seen["o"][call].double()
+    width = o.shape[-1]
+    cfg = adapter.model.config
+    from_config = _config_head_size(cfg, layer)
+    mask = inputs.get("attention_mask")
+    valid = (
+        mask.bool()
+        if torch.is_tensor(mask) and mask.dim() == 2 and tuple(mask.shape) == tuple(o.shape[:2])
+        else torch.ones(o.shape[:2], dtype=torch.bool)
+    )
+    if value is not None and len(seen["v"]) > call and o.dim() == 3:
+        v = seen["v"][call].double()
+        scale = getattr(module, "v_scale", None)  # MiMo-V2-Flash scales v_proj's output
+        v = v * scale if isinstance(scale, (int, float)) or torch.is_tensor(scale) else v
+        stated = getattr(module, "attention_head_size", None)
+        sizes = [from_config, stated if isinstance(stated, int) else None, width // heads]
+        for d in dict.fromkeys(x for x in sizes if x and x <= width):
+            if v.shape[-1] % d or v.shape[1] != probs.shape[-1]:
+                continue
+            kv = v.shape[-1] // d
+            if heads % kv:
+                continue
+            g = head // (heads // kv)
+            z = probs[:, head] @ v[..., g * d : (g + 1) * d]  # [batch, query, d]: the head's own output
+            if z.shape[:2] != o.shape[:2]:  # a sequence-first projection input (MLCD): no window to match
+                continue
+            windows = o.unfold(-1, d, 1)  # [batch, query, width - d + 1, d]
+            diff = (windows - z[:, :, None, :])[valid].abs().amax(dim=(0, -1))  # per window start
+            tol = 1e-4 * max(1.0, z[valid].abs().max().item())
+            hits = (diff <= tol).nonzero().flatten().tolist()
+            if hits:
+                start = hits[0]
+                return {"columns": (start, start + d), "width": width, "heads": heads, "source": "values"}
+    if from_config and from_config * heads == width:
+        return {
+            "columns": (head * from_config, (head + 1) * from_config),
+            "width": width,
+            "heads": heads,
+            "source": "config",
+        }
+    d = width // heads  # the config's size does not fill the projection's input: the reference is the old rule's
+    return {"columns": (head * d, (head + 1) * d), "width": width, "heads": heads, "source": "width / heads"}
+
+
 def check_ablation(adapter, inputs: dict) -> dict:
     """Zero-ablate head (1, 2) with the toolkit vs an independent pre-hook that zeroes the
-    head's slice of the output projection's input on that layer's call only."""
+    head's own columns of the output projection's input (found by
+    :func:`reference_head_columns` from the model's computation, not from the adapter) on
+    that layer's call only."""
     import torch
 
     from probe.interventions import HeadEdit, HeadIntervention
@@ -468,7 +684,9 @@ def check_ablation(adapter, inputs: dict) -> dict:
     projs = adapter.head_output_modules(stack)
     proj = projs[layer]
     call_of_layer = sum(1 for m in projs[:layer] if m is proj)  # shared modules: which call
-    dh = adapter.head_dim
+    intervention = HeadIntervention(adapter, [HeadEdit(layer, head)], stack=stack)  # the toolkit's refusals first
+    where = reference_head_columns(adapter, inputs, stack, layer, head)
+    start, stop = where["columns"]
     mask = inputs.get("attention_mask")
 
     def run():  # seeded: a stochastic forward (VITS's duration predictor draws noise) repeats itself
@@ -484,7 +702,7 @@ def check_ablation(adapter, inputs: dict) -> dict:
         if k != call_of_layer:
             return None
         x = args[0].clone()
-        x[..., head * dh : (head + 1) * dh] = 0
+        x[..., start:stop] = 0
         return (x,) + tuple(args[1:])
 
     clean = run()
@@ -502,9 +720,13 @@ def check_ablation(adapter, inputs: dict) -> dict:
             d = d[mask.bool()]
         return d.abs().max().item()
 
-    with HeadIntervention(adapter, [HeadEdit(layer, head)], stack=stack):
+    with intervention:
         got = run()
-    return {"ablation_delta": delta(got, want), "ablation_effect": delta(clean, want)}
+    return {
+        "ablation_delta": delta(got, want),
+        "ablation_effect": delta(clean, want),
+        "head_columns": f"{start}:{stop} of {where['width']} ({where['source']})",
+    }
 
 
 def check_type(model_type: str) -> dict:
@@ -704,7 +926,9 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         "",
         f"Generated by `python bench/coverage_sweep.py` with transformers {version}: {n_types} model types "
         "registered for `AutoModel`, each built as a tiny random model from its default config "
-        "(hidden 32, 2 layers, 4 heads; no download) and opened with `ModelAdapter`. Each type runs in a "
+        "(hidden 32, 2 layers, 4 heads, sub-configs shrunk too; per-layer lists such as `layer_types` cut to "
+        "two layers keeping both kinds of layer; multimodal rotary sections fitted to the shrunk head; no "
+        "download) and opened with `ModelAdapter`. Each type runs in a "
         "forked process with a time and memory limit; on a shared machine run it as parallel workers "
         "(`--shard K/N --jsonl rows-K.jsonl`, a second worker per shard with `--reverse`) and merge the row "
         "files with `--from-jsonl` (a later file's row replaces an earlier one, so types re-run after a fix "
@@ -712,14 +936,16 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
         "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "
-        "see *Learned sinks*) and zero-ablating head L1H2 equals an independent pre-hook on the output "
-        f"projection (max |Δ| ≤ {TOL:g} each)",
+        "see *Learned sinks*) and zero-ablating head L1H2 equals an independent pre-hook that zeroes that "
+        "head's own columns of the output projection's input (max |Δ| ≤ "
+        f"{TOL:g} each); where those columns are: {_sources(rows)}",
         f"- **refused**: {counts.get('refused', 0)} — the toolkit says why, in one line (grouped below)",
         f"- **failed**: {counts.get('failed', 0)}",
         f"- **no reference**: {counts.get('no reference', 0)} — the model's own eager forward returns no "
         "attentions to compare with",
-        f"- **not built**: {counts.get('not built', 0)} — the generic tiny config does not build this type "
-        "(nested multimodal configs, list-valued sizes, required sub-models); says nothing about the toolkit",
+        f"- **not built**: {counts.get('not built', 0)} ({100 * counts.get('not built', 0) / max(n_types, 1):.0f}% "
+        "of the registered types) — the sweep does not build this type or cannot make its inputs (each "
+        "listed below with its reason); says nothing about the toolkit",
         "",
     ]
     refused = Counter(_group(r["reason"]) for r in rows if r["status"] == "refused")
@@ -742,15 +968,15 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
     lines += [
         "## Exact",
         "",
-        "| type | stacks | inputs | path | max \\|Δ\\| capture | max \\|Δ\\| ablation |",
-        "|---|---|---|---|---|---|",
+        "| type | stacks | inputs | path | max \\|Δ\\| capture | max \\|Δ\\| ablation | head L1H2's columns |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["status"] == "exact":
             lines.append(
                 f"| {r['model_type']} | {r.get('stacks', '')} | {r.get('inputs', '')} | "
                 f"{r.get('attention_source', '')}{'; sink: maps × values' if r.get('reference') else ''} | "
-                f"{r['capture_delta']:.1e} | {r['ablation_delta']:.1e} |"
+                f"{r['capture_delta']:.1e} | {r['ablation_delta']:.1e} | {r.get('head_columns', '')} |"
             )
     built = Counter(_group(r["reason"]) for r in rows if r["status"] == "not built")
     lines += ["", "## Not built by the sweep", "", "| why | types |", "|---|---|"]
@@ -792,17 +1018,33 @@ NOTES = [
     (
         "- **The hook path asks for attentions** (`output_attentions=True`: DeBERTa-v2, MPNet) and refuses "
         "any layout other than `[batch, head, query, key]` (Longformer's local band, Funnel's pooled "
-        "queries, CANINE's downsampled layers, CPM-Ant's prompt positions)."
+        "queries, CANINE's downsampled layers, CPM-Ant's prompt positions). The weights are the last 4-D "
+        "tensor a module returns after its output, so LED's decoder and cross-attention, which return their "
+        "cache after the weights, are read (LED's row stays refused for its Longformer encoder)."
     ),
     (
         "- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
-        "card): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
+        "card and said on stderr when it loads): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
         "on short inputs."
     ),
     (
         "- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
-        "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a gated "
-        "projection: Inkling 2)."
+        "over all heads before it: BitNet's `attn_sub_norm`, differential attention's `groupnorm`; a projection "
+        "module that gates the heads' outputs by the layer input before its Linear: Inkling 2's `o_proj`, "
+        "found inside it rather than taking the attention's `sink_proj`), or holds other columns beside them: ConvBERT turns `config.head_ratio` of "
+        "its heads into a span-based convolution whose outputs follow the attention heads' (2 heads × 8 | "
+        "16 convolution columns); the attention module's own `attention_head_size` says so, and width / "
+        "heads would have zeroed the convolution half (the old reference, which took the head size from "
+        "the adapter, agreed with that and called ConvBERT exact)."
+    ),
+    (
+        "- **The ablation reference** (`reference_head_columns`) takes nothing from the adapter's head size: "
+        "one eager forward records the layer's weights P (whose head axis is the head count), its value "
+        "projection's output V and the output projection's input O; head h's own output P_h · V_g (g its "
+        "key/value group, at each head size the config or the module suggests) is looked for among O's "
+        "columns, and the window it equals is zeroed by hand. Where no value projection is named or none "
+        "matches (fused q|k|v, values normalised after the projection, a sink's rescaling) the config's "
+        "head size places the head, and only where that does not fill O the width over the heads does."
     ),
     (
         "- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
@@ -839,6 +1081,23 @@ NOTES = [
         "over 200 s with five sessions on two cores)."
     ),
 ]
+
+
+def _sources(rows: list[dict]) -> str:
+    """How the exact rows' ablation reference placed the head (``head_columns``'s source)."""
+    from collections import Counter
+
+    found = Counter(
+        (r.get("head_columns") or "(not recorded)").rpartition("(")[2].rstrip(")")
+        for r in rows
+        if r["status"] == "exact"
+    )
+    words = {
+        "values": "found from the layer's own weights × values",
+        "config": "at the config's head size (no value projection to match)",
+        "width / heads": "at the input's width over the heads (neither fitted)",
+    }
+    return "; ".join(f"{n} {words.get(k, k)}" for k, n in found.most_common())
 
 
 def _group(reason: str) -> str:

@@ -8,6 +8,7 @@ head-output site and value projection live (looked up in
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from itertools import chain
@@ -20,6 +21,8 @@ from .alignment import absorbing_tokens, align_batch
 from .architectures import ARCHITECTURES, STACKS, UnsupportedModel, discover_attention
 from .errors import InputError, NotApplicable
 from .hooks import HookSet
+
+log = logging.getLogger(__name__)
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 
@@ -195,9 +198,37 @@ class ModelAdapter:
 
     @property
     def head_dim(self) -> int:
-        width = self.head_output_modules()[0]
-        fan_in = width.weight.shape[0] if type(width).__name__ == "Conv1D" else width.in_features
+        """The width of one head's output: the attention module's own per-head size where it
+        states one that the output projection's input holds (ConvBERT: 8 of a 32-wide input
+        that also carries its convolution half), else that input's width over the heads."""
+        fan_in = _fan_in(self.head_output_modules()[0])
+        stated = _head_size_of(self.attention_modules()[0])
+        if stated and stated * self.n_heads <= fan_in:
+            return stated
         return fan_in // self.n_heads
+
+    def other_head_columns(self, stack: Optional[str] = None) -> Optional[str]:
+        """Why the output projection's input holds more than the heads' outputs, or None.
+
+        The attention module's own per-head size (``attention_head_size``, ``v_head_dim``,
+        ``head_dim``, ``head_size``) times its head count is the heads' columns; where that is
+        less than the projection's input, other columns sit beside them (ConvBERT, Jiang et al.
+        2020: ``config.head_ratio`` of the heads become a span-based dynamic convolution whose
+        outputs are concatenated after the attention heads'), and dividing the whole width by
+        the head count would put a head's edit on those columns."""
+        module = self.attention_modules(stack)[0]
+        stated = _head_size_of(module)
+        width = _fan_in(self.head_output_modules(stack)[0])
+        heads = self.n_heads
+        if not stated or not width or stated * heads >= width:
+            return None
+        t = getattr(self.config, "model_type", "?")
+        return (
+            f"{self.name} (model type {t!r}): the output projection's input ({width} columns) holds the "
+            f"{heads} attention heads' outputs ({heads} x {stated}, {type(module).__name__}'s own head size) "
+            f"beside {width - heads * stated} other columns (ConvBERT: its span-based convolution, "
+            "config.head_ratio); no per-head site to edit or read there"
+        )
 
     @property
     def max_length(self) -> int:
@@ -262,6 +293,16 @@ class ModelAdapter:
         heads = self.n_heads
         proj = self.head_output_modules(stack)[0]
         width = proj.weight.shape[0] if type(proj).__name__ == "Conv1D" else getattr(proj, "in_features", 0)
+        other = self.other_head_columns(stack)
+        if other:
+            raise UnsupportedModel(other)
+        module = self.attention_modules(stack)[0]
+        if _calls_functional_attention(type(module)):
+            raise UnsupportedModel(
+                f"{self.name} (model type {t!r}): {type(module).__name__} hands its output projection's weights to "
+                "torch's multi_head_attention_forward, so the projection never runs as a module and no hook sees "
+                "the heads' outputs; no per-head site to edit"
+            )
         if not width or width % heads:  # (MLA's value width differs from its query head_dim: no equality test)
             raise UnsupportedModel(
                 f"{self.name} (model type {t!r}): the output projection found ({type(proj).__name__}, {width} inputs) "
@@ -269,8 +310,8 @@ class ModelAdapter:
             )
         if mixer:
             raise UnsupportedModel(
-                f"{self.name} (model type {t!r}): its attention normalises all heads together ({mixer}) before "
-                "the output projection, so no head's output can be edited alone"
+                f"{self.name} (model type {t!r}): its attention normalises or gates all heads together ({mixer}) "
+                "before the output projection, so no head's output can be edited alone"
             )
 
     def value_modules(self, stack: Optional[str] = None) -> list:
@@ -527,6 +568,35 @@ class ModelAdapter:
         return d
 
 
+def _calls_functional_attention(cls: type) -> bool:
+    """Whether an attention module's forward calls torch's functional
+    ``multi_head_attention_forward`` (WavLM): its output projection is then a weight, not a call."""
+    import inspect
+
+    try:
+        return "multi_head_attention_forward(" in inspect.getsource(cls)
+    except (OSError, TypeError):
+        return False
+
+
+def _fan_in(proj: torch.nn.Module) -> int:
+    """The input width of an output projection (a Linear, or GPT-2's transposed Conv1D)."""
+    weight = getattr(proj, "weight", None)
+    if type(proj).__name__ == "Conv1D" and torch.is_tensor(weight):
+        return int(weight.shape[0])
+    return int(getattr(proj, "in_features", 0) or 0)
+
+
+def _head_size_of(module: torch.nn.Module) -> Optional[int]:
+    """The per-head output width an attention module states itself (the value head's where
+    it differs from the query's), or None."""
+    for k in ("v_head_dim", "attention_head_size", "head_dim", "head_size"):
+        v = getattr(module, k, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
 def _heads_of(module: torch.nn.Module) -> Optional[int]:
     """The query-head count an attention module states itself, or None."""
     for k in ("num_heads", "num_attention_heads", "n_heads", "n_head"):
@@ -562,7 +632,9 @@ def _full_attention(model: torch.nn.Module, card: dict) -> None:
     """Switch block-sparse attention (BigBird; Zaheer et al., 2020) to full attention, whose
     probabilities are an ordinary ``[query, key]`` map: block-sparse attention has none, and
     BigBird swaps its attention modules for full ones by itself on the first input shorter
-    than its blocks, leaving module lists found before stale. Noted in ``card``."""
+    than its blocks, leaving module lists found before stale. Noted in ``card`` and said on
+    stderr (a logging warning) when it happens, so a user does not read full-attention maps
+    as the block-sparse model's."""
     sparse = [
         m
         for m in model.modules()
@@ -575,6 +647,14 @@ def _full_attention(model: torch.nn.Module, card: dict) -> None:
     cfg = getattr(model, "config", None)
     if cfg is not None and getattr(cfg, "attention_type", None) == "block_sparse":
         cfg.attention_type = "original_full"
+    if sparse:
+        t = getattr(cfg, "model_type", "?")
+        log.warning(
+            "model type %r: switched from block-sparse to full attention (attention_type='original_full'): "
+            "block-sparse attention has no [query, key] map, so the maps, ablations and outputs are those "
+            "of the full-attention model, not the block-sparse one",
+            t,
+        )
 
 
 def _probe_ids(model: torch.nn.Module, n: int = 6) -> Optional[torch.Tensor]:

@@ -172,6 +172,23 @@ def _is_qkv_name(name: str) -> bool:
     return low in _QKV_PARTS or any(p in _QKV_PARTS or p.startswith(("wq", "wk", "wv")) for p in parts)
 
 
+def _wrapped_projection(module):
+    """``(name, wrapper, linear)`` where a child named like an output projection is not a
+    Linear but a module around one (Inkling 2's ``o_proj``: a sigmoid gate of the layer input
+    times the heads' outputs, then ``linear``), else None. Its one Linear child not named
+    like a gate is the projection; the structural fallback would otherwise take another
+    Linear of the module (Inkling 2's ``sink_proj``, whose input is the layer input)."""
+    children = {child.lower(): sub for child, sub in module.named_children()}
+    for child in PROJECTION_NAMES:
+        sub = children.get(child)
+        if sub is None or _is_projection(sub):
+            continue
+        inner = [(n, m) for n, m in sub.named_children() if _is_projection(m) and "gate" not in n.lower()]
+        if len(inner) == 1:
+            return child, sub, inner[0][1]
+    return None
+
+
 def _structural_projection(module):
     """The one Linear child of an attention module that is not a query/key/value projection
     (by structure: the module's other Linear children all compute q, k or v), else None."""
@@ -196,6 +213,9 @@ def _projection_of(name: str, module, modules: dict):
         sub = children.get(child)
         if sub is not None and _is_projection(sub):
             return sub
+    wrapped = _wrapped_projection(module)
+    if wrapped is not None:  # a projection module around a Linear (Inkling 2's gated o_proj)
+        return wrapped[2]
     sub = _structural_projection(module)
     if sub is not None:
         return sub
@@ -333,6 +353,9 @@ def _head_mixer(module) -> Optional[str]:
     for child, sub in module.named_children():
         if "norm" in type(sub).__name__.lower() and any(k in child.lower() for k in HEAD_MIXING_NORMS):
             return child
+    wrapped = _wrapped_projection(module)
+    if wrapped is not None and any(_is_projection(m) and "gate" in n.lower() for n, m in wrapped[1].named_children()):
+        return f"{wrapped[0]}: {type(wrapped[1]).__name__} gates the heads' outputs by the layer input"
     return None
 
 

@@ -561,7 +561,7 @@ class Trace(HookContext):
         adapter = self.adapter
 
         def fn(module, args, kwargs, output):
-            probs = output[-1] if isinstance(output, tuple) else None
+            probs = _probabilities(output)
             if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
                 raise unsupported(
                     adapter,
@@ -601,6 +601,12 @@ class Trace(HookContext):
                     "heads * head_dim] (windowed 2-D attention, ViTDet): no per-head site to edit",
                     capture=False,
                 )
+            if edit_here or (z_work is not None and z_work["read"]):
+                other = adapter.other_head_columns(z_work["ctx"].stack)  # ConvBERT's convolution half
+                if other:
+                    from .models.architectures import UnsupportedModel
+
+                    raise UnsupportedModel(other)
             if edit_here:
                 assert z_work is not None
                 b, s, _ = x.shape
@@ -813,6 +819,19 @@ def _accepts(model: torch.nn.Module, name: str) -> bool:
 
     params = inspect.signature(model.forward).parameters.values()
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _probabilities(output) -> Optional[torch.Tensor]:
+    """The attention probabilities ``[batch, head, query, key]`` in an attention module's
+    output tuple: the last 4-D tensor after the attention output (item 0). Most modules
+    return ``(output, weights)``; some return their key/value cache after the weights (LED's
+    decoder and cross-attention: ``(output, weights, past_key_value)``), which is skipped."""
+    if not isinstance(output, tuple):
+        return None
+    for item in reversed(output[1:]):
+        if torch.is_tensor(item) and item.dim() == 4:
+            return item
+    return None
 
 
 def _ask_for_attentions(module, args, kwargs):
