@@ -108,3 +108,35 @@ def test_random_models_get_no_claims(kind, bert_tokenizer):
     for claim in ("pattern", "structure", "necessity", "redundancy", "weights"):
         held = sum(c[claim].holds for c in hc.claims.values())
         assert held <= T.FDR * n, (kind, claim, held)
+
+
+def test_word_scores_average_pieces():
+    from probe.analyses.common.word_scores import to_words
+
+    scores = np.array([1.0, 2.0, 4.0, 8.0])
+    ids = (None, 0, 0, 1)  # word 0 in two pieces
+    assert to_words(scores, ids, 2).tolist() == [6.0, 8.0]
+    assert to_words(scores, ids, 2, mean=True).tolist() == [3.0, 8.0]
+
+
+def test_random_gpt2_attribution_agreement_calibrated_and_ig_gated(bert_tokenizer):
+    """Attribution agreement on a random GPT-2: pieces averaged, IG gated at 1% completeness
+    and the bar the null model's heads reach: no head agrees."""
+    from probe.analyses.claims.attribution import attribution_claims
+    from probe.analyses.explanation.completeness import TOLERANCE, relative_errors
+    from probe.analyses.explanation.faithfulness import run_faithfulness
+    from probe.app.report.bundled import sample_corpus
+
+    adapter = _random("gpt2", bert_tokenizer)
+    rep = run_faithfulness(adapter, sample_corpus(limit=10), "loss:-1", methods=("ig",), n_steps=4, permute=False)
+    heads = [(layer, h) for layer in range(2) for h in range(4)]
+    claims = attribution_claims(heads, rep.verdict, rep.info)
+    assert sum(c.holds for c in claims.values()) <= T.FDR * len(heads)
+    gate, null = rep.info["ig_gate"], rep.info["null_agreement"]
+    err = relative_errors(rep.attributions)
+    used = [i for i in range(len(err)) if err[i] <= TOLERANCE]
+    assert gate["n"] == 10 and gate["excluded"] == 10 - len(used)
+    assert gate["max_relative_error_used"] <= TOLERANCE
+    c = claims[(0, 0)]
+    assert c.null == pytest.approx(max(0.0, null["tau_max"])) and c.extra["null_source"] == null["source"]
+    assert c.count == 10 - gate["excluded"]
