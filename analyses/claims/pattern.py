@@ -185,6 +185,14 @@ def _special_names(m) -> tuple:
     return str(m.tokens[idx[0]]), (str(m.tokens[idx[-1]]) if len(idx) > 1 else "[SEP]")
 
 
+def _pair(a: float, b: float) -> str:
+    """``a`` in percent with as many decimals as it takes to differ from ``b`` (up to 3)."""
+    for d in range(4):
+        if f"{a:.{d}%}" != f"{b:.{d}%}" or a == b:
+            return f"{a:.{d}%}"
+    return f"{a:.3%}"
+
+
 def pattern_claims(evidence) -> tuple:
     """Pattern claims of every head.
 
@@ -294,7 +302,8 @@ def pattern_claims(evidence) -> tuple:
             null=float(value),
             unit=feat,
             threshold=tname,
-            reason=f"{feat} {share[feat]:.0%} {'≤' if feat == 'max_attention' else '≥'} {value:.0%}; profile: {words}",
+            reason=f"{feat} {_pair(share[feat], value)} {'≤' if feat == 'max_attention' else '≥'} "
+            f"{_pair(value, share[feat])}; profile: {words}",
             extra=extra,
         )
     table = pd.DataFrame(profile_rows, columns=["layer", "head", "feature", "share", "ci_low", "ci_high"])
