@@ -87,10 +87,10 @@ def test_random_classifier_necessity_reproduced_and_calibrated(bert_tokenizer):
     """The issue's failure: a random BertForSequenceClassification read as a sentence
     encoder held necessity for every head against the fixed floor; calibrated, ≤ FDR."""
     adapter = _random("bert-classifier", bert_tokenizer)
-    floor_only = _claims(adapter, null="none")
+    floor_only = _claims(adapter, null="none", objective="similarity-structure")
     n = len(floor_only.claims)
     assert sum(c["necessity"].holds for c in floor_only.claims.values()) >= n // 2  # the failure, reproduced
-    hc = _claims(adapter)
+    hc = _claims(adapter, objective="similarity-structure")
     assert sum(c["necessity"].holds for c in hc.claims.values()) <= T.FDR * n
     nec = hc.claims[(0, 0)]["necessity"]
     assert (
@@ -140,3 +140,24 @@ def test_random_gpt2_attribution_agreement_calibrated_and_ig_gated(bert_tokenize
     c = claims[(0, 0)]
     assert c.null == pytest.approx(max(0.0, null["tau_max"])) and c.extra["null_source"] == null["source"]
     assert c.count == 10 - gate["excluded"]
+
+
+def test_a_sequence_classifier_is_judged_on_its_head(bert_tokenizer):
+    """auto resolves a sequence classifier to the KL of its predicted distribution; the
+    harm is KL(clean ‖ perturbed), computed here by scipy."""
+    from scipy.special import rel_entr, softmax
+
+    from probe.analyses.common.objective import resolve_objective
+
+    adapter = _random("bert-classifier", bert_tokenizer)
+    obj, why = resolve_objective("auto", adapter)
+    assert obj.name == "prediction-kl" and "classification head" in why
+    assert resolve_objective("auto", _random("bert", bert_tokenizer))[0].name != "prediction-kl"
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    la, lb = np.log(softmax(a, -1)), np.log(softmax(b, -1))
+    assert np.allclose(obj.harm(la, lb), rel_entr(softmax(a, -1), softmax(b, -1)).sum(-1))
+    assert np.allclose(obj.harm(la, la), 0)
+    hc = _claims(adapter, limit=10)
+    assert hc.objective["objective"] == "prediction-kl"
+    assert sum(c["necessity"].holds for c in hc.claims.values()) <= T.FDR * len(hc.claims)
