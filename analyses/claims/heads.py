@@ -329,7 +329,7 @@ def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, no
         spans = list(corpus.word_spans) if corpus.word_spans else None
         maps = capture(nadapter, list(corpus.texts), word_spans=spans)
         return calibrate_pattern(pattern, evidence, pattern_evidence(maps), NULL_SOURCE.format(seed=seed))
-    except (NotApplicable, InputError, ValueError) as exc:
+    except (NotApplicable, InputError) as exc:
         notes.append(f"pattern claims not calibrated on a null model: {getattr(exc, 'reason', exc)}")
         return pattern
 

@@ -33,6 +33,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+from probe.errors import InputError
+
 from . import thresholds as T
 from .claim import Claim
 from .null_model import null_quantile
@@ -62,7 +64,7 @@ def _null_side(null, mode: str, n: int):
         return None, float("nan"), ""
     nh = null.sweep.harm[mode]
     if nh.shape[1] != n:
-        raise ValueError(f"the null sweep has {nh.shape[1]} examples, the sweep {n}")
+        raise InputError(f"the null sweep has {nh.shape[1]} examples, the sweep {n}: run both on the same examples")
     return null_quantile(nh, T.FDR), float(np.nanmax(nh.mean(1))), null.source
 
 

@@ -23,6 +23,8 @@ import logging
 import numpy as np
 import torch
 
+from probe.errors import InputError
+
 from . import thresholds as T
 
 log = logging.getLogger(__name__)
@@ -78,5 +80,5 @@ def null_quantile(null_effects, q: float = T.FDR) -> np.ndarray:
     effects ``[m, n]`` (linear interpolation; NaN heads ignored)."""
     e = np.asarray(null_effects, dtype=np.float64)
     if e.ndim != 2 or e.shape[0] < 1:
-        raise ValueError(f"null effects must be [heads, examples], got shape {e.shape}")
+        raise InputError(f"null effects must be [heads, examples], got shape {e.shape}")
     return np.nanquantile(e, 1.0 - q, axis=0)

@@ -324,7 +324,8 @@ def calibrate_pattern(claims: dict, evidence: PatternEvidence, null_evidence: Pa
     closest one with its share (``extra["nearest_rule"]``, ``nearest_share``).
 
     Raises:
-        ValueError: evidence whose heads or features differ from the null's.
+        NotApplicable: evidence whose heads or features differ from the null's, or that
+            does not cover the examples the null model read.
     """
     from dataclasses import replace
 
@@ -333,7 +334,7 @@ def calibrate_pattern(claims: dict, evidence: PatternEvidence, null_evidence: Pa
     E = null_evidence.values.shape[0]
     null_means = null_shares(null_evidence)
     if evidence.values.shape[1:] != null_evidence.values.shape[1:] or evidence.values.shape[0] < E:
-        raise ValueError(
+        raise NotApplicable(
             f"pattern evidence {evidence.values.shape} does not cover the null's {null_evidence.values.shape}"
         )
     fi = {f: i for i, f in enumerate(FEATURES)}

@@ -221,7 +221,7 @@ def _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_s
         sets = attribution_scoresets(nattrs)
         keep = list(ngate.passed)
         s = agreement([att[i] for i in keep], [sets[i] for i in keep]).summary
-    except (NotApplicable, InputError, ValueError) as exc:
+    except (NotApplicable, InputError) as exc:
         log.warning("no null agreement: %s", getattr(exc, "reason", exc))
         return None
     s = s[(s["method"] == "attention") & (s["head"] >= 0) & (s["attribution"] == "ig")]
