@@ -47,12 +47,14 @@ def reinitialised(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         with torch.no_grad():
-            if hasattr(null, "_init_weights"):
-                null.apply(null._init_weights)
+            init = getattr(null, "_init_weights", None)
+            if callable(init):
+                null.apply(init)
             else:
                 for m in null.modules():
-                    if hasattr(m, "reset_parameters") and m is not null:
-                        m.reset_parameters()
+                    reset = getattr(m, "reset_parameters", None)
+                    if callable(reset) and m is not null:
+                        reset()
     kept = [n for n, p in null.named_parameters() if p.numel() > 1 and torch.equal(p.detach(), before[n])]
     kept = [n for n in kept if not n.endswith(("LayerNorm.weight", "LayerNorm.bias", "norm.weight", "ln_1.weight"))]
     if kept:
