@@ -210,7 +210,19 @@ def claim_evidence(kind: str, c) -> Evidence:
                 f"no role beyond the null model over {c.count} query rows: {c.reason}; largest components: "
                 f"{c.statement}"
             )
-            return Evidence(text=text, test="role rules, then the null model (null_model.py)", **base)
+            d = x.get("detectable")
+            if d is not None and d == d:
+                text += (
+                    f"; the smallest {x['nearest_feature']} this sample could have detected: {pct(d)} "
+                    f"(80% power, beyond every null head)"
+                )
+            return Evidence(
+                text=text,
+                test="role rules, then the null model (null_model.py)",
+                detectable=_detectable(c),
+                detectable_units=str(x.get("nearest_feature", "")),
+                **base,
+            )
         text = f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}"
         d = x.get("detectable")
         if d is not None and d == d:

@@ -396,6 +396,10 @@ def calibrate_pattern(claims: dict, evidence: PatternEvidence, null_evidence: Pa
         top = sorted(profile.items(), key=lambda kv: -kv[1])[:2]
         words = ", ".join(f"{v:.0%} {k}" for k, v in top) or c.statement
         extra.update(nearest_rule=c.statement, nearest_feature=feat, nearest_share=mine, nearest_threshold=c.null)
+        # power: the share this sample could show beyond every null head (the head-level bar)
+        bar = float(np.nanmax(null_means[feat])) if np.isfinite(null_means[feat]).any() else float(c.null)
+        se = se_from_interval(c.ci_low, c.ci_high, T.CONFIDENCE) if feat == c.unit else float("nan")
+        extra["detectable"] = detectable_from_se(se, bar, q=T.FDR, power=T.POWER) if se == se else bar
         out[key] = replace(
             c,
             status="does not hold",
