@@ -317,3 +317,27 @@ def test_report_prints_a_line_per_section_and_quiet_silences_it(tmp_path):
     assert "[1/2] roles …" in r.output and "[2/2] rollout …" in r.output
     q = CliRunner().invoke(main, args + ["--out", str(tmp_path / "b"), "--quiet"])
     assert q.exit_code == 0 and "[1/2]" not in q.output and q.output.strip().startswith("wrote ")
+
+
+def test_every_option_docs_cli_names_exists_on_its_command():
+    """Each `--option` the hand-written part of docs/cli.md names exists: on the command
+    written before it (`complexity --kinds`, `rollout`/`flow --head-indices`), else on at
+    least one command, and an option listed for heads on the commands that take heads."""
+    import re
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    options = {name: {o for p in cmd.params for o in p.opts} for name, cmd in main.commands.items()}
+    every = set().union(*options.values()) | {"--help", "--version", "--verbose", "--quiet"}
+    named = 0
+    for span in re.findall(r"`([^`]*--[a-z][^`]*)`", page):
+        words = span.replace("/", " ").split()
+        commands = [w for w in words if w in options]
+        for opt in (w for w in words if w.startswith("--")):
+            opt = opt.split("=")[0]
+            named += 1
+            if commands:
+                for c in commands:
+                    assert opt in options[c], f"docs/cli.md: `{span}`: probe {c} has no {opt}"
+            else:
+                assert opt in every, f"docs/cli.md: `{span}`: no command has {opt}"
+    assert named >= 10  # the check read the page's options

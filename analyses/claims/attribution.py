@@ -4,8 +4,12 @@ does (Jain & Wallace 2019; Kendall τ against integrated gradients, Sundararajan
 Tested only on a valid target: a probe target must beat its majority class on held-out
 sentences with a Wilson interval that excludes the majority rate
 (:func:`target_validity`); a model's own predicted class (``logit``) is valid by
-construction. The claim holds when τ is positive and significant in at least
-:data:`.thresholds.AGREEMENT_SHARE` of the examples. A claim that does not hold states its
+construction. The claim holds when τ is significant in at least
+:data:`.thresholds.AGREEMENT_SHARE` of the examples and larger than every head's τ on the
+model re-initialised (``info["null_agreement"]``, :mod:`.null_model`; 0 without one).
+Word scores average a word's pieces (:mod:`probe.analyses.explanation.agreement`), and
+examples whose integrated gradients miss completeness by more than 1% are not counted
+(:mod:`probe.analyses.explanation.completeness`). A claim that does not hold states its
 power: the smallest per-example rate of significant agreement at which its ``n`` examples
 would reach that share with 80% probability (:func:`.statistics.detectable_share`).
 """
@@ -52,6 +56,9 @@ def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason:
     )
     rows = {(int(r["layer"]), int(r["head"])): r for _, r in verdict.iterrows()}
     n = int(info.get("n_examples") or 0)
+    gate = info.get("ig_gate") or {}
+    n = n - int(gate.get("excluded") or 0)
+    null = info.get("null_agreement") or None
     out = {}
     for k in heads:
         r = rows.get(k)
@@ -62,7 +69,15 @@ def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason:
         extra = {"significant_share": share, "reference": ref, "target": words}
         if "top1_rate" in r and r["top1_rate"] == r["top1_rate"]:
             extra["evidence_top1_rate"] = float(r["top1_rate"])
-        holds = tau > 0 and share >= T.AGREEMENT_SHARE
+        if gate:
+            extra["ig_excluded"] = int(gate.get("excluded") or 0)
+        bar = 0.0
+        if null:
+            bar = max(0.0, float(null["tau_max"]))
+            extra.update(
+                null_tau_max=null["tau_max"], null_tau_quantile=null["tau_quantile"], null_source=null["source"]
+            )
+        holds = tau > bar and share >= T.AGREEMENT_SHARE
         if not holds:
             extra["detectable"] = detectable_share(n, T.AGREEMENT_SHARE, T.POWER)
         out[k] = Claim(
@@ -71,10 +86,11 @@ def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason:
             statement=f"agrees with {ref}",
             effect=tau,
             count=n,
-            null=0.0,
+            null=bar,
             unit=f"mean Kendall τ with {ref}",
             threshold="agreement_share",
-            reason=f"τ {tau:+.2f}, significant in {share:.0%} of {n} examples",
+            reason=f"τ {tau:+.2f}, significant in {share:.0%} of {n} examples"
+            + (f"; the null model's heads reach τ {bar:+.2f}" if null else ""),
             extra=extra,
         )
     return out

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import thresholds as T
 
-__all__ = ["Evidence", "claim_evidence", "fmt", "pct"]
+__all__ = ["Evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
 
 
 def fmt(v, signed: bool = False) -> str:
@@ -29,6 +29,34 @@ def pct(v) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
     return f"{v:.0%}"
+
+
+def pct_pair(a, b) -> tuple:
+    """``(pct a, pct b)`` with as many decimals as it takes (up to 3) for two different
+    shares to print differently, so a comparison never reads "90% < 90%"."""
+    if a is None or b is None or a != a or b != b:
+        return pct(a), pct(b)
+    for d in range(4):
+        x, y = f"{a:.{d}%}", f"{b:.{d}%}"
+        if x != y or a == b:
+            return x, y
+    return x, y
+
+
+def _null_words(c, decimals=fmt) -> str:
+    """The null-model side of a calibrated claim, in words (``""`` when uncalibrated)."""
+    x = c.extra
+    if x.get("null_source") is None or x.get("null_quantile") is None:
+        return ""
+    words = (
+        f"; null: {x['null_source']}, whose heads' {pct(x.get('null_quantile_level'))} quantile per example "
+        f"is {decimals(x['null_quantile'])} on average"
+    )
+    if x.get("null_max") is not None:
+        words += f" and largest head mean {decimals(x['null_max'])}"
+    if x.get("p_null") is not None:
+        words += f"; one-sided Wilcoxon p={fmt(x['p_null'])} against it"
+    return words
 
 
 @dataclass(frozen=True)
@@ -102,8 +130,8 @@ def _causal(kind: str, c) -> tuple:
         f"{c.unit}); floor {fmt(c.null)}, one-sided Wilcoxon p={fmt(x.get('p'))} against the floor, "
         f"{'significant' if x.get('bh_significant') else 'not significant'} after BH at q={fmt(x.get('fdr'))} "
         f"over {x.get('tests')} heads"
-    )
-    numbers = {}
+    ) + _null_words(c)
+    numbers = {k: x[k] for k in ("null_quantile", "null_max", "p_null") if x.get(k) is not None}
     if kind == "necessity":
         for mode, words in (("zero", "zero-ablation"), ("resample", "resample-ablation")):
             side = x.get(f"{mode}_harm")
@@ -142,6 +170,8 @@ def _causal(kind: str, c) -> tuple:
             text = f"{c.statement}: uniform weights do {pct(x.get('share_of_removal'))} of the removal's harm. " + text
     text += _power(c)
     test = f"one-sided Wilcoxon of harm − floor ({T.floor_source(obj)}), Benjamini–Hochberg q={T.FDR}"
+    if x.get("null_source"):
+        test += f"; and of harm − the null model's {pct(x.get('null_quantile_level'))} head quantile (the larger p)"
     return text, test, numbers
 
 
@@ -162,18 +192,44 @@ def claim_evidence(kind: str, c) -> Evidence:
     if kind == "pattern":
         if c.holds:
             text = (
-                f"{c.statement}: {c.unit} {pct(c.effect)} {_ci(c, True)} (95% CI over examples, "
-                f"{c.count} query rows) ≥ {pct(c.null)} ({c.threshold}); profile: "
+                f"{c.statement}: {c.unit} {pct_pair(c.effect, c.null)[0]} {_ci(c, True)} (95% CI over examples, "
+                f"{c.count} query rows) {'≤' if c.unit == 'max_attention' else '≥'} {pct_pair(c.effect, c.null)[1]} "
+                f"({c.threshold}); profile: "
                 f"{c.reason.split('profile: ')[-1]}"
             )
+            if c.extra.get("null_quantile") is not None:
+                text += (
+                    f"; beyond the null model ({c.extra['null_source']}): above its heads' "
+                    f"{pct(c.extra['null_quantile_level'])} quantile on {pct(c.extra.get('beyond_null_share'))} of "
+                    f"{c.extra.get('null_examples')} examples, p={fmt(c.extra.get('p_null'))}"
+                )
             return Evidence(text=text, test=c.threshold, floor=c.null, **base)
         x = c.extra
+        if c.threshold == "null_quantile":  # a rule cleared, but a model that learned nothing clears it too
+            text = (
+                f"no role beyond the null model over {c.count} query rows: {c.reason}; largest components: "
+                f"{c.statement}"
+            )
+            d = x.get("detectable")
+            if d is not None and d == d:
+                text += (
+                    f"; the smallest {x['nearest_feature']} this sample could have detected: {pct(d)} "
+                    f"(80% power, beyond every null head)"
+                )
+            return Evidence(
+                text=text,
+                test="role rules, then the null model (null_model.py)",
+                detectable=_detectable(c),
+                detectable_units=str(x.get("nearest_feature", "")),
+                **base,
+            )
         text = f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}"
         d = x.get("detectable")
         if d is not None and d == d:
+            share, thr = pct_pair(x["nearest_share"], x["nearest_threshold"])
             text += (
-                f"; nearest rule {x['nearest_rule']} ({x['nearest_feature']} {pct(x['nearest_share'])} < "
-                f"{pct(x['nearest_threshold'])}); the smallest {x['nearest_feature']} this sample could have "
+                f"; nearest rule {x['nearest_rule']} ({x['nearest_feature']} {share} < "
+                f"{thr}); the smallest {x['nearest_feature']} this sample could have "
                 f"detected: {pct(d)} (80% power: a head at it is named {x['nearest_rule']} in 80% of samples "
                 f"this size)"
             )
@@ -218,10 +274,18 @@ def claim_evidence(kind: str, c) -> Evidence:
     if kind == "redundancy":
         x = c.extra
         text = (
-            f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
-            f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
-            f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
-        ) + _power(c)
+            (
+                f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
+                f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
+                f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
+            )
+            + (
+                f"; {x['null_source']}: {fmt(x['null_harm'], True)}, p={fmt(x.get('p_null'))} against it"
+                if x.get("null_harm") is not None
+                else ""
+            )
+            + _power(c)
+        )
         return Evidence(
             text=text,
             test="one-sided Wilcoxon of harm − floor, Bonferroni",

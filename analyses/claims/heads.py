@@ -184,6 +184,7 @@ def head_claims(
     objective=None,
     objective_why: str = "",
     runner=None,
+    null: str = "reinit",
 ) -> HeadClaims:
     """Every claim of every captured head.
 
@@ -204,6 +205,9 @@ def head_claims(
             objective (the report's ablation section's): its modes are not run again.
         runner: where the removal sweeps' batches run (:func:`.removal.removal_sweep`'s
             ``runner``; ``None``: this process).
+        null: ``reinit`` (default): necessity, weights and redundancy are calibrated on
+            the model re-initialised (:mod:`.null_model`; the same heads, examples and
+            objective, run in this process); ``none``: against the floor alone.
     """
     from probe.analyses.common.objective import resolve_objective
 
@@ -216,6 +220,7 @@ def head_claims(
         evidence = _filled(evidence_accumulators(corpus), maps or [], corpus)
     notes = []
     tables = {}
+    pattern_ev = None
     try:
         pattern_ev = evidence["pattern"].result()
         heads = [(int(layer), h) for layer in pattern_ev.layers for h in range(pattern_ev.n_heads)]
@@ -225,6 +230,9 @@ def head_claims(
             raise
         heads = [(int(layer), h) for layer in maps[0].layers for h in range(maps[0].n_heads)]
         pattern = _fill("pattern", heads, exc.reason)
+    nadapter = _null_adapter(adapter, null, seed)
+    if nadapter is not None and pattern_ev is not None:
+        pattern = _calibrated_pattern(pattern, pattern_ev, nadapter, corpus, seed, notes)
     try:
         structure, st_table = _structure(evidence.get("structure"), heads)
     except NotApplicable as exc:
@@ -251,9 +259,14 @@ def head_claims(
             sweep = removal_sweep(
                 adapter, corpus, obj, units=heads, seed=seed, progress=progress, reuse=ablation, runner=runner
             )
-            necessity = necessity_claims(sweep, importance)
-            weights = weights_claims(sweep, pattern)
-            redundancy, groups = redundancy_claims(adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner)
+            null_sweep = _null_sweep(nadapter, corpus, obj, heads, seed, progress)
+            if null_sweep is not None:
+                info.update(null=null_sweep.source, null_quantile_level=1.0 - T.FDR)
+            necessity = necessity_claims(sweep, importance, null=null_sweep)
+            weights = weights_claims(sweep, pattern, null=null_sweep)
+            redundancy, groups = redundancy_claims(
+                adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter
+            )
             if groups:
                 tables["groups"] = pd.DataFrame(groups)
             tables["removal"] = removal_table(sweep)
@@ -262,6 +275,11 @@ def head_claims(
                 f"(Wang et al. 2022; zero and resample beside) on {len(corpus)} examples; necessity holds "
                 f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
                 f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads"
+                + (
+                    f", and the {1 - T.FDR:.0%} quantile over the heads of {null_sweep.source} per example"
+                    if null_sweep is not None
+                    else ""
+                )
             )
         except NotApplicable as exc:  # an objective that does not fit this model or corpus: say so per claim
             log.warning("causal claims not tested: %s", exc.reason)
@@ -280,6 +298,54 @@ def head_claims(
         for k in heads
     }
     return HeadClaims(claims=claims, tables=tables, notes=notes, objective=info)
+
+
+def _null_adapter(adapter, null: str, seed: int):
+    """The null model (:mod:`.null_model`) of ``adapter`` for ``null="reinit"``; ``None``
+    without a live model or for ``null="none"``."""
+    from probe.errors import InputError
+
+    from .null_model import null_adapter
+
+    if null not in ("reinit", "none", "", None):
+        raise InputError(f"unknown null model {null!r}; known: reinit, none")
+    if adapter is None or null in ("none", "", None):
+        return None
+    return null_adapter(adapter, seed=seed)
+
+
+def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, notes: list) -> dict:
+    """The pattern claims calibrated on the null model's attention over ``corpus``
+    (:func:`.pattern.calibrate_pattern`); unchanged, with a note, where it cannot be captured."""
+    from probe.capture import capture
+    from probe.errors import InputError
+
+    from .null_model import NULL_SOURCE
+    from .pattern import calibrate_pattern, pattern_evidence
+
+    if not any(c.holds for c in pattern.values()):
+        return pattern
+    try:
+        spans = list(corpus.word_spans) if corpus.word_spans else None
+        maps = capture(nadapter, list(corpus.texts), word_spans=spans)
+        return calibrate_pattern(pattern, evidence, pattern_evidence(maps), NULL_SOURCE.format(seed=seed))
+    except (NotApplicable, InputError) as exc:
+        notes.append(f"pattern claims not calibrated on a null model: {getattr(exc, 'reason', exc)}")
+        return pattern
+
+
+def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
+    """The :class:`.necessity.NullSweep` of the mean and uniform removals of ``heads`` on
+    the null model ``nadapter`` (``None`` without one)."""
+    from .necessity import NullSweep
+    from .null_model import NULL_SOURCE
+    from .removal import removal_sweep
+
+    if nadapter is None:
+        return None
+    modes = ("mean",) if nadapter.arch == "encoder-decoder" else ("mean", "uniform")
+    sweep = removal_sweep(nadapter, corpus, obj, units=heads, modes=modes, seed=seed, progress=progress)
+    return NullSweep(sweep, NULL_SOURCE.format(seed=seed))
 
 
 def removal_table(sweep) -> pd.DataFrame:

@@ -25,7 +25,7 @@ have detected (:func:`.statistics.detectable_effect`).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
@@ -33,9 +33,21 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+from probe.errors import InputError
+
 from . import thresholds as T
 from .claim import Claim
-from .statistics import benjamini_hochberg, detectable_effect, floor_test, mean_ci, spearman
+from .null_model import null_quantile
+from .statistics import benjamini_hochberg, detectable_effect, floor_test, mean_ci, paired_greater, spearman
+
+
+@dataclass(frozen=True)
+class NullSweep:
+    """The removal sweep of a null model (:mod:`.null_model`) on the same heads, examples
+    and objective; ``source`` says how the null model was made."""
+
+    sweep: object
+    source: str
 
 
 def _side(sweep, mode: str, i: int) -> Optional[dict]:
@@ -45,19 +57,45 @@ def _side(sweep, mode: str, i: int) -> Optional[dict]:
     return {"effect": eff, "ci_low": lo, "ci_high": hi}
 
 
-def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
-    """``{unit: Claim}`` of ``mode``'s harm against the objective's floor (BH across units)."""
+def _null_side(null, mode: str, n: int):
+    """``(per-example null quantile [n] or None, the largest null head's mean harm, source)``
+    of ``mode`` in ``null`` (a :class:`NullSweep`)."""
+    if null is None or mode not in null.sweep.harm:
+        return None, float("nan"), ""
+    nh = null.sweep.harm[mode]
+    if nh.shape[1] != n:
+        raise InputError(f"the null sweep has {nh.shape[1]} examples, the sweep {n}: run both on the same examples")
+    return null_quantile(nh, T.FDR), float(np.nanmax(nh.mean(1))), null.source
+
+
+def _tested(kind: str, sweep, mode: str, statement: str, null=None) -> dict:
+    """``{unit: Claim}`` of ``mode``'s harm against the objective's floor and, with
+    ``null``, the null model's per-example ``1 − q`` quantile over its heads (the larger
+    one-sided Wilcoxon p of the two, an intersection–union test; BH across units); the
+    mean harm must also reach the floor and, with ``null``, the largest mean harm of any
+    null head (a head-level bar: per-example tests alone would let a head that is
+    consistently a little above the others' quantile through)."""
     harm = sweep.harm[mode]
     n = harm.shape[1]
     floor = T.min_effect(sweep.objective)
-    p = np.array([floor_test(harm[i], floor) for i in range(len(sweep.units))])
+    nq, null_max, null_source = _null_side(null, mode, n)
+    p_floor = np.array([floor_test(harm[i], floor) for i in range(len(sweep.units))])
+    p_null = (
+        np.array([paired_greater(harm[i], nq) for i in range(len(sweep.units))])
+        if nq is not None
+        else np.full(len(sweep.units), np.nan)
+    )
+    p = p_floor if nq is None else np.fmax(p_floor, np.nan_to_num(p_null, nan=1.0))
     sig = benjamini_hochberg(np.nan_to_num(p, nan=1.0), T.FDR)
+    null_level = float(np.mean(nq)) if nq is not None else float("nan")
+    bar = floor if nq is None else max(floor, null_level, null_max)
     claims = {}
     for i, unit in enumerate(sweep.units):
         eff, lo, hi = mean_ci(harm[i], seed=i)
         extra = {
             "mode": mode,
             "p": float(p[i]),
+            "p_floor": float(p_floor[i]),
             "bh_significant": bool(sig[i]),
             "min_effect": floor,
             "floor_source": T.floor_source(sweep.objective),
@@ -66,6 +104,15 @@ def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
             "fdr": T.FDR,
             "tests": int(len(sweep.units)),
         }
+        if nq is not None:
+            extra.update(
+                null_quantile=null_level,
+                null_max=null_max,
+                null_quantile_level=1.0 - T.FDR,
+                null_source=null_source,
+                p_null=float(p_null[i]),
+                beyond_null_share=float(np.mean(harm[i] > nq)),
+            )
         for other in ("mean", "zero", "resample", "uniform", "random"):
             side = _side(sweep, other, i) if other != mode else None
             if side is not None:
@@ -91,17 +138,19 @@ def _tested(kind: str, sweep, mode: str, statement: str) -> dict:
                 kind, "not enough evidence", reason=f"{n} examples < the minimum {T.MIN_EXAMPLES}", **base
             )
             continue
-        holds = bool(sig[i]) and eff >= floor
+        holds = bool(sig[i]) and eff >= bar
+        extra["bar"] = bar
         if not holds:
-            extra["detectable"] = detectable_effect(harm[i], floor, q=T.FDR, power=T.POWER)
+            extra["detectable"] = detectable_effect(harm[i], bar, q=T.FDR, power=T.POWER)
         claims[key] = Claim(kind, "holds" if holds else "does not hold", **base)
     return claims
 
 
-def necessity_claims(sweep, importance: Optional[pd.DataFrame] = None) -> dict:
+def necessity_claims(sweep, importance: Optional[pd.DataFrame] = None, null=None) -> dict:
     """``{(layer, head): Claim}`` from single-head units; ``importance``: a table with
-    ``layer, head, importance`` (:func:`probe.analyses.necessity.importance.head_importance`)."""
-    claims = _tested("necessity", sweep, "mean", "needed alone")
+    ``layer, head, importance`` (:func:`probe.analyses.necessity.importance.head_importance`);
+    ``null``: a :class:`NullSweep` of the same heads, examples and objective on a null model."""
+    claims = _tested("necessity", sweep, "mean", "needed alone", null)
     harm = sweep.harm["mean"].mean(1)
     keys = [u[0] for u in sweep.units]
     order = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -harm[keys.index(k)]))}
@@ -133,7 +182,7 @@ def weights_reading(removal: float, uniform: float, floor: float) -> str:
     return "partly routing"
 
 
-def weights_claims(sweep, pattern: Optional[dict] = None) -> dict:
+def weights_claims(sweep, pattern: Optional[dict] = None, null=None) -> dict:
     """``{(layer, head): Claim}`` of the uniform-weights test (``not tested`` when the
     sweep could not replace attention, e.g. encoder-decoder models). ``pattern``: the
     pattern claims, naming where an inert head parks its attention."""
@@ -141,7 +190,7 @@ def weights_claims(sweep, pattern: Optional[dict] = None) -> dict:
     if "uniform" not in sweep.harm:
         why = sweep.skipped.get("uniform", "uniform weights were not run")
         return {k: Claim("weights", "not tested", reason=why) for k in keys}
-    claims = _tested("weights", sweep, "uniform", "where it looks matters")
+    claims = _tested("weights", sweep, "uniform", "where it looks matters", null)
     removal = sweep.harm["mean"].mean(1) if "mean" in sweep.harm else np.full(len(keys), np.nan)
     floor = T.min_effect(sweep.objective)
     for i, k in enumerate(keys):

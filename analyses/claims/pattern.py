@@ -185,6 +185,14 @@ def _special_names(m) -> tuple:
     return str(m.tokens[idx[0]]), (str(m.tokens[idx[-1]]) if len(idx) > 1 else "[SEP]")
 
 
+def _pair(a: float, b: float) -> str:
+    """``a`` in percent with as many decimals as it takes to differ from ``b`` (up to 3)."""
+    for d in range(4):
+        if f"{a:.{d}%}" != f"{b:.{d}%}" or a == b:
+            return f"{a:.{d}%}"
+    return f"{a:.3%}"
+
+
 def pattern_claims(evidence) -> tuple:
     """Pattern claims of every head.
 
@@ -294,8 +302,120 @@ def pattern_claims(evidence) -> tuple:
             null=float(value),
             unit=feat,
             threshold=tname,
-            reason=f"{feat} {share[feat]:.0%} {'≤' if feat == 'max_attention' else '≥'} {value:.0%}; profile: {words}",
+            reason=f"{feat} {_pair(share[feat], value)} {'≤' if feat == 'max_attention' else '≥'} "
+            f"{_pair(value, share[feat])}; profile: {words}",
             extra=extra,
         )
     table = pd.DataFrame(profile_rows, columns=["layer", "head", "feature", "share", "ci_low", "ci_high"])
     return claims, table
+
+
+def calibrate_pattern(claims: dict, evidence: PatternEvidence, null_evidence: PatternEvidence, source: str) -> dict:
+    """``claims`` with every held role tested against a null model too (:mod:`.null_model`).
+
+    Per example, the ``1 − q`` quantile (:data:`.thresholds.FDR`) over the null model's
+    heads of the rule's feature (for ``broad``, whose rule may be read on the row peak, the
+    entropy ratio), on the same examples (``evidence``'s first ones, the examples the null
+    model read); the head's per-example share is tested against it (one-sided Wilcoxon,
+    paired by example), Benjamini–Hochberg across all heads at q. A role the null model's
+    heads reach as well is not claimed — where more than q of the null model's heads clear
+    the same rule (a random model's heads are all broad), or the head's share is not above
+    every null head's mean share, or the paired test fails: the claim does not hold and names the rule as the
+    closest one with its share (``extra["nearest_rule"]``, ``nearest_share``).
+
+    Raises:
+        NotApplicable: evidence whose heads or features differ from the null's, or that
+            does not cover the examples the null model read.
+    """
+    from dataclasses import replace
+
+    from .statistics import benjamini_hochberg, paired_greater
+
+    E = null_evidence.values.shape[0]
+    null_means = null_shares(null_evidence)
+    if evidence.values.shape[1:] != null_evidence.values.shape[1:] or evidence.values.shape[0] < E:
+        raise NotApplicable(
+            f"pattern evidence {evidence.values.shape} does not cover the null's {null_evidence.values.shape}"
+        )
+    fi = {f: i for i, f in enumerate(FEATURES)}
+    level = 1.0 - T.FDR
+    H = evidence.n_heads
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a feature no example has: NaN
+        nq = np.nanquantile(null_evidence.values, level, axis=1)  # [E, F]
+    tested, p, why = {}, {}, {}
+    for key, c in claims.items():
+        if c.status != "holds":
+            continue
+        feat = c.extra.get("rule_feature", c.unit)
+        feat = "entropy_ratio" if feat == "max_attention" else feat
+        j = evidence.layers.index(key[0]) * H + key[1]
+        x, y = evidence.values[:E, j, fi[feat]], nq[:, fi[feat]]
+        ok = ~(np.isnan(x) | np.isnan(y))
+        tested[key] = (feat, float(np.mean(y[ok])) if ok.any() else float("nan"), float(np.mean(x[ok] > y[ok])))
+        rule_feat = c.extra.get("rule_feature", c.unit)
+        thr = float(c.null)
+        nv = null_means[rule_feat]
+        clear = (nv <= thr) if rule_feat == "max_attention" else (nv >= thr)
+        share_clear = float(np.mean(clear[np.isfinite(nv)])) if np.isfinite(nv).any() else 0.0
+        head_max = float(np.nanmax(null_means[feat])) if np.isfinite(null_means[feat]).any() else float("nan")
+        mine = c.effect if feat == c.unit else float(c.extra.get("entropy_ratio", np.nan))
+        if share_clear > T.FDR:  # a rule the heads of a model that learned nothing clear: says nothing
+            p[key] = 1.0
+            why[key] = f"{share_clear:.0%} of the null model's heads clear the same rule"
+        elif not mine > head_max:
+            p[key] = 1.0
+            why[key] = f"the null model's largest head mean is {head_max:.1%}"
+        else:
+            p[key] = paired_greater(x[ok], y[ok]) if ok.sum() >= 2 else float("nan")
+            why[key] = (
+                f"above its heads' {level:.0%} quantile ({tested[key][1]:.1%} on average) on "
+                f"{tested[key][2]:.0%} of {E} examples"
+            )
+    keys = sorted(claims)
+    sig = dict(zip(keys, benjamini_hochberg([np.nan_to_num(p.get(k, 1.0), nan=1.0) for k in keys], T.FDR)))
+    out = dict(claims)
+    for key, (feat, null_level, beyond) in tested.items():
+        c = claims[key]
+        extra = {
+            **c.extra,
+            "null_quantile": null_level,
+            "null_quantile_level": level,
+            "null_source": source,
+            "null_feature": feat,
+            "p_null": p[key],
+            "beyond_null_share": beyond,
+            "null_examples": E,
+            "null_why": why[key],
+        }
+        if sig[key]:
+            out[key] = replace(c, extra=extra)
+            continue
+        mine = c.effect if feat == c.unit else float(c.extra.get("entropy_ratio", np.nan))
+        profile = {k: v for k, v in (c.extra.get("profile") or {}).items() if v == v}
+        top = sorted(profile.items(), key=lambda kv: -kv[1])[:2]
+        words = ", ".join(f"{v:.0%} {k}" for k, v in top) or c.statement
+        extra.update(nearest_rule=c.statement, nearest_feature=feat, nearest_share=mine, nearest_threshold=c.null)
+        # power: the share this sample could show beyond every null head (the head-level bar)
+        bar = float(np.nanmax(null_means[feat])) if np.isfinite(null_means[feat]).any() else float(c.null)
+        se = se_from_interval(c.ci_low, c.ci_high, T.CONFIDENCE) if feat == c.unit else float("nan")
+        extra["detectable"] = detectable_from_se(se, bar, q=T.FDR, power=T.POWER) if se == se else bar
+        out[key] = replace(
+            c,
+            status="does not hold",
+            statement=words,
+            threshold="null_quantile",
+            reason=f"closest rule {c.statement} ({feat} {mine:.1%}), not beyond the null model: {why[key]} ({source})",
+            extra=extra,
+        )
+    return out
+
+
+def null_shares(null_evidence: PatternEvidence) -> dict:
+    """``{feature: [L·H]}``: every head's row-weighted share of each feature in the null
+    model's evidence (:mod:`.null_model`)."""
+    values, rows = null_evidence.values, null_evidence.rows
+    w = rows[:, None, :] * ~np.isnan(values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = (w * np.nan_to_num(values)).sum(0) / w.sum(0)  # [L·H, F]
+    return {f: mean[:, i] for i, f in enumerate(FEATURES)}

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from . import thresholds as T
 from .claim import Claim
-from .statistics import detectable_effect, floor_test, mean_ci
+from .null_model import null_quantile
+from .statistics import detectable_effect, floor_test, mean_ci, paired_greater
 
 
 def candidate_groups(pattern: dict, necessity: dict) -> dict:
@@ -30,11 +31,39 @@ def candidate_groups(pattern: dict, necessity: dict) -> dict:
     return {r: sorted(h) for r, h in groups.items() if len(h) >= T.GROUP_MIN}
 
 
-def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict, seed: int = 0, runner=None) -> tuple:
+#: groups of each size drawn from each layer of the null model
+NULL_GROUPS_PER_LAYER = 4
+
+
+def _null_groups(adapter, sizes, seed: int) -> dict:
+    """``{k: [group of k heads of one layer]}``: up to :data:`NULL_GROUPS_PER_LAYER`
+    distinct random groups of each size ``k`` from every layer (seeded): the groups whose
+    removal in the null model is the redundancy claim's null distribution."""
+    import itertools
+    import random
+
+    rng = random.Random(seed)
+    H = adapter.n_heads
+    out: dict = {}
+    for k in sizes:
+        groups = []
+        for layer in range(adapter.n_layers_of(adapter.default_stack)):
+            combos = list(itertools.combinations(range(H), k))
+            for c in rng.sample(combos, min(NULL_GROUPS_PER_LAYER, len(combos))):
+                groups.append(tuple((layer, h) for h in c))
+        out[k] = groups
+    return out
+
+
+def redundancy_claims(
+    adapter, corpus, objective, pattern: dict, necessity: dict, seed: int = 0, runner=None, null_adapter=None
+) -> tuple:
     """``({(layer, head): Claim}, groups table rows)`` for every head in ``necessity``: each
     candidate group mean-ablated at once (:func:`.removal.removal_sweep`, its batches run
     by ``runner``), its harm on the objective tested against the floor (one-sided
-    Wilcoxon, Bonferroni over groups)."""
+    Wilcoxon, Bonferroni over groups) and, with ``null_adapter`` (:mod:`.null_model`),
+    against the same group mean-ablated in the null model, per example (paired; the
+    larger p of the two)."""
     from .removal import removal_sweep
 
     groups = candidate_groups(pattern, necessity)
@@ -60,12 +89,26 @@ def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict
         seed=seed,
         runner=runner,
     )
+    null_sets = _null_groups(adapter, sorted({len(h) for _, h in items}), seed) if null_adapter is not None else {}
+    null_units = [g for k in sorted(null_sets) for g in null_sets[k]]
+    null = (
+        removal_sweep(null_adapter, corpus, objective, units=null_units, modes=("mean",), seed=seed)
+        if null_units
+        else None
+    )
     floor = T.min_effect(sweep.objective)
     for gi, (role, heads) in enumerate(items):
         harm = sweep.harm["mean"][gi]
-        p = floor_test(harm, floor)
+        p_floor = floor_test(harm, floor)
+        null_harm = None
+        if null is not None:
+            rows_k = [null.row(g) for g in null_sets[len(heads)]]
+            null_harm = null_quantile(null.harm["mean"][rows_k], T.FDR)
+        p_null = paired_greater(harm, null_harm) if null_harm is not None else float("nan")
+        p = p_floor if null_harm is None else max(p_floor, 1.0 if p_null != p_null else p_null)
         eff, lo, hi = mean_ci(harm, seed=gi)
-        holds = len(harm) >= T.MIN_EXAMPLES and p <= T.FDR / len(groups) and eff >= floor
+        bar = floor if null_harm is None else max(floor, float(null_harm.mean()))
+        holds = len(harm) >= T.MIN_EXAMPLES and p <= T.FDR / len(groups) and eff >= bar
         k = len(heads)
         names = "+".join(f"L{l}H{h}" for l, h in heads)
         rnd = float(sweep.harm["random"][gi].mean())
@@ -93,9 +136,18 @@ def redundancy_claims(adapter, corpus, objective, pattern: dict, necessity: dict
             "objective": sweep.objective,
             "random_harm": rnd,
             "tests": len(groups),
+            "bar": bar,
         }
+        if null_harm is not None:
+            extra.update(
+                null_harm=float(null_harm.mean()),
+                p_null=p_null,
+                p_floor=p_floor,
+                null_source="the same group in the model re-initialised",
+            )
+            rows[-1]["null_harm"] = float(null_harm.mean())
         if not holds:
-            extra["detectable"] = detectable_effect(harm, floor, q=T.FDR / len(groups))
+            extra["detectable"] = detectable_effect(harm, bar, q=T.FDR / len(groups))
         for key in heads:
             claims[key] = Claim(
                 "redundancy",

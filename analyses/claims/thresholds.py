@@ -85,7 +85,7 @@ STRUCTURE_EXCLUDED = _t("structure_excluded", ("punct", "all", "root"), "Clark e
 #: smallest mean harm above the null worth a claim, per metric (below: practically nothing)
 MIN_EFFECT = _t(
     "min_effect",
-    {"loss": 0.01, "accuracy": 1.0, "embedding-drift": 0.005, "similarity-structure": 0.02},
+    {"loss": 0.01, "accuracy": 1.0, "prediction-kl": 0.01, "embedding-drift": 0.005, "similarity-structure": 0.02},
     "practical floors in each objective's units: 0.01 nats of loss, 1 point of accuracy, 0.005 of "
     "1−cos drift, 0.02 of 1−ρ similarity structure (see FLOOR_SOURCES); other objectives: 0",
 )
@@ -95,6 +95,8 @@ FLOOR_SOURCES = _t(
     {
         "loss": "0.01 nats per token: a perplexity change of 1%, below what LM comparisons report as a difference",
         "accuracy": "1 percentage point of task accuracy (accuracy is scored in percent)",
+        "prediction-kl": "0.01 nats of KL of the predicted class distribution, the loss floor's size "
+        "(a change of the predicted probabilities below what a loss floor of 0.01 nats allows)",
         "embedding-drift": "1−cos 0.005: a sentence embedding moved by less keeps its neighbours",
         "similarity-structure": "1−ρ 0.02: each sentence's similarity ranking keeps Spearman ρ ≥ 0.98 with the clean "
         "one, 2 points on the Spearman×100 scale sentence-embedding benchmarks report "

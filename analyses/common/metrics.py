@@ -345,6 +345,59 @@ class DriftMetric(Objective):
         return self.score(out, _mask_batch(attention_mask), aux)
 
 
+class PredictionKL(Objective):
+    """``KL(p_clean ‖ p_perturbed)`` of a sequence classifier's predicted class distribution
+    (nats per example): the task head the model was built for, judged on its own output
+    (the KL readout of Michel et al. 2019's head-importance work; no labels needed).
+
+    Sweep face: readout ``[rows, classes]`` log-probabilities; harm ``[n]`` the KL from the
+    clean to the perturbed distribution (≥ 0). Gradient face: the KL from the clean
+    distribution (aux ``[batch, classes]``), 0 with zero gradient at the clean input.
+    """
+
+    name = "prediction-kl"
+    units = "nats of KL divergence of the predicted class distribution"
+    stationary_at_clean = True
+    ignores_padding = True  # the classifier reads masked positions only
+
+    def check(self, adapter, corpus=None) -> None:
+        name = type(adapter.model).__name__
+        if not name.endswith("ForSequenceClassification"):
+            from probe.errors import NotApplicable
+
+            raise NotApplicable(f"prediction-kl needs a sequence classifier; {adapter.name} is a {name}")
+
+    @staticmethod
+    def log_probs(outputs) -> torch.Tensor:
+        return torch.log_softmax(outputs.logits.double(), dim=-1)
+
+    def reference(self, outputs, batch):
+        return self.log_probs(outputs).detach()
+
+    def readout(self, outputs, batch) -> torch.Tensor:
+        return self.log_probs(outputs)
+
+    def harm(self, clean, perturbed) -> np.ndarray:
+        a, b = np.asarray(clean, np.float64), np.asarray(perturbed, np.float64)
+        return (np.exp(a) * (a - b)).sum(-1)
+
+    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+        if reference is None:
+            raise InputError("prediction-kl needs the clean run's distribution as reference")
+        lp = self.log_probs(outputs)
+        return (reference.exp() * (reference - lp)).sum(-1)
+
+    def output(self, adapter, input_ids, attention_mask):
+        return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
+
+    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+        with torch.no_grad():
+            return self.reference(self.output(adapter, input_ids, attention_mask), None)
+
+    def scalar(self, out, attention_mask, aux) -> torch.Tensor:
+        return self.score(out, None, aux)
+
+
 def _mask_batch(attention_mask: torch.Tensor, input_ids: Optional[torch.Tensor] = None) -> MetricBatch:
     """A :class:`MetricBatch` of ``[batch, seq]`` inputs (ids default to the mask's shape)."""
     ids = attention_mask.long() if input_ids is None else input_ids
@@ -388,6 +441,8 @@ def applicable_metrics(adapter, corpus=None) -> list[str]:
         out.append("loss")
     if task_loss:
         out.append("accuracy")
+    if type(adapter.model).__name__.endswith("ForSequenceClassification"):
+        out.insert(0, "prediction-kl")
     out.append("embedding-drift")
     return out
 

@@ -59,13 +59,13 @@ __all__ = [
 USES = ("corpus", "per-example", "gradient", "explain")
 
 #: the corpus objectives by name (``loss`` is the model's own loss, whichever kind it is)
-NAMES = ("loss", "next-token-loss", "accuracy", "embedding-drift", "similarity-structure")
+NAMES = ("loss", "next-token-loss", "accuracy", "prediction-kl", "embedding-drift", "similarity-structure")
 #: the per-input forms (:mod:`.targets`)
 TARGET_FORMS = ("logit", "logit:<class>", "loss:<position>", "mlm")
 #: the names each use knows, in the order an error lists them
 FORMS = {
     "corpus": NAMES,
-    "per-example": ("loss", "accuracy", "embedding-drift", "next-token-loss", *TARGET_FORMS),
+    "per-example": ("loss", "accuracy", "prediction-kl", "embedding-drift", "next-token-loss", *TARGET_FORMS),
     "gradient": ("loss", "accuracy", "embedding-drift", "similarity", *TARGET_FORMS),
     "explain": (*TARGET_FORMS, "similarity", "probe:<property>"),
 }
@@ -92,6 +92,7 @@ def _parse(spec: str, use: str, probe: Optional[Objective]) -> Objective:
         "loss": metrics.LossMetric,
         "next-token-loss": similarity.NextTokenLoss,
         "accuracy": metrics.AccuracyMetric,
+        "prediction-kl": metrics.PredictionKL,
         "embedding-drift": metrics.DriftMetric,
         "similarity-structure": similarity.SimilarityStructure,
     }
@@ -151,6 +152,8 @@ def _auto(adapter, corpus, use: str) -> tuple:
             "encoder": f"the masked-LM loss of the sentence's own tokens ({MASK_FRACTION:.0%} masked) from {model}'s head",
         }
         return "loss", kind.get(adapter.arch, "the teacher-forced loss of the targets")
+    if not zoo and use in ("corpus", "per-example") and head_kind(adapter) == "sequence-classification":
+        return "prediction-kl", f"{model}'s classification head: the KL divergence of its predicted distribution"
     if use == "gradient":
         return "similarity", "no task or LM head: the similarity to a partner sentence"
     if use == "corpus" and adapter.arch == "encoder" and not zoo and (corpus is None or len(corpus) >= MIN_SENTENCES):

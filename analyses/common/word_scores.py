@@ -22,8 +22,10 @@ def n_words_of(word_ids: Sequence, words: Sequence = ()) -> int:
     return max(len(words), (max(ids) + 1) if ids else 0)
 
 
-def to_words(scores, word_ids: Sequence, n_words: int) -> np.ndarray:
-    """Sum token scores ``[..., n_tokens]`` over each word's tokens: ``[..., n_words]``.
+def to_words(scores, word_ids: Sequence, n_words: int, mean: bool = False) -> np.ndarray:
+    """Sum token scores ``[..., n_tokens]`` over each word's tokens: ``[..., n_words]``;
+    ``mean=True`` averages them instead (a word's score then does not grow with the number
+    of pieces it was split into).
 
     Words no token covers get 0 (the adapter lists them as ``unaligned_words``).
 
@@ -37,6 +39,8 @@ def to_words(scores, word_ids: Sequence, n_words: int) -> np.ndarray:
     for t, w in enumerate(word_ids):
         if w is not None and w < n_words:
             m[t, w] = 1.0
+    if mean:
+        m = m / np.maximum(m.sum(0, keepdims=True), 1.0)
     return s @ m
 
 
@@ -73,6 +77,6 @@ class ScoreSet:
     def n_words(self) -> int:
         return n_words_of(self.word_ids, self.words)
 
-    def word_scores(self) -> np.ndarray:
-        """``[k, n_words]``: each key's token scores summed over each word's tokens."""
-        return to_words(self.scores, self.word_ids, self.n_words)
+    def word_scores(self, mean: bool = False) -> np.ndarray:
+        """``[k, n_words]``: each key's token scores summed (``mean``: averaged) over each word's tokens."""
+        return to_words(self.scores, self.word_ids, self.n_words, mean=mean)

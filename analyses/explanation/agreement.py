@@ -6,7 +6,10 @@ Spearman's ρ between their word-level importance vectors, with their p-values. 
 per (attention score, attribution): mean and median τ and ρ over examples and the share
 of examples where the correlation is significant (two-sided p < ``alpha``).
 
-Importance is the magnitude ``|score|`` of each word's summed score (attention is
+Importance is the magnitude ``|score|`` of each word's score averaged over its pieces
+(summed, attention and attributions would both rank a word by the number of pieces it was
+split into and agree on any model, a random one included; ``pieces="sum"`` keeps the sum;
+attention is
 non-negative; an attribution's sign says which way a word pushes, its magnitude how
 much), as Jain & Wallace rank by gradient magnitude and leave-one-out difference.
 Special tokens are left out (they belong to no word).
@@ -93,6 +96,7 @@ def agreement(
     *,
     alpha: float = 0.05,
     min_words: int = MIN_WORDS,
+    pieces: str = "mean",
     progress: bool = False,
 ) -> Agreement:
     """Rank correlations between every attention score and every attribution.
@@ -104,6 +108,7 @@ def agreement(
             (:func:`attribution_scoresets`), same examples in the same order.
         alpha: significance level (two-sided).
         min_words: examples with fewer words are left out (counted in ``skipped``).
+        pieces: ``mean`` (default) or ``sum``: how a word's pieces make its score.
 
     Returns:
         :class:`Agreement`.
@@ -118,6 +123,8 @@ def agreement(
         raise ValueError(f"{len(attention)} attention score sets for {len(attributions)} attribution sets")
     if not 0 < alpha < 1:
         raise InputError(f"alpha must lie in (0, 1), got {alpha}")
+    if pieces not in ("mean", "sum"):
+        raise InputError(f"pieces must be 'mean' or 'sum', got {pieces!r}")
     if min_words < 3:
         raise InputError("min_words must be ≥ 3: a rank correlation of fewer words is meaningless")
     rows, skipped = [], 0
@@ -131,7 +138,8 @@ def agreement(
         for a, b in it:
             if a.word_ids != b.word_ids:
                 raise ValueError(f"example {a.index}: attention and attributions come from different tokenizations")
-            wa, wb = np.abs(a.word_scores()), np.abs(b.word_scores())
+            avg = pieces == "mean"
+            wa, wb = np.abs(a.word_scores(mean=avg)), np.abs(b.word_scores(mean=avg))
             n_words = wa.shape[1]
             if n_words < min_words:
                 skipped += 1

@@ -30,6 +30,7 @@ import numpy as np
 from probe.analyses.explanation.agreement import Agreement, agreement, attribution_scoresets
 from probe.analyses.explanation.attention_scores import attention_scores
 from probe.analyses.explanation.attributions import METHODS, Attributions, attribute
+from probe.analyses.explanation.completeness import MAX_STEPS_FACTOR, TOLERANCE, gate_ig
 from probe.analyses.explanation.counterfactual import PermutationEffects, permutation_effects
 from probe.analyses.explanation.ground_truth import EvidenceRecovery, evidence_recovery
 from probe.errors import InputError
@@ -196,6 +197,47 @@ def _spans(corpus) -> Optional[list]:
     return None
 
 
+def _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_steps, internal_batch_size, seed):
+    """``{"tau_max", "tau_quantile", "significant_max", "source", "n"}``: the per-head
+    agreement of attention with IG on the model re-initialised (the same examples, target
+    and IG gate), or ``None`` where it cannot run (logged)."""
+    from probe.analyses.claims import thresholds as T
+    from probe.analyses.claims.null_model import NULL_SOURCE, null_adapter
+    from probe.capture import capture
+    from probe.errors import NotApplicable
+
+    try:
+        nadapter = null_adapter(adapter, seed=seed)
+        nencs = [nadapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
+        nattrs = attribute(
+            nadapter, target, nencs, methods=("ig",), n_steps=n_steps, internal_batch_size=internal_batch_size
+        )
+        nattrs, ngate = gate_ig(nadapter, target, nencs, nattrs, n_steps, internal_batch_size=internal_batch_size)
+        maps = capture(nadapter, list(corpus.texts), word_spans=spans)
+        att = [
+            attention_scores(m, target.reads(m.n_tokens, nadapter), methods=("attention",), index=i, adapter=nadapter)
+            for i, m in enumerate(maps)
+        ]
+        sets = attribution_scoresets(nattrs)
+        keep = list(ngate.passed)
+        s = agreement([att[i] for i in keep], [sets[i] for i in keep]).summary
+    except (NotApplicable, InputError) as exc:
+        log.warning("no null agreement: %s", getattr(exc, "reason", exc))
+        return None
+    s = s[(s["method"] == "attention") & (s["head"] >= 0) & (s["attribution"] == "ig")]
+    if not len(s):
+        return None
+    tau = s["tau_mean"].to_numpy(dtype=float)
+    return {
+        "tau_max": float(np.nanmax(tau)),
+        "tau_quantile": float(np.nanquantile(tau, 1 - T.FDR)),
+        "significant_max": float(np.nanmax(s["tau_significant"].to_numpy(dtype=float))),
+        "source": NULL_SOURCE.format(seed=seed),
+        "n": int(len(keep)),
+        "heads": int(len(s)),
+    }
+
+
 def run_faithfulness(
     adapter,
     corpus,
@@ -212,6 +254,7 @@ def run_faithfulness(
     seed: int = 0,
     progress: bool = False,
     pairs: Optional[str] = None,
+    null: bool = True,
 ) -> FaithfulnessReport:
     """Run the whole faithfulness study of ``target_spec`` on ``corpus``.
 
@@ -228,6 +271,13 @@ def run_faithfulness(
         max_examples: explain only the first N examples (after a probe's split).
         seed: probe split and permutation seed.
         pairs: a pairs file for the ``similarity`` target (default: nearest neighbours).
+        null: also measure the agreement on the model re-initialised
+            (:mod:`probe.analyses.claims.null_model`; same examples, target and steps):
+            ``info["null_agreement"]``, the bar the attribution claim is held to.
+
+    IG is gated (:mod:`.completeness`): an example whose completeness error stays above
+    1% after raising the steps is left out of the agreement and counted
+    (``info["ig_gate"]``).
 
     Raises:
         ValueError: on bad input anywhere along the way (see the modules).
@@ -251,13 +301,27 @@ def run_faithfulness(
         internal_batch_size=internal_batch_size,
         progress=progress,
     )
+    gate = None
+    if "ig" in methods:
+        attrs, gate = gate_ig(adapter, target, encs, attrs, n_steps, internal_batch_size=internal_batch_size)
+    keep = list(gate.passed) if gate is not None else list(range(len(encs)))
+    if not keep:
+        raise InputError(
+            f"integrated gradients missed completeness by more than {TOLERANCE:.0%} on every example, "
+            f"even with {MAX_STEPS_FACTOR}× the steps: raise --steps"
+        )
     maps = capture(adapter, list(corpus.texts), word_spans=spans)
     att = [
         attention_scores(m, target.reads(m.n_tokens, adapter), methods=attention_methods, index=i, adapter=adapter)
         for i, m in enumerate(maps)
     ]
     attr_sets = attribution_scoresets(attrs)
-    agree = agreement(att, attr_sets, progress=progress)
+    agree = agreement([att[i] for i in keep], [attr_sets[i] for i in keep], progress=progress)
+    null_agree = (
+        _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_steps, internal_batch_size, seed)
+        if null
+        else None
+    )
     perm = None
     if permute:
         perm = permutation_effects(
@@ -278,6 +342,10 @@ def run_faithfulness(
             "agreement_skipped_short": agree.skipped,
         }
     )
+    if gate is not None:
+        info["ig_gate"] = gate.to_dict()
+    if null_agree is not None:
+        info["null_agreement"] = null_agree
     if "ig" in methods:
         rel = attrs.completeness()["relative_error"]
         info["ig_completeness"] = {

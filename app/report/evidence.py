@@ -156,7 +156,12 @@ def _roles(data, layer, head) -> str:
     role = _one(data, layer, head, "roles", "role")
     if role is None:
         return ""
-    out = f"<p>{sentence(role)}</p>"
+    pattern = _one(data, layer, head, "claims", "pattern")
+    if pattern is not None and pattern.status != "holds" and role.label:
+        # the pattern claim decides whether a role is stated; the roles section's label is then only the closest rule
+        out = f"<p>Closest rule (the pattern claim does not hold, so no role is claimed): {sentence(role)}</p>"
+    else:
+        out = f"<p>{sentence(role)}</p>"
     for profile in items(data, layer, head, "roles", "profile"):
         bars = [(label, value, PROFILE_COLOURS.get(label, ACCENT)) for label, value in profile.parts]
         out += f"<p>{sentence(profile)}</p>" + (bars_svg(bars) if bars else "")

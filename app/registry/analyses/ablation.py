@@ -65,7 +65,13 @@ def run(ctx) -> AblationResult:
 
     notes = [
         f"{p['mode']}-ablation of each head alone{cut}, metric {name} ({res.path}): {len(t)} heads, "
-        f"{len(corpus)} examples; {sig} change it with a 95% CI excluding 0; largest: "
+        f"{len(corpus)} examples; {sig} "
+        + (
+            "change it with a 95% CI excluding 0"
+            if bool((t["ci_low"] < 0).any())
+            else "have a 95% CI above 0 (no interval reaches below 0)"
+        )
+        + "; largest: "
         + ", ".join(f"{head_name(r.layer, r.head)} Δ={r.delta:+.4g}" for r in top.itertuples())
     ]
     if len(corpus) < 2:
