@@ -21,6 +21,7 @@ Invariants:
 
 import json
 import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -112,7 +113,7 @@ def test_text_reader_reads_lines_or_refuses(data, bom):
     text = data.decode("utf-8")
     if not bom and text.startswith("\ufeff"):
         text = text[1:]
-    assert lines == [ln.strip() for ln in text.split("\n") if ln.strip()]
+    assert lines == [ln.strip() for ln in re.split(r"\r\n|\r|\n", text) if ln.strip()]  # any line ending
 
 
 # ---- CoNLL-U --------------------------------------------------------------------------
@@ -157,7 +158,7 @@ def test_conllu_reader_accounts_for_every_block_or_refuses(text, raw, use_raw):
     finally:
         shutil.rmtree(p.parent)
     blocks, block = [], []  # blank = whitespace only (U+2028 too), as the reader says
-    for ln in data.decode("utf-8").removeprefix("\ufeff").split("\n"):
+    for ln in re.split(r"\r\n|\r|\n", data.decode("utf-8").removeprefix("\ufeff")):
         if ln.strip():
             block.append(ln)
         elif block:
