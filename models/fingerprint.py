@@ -5,9 +5,10 @@ resumed with other weights, another ``--dtype`` or another tokenizer is refused 
 mixing two models' maps in one store.
 
 * :func:`weights_fingerprint` hashes every parameter and buffer of the state dict: its name,
-  dtype, shape and bytes, in name order (BLAKE2b, 16-byte digest). Any changed weight, added
-  or dropped layer changes it; loading the same files again gives the same one. Cost: one
-  pass over the weights' bytes (``python bench/bench_capture.py --fingerprint`` measures it
+  dtype, shape and bytes, in name order (SHA-256, which CPUs with SHA extensions hash
+  faster than BLAKE2b; the first 32 hex digits kept). Any changed weight, added or dropped
+  layer changes it; loading the same files again gives the same one. Cost: one pass over
+  the weights' bytes, once per capture (``python bench/bench_fingerprint.py`` measures it
   on MiniLM).
 * :func:`tokenizer_fingerprint` hashes the fast tokenizer's full serialisation
   (``tokenizer.json``: vocabulary, merges, normaliser, pre-tokeniser, added tokens), else
@@ -27,7 +28,7 @@ def weights_fingerprint(model) -> str:
 
     Tied weights (one tensor under two names) are hashed under each name; a tensor on a GPU
     is copied to the CPU one at a time."""
-    h = hashlib.blake2b(digest_size=16)
+    h = hashlib.sha256()
     state = model.state_dict()
     for name in sorted(state):
         t = state[name]
@@ -37,7 +38,7 @@ def weights_fingerprint(model) -> str:
         flat = t.detach().to("cpu").contiguous().reshape(-1)
         if flat.numel():
             h.update(flat.view(torch.uint8).numpy().data)
-    return h.hexdigest()
+    return h.hexdigest()[:32]
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
