@@ -210,7 +210,8 @@ def spanning_notes(corpus: Corpus, enc, tokenizer) -> list:
     return [
         f"{len(found)} token(s) in {n_ex} of {len(corpus)} examples span two words written without a space "
         f"(e.g. example {k}: {corpus.texts[k][s:e]!r} over {' + '.join(map(repr, words))}): each is given the "
-        "word it overlaps most (the first on ties), and the other word keeps only its own tokens"
+        "word it overlaps most (the first on ties); a word left without a token of its own shares it "
+        "(absorbed_words in the store)"
     ]
 
 

@@ -56,17 +56,17 @@ def fingerprint(texts: Sequence[str]) -> str:
 
 #: what a resumed capture must share with the store it continues, and how to name it
 PROVENANCE = {
-    "model": "model",
-    "stack": "stack",
-    "layers": "layers",
-    "input": "input (corpus fingerprint)",
-    "dtype": "store dtype",
-    "forward_dtype": "forward dtype (--dtype)",  # before the weights: a cast changes their bytes too
-    "device": "device kind",
-    "tokenizer": "tokenizer (fingerprint)",
-    "weights": "weights (fingerprint of the state dict)",
-    "toolkit": "toolkit version",
-    "options": "capture options",
+    "model": "another model",
+    "stack": "another stack",
+    "layers": "other layers",
+    "input": "another input (corpus fingerprint)",
+    "dtype": "another store dtype",
+    "forward_dtype": "another forward dtype (--dtype)",  # before the weights: a cast changes their bytes too
+    "device": "another device kind",
+    "tokenizer": "another tokenizer (fingerprint)",
+    "weights": "other weights (state-dict fingerprint)",
+    "toolkit": "another toolkit version",
+    "options": "other capture options",
 }
 
 
@@ -90,9 +90,9 @@ def refuse_other_capture(path, old: dict, new: dict) -> None:
             was, now = old.get(key), new.get(key)
             if key == "options" and isinstance(was, dict) and isinstance(now, dict):
                 name = next(k for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k))
-                what, was, now = f"capture option {name}", was.get(name), now.get(name)
+                what, was, now = f"another capture option {name}", was.get(name), now.get(name)
             raise InputError(
-                f"{path} holds a different capture (another {what}: {_short(was)} ≠ {_short(now)}); "
+                f"{path} holds a different capture ({what}: {_short(was)} ≠ {_short(now)}); "
                 "resuming would mix two captures' maps in one store: choose another --out or remove it"
             )
 
