@@ -484,7 +484,10 @@ def test_row13_a_token_spanning_two_words_is_assigned_by_the_rule_and_counted(mi
     with caplog.at_level(logging.WARNING):
         fit_to_model(corpus, minilm)
     assert "1 token(s) in 1 of 1 examples span two words written without a space" in caplog.text
-    assert "'cannot' over 'can' + 'not'" in caplog.text and "the first on ties); a word left without a token of its own shares it" in caplog.text
+    assert (
+        "'cannot' over 'can' + 'not'" in caplog.text
+        and "the first on ties); a word left without a token of its own shares it" in caplog.text
+    )
     enc = minilm.tokenizer(list(corpus.texts), return_offsets_mapping=True)
     offsets, special = enc["offset_mapping"][0], [0, 0, 0, 0, 1]
     special[0] = 1
