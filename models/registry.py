@@ -224,7 +224,7 @@ def load_hf(
 
 
 _LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-_LAYER_KEY = re.compile(r"\.(?:layers?|h|blocks?)\.(\d+)\.")
+_LAYER_KEY = re.compile(r"(?:^|\.)(?:layers?|h|blocks?)\.(\d+)\.")
 
 
 def refuse_partial_load(name: str, config, loading: dict) -> None:
