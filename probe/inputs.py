@@ -196,16 +196,17 @@ def spanning_notes(corpus: Corpus, enc, tokenizer) -> list:
     from .models.alignment import spanning_tokens
 
     special = set(special_token_ids(tokenizer))
+    word_spans = corpus.word_spans or ()
     found = []
     for k, (ids, offsets) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
-        spans = corpus.word_spans[k]
+        spans = word_spans[k]
         hits = spanning_tokens(offsets, [t in special for t in ids], spans)
         found.extend((k, j) for j in hits)
     if not found:
         return []
     k, j = found[0]
     s, e = enc["offset_mapping"][k][j]
-    words = [corpus.texts[k][a:b] for a, b in corpus.word_spans[k] if a < e and s < b]
+    words = [corpus.texts[k][a:b] for a, b in word_spans[k] if a < e and s < b]
     n_ex = len({k for k, _ in found})
     return [
         f"{len(found)} token(s) in {n_ex} of {len(corpus)} examples span two words written without a space "
