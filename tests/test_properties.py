@@ -16,7 +16,14 @@ Invariants:
 * store index records: checking never raises anything but ``ValueError``; a store that
   ``probe store verify`` accepts reads back the same examples (ids, texts, tokens) with
   the same shapes, and values within 1e-3 (row sums are what a store can vouch for without
-  checksums on tensors; an untouched shard reads back bit for bit).
+  checksums on tensors; an untouched shard reads back bit for bit);
+* round four (issue 41, its rows as seeds): text reads the same lines with ``\n``, ``\r\n``
+  or a lone ``\r``; an accepted sentence has ASCII-digit heads, no stray whitespace and a
+  ``# text`` made of its forms; a list of separators only is refused, never read as "none";
+  thresholds and output positions are given once or refused; a store killed after k
+  examples verifies sound but incomplete, refuses a resume with other weights or another
+  tokenizer without touching a file, and resumes to a store equal to a clean one; ``verify``
+  accepts a map exactly when it is still probabilities.
 """
 
 import json
