@@ -2,15 +2,20 @@
 
 Layout of a store directory::
 
-    manifest.json            model, stack, layers, dtype, input fingerprint, version
+    manifest.json            model, stack, layers, dtype, input fingerprint, version, and
+                             provenance: weights and tokenizer fingerprints, forward dtype,
+                             device kind, toolkit version, capture options
     index.jsonl              one line per finished example: id, shard, key, token facts
     shard-00000.safetensors  one tensor per example, "ex<id>": [layer, head, query, key]
 
 A shard is written to a temporary name, flushed and renamed before its examples are
 appended to ``index.jsonl``; an example is in the store exactly when its index line is
-complete. A run that is killed leaves a valid store of the finished examples (a shard
+complete; the manifest is written with the first examples, so a capture refused before
+then leaves no store. A run that is killed leaves a valid store of the finished examples (a shard
 whose index lines never got written is ignored), and running the same capture again
-resumes after the last finished example without duplicating or losing any.
+resumes after the last finished example without duplicating or losing any, unless the
+capture differs from the store's in anything its manifest records (refused in one line:
+:func:`refuse_other_capture`).
 
 Everything read back is checked, because a store is a file a user can hand over: the
 manifest and every index line on open (``index.jsonl:N`` named on error; shard names
