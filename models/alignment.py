@@ -146,3 +146,20 @@ def absorbing_tokens(offsets: Sequence, special: Sequence, spans: Sequence, cove
         before = [i for i, s, e in cand if e <= ws]
         out[w] = overlapping[0] if overlapping else (before[-1] if before else cand[0][0])
     return out
+
+
+def spanning_tokens(offsets: Sequence, special: Sequence, spans: Sequence) -> list:
+    """Indices of the non-special tokens whose character span overlaps two or more words.
+
+    This happens when a treebank writes two words without a space between them (``do`` +
+    ``n't`` with ``SpaceAfter=No``) and the tokenizer makes one piece across the border
+    (``don``). The rule of :func:`align_loop` still gives such a token one word, the one it
+    overlaps most (the first on ties); callers count these tokens in their notes.
+    """
+    out = []
+    for i, ((s, e), sp) in enumerate(zip(offsets, special)):
+        if sp or e <= s:
+            continue
+        if sum(1 for ws, we in spans if ws < e and s < we and we > ws) >= 2:
+            out.append(i)
+    return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import logging
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -182,8 +183,13 @@ def load_hf(
             break
     try:
         with _quiet_loading():
-            model = cls.from_pretrained(
-                source, local_files_only=True, use_safetensors=True, trust_remote_code=False, **(placement or {})
+            model, loading = cls.from_pretrained(
+                source,
+                local_files_only=True,
+                use_safetensors=True,
+                trust_remote_code=False,
+                output_loading_info=True,
+                **(placement or {}),
             )
         text = str(getattr(model, "main_input_name", "input_ids")) == "input_ids"
         tokenizer = (
@@ -203,6 +209,9 @@ def load_hf(
             f"{weight_mismatch(source, cls, config) or str(exc).splitlines()[0]}; "
             "fix config.json or use the config the weights were saved with"
         ) from None
+    refuse_partial_load(path_or_id, config, loading)
+    if text:
+        refuse_small_embedding(path_or_id, model, tokenizer)
     if not text:  # images, audio: the Python API takes their features (probe.capture.capture_inputs)
         return ModelAdapter(
             name=name or f"hf:{path_or_id}", model=model, tokenizer=None, family=family, source=source, card=card or {}
@@ -212,6 +221,77 @@ def load_hf(
     return ModelAdapter(
         name=name or f"hf:{path_or_id}", model=model, tokenizer=tokenizer, family=family, source=source, card=card or {}
     )
+
+
+_LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+_LAYER_KEY = re.compile(r"(?:^|\.)(?:layers?|h|blocks?)\.(\d+)\.")
+
+
+def refuse_partial_load(name: str, config, loading: dict) -> None:
+    """Refuse a model whose weights files lack weights the config asks for (transformers
+    would initialise them at random) or hold weights the model has no place for (they
+    would be dropped), in one line naming the first key and, where layers are at stake,
+    how many layers the config and the files have (``num_hidden_layers`` 8 over weights of
+    6 layers, or 3).
+
+    Raises:
+        InputError: ``loading`` (transformers' ``output_loading_info``) lists missing,
+            unexpected or mismatched keys.
+    """
+    missing = sorted(loading.get("missing_keys") or [])
+    unexpected = sorted(loading.get("unexpected_keys") or [])
+    mismatched = list(loading.get("mismatched_keys") or [])
+    if not (missing or unexpected or mismatched):
+        return
+    field = next((f for f in _LAYER_FIELDS if isinstance(getattr(config, f, None), int)), None)
+    layers = getattr(config, field) if field else None
+    missing_layers = {int(m.group(1)) for k in missing for m in [_LAYER_KEY.search(k)] if m}
+    extra_layers = {int(m.group(1)) for k in unexpected for m in [_LAYER_KEY.search(k)] if m}
+    if layers is not None and missing_layers and not extra_layers:
+        held = layers - len(missing_layers)
+        raise InputError(
+            f"{name!r}: its config.json says {field}={layers} but its weights hold {held} layers "
+            f"(layers {min(missing_layers)}..{max(missing_layers)} would be random): fix {field} in config.json"
+        )
+    if layers is not None and extra_layers and not missing_layers:
+        raise InputError(
+            f"{name!r}: its config.json says {field}={layers} but its weights hold {layers + len(extra_layers)} "
+            f"layers (layers {min(extra_layers)}..{max(extra_layers)} would be dropped): fix {field} in config.json"
+        )
+    if missing:
+        raise InputError(
+            f"{name!r}: {len(missing)} weight(s) the model needs are not in its safetensors files "
+            f"(e.g. {missing[0]}), so they would be random: use complete weights, or the class they were saved from"
+        )
+    if unexpected:
+        raise InputError(
+            f"{name!r}: its safetensors files hold {len(unexpected)} weight(s) the model has no place for "
+            f"(e.g. {unexpected[0]}), so they would be dropped: check that config.json belongs to these weights"
+        )
+    raise InputError(f"{name!r}: weights of the wrong shape for its config.json ({mismatched[0]})")
+
+
+def refuse_small_embedding(name: str, model, tokenizer) -> None:
+    """Refuse a tokenizer whose ids reach past the model's input embedding (a vocabulary of
+    40,000 over an embedding of 30,522 rows: an ``IndexError`` on the first rare word).
+
+    Raises:
+        InputError: ``len(tokenizer)`` (vocabulary and added tokens) exceeds the rows.
+    """
+    get = getattr(model, "get_input_embeddings", None)
+    try:
+        emb = get() if get is not None else None
+    except (NotImplementedError, AttributeError):
+        emb = None
+    rows = getattr(emb, "num_embeddings", None)
+    if not isinstance(rows, int) or tokenizer is None:
+        return
+    n = len(tokenizer)
+    if n > rows:
+        raise InputError(
+            f"{name!r}: its tokenizer has {n:,} tokens but the model's embedding has {rows:,} rows, so token "
+            f"ids {rows:,}..{n - 1:,} would index past it: use the tokenizer the model was trained with"
+        )
 
 
 _CONFIG_FIELDS = (
@@ -393,6 +473,7 @@ def _load_zoo(task: str) -> ModelAdapter:
     from . import zoo
 
     loaded = zoo.load_zoo(task)
+    refuse_small_embedding(f"zoo:{task}", loaded.model, loaded.tokenizer)
     if loaded.card.get("family") == "gru-attention":
         raise NotApplicable(
             f"zoo:{task} is a GRU encoder-decoder with additive attention, not a transformer, "

@@ -27,7 +27,14 @@ from .errors import InputError
 
 log = logging.getLogger(__name__)
 
-_ID = re.compile(r"^([1-9]\d*|[1-9]\d*-[1-9]\d*|\d+\.[1-9]\d*)$")
+# ASCII digits only: ``\d`` and ``str.isdigit`` also take '²' and '٣', which ``int`` refuses or reads
+_ID = re.compile(r"^([1-9][0-9]*|[1-9][0-9]*-[1-9][0-9]*|[0-9]+\.[1-9][0-9]*)$")
+_HEAD_ID = re.compile(r"^[0-9]+$")
+_TEXT = re.compile(r"^#\s*text\s*=(.*)$")
+#: the columns that may hold a space inside (never at either end): FORM and LEMMA (UD), and
+#: MISC, whose values some treebanks write with spaces (GUM: ``XML=<hi rend:::"italic">``)
+_SPACED_COLUMNS = (1, 2, 9)
+_COLUMNS = ("ID", "FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS", "MISC")
 
 
 @dataclass(frozen=True)
@@ -130,10 +137,14 @@ def skipping_invalid(skip: bool = True):
         _SKIP_INVALID.reset(token)
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def _lines(text: str) -> list:
-    """Lines split at ``\n`` (``\r\n`` too) only: the Unicode separators that
-    ``str.splitlines`` also splits at (U+2028, U+0085, ``\x1c``…) belong to the text."""
-    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+    """Lines split at any of the three line endings, ``\n``, ``\r\n`` and a lone ``\r``
+    (old Mac files): the Unicode separators that ``str.splitlines`` also splits at
+    (U+2028, U+0085, ``\x1c``…) belong to the text."""
+    return _LINE_END.split(text)
 
 
 def _blocks(text: str):
@@ -159,15 +170,23 @@ def check_sentence(rows: list) -> Optional[tuple]:
     word IDs 1..n in order with no duplicate; multiword ranges ``a-b`` (a < b) placed just
     before word ``a`` and ending at a word; empty nodes ``k.m`` after word ``k``; a non-empty
     FORM; HEAD an integer in 0..n, never the word itself; exactly one root (HEAD 0); every
-    word reaches the root (no cycle).
+    word reaches the root (no cycle); IDs and HEAD in ASCII digits; no whitespace in a
+    field but inside FORM, LEMMA and MISC; ``# text`` made of the surface forms (spaces aside).
     """
     heads, lines, range_end, last_range_end, n_words = [], [], 0, 0, 0
+    surface, text_line = [], None  # the forms the text is made of, and (line, # text)
     for n, line in rows:
         if line.startswith("#"):
+            m = _TEXT.match(line)
+            if m:
+                text_line = (n, m.group(1))
             continue
         cols = line.split("\t")
         if len(cols) != 10:
             return n, f"malformed CoNLL-U line: expected 10 tab-separated columns, found {len(cols)}"
+        spaced = _spaced_field(cols)
+        if spaced:
+            return n, spaced
         tid = cols[0]
         if not _ID.match(tid):
             return n, f"malformed CoNLL-U ID {tid!r}"
@@ -179,6 +198,7 @@ def check_sentence(rows: list) -> Optional[tuple]:
                     "two words and not overlap another range"
                 )
             range_end = last_range_end = b
+            surface.append(cols[1])
             continue
         if "." in tid:
             k, m = tid.split(".")
@@ -189,9 +209,11 @@ def check_sentence(rows: list) -> Optional[tuple]:
             kind = "duplicate" if 1 <= int(tid) <= n_words else "out of order"
             return n, f"word ID {tid} is {kind}: expected {n_words + 1} (IDs run 1..n in order)"
         n_words += 1
+        if n_words > range_end:  # a word inside a multiword token is not in the surface text
+            surface.append(cols[1])
         if not cols[1]:
             return n, f"word {tid} has an empty FORM"
-        if not cols[6].isdigit():
+        if not _HEAD_ID.match(cols[6]):
             return n, f"HEAD of word {tid} must be a word number, found {cols[6]!r}"
         heads.append(int(cols[6]))
         lines.append(n)
@@ -215,7 +237,39 @@ def check_sentence(rows: list) -> Optional[tuple]:
                 return lines[k], f"word {k + 1} is in a cycle of heads, not reaching the root"
             seen.add(j)
             j = heads[j] - 1
+    if text_line is not None:
+        mismatch = text_mismatch(text_line[1], surface)
+        if mismatch:
+            return text_line[0], mismatch
     return None
+
+
+def _spaced_field(cols: list) -> Optional[str]:
+    """The first field with whitespace UD forbids (any in ID, UPOS, XPOS, FEATS, HEAD,
+    DEPREL, DEPS; at either end of any field), as a problem, else ``None``: a
+    DEPREL ``'nsubj '`` would otherwise count as a relation of its own."""
+    for k, value in enumerate(cols):
+        if value != value.strip():
+            return f"whitespace at an end of the {_COLUMNS[k]} field {value!r} (UD forbids it there)"
+        if k not in _SPACED_COLUMNS and any(c.isspace() for c in value):
+            return f"whitespace in the {_COLUMNS[k]} field {value!r} (UD allows it inside FORM, LEMMA and MISC only)"
+    return None
+
+
+def text_mismatch(given: str, forms: list) -> Optional[str]:
+    """Where ``# text`` and the surface forms disagree once spaces are set aside (UD's
+    validator requires them to agree), as a problem, else ``None``. A ``# text`` holding
+    words the token lines lack would make the model read tokens that belong to no word."""
+    text = "".join(given.split())
+    joined = "".join("".join(forms).split())
+    if text == joined:
+        return None
+    k = next((i for i, (a, b) in enumerate(zip(text, joined)) if a != b), min(len(text), len(joined)))
+    if k >= len(joined):
+        return f"# text goes on after the last word: {text[k : k + 20]!r} is in no token line"
+    if k >= len(text):
+        return f"# text ends before the words do: {joined[k : k + 20]!r} is in no # text"
+    return f"# text and the words differ at {text[k : k + 20]!r} (the words have {joined[k : k + 20]!r})"
 
 
 def read_conllu(path, limit: Optional[int] = None, skip_invalid: Optional[bool] = None) -> list[Sentence]:

@@ -150,6 +150,8 @@ def fit_to_model(corpus: Corpus, adapter, allow_empty: bool = False) -> Corpus:
         return corpus
     enc = adapter.tokenizer(list(corpus.texts), add_special_tokens=True, return_offsets_mapping=True)
     counts, notes = unknown_tokens(corpus.texts, enc["input_ids"], enc["offset_mapping"], adapter.tokenizer)
+    if corpus.word_spans:
+        notes += spanning_notes(corpus, enc, adapter.tokenizer)
     for line in notes:
         log.warning("%s", line)
     corpus = dataclasses.replace(corpus, unknown=tuple(counts))
@@ -185,6 +187,33 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus
         log.warning("%d pairs with a text longer than %d tokens skipped", len(clean) - len(keep), limit)
     reason = f"pair with a text longer than {limit} tokens"
     return clean.subset(keep, reason=reason), corrupted.subset(keep, reason=reason)
+
+
+def spanning_notes(corpus: Corpus, enc, tokenizer) -> list:
+    """A line for people when some tokens span two treebank words (two words written without
+    a space, one subword piece across their border): how many, in how many examples, the
+    first one, and the rule that assigns it (:func:`probe.models.alignment.spanning_tokens`)."""
+    from .models.alignment import spanning_tokens
+
+    special = set(special_token_ids(tokenizer))
+    word_spans = corpus.word_spans or ()
+    found = []
+    for k, (ids, offsets) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
+        spans = word_spans[k]
+        hits = spanning_tokens(offsets, [t in special for t in ids], spans)
+        found.extend((k, j) for j in hits)
+    if not found:
+        return []
+    k, j = found[0]
+    s, e = enc["offset_mapping"][k][j]
+    words = [corpus.texts[k][a:b] for a, b in word_spans[k] if a < e and s < b]
+    n_ex = len({k for k, _ in found})
+    return [
+        f"{len(found)} token(s) in {n_ex} of {len(corpus)} examples span two words written without a space "
+        f"(e.g. example {k}: {corpus.texts[k][s:e]!r} over {' + '.join(map(repr, words))}): each is given the "
+        "word it overlaps most (the first on ties); a word left without a token of its own shares it "
+        "(absorbed_words in the store)"
+    ]
 
 
 #: a word longer than this many characters is named in the notes when it becomes ``[UNK]``

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Optional, Sequence
 
+import torch
+
 from .capture import iter_capture
 from .errors import InputError
 from .inputs import Corpus, fit_to_model
@@ -65,8 +67,9 @@ def capture_corpus(
         raise InputError(f"all {len(corpus)} examples are longer than {adapter.max_length} tokens; nothing to capture")
     ids = _ids_after_fit(corpus, fitted, adapter)
     stack = stack or adapter.default_stack
+    options = {"batch_size": batch_size, "truncate": on_long == "truncate"}  # both change what is stored
     with StoreWriter(
-        out, store_manifest(adapter, corpus, fitted, layers, stack), shard_size=shard_size, dtype=dtype
+        out, store_manifest(adapter, corpus, fitted, layers, stack, options=options), shard_size=shard_size, dtype=dtype
     ) as writer:
         todo = [k for k, i in enumerate(ids) if i not in writer.done]
         if len(todo) < len(ids):
@@ -108,12 +111,30 @@ def capture_corpus(
 
 
 def store_manifest(
-    adapter, corpus: Corpus, fitted: Corpus, layers: Optional[Sequence[int]] = None, stack: Optional[str] = None
+    adapter,
+    corpus: Corpus,
+    fitted: Corpus,
+    layers: Optional[Sequence[int]] = None,
+    stack: Optional[str] = None,
+    *,
+    options: Optional[dict] = None,
+    forward_dtype: Optional[str] = None,
+    device: Optional[str] = None,
 ) -> dict:
-    """The manifest of a store of ``corpus`` (``fitted``: what is left after the length check)."""
+    """The manifest of a store of ``corpus`` (``fitted``: what is left after the length check),
+    with its provenance: fingerprints of the weights and the tokenizer
+    (:mod:`probe.models.fingerprint`), the forward dtype and device kind (read from the
+    model unless given: an engine's workers run it elsewhere), the toolkit version and the
+    capture ``options``. A resume that differs in any of them is refused
+    (:func:`probe.store.refuse_other_capture`)."""
+    from .models.fingerprint import device_kind, tokenizer_fingerprint, weights_fingerprint
+    from .models.fingerprint import forward_dtype as dtype_of
+
     stack = stack or adapter.default_stack
     if layers is not None and len(set(layers)) != len(layers):
         raise InputError(f"layers {list(layers)} name a layer twice: give each layer once")
+    if layers is not None and not len(layers):
+        raise InputError("no layer to capture: give layers like 0,2,5 (or leave --layers out: every layer)")
     return {
         "model": adapter.name,
         "stack": stack,
@@ -123,7 +144,27 @@ def store_manifest(
         "n_input": len(corpus),
         "skipped": fitted.skipped,
         "n_heads": adapter.n_heads,
+        "weights": weights_fingerprint(adapter.model),
+        "forward_dtype": forward_dtype or dtype_of(adapter.model),
+        "device": device or device_kind(adapter.model),
+        "tokenizer": tokenizer_fingerprint(adapter.tokenizer),
+        "toolkit": toolkit_version(),
+        "options": dict(options or {}),
+        # learned sinks (gpt-oss) take a softmax column that is dropped: rows sum below 1
+        "rows": "at most 1"
+        if any(torch.is_tensor(getattr(m, "sinks", None)) for m in adapter.model.modules())
+        else "sum to 1",
     }
+
+
+def toolkit_version() -> str:
+    """The installed attention-probe version (``"unknown"`` when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attention-probe")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _ids_after_fit(corpus: Corpus, fitted: Corpus, adapter) -> list:

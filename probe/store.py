@@ -2,15 +2,20 @@
 
 Layout of a store directory::
 
-    manifest.json            model, stack, layers, dtype, input fingerprint, version
+    manifest.json            model, stack, layers, dtype, input fingerprint, version, and
+                             provenance: weights and tokenizer fingerprints, forward dtype,
+                             device kind, toolkit version, capture options
     index.jsonl              one line per finished example: id, shard, key, token facts
     shard-00000.safetensors  one tensor per example, "ex<id>": [layer, head, query, key]
 
 A shard is written to a temporary name, flushed and renamed before its examples are
 appended to ``index.jsonl``; an example is in the store exactly when its index line is
-complete. A run that is killed leaves a valid store of the finished examples (a shard
+complete; the manifest is written with the first examples, so a capture refused before
+then leaves no store. A run that is killed leaves a valid store of the finished examples (a shard
 whose index lines never got written is ignored), and running the same capture again
-resumes after the last finished example without duplicating or losing any.
+resumes after the last finished example without duplicating or losing any, unless the
+capture differs from the store's in anything its manifest records (refused in one line:
+:func:`refuse_other_capture`).
 
 Everything read back is checked, because a store is a file a user can hand over: the
 manifest and every index line on open (``index.jsonl:N`` named on error; shard names
@@ -36,7 +41,7 @@ from probe.errors import InputError
 
 from .maps import AttentionMaps
 from .store_lock import StoreLock
-from .store_schema import SHARD_NAME, STORE_VERSION, read_manifest, record_crc, scan_index
+from .store_schema import SHARD_NAME, STORE_VERSION, map_range_problem, read_manifest, record_crc, scan_index
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,54 @@ def fingerprint(texts: Sequence[str]) -> str:
         h.update(t.encode("utf-8"))
         h.update(b"\x00")
     return h.hexdigest()[:16]
+
+
+#: what a resumed capture must share with the store it continues, and how to name it
+PROVENANCE = {
+    "model": "another model",
+    "stack": "another stack",
+    "layers": "other layers",
+    "input": "another input (corpus fingerprint)",
+    "dtype": "another store dtype",
+    "forward_dtype": "another forward dtype (--dtype)",  # before the weights: a cast changes their bytes too
+    "device": "another device kind",
+    "tokenizer": "another tokenizer (fingerprint)",
+    "weights": "other weights (state-dict fingerprint)",
+    "toolkit": "another toolkit version",
+    "options": "other capture options",
+}
+
+
+_ALWAYS = ("model", "stack", "layers", "input", "dtype")  # compared in every store, old ones too
+
+
+def refuse_other_capture(path, old: dict, new: dict) -> None:
+    """Refuse to resume the store at ``path`` (manifest ``old``) with a capture whose
+    manifest ``new`` differs in anything that made the stored maps (:data:`PROVENANCE`),
+    in one line naming what changed; nothing is written.
+
+    A store written before manifests recorded the weights is refused for a capture that
+    records them: whether the same model made it cannot be checked."""
+    if "weights" in new and "weights" not in old:
+        raise InputError(
+            f"{path} was written before stores recorded their weights, dtype and tokenizer, so a resumed "
+            "capture cannot be checked to match it: capture into a new --out (the old store stays readable)"
+        )
+    for key, what in PROVENANCE.items():
+        if (key in _ALWAYS or key in new) and old.get(key) != new.get(key):
+            was, now = old.get(key), new.get(key)
+            if key == "options" and isinstance(was, dict) and isinstance(now, dict):
+                name = next(k for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k))
+                what, was, now = f"another capture option {name}", was.get(name), now.get(name)
+            raise InputError(
+                f"{path} holds a different capture ({what}: {_short(was)} ≠ {_short(now)}); "
+                "resuming would mix two captures' maps in one store: choose another --out or remove it"
+            )
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "…"
 
 
 def _example_record(i: int, shard: str, m: AttentionMaps) -> dict:
@@ -113,6 +166,7 @@ class StoreWriter:
         self.path = Path(path)
         self.shard_size = shard_size
         self.dtype = _DTYPES[dtype]
+        self._created = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -122,20 +176,16 @@ class StoreWriter:
             self._open(dict(manifest, version=STORE_VERSION, dtype=dtype))
         except BaseException:
             self._lock.release()
+            self._remove_if_new()
             raise
 
     def _open(self, manifest: dict) -> None:
         mpath = self.path / "manifest.json"
-        if mpath.exists():
-            old = read_manifest(self.path)
-            for key in ("model", "stack", "layers", "input", "dtype"):
-                if old.get(key) != manifest.get(key):
-                    raise InputError(
-                        f"{self.path} holds a different capture ({key}: {old.get(key)!r} ≠ "
-                        f"{manifest.get(key)!r}); choose another --out or remove it"
-                    )
-        else:
-            _atomic_write(mpath, json.dumps(manifest, indent=2))
+        self._manifest_written = mpath.exists()
+        if self._manifest_written:
+            refuse_other_capture(self.path, read_manifest(self.path), manifest)
+        # a new store's manifest is written with its first examples (or when the capture
+        # ends well): a command refused before then leaves no manifest-only store behind
         self.manifest = manifest
         self.index_path = self.path / "index.jsonl"
         finished = _read_index(self.index_path)
@@ -152,18 +202,42 @@ class StoreWriter:
         self._pending: list[tuple[int, AttentionMaps]] = []
         self._pending_bytes = 0
 
-    def close(self) -> None:
-        """Write the pending partial shard and release the lock."""
+    def close(self, failed: bool = False) -> None:
+        """Write the pending partial shard and release the lock. A store this writer
+        created and never wrote an example to is removed when the capture ``failed``
+        (a refused command leaves no store behind), else its manifest is written."""
         try:
             self.flush()
+            if not failed:
+                self._write_manifest()
         finally:
             self._lock.release()
+            if failed:
+                self._remove_if_new()
+
+    def _write_manifest(self) -> None:
+        if not self._manifest_written:
+            _atomic_write(self.path / "manifest.json", json.dumps(self.manifest, indent=2))
+            self._manifest_written = True
+
+    def _remove_if_new(self) -> None:
+        """Remove the directory this writer created when no example reached it (shards
+        a worker wrote without an index line are not examples)."""
+        if not self._created or getattr(self, "_manifest_written", False):
+            return
+        try:
+            for p in self.path.iterdir():
+                if (SHARD_NAME.match(p.name) or p.name.endswith(".tmp")) and p.is_file():
+                    p.unlink()
+            self.path.rmdir()  # only when empty: nothing else is ever removed
+        except OSError:
+            pass
 
     def __enter__(self) -> "StoreWriter":
         return self
 
-    def __exit__(self, *exc) -> bool:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> bool:
+        self.close(failed=exc_type is not None)
         return False
 
     def add(self, i: int, maps: AttentionMaps) -> None:
@@ -189,6 +263,8 @@ class StoreWriter:
     def append_index(self, records: Sequence[dict]) -> None:
         """Append finished examples (their shard already on disk) to ``index.jsonl``."""
         lines = "".join(json.dumps(r) + "\n" for r in records if r["id"] not in self.done)
+        if lines:
+            self._write_manifest()  # before the first index line: a store always has one
         with open(self.index_path, "a", encoding="utf-8") as f:
             f.write(lines)
             f.flush()
@@ -364,6 +440,9 @@ class Store:
             tensor = handle.get_tensor(rec["key"])
             if not tensor.is_floating_point():
                 raise InputError(f"tensor {rec['key']!r} is {tensor.dtype}, not floating point")
+            bad_range = map_range_problem(tensor, self.manifest)
+            if bad_range:  # a hand-edited or foreign map: no analysis reads it as attention
+                raise InputError(bad_range)
             return self._maps(rec, tensor)
         except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
             raise InputError(f"{self._where(rec)}: {_first_line(exc)}; " + _REPAIR.format(self.path)) from None

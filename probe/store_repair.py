@@ -16,6 +16,7 @@ from pathlib import Path
 
 from probe.errors import InputError
 
+from .store import Store
 from .store_lock import StoreLock
 from .store_schema import SHARD_NAME, read_manifest, scan_index
 
@@ -30,16 +31,15 @@ class StoreCheck:
     torn_tail: bool = False
     orphans: list = field(default_factory=list)  # file names no index line refers to
     dropped: int = 0
+    incomplete: str = ""  # fewer index lines than the capture was given examples, said in one line
 
     @property
     def ok(self) -> bool:
-        return not self.problems and not self.torn_tail and not self.orphans
+        return not self.problems and not self.torn_tail and not self.orphans and not self.incomplete
 
 
 def _readable(directory: Path, records: list, manifest: dict) -> tuple[list, list]:
     """``(good records, problems)``: each record's tensor loaded and checked by the reader."""
-    from .store import Store
-
     store = Store.over(directory, manifest, records)
     good, problems, handles, broken = [], [], {}, {}
     for rec in records:
@@ -53,7 +53,7 @@ def _readable(directory: Path, records: list, manifest: dict) -> tuple[list, lis
                 except ValueError:
                     broken[shard] = rec["id"]
                     raise
-            store._load(rec, handles[shard])
+            store._load(rec, handles[shard])  # its range too (probe.store_schema.map_range_problem)
             good.append(rec)
         except ValueError as exc:
             problems.append(str(exc).split("; run `probe store repair")[0])
@@ -61,7 +61,10 @@ def _readable(directory: Path, records: list, manifest: dict) -> tuple[list, lis
 
 
 def verify_store(path) -> StoreCheck:
-    """Check a store completely (every tensor is read; a store of N examples costs one pass).
+    """Check a store completely (every tensor is read; a store of N examples costs one pass):
+    every index line, every example's tensor and its range as attention
+    (:func:`probe.store_schema.map_range_problem`), and the count against the manifest's
+    (``incomplete``: a missing index line is an error, not "N examples read correctly").
 
     Raises:
         ValueError: no store at ``path`` or a damaged manifest (nothing can be checked).
@@ -74,6 +77,12 @@ def verify_store(path) -> StoreCheck:
     good, problems = _readable(directory, records, manifest)
     check.problems += problems
     check.n_examples = len(good)
+    expected = Store.over(directory, manifest, records).expected
+    if expected is not None and len(records) + len(bad_lines) + int(torn) < expected:  # bad lines: said above
+        check.incomplete = (
+            f"the index lists {len(records) + len(bad_lines)} of the {expected} examples its capture was given "
+            "(manifest: n_input less skipped): index lines are missing; run the capture again to finish it"
+        )
     used = {r["shard"] for r in records}
     check.orphans = sorted(
         p.name

@@ -157,3 +157,33 @@ def scan_index(path: Path) -> tuple[list, list, bool]:
         owners[tensor] = n
         records.append(dict(rec, _line=n))
     return records, problems, torn
+
+
+#: how far a row of attention may sum from 1, by the coarsest dtype the map went through
+ROW_SUM_TOLERANCE = {"float32": 1e-3, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def map_range_problem(attn, manifest: dict) -> str:
+    """What is wrong with a stored map ``[layer, head, query, key]`` as attention
+    probabilities, or ``""``: a non-finite or negative entry, or a row (over keys) whose
+    sum is off 1 by more than the tolerance of the coarsest of the store dtype and the
+    forward dtype (:data:`ROW_SUM_TOLERANCE`). A store of a model with learned sinks
+    (manifest ``rows: "at most 1"``, gpt-oss: a softmax column dropped) may sum below 1."""
+    import torch
+
+    a = attn.float()
+    if not bool(torch.isfinite(a).all()):
+        return f"{int((~torch.isfinite(a)).sum())} entries are NaN or infinite: not attention probabilities"
+    if a.numel() and float(a.min()) < 0:
+        return f"{int((a < 0).sum())} entries are negative (min {float(a.min()):.3g}): not attention probabilities"
+    if not a.numel() or a.shape[-1] == 0:
+        return ""
+    # a store written before manifests named the forward dtype gets the loosest tolerance
+    forward = manifest.get("forward_dtype", "bfloat16")
+    tol = max(ROW_SUM_TOLERANCE.get(str(x), 1e-3) for x in (manifest.get("dtype"), forward))
+    sums = a.sum(-1)
+    high, low = float(sums.max()) - 1, 1 - float(sums.min())
+    if high > tol or (low > tol and manifest.get("rows") != "at most 1"):
+        off = max(high, low)
+        return f"a row of attention sums to {1 + high if high >= low else 1 - low:.6g}, off 1 by {off:.3g} (tolerance {tol:g})"
+    return ""

@@ -16,11 +16,19 @@ Invariants:
 * store index records: checking never raises anything but ``ValueError``; a store that
   ``probe store verify`` accepts reads back the same examples (ids, texts, tokens) with
   the same shapes, and values within 1e-3 (row sums are what a store can vouch for without
-  checksums on tensors; an untouched shard reads back bit for bit).
+  checksums on tensors; an untouched shard reads back bit for bit);
+* round four (issue 41, its rows as seeds): text reads the same lines with ``\n``, ``\r\n``
+  or a lone ``\r``; an accepted sentence has ASCII-digit heads, no stray whitespace and a
+  ``# text`` made of its forms; a list of separators only is refused, never read as "none";
+  thresholds and output positions are given once or refused; a store killed after k
+  examples verifies sound but incomplete, refuses a resume with other weights or another
+  tokenizer without touching a file, and resumes to a store equal to a clean one; ``verify``
+  accepts a map exactly when it is still probabilities.
 """
 
 import json
 import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -112,7 +120,7 @@ def test_text_reader_reads_lines_or_refuses(data, bom):
     text = data.decode("utf-8")
     if not bom and text.startswith("\ufeff"):
         text = text[1:]
-    assert lines == [ln.strip() for ln in text.split("\n") if ln.strip()]
+    assert lines == [ln.strip() for ln in re.split(r"\r\n|\r|\n", text) if ln.strip()]  # any line ending
 
 
 # ---- CoNLL-U --------------------------------------------------------------------------
@@ -157,7 +165,7 @@ def test_conllu_reader_accounts_for_every_block_or_refuses(text, raw, use_raw):
     finally:
         shutil.rmtree(p.parent)
     blocks, block = [], []  # blank = whitespace only (U+2028 too), as the reader says
-    for ln in data.decode("utf-8").removeprefix("\ufeff").split("\n"):
+    for ln in re.split(r"\r\n|\r|\n", data.decode("utf-8").removeprefix("\ufeff")):
         if ln.strip():
             block.append(ln)
         elif block:
@@ -370,5 +378,211 @@ def test_a_store_verify_accepts_reads_back_equal(real_store, data):
                 assert torch.allclose(m.attentions.float(), att.float(), atol=1e-3)
             else:
                 assert torch.equal(m.attentions, att)
+    finally:
+        shutil.rmtree(d.parent)
+
+
+# ---- round four (issue 41): readers, option parsers, the store's write-kill-resume-verify ------
+ROUND_FOUR_ROWS = [  # rows of the issue's table, as CoNLL-U sentences the reader must refuse
+    GOOD[0] + "\n" + GOOD[1].replace("\t3\t", "\t²\t") + "\n" + GOOD[2],  # row 10: HEAD '²'
+    GOOD[0] + "\n" + GOOD[1].replace("\tnsubj\t", "\tnsubj \t") + "\n" + GOOD[2],  # row 6: stray space
+    "# text = The dog barks at the mailman\n" + "\n".join(GOOD),  # row 4: words no token line has
+]
+
+
+@settings(**PROFILE)
+@given(
+    lines=st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n"), max_size=12), max_size=8),
+    ends=st.lists(st.sampled_from(["\n", "\r\n", "\r"]), min_size=8, max_size=8),
+)
+def test_text_files_read_the_same_lines_with_any_line_ending(lines, ends):
+    p = _tmpfile("".join(ln + e for ln, e in zip(lines, ends)).encode("utf-8"))
+    try:
+        got = read_text_file(p)
+    except InputError:
+        assert not [ln for ln in lines if ln.strip()]
+        return
+    finally:
+        shutil.rmtree(p.parent)
+    assert got == [ln.strip() for ln in lines if ln.strip()]
+
+
+def _surface_words(s):
+    return "".join("".join(s.words).split())
+
+
+@settings(**PROFILE)
+@given(
+    rows=st.lists(st.integers(0, 2), min_size=1, max_size=2),
+    cols=st.lists(st.integers(0, 9), min_size=2, max_size=2),
+    value=st.sampled_from(VALUES + ["²", "٣", "nsubj ", " 3", "NO UN", "A=b c", "\u00a0", "3\u2009"]),
+    text=st.sampled_from(["The dog barks", "The dog barks loudly", "Thedogbarks", "The cat barks", ""]),
+)
+def test_accepted_sentences_agree_with_ud(rows, cols, value, text):
+    """Whatever is accepted has ASCII-digit heads, no whitespace where UD forbids it, and a
+    ``# text`` made of its forms; the issue's rows are refused with and without skipping."""
+    r = [g.split("\t") for g in GOOD]
+    for row, col in zip(rows, cols):
+        r[row][col] = value
+    block = (f"# text = {text}\n" if text else "") + "\n".join("\t".join(x) for x in r)
+    p = _tmpfile((block + "\n\n" + "\n\n".join(ROUND_FOUR_ROWS) + "\n\n").encode("utf-8"))
+    try:
+        try:
+            sentences, invalid = read_treebank(p, skip_invalid=True)
+        except InputError:
+            return
+        with pytest.raises(InputError):  # the seeded rows alone make the strict reading fail
+            read_treebank(p)
+    finally:
+        shutil.rmtree(p.parent)
+    assert len(invalid) >= len(ROUND_FOUR_ROWS) and len(sentences) <= 1
+    for s in sentences:
+        assert all(not any(c.isspace() for c in f) for f in s.deprels + s.upos)
+        assert all(isinstance(h, int) and 0 <= h <= len(s) for h in s.heads)
+        assert "".join(s.text.split()) == _surface_words(s)
+
+
+option_text = st.text(alphabet=",  +\t", max_size=6)
+
+
+@settings(**PROFILE)
+@given(value=option_text)
+def test_separator_only_lists_are_refused_not_read_as_empty(value):
+    for parse in (parse_heads, parse_int_list):
+        try:
+            got = parse(value)
+        except InputError as exc:
+            assert "names no" in str(exc) or "+" in value  # '+' separates heads, not layers
+            continue
+        assert got is None and not value.strip()  # never [] ("no head"): blank is the default
+
+
+@settings(**PROFILE)
+@given(
+    items=st.lists(
+        st.tuples(st.sampled_from(["positional", "broad", "X"]), st.sampled_from(["0.9", "0.1", "nan", "x"])),
+        max_size=4,
+    )
+)
+def test_thresholds_are_each_given_once_or_refused(items):
+    from probe.app.registry.analyses.roles import _thresholds
+
+    given_items = [f"{n}={v}" for n, v in items] + ["positional=0.9", "positional=0.1"]  # the issue's seed
+    with pytest.raises(InputError):
+        _thresholds(given_items)
+    try:
+        got = _thresholds([f"{n}={v}" for n, v in items])
+    except InputError:
+        return
+    assert len(got) == len(items) and all(math.isfinite(v) for v in got.values())
+
+
+@settings(**PROFILE)
+@given(n=st.integers(1, 12), positions=st.lists(st.integers(-15, 15), max_size=5), every=st.booleans())
+def test_output_positions_are_distinct_or_refused(n, positions, every):
+    from probe.analyses.common.token_scores import output_positions_for
+
+    try:
+        got = output_positions_for(n, positions or None, all_positions=every)
+    except InputError:
+        distinct = len({p % n for p in positions}) == len(positions)
+        assert not all(-n <= p < n for p in positions) or not distinct or (every and positions)
+        return
+    assert len(set(got)) == len(got) and all(0 <= p < n for p in got)
+    if positions and not every:
+        assert list(got) == [p % n for p in positions]
+
+
+@pytest.fixture(scope="module")
+def clean_tiny_store(tiny_models, tmp_path_factory):
+    from probe.inputs import Corpus
+    from probe.pipeline import capture_corpus
+
+    out = tmp_path_factory.mktemp("tinyclean") / "s"
+    capture_corpus(tiny_models["bert"], Corpus(texts=STORE_TEXTS), out, shard_size=2, batch_size=2)
+    return out
+
+
+STORE_TEXTS = tuple(f"Example {i} has {'some ' * (i % 4)}words." for i in range(9))
+
+
+@settings(**dict(PROFILE, max_examples=12))
+@given(kill=st.integers(0, len(STORE_TEXTS)), shard=st.integers(1, 4), change=st.sampled_from([None, "w", "tok"]))
+def test_a_killed_store_verifies_incomplete_resumes_to_a_clean_one_and_refuses_other_models(
+    tiny_models, clean_tiny_store, kill, shard, change
+):
+    """Write, kill after ``kill`` examples, verify (sound but incomplete), resume with another
+    model (refused, nothing touched) and with the same (equal to a clean store, verified)."""
+    import copy
+    import hashlib
+
+    import probe.pipeline as pipeline
+    from probe.inputs import Corpus
+
+    adapter = tiny_models["bert"]
+    d = Path(tempfile.mkdtemp(prefix="propresume-")) / "s"
+    real = pipeline.iter_capture
+
+    def dying(*a, **k):
+        for m in real(*a, **k):
+            if dying.n == kill:
+                raise KeyboardInterrupt
+            dying.n += 1
+            yield m
+
+    dying.n = 0
+    pipeline.iter_capture = dying
+    try:
+        try:
+            pipeline.capture_corpus(adapter, Corpus(texts=STORE_TEXTS), d, shard_size=shard, batch_size=2)
+        except KeyboardInterrupt:
+            pass
+    finally:
+        pipeline.iter_capture = real
+    try:
+        if d.exists() and (d / "manifest.json").exists():
+            check = verify_store(d)
+            assert not check.problems and check.n_examples == kill  # the pending shard is flushed on a kill
+            assert bool(check.incomplete) == (check.n_examples < len(STORE_TEXTS))
+        else:
+            assert kill == 0 and not d.exists()  # nothing reached the store: no store is left
+        if change and d.exists():
+            other = copy.deepcopy(adapter)
+            if change == "w":
+                with torch.no_grad():
+                    next(other.model.parameters()).view(-1)[0] += 1.0
+            else:
+                other.tokenizer.add_tokens(["qqqword"])
+            files = {p.name: hashlib.sha256(p.read_bytes()).digest() for p in d.iterdir() if p.is_file()}
+            with pytest.raises(InputError, match="different capture"):
+                pipeline.capture_corpus(other, Corpus(texts=STORE_TEXTS), d, shard_size=shard, batch_size=2)
+            assert files == {p.name: hashlib.sha256(p.read_bytes()).digest() for p in d.iterdir() if p.is_file()}
+        store = pipeline.capture_corpus(adapter, Corpus(texts=STORE_TEXTS), d, shard_size=shard, batch_size=2)
+        assert verify_store(d).ok
+        for a, b in zip(store, Store(clean_tiny_store)):
+            assert a.tokens == b.tokens and torch.equal(a.attentions, b.attentions)
+    finally:
+        shutil.rmtree(d.parent)
+
+
+@settings(**dict(PROFILE, max_examples=30))
+@given(ex=st.integers(0, 4), q=st.integers(0, 3), shift=st.floats(-1.0, 1.0, allow_nan=False))
+def test_verify_accepts_a_map_exactly_when_it_is_still_probabilities(real_store, ex, q, shift):
+    """Move ``shift`` of row ``q``'s mass from key 1 to key 0 (rows still sum to 1): verify
+    accepts it exactly when no entry went negative (the issue's row 8 is shift = 0.5)."""
+    from safetensors.torch import load_file, save_file
+
+    d = Path(tempfile.mkdtemp(prefix="propneg-")) / "s"
+    shutil.copytree(real_store, d)
+    try:
+        rec = Store(d).records[ex]
+        tensors = load_file(str(d / rec["shard"]))
+        a = tensors[rec["key"]]
+        q = min(q, a.shape[2] - 1)
+        a[:, :, q, 0] += shift
+        a[:, :, q, 1] -= shift
+        save_file(tensors, str(d / rec["shard"]), metadata={"format": "probe-attention"})
+        check = verify_store(d)
+        assert check.ok == bool(a.min() >= 0), (check.problems, float(a.min()))
     finally:
         shutil.rmtree(d.parent)

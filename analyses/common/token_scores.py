@@ -135,9 +135,14 @@ def output_positions_for(
         tuple of non-negative ints.
 
     Raises:
-        ValueError: a position outside ``-n..n-1``, naming the valid range.
+        ValueError: a position outside ``-n..n-1``, naming the valid range; a position
+            given twice (``0`` and ``-n`` too); explicit positions with ``all_positions``.
     """
     if all_positions:
+        if positions:  # the explicit positions would be ignored silently
+            raise InputError(
+                f"output positions {list(positions)} and all positions asked for together: give one of them"
+            )
         return tuple(range(n_tokens))
     if positions is None:
         return (n_tokens - 1,) if kind == "causal" else (0,)
@@ -148,6 +153,11 @@ def output_positions_for(
             raise InputError(
                 f"output position {p} is out of range: the example has {n_tokens} tokens, "
                 f"valid positions are 0..{n_tokens - 1} (or -{n_tokens}..-1 from the end)"
+            )
+        if p % n_tokens in out:  # scored twice: a duplicate row
+            raise InputError(
+                f"output position {p} names token {p % n_tokens} again (the example has {n_tokens} tokens): "
+                "give each position once"
             )
         out.append(p % n_tokens)
     return tuple(out)

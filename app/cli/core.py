@@ -129,7 +129,8 @@ def capture_cmd(
 
     from probe.app.registry.outdir import check_out
 
-    resumable = (Path(out) / "manifest.json").exists() and not force
+    # a store, or one whose first capture is still running (its lock comes before the manifest)
+    resumable = any((Path(out) / name).exists() for name in ("manifest.json", ".lock")) and not force
     # resolved once (a symbolic link is followed) and proved writable before any compute
     out = check_out(out, force=force or resumable)
     if not resumable and force and out.is_dir():  # a fresh store replaces the old one with --force
@@ -150,7 +151,15 @@ def capture_cmd(
         from probe.inputs import fit_to_model
         from probe.pipeline import store_manifest
 
-        manifest = store_manifest(adapter, corpus, fit_to_model(corpus, adapter), lay)
+        manifest = store_manifest(  # the workers run the forward: their dtype and device
+            adapter,
+            corpus,
+            fit_to_model(corpus, adapter),
+            lay,
+            options={"batch_size": batch_size, "truncate": False},
+            forward_dtype=dtype or ("bfloat16" if str(device).startswith("cuda") and model.startswith("hf:") else None),
+            device=str(device).split(":")[0],
+        )
         store = capture_on_engine(
             model,
             corpus,
@@ -201,10 +210,17 @@ def heatmap_cmd(store_dir, example, head_spec, layer, fmt, out, force, quiet):
     """Draw one head's attention on one stored example, with token labels."""
     from probe.app.registry.outdir import OutDir
 
-    if layer is not None and head_spec.isdigit():
+    if layer is not None and head_spec.strip().isascii() and head_spec.strip().isdigit():
         layer, head = layer, int(head_spec)
     else:
-        layer, head = parse_head(head_spec)
+        named, head = parse_head(head_spec)
+        if layer is not None and layer != named:  # --layer would be ignored silently
+            raise click.BadParameter(
+                f"--layer {layer} contradicts --head {head_spec} (layer {named}): give the head as "
+                f"L{named}H{head} alone, or --layer with a bare head index",
+                param_hint="--layer",
+            )
+        layer = named
     target = OutDir(out, force)
     from probe.app.report.figures import attention_heatmap
     from probe.store import Store

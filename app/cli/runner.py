@@ -32,10 +32,31 @@ from .common import (
 )
 
 
-def _names(value):
+def _names(value, name: str = "--names"):
+    """'a,b' -> ['a', 'b']; blank -> ``None``; separators only or a name twice: refused."""
+    from probe.errors import InputError
+
     if value is None or str(value).strip() == "":
         return None
-    return [s.strip() for s in str(value).split(",") if s.strip()]
+    out = [s.strip() for s in str(value).split(",") if s.strip()]
+    if not out:
+        raise InputError(f"{name}: {value!r} names nothing; give names separated by commas (or leave {name} out)")
+    twice = sorted({s for s in out if out.count(s) > 1})
+    if twice:
+        raise InputError(f"{name}: {twice[0]!r} is given twice; name each one once")
+    return out
+
+
+def _once(p, values: tuple) -> tuple:
+    """A repeatable option's values, refused when one is given twice (``-p 0 -p 0`` would
+    score one position twice)."""
+    from probe.errors import InputError
+
+    seen = [v for k, v in enumerate(values) if v in values[:k]]
+    if seen:
+        shown = seen[0] if not isinstance(seen[0], list) else "+".join(f"L{a}H{b}" for a, b in seen[0])
+        raise InputError(f"{p.option} {shown} is given twice; give each value once")
+    return values
 
 
 #: declared type -> (click type, converter applied after click parsed the string)
@@ -54,13 +75,19 @@ def convert(p, value):
     conv = {
         "heads": lambda v: parse_heads(v, p.option),
         "ints": lambda v: parse_int_list(v, p.option),  # repeats refused
-        "names": _names,
+        "names": lambda v: _names(v, p.option),
     }.get(p.type)
     if conv is None or value is None:
-        return value
+        return _once(p, tuple(value)) if p.multiple and value is not None and p.type in _ONCE else value
     if p.multiple:
-        return tuple(conv(v) for v in value)
+        converted = tuple(conv(v) for v in value)
+        return _once(p, converted) if p.type in _ONCE else converted
     return conv(value)
+
+
+#: repeatable options whose values must differ: a number or a head group given twice is
+#: an error (texts such as --corrupted may repeat: two clean texts can share a corruption)
+_ONCE = (int, float, "heads", "ints")
 
 
 def _param_option(p):

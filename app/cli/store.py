@@ -33,6 +33,8 @@ def verify_cmd(directory):
     check = verify_store(directory)
     if check.problems:
         raise click.ClickException(f"{directory}: {_summary(check)}; run `probe store repair {directory}`")
+    if check.incomplete:
+        raise click.ClickException(f"{directory}: {_summary(check)}; {check.incomplete}")
     click.echo(
         f"{directory}: {_summary(check)}" + ("" if check.ok else " (harmless; `probe store repair` removes them)")
     )

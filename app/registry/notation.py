@@ -40,7 +40,8 @@ def parse_heads(value, name: str = "--heads"):
     ``None``, ``''`` and ``'all'`` -> ``None`` (every head).
 
     Raises:
-        InputError: naming ``name``, for a part that is not a head or a head given twice.
+        InputError: naming ``name``, for a part that is not a head, a head given twice, or
+            a string of separators only (``','``: no head, which is not "every head").
     """
     if value is None or (isinstance(value, str) and value.strip() in ("", "all")):
         return None
@@ -56,6 +57,8 @@ def parse_heads(value, name: str = "--heads"):
         if head in out:
             raise InputError(f"{name}: head {head_name(*head)} is given twice; name each head once")
         out.append(head)
+    if not out and isinstance(value, str):  # ',' would silently mean "no head" and switch a test off
+        raise InputError(f"{name}: {value!r} names no head; give heads like L0H3,L1H2 (or leave {name} out: all heads)")
     return out
 
 
@@ -73,7 +76,8 @@ def parse_int_list(value, name: str = "--layers"):
 
     Raises:
         InputError: naming ``name``, for a part that is not an integer or a range, an empty
-            range (``3-1``), or a number given twice (``0,0,1``; ``0-2,1``).
+            range (``3-1``), a number given twice (``0,0,1``; ``0-2,1``), or separators
+            only (``','``).
     """
     if value is None or value == "":
         return None
@@ -98,6 +102,8 @@ def parse_int_list(value, name: str = "--layers"):
                 out.append(int(part))
             elif part:
                 raise InputError(f"{name}: expected integers like 0,2,5 or 0-3, got {value!r}")
+    if not out and isinstance(value, str):
+        raise InputError(f"{name}: {value!r} names no number; give numbers like 0,2,5 or 0-3 (or leave {name} out)")
     seen: set = set()
     for x in out:
         if x in seen:

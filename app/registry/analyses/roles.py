@@ -36,15 +36,25 @@ def _thresholds(items) -> dict:
     """NAME=VALUE pairs -> keyword arguments of RoleThresholds (checked)."""
     from probe.analyses.patterns.roles import RoleThresholds
 
+    import math
+
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
         try:
-            out[name.strip()] = float(value)
+            number = float(value)
         except ValueError:
             sep = ""
         if not sep:
             raise InputError(f"--threshold: expected NAME=VALUE, got {item!r}")
+        if not math.isfinite(number):
+            raise InputError(f"--threshold: {item!r} is not a finite number")
+        if name.strip() in out:  # the last would win silently
+            raise InputError(
+                f"--threshold: {name.strip()} is given twice ({name.strip()}={out[name.strip()]:g} and {item}); "
+                "give each threshold once"
+            )
+        out[name.strip()] = number
     try:
         RoleThresholds(**out)  # type: ignore[arg-type]  # unknown names are caught below
     except TypeError:
