@@ -17,13 +17,14 @@ trap of a model hub serving the final weights under every step's name).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 from .errors import InputError
+
+from .fingerprint import weights_fingerprint  # the one fingerprint, as stores record it
 
 __all__ = ["Checkpoint", "resolve_checkpoints", "load_checkpoint", "weights_fingerprint", "shape_of"]
 
@@ -125,21 +126,6 @@ def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu"):
     if device and device != "cpu":
         adapter.model.to(check_device(device))
     return adapter
-
-
-def weights_fingerprint(model) -> str:
-    """``sha256:<hex>`` of a module's state dict: every tensor's name, dtype, shape and
-    bytes, in name order (the same weights give the same fingerprint whatever the file)."""
-    import torch
-
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        if t.dtype == torch.bfloat16:
-            t = t.view(torch.int16)
-        digest.update(t.numpy().tobytes())
-    return "sha256:" + digest.hexdigest()
 
 
 def shape_of(adapter) -> dict:

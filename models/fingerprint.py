@@ -47,7 +47,12 @@ def tokenizer_fingerprint(tokenizer) -> str:
         return ""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-        text = backend.to_str()
+        # without the call-time state (truncation, padding) that encoding a batch leaves on the
+        # backend: the same tokenizer before and after its first call is the same tokenizer
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None)
+        state.pop("padding", None)
+        text = json.dumps(state, sort_keys=True)
     else:
         get_vocab = getattr(tokenizer, "get_vocab", None)
         if get_vocab is None:  # no tokenizer at all (images, audio)

@@ -307,7 +307,9 @@ def test_loss_on_headless_encoder_names_the_metrics_that_apply(minilm):
         sweep_heads(minilm, TEXTS[:1], "loss")
     with pytest.raises(ValueError, match="accuracy.*zoo"):
         sweep_heads(minilm, TEXTS[:1], "accuracy")
-    with pytest.raises(ValueError, match="unknown metric 'bleu'; known: loss, accuracy, embedding-drift"):
+    with pytest.raises(
+        ValueError, match="unknown metric 'bleu'; known: loss, accuracy, prediction-kl, embedding-drift"
+    ):
         sweep_heads(minilm, TEXTS[:1], "bleu")
 
 

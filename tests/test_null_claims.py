@@ -161,3 +161,21 @@ def test_a_sequence_classifier_is_judged_on_its_head(bert_tokenizer):
     hc = _claims(adapter, limit=10)
     assert hc.objective["objective"] == "prediction-kl"
     assert sum(c["necessity"].holds for c in hc.claims.values()) <= T.FDR * len(hc.claims)
+
+
+def test_attribution_claim_is_not_tested_when_its_null_could_not_be_computed():
+    """The same strong agreement holds against a computed null below it, and is "not tested"
+    (never held against a bar of 0) when the faithfulness run asked for its null and could not
+    compute it."""
+    import pandas as pd
+
+    from probe.analyses.claims.attribution import attribution_claims
+
+    verdict = pd.DataFrame({"layer": [0], "head": [0], "tau_ig": [0.9], "tau_ig_significant": [1.0]})
+    verdict.attrs["reference"] = "ig"
+    info = {"n_examples": 8, "target": "logit"}
+    null = {"tau_max": 0.1, "tau_quantile": 0.05, "source": "re-initialised", "significant_max": 0.0}
+    held = attribution_claims([(0, 0)], verdict, dict(info, null_agreement=null))[(0, 0)]
+    assert held.status == "holds", held
+    missing = attribution_claims([(0, 0)], verdict, dict(info, null_agreement_unavailable=True))[(0, 0)]
+    assert missing.status == "not tested" and "null model" in missing.reason

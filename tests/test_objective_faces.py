@@ -74,6 +74,8 @@ def _logits(a, text: str) -> torch.Tensor:
 def test_every_builtin_is_one_objective(heads):
     for name in NAMES:
         adapter = heads["gpt2"] if name in ("loss", "next-token-loss") else heads["bert"]
+        if name == "prediction-kl":  # the class distribution of a sequence classifier's head
+            adapter = heads["seqcls"]
         if name == "accuracy":  # a zoo task's ground truth: the object, not checked on a model
             adapter = None
         obj, _ = resolve_objective(name, adapter, Corpus(texts=TEXTS * 2, source="texts"))

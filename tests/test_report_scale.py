@@ -227,8 +227,9 @@ def test_report_objective_and_target_options(checkpoints, tmp_path):
 
 @pytest.mark.parametrize("kind, target", [("seqcls", "logit"), ("tokcls", "similarity")])
 def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind, target):
-    """A sequence classifier explains its logit; a token classifier (no sentence-level
-    head) explains the encoder underneath (sentence similarity), and its metric runs on the
+    """A sequence classifier explains its logit and is judged on its head (the KL of its
+    predicted class distribution, issue 43); a token classifier (no sentence-level head)
+    explains the encoder underneath (sentence similarity), and its metric runs on the
     encoder."""
     from probe.analyses.common.objective import default_metric
     from probe.app.registry import SkipAnalysis
@@ -241,7 +242,7 @@ def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind
     assert type(a.model).__name__.endswith("SequenceClassification" if kind == "seqcls" else "TokenClassification")
     corpus = Corpus(texts=("a b c",), source="texts")
     ctx = type("Ctx", (), {"adapter": a, "corpus": corpus})()
-    assert default_metric(a, corpus)[0] == "embedding-drift"
+    assert default_metric(a, corpus)[0] == ("prediction-kl" if kind == "seqcls" else "embedding-drift")
     if target is None:
         with pytest.raises(SkipAnalysis):
             default_target(ctx)

@@ -110,6 +110,21 @@ def test_row01_resume_with_anything_different_is_refused_and_the_store_untouched
     assert len(finished) == len(TEXTS) and verify_store(out).ok
 
 
+def test_row01_the_tokenizer_fingerprint_ignores_the_state_a_call_leaves():
+    """Encoding a padded, truncated batch leaves truncation/padding settings on the fast
+    tokenizer's backend; the fingerprint of the same tokenizer must not change with them (a
+    resume in a process that had already encoded text was refused as 'another tokenizer')."""
+    from probe.models import load_model
+    from probe.models.fingerprint import tokenizer_fingerprint
+
+    tok = load_model("minilm").tokenizer
+    before = tokenizer_fingerprint(tok)
+    tok(["a short text", "a somewhat longer text to pad against"], truncation=True, padding=True, max_length=6)
+    assert tokenizer_fingerprint(tok) == before
+    tok.add_tokens(["zzqqxx"])  # a real change of the vocabulary still changes it
+    assert tokenizer_fingerprint(tok) != before
+
+
 def test_row01_the_same_weights_loaded_again_have_the_same_fingerprint(minilm):
     from probe.models import load_model
     from probe.models.fingerprint import tokenizer_fingerprint, weights_fingerprint

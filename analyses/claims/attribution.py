@@ -48,6 +48,9 @@ def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason:
     if verdict is None or info is None:
         why = (reason or "the faithfulness section did not run").removeprefix("not tested: ")
         return {k: Claim("attribution", "not tested", reason=why) for k in heads}
+    if info.get("null_agreement_unavailable"):
+        why = "the null model's agreement could not be computed, so there is nothing to calibrate the claim against"
+        return {k: Claim("attribution", "not tested", reason=why) for k in heads}
     valid, words = target_validity(info)
     if not valid:
         return {k: Claim("attribution", "not tested", reason=f"target no better than chance: {words}") for k in heads}

@@ -33,7 +33,7 @@ from probe.analyses.explanation.attributions import METHODS, Attributions, attri
 from probe.analyses.explanation.completeness import MAX_STEPS_FACTOR, TOLERANCE, gate_ig
 from probe.analyses.explanation.counterfactual import PermutationEffects, permutation_effects
 from probe.analyses.explanation.ground_truth import EvidenceRecovery, evidence_recovery
-from probe.errors import InputError
+from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,6 @@ def _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_s
     from probe.analyses.claims import thresholds as T
     from probe.analyses.claims.null_model import NULL_SOURCE, null_adapter
     from probe.capture import capture
-    from probe.errors import NotApplicable
 
     try:
         nadapter = null_adapter(adapter, seed=seed)
@@ -305,8 +304,8 @@ def run_faithfulness(
     if "ig" in methods:
         attrs, gate = gate_ig(adapter, target, encs, attrs, n_steps, internal_batch_size=internal_batch_size)
     keep = list(gate.passed) if gate is not None else list(range(len(encs)))
-    if not keep:
-        raise InputError(
+    if not keep:  # nothing IG explains correctly: the comparison is not made (a report marks it not tested)
+        raise NotApplicable(
             f"integrated gradients missed completeness by more than {TOLERANCE:.0%} on every example, "
             f"even with {MAX_STEPS_FACTOR}× the steps: raise --steps"
         )
@@ -346,6 +345,8 @@ def run_faithfulness(
         info["ig_gate"] = gate.to_dict()
     if null_agree is not None:
         info["null_agreement"] = null_agree
+    elif null:  # asked for and not computed (logged): no claim may hold uncalibrated
+        info["null_agreement_unavailable"] = True
     if "ig" in methods:
         rel = attrs.completeness()["relative_error"]
         info["ig_completeness"] = {
