@@ -41,6 +41,7 @@ from probe.errors import InputError, NotApplicable
 
 __all__ = [
     "Param",
+    "jsonable",
     "Analysis",
     "Result",
     "Context",
@@ -241,14 +242,15 @@ class Result:
             paths.append(path)
         if self.summary:
             path = d / f"{self.summary_name}.json"
-            path.write_text(json.dumps(self.summary, indent=2, default=_jsonable) + "\n")
+            path.write_text(json.dumps(self.summary, indent=2, default=jsonable) + "\n")
             paths.append(path)
         for writer in self.writers:
             paths.extend(Path(p) for p in (writer(d) or ()))
         return paths
 
 
-def _jsonable(value):
+def jsonable(value):
+    """A numpy/torch scalar or array as JSON (``json.dumps(default=jsonable)``); anything else as text."""
     if hasattr(value, "item"):
         return value.item()
     if hasattr(value, "tolist"):

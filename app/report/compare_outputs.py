@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from probe.app.registry import jsonable
+
 __all__ = ["write_comparison"]
 
 
@@ -30,7 +32,7 @@ def write_comparison(comparison, directory) -> list:
     for name, frame in tables.items():
         frame.to_csv(d / f"{name}.csv", index=False)
         paths.append(d / f"{name}.csv")
-    (d / "compare.json").write_text(json.dumps(c.summary(), indent=2, default=_jsonable) + "\n")
+    (d / "compare.json").write_text(json.dumps(c.summary(), indent=2, default=jsonable) + "\n")
     paths.append(d / "compare.json")
     figures = []
     if len(c.checkpoints) >= 3:
@@ -46,11 +48,3 @@ def write_comparison(comparison, directory) -> list:
     paths.extend(d / f for f, _ in figures)
     paths.append(write_compare_page(c, d / "compare.html", figures))
     return paths
-
-
-def _jsonable(value):
-    if hasattr(value, "item"):
-        return value.item()
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
