@@ -165,7 +165,7 @@ def make_fixtures(d: Path, probe: list) -> dict:
             else:
                 rec[key] = value
             if key == "key":  # consistent record (checksum redone) naming a tensor the shard lacks
-                from probe.store_schema import record_crc
+                from probe.store.schema import record_crc
 
                 rec["crc"] = record_crc(rec)
             return [json.dumps(rec)] + lines[1:]
@@ -184,7 +184,7 @@ def make_fixtures(d: Path, probe: list) -> dict:
     corrupt("index_no_tensor", lambda c: index_edit(c, rec_edit("key", "ex99")))
 
     def steal(lines):  # an extra line (fresh id, valid checksum) naming example 0's tensor
-        from probe.store_schema import record_crc
+        from probe.store.schema import record_crc
 
         rec = json.loads(lines[0])
         rec["id"] = 6

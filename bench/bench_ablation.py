@@ -49,7 +49,7 @@ def _setup(n, threads):
 
     torch.set_num_threads(threads)
     from probe.models import load_model
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
 
     return load_model("minilm"), load_corpus(conllu=str(EWT), limit=n)
 

@@ -30,7 +30,7 @@ def _setup(n: int, max_tokens: int):
 
     from probe.analyses.common.targets import ProbeLogit
     from probe.models import load_model
-    from probe.corpus import read_conllu
+    from probe.inputs.readers import read_conllu
 
     adapter = load_model("minilm")
     try:

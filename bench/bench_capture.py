@@ -64,7 +64,7 @@ def interleaved(fns: dict, repeats: int, seed: int = 0) -> dict:
 
 def throughput(repeats: int, batch: int, lengths=(32, 128, 512)):
     from probe.models import load_model
-    from probe.capture import _capture_batch, capture
+    from probe.runs.capture import _capture_batch, capture
 
     adapter = load_model("minilm")
     model = adapter.model

@@ -130,7 +130,7 @@ def seq2seq() -> None:
     from probe.models.registry import minilm_path
     from scipy.stats import spearmanr
 
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     torch.set_num_threads(1)
     tok = T.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)

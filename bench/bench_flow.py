@@ -184,7 +184,7 @@ def bench_rollout(n_sentences, repeats):
         print(f"rollout: skipped, {EWT_DEV} is missing")
         return
     from probe.models import load_model
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     texts = []
     for line in EWT_DEV.read_text(encoding="utf-8").splitlines():

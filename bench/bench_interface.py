@@ -56,7 +56,7 @@ def tiny_llama(layers: int, hidden: int, heads: int, kv_heads: int, max_pos: int
 
 
 def variants(adapter, batch: dict) -> dict:
-    from probe.capture import AttentionCapture
+    from probe.runs.capture import AttentionCapture
 
     model = adapter.model
 
@@ -123,7 +123,7 @@ MEMORY_CHILD = r"""
 import json, sys, torch
 sys.path.insert(0, {bench!r})
 from bench_interface import tiny_llama
-from probe.capture import capture
+from probe.runs.capture import capture
 torch.set_num_threads(1)
 case, n = sys.argv[1], int(sys.argv[2])
 adapter = tiny_llama(24, 64, 4, 4, n + 8)

@@ -51,14 +51,14 @@ def main():
     import torch
 
     from probe.models import load_model
-    from probe.inputs import fit_to_model, load_corpus
+    from probe.inputs.corpus import fit_to_model, load_corpus
     from probe.app.registry import open_run
     from probe.app.report.build import analyse, write_report
     from probe.app.report.bundled import sample_corpus
     from probe.app.report.engine_sections import KEPT_EXAMPLES
 
     from probe.app.report.build import _model_examples_setting, _overrides
-    from probe.budget import memory_budget, parse_size
+    from probe.inputs.budget import memory_budget, parse_size
 
     budget = 3 * 60
     clock = {}

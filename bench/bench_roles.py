@@ -73,7 +73,7 @@ def worker(variant, store_dir, n):
     import torch
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
-    from probe.store import Store
+    from probe.store.directory import Store
 
     store = Store(store_dir)
     from probe.analyses.patterns.head_clusters import HeadDivergenceAccumulator  # noqa: F401  (imports outside timing)
@@ -136,8 +136,8 @@ def capture_store(out, n):
 
     torch.set_num_threads(2)
     from probe.models import load_model
-    from probe.inputs import load_corpus
-    from probe.pipeline import capture_corpus
+    from probe.inputs.corpus import load_corpus
+    from probe.runs.pipeline import capture_corpus
 
     t = time.perf_counter()
     store = capture_corpus(load_model("minilm"), load_corpus(conllu=str(EWT), limit=n), out, batch_size=32)

@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from probe.streaming import feed, stream_layers
+from probe.runs.streaming import feed, stream_layers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import peak_rss
@@ -74,7 +74,7 @@ def long_texts(n_texts: int, tokens: int = 512) -> list:
     """EWT dev sentences joined until the MiniLM tokenizer counts ~``tokens`` tokens."""
     import transformers as T
 
-    from probe.corpus import read_conllu
+    from probe.inputs.readers import read_conllu
     from probe.models.registry import minilm_path
 
     tok = T.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
@@ -168,7 +168,7 @@ def part_ray(args) -> None:
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
     from probe.app.engine.ray_engine import ensure_ray
     from probe.app.engine.run import run_corpus
-    from probe.corpus import read_conllu
+    from probe.inputs.readers import read_conllu
     from probe.models import load_model
 
     torch.set_num_threads(1)
@@ -204,7 +204,7 @@ def part_ray(args) -> None:
         return run
 
     variants = {"one process": runner("local", 1), "ray 1 worker": runner("ray", 1), "ray 2 workers": runner("ray", 2)}
-    from probe.blocks import StreamJob
+    from probe.runs.blocks import StreamJob
 
     seen: list = []
     real_merge = StreamJob.merge
@@ -277,7 +277,7 @@ def part_costs(args) -> None:
     from probe.analyses.necessity.ablation import sweep_heads
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
     from probe.analyses.structure.streaming import LayerwiseRelations
-    from probe.corpus import read_conllu
+    from probe.inputs.readers import read_conllu
     from probe.models import load_model
 
     torch.set_num_threads(1)

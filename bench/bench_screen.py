@@ -60,7 +60,7 @@ def main() -> None:
     import torch
 
     from probe.app.report.bundled import sample_corpus
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
     from probe.models import load_model
 
     torch.set_num_threads(max(1, torch.get_num_threads()))

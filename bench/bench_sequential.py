@@ -26,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     from probe.analyses.claims.removal import removal_sweep
     from probe.analyses.necessity.sequential import sequential_necessity
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
     from probe.models import load_model
 
     adapter = load_model(args.model)

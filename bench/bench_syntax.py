@@ -24,7 +24,7 @@ import torch
 from probe.analyses.structure.syntax import relation_accuracy
 from probe.analyses.structure.trees import max_arborescence
 from probe.analyses.structure.word_graph import WordGraph, gold_heads
-from probe.corpus import read_conllu
+from probe.inputs.readers import read_conllu
 from timing import timed
 
 EWT = Path(__file__).resolve().parents[2] / "shared/data/ud-english-ewt/en_ewt-ud-dev.conllu"

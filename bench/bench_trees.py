@@ -25,7 +25,7 @@ import bench_ablation as B
 adapter, corpus = B._setup(%d, 2)
 B._timed("sweep", adapter, corpus, 16, 2048)  # warm-up
 out = {k: B._timed(k, adapter, corpus, 16, None if k != "sweep" else 2048) for k in ("sweep", "naive", "gradient")}
-import probe.interventions as I
+import probe.interventions.heads as I
 out["module"] = I.__file__
 print(json.dumps(out))
 """

@@ -17,7 +17,7 @@ def _pairs(task: str, n: int):
     from probe.models import zoo
     from probe.models.zoo import relay
 
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     ex = zoo.eval_examples(task, n=n)
     bad = relay.corrupt(ex) if task == "relay" else corrupt_zoo("induction", ex)

@@ -410,7 +410,7 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
     """Max |Δ| between captured maps and eager ``output_attentions``, per stack."""
     import torch
 
-    from probe.capture import capture, capture_inputs
+    from probe.runs.capture import capture, capture_inputs
 
     try:
         ref = eager_reference(adapter.model, inputs)
@@ -676,7 +676,7 @@ def check_ablation(adapter, inputs: dict) -> dict:
     that layer's call only."""
     import torch
 
-    from probe.interventions import HeadEdit, HeadIntervention
+    from probe.interventions.heads import HeadEdit, HeadIntervention
 
     stack = adapter.default_stack
     layer = 1 if adapter.n_layers_of(stack) > 1 else 0
@@ -999,7 +999,7 @@ NOTES = [
     (
         "- **Layers by call, not by module.** A short forward at load (two token sequences that differ in "
         "their last token) records the order the attention modules are called: ALBERT's one shared layer "
-        "becomes one entry per layer, and the trace tells the layers apart by call (`probe/layer_calls.py`): "
+        "becomes one entry per layer, and the trace tells the layers apart by call (`probe/tracing/layer_calls.py`): "
         "capture, `ablate_heads`, head gates, values, streaming, reweighting and gradients are exact per "
         "layer. The residual stream has no block module per layer there, so the residual cache and the "
         "`resid_*` sites refuse shared layers in one line, and restart is not offered (full forwards)."
@@ -1048,7 +1048,7 @@ NOTES = [
     ),
     (
         "- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
-        "`probe.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
+        "`probe.runs.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
         "every text path refuses them in one line."
     ),
     ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
@@ -1141,8 +1141,8 @@ def main(argv: list[str] | None = None) -> int:
     import transformers.modeling_utils
     from probe.models import ModelAdapter  # noqa: F401
 
-    import probe.capture
-    import probe.interventions  # noqa: F401
+    import probe.runs.capture
+    import probe.interventions.heads  # noqa: F401
 
     types = args.types or all_types()
     if args.shard:

@@ -77,7 +77,7 @@ def tiny_random(kind: str, tokenizer, seed: int = 0):
 def random_claims(adapter, corpus, **kw):
     """:class:`probe.analyses.claims.heads.HeadClaims` of ``adapter`` on ``corpus``."""
     from probe.analyses.claims.heads import head_claims
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     spans = list(corpus.word_spans) if corpus.word_spans else None
     maps = capture(adapter, list(corpus.texts), word_spans=spans)
@@ -92,7 +92,7 @@ def main() -> None:
     from probe.app.report.bundled import sample_corpus
     from probe.models import ModelAdapter, load_model
     from probe.models.registry import minilm_path
-    from probe.inputs import fit_to_model, load_corpus
+    from probe.inputs.corpus import fit_to_model, load_corpus
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=16, help="sentences / zoo examples per model")

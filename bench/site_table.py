@@ -124,10 +124,10 @@ def _err(a, b) -> float:
 
 def check(adapter) -> dict:
     """column -> ``exact`` | ``Δ <value>`` | ``refused: <reason>`` | ``—: <why not checked>``."""
-    from probe.edits import Zero
+    from probe.tracing.edits import Zero
     from probe.models.block_parts import layout_of
     from probe.models.sites import SITE_KINDS, Site, kv_head_of, layer_modules
-    from probe.trace import ModuleSite, _refusal, available_sites, trace
+    from probe.tracing.trace import ModuleSite, _refusal, available_sites, trace
 
     model_type = adapter.config.model_type
     have = set(available_sites(adapter))
@@ -288,8 +288,8 @@ def _main(out):
 
 
 def _generation(adapter, mark) -> dict:
-    from probe.trace import trace
-    from probe.trace_generate import trace_generate
+    from probe.tracing.trace import trace
+    from probe.tracing.generate import trace_generate
 
     if adapter.arch != "decoder" or adapter.model.get_output_embeddings() is None:
         mark["generate"] = "—: not a causal LM"
@@ -313,8 +313,8 @@ def _generation(adapter, mark) -> dict:
 
 
 def _padding(adapter, mark) -> dict:
-    from probe.padding import padded_inputs
-    from probe.trace import trace
+    from probe.inputs.padding import padded_inputs
+    from probe.tracing.trace import trace
 
     if adapter.arch == "encoder-decoder":
         mark["padding"] = "—: encoder-decoder (not checked here)"

@@ -139,7 +139,7 @@ class ModelAdapter:
             t = getattr(self.config, "model_type", "?")
             raise UnsupportedModel(
                 f"{self.name} (model type {t!r}) needs more than text: a forward on token ids alone raises "
-                f"{failed}; run it with its other inputs inside probe.capture.AttentionCapture"
+                f"{failed}; run it with its other inputs inside probe.runs.capture.AttentionCapture"
             )
 
     def not_text(self) -> UnsupportedModel:
@@ -147,8 +147,8 @@ class ModelAdapter:
         t = getattr(self.config, "model_type", "?")
         return UnsupportedModel(
             f"{self.name} (model type {t!r}) takes {self.input_name}, not text: capture and ablate it "
-            f"through the Python API (probe.capture.capture_inputs(adapter, {{{self.input_name!r}: ...}}), "
-            "probe.interventions.HeadIntervention)"
+            f"through the Python API (probe.runs.capture.capture_inputs(adapter, {{{self.input_name!r}: ...}}), "
+            "probe.interventions.heads.HeadIntervention)"
         )
 
     # ---- sizes ----------------------------------------------------------------
@@ -322,7 +322,7 @@ class ModelAdapter:
     def refuse_shared_layers(self, stack: Optional[str], what: str) -> None:
         """Raise :class:`UnsupportedModel` when several layers call one attention module
         (ALBERT): ``what`` keys its work by module and would mix the layers. Every site of
-        :class:`probe.trace.Trace` tells the layers apart by call (:mod:`probe.layer_calls`)."""
+        :class:`probe.tracing.trace.Trace` tells the layers apart by call (:mod:`probe.tracing.layer_calls`)."""
         modules = self.attention_modules(stack)
         if len(set(map(id, modules))) < len(modules):
             t = getattr(self.config, "model_type", "?")

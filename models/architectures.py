@@ -1,7 +1,7 @@
 """Where attention lives in each model family: adapters as data, not a class hierarchy.
 
 Most of what the toolkit needs about attention now comes from transformers' attention
-interface (:mod:`probe.attention_interface`): queries, keys, values, mask, scaling and
+interface (:mod:`probe.tracing.attention_interface`): queries, keys, values, mask, scaling and
 the per-head output. This table keeps what the interface cannot tell — where the output
 projection and value projection live (for the hook path, the restart-based ablation sweep
 and norm-based analyses) and the layer modules' names (restart) — for the families the

@@ -54,7 +54,7 @@ class BlockLayout:
 _PARALLEL = "attention and MLP run in parallel from resid_pre (parallel block): there is no stream between them"
 _POST_NORM = (
     "the block is post-norm: the stream after attention is LayerNorm(resid_pre + attn_out), not a sum; "
-    "read that LayerNorm's output with probe.trace.ModuleSite"
+    "read that LayerNorm's output with probe.tracing.trace.ModuleSite"
 )
 _NO_ROUTER = "the MLP is dense (no experts): there is no router"
 _ROTARY = "rotary position embeddings rotate q and k; nothing is added to the stream"

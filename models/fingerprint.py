@@ -1,6 +1,6 @@
 """Fingerprints of what made a store: the weights, the tokenizer, the forward's dtype and device.
 
-A store's manifest records them (:func:`probe.pipeline.store_manifest`), so that a capture
+A store's manifest records them (:func:`probe.runs.pipeline.store_manifest`), so that a capture
 resumed with other weights, another ``--dtype`` or another tokenizer is refused instead of
 mixing two models' maps in one store.
 

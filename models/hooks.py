@@ -2,7 +2,7 @@
 
 Unlike hook cleanups that pop every hook on a module (including other people's), a
 :class:`HookSet` keeps the handles it created and removes only them, in ``finally``.
-Every reader and editor of a live model is a view of :class:`probe.trace.Trace`, which
+Every reader and editor of a live model is a view of :class:`probe.tracing.trace.Trace`, which
 registers its hooks through this module; the adapter's discovery at load time (which
 attention modules a forward calls, :mod:`probe.models.adapter`) is the one other user,
 on this floor below the trace.

@@ -212,7 +212,7 @@ def load_hf(
     refuse_partial_load(path_or_id, config, loading)
     if text:
         refuse_small_embedding(path_or_id, model, tokenizer)
-    if not text:  # images, audio: the Python API takes their features (probe.capture.capture_inputs)
+    if not text:  # images, audio: the Python API takes their features (probe.runs.capture.capture_inputs)
         return ModelAdapter(
             name=name or f"hf:{path_or_id}", model=model, tokenizer=None, family=family, source=source, card=card or {}
         )

@@ -6,7 +6,7 @@ adapter, which module holds each site, on which side of it (input or output) and
 post-processing turns the module's tensor into the site's shape: the fused q|k|v split
 (GPT-2's ``c_attn``), the grouped-query repeat of key/value heads (Ainslie et al. 2023) and
 the head split. The module tables themselves are :data:`probe.models.architectures.ARCHITECTURES`
-(or discovered by shape); nothing here runs a model. :mod:`probe.trace` is the one place
+(or discovered by shape); nothing here runs a model. :mod:`probe.tracing.trace` is the one place
 that hooks these sites.
 
 Site kinds (``batch`` = rows of the forward, ``seq`` = padded positions)::

@@ -19,54 +19,63 @@ Public API (resolved lazily, so ``import probe`` and ``probe --help`` stay fast)
     result = probe.run("roles", model="zoo:constructed", limit=8)   # any registered analysis
     result.tables["roles"], result.per_head, result.notes; result.write("out/roles")
 
-The lazy facade is the one place where the core floor names the top floor (``run``, read
+The lazy exports are the one place where the core floor names the top floor (``run``, read
 from ``probe.app.registry`` on first access); tests/test_architecture.py allows exactly it.
+No module of this floor is named like an exported function, so ``probe.capture`` and
+``probe.trace`` stay the functions whatever has been imported.
+
+The core floor's rooms, each a sub-package (imports point down this list)::
+
+    probe.tracing        read and edit any site of a live model: the trace, its edits, cache
+    probe.interventions  head-level interventions built on the trace: gates, paths, reweighting
+    probe.inputs         what a run reads: corpora, treebanks, long inputs, batches, budgets
+    probe.store          captured attention on disk: the store, its schema, lock and repair
+    probe.runs           captures over a corpus: capture, blocks, streaming, the pipeline
+    probe.maps, probe.errors   the shared vocabulary: attention maps and errors by kind
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 # public name -> module that defines it (imported on first access, PEP 562)
 _EXPORTS = {
-    "AttentionCapture": "probe.capture",
-    "capture": "probe.capture",
-    "iter_capture": "probe.capture",
-    "capture_inputs": "probe.capture",
-    "HeadEdit": "probe.interventions",
-    "HeadGates": "probe.interventions",
-    "HeadIntervention": "probe.interventions",
-    "HeadOutputRecorder": "probe.interventions",
-    "ablate_heads": "probe.interventions",
+    "AttentionCapture": "probe.runs.capture",
+    "capture": "probe.runs.capture",
+    "iter_capture": "probe.runs.capture",
+    "capture_inputs": "probe.runs.capture",
+    "HeadEdit": "probe.interventions.heads",
+    "HeadGates": "probe.interventions.heads",
+    "HeadIntervention": "probe.interventions.heads",
+    "HeadOutputRecorder": "probe.interventions.heads",
+    "ablate_heads": "probe.interventions.heads",
     # the trace core: read / edit any site (probe.models.sites) in one call
-    "trace": "probe.trace",
-    "Trace": "probe.trace",
-    "Cache": "probe.cache",
-    "Restart": "probe.trace",
-    "run_with_cache": "probe.trace",
-    "run_with_hooks": "probe.trace",
+    "trace": "probe.tracing.trace",
+    "Trace": "probe.tracing.trace",
+    "Cache": "probe.tracing.cache",
+    "Restart": "probe.tracing.trace",
+    "run_with_cache": "probe.tracing.trace",
+    "run_with_hooks": "probe.tracing.trace",
     "site_names": "probe.models.sites",
-    "available_sites": "probe.trace",
-    "trace_generate": "probe.trace_generate",
-    "padded_inputs": "probe.padding",
-    "Zero": "probe.edits",
-    "Mean": "probe.edits",
-    "Resample": "probe.edits",
-    "Patch": "probe.edits",
-    "Scale": "probe.edits",
-    "Gate": "probe.edits",
-    "ReplaceWeights": "probe.edits",
-    "Apply": "probe.edits",
+    "available_sites": "probe.tracing.trace",
+    "trace_generate": "probe.tracing.generate",
+    "padded_inputs": "probe.inputs.padding",
+    "Zero": "probe.tracing.edits",
+    "Mean": "probe.tracing.edits",
+    "Resample": "probe.tracing.edits",
+    "Patch": "probe.tracing.edits",
+    "Scale": "probe.tracing.edits",
+    "Gate": "probe.tracing.edits",
+    "ReplaceWeights": "probe.tracing.edits",
+    "Apply": "probe.tracing.edits",
     "AttentionMaps": "probe.maps",
     "WordAttention": "probe.maps",
-    "Store": "probe.store",
-    "write_store": "probe.store",
-    "AttentionEdit": "probe.reweighting",
-    "AttentionReweighting": "probe.reweighting",
-    "top_k_edges": "probe.long_inputs",
-    "attention_window": "probe.long_inputs",
+    "Store": "probe.store.directory",
+    "write_store": "probe.store.directory",
+    "AttentionEdit": "probe.interventions.reweighting",
+    "AttentionReweighting": "probe.interventions.reweighting",
+    "top_k_edges": "probe.inputs.long_inputs",
+    "attention_window": "probe.inputs.long_inputs",
     "load_model": "probe.models",
     "list_models": "probe.models",
     "ModelAdapter": "probe.models",
@@ -90,17 +99,3 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
-
-
-class _Facade(types.ModuleType):
-    """The package module: importing the submodule ``probe.capture`` must not replace the
-    public *function* ``probe.capture`` (the import system sets a package attribute per
-    imported submodule), so a submodule never overwrites an exported name."""
-
-    def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and name in _EXPORTS and value.__name__ == f"{__name__}.{name}":
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Facade

@@ -13,9 +13,9 @@ from probe.analyses.necessity.importance import gradient_importance, head_import
 from probe.analyses.common.metrics import as_corpus, prepare
 from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.pruning import pruning_curve
-from probe.hooks import count_hooks
+from probe.tracing.hooks import count_hooks
 from probe.analyses.necessity.restart import ResidualCache, RestartFrom
-from probe.interventions import HeadEdit, HeadGates, HeadIntervention
+from probe.interventions.heads import HeadEdit, HeadGates, HeadIntervention
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -460,7 +460,7 @@ def test_cli_ablate_writes_csv_and_figure(tmp_path):
 # ---- the bundled model on EWT ---------------------------------------------------------
 @pytest.mark.slow
 def test_minilm_ewt_sweep_drift(minilm, ewt_dev):
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
 
     corpus = load_corpus(conllu=str(ewt_dev), limit=8)
     res = sweep_heads(minilm, corpus, "embedding-drift", "zero", batch_size=8)
@@ -485,7 +485,7 @@ def _zoo(task):
 
 def _prev_token_attention(adapter, texts):
     """[layer, head] mean attention from token i to token i−1 (word positions)."""
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     tot, n = 0, 0
     for m in capture(adapter, texts, batch_size=64):
@@ -506,7 +506,7 @@ def test_zoo_prev_token_head_ablation_hurts_most():
     trained to ~0, see models/zoo/prev_token.py, although it still attends i → i−1 with
     ~0.93, less than head 0.1's ~1.00).
     """
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
 
     a = _zoo("prev-token")
     corpus = load_corpus(model="zoo:prev-token", limit=200)

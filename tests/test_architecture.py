@@ -139,6 +139,35 @@ def test_no_module_level_import_cycle():
     assert not cycles, "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+#: the core floor's rooms (sub-packages of probe/) and the two shared modules under them; an
+#: import between rooms points to a lower rank, and nothing else stands at probe/'s top
+ROOMS = {"errors": 0, "maps": 1, "inputs": 1, "store": 2, "tracing": 2, "interventions": 3, "runs": 4}
+
+
+def _room_imports() -> list:
+    """(room, imported room) for every import of one core room by another."""
+    out = []
+    for path in (ROOT / "probe").rglob("*.py"):
+        parts = path.relative_to(ROOT / "probe").with_suffix("").parts
+        if parts[0] in ("__init__", "__main__"):
+            continue
+        name = ".".join(["probe", *[p for p in parts if p != "__init__"]])
+        for imp in _imports(name, path):
+            room = imp.split(".")[1] if imp.count(".") else None
+            if room in ROOMS and room != parts[0]:
+                out.append((parts[0], room))
+    return out
+
+
+def test_the_core_floor_stands_in_rooms_that_import_down():
+    top = {p.stem for p in (ROOT / "probe").iterdir() if (p.suffix == ".py" or p.is_dir()) and p.name != "__pycache__"}
+    assert top - {"__init__", "__main__"} == set(ROOMS), "a module at probe/'s top belongs in a room (ROOMS)"
+    pairs = _room_imports()
+    assert ("runs", "tracing") in pairs, "the room walk found no imports"
+    up = sorted({f"{a} -> {b}" for a, b in pairs if ROOMS[b] >= ROOMS[a]})
+    assert not up, "imports between probe/'s rooms must point down " + str(ROOMS) + ":\n" + "\n".join(up)
+
+
 def test_pyproject_packages_cover_every_package_folder():
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(conf["packages"])
@@ -204,30 +233,43 @@ def test_top_floor_imports_are_light(name):
     assert res.stdout.strip() == "False", res.stderr
 
 
-def test_the_facade_keeps_functions_over_submodules_of_the_same_name():
-    """`probe.capture` is the function even after the submodule probe.capture is imported
-    (notebooks call probe.capture(...) after other code imported the module)."""
+def test_public_functions_never_share_a_name_with_a_module():
+    """``probe.capture`` and ``probe.trace`` are functions even after every module of the
+    core floor is imported: no module of ``probe/`` is named like a public export, so the
+    import system never sets a submodule over an exported name (no facade needed)."""
     code = (
-        "import probe.capture, probe; from probe.capture import iter_capture; "
+        "import pkgutil, importlib, probe; "
+        "[importlib.import_module(m.name) for m in pkgutil.walk_packages(probe.__path__, 'probe.') "
+        "if m.name.split('.')[1] not in ('models', 'analyses', 'app', '__main__')]; "
         "assert callable(probe.capture) and probe.capture.__name__ == 'capture', probe.capture; "
+        "assert callable(probe.trace) and probe.trace.__name__ == 'trace', probe.trace; "
         "assert probe.AttentionMaps.__name__ == 'AttentionMaps'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    exports = set(probe_exports())
+    rooms = {p.stem for p in (ROOT / "probe").iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert not exports & rooms, f"a module of probe/ is named like a public export: {sorted(exports & rooms)}"
+
+
+def probe_exports() -> dict:
+    tree = ast.parse((ROOT / "probe" / "__init__.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "_EXPORTS")
+    return {k.value: v.value for k, v in zip(node.value.keys, node.value.values)}
 
 
 # ---- one trace core, no private imports, errors by kind -------------------------------------
 #: the trace core: the only modules that register hooks on a model, attach attention-interface
 #: sessions or override a module's forward (probe.models.hooks is its primitive, re-exported by
-#: probe.hooks; the interface path's sessions are defined in probe.attention_interface and
-#: attached by probe.trace)
-TRACE_CORE = {"probe.models.hooks", "probe.hooks", "probe.trace"}
+#: probe.tracing.hooks; the interface path's sessions are defined in probe.tracing.attention_interface and
+#: attached by probe.tracing.trace)
+TRACE_CORE = {"probe.models.hooks", "probe.tracing.hooks", "probe.tracing.trace"}
 #: mechanisms not yet views of the trace, each for a stated reason; listed so that no *new*
 #: module can hook a model (capture, interventions, reweighting, circuits' paths and layer
 #: identity by call are views of the trace: it dispatches a module several layers share by
-#: call, and any module's input or output is a site, probe.trace.ModuleSite)
+#: call, and any module's input or output is a site, probe.tracing.trace.ModuleSite)
 NOT_YET_TRACE_VIEWS = {
     # the adapter's discovery at load time (which attention modules a forward calls),
-    # on the floor below probe.trace
+    # on the floor below probe.tracing.trace
     "probe.models.adapter",
 }
 HOOK_CALLS = {
@@ -261,18 +303,19 @@ def _hook_uses(path: Path) -> list:
 
 
 def test_only_the_trace_core_registers_hooks():
-    """Every read or edit of a live model goes through probe.trace (sites of probe.models.sites)."""
+    """Every read or edit of a live model goes through probe.tracing.trace (sites of probe.models.sites)."""
     known = _modules()
     bad = {
         name: uses
         for name, path in known.items()
-        if name not in TRACE_CORE | NOT_YET_TRACE_VIEWS | {"probe.attention_interface"} and (uses := _hook_uses(path))
+        if name not in TRACE_CORE | NOT_YET_TRACE_VIEWS | {"probe.tracing.attention_interface"}
+        and (uses := _hook_uses(path))
     }
-    assert not bad, "hooks registered outside the trace core (use probe.trace.Trace):\n" + "\n".join(
+    assert not bad, "hooks registered outside the trace core (use probe.tracing.trace.Trace):\n" + "\n".join(
         f"{n}: {u}" for n, u in sorted(bad.items())
     )
     # the interface module defines the session types but attaches nothing itself
-    attaches = [u for u in _hook_uses(ROOT / "probe" / "attention_interface.py") if "attach" in u or "register_" in u]
+    attaches = [u for u in _hook_uses(ROOT / "probe" / "tracing" / "attention_interface.py") if "attach" in u or "register_" in u]
     assert not attaches
     assert all(_hook_uses(known[name]) for name in TRACE_CORE)  # the check sees the core's own hooks
 
@@ -343,9 +386,9 @@ BROAD = {"Exception", "BaseException", "ValueError"}
 #: on is "ValueError as control flow" (tests/test_errors.py, probe.errors).
 ALLOWED_BROAD_HANDLERS = {
     "app/report/sections.py": 1,  # failed: <type>: <message>
-    "probe/store_repair.py": 1,  # a store's bad records listed as problems
-    "probe/store_schema.py": 1,
-    "probe/corpus.py": 1,  # a malformed CoNLL-U sentence, reported with --skip-invalid
+    "probe/store/repair.py": 1,  # a store's bad records listed as problems
+    "probe/store/schema.py": 1,
+    "probe/inputs/readers.py": 1,  # a malformed CoNLL-U sentence, reported with --skip-invalid
     "models/registry.py": 1,  # `probe models`: the bundled model's package missing
     "app/report/pages.py": 1,  # /proc/uptime unreadable: no elapsed time printed
     "app/report/evidence.py": 1,  # float(x) of a table cell
@@ -529,7 +572,7 @@ ALLOWED_PLAIN_VALUE_ERRORS = {
     "analyses/claims/statistics.py": 1,  # a proportion of 0 ≤ successes ≤ n
     "analyses/common/accumulate.py": 2,  # merging accumulators / partitioned blocks
     "analyses/structure/streaming.py": 1,  # an accumulator fed both by layer and whole examples
-    "probe/blocks.py": 2,  # merging the blocks' accumulators (moved from accumulate.py)
+    "probe/runs/blocks.py": 2,  # merging the blocks' accumulators (moved from accumulate.py)
     "analyses/common/similarity.py": 1,  # similarity-structure has no per-run score
     "analyses/common/token_scores.py": 1,  # scores shaped by the toolkit
     "analyses/common/word_scores.py": 2,
@@ -672,7 +715,7 @@ def _engine_branches(path: Path) -> list:
 
 def test_no_analysis_branches_on_the_engine():
     """The engine is a property of the run: every analysis (commands and report sections)
-    takes ``ctx.runner`` (this process or the engine's workers, :mod:`probe.blocks`) or
+    takes ``ctx.runner`` (this process or the engine's workers, :mod:`probe.runs.blocks`) or
     reads its declared accumulators (``ctx.accumulated``); none reads the engine's
     settings or calls a mirror of itself in ``probe.app.engine``."""
     bad = []

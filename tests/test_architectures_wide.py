@@ -71,8 +71,8 @@ def _exact(sweep, adapter) -> dict:
 
 # ---- ALBERT: one module, two layers ------------------------------------------------------
 def test_albert_layers_by_call(sweep, bert_tokenizer):
-    from probe.capture import AttentionCapture, capture
-    from probe.interventions import ablate_heads
+    from probe.runs.capture import AttentionCapture, capture
+    from probe.interventions.heads import ablate_heads
 
     model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
     adapter = _adapter(model, bert_tokenizer, "albert")
@@ -101,7 +101,7 @@ def test_albert_layers_by_call(sweep, bert_tokenizer):
 
 # ---- CLIP text: causal by behaviour ------------------------------------------------------
 def test_clip_text_causal_from_the_models_behaviour(sweep, bert_tokenizer):
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     model = _model(
         "CLIPTextModel",
@@ -134,7 +134,7 @@ def test_bert_stays_bidirectional(bert_tokenizer):
 # ---- hook path: ask the model for attentions ---------------------------------------------
 @pytest.mark.parametrize("cls_name,cfg_name", [("DebertaV2Model", "DebertaV2Config"), ("MPNetModel", "MPNetConfig")])
 def test_hook_path_asks_for_attentions(sweep, bert_tokenizer, cls_name, cfg_name):
-    from probe.attention_interface import attention_path
+    from probe.tracing.attention_interface import attention_path
 
     adapter = _adapter(_model(cls_name, cfg_name, len(bert_tokenizer), **SIZE), bert_tokenizer, cls_name)
     if attention_path(adapter) != "hooks":  # the choice follows transformers, not the toolkit
@@ -150,7 +150,7 @@ def test_hook_path_asks_for_attentions(sweep, bert_tokenizer, cls_name, cfg_name
 def test_longformer_band_layout_refused(sweep, bert_tokenizer):
     from probe.models.architectures import UnsupportedModel
 
-    from probe.capture import AttentionCapture, capture
+    from probe.runs.capture import AttentionCapture, capture
 
     model = _model("LongformerModel", "LongformerConfig", len(bert_tokenizer), attention_window=[4, 4], **SIZE)
     adapter = _adapter(model, bert_tokenizer, "longformer")
@@ -215,8 +215,8 @@ def test_convbert_heads_found_from_the_module_and_ablation_refused(sweep, bert_t
     the same columns the module's attention_head_size puts it at."""
     from probe.models.architectures import UnsupportedModel
 
-    from probe.interventions import ablate_heads
-    from probe.trace import trace
+    from probe.interventions.heads import ablate_heads
+    from probe.tracing.trace import trace
 
     model, adapter = _convbert(bert_tokenizer)
     att = model.encoder.layer[1].attention.self
@@ -274,7 +274,7 @@ def test_led_decoder_and_cross_attention_read_from_the_weights_item(sweep, bert_
     cross_attentions; the encoder (Longformer's local band) stays refused in one line."""
     from probe.models.architectures import UnsupportedModel
 
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     kw = dict(
         d_model=32,
@@ -343,7 +343,7 @@ def test_modernbert_wo_discovered(sweep, bert_tokenizer):
 def test_funnel_post_proj_discovered(sweep, bert_tokenizer):
     from probe.models.architectures import UnsupportedModel
 
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     kw = dict(d_model=32, n_head=4, d_head=8, d_inner=64, num_decoder_layers=1)
     one_block = _model("FunnelModel", "FunnelConfig", len(bert_tokenizer), block_sizes=[2], **kw)
@@ -388,7 +388,7 @@ def test_non_text_inputs_capture_and_ablate(sweep, name):
     from probe.models import ModelAdapter
     from probe.models.architectures import UnsupportedModel
 
-    from probe.capture import capture_inputs
+    from probe.runs.capture import capture_inputs
 
     torch.manual_seed(0)
     model = _vision_and_audio()[name].eval()
@@ -464,7 +464,7 @@ def test_granite_swa_sink_maps_mix_the_values(sweep, bert_tokenizer):
     reports the effective weights (rows sum to the keys' share, as gpt-oss's): captured maps ×
     the layer's values equal the model's own input to ``o_proj``, per head; the model's
     reported weights do not, so the check would fail on maps of the other convention."""
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     model, adapter = _granite_swa(sweep, bert_tokenizer)
     row = _exact(sweep, adapter)
@@ -504,7 +504,7 @@ def test_boolean_mask_attention_refused_at_load(sweep, bert_tokenizer):
 
 # ---- float64 --------------------------------------------------------------------------------
 def test_float64_captured_at_float64_accuracy(sweep, bert_tokenizer):
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     model = _model("BertModel", "BertConfig", len(bert_tokenizer), **SIZE).double()
     adapter = _adapter(model, bert_tokenizer, "bert")
@@ -548,7 +548,7 @@ def test_head_mixing_norm_refuses_ablation_not_capture(sweep, bert_tokenizer):
     capture is exact, but no head's output can be edited alone, so ablation is refused."""
     from probe.models.architectures import UnsupportedModel
 
-    from probe.interventions import ablate_heads
+    from probe.interventions.heads import ablate_heads
 
     adapter = _adapter(
         _model("BitNetModel", "BitNetConfig", len(bert_tokenizer), num_key_value_heads=2, **SIZE),
@@ -566,10 +566,10 @@ def test_albert_every_trace_site_by_call(sweep, bert_tokenizer):
     trace views, told apart by call: each layer's values equal the shared value projection
     applied to that layer's own input (the model's hidden_states), streamed maps equal eager
     output_attentions per layer, and replacing layer 1's weights leaves layer 0 alone."""
-    from probe.capture import AttentionCapture
-    from probe.reweighting import AttentionEdit, AttentionReweighting
-    from probe.streaming import stream_layers
-    from probe.trace import trace
+    from probe.runs.capture import AttentionCapture
+    from probe.interventions.reweighting import AttentionEdit, AttentionReweighting
+    from probe.runs.streaming import stream_layers
+    from probe.tracing.trace import trace
 
     model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
     adapter = _adapter(model, bert_tokenizer, "albert")
@@ -610,7 +610,7 @@ def test_albert_residual_sites_refused_in_one_line(bert_tokenizer):
     """The residual stream has no block module per layer when layers share one (ALBERT):
     the residual cache and the ``resid_*`` sites say so in one line; restart is not offered."""
     from probe.models.architectures import UnsupportedModel
-    from probe.restart import ResidualCache, RestartFrom, supports_restart
+    from probe.tracing.restart import ResidualCache, RestartFrom, supports_restart
 
     model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
     adapter = _adapter(model, bert_tokenizer, "albert")
@@ -625,7 +625,7 @@ def test_albert_residual_sites_refused_in_one_line(bert_tokenizer):
 def test_albert_gradients_by_call(sweep, bert_tokenizer):
     """Gradient-weighted attention tells ALBERT's two calls of one module apart: each layer's
     ``∂target/∂attention`` equals autograd through the model's own eager ``output_attentions``."""
-    from probe.grads import attention_gradients
+    from probe.runs.grads import attention_gradients
 
     model = _model("AlbertModel", "AlbertConfig", len(bert_tokenizer), embedding_size=16, **SIZE)
     adapter = _adapter(model, bert_tokenizer, "albert")

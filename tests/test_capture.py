@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from conftest import LAW
-from probe.capture import AttentionCapture, capture
-from probe.attention_interface import active_sessions, attention_path
-from probe.hooks import count_hooks
+from probe.runs.capture import AttentionCapture, capture
+from probe.tracing.attention_interface import active_sessions, attention_path
+from probe.tracing.hooks import count_hooks
 
 TEXTS = ["The cat sat on the mat.", "A much longer sentence, with commas, that makes the batch ragged and padded."]
 
@@ -195,7 +195,7 @@ def test_length_sorted_batches_keep_input_order(minilm):
 
 
 def test_batch_alignment_equals_the_per_token_definition_on_ewt(minilm, ewt_dev):
-    from probe.corpus import read_conllu
+    from probe.inputs.readers import read_conllu
     from probe.models.alignment import align_batch, align_loop
 
     sents = read_conllu(ewt_dev, limit=400)
@@ -331,7 +331,7 @@ def test_eager_attention_in_place_steps_give_the_out_of_place_values_exactly():
     """eager_attention scales, masks and softmaxes in place on CPU (no extra
     [batch, head, q, k] tensors on long inputs): the values must equal, bit for bit, the
     out-of-place formula transformers' eager functions use."""
-    from probe.attention_interface import eager_attention
+    from probe.tracing.attention_interface import eager_attention
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 7, 4, generator=g) for _ in range(3))
@@ -353,7 +353,7 @@ def test_layer_by_layer_trimming_gives_the_stacked_maps(minilm, monkeypatch):
     the float32 capture's values."""
     import importlib
 
-    capture_module = importlib.import_module("probe.capture")
+    capture_module = importlib.import_module("probe.runs.capture")
     stacked = capture(minilm, TEXTS, layers=[0, 3, 5], dtype=torch.float64)
     monkeypatch.setattr(capture_module, "STACK_BYTES", 0)
     by_layer = capture(minilm, TEXTS, layers=[0, 3, 5], dtype=torch.float64)
@@ -372,7 +372,7 @@ def test_maps_are_views_of_one_batch_buffer_the_interface_computes_in(minilm, pa
     interface path the attention is computed there (the record is the buffer itself); on
     the hooks path each layer is copied in. Values equal HF's eager maps; examples share
     the buffer but not a single element."""
-    from probe.capture import _buffer_fits
+    from probe.runs.capture import _buffer_fits
 
     assert _buffer_fits(minilm, torch.float32) and not _buffer_fits(minilm, torch.float16)
     encs, ref = hf_attentions(minilm, TEXTS)
@@ -422,7 +422,7 @@ def test_buffer_takes_the_heads_the_stack_has():
 def test_interface_computes_in_the_buffer_without_a_copy():
     """eager_attention(out=...) computes the weights in ``out`` (same values as without it)
     and ignores an ``out`` of the wrong shape or one autograd would need to see through."""
-    from probe.attention_interface import eager_attention
+    from probe.tracing.attention_interface import eager_attention
 
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 3, 5, 4, generator=g) for _ in range(3))
@@ -446,7 +446,7 @@ def test_broadcast_check_agrees_with_torch():
     ``torch.broadcast_shapes`` on random shape pairs (ranks 1–4, sizes 1–3)."""
     import random
 
-    from probe.attention_interface import _broadcasts_to
+    from probe.tracing.attention_interface import _broadcasts_to
 
     rng = random.Random(0)
     agree = {True: 0, False: 0}

@@ -12,7 +12,7 @@ from probe.analyses.circuits.edges import Edge, all_edges, check_edge, parse_edg
 from probe.analyses.circuits.objectives import SimilarityMetric
 from probe.analyses.circuits.path_patching import path_patch
 
-from probe.hooks import count_hooks
+from probe.tracing.hooks import count_hooks
 
 CLEAN = ["the cat sat on the mat today", "a dog ran in the big park"]
 CORRUPT = ["the cow ate on the hill today", "a man ran at the old house"]
@@ -110,7 +110,7 @@ def _relay():
     from probe.models import load_model, zoo
     from probe.models.zoo import relay
 
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     a = load_model("zoo:relay")
     ex = zoo.eval_examples("relay", n=8)
@@ -222,7 +222,7 @@ def test_induction_previous_token_head_feeds_induction_heads_through_keys():
     from probe.analyses.necessity.patching import corrupt_zoo
     from probe.models import load_model, zoo
 
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     a = load_model("zoo:induction")
     ex = zoo.eval_examples("induction", n=16)
@@ -288,7 +288,7 @@ def _tiny_seq2seq(bert_tokenizer, family: str):
 
 
 def _seq2seq_pairs():
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     return (
         Corpus(texts=tuple(CLEAN), targets=tuple(TARGETS)),
@@ -309,7 +309,7 @@ class _Swap(torch.nn.Module):
 
 def _manual_path_patch(a, clean, bad, edge):
     """Path patching of one edge written from scratch: the output projections and the
-    receiver's projection are swapped for wrapper modules (no probe.paths, no hooks), the
+    receiver's projection are swapped for wrapper modules (no probe.interventions.paths, no hooks), the
     loss is cross-entropy of the logits against the targets, mean over pairs."""
     from contextlib import contextmanager
 
@@ -387,7 +387,7 @@ def _manual_path_patch(a, clean, bad, edge):
 def test_encoder_decoder_path_patching_equals_an_independent_computation(bert_tokenizer):
     """BART: encoder -> encoder, encoder -> cross-attention keys/values (the cross edge),
     decoder -> cross-attention query, cross-attention -> decoder, decoder -> output: the
-    two-step path patch through probe.paths equals the same edges patched by module
+    two-step path patch through probe.interventions.paths equals the same edges patched by module
     wrappers written here, on the decoder's teacher-forced loss."""
     a = _tiny_seq2seq(bert_tokenizer, "bart")
     a.model.double()  # float64: the two computations may differ by rounding only
@@ -493,7 +493,7 @@ def test_head_circuit_and_node_scores_equal_independent_computations(bert_tokeni
     a = _unit_gain(_tiny(bert_tokenizer, "bert"))
     a.model.double()
     m = SimilarityMetric(CORRUPT)
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     clean, bad = Corpus(texts=tuple(CLEAN)), Corpus(texts=tuple(CORRUPT))
     cb, kb = m.make_batch(a, clean, [0, 1]), m.make_batch(a, bad, [0, 1])

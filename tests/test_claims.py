@@ -173,8 +173,8 @@ def test_attribution_and_necessity_state_their_power_in_the_evidence():
 # ---- zoo models with known answers -----------------------------------------------------
 def _claims(task: str, limit: int = ZOO_EXAMPLES, **kw):
     from probe.analyses.claims.heads import head_claims
-    from probe.capture import capture
-    from probe.inputs import fit_to_model, load_corpus
+    from probe.runs.capture import capture
+    from probe.inputs.corpus import fit_to_model, load_corpus
     from probe.models import load_model
 
     adapter = load_model(f"zoo:{task}")
@@ -262,7 +262,7 @@ def test_random_minilm_shape_gets_no_structure_and_few_discoveries():
 
     from probe.analyses.claims.heads import head_claims
     from probe.app.report.bundled import sample_corpus
-    from probe.capture import capture
+    from probe.runs.capture import capture
     from probe.models import ModelAdapter
     from probe.models.registry import minilm_path
 

@@ -16,7 +16,7 @@ from probe.analyses.compare.changes import head_changes, paired_change
 from probe.analyses.compare.divergence import pattern_divergence, row_jsd
 from probe.analyses.compare.run import compare_checkpoints
 from probe.errors import InputError
-from probe.inputs import load_corpus
+from probe.inputs.corpus import load_corpus
 from probe.models import load_model
 from probe.models.checkpoints import Checkpoint, weights_fingerprint
 

@@ -13,7 +13,7 @@ from conftest import make_maps
 from probe.analyses.structure.coref import coref_accuracy, coref_windows
 from probe.analyses.structure.coref_mentions import Mention, parse_entity_field, read_number, sentence_mentions
 from probe.analyses.structure.word_graph import word_attention
-from probe.corpus import Sentence, read_conllu
+from probe.inputs.readers import Sentence, read_conllu
 
 
 def test_parse_entity_field_nested_and_single_word():

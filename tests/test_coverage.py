@@ -154,8 +154,8 @@ def _delta(a: torch.Tensor, b: torch.Tensor, inputs: dict) -> float:
 
 def check_capture(adapter) -> dict:
     """Capture every stack of ``adapter`` in one forward per stack; compare with eager."""
-    from probe.attention_interface import attention_path
-    from probe.capture import AttentionCapture
+    from probe.tracing.attention_interface import attention_path
+    from probe.runs.capture import AttentionCapture
 
     inputs, lengths = _inputs(adapter)
     ref = _eager_reference(adapter, inputs)
@@ -199,7 +199,7 @@ def check_ablation(adapter, layer: int = 1, head: int = 2) -> dict:
     head's weights × values located among the projection's input columns), never from the
     adapter's head size. Compared on the stack's own output (the encoder's, for
     encoder-decoders), real positions only."""
-    from probe.interventions import HeadEdit, HeadIntervention
+    from probe.interventions.heads import HeadEdit, HeadIntervention
 
     inputs, _ = _inputs(adapter)
     stack = adapter.default_stack
@@ -282,9 +282,9 @@ def test_interface_intervention_leaves_nothing_attached(bert_tokenizer):
     """An intervention on the interface path whose forward raises: no session, no hook,
     the attention implementation restored; the edit applies once (not also at the
     stand-by projection hook)."""
-    from probe.attention_interface import active_sessions
-    from probe.hooks import count_hooks
-    from probe.interventions import HeadEdit, HeadIntervention
+    from probe.tracing.attention_interface import active_sessions
+    from probe.tracing.hooks import count_hooks
+    from probe.interventions.heads import HeadEdit, HeadIntervention
 
     adapter = build("llama", bert_tokenizer)
     model = adapter.model
@@ -307,7 +307,7 @@ def test_interface_intervention_leaves_nothing_attached(bert_tokenizer):
 def test_hf_opens_an_architecture_outside_the_table(bert_tokenizer, tmp_path):
     """``hf:<path>`` opens a model type the family table never named (found by shape) and
     captures through the interface."""
-    from probe.capture import capture
+    from probe.runs.capture import capture
     from probe.models import load_model
     from probe.models.architectures import ARCHITECTURES
 
@@ -326,8 +326,8 @@ def test_hf_opens_an_architecture_outside_the_table(bert_tokenizer, tmp_path):
 def test_reweighting_uniform_permute_given(bert_tokenizer):
     """Attention reweighting on a causal GQA model: uniform rows are 1/(i+1); a permutation
     keeps each row's values and the causal mask; given = own weights changes nothing."""
-    from probe.capture import AttentionCapture
-    from probe.reweighting import AttentionEdit, AttentionReweighting
+    from probe.runs.capture import AttentionCapture
+    from probe.interventions.reweighting import AttentionEdit, AttentionReweighting
 
     adapter = build("llama", bert_tokenizer)
     inputs, lengths = _inputs(adapter)

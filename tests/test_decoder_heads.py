@@ -87,7 +87,7 @@ def test_hand_set_weights_make_a_previous_token_head_and_a_sink_head(bert_tokeni
     import transformers
 
     from probe.models import ModelAdapter
-    from probe.trace import trace
+    from probe.tracing.trace import trace
 
     cfg = transformers.GPT2Config(
         vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=16, bos_token_id=1, eos_token_id=2

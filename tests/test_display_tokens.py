@@ -110,7 +110,7 @@ def test_head_view_and_line_view_show_readable_tokens(byte_level_tokenizer):
 def test_rollout_lines_tell_repeated_words_apart(minilm):
     from probe.app.registry.analyses.rollout import _result
     from probe.analyses.flow.rollout import rollout_maps
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     scores = rollout_maps(capture(minilm, [TEXT])[0])
     line = _result(scores, "rollout").notes[0]

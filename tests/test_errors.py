@@ -32,7 +32,7 @@ def test_a_plain_value_error_is_a_bug_wherever_it_was_raised(monkeypatch):
     from probe.analyses.common.accumulate import merge_all
 
     exc = _raised(lambda: merge_all([]))  # "nothing to merge": an invariant of the engine
-    assert type(exc) is ValueError and "probe/blocks.py" in _innermost_file(exc)
+    assert type(exc) is ValueError and "probe/runs/blocks.py" in _innermost_file(exc)
     assert not is_input_error(exc)
     assert not hasattr(probe.errors, "raised_by_toolkit")
 
@@ -49,7 +49,7 @@ def test_the_error_kinds_are_one_class_on_every_floor():
     import probe.models.errors
     from probe.analyses.structure.word_graph import AlignmentError
     from probe.models.architectures import UnsupportedModel
-    from probe.store import ExampleOutOfRange
+    from probe.store.directory import ExampleOutOfRange
 
     assert probe.models.errors.InputError is InputError and probe.models.errors.NotApplicable is NotApplicable
     assert issubclass(UnsupportedModel, NotApplicable) and issubclass(AlignmentError, InputError)

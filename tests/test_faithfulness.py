@@ -120,8 +120,8 @@ def test_jsd_and_tvd():
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
 def test_identity_permutation_changes_nothing_and_alpha_v_is_the_head_output(tiny_models, family):
-    from probe.capture import AttentionCapture
-    from probe.interventions import HeadOutputRecorder
+    from probe.runs.capture import AttentionCapture
+    from probe.interventions.heads import HeadOutputRecorder
 
     a = tiny_models[family]
     texts = ["the keys to the cabinet are here", "a dog barks"]
@@ -233,7 +233,7 @@ def test_cli_refuses_a_target_the_model_cannot_give(tmp_path):
 @pytest.mark.slow
 def test_zoo_agreement_evidence_recovery():
     from probe.models import load_model
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
 
     try:
         adapter = load_model("zoo:agreement")

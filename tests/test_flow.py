@@ -193,7 +193,7 @@ def test_fast_flow_in_parallel_equals_serial():
 
 @pytest.mark.slow
 def test_flow_equals_networkx_on_the_bundled_model(minilm):
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     text = "The old man who lived by the sea sold his boat to a young fisherman from town."
     (maps,) = capture(minilm, text)
@@ -245,7 +245,7 @@ def test_flow_of_a_batch_is_refused_with_advice():
 
 
 def _store_with(tmp_path, attn, kind="self"):
-    from probe.store import write_store
+    from probe.store.directory import write_store
 
     maps = make_maps(attn.float(), kind=kind)
     return write_store(tmp_path / "store", [(0, maps)], {"model": "hand-built"})

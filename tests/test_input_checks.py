@@ -10,13 +10,13 @@ import torch
 from click.testing import CliRunner
 
 from probe.app.cli import main as cli
-from probe.corpus import read_conllu, read_text_file
+from probe.inputs.readers import read_conllu, read_text_file
 from probe.errors import InputError
-from probe.inputs import Corpus
-from probe.pipeline import capture_corpus
-from probe.store import Store, done_ids
-from probe.store_repair import verify_store
-from probe.store_schema import record_crc
+from probe.inputs.corpus import Corpus
+from probe.runs.pipeline import capture_corpus
+from probe.store.directory import Store, done_ids
+from probe.store.repair import verify_store
+from probe.store.schema import record_crc
 
 BOM = "\ufeff"
 ROWS = (
@@ -80,7 +80,7 @@ def test_an_index_line_reading_another_examples_tensor_is_refused(small_store, t
 
 def test_two_lines_naming_one_tensor_are_refused_even_with_matching_keys(small_store, tmp_path):
     """Same (shard, key) twice: the second line is named with the line that owns it."""
-    from probe.store_schema import scan_index
+    from probe.store.schema import scan_index
 
     c = tmp_path / "c"
     shutil.copytree(small_store, c)
@@ -109,7 +109,7 @@ def test_resumed_capture_equals_a_clean_one_bit_for_bit_and_leaves_no_orphans(mi
     class Boom(Exception):
         pass
 
-    import probe.pipeline as pipeline
+    import probe.runs.pipeline as pipeline
 
     real = pipeline.iter_capture
     seen = {"n": 0}
@@ -142,7 +142,7 @@ def test_resumed_capture_equals_a_clean_one_bit_for_bit_and_leaves_no_orphans(mi
 
 
 def test_repair_removes_orphan_shards(small_store, tmp_path):
-    from probe.store_repair import repair_store
+    from probe.store.repair import repair_store
 
     c = tmp_path / "c"
     shutil.copytree(small_store, c)
@@ -187,7 +187,7 @@ def test_the_api_refuses_the_same_values():
     with pytest.raises(InputError, match="--heads: head L0H0 is given twice"):
         probe.run("faithfulness", text=["The cat sat."], heads=[(0, 0), "0.0"])
     with pytest.raises(InputError, match="layers \\[0, 0, 1\\] name a layer twice"):
-        from probe.pipeline import store_manifest
+        from probe.runs.pipeline import store_manifest
 
         class A:
             name, default_stack, n_heads = "m", "encoder", 1
@@ -197,7 +197,7 @@ def test_the_api_refuses_the_same_values():
 
 # ---- [UNK]: counted per example, long words named, never hidden as special --------------
 def test_unknown_tokens_are_counted_per_example_and_noted(minilm, caplog):
-    from probe.inputs import fit_to_model
+    from probe.inputs.corpus import fit_to_model
 
     corpus = fit_to_model(Corpus(texts=("I love 🍕 pizza 😀", "x" * 1_000_000, "plain words")), minilm)
     assert corpus.unknown == (2, 1, 0)
@@ -282,7 +282,7 @@ def test_unwritable_out_is_refused_before_any_compute(tmp_path, monkeypatch):
 
 def test_the_report_states_unknown_tokens(minilm):
     from probe.app.report.build import _unknown_summary
-    from probe.inputs import fit_to_model
+    from probe.inputs.corpus import fit_to_model
 
     corpus = fit_to_model(Corpus(texts=("Pizza 🍕 here", "plain", "😀 and 😀")), minilm)
     assert _unknown_summary(corpus, minilm) == "3 [UNK] in 2 of 3 examples (example 0: 1, example 2: 2)"

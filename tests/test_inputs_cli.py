@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from conftest import make_maps, previous_token, uniform
 from probe.app.cli import main
-from probe.corpus import read_conllu
+from probe.inputs.readers import read_conllu
 from probe.maps import AttentionMaps
 
 CONLLU = """# sent_id = s1

@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-from probe.hooks import count_hooks
-from probe.interventions import HeadGates, HeadOutputRecorder, ablate_heads, head_output_means
+from probe.tracing.hooks import count_hooks
+from probe.interventions.heads import HeadGates, HeadOutputRecorder, ablate_heads, head_output_means
 
 TEXTS = ["The cat sat on the mat.", "Dogs bark loudly at night when the moon is full."]
 FAMILIES = ["bert", "roberta", "distilbert", "gpt2", "llama", "bart", "t5"]

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import make_maps, previous_token
-from probe.capture import AttentionCapture, capture
-from probe.long_inputs import attention_window, capture_bytes, top_k_edges
+from probe.runs.capture import AttentionCapture, capture
+from probe.inputs.long_inputs import attention_window, capture_bytes, top_k_edges
 
 TEXT = "The cat sat on the mat, and the cat sat on the mat again."
 
@@ -43,7 +43,7 @@ def test_estimate_scales_with_what_is_kept():
 
 
 def test_warns_before_a_capture_that_would_not_fit(tiny_models, monkeypatch):
-    import probe.long_inputs as li
+    import probe.inputs.long_inputs as li
 
     adapter = tiny_models["llama"]
     monkeypatch.setattr(li, "available_memory_bytes", lambda device: 1000)
@@ -58,7 +58,7 @@ def test_warns_before_a_capture_that_would_not_fit(tiny_models, monkeypatch):
 
 
 def test_available_memory_is_read():
-    from probe.long_inputs import available_memory_bytes
+    from probe.inputs.long_inputs import available_memory_bytes
 
     free = available_memory_bytes("cpu")
     assert free is None or free > 0

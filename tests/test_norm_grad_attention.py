@@ -10,7 +10,7 @@ import torch
 from probe.analyses.flow.grad_attention import grad_rollout, grad_rollout_maps, grad_weighted_attention
 from probe.analyses.flow.norm_attention import norm_rollout, norm_rollout_maps, norm_weights, value_norms
 from conftest import uniform
-from probe.hooks import count_hooks, eager_attention
+from probe.tracing.hooks import count_hooks, eager_attention
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -28,7 +28,7 @@ def test_value_norms_of_a_hand_built_projection():
 
 
 def test_norm_weights_match_a_manual_computation_on_a_tiny_bert(tiny_models):
-    from probe.values import capture_values
+    from probe.runs.values import capture_values
 
     adapter = tiny_models["bert"]
     model = adapter.model
@@ -51,7 +51,7 @@ def test_norm_weights_match_a_manual_computation_on_a_tiny_bert(tiny_models):
 
 
 def test_norm_rollout_on_a_causal_tiny_gpt2_is_lower_triangular(tiny_models):
-    from probe.values import capture_values
+    from probe.runs.values import capture_values
 
     vc = capture_values(tiny_models["gpt2"], TEXT)
     assert vc.maps.kind == "causal"
@@ -64,7 +64,7 @@ def test_norm_rollout_on_a_causal_tiny_gpt2_is_lower_triangular(tiny_models):
 def test_special_tokens_get_large_attention_but_small_norm_share(minilm):
     # Kobayashi et al. 2020 §4: [CLS]/[SEP] receive much attention, little ‖α f(x)‖.
     # In all-MiniLM-L6-v2 the attention sink is [CLS] (≈ 0.47 of all attention).
-    from probe.values import capture_values
+    from probe.runs.values import capture_values
 
     vc = capture_values(minilm, TEXT)
     a = vc.maps.attentions
@@ -113,7 +113,7 @@ def test_gradient_shape_mismatch_is_rejected():
 
 
 def test_attention_gradients_equal_autograd_on_hf_attentions(tiny_models):
-    from probe.grads import attention_gradients
+    from probe.runs.grads import attention_gradients
 
     adapter = tiny_models["bert"]
     model = adapter.model
@@ -140,7 +140,7 @@ def test_attention_gradients_equal_autograd_on_hf_attentions(tiny_models):
 
 
 def test_gradient_rollout_on_a_causal_model_ignores_the_future(tiny_models):
-    from probe.grads import attention_gradients
+    from probe.runs.grads import attention_gradients
 
     res = attention_gradients(tiny_models["gpt2"], TEXT, position=3)
     assert res.grads[:, :, 4:].abs().max().item() == 0  # later rows cannot affect position 3

@@ -35,7 +35,7 @@ def _random(kind: str, tokenizer):
 def _claims(adapter, limit=12, **kw):
     from probe.analyses.claims.heads import head_claims
     from probe.app.report.bundled import sample_corpus
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     corpus = sample_corpus(limit=limit)
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans))

@@ -116,7 +116,7 @@ def test_auto_on_zoo_and_decoder():
     from probe.models.registry import load_model
 
     zoo = load_model("zoo:prev-token")
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
 
     obj, why = resolve_objective("auto", zoo, load_corpus(model="zoo:prev-token", limit=8))
     assert obj.name == "loss" and "zoo task" in why
@@ -262,7 +262,7 @@ def test_removal_batches_split_between_workers_give_the_same_harms(minilm, sampl
     heads = [(5, 10), (0, 2), (3, 1)]
     seen = []
 
-    def runner(job, batches):  # a runner of probe.blocks: one batch per block, the last first
+    def runner(job, batches):  # a runner of probe.runs.blocks: one batch per block, the last first
         starts = list(range(len(batches)))[::-1]
         seen.append(len(starts))
         job = pickle.loads(pickle.dumps(job))  # what a worker receives: the plan travels in the job

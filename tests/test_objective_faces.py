@@ -15,7 +15,7 @@ import torch
 
 from probe.analyses.common.objective import NAMES, Objective, resolve_objective, scalar_function
 from probe.errors import NotApplicable
-from probe.inputs import Corpus
+from probe.inputs.corpus import Corpus
 
 TEXTS = ("the cat sat on the mat", "dogs bark", "a b c d e f g")
 

@@ -10,7 +10,7 @@ import torch
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import corrupt_zoo, patch_heads
-from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
+from probe.interventions.heads import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 CLEAN = ["The cat sat on the mat today.", "A dog barked at the old man."]
 CORRUPT = ["The dog ran to the car today.", "A cat hissed at the young boy."]
@@ -136,8 +136,8 @@ def test_zoo_induction_ablation_destroys_copying_and_patching_restores_it():
     layer-1 induction heads are redundant one by one but together necessary, and patching
     them from the clean run restores copying on inputs whose first copy was replaced."""
     from probe.models import load_model
-    from probe.capture import capture
-    from probe.inputs import load_corpus
+    from probe.runs.capture import capture
+    from probe.inputs.corpus import load_corpus
     from probe.analyses.necessity.ablation import sweep_heads
     from probe.analyses.necessity.head_groups import ablate_group, patch_group
     from probe.analyses.patterns.roles import head_roles

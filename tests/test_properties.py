@@ -42,11 +42,11 @@ from hypothesis import strategies as st
 from probe.app.cli.numbers import Number
 from probe.app.registry.notation import head_name, parse_heads, parse_int_list
 from probe.app.registry.validate import check_number
-from probe.corpus import read_text_file, read_treebank
+from probe.inputs.readers import read_text_file, read_treebank
 from probe.errors import InputError
-from probe.store import Store
-from probe.store_repair import verify_store
-from probe.store_schema import check_record, record_crc
+from probe.store.directory import Store
+from probe.store.repair import verify_store
+from probe.store.schema import check_record, record_crc
 
 #: examples per property (bounded: the whole module runs in well under a minute)
 N = 100
@@ -277,8 +277,8 @@ def test_the_click_number_type_fails_only_with_bad_parameter(text):
 # ---- store index records and stores -----------------------------------------------------
 @pytest.fixture(scope="module")
 def real_store(minilm, tmp_path_factory):
-    from probe.inputs import Corpus
-    from probe.pipeline import capture_corpus
+    from probe.inputs.corpus import Corpus
+    from probe.runs.pipeline import capture_corpus
 
     out = tmp_path_factory.mktemp("propstore") / "s"
     texts = ("The cat sat.", "A dog barked at night.", "Go!", "Birds fly south.", "It rained all day.")
@@ -495,8 +495,8 @@ def test_output_positions_are_distinct_or_refused(n, positions, every):
 
 @pytest.fixture(scope="module")
 def clean_tiny_store(tiny_models, tmp_path_factory):
-    from probe.inputs import Corpus
-    from probe.pipeline import capture_corpus
+    from probe.inputs.corpus import Corpus
+    from probe.runs.pipeline import capture_corpus
 
     out = tmp_path_factory.mktemp("tinyclean") / "s"
     capture_corpus(tiny_models["bert"], Corpus(texts=STORE_TEXTS), out, shard_size=2, batch_size=2)
@@ -516,8 +516,8 @@ def test_a_killed_store_verifies_incomplete_resumes_to_a_clean_one_and_refuses_o
     import copy
     import hashlib
 
-    import probe.pipeline as pipeline
-    from probe.inputs import Corpus
+    import probe.runs.pipeline as pipeline
+    from probe.inputs.corpus import Corpus
 
     adapter = tiny_models["bert"]
     d = Path(tempfile.mkdtemp(prefix="propresume-")) / "s"

@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from probe.app.cli import main
-from probe.corpus import read_conllu, read_treebank, skipping_invalid
+from probe.inputs.readers import read_conllu, read_treebank, skipping_invalid
 
 LONG = " ".join(["word"] * 700)  # beyond minilm's 512 tokens
 
@@ -147,7 +147,7 @@ def test_syntax_cli_refuses_then_skips_and_lists_in_skipped_csv(tmp_path):
 
 
 def test_load_corpus_counts_invalid_sentences(tmp_path):
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
 
     path = _treebank(tmp_path, GOOD, _with(6, 1, "2"), GOOD)
     with skipping_invalid() as invalid:
@@ -200,7 +200,7 @@ def test_over_long_text_names_the_limit(tmp_path, command):
 
 
 def test_patch_drops_the_whole_pair_of_an_over_long_line(minilm, tmp_path):
-    from probe.inputs import Corpus, fit_pairs
+    from probe.inputs.corpus import Corpus, fit_pairs
 
     clean = Corpus(texts=("The cat sat.", LONG, "A dog ran."))
     bad = Corpus(texts=("The dog sat.", "short", "A cat ran."))
@@ -220,8 +220,8 @@ def test_commands_without_truncate_do_not_advise_it(tmp_path, command):
 def test_heatmap_keeps_a_foreign_file_and_creates_the_parent(minilm, tmp_path):
     """heatmap's --out is a directory: a non-empty one is refused untouched (no silent
     overwrite of a CSV already there), and missing parents are created."""
-    from probe.inputs import Corpus
-    from probe.pipeline import capture_corpus
+    from probe.inputs.corpus import Corpus
+    from probe.runs.pipeline import capture_corpus
 
     capture_corpus(minilm, Corpus(texts=("The cat sat.",)), tmp_path / "s")
     (tmp_path / "fig").mkdir()
@@ -238,7 +238,7 @@ def test_heatmap_keeps_a_foreign_file_and_creates_the_parent(minilm, tmp_path):
 def test_sort_window_and_batches_are_bounded_in_bytes(minilm, monkeypatch):
     """Long texts: the window closes (and each batch is cut) at ``window_bytes`` of maps,
     not at batch_size × sort_window examples; results are unchanged."""
-    cap = importlib.import_module("probe.capture")  # the module (probe.capture is the function)
+    cap = importlib.import_module("probe.runs.capture")
 
     texts = [" ".join(["word"] * n) for n in (200, 5, 300, 8, 250, 6, 220, 7)]
     cell = minilm.n_layers * minilm.n_heads * 4

@@ -14,7 +14,7 @@ EVIL = ["<script>alert(1)</script>", '"q"', "a&b", "</script>"]
 
 
 def _ctx(maps_list, sentences=()):
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
     from probe.app.registry import open_run
 
     corpus = Corpus(texts=tuple(m.text for m in maps_list), sentences=tuple(sentences), source="hand-built")
@@ -48,7 +48,7 @@ def evil_report(tmp_path):
 # ---- the bundled sample -------------------------------------------------------------
 def test_bundled_sample_is_a_valid_treebank_with_the_paper_sentences():
     from probe.app.report.bundled import SAMPLE_CONLLU
-    from probe.corpus import read_conllu
+    from probe.inputs.readers import read_conllu
 
     sents = read_conllu(SAMPLE_CONLLU)
     assert len(sents) == 24

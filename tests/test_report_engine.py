@@ -94,10 +94,10 @@ def test_streamed_relations_keep_words_absorbed_by_a_neighbours_token(minilm):
     from probe.analyses.structure.syntax import relation_accuracy
     from probe.analyses.structure.word_graph import Skipped, word_graphs
     from probe.analyses.structure.streaming import LayerwiseRelations
-    from probe.blocks import stream_into
-    from probe.capture import capture
-    from probe.corpus import read_conllu
-    from probe.inputs import from_sentences
+    from probe.runs.blocks import stream_into
+    from probe.runs.capture import capture
+    from probe.inputs.readers import read_conllu
+    from probe.inputs.corpus import from_sentences
 
     sents = read_conllu(str(need_data(EWT_DEV)), limit=30)[25:30]
     corpus = from_sentences(sents, source="ewt")
@@ -128,15 +128,15 @@ def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm, monkeyp
     from probe.analyses.claims.heads import evidence_accumulators, head_claims
     import pickle
 
-    from probe.blocks import StreamJob
+    from probe.runs.blocks import StreamJob
     from probe.app.report.bundled import sample_corpus
-    from probe.capture import capture
-    from probe.inputs import fit_to_model
+    from probe.runs.capture import capture
+    from probe.inputs.corpus import fit_to_model
 
-    import probe.streaming
+    import probe.runs.streaming
 
     if not joined:
-        monkeypatch.setattr(probe.streaming, "JOIN_BYTES", 0)  # not one example fits: layer by layer
+        monkeypatch.setattr(probe.runs.streaming, "JOIN_BYTES", 0)  # not one example fits: layer by layer
     corpus = fit_to_model(sample_corpus(), minilm)
     maps = capture(minilm, list(corpus.texts), word_spans=list(corpus.word_spans))
     held = head_claims(None, corpus, maps)
@@ -150,7 +150,7 @@ def test_claims_evidence_streamed_in_blocks_equals_the_held_maps(minilm, monkeyp
     else:  # really streamed by layer
         assert features.inner and features.whole is None
     ref = evidence_accumulators(corpus)
-    from probe.streaming import feed_maps
+    from probe.runs.streaming import feed_maps
 
     feed_maps(list(ref.values()), maps, items=list(corpus.sentences))
     a, b = got["pattern"].result(), ref["pattern"].result()
@@ -173,7 +173,7 @@ def test_auto_engine_streams_when_the_maps_would_take_over_a_quarter_of_the_budg
     bundled sentence, so one byte less than four times it chooses ``stream``."""
     from probe.app.report.bundled import sample_corpus
     from probe.app.report.build import choose_engine, held_maps_bytes
-    from probe.inputs import fit_to_model
+    from probe.inputs.corpus import fit_to_model
 
     corpus = fit_to_model(sample_corpus(), minilm)
     ids = minilm.tokenizer(list(corpus.texts))["input_ids"]

@@ -114,7 +114,7 @@ def test_a_page_prints_the_objects_numbers_not_its_own():
     from probe.app.report.build import analyse
     from probe.app.report.evidence import evidence_html
     from probe.app.report.sections import SectionOutcome
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     m = make_maps(previous_token(5, 1, 1))
     data = analyse(open_run(None, Corpus(texts=(m.text,) * 3), maps=[m] * 3), sections=["roles"], strict=True)

@@ -38,7 +38,7 @@ def checkpoints(tmp_path_factory, bert_tokenizer):
 
 
 def test_length_groups_cover_corpus_and_shrink_for_long_inputs(tiny_models):
-    from probe.budget import length_groups, memory_budget, row_bytes, workspace
+    from probe.inputs.budget import length_groups, memory_budget, row_bytes, workspace
 
     a = tiny_models["bert"]
     lengths = [10, 500, 12, 300, 11, 9, 480]
@@ -55,7 +55,7 @@ def test_batches_by_length_cover_the_corpus_once_with_less_padding(tiny_models):
     """Length-sorted batches: every example once, batches of similar length (longest
     first), fewer padded tokens than corpus order on a corpus of mixed lengths."""
     from probe.analyses.common.objective import get_metric
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     a = tiny_models["bert"]
     texts = tuple(" ".join(["word"] * n) + " ." for n in (3, 40, 5, 38, 4, 36, 6, 41, 2))
@@ -82,7 +82,7 @@ def test_permutations_split_over_forwards_under_a_small_budget(checkpoints):
     inputs share forwards, and identity permutations still change nothing."""
     from probe.analyses.common.objective import parse_target
     from probe.analyses.explanation.counterfactual import _permutation_groups, permutation_effects
-    from probe.budget import memory_budget, row_bytes
+    from probe.inputs.budget import memory_budget, row_bytes
     from probe.models import load_model
 
     a = load_model(f"hf:{checkpoints['gpt2']}")
@@ -96,7 +96,7 @@ def test_permutations_split_over_forwards_under_a_small_budget(checkpoints):
 
 
 def test_budget_refused_with_smallest_that_works(tiny_models):
-    from probe.budget import check_budget, smallest_budget
+    from probe.inputs.budget import check_budget, smallest_budget
 
     a = tiny_models["bert"]
     need = smallest_budget(a, 400)
@@ -106,7 +106,7 @@ def test_budget_refused_with_smallest_that_works(tiny_models):
 
 
 def test_parse_size():
-    from probe.budget import parse_size
+    from probe.inputs.budget import parse_size
 
     assert (
         parse_size("4G") == 4 << 30
@@ -126,8 +126,8 @@ def test_importance_in_budget_sized_chunks_equals_one_batch(checkpoints):
     from probe.analyses.necessity.importance import gradient_importance, ig_importance
     from probe.models import load_model
 
-    from probe.budget import memory_budget, row_bytes
-    from probe.inputs import Corpus
+    from probe.inputs.budget import memory_budget, row_bytes
+    from probe.inputs.corpus import Corpus
 
     a = load_model(f"hf:{checkpoints['mlm']}")
     corpus = Corpus(
@@ -236,7 +236,7 @@ def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind
     from probe.app.registry.analyses.faithfulness import default_target
     from probe.models import load_model
 
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     a = load_model(f"hf:{checkpoints[kind]}")
     assert type(a.model).__name__.endswith("SequenceClassification" if kind == "seqcls" else "TokenClassification")
@@ -452,8 +452,8 @@ LONG = " ".join(f"word{i % 50} is here ." for i in range(200))  # ~ 1,000 tokens
 def test_windows_overlap_and_cover_the_text(checkpoints):
     from probe.models import load_model
 
-    from probe.inputs import Corpus
-    from probe.long_inputs import window_corpus
+    from probe.inputs.corpus import Corpus
+    from probe.inputs.long_inputs import window_corpus
 
     a = load_model(f"hf:{checkpoints['mlm']}")
     corpus = Corpus(texts=(LONG, "short ."), source="t")

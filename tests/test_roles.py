@@ -291,7 +291,7 @@ def test_bad_input(caplog):
 
 
 def test_store_streams_the_same_answer(tmp_path):
-    from probe.store import Store, write_store
+    from probe.store.directory import Store, write_store
 
     maps = [
         make_maps(
@@ -349,7 +349,7 @@ def _zoo(task):
 @pytest.mark.slow
 def test_zoo_prev_token_head_is_found():
     from probe.models.zoo import eval_examples
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     adapter = _zoo("prev-token")
     texts = [e["text"] for e in eval_examples("prev-token", n=120)]
@@ -363,7 +363,7 @@ def test_zoo_prev_token_head_is_found():
 def test_zoo_constructed_heads_are_named():
     """zoo:constructed has hand-set weights: head 0.0 previous-token, head 0.1 [CLS]."""
     from probe.models.zoo import eval_examples
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     adapter = _zoo("constructed")
     texts = [e["text"] for e in eval_examples("constructed", n=40)]
@@ -375,7 +375,7 @@ def test_zoo_constructed_heads_are_named():
 @pytest.mark.slow
 def test_zoo_induction_and_previous_token_heads_are_found():
     from probe.models.zoo import eval_examples
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     adapter = _zoo("induction")
     texts = [e["text"] for e in eval_examples("induction", n=120)]
@@ -390,8 +390,8 @@ def test_zoo_induction_and_previous_token_heads_are_found():
 # ---- the bundled model on real data --------------------------------------------------------
 @pytest.mark.slow
 def test_minilm_on_ewt(minilm, ewt_dev):
-    from probe.capture import capture
-    from probe.corpus import read_conllu
+    from probe.runs.capture import capture
+    from probe.inputs.readers import read_conllu
 
     sents = read_conllu(ewt_dev, limit=40)
     maps = capture(minilm, [s.text for s in sents], word_spans=[s.spans for s in sents], batch_size=20)
@@ -420,7 +420,7 @@ def test_cli_writes_tables_and_figures_from_a_store(tmp_path):
     from probe.app.cli import command
 
     roles_cmd = command("roles")
-    from probe.store import write_store
+    from probe.store.directory import write_store
 
     maps = [
         make_maps(

@@ -165,7 +165,7 @@ def test_non_consecutive_captured_layers_are_refused():
 
 
 def test_cls_row_on_the_bundled_model_is_a_distribution_over_its_tokens(minilm):
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     (maps,) = capture(minilm, "The keys to the cabinet are on the table.")
     ts = rollout_maps(maps)

@@ -18,13 +18,13 @@ import torch
 from click.testing import CliRunner
 
 from probe.app.cli import main as cli
-from probe.corpus import read_conllu, read_text_file, read_treebank
+from probe.inputs.readers import read_conllu, read_text_file, read_treebank
 from probe.errors import InputError
-from probe.inputs import Corpus
-from probe.pipeline import capture_corpus
-from probe.store import Store
-from probe.store_repair import verify_store
-from probe.store_schema import record_crc
+from probe.inputs.corpus import Corpus
+from probe.runs.pipeline import capture_corpus
+from probe.store.directory import Store
+from probe.store.repair import verify_store
+from probe.store.schema import record_crc
 
 TEXTS = tuple(f"Sentence {i} is about {'cats ' * (i % 3)}and dogs." for i in range(6))
 ROWS = (
@@ -52,7 +52,7 @@ def tiny(tiny_models):
 
 def _interrupted(adapter, out, n=3):
     """A store of ``TEXTS`` killed after ``n`` examples (one shard per example)."""
-    import probe.pipeline as pipeline
+    import probe.runs.pipeline as pipeline
 
     real = pipeline.iter_capture
 
@@ -229,7 +229,7 @@ def test_row03_a_vocabulary_larger_than_the_embedding_is_refused_and_leaves_no_s
 
 
 def test_row03_a_capture_that_fails_before_its_first_example_leaves_no_store(tiny, tmp_path):
-    import probe.pipeline as pipeline
+    import probe.runs.pipeline as pipeline
 
     def broken(*a, **k):
         raise IndexError("index out of range in self")
@@ -393,7 +393,7 @@ def test_row08_roles_refuses_a_store_with_negative_maps(store5, tmp_path):
 
 
 def test_row08_rows_off_one_are_refused(store5, tmp_path):
-    from probe.store_schema import map_range_problem
+    from probe.store.schema import map_range_problem
 
     a = torch.full((1, 1, 2, 4), 0.25)
     assert map_range_problem(a, {"dtype": "float32"}) == ""
@@ -484,7 +484,7 @@ def test_row12_a_head_group_given_twice_is_refused(tmp_path):
 
 # ---- row 13: a token spanning two words -------------------------------------------------------
 def test_row13_a_token_spanning_two_words_is_assigned_by_the_rule_and_counted(minilm, tmp_path, caplog):
-    from probe.inputs import fit_to_model, load_corpus
+    from probe.inputs.corpus import fit_to_model, load_corpus
     from probe.models.alignment import align_loop, spanning_tokens
 
     p = tmp_path / "t.conllu"
@@ -512,7 +512,7 @@ def test_row13_a_token_spanning_two_words_is_assigned_by_the_rule_and_counted(mi
 
 
 def test_row13_spaced_text_has_no_spanning_token(minilm, caplog):
-    from probe.inputs import fit_to_model
+    from probe.inputs.corpus import fit_to_model
 
     corpus = Corpus(texts=("I can not go",), word_spans=(((0, 1), (2, 5), (6, 9), (10, 12)),))
     with caplog.at_level(logging.WARNING):

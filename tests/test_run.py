@@ -74,7 +74,7 @@ def test_report_on_an_opened_run_is_build_reports(minilm, tmp_path):
     from probe.app.registry import open_run
     from probe.app.report.build import analyse, build_report, write_report
     from probe.app.report.bundled import sample_corpus
-    from probe.inputs import fit_to_model
+    from probe.inputs.corpus import fit_to_model
 
     sections = ["syntax", "roles", "rollout", "ablation"]
     built = build_report(tmp_path / "built", adapter=minilm, limit=4, sections=sections, strict=True)

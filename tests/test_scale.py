@@ -19,8 +19,8 @@ from conftest import EWT_DEV, GUM_DEV, need_data
 
 from probe.analyses.patterns.role_features import LayerwiseHeadFeatures, head_features
 from probe.app.engine.run import run_corpus
-from probe.capture import iter_capture
-from probe.streaming import feed, stream_layers
+from probe.runs.capture import iter_capture
+from probe.runs.streaming import feed, stream_layers
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -31,7 +31,7 @@ TEXTS = [
 
 
 def _sentences(path, n):
-    from probe.corpus import read_conllu
+    from probe.inputs.readers import read_conllu
 
     return read_conllu(need_data(path), limit=n)
 
@@ -46,7 +46,7 @@ def _assert_features_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 
 class BlockRunner:
-    """A runner of :mod:`probe.blocks` as an engine uses one: blocks of ``size`` items,
+    """A runner of :mod:`probe.runs.blocks` as an engine uses one: blocks of ``size`` items,
     the last block first, each part pickled and unpickled (as a Ray worker hands it
     back); the parts are returned in input order."""
 
@@ -129,10 +129,10 @@ def test_streamed_coref_equals_whole_maps(minilm, monkeypatch, joined):
     """run_coref streams the windows (here also in blocks of 7, the last first), each
     batch's layers joined or, with a stream budget of 0, fed layer by layer: its counts
     equal coref_accuracy of every window's whole maps, held."""
-    import probe.streaming
+    import probe.runs.streaming
 
     if not joined:
-        monkeypatch.setattr(probe.streaming, "JOIN_BYTES", 0)
+        monkeypatch.setattr(probe.runs.streaming, "JOIN_BYTES", 0)
     from probe.analyses.structure.coref import coref_accuracy, coref_windows
     from probe.analyses.structure.coref_mentions import read_number
     from probe.analyses.structure.syntax_run import run_coref
@@ -152,7 +152,7 @@ def test_streamed_coref_equals_whole_maps(minilm, monkeypatch, joined):
 
 
 def test_streamed_features_equal_on_a_zoo_model():
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
     from probe.models import load_model
 
     a = load_model("zoo:prev-token")
@@ -235,13 +235,13 @@ def test_bfloat16_forward_streams_renormalised_rows(llama_dir):
 def test_streamed_roles_report_in_blocks_equals_roles_report(minilm, monkeypatch, joined):
     """roles_streamed in blocks of 3 (each batch's layers joined, or layer by layer with a
     stream budget of 0) equals roles_report of the whole maps, clusters included."""
-    import probe.streaming
+    import probe.runs.streaming
 
     if not joined:
-        monkeypatch.setattr(probe.streaming, "JOIN_BYTES", 0)
+        monkeypatch.setattr(probe.runs.streaming, "JOIN_BYTES", 0)
     from probe.analyses.patterns.roles import roles_report, roles_streamed
-    from probe.blocks import corpus_items
-    from probe.inputs import from_sentences
+    from probe.runs.blocks import corpus_items
+    from probe.inputs.corpus import from_sentences
 
     corpus = from_sentences(_sentences(EWT_DEV, 8), source="ewt")
     settings = dict(n_clusters=2, cluster_examples=4, min_examples=1)
@@ -456,7 +456,7 @@ def test_ray_two_workers_with_one_killed_equal_one_process(ray_cluster, llama, l
 @pytest.mark.slow
 def test_ray_ablation_sums_equal_one_process(ray_cluster, llama, llama_dir):
     from probe.analyses.necessity.ablation import sweep_heads
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     texts = [s.text for s in _sentences(EWT_DEV, RAY_SENTENCES)]
     from probe.analyses.necessity.ablation_job import sweep_heads_in_blocks
@@ -474,9 +474,9 @@ def test_ray_ablation_sums_equal_one_process(ray_cluster, llama, llama_dir):
 @pytest.mark.slow
 def test_ray_store_equals_one_process_store_and_resumes(ray_cluster, llama, llama_dir, tmp_path, monkeypatch):
     from probe.app.engine.capture import capture
-    from probe.inputs import from_sentences
-    from probe.pipeline import capture_corpus, store_manifest
-    from probe.store import Store, StoreWriter
+    from probe.inputs.corpus import from_sentences
+    from probe.runs.pipeline import capture_corpus, store_manifest
+    from probe.store.directory import Store, StoreWriter
 
     corpus = from_sentences(_sentences(EWT_DEV, 2 * RAY_BLOCK), source="ewt")
     local = capture_corpus(llama, corpus, tmp_path / "local", batch_size=4)
@@ -539,7 +539,7 @@ class ThreadsJob:
     """Reports the torch threads of the actor that ran the block."""
 
     def run(self, adapter, items, indices, progress=False):
-        from probe.blocks import Part
+        from probe.runs.blocks import Part
 
         return Part(first=int(indices[0]), value=torch.get_num_threads(), n_items=len(items))
 

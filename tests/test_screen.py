@@ -16,9 +16,9 @@ from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective_base import Objective
 from probe.analyses.necessity.confirm import confirm_heads, plan_confirmation
 from probe.analyses.necessity.screen import HeadScreen, screen_heads
-from probe.edits import Zero
+from probe.tracing.edits import Zero
 from probe.errors import InputError
-from probe.trace import trace
+from probe.tracing.trace import trace
 
 TEXTS = [
     "the cat sat on the mat",
@@ -205,7 +205,7 @@ def test_zoo_induction_output_sketch_finds_the_previous_token_head_where_first_o
     L0H3 destroys copying, so its exact harm is nats, while the saturated loss (≈ 0) leaves
     first-order AtP with nothing (the failure docs/screening.md reports); the output
     sketch puts L0H3 first."""
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
     from probe.models import load_model
 
     a = load_model("zoo:induction")

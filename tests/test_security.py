@@ -76,7 +76,7 @@ def test_no_source_file_calls_an_unpickler_or_trusts_remote_code():
 
 
 def test_reads_store_lines_that_own_their_tensor_only(tmp_path):
-    from probe.store_schema import check_record
+    from probe.store.schema import check_record
 
     rec = {
         "id": 3,

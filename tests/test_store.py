@@ -10,10 +10,10 @@ import time
 import pytest
 import torch
 
-from probe.capture import capture
-from probe.inputs import Corpus
-from probe.pipeline import capture_corpus
-from probe.store import Store, done_ids
+from probe.runs.capture import capture
+from probe.inputs.corpus import Corpus
+from probe.runs.pipeline import capture_corpus
+from probe.store.directory import Store, done_ids
 
 TEXTS = [f"Sentence number {i} has {'many ' * (i % 5)}words in it." for i in range(23)]
 
@@ -56,7 +56,7 @@ def test_interrupted_then_resumed_holds_each_example_once(minilm, tmp_path):
     class Boom(Exception):
         pass
 
-    import probe.pipeline as pipeline
+    import probe.runs.pipeline as pipeline
 
     real = pipeline.iter_capture
 
@@ -130,9 +130,9 @@ def test_not_a_store(tmp_path):
 # ---- validated on open, damaged parts named, one writer, verify/repair -------------
 import shutil  # noqa: E402
 
-from probe.store_lock import StoreLock  # noqa: E402
-from probe.store_repair import repair_store, verify_store  # noqa: E402
-from probe.store_schema import record_crc  # noqa: E402
+from probe.store.lock import StoreLock  # noqa: E402
+from probe.store.repair import repair_store, verify_store  # noqa: E402
+from probe.store.schema import record_crc  # noqa: E402
 
 SMALL = ("The cat sat on the mat.", "A dog barked.", "Birds fly south in winter.", "It rained.", "Go!")
 

@@ -13,7 +13,7 @@ from probe.analyses.structure.attention_probe import AttentionProbe, pair_featur
 from probe.analyses.structure.syntax import OFFSETS, argmax_predictions, relation_accuracy
 from probe.analyses.structure.trees import attention_tree, branching_heads, max_arborescence, tree_scores
 from probe.analyses.structure.word_graph import AlignmentError, Skipped, word_graph, word_graphs
-from probe.corpus import Sentence, read_conllu
+from probe.inputs.readers import Sentence, read_conllu
 
 
 def sentence(heads, deprels):
@@ -67,7 +67,7 @@ def ewt_sentences(ewt_dev):
 
 # ---- word level ----------------------------------------------------------------------
 def test_word_graph_matches_word_level_on_subword_tokens(minilm):
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     s = read_conllu_text(
         "1\tUnbelievably\t_\tADV\t_\t_\t2\tadvmod\t_\t_\n"

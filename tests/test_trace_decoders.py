@@ -15,10 +15,10 @@ import torch
 from probe.errors import InputError, NotApplicable
 from probe.models import ModelAdapter
 from probe.models.sites import kv_head_of
-from probe.padding import padded_inputs
-from probe.trace import ModuleSite, trace
-from probe.trace_generate import trace_generate
-from probe.edits import Zero
+from probe.inputs.padding import padded_inputs
+from probe.tracing.trace import ModuleSite, trace
+from probe.tracing.generate import trace_generate
+from probe.tracing.edits import Zero
 
 TEXTS = ["The cat sat on the mat today.", "A dog barked.", "Birds sing in the tall green trees at dawn."]
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -346,7 +346,7 @@ def test_readme_tour_rows(decoders):
 def test_padding_leak_is_measured_zero_for_masked_models_and_large_for_convbert(decoders, tiny_models, bert_tokenizer):
     import transformers as T
 
-    from probe.padding import LEAK_TOLERANCE, padding_leak
+    from probe.inputs.padding import LEAK_TOLERANCE, padding_leak
 
     assert padding_leak(decoders["llama"]) < LEAK_TOLERANCE
     assert padding_leak(tiny_models["bert"]) < LEAK_TOLERANCE

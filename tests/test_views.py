@@ -137,7 +137,7 @@ def test_evidence_speaks_in_sentences(tmp_path):
     from probe.app.report.build import analyse
     from probe.app.registry import open_run
     from probe.app.report.evidence import evidence_html
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     m = _maps()
     ctx = open_run(None, Corpus(texts=("a b , c",) * 2), maps=[m, m])

@@ -7,7 +7,7 @@ def test_roles_and_pattern_claim_name_heads_alike(minilm):
     from probe.analyses.claims.pattern import pattern_claims
     from probe.analyses.patterns.roles import ROLES, head_roles
     from probe.app.report.bundled import sample_corpus
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     corpus = sample_corpus(limit=12)
     maps = capture(minilm, list(corpus.texts), word_spans=list(corpus.word_spans))

@@ -226,7 +226,7 @@ def test_list_zoo_shows_cards():
 def _captured(task, texts, **kw):
     """Attention of a zoo model through the toolkit's own adapter and capture."""
     from probe.models import load_model
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     _need(task)
     return capture(load_model(f"zoo:{task}"), texts, **kw)

@@ -13,7 +13,7 @@ through the residual stream, LayerNorms and MLPs) and the objective by
 Pass 1 computes every ``g_rc`` at once (one backward); pass 2 computes every ``J_rc,sᵀ
 g_rc`` at once: one row block per receiver, heads frozen to ``z_clean + δ`` with ``δ = 0``
 a leaf, the block's objective ``g_rc · x_rc`` (the output's block: ``g_out · x_out``, ``x_out``
-the final representation, :func:`probe.paths.final_site`), one
+the final representation, :func:`probe.interventions.paths.final_site`), one
 backward; ``∂/∂δ_s`` of block ``rc`` is ``J_rc,sᵀ g_rc`` for all senders. On a model whose
 residual stream is a plain sum (no MLPs, no LayerNorm) the estimate is exact in ``J`` and
 first order only in ``g``.
@@ -37,7 +37,7 @@ from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
 
 from probe.errors import InputError
-from probe.paths import (
+from probe.interventions.paths import (
     EmbeddingMix,
     EmbeddingRecorder,
     FinalRepresentation,

@@ -2,7 +2,7 @@
 objective, and the curve of recovered share vs number of edges.
 
 A circuit ``C`` is run on the clean input with every edge outside it carrying the
-sender's corrupted output into its receiver (:class:`probe.paths.EdgeMixer`; Wang et al.
+sender's corrupted output into its receiver (:class:`probe.interventions.paths.EdgeMixer`; Wang et al.
 2022, Conmy et al. 2023). Its faithfulness, as in the MIB benchmark (Mueller et al. 2025)::
 
     faithfulness(C) = (m(C) − m(∅)) / (m(full) − m(∅))
@@ -26,7 +26,7 @@ from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import paired_batches
 
 from probe.errors import InputError, NotApplicable
-from probe.paths import EdgeMixer, n_kv_heads, residual_sites
+from probe.interventions.paths import EdgeMixer, n_kv_heads, residual_sites
 
 from .edges import Edge, all_edges, check_edge
 from .path_patching import record_head_outputs
@@ -35,7 +35,7 @@ __all__ = ["CircuitCurve", "circuit_objective", "drop_masks", "faithfulness", "r
 
 
 def drop_masks(adapter, kept: Sequence[Edge], graph: Sequence[Edge]) -> dict:
-    """The :class:`probe.paths.EdgeMixer` masks cutting every edge of ``graph`` not in ``kept``."""
+    """The :class:`probe.interventions.paths.EdgeMixer` masks cutting every edge of ``graph`` not in ``kept``."""
     n_heads, n_kv, n_layers = adapter.n_heads, n_kv_heads(adapter), adapter.n_layers
     keep = set(kept)
     masks: dict = {}

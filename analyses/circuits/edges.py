@@ -6,7 +6,7 @@ A receiver is ``(layer, slot, channel)``: for ``q`` the slot is the query head, 
 one, Ainslie et al. 2023; :func:`parse_edge` maps a named query head to its group).
 Senders must sit in an earlier layer than their receiver.
 
-Layers are head sites (:func:`probe.paths.head_sites`). In an encoder-decoder (BART, T5)
+Layers are head sites (:func:`probe.interventions.paths.head_sites`). In an encoder-decoder (BART, T5)
 the sites are named ``e<l>`` (encoder self-attention), ``d<l>`` (decoder self-attention) and
 ``x<l>`` (cross-attention) and the graph follows the data flow: encoder heads feed later
 encoder heads' q/k/v and every cross-attention's **keys and values** (through the encoder
@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from probe.errors import InputError
-from probe.paths import CHANNELS, STACK_TAGS, head_sites, kv_slot, n_kv_heads
+from probe.interventions.paths import CHANNELS, STACK_TAGS, head_sites, kv_slot, n_kv_heads
 
 OUTPUT = "out"
 

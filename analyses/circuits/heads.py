@@ -38,7 +38,7 @@ from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import paired_batches
 
 from probe.errors import InputError
-from probe.paths import HeadOutputOverride, head_sites, site_name
+from probe.interventions.paths import HeadOutputOverride, head_sites, site_name
 
 from .discovery import CircuitCurve, check_share, curve_of
 from .path_patching import MAX_ROWS, chunks, repeat_ref, record_head_outputs

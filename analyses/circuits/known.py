@@ -28,7 +28,7 @@ INDUCTION_FLOOR = 0.3
 def induction_heads(adapter, examples) -> tuple:
     """``(previous-token head (0, h), [induction heads (1, h)])`` of a 2-layer induction model,
     from the mean attention over ``examples`` (zoo:induction evaluation examples)."""
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     maps = capture(adapter, [e["text"] for e in examples], batch_size=64)
     n_heads = adapter.n_heads

@@ -38,7 +38,7 @@ from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
 
 from probe.errors import InputError
-from probe.paths import HeadOutputOverride, ProjectionHooks, head_sites
+from probe.interventions.paths import HeadOutputOverride, ProjectionHooks, head_sites
 
 from .edges import Edge, all_edges, check_edge, edge_row, grouped
 

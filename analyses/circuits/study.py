@@ -71,7 +71,7 @@ def study_circuit(
             whatever the scorings refuse (edges, unpaired inputs, a corruption that does not
             change the objective).
     """
-    from probe.paths import additive_residual
+    from probe.interventions.paths import additive_residual
 
     if ranking not in ("exact", "eap", "eap_ig"):
         raise InputError(f"unknown ranking {ranking!r}; use exact, eap or eap_ig")

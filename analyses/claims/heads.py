@@ -95,7 +95,7 @@ def default_metric(adapter, corpus) -> str:
 def zoo_sentences(corpus) -> Optional[list]:
     """Treebank-like sentences from zoo examples that carry ``gold_heads``/``gold_rels``
     (``zoo:brackets``), else ``None``."""
-    from probe.corpus import Sentence
+    from probe.inputs.readers import Sentence
 
     ex = corpus.examples or []
     if not ex or "gold_heads" not in ex[0]:
@@ -156,8 +156,8 @@ def _structure(acc, heads) -> tuple:
 
 
 def _filled(accumulators: dict, maps, corpus) -> dict:
-    """``accumulators`` (a dict) filled from ``corpus``'s held ``maps`` (:func:`probe.streaming.feed_maps`)."""
-    from probe.streaming import feed_maps, held_items
+    """``accumulators`` (a dict) filled from ``corpus``'s held ``maps`` (:func:`probe.runs.streaming.feed_maps`)."""
+    from probe.runs.streaming import feed_maps, held_items
 
     feed_maps(list(accumulators.values()), maps, items=held_items(corpus))
     return accumulators
@@ -190,7 +190,7 @@ def head_claims(
 
     Args:
         adapter: the live model (``None``: causal claims are not tested).
-        corpus: the :class:`probe.inputs.Corpus` the interventions run on (cut it first).
+        corpus: the :class:`probe.inputs.corpus.Corpus` the interventions run on (cut it first).
         maps: captured :class:`probe.maps.AttentionMaps` of ``corpus`` (the pattern and
             structure claims' evidence, unless ``evidence`` is given).
         evidence: :func:`evidence_accumulators` already filled (an engine streamed a
@@ -317,7 +317,7 @@ def _null_adapter(adapter, null: str, seed: int):
 def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, notes: list) -> dict:
     """The pattern claims calibrated on the null model's attention over ``corpus``
     (:func:`.pattern.calibrate_pattern`); unchanged, with a note, where it cannot be captured."""
-    from probe.capture import capture
+    from probe.runs.capture import capture
     from probe.errors import InputError
 
     from .null_model import NULL_SOURCE

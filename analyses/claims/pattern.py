@@ -24,7 +24,7 @@ import pandas as pd
 from probe.analyses.common.accumulate import PunctuationShare
 from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
-from probe.streaming import feed_maps
+from probe.runs.streaming import feed_maps
 
 from probe.analyses.patterns.vocabulary import COMPONENTS, choose_rule, nearest_rule, profile_words
 from probe.analyses.patterns.vocabulary import RULES as VOCAB_RULES
@@ -76,7 +76,7 @@ class PatternFeatures:
     token resolved once the whole corpus was counted), the punctuation share and the
     first example's special tokens. Fed layer by layer by a streamed run
     (``update``), or whole examples at once from held maps (``update_examples``, what
-    :func:`probe.streaming.feed_maps` calls): the same numbers either way
+    :func:`probe.runs.streaming.feed_maps` calls): the same numbers either way
     (tests/test_report_engine.py). Memory: ``E × L·H × F`` float64 (EWT dev's 2,001
     sentences: 20 MB).
     """

@@ -41,7 +41,7 @@ from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
 from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
-from probe.blocks import InProcess, Part
+from probe.runs.blocks import InProcess, Part
 from probe.errors import InputError
 
 from .perturb import random_rotations, rotate, uniform_output
@@ -208,7 +208,7 @@ class RemovalPlan:
     (picklable: a Ray worker receives it with its block of batches).
 
     Attributes:
-        corpus: the examples (a :class:`probe.inputs.Corpus`); objective: resolved.
+        corpus: the examples (a :class:`probe.inputs.corpus.Corpus`); objective: resolved.
         units: tuples of ``(layer, head)``; modes: the modes to run.
         means: ``[2, L, H, head_dim]`` per-kind head means (``mean`` mode), else ``None``.
         seed: each batch draws its resample sources and rotations from
@@ -299,7 +299,7 @@ def run_removal_batches(adapter, plan: RemovalPlan, batches: Sequence, progress:
 
 
 class RemovalJob:
-    """Batches of the removal sweep as a job over blocks (:mod:`probe.blocks`): the items
+    """Batches of the removal sweep as a job over blocks (:mod:`probe.runs.blocks`): the items
     are the sweep's batches ``(number, example indices)``, the plan (examples, objective,
     units, modes, head means, seed) was made by the driver; the part's value is the
     batches' readouts, which the driver places by example index and turns into harms.
@@ -354,9 +354,9 @@ def removal_sweep(
         modes: of :data:`MODES`.
         reuse: an earlier sweep of the same units, examples and objective (the report's
             ablation section's): its modes are taken from it, not run again.
-        runner: where the sweep's batches run (:mod:`probe.blocks`: ``runner(job, items)``;
+        runner: where the sweep's batches run (:mod:`probe.runs.blocks`: ``runner(job, items)``;
             an engine's workers, a block of batches each); default this process
-            (:class:`probe.blocks.InProcess`). The plan (objective,
+            (:class:`probe.runs.blocks.InProcess`). The plan (objective,
             units, the mean mode's head means) is made here either way, and the harms
             are computed here from every example's readouts.
 

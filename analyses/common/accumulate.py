@@ -7,13 +7,13 @@ An accumulator holds such sums and implements three methods:
 ``update(layer, maps, meta)``
     add one layer of one batch: ``maps`` is a list of single-layer
     :class:`probe.maps.AttentionMaps` (``attentions [1, head, n, n]``, one per example),
-    ``meta`` a :class:`probe.streaming.BatchMeta` (corpus indices and items of the batch,
-    every captured layer). :func:`probe.streaming.stream_layers` calls it from the
+    ``meta`` a :class:`probe.runs.streaming.BatchMeta` (corpus indices and items of the batch,
+    every captured layer). :func:`probe.runs.streaming.stream_layers` calls it from the
     capture hook, so the full ``[layer, head, n, n]`` of an example is never held.
 ``update_examples(maps, meta)`` (optional)
     add whole examples (``[L, H, n, n]`` each) at once: held maps
-    (:func:`probe.streaming.feed_maps`), or a streamed batch whose layers were joined
-    (:func:`probe.streaming.feed` with ``join``, which :class:`probe.blocks.StreamJob`
+    (:func:`probe.runs.streaming.feed_maps`), or a streamed batch whose layers were joined
+    (:func:`probe.runs.streaming.feed` with ``join``, which :class:`probe.runs.blocks.StreamJob`
     uses while a batch of every layer fits its budget). Counting an example once with all
     its layers is several times cheaper than once per layer (the cost per call is
     Python's); the result is the same. An accumulator is fed one way or the other.
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from probe.blocks import fresh, merge_all
+from probe.runs.blocks import fresh, merge_all
 from probe.errors import InputError
 
 __all__ = ["Accumulator", "PerLayer", "PunctuationShare", "merge_all", "fresh"]
@@ -45,7 +45,7 @@ __all__ = ["Accumulator", "PerLayer", "PunctuationShare", "merge_all", "fresh"]
 
 @runtime_checkable
 class Accumulator(Protocol):
-    """What :func:`probe.streaming.feed` and the engine need of an accumulator."""
+    """What :func:`probe.runs.streaming.feed` and the engine need of an accumulator."""
 
     def update(self, layer: int, maps: Sequence, meta: Any) -> None: ...
 

@@ -72,7 +72,7 @@ def batch_indices(texts, batch_size: int, by_length: bool = False) -> list:
 
 def special_mask(adapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Bool ``[rows, seq]``: the special-token positions of ``ids`` (padding excluded)."""
-    from probe.inputs import special_token_ids  # [UNK] is input text, not a special token
+    from probe.inputs.corpus import special_token_ids  # [UNK] is input text, not a special token
 
     special_ids = torch.tensor(special_token_ids(adapter.tokenizer), dtype=ids.dtype, device=ids.device)
     return torch.isin(ids, special_ids) & mask.bool()

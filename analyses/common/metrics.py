@@ -64,12 +64,12 @@ MASK_FRACTION = 0.15
 
 
 def as_corpus(corpus):
-    """A :class:`probe.inputs.Corpus` from a Corpus or a sequence of strings.
+    """A :class:`probe.inputs.corpus.Corpus` from a Corpus or a sequence of strings.
 
     Raises:
         ValueError: on an empty corpus.
     """
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     if isinstance(corpus, str):
         corpus = [corpus]

@@ -4,7 +4,7 @@ For checkpoints A (e.g. the base model) and B (its fine-tune) on the same inputs
 head's output (``blocks.{l}.attn.hook_z``, ``[batch, pos, head, d_head]``) is patched from
 A's run into B's, one head at a time, and B's objective measured (activation patching,
 Meng et al. 2022, across models instead of across inputs: one edit of the one trace,
-:class:`probe.edits.Patch`). Per example ``e`` and head ``h``::
+:class:`probe.tracing.edits.Patch`). Per example ``e`` and head ``h``::
 
     effect[e, h]  = score(B with h from A) − score(B)
     total[e]      = score(A) − score(B)               (the change to explain, A's side)
@@ -71,8 +71,8 @@ def attribute_change(
         NotApplicable: an objective that does not fit the model.
     """
     from probe.analyses.common.objective import resolve_objective
-    from probe.edits import Patch
-    from probe.trace import Trace
+    from probe.tracing.edits import Patch
+    from probe.tracing.trace import Trace
 
     if (adapter_a.n_layers, adapter_a.n_heads) != (adapter_b.n_layers, adapter_b.n_heads):
         raise InputError(

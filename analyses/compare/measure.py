@@ -139,14 +139,14 @@ def measure_checkpoint(
     metric="auto",
     batch_size: int = 8,
 ) -> Measurements:
-    """Measure one checkpoint on ``corpus`` (a :class:`probe.inputs.Corpus`): its maps,
+    """Measure one checkpoint on ``corpus`` (a :class:`probe.inputs.corpus.Corpus`): its maps,
     every role score per example, necessity (``necessity``) and, for a causal LM, the
     in-context-learning score.
 
     Raises:
         InputError: an empty corpus.
     """
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     if not len(corpus):
         raise InputError("no examples to measure: give at least one input")

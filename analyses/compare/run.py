@@ -129,7 +129,7 @@ def compare_checkpoints(
     loader=None,
 ) -> Comparison:
     """Compare ``checkpoints`` (:class:`probe.models.checkpoints.Checkpoint`, two or more)
-    on ``corpus`` (:class:`probe.inputs.Corpus`).
+    on ``corpus`` (:class:`probe.inputs.corpus.Corpus`).
 
     ``loader(checkpoint, device) -> adapter`` opens one (default
     :func:`probe.models.checkpoints.load_checkpoint`; a test passes its own to compare
@@ -138,7 +138,7 @@ def compare_checkpoints(
     Raises:
         InputError: fewer than two checkpoints, checkpoints of different shape.
     """
-    from probe.inputs import fit_to_model
+    from probe.inputs.corpus import fit_to_model
     from probe.models.checkpoints import load_checkpoint, shape_of, weights_fingerprint
 
     if len(checkpoints) < 2:

@@ -98,7 +98,7 @@ def attention_scores(
         if adapter is None:
             raise InputError("norm-rollout needs the model adapter (values are captured)")
         from probe.analyses.flow.norm_attention import norm_rollout
-        from probe.values import capture_values
+        from probe.runs.values import capture_values
 
         vc = capture_values(adapter, maps.text)
         if vc.maps.n_tokens != n:

@@ -205,10 +205,10 @@ def attribute(
 
     f = scalar_function(adapter, target)
     emb = adapter.embeddings()
-    from probe.budget import length_groups, rows_for
+    from probe.inputs.budget import length_groups, rows_for
 
     # groups of similar length, each as many examples as fit one forward under the memory
-    # budget (probe.budget): a long input gets few rows per forward
+    # budget (probe.inputs.budget): a long input gets few rows per forward
     groups = length_groups([len(e) for e in encodings], adapter, batch_size, grad=True)[::-1]
     out: list = [None] * len(encodings)
     bar = None

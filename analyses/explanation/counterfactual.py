@@ -12,7 +12,7 @@ projection is ``z_h = α_h V_h`` (``[seq, head_dim]``). A clean forward records 
 attention module's probabilities) and ``V`` (the ``v`` site of :mod:`probe.models.sites`:
 GQA heads repeated, GPT-2's fused projection's last third); the layer's input does not
 depend on the edit, so ``z_h' = π(α_h) V_h`` is exact, and a second forward substitutes it
-at the ``z`` site with a :class:`probe.edits.Patch` (:func:`probe.trace.trace`). Many
+at the ``z`` site with a :class:`probe.tracing.edits.Patch` (:func:`probe.tracing.trace.trace`). Many
 permutations and examples run as the rows of one batch.
 
 Measures per (example, permutation), over the target's distribution ``p`` (class
@@ -118,9 +118,9 @@ class PermutationEffects:
 def _permutation_groups(adapter, lengths: Sequence[int], k: int, batch_rows: int) -> list:
     """``[(start, stop, kc)]`` over examples sorted by ``lengths`` (ascending): each forward
     carries examples ``start:stop`` × ``kc`` permutations, at most ``batch_rows`` rows and
-    what the memory budget allows at the group's longest length (:func:`probe.budget.rows_for`,
+    what the memory budget allows at the group's longest length (:func:`probe.inputs.budget.rows_for`,
     no gradients); ``kc < k`` only for a single example whose ``k`` rows do not fit."""
-    from probe.budget import rows_for
+    from probe.inputs.budget import rows_for
 
     groups, start = [], 0
     per = max(1, batch_rows // k)
@@ -157,13 +157,13 @@ def permutation_effects(
         n_permutations: random permutations per example and head.
         seed: seeds the permutations.
         batch_rows: most rows (examples × permutations) per forward; fewer where the
-            memory budget (:mod:`probe.budget`, no gradients) allows fewer rows at the
+            memory budget (:mod:`probe.inputs.budget`, no gradients) allows fewer rows at the
             group's length, down to one example whose permutations are split over
             several forwards, so a long input does not raise the peak.
         tolerance: median TVD below which an example counts as "unchanged".
         identity: use identity "permutations" (a control: every effect must be ~0).
         restart: start each permuted forward at the head's layer's output projection from
-            the clean run's cached stream (:class:`probe.restart.RestartFrom`, where the
+            the clean run's cached stream (:class:`probe.tracing.restart.RestartFrom`, where the
             family supports it): layers before it and the layer's own attention are not
             recomputed; the outputs are the full forward's (float rounding aside).
 
@@ -178,10 +178,10 @@ def permutation_effects(
 
     import pandas as pd
 
-    from probe.edits import Patch
+    from probe.tracing.edits import Patch
     from probe.models.sites import supports_site_restart
-    from probe.restart import RestartFrom
-    from probe.trace import Trace
+    from probe.tracing.restart import RestartFrom
+    from probe.tracing.trace import Trace
 
     encodings = list(encodings)
     if not encodings:

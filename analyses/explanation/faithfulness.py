@@ -203,7 +203,7 @@ def _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_s
     and IG gate), or ``None`` where it cannot run (logged)."""
     from probe.analyses.claims import thresholds as T
     from probe.analyses.claims.null_model import NULL_SOURCE, null_adapter
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     try:
         nadapter = null_adapter(adapter, seed=seed)
@@ -259,7 +259,7 @@ def run_faithfulness(
 
     Args:
         adapter: the model.
-        corpus: a :class:`probe.inputs.Corpus`.
+        corpus: a :class:`probe.inputs.corpus.Corpus`.
         target_spec: ``logit`` / ``logit:<class>`` / ``loss:<position>`` /
             ``probe:<property>`` / ``similarity`` (see :func:`resolve_target`).
         methods: attribution methods (:data:`probe.analyses.explanation.attributions.METHODS`).
@@ -281,7 +281,7 @@ def run_faithfulness(
     Raises:
         ValueError: on bad input anywhere along the way (see the modules).
     """
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     target, corpus, evidence, info = resolve_target(adapter, target_spec, corpus, seed=seed, pairs=pairs)
     if max_examples is not None:

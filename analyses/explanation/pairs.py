@@ -90,7 +90,7 @@ def similarity_target(adapter, corpus, pairs_file: Optional[str] = None) -> tupl
     corpus (default) or to the pair's other side (``pairs_file``)."""
     from probe.analyses.common.pooling import model_pooling
     from probe.analyses.common.targets import PairSimilarity
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     pooling = model_pooling(adapter)
     if pairs_file:

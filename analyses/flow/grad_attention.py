@@ -6,7 +6,7 @@ Per layer: ``Ā_l = mean_h (∇A_l ⊙ A_l)⁺`` (the attention weighted by the 
 explained scalar, positive part, head mean); ``B_l = I + Ā_l`` with rows renormalised
 (REFERENCES.md; Chefer's unnormalised update ``R ← R + Ā R`` differs from this only by a
 per-row scale); then ``R = B_L ⋯ B_1``. The gradients come from
-:func:`probe.grads.attention_gradients`.
+:func:`probe.runs.grads.attention_gradients`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def grad_rollout(
 
 
 def grad_rollout_maps(result, *, output_positions=None, all_positions: bool = False) -> TokenScores:
-    """Gradient-weighted rollout of a :class:`probe.grads.AttentionGradients`."""
+    """Gradient-weighted rollout of a :class:`probe.runs.grads.AttentionGradients`."""
     maps = result.maps
     check_rollable(maps)
     pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions)

@@ -89,7 +89,7 @@ def norm_rollout(
 def norm_rollout_maps(
     capture, *, residual: float = 0.5, output_positions=None, all_positions: bool = False
 ) -> TokenScores:
-    """Norm-based rollout of a :class:`probe.values.ValueCapture` as :class:`TokenScores`."""
+    """Norm-based rollout of a :class:`probe.runs.values.ValueCapture` as :class:`TokenScores`."""
     maps = capture.maps
     check_rollable(maps)
     pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions)

@@ -9,8 +9,8 @@ over the corpus, here taken separately for word and special-token positions (the
 Batched by the one sweep (:mod:`probe.analyses.necessity.sweep`): for each chunk of ``b``
 examples and each layer ``l``, forwards carry the ablation of every swept head of layer
 ``l`` (``k`` heads → ``k·b`` rows, row ``j·g + i`` = example ``i`` of a group of ``g`` with
-head ``j`` ablated, through per-row :class:`probe.interventions.HeadEdit` s) and start from
-the clean run of that chunk (:mod:`probe.restart`), so layers before the ablated one are
+head ``j`` ablated, through per-row :class:`probe.interventions.heads.HeadEdit` s) and start from
+the clean run of that chunk (:mod:`probe.tracing.restart`), so layers before the ablated one are
 not recomputed:
 
 * ``site-restart`` (eval mode): at layer ``l``'s attention output projection, from the
@@ -58,7 +58,7 @@ from probe.analyses.necessity.sweep import (
     trimmable,
 )
 from probe.errors import InputError
-from probe.interventions import HeadEdit, HeadIntervention, HeadOutputRecorder
+from probe.interventions.heads import HeadEdit, HeadIntervention, HeadOutputRecorder
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ def _sweep_chunk(
 
 def setup_sweep(adapter, corpus, metric, mode, heads, stack, batch_size):
     """``(corpus, objective, heads, means)`` of a sweep, checked: the corpus as a
-    :class:`probe.inputs.Corpus`, the resolved objective, the checked heads and, for
+    :class:`probe.inputs.corpus.Corpus`, the resolved objective, the checked heads and, for
     mean-ablation, :func:`position_kind_means` (else ``None``)."""
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
@@ -316,7 +316,7 @@ def sweep_heads(
     """Ablate each head alone and measure ``metric`` on every example (batched).
 
     Args:
-        corpus: a :class:`probe.inputs.Corpus` or a list of texts.
+        corpus: a :class:`probe.inputs.corpus.Corpus` or a list of texts.
         metric: ``loss`` | ``accuracy`` | ``embedding-drift`` | a :class:`probe.analyses.common.objective.Objective` |
             a callable ``fn(outputs, batch) -> Tensor[rows]``.
         mode: ``zero`` or ``mean`` (per-position-kind corpus mean).

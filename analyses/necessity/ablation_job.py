@@ -1,4 +1,4 @@
-"""The single-head ablation sweep as a job over blocks of the corpus (:mod:`probe.blocks`):
+"""The single-head ablation sweep as a job over blocks of the corpus (:mod:`probe.runs.blocks`):
 the same sweep in this process (one block) or in Ray actors (a block each).
 
 The driver resolves the objective, checks the heads and, for mean-ablation, computes
@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from probe.blocks import Part
+from probe.runs.blocks import Part
 
 from .ablation import MAX_TOKENS, setup_sweep, sweep_values
 from .ablation_sums import AblationSums
@@ -29,7 +29,7 @@ class AblateJob:
     indices); the part's value is an :class:`AblationSums` of the block's examples.
 
     Args:
-        corpus: the fitted :class:`probe.inputs.Corpus` (every example within the model's limit).
+        corpus: the fitted :class:`probe.inputs.corpus.Corpus` (every example within the model's limit).
         metric: a resolved :class:`probe.analyses.common.objective.Objective` (picklable).
         heads: checked ``(layer, head)`` pairs.
         mode, means: ``zero`` (``means`` ``None``) or ``mean`` (``means`` ``[2, L, H, head_dim]``).
@@ -87,7 +87,7 @@ class AblateJob:
 
 def sweep_heads_in_blocks(runner, adapter, corpus, metric="loss", mode: str = "zero", heads=None, **settings):
     """:func:`probe.analyses.necessity.ablation.sweep_heads` with its forwards on
-    ``runner`` (:mod:`probe.blocks`: this process, or an engine's workers, a block of the
+    ``runner`` (:mod:`probe.runs.blocks`: this process, or an engine's workers, a block of the
     corpus each) → the same :class:`~probe.analyses.necessity.ablation.SweepResult`.
     The objective, the heads and mean-ablation's head means are settled here, on
     ``adapter``, before any block runs.

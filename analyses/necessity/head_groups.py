@@ -13,7 +13,7 @@ name-mover heads of Wang et al. (2023).
   (clean − corrupted)`` with a bootstrap CI over pairs (ratio of means).
 
 Both run one full forward per chunk and intervention with the same hooks as the
-single-head tools (:class:`probe.interventions.HeadIntervention`), so a group of one
+single-head tools (:class:`probe.interventions.heads.HeadIntervention`), so a group of one
 head reproduces the single-head result exactly.
 """
 

@@ -31,9 +31,9 @@ import torch
 from probe.analyses.common.metrics import Chunk, as_corpus, prepare
 from probe.analyses.common.objective import get_metric
 from probe.analyses.common.objective import Objective
-from probe.budget import length_groups, rows_for
+from probe.inputs.budget import length_groups, rows_for
 from probe.errors import InputError
-from probe.interventions import HeadGates
+from probe.interventions.heads import HeadGates
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def _lengths(adapter, corpus) -> list:
 def sized_chunks(adapter, corpus, metric: Objective, batch_size: int = 16) -> list:
     """Like :func:`probe.analyses.common.metrics.prepare`, but each chunk holds examples
     of similar length (longest first), as many (at most ``batch_size``) as fit one
-    forward with gradients under the memory budget (:mod:`probe.budget`): a long input
+    forward with gradients under the memory budget (:mod:`probe.inputs.budget`): a long input
     no longer pads a whole batch to its length, and its rows are few."""
     if getattr(corpus, "examples", ()):  # zoo tasks: the metric builds the inputs itself
         return prepare(adapter, corpus, metric, batch_size)

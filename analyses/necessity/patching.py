@@ -33,7 +33,7 @@ from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.restart import ResidualCache, supports_restart
 from probe.errors import InputError, NotApplicable
-from probe.interventions import HeadOutputRecorder
+from probe.interventions.heads import HeadOutputRecorder
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from probe.analyses.necessity.importance import head_importance
 from probe.analyses.common.metrics import as_corpus, prepare
 from probe.analyses.common.objective import get_metric
 from probe.errors import InputError
-from probe.interventions import HeadGates
+from probe.interventions.heads import HeadGates
 
 log = logging.getLogger(__name__)
 

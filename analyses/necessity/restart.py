@@ -1,9 +1,9 @@
 """Restart a forward at layer ``l`` from a cached residual stream: moved to
-:mod:`probe.restart` (a view of the trace core); these names stay importable from here."""
+:mod:`probe.tracing.restart` (a view of the trace core); these names stay importable from here."""
 
 from __future__ import annotations
 
-from probe.restart import (
+from probe.tracing.restart import (
     RESTART_FAMILIES,
     ResidualCache,
     RestartFrom,

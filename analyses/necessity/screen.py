@@ -12,7 +12,7 @@ output at a position of the same kind — the values of
     ΔR_i,h ≈ ∂R_i/∂α_i,h   with   z_h ← z_h + α_i,h (r_h − z_h),  α = 0
 
 One forward with a zero ``α`` per example, head and mode at every layer's ``hook_z``
-(through the one trace, :class:`probe.trace.Trace`) and one backward of ``Σ_i R_i`` give
+(through the one trace, :class:`probe.tracing.trace.Trace`) and one backward of ``Σ_i R_i`` give
 ``∂R_i/∂α_i,h = g_i,h · (r_h − z_h)`` (summed over positions and ``head_dim``) for every
 head, example and mode at once: the rows of a batch do not interact, so the gradient of
 the sum with respect to row ``i``'s ``α`` is row ``i``'s own.
@@ -67,11 +67,11 @@ from probe.analyses.claims.removal import resample_sources, sweep_batches
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
-from probe.blocks import InProcess, Part
-from probe.edits import Apply
+from probe.runs.blocks import InProcess, Part
+from probe.tracing.edits import Apply
 from probe.errors import InputError
 from probe.models.sites import Site
-from probe.trace import Trace
+from probe.tracing.trace import Trace
 
 __all__ = [
     "SCREEN_MODES",
@@ -203,7 +203,7 @@ def screen_heads(
         means: ``[2, L, H, head_dim]`` per-kind head means
             (:func:`probe.analyses.necessity.ablation.position_kind_means`), computed here
             when ``mean`` is screened and none is given.
-        runner: where the batches run (:mod:`probe.blocks`; default this process): each
+        runner: where the batches run (:mod:`probe.runs.blocks`; default this process): each
             batch draws from its own number, so blocks split any way give the same estimates.
 
     Returns:
@@ -303,7 +303,7 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
 
 
 class ScreenJob:
-    """Batches of a screen as a job over blocks (:mod:`probe.blocks`), as
+    """Batches of a screen as a job over blocks (:mod:`probe.runs.blocks`), as
     :class:`probe.analyses.claims.removal.RemovalJob`: the items are the batches, the
     part's value is :func:`screen_batches`' ``(indices, estimates)``."""
 

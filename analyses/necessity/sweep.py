@@ -8,12 +8,12 @@ run, so the single-head ablation (:mod:`probe.analyses.necessity.ablation`, Mich
 2019) and the claims' removals in five modes (:mod:`probe.analyses.claims.removal`, Wang et
 al. 2022 for mean-ablation) share it:
 
-* **one clean forward** per batch reads, through one :class:`probe.trace.Trace`, the head
+* **one clean forward** per batch reads, through one :class:`probe.tracing.trace.Trace`, the head
   outputs ``z`` and values ``v`` the replacements are made from and the residual stream
   entering each layer;
 * **row replication**: a forward carries ``k`` units × ``b`` examples (row ``j·b + i`` is
-  example ``i`` with unit ``j`` removed, per-row :class:`probe.interventions.HeadEdit` s);
-* **restart** (:class:`probe.restart.RestartFrom`): units are grouped by their first
+  example ``i`` with unit ``j`` removed, per-row :class:`probe.interventions.heads.HeadEdit` s);
+* **restart** (:class:`probe.tracing.restart.RestartFrom`): units are grouped by their first
   layer, and their forwards start there from the cached clean stream, so layers before it
   are not recomputed; a group of one layer's heads in eval mode starts at that layer's
   output projection from the clean per-head outputs (``site-restart``: its Q/K/V and softmax
@@ -37,10 +37,10 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from probe.analyses.common.metrics import MetricBatch
-from probe.interventions import HeadEdit, HeadIntervention
+from probe.interventions.heads import HeadEdit, HeadIntervention
 from probe.models.sites import Site, supports_restart, supports_site_restart
-from probe.restart import RestartFrom
-from probe.trace import Trace
+from probe.tracing.restart import RestartFrom
+from probe.tracing.trace import Trace
 
 __all__ = [
     "MAX_TOKENS",

@@ -10,7 +10,7 @@ of Och & Ney (2003, "A Systematic Comparison of Various Statistical Alignment Mo
 
 counted over the whole corpus (links summed over sentences, then one ratio).
 
-Row convention (see :func:`probe.capture.capture`): query row ``j`` of a teacher-forced
+Row convention (see :func:`probe.runs.capture.capture`): query row ``j`` of a teacher-forced
 cross-attention map is the decoder step whose *input* is target token ``j − 1`` (the
 start token first) and which *produces* target token ``j``. ``AttentionMaps.word_level``
 groups query rows by their input word; here rows are grouped by the word they produce
@@ -245,7 +245,7 @@ def zoo_cross_maps(task: str, examples: Sequence[dict], batch_size: int = 32) ->
     """Teacher-forced cross-attention maps of a zoo translation model on ``examples``.
 
     ``translate``: the BART model's cross-attention, ``[layer, head, n_target + 1,
-    n_source + 1]`` via :func:`probe.capture.capture`; ``translate-rnn``: the GRU
+    n_source + 1]`` via :func:`probe.runs.capture.capture`; ``translate-rnn``: the GRU
     model's additive attention (Bahdanau et al. 2015) as one layer, one head
     (:func:`rnn_attention_maps`). ``examples`` are dicts with
     ``text`` and ``target_text`` (``models.zoo.eval_examples(task)``).
@@ -261,7 +261,7 @@ def zoo_cross_maps(task: str, examples: Sequence[dict], batch_size: int = 32) ->
         raise InputError("no examples given")
     if name == "translate":
         from probe.models import load_model
-        from probe.capture import capture
+        from probe.runs.capture import capture
 
         adapter = load_model("zoo:translate")
         return capture(

@@ -201,7 +201,7 @@ def paper_rankings(adapter, names: Sequence[str] = tuple(SENTENCES)) -> dict:
     vocabulary lacks the query or target words (:func:`check_vocabulary`), or (from
     capture) for a model that cannot read the sentence.
     """
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     bad = [n for n in names if n not in SENTENCES]
     if bad:

@@ -136,7 +136,7 @@ def decoder_head_scores(adapter, n_tokens: int = 10, n_examples: int = 16, seed:
         InputError: the sequence does not fit the model's positions, or the vocabulary is
             too small.
     """
-    from probe.trace import trace
+    from probe.tracing.trace import trace
 
     if 1 + 2 * n_tokens > adapter.max_length:
         raise InputError(f"1 + 2·{n_tokens} tokens exceed {adapter.name}'s {adapter.max_length} positions")

@@ -161,7 +161,7 @@ class KeptDivergence:
         self.pending: dict = {}  # index -> {layer: single-layer maps} until its last layer
 
     def update(self, layer: int, maps, meta) -> None:
-        from probe.streaming import join_layers
+        from probe.runs.streaming import join_layers
 
         for index, m in zip(meta.indices, maps):
             if int(index) not in self.keep:
@@ -189,7 +189,7 @@ def head_divergence(source: Iterable, max_examples: Optional[int] = None, progre
     """Pairwise mean JS divergence between all captured heads over a corpus.
 
     Args:
-        source: a :class:`probe.store.Store` or an iterable of ``AttentionMaps``
+        source: a :class:`probe.store.directory.Store` or an iterable of ``AttentionMaps``
             (self or causal attention), streamed; reading stops after ``max_examples``.
         max_examples: use only the first N examples (the cost is ``(L·H)² · n²`` per
             example).

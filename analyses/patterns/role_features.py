@@ -116,7 +116,7 @@ def token_frequencies(source, level: str = "token") -> Counter:
     """Count lower-cased non-special tokens (or words) in a corpus.
 
     Args:
-        source: a :class:`probe.store.Store` (counted from its index, no tensor is read)
+        source: a :class:`probe.store.directory.Store` (counted from its index, no tensor is read)
             or an iterable of :class:`AttentionMaps` (iterated once).
         level: ``"token"`` or ``"word"``.
 
@@ -512,7 +512,7 @@ class LayerwiseHeadFeatures(PerLayer):
         acc.update(maps, index=meta.indices[position])
 
     def update_examples(self, maps: Sequence, meta: Any) -> None:
-        """Whole examples (``[L, H, n, n]``, held maps: :func:`probe.streaming.feed_maps`)
+        """Whole examples (``[L, H, n, n]``, held maps: :func:`probe.runs.streaming.feed_maps`)
         at once, each in one pass over its layers; ``result()`` is the same table."""
         if self.whole is None:
             self.whole = self.make()
@@ -577,7 +577,7 @@ def head_features(
     """Per-head features (:data:`FEATURES`) of a corpus of captured attention.
 
     Args:
-        source: a :class:`probe.store.Store` or any iterable of
+        source: a :class:`probe.store.directory.Store` or any iterable of
             :class:`probe.maps.AttentionMaps` of one model (streamed, read once).
         level: ``"token"`` or ``"word"`` (Clark et al. 2019's word-level maps).
         frequencies: unit → count for the rare-word features; default: counted in

@@ -340,7 +340,7 @@ class RoleClassifier:
 
     Parameters are set in ``__init__`` (thresholds as keyword arguments of
     :class:`RoleThresholds`); ``fit(source)`` streams once over a
-    :class:`probe.store.Store` or any iterable of :class:`AttentionMaps` and sets:
+    :class:`probe.store.directory.Store` or any iterable of :class:`AttentionMaps` and sets:
 
     * ``features_``: token-level features, plus ``word_<feature>`` columns;
     * ``roles_``: :func:`assign_roles` output (the roles.csv table);
@@ -550,8 +550,8 @@ def roles_streamed(
 
     Args:
         model: a :class:`probe.models.ModelAdapter` (runs here), or a runner of
-            :mod:`probe.blocks` (e.g. an engine's workers, a block of the corpus each).
-        items: the corpus as items (:func:`probe.blocks.corpus_items`: texts with word spans).
+            :mod:`probe.runs.blocks` (e.g. an engine's workers, a block of the corpus each).
+        items: the corpus as items (:func:`probe.runs.blocks.corpus_items`: texts with word spans).
         syntax, coreference, n_clusters, cluster_examples, seed, params: as :func:`roles_report`.
 
     Raises:
@@ -560,7 +560,7 @@ def roles_streamed(
     from probe.analyses.common.accumulate import PunctuationShare
     from probe.analyses.patterns.head_clusters import KeptDivergence
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
-    from probe.blocks import as_runner, stream_into
+    from probe.runs.blocks import as_runner, stream_into
 
     items = list(items)
     keep = range(min(cluster_examples or len(items), len(items))) if n_clusters else ()

@@ -74,7 +74,7 @@ def coref_windows(sentences: Sequence, numbers: Optional[Sequence] = None, conte
     """Build one :class:`CorefWindow` per sentence that has an evaluable pronoun.
 
     Args:
-        sentences: :class:`probe.corpus.Sentence` s of a CorefUD treebank, in order.
+        sentences: :class:`probe.inputs.readers.Sentence` s of a CorefUD treebank, in order.
         numbers: per sentence, the ``Number`` of each word (:func:`read_number`), for the
             agreement baseline; ``None``: every mention agrees.
         context: preceding sentences of the same document in each window.

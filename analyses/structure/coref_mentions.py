@@ -10,7 +10,7 @@ The *head* of a mention is its syntactic head: the first word of the span whose 
 lies outside the span (for the usual connected spans, the one such word).
 
 :func:`read_number` reads the ``Number`` feature of every word, which
-:class:`probe.corpus.Sentence` does not keep (used by the number-agreement baseline).
+:class:`probe.inputs.readers.Sentence` does not keep (used by the number-agreement baseline).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def sentence_mentions(sentence) -> list[Mention]:
 
 def read_number(path, limit: Optional[int] = None) -> list[tuple]:
     """The ``Number`` feature (``Sing``/``Plur``/``""``) of every syntactic word of every
-    sentence of a CoNLL-U file, parallel to :func:`probe.corpus.read_conllu` (multiword
+    sentence of a CoNLL-U file, parallel to :func:`probe.inputs.readers.read_conllu` (multiword
     token lines and empty nodes skipped).
 
     Raises:

@@ -4,7 +4,7 @@ Each accumulator follows :mod:`probe.analyses.common.accumulate`: ``update(layer
 meta)`` with the single-layer maps of one batch, or ``update_examples(maps, meta)`` with
 whole examples (held maps, or a streamed batch's layers joined: each example's word graph
 is then made once, not once per layer), where ``meta.items`` are the corpus items of the
-batch (treebank :class:`probe.corpus.Sentence` s, or
+batch (treebank :class:`probe.inputs.readers.Sentence` s, or
 :class:`probe.analyses.structure.coref.CorefWindow` s); ``merge``; ``result``. An
 accumulator is fed one way; the result is the same either way.
 

@@ -70,8 +70,8 @@ def run_syntax(
 
     Args:
         model: a :class:`models.ModelAdapter` (self-attention; runs here), or a runner of
-            :mod:`probe.blocks` (e.g. an engine's workers, a block of sentences each).
-        sentences: :class:`probe.corpus.Sentence` s (``read_conllu``).
+            :mod:`probe.runs.blocks` (e.g. an engine's workers, a block of sentences each).
+        sentences: :class:`probe.inputs.readers.Sentence` s (``read_conllu``).
         base: count base relations (``nmod:poss`` as ``nmod``).
         tree_limit: sentences (first in corpus order) to decode trees for; 0 = none.
         probe_limit: sentences for the attention probe (train + test); 0 = no probe.
@@ -82,7 +82,7 @@ def run_syntax(
         InputError: no sentence, or no sentence left after skipping.
     """
     from probe.analyses.structure.streaming import KeptGraphs, LayerwiseRelations
-    from probe.blocks import as_runner, stream_into
+    from probe.runs.blocks import as_runner, stream_into
 
     sentences = list(sentences)
     if not sentences:
@@ -132,8 +132,8 @@ def run_coref(
     """Stream coreference windows of a CorefUD treebank through the model and score every head.
 
     Args:
-        model: a :class:`models.ModelAdapter` (runs here), or a runner of :mod:`probe.blocks`.
-        sentences: :class:`probe.corpus.Sentence` s with ``Entity=`` in MISC.
+        model: a :class:`models.ModelAdapter` (runs here), or a runner of :mod:`probe.runs.blocks`.
+        sentences: :class:`probe.inputs.readers.Sentence` s with ``Entity=`` in MISC.
         numbers: per sentence, each word's ``Number`` (:func:`probe.analyses.structure.coref_mentions.read_number`).
         context: preceding sentences of the same document in each window.
 
@@ -141,7 +141,7 @@ def run_coref(
         InputError: no coreference annotation; NotApplicable: no pronoun with an antecedent.
     """
     from probe.analyses.structure.streaming import LayerwiseCoref
-    from probe.blocks import as_runner, stream_into
+    from probe.runs.blocks import as_runner, stream_into
 
     t0 = time.perf_counter()
     sentences = list(sentences)

@@ -17,9 +17,9 @@ accuracy is reported with the majority baseline. The fitted probe becomes a
 ``intercept_``, so the probe's logit is a differentiable function of the model that
 captum can attribute.
 
-UD FEATS are not kept in :class:`probe.corpus.Sentence`, so they are read here with the
+UD FEATS are not kept in :class:`probe.inputs.readers.Sentence`, so they are read here with the
 ``conllu`` library, sentence by sentence in file order (the same order and the same word
-numbering — empty nodes and multiword ranges skipped — as :func:`probe.corpus.read_conllu`).
+numbering — empty nodes and multiword ranges skipped — as :func:`probe.inputs.readers.read_conllu`).
 """
 
 from __future__ import annotations

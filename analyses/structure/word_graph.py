@@ -63,7 +63,7 @@ class WordGraph:
 
 
 def gold_heads(sentence) -> torch.Tensor:
-    """0-based gold heads of a :class:`probe.corpus.Sentence` (``-1`` = root), ``[word]``."""
+    """0-based gold heads of a :class:`probe.inputs.readers.Sentence` (``-1`` = root), ``[word]``."""
     return torch.tensor([h - 1 for h in sentence.heads], dtype=torch.long)
 
 
@@ -73,7 +73,7 @@ def word_graph(maps, sentence, index: int = 0) -> WordGraph:
     Args:
         maps: :class:`probe.maps.AttentionMaps` of the sentence's text, captured with the
             sentence's word spans (so ``maps.word_ids`` index the treebank words).
-        sentence: the :class:`probe.corpus.Sentence`.
+        sentence: the :class:`probe.inputs.readers.Sentence`.
         index: its position in the corpus (kept on the result).
 
     Returns:

@@ -80,7 +80,7 @@ def skip_invalid_option(fn):
     def wrapper(*args, skip_invalid=False, **kwargs):
         from pathlib import Path
 
-        from probe.corpus import skipping_invalid, write_skipped_csv
+        from probe.inputs.readers import skipping_invalid, write_skipped_csv
 
         with skipping_invalid(skip_invalid) as invalid:
             result = fn(*args, **kwargs)

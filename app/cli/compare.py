@@ -77,7 +77,7 @@ def compare_cmd(
         raise InputError(f"--fdr must be in (0, 1), got {fdr}")
     from probe.app.registry.outdir import OutDir
     from probe.analyses.compare.run import compare_checkpoints
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
     from probe.models.checkpoints import resolve_checkpoints
 
     target = OutDir(out, force)  # refused before any model is loaded when not empty

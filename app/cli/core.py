@@ -136,9 +136,9 @@ def capture_cmd(
     if not resumable and force and out.is_dir():  # a fresh store replaces the old one with --force
         shutil.rmtree(out)
     from probe.app.engine import engine_settings
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
     from probe.models import load_model
-    from probe.pipeline import capture_corpus
+    from probe.runs.pipeline import capture_corpus
 
     corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
     run = engine_settings(engine, address, workers, device)
@@ -148,8 +148,8 @@ def capture_cmd(
     adapter = load_model(model, device="cpu" if run else device, dtype=None if run else dtype)
     if run:  # the driver only tokenizes and writes the index; the engine's job (stream: here) captures
         from probe.app.engine.capture import capture as capture_on_engine
-        from probe.inputs import fit_to_model
-        from probe.pipeline import store_manifest
+        from probe.inputs.corpus import fit_to_model
+        from probe.runs.pipeline import store_manifest
 
         manifest = store_manifest(  # the workers run the forward: their dtype and device
             adapter,
@@ -223,7 +223,7 @@ def heatmap_cmd(store_dir, example, head_spec, layer, fmt, out, force, quiet):
         layer = named
     target = OutDir(out, force)
     from probe.app.report.figures import attention_heatmap
-    from probe.store import Store
+    from probe.store.directory import Store
 
     maps = Store(store_dir)[example]
     stem = f"L{layer}H{head}_ex{example}"

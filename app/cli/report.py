@@ -137,9 +137,9 @@ def report_cmd(
     setup_logging(verbose)
     configure_progress()
     from probe.app.report.build import build_report
-    from probe.budget import parse_size
+    from probe.inputs.budget import parse_size
 
-    from probe.long_inputs import check_window
+    from probe.inputs.long_inputs import check_window
 
     budget = parse_size(memory_budget)  # bad values: one Error line before the model loads
     check_window(window, stride, truncate)

@@ -28,7 +28,7 @@ def _summary(check) -> str:
 @user_errors
 def verify_cmd(directory):
     """Read every example of the store; exit 1 when something is damaged."""
-    from probe.store_repair import verify_store
+    from probe.store.repair import verify_store
 
     check = verify_store(directory)
     if check.problems:
@@ -45,7 +45,7 @@ def verify_cmd(directory):
 @user_errors
 def repair_cmd(directory):
     """Drop damaged examples, a torn index tail and orphan shards; a capture then redoes them."""
-    from probe.store_repair import repair_store
+    from probe.store.repair import repair_store
 
     check = repair_store(directory)
     click.echo(

@@ -1,6 +1,6 @@
 """``probe capture --engine``: capture a corpus into a store, a block per worker.
 
-The analyses do not live here: each takes a runner (:mod:`probe.blocks`) and the run's
+The analyses do not live here: each takes a runner (:mod:`probe.runs.blocks`) and the run's
 context gives it the engine's (``ctx.runner``: this process, or Ray's actors).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from probe.blocks import corpus_items
+from probe.runs.blocks import corpus_items
 
 from .jobs import StoreJob
 from .run import run_job
@@ -32,11 +32,11 @@ def capture(
     after a worker or the driver was killed: examples in the index are not redone.
 
     Args:
-        corpus: the whole :class:`probe.inputs.Corpus` (items beyond the model's limit
+        corpus: the whole :class:`probe.inputs.corpus.Corpus` (items beyond the model's limit
             are left out by the workers, keeping corpus indices as example ids).
-        manifest: the store manifest, :func:`probe.pipeline.store_manifest`.
+        manifest: the store manifest, :func:`probe.runs.pipeline.store_manifest`.
     """
-    from probe.store import Store, StoreWriter
+    from probe.store.directory import Store, StoreWriter
 
     with StoreWriter(out, manifest, dtype=store_dtype) as writer:  # the driver holds the store's lock
         job = StoreJob(str(out), dtype=store_dtype, batch_size=batch_size, layers=layers)

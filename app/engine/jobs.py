@@ -1,12 +1,12 @@
 """What a worker does with one block of the corpus that is the engine's own business:
 write it into a store (:class:`StoreJob`, ``probe capture --engine``).
 
-The analyses' jobs live with their analyses and share :mod:`probe.blocks`' contract
-(``run(adapter, items, indices) -> Part``): :class:`probe.blocks.StreamJob` (streamed
+The analyses' jobs live with their analyses and share :mod:`probe.runs.blocks`' contract
+(``run(adapter, items, indices) -> Part``): :class:`probe.runs.blocks.StreamJob` (streamed
 accumulators), :class:`probe.analyses.necessity.ablation_job.AblateJob` (the
 single-head sweep), :class:`probe.analyses.claims.removal.RemovalJob` (the claims'
 removals). Each job first leaves out the items longer than the model's limit
-(``Part.long``), as :func:`probe.inputs.fit_to_model` does for one process.
+(``Part.long``), as :func:`probe.inputs.corpus.fit_to_model` does for one process.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Optional, Sequence
 
-from probe.blocks import Part, fit_items, item_text
+from probe.runs.blocks import Part, fit_items, item_text
 
 __all__ = ["StoreJob"]
 
@@ -33,8 +33,8 @@ class StoreJob:
     def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
         import torch
 
-        from probe.capture import iter_capture
-        from probe.store import write_shard
+        from probe.runs.capture import iter_capture
+        from probe.store.directory import write_shard
 
         started = time.time()
         keep, long = fit_items(adapter, items, indices)

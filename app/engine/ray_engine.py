@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from probe.blocks import Part
+from probe.runs.blocks import Part
 
 from probe.errors import InputError
 

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from probe.errors import InputError
 
-from probe.blocks import CorpusItem, Part, stream_into
+from probe.runs.blocks import CorpusItem, Part, stream_into
 
 from .ray_engine import require_ray, run_blocks
 
@@ -159,7 +159,7 @@ def run_job(
 
 
 def engine_runner(model, **run):
-    """A runner of :mod:`probe.blocks` (``runner(job, items) -> [Part]``) on an engine:
+    """A runner of :mod:`probe.runs.blocks` (``runner(job, items) -> [Part]``) on an engine:
     :func:`run_job` of ``model`` (a spec each Ray actor loads, or for ``engine="local"``
     a loaded adapter) with the engine settings ``run`` (:func:`engine_settings`)."""
 

@@ -24,12 +24,12 @@ class Context:
     Attributes (lazy; each built once, on first access):
         adapter: the live model (:func:`probe.models.load_model` of ``model``), or
             ``None`` for a run on maps alone (``model`` given as ``None``).
-        corpus: the :class:`probe.inputs.Corpus` (``--text/--file/--conllu``, or a zoo
+        corpus: the :class:`probe.inputs.corpus.Corpus` (``--text/--file/--conllu``, or a zoo
             model's evaluation set), fitted to the model's length limit; on a stream or
             Ray engine with ``kept_examples``, the kept sample whose maps are held.
         input_corpus: the corpus as given, not fitted (an engine's workers leave out
             what is too long themselves), or the whole corpus the run was opened on.
-        sentences: the treebank's :class:`probe.corpus.Sentence` s (``--conllu``).
+        sentences: the treebank's :class:`probe.inputs.readers.Sentence` s (``--conllu``).
         maps: one :class:`probe.maps.AttentionMaps` per corpus example, in order.
         params: the running analysis' parameters (defaults filled in).
         results: what the analyses that ran produced, by analysis name; written by the
@@ -153,9 +153,9 @@ class Context:
 
     @property
     def runner(self):
-        """Where this run's jobs over the corpus run (:mod:`probe.blocks`: ``runner(job,
+        """Where this run's jobs over the corpus run (:mod:`probe.runs.blocks`: ``runner(job,
         items) -> [Part]``): this process on :attr:`adapter` for ``local`` and ``stream``
-        (:class:`probe.blocks.InProcess`, with progress bars unless quiet), a pool of Ray
+        (:class:`probe.runs.blocks.InProcess`, with progress bars unless quiet), a pool of Ray
         actors that each load :attr:`engine_model` for ``ray``
         (:func:`probe.app.engine.run.engine_runner`). Analyses take it and never ask
         which engine it is.
@@ -165,7 +165,7 @@ class Context:
         """
         run = self.engine_run
         if run is None or run["engine"] == "local":
-            from probe.blocks import InProcess
+            from probe.runs.blocks import InProcess
 
             return InProcess(self.adapter, self.progress)
         from probe.app.engine.run import engine_runner
@@ -214,7 +214,7 @@ class Context:
         when the run was opened on one."""
         if self._input_corpus is not None:
             return self._input_corpus
-        from probe.inputs import load_corpus
+        from probe.inputs.corpus import load_corpus
 
         return load_corpus(
             text=self.text or None,
@@ -227,7 +227,7 @@ class Context:
     @property
     def corpus(self):
         if self._corpus is None:
-            from probe.inputs import fit_to_model
+            from probe.inputs.corpus import fit_to_model
 
             self._corpus = fit_to_model(self.input_corpus, self.adapter)
             if not len(self._corpus):
@@ -240,7 +240,7 @@ class Context:
             if self._corpus is not None and self._corpus.sentences:
                 self._sentences = list(self._corpus.sentences)
             elif self.conllu:
-                from probe.corpus import read_conllu
+                from probe.inputs.readers import read_conllu
 
                 self._sentences = read_conllu(self.conllu, limit=self.limit)
             else:
@@ -250,7 +250,7 @@ class Context:
     @property
     def maps(self) -> list:
         if self._maps is None:
-            from probe.capture import capture
+            from probe.runs.capture import capture
 
             c = self.corpus
             self._maps = capture(
@@ -266,7 +266,7 @@ class Context:
     def accumulated(self, name: str) -> dict:
         """The accumulators analysis ``name`` declares (``Analysis.accumulators``), filled
         over the run's corpus: by the engine's streamed pass when one ran (the whole
-        corpus), else from the held maps (:func:`probe.streaming.feed_maps`). Each is
+        corpus), else from the held maps (:func:`probe.runs.streaming.feed_maps`). Each is
         read with ``.result()`` (which may raise ``NotApplicable``).
 
         Raises:
@@ -274,7 +274,7 @@ class Context:
         """
         if name in self.streamed:
             return self.streamed[name]
-        from probe.streaming import feed_maps, held_items
+        from probe.runs.streaming import feed_maps, held_items
 
         from . import get
 

@@ -59,7 +59,7 @@ def open_run(
         model: a :func:`probe.models.load_model` spec, a loaded adapter, or ``None`` for
             a run on given ``maps`` alone (analyses that need a live model are skipped).
         inputs: an :class:`Inputs` (loaded with ``limit`` and fitted to the model on
-            first use), a :class:`probe.inputs.Corpus` already fitted (the run's corpus
+            first use), a :class:`probe.inputs.corpus.Corpus` already fitted (the run's corpus
             as is), or ``None`` (a zoo model's own set).
         limit, device: the common options.
         engine: ``local``, ``stream`` or ``ray`` (docs/scale.md); ``address``, ``workers``:

@@ -246,7 +246,7 @@ def build_report(
         model: a :func:`models.load_model` spec (ignored when ``adapter`` is given).
         sections: names of the sections to run (default: all default sections).
         strict: raise an analysis' error instead of listing the section as failed.
-        memory_budget: bytes the process may use (:mod:`probe.budget`; default 2 GiB):
+        memory_budget: bytes the process may use (:mod:`probe.inputs.budget`; default 2 GiB):
             forwards with gradients are sized from the input length to fit it.
         objective: the metric of ablation/importance/claims (``auto``: chosen per model
             and printed); ``target``: what faithfulness explains (``auto`` likewise).
@@ -254,7 +254,7 @@ def build_report(
             importance, claims) use; ``0`` for the whole corpus; default their own cap.
         window, stride: split examples longer than ``window`` tokens into overlapping
             windows ``stride`` tokens apart (default half a window), each analysed as an
-            example (:func:`probe.long_inputs.window_corpus` says how they are joined).
+            example (:func:`probe.inputs.long_inputs.window_corpus` says how they are joined).
         truncate: cut examples longer than the model's limit to it instead.
         resume: keep each finished section in ``.OUT.partial/`` beside ``out`` and, when
             a previous run of the same command left one, resume from its finished
@@ -273,14 +273,14 @@ def build_report(
         :class:`ReportData`, with ``path`` set.
 
     Raises:
-        ValueError: bad input (see :func:`probe.inputs.load_corpus`), unknown model or
+        ValueError: bad input (see :func:`probe.inputs.corpus.load_corpus`), unknown model or
             section, ``out`` exists without ``force``, nothing left to capture.
     """
     from probe.analyses.common.objective import check_objective
-    from probe.budget import DEFAULT_BUDGET, check_budget, format_size
-    from probe.budget import memory_budget as budget_in_force
-    from probe.inputs import fit_to_model, load_corpus
-    from probe.long_inputs import check_window
+    from probe.inputs.budget import DEFAULT_BUDGET, check_budget, format_size
+    from probe.inputs.budget import memory_budget as budget_in_force
+    from probe.inputs.corpus import fit_to_model, load_corpus
+    from probe.inputs.long_inputs import check_window
     from probe.models import load_model
 
     from .bundled import sample_corpus
@@ -399,7 +399,7 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=N
     ``ctx.on_engine``, which is returned."""
     import sys
 
-    from probe.blocks import Streamed, corpus_items, stream_into
+    from probe.runs.blocks import Streamed, corpus_items, stream_into
 
     from .engine_sections import EngineRun
 
@@ -460,7 +460,7 @@ def peek_limit(model) -> Optional[int]:
 
 def _cut_long(corpus, adapter, window, stride, truncate) -> tuple:
     """``(corpus, note)``: over-length examples windowed or truncated, and what was done."""
-    from probe.long_inputs import check_window, default_stride, truncate_corpus, window_corpus
+    from probe.inputs.long_inputs import check_window, default_stride, truncate_corpus, window_corpus
 
     if window is not None:
         check_window(window, stride, truncate, adapter.max_length)
@@ -504,7 +504,7 @@ def choose_engine(engine: str, corpus, adapter, budget: int) -> tuple:
     held, the corpus statistics streamed: peak memory no longer grows with the corpus);
     the numbers equal either way (tests/test_report_engine.py). Another engine is kept
     (``why`` empty)."""
-    from probe.budget import format_size
+    from probe.inputs.budget import format_size
 
     if engine != "auto":
         return engine, ""

@@ -13,13 +13,13 @@ SAMPLE_CONLLU = Path(__file__).with_name("sample") / "sample.conllu"
 
 
 def sample_corpus(limit: Optional[int] = None):
-    """The bundled sample as a :class:`probe.inputs.Corpus` (with treebank words); its
+    """The bundled sample as a :class:`probe.inputs.corpus.Corpus` (with treebank words); its
     ``source`` is the file's path, so analyses that re-read the treebank find it.
 
     Raises:
         ValueError: a non-positive ``limit``; the sample missing from the installation.
     """
-    from probe.inputs import load_corpus
+    from probe.inputs.corpus import load_corpus
 
     if not SAMPLE_CONLLU.exists():
         raise InputError(f"the bundled sample {SAMPLE_CONLLU} is missing: reinstall attention-probe")

@@ -2,7 +2,7 @@
 
 With an engine the report no longer holds every example's maps. The sections declare the
 sums they read over the corpus (``Analysis.accumulators``); one streamed pass over the
-whole corpus (:func:`probe.blocks.stream_into` on the run's runner, in this process or
+whole corpus (:func:`probe.runs.blocks.stream_into` on the run's runner, in this process or
 Ray's actors) fills them, and only a bounded *kept sample* (the first ``kept_examples``
 examples) is captured whole, for the pages' figures and the sections that need whole
 maps or gradients. A section runs the same code on every engine (a local run feeds the

@@ -19,7 +19,7 @@ the verb's identity onto that ``</s>`` and the decoder read the sentence-final v
 matched the gold alignment for only 89.4% of target words (every miss the verb). Without
 it, cross-attention is read as word alignment in the sense of Bahdanau et al. (2015) and
 Vaswani et al. (2017); the end-of-sentence token ``</s>`` is only a decoder label. The
-toolkit's capture (:func:`probe.capture.capture` with ``targets=``) tokenizes targets with
+toolkit's capture (:func:`probe.runs.capture.capture` with ``targets=``) tokenizes targets with
 the same tokenizer, so its decoder inputs are ``<s> y_1 … y_{n-1}``: ``n`` query rows,
 row ``j`` producing target word ``j`` (no ``</s>`` row).
 """

@@ -145,7 +145,7 @@ def attention_fields(model, tok, source: str, target: str) -> dict:
     :func:`probe.analyses.paper.alignment.rnn_attention_maps` builds it, so this floor
     stays below the core). Key side: the source words (the source carries no special
     token, see :func:`models.zoo.translate.tokenizer`). Query side, as in
-    :func:`probe.capture.capture` for encoder-decoder models: the decoder *inputs*
+    :func:`probe.runs.capture.capture` for encoder-decoder models: the decoder *inputs*
     ``<s> y_1 … y_n``, so query row ``j`` is the step that *produces* target word ``j``
     (row ``n``: ``</s>``). Raises ``ValueError`` on empty input.
     """

@@ -23,7 +23,7 @@ METRIC = Param(
 
 
 def _corrupted(ctx, clean):
-    from probe.inputs import Corpus, load_corpus
+    from probe.inputs.corpus import Corpus, load_corpus
 
     p = ctx.params
     if p["corrupted"] or p["corrupted_file"]:
@@ -62,7 +62,7 @@ def _metric(ctx, clean, bad):
         return obj
     partners = bad
     if ctx.params["partner_file"]:
-        from probe.inputs import load_corpus
+        from probe.inputs.corpus import load_corpus
 
         partners = load_corpus(file=ctx.params["partner_file"], limit=ctx.limit)
     return SimilarityMetric(partners)
@@ -72,7 +72,7 @@ def run(ctx) -> Result:
     from probe.analyses.circuits.edges import all_edges, parse_edge
     from probe.analyses.circuits.study import study_circuit
 
-    from probe.inputs import fit_pairs
+    from probe.inputs.corpus import fit_pairs
 
     p = ctx.params
     adapter = ctx.adapter
@@ -150,7 +150,7 @@ def run(ctx) -> Result:
         hc = st.head_curve
         tables["head_curve"] = hc.curve
         tables["heads"] = hc.nodes
-        from probe.paths import site_name
+        from probe.interventions.paths import site_name
 
         # heads as L5H11 (one stack) or x1H3 (an encoder-decoder's cross-attention layer 1)
         names_of = {l: site_name(adapter, l) for l, _ in hc.ranking}

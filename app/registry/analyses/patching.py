@@ -8,7 +8,7 @@ from ._shared import BATCH, GROUPS, METRIC, N_BOOT, group_note, group_table, hea
 
 
 def _corrupted(ctx, clean):
-    from probe.inputs import Corpus, load_corpus
+    from probe.inputs.corpus import Corpus, load_corpus
 
     p = ctx.params
     if p["corrupted"] or p["corrupted_file"]:
@@ -30,7 +30,7 @@ def shuffled_words(corpus, seed: int = 0):
     """Each example's words (whitespace-separated) in a seeded random order: a corruption
     that keeps the tokens, so the pair tokenizes to the same length."""
     import random
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     rng = random.Random(seed)
     texts = []
@@ -53,7 +53,7 @@ def run(ctx) -> Result:
     from probe.analyses.necessity.patching import patch_heads
 
     p = ctx.params
-    from probe.inputs import fit_pairs
+    from probe.inputs.corpus import fit_pairs
 
     clean = ctx.input_corpus
     bad = _corrupted(ctx, clean)

@@ -79,7 +79,7 @@ def _store(ctx):
     """The ``--store`` to read: an existing one, or one captured into now from the input."""
     store_dir = ctx.params["store"]
     if not ctx.has_input and (Path(store_dir) / "manifest.json").exists():
-        from probe.store import Store
+        from probe.store.directory import Store
 
         return Store(store_dir), f"store {store_dir}"
     if not ctx.has_input and not ctx.is_zoo:
@@ -87,7 +87,7 @@ def _store(ctx):
             f"{store_dir} is not a store (no manifest.json): give an input "
             "(--text, --file or --conllu) to capture into it"
         )
-    from probe.pipeline import capture_corpus
+    from probe.runs.pipeline import capture_corpus
 
     corpus = ctx.corpus
     store = capture_corpus(
@@ -122,7 +122,7 @@ def run(ctx) -> Result:
         report = roles_report(source, syntax=syntax, progress=ctx.progress, **settings, **overrides)
     else:  # the corpus streams through the model wherever the run's engine runs it (ctx.runner)
         from probe.analyses.patterns.roles import roles_streamed
-        from probe.blocks import corpus_items
+        from probe.runs.blocks import corpus_items
 
         corpus = ctx.input_corpus
         report = roles_streamed(

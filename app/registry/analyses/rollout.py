@@ -58,14 +58,14 @@ def _maps(ctx):
     if ctx.params["store"]:
         if ctx.has_input:
             raise InputError("give an input (--text/--file/--conllu) or --store, not both")
-        from probe.store import Store
+        from probe.store.directory import Store
 
         store = Store(ctx.params["store"])
         i = ctx.params["example"]
         if i >= len(store):
             raise InputError(f"--example {i}: the store has {len(store)} examples (0..{len(store) - 1})")
         return store[i]
-    from probe.capture import capture
+    from probe.runs.capture import capture
 
     return capture(ctx.adapter, [_text(ctx)])[0]
 
@@ -115,7 +115,7 @@ def run_rollout(ctx) -> Result:
     text = _text(ctx)
     if p["weights"] == "norm":
         from probe.analyses.flow.norm_attention import norm_rollout_maps
-        from probe.values import capture_values
+        from probe.runs.values import capture_values
 
         scores = norm_rollout_maps(
             capture_values(ctx.adapter, text),
@@ -125,7 +125,7 @@ def run_rollout(ctx) -> Result:
         )
     else:
         from probe.analyses.flow.grad_attention import grad_rollout_maps
-        from probe.grads import attention_gradients
+        from probe.runs.grads import attention_gradients
 
         scores = grad_rollout_maps(
             attention_gradients(ctx.adapter, text, position=pos[0] if pos else None),
@@ -238,7 +238,7 @@ FLOW = Analysis(
 
 def run_correlation(ctx) -> Result:
     from probe.analyses.flow.blankout import blank_out_importance, correlation_table, importance_correlations
-    from probe.capture import capture
+    from probe.runs.capture import capture
     from probe.models.zoo import eval_examples
 
     if not ctx.is_zoo:

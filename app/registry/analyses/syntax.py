@@ -39,7 +39,7 @@ def _zoo_treebank(ctx) -> str:
 
 def run(ctx) -> Result:
     from probe.analyses.structure.syntax_run import run_syntax
-    from probe.corpus import read_conllu
+    from probe.inputs.readers import read_conllu
 
     p = ctx.params
     conllu = ctx.conllu or _zoo_treebank(ctx)

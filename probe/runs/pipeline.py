@@ -7,10 +7,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from .capture import iter_capture
-from .errors import InputError
-from .inputs import Corpus, fit_to_model
-from .store import Store, StoreWriter, fingerprint
+from probe.runs.capture import iter_capture
+from probe.errors import InputError
+from probe.inputs.corpus import Corpus, fit_to_model
+from probe.store.directory import Store, StoreWriter, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +39,17 @@ def capture_corpus(
     (``on_long="skip"``), refused (``"error"``), or cut to the limit (``"truncate"``). Running it again on the same model, layers and corpus resumes: finished
     examples are kept, the rest are captured, none twice. Peak memory for maps is
     bounded in bytes, whatever the corpus size or text lengths: about twice
-    :data:`probe.capture.WINDOW_BYTES` (256 MiB; the sort window's maps are capped at that
+    :data:`probe.runs.capture.WINDOW_BYTES` (256 MiB; the sort window's maps are capped at that
     many bytes, estimated from each encoding before the forward, and so is each padded
     batch), plus one shard waiting to be written (written at ``shard_size`` examples or
-    :data:`probe.store.SHARD_BYTES`, 256 MiB, whichever comes first).
+    :data:`probe.store.directory.SHARD_BYTES`, 256 MiB, whichever comes first).
     Batches are formed inside fixed blocks of ``batch_size × 8`` consecutive examples, so
     that a resumed capture (which recaptures a partly finished block whole, keeping only
     the missing examples) stores exactly the values a clean capture stores: the same
     batch composition, hence the same padding and the same floating-point sums. Files a
     killed capture left behind (shards without index lines) are removed on resume.
     Only one process writes a store at a time (a second one fails at once, see
-    :mod:`probe.store_lock`).
+    :mod:`probe.store.lock`).
 
     Raises:
         ValueError: ``out`` holds a capture of other input or settings; layer out of range;
@@ -126,9 +126,9 @@ def store_manifest(
     (:mod:`probe.models.fingerprint`), the forward dtype and device kind (read from the
     model unless given: an engine's workers run it elsewhere), the toolkit version and the
     capture ``options``. A resume that differs in any of them is refused
-    (:func:`probe.store.refuse_other_capture`)."""
-    from .models.fingerprint import device_kind, tokenizer_fingerprint, weights_fingerprint
-    from .models.fingerprint import forward_dtype as dtype_of
+    (:func:`probe.store.directory.refuse_other_capture`)."""
+    from probe.models.fingerprint import device_kind, tokenizer_fingerprint, weights_fingerprint
+    from probe.models.fingerprint import forward_dtype as dtype_of
 
     stack = stack or adapter.default_stack
     if layers is not None and len(set(layers)) != len(layers):

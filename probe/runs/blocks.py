@@ -10,7 +10,7 @@ A *job* is a small picklable object with ``run(adapter, items, indices, progress
 puts them together. An analysis takes a runner and never asks which engine it is.
 
 :class:`StreamJob` is the job of every corpus statistic: it streams the block through
-the model layer by layer (:func:`probe.streaming.stream_layers`) into fresh copies of
+the model layer by layer (:func:`probe.runs.streaming.stream_layers`) into fresh copies of
 accumulators (:mod:`probe.analyses.common.accumulate`); :func:`stream_into` runs it on a
 runner and merges the accumulators.
 """
@@ -53,7 +53,7 @@ class CorpusItem:
 
 
 def corpus_items(corpus) -> list:
-    """A :class:`probe.inputs.Corpus` as picklable items: its treebank sentences when it
+    """A :class:`probe.inputs.corpus.Corpus` as picklable items: its treebank sentences when it
     has them, else :class:`CorpusItem` s (text, word spans, zoo example)."""
     if corpus.sentences:
         return list(corpus.sentences)
@@ -129,7 +129,7 @@ def as_runner(model, progress: bool = False) -> Runner:
 def fit_items(adapter, items: Sequence, indices: Sequence[int], by_length: bool = False) -> tuple:
     """``(kept positions, [(index, n_tokens)] of the items beyond the model's limit)``:
     the positions in input order, or shortest first with ``by_length`` (batches of similar
-    length carry little padding). As :func:`probe.inputs.fit_to_model` does for a corpus
+    length carry little padding). As :func:`probe.inputs.corpus.fit_to_model` does for a corpus
     in one process, one batched tokenizer call."""
     lengths = [len(x) for x in adapter.tokenizer([item_text(it) for it in items], add_special_tokens=True)["input_ids"]]
     keep = [k for k, n in enumerate(lengths) if n <= adapter.max_length]
@@ -165,15 +165,15 @@ def merge_all(parts: Sequence[Sequence]) -> list:
 class StreamJob:
     """Stream the block into fresh copies of ``accumulators``; items longer than the
     model's limit are left out (``Part.long``). Accumulators that count whole examples
-    get each example once with all its layers (:func:`probe.streaming.feed` with
+    get each example once with all its layers (:func:`probe.runs.streaming.feed` with
     ``join``) while a batch of every layer at the model's longest input fits
-    :data:`probe.streaming.JOIN_BYTES` (batches made smaller to fit), else every
+    :data:`probe.runs.streaming.JOIN_BYTES` (batches made smaller to fit), else every
     accumulator is fed layer by layer.
 
     Args:
         accumulators: empty accumulators (:mod:`probe.analyses.common.accumulate`).
         batch_size: examples per forward.
-        last_rows: keep only the last ``k`` query rows (see :func:`probe.streaming.stream_layers`).
+        last_rows: keep only the last ``k`` query rows (see :func:`probe.runs.streaming.stream_layers`).
     """
 
     def __init__(self, accumulators: Sequence, batch_size: int = 16, last_rows: Optional[int] = None):
@@ -182,7 +182,7 @@ class StreamJob:
         self.last_rows = last_rows
 
     def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
-        from probe.streaming import feed, join_batch_size, stream_layers
+        from probe.runs.streaming import feed, join_batch_size, stream_layers
 
         started = time.time()
         keep, long = fit_items(adapter, items, indices, by_length=True)

@@ -4,7 +4,7 @@ Counterfactual attention (Jain & Wallace 2019, "Attention is not Explanation"; S
 Smith 2019): give head ``h`` other weights ``α'`` ``[query, key]`` and let its output be
 ``α' V`` instead of ``α V``. This needs the values of every key, which only the attention
 function sees, so it runs on the attention-interface path
-(:mod:`probe.attention_interface`); models that do not call the interface raise.
+(:mod:`probe.tracing.attention_interface`); models that do not call the interface raise.
 
 Modes (per :class:`AttentionEdit`):
 
@@ -23,10 +23,10 @@ import torch
 
 from probe.errors import InputError
 
-from .attention_interface import choose_path
-from .edits import WEIGHT_MODES, Edit, ReplaceWeights, SiteContext, allowed_keys
-from .models.sites import Site
-from .trace import Trace, TraceView
+from probe.tracing.attention_interface import choose_path
+from probe.tracing.edits import WEIGHT_MODES, Edit, ReplaceWeights, SiteContext, allowed_keys
+from probe.models.sites import Site
+from probe.tracing.trace import Trace, TraceView
 
 __all__ = ["WEIGHT_MODES", "AttentionEdit", "AttentionReweighting", "LayerWeights", "allowed_keys", "new_weights"]
 
@@ -47,7 +47,7 @@ class AttentionEdit:
 
 def new_weights(edit: AttentionEdit, alpha: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """The replacement ``[batch, query, key]`` of one head's weights ``alpha``
-    (:meth:`probe.edits.ReplaceWeights.replacement`)."""
+    (:meth:`probe.tracing.edits.ReplaceWeights.replacement`)."""
     replace = ReplaceWeights(head=edit.head, mode=edit.mode, weights=edit.value, seed=edit.seed)
     return replace.replacement(alpha, allowed, SiteContext("", "pattern", edit.layer, "", 1))
 
@@ -72,7 +72,7 @@ class LayerWeights(Edit):
 class AttentionReweighting(TraceView):
     """Context manager: on every forward inside it, the edited heads attend with the new
     weights and their outputs are recomputed from the values (a view of
-    :class:`probe.trace.Trace`'s ``pattern`` edits; layer identity by call where layers
+    :class:`probe.tracing.trace.Trace`'s ``pattern`` edits; layer identity by call where layers
     share a module: ALBERT).
 
     Raises:

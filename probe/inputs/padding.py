@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from .errors import InputError
+from probe.errors import InputError
 
 __all__ = ["padded_inputs", "real_positions", "padding_leak", "LEAK_TOLERANCE"]
 

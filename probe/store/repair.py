@@ -2,7 +2,7 @@
 cut a damaged one back to the examples that read correctly.
 
 :func:`verify_store` reads the manifest, every index line and every example's tensor
-(through :class:`probe.store.Store`, so each is checked exactly as an analysis would read
+(through :class:`probe.store.directory.Store`, so each is checked exactly as an analysis would read
 it) and lists what is wrong. :func:`repair_store` — under the store's write lock — keeps
 the index lines whose example reads correctly, drops a torn last line, bad lines and
 examples whose shard is missing or damaged, and deletes shards and temporary files no
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from probe.errors import InputError
 
-from .store import Store
-from .store_lock import StoreLock
-from .store_schema import SHARD_NAME, read_manifest, scan_index
+from probe.store.directory import Store
+from probe.store.lock import StoreLock
+from probe.store.schema import SHARD_NAME, read_manifest, scan_index
 
 
 @dataclass
@@ -53,7 +53,7 @@ def _readable(directory: Path, records: list, manifest: dict) -> tuple[list, lis
                 except ValueError:
                     broken[shard] = rec["id"]
                     raise
-            store._load(rec, handles[shard])  # its range too (probe.store_schema.map_range_problem)
+            store._load(rec, handles[shard])  # its range too (probe.store.schema.map_range_problem)
             good.append(rec)
         except ValueError as exc:
             problems.append(str(exc).split("; run `probe store repair")[0])
@@ -63,7 +63,7 @@ def _readable(directory: Path, records: list, manifest: dict) -> tuple[list, lis
 def verify_store(path) -> StoreCheck:
     """Check a store completely (every tensor is read; a store of N examples costs one pass):
     every index line, every example's tensor and its range as attention
-    (:func:`probe.store_schema.map_range_problem`), and the count against the manifest's
+    (:func:`probe.store.schema.map_range_problem`), and the count against the manifest's
     (``incomplete``: a missing index line is an error, not "N examples read correctly").
 
     Raises:
@@ -98,7 +98,7 @@ def repair_store(path) -> StoreCheck:
     Raises:
         ValueError: no store, a damaged manifest, or another process writing the store.
     """
-    from .store import remove_orphans, write_index
+    from probe.store.directory import remove_orphans, write_index
 
     directory = Path(path)
     with StoreLock(directory):

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from probe.errors import InputError
 
-from .corpus import Sentence, read_text_file, read_treebank
+from probe.inputs.readers import Sentence, read_text_file, read_treebank
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def load_corpus(
 
     With no input and a ``zoo:<task>`` model, the task's generated evaluation set.
     ``skip_invalid`` skips invalid treebank sentences (counted in ``skipped``) instead of
-    refusing the file; ``None`` follows :func:`probe.corpus.skipping_invalid`.
+    refusing the file; ``None`` follows :func:`probe.inputs.readers.skipping_invalid`.
 
     Raises:
         ValueError: several inputs or none, empty input, unreadable or malformed files,
@@ -193,7 +193,7 @@ def spanning_notes(corpus: Corpus, enc, tokenizer) -> list:
     """A line for people when some tokens span two treebank words (two words written without
     a space, one subword piece across their border): how many, in how many examples, the
     first one, and the rule that assigns it (:func:`probe.models.alignment.spanning_tokens`)."""
-    from .models.alignment import spanning_tokens
+    from probe.models.alignment import spanning_tokens
 
     special = set(special_token_ids(tokenizer))
     word_spans = corpus.word_spans or ()

@@ -246,7 +246,7 @@ def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
     Returns ``(corpus, windows)``: the new corpus and ``{original index: number of
     windows}`` for the examples that were split.
     """
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     stride = stride or default_stride(window)
     check_window(window, stride)
@@ -275,7 +275,7 @@ def truncate_corpus(corpus, adapter, limit: Optional[int] = None):
     """Each example cut to its first ``limit`` (default the model's) tokens, at a token
     boundary; returns ``(corpus, n_truncated)``. Treebank sentences too long are skipped
     instead (their annotation would be cut)."""
-    from probe.inputs import Corpus
+    from probe.inputs.corpus import Corpus
 
     limit = limit or adapter.max_length
     room = limit - _specials(adapter)

@@ -1,7 +1,7 @@
 """Attention probabilities together with the gradient of a scalar output with respect to
 them, for gradient-weighted attention (Chefer et al., 2021).
 
-One forward with grad enabled inside :class:`probe.capture.AttentionCapture`
+One forward with grad enabled inside :class:`probe.runs.capture.AttentionCapture`
 (``keep_grad=True``, eager attention), then ``torch.autograd.grad`` of the target with
 respect to each layer's probabilities. Torch's global grad mode is restored afterwards,
 and no parameter's ``.grad`` is touched.
@@ -16,8 +16,8 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
-from .capture import AttentionCapture
-from .maps import AttentionMaps
+from probe.runs.capture import AttentionCapture
+from probe.maps import AttentionMaps
 
 __all__ = ["AttentionGradients", "attention_gradients", "default_target"]
 

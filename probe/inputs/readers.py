@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .errors import InputError
+from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import torch
 
-from .models.hooks import HookContext, HookSet
+from probe.models.hooks import HookContext, HookSet
 
 __all__ = ["HookContext", "HookSet", "eager_attention", "count_hooks"]
 

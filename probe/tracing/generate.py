@@ -2,7 +2,7 @@
 
 nnsight's ``model.generate`` tracing and TransformerLens's ``generate`` with hooks, over
 the sites of :mod:`probe.models.sites`: the model's own ``generate`` (greedy unless told
-otherwise, with its key/value cache) runs inside one :class:`probe.trace.Trace`, so each
+otherwise, with its key/value cache) runs inside one :class:`probe.tracing.trace.Trace`, so each
 forward of the generation is read and edited. ``cache.calls(name)`` holds one value per
 forward: the prompt's first, then one per new token, each with a query axis of 1
 (``hook_pattern`` ``[batch, head, 1, key]``, ``hook_q`` ``[batch, 1, head, d]``) and keys
@@ -17,10 +17,10 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import torch
 
-from .cache import Cache
-from .errors import InputError
-from .padding import padded_inputs
-from .trace import Trace
+from probe.tracing.cache import Cache
+from probe.errors import InputError
+from probe.inputs.padding import padded_inputs
+from probe.tracing.trace import Trace
 
 __all__ = ["trace_generate"]
 

@@ -1,6 +1,6 @@
 """What a store's files must hold: the manifest, the index records, the shard names.
 
-Used by :class:`probe.store.Store` on open and by ``probe store verify``/``repair``; each
+Used by :class:`probe.store.directory.Store` on open and by ``probe store verify``/``repair``; each
 function names the file (and line) at fault, so a damaged or hand-edited store is refused
 with one clear line instead of being read wrongly.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from probe.errors import InputError
 
-from .maps import KINDS
+from probe.maps import KINDS
 
 STORE_VERSION = 1
 DTYPES = ("float32", "float16")

@@ -6,8 +6,8 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from .errors import InputError
-from .models.sites import parse_site
+from probe.errors import InputError
+from probe.models.sites import parse_site
 
 __all__ = ["Cache"]
 

@@ -1,4 +1,4 @@
-"""Edits of a site as small objects: what :func:`probe.trace.trace` does to an activation.
+"""Edits of a site as small objects: what :func:`probe.tracing.trace.trace` does to an activation.
 
 An edit is called inside the forward with the site's value (a copy the edit may write in)
 and a :class:`SiteContext`, and returns the value the model goes on with. Edits that name

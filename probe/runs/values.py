@@ -3,7 +3,7 @@
 Kobayashi et al. (2020), "Attention is Not Only a Weight", need per head the vector
 ``f_h(x_j) = (x_j W_V + b_V)_h W_O^h`` that head ``h`` moves from token ``j``. Forward hooks
 on the adapter's value projections record ``x W_V + b_V``; the output projections give
-``W_O``. The values are the ``v`` sites of :class:`probe.trace.Trace` (fused q|k|v split and
+``W_O``. The values are the ``v`` sites of :class:`probe.tracing.trace.Trace` (fused q|k|v split and
 grouped-query repeat as :mod:`probe.models.sites` says).
 """
 
@@ -16,10 +16,10 @@ import torch
 
 from probe.errors import NotApplicable
 
-from .capture import capture
-from .models.sites import Site
-from .trace import Trace
-from .maps import AttentionMaps
+from probe.runs.capture import capture
+from probe.models.sites import Site
+from probe.tracing.trace import Trace
+from probe.maps import AttentionMaps
 
 __all__ = ["ValueCapture", "capture_values", "projection_weight"]
 

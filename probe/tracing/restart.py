@@ -1,11 +1,11 @@
-"""Restart a forward at layer ``l`` from a cached residual stream: views of :class:`probe.trace.Trace`.
+"""Restart a forward at layer ``l`` from a cached residual stream: views of :class:`probe.tracing.trace.Trace`.
 
 An ablation of a head in layer ``l`` leaves layers ``0..l−1`` unchanged, so a sweep
 need not recompute them. :class:`ResidualCache` records, during a clean forward, the
 hidden state entering every layer ``[batch, seq, dim]`` (the ``resid_pre`` sites).
 :class:`RestartFrom` then runs the model's own forward with layers ``0..l−1`` replaced by
 a pass-through and the input of layer ``l`` replaced by the cached state
-(:class:`probe.trace.Restart`). Everything after layer ``l`` — later layers, final norm,
+(:class:`probe.tracing.trace.Restart`). Everything after layer ``l`` — later layers, final norm,
 task head, attention-mask construction — is the model's own code, so the result equals a
 full forward with the same interventions; only the embeddings (a lookup) are recomputed.
 
@@ -34,9 +34,9 @@ from typing import Optional
 
 import torch
 
-from .models.architectures import RESTARTABLE_FAMILIES
-from .models.sites import Site, layer_modules, supports_restart, supports_site_restart
-from .trace import Restart, Trace
+from probe.models.architectures import RESTARTABLE_FAMILIES
+from probe.models.sites import Site, layer_modules, supports_restart, supports_site_restart
+from probe.tracing.trace import Restart, Trace
 
 __all__ = [
     "RESTART_FAMILIES",

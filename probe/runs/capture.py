@@ -5,11 +5,11 @@ Two paths, chosen per model (``path="auto"``):
 * **interface** — models whose attention modules call transformers' attention interface
   (most of transformers 5) run with the toolkit's registered implementation for the
   duration of the capture; it records the weights of the requested layers only (other
-  layers run SDPA) — see :mod:`probe.attention_interface`.
+  layers run SDPA) — see :mod:`probe.tracing.attention_interface`.
 * **hooks** — other models (Bloom, Falcon, …): forward hooks on the attention modules
   named by the adapter read the probabilities each module returns last in its output
   tuple, with the model switched to eager attention for the duration of the capture
-  (:func:`probe.hooks.eager_attention`). This path is also the reference the interface
+  (:func:`probe.tracing.hooks.eager_attention`). This path is also the reference the interface
   path is tested against.
 
 Each captured example records which in ``meta["attention_source"]`` (``interface …`` or
@@ -26,10 +26,10 @@ import torch
 
 from probe.errors import InputError
 
-from .long_inputs import warn_if_capture_too_large
-from .maps import AttentionMaps
-from .models.sites import Site
-from .trace import Reader, Trace, TraceView, unsupported
+from probe.inputs.long_inputs import warn_if_capture_too_large
+from probe.maps import AttentionMaps
+from probe.models.sites import Site
+from probe.tracing.trace import Reader, Trace, TraceView, unsupported
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,14 @@ class AttentionCapture(TraceView):
         store_dtype: dtype the records are kept in (e.g. ``torch.float16``; default: as
             computed).
         path: ``auto`` (the attention interface where the model's attention modules call
-            it, else hooks), ``interface`` or ``hooks``. See :mod:`probe.attention_interface`.
+            it, else hooks), ``interface`` or ``hooks``. See :mod:`probe.tracing.attention_interface`.
         into_buffer: record the first forward call into one ``[len(layers), batch, heads,
             query, key]`` tensor (:meth:`buffer`), allocated at the first record with its
             shape, dtype and device: the interface path computes each layer's weights in
             its slot, so recording costs no copy; the hooks path copies them there. Later
             calls, and records of another shape, are kept as usual.
 
-    A view of :class:`probe.trace.Trace`: it reads the ``pattern`` site of each chosen
+    A view of :class:`probe.tracing.trace.Trace`: it reads the ``pattern`` site of each chosen
     layer (layer identity by call where layers share a module: ALBERT). Hooks (or
     interface sessions) are removed and the attention implementation restored on exit,
     also when the forward raised. Captures nest: an inner capture records independently.
@@ -82,7 +82,7 @@ class AttentionCapture(TraceView):
         path: str = "auto",
         into_buffer: bool = False,
     ):
-        from .attention_interface import choose_path
+        from probe.tracing.attention_interface import choose_path
 
         self.adapter = adapter
         self.stack = stack or adapter.default_stack

@@ -12,9 +12,9 @@ in one function over the sites of :mod:`probe.models.sites`::
 forward inside the block is read and edited). How each site is reached is chosen once,
 per stack (``path="auto"``): attention weights and the per-head output through
 transformers' attention interface where the model's attention calls it
-(:mod:`probe.attention_interface`), else forward hooks with eager attention
-(:func:`probe.hooks.eager_attention`); residual, value and output-projection sites by
-hooks on the modules the adapter names. Hooks are own-handle (:class:`probe.hooks.HookSet`)
+(:mod:`probe.tracing.attention_interface`), else forward hooks with eager attention
+(:func:`probe.tracing.hooks.eager_attention`); residual, value and output-projection sites by
+hooks on the modules the adapter names. Hooks are own-handle (:class:`probe.tracing.hooks.HookSet`)
 and removed on exit, also after an exception; traces nest; nothing is global.
 
 ``restart_from=Restart(layer, hidden, context)`` runs layers ``< layer`` as pass-throughs
@@ -33,12 +33,12 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
-from .attention_interface import AttentionSession, InterfaceSwitch, choose_path, repeat_kv
-from .cache import Cache
-from .edits import SiteContext, as_edit
-from .hooks import HookContext, HookSet, eager_attention
-from .layer_calls import LayerCalls
-from .models.sites import (
+from probe.tracing.attention_interface import AttentionSession, InterfaceSwitch, choose_path, repeat_kv
+from probe.tracing.cache import Cache
+from probe.tracing.edits import SiteContext, as_edit
+from probe.tracing.hooks import HookContext, HookSet, eager_attention
+from probe.tracing.layer_calls import LayerCalls
+from probe.models.sites import (
     BLOCK_KINDS,
     INTERFACE_KINDS,
     MODEL_KINDS,
@@ -274,7 +274,7 @@ class Trace(HookContext):
         read: site names, ``(kind, layer)`` pairs or bare kinds (``"pattern"``: every
             layer), a predicate over site names, stored in :attr:`cache`; or a mapping
             site -> :class:`Reader` / function.
-        edit: site -> an edit (:mod:`probe.edits`), a function ``fn(value, ctx)``, or a
+        edit: site -> an edit (:mod:`probe.tracing.edits`), a function ``fn(value, ctx)``, or a
             list of them (applied in order).
         rows: batch rows of edits that name none themselves (None: every row).
         restart_from: a :class:`Restart`.
@@ -352,7 +352,7 @@ class Trace(HookContext):
     def _plan(self, readers: list, edits: list) -> None:
         # module -> {layer: work}: a module serves one layer, or several called in turn
         # (ALBERT's one layer for all layers: the layer of a call is its place among the
-        # module's calls in the forward, :class:`probe.layer_calls.LayerCalls`)
+        # module's calls in the forward, :class:`probe.tracing.layer_calls.LayerCalls`)
         self._pattern: dict = {}  # attention module -> {layer: {"read": [(reader, ctx)], "edit": [...], "ctx": ctx}}
         self._z_interface: dict = {}  # attention module -> {layer: (edits, ctx)}: z edited in the attention function
         self._pending: dict = {}
@@ -604,7 +604,7 @@ class Trace(HookContext):
             if edit_here or (z_work is not None and z_work["read"]):
                 other = adapter.other_head_columns(z_work["ctx"].stack)  # ConvBERT's convolution half
                 if other:
-                    from .models.architectures import UnsupportedModel
+                    from probe.models.architectures import UnsupportedModel
 
                     raise UnsupportedModel(other)
             if edit_here:
@@ -806,7 +806,7 @@ class TraceView:
 def unsupported(adapter, what: str, capture: bool = True):
     """:class:`probe.models.architectures.UnsupportedModel` naming the model and its type:
     ``what`` it does, and (``capture``) that the toolkit cannot capture it."""
-    from .models.architectures import UnsupportedModel
+    from probe.models.architectures import UnsupportedModel
 
     t = getattr(adapter.config, "model_type", "?")
     tail = "; the toolkit cannot capture it" if capture else ""

@@ -3,7 +3,7 @@
 The site is each layer's per-head attention output before the output projection, ``[batch,
 seq, head, head_dim]`` (TransformerLens's ``hook_z``). For models whose attention calls
 transformers' attention interface, :class:`HeadIntervention` edits it there, inside the
-toolkit's attention function (:mod:`probe.attention_interface`); for the others, a
+toolkit's attention function (:mod:`probe.tracing.attention_interface`); for the others, a
 forward-pre hook on the output projection edits the projection's input ``[batch, seq,
 n_heads * head_dim]`` — the same values (transformers 5 removed ``head_mask``; Michel et al.
 2019 gate heads at exactly this point).
@@ -14,10 +14,10 @@ n_heads * head_dim]`` — the same values (transformers 5 removed ``head_mask``;
 * :class:`HeadOutputRecorder` — record head outputs (for patching and for means).
 * :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head].
 
-All are views of :class:`probe.trace.Trace` on the ``z`` site (layer identity by call
+All are views of :class:`probe.tracing.trace.Trace` on the ``z`` site (layer identity by call
 where layers share a module: ALBERT).
 
-Replacing a head's attention *weights* is :mod:`probe.reweighting`.
+Replacing a head's attention *weights* is :mod:`probe.interventions.reweighting`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import torch
 
 from probe.errors import InputError
 
-from .edits import Edit, Gate, SiteContext
-from .models.sites import Site
-from .trace import Reader, Trace, TraceView
+from probe.tracing.edits import Edit, Gate, SiteContext
+from probe.models.sites import Site
+from probe.tracing.trace import Reader, Trace, TraceView
 
 MODES = ("zero", "mean", "patch", "scale")
 
@@ -126,7 +126,7 @@ class HeadIntervention(TraceView):
     """
 
     def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None, path: str = "auto"):
-        from .attention_interface import choose_path
+        from probe.tracing.attention_interface import choose_path
 
         self.adapter = adapter
         self.stack = stack or adapter.default_stack
@@ -219,7 +219,7 @@ class HeadOutputRecorder(TraceView):
 @dataclass(frozen=True)
 class LayerGate(Edit):
     """Layer ``layer``'s gates of ``gates`` ``[n_layers, n_heads]`` or ``[rows, n_layers,
-    n_heads]`` as a :class:`probe.edits.Gate` (sliced at each call, so a backward through
+    n_heads]`` as a :class:`probe.tracing.edits.Gate` (sliced at each call, so a backward through
     each forward reaches ``gates``)."""
 
     gates: Optional[torch.Tensor] = None

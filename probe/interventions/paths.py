@@ -1,7 +1,7 @@
 """Sites for path patching and edge attribution between attention heads.
 
-Three sites, all views of :class:`probe.trace.Trace` (its ``z`` site and
-:class:`probe.trace.ModuleSite` s: a projection's output, a norm's input; removed on exit):
+Three sites, all views of :class:`probe.tracing.trace.Trace` (its ``z`` site and
+:class:`probe.tracing.trace.ModuleSite` s: a projection's output, a norm's input; removed on exit):
 
 * the **receiver inputs**: the outputs of each layer's query, key and value projections,
   split per head ``[batch, seq, slots, head_dim]`` (:class:`ProjectionHooks`). A *slot*
@@ -38,9 +38,9 @@ import torch
 
 from probe.errors import NotApplicable
 
-from .edits import Apply, Edit, SiteContext
-from .models.sites import Site
-from .trace import ModuleSite, Reader, Trace, TraceView
+from probe.tracing.edits import Apply, Edit, SiteContext
+from probe.models.sites import Site
+from probe.tracing.trace import ModuleSite, Reader, Trace, TraceView
 
 CHANNELS = ("q", "k", "v")
 _NAMES = {

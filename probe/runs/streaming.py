@@ -1,9 +1,9 @@
 """Streaming capture: hand each layer's attention to a callback inside the forward.
 
-:func:`probe.capture.iter_capture` keeps every layer of a batch until the forward ends
+:func:`probe.runs.capture.iter_capture` keeps every layer of a batch until the forward ends
 and then copies each example out (``[layer, head, query, key]``), so its peak memory is
 all layers of one batch, twice. :func:`stream_layers` instead calls ``on_layer`` from
-the trace's reader of each layer's ``pattern`` site (:class:`probe.trace.Trace`, hooks path), with that layer's probabilities of the whole
+the trace's reader of each layer's ``pattern`` site (:class:`probe.tracing.trace.Trace`, hooks path), with that layer's probabilities of the whole
 batch, and keeps nothing afterwards: peak memory is one layer's maps of one batch plus
 the model (the eager attention of the next layer reuses the freed memory). The
 corpus-level analyses consume it through accumulators
@@ -13,7 +13,7 @@ For decoders whose analysis reads only the last ``k`` query rows (next-token ana
 ``last_rows=k`` keeps just those rows of every example (``LayerBatch.rows``).
 
 Only self- and causal attention of one stack (encoder, or a decoder-only model) are
-streamed; encoder-decoder captures go through :func:`probe.capture.iter_capture`.
+streamed; encoder-decoder captures go through :func:`probe.runs.capture.iter_capture`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
-from .models.sites import Site
-from .trace import Trace
-from .maps import AttentionMaps
+from probe.models.sites import Site
+from probe.tracing.trace import Trace
+from probe.maps import AttentionMaps
 
 log = logging.getLogger(__name__)
 
@@ -163,12 +163,12 @@ def stream_layers(
     Args:
         adapter: a :class:`probe.models.ModelAdapter` (encoder or decoder-only).
         items: strings, or objects with ``.text`` and optional ``.spans`` (word spans,
-            e.g. :class:`probe.corpus.Sentence`); passed on in :attr:`BatchMeta.items`.
+            e.g. :class:`probe.inputs.readers.Sentence`); passed on in :attr:`BatchMeta.items`.
         on_layer: called with a :class:`LayerBatch`, inside the forward, layers in
             order; what it keeps is its own business (an accumulator keeps sums).
         indices: the corpus position of each item (default 0, 1, 2, …).
         layers: layers to hook (default all).
-        batch_size, sort_window: as :func:`probe.capture.iter_capture` (batches of
+        batch_size, sort_window: as :func:`probe.runs.capture.iter_capture` (batches of
             similar length within windows of ``batch_size * sort_window`` items).
         truncate: cut texts beyond the model's limit instead of refusing them.
         last_rows: keep only the last ``k`` query rows of each example (causal models'
@@ -184,7 +184,7 @@ def stream_layers(
     if adapter.arch == "encoder-decoder":
         raise NotApplicable(
             "streaming covers encoder and decoder-only models; capture encoder-decoder "
-            "models with probe.capture.iter_capture"
+            "models with probe.runs.capture.iter_capture"
         )
     if batch_size < 1 or sort_window < 1:
         raise InputError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")

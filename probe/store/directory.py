@@ -21,7 +21,7 @@ Everything read back is checked, because a store is a file a user can hand over:
 manifest and every index line on open (``index.jsonl:N`` named on error; shard names
 must be plain ``shard-NNNNN.safetensors`` inside the store), each shard's header and
 tensor when its example is read (the example is named on error). One process writes a
-store at a time (:mod:`probe.store_lock`); :mod:`probe.store_repair` verifies and repairs.
+store at a time (:mod:`probe.store.lock`); :mod:`probe.store.repair` verifies and repairs.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from safetensors.torch import save_file
 
 from probe.errors import InputError
 
-from .maps import AttentionMaps
-from .store_lock import StoreLock
-from .store_schema import SHARD_NAME, STORE_VERSION, map_range_problem, read_manifest, record_crc, scan_index
+from probe.maps import AttentionMaps
+from probe.store.lock import StoreLock
+from probe.store.schema import SHARD_NAME, STORE_VERSION, map_range_problem, read_manifest, record_crc, scan_index
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def _read_index(path: Path) -> list[dict]:
 class StoreWriter:
     """Append captured examples to a store directory (used by :func:`write_store`).
 
-    Holds the store's lock (:class:`probe.store_lock.StoreLock`) from construction until
+    Holds the store's lock (:class:`probe.store.lock.StoreLock`) from construction until
     :meth:`close`; use it as a context manager or call :meth:`close`.
 
     Raises:
@@ -283,7 +283,7 @@ def _standalone(t: torch.Tensor) -> torch.Tensor:
 def standalone(maps: AttentionMaps, dtype: torch.dtype = torch.float32) -> AttentionMaps:
     """``maps`` with its attention in ``dtype`` as a contiguous tensor of its own.
 
-    Captured examples are views of their batch's buffer (:func:`probe.capture.iter_capture`):
+    Captured examples are views of their batch's buffer (:func:`probe.runs.capture.iter_capture`):
     a writer that queues examples until a shard is full makes each one stand alone as it
     arrives, so the queue holds the examples' bytes, not their batches' padded buffers; and
     some safetensors releases refuse tensors that share a storage. No copy when the map

@@ -36,7 +36,7 @@ import torch
 from probe.errors import InputError
 
 if TYPE_CHECKING:
-    from .layer_calls import LayerCalls
+    from probe.tracing.layer_calls import LayerCalls
 
 INTERFACE_NAME = "probe_eager"
 _SESSIONS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
