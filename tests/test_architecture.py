@@ -315,7 +315,11 @@ def test_only_the_trace_core_registers_hooks():
         f"{n}: {u}" for n, u in sorted(bad.items())
     )
     # the interface module defines the session types but attaches nothing itself
-    attaches = [u for u in _hook_uses(ROOT / "probe" / "tracing" / "attention_interface.py") if "attach" in u or "register_" in u]
+    attaches = [
+        u
+        for u in _hook_uses(ROOT / "probe" / "tracing" / "attention_interface.py")
+        if "attach" in u or "register_" in u
+    ]
     assert not attaches
     assert all(_hook_uses(known[name]) for name in TRACE_CORE)  # the check sees the core's own hooks
 
