@@ -664,7 +664,9 @@ def test_cli_circuit_on_an_encoder_decoder(bert_tokenizer, tmp_path):
     assert len(edges) == 352 and edges["exact"].notna().all()
     assert {e.split("->")[0][0] for e in edges["edge"]} == {"e", "d", "x"}
     d0 = edges[edges["edge"].str.startswith("d0.")]
-    assert d0["exact"].abs().max() < 1e-6 and edges["exact"].abs().max() > 1e-3  # block 0 never sees it
+    # block 0 never sees it: its edges move the output only by float32 rounding, which depends on
+    # the batch shapes and the thread count (4e-5 at 2 threads against effects of order 1)
+    assert edges["exact"].abs().max() > 1e-3 and d0["exact"].abs().max() < 1e-3 * edges["exact"].abs().max()
     summary = json.loads((tmp_path / "c" / "circuit.json").read_text())
     assert summary["head_circuit"] and all(h[0] in "edx" for h in summary["head_circuit"])
     assert (tmp_path / "c" / "head_curve.csv").stat().st_size > 0
