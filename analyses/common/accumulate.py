@@ -35,10 +35,13 @@ single-layer maps; results are joined along the layer axis.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
 
 from probe.runs.blocks import fresh, merge_all
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.maps import AttentionMaps
 
 __all__ = ["Accumulator", "PerLayer", "PunctuationShare", "merge_all", "fresh"]
 
@@ -77,8 +80,8 @@ class PerLayer:
         for i, m in enumerate(maps):
             self.inner_update(acc, m, meta, i)
 
-    def inner_update(self, acc, maps, meta, position: int) -> None:
-        """Feed one single-layer example (``position`` in its batch) to ``acc``."""
+    def inner_update(self, acc: Any, maps: AttentionMaps, meta: Any, position: int) -> None:
+        """Feed one single-layer example (``attentions [1, head, n, n]``, ``position`` in its batch) to ``acc``."""
         acc.update(maps)
 
     def merge(self, other: "PerLayer") -> "PerLayer":
@@ -105,7 +108,8 @@ class PerLayer:
             raise InputError("no examples: give at least one captured example")
         return {layer: self.inner[layer].result() for layer in self.layers}
 
-    def result(self):
+    def result(self) -> dict:
+        """The :meth:`results`, ``{layer: inner.result()}``."""
         return self.results()
 
 

@@ -101,10 +101,11 @@ class PermutationEffects:
     n_permutations: int
     tolerance: float
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
+        """The :attr:`summary`."""
         return self.summary
 
-    def by_layer(self):
+    def by_layer(self) -> pd.DataFrame:
         """Per layer: median over heads of the per-head median TVD / JSD."""
         return (
             self.summary.groupby("layer")

@@ -19,17 +19,20 @@ groups query rows by their input word; here rows are grouped by the word they pr
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import pandas as pd
 import torch
 
 from probe.errors import InputError, NotApplicable
 
+if TYPE_CHECKING:
+    from probe.maps import AttentionMaps
+
 TASKS = ("translate", "translate-rnn")
 
 
-def produced_words(maps) -> list:
+def produced_words(maps: AttentionMaps) -> list[int | None]:
     """For each query row of a cross-attention map, the target word it produces.
 
     Row ``j`` produces the token that is the decoder input of row ``j + 1``, so its
@@ -66,7 +69,7 @@ def produced_words(maps) -> list:
     return out
 
 
-def cross_word_attention(maps, special_column: bool = False) -> torch.Tensor:
+def cross_word_attention(maps: AttentionMaps, special_column: bool = False) -> torch.Tensor:
     """Word-level cross-attention with rows indexed by the target word they produce.
 
     Columns: attention *to* a source word is the sum over its tokens' columns; rows:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from typing import Dict, Tuple
 
 import torch
@@ -65,8 +66,8 @@ TERM_EXPONENTS: Dict[str, Tuple[int, int]] = {
 EXTRA_TERMS = ("n·d² (projections)",)
 
 
-def check_positive_int(name: str, value, minimum: int = 1) -> int:
-    """Return ``value`` as int, or raise ValueError naming ``name``."""
+def check_positive_int(name: str, value: object, minimum: int = 1) -> int:
+    """Return ``value`` as int, or raise :class:`InputError` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputError(f"{name} must be an integer >= {minimum}; got {value!r}")
     if value < minimum:
@@ -228,8 +229,8 @@ class SeparableConv(nn.Module):
         return self.pointwise(self.depthwise(z)).squeeze(0).T
 
 
-def validate_sizes(name: str, values) -> Tuple[int, ...]:
-    """Sorted, de-duplicated positive integer sizes, or ValueError naming ``name``."""
+def validate_sizes(name: str, values: Iterable[int]) -> Tuple[int, ...]:
+    """Sorted, de-duplicated positive integer sizes, or :class:`InputError` naming ``name``."""
     try:
         values = list(values)
     except TypeError:

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
 
 from probe.analyses.structure.coref_mentions import Mention, sentence_mentions
 from probe.errors import InputError, NotApplicable
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +172,7 @@ class CorefAccuracy:
     counts: np.ndarray
     layers: tuple
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """Tidy table: setting, method (``head`` or a baseline), layer, head, accuracy,
         correct, count."""
         import pandas as pd
@@ -189,7 +192,7 @@ class CorefAccuracy:
         df["head"] = df["head"].astype("Int64")
         return df[["setting", "method", "layer", "head", "accuracy", "correct", "count"]]
 
-    def best(self):
+    def best(self) -> pd.DataFrame:
         """One row per setting: best layer/head and accuracy beside both baselines."""
         import pandas as pd
 
@@ -240,7 +243,7 @@ class CorefCounter:
         self.hits = self.base = self.counts = None
         self.layers = ()
 
-    def update(self, window, attention, layers) -> None:
+    def update(self, window: CorefWindow, attention: torch.Tensor, layers: Sequence[int]) -> None:
         """Add one window's word-level attention ``[layer, head, word, word]``."""
         a = attention.float()
         if self.hits is None:
