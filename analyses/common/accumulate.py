@@ -41,6 +41,8 @@ from probe.runs.blocks import fresh, merge_all
 from probe.errors import InputError
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from probe.maps import AttentionMaps
 
 __all__ = ["Accumulator", "PerLayer", "PunctuationShare", "merge_all", "fresh"]
@@ -84,7 +86,8 @@ class PerLayer:
         """Feed one single-layer example (``attentions [1, head, n, n]``, ``position`` in its batch) to ``acc``."""
         acc.update(maps)
 
-    def merge(self, other: "PerLayer") -> "PerLayer":
+    def merge(self, other: Self) -> Self:
+        """Add ``other``'s per-layer sums (same class) to these; returns self."""
         if type(other) is not type(self):
             raise ValueError(f"cannot merge a {type(other).__name__} into a {type(self).__name__}")
         for layer, acc in other.inner.items():
@@ -108,8 +111,9 @@ class PerLayer:
             raise InputError("no examples: give at least one captured example")
         return {layer: self.inner[layer].result() for layer in self.layers}
 
-    def result(self) -> dict:
-        """The :meth:`results`, ``{layer: inner.result()}``."""
+    def result(self) -> Any:
+        """What the corpus statistic is: here the :meth:`results`, ``{layer: inner.result()}``;
+        subclasses join the layers into one result."""
         return self.results()
 
 

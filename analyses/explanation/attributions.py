@@ -140,6 +140,7 @@ def baseline_ids(
     Raises:
         ValueError: unknown ``token``, or a tokenizer without a mask token for ``"mask"``.
     """
+    tid: Optional[int]
     if token == "pad":
         tid = adapter.pad_token_id
     elif token == "mask":

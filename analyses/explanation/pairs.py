@@ -51,7 +51,7 @@ def read_pairs(path: str | os.PathLike, adapter: ModelAdapter | None = None) -> 
         for side, s in (("first", left), ("second", right)):
             if not s:
                 raise InputError(f"{p}:{i}: the {side} sentence is empty")
-            if limit is not None:
+            if limit is not None and adapter is not None:
                 n = len(adapter.tokenizer(s)["input_ids"])
                 if n > limit:
                     raise InputError(f"{p}:{i}: the {side} sentence has {n} tokens, more than the model's {limit}")

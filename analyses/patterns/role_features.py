@@ -59,6 +59,8 @@ from probe.errors import InputError, NotApplicable
 from probe.analyses.common.accumulate import PerLayer
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from probe.maps import AttentionMaps
     from probe.runs.streaming import BatchMeta
     from probe.store.directory import Store
@@ -525,7 +527,7 @@ class LayerwiseHeadFeatures(PerLayer):
         for index, m in zip(meta.indices, maps):
             self.whole.update(m, index=index)
 
-    def merge(self, other: LayerwiseHeadFeatures) -> LayerwiseHeadFeatures:
+    def merge(self, other: Self) -> Self:
         """Add ``other``'s sums (per layer and whole examples) to these; returns self."""
         super().merge(other)
         if other.whole is not None:

@@ -178,7 +178,7 @@ class CorefAccuracy:
         import pandas as pd
 
         S, L, H = self.hits.shape
-        rows = []
+        rows: list[tuple] = []
         for s in range(S):
             n = int(self.counts[s])
             for li in range(L):
@@ -239,19 +239,23 @@ class CorefCounter:
     """The integer sums behind :class:`CorefAccuracy`: ``update(window, attention,
     layers)`` per window, ``merge(other)`` for another part of the corpus, ``result()``."""
 
-    def __init__(self):
-        self.hits = self.base = self.counts = None
-        self.layers = ()
+    def __init__(self) -> None:
+        # set together by the first update: [setting, layer, head], [setting, baseline], [setting]
+        self.hits: Optional[np.ndarray] = None
+        self.base: Optional[np.ndarray] = None
+        self.counts: Optional[np.ndarray] = None
+        self.layers: tuple[int, ...] = ()
 
     def update(self, window: CorefWindow, attention: torch.Tensor, layers: Sequence[int]) -> None:
         """Add one window's word-level attention ``[layer, head, word, word]``."""
         a = attention.float()
-        if self.hits is None:
+        if self.hits is None or self.base is None or self.counts is None:
             L, H = a.shape[:2]
             self.hits = np.zeros((len(SETTINGS), L, H), dtype=np.int64)
             self.base = np.zeros((len(SETTINGS), len(BASELINES)), dtype=np.int64)
             self.counts = np.zeros(len(SETTINGS), dtype=np.int64)
             self.layers = tuple(layers)
+        hits, base, counts = self.hits, self.base, self.counts
         for p in window.pronouns:
             cand = torch.tensor(p.candidates)
             ok = torch.tensor(p.correct)
@@ -259,14 +263,14 @@ class CorefCounter:
             got = ok[pick].numpy().astype(np.int64)
             b = np.array([p.correct[-1], p.nearest_agreeing >= 0 and p.correct[p.nearest_agreeing]], dtype=np.int64)
             for s in (0, SETTINGS.index(p.setting)):
-                self.hits[s] += got
-                self.base[s] += b
-                self.counts[s] += 1
+                hits[s] += got
+                base[s] += b
+                counts[s] += 1
 
     def merge(self, other: "CorefCounter") -> "CorefCounter":
-        if other.hits is None:
+        if other.hits is None or other.base is None or other.counts is None:
             return self
-        if self.hits is None:
+        if self.hits is None or self.base is None or self.counts is None:
             self.hits, self.base, self.counts = other.hits.copy(), other.base.copy(), other.counts.copy()
             self.layers = other.layers
             return self
@@ -278,7 +282,7 @@ class CorefCounter:
         return self
 
     def result(self) -> CorefAccuracy:
-        if self.hits is None or self.counts[0] == 0:
+        if self.hits is None or self.base is None or self.counts is None or self.counts[0] == 0:
             raise NotApplicable("no pronoun with an antecedent in its window to evaluate")
         return CorefAccuracy(
             hits=self.hits.copy(), baseline_hits=self.base.copy(), counts=self.counts.copy(), layers=self.layers

@@ -34,6 +34,8 @@ from probe.analyses.structure.syntax import OFFSETS, RelationAccuracy, RelationC
 from probe.analyses.structure.word_graph import AlignmentError, WordGraph, word_attention, word_graph
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from probe.analyses.structure.coref import CorefAccuracy
     from probe.maps import AttentionMaps
     from probe.runs.streaming import BatchMeta
@@ -79,7 +81,7 @@ class SkippingPerLayer(PerLayer):
                 (meta.indices[position], getattr(item, "sent_id", None), getattr(item, "line", None), str(exc))
             )
 
-    def merge(self, other: SkippingPerLayer) -> SkippingPerLayer:
+    def merge(self, other: Self) -> Self:
         """Add ``other``'s counts and skipped examples to these; returns self."""
         super().merge(other)
         if other.whole is not None:
