@@ -11,8 +11,9 @@ and methods that are fully annotated, then every function in app/ and probe/ lon
 - *fully annotated*: every parameter except a method's leading ``self``/``cls`` has an
   annotation (``*args`` and ``**kwargs`` included), and there is a return annotation
   (``__init__`` needs none, should a caller count dunders).
-- *code lines*: the function's lines that are not blank, not comment-only and not its
-  docstring.
+- *code lines*: the function's lines from ``def`` to its end (decorators not counted)
+  that are not blank, not comment-only and not its docstring; a nested function's lines
+  count in the function around it too.
 
 Usage: ``python bench/annotations.py [--over N]`` from the repository root.
 """
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{floor:<10} {done:>9} {count:>7} {done / max(count, 1):>7.1%}")
     print(f"{'total':<10} {total_done:>9} {total_all:>7} {total_done / max(total_all, 1):>7.1%}")
 
-    print(f"\nfunctions over {args.over} code lines in {', '.join(LONG_FLOORS)}/:")
+    print(f"\nfunctions over {args.over} code lines in {', '.join(f + '/' for f in LONG_FLOORS)}:")
     long = [
         (f.code_lines, f"{path}:{f.lineno} {f.qualname}")
         for floor in LONG_FLOORS
