@@ -57,12 +57,15 @@ class SimilarityMetric(DriftMetric):
         return replace(base, aux={"partner": e})
 
     def reference(self, outputs: Any, batch: MetricBatch) -> torch.Tensor | None:
+        """None: the partners' embeddings travel in the batch (``aux["partner"]``)."""
         return None
 
     def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Refused: the partner of an example is known only from its corpus index (the sweep face)."""
         raise NotApplicable("the similarity to a partner reads the partner of each corpus example: sweep it")
 
     def score(self, outputs: Any, batch: MetricBatch, reference: torch.Tensor | None = None) -> torch.Tensor:
+        """``[rows]``: cosine of the run's pooled embedding ``[rows, d_model]`` with the partner's."""
         e = self.embed(outputs, batch)
         e = e.float() if e.dtype in (torch.float16, torch.bfloat16) else e
         return F.cosine_similarity(e, batch.aux["partner"].to(e.dtype), dim=-1)

@@ -44,6 +44,7 @@ class MetricBatch:
 
     @property
     def lengths(self) -> torch.Tensor:
+        """``[rows]``: each row's unpadded length (its attention mask's sum)."""
         return self.inputs["attention_mask"].sum(-1)
 
     def repeat(self, k: int) -> "MetricBatch":
@@ -83,7 +84,7 @@ def special_mask(adapter: ModelAdapter, ids: torch.Tensor, mask: torch.Tensor) -
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
-    """Half-precision tensors up to float32; float32/float64 kept."""
+    """Half-precision tensors up to float32; float32/float64 kept (any shape, unchanged)."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 

@@ -89,7 +89,7 @@ def neighbour_changed(clean: np.ndarray, perturbed: np.ndarray) -> np.ndarray:
 
 
 def pairwise_rank_harm(clean: np.ndarray, perturbed: np.ndarray) -> float:
-    """``1 − ρ`` of all pairwise cosines (upper triangle), perturbed vs clean."""
+    """``1 − ρ`` of all pairwise cosines (upper triangle) of embeddings ``[n, d]``, perturbed vs clean."""
     from scipy.stats import spearmanr
 
     iu = np.triu_indices(clean.shape[0], 1)
@@ -151,6 +151,7 @@ class SimilarityStructure(Objective):
         )
 
     def score(self, outputs: Any, batch: MetricBatch, reference: torch.Tensor | None = None) -> torch.Tensor:
+        """Refused: the objective compares whole corpora (:meth:`readout` then :meth:`harm`)."""
         raise ValueError("similarity-structure compares whole corpora (readout + harm), not one run's scores")
 
     def harm(self, clean: ArrayLike, perturbed: ArrayLike) -> np.ndarray:
@@ -158,10 +159,12 @@ class SimilarityStructure(Objective):
         return row_rank_harm(np.asarray(clean, np.float64), np.asarray(perturbed, np.float64))
 
     def measures(self, clean: ArrayLike, perturbed: ArrayLike) -> dict:
+        """``neighbour_changed`` and ``embedding_drift``, each ``[n]``, from readouts ``[n, d_model]``."""
         clean, perturbed = np.asarray(clean, np.float64), np.asarray(perturbed, np.float64)
         return {"neighbour_changed": neighbour_changed(clean, perturbed), "embedding_drift": drift(clean, perturbed)}
 
     def corpus_measures(self, clean: ArrayLike, perturbed: ArrayLike) -> dict:
+        """``pairwise_rank_harm``: one float over the whole corpus's readouts ``[n, d_model]``."""
         return {
             "pairwise_rank_harm": pairwise_rank_harm(np.asarray(clean, np.float64), np.asarray(perturbed, np.float64))
         }

@@ -41,7 +41,7 @@ __all__ = ["PermutationEffects", "permutation_effects", "permute_rows", "head_ou
 
 
 def tvd(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Total variation ``½ Σ |p − q|`` over the last axis."""
+    """Total variation ``½ Σ |p − q|`` over the last axis: ``[..., k]`` distributions to ``[...]``."""
     return 0.5 * (p - q).abs().sum(-1)
 
 

@@ -112,7 +112,8 @@ def sink_scores(patterns: torch.Tensor) -> torch.Tensor:
 
 
 def sink_ratio(scores: torch.Tensor, epsilon: float = SINK_EPSILON) -> float:
-    """Sink₁^ε: the fraction of heads whose α₁ exceeds ``epsilon`` (Gu et al. 2024)."""
+    """Sink₁^ε: the fraction of heads whose α₁ exceeds ``epsilon`` (Gu et al. 2024); ``scores``
+    holds one α₁ per head (``[layer, head]``, any shape)."""
     return float((scores > epsilon).float().mean())
 
 

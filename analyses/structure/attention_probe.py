@@ -134,7 +134,8 @@ class AttentionProbe:
 
 
 def split_by_sentence(n: int, test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Shuffle ``n`` sentence indices and split them into (train, test).
+    """Shuffle ``n`` sentence indices and split them into (train, test) index arrays
+    ``[n_train]``, ``[n_test]``.
 
     Raises:
         ValueError: ``test_fraction`` outside (0, 1) or too few sentences for both sides.

@@ -71,6 +71,7 @@ class SkippingPerLayer(PerLayer):
             raise ValueError(f"{type(self).__name__} was fed both by layer and whole examples: feed one way")
 
     def update(self, layer: int, maps: Sequence[AttentionMaps], meta: BatchMeta) -> None:
+        """One layer of a batch (``[1, head, n, n]`` per example); refused once whole examples were fed."""
         self._one_way(layer_fed=self.whole is not None)
         super().update(layer, maps, meta)
 
@@ -110,6 +111,7 @@ class LayerwiseRelations(SkippingPerLayer):
         super().__init__(functools.partial(RelationCounter, base=base, offsets=offsets))
 
     def inner_update(self, acc: RelationCounter, maps: AttentionMaps, meta: BatchMeta, position: int) -> None:
+        """Count one example's word graph (``[layer, head, W, W]``); a misaligned one is skipped."""
         layer = maps.layers[0]
         try:
             acc.update(word_graph(maps, meta.items[position], index=meta.indices[position]))
@@ -168,6 +170,7 @@ class KeptGraphs(SkippingPerLayer):
         self.keep = frozenset(int(i) for i in keep)
 
     def inner_update(self, acc: GraphsByIndex, maps: AttentionMaps, meta: BatchMeta, position: int) -> None:
+        """Keep one example's word graph when its corpus index is kept; a misaligned one is skipped."""
         index = meta.indices[position]
         if index in self.keep:
             try:
@@ -208,6 +211,7 @@ class LayerwiseCoref(SkippingPerLayer):
         super().__init__(CorefCounter)
 
     def inner_update(self, acc: CorefCounter, maps: AttentionMaps, meta: BatchMeta, position: int) -> None:
+        """Count one window's word-level attention (``[layer, head, W, W]``); a misaligned one is skipped."""
         window = meta.items[position]
         try:
             a, _, _ = word_attention(maps, len(window.words))

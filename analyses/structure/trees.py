@@ -134,7 +134,7 @@ def attention_tree(attention: torch.Tensor | np.ndarray, root_score: float = -1.
 
 def branching_heads(n: int, direction: str) -> np.ndarray:
     """Right-branching (head = next word, last = root) or left-branching (head =
-    previous word, first = root) heads of an ``n``-word sentence, 0-based, −1 root."""
+    previous word, first = root) heads ``[n]`` of an ``n``-word sentence, 0-based, −1 root."""
     if direction == "right":
         h = np.arange(1, n + 1)
         h[-1] = -1
