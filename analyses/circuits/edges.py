@@ -107,7 +107,7 @@ def all_edges(adapter: ModelAdapter) -> list[Edge]:
     return out
 
 
-def _tagged(adapter, edge: Edge) -> Edge:
+def _tagged(adapter: ModelAdapter, edge: Edge) -> Edge:
     sites = head_sites(adapter)
     if sites[0][0] is None:
         return edge
@@ -176,7 +176,7 @@ def check_edge(adapter: ModelAdapter, edge: Edge) -> Edge:
     return edge
 
 
-def _layer_of(adapter, tag: str | None, layer: int, text: str) -> int:
+def _layer_of(adapter: ModelAdapter, tag: str | None, layer: int, text: str) -> int:
     """The head site of ``layer`` in the stack ``tag`` names (``e``/``d``/``x``)."""
     sites = head_sites(adapter)
     tag = (tag or "").lower()

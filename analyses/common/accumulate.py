@@ -72,7 +72,7 @@ class PerLayer:
         self.make = make
         self.inner: dict = {}
 
-    def _acc(self, layer: int):
+    def _acc(self, layer: int) -> Any:
         if layer not in self.inner:
             self.inner[layer] = self.make()
         return self.inner[layer]

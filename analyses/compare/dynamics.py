@@ -11,7 +11,7 @@ bootstrap interval, and :func:`phase_change` the interval of steps where each mo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["scores_by_step", "icl_by_step", "phase_change", "top_heads"]
 
 
-def _step(m, i: int) -> int:
+def _step(m: Any, i: int) -> int:
     return int(m.step) if m.step is not None else i
 
 

@@ -83,7 +83,7 @@ def attribution_scoresets(attributions: Attributions) -> list[ScoreSet]:
     return out
 
 
-def _tests(x: np.ndarray, y: np.ndarray):
+def _tests(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
     from scipy.stats import kendalltau, spearmanr
 
     if np.ptp(x) == 0 or np.ptp(y) == 0:  # constant: no ranking, no test

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -153,7 +153,7 @@ def baseline_ids(
     return torch.where(word, torch.full_like(input_ids, int(tid)), input_ids)
 
 
-def _special_batch(encodings, n: int, device) -> torch.Tensor:
+def _special_batch(encodings: Sequence[Any], n: int, device: torch.device | str) -> torch.Tensor:
     m = torch.ones(len(encodings), n, dtype=torch.bool)
     for i, e in enumerate(encodings):
         m[i, : len(e)] = e.special_mask

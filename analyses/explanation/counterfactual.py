@@ -30,6 +30,8 @@ from typing import Optional, Sequence, TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+    from probe.models.adapter import ModelAdapter
+
 import torch
 
 from probe.analyses.common.objective import Objective, check_scalar
@@ -116,7 +118,7 @@ class PermutationEffects:
         )
 
 
-def _permutation_groups(adapter, lengths: Sequence[int], k: int, batch_rows: int) -> list:
+def _permutation_groups(adapter: ModelAdapter, lengths: Sequence[int], k: int, batch_rows: int) -> list:
     """``[(start, stop, kc)]`` over examples sorted by ``lengths`` (ascending): each forward
     carries examples ``start:stop`` × ``kc`` permutations, at most ``batch_rows`` rows and
     what the memory budget allows at the group's longest length (:func:`probe.inputs.budget.rows_for`,

@@ -30,6 +30,7 @@ import torch
 from probe.errors import InputError, NotApplicable
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
     from probe.maps import AttentionMaps
     from probe.runs.streaming import BatchMeta
 
@@ -269,7 +270,7 @@ def cluster_heads(matrix: np.ndarray, n_clusters: int = 8) -> np.ndarray:
     return AgglomerativeClustering(n_clusters=n_clusters, metric="precomputed", linkage="average").fit_predict(d)
 
 
-def _check_matrix(matrix) -> np.ndarray:
+def _check_matrix(matrix: ArrayLike) -> np.ndarray:
     d = np.asarray(matrix, dtype=float)
     if d.ndim != 2 or d.shape[0] != d.shape[1]:
         raise InputError(f"expected a square distance matrix, got shape {d.shape}")

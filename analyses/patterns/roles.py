@@ -134,7 +134,7 @@ class RoleThresholds:
                 raise InputError(f"threshold {f.name} must lie strictly between 0 and 1, got {v}")
 
 
-def _rules(t: RoleThresholds):
+def _rules(t: RoleThresholds) -> list[tuple[str, str, float]]:
     """(role, feature, threshold) for the ≥ rules, in tie-break order."""
     return [
         ("induction", "induction", t.induction),

@@ -30,6 +30,8 @@ from probe.errors import InputError, NotApplicable
 if TYPE_CHECKING:
     import pandas as pd
 
+    from probe.inputs.readers import Sentence
+
 log = logging.getLogger(__name__)
 
 SETTINGS = ("all", "same_sentence", "earlier_sentence")
@@ -65,7 +67,7 @@ class CorefWindow:
     pronouns: tuple
 
 
-def _doc_ids(sentences) -> list:
+def _doc_ids(sentences: Iterable[Sentence]) -> list:
     doc, out = None, []
     for s in sentences:
         doc = s.meta.get("newdoc id", doc) if s.meta else doc

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from probe.errors import InputError
 
 if TYPE_CHECKING:
+    import io
     import os
 
     from probe.inputs.readers import Sentence
@@ -145,7 +146,7 @@ def read_number(path: str | os.PathLike, limit: Optional[int] = None) -> list[tu
     return out
 
 
-def _lines(text: str):
+def _lines(text: str) -> io.StringIO:
     import io
 
     return io.StringIO(text)

@@ -75,7 +75,7 @@ class SkippingPerLayer(PerLayer):
         self._one_way(layer_fed=self.whole is not None)
         super().update(layer, maps, meta)
 
-    def _skip(self, meta, position: int, layer: int, exc: Exception) -> None:
+    def _skip(self, meta: BatchMeta, position: int, layer: int, exc: Exception) -> None:
         if layer == meta.first_layer:
             item = meta.items[position]
             self.skipped.append(

@@ -220,7 +220,8 @@ class RelationCounter:
         self.counts: Any = None
         self.offset_hits: Any = None
         self.shape: Any = None
-        self.layers, self.n_sentences = (), 0
+        self.layers: tuple[int, ...] = ()
+        self.n_sentences = 0
 
     def _grow(self, n_relations: int) -> None:
         R = len(self.counts)
@@ -231,7 +232,7 @@ class RelationCounter:
             self.counts = np.append(self.counts, np.zeros(pad, dtype=np.int64))
             self.offset_hits = np.concatenate([self.offset_hits, np.zeros((pad, len(self.offsets)), np.int64)], 0)
 
-    def _start(self, shape, layers) -> None:
+    def _start(self, shape: Sequence[int], layers: Sequence[int]) -> None:
         if self.shape is None:
             L, H = self.shape = tuple(shape)
             self.layers = tuple(layers)
