@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -31,10 +32,13 @@ from probe.interventions.paths import EdgeMixer, n_kv_heads, residual_sites
 from .edges import Edge, all_edges, check_edge
 from .path_patching import record_head_outputs
 
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
+
 __all__ = ["CircuitCurve", "circuit_objective", "drop_masks", "faithfulness", "recovery_curve"]
 
 
-def drop_masks(adapter, kept: Sequence[Edge], graph: Sequence[Edge]) -> dict:
+def drop_masks(adapter: ModelAdapter, kept: Sequence[Edge], graph: Sequence[Edge]) -> dict:
     """The :class:`probe.interventions.paths.EdgeMixer` masks cutting every edge of ``graph`` not in ``kept``."""
     n_heads, n_kv, n_layers = adapter.n_heads, n_kv_heads(adapter), adapter.n_layers
     keep = set(kept)
@@ -87,8 +91,12 @@ def circuit_objective(
     return sums / len(clean)
 
 
-def faithfulness(value, full: float, empty: float):
-    """``(value − empty) / (full − empty)`` (MIB); raises when the graph's cut changes nothing."""
+def faithfulness(value: float | np.ndarray | Sequence[float], full: float, empty: float) -> np.ndarray:
+    """``(value − empty) / (full − empty)`` (MIB), elementwise: the shape of ``value``.
+
+    Raises:
+        NotApplicable: the graph's cut changes nothing (``full == empty``).
+    """
     if abs(full - empty) < 1e-12:
         raise NotApplicable(
             "cutting every edge does not change the objective: faithfulness is undefined "
@@ -163,9 +171,17 @@ def check_share(share: float) -> None:
         raise InputError(f"share must be in (0, 1], got {share}")
 
 
-def curve_of(unit: str, sizes, values, full: float, empty: float, ranking: Sequence, share: float) -> tuple:
+def curve_of(
+    unit: str,
+    sizes: Sequence[int],
+    values: np.ndarray | Sequence[float],
+    full: float,
+    empty: float,
+    ranking: Sequence,
+    share: float,
+) -> tuple:
     """``(curve, circuit)``: the table ``unit, objective, faithfulness`` of circuits of
-    ``sizes`` with objective ``values``, and the shortest prefix of ``ranking`` reaching
+    ``sizes`` with objective ``values`` (each ``[len(sizes)]``), and the shortest prefix of ``ranking`` reaching
     ``share`` (all of it if none does)."""
     curve = pd.DataFrame({unit: sizes, "objective": values, "faithfulness": faithfulness(values, full, empty)})
     hit = curve.index[curve["faithfulness"] >= share]

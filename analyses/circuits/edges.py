@@ -18,10 +18,17 @@ have no edge to the output: they reach it only through cross-attention heads.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from probe.errors import InputError
 from probe.interventions.paths import CHANNELS, STACK_TAGS, head_sites, kv_slot, n_kv_heads
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.models.adapter import ModelAdapter
 
 OUTPUT = "out"
 
@@ -59,11 +66,12 @@ class Edge:
         return f"{self.sender_tag or self.sender_layer}.{self.sender_head}->{self.receiver_name(grouped)}"
 
 
-def grouped(adapter) -> bool:
+def grouped(adapter: ModelAdapter) -> bool:
+    """Whether ``adapter``'s attention groups query heads over shared key/value heads (GQA/MQA)."""
     return n_kv_heads(adapter) != adapter.n_heads
 
 
-def channels_between(adapter, sender: int, receiver: int) -> tuple:
+def channels_between(adapter: ModelAdapter, sender: int, receiver: int) -> tuple:
     """The receiver inputs site ``sender`` can reach at site ``receiver`` (none when the
     receiver is not later; an encoder-decoder's data flow, see the module docstring)."""
     if receiver <= sender:
@@ -77,13 +85,13 @@ def channels_between(adapter, sender: int, receiver: int) -> tuple:
     return ("q",) if r == "cross" else ()
 
 
-def reaches_output(adapter, site: int) -> bool:
+def reaches_output(adapter: ModelAdapter, site: int) -> bool:
     """Whether site ``site``'s heads have an edge to the output (not an encoder's under an
     encoder-decoder)."""
     return head_sites(adapter)[site][0] != "encoder"
 
 
-def all_edges(adapter) -> list:
+def all_edges(adapter: ModelAdapter) -> list[Edge]:
     """Every edge of the head graph: each head to each q/k/v slot of every later layer it
     reaches (:func:`channels_between`), and each head to the output."""
     n_sites, n_heads, n_kv = len(head_sites(adapter)), adapter.n_heads, n_kv_heads(adapter)
@@ -99,7 +107,7 @@ def all_edges(adapter) -> list:
     return out
 
 
-def _tagged(adapter, edge: Edge) -> Edge:
+def _tagged(adapter: ModelAdapter, edge: Edge) -> Edge:
     sites = head_sites(adapter)
     if sites[0][0] is None:
         return edge
@@ -119,7 +127,7 @@ _EDGE = re.compile(
 )
 
 
-def check_edge(adapter, edge: Edge) -> Edge:
+def check_edge(adapter: ModelAdapter, edge: Edge) -> Edge:
     """Return ``edge`` (with its sites named, for an encoder-decoder) if it exists in
     ``adapter``'s graph.
 
@@ -168,7 +176,7 @@ def check_edge(adapter, edge: Edge) -> Edge:
     return edge
 
 
-def _layer_of(adapter, tag: str | None, layer: int, text: str) -> int:
+def _layer_of(adapter: ModelAdapter, tag: str | None, layer: int, text: str) -> int:
     """The head site of ``layer`` in the stack ``tag`` names (``e``/``d``/``x``)."""
     sites = head_sites(adapter)
     tag = (tag or "").lower()
@@ -190,7 +198,7 @@ def _layer_of(adapter, tag: str | None, layer: int, text: str) -> int:
     return sites.index((stack, layer))
 
 
-def parse_edge(adapter, text: str) -> Edge:
+def parse_edge(adapter: ModelAdapter, text: str) -> Edge:
     """An edge from ``"L.H->L.H.c"`` (``c`` in q/k/v; ``L.kvG.k`` names a key/value group
     directly) or ``"L.H->out"``; for an encoder-decoder each layer carries its stack's
     letter (``e0.1->x1.2.k``, ``d1.0->out``). A named query head's k/v input is its own group's.
@@ -231,7 +239,7 @@ def edge_row(edge: Edge, grouped_kv: bool = False) -> dict:
     }
 
 
-def receivers_of(edges) -> list:
+def receivers_of(edges: Iterable[Edge]) -> list[tuple[int, int, str]]:
     """The distinct receivers ``(layer, slot, channel)`` (``out`` as ``(-1, -1, 'out')``), sorted."""
     return sorted({(e.receiver_layer, e.receiver_slot, e.channel) for e in edges})
 
@@ -240,7 +248,8 @@ def sender_index(layer: int, head: int, n_heads: int) -> int:
     return layer * n_heads + head
 
 
-def edge_from_row(row) -> Edge:
+def edge_from_row(row: pd.Series | Mapping[str, Any]) -> Edge:
+    """The :class:`Edge` of one row of an edge table (the columns of :func:`edge_row`)."""
     return Edge(
         int(row["sender_layer"]),
         int(row["sender_head"]),
@@ -250,5 +259,6 @@ def edge_from_row(row) -> Edge:
     )
 
 
-def optional_edges(adapter, texts: list | None) -> list | None:
+def optional_edges(adapter: ModelAdapter, texts: Sequence[str] | None) -> list[Edge] | None:
+    """The edges parsed from ``texts`` (:func:`parse_edge`), or None when none are given."""
     return None if not texts else [parse_edge(adapter, t) for t in texts]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -43,10 +44,13 @@ from probe.interventions.paths import HeadOutputOverride, head_sites, site_name
 from .discovery import CircuitCurve, check_share, curve_of
 from .path_patching import MAX_ROWS, chunks, repeat_ref, record_head_outputs
 
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
+
 __all__ = ["HeadCurve", "head_circuit_objective", "head_recovery_curve", "node_scores"]
 
 
-def node_scores(adapter, scores: pd.DataFrame, column: str = "effect") -> pd.DataFrame:
+def node_scores(adapter: ModelAdapter, scores: pd.DataFrame, column: str = "effect") -> pd.DataFrame:
     """``layer, head, site, score``: per head the sum of ``column`` over its outgoing edges
     (``scores`` has the edge columns of :func:`.path_patching.path_patch`)."""
     summed = scores.groupby(["sender_layer", "sender_head"])[column].sum()

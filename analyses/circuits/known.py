@@ -13,6 +13,9 @@ Scoring against known edges as in the ACDC paper (Conmy et al. 2023): the ROC AU
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pandas as pd
 
@@ -20,12 +23,17 @@ from probe.errors import InputError, NotApplicable
 
 from .edges import Edge, parse_edge
 
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
+
 __all__ = ["INDUCTION_FLOOR", "induction_heads", "known_edges", "recovery_stats"]
 
 INDUCTION_FLOOR = 0.3
 
 
-def induction_heads(adapter, examples) -> tuple:
+def induction_heads(
+    adapter: ModelAdapter, examples: Sequence[Mapping[str, Any]]
+) -> tuple[tuple[int, int], list[tuple[int, int]]]:
     """``(previous-token head (0, h), [induction heads (1, h)])`` of a 2-layer induction model,
     from the mean attention over ``examples`` (zoo:induction evaluation examples)."""
     from probe.runs.capture import capture
@@ -46,7 +54,7 @@ def induction_heads(adapter, examples) -> tuple:
     return (0, int(prev.argmax())), [(1, int(h)) for h in np.flatnonzero(ind > INDUCTION_FLOOR)]
 
 
-def known_edges(adapter, examples=None) -> list:
+def known_edges(adapter: ModelAdapter, examples: Sequence[Mapping[str, Any]] | None = None) -> list[Edge]:
     """The known edges of a zoo model (``zoo:relay``, ``zoo:induction``).
 
     Raises:
@@ -66,7 +74,7 @@ def known_edges(adapter, examples=None) -> list:
     raise NotApplicable(f"{adapter.name} has no known circuit; known circuits: zoo:relay, zoo:induction")
 
 
-def recovery_stats(scores: pd.DataFrame, known: list, circuit, adapter) -> dict:
+def recovery_stats(scores: pd.DataFrame, known: Sequence[Edge], circuit: Sequence[Edge], adapter: ModelAdapter) -> dict:
     """ROC AUC of ``|effect|`` against the known edges over the whole graph, and the
     precision/recall of ``circuit`` (a list of edges).
 

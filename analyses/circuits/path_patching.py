@@ -91,7 +91,7 @@ def chunks(items: list, size: int) -> list:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def repeat_ref(ref, k: int):
+def repeat_ref(ref: torch.Tensor | None, k: int) -> torch.Tensor | None:
     """A metric reference ``[rows, ...]`` stacked ``k`` times (as :meth:`MetricBatch.repeat`)."""
     return None if ref is None else ref.repeat(k, *([1] * (ref.dim() - 1)))
 

@@ -35,10 +35,15 @@ single-layer maps; results are joined along the layer axis.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
 
 from probe.runs.blocks import fresh, merge_all
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from probe.maps import AttentionMaps
 
 __all__ = ["Accumulator", "PerLayer", "PunctuationShare", "merge_all", "fresh"]
 
@@ -67,7 +72,7 @@ class PerLayer:
         self.make = make
         self.inner: dict = {}
 
-    def _acc(self, layer: int):
+    def _acc(self, layer: int) -> Any:
         if layer not in self.inner:
             self.inner[layer] = self.make()
         return self.inner[layer]
@@ -77,11 +82,12 @@ class PerLayer:
         for i, m in enumerate(maps):
             self.inner_update(acc, m, meta, i)
 
-    def inner_update(self, acc, maps, meta, position: int) -> None:
-        """Feed one single-layer example (``position`` in its batch) to ``acc``."""
+    def inner_update(self, acc: Any, maps: AttentionMaps, meta: Any, position: int) -> None:
+        """Feed one single-layer example (``attentions [1, head, n, n]``, ``position`` in its batch) to ``acc``."""
         acc.update(maps)
 
-    def merge(self, other: "PerLayer") -> "PerLayer":
+    def merge(self, other: Self) -> Self:
+        """Add ``other``'s per-layer sums (same class) to these; returns self."""
         if type(other) is not type(self):
             raise ValueError(f"cannot merge a {type(other).__name__} into a {type(self).__name__}")
         for layer, acc in other.inner.items():
@@ -105,7 +111,9 @@ class PerLayer:
             raise InputError("no examples: give at least one captured example")
         return {layer: self.inner[layer].result() for layer in self.layers}
 
-    def result(self):
+    def result(self) -> Any:
+        """What the corpus statistic is: here the :meth:`results`, ``{layer: inner.result()}``;
+        subclasses join the layers into one result."""
         return self.results()
 
 

@@ -8,13 +8,17 @@ scores against, rows first); :func:`token_nll` the one language-model loss;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["MetricBatch", "batch_indices", "special_mask", "f32", "token_nll", "check_scalar"]
 
@@ -40,6 +44,7 @@ class MetricBatch:
 
     @property
     def lengths(self) -> torch.Tensor:
+        """``[rows]``: each row's unpadded length (its attention mask's sum)."""
         return self.inputs["attention_mask"].sum(-1)
 
     def repeat(self, k: int) -> "MetricBatch":
@@ -52,7 +57,7 @@ class MetricBatch:
         )
 
 
-def batch_indices(texts, batch_size: int, by_length: bool = False) -> list:
+def batch_indices(texts: Sequence[str], batch_size: int, by_length: bool = False) -> list[list[int]]:
     """The example indices of each batch: in corpus order, or (``by_length``) examples of
     similar length together, longest first by characters, ties in corpus order (a batch is
     padded to its longest example). Callers place each batch's results by its indices.
@@ -70,7 +75,7 @@ def batch_indices(texts, batch_size: int, by_length: bool = False) -> list:
     return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
-def special_mask(adapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def special_mask(adapter: ModelAdapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Bool ``[rows, seq]``: the special-token positions of ``ids`` (padding excluded)."""
     from probe.inputs.corpus import special_token_ids  # [UNK] is input text, not a special token
 
@@ -79,7 +84,7 @@ def special_mask(adapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
 
 
 def f32(x: torch.Tensor) -> torch.Tensor:
-    """Half-precision tensors up to float32; float32/float64 kept."""
+    """Half-precision tensors up to float32; float32/float64 kept (any shape, unchanged)."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
@@ -96,7 +101,7 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return flat.reshape(labels.shape)
 
 
-def check_scalar(value, batch: int, name: str = "target") -> torch.Tensor:
+def check_scalar(value: object, batch: int, name: str = "target") -> torch.Tensor:
     """Return ``value`` if it is a tensor of shape ``[batch]`` (or ``[batch, 1]``, squeezed).
 
     Raises:

@@ -7,9 +7,14 @@ row are then one matrix product ``values @ countsᵀ / n`` — no Python loop.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["resample_counts", "bootstrap_mean_ci"]
 
@@ -28,7 +33,9 @@ def resample_counts(n: int, n_boot: int = 1000, seed: int = 0) -> np.ndarray:
     return rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)
 
 
-def bootstrap_mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0):
+def bootstrap_mean_ci(
+    values: ArrayLike, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> tuple[np.ndarray | float, np.ndarray | float]:
     """Confidence interval of the mean over examples, for each row of ``values``.
 
     Args:
@@ -41,7 +48,7 @@ def bootstrap_mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed
         certainty one example cannot give).
 
     Raises:
-        ValueError: confidence outside (0, 1), empty input.
+        InputError: confidence outside (0, 1), empty input.
     """
     if not 0 < confidence < 1:
         raise InputError(f"confidence must be in (0, 1), got {confidence}")

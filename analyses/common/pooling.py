@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["Pooling", "model_pooling", "POOLING_MODES"]
 
@@ -94,7 +97,7 @@ def _from_folder(folder: Path) -> Optional[Pooling]:
     return Pooling(mode, normalize, f"read from the model folder's {where}")
 
 
-def model_pooling(adapter) -> Pooling:
+def model_pooling(adapter: ModelAdapter) -> Pooling:
     """The pooling of ``adapter``'s model: its sentence-transformers pooling config when
     the model folder has one, else the card's ``pooling``, else the first token."""
     source = str(getattr(adapter, "source", "") or "")

@@ -18,7 +18,7 @@ Shapes: readouts ``[n, d]`` (rows first); :meth:`SimilarityStructure.harm` -> ``
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
@@ -27,6 +27,13 @@ from .metrics import LossMetric, applicable_metrics, has_lm_head, zoo_task
 from .objective_base import Objective
 from .pooling import Pooling, model_pooling
 from probe.errors import NotApplicable
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
+    from probe.inputs.corpus import Corpus
+    from numpy.typing import ArrayLike
+
+    from .batch import MetricBatch
 
 __all__ = [
     "applicable_objectives",
@@ -82,7 +89,7 @@ def neighbour_changed(clean: np.ndarray, perturbed: np.ndarray) -> np.ndarray:
 
 
 def pairwise_rank_harm(clean: np.ndarray, perturbed: np.ndarray) -> float:
-    """``1 − ρ`` of all pairwise cosines (upper triangle), perturbed vs clean."""
+    """``1 − ρ`` of all pairwise cosines (upper triangle) of embeddings ``[n, d]``, perturbed vs clean."""
     from scipy.stats import spearmanr
 
     iu = np.triu_indices(clean.shape[0], 1)
@@ -116,7 +123,7 @@ class SimilarityStructure(Objective):
     def __init__(self, pooling: Optional[Pooling] = None):
         self.pooling = pooling
 
-    def check(self, adapter, corpus=None) -> None:
+    def check(self, adapter: ModelAdapter, corpus: Corpus | None = None) -> None:
         if adapter.arch != "encoder":
             ok = ", ".join(applicable_objectives(adapter, corpus))
             raise NotApplicable(
@@ -131,28 +138,33 @@ class SimilarityStructure(Objective):
         if self.pooling is None:
             self.pooling = model_pooling(adapter)
 
-    def forward(self, adapter, batch):
+    def forward(self, adapter: ModelAdapter, batch: MetricBatch) -> Any:
         base = getattr(adapter.model, "base_model", adapter.model)
         return base(**batch.inputs)
 
-    def readout(self, outputs, batch) -> torch.Tensor:
+    def readout(self, outputs: Any, batch: MetricBatch) -> torch.Tensor:
+        """The pooled sentence embedding ``[rows, d_model]`` of a run."""
         pooling = self.pooling or Pooling()
         h = outputs.last_hidden_state
         return pooling.pool(
             h.float() if h.dtype in (torch.float16, torch.bfloat16) else h, batch.inputs["attention_mask"]
         )
 
-    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+    def score(self, outputs: Any, batch: MetricBatch, reference: torch.Tensor | None = None) -> torch.Tensor:
+        """Refused: the objective compares whole corpora (:meth:`readout` then :meth:`harm`)."""
         raise ValueError("similarity-structure compares whole corpora (readout + harm), not one run's scores")
 
-    def harm(self, clean, perturbed) -> np.ndarray:
+    def harm(self, clean: ArrayLike, perturbed: ArrayLike) -> np.ndarray:
+        """``[n]`` from the readouts ``[n, d_model]`` of the clean and the perturbed run."""
         return row_rank_harm(np.asarray(clean, np.float64), np.asarray(perturbed, np.float64))
 
-    def measures(self, clean, perturbed) -> dict:
+    def measures(self, clean: ArrayLike, perturbed: ArrayLike) -> dict:
+        """``neighbour_changed`` and ``embedding_drift``, each ``[n]``, from readouts ``[n, d_model]``."""
         clean, perturbed = np.asarray(clean, np.float64), np.asarray(perturbed, np.float64)
         return {"neighbour_changed": neighbour_changed(clean, perturbed), "embedding_drift": drift(clean, perturbed)}
 
-    def corpus_measures(self, clean, perturbed) -> dict:
+    def corpus_measures(self, clean: ArrayLike, perturbed: ArrayLike) -> dict:
+        """``pairwise_rank_harm``: one float over the whole corpus's readouts ``[n, d_model]``."""
         return {
             "pairwise_rank_harm": pairwise_rank_harm(np.asarray(clean, np.float64), np.asarray(perturbed, np.float64))
         }
@@ -167,7 +179,7 @@ class NextTokenLoss(LossMetric):
 
     name = "loss"
 
-    def check(self, adapter, corpus=None) -> None:
+    def check(self, adapter: ModelAdapter, corpus: Corpus | None = None) -> None:
         if adapter.arch != "decoder" or not has_lm_head(adapter):
             ok = ", ".join(applicable_objectives(adapter, corpus))
             raise NotApplicable(
@@ -178,7 +190,7 @@ class NextTokenLoss(LossMetric):
         super().check(adapter, corpus)
 
 
-def applicable_objectives(adapter, corpus=None) -> list:
+def applicable_objectives(adapter: ModelAdapter, corpus: Corpus | None = None) -> list[str]:
     """Names of the corpus objectives that fit ``adapter`` (and ``corpus``): the metrics'
     (:func:`.metrics.applicable_metrics`) and this module's (the next-token loss, the
     similarity structure)."""

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    import os
+
+    import pandas as pd
 
 __all__ = ["TokenScores"]
 
@@ -70,7 +75,7 @@ class TokenScores:
             ) from None
         return self.scores[r]
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """Tidy table: one row per (output position, input position) with the score."""
         import pandas as pd
 
@@ -100,7 +105,7 @@ class TokenScores:
             "meta": self.meta,
         }
 
-    def to_json(self, path=None, **kwargs) -> str:
+    def to_json(self, path: str | os.PathLike | None = None, **kwargs: Any) -> str:
         """The :meth:`to_dict` as JSON text; also written to ``path`` when given."""
         text = json.dumps(self.to_dict(), **kwargs)
         if path is not None:

@@ -9,9 +9,12 @@ and tokens outside every word belong to no word and are dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["to_words", "n_words_of", "ScoreSet"]
 
@@ -22,7 +25,7 @@ def n_words_of(word_ids: Sequence, words: Sequence = ()) -> int:
     return max(len(words), (max(ids) + 1) if ids else 0)
 
 
-def to_words(scores, word_ids: Sequence, n_words: int, mean: bool = False) -> np.ndarray:
+def to_words(scores: ArrayLike, word_ids: Sequence[int | None], n_words: int, mean: bool = False) -> np.ndarray:
     """Sum token scores ``[..., n_tokens]`` over each word's tokens: ``[..., n_words]``;
     ``mean=True`` averages them instead (a word's score then does not grow with the number
     of pieces it was split into).

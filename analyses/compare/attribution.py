@@ -19,6 +19,7 @@ embedding, so ``score(B) = 0``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,9 @@ import torch
 
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["AttributionResult", "attribute_change"]
 
@@ -55,7 +59,7 @@ class AttributionResult:
         return self.table.copy()
 
 
-def _z_sites(adapter) -> list:
+def _z_sites(adapter: ModelAdapter) -> list[str]:
     return [f"blocks.{layer}.attn.hook_z" for layer in range(adapter.n_layers)]
 
 

@@ -16,7 +16,8 @@ Shapes: per-example values ``[examples, heads]`` with heads layer-major (``l·H 
 from __future__ import annotations
 
 import warnings
-from typing import Mapping, Optional
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,9 @@ import pandas as pd
 from probe.analyses.claims.statistics import benjamini_hochberg
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["CHANGE_COLUMNS", "paired_change", "divergence_change", "head_changes"]
 
@@ -77,7 +81,7 @@ def _ci(d: np.ndarray, n_boot: int, confidence: float, seed: int) -> tuple:
     return mean, low, high, n
 
 
-def paired_change(a, b, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
+def paired_change(a: ArrayLike, b: ArrayLike, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
     """The change ``b − a`` per column of two ``[examples, K]`` arrays, paired by example.
 
     Returns:
@@ -101,7 +105,7 @@ def paired_change(a, b, n_boot: int = 1000, confidence: float = 0.95, seed: int 
     return {"a": mean_a, "b": mean_b, "change": change, "ci_low": low, "ci_high": high, "p": p, "n": n}
 
 
-def divergence_change(d, floor: float, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
+def divergence_change(d: ArrayLike, floor: float, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
     """A divergence per example ``[examples, K]`` (≥ 0; 0 for the same weights) as a
     change: its mean with the bootstrap interval, ``p`` one-sided that it exceeds ``floor``."""
     d = np.asarray(d, dtype=np.float64)
@@ -118,7 +122,7 @@ def head_changes(
     floors: Mapping[str, float],
     *,
     divergences: Optional[Mapping[str, np.ndarray]] = None,
-    layers=None,
+    layers: Sequence[int] | None = None,
     q: float = 0.05,
     n_boot: int = 1000,
     confidence: float = 0.95,

@@ -10,7 +10,8 @@ bootstrap interval, and :func:`phase_change` the interval of steps where each mo
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,10 +19,13 @@ import pandas as pd
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.errors import InputError
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 __all__ = ["scores_by_step", "icl_by_step", "phase_change", "top_heads"]
 
 
-def _step(m, i: int) -> int:
+def _step(m: Any, i: int) -> int:
     return int(m.step) if m.step is not None else i
 
 
@@ -57,7 +61,7 @@ def top_heads(scores: pd.DataFrame, measure: str, k: int = 1) -> list:
     return [(int(r.layer), int(r.head)) for r in best.itertuples()]
 
 
-def phase_change(steps, series: dict) -> pd.DataFrame:
+def phase_change(steps: Sequence[int] | np.ndarray, series: Mapping[str, ArrayLike]) -> pd.DataFrame:
     """Where each series moves most between consecutive checkpoints.
 
     Args:

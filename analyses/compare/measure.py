@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
@@ -22,6 +22,9 @@ import torch
 from probe.errors import InputError, NotApplicable
 
 from .floors import RATIO_FLOOR, SHARE_FLOOR
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,7 @@ def role_values(maps: Sequence, names: Sequence[str]) -> dict:
 
 
 @torch.no_grad()
-def icl_scores(adapter, texts: Sequence[str]) -> np.ndarray:
+def icl_scores(adapter: ModelAdapter, texts: Sequence[str]) -> np.ndarray:
     """``[examples]``: the in-context-learning score of a causal LM (Olsson et al. 2022):
     the mean next-token loss (nats) over the second half of an example's predicted
     tokens minus that over the first half. Negative: the model predicts better late in

@@ -3,6 +3,8 @@ summary (largest changes first) and whether the two hold the same weights."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
@@ -12,10 +14,13 @@ from .changes import head_changes
 from .divergence import pattern_divergence
 from .floors import JSD_FLOOR
 
+if TYPE_CHECKING:
+    from .measure import Measurements
+
 __all__ = ["compare_pair", "head_summary", "same_weights_warning", "check_same_shape"]
 
 
-def check_same_shape(a, b) -> None:
+def check_same_shape(a: Measurements, b: Measurements) -> None:
     """Refuse two :class:`.measure.Measurements` whose heads cannot be paired (one line)."""
     if tuple(a.layers) != tuple(b.layers) or a.n_heads != b.n_heads or len(a.maps) != len(b.maps):
         raise InputError(
@@ -25,7 +30,9 @@ def check_same_shape(a, b) -> None:
         )
 
 
-def compare_pair(a, b, *, q: float = 0.05, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+def compare_pair(
+    a: Measurements, b: Measurements, *, q: float = 0.05, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> pd.DataFrame:
     """Every measure's change per head from checkpoint ``a`` to ``b`` (two
     :class:`.measure.Measurements` of the same corpus), plus the pattern divergence
     (``jsd``): :data:`.changes.CHANGE_COLUMNS` with ``from``/``to`` columns first.
@@ -95,7 +102,7 @@ def head_summary(changes: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["flagged", "jsd"], ascending=[False, False], kind="stable").reset_index(drop=True)
 
 
-def same_weights_warning(a_label: str, b_label: str, a_fp: str, b_fp: str):
+def same_weights_warning(a_label: str, b_label: str, a_fp: str, b_fp: str) -> str | None:
     """The warning line when two checkpoints' weights fingerprints are equal, else ``None``."""
     if a_fp and a_fp == b_fp:
         return (

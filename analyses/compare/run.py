@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import pandas as pd
 
@@ -92,7 +92,7 @@ class Comparison:
         return _no_nan(out)
 
 
-def _no_nan(value):
+def _no_nan(value: Any) -> Any:
     """``value`` with every NaN float replaced by ``None`` (strict JSON has no NaN)."""
     if isinstance(value, dict):
         return {k: _no_nan(v) for k, v in value.items()}

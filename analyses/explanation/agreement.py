@@ -25,6 +25,8 @@ from typing import Sequence, TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+    from probe.analyses.explanation.attributions import Attributions
+
 import numpy as np
 
 from probe.analyses.common.word_scores import ScoreSet
@@ -58,11 +60,12 @@ class Agreement:
     alpha: float
     skipped: int = 0
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
+        """The :attr:`summary`."""
         return self.summary
 
 
-def attribution_scoresets(attributions) -> list:
+def attribution_scoresets(attributions: Attributions) -> list[ScoreSet]:
     """:class:`probe.analyses.explanation.attributions.Attributions` as one :class:`ScoreSet` per example,
     keys ``(method, -1, -1)``."""
     out = []
@@ -80,7 +83,7 @@ def attribution_scoresets(attributions) -> list:
     return out
 
 
-def _tests(x: np.ndarray, y: np.ndarray):
+def _tests(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
     from scipy.stats import kendalltau, spearmanr
 
     if np.ptp(x) == 0 or np.ptp(y) == 0:  # constant: no ranking, no test

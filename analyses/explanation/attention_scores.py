@@ -19,13 +19,17 @@ Results are :class:`probe.analyses.common.word_scores.ScoreSet` s keyed ``(metho
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from probe.analyses.common.word_scores import ScoreSet
 from probe.errors import InputError, NotApplicable
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
+    from probe.maps import AttentionMaps
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +39,12 @@ ATTENTION_METHODS = ("attention", "rollout", "flow", "norm-rollout")
 
 
 def attention_scores(
-    maps,
+    maps: AttentionMaps,
     reads: Sequence[int],
     *,
     methods: Sequence[str] = ("attention", "rollout", "flow"),
     index: int = 0,
-    adapter=None,
+    adapter: ModelAdapter | None = None,
     flow_workers: int | None = 1,
 ) -> ScoreSet:
     """Attention-based scores of the input tokens for the rows ``reads`` of one example.

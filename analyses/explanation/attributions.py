@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -34,6 +34,11 @@ import torch
 from probe.analyses.common.objective import Objective, scalar_function
 from probe.analyses.common.word_scores import n_words_of, to_words
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +93,7 @@ class Attributions:
     def __len__(self) -> int:
         return len(self.examples)
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """Tidy table: ``example, method, position, token, word_id, special, score``."""
         import pandas as pd
 
@@ -99,7 +104,7 @@ class Attributions:
                     rows.append((ex.index, m, t, tok, -1 if w is None else w, bool(sp), float(s[t])))
         return pd.DataFrame(rows, columns=["example", "method", "position", "token", "word_id", "special", "score"])
 
-    def completeness(self):
+    def completeness(self) -> pd.DataFrame:
         """Per example: ``value, baseline_value, ig_sum, ig_delta, relative_error``
         (``|delta| / |f(x) − f(x')|``), the IG completeness check."""
         import pandas as pd
@@ -123,7 +128,11 @@ class Attributions:
 
 
 def baseline_ids(
-    adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor, special_mask: torch.Tensor, token: str = "pad"
+    adapter: ModelAdapter,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    special_mask: torch.Tensor,
+    token: str = "pad",
 ) -> torch.Tensor:
     """The reference input: word tokens replaced by ``[PAD]`` (``token="pad"``) or
     ``[MASK]`` (``"mask"``); special tokens and padding unchanged. ``[batch, seq]``.
@@ -131,6 +140,7 @@ def baseline_ids(
     Raises:
         ValueError: unknown ``token``, or a tokenizer without a mask token for ``"mask"``.
     """
+    tid: Optional[int]
     if token == "pad":
         tid = adapter.pad_token_id
     elif token == "mask":
@@ -143,7 +153,7 @@ def baseline_ids(
     return torch.where(word, torch.full_like(input_ids, int(tid)), input_ids)
 
 
-def _special_batch(encodings, n: int, device) -> torch.Tensor:
+def _special_batch(encodings: Sequence[Any], n: int, device: torch.device | str) -> torch.Tensor:
     m = torch.ones(len(encodings), n, dtype=torch.bool)
     for i, e in enumerate(encodings):
         m[i, : len(e)] = e.special_mask

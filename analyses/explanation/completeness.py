@@ -11,8 +11,12 @@ is excluded from every comparison with IG and counted (:class:`IGGate`), never u
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .attributions import Attributions
 
 __all__ = ["TOLERANCE", "MAX_STEPS_FACTOR", "IGGate", "gate_ig", "relative_errors"]
 
@@ -46,7 +50,7 @@ class IGGate:
         }
 
 
-def relative_errors(attrs) -> np.ndarray:
+def relative_errors(attrs: Attributions) -> np.ndarray:
     """``[n]`` ``|delta| / |f(x) − f(x')|`` per example of :class:`.attributions.Attributions`."""
     return np.array(attrs.completeness()["relative_error"], dtype=np.float64)  # a writable copy
 

@@ -30,6 +30,8 @@ from typing import Optional, Sequence, TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+    from probe.models.adapter import ModelAdapter
+
 import torch
 
 from probe.analyses.common.objective import Objective, check_scalar
@@ -41,7 +43,7 @@ __all__ = ["PermutationEffects", "permutation_effects", "permute_rows", "head_ou
 
 
 def tvd(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Total variation ``½ Σ |p − q|`` over the last axis."""
+    """Total variation ``½ Σ |p − q|`` over the last axis: ``[..., k]`` distributions to ``[...]``."""
     return 0.5 * (p - q).abs().sum(-1)
 
 
@@ -101,10 +103,11 @@ class PermutationEffects:
     n_permutations: int
     tolerance: float
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
+        """The :attr:`summary`."""
         return self.summary
 
-    def by_layer(self):
+    def by_layer(self) -> pd.DataFrame:
         """Per layer: median over heads of the per-head median TVD / JSD."""
         return (
             self.summary.groupby("layer")
@@ -115,7 +118,7 @@ class PermutationEffects:
         )
 
 
-def _permutation_groups(adapter, lengths: Sequence[int], k: int, batch_rows: int) -> list:
+def _permutation_groups(adapter: ModelAdapter, lengths: Sequence[int], k: int, batch_rows: int) -> list:
     """``[(start, stop, kc)]`` over examples sorted by ``lengths`` (ascending): each forward
     carries examples ``start:stop`` × ``kc`` permutations, at most ``batch_rows`` rows and
     what the memory budget allows at the group's longest length (:func:`probe.inputs.budget.rows_for`,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence, TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import os
     import pandas as pd
 
 import numpy as np
@@ -48,7 +49,7 @@ def verdict_table(
     reference: str = "ig",
     min_effect: float = 1e-3,
     min_significant: float = 0.5,
-):
+) -> pd.DataFrame:
     """Per head: agreement with the reference attribution, permutation effect, evidence
     recovery, and a verdict.
 
@@ -112,10 +113,11 @@ class FaithfulnessReport:
     verdict: pd.DataFrame
     info: dict = field(default_factory=dict)
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
+        """The :attr:`verdict` table."""
         return self.verdict
 
-    def write(self, out) -> list:
+    def write(self, out: str | os.PathLike) -> list[Path]:
         """Write ``agreement.csv``, ``agreement_per_example.csv``, ``permutation.csv``,
         ``ground_truth.csv``, ``verdict.csv``, ``attributions.csv``, ``completeness.csv``
         and ``summary.json`` into directory ``out``; returns the paths."""

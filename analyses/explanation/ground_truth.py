@@ -51,7 +51,8 @@ class EvidenceRecovery:
     per_example: pd.DataFrame
     summary: pd.DataFrame
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
+        """The :attr:`summary`."""
         return self.summary
 
 

@@ -11,18 +11,24 @@ before any model forward.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
 
 from probe.errors import InputError
 
+if TYPE_CHECKING:
+    import os
+
+    from probe.analyses.common.pooling import Pooling
+    from probe.models.adapter import ModelAdapter
+
 
 __all__ = ["read_pairs", "similarity_target", "nearest_neighbours"]
 
 
-def read_pairs(path, adapter=None) -> list:
+def read_pairs(path: str | os.PathLike, adapter: ModelAdapter | None = None) -> list[tuple[str, str]]:
     """``[(left, right)]`` from a tab-separated pairs file.
 
     Raises:
@@ -45,7 +51,7 @@ def read_pairs(path, adapter=None) -> list:
         for side, s in (("first", left), ("second", right)):
             if not s:
                 raise InputError(f"{p}:{i}: the {side} sentence is empty")
-            if limit is not None:
+            if limit is not None and adapter is not None:
                 n = len(adapter.tokenizer(s)["input_ids"])
                 if n > limit:
                     raise InputError(f"{p}:{i}: the {side} sentence has {n} tokens, more than the model's {limit}")
@@ -56,7 +62,7 @@ def read_pairs(path, adapter=None) -> list:
 
 
 @torch.no_grad()
-def embed(adapter, texts: Sequence[str], pooling, batch_size: int = 32) -> torch.Tensor:
+def embed(adapter: ModelAdapter, texts: Sequence[str], pooling: Pooling, batch_size: int = 32) -> torch.Tensor:
     """``[n, d]`` pooled embeddings of ``texts`` (float32, on CPU), in the order given.
 
     Texts are batched with others of similar length (longest first), so a batch is not

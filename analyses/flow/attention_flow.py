@@ -49,8 +49,9 @@ import math
 import os
 import time
 import warnings
+from typing import TYPE_CHECKING, Sequence
+
 from concurrent.futures import ProcessPoolExecutor
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -66,6 +67,11 @@ from probe.analyses.flow.rollout import (
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
 from probe.analyses.flow import layered_maxflow
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from probe.maps import AttentionMaps
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +117,7 @@ def adjusted_attention(
     return residual_adjust(a, residual).numpy()
 
 
-def flow_graph(ahat: np.ndarray):
+def flow_graph(ahat: np.ndarray) -> nx.DiGraph:
     """The layered flow graph as a ``networkx.DiGraph`` (the reference definition).
 
     Args:
@@ -220,7 +226,7 @@ def attention_flow(
 
 
 def flow_maps(
-    maps,
+    maps: AttentionMaps,
     *,
     heads: HeadSpec = "mean",
     residual: float = 0.5,

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
@@ -25,13 +25,18 @@ from probe.analyses.flow.attention_flow import attention_flow
 from probe.analyses.flow.rollout import rollout
 from probe.errors import NotApplicable
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.models.adapter import ModelAdapter
+
 log = logging.getLogger(__name__)
 
 __all__ = ["blank_out_importance", "importance_correlations", "correlation_table"]
 
 
 @torch.no_grad()
-def blank_out_importance(adapter, text: str, label: Optional[int] = None) -> tuple:
+def blank_out_importance(adapter: ModelAdapter, text: str, label: Optional[int] = None) -> tuple:
     """Blank-out importance of every token of ``text`` for a sequence classifier.
 
     Returns:
@@ -63,7 +68,7 @@ def importance_correlations(
     special_masks: Sequence[torch.Tensor],
     *,
     positions: Sequence[str] = ("all", "words"),
-):
+) -> pd.DataFrame:
     """Per-example Spearman ρ of raw attention / rollout / flow ([CLS] row) with
     importance, for every layer: a tidy table ``example, layer, method, positions, rho``
     (layer 1-based).
@@ -98,7 +103,7 @@ def importance_correlations(
     return pd.DataFrame(rows)
 
 
-def correlation_table(per_example):
+def correlation_table(per_example: pd.DataFrame) -> pd.DataFrame:
     """Mean ± std of ρ over examples: one row per ``positions, method``, columns per
     layer (``L1 …``), like Abnar & Zuidema's Table 1; ``n`` counts defined ρ."""
     g = per_example.dropna(subset=["rho"]).groupby(["positions", "method", "layer"])["rho"]

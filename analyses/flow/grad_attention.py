@@ -11,12 +11,15 @@ per-row scale); then ``R = B_L ⋯ B_1``. The gradients come from
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from probe.analyses.flow.rollout import check_rollable, rollout, validate_attention
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
+
+if TYPE_CHECKING:
+    from probe.runs.grads import AttentionGradients
 
 __all__ = ["grad_weighted_attention", "grad_rollout", "grad_rollout_maps"]
 
@@ -55,8 +58,11 @@ def grad_rollout(
     return rollout(b, heads=None, residual=0.0, output_positions=output_positions, validate=False)
 
 
-def grad_rollout_maps(result, *, output_positions=None, all_positions: bool = False) -> TokenScores:
-    """Gradient-weighted rollout of a :class:`probe.runs.grads.AttentionGradients`."""
+def grad_rollout_maps(
+    result: AttentionGradients, *, output_positions: Sequence[int] | None = None, all_positions: bool = False
+) -> TokenScores:
+    """Gradient-weighted rollout of a :class:`probe.runs.grads.AttentionGradients` (maps and
+    gradients ``[layer, head, n, n]``): scores ``[output positions, n]``."""
     maps = result.maps
     check_rollable(maps)
     pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions)

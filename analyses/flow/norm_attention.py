@@ -15,12 +15,15 @@ adjustment 0.5·N + 0.5·I).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from probe.analyses.flow.rollout import check_rollable, rollout, validate_attention
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
+
+if TYPE_CHECKING:
+    from probe.runs.values import ValueCapture
 
 __all__ = ["value_norms", "norm_weights", "norm_rollout", "norm_rollout_maps"]
 
@@ -87,9 +90,14 @@ def norm_rollout(
 
 
 def norm_rollout_maps(
-    capture, *, residual: float = 0.5, output_positions=None, all_positions: bool = False
+    capture: ValueCapture,
+    *,
+    residual: float = 0.5,
+    output_positions: Sequence[int] | None = None,
+    all_positions: bool = False,
 ) -> TokenScores:
-    """Norm-based rollout of a :class:`probe.runs.values.ValueCapture` as :class:`TokenScores`."""
+    """Norm-based rollout of a :class:`probe.runs.values.ValueCapture` as :class:`TokenScores`
+    (scores ``[output positions, n]``)."""
     maps = capture.maps
     check_rollable(maps)
     pos = output_positions_for(maps.n_tokens, output_positions, kind=maps.kind, all_positions=all_positions)

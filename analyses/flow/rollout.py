@@ -22,12 +22,15 @@ Shapes: ``[layer, head, query, key]`` per example, as everywhere in the toolkit.
 from __future__ import annotations
 
 import logging
-from typing import Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 import torch
 
 from probe.errors import InputError, NotApplicable
 from probe.analyses.common.token_scores import TokenScores, output_positions_for
+
+if TYPE_CHECKING:
+    from probe.maps import AttentionMaps
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +298,7 @@ def rollout_batch(
 
 
 def rollout_maps(
-    maps,
+    maps: AttentionMaps,
     *,
     heads: HeadSpec = "mean",
     residual: float = 0.5,
@@ -329,7 +332,13 @@ def rollout_maps(
     )
 
 
-def check_rollable(maps) -> None:
+def check_rollable(maps: AttentionMaps) -> None:
+    """Refuse maps rollout cannot compose: cross-attention, or layers that are not consecutive.
+
+    Raises:
+        NotApplicable: cross-attention maps.
+        InputError: captured layers with a gap, naming them.
+    """
     if maps.kind == "cross":
         raise NotApplicable("rollout and flow need self- or causal attention, not cross-attention")
     layers = list(maps.layers)
@@ -340,13 +349,10 @@ def check_rollable(maps) -> None:
         )
 
 
-def heads_meta(heads: HeadSpec):
+def heads_meta(heads: HeadSpec) -> str | list[int] | None:
+    """``heads`` as JSON-able metadata: the spec string, a list of head indices, or None."""
     if heads is None or isinstance(heads, str):
         return heads
     if torch.is_tensor(heads):
         return heads.tolist()
     return [int(h) for h in heads]
-
-
-# the old private names, for code written against them
-_check_rollable, _heads_meta = check_rollable, heads_meta

@@ -19,17 +19,20 @@ groups query rows by their input word; here rows are grouped by the word they pr
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import pandas as pd
 import torch
 
 from probe.errors import InputError, NotApplicable
 
+if TYPE_CHECKING:
+    from probe.maps import AttentionMaps
+
 TASKS = ("translate", "translate-rnn")
 
 
-def produced_words(maps) -> list:
+def produced_words(maps: AttentionMaps) -> list[int | None]:
     """For each query row of a cross-attention map, the target word it produces.
 
     Row ``j`` produces the token that is the decoder input of row ``j + 1``, so its
@@ -44,16 +47,17 @@ def produced_words(maps) -> list:
         list of length ``n_query``: a target word index or ``None`` (start/end tokens).
 
     Raises:
-        ValueError: not a cross-attention map, or no target words are known.
+        NotApplicable: not a cross-attention map.
+        InputError: no target words are known.
     """
     if maps.kind != "cross":
         raise NotApplicable(
             f"alignment needs cross-attention maps (kind='cross'), got kind={maps.kind!r}; "
             "capture with stack='cross' and targets=[...]"
         )
-    n_words = len(maps.query_words)
-    if n_words == 0:
+    if not maps.query_words or maps.query_word_ids is None or maps.query_special_mask is None:
         raise InputError("the map has no target words (query_words is empty); capture with targets=[...]")
+    n_words = len(maps.query_words)
     wids = list(maps.query_word_ids)
     special = maps.query_special_mask.tolist()
     out = []
@@ -66,7 +70,7 @@ def produced_words(maps) -> list:
     return out
 
 
-def cross_word_attention(maps, special_column: bool = False) -> torch.Tensor:
+def cross_word_attention(maps: AttentionMaps, special_column: bool = False) -> torch.Tensor:
     """Word-level cross-attention with rows indexed by the target word they produce.
 
     Columns: attention *to* a source word is the sum over its tokens' columns; rows:
@@ -100,7 +104,7 @@ def cross_word_attention(maps, special_column: bool = False) -> torch.Tensor:
             to_word[k, w] = 1.0
         elif s and special_column:
             to_word[k, n_src] = 1.0
-    from_word = torch.zeros(n_q, len(maps.query_words))
+    from_word = torch.zeros(n_q, len(maps.query_words or ()))  # produced_words refused maps without them
     for j, w in enumerate(produced):
         if w is not None:
             from_word[j, w] = 1.0

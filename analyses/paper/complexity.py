@@ -164,7 +164,7 @@ def measure_grid(
     return pd.DataFrame(rows), pd.DataFrame(term_rows)
 
 
-def _validate_kinds(kinds) -> Tuple[str, ...]:
+def _validate_kinds(kinds: Iterable[str]) -> Tuple[str, ...]:
     kinds = tuple(kinds)
     if not kinds:
         raise InputError("choose at least one layer type")

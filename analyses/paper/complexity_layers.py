@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from typing import Dict, Tuple
 
 import torch
@@ -65,8 +66,8 @@ TERM_EXPONENTS: Dict[str, Tuple[int, int]] = {
 EXTRA_TERMS = ("n·d² (projections)",)
 
 
-def check_positive_int(name: str, value, minimum: int = 1) -> int:
-    """Return ``value`` as int, or raise ValueError naming ``name``."""
+def check_positive_int(name: str, value: object, minimum: int = 1) -> int:
+    """Return ``value`` as int, or raise :class:`InputError` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InputError(f"{name} must be an integer >= {minimum}; got {value!r}")
     if value < minimum:
@@ -92,6 +93,7 @@ class SelfAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[n, d]`` → ``[n, d]`` (see the class docstring)."""
         n = x.shape[0]
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         scores = (q @ k.T) * self.scale
@@ -120,6 +122,7 @@ class RestrictedSelfAttention(nn.Module):
         self.scale = 1.0 / math.sqrt(d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[n, d]`` → ``[n, d]`` (see the class docstring)."""
         n, r = x.shape[0], self.r
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         # [n + r - 1, d] -> windows [n, d, r] (a view) -> [n, r, d]
@@ -158,6 +161,7 @@ class Recurrent(nn.Module):
         self.bias = nn.Parameter(torch.zeros(g * d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[n, d]`` → ``[n, d]`` (see the class docstring)."""
         n, d = x.shape
         xw = torch.addmm(self.bias, x, self.w_ih.T)  # [n, g·d], all steps at once
         w_hh_t = self.w_hh.T
@@ -202,6 +206,7 @@ class CausalConv(nn.Module):
         self.conv = nn.Conv1d(d, d, self.k, dilation=self.dilation, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[n, d]`` → ``[n, d]`` (see the class docstring)."""
         z = F.pad(x.T.unsqueeze(0), ((self.k - 1) * self.dilation, 0))
         return self.conv(z).squeeze(0).T
 
@@ -224,12 +229,13 @@ class SeparableConv(nn.Module):
         self.pointwise = nn.Conv1d(d, d, 1, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[n, d]`` → ``[n, d]`` (see the class docstring)."""
         z = F.pad(x.T.unsqueeze(0), (self.k - 1, 0))
         return self.pointwise(self.depthwise(z)).squeeze(0).T
 
 
-def validate_sizes(name: str, values) -> Tuple[int, ...]:
-    """Sorted, de-duplicated positive integer sizes, or ValueError naming ``name``."""
+def validate_sizes(name: str, values: Iterable[int]) -> Tuple[int, ...]:
+    """Sorted, de-duplicated positive integer sizes, or :class:`InputError` naming ``name``."""
     try:
         values = list(values)
     except TypeError:

@@ -79,6 +79,7 @@ class TraceMode(TorchDispatchMode):
         self.peak = 0
 
     def depth_of(self, t: torch.Tensor) -> int:
+        """The dependent-operation depth of ``t`` (any shape); 0 for a tensor made outside the mode."""
         return self._depth.get(t, 0)
 
     def _free(self, nbytes: int) -> None:

@@ -13,11 +13,17 @@ the query word itself excluded) is one of the targets. Word level follows Clark 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 import pandas as pd
 
 from probe.errors import InputError, NotApplicable
+
+if TYPE_CHECKING:
+    import torch
+
+    from probe.maps import AttentionMaps, WordAttention
+    from probe.models.adapter import ModelAdapter
 
 LAW = "The Law will never be perfect, but its application should be just - this is what we are missing, in my opinion."
 MAKING = (
@@ -62,7 +68,7 @@ def _word_attention(attention):
     return attention
 
 
-def find_word(units: Sequence[str], is_special, word: WordRef) -> int:
+def find_word(units: Sequence[str], is_special: Sequence[bool] | torch.Tensor, word: WordRef) -> int:
     """Index of ``word`` among the word units (special units never match).
 
     ``word`` is a unit index, or a string matched exactly, then case-insensitively
@@ -85,7 +91,9 @@ def find_word(units: Sequence[str], is_special, word: WordRef) -> int:
     raise InputError(f"{word!r} is not a word of this sentence; its words are: {' '.join(words)}")
 
 
-def query_weights(attention, query: WordRef) -> tuple:
+def query_weights(
+    attention: AttentionMaps | WordAttention, query: WordRef
+) -> tuple[torch.Tensor, tuple[str, ...], torch.Tensor, int]:
     """The attention from one word to every unit, for every head.
 
     Args:
@@ -103,7 +111,9 @@ def query_weights(attention, query: WordRef) -> tuple:
     return wa.attentions[:, :, q, :].float(), tuple(wa.units), wa.is_special.clone(), q
 
 
-def rank_heads(attention, query: WordRef, targets: Union[WordRef, Sequence[WordRef]]) -> pd.DataFrame:
+def rank_heads(
+    attention: AttentionMaps | WordAttention, query: WordRef, targets: Union[WordRef, Sequence[WordRef]]
+) -> pd.DataFrame:
     """Rank all (layer, head) by the attention from ``query`` to ``targets``.
 
     Args:
@@ -167,7 +177,7 @@ def top_heads(ranking: pd.DataFrame, k: int = 3) -> list:
     return [(int(r.layer), int(r.head)) for r in ranking.head(k).itertuples()]
 
 
-def check_vocabulary(adapter, sentences: Sequence[PaperSentence]) -> None:
+def check_vocabulary(adapter: ModelAdapter, sentences: Sequence[PaperSentence]) -> None:
     """Refuse a model whose tokenizer turns a sentence's query or target word into its
     unknown token: the ranking would compare heads over ``[UNK]`` placeholders, not words.
 
@@ -193,7 +203,7 @@ def check_vocabulary(adapter, sentences: Sequence[PaperSentence]) -> None:
         )
 
 
-def paper_rankings(adapter, names: Sequence[str] = tuple(SENTENCES)) -> dict:
+def paper_rankings(adapter: ModelAdapter, names: Sequence[str] = tuple(SENTENCES)) -> dict:
     """Capture the appendix sentences with ``adapter`` and rank its heads for each.
 
     Returns ``{name: (AttentionMaps, ranking DataFrame)}`` for names in

@@ -25,12 +25,17 @@ circuit's positive eigenvalues), successor heads (Gould et al. 2023) and retriev
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = [
     "THRESHOLDS",
@@ -51,7 +56,9 @@ SINK_EPSILON = 0.3
 THRESHOLDS = {"previous_token": 0.4, "duplicate_token": 0.4, "induction": 0.4, "sink": SINK_EPSILON}
 
 
-def repeated_random_tokens(token_ids, n_tokens: int, n_examples: int, bos_id: int, seed: int = 0) -> torch.Tensor:
+def repeated_random_tokens(
+    token_ids: Iterable[int], n_tokens: int, n_examples: int, bos_id: int, seed: int = 0
+) -> torch.Tensor:
     """``[n_examples, 1 + 2·n_tokens]``: ``bos_id``, then ``n_tokens`` distinct tokens drawn
     from ``token_ids`` without replacement, then the same tokens again.
 
@@ -105,7 +112,8 @@ def sink_scores(patterns: torch.Tensor) -> torch.Tensor:
 
 
 def sink_ratio(scores: torch.Tensor, epsilon: float = SINK_EPSILON) -> float:
-    """Sink₁^ε: the fraction of heads whose α₁ exceeds ``epsilon`` (Gu et al. 2024)."""
+    """Sink₁^ε: the fraction of heads whose α₁ exceeds ``epsilon`` (Gu et al. 2024); ``scores``
+    holds one α₁ per head (``[layer, head]``, any shape)."""
     return float((scores > epsilon).float().mean())
 
 
@@ -127,7 +135,9 @@ class DecoderHeadScores:
         return self.table
 
 
-def decoder_head_scores(adapter, n_tokens: int = 10, n_examples: int = 16, seed: int = 0) -> DecoderHeadScores:
+def decoder_head_scores(
+    adapter: ModelAdapter, n_tokens: int = 10, n_examples: int = 16, seed: int = 0
+) -> DecoderHeadScores:
     """Every head's previous-token, duplicate-token, induction and sink scores on repeated
     random tokens of ``adapter``'s vocabulary (its special tokens excluded), one traced
     forward; a column ``<role>_head`` per role (score > :data:`THRESHOLDS`).

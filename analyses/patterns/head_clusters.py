@@ -16,18 +16,23 @@ only (the matrix is symmetric), never per head pair in Python.
 
 from __future__ import annotations
 
-from collections.abc import Sized
 import inspect
 import logging
 import math
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import numpy as np
 import pandas as pd
 import torch
 
 from probe.errors import InputError, NotApplicable
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from probe.maps import AttentionMaps
+    from probe.runs.streaming import BatchMeta
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +83,7 @@ class HeadDivergenceAccumulator:
     def full(self) -> bool:
         return self.max_examples is not None and self.n_examples >= self.max_examples
 
-    def update(self, maps) -> bool:
+    def update(self, maps: AttentionMaps) -> bool:
         """Add one example; False (and nothing done) once ``max_examples`` were added.
 
         Raises:
@@ -160,7 +165,9 @@ class KeptDivergence:
         self.divergence = HeadDivergenceAccumulator()
         self.pending: dict = {}  # index -> {layer: single-layer maps} until its last layer
 
-    def update(self, layer: int, maps, meta) -> None:
+    def update(self, layer: int, maps: Sequence[AttentionMaps], meta: BatchMeta) -> None:
+        """Hold one layer of the batch's kept examples (``[1, head, n, n]`` each); an example
+        is added once its last layer arrived."""
         from probe.runs.streaming import join_layers
 
         for index, m in zip(meta.indices, maps):
@@ -172,7 +179,8 @@ class KeptDivergence:
                 del self.pending[int(index)]
                 self.divergence.update(join_layers([[parts[x]] for x in meta.layers], meta.layers)[0])
 
-    def update_examples(self, maps, meta) -> None:
+    def update_examples(self, maps: Sequence[AttentionMaps], meta: BatchMeta) -> None:
+        """Add the kept ones of whole examples (``[layer, head, n, n]`` each)."""
         for index, m in zip(meta.indices, maps):
             if int(index) in self.keep:
                 self.divergence.update(m)
@@ -262,7 +270,7 @@ def cluster_heads(matrix: np.ndarray, n_clusters: int = 8) -> np.ndarray:
     return AgglomerativeClustering(n_clusters=n_clusters, metric="precomputed", linkage="average").fit_predict(d)
 
 
-def _check_matrix(matrix) -> np.ndarray:
+def _check_matrix(matrix: ArrayLike) -> np.ndarray:
     d = np.asarray(matrix, dtype=float)
     if d.ndim != 2 or d.shape[0] != d.shape[1]:
         raise InputError(f"expected a square distance matrix, got shape {d.shape}")

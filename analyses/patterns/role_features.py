@@ -44,12 +44,12 @@ run over examples and the five offsets, never over heads or tokens of a head.
 
 from __future__ import annotations
 
-from collections.abc import Sized
 import functools
 import logging
 import unicodedata
 from collections import Counter
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,13 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 from probe.analyses.common.accumulate import PerLayer
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from probe.maps import AttentionMaps
+    from probe.runs.streaming import BatchMeta
+    from probe.store.directory import Store
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +119,7 @@ def _key(unit: str) -> str:
     return str(unit).lower()
 
 
-def token_frequencies(source, level: str = "token") -> Counter:
+def token_frequencies(source: Store | Iterable[AttentionMaps], level: str = "token") -> Counter:
     """Count lower-cased non-special tokens (or words) in a corpus.
 
     Args:
@@ -204,7 +211,7 @@ class HeadFeatureAccumulator:
             self._sum[name] = total.clone()
             self._n[name] = torch.as_tensor(count, dtype=torch.float64).clone()
 
-    def update(self, maps, index: Optional[int] = None) -> None:
+    def update(self, maps: AttentionMaps, index: Optional[int] = None) -> None:
         """Add one :class:`AttentionMaps` (``index``: its corpus index, kept with its
         values when the accumulator keeps examples; default: its order of arrival).
 
@@ -508,7 +515,8 @@ class LayerwiseHeadFeatures(PerLayer):
         )
         self.whole: Optional[HeadFeatureAccumulator] = None  # whole examples (update_examples)
 
-    def inner_update(self, acc, maps, meta, position: int) -> None:
+    def inner_update(self, acc: HeadFeatureAccumulator, maps: AttentionMaps, meta: BatchMeta, position: int) -> None:
+        """Add one single-layer example (``[1, head, n, n]``) under its corpus index."""
         acc.update(maps, index=meta.indices[position])
 
     def update_examples(self, maps: Sequence, meta: Any) -> None:
@@ -519,7 +527,8 @@ class LayerwiseHeadFeatures(PerLayer):
         for index, m in zip(meta.indices, maps):
             self.whole.update(m, index=index)
 
-    def merge(self, other):
+    def merge(self, other: Self) -> Self:
+        """Add ``other``'s sums (per layer and whole examples) to these; returns self."""
         super().merge(other)
         if other.whole is not None:
             self.whole = other.whole if self.whole is None else self.whole.merge(other.whole)

@@ -37,10 +37,10 @@ encoder) drops its role instead of failing.
 
 from __future__ import annotations
 
-from collections.abc import Sized
 import logging
+from collections.abc import Sized
 from dataclasses import asdict, dataclass, fields
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
@@ -54,6 +54,10 @@ from probe.analyses.patterns.role_features import (
     token_frequencies,
 )
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
+    from probe.runs.blocks import Runner
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +134,7 @@ class RoleThresholds:
                 raise InputError(f"threshold {f.name} must lie strictly between 0 and 1, got {v}")
 
 
-def _rules(t: RoleThresholds):
+def _rules(t: RoleThresholds) -> list[tuple[str, str, float]]:
     """(role, feature, threshold) for the ≥ rules, in tie-break order."""
     return [
         ("induction", "induction", t.induction),
@@ -466,7 +470,10 @@ class RoleClassifier:
 
 
 def head_roles(
-    source: Iterable, syntax: Optional[pd.DataFrame] = None, coreference: Optional[pd.DataFrame] = None, **params
+    source: Iterable,
+    syntax: Optional[pd.DataFrame] = None,
+    coreference: Optional[pd.DataFrame] = None,
+    **params: Any,
 ) -> pd.DataFrame:
     """Roles of every head over a corpus: ``RoleClassifier(**params).fit(source).roles_``.
 
@@ -510,7 +517,7 @@ def roles_report(
     n_clusters: Optional[int] = 8,
     cluster_examples: Optional[int] = 100,
     seed: int = 0,
-    **params,
+    **params: Any,
 ) -> RolesReport:
     """Roles, features and Clark et al. (2019) clusters of every head in one pass.
 
@@ -532,7 +539,7 @@ def roles_report(
 
 
 def roles_streamed(
-    model,
+    model: ModelAdapter | Runner,
     items: Sequence,
     syntax: Optional[pd.DataFrame] = None,
     coreference: Optional[pd.DataFrame] = None,
@@ -542,7 +549,7 @@ def roles_streamed(
     *,
     batch_size: int = 16,
     progress: bool = False,
-    **params,
+    **params: Any,
 ) -> RolesReport:
     """:func:`roles_report` of a corpus streamed through the model (each batch's layers
     joined as they pass: no example's maps are held beyond its batch; the head × head

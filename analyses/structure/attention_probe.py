@@ -17,17 +17,20 @@ Clark et al. report 61 UAS for the attention-only probe on WSJ with BERT-base.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
 
 from probe.errors import InputError
 
+if TYPE_CHECKING:
+    from probe.analyses.structure.word_graph import WordGraph
+
 log = logging.getLogger(__name__)
 
 
-def pair_features(graph) -> tuple[np.ndarray, np.ndarray]:
+def pair_features(graph: WordGraph) -> tuple[np.ndarray, np.ndarray]:
     """Candidate features of every word of one sentence.
 
     Args:
@@ -131,7 +134,8 @@ class AttentionProbe:
 
 
 def split_by_sentence(n: int, test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Shuffle ``n`` sentence indices and split them into (train, test).
+    """Shuffle ``n`` sentence indices and split them into (train, test) index arrays
+    ``[n_train]``, ``[n_test]``.
 
     Raises:
         ValueError: ``test_fraction`` outside (0, 1) or too few sentences for both sides.

@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
 
 from probe.analyses.structure.coref_mentions import Mention, sentence_mentions
 from probe.errors import InputError, NotApplicable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.inputs.readers import Sentence
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +67,7 @@ class CorefWindow:
     pronouns: tuple
 
 
-def _doc_ids(sentences) -> list:
+def _doc_ids(sentences: Iterable[Sentence]) -> list:
     doc, out = None, []
     for s in sentences:
         doc = s.meta.get("newdoc id", doc) if s.meta else doc
@@ -169,13 +174,13 @@ class CorefAccuracy:
     counts: np.ndarray
     layers: tuple
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """Tidy table: setting, method (``head`` or a baseline), layer, head, accuracy,
         correct, count."""
         import pandas as pd
 
         S, L, H = self.hits.shape
-        rows = []
+        rows: list[tuple] = []
         for s in range(S):
             n = int(self.counts[s])
             for li in range(L):
@@ -189,7 +194,7 @@ class CorefAccuracy:
         df["head"] = df["head"].astype("Int64")
         return df[["setting", "method", "layer", "head", "accuracy", "correct", "count"]]
 
-    def best(self):
+    def best(self) -> pd.DataFrame:
         """One row per setting: best layer/head and accuracy beside both baselines."""
         import pandas as pd
 
@@ -236,19 +241,23 @@ class CorefCounter:
     """The integer sums behind :class:`CorefAccuracy`: ``update(window, attention,
     layers)`` per window, ``merge(other)`` for another part of the corpus, ``result()``."""
 
-    def __init__(self):
-        self.hits = self.base = self.counts = None
-        self.layers = ()
+    def __init__(self) -> None:
+        # set together by the first update: [setting, layer, head], [setting, baseline], [setting]
+        self.hits: Optional[np.ndarray] = None
+        self.base: Optional[np.ndarray] = None
+        self.counts: Optional[np.ndarray] = None
+        self.layers: tuple[int, ...] = ()
 
-    def update(self, window, attention, layers) -> None:
+    def update(self, window: CorefWindow, attention: torch.Tensor, layers: Sequence[int]) -> None:
         """Add one window's word-level attention ``[layer, head, word, word]``."""
         a = attention.float()
-        if self.hits is None:
+        if self.hits is None or self.base is None or self.counts is None:
             L, H = a.shape[:2]
             self.hits = np.zeros((len(SETTINGS), L, H), dtype=np.int64)
             self.base = np.zeros((len(SETTINGS), len(BASELINES)), dtype=np.int64)
             self.counts = np.zeros(len(SETTINGS), dtype=np.int64)
             self.layers = tuple(layers)
+        hits, base, counts = self.hits, self.base, self.counts
         for p in window.pronouns:
             cand = torch.tensor(p.candidates)
             ok = torch.tensor(p.correct)
@@ -256,14 +265,14 @@ class CorefCounter:
             got = ok[pick].numpy().astype(np.int64)
             b = np.array([p.correct[-1], p.nearest_agreeing >= 0 and p.correct[p.nearest_agreeing]], dtype=np.int64)
             for s in (0, SETTINGS.index(p.setting)):
-                self.hits[s] += got
-                self.base[s] += b
-                self.counts[s] += 1
+                hits[s] += got
+                base[s] += b
+                counts[s] += 1
 
     def merge(self, other: "CorefCounter") -> "CorefCounter":
-        if other.hits is None:
+        if other.hits is None or other.base is None or other.counts is None:
             return self
-        if self.hits is None:
+        if self.hits is None or self.base is None or self.counts is None:
             self.hits, self.base, self.counts = other.hits.copy(), other.base.copy(), other.counts.copy()
             self.layers = other.layers
             return self
@@ -275,7 +284,7 @@ class CorefCounter:
         return self
 
     def result(self) -> CorefAccuracy:
-        if self.hits is None or self.counts[0] == 0:
+        if self.hits is None or self.base is None or self.counts is None or self.counts[0] == 0:
             raise NotApplicable("no pronoun with an antecedent in its window to evaluate")
         return CorefAccuracy(
             hits=self.hits.copy(), baseline_hits=self.base.copy(), counts=self.counts.copy(), layers=self.layers

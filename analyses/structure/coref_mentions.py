@@ -18,9 +18,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    import io
+    import os
+
+    from probe.inputs.readers import Sentence
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +102,7 @@ def mention_head(heads: Sequence[int], start: int, end: int) -> int:
     return start
 
 
-def sentence_mentions(sentence) -> list[Mention]:
+def sentence_mentions(sentence: Sentence) -> list[Mention]:
     """The mentions of one sentence, sorted by start then end.
 
     Mentions still open at the end of the sentence (none in CorefUD, whose mentions stay
@@ -118,7 +124,7 @@ def sentence_mentions(sentence) -> list[Mention]:
     return sorted(out, key=lambda m: (m.start, m.end))
 
 
-def read_number(path, limit: Optional[int] = None) -> list[tuple]:
+def read_number(path: str | os.PathLike, limit: Optional[int] = None) -> list[tuple]:
     """The ``Number`` feature (``Sing``/``Plur``/``""``) of every syntactic word of every
     sentence of a CoNLL-U file, parallel to :func:`probe.inputs.readers.read_conllu` (multiword
     token lines and empty nodes skipped).
@@ -140,7 +146,7 @@ def read_number(path, limit: Optional[int] = None) -> list[tuple]:
     return out
 
 
-def _lines(text: str):
+def _lines(text: str) -> io.StringIO:
     import io
 
     return io.StringIO(text)

@@ -23,7 +23,7 @@ A sentence whose words do not align to tokens raises on every layer; it is liste
 from __future__ import annotations
 
 import functools
-from typing import Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -32,6 +32,13 @@ from probe.analyses.common.accumulate import PerLayer
 from probe.analyses.structure.coref import CorefCounter
 from probe.analyses.structure.syntax import OFFSETS, RelationAccuracy, RelationCounter
 from probe.analyses.structure.word_graph import AlignmentError, WordGraph, word_attention, word_graph
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from probe.analyses.structure.coref import CorefAccuracy
+    from probe.maps import AttentionMaps
+    from probe.runs.streaming import BatchMeta
 
 __all__ = ["SkippingPerLayer", "GraphsByIndex", "LayerwiseRelations", "KeptGraphs", "LayerwiseCoref"]
 
@@ -45,7 +52,7 @@ class SkippingPerLayer(PerLayer):
         #: the accumulator of whole examples (``update_examples``), made on first use
         self.whole = None
 
-    def update_examples(self, maps: Sequence, meta) -> None:
+    def update_examples(self, maps: Sequence[AttentionMaps], meta: BatchMeta) -> None:
         """Whole examples (``[L, H, n, n]``: held maps, or a streamed batch joined), each
         counted once with all its layers (``whole_update``)."""
         self._one_way(layer_fed=bool(self.inner))
@@ -54,7 +61,8 @@ class SkippingPerLayer(PerLayer):
         for position, m in enumerate(maps):
             self.whole_update(self.whole, m, meta, position)
 
-    def whole_update(self, acc, maps, meta, position: int) -> None:
+    def whole_update(self, acc: Any, maps: AttentionMaps, meta: BatchMeta, position: int) -> None:
+        """Feed one whole example (``[layer, head, n, n]``) to ``acc``: as :meth:`inner_update`."""
         self.inner_update(acc, maps, meta, position)
 
     def _one_way(self, layer_fed: bool) -> None:
@@ -62,18 +70,20 @@ class SkippingPerLayer(PerLayer):
         if layer_fed:
             raise ValueError(f"{type(self).__name__} was fed both by layer and whole examples: feed one way")
 
-    def update(self, layer: int, maps: Sequence, meta) -> None:
+    def update(self, layer: int, maps: Sequence[AttentionMaps], meta: BatchMeta) -> None:
+        """One layer of a batch (``[1, head, n, n]`` per example); refused once whole examples were fed."""
         self._one_way(layer_fed=self.whole is not None)
         super().update(layer, maps, meta)
 
-    def _skip(self, meta, position: int, layer: int, exc: Exception) -> None:
+    def _skip(self, meta: BatchMeta, position: int, layer: int, exc: Exception) -> None:
         if layer == meta.first_layer:
             item = meta.items[position]
             self.skipped.append(
                 (meta.indices[position], getattr(item, "sent_id", None), getattr(item, "line", None), str(exc))
             )
 
-    def merge(self, other):
+    def merge(self, other: Self) -> Self:
+        """Add ``other``'s counts and skipped examples to these; returns self."""
         super().merge(other)
         if other.whole is not None:
             self.whole = other.whole if self.whole is None else self.whole.merge(other.whole)
@@ -100,7 +110,8 @@ class LayerwiseRelations(SkippingPerLayer):
     def __init__(self, base: bool = False, offsets: Sequence[int] = OFFSETS):
         super().__init__(functools.partial(RelationCounter, base=base, offsets=offsets))
 
-    def inner_update(self, acc, maps, meta, position: int) -> None:
+    def inner_update(self, acc: RelationCounter, maps: AttentionMaps, meta: BatchMeta, position: int) -> None:
+        """Count one example's word graph (``[layer, head, W, W]``); a misaligned one is skipped."""
         layer = maps.layers[0]
         try:
             acc.update(word_graph(maps, meta.items[position], index=meta.indices[position]))
@@ -158,7 +169,8 @@ class KeptGraphs(SkippingPerLayer):
         super().__init__(GraphsByIndex)
         self.keep = frozenset(int(i) for i in keep)
 
-    def inner_update(self, acc, maps, meta, position: int) -> None:
+    def inner_update(self, acc: GraphsByIndex, maps: AttentionMaps, meta: BatchMeta, position: int) -> None:
+        """Keep one example's word graph when its corpus index is kept; a misaligned one is skipped."""
         index = meta.indices[position]
         if index in self.keep:
             try:
@@ -198,7 +210,8 @@ class LayerwiseCoref(SkippingPerLayer):
     def __init__(self):
         super().__init__(CorefCounter)
 
-    def inner_update(self, acc, maps, meta, position: int) -> None:
+    def inner_update(self, acc: CorefCounter, maps: AttentionMaps, meta: BatchMeta, position: int) -> None:
+        """Count one window's word-level attention (``[layer, head, W, W]``); a misaligned one is skipped."""
         window = meta.items[position]
         try:
             a, _, _ = word_attention(maps, len(window.words))
@@ -207,7 +220,8 @@ class LayerwiseCoref(SkippingPerLayer):
             return
         acc.update(window, a, maps.layers)
 
-    def result(self):
+    def result(self) -> CorefAccuracy:
+        """The :class:`CorefAccuracy` of all layers."""
         from probe.analyses.structure.coref import CorefAccuracy
 
         parts = self.parts()

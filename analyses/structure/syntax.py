@@ -21,12 +21,17 @@ Everything is vectorised over layers, heads and words: one ``argmax`` per senten
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.analyses.structure.word_graph import WordGraph
 
 DIRECTIONS = ("dep_to_head", "head_to_dep")
 OFFSETS = (-3, -2, -1, 1, 2, 3)
@@ -95,7 +100,7 @@ class RelationAccuracy:
             n_sentences=self.n_sentences,
         )
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """Tidy table: relation, direction, layer, head, accuracy, hits, count."""
         import pandas as pd
 
@@ -115,7 +120,7 @@ class RelationAccuracy:
             }
         )
 
-    def baselines(self):
+    def baselines(self) -> pd.DataFrame:
         """Best fixed offset per relation: relation, baseline_offset, baseline_accuracy, count."""
         import pandas as pd
 
@@ -130,7 +135,7 @@ class RelationAccuracy:
             }
         )
 
-    def best(self, min_count: int = 20, relations: Optional[Sequence[str]] = None):
+    def best(self, min_count: int = 20, relations: Optional[Sequence[str]] = None) -> pd.DataFrame:
         """One row per relation and direction: the best head beside the best offset.
 
         Columns: relation, direction, layer, head, accuracy, baseline_offset,
@@ -215,7 +220,8 @@ class RelationCounter:
         self.counts: Any = None
         self.offset_hits: Any = None
         self.shape: Any = None
-        self.layers, self.n_sentences = (), 0
+        self.layers: tuple[int, ...] = ()
+        self.n_sentences = 0
 
     def _grow(self, n_relations: int) -> None:
         R = len(self.counts)
@@ -226,7 +232,7 @@ class RelationCounter:
             self.counts = np.append(self.counts, np.zeros(pad, dtype=np.int64))
             self.offset_hits = np.concatenate([self.offset_hits, np.zeros((pad, len(self.offsets)), np.int64)], 0)
 
-    def _start(self, shape, layers) -> None:
+    def _start(self, shape: Sequence[int], layers: Sequence[int]) -> None:
         if self.shape is None:
             L, H = self.shape = tuple(shape)
             self.layers = tuple(layers)
@@ -239,7 +245,7 @@ class RelationCounter:
                 "one model's capture at a time"
             )
 
-    def update(self, g) -> None:
+    def update(self, g: WordGraph) -> None:
         """Add one :class:`WordGraph` (``attention [L, H, W, W]``)."""
         L, H = g.attention.shape[:2]
         self._start((L, H), g.layers)

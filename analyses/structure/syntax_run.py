@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pandas as pd
 
@@ -26,6 +27,11 @@ from probe.analyses.structure.syntax import RelationAccuracy
 from probe.analyses.structure.trees import tree_scores
 from probe.analyses.structure.word_graph import Skipped
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.inputs.readers import Sentence
+    from probe.models.adapter import ModelAdapter
+    from probe.runs.blocks import Runner
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +61,8 @@ def _long_rows(long, sentences, label=lambda i: i) -> list:
 
 
 def run_syntax(
-    model,
-    sentences,
+    model: ModelAdapter | Runner,
+    sentences: Sequence[Sentence],
     *,
     base: bool = False,
     tree_limit: int = 300,
@@ -127,7 +133,13 @@ class CorefResult:
 
 
 def run_coref(
-    model, sentences, numbers=None, *, context: int = 2, batch_size: int = 16, progress: bool = False
+    model: ModelAdapter | Runner,
+    sentences: Sequence[Sentence],
+    numbers: Optional[Sequence[Sequence[str]]] = None,
+    *,
+    context: int = 2,
+    batch_size: int = 16,
+    progress: bool = False,
 ) -> CorefResult:
     """Stream coreference windows of a CorefUD treebank through the model and score every head.
 

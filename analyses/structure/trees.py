@@ -24,12 +24,17 @@ order of magnitude faster per tree (``bench/bench_syntax.py``).
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import numpy as np
 import torch
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.analyses.structure.word_graph import WordGraph
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +134,7 @@ def attention_tree(attention: torch.Tensor | np.ndarray, root_score: float = -1.
 
 def branching_heads(n: int, direction: str) -> np.ndarray:
     """Right-branching (head = next word, last = root) or left-branching (head =
-    previous word, first = root) heads of an ``n``-word sentence, 0-based, −1 root."""
+    previous word, first = root) heads ``[n]`` of an ``n``-word sentence, 0-based, −1 root."""
     if direction == "right":
         h = np.arange(1, n + 1)
         h[-1] = -1
@@ -140,7 +145,7 @@ def branching_heads(n: int, direction: str) -> np.ndarray:
     return h
 
 
-def tree_scores(graphs: Iterable, root_score: float = -1.0, limit: Optional[int] = None):
+def tree_scores(graphs: Iterable[WordGraph], root_score: float = -1.0, limit: Optional[int] = None) -> pd.DataFrame:
     """UAS of the trees decoded from every head, every layer's head-mean and the mean of
     all heads, beside the branching baselines.
 

@@ -28,13 +28,18 @@ import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
 
 from probe.analyses.common.targets import ProbeLogit
 from probe.errors import InputError, NotApplicable
+
+if TYPE_CHECKING:
+    import os
+
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +83,7 @@ def _label(words, prop: str) -> Optional[tuple]:
     return None
 
 
-def ud_labels(path, prop: str = "subject-number", limit: Optional[int] = None) -> list:
+def ud_labels(path: str | os.PathLike, prop: str = "subject-number", limit: Optional[int] = None) -> list[UDLabel]:
     """:class:`UDLabel` s of the sentences of a CoNLL-U file that have the property.
 
     Args:
@@ -156,7 +161,7 @@ class FittedProbe:
 
 
 def fit_probe(
-    adapter,
+    adapter: ModelAdapter,
     encodings: Sequence,
     labels: Sequence[int],
     *,

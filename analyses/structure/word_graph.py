@@ -17,12 +17,19 @@ is never evaluated half-aligned: :func:`word_graph` raises :class:`AlignmentErro
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 import torch
 
 from probe.errors import InputError, NotApplicable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.maps import AttentionMaps
+    from probe.inputs.readers import Sentence
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +69,12 @@ class WordGraph:
         return self.attention.shape[-1]
 
 
-def gold_heads(sentence) -> torch.Tensor:
+def gold_heads(sentence: Sentence) -> torch.Tensor:
     """0-based gold heads of a :class:`probe.inputs.readers.Sentence` (``-1`` = root), ``[word]``."""
     return torch.tensor([h - 1 for h in sentence.heads], dtype=torch.long)
 
 
-def word_graph(maps, sentence, index: int = 0) -> WordGraph:
+def word_graph(maps: AttentionMaps, sentence: Sentence, index: int = 0) -> WordGraph:
     """Align one captured example with its treebank sentence.
 
     Args:
@@ -97,7 +104,7 @@ def word_graph(maps, sentence, index: int = 0) -> WordGraph:
     )
 
 
-def word_attention(maps, n_words: int) -> tuple:
+def word_attention(maps: AttentionMaps, n_words: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Word-level attention of ``maps`` over ``n_words`` words, specials split off.
 
     Returns:
@@ -147,14 +154,18 @@ class Skipped:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
+        """``index, sent_id, line, reason``: one row per sentence left out."""
         import pandas as pd
 
         return pd.DataFrame(self.rows, columns=["index", "sent_id", "line", "reason"])
 
 
 def word_graphs(
-    maps_iter: Iterable, sentences, indices: Optional[Iterable[int]] = None, skipped: Optional[Skipped] = None
+    maps_iter: Iterable[AttentionMaps],
+    sentences: Sequence[Sentence],
+    indices: Optional[Iterable[int]] = None,
+    skipped: Optional[Skipped] = None,
 ) -> Iterator[WordGraph]:
     """Yield a :class:`WordGraph` per (maps, sentence) pair, skipping misaligned ones.
 
