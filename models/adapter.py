@@ -322,7 +322,7 @@ class ModelAdapter:
     def refuse_shared_layers(self, stack: Optional[str], what: str) -> None:
         """Raise :class:`UnsupportedModel` when several layers call one attention module
         (ALBERT): ``what`` keys its work by module and would mix the layers. Every site of
-        :class:`probe.tracing.trace.Trace` tells the layers apart by call (:mod:`probe.tracing.layer_calls`)."""
+        :class:`probe.tracing.trace_context.Trace` tells the layers apart by call (:mod:`probe.tracing.layer_calls`)."""
         modules = self.attention_modules(stack)
         if len(set(map(id, modules))) < len(modules):
             t = getattr(self.config, "model_type", "?")
@@ -613,7 +613,7 @@ class NoTokenizer:
     model_max_length = None
     is_fast = False
 
-    def __init__(self, adapter: "ModelAdapter"):
+    def __init__(self, adapter: "ModelAdapter") -> None:
         self._adapter = adapter
 
     def __call__(self, *args, **kwargs):

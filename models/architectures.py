@@ -441,6 +441,6 @@ def supported_architectures() -> list[dict]:
 
 #: families whose layer (block) modules take the residual stream as their first argument,
 #: return it as their output and share no state across layers, so a forward may restart at
-#: any layer from a cached input (probe.analyses.necessity.restart). Not T5 (its relative
+#: any layer from a cached input (probe.tracing.restart). Not T5 (its relative
 #: position bias is computed in layer 0 and passed on) nor BART (encoder-decoder).
 RESTARTABLE_FAMILIES = frozenset({"bert", "distilbert", "gpt2", "llama"})

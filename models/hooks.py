@@ -2,7 +2,7 @@
 
 Unlike hook cleanups that pop every hook on a module (including other people's), a
 :class:`HookSet` keeps the handles it created and removes only them, in ``finally``.
-Every reader and editor of a live model is a view of :class:`probe.tracing.trace.Trace`, which
+Every reader and editor of a live model is a view of :class:`probe.tracing.trace_context.Trace`, which
 registers its hooks through this module; the adapter's discovery at load time (which
 attention modules a forward calls, :mod:`probe.models.adapter`) is the one other user,
 on this floor below the trace.
@@ -20,7 +20,7 @@ __all__ = ["HookSet", "HookContext"]
 class HookSet:
     """Handles of hooks registered by one capture or intervention."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._handles: list = []
 
     def forward(self, module: torch.nn.Module, fn: Callable, with_kwargs: bool = False) -> None:

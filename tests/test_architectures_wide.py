@@ -14,6 +14,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -618,7 +620,7 @@ def test_albert_residual_sites_refused_in_one_line(bert_tokenizer):
     with pytest.raises(UnsupportedModel, match="'albert'.*2 layers share 1 attention module.*residual") as e:
         ResidualCache(adapter)
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="restart is not supported for tiny-albert"):
+    with pytest.raises(NotApplicable, match="restart is not supported for tiny-albert"):
         RestartFrom(adapter, 1, torch.zeros(1, 4, 32))
 
 

@@ -175,7 +175,7 @@ class CorefAccuracy:
         import pandas as pd
 
         S, L, H = self.hits.shape
-        rows = []
+        rows: list[tuple] = []
         for s in range(S):
             n = int(self.counts[s])
             for li in range(L):
@@ -236,8 +236,10 @@ class CorefCounter:
     """The integer sums behind :class:`CorefAccuracy`: ``update(window, attention,
     layers)`` per window, ``merge(other)`` for another part of the corpus, ``result()``."""
 
-    def __init__(self):
-        self.hits = self.base = self.counts = None
+    def __init__(self) -> None:
+        self.hits: Optional[np.ndarray] = None  # [setting, layer, head]; None until the first window
+        self.base = np.zeros((0, 0), dtype=np.int64)  # [setting, baseline]
+        self.counts = np.zeros(0, dtype=np.int64)  # [setting]
         self.layers = ()
 
     def update(self, window, attention, layers) -> None:

@@ -92,7 +92,7 @@ class one_thread:
         torch.set_num_threads(1)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> bool:
         torch.set_num_threads(self.n)
         return False
 

@@ -33,7 +33,7 @@ head must be :data:`SUPERVISED_HEAD`, and no other head is told to do it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 import random
 
 import torch
@@ -85,7 +85,8 @@ CONFIG: dict[str, Any] = dict(
 def _dyck(rng):
     g = GENERATOR
     pairs = rng.randint(g["min_pairs"], g["max_pairs"])
-    words, heads, rels, labels = [], [], [], []
+    words, heads, rels = [], [], []
+    labels: list[Optional[int]] = []  # the bracket kind of a closing bracket, None for an opening one
     stack, opened, first_top = [], 0, None
     while opened < pairs or stack:
         can_open = opened < pairs and len(stack) < g["max_depth"]

@@ -82,7 +82,8 @@ def build(seed: int):
         emb.token_type_embeddings.weight.zero_()
         emb.LayerNorm.weight.fill_(1.0)
         emb.LayerNorm.bias.zero_()
-        att = model.encoder.layer[0].attention.self
+        block: Any = model.encoder.layer[0]  # BertLayer (mypy sees Module | Tensor attributes)
+        att = block.attention.self
         for lin in (att.query, att.key):
             lin.weight.zero_()
             lin.bias.zero_()

@@ -59,7 +59,7 @@ class GRUAttention(nn.Module):
     unpadded source.
     """
 
-    def __init__(self, vocab_size: int, pad_id: int, embed: int = 48, hidden: int = 64):
+    def __init__(self, vocab_size: int, pad_id: int, embed: int = 48, hidden: int = 64) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embed, padding_idx=pad_id)
         self.encoder = nn.GRU(embed, hidden, batch_first=True, bidirectional=True)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from probe.errors import InputError
 
 from probe.inputs.readers import Sentence, read_text_file, read_treebank
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +141,7 @@ def load_corpus(
     return corpus
 
 
-def fit_to_model(corpus: Corpus, adapter, allow_empty: bool = False) -> Corpus:
+def fit_to_model(corpus: Corpus, adapter: ModelAdapter, allow_empty: bool = False) -> Corpus:
     """Drop examples longer than the model's limit, counting them in ``skipped``.
 
     Uses one batched tokenizer call (no model forward).
@@ -163,7 +166,7 @@ def fit_to_model(corpus: Corpus, adapter, allow_empty: bool = False) -> Corpus:
     return corpus.subset(keep, reason=f"longer than {adapter.max_length} tokens")
 
 
-def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus]:
+def fit_pairs(clean: Corpus, corrupted: Corpus, adapter: ModelAdapter) -> tuple[Corpus, Corpus]:
     """Drop the pairs (clean[i], corrupted[i]) in which either text is longer than the
     model's limit, counting them in ``skipped`` of both; the pairing is kept.
 
@@ -261,11 +264,11 @@ def special_token_ids(tokenizer) -> list:
     return sorted({i for i in (getattr(tokenizer, "all_special_ids", None) or []) if i != unk})
 
 
-def _lengths(texts, adapter) -> list:
+def _lengths(texts, adapter: ModelAdapter) -> list:
     return [len(ids) for ids in adapter.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
 
-def _all_too_long(n: int, adapter, what: str = "input(s) are") -> str:
+def _all_too_long(n: int, adapter: ModelAdapter, what: str = "input(s) are") -> str:
     return (
         f"all {n} {what} longer than {adapter.name}'s limit of {adapter.max_length} tokens: "
         "shorten or split them (one sentence per line)"

@@ -17,11 +17,14 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ def capture_bytes(
 
 
 def warn_if_capture_too_large(
-    adapter,
+    adapter: ModelAdapter,
     batch: int,
     n_query: int,
     n_key: int,
@@ -221,17 +224,17 @@ def default_stride(window: int) -> int:
     return max(1, window // 2)
 
 
-def _content_offsets(adapter, text: str) -> list:
+def _content_offsets(adapter: ModelAdapter, text: str) -> list:
     """Character ``(start, end)`` of each non-special token of ``text``."""
     enc = adapter.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     return [tuple(o) for o in enc["offset_mapping"]]
 
 
-def _specials(adapter) -> int:
+def _specials(adapter: ModelAdapter) -> int:
     return len(adapter.tokenizer("", add_special_tokens=True)["input_ids"])
 
 
-def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
+def window_corpus(corpus, adapter: ModelAdapter, window: int, stride: Optional[int] = None):
     """Each example longer than ``window`` tokens split into overlapping windows.
 
     Window ``j`` of an example holds its content tokens ``j·stride … j·stride + w`` (``w``
@@ -271,7 +274,7 @@ def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
     return Corpus(texts=tuple(texts), source=corpus.source, skipped=dict(corpus.skipped)), split
 
 
-def truncate_corpus(corpus, adapter, limit: Optional[int] = None):
+def truncate_corpus(corpus, adapter: ModelAdapter, limit: Optional[int] = None):
     """Each example cut to its first ``limit`` (default the model's) tokens, at a token
     boundary; returns ``(corpus, n_truncated)``. Treebank sentences too long are skipped
     instead (their annotation would be cut)."""

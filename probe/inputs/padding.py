@@ -14,11 +14,14 @@ forward, padded either side.
 from __future__ import annotations
 
 import inspect
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["padded_inputs", "real_positions", "padding_leak", "LEAK_TOLERANCE"]
 
@@ -32,7 +35,7 @@ def _takes(model, name: str) -> bool:
     return name in params
 
 
-def padded_inputs(adapter, texts: Sequence[str], side: str = "right") -> dict:
+def padded_inputs(adapter: ModelAdapter, texts: Sequence[str], side: str = "right") -> dict:
     """``input_ids``, ``attention_mask`` ``[batch, max_len]`` (and ``position_ids`` where the
     model takes them) of ``texts`` padded on ``side`` (``left`` | ``right``).
 
@@ -72,7 +75,7 @@ def _main(out) -> torch.Tensor:
     return out[0]
 
 
-def padding_leak(adapter, texts: Sequence[str] = _PROBE) -> float:
+def padding_leak(adapter: ModelAdapter, texts: Sequence[str] = _PROBE) -> float:
     """Max |Δ| of the first text's outputs on its real positions between its own forward
     and a right-padded batch with the others: 0 up to float noise where padding is masked
     out everywhere; large where a layer mixes positions without the mask (ConvBERT's span

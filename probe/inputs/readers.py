@@ -21,7 +21,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from probe.errors import InputError
 
@@ -83,7 +83,7 @@ def read_utf8(path) -> str:
 BOM = "\ufeff"
 
 
-def strip_bom(text: str, source="text") -> str:
+def strip_bom(text: str, source: str = "text") -> str:
     """``text`` without a leading byte-order mark (U+FEFF), which some editors write at the
     start of UTF-8 files; its removal is logged (a warning naming ``source``). A U+FEFF
     elsewhere is a zero-width no-break space and belongs to the text."""
@@ -173,8 +173,45 @@ def check_sentence(rows: list) -> Optional[tuple]:
     word reaches the root (no cycle); IDs and HEAD in ASCII digits; no whitespace in a
     field but inside FORM, LEMMA and MISC; ``# text`` made of the surface forms (spaces aside).
     """
-    heads, lines, range_end, last_range_end, n_words = [], [], 0, 0, 0
-    surface, text_line = [], None  # the forms the text is made of, and (line, # text)
+    found = _words_of(rows)
+    if isinstance(found, tuple):
+        return found
+    heads, lines, n_words = found.heads, found.lines, found.n_words
+    if not heads:
+        return (rows[0][0], "sentence without words") if any(not ln.startswith("#") for _, ln in rows) else None
+    if found.range_end > n_words:
+        return rows[-1][0], f"multiword range ends at word {found.range_end}, beyond the last word {n_words}"
+    problem = _tree_problem(heads, lines, rows[0][0])
+    if problem is not None:
+        return problem
+    if found.text_line is not None:
+        mismatch = text_mismatch(found.text_line[1], found.surface)
+        if mismatch:
+            return found.text_line[0], mismatch
+    return None
+
+
+@dataclass
+class _Words:
+    """One sentence's words as :func:`_words_of` reads them: each word's HEAD and line
+    number, the end of the last multiword range, the surface forms and ``# text``."""
+
+    heads: list[int]
+    lines: list[int]
+    range_end: int
+    n_words: int
+    surface: list[str]
+    text_line: Optional[tuple[int, str]]
+
+
+def _words_of(rows: list) -> Union[_Words, tuple[int, str]]:
+    """The words of one sentence's ``(line number, line)`` rows, or the first violation of
+    the column, ID, range, empty-node, FORM and HEAD-format rules as ``(line, problem)``."""
+    heads: list[int] = []
+    lines: list[int] = []
+    range_end, last_range_end, n_words = 0, 0, 0
+    surface: list[str] = []
+    text_line: Optional[tuple[int, str]] = None  # (line, # text)
     for n, line in rows:
         if line.startswith("#"):
             m = _TEXT.match(line)
@@ -217,10 +254,14 @@ def check_sentence(rows: list) -> Optional[tuple]:
             return n, f"HEAD of word {tid} must be a word number, found {cols[6]!r}"
         heads.append(int(cols[6]))
         lines.append(n)
-    if not heads:
-        return (rows[0][0], "sentence without words") if any(not ln.startswith("#") for _, ln in rows) else None
-    if range_end > n_words:
-        return rows[-1][0], f"multiword range ends at word {range_end}, beyond the last word {n_words}"
+    return _Words(heads, lines, range_end, n_words, surface, text_line)
+
+
+def _tree_problem(heads: list[int], lines: list[int], first_line: int) -> Optional[tuple[int, str]]:
+    """The first violation of the tree rules (HEAD in range and not the word itself, one
+    root, every word reaching it) as ``(line, problem)``, else None; ``heads[k]`` is word
+    ``k + 1``'s HEAD, on line ``lines[k]``."""
+    n_words = len(heads)
     for k, h in enumerate(heads):
         if h > n_words:
             return lines[k], f"HEAD {h} of word {k + 1} is out of range: the sentence has words 1..{n_words}"
@@ -228,7 +269,7 @@ def check_sentence(rows: list) -> Optional[tuple]:
             return lines[k], f"word {k + 1} is its own head"
     roots = [k for k, h in enumerate(heads) if h == 0]
     if len(roots) != 1:
-        where = lines[roots[1]] if roots else rows[0][0]
+        where = lines[roots[1]] if roots else first_line
         return where, f"a sentence needs exactly one root (HEAD 0), found {len(roots)}"
     for k in range(n_words):
         seen, j = set(), k
@@ -237,10 +278,6 @@ def check_sentence(rows: list) -> Optional[tuple]:
                 return lines[k], f"word {k + 1} is in a cycle of heads, not reaching the root"
             seen.add(j)
             j = heads[j] - 1
-    if text_line is not None:
-        mismatch = text_mismatch(text_line[1], surface)
-        if mismatch:
-            return text_line[0], mismatch
     return None
 
 

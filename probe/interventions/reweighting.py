@@ -17,7 +17,7 @@ Modes (per :class:`AttentionEdit`):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
@@ -26,7 +26,10 @@ from probe.errors import InputError
 from probe.tracing.attention_interface import choose_path
 from probe.tracing.edits import WEIGHT_MODES, Edit, ReplaceWeights, SiteContext, allowed_keys
 from probe.models.sites import Site
-from probe.tracing.trace import Trace, TraceView
+from probe.tracing.trace_context import Trace, TraceView
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["WEIGHT_MODES", "AttentionEdit", "AttentionReweighting", "LayerWeights", "allowed_keys", "new_weights"]
 
@@ -72,7 +75,7 @@ class LayerWeights(Edit):
 class AttentionReweighting(TraceView):
     """Context manager: on every forward inside it, the edited heads attend with the new
     weights and their outputs are recomputed from the values (a view of
-    :class:`probe.tracing.trace.Trace`'s ``pattern`` edits; layer identity by call where layers
+    :class:`probe.tracing.trace_context.Trace`'s ``pattern`` edits; layer identity by call where layers
     share a module: ALBERT).
 
     Raises:
@@ -80,7 +83,7 @@ class AttentionReweighting(TraceView):
             model whose attention modules do not call transformers' attention interface.
     """
 
-    def __init__(self, adapter, edits: Sequence[AttentionEdit], stack: Optional[str] = None):
+    def __init__(self, adapter: ModelAdapter, edits: Sequence[AttentionEdit], stack: Optional[str] = None) -> None:
         self.adapter = adapter
         self.stack = stack or adapter.default_stack
         choose_path(adapter, self.stack, "interface")

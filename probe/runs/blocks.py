@@ -20,9 +20,12 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = [
     "Part",
@@ -92,7 +95,7 @@ class Part:
 class Job(Protocol):
     """What one block of the corpus is turned into (picklable: it travels to Ray actors)."""
 
-    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part: ...
+    def run(self, adapter: ModelAdapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part: ...
 
 
 #: ``runner(job, items) -> [Part]``: runs ``job`` over ``items`` (all of them, in blocks
@@ -104,7 +107,7 @@ class InProcess:
     """The runner of this process: the whole corpus as one block, on ``adapter``
     (a :class:`probe.models.ModelAdapter`), with a progress bar when ``progress``."""
 
-    def __init__(self, adapter, progress: bool = False):
+    def __init__(self, adapter: ModelAdapter, progress: bool = False) -> None:
         self.adapter, self.progress = adapter, progress
 
     def __call__(self, job, items: Sequence) -> list:
@@ -126,7 +129,7 @@ def as_runner(model, progress: bool = False) -> Runner:
     raise InputError(f"expected a loaded model or a runner, got {type(model).__name__}")
 
 
-def fit_items(adapter, items: Sequence, indices: Sequence[int], by_length: bool = False) -> tuple:
+def fit_items(adapter: ModelAdapter, items: Sequence, indices: Sequence[int], by_length: bool = False) -> tuple:
     """``(kept positions, [(index, n_tokens)] of the items beyond the model's limit)``:
     the positions in input order, or shortest first with ``by_length`` (batches of similar
     length carry little padding). As :func:`probe.inputs.corpus.fit_to_model` does for a corpus
@@ -176,12 +179,12 @@ class StreamJob:
         last_rows: keep only the last ``k`` query rows (see :func:`probe.runs.streaming.stream_layers`).
     """
 
-    def __init__(self, accumulators: Sequence, batch_size: int = 16, last_rows: Optional[int] = None):
+    def __init__(self, accumulators: Sequence, batch_size: int = 16, last_rows: Optional[int] = None) -> None:
         self.accumulators = list(accumulators)
         self.batch_size = batch_size
         self.last_rows = last_rows
 
-    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
+    def run(self, adapter: ModelAdapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
         from probe.runs.streaming import feed, join_batch_size, stream_layers
 
         started = time.time()

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence, TypeGuard
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -160,7 +160,7 @@ class StoreWriter:
             index or the shards of finished examples are damaged (resume checks them).
     """
 
-    def __init__(self, path, manifest: dict, shard_size: int = 64, dtype: str = "float32"):
+    def __init__(self, path, manifest: dict, shard_size: int = 64, dtype: str = "float32") -> None:
         if dtype not in _DTYPES:
             raise InputError(f"store dtype must be float32 or float16, got {dtype!r}")
         self.path = Path(path)
@@ -338,7 +338,7 @@ class Store:
         ValueError: when ``path`` is not a store (no manifest.json).
     """
 
-    def __init__(self, path):
+    def __init__(self, path) -> None:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         records = _read_index(self.path / "index.jsonl")
@@ -451,7 +451,7 @@ class Store:
         return [r.get("text", "") for r in self.records]
 
 
-def _is_count(x) -> bool:
+def _is_count(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 

@@ -50,7 +50,7 @@ class StoreLock:
             the directory cannot be written.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory) -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOCK_NAME
         self.me = {"pid": os.getpid(), "host": socket.gethostname()}

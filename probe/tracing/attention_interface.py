@@ -36,6 +36,7 @@ import torch
 from probe.errors import InputError
 
 if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
     from probe.tracing.layer_calls import LayerCalls
 
 INTERFACE_NAME = "probe_eager"
@@ -84,13 +85,13 @@ def uses_interface(model: torch.nn.Module, attention_modules) -> bool:
     return all(calls_interface(m) for m in attention_modules)
 
 
-def attention_path(adapter, stack: Optional[str] = None) -> str:
+def attention_path(adapter: ModelAdapter, stack: Optional[str] = None) -> str:
     """``"interface"`` when the adapter's attention modules of ``stack`` call transformers'
     attention interface, else ``"hooks"`` (forward hooks on the modules, eager switch)."""
     return "interface" if uses_interface(adapter.model, adapter.attention_modules(stack)) else "hooks"
 
 
-def choose_path(adapter, stack: Optional[str], path: str) -> str:
+def choose_path(adapter: ModelAdapter, stack: Optional[str], path: str) -> str:
     """Resolve ``path`` (``auto`` | ``interface`` | ``hooks``) for ``adapter``.
 
     Raises:
@@ -123,7 +124,7 @@ def eager_attention(
     value,
     attention_mask,
     scaling=None,
-    dropout=0.0,
+    dropout: float = 0.0,
     softcap=None,
     position_bias=None,
     out=None,
@@ -291,7 +292,7 @@ class AttentionSession:
     module to its layer index (from the adapter's module list).
     """
 
-    def __init__(self, layer_of: "dict | LayerCalls"):
+    def __init__(self, layer_of: "dict | LayerCalls") -> None:
         self.layer_of = layer_of
 
     def needs_weights(self, module) -> bool:
@@ -350,7 +351,7 @@ class InterfaceSwitch:
     enters it once per batch.
     """
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any) -> None:
         self.model = model
         self.previous: Optional[str] = None
         self._configs: dict = {}

@@ -36,7 +36,7 @@ class Cache(Mapping):
     site. ``output``: the model's output (:func:`trace`), ``inputs`` the batch.
     """
 
-    def __init__(self, default_stack: str):
+    def __init__(self, default_stack: str) -> None:
         self._values: dict[str, list] = {}
         self._default = default_stack
         self.output: Any = None

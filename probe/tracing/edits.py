@@ -213,15 +213,19 @@ class Resample(Edit):
 class Gate(Edit):
     """Multiply head ``h`` by ``gates[h]`` (``[n_heads]``, every row) or ``gates[r, h]``
     (``[rows, n_heads]``, one set per batch row); on a site with a head axis. Make the
-    gates ``requires_grad`` to get ``∂L/∂ξ``."""
+    gates ``requires_grad`` to get ``∂L/∂ξ``. With ``layer``, ``gates`` holds every layer's
+    (``[n_layers, n_heads]`` or ``[rows, n_layers, n_heads]``) and this layer's are sliced
+    at each call, so a backward through each forward reaches ``gates``."""
 
     gates: Optional[torch.Tensor] = None
+    layer: Optional[int] = None
     in_place = False
 
-    def __call__(self, x, ctx):
+    def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         if ctx.head_axis is None or self.gates is None:
             raise InputError(f"Gate needs gates and a site with a head axis, got {ctx.name}")
-        g = self.gates.to(x.dtype).to(x.device)
+        gates = self.gates if self.layer is None else self.gates[..., self.layer, :]
+        g = gates.to(x.dtype).to(x.device)
         shape = [1] * x.dim()
         if g.dim() == 2:
             if g.shape[0] != x.shape[0]:

@@ -6,7 +6,7 @@ its layers; Lan et al., 2020). A hook on such a module fires once per layer, so 
 layer a call belongs to is its place among that module's calls in the forward: the
 ``k``-th call of a module listed at layers ``[i0, i1, …]`` is layer ``i_k``.
 
-This module only counts; :class:`probe.tracing.trace.Trace` (the one place that hooks a model)
+This module only counts; :class:`probe.tracing.trace_context.Trace` (the one place that hooks a model)
 advances the count from a forward pre-hook on each shared module and restarts it at
 every forward of the model, and dispatches each site's work to the layer of the call.
 """
@@ -34,7 +34,7 @@ class LayerCalls:
     the count (at every forward of the model).
     """
 
-    def __init__(self, per_layer: Sequence[torch.nn.Module], wanted: Iterable[int] | None = None):
+    def __init__(self, per_layer: Sequence[torch.nn.Module], wanted: Iterable[int] | None = None) -> None:
         layers: dict = {}
         for i, m in enumerate(per_layer):
             layers.setdefault(m, []).append(i)
