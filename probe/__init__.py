@@ -87,7 +87,7 @@ _EXPORTS = {
 __all__ = list(sorted(_EXPORTS))
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'probe' has no attribute {name!r}")
@@ -96,5 +96,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))

@@ -62,7 +62,7 @@ NO_GRAD_SHARE = 1 / 3
 _BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar("probe_memory_budget", default=DEFAULT_BUDGET)
 
 
-def parse_size(text) -> int:
+def parse_size(text: str | int | float) -> int:
     """Bytes from ``"4G"``, ``"512M"``, ``"1.5GiB"``, ``"2000000000"`` (a plain number is bytes).
 
     Raises:

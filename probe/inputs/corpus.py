@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 from probe.errors import InputError
 
@@ -192,7 +192,7 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter: ModelAdapter) -> tuple[
     return clean.subset(keep, reason=reason), corrupted.subset(keep, reason=reason)
 
 
-def spanning_notes(corpus: Corpus, enc, tokenizer) -> list:
+def spanning_notes(corpus: Corpus, enc: Any, tokenizer: Any) -> list:
     """A line for people when some tokens span two treebank words (two words written without
     a space, one subword piece across their border): how many, in how many examples, the
     first one, and the rule that assigns it (:func:`probe.models.alignment.spanning_tokens`)."""
@@ -224,7 +224,7 @@ LONG_WORD = 100
 
 
 def unknown_tokens(
-    texts: Sequence[str], ids: Sequence[Sequence[int]], offsets: Sequence[Sequence[tuple]], tokenizer
+    texts: Sequence[str], ids: Sequence[Sequence[int]], offsets: Sequence[Sequence[tuple]], tokenizer: Any
 ) -> tuple[list, list]:
     """``(counts, notes)``: per text, how many tokens are the tokenizer's unknown token
     (``tokenizer.unk_token_id``; none when it has none), and lines for people: how many
@@ -256,7 +256,7 @@ def _shown(piece: str) -> str:
     return repr(piece) if len(piece) <= 20 else f"{piece[:8]!r}… ({len(piece):,} characters)"
 
 
-def special_token_ids(tokenizer) -> list:
+def special_token_ids(tokenizer: Any) -> list:
     """Ids of the tokenizer's special tokens that mark structure ([CLS], [SEP], padding…),
     without the unknown token: an ``[UNK]`` stands for input text (an emoji, a rare
     character) and is counted, not hidden, as a special token would be."""
@@ -264,7 +264,7 @@ def special_token_ids(tokenizer) -> list:
     return sorted({i for i in (getattr(tokenizer, "all_special_ids", None) or []) if i != unk})
 
 
-def _lengths(texts, adapter: ModelAdapter) -> list:
+def _lengths(texts: Iterable[str], adapter: ModelAdapter) -> list:
     return [len(ids) for ids in adapter.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
 

@@ -24,6 +24,10 @@ import torch
 from probe.errors import InputError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.inputs.corpus import Corpus
+    from probe.maps import AttentionMaps
     from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
@@ -122,13 +126,13 @@ def warn_if_capture_too_large(
 
 
 def top_k_edges(
-    maps,
+    maps: AttentionMaps,
     k: int = 20,
     *,
     layers: Optional[Sequence[int]] = None,
     heads: Optional[Sequence[int]] = None,
     skip_special: bool = False,
-):
+) -> pd.DataFrame:
     """The ``k`` strongest query→key weights of each head, as a tidy table.
 
     Args:
@@ -152,6 +156,7 @@ def top_k_edges(
     heads = list(range(maps.n_heads)) if heads is None else [int(h) for h in heads]
     q_tokens = maps.query_tokens if maps.kind == "cross" else maps.tokens
     q_special = maps.query_special_mask if maps.kind == "cross" else maps.special_mask
+    assert q_tokens is not None and q_special is not None  # a cross map carries its query side
     rows = []
     for layer in layers:
         block = maps.layer(layer).float()
@@ -169,7 +174,7 @@ def top_k_edges(
     return pd.DataFrame(rows, columns=["layer", "head", "query", "key", "weight", "query_token", "key_token"])
 
 
-def attention_window(maps, start: int, stop: int, *, layer: int, head: int) -> dict:
+def attention_window(maps: AttentionMaps, start: int, stop: int, *, layer: int, head: int) -> dict:
     """A square window ``[start, stop)`` of one head's map, for display.
 
     Returns:
@@ -234,7 +239,9 @@ def _specials(adapter: ModelAdapter) -> int:
     return len(adapter.tokenizer("", add_special_tokens=True)["input_ids"])
 
 
-def window_corpus(corpus, adapter: ModelAdapter, window: int, stride: Optional[int] = None):
+def window_corpus(
+    corpus: Corpus, adapter: ModelAdapter, window: int, stride: Optional[int] = None
+) -> tuple[Corpus, dict]:
     """Each example longer than ``window`` tokens split into overlapping windows.
 
     Window ``j`` of an example holds its content tokens ``j·stride … j·stride + w`` (``w``
@@ -274,7 +281,7 @@ def window_corpus(corpus, adapter: ModelAdapter, window: int, stride: Optional[i
     return Corpus(texts=tuple(texts), source=corpus.source, skipped=dict(corpus.skipped)), split
 
 
-def truncate_corpus(corpus, adapter: ModelAdapter, limit: Optional[int] = None):
+def truncate_corpus(corpus: Corpus, adapter: ModelAdapter, limit: Optional[int] = None) -> tuple[Corpus, int]:
     """Each example cut to its first ``limit`` (default the model's) tokens, at a token
     boundary; returns ``(corpus, n_truncated)``. Treebank sentences too long are skipped
     instead (their annotation would be cut)."""

@@ -14,7 +14,7 @@ forward, padded either side.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -30,7 +30,7 @@ LEAK_TOLERANCE = 1e-4
 _PROBE = ("A short text.", "A much longer text, with several clauses, that makes the batch ragged and padded.")
 
 
-def _takes(model, name: str) -> bool:
+def _takes(model: torch.nn.Module, name: str) -> bool:
     params = inspect.signature(model.forward).parameters
     return name in params
 
@@ -67,7 +67,7 @@ def real_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _main(out) -> torch.Tensor:
+def _main(out: Any) -> torch.Tensor:
     for key in ("logits", "last_hidden_state"):
         v = getattr(out, key, None)
         if torch.is_tensor(v):

@@ -18,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 from probe.errors import InputError
 
@@ -62,7 +63,7 @@ class Sentence:
         return len(self.words)
 
 
-def read_utf8(path) -> str:
+def read_utf8(path: str | os.PathLike) -> str:
     """The text of a UTF-8 file, without a leading byte-order mark (:func:`strip_bom`).
 
     Raises:
@@ -77,7 +78,7 @@ def read_utf8(path) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{p} is not UTF-8 (bad byte at offset {exc.start}); convert it with iconv") from None
-    return strip_bom(text, p)
+    return strip_bom(text, str(p))
 
 
 BOM = "\ufeff"
@@ -93,7 +94,7 @@ def strip_bom(text: str, source: str = "text") -> str:
     return text
 
 
-def read_text_file(path) -> list[str]:
+def read_text_file(path: str | os.PathLike) -> list[str]:
     """Non-blank lines of a UTF-8 text file, one example per line.
 
     Raises:
@@ -126,7 +127,7 @@ _SKIP_INVALID: contextvars.ContextVar = contextvars.ContextVar("skip_invalid", d
 
 
 @contextlib.contextmanager
-def skipping_invalid(skip: bool = True):
+def skipping_invalid(skip: bool = True) -> Iterator[list]:
     """Within the block, :func:`read_conllu` skips invalid sentences (unless told otherwise)
     and collects them in the yielded list."""
     collected: list = []
@@ -147,7 +148,7 @@ def _lines(text: str) -> list:
     return _LINE_END.split(text)
 
 
-def _blocks(text: str):
+def _blocks(text: str) -> Iterator[tuple[int, list[tuple[int, str]]]]:
     """``(first line number, [(line number, line)])`` per blank-line separated block."""
     block, first = [], 0
     for n, line in enumerate(_lines(text), 1):
@@ -309,14 +310,18 @@ def text_mismatch(given: str, forms: list) -> Optional[str]:
     return f"# text and the words differ at {text[k : k + 20]!r} (the words have {joined[k : k + 20]!r})"
 
 
-def read_conllu(path, limit: Optional[int] = None, skip_invalid: Optional[bool] = None) -> list[Sentence]:
+def read_conllu(
+    path: str | os.PathLike, limit: Optional[int] = None, skip_invalid: Optional[bool] = None
+) -> list[Sentence]:
     """Read a CoNLL-U treebank into :class:`Sentence` s, each checked by :func:`check_sentence`
     (the sentences of :func:`read_treebank`).
     """
     return read_treebank(path, limit, skip_invalid)[0]
 
 
-def read_treebank(path, limit: Optional[int] = None, skip_invalid: Optional[bool] = None) -> tuple[list, list]:
+def read_treebank(
+    path: str | os.PathLike, limit: Optional[int] = None, skip_invalid: Optional[bool] = None
+) -> tuple[list, list]:
     """``(sentences, invalid)``: the valid :class:`Sentence` s of a CoNLL-U file and the
     :class:`InvalidSentence` s skipped (empty unless ``skip_invalid``).
 
@@ -376,7 +381,7 @@ def read_treebank(path, limit: Optional[int] = None, skip_invalid: Optional[bool
     return out, invalid
 
 
-def _sent_id(rows) -> str:
+def _sent_id(rows: list[tuple[int, str]]) -> str:
     for _, line in rows:
         if line.startswith("# sent_id") and "=" in line:
             return line.split("=", 1)[1].strip()
@@ -386,7 +391,7 @@ def _sent_id(rows) -> str:
 _SKIPPED_HEADER = ["index", "sent_id", "line", "reason"]
 
 
-def write_skipped_csv(invalid: list, path) -> Path:
+def write_skipped_csv(invalid: list, path: str | os.PathLike) -> Path:
     """List skipped sentences as ``index, sent_id, line, reason`` rows (the columns of the
     syntax report's skipped.csv; ``index`` is empty: the sentence was never read). Rows are
     appended when ``path`` already holds such a table; returns the path written."""
@@ -406,7 +411,7 @@ def write_skipped_csv(invalid: list, path) -> Path:
     return path
 
 
-def _sentence(tl, line: int) -> Sentence:
+def _sentence(tl: Any, line: int) -> Sentence:
     surface = []  # (form, space_after, [word indices])
     words, heads, deprels, upos, misc, feats = [], [], [], [], [], []
     pending_range = None

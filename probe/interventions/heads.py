@@ -30,7 +30,7 @@ import torch
 
 from probe.errors import InputError
 
-from probe.tracing.edits import Edit, Gate, Mean, Patch, Zero
+from probe.tracing.edits import Edit, Gate, Mean, Patch, SiteContext, Zero
 from probe.models.sites import Site
 from probe.tracing.site_keys import Reader
 from probe.tracing.trace_context import Trace, TraceView
@@ -162,7 +162,7 @@ class HeadOutputRecorder(TraceView):
         self.outputs: dict[int, torch.Tensor] = {}
 
     def _keep(self, layer: int) -> Reader:
-        def fn(z, ctx) -> None:
+        def fn(z: torch.Tensor, ctx: SiteContext) -> None:
             self.outputs[layer] = z.detach()
 
         return Reader(fn)

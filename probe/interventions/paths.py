@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -204,14 +204,14 @@ class ProjectionHooks(TraceView):
         return Trace(self.adapter, read=read, edit=edit, path="hooks")
 
     def _keep(self, items: list) -> Callable:
-        def fn(out, ctx) -> None:
+        def fn(out: torch.Tensor, ctx: SiteContext) -> None:
             for layer, c, site in items:
                 self.outputs[(layer, c)] = _slot_view(out, site).detach().clone()
 
         return fn
 
     def _edit(self, items: list) -> Callable:
-        def fn(out, ctx):
+        def fn(out: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
             for layer, c, site in items:
                 view = _slot_view(out, site)
                 if (layer, c) in self.replace:
@@ -353,7 +353,7 @@ class EdgeMixer(TraceView):
     def _trace(self) -> Trace:
         adapter = self.adapter
 
-        def on_z(layer, z) -> None:
+        def on_z(layer: int, z: torch.Tensor) -> None:
             d = head_writes(adapter, layer, z - self.corrupted_z[layer].to(z.dtype))
             self._writes[layer] = d.permute(2, 0, 1, 3)  # [heads, b, s, m]
 
@@ -361,7 +361,7 @@ class EdgeMixer(TraceView):
         read: dict = {}
         for layer, norm in enumerate(self.norms):
 
-            def keep(x, ctx, layer=layer) -> None:
+            def keep(x: torch.Tensor, ctx: SiteContext, layer: int = layer) -> None:
                 self._resid[layer] = x
 
             read[ModuleSite(norm, "input", f"attention norm {layer}")] = Reader(keep)
@@ -372,7 +372,7 @@ class EdgeMixer(TraceView):
                 if mix is not None:
                     edit[ModuleSite(site.module, "output", f"projection {layer}.{c}")] = Apply(mix, in_place=False)
 
-        def final_pre(x, ctx):
+        def final_pre(x: torch.Tensor, ctx: SiteContext) -> Optional[torch.Tensor]:
             delta = self._delta(len(self.norms))
             mask = self.drop.get("out")
             if delta is None or mask is None or not bool(mask.any()):
@@ -389,7 +389,7 @@ class EdgeMixer(TraceView):
         if mine[0][0] != c:
             return None
 
-        def fn(out, ctx):
+        def fn(out: torch.Tensor, ctx: SiteContext) -> Optional[torch.Tensor]:
             delta = self._delta(layer)
             if delta is None:
                 return None
@@ -434,7 +434,7 @@ class EmbeddingRecorder(TraceView):
         self.value: torch.Tensor | None = None
 
     def _trace(self) -> Trace:
-        def fn(out, ctx) -> None:
+        def fn(out: torch.Tensor, ctx: SiteContext) -> None:
             self.value = out.detach().clone()
 
         site = ModuleSite(input_embedding(self.adapter), "output", "input embedding")
@@ -450,7 +450,7 @@ class EmbeddingMix(TraceView):
         self.adapter, self.e_from, self.e_to, self.alpha = adapter, e_from, e_to, float(alpha)
 
     def _trace(self) -> Trace:
-        def fn(out, ctx):
+        def fn(out: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
             return (self.e_from + self.alpha * (self.e_to - self.e_from)).to(out.dtype)
 
         site = ModuleSite(input_embedding(self.adapter), "output", "input embedding")
@@ -488,7 +488,7 @@ class FinalRepresentation(TraceView):
         self.adapter, self.replace = adapter, replace
         self.value: torch.Tensor | None = None
 
-    def _take(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
+    def _take(self, x: torch.Tensor, ctx: Optional[SiteContext] = None) -> torch.Tensor:
         mine = x.clone() if self.replace is None else self.replace(x)
         self.value = mine
         return mine

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 from probe.errors import InputError
 
 if TYPE_CHECKING:
+    from probe.inputs.corpus import Corpus
     from probe.models.adapter import ModelAdapter
 
 __all__ = [
@@ -55,7 +56,7 @@ class CorpusItem:
     example: Any = None
 
 
-def corpus_items(corpus) -> list:
+def corpus_items(corpus: Corpus) -> list:
     """A :class:`probe.inputs.corpus.Corpus` as picklable items: its treebank sentences when it
     has them, else :class:`CorpusItem` s (text, word spans, zoo example)."""
     if corpus.sentences:
@@ -66,7 +67,7 @@ def corpus_items(corpus) -> list:
     return [CorpusItem(t, tuple(s) if s is not None else None, e) for t, s, e in zip(corpus.texts, spans, examples)]
 
 
-def item_text(item) -> str:
+def item_text(item: Any) -> str:
     """The text of a corpus item: a string, or an object with ``.text``."""
     return item if isinstance(item, str) else item.text
 
@@ -110,14 +111,14 @@ class InProcess:
     def __init__(self, adapter: ModelAdapter, progress: bool = False) -> None:
         self.adapter, self.progress = adapter, progress
 
-    def __call__(self, job, items: Sequence) -> list:
+    def __call__(self, job: Any, items: Sequence) -> list:
         items = list(items)
         if not items:
             return []
         return [job.run(self.adapter, items, list(range(len(items))), progress=self.progress)]
 
 
-def as_runner(model, progress: bool = False) -> Runner:
+def as_runner(model: Any, progress: bool = False) -> Runner:
     """``model`` as a runner: a loaded :class:`probe.models.ModelAdapter` runs here
     (:class:`InProcess`); a runner (any other callable) is returned as it is."""
     from probe.models import ModelAdapter
@@ -230,7 +231,7 @@ class Streamed:
 
 
 def stream_into(
-    runner, items: Sequence, accumulators: Sequence, *, batch_size: int = 16, last_rows: Optional[int] = None
+    runner: Any, items: Sequence, accumulators: Sequence, *, batch_size: int = 16, last_rows: Optional[int] = None
 ) -> Streamed:
     """Stream ``items`` through the model into ``accumulators`` on ``runner`` (a runner,
     or a loaded model: :func:`as_runner`).

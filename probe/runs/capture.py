@@ -141,7 +141,7 @@ class AttentionCapture(TraceView):
             self._in_buffer.add(layer)
         self._records.setdefault(layer, []).append(probs)
 
-    def _slot_for(self, layer: int, shape: tuple, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
+    def _slot_for(self, layer: int, shape: tuple, dtype: torch.dtype, device: torch.device) -> Optional[torch.Tensor]:
         """``layer``'s slot of the buffer for a first record of ``shape`` (allocated with
         the first record), or None when the buffer holds records of another kind."""
         if not self.into_buffer or layer in self._records:
@@ -157,7 +157,9 @@ class AttentionCapture(TraceView):
             return None
         return self._buffer[self._slot[layer]]
 
-    def _weights_out(self, layer: int, shape: tuple, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
+    def _weights_out(
+        self, layer: int, shape: tuple, dtype: torch.dtype, device: torch.device
+    ) -> Optional[torch.Tensor]:
         """Where the interface may compute ``layer``'s weights ``[batch, heads, q, k]``: its
         slot of the buffer when the record is kept as computed (all heads and rows,
         detached, same dtype)."""
@@ -224,7 +226,7 @@ def _kind(adapter: ModelAdapter, stack: str) -> str:
     return "self"
 
 
-def _shifted(target):
+def _shifted(target: Any) -> tuple[tuple, tuple, torch.Tensor]:
     """Query-side token facts of teacher-forced decoder inputs: start + target[:-1]."""
     tokens = ("<start>",) + tuple(target.tokens[:-1])
     word_ids = (None,) + tuple(target.word_ids[:-1])
@@ -352,7 +354,7 @@ def _read_chunk(
     """The next ``batch_size`` texts (fewer at the end, none after it), tokenized in one
     call with one vectorised alignment: ``[((text, spans, target), encoding, target
     encoding or None)]`` (an encoder-decoder's decoder inputs: the targets, else the source)."""
-    chunk = []
+    chunk: list[tuple[str, Any, Any]] = []  # (text, word spans, target text)
     for text in texts:
         spans = next(spans_it) if spans_it is not None else None
         target = next(targets_it) if targets_it is not None else None
@@ -404,7 +406,7 @@ def _storage_dtype(adapter: ModelAdapter, dtype: Optional[torch.dtype]) -> torch
     return torch.float64 if param is not None and param.dtype == torch.float64 else torch.float32
 
 
-def _map_cells(enc, tenc, stack: str) -> int:
+def _map_cells(enc: Any, tenc: Any, stack: str) -> int:
     """Query × key cells of one example's map (per layer and head)."""
     if tenc is None or stack == "encoder":
         return len(enc) ** 2
@@ -430,7 +432,7 @@ def _batches(order: list, cells: list, batch_size: int, max_cells: int) -> Itera
 STACK_BYTES = 32 * 2**20
 
 
-def _query_key_lengths(enc, tenc, stack: str) -> tuple[int, int]:
+def _query_key_lengths(enc: Any, tenc: Any, stack: str) -> tuple[int, int]:
     """Unpadded (query, key) lengths of one example's map in ``stack``."""
     if tenc is None:
         return len(enc), len(enc)
@@ -492,14 +494,14 @@ def _buffer_fits(adapter: ModelAdapter, dtype: torch.dtype) -> bool:
 
 def _capture_batch(
     adapter: ModelAdapter,
-    encs,
-    tencs,
-    layers,
-    stack,
-    needs_target,
-    dtype,
+    encs: list,
+    tencs: Optional[list],
+    layers: Optional[Sequence[int]],
+    stack: str,
+    needs_target: bool,
+    dtype: torch.dtype,
     *,
-    heads=None,
+    heads: Optional[Sequence[int]] = None,
     path: str = "auto",
     standalone: bool = False,
 ) -> list[AttentionMaps]:
@@ -531,7 +533,8 @@ def _capture_batch(
         torch.inference_mode(),
     ):
         adapter.model(**inputs)
-    shapes = [_query_key_lengths(enc, tencs[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
+    targets = tencs if tencs is not None else []  # the decoder stack's encodings, where needs_target
+    shapes = [_query_key_lengths(enc, targets[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
     per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}; raises unless every layer ran
     for layer, rec in per_layer.items():
         if tuple(rec.shape[-2:]) != (n_query, n_key):
@@ -548,7 +551,7 @@ def _capture_batch(
         maps = _trimmed(per_layer, cap.layers, shapes, dtype)
     kind = _kind(adapter, stack)
     return [
-        _example_maps(adapter, enc, tencs[i] if needs_target else None, maps[i], stack, kind, cap, heads)
+        _example_maps(adapter, enc, targets[i] if needs_target else None, maps[i], stack, kind, cap, heads)
         for i, enc in enumerate(encs)
     ]
 
@@ -603,7 +606,7 @@ def _example_maps(
     )
 
 
-def capture(adapter: ModelAdapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps]:
+def capture(adapter: ModelAdapter, texts: Sequence[str] | str, **kwargs: Any) -> list[AttentionMaps]:
     """Run the model on ``texts`` and return one :class:`AttentionMaps` per text.
 
     Args:

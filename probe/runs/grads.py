@@ -10,7 +10,7 @@ and no parameter's ``.grad`` is touched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -36,7 +36,7 @@ class AttentionGradients:
     target: str
 
 
-def default_target(outputs, position: int):
+def default_target(outputs: Any, position: int) -> tuple[torch.Tensor, str]:
     """The scalar explained by default, and its description.
 
     * a model with ``logits [1, C]`` (sequence classification): the top class's logit;

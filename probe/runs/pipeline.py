@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 import torch
@@ -27,7 +28,7 @@ SORT_WINDOW = 8
 def capture_corpus(
     adapter: ModelAdapter,
     corpus: Corpus,
-    out,
+    out: str | os.PathLike,
     *,
     layers: Optional[Sequence[int]] = None,
     batch_size: int = 16,

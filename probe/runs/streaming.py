@@ -81,7 +81,7 @@ class LayerBatch:
         self,
         layer: int,
         probs: torch.Tensor,
-        encodings,
+        encodings: list,
         meta: BatchMeta,
         kind: str,
         source: str,
@@ -141,7 +141,7 @@ class LayerBatch:
         return self._maps
 
 
-def _text_and_spans(item):
+def _text_and_spans(item: Any) -> tuple[str, Any]:
     if isinstance(item, str):
         return item, None
     return item.text, getattr(item, "spans", None)
@@ -255,12 +255,20 @@ def stream_layers(
     return count
 
 
-def _forward(adapter: ModelAdapter, encs, meta: BatchMeta, on_layer, stack, kind, last_rows) -> None:
+def _forward(
+    adapter: ModelAdapter,
+    encs: list,
+    meta: BatchMeta,
+    on_layer: Callable[[LayerBatch], None],
+    stack: str,
+    kind: str,
+    last_rows: Optional[int],
+) -> None:
     """One forward of a batch, reading each chosen layer's ``pattern`` site (hooks, eager
     attention) and handing it on."""
     inputs = adapter.batch(encs)
 
-    def hand_on(layer):
+    def hand_on(layer: int) -> Callable:
         return lambda probs, ctx: on_layer(
             LayerBatch(layer, probs.detach(), encs, meta, kind, tr.attention_source, adapter.name, last_rows)
         )
@@ -332,7 +340,7 @@ def join_batch_size(adapter: ModelAdapter, batch_size: int, budget: Optional[int
     return int(min(batch_size, budget // max(per_example, 1)))
 
 
-def held_items(corpus) -> Optional[list]:
+def held_items(corpus: Any) -> Optional[list]:
     """The items accumulators fed ``corpus``'s held maps see (``BatchMeta.items``): its
     treebank sentences, or ``None``, for which :func:`feed_maps` gives each example's text."""
     sentences = getattr(corpus, "sentences", None)

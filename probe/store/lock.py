@@ -16,6 +16,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
+from typing import Optional
 
 from probe.errors import InputError
 
@@ -34,7 +35,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _read(path: Path):
+def _read(path: Path) -> Optional[dict]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
@@ -50,7 +51,7 @@ class StoreLock:
             the directory cannot be written.
     """
 
-    def __init__(self, directory) -> None:
+    def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOCK_NAME
         self.me = {"pid": os.getpid(), "host": socket.gethostname()}
@@ -111,6 +112,6 @@ class StoreLock:
     def __enter__(self) -> "StoreLock":
         return self.acquire()
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         self.release()
         return False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import torch
 
@@ -43,19 +43,19 @@ class Cache(Mapping):
         self.inputs: Optional[dict] = None
         self._grads: dict = {}
 
-    def _key(self, key) -> str:
+    def _key(self, key: Any) -> str:
         return key if isinstance(key, str) else parse_site(key).name(self._default)
 
-    def __getitem__(self, key) -> torch.Tensor:
+    def __getitem__(self, key: Any) -> torch.Tensor:
         return self._values[self._key(key)][-1]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
     def __len__(self) -> int:
         return len(self._values)
 
-    def calls(self, key) -> list:
+    def calls(self, key: Any) -> list:
         """The value of every forward the site was read in, in order."""
         return list(self._values[self._key(key)])
 
@@ -67,7 +67,7 @@ class Cache(Mapping):
         )
         return torch.stack([self[n] for n in names])
 
-    def grad(self, key) -> torch.Tensor:
+    def grad(self, key: Any) -> torch.Tensor:
         """The gradient of the trace's ``grad=`` objective at a read site (its shape).
 
         Raises:

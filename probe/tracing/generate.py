@@ -13,7 +13,7 @@ the model's own ``generate``'s.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -30,14 +30,14 @@ __all__ = ["trace_generate"]
 
 def trace_generate(
     adapter: ModelAdapter,
-    inputs,
+    inputs: Any,
     max_new_tokens: int,
     read: Union[Iterable, Mapping, str, Callable] = (),
     edit: Optional[Mapping] = None,
     *,
     rows: Optional[Sequence[int]] = None,
     path: str = "auto",
-    **generate_kwargs,
+    **generate_kwargs: Any,
 ) -> Cache:
     """Generate up to ``max_new_tokens`` tokens after each text of ``inputs`` (texts, left
     padded, or a batch dict) with ``edit`` applied at every step; ``cache.output`` is what

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+from typing import Optional
+
 import torch
 
 
@@ -75,14 +77,14 @@ class LayerCalls:
     def reset(self) -> None:
         self._count = dict.fromkeys(self._count, 0)
 
-    def get(self, module, default=None):
+    def get(self, module: object, default: Optional[int] = None) -> Optional[int]:
         layer = self._now.get(module)
         return layer if layer is not None and layer in self.wanted else default
 
-    def __contains__(self, module) -> bool:
+    def __contains__(self, module: object) -> bool:
         return self.get(module) is not None
 
-    def __getitem__(self, module) -> int:
+    def __getitem__(self, module: torch.nn.Module) -> int:
         layer = self.get(module)
         if layer is None:
             raise KeyError(module)

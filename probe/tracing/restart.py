@@ -30,7 +30,7 @@ the projection is skipped): :func:`supports_site_restart`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
@@ -66,7 +66,7 @@ class ResidualCache(Trace):
         self.inputs: dict[int, torch.Tensor] = {}
         self.contexts: dict[int, torch.Tensor] = {}
 
-        def keep(into: dict, layer: int):
+        def keep(into: dict, layer: int) -> Callable:
             return lambda x, ctx: into.__setitem__(layer, x.detach())
 
         read = {Site("resid_pre", i, stack): keep(self.inputs, i) for i in range(len(self.layers))}

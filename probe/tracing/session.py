@@ -4,7 +4,9 @@ queries, keys, values and scores, edit the per-head output ``z``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
+
+import torch
 
 
 from probe.errors import NotApplicable
@@ -21,14 +23,16 @@ class TraceSession(AttentionSession):
     """The trace's work inside the attention function: read/replace weights, edit ``z``
     (the work of the layer whose call is running: :meth:`Trace.now`)."""
 
-    def __init__(self, layer_of, tr: "Trace") -> None:
+    def __init__(self, layer_of: dict, tr: Trace) -> None:
         super().__init__(layer_of)
         self.tr = tr
 
-    def needs_weights(self, module) -> bool:
+    def needs_weights(self, module: torch.nn.Module) -> bool:
         return self.tr.now(self.tr._pattern, module) is not None
 
-    def on_qkv(self, module, query, key, value):
+    def on_qkv(
+        self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> Optional[tuple]:
         work = self.tr.now(self.tr._qk, module)
         if not work or not ("q" in work or "k" in work or "v" in work):
             return None
@@ -54,25 +58,29 @@ class TraceSession(AttentionSession):
             value = site.transpose(1, 2)
         return out[0], out[1], value
 
-    def needs_scores(self, module) -> bool:
+    def needs_scores(self, module: torch.nn.Module) -> bool:
         work = self.tr.now(self.tr._qk, module)
         return bool(work) and "attn_scores" in work
 
-    def on_scores(self, module, scores):
+    def on_scores(self, module: torch.nn.Module, scores: torch.Tensor) -> torch.Tensor:
         work = self.tr.now(self.tr._qk, module)
         w = work.get("attn_scores") if work else None
         if w is None:
             return scores
         return self.tr._edited(scores, w)[0]
 
-    def weights_out(self, module, shape, dtype, device):
+    def weights_out(
+        self, module: torch.nn.Module, shape: tuple, dtype: torch.dtype, device: torch.device
+    ) -> Optional[torch.Tensor]:
         work = self.tr.now(self.tr._pattern, module)
         for reader, _ in work["read"] if work is not None else ():
             if reader.out is not None:
                 return reader.out(shape, dtype, device)
         return None
 
-    def on_weights(self, module, weights, mask):
+    def on_weights(
+        self, module: torch.nn.Module, weights: torch.Tensor, mask: Optional[torch.Tensor]
+    ) -> Optional[torch.Tensor]:
         work = self.tr.now(self.tr._pattern, module)
         if work is None:
             return None
@@ -87,7 +95,7 @@ class TraceSession(AttentionSession):
             reader.fn(weights if new is None else new, ctx)
         return new
 
-    def on_output(self, module, output):
+    def on_output(self, module: torch.nn.Module, output: torch.Tensor) -> Optional[torch.Tensor]:
         work = self.tr.now(self.tr._z_interface, module)
         if work is None:
             return None

@@ -8,12 +8,13 @@ share."""
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
 from probe.errors import InputError, NotApplicable
 from probe.models.sites import BLOCK_KINDS, SITE_KINDS, split_heads, value_heads, value_layout
+from probe.tracing.edits import SiteContext
 from probe.tracing.site_keys import unsupported
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class SiteHooks:
         return x, changed
 
     def _module_input_hook(self, work: dict) -> Callable:
-        def fn(module, args, kwargs):
+        def fn(module: torch.nn.Module, args: tuple, kwargs: dict) -> Optional[tuple]:
             x, changed = self._edited(hidden_of(args, kwargs), work)
             if not changed:
                 return None
@@ -68,7 +69,7 @@ class SiteHooks:
         return fn
 
     def _module_output_hook(self, work: dict) -> Callable:
-        def fn(module, args, output):
+        def fn(module: torch.nn.Module, args: tuple, output: Any) -> Any:
             x, changed = self._edited(output[0] if isinstance(output, tuple) else output, work)
             if not changed:
                 return None
@@ -76,14 +77,14 @@ class SiteHooks:
 
         return fn
 
-    def _by_call(self, module, fns: dict) -> Callable:
+    def _by_call(self, module: torch.nn.Module, fns: dict) -> Callable:
         """The hook of ``module``: its one layer's, or, for a module several layers call,
         the one of the layer whose call is running (nothing on the calls of other layers)."""
         calls = self._calls
         if calls is None or module not in calls.shared_set:
             return next(iter(fns.values()))
 
-        def fn(mod, *args):
+        def fn(mod: torch.nn.Module, *args: Any) -> Any:
             f = fns.get(calls.current(mod))
             return None if f is None else f(mod, *args)
 
@@ -93,7 +94,7 @@ class SiteHooks:
         ctx = work["ctx"]
         adapter = self.adapter
 
-        def fn(module, args, kwargs, output):
+        def fn(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             probs = probabilities(output)
             if probs is None or not torch.is_tensor(probs) or probs.dim() != 4:
                 raise unsupported(
@@ -134,7 +135,7 @@ class SiteHooks:
     def _input_hook(self, kinds: dict) -> Callable:
         n_heads = self.adapter.n_heads
 
-        def fn(module, args, kwargs):
+        def fn(module: torch.nn.Module, args: tuple, kwargs: dict) -> Optional[tuple]:
             x = hidden_of(args, kwargs)
             flat, x = self._unflatten(x, kinds)
             changed = False
@@ -179,7 +180,7 @@ class SiteHooks:
         adapter = self.adapter
         layout = value_layout(adapter) if "v" in kinds else None
 
-        def fn(module, args, output):
+        def fn(module: torch.nn.Module, args: tuple, output: Any) -> Any:
             out = output[0] if isinstance(output, tuple) else output
             flat, out = self._unflatten(out, kinds)
             new = out
@@ -221,7 +222,7 @@ class SiteHooks:
             return None, x
         return tuple(x.shape), x.reshape(*self._shape, x.shape[-1])
 
-    def _record_shape(self, module, args, kwargs) -> None:
+    def _record_shape(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         """Model pre-hook: ``[batch, seq]`` of this forward (router logits come flattened)."""
         x = kwargs.get("input_ids", kwargs.get("inputs_embeds"))
         x = x if torch.is_tensor(x) else (args[0] if args else None)
@@ -235,7 +236,7 @@ class SiteHooks:
         n_heads = self.adapter.n_heads
         keep = self.keep_grad
 
-        def fn(module, args, output):
+        def fn(module: Any, args: tuple, output: Any) -> Optional[torch.Tensor]:  # a Linear or Conv1D
             x = hidden_of(args, {})
             z = split_heads(x, n_heads)  # [b, s, H, d]
             w = module.weight
@@ -260,7 +261,7 @@ def accepts_keyword(model: torch.nn.Module, name: str) -> bool:
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def probabilities(output) -> Optional[torch.Tensor]:
+def probabilities(output: Any) -> Optional[torch.Tensor]:
     """The attention probabilities ``[batch, head, query, key]`` in an attention module's
     output tuple: the last 4-D tensor after the attention output (item 0). Most modules
     return ``(output, weights)``; some return their key/value cache after the weights (LED's
@@ -273,12 +274,12 @@ def probabilities(output) -> Optional[torch.Tensor]:
     return None
 
 
-def ask_for_attentions(module, args, kwargs):
+def ask_for_attentions(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Forward pre-hook: run the model with ``output_attentions=True``."""
     return args, {**kwargs, "output_attentions": True}
 
 
-def hidden_of(args, kwargs):
+def hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
     return args[0] if args else kwargs["hidden_states"]
 
 
@@ -287,7 +288,7 @@ INPUT_KINDS = ("resid_pre", "proj_in", "resid_mid", "mlp_in")
 OUTPUT_KINDS = ("resid_post", "attn_out", "mlp_out", "embed", "pos_embed", "ln_final")
 
 
-def checked(new, old: torch.Tensor, ctx) -> torch.Tensor:
+def checked(new: Any, old: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
     """``new`` when it is a tensor of ``old``'s shape, else one line naming both shapes."""
     if not torch.is_tensor(new) or tuple(new.shape) != tuple(old.shape):
         got = tuple(new.shape) if torch.is_tensor(new) else type(new).__name__

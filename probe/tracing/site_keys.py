@@ -6,7 +6,7 @@ sites a model refuses, each with its reason in one line (:func:`refusal`,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -25,8 +25,7 @@ from probe.tracing.attention_interface import choose_path
 
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
-
-    pass
+    from probe.models.architectures import UnsupportedModel
 
 __all__ = [
     "Reader",
@@ -63,16 +62,16 @@ class ModuleSite:
     side: str = "output"
     label: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.side not in ("input", "output"):
             raise InputError(f"a module site is a module's 'input' or 'output', got {self.side!r}")
 
 
-def as_list(x) -> list:
+def as_list(x: object) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def expand_key(adapter: ModelAdapter, key, stack: Optional[str]) -> list:
+def expand_key(adapter: ModelAdapter, key: Any, stack: Optional[str]) -> list:
     """Sites of a name, tuple or bare kind (``"pattern"``: every layer of the stack); a
     :class:`ModuleSite` as is."""
     if isinstance(key, ModuleSite):
@@ -104,7 +103,7 @@ def refusal(adapter: ModelAdapter, site: Site) -> Optional[str]:
     return None
 
 
-def interface_values(adapter: ModelAdapter, site) -> bool:
+def interface_values(adapter: ModelAdapter, site: object) -> bool:
     """True when ``site`` is ``v`` of a model with no separate value projection (a fused
     q|k|v other than GPT-2's: GPT-NeoX, Phi-3, CodeGen) whose attention calls the
     interface: the values are then read there, as the attention function receives them."""
@@ -133,7 +132,7 @@ def available_sites(adapter: ModelAdapter, stack: Optional[str] = None) -> list:
     return out
 
 
-def keys_of(adapter: ModelAdapter, read, stack: Optional[str]) -> list:
+def keys_of(adapter: ModelAdapter, read: Any, stack: Optional[str]) -> list:
     """The site keys of a names filter: a name, a list, or a predicate over site names."""
     if callable(read) and not isinstance(read, (str, Site, ModuleSite)):
         return [n for n in available_sites(adapter, stack) if read(n)]
@@ -143,7 +142,7 @@ def keys_of(adapter: ModelAdapter, read, stack: Optional[str]) -> list:
     return [read] if single else list(read)
 
 
-def unsupported(adapter: ModelAdapter, what: str, capture: bool = True):
+def unsupported(adapter: ModelAdapter, what: str, capture: bool = True) -> UnsupportedModel:
     """:class:`probe.models.architectures.UnsupportedModel` naming the model and its type:
     ``what`` it does, and (``capture``) that the toolkit cannot capture it."""
     from probe.models.architectures import UnsupportedModel

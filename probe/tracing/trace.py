@@ -25,7 +25,7 @@ recompute what comes before (:func:`probe.models.sites.supports_restart`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["trace", "run_with_cache", "run_with_hooks"]
 
 
-def _batch(adapter: ModelAdapter, inputs) -> dict:
+def _batch(adapter: ModelAdapter, inputs: Any) -> dict:
     """Model inputs from texts, encodings or a ready batch (encoder-decoder: the texts are
     also the decoder's targets, teacher forcing)."""
     if isinstance(inputs, Mapping):
@@ -56,7 +56,7 @@ def _batch(adapter: ModelAdapter, inputs) -> dict:
 
 def trace(
     adapter: ModelAdapter,
-    inputs,
+    inputs: Any,
     read: Union[Iterable, Mapping, str, Callable] = (),
     edit: Optional[Mapping] = None,
     *,
@@ -103,14 +103,16 @@ def trace(
     return tr.cache
 
 
-def run_with_cache(adapter: ModelAdapter, inputs, names: Union[Iterable, str, None] = None, **kwargs) -> tuple:
+def run_with_cache(
+    adapter: ModelAdapter, inputs: Any, names: Union[Iterable, str, None] = None, **kwargs: Any
+) -> tuple:
     """TransformerLens's ``run_with_cache``: ``(output, cache)`` of every site (``names``:
     some sites or kinds)."""
     cache = trace(adapter, inputs, read=available_sites(adapter) if names is None else names, **kwargs)
     return cache.output, cache
 
 
-def run_with_hooks(adapter: ModelAdapter, inputs, fwd_hooks: Sequence[tuple] = (), **kwargs):
+def run_with_hooks(adapter: ModelAdapter, inputs: Any, fwd_hooks: Sequence[tuple] = (), **kwargs: Any) -> Any:
     """TransformerLens's ``run_with_hooks``: the output with ``fn(value, ctx)`` applied at
     each ``(site, fn)`` of ``fwd_hooks``."""
     edit: dict = {}

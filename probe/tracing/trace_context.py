@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Optional, Self, Sequence, Union
 
 import torch
 
@@ -123,7 +123,7 @@ class Trace(HookContext, SiteHooks):
             self._paths[stack] = choose_path(self.adapter, stack, self._path_arg)
         return self._paths[stack]
 
-    def _ctx(self, site) -> SiteContext:
+    def _ctx(self, site: Site | ModuleSite) -> SiteContext:
         if isinstance(site, ModuleSite):
             return SiteContext(site.label or type(site.module).__name__, "module", -1, "", None)
         return SiteContext(
@@ -159,7 +159,7 @@ class Trace(HookContext, SiteHooks):
         shared = {m: layers for m, layers in self._served.items() if len(layers) > 1}
         self._calls = LayerCalls.of(shared) if shared else None
 
-    def now(self, plan: dict, module):
+    def now(self, plan: dict, module: torch.nn.Module) -> Any:
         """The work of ``plan`` (module -> {layer: work}) for the call of ``module`` that
         is running: its one layer's, or, for a module several layers call, the layer of
         this call (None: nothing to do on this call)."""
@@ -170,7 +170,7 @@ class Trace(HookContext, SiteHooks):
             return next(iter(by_layer.values()))
         return by_layer.get(self._calls.current(module))
 
-    def _serve(self, module, kind: str, stack: str) -> None:
+    def _serve(self, module: torch.nn.Module, kind: str, stack: str) -> None:
         """Record which layers ``module`` serves for sites of ``kind`` (for layer by call)."""
         if module in self._served:
             return
@@ -179,7 +179,7 @@ class Trace(HookContext, SiteHooks):
             layer for layer in range(n) if site_module(self.adapter, Site(kind, layer, stack)) is module
         ]
 
-    def _add(self, site, reader: Optional[Reader], edits: Optional[list]) -> None:
+    def _add(self, site: Site | ModuleSite, reader: Optional[Reader], edits: Optional[list]) -> None:
         ctx = self._ctx(site)
         if isinstance(site, ModuleSite):
             work = self._modules.setdefault((site.module, site.side), {"read": [], "edit": [], "ctx": ctx})
@@ -300,19 +300,19 @@ class Trace(HookContext, SiteHooks):
                 hooks.forward(module, self._module_output_hook(work))
 
     # ---- restart ------------------------------------------------------------------------
-    def _stub(self, module, forward) -> None:
+    def _stub(self, module: torch.nn.Module, forward: Callable) -> None:
         saved = module.__dict__.get("forward")
         module.forward = forward
         self._stubbed.append((module, saved))
 
-    def _attention_from_site(self, *args, **kwargs):
+    def _attention_from_site(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
         """Stand-in for the attention module's forward: ``(output, None)`` from the site
         (its rows are checked against the batch by :meth:`_replace`, which runs first)."""
         assert self._restart is not None and self._restart.context is not None  # stubbed only for such a restart
         ctx = self._restart.context
         return (self._projection(ctx) if self._projected else ctx), None
 
-    def _replace(self, module, args, kwargs):
+    def _replace(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         assert self._restart is not None  # hooked only for a restart
         h = hidden_of(args, kwargs)
         hidden = self._restart.hidden
@@ -353,7 +353,7 @@ class Trace(HookContext, SiteHooks):
             else:
                 module.forward = saved
 
-    def __exit__(self, *exc) -> Literal[False]:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         try:
             super().__exit__(*exc)
             self._unstub()
@@ -374,7 +374,7 @@ class TraceView:
     def _trace(self) -> Trace:
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         tr = self._trace()
         tr.__enter__()
         self._active = tr
@@ -384,7 +384,7 @@ class TraceView:
     def _entered(self, tr: Trace) -> None:
         """Called with the entered trace (e.g. to read its ``attention_source``)."""
 
-    def __exit__(self, *exc) -> Literal[False]:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         tr, self._active = self._active, None
         if tr is not None:
             tr.__exit__(*exc)
