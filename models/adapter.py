@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 import numpy as np
 import torch
@@ -92,7 +92,7 @@ class ModelAdapter:
     source: str = ""
     card: dict = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.model.eval()
         if type(self.model).forward is torch.nn.Module.forward:
             t = getattr(getattr(self.model, "config", None), "model_type", "?")
@@ -153,7 +153,7 @@ class ModelAdapter:
 
     # ---- sizes ----------------------------------------------------------------
     @property
-    def config(self):
+    def config(self) -> Any:
         return self.model.config
 
     @property
@@ -452,7 +452,7 @@ class ModelAdapter:
             )
         return out
 
-    def _tokenize_batch(self, texts: list, target: bool, **extra) -> tuple:
+    def _tokenize_batch(self, texts: list, target: bool, **extra: Any) -> tuple:
         """``(ids, offsets, special masks, the fast tokenizer's encodings or None)`` of a batch,
         each a list per text, with special tokens, neither padded nor truncated unless
         ``extra`` says so.
@@ -527,7 +527,7 @@ class ModelAdapter:
             mask[i, : len(s)] = 1
         return {"decoder_input_ids": ids.to(self.device), "decoder_attention_mask": mask.to(self.device)}
 
-    def inputs_of(self, texts) -> dict:
+    def inputs_of(self, texts: Sequence[str]) -> dict:
         """Model inputs for a text or texts: tokenized, right-padded (:meth:`batch`); for an
         encoder-decoder model the texts are also the decoder's targets (teacher forcing).
 
@@ -542,7 +542,7 @@ class ModelAdapter:
             inputs.update(self.decoder_inputs(self.encode_batch(texts, target=True)))
         return inputs
 
-    def run(self, texts, **model_kwargs):
+    def run(self, texts: Sequence[str], **model_kwargs: Any) -> Any:
         """The model's output on a text or texts, in one call (``adapter(texts)`` is the
         same): :meth:`inputs_of`, then one forward without autograd. To read or edit
         activations on the way, use :func:`probe.trace`."""
@@ -616,10 +616,10 @@ class NoTokenizer:
     def __init__(self, adapter: "ModelAdapter") -> None:
         self._adapter = adapter
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise self._adapter.not_text()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> NoReturn:
         if name.startswith("__"):
             raise AttributeError(name)
         raise self._adapter.not_text()
@@ -695,7 +695,7 @@ def _drop_uncalled(model: torch.nn.Module, table: dict) -> None:
                 table[name] = {site: [v[k] for k in keep] for site, v in table[name].items()}
 
 
-def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
+def _behaviour(model: torch.nn.Module, table: dict, problems: dict) -> Any:
     """Causality and layer order read from one short forward of a text model (not an
     encoder-decoder): two inputs that differ only in their last token. The main stack is
     causal when no earlier position's output changes (a model may build its causal mask
@@ -775,7 +775,7 @@ def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
         seq = [position[m] for m in calls if m in position]
         if seq:  # modules a text input never calls (a multimodal model's vision tower) are left out
 
-            def order(entry: dict, seq=seq) -> dict:
+            def order(entry: dict, seq: Any = seq) -> dict:
                 return {site: [entry[site][k] for k in seq] for site in entry}
 
     return causal, order, unused

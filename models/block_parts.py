@@ -23,7 +23,7 @@ router's logits before top-k selection.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional, TYPE_CHECKING
 
 import torch
 
@@ -190,7 +190,7 @@ LAYOUTS["t5"] = _layout(
 )
 
 
-def _neox(config) -> BlockLayout:
+def _neox(config: Any) -> BlockLayout:
     """GPT-NeoX (Pythia): parallel unless ``use_parallel_residual`` is False."""
     parallel = bool(getattr(config, "use_parallel_residual", True))
     return _layout(
@@ -201,7 +201,7 @@ def _neox(config) -> BlockLayout:
     )
 
 
-def _stablelm(config) -> BlockLayout:
+def _stablelm(config: Any) -> BlockLayout:
     """StableLM: sequential, or parallel (both from ``input_layernorm``) with ``use_parallel_residual``."""
     if getattr(config, "use_parallel_residual", False):
         return _layout(parallel=True, mlp_norm="input_layernorm")

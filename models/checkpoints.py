@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Any, Optional, Sequence, TYPE_CHECKING
 
 from .errors import InputError
 
@@ -104,7 +104,7 @@ def resolve_checkpoints(args: Sequence[str]) -> list:
     return out
 
 
-def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu"):
+def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu") -> Any:
     """The :class:`probe.models.adapter.ModelAdapter` of ``checkpoint`` (a zoo directory is
     named ``zoo:<task>`` so the zoo's objectives and evaluation set apply to it)."""
     from .registry import check_device, load_model

@@ -10,7 +10,7 @@ on this floor below the trace.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Self
 
 import torch
 
@@ -47,7 +47,7 @@ class HookContext:
     def _register(self, hooks: HookSet) -> None:
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self._hooks = HookSet()
         try:
             self._register(self._hooks)
@@ -56,6 +56,6 @@ class HookContext:
             raise
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         self._hooks.remove()
         return False

@@ -155,7 +155,7 @@ class Site:
 SiteKey = Union[str, tuple, Site]
 
 
-def parse_site(key: SiteKey, adapter=None) -> Site:
+def parse_site(key: SiteKey, adapter: Optional[ModelAdapter] = None) -> Site:
     """A :class:`Site` from a name (``blocks.0.attn.hook_z``), a ``(kind, layer)`` or
     ``(kind, layer, stack)`` tuple, or a Site. With ``adapter``, the layer and stack are
     checked and the stack resolved to a concrete one.
