@@ -71,7 +71,6 @@ _EXPORTS = {
     "WordAttention": "probe.maps",
     "Store": "probe.store.directory",
     "write_store": "probe.store.directory",
-    "AttentionEdit": "probe.interventions.reweighting",
     "AttentionReweighting": "probe.interventions.reweighting",
     "top_k_edges": "probe.inputs.long_inputs",
     "attention_window": "probe.inputs.long_inputs",

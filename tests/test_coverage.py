@@ -331,7 +331,8 @@ def test_reweighting_uniform_permute_given(bert_tokenizer):
     """Attention reweighting on a causal GQA model: uniform rows are 1/(i+1); a permutation
     keeps each row's values and the causal mask; given = own weights changes nothing."""
     from probe.runs.capture import AttentionCapture
-    from probe.interventions.reweighting import AttentionEdit, AttentionReweighting
+    from probe.interventions.reweighting import AttentionReweighting
+    from probe.tracing.edits import ReplaceWeights
 
     adapter = build("llama", bert_tokenizer)
     inputs, lengths = _inputs(adapter)
@@ -341,7 +342,7 @@ def test_reweighting_uniform_permute_given(bert_tokenizer):
     n = lengths["encoder"][0]
     for mode, value in (("uniform", None), ("permute", None), ("given", own)):
         with (
-            AttentionReweighting(adapter, [AttentionEdit(1, 2, mode, value=value)]),
+            AttentionReweighting(adapter, {1: ReplaceWeights(head=2, mode=mode, weights=value)}),
             AttentionCapture(adapter, layers=[1]) as cap,
             torch.no_grad(),
         ):
@@ -358,7 +359,7 @@ def test_reweighting_uniform_permute_given(bert_tokenizer):
             assert _delta(out, clean, inputs) > 1e-4
         assert torch.allclose(cap.layer_tensors()[1][:, 0], own.new_tensor(0) + cap.layer_tensors()[1][:, 0])
     with pytest.raises(ValueError, match="interface"):
-        AttentionReweighting(build("bloom", bert_tokenizer), [AttentionEdit(0, 0)])
+        AttentionReweighting(build("bloom", bert_tokenizer), {0: ReplaceWeights(head=0)})
 
 
 def coverage_rows(tokenizer=None) -> list[dict]:
