@@ -331,10 +331,6 @@ class ModelAdapter:
                 f"{len(set(map(id, modules)))} attention module(s); {what} are not supported"
             )
 
-    def output_projections(self, stack: Optional[str] = None) -> list:
-        """Alias of :meth:`head_output_modules`: the attention output projections."""
-        return self.head_output_modules(stack)
-
     def embeddings(self) -> torch.nn.Module:
         """The input token-embedding module."""
         return self.model.get_input_embeddings()

@@ -259,10 +259,10 @@ def probe_exports() -> dict:
 
 # ---- one trace core, no private imports, errors by kind -------------------------------------
 #: the trace core: the only modules that register hooks on a model, attach attention-interface
-#: sessions or override a module's forward (probe.models.hooks is its primitive, re-exported by
-#: probe.tracing.hooks; the interface path's sessions are defined in probe.tracing.attention_interface,
-#: the trace's own in probe.tracing.session, and attached by probe.tracing.trace_context)
-TRACE_CORE = {"probe.models.hooks", "probe.tracing.hooks", "probe.tracing.trace_context", "probe.tracing.session"}
+#: sessions or override a module's forward (probe.models.hooks is its primitive; the interface
+#: path's sessions are defined in probe.tracing.attention_interface, the trace's own in
+#: probe.tracing.session, and attached by probe.tracing.trace_context)
+TRACE_CORE = {"probe.models.hooks", "probe.tracing.trace_context", "probe.tracing.session"}
 #: mechanisms not yet views of the trace, each for a stated reason; listed so that no *new*
 #: module can hook a model (capture, interventions, reweighting, circuits' paths and layer
 #: identity by call are views of the trace: it dispatches a module several layers share by

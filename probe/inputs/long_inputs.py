@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from probe.inputs.corpus import Corpus
-    from probe.maps import AttentionMaps
     from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
@@ -126,7 +125,7 @@ def warn_if_capture_too_large(
 
 
 def top_k_edges(
-    maps: AttentionMaps,
+    maps: Any,  # AttentionMaps (probe.maps is not below this room)
     k: int = 20,
     *,
     layers: Optional[Sequence[int]] = None,
@@ -174,7 +173,7 @@ def top_k_edges(
     return pd.DataFrame(rows, columns=["layer", "head", "query", "key", "weight", "query_token", "key_token"])
 
 
-def attention_window(maps: AttentionMaps, start: int, stop: int, *, layer: int, head: int) -> dict:
+def attention_window(maps: Any, start: int, stop: int, *, layer: int, head: int) -> dict:
     """A square window ``[start, stop)`` of one head's map, for display.
 
     Returns:

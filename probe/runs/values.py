@@ -71,5 +71,5 @@ def capture_values(adapter: ModelAdapter, text: str, *, stack: Optional[str] = N
     with Trace(adapter, read=[Site("v", layer, stack) for layer in range(n_layers)], stack=stack) as tr:
         (maps,) = capture(adapter, [text], stack=stack, batch_size=1)
     values = [tr.cache[Site("v", layer, stack)][0].float() for layer in range(n_layers)]  # [n, H, dh]
-    w_o = torch.stack([projection_weight(m).detach().float() for m in adapter.output_projections(stack)])
+    w_o = torch.stack([projection_weight(m).detach().float() for m in adapter.head_output_modules(stack)])
     return ValueCapture(maps=maps, values=torch.stack(values), w_o=w_o)

@@ -14,7 +14,7 @@ per stack (``path="auto"``): attention weights and the per-head output through
 transformers' attention interface where the model's attention calls it
 (:mod:`probe.tracing.attention_interface`), else forward hooks with eager attention
 (:func:`probe.tracing.hooks.eager_attention`); residual, value and output-projection sites by
-hooks on the modules the adapter names. Hooks are own-handle (:class:`probe.tracing.hooks.HookSet`)
+hooks on the modules the adapter names. Hooks are own-handle (:class:`probe.models.hooks.HookSet`)
 and removed on exit, also after an exception; traces nest; nothing is global.
 
 ``restart_from=Restart(layer, hidden, context)`` runs layers ``< layer`` as pass-throughs

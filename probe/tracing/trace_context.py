@@ -21,7 +21,8 @@ from probe.errors import InputError, NotApplicable
 from probe.tracing.attention_interface import InterfaceSwitch, choose_path
 from probe.tracing.cache import Cache
 from probe.tracing.edits import SiteContext, as_edit
-from probe.tracing.hooks import HookContext, HookSet, eager_attention
+from probe.models.hooks import HookContext, HookSet
+from probe.tracing.hooks import eager_attention
 from probe.tracing.layer_calls import LayerCalls
 from probe.tracing.session import TraceSession
 from probe.tracing.site_hooks import SiteHooks, accepts_keyword, ask_for_attentions, hidden_of
