@@ -122,14 +122,17 @@ class AttentionMaps:
     # ---- shape helpers -------------------------------------------------------
     @property
     def n_layers(self) -> int:
+        """Captured layers."""
         return self.attentions.shape[0]
 
     @property
     def n_heads(self) -> int:
+        """Heads per layer (captured)."""
         return self.attentions.shape[1]
 
     @property
     def n_tokens(self) -> int:
+        """Key positions ``n_key``."""
         return self.attentions.shape[-1]
 
     def layer(self, model_layer: int) -> torch.Tensor:

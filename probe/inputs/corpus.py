@@ -71,6 +71,7 @@ class Corpus:
 
 
 def from_sentences(sentences: Sequence[Sentence], source: str = "") -> Corpus:
+    """A corpus of treebank sentences: their texts, word spans and the sentences themselves."""
     return Corpus(
         texts=tuple(s.text for s in sentences),
         word_spans=tuple(s.spans for s in sentences),

@@ -253,6 +253,7 @@ class StoreWriter:
             self._pending_bytes = 0
 
     def flush(self) -> None:
+        """Write the queued examples as one shard and their index lines."""
         if not self._pending:
             return
         name = f"shard-{self._next_shard:05d}.safetensors"
@@ -386,6 +387,7 @@ class Store:
 
     @property
     def ids(self) -> list:
+        """The ids of the stored examples, in index order."""
         return [r["id"] for r in self.records]
 
     def _maps(self, rec: dict, tensor: torch.Tensor) -> AttentionMaps:
@@ -457,6 +459,7 @@ class Store:
             raise InputError(f"{self._where(rec)}: {_first_line(exc)}; " + _REPAIR.format(self.path)) from None
 
     def texts(self) -> list[str]:
+        """The stored examples' texts, in index order."""
         return [r.get("text", "") for r in self.records]
 
 

@@ -58,6 +58,7 @@ class StoreLock:
         self.held = False
 
     def acquire(self) -> "StoreLock":
+        """Take the lock (atomically, by a hard link; a stale lock of a dead process on this host is taken over)."""
         tmp = self.directory / f"{LOCK_NAME}.{uuid.uuid4().hex}.tmp"
         try:
             tmp.write_text(json.dumps(self.me), encoding="utf-8")
@@ -105,6 +106,7 @@ class StoreLock:
         log.warning("took over the stale lock of dead process %s in %s", pid, self.directory)
 
     def release(self) -> None:
+        """Give the lock back if this process holds it."""
         if self.held and _read(self.path) == self.me:
             self.path.unlink(missing_ok=True)
         self.held = False

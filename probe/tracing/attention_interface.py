@@ -310,6 +310,7 @@ class AttentionSession:
         self.layer_of = layer_of
 
     def needs_weights(self, module: torch.nn.Module) -> bool:
+        """Whether this session needs ``module``'s weights ``[batch, heads, q, k]`` computed (not SDPA)."""
         return False
 
     def weights_out(
@@ -322,6 +323,7 @@ class AttentionSession:
     def on_weights(
         self, module: torch.nn.Module, weights: torch.Tensor, mask: Optional[torch.Tensor]
     ) -> Optional[torch.Tensor]:
+        """Read (or return edited) weights ``[batch, heads, q, k]``; None leaves them as they are."""
         return None
 
     def on_qkv(
@@ -332,6 +334,7 @@ class AttentionSession:
         return None
 
     def needs_scores(self, module: torch.nn.Module) -> bool:
+        """Whether this session reads or edits ``module``'s pre-softmax scores."""
         return False
 
     def on_scores(self, module: torch.nn.Module, scores: torch.Tensor) -> torch.Tensor:
@@ -339,13 +342,16 @@ class AttentionSession:
         return scores
 
     def on_output(self, module: torch.nn.Module, output: torch.Tensor) -> Optional[torch.Tensor]:
+        """Return an edited per-head output ``[batch, seq, head, head_dim]``, or None."""
         return None
 
     def attach(self) -> None:
+        """Start receiving the calls of the model's attention functions."""
         for m in self.layer_of:
             _SESSIONS.setdefault(m, []).append(self)
 
     def detach(self) -> None:
+        """Stop receiving them."""
         for m in self.layer_of:
             lst = _SESSIONS.get(m)
             if lst is not None:

@@ -83,7 +83,9 @@ class Cache(Mapping):
         return g
 
     def set_grad(self, name: str, value: Optional[torch.Tensor]) -> None:
+        """Store the gradient ``grad`` (the site's shape) of the trace's objective at site ``name``."""
         self._grads[name] = value
 
     def add(self, name: str, value: torch.Tensor) -> None:
+        """Append ``value`` (the site's shape) as site ``name``'s value of this forward."""
         self._values.setdefault(name, []).append(value)

@@ -75,9 +75,11 @@ class LayerCalls:
         return self._now[module]
 
     def reset(self) -> None:
+        """Forget the calls counted so far (at the start of each forward of the model)."""
         self._count = dict.fromkeys(self._count, 0)
 
     def get(self, module: object, default: Optional[int] = None) -> Optional[int]:
+        """The layer whose call of ``module`` is running, else ``default``."""
         layer = self._now.get(module)
         return layer if layer is not None and layer in self.wanted else default
 

@@ -28,11 +28,13 @@ class TraceSession(AttentionSession):
         self.tr = tr
 
     def needs_weights(self, module: torch.nn.Module) -> bool:
+        """Whether the running call of ``module`` reads or edits its weights (the attention function must compute them)."""
         return self.tr.now(self.tr._pattern, module) is not None
 
     def on_qkv(
         self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ) -> Optional[tuple]:
+        """Queries, keys ``[batch, heads, seq, d]`` and values ``[batch, kv_heads, seq, d]`` read or edited at the ``q``/``k``/``v`` sites (viewed ``[batch, seq, head, d]``); None when nothing is planned."""
         work = self.tr.now(self.tr._qk, module)
         if not work or not ("q" in work or "k" in work or "v" in work):
             return None
@@ -59,10 +61,12 @@ class TraceSession(AttentionSession):
         return out[0], out[1], value
 
     def needs_scores(self, module: torch.nn.Module) -> bool:
+        """Whether the running call of ``module`` reads or edits its pre-softmax scores."""
         work = self.tr.now(self.tr._qk, module)
         return bool(work) and "attn_scores" in work
 
     def on_scores(self, module: torch.nn.Module, scores: torch.Tensor) -> torch.Tensor:
+        """The scores ``[batch, heads, q, k]`` through the ``attn_scores`` site's edits and readers."""
         work = self.tr.now(self.tr._qk, module)
         w = work.get("attn_scores") if work else None
         if w is None:
@@ -72,6 +76,7 @@ class TraceSession(AttentionSession):
     def weights_out(
         self, module: torch.nn.Module, shape: tuple, dtype: torch.dtype, device: torch.device
     ) -> Optional[torch.Tensor]:
+        """A tensor of ``shape`` ``[batch, heads, q, k]`` a reader asks the weights to be computed in, else None."""
         work = self.tr.now(self.tr._pattern, module)
         for reader, _ in work["read"] if work is not None else ():
             if reader.out is not None:
@@ -81,6 +86,7 @@ class TraceSession(AttentionSession):
     def on_weights(
         self, module: torch.nn.Module, weights: torch.Tensor, mask: Optional[torch.Tensor]
     ) -> Optional[torch.Tensor]:
+        """The weights ``[batch, heads, q, k]`` edited at the ``pattern`` site (a copy; ``mask``: the additive mask they were computed with) and read; None when unchanged."""
         work = self.tr.now(self.tr._pattern, module)
         if work is None:
             return None
@@ -96,6 +102,7 @@ class TraceSession(AttentionSession):
         return new
 
     def on_output(self, module: torch.nn.Module, output: torch.Tensor) -> Optional[torch.Tensor]:
+        """The per-head output ``z`` ``[batch, seq, head, head_dim]`` through this layer's ``z`` edits (a copy); None when none is planned here."""
         work = self.tr.now(self.tr._z_interface, module)
         if work is None:
             return None

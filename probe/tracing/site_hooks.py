@@ -280,6 +280,7 @@ def ask_for_attentions(module: torch.nn.Module, args: tuple, kwargs: dict) -> tu
 
 
 def hidden_of(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The hidden states ``[batch, seq, d]`` a module is called with: its first argument, else ``hidden_states``."""
     return args[0] if args else kwargs["hidden_states"]
 
 

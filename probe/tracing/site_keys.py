@@ -68,6 +68,7 @@ class ModuleSite:
 
 
 def as_list(x: object) -> list:
+    """``x`` as a list: a list or tuple as its items, anything else as the one item."""
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 

@@ -120,6 +120,7 @@ class Trace(HookContext, SiteHooks):
 
     # ---- planning: which module, which path ---------------------------------------
     def path_of(self, stack: str) -> str:
+        """How ``stack``'s attention weights and ``z`` edits are reached (``interface`` | ``hooks``), chosen once per stack."""
         if stack not in self._paths:
             self._paths[stack] = choose_path(self.adapter, stack, self._path_arg)
         return self._paths[stack]
