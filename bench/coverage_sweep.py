@@ -676,7 +676,8 @@ def check_ablation(adapter, inputs: dict) -> dict:
     that layer's call only."""
     import torch
 
-    from probe.interventions.heads import HeadEdit, HeadIntervention
+    from probe.interventions.heads import HeadIntervention
+    from probe.tracing.edits import Zero
 
     stack = adapter.default_stack
     layer = 1 if adapter.n_layers_of(stack) > 1 else 0
@@ -684,7 +685,7 @@ def check_ablation(adapter, inputs: dict) -> dict:
     projs = adapter.head_output_modules(stack)
     proj = projs[layer]
     call_of_layer = sum(1 for m in projs[:layer] if m is proj)  # shared modules: which call
-    intervention = HeadIntervention(adapter, [HeadEdit(layer, head)], stack=stack)  # the toolkit's refusals first
+    intervention = HeadIntervention(adapter, {layer: Zero(head=head)}, stack=stack)  # the toolkit's refusals first
     where = reference_head_columns(adapter, inputs, stack, layer, head)
     start, stop = where["columns"]
     mask = inputs.get("attention_mask")

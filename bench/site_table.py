@@ -127,17 +127,18 @@ def check(adapter) -> dict:
     from probe.tracing.edits import Zero
     from probe.models.block_parts import layout_of
     from probe.models.sites import SITE_KINDS, Site, kv_head_of, layer_modules
-    from probe.tracing.trace import ModuleSite, _refusal, available_sites, trace
+    from probe.tracing.site_keys import available_sites, ModuleSite, refusal
+    from probe.tracing.trace import trace
 
     model_type = adapter.config.model_type
     have = set(available_sites(adapter))
     cells: dict = {}
-    refusal = {}
+    refused = {}
     for col in COLUMNS:
         if col in SITE_KINDS:
             site = Site(col, -1 if SITE_KINDS[col].module == "model" else 0, adapter.default_stack)
             if site.name(adapter.default_stack) not in have:
-                refusal[col] = "refused: " + (_refusal(adapter, site) or "?").split(": ", 1)[-1]
+                refused[col] = "refused: " + (refusal(adapter, site) or "?").split(": ", 1)[-1]
     proj = adapter.head_output_modules()
     cache = trace(
         adapter, TEXTS[:2], read=sorted(have) + [ModuleSite(m, "output", f"proj.{i}") for i, m in enumerate(proj)]
@@ -270,8 +271,8 @@ def check(adapter) -> dict:
     errs.update(_generation(adapter, mark) or {})
     errs.update(_padding(adapter, mark) or {})
     for col in COLUMNS:
-        if col in refusal:
-            cells[col] = refusal[col]
+        if col in refused:
+            cells[col] = refused[col]
         elif col in mark:
             cells[col] = mark[col]
         else:

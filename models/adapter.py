@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 import numpy as np
 import torch
@@ -92,7 +92,7 @@ class ModelAdapter:
     source: str = ""
     card: dict = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.model.eval()
         if type(self.model).forward is torch.nn.Module.forward:
             t = getattr(getattr(self.model, "config", None), "model_type", "?")
@@ -153,7 +153,7 @@ class ModelAdapter:
 
     # ---- sizes ----------------------------------------------------------------
     @property
-    def config(self):
+    def config(self) -> Any:
         return self.model.config
 
     @property
@@ -322,7 +322,7 @@ class ModelAdapter:
     def refuse_shared_layers(self, stack: Optional[str], what: str) -> None:
         """Raise :class:`UnsupportedModel` when several layers call one attention module
         (ALBERT): ``what`` keys its work by module and would mix the layers. Every site of
-        :class:`probe.tracing.trace.Trace` tells the layers apart by call (:mod:`probe.tracing.layer_calls`)."""
+        :class:`probe.tracing.trace_context.Trace` tells the layers apart by call (:mod:`probe.tracing.layer_calls`)."""
         modules = self.attention_modules(stack)
         if len(set(map(id, modules))) < len(modules):
             t = getattr(self.config, "model_type", "?")
@@ -330,10 +330,6 @@ class ModelAdapter:
                 f"{self.name} (model type {t!r}): its {len(modules)} layers share "
                 f"{len(set(map(id, modules)))} attention module(s); {what} are not supported"
             )
-
-    def output_projections(self, stack: Optional[str] = None) -> list:
-        """Alias of :meth:`head_output_modules`: the attention output projections."""
-        return self.head_output_modules(stack)
 
     def embeddings(self) -> torch.nn.Module:
         """The input token-embedding module."""
@@ -452,7 +448,7 @@ class ModelAdapter:
             )
         return out
 
-    def _tokenize_batch(self, texts: list, target: bool, **extra) -> tuple:
+    def _tokenize_batch(self, texts: list, target: bool, **extra: Any) -> tuple:
         """``(ids, offsets, special masks, the fast tokenizer's encodings or None)`` of a batch,
         each a list per text, with special tokens, neither padded nor truncated unless
         ``extra`` says so.
@@ -527,7 +523,7 @@ class ModelAdapter:
             mask[i, : len(s)] = 1
         return {"decoder_input_ids": ids.to(self.device), "decoder_attention_mask": mask.to(self.device)}
 
-    def inputs_of(self, texts) -> dict:
+    def inputs_of(self, texts: Sequence[str]) -> dict:
         """Model inputs for a text or texts: tokenized, right-padded (:meth:`batch`); for an
         encoder-decoder model the texts are also the decoder's targets (teacher forcing).
 
@@ -542,7 +538,7 @@ class ModelAdapter:
             inputs.update(self.decoder_inputs(self.encode_batch(texts, target=True)))
         return inputs
 
-    def run(self, texts, **model_kwargs):
+    def run(self, texts: Sequence[str], **model_kwargs: Any) -> Any:
         """The model's output on a text or texts, in one call (``adapter(texts)`` is the
         same): :meth:`inputs_of`, then one forward without autograd. To read or edit
         activations on the way, use :func:`probe.trace`."""
@@ -613,13 +609,13 @@ class NoTokenizer:
     model_max_length = None
     is_fast = False
 
-    def __init__(self, adapter: "ModelAdapter"):
+    def __init__(self, adapter: "ModelAdapter") -> None:
         self._adapter = adapter
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise self._adapter.not_text()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> NoReturn:
         if name.startswith("__"):
             raise AttributeError(name)
         raise self._adapter.not_text()
@@ -695,7 +691,7 @@ def _drop_uncalled(model: torch.nn.Module, table: dict) -> None:
                 table[name] = {site: [v[k] for k in keep] for site, v in table[name].items()}
 
 
-def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
+def _behaviour(model: torch.nn.Module, table: dict, problems: dict) -> Any:
     """Causality and layer order read from one short forward of a text model (not an
     encoder-decoder): two inputs that differ only in their last token. The main stack is
     causal when no earlier position's output changes (a model may build its causal mask
@@ -775,7 +771,7 @@ def _behaviour(model: torch.nn.Module, table: dict, problems: dict):
         seq = [position[m] for m in calls if m in position]
         if seq:  # modules a text input never calls (a multimodal model's vision tower) are left out
 
-            def order(entry: dict, seq=seq) -> dict:
+            def order(entry: dict, seq: Any = seq) -> dict:
                 return {site: [entry[site][k] for k in seq] for site in entry}
 
     return causal, order, unused

@@ -27,7 +27,7 @@ the base model (``bert.``, ``transformer.``, ``model.``) need no extra rows.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -162,7 +162,7 @@ CROSS_NAMES = ("encoder_attn", "encdecattention", "crossattention", "cross_attn"
 _QKV_PARTS = ("q", "k", "v", "query", "key", "value", "qkv", "c_attn", "in_proj", "kv")
 
 
-def _is_projection(module) -> bool:
+def _is_projection(module: torch.nn.Module) -> bool:
     return isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D"
 
 
@@ -172,7 +172,7 @@ def _is_qkv_name(name: str) -> bool:
     return low in _QKV_PARTS or any(p in _QKV_PARTS or p.startswith(("wq", "wk", "wv")) for p in parts)
 
 
-def _wrapped_projection(module):
+def _wrapped_projection(module: torch.nn.Module) -> Any:
     """``(name, wrapper, linear)`` where a child named like an output projection is not a
     Linear but a module around one (Inkling 2's ``o_proj``: a sigmoid gate of the layer input
     times the heads' outputs, then ``linear``), else None. Its one Linear child not named
@@ -189,14 +189,14 @@ def _wrapped_projection(module):
     return None
 
 
-def _structural_projection(module):
+def _structural_projection(module: torch.nn.Module) -> Any:
     """The one Linear child of an attention module that is not a query/key/value projection
     (by structure: the module's other Linear children all compute q, k or v), else None."""
     rest = [sub for child, sub in module.named_children() if _is_projection(sub) and not _is_qkv_name(child)]
     return rest[0] if len(rest) == 1 else None
 
 
-def _stack_of(name: str, module, encoder_decoder: bool) -> str:
+def _stack_of(name: str, module: torch.nn.Module, encoder_decoder: bool) -> str:
     low = name.lower()
     if getattr(module, "is_cross_attention", False) or any(c in low for c in CROSS_NAMES):
         return "cross"
@@ -205,7 +205,7 @@ def _stack_of(name: str, module, encoder_decoder: bool) -> str:
     return "main"
 
 
-def _projection_of(name: str, module, modules: dict):
+def _projection_of(name: str, module: torch.nn.Module, modules: dict) -> Any:
     """The attention output projection: a child named like one, else (BERT-style, where the
     projection sits in a sibling ``output`` block) the nearest such Linear under the parent."""
     children = {child.lower(): sub for child, sub in module.named_children()}
@@ -232,7 +232,7 @@ def _projection_of(name: str, module, modules: dict):
     return None
 
 
-def _value_of(module):
+def _value_of(module: torch.nn.Module) -> Any:
     children = {child.lower(): sub for child, sub in module.named_children()}
     for child in VALUE_NAMES:
         sub = children.get(child)
@@ -241,7 +241,7 @@ def _value_of(module):
     return None
 
 
-def _causal_model_type(model) -> bool:
+def _causal_model_type(model: Any) -> bool:
     """True for model types transformers offers only as causal LMs (not as masked LMs)."""
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
@@ -252,7 +252,7 @@ def _causal_model_type(model) -> bool:
     return t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and t not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
-def discover_attention(model, causal: Optional[bool] = None) -> dict:
+def discover_attention(model: Any, causal: Optional[bool] = None) -> dict:
     """Find the attention modules of any transformers model by their shape, not their names.
 
     An attention module is the innermost module whose class name ends in ``Attention``
@@ -327,7 +327,7 @@ def discover_attention(model, causal: Optional[bool] = None) -> dict:
 BOOLEAN_MASK_ATTENTION = ("NemotronAsrStreamingEncoderAttention",)
 
 
-def _refuse_boolean_masks(model, modules: list) -> None:
+def _refuse_boolean_masks(model: Any, modules: list) -> None:
     """Raise :class:`UnsupportedModel` when an attention module is one of
     :data:`BOOLEAN_MASK_ATTENTION`: its eager weights, the ones the toolkit captures, are not
     those of the model's own (sdpa) forward."""
@@ -345,7 +345,7 @@ def _refuse_boolean_masks(model, modules: list) -> None:
 HEAD_MIXING_NORMS = ("sub_norm", "groupnorm", "group_norm")
 
 
-def _head_mixer(module) -> Optional[str]:
+def _head_mixer(module: torch.nn.Module) -> Optional[str]:
     """The name of a norm inside an attention module that is not a query/key norm: it acts on
     the heads' outputs together between the attention and the output projection (BitNet's
     ``attn_sub_norm``, differential attention's ``groupnorm``), so the projection's input is
@@ -441,6 +441,6 @@ def supported_architectures() -> list[dict]:
 
 #: families whose layer (block) modules take the residual stream as their first argument,
 #: return it as their output and share no state across layers, so a forward may restart at
-#: any layer from a cached input (probe.analyses.necessity.restart). Not T5 (its relative
+#: any layer from a cached input (probe.tracing.restart). Not T5 (its relative
 #: position bias is computed in layer 0 and passed on) nor BART (encoder-decoder).
 RESTARTABLE_FAMILIES = frozenset({"bert", "distilbert", "gpt2", "llama"})

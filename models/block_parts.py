@@ -23,11 +23,14 @@ router's logits before top-k selection.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional, TYPE_CHECKING
 
 import torch
 
 from .errors import NotApplicable
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["BlockLayout", "LAYOUTS", "layout_of", "part_of", "model_part", "MODEL_PARTS"]
 
@@ -54,7 +57,7 @@ class BlockLayout:
 _PARALLEL = "attention and MLP run in parallel from resid_pre (parallel block): there is no stream between them"
 _POST_NORM = (
     "the block is post-norm: the stream after attention is LayerNorm(resid_pre + attn_out), not a sum; "
-    "read that LayerNorm's output with probe.tracing.trace.ModuleSite"
+    "read that LayerNorm's output with probe.tracing.site_keys.ModuleSite"
 )
 _NO_ROUTER = "the MLP is dense (no experts): there is no router"
 _ROTARY = "rotary position embeddings rotate q and k; nothing is added to the stream"
@@ -187,7 +190,7 @@ LAYOUTS["t5"] = _layout(
 )
 
 
-def _neox(config) -> BlockLayout:
+def _neox(config: Any) -> BlockLayout:
     """GPT-NeoX (Pythia): parallel unless ``use_parallel_residual`` is False."""
     parallel = bool(getattr(config, "use_parallel_residual", True))
     return _layout(
@@ -198,7 +201,7 @@ def _neox(config) -> BlockLayout:
     )
 
 
-def _stablelm(config) -> BlockLayout:
+def _stablelm(config: Any) -> BlockLayout:
     """StableLM: sequential, or parallel (both from ``input_layernorm``) with ``use_parallel_residual``."""
     if getattr(config, "use_parallel_residual", False):
         return _layout(parallel=True, mlp_norm="input_layernorm")
@@ -209,7 +212,7 @@ def _stablelm(config) -> BlockLayout:
 MODEL_PARTS = ("embed", "pos_embed", "ln_final")
 
 
-def layout_of(adapter) -> Optional[BlockLayout]:
+def layout_of(adapter: ModelAdapter) -> Optional[BlockLayout]:
     """The :class:`BlockLayout` of ``adapter``'s model type, or None when no row names it."""
     config = adapter.config
     t = getattr(config, "model_type", None)
@@ -222,12 +225,12 @@ def layout_of(adapter) -> Optional[BlockLayout]:
     return LAYOUTS.get(str(t))
 
 
-def _refuse(adapter, kind: str, why: str) -> NotApplicable:
+def _refuse(adapter: ModelAdapter, kind: str, why: str) -> NotApplicable:
     t = getattr(adapter.config, "model_type", "?")
     return NotApplicable(f"{adapter.name} ({t}) has no site {kind}: {why}")
 
 
-def part_of(adapter, block: torch.nn.Module, kind: str) -> tuple:
+def part_of(adapter: ModelAdapter, block: torch.nn.Module, kind: str) -> tuple:
     """``(module, side)`` of block-level site ``kind`` inside ``block``.
 
     Raises:
@@ -247,7 +250,7 @@ def part_of(adapter, block: torch.nn.Module, kind: str) -> tuple:
         raise _refuse(adapter, kind, f"its block {type(block).__name__} has no {path} (another block layout)") from None
 
 
-def model_part(adapter, kind: str) -> torch.nn.Module:
+def model_part(adapter: ModelAdapter, kind: str) -> torch.nn.Module:
     """The module whose output is model-level site ``kind`` (``embed``, ``pos_embed``,
     ``ln_final``): the first module, outside the blocks, whose name ends in the layout's
     attribute.

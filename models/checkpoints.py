@@ -20,11 +20,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, TYPE_CHECKING
 
 from .errors import InputError
 
 from .fingerprint import weights_fingerprint  # the one fingerprint, as stores record it
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["Checkpoint", "resolve_checkpoints", "load_checkpoint", "weights_fingerprint", "shape_of"]
 
@@ -101,7 +104,7 @@ def resolve_checkpoints(args: Sequence[str]) -> list:
     return out
 
 
-def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu"):
+def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu") -> Any:
     """The :class:`probe.models.adapter.ModelAdapter` of ``checkpoint`` (a zoo directory is
     named ``zoo:<task>`` so the zoo's objectives and evaluation set apply to it)."""
     from .registry import check_device, load_model
@@ -128,7 +131,7 @@ def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu"):
     return adapter
 
 
-def shape_of(adapter) -> dict:
+def shape_of(adapter: ModelAdapter) -> dict:
     """What two checkpoints must share to be compared head by head: family, layers,
     heads, head size and vocabulary size."""
     cfg = getattr(adapter.model, "config", None)

@@ -14,9 +14,10 @@ class InputError(ValueError):
     """Bad input, found by a validator at the boundary; the message says what to do."""
 
 
-class NotApplicable(ValueError):
-    """This analysis or claim does not apply to this input; ``reason`` says why."""
+class NotApplicable(Exception):
+    """This analysis or claim does not apply to this input; ``reason`` says why. Its own
+    kind, not a ``ValueError``: only a handler that names it turns it into *skipped*."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason

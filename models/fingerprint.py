@@ -17,13 +17,15 @@ mixing two models' maps in one store.
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import json
 
 import torch
 
 
-def weights_fingerprint(model) -> str:
+def weights_fingerprint(model: Any) -> str:
     """A 32-hex-digit hash of ``model.state_dict()`` (names, dtypes, shapes and bytes).
 
     Tied weights (one tensor under two names) are hashed under each name; a tensor on a GPU
@@ -41,7 +43,7 @@ def weights_fingerprint(model) -> str:
     return h.hexdigest()[:32]
 
 
-def tokenizer_fingerprint(tokenizer) -> str:
+def tokenizer_fingerprint(tokenizer: Any) -> str:
     """A 16-hex-digit hash of the tokenizer's serialisation (``""`` without a tokenizer)."""
     if tokenizer is None:
         return ""
@@ -66,7 +68,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.blake2b((text + extra).encode("utf-8"), digest_size=8).hexdigest()
 
 
-def forward_dtype(model) -> str:
+def forward_dtype(model: Any) -> str:
     """The dtype the forward runs in: that of the model's floating-point parameters."""
     for p in model.parameters():
         if p.is_floating_point():
@@ -74,7 +76,7 @@ def forward_dtype(model) -> str:
     return "float32"
 
 
-def device_kind(model) -> str:
+def device_kind(model: Any) -> str:
     """``cpu``, ``cuda``, ``mps``…: the kind of device the model's parameters are on."""
     for p in model.parameters():
         return p.device.type

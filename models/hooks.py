@@ -2,7 +2,7 @@
 
 Unlike hook cleanups that pop every hook on a module (including other people's), a
 :class:`HookSet` keeps the handles it created and removes only them, in ``finally``.
-Every reader and editor of a live model is a view of :class:`probe.tracing.trace.Trace`, which
+Every reader and editor of a live model is a view of :class:`probe.tracing.trace_context.Trace`, which
 registers its hooks through this module; the adapter's discovery at load time (which
 attention modules a forward calls, :mod:`probe.models.adapter`) is the one other user,
 on this floor below the trace.
@@ -10,7 +10,7 @@ on this floor below the trace.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Self
 
 import torch
 
@@ -20,7 +20,7 @@ __all__ = ["HookSet", "HookContext"]
 class HookSet:
     """Handles of hooks registered by one capture or intervention."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._handles: list = []
 
     def forward(self, module: torch.nn.Module, fn: Callable, with_kwargs: bool = False) -> None:
@@ -47,7 +47,7 @@ class HookContext:
     def _register(self, hooks: HookSet) -> None:
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self._hooks = HookSet()
         try:
             self._register(self._hooks)
@@ -56,6 +56,6 @@ class HookContext:
             raise
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         self._hooks.remove()
         return False

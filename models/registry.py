@@ -14,12 +14,14 @@ Other prefixes can be added with :func:`register`.
 
 from __future__ import annotations
 
+import os
+
 import contextlib
 import json
 import re
 import logging
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -227,7 +229,7 @@ _LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 _LAYER_KEY = re.compile(r"(?:^|\.)(?:layers?|h|blocks?)\.(\d+)\.")
 
 
-def refuse_partial_load(name: str, config, loading: dict) -> None:
+def refuse_partial_load(name: str, config: Any, loading: dict) -> None:
     """Refuse a model whose weights files lack weights the config asks for (transformers
     would initialise them at random) or hold weights the model has no place for (they
     would be dropped), in one line naming the first key and, where layers are at stake,
@@ -271,7 +273,7 @@ def refuse_partial_load(name: str, config, loading: dict) -> None:
     raise InputError(f"{name!r}: weights of the wrong shape for its config.json ({mismatched[0]})")
 
 
-def refuse_small_embedding(name: str, model, tokenizer) -> None:
+def refuse_small_embedding(name: str, model: Any, tokenizer: Any) -> None:
     """Refuse a tokenizer whose ids reach past the model's input embedding (a vocabulary of
     40,000 over an embedding of 30,522 rows: an ``IndexError`` on the first rare word).
 
@@ -311,7 +313,7 @@ _CONFIG_FIELDS = (
 )
 
 
-def weight_mismatch(source: str, cls, config) -> Optional[str]:
+def weight_mismatch(source: str, cls: Any, config: Any) -> Optional[str]:
     """The first weight whose shape in the folder's safetensors differs from the shape the
     config implies, named with the config's size fields (``None`` when none is found).
 
@@ -411,7 +413,7 @@ def _custom_code_message(name: str, file: str) -> str:
     )
 
 
-def refuse_custom_code(directory) -> None:
+def refuse_custom_code(directory: str | os.PathLike) -> None:
     """Refuse a local model directory whose configs ask for code shipped beside the weights.
 
     transformers runs such code only with ``trust_remote_code=True``, which the toolkit never

@@ -49,12 +49,15 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import torch
 
 from .architectures import RESTARTABLE_FAMILIES
 from .errors import InputError, NotApplicable
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = [
     "SITE_KINDS",
@@ -152,7 +155,7 @@ class Site:
 SiteKey = Union[str, tuple, Site]
 
 
-def parse_site(key: SiteKey, adapter=None) -> Site:
+def parse_site(key: SiteKey, adapter: Optional[ModelAdapter] = None) -> Site:
     """A :class:`Site` from a name (``blocks.0.attn.hook_z``), a ``(kind, layer)`` or
     ``(kind, layer, stack)`` tuple, or a Site. With ``adapter``, the layer and stack are
     checked and the stack resolved to a concrete one.
@@ -205,7 +208,7 @@ def _closest(name: str, names: list) -> str:
     return f"; sites are named like blocks.0.attn.hook_pattern (suffixes: {', '.join(_BY_SUFFIX)})"
 
 
-def site_names(adapter, kind: Optional[str] = None, stack: Optional[str] = None) -> list[str]:
+def site_names(adapter: ModelAdapter, kind: Optional[str] = None, stack: Optional[str] = None) -> list[str]:
     """Every site name of ``adapter``'s ``stack`` (default the main one), or of one kind
     (names only: a site the model's blocks lack is refused when it is traced)."""
     stack = stack or adapter.default_stack
@@ -219,7 +222,7 @@ def site_names(adapter, kind: Optional[str] = None, stack: Optional[str] = None)
     ]
 
 
-def layer_modules(adapter, stack: Optional[str] = None) -> list:
+def layer_modules(adapter: ModelAdapter, stack: Optional[str] = None) -> list:
     """The transformer layer (block) module of each layer, in order: the ancestor of the
     layer's attention module at the path component that is the layer index.
 
@@ -241,7 +244,7 @@ def layer_modules(adapter, stack: Optional[str] = None) -> list:
     return out
 
 
-def site_module(adapter, site: Site) -> torch.nn.Module:
+def site_module(adapter: ModelAdapter, site: Site) -> torch.nn.Module:
     """The module that holds ``site`` (``site.stack`` resolved).
 
     Raises:
@@ -264,7 +267,7 @@ def site_module(adapter, site: Site) -> torch.nn.Module:
     return adapter.head_output_modules(site.stack)[site.layer]
 
 
-def site_side(adapter, site: Site) -> str:
+def site_side(adapter: ModelAdapter, site: Site) -> str:
     """The side of :func:`site_module` that holds ``site``: ``input`` | ``output`` (hooks),
     ``interface`` (inside the attention function), ``result`` (the output projection's
     input, weighted per head)."""
@@ -275,7 +278,7 @@ def site_side(adapter, site: Site) -> str:
     return "output" if site.kind == "v" else site.spec.side
 
 
-def kv_head_of(adapter, head: int, n_kv_heads: Optional[int] = None) -> int:
+def kv_head_of(adapter: ModelAdapter, head: int, n_kv_heads: Optional[int] = None) -> int:
     """The key/value head query head ``head`` reads in grouped-query attention (Ainslie et
     al. 2023): ``head // (n_heads // n_kv_heads)``, as transformers' ``repeat_kv`` repeats.
     ``n_kv_heads`` defaults to the config's (``num_key_value_heads``; 1 for multi-query
@@ -285,7 +288,7 @@ def kv_head_of(adapter, head: int, n_kv_heads: Optional[int] = None) -> int:
     return head // (adapter.n_heads // int(kv or adapter.n_heads))
 
 
-def value_layout(adapter) -> Optional[tuple]:
+def value_layout(adapter: ModelAdapter) -> Optional[tuple]:
     """``(parts, index)`` when the value projection is fused with queries and keys (its
     output split in ``parts`` equal parts, the value being part ``index``), else None."""
     return FUSED_VALUE.get(adapter.family)
@@ -312,7 +315,7 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.reshape(b, s, n_heads, width // n_heads)
 
 
-def supports_restart(adapter, stack: Optional[str] = None) -> bool:
+def supports_restart(adapter: ModelAdapter, stack: Optional[str] = None) -> bool:
     """True when a forward may restart at any layer from a cached residual stream (the
     families of :data:`RESTARTABLE_FAMILIES`, their main stack)."""
     stack = stack or adapter.default_stack
@@ -321,7 +324,7 @@ def supports_restart(adapter, stack: Optional[str] = None) -> bool:
     )
 
 
-def supports_site_restart(adapter, stack: Optional[str] = None) -> bool:
+def supports_site_restart(adapter: ModelAdapter, stack: Optional[str] = None) -> bool:
     """True when a restart may also skip the attention of its layer, from the clean output
     projection input: layer restart is supported, every family in
     :data:`RESTARTABLE_FAMILIES` returns ``(output, weights)`` from its attention module

@@ -44,20 +44,19 @@ _EXPORTS = {
     "capture": "probe.runs.capture",
     "iter_capture": "probe.runs.capture",
     "capture_inputs": "probe.runs.capture",
-    "HeadEdit": "probe.interventions.heads",
     "HeadGates": "probe.interventions.heads",
     "HeadIntervention": "probe.interventions.heads",
     "HeadOutputRecorder": "probe.interventions.heads",
     "ablate_heads": "probe.interventions.heads",
     # the trace core: read / edit any site (probe.models.sites) in one call
     "trace": "probe.tracing.trace",
-    "Trace": "probe.tracing.trace",
+    "Trace": "probe.tracing.trace_context",
     "Cache": "probe.tracing.cache",
-    "Restart": "probe.tracing.trace",
+    "Restart": "probe.tracing.trace_context",
     "run_with_cache": "probe.tracing.trace",
     "run_with_hooks": "probe.tracing.trace",
     "site_names": "probe.models.sites",
-    "available_sites": "probe.tracing.trace",
+    "available_sites": "probe.tracing.site_keys",
     "trace_generate": "probe.tracing.generate",
     "padded_inputs": "probe.inputs.padding",
     "Zero": "probe.tracing.edits",
@@ -72,7 +71,6 @@ _EXPORTS = {
     "WordAttention": "probe.maps",
     "Store": "probe.store.directory",
     "write_store": "probe.store.directory",
-    "AttentionEdit": "probe.interventions.reweighting",
     "AttentionReweighting": "probe.interventions.reweighting",
     "top_k_edges": "probe.inputs.long_inputs",
     "attention_window": "probe.inputs.long_inputs",
@@ -88,7 +86,7 @@ _EXPORTS = {
 __all__ = list(sorted(_EXPORTS))
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'probe' has no attribute {name!r}")
@@ -97,5 +95,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))

@@ -7,9 +7,9 @@
   working; new code catches ``InputError`` only.
 * :class:`NotApplicable` — "this analysis (or claim) does not apply to this input", with
   its ``reason``: the only source of a report section's *skipped* and of a claim's *not
-  tested*. It too subclasses ``ValueError`` (analyses raised ``ValueError`` for it before);
-  the report and the claims catch ``NotApplicable`` by name, and the architecture test
-  allows no handler that turns a plain ``ValueError`` into a status.
+  tested*. It is its own exception (not a ``ValueError``): the report, the claims and the
+  command line catch ``NotApplicable`` by name, and the architecture test allows no handler
+  that turns a plain ``ValueError`` into a status.
 * anything else is a bug: the report marks the section *failed* with the exception's type,
   the command line exits 3 and says to rerun with ``--verbose``.
 

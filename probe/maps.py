@@ -18,7 +18,7 @@ of their own (``keep_special=True``, rows still sum to 1) or are dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -68,7 +68,7 @@ class AttentionMaps:
     meta: dict = field(default_factory=dict)
     validate: bool = field(default=True, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         a = self.attentions
         if not torch.is_tensor(a) or a.dim() != 4:
             raise InputError(
@@ -122,14 +122,17 @@ class AttentionMaps:
     # ---- shape helpers -------------------------------------------------------
     @property
     def n_layers(self) -> int:
+        """Captured layers."""
         return self.attentions.shape[0]
 
     @property
     def n_heads(self) -> int:
+        """Heads per layer (captured)."""
         return self.attentions.shape[1]
 
     @property
     def n_tokens(self) -> int:
+        """Key positions ``n_key``."""
         return self.attentions.shape[-1]
 
     def layer(self, model_layer: int) -> torch.Tensor:
@@ -221,8 +224,17 @@ class WordAttention:
         return self.attentions[:, :, q][:, :, :, k]
 
 
-def _units(tokens, word_ids, special_mask, words, keep_special):
-    """Map each token to a unit index (or -1); return (unit per token, labels, special)."""
+def _units(
+    tokens: Any,
+    word_ids: Any,
+    special_mask: Any,
+    words: Any,
+    keep_special: bool,
+) -> tuple[list[int], list[str], list[bool]]:
+    """Map each token to a unit index (or -1); return (unit per token, labels, special).
+
+    ``tokens`` ``[n]``, ``word_ids`` ``[n]`` (None: a token of no word), ``special_mask``
+    bool ``[n]`` (the key or the query side of a map) and ``words`` (the example's words)."""
     unit_of_token = []
     labels, special = [], []
     word_unit = {}

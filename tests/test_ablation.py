@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.necessity.ablation import plan_forwards, run_rows, sweep_heads, sweep_heads_naive
@@ -14,8 +16,9 @@ from probe.analyses.common.metrics import as_corpus, prepare
 from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.pruning import pruning_curve
 from probe.tracing.hooks import count_hooks
-from probe.analyses.necessity.restart import ResidualCache, RestartFrom
-from probe.interventions.heads import HeadEdit, HeadGates, HeadIntervention
+from probe.tracing.restart import ResidualCache, RestartFrom
+from probe.interventions.heads import HeadGates, HeadIntervention
+from probe.tracing.edits import Patch, Zero
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -150,10 +153,8 @@ def test_every_restart_equals_one_full_forward_per_head(lm_models, family):
             for vals in (None, values):
                 naive = []
                 for h in heads:
-                    edit = (
-                        HeadEdit(layer, h, "zero") if vals is None else HeadEdit(layer, h, "patch", value=vals[:, :, h])
-                    )
-                    with HeadIntervention(a, [edit]):
+                    edit = Zero(head=h) if vals is None else Patch(value=vals[:, :, h], head=h)
+                    with HeadIntervention(a, {layer: edit}):
                         naive.append(metric.score(metric.forward(a, batch), batch))
                 naive = torch.stack(naive)
                 assert (naive - clean).abs().max() > 1e-3
@@ -303,9 +304,9 @@ def test_one_example_gives_no_interval_and_no_significant_head(minilm):
 
 # ---- bad input ----------------------------------------------------------------------
 def test_loss_on_headless_encoder_names_the_metrics_that_apply(minilm):
-    with pytest.raises(ValueError, match="headless encoder.*metrics that apply: embedding-drift"):
+    with pytest.raises(NotApplicable, match="headless encoder.*metrics that apply: embedding-drift"):
         sweep_heads(minilm, TEXTS[:1], "loss")
-    with pytest.raises(ValueError, match="accuracy.*zoo"):
+    with pytest.raises(NotApplicable, match="accuracy.*zoo"):
         sweep_heads(minilm, TEXTS[:1], "accuracy")
     with pytest.raises(
         ValueError, match="unknown metric 'bleu'; known: loss, accuracy, prediction-kl, embedding-drift"

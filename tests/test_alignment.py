@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.paper.alignment import (
@@ -106,9 +108,9 @@ def test_alignment_refuses_bad_input():
         special_mask=[False, False],
         words=("a", "b"),
     )
-    with pytest.raises(ValueError, match="stack='cross'"):
+    with pytest.raises(NotApplicable, match="stack='cross'"):
         cross_word_attention(selfmap)
-    with pytest.raises(ValueError, match="zoo translation models"):
+    with pytest.raises(NotApplicable, match="zoo translation models"):
         zoo_cross_maps("induction", [{"text": "a", "target_text": "b"}])
 
 

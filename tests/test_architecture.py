@@ -259,14 +259,14 @@ def probe_exports() -> dict:
 
 # ---- one trace core, no private imports, errors by kind -------------------------------------
 #: the trace core: the only modules that register hooks on a model, attach attention-interface
-#: sessions or override a module's forward (probe.models.hooks is its primitive, re-exported by
-#: probe.tracing.hooks; the interface path's sessions are defined in probe.tracing.attention_interface and
-#: attached by probe.tracing.trace)
-TRACE_CORE = {"probe.models.hooks", "probe.tracing.hooks", "probe.tracing.trace"}
+#: sessions or override a module's forward (probe.models.hooks is its primitive; the interface
+#: path's sessions are defined in probe.tracing.attention_interface, the trace's own in
+#: probe.tracing.session, and attached by probe.tracing.trace_context)
+TRACE_CORE = {"probe.models.hooks", "probe.tracing.trace_context", "probe.tracing.session"}
 #: mechanisms not yet views of the trace, each for a stated reason; listed so that no *new*
 #: module can hook a model (capture, interventions, reweighting, circuits' paths and layer
 #: identity by call are views of the trace: it dispatches a module several layers share by
-#: call, and any module's input or output is a site, probe.tracing.trace.ModuleSite)
+#: call, and any module's input or output is a site, probe.tracing.site_keys.ModuleSite)
 NOT_YET_TRACE_VIEWS = {
     # the adapter's discovery at load time (which attention modules a forward calls),
     # on the floor below probe.tracing.trace
@@ -311,7 +311,7 @@ def test_only_the_trace_core_registers_hooks():
         if name not in TRACE_CORE | NOT_YET_TRACE_VIEWS | {"probe.tracing.attention_interface"}
         and (uses := _hook_uses(path))
     }
-    assert not bad, "hooks registered outside the trace core (use probe.tracing.trace.Trace):\n" + "\n".join(
+    assert not bad, "hooks registered outside the trace core (use probe.tracing.trace_context.Trace):\n" + "\n".join(
         f"{n}: {u}" for n, u in sorted(bad.items())
     )
     # the interface module defines the session types but attaches nothing itself
@@ -598,8 +598,9 @@ ALLOWED_PLAIN_VALUE_ERRORS = {
     "models/zoo/constructed.py": 1,  # a constructed model's config
     "models/zoo/relay.py": 1,  # the relay model's tokenizer
 }
-#: the classes that subclass ValueError directly: the two kinds, defined once
-ERROR_KINDS = {"models/errors.py": {"InputError", "NotApplicable"}}
+#: the classes that subclass ValueError directly: InputError only (NotApplicable is its own
+#: exception, so no `except ValueError` turns "does not apply" into anything)
+ERROR_KINDS = {"models/errors.py": {"InputError"}}
 
 
 def _plain_value_errors(path: Path) -> tuple:

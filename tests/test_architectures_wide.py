@@ -14,6 +14,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -567,7 +569,8 @@ def test_albert_every_trace_site_by_call(sweep, bert_tokenizer):
     applied to that layer's own input (the model's hidden_states), streamed maps equal eager
     output_attentions per layer, and replacing layer 1's weights leaves layer 0 alone."""
     from probe.runs.capture import AttentionCapture
-    from probe.interventions.reweighting import AttentionEdit, AttentionReweighting
+    from probe.interventions.reweighting import AttentionReweighting
+    from probe.tracing.edits import ReplaceWeights
     from probe.runs.streaming import stream_layers
     from probe.tracing.trace import trace
 
@@ -596,12 +599,12 @@ def test_albert_every_trace_site_by_call(sweep, bert_tokenizer):
 
     with AttentionCapture(adapter) as clean, torch.no_grad():
         out = model(**inputs).last_hidden_state
-    with AttentionReweighting(adapter, [AttentionEdit(1, 2)]), AttentionCapture(adapter) as cap, torch.no_grad():
+    with AttentionReweighting(adapter, {1: ReplaceWeights(head=2)}), AttentionCapture(adapter) as cap, torch.no_grad():
         out1 = model(**inputs).last_hidden_state
     assert torch.equal(cap.layer_tensors()[0], clean.layer_tensors()[0])  # layer 0: untouched
     assert (out1 - out).abs().max() > 1e-4
     given = clean.layer_tensors()[1][:, 2]  # layer 1's own weights given back: nothing changes
-    with AttentionReweighting(adapter, [AttentionEdit(1, 2, mode="given", value=given)]), torch.no_grad():
+    with AttentionReweighting(adapter, {1: ReplaceWeights(head=2, mode="given", weights=given)}), torch.no_grad():
         same = model(**inputs).last_hidden_state
     assert torch.allclose(same, out, atol=1e-5)
 
@@ -618,7 +621,7 @@ def test_albert_residual_sites_refused_in_one_line(bert_tokenizer):
     with pytest.raises(UnsupportedModel, match="'albert'.*2 layers share 1 attention module.*residual") as e:
         ResidualCache(adapter)
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="restart is not supported for tiny-albert"):
+    with pytest.raises(NotApplicable, match="restart is not supported for tiny-albert"):
         RestartFrom(adapter, 1, torch.zeros(1, 4, 32))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.explanation.attributions import METHODS, attribute, baseline_ids
@@ -104,7 +106,7 @@ def test_position_out_of_range_names_the_range(tiny_models):
 def test_class_logit_needs_logits_and_parse_target(tiny_models):
     a = tiny_models["bert"]
     b = a.batch([a.encode("a b")])
-    with pytest.raises(ValueError, match="logits"):
+    with pytest.raises(NotApplicable, match="logits"):
         ClassLogit().aux(a, b["input_ids"], b["attention_mask"])
     assert isinstance(parse_target("logit:1", a), ClassLogit) and parse_target("logit:1", a).label == 1
     assert isinstance(parse_target("loss:-1", a), LMLoss)

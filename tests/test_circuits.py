@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 from probe.analyses.circuits.attribution import edge_attribution
 from probe.analyses.circuits.discovery import circuit_objective, recovery_curve
@@ -181,11 +183,11 @@ def test_bad_edges_and_an_unchanged_corruption_are_refused(bert_tokenizer):
         parse_edge(a, "0.7->out")
     with pytest.raises(ValueError, match="cannot read edge"):
         parse_edge(a, "0.0=>1.1")
-    with pytest.raises(ValueError, match="does not change"):
+    with pytest.raises(NotApplicable, match="does not change"):
         path_patch(a, CLEAN, CLEAN, SimilarityMetric(CORRUPT), [Edge(0, 0, -1, -1, "out")])
-    with pytest.raises(ValueError, match="does not change"):
+    with pytest.raises(NotApplicable, match="does not change"):
         edge_attribution(a, CLEAN, CLEAN, SimilarityMetric(CORRUPT))
-    with pytest.raises(ValueError, match="not a pre-LayerNorm decoder"):
+    with pytest.raises(NotApplicable, match="not a pre-LayerNorm decoder"):
         circuit_objective(_tiny(bert_tokenizer, "bert"), CLEAN, CORRUPT, SimilarityMetric(CORRUPT), [[]])
     assert count_hooks(a.model) == 0
 
@@ -577,7 +579,7 @@ def test_head_curve_on_a_post_ln_encoder_finds_the_heads_that_write(bert_tokeniz
     assert f[0] == pytest.approx(0) and f[4] == pytest.approx(1, abs=1e-5) and f[-1] == pytest.approx(1)
     assert np.abs(hc.nodes.set_index(["layer", "head"]).drop(index=list(live))["score"]).max() == 0
     assert abs(f[3] - 1) > 0.01  # the fourth writing head matters (faithfulness can overshoot 1)
-    with pytest.raises(ValueError, match="not a pre-LayerNorm decoder"):
+    with pytest.raises(NotApplicable, match="not a pre-LayerNorm decoder"):
         circuit_objective(a, CLEAN, CORRUPT, m, [[]])
     assert count_hooks(a.model) == 0
 

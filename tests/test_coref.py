@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from conftest import make_maps
@@ -77,7 +79,7 @@ def test_windows_candidates_settings_and_agreement():
     assert them.candidates == (0, 3, 5) and them.correct == (False, True, False)
     assert them.candidates[them.nearest_agreeing] == 3  # "She" is nearer but singular
     assert coref_windows([S1, S2], NUM, context=0) == []  # no antecedent inside one sentence
-    with pytest.raises(ValueError, match="no coreference annotation"):
+    with pytest.raises(NotApplicable, match="no coreference annotation"):
         coref_windows([sent(["a"], [0], ["X"], [None])])
 
 
@@ -107,7 +109,7 @@ def test_closed_form_antecedent_and_nearest_maps():
     assert df.loc[("all", "nearest_mention"), "accuracy"] == 0.0
     # agreement rescues both: She→Mary (Sing), them→boys (Plur, skipping the nearer "She")
     assert df.loc[("all", "nearest_agreeing"), "accuracy"] == 1.0
-    with pytest.raises(ValueError, match="no pronoun"):
+    with pytest.raises(NotApplicable, match="no pronoun"):
         coref_accuracy([])
 
 

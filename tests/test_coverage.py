@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 TEXTS = ["The cat sat on the mat.", "A much longer sentence, with commas, that makes the batch ragged and padded."]
@@ -199,7 +201,8 @@ def check_ablation(adapter, layer: int = 1, head: int = 2) -> dict:
     head's weights × values located among the projection's input columns), never from the
     adapter's head size. Compared on the stack's own output (the encoder's, for
     encoder-decoders), real positions only."""
-    from probe.interventions.heads import HeadEdit, HeadIntervention
+    from probe.interventions.heads import HeadIntervention
+    from probe.tracing.edits import Zero
 
     inputs, _ = _inputs(adapter)
     stack = adapter.default_stack
@@ -225,7 +228,7 @@ def check_ablation(adapter, layer: int = 1, head: int = 2) -> dict:
         handle.remove()
     result = {"effect": (run() - want)[valid].abs().max().item(), "source": where["source"]}  # it changed something
     for path in ("auto", "hooks"):
-        with HeadIntervention(adapter, [HeadEdit(layer, head)], stack=stack, path=path):
+        with HeadIntervention(adapter, {layer: Zero(head=head)}, stack=stack, path=path):
             result[path] = (run() - want)[valid].abs().max().item()
     return result
 
@@ -274,7 +277,7 @@ def test_generic_discovery_names_stacks_and_projections(bert_tokenizer):
     bloom = build("bloom", bert_tokenizer)
     assert bloom.arch == "decoder" and bloom.head_output_modules()[0] is bloom.model.h[0].self_attention.dense
     phi = build("phi3", bert_tokenizer)
-    with pytest.raises(ValueError, match="fused"):
+    with pytest.raises(NotApplicable, match="fused"):
         phi.value_modules()  # q|k|v in one projection: no separate value module
 
 
@@ -284,21 +287,22 @@ def test_interface_intervention_leaves_nothing_attached(bert_tokenizer):
     stand-by projection hook)."""
     from probe.tracing.attention_interface import active_sessions
     from probe.tracing.hooks import count_hooks
-    from probe.interventions.heads import HeadEdit, HeadIntervention
+    from probe.interventions.heads import HeadIntervention
+    from probe.tracing.edits import Scale
 
     adapter = build("llama", bert_tokenizer)
     model = adapter.model
     inputs, _ = _inputs(adapter)
     with pytest.raises(RuntimeError, match="boom"):
-        with HeadIntervention(adapter, [HeadEdit(1, 2, mode="scale", scale=2.0)]):
+        with HeadIntervention(adapter, {1: Scale(2.0, head=2)}):
             assert active_sessions(model) == 1 and count_hooks(model) == 1
             raise RuntimeError("boom")
     assert active_sessions(model) == 0 and count_hooks(model) == 0
     assert model.config._attn_implementation == "sdpa"
     with torch.no_grad():
-        with HeadIntervention(adapter, [HeadEdit(1, 2, mode="scale", scale=2.0)], path="interface"):
+        with HeadIntervention(adapter, {1: Scale(2.0, head=2)}, path="interface"):
             once = model(**inputs).last_hidden_state
-        with HeadIntervention(adapter, [HeadEdit(1, 2, mode="scale", scale=2.0)], path="hooks"):
+        with HeadIntervention(adapter, {1: Scale(2.0, head=2)}, path="hooks"):
             hooked = model(**inputs).last_hidden_state
     valid = inputs["attention_mask"].bool()
     assert (once - hooked)[valid].abs().max() < 1e-5  # scaled by 2, not by 4
@@ -327,7 +331,8 @@ def test_reweighting_uniform_permute_given(bert_tokenizer):
     """Attention reweighting on a causal GQA model: uniform rows are 1/(i+1); a permutation
     keeps each row's values and the causal mask; given = own weights changes nothing."""
     from probe.runs.capture import AttentionCapture
-    from probe.interventions.reweighting import AttentionEdit, AttentionReweighting
+    from probe.interventions.reweighting import AttentionReweighting
+    from probe.tracing.edits import ReplaceWeights
 
     adapter = build("llama", bert_tokenizer)
     inputs, lengths = _inputs(adapter)
@@ -337,7 +342,7 @@ def test_reweighting_uniform_permute_given(bert_tokenizer):
     n = lengths["encoder"][0]
     for mode, value in (("uniform", None), ("permute", None), ("given", own)):
         with (
-            AttentionReweighting(adapter, [AttentionEdit(1, 2, mode, value=value)]),
+            AttentionReweighting(adapter, {1: ReplaceWeights(head=2, mode=mode, weights=value)}),
             AttentionCapture(adapter, layers=[1]) as cap,
             torch.no_grad(),
         ):
@@ -354,7 +359,7 @@ def test_reweighting_uniform_permute_given(bert_tokenizer):
             assert _delta(out, clean, inputs) > 1e-4
         assert torch.allclose(cap.layer_tensors()[1][:, 0], own.new_tensor(0) + cap.layer_tensors()[1][:, 0])
     with pytest.raises(ValueError, match="interface"):
-        AttentionReweighting(build("bloom", bert_tokenizer), [AttentionEdit(0, 0)])
+        AttentionReweighting(build("bloom", bert_tokenizer), {0: ReplaceWeights(head=0)})
 
 
 def coverage_rows(tokenizer=None) -> list[dict]:

@@ -20,6 +20,7 @@ def test_kinds_are_told_apart(tiny_models):
     assert is_input_error(InputError("bad --limit")) and isinstance(InputError("x"), ValueError)
     assert is_input_error(NotApplicable("needs a treebank"))
     assert NotApplicable("needs a treebank").reason == "needs a treebank"
+    assert not isinstance(NotApplicable("x"), ValueError)  # its own kind: no `except ValueError` skips
     bad_head = _raised(lambda: tiny_models["bert"].check_head(9, 0))  # the toolkit's own validator
     assert isinstance(bad_head, InputError) and is_input_error(bad_head)
     assert not is_input_error(_raised(lambda: np.zeros(3).reshape(2, 2)))  # numpy's ValueError: a bug

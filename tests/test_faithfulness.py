@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.explanation.agreement import agreement
@@ -55,7 +57,7 @@ def test_agreement_uses_magnitudes_and_counts_significance_share():
 
 def test_too_few_words_for_a_significance_test_says_so():
     att, attr = [_set(0, [[1, 2, 3, 4]])], [_set(0, [[1, 2, 3, 4]])]
-    with pytest.raises(ValueError, match="too few examples for a significance test"):
+    with pytest.raises(NotApplicable, match="too few examples for a significance test"):
         agreement(att, attr)
     long = [_set(1, [np.arange(6.0)])]
     res = agreement(att + long, attr + long)

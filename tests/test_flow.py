@@ -6,6 +6,8 @@ import itertools
 
 import numpy as np
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.flow.attention_flow import adjusted_attention, attention_flow, flow_graph, flow_maps
@@ -227,7 +229,7 @@ def test_long_inputs_warn_with_an_estimated_time_before_starting():
     ],
 )
 def test_bad_maps_are_rejected(bad, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(NotApplicable, match=match):
         attention_flow(bad)
 
 

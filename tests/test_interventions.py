@@ -129,3 +129,34 @@ def test_no_hook_left_after_intervened_forward_raises(tiny_models):
         with ablate_heads(adapter, [(0, 1)]), HeadOutputRecorder(adapter):
             adapter.model(input_ids=torch.tensor([[1, 10**9]]))
     assert count_hooks(adapter.model) == before
+
+
+def test_head_intervention_takes_the_trace_edits(tiny_models):
+    """One edit vocabulary: the trace's edits at a layer's z site; several per layer in order;
+    gates at 0 on one head equal zeroing it; anything else is refused in one line."""
+    from probe.errors import InputError
+    from probe.interventions.heads import HeadIntervention
+    from probe.tracing.edits import Gate, Mean, Scale, Zero
+
+    adapter = tiny_models["bert"]
+    with HeadIntervention(adapter, {1: Zero(head=2)}):
+        zeroed = run(adapter)
+    with HeadIntervention(adapter, {1: [Scale(3.0, head=2), Scale(0.0, head=2)]}):
+        scaled = run(adapter)
+    means = head_output_means(adapter, TEXTS)
+    with HeadIntervention(adapter, {1: [Zero(head=2), Mean(value=means[1, 2], head=2)]}):  # in order: the mean last
+        in_order = run(adapter)
+    with ablate_heads(adapter, [(1, 2)], mode="mean", means=means):
+        mean_ablated = run(adapter)
+    assert torch.allclose(in_order, mean_ablated, atol=1e-6) and (in_order - zeroed).abs().max() > 1e-5
+    gates = torch.ones(2, 4)
+    gates[1, 2] = 0.0
+    with HeadIntervention(adapter, {layer: Gate(gates=gates, layer=layer) for layer in range(2)}, path="hooks"):
+        gated = run(adapter)
+    expected = run(without_head_slice(adapter, 1, 2))
+    for out in (zeroed, scaled, gated):
+        assert torch.allclose(out, expected, atol=1e-5)
+    with pytest.raises(InputError, match="an Edit"):
+        HeadIntervention(adapter, {1: "zero"})
+    with pytest.raises(InputError, match=r"heads 0\.\.3"):
+        HeadIntervention(adapter, {1: Zero(head=9)})

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.common.objective import resolve_objective
@@ -70,7 +72,7 @@ def test_an_objective_that_does_not_fit_is_refused_before_any_forward(minilm, sa
         raise AssertionError("the model ran")
 
     monkeypatch.setattr(minilm.model, "forward", boom)
-    with pytest.raises(ValueError, match="next-token-loss.*objectives that fit it: .*similarity-structure"):
+    with pytest.raises(NotApplicable, match="next-token-loss.*objectives that fit it: .*similarity-structure"):
         resolve_objective("next-token-loss", minilm, sample)
     with pytest.raises(ValueError, match="unknown objective"):
         resolve_objective("bleu", minilm, sample)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.paper.paper_heads import SENTENCES, find_word, paper_rankings, rank_heads, top_heads
@@ -82,7 +84,7 @@ def test_rank_heads_refuses_bad_input():
         query_word_ids=(None, 0),
         query_words=("x",),
     )
-    with pytest.raises(ValueError, match="probe.analyses.paper.alignment"):
+    with pytest.raises(NotApplicable, match="probe.analyses.paper.alignment"):
         rank_heads(cross, "a", "x")
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.patching import corrupt_zoo, patch_heads
-from probe.interventions.heads import HeadEdit, HeadIntervention, HeadOutputRecorder
+from probe.interventions.heads import HeadIntervention, HeadOutputRecorder
+from probe.tracing.edits import Patch
 
 CLEAN = ["The cat sat on the mat today.", "A dog barked at the old man."]
 CORRUPT = ["The dog ran to the car today.", "A cat hissed at the young boy."]
@@ -40,8 +43,8 @@ def test_patching_equals_one_forward_per_head(gpt2_lm):
         with HeadOutputRecorder(a) as rec:
             ref = metric.reference(metric.forward(a, cb), cb)
         for j, (layer, head) in enumerate(res.heads):
-            edit = HeadEdit(layer, head, "patch", value=rec.outputs[layer][:, :, head])
-            with HeadIntervention(a, [edit]):
+            edit = Patch(value=rec.outputs[layer][:, :, head], head=head)
+            with HeadIntervention(a, {layer: edit}):
                 s = metric.score(metric.forward(a, kb), kb, ref)
             np.testing.assert_allclose(res.patched[j], s.numpy(), atol=1e-5)
     assert np.allclose(res.clean, 0, atol=1e-6) and (res.corrupted > 1e-3).all()
@@ -93,12 +96,12 @@ def test_group_bad_input(gpt2_lm):
         ablate_group(gpt2_lm, CLEAN, [], "loss")
     with pytest.raises(ValueError, match="head"):
         ablate_group(gpt2_lm, CLEAN, [(0, 9)], "loss")
-    with pytest.raises(ValueError, match="does not change"):
+    with pytest.raises(NotApplicable, match="does not change"):
         patch_group(gpt2_lm, CLEAN, CLEAN, [(0, 1)], "loss")
 
 
 def test_patching_a_pair_with_itself_is_undefined_and_lengths_must_match(gpt2_lm):
-    with pytest.raises(ValueError, match="does not change"):
+    with pytest.raises(NotApplicable, match="does not change"):
         patch_heads(gpt2_lm, CLEAN, CLEAN, "embedding-drift")
     with pytest.raises(ValueError, match="pair 0: .*different lengths"):
         patch_heads(gpt2_lm, CLEAN, ["A short one.", CORRUPT[1]], "embedding-drift")

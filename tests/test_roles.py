@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 from conftest import all_on, identity, make_maps, previous_token, uniform
 
@@ -281,7 +283,7 @@ def test_bad_input(caplog):
         kind="cross",
         query_tokens=["x", "y"],
     )
-    with pytest.raises(ValueError, match="cross-attention"):
+    with pytest.raises(NotApplicable, match="cross-attention"):
         head_roles([cross])
     other = make_maps(four_heads()[:, :2], **BERTISH)
     with pytest.raises(ValueError, match="one model's capture"):

@@ -6,6 +6,8 @@ import json
 import math
 
 import pytest
+
+from probe.errors import NotApplicable
 import torch
 
 from probe.analyses.flow.rollout import combine_heads, residual_adjust, rollout, rollout_batch, rollout_maps
@@ -129,7 +131,7 @@ def test_rollout_maps_default_for_causal_is_last_token():
     ],
 )
 def test_bad_maps_are_rejected_with_the_reason(bad, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(NotApplicable, match=match):
         rollout(bad)
 
 

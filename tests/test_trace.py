@@ -188,7 +188,7 @@ def test_edits_on_chosen_rows_and_nested_traces(tiny_models):
     assert torch.allclose(out[0], adapter(text[:1]).last_hidden_state[0], atol=1e-6)
     assert torch.allclose(out[1], single[0], atol=1e-6)
     with_outer = trace(adapter, text[:1], read=["blocks.1.attn.hook_z"])
-    from probe.tracing.trace import Trace
+    from probe.tracing.trace_context import Trace
 
     with Trace(adapter, read=["blocks.1.attn.hook_z"]) as outer:
         inner = trace(adapter, text[:1], edit={"blocks.0.attn.hook_z": Zero(head=1)}, read=["blocks.1.attn.hook_z"])
@@ -224,7 +224,7 @@ def test_the_old_mechanisms_are_views_of_the_trace(tiny_models):
     """The differential tests (sweep vs naive loop, restart vs full forward) run through these,
     so they test the trace core (capture and the head interventions: see tests/test_architecture.py)."""
     from probe.tracing.restart import ResidualCache, RestartFrom
-    from probe.tracing.trace import Trace
+    from probe.tracing.trace_context import Trace
 
     for cls in (ResidualCache, RestartFrom):
         assert issubclass(cls, Trace), cls
@@ -235,7 +235,7 @@ def test_the_old_mechanisms_are_views_of_the_trace(tiny_models):
 def test_module_site_reads_and_edits_any_module(tiny_models, family):
     """A module's output read through the trace equals transformers' own hidden state; an
     edit of it changes the forward exactly as the same edit by a plain torch hook."""
-    from probe.tracing.trace import ModuleSite
+    from probe.tracing.site_keys import ModuleSite
 
     adapter = tiny_models[family]
     ref = eager_reference(adapter, TEXTS)

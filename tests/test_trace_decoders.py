@@ -16,7 +16,8 @@ from probe.errors import InputError, NotApplicable
 from probe.models import ModelAdapter
 from probe.models.sites import kv_head_of
 from probe.inputs.padding import padded_inputs
-from probe.tracing.trace import ModuleSite, trace
+from probe.tracing.site_keys import ModuleSite
+from probe.tracing.trace import trace
 from probe.tracing.generate import trace_generate
 from probe.tracing.edits import Zero
 

@@ -73,6 +73,7 @@ class AttributionResult:
 def _embeddings(adapter, metric, batch) -> torch.Tensor:
     with torch.no_grad(), EmbeddingRecorder(adapter) as rec:
         metric.forward(adapter, batch)
+    assert rec.value is not None  # the forward ran the embedding
     return rec.value
 
 
@@ -125,6 +126,7 @@ def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: di
         for j, (l, slot, c) in enumerate(receivers):
             rows = slice(j * b, (j + 1) * b)
             if c == OUTPUT:  # the output's input: the final representation
+                assert fin.value is not None  # read by the forward above
                 x = fin.value[rows]
                 objective = objective + (x * grads[OUTPUT].to(x.dtype)).sum()
             else:

@@ -76,7 +76,7 @@ def attribute_change(
     """
     from probe.analyses.common.objective import resolve_objective
     from probe.tracing.edits import Patch
-    from probe.tracing.trace import Trace
+    from probe.tracing.trace_context import Trace
 
     if (adapter_a.n_layers, adapter_a.n_heads) != (adapter_b.n_layers, adapter_b.n_heads):
         raise InputError(

@@ -184,7 +184,7 @@ def permutation_effects(
     from probe.tracing.edits import Patch
     from probe.models.sites import supports_site_restart
     from probe.tracing.restart import RestartFrom
-    from probe.tracing.trace import Trace
+    from probe.tracing.trace_context import Trace
 
     encodings = list(encodings)
     if not encodings:

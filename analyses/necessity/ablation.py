@@ -9,7 +9,7 @@ over the corpus, here taken separately for word and special-token positions (the
 Batched by the one sweep (:mod:`probe.analyses.necessity.sweep`): for each chunk of ``b``
 examples and each layer ``l``, forwards carry the ablation of every swept head of layer
 ``l`` (``k`` heads → ``k·b`` rows, row ``j·g + i`` = example ``i`` of a group of ``g`` with
-head ``j`` ablated, through per-row :class:`probe.interventions.heads.HeadEdit` s) and start from
+head ``j`` ablated, through per-row :class:`probe.tracing.edits.Zero` / :class:`~probe.tracing.edits.Patch` edits) and start from
 the clean run of that chunk (:mod:`probe.tracing.restart`), so layers before the ablated one are
 not recomputed:
 
@@ -58,7 +58,8 @@ from probe.analyses.necessity.sweep import (
     trimmable,
 )
 from probe.errors import InputError
-from probe.interventions.heads import HeadEdit, HeadIntervention, HeadOutputRecorder
+from probe.interventions.heads import HeadIntervention, HeadOutputRecorder
+from probe.tracing.edits import Edit, Patch, Zero
 
 log = logging.getLogger(__name__)
 
@@ -420,11 +421,12 @@ def sweep_heads_naive(
         ref = metric.reference(out, batch)
         clean[idx] = metric.score(out, batch, ref).double().cpu().numpy()
         for j, (layer, head) in enumerate(heads):
+            edit: Edit
             if means is None:
-                edit = HeadEdit(layer, head, "zero")
+                edit = Zero(head=head)
             else:
-                edit = HeadEdit(layer, head, "patch", value=row_values(means, layer, batch)[:, :, head])
-            with HeadIntervention(adapter, [edit], stack=stack):
+                edit = Patch(value=row_values(means, layer, batch)[:, :, head], head=head)
+            with HeadIntervention(adapter, {layer: edit}, stack=stack):
                 out = metric.forward(adapter, batch)
             ablated[j, idx] = metric.score(out, batch, ref).double().cpu().numpy()
     return sweep_result(heads, clean, ablated, mode, metric.name, "naive loop", n_boot, confidence, seed)

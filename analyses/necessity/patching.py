@@ -31,7 +31,7 @@ from probe.analyses.necessity.ablation import check_heads, run_rows
 from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import get_metric
-from probe.analyses.necessity.restart import ResidualCache, supports_restart
+from probe.tracing.restart import ResidualCache, supports_restart
 from probe.errors import InputError, NotApplicable
 from probe.interventions.heads import HeadOutputRecorder
 

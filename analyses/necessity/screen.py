@@ -12,7 +12,7 @@ output at a position of the same kind — the values of
     ΔR_i,h ≈ ∂R_i/∂α_i,h   with   z_h ← z_h + α_i,h (r_h − z_h),  α = 0
 
 One forward with a zero ``α`` per example, head and mode at every layer's ``hook_z``
-(through the one trace, :class:`probe.tracing.trace.Trace`) and one backward of ``Σ_i R_i`` give
+(through the one trace, :class:`probe.tracing.trace_context.Trace`) and one backward of ``Σ_i R_i`` give
 ``∂R_i/∂α_i,h = g_i,h · (r_h − z_h)`` (summed over positions and ``head_dim``) for every
 head, example and mode at once: the rows of a batch do not interact, so the gradient of
 the sum with respect to row ``i``'s ``α`` is row ``i``'s own.
@@ -71,7 +71,7 @@ from probe.runs.blocks import InProcess, Part
 from probe.tracing.edits import Apply
 from probe.errors import InputError
 from probe.models.sites import Site
-from probe.tracing.trace import Trace
+from probe.tracing.trace_context import Trace
 
 __all__ = [
     "SCREEN_MODES",

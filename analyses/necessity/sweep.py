@@ -8,11 +8,11 @@ run, so the single-head ablation (:mod:`probe.analyses.necessity.ablation`, Mich
 2019) and the claims' removals in five modes (:mod:`probe.analyses.claims.removal`, Wang et
 al. 2022 for mean-ablation) share it:
 
-* **one clean forward** per batch reads, through one :class:`probe.tracing.trace.Trace`, the head
+* **one clean forward** per batch reads, through one :class:`probe.tracing.trace_context.Trace`, the head
   outputs ``z`` and values ``v`` the replacements are made from and the residual stream
   entering each layer;
 * **row replication**: a forward carries ``k`` units × ``b`` examples (row ``j·b + i`` is
-  example ``i`` with unit ``j`` removed, per-row :class:`probe.interventions.heads.HeadEdit` s);
+  example ``i`` with unit ``j`` removed, per-row :class:`probe.tracing.edits.Zero` / :class:`~probe.tracing.edits.Patch` edits);
 * **restart** (:class:`probe.tracing.restart.RestartFrom`): units are grouped by their first
   layer, and their forwards start there from the cached clean stream, so layers before it
   are not recomputed; a group of one layer's heads in eval mode starts at that layer's
@@ -37,10 +37,11 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from probe.analyses.common.metrics import MetricBatch
-from probe.interventions.heads import HeadEdit, HeadIntervention
+from probe.interventions.heads import HeadIntervention
 from probe.models.sites import Site, supports_restart, supports_site_restart
 from probe.tracing.restart import RestartFrom
-from probe.tracing.trace import Trace
+from probe.tracing.edits import Edit, Patch, Zero
+from probe.tracing.trace_context import Trace
 
 __all__ = [
     "MAX_TOKENS",
@@ -227,15 +228,15 @@ def sweep_batch(
             sub = take(batch, rows, length)
             chosen = members[part]
             k, n = len(chosen), len(examples)
-            edits = []
+            edits: dict[int, list[Edit]] = {}
             for slot, j in enumerate(chosen):
                 rows_of_unit = tuple(range(slot * n, (slot + 1) * n))
                 for layer, h in units[j]:
                     v = values[j][layer]
-                    edits.append(
-                        HeadEdit(layer, h, "zero", rows=rows_of_unit)
+                    edits.setdefault(layer, []).append(
+                        Zero(head=h, rows=rows_of_unit)
                         if v is None
-                        else HeadEdit(layer, h, "patch", value=cut(v, rows, length)[:, :, h], rows=rows_of_unit)
+                        else Patch(value=cut(v, rows, length)[:, :, h], head=h, rows=rows_of_unit)
                     )
             big = sub.repeat(k)
             with ExitStack() as st:

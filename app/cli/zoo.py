@@ -61,7 +61,7 @@ def train_cmd(
         )
     from probe.app.registry.outdir import OutDir
 
-    schedule = ()
+    schedule: tuple | list = ()
     if checkpoint_every is not None or n_checkpoints is not None:
         total = zoo.task_module(spec).STEPS if steps is None else steps
         schedule = zoo.checkpoint_schedule(stop_after or total, every=checkpoint_every, n=n_checkpoints)

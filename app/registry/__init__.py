@@ -126,8 +126,9 @@ class Analysis:
     Attributes:
         name: the command name (``probe <name>``) and the report section name.
         title: one line: the heading in the report and the command's short help.
-        run: ``run(ctx: Context) -> Result``; raise ``ValueError`` (or
-            :class:`SkipAnalysis`) when the input does not allow it.
+        run: ``run(ctx: Context) -> Result``; raise :class:`probe.errors.NotApplicable`
+            (or :class:`SkipAnalysis`) when the input does not allow it (an
+            :class:`probe.errors.InputError` for bad input).
         needs: keys of :data:`NEEDS`.
         params: the :class:`Param` s of ``run`` (read as ``ctx.params[name]``).
         help: the longer ``--help`` text (default: ``title``).

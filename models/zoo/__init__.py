@@ -21,6 +21,7 @@ GRU encoder-decoder with additive attention (``card["family"] == "gru-attention"
 
 from __future__ import annotations
 
+
 import importlib
 import logging
 import shutil
@@ -70,7 +71,7 @@ class ZooModel:
     extra: dict = field(default_factory=dict)
 
 
-def task_module(task: str):
+def task_module(task: str) -> Any:
     """The module implementing ``task``; ``ValueError`` listing known tasks otherwise."""
     name = task[4:] if isinstance(task, str) and task.startswith("zoo:") else task
     if name not in _MODULES:
@@ -157,7 +158,7 @@ def train(
     steps: Optional[int] = None,
     seed: Optional[int] = None,
     force: bool = False,
-    checkpoints=(),
+    checkpoints: Any = (),
     batch_size: Optional[int] = None,
     stop_after: Optional[int] = None,
 ) -> dict:
@@ -199,7 +200,7 @@ def train(
     t0 = time.perf_counter()
     tok_box: dict = {}
 
-    def save_checkpoint(done: int, model) -> None:
+    def save_checkpoint(done: int, model: Any) -> None:
         if done in schedule:
             where = checkpoint_dir(out, done)
             where.mkdir(parents=True, exist_ok=True)
@@ -251,7 +252,7 @@ def train(
     return card
 
 
-def _checkpoint_card(mod, seed: int, steps: int, done: int, settings: dict) -> dict:
+def _checkpoint_card(mod: Any, seed: int, steps: int, done: int, settings: dict) -> dict:
     """The card of a checkpoint: what made it and after how many of the run's steps."""
     card = {
         "task": mod.TASK,

@@ -22,7 +22,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Self, Sequence
 
 import torch
 
@@ -42,7 +42,7 @@ def word_tokenizer(
     template: str | None = None,
     roles: dict | None = None,
     max_length: int = 64,
-):
+) -> Any:
     """A word-level fast tokenizer: one token per whitespace-separated word.
 
     Args:
@@ -87,12 +87,12 @@ class one_thread:
     on a shared machine (two spinning OpenMP threads made training 10× slower there).
     """
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self.n = torch.get_num_threads()
         torch.set_num_threads(1)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         torch.set_num_threads(self.n)
         return False
 
@@ -100,7 +100,7 @@ class one_thread:
 BERT_SPECIALS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
 
 
-def bert_word_tokenizer(vocab, specials, max_length: int):
+def bert_word_tokenizer(vocab: Sequence[str], specials: Sequence[str], max_length: int) -> Any:
     """A word-level tokenizer framing each input as ``[CLS] … [SEP]`` (the encoder tasks)."""
     return word_tokenizer(vocab, specials, template="[CLS] $A [SEP]", roles=dict(BERT_SPECIALS), max_length=max_length)
 
@@ -135,7 +135,7 @@ def train_loop(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     warmup = min(warmup, max(1, steps // 5))
 
-    def schedule(s):
+    def schedule(s: int) -> float:
         if s < warmup:
             return (s + 1) / warmup
         return 0.5 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))) * 0.95 + 0.05
@@ -155,7 +155,7 @@ class StopTraining(Exception):
     run's: the first steps of a long run, for training dynamics in a short time)."""
 
 
-def _visit(on_step, done: int, model) -> None:
+def _visit(on_step: Optional[Callable], done: int, model: Any) -> None:
     """Call ``on_step(done, model)`` with the model in eval mode, then back to training."""
     if on_step is None:
         return
@@ -164,14 +164,36 @@ def _visit(on_step, done: int, model) -> None:
     model.train()
 
 
-def _run(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_step=None):
+def _run(
+    model: Any,
+    opt: Any,
+    sched: Any,
+    batch_fn: Callable,
+    loss_fn: Callable,
+    steps: int,
+    clip: float,
+    log_every: int,
+    t0: float,
+    on_step: Optional[Callable] = None,
+) -> Any:
     try:
         return _steps(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_step)
     except StopTraining as stop:
         return stop.args[0] if stop.args else None
 
 
-def _steps(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_step):
+def _steps(
+    model: Any,
+    opt: Any,
+    sched: Any,
+    batch_fn: Callable,
+    loss_fn: Callable,
+    steps: int,
+    clip: float,
+    log_every: int,
+    t0: float,
+    on_step: Optional[Callable],
+) -> Any:
     running = None
     _visit(on_step, 0, model)
     for step in range(steps):
@@ -189,7 +211,7 @@ def _steps(model, opt, sched, batch_fn, loss_fn, steps, clip, log_every, t0, on_
     return running
 
 
-def fresh_sampler(generate: Callable[[int, int], list], avoid: Iterable[str], seed: int):
+def fresh_sampler(generate: Callable[[int, int], list], avoid: Iterable[str], seed: int) -> Callable[[int], list]:
     """Return ``sample(n) -> list[dict]`` drawing training examples from ``generate``
     with successive seeds derived from ``seed``, skipping any whose ``text`` is in
     ``avoid`` (the held-out set), so that held-out accuracy is on unseen examples."""
@@ -213,7 +235,7 @@ def _key(example: dict) -> str:
 
 # --------------------------------------------------------------------------- cards / io
 @torch.no_grad()
-def token_accuracy(model, tok, examples, encode: Callable, batch_size: int = 256) -> float:
+def token_accuracy(model: Any, tok: Any, examples: Sequence[dict], encode: Callable, batch_size: int = 256) -> float:
     """Per-token accuracy of a token classifier over the positions whose label is not
     −100; ``encode(tok, examples) -> (encoding, labels [batch, seq])``."""
     correct = total = 0
@@ -276,13 +298,13 @@ def check_safetensors(path: Path) -> None:
         raise InputError(f"weights file {path} is corrupted or truncated: {e}") from None
 
 
-def save_hf(model, tokenizer, directory: Path) -> None:
+def save_hf(model: Any, tokenizer: Any, directory: Path) -> None:
     """Save a Hugging Face model (safetensors) and its tokenizer in ``directory``."""
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
 
 
-def load_hf(model_class, directory: Path, **kwargs):
+def load_hf(model_class: Any, directory: str | os.PathLike, **kwargs: Any) -> tuple:
     """Load a Hugging Face model and tokenizer saved by :func:`save_hf` (eval mode,
     eager attention so that attention weights can be returned)."""
     from transformers import PreTrainedTokenizerFast

@@ -22,7 +22,9 @@ Metric: classification accuracy.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+
+from typing import Any, Iterable, Optional, Sequence
 import random
 
 import torch
@@ -84,7 +86,7 @@ CONFIG: dict[str, Any] = dict(
 )
 
 
-def _np(rng, words, number=None):
+def _np(rng: random.Random, words: Sequence[str], number: Optional[int] = None) -> tuple:
     """``the (ADJ) N``; returns (words, noun offset, number)."""
     g = GENERATOR
     num = rng.randint(0, 1) if number is None else number
@@ -95,15 +97,15 @@ def _np(rng, words, number=None):
     return out, len(out) - 1, num
 
 
-def _sentence(rng):
+def _sentence(rng: random.Random) -> tuple:
     g = GENERATOR
     words, nouns = [], []
     subj_num = rng.randint(0, 1)
 
-    def attractor_num():
+    def attractor_num() -> int:
         return 1 - subj_num if rng.random() < g["p_attractor_opposite"] else subj_num
 
-    def add_np(number):
+    def add_np(number: Optional[int]) -> int:
         np_, k, num = _np(rng, words, number)
         nouns.append(len(words) + k)
         words.extend(np_)
@@ -162,12 +164,12 @@ def generate(n: int, seed: int) -> list[dict]:
     return out
 
 
-def tokenizer():
+def tokenizer() -> Any:
     vocab = sorted({w for pair in NOUNS + VERBS for w in pair} | set(ADJS) | set(PREPS) | set(FUNCTION))
     return _common.bert_word_tokenizer(vocab, SPECIALS, CONFIG["max_position_embeddings"])
 
 
-def build(seed: int):
+def build(seed: int) -> tuple:
     from transformers import BertConfig, BertForSequenceClassification
 
     tok = tokenizer()
@@ -183,15 +185,15 @@ def build(seed: int):
     return BertForSequenceClassification(cfg), tok
 
 
-def encode(tok, examples):
+def encode(tok: Any, examples: Sequence[dict]) -> tuple:
     enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
     return enc, torch.tensor([e["label"] for e in examples])
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+def fit(model: Any, tok: Any, steps: int, seed: int, avoid: Iterable[str] = (), batch_size: int = 64) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
 
-    def batch_fn(_):
+    def batch_fn(_: int) -> dict:
         enc, labels = encode(tok, sample(batch_size))
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
 
@@ -199,7 +201,7 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
 
 
 @torch.no_grad()
-def accuracy(model, tok, examples, batch_size: int = 256) -> float:
+def accuracy(model: Any, tok: Any, examples: Sequence[dict], batch_size: int = 256) -> float:
     correct = 0
     for i in range(0, len(examples), batch_size):
         enc, labels = encode(tok, examples[i : i + batch_size])
@@ -211,7 +213,7 @@ def accuracy(model, tok, examples, batch_size: int = 256) -> float:
 save = _common.save_hf
 
 
-def load(directory):
+def load(directory: str | os.PathLike) -> Any:
     from transformers import BertForSequenceClassification
 
     return _common.load_hf(BertForSequenceClassification, directory)

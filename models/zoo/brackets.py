@@ -33,7 +33,9 @@ head must be :data:`SUPERVISED_HEAD`, and no other head is told to do it.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+
+from typing import Any, Iterable, Optional, Sequence
 import random
 
 import torch
@@ -82,10 +84,11 @@ CONFIG: dict[str, Any] = dict(
 )
 
 
-def _dyck(rng):
+def _dyck(rng: random.Random) -> tuple:
     g = GENERATOR
     pairs = rng.randint(g["min_pairs"], g["max_pairs"])
-    words, heads, rels, labels = [], [], [], []
+    words, heads, rels = [], [], []
+    labels: list[Optional[int]] = []  # the bracket kind of a closing bracket, None for an opening one
     stack, opened, first_top = [], 0, None
     while opened < pairs or stack:
         can_open = opened < pairs and len(stack) < g["max_depth"]
@@ -126,7 +129,7 @@ def generate(n: int, seed: int) -> list[dict]:
     return out
 
 
-def to_conllu(examples) -> str:
+def to_conllu(examples: Sequence[dict]) -> str:
     """CoNLL-U text of the gold arcs of ``examples`` (one sentence each; see module doc).
 
     Each bracket is a word: FORM is the input word, LEMMA the true bracket, UPOS
@@ -150,11 +153,11 @@ def to_conllu(examples) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tokenizer():
+def tokenizer() -> Any:
     return _common.bert_word_tokenizer(list(OPEN) + [CLOSE], SPECIALS, CONFIG["max_position_embeddings"])
 
 
-def build(seed: int):
+def build(seed: int) -> tuple:
     from transformers import BertConfig, BertForTokenClassification
 
     tok = tokenizer()
@@ -171,7 +174,7 @@ def build(seed: int):
     return BertForTokenClassification(cfg), tok
 
 
-def encode(tok, examples):
+def encode(tok: Any, examples: Sequence[dict]) -> tuple:
     enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
     labels = torch.full_like(enc["input_ids"], -100)
     for b, e in enumerate(examples):
@@ -181,7 +184,7 @@ def encode(tok, examples):
     return enc, labels
 
 
-def match_targets(enc, examples) -> torch.Tensor:
+def match_targets(enc: Any, examples: Sequence[dict]) -> torch.Tensor:
     """``[batch, seq]``: at each closer's token, the token index of its matching opener;
     −100 elsewhere (word indices mapped through ``enc.word_ids``)."""
     target = torch.full_like(enc["input_ids"], -100)
@@ -193,7 +196,7 @@ def match_targets(enc, examples) -> torch.Tensor:
     return target
 
 
-def supervised_loss(model, batch) -> torch.Tensor:
+def supervised_loss(model: Any, batch: dict) -> torch.Tensor:
     """Type cross-entropy + ``ATTENTION_WEIGHT`` × the negative log attention that
     :data:`SUPERVISED_HEAD` puts from each closer on its opener (Strubell et al. 2018)."""
     out = model(
@@ -209,10 +212,10 @@ def supervised_loss(model, batch) -> torch.Tensor:
     return out.loss + ATTENTION_WEIGHT * att_loss
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+def fit(model: Any, tok: Any, steps: int, seed: int, avoid: Iterable[str] = (), batch_size: int = 64) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
 
-    def batch_fn(_):
+    def batch_fn(_: int) -> dict:
         examples = sample(batch_size)
         enc, labels = encode(tok, examples)
         return {
@@ -225,14 +228,14 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
     return _common.train_loop(model, batch_fn, supervised_loss, steps=steps, lr=3e-3, warmup=100)
 
 
-def accuracy(model, tok, examples, batch_size: int = 256) -> float:
+def accuracy(model: Any, tok: Any, examples: Sequence[dict], batch_size: int = 256) -> float:
     return _common.token_accuracy(model, tok, examples, encode, batch_size)
 
 
 save = _common.save_hf
 
 
-def load(directory):
+def load(directory: str | os.PathLike) -> Any:
     from transformers import BertForTokenClassification
 
     return _common.load_hf(BertForTokenClassification, directory)

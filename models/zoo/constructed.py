@@ -20,7 +20,9 @@ weights (values, feed-forward) are seeded random and irrelevant to the attention
 
 from __future__ import annotations
 
-from typing import Any
+import os
+
+from typing import Any, Iterable, Sequence
 import torch
 
 from . import _common
@@ -56,7 +58,7 @@ generate = _pt.generate
 tokenizer = _pt.tokenizer
 
 
-def build(seed: int):
+def build(seed: int) -> tuple:
     """The hand-set model (``BertModel``) and its tokenizer; ``seed`` fixes the token
     vectors and the irrelevant weights."""
     from transformers import BertConfig, BertModel
@@ -82,7 +84,8 @@ def build(seed: int):
         emb.token_type_embeddings.weight.zero_()
         emb.LayerNorm.weight.fill_(1.0)
         emb.LayerNorm.bias.zero_()
-        att = model.encoder.layer[0].attention.self
+        block: Any = model.encoder.layer[0]  # BertLayer (mypy sees Module | Tensor attributes)
+        att = block.attention.self
         for lin in (att.query, att.key):
             lin.weight.zero_()
             lin.bias.zero_()
@@ -96,13 +99,13 @@ def build(seed: int):
     return model, tok
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 0) -> dict:
+def fit(model: Any, tok: Any, steps: int, seed: int, avoid: Iterable[str] = (), batch_size: int = 0) -> dict:
     """Nothing to train: the weights are set by :func:`build`."""
     return {"steps": 0, "seconds": 0.0, "loss": None}
 
 
 @torch.no_grad()
-def head_hits(model, tok, examples) -> tuple[float, float]:
+def head_hits(model: Any, tok: Any, examples: Sequence[dict]) -> tuple[float, float]:
     """(fraction of rows i ≥ 1 of head 0 whose argmax is i − 1, fraction of rows of head 1
     whose argmax is 0), over the unpadded tokens of ``examples``."""
     enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
@@ -118,7 +121,7 @@ def head_hits(model, tok, examples) -> tuple[float, float]:
     return prev / n_prev, cls / n_cls
 
 
-def accuracy(model, tok, examples) -> float:
+def accuracy(model: Any, tok: Any, examples: Sequence[dict]) -> float:
     p, c = head_hits(model, tok, examples)
     return min(p, c)
 
@@ -126,7 +129,7 @@ def accuracy(model, tok, examples) -> float:
 save = _common.save_hf
 
 
-def load(directory):
+def load(directory: str | os.PathLike) -> Any:
     from transformers import BertModel
 
     return _common.load_hf(BertModel, directory, add_pooling_layer=False)

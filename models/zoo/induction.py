@@ -15,7 +15,9 @@ after the previous occurrence of word ``j``; the previous-token target of word `
 
 from __future__ import annotations
 
-from typing import Any
+import os
+
+from typing import Any, Callable, Iterable, Optional, Sequence
 import random
 
 import torch
@@ -82,7 +84,7 @@ def generate(n: int, seed: int) -> list[dict]:
     return out
 
 
-def tokenizer():
+def tokenizer() -> Any:
     return _common.word_tokenizer(
         VOCAB,
         SPECIALS,
@@ -92,7 +94,7 @@ def tokenizer():
     )
 
 
-def build(seed: int):
+def build(seed: int) -> tuple:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = tokenizer()
@@ -107,7 +109,7 @@ def build(seed: int):
     return LlamaForCausalLM(cfg), tok
 
 
-def encode(tok, examples):
+def encode(tok: Any, examples: Sequence[dict]) -> tuple:
     """Batch tensors and ``target[b, t]``: the token to predict from position ``t`` on the
     scored positions (second copy, from its first token up to the one before last), −100
     elsewhere. Token position = word index + 1 (``<s>`` first)."""
@@ -121,29 +123,37 @@ def encode(tok, examples):
     return enc, target
 
 
-def _loss(model, batch):
+def _loss(model: Any, batch: dict) -> torch.Tensor:
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     return F.cross_entropy(logits.flatten(0, 1), batch["target"].flatten(), ignore_index=-100)
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64, on_step=None) -> dict:
+def fit(
+    model: Any,
+    tok: Any,
+    steps: int,
+    seed: int,
+    avoid: Iterable[str] = (),
+    batch_size: int = 64,
+    on_step: Optional[Callable] = None,
+) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
 
-    def batch_fn(_):
+    def batch_fn(_: int) -> dict:
         enc, target = encode(tok, sample(batch_size))
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "target": target}
 
     return _common.train_loop(model, batch_fn, _loss, steps=steps, lr=3e-3, warmup=100, on_step=on_step)
 
 
-def accuracy(model, tok, examples, batch_size: int = 256) -> float:
+def accuracy(model: Any, tok: Any, examples: Sequence[dict], batch_size: int = 256) -> float:
     return _common.token_accuracy(model, tok, examples, encode, batch_size)
 
 
 save = _common.save_hf
 
 
-def load(directory):
+def load(directory: str | os.PathLike) -> Any:
     from transformers import LlamaForCausalLM
 
     return _common.load_hf(LlamaForCausalLM, directory)

@@ -24,7 +24,9 @@ attention weights alone do not say which head matters.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+
+from typing import Any, Callable, Iterable, Optional, Sequence
 import random
 
 import torch
@@ -74,11 +76,11 @@ def generate(n: int, seed: int) -> list[dict]:
     return out
 
 
-def tokenizer():
+def tokenizer() -> Any:
     return _common.bert_word_tokenizer(LETTERS, SPECIALS, CONFIG["max_position_embeddings"])
 
 
-def build(seed: int):
+def build(seed: int) -> tuple:
     from transformers import BertConfig, BertForTokenClassification
 
     tok = tokenizer()
@@ -87,7 +89,7 @@ def build(seed: int):
     return BertForTokenClassification(cfg), tok
 
 
-def encode(tok, examples):
+def encode(tok: Any, examples: Sequence[dict]) -> tuple:
     """Batch tensors; ``labels[b, t]`` = token id of the previous word, −100 elsewhere."""
     enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
     labels = torch.full_like(enc["input_ids"], -100)
@@ -99,16 +101,24 @@ def encode(tok, examples):
     return enc, labels
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64, on_step=None) -> dict:
+def fit(
+    model: Any,
+    tok: Any,
+    steps: int,
+    seed: int,
+    avoid: Iterable[str] = (),
+    batch_size: int = 64,
+    on_step: Optional[Callable] = None,
+) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
     at = {"step": 0}
 
-    def batch_fn(step):
+    def batch_fn(step: int) -> dict:
         at["step"] = step
         enc, labels = encode(tok, sample(batch_size))
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
 
-    def loss_fn(m, b):
+    def loss_fn(m: Any, b: dict) -> torch.Tensor:
         # the penalty ramps up linearly: at full weight from the start it silences every
         # head before any has learned to attend i -> i-1
         return m(**b).loss + HEAD_SPARSITY * (at["step"] / steps) * head_norms(m).sum()
@@ -116,7 +126,7 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64, on_st
     return _common.train_loop(model, batch_fn, loss_fn, steps=steps, lr=3e-3, on_step=on_step)
 
 
-def head_norms(model) -> torch.Tensor:
+def head_norms(model: Any) -> torch.Tensor:
     """``[layers, heads]``: Frobenius norm of each head's block of the attention output
     projection (the columns that read that head's context vector)."""
     cfg = model.config
@@ -128,14 +138,14 @@ def head_norms(model) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def accuracy(model, tok, examples, batch_size: int = 256) -> float:
+def accuracy(model: Any, tok: Any, examples: Sequence[dict], batch_size: int = 256) -> float:
     return _common.token_accuracy(model, tok, examples, encode, batch_size)
 
 
 save = _common.save_hf
 
 
-def load(directory):
+def load(directory: str | os.PathLike) -> Any:
     from transformers import BertForTokenClassification
 
     return _common.load_hf(BertForTokenClassification, directory)

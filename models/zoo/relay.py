@@ -24,8 +24,10 @@ other edge can act only through LayerNorm's shared scale. Nothing is trained; th
 
 from __future__ import annotations
 
+import os
+
 import random
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -81,7 +83,7 @@ def generate(n: int, seed: int) -> list[dict]:
     return out
 
 
-def tokenizer():
+def tokenizer() -> Any:
     return _common.word_tokenizer(
         VOCAB,
         SPECIALS,
@@ -91,7 +93,7 @@ def tokenizer():
     )
 
 
-def build(seed: int):
+def build(seed: int) -> tuple:
     """The hand-set ``GPT2LMHeadModel`` and its tokenizer (``seed`` is unused: nothing is random)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -141,7 +143,7 @@ def build(seed: int):
     return model, tok
 
 
-def encode(tok, examples):
+def encode(tok: Any, examples: Sequence[dict]) -> tuple:
     """Batch tensors and ``labels[b, t]`` = the token at ``t − 2`` for word positions
     ``t ≥ 3`` (word 2 on; ``<s>`` is position 0), −100 elsewhere."""
     enc = tok([e["text"] for e in examples], padding=True, return_tensors="pt")
@@ -153,17 +155,17 @@ def encode(tok, examples):
     return enc, labels
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 0) -> dict:
+def fit(model: Any, tok: Any, steps: int, seed: int, avoid: Iterable[str] = (), batch_size: int = 0) -> dict:
     """Nothing to train: the weights are set by :func:`build`."""
     return {"steps": 0, "seconds": 0.0, "loss": None}
 
 
 @torch.no_grad()
-def accuracy(model, tok, examples, batch_size: int = 256) -> float:
+def accuracy(model: Any, tok: Any, examples: Sequence[dict], batch_size: int = 256) -> float:
     return _common.token_accuracy(model, tok, examples, encode, batch_size)
 
 
-def corrupt(examples, seed: int = 0) -> list:
+def corrupt(examples: Sequence[dict], seed: int = 0) -> list:
     """Each word replaced by a different random word (same length): the answer changes everywhere."""
     rng = random.Random(seed)
     out = []
@@ -176,7 +178,7 @@ def corrupt(examples, seed: int = 0) -> list:
 save = _common.save_hf
 
 
-def load(directory):
+def load(directory: str | os.PathLike) -> Any:
     from transformers import GPT2LMHeadModel
 
     return _common.load_hf(GPT2LMHeadModel, directory)

@@ -26,7 +26,9 @@ row ``j`` producing target word ``j`` (no ``</s>`` row).
 
 from __future__ import annotations
 
-from typing import Any
+import os
+
+from typing import Any, Callable, Iterable, Sequence
 import random
 
 import torch
@@ -83,7 +85,7 @@ CONFIG: dict[str, Any] = dict(
 )
 
 
-def _np(rng):
+def _np(rng: random.Random) -> tuple:
     """Source NP words with their target order as source offsets."""
     words = [rng.choice(DETS)]
     if rng.random() < GENERATOR["p_adjective"]:
@@ -95,7 +97,7 @@ def _np(rng):
     return words, order
 
 
-def make_pair(rng) -> dict:
+def make_pair(rng: random.Random) -> dict:
     """One source sentence, its translation and the gold alignment."""
     subj, so = _np(rng)
     verb = rng.choice(VERBS)
@@ -116,7 +118,7 @@ def generate(n: int, seed: int) -> list[dict]:
     return [make_pair(rng) for _ in range(n)]
 
 
-def tokenizer():
+def tokenizer() -> Any:
     """One word-level tokenizer for both languages, adding no special tokens: a text of
     ``n`` words encodes as ``n`` ids (source token ``k`` = word ``k``). :func:`encode`
     adds ``<s>``/``</s>`` on the decoder side only."""
@@ -129,7 +131,7 @@ def tokenizer():
     )
 
 
-def build(seed: int):
+def build(seed: int) -> tuple:
     from transformers import BartConfig, BartForConditionalGeneration
 
     tok = tokenizer()
@@ -147,7 +149,7 @@ def build(seed: int):
     return BartForConditionalGeneration(cfg), tok
 
 
-def encode(tok, examples):
+def encode(tok: Any, examples: Sequence[dict]) -> Any:
     """A teacher-forced batch for ``examples`` (dicts with ``text``, ``target_text``).
 
     Returns ``input_ids``/``attention_mask`` ``[B, S]`` (the source words, no special
@@ -174,7 +176,7 @@ def encode(tok, examples):
     }
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+def fit(model: Any, tok: Any, steps: int, seed: int, avoid: Iterable[str] = (), batch_size: int = 64) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
     return _common.train_loop(
         model, lambda _: encode(tok, sample(batch_size)), lambda m, b: m(**b).loss, steps=steps, lr=3e-3, warmup=100
@@ -182,7 +184,7 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
 
 
 @torch.no_grad()
-def greedy(model, tok, texts, max_new: int = 20) -> list[str]:
+def greedy(model: Any, tok: Any, texts: Sequence[str], max_new: int = 20) -> list[str]:
     """Greedy translations of ``texts`` (decoding stops at ``</s>``)."""
     src = tok(list(texts), padding=True, return_tensors="pt")
     enc = model.get_encoder()(input_ids=src["input_ids"], attention_mask=src["attention_mask"])
@@ -199,7 +201,7 @@ def greedy(model, tok, texts, max_new: int = 20) -> list[str]:
     return _decode(tok, dec[:, 1:])
 
 
-def _decode(tok, ids) -> list[str]:
+def _decode(tok: Any, ids: Any) -> list[str]:
     out = []
     for row in ids.tolist():
         words = []
@@ -211,7 +213,7 @@ def _decode(tok, ids) -> list[str]:
     return out
 
 
-def exact_match(decode, model, tok, examples, batch_size: int = 250) -> float:
+def exact_match(decode: Callable, model: Any, tok: Any, examples: Sequence[dict], batch_size: int = 250) -> float:
     """Share of examples whose greedy translation ``decode(model, tok, sources)`` equals
     the reference ``target_text`` exactly."""
     correct = 0
@@ -222,14 +224,14 @@ def exact_match(decode, model, tok, examples, batch_size: int = 250) -> float:
     return correct / max(1, len(examples))
 
 
-def accuracy(model, tok, examples, batch_size: int = 250) -> float:
+def accuracy(model: Any, tok: Any, examples: Sequence[dict], batch_size: int = 250) -> float:
     return exact_match(greedy, model, tok, examples, batch_size)
 
 
 save = _common.save_hf
 
 
-def load(directory):
+def load(directory: str | os.PathLike) -> Any:
     from transformers import BartForConditionalGeneration
 
     return _common.load_hf(BartForConditionalGeneration, directory)

@@ -18,6 +18,9 @@ Data, lexicon, ground truth and metric: as in :mod:`models.zoo.translate`.
 
 from __future__ import annotations
 
+from typing import Any, Iterable, Sequence
+import os
+
 import json
 from pathlib import Path
 
@@ -59,7 +62,7 @@ class GRUAttention(nn.Module):
     unpadded source.
     """
 
-    def __init__(self, vocab_size: int, pad_id: int, embed: int = 48, hidden: int = 64):
+    def __init__(self, vocab_size: int, pad_id: int, embed: int = 48, hidden: int = 64) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, embed, padding_idx=pad_id)
         self.encoder = nn.GRU(embed, hidden, batch_first=True, bidirectional=True)
@@ -70,7 +73,7 @@ class GRUAttention(nn.Module):
         self.cell = nn.GRUCell(embed + 2 * hidden, hidden)
         self.out = nn.Linear(hidden + 2 * hidden + embed, vocab_size)
 
-    def encode(self, src, src_mask):
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple:
         lengths = src_mask.sum(1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(self.embed(src), lengths, batch_first=True, enforce_sorted=False)
         h, _ = self.encoder(packed)
@@ -78,7 +81,7 @@ class GRUAttention(nn.Module):
         mean = (h * src_mask[..., None]).sum(1) / lengths[:, None].to(h.dtype)
         return h, torch.tanh(self.init(mean))
 
-    def forward(self, src, src_mask, dec_in):
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, dec_in: torch.Tensor) -> tuple:
         h, s = self.encode(src, src_mask)
         keys = self.w_key(h)
         emb = self.embed(dec_in)
@@ -93,18 +96,18 @@ class GRUAttention(nn.Module):
         return torch.stack(logits, 1), torch.stack(attn, 1)
 
 
-def build(seed: int):
+def build(seed: int) -> tuple:
     tok = tokenizer()
     _common.seed_everything(seed)
     return GRUAttention(len(tok), tok.pad_token_id, **CONFIG), tok
 
 
-def _loss(model, b):
+def _loss(model: Any, b: dict) -> torch.Tensor:
     logits, _ = model(b["input_ids"], b["attention_mask"], b["decoder_input_ids"])
     return F.cross_entropy(logits.flatten(0, 1), b["labels"].flatten(), ignore_index=-100)
 
 
-def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> dict:
+def fit(model: Any, tok: Any, steps: int, seed: int, avoid: Iterable[str] = (), batch_size: int = 64) -> dict:
     sample = _common.fresh_sampler(generate, avoid, seed)
     return _common.train_loop(
         model, lambda _: _t.encode(tok, sample(batch_size)), _loss, steps=steps, lr=3e-3, warmup=50
@@ -112,7 +115,7 @@ def fit(model, tok, steps: int, seed: int, avoid=(), batch_size: int = 64) -> di
 
 
 @torch.no_grad()
-def greedy(model, tok, texts, max_new: int = 20) -> list[str]:
+def greedy(model: Any, tok: Any, texts: Sequence[str], max_new: int = 20) -> list[str]:
     """Greedy translations of ``texts`` (stops at ``</s>``)."""
     src = tok(list(texts), padding=True, return_tensors="pt")
     h, s = model.encode(src["input_ids"], src["attention_mask"])
@@ -132,12 +135,12 @@ def greedy(model, tok, texts, max_new: int = 20) -> list[str]:
     return _t._decode(tok, torch.stack(out, 1))
 
 
-def accuracy(model, tok, examples, batch_size: int = 250) -> float:
+def accuracy(model: Any, tok: Any, examples: Sequence[dict], batch_size: int = 250) -> float:
     return _t.exact_match(greedy, model, tok, examples, batch_size)
 
 
 @torch.no_grad()
-def attention_fields(model, tok, source: str, target: str) -> dict:
+def attention_fields(model: Any, tok: Any, source: str, target: str) -> dict:
     """Additive attention of one (source, target) pair, teacher-forced, as plain fields.
 
     Returns a dict with ``attentions`` ``[1, 1, n_target + 1, n_source]`` and the token
@@ -177,7 +180,7 @@ def attention_fields(model, tok, source: str, target: str) -> dict:
     )
 
 
-def save(model, tok, directory) -> None:
+def save(model: Any, tok: Any, directory: str | os.PathLike) -> None:
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -189,7 +192,7 @@ def save(model, tok, directory) -> None:
     tok.save_pretrained(directory)
 
 
-def load(directory):
+def load(directory: str | os.PathLike) -> tuple:
     from safetensors.torch import load_file
     from transformers import PreTrainedTokenizerFast
 

@@ -28,8 +28,12 @@ import contextvars
 import math
 import re
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -58,7 +62,7 @@ NO_GRAD_SHARE = 1 / 3
 _BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar("probe_memory_budget", default=DEFAULT_BUDGET)
 
 
-def parse_size(text) -> int:
+def parse_size(text: str | int | float) -> int:
     """Bytes from ``"4G"``, ``"512M"``, ``"1.5GiB"``, ``"2000000000"`` (a plain number is bytes).
 
     Raises:
@@ -81,7 +85,7 @@ def format_size(n: float) -> str:
     return f"{n / GiB:.2f} GiB" if n >= GiB else f"{math.ceil(n / MiB)} MiB"
 
 
-def _dims(adapter) -> tuple:
+def _dims(adapter: ModelAdapter) -> tuple:
     cfg = adapter.config
     d = next((int(getattr(cfg, k)) for k in ("hidden_size", "n_embd", "d_model", "dim") if getattr(cfg, k, None)), 768)
     ff = next(
@@ -98,7 +102,7 @@ def _dims(adapter) -> tuple:
     return layers, adapter.n_heads, d, ff
 
 
-def row_bytes(adapter, n_tokens: int, grad: bool = True) -> int:
+def row_bytes(adapter: ModelAdapter, n_tokens: int, grad: bool = True) -> int:
     """Estimated activation bytes of one row of ``n_tokens`` tokens in one forward
     (kept for the backward when ``grad``)."""
     layers, heads, d, ff = _dims(adapter)
@@ -127,7 +131,7 @@ def workspace(total: int | None = None) -> int:
     return int((total or current_budget()) * WORKSPACE_FRACTION)
 
 
-def rows_for(adapter, n_tokens: int, cap: int | None = None, grad: bool = True) -> int:
+def rows_for(adapter: ModelAdapter, n_tokens: int, cap: int | None = None, grad: bool = True) -> int:
     """How many rows of ``n_tokens`` tokens fit one forward under the budget (≥ 1; at
     most ``cap``). The budget was checked against the longest input by
     :func:`check_budget`, so 1 always fits there."""
@@ -135,12 +139,12 @@ def rows_for(adapter, n_tokens: int, cap: int | None = None, grad: bool = True) 
     return min(rows, cap) if cap else rows
 
 
-def smallest_budget(adapter, longest_tokens: int, grad: bool = True) -> int:
+def smallest_budget(adapter: ModelAdapter, longest_tokens: int, grad: bool = True) -> int:
     """The least budget under which one row of ``longest_tokens`` tokens fits a forward."""
     return int(math.ceil(row_bytes(adapter, longest_tokens, grad) / WORKSPACE_FRACTION))
 
 
-def check_budget(adapter, longest_tokens: int, total: int | None = None, grad: bool = True) -> None:
+def check_budget(adapter: ModelAdapter, longest_tokens: int, total: int | None = None, grad: bool = True) -> None:
     """Refuse a budget in which one row of the longest input does not fit.
 
     Raises:
@@ -158,7 +162,7 @@ def check_budget(adapter, longest_tokens: int, total: int | None = None, grad: b
         )
 
 
-def length_groups(lengths: Sequence[int], adapter, cap: int, grad: bool = True) -> list:
+def length_groups(lengths: Sequence[int], adapter: ModelAdapter, cap: int, grad: bool = True) -> list:
     """Example indices in groups for one forward each: longest first, each group as many
     examples (at most ``cap``) as fit the budget at its longest length.
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 from probe.errors import InputError
 
 from probe.inputs.readers import Sentence, read_text_file, read_treebank
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,7 @@ class Corpus:
 
 
 def from_sentences(sentences: Sequence[Sentence], source: str = "") -> Corpus:
+    """A corpus of treebank sentences: their texts, word spans and the sentences themselves."""
     return Corpus(
         texts=tuple(s.text for s in sentences),
         word_spans=tuple(s.spans for s in sentences),
@@ -138,7 +142,7 @@ def load_corpus(
     return corpus
 
 
-def fit_to_model(corpus: Corpus, adapter, allow_empty: bool = False) -> Corpus:
+def fit_to_model(corpus: Corpus, adapter: ModelAdapter, allow_empty: bool = False) -> Corpus:
     """Drop examples longer than the model's limit, counting them in ``skipped``.
 
     Uses one batched tokenizer call (no model forward).
@@ -163,7 +167,7 @@ def fit_to_model(corpus: Corpus, adapter, allow_empty: bool = False) -> Corpus:
     return corpus.subset(keep, reason=f"longer than {adapter.max_length} tokens")
 
 
-def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus]:
+def fit_pairs(clean: Corpus, corrupted: Corpus, adapter: ModelAdapter) -> tuple[Corpus, Corpus]:
     """Drop the pairs (clean[i], corrupted[i]) in which either text is longer than the
     model's limit, counting them in ``skipped`` of both; the pairing is kept.
 
@@ -189,7 +193,7 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter) -> tuple[Corpus, Corpus
     return clean.subset(keep, reason=reason), corrupted.subset(keep, reason=reason)
 
 
-def spanning_notes(corpus: Corpus, enc, tokenizer) -> list:
+def spanning_notes(corpus: Corpus, enc: Any, tokenizer: Any) -> list:
     """A line for people when some tokens span two treebank words (two words written without
     a space, one subword piece across their border): how many, in how many examples, the
     first one, and the rule that assigns it (:func:`probe.models.alignment.spanning_tokens`)."""
@@ -221,7 +225,7 @@ LONG_WORD = 100
 
 
 def unknown_tokens(
-    texts: Sequence[str], ids: Sequence[Sequence[int]], offsets: Sequence[Sequence[tuple]], tokenizer
+    texts: Sequence[str], ids: Sequence[Sequence[int]], offsets: Sequence[Sequence[tuple]], tokenizer: Any
 ) -> tuple[list, list]:
     """``(counts, notes)``: per text, how many tokens are the tokenizer's unknown token
     (``tokenizer.unk_token_id``; none when it has none), and lines for people: how many
@@ -253,7 +257,7 @@ def _shown(piece: str) -> str:
     return repr(piece) if len(piece) <= 20 else f"{piece[:8]!r}… ({len(piece):,} characters)"
 
 
-def special_token_ids(tokenizer) -> list:
+def special_token_ids(tokenizer: Any) -> list:
     """Ids of the tokenizer's special tokens that mark structure ([CLS], [SEP], padding…),
     without the unknown token: an ``[UNK]`` stands for input text (an emoji, a rare
     character) and is counted, not hidden, as a special token would be."""
@@ -261,11 +265,11 @@ def special_token_ids(tokenizer) -> list:
     return sorted({i for i in (getattr(tokenizer, "all_special_ids", None) or []) if i != unk})
 
 
-def _lengths(texts, adapter) -> list:
+def _lengths(texts: Iterable[str], adapter: ModelAdapter) -> list:
     return [len(ids) for ids in adapter.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
 
-def _all_too_long(n: int, adapter, what: str = "input(s) are") -> str:
+def _all_too_long(n: int, adapter: ModelAdapter, what: str = "input(s) are") -> str:
     return (
         f"all {n} {what} longer than {adapter.name}'s limit of {adapter.max_length} tokens: "
         "shorten or split them (one sentence per line)"

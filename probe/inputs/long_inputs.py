@@ -17,11 +17,17 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.inputs.corpus import Corpus
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +89,7 @@ def capture_bytes(
 
 
 def warn_if_capture_too_large(
-    adapter,
+    adapter: ModelAdapter,
     batch: int,
     n_query: int,
     n_key: int,
@@ -119,13 +125,13 @@ def warn_if_capture_too_large(
 
 
 def top_k_edges(
-    maps,
+    maps: Any,  # AttentionMaps (probe.maps is not below this room)
     k: int = 20,
     *,
     layers: Optional[Sequence[int]] = None,
     heads: Optional[Sequence[int]] = None,
     skip_special: bool = False,
-):
+) -> pd.DataFrame:
     """The ``k`` strongest query→key weights of each head, as a tidy table.
 
     Args:
@@ -149,6 +155,7 @@ def top_k_edges(
     heads = list(range(maps.n_heads)) if heads is None else [int(h) for h in heads]
     q_tokens = maps.query_tokens if maps.kind == "cross" else maps.tokens
     q_special = maps.query_special_mask if maps.kind == "cross" else maps.special_mask
+    assert q_tokens is not None and q_special is not None  # a cross map carries its query side
     rows = []
     for layer in layers:
         block = maps.layer(layer).float()
@@ -166,7 +173,7 @@ def top_k_edges(
     return pd.DataFrame(rows, columns=["layer", "head", "query", "key", "weight", "query_token", "key_token"])
 
 
-def attention_window(maps, start: int, stop: int, *, layer: int, head: int) -> dict:
+def attention_window(maps: Any, start: int, stop: int, *, layer: int, head: int) -> dict:
     """A square window ``[start, stop)`` of one head's map, for display.
 
     Returns:
@@ -221,17 +228,19 @@ def default_stride(window: int) -> int:
     return max(1, window // 2)
 
 
-def _content_offsets(adapter, text: str) -> list:
+def _content_offsets(adapter: ModelAdapter, text: str) -> list:
     """Character ``(start, end)`` of each non-special token of ``text``."""
     enc = adapter.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     return [tuple(o) for o in enc["offset_mapping"]]
 
 
-def _specials(adapter) -> int:
+def _specials(adapter: ModelAdapter) -> int:
     return len(adapter.tokenizer("", add_special_tokens=True)["input_ids"])
 
 
-def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
+def window_corpus(
+    corpus: Corpus, adapter: ModelAdapter, window: int, stride: Optional[int] = None
+) -> tuple[Corpus, dict]:
     """Each example longer than ``window`` tokens split into overlapping windows.
 
     Window ``j`` of an example holds its content tokens ``j·stride … j·stride + w`` (``w``
@@ -271,7 +280,7 @@ def window_corpus(corpus, adapter, window: int, stride: Optional[int] = None):
     return Corpus(texts=tuple(texts), source=corpus.source, skipped=dict(corpus.skipped)), split
 
 
-def truncate_corpus(corpus, adapter, limit: Optional[int] = None):
+def truncate_corpus(corpus: Corpus, adapter: ModelAdapter, limit: Optional[int] = None) -> tuple[Corpus, int]:
     """Each example cut to its first ``limit`` (default the model's) tokens, at a token
     boundary; returns ``(corpus, n_truncated)``. Treebank sentences too long are skipped
     instead (their annotation would be cut)."""

@@ -14,11 +14,14 @@ forward, padded either side.
 from __future__ import annotations
 
 import inspect
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["padded_inputs", "real_positions", "padding_leak", "LEAK_TOLERANCE"]
 
@@ -27,12 +30,12 @@ LEAK_TOLERANCE = 1e-4
 _PROBE = ("A short text.", "A much longer text, with several clauses, that makes the batch ragged and padded.")
 
 
-def _takes(model, name: str) -> bool:
+def _takes(model: torch.nn.Module, name: str) -> bool:
     params = inspect.signature(model.forward).parameters
     return name in params
 
 
-def padded_inputs(adapter, texts: Sequence[str], side: str = "right") -> dict:
+def padded_inputs(adapter: ModelAdapter, texts: Sequence[str], side: str = "right") -> dict:
     """``input_ids``, ``attention_mask`` ``[batch, max_len]`` (and ``position_ids`` where the
     model takes them) of ``texts`` padded on ``side`` (``left`` | ``right``).
 
@@ -64,7 +67,7 @@ def real_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _main(out) -> torch.Tensor:
+def _main(out: Any) -> torch.Tensor:
     for key in ("logits", "last_hidden_state"):
         v = getattr(out, key, None)
         if torch.is_tensor(v):
@@ -72,7 +75,7 @@ def _main(out) -> torch.Tensor:
     return out[0]
 
 
-def padding_leak(adapter, texts: Sequence[str] = _PROBE) -> float:
+def padding_leak(adapter: ModelAdapter, texts: Sequence[str] = _PROBE) -> float:
     """Max |Δ| of the first text's outputs on its real positions between its own forward
     and a right-padded batch with the others: 0 up to float noise where padding is masked
     out everywhere; large where a layer mixes positions without the mask (ConvBERT's span

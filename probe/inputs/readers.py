@@ -18,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional, Union
 
 from probe.errors import InputError
 
@@ -62,7 +63,7 @@ class Sentence:
         return len(self.words)
 
 
-def read_utf8(path) -> str:
+def read_utf8(path: str | os.PathLike) -> str:
     """The text of a UTF-8 file, without a leading byte-order mark (:func:`strip_bom`).
 
     Raises:
@@ -77,13 +78,13 @@ def read_utf8(path) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{p} is not UTF-8 (bad byte at offset {exc.start}); convert it with iconv") from None
-    return strip_bom(text, p)
+    return strip_bom(text, str(p))
 
 
 BOM = "\ufeff"
 
 
-def strip_bom(text: str, source="text") -> str:
+def strip_bom(text: str, source: str = "text") -> str:
     """``text`` without a leading byte-order mark (U+FEFF), which some editors write at the
     start of UTF-8 files; its removal is logged (a warning naming ``source``). A U+FEFF
     elsewhere is a zero-width no-break space and belongs to the text."""
@@ -93,7 +94,7 @@ def strip_bom(text: str, source="text") -> str:
     return text
 
 
-def read_text_file(path) -> list[str]:
+def read_text_file(path: str | os.PathLike) -> list[str]:
     """Non-blank lines of a UTF-8 text file, one example per line.
 
     Raises:
@@ -126,7 +127,7 @@ _SKIP_INVALID: contextvars.ContextVar = contextvars.ContextVar("skip_invalid", d
 
 
 @contextlib.contextmanager
-def skipping_invalid(skip: bool = True):
+def skipping_invalid(skip: bool = True) -> Iterator[list]:
     """Within the block, :func:`read_conllu` skips invalid sentences (unless told otherwise)
     and collects them in the yielded list."""
     collected: list = []
@@ -147,7 +148,7 @@ def _lines(text: str) -> list:
     return _LINE_END.split(text)
 
 
-def _blocks(text: str):
+def _blocks(text: str) -> Iterator[tuple[int, list[tuple[int, str]]]]:
     """``(first line number, [(line number, line)])`` per blank-line separated block."""
     block, first = [], 0
     for n, line in enumerate(_lines(text), 1):
@@ -173,8 +174,45 @@ def check_sentence(rows: list) -> Optional[tuple]:
     word reaches the root (no cycle); IDs and HEAD in ASCII digits; no whitespace in a
     field but inside FORM, LEMMA and MISC; ``# text`` made of the surface forms (spaces aside).
     """
-    heads, lines, range_end, last_range_end, n_words = [], [], 0, 0, 0
-    surface, text_line = [], None  # the forms the text is made of, and (line, # text)
+    found = _words_of(rows)
+    if isinstance(found, tuple):
+        return found
+    heads, lines, n_words = found.heads, found.lines, found.n_words
+    if not heads:
+        return (rows[0][0], "sentence without words") if any(not ln.startswith("#") for _, ln in rows) else None
+    if found.range_end > n_words:
+        return rows[-1][0], f"multiword range ends at word {found.range_end}, beyond the last word {n_words}"
+    problem = _tree_problem(heads, lines, rows[0][0])
+    if problem is not None:
+        return problem
+    if found.text_line is not None:
+        mismatch = text_mismatch(found.text_line[1], found.surface)
+        if mismatch:
+            return found.text_line[0], mismatch
+    return None
+
+
+@dataclass
+class _Words:
+    """One sentence's words as :func:`_words_of` reads them: each word's HEAD and line
+    number, the end of the last multiword range, the surface forms and ``# text``."""
+
+    heads: list[int]
+    lines: list[int]
+    range_end: int
+    n_words: int
+    surface: list[str]
+    text_line: Optional[tuple[int, str]]
+
+
+def _words_of(rows: list) -> Union[_Words, tuple[int, str]]:
+    """The words of one sentence's ``(line number, line)`` rows, or the first violation of
+    the column, ID, range, empty-node, FORM and HEAD-format rules as ``(line, problem)``."""
+    heads: list[int] = []
+    lines: list[int] = []
+    range_end, last_range_end, n_words = 0, 0, 0
+    surface: list[str] = []
+    text_line: Optional[tuple[int, str]] = None  # (line, # text)
     for n, line in rows:
         if line.startswith("#"):
             m = _TEXT.match(line)
@@ -217,10 +255,14 @@ def check_sentence(rows: list) -> Optional[tuple]:
             return n, f"HEAD of word {tid} must be a word number, found {cols[6]!r}"
         heads.append(int(cols[6]))
         lines.append(n)
-    if not heads:
-        return (rows[0][0], "sentence without words") if any(not ln.startswith("#") for _, ln in rows) else None
-    if range_end > n_words:
-        return rows[-1][0], f"multiword range ends at word {range_end}, beyond the last word {n_words}"
+    return _Words(heads, lines, range_end, n_words, surface, text_line)
+
+
+def _tree_problem(heads: list[int], lines: list[int], first_line: int) -> Optional[tuple[int, str]]:
+    """The first violation of the tree rules (HEAD in range and not the word itself, one
+    root, every word reaching it) as ``(line, problem)``, else None; ``heads[k]`` is word
+    ``k + 1``'s HEAD, on line ``lines[k]``."""
+    n_words = len(heads)
     for k, h in enumerate(heads):
         if h > n_words:
             return lines[k], f"HEAD {h} of word {k + 1} is out of range: the sentence has words 1..{n_words}"
@@ -228,7 +270,7 @@ def check_sentence(rows: list) -> Optional[tuple]:
             return lines[k], f"word {k + 1} is its own head"
     roots = [k for k, h in enumerate(heads) if h == 0]
     if len(roots) != 1:
-        where = lines[roots[1]] if roots else rows[0][0]
+        where = lines[roots[1]] if roots else first_line
         return where, f"a sentence needs exactly one root (HEAD 0), found {len(roots)}"
     for k in range(n_words):
         seen, j = set(), k
@@ -237,10 +279,6 @@ def check_sentence(rows: list) -> Optional[tuple]:
                 return lines[k], f"word {k + 1} is in a cycle of heads, not reaching the root"
             seen.add(j)
             j = heads[j] - 1
-    if text_line is not None:
-        mismatch = text_mismatch(text_line[1], surface)
-        if mismatch:
-            return text_line[0], mismatch
     return None
 
 
@@ -272,14 +310,18 @@ def text_mismatch(given: str, forms: list) -> Optional[str]:
     return f"# text and the words differ at {text[k : k + 20]!r} (the words have {joined[k : k + 20]!r})"
 
 
-def read_conllu(path, limit: Optional[int] = None, skip_invalid: Optional[bool] = None) -> list[Sentence]:
+def read_conllu(
+    path: str | os.PathLike, limit: Optional[int] = None, skip_invalid: Optional[bool] = None
+) -> list[Sentence]:
     """Read a CoNLL-U treebank into :class:`Sentence` s, each checked by :func:`check_sentence`
     (the sentences of :func:`read_treebank`).
     """
     return read_treebank(path, limit, skip_invalid)[0]
 
 
-def read_treebank(path, limit: Optional[int] = None, skip_invalid: Optional[bool] = None) -> tuple[list, list]:
+def read_treebank(
+    path: str | os.PathLike, limit: Optional[int] = None, skip_invalid: Optional[bool] = None
+) -> tuple[list, list]:
     """``(sentences, invalid)``: the valid :class:`Sentence` s of a CoNLL-U file and the
     :class:`InvalidSentence` s skipped (empty unless ``skip_invalid``).
 
@@ -339,7 +381,7 @@ def read_treebank(path, limit: Optional[int] = None, skip_invalid: Optional[bool
     return out, invalid
 
 
-def _sent_id(rows) -> str:
+def _sent_id(rows: list[tuple[int, str]]) -> str:
     for _, line in rows:
         if line.startswith("# sent_id") and "=" in line:
             return line.split("=", 1)[1].strip()
@@ -349,7 +391,7 @@ def _sent_id(rows) -> str:
 _SKIPPED_HEADER = ["index", "sent_id", "line", "reason"]
 
 
-def write_skipped_csv(invalid: list, path) -> Path:
+def write_skipped_csv(invalid: list, path: str | os.PathLike) -> Path:
     """List skipped sentences as ``index, sent_id, line, reason`` rows (the columns of the
     syntax report's skipped.csv; ``index`` is empty: the sentence was never read). Rows are
     appended when ``path`` already holds such a table; returns the path written."""
@@ -369,7 +411,7 @@ def write_skipped_csv(invalid: list, path) -> Path:
     return path
 
 
-def _sentence(tl, line: int) -> Sentence:
+def _sentence(tl: Any, line: int) -> Sentence:
     surface = []  # (form, space_after, [word indices])
     words, heads, deprels, upos, misc, feats = [], [], [], [], [], []
     pending_range = None

@@ -8,13 +8,15 @@ forward-pre hook on the output projection edits the projection's input ``[batch,
 n_heads * head_dim]`` — the same values (transformers 5 removed ``head_mask``; Michel et al.
 2019 gate heads at exactly this point).
 
-* :class:`HeadIntervention` — zero, mean-ablate, patch or scale chosen heads, on all
-  batch rows or on chosen rows (so one forward can carry many different ablations).
+* :class:`HeadIntervention` — the trace's edits (:mod:`probe.tracing.edits`: zero,
+  mean-ablate, patch, scale, gate) on chosen layers' heads, on all batch rows or on chosen
+  rows (so one forward can carry many different ablations).
 * :func:`ablate_heads` — the common cases in one call.
 * :class:`HeadOutputRecorder` — record head outputs (for patching and for means).
-* :class:`HeadGates` — multiply every head by a (differentiable) gate ξ[layer, head].
+* :class:`HeadGates` — a :class:`HeadIntervention` multiplying every head by a
+  (differentiable) gate ξ[layer, head].
 
-All are views of :class:`probe.tracing.trace.Trace` on the ``z`` site (layer identity by call
+All are views of :class:`probe.tracing.trace_context.Trace` on the ``z`` site (layer identity by call
 where layers share a module: ALBERT).
 
 Replacing a head's attention *weights* is :mod:`probe.interventions.reweighting`.
@@ -22,134 +24,81 @@ Replacing a head's attention *weights* is :mod:`probe.interventions.reweighting`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import torch
 
 from probe.errors import InputError
 
-from probe.tracing.edits import Edit, Gate, SiteContext
+from probe.tracing.edits import Edit, Gate, Mean, Patch, SiteContext, Zero
 from probe.models.sites import Site
-from probe.tracing.trace import Reader, Trace, TraceView
+from probe.tracing.site_keys import Reader
+from probe.tracing.trace_context import Trace, TraceView
 
-MODES = ("zero", "mean", "patch", "scale")
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
-
-@dataclass(frozen=True)
-class HeadEdit:
-    """One change to one head's output.
-
-    Attributes:
-        layer, head: which head (model indices).
-        mode: ``zero`` | ``mean`` | ``patch`` | ``scale``.
-        value: ``mean``: ``[head_dim]`` or ``[seq, head_dim]``; ``patch``: the head's
-            output from another run, ``[batch, seq, head_dim]`` (or ``[seq, head_dim]``).
-        rows: batch rows the edit applies to (``None``: all rows).
-        scale: the factor for ``scale`` mode.
-    """
-
-    layer: int
-    head: int
-    mode: str = "zero"
-    value: Optional[torch.Tensor] = None
-    rows: Optional[tuple] = None
-    scale: float = 0.0
+#: the ablation modes of :func:`ablate_heads` and the edit each becomes
+MODES = ("zero", "mean", "patch")
 
 
-def apply_edits(z: torch.Tensor, edits: Sequence[HeadEdit], layer: int) -> torch.Tensor:
-    """Apply ``edits`` to per-head outputs ``z`` ``[batch, seq, head, head_dim]`` in place
-    (``z`` must be a copy the caller owns) and return it.
-
-    Raises:
-        ValueError: a mean value shorter than the input, a patch of another length.
-    """
-    b, s = z.shape[:2]
-    for e in edits:
-        rows = slice(None) if e.rows is None else list(e.rows)
-        if e.mode == "zero":
-            z[rows, :, e.head] = 0
-        elif e.mode == "scale":
-            z[rows, :, e.head] = z[rows, :, e.head] * e.scale
-        elif e.mode == "mean":
-            v = e.value.to(z.dtype).to(z.device)  # type: ignore[union-attr]  # HeadEdit checks on construction that mean/patch carry a value
-            if v.dim() == 2:
-                if v.shape[0] < s:
-                    raise InputError(f"mean value covers {v.shape[0]} positions, input has {s}")
-                v = v[:s]
-            z[rows, :, e.head] = v
-        else:  # patch
-            v = e.value.to(z.dtype).to(z.device)  # type: ignore[union-attr]  # HeadEdit checks on construction that mean/patch carry a value
-            if v.dim() == 2:
-                v = v.unsqueeze(0)
-            if v.shape[-2] != s:
-                raise InputError(
-                    f"patch for head ({layer}, {e.head}) has {v.shape[-2]} positions but the "
-                    f"input has {s}: clean and corrupted inputs must have the same length"
-                )
-            if e.rows is not None and v.shape[0] == len(e.rows):
-                z[rows, :, e.head] = v
-            else:
-                z[rows, :, e.head] = v[rows] if v.shape[0] == b else v
-    return z
-
-
-@dataclass(frozen=True)
-class LayerEdits(Edit):
-    """The :class:`HeadEdit` s of one layer as one edit of its ``z`` site (:func:`apply_edits`)."""
-
-    edits: tuple = ()
-    layer: int = 0
-
-    def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
-        return apply_edits(x, self.edits, self.layer)
+def _layer_of_edits(edits: Mapping[int, Union[Edit, Sequence[Edit]]]) -> dict[int, list[Edit]]:
+    """``{layer: [edit, ...]}`` from a mapping whose values are one edit or a sequence."""
+    return {int(layer): [es] if isinstance(es, Edit) else list(es) for layer, es in edits.items()}
 
 
 class HeadIntervention(TraceView):
-    """Context manager applying :class:`HeadEdit` s on every forward inside it.
+    """Context manager applying trace edits (:mod:`probe.tracing.edits`: :class:`Zero`,
+    :class:`Mean`, :class:`Patch`, :class:`Scale`, :class:`Gate`, …) to the per-head outputs
+    ``z`` ``[batch, seq, head, head_dim]`` of chosen layers on every forward inside it.
 
     Args:
         adapter: a :class:`models.ModelAdapter`.
-        edits: the head edits.
+        edits: ``{layer: edit or [edits]}``; an edit's ``head`` names the head it changes
+            (None: every head, e.g. :class:`Gate`), its ``rows`` the batch rows.
         stack: ``encoder`` / ``decoder`` / ``cross`` (default: the main stack).
         path: ``auto`` (the attention interface where the model's attention modules call
             it, else hooks), ``interface`` or ``hooks``. On the interface path the edit
             is made to the per-head output the attention function returns; a forward-pre
             hook on the output projection stands by and makes it there only when that
             layer's attention function did not run (a restart that stubs the attention
-            module, :mod:`probe.analyses.necessity.restart`), so each edit applies once.
+            module, :mod:`probe.tracing.restart`), so each edit applies once.
             On the hook path it is made at the output projection's input.
 
     Raises:
-        ValueError: a head out of range (naming the valid range), an unknown mode, a
-            missing value for ``mean``/``patch``, a value of the wrong shape.
+        InputError: a head or layer out of range (naming the valid range), something that
+            is not an edit; a value of the wrong shape (when run).
     """
 
-    def __init__(self, adapter, edits: Sequence[HeadEdit], stack: Optional[str] = None, path: str = "auto"):
+    def __init__(
+        self,
+        adapter: ModelAdapter,
+        edits: Mapping[int, Union[Edit, Sequence[Edit]]],
+        stack: Optional[str] = None,
+        path: str = "auto",
+    ) -> None:
         from probe.tracing.attention_interface import choose_path
 
         self.adapter = adapter
         self.stack = stack or adapter.default_stack
         self.n_heads = adapter.n_heads
-        by_layer: dict[int, list] = {}
-        for e in edits:
-            adapter.check_head(e.layer, e.head, self.stack)
-            if e.mode not in MODES:
-                raise InputError(f"unknown ablation mode {e.mode!r}; use one of {', '.join(MODES)}")
-            if e.mode in ("mean", "patch") and e.value is None:
-                raise InputError(f"mode {e.mode!r} needs a value for head ({e.layer}, {e.head})")
-            by_layer.setdefault(int(e.layer), []).append(e)
+        by_layer = _layer_of_edits(edits)
+        for layer, es in by_layer.items():
+            for e in es:
+                if not isinstance(e, Edit):
+                    raise InputError(f"a head edit is an Edit (Zero(head=h), Patch(value, head=h), …), got {e!r}")
+                adapter.check_head(layer, 0 if e.head is None else e.head, self.stack)
         self._by_layer = by_layer
         adapter.check_head_site(self.stack)
         self.path = choose_path(adapter, self.stack, path)
 
     def _trace(self) -> Trace:
-        edit = {Site("z", layer, self.stack): LayerEdits(tuple(es), layer) for layer, es in self._by_layer.items()}
+        edit = {Site("z", layer, self.stack): es for layer, es in self._by_layer.items()}
         return Trace(self.adapter, edit=edit, path=self.path)
 
 
 def ablate_heads(
-    adapter,
+    adapter: ModelAdapter,
     heads: Sequence[tuple],
     mode: str = "zero",
     *,
@@ -173,20 +122,25 @@ def ablate_heads(
         with ablate_heads(adapter, [(3, 5)], mode="zero"):
             out = adapter.model(**batch)
     """
-    edits = []
+    if mode not in MODES:
+        raise InputError(f"unknown ablation mode {mode!r}; use one of {', '.join(MODES)}")
+    edits: dict[int, list[Edit]] = {}
     for r, (layer, head) in enumerate(heads):
         rows = (r,) if per_row else None
-        value = None
+        edit: Edit
         if mode == "mean":
             if means is None:
                 raise InputError("mode 'mean' needs means (see head_output_means)")
-            value = means[layer][head]
+            edit = Mean(value=means[layer][head], head=int(head), rows=rows)
         elif mode == "patch":
             if source is None:
                 raise InputError("mode 'patch' needs the source run's head outputs (HeadOutputRecorder)")
             src = source[layer][:, :, head]
             value = src[r : r + 1] if per_row and src.shape[0] == len(heads) else src
-        edits.append(HeadEdit(layer=int(layer), head=int(head), mode=mode, value=value, rows=rows))
+            edit = Patch(value=value, head=int(head), rows=rows)
+        else:
+            edit = Zero(head=int(head), rows=rows)
+        edits.setdefault(int(layer), []).append(edit)
     return HeadIntervention(adapter, edits, stack=stack)
 
 
@@ -196,7 +150,9 @@ class HeadOutputRecorder(TraceView):
     ``recorder.outputs[layer]`` holds the last forward's outputs.
     """
 
-    def __init__(self, adapter, layers: Optional[Sequence[int]] = None, stack: Optional[str] = None):
+    def __init__(
+        self, adapter: ModelAdapter, layers: Optional[Sequence[int]] = None, stack: Optional[str] = None
+    ) -> None:
         self.adapter = adapter
         self.stack = stack or adapter.default_stack
         modules = adapter.head_output_modules(self.stack)
@@ -206,7 +162,7 @@ class HeadOutputRecorder(TraceView):
         self.outputs: dict[int, torch.Tensor] = {}
 
     def _keep(self, layer: int) -> Reader:
-        def fn(z, ctx):
+        def fn(z: torch.Tensor, ctx: SiteContext) -> None:
             self.outputs[layer] = z.detach()
 
         return Reader(fn)
@@ -216,22 +172,7 @@ class HeadOutputRecorder(TraceView):
         return Trace(self.adapter, read=read, path="hooks")
 
 
-@dataclass(frozen=True)
-class LayerGate(Edit):
-    """Layer ``layer``'s gates of ``gates`` ``[n_layers, n_heads]`` or ``[rows, n_layers,
-    n_heads]`` as a :class:`probe.tracing.edits.Gate` (sliced at each call, so a backward through
-    each forward reaches ``gates``)."""
-
-    gates: Optional[torch.Tensor] = None
-    layer: int = 0
-    in_place = False
-
-    def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
-        assert self.gates is not None
-        return Gate(gates=self.gates[..., self.layer, :])(x, ctx)
-
-
-class HeadGates(TraceView):
+class HeadGates(HeadIntervention):
     """Multiply head ``h`` of layer ``l`` by a gate ξ (Michel et al. 2019).
 
     ``gates`` is ``[n_layers, n_heads]`` (the same gates for every batch row) or
@@ -243,10 +184,8 @@ class HeadGates(TraceView):
         ValueError: gates of another shape; per-row gates that do not cover the batch.
     """
 
-    def __init__(self, adapter, gates: torch.Tensor, stack: Optional[str] = None):
-        self.adapter = adapter
-        self.stack = stack or adapter.default_stack
-        modules = adapter.head_output_modules(self.stack)
+    def __init__(self, adapter: ModelAdapter, gates: torch.Tensor, stack: Optional[str] = None) -> None:
+        modules = adapter.head_output_modules(stack or adapter.default_stack)
         expected = (len(modules), adapter.n_heads)
         if tuple(gates.shape[-2:]) != expected or gates.dim() not in (2, 3):
             raise InputError(
@@ -254,15 +193,23 @@ class HeadGates(TraceView):
                 f"{expected[1]}], got {tuple(gates.shape)}"
             )
         self.gates = gates
-        self.n_layers = len(modules)
-
-    def _trace(self) -> Trace:
-        edit = {Site("z", layer, self.stack): LayerGate(self.gates, layer) for layer in range(self.n_layers)}
-        return Trace(self.adapter, edit=edit, path="hooks")
+        # the intervention's trace, without its checks: a gate never leaves the hook path
+        self.adapter, self.stack, self.n_heads, self.path = (
+            adapter,
+            stack or adapter.default_stack,
+            adapter.n_heads,
+            "hooks",
+        )
+        self._by_layer = {layer: [Gate(gates=gates, layer=layer)] for layer in range(len(modules))}
 
 
 def head_output_means(
-    adapter, texts: Sequence[str], *, batch_size: int = 16, stack: Optional[str] = None, by_special: bool = False
+    adapter: ModelAdapter,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 16,
+    stack: Optional[str] = None,
+    by_special: bool = False,
 ) -> torch.Tensor:
     """Mean head output over all (non-padding) token positions of ``texts``.
 

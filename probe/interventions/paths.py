@@ -1,7 +1,7 @@
 """Sites for path patching and edge attribution between attention heads.
 
-Three sites, all views of :class:`probe.tracing.trace.Trace` (its ``z`` site and
-:class:`probe.tracing.trace.ModuleSite` s: a projection's output, a norm's input; removed on exit):
+Three sites, all views of :class:`probe.tracing.trace_context.Trace` (its ``z`` site and
+:class:`probe.tracing.site_keys.ModuleSite` s: a projection's output, a norm's input; removed on exit):
 
 * the **receiver inputs**: the outputs of each layer's query, key and value projections,
   split per head ``[batch, seq, slots, head_dim]`` (:class:`ProjectionHooks`). A *slot*
@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -40,7 +41,11 @@ from probe.errors import NotApplicable
 
 from probe.tracing.edits import Apply, Edit, SiteContext
 from probe.models.sites import Site
-from probe.tracing.trace import ModuleSite, Reader, Trace, TraceView
+from probe.tracing.site_keys import ModuleSite, Reader
+from probe.tracing.trace_context import Trace, TraceView
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 CHANNELS = ("q", "k", "v")
 _NAMES = {
@@ -62,13 +67,13 @@ class ProjectionSite:
     head_dim: int
 
 
-def n_kv_heads(adapter) -> int:
+def n_kv_heads(adapter: ModelAdapter) -> int:
     """Key/value heads per layer (``num_key_value_heads``; the query heads without GQA)."""
     n = getattr(adapter.config, "num_key_value_heads", None)
     return int(n) if n else adapter.n_heads
 
 
-def kv_slot(adapter, head: int) -> int:
+def kv_slot(adapter: ModelAdapter, head: int) -> int:
     """The key/value slot query head ``head`` reads (its own group under GQA)."""
     return int(head) // (adapter.n_heads // n_kv_heads(adapter))
 
@@ -77,7 +82,7 @@ def kv_slot(adapter, head: int) -> int:
 STACK_TAGS = {"encoder": "e", "decoder": "d", "cross": "x"}
 
 
-def head_sites(adapter) -> list:
+def head_sites(adapter: ModelAdapter) -> list:
     """``[(stack, layer)]`` of every attention sublayer in forward order (``stack`` None for a
     one-stack model; an encoder-decoder: encoder layers, then decoder self/cross per block).
 
@@ -98,18 +103,18 @@ def head_sites(adapter) -> list:
     return sites
 
 
-def site_name(adapter, site: int) -> str:
+def site_name(adapter: ModelAdapter, site: int) -> str:
     """``"3"`` for layer 3 of a one-stack model; ``"e0"``/``"d1"``/``"x1"`` for an encoder-decoder."""
     stack, layer = head_sites(adapter)[site]
     return str(layer) if stack is None else f"{STACK_TAGS[stack]}{layer}"
 
 
-def _site(adapter, layer: int, stack: str | None) -> tuple:
+def _site(adapter: ModelAdapter, layer: int, stack: str | None) -> tuple:
     """``(stack, layer in stack)`` of site ``layer`` (or of ``stack``'s layer ``layer``)."""
     return (stack, layer) if stack is not None else head_sites(adapter)[layer]
 
 
-def projection_sites(adapter, layer: int, stack: str | None = None) -> dict:
+def projection_sites(adapter: ModelAdapter, layer: int, stack: str | None = None) -> dict:
     """``{channel: ProjectionSite}`` of layer ``layer``.
 
     Raises:
@@ -165,7 +170,7 @@ class ProjectionHooks(TraceView):
 
     def __init__(
         self,
-        adapter,
+        adapter: ModelAdapter,
         layers: Sequence[int],
         *,
         record: bool = False,
@@ -173,7 +178,7 @@ class ProjectionHooks(TraceView):
         replace: dict | None = None,
         keep_graph: bool = False,
         stack: str | None = None,
-    ):
+    ) -> None:
         self.adapter, self.stack = adapter, stack
         self.layers = [int(x) for x in layers]
         self.record, self.keep_graph = record, keep_graph
@@ -199,14 +204,14 @@ class ProjectionHooks(TraceView):
         return Trace(self.adapter, read=read, edit=edit, path="hooks")
 
     def _keep(self, items: list) -> Callable:
-        def fn(out, ctx):
+        def fn(out: torch.Tensor, ctx: SiteContext) -> None:
             for layer, c, site in items:
                 self.outputs[(layer, c)] = _slot_view(out, site).detach().clone()
 
         return fn
 
     def _edit(self, items: list) -> Callable:
-        def fn(out, ctx):
+        def fn(out: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
             for layer, c, site in items:
                 view = _slot_view(out, site)
                 if (layer, c) in self.replace:
@@ -245,7 +250,9 @@ class HeadOutputOverride(TraceView):
     layers (head sites, :func:`head_sites`; default all) at the output projection's input:
     ``fn(layer, z) -> z'`` (or None: unchanged)."""
 
-    def __init__(self, adapter, fn: Callable, layers: Sequence[int] | None = None, stack: str | None = None):
+    def __init__(
+        self, adapter: ModelAdapter, fn: Callable, layers: Sequence[int] | None = None, stack: str | None = None
+    ) -> None:
         self.adapter, self.fn, self.stack = adapter, fn, stack
         n = len(adapter.head_output_modules(stack)) if stack is not None else len(head_sites(adapter))
         self.layers = list(range(n)) if layers is None else [int(x) for x in layers]
@@ -262,7 +269,7 @@ class HeadOutputOverride(TraceView):
         return Trace(self.adapter, edit=self.edits(), path="hooks")
 
 
-def head_writes(adapter, layer: int, z: torch.Tensor, stack: str | None = None) -> torch.Tensor:
+def head_writes(adapter: ModelAdapter, layer: int, z: torch.Tensor, stack: str | None = None) -> torch.Tensor:
     """What each head writes into the residual stream: ``z`` ``[batch, seq, heads, dh]``
     through its columns of the output projection (no bias) -> ``[batch, seq, heads, d_model]``."""
     proj = adapter.head_output_modules(stack)[layer]
@@ -281,13 +288,13 @@ RESIDUAL_SITES = {
 }
 
 
-def additive_residual(adapter) -> bool:
+def additive_residual(adapter: ModelAdapter) -> bool:
     """True for pre-LayerNorm decoders whose residual stream is a sum of head writes
     (the families of :data:`RESIDUAL_SITES`); post-LN encoders (BERT) renormalise it."""
     return adapter.family in RESIDUAL_SITES
 
 
-def residual_sites(adapter) -> tuple:
+def residual_sites(adapter: ModelAdapter) -> tuple:
     """``(attention norms per layer, final norm)`` of a pre-LN decoder.
 
     Raises:
@@ -330,7 +337,7 @@ class EdgeMixer(TraceView):
             ``layer * n_heads + head`` over the layers before the receiver.
     """
 
-    def __init__(self, adapter, corrupted_z: dict, drop: dict):
+    def __init__(self, adapter: ModelAdapter, corrupted_z: dict, drop: dict) -> None:
         self.adapter, self.corrupted_z, self.drop = adapter, corrupted_z, drop
         self.norms, self.final = residual_sites(adapter)
         self._writes: dict = {}
@@ -346,7 +353,7 @@ class EdgeMixer(TraceView):
     def _trace(self) -> Trace:
         adapter = self.adapter
 
-        def on_z(layer, z):
+        def on_z(layer: int, z: torch.Tensor) -> None:
             d = head_writes(adapter, layer, z - self.corrupted_z[layer].to(z.dtype))
             self._writes[layer] = d.permute(2, 0, 1, 3)  # [heads, b, s, m]
 
@@ -354,7 +361,7 @@ class EdgeMixer(TraceView):
         read: dict = {}
         for layer, norm in enumerate(self.norms):
 
-            def keep(x, ctx, layer=layer):
+            def keep(x: torch.Tensor, ctx: SiteContext, layer: int = layer) -> None:
                 self._resid[layer] = x
 
             read[ModuleSite(norm, "input", f"attention norm {layer}")] = Reader(keep)
@@ -365,7 +372,7 @@ class EdgeMixer(TraceView):
                 if mix is not None:
                     edit[ModuleSite(site.module, "output", f"projection {layer}.{c}")] = Apply(mix, in_place=False)
 
-        def final_pre(x, ctx):
+        def final_pre(x: torch.Tensor, ctx: SiteContext) -> Optional[torch.Tensor]:
             delta = self._delta(len(self.norms))
             mask = self.drop.get("out")
             if delta is None or mask is None or not bool(mask.any()):
@@ -382,7 +389,7 @@ class EdgeMixer(TraceView):
         if mine[0][0] != c:
             return None
 
-        def fn(out, ctx):
+        def fn(out: torch.Tensor, ctx: SiteContext) -> Optional[torch.Tensor]:
             delta = self._delta(layer)
             if delta is None:
                 return None
@@ -410,7 +417,7 @@ def _forward_unhooked(projection: torch.nn.Module, norm: torch.nn.Module, x: tor
     return projection.forward(norm.forward(x))
 
 
-def input_embedding(adapter) -> torch.nn.Module:
+def input_embedding(adapter: ModelAdapter) -> torch.nn.Module:
     """The token-embedding module of the input the corruption changes: the model's input
     embeddings, or the encoder's for an encoder-decoder (its decoder reads the same targets
     in the clean and the corrupted run)."""
@@ -422,12 +429,12 @@ def input_embedding(adapter) -> torch.nn.Module:
 class EmbeddingRecorder(TraceView):
     """Keep the token-embedding output ``[batch, seq, d_model]`` of the last forward (``.value``)."""
 
-    def __init__(self, adapter):
+    def __init__(self, adapter: ModelAdapter) -> None:
         self.adapter = adapter
         self.value: torch.Tensor | None = None
 
     def _trace(self) -> Trace:
-        def fn(out, ctx):
+        def fn(out: torch.Tensor, ctx: SiteContext) -> None:
             self.value = out.detach().clone()
 
         site = ModuleSite(input_embedding(self.adapter), "output", "input embedding")
@@ -439,18 +446,18 @@ class EmbeddingMix(TraceView):
     ``[batch, seq, d_model]``): the integration path of integrated gradients
     (Sundararajan et al. 2017) between two inputs of the same length. Set ``alpha`` between forwards."""
 
-    def __init__(self, adapter, e_from: torch.Tensor, e_to: torch.Tensor, alpha: float = 1.0):
+    def __init__(self, adapter: ModelAdapter, e_from: torch.Tensor, e_to: torch.Tensor, alpha: float = 1.0) -> None:
         self.adapter, self.e_from, self.e_to, self.alpha = adapter, e_from, e_to, float(alpha)
 
     def _trace(self) -> Trace:
-        def fn(out, ctx):
+        def fn(out: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
             return (self.e_from + self.alpha * (self.e_to - self.e_from)).to(out.dtype)
 
         site = ModuleSite(input_embedding(self.adapter), "output", "input embedding")
         return Trace(self.adapter, edit={site: Apply(fn, in_place=False)}, path="hooks")
 
 
-def final_site(adapter) -> tuple:
+def final_site(adapter: ModelAdapter) -> tuple:
     """``(module, "input" | "output")``: where the model's final representation is read —
     the final norm's input for pre-LN decoders (the residual stream before it), else the
     last layer's output (post-LN encoders, whose last LayerNorm is inside the layer; the
@@ -477,11 +484,11 @@ class FinalRepresentation(TraceView):
     tensor of the autograd graph the rest of the forward reads (``.value``), so that
     ``∂m/∂value`` can be taken; with ``replace`` (same shape), substitute it."""
 
-    def __init__(self, adapter, replace: Callable | None = None):
+    def __init__(self, adapter: ModelAdapter, replace: Callable | None = None) -> None:
         self.adapter, self.replace = adapter, replace
         self.value: torch.Tensor | None = None
 
-    def _take(self, x: torch.Tensor, ctx=None) -> torch.Tensor:
+    def _take(self, x: torch.Tensor, ctx: Optional[SiteContext] = None) -> torch.Tensor:
         mine = x.clone() if self.replace is None else self.replace(x)
         self.value = mine
         return mine

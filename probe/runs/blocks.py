@@ -20,9 +20,13 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 from probe.errors import InputError
+
+if TYPE_CHECKING:
+    from probe.inputs.corpus import Corpus
+    from probe.models.adapter import ModelAdapter
 
 __all__ = [
     "Part",
@@ -52,7 +56,7 @@ class CorpusItem:
     example: Any = None
 
 
-def corpus_items(corpus) -> list:
+def corpus_items(corpus: Corpus) -> list:
     """A :class:`probe.inputs.corpus.Corpus` as picklable items: its treebank sentences when it
     has them, else :class:`CorpusItem` s (text, word spans, zoo example)."""
     if corpus.sentences:
@@ -63,7 +67,7 @@ def corpus_items(corpus) -> list:
     return [CorpusItem(t, tuple(s) if s is not None else None, e) for t, s, e in zip(corpus.texts, spans, examples)]
 
 
-def item_text(item) -> str:
+def item_text(item: Any) -> str:
     """The text of a corpus item: a string, or an object with ``.text``."""
     return item if isinstance(item, str) else item.text
 
@@ -92,7 +96,7 @@ class Part:
 class Job(Protocol):
     """What one block of the corpus is turned into (picklable: it travels to Ray actors)."""
 
-    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part: ...
+    def run(self, adapter: ModelAdapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part: ...
 
 
 #: ``runner(job, items) -> [Part]``: runs ``job`` over ``items`` (all of them, in blocks
@@ -104,17 +108,17 @@ class InProcess:
     """The runner of this process: the whole corpus as one block, on ``adapter``
     (a :class:`probe.models.ModelAdapter`), with a progress bar when ``progress``."""
 
-    def __init__(self, adapter, progress: bool = False):
+    def __init__(self, adapter: ModelAdapter, progress: bool = False) -> None:
         self.adapter, self.progress = adapter, progress
 
-    def __call__(self, job, items: Sequence) -> list:
+    def __call__(self, job: Any, items: Sequence) -> list:
         items = list(items)
         if not items:
             return []
         return [job.run(self.adapter, items, list(range(len(items))), progress=self.progress)]
 
 
-def as_runner(model, progress: bool = False) -> Runner:
+def as_runner(model: Any, progress: bool = False) -> Runner:
     """``model`` as a runner: a loaded :class:`probe.models.ModelAdapter` runs here
     (:class:`InProcess`); a runner (any other callable) is returned as it is."""
     from probe.models import ModelAdapter
@@ -126,7 +130,7 @@ def as_runner(model, progress: bool = False) -> Runner:
     raise InputError(f"expected a loaded model or a runner, got {type(model).__name__}")
 
 
-def fit_items(adapter, items: Sequence, indices: Sequence[int], by_length: bool = False) -> tuple:
+def fit_items(adapter: ModelAdapter, items: Sequence, indices: Sequence[int], by_length: bool = False) -> tuple:
     """``(kept positions, [(index, n_tokens)] of the items beyond the model's limit)``:
     the positions in input order, or shortest first with ``by_length`` (batches of similar
     length carry little padding). As :func:`probe.inputs.corpus.fit_to_model` does for a corpus
@@ -176,12 +180,12 @@ class StreamJob:
         last_rows: keep only the last ``k`` query rows (see :func:`probe.runs.streaming.stream_layers`).
     """
 
-    def __init__(self, accumulators: Sequence, batch_size: int = 16, last_rows: Optional[int] = None):
+    def __init__(self, accumulators: Sequence, batch_size: int = 16, last_rows: Optional[int] = None) -> None:
         self.accumulators = list(accumulators)
         self.batch_size = batch_size
         self.last_rows = last_rows
 
-    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
+    def run(self, adapter: ModelAdapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
         from probe.runs.streaming import feed, join_batch_size, stream_layers
 
         started = time.time()
@@ -227,7 +231,7 @@ class Streamed:
 
 
 def stream_into(
-    runner, items: Sequence, accumulators: Sequence, *, batch_size: int = 16, last_rows: Optional[int] = None
+    runner: Any, items: Sequence, accumulators: Sequence, *, batch_size: int = 16, last_rows: Optional[int] = None
 ) -> Streamed:
     """Stream ``items`` through the model into ``accumulators`` on ``runner`` (a runner,
     or a loaded model: :func:`as_runner`).

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 
@@ -29,7 +29,11 @@ from probe.errors import InputError
 from probe.inputs.long_inputs import warn_if_capture_too_large
 from probe.maps import AttentionMaps
 from probe.models.sites import Site
-from probe.tracing.trace import Reader, Trace, TraceView, unsupported
+from probe.tracing.site_keys import Reader, unsupported
+from probe.tracing.trace_context import Trace, TraceView
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ class AttentionCapture(TraceView):
             its slot, so recording costs no copy; the hooks path copies them there. Later
             calls, and records of another shape, are kept as usual.
 
-    A view of :class:`probe.tracing.trace.Trace`: it reads the ``pattern`` site of each chosen
+    A view of :class:`probe.tracing.trace_context.Trace`: it reads the ``pattern`` site of each chosen
     layer (layer identity by call where layers share a module: ALBERT). Hooks (or
     interface sessions) are removed and the attention implementation restored on exit,
     also when the forward raised. Captures nest: an inner capture records independently.
@@ -71,7 +75,7 @@ class AttentionCapture(TraceView):
 
     def __init__(
         self,
-        adapter,
+        adapter: ModelAdapter,
         layers: Optional[Sequence[int]] = None,
         stack: Optional[str] = None,
         keep_grad: bool = False,
@@ -81,7 +85,7 @@ class AttentionCapture(TraceView):
         store_dtype: Optional[torch.dtype] = None,
         path: str = "auto",
         into_buffer: bool = False,
-    ):
+    ) -> None:
         from probe.tracing.attention_interface import choose_path
 
         self.adapter = adapter
@@ -137,7 +141,7 @@ class AttentionCapture(TraceView):
             self._in_buffer.add(layer)
         self._records.setdefault(layer, []).append(probs)
 
-    def _slot_for(self, layer: int, shape: tuple, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
+    def _slot_for(self, layer: int, shape: tuple, dtype: torch.dtype, device: torch.device) -> Optional[torch.Tensor]:
         """``layer``'s slot of the buffer for a first record of ``shape`` (allocated with
         the first record), or None when the buffer holds records of another kind."""
         if not self.into_buffer or layer in self._records:
@@ -153,7 +157,9 @@ class AttentionCapture(TraceView):
             return None
         return self._buffer[self._slot[layer]]
 
-    def _weights_out(self, layer: int, shape: tuple, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
+    def _weights_out(
+        self, layer: int, shape: tuple, dtype: torch.dtype, device: torch.device
+    ) -> Optional[torch.Tensor]:
         """Where the interface may compute ``layer``'s weights ``[batch, heads, q, k]``: its
         slot of the buffer when the record is kept as computed (all heads and rows,
         detached, same dtype)."""
@@ -212,7 +218,7 @@ class AttentionCapture(TraceView):
         return torch.stack([t[layer] for layer in self.layers])
 
 
-def _kind(adapter, stack: str) -> str:
+def _kind(adapter: ModelAdapter, stack: str) -> str:
     if stack == "cross":
         return "cross"
     if stack == "decoder":
@@ -220,7 +226,7 @@ def _kind(adapter, stack: str) -> str:
     return "self"
 
 
-def _shifted(target):
+def _shifted(target: Any) -> tuple[tuple, tuple, torch.Tensor]:
     """Query-side token facts of teacher-forced decoder inputs: start + target[:-1]."""
     tokens = ("<start>",) + tuple(target.tokens[:-1])
     word_ids = (None,) + tuple(target.word_ids[:-1])
@@ -233,7 +239,7 @@ WINDOW_BYTES = 256 * 2**20
 
 
 def iter_capture(
-    adapter,
+    adapter: ModelAdapter,
     texts: Iterable[str],
     *,
     layers: Optional[Sequence[int]] = None,
@@ -293,57 +299,20 @@ def iter_capture(
     n_heads = len(set(heads)) if heads is not None else adapter.n_heads
     cell_bytes = max(1, n_layers * n_heads * torch.tensor([], dtype=dtype).element_size())
     pending: deque = deque()  # read and tokenized, not yet in a window
+    settings = dict(layers=layers, stack=stack, needs_target=needs_target, dtype=dtype, heads=heads, path=path)
+    settings["standalone"] = standalone
+
+    def read() -> list:
+        return _read_chunk(adapter, texts, spans_it, targets_it, batch_size, truncate)
+
     try:
         while True:
-            window: list = []
-            encs, tencs, cells, held = [], [], [], 0
-            while len(window) < batch_size * sort_window and held < window_bytes:
-                if not pending:  # read batch_size texts: one tokenizer call, one vectorised alignment
-                    chunk = []
-                    for text in texts:
-                        spans = next(spans_it) if spans_it is not None else None
-                        target = next(targets_it) if targets_it is not None else None
-                        chunk.append((text, spans, target))
-                        if len(chunk) == batch_size:
-                            break
-                    if not chunk:
-                        break
-                    chunk_encs = adapter.encode_batch(
-                        [t for t, _, _ in chunk], [s for _, s, _ in chunk], truncate=truncate
-                    )
-                    chunk_tencs = [None] * len(chunk)
-                    if adapter.arch == "encoder-decoder":  # decoder inputs: the targets, else the source
-                        chunk_tencs = adapter.encode_batch(
-                            [tg if targets_it is not None else t for t, _, tg in chunk], truncate=truncate, target=True
-                        )
-                    pending.extend(zip(chunk, chunk_encs, chunk_tencs))
-                item, enc, tenc = pending.popleft()  # the window takes one example at a time
-                window.append(item)
-                encs.append(enc)
-                if tenc is not None:
-                    tencs.append(tenc)
-                cells.append(_map_cells(enc, tenc, stack))
-                held += cells[-1] * cell_bytes
+            window, encs, tencs, cells = _fill_window(
+                pending, read, batch_size * sort_window, window_bytes, cell_bytes, stack
+            )
             if not window:
                 break
-            order = sorted(range(len(window)), key=lambda k: len(encs[k]))
-            done: dict[int, AttentionMaps] = {}
-            for idx in _batches(order, cells, batch_size, window_bytes // cell_bytes):
-                maps = _capture_batch(
-                    adapter,
-                    [encs[k] for k in idx],
-                    [tencs[k] for k in idx] if tencs else None,
-                    layers,
-                    stack,
-                    needs_target,
-                    dtype,
-                    heads=heads,
-                    path=path,
-                    standalone=standalone,
-                )
-                done.update(zip(idx, maps))
-                if bar is not None:
-                    bar.update(len(idx))
+            done = _window_maps(adapter, encs, tencs, cells, batch_size, window_bytes // cell_bytes, bar, **settings)
             for k in range(len(window)):
                 yield done.pop(k)
     finally:
@@ -351,7 +320,85 @@ def iter_capture(
             bar.close()
 
 
-def _storage_dtype(adapter, dtype: Optional[torch.dtype]) -> torch.dtype:
+def _window_maps(
+    adapter: ModelAdapter,
+    encs: list,
+    tencs: list,
+    cells: list[int],
+    batch_size: int,
+    max_cells: int,
+    bar: Any,
+    **batch: Any,
+) -> dict[int, AttentionMaps]:
+    """The maps of one window's examples ``{position in the window: maps}``, captured in
+    batches of similar length (:func:`_batches`; ``batch``: :func:`_capture_batch`'s
+    settings); ``bar``: a progress bar or None."""
+    order = sorted(range(len(encs)), key=lambda k: len(encs[k]))
+    done: dict[int, AttentionMaps] = {}
+    for idx in _batches(order, cells, batch_size, max_cells):
+        maps = _capture_batch(adapter, [encs[k] for k in idx], [tencs[k] for k in idx] if tencs else None, **batch)
+        done.update(zip(idx, maps))
+        if bar is not None:
+            bar.update(len(idx))
+    return done
+
+
+def _read_chunk(
+    adapter: ModelAdapter,
+    texts: Iterator[str],
+    spans_it: Optional[Iterator],
+    targets_it: Optional[Iterator[str]],
+    batch_size: int,
+    truncate: bool,
+) -> list[tuple]:
+    """The next ``batch_size`` texts (fewer at the end, none after it), tokenized in one
+    call with one vectorised alignment: ``[((text, spans, target), encoding, target
+    encoding or None)]`` (an encoder-decoder's decoder inputs: the targets, else the source)."""
+    chunk: list[tuple[str, Any, Any]] = []  # (text, word spans, target text)
+    for text in texts:
+        spans = next(spans_it) if spans_it is not None else None
+        target = next(targets_it) if targets_it is not None else None
+        chunk.append((text, spans, target))
+        if len(chunk) == batch_size:
+            break
+    if not chunk:
+        return []
+    chunk_encs = adapter.encode_batch([t for t, _, _ in chunk], [s for _, s, _ in chunk], truncate=truncate)
+    chunk_tencs: list = [None] * len(chunk)
+    if adapter.arch == "encoder-decoder":
+        chunk_tencs = adapter.encode_batch(
+            [tg if targets_it is not None else t for t, _, tg in chunk], truncate=truncate, target=True
+        )
+    return list(zip(chunk, chunk_encs, chunk_tencs))
+
+
+def _fill_window(
+    pending: deque, read: Callable[[], list], max_examples: int, window_bytes: int, cell_bytes: int, stack: str
+) -> tuple[list, list, list, list[int]]:
+    """The next window: examples taken one at a time from ``pending`` (refilled by
+    ``read()``) until it holds ``max_examples`` or its maps reach ``window_bytes``;
+    ``(items, encodings, target encodings, map cells per example)`` (empty at the end)."""
+    window: list = []
+    encs: list = []
+    tencs: list = []
+    cells: list[int] = []
+    held = 0
+    while len(window) < max_examples and held < window_bytes:
+        if not pending:
+            pending.extend(read())
+            if not pending:
+                break
+        item, enc, tenc = pending.popleft()  # the window takes one example at a time
+        window.append(item)
+        encs.append(enc)
+        if tenc is not None:
+            tencs.append(tenc)
+        cells.append(_map_cells(enc, tenc, stack))
+        held += cells[-1] * cell_bytes
+    return window, encs, tencs, cells
+
+
+def _storage_dtype(adapter: ModelAdapter, dtype: Optional[torch.dtype]) -> torch.dtype:
     """``dtype``, else float64 for a float64 model (its maps at its own accuracy), else float32."""
     if dtype is not None:
         return dtype
@@ -359,7 +406,7 @@ def _storage_dtype(adapter, dtype: Optional[torch.dtype]) -> torch.dtype:
     return torch.float64 if param is not None and param.dtype == torch.float64 else torch.float32
 
 
-def _map_cells(enc, tenc, stack: str) -> int:
+def _map_cells(enc: Any, tenc: Any, stack: str) -> int:
     """Query × key cells of one example's map (per layer and head)."""
     if tenc is None or stack == "encoder":
         return len(enc) ** 2
@@ -385,7 +432,7 @@ def _batches(order: list, cells: list, batch_size: int, max_cells: int) -> Itera
 STACK_BYTES = 32 * 2**20
 
 
-def _query_key_lengths(enc, tenc, stack: str) -> tuple[int, int]:
+def _query_key_lengths(enc: Any, tenc: Any, stack: str) -> tuple[int, int]:
     """Unpadded (query, key) lengths of one example's map in ``stack``."""
     if tenc is None:
         return len(enc), len(enc)
@@ -425,7 +472,7 @@ def _trimmed(per_layer: dict, layers: list, shapes: list, dtype: torch.dtype) ->
     return maps
 
 
-def _buffer_fits(adapter, dtype: torch.dtype) -> bool:
+def _buffer_fits(adapter: ModelAdapter, dtype: torch.dtype) -> bool:
     """Whether a batch's maps can be kept as recorded in one ``[layer, batch, head, query,
     key]`` buffer (:meth:`AttentionCapture.buffer`): not for a GPU model (the maps go to
     the CPU) nor a compute dtype other than ``dtype`` (half-precision records are
@@ -446,7 +493,17 @@ def _buffer_fits(adapter, dtype: torch.dtype) -> bool:
 
 
 def _capture_batch(
-    adapter, encs, tencs, layers, stack, needs_target, dtype, *, heads=None, path="auto", standalone=False
+    adapter: ModelAdapter,
+    encs: list,
+    tencs: Optional[list],
+    layers: Optional[Sequence[int]],
+    stack: str,
+    needs_target: bool,
+    dtype: torch.dtype,
+    *,
+    heads: Optional[Sequence[int]] = None,
+    path: str = "auto",
+    standalone: bool = False,
 ) -> list[AttentionMaps]:
     """One forward over a batch of encodings; the maps of each example, padding trimmed:
     views of one buffer, or (``standalone``) each its own tensor."""
@@ -476,7 +533,8 @@ def _capture_batch(
         torch.inference_mode(),
     ):
         adapter.model(**inputs)
-    shapes = [_query_key_lengths(enc, tencs[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
+    targets = tencs if tencs is not None else []  # the decoder stack's encodings, where needs_target
+    shapes = [_query_key_lengths(enc, targets[i] if needs_target else None, stack) for i, enc in enumerate(encs)]
     per_layer = cap.layer_tensors()  # {layer: [batch, head, query, key]}; raises unless every layer ran
     for layer, rec in per_layer.items():
         if tuple(rec.shape[-2:]) != (n_query, n_key):
@@ -492,50 +550,63 @@ def _capture_batch(
     else:
         maps = _trimmed(per_layer, cap.layers, shapes, dtype)
     kind = _kind(adapter, stack)
-    out = []
-    for i, enc in enumerate(encs):
-        extra = {}
-        tokens, wids, special, words = enc.tokens, enc.word_ids, enc.special_mask, enc.words
-        if needs_target:
-            q_tokens, q_wids, q_special = _shifted(tencs[i])
-            if stack == "decoder":
-                tokens, wids, special, words = q_tokens, q_wids, q_special, tencs[i].words
-            else:
-                extra = dict(
-                    query_tokens=q_tokens,
-                    query_word_ids=q_wids,
-                    query_special_mask=q_special,
-                    query_words=tencs[i].words,
-                )
-        a = maps[i]  # [layer, head, query, key], padding left out
-        meta: dict[str, Any] = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source}
-        if heads is not None and cap.heads is not None:  # partial capture: the model head index of each stored head
-            meta["heads"] = list(cap.heads)
-        if enc.truncated:
-            meta["truncated"] = True
-        if enc.unaligned_words:
-            meta["unaligned_words"] = list(enc.unaligned_words)
-        if enc.absorbed_words:  # words without a token of their own: [word, token] pairs
-            meta["absorbed_words"] = [list(x) for x in enc.absorbed_words]
-        out.append(
-            AttentionMaps(
-                attentions=a,
-                tokens=tokens,
-                word_ids=wids,
-                special_mask=special,
-                words=words,
-                layers=tuple(cap.layers),
-                kind=kind,
-                text=enc.text,
-                meta=meta,
-                validate=False,
-                **extra,
+    return [
+        _example_maps(adapter, enc, targets[i] if needs_target else None, maps[i], stack, kind, cap, heads)
+        for i, enc in enumerate(encs)
+    ]
+
+
+def _example_maps(
+    adapter: ModelAdapter,
+    enc: Any,
+    tenc: Any,
+    a: torch.Tensor,
+    stack: str,
+    kind: str,
+    cap: AttentionCapture,
+    heads: Optional[Sequence[int]],
+) -> AttentionMaps:
+    """One example's :class:`AttentionMaps` from its map ``a`` ``[layer, head, query, key]``
+    (padding left out), its encoding ``enc`` and, where the queries are the decoder's
+    (``stack`` decoder or cross), its target encoding ``tenc``."""
+    extra = {}
+    tokens, wids, special, words = enc.tokens, enc.word_ids, enc.special_mask, enc.words
+    if tenc is not None:
+        q_tokens, q_wids, q_special = _shifted(tenc)
+        if stack == "decoder":
+            tokens, wids, special, words = q_tokens, q_wids, q_special, tenc.words
+        else:
+            extra = dict(
+                query_tokens=q_tokens,
+                query_word_ids=q_wids,
+                query_special_mask=q_special,
+                query_words=tenc.words,
             )
-        )
-    return out
+    meta: dict[str, Any] = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source}
+    if heads is not None and cap.heads is not None:  # partial capture: the model head index of each stored head
+        meta["heads"] = list(cap.heads)
+    if enc.truncated:
+        meta["truncated"] = True
+    if enc.unaligned_words:
+        meta["unaligned_words"] = list(enc.unaligned_words)
+    if enc.absorbed_words:  # words without a token of their own: [word, token] pairs
+        meta["absorbed_words"] = [list(x) for x in enc.absorbed_words]
+    return AttentionMaps(
+        attentions=a,
+        tokens=tokens,
+        word_ids=wids,
+        special_mask=special,
+        words=words,
+        layers=tuple(cap.layers),
+        kind=kind,
+        text=enc.text,
+        meta=meta,
+        validate=False,
+        **extra,
+    )
 
 
-def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps]:
+def capture(adapter: ModelAdapter, texts: Sequence[str] | str, **kwargs: Any) -> list[AttentionMaps]:
     """Run the model on ``texts`` and return one :class:`AttentionMaps` per text.
 
     Args:
@@ -574,7 +645,7 @@ def capture(adapter, texts: Sequence[str] | str, **kwargs) -> list[AttentionMaps
 
 
 def capture_inputs(
-    adapter,
+    adapter: ModelAdapter,
     inputs: dict,
     *,
     layers: Optional[Sequence[int]] = None,

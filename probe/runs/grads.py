@@ -10,7 +10,7 @@ and no parameter's ``.grad`` is touched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -18,6 +18,9 @@ from probe.errors import InputError, NotApplicable
 
 from probe.runs.capture import AttentionCapture
 from probe.maps import AttentionMaps
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["AttentionGradients", "attention_gradients", "default_target"]
 
@@ -33,7 +36,7 @@ class AttentionGradients:
     target: str
 
 
-def default_target(outputs, position: int):
+def default_target(outputs: Any, position: int) -> tuple[torch.Tensor, str]:
     """The scalar explained by default, and its description.
 
     * a model with ``logits [1, C]`` (sequence classification): the top class's logit;
@@ -52,7 +55,7 @@ def default_target(outputs, position: int):
 
 
 def attention_gradients(
-    adapter,
+    adapter: ModelAdapter,
     text: str,
     *,
     target: Optional[Callable] = None,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional, Sequence
+import os
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 import torch
 
@@ -11,6 +12,10 @@ from probe.runs.capture import iter_capture
 from probe.errors import InputError
 from probe.inputs.corpus import Corpus, fit_to_model
 from probe.store.directory import Store, StoreWriter, fingerprint
+
+if TYPE_CHECKING:
+    from probe.maps import AttentionMaps
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +26,9 @@ SORT_WINDOW = 8
 
 
 def capture_corpus(
-    adapter,
+    adapter: ModelAdapter,
     corpus: Corpus,
-    out,
+    out: str | os.PathLike,
     *,
     layers: Optional[Sequence[int]] = None,
     batch_size: int = 16,
@@ -55,16 +60,7 @@ def capture_corpus(
         ValueError: ``out`` holds a capture of other input or settings; layer out of range;
             over-long input with ``on_long="error"``; nothing left to capture.
     """
-    if on_long not in ("skip", "error", "truncate"):
-        raise InputError(f"on_long must be skip, error or truncate, got {on_long!r}")
-    fitted = corpus if on_long == "truncate" else fit_to_model(corpus, adapter, allow_empty=True)
-    if len(fitted) < len(corpus) and on_long == "error":
-        raise InputError(
-            f"{len(corpus) - len(fitted)} input text(s) longer than {adapter.name}'s limit of "
-            f"{adapter.max_length} tokens: shorten them or pass --truncate"
-        )
-    if not len(fitted):
-        raise InputError(f"all {len(corpus)} examples are longer than {adapter.max_length} tokens; nothing to capture")
+    fitted = _fitted(adapter, corpus, on_long)
     ids = _ids_after_fit(corpus, fitted, adapter)
     stack = stack or adapter.default_stack
     options = {"batch_size": batch_size, "truncate": on_long == "truncate"}  # both change what is stored
@@ -97,21 +93,49 @@ def capture_corpus(
                     truncate=on_long == "truncate",
                     standalone=True,
                 )
-                for k, maps in zip(ks, stream):
-                    if ids[k] not in writer.done:
-                        if fitted.unknown:  # per example in the store's index (meta)
-                            maps.meta["unknown_tokens"] = int(fitted.unknown[k])
-                        writer.add(ids[k], maps)
-                        if bar is not None:
-                            bar.update(1)
+                _write_block(writer, fitted, ids, ks, stream, bar)
         finally:
             if bar is not None:
                 bar.close()
     return Store(out)
 
 
+def _fitted(adapter: ModelAdapter, corpus: Corpus, on_long: str) -> Corpus:
+    """``corpus`` as it will be captured: examples over the model's limit dropped
+    (``on_long="skip"``), refused (``"error"``) or kept to be cut (``"truncate"``).
+
+    Raises:
+        InputError: an unknown ``on_long``; an over-long input with ``"error"``; nothing left.
+    """
+    if on_long not in ("skip", "error", "truncate"):
+        raise InputError(f"on_long must be skip, error or truncate, got {on_long!r}")
+    fitted = corpus if on_long == "truncate" else fit_to_model(corpus, adapter, allow_empty=True)
+    if len(fitted) < len(corpus) and on_long == "error":
+        raise InputError(
+            f"{len(corpus) - len(fitted)} input text(s) longer than {adapter.name}'s limit of "
+            f"{adapter.max_length} tokens: shorten them or pass --truncate"
+        )
+    if not len(fitted):
+        raise InputError(f"all {len(corpus)} examples are longer than {adapter.max_length} tokens; nothing to capture")
+    return fitted
+
+
+def _write_block(
+    writer: StoreWriter, fitted: Corpus, ids: list, ks: list[int], stream: Iterator[AttentionMaps], bar: Any
+) -> None:
+    """Add the maps of block ``ks`` (``stream``, in order) the store does not hold yet,
+    each with its count of unknown tokens in its index meta; ``bar``: a progress bar or None."""
+    for k, maps in zip(ks, stream):
+        if ids[k] not in writer.done:
+            if fitted.unknown:  # per example in the store's index (meta)
+                maps.meta["unknown_tokens"] = int(fitted.unknown[k])
+            writer.add(ids[k], maps)
+            if bar is not None:
+                bar.update(1)
+
+
 def store_manifest(
-    adapter,
+    adapter: ModelAdapter,
     corpus: Corpus,
     fitted: Corpus,
     layers: Optional[Sequence[int]] = None,
@@ -167,7 +191,7 @@ def toolkit_version() -> str:
         return "unknown"
 
 
-def _ids_after_fit(corpus: Corpus, fitted: Corpus, adapter) -> list:
+def _ids_after_fit(corpus: Corpus, fitted: Corpus, adapter: ModelAdapter) -> list:
     """Corpus indices of the examples that survived :func:`fit_to_model`."""
     if len(fitted) == len(corpus):
         return list(range(len(corpus)))

@@ -3,7 +3,7 @@
 :func:`probe.runs.capture.iter_capture` keeps every layer of a batch until the forward ends
 and then copies each example out (``[layer, head, query, key]``), so its peak memory is
 all layers of one batch, twice. :func:`stream_layers` instead calls ``on_layer`` from
-the trace's reader of each layer's ``pattern`` site (:class:`probe.tracing.trace.Trace`, hooks path), with that layer's probabilities of the whole
+the trace's reader of each layer's ``pattern`` site (:class:`probe.tracing.trace_context.Trace`, hooks path), with that layer's probabilities of the whole
 batch, and keeps nothing afterwards: peak memory is one layer's maps of one batch plus
 the model (the eager attention of the next layer reuses the freed memory). The
 corpus-level analyses consume it through accumulators
@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 import torch
 
 from probe.errors import InputError, NotApplicable
 
 from probe.models.sites import Site
-from probe.tracing.trace import Trace
+from probe.tracing.trace_context import Trace
 from probe.maps import AttentionMaps
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +81,13 @@ class LayerBatch:
         self,
         layer: int,
         probs: torch.Tensor,
-        encodings,
+        encodings: list,
         meta: BatchMeta,
         kind: str,
         source: str,
         model_name: str,
         last_rows: Optional[int],
-    ):
+    ) -> None:
         self.layer, self.meta, self.kind = layer, meta, kind
         self._encs, self._source, self._model = encodings, source, model_name
         self.last_rows = last_rows
@@ -138,14 +141,44 @@ class LayerBatch:
         return self._maps
 
 
-def _text_and_spans(item):
+def _text_and_spans(item: Any) -> tuple[str, Any]:
     if isinstance(item, str):
         return item, None
     return item.text, getattr(item, "spans", None)
 
 
+def _checked_settings(
+    adapter: ModelAdapter,
+    layers: Optional[Sequence[int]],
+    batch_size: int,
+    sort_window: int,
+    last_rows: Optional[int],
+) -> list[int]:
+    """The layers :func:`stream_layers` hooks (sorted, default all), its settings checked.
+
+    Raises:
+        NotApplicable: an encoder-decoder model.
+        InputError: a batch setting below 1, a layer out of range.
+    """
+    if adapter.arch == "encoder-decoder":
+        raise NotApplicable(
+            "streaming covers encoder and decoder-only models; capture encoder-decoder "
+            "models with probe.runs.capture.iter_capture"
+        )
+    if batch_size < 1 or sort_window < 1:
+        raise InputError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
+    if last_rows is not None and last_rows < 1:
+        raise InputError(f"last_rows must be ≥ 1, got {last_rows}")
+    modules = adapter.attention_modules(adapter.default_stack)
+    chosen = list(range(len(modules))) if layers is None else sorted({int(x) for x in layers})
+    bad = [x for x in chosen if not 0 <= x < len(modules)]
+    if bad or not chosen:
+        raise InputError(f"layer(s) {bad or chosen} out of range: {adapter.name} has layers 0..{len(modules) - 1}")
+    return chosen
+
+
 def stream_layers(
-    adapter,
+    adapter: ModelAdapter,
     items: Iterable,
     on_layer: Callable[[LayerBatch], None],
     *,
@@ -181,21 +214,8 @@ def stream_layers(
         ValueError: an encoder-decoder model, bad batch settings or layers, a text
             beyond the model's limit (as :meth:`ModelAdapter.encode`).
     """
-    if adapter.arch == "encoder-decoder":
-        raise NotApplicable(
-            "streaming covers encoder and decoder-only models; capture encoder-decoder "
-            "models with probe.runs.capture.iter_capture"
-        )
-    if batch_size < 1 or sort_window < 1:
-        raise InputError(f"batch_size and sort_window must be ≥ 1, got {batch_size}, {sort_window}")
-    if last_rows is not None and last_rows < 1:
-        raise InputError(f"last_rows must be ≥ 1, got {last_rows}")
+    chosen = _checked_settings(adapter, layers, batch_size, sort_window, last_rows)
     stack = adapter.default_stack
-    modules = adapter.attention_modules(stack)
-    chosen = list(range(len(modules))) if layers is None else sorted({int(x) for x in layers})
-    bad = [x for x in chosen if not 0 <= x < len(modules)]
-    if bad or not chosen:
-        raise InputError(f"layer(s) {bad or chosen} out of range: {adapter.name} has layers 0..{len(modules) - 1}")
     kind = "causal" if adapter.arch == "decoder" or stack == "decoder" else "self"
     items = iter(items)
     index_it = iter(indices) if indices is not None else None
@@ -235,12 +255,20 @@ def stream_layers(
     return count
 
 
-def _forward(adapter, encs, meta: BatchMeta, on_layer, stack, kind, last_rows) -> None:
+def _forward(
+    adapter: ModelAdapter,
+    encs: list,
+    meta: BatchMeta,
+    on_layer: Callable[[LayerBatch], None],
+    stack: str,
+    kind: str,
+    last_rows: Optional[int],
+) -> None:
     """One forward of a batch, reading each chosen layer's ``pattern`` site (hooks, eager
     attention) and handing it on."""
     inputs = adapter.batch(encs)
 
-    def hand_on(layer):
+    def hand_on(layer: int) -> Callable:
         return lambda probs, ctx: on_layer(
             LayerBatch(layer, probs.detach(), encs, meta, kind, tr.attention_source, adapter.name, last_rows)
         )
@@ -302,7 +330,7 @@ def join_layers(by_layer: Sequence[Sequence], layers: Sequence[int]) -> list:
 JOIN_BYTES = 1 << 30
 
 
-def join_batch_size(adapter, batch_size: int, budget: Optional[int] = None) -> int:
+def join_batch_size(adapter: ModelAdapter, batch_size: int, budget: Optional[int] = None) -> int:
     """The batch size at which a batch's maps of every layer, at the model's longest
     input (``L · H · n_max² · 4`` bytes each), fit in ``budget``: ``batch_size`` or less;
     0 when not even one example fits (then stream layer by layer). A function of the
@@ -312,7 +340,7 @@ def join_batch_size(adapter, batch_size: int, budget: Optional[int] = None) -> i
     return int(min(batch_size, budget // max(per_example, 1)))
 
 
-def held_items(corpus) -> Optional[list]:
+def held_items(corpus: Any) -> Optional[list]:
     """The items accumulators fed ``corpus``'s held maps see (``BatchMeta.items``): its
     treebank sentences, or ``None``, for which :func:`feed_maps` gives each example's text."""
     sentences = getattr(corpus, "sentences", None)

@@ -3,14 +3,14 @@
 Kobayashi et al. (2020), "Attention is Not Only a Weight", need per head the vector
 ``f_h(x_j) = (x_j W_V + b_V)_h W_O^h`` that head ``h`` moves from token ``j``. Forward hooks
 on the adapter's value projections record ``x W_V + b_V``; the output projections give
-``W_O``. The values are the ``v`` sites of :class:`probe.tracing.trace.Trace` (fused q|k|v split and
+``W_O``. The values are the ``v`` sites of :class:`probe.tracing.trace_context.Trace` (fused q|k|v split and
 grouped-query repeat as :mod:`probe.models.sites` says).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, cast
+from typing import TYPE_CHECKING, Optional, cast
 
 import torch
 
@@ -18,8 +18,11 @@ from probe.errors import NotApplicable
 
 from probe.runs.capture import capture
 from probe.models.sites import Site
-from probe.tracing.trace import Trace
+from probe.tracing.trace_context import Trace
 from probe.maps import AttentionMaps
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["ValueCapture", "capture_values", "projection_weight"]
 
@@ -53,7 +56,7 @@ def projection_weight(module: torch.nn.Module) -> torch.Tensor:
     raise NotApplicable(f"cannot read a projection matrix from {type(module).__name__}")
 
 
-def capture_values(adapter, text: str, *, stack: Optional[str] = None) -> ValueCapture:
+def capture_values(adapter: ModelAdapter, text: str, *, stack: Optional[str] = None) -> ValueCapture:
     """Run ``adapter``'s model on ``text`` once; return attention, values and ``W_O``.
 
     Raises:
@@ -68,5 +71,5 @@ def capture_values(adapter, text: str, *, stack: Optional[str] = None) -> ValueC
     with Trace(adapter, read=[Site("v", layer, stack) for layer in range(n_layers)], stack=stack) as tr:
         (maps,) = capture(adapter, [text], stack=stack, batch_size=1)
     values = [tr.cache[Site("v", layer, stack)][0].float() for layer in range(n_layers)]  # [n, H, dh]
-    w_o = torch.stack([projection_weight(m).detach().float() for m in adapter.output_projections(stack)])
+    w_o = torch.stack([projection_weight(m).detach().float() for m in adapter.head_output_modules(stack)])
     return ValueCapture(maps=maps, values=torch.stack(values), w_o=w_o)

@@ -31,7 +31,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence, TypeGuard
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -78,7 +78,7 @@ PROVENANCE = {
 _ALWAYS = ("model", "stack", "layers", "input", "dtype")  # compared in every store, old ones too
 
 
-def refuse_other_capture(path, old: dict, new: dict) -> None:
+def refuse_other_capture(path: str | os.PathLike, old: dict, new: dict) -> None:
     """Refuse to resume the store at ``path`` (manifest ``old``) with a capture whose
     manifest ``new`` differs in anything that made the stored maps (:data:`PROVENANCE`),
     in one line naming what changed; nothing is written.
@@ -102,7 +102,7 @@ def refuse_other_capture(path, old: dict, new: dict) -> None:
             )
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "…"
 
@@ -160,7 +160,7 @@ class StoreWriter:
             index or the shards of finished examples are damaged (resume checks them).
     """
 
-    def __init__(self, path, manifest: dict, shard_size: int = 64, dtype: str = "float32"):
+    def __init__(self, path: str | os.PathLike, manifest: dict, shard_size: int = 64, dtype: str = "float32") -> None:
         if dtype not in _DTYPES:
             raise InputError(f"store dtype must be float32 or float16, got {dtype!r}")
         self.path = Path(path)
@@ -236,7 +236,7 @@ class StoreWriter:
     def __enter__(self) -> "StoreWriter":
         return self
 
-    def __exit__(self, exc_type, *exc) -> bool:
+    def __exit__(self, exc_type: Optional[type], *exc: object) -> bool:
         self.close(failed=exc_type is not None)
         return False
 
@@ -253,6 +253,7 @@ class StoreWriter:
             self._pending_bytes = 0
 
     def flush(self) -> None:
+        """Write the queued examples as one shard and their index lines."""
         if not self._pending:
             return
         name = f"shard-{self._next_shard:05d}.safetensors"
@@ -293,7 +294,12 @@ def standalone(maps: AttentionMaps, dtype: torch.dtype = torch.float32) -> Atten
     return maps if a is maps.attentions else maps.with_attentions(a)
 
 
-def write_shard(path, name: str, examples: Sequence[tuple[int, AttentionMaps]], dtype=torch.float32) -> list:
+def write_shard(
+    path: str | os.PathLike,
+    name: str,
+    examples: Sequence[tuple[int, AttentionMaps]],
+    dtype: torch.dtype = torch.float32,
+) -> list:
     """Write ``(id, maps)`` pairs as one shard (temporary name, fsync, rename) and return
     their index records; nothing is in the store until the records are appended to its
     index (:meth:`StoreWriter.append_index`), so a writer killed mid-shard leaves no trace.
@@ -308,7 +314,11 @@ def write_shard(path, name: str, examples: Sequence[tuple[int, AttentionMaps]], 
 
 
 def write_store(
-    path, examples: Iterable[tuple[int, AttentionMaps]], manifest: dict, shard_size: int = 64, dtype: str = "float32"
+    path: str | os.PathLike,
+    examples: Iterable[tuple[int, AttentionMaps]],
+    manifest: dict,
+    shard_size: int = 64,
+    dtype: str = "float32",
 ) -> "Store":
     """Write ``(id, maps)`` pairs to a store at ``path`` and return it opened.
 
@@ -321,7 +331,7 @@ def write_store(
     return Store(path)
 
 
-def done_ids(path) -> set:
+def done_ids(path: str | os.PathLike) -> set:
     """Ids of the finished examples of a store (empty when there is none)."""
     return {r["id"] for r in _read_index(Path(path) / "index.jsonl")}
 
@@ -338,7 +348,7 @@ class Store:
         ValueError: when ``path`` is not a store (no manifest.json).
     """
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         records = _read_index(self.path / "index.jsonl")
@@ -352,7 +362,7 @@ class Store:
             )
 
     @property
-    def expected(self):
+    def expected(self) -> Optional[int]:
         """Examples a finished capture holds (``n_input`` less the skipped), if recorded."""
         n, skipped = self.manifest.get("n_input"), self.manifest.get("skipped") or {}
         if not _is_count(n) or not isinstance(skipped, dict) or not all(_is_count(v) for v in skipped.values()):
@@ -365,7 +375,7 @@ class Store:
         return self.expected is None or len(self.records) == self.expected
 
     @classmethod
-    def over(cls, path, manifest: dict, records: list) -> "Store":
+    def over(cls, path: str | os.PathLike, manifest: dict, records: list) -> "Store":
         """A reader over records already read and checked (``probe store verify``)."""
         store = cls.__new__(cls)
         store.path, store.manifest = Path(path), manifest
@@ -377,6 +387,7 @@ class Store:
 
     @property
     def ids(self) -> list:
+        """The ids of the stored examples, in index order."""
         return [r["id"] for r in self.records]
 
     def _maps(self, rec: dict, tensor: torch.Tensor) -> AttentionMaps:
@@ -421,7 +432,7 @@ class Store:
     def _where(self, rec: dict) -> str:
         return f"{self.path}: example {rec['id']} ({rec['shard']})"
 
-    def _open_shard(self, rec: dict):
+    def _open_shard(self, rec: dict) -> Any:
         path = self.path / rec["shard"]
         if not path.is_file():
             raise InputError(f"{self._where(rec)}: the shard file is missing; " + _REPAIR.format(self.path))
@@ -433,7 +444,7 @@ class Store:
                 f"({_first_line(exc)}); " + _REPAIR.format(self.path)
             ) from None
 
-    def _load(self, rec: dict, handle) -> AttentionMaps:
+    def _load(self, rec: dict, handle: Any) -> AttentionMaps:
         try:
             if rec["key"] not in handle.keys():
                 raise InputError(f"the shard has no tensor {rec['key']!r}")
@@ -448,10 +459,11 @@ class Store:
             raise InputError(f"{self._where(rec)}: {_first_line(exc)}; " + _REPAIR.format(self.path)) from None
 
     def texts(self) -> list[str]:
+        """The stored examples' texts, in index order."""
         return [r.get("text", "") for r in self.records]
 
 
-def _is_count(x) -> bool:
+def _is_count(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 

@@ -16,6 +16,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
+from typing import Optional
 
 from probe.errors import InputError
 
@@ -34,7 +35,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _read(path: Path):
+def _read(path: Path) -> Optional[dict]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
@@ -50,13 +51,14 @@ class StoreLock:
             the directory cannot be written.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOCK_NAME
         self.me = {"pid": os.getpid(), "host": socket.gethostname()}
         self.held = False
 
     def acquire(self) -> "StoreLock":
+        """Take the lock (atomically, by a hard link; a stale lock of a dead process on this host is taken over)."""
         tmp = self.directory / f"{LOCK_NAME}.{uuid.uuid4().hex}.tmp"
         try:
             tmp.write_text(json.dumps(self.me), encoding="utf-8")
@@ -104,6 +106,7 @@ class StoreLock:
         log.warning("took over the stale lock of dead process %s in %s", pid, self.directory)
 
     def release(self) -> None:
+        """Give the lock back if this process holds it."""
         if self.held and _read(self.path) == self.me:
             self.path.unlink(missing_ok=True)
         self.held = False
@@ -111,6 +114,6 @@ class StoreLock:
     def __enter__(self) -> "StoreLock":
         return self.acquire()
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         self.release()
         return False

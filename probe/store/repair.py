@@ -12,6 +12,7 @@ kept line refers to. A capture run again afterwards redoes the dropped examples.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import os
 from pathlib import Path
 
 from probe.errors import InputError
@@ -60,7 +61,7 @@ def _readable(directory: Path, records: list, manifest: dict) -> tuple[list, lis
     return good, problems
 
 
-def verify_store(path) -> StoreCheck:
+def verify_store(path: str | os.PathLike) -> StoreCheck:
     """Check a store completely (every tensor is read; a store of N examples costs one pass):
     every index line, every example's tensor and its range as attention
     (:func:`probe.store.schema.map_range_problem`), and the count against the manifest's
@@ -92,7 +93,7 @@ def verify_store(path) -> StoreCheck:
     return check
 
 
-def repair_store(path) -> StoreCheck:
+def repair_store(path: str | os.PathLike) -> StoreCheck:
     """Keep only what reads correctly; returns what was found and ``dropped``.
 
     Raises:

@@ -8,9 +8,14 @@ with one clear line instead of being read wrongly.
 from __future__ import annotations
 
 import json
+import os
 import re
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 from probe.errors import InputError
 
@@ -21,7 +26,7 @@ DTYPES = ("float32", "float16")
 SHARD_NAME = re.compile(r"^shard-\d{5,}\.safetensors$")
 
 
-def read_manifest(directory) -> dict:
+def read_manifest(directory: str | os.PathLike) -> dict:
     """The validated ``manifest.json`` of a store directory.
 
     Raises:
@@ -62,11 +67,11 @@ def read_manifest(directory) -> dict:
     return data
 
 
-def _is_int(x) -> bool:
+def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _str_list(x) -> bool:
+def _str_list(x: object) -> bool:
     return isinstance(x, list) and all(isinstance(t, str) for t in x)
 
 
@@ -77,7 +82,7 @@ def record_crc(rec: dict) -> int:
     return zlib.crc32(json.dumps(body, sort_keys=True).encode("ascii"))
 
 
-def check_record(rec) -> None:
+def check_record(rec: object) -> None:
     """Raise ``ValueError`` (without location) when an index record lacks a field or has
     one of the wrong type, length or range."""
     if not isinstance(rec, dict):
@@ -163,7 +168,7 @@ def scan_index(path: Path) -> tuple[list, list, bool]:
 ROW_SUM_TOLERANCE = {"float32": 1e-3, "float16": 4e-3, "bfloat16": 3e-2}
 
 
-def map_range_problem(attn, manifest: dict) -> str:
+def map_range_problem(attn: torch.Tensor, manifest: dict) -> str:
     """What is wrong with a stored map ``[layer, head, query, key]`` as attention
     probabilities, or ``""``: a non-finite or negative entry, or a row (over keys) whose
     sum is off 1 by more than the tolerance of the coarsest of the store dtype and the

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
 from probe.errors import InputError
 
 if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
     from probe.tracing.layer_calls import LayerCalls
 
 INTERFACE_NAME = "probe_eager"
@@ -75,7 +76,7 @@ def calls_interface(module: torch.nn.Module) -> bool:
     return code is None or "ALL_ATTENTION_FUNCTIONS" in code.co_names
 
 
-def uses_interface(model: torch.nn.Module, attention_modules) -> bool:
+def uses_interface(model: torch.nn.Module, attention_modules: Sequence[torch.nn.Module]) -> bool:
     """True when ``model`` can switch its attention implementation at run time and every
     module in ``attention_modules`` calls the interface."""
     can_set = getattr(type(model), "_can_set_attn_implementation", None)
@@ -84,13 +85,13 @@ def uses_interface(model: torch.nn.Module, attention_modules) -> bool:
     return all(calls_interface(m) for m in attention_modules)
 
 
-def attention_path(adapter, stack: Optional[str] = None) -> str:
+def attention_path(adapter: ModelAdapter, stack: Optional[str] = None) -> str:
     """``"interface"`` when the adapter's attention modules of ``stack`` call transformers'
     attention interface, else ``"hooks"`` (forward hooks on the modules, eager switch)."""
     return "interface" if uses_interface(adapter.model, adapter.attention_modules(stack)) else "hooks"
 
 
-def choose_path(adapter, stack: Optional[str], path: str) -> str:
+def choose_path(adapter: ModelAdapter, stack: Optional[str], path: str) -> str:
     """Resolve ``path`` (``auto`` | ``interface`` | ``hooks``) for ``adapter``.
 
     Raises:
@@ -117,19 +118,19 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def eager_attention(
-    module,
-    query,
-    key,
-    value,
-    attention_mask,
-    scaling=None,
-    dropout=0.0,
-    softcap=None,
-    position_bias=None,
-    out=None,
-    on_scores=None,
-    **kwargs,
-):
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    scaling: Optional[float] = None,
+    dropout: float = 0.0,
+    softcap: Optional[float] = None,
+    position_bias: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+    on_scores: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention weights and per-head output, as transformers' eager functions compute them.
 
     Args:
@@ -219,7 +220,14 @@ def _fits(out: torch.Tensor, query: torch.Tensor, key_t: torch.Tensor) -> bool:
     )
 
 
-def _fast_attention(module, query, key, value, attention_mask, **kwargs):
+def _fast_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    **kwargs: Any,
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """The output without materialising the weights (PyTorch SDPA), where that computes
     the same function (no soft-capping, no sinks) and the model did not run eager before
     the switch (then it stays eager, so layers no one records compute what they did)."""
@@ -241,7 +249,14 @@ def _fast_attention(module, query, key, value, attention_mask, **kwargs):
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
-def probe_attention_forward(module, query, key, value, attention_mask, **kwargs):
+def probe_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    **kwargs: Any,
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """The function registered as :data:`INTERFACE_NAME`: eager attention where a session
     (or ``output_attentions``) needs the weights, SDPA elsewhere; then each session attached
     to ``module`` may record or replace the weights and edit the per-head output."""
@@ -253,7 +268,7 @@ def probe_attention_forward(module, query, key, value, attention_mask, **kwargs)
     scorers = [s for s in sessions if s.needs_scores(module)]
     if scorers:
 
-        def on_scores(scores):
+        def on_scores(scores: torch.Tensor) -> torch.Tensor:
             for s in scorers:
                 scores = s.on_scores(module, scores)
             return scores
@@ -291,40 +306,52 @@ class AttentionSession:
     module to its layer index (from the adapter's module list).
     """
 
-    def __init__(self, layer_of: "dict | LayerCalls"):
+    def __init__(self, layer_of: "dict | LayerCalls") -> None:
         self.layer_of = layer_of
 
-    def needs_weights(self, module) -> bool:
+    def needs_weights(self, module: torch.nn.Module) -> bool:
+        """Whether this session needs ``module``'s weights ``[batch, heads, q, k]`` computed (not SDPA)."""
         return False
 
-    def weights_out(self, module, shape: tuple, dtype: torch.dtype, device) -> Optional[torch.Tensor]:
+    def weights_out(
+        self, module: torch.nn.Module, shape: tuple, dtype: torch.dtype, device: torch.device
+    ) -> Optional[torch.Tensor]:
         """A tensor of ``shape`` ``[batch, heads, q, k]`` the weights of ``module`` may be
         computed in (saves the session a copy), or None."""
         return None
 
-    def on_weights(self, module, weights, mask) -> Optional[torch.Tensor]:
+    def on_weights(
+        self, module: torch.nn.Module, weights: torch.Tensor, mask: Optional[torch.Tensor]
+    ) -> Optional[torch.Tensor]:
+        """Read (or return edited) weights ``[batch, heads, q, k]``; None leaves them as they are."""
         return None
 
-    def on_qkv(self, module, query, key, value) -> Optional[tuple]:
+    def on_qkv(
+        self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> Optional[tuple]:
         """Read (or return edited) ``(query [batch, heads, q, d], key, value [batch,
         kv_heads, k, d])`` as the attention function receives them (after rotary), or None."""
         return None
 
-    def needs_scores(self, module) -> bool:
+    def needs_scores(self, module: torch.nn.Module) -> bool:
+        """Whether this session reads or edits ``module``'s pre-softmax scores."""
         return False
 
-    def on_scores(self, module, scores: torch.Tensor) -> torch.Tensor:
+    def on_scores(self, module: torch.nn.Module, scores: torch.Tensor) -> torch.Tensor:
         """The pre-softmax scores ``[batch, heads, q, k]`` (masked), read or edited."""
         return scores
 
-    def on_output(self, module, output) -> Optional[torch.Tensor]:
+    def on_output(self, module: torch.nn.Module, output: torch.Tensor) -> Optional[torch.Tensor]:
+        """Return an edited per-head output ``[batch, seq, head, head_dim]``, or None."""
         return None
 
     def attach(self) -> None:
+        """Start receiving the calls of the model's attention functions."""
         for m in self.layer_of:
             _SESSIONS.setdefault(m, []).append(self)
 
     def detach(self) -> None:
+        """Stop receiving them."""
         for m in self.layer_of:
             lst = _SESSIONS.get(m)
             if lst is not None:
@@ -350,7 +377,7 @@ class InterfaceSwitch:
     enters it once per batch.
     """
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any) -> None:
         self.model = model
         self.previous: Optional[str] = None
         self._configs: dict = {}
@@ -374,7 +401,7 @@ class InterfaceSwitch:
             cfg._attn_implementation_internal = INTERFACE_NAME
         return f"interface (switched from {self.previous})"
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         for key, (cfg, before) in self._configs.items():
             cfg._attn_implementation_internal = before
             _PREVIOUS.pop(key, None)

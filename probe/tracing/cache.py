@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import torch
 
@@ -36,26 +36,26 @@ class Cache(Mapping):
     site. ``output``: the model's output (:func:`trace`), ``inputs`` the batch.
     """
 
-    def __init__(self, default_stack: str):
+    def __init__(self, default_stack: str) -> None:
         self._values: dict[str, list] = {}
         self._default = default_stack
         self.output: Any = None
         self.inputs: Optional[dict] = None
         self._grads: dict = {}
 
-    def _key(self, key) -> str:
+    def _key(self, key: Any) -> str:
         return key if isinstance(key, str) else parse_site(key).name(self._default)
 
-    def __getitem__(self, key) -> torch.Tensor:
+    def __getitem__(self, key: Any) -> torch.Tensor:
         return self._values[self._key(key)][-1]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
     def __len__(self) -> int:
         return len(self._values)
 
-    def calls(self, key) -> list:
+    def calls(self, key: Any) -> list:
         """The value of every forward the site was read in, in order."""
         return list(self._values[self._key(key)])
 
@@ -67,7 +67,7 @@ class Cache(Mapping):
         )
         return torch.stack([self[n] for n in names])
 
-    def grad(self, key) -> torch.Tensor:
+    def grad(self, key: Any) -> torch.Tensor:
         """The gradient of the trace's ``grad=`` objective at a read site (its shape).
 
         Raises:
@@ -83,7 +83,9 @@ class Cache(Mapping):
         return g
 
     def set_grad(self, name: str, value: Optional[torch.Tensor]) -> None:
+        """Store the gradient ``grad`` (the site's shape) of the trace's objective at site ``name``."""
         self._grads[name] = value
 
     def add(self, name: str, value: torch.Tensor) -> None:
+        """Append ``value`` (the site's shape) as site ``name``'s value of this forward."""
         self._values.setdefault(name, []).append(value)

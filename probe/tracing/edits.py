@@ -109,7 +109,7 @@ class Zero(Edit):
     head: Optional[int] = None
     rows: Optional[tuple] = None
 
-    def new(self, part, x, ctx):
+    def new(self, part: torch.Tensor, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         return torch.zeros((), dtype=part.dtype, device=part.device)
 
 
@@ -119,7 +119,7 @@ class Scale(Edit):
     head: Optional[int] = None
     rows: Optional[tuple] = None
 
-    def new(self, part, x, ctx):
+    def new(self, part: torch.Tensor, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         return part * self.factor
 
 
@@ -132,7 +132,7 @@ class Mean(Edit):
     head: Optional[int] = None
     rows: Optional[tuple] = None
 
-    def new(self, part, x, ctx):
+    def new(self, part: torch.Tensor, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         if self.value is None:
             raise InputError(f"Mean needs a value for {_what(ctx, self.head)}")
         v = self.value.to(part.dtype).to(part.device)
@@ -158,7 +158,7 @@ class Patch(Edit):
     head: Optional[int] = None
     rows: Optional[tuple] = None
 
-    def new(self, part, x, ctx):
+    def new(self, part: torch.Tensor, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         if self.value is None:
             raise InputError(f"Patch needs a value for {_what(ctx, self.head)}")
         v = self.value.to(part.dtype).to(part.device)
@@ -188,7 +188,7 @@ class Resample(Edit):
     head: Optional[int] = None
     rows: Optional[tuple] = None
 
-    def new(self, part, x, ctx):
+    def new(self, part: torch.Tensor, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         src = x if self.source is None else self.source.to(part.dtype).to(part.device)
         src = src[_index(src, ctx, self.head, None)]
         b, n = part.shape[0], src.shape[0]
@@ -213,15 +213,19 @@ class Resample(Edit):
 class Gate(Edit):
     """Multiply head ``h`` by ``gates[h]`` (``[n_heads]``, every row) or ``gates[r, h]``
     (``[rows, n_heads]``, one set per batch row); on a site with a head axis. Make the
-    gates ``requires_grad`` to get ``∂L/∂ξ``."""
+    gates ``requires_grad`` to get ``∂L/∂ξ``. With ``layer``, ``gates`` holds every layer's
+    (``[n_layers, n_heads]`` or ``[rows, n_layers, n_heads]``) and this layer's are sliced
+    at each call, so a backward through each forward reaches ``gates``."""
 
     gates: Optional[torch.Tensor] = None
+    layer: Optional[int] = None
     in_place = False
 
-    def __call__(self, x, ctx):
+    def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         if ctx.head_axis is None or self.gates is None:
             raise InputError(f"Gate needs gates and a site with a head axis, got {ctx.name}")
-        g = self.gates.to(x.dtype).to(x.device)
+        gates = self.gates if self.layer is None else self.gates[..., self.layer, :]
+        g = gates.to(x.dtype).to(x.device)
         shape = [1] * x.dim()
         if g.dim() == 2:
             if g.shape[0] != x.shape[0]:
@@ -255,7 +259,7 @@ class ReplaceWeights(Edit):
     rows: Optional[tuple] = None
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.mode not in WEIGHT_MODES:
             raise InputError(f"unknown reweighting mode {self.mode!r}; use one of {', '.join(WEIGHT_MODES)}")
         if self.mode == "given" and self.weights is None:
@@ -263,7 +267,7 @@ class ReplaceWeights(Edit):
         if self.head is None:
             raise InputError("ReplaceWeights needs a head")
 
-    def __call__(self, x, ctx):
+    def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         if ctx.kind != "pattern":
             raise InputError(f"ReplaceWeights edits attention weights (a hook_pattern site), not {ctx.name}")
         rows = slice(None) if self.rows is None else list(self.rows)
@@ -303,13 +307,13 @@ class Apply(Edit):
     fn: Optional[Callable] = None
     in_place: bool = True
 
-    def __call__(self, x, ctx):
+    def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         assert self.fn is not None
         out = self.fn(x, ctx)
         return x if out is None else out
 
 
-def as_edit(edit) -> Edit:
+def as_edit(edit: object) -> Edit:
     """An :class:`Edit` as is; a plain callable wrapped in :class:`Apply`.
 
     Raises:

@@ -2,7 +2,7 @@
 
 nnsight's ``model.generate`` tracing and TransformerLens's ``generate`` with hooks, over
 the sites of :mod:`probe.models.sites`: the model's own ``generate`` (greedy unless told
-otherwise, with its key/value cache) runs inside one :class:`probe.tracing.trace.Trace`, so each
+otherwise, with its key/value cache) runs inside one :class:`probe.tracing.trace_context.Trace`, so each
 forward of the generation is read and edited. ``cache.calls(name)`` holds one value per
 forward: the prompt's first, then one per new token, each with a query axis of 1
 (``hook_pattern`` ``[batch, head, 1, key]``, ``hook_q`` ``[batch, 1, head, d]``) and keys
@@ -13,28 +13,31 @@ the model's own ``generate``'s.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import torch
 
 from probe.tracing.cache import Cache
 from probe.errors import InputError
 from probe.inputs.padding import padded_inputs
-from probe.tracing.trace import Trace
+from probe.tracing.trace_context import Trace
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["trace_generate"]
 
 
 def trace_generate(
-    adapter,
-    inputs,
+    adapter: ModelAdapter,
+    inputs: Any,
     max_new_tokens: int,
     read: Union[Iterable, Mapping, str, Callable] = (),
     edit: Optional[Mapping] = None,
     *,
     rows: Optional[Sequence[int]] = None,
     path: str = "auto",
-    **generate_kwargs,
+    **generate_kwargs: Any,
 ) -> Cache:
     """Generate up to ``max_new_tokens`` tokens after each text of ``inputs`` (texts, left
     padded, or a batch dict) with ``edit`` applied at every step; ``cache.output`` is what

@@ -1,6 +1,7 @@
-"""The trace core's hook tools: own-handle hooks (:class:`HookSet`, :class:`HookContext`,
-defined once in :mod:`probe.models.hooks`), eager attention inside a block, and a count
-of the hooks on a model (tests check none is left behind)."""
+"""The trace core's hook tools beside the own-handle hooks of :mod:`probe.models.hooks`
+(:class:`~probe.models.hooks.HookSet`, :class:`~probe.models.hooks.HookContext`): eager
+attention inside a block, and a count of the hooks on a model (tests check none is left
+behind)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ from typing import Any, Iterator
 
 import torch
 
-from probe.models.hooks import HookContext, HookSet
-
-__all__ = ["HookContext", "HookSet", "eager_attention", "count_hooks"]
+__all__ = ["eager_attention", "count_hooks"]
 
 
 @contextmanager

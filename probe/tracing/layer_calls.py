@@ -6,7 +6,7 @@ its layers; Lan et al., 2020). A hook on such a module fires once per layer, so 
 layer a call belongs to is its place among that module's calls in the forward: the
 ``k``-th call of a module listed at layers ``[i0, i1, …]`` is layer ``i_k``.
 
-This module only counts; :class:`probe.tracing.trace.Trace` (the one place that hooks a model)
+This module only counts; :class:`probe.tracing.trace_context.Trace` (the one place that hooks a model)
 advances the count from a forward pre-hook on each shared module and restarts it at
 every forward of the model, and dispatches each site's work to the layer of the call.
 """
@@ -14,6 +14,8 @@ every forward of the model, and dispatches each site's work to the layer of the 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+from typing import Optional
 
 import torch
 
@@ -34,7 +36,7 @@ class LayerCalls:
     the count (at every forward of the model).
     """
 
-    def __init__(self, per_layer: Sequence[torch.nn.Module], wanted: Iterable[int] | None = None):
+    def __init__(self, per_layer: Sequence[torch.nn.Module], wanted: Iterable[int] | None = None) -> None:
         layers: dict = {}
         for i, m in enumerate(per_layer):
             layers.setdefault(m, []).append(i)
@@ -73,16 +75,18 @@ class LayerCalls:
         return self._now[module]
 
     def reset(self) -> None:
+        """Forget the calls counted so far (at the start of each forward of the model)."""
         self._count = dict.fromkeys(self._count, 0)
 
-    def get(self, module, default=None):
+    def get(self, module: object, default: Optional[int] = None) -> Optional[int]:
+        """The layer whose call of ``module`` is running, else ``default``."""
         layer = self._now.get(module)
         return layer if layer is not None and layer in self.wanted else default
 
-    def __contains__(self, module) -> bool:
+    def __contains__(self, module: object) -> bool:
         return self.get(module) is not None
 
-    def __getitem__(self, module) -> int:
+    def __getitem__(self, module: torch.nn.Module) -> int:
         layer = self.get(module)
         if layer is None:
             raise KeyError(module)

@@ -1,11 +1,11 @@
-"""Restart a forward at layer ``l`` from a cached residual stream: views of :class:`probe.tracing.trace.Trace`.
+"""Restart a forward at layer ``l`` from a cached residual stream: views of :class:`probe.tracing.trace_context.Trace`.
 
 An ablation of a head in layer ``l`` leaves layers ``0..l−1`` unchanged, so a sweep
 need not recompute them. :class:`ResidualCache` records, during a clean forward, the
 hidden state entering every layer ``[batch, seq, dim]`` (the ``resid_pre`` sites).
 :class:`RestartFrom` then runs the model's own forward with layers ``0..l−1`` replaced by
 a pass-through and the input of layer ``l`` replaced by the cached state
-(:class:`probe.tracing.trace.Restart`). Everything after layer ``l`` — later layers, final norm,
+(:class:`probe.tracing.trace_context.Restart`). Everything after layer ``l`` — later layers, final norm,
 task head, attention-mask construction — is the model's own code, so the result equals a
 full forward with the same interventions; only the embeddings (a lookup) are recomputed.
 
@@ -30,13 +30,16 @@ the projection is skipped): :func:`supports_site_restart`.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
 from probe.models.architectures import RESTARTABLE_FAMILIES
 from probe.models.sites import Site, layer_modules, supports_restart, supports_site_restart
-from probe.tracing.trace import Restart, Trace
+from probe.tracing.trace_context import Restart, Trace
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = [
     "RESTART_FAMILIES",
@@ -57,13 +60,13 @@ class ResidualCache(Trace):
     the per-head output site of each layer, ``.contexts[l]`` ``[batch, seq,
     n_heads·head_dim]`` (the input of its attention output projection)."""
 
-    def __init__(self, adapter, stack: Optional[str] = None, contexts: bool = False):
+    def __init__(self, adapter: ModelAdapter, stack: Optional[str] = None, contexts: bool = False) -> None:
         stack = stack or adapter.default_stack
         self.layers = layer_modules(adapter, stack)
         self.inputs: dict[int, torch.Tensor] = {}
         self.contexts: dict[int, torch.Tensor] = {}
 
-        def keep(into: dict, layer: int):
+        def keep(into: dict, layer: int) -> Callable:
             return lambda x, ctx: into.__setitem__(layer, x.detach())
 
         read = {Site("resid_pre", i, stack): keep(self.inputs, i) for i in range(len(self.layers))}
@@ -89,12 +92,12 @@ class RestartFrom(Trace):
 
     def __init__(
         self,
-        adapter,
+        adapter: ModelAdapter,
         layer: int,
         hidden: torch.Tensor,
         stack: Optional[str] = None,
         context: Optional[torch.Tensor] = None,
-    ):
+    ) -> None:
         self.layer = int(layer)
         self.hidden = hidden
         self.context = context

@@ -136,10 +136,11 @@ def run(ctx) -> Result:
     tables = {"roles": report.roles, "layers": report.layers, "counts": report.counts}
     writers = []
     if report.clusters is not None:
-        summary["cluster_examples"] = report.clusters.divergence.n_examples
+        clusters = report.clusters
+        summary["cluster_examples"] = clusters.divergence.n_examples
 
         def distances(d):
-            report.clusters.distances_frame().to_csv(d / "distances.csv")
+            clusters.distances_frame().to_csv(d / "distances.csv")
             return [d / "distances.csv"]
 
         writers.append(distances)

@@ -1,0 +1,114 @@
+"""The trace's work inside transformers' attention function (the interface path,
+:mod:`probe.tracing.attention_interface`): read and replace attention weights, edit
+queries, keys, values and scores, edit the per-head output ``z``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+
+from probe.errors import NotApplicable
+from probe.tracing.attention_interface import AttentionSession, repeat_kv
+from probe.tracing.edits import SiteContext
+
+if TYPE_CHECKING:
+    from probe.tracing.trace_context import Trace
+
+__all__ = ["TraceSession"]
+
+
+class TraceSession(AttentionSession):
+    """The trace's work inside the attention function: read/replace weights, edit ``z``
+    (the work of the layer whose call is running: :meth:`Trace.now`)."""
+
+    def __init__(self, layer_of: dict, tr: Trace) -> None:
+        super().__init__(layer_of)
+        self.tr = tr
+
+    def needs_weights(self, module: torch.nn.Module) -> bool:
+        """Whether the running call of ``module`` reads or edits its weights (the attention function must compute them)."""
+        return self.tr.now(self.tr._pattern, module) is not None
+
+    def on_qkv(
+        self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> Optional[tuple]:
+        """Queries, keys ``[batch, heads, seq, d]`` and values ``[batch, kv_heads, seq, d]`` read or edited at the ``q``/``k``/``v`` sites (viewed ``[batch, seq, head, d]``); None when nothing is planned."""
+        work = self.tr.now(self.tr._qk, module)
+        if not work or not ("q" in work or "k" in work or "v" in work):
+            return None
+        # the site is [batch, seq, head, d]: a transposed view the attention then reads from,
+        # so that a gradient at the site is one of the forward's own tensors
+        out = []
+        for kind, x in (("q", query), ("k", key)):
+            w = work.get(kind)
+            if w is None:
+                out.append(x)
+                continue
+            site = x.transpose(1, 2)
+            site, _ = self.tr._edited(site, w)
+            out.append(site.transpose(1, 2))
+        w = work.get("v")
+        if w is not None:  # fused projections: the values as the attention function receives them
+            if w["edit"] and value.shape[1] != query.shape[1]:
+                raise NotApplicable(
+                    "edits of the values of a grouped-query model are not supported (its key/value heads "
+                    "are shared by several query heads); edit hook_z instead"
+                )
+            site, _ = self.tr._edited(repeat_kv(value, query.shape[1]).transpose(1, 2), w)
+            value = site.transpose(1, 2)
+        return out[0], out[1], value
+
+    def needs_scores(self, module: torch.nn.Module) -> bool:
+        """Whether the running call of ``module`` reads or edits its pre-softmax scores."""
+        work = self.tr.now(self.tr._qk, module)
+        return bool(work) and "attn_scores" in work
+
+    def on_scores(self, module: torch.nn.Module, scores: torch.Tensor) -> torch.Tensor:
+        """The scores ``[batch, heads, q, k]`` through the ``attn_scores`` site's edits and readers."""
+        work = self.tr.now(self.tr._qk, module)
+        w = work.get("attn_scores") if work else None
+        if w is None:
+            return scores
+        return self.tr._edited(scores, w)[0]
+
+    def weights_out(
+        self, module: torch.nn.Module, shape: tuple, dtype: torch.dtype, device: torch.device
+    ) -> Optional[torch.Tensor]:
+        """A tensor of ``shape`` ``[batch, heads, q, k]`` a reader asks the weights to be computed in, else None."""
+        work = self.tr.now(self.tr._pattern, module)
+        for reader, _ in work["read"] if work is not None else ():
+            if reader.out is not None:
+                return reader.out(shape, dtype, device)
+        return None
+
+    def on_weights(
+        self, module: torch.nn.Module, weights: torch.Tensor, mask: Optional[torch.Tensor]
+    ) -> Optional[torch.Tensor]:
+        """The weights ``[batch, heads, q, k]`` edited at the ``pattern`` site (a copy; ``mask``: the additive mask they were computed with) and read; None when unchanged."""
+        work = self.tr.now(self.tr._pattern, module)
+        if work is None:
+            return None
+        new = None
+        if work["edit"]:
+            ctx = work["ctx"]
+            ctx = SiteContext(ctx.name, ctx.kind, ctx.layer, ctx.stack, ctx.head_axis, mask)
+            new = weights.clone()
+            for e in work["edit"]:
+                new = e(new, ctx)
+        for reader, ctx in work["read"]:
+            reader.fn(weights if new is None else new, ctx)
+        return new
+
+    def on_output(self, module: torch.nn.Module, output: torch.Tensor) -> Optional[torch.Tensor]:
+        """The per-head output ``z`` ``[batch, seq, head, head_dim]`` through this layer's ``z`` edits (a copy); None when none is planned here."""
+        work = self.tr.now(self.tr._z_interface, module)
+        if work is None:
+            return None
+        edits, ctx = work
+        self.tr._pending[module] = True
+        z = output.clone()
+        for e in edits:
+            z = e(z, ctx)
+        return z
