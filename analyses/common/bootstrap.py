@@ -7,7 +7,7 @@ row are then one matrix product ``values @ countsᵀ / n`` — no Python loop.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,7 +35,7 @@ def resample_counts(n: int, n_boot: int = 1000, seed: int = 0) -> np.ndarray:
 
 def bootstrap_mean_ci(
     values: ArrayLike, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0
-) -> tuple[np.ndarray | float, np.ndarray | float]:
+) -> tuple[Any, Any]:  # [k] arrays, or floats for 1-d input
     """Confidence interval of the mean over examples, for each row of ``values``.
 
     Args:
