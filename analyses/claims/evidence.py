@@ -12,9 +12,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from typing import TYPE_CHECKING
+
 from . import thresholds as T
 
-__all__ = ["Evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
+if TYPE_CHECKING:
+    from .claim import Claim
+
+__all__ = ["Evidence", "builtin_evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
 
 
 def fmt(v, signed: bool = False) -> str:
@@ -175,9 +180,9 @@ def _causal(kind: str, c) -> tuple:
     return text, test, numbers
 
 
-def claim_evidence(kind: str, c) -> Evidence:
-    """The :class:`Evidence` of claim ``c`` of kind ``kind``."""
-    base = dict(
+def _base(kind: str, c: Claim) -> dict:
+    """The fields every claim's evidence copies from the claim."""
+    return dict(
         kind=kind,
         status=c.status,
         value=c.effect,
@@ -187,8 +192,29 @@ def claim_evidence(kind: str, c) -> Evidence:
         units=c.unit,
         p=float(c.extra.get("p", float("nan")) or float("nan")),
     )
+
+
+def claim_evidence(kind: str, c: Claim) -> Evidence:
+    """The :class:`Evidence` of claim ``c`` of kind ``kind``: a claim not tested (or without
+    enough evidence) says why; a tested one is rendered by its kind's registered
+    :class:`.protocol.ClaimTest` (``evidence``; default: its reason, effect, interval, count).
+
+    Raises:
+        KeyError: ``kind`` is not a registered claim kind.
+    """
+    from .protocol import claim_test
+
+    base = _base(kind, c)
     if c.status in ("not tested", "not enough evidence"):
         return Evidence(text=c.reason.removeprefix("not tested: ") or "no reason recorded", test=c.threshold, **base)
+    render = claim_test(kind).evidence
+    return render(c) if render is not None else Evidence(text=c.reason, **base)
+
+
+def builtin_evidence(kind: str, c: Claim) -> Evidence:
+    """The :class:`Evidence` of a tested claim ``c`` of a built-in kind (pattern, structure,
+    necessity, weights, redundancy, attribution)."""
+    base = _base(kind, c)
     if kind == "pattern":
         if c.holds:
             text = (

@@ -16,7 +16,8 @@ from . import thresholds as T
 from .attribution import attribution_claims
 from probe.errors import NotApplicable
 
-from .claim import KINDS, STATUSES, Claim
+from .claim import STATUSES, Claim
+from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class HeadClaims:
         from .evidence import claim_evidence
 
         out = {}
-        for k in KINDS:
+        for k in claim_kinds():
             if k in self.claims[key]:
                 c = self.claims[key][k]
                 out[k] = dict(c.to_dict(), evidence=claim_evidence(k, c).to_dict())
@@ -56,7 +57,7 @@ class HeadClaims:
         null, unit, threshold, reason``."""
         rows = []
         for (layer, head), by in sorted(self.claims.items()):
-            for kind in KINDS:
+            for kind in claim_kinds():
                 c = by.get(kind)
                 if c is not None:
                     rows.append(
@@ -81,7 +82,9 @@ class HeadClaims:
     def counts(self) -> pd.DataFrame:
         """Heads per claim and status: ``claim`` × :data:`.claim.STATUSES`."""
         t = self.to_frame()
-        out = pd.crosstab(t["claim"], t["status"]).reindex(index=list(KINDS), columns=list(STATUSES), fill_value=0)
+        out = pd.crosstab(t["claim"], t["status"]).reindex(
+            index=list(claim_kinds()), columns=list(STATUSES), fill_value=0
+        )
         return out.fillna(0).astype(int)
 
 
@@ -286,18 +289,30 @@ def head_claims(
             why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
-    claims = {
-        k: {
-            "pattern": pattern[k],
-            "structure": structure.get(k, Claim("structure", "not tested")),
-            "necessity": necessity[k],
-            "redundancy": redundancy[k],
-            "weights": weights[k],
-            "attribution": attribution[k],
-        }
-        for k in heads
+    built = {
+        "pattern": pattern,
+        "structure": structure,
+        "necessity": necessity,
+        "redundancy": redundancy,
+        "weights": weights,
+        "attribution": attribution,
     }
-    return HeadClaims(claims=claims, tables=tables, notes=notes, objective=info)
+    inputs = ClaimInputs(heads, adapter=adapter, corpus=corpus, maps=list(maps or []), evidence=evidence, built=built)
+    return HeadClaims(claims=every_kind(inputs), tables=tables, notes=notes, objective=info)
+
+
+def every_kind(inputs: ClaimInputs) -> dict:
+    """``{(layer, head): {kind: Claim}}``: every registered kind's claims
+    (:func:`.protocol.claim_tests`, in order) about every head of ``inputs``; a head a kind
+    leaves out is *not tested*, and a kind that raises :class:`probe.errors.NotApplicable`
+    is *not tested* on every head, with the reason."""
+    by_kind = {}
+    for test in claim_tests():
+        try:
+            by_kind[test.kind] = test.compute(inputs)
+        except NotApplicable as exc:
+            by_kind[test.kind] = _fill(test.kind, inputs.heads, exc.reason)
+    return {k: {kind: got.get(k, Claim(kind, "not tested")) for kind, got in by_kind.items()} for k in inputs.heads}
 
 
 def _null_adapter(adapter, null: str, seed: int):

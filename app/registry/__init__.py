@@ -39,11 +39,14 @@ from typing import Any, Callable, Optional
 
 from probe.errors import InputError, NotApplicable
 
+from .presentation import Presentation
+
 __all__ = [
     "Param",
     "jsonable",
     "Analysis",
     "Result",
+    "Presentation",
     "Context",
     "open_run",
     "Inputs",
@@ -126,8 +129,9 @@ class Analysis:
     Attributes:
         name: the command name (``probe <name>``) and the report section name.
         title: one line: the heading in the report and the command's short help.
-        run: ``run(ctx: Context) -> Result``; raise ``ValueError`` (or
-            :class:`SkipAnalysis`) when the input does not allow it.
+        run: ``run(ctx: Context) -> Result``; raise :class:`SkipAnalysis` (a
+            :class:`probe.errors.NotApplicable`) when the input does not allow it, with
+            the reason as its message.
         needs: keys of :data:`NEEDS`.
         params: the :class:`Param` s of ``run`` (read as ``ctx.params[name]``).
         help: the longer ``--help`` text (default: ``title``).
@@ -158,6 +162,9 @@ class Analysis:
             streams the whole corpus through them (``probe report --engine``), a local
             run feeds them its held maps; ``run`` reads them with
             ``ctx.accumulated(name)`` and never branches on the engine.
+        shows: what the report shows of it (:class:`probe.app.registry.presentation.Presentation`:
+            its per-head evidence and kinds, head-page block, index-table columns, verdict
+            hint, grid mark and what an engine streams of it); the report reads only this.
     """
 
     name: str
@@ -179,6 +186,7 @@ class Analysis:
     example: str = ""
     engines: tuple = ()
     accumulators: Optional[Callable] = None
+    shows: Presentation = field(default_factory=Presentation)
 
     @property
     def command_name(self) -> Optional[str]:
@@ -223,12 +231,6 @@ class Result:
     summary_name: str = "summary"
     writers: list = field(default_factory=list)
     data: dict = field(default_factory=dict)
-
-    def head_evidence(self) -> dict:
-        """``{(layer, head): [HeadEvidence, …]}``: what this result says about each head
-        (:class:`probe.app.registry.evidence.HeadEvidence`), declared by the analysis'
-        typed result (:mod:`probe.app.registry.results`); a plain result says nothing."""
-        return {}
 
     def write(self, directory) -> list:
         """Write tables (CSV), the summary (JSON) and the writers' files into

@@ -116,7 +116,8 @@ def analyse(
     from probe.app.registry.evidence import collect
 
     data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
-    data.evidence = collect(o.result for o in outcomes if o.status == "ran")
+    by_name = {a.name: a for a in choose(sections)}
+    data.evidence = collect((by_name[o.name], o.result) for o in outcomes if o.status == "ran")
     cls, sep = _special_names(ctx.maps)
     ran = ctx.result_of(ClaimsResult)
     claims = ran.claims if ran is not None else None  # HeadClaims
@@ -374,7 +375,7 @@ def build_report(
         settings["engine choice"] = engine_why
     if engine != "local":  # the whole corpus's statistics, streamed on the run's engine
         on_engine = _engine_statistics(ctx, batch_size, bool(progress), sections)
-        settings.update(on_engine.statement(len(corpus), [s.name for s in choose(sections)]))
+        settings.update(on_engine.statement(len(corpus), choose(sections)))
         settings["engine seconds"] = round(on_engine.stats["seconds"], 2)
     ctx.settings.update(settings)
     with budget_in_force(budget):
@@ -536,27 +537,36 @@ def _overrides(objective, target, max_model_examples, explained_examples=None) -
     return out
 
 
-def _model_examples_setting(n: int, max_model_examples, explained_examples=None) -> dict:
-    """The caps of the model-running sections, stated on the index page and in summary.json."""
-    from probe.app.registry import get
+def _model_examples_setting(
+    n: int, max_model_examples: Optional[int], explained_examples: Optional[int] = None
+) -> dict:
+    """The caps of the model-running sections (those whose ``report_params`` cap
+    ``max_model_examples``) and of the explaining one (``explain_limit``), stated on the
+    index page and in summary.json."""
     from probe.app.registry.analyses._shared import MODEL_EXAMPLES
 
+    from .sections import registered
+
+    capped = [a.name for a in registered() if "max_model_examples" in a.report_params]
     cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
     if cap is None or n <= cap:
-        out = {"model-run examples": f"all {n} (ablation, importance, claims)"}
+        out = {"model-run examples": f"all {n} ({', '.join(capped)})"}
     else:
+        names = ", ".join(capped[:-1]) + (f" and {capped[-1]}" if len(capped) > 1 else "".join(capped))
         out = {
-            "model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
+            "model-run examples": f"the first {cap} of {n} for {names} "
             "(--max-model-examples 0 runs them on every example)"
         }
-    default = get("faithfulness").report_params.get("explain_limit")
-    limit = default if explained_examples is None else (explained_examples or None)
-    if limit is None or n <= limit:
-        out["faithfulness examples"] = f"all {n}"
-    else:
-        out["faithfulness examples"] = (
-            f"the first {limit} of {n} explained (--explained-examples N changes it, 0 explains every example)"
-        )
+    for explains in (a for a in registered() if "explain_limit" in a.report_params):
+        default = explains.report_params["explain_limit"]
+        limit = default if explained_examples is None else (explained_examples or None)
+        key = f"{explains.name} examples"
+        if limit is None or n <= limit:
+            out[key] = f"all {n}"
+        else:
+            out[key] = (
+                f"the first {limit} of {n} explained (--explained-examples N changes it, 0 explains every example)"
+            )
     return out
 
 

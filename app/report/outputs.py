@@ -7,6 +7,8 @@ import json
 import math
 from pathlib import Path
 
+from probe.app.registry.presentation import CLAIMS_FIELD
+
 
 def _clean(v):
     """JSON-able, with NaN as ``null`` and numpy scalars as Python numbers."""
@@ -23,9 +25,11 @@ def _clean(v):
     return str(v)
 
 
-def summary_dict(data) -> dict:
-    """Everything the report says, as one JSON-able dict."""
-    ctx = data.ctx
+def _head_entries(data) -> list:
+    """summary.json's ``heads``: per head its verdict, page, claims, facts and evidence."""
+    from probe.app.registry import registered
+
+    claim_sections = {a.name for a in registered() if a.shows.claims}
     heads = []
     for layer in data.layers:
         for h in range(data.n_heads):
@@ -35,13 +39,21 @@ def summary_dict(data) -> dict:
                 "verdict": data.verdicts[(layer, h)],
                 "page": f"heads/L{layer}H{h}.html",
             }
-            claims = getattr(data, "claims", None)
-            if claims is not None and (layer, h) in claims.claims:
-                entry["claims"] = claims.head_dict((layer, h))
+            if data.claims is not None and (layer, h) in data.claims.claims:
+                entry[CLAIMS_FIELD] = data.claims.head_dict((layer, h))
             entry["facts"] = _clean(data.facts.get((layer, h), {}))
-            # the objects the head's page renders (the claims' are under "claims", with their evidence)
-            entry["evidence"] = [ev.to_dict() for ev in data.evidence.get((layer, h), ()) if ev.section != "claims"]
+            # the objects the head's page renders (the claims' are under CLAIMS_FIELD, with their evidence)
+            entry["evidence"] = [
+                ev.to_dict() for ev in data.evidence.get((layer, h), ()) if ev.section not in claim_sections
+            ]
             heads.append(entry)
+    return heads
+
+
+def summary_dict(data) -> dict:
+    """Everything the report says, as one JSON-able dict."""
+    ctx = data.ctx
+    heads = _head_entries(data)
     return _clean(
         {
             "format": "attention-probe report 1",
@@ -63,7 +75,7 @@ def summary_dict(data) -> dict:
                 )
                 for o in data.outcomes
             ],
-            "claims": _claims_overview(data),
+            CLAIMS_FIELD: _claims_overview(data),
             "heads": heads,
             "seconds": round(data.seconds, 2),
         }
@@ -72,7 +84,7 @@ def summary_dict(data) -> dict:
 
 def _claims_overview(data) -> dict:
     """Heads per claim and status, and the thresholds in force (with their sources)."""
-    claims = getattr(data, "claims", None)
+    claims = data.claims
     if claims is None:
         return {}
     from probe.analyses.claims.thresholds import thresholds_in_force
@@ -105,9 +117,12 @@ def _claim_cell(c: dict) -> str:
 
 def claims_markdown(summary: dict) -> list:
     """The claims of every head as Markdown lines (counts, thresholds, one row per head)."""
-    from probe.analyses.claims.claim import KINDS, STATUSES
+    from probe.analyses.claims.claim import STATUSES
+    from probe.analyses.claims.protocol import claim_kinds
 
-    ov = summary.get("claims") or {}
+    kinds = claim_kinds()
+
+    ov = summary.get(CLAIMS_FIELD) or {}
     if not ov:
         return []
     lines = [
@@ -124,14 +139,14 @@ def claims_markdown(summary: dict) -> list:
         lines.append(f"- {_md(name)} = {_md(t['value'])}: {_md(t['source'])}")
     lines += [
         "",
-        "| layer | head | summary |" + "".join(f" {k} |" for k in KINDS),
-        "| --- | --- | --- |" + " --- |" * len(KINDS),
+        "| layer | head | summary |" + "".join(f" {k} |" for k in kinds),
+        "| --- | --- | --- |" + " --- |" * len(kinds),
     ]
     for h in summary["heads"]:
-        c = h.get("claims") or {}
+        c = h.get(CLAIMS_FIELD) or {}
         lines.append(
             f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |"
-            + "".join(f" {_md(_claim_cell(c[k])) if k in c else ''} |" for k in KINDS)
+            + "".join(f" {_md(_claim_cell(c[k])) if k in c else ''} |" for k in kinds)
         )
     return lines
 

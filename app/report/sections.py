@@ -25,14 +25,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from probe.app.registry import Analysis, Result, SkipAnalysis, registered as _registered
+from probe.app.registry import Analysis, Result, registered as _registered
 from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
-
-#: kept for code written against the report's own section type
-SectionResult = Result
-SkipSection = SkipAnalysis
 
 #: inputs a section may need, and how to tell whether a report's context has them
 NEEDS = {
