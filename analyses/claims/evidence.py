@@ -211,129 +211,153 @@ def claim_evidence(kind: str, c: Claim) -> Evidence:
     return render(c) if render is not None else Evidence(text=c.reason, **base)
 
 
-def builtin_evidence(kind: str, c: Claim) -> Evidence:
-    """The :class:`Evidence` of a tested claim ``c`` of a built-in kind (pattern, structure,
-    necessity, weights, redundancy, attribution)."""
-    base = _base(kind, c)
-    if kind == "pattern":
-        if c.holds:
-            text = (
-                f"{c.statement}: {c.unit} {pct_pair(c.effect, c.null)[0]} {_ci(c, True)} (95% CI over examples, "
-                f"{c.count} query rows) {'≤' if c.unit == 'max_attention' else '≥'} {pct_pair(c.effect, c.null)[1]} "
-                f"({c.threshold}); profile: "
-                f"{c.reason.split('profile: ')[-1]}"
+def _pattern_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of a pattern claim that was tested."""
+    if c.holds:
+        text = (
+            f"{c.statement}: {c.unit} {pct_pair(c.effect, c.null)[0]} {_ci(c, True)} (95% CI over examples, "
+            f"{c.count} query rows) {'≤' if c.unit == 'max_attention' else '≥'} {pct_pair(c.effect, c.null)[1]} "
+            f"({c.threshold}); profile: "
+            f"{c.reason.split('profile: ')[-1]}"
+        )
+        if c.extra.get("null_quantile") is not None:
+            text += (
+                f"; beyond the null model ({c.extra['null_source']}): above its heads' "
+                f"{pct(c.extra['null_quantile_level'])} quantile on {pct(c.extra.get('beyond_null_share'))} of "
+                f"{c.extra.get('null_examples')} examples, p={fmt(c.extra.get('p_null'))}"
             )
-            if c.extra.get("null_quantile") is not None:
-                text += (
-                    f"; beyond the null model ({c.extra['null_source']}): above its heads' "
-                    f"{pct(c.extra['null_quantile_level'])} quantile on {pct(c.extra.get('beyond_null_share'))} of "
-                    f"{c.extra.get('null_examples')} examples, p={fmt(c.extra.get('p_null'))}"
-                )
-            return Evidence(text=text, test=c.threshold, floor=c.null, **base)
-        x = c.extra
-        if c.threshold == "null_quantile":  # a rule cleared, but a model that learned nothing clears it too
-            text = (
-                f"no role beyond the null model over {c.count} query rows: {c.reason}; largest components: "
-                f"{c.statement}"
-            )
-            d = x.get("detectable")
-            if d is not None and d == d:
-                text += (
-                    f"; the smallest {x['nearest_feature']} this sample could have detected: {pct(d)} "
-                    f"(80% power, beyond every null head)"
-                )
-            return Evidence(
-                text=text,
-                test="role rules, then the null model (null_model.py)",
-                detectable=_detectable(c),
-                detectable_units=str(x.get("nearest_feature", "")),
-                **base,
-            )
-        text = f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}"
+        return Evidence(text=text, test=c.threshold, floor=c.null, **base)
+    x = c.extra
+    if c.threshold == "null_quantile":  # a rule cleared, but a model that learned nothing clears it too
+        text = f"no role beyond the null model over {c.count} query rows: {c.reason}; largest components: {c.statement}"
         d = x.get("detectable")
         if d is not None and d == d:
-            share, thr = pct_pair(x["nearest_share"], x["nearest_threshold"])
             text += (
-                f"; nearest rule {x['nearest_rule']} ({x['nearest_feature']} {share} < "
-                f"{thr}); the smallest {x['nearest_feature']} this sample could have "
-                f"detected: {pct(d)} (80% power: a head at it is named {x['nearest_rule']} in 80% of samples "
-                f"this size)"
+                f"; the smallest {x['nearest_feature']} this sample could have detected: {pct(d)} "
+                f"(80% power, beyond every null head)"
             )
         return Evidence(
             text=text,
-            test="every role rule of thresholds.py",
+            test="role rules, then the null model (null_model.py)",
             detectable=_detectable(c),
             detectable_units=str(x.get("nearest_feature", "")),
             **base,
         )
-    if kind == "structure":
-        x = c.extra
-        verb = "follows" if c.holds else "best relation"
-        text = (
-            f"{verb} {c.statement}: accuracy {pct(x.get('accuracy'))} vs best fixed offset {pct(c.null)}, margin "
-            f"{pct(c.effect)} {_ci(c, True)} (bootstrap over {x.get('sentences')} sentences), {c.count} "
-            f"instances, p={fmt(x.get('p'))} ({'significant' if x.get('bh_significant') else 'not significant'} "
-            f"after BH); holds at margin ≥ {pct(T.STRUCTURE_MARGIN)}"
+    text = f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}"
+    d = x.get("detectable")
+    if d is not None and d == d:
+        share, thr = pct_pair(x["nearest_share"], x["nearest_threshold"])
+        text += (
+            f"; nearest rule {x['nearest_rule']} ({x['nearest_feature']} {share} < "
+            f"{thr}); the smallest {x['nearest_feature']} this sample could have "
+            f"detected: {pct(d)} (80% power: a head at it is named {x['nearest_rule']} in 80% of samples "
+            f"this size)"
         )
-        if c.status == "does not hold" and x.get("detectable") is not None:
-            text += f"; the smallest margin this sample could have detected: {pct(x['detectable'])} (80% power)"
-        return Evidence(
-            text=text,
-            test="bootstrap margin over the best offset, BH",
-            detectable=_detectable(c),
-            detectable_units=c.unit,
-            floor=T.STRUCTURE_MARGIN,
-            numbers={"accuracy": x.get("accuracy"), "baseline": c.null},
-            **base,
+    return Evidence(
+        text=text,
+        test="every role rule of thresholds.py",
+        detectable=_detectable(c),
+        detectable_units=str(x.get("nearest_feature", "")),
+        **base,
+    )
+
+
+def _structure_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of a structure claim that was tested."""
+    x = c.extra
+    verb = "follows" if c.holds else "best relation"
+    text = (
+        f"{verb} {c.statement}: accuracy {pct(x.get('accuracy'))} vs best fixed offset {pct(c.null)}, margin "
+        f"{pct(c.effect)} {_ci(c, True)} (bootstrap over {x.get('sentences')} sentences), {c.count} "
+        f"instances, p={fmt(x.get('p'))} ({'significant' if x.get('bh_significant') else 'not significant'} "
+        f"after BH); holds at margin ≥ {pct(T.STRUCTURE_MARGIN)}"
+    )
+    if c.status == "does not hold" and x.get("detectable") is not None:
+        text += f"; the smallest margin this sample could have detected: {pct(x['detectable'])} (80% power)"
+    return Evidence(
+        text=text,
+        test="bootstrap margin over the best offset, BH",
+        detectable=_detectable(c),
+        detectable_units=c.unit,
+        floor=T.STRUCTURE_MARGIN,
+        numbers={"accuracy": x.get("accuracy"), "baseline": c.null},
+        **base,
+    )
+
+
+def _causal_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of a necessity or weights claim that was tested."""
+    text, test, numbers = _causal(kind, c)
+    return Evidence(
+        text=text,
+        test=test,
+        floor=c.null,
+        numbers=numbers,
+        detectable=_detectable(c),
+        detectable_units=c.unit,
+        **base,
+    )
+
+
+def _redundancy_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of a redundancy claim that was tested."""
+    x = c.extra
+    text = (
+        (
+            f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
+            f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
+            f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
         )
-    if kind in ("necessity", "weights"):
-        text, test, numbers = _causal(kind, c)
-        return Evidence(
-            text=text,
-            test=test,
-            floor=c.null,
-            numbers=numbers,
-            detectable=_detectable(c),
-            detectable_units=c.unit,
-            **base,
+        + (
+            f"; {x['null_source']}: {fmt(x['null_harm'], True)}, p={fmt(x.get('p_null'))} against it"
+            if x.get("null_harm") is not None
+            else ""
         )
-    if kind == "redundancy":
-        x = c.extra
-        text = (
-            (
-                f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
-                f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
-                f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
-            )
-            + (
-                f"; {x['null_source']}: {fmt(x['null_harm'], True)}, p={fmt(x.get('p_null'))} against it"
-                if x.get("null_harm") is not None
-                else ""
-            )
-            + _power(c)
+        + _power(c)
+    )
+    return Evidence(
+        text=text,
+        test="one-sided Wilcoxon of harm − floor, Bonferroni",
+        floor=c.null,
+        detectable=_detectable(c),
+        detectable_units=c.unit,
+        **base,
+    )
+
+
+def _attribution_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of an attribution claim that was tested."""
+    text = f"{c.statement}: {c.reason}; {c.extra.get('target', '')}"
+    d = _detectable(c)
+    if d == d:
+        text += (
+            f"; the smallest rate of significant agreement this sample could have detected: {pct(d)} "
+            f"(80% power of reaching ≥ {pct(T.AGREEMENT_SHARE)} of {c.count} examples)"
         )
-        return Evidence(
-            text=text,
-            test="one-sided Wilcoxon of harm − floor, Bonferroni",
-            floor=c.null,
-            detectable=_detectable(c),
-            detectable_units=c.unit,
-            **base,
-        )
-    if kind == "attribution":
-        text = f"{c.statement}: {c.reason}; {c.extra.get('target', '')}"
-        d = _detectable(c)
-        if d == d:
-            text += (
-                f"; the smallest rate of significant agreement this sample could have detected: {pct(d)} "
-                f"(80% power of reaching ≥ {pct(T.AGREEMENT_SHARE)} of {c.count} examples)"
-            )
-        return Evidence(
-            text=text,
-            test=c.threshold,
-            floor=T.AGREEMENT_SHARE,
-            detectable=d,
-            detectable_units="share of examples with a significant τ",
-            **base,
-        )
-    return Evidence(text=c.reason, **base)
+    return Evidence(
+        text=text,
+        test=c.threshold,
+        floor=T.AGREEMENT_SHARE,
+        detectable=d,
+        detectable_units="share of examples with a significant τ",
+        **base,
+    )
+
+
+#: the renderer of each built-in kind's tested claims
+_BUILTIN = {
+    "pattern": _pattern_evidence,
+    "structure": _structure_evidence,
+    "necessity": _causal_evidence,
+    "weights": _causal_evidence,
+    "redundancy": _redundancy_evidence,
+    "attribution": _attribution_evidence,
+}
+
+
+def builtin_evidence(kind: str, c: Claim) -> Evidence:
+    """The :class:`Evidence` of a tested claim ``c`` of a built-in kind (pattern, structure,
+    necessity, weights, redundancy, attribution; another kind: its reason)."""
+    base = _base(kind, c)
+    render = _BUILTIN.get(kind)
+    return render(kind, c, base) if render is not None else Evidence(text=c.reason, **base)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from probe.app.registry import Context, open_run
 from probe.errors import InputError
@@ -278,42 +278,23 @@ def build_report(
             section, ``out`` exists without ``force``, nothing left to capture.
     """
     from probe.analyses.common.objective import check_objective
-    from probe.inputs.budget import DEFAULT_BUDGET, check_budget, format_size
+    from probe.inputs.budget import DEFAULT_BUDGET, check_budget
     from probe.inputs.budget import memory_budget as budget_in_force
-    from probe.inputs.corpus import fit_to_model, load_corpus
     from probe.inputs.long_inputs import check_window
     from probe.models import load_model
 
-    from .bundled import sample_corpus
     from .engine_sections import KEPT_EXAMPLES
-    from .resume import PartialReport, corpus_digest, fingerprint
 
     t_start = time.perf_counter()
     out = _check_out(out, force)  # resolved once (a link followed), proved writable, before any compute
     choose(sections)  # unknown names fail before the slow part
     check_window(window, stride, truncate, None if adapter is not None else peek_limit(model))
-    if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
-        corpus = load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model)
-        source = "given"
-    else:
-        corpus = sample_corpus(limit=limit)
-        source = "bundled sample (24 hand-annotated sentences; the first two from Vaswani et al. 2017)"
+    corpus, source = _input_corpus(model, text, file, conllu, limit, adapter)
     if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
-        return _write_from_maps(
-            out, model, corpus, _rnn_zoo_maps(model, corpus), sections, strict, force, source, limit, t_start
-        )
+        return _write_from_maps(out, model, corpus, sections, strict, force, source, limit, t_start)
     budget = memory_budget or DEFAULT_BUDGET
-    if adapter is None:
-        adapter = load_model(model, device=device)
-    corpus, long_note = _cut_long(corpus, adapter, window, stride, truncate)
-    try:
-        corpus = fit_to_model(corpus, adapter)
-    except InputError as exc:  # every input too long: the report can cut them
-        raise InputError(
-            f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) or --truncate"
-        ) from None
-    if not len(corpus):
-        raise InputError(f"every example is longer than the model's {adapter.max_length} tokens")
+    adapter = adapter if adapter is not None else load_model(model, device=device)
+    corpus, long_note = _fitted(corpus, adapter, window, stride, truncate)
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     engine, engine_why = choose_engine(engine, corpus, adapter, budget)
     check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
@@ -333,50 +314,16 @@ def build_report(
         echo=bool(progress),
         indent="  ",
     )
-    corpus, full = ctx.corpus, ctx.input_corpus  # the kept sample (maps held); the whole corpus
-    partial = PartialReport(
-        out,
-        fingerprint(
-            model=adapter.name,
-            model_info=adapter.describe(),
-            input=source,
-            corpus=corpus_digest(corpus),
-            examples=len(corpus),
-            limit=limit,
-            sections=[s.name for s in choose(sections)],
-            overrides=overrides,
-            batch_size=batch_size,
-            device=device,
-            window=window,
-            stride=stride,
-            truncate=truncate,
-            **({"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if engine != "local" else {}),
-        ),
-        fresh=not resume,
-    )
-    t0 = time.perf_counter()
-    n_captured = len(ctx.maps)  # captured here, timed (the run captures on first use)
-    t_capture = time.perf_counter() - t0
-    log.info("captured %d examples in %.1fs", n_captured, t_capture)
-    settings = {
-        "model": adapter.name,
-        "model_info": adapter.describe(),
-        "input": source,
-        "limit": limit,
-        "device": device,
-        "capture seconds": round(t_capture, 2),
-        "memory budget": format_size(budget),
-        "unknown tokens": _unknown_summary(corpus, adapter),
-    }
-    settings.update(_model_examples_setting(len(full), max_model_examples, explained_examples))
-    if long_note:
-        settings["long inputs"] = long_note
-    if engine_why:
-        settings["engine choice"] = engine_why
+    fingerprinted = dict(
+        input=source, limit=limit, sections=[s.name for s in choose(sections)], overrides=overrides,
+        batch_size=batch_size, device=device, window=window, stride=stride, truncate=truncate,
+    )  # fmt: skip
+    partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
+    settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
+    settings.update(_model_examples_setting(len(ctx.input_corpus), max_model_examples, explained_examples))
+    settings.update({k: v for k, v in (("long inputs", long_note), ("engine choice", engine_why)) if v})
     if engine != "local":  # the whole corpus's statistics, streamed on the run's engine
-        on_engine = _engine_statistics(ctx, batch_size, bool(progress), sections)
-        settings.update(on_engine.statement(len(corpus), choose(sections)))
-        settings["engine seconds"] = round(on_engine.stats["seconds"], 2)
+        settings.update(_streamed_settings(ctx, batch_size, bool(progress), sections))
     ctx.settings.update(settings)
     with budget_in_force(budget):
         data = analyse(
@@ -393,7 +340,97 @@ def build_report(
     return data
 
 
-def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=None):
+def _timed_capture(ctx: Context) -> float:
+    """Seconds the run's capture takes (it captures on first use of ``ctx.maps``)."""
+    t0 = time.perf_counter()
+    n_captured = len(ctx.maps)
+    t_capture = time.perf_counter() - t0
+    log.info("captured %d examples in %.1fs", n_captured, t_capture)
+    return t_capture
+
+
+def _streamed_settings(ctx: Context, batch_size: int, progress: bool, sections: Optional[Sequence[str]]) -> dict:
+    """Stream the corpus statistics on the run's engine (:func:`_engine_statistics`) and
+    return the settings that say what ran where and how long it took."""
+    on_engine = _engine_statistics(ctx, batch_size, progress, sections)
+    out = on_engine.statement(len(ctx.corpus), choose(sections))
+    out["engine seconds"] = round(on_engine.stats["seconds"], 2)
+    return out
+
+
+def _input_corpus(
+    model: str,
+    text: Optional[Sequence[str]],
+    file: Optional[str],
+    conllu: Optional[str],
+    limit: Optional[int],
+    adapter: Any,
+) -> tuple:
+    """``(corpus, source)``: the given input (a zoo model's own set when none is given and
+    no adapter), else the bundled sample."""
+    from probe.inputs.corpus import load_corpus
+
+    from .bundled import sample_corpus
+
+    if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
+        return load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model), "given"
+    return sample_corpus(
+        limit=limit
+    ), "bundled sample (24 hand-annotated sentences; the first two from Vaswani et al. 2017)"
+
+
+def _fitted(corpus: Any, adapter: Any, window: Optional[int], stride: Optional[int], truncate: bool) -> tuple:
+    """``(corpus, note)``: long examples windowed or truncated (:func:`_cut_long`), then the
+    corpus fitted to the model.
+
+    Raises:
+        InputError: every example is longer than the model's limit (the message says how
+            the report can cut them).
+    """
+    from probe.inputs.corpus import fit_to_model
+
+    corpus, long_note = _cut_long(corpus, adapter, window, stride, truncate)
+    try:
+        corpus = fit_to_model(corpus, adapter)
+    except InputError as exc:  # every input too long: the report can cut them
+        raise InputError(
+            f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) or --truncate"
+        ) from None
+    if not len(corpus):
+        raise InputError(f"every example is longer than the model's {adapter.max_length} tokens")
+    return corpus, long_note
+
+
+def _partial_report(out: Path, ctx: Context, adapter: Any, fingerprinted: dict, streamed: bool, fresh: bool) -> Any:
+    """The :class:`.resume.PartialReport` of this command: ``fingerprinted`` plus the
+    model and the kept corpus (and, when ``streamed`` on an engine, the whole corpus's digest)."""
+    from .resume import PartialReport, corpus_digest, fingerprint
+
+    corpus, full = ctx.corpus, ctx.input_corpus  # the kept sample (maps held); the whole corpus
+    engine = {"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if streamed else {}
+    keys = dict(model=adapter.name, model_info=adapter.describe(), corpus=corpus_digest(corpus), examples=len(corpus))
+    return PartialReport(out, fingerprint(**keys, **fingerprinted, **engine), fresh=fresh)
+
+
+def _run_settings(
+    ctx: Context, adapter: Any, source: str, limit: Optional[int], device: str, budget: int, t_capture: float
+) -> dict:
+    """The settings every report states: model, input, device, capture time, budget, unknown tokens."""
+    from probe.inputs.budget import format_size
+
+    return {
+        "model": adapter.name,
+        "model_info": adapter.describe(),
+        "input": source,
+        "limit": limit,
+        "device": device,
+        "capture seconds": round(t_capture, 2),
+        "memory budget": format_size(budget),
+        "unknown tokens": _unknown_summary(ctx.corpus, adapter),
+    }
+
+
+def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections: Optional[Sequence[str]] = None) -> Any:
     """Stream the run's whole corpus once through the accumulators the sections declare
     (``Analysis.accumulators``) on its engine; they are kept as ``ctx.streamed`` (what
     ``ctx.accumulated`` returns) and the :class:`.engine_sections.EngineRun` as
@@ -587,8 +624,20 @@ def _rnn_zoo_maps(model, corpus) -> list:
     return zoo_cross_maps(str(model), corpus.examples)
 
 
-def _write_from_maps(out, model, corpus, maps, sections, strict, force, source, limit, t_start) -> ReportData:
-    """The report of maps computed without a live adapter (sections that need the model are skipped)."""
+def _write_from_maps(
+    out: Path,
+    model: str,
+    corpus: Any,
+    sections: Optional[Sequence[str]],
+    strict: bool,
+    force: bool,
+    source: str,
+    limit: Optional[int],
+    t_start: float,
+) -> ReportData:
+    """The report of a GRU zoo model's cross-attention maps (:func:`_rnn_zoo_maps`), computed
+    without a live adapter (sections that need the model are skipped)."""
+    maps = _rnn_zoo_maps(model, corpus)
     settings = {
         "model": str(model),
         "input": source,
