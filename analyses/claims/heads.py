@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -212,17 +212,42 @@ def head_claims(
             the model re-initialised (:mod:`.null_model`; the same heads, examples and
             objective, run in this process); ``none``: against the floor alone.
     """
-    from probe.analyses.common.objective import resolve_objective
-
-    from .necessity import necessity_claims, weights_claims
-    from .pattern import pattern_claims
-    from .redundancy import redundancy_claims
-    from .removal import removal_sweep
-
     if evidence is None:
         evidence = _filled(evidence_accumulators(corpus), maps or [], corpus)
-    notes = []
-    tables = {}
+    notes: list = []
+    tables: dict = {}
+    heads, pattern, nadapter = _pattern(evidence, maps, adapter, null, corpus, seed, notes, tables)
+    try:
+        structure, st_table = _structure(evidence.get("structure"), heads)
+    except NotApplicable as exc:
+        structure, st_table = _fill("structure", heads, exc.reason), None
+    if st_table is not None and len(st_table):
+        tables["structure"] = st_table
+    causal = dict(objective=objective or metric or "auto", objective_why=objective_why, seed=seed, progress=progress)
+    necessity, weights, redundancy, info = _causal(
+        adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables, **causal
+    )
+    attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
+    built = {
+        "pattern": pattern,
+        "structure": structure,
+        "necessity": necessity,
+        "redundancy": redundancy,
+        "weights": weights,
+        "attribution": attribution,
+    }
+    inputs = ClaimInputs(heads, adapter=adapter, corpus=corpus, maps=list(maps or []), evidence=evidence, built=built)
+    return HeadClaims(claims=every_kind(inputs), tables=tables, notes=notes, objective=info)
+
+
+def _pattern(
+    evidence: dict, maps: Optional[list], adapter: Any, null: str, corpus: Any, seed: int, notes: list, tables: dict
+) -> tuple:
+    """``(heads, pattern claims, null model)`` from the pattern evidence, calibrated on the
+    null model of ``adapter`` (:func:`_null_adapter`; ``None`` without one); its profile
+    table into ``tables``."""
+    from .pattern import pattern_claims
+
     pattern_ev = None
     try:
         pattern_ev = evidence["pattern"].result()
@@ -236,19 +261,42 @@ def head_claims(
     nadapter = _null_adapter(adapter, null, seed)
     if nadapter is not None and pattern_ev is not None:
         pattern = _calibrated_pattern(pattern, pattern_ev, nadapter, corpus, seed, notes)
-    try:
-        structure, st_table = _structure(evidence.get("structure"), heads)
-    except NotApplicable as exc:
-        structure, st_table = _fill("structure", heads, exc.reason), None
-    if st_table is not None and len(st_table):
-        tables["structure"] = st_table
+    return heads, pattern, nadapter
+
+
+def _causal(
+    adapter: Any,
+    nadapter: Any,
+    corpus: Any,
+    heads: list,
+    pattern: dict,
+    importance: Any,
+    ablation: Any,
+    runner: Any,
+    notes: list,
+    tables: dict,
+    *,
+    objective: Any,
+    objective_why: str,
+    seed: int,
+    progress: bool,
+) -> tuple:
+    """``(necessity, weights, redundancy, objective info)``: the claims that remove heads
+    (:mod:`.removal`), *not tested* without a live model or an objective that fits; their
+    tables (``groups``, ``removal``) into ``tables`` and the objective's note into ``notes``."""
+    from probe.analyses.common.objective import resolve_objective
+
+    from .necessity import necessity_claims, weights_claims
+    from .redundancy import redundancy_claims
+    from .removal import removal_sweep
+
     necessity = _fill("necessity", heads, "no live model")
     weights = _fill("weights", heads, "no live model")
     redundancy = _fill("redundancy", heads, "no live model")
     info: dict = {}
     if adapter is not None:
         try:
-            obj, why = resolve_objective(objective or metric or "auto", adapter, corpus)
+            obj, why = resolve_objective(objective, adapter, corpus)
             why = objective_why or why  # how the caller chose an objective it resolved itself
             info = {
                 "objective": obj.name,
@@ -288,17 +336,7 @@ def head_claims(
             log.warning("causal claims not tested: %s", exc.reason)
             why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
-    attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
-    built = {
-        "pattern": pattern,
-        "structure": structure,
-        "necessity": necessity,
-        "redundancy": redundancy,
-        "weights": weights,
-        "attribution": attribution,
-    }
-    inputs = ClaimInputs(heads, adapter=adapter, corpus=corpus, maps=list(maps or []), evidence=evidence, built=built)
-    return HeadClaims(claims=every_kind(inputs), tables=tables, notes=notes, objective=info)
+    return necessity, weights, redundancy, info
 
 
 def every_kind(inputs: ClaimInputs) -> dict:
