@@ -9,6 +9,8 @@ numbers beside it, and the count in an interval is the count the claim used.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -22,21 +24,21 @@ if TYPE_CHECKING:
 __all__ = ["Evidence", "builtin_evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
 
 
-def fmt(v, signed: bool = False) -> str:
+def fmt(v: Any, signed: bool = False) -> str:
     """A number as every renderer prints it: 3 significant digits (``—`` for none)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
     return f"{v:+.3g}" if signed else f"{v:.3g}"
 
 
-def pct(v) -> str:
+def pct(v: Any) -> str:
     """A share in percent, no decimals (``—`` for none)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
     return f"{v:.0%}"
 
 
-def pct_pair(a, b) -> tuple:
+def pct_pair(a: Any, b: Any) -> tuple:
     """``(pct a, pct b)`` with as many decimals as it takes (up to 3) for two different
     shares to print differently, so a comparison never reads "90% < 90%"."""
     if a is None or b is None or a != a or b != b:

@@ -32,10 +32,10 @@ class HeadClaims:
     notes: list = field(default_factory=list)
     objective: dict = field(default_factory=dict)
 
-    def summary(self, key) -> str:
+    def summary(self, key: Any) -> str:
         return summary_sentence(self.claims[key])
 
-    def head_dict(self, key) -> dict:
+    def head_dict(self, key: Any) -> dict:
         """``{kind: claim dict}`` for one head (JSON-able)."""
         from .evidence import claim_evidence
 
@@ -46,7 +46,7 @@ class HeadClaims:
                 out[k] = dict(c.to_dict(), evidence=claim_evidence(k, c).to_dict())
         return out
 
-    def evidence(self, key) -> dict:
+    def evidence(self, key: Any) -> dict:
         """``{kind: Evidence}`` of one head (what every renderer shows)."""
         from .evidence import claim_evidence
 
@@ -88,14 +88,14 @@ class HeadClaims:
         return out.fillna(0).astype(int)
 
 
-def default_metric(adapter, corpus) -> str:
+def default_metric(adapter: Any, corpus: Any) -> str:
     """The name of the objective ``auto`` resolves to (:func:`probe.analyses.common.objective.resolve_objective`)."""
     from probe.analyses.common.objective import resolve_objective
 
     return resolve_objective("auto", adapter, corpus)[0].name
 
 
-def zoo_sentences(corpus) -> Optional[list]:
+def zoo_sentences(corpus: Any) -> Optional[list]:
     """Treebank-like sentences from zoo examples that carry ``gold_heads``/``gold_rels``
     (``zoo:brackets``), else ``None``."""
     from probe.inputs.readers import Sentence
@@ -122,7 +122,7 @@ def zoo_sentences(corpus) -> Optional[list]:
     return out
 
 
-def structure_sentences(corpus) -> tuple:
+def structure_sentences(corpus: Any) -> tuple:
     """``(sentences, own)``: the dependency-annotated sentences of ``corpus`` (its
     treebank's, or :func:`zoo_sentences`) and whether they are the corpus's own items
     (``corpus.sentences``, what an engine streams); ``(None, False)`` without annotation."""
@@ -131,7 +131,7 @@ def structure_sentences(corpus) -> tuple:
     return zoo_sentences(corpus), False
 
 
-def evidence_accumulators(corpus) -> dict:
+def evidence_accumulators(corpus: Any) -> dict:
     """The pattern and structure claims' evidence as accumulators over ``corpus`` (the
     protocol of :mod:`probe.analyses.common.accumulate`): ``{"pattern":
     PatternFeatures, "structure": StructureCounts}`` (no ``structure`` without dependency
@@ -171,22 +171,22 @@ def _fill(kind: str, heads, reason: str) -> dict:
 
 
 def head_claims(
-    adapter,
-    corpus,
-    maps=None,
+    adapter: Any,
+    corpus: Any,
+    maps: Any = None,
     *,
     evidence: Optional[dict] = None,
-    importance=None,
-    faithfulness=None,
-    faithfulness_info=None,
+    importance: Any = None,
+    faithfulness: Any = None,
+    faithfulness_info: Any = None,
     faithfulness_reason: str = "",
-    metric=None,
+    metric: Any = None,
     seed: int = 0,
     progress: bool = False,
-    ablation=None,
-    objective=None,
+    ablation: Any = None,
+    objective: Any = None,
     objective_why: str = "",
-    runner=None,
+    runner: Any = None,
     null: str = "reinit",
 ) -> HeadClaims:
     """Every claim of every captured head.
@@ -223,10 +223,11 @@ def head_claims(
         structure, st_table = _fill("structure", heads, exc.reason), None
     if st_table is not None and len(st_table):
         tables["structure"] = st_table
-    causal = dict(objective=objective or metric or "auto", objective_why=objective_why, seed=seed, progress=progress)
+    chosen = objective or metric or "auto"
     necessity, weights, redundancy, info = _causal(
-        adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables, **causal
-    )
+        adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
+        objective=chosen, objective_why=objective_why, seed=seed, progress=progress,
+    )  # fmt: skip
     attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
     built = {
         "pattern": pattern,
@@ -401,7 +402,7 @@ def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
     return NullSweep(sweep, NULL_SOURCE.format(seed=seed))
 
 
-def removal_table(sweep) -> pd.DataFrame:
+def removal_table(sweep: Any) -> pd.DataFrame:
     """Tidy: ``layer, head, mode, objective, harm, ci_low, ci_high, count`` (+ secondary measures)."""
     from .statistics import mean_ci
 

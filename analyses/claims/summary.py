@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def _num(c, digits: int = 3) -> str:
     v = c.effect
@@ -23,7 +25,7 @@ UNIT_WORDS = {
 }
 
 
-def pattern_words(p) -> str:
+def pattern_words(p: Any) -> str:
     """``previous-token head (99% of rows peak on the previous token)``."""
     unit = UNIT_WORDS.get(p.unit, p.unit)
     where = f", most on {p.extra['parks_on']}" if p.extra.get("parks_on") else ""

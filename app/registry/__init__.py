@@ -10,9 +10,11 @@ options (``--model``, ``--text/--file/--conllu``, ``--limit``, ``--device``), pl
 tidy tables, per-head facts (``layer``, ``head`` columns), notes, a summary, and
 writes itself into a directory.
 
-Adding an analysis is one new module in ``app/registry/analyses/`` (found by name)::
+Adding an analysis is one new module, in ``app/registry/analyses/`` (found by name) or
+anywhere that calls :func:`register` before the CLI or the report starts::
 
     from probe.app.registry import Analysis, Param, Result
+    from probe.app.registry.presentation import Presentation, TableView
 
     def run(ctx):
         from probe.analyses.patterns.role_features import head_features   # heavy imports inside
@@ -21,11 +23,14 @@ Adding an analysis is one new module in ``app/registry/analyses/`` (found by nam
                       notes=[f"{len(table)} heads"], summary={"examples": len(ctx.maps)})
 
     ANALYSIS = Analysis("features", "Per-head attention features", run, needs=("maps",),
-                        params=(Param("top", int, 5, "heads listed"),), section=True)
+                        params=(Param("top", int, 5, "heads listed"),), section=True,
+                        shows=Presentation(tables={"features": TableView("entropy")}))
 
 That module gives ``probe features --out DIR [--top N]`` (plus the common options its
 needs imply), a report section (``section=True``; ``report_params`` override defaults
-there) and ``probe.run("features", model="minilm", text=[...])``.
+there) and ``probe.run("features", model="minilm", text=[...])``. What the report shows of
+it (its per-head evidence, head-page block, index tables, verdict hint) is its ``shows``
+(:mod:`probe.app.registry.presentation`); the report names no section.
 """
 
 from __future__ import annotations
@@ -195,7 +200,7 @@ class Analysis:
             return None
         return self.command if isinstance(self.command, str) else self.name
 
-    def defaults(self, **given) -> dict:
+    def defaults(self, **given: Any) -> dict:
         """The parameters with defaults filled in; unknown names raise ``ValueError``."""
         known = {p.name: p for p in self.params}
         bad = sorted(set(given) - set(known))
@@ -232,7 +237,7 @@ class Result:
     writers: list = field(default_factory=list)
     data: dict = field(default_factory=dict)
 
-    def write(self, directory) -> list:
+    def write(self, directory: Any) -> list:
         """Write tables (CSV), the summary (JSON) and the writers' files into
         ``directory`` (created); returns the paths written."""
         d = Path(directory)
@@ -251,7 +256,7 @@ class Result:
         return paths
 
 
-def jsonable(value):
+def jsonable(value: Any) -> Any:
     """A numpy/torch scalar or array as JSON (``json.dumps(default=jsonable)``); anything else as text."""
     if hasattr(value, "item"):
         return value.item()
@@ -330,19 +335,19 @@ def run(
     name: str,
     *,
     model: str = "minilm",
-    text=None,
-    file=None,
-    conllu=None,
-    limit=None,
-    device="cpu",
-    adapter=None,
+    text: Any = None,
+    file: Any = None,
+    conllu: Any = None,
+    limit: Any = None,
+    device: Any = "cpu",
+    adapter: Any = None,
     quiet: bool = True,
-    out=None,
+    out: Any = None,
     force: bool = False,
     engine: str = "local",
-    address=None,
+    address: Any = None,
     workers: int = 2,
-    **params,
+    **params: Any,
 ) -> Result:
     """Run the analysis ``name`` from Python and return its :class:`Result`.
 

@@ -139,7 +139,7 @@ class Streamed:
 class Presentation:
     """What the report shows of one analysis (see the module docstring)."""
 
-    evidence: Optional[Callable[[Result], dict]] = None
+    evidence: Optional[Callable[[Any], dict]] = None  # takes the analysis' own result type
     kinds: tuple = ()
     block: Optional[HeadBlock] = None
     tables: dict = field(default_factory=dict)

@@ -37,7 +37,7 @@ class AblationResult(Result):
     values were read from one, the claims' removal sweep."""
 
     @property
-    def table(self):
+    def table(self) -> Any:
         return self.tables.get("ablation")
 
     @property
@@ -64,7 +64,7 @@ class ImportanceResult(Result):
     """Head importance (``importance``): table ``importance`` (``layer, head, …``)."""
 
     @property
-    def table(self):
+    def table(self) -> Any:
         return self.tables.get("importance")
 
 
@@ -73,7 +73,7 @@ class FaithfulnessResult(Result):
     target explained and the run's numbers (``summary``: ``n_examples``, ``target``, …)."""
 
     @property
-    def verdict(self):
+    def verdict(self) -> Any:
         return self.tables.get("verdict")
 
     @property
@@ -90,11 +90,11 @@ class SyntaxResult(Result):
     (the best head per relation and direction) and ``relations``."""
 
     @property
-    def best(self):
+    def best(self) -> Any:
         return self.tables.get("best")
 
     @property
-    def relations(self):
+    def relations(self) -> Any:
         return self.tables.get("relations")
 
 
@@ -102,7 +102,7 @@ class RolesResult(Result):
     """Head roles (``roles``): table ``roles`` (``layer, head, role, confidence, …``)."""
 
     @property
-    def roles(self):
+    def roles(self) -> Any:
         return self.tables.get("roles")
 
 
@@ -111,7 +111,7 @@ class RolloutResult(Result):
     output_position, input_position, score``)."""
 
     @property
-    def scores(self):
+    def scores(self) -> Any:
         return self.tables.get("scores")
 
 

@@ -94,7 +94,11 @@ def _special_names(maps) -> tuple:
 
 
 def analyse(
-    ctx: Context, sections: Optional[Sequence[str]] = None, strict: bool = False, progress=None, partial=None
+    ctx: Context,
+    sections: Optional[Sequence[str]] = None,
+    strict: bool = False,
+    progress: Any = None,
+    partial: Any = None,
 ) -> ReportData:
     """Run the report sections on the run ``ctx`` (:func:`probe.app.registry.open_run`)
     and derive per-head facts and verdicts.
@@ -172,7 +176,7 @@ def _render(data: ReportData, tmp: Path) -> None:
     (tmp / "index.html").write_text(index_html(data), encoding="utf-8")
 
 
-def write_report(data: ReportData, out, force: bool = False) -> Path:
+def write_report(data: ReportData, out: Any, force: bool = False) -> Path:
     """Write ``data`` to the directory ``out`` (built beside it, then renamed).
 
     Raises:
@@ -208,7 +212,7 @@ def _print_progress(i: int, n: int, name: str) -> None:
 
 
 def build_report(
-    out,
+    out: Any,
     *,
     model: str = "minilm",
     text: Optional[Sequence[str]] = None,
@@ -219,9 +223,9 @@ def build_report(
     sections: Optional[Sequence[str]] = None,
     device: str = "cpu",
     batch_size: int = 16,
-    adapter=None,
+    adapter: Any = None,
     strict: bool = False,
-    progress=False,
+    progress: Any = False,
     memory_budget: Optional[int] = None,
     objective: Optional[str] = None,
     target: Optional[str] = None,
@@ -475,7 +479,7 @@ def _unknown_summary(corpus, adapter) -> str:
     return f"{sum(counts)} {name} in {len(hit)} of {len(counts)} examples ({listed})"
 
 
-def peek_limit(model) -> Optional[int]:
+def peek_limit(model: Any) -> Optional[int]:
     """The longest input (tokens) of ``model`` read from its config without loading
     weights (``minilm`` and ``hf:`` folders); ``None`` when it cannot be told."""
     import json
@@ -528,7 +532,7 @@ def _longest(corpus, adapter) -> int:
 HELD_MAPS_SHARE = 0.25
 
 
-def held_maps_bytes(corpus, adapter) -> int:
+def held_maps_bytes(corpus: Any, adapter: Any) -> int:
     """Bytes of every example's captured maps, float32 ``[layers, heads, n, n]`` each (the
     model's default stack), from the token counts alone."""
     ids = adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]
@@ -536,7 +540,7 @@ def held_maps_bytes(corpus, adapter) -> int:
     return int(sum(len(x) ** 2 for x in ids)) * layers * adapter.n_heads * 4
 
 
-def choose_engine(engine: str, corpus, adapter, budget: int) -> tuple:
+def choose_engine(engine: str, corpus: Any, adapter: Any, budget: int) -> tuple:
     """``(engine, why)``: ``auto`` becomes ``local`` when every example's maps fit in
     :data:`HELD_MAPS_SHARE` of the memory budget, else ``stream`` (a kept sample's maps
     held, the corpus statistics streamed: peak memory no longer grows with the corpus);

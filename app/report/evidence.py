@@ -14,6 +14,8 @@ section's own declaration (``Analysis.shows.block``,
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from typing import Optional
 
@@ -33,20 +35,20 @@ def _f(x):
     return None if math.isnan(v) else v
 
 
-def items(data, layer: int, head: int, section: str, kind: Optional[str] = None) -> list:
+def items(data: Any, layer: int, head: int, section: str, kind: Optional[str] = None) -> list:
     """The head's evidence objects from ``section`` (of ``kind`` when given), in order."""
     return [
         ev for ev in data.evidence.get((layer, head), ()) if ev.section == section and (kind is None or ev.kind == kind)
     ]
 
 
-def one(data, layer: int, head: int, section: str, kind: str):
+def one(data: Any, layer: int, head: int, section: str, kind: str) -> Any:
     """The head's first ``(section, kind)`` evidence object, or ``None``."""
     found = items(data, layer, head, section, kind)
     return found[0] if found else None
 
 
-def every_head(data, section: str, kind: str) -> list:
+def every_head(data: Any, section: str, kind: str) -> list:
     """Every head's value of the evidence ``(section, kind)`` (a strip's grey ticks)."""
     return [
         ev.value
@@ -154,7 +156,7 @@ def versus_svg(rows: list, *, label_w: int = 90, min_count: int = 0) -> str:
 
 
 # ---- the page's blocks, as the analyses declare them -----------------------------------
-def paragraphs(section: str, kind: str):
+def paragraphs(section: str, kind: str) -> Any:
     """A :class:`probe.app.registry.presentation.HeadBlock` renderer: the head's
     ``(section, kind)`` evidence, one paragraph each."""
 
@@ -177,7 +179,7 @@ def _facts(data, layer: int, head: int, name: str) -> str:
     return f"<ul>{body}</ul>" if body else ""
 
 
-def evidence_html(data, layer: int, head: int) -> str:
+def evidence_html(data: Any, layer: int, head: int) -> str:
     """The head's evidence: one titled block per section that ran and says something (its
     declared :class:`probe.app.registry.presentation.HeadBlock`, else its sentences, else
     its facts), in the blocks' order, then the sections without a block; one muted line per

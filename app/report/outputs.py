@@ -3,6 +3,8 @@ HTML pages), and the sections' tables as CSV."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import math
 from pathlib import Path
@@ -50,7 +52,7 @@ def _head_entries(data) -> list:
     return heads
 
 
-def summary_dict(data) -> dict:
+def summary_dict(data: Any) -> dict:
     """Everything the report says, as one JSON-able dict."""
     ctx = data.ctx
     heads = _head_entries(data)
@@ -202,7 +204,7 @@ def report_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(data, out: Path) -> list:
+def write_tables(data: Any, out: Path) -> list:
     """Each section's tables as ``tables/<section>_<name>.csv``; returns the paths."""
     paths = []
     (out / "tables").mkdir(exist_ok=True)
@@ -214,7 +216,7 @@ def write_tables(data, out: Path) -> list:
     return paths
 
 
-def write_summary(data, out: Path) -> dict:
+def write_summary(data: Any, out: Path) -> dict:
     summary = summary_dict(data)
     (out / "summary.json").write_text(
         json.dumps(summary, indent=1, ensure_ascii=False, allow_nan=False), encoding="utf-8"

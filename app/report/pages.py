@@ -7,6 +7,8 @@ Built from a :class:`probe.app.report.build.ReportData`; every corpus string is 
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 from pathlib import Path
 
@@ -23,7 +25,7 @@ def head_file(layer: int, head: int) -> str:
     return f"L{layer}H{head}.html"
 
 
-def role_label(role) -> str:
+def role_label(role: Any) -> str:
     role = str(role or "")
     if role.startswith("syntactic"):
         inner = role[len("syntactic") :].strip(" ()")
@@ -89,7 +91,7 @@ def _sections_list(data) -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
-def claim_line(data, layer: int, head: int) -> str:
+def claim_line(data: Any, layer: int, head: int) -> str:
     """One line for tooltips: the head's verdict (the claims' summary when they exist)."""
     return str(data.verdicts.get((layer, head), ""))
 
@@ -154,7 +156,7 @@ def _views_links() -> str:
     )
 
 
-def index_html(data) -> str:
+def index_html(data: Any) -> str:
     """The report's front page."""
     ctx = data.ctx
     model = dict(ctx.settings.get("model_info") or {})
@@ -226,7 +228,7 @@ def _showcase(data) -> tuple:
     return best
 
 
-def head_html(data, layer: int, head: int, figures: dict) -> str:
+def head_html(data: Any, layer: int, head: int, figures: dict) -> str:
     """The page of one head. ``figures``: ``[(example index, heatmap file name)]``."""
     ctx = data.ctx
     n_total = len(data.layers) * data.n_heads

@@ -154,8 +154,13 @@ def _lines(ax: Any, heads: list, rows: list, units: list, q: int, bold: set, ys:
 
 
 def alignment_heatmaps(
-    maps, path, gold: Optional[Sequence] = None, aer: Optional[dict] = None, title: Optional[str] = None, dpi: int = 100
-):
+    maps: Any,
+    path: Any,
+    gold: Optional[Sequence] = None,
+    aer: Optional[dict] = None,
+    title: Optional[str] = None,
+    dpi: int = 100,
+) -> Any:
     """Heatmaps of a cross-attention map's heads at word level, target rows × source columns.
 
     Args:
