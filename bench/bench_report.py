@@ -107,7 +107,7 @@ def main():
         from probe.app.report.sections import choose
 
         chosen = choose(args.sections.split(",") if args.sections else None)
-        settings.update(on_engine.statement(len(corpus), [sec.name for sec in chosen]))
+        settings.update(on_engine.statement(len(corpus), chosen))
     rss = {}
 
     cpu_at = {}  # section -> process CPU seconds when it started

@@ -87,7 +87,7 @@ def random_claims(adapter, corpus, **kw):
 def main() -> None:
     import transformers as T_
 
-    from probe.analyses.claims.claim import KINDS as CLAIMS
+    from probe.analyses.claims.protocol import claim_kinds
     from probe.analyses.claims.null_model import reinitialised
     from probe.app.report.bundled import sample_corpus
     from probe.models import ModelAdapter, load_model
@@ -117,6 +117,7 @@ def main() -> None:
         )
         corpus = fit_to_model(load_corpus(model=f"zoo:{task}", limit=args.limit), trained)
         rows.append((f"zoo:{task} re-initialised", random_claims(adapter, corpus), time.time() - t))
+    CLAIMS = claim_kinds()
     print("| model | objective | heads | " + " | ".join(CLAIMS) + " | seconds |")
     print("| --- | --- | --- | " + " | ".join("---" for _ in CLAIMS) + " | --- |")
     for name, hc, sec in rows:

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from probe.app.report.claims_html import TITLES
+from probe.analyses.claims.protocol import claim_test
 
 COMPARISON = re.compile(r"(\d+(?:\.\d+)?)% ([<>≤≥]) (\d+(?:\.\d+)?)%")
 
@@ -36,7 +36,7 @@ def _check(out):
         page = (out / h["page"]).read_text()
         shown = _claims_status(page)
         for kind, c in h["claims"].items():
-            assert shown[TITLES[kind]] == c["status"], (h["page"], kind)
+            assert shown[claim_test(kind).title] == c["status"], (h["page"], kind)
         text = _text(page)
         for a, op, b in COMPARISON.findall(text):
             a, b = float(a), float(b)

@@ -78,10 +78,11 @@ def test_sections_skip_with_reasons_and_never_error(evil_report):
 
 
 def test_missing_module_failed_and_valueerror_sections():
-    from probe.app.report.sections import Section, SectionResult, run_sections
+    from probe.app.registry import Result
+    from probe.app.report.sections import Section, run_sections
     from probe.errors import NotApplicable
 
-    class BoomResult(SectionResult):
+    class BoomResult(Result):
         """What the failing section would have produced."""
 
     def boom(ctx):
@@ -96,10 +97,10 @@ def test_missing_module_failed_and_valueerror_sections():
         np.zeros(3).reshape(2, 2)
 
     secs = [
-        Section("nomod", "No module", lambda c: SectionResult(), modules=("analyses.does_not_exist",)),
+        Section("nomod", "No module", lambda c: Result(), modules=("analyses.does_not_exist",)),
         Section("boom", "Boom", boom, produces=BoomResult),
         Section("refuse", "Refuse", refuse),
-        Section("later", "Later", lambda c: SectionResult(), requires=(BoomResult,)),
+        Section("later", "Later", lambda c: Result(), requires=(BoomResult,)),
         Section("numpy", "Numpy", numpy_bug),
     ]
     ctx = _ctx([_evil_maps()])

@@ -78,6 +78,7 @@ def test_ablation_evidence_counts_the_examples_swept_not_the_summary():
     import numpy as np
     import pandas as pd
 
+    from probe.app.registry import get
     from probe.app.registry.results import AblationResult
 
     table = pd.DataFrame(
@@ -95,13 +96,16 @@ def test_ablation_evidence_counts_the_examples_swept_not_the_summary():
     class Sweep:
         ablated = np.zeros((3, 7))
 
-    ev = AblationResult(tables={"ablation": table}, summary={"examples": 99}, data={"sweep": Sweep()}).head_evidence()
+    shows = get("ablation").shows
+    ev = shows.head_evidence(
+        AblationResult(tables={"ablation": table}, summary={"examples": 99}, data={"sweep": Sweep()})
+    )
     (big,) = ev[(0, 1)]
     assert big.count == 7 and "over 7 examples" in big.text and "99" not in big.text
     assert big.numbers["rank"] == 1 and big.numbers["relative"] == 1.0 and big.ci == (-2.5, -1.5)
     assert ev[(0, 0)][0].numbers["rank"] == 2 and ev[(1, 0)][0].numbers["relative"] == pytest.approx(0.05)
     # without the sweep (a resumed report), the section's own count of examples
-    (again,) = AblationResult(tables={"ablation": table}, summary={"examples": 12}).head_evidence()[(1, 0)]
+    (again,) = shows.head_evidence(AblationResult(tables={"ablation": table}, summary={"examples": 12}))[(1, 0)]
     assert again.count == 12 and "over 12 examples" in again.text
 
 

@@ -106,7 +106,7 @@ def _claims_items(page: str) -> dict:
 @pytest.mark.slow
 def test_every_number_on_a_head_page_is_summary_json(small_report):
     from probe.analyses.claims.evidence import fmt, pct
-    from probe.app.report.claims_html import TITLES
+    from probe.analyses.claims.protocol import claim_test
 
     out, summary = small_report
     powered = 0
@@ -116,13 +116,13 @@ def test_every_number_on_a_head_page_is_summary_json(small_report):
         items = _claims_items(page)
         for kind, c in h["claims"].items():
             ev = c["evidence"]
-            assert items[TITLES[kind]] == ev["text"], (h["page"], kind)
+            assert items[claim_test(kind).title] == ev["text"], (h["page"], kind)
             if c["status"] == "does not hold" and (kind != "redundancy" or "detectable" in c["extra"]):
                 assert ev["detectable"] is not None, (h["page"], kind)  # power: stated, with the same number
                 shown = (
                     fmt(ev["detectable"]) if kind in ("necessity", "weights", "redundancy") else pct(ev["detectable"])
                 )
-                assert f"could have detected: {shown}" in items[TITLES[kind]], (h["page"], kind)
+                assert f"could have detected: {shown}" in items[claim_test(kind).title], (h["page"], kind)
                 assert ev["detectable"] == c["extra"]["detectable"]
                 powered += 1
             if kind in ("necessity", "weights"):

@@ -16,6 +16,8 @@ would reach that share with 80% probability (:func:`.statistics.detectable_share
 
 from __future__ import annotations
 
+from typing import Any
+
 from typing import Optional
 
 from . import thresholds as T
@@ -42,7 +44,7 @@ def target_validity(info: dict) -> tuple:
     return lo > major, words
 
 
-def attribution_claims(heads, verdict=None, info: Optional[dict] = None, reason: str = "") -> dict:
+def attribution_claims(heads: Any, verdict: Any = None, info: Optional[dict] = None, reason: str = "") -> dict:
     """``{(layer, head): Claim}`` from the faithfulness verdict table (``layer, head,
     tau_<ref>, tau_<ref>_significant``, optional ``top1_rate``) and its ``info``."""
     if verdict is None or info is None:

@@ -1,14 +1,13 @@
-"""One claim about one head: :class:`Claim`."""
+"""One claim about one head: :class:`Claim` (its kinds: :mod:`.protocol`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 #: the four outcomes of a claim
 STATUSES = ("holds", "does not hold", "not tested", "not enough evidence")
-#: the claim kinds, in the order they are shown
-KINDS = ("pattern", "structure", "necessity", "redundancy", "weights", "attribution")
 
 
 @dataclass(frozen=True)
@@ -16,7 +15,7 @@ class Claim:
     """A per-head statement with its evidence.
 
     Attributes:
-        kind: one of :data:`KINDS`.
+        kind: a registered claim kind (:func:`.protocol.claim_kinds`).
         status: one of :data:`STATUSES`.
         statement: what is claimed, in words ("previous-token", "det (dep→head)", …).
         effect: the effect size (unit in ``unit``); ``ci_low``/``ci_high`` its interval.
@@ -40,11 +39,13 @@ class Claim:
     reason: str = ""
     extra: dict = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        from .protocol import claim_kinds
+
         if self.status not in STATUSES:
             raise ValueError(f"claim status must be one of {STATUSES}, got {self.status!r}")
-        if self.kind not in KINDS:
-            raise ValueError(f"claim kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind not in claim_kinds():
+            raise ValueError(f"claim kind must be one of {claim_kinds()}, got {self.kind!r}")
 
     @property
     def holds(self) -> bool:
@@ -53,7 +54,7 @@ class Claim:
     def to_dict(self) -> dict:
         """JSON-able (NaN → None)."""
 
-        def clean(v):
+        def clean(v: Any) -> Any:
             if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
                 return None
             if hasattr(v, "item"):
@@ -69,5 +70,6 @@ class Claim:
         return clean(d)
 
 
-def not_tested(kind: str, reason: str, **kw) -> Claim:
+def not_tested(kind: str, reason: str, **kw: Any) -> Claim:
+    """A claim of ``kind`` that was not tested, with the reason."""
     return Claim(kind, "not tested", reason=reason, **kw)

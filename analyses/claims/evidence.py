@@ -9,29 +9,36 @@ numbers beside it, and the count in an interval is the count the claim used.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import asdict, dataclass, field
 
+from typing import TYPE_CHECKING
+
 from . import thresholds as T
 
-__all__ = ["Evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
+if TYPE_CHECKING:
+    from .claim import Claim
+
+__all__ = ["Evidence", "builtin_evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
 
 
-def fmt(v, signed: bool = False) -> str:
+def fmt(v: Any, signed: bool = False) -> str:
     """A number as every renderer prints it: 3 significant digits (``—`` for none)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
     return f"{v:+.3g}" if signed else f"{v:.3g}"
 
 
-def pct(v) -> str:
+def pct(v: Any) -> str:
     """A share in percent, no decimals (``—`` for none)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
     return f"{v:.0%}"
 
 
-def pct_pair(a, b) -> tuple:
+def pct_pair(a: Any, b: Any) -> tuple:
     """``(pct a, pct b)`` with as many decimals as it takes (up to 3) for two different
     shares to print differently, so a comparison never reads "90% < 90%"."""
     if a is None or b is None or a != a or b != b:
@@ -175,9 +182,9 @@ def _causal(kind: str, c) -> tuple:
     return text, test, numbers
 
 
-def claim_evidence(kind: str, c) -> Evidence:
-    """The :class:`Evidence` of claim ``c`` of kind ``kind``."""
-    base = dict(
+def _base(kind: str, c: Claim) -> dict:
+    """The fields every claim's evidence copies from the claim."""
+    return dict(
         kind=kind,
         status=c.status,
         value=c.effect,
@@ -187,127 +194,172 @@ def claim_evidence(kind: str, c) -> Evidence:
         units=c.unit,
         p=float(c.extra.get("p", float("nan")) or float("nan")),
     )
+
+
+def claim_evidence(kind: str, c: Claim) -> Evidence:
+    """The :class:`Evidence` of claim ``c`` of kind ``kind``: a claim not tested (or without
+    enough evidence) says why; a tested one is rendered by its kind's registered
+    :class:`.protocol.ClaimTest` (``evidence``; default: its reason, effect, interval, count).
+
+    Raises:
+        KeyError: ``kind`` is not a registered claim kind.
+    """
+    from .protocol import claim_test
+
+    base = _base(kind, c)
     if c.status in ("not tested", "not enough evidence"):
         return Evidence(text=c.reason.removeprefix("not tested: ") or "no reason recorded", test=c.threshold, **base)
-    if kind == "pattern":
-        if c.holds:
-            text = (
-                f"{c.statement}: {c.unit} {pct_pair(c.effect, c.null)[0]} {_ci(c, True)} (95% CI over examples, "
-                f"{c.count} query rows) {'≤' if c.unit == 'max_attention' else '≥'} {pct_pair(c.effect, c.null)[1]} "
-                f"({c.threshold}); profile: "
-                f"{c.reason.split('profile: ')[-1]}"
+    render = claim_test(kind).evidence
+    return render(c) if render is not None else Evidence(text=c.reason, **base)
+
+
+def _pattern_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of a pattern claim that was tested."""
+    if c.holds:
+        text = (
+            f"{c.statement}: {c.unit} {pct_pair(c.effect, c.null)[0]} {_ci(c, True)} (95% CI over examples, "
+            f"{c.count} query rows) {'≤' if c.unit == 'max_attention' else '≥'} {pct_pair(c.effect, c.null)[1]} "
+            f"({c.threshold}); profile: "
+            f"{c.reason.split('profile: ')[-1]}"
+        )
+        if c.extra.get("null_quantile") is not None:
+            text += (
+                f"; beyond the null model ({c.extra['null_source']}): above its heads' "
+                f"{pct(c.extra['null_quantile_level'])} quantile on {pct(c.extra.get('beyond_null_share'))} of "
+                f"{c.extra.get('null_examples')} examples, p={fmt(c.extra.get('p_null'))}"
             )
-            if c.extra.get("null_quantile") is not None:
-                text += (
-                    f"; beyond the null model ({c.extra['null_source']}): above its heads' "
-                    f"{pct(c.extra['null_quantile_level'])} quantile on {pct(c.extra.get('beyond_null_share'))} of "
-                    f"{c.extra.get('null_examples')} examples, p={fmt(c.extra.get('p_null'))}"
-                )
-            return Evidence(text=text, test=c.threshold, floor=c.null, **base)
-        x = c.extra
-        if c.threshold == "null_quantile":  # a rule cleared, but a model that learned nothing clears it too
-            text = (
-                f"no role beyond the null model over {c.count} query rows: {c.reason}; largest components: "
-                f"{c.statement}"
-            )
-            d = x.get("detectable")
-            if d is not None and d == d:
-                text += (
-                    f"; the smallest {x['nearest_feature']} this sample could have detected: {pct(d)} "
-                    f"(80% power, beyond every null head)"
-                )
-            return Evidence(
-                text=text,
-                test="role rules, then the null model (null_model.py)",
-                detectable=_detectable(c),
-                detectable_units=str(x.get("nearest_feature", "")),
-                **base,
-            )
-        text = f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}"
+        return Evidence(text=text, test=c.threshold, floor=c.null, **base)
+    x = c.extra
+    if c.threshold == "null_quantile":  # a rule cleared, but a model that learned nothing clears it too
+        text = f"no role beyond the null model over {c.count} query rows: {c.reason}; largest components: {c.statement}"
         d = x.get("detectable")
         if d is not None and d == d:
-            share, thr = pct_pair(x["nearest_share"], x["nearest_threshold"])
             text += (
-                f"; nearest rule {x['nearest_rule']} ({x['nearest_feature']} {share} < "
-                f"{thr}); the smallest {x['nearest_feature']} this sample could have "
-                f"detected: {pct(d)} (80% power: a head at it is named {x['nearest_rule']} in 80% of samples "
-                f"this size)"
+                f"; the smallest {x['nearest_feature']} this sample could have detected: {pct(d)} "
+                f"(80% power, beyond every null head)"
             )
         return Evidence(
             text=text,
-            test="every role rule of thresholds.py",
+            test="role rules, then the null model (null_model.py)",
             detectable=_detectable(c),
             detectable_units=str(x.get("nearest_feature", "")),
             **base,
         )
-    if kind == "structure":
-        x = c.extra
-        verb = "follows" if c.holds else "best relation"
-        text = (
-            f"{verb} {c.statement}: accuracy {pct(x.get('accuracy'))} vs best fixed offset {pct(c.null)}, margin "
-            f"{pct(c.effect)} {_ci(c, True)} (bootstrap over {x.get('sentences')} sentences), {c.count} "
-            f"instances, p={fmt(x.get('p'))} ({'significant' if x.get('bh_significant') else 'not significant'} "
-            f"after BH); holds at margin ≥ {pct(T.STRUCTURE_MARGIN)}"
+    text = f"no role rule cleared its threshold over {c.count} query rows; largest components: {c.statement}"
+    d = x.get("detectable")
+    if d is not None and d == d:
+        share, thr = pct_pair(x["nearest_share"], x["nearest_threshold"])
+        text += (
+            f"; nearest rule {x['nearest_rule']} ({x['nearest_feature']} {share} < "
+            f"{thr}); the smallest {x['nearest_feature']} this sample could have "
+            f"detected: {pct(d)} (80% power: a head at it is named {x['nearest_rule']} in 80% of samples "
+            f"this size)"
         )
-        if c.status == "does not hold" and x.get("detectable") is not None:
-            text += f"; the smallest margin this sample could have detected: {pct(x['detectable'])} (80% power)"
-        return Evidence(
-            text=text,
-            test="bootstrap margin over the best offset, BH",
-            detectable=_detectable(c),
-            detectable_units=c.unit,
-            floor=T.STRUCTURE_MARGIN,
-            numbers={"accuracy": x.get("accuracy"), "baseline": c.null},
-            **base,
+    return Evidence(
+        text=text,
+        test="every role rule of thresholds.py",
+        detectable=_detectable(c),
+        detectable_units=str(x.get("nearest_feature", "")),
+        **base,
+    )
+
+
+def _structure_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of a structure claim that was tested."""
+    x = c.extra
+    verb = "follows" if c.holds else "best relation"
+    text = (
+        f"{verb} {c.statement}: accuracy {pct(x.get('accuracy'))} vs best fixed offset {pct(c.null)}, margin "
+        f"{pct(c.effect)} {_ci(c, True)} (bootstrap over {x.get('sentences')} sentences), {c.count} "
+        f"instances, p={fmt(x.get('p'))} ({'significant' if x.get('bh_significant') else 'not significant'} "
+        f"after BH); holds at margin ≥ {pct(T.STRUCTURE_MARGIN)}"
+    )
+    if c.status == "does not hold" and x.get("detectable") is not None:
+        text += f"; the smallest margin this sample could have detected: {pct(x['detectable'])} (80% power)"
+    return Evidence(
+        text=text,
+        test="bootstrap margin over the best offset, BH",
+        detectable=_detectable(c),
+        detectable_units=c.unit,
+        floor=T.STRUCTURE_MARGIN,
+        numbers={"accuracy": x.get("accuracy"), "baseline": c.null},
+        **base,
+    )
+
+
+def _causal_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of a necessity or weights claim that was tested."""
+    text, test, numbers = _causal(kind, c)
+    return Evidence(
+        text=text,
+        test=test,
+        floor=c.null,
+        numbers=numbers,
+        detectable=_detectable(c),
+        detectable_units=c.unit,
+        **base,
+    )
+
+
+def _redundancy_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of a redundancy claim that was tested."""
+    x = c.extra
+    text = (
+        (
+            f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
+            f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
+            f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
         )
-    if kind in ("necessity", "weights"):
-        text, test, numbers = _causal(kind, c)
-        return Evidence(
-            text=text,
-            test=test,
-            floor=c.null,
-            numbers=numbers,
-            detectable=_detectable(c),
-            detectable_units=c.unit,
-            **base,
+        + (
+            f"; {x['null_source']}: {fmt(x['null_harm'], True)}, p={fmt(x.get('p_null'))} against it"
+            if x.get("null_harm") is not None
+            else ""
         )
-    if kind == "redundancy":
-        x = c.extra
-        text = (
-            (
-                f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
-                f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
-                f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
-            )
-            + (
-                f"; {x['null_source']}: {fmt(x['null_harm'], True)}, p={fmt(x.get('p_null'))} against it"
-                if x.get("null_harm") is not None
-                else ""
-            )
-            + _power(c)
+        + _power(c)
+    )
+    return Evidence(
+        text=text,
+        test="one-sided Wilcoxon of harm − floor, Bonferroni",
+        floor=c.null,
+        detectable=_detectable(c),
+        detectable_units=c.unit,
+        **base,
+    )
+
+
+def _attribution_evidence(kind: str, c: Claim, base: dict) -> Evidence:
+    """The evidence of an attribution claim that was tested."""
+    text = f"{c.statement}: {c.reason}; {c.extra.get('target', '')}"
+    d = _detectable(c)
+    if d == d:
+        text += (
+            f"; the smallest rate of significant agreement this sample could have detected: {pct(d)} "
+            f"(80% power of reaching ≥ {pct(T.AGREEMENT_SHARE)} of {c.count} examples)"
         )
-        return Evidence(
-            text=text,
-            test="one-sided Wilcoxon of harm − floor, Bonferroni",
-            floor=c.null,
-            detectable=_detectable(c),
-            detectable_units=c.unit,
-            **base,
-        )
-    if kind == "attribution":
-        text = f"{c.statement}: {c.reason}; {c.extra.get('target', '')}"
-        d = _detectable(c)
-        if d == d:
-            text += (
-                f"; the smallest rate of significant agreement this sample could have detected: {pct(d)} "
-                f"(80% power of reaching ≥ {pct(T.AGREEMENT_SHARE)} of {c.count} examples)"
-            )
-        return Evidence(
-            text=text,
-            test=c.threshold,
-            floor=T.AGREEMENT_SHARE,
-            detectable=d,
-            detectable_units="share of examples with a significant τ",
-            **base,
-        )
-    return Evidence(text=c.reason, **base)
+    return Evidence(
+        text=text,
+        test=c.threshold,
+        floor=T.AGREEMENT_SHARE,
+        detectable=d,
+        detectable_units="share of examples with a significant τ",
+        **base,
+    )
+
+
+#: the renderer of each built-in kind's tested claims
+_BUILTIN = {
+    "pattern": _pattern_evidence,
+    "structure": _structure_evidence,
+    "necessity": _causal_evidence,
+    "weights": _causal_evidence,
+    "redundancy": _redundancy_evidence,
+    "attribution": _attribution_evidence,
+}
+
+
+def builtin_evidence(kind: str, c: Claim) -> Evidence:
+    """The :class:`Evidence` of a tested claim ``c`` of a built-in kind (pattern, structure,
+    necessity, weights, redundancy, attribution; another kind: its reason)."""
+    base = _base(kind, c)
+    render = _BUILTIN.get(kind)
+    return render(kind, c, base) if render is not None else Evidence(text=c.reason, **base)

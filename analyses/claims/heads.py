@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -16,7 +16,8 @@ from . import thresholds as T
 from .attribution import attribution_claims
 from probe.errors import NotApplicable
 
-from .claim import KINDS, STATUSES, Claim
+from .claim import STATUSES, Claim
+from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
 
 log = logging.getLogger(__name__)
@@ -31,21 +32,21 @@ class HeadClaims:
     notes: list = field(default_factory=list)
     objective: dict = field(default_factory=dict)
 
-    def summary(self, key) -> str:
+    def summary(self, key: Any) -> str:
         return summary_sentence(self.claims[key])
 
-    def head_dict(self, key) -> dict:
+    def head_dict(self, key: Any) -> dict:
         """``{kind: claim dict}`` for one head (JSON-able)."""
         from .evidence import claim_evidence
 
         out = {}
-        for k in KINDS:
+        for k in claim_kinds():
             if k in self.claims[key]:
                 c = self.claims[key][k]
                 out[k] = dict(c.to_dict(), evidence=claim_evidence(k, c).to_dict())
         return out
 
-    def evidence(self, key) -> dict:
+    def evidence(self, key: Any) -> dict:
         """``{kind: Evidence}`` of one head (what every renderer shows)."""
         from .evidence import claim_evidence
 
@@ -56,7 +57,7 @@ class HeadClaims:
         null, unit, threshold, reason``."""
         rows = []
         for (layer, head), by in sorted(self.claims.items()):
-            for kind in KINDS:
+            for kind in claim_kinds():
                 c = by.get(kind)
                 if c is not None:
                     rows.append(
@@ -81,18 +82,20 @@ class HeadClaims:
     def counts(self) -> pd.DataFrame:
         """Heads per claim and status: ``claim`` × :data:`.claim.STATUSES`."""
         t = self.to_frame()
-        out = pd.crosstab(t["claim"], t["status"]).reindex(index=list(KINDS), columns=list(STATUSES), fill_value=0)
+        out = pd.crosstab(t["claim"], t["status"]).reindex(
+            index=list(claim_kinds()), columns=list(STATUSES), fill_value=0
+        )
         return out.fillna(0).astype(int)
 
 
-def default_metric(adapter, corpus) -> str:
+def default_metric(adapter: Any, corpus: Any) -> str:
     """The name of the objective ``auto`` resolves to (:func:`probe.analyses.common.objective.resolve_objective`)."""
     from probe.analyses.common.objective import resolve_objective
 
     return resolve_objective("auto", adapter, corpus)[0].name
 
 
-def zoo_sentences(corpus) -> Optional[list]:
+def zoo_sentences(corpus: Any) -> Optional[list]:
     """Treebank-like sentences from zoo examples that carry ``gold_heads``/``gold_rels``
     (``zoo:brackets``), else ``None``."""
     from probe.inputs.readers import Sentence
@@ -119,7 +122,7 @@ def zoo_sentences(corpus) -> Optional[list]:
     return out
 
 
-def structure_sentences(corpus) -> tuple:
+def structure_sentences(corpus: Any) -> tuple:
     """``(sentences, own)``: the dependency-annotated sentences of ``corpus`` (its
     treebank's, or :func:`zoo_sentences`) and whether they are the corpus's own items
     (``corpus.sentences``, what an engine streams); ``(None, False)`` without annotation."""
@@ -128,7 +131,7 @@ def structure_sentences(corpus) -> tuple:
     return zoo_sentences(corpus), False
 
 
-def evidence_accumulators(corpus) -> dict:
+def evidence_accumulators(corpus: Any) -> dict:
     """The pattern and structure claims' evidence as accumulators over ``corpus`` (the
     protocol of :mod:`probe.analyses.common.accumulate`): ``{"pattern":
     PatternFeatures, "structure": StructureCounts}`` (no ``structure`` without dependency
@@ -168,22 +171,22 @@ def _fill(kind: str, heads, reason: str) -> dict:
 
 
 def head_claims(
-    adapter,
-    corpus,
-    maps=None,
+    adapter: Any,
+    corpus: Any,
+    maps: Any = None,
     *,
     evidence: Optional[dict] = None,
-    importance=None,
-    faithfulness=None,
-    faithfulness_info=None,
+    importance: Any = None,
+    faithfulness: Any = None,
+    faithfulness_info: Any = None,
     faithfulness_reason: str = "",
-    metric=None,
+    metric: Any = None,
     seed: int = 0,
     progress: bool = False,
-    ablation=None,
-    objective=None,
+    ablation: Any = None,
+    objective: Any = None,
     objective_why: str = "",
-    runner=None,
+    runner: Any = None,
     null: str = "reinit",
 ) -> HeadClaims:
     """Every claim of every captured head.
@@ -209,17 +212,43 @@ def head_claims(
             the model re-initialised (:mod:`.null_model`; the same heads, examples and
             objective, run in this process); ``none``: against the floor alone.
     """
-    from probe.analyses.common.objective import resolve_objective
-
-    from .necessity import necessity_claims, weights_claims
-    from .pattern import pattern_claims
-    from .redundancy import redundancy_claims
-    from .removal import removal_sweep
-
     if evidence is None:
         evidence = _filled(evidence_accumulators(corpus), maps or [], corpus)
-    notes = []
-    tables = {}
+    notes: list = []
+    tables: dict = {}
+    heads, pattern, nadapter = _pattern(evidence, maps, adapter, null, corpus, seed, notes, tables)
+    try:
+        structure, st_table = _structure(evidence.get("structure"), heads)
+    except NotApplicable as exc:
+        structure, st_table = _fill("structure", heads, exc.reason), None
+    if st_table is not None and len(st_table):
+        tables["structure"] = st_table
+    chosen = objective or metric or "auto"
+    necessity, weights, redundancy, info = _causal(
+        adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
+        objective=chosen, objective_why=objective_why, seed=seed, progress=progress,
+    )  # fmt: skip
+    attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
+    built = {
+        "pattern": pattern,
+        "structure": structure,
+        "necessity": necessity,
+        "redundancy": redundancy,
+        "weights": weights,
+        "attribution": attribution,
+    }
+    inputs = ClaimInputs(heads, adapter=adapter, corpus=corpus, maps=list(maps or []), evidence=evidence, built=built)
+    return HeadClaims(claims=every_kind(inputs), tables=tables, notes=notes, objective=info)
+
+
+def _pattern(
+    evidence: dict, maps: Optional[list], adapter: Any, null: str, corpus: Any, seed: int, notes: list, tables: dict
+) -> tuple:
+    """``(heads, pattern claims, null model)`` from the pattern evidence, calibrated on the
+    null model of ``adapter`` (:func:`_null_adapter`; ``None`` without one); its profile
+    table into ``tables``."""
+    from .pattern import pattern_claims
+
     pattern_ev = None
     try:
         pattern_ev = evidence["pattern"].result()
@@ -233,19 +262,42 @@ def head_claims(
     nadapter = _null_adapter(adapter, null, seed)
     if nadapter is not None and pattern_ev is not None:
         pattern = _calibrated_pattern(pattern, pattern_ev, nadapter, corpus, seed, notes)
-    try:
-        structure, st_table = _structure(evidence.get("structure"), heads)
-    except NotApplicable as exc:
-        structure, st_table = _fill("structure", heads, exc.reason), None
-    if st_table is not None and len(st_table):
-        tables["structure"] = st_table
+    return heads, pattern, nadapter
+
+
+def _causal(
+    adapter: Any,
+    nadapter: Any,
+    corpus: Any,
+    heads: list,
+    pattern: dict,
+    importance: Any,
+    ablation: Any,
+    runner: Any,
+    notes: list,
+    tables: dict,
+    *,
+    objective: Any,
+    objective_why: str,
+    seed: int,
+    progress: bool,
+) -> tuple:
+    """``(necessity, weights, redundancy, objective info)``: the claims that remove heads
+    (:mod:`.removal`), *not tested* without a live model or an objective that fits; their
+    tables (``groups``, ``removal``) into ``tables`` and the objective's note into ``notes``."""
+    from probe.analyses.common.objective import resolve_objective
+
+    from .necessity import necessity_claims, weights_claims
+    from .redundancy import redundancy_claims
+    from .removal import removal_sweep
+
     necessity = _fill("necessity", heads, "no live model")
     weights = _fill("weights", heads, "no live model")
     redundancy = _fill("redundancy", heads, "no live model")
     info: dict = {}
     if adapter is not None:
         try:
-            obj, why = resolve_objective(objective or metric or "auto", adapter, corpus)
+            obj, why = resolve_objective(objective, adapter, corpus)
             why = objective_why or why  # how the caller chose an objective it resolved itself
             info = {
                 "objective": obj.name,
@@ -285,19 +337,21 @@ def head_claims(
             log.warning("causal claims not tested: %s", exc.reason)
             why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
-    attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
-    claims = {
-        k: {
-            "pattern": pattern[k],
-            "structure": structure.get(k, Claim("structure", "not tested")),
-            "necessity": necessity[k],
-            "redundancy": redundancy[k],
-            "weights": weights[k],
-            "attribution": attribution[k],
-        }
-        for k in heads
-    }
-    return HeadClaims(claims=claims, tables=tables, notes=notes, objective=info)
+    return necessity, weights, redundancy, info
+
+
+def every_kind(inputs: ClaimInputs) -> dict:
+    """``{(layer, head): {kind: Claim}}``: every registered kind's claims
+    (:func:`.protocol.claim_tests`, in order) about every head of ``inputs``; a head a kind
+    leaves out is *not tested*, and a kind that raises :class:`probe.errors.NotApplicable`
+    is *not tested* on every head, with the reason."""
+    by_kind = {}
+    for test in claim_tests():
+        try:
+            by_kind[test.kind] = test.compute(inputs)
+        except NotApplicable as exc:
+            by_kind[test.kind] = _fill(test.kind, inputs.heads, exc.reason)
+    return {k: {kind: got.get(k, Claim(kind, "not tested")) for kind, got in by_kind.items()} for k in inputs.heads}
 
 
 def _null_adapter(adapter, null: str, seed: int):
@@ -348,7 +402,7 @@ def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
     return NullSweep(sweep, NULL_SOURCE.format(seed=seed))
 
 
-def removal_table(sweep) -> pd.DataFrame:
+def removal_table(sweep: Any) -> pd.DataFrame:
     """Tidy: ``layer, head, mode, objective, harm, ci_low, ci_high, count`` (+ secondary measures)."""
     from .statistics import mean_ci
 

@@ -25,6 +25,8 @@ have detected (:func:`.statistics.detectable_effect`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Optional
 
@@ -146,7 +148,7 @@ def _tested(kind: str, sweep, mode: str, statement: str, null=None) -> dict:
     return claims
 
 
-def necessity_claims(sweep, importance: Optional[pd.DataFrame] = None, null=None) -> dict:
+def necessity_claims(sweep: Any, importance: Optional[pd.DataFrame] = None, null: Any = None) -> dict:
     """``{(layer, head): Claim}`` from single-head units; ``importance``: a table with
     ``layer, head, importance`` (:func:`probe.analyses.necessity.importance.head_importance`);
     ``null``: a :class:`NullSweep` of the same heads, examples and objective on a null model."""
@@ -182,7 +184,7 @@ def weights_reading(removal: float, uniform: float, floor: float) -> str:
     return "partly routing"
 
 
-def weights_claims(sweep, pattern: Optional[dict] = None, null=None) -> dict:
+def weights_claims(sweep: Any, pattern: Optional[dict] = None, null: Any = None) -> dict:
     """``{(layer, head): Claim}`` of the uniform-weights test (``not tested`` when the
     sweep could not replace attention, e.g. encoder-decoder models). ``pattern``: the
     pattern claims, naming where an inert head parks its attention."""

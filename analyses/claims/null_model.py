@@ -17,6 +17,8 @@ the null model itself clears it on too few examples to be declared.
 
 from __future__ import annotations
 
+from typing import Any
+
 import copy
 import logging
 
@@ -62,7 +64,7 @@ def reinitialised(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return null.eval()
 
 
-def null_adapter(adapter, seed: int = 0):
+def null_adapter(adapter: Any, seed: int = 0) -> Any:
     """The :class:`probe.models.ModelAdapter` of :func:`reinitialised` ``adapter.model``
     (same tokenizer, family and card), named ``<name> (null)``."""
     from probe.models import ModelAdapter
@@ -77,7 +79,7 @@ def null_adapter(adapter, seed: int = 0):
     )
 
 
-def null_quantile(null_effects, q: float = T.FDR) -> np.ndarray:
+def null_quantile(null_effects: Any, q: float = T.FDR) -> np.ndarray:
     """``[n]``: per example, the ``1 − q`` quantile over the null model's heads of their
     effects ``[m, n]`` (linear interpolation; NaN heads ignored)."""
     e = np.asarray(null_effects, dtype=np.float64)

@@ -138,7 +138,7 @@ class PatternFeatures:
         )
 
 
-def pattern_evidence(maps) -> PatternEvidence:
+def pattern_evidence(maps: Any) -> PatternEvidence:
     """:class:`PatternEvidence` of held maps (a list of :class:`probe.maps.AttentionMaps`
     ``[L, H, n, n]``, corpus order), through the accumulator a streamed run fills."""
     if not maps:
@@ -193,7 +193,7 @@ def _pair(a: float, b: float) -> str:
     return f"{a:.3%}"
 
 
-def pattern_claims(evidence) -> tuple:
+def pattern_claims(evidence: Any) -> tuple:
     """Pattern claims of every head.
 
     Args:

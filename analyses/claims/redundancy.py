@@ -13,6 +13,8 @@ whole group is reported as context.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 from . import thresholds as T
 from .claim import Claim
@@ -56,7 +58,14 @@ def _null_groups(adapter, sizes, seed: int) -> dict:
 
 
 def redundancy_claims(
-    adapter, corpus, objective, pattern: dict, necessity: dict, seed: int = 0, runner=None, null_adapter=None
+    adapter: Any,
+    corpus: Any,
+    objective: Any,
+    pattern: dict,
+    necessity: dict,
+    seed: int = 0,
+    runner: Any = None,
+    null_adapter: Any = None,
 ) -> tuple:
     """``({(layer, head): Claim}, groups table rows)`` for every head in ``necessity``: each
     candidate group mean-ablated at once (:func:`.removal.removal_sweep`, its batches run

@@ -96,7 +96,7 @@ class RemovalSweep:
     #: :func:`corpus_key` of the examples
     corpus_key: str = ""
 
-    def row(self, unit) -> int:
+    def row(self, unit: Any) -> int:
         return self.units.index(tuple(unit))
 
 
@@ -121,7 +121,7 @@ def single_head_values(sweep: RemovalSweep, metric: str, mode: str) -> Optional[
     return None
 
 
-def derives(objective, metric: str) -> bool:
+def derives(objective: Any, metric: str) -> bool:
     """Whether a sweep on ``objective`` determines ``metric`` per head and example
     (:func:`single_head_values`), so a section measuring ``metric`` can read the sweep
     the claims run anyway instead of running the model again."""
@@ -137,7 +137,7 @@ def derives(objective, metric: str) -> bool:
     )
 
 
-def corpus_key(corpus) -> str:
+def corpus_key(corpus: Any) -> str:
     """A fingerprint of the examples (texts and their order) a sweep ran on, the same in
     every process (a resumed report reuses a saved sweep)."""
     import hashlib
@@ -148,7 +148,7 @@ def corpus_key(corpus) -> str:
     return h.hexdigest()
 
 
-def reusable(sweep: Optional[RemovalSweep], units: tuple, corpus, objective: str) -> set:
+def reusable(sweep: Optional[RemovalSweep], units: tuple, corpus: Any, objective: str) -> set:
     """The modes ``sweep`` already measured on these units, examples and objective (what
     :func:`removal_sweep` need not run again)."""
     if sweep is None or (sweep.units, sweep.n, sweep.objective) != (units, len(corpus), objective):
@@ -237,7 +237,7 @@ class BatchReadouts:
     perturbed: dict
 
 
-def sweep_batches(corpus, batch_size: int) -> list:
+def sweep_batches(corpus: Any, batch_size: int) -> list:
     """``[(number, example indices)]``: the sweep's batches, examples of similar length
     together (:func:`probe.analyses.common.batch.batch_indices`, as
     ``Objective.batches(by_length=True)`` forms them), numbered."""
@@ -245,7 +245,7 @@ def sweep_batches(corpus, batch_size: int) -> list:
 
 
 @torch.no_grad()
-def run_removal_batches(adapter, plan: RemovalPlan, batches: Sequence, progress: bool = False) -> BatchReadouts:
+def run_removal_batches(adapter: Any, plan: RemovalPlan, batches: Sequence, progress: bool = False) -> BatchReadouts:
     """Run ``batches`` (of :func:`sweep_batches`) of ``plan``: the clean run of each batch
     and every unit removed in every mode, restarted from the cached stream
     (:mod:`probe.analyses.necessity.sweep`). The same function runs in one process and
@@ -306,10 +306,10 @@ class RemovalJob:
     Each batch draws its random sources from its own number, so the readouts do not
     depend on how the batches were split between workers."""
 
-    def __init__(self, plan: RemovalPlan):
+    def __init__(self, plan: RemovalPlan) -> None:
         self.plan = plan
 
-    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
+    def run(self, adapter: Any, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
         started = time.time()
         value = run_removal_batches(adapter, self.plan, list(items), progress)
         return Part(first=int(indices[0]), value=value, n_items=len(items), started=started, ended=time.time())
@@ -334,9 +334,9 @@ def _placed(parts: Sequence[BatchReadouts], n: int, n_units: int) -> tuple:
 
 
 def removal_sweep(
-    adapter,
-    corpus,
-    objective="auto",
+    adapter: Any,
+    corpus: Any,
+    objective: Any = "auto",
     units: Optional[Sequence] = None,
     *,
     modes: Sequence[str] = MODES,

@@ -3,6 +3,8 @@ percentile bootstrap intervals, a Wilson interval for held-out accuracy."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 
 import math
@@ -26,7 +28,7 @@ __all__ = [
 ]
 
 
-def benjamini_hochberg(p_values, q: float = 0.05) -> np.ndarray:
+def benjamini_hochberg(p_values: Any, q: float = 0.05) -> np.ndarray:
     """Which hypotheses the Benjamini–Hochberg (1995) step-up procedure rejects at FDR ``q``.
 
     The largest ``k`` with ``p_(k) ≤ k·q/m`` (``m`` tests, NaN p-values not counted);
@@ -53,7 +55,7 @@ def benjamini_hochberg(p_values, q: float = 0.05) -> np.ndarray:
     return out
 
 
-def paired_greater(effect, null) -> float:
+def paired_greater(effect: Any, null: Any) -> float:
     """One-sided p-value that ``effect`` exceeds ``null`` per example (Wilcoxon 1945
     signed-rank on the differences; exact for small ``n``). ``NaN`` for fewer than two
     examples; 1.0 when every difference is 0."""
@@ -67,14 +69,14 @@ def paired_greater(effect, null) -> float:
     return float(wilcoxon(d, alternative="greater", zero_method="zsplit").pvalue)
 
 
-def floor_test(harm, floor: float) -> float:
+def floor_test(harm: Any, floor: float) -> float:
     """One-sided p-value that the harm per example exceeds ``floor`` (Wilcoxon 1945
     signed-rank test of ``harm − floor``; NaN for fewer than two examples)."""
     h = np.asarray(harm, dtype=np.float64)
     return paired_greater(h, np.full_like(h, float(floor)))
 
 
-def detectable_effect(values, floor: float = 0.0, q: float = 0.05, power: float = 0.8) -> float:
+def detectable_effect(values: Any, floor: float = 0.0, q: float = 0.05, power: float = 0.8) -> float:
     """The smallest mean effect a sample like ``values`` could have detected above ``floor``:
     ``floor + (z_{1−q} + z_{power}) · sd / √n`` (one-sided test at level ``q``, the most
     lenient level Benjamini–Hochberg can give one test; Cohen 1988's normal approximation).
@@ -87,7 +89,7 @@ def detectable_effect(values, floor: float = 0.0, q: float = 0.05, power: float 
     return float(floor + (norm.ppf(1 - q) + norm.ppf(power)) * v.std(ddof=1) / np.sqrt(v.size))
 
 
-def detectable_from_se(se: float, floor: float = 0.0, q=0.05, power: float = 0.8) -> float:
+def detectable_from_se(se: float, floor: float = 0.0, q: Any = 0.05, power: float = 0.8) -> float:
     """The smallest true value an estimate with standard error ``se`` would show above
     ``floor`` with probability ``power``: ``floor + (z_{1−q} + z_{power}) · se`` for a one-sided
     test at level ``q``; ``q=None`` for a rule that compares the point estimate with the floor
@@ -126,7 +128,7 @@ def detectable_share(n: int, share: float = 0.5, power: float = 0.8) -> float:
     return float(hi)
 
 
-def mean_ci(values, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple:
+def mean_ci(values: Any, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0) -> tuple:
     """``(mean, low, high)``: the mean over examples with its percentile bootstrap interval.
 
     A pure function of its arguments: the necessity, weights and removal tables ask for
@@ -162,7 +164,7 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def spearman(a, b) -> float:
+def spearman(a: Any, b: Any) -> float:
     """Spearman's rank correlation of two equal-length vectors (NaN when undefined)."""
     from scipy.stats import spearmanr
 

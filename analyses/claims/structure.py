@@ -13,6 +13,8 @@ claim when a relation is significant after BH *and* its margin is at least
 
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 from typing import Optional, Sequence
 
@@ -30,7 +32,7 @@ from .claim import Claim, not_tested
 from .statistics import benjamini_hochberg, detectable_from_se, se_from_interval
 
 
-def sentence_record(g) -> Optional[tuple]:
+def sentence_record(g: Any) -> Optional[tuple]:
     """One sentence's evidence from its :class:`probe.analyses.structure.word_graph.WordGraph`
     (any layers): ``(hits bool [2, L·H, n], relations (n names), offset_hits bool [n, O])``
     over its ``n`` non-root words (each direction's argmax is the gold head; each fixed
@@ -82,7 +84,7 @@ def counts_from_records(records: Sequence, layers: Sequence[int], n_heads: int) 
     }
 
 
-def sentence_counts(graphs) -> dict:
+def sentence_counts(graphs: Any) -> dict:
     """Per-sentence sums (:func:`counts_from_records`) from
     :class:`probe.analyses.structure.word_graph.WordGraph` s of every layer."""
     graphs = list(graphs)
@@ -104,7 +106,7 @@ class StructureCounts(SkippingPerLayer):
             are not the sentences themselves (``None``: ``meta.items``).
     """
 
-    def __init__(self, sentences: Optional[Sequence] = None):
+    def __init__(self, sentences: Optional[Sequence] = None) -> None:
         super().__init__(functools.partial(GraphsByIndex, sentence_record))
         self.sentences = sentences
         self.whole_layers: tuple = ()  # the layers of the whole examples (update_examples)
@@ -113,18 +115,18 @@ class StructureCounts(SkippingPerLayer):
         index = meta.indices[position]
         return self.sentences[index] if self.sentences is not None else meta.items[position]
 
-    def inner_update(self, acc, maps, meta, position: int) -> None:
+    def inner_update(self, acc: Any, maps: Any, meta: Any, position: int) -> None:
         try:
             acc.update(word_graph(maps, self._sentence(meta, position), index=meta.indices[position]))
         except AlignmentError as exc:
             self._skip(meta, position, maps.layers[0], exc)
 
-    def whole_update(self, acc, maps, meta, position: int) -> None:
+    def whole_update(self, acc: Any, maps: Any, meta: Any, position: int) -> None:
         """A whole example (``[L, H, n, n]``): one word graph with every layer."""
         self.whole_layers = tuple(maps.layers)
         self.inner_update(acc, maps, meta, position)
 
-    def merge(self, other):
+    def merge(self, other: Any) -> Any:
         super().merge(other)
         self.whole_layers = self.whole_layers or other.whole_layers
         return self
@@ -210,7 +212,7 @@ def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CON
     return {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in out.items()}
 
 
-def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
+def structure_claims(graphs: Any, n_sentences_skipped: int = 0) -> tuple:
     """Structure claims of every head from treebank word graphs, or from their
     per-sentence sums (:func:`sentence_counts`, streamed by :class:`StructureCounts`).
 
@@ -297,5 +299,5 @@ def structure_claims(graphs, n_sentences_skipped: int = 0) -> tuple:
     return claims, table
 
 
-def no_treebank(heads, reason: str) -> dict:
+def no_treebank(heads: Any, reason: str) -> dict:
     return {k: not_tested("structure", reason) for k in heads}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def _num(c, digits: int = 3) -> str:
     v = c.effect
@@ -23,16 +25,25 @@ UNIT_WORDS = {
 }
 
 
-def pattern_words(p) -> str:
+def pattern_words(p: Any) -> str:
     """``previous-token head (99% of rows peak on the previous token)``."""
     unit = UNIT_WORDS.get(p.unit, p.unit)
     where = f", most on {p.extra['parks_on']}" if p.extra.get("parks_on") else ""
     return f"{p.statement} head ({p.effect:.0%} {unit}{where})"
 
 
+def _registered_words(claims: dict) -> list:
+    """The words of the claim kinds that declare their own (``ClaimTest.summary``), in order."""
+    from .protocol import claim_tests
+
+    said = (t.summary(claims[t.kind]) for t in claim_tests() if t.summary is not None and t.kind in claims)
+    return [w for w in said if w]
+
+
 def summary_sentence(claims: dict) -> str:
     """``claims``: kind -> :class:`.claim.Claim`. Holds are stated with their number;
-    a necessity or weights test that did not hold is stated as *not shown alone*."""
+    a necessity or weights test that did not hold is stated as *not shown alone*; a
+    registered kind with its own words (``ClaimTest.summary``) adds them last."""
     parts = []
     p = claims.get("pattern")
     if p is not None:
@@ -75,6 +86,7 @@ def summary_sentence(claims: dict) -> str:
     top1 = a.extra.get("evidence_top1_rate") if a is not None else None
     if a is not None and top1 is not None and top1 >= 0.5:
         parts.append(f"ranks the evidence word first in {top1:.0%} of {a.count} examples")
+    parts += _registered_words(claims)
     if not parts:
         return "no claim could be tested"
     text = "; ".join(parts)

@@ -10,9 +10,11 @@ options (``--model``, ``--text/--file/--conllu``, ``--limit``, ``--device``), pl
 tidy tables, per-head facts (``layer``, ``head`` columns), notes, a summary, and
 writes itself into a directory.
 
-Adding an analysis is one new module in ``app/registry/analyses/`` (found by name)::
+Adding an analysis is one new module, in ``app/registry/analyses/`` (found by name) or
+anywhere that calls :func:`register` before the CLI or the report starts::
 
     from probe.app.registry import Analysis, Param, Result
+    from probe.app.registry.presentation import Presentation, TableView
 
     def run(ctx):
         from probe.analyses.patterns.role_features import head_features   # heavy imports inside
@@ -21,11 +23,14 @@ Adding an analysis is one new module in ``app/registry/analyses/`` (found by nam
                       notes=[f"{len(table)} heads"], summary={"examples": len(ctx.maps)})
 
     ANALYSIS = Analysis("features", "Per-head attention features", run, needs=("maps",),
-                        params=(Param("top", int, 5, "heads listed"),), section=True)
+                        params=(Param("top", int, 5, "heads listed"),), section=True,
+                        shows=Presentation(tables={"features": TableView("entropy")}))
 
 That module gives ``probe features --out DIR [--top N]`` (plus the common options its
 needs imply), a report section (``section=True``; ``report_params`` override defaults
-there) and ``probe.run("features", model="minilm", text=[...])``.
+there) and ``probe.run("features", model="minilm", text=[...])``. What the report shows of
+it (its per-head evidence, head-page block, index tables, verdict hint) is its ``shows``
+(:mod:`probe.app.registry.presentation`); the report names no section.
 """
 
 from __future__ import annotations
@@ -39,11 +44,14 @@ from typing import Any, Callable, Optional
 
 from probe.errors import InputError, NotApplicable
 
+from .presentation import Presentation
+
 __all__ = [
     "Param",
     "jsonable",
     "Analysis",
     "Result",
+    "Presentation",
     "Context",
     "open_run",
     "Inputs",
@@ -126,9 +134,9 @@ class Analysis:
     Attributes:
         name: the command name (``probe <name>``) and the report section name.
         title: one line: the heading in the report and the command's short help.
-        run: ``run(ctx: Context) -> Result``; raise :class:`probe.errors.NotApplicable`
-            (or :class:`SkipAnalysis`) when the input does not allow it (an
-            :class:`probe.errors.InputError` for bad input).
+        run: ``run(ctx: Context) -> Result``; raise :class:`SkipAnalysis` (a
+            :class:`probe.errors.NotApplicable`) when the input does not allow it, with
+            the reason as its message.
         needs: keys of :data:`NEEDS`.
         params: the :class:`Param` s of ``run`` (read as ``ctx.params[name]``).
         help: the longer ``--help`` text (default: ``title``).
@@ -159,6 +167,9 @@ class Analysis:
             streams the whole corpus through them (``probe report --engine``), a local
             run feeds them its held maps; ``run`` reads them with
             ``ctx.accumulated(name)`` and never branches on the engine.
+        shows: what the report shows of it (:class:`probe.app.registry.presentation.Presentation`:
+            its per-head evidence and kinds, head-page block, index-table columns, verdict
+            hint, grid mark and what an engine streams of it); the report reads only this.
     """
 
     name: str
@@ -180,6 +191,7 @@ class Analysis:
     example: str = ""
     engines: tuple = ()
     accumulators: Optional[Callable] = None
+    shows: Presentation = field(default_factory=Presentation)
 
     @property
     def command_name(self) -> Optional[str]:
@@ -188,7 +200,7 @@ class Analysis:
             return None
         return self.command if isinstance(self.command, str) else self.name
 
-    def defaults(self, **given) -> dict:
+    def defaults(self, **given: Any) -> dict:
         """The parameters with defaults filled in; unknown names raise ``ValueError``."""
         known = {p.name: p for p in self.params}
         bad = sorted(set(given) - set(known))
@@ -225,13 +237,7 @@ class Result:
     writers: list = field(default_factory=list)
     data: dict = field(default_factory=dict)
 
-    def head_evidence(self) -> dict:
-        """``{(layer, head): [HeadEvidence, …]}``: what this result says about each head
-        (:class:`probe.app.registry.evidence.HeadEvidence`), declared by the analysis'
-        typed result (:mod:`probe.app.registry.results`); a plain result says nothing."""
-        return {}
-
-    def write(self, directory) -> list:
+    def write(self, directory: Any) -> list:
         """Write tables (CSV), the summary (JSON) and the writers' files into
         ``directory`` (created); returns the paths written."""
         d = Path(directory)
@@ -250,7 +256,7 @@ class Result:
         return paths
 
 
-def jsonable(value):
+def jsonable(value: Any) -> Any:
     """A numpy/torch scalar or array as JSON (``json.dumps(default=jsonable)``); anything else as text."""
     if hasattr(value, "item"):
         return value.item()
@@ -329,19 +335,19 @@ def run(
     name: str,
     *,
     model: str = "minilm",
-    text=None,
-    file=None,
-    conllu=None,
-    limit=None,
-    device="cpu",
-    adapter=None,
+    text: Any = None,
+    file: Any = None,
+    conllu: Any = None,
+    limit: Any = None,
+    device: Any = "cpu",
+    adapter: Any = None,
     quiet: bool = True,
-    out=None,
+    out: Any = None,
     force: bool = False,
     engine: str = "local",
-    address=None,
+    address: Any = None,
     workers: int = 2,
-    **params,
+    **params: Any,
 ) -> Result:
     """Run the analysis ``name`` from Python and return its :class:`Result`.
 

@@ -1,8 +1,9 @@
 """Per-head evidence: what one analysis says about one head, as one object.
 
-An analysis declares its evidence once, next to the analysis: its typed result
-(:mod:`probe.app.registry.results`) has ``head_evidence() -> {(layer, head): [HeadEvidence,
-…]}``, written by the analysis' own module from its own tables. Head pages, the verdict,
+An analysis declares its evidence once, next to the analysis: its presentation
+(``Analysis.shows.evidence``, :mod:`probe.app.registry.presentation`) is a function
+``evidence(result) -> {(layer, head): [HeadEvidence, …]}``, written in the analysis' own
+module from its own result's tables. Head pages, the verdict,
 ``report.md`` and ``summary.json`` render those objects and nothing else, so no renderer
 knows a column of another section's table, and a count printed beside an interval is the
 ``count`` of the object: the examples the analysis really ran on, never the corpus size.
@@ -74,7 +75,7 @@ class HeadEvidence:
         lo, hi = self.interval
         return (float(lo), float(hi)) if finite(lo) and finite(hi) else None
 
-    def number(self, name: str):
+    def number(self, name: str) -> Optional[float]:
         """``numbers[name]`` when it is a finite number, else ``None``."""
         v: Any = self.numbers.get(name)
         return float(v) if finite(v) else None
@@ -83,7 +84,7 @@ class HeadEvidence:
         """JSON-able (NaN → ``None``, numpy scalars → Python numbers), without the fields
         that say nothing (empty, ``None``, NaN) beside ``section``, ``kind`` and ``text``."""
 
-        def clean(v):
+        def clean(v: Any) -> Any:
             if hasattr(v, "item"):
                 v = v.item()
             if isinstance(v, float) and not math.isfinite(v):
@@ -99,10 +100,11 @@ class HeadEvidence:
         return {k: v for k, v in d.items() if k in keep or v not in (None, "", [], {}, [None, None])}
 
 
-def collect(results: Iterable) -> dict:
-    """``{(layer, head): [HeadEvidence, …]}`` of every result in ``results`` (in order)."""
+def collect(ran: Iterable[tuple]) -> dict:
+    """``{(layer, head): [HeadEvidence, …]}`` of every ``(analysis, result)`` in ``ran``
+    (in order), as each analysis declares it (``analysis.shows.head_evidence(result)``)."""
     out: dict = {}
-    for result in results:
-        for key, items in result.head_evidence().items():
+    for analysis, result in ran:
+        for key, items in analysis.shows.head_evidence(result).items():
             out.setdefault((int(key[0]), int(key[1])), []).extend(items)
     return out

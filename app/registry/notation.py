@@ -7,6 +7,8 @@ it twice would weigh it double in a mean and label a group ``L0H1+L0H1``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 
 from probe.errors import InputError
@@ -19,7 +21,7 @@ def head_name(layer: int, head: int) -> str:
     return f"L{int(layer)}H{int(head)}"
 
 
-def parse_head(text) -> tuple:
+def parse_head(text: Any) -> tuple:
     """``'L2H8'``, ``'2.8'``, ``'2:8'``, ``'2-8'`` or ``(2, 8)`` -> ``(2, 8)``.
 
     Raises:
@@ -34,7 +36,7 @@ def parse_head(text) -> tuple:
     return int(layer), int(head)
 
 
-def parse_heads(value, name: str = "--heads"):
+def parse_heads(value: Any, name: str = "--heads") -> Any:
     """``'L1H0,1.1 1:3'`` -> ``[(1, 0), (1, 1), (1, 3)]`` (separated by commas, spaces or
     ``+``; each in a form of :func:`parse_head`); a list of such items is accepted too;
     ``None``, ``''`` and ``'all'`` -> ``None`` (every head).
@@ -71,7 +73,7 @@ def _is_index(x) -> bool:
     return isinstance(x, str) and x.strip().isdigit()
 
 
-def parse_int_list(value, name: str = "--layers"):
+def parse_int_list(value: Any, name: str = "--layers") -> Any:
     """``'0,2,5'`` or ``'0-3'`` -> ``[0, 2, 5]`` / ``[0, 1, 2, 3]``; ``None`` stays ``None``.
 
     Raises:

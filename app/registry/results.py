@@ -9,9 +9,9 @@ another analysis or one of its dictionary keys. The keys a result keeps in its
 result saved by a resumable report (:mod:`probe.app.report.resume`) and loaded back as
 its class reads the same.
 
-A result that shows on head pages declares its per-head evidence with ``head_evidence()``
-(:class:`probe.app.registry.evidence.HeadEvidence`), written once in its analysis' module
-(``app/registry/analyses/<name>.py``, beside ``run``) from the result's own tables.
+Only results that other analyses read need a class here; an analysis nobody reads returns
+a plain :class:`Result` (or a class of its own module). What a result shows on head pages
+is declared by its analysis (``Analysis.shows``, :mod:`probe.app.registry.presentation`).
 """
 
 from __future__ import annotations
@@ -36,13 +36,8 @@ class AblationResult(Result):
     metric, mode, clean, ablated, delta, ci_low, ci_high``), the sweep itself and, when its
     values were read from one, the claims' removal sweep."""
 
-    def head_evidence(self) -> dict:
-        from .analyses.ablation import head_evidence
-
-        return head_evidence(self)
-
     @property
-    def table(self):
+    def table(self) -> Any:
         return self.tables.get("ablation")
 
     @property
@@ -68,13 +63,8 @@ class AblationResult(Result):
 class ImportanceResult(Result):
     """Head importance (``importance``): table ``importance`` (``layer, head, …``)."""
 
-    def head_evidence(self) -> dict:
-        from .analyses.importance import head_evidence
-
-        return head_evidence(self)
-
     @property
-    def table(self):
+    def table(self) -> Any:
         return self.tables.get("importance")
 
 
@@ -82,13 +72,8 @@ class FaithfulnessResult(Result):
     """Attention against attributions (``faithfulness``): table ``verdict`` per head, the
     target explained and the run's numbers (``summary``: ``n_examples``, ``target``, …)."""
 
-    def head_evidence(self) -> dict:
-        from .analyses.faithfulness import head_evidence
-
-        return head_evidence(self)
-
     @property
-    def verdict(self):
+    def verdict(self) -> Any:
         return self.tables.get("verdict")
 
     @property
@@ -104,30 +89,20 @@ class SyntaxResult(Result):
     """Dependency relations against positional baselines (``syntax``): tables ``best``
     (the best head per relation and direction) and ``relations``."""
 
-    def head_evidence(self) -> dict:
-        from .analyses.syntax import head_evidence
-
-        return head_evidence(self)
-
     @property
-    def best(self):
+    def best(self) -> Any:
         return self.tables.get("best")
 
     @property
-    def relations(self):
+    def relations(self) -> Any:
         return self.tables.get("relations")
 
 
 class RolesResult(Result):
     """Head roles (``roles``): table ``roles`` (``layer, head, role, confidence, …``)."""
 
-    def head_evidence(self) -> dict:
-        from .analyses.roles import head_evidence
-
-        return head_evidence(self)
-
     @property
-    def roles(self):
+    def roles(self) -> Any:
         return self.tables.get("roles")
 
 
@@ -136,18 +111,13 @@ class RolloutResult(Result):
     output_position, input_position, score``)."""
 
     @property
-    def scores(self):
+    def scores(self) -> Any:
         return self.tables.get("scores")
 
 
 class ClaimsResult(Result):
     """Every head's claims (``claims``): the
     :class:`probe.analyses.claims.heads.HeadClaims` and their tables."""
-
-    def head_evidence(self) -> dict:
-        from .analyses.claims import head_evidence
-
-        return head_evidence(self)
 
     @property
     def claims(self) -> Any:

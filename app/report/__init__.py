@@ -10,22 +10,26 @@ matplotlib/seaborn are imported lazily inside functions (Agg backend). Public AP
 The look of every figure (colour maps, role palette, rounding) is in :mod:`.style`.
 """
 
+from __future__ import annotations
 
-def build_report(*args, **kwargs):
+from typing import Any
+
+
+def build_report(*args: Any, **kwargs: Any) -> Any:
     """See :func:`probe.app.report.build.build_report`."""
     from .build import build_report as _build
 
     return _build(*args, **kwargs)
 
 
-def head_view(*args, **kwargs):
+def head_view(*args: Any, **kwargs: Any) -> Any:
     """See :func:`probe.app.report.head_view.head_view`."""
     from .head_view import head_view as _view
 
     return _view(*args, **kwargs)
 
 
-def show(*args, **kwargs):
+def show(*args: Any, **kwargs: Any) -> Any:
     """See :func:`probe.app.report.model_view.show`."""
     from .model_view import show as _show
 

@@ -3,6 +3,8 @@ imported lazily, Agg backend). Each function reads a tidy table and writes one f
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +15,9 @@ from .style import DIVERGING_CMAP, pyplot, set_wrapped_title
 _plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
-def head_heatmap(table, value: str, path, title: str = "", center: Optional[float] = 0.0, cmap: str = DIVERGING_CMAP):
+def head_heatmap(
+    table: Any, value: str, path: Any, title: str = "", center: Optional[float] = 0.0, cmap: str = DIVERGING_CMAP
+) -> Any:
     """Layer × head heatmap of column ``value`` of a ``layer, head, …`` table; returns the path.
 
     Raises:
@@ -46,7 +50,7 @@ def head_heatmap(table, value: str, path, title: str = "", center: Optional[floa
     return path
 
 
-def pruning_plot(table, path, threshold: Optional[float] = None, title: str = ""):
+def pruning_plot(table: Any, path: Any, threshold: Optional[float] = None, title: str = "") -> Any:
     """Metric change against the fraction of heads pruned, one line per order."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))

@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from probe.app.registry import Context, open_run
 from probe.errors import InputError
@@ -94,7 +94,11 @@ def _special_names(maps) -> tuple:
 
 
 def analyse(
-    ctx: Context, sections: Optional[Sequence[str]] = None, strict: bool = False, progress=None, partial=None
+    ctx: Context,
+    sections: Optional[Sequence[str]] = None,
+    strict: bool = False,
+    progress: Any = None,
+    partial: Any = None,
 ) -> ReportData:
     """Run the report sections on the run ``ctx`` (:func:`probe.app.registry.open_run`)
     and derive per-head facts and verdicts.
@@ -116,7 +120,8 @@ def analyse(
     from probe.app.registry.evidence import collect
 
     data = ReportData(ctx, outcomes, _collect_facts(ctx, outcomes))
-    data.evidence = collect(o.result for o in outcomes if o.status == "ran")
+    by_name = {a.name: a for a in choose(sections)}
+    data.evidence = collect((by_name[o.name], o.result) for o in outcomes if o.status == "ran")
     cls, sep = _special_names(ctx.maps)
     ran = ctx.result_of(ClaimsResult)
     claims = ran.claims if ran is not None else None  # HeadClaims
@@ -171,7 +176,7 @@ def _render(data: ReportData, tmp: Path) -> None:
     (tmp / "index.html").write_text(index_html(data), encoding="utf-8")
 
 
-def write_report(data: ReportData, out, force: bool = False) -> Path:
+def write_report(data: ReportData, out: Any, force: bool = False) -> Path:
     """Write ``data`` to the directory ``out`` (built beside it, then renamed).
 
     Raises:
@@ -207,7 +212,7 @@ def _print_progress(i: int, n: int, name: str) -> None:
 
 
 def build_report(
-    out,
+    out: Any,
     *,
     model: str = "minilm",
     text: Optional[Sequence[str]] = None,
@@ -218,9 +223,9 @@ def build_report(
     sections: Optional[Sequence[str]] = None,
     device: str = "cpu",
     batch_size: int = 16,
-    adapter=None,
+    adapter: Any = None,
     strict: bool = False,
-    progress=False,
+    progress: Any = False,
     memory_budget: Optional[int] = None,
     objective: Optional[str] = None,
     target: Optional[str] = None,
@@ -277,42 +282,23 @@ def build_report(
             section, ``out`` exists without ``force``, nothing left to capture.
     """
     from probe.analyses.common.objective import check_objective
-    from probe.inputs.budget import DEFAULT_BUDGET, check_budget, format_size
+    from probe.inputs.budget import DEFAULT_BUDGET, check_budget
     from probe.inputs.budget import memory_budget as budget_in_force
-    from probe.inputs.corpus import fit_to_model, load_corpus
     from probe.inputs.long_inputs import check_window
     from probe.models import load_model
 
-    from .bundled import sample_corpus
     from .engine_sections import KEPT_EXAMPLES
-    from .resume import PartialReport, corpus_digest, fingerprint
 
     t_start = time.perf_counter()
     out = _check_out(out, force)  # resolved once (a link followed), proved writable, before any compute
     choose(sections)  # unknown names fail before the slow part
     check_window(window, stride, truncate, None if adapter is not None else peek_limit(model))
-    if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
-        corpus = load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model)
-        source = "given"
-    else:
-        corpus = sample_corpus(limit=limit)
-        source = "bundled sample (24 hand-annotated sentences; the first two from Vaswani et al. 2017)"
+    corpus, source = _input_corpus(model, text, file, conllu, limit, adapter)
     if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
-        return _write_from_maps(
-            out, model, corpus, _rnn_zoo_maps(model, corpus), sections, strict, force, source, limit, t_start
-        )
+        return _write_from_maps(out, model, corpus, sections, strict, force, source, limit, t_start)
     budget = memory_budget or DEFAULT_BUDGET
-    if adapter is None:
-        adapter = load_model(model, device=device)
-    corpus, long_note = _cut_long(corpus, adapter, window, stride, truncate)
-    try:
-        corpus = fit_to_model(corpus, adapter)
-    except InputError as exc:  # every input too long: the report can cut them
-        raise InputError(
-            f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) or --truncate"
-        ) from None
-    if not len(corpus):
-        raise InputError(f"every example is longer than the model's {adapter.max_length} tokens")
+    adapter = adapter if adapter is not None else load_model(model, device=device)
+    corpus, long_note = _fitted(corpus, adapter, window, stride, truncate)
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     engine, engine_why = choose_engine(engine, corpus, adapter, budget)
     check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
@@ -332,50 +318,16 @@ def build_report(
         echo=bool(progress),
         indent="  ",
     )
-    corpus, full = ctx.corpus, ctx.input_corpus  # the kept sample (maps held); the whole corpus
-    partial = PartialReport(
-        out,
-        fingerprint(
-            model=adapter.name,
-            model_info=adapter.describe(),
-            input=source,
-            corpus=corpus_digest(corpus),
-            examples=len(corpus),
-            limit=limit,
-            sections=[s.name for s in choose(sections)],
-            overrides=overrides,
-            batch_size=batch_size,
-            device=device,
-            window=window,
-            stride=stride,
-            truncate=truncate,
-            **({"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if engine != "local" else {}),
-        ),
-        fresh=not resume,
-    )
-    t0 = time.perf_counter()
-    n_captured = len(ctx.maps)  # captured here, timed (the run captures on first use)
-    t_capture = time.perf_counter() - t0
-    log.info("captured %d examples in %.1fs", n_captured, t_capture)
-    settings = {
-        "model": adapter.name,
-        "model_info": adapter.describe(),
-        "input": source,
-        "limit": limit,
-        "device": device,
-        "capture seconds": round(t_capture, 2),
-        "memory budget": format_size(budget),
-        "unknown tokens": _unknown_summary(corpus, adapter),
-    }
-    settings.update(_model_examples_setting(len(full), max_model_examples, explained_examples))
-    if long_note:
-        settings["long inputs"] = long_note
-    if engine_why:
-        settings["engine choice"] = engine_why
+    fingerprinted = dict(
+        input=source, limit=limit, sections=[s.name for s in choose(sections)], overrides=overrides,
+        batch_size=batch_size, device=device, window=window, stride=stride, truncate=truncate,
+    )  # fmt: skip
+    partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
+    settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
+    settings.update(_model_examples_setting(len(ctx.input_corpus), max_model_examples, explained_examples))
+    settings.update({k: v for k, v in (("long inputs", long_note), ("engine choice", engine_why)) if v})
     if engine != "local":  # the whole corpus's statistics, streamed on the run's engine
-        on_engine = _engine_statistics(ctx, batch_size, bool(progress), sections)
-        settings.update(on_engine.statement(len(corpus), [s.name for s in choose(sections)]))
-        settings["engine seconds"] = round(on_engine.stats["seconds"], 2)
+        settings.update(_streamed_settings(ctx, batch_size, bool(progress), sections))
     ctx.settings.update(settings)
     with budget_in_force(budget):
         data = analyse(
@@ -392,7 +344,97 @@ def build_report(
     return data
 
 
-def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections=None):
+def _timed_capture(ctx: Context) -> float:
+    """Seconds the run's capture takes (it captures on first use of ``ctx.maps``)."""
+    t0 = time.perf_counter()
+    n_captured = len(ctx.maps)
+    t_capture = time.perf_counter() - t0
+    log.info("captured %d examples in %.1fs", n_captured, t_capture)
+    return t_capture
+
+
+def _streamed_settings(ctx: Context, batch_size: int, progress: bool, sections: Optional[Sequence[str]]) -> dict:
+    """Stream the corpus statistics on the run's engine (:func:`_engine_statistics`) and
+    return the settings that say what ran where and how long it took."""
+    on_engine = _engine_statistics(ctx, batch_size, progress, sections)
+    out = on_engine.statement(len(ctx.corpus), choose(sections))
+    out["engine seconds"] = round(on_engine.stats["seconds"], 2)
+    return out
+
+
+def _input_corpus(
+    model: str,
+    text: Optional[Sequence[str]],
+    file: Optional[str],
+    conllu: Optional[str],
+    limit: Optional[int],
+    adapter: Any,
+) -> tuple:
+    """``(corpus, source)``: the given input (a zoo model's own set when none is given and
+    no adapter), else the bundled sample."""
+    from probe.inputs.corpus import load_corpus
+
+    from .bundled import sample_corpus
+
+    if text or file or conllu or (adapter is None and str(model).startswith("zoo:")):
+        return load_corpus(text=text, file=file, conllu=conllu, limit=limit, model=model), "given"
+    return sample_corpus(
+        limit=limit
+    ), "bundled sample (24 hand-annotated sentences; the first two from Vaswani et al. 2017)"
+
+
+def _fitted(corpus: Any, adapter: Any, window: Optional[int], stride: Optional[int], truncate: bool) -> tuple:
+    """``(corpus, note)``: long examples windowed or truncated (:func:`_cut_long`), then the
+    corpus fitted to the model.
+
+    Raises:
+        InputError: every example is longer than the model's limit (the message says how
+            the report can cut them).
+    """
+    from probe.inputs.corpus import fit_to_model
+
+    corpus, long_note = _cut_long(corpus, adapter, window, stride, truncate)
+    try:
+        corpus = fit_to_model(corpus, adapter)
+    except InputError as exc:  # every input too long: the report can cut them
+        raise InputError(
+            f"{exc}; or let the report cut them: --window N [--stride S] (overlapping windows) or --truncate"
+        ) from None
+    if not len(corpus):
+        raise InputError(f"every example is longer than the model's {adapter.max_length} tokens")
+    return corpus, long_note
+
+
+def _partial_report(out: Path, ctx: Context, adapter: Any, fingerprinted: dict, streamed: bool, fresh: bool) -> Any:
+    """The :class:`.resume.PartialReport` of this command: ``fingerprinted`` plus the
+    model and the kept corpus (and, when ``streamed`` on an engine, the whole corpus's digest)."""
+    from .resume import PartialReport, corpus_digest, fingerprint
+
+    corpus, full = ctx.corpus, ctx.input_corpus  # the kept sample (maps held); the whole corpus
+    engine = {"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if streamed else {}
+    keys = dict(model=adapter.name, model_info=adapter.describe(), corpus=corpus_digest(corpus), examples=len(corpus))
+    return PartialReport(out, fingerprint(**keys, **fingerprinted, **engine), fresh=fresh)
+
+
+def _run_settings(
+    ctx: Context, adapter: Any, source: str, limit: Optional[int], device: str, budget: int, t_capture: float
+) -> dict:
+    """The settings every report states: model, input, device, capture time, budget, unknown tokens."""
+    from probe.inputs.budget import format_size
+
+    return {
+        "model": adapter.name,
+        "model_info": adapter.describe(),
+        "input": source,
+        "limit": limit,
+        "device": device,
+        "capture seconds": round(t_capture, 2),
+        "memory budget": format_size(budget),
+        "unknown tokens": _unknown_summary(ctx.corpus, adapter),
+    }
+
+
+def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections: Optional[Sequence[str]] = None) -> Any:
     """Stream the run's whole corpus once through the accumulators the sections declare
     (``Analysis.accumulators``) on its engine; they are kept as ``ctx.streamed`` (what
     ``ctx.accumulated`` returns) and the :class:`.engine_sections.EngineRun` as
@@ -437,7 +479,7 @@ def _unknown_summary(corpus, adapter) -> str:
     return f"{sum(counts)} {name} in {len(hit)} of {len(counts)} examples ({listed})"
 
 
-def peek_limit(model) -> Optional[int]:
+def peek_limit(model: Any) -> Optional[int]:
     """The longest input (tokens) of ``model`` read from its config without loading
     weights (``minilm`` and ``hf:`` folders); ``None`` when it cannot be told."""
     import json
@@ -490,7 +532,7 @@ def _longest(corpus, adapter) -> int:
 HELD_MAPS_SHARE = 0.25
 
 
-def held_maps_bytes(corpus, adapter) -> int:
+def held_maps_bytes(corpus: Any, adapter: Any) -> int:
     """Bytes of every example's captured maps, float32 ``[layers, heads, n, n]`` each (the
     model's default stack), from the token counts alone."""
     ids = adapter.tokenizer(list(corpus.texts), add_special_tokens=True)["input_ids"]
@@ -498,7 +540,7 @@ def held_maps_bytes(corpus, adapter) -> int:
     return int(sum(len(x) ** 2 for x in ids)) * layers * adapter.n_heads * 4
 
 
-def choose_engine(engine: str, corpus, adapter, budget: int) -> tuple:
+def choose_engine(engine: str, corpus: Any, adapter: Any, budget: int) -> tuple:
     """``(engine, why)``: ``auto`` becomes ``local`` when every example's maps fit in
     :data:`HELD_MAPS_SHARE` of the memory budget, else ``stream`` (a kept sample's maps
     held, the corpus statistics streamed: peak memory no longer grows with the corpus);
@@ -536,27 +578,36 @@ def _overrides(objective, target, max_model_examples, explained_examples=None) -
     return out
 
 
-def _model_examples_setting(n: int, max_model_examples, explained_examples=None) -> dict:
-    """The caps of the model-running sections, stated on the index page and in summary.json."""
-    from probe.app.registry import get
+def _model_examples_setting(
+    n: int, max_model_examples: Optional[int], explained_examples: Optional[int] = None
+) -> dict:
+    """The caps of the model-running sections (those whose ``report_params`` cap
+    ``max_model_examples``) and of the explaining one (``explain_limit``), stated on the
+    index page and in summary.json."""
     from probe.app.registry.analyses._shared import MODEL_EXAMPLES
 
+    from .sections import registered
+
+    capped = [a.name for a in registered() if "max_model_examples" in a.report_params]
     cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
     if cap is None or n <= cap:
-        out = {"model-run examples": f"all {n} (ablation, importance, claims)"}
+        out = {"model-run examples": f"all {n} ({', '.join(capped)})"}
     else:
+        names = ", ".join(capped[:-1]) + (f" and {capped[-1]}" if len(capped) > 1 else "".join(capped))
         out = {
-            "model-run examples": f"the first {cap} of {n} for ablation, importance and claims "
+            "model-run examples": f"the first {cap} of {n} for {names} "
             "(--max-model-examples 0 runs them on every example)"
         }
-    default = get("faithfulness").report_params.get("explain_limit")
-    limit = default if explained_examples is None else (explained_examples or None)
-    if limit is None or n <= limit:
-        out["faithfulness examples"] = f"all {n}"
-    else:
-        out["faithfulness examples"] = (
-            f"the first {limit} of {n} explained (--explained-examples N changes it, 0 explains every example)"
-        )
+    for explains in (a for a in registered() if "explain_limit" in a.report_params):
+        default = explains.report_params["explain_limit"]
+        limit = default if explained_examples is None else (explained_examples or None)
+        key = f"{explains.name} examples"
+        if limit is None or n <= limit:
+            out[key] = f"all {n}"
+        else:
+            out[key] = (
+                f"the first {limit} of {n} explained (--explained-examples N changes it, 0 explains every example)"
+            )
     return out
 
 
@@ -577,8 +628,20 @@ def _rnn_zoo_maps(model, corpus) -> list:
     return zoo_cross_maps(str(model), corpus.examples)
 
 
-def _write_from_maps(out, model, corpus, maps, sections, strict, force, source, limit, t_start) -> ReportData:
-    """The report of maps computed without a live adapter (sections that need the model are skipped)."""
+def _write_from_maps(
+    out: Path,
+    model: str,
+    corpus: Any,
+    sections: Optional[Sequence[str]],
+    strict: bool,
+    force: bool,
+    source: str,
+    limit: Optional[int],
+    t_start: float,
+) -> ReportData:
+    """The report of a GRU zoo model's cross-attention maps (:func:`_rnn_zoo_maps`), computed
+    without a live adapter (sections that need the model are skipped)."""
+    maps = _rnn_zoo_maps(model, corpus)
     settings = {
         "model": str(model),
         "input": source,

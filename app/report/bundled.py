@@ -4,6 +4,8 @@ two being the sentences of the attention figures of Vaswani et al. (2017), appen
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +14,7 @@ from probe.errors import InputError
 SAMPLE_CONLLU = Path(__file__).with_name("sample") / "sample.conllu"
 
 
-def sample_corpus(limit: Optional[int] = None):
+def sample_corpus(limit: Optional[int] = None) -> Any:
     """The bundled sample as a :class:`probe.inputs.corpus.Corpus` (with treebank words); its
     ``source`` is the file's path, so analyses that re-read the treebank find it.
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 
-def complexity_plot(grid, path) -> Path:
+def complexity_plot(grid: Any, path: Any) -> Path:
     """Log–log FLOPs, wall time and peak memory against n, one column per chosen d
     (``grid``: the ``layer, n, d, flops, time_s, peak_bytes`` table); returns ``path``."""
     import matplotlib

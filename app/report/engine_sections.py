@@ -8,6 +8,8 @@ examples) is captured whole, for the pages' figures and the sections that need w
 maps or gradients. A section runs the same code on every engine (a local run feeds the
 same accumulators its held maps):
 
+What each section streams is its own declaration (``Analysis.shows.streamed``):
+
 ==============  =====================================================================
 syntax          relation counts of every sentence (``LayerwiseRelations``)
 roles           head features of every example (``LayerwiseHeadFeatures``, token and
@@ -29,10 +31,8 @@ The numbers equal the local engine's (tests/test_report_engine.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
-#: sections whose statistics the engine computes over the whole corpus
-DISTRIBUTED = ("syntax", "roles", "ablation", "claims")
 #: examples captured whole when none is given: the model-run cap, so the sections that
 #: run locally on the kept sample see the examples they would see without an engine
 KEPT_EXAMPLES = 128
@@ -57,19 +57,17 @@ class EngineRun:
     stats: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
 
-    def statement(self, kept: int, sections) -> dict:
-        """The settings entries stated on the index page and in summary.json."""
+    def statement(self, kept: int, sections: Sequence[Any]) -> dict:
+        """The settings entries stated on the index page and in summary.json, from what
+        each of ``sections`` (:class:`probe.app.registry.Analysis`) declares an engine
+        computes of it (``shows.streamed``: over the whole corpus, and other parts)."""
         n = len(self.corpus)
-        whole = [s for s in sections if s in ("syntax", "roles")]
-        if "claims" in sections:
-            whole.append("the claims' pattern and structure evidence")
-        local = [s for s in sections if s not in DISTRIBUTED]
+        streamed = [s.shows.streamed for s in sections if s.shows.streamed is not None]
+        whole = [st.whole for st in streamed if st.whole]
+        local = [s.name for s in sections if s.shows.streamed is None]
         where = f"{self.run.get('workers')} Ray workers" if self.name == "ray" else "one process, streamed"
         parts = [f"{', '.join(whole)} on all {n} examples"] if whole else []
-        if "ablation" in sections:
-            parts.append("ablation on its model-run examples")
-        if "claims" in sections:
-            parts.append("the claims' removal sweeps on the model-run examples, their batches on the engine")
+        parts += [st.part for st in streamed if st.part]
         return {
             "engine": f"{self.name} ({where}): " + ("; ".join(parts) or "no section distributed"),
             "kept sample": f"the first {kept} of {n} examples, captured whole (--kept-examples): the pages' "

@@ -5,14 +5,21 @@ Every sentence and number here is a field of the head's evidence objects
 analysis declares once beside itself; this module only lays them out: each section that
 ran becomes its evidence's sentences (the parts the object marks ``strong`` in bold) and,
 where a picture says more, a small inline SVG drawn from the same objects: the attention
-profile as bars, the head's ablation effect among all heads' effects, the head's syntax
-accuracy against the fixed-offset baseline per relation. Raw values stay in
+profile as bars, the head's effect among all heads' effects, the head's accuracy against a
+baseline per relation. Which block a section gets, its title and its order are the
+section's own declaration (``Analysis.shows.block``,
+:mod:`probe.app.registry.presentation`); this module knows no section by name. Raw values stay in
 ``tables/*.csv`` and ``summary.json``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
+from typing import Optional
+
+from probe.app.registry.evidence import HeadEvidence
 
 from .html import esc
 from .style import ACCENT, MUTED, number
@@ -28,19 +35,20 @@ def _f(x):
     return None if math.isnan(v) else v
 
 
-def items(data, layer: int, head: int, section: str, kind=None) -> list:
+def items(data: Any, layer: int, head: int, section: str, kind: Optional[str] = None) -> list:
     """The head's evidence objects from ``section`` (of ``kind`` when given), in order."""
     return [
         ev for ev in data.evidence.get((layer, head), ()) if ev.section == section and (kind is None or ev.kind == kind)
     ]
 
 
-def _one(data, layer, head, section, kind):
+def one(data: Any, layer: int, head: int, section: str, kind: str) -> Any:
+    """The head's first ``(section, kind)`` evidence object, or ``None``."""
     found = items(data, layer, head, section, kind)
     return found[0] if found else None
 
 
-def _every_head(data, section: str, kind: str) -> list:
+def every_head(data: Any, section: str, kind: str) -> list:
     """Every head's value of the evidence ``(section, kind)`` (a strip's grey ticks)."""
     return [
         ev.value
@@ -50,7 +58,7 @@ def _every_head(data, section: str, kind: str) -> list:
     ]
 
 
-def sentence(ev) -> str:
+def sentence(ev: HeadEvidence) -> str:
     """``ev.text`` as HTML (escaped), the parts it marks ``strong`` in bold."""
     out, pos = [], 0
     for part in ev.strong:
@@ -64,7 +72,7 @@ def sentence(ev) -> str:
 
 
 # ---- small SVG plots -------------------------------------------------------------------
-def bars_svg(items, *, unit_max: float = 1.0, percent: bool = True, label_w: int = 150) -> str:
+def bars_svg(items: list, *, unit_max: float = 1.0, percent: bool = True, label_w: int = 150) -> str:
     """Horizontal bars ``[(label, value, colour)]`` scaled to ``unit_max``; value printed."""
     row = 18
     h = row * len(items) + 4
@@ -84,7 +92,7 @@ def bars_svg(items, *, unit_max: float = 1.0, percent: bool = True, label_w: int
     return "".join(out)
 
 
-def strip_svg(values, mine: float, ci=None, *, xlabel: str = "") -> str:
+def strip_svg(values: list, mine: float, ci: Optional[tuple] = None, *, xlabel: str = "") -> str:
     """All heads' values as grey ticks on one axis, this head's in colour with its CI."""
     vals = [v for v in (_f(x) for x in values) if v is not None]
     lo_all = min(vals + [0.0, mine] + ([ci[0]] if ci else []))
@@ -117,7 +125,7 @@ def strip_svg(values, mine: float, ci=None, *, xlabel: str = "") -> str:
     return "".join(out)
 
 
-def versus_svg(rows, *, label_w: int = 90, min_count: int = 0) -> str:
+def versus_svg(rows: list, *, label_w: int = 90, min_count: int = 0) -> str:
     """Per row ``(label, accuracy, baseline, count)``: a bar for the head's accuracy and a
     black tick for the baseline (both in [0, 1]); rows under ``min_count`` greyed."""
     row = 18
@@ -147,116 +155,55 @@ def versus_svg(rows, *, label_w: int = 90, min_count: int = 0) -> str:
     return "".join(out)
 
 
-# ---- one block per section ---------------------------------------------------------------
-#: bar colours of an attention profile's parts (the others: the accent)
-PROFILE_COLOURS = {"[CLS] / first token": "#bdbdbd", "[SEP] / last token": "#bdbdbd", "punctuation": "#f4a6b7"}
+# ---- the page's blocks, as the analyses declare them -----------------------------------
+def paragraphs(section: str, kind: str) -> Any:
+    """A :class:`probe.app.registry.presentation.HeadBlock` renderer: the head's
+    ``(section, kind)`` evidence, one paragraph each."""
 
-
-def _roles(data, layer, head) -> str:
-    role = _one(data, layer, head, "roles", "role")
-    if role is None:
-        return ""
-    pattern = _one(data, layer, head, "claims", "pattern")
-    if pattern is not None and pattern.status != "holds" and role.label:
-        # the pattern claim decides whether a role is stated; the roles section's label is then only the closest rule
-        out = f"<p>Closest rule (the pattern claim does not hold, so no role is claimed): {sentence(role)}</p>"
-    else:
-        out = f"<p>{sentence(role)}</p>"
-    for profile in items(data, layer, head, "roles", "profile"):
-        bars = [(label, value, PROFILE_COLOURS.get(label, ACCENT)) for label, value in profile.parts]
-        out += f"<p>{sentence(profile)}</p>" + (bars_svg(bars) if bars else "")
-    return out
-
-
-def _necessity(data, layer, head) -> str:
-    """The necessity claim's evidence with every head's effect as a strip."""
-    ev = _one(data, layer, head, "claims", "necessity")
-    text = f"<p>{esc(ev.text)}.</p>"
-    if ev.status not in ("holds", "does not hold"):
-        return text
-    return text + strip_svg(
-        _every_head(data, "claims", "necessity"),
-        ev.value,
-        ev.ci,
-        xlabel=f"{ev.numbers.get('objective', '')} harm of mean-ablation: every head (grey), this head (blue, with CI)",
-    )
-
-
-def _ablation(data, layer, head) -> str:
-    if _one(data, layer, head, "claims", "necessity") is not None:
-        return _necessity(data, layer, head)
-    ev = _one(data, layer, head, "ablation", "ablation")
-    if ev is None:
-        return ""
-    xlabel = f"Δ {ev.unit}: every head (grey), this head (blue, with CI)"
-    return f"<p>{sentence(ev)}</p>" + strip_svg(
-        _every_head(data, "ablation", "ablation"), ev.value, ev.ci, xlabel=xlabel
-    )
-
-
-def _paragraphs(section: str, kind: str):
-    """A block that is the head's ``(section, kind)`` evidence, one paragraph each."""
-
-    def block(data, layer, head) -> str:
+    def block(data, layer: int, head: int) -> str:
         return "".join(f"<p>{sentence(ev)}</p>" for ev in items(data, layer, head, section, kind))
 
     return block
 
 
-def _syntax(data, layer, head) -> str:
-    """The structure claim's evidence (one answer per head), then this head's relations
-    sorted by margin over the best fixed offset, rows under the claim's minimum greyed."""
-    parts = [f"<p>{esc(ev.text)}.</p>" for ev in items(data, layer, head, "claims", "structure")]
-    rows = items(data, layer, head, "syntax", "relation")
-    for intro in items(data, layer, head, "syntax", "relations") if rows else ():
-        parts.append(f"<p>{sentence(intro)}</p>")
-        floor = int(intro.floor)
-        parts.append(versus_svg([(r.label, r.value, r.number("baseline"), r.count) for r in rows], min_count=floor))
-    return "".join(parts)
+def _skipped(o) -> str:
+    return (
+        f'<p class="muted">{esc(o.title)}: <span class="{esc(o.status)}">{esc(o.status)}</span> — {esc(o.reason)}</p>'
+    )
 
 
-BLOCKS = (
-    ("roles", "What it attends to", _roles),
-    ("syntax", "Syntax", _syntax),
-    ("ablation", "Does the model need it?", _ablation),
-    ("importance", "Importance", _paragraphs("importance", "importance")),
-    ("faithfulness", "Is its attention an explanation?", _paragraphs("faithfulness", "faithfulness")),
-)
-#: sections whose evidence the page shows elsewhere: the claims list at its top (and the
-#: necessity and structure claims inside the blocks above)
-SHOWN_ELSEWHERE = ("claims",)
+def _facts(data, layer: int, head: int, name: str) -> str:
+    """The head's facts of a section that declares no evidence, named for people."""
+    facts = data.facts.get((layer, head), {}).get(name) or {}
+    body = "".join(f"<li>{esc(str(k).replace('_', ' '))}: {esc(number(v, digits=2))}</li>" for k, v in facts.items())
+    return f"<ul>{body}</ul>" if body else ""
 
 
-def evidence_html(data, layer: int, head: int) -> str:
-    """The head's evidence: one titled block per section that ran and says something,
-    and one muted line per section that was skipped or failed (with the reason)."""
+def evidence_html(data: Any, layer: int, head: int) -> str:
+    """The head's evidence: one titled block per section that ran and says something (its
+    declared :class:`probe.app.registry.presentation.HeadBlock`, else its sentences, else
+    its facts), in the blocks' order, then the sections without a block; one muted line per
+    section that was skipped or failed (with the reason). A section whose evidence is the
+    heads' claims shows them at the top of the page (:mod:`.claims_html`), not here."""
+    from probe.app.registry import registered
+
+    shows = {a.name: a.shows for a in registered()}
     status = {o.name: o for o in data.outcomes}
+    blocks = sorted((s.block.order, name) for name, s in shows.items() if s.block is not None and name in status)
+    order = [name for _, name in blocks] + [n for n in status if n not in {name for _, name in blocks}]
     out = []
-    known = {name: (title, block) for name, title, block in BLOCKS}
-    order = [n for n, _, _ in BLOCKS if n in status] + [n for n in status if n not in known]
-    if "ablation" not in status and _one(data, layer, head, "claims", "necessity") is not None:
-        out.append(
-            f'<section class="evidence"><h3>Does the model need it?</h3>{_necessity(data, layer, head)}</section>'
-        )
     for name in order:
-        o = status[name]
+        o, shown = status[name], shows.get(name)
         if o.status != "ran":
-            out.append(
-                f'<p class="muted">{esc(o.title)}: <span class="{esc(o.status)}">{esc(o.status)}'
-                f"</span> — {esc(o.reason)}</p>"
-            )
+            out.append(_skipped(o))
             continue
-        if name in known:
-            title, block = known[name]
-            body = block(data, layer, head)
-        elif name not in SHOWN_ELSEWHERE and items(data, layer, head, name):  # no block of its own: its sentences
-            title, body = o.title, "".join(f"<p>{sentence(ev)}</p>" for ev in items(data, layer, head, name))
-        else:  # a section that declares no evidence: its facts, named for people
-            title, facts = o.title, data.facts.get((layer, head), {}).get(name) or {}
-            body = "".join(
-                f"<li>{esc(str(k).replace('_', ' '))}: {esc(number(v, digits=2))}</li>" for k, v in facts.items()
-            )
-            body = f"<ul>{body}</ul>" if body else ""
+        title = o.title
+        if shown is not None and shown.block is not None:
+            title, body = shown.block.title, shown.block.render(data, layer, head)
+        elif not (shown is not None and shown.claims) and items(data, layer, head, name):
+            body = "".join(f"<p>{sentence(ev)}</p>" for ev in items(data, layer, head, name))
+        else:  # a section that declares no evidence: its facts
+            body = _facts(data, layer, head, name)
         if body:
             out.append(f'<section class="evidence"><h3>{esc(title)}</h3>{body}</section>')
     return "".join(out)

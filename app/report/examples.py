@@ -4,6 +4,8 @@ and the sharpest example of each head. (What the sections read is the run's one
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 #: the two sentences of the attention figures in Vaswani et al. (2017), appendix
@@ -17,7 +19,7 @@ PAPER_SENTENCES = (
 MAX_FIGURE_TOKENS = 40
 
 
-def representative_examples(maps, k: int = 2, max_tokens: int = MAX_FIGURE_TOKENS) -> list:
+def representative_examples(maps: Any, k: int = 2, max_tokens: int = MAX_FIGURE_TOKENS) -> list:
     """Up to ``k`` example indices: the paper's sentences when present, then the first
     examples of at most ``max_tokens`` tokens (falling back to the shortest)."""
     norm = lambda s: " ".join(str(s).split())  # noqa: E731
@@ -34,7 +36,7 @@ def representative_examples(maps, k: int = 2, max_tokens: int = MAX_FIGURE_TOKEN
     return out
 
 
-def sharpest_examples(maps, max_tokens: int = MAX_FIGURE_TOKENS, pool: int = 6) -> torch.Tensor:
+def sharpest_examples(maps: Any, max_tokens: int = MAX_FIGURE_TOKENS, pool: int = 6) -> torch.Tensor:
     """Per (layer index, head), the example where the head's mean row maximum is
     largest: ``[layer, head]`` of example indices. Candidates: the first ``pool``
     examples of at most ``max_tokens`` tokens (else any), so that few distinct examples

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +14,7 @@ from .tokens import maps_display_tokens
 _plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
-def attention_heatmap(maps, layer: int, head: int, path, title: Optional[str] = None):
+def attention_heatmap(maps: Any, layer: int, head: int, path: Any, title: Optional[str] = None) -> Any:
     """Save a heatmap of one head's attention (rows: queries, columns: keys), with token
     labels, to ``path`` (PNG/SVG/PDF by extension). Returns the path.
 
@@ -50,7 +52,7 @@ def attention_heatmap(maps, layer: int, head: int, path, title: Optional[str] = 
     )
 
 
-def finish_heatmap(fig, ax, path, xlabel: str, ylabel: str, title: str) -> Path:
+def finish_heatmap(fig: Any, ax: Any, path: Any, xlabel: str, ylabel: str, title: str) -> Path:
     """Label a token heatmap (x labels vertical), save it to ``path`` and close it."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

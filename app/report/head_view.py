@@ -14,6 +14,8 @@ Weights travel quantised to one byte (``round(255 · w)``, base64): 72 heads of 
 
 from __future__ import annotations
 
+from typing import Any
+
 import base64
 import uuid
 from functools import lru_cache
@@ -37,18 +39,18 @@ def head_view_js() -> str:
     return ASSET.read_text(encoding="utf-8")
 
 
-def quantise(a) -> str:
+def quantise(a: Any) -> str:
     """``a`` (weights in [0, 1], any shape) as base64 of ``uint8(round(255 · a))``, C order."""
     q = np.clip(np.rint(np.asarray(a, dtype=np.float32) * 255.0), 0, 255).astype(np.uint8)
     return base64.b64encode(q.tobytes()).decode("ascii")
 
 
-def dequantise(text: str, shape) -> np.ndarray:
+def dequantise(text: str, shape: Any) -> np.ndarray:
     """Inverse of :func:`quantise` (float32 in [0, 1], rounded to 1/255)."""
     return np.frombuffer(base64.b64decode(text), dtype=np.uint8).reshape(shape).astype(np.float32) / 255.0
 
 
-def pick_heads(maps, layers, heads):
+def pick_heads(maps: Any, layers: Any, heads: Any) -> Any:
     """``(layers, heads)`` to show of ``maps`` (None: all), each checked against the maps."""
     layers = list(maps.layers) if layers is None else [int(x) for x in layers]
     heads = list(range(maps.n_heads)) if heads is None else [int(h) for h in heads]
@@ -60,7 +62,7 @@ def pick_heads(maps, layers, heads):
     return layers, heads
 
 
-def example_data(m, layers, heads, title: str = "") -> dict:
+def example_data(m: Any, layers: Any, heads: Any, title: str = "") -> dict:
     """One example for the browser: tokens, which are trivial, and the quantised weights
     ``[layer, head, query, key]`` of the chosen layers and heads."""
     idx = [m.layers.index(layer) for layer in layers]
@@ -100,13 +102,13 @@ class HeadView:
 
     def __init__(
         self,
-        maps,
+        maps: Any,
         layers: Optional[Sequence[int]] = None,
         heads: Optional[Sequence[int]] = None,
         initial: Optional[tuple] = None,
         title: str = "",
         titles: Optional[Sequence[str]] = None,
-    ):
+    ) -> None:
         examples = list(maps) if isinstance(maps, (list, tuple)) else [maps]
         if not examples:
             raise InputError("the head view needs at least one example")
@@ -157,7 +159,7 @@ class HeadView:
     def _repr_html_(self) -> str:
         return self.fragment(include_script=True)
 
-    def save(self, path) -> Path:
+    def save(self, path: Any) -> Path:
         """Write a standalone HTML page holding the view; returns the path."""
         from .html import page
 
@@ -169,7 +171,7 @@ class HeadView:
         return path
 
 
-def head_view(maps, layer: Optional[int] = None, head: Optional[int] = None, **kwargs) -> HeadView:
+def head_view(maps: Any, layer: Optional[int] = None, head: Optional[int] = None, **kwargs: Any) -> HeadView:
     """A :class:`HeadView` of ``maps`` (one example or a list), opened at ``(layer, head)``.
 
     Raises:
@@ -183,7 +185,7 @@ def head_view(maps, layer: Optional[int] = None, head: Optional[int] = None, **k
 
 
 def line_view_svg(
-    maps,
+    maps: Any,
     layer: int,
     head: int,
     *,

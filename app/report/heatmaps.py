@@ -9,6 +9,8 @@ same colour map and are pasted, cell by cell, over the heatmap's area. 144 heatm
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 from pathlib import Path
 
@@ -64,7 +66,7 @@ def _template(m, dpi: int):
     return pixels, (x0, y0, x1, y1), cmap
 
 
-def paint(pixels: np.ndarray, box: tuple, cmap, a: np.ndarray) -> np.ndarray:
+def paint(pixels: np.ndarray, box: tuple, cmap: Any, a: np.ndarray) -> np.ndarray:
     """A copy of ``pixels`` with the cell area ``box`` = (x0, y0, x1, y1) filled by
     ``a [query, key]`` through ``cmap`` (row 0 at the top, nearest-cell sampling)."""
     x0, y0, x1, y1 = box
@@ -76,7 +78,7 @@ def paint(pixels: np.ndarray, box: tuple, cmap, a: np.ndarray) -> np.ndarray:
     return out
 
 
-def render_heatmaps(maps_list, requests: dict, dpi: int = 80) -> list:
+def render_heatmaps(maps_list: Any, requests: dict, dpi: int = 80) -> list:
     """Draw heatmaps as PNG files.
 
     Args:

@@ -8,6 +8,8 @@ such as ``</script>`` cannot close the element.
 
 from __future__ import annotations
 
+from typing import Any
+
 import html
 import json
 import math
@@ -57,12 +59,12 @@ VIEW_CSS = (
 )
 
 
-def esc(value) -> str:
+def esc(value: Any) -> str:
     """``str(value)`` escaped for HTML text and attribute values (quotes included)."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def script_json(obj) -> str:
+def script_json(obj: Any) -> str:
     """JSON safe to place inside a ``<script>`` element: ``<``, ``>``, ``&`` and the
     line separators U+2028/U+2029 are written as ``\\uXXXX`` escapes."""
     text = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=_json_default)
@@ -83,7 +85,7 @@ def _json_default(x):
     return str(x)
 
 
-def fmt(value, digits: int = 3) -> str:
+def fmt(value: Any, digits: int = 3) -> str:
     """A number formatted for humans: ``digits`` significant digits (see
     :func:`probe.app.report.style.number`), ``—`` for missing/NaN; other values as ``str``."""
     if value is None:
@@ -125,7 +127,7 @@ def kv_table(rows: Mapping | Iterable, digits: int = 3) -> str:
     return f'<table class="kv">{cells}</table>'
 
 
-def frame_table(df, max_rows: int = 30, digits: int = 3) -> str:
+def frame_table(df: Any, max_rows: int = 30, digits: int = 3) -> str:
     """A pandas DataFrame as an HTML table, every cell escaped; at most ``max_rows`` rows."""
     if df is None or len(df) == 0:
         return '<p class="muted">(empty)</p>'

@@ -6,6 +6,8 @@ point of the views.
 
 from __future__ import annotations
 
+from typing import Any
+
 import uuid
 from pathlib import Path
 from typing import Optional, Sequence
@@ -31,7 +33,7 @@ class ModelView:
         ValueError: no example, or examples with different layers/heads.
     """
 
-    def __init__(self, maps, titles: Optional[Sequence[str]] = None, href: str = ""):
+    def __init__(self, maps: Any, titles: Optional[Sequence[str]] = None, href: str = "") -> None:
         examples = list(maps) if isinstance(maps, (list, tuple)) else [maps]
         if not examples:
             raise InputError("the model view needs at least one example")
@@ -65,7 +67,7 @@ class ModelView:
     def _repr_html_(self) -> str:
         return self.fragment(include_script=True)
 
-    def save(self, path) -> Path:
+    def save(self, path: Any) -> Path:
         from .html import page
 
         path = Path(path)
@@ -75,7 +77,7 @@ class ModelView:
         return path
 
 
-def show(maps, layer: Optional[int] = None, head: Optional[int] = None, *, view: Optional[str] = None):
+def show(maps: Any, layer: Optional[int] = None, head: Optional[int] = None, *, view: Optional[str] = None) -> Any:
     """Show attention inline in a notebook (Jupyter, VS Code; no network): the head view
     opened at ``(layer, head)``, or with neither given the model view of every head.
 

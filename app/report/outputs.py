@@ -3,9 +3,13 @@ HTML pages), and the sections' tables as CSV."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import math
 from pathlib import Path
+
+from probe.app.registry.presentation import CLAIMS_FIELD
 
 
 def _clean(v):
@@ -23,9 +27,11 @@ def _clean(v):
     return str(v)
 
 
-def summary_dict(data) -> dict:
-    """Everything the report says, as one JSON-able dict."""
-    ctx = data.ctx
+def _head_entries(data) -> list:
+    """summary.json's ``heads``: per head its verdict, page, claims, facts and evidence."""
+    from probe.app.registry import registered
+
+    claim_sections = {a.name for a in registered() if a.shows.claims}
     heads = []
     for layer in data.layers:
         for h in range(data.n_heads):
@@ -35,13 +41,21 @@ def summary_dict(data) -> dict:
                 "verdict": data.verdicts[(layer, h)],
                 "page": f"heads/L{layer}H{h}.html",
             }
-            claims = getattr(data, "claims", None)
-            if claims is not None and (layer, h) in claims.claims:
-                entry["claims"] = claims.head_dict((layer, h))
+            if data.claims is not None and (layer, h) in data.claims.claims:
+                entry[CLAIMS_FIELD] = data.claims.head_dict((layer, h))
             entry["facts"] = _clean(data.facts.get((layer, h), {}))
-            # the objects the head's page renders (the claims' are under "claims", with their evidence)
-            entry["evidence"] = [ev.to_dict() for ev in data.evidence.get((layer, h), ()) if ev.section != "claims"]
+            # the objects the head's page renders (the claims' are under CLAIMS_FIELD, with their evidence)
+            entry["evidence"] = [
+                ev.to_dict() for ev in data.evidence.get((layer, h), ()) if ev.section not in claim_sections
+            ]
             heads.append(entry)
+    return heads
+
+
+def summary_dict(data: Any) -> dict:
+    """Everything the report says, as one JSON-able dict."""
+    ctx = data.ctx
+    heads = _head_entries(data)
     return _clean(
         {
             "format": "attention-probe report 1",
@@ -63,7 +77,7 @@ def summary_dict(data) -> dict:
                 )
                 for o in data.outcomes
             ],
-            "claims": _claims_overview(data),
+            CLAIMS_FIELD: _claims_overview(data),
             "heads": heads,
             "seconds": round(data.seconds, 2),
         }
@@ -72,7 +86,7 @@ def summary_dict(data) -> dict:
 
 def _claims_overview(data) -> dict:
     """Heads per claim and status, and the thresholds in force (with their sources)."""
-    claims = getattr(data, "claims", None)
+    claims = data.claims
     if claims is None:
         return {}
     from probe.analyses.claims.thresholds import thresholds_in_force
@@ -105,9 +119,12 @@ def _claim_cell(c: dict) -> str:
 
 def claims_markdown(summary: dict) -> list:
     """The claims of every head as Markdown lines (counts, thresholds, one row per head)."""
-    from probe.analyses.claims.claim import KINDS, STATUSES
+    from probe.analyses.claims.claim import STATUSES
+    from probe.analyses.claims.protocol import claim_kinds
 
-    ov = summary.get("claims") or {}
+    kinds = claim_kinds()
+
+    ov = summary.get(CLAIMS_FIELD) or {}
     if not ov:
         return []
     lines = [
@@ -124,14 +141,14 @@ def claims_markdown(summary: dict) -> list:
         lines.append(f"- {_md(name)} = {_md(t['value'])}: {_md(t['source'])}")
     lines += [
         "",
-        "| layer | head | summary |" + "".join(f" {k} |" for k in KINDS),
-        "| --- | --- | --- |" + " --- |" * len(KINDS),
+        "| layer | head | summary |" + "".join(f" {k} |" for k in kinds),
+        "| --- | --- | --- |" + " --- |" * len(kinds),
     ]
     for h in summary["heads"]:
-        c = h.get("claims") or {}
+        c = h.get(CLAIMS_FIELD) or {}
         lines.append(
             f"| {h['layer']} | {h['head']} | {_md(h['verdict'])} |"
-            + "".join(f" {_md(_claim_cell(c[k])) if k in c else ''} |" for k in KINDS)
+            + "".join(f" {_md(_claim_cell(c[k])) if k in c else ''} |" for k in kinds)
         )
     return lines
 
@@ -187,7 +204,7 @@ def report_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(data, out: Path) -> list:
+def write_tables(data: Any, out: Path) -> list:
     """Each section's tables as ``tables/<section>_<name>.csv``; returns the paths."""
     paths = []
     (out / "tables").mkdir(exist_ok=True)
@@ -199,7 +216,7 @@ def write_tables(data, out: Path) -> list:
     return paths
 
 
-def write_summary(data, out: Path) -> dict:
+def write_summary(data: Any, out: Path) -> dict:
     summary = summary_dict(data)
     (out / "summary.json").write_text(
         json.dumps(summary, indent=1, ensure_ascii=False, allow_nan=False), encoding="utf-8"

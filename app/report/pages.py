@@ -7,6 +7,8 @@ Built from a :class:`probe.app.report.build.ReportData`; every corpus string is 
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 from pathlib import Path
 
@@ -18,15 +20,12 @@ from .style import ROLE_ABBREV, ROLE_COLOURS, base_role
 from .tables import ranked_table
 from .views_pages import COMPARE_FILE, MODEL_FILE, view_examples
 
-#: kept for callers of the old names; the palette lives in :mod:`probe.app.report.style`
-ABBREV = ROLE_ABBREV
-
 
 def head_file(layer: int, head: int) -> str:
     return f"L{layer}H{head}.html"
 
 
-def role_label(role) -> str:
+def role_label(role: Any) -> str:
     role = str(role or "")
     if role.startswith("syntactic"):
         inner = role[len("syntactic") :].strip(" ()")
@@ -34,19 +33,17 @@ def role_label(role) -> str:
     return ROLE_ABBREV.get(role, role[:7])
 
 
-def importance_mark(evidence, n_heads_total: int) -> tuple:
-    """(symbol, explanation) marking how much a head matters, from its evidence: its
-    importance rank, else whether its ablation interval excludes 0."""
-    by = {(ev.section, ev.kind): ev for ev in reversed(evidence)}
-    imp, abl = by.get(("importance", "importance")), by.get(("ablation", "ablation"))
-    rank = imp.number("rank") if imp is not None else None
-    if rank is not None:
-        r = rank / max(n_heads_total, 1)
-        sym = "★" if r <= 0.1 else "●" if r <= 0.3 else "·"
-        return sym, f"importance rank {int(rank)} of {n_heads_total}"
-    ci = abl.ci if abl is not None else None
-    if ci is not None:
-        return ("●", "ablation effect's CI excludes 0") if (ci[0] > 0 or ci[1] < 0) else ("·", "ablation: no effect")
+def importance_mark(evidence: list, n_heads_total: int) -> tuple:
+    """(symbol, explanation) marking how much a head matters, from its evidence: the first
+    mark the registered analyses declare (``Analysis.shows.mark``, by its ``order``: the
+    importance rank before the ablation interval), else ``("", "")``."""
+    from probe.app.registry import registered
+
+    marks = sorted((a.shows.mark for a in registered() if a.shows.mark is not None), key=lambda m: m.order)
+    for m in marks:
+        found = m.mark(evidence, n_heads_total)
+        if found is not None:
+            return found
     return "", ""
 
 
@@ -94,7 +91,7 @@ def _sections_list(data) -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
-def claim_line(data, layer: int, head: int) -> str:
+def claim_line(data: Any, layer: int, head: int) -> str:
     """One line for tooltips: the head's verdict (the claims' summary when they exist)."""
     return str(data.verdicts.get((layer, head), ""))
 
@@ -159,7 +156,7 @@ def _views_links() -> str:
     )
 
 
-def index_html(data) -> str:
+def index_html(data: Any) -> str:
     """The report's front page."""
     ctx = data.ctx
     model = dict(ctx.settings.get("model_info") or {})
@@ -231,7 +228,7 @@ def _showcase(data) -> tuple:
     return best
 
 
-def head_html(data, layer: int, head: int, figures: dict) -> str:
+def head_html(data: Any, layer: int, head: int, figures: dict) -> str:
     """The page of one head. ``figures``: ``[(example index, heatmap file name)]``."""
     ctx = data.ctx
     n_total = len(data.layers) * data.n_heads

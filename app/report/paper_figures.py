@@ -12,7 +12,7 @@ error rate (Och & Ney 2003) in its title. matplotlib is imported lazily, Agg bac
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -28,8 +28,14 @@ _plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
 def paper_figure(
-    attention, query, heads: Sequence, path, targets: Sequence = (), title: Optional[str] = None, dpi: int = 100
-):
+    attention: Any,
+    query: Any,
+    heads: Sequence,
+    path: Any,
+    targets: Sequence = (),
+    title: Optional[str] = None,
+    dpi: int = 100,
+) -> Path:
     """Draw the attention from one word, for a few heads, as in the paper's appendix.
 
     Args:
@@ -56,17 +62,44 @@ def paper_figure(
     if not heads or len(heads) > len(COLORS):
         raise InputError(f"give 1..{len(COLORS)} (layer, head) pairs to draw, got {len(heads)}")
     w, units, special, q = query_weights(attention, query)
-    layers = list(attention.layers)
-    rows = []
-    for layer, h in heads:
-        if layer not in layers or not 0 <= h < w.shape[1]:
-            raise InputError(f"head ({layer}, {h}) is not in these maps: layers {layers}, heads 0..{w.shape[1] - 1}")
-        rows.append(w[layers.index(layer), h].numpy())
+    rows = _head_rows(w, list(attention.layers), heads)
     bold = {find_word(units, special, t) for t in targets}
     n = len(units)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.2, 0.9 + 0.24 * n), dpi=dpi)
     ys = np.arange(n)[::-1].astype(float)
+    _words(ax, units, special, q, bold, ys)
+    _lines(ax, heads, rows, units, q, bold, ys)
+    ax.set_xlim(-0.9, 1.9)
+    ax.set_ylim(-1.0, n)
+    ax.axis("off")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False, ncol=1)
+    ax.set_title(title or f"attention from {units[q]!r}", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _head_rows(w: Any, layers: list, heads: list) -> list:
+    """Each head's weights from the query word (``w``: ``[layer, head, unit]``), in ``heads`` order.
+
+    Raises:
+        InputError: a head that is not in the maps.
+    """
+    rows = []
+    for layer, h in heads:
+        if layer not in layers or not 0 <= h < w.shape[1]:
+            raise InputError(f"head ({layer}, {h}) is not in these maps: layers {layers}, heads 0..{w.shape[1] - 1}")
+        rows.append(w[layers.index(layer), h].numpy())
+    return rows
+
+
+def _words(ax: Any, units: list, special: Any, q: int, bold: set, ys: Any) -> None:
+    """The sentence twice: attending words on the left (the query highlighted), attended on
+    the right (``bold``: the expected targets); special tokens grey."""
     x_left, x_right = 0.0, 1.0
     for i, u in enumerate(units):
         grey = "#8a8a8a" if bool(special[i]) else "black"
@@ -91,6 +124,12 @@ def paper_figure(
             color=grey,
             fontweight="bold" if i in bold else "normal",
         )
+
+
+def _lines(ax: Any, heads: list, rows: list, units: list, q: int, bold: set, ys: Any) -> None:
+    """One colour per head: a line from the query to each word, as thick and opaque as its
+    weight (under 0.01 not drawn), and a legend entry with its top word and the targets' weight."""
+    x_left, x_right = 0.0, 1.0
     spread = 0.6 / max(len(heads), 2)  # lines of different heads side by side, within a row
     for c, ((layer, h), row) in enumerate(zip(heads, rows)):
         color = COLORS[c]
@@ -112,22 +151,16 @@ def paper_figure(
         if bold:
             label += f"{' + '.join(units[i] for i in sorted(bold))} {sum(row[i] for i in bold):.2f}, "
         ax.plot([], [], color=color, linewidth=3, label=label + f"top {units[top]!r} {row[top]:.2f}")
-    ax.set_xlim(-0.9, 1.9)
-    ax.set_ylim(-1.0, n)
-    ax.axis("off")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False, ncol=1)
-    ax.set_title(title or f"attention from {units[q]!r}", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 def alignment_heatmaps(
-    maps, path, gold: Optional[Sequence] = None, aer: Optional[dict] = None, title: Optional[str] = None, dpi: int = 100
-):
+    maps: Any,
+    path: Any,
+    gold: Optional[Sequence] = None,
+    aer: Optional[dict] = None,
+    title: Optional[str] = None,
+    dpi: int = 100,
+) -> Any:
     """Heatmaps of a cross-attention map's heads at word level, target rows × source columns.
 
     Args:

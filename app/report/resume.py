@@ -20,6 +20,8 @@ A section whose in-memory data cannot be saved (the claims' objects) is run agai
 
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import json
 import logging
@@ -47,7 +49,7 @@ def toolkit_version() -> str:
         return "unknown"
 
 
-def corpus_digest(corpus) -> str:
+def corpus_digest(corpus: Any) -> str:
     """sha256 of the examples' texts (and word spans), in order."""
     h = hashlib.sha256()
     for i, text in enumerate(corpus.texts):
@@ -57,12 +59,12 @@ def corpus_digest(corpus) -> str:
     return h.hexdigest()
 
 
-def fingerprint(**parts) -> dict:
+def fingerprint(**parts: Any) -> dict:
     """What a report's results depend on, as a flat JSON-able dict (the toolkit version added)."""
     return json.loads(json.dumps({"version": toolkit_version(), **parts}, default=str))
 
 
-def partial_dir(out) -> Path:
+def partial_dir(out: Any) -> Path:
     out = Path(out)
     return out.absolute().parent / f".{out.name}.partial"
 
@@ -198,7 +200,7 @@ class PartialReport:
             settings (naming what differs); nothing is changed.
     """
 
-    def __init__(self, out, fp: dict, fresh: bool = False):
+    def __init__(self, out: Any, fp: dict, fresh: bool = False) -> None:
         self.dir = partial_dir(out)
         self.fingerprint = fp
         state = self.dir / "state.json"
@@ -239,7 +241,7 @@ class PartialReport:
         return "with other settings: " + "; ".join(diffs)
 
     # ---- one section --------------------------------------------------------------
-    def load(self, name: str, kind=None):
+    def load(self, name: str, kind: Any = None) -> Any:
         """The saved :class:`probe.app.report.sections.SectionOutcome`, or ``None``; its
         result is a ``kind`` (the section's declared result type; default :class:`Result`)."""
         from probe.app.registry import Result
@@ -274,7 +276,7 @@ class PartialReport:
             return []
         return list(json.loads(path.read_text(encoding="utf-8")).get("said", []))
 
-    def save(self, outcome, said: list | None = None) -> bool:
+    def save(self, outcome: Any, said: list | None = None) -> bool:
         """Save a finished section (ran or skipped); ``False`` when its data cannot be saved."""
         if outcome.status not in ("ran", "skipped"):
             return False

@@ -8,6 +8,8 @@ imported lazily with the Agg backend.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 from typing import Optional
 
@@ -36,7 +38,7 @@ def _check(roles, columns):
         raise InputError("roles table is empty")
 
 
-def role_grid_figure(roles, path, title: Optional[str] = None) -> Path:
+def role_grid_figure(roles: Any, path: Any, title: Optional[str] = None) -> Path:
     """Save a layer × head grid, each cell coloured by its head's role and labelled with
     the confidence (syntactic cells also with the relation). Returns the path.
 
@@ -98,7 +100,7 @@ def role_grid_figure(roles, path, title: Optional[str] = None) -> Path:
     return path
 
 
-def head_map_figure(roles, path, title: Optional[str] = None) -> Path:
+def head_map_figure(roles: Any, path: Any, title: Optional[str] = None) -> Path:
     """Save the 2-D MDS layout of heads (Clark et al. 2019, Fig. 6), points coloured by
     role and labelled ``layer-head``. Returns the path.
 

@@ -13,6 +13,8 @@ total; drawn on one colour scale it makes every word look the same. So:
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 from typing import Optional
 
@@ -28,7 +30,7 @@ MAX_BAR_PANELS = 4
 MAX_BARS = 15
 
 
-def trivial_mask(tokens, position: Optional[int] = None) -> np.ndarray:
+def trivial_mask(tokens: Any, position: Optional[int] = None) -> np.ndarray:
     """``[n]`` bool: special tokens, punctuation, and ``position`` itself."""
     mask = np.array([is_trivial(t) for t in tokens], dtype=bool)
     if position is not None and 0 <= position < len(mask):
@@ -36,7 +38,7 @@ def trivial_mask(tokens, position: Optional[int] = None) -> np.ndarray:
     return mask
 
 
-def split_top(tokens, row, position: Optional[int] = None, k: int = 5) -> tuple:
+def split_top(tokens: Any, row: Any, position: Optional[int] = None, k: int = 5) -> tuple:
     """``(words, trivial)``: the ``k`` highest-scoring non-trivial tokens and all trivial
     ones (highest first), each a list of ``(index, token, score)``."""
     row = np.asarray(row, dtype=float)
@@ -116,7 +118,7 @@ def _heatmap(scores, path, title, xlabel):
     return path
 
 
-def token_scores_heatmap(scores, path, title: Optional[str] = None) -> Path:
+def token_scores_heatmap(scores: Any, path: Any, title: Optional[str] = None) -> Path:
     """Save the figure of a :class:`probe.analyses.common.token_scores.TokenScores` to
     ``path`` (PNG/SVG/PDF by extension): ranked bars for up to :data:`MAX_BAR_PANELS`
     output positions, else a heatmap scaled by the words. Returns the path."""

@@ -19,20 +19,18 @@ docstring); :func:`Section` builds the same declaration for tests and notebooks.
 
 from __future__ import annotations
 
+from typing import Any
+
 import importlib
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from probe.app.registry import Analysis, Result, SkipAnalysis, registered as _registered
+from probe.app.registry import Analysis, Result, registered as _registered
 from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
-
-#: kept for code written against the report's own section type
-SectionResult = Result
-SkipSection = SkipAnalysis
 
 #: inputs a section may need, and how to tell whether a report's context has them
 NEEDS = {
@@ -50,7 +48,7 @@ NEEDS = {
 def Section(
     name: str,
     title: str,
-    run,
+    run: Any,
     modules: tuple = (),
     needs: tuple = (),
     default: bool = True,
@@ -100,7 +98,7 @@ def registered() -> list:
     return [a for a in _registered() if a.section]
 
 
-def choose(names=None) -> list:
+def choose(names: Any = None) -> list:
     """The sections to run: the default ones, or those named (in registry order).
 
     Raises:
@@ -116,12 +114,12 @@ def choose(names=None) -> list:
     return [s for s in sections if s.name in set(names)]
 
 
-def produced(sec) -> type[Result]:
+def produced(sec: Any) -> type[Result]:
     """The type of the result section ``sec`` returns (a plain :class:`Result` unless declared)."""
     return sec.produces or Result
 
 
-def in_order(sections) -> list:
+def in_order(sections: Any) -> list:
     """``sections`` with every producer before the sections that consume or require its
     type, otherwise in the given order (a stable topological sort).
 
@@ -169,7 +167,7 @@ def _unmet(ctx, sec, producers: dict) -> Optional[str]:
     return None
 
 
-def run_section(ctx, sec) -> Result:
+def run_section(ctx: Any, sec: Any) -> Result:
     """Run one section on ``ctx`` with its report parameters."""
     params = sec.defaults()
     params.update(sec.report_params)
@@ -186,7 +184,7 @@ def run_section(ctx, sec) -> Result:
     return result
 
 
-def run_sections(ctx, sections, strict: bool = False, progress=None, partial=None) -> list:
+def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = None, partial: Any = None) -> list:
     """Run ``sections`` in order on ``ctx`` and store each result in ``ctx.results``.
 
     ``progress(i, n, name)`` is called before each section that runs. Returns a list of

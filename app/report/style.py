@@ -8,6 +8,8 @@ colours from here, so a role or a weight has the same colour wherever it is show
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 import re
 import unicodedata
@@ -53,17 +55,17 @@ ROLE_ABBREV = {
 }
 
 
-def base_role(role) -> str:
+def base_role(role: Any) -> str:
     """``"syntactic (det)"`` -> ``"syntactic"``; other roles unchanged; ``None`` -> ``""``."""
     role = str(role or "")
     return role.split(" (", 1)[0].strip()
 
 
-def role_colour(role) -> str:
+def role_colour(role: Any) -> str:
     return ROLE_COLOURS.get(base_role(role), "#eeeeee")
 
 
-def cmap(name: str = ATTENTION_CMAP):
+def cmap(name: str = ATTENTION_CMAP) -> Any:
     """The matplotlib colour map object of ``name`` (seaborn's maps registered)."""
     import matplotlib
 
@@ -94,7 +96,7 @@ def _decimals_for(spread: float) -> int:
     return max(0, -e + (1 if lead == 1 else 0))
 
 
-def number(value, ci=None, *, digits: int = 3, percent: bool = False, signed: bool = False) -> str:
+def number(value: Any, ci: Any = None, *, digits: int = 3, percent: bool = False, signed: bool = False) -> str:
     """A number rounded to what its uncertainty supports.
 
     With ``ci = (low, high)`` the value and the interval keep two significant digits of
@@ -140,23 +142,23 @@ def number(value, ci=None, *, digits: int = 3, percent: bool = False, signed: bo
 _SPECIAL = re.compile(r"^(\[[A-Z]+\]|<[^<>\s]*>|<\|[^|]*\|>)$")
 
 
-def is_special_token(token) -> bool:
+def is_special_token(token: Any) -> bool:
     """``[CLS]``, ``[SEP]``, ``<s>``, ``</s>``, ``<|endoftext|>`` and the like."""
     return bool(_SPECIAL.match(str(token).strip()))
 
 
-def is_punctuation(token) -> bool:
+def is_punctuation(token: Any) -> bool:
     """A token made only of punctuation characters (after word-piece markers)."""
     t = str(token).strip().lstrip("#").lstrip("Ġ▁␣")  # ␣: a displayed leading space (tokens.py)
     return bool(t) and all(unicodedata.category(c).startswith("P") or c in "`^~|" for c in t)
 
 
-def is_trivial(token) -> bool:
+def is_trivial(token: Any) -> bool:
     """Special token or punctuation: the mass of these is shown apart in score figures."""
     return is_special_token(token) or is_punctuation(token)
 
 
-def pyplot():
+def pyplot() -> Any:
     """matplotlib's pyplot with the Agg backend (imported lazily: figures only)."""
     import matplotlib
 
@@ -166,7 +168,7 @@ def pyplot():
     return plt
 
 
-def set_wrapped_title(fig, ax, text: str, fontsize: float = 11.0) -> None:
+def set_wrapped_title(fig: Any, ax: Any, text: str, fontsize: float = 11.0) -> None:
     """``ax``'s title, wrapped to the figure's width so a narrow figure (a 1-layer,
     2-head model's grid) shows all of it instead of clipping it at the edges."""
     import textwrap

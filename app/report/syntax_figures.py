@@ -3,6 +3,8 @@ heatmap (matplotlib/seaborn imported lazily, Agg backend)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import logging
 from pathlib import Path
@@ -19,7 +21,7 @@ _plt = pyplot  # the one Agg-backed pyplot of style.py
 
 
 def relation_heatmap(
-    relations_frame, path, min_count: int = 20, direction: str = "dep_to_head", title: Optional[str] = None
+    relations_frame: Any, path: Any, min_count: int = 20, direction: str = "dep_to_head", title: Optional[str] = None
 ) -> Path:
     """Heatmap of accuracy per relation (rows, by frequency) × head (columns ``L{layer}H{head}``)
     for the relations with at least ``min_count`` instances; saved to ``path``.
@@ -60,7 +62,7 @@ def relation_heatmap(
 
 
 def write_syntax_report(
-    result, out, min_count: int = 20, relations: Optional[Sequence[str]] = None, meta: Optional[dict] = None
+    result: Any, out: Any, min_count: int = 20, relations: Optional[Sequence[str]] = None, meta: Optional[dict] = None
 ) -> dict:
     """Write relations.csv, best.csv, trees.csv, probe.json, skipped.csv, summary.json and
     relations_heatmap.png under ``out``; return ``{name: path}``.
@@ -105,7 +107,7 @@ def write_syntax_report(
     return paths
 
 
-def write_coref_report(result, out, meta: Optional[dict] = None) -> dict:
+def write_coref_report(result: Any, out: Any, meta: Optional[dict] = None) -> dict:
     """Write coref.csv (every head and baseline per setting), coref_best.csv, skipped.csv
     and summary.json under ``out``; return ``{name: path}``."""
     out = Path(out)

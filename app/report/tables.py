@@ -1,120 +1,55 @@
 """The index page's tables, strongest results first.
 
-Each known table is sorted by its effect size (ablation: |Δ|; syntax and the structure
-claim's table: the margin over the best fixed-offset baseline; importance: rank;
-faithfulness: |τ|; roles: confidence), shows the count its numbers rest on, and greys the
-rows whose count is under the minimum (they are shown, not trusted): for the structure
-tables the structure claim's own minimum (:data:`probe.analyses.claims.thresholds.STRUCTURE_MIN_COUNT`,
-:data:`CLAIM_MIN_COUNT`), so a table never trusts a relation the claim calls "not enough
-evidence"; for the others the section's. Wide tables scroll sideways instead of being cut;
-the full tables are in ``tables/*.csv``.
+Each table an analysis declares (``Analysis.shows.tables``:
+:class:`probe.app.registry.presentation.TableView`) is sorted by its effect size, shows
+the count its numbers rest on, and greys the rows whose count is under the minimum (they
+are shown, not trusted): the table's own minimum where it declares one (the structure
+tables: the structure claim's, so a table never trusts a relation the claim calls "not
+enough evidence"), else the section's. Wide tables scroll sideways instead of being cut;
+the full tables are in ``tables/*.csv``. This module knows no section by name.
 """
 
 from __future__ import annotations
 
-from probe.analyses.claims import thresholds as T
+from typing import Any, Optional
 
 from .html import esc, fmt
 
-#: per (section, table): (sort key, ascending, columns shown first or None for all)
-ORDER = {
-    ("ablation", "ablation"): ("|delta|", False, ["layer", "head", "metric", "delta", "ci_low", "ci_high"]),
-    ("importance", "importance"): ("rank", True, ["layer", "head", "importance", "rank", "method"]),
-    ("syntax", "best"): (
-        "margin",
-        False,
-        [
-            "relation",
-            "direction",
-            "layer",
-            "head",
-            "accuracy",
-            "baseline_accuracy",
-            "baseline_offset",
-            "margin",
-            "count",
-        ],
-    ),
-    ("syntax", "relations"): (
-        "margin",
-        False,
-        ["relation", "direction", "layer", "head", "accuracy", "baseline_accuracy", "margin", "count"],
-    ),
-    ("claims", "structure"): (
-        "margin",
-        False,
-        [
-            "layer",
-            "head",
-            "relation",
-            "direction",
-            "accuracy",
-            "baseline",
-            "margin",
-            "ci_low",
-            "ci_high",
-            "p",
-            "significant",
-            "count",
-        ],
-    ),
-    ("faithfulness", "verdict"): ("|tau_ig|", False, None),
-    ("faithfulness", "agreement"): ("|tau_mean|", False, None),
-    ("roles", "roles"): (
-        "confidence",
-        False,
-        [
-            "layer",
-            "head",
-            "role",
-            "confidence",
-            "decided_by",
-            "to_special",
-            "to_punct",
-            "positional_share",
-            "positional_offset",
-            "entropy_ratio",
-            "n_examples",
-            "n_rows",
-        ],
-    ),
-    ("roles", "role_counts"): ("heads", False, None),
-    ("rollout", "scores"): ("score", False, None),
-}
+
+def view_of(section: str, name: str) -> Any:
+    """The :class:`probe.app.registry.presentation.TableView` the analysis ``section``
+    declares for its table ``name``, or ``None`` (an unknown section or table)."""
+    from probe.app.registry import registered
+
+    shows = {a.name: a.shows for a in registered()}.get(section)
+    return shows.tables.get(name) if shows is not None else None
 
 
-#: tables whose minimum count is the structure claim's, whatever the section's own
-CLAIM_MIN_COUNT = {
-    ("syntax", "best"): T.STRUCTURE_MIN_COUNT,
-    ("syntax", "relations"): T.STRUCTURE_MIN_COUNT,
-    ("claims", "structure"): T.STRUCTURE_MIN_COUNT,
-}
+def min_count_of(section: str, name: str, section_min: Optional[int] = None) -> Optional[int]:
+    """The count under which a row of this table is greyed: the table's declared minimum
+    (the structure tables: the claim's), else the section's ``section_min``."""
+    view = view_of(section, name)
+    return view.min_count if view is not None and view.min_count is not None else section_min
 
 
-def min_count_of(section: str, name: str, section_min=None):
-    """The count under which a row of this table is greyed: the claim's minimum for the
-    structure tables (:data:`CLAIM_MIN_COUNT`), else the section's ``section_min``."""
-    return CLAIM_MIN_COUNT.get((section, name), section_min)
-
-
-def ranked(section: str, name: str, df, min_count=None):
-    """``df`` sorted strongest first (see :data:`ORDER`) with its leading columns, rows
-    whose ``count`` is under the table's minimum (:func:`min_count_of`) after all the others;
-    a ``margin`` column (accuracy − best fixed-offset accuracy) is added to syntax tables.
-    Unknown tables come back unchanged."""
-    rule = ORDER.get((section, name))
+def ranked(section: str, name: str, df: Any, min_count: Optional[int] = None) -> Any:
+    """``df`` sorted strongest first (its declared :class:`TableView`) with its leading
+    columns, rows whose ``count`` is under the table's minimum (:func:`min_count_of`) after
+    all the others; a ``margin`` column (accuracy − best fixed-offset accuracy) is added
+    where it sorts on one. Undeclared tables come back unchanged."""
+    view = view_of(section, name)
     min_count = min_count_of(section, name, min_count)
-    if rule is None or df is None or not len(df):
+    if view is None or df is None or not len(df):
         return df
-    df = _ranked(df, rule)
+    df = _ranked(df, view)
     if min_count is not None and "count" in df.columns:
         few = (df["count"] < min_count).to_numpy()
         df = df.iloc[list((~few).nonzero()[0]) + list(few.nonzero()[0])]
     return df
 
 
-def _ranked(df, rule):
-    key, ascending, columns = rule
+def _ranked(df: Any, view: Any) -> Any:
+    key, ascending, columns = view.sort, view.ascending, view.columns
     if key == "margin" and "margin" not in df.columns and "baseline_accuracy" in df.columns:
         df = df.assign(margin=df["accuracy"] - df["baseline_accuracy"])
     if key.startswith("|"):
@@ -128,7 +63,7 @@ def _ranked(df, rule):
     return df
 
 
-def ranked_table(section: str, name: str, df, min_count=None, max_rows: int = 12) -> str:
+def ranked_table(section: str, name: str, df: Any, min_count: Optional[int] = None, max_rows: int = 12) -> str:
     """:func:`ranked` as HTML: every cell escaped, at most ``max_rows`` rows, rows with
     ``count`` (or ``n_examples``) under ``min_count`` greyed, in a sideways-scrolling box."""
     if df is None or len(df) == 0:
@@ -148,7 +83,8 @@ def ranked_table(section: str, name: str, df, min_count=None, max_rows: int = 12
         cls = ' class="few" title="fewer instances than the minimum: not trusted"' if few else ""
         body.append(f"<tr{cls}>" + "".join(f"<td>{esc(fmt(v, 3))}</td>" for v in rec.values()) + "</tr>")
     more = f'<p class="muted">top {max_rows} of {len(df)} rows; all in the CSV</p>' if len(df) > max_rows else ""
-    whose = " (the structure claim's minimum)" if (section, name) in CLAIM_MIN_COUNT else ""
+    view = view_of(section, name)
+    whose = f" ({view.min_count_source})" if view is not None and view.min_count_source else ""
     legend = (
         f'<p class="muted">greyed: fewer than {min_count} instances{whose}</p>'
         if min_count is not None and count_col is not None

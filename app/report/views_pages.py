@@ -8,6 +8,8 @@ corpus's representative sentences and the views' JavaScript; nothing is fetched.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,7 @@ COMPARE_FILE = "compare.html"
 VIEW_EXAMPLES = 4
 
 
-def view_examples(ctx) -> tuple:
+def view_examples(ctx: Any) -> tuple:
     """``(example indices, titles)`` of the views' example selector: the report's
     representatives (the paper's sentences first), then short examples."""
     idx = list(dict.fromkeys(list(ctx.representatives) + representative_examples(ctx.maps, k=VIEW_EXAMPLES)))
@@ -39,7 +41,7 @@ def view_examples(ctx) -> tuple:
     return idx, titles
 
 
-def model_page(data) -> str:
+def model_page(data: Any) -> str:
     ctx = data.ctx
     idx, titles = view_examples(ctx)
     view = ModelView([ctx.maps[i] for i in idx], titles=titles, href="heads/L{layer}H{head}.html")
@@ -63,7 +65,7 @@ def _pane(src_id: str, data_, initial, title) -> str:
     )
 
 
-def token_rows_svg(tokens, rows: dict, position: int) -> str:
+def token_rows_svg(tokens: Any, rows: dict, position: int) -> str:
     """One sentence's input tokens (rows, in sentence order) × methods (columns): a bar
     per token per method, its length proportional to the score from 0 (a full bar = the
     method's highest-scoring word), so 0.52 against 0.53 looks as close as it is; special
@@ -120,7 +122,7 @@ def _methods_block(data) -> str:
     return "".join(parts)
 
 
-def compare_page(data) -> str:
+def compare_page(data: Any) -> str:
     ctx = data.ctx
     idx, titles = view_examples(ctx)
     shared = HeadView([ctx.maps[i] for i in idx], titles=titles).data()
@@ -146,7 +148,7 @@ def compare_page(data) -> str:
     return page("Compare heads and methods", body, scripts=[head_view_js()])
 
 
-def write_views(data, out: Path) -> list:
+def write_views(data: Any, out: Path) -> list:
     """Write ``model.html`` and ``compare.html`` under ``out``; returns the paths."""
     paths = []
     for name, build in ((MODEL_FILE, model_page), (COMPARE_FILE, compare_page)):

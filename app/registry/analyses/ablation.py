@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from probe.errors import InputError
 from probe.app.registry import ENGINES, Analysis, Param
+from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, Streamed, TableView, VerdictHint
 from probe.app.registry.results import AblationResult
 
 from ._shared import BATCH, GROUPS, METRIC, N_BOOT, group_note, group_table, head_name, metric, model_corpus, top_heads
@@ -132,33 +135,6 @@ def _removals(ctx, corpus, name: str):
     )
 
 
-ANALYSIS = Analysis(
-    "ablation",
-    "Ablation: does the model need the head?",
-    run,
-    needs=("model", "corpus"),
-    command="ablate",
-    help="Ablate each head alone; write ablation.csv (delta with bootstrap CI) and a heatmap. With --group, "
-    "also ablate each group of heads together (groups.csv): redundant heads show no effect alone and a "
-    "large one together.",
-    params=(
-        METRIC,
-        Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
-        Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"),
-        N_BOOT,
-        GROUPS,
-        BATCH,
-    ),
-    section=True,
-    produces=AblationResult,
-    report_params={"max_model_examples": 128},
-    modules=("probe.analyses.necessity.ablation",),
-    order=30,
-    engines=ENGINES,
-    example="probe ablate --model zoo:prev-token --metric accuracy --limit 40 --group L0H0,L0H1 --out out/ablate",
-)
-
-
 def head_evidence(result: AblationResult) -> dict:
     """Each head's ablation effect (:class:`probe.app.registry.evidence.HeadEvidence`):
     Δ metric with its 95% bootstrap interval over the examples the sweep ran on (its
@@ -201,3 +177,88 @@ def head_evidence(result: AblationResult) -> dict:
             )
         ]
     return out
+
+
+def _mark(evidence: list, n_heads_total: int) -> Optional[tuple]:
+    """``(symbol, why)``: ● when the head's ablation interval excludes 0, · when it does
+    not; ``None`` without an ablation interval."""
+    ev = next((e for e in evidence if (e.section, e.kind) == ("ablation", "ablation")), None)
+    ci = ev.ci if ev is not None else None
+    if ci is None:
+        return None
+    return ("●", "ablation effect's CI excludes 0") if (ci[0] > 0 or ci[1] < 0) else ("·", "ablation: no effect")
+
+
+def _effect(by: dict, cls: str, sep: str) -> str:
+    """The verdict's effect: what ablating the head does (its Δ, interval and share of the
+    largest head's effect, :data:`probe.app.report.verdict.MATTERS_FRACTION`)."""
+    from probe.app.report.verdict import MATTERS_FRACTION, SILENT, num
+
+    ev = by.get("ablation", SILENT)
+    d = num(ev.value)
+    if d is None:
+        return ""
+    name, ci = ev.unit or "effect", ev.ci
+    if ci is not None and ci[0] <= 0.0 <= ci[1]:
+        return f"ablating it changes nothing ({name} {d:+.3g}, CI [{ci[0]:+.3g}, {ci[1]:+.3g}])"
+    rel = ev.number("relative")
+    if rel is not None and rel < MATTERS_FRACTION:
+        return f"ablating it changes little ({name} {d:+.3g}, {rel:.0%} of the largest head effect)"
+    return f"matters ({name} {d:+.3g})"
+
+
+def _block(data, layer: int, head: int) -> str:
+    """The head's ablation effect among every head's (a strip); the necessity claim's
+    evidence instead when the claims ran (:func:`.claims.necessity_block`)."""
+    from probe.app.report.evidence import every_head, one, sentence, strip_svg
+
+    from .claims import necessity_block
+
+    if one(data, layer, head, "claims", "necessity") is not None:
+        return necessity_block(data, layer, head)
+    ev = one(data, layer, head, "ablation", "ablation")
+    if ev is None:
+        return ""
+    xlabel = f"Δ {ev.unit}: every head (grey), this head (blue, with CI)"
+    return f"<p>{sentence(ev)}</p>" + strip_svg(
+        every_head(data, "ablation", "ablation"), ev.value, ev.ci, xlabel=xlabel
+    )
+
+
+SHOWS = Presentation(
+    evidence=head_evidence,
+    kinds=("ablation",),
+    block=HeadBlock("Does the model need it?", _block, order=30),
+    tables={"ablation": TableView("|delta|", False, ("layer", "head", "metric", "delta", "ci_low", "ci_high"))},
+    verdict=(VerdictHint("effect", _effect),),
+    mark=HeadMark(_mark, order=20),
+    streamed=Streamed(part="ablation on its model-run examples"),
+)
+
+
+ANALYSIS = Analysis(
+    "ablation",
+    "Ablation: does the model need the head?",
+    run,
+    shows=SHOWS,
+    needs=("model", "corpus"),
+    command="ablate",
+    help="Ablate each head alone; write ablation.csv (delta with bootstrap CI) and a heatmap. With --group, "
+    "also ablate each group of heads together (groups.csv): redundant heads show no effect alone and a "
+    "large one together.",
+    params=(
+        METRIC,
+        Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
+        Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"),
+        N_BOOT,
+        GROUPS,
+        BATCH,
+    ),
+    section=True,
+    produces=AblationResult,
+    report_params={"max_model_examples": 128},
+    modules=("probe.analyses.necessity.ablation",),
+    order=30,
+    engines=ENGINES,
+    example="probe ablate --model zoo:prev-token --metric accuracy --limit 40 --group L0H0,L0H1 --out out/ablate",
+)

@@ -12,6 +12,7 @@ a skipped section's).
 from __future__ import annotations
 
 from probe.app.registry import Analysis, Param
+from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
 from ._shared import model_corpus
@@ -95,10 +96,105 @@ def accumulators(ctx, corpus) -> dict:
     return evidence_accumulators(corpus)
 
 
+def head_evidence(result: ClaimsResult) -> dict:
+    """Each head's claims as evidence: each claim's own
+    :func:`probe.analyses.claims.evidence.claim_evidence` (its sentence, effect, interval,
+    the count it used, status, test and floor), kind by kind; ``numbers`` adds the
+    objective it was measured on, its p-value and its detectable effect."""
+    from probe.analyses.claims.evidence import claim_evidence
+    from probe.app.registry.evidence import HeadEvidence
+
+    hc = result.claims
+    if hc is None:
+        return {}
+    out = {}
+    for key, by_kind in hc.claims.items():
+        items = []
+        for kind, c in by_kind.items():
+            ev = claim_evidence(kind, c)
+            items.append(
+                HeadEvidence(
+                    ANALYSIS.name,
+                    kind,
+                    ev.text,
+                    value=ev.value,
+                    interval=(ev.ci_low, ev.ci_high),
+                    count=ev.count,
+                    unit=ev.units,
+                    label=c.statement,
+                    headline=False,  # report.md has the claims' own table
+                    numbers={
+                        **ev.numbers,
+                        "objective": c.extra.get("objective", ""),
+                        "p": ev.p,
+                        "detectable": ev.detectable,
+                    },
+                    status=ev.status,
+                    test=ev.test,
+                    floor=ev.floor,
+                )
+            )
+        out[key] = items
+    return out
+
+
+def necessity_block(data, layer: int, head: int) -> str:
+    """The necessity claim's evidence with every head's effect as a strip."""
+    from probe.app.report.evidence import every_head, one, strip_svg
+    from probe.app.report.html import esc
+
+    ev = one(data, layer, head, "claims", "necessity")
+    if ev is None:
+        return ""
+    text = f"<p>{esc(ev.text)}.</p>"
+    if ev.status not in ("holds", "does not hold"):
+        return text
+    return text + strip_svg(
+        every_head(data, "claims", "necessity"),
+        ev.value,
+        ev.ci,
+        xlabel=f"{ev.numbers.get('objective', '')} harm of mean-ablation: every head (grey), this head (blue, with CI)",
+    )
+
+
+def _block(data, layer: int, head: int) -> str:
+    """The necessity claim first when no ablation section ran (where it is shown otherwise)."""
+    from .ablation import ANALYSIS as ABLATION
+
+    return "" if ABLATION.name in data.statuses else necessity_block(data, layer, head)
+
+
+def _structure_table() -> TableView:
+    from probe.analyses.claims.thresholds import STRUCTURE_MIN_COUNT
+
+    columns = ("layer", "head", "relation", "direction", "accuracy", "baseline", "margin")
+    return TableView(
+        "margin",
+        False,
+        (*columns, "ci_low", "ci_high", "p", "significant", "count"),
+        min_count=STRUCTURE_MIN_COUNT,
+        min_count_source="the structure claim's minimum",
+    )
+
+
+SHOWS = Presentation(
+    evidence=head_evidence,
+    # its evidence kinds are the registered claim kinds (probe.analyses.claims.protocol.claim_kinds)
+    block=HeadBlock("Does the model need it?", _block, order=0),
+    tables={"structure": _structure_table()},
+    streamed=Streamed(
+        whole="the claims' pattern and structure evidence",
+        part="the claims' removal sweeps on the model-run examples, their batches on the engine",
+    ),
+    claims=True,
+)
+
+
 ANALYSIS = Analysis(
     "claims",
     "Claims per head (pattern, structure, necessity, redundancy, weights, attribution)",
     run,
+    shows=SHOWS,
     needs=("corpus", "maps"),  # without a live model the causal claims are "not tested" (with the reason)
     accumulators=accumulators,
     help="Every head's claims with their statistics: effect, 95% interval, count, null and the named "
@@ -124,45 +220,3 @@ ANALYSIS = Analysis(
     order=90,
     example="probe claims --model zoo:prev-token --limit 16 --out out/claims",
 )
-
-
-def head_evidence(result: ClaimsResult) -> dict:
-    """Each head's claims as evidence: each claim's own
-    :func:`probe.analyses.claims.evidence.claim_evidence` (its sentence, effect, interval,
-    the count it used, status, test and floor), kind by kind; ``numbers`` adds the
-    objective it was measured on, its p-value and its detectable effect."""
-    from probe.analyses.claims.evidence import claim_evidence
-    from probe.app.registry.evidence import HeadEvidence
-
-    hc = result.claims
-    if hc is None:
-        return {}
-    out = {}
-    for key, by_kind in hc.claims.items():
-        items = []
-        for kind, c in by_kind.items():
-            ev = claim_evidence(kind, c)
-            items.append(
-                HeadEvidence(
-                    "claims",
-                    kind,
-                    ev.text,
-                    value=ev.value,
-                    interval=(ev.ci_low, ev.ci_high),
-                    count=ev.count,
-                    unit=ev.units,
-                    label=c.statement,
-                    headline=False,  # report.md has the claims' own table
-                    numbers={
-                        **ev.numbers,
-                        "objective": c.extra.get("objective", ""),
-                        "p": ev.p,
-                        "detectable": ev.detectable,
-                    },
-                    status=ev.status,
-                    test=ev.test,
-                    floor=ev.floor,
-                )
-            )
-        out[key] = items
-    return out

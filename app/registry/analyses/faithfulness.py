@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from probe.app.registry import Analysis, Param, SkipAnalysis
+from probe.app.registry.presentation import HeadBlock, Presentation, TableView, VerdictHint
 from probe.app.registry.results import FaithfulnessResult
 
 
@@ -124,64 +125,6 @@ def run_in_report(ctx) -> FaithfulnessResult:
     return _run(ctx, target.spec)
 
 
-ANALYSIS = Analysis(
-    "faithfulness",
-    "Faithfulness: attention vs attributions",
-    run,
-    needs=("model", "corpus", "gradients"),
-    help="Is attention an explanation? Writes agreement.csv, permutation.csv, ground_truth.csv (when the "
-    "evidence is known) and verdict.csv to --out. The default target: loss:-1 (next-token loss) for a causal LM, "
-    "logit for a zoo classifier, probe:subject-number on a treebank.",
-    params=(
-        Param(
-            "target",
-            str,
-            "auto",
-            "auto | logit | logit:<class> | loss:<position> | similarity | probe:subject-number | probe:tense",
-        ),
-        Param(
-            "pairs",
-            str,
-            None,
-            "similarity target: a file of sentence pairs, one per line, tab-separated "
-            "(default: each sentence with its nearest neighbour)",
-        ),
-        Param("methods", "names", ("ig", "saliency", "input_x_gradient", "blank_out"), "attribution methods"),
-        Param(
-            "attention_methods",
-            "names",
-            ("attention", "rollout", "flow"),
-            "attention scores: attention,rollout,flow,norm-rollout",
-        ),
-        Param("steps", int, 50, "IG steps", min=1),
-        Param("internal_batch_size", int, 64, "most rows per forward (bounds memory)", min=1),
-        Param("permutations", int, 5, "attention permutations per example and head (0: skip)", min=0),
-        Param("heads", "heads", None, "heads to permute, e.g. L0H1,L5H3 (default all)"),
-        Param(
-            "explain_limit",
-            int,
-            None,
-            "explain only the first N examples (after a probe's train/test split)",
-            min=1,
-            aliases=("--max-examples",),
-        ),
-        Param("seed", int, 0, "random seed"),
-    ),
-    section=run_in_report,
-    produces=FaithfulnessResult,
-    modules=("probe.analyses.explanation.faithfulness",),
-    report_params={
-        "methods": ("ig",),
-        "attention_methods": ("attention", "rollout", "flow"),
-        "steps": 8,
-        "permutations": 1,
-        "explain_limit": 16,
-    },
-    order=40,
-    example="probe faithfulness --model zoo:agreement --limit 8 --steps 8 --permutations 2 --out out/faith",
-)
-
-
 def head_evidence(result: FaithfulnessResult) -> dict:
     """Each explained head's agreement with the attributions (Kendall τ per attribution,
     the share of examples where it is significant), the effect of permuting its weights
@@ -240,3 +183,92 @@ def head_evidence(result: FaithfulnessResult) -> dict:
             )
         ]
     return out
+
+
+def _weights(by: dict, cls: str, sep: str) -> str:
+    """The verdict's remark: whether the head's weights agree with the attributions (its
+    verdict and τ), or that permuting them alone changes nothing."""
+    from probe.app.report.verdict import SILENT, num
+
+    ev = by.get("faithfulness", SILENT)
+    v = ev.label
+    if not v:
+        return ""
+    tau, ref = num(ev.value), ev.numbers.get("reference") or ""
+    if v == "weights irrelevant":  # permuting one head alone changed nothing: not "meaningless"
+        return "permuting its weights alone changes nothing"
+    return f"weights {v} with {ref or 'attributions'}" + (f" (τ {tau:+.2f})" if tau is not None else "")
+
+
+def _block(data, layer: int, head: int) -> str:
+    from probe.app.report.evidence import paragraphs
+
+    return paragraphs("faithfulness", "faithfulness")(data, layer, head)
+
+
+SHOWS = Presentation(
+    evidence=head_evidence,
+    kinds=("faithfulness",),
+    block=HeadBlock("Is its attention an explanation?", _block, order=50),
+    tables={"verdict": TableView("|tau_ig|"), "agreement": TableView("|tau_mean|")},
+    verdict=(VerdictHint("remark", _weights),),
+)
+
+
+ANALYSIS = Analysis(
+    "faithfulness",
+    "Faithfulness: attention vs attributions",
+    run,
+    shows=SHOWS,
+    needs=("model", "corpus", "gradients"),
+    help="Is attention an explanation? Writes agreement.csv, permutation.csv, ground_truth.csv (when the "
+    "evidence is known) and verdict.csv to --out. The default target: loss:-1 (next-token loss) for a causal LM, "
+    "logit for a zoo classifier, probe:subject-number on a treebank.",
+    params=(
+        Param(
+            "target",
+            str,
+            "auto",
+            "auto | logit | logit:<class> | loss:<position> | similarity | probe:subject-number | probe:tense",
+        ),
+        Param(
+            "pairs",
+            str,
+            None,
+            "similarity target: a file of sentence pairs, one per line, tab-separated "
+            "(default: each sentence with its nearest neighbour)",
+        ),
+        Param("methods", "names", ("ig", "saliency", "input_x_gradient", "blank_out"), "attribution methods"),
+        Param(
+            "attention_methods",
+            "names",
+            ("attention", "rollout", "flow"),
+            "attention scores: attention,rollout,flow,norm-rollout",
+        ),
+        Param("steps", int, 50, "IG steps", min=1),
+        Param("internal_batch_size", int, 64, "most rows per forward (bounds memory)", min=1),
+        Param("permutations", int, 5, "attention permutations per example and head (0: skip)", min=0),
+        Param("heads", "heads", None, "heads to permute, e.g. L0H1,L5H3 (default all)"),
+        Param(
+            "explain_limit",
+            int,
+            None,
+            "explain only the first N examples (after a probe's train/test split)",
+            min=1,
+            aliases=("--max-examples",),
+        ),
+        Param("seed", int, 0, "random seed"),
+    ),
+    section=run_in_report,
+    produces=FaithfulnessResult,
+    modules=("probe.analyses.explanation.faithfulness",),
+    report_params={
+        "methods": ("ig",),
+        "attention_methods": ("attention", "rollout", "flow"),
+        "steps": 8,
+        "permutations": 1,
+        "explain_limit": 16,
+    },
+    order=40,
+    example="probe faithfulness --model zoo:agreement --limit 8 --steps 8 --permutations 2 --out out/faith",
+)

@@ -3,7 +3,10 @@ gates (Michel et al. 2019) and the pruning curve."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from probe.app.registry import Analysis, Param, Result
+from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, TableView, VerdictHint
 
 from probe.app.registry.results import ImportanceResult
 
@@ -104,6 +107,44 @@ def head_evidence(result: ImportanceResult) -> dict:
     return out
 
 
+def _mark(evidence: list, n_heads_total: int) -> Optional[tuple]:
+    """``(symbol, why)`` from the head's importance rank: ★ top 10%, ● top 30%, · the
+    others; ``None`` without a rank."""
+    ev = next((e for e in evidence if (e.section, e.kind) == ("importance", "importance")), None)
+    rank = ev.number("rank") if ev is not None else None
+    if rank is None:
+        return None
+    r = rank / max(n_heads_total, 1)
+    return ("★" if r <= 0.1 else "●" if r <= 0.3 else "·"), f"importance rank {int(rank)} of {n_heads_total}"
+
+
+def _rank(by: dict, cls: str, sep: str) -> str:
+    """The verdict's part: the head's importance rank (of all heads)."""
+    from probe.app.report.verdict import SILENT
+
+    imp = by.get("importance", SILENT)
+    rank, of = imp.number("rank"), imp.number("of")
+    if rank is None:
+        return ""
+    return f"importance rank {rank:.0f}" + (f"/{of:.0f}" if of is not None else "")
+
+
+def _block(data, layer: int, head: int) -> str:
+    from probe.app.report.evidence import paragraphs
+
+    return paragraphs("importance", "importance")(data, layer, head)
+
+
+SHOWS = Presentation(
+    evidence=head_evidence,
+    kinds=("importance",),
+    block=HeadBlock("Importance", _block, order=40),
+    tables={"importance": TableView("rank", True, ("layer", "head", "importance", "rank", "method"))},
+    verdict=(VerdictHint("effect", _rank),),
+    mark=HeadMark(_mark, order=10),
+)
+
+
 def run_prune(ctx) -> Result:
     from probe.analyses.necessity.pruning import pruning_curve
 
@@ -164,6 +205,7 @@ IMPORTANCE = Analysis(
     "importance",
     "Head importance over head gates (Michel et al. 2019)",
     run_importance,
+    shows=SHOWS,
     needs=("model", "corpus", "gradients"),
     help="Head importance |dL/dξ| over head gates (Michel et al. 2019), normalised per layer; writes "
     "importance.csv and a heatmap.",

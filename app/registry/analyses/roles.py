@@ -7,6 +7,7 @@ from pathlib import Path
 
 from probe.errors import InputError
 from probe.app.registry import ENGINES, Analysis, Param, Result
+from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView, VerdictHint
 from probe.app.registry.results import RolesResult, SyntaxResult
 
 #: per-head columns of the roles table shown on the report's head pages
@@ -224,45 +225,6 @@ def section_from(ctx, roles, n_examples: int) -> RolesResult:
     )
 
 
-ANALYSIS = Analysis(
-    "roles",
-    "Head roles: what each head does, with the evidence; clusters of similar heads",
-    run,
-    needs=("corpus", "maps"),
-    help="Classify every head (previous-token, special-token, broad, induction, …) with its evidence; writes "
-    "roles.csv (layer, head, role, confidence, decided_by, also, every feature, mds_x, mds_y, cluster), "
-    "layers.csv, counts.csv, distances.csv, roles.json and the figures roles.png, roles.mds.png.",
-    params=(
-        Param("store", str, None, "read this store (from `probe capture`); with an input, capture into it (resumable)"),
-        Param(
-            "level", str, "token", "features that decide the roles (both levels are written)", choices=("token", "word")
-        ),
-        Param("syntax", str, None, "best.csv of the syntax analysis: labels 'syntactic (<rel>)' heads"),
-        Param("coreference", str, None, "table of the same shape for coreference"),
-        Param("clusters", int, 8, "agglomerative clusters of heads (0: no clustering)", min=0),
-        Param("cluster_examples", int, 100, "examples used for the head × head JS divergences", min=1),
-        Param("min_examples", int, 100, "warn below this many examples", min=1),
-        Param(
-            "threshold",
-            str,
-            None,
-            "override a rule threshold, e.g. positional=0.8 (see probe.analyses.patterns.roles.RoleThresholds)",
-            multiple=True,
-        ),
-        Param("batch_size", int, 16, "examples per forward", min=1),
-        Param("no_figure", bool, False, "write the tables only"),
-    ),
-    section=section,
-    accumulators=accumulators,
-    produces=RolesResult,
-    consumes=(SyntaxResult,),
-    modules=("probe.analyses.patterns.roles",),
-    order=45,
-    engines=ENGINES,
-    example="probe roles --model zoo:constructed --limit 20 --out out/roles",
-)
-
-
 #: the attention profile a head page draws: (label, roles column)
 PROFILE = (
     ("[CLS] / first token", "to_cls"),
@@ -326,3 +288,124 @@ def head_evidence(result: RolesResult) -> dict:
             ),
         ]
     return out
+
+
+def _what(by: dict, cls: str, sep: str) -> str:
+    """The verdict's "what" from the head's role (and its best relation, when it looks
+    syntactic: :func:`.syntax.is_syntactic`); ``""`` without a role."""
+    from probe.app.report.verdict import SILENT
+
+    from .syntax import is_syntactic, syntactic_text
+
+    r = by.get("role", SILENT)
+    role = r.label
+    if not role:
+        return ""
+    if role.startswith("syntactic") or (role.startswith("attends ") and is_syntactic(by)):
+        return syntactic_text(by) or f"looks syntactic ({role})"
+    if role == "special-token":
+        c, s = r.number("to_cls") or 0.0, r.number("to_sep") or 0.0
+        return f"attends to {sep if s >= c else cls} ({max(c, s):.0%} of its attention)"
+    if role in ("previous-token", "next-token", "self"):
+        share = r.number("positional_share")
+        where = {"previous-token": "the previous token", "next-token": "the next token", "self": "the token itself"}
+        return f"attends to {where[role]}" + (f" ({share:.0%} of rows peak there)" if share is not None else "")
+    if role == "broad":
+        return "attends broadly (no single token stands out)"
+    if role == "punctuation":
+        p = r.number("to_punct")
+        return "attends to punctuation" + (f" ({p:.0%})" if p is not None else "")
+    if role.startswith("attends "):  # no rule named it: its two largest components
+        return role
+    return f"looks like a {role} head"
+
+
+#: bar colours of an attention profile's parts (the others: the accent)
+PROFILE_COLOURS = {"[CLS] / first token": "#bdbdbd", "[SEP] / last token": "#bdbdbd", "punctuation": "#f4a6b7"}
+
+
+def _block(data, layer: int, head: int) -> str:
+    """The head's role (only its closest rule when the pattern claim does not hold) and its
+    attention profile as bars."""
+    from probe.app.report.evidence import bars_svg, items, one, sentence
+    from probe.app.report.style import ACCENT
+
+    role = one(data, layer, head, "roles", "role")
+    if role is None:
+        return ""
+    pattern = one(data, layer, head, "claims", "pattern")
+    if pattern is not None and pattern.status != "holds" and role.label:
+        # the pattern claim decides whether a role is stated; the roles section's label is then only the closest rule
+        out = f"<p>Closest rule (the pattern claim does not hold, so no role is claimed): {sentence(role)}</p>"
+    else:
+        out = f"<p>{sentence(role)}</p>"
+    for profile in items(data, layer, head, "roles", "profile"):
+        bars = [(label, value, PROFILE_COLOURS.get(label, ACCENT)) for label, value in profile.parts]
+        out += f"<p>{sentence(profile)}</p>" + (bars_svg(bars) if bars else "")
+    return out
+
+
+#: the roles table's leading columns on the index page
+TABLE_COLUMNS = (
+    "layer",
+    "head",
+    "role",
+    "confidence",
+    "decided_by",
+    "to_special",
+    "to_punct",
+    "positional_share",
+    "positional_offset",
+    "entropy_ratio",
+    "n_examples",
+    "n_rows",
+)
+
+SHOWS = Presentation(
+    evidence=head_evidence,
+    kinds=("role", "profile"),
+    block=HeadBlock("What it attends to", _block, order=10),
+    tables={"roles": TableView("confidence", False, TABLE_COLUMNS), "role_counts": TableView("heads")},
+    verdict=(VerdictHint("what", _what),),
+    streamed=Streamed(whole="roles"),
+)
+
+
+ANALYSIS = Analysis(
+    "roles",
+    "Head roles: what each head does, with the evidence; clusters of similar heads",
+    run,
+    shows=SHOWS,
+    needs=("corpus", "maps"),
+    help="Classify every head (previous-token, special-token, broad, induction, …) with its evidence; writes "
+    "roles.csv (layer, head, role, confidence, decided_by, also, every feature, mds_x, mds_y, cluster), "
+    "layers.csv, counts.csv, distances.csv, roles.json and the figures roles.png, roles.mds.png.",
+    params=(
+        Param("store", str, None, "read this store (from `probe capture`); with an input, capture into it (resumable)"),
+        Param(
+            "level", str, "token", "features that decide the roles (both levels are written)", choices=("token", "word")
+        ),
+        Param("syntax", str, None, "best.csv of the syntax analysis: labels 'syntactic (<rel>)' heads"),
+        Param("coreference", str, None, "table of the same shape for coreference"),
+        Param("clusters", int, 8, "agglomerative clusters of heads (0: no clustering)", min=0),
+        Param("cluster_examples", int, 100, "examples used for the head × head JS divergences", min=1),
+        Param("min_examples", int, 100, "warn below this many examples", min=1),
+        Param(
+            "threshold",
+            str,
+            None,
+            "override a rule threshold, e.g. positional=0.8 (see probe.analyses.patterns.roles.RoleThresholds)",
+            multiple=True,
+        ),
+        Param("batch_size", int, 16, "examples per forward", min=1),
+        Param("no_figure", bool, False, "write the tables only"),
+    ),
+    section=section,
+    accumulators=accumulators,
+    produces=RolesResult,
+    consumes=(SyntaxResult,),
+    modules=("probe.analyses.patterns.roles",),
+    order=45,
+    engines=ENGINES,
+    example="probe roles --model zoo:constructed --limit 20 --out out/roles",
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from probe.errors import InputError, NotApplicable
 from probe.app.registry import Analysis, Param, Result, SkipAnalysis
+from probe.app.registry.presentation import Presentation, TableView
 from probe.app.registry.results import RolloutResult
 
 #: examples and longest input of the report's rollout/flow section (one output row of exact
@@ -197,6 +198,7 @@ ROLLOUT = Analysis(
     "rollout",
     "Rollout and flow: how much each input token feeds an output position",
     run_rollout,
+    shows=Presentation(tables={"scores": TableView("score")}),
     needs=("corpus", "maps"),
     help="Attention rollout (Abnar & Zuidema 2020): input-token scores for chosen output positions of one "
     "example (--example of the input, or of --store).",

@@ -5,9 +5,11 @@ attention-only probe."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from probe.errors import NotApplicable
 from probe.app.registry import ENGINES, Analysis, Param, Result
+from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView, VerdictHint
 from probe.app.registry.results import SyntaxResult
 
 #: fewest instances of a relation for it to be named on a head page: 1 in 200 dependencies,
@@ -266,10 +268,84 @@ def _per_relation(best, t) -> dict:
     return out
 
 
+def _best(by: dict) -> Optional[tuple]:
+    """``(relation, accuracy %, baseline %)`` of the head's best relation, or ``None``."""
+    from probe.app.report.verdict import SILENT, pct
+
+    syn = by.get("syntax", SILENT)
+    rel, acc, base = syn.label or None, pct(syn.value), pct(syn.number("baseline"))
+    return None if rel is None or acc is None or base is None else (rel, acc, base)
+
+
+def is_syntactic(by: dict) -> bool:
+    """The head's best relation beats its positional baseline by
+    :data:`probe.app.report.verdict.SYNTAX_MARGIN` points at
+    :data:`~probe.app.report.verdict.SYNTAX_MIN_ACCURACY` % or more (Voita et al. 2019)."""
+    from probe.app.report.verdict import SYNTAX_MARGIN, SYNTAX_MIN_ACCURACY
+
+    best = _best(by)
+    return best is not None and best[1] - best[2] >= SYNTAX_MARGIN and best[1] >= SYNTAX_MIN_ACCURACY
+
+
+def syntactic_text(by: dict) -> str:
+    """``looks syntactic (rel, acc% vs base% baseline)`` from the head's best relation, or ``""``."""
+    best = _best(by)
+    return "" if best is None else f"looks syntactic ({best[0]}, {best[1]:.0f}% vs {best[2]:.0f}% baseline)"
+
+
+def _what(by: dict, cls: str, sep: str) -> str:
+    """The verdict's "what" when no role was found (the roles section speaks otherwise)."""
+    from probe.app.report.verdict import SILENT
+
+    if by.get("role", SILENT).label or not is_syntactic(by):
+        return ""
+    return syntactic_text(by)
+
+
+def _block(data, layer: int, head: int) -> str:
+    """The structure claim's evidence (one answer per head), then this head's relations
+    sorted by margin over the best fixed offset, rows under the claim's minimum greyed."""
+    from probe.app.report.evidence import items, sentence, versus_svg
+    from probe.app.report.html import esc
+
+    parts = [f"<p>{esc(ev.text)}.</p>" for ev in items(data, layer, head, "claims", "structure")]
+    rows = items(data, layer, head, "syntax", "relation")
+    for intro in items(data, layer, head, "syntax", "relations") if rows else ():
+        parts.append(f"<p>{sentence(intro)}</p>")
+        floor = int(intro.floor)
+        parts.append(versus_svg([(r.label, r.value, r.number("baseline"), r.count) for r in rows], min_count=floor))
+    return "".join(parts)
+
+
+def _tables() -> dict:
+    """The index tables: strongest margin first, greyed under the structure claim's minimum
+    (:data:`probe.analyses.claims.thresholds.STRUCTURE_MIN_COUNT`), so a table never trusts a
+    relation the claim calls "not enough evidence"."""
+    from probe.analyses.claims.thresholds import STRUCTURE_MIN_COUNT
+
+    shown = ("relation", "direction", "layer", "head", "accuracy", "baseline_accuracy")
+    claim = {"min_count": STRUCTURE_MIN_COUNT, "min_count_source": "the structure claim's minimum"}
+    return {
+        "best": TableView("margin", False, (*shown, "baseline_offset", "margin", "count"), **claim),
+        "relations": TableView("margin", False, (*shown, "margin", "count"), **claim),
+    }
+
+
+SHOWS = Presentation(
+    evidence=head_evidence,
+    kinds=("syntax", "relations", "relation"),
+    block=HeadBlock("Syntax", _block, order=20),
+    tables=_tables(),
+    verdict=(VerdictHint("what", _what),),
+    streamed=Streamed(whole="syntax"),
+)
+
+
 ANALYSIS = Analysis(
     "syntax",
     "Syntactic relations against positional baselines",
     run,
+    shows=SHOWS,
     needs=("treebank", "maps"),
     help="Best head per dependency relation (Clark et al. 2019), trees from attention and the attention-only "
     "probe; writes relations.csv, best.csv, trees.csv, probe.json and a heatmap. Without --conllu, "
