@@ -11,6 +11,8 @@ a skipped section's).
 
 from __future__ import annotations
 
+from typing import Any
+
 from probe.app.registry import Analysis, Param
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
@@ -18,10 +20,13 @@ from probe.app.registry.results import AblationResult, ClaimsResult, Faithfulnes
 from ._shared import model_corpus
 
 
-def _faithfulness_reason(ctx) -> str:
-    if "faithfulness" in ctx.skipped:
-        return ctx.skipped["faithfulness"]
-    return "the faithfulness section did not run"
+def _faithfulness_reason(ctx: Any) -> str:
+    """Why the attribution claim has no faithfulness verdict to read."""
+    from .faithfulness import ANALYSIS as FAITHFULNESS
+
+    if FAITHFULNESS.name in ctx.skipped:
+        return ctx.skipped[FAITHFULNESS.name]
+    return f"the {FAITHFULNESS.name} section did not run"
 
 
 def _adapter(ctx):
@@ -50,7 +55,7 @@ def run(ctx) -> ClaimsResult:
         adapter,
         corpus,
         ctx.maps,
-        evidence=ctx.accumulated("claims"),  # pattern and structure sums over the run's (or engine's) corpus
+        evidence=ctx.accumulated(ANALYSIS.name),  # pattern and structure sums over the run's (or engine's) corpus
         importance=imp.table if imp else None,
         objective=objective,
         faithfulness=faith.verdict if faith else None,

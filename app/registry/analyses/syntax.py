@@ -114,7 +114,7 @@ def section(ctx) -> SyntaxResult:
     run (fed from the held maps, or streamed by the engine: ``ctx.accumulated``)."""
     from probe.analyses.structure.word_graph import Skipped
 
-    acc = ctx.accumulated("syntax").get("relations")
+    acc = ctx.accumulated(ANALYSIS.name).get("relations")
     if acc is None:
         raise NotApplicable("no treebank input (give --conllu with dependency annotation)")
     return section_from(acc.result(), Skipped(list(acc.skipped)))
