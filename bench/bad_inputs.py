@@ -235,7 +235,7 @@ def cases(f: dict, out: str) -> list:
         "ablate": [],
         "prune": [],
         "roles": [],
-        "faithfulness": ["--target", "logit"],
+        "faithfulness": ["--objective", "logit"],
         "report": [],
     }
     for cmd, extra in text_cmds.items():

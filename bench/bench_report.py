@@ -53,6 +53,8 @@ def main():
     from probe.models import load_model
     from probe.inputs.corpus import fit_to_model, load_corpus
     from probe.app.registry import open_run
+    from probe.app.engine.kind import Engine
+    from probe.app.registry.context import ReportState
     from probe.app.report.build import analyse, write_report
     from probe.app.report.bundled import sample_corpus
     from probe.app.report.engine_sections import KEPT_EXAMPLES
@@ -86,10 +88,9 @@ def main():
         "minilm",
         corpus,
         adapter=adapter,
-        engine=args.engine,
-        workers=args.workers,
+        engine=Engine(args.engine, workers=args.workers),
         kept_examples=(args.kept_examples or KEPT_EXAMPLES) if args.engine != "local" else None,
-        overrides=_overrides(None, None, args.max_model_examples),
+        report=ReportState(overrides=_overrides(args.max_model_examples)),
         quiet=False,
         echo=False,
     )
@@ -101,7 +102,7 @@ def main():
         t, c = lap(f"engine {args.engine} statistics ({len(on_engine.corpus)} examples)", t, c)
     maps = ctx.maps
     t, c = lap(f"capture ({len(maps)} examples)", t, c)
-    settings = ctx.settings
+    settings = ctx.report.settings
     settings.update({"model": "minilm", **_model_examples_setting(len(ctx.input_corpus), args.max_model_examples)})
     if on_engine is not None:
         from probe.app.report.sections import choose

@@ -5,10 +5,10 @@ the child's own peak RSS), variants interleaved A B A B:
 
 * ``probe roles`` on texts of ~512 tokens made by joining EWT dev sentences
   (``--roles-texts`` of them, ``--clusters 0``: the clustering keeps whole examples by
-  design), with ``--engine local`` (today: every layer of a window of maps) and
-  ``--engine stream`` (one layer of one batch);
+  design), with ``--engine stream`` (one layer of one batch; these commands always stream,
+  so they offer no ``local``, which holds every example's maps);
 * ``probe syntax`` on the first ``--syntax-limit`` EWT dev sentences (relations only:
-  ``--tree-limit 0 --probe-limit 0``), both engines;
+  ``--tree-limit 0 --probe-limit 0``), the same;
 
 on MiniLM (6 layers × 12 heads) and a random Llama of 24 layers × 4 heads (hidden 64,
 saved as an ``hf:`` directory; the MiniLM tokenizer).
@@ -100,14 +100,12 @@ def part_memory(args, tmp: Path) -> None:
         f"peak RSS (MiB) of one CLI process; roles on {len(lines)} texts of ~512 tokens (--batch-size 4, "
         f"--clusters 0), syntax on the first {args.syntax_limit} EWT dev sentences (relations only)"
     )
-    print(
-        f"{'model':<10} {'command':<7} {'local MiB':>10} {'stream MiB':>11} {'ratio':>6} {'local s':>8} {'stream s':>9}"
-    )
+    print(f"{'model':<10} {'command':<7} {'stream MiB':>11} {'stream s':>9}")
     for name, spec in models.items():
         for command in ("roles", "syntax"):
-            res = {"local": [], "stream": []}
+            res: dict = {"stream": []}
             for _ in range(args.repeats):
-                for engine in ("local", "stream"):  # interleaved
+                for engine in res:
                     out = tmp / f"{name}-{command}-{engine}"
                     if command == "roles":
                         cmd = probe + [
@@ -153,11 +151,7 @@ def part_memory(args, tmp: Path) -> None:
                     res[engine].append(peak_rss(cmd, env={"OMP_NUM_THREADS": "1"}))
             m = {e: statistics.median(r[0] for r in v) for e, v in res.items()}
             s = {e: statistics.median(r[1] for r in v) for e, v in res.items()}
-            print(
-                f"{name:<10} {command:<7} {m['local']:>10.0f} {m['stream']:>11.0f} {m['local'] / m['stream']:>5.1f}× "
-                f"{s['local']:>8.1f} {s['stream']:>9.1f}",
-                flush=True,
-            )
+            print(f"{name:<10} {command:<7} {m['stream']:>11.0f} {s['stream']:>9.1f}", flush=True)
 
 
 def part_ray(args) -> None:

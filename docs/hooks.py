@@ -1,7 +1,7 @@
 """mkdocs hooks: a nav that tolerates pages not written yet, and the CLI reference.
 
 - ``on_config``: the package's layout as links under ``build/pkg/probe`` (``models/``,
-  ``analyses/`` and ``app/`` beside ``probe/``'s modules, as pyproject's package-dir maps
+  ``analyses/`` and ``app/`` beside ``probe/``'s modules and rooms, as pyproject's package-dir maps
   them), where mkdocstrings reads the docstrings: griffe cannot follow setuptools' editable
   import hook. Then entries of ``nav`` whose page is not in ``docs/`` are dropped (other
   branches add pages such as ``circuits.md``; the site builds before and after they land),
@@ -51,8 +51,9 @@ def package_tree(root: Path) -> Path:
     for old in pkg.iterdir():
         if old.is_symlink():
             old.unlink()
-    for f in (root / "probe").glob("*.py"):
-        (pkg / f.name).symlink_to(f.resolve())
+    for f in (root / "probe").iterdir():  # its modules and its rooms (tracing/, store/, runs/ ...)
+        if f.suffix == ".py" or (f.is_dir() and (f / "__init__.py").is_file()):
+            (pkg / f.name).symlink_to(f.resolve(), target_is_directory=f.is_dir())
     for folder in ("models", "analyses", "app"):
         (pkg / folder).symlink_to((root / folder).resolve(), target_is_directory=True)
     return out

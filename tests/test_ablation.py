@@ -439,7 +439,7 @@ def test_cli_ablate_writes_csv_and_figure(tmp_path):
             TEXTS[0],
             "--text",
             TEXTS[1],
-            "--metric",
+            "--objective",
             "embedding-drift",
             "--layers",
             "5",
@@ -454,7 +454,7 @@ def test_cli_ablate_writes_csv_and_figure(tmp_path):
     assert list(t.columns) == ["layer", "head", "mode", "metric", "clean", "ablated", "delta", "ci_low", "ci_high"]
     assert len(t) == 12 and (t["layer"] == 5).all() and (t["delta"] > 0).all()
     assert (tmp_path / "ablation.png").stat().st_size > 0
-    bad = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--metric", "loss", "--out", str(tmp_path / "b")])
+    bad = CliRunner().invoke(ablate_cmd, ["--text", TEXTS[0], "--objective", "loss", "--out", str(tmp_path / "b")])
     assert bad.exit_code != 0 and "metrics that apply: embedding-drift" in bad.output
 
 

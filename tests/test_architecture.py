@@ -438,7 +438,7 @@ def test_no_broad_except_turns_an_error_into_a_status():
 
 
 # ---- one run, typed results (issue 26, items 4 and 5) ---------------------------------
-#: the only modules that touch ``ctx.results`` by key: the report's section runner (writes
+#: the only modules that touch ``ctx.report.results`` by key: the report's section runner (writes
 #: each result under its section's name) and the context (``result_of`` reads by type)
 RESULTS_BY_KEY = {"app/report/sections.py", "app/registry/context.py"}
 
@@ -463,7 +463,7 @@ def _results_by_key(path: Path) -> list:
 
 def test_no_section_reads_another_through_a_string_key():
     """A section reads another's output by type (``ctx.result_of(AblationResult)``, declared
-    in ``consumes``), never as ``ctx.results["ablation"]`` or ``ctx.results.get(name)``."""
+    in ``consumes``), never as ``ctx.report.results["ablation"]`` or ``.results.get(name)``."""
     bad = {}
     for path in (ROOT / "app").rglob("*.py"):
         rel = str(path.relative_to(ROOT))

@@ -157,7 +157,17 @@ def test_out_is_checked_before_any_compute(tmp_path):
 def test_a_failed_run_leaves_nothing(tmp_path):
     r = CliRunner().invoke(
         main,
-        ["ablate", "--model", "zoo:constructed", "--metric", "accuracy", "--limit", "2", "--out", str(tmp_path / "o")],
+        [
+            "ablate",
+            "--model",
+            "zoo:constructed",
+            "--objective",
+            "accuracy",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "o"),
+        ],
     )
     assert r.exit_code == 1 and "metrics that apply: embedding-drift" in r.output
     assert list(tmp_path.iterdir()) == []

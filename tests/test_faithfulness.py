@@ -183,7 +183,7 @@ def test_cli_on_ewt_with_the_ud_probe(ewt_dev, tmp_path):
             str(ewt_dev),
             "--limit",
             "120",
-            "--target",
+            "--objective",
             "probe:subject-number",
             "--max-examples",
             "3",
@@ -221,12 +221,13 @@ def test_cli_refuses_a_target_the_model_cannot_give(tmp_path):
 
     r = CliRunner().invoke(
         faithfulness_cmd,
-        ["--text", "The dogs bark loudly at night.", "--target", "logit", "--out", str(tmp_path / "x")],
+        ["--text", "The dogs bark loudly at night.", "--objective", "logit", "--out", str(tmp_path / "x")],
     )
     assert r.exit_code != 0
     assert "logits" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(
-        faithfulness_cmd, ["--text", "The dogs bark.", "--target", "probe:subject-number", "--out", str(tmp_path / "y")]
+        faithfulness_cmd,
+        ["--text", "The dogs bark.", "--objective", "probe:subject-number", "--out", str(tmp_path / "y")],
     )
     assert r.exit_code != 0 and "--conllu" in r.output
 

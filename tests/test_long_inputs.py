@@ -96,13 +96,13 @@ def test_decoder_maps_are_causal_and_flow_respects_it(tiny_models):
 
 
 def test_faithfulness_target_of_a_causal_lm_is_next_token_loss(tiny_models):
-    from types import SimpleNamespace
-
     from probe.analyses.common.targets import LMLoss
     from probe.analyses.common.objective import parse_target
+    from probe.app.registry import open_run
     from probe.app.registry.analyses.faithfulness import default_target as faithfulness_target
+    from probe.inputs.corpus import Corpus
 
-    ctx = SimpleNamespace(adapter=tiny_models["llama"], corpus=SimpleNamespace(examples=[], sentences=[]))
+    ctx = open_run(tiny_models["llama"], Corpus(texts=("a b c",), source="texts"))
     spec = faithfulness_target(ctx)
     assert spec == "loss:-1"
     assert isinstance(parse_target(spec, tiny_models["llama"]), LMLoss)
@@ -130,8 +130,8 @@ def test_report_on_a_tiny_random_llama_end_to_end(bert_tokenizer, tmp_path):
     )
     assert data.statuses == {"roles": "ran", "rollout": "ran", "faithfulness": "ran"}
     assert all(m.kind == "causal" for m in data.ctx.maps)
-    assert "last token" in data.ctx.results["rollout"].notes[0]
-    assert "target loss:-1" in data.ctx.results["faithfulness"].notes[0]
+    assert "last token" in data.ctx.report.results["rollout"].notes[0]
+    assert "target loss:-1" in data.ctx.report.results["faithfulness"].notes[0]
 
 
 @pytest.mark.slow
@@ -139,5 +139,5 @@ def test_zoo_induction_report_finds_previous_token_and_induction_heads(tmp_path)
     from probe.app.report.build import build_report
 
     data = build_report(tmp_path / "r", model="zoo:induction", limit=60, sections=["roles"], strict=True)
-    roles = set(data.ctx.results["roles"].tables["roles"]["role"])
+    roles = set(data.ctx.report.results["roles"].tables["roles"]["role"])
     assert {"previous-token", "induction"} <= roles

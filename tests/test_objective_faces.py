@@ -202,13 +202,14 @@ def test_a_face_that_does_not_apply_says_so(heads):
 
 
 def test_auto_is_resolved_by_resolve_objective_only(heads, monkeypatch):
-    """Every entry point that takes ``auto`` (the Python API's metric and target, the
-    registry's --metric, --target and the circuit's metric) hands it to
+    """Every entry point that takes ``auto`` (the Python API's metric and target, a run's
+    objective for each use: the registry's --objective and the circuit's) hands it to
     :func:`resolve_objective`: with a spy in its place, each call is seen."""
     import probe.analyses.common.objective as O
     from probe.analyses.common.objective import default_metric, get_metric
     from probe.analyses.common.objective import parse_target
-    from probe.app.registry.analyses import _shared, circuit, faithfulness
+    from probe.app.registry import open_run
+    from probe.app.registry.analyses import circuit, faithfulness
 
     seen = []
     real = O.resolve_objective
@@ -220,26 +221,32 @@ def test_auto_is_resolved_by_resolve_objective_only(heads, monkeypatch):
     monkeypatch.setattr(O, "resolve_objective", spy)
     a = heads["gpt2"]
     corpus = Corpus(texts=TEXTS, source="texts")
-    ctx = type("Ctx", (), {"adapter": a, "corpus": corpus, "params": {"metric": "auto", "target": "auto"}})()
-    ctx.say = lambda *_: None
-    ctx.params["partner_file"] = None
+    ctx = open_run(a, corpus, params={"partner_file": None})
     assert get_metric("auto", a, corpus).name == "loss"
     assert default_metric(a, corpus)[0] == "loss"
     assert parse_target("auto", a).name == "loss:-1"
-    assert _shared.metric(ctx) == "loss"
+    assert ctx.objective("per-example").called == "loss"
     assert faithfulness.default_target(ctx) == "loss:-1"
-    assert circuit._metric(ctx, corpus, corpus).name == "loss"
+    assert circuit._objective(ctx, corpus).name == "loss"
+    assert faithfulness.default_target(ctx) == "loss:-1"  # asked again: kept, not resolved again
     assert [s for s, _ in seen] == ["auto"] * 6
     assert {u for _, u in seen} == {"per-example", "explain", "gradient"}
 
 
 def test_every_command_line_choice_is_a_name_resolve_objective_knows():
-    """The registry's choices are written out (the top floor does not import torch); each
-    is a name the one parser accepts for its use."""
-    from probe.app.registry import get
-    from probe.app.registry.analyses import _shared, circuit
+    """The names the one --objective offers are written out as data
+    (:mod:`probe.analyses.common.objective_names`: the top floor's --help imports no torch);
+    each is a name the one parser accepts for its use, and each analysis that declares an
+    objective names a use."""
+    from probe.analyses.common.objective import USES
+    from probe.analyses.common.objective_names import FORMS, known_for
+    from probe.app.registry import registered
 
-    claims = next(p for p in get("claims").params if p.name == "objective")
-    for param, use in ((_shared.METRIC, "per-example"), (circuit.METRIC, "gradient"), (claims, "corpus")):
-        for name in set(param.choices) - {"auto"}:
-            assert isinstance(resolve_objective(name, use=use)[0], Objective), (param.name, name)
+    for use, names in FORMS.items():
+        for name in names:
+            if "<" in name or name in ("similarity", "probe:<property>"):
+                continue  # a form with an argument, or fitted on the data first
+            assert known_for(name, use) and isinstance(resolve_objective(name, use=use)[0], Objective), (use, name)
+    declared = {a.name: a.objective for a in registered() if a.objective}
+    assert set(declared.values()) == set(USES), declared
+    assert not known_for("auto", "corpus") and not known_for("banana", "explain")

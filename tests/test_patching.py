@@ -192,7 +192,7 @@ def test_cli_groups(tmp_path):
         [
             "--model",
             "zoo:prev-token",
-            "--metric",
+            "--objective",
             "accuracy",
             "--limit",
             "40",
@@ -214,7 +214,7 @@ def test_cli_groups(tmp_path):
         [
             "--model",
             "zoo:prev-token",
-            "--metric",
+            "--objective",
             "accuracy",
             "--limit",
             "5",
@@ -230,7 +230,7 @@ def test_cli_groups(tmp_path):
         [
             "--model",
             "zoo:prev-token",
-            "--metric",
+            "--objective",
             "accuracy",
             "--limit",
             "5",

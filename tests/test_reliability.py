@@ -212,7 +212,7 @@ def test_patch_drops_the_whole_pair_of_an_over_long_line(minilm, tmp_path):
 
 @pytest.mark.parametrize("command", ["rollout", "flow", "faithfulness"])
 def test_commands_without_truncate_do_not_advise_it(tmp_path, command):
-    extra = ["--target", "logit"] if command == "faithfulness" else []
+    extra = ["--objective", "logit"] if command == "faithfulness" else []
     res = invoke(command, "--text", LONG, "--out", tmp_path / "o", *extra)
     assert res.exit_code == 1 and "--truncate" not in res.output, res.output
 

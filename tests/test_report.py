@@ -16,9 +16,10 @@ EVIL = ["<script>alert(1)</script>", '"q"', "a&b", "</script>"]
 def _ctx(maps_list, sentences=()):
     from probe.inputs.corpus import Corpus
     from probe.app.registry import open_run
+    from probe.app.registry.context import ReportState
 
     corpus = Corpus(texts=tuple(m.text for m in maps_list), sentences=tuple(sentences), source="hand-built")
-    return open_run(None, corpus, maps=list(maps_list), settings={"model": "hand-built"})
+    return open_run(None, corpus, maps=list(maps_list), report=ReportState(settings={"model": "hand-built"}))
 
 
 def _evil_maps():
@@ -286,16 +287,16 @@ def test_report_on_minilm_with_bundled_treebank(minilm, tmp_path):
 
     data = build_report(tmp_path / "r", adapter=minilm, limit=6, sections=["syntax", "roles", "rollout"], strict=True)
     assert data.statuses == {"syntax": "ran", "roles": "ran", "rollout": "ran"}
-    assert len(data.ctx.maps) == 6 and data.ctx.representatives[:2] == [0, 1]  # the paper sentences
+    assert len(data.ctx.maps) == 6 and data.ctx.report.representatives[:2] == [0, 1]  # the paper sentences
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert len(summary["heads"]) == 72 and summary["model"]["layers"] == 6
     assert len(list((tmp_path / "r" / "heads").glob("L*H*.html"))) == 72
     # minilm has [CLS]/[SEP] sink heads (Clark et al. 2019): some verdict names one
     assert any("attends to [CLS]" in v or "attends to [SEP]" in v for v in data.verdicts.values())
-    best = data.ctx.results["syntax"].tables["best"]
+    best = data.ctx.report.results["syntax"].tables["best"]
     det = best[(best.relation == "det") & (best.direction == "dep_to_head")].iloc[0]
     assert det.accuracy > det.baseline_accuracy  # a det head beats the +1 baseline
-    top = data.ctx.results["rollout"].tables["top"]
+    top = data.ctx.report.results["rollout"].tables["top"]
     assert set(top["method"]) == {"rollout", "flow"}
 
 

@@ -207,22 +207,20 @@ def test_lm_checkpoint_report_runs_every_section_with_its_head(checkpoints, tmp_
     assert abl["summary"]["metric"] == "loss" and abl["summary"]["clean"] > 1.0  # a random head: high loss
 
 
-def test_report_objective_and_target_options(checkpoints, tmp_path):
+def test_report_one_objective_option(checkpoints, tmp_path):
+    """One --objective for every use: the ablation measures embedding-drift; faithfulness'
+    explain use does not know that name, so it takes auto (the MLM's own-token loss) and
+    says so in one line."""
     res = _report(
-        checkpoints["mlm"],
-        tmp_path / "r",
-        "--objective",
-        "embedding-drift",
-        "--target",
-        "loss:1",
-        "--sections",
-        "ablation,faithfulness",
+        checkpoints["mlm"], tmp_path / "r", "--objective", "embedding-drift", "--sections", "ablation,faithfulness"
     )
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     by = {s["name"]: s for s in summary["sections"]}
     assert by["ablation"]["summary"]["metric"] == "embedding-drift"
-    assert by["faithfulness"]["summary"]["target"] == "loss:1"
+    assert by["faithfulness"]["summary"]["target"] == "mlm"
+    said = [c for c in summary["settings"]["choices"] if c.startswith("target: mlm")]
+    assert said and "--objective embedding-drift is not one explain knows, so auto" in said[0], said
 
 
 @pytest.mark.parametrize("kind, target", [("seqcls", "logit"), ("tokcls", "similarity")])
@@ -232,7 +230,7 @@ def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind
     explains the encoder underneath (sentence similarity), and its metric runs on the
     encoder."""
     from probe.analyses.common.objective import default_metric
-    from probe.app.registry import SkipAnalysis
+    from probe.app.registry import SkipAnalysis, open_run
     from probe.app.registry.analyses.faithfulness import default_target
     from probe.models import load_model
 
@@ -241,7 +239,7 @@ def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind
     a = load_model(f"hf:{checkpoints[kind]}")
     assert type(a.model).__name__.endswith("SequenceClassification" if kind == "seqcls" else "TokenClassification")
     corpus = Corpus(texts=("a b c",), source="texts")
-    ctx = type("Ctx", (), {"adapter": a, "corpus": corpus})()
+    ctx = open_run(a, corpus)
     assert default_metric(a, corpus)[0] == ("prediction-kl" if kind == "seqcls" else "embedding-drift")
     if target is None:
         with pytest.raises(SkipAnalysis):
@@ -508,9 +506,11 @@ def test_over_length_document_refusal_names_window_and_report_runs_in_windows(ch
 
 
 def test_report_options_reach_the_sections_that_declare_them():
-    """--objective/--target/--max-model-examples override a section's parameters (and its
-    report cap) only where it declares them; the cap is stated for the page and summary."""
+    """--max-model-examples overrides a section's parameter (and its report cap) only where
+    it declares it; the cap is stated for the page and summary. The objective is not a
+    parameter: it is the run's (``ctx.objective(use)``)."""
     from probe.app.registry import Analysis, Param, Result, open_run
+    from probe.app.registry.context import ReportState
     from probe.app.report.build import _model_examples_setting, _overrides
     from probe.app.report.sections import run_section
 
@@ -519,13 +519,13 @@ def test_report_options_reach_the_sections_that_declare_them():
         "x",
         "x",
         lambda ctx: seen.update(ctx.params) or Result(),
-        params=(Param("metric", str, "auto"),),
+        params=(Param("seed", int, 0),),
         section=True,
         report_params={"max_model_examples": 128},
     )
-    ctx = open_run(None, overrides=_overrides("loss", "mlm", 0))
+    ctx = open_run(None, report=ReportState(overrides=_overrides(0, 16)))
     run_section(ctx, sec)
-    assert seen == {"metric": "loss", "max_model_examples": None}  # no "target": x does not declare it
+    assert seen == {"seed": 0, "max_model_examples": None}  # no "explain_limit": x does not declare it
     assert "--max-model-examples 0" in _model_examples_setting(2001, None)["model-run examples"]
     assert "first 128 of 2001" in _model_examples_setting(2001, None)["model-run examples"]
     assert _model_examples_setting(2001, 0)["model-run examples"].startswith("all 2001")
@@ -539,5 +539,5 @@ def test_every_example_cap_is_stated_with_the_flag_that_lifts_it():
     assert "--explained-examples N" in stated["faithfulness examples"]
     assert _model_examples_setting(2001, None, 0)["faithfulness examples"] == "all 2001"
     assert _model_examples_setting(10, None)["faithfulness examples"] == "all 10"
-    assert _overrides(None, None, None, 0) == {"explain_limit": None}
-    assert _overrides(None, None, None, 40) == {"explain_limit": 40}
+    assert _overrides(None, 0) == {"explain_limit": None}
+    assert _overrides(None, 40) == {"explain_limit": 40}

@@ -12,11 +12,12 @@ TEXTS = ["The cat sat on the mat.", "A dog ran home.", "Birds sing.", "It rains.
 
 
 def test_open_run_holds_the_engine_and_captures_maps_on_first_use(minilm):
+    from probe.app.engine import Engine
     from probe.app.registry import Context, Inputs, open_run
 
     ctx = open_run(minilm, Inputs(text=TEXTS[:2]), engine="stream")
-    assert type(ctx) is Context and ctx.engine == "stream"
-    assert ctx.engine_run == {"engine": "local", "device": "cpu"}  # stream: run_job's in-process engine
+    assert type(ctx) is Context and ctx.engine == Engine("stream")
+    assert ctx.engine_run == {"engine": "stream", "device": "cpu"}  # one name from the CLI to run_job
     assert ctx.engine_model is minilm  # a stream engine runs the model this process loaded
     assert not ctx.maps_captured
     maps = ctx.maps
@@ -24,7 +25,7 @@ def test_open_run_holds_the_engine_and_captures_maps_on_first_use(minilm):
     assert maps[0].n_heads == minilm.n_heads
 
     local = open_run("minilm", Inputs(text=TEXTS[:1]))
-    assert local.engine == "local" and local.engine_run is None and not local.maps_captured
+    assert local.engine.name == "local" and local.engine_run is None and not local.maps_captured
     assert open_run("minilm", engine="ray").engine_model == "minilm"  # each Ray actor loads the spec
 
 
@@ -47,13 +48,31 @@ def test_open_run_refuses_an_unknown_engine():
         open_run("minilm", engine="stream", kept_examples=0)
 
 
+def test_a_run_is_frozen_and_the_report_state_lives_apart(minilm):
+    """The run's model, inputs, engine and objective are fixed when it opens; what a report
+    gathers (results, skipped reasons, streamed sums, settings) is its ReportState."""
+    from probe.app.registry import Inputs, open_run
+    from probe.app.registry.context import ReportState
+
+    state = ReportState(settings={"model": "x"})
+    ctx = open_run(minilm, Inputs(text=TEXTS[:1]), engine="stream", objective="embedding-drift", report=state)
+    for name, value in (("engine", "local"), ("objective_spec", "loss"), ("model", "other"), ("results", {})):
+        with pytest.raises(AttributeError, match=f"a run is frozen: {name} is fixed"):
+            setattr(ctx, name, value)
+    assert ctx.engine.name == "stream" and ctx.objective_spec == "embedding-drift"
+    ctx.params = {"seed": 1}  # the running analysis' parameters: set by the report per section
+    ctx.say("metric: a choice")
+    assert ctx.report is state and state.settings["choices"] == ["metric: a choice"]
+    assert open_run(minilm).report.results == {}  # each run its own, empty outside a report
+
+
 def test_results_are_read_by_type(minilm):
     from probe.app.registry import Inputs, Result, open_run
     from probe.app.registry.results import AblationResult, SyntaxResult
 
     ctx = open_run(minilm, Inputs(text=TEXTS[:1]))
     assert ctx.result_of(SyntaxResult) is None
-    ctx.results["x"], ctx.results["y"] = Result(), SyntaxResult(tables={"best": "b"})
+    ctx.report.results["x"], ctx.report.results["y"] = Result(), SyntaxResult(tables={"best": "b"})
     assert ctx.result_of(SyntaxResult).best == "b" and ctx.result_of(AblationResult) is None
 
 
@@ -72,14 +91,15 @@ def test_report_on_an_opened_run_is_build_reports(minilm, tmp_path):
     """``analyse`` + ``write_report`` on a run opened by hand (maps captured lazily by the
     run) write the summary.json of :func:`build_report` on the same model and corpus."""
     from probe.app.registry import open_run
+    from probe.app.registry.context import ReportState
     from probe.app.report.build import analyse, build_report, write_report
     from probe.app.report.bundled import sample_corpus
     from probe.inputs.corpus import fit_to_model
 
     sections = ["syntax", "roles", "rollout", "ablation"]
     built = build_report(tmp_path / "built", adapter=minilm, limit=4, sections=sections, strict=True)
-    settings = {k: v for k, v in built.ctx.settings.items() if k != "choices"}
-    ctx = open_run(minilm, fit_to_model(sample_corpus(limit=4), minilm), settings=settings)
+    settings = {k: v for k, v in built.ctx.report.settings.items() if k != "choices"}
+    ctx = open_run(minilm, fit_to_model(sample_corpus(limit=4), minilm), report=ReportState(settings=settings))
     assert not ctx.maps_captured
     data = analyse(ctx, sections=sections, strict=True)
     write_report(data, tmp_path / "opened")

@@ -256,79 +256,71 @@ def test_streamed_roles_report_in_blocks_equals_roles_report(minilm, monkeypatch
     assert b.matrix.max() > 0.1
 
 
-def test_cli_engine_stream_writes_the_same_syntax_tables(tmp_path):
+def test_cli_engine_stream_streams_and_local_is_refused_in_one_line(tmp_path, monkeypatch):
+    """``probe syntax --engine stream`` streams: its sentences go through
+    :func:`probe.runs.streaming.stream_layers` (one layer of one batch at a time) and no
+    example's maps are captured whole; ``--engine local`` (every example's maps held) is
+    not offered by a command that streams, and is refused in one line, nothing written."""
     from click.testing import CliRunner
 
+    import probe.runs.capture
+    import probe.runs.streaming
     from probe.app.cli import main
+    from probe.errors import InputError
 
     conllu = str(need_data(EWT_DEV))
-    tables = {}
-    for kind in ("local", "stream"):
-        out = tmp_path / kind
-        r = CliRunner().invoke(
-            main,
-            [
-                "syntax",
-                "--conllu",
-                conllu,
-                "--limit",
-                "6",
-                "--tree-limit",
-                "0",
-                "--probe-limit",
-                "0",
-                "--engine",
-                kind,
-                "-o",
-                str(out),
-            ],
-        )
-        assert r.exit_code == 0, r.output
-        tables[kind] = pd.read_csv(out / "best.csv")
-    pd.testing.assert_frame_equal(tables["stream"], tables["local"])
+    streamed, whole = [], []
+    real_stream, real_capture = probe.runs.streaming.stream_layers, probe.runs.capture.capture
+    monkeypatch.setattr(
+        probe.runs.streaming, "stream_layers", lambda *a, **k: streamed.append(1) or real_stream(*a, **k)
+    )
+    monkeypatch.setattr(probe.runs.capture, "capture", lambda *a, **k: whole.append(1) or real_capture(*a, **k))
+    args = ["syntax", "--conllu", conllu, "--limit", "6", "--tree-limit", "0", "--probe-limit", "0"]
+    r = CliRunner().invoke(main, [*args, "--engine", "stream", "-o", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert streamed and not whole
+    assert len(pd.read_csv(tmp_path / "s" / "best.csv"))
+    r = CliRunner().invoke(main, [*args, "--engine", "local", "-o", str(tmp_path / "l")])
+    assert r.exit_code == 2 and "'local' is not one of 'stream', 'ray'" in r.output
+    assert not (tmp_path / "l").exists()
+    import probe
+
+    with pytest.raises(InputError, match=r"^syntax runs with --engine stream or ray, not 'local'$"):
+        probe.run("syntax", conllu=conllu, limit=2, engine="local")
 
 
 def test_cli_engine_stream_ablates_a_zoo_model_with_its_task_loss(tmp_path):
-    """The engine's blocks carry the zoo examples, so --metric auto picks the task's loss
+    """The engine's blocks carry the zoo examples, so --objective auto picks the task's loss
     (not embedding-drift) and the table equals the one-process sweep."""
     from click.testing import CliRunner
 
+    from probe.analyses.necessity.ablation import sweep_heads
     from probe.app.cli import main
+    from probe.inputs.corpus import load_corpus
+    from probe.models import load_model
 
-    tables = {}
-    for eng in ("local", "stream"):
-        r = CliRunner().invoke(
-            main,
-            [
-                "ablate",
-                "--model",
-                "zoo:prev-token",
-                "--limit",
-                "6",
-                "--n-boot",
-                "20",
-                "--engine",
-                eng,
-                "--out",
-                str(tmp_path / eng),
-                "--quiet",
-            ],
-        )
-        assert r.exit_code == 0, r.output
-        tables[eng] = pd.read_csv(tmp_path / eng / "ablation.csv")
-    assert set(tables["stream"]["metric"]) == {"loss"}
-    pd.testing.assert_frame_equal(tables["stream"], tables["local"], atol=1e-6)
+    r = CliRunner().invoke(
+        main,
+        ["ablate", "--model", "zoo:prev-token", "--limit", "6", "--n-boot", "20", "--engine", "stream"]
+        + ["--out", str(tmp_path / "s"), "--quiet"],
+    )
+    assert r.exit_code == 0, r.output
+    got = pd.read_csv(tmp_path / "s" / "ablation.csv")
+    assert set(got["metric"]) == {"loss"}
+    adapter = load_model("zoo:prev-token")
+    ref = sweep_heads(adapter, load_corpus(limit=6, model="zoo:prev-token"), metric="loss", mode="zero", n_boot=20)
+    pd.testing.assert_frame_equal(got, ref.table.reset_index(drop=True), atol=1e-6, check_dtype=False)
 
 
 def test_ray_missing_says_how_to_install(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
     from probe.app.cli import main
-    from probe.app.engine import engine_settings
+    from probe.app.engine import Engine
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ValueError, match=r'pip install -e "\.\[ray\]"'):
-        engine_settings("ray", None, 2, "cpu")
+        Engine("ray").job_settings()
     r = CliRunner().invoke(main, ["roles", "--text", "A b.", "--engine", "ray", "--out", str(tmp_path / "o")])
     assert r.exit_code == 1 and 'pip install -e ".[ray]"' in r.output and not (tmp_path / "o").exists()
 
@@ -345,9 +337,10 @@ def test_engine_options_are_declared_once_for_the_corpus_commands():
     assert with_engines == {"roles", "syntax", "coref", "ablate"}
     for name in sorted(with_engines) + ["capture"]:
         out = CliRunner().invoke(main, [name, "--help"]).output
-        assert all(opt in out for opt in ("--engine", "--address", "--workers", "local|stream|ray")), name
+        offered = "local|stream|ray" if name == "capture" else "stream|ray"
+        assert all(opt in out for opt in ("--engine", "--address", "--workers", offered)), name
     assert "--engine" not in CliRunner().invoke(main, ["rollout", "--help"]).output
-    with pytest.raises(ValueError, match="engine local only"):
+    with pytest.raises(ValueError, match="rollout runs with --engine local, not 'stream'"):
         import probe
 
         probe.run("rollout", model="zoo:constructed", limit=2, engine="stream")

@@ -50,7 +50,7 @@ def test_bad_pairs_file_one_error_line_nothing_written(minilm, tmp_path, monkeyp
     out = tmp_path / "out"
     r = CliRunner().invoke(
         command("faithfulness"),
-        ["--text", "A dog runs.", "--target", "similarity", "--pairs", str(f), "--out", str(out)],
+        ["--text", "A dog runs.", "--objective", "similarity", "--pairs", str(f), "--out", str(out)],
     )
     assert r.exit_code == 1, r.output
     errors = [line for line in r.output.splitlines() if line.startswith("Error:")]

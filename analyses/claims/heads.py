@@ -180,7 +180,6 @@ def head_claims(
     faithfulness: Any = None,
     faithfulness_info: Any = None,
     faithfulness_reason: str = "",
-    metric: Any = None,
     seed: int = 0,
     progress: bool = False,
     ablation: Any = None,
@@ -201,7 +200,7 @@ def head_claims(
         importance: table ``layer, head, importance`` shown beside necessity.
         faithfulness, faithfulness_info: the faithfulness verdict table and run info.
         objective: what necessity is measured on (a name, ``auto`` or an objective;
-            :mod:`probe.analyses.common.objective`); ``metric`` is its older name.
+            :mod:`probe.analyses.common.objective`; a run passes its resolved one).
         objective_why: how an objective passed as an object was chosen (stated in the
             notes and ``HeadClaims.objective``; default: ``given``).
         ablation: a :class:`.removal.RemovalSweep` already run on these heads, examples and
@@ -223,7 +222,7 @@ def head_claims(
         structure, st_table = _fill("structure", heads, exc.reason), None
     if st_table is not None and len(st_table):
         tables["structure"] = st_table
-    chosen = objective or metric or "auto"
+    chosen = objective or "auto"
     necessity, weights, redundancy, info = _causal(
         adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
         objective=chosen, objective_why=objective_why, seed=seed, progress=progress,
@@ -297,7 +296,7 @@ def _causal(
     info: dict = {}
     if adapter is not None:
         try:
-            obj, why = resolve_objective(objective, adapter, corpus)
+            obj, why = resolve_objective(objective or "auto", adapter, corpus)
             why = objective_why or why  # how the caller chose an objective it resolved itself
             info = {
                 "objective": obj.name,

@@ -24,15 +24,16 @@ per-example front):
 * any callable ``fn(outputs, batch) -> Tensor[rows]`` via :class:`CallableMetric`.
 
 Shapes: ``MetricBatch`` tensors are ``[rows, ...]``; ``score`` returns ``[rows]``.
-``Metric`` and ``ModelScalar`` are the former names of :class:`.objective.Objective`
-(kept for existing code; new code names ``Objective``).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probe.models import ModelAdapter
 
 import numpy as np
 import torch
@@ -46,10 +47,8 @@ from .objective_base import Objective
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ModelScalar",
     "token_nll",
     "MetricBatch",
-    "Metric",
     "LossMetric",
     "AccuracyMetric",
     "DriftMetric",
@@ -63,7 +62,7 @@ __all__ = [
 MASK_FRACTION = 0.15
 
 
-def as_corpus(corpus):
+def as_corpus(corpus: Any) -> Any:
     """A :class:`probe.inputs.corpus.Corpus` from a Corpus or a sequence of strings.
 
     Raises:
@@ -80,13 +79,13 @@ def as_corpus(corpus):
     return corpus
 
 
-def zoo_task(adapter) -> Optional[str]:
+def zoo_task(adapter: ModelAdapter) -> Optional[str]:
     """The zoo task of a ``zoo:`` model (None for any other model)."""
     task = (adapter.card or {}).get("task")
     return task if adapter.name.startswith("zoo:") and task else None
 
 
-def zoo_has_loss(adapter) -> bool:
+def zoo_has_loss(adapter: ModelAdapter) -> bool:
     """Whether the zoo task defines a loss (its module can ``encode`` labelled inputs;
     zoo:constructed, whose weights are set by hand, has no task head to score)."""
     from probe.models import zoo
@@ -95,15 +94,12 @@ def zoo_has_loss(adapter) -> bool:
     return bool(task) and hasattr(zoo.task_module(task), "encode")  # type: ignore[arg-type]  # a task name when bool(task)
 
 
-def has_lm_head(adapter) -> bool:
+def has_lm_head(adapter: ModelAdapter) -> bool:
     """Whether the model has an output embedding (a language-model head)."""
     getter = getattr(adapter.model, "get_output_embeddings", None)
     return getter is not None and getter() is not None
 
 
-#: the former names of :class:`.objective.Objective` (one concept; kept for existing code)
-Metric = Objective
-ModelScalar = Objective
 _special = special_mask
 _f32 = f32
 
@@ -179,7 +175,7 @@ class LossMetric(Objective):
     def __init__(self, seed: int = 0):
         self.seed = int(seed)
 
-    def check(self, adapter, corpus=None) -> None:
+    def check(self, adapter: ModelAdapter, corpus: Any = None) -> None:
         if zoo_task(adapter):
             if corpus is not None and not corpus.examples:
                 raise NotApplicable(
@@ -201,7 +197,7 @@ class LossMetric(Objective):
                 f"{adapter.arch}; metrics that apply: {ok}"
             )
 
-    def make_batch(self, adapter, corpus, indices) -> MetricBatch:
+    def make_batch(self, adapter: ModelAdapter, corpus: Any, indices: Sequence[int]) -> MetricBatch:
         if zoo_task(adapter):
             return _zoo_batch(adapter, corpus, indices)
         base = super().make_batch(adapter, corpus, indices)
@@ -230,11 +226,11 @@ class LossMetric(Objective):
             labels[r, : len(e)] = e.input_ids.to(labels.device)
         return replace(base, aux={"labels": labels})
 
-    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+    def score(self, outputs: Any, batch: MetricBatch, reference: Any = None) -> torch.Tensor:
         return _token_ce(outputs.logits, batch.aux["labels"])
 
     # the gradient face: defined where the labels follow from the input ids alone
-    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The next-token labels ``[batch, seq]`` (``−100`` where none) of a causal LM.
 
         Raises:
@@ -248,7 +244,7 @@ class LossMetric(Objective):
             )
         return _next_token_labels(input_ids, attention_mask.bool())
 
-    def scalar(self, out, attention_mask, aux) -> torch.Tensor:
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         return _token_ce(out.logits, aux)
 
 
@@ -270,7 +266,7 @@ class AccuracyMetric(LossMetric):
     higher_is_better = True
     differentiable = False
 
-    def check(self, adapter, corpus=None) -> None:
+    def check(self, adapter: ModelAdapter, corpus: Any = None) -> None:
         if not zoo_task(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
             raise NotApplicable(
@@ -279,10 +275,10 @@ class AccuracyMetric(LossMetric):
             )
         super().check(adapter, corpus)
 
-    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+    def score(self, outputs: Any, batch: MetricBatch, reference: Any = None) -> torch.Tensor:
         return _token_acc(outputs.logits, batch.aux["labels"])
 
-    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         raise NotApplicable("accuracy is not differentiable: it has no per-input scalar to attribute")
 
 
@@ -298,7 +294,7 @@ class DriftMetric(Objective):
     stationary_at_clean = True
     ignores_padding = True  # mask-weighted pooling
 
-    def forward(self, adapter, batch):
+    def forward(self, adapter: ModelAdapter, batch: MetricBatch) -> Any:
         kwargs = dict(batch.inputs)
         if adapter.arch == "decoder":
             kwargs["use_cache"] = False
@@ -306,7 +302,7 @@ class DriftMetric(Objective):
         return base(**kwargs)
 
     @staticmethod
-    def embed(outputs, batch) -> torch.Tensor:
+    def embed(outputs: Any, batch: MetricBatch) -> torch.Tensor:
         if getattr(outputs, "encoder_last_hidden_state", None) is not None:
             h = outputs.encoder_last_hidden_state
         else:
@@ -314,18 +310,18 @@ class DriftMetric(Objective):
         m = batch.inputs["attention_mask"].to(h.dtype).unsqueeze(-1)
         return (h * m).sum(1) / m.sum(1).clamp(min=1)
 
-    def reference(self, outputs, batch):
+    def reference(self, outputs: Any, batch: MetricBatch) -> Any:
         return self.embed(outputs, batch).detach()
 
-    def readout(self, outputs, batch) -> torch.Tensor:
+    def readout(self, outputs: Any, batch: MetricBatch) -> torch.Tensor:
         return _f32(self.embed(outputs, batch))
 
-    def harm(self, clean, perturbed) -> np.ndarray:
+    def harm(self, clean: Any, perturbed: Any) -> np.ndarray:
         a, b = np.asarray(clean, np.float64), np.asarray(perturbed, np.float64)
         den = np.clip(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12, None)
         return 1.0 - (a * b).sum(-1) / den
 
-    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+    def score(self, outputs: Any, batch: MetricBatch, reference: Any = None) -> torch.Tensor:
         if reference is None:
             raise InputError("embedding-drift needs the clean run's embeddings as reference")
         e = self.embed(outputs, batch)
@@ -334,14 +330,14 @@ class DriftMetric(Objective):
         return 1.0 - F.cosine_similarity(e.double(), reference.double(), dim=-1)
 
     # the gradient face: the clean embedding ``[batch, d]`` as aux, the drift from it as scalar
-    def output(self, adapter, input_ids, attention_mask):
+    def output(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         return self.forward(adapter, MetricBatch(inputs={"input_ids": input_ids, "attention_mask": attention_mask}))
 
-    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return self.reference(self.output(adapter, input_ids, attention_mask), _mask_batch(attention_mask))
 
-    def scalar(self, out, attention_mask, aux) -> torch.Tensor:
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         return self.score(out, _mask_batch(attention_mask), aux)
 
 
@@ -360,7 +356,7 @@ class PredictionKL(Objective):
     stationary_at_clean = True
     ignores_padding = True  # the classifier reads masked positions only
 
-    def check(self, adapter, corpus=None) -> None:
+    def check(self, adapter: ModelAdapter, corpus: Any = None) -> None:
         name = type(adapter.model).__name__
         if not name.endswith("ForSequenceClassification"):
             from probe.errors import NotApplicable
@@ -368,33 +364,33 @@ class PredictionKL(Objective):
             raise NotApplicable(f"prediction-kl needs a sequence classifier; {adapter.name} is a {name}")
 
     @staticmethod
-    def log_probs(outputs) -> torch.Tensor:
+    def log_probs(outputs: Any) -> torch.Tensor:
         return torch.log_softmax(outputs.logits.double(), dim=-1)
 
-    def reference(self, outputs, batch):
+    def reference(self, outputs: Any, batch: Optional[MetricBatch]) -> Any:
         return self.log_probs(outputs).detach()
 
-    def readout(self, outputs, batch) -> torch.Tensor:
+    def readout(self, outputs: Any, batch: MetricBatch) -> torch.Tensor:
         return self.log_probs(outputs)
 
-    def harm(self, clean, perturbed) -> np.ndarray:
+    def harm(self, clean: Any, perturbed: Any) -> np.ndarray:
         a, b = np.asarray(clean, np.float64), np.asarray(perturbed, np.float64)
         return (np.exp(a) * (a - b)).sum(-1)
 
-    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+    def score(self, outputs: Any, batch: Optional[MetricBatch], reference: Any = None) -> torch.Tensor:
         if reference is None:
             raise InputError("prediction-kl needs the clean run's distribution as reference")
         lp = self.log_probs(outputs)
         return (reference.exp() * (reference - lp)).sum(-1)
 
-    def output(self, adapter, input_ids, attention_mask):
+    def output(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
 
-    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return self.reference(self.output(adapter, input_ids, attention_mask), None)
 
-    def scalar(self, out, attention_mask, aux) -> torch.Tensor:
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         return self.score(out, None, aux)
 
 
@@ -416,7 +412,7 @@ class CallableMetric(Objective):
         self.name: str = name or str(getattr(fn, "__name__", "custom"))
         self.higher_is_better = higher_is_better
 
-    def score(self, outputs, batch, reference=None) -> torch.Tensor:
+    def score(self, outputs: Any, batch: MetricBatch, reference: Any = None) -> torch.Tensor:
         s = self.fn(outputs, batch)
         if not isinstance(s, torch.Tensor) or s.shape != (batch.rows,):
             raise InputError(
@@ -424,14 +420,14 @@ class CallableMetric(Objective):
             )
         return s
 
-    def aux(self, adapter, input_ids, attention_mask) -> torch.Tensor:
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return input_ids
 
-    def scalar(self, out, attention_mask, aux) -> torch.Tensor:
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         return self.score(out, _mask_batch(attention_mask, aux))
 
 
-def applicable_metrics(adapter, corpus=None) -> list[str]:
+def applicable_metrics(adapter: ModelAdapter, corpus: Any = None) -> list[str]:
     """Names of the built-in per-example metrics that apply to ``adapter`` (and ``corpus``)."""
     zoo = zoo_task(adapter)
     has_examples = corpus is None or bool(corpus.examples)
@@ -458,7 +454,9 @@ class Chunk:
 
 
 @torch.no_grad()
-def prepare(adapter, corpus, metric: Objective, batch_size: int = 16, progress: bool = False) -> list:
+def prepare(
+    adapter: ModelAdapter, corpus: Any, metric: Objective, batch_size: int = 16, progress: bool = False
+) -> list:
     """Tokenize the corpus and run the clean model once: a list of :class:`Chunk`."""
     from tqdm.auto import tqdm
 

@@ -20,13 +20,17 @@ naming those that do, before any forward.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from probe.models import ModelAdapter
 
 from probe.errors import InputError, NotApplicable
 
 from . import metrics, similarity, targets
 from .batch import MetricBatch, check_scalar
 from .objective_base import InputObjective, Objective, Unfitted, scalar_function
+from .objective_names import NOUNS, FORMS, NAMES, USES, known_for
 from .similarity import applicable_objectives
 
 __all__ = [
@@ -40,7 +44,7 @@ __all__ = [
     "NAMES",
     "FORMS",
     "resolve_objective",
-    "check_objective",
+    "known_for",
     "applicable_objectives",
     "head_kind",
     "floor_of",
@@ -52,27 +56,8 @@ __all__ = [
 
 # ---- names and ``auto``: parsed and resolved here only ----
 
-#: what an objective is resolved for (the candidates ``auto`` chooses among differ):
-#: ``corpus`` the claims' necessity (the similarity structure allowed), ``per-example`` a
-#: score per example (ablation, importance, patching), ``gradient`` a per-example score
-#: with a gradient at the clean input (circuits), ``explain`` a per-input target (faithfulness)
-USES = ("corpus", "per-example", "gradient", "explain")
 
-#: the corpus objectives by name (``loss`` is the model's own loss, whichever kind it is)
-NAMES = ("loss", "next-token-loss", "accuracy", "prediction-kl", "embedding-drift", "similarity-structure")
-#: the per-input forms (:mod:`.targets`)
-TARGET_FORMS = ("logit", "logit:<class>", "loss:<position>", "mlm")
-#: the names each use knows, in the order an error lists them
-FORMS = {
-    "corpus": NAMES,
-    "per-example": ("loss", "accuracy", "prediction-kl", "embedding-drift", "next-token-loss", *TARGET_FORMS),
-    "gradient": ("loss", "accuracy", "embedding-drift", "similarity", *TARGET_FORMS),
-    "explain": (*TARGET_FORMS, "similarity", "probe:<property>"),
-}
-_NOUN = {"corpus": "objective", "per-example": "metric", "gradient": "metric", "explain": "target"}
-
-
-def head_kind(adapter) -> str:
+def head_kind(adapter: ModelAdapter) -> str:
     """``mlm``, ``sequence-classification``, ``token-classification`` or ``""`` (no head
     or another one), from the loaded class (``config.architectures`` chose it)."""
     name = type(adapter.model).__name__
@@ -109,13 +94,13 @@ def _parse(spec: str, use: str, probe: Optional[Objective]) -> Objective:
             if spec == "mlm":
                 return targets.OwnTokensLoss()
         except ValueError:
-            raise InputError(f"{_NOUN[use]} {spec!r}: expected an integer after '{kind}:'") from None
+            raise InputError(f"{NOUNS[use]} {spec!r}: expected an integer after '{kind}:'") from None
         if kind == "probe" and probe is not None:
             return probe
         if kind in ("similarity", "probe"):
             return Unfitted(spec)
     note = " (or a callable in the Python API)" if use == "per-example" else ""
-    raise InputError(f"unknown {_NOUN[use]} {spec!r}; known: {', '.join(FORMS[use])}, auto{note}")
+    raise InputError(f"unknown {NOUNS[use]} {spec!r}; known: {', '.join(FORMS[use])}, auto{note}")
 
 
 def _auto(adapter, corpus, use: str) -> tuple:
@@ -161,7 +146,14 @@ def _auto(adapter, corpus, use: str) -> tuple:
     return "embedding-drift", "the model has no language-model or task head to score a loss with"
 
 
-def resolve_objective(spec="auto", adapter=None, corpus=None, *, use: str = "corpus", probe=None) -> tuple:
+def resolve_objective(
+    spec: Any = "auto",
+    adapter: Optional[ModelAdapter] = None,
+    corpus: Any = None,
+    *,
+    use: str = "corpus",
+    probe: Optional[Objective] = None,
+) -> tuple:
     """``(objective, why)`` from a name, ``auto`` or an :class:`Objective` (or, for the
     per-example uses, a callable ``fn(outputs, batch) -> [rows]``); checked against
     ``adapter`` and ``corpus`` before any forward. The one place ``auto`` is resolved.
@@ -193,7 +185,7 @@ def resolve_objective(spec="auto", adapter=None, corpus=None, *, use: str = "cor
             raise InputError("'auto' chooses an objective for a model: give the model")
         spec, why = _auto(adapter, corpus, use)
     obj = _parse(spec, use, probe)
-    obj.spec = spec  # type: ignore[attr-defined]  # the name it was resolved from (printed)
+    obj.spec = spec  # the name it was resolved from (printed)
     if adapter is not None:
         obj.check(adapter, corpus)
     pooling = getattr(obj, "pooling", None)
@@ -202,35 +194,23 @@ def resolve_objective(spec="auto", adapter=None, corpus=None, *, use: str = "cor
     return obj, why
 
 
-def check_objective(spec, adapter, corpus=None) -> None:
-    """Refuse, before any forward, an objective the user named that does not fit ``adapter``
-    (and ``corpus``): the command-line boundary's check.
-
-    Raises:
-        InputError: an unknown name (listing the known ones) or one that does not fit, naming
-            the objectives that do (one line, exit 1).
-    """
-    try:
-        resolve_objective(spec, adapter, corpus)
-    except NotApplicable as exc:  # inside a section it skips; named by the user it is a bad input
-        raise InputError(f"--objective {spec}: {exc.reason}") from None
-
-
-def floor_of(objective) -> tuple:
+def floor_of(objective: Objective) -> tuple:
     """``(floor, source)``: the practical floor of ``objective`` in its units."""
     from probe.analyses.claims import thresholds as T
 
     return T.min_effect(objective.name), T.floor_source(objective.name)
 
 
-def default_metric(adapter, corpus=None) -> tuple:
+def default_metric(adapter: ModelAdapter, corpus: Any = None) -> tuple:
     """``(name, why)``: what ``auto`` means for a per-example metric (the model's loss
     where it has one, else ``embedding-drift``), from :func:`resolve_objective`."""
     obj, why = resolve_objective("auto", adapter, corpus, use="per-example")
     return obj.name, why
 
 
-def get_metric(metric: Union[str, Objective, Callable], adapter=None, corpus=None) -> Objective:
+def get_metric(
+    metric: Union[str, Objective, Callable], adapter: Optional[ModelAdapter] = None, corpus: Any = None
+) -> Objective:
     """A per-example :class:`Objective` from a name, ``auto``, an objective or a
     callable ``fn(outputs, batch) -> [rows]``; checked against ``adapter``
     (:func:`resolve_objective` with ``use="per-example"``).
@@ -242,7 +222,9 @@ def get_metric(metric: Union[str, Objective, Callable], adapter=None, corpus=Non
     return resolve_objective(metric, adapter, corpus, use="per-example")[0]
 
 
-def parse_target(spec: str, adapter=None, probe: Optional[InputObjective] = None) -> InputObjective:
+def parse_target(
+    spec: str, adapter: Optional[ModelAdapter] = None, probe: Optional[InputObjective] = None
+) -> InputObjective:
     """A target from a CLI string: ``auto``, ``logit`` / ``logit:<class>``, ``loss:<position>``,
     ``mlm``, ``probe`` (needs ``probe``, the fitted probe target); through
     :func:`resolve_objective` (``use="explain"``).

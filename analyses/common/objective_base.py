@@ -27,7 +27,10 @@ re-exports these classes, the public face).
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probe.models import ModelAdapter
 
 import numpy as np
 import torch
@@ -56,6 +59,9 @@ class Objective:
     """
 
     name = "objective"
+    #: the name it was resolved from (``auto`` resolved: ``loss``, ``logit`` …), set by
+    #: :func:`.objective.resolve_objective`; empty for an object built by hand
+    spec = ""
     units = "objective change"
     higher_is_better = False
     differentiable = True
@@ -63,10 +69,10 @@ class Objective:
     ignores_padding = False
     corpus_level = False
 
-    def check(self, adapter, corpus=None) -> None:
+    def check(self, adapter: ModelAdapter, corpus: Any = None) -> None:
         """Raise :class:`NotApplicable` when the objective does not fit this model/corpus."""
 
-    def run_model(self, adapter, inputs: dict):
+    def run_model(self, adapter: ModelAdapter, inputs: dict) -> Any:
         """``adapter.model(**inputs)`` (no KV cache for decoders; grad mode is the caller's)."""
         kwargs = dict(inputs)
         if adapter.arch == "decoder":
@@ -76,11 +82,18 @@ class Objective:
     def describe(self) -> str:
         return self.name
 
+    @property
+    def called(self) -> str:
+        """What tables and notes call it: the name it was resolved from, else :attr:`name`."""
+        return self.spec or self.name
+
     def __repr__(self) -> str:
         return f"<objective {self.name}>"
 
     # ---- the sweep face: a corpus in, one score / readout per example out ----
-    def batches(self, adapter, corpus, batch_size: int = 16, *, by_length: bool = False) -> Iterator[tuple]:
+    def batches(
+        self, adapter: ModelAdapter, corpus: Any, batch_size: int = 16, *, by_length: bool = False
+    ) -> Iterator[tuple]:
         """Yield ``(indices, MetricBatch)`` over the corpus.
 
         Args:
@@ -94,7 +107,7 @@ class Objective:
         for idx in batch_indices(corpus.texts, batch_size, by_length):
             yield idx, self.make_batch(adapter, corpus, idx)
 
-    def make_batch(self, adapter, corpus, indices: Sequence[int]) -> MetricBatch:
+    def make_batch(self, adapter: ModelAdapter, corpus: Any, indices: Sequence[int]) -> MetricBatch:
         """Tokenize ``corpus`` examples ``indices`` into one padded batch."""
         spans = corpus.word_spans
         encs = [adapter.encode(corpus.texts[i], spans[i] if spans else None) for i in indices]
@@ -104,37 +117,37 @@ class Objective:
             inputs.update(adapter.decoder_inputs([adapter.encode(targets[i], target=True) for i in indices]))
         return MetricBatch(inputs=inputs, special=special_mask(adapter, inputs["input_ids"], inputs["attention_mask"]))
 
-    def forward(self, adapter, batch: MetricBatch):
+    def forward(self, adapter: ModelAdapter, batch: MetricBatch) -> Any:
         """Run the model on ``batch`` (grad mode is the caller's)."""
         return self.run_model(adapter, batch.inputs)
 
-    def reference(self, outputs, batch: MetricBatch) -> Optional[torch.Tensor]:
+    def reference(self, outputs: Any, batch: MetricBatch) -> Optional[torch.Tensor]:
         """What the clean run must hand to :meth:`score` of intervened runs (rows first)."""
         return None
 
-    def score(self, outputs, batch: MetricBatch, reference: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def score(self, outputs: Any, batch: MetricBatch, reference: Optional[torch.Tensor] = None) -> torch.Tensor:
         """One scalar per row ``[rows]`` of a run on ``batch``."""
         raise NotImplementedError
 
-    def readout(self, outputs, batch: MetricBatch) -> torch.Tensor:
+    def readout(self, outputs: Any, batch: MetricBatch) -> torch.Tensor:
         """What a run keeps per example, ``[rows, ...]`` (default: the score)."""
         return self.score(outputs, batch, None)
 
-    def harm(self, clean, perturbed) -> np.ndarray:
+    def harm(self, clean: Any, perturbed: Any) -> np.ndarray:
         """``[n]``: how much worse ``perturbed`` readouts are than ``clean`` (positive = worse)."""
         d = np.asarray(perturbed, np.float64) - np.asarray(clean, np.float64)
         return -d if self.higher_is_better else d
 
-    def measures(self, clean, perturbed) -> dict:
+    def measures(self, clean: Any, perturbed: Any) -> dict:
         """Secondary per-example measures ``name -> [n]`` (none by default)."""
         return {}
 
-    def corpus_measures(self, clean, perturbed) -> dict:
+    def corpus_measures(self, clean: Any, perturbed: Any) -> dict:
         """Corpus-level measures ``name -> float`` (none by default)."""
         return {}
 
     # ---- the gradient face: one differentiable scalar per input row ----
-    def output(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    def output(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         """The model output :meth:`scalar` reads, from ``[batch, seq]`` inputs."""
         if adapter.arch == "encoder-decoder":
             raise NotApplicable(
@@ -142,22 +155,22 @@ class Objective:
             )
         return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
 
-    def aux(self, adapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-example choices ``[batch, k]``, resolved on the clean inputs."""
         return torch.zeros(input_ids.shape[0], 1, dtype=torch.long, device=input_ids.device)
 
-    def scalar(self, out, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
         """One scalar per row ``[batch]`` of :meth:`output` (differentiable)."""
         raise NotApplicable(
             f"objective {self.name!r} has no per-input scalar to attribute; use a target such as "
             "logit, loss:<position> or mlm"
         )
 
-    def distribution(self, out, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
+    def distribution(self, out: Any, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
         """Probabilities ``[batch, k]`` whose change a counterfactual measures."""
         raise NotApplicable(f"objective {self.name!r} has no distribution for a counterfactual")
 
-    def reads(self, n_tokens: int, adapter=None) -> tuple:
+    def reads(self, n_tokens: int, adapter: Optional[ModelAdapter] = None) -> tuple:
         """Query positions (of an example of ``n_tokens`` tokens) the scalar reads."""
         return (0,)
 
@@ -171,19 +184,19 @@ class InputObjective(Objective):
     name = "target"
     units = "change of the target scalar"
 
-    def make_batch(self, adapter, corpus, indices: Sequence[int]) -> MetricBatch:
+    def make_batch(self, adapter: ModelAdapter, corpus: Any, indices: Sequence[int]) -> MetricBatch:
         base = super().make_batch(adapter, corpus, indices)
         ids, mask = base.inputs["input_ids"], base.inputs["attention_mask"]
         return MetricBatch(inputs=base.inputs, aux={"target": self.aux(adapter, ids, mask)}, special=base.special)
 
-    def forward(self, adapter, batch: MetricBatch):
+    def forward(self, adapter: ModelAdapter, batch: MetricBatch) -> Any:
         return self.output(adapter, batch.inputs["input_ids"], batch.inputs["attention_mask"])
 
-    def score(self, outputs, batch: MetricBatch, reference=None) -> torch.Tensor:
+    def score(self, outputs: Any, batch: MetricBatch, reference: Any = None) -> torch.Tensor:
         mask = batch.inputs["attention_mask"]
         return check_scalar(self.scalar(outputs, mask, batch.aux["target"]), batch.rows, self.describe())
 
-    def scalar(self, out, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -203,7 +216,7 @@ class Unfitted(Objective):
     forward = output = aux = score = scalar = _unfitted
 
 
-def scalar_function(adapter, objective: Objective) -> Callable:
+def scalar_function(adapter: ModelAdapter, objective: Objective) -> Callable:
     """``f(input_ids, attention_mask, aux) -> [batch]``: the forward captum attributes.
 
     Raises:

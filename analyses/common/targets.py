@@ -14,19 +14,21 @@ counterfactual comparisons, into a probability distribution per example
   (see :mod:`probe.analyses.structure.ud_probe` for fitting one on UD annotation).
 
 Per-example choices (the predicted class, a position counted from the end) are resolved
-once on the clean batch by :meth:`Target.aux` into a long tensor ``[batch, k]``. It is
+once on the clean batch by :meth:`.objective.InputObjective.aux` into a long tensor ``[batch, k]``. It is
 passed to the forward as an *additional forward argument*, so captum expands it together
 with the inputs when it batches integration steps or ablations.
 
 :func:`.objective.scalar_function` wraps a target into ``f(input_ids, attention_mask, aux)
 -> [batch]`` for captum, refusing outputs that are not one scalar per example.
-``Target`` is the former name of :class:`.objective.InputObjective` (kept for existing
-code); :func:`parse_target` is :func:`.objective.resolve_objective` with ``use="explain"``.
+:func:`parse_target` is :func:`.objective.resolve_objective` with ``use="explain"``.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probe.models import ModelAdapter
 
 import torch
 
@@ -36,7 +38,6 @@ from .batch import check_scalar, token_nll
 from .objective_base import InputObjective, scalar_function
 
 __all__ = [
-    "Target",
     "ClassLogit",
     "LMLoss",
     "ProbeLogit",
@@ -50,10 +51,6 @@ __all__ = [
 
 def _lengths(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.long().sum(-1)
-
-
-#: the former name of :class:`.objective.InputObjective` (kept for existing code)
-Target = InputObjective
 
 
 def _logits(out) -> torch.Tensor:
@@ -94,7 +91,7 @@ class ClassLogit(InputObjective):
         if self.label is not None and not 0 <= self.label < logits.shape[-1]:
             raise InputError(f"class {self.label} out of range: the model has classes 0..{logits.shape[-1] - 1}")
 
-    def aux(self, adapter, input_ids, attention_mask):
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         with torch.no_grad():
             logits = _logits(self.output(adapter, input_ids, attention_mask))
         self._check(logits)
@@ -102,12 +99,12 @@ class ClassLogit(InputObjective):
             return logits.argmax(-1, keepdim=True)
         return torch.full((input_ids.shape[0], 1), int(self.label), dtype=torch.long, device=input_ids.device)
 
-    def scalar(self, out, attention_mask, aux):
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         logits = _logits(out)
         self._check(logits)
         return logits.gather(1, aux[:, :1]).squeeze(1)
 
-    def distribution(self, out, attention_mask, aux):
+    def distribution(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         return torch.softmax(_logits(out).float(), -1)
 
 
@@ -142,7 +139,7 @@ class LMLoss(InputObjective):
             )
         return p
 
-    def aux(self, adapter, input_ids, attention_mask):
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         causal = adapter.arch == "decoder"
         rows = []
         for i, n in enumerate(_lengths(attention_mask).tolist()):
@@ -164,13 +161,13 @@ class LMLoss(InputObjective):
     def _logprobs(self, out, aux):
         return torch.log_softmax(self._rows(out, aux).float(), -1)
 
-    def scalar(self, out, attention_mask, aux):
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         return token_nll(self._rows(out, aux), aux[:, 1])  # the metrics' LM loss, at one position
 
-    def distribution(self, out, attention_mask, aux):
+    def distribution(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         return self._logprobs(out, aux).exp()
 
-    def reads(self, n_tokens: int, adapter=None) -> tuple:
+    def reads(self, n_tokens: int, adapter: Optional[ModelAdapter] = None) -> tuple:
         causal = adapter is not None and adapter.arch == "decoder"
         p = self._resolve(n_tokens, causal)
         return (p - 1 if causal else p,)
@@ -193,7 +190,13 @@ class ProbeLogit(InputObjective):
     units = "probe logit"
     higher_is_better = True
 
-    def __init__(self, linear: torch.nn.Linear, normalize: bool = True, label_names=("0", "1"), name: str = "probe"):
+    def __init__(
+        self,
+        linear: torch.nn.Linear,
+        normalize: bool = True,
+        label_names: Sequence[str] = ("0", "1"),
+        name: str = "probe",
+    ):
         if not isinstance(linear, torch.nn.Linear) or linear.out_features != 1:
             raise InputError("a probe target needs a torch.nn.Linear with exactly one output")
         self.linear = linear
@@ -201,7 +204,7 @@ class ProbeLogit(InputObjective):
         self.label_names = tuple(label_names)
         self.name = name
 
-    def embed(self, out, attention_mask) -> torch.Tensor:
+    def embed(self, out: Any, attention_mask: torch.Tensor) -> torch.Tensor:
         h = hidden_states(out)
         m = attention_mask.to(h.dtype).unsqueeze(-1)
         pooled = (h * m).sum(1) / m.sum(1).clamp(min=1)
@@ -209,27 +212,27 @@ class ProbeLogit(InputObjective):
             pooled = torch.nn.functional.normalize(pooled, dim=-1)
         return pooled
 
-    def output(self, adapter, input_ids, attention_mask):
+    def output(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         """The encoder underneath a task head (``base_model``): its last hidden state."""
         if adapter.arch != "encoder":
             raise NotApplicable("a probe target pools an encoder's hidden states; this model is a " + adapter.arch)
         base = getattr(adapter.model, "base_model", adapter.model)
         return base(input_ids=input_ids, attention_mask=attention_mask)
 
-    def scalar(self, out, attention_mask, aux):
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         pooled = self.embed(out, attention_mask)
         lin = self.linear.to(pooled.device)
         return lin(pooled.to(lin.weight.dtype))[:, 0]
 
-    def distribution(self, out, attention_mask, aux):
+    def distribution(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         p = torch.sigmoid(self.scalar(out, attention_mask, aux).float())
         return torch.stack([1 - p, p], -1)
 
-    def reads(self, n_tokens: int, adapter=None) -> tuple:
+    def reads(self, n_tokens: int, adapter: Optional[ModelAdapter] = None) -> tuple:
         return tuple(range(n_tokens))  # mean pooling reads every position
 
 
-def hidden_states(out) -> torch.Tensor:
+def hidden_states(out: Any) -> torch.Tensor:
     """The last hidden state ``[batch, seq, d]`` of a model output.
 
     Raises:
@@ -264,7 +267,7 @@ class OwnTokensLoss(InputObjective):
     name = "mlm"
     units = "nats of cross-entropy per word token"
 
-    def aux(self, adapter, input_ids, attention_mask):
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         special = torch.tensor(
             sorted(set(getattr(adapter.tokenizer, "all_special_ids", []) or [])),
             dtype=input_ids.dtype,
@@ -282,18 +285,18 @@ class OwnTokensLoss(InputObjective):
             )
         return logits
 
-    def scalar(self, out, attention_mask, aux):
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         keep = aux != -100
         nll = token_nll(self._logits(out), aux)
         return (nll * keep).sum(-1) / keep.sum(-1).clamp(min=1)
 
-    def distribution(self, out, attention_mask, aux):
+    def distribution(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         """The vocabulary distribution averaged over the scored positions ``[batch, vocab]``."""
         keep = (aux != -100).unsqueeze(-1).float()
         p = torch.softmax(self._logits(out).float(), -1)
         return (p * keep).sum(1) / keep.sum(1).clamp(min=1)
 
-    def reads(self, n_tokens: int, adapter=None) -> tuple:
+    def reads(self, n_tokens: int, adapter: Optional[ModelAdapter] = None) -> tuple:
         return tuple(range(n_tokens))
 
 
@@ -306,16 +309,16 @@ class CallableTarget(InputObjective):
         self.positions = positions
         self.name = name
 
-    def scalar(self, out, attention_mask, aux):
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         return self.fn(out, attention_mask)
 
-    def distribution(self, out, attention_mask, aux):
+    def distribution(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         p = torch.sigmoid(
             check_scalar(self.scalar(out, attention_mask, aux), attention_mask.shape[0], self.name).float()
         )
         return torch.stack([1 - p, p], -1)
 
-    def reads(self, n_tokens: int, adapter=None) -> tuple:
+    def reads(self, n_tokens: int, adapter: Optional[ModelAdapter] = None) -> tuple:
         return tuple(self.positions) if self.positions is not None else (0,)
 
 
@@ -335,7 +338,7 @@ class PairSimilarity(InputObjective):
     """
 
     def __init__(
-        self, pooling, partners: torch.Tensor, keys: dict, pair_words: Sequence[str] = (), name: str = "similarity"
+        self, pooling: Any, partners: torch.Tensor, keys: dict, pair_words: Sequence[str] = (), name: str = "similarity"
     ):
         self.pooling = pooling
         self.partners = partners
@@ -346,13 +349,13 @@ class PairSimilarity(InputObjective):
     units = "cosine similarity to the partner"
     higher_is_better = True
 
-    def output(self, adapter, input_ids, attention_mask):
+    def output(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         if adapter.arch != "encoder":
             raise NotApplicable("a similarity target pools an encoder's states; this model is a " + adapter.arch)
         base = getattr(adapter.model, "base_model", adapter.model)
         return base(input_ids=input_ids, attention_mask=attention_mask)
 
-    def aux(self, adapter, input_ids, attention_mask):
+    def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         rows = []
         for ids, n in zip(input_ids.tolist(), _lengths(attention_mask).tolist()):
             key = tuple(ids[:n])
@@ -361,14 +364,14 @@ class PairSimilarity(InputObjective):
             rows.append(self.keys[key])
         return torch.tensor(rows, dtype=torch.long, device=input_ids.device)[:, None]
 
-    def scalar(self, out, attention_mask, aux):
+    def scalar(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         e = self.pooling.pool(out.last_hidden_state, attention_mask)
         other = self.partners.to(e.device, e.dtype)[aux[:, 0]]
         return torch.nn.functional.cosine_similarity(e, other, dim=-1)
 
-    def distribution(self, out, attention_mask, aux):
+    def distribution(self, out: Any, attention_mask: torch.Tensor, aux: Any) -> torch.Tensor:
         s = (self.scalar(out, attention_mask, aux).float() + 1) / 2
         return torch.stack([s, 1 - s], -1).clamp(0, 1)
 
-    def reads(self, n_tokens: int, adapter=None) -> tuple:
+    def reads(self, n_tokens: int, adapter: Optional[ModelAdapter] = None) -> tuple:
         return self.pooling.reads(n_tokens)

@@ -128,7 +128,7 @@ def _necessity(adapter, corpus, metric, batch_size: int, n_heads: int) -> tuple:
     delta = (np.asarray(sweep.ablated) - np.asarray(sweep.clean)[None, :]).T  # [E, L·H] score changes
     harm = -delta if obj.higher_is_better else delta  # positive: worse without the head
     floor, _source = floor_of(obj)
-    return harm, obj.spec if hasattr(obj, "spec") else obj.name, float(floor), why
+    return harm, obj.called, float(floor), why
 
 
 def measure_checkpoint(

@@ -20,11 +20,15 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, TYPE_CHECKING
+from typing import Optional, Sequence, TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
     import os
     import pandas as pd
+
+    from probe.analyses.common.objective import Objective
+    from probe.inputs.corpus import Corpus
+    from probe.models import ModelAdapter
 
 import numpy as np
 
@@ -145,8 +149,12 @@ class FaithfulnessReport:
         return paths
 
 
-def resolve_target(adapter, spec: str, corpus, *, seed: int = 0, pairs: Optional[str] = None):
-    """``(target, corpus to explain, evidence words or None, info)`` for a target spec.
+def resolve_target(
+    adapter: ModelAdapter, target: Union[Objective, str], corpus: Corpus, *, seed: int = 0, pairs: Optional[str] = None
+) -> tuple[Objective, Corpus, Optional[list], dict]:
+    """``(target, corpus to explain, evidence words or None, info)`` for a target: a
+    resolved :class:`probe.analyses.common.objective.Objective` (a run's, resolved once:
+    only checked here), or a name resolved here.
 
     ``probe:<property>`` fits a probe on the treebank (``corpus.sentences``) and returns
     its held-out split; zoo corpora give their examples' ``evidence_word``.
@@ -156,23 +164,22 @@ def resolve_target(adapter, spec: str, corpus, *, seed: int = 0, pairs: Optional
     """
     from probe.analyses.common.objective import Unfitted, resolve_objective
 
-    target, _ = resolve_objective(spec, adapter, corpus, use="explain")
-    info: dict = {"target": target.spec}
-    if isinstance(target, Unfitted) and target.kind == "similarity":
+    resolved, _ = resolve_objective(target, adapter, corpus, use="explain")
+    info: dict = {"target": resolved.called}
+    if isinstance(resolved, Unfitted) and resolved.kind == "similarity":
         from probe.analyses.explanation.pairs import similarity_target
 
-        target, corpus, info = similarity_target(adapter, corpus, pairs)
-        return target, corpus, None, info
-    if isinstance(target, Unfitted):  # probe:<property>
+        fitted_pairs, corpus, info = similarity_target(adapter, corpus, pairs)
+        return fitted_pairs, corpus, None, info
+    if isinstance(resolved, Unfitted):  # probe:<property>
         from probe.analyses.structure.ud_probe import fit_probe, ud_labels
 
-        prop = target.arg
+        prop = resolved.arg
         if not corpus.sentences:
             raise InputError("a probe target reads UD annotation: give the treebank with --conllu")
         labels = ud_labels(corpus.source, prop or "subject-number", limit=len(corpus.sentences))
-        encs = [
-            adapter.encode(corpus.texts[lab.sentence], corpus.word_spans[lab.sentence], truncate=True) for lab in labels
-        ]
+        spans = corpus.word_spans or ()  # a treebank's corpus has its words' spans
+        encs = [adapter.encode(corpus.texts[lab.sentence], spans[lab.sentence], truncate=True) for lab in labels]
         fitted = fit_probe(adapter, encs, [lab.label for lab in labels], prop=prop or "subject-number", seed=seed)
         info["probe"] = fitted.to_dict()
         keep = [labels[i].sentence for i in fitted.test_idx]
@@ -181,7 +188,7 @@ def resolve_target(adapter, spec: str, corpus, *, seed: int = 0, pairs: Optional
     evidence: Optional[list] = None
     if corpus.examples and "evidence_word" in corpus.examples[0]:
         evidence = [int(e["evidence_word"]) for e in corpus.examples]
-    return target, corpus, evidence, info
+    return resolved, corpus, evidence, info
 
 
 def _spans(corpus) -> Optional[list]:
@@ -242,7 +249,7 @@ def _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_s
 def run_faithfulness(
     adapter,
     corpus,
-    target_spec: str,
+    target: Union[Objective, str],
     *,
     methods: Sequence[str] = METHODS,
     attention_methods: Sequence[str] = ("attention", "rollout", "flow"),
@@ -257,12 +264,13 @@ def run_faithfulness(
     pairs: Optional[str] = None,
     null: bool = True,
 ) -> FaithfulnessReport:
-    """Run the whole faithfulness study of ``target_spec`` on ``corpus``.
+    """Run the whole faithfulness study of ``target`` on ``corpus``.
 
     Args:
         adapter: the model.
         corpus: a :class:`probe.inputs.corpus.Corpus`.
-        target_spec: ``logit`` / ``logit:<class>`` / ``loss:<position>`` /
+        target: a resolved :class:`probe.analyses.common.objective.Objective` (``use="explain"``),
+            or its name: ``logit`` / ``logit:<class>`` / ``loss:<position>`` /
             ``probe:<property>`` / ``similarity`` (see :func:`resolve_target`).
         methods: attribution methods (:data:`probe.analyses.explanation.attributions.METHODS`).
         attention_methods: see :data:`probe.analyses.explanation.attention_scores.ATTENTION_METHODS`.
@@ -285,7 +293,7 @@ def run_faithfulness(
     """
     from probe.runs.capture import capture
 
-    target, corpus, evidence, info = resolve_target(adapter, target_spec, corpus, seed=seed, pairs=pairs)
+    target, corpus, evidence, info = resolve_target(adapter, target, corpus, seed=seed, pairs=pairs)
     if max_examples is not None:
         corpus = corpus.subset(range(min(max_examples, len(corpus))), reason="beyond --max-examples")
         evidence = evidence[: len(corpus)] if evidence is not None else None

@@ -16,6 +16,8 @@ code — is a bug: one line and
 
 from __future__ import annotations
 
+from typing import Any
+
 import importlib
 import os
 import sys
@@ -34,7 +36,7 @@ COMMAND_MODULES = ["core", "report", "zoo", "store", "compare"]
 class ProbeGroup(click.Group):
     """The root group: the CLI's one error boundary."""
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
@@ -62,7 +64,7 @@ class ProbeGroup(click.Group):
 
 @click.group(cls=ProbeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="attention-probe")
-def main():
+def main() -> None:
     """Attention interpretability toolkit: capture, analyse and report attention heads."""
     # the command line speaks for itself: no transformers progress bars or advisories
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

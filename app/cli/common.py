@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import sys
+from typing import Callable, Optional, Sequence, TextIO
 
 import click
 
@@ -59,7 +60,7 @@ quiet_option = click.option(
 )
 
 
-def input_options(fn):
+def input_options(fn: Callable) -> Callable:
     """--text (repeatable), --file and --conllu: exactly one, or none for a zoo model."""
     fn = click.option(
         "--conllu", type=click.Path(dir_okay=False), default=None, help="CoNLL-U treebank (words taken from it)"
@@ -71,7 +72,7 @@ def input_options(fn):
     return skip_invalid_option(fn)
 
 
-def skip_invalid_option(fn):
+def skip_invalid_option(fn: Callable) -> Callable:
     """--skip-invalid: skip CoNLL-U sentences that break UD's rules instead of refusing the
     file; each is listed in ``skipped.csv`` in the --out directory (beside a --out file) and
     their number is said on stderr."""
@@ -103,7 +104,7 @@ def skip_invalid_option(fn):
 
 
 # ---- the one head notation (parsers in probe.app.registry.notation) -------------------
-def parse_heads(value, name: str = "--heads"):
+def parse_heads(value: Optional[str], name: str = "--heads") -> Optional[list]:
     """Heads in any accepted notation (``L2H8``, ``2.8``, ``2:8``, ``2-8``) -> ``[(l, h), …]``.
 
     Raises:
@@ -117,7 +118,7 @@ def parse_heads(value, name: str = "--heads"):
         raise click.BadParameter(str(exc).removeprefix(f"{name}: "), param_hint=name) from None
 
 
-def parse_int_list(value, name: str):
+def parse_int_list(value: Optional[str], name: str) -> Optional[list]:
     """'0,2,5' or '0-3' → [0, 2, 5] / [0, 1, 2, 3]; ``None`` stays ``None``."""
     from probe.app.registry.notation import parse_int_list as parse
 
@@ -127,7 +128,7 @@ def parse_int_list(value, name: str):
         raise click.BadParameter(str(exc).removeprefix(f"{name}: "), param_hint=name) from None
 
 
-def parse_head(value, name: str = "--head") -> tuple:
+def parse_head(value: str, name: str = "--head") -> tuple:
     """One head in any accepted notation -> ``(layer, head)``."""
     heads = parse_heads(value, name)
     if not heads or len(heads) != 1:
@@ -148,7 +149,7 @@ def parse_head_group(value: str, name: str = "--group") -> list:
 UNEXPECTED_EXIT = 3
 
 
-def user_errors(fn):
+def user_errors(fn: Callable) -> Callable:
     """Kept for command modules written before the boundary moved to the root group:
     bad input (:func:`probe.errors.is_input_error`) becomes one ``Error:`` line and exit
     status 1; anything else goes on to the root group (exit 3)."""
@@ -179,10 +180,10 @@ class _LineStream:
     """stderr for logs: a progress bar's carriage returns become newlines, so each update
     is one line instead of a redrawn bar."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
-    def write(self, text):
+    def write(self, text: str) -> int:
         return self._stream.write(text.replace("\r", "\n") if "\r" in text else text)
 
     def __getattr__(self, name):
@@ -199,15 +200,15 @@ def configure_progress() -> None:
             sys.stderr = _LineStream(sys.stderr)
 
 
-def engine_option(engines=("local", "stream", "ray"), default: str = "local"):
-    """Decorator adding ``--engine``, ``--address`` and ``--workers`` (docs/scale.md).
-
-    ``local``: today's single-process path; ``stream``: one process, attention streamed
-    layer by layer into accumulators (peak memory: one layer of one batch); ``ray``:
-    the same accumulators in a pool of Ray actors (``pip install -e ".[ray]"``).
+def engine_option(engines: Sequence[str] = ("local", "stream", "ray"), default: Optional[str] = None) -> Callable:
+    """Decorator adding ``--engine`` (the :class:`probe.app.engine.kind.Engine` names
+    ``engines``, default the first), and ``--address`` and ``--workers`` when ``ray`` is
+    one of them (docs/scale.md). The names and their help come from one place,
+    :mod:`probe.app.engine.kind`.
     """
+    from probe.app.engine.kind import ENGINE_HELP
 
-    def add(fn):
+    def add(fn: Callable) -> Callable:
         if "ray" in engines:
             fn = click.option(
                 "--workers",
@@ -224,17 +225,9 @@ def engine_option(engines=("local", "stream", "ray"), default: str = "local"):
         return click.option(
             "--engine",
             type=click.Choice(list(engines)),
-            default=default,
+            default=default or engines[0],
             show_default=True,
-            help="; ".join(f"{e}: {_ENGINE_HELP[e]}" for e in engines),
+            help="; ".join(f"{e}: {ENGINE_HELP[e]}" for e in engines),
         )(fn)
 
     return add
-
-
-_ENGINE_HELP = {
-    "auto": "local while every example's maps fit in a quarter of --memory-budget, else stream",
-    "local": "one process",
-    "stream": "one process, layer by layer (peak memory: one layer)",
-    "ray": 'a pool of Ray actors (pip install -e ".[ray]")',
-}

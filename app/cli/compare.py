@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import click
 
 from .common import (
@@ -34,7 +36,13 @@ WRITTEN = (
 @click.option("--out", "-o", required=True, type=click.Path(), help="output directory")
 @click.option("--no-necessity", is_flag=True, help="skip the per-head ablation (the slowest measure)")
 @click.option("--attribute", is_flag=True, help="patch each head from A into B and measure the objective")
-@click.option("--metric", default="auto", show_default=True, help="objective of necessity and attribution")
+@click.option(
+    "--objective",
+    default="auto",
+    show_default=True,
+    help="what necessity and attribution measure (auto: chosen per checkpoint and printed) | loss | accuracy "
+    "(zoo) | prediction-kl | embedding-drift | next-token-loss | logit | logit:<class> | loss:<position> | mlm",
+)
 @click.option("--fdr", type=float, default=0.05, show_default=True, help="false discovery rate across heads")
 @click.option("--n-boot", type=integer(min=10), default=1000, show_default=True, help="bootstrap resamples")
 @click.option("--batch-size", type=integer(min=1), default=8, show_default=True)
@@ -44,23 +52,23 @@ WRITTEN = (
 @verbose_option
 @user_errors
 def compare_cmd(
-    checkpoints,
-    text,
-    file_,
-    conllu,
-    limit,
-    out,
-    no_necessity,
-    attribute,
-    metric,
-    fdr,
-    n_boot,
-    batch_size,
-    device,
-    force,
-    quiet,
-    verbose,
-):
+    checkpoints: tuple,
+    text: tuple,
+    file_: Optional[str],
+    conllu: Optional[str],
+    limit: Optional[int],
+    out: str,
+    no_necessity: bool,
+    attribute: bool,
+    objective: str,
+    fdr: float,
+    n_boot: int,
+    batch_size: int,
+    device: str,
+    force: bool,
+    quiet: bool,
+    verbose: bool,
+) -> None:
     """Compare checkpoints head by head: per head, the change of every role score and
     detector, of the pattern (Jensen–Shannon divergence on the same inputs) and of
     necessity, with bootstrap intervals paired by example and FDR across heads.
@@ -93,7 +101,7 @@ def compare_cmd(
         device=device,
         necessity=not no_necessity,
         attribute=attribute,
-        metric=metric,
+        metric=objective,
         q=fdr,
         n_boot=n_boot,
         batch_size=batch_size,
@@ -110,7 +118,7 @@ def compare_cmd(
         click.echo(f"-> {out}")
 
 
-def result_lines(result) -> list:
+def result_lines(result: Any) -> list:
     """What the command prints: per pair the flagged heads and the largest pattern changes."""
     lines = []
     for (a, b), g in result.heads.groupby(["from", "to"], sort=False):

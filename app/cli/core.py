@@ -5,6 +5,8 @@ from __future__ import annotations
 from probe.errors import InputError
 
 import json
+from pathlib import Path
+from typing import Any, Optional
 
 import click
 
@@ -37,7 +39,7 @@ from .common import (
     "each (attention interface or hooks); imports transformers, so it takes seconds",
 )
 @user_errors
-def models_cmd(as_json, architectures):
+def models_cmd(as_json: bool, architectures: bool) -> None:
     """List the models the toolkit can open (name, source, layers, heads), from their
     config files and cards (no weights, no torch: well under a second)."""
     from probe.models.catalog import list_models
@@ -99,83 +101,53 @@ def models_cmd(as_json, architectures):
 @verbose_option
 @user_errors
 def capture_cmd(
-    model,
-    text,
-    file_,
-    conllu,
-    limit,
-    layers,
-    batch_size,
-    store_dtype,
-    stack,
-    device,
-    dtype,
-    truncate,
-    out,
-    engine,
-    address,
-    workers,
-    force,
-    quiet,
-    verbose,
-):
+    model: str,
+    text: tuple,
+    file_: Optional[str],
+    conllu: Optional[str],
+    limit: Optional[int],
+    layers: Optional[str],
+    batch_size: int,
+    store_dtype: str,
+    stack: Optional[str],
+    device: str,
+    dtype: Optional[str],
+    truncate: bool,
+    out: str,
+    engine: str,
+    address: Optional[str],
+    workers: int,
+    force: bool,
+    quiet: bool,
+    verbose: bool,
+) -> None:
     """Capture attention maps of a corpus into a store directory (resumable: the store is
     written in place, shard by shard, so a killed run continues where it stopped; with
-    --engine ray, the workers write the shards and the driver the index, in input order)."""
+    --engine stream or ray, the engine's job writes the shards and the driver the index, in
+    input order)."""
     setup_logging(verbose)
     configure_progress()
-    import shutil
-    from pathlib import Path
-
-    from probe.app.registry.outdir import check_out
-
-    # a store, or one whose first capture is still running (its lock comes before the manifest)
-    resumable = any((Path(out) / name).exists() for name in ("manifest.json", ".lock")) and not force
-    # resolved once (a symbolic link is followed) and proved writable before any compute
-    out = check_out(out, force=force or resumable)
-    if not resumable and force and out.is_dir():  # a fresh store replaces the old one with --force
-        shutil.rmtree(out)
-    from probe.app.engine import engine_settings
+    from probe.app.engine.kind import Engine
     from probe.inputs.corpus import load_corpus
     from probe.models import load_model
-    from probe.runs.pipeline import capture_corpus
 
+    store_dir = _store_dir(out, force)
     corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
-    run = engine_settings(engine, address, workers, device)
-    if run and (stack or truncate):
+    run = Engine(engine, address=address, workers=workers, device=device)
+    if not run.holds_every_map and (stack or truncate):
         raise InputError("--stack and --truncate run with --engine local")
     lay = parse_int_list(layers, "--layers")
-    adapter = load_model(model, device="cpu" if run else device, dtype=None if run else dtype)
-    if run:  # the driver only tokenizes and writes the index; the engine's job (stream: here) captures
-        from probe.app.engine.capture import capture as capture_on_engine
-        from probe.inputs.corpus import fit_to_model
-        from probe.runs.pipeline import store_manifest
-
-        manifest = store_manifest(  # the workers run the forward: their dtype and device
-            adapter,
-            corpus,
-            fit_to_model(corpus, adapter),
-            lay,
-            options={"batch_size": batch_size, "truncate": False},
-            forward_dtype=dtype or ("bfloat16" if str(device).startswith("cuda") and model.startswith("hf:") else None),
-            device=str(device).split(":")[0],
-        )
-        store = capture_on_engine(
-            model,
-            corpus,
-            out,
-            manifest=manifest,
-            store_dtype=store_dtype,
-            batch_size=batch_size,
-            layers=lay,
-            dtype=dtype,
-            **run,
-        )
+    streamed = not run.holds_every_map
+    adapter = load_model(model, device="cpu" if streamed else device, dtype=None if streamed else dtype)
+    if streamed:  # the driver only tokenizes and writes the index; the engine's job (stream: here) captures
+        store = _capture_on_engine(model, adapter, corpus, store_dir, run, lay, batch_size, store_dtype, dtype)
     else:
+        from probe.runs.pipeline import capture_corpus
+
         store = capture_corpus(
             adapter,
             corpus,
-            out,
+            store_dir,
             layers=lay,
             batch_size=batch_size,
             dtype=store_dtype,
@@ -184,10 +156,65 @@ def capture_cmd(
             on_long="truncate" if truncate else ("error" if text else "skip"),
         )
     skipped = store.manifest.get("skipped") or {}
-    msg = f"{len(store)} examples in {out} ({adapter.name}, {adapter.n_layers} layers × {adapter.n_heads} heads)"
+    msg = f"{len(store)} examples in {store_dir} ({adapter.name}, {adapter.n_layers} layers × {adapter.n_heads} heads)"
     if skipped:
         msg += "; skipped: " + ", ".join(f"{n} {why}" for why, n in skipped.items())
     click.echo(msg)
+
+
+def _store_dir(out: str, force: bool) -> Path:
+    """``out`` resolved (a link followed) and proved writable before any compute: a store
+    (or one whose first capture is still running: its lock comes before the manifest)
+    resumes; with ``force`` any other directory is replaced by a fresh store."""
+    import shutil
+
+    from probe.app.registry.outdir import check_out
+
+    resumable = any((Path(out) / name).exists() for name in ("manifest.json", ".lock")) and not force
+    checked = check_out(out, force=force or resumable)
+    if not resumable and force and checked.is_dir():
+        shutil.rmtree(checked)
+    return checked
+
+
+def _capture_on_engine(
+    model: str,
+    adapter: Any,
+    corpus: Any,
+    out: Path,
+    engine: Any,
+    layers: Optional[list],
+    batch_size: int,
+    store_dtype: str,
+    dtype: Optional[str],
+) -> Any:
+    """The store written by the engine's job (:func:`probe.app.engine.capture.capture`):
+    the manifest says the workers' dtype and device."""
+    from probe.app.engine.capture import capture as capture_on_engine
+    from probe.inputs.corpus import fit_to_model
+    from probe.runs.pipeline import store_manifest
+
+    device = engine.device
+    manifest = store_manifest(  # the workers run the forward: their dtype and device
+        adapter,
+        corpus,
+        fit_to_model(corpus, adapter),
+        layers,
+        options={"batch_size": batch_size, "truncate": False},
+        forward_dtype=dtype or ("bfloat16" if str(device).startswith("cuda") and model.startswith("hf:") else None),
+        device=str(device).split(":")[0],
+    )
+    return capture_on_engine(
+        model,
+        corpus,
+        out,
+        manifest=manifest,
+        store_dtype=store_dtype,
+        batch_size=batch_size,
+        layers=layers,
+        dtype=dtype,
+        **engine.job_settings(),
+    )
 
 
 @click.command("heatmap")
@@ -206,7 +233,9 @@ def capture_cmd(
 @force_option
 @quiet_option
 @user_errors
-def heatmap_cmd(store_dir, example, head_spec, layer, fmt, out, force, quiet):
+def heatmap_cmd(
+    store_dir: str, example: int, head_spec: str, layer: Optional[int], fmt: str, out: str, force: bool, quiet: bool
+) -> None:
     """Draw one head's attention on one stored example, with token labels."""
     from probe.app.registry.outdir import OutDir
 

@@ -3,6 +3,8 @@ its sections are the registered analyses that declare ``section``."""
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import click
 
 from .numbers import integer
@@ -46,21 +48,15 @@ def _sections_help() -> str:
 )
 @click.option(
     "--objective",
-    "--metric",
-    "objective",
     default="auto",
     show_default=True,
-    help="metric of ablation, importance and claims: auto | loss (masked-LM loss on the sentence's own "
-    "tokens for an MLM, next-token loss for a causal LM, a zoo task's loss) | next-token-loss | accuracy "
-    "(zoo) | similarity-structure (sentence encoders) | embedding-drift; auto picks per model and prints "
-    "the choice; one that does not fit the model is refused before any forward, naming those that do",
-)
-@click.option(
-    "--target",
-    default="auto",
-    show_default=True,
-    help="what faithfulness explains: auto | logit | logit:<class> | loss:<position> | mlm | "
-    "probe:subject-number | probe:tense",
+    help="what the model is measured by, resolved once per use when the run opens: the metric of "
+    "ablation and importance, the claims' necessity, faithfulness' target. auto (chosen per model and "
+    "use, printed) | loss (masked-LM loss on the sentence's own tokens for an MLM, next-token loss for a "
+    "causal LM, a zoo task's loss) | next-token-loss | accuracy (zoo) | similarity-structure (sentence "
+    "encoders) | embedding-drift | logit | logit:<class> | loss:<position> | mlm | similarity | "
+    "probe:subject-number | probe:tense; a use that does not know the name takes auto there (said in one "
+    "line); one that does not fit the model is refused before any forward, naming those that do",
 )
 @click.option(
     "--max-model-examples",
@@ -105,32 +101,18 @@ def _sections_help() -> str:
 @verbose_option
 @user_errors
 def report_cmd(
-    model,
-    text,
-    file_,
-    conllu,
-    limit,
-    sections,
-    batch_size,
-    device,
-    memory_budget,
-    objective,
-    target,
-    max_model_examples,
-    explained_examples,
-    window,
-    stride,
-    truncate,
-    resume,
-    engine,
-    address,
-    workers,
-    kept_examples,
-    out,
-    force,
-    quiet,
-    verbose,
-):
+    *,
+    text: tuple,
+    file_: Optional[str],
+    sections: Optional[str],
+    memory_budget: str,
+    window: Optional[int],
+    stride: Optional[int],
+    truncate: bool,
+    quiet: bool,
+    verbose: bool,
+    **options: Any,
+) -> None:
     """Write the per-head report to OUT: index.html (layer × head grid), a page per
     head, summary.json and report.md. With no input: the bundled sample sentences.
     Prints one line per section as it starts."""
@@ -138,7 +120,6 @@ def report_cmd(
     configure_progress()
     from probe.app.report.build import build_report
     from probe.inputs.budget import parse_size
-
     from probe.inputs.long_inputs import check_window
 
     budget = parse_size(memory_budget)  # bad values: one Error line before the model loads
@@ -146,35 +127,25 @@ def report_cmd(
     names = [s.strip() for s in sections.split(",") if s.strip()] if sections else None
     progress = None if quiet else (lambda i, n, name: click.echo(f"[{i + 1}/{n}] {name} …", err=True))
     data = build_report(
-        out,
-        model=model,
         text=list(text) or None,
         file=file_,
-        conllu=conllu,
-        limit=limit,
-        force=force,
         sections=names,
-        device=device,
-        batch_size=batch_size,
         progress=progress or False,
         memory_budget=budget,
-        objective=objective,
-        target=target,
-        max_model_examples=max_model_examples,
-        explained_examples=explained_examples,
-        resume=resume,
         window=window,
         stride=stride,
         truncate=truncate,
-        engine=engine,
-        workers=workers,
-        address=address,
-        kept_examples=kept_examples,
+        **options,  # the other options under build_report's names (model, out, objective, engine …)
     )
+    _say_done(data, quiet)
+
+
+def _say_done(data: Any, quiet: bool) -> None:
+    """Each section's outcome (unless ``quiet``) and the line naming what was written."""
     if not quiet:
         for o in data.outcomes:
             click.echo(f"  {o.name:<12} {o.status}" + (f": {o.reason}" if o.reason else ""))
-    kept = "" if data.ctx.on_engine is None else f", {len(data.ctx.on_engine.corpus)} in the statistics"
+    kept = "" if data.ctx.report.on_engine is None else f", {len(data.ctx.report.on_engine.corpus)} in the statistics"
     click.echo(f"wrote {data.path}/index.html ({len(data.ctx.maps)} examples{kept}, {data.seconds:.0f}s)")
 
 

@@ -11,8 +11,12 @@ compute, written atomically), ``--quiet`` and ``--verbose``.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import click
+
+if TYPE_CHECKING:
+    from probe.app.registry import Analysis, Result
 
 from .numbers import Number
 from .common import (
@@ -70,7 +74,7 @@ def _click_type(p):
     return p.type
 
 
-def convert(p, value):
+def convert(p: Any, value: Any) -> Any:
     """A parsed option's value in the declared type (heads, integer lists, names)."""
     conv = {
         "heads": lambda v: parse_heads(v, p.option),
@@ -115,31 +119,14 @@ def _hidden_alias(p, alias):
     return click.option(alias, f"_alias_{p.name}", type=_click_type(p), default=None, hidden=True, expose_value=True)
 
 
-def build_command(analysis) -> click.Command:
-    """The click command ``probe <analysis.name>``."""
-    needs = set(analysis.needs)
+#: the options every command shares, passed to :func:`run_analysis` by name
+COMMON = ("model", "device", "text", "file_", "conllu", "limit", "engine", "address", "workers", "objective")
 
-    def callback(**kw):
-        verbose = kw.pop("verbose", False)
-        quiet = kw.pop("quiet", False)
-        setup_logging(verbose)
-        configure_progress()
-        out, force = kw.pop("out"), kw.pop("force")
-        declared = {p.name for p in analysis.params}
-        common = {
-            k: kw.pop(k)
-            for k in ("model", "device", "text", "file_", "conllu", "limit", "engine", "address", "workers")
-            if k in kw and k not in declared
-        }
-        for p in analysis.params:
-            for alias in p.aliases:
-                old = kw.pop(f"_alias_{p.name}", None)
-                if old is not None:
-                    click.echo(f"note: {alias} is deprecated; use {p.option}", err=True)
-                    kw[p.name] = old
-        params = {p.name: convert(p, kw[p.name]) for p in analysis.params}
-        run_analysis(analysis, params, out=out, force=force, quiet=quiet, **common)
 
+def build_command(analysis: Analysis) -> click.Command:
+    """The click command ``probe <analysis.name>``: the declared parameters' options, the
+    common options its ``needs`` imply, ``--engine`` for its ``engines`` and the one
+    ``--objective`` for its ``objective`` use."""
     cmd = verbose_option(
         quiet_option(
             force_option(
@@ -149,7 +136,7 @@ def build_command(analysis) -> click.Command:
                     required=True,
                     type=click.Path(),
                     help="output directory (created; must be empty unless --force)",
-                )(user_errors(callback))
+                )(user_errors(_callback(analysis)))
             )
         )
     )
@@ -157,6 +144,38 @@ def build_command(analysis) -> click.Command:
         for alias in p.aliases:
             cmd = _hidden_alias(p, alias)(cmd)
         cmd = _param_option(p)(cmd)
+    cmd = _common_options(analysis, cmd)
+    help_text = analysis.help or analysis.title
+    return click.command(analysis.command_name or analysis.name, help=help_text, short_help=analysis.title)(cmd)
+
+
+def _callback(analysis: Analysis) -> Callable[..., None]:
+    """The command's body: the options split into the common ones and the declared
+    parameters (old spellings noted), then :func:`run_analysis`."""
+
+    def callback(**kw: Any) -> None:
+        verbose = kw.pop("verbose", False)
+        quiet = kw.pop("quiet", False)
+        setup_logging(verbose)
+        configure_progress()
+        out, force = kw.pop("out"), kw.pop("force")
+        declared = {p.name for p in analysis.params}
+        common = {k: kw.pop(k) for k in COMMON if k in kw and k not in declared}
+        for p in analysis.params:
+            for alias in p.aliases:
+                old = kw.pop(f"_alias_{p.name}", None)
+                if old is not None:
+                    click.echo(f"note: {alias} is deprecated; use {p.option}", err=True)
+                    kw[p.name] = old
+        params = {p.name: convert(p, kw[p.name]) for p in analysis.params}
+        run_analysis(analysis, params, out=out, force=force, quiet=quiet, **common)
+
+    return callback
+
+
+def _common_options(analysis: Analysis, cmd: Callable) -> Callable:
+    """``cmd`` with the common options of the analysis' ``needs``, ``engines`` and ``objective``."""
+    needs = set(analysis.needs)
     if "treebank" in needs:
         cmd = skip_invalid_option(
             click.option(
@@ -169,37 +188,47 @@ def build_command(analysis) -> click.Command:
         cmd = limit_option(cmd)
     if analysis.engines:
         cmd = engine_option(analysis.engines)(cmd)
+    if analysis.objective:
+        from probe.analyses.common.objective_names import objective_help
+
+        cmd = click.option(
+            "--objective", default="auto", show_default=True, help=objective_help((analysis.objective,))
+        )(cmd)
     if needs & {"model", "corpus", "maps", "zoo", "gradients", "treebank"}:
         cmd = click.option(
             "--model", "-m", default=analysis.model, show_default=True, help="minilm | hf:<id or path> | zoo:<task>"
         )(device_option(cmd))
-    help_text = analysis.help or analysis.title
-    return click.command(analysis.command_name or analysis.name, help=help_text, short_help=analysis.title)(cmd)
+    return cmd
 
 
 def run_analysis(
-    analysis,
+    analysis: Analysis,
     params: dict,
     *,
-    out,
-    force=False,
-    quiet=False,
-    model="minilm",
-    device="cpu",
-    text=(),
-    file_=None,
-    conllu=None,
-    limit=None,
-    engine="local",
-    address=None,
-    workers=2,
-):
+    out: str,
+    force: bool = False,
+    quiet: bool = False,
+    model: str = "minilm",
+    device: str = "cpu",
+    text: Sequence[str] = (),
+    file_: Optional[str] = None,
+    conllu: Optional[str] = None,
+    limit: Optional[int] = None,
+    engine: Optional[str] = None,
+    address: Optional[str] = None,
+    workers: int = 2,
+    objective: str = "auto",
+) -> Result:
     """Check ``out``, run ``analysis`` inside a temporary sibling directory, write its
-    result there and rename it to ``out``; print its notes and the files written."""
+    result there and rename it to ``out``; print its notes and the files written. The
+    engine is validated and the objective resolved (printed) when the run opens, before
+    the analysis runs."""
     from probe.app.registry import Inputs, open_run
     from probe.app.registry.outdir import OutDir
+    from probe.app.registry.runs import engine_of
 
     target = OutDir(out, force)  # refuses a bad --out before anything is computed
+    run_engine = engine_of(engine, analysis.engines, analysis.name, address=address, workers=workers, device=device)
     t0 = time.perf_counter()
     with target as tmp:
         ctx = open_run(
@@ -210,10 +239,11 @@ def run_analysis(
             params=params,
             quiet=quiet,
             workdir=tmp,
-            engine=engine,
-            address=address,
-            workers=workers,
+            engine=run_engine,
+            objective=objective,
         )
+        if analysis.objective:
+            ctx.objective(analysis.objective)  # resolved (a bad name refused) before any forward
         result = analysis.run(ctx)
         result.write(tmp)
         names = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())

@@ -8,7 +8,7 @@ from .common import user_errors
 
 
 @click.group("store")
-def store_group():
+def store_group() -> None:
     """Check (verify) or mend (repair) an attention store written by `probe capture`."""
 
 
@@ -26,7 +26,7 @@ def _summary(check) -> str:
 @store_group.command("verify")
 @click.argument("directory", type=click.Path(file_okay=False))
 @user_errors
-def verify_cmd(directory):
+def verify_cmd(directory: str) -> None:
     """Read every example of the store; exit 1 when something is damaged."""
     from probe.store.repair import verify_store
 
@@ -43,7 +43,7 @@ def verify_cmd(directory):
 @store_group.command("repair")
 @click.argument("directory", type=click.Path(file_okay=False))
 @user_errors
-def repair_cmd(directory):
+def repair_cmd(directory: str) -> None:
     """Drop damaged examples, a torn index tail and orphan shards; a capture then redoes them."""
     from probe.store.repair import repair_store
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from probe.errors import InputError
 
 import json
@@ -46,8 +48,19 @@ from .common import quiet_option, setup_logging, user_errors, verbose_option
 @verbose_option
 @user_errors
 def train_cmd(
-    spec, out, force, steps, seed, batch_size, checkpoint_every, n_checkpoints, stop_after, as_json, quiet, verbose
-):
+    spec: str,
+    out: str,
+    force: bool,
+    steps: Optional[int],
+    seed: int,
+    batch_size: Optional[int],
+    checkpoint_every: Optional[int],
+    n_checkpoints: Optional[int],
+    stop_after: Optional[int],
+    as_json: bool,
+    quiet: bool,
+    verbose: bool,
+) -> None:
     """Train a zoo model from scratch: SPEC is zoo:<task>.
 
     With --checkpoint-every or --checkpoints the run's checkpoints are saved too, for
@@ -61,7 +74,7 @@ def train_cmd(
         )
     from probe.app.registry.outdir import OutDir
 
-    schedule: tuple | list = ()
+    schedule: Sequence[int] = ()
     if checkpoint_every is not None or n_checkpoints is not None:
         total = zoo.task_module(spec).STEPS if steps is None else steps
         schedule = zoo.checkpoint_schedule(stop_after or total, every=checkpoint_every, n=n_checkpoints)
@@ -99,7 +112,7 @@ def train_cmd(
 @click.option("--n", "n_old", type=integer(min=1), default=None, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @user_errors
-def evaluate_cmd(model, path, n, n_old, as_json):
+def evaluate_cmd(model: str, path: Optional[str], n: Optional[int], n_old: Optional[int], as_json: bool) -> None:
     """Held-out accuracy of a zoo model on its regenerated evaluation set."""
     if n_old is not None:
         click.echo("note: --n is deprecated; use --limit", err=True)

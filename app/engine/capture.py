@@ -6,27 +6,32 @@ context gives it the engine's (``ctx.runner``: this process, or Ray's actors).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from probe.runs.blocks import corpus_items
 
 from .jobs import StoreJob
+
+if TYPE_CHECKING:
+    from probe.inputs.corpus import Corpus
+    from probe.store.directory import Store
 from .run import run_job
 
 __all__ = ["capture"]
 
 
 def capture(
-    model,
-    corpus,
-    out,
+    model: str,
+    corpus: Corpus,
+    out: Union[str, Path],
     *,
     manifest: dict,
     store_dtype: str = "float32",
     batch_size: int = 16,
     layers: Optional[Sequence[int]] = None,
-    **run,
-):
+    **run: Any,
+) -> Store:
     """Capture ``corpus`` into the store ``out``: each worker writes the shard of its
     block, the driver appends the index in input order as blocks finish. Resumable
     after a worker or the driver was killed: examples in the index are not redone.

@@ -12,9 +12,12 @@ removals). Each job first leaves out the items longer than the model's limit
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from probe.runs.blocks import Part, fit_items, item_text
+
+if TYPE_CHECKING:
+    from probe.models import ModelAdapter
 
 __all__ = ["StoreJob"]
 
@@ -30,7 +33,7 @@ class StoreJob:
     def __init__(self, out: str, dtype: str = "float32", batch_size: int = 16, layers: Optional[Sequence] = None):
         self.out, self.dtype, self.batch_size, self.layers = str(out), dtype, batch_size, layers
 
-    def run(self, adapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
+    def run(self, adapter: ModelAdapter, items: Sequence, indices: Sequence[int], progress: bool = False) -> Part:
         import torch
 
         from probe.runs.capture import iter_capture

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ __all__ = ["BlockWorker", "run_blocks", "ensure_ray", "require_ray", "RAY_HINT"]
 RAY_HINT = 'the Ray engine needs the optional extra: pip install -e ".[ray]"'
 
 
-def require_ray():
+def require_ray() -> Any:
     """``import ray`` or a ``ValueError`` saying how to install it."""
     try:
         import ray
@@ -66,7 +66,7 @@ class BlockWorker:
         return {"block": np.asarray(blocks, dtype=np.int64), "part": np.asarray(parts, dtype=object)}
 
 
-def ensure_ray(address: Optional[str], workers: int):
+def ensure_ray(address: Optional[str], workers: int) -> Any:
     """Connect to ``address`` or start a local cluster (once per process) with this
     machine's CPUs, at least ``workers``."""
     ray = require_ray()
@@ -103,7 +103,7 @@ def run_blocks(
     model: str,
     items: Sequence,
     blocks: Sequence[Sequence[int]],
-    job,
+    job: Any,
     *,
     address: Optional[str],
     workers: int,

@@ -1,6 +1,7 @@
 """Run a job over a corpus in this process or on a Ray cluster: :func:`run_job`, :func:`run_corpus`.
 
-``engine="local"``: one process, the whole corpus as one block (the streaming path).
+``engine="local"`` or ``"stream"`` (:mod:`.kind`): this process, the whole corpus as one
+block (the streaming path; what a run holds is the run's business, not the job's).
 ``engine="ray"``: Ray Data holds the corpus as a dataset of blocks (``block_size``
 items each, the items themselves travel in the rows); a pool of ``workers`` actors,
 each loading the model once (``num_gpus=1`` per actor when the model runs on CUDA,
@@ -15,51 +16,30 @@ Ray is an optional extra: ``pip install -e ".[ray]"``.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 from probe.errors import InputError
 
 from probe.runs.blocks import CorpusItem, Part, stream_into
 
+from .kind import ENGINES
 from .ray_engine import require_ray, run_blocks
+
+if TYPE_CHECKING:
+    from probe.models import ModelAdapter
+    from probe.runs.blocks import Runner
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "ENGINES",
-    "CLI_ENGINES",
     "CorpusItem",
     "Part",
     "run_job",
     "run_corpus",
     "engine_runner",
     "require_ray",
-    "engine_settings",
 ]
-
-ENGINES = ("local", "ray")
-#: what ``--engine`` offers: ``stream`` is the ``local`` engine of :func:`run_job` (one
-#: process, the accumulators), ``local`` today's whole-maps path that needs no engine
-CLI_ENGINES = ("local", "stream", "ray")
-
-
-def engine_settings(
-    engine: str = "local", address: Optional[str] = None, workers: int = 2, device: str = "cpu"
-) -> Optional[dict]:
-    """Keyword arguments of :func:`run_job` for a ``--engine`` choice, or ``None`` for
-    ``local`` (today's single-process path, no engine).
-
-    Raises:
-        ValueError: an unknown engine, or ``ray`` without Ray installed (says how to install it).
-    """
-    if engine not in CLI_ENGINES:
-        raise InputError(f"unknown engine {engine!r}; use one of {', '.join(CLI_ENGINES)}")
-    if engine == "local":
-        return None
-    if engine == "ray":
-        require_ray()
-        return {"engine": "ray", "address": address, "workers": workers, "device": device}
-    return {"engine": "local", "device": device}
 
 
 def _check(engine: str, workers: int, block_size: Optional[int]) -> None:
@@ -83,11 +63,11 @@ def auto_block_size(n_items: int, workers: int) -> int:
 
 
 def run_job(
-    model,
-    items: Sequence,
-    job,
+    model: Union[str, ModelAdapter],
+    items: Sequence[Any],
+    job: Any,
     *,
-    engine: str = "local",
+    engine: str = "stream",
     address: Optional[str] = None,
     workers: int = 1,
     block_size: Optional[int] = None,
@@ -98,7 +78,7 @@ def run_job(
     gpus_per_worker: int = 1,
     threads_per_worker: Optional[int] = None,
     progress: bool = False,
-) -> list:
+) -> list[Part]:
     """Run ``job`` over ``items`` and return its parts in input order.
 
     Args:
@@ -106,7 +86,7 @@ def run_job(
             engine also a loaded :class:`probe.models.ModelAdapter`.
         items: strings or objects with ``.text`` (and ``.spans``), picklable.
         job: a :mod:`probe.app.engine.jobs` job (``run(adapter, items, indices)``).
-        engine: ``local`` or ``ray``; address: an existing cluster (``ray://…`` or
+        engine: ``stream`` (or ``local``: both this process) or ``ray`` (:mod:`.kind`); address: an existing cluster (``ray://…`` or
             ``auto``), default a local one with ``workers`` CPUs.
         workers: actors in the pool; block_size: items per block (one actor call); default
             the job's own ``block_size`` (a store's shard) or :func:`auto_block_size`.
@@ -127,7 +107,7 @@ def run_job(
     todo = [i for i in range(len(items)) if i not in skipped]
     if not todo:
         return []
-    if engine == "local":
+    if engine != "ray":
         from probe.models import ModelAdapter, load_model
 
         adapter = model if isinstance(model, ModelAdapter) else load_model(model, device=device, dtype=dtype)
@@ -158,23 +138,23 @@ def run_job(
     )
 
 
-def engine_runner(model, **run):
+def engine_runner(model: Union[str, ModelAdapter], **run: Any) -> Runner:
     """A runner of :mod:`probe.runs.blocks` (``runner(job, items) -> [Part]``) on an engine:
-    :func:`run_job` of ``model`` (a spec each Ray actor loads, or for ``engine="local"``
-    a loaded adapter) with the engine settings ``run`` (:func:`engine_settings`)."""
+    :func:`run_job` of ``model`` (a spec each Ray actor loads, or in this process a loaded
+    adapter) with the engine settings ``run`` (:meth:`probe.app.engine.kind.Engine.job_settings`)."""
 
-    def runner(job, items) -> list:
+    def runner(job: Any, items: Sequence[Any]) -> list[Part]:
         return run_job(model, list(items), job, **run)
 
     return runner
 
 
 def run_corpus(
-    model,
-    corpus: Sequence,
-    accumulators: Sequence,
+    model: Union[str, ModelAdapter],
+    corpus: Sequence[Any],
+    accumulators: Sequence[Any],
     *,
-    engine: str = "local",
+    engine: str = "stream",
     address: Optional[str] = None,
     workers: int = 1,
     batch_size: int = 16,
@@ -184,7 +164,7 @@ def run_corpus(
     last_rows: Optional[int] = None,
     threads_per_worker: Optional[int] = None,
     progress: bool = False,
-):
+) -> tuple[list[Any], list[tuple[int, int]]]:
     """Stream ``corpus`` through the model into ``accumulators`` (capture + accumulate).
 
     Returns:

@@ -65,6 +65,7 @@ __all__ = [
     "analyses_registered",
     "NEEDS",
     "ENGINES",
+    "STREAMING",
 ]
 
 #: what an analysis may need, with the common CLI options each one brings
@@ -78,9 +79,10 @@ NEEDS = {
     "gradients": "a differentiable live model",
 }
 
-#: every ``--engine`` (docs/scale.md): ``local`` one process on whole maps, ``stream`` one
-#: process layer by layer into accumulators, ``ray`` the accumulators on a pool of Ray actors
-ENGINES = ("local", "stream", "ray")
+from probe.app.engine.kind import ENGINES  # noqa: E402  (the one engine vocabulary, docs/scale.md)
+
+#: the engines of an analysis that streams its corpus through ``ctx.runner`` (it holds no maps)
+STREAMING = ("stream", "ray")
 
 
 class SkipAnalysis(NotApplicable):
@@ -157,8 +159,8 @@ class Analysis:
         model: the default of ``--model`` for this command (a model its defaults work with).
         example: one command line that runs in seconds (the README tour shows it and
             tests/test_cli_contract.py runs it).
-        engines: the ``--engine`` choices of the command (``local``, ``stream``, ``ray``;
-            docs/scale.md); non-empty adds ``--engine``/``--address``/``--workers``, and
+        engines: the ``--engine`` choices of the command (:class:`probe.app.engine.kind.Engine`
+            names; :data:`STREAMING` for one that streams its corpus and holds no maps); non-empty adds ``--engine``/``--address``/``--workers``, and
             ``run`` hands its jobs to ``ctx.runner`` (this process, or Ray's actors)
             without asking which engine it is.
         accumulators: ``accumulators(ctx, corpus) -> {key: accumulator}``: the corpus statistics
@@ -170,6 +172,9 @@ class Analysis:
         shows: what the report shows of it (:class:`probe.app.registry.presentation.Presentation`:
             its per-head evidence and kinds, head-page block, index-table columns, verdict
             hint, grid mark and what an engine streams of it); the report reads only this.
+        objective: the use (:data:`probe.analyses.common.objective.USES`) whose objective
+            ``run`` measures the model by, read as ``ctx.objective(use)`` (resolved once
+            per run); non-empty adds the one ``--objective`` option to the command.
     """
 
     name: str
@@ -192,6 +197,7 @@ class Analysis:
     engines: tuple = ()
     accumulators: Optional[Callable] = None
     shows: Presentation = field(default_factory=Presentation)
+    objective: Optional[str] = None
 
     @property
     def command_name(self) -> Optional[str]:
@@ -344,9 +350,10 @@ def run(
     quiet: bool = True,
     out: Any = None,
     force: bool = False,
-    engine: str = "local",
-    address: Any = None,
+    engine: Optional[str] = None,
+    address: Optional[str] = None,
     workers: int = 2,
+    objective: Any = "auto",
     **params: Any,
 ) -> Result:
     """Run the analysis ``name`` from Python and return its :class:`Result`.
@@ -357,18 +364,21 @@ def run(
         out: also write the result into this directory (refused when non-empty unless
             ``force``), as the CLI does.
         engine, address, workers: ``--engine`` and its settings, for analyses that
-            declare ``engines`` (docs/scale.md).
+            declare ``engines`` (docs/scale.md; default: the first it declares, else ``local``).
+        objective: what an analysis that declares ``objective`` measures the model by (a
+            name, ``auto``, an :class:`probe.analyses.common.objective.Objective` or a
+            callable), resolved once when the run asks.
         params: the analysis' parameters (see ``probe <name> --help``).
 
     Raises:
         ValueError: unknown analysis or parameter, or input the analysis cannot use.
     """
     from .outdir import OutDir
+    from .runs import engine_of
 
     analysis = get(name)
     values = analysis.defaults(**params)
-    if engine != "local" and engine not in analysis.engines:
-        raise InputError(f"{analysis.name} runs with engine local only, not {engine!r}")
+    run_engine = engine_of(engine, analysis.engines, analysis.name, address=address, workers=workers, device=device)
     target = OutDir(out, force) if out is not None else None
     ctx = open_run(
         model,
@@ -378,9 +388,8 @@ def run(
         adapter=adapter,
         params=values,
         quiet=quiet,
-        engine=engine,
-        address=address,
-        workers=workers,
+        engine=run_engine,
+        objective=objective,
     )
     result = analysis.run(ctx)
     if target is not None:

@@ -19,14 +19,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
 
-def check_out(out, force: bool = False) -> Path:
+def check_out(out: Union[str, Path], force: bool = False) -> Path:
     """``out`` as a Path, after checking it can receive a result.
 
     Returns the resolved absolute path (symbolic links followed): use it from then on.
@@ -52,7 +52,7 @@ def check_out(out, force: bool = False) -> Path:
     return out
 
 
-def probe_writable(directory: Path, given) -> None:
+def probe_writable(directory: Path, given: Union[str, Path]) -> None:
     """Create and remove a file in ``directory``.
 
     Raises:
@@ -73,7 +73,7 @@ class OutDir:
     """Context manager yielding a temporary directory beside ``out``; on success it
     replaces ``out``, on error it is removed and ``out`` is left as it was."""
 
-    def __init__(self, out, force: bool = False):
+    def __init__(self, out: Union[str, Path], force: bool = False) -> None:
         self.out = check_out(out, force)
         self.tmp: Optional[Path] = None
 

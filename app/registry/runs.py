@@ -5,30 +5,27 @@ A run is a model, its inputs, and how its maps are kept: on the ``local`` engine
 example's maps (captured on first use); on ``stream`` or ``ray`` with ``kept_examples``,
 the whole corpus goes to the engine's accumulators and only the first ``kept_examples``
 examples are captured whole (the report's pages and the analyses that need whole maps).
-The engine is a property of the run (``ctx.engine``; ``ctx.runner`` runs an analysis'
-jobs on it), not of each analysis.
+The engine is a property of the run (``ctx.engine``, one
+:class:`probe.app.engine.kind.Engine`; ``ctx.runner`` runs an analysis' jobs on it), not of
+each analysis; so is the objective (``ctx.objective(use)``: the one ``--objective``,
+resolved once per use).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from probe.errors import InputError
 
-from .context import Context
+from .context import Context, Inputs, ReportState
 
-__all__ = ["Inputs", "open_run"]
+if TYPE_CHECKING:
+    from pathlib import Path
 
+    from probe.app.engine.kind import Engine
+    from probe.models import ModelAdapter
 
-@dataclass(frozen=True)
-class Inputs:
-    """What the user gave as input: ``--text`` (repeatable), ``--file`` or ``--conllu``
-    (at most one of the three; none: a zoo model's own evaluation set)."""
-
-    text: Sequence[str] = ()
-    file: Optional[str] = None
-    conllu: Optional[str] = None
+__all__ = ["Inputs", "open_run", "engine_of"]
 
 
 def open_run(
@@ -37,20 +34,19 @@ def open_run(
     *,
     limit: Optional[int] = None,
     device: str = "cpu",
-    engine: str = "local",
-    address: Optional[str] = None,
-    workers: int = 2,
+    engine: Union[str, Engine] = "local",
+    objective: Any = "auto",
     kept_examples: Optional[int] = None,
-    adapter=None,
+    adapter: Optional[ModelAdapter] = None,
     maps: Optional[list] = None,
     params: Optional[dict] = None,
     quiet: bool = True,
     batch_size: int = 16,
-    workdir=None,
-    settings: Optional[dict] = None,
-    overrides: Optional[dict] = None,
+    workdir: Optional[Path] = None,
+    report: Optional[ReportState] = None,
     echo: Optional[bool] = None,
     indent: str = "",
+    objective_fallback: bool = False,
 ) -> Context:
     """Open the run whose context the analyses read; nothing heavy happens here (the
     model, corpus and maps are built on first use).
@@ -62,24 +58,28 @@ def open_run(
             first use), a :class:`probe.inputs.corpus.Corpus` already fitted (the run's corpus
             as is), or ``None`` (a zoo model's own set).
         limit, device: the common options.
-        engine: ``local``, ``stream`` or ``ray`` (docs/scale.md); ``address``, ``workers``:
-            its settings.
+        engine: an :class:`probe.app.engine.kind.Engine` (``ray`` with its address and
+            workers), or its name (docs/scale.md).
+        objective: the one objective option (a name, ``auto``, an ``Objective`` or a
+            callable), resolved once per use by ``ctx.objective(use)``;
+            ``objective_fallback``: a name a use does not know means ``auto`` there (the
+            report's many uses), instead of an error.
         kept_examples: on ``stream``/``ray``, the examples whose maps are kept: the run's
             ``corpus`` is the first ``kept_examples`` of the whole corpus, which stays the
             ``input_corpus`` the engine runs on. Ignored on ``local`` (every map is kept).
         adapter: an already loaded model (``model`` stays the spec an engine's workers load).
         maps: maps already captured, one per corpus example (not captured again).
         params, quiet, batch_size, workdir: see :class:`probe.app.registry.Context`.
-        settings, overrides, echo, indent: the report's (see the Context); ``echo``
+        report, echo, indent: the report's (its :class:`ReportState`: results, settings,
+            the section overrides …; see the Context); ``echo``
             defaults to ``not quiet``.
 
     Raises:
         InputError: an unknown engine, or a non-positive ``kept_examples``.
     """
-    from . import ENGINES  # (the package imports this module)
+    from probe.app.engine.kind import Engine
 
-    if engine not in ENGINES:
-        raise InputError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    run_engine = engine if isinstance(engine, Engine) else Engine(engine, device=device)
     if kept_examples is not None and kept_examples < 1:
         raise InputError(f"kept_examples must be at least 1, got {kept_examples}")
     if adapter is None and model is not None and not isinstance(model, str):
@@ -88,27 +88,48 @@ def open_run(
     corpus = None if inputs is None or isinstance(inputs, Inputs) else inputs
     ctx = Context(
         model=model,
-        text=given.text,
-        file=given.file,
-        conllu=given.conllu,
+        inputs=given,
         limit=limit,
         device=device,
         params=params,
         adapter=adapter,
         corpus=corpus,
-        input_corpus=corpus,
         maps=maps,
         quiet=quiet,
         batch_size=batch_size,
         workdir=workdir,
-        engine=engine,
-        address=address,
-        workers=workers,
-        settings=settings,
-        overrides=overrides,
+        engine=run_engine,
+        objective=objective,
+        objective_fallback=objective_fallback,
+        report=report,
         echo=echo,
         indent=indent,
     )
-    if engine != "local" and kept_examples is not None and maps is None:
-        ctx.keep_first(kept_examples)
+    if not run_engine.holds_every_map and kept_examples is not None and maps is None:
+        ctx._keep_first(kept_examples)
     return ctx
+
+
+def engine_of(
+    name: Optional[str],
+    engines: Sequence[str],
+    analysis: str,
+    *,
+    address: Optional[str] = None,
+    workers: int = 2,
+    device: str = "cpu",
+) -> Engine:
+    """The :class:`probe.app.engine.kind.Engine` an analysis runs on: ``name`` (``None``: the
+    first of its ``engines``, or ``local`` when it declares none), validated once.
+
+    Raises:
+        InputError: an unknown engine, or one the analysis does not run on (one line naming
+            those it does).
+    """
+    from probe.app.engine.kind import Engine
+
+    offered = tuple(engines) or ("local",)
+    engine = Engine(name or offered[0], address=address, workers=workers, device=device)
+    if engine.name not in offered:
+        raise InputError(f"{analysis} runs with --engine {' or '.join(offered)}, not {engine.name!r}")
+    return engine

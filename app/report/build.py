@@ -114,8 +114,8 @@ def analyse(
     t0 = time.perf_counter()
     if not ctx.maps:
         raise InputError("nothing to report: no example was captured")
-    if not ctx.representatives:
-        ctx.representatives = representative_examples(ctx.maps)
+    if not ctx.report.representatives:
+        ctx.report.representatives = representative_examples(ctx.maps)
     outcomes = run_sections(ctx, choose(sections), strict=strict, progress=progress, partial=partial)
     from probe.app.registry.evidence import collect
 
@@ -153,7 +153,7 @@ def _render(data: ReportData, tmp: Path) -> None:
     heads_dir = tmp / "heads"
     heads_dir.mkdir()
     sharp = sharpest_examples(ctx.maps)
-    rep = ctx.representatives[0]
+    rep = ctx.report.representatives[0]
     requests, figures = {}, {}
     for li, layer in enumerate(ctx.layers):
         for h in range(ctx.n_heads):
@@ -227,8 +227,7 @@ def build_report(
     strict: bool = False,
     progress: Any = False,
     memory_budget: Optional[int] = None,
-    objective: Optional[str] = None,
-    target: Optional[str] = None,
+    objective: Any = "auto",
     max_model_examples: Optional[int] = None,
     explained_examples: Optional[int] = None,
     resume: bool = True,
@@ -253,8 +252,9 @@ def build_report(
         strict: raise an analysis' error instead of listing the section as failed.
         memory_budget: bytes the process may use (:mod:`probe.inputs.budget`; default 2 GiB):
             forwards with gradients are sized from the input length to fit it.
-        objective: the metric of ablation/importance/claims (``auto``: chosen per model
-            and printed); ``target``: what faithfulness explains (``auto`` likewise).
+        objective: what the sections measure the model by (ablation, importance, claims,
+            faithfulness' target; ``auto``: chosen per model and use, printed), resolved
+            once per use when the run opens (``ctx.objective(use)``).
         max_model_examples: most examples the model-running sections (ablation,
             importance, claims) use; ``0`` for the whole corpus; default their own cap.
         window, stride: split examples longer than ``window`` tokens into overlapping
@@ -281,7 +281,8 @@ def build_report(
         ValueError: bad input (see :func:`probe.inputs.corpus.load_corpus`), unknown model or
             section, ``out`` exists without ``force``, nothing left to capture.
     """
-    from probe.analyses.common.objective import check_objective
+    from probe.app.engine.kind import Engine
+    from probe.app.registry.context import ReportState
     from probe.inputs.budget import DEFAULT_BUDGET, check_budget
     from probe.inputs.budget import memory_budget as budget_in_force
     from probe.inputs.long_inputs import check_window
@@ -301,26 +302,27 @@ def build_report(
     corpus, long_note = _fitted(corpus, adapter, window, stride, truncate)
     check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
     engine, engine_why = choose_engine(engine, corpus, adapter, budget)
-    check_objective(objective, adapter, corpus)  # an objective that does not fit: refused before any forward
-    overrides = _overrides(objective, target, max_model_examples, explained_examples)
+    overrides = _overrides(max_model_examples, explained_examples)
     ctx = open_run(
         model,
         corpus,
         adapter=adapter,
         device=device,
-        engine=engine,
-        address=address,
-        workers=workers,
+        engine=Engine(engine, address=address, workers=workers, device=device),
         kept_examples=(kept_examples or KEPT_EXAMPLES) if engine != "local" else None,
         batch_size=batch_size,
-        overrides=overrides,
+        report=ReportState(overrides=overrides),
+        objective=objective,
+        objective_fallback=True,
         quiet=not progress,
         echo=bool(progress),
         indent="  ",
     )
+    ctx.open_objectives(s.objective for s in choose(sections) if s.objective)  # refused before any forward
     fingerprinted = dict(
         input=source, limit=limit, sections=[s.name for s in choose(sections)], overrides=overrides,
-        batch_size=batch_size, device=device, window=window, stride=stride, truncate=truncate,
+        objective=str(objective), batch_size=batch_size, device=device, window=window, stride=stride,
+        truncate=truncate,
     )  # fmt: skip
     partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
     settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
@@ -328,7 +330,7 @@ def build_report(
     settings.update({k: v for k, v in (("long inputs", long_note), ("engine choice", engine_why)) if v})
     if engine != "local":  # the whole corpus's statistics, streamed on the run's engine
         settings.update(_streamed_settings(ctx, batch_size, bool(progress), sections))
-    ctx.settings.update(settings)
+    ctx.report.settings.update(settings)
     with budget_in_force(budget):
         data = analyse(
             ctx,
@@ -436,9 +438,9 @@ def _run_settings(
 
 def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections: Optional[Sequence[str]] = None) -> Any:
     """Stream the run's whole corpus once through the accumulators the sections declare
-    (``Analysis.accumulators``) on its engine; they are kept as ``ctx.streamed`` (what
+    (``Analysis.accumulators``) on its engine; they are kept as ``ctx.report.streamed`` (what
     ``ctx.accumulated`` returns) and the :class:`.engine_sections.EngineRun` as
-    ``ctx.on_engine``, which is returned."""
+    ``ctx.report.on_engine``, which is returned."""
     import sys
 
     from probe.runs.blocks import Streamed, corpus_items, stream_into
@@ -448,7 +450,7 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections: 
     run = ctx.engine_run
     if run is None:
         raise RuntimeError("the local engine holds every example's maps: it streams no statistics")
-    on_engine = ctx.on_engine = EngineRun(ctx.engine, run, ctx.input_corpus)
+    on_engine = ctx.report.on_engine = EngineRun(ctx.engine.name, run, ctx.input_corpus)
     corpus = on_engine.corpus
     if progress:
         where = f"{on_engine.run.get('workers')} Ray workers" if on_engine.name == "ray" else "this process"
@@ -464,7 +466,7 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections: 
         for (name, key), acc in zip(keys, streamed.accumulators):
             filled[name][key] = acc
     on_engine.stats = {"filled": filled, "long": streamed.long, "seconds": streamed.seconds}
-    ctx.streamed.update(filled)
+    ctx.report.streamed.update(filled)
     return on_engine
 
 
@@ -561,18 +563,13 @@ def choose_engine(engine: str, corpus: Any, adapter: Any, budget: int) -> tuple:
     )
 
 
-def _overrides(objective, target, max_model_examples, explained_examples=None) -> dict:
-    """Section parameters set on the command line, passed on as the user wrote them (each
-    section resolves its objective with :func:`probe.analyses.common.objective.resolve_objective`;
-    ``auto`` is every section's default too)."""
+def _overrides(max_model_examples, explained_examples=None) -> dict:
+    """Section parameters set on the command line (the model-run caps), for the sections
+    that declare them (``ReportState.overrides``); the objective is the run's, not a
+    parameter (``ctx.objective(use)``)."""
     out: dict = {}
     if explained_examples is not None:
         out["explain_limit"] = explained_examples or None  # 0: every example
-    if objective:
-        out["metric"] = objective
-        out["objective"] = objective
-    if target:
-        out["target"] = target
     if max_model_examples is not None:
         out["max_model_examples"] = max_model_examples or None  # 0: the whole corpus
     return out
@@ -648,7 +645,9 @@ def _write_from_maps(
         "limit": limit,
         "note": "no live transformer: interventions, importance and attributions are not tested",
     }
-    ctx = open_run(None, corpus, maps=maps, settings=settings)
+    from probe.app.registry.context import ReportState
+
+    ctx = open_run(None, corpus, maps=maps, report=ReportState(settings=settings))
     data = analyse(ctx, sections=sections, strict=strict)
     write_report(data, out, force=force)
     data.seconds = time.perf_counter() - t_start

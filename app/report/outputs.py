@@ -59,15 +59,15 @@ def summary_dict(data: Any) -> dict:
     return _clean(
         {
             "format": "attention-probe report 1",
-            "model": ctx.settings.get("model_info") or {"name": ctx.settings.get("model")},
+            "model": ctx.report.settings.get("model_info") or {"name": ctx.report.settings.get("model")},
             "corpus": {
                 "source": ctx.corpus.source,
                 "examples": len(ctx.maps),
                 "tokens": sum(m.n_tokens for m in ctx.maps),
                 "skipped": dict(ctx.corpus.skipped or {}),
-                "representatives": list(ctx.representatives),
+                "representatives": list(ctx.report.representatives),
             },
-            "settings": {k: v for k, v in ctx.settings.items() if k != "model_info"},
+            "settings": {k: v for k, v in ctx.report.settings.items() if k != "model_info"},
             "sections": [
                 dict(
                     o.to_dict(),

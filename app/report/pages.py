@@ -159,9 +159,9 @@ def _views_links() -> str:
 def index_html(data: Any) -> str:
     """The report's front page."""
     ctx = data.ctx
-    model = dict(ctx.settings.get("model_info") or {})
+    model = dict(ctx.report.settings.get("model_info") or {})
     summary = {
-        "model": model.get("name", ctx.settings.get("model")),
+        "model": model.get("name", ctx.report.settings.get("model")),
         "layers × heads": f"{len(data.layers)} × {data.n_heads}",
         "model source": model.get("source", ""),
         "corpus": ctx.corpus.source or "text",
@@ -170,7 +170,7 @@ def index_html(data: Any) -> str:
     }
     for why, n in (ctx.corpus.skipped or {}).items():
         summary[f"skipped ({why})"] = n
-    for k, v in ctx.settings.items():
+    for k, v in ctx.report.settings.items():
         if k not in ("model_info", "model"):
             summary[f"setting: {k}"] = v
     summary["built in"] = _built_in(data)

@@ -97,7 +97,7 @@ def _head_rows(w: Any, layers: list, heads: list) -> list:
     return rows
 
 
-def _words(ax: Any, units: list, special: Any, q: int, bold: set, ys: Any) -> None:
+def _words(ax: Any, units: Sequence[str], special: Any, q: int, bold: set, ys: Any) -> None:
     """The sentence twice: attending words on the left (the query highlighted), attended on
     the right (``bold``: the expected targets); special tokens grey."""
     x_left, x_right = 0.0, 1.0
@@ -126,7 +126,7 @@ def _words(ax: Any, units: list, special: Any, q: int, bold: set, ys: Any) -> No
         )
 
 
-def _lines(ax: Any, heads: list, rows: list, units: list, q: int, bold: set, ys: Any) -> None:
+def _lines(ax: Any, heads: list, rows: list, units: Sequence[str], q: int, bold: set, ys: Any) -> None:
     """One colour per head: a line from the query to each word, as thick and opaque as its
     weight (under 0.01 not drawn), and a legend entry with its top word and the targets' weight."""
     x_left, x_right = 0.0, 1.0

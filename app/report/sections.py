@@ -171,9 +171,9 @@ def run_section(ctx: Any, sec: Any) -> Result:
     """Run one section on ``ctx`` with its report parameters."""
     params = sec.defaults()
     params.update(sec.report_params)
-    # the report's own options (--objective, --target, --max-model-examples) for the
+    # the report's own options (--max-model-examples, --explained-examples) for the
     # sections that declare them
-    params.update({k: v for k, v in ctx.overrides.items() if k in params})
+    params.update({k: v for k, v in ctx.report.overrides.items() if k in params})
     ctx.params = params
     fn = sec.section if callable(sec.section) else sec.run
     result = fn(ctx)  # the same on every engine: what it sums over the corpus, it reads from ctx.accumulated
@@ -185,7 +185,7 @@ def run_section(ctx: Any, sec: Any) -> Result:
 
 
 def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = None, partial: Any = None) -> list:
-    """Run ``sections`` in order on ``ctx`` and store each result in ``ctx.results``.
+    """Run ``sections`` in order on ``ctx`` and store each result in ``ctx.report.results``.
 
     ``progress(i, n, name)`` is called before each section that runs. Returns a list of
     :class:`SectionOutcome`. With ``strict``, an analysis error is raised instead of
@@ -201,7 +201,7 @@ def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = 
             if progress:
                 progress(i, len(sections), f"{sec.name} (resumed: finished by the previous run)")
             if saved.status == "ran":
-                ctx.results[sec.name] = saved.result
+                ctx.report.results[sec.name] = saved.result
             else:
                 _note_skip(ctx, sec.name, saved.reason)
             for line in partial.said(sec.name):  # the choices it made for the user, said again
@@ -209,10 +209,10 @@ def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = 
             outcomes.append(saved)
             continue
         n_before = len(outcomes)
-        said_before = len(ctx.settings.get("choices", []))
+        said_before = len(ctx.report.settings.get("choices", []))
         _run_one(ctx, sec, i, sections, outcomes, strict, progress)
         if partial is not None and len(outcomes) > n_before:
-            said = list(ctx.settings.get("choices", [])[said_before:])
+            said = list(ctx.report.settings.get("choices", [])[said_before:])
             partial.save(outcomes[-1], said=said)
     return outcomes
 
@@ -247,11 +247,11 @@ def _run_one(ctx, sec, i: int, sections: list, outcomes: list, strict: bool, pro
             SectionOutcome(sec.name, sec.title, "failed", f"{type(exc).__name__}: {exc}", time.perf_counter() - t0)
         )
         return
-    ctx.results[sec.name] = result
+    ctx.report.results[sec.name] = result
     outcomes.append(SectionOutcome(sec.name, sec.title, "ran", "", time.perf_counter() - t0, result))
     log.info("section %s ran in %.1fs", sec.name, outcomes[-1].seconds)
 
 
 def _note_skip(ctx, name: str, reason: str) -> None:
-    """Record why ``name`` was skipped (or failed), for later sections (``ctx.skipped``)."""
-    ctx.skipped[name] = reason
+    """Record why ``name`` was skipped (or failed), for later sections (``ctx.report.skipped``)."""
+    ctx.report.skipped[name] = reason

@@ -32,7 +32,7 @@ VIEW_EXAMPLES = 4
 def view_examples(ctx: Any) -> tuple:
     """``(example indices, titles)`` of the views' example selector: the report's
     representatives (the paper's sentences first), then short examples."""
-    idx = list(dict.fromkeys(list(ctx.representatives) + representative_examples(ctx.maps, k=VIEW_EXAMPLES)))
+    idx = list(dict.fromkeys(list(ctx.report.representatives) + representative_examples(ctx.maps, k=VIEW_EXAMPLES)))
     idx = idx[:VIEW_EXAMPLES]
     titles = []
     for i in idx:

@@ -8,13 +8,6 @@ from probe.app.registry import Param
 #: use the whole corpus); 128 keeps the EWT dev report near its budget (bench/bench_report.py)
 MODEL_EXAMPLES = 128
 
-METRIC = Param(
-    "metric",
-    str,
-    "auto",
-    "loss | accuracy (zoo) | embedding-drift; auto: loss where it applies (zoo task, LM head), else embedding-drift",
-    choices=("auto", "loss", "accuracy", "embedding-drift"),
-)
 BATCH = Param("batch_size", int, 8, "examples per forward", min=1)
 N_BOOT = Param("n_boot", int, 1000, "bootstrap resamples for the confidence intervals", min=10)
 GROUPS = Param(
@@ -28,17 +21,6 @@ GROUPS = Param(
 
 def head_name(layer, head) -> str:
     return f"L{int(layer)}H{int(head)}"
-
-
-def metric(ctx, corpus=None) -> str:
-    """The name of the per-example metric ``ctx.params['metric']`` names, ``auto`` resolved
-    (:func:`probe.analyses.common.objective.resolve_objective`) and printed."""
-    from probe.analyses.common.objective import resolve_objective
-
-    corpus = corpus if corpus is not None else ctx.corpus
-    obj, why = resolve_objective(ctx.params.get("metric", "auto"), ctx.adapter, corpus, use="per-example")
-    ctx.say(f"metric: {obj.spec} ({why}; choose with --metric)")
-    return obj.spec
 
 
 def model_corpus(ctx, corpus=None):

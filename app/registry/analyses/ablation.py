@@ -2,72 +2,108 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from probe.errors import InputError
-from probe.app.registry import ENGINES, Analysis, Param
+from probe.app.registry import STREAMING, Analysis, Param
 from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, Streamed, TableView, VerdictHint
 from probe.app.registry.results import AblationResult
 
-from ._shared import BATCH, GROUPS, METRIC, N_BOOT, group_note, group_table, head_name, metric, model_corpus, top_heads
+from ._shared import BATCH, GROUPS, N_BOOT, group_note, group_table, head_name, model_corpus, top_heads
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from probe.analyses.common.objective import Objective
+    from probe.analyses.necessity.ablation import SweepResult
+    from probe.app.registry import Context
+    from probe.inputs.corpus import Corpus
 
 
-def run(ctx) -> AblationResult:
-    from probe.analyses.necessity.ablation_job import sweep_heads_in_blocks
+def run(ctx: Context) -> AblationResult:
+    """Ablate each head alone (and each ``--group`` together) on the run's per-example
+    objective; the claims' removal sweep is reused when it determines the same values."""
     from probe.analyses.necessity.head_groups import ablate_group
+
+    p = ctx.params
+    corpus, cut = model_corpus(ctx, ctx.whole_corpus)  # the whole corpus's first examples, not a kept sample's
+    objective = ctx.objective("per-example")
+    groups = [
+        ablate_group(ctx.adapter, corpus, g, objective, p["mode"], batch_size=p["batch_size"], n_boot=p["n_boot"])
+        for g in p["group"]
+        if g
+    ]
+    removals = _removals(ctx, corpus, objective.called)  # the claims reuse them
+    res = _sweep(ctx, corpus, objective, removals)
+    t = res.table
+    top, sig, gt = top_heads(t, "delta"), int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum()), group_table(groups)
+    return AblationResult(
+        tables={"ablation": t} if gt is None else {"ablation": t, "groups": gt},
+        per_head=_per_head(t),
+        notes=_notes(res, corpus, cut, objective.called, p["mode"], top, sig, gt),
+        summary=_summary(ctx.adapter.name, res, corpus, objective.called, p["mode"], top, sig),
+        summary_name="ablation",
+        writers=[
+            _figure(t, f"{ctx.adapter.name}: Δ {objective.called} ({p['mode']}-ablation, {len(corpus)} examples)")
+        ],
+        data={"sweep": res, "removals": removals},
+    )
+
+
+def _sweep(ctx: Context, corpus: Corpus, objective: Objective, removals: Any) -> SweepResult:
+    """Each head's ablation: from the claims' removal sweep when it gives this objective's
+    values, else the sweep's forwards wherever the run's engine runs them (``ctx.runner``)."""
+    from probe.analyses.claims.removal import single_head_values
+    from probe.analyses.necessity.ablation_job import sweep_heads_in_blocks
 
     from ._shared import heads_of_layers
 
     p = ctx.params
-    corpus, cut = model_corpus(ctx, ctx.whole_corpus)  # the whole corpus's first examples, not a kept sample's
-    name, model = metric(ctx, corpus), ctx.adapter.name
-    groups = [
-        ablate_group(ctx.adapter, corpus, g, name, p["mode"], batch_size=p["batch_size"], n_boot=p["n_boot"])
-        for g in p["group"]
-        if g
-    ]
-    from probe.analyses.claims.removal import single_head_values
-
-    # the claims' removal sweep (its batches on the run's engine), when it gives this metric: the claims reuse it
-    removals = _removals(ctx, corpus, name)
-    values = single_head_values(removals, name, p["mode"]) if removals is not None else None
+    values = single_head_values(removals, objective.called, p["mode"]) if removals is not None else None
     if removals is not None and values is not None:
         from probe.analyses.necessity.ablation import sweep_result
         from probe.analyses.necessity.sweep import restart_path
 
         heads = [u[0] for u in removals.units]
         path = restart_path(ctx.adapter, None)
-        res = sweep_result(heads, values[0], values[1], p["mode"], name, path, p["n_boot"], 0.95, 0)
-    else:  # the sweep's forwards wherever the run's engine runs them (ctx.runner), one bootstrap here
-        res = sweep_heads_in_blocks(
-            ctx.runner,
-            ctx.adapter,
-            corpus,
-            name,
-            p["mode"],
-            heads_of_layers(ctx.adapter, p["layers"]),
-            batch_size=p["batch_size"],
-            n_boot=p["n_boot"],
-        )
-    t = res.table
-    top = top_heads(t, "delta")
+        return sweep_result(heads, values[0], values[1], p["mode"], objective.called, path, p["n_boot"], 0.95, 0)
+    return sweep_heads_in_blocks(
+        ctx.runner,
+        ctx.adapter,
+        corpus,
+        objective,
+        p["mode"],
+        heads_of_layers(ctx.adapter, p["layers"]),
+        batch_size=p["batch_size"],
+        n_boot=p["n_boot"],
+    )
+
+
+def _per_head(t: pd.DataFrame) -> pd.DataFrame:
+    """The head pages' columns: ``ablation_<column>`` and each head's share of the largest |Δ|."""
     per_head = t[["layer", "head", "metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high"]].rename(
         columns={c: f"ablation_{c}" for c in ("metric", "mode", "clean", "ablated", "delta", "ci_low", "ci_high")}
     )
     biggest = float(t["delta"].abs().max()) or 1.0
-    per_head = per_head.assign(ablation_relative=(t["delta"].abs() / biggest).to_numpy())
-    sig = int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum())
-    gt = group_table(groups)
-    tables = {"ablation": t} if gt is None else {"ablation": t, "groups": gt}
-    title = f"{model}: Δ {name} ({p['mode']}-ablation, {len(corpus)} examples)"
+    return per_head.assign(ablation_relative=(t["delta"].abs() / biggest).to_numpy())
 
-    def figure(d):
+
+def _figure(t: pd.DataFrame, title: str) -> Callable[[Path], list]:
+    def figure(d: Path) -> list:
         from probe.app.report.ablation_figures import head_heatmap
 
         return [head_heatmap(t, "delta", d / "ablation.png", title)]
 
+    return figure
+
+
+def _notes(
+    res: SweepResult, corpus: Corpus, cut: str, name: str, mode: str, top: pd.DataFrame, sig: int, gt: Any
+) -> list:
+    t = res.table
     notes = [
-        f"{p['mode']}-ablation of each head alone{cut}, metric {name} ({res.path}): {len(t)} heads, "
+        f"{mode}-ablation of each head alone{cut}, metric {name} ({res.path}): {len(t)} heads, "
         f"{len(corpus)} examples; {sig} "
         + (
             "change it with a 95% CI excluding 0"
@@ -84,43 +120,38 @@ def run(ctx) -> AblationResult:
         )
     if gt is not None:
         notes.append(group_note(gt))
-    summary = {
+    return notes
+
+
+def _summary(model: str, res: SweepResult, corpus: Corpus, name: str, mode: str, top: pd.DataFrame, sig: int) -> dict:
+    return {
         "model": model,
         "examples": len(corpus),
         "metric": name,
-        "mode": p["mode"],
+        "mode": mode,
         "path": res.path,
         "clean": float(res.clean.mean()),
         "significant_heads": sig,
         "top": top[["layer", "head", "delta"]].to_dict("records"),
     }
-    return AblationResult(
-        tables=tables,
-        per_head=per_head,
-        notes=notes,
-        summary=summary,
-        summary_name="ablation",
-        writers=[figure],
-        data={"sweep": res, "removals": removals},
-    )  # the removals, reused by the claims
 
 
-def _removals(ctx, corpus, name: str):
+def _removals(ctx: Context, corpus: Corpus, name: str) -> Any:
     """Every head removed alone in this section's mode on the objective the claims
-    measure (:func:`probe.analyses.claims.removal.removal_sweep`), when that sweep
-    determines ``name`` (:func:`probe.analyses.claims.removal.derives`: the same
-    objective, or the embedding drift of a mean-pooled similarity structure): the claims
-    then reuse it instead of running the same forwards again. ``None`` otherwise (the
-    section runs :func:`probe.analyses.necessity.ablation.sweep_heads`)."""
+    measure (:func:`probe.analyses.claims.removal.removal_sweep`, the run's ``corpus``
+    objective), when that sweep determines ``name``
+    (:func:`probe.analyses.claims.removal.derives`: the same objective, or the embedding
+    drift of a mean-pooled similarity structure): the claims then reuse it instead of
+    running the same forwards again. ``None`` otherwise (the section runs
+    :func:`probe.analyses.necessity.ablation.sweep_heads`)."""
     from probe.analyses.claims.removal import derives, removal_sweep
-    from probe.analyses.common.objective import resolve_objective
     from probe.errors import NotApplicable
 
     p = ctx.params
     if p["mode"] not in ("zero", "mean") or p["layers"] is not None:
         return None
     try:
-        objective, _ = resolve_objective(p["metric"], ctx.adapter, corpus)
+        objective = ctx.objective("corpus")
     except (InputError, NotApplicable):  # not one of the claims' objectives, or it does not fit here
         return None
     if not derives(objective, name):
@@ -246,8 +277,8 @@ ANALYSIS = Analysis(
     help="Ablate each head alone; write ablation.csv (delta with bootstrap CI) and a heatmap. With --group, "
     "also ablate each group of heads together (groups.csv): redundant heads show no effect alone and a "
     "large one together.",
+    objective="per-example",
     params=(
-        METRIC,
         Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
         Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"),
         N_BOOT,
@@ -259,6 +290,6 @@ ANALYSIS = Analysis(
     report_params={"max_model_examples": 128},
     modules=("probe.analyses.necessity.ablation",),
     order=30,
-    engines=ENGINES,
-    example="probe ablate --model zoo:prev-token --metric accuracy --limit 40 --group L0H0,L0H1 --out out/ablate",
+    engines=STREAMING,
+    example="probe ablate --model zoo:prev-token --objective accuracy --limit 40 --group L0H0,L0H1 --out out/ablate",
 )

@@ -5,7 +5,7 @@ count, null and named threshold (:mod:`probe.analyses.claims`).
 In the report the section reads, by type, the results of the sections that ran before it
 (``consumes``): the ablation section's removals (the same single-head sweep on the same
 objective: its mode is not run again), the importance table and the faithfulness verdict;
-a claim whose evidence did not run is *not tested*, with the reason (``ctx.skipped`` gives
+a claim whose evidence did not run is *not tested*, with the reason (``ctx.report.skipped`` gives
 a skipped section's).
 """
 
@@ -24,8 +24,8 @@ def _faithfulness_reason(ctx: Any) -> str:
     """Why the attribution claim has no faithfulness verdict to read."""
     from .faithfulness import ANALYSIS as FAITHFULNESS
 
-    if FAITHFULNESS.name in ctx.skipped:
-        return ctx.skipped[FAITHFULNESS.name]
+    if FAITHFULNESS.name in ctx.report.skipped:
+        return ctx.report.skipped[FAITHFULNESS.name]
     return f"the {FAITHFULNESS.name} section did not run"
 
 
@@ -43,14 +43,9 @@ def run(ctx) -> ClaimsResult:
     ablation = ctx.result_of(AblationResult)
     # the model runs on the whole corpus's first examples, also when only a kept sample's maps are held
     corpus, cut = model_corpus(ctx, ctx.whole_corpus) if adapter is not None else (ctx.corpus, "")
-    objective = ctx.params.get("objective", "auto")
-    why = ""
-    if adapter is not None:
-        from probe.analyses.common.objective import resolve_objective
-
-        obj, why = resolve_objective(objective, adapter, corpus)  # refused here, before any forward
-        ctx.say(f"objective: {obj.describe()} ({why}; choose with --objective)")
-        objective = obj
+    # the run's objective, resolved once (printed); without a live model the causal claims are not tested
+    objective = ctx.objective("corpus") if adapter is not None else ctx.objective_spec
+    why = ctx.objective_why("corpus") if adapter is not None else ""
     hc = head_claims(
         adapter,
         corpus,
@@ -206,17 +201,8 @@ ANALYSIS = Analysis(
     "threshold; a claim that cannot be tested says why. Writes claims.csv, counts.csv and the evidence "
     "tables. Alone it has no ablation, importance or faithfulness run to reuse (the report has): the "
     "attribution claim is then not tested.",
-    params=(
-        Param("seed", int, 0, "random seed of the nulls"),
-        Param(
-            "objective",
-            str,
-            "auto",
-            "what necessity is measured on: auto (printed) | loss | next-token-loss | "
-            "accuracy | similarity-structure | embedding-drift",
-            choices=("auto", "loss", "next-token-loss", "accuracy", "similarity-structure", "embedding-drift"),
-        ),
-    ),
+    params=(Param("seed", int, 0, "random seed of the nulls"),),
+    objective="corpus",
     section=True,
     produces=ClaimsResult,
     consumes=(AblationResult, ImportanceResult, FaithfulnessResult),

@@ -4,18 +4,18 @@ mention and number-agreeing baselines (Clark et al. 2019, section 4.3)."""
 from __future__ import annotations
 
 from probe.errors import NotApplicable
-from probe.app.registry import ENGINES, Analysis, Param, Result
+from probe.app.registry import STREAMING, Analysis, Param, Result
 
 
 def run(ctx) -> Result:
     from probe.analyses.structure.coref_mentions import read_number
     from probe.analyses.structure.syntax_run import run_coref
 
-    if not ctx.conllu:
+    if not ctx.inputs.conllu:
         raise NotApplicable("coref needs a CorefUD treebank with Entity= in MISC: give --conllu (e.g. GUM)")
     p = ctx.params
     sentences = ctx.sentences
-    numbers = read_number(ctx.conllu, limit=ctx.limit)
+    numbers = read_number(ctx.inputs.conllu, limit=ctx.limit)
     # the windows stream through the model wherever the run's engine runs it (ctx.runner)
     result = run_coref(ctx.runner, sentences, numbers, context=p["context"], batch_size=p["batch_size"])
     model = ctx.model_name
@@ -30,7 +30,7 @@ def run(ctx) -> Result:
 
         return list(
             write_coref_report(
-                result, d, meta={"model": model, "conllu": str(ctx.conllu), "context": p["context"]}
+                result, d, meta={"model": model, "conllu": str(ctx.inputs.conllu), "context": p["context"]}
             ).values()
         )
 
@@ -49,6 +49,6 @@ ANALYSIS = Analysis(
         Param("batch_size", int, 16, "examples per forward", min=1),
     ),
     order=11,
-    engines=ENGINES,
+    engines=STREAMING,
     example="probe coref --conllu ../shared/data/ud-english-gum/en_gum-ud-dev.conllu --limit 40 --out out/coref",
 )

@@ -4,47 +4,46 @@ explanation? Attention vs attributions (Kendall τ), head permutations (Jain & W
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.presentation import HeadBlock, Presentation, TableView, VerdictHint
 from probe.app.registry.results import FaithfulnessResult
 
-
-def default_target(ctx) -> str:
-    """What ``--target auto`` means here (:func:`probe.analyses.common.objective.resolve_objective`
-    with ``use="explain"``): ``loss:-1`` (the next-token loss of the last token) for causal
-    language models, ``logit`` for models with a classifier head (zoo,
-    ``*ForSequenceClassification``), ``mlm`` (the masked-LM loss of the sentence's own
-    tokens) for a masked-LM checkpoint, ``similarity`` (cosine similarity to the nearest
-    neighbour, or to ``--pairs``) for sentence encoders and the encoder underneath any other
-    head; :class:`SkipAnalysis` otherwise."""
-    return _resolved(ctx, "auto")[0].spec
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
+    from probe.app.registry import Context
 
 
-def _resolved(ctx, spec) -> tuple:
-    """``(objective, why)`` the target ``spec`` names (``auto`` resolved; fitted later)."""
-    from probe.analyses.common.objective import resolve_objective
+def default_target(ctx: Context) -> str:
+    """What ``--objective auto`` means here (the run's ``explain`` objective,
+    :func:`probe.analyses.common.objective.resolve_objective` with ``use="explain"``):
+    ``loss:-1`` (the next-token loss of the last token) for causal language models,
+    ``logit`` for models with a classifier head (zoo, ``*ForSequenceClassification``),
+    ``mlm`` (the masked-LM loss of the sentence's own tokens) for a masked-LM checkpoint,
+    ``similarity`` (cosine similarity to the nearest neighbour, or to ``--pairs``) for
+    sentence encoders and the encoder underneath any other head; :class:`SkipAnalysis`
+    otherwise."""
+    return _target(ctx).called
+
+
+def _target(ctx: Context) -> Objective:
+    """The target the section explains: the run's ``explain`` objective (resolved once,
+    printed with why it was chosen); nothing to explain skips the section."""
     from probe.errors import NotApplicable
 
     try:
-        return resolve_objective(spec, ctx.adapter, ctx.corpus, use="explain")  # decided by its kind of examples
+        return ctx.objective("explain")
     except NotApplicable as exc:
         raise SkipAnalysis(exc.reason) from None
 
 
-def _target(ctx):
-    """The target the section explains, printed with why it was chosen."""
-    target, why = _resolved(ctx, ctx.params.get("target", "auto"))
-    ctx.say(f"target: {target.spec} ({why}; choose with --target)")
-    return target
+def run(ctx: Context) -> FaithfulnessResult:
+    """The attention-vs-attribution study of the run's target (:func:`probe.analyses.explanation.faithfulness.run_faithfulness`)."""
+    return _run(ctx, _target(ctx))
 
 
-def run(ctx) -> FaithfulnessResult:
-    return _run(ctx, _target(ctx).spec)
-
-
-def _run(ctx, target: str) -> FaithfulnessResult:
+def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     p = ctx.params
@@ -67,7 +66,7 @@ def _run(ctx, target: str) -> FaithfulnessResult:
     v = rep.verdict
     counts = v["verdict"].value_counts().to_dict()
     notes = [
-        f"{rep.info['n_examples']} examples, target {target}: "
+        f"{rep.info['n_examples']} examples, target {target.called}: "
         + ", ".join(f"{n} heads {verdict}" for verdict, n in counts.items())
     ]
     probe = rep.info.get("probe") or {}
@@ -102,11 +101,11 @@ def _run(ctx, target: str) -> FaithfulnessResult:
         notes=notes,
         summary=summary,
         writers=[lambda d: rep.write(d)],
-        data={"target": target},
+        data={"target": target.called},
     )
 
 
-def run_in_report(ctx) -> FaithfulnessResult:
+def run_in_report(ctx: Context) -> FaithfulnessResult:
     """The report's variant: a probe target is first checked against chance
     (:func:`probe.analyses.claims.attribution.target_validity`) and the section is skipped,
     with the numbers, when it is no better (before the slow attributions)."""
@@ -117,12 +116,11 @@ def run_in_report(ctx) -> FaithfulnessResult:
         from probe.analyses.claims.attribution import target_validity
         from probe.analyses.explanation.faithfulness import resolve_target
 
-        info = resolve_target(ctx.adapter, target.spec, ctx.whole_corpus, seed=ctx.params["seed"])[3]
+        info = resolve_target(ctx.adapter, target, ctx.whole_corpus, seed=ctx.params["seed"])[3]
         valid, words = target_validity(info)
         if not valid:
             raise SkipAnalysis(f"not tested: target no better than chance ({words})")
-    ctx.params = dict(ctx.params, target=target.spec)
-    return _run(ctx, target.spec)
+    return _run(ctx, target)
 
 
 def head_evidence(result: FaithfulnessResult) -> dict:
@@ -224,13 +222,8 @@ ANALYSIS = Analysis(
     help="Is attention an explanation? Writes agreement.csv, permutation.csv, ground_truth.csv (when the "
     "evidence is known) and verdict.csv to --out. The default target: loss:-1 (next-token loss) for a causal LM, "
     "logit for a zoo classifier, probe:subject-number on a treebank.",
+    objective="explain",
     params=(
-        Param(
-            "target",
-            str,
-            "auto",
-            "auto | logit | logit:<class> | loss:<position> | similarity | probe:subject-number | probe:tense",
-        ),
         Param(
             "pairs",
             str,

@@ -10,7 +10,7 @@ from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, T
 
 from probe.app.registry.results import ImportanceResult
 
-from ._shared import BATCH, METRIC, metric, model_corpus
+from ._shared import BATCH, model_corpus
 
 METHOD = Param(
     "method",
@@ -29,7 +29,7 @@ def run_importance(ctx) -> ImportanceResult:
     res = head_importance(
         ctx.adapter,
         corpus,
-        metric=metric(ctx, corpus),
+        metric=ctx.objective("per-example"),
         method=ctx.params["method"],
         batch_size=ctx.params["batch_size"],
         n_steps=ctx.params["ig_steps"],
@@ -155,7 +155,7 @@ def run_prune(ctx) -> Result:
     res = pruning_curve(
         ctx.adapter,
         corpus,
-        name,
+        ctx.objective("per-example"),
         method=p["method"],
         step_fraction=p["step"],
         seed=p["seed"],
@@ -209,7 +209,8 @@ IMPORTANCE = Analysis(
     needs=("model", "corpus", "gradients"),
     help="Head importance |dL/dξ| over head gates (Michel et al. 2019), normalised per layer; writes "
     "importance.csv and a heatmap.",
-    params=(METRIC, METHOD, IG_STEPS, BATCH),
+    params=(METHOD, IG_STEPS, BATCH),
+    objective="per-example",
     section=True,
     produces=ImportanceResult,
     report_params={"max_model_examples": 128, "batch_size": 16, "ig_steps": 20},
@@ -223,8 +224,8 @@ PRUNE = Analysis(
     "Head importance and the pruning curve (by importance vs random order)",
     run_prune,
     needs=("model", "corpus", "gradients"),
+    objective="per-example",
     params=(
-        METRIC,
         METHOD,
         Param("step", float, 0.1, "fraction of heads pruned per step", min=0.0, max=1.0, min_open=True),
         Param(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from probe.app.registry import Analysis, Param, Result
 
-from ._shared import BATCH, GROUPS, METRIC, N_BOOT, group_note, group_table, head_name, metric
+from ._shared import BATCH, GROUPS, N_BOOT, group_note, group_table, head_name
 
 
 def _corrupted(ctx, clean):
@@ -58,18 +58,19 @@ def run(ctx) -> Result:
     clean = ctx.input_corpus
     bad = _corrupted(ctx, clean)
     clean, bad = fit_pairs(clean, bad, ctx.adapter)  # a pair with an over-long side is dropped whole
-    name = metric(ctx, clean)
+    objective = ctx.objective("per-example")
+    name = objective.called
     res = patch_heads(
         ctx.adapter,
         clean,
         bad,
-        name,
+        objective,
         batch_size=p["batch_size"],
         n_boot=p["n_boot"],
         progress=ctx.progress and len(clean) > 1,
     )
     groups = [
-        patch_group(ctx.adapter, clean, bad, g, name, batch_size=p["batch_size"], n_boot=p["n_boot"])
+        patch_group(ctx.adapter, clean, bad, g, objective, batch_size=p["batch_size"], n_boot=p["n_boot"])
         for g in p["group"]
         if g
     ]
@@ -115,8 +116,8 @@ ANALYSIS = Analysis(
     help="Patch each head's clean output into the corrupted run; write patching.csv (restored fraction with "
     "bootstrap CI) and a heatmap. With a zoo model and no input, the evaluation set is paired with "
     "corrupted copies (zoo:induction: the first half replaced).",
+    objective="per-example",
     params=(
-        METRIC,
         Param("corrupted", str, None, "corrupted partner of each --text (repeatable, in order)", multiple=True),
         Param("corrupted_file", str, None, "one corrupted input per line, paired with the lines of --file"),
         N_BOOT,
@@ -124,5 +125,5 @@ ANALYSIS = Analysis(
         BATCH,
     ),
     order=33,
-    example="probe patch --model zoo:induction --metric accuracy --limit 20 --group L1H0,L1H1 --out out/patch",
+    example="probe patch --model zoo:induction --objective accuracy --limit 20 --group L1H0,L1H1 --out out/patch",
 )

@@ -4,11 +4,15 @@ evidence (previous-token, special-token, broad, induction, syntactic …)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from probe.errors import InputError
-from probe.app.registry import ENGINES, Analysis, Param, Result
+from probe.app.registry import STREAMING, Analysis, Param, Result
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView, VerdictHint
 from probe.app.registry.results import RolesResult, SyntaxResult
+
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
 #: per-head columns of the roles table shown on the report's head pages
 ROLE_FACTS = (
@@ -101,61 +105,15 @@ def _store(ctx):
     return store, f"{ctx.adapter.name} on {corpus.source} (store {store_dir})"
 
 
-def run(ctx) -> Result:
-    from probe.analyses.patterns.roles import roles_report
-
+def run(ctx: Context) -> Result:
+    """Each head's role (Clark et al. 2019's patterns, Kovaleva et al. 2019's classes) from
+    the corpus streamed through the model on the run's engine, or from a ``--store``."""
     p = ctx.params
-    overrides = _thresholds(p["threshold"])
-    settings = dict(
-        coreference=_evidence(p["coreference"], "coreference"),
-        n_clusters=p["clusters"] or None,
-        cluster_examples=p["cluster_examples"],
-        level=p["level"],
-        min_examples=p["min_examples"],
-    )
-    syntax = _evidence(p["syntax"], "syntax")
-    if p["store"] and ctx.engine != "local":
-        raise InputError(
-            f"--store runs with --engine local (to capture a store with --engine {ctx.engine}, use `probe capture`)"
-        )
-    if p["store"]:  # maps read from (or captured into) a store, one example at a time
-        source, described = _store(ctx)
-        report = roles_report(source, syntax=syntax, progress=ctx.progress, **settings, **overrides)
-    else:  # the corpus streams through the model wherever the run's engine runs it (ctx.runner)
-        from probe.analyses.patterns.roles import roles_streamed
-        from probe.runs.blocks import corpus_items
-
-        corpus = ctx.input_corpus
-        report = roles_streamed(
-            ctx.runner, corpus_items(corpus), syntax=syntax, batch_size=p["batch_size"], **settings, **overrides
-        )
-        described = f"{ctx.model_name} on {corpus.source}" + (
-            f" (--engine {ctx.engine})" if ctx.engine != "local" else ""
-        )
+    report, described = _roles(ctx)
     counts = dict(zip(report.counts.role, map(int, report.counts.heads)))
     summary = {"source": described, "n_examples": report.n_examples, "counts": counts}
-    tables = {"roles": report.roles, "layers": report.layers, "counts": report.counts}
-    writers = []
     if report.clusters is not None:
-        clusters = report.clusters
-        summary["cluster_examples"] = clusters.divergence.n_examples
-
-        def distances(d):
-            clusters.distances_frame().to_csv(d / "distances.csv")
-            return [d / "distances.csv"]
-
-        writers.append(distances)
-    if not p["no_figure"]:
-
-        def figures(d):
-            from probe.app.report.roles_figures import head_map_figure, role_grid_figure
-
-            out = [role_grid_figure(report.roles, d / "roles.png", title=f"head roles: {described}")]
-            if report.clusters is not None:
-                out.append(head_map_figure(report.roles, d / "roles.mds.png"))
-            return out
-
-        writers.append(figures)
+        summary["cluster_examples"] = report.clusters.divergence.n_examples
     notes = [
         f"{len(report.roles)} heads from {report.n_examples} examples ({described}): "
         + ", ".join(f"{r} {n}" for r, n in counts.items())
@@ -164,13 +122,70 @@ def run(ctx) -> Result:
         notes.append(f"warning: only {report.n_examples} examples (< {p['min_examples']}); the roles are unstable")
     cols = [c for c in ROLE_FACTS if c in report.roles.columns]
     return Result(
-        tables=tables,
+        tables={"roles": report.roles, "layers": report.layers, "counts": report.counts},
         per_head=report.roles[["layer", "head"] + cols],
         notes=notes,
         summary=summary,
         summary_name="roles",
-        writers=writers,
+        writers=_writers(report, described, p["no_figure"]),
     )
+
+
+def _roles(ctx: Context) -> tuple:
+    """``(RolesReport, described)``: the roles of the ``--store`` (read, or captured into in
+    this process) or of the corpus streamed through ``ctx.runner``; ``described`` says of what."""
+    from probe.analyses.patterns.roles import roles_report
+
+    p = ctx.params
+    settings = dict(
+        coreference=_evidence(p["coreference"], "coreference"),
+        n_clusters=p["clusters"] or None,
+        cluster_examples=p["cluster_examples"],
+        level=p["level"],
+        min_examples=p["min_examples"],
+        **_thresholds(p["threshold"]),
+    )
+    syntax = _evidence(p["syntax"], "syntax")
+    if p["store"] and not ctx.engine.in_process:
+        raise InputError(
+            f"--store runs in this process, not with --engine {ctx.engine.name} (to capture a store on Ray "
+            "actors, use `probe capture --engine ray`)"
+        )
+    if p["store"]:  # maps read from (or captured into) a store, one example at a time
+        source, described = _store(ctx)
+        return roles_report(source, syntax=syntax, progress=ctx.progress, **settings), described
+    from probe.analyses.patterns.roles import roles_streamed  # the corpus streams wherever the run's engine runs it
+    from probe.runs.blocks import corpus_items
+
+    corpus = ctx.input_corpus
+    report = roles_streamed(ctx.runner, corpus_items(corpus), syntax=syntax, batch_size=p["batch_size"], **settings)
+    engine = ctx.engine.name
+    return report, f"{ctx.model_name} on {corpus.source}" + (f" (--engine {engine})" if engine != "local" else "")
+
+
+def _writers(report: Any, described: str, no_figure: bool) -> list:
+    """The writers of distances.csv (with clusters) and the role figures (unless ``no_figure``)."""
+    writers: list = []
+    clusters = report.clusters
+    if clusters is not None:
+
+        def distances(d: Path) -> list:
+            clusters.distances_frame().to_csv(d / "distances.csv")
+            return [d / "distances.csv"]
+
+        writers.append(distances)
+    if not no_figure:
+
+        def figures(d: Path) -> list:
+            from probe.app.report.roles_figures import head_map_figure, role_grid_figure
+
+            out = [role_grid_figure(report.roles, d / "roles.png", title=f"head roles: {described}")]
+            if report.clusters is not None:
+                out.append(head_map_figure(report.roles, d / "roles.mds.png"))
+            return out
+
+        writers.append(figures)
+    return writers
 
 
 def accumulators(ctx, corpus) -> dict:
@@ -406,6 +421,6 @@ ANALYSIS = Analysis(
     consumes=(SyntaxResult,),
     modules=("probe.analyses.patterns.roles",),
     order=45,
-    engines=ENGINES,
+    engines=STREAMING,
     example="probe roles --model zoo:constructed --limit 20 --out out/roles",
 )

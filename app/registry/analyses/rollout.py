@@ -162,8 +162,8 @@ def section(ctx) -> RolloutResult:
     from probe.analyses.flow.attention_flow import flow_maps
     from probe.analyses.flow.rollout import rollout_maps
 
-    fits = [i for i in ctx.representatives if ctx.maps[i].n_tokens <= FLOW_MAX_TOKENS]
-    too_long = [i for i in ctx.representatives if ctx.maps[i].n_tokens > FLOW_MAX_TOKENS]
+    fits = [i for i in ctx.report.representatives if ctx.maps[i].n_tokens <= FLOW_MAX_TOKENS]
+    too_long = [i for i in ctx.report.representatives if ctx.maps[i].n_tokens > FLOW_MAX_TOKENS]
     picks = fits[:FLOW_EXAMPLES]
     if not picks:
         raise SkipAnalysis(

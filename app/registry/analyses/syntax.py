@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from probe.errors import NotApplicable
-from probe.app.registry import ENGINES, Analysis, Param, Result
+from probe.app.registry import STREAMING, Analysis, Param, Result
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView, VerdictHint
 from probe.app.registry.results import SyntaxResult
 
@@ -44,7 +44,7 @@ def run(ctx) -> Result:
     from probe.inputs.readers import read_conllu
 
     p = ctx.params
-    conllu = ctx.conllu or _zoo_treebank(ctx)
+    conllu = ctx.inputs.conllu or _zoo_treebank(ctx)
     sentences = read_conllu(conllu, limit=ctx.limit)
     settings = dict(
         base=p["base_relations"], tree_limit=p["tree_limit"], probe_limit=p["probe_limit"], batch_size=p["batch_size"]
@@ -52,8 +52,8 @@ def run(ctx) -> Result:
     # the sentences stream through the model wherever the run's engine runs it (ctx.runner)
     result = run_syntax(ctx.runner, sentences, **settings)
     meta = {"model": ctx.model_name, "conllu": str(conllu)}
-    if ctx.engine != "local":
-        meta["engine"] = ctx.engine
+    if ctx.engine.name != "local":
+        meta["engine"] = ctx.engine.name
     best = result.relations.with_all().best(min_count=p["min_count"], relations=p["relations"])
 
     def write(d):
@@ -363,6 +363,6 @@ ANALYSIS = Analysis(
     produces=SyntaxResult,
     modules=("probe.analyses.structure.syntax",),
     order=10,
-    engines=ENGINES,
+    engines=STREAMING,
     example="probe syntax --conllu app/report/sample/sample.conllu --out out/syntax",
 )
