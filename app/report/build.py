@@ -281,14 +281,8 @@ def build_report(
         ValueError: bad input (see :func:`probe.inputs.corpus.load_corpus`), unknown model or
             section, ``out`` exists without ``force``, nothing left to capture.
     """
-    from probe.app.engine.kind import Engine
-    from probe.app.registry.context import ReportState
-    from probe.inputs.budget import DEFAULT_BUDGET, check_budget
     from probe.inputs.budget import memory_budget as budget_in_force
     from probe.inputs.long_inputs import check_window
-    from probe.models import load_model
-
-    from .engine_sections import KEPT_EXAMPLES
 
     t_start = time.perf_counter()
     out = _check_out(out, force)  # resolved once (a link followed), proved writable, before any compute
@@ -297,28 +291,11 @@ def build_report(
     corpus, source = _input_corpus(model, text, file, conllu, limit, adapter)
     if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
         return _write_from_maps(out, model, corpus, sections, strict, force, source, limit, t_start)
-    budget = memory_budget or DEFAULT_BUDGET
-    adapter = adapter if adapter is not None else load_model(model, device=device)
-    corpus, long_note = _fitted(corpus, adapter, window, stride, truncate)
-    check_budget(adapter, _longest(corpus, adapter), budget)  # before the slow part
-    engine, engine_why = choose_engine(engine, corpus, adapter, budget)
+    fit = {"window": window, "stride": stride, "truncate": truncate, "memory_budget": memory_budget, "engine": engine}
+    adapter, corpus, budget, engine, notes = _prepared(model, adapter, corpus, device, **fit)
     overrides = _overrides(max_model_examples, explained_examples)
-    ctx = open_run(
-        model,
-        corpus,
-        adapter=adapter,
-        device=device,
-        engine=Engine(engine, address=address, workers=workers, device=device),
-        kept_examples=(kept_examples or KEPT_EXAMPLES) if engine != "local" else None,
-        batch_size=batch_size,
-        report=ReportState(overrides=overrides),
-        objective=objective,
-        objective_fallback=True,
-        quiet=not progress,
-        echo=bool(progress),
-        indent="  ",
-    )
-    ctx.open_objectives(s.objective for s in choose(sections) if s.objective)  # refused before any forward
+    where = {"engine": engine, "address": address, "workers": workers, "kept_examples": kept_examples}
+    ctx = _report_run(model, corpus, adapter, device, where, batch_size, overrides, objective, progress, sections)
     fingerprinted = dict(
         input=source, limit=limit, sections=[s.name for s in choose(sections)], overrides=overrides,
         objective=str(objective), batch_size=batch_size, device=device, window=window, stride=stride,
@@ -327,23 +304,87 @@ def build_report(
     partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
     settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
     settings.update(_model_examples_setting(len(ctx.input_corpus), max_model_examples, explained_examples))
-    settings.update({k: v for k, v in (("long inputs", long_note), ("engine choice", engine_why)) if v})
-    if engine != "local":  # the whole corpus's statistics, streamed on the run's engine
-        settings.update(_streamed_settings(ctx, batch_size, bool(progress), sections))
-    ctx.report.settings.update(settings)
+    settings.update({k: v for k, v in notes.items() if v})
+    ctx.report.settings.update(settings, **_streamed_settings(ctx, batch_size, bool(progress), sections))
+    shown = progress if callable(progress) else (_print_progress if progress else None)
     with budget_in_force(budget):
-        data = analyse(
-            ctx,
-            sections=sections,
-            strict=strict,
-            partial=partial,
-            progress=progress if callable(progress) else (_print_progress if progress else None),
-        )
+        data = analyse(ctx, sections=sections, strict=strict, partial=partial, progress=shown)
     write_report(data, out, force=force)
     partial.discard()
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
+
+
+def _prepared(
+    model: Any,
+    adapter: Any,
+    corpus: Any,
+    device: str,
+    *,
+    window: Optional[int],
+    stride: Optional[int],
+    truncate: bool,
+    memory_budget: Optional[int],
+    engine: str,
+) -> tuple:
+    """``(adapter, corpus, budget, engine, notes)`` before the slow part: the model loaded
+    (unless given), the corpus fitted to its limit (:func:`_fitted`), the longest input
+    checked against the memory budget (default :data:`probe.inputs.budget.DEFAULT_BUDGET`)
+    and ``auto`` engine chosen (:func:`choose_engine`); ``notes`` the settings that say what
+    was done to long inputs and why the engine was chosen (``""`` when nothing)."""
+    from probe.inputs.budget import DEFAULT_BUDGET, check_budget
+    from probe.models import load_model
+
+    budget = memory_budget or DEFAULT_BUDGET
+    adapter = adapter if adapter is not None else load_model(model, device=device)
+    corpus, long_note = _fitted(corpus, adapter, window, stride, truncate)
+    check_budget(adapter, _longest(corpus, adapter), budget)
+    engine, engine_why = choose_engine(engine, corpus, adapter, budget)
+    return adapter, corpus, budget, engine, {"long inputs": long_note, "engine choice": engine_why}
+
+
+def _report_run(
+    model: Any,
+    corpus: Any,
+    adapter: Any,
+    device: str,
+    where: dict,
+    batch_size: int,
+    overrides: dict,
+    objective: Any,
+    progress: Any,
+    sections: Optional[Sequence[str]],
+) -> Context:
+    """The report's frozen run (:func:`probe.app.registry.runs.open_run`) on ``where``'s
+    engine (``engine``, ``address``, ``workers``; a streamed engine holds the first
+    ``kept_examples`` examples' maps, default :data:`.engine_sections.KEPT_EXAMPLES`), with
+    an empty :class:`probe.app.registry.context.ReportState` and the objective of every use
+    the chosen ``sections`` declare resolved now: one that does not fit the model is refused
+    before any forward."""
+    from probe.app.engine.kind import Engine
+    from probe.app.registry.context import ReportState
+
+    from .engine_sections import KEPT_EXAMPLES
+
+    engine = where["engine"]
+    ctx = open_run(
+        model,
+        corpus,
+        adapter=adapter,
+        device=device,
+        engine=Engine(engine, address=where["address"], workers=where["workers"], device=device),
+        kept_examples=(where["kept_examples"] or KEPT_EXAMPLES) if engine != "local" else None,
+        batch_size=batch_size,
+        report=ReportState(overrides=overrides),
+        objective=objective,
+        objective_fallback=True,
+        quiet=not progress,
+        echo=bool(progress),
+        indent="  ",
+    )
+    ctx.open_objectives(s.objective for s in choose(sections) if s.objective)
+    return ctx
 
 
 def _timed_capture(ctx: Context) -> float:
@@ -357,7 +398,10 @@ def _timed_capture(ctx: Context) -> float:
 
 def _streamed_settings(ctx: Context, batch_size: int, progress: bool, sections: Optional[Sequence[str]]) -> dict:
     """Stream the corpus statistics on the run's engine (:func:`_engine_statistics`) and
-    return the settings that say what ran where and how long it took."""
+    return the settings that say what ran where and how long it took; ``{}`` on the local
+    engine (every example's maps held: nothing is streamed)."""
+    if ctx.engine.holds_every_map:
+        return {}
     on_engine = _engine_statistics(ctx, batch_size, progress, sections)
     out = on_engine.statement(len(ctx.corpus), choose(sections))
     out["engine seconds"] = round(on_engine.stats["seconds"], 2)
