@@ -199,7 +199,7 @@ def _base(kind: str, c: Claim) -> dict:
 def claim_evidence(kind: str, c: Claim) -> Evidence:
     """The :class:`Evidence` of claim ``c`` of kind ``kind``: a claim not tested (or without
     enough evidence) says why; a tested one is rendered by its kind's registered
-    :class:`.protocol.ClaimTest` (``evidence``; default: its reason, effect, interval, count).
+    :class:`.protocol.ClaimTest` (``evidence``; default: :func:`builtin_evidence`).
 
     Raises:
         KeyError: ``kind`` is not a registered claim kind.
@@ -210,7 +210,7 @@ def claim_evidence(kind: str, c: Claim) -> Evidence:
     if c.status in ("not tested", "not enough evidence"):
         return Evidence(text=c.reason.removeprefix("not tested: ") or "no reason recorded", test=c.threshold, **base)
     render = claim_test(kind).evidence
-    return render(c) if render is not None else Evidence(text=c.reason, **base)
+    return render(c) if render is not None else builtin_evidence(kind, c)
 
 
 def _pattern_evidence(kind: str, c: Claim, base: dict) -> Evidence:

@@ -25,11 +25,7 @@ their ``compute`` reads their part of it (``inputs.built``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
-
-if TYPE_CHECKING:
-    from .claim import Claim
-    from .evidence import Evidence
+from typing import Any, Callable, Optional
 
 __all__ = ["ClaimInputs", "ClaimTest", "claim_kinds", "claim_test", "claim_tests", "register_claim"]
 
@@ -70,7 +66,9 @@ class ClaimTest:
             leaves out is *not tested*; raising :class:`probe.errors.NotApplicable` makes
             every head *not tested* with the reason.
         evidence: ``evidence(claim) -> Evidence`` (:mod:`.evidence`): its sentence and
-            numbers; default: the claim's ``reason`` with its effect, interval and count.
+            numbers; default (``None``): the built-in kinds' own renderers
+            (:func:`.evidence.builtin_evidence`), for another kind the claim's ``reason``
+            with its effect, interval and count.
         summary: ``summary(claim) -> str``: its words in the head's one-line summary
             (``""``: none); the built-in kinds' words are :func:`.summary.summary_sentence`'s.
     """
@@ -79,8 +77,8 @@ class ClaimTest:
     title: str
     tests: str
     compute: Callable[[ClaimInputs], dict]
-    evidence: Optional[Callable[["Claim"], "Evidence"]] = None
-    summary: Optional[Callable[["Claim"], str]] = None
+    evidence: Optional[Callable[[Any], Any]] = None  # (Claim) -> Evidence; this module imports neither
+    summary: Optional[Callable[[Any], str]] = None
 
 
 _TESTS: dict = {}
@@ -125,15 +123,6 @@ def _built(kind: str) -> Callable[[ClaimInputs], dict]:
     return compute
 
 
-def _builtin_evidence(kind: str) -> Callable[["Claim"], "Evidence"]:
-    def render(claim: "Claim") -> "Evidence":
-        from .evidence import builtin_evidence
-
-        return builtin_evidence(kind, claim)
-
-    return render
-
-
 for _kind, _title, _tests in (
     ("pattern", "Pattern", "its attention follows a named pattern, past a null model (Clark et al. 2019)"),
     ("structure", "Structure", "it finds a dependency relation better than the best fixed offset"),
@@ -142,4 +131,4 @@ for _kind, _title, _tests in (
     ("weights", "Do the weights matter", "uniform weights in its place harm the objective"),
     ("attribution", "Agreement with attributions", "its attention ranks tokens as the attributions do"),
 ):
-    register_claim(ClaimTest(_kind, _title, _tests, _built(_kind), _builtin_evidence(_kind)))
+    register_claim(ClaimTest(_kind, _title, _tests, _built(_kind)))  # rendered by .evidence.builtin_evidence

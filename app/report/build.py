@@ -291,8 +291,8 @@ def build_report(
     corpus, source = _input_corpus(model, text, file, conllu, limit, adapter)
     if adapter is None and _is_rnn_zoo(model):  # no hooks: its own attention function, no live adapter
         return _write_from_maps(out, model, corpus, sections, strict, force, source, limit, t_start)
-    fit = {"window": window, "stride": stride, "truncate": truncate, "memory_budget": memory_budget, "engine": engine}
-    adapter, corpus, budget, engine, notes = _prepared(model, adapter, corpus, device, **fit)
+    fit: dict[str, Any] = {"window": window, "stride": stride, "truncate": truncate, "memory_budget": memory_budget}
+    adapter, corpus, budget, engine, notes = _prepared(model, adapter, corpus, device, engine=engine, **fit)
     overrides = _overrides(max_model_examples, explained_examples)
     where = {"engine": engine, "address": address, "workers": workers, "kept_examples": kept_examples}
     ctx = _report_run(model, corpus, adapter, device, where, batch_size, overrides, objective, progress, sections)

@@ -4,7 +4,7 @@ queries, keys, values and scores, edit the per-head output ``z``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional, Protocol
 
 import torch
 
@@ -13,17 +13,34 @@ from probe.errors import NotApplicable
 from probe.tracing.attention_interface import AttentionSession, repeat_kv
 from probe.tracing.edits import SiteContext
 
-if TYPE_CHECKING:
-    from probe.tracing.trace_context import Trace
+__all__ = ["TraceSession", "TraceWork"]
 
-__all__ = ["TraceSession"]
+
+class TraceWork(Protocol):
+    """What a session reads of the trace that opened it
+    (:class:`probe.tracing.trace_context.Trace` is one; named here so that this module does
+    not import the trace back): the work planned per attention module and layer, and how
+    a site's value passes through its edits and readers."""
+
+    _pattern: dict
+    _qk: dict
+    _z_interface: dict
+    _pending: dict
+
+    def now(self, plan: dict, module: torch.nn.Module) -> Any:
+        """The work of ``plan`` for the layer whose call of ``module`` is running."""
+        ...
+
+    def _edited(self, x: torch.Tensor, work: dict) -> tuple:
+        """``(value, changed)``: ``x`` through the work's edits, then handed to its readers."""
+        ...
 
 
 class TraceSession(AttentionSession):
     """The trace's work inside the attention function: read/replace weights, edit ``z``
     (the work of the layer whose call is running: :meth:`Trace.now`)."""
 
-    def __init__(self, layer_of: dict, tr: Trace) -> None:
+    def __init__(self, layer_of: dict, tr: TraceWork) -> None:
         super().__init__(layer_of)
         self.tr = tr
 

@@ -67,3 +67,23 @@ def group_note(table) -> str:
 def top_heads(table, column: str, k: int = 5, by_abs: bool = True):
     order = table[column].abs() if by_abs else table[column]
     return table.reindex(order.sort_values(ascending=False).index).head(k)
+
+
+def necessity_block(data, layer: int, head: int) -> str:
+    """The necessity claim's evidence with every head's effect as a strip (the ablation
+    section's block shows it when the claims ran, the claims' own block when no ablation did)."""
+    from probe.app.report.evidence import every_head, one, strip_svg
+    from probe.app.report.html import esc
+
+    ev = one(data, layer, head, "claims", "necessity")
+    if ev is None:
+        return ""
+    text = f"<p>{esc(ev.text)}.</p>"
+    if ev.status not in ("holds", "does not hold"):
+        return text
+    return text + strip_svg(
+        every_head(data, "claims", "necessity"),
+        ev.value,
+        ev.ci,
+        xlabel=f"{ev.numbers.get('objective', '')} harm of mean-ablation: every head (grey), this head (blue, with CI)",
+    )

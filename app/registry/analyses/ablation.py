@@ -240,10 +240,10 @@ def _effect(by: dict, cls: str, sep: str) -> str:
 
 def _block(data, layer: int, head: int) -> str:
     """The head's ablation effect among every head's (a strip); the necessity claim's
-    evidence instead when the claims ran (:func:`.claims.necessity_block`)."""
+    evidence instead when the claims ran (:func:`._shared.necessity_block`)."""
     from probe.app.report.evidence import every_head, one, sentence, strip_svg
 
-    from .claims import necessity_block
+    from ._shared import necessity_block
 
     if one(data, layer, head, "claims", "necessity") is not None:
         return necessity_block(data, layer, head)

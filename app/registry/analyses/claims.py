@@ -138,27 +138,9 @@ def head_evidence(result: ClaimsResult) -> dict:
     return out
 
 
-def necessity_block(data, layer: int, head: int) -> str:
-    """The necessity claim's evidence with every head's effect as a strip."""
-    from probe.app.report.evidence import every_head, one, strip_svg
-    from probe.app.report.html import esc
-
-    ev = one(data, layer, head, "claims", "necessity")
-    if ev is None:
-        return ""
-    text = f"<p>{esc(ev.text)}.</p>"
-    if ev.status not in ("holds", "does not hold"):
-        return text
-    return text + strip_svg(
-        every_head(data, "claims", "necessity"),
-        ev.value,
-        ev.ci,
-        xlabel=f"{ev.numbers.get('objective', '')} harm of mean-ablation: every head (grey), this head (blue, with CI)",
-    )
-
-
 def _block(data, layer: int, head: int) -> str:
     """The necessity claim first when no ablation section ran (where it is shown otherwise)."""
+    from ._shared import necessity_block
     from .ablation import ANALYSIS as ABLATION
 
     return "" if ABLATION.name in data.statuses else necessity_block(data, layer, head)
