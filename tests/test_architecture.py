@@ -139,6 +139,24 @@ def test_no_module_level_import_cycle():
     assert not cycles, "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+def test_no_import_cycle_between_files_counting_every_import():
+    """Stricter than the module-level check: imports inside functions and under
+    ``TYPE_CHECKING`` count too, so no two files lean on each other even lazily (a circle
+    that only a deferred import keeps from failing at import time is still a circle). The
+    packages' ``__init__`` facades, which re-export their modules' names lazily, stand
+    apart: an import of a package's name points past its facade."""
+    known = _modules()
+    facades = {name for name, path in known.items() if path.name == "__init__.py"}
+    graph = {}
+    for name, path in known.items():
+        if name in facades:
+            continue
+        deps = {_resolve(m, known) for m in _imports(name, path)}
+        graph[name] = {d for d in deps if d and d != name and d not in facades}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles between files:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
 #: the core floor's rooms (sub-packages of probe/) and the two shared modules under them; an
 #: import between rooms points to a lower rank, and nothing else stands at probe/'s top
 ROOMS = {"errors": 0, "maps": 1, "inputs": 1, "store": 2, "tracing": 2, "interventions": 3, "runs": 4}

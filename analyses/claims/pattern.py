@@ -21,9 +21,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from probe.analyses.common.accumulate import PunctuationShare
 from probe.analyses.common.bootstrap import resample_counts
-from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
+from probe.analyses.patterns.role_features import LayerwiseHeadFeatures, PunctuationShare
 from probe.runs.streaming import feed_maps
 
 from probe.analyses.patterns.vocabulary import COMPONENTS, choose_rule, nearest_rule, profile_words

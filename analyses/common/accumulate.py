@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from probe.maps import AttentionMaps
 
-__all__ = ["Accumulator", "PerLayer", "PunctuationShare", "merge_all", "fresh"]
+__all__ = ["Accumulator", "PerLayer", "merge_all", "fresh"]
 
 
 @runtime_checkable
@@ -115,38 +115,3 @@ class PerLayer:
         """What the corpus statistic is: here the :meth:`results`, ``{layer: inner.result()}``;
         subclasses join the layers into one result."""
         return self.results()
-
-
-class PunctuationShare:
-    """The share of punctuation among the non-special tokens of a corpus: what a random
-    head puts on punctuation (the chance rule of the roles' ``to_punct``), summed as the
-    streamed maps pass (each example counted once, at its first streamed layer)."""
-
-    def __init__(self) -> None:
-        self.words = 0
-        self.punct = 0
-        self.seen: set = set()
-
-    def update(self, layer: int, maps: Sequence, meta: Any) -> None:
-        from probe.analyses.patterns.role_features import is_punctuation
-
-        for index, m in zip(meta.indices, maps):
-            if int(index) in self.seen:
-                continue
-            self.seen.add(int(index))
-            for t, sp in zip(m.tokens, m.special_mask.tolist()):
-                if not sp:
-                    self.words += 1
-                    self.punct += is_punctuation(str(t))
-
-    def merge(self, other: "PunctuationShare") -> "PunctuationShare":
-        new = other.seen - self.seen
-        if new == other.seen:
-            self.words += other.words
-            self.punct += other.punct
-            self.seen |= other.seen
-            return self
-        raise ValueError("PunctuationShare: two blocks share examples")  # blocks are disjoint by construction
-
-    def result(self) -> float:
-        return self.punct / max(self.words, 1)

@@ -74,6 +74,7 @@ __all__ = [
     "head_features",
     "token_frequencies",
     "is_punctuation",
+    "PunctuationShare",
     "HeadFeatureAccumulator",
     "example_values",
     "LayerwiseHeadFeatures",
@@ -628,3 +629,36 @@ def layer_summary(features: pd.DataFrame, columns: Sequence[str] = ("to_cls", "t
     if missing:
         raise InputError(f"feature table lacks columns {missing}; compute it with head_features()")
     return features.groupby("layer", as_index=False)[list(columns)].mean()
+
+
+class PunctuationShare:
+    """The share of punctuation among the non-special tokens of a corpus: what a random
+    head puts on punctuation (the chance rule of the roles' ``to_punct``), summed as the
+    streamed maps pass (each example counted once, at its first streamed layer)."""
+
+    def __init__(self) -> None:
+        self.words = 0
+        self.punct = 0
+        self.seen: set = set()
+
+    def update(self, layer: int, maps: Sequence, meta: Any) -> None:
+        for index, m in zip(meta.indices, maps):
+            if int(index) in self.seen:
+                continue
+            self.seen.add(int(index))
+            for t, sp in zip(m.tokens, m.special_mask.tolist()):
+                if not sp:
+                    self.words += 1
+                    self.punct += is_punctuation(str(t))
+
+    def merge(self, other: "PunctuationShare") -> "PunctuationShare":
+        new = other.seen - self.seen
+        if new == other.seen:
+            self.words += other.words
+            self.punct += other.punct
+            self.seen |= other.seen
+            return self
+        raise ValueError("PunctuationShare: two blocks share examples")  # blocks are disjoint by construction
+
+    def result(self) -> float:
+        return self.punct / max(self.words, 1)

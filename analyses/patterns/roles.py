@@ -564,7 +564,7 @@ def roles_streamed(
     Raises:
         InputError: as :func:`roles_report`, and an empty corpus.
     """
-    from probe.analyses.common.accumulate import PunctuationShare
+    from probe.analyses.patterns.role_features import PunctuationShare
     from probe.analyses.patterns.head_clusters import KeptDivergence
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
     from probe.runs.blocks import as_runner, stream_into

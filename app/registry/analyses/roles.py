@@ -192,7 +192,7 @@ def accumulators(ctx, corpus) -> dict:
     """The report section's sums: the head features of every example at token and word
     level (:class:`probe.analyses.patterns.role_features.LayerwiseHeadFeatures`) and the
     corpus's punctuation share (the chance rule of ``to_punct``)."""
-    from probe.analyses.common.accumulate import PunctuationShare
+    from probe.analyses.patterns.role_features import PunctuationShare
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
 
     return {"token": LayerwiseHeadFeatures("token"), "word": LayerwiseHeadFeatures("word"), "punct": PunctuationShare()}
