@@ -11,13 +11,16 @@ a skipped section's).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.app.registry import Analysis, Param
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
 from ._shared import model_corpus
+
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
 
 def _faithfulness_reason(ctx: Any) -> str:
@@ -34,7 +37,7 @@ def _adapter(ctx):
     return getattr(ctx, "adapter", None)
 
 
-def run(ctx) -> ClaimsResult:
+def run(ctx: Context) -> ClaimsResult:
     from probe.analyses.claims.heads import head_claims
     from probe.analyses.claims.thresholds import thresholds_in_force
 
@@ -89,7 +92,7 @@ def run(ctx) -> ClaimsResult:
     )
 
 
-def accumulators(ctx, corpus) -> dict:
+def accumulators(ctx: Context, corpus: Any) -> dict:
     """The pattern and structure claims' sums over examples (an engine streams them)."""
     from probe.analyses.claims.heads import evidence_accumulators
 

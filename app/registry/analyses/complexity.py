@@ -3,10 +3,15 @@ FLOPs, time, memory, sequential operations and path lengths of each layer type."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 
 from probe.errors import InputError
 from probe.app.registry import Analysis, Param, Result
+
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
 DEFAULT_N = "16,32,...,1024"
 DEFAULT_D = "16,32,...,512"
@@ -57,7 +62,7 @@ def parse_sizes(spec: str, name: str) -> list:
     return sorted(set(out))
 
 
-def run(ctx) -> Result:
+def run(ctx: Context) -> Result:
     from probe.analyses.paper.complexity import analyze_complexity
     from probe.analyses.paper.complexity_layers import LAYER_KINDS
 

@@ -3,11 +3,16 @@ mention and number-agreeing baselines (Clark et al. 2019, section 4.3)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from probe.errors import NotApplicable
 from probe.app.registry import STREAMING, Analysis, Param, Result
 
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
-def run(ctx) -> Result:
+
+def run(ctx: Context) -> Result:
     from probe.analyses.structure.coref_mentions import read_number
     from probe.analyses.structure.syntax_run import run_coref
 

@@ -3,7 +3,7 @@ gates (Michel et al. 2019) and the pruning curve."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from probe.app.registry import Analysis, Param, Result
 from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, TableView, VerdictHint
@@ -11,6 +11,9 @@ from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, T
 from probe.app.registry.results import ImportanceResult
 
 from ._shared import BATCH, model_corpus
+
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
 METHOD = Param(
     "method",
@@ -22,7 +25,7 @@ METHOD = Param(
 IG_STEPS = Param("ig_steps", int, 16, "integrated-gradient steps", min=2)
 
 
-def run_importance(ctx) -> ImportanceResult:
+def run_importance(ctx: Context) -> ImportanceResult:
     from probe.analyses.necessity.importance import head_importance
 
     corpus, cut = model_corpus(ctx, ctx.whole_corpus)
@@ -145,7 +148,7 @@ SHOWS = Presentation(
 )
 
 
-def run_prune(ctx) -> Result:
+def run_prune(ctx: Context) -> Result:
     from probe.analyses.necessity.pruning import pruning_curve
 
     p = ctx.params

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from probe.errors import InputError
 from probe.app.registry import Analysis, Param, Result
 
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
-def run_figures(ctx) -> Result:
+
+def run_figures(ctx: Context) -> Result:
     from probe.analyses.paper.paper_heads import SENTENCES, paper_rankings, top_heads
 
     adapter = ctx.adapter
@@ -60,7 +65,7 @@ FIGURES = Analysis(
 )
 
 
-def run_alignment(ctx) -> Result:
+def run_alignment(ctx: Context) -> Result:
     import pandas as pd
 
     from probe.analyses.paper.alignment import TASKS, alignment_error_rates, zoo_cross_maps

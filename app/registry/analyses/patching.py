@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from probe.app.registry import Analysis, Param, Result
 
 from ._shared import BATCH, GROUPS, N_BOOT, group_note, group_table, head_name
+
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
 
 def _corrupted(ctx, clean):
@@ -26,7 +31,7 @@ def _corrupted(ctx, clean):
     return shuffled_words(clean)
 
 
-def shuffled_words(corpus, seed: int = 0):
+def shuffled_words(corpus: Any, seed: int = 0) -> Any:
     """Each example's words (whitespace-separated) in a seeded random order: a corruption
     that keeps the tokens, so the pair tokenizes to the same length."""
     import random
@@ -48,7 +53,7 @@ def shuffled_words(corpus, seed: int = 0):
     return Corpus(texts=tuple(texts), examples=examples, source="shuffled words")
 
 
-def run(ctx) -> Result:
+def run(ctx: Context) -> Result:
     from probe.analyses.necessity.head_groups import patch_group
     from probe.analyses.necessity.patching import patch_heads
 

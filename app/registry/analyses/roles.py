@@ -188,7 +188,7 @@ def _writers(report: Any, described: str, no_figure: bool) -> list:
     return writers
 
 
-def accumulators(ctx, corpus) -> dict:
+def accumulators(ctx: Context, corpus: Any) -> dict:
     """The report section's sums: the head features of every example at token and word
     level (:class:`probe.analyses.patterns.role_features.LayerwiseHeadFeatures`) and the
     corpus's punctuation share (the chance rule of ``to_punct``)."""
@@ -198,7 +198,7 @@ def accumulators(ctx, corpus) -> dict:
     return {"token": LayerwiseHeadFeatures("token"), "word": LayerwiseHeadFeatures("word"), "punct": PunctuationShare()}
 
 
-def section(ctx) -> RolesResult:
+def section(ctx: Context) -> RolesResult:
     """The report's variant: roles fitted from the head features of every example of the
     run (fed from the held maps, or streamed by the engine: ``ctx.accumulated``), with
     the syntax section's best heads as evidence when it ran; as
@@ -213,7 +213,7 @@ def section(ctx) -> RolesResult:
     return section_from(ctx, clf.roles_, n)
 
 
-def syntax_evidence(ctx):
+def syntax_evidence(ctx: Context) -> Any:
     """The syntax section's best heads (non-syntactic relations left out), or ``None``."""
     syntax = ctx.result_of(SyntaxResult)
     best = syntax.best if syntax else None
@@ -222,7 +222,7 @@ def syntax_evidence(ctx):
     return best
 
 
-def section_from(ctx, roles, n_examples: int) -> RolesResult:
+def section_from(ctx: Context, roles: Any, n_examples: int) -> RolesResult:
     """The roles section of a roles table however it was fitted (from the kept maps, or
     from head features streamed on an engine: ``probe report --engine``)."""
     from probe.analyses.patterns.roles import role_counts

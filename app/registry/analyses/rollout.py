@@ -9,10 +9,15 @@ The commands write ``<method>.json`` (``tokens``, ``output_positions``, ``scores
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from probe.errors import InputError, NotApplicable
 from probe.app.registry import Analysis, Param, Result, SkipAnalysis
 from probe.app.registry.presentation import Presentation, TableView
 from probe.app.registry.results import RolloutResult
+
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
 #: examples and longest input of the report's rollout/flow section (one output row of exact
 #: flow on 128 tokens takes tens of milliseconds with the compiled solver; longer examples
@@ -95,7 +100,7 @@ def _result(scores, title) -> Result:
     return Result(tables={scores.method: scores.to_frame()}, notes=lines, writers=[write])
 
 
-def run_rollout(ctx) -> Result:
+def run_rollout(ctx: Context) -> Result:
     p = ctx.params
     pos = list(p["output_position"]) or None
     if p["weights"] == "attention":
@@ -136,7 +141,7 @@ def run_rollout(ctx) -> Result:
     return _result(scores, f"{scores.method} ({p['weights']})")
 
 
-def run_flow(ctx) -> Result:
+def run_flow(ctx: Context) -> Result:
     from probe.analyses.flow.attention_flow import flow_maps
 
     p = ctx.params
@@ -154,7 +159,7 @@ def run_flow(ctx) -> Result:
     return _result(scores, "attention flow" + (" (networkx)" if p["reference"] else ""))
 
 
-def section(ctx) -> RolloutResult:
+def section(ctx: Context) -> RolloutResult:
     """Rollout and flow into position 0 (the last token of a causal model) on the report's
     representative examples."""
     import pandas as pd
@@ -238,14 +243,15 @@ FLOW = Analysis(
 )
 
 
-def run_correlation(ctx) -> Result:
+def run_correlation(ctx: Context) -> Result:
     from probe.analyses.flow.blankout import blank_out_importance, correlation_table, importance_correlations
     from probe.runs.capture import capture
     from probe.models.zoo import eval_examples
 
-    if not ctx.is_zoo:
+    task = ctx.zoo_task
+    if not ctx.is_zoo or task is None:
         raise NotApplicable("flow-correlation needs a zoo sequence classifier, e.g. --model zoo:agreement")
-    examples = eval_examples(ctx.zoo_task, n=ctx.params["limit"] or 1000)
+    examples = eval_examples(task, n=ctx.params["limit"] or 1000)
     maps = capture(ctx.adapter, [e["text"] for e in examples], batch_size=64)
     from tqdm.auto import tqdm
 

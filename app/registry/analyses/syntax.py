@@ -5,12 +5,15 @@ attention-only probe."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from probe.errors import NotApplicable
 from probe.app.registry import STREAMING, Analysis, Param, Result
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView, VerdictHint
 from probe.app.registry.results import SyntaxResult
+
+if TYPE_CHECKING:
+    from probe.app.registry import Context
 
 #: fewest instances of a relation for it to be named on a head page: 1 in 200 dependencies,
 #: within [5, 100] (the bundled sample has ~300 dependencies, EWT dev ~22,000; without a
@@ -39,7 +42,7 @@ def _zoo_treebank(ctx) -> str:
     return str(path)
 
 
-def run(ctx) -> Result:
+def run(ctx: Context) -> Result:
     from probe.analyses.structure.syntax_run import run_syntax
     from probe.inputs.readers import read_conllu
 
@@ -98,7 +101,7 @@ def _notes(result, best) -> list:
     return lines
 
 
-def accumulators(ctx, corpus) -> dict:
+def accumulators(ctx: Context, corpus: Any) -> dict:
     """The report section's sums: Clark et al.'s relation counts of every treebank
     sentence (:class:`probe.analyses.structure.streaming.LayerwiseRelations`; none
     without a treebank)."""
@@ -109,7 +112,7 @@ def accumulators(ctx, corpus) -> dict:
     return {"relations": LayerwiseRelations()}
 
 
-def section(ctx) -> SyntaxResult:
+def section(ctx: Context) -> SyntaxResult:
     """The report's variant: relation accuracy from the counts of every sentence of the
     run (fed from the held maps, or streamed by the engine: ``ctx.accumulated``)."""
     from probe.analyses.structure.word_graph import Skipped
@@ -120,7 +123,7 @@ def section(ctx) -> SyntaxResult:
     return section_from(acc.result(), Skipped(list(acc.skipped)))
 
 
-def section_from(accuracy, skipped) -> SyntaxResult:
+def section_from(accuracy: Any, skipped: Any) -> SyntaxResult:
     """The syntax section of relation counts however they were made (from the kept maps,
     or streamed on an engine: ``probe report --engine``); ``skipped``: a
     :class:`probe.analyses.structure.word_graph.Skipped`."""
@@ -143,7 +146,7 @@ def section_from(accuracy, skipped) -> SyntaxResult:
     return SyntaxResult(tables=tables, per_head=per_head, notes=notes, summary={"min_count": floor})
 
 
-def best_relations(best, min_count: int):
+def best_relations(best: Any, min_count: int) -> Any:
     """Heads that are the best head for some relation (Clark et al. 2019's Table 1 view):
     for each, the relation it beats the fixed-offset baseline by most (``relation,
     direction, accuracy, baseline_accuracy, baseline_offset, count``) and every relation it
@@ -161,7 +164,7 @@ def best_relations(best, min_count: int):
     return out.reset_index(drop=True)
 
 
-def best_relation_per_head(best, min_count: int):
+def best_relation_per_head(best: Any, min_count: int) -> Any:
     """:func:`best_relations` as the section's per-head facts (``syntax_*`` columns)."""
     return best_relations(best, min_count).rename(
         columns={
