@@ -30,7 +30,7 @@ used, which is what a model without such an MLP reads.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 import torch
@@ -113,7 +113,7 @@ def _embed_unembed(adapter: ModelAdapter) -> tuple:
     out = adapter.model.get_output_embeddings() if hasattr(adapter.model, "get_output_embeddings") else None
     if out is None or getattr(out, "weight", None) is None:
         raise NotApplicable(f"{adapter.name} has no unembedding (a language-model head): no OV circuit to logits")
-    w_e = adapter.embeddings().weight.detach().float()
+    w_e = cast(torch.Tensor, adapter.embeddings().weight).detach().float()
     w_u = out.weight.detach().float()
     n = min(len(w_e), len(w_u))
     return w_e[:n], w_u[:n]

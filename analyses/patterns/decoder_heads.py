@@ -18,7 +18,7 @@ sequences). Positions: ``0`` is ``<bos>``, the first copy ``1..T``, the second `
   ``i ≥ 1`` of the total-variation distance ``½ Σ_j |A_X[i, j] − A_Y[i, j]|`` between the
   head's rows on the repeated sequence ``X`` and on ``Y``, distinct random tokens of the
   same length: ``0`` when the pattern is a function of positions only, ``1`` when the tokens
-  decide it entirely. A head is *positional* at ≤ 0.1 and *content* at ≥ 0.5 (ours; Voita
+  decide it entirely. A head is *positional* at ≤ 0.1 and *content* over 0.5 (ours; Voita
   et al. 2019 name positional heads by the argmax's relative position, which
   ``previous_token`` reads here).
 
@@ -65,7 +65,7 @@ __all__ = [
 SINK_EPSILON = 0.3
 #: role -> the score a head must exceed (attention mass on the named position)
 THRESHOLDS = {"previous_token": 0.4, "duplicate_token": 0.4, "induction": 0.4, "sink": SINK_EPSILON}
-#: content score at or under which a head is positional, at or over which it is a content head (ours)
+#: content score at or under which a head is positional, over which it is a content head (ours)
 POSITIONAL_MAX, CONTENT_MIN = 0.1, 0.5
 
 
@@ -93,7 +93,8 @@ def probe_vocabulary(adapter: ModelAdapter) -> tuple:
     embedding, special tokens left out) and the id it starts with (``bos``, else ``cls``, else 0)."""
     tok = adapter.tokenizer
     special = set(getattr(tok, "all_special_ids", []) or [])
-    vocab = [i for i in range(min(len(tok), adapter.embeddings().weight.shape[0])) if i not in special]
+    n_embedded = int(getattr(adapter.embeddings(), "num_embeddings", len(tok)))
+    vocab = [i for i in range(min(len(tok), n_embedded)) if i not in special]
     bos = getattr(tok, "bos_token_id", None)
     return vocab, int(bos if bos is not None else (getattr(tok, "cls_token_id", None) or 0))
 
@@ -212,6 +213,6 @@ def decoder_head_scores(
                 row[role] = float(s[layer, head])
                 row[role + "_head"] = row[role] > THRESHOLDS[role]
             c = float(content[layer, head])
-            row.update(content=c, positional_head=c <= POSITIONAL_MAX, content_head=c >= CONTENT_MIN)
+            row.update(content=c, positional_head=c <= POSITIONAL_MAX, content_head=c > CONTENT_MIN)
             rows.append(row)
     return DecoderHeadScores(pd.DataFrame(rows), sink_ratio(scores["sink"]), n_tokens, n_examples)

@@ -38,7 +38,7 @@ class TaxonomyRole:
 
 def _roles() -> tuple:
     from .decoder_circuits import COPYING_THRESHOLD, SUCCESSOR_THRESHOLD
-    from .decoder_heads import POSITIONAL_MAX, THRESHOLDS
+    from .decoder_heads import CONTENT_MIN, POSITIONAL_MAX, THRESHOLDS
     from .retrieval_heads import RETRIEVAL_THRESHOLD
 
     rr = "repeated random tokens"
@@ -78,6 +78,7 @@ def _roles() -> tuple:
         TaxonomyRole(
             "positional", "content", "positional_head", POSITIONAL_MAX, "two token draws", "ours", above=False
         ),
+        TaxonomyRole("content", "content", "content_head", CONTENT_MIN, "two token draws", "ours"),
     )
 
 
