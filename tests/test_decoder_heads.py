@@ -94,18 +94,10 @@ def test_hand_set_weights_make_a_previous_token_head_and_a_sink_head(bert_tokeni
     )
     model = transformers.GPT2LMHeadModel(cfg).eval()
     attn = model.transformer.h[0].attn.c_attn  # Conv1D: x @ W + b, W [32, 96] = q | k | v
+    from conftest import previous_token_by_position
+
+    previous_token_by_position(model)  # head 0
     with torch.no_grad():
-        model.transformer.wte.weight.zero_()
-        model.transformer.wpe.weight.zero_()
-        model.transformer.wpe.weight[:16, :16] = 10 * torch.eye(16)
-        model.transformer.h[0].ln_1.weight.fill_(1.0)
-        model.transformer.h[0].ln_1.bias.zero_()
-        attn.weight.zero_()
-        attn.bias.zero_()
-        for p in range(1, 16):
-            attn.weight[p, p - 1] = 1.0  # head 0: q_i ∝ e_{i-1}
-        for p in range(16):
-            attn.weight[p, 32 + p] = 1.0  # head 0: k_j ∝ e_j
         attn.bias[16] = 4.0  # head 1: the same query everywhere
         attn.weight[0, 32 + 16] = 1.0  # head 1: only position 0's key answers it
     adapter = ModelAdapter(name="hand-set", model=model, tokenizer=bert_tokenizer, family="gpt2")

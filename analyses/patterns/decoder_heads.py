@@ -13,14 +13,21 @@ sequences). Positions: ``0`` is ``<bos>``, the first copy ``1..T``, the second `
   ``A[i, i-T+1]`` (attention to the token *after* the earlier occurrence);
 * sink score α₁, Gu et al. (2024, "When attention sink emerges"): mean over queries of the
   attention to the first token; a head is a sink head when α₁ > ε, and the model's
-  Sink₁^ε is the fraction of its heads that are, with ε = 0.3 as in the paper.
+  Sink₁^ε is the fraction of its heads that are, with ε = 0.3 as in the paper;
+* content score (positional versus content heads): the mean over examples and queries
+  ``i ≥ 1`` of the total-variation distance ``½ Σ_j |A_X[i, j] − A_Y[i, j]|`` between the
+  head's rows on the repeated sequence ``X`` and on ``Y``, distinct random tokens of the
+  same length: ``0`` when the pattern is a function of positions only, ``1`` when the tokens
+  decide it entirely. A head is *positional* at ≤ 0.1 and *content* over 0.5 (ours; Voita
+  et al. 2019 name positional heads by the argmax's relative position, which
+  ``previous_token`` reads here).
 
 A head takes a role when its score clears the role's threshold (:data:`THRESHOLDS`; the
 pattern scores are attention mass, so 0.4 means 40% of each query's attention on the
 one position the role names; random tokens make content matches other than the repeat
-improbable). Not here yet: the copying half of Olsson's induction definition (the OV
-circuit's positive eigenvalues), successor heads (Gould et al. 2023) and retrieval heads
-(Wu et al. 2024), which need an unembedding-space and a needle-in-a-haystack probe.
+improbable). The copying half of Olsson's induction definition and successor heads are
+read from the weights (:mod:`.decoder_circuits`), retrieval heads from needle-in-a-haystack
+decoding (:mod:`.retrieval_heads`); :mod:`.decoder_taxonomy` gathers them all.
 """
 
 from __future__ import annotations
@@ -46,6 +53,10 @@ __all__ = [
     "induction_scores",
     "sink_scores",
     "sink_ratio",
+    "probe_vocabulary",
+    "content_scores",
+    "POSITIONAL_MAX",
+    "CONTENT_MIN",
     "DecoderHeadScores",
     "decoder_head_scores",
 ]
@@ -54,6 +65,8 @@ __all__ = [
 SINK_EPSILON = 0.3
 #: role -> the score a head must exceed (attention mass on the named position)
 THRESHOLDS = {"previous_token": 0.4, "duplicate_token": 0.4, "induction": 0.4, "sink": SINK_EPSILON}
+#: content score at or under which a head is positional, over which it is a content head (ours)
+POSITIONAL_MAX, CONTENT_MIN = 0.1, 0.5
 
 
 def repeated_random_tokens(
@@ -73,6 +86,17 @@ def repeated_random_tokens(
     first = torch.stack(rows)
     bos = torch.full((n_examples, 1), bos_id, dtype=torch.long)
     return torch.cat([bos, first, first], dim=1)
+
+
+def probe_vocabulary(adapter: ModelAdapter) -> tuple:
+    """``(token ids, bos id)``: the ids a probe input draws from (the tokenizer's, within the
+    embedding, special tokens left out) and the id it starts with (``bos``, else ``cls``, else 0)."""
+    tok = adapter.tokenizer
+    special = set(getattr(tok, "all_special_ids", []) or [])
+    n_embedded = int(getattr(adapter.embeddings(), "num_embeddings", len(tok)))
+    vocab = [i for i in range(min(len(tok), n_embedded)) if i not in special]
+    bos = getattr(tok, "bos_token_id", None)
+    return vocab, int(bos if bos is not None else (getattr(tok, "cls_token_id", None) or 0))
 
 
 def _check(patterns: torch.Tensor) -> torch.Tensor:
@@ -117,6 +141,15 @@ def sink_ratio(scores: torch.Tensor, epsilon: float = SINK_EPSILON) -> float:
     return float((scores > epsilon).float().mean())
 
 
+def content_scores(patterns_x: torch.Tensor, patterns_y: torch.Tensor) -> torch.Tensor:
+    """``[layer, head]``: the mean total-variation distance between the rows ``i ≥ 1`` of two
+    pattern stacks ``[example, layer, head, n, n]`` on different tokens at the same positions."""
+    a, b = _check(patterns_x)[..., 1:, :], _check(patterns_y)[..., 1:, :]
+    if a.shape != b.shape:
+        raise InputError(f"content scores compare patterns of one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    return 0.5 * (a - b).abs().sum(-1).mean(dim=(0, -1))
+
+
 @dataclass(frozen=True)
 class DecoderHeadScores:
     """Per-head scores and roles; ``sink_ratio`` is the model's Sink₁^ε."""
@@ -140,7 +173,9 @@ def decoder_head_scores(
 ) -> DecoderHeadScores:
     """Every head's previous-token, duplicate-token, induction and sink scores on repeated
     random tokens of ``adapter``'s vocabulary (its special tokens excluded), one traced
-    forward; a column ``<role>_head`` per role (score > :data:`THRESHOLDS`).
+    forward; a column ``<role>_head`` per role (score > :data:`THRESHOLDS`); its content
+    score against a second forward on distinct random tokens (``content``,
+    ``positional_head``, ``content_head``).
 
     Raises:
         InputError: the sequence does not fit the model's positions, or the vocabulary is
@@ -150,14 +185,19 @@ def decoder_head_scores(
 
     if 1 + 2 * n_tokens > adapter.max_length:
         raise InputError(f"1 + 2·{n_tokens} tokens exceed {adapter.name}'s {adapter.max_length} positions")
-    tok = adapter.tokenizer
-    special = set(getattr(tok, "all_special_ids", []) or [])
-    vocab = [i for i in range(len(tok)) if i not in special]
-    bos = getattr(tok, "bos_token_id", None)
-    bos = bos if bos is not None else (getattr(tok, "cls_token_id", None) or 0)
-    ids = repeated_random_tokens(vocab, n_tokens, n_examples, int(bos), seed).to(adapter.device)
-    cache = trace(adapter, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, read="pattern")
-    patterns = cache.stack("pattern").transpose(0, 1)  # [example, layer, head, q, k]
+    vocab, bos = probe_vocabulary(adapter)
+    ids = repeated_random_tokens(vocab, n_tokens, n_examples, bos, seed).to(adapter.device)
+
+    def patterns_of(x: torch.Tensor) -> torch.Tensor:  # [example, layer, head, q, k]
+        cache = trace(adapter, {"input_ids": x, "attention_mask": torch.ones_like(x)}, read="pattern")
+        return cache.stack("pattern").transpose(0, 1).float().cpu()
+
+    patterns = patterns_of(ids)
+    if len(vocab) >= 2 * n_tokens:  # Y: as many distinct tokens, no repeat
+        other = repeated_random_tokens(vocab, 2 * n_tokens, n_examples, bos, seed + 1)[:, : 1 + 2 * n_tokens]
+        content = content_scores(patterns, patterns_of(other.to(adapter.device)))
+    else:
+        content = torch.full(patterns.shape[1:3], float("nan"))
     scores = {
         "previous_token": previous_token_scores(patterns),
         "duplicate_token": duplicate_token_scores(patterns, n_tokens),
@@ -172,5 +212,7 @@ def decoder_head_scores(
             for role, s in scores.items():
                 row[role] = float(s[layer, head])
                 row[role + "_head"] = row[role] > THRESHOLDS[role]
+            c = float(content[layer, head])
+            row.update(content=c, positional_head=c <= POSITIONAL_MAX, content_head=c > CONTENT_MIN)
             rows.append(row)
     return DecoderHeadScores(pd.DataFrame(rows), sink_ratio(scores["sink"]), n_tokens, n_examples)

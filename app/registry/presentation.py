@@ -14,6 +14,7 @@ declarations; it knows no section by name. A presentation says:
 - ``verdict``: its part of the one-line verdict of reports built without claims
   (:class:`VerdictHint`);
 - ``mark``: the mark of a head's grid cell (:class:`HeadMark`);
+- ``tag``: a few words in a head's grid cell beside its role (:class:`GridTag`);
 - ``streamed``: what an engine computes of it over the whole corpus (:class:`Streamed`);
 - ``claims``: its evidence is the heads' claims (shown at the top of a head page and as
   ``claims`` in summary.json, not among the other evidence).
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLAIMS_FIELD",
+    "GridTag",
     "HeadBlock",
     "HeadMark",
     "Presentation",
@@ -123,6 +125,19 @@ class HeadMark:
 
 
 @dataclass(frozen=True)
+class GridTag:
+    """A few words in a head's grid cell, under its role (the decoder taxonomy's roles).
+
+    Attributes:
+        tag: ``tag(evidence) -> str`` from the head's evidence of this analysis (``""``: none).
+        legend: what the tags mean, printed under the grid when any cell has one.
+    """
+
+    tag: Callable[[list], str]
+    legend: str = ""
+
+
+@dataclass(frozen=True)
 class Streamed:
     """What an engine (``probe report --engine stream|ray``) computes of the analysis.
 
@@ -145,6 +160,7 @@ class Presentation:
     tables: dict = field(default_factory=dict)
     verdict: tuple = ()
     mark: Optional[HeadMark] = None
+    tag: Optional[GridTag] = None
     streamed: Optional[Streamed] = None
     claims: bool = False
 

@@ -183,7 +183,9 @@ def evidence_html(data: Any, layer: int, head: int) -> str:
     """The head's evidence: one titled block per section that ran and says something (its
     declared :class:`probe.app.registry.presentation.HeadBlock`, else its sentences, else
     its facts), in the blocks' order, then the sections without a block; one muted line per
-    section that was skipped or failed (with the reason). A section whose evidence is the
+    section that failed (with the reason). A skipped section is listed once, with its reason,
+    on the index, not on every head page (a decoder's pages do not speak of syntax that was
+    never parsed). A section whose evidence is the
     heads' claims shows them at the top of the page (:mod:`.claims_html`), not here."""
     from probe.app.registry import registered
 
@@ -194,6 +196,8 @@ def evidence_html(data: Any, layer: int, head: int) -> str:
     out = []
     for name in order:
         o, shown = status[name], shows.get(name)
+        if o.status == "skipped":
+            continue
         if o.status != "ran":
             out.append(_skipped(o))
             continue

@@ -27,7 +27,7 @@ table.grid{border-collapse:separate;border-spacing:3px}table.grid th{font-weight
 table.grid td{width:64px;height:44px;text-align:center;border-radius:4px;font-size:.72em}
 table.grid td a{display:block;color:#111;text-decoration:none;height:100%;line-height:1.25;
  padding-top:3px}
-table.grid td a:hover{outline:2px solid #333}
+table.grid td a:hover{outline:2px solid #333}table.grid .tag{font-size:.9em;font-weight:bold}
 .imp{font-size:1.15em}.muted{color:#777}.verdict{font-size:1.15em;background:#f6f8fa;
  padding:.6em .8em;border-left:4px solid #4c72b0}
 .skipped{color:#9a6700}.failed{color:#b00020}.ran{color:#1a7f37}

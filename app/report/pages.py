@@ -47,6 +47,23 @@ def importance_mark(evidence: list, n_heads_total: int) -> tuple:
     return "", ""
 
 
+def grid_tags(data, layer: int, head: int) -> tuple:
+    """``([tag, …], [legend, …])``: the words each registered analysis declaring a
+    :class:`probe.app.registry.presentation.GridTag` puts in the head's grid cell, from the
+    head's evidence of that analysis, and the legends of those that said something."""
+    from probe.app.registry import registered
+
+    tags, legends = [], []
+    for a in registered():
+        if a.shows.tag is None:
+            continue
+        said = a.shows.tag.tag([ev for ev in data.evidence.get((layer, head), ()) if ev.section == a.name])
+        if said:
+            tags.append(said)
+            legends.append(a.shows.tag.legend)
+    return tags, legends
+
+
 def _role(data, layer: int, head: int):
     """The head's ``role`` evidence, or ``None`` (the roles section did not run)."""
     return next((ev for ev in data.evidence.get((layer, head), ()) if ev.kind == "role"), None)
@@ -100,9 +117,13 @@ def _grid(data) -> str:
     n_total = len(data.layers) * data.n_heads
     head_row = "".join(f"<th>H{h}</th>" for h in range(data.n_heads))
     rows = []
+    legends: list = []
     for layer in data.layers:
         cells = []
         for h in range(data.n_heads):
+            tags, said = grid_tags(data, layer, h)
+            legends += [x for x in said if x and x not in legends]
+            tagged = f'<br><span class="tag">{esc(" ".join(tags))}</span>' if tags else ""
             full = _role_label(data, layer, h)
             role = base_role(full)
             colour = ROLE_COLOURS.get(role, "#eeeeee") if role else "#ffffff"
@@ -111,7 +132,7 @@ def _grid(data) -> str:
             label = esc(role_label(full)) if role else "&nbsp;"
             cells.append(
                 f'<td style="background:{colour}"><a href="heads/{head_file(layer, h)}" '
-                f'title="{esc(tip)}">L{layer}H{h}<br>{label} <span class="imp">{esc(sym)}</span>'
+                f'title="{esc(tip)}">L{layer}H{h}<br>{label} <span class="imp">{esc(sym)}</span>{tagged}'
                 f"</a></td>"
             )
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
@@ -125,6 +146,7 @@ def _grid(data) -> str:
         if used
         else ('<p class="muted">Cells are not coloured: the roles section did not run.</p>')
     )
+    legend += "".join(f'<p class="legend">{esc(x)}</p>' for x in legends)
     return f'<div class="scroll"><table class="grid"><tr><th></th>{head_row}</tr>{"".join(rows)}</table></div>{legend}'
 
 

@@ -121,8 +121,16 @@ def run(ctx: Context) -> Result:
     if report.n_examples < p["min_examples"]:
         notes.append(f"warning: only {report.n_examples} examples (< {p['min_examples']}); the roles are unstable")
     cols = [c for c in ROLE_FACTS if c in report.roles.columns]
+    tables = {"roles": report.roles, "layers": report.layers, "counts": report.counts}
+    if ctx.model is not None and ctx.adapter.causal:  # a decoder: its taxonomy on its own probe inputs too
+        from .decoder_heads import taxonomy_result
+
+        tax = taxonomy_result(ctx.adapter, n_tokens=10, n_examples=16, seed=0)
+        tables["decoder_heads"] = tax.tables["taxonomy"]
+        summary["decoder_heads"] = tax.summary["heads"]
+        notes.append("decoder taxonomy (decoder_heads.csv): " + "; ".join(tax.notes[-8:]))
     return Result(
-        tables={"roles": report.roles, "layers": report.layers, "counts": report.counts},
+        tables=tables,
         per_head=report.roles[["layer", "head"] + cols],
         notes=notes,
         summary=summary,

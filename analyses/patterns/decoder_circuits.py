@@ -1,0 +1,207 @@
+"""Heads read from their weights: the OV circuit's copying score and successor heads.
+
+A head's OV circuit maps the token at a key to what it writes at the query:
+``x ↦ W_O^h W_V^h x`` (``W_V^h`` ``[head_dim, d_model]``, ``W_O^h`` ``[d_model, head_dim]``,
+grouped-query models: the key/value head the query head reads, :func:`probe.models.sites.kv_head_of`).
+The *full* OV circuit from input token to output logit is the ``[vocab, vocab]`` matrix
+``M = W_U W_O^h W_V^h W_Eᵀ`` (``W_E`` the input embedding ``[vocab, d_model]``, ``W_U`` the
+unembedding ``[vocab, d_model]``).
+
+* **Copying score** (Elhage et al. 2021, "A Mathematical Framework for Transformer
+  Circuits"; Olsson et al. 2022, "In-context Learning and Induction Heads", who call an
+  induction head one that both prefix-matches and copies): ``Σλ / Σ|λ|`` over the
+  eigenvalues ``λ`` of ``M`` — the positive-eigenvalue share, ``1`` for a head whose OV
+  circuit raises the logit of the token it attends to, ``-1`` for one that lowers it, ``0``
+  when it does neither (a permutation of tokens, a random map). It is computed from the
+  ``[head_dim, head_dim]`` matrix ``W_V^h W_Eᵀ W_U W_O^h``, whose eigenvalues are ``M``'s
+  non-zero ones. This is the eigenvalue version, not the logit increase of the attended
+  token on a forward. A head copies when the score exceeds 0.5 (:data:`COPYING_THRESHOLD`;
+  ours: the papers show the distribution and do not threshold it).
+* **Successor score** (Gould et al. 2023, "Successor Heads"): for the ordinal sequences the
+  tokenizer holds as single tokens (numbers 1–20, letters, weekdays, months), the share of
+  tokens ``t_i`` (not the last of its sequence) whose OV-circuit logits, among every
+  ordinal token found, are highest at ``t_{i+1}``. Chance is ``1 / #ordinal tokens``. A
+  head is a successor head when the score exceeds 0.5 (:data:`SUCCESSOR_THRESHOLD`; ours).
+
+Both ignore the layer norms and biases on the way (their per-dimension scales are not
+folded in) and Gould et al.'s first-MLP "effective embedding": the raw input embedding is
+used, which is what a model without such an MLP reads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import pandas as pd
+import torch
+
+from probe.errors import NotApplicable
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
+
+__all__ = [
+    "COPYING_THRESHOLD",
+    "SUCCESSOR_THRESHOLD",
+    "ORDINAL_SEQUENCES",
+    "ov_circuit",
+    "copying_scores",
+    "ordinal_tokens",
+    "successor_scores",
+]
+
+#: a head copies when Σλ/Σ|λ| of its full OV circuit exceeds this (ours)
+COPYING_THRESHOLD = 0.5
+#: a head is a successor head when its succession score exceeds this (ours; chance is 1/#tokens)
+SUCCESSOR_THRESHOLD = 0.5
+#: Gould et al. (2023)'s ordinal sequences, as words (each tried with and without a leading
+#: space and in lower case; elements that are not one token are left out)
+ORDINAL_SEQUENCES = {
+    "numbers": tuple(str(i) for i in range(1, 21)),
+    "letters": tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+    "days": ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"),
+    "months": (
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ),
+}
+
+
+def _weight(module: torch.nn.Module) -> torch.Tensor:
+    from probe.runs.values import projection_weight
+
+    return projection_weight(module).detach().float()
+
+
+def ov_circuit(adapter: ModelAdapter, layer: int, head: int) -> tuple:
+    """``(W_V^h [head_dim, d_model], W_O^h [d_model, head_dim])`` of ``head`` in ``layer``: its
+    rows of the value projection (the value part of a fused q|k|v; its key/value head under
+    grouped-query attention) and its columns of the output projection.
+
+    Raises:
+        NotApplicable: the model has no separate output projection per head, or its value
+            projection is not a linear map of the residual stream.
+    """
+    from probe.models.sites import kv_head_of, value_layout
+
+    adapter.check_head_site()
+    dh = adapter.head_dim
+    w_v = _weight(adapter.value_modules()[layer])  # [out, d_model]
+    layout = value_layout(adapter)
+    if layout is not None:
+        parts, index = layout
+        width = w_v.shape[0] // parts
+        w_v = w_v[index * width : (index + 1) * width]
+    n_kv = w_v.shape[0] // dh
+    g = kv_head_of(adapter, head, n_kv)
+    w_o = _weight(adapter.head_output_modules()[layer])  # [d_model, heads * dh]
+    return w_v[g * dh : (g + 1) * dh], w_o[:, head * dh : (head + 1) * dh]
+
+
+def _embed_unembed(adapter: ModelAdapter) -> tuple:
+    """``(W_E [vocab, d], W_U [vocab, d])``; NotApplicable without an unembedding."""
+    out = adapter.model.get_output_embeddings() if hasattr(adapter.model, "get_output_embeddings") else None
+    if out is None or getattr(out, "weight", None) is None:
+        raise NotApplicable(f"{adapter.name} has no unembedding (a language-model head): no OV circuit to logits")
+    w_e = cast(torch.Tensor, adapter.embeddings().weight).detach().float()
+    w_u = out.weight.detach().float()
+    n = min(len(w_e), len(w_u))
+    return w_e[:n], w_u[:n]
+
+
+def _heads(adapter: ModelAdapter) -> list:
+    return [(layer, h) for layer in range(adapter.n_layers_of()) for h in range(adapter.n_heads)]
+
+
+def copying_scores(adapter: ModelAdapter) -> pd.DataFrame:
+    """``layer, head, copying, copying_head``: ``Σλ/Σ|λ|`` of each head's full OV circuit
+    (module docstring), eigenvalues in float64 (0 when every eigenvalue is 0)."""
+    w_e, w_u = _embed_unembed(adapter)
+    c = (w_e.T.double() @ w_u.double()).float()  # [d, d] = W_Eᵀ W_U
+    rows = []
+    for layer, h in _heads(adapter):
+        w_v, w_o = ov_circuit(adapter, layer, h)
+        k = (w_v @ c @ w_o).double()  # [dh, dh]: M's non-zero eigenvalues
+        lam = torch.linalg.eigvals(k)
+        total = float(lam.abs().sum())
+        score = float(lam.real.sum()) / total if total > 1e-9 * max(float(k.abs().max()), 1e-30) else 0.0
+        rows.append({"layer": layer, "head": h, "copying": score, "copying_head": score > COPYING_THRESHOLD})
+    return pd.DataFrame(rows)
+
+
+def _single_token(tok, word: str):
+    for form in (" " + word, word, " " + word.lower(), word.lower()):
+        ids = tok.encode(form, add_special_tokens=False)
+        if len(ids) == 1 and tok.unk_token_id not in ids:
+            return int(ids[0])
+    return None
+
+
+def ordinal_tokens(adapter: ModelAdapter, min_length: int = 3) -> dict:
+    """``{sequence name: [token id, …]}``: the runs of :data:`ORDINAL_SEQUENCES` whose
+    consecutive elements are single, distinct tokens of ``adapter``'s tokenizer (a run breaks
+    where an element is not one token); runs shorter than ``min_length`` are left out.
+
+    Raises:
+        NotApplicable: no sequence has ``min_length`` consecutive single tokens.
+    """
+    tok = adapter.tokenizer
+    seen: set = set()
+    out = {}
+    for name, words in ORDINAL_SEQUENCES.items():
+        run: list = []
+        runs = []
+        for w in words:
+            t = _single_token(tok, w)
+            if t is None or t in seen or t in run:
+                runs.append(run)
+                run = []
+            else:
+                run.append(t)
+        runs.append(run)
+        best = max(runs, key=len)
+        if len(best) >= min_length:
+            out[name] = best
+            seen.update(best)
+    if not out:
+        raise NotApplicable(
+            f"{adapter.name}'s tokenizer holds no ordinal sequence (numbers 1-20, letters, weekdays, months) as "
+            f"{min_length}+ consecutive single tokens: successor heads (Gould et al. 2023) cannot be scored"
+        )
+    return out
+
+
+def successor_scores(adapter: ModelAdapter) -> pd.DataFrame:
+    """``layer, head, successor, successor_head``: each head's succession score (module
+    docstring) over :func:`ordinal_tokens`; ``attrs["n_pairs"]``, ``attrs["n_tokens"]`` and
+    ``attrs["sequences"]`` say on what.
+
+    Raises:
+        NotApplicable: no ordinal sequence in the tokenizer; no unembedding.
+    """
+    seqs = ordinal_tokens(adapter)
+    w_e, w_u = _embed_unembed(adapter)
+    ids = [t for s in seqs.values() for t in s]
+    index = {t: i for i, t in enumerate(ids)}
+    src = [index[s[i]] for s in seqs.values() for i in range(len(s) - 1)]
+    dst = torch.tensor([index[s[i + 1]] for s in seqs.values() for i in range(len(s) - 1)])
+    e, u = w_e[ids], w_u[ids]  # [n, d]
+    rows = []
+    for layer, h in _heads(adapter):
+        w_v, w_o = ov_circuit(adapter, layer, h)
+        logits = (e[src] @ w_v.T @ w_o.T) @ u.T  # [pairs, n]
+        score = float((logits.argmax(-1) == dst).float().mean())
+        rows.append({"layer": layer, "head": h, "successor": score, "successor_head": score > SUCCESSOR_THRESHOLD})
+    table = pd.DataFrame(rows)
+    table.attrs.update(n_pairs=len(src), n_tokens=len(ids), sequences={k: len(v) for k, v in seqs.items()})
+    return table

@@ -1,0 +1,160 @@
+"""``probe decoder-heads`` and the report's decoder section: the decoder head taxonomy
+(induction and copying, previous- and duplicate-token, successor, retrieval, sink,
+positional versus content), each score on its own probe input as its paper defines it
+(:mod:`probe.analyses.patterns.decoder_taxonomy`). Skipped, with the reason, on a model
+that is not a causal language model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from probe.app.registry import Analysis, Param, Result
+from probe.app.registry.presentation import GridTag, HeadBlock, Presentation, TableView, VerdictHint
+
+if TYPE_CHECKING:
+    from probe.app.registry import Context
+
+NAME = "decoder-heads"
+#: short names of the taxonomy's roles in a grid cell
+ABBREV = {
+    "induction": "ind",
+    "copying": "copy",
+    "previous-token": "prev",
+    "duplicate-token": "dup",
+    "successor": "succ",
+    "retrieval": "retr",
+    "sink": "sink",
+    "positional": "pos",
+    "content": "cont",
+}
+
+
+def taxonomy_result(adapter, n_tokens: int, n_examples: int, seed: int) -> Result:
+    """The taxonomy of ``adapter`` as a :class:`Result` (tables ``taxonomy``; summary: the
+    heads of each role, Sink₁^ε); ``probe roles`` adds the same table for a decoder."""
+    from probe.analyses.patterns.decoder_taxonomy import TAXONOMY, decoder_taxonomy
+
+    tax = decoder_taxonomy(adapter, n_tokens=n_tokens, n_examples=n_examples, seed=seed)
+    named = {r.role: [f"L{a}H{b}" for a, b in tax.heads(r.role)] for r in TAXONOMY}
+    notes = list(tax.notes) + [f"{role}: {', '.join(h) if h else 'none'}" for role, h in named.items()]
+    scores = ["layer", "head"] + list(dict.fromkeys(r.column for r in TAXONOMY))
+    return Result(
+        tables={"taxonomy": tax.table},
+        per_head=tax.table[scores],
+        notes=notes,
+        summary={"heads": named, "sink_ratio": tax.sink_ratio, "n_examples": n_examples, "n_tokens": n_tokens},
+    )
+
+
+def run(ctx: Context) -> Result:
+    p = ctx.params
+    return taxonomy_result(ctx.adapter, p["n_tokens"], p["n_examples"], p["seed"])
+
+
+def head_evidence(result: Result) -> dict:
+    """Each head's roles in the taxonomy (``taxonomy``: ``label`` the roles, ``numbers``
+    every score) with, per score, the threshold and the probe it was measured on."""
+    from probe.analyses.patterns.decoder_taxonomy import TAXONOMY
+    from probe.app.registry.evidence import HeadEvidence, finite
+
+    t = result.tables.get("taxonomy")
+    if t is None or not len(t):
+        return {}
+    n = result.summary.get("n_examples")
+    out = {}
+    for rec in t.to_dict("records"):
+        roles = [r.role for r in TAXONOMY if bool(rec.get(r.flag))]
+        said = ", ".join(roles) if roles else "none of the taxonomy's roles"
+        text = (
+            f"Decoder probes: {said} (each score against its threshold on its own probe input: "
+            "repeated random tokens, the OV circuit, needle-in-a-haystack decoding)."
+        )
+        out[(int(rec["layer"]), int(rec["head"]))] = [
+            HeadEvidence(
+                NAME,
+                "taxonomy",
+                text,
+                count=int(n) if isinstance(n, int) else None,
+                count_of="probe inputs",
+                label=", ".join(roles),
+                brief=said,
+                strong=(said,),
+                numbers={r.column: rec[r.column] for r in TAXONOMY if finite(rec.get(r.column))},
+            )
+        ]
+    return out
+
+
+def _tag(evidence: list) -> str:
+    ev = next((e for e in evidence if e.kind == "taxonomy"), None)
+    if ev is None or not ev.label:
+        return ""
+    return " ".join(ABBREV.get(r, r) for r in ev.label.split(", "))
+
+
+def _block(data, layer: int, head: int) -> str:
+    """The sentence, then a table: each score, its threshold, its probe and source."""
+    from probe.analyses.patterns.decoder_taxonomy import TAXONOMY
+    from probe.app.report.evidence import items, sentence
+    from probe.app.report.html import esc
+    from probe.app.report.style import number
+
+    found = items(data, layer, head, NAME, "taxonomy")
+    if not found:
+        return ""
+    ev = found[0]
+    rows = []
+    for r in TAXONOMY:
+        v = ev.number(r.column)
+        role = r.role if r.column == r.role.replace("-", "_") else f"{r.role} ({r.column} score)"
+        if v is None:
+            rows.append(f"<tr><td>{esc(role)}</td><td>not scored</td><td></td><td>{esc(r.probe)}</td><td></td></tr>")
+            continue
+        passes = v > r.threshold if r.above else v <= r.threshold
+        rule = f"{'>' if r.above else '≤'} {r.threshold:g}"
+        rows.append(
+            f"<tr><td>{esc(role)}</td><td>{'<b>' if passes else ''}{number(v, digits=2)}{'</b>' if passes else ''}"
+            f"</td><td>{esc(rule)}</td><td>{esc(r.probe)}</td><td>{esc(r.source)}</td></tr>"
+        )
+    head_row = "<tr><th>role</th><th>score</th><th>named when</th><th>probe</th><th>source</th></tr>"
+    return f'<p>{sentence(ev)}</p><table class="data">{head_row}{"".join(rows)}</table>'
+
+
+def _remark(by: dict, cls: str, sep: str) -> str:
+    ev = by.get("taxonomy")
+    return f"decoder probes: {ev.label}" if ev is not None and ev.label else ""
+
+
+SHOWS = Presentation(
+    evidence=head_evidence,
+    kinds=("taxonomy",),
+    block=HeadBlock("Decoder probes", _block, order=15),
+    tables={"taxonomy": TableView("induction", False)},
+    verdict=(VerdictHint("remark", _remark),),
+    tag=GridTag(
+        _tag,
+        "decoder probes (second line): ind induction, copy copying (OV), prev previous-token, dup duplicate-token, "
+        "succ successor, retr retrieval, sink attention sink, pos positional, cont content",
+    ),
+)
+
+ANALYSIS = Analysis(
+    NAME,
+    "Decoder head taxonomy: induction, copying, successor, retrieval, sink, positional vs content",
+    run,
+    shows=SHOWS,
+    needs=("model",),
+    help="Score every head of a causal LM on the decoder probes as their papers define them (Olsson et al. 2022 "
+    "induction and copying, previous/duplicate-token, Gould et al. 2023 successor heads, Wu et al. 2024 retrieval "
+    "heads, Gu et al. 2024 sinks, positional vs content); writes taxonomy.csv. Refused for non-causal models.",
+    params=(
+        Param("n_tokens", int, 10, "random tokens per copy of the repeated sequence", min=2),
+        Param("n_examples", int, 16, "probe inputs per detector", min=1),
+        Param("seed", int, 0, "seed of the random probe inputs", min=0),
+    ),
+    section=True,
+    modules=("probe.analyses.patterns.decoder_taxonomy",),
+    order=46,
+    model="zoo:induction",
+    example="probe decoder-heads --model zoo:induction --out out/decoder",
+)
