@@ -22,6 +22,11 @@ sequences). Positions: ``0`` is ``<bos>``, the first copy ``1..T``, the second `
   et al. 2019 name positional heads by the argmax's relative position, which
   ``previous_token`` reads here).
 
+TransformerLens's ``detect_head`` (``error_measure="mul"``, its default) scores the first three
+patterns on the same sequences but divides by all ``N = 1 + 2T`` rows, the ones its pattern
+leaves empty included: its previous-token score is ours × (N−1)/N, its duplicate-token and
+induction scores ours × T/N (``tests/test_transformer_lens.py`` checks both to 1e-5).
+
 A head takes a role when its score clears the role's threshold (:data:`THRESHOLDS`; the
 pattern scores are attention mass, so 0.4 means 40% of each query's attention on the
 one position the role names; random tokens make content matches other than the repeat
@@ -48,6 +53,7 @@ __all__ = [
     "THRESHOLDS",
     "SINK_EPSILON",
     "repeated_random_tokens",
+    "probe_tokens",
     "previous_token_scores",
     "duplicate_token_scores",
     "induction_scores",
@@ -168,6 +174,21 @@ class DecoderHeadScores:
         return self.table
 
 
+def probe_tokens(adapter: ModelAdapter, n_tokens: int = 10, n_examples: int = 16, seed: int = 0) -> torch.Tensor:
+    """The probe input of :func:`decoder_head_scores`: ``[n_examples, 1 + 2·n_tokens]``
+    repeated random tokens of ``adapter``'s vocabulary (its special tokens excluded) after its
+    ``bos`` (else ``cls``, else 0), on the adapter's device.
+
+    Raises:
+        InputError: the sequence does not fit the model's positions, or the vocabulary is
+            too small.
+    """
+    if 1 + 2 * n_tokens > adapter.max_length:
+        raise InputError(f"1 + 2·{n_tokens} tokens exceed {adapter.name}'s {adapter.max_length} positions")
+    vocab, bos = probe_vocabulary(adapter)
+    return repeated_random_tokens(vocab, n_tokens, n_examples, bos, seed).to(adapter.device)
+
+
 def decoder_head_scores(
     adapter: ModelAdapter, n_tokens: int = 10, n_examples: int = 16, seed: int = 0
 ) -> DecoderHeadScores:
@@ -183,10 +204,8 @@ def decoder_head_scores(
     """
     from probe.tracing.trace import trace
 
-    if 1 + 2 * n_tokens > adapter.max_length:
-        raise InputError(f"1 + 2·{n_tokens} tokens exceed {adapter.name}'s {adapter.max_length} positions")
+    ids = probe_tokens(adapter, n_tokens, n_examples, seed)
     vocab, bos = probe_vocabulary(adapter)
-    ids = repeated_random_tokens(vocab, n_tokens, n_examples, bos, seed).to(adapter.device)
 
     def patterns_of(x: torch.Tensor) -> torch.Tensor:  # [example, layer, head, q, k]
         cache = trace(adapter, {"input_ids": x, "attention_mask": torch.ones_like(x)}, read="pattern")
