@@ -54,7 +54,7 @@ else
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
   echo "== install (newest releases; only $(cat "$WORK/torch-only.txt") pinned)"
-  pip install -q -c "$WORK/torch-only.txt" -e "$ROOT[test,ray]" || { echo "install failed"; exit 1; }
+  pip install -q -c "$WORK/torch-only.txt" -e "$ROOT[test,ray,compare]" || { echo "install failed"; exit 1; }
 fi
 cd "$ROOT" || exit 1
 
