@@ -10,6 +10,8 @@ from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.presentation import HeadBlock, Presentation, TableView, VerdictHint
 from probe.app.registry.results import FaithfulnessResult
 
+from ._shared import NULL
+
 if TYPE_CHECKING:
     from probe.analyses.common.objective import Objective
     from probe.app.registry import Context
@@ -43,6 +45,11 @@ def run(ctx: Context) -> FaithfulnessResult:
     return _run(ctx, _target(ctx))
 
 
+def _null(name: Any) -> Any:
+    """``run_faithfulness``'s ``null`` from the ``--null`` option (unset: the default null)."""
+    return True if name is None else (False if name == "none" else name)
+
+
 def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
@@ -62,6 +69,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         seed=p["seed"],
         progress=ctx.progress and len(ctx.whole_corpus) > 1,
         pairs=p.get("pairs"),
+        null=_null(p.get("null")),
     )
     v = rep.verdict
     counts = v["verdict"].value_counts().to_dict()
@@ -251,6 +259,7 @@ ANALYSIS = Analysis(
             aliases=("--max-examples",),
         ),
         Param("seed", int, 0, "random seed"),
+        NULL,
     ),
     section=run_in_report,
     produces=FaithfulnessResult,
