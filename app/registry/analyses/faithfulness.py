@@ -206,10 +206,33 @@ def _weights(by: dict, cls: str, sep: str) -> str:
     return f"weights {v} with {ref or 'attributions'}" + (f" (τ {tau:+.2f})" if tau is not None else "")
 
 
-def _block(data, layer: int, head: int) -> str:
-    from probe.app.report.evidence import paragraphs
+#: the claims that decide what the faithfulness block's "relevant" and "agrees" would say:
+#: whether where the head looks matters, and whether its attention agrees with the attributions
+VERDICT_CLAIMS = ("weights", "attribution")
 
-    return paragraphs("faithfulness", "faithfulness")(data, layer, head)
+
+def _block(data, layer: int, head: int) -> str:
+    """The head's faithfulness evidence; where the claims ran, its verdict is theirs (each of
+    :data:`VERDICT_CLAIMS` with its status), never the permutation test's own word beside
+    them ("relevant" beside "Do the weights matter — does not hold")."""
+    from dataclasses import replace
+
+    from probe.analyses.claims.protocol import claim_test
+    from probe.app.report.evidence import items, one, sentence
+    from probe.app.report.html import esc
+
+    claims = [(k, one(data, layer, head, "claims", k)) for k in VERDICT_CLAIMS]
+    claims = [(k, c) for k, c in claims if c is not None]
+    out = []
+    for ev in items(data, layer, head, "faithfulness", "faithfulness"):
+        if claims:
+            said = f" Verdict: {ev.label}."
+            ev = replace(ev, text=ev.text.replace(said, ""), strong=tuple(x for x in ev.strong if x != ev.label))
+        out.append(f"<p>{sentence(ev)}</p>")
+    if claims and out:
+        words = "; ".join(f"{claim_test(k).title} — {c.status}" for k, c in claims)
+        out.append(f'<p class="verdict-claims">Verdict (the claims above): {esc(words)}.</p>')
+    return "".join(out)
 
 
 SHOWS = Presentation(
