@@ -28,6 +28,9 @@ def main() -> None:
     ap.add_argument(
         "--max-model-examples", type=int, default=None, help="examples the model-running claims use (0: all)"
     )
+    ap.add_argument(
+        "--null", default=None, choices=("reinit", "permute"), help="the claims' null model (default: the toolkit's)"
+    )
     args = ap.parse_args()
     from probe.app.report.build import build_report
 
@@ -41,6 +44,7 @@ def main() -> None:
             limit=args.limit,
             sections=args.sections.split(","),
             max_model_examples=args.max_model_examples,
+            null=args.null,
         )
         seconds = time.perf_counter() - t0
         s = json.loads((out / "summary.json").read_text())
@@ -58,6 +62,12 @@ def main() -> None:
     print("| claim | " + " | ".join(statuses) + " |\n| --- |" + " --- |" * len(statuses))
     for kind, row in counts.items():
         print(f"| {kind} | " + " | ".join(str(row.get(st, 0)) for st in statuses) + " |")
+    nec0 = s["heads"][0]["claims"]["necessity"].get("extra") or {}
+    if "null_source" in nec0:
+        print(
+            f"\nnecessity's null: {nec0['null_source']}; its per-example 95% head quantile, mean "
+            f"{nec0['null_quantile']:.4f}; its largest head mean {nec0['null_max']:.4f}; the floor {nec0['min_effect']:g}"
+        )
     heads = sorted(s["heads"], key=lambda h: -(h["claims"]["necessity"].get("effect") or 0))[:5]
     print(
         "\n| head | necessity | harm (1 − ρ) | 95% CI | n | nearest neighbour changed | zero-ablation | "

@@ -98,12 +98,18 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=16, help="sentences / zoo examples per model")
     ap.add_argument("--kinds", nargs="*", default=list(KINDS))
     ap.add_argument("--zoo", nargs="*", default=list(ZOO))
+    ap.add_argument(
+        "--null",
+        default=None,
+        choices=("reinit", "permute"),
+        help="the null the claims are calibrated on (default: the toolkit's)",
+    )
     args = ap.parse_args()
     tok = T_.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
     rows = []
     for kind in args.kinds:
         t = time.time()
-        hc = random_claims(tiny_random(kind, tok), sample_corpus(limit=args.limit))
+        hc = random_claims(tiny_random(kind, tok), sample_corpus(limit=args.limit), null=args.null)
         rows.append((f"random {kind}", hc, time.time() - t))
     for task in args.zoo:
         t = time.time()
@@ -116,7 +122,7 @@ def main() -> None:
             card=dict(trained.card),
         )
         corpus = fit_to_model(load_corpus(model=f"zoo:{task}", limit=args.limit), trained)
-        rows.append((f"zoo:{task} re-initialised", random_claims(adapter, corpus), time.time() - t))
+        rows.append((f"zoo:{task} re-initialised", random_claims(adapter, corpus, null=args.null), time.time() - t))
     CLAIMS = claim_kinds()
     print("| model | objective | heads | " + " | ".join(CLAIMS) + " | seconds |")
     print("| --- | --- | --- | " + " | ".join("---" for _ in CLAIMS) + " | --- |")

@@ -1,6 +1,6 @@
 """Expected (from each zoo card) vs reported claims for every zoo head, as a Markdown table.
 
-    python bench/zoo_claims_table.py [--limit 64] [--tasks prev-token induction ...]
+    python bench/zoo_claims_table.py [--limit 64] [--tasks prev-token induction ...] [--null reinit|permute]
 
 Builds ``probe report --model zoo:<task> --limit N`` for each task into a temporary
 directory and reads the claims from its ``summary.json``. The expected claims are the
@@ -107,14 +107,14 @@ def reported(c: dict) -> str:
     return " · ".join(out)
 
 
-def run(tasks, limit: int) -> list:
+def run(tasks, limit: int, null=None) -> list:
     from probe.app.report import build_report
 
     rows = []
     for task in tasks:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            build_report(Path(tmp) / "r", model=f"zoo:{task}", limit=limit)
+            build_report(Path(tmp) / "r", model=f"zoo:{task}", limit=limit, null=null)
             seconds = time.perf_counter() - t0
             summary = json.loads((Path(tmp) / "r" / "summary.json").read_text())
         for h in summary["heads"]:
@@ -137,9 +137,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=64, help="examples per zoo model (default 64)")
     parser.add_argument("--tasks", nargs="*", default=list(TASKS))
+    parser.add_argument(
+        "--null", default=None, choices=("reinit", "permute"), help="the claims' null model (default: the toolkit's)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rows = run(args.tasks, args.limit)
+    rows = run(args.tasks, args.limit, null=args.null)
     print(
         "\n| model | head | expected (card) | reported (P pattern · S structure · N necessity · R redundancy · "
         "W weights · A attribution) | agree |\n| --- | --- | --- | --- | --- |"

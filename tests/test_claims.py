@@ -183,8 +183,17 @@ def _claims(task: str, limit: int = ZOO_EXAMPLES, **kw):
     return adapter, corpus, head_claims(adapter, corpus, maps, **kw)
 
 
-def test_prev_token_zoo():
-    _, _, hc = _claims("prev-token")
+@pytest.mark.parametrize("null", ["reinit", "permute"])
+def test_prev_token_zoo(null):
+    """The trained heads keep their claims under either null model (analyses/claims/null_model.py)."""
+    _, _, hc = _claims("prev-token", null=null)
+    assert (
+        hc.claims[(0, 1)]["necessity"]
+        .extra["null_source"]
+        .startswith(
+            {"reinit": "the model re-initialised", "permute": "the model with its attention weights permuted"}[null]
+        )
+    )
     used, idle = hc.claims[(0, 1)], hc.claims[(0, 0)]
     assert used["pattern"].status == "holds" and used["pattern"].statement == "previous-token"
     assert used["necessity"].status == "holds" and used["necessity"].count == ZOO_EXAMPLES
@@ -198,8 +207,9 @@ def test_prev_token_zoo():
     assert used["structure"].status == "not tested"  # no dependency annotation
 
 
-def test_induction_zoo_redundant_group():
-    _, _, hc = _claims("induction")
+@pytest.mark.parametrize("null", ["reinit", "permute"])
+def test_induction_zoo_redundant_group(null):
+    _, _, hc = _claims("induction", null=null)
     assert hc.claims[(0, 3)]["necessity"].status == "holds"
     assert hc.claims[(0, 3)]["pattern"].statement == "previous-token"
     for h in range(4):

@@ -55,6 +55,79 @@ def test_reinitialised_model_is_a_fresh_draw_of_the_same_shape(bert_tokenizer):
     assert not null.training
 
 
+@pytest.mark.parametrize("kind", ["bert-classifier", "gpt2", "t5"])
+def test_permuted_model_shuffles_each_attention_weight_across_heads_and_layers(kind, bert_tokenizer):
+    """The permuted null: each kind of attention weight keeps its multiset of entries pooled
+    over the layers (so its scale and distribution), its entries move across heads and
+    layers, every other parameter (embeddings, MLPs, norms, the output bias) is unchanged,
+    the model itself is untouched and the draw is seeded."""
+    from probe.analyses.claims.null_model import null_adapter, permuted
+
+    adapter = _random(kind, bert_tokenizer)
+    with torch.no_grad():  # trained-like weights: distinct per layer, so a move across layers shows
+        for p in adapter.model.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+    before = {n: p.detach().clone() for n, p in adapter.model.named_parameters()}
+    null = permuted(adapter, seed=3)
+    after = dict(null.named_parameters())
+    assert all(torch.equal(p, before[n]) for n, p in adapter.model.named_parameters())  # untouched
+    heads_weights = {
+        "bert-classifier": (
+            "attention.self.query.weight",
+            "attention.self.value.bias",
+            "attention.output.dense.weight",
+        ),
+        "gpt2": ("attn.c_attn.weight", "attn.c_proj.weight"),
+        "t5": ("SelfAttention.q.weight", "EncDecAttention.o.weight", "SelfAttention.relative_attention_bias.weight"),
+    }[kind]
+    moved = set()
+    for suffix in heads_weights:
+        names = sorted(n for n in before if n.endswith(suffix))
+        assert names, suffix
+        stacks = {n.split(".")[0] + n.split(".")[1] if kind == "t5" else "" for n in names}
+        for stack in stacks:
+            group = [n for n in names if (n.split(".")[0] + n.split(".")[1] if kind == "t5" else "") == stack]
+            old = torch.cat([before[n].reshape(-1) for n in group])
+            new = torch.cat([after[n].detach().reshape(-1) for n in group])
+            assert torch.equal(old.sort().values, new.sort().values), group  # the same entries
+            assert (old == new).float().mean() < 0.05, group  # shuffled
+            moved.update(group)
+            if len(group) > 1:  # entries crossed layers: layer 0 now holds values of layer 1
+                assert torch.isin(after[group[0]].detach(), before[group[1]]).any()
+    kept = [n for n in before if not any(n.endswith(s) for s in heads_weights) and "attn" not in n.lower()]
+    kept = [n for n in kept if "attention" not in n.lower() and "Attention" not in n]
+    assert kept and all(torch.equal(after[n].detach(), before[n]) for n in kept)
+    assert all(torch.equal(a, b) for a, b in zip(permuted(adapter, seed=3).parameters(), null.parameters()))
+    out_bias = [n for n in before if n.endswith(("attention.output.dense.bias", "attn.c_proj.bias"))]
+    assert all(torch.equal(after[n].detach(), before[n]) for n in out_bias)  # not a head's
+    card = null_adapter(adapter, seed=3, kind="permute").card
+    assert (
+        card["null_source"].startswith("the model with its attention weights permuted")
+        and "seed 3" in card["null_source"]
+    )
+
+
+def test_random_classifier_calibrated_on_the_permuted_null(bert_tokenizer):
+    """The issue's failing case under the second null: a random BertForSequenceClassification
+    read as a sentence encoder holds necessity (and every other claim) for no more than the
+    FDR share of its heads, each claim naming the permuted null as its source."""
+    hc = _claims(_random("bert-classifier", bert_tokenizer), objective="similarity-structure", null="permute")
+    n = len(hc.claims)
+    for claim in ("pattern", "structure", "necessity", "redundancy", "weights"):
+        assert sum(c[claim].holds for c in hc.claims.values()) <= T.FDR * n, claim
+    nec = hc.claims[(0, 0)]["necessity"]
+    assert nec.extra["null_source"].startswith("the model with its attention weights permuted")
+    assert nec.extra["null_quantile"] > T.min_effect("similarity-structure")  # the bar the floor alone missed
+    assert "attention weights permuted across heads and layers" in " ".join(hc.notes)
+
+
+def test_an_unknown_null_is_refused(bert_tokenizer):
+    from probe.errors import InputError
+
+    with pytest.raises(InputError, match="unknown null model 'shuffle'; known: reinit, permute, none"):
+        _claims(_random("bert", bert_tokenizer), limit=6, null="shuffle")
+
+
 def test_necessity_against_a_null_sweep_closed_form():
     """A head 0.3 above every null head on every example holds; heads drawn like the null's
     do not, although each clears the floor (the old rule held them all)."""

@@ -390,3 +390,82 @@ def test_syntax_cli_defaults_to_the_zoo_treebank(tmp_path):
     assert "match" in res.output and len(read_conllu(out / "gold.conllu", limit=40)) == 40
     res = CliRunner().invoke(syntax_cmd, ["--model", "zoo:agreement", "--out", str(tmp_path / "p")])
     assert res.exit_code == 1 and "--conllu" in res.output and "zoo:brackets" in res.output
+
+
+# ---- causal models: relations they cannot attend ----------------------------------------
+def causal_gold_map(s, kind="causal"):
+    """[BOS] words: each word attends to its gold head where the head lies on its left (all a
+    causal model can see), else to [BOS]."""
+    n = len(s)
+    a = torch.zeros(n + 1, n + 1)
+    a[0, 0] = 1
+    for i, h in enumerate(s.heads):
+        a[i + 1, h if 0 < h <= i else 0] = 1
+    return make_maps(a[None, None].clone(), tokens=["[BOS]"] + list(s.words), special=[True] + [False] * n, kind=kind)
+
+
+def test_a_causal_model_is_not_scored_on_heads_it_cannot_see():
+    """CAT's det, nsubj and case dependents have their heads on the right: from the
+    dependent (dep → head) a causal model cannot attend them, so they are "not applicable
+    (causal)" with no accuracy, never 0%; its obl and punct (heads on the left) score 100%;
+    the baselines use only the offsets each direction reaches. The same map read as
+    bidirectional counts every instance."""
+    from probe.analyses.structure.syntax import NOT_APPLICABLE_CAUSAL
+
+    acc = relation_accuracy([word_graph(causal_gold_map(CAT), CAT)]).with_all()
+    assert acc.causal
+    df = acc.to_frame().set_index(["relation", "direction"])
+    for rel in ("det", "nsubj", "case"):
+        row = df.loc[(rel, "dep_to_head")]
+        assert row["count"] == 0 and np.isnan(row["accuracy"]) and row["note"] == NOT_APPLICABLE_CAUSAL
+        assert df.loc[(rel, "head_to_dep"), "count"] == acc.counts[acc.relations.index(rel)]  # reachable that way
+    for rel in ("obl", "punct"):
+        row = df.loc[(rel, "dep_to_head")]
+        assert row["count"] == 1 and row["accuracy"] == 1.0 and row["note"] == ""
+    assert df.loc[("all", "dep_to_head"), "count"] == 2 and df.loc[("all", "dep_to_head"), "accuracy"] == 1.0
+    best = acc.best(min_count=1).set_index(["relation", "direction"])
+    assert best.loc[("det", "dep_to_head"), "note"] == NOT_APPLICABLE_CAUSAL
+    assert np.isnan(best.loc[("det", "dep_to_head"), "accuracy"])
+    assert np.isnan(best.loc[("det", "dep_to_head"), "baseline_accuracy"])
+    # det's heads are both at +1: the head → dependent baseline (positive offsets) finds them
+    assert best.loc[("det", "head_to_dep"), "baseline_offset"] == 1
+    assert best.loc[("det", "head_to_dep"), "baseline_accuracy"] == 1.0
+    # obl (w5 → w2) is at −3: the dependent → head baseline looks left only
+    assert best.loc[("obl", "dep_to_head"), "baseline_offset"] == -3
+    assert best.loc[("obl", "dep_to_head"), "baseline_accuracy"] == 1.0
+    bidir = relation_accuracy([word_graph(causal_gold_map(CAT, kind="self"), CAT)])
+    frame = bidir.to_frame().set_index(["relation", "direction"])
+    assert not bidir.causal and frame.loc[("det", "dep_to_head"), "count"] == 2
+    assert frame.loc[("det", "dep_to_head"), "accuracy"] == 0.0 and (frame["note"] == "").all()
+
+
+def test_causal_and_bidirectional_counts_do_not_mix():
+    from probe.analyses.structure.syntax import RelationCounter
+
+    c = RelationCounter()
+    c.update(word_graph(causal_gold_map(CAT), CAT))
+    with pytest.raises(ValueError, match="causal and bidirectional"):
+        c.update(word_graph(causal_gold_map(CAT, kind="self"), CAT))
+
+
+def test_structure_claim_on_a_causal_model_tests_only_what_it_can_attend():
+    """The structure claim over 30 copies of CAT on a causal map: det/nsubj/case dep → head
+    are not tested (listed as not applicable), obl dep → head is tested over its reachable
+    instances against the left offsets; bidirectional, det dep → head is tested (0%)."""
+    from probe.analyses.claims.structure import causal_blocked, relation_margins, sentence_counts
+
+    graphs = [word_graph(causal_gold_map(CAT), CAT, i) for i in range(30)]
+    sc = sentence_counts(graphs)
+    assert sc["causal"]
+    blocked = causal_blocked(sc)
+    assert set(blocked) == {"det (dep to head)", "nsubj (dep to head)", "case (dep to head)", "obl (head to dep)"}
+    m = relation_margins(sc, n_boot=50)
+    rels = {(sc["relations"][int(r)], int(d)) for r, d in zip(m["r"], m["d"])}
+    assert ("det", 0) not in rels and ("det", 1) in rels and ("obl", 0) in rels
+    i = [k for k, (r, d) in enumerate(zip(m["r"], m["d"])) if sc["relations"][int(r)] == "obl" and d == 0][0]
+    assert m["accuracy"][i] == 1.0 and m["baseline"][i] == 1.0 and m["count"][i] == 30  # offset −3 reaches it
+    bidir = sentence_counts([word_graph(causal_gold_map(CAT, kind="self"), CAT, i) for i in range(30)])
+    assert not causal_blocked(bidir)
+    mb = relation_margins(bidir, n_boot=50)
+    j = [k for k, (r, d) in enumerate(zip(mb["r"], mb["d"])) if bidir["relations"][int(r)] == "det" and d == 0][0]
+    assert mb["accuracy"][j] == 0.0 and mb["count"][j] == 60

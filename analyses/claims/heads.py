@@ -186,7 +186,7 @@ def head_claims(
     objective: Any = None,
     objective_why: str = "",
     runner: Any = None,
-    null: str = "reinit",
+    null: Optional[str] = None,
 ) -> HeadClaims:
     """Every claim of every captured head.
 
@@ -207,9 +207,11 @@ def head_claims(
             objective (the report's ablation section's): its modes are not run again.
         runner: where the removal sweeps' batches run (:func:`.removal.removal_sweep`'s
             ``runner``; ``None``: this process).
-        null: ``reinit`` (default): necessity, weights and redundancy are calibrated on
-            the model re-initialised (:mod:`.null_model`; the same heads, examples and
-            objective, run in this process); ``none``: against the floor alone.
+        null: the null model the pattern, necessity, weights and redundancy claims are
+            calibrated on (:mod:`.null_model`; the same heads, examples and objective, run
+            in this process): ``reinit`` (the model re-initialised), ``permute`` (its
+            attention weights permuted across heads and layers), ``None`` the default
+            (:data:`.null_model.DEFAULT_NULL`); ``none``: against the floor alone.
     """
     if evidence is None:
         evidence = _filled(evidence_accumulators(corpus), maps or [], corpus)
@@ -241,7 +243,14 @@ def head_claims(
 
 
 def _pattern(
-    evidence: dict, maps: Optional[list], adapter: Any, null: str, corpus: Any, seed: int, notes: list, tables: dict
+    evidence: dict,
+    maps: Optional[list],
+    adapter: Any,
+    null: Optional[str],
+    corpus: Any,
+    seed: int,
+    notes: list,
+    tables: dict,
 ) -> tuple:
     """``(heads, pattern claims, null model)`` from the pattern evidence, calibrated on the
     null model of ``adapter`` (:func:`_null_adapter`; ``None`` without one); its profile
@@ -353,18 +362,18 @@ def every_kind(inputs: ClaimInputs) -> dict:
     return {k: {kind: got.get(k, Claim(kind, "not tested")) for kind, got in by_kind.items()} for k in inputs.heads}
 
 
-def _null_adapter(adapter, null: str, seed: int):
-    """The null model (:mod:`.null_model`) of ``adapter`` for ``null="reinit"``; ``None``
-    without a live model or for ``null="none"``."""
-    from probe.errors import InputError
+def _null_adapter(adapter, null: Optional[str], seed: int):
+    """The null model ``null`` (:mod:`.null_model`; ``None``: the default) of ``adapter``;
+    ``None`` without a live model or for ``null="none"``."""
+    from .null_model import DEFAULT_NULL, null_adapter, null_source
 
-    from .null_model import null_adapter
-
-    if null not in ("reinit", "none", "", None):
-        raise InputError(f"unknown null model {null!r}; known: reinit, none")
-    if adapter is None or null in ("none", "", None):
+    kind = DEFAULT_NULL if null is None else null
+    if kind in ("none", ""):
         return None
-    return null_adapter(adapter, seed=seed)
+    null_source(kind, seed)  # an unknown name is refused with or without a live model
+    if adapter is None:
+        return None
+    return null_adapter(adapter, seed=seed, kind=kind)
 
 
 def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, notes: list) -> dict:
@@ -373,7 +382,6 @@ def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, no
     from probe.runs.capture import capture
     from probe.errors import InputError
 
-    from .null_model import NULL_SOURCE
     from .pattern import calibrate_pattern, pattern_evidence
 
     if not any(c.holds for c in pattern.values()):
@@ -381,7 +389,7 @@ def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, no
     try:
         spans = list(corpus.word_spans) if corpus.word_spans else None
         maps = capture(nadapter, list(corpus.texts), word_spans=spans)
-        return calibrate_pattern(pattern, evidence, pattern_evidence(maps), NULL_SOURCE.format(seed=seed))
+        return calibrate_pattern(pattern, evidence, pattern_evidence(maps), nadapter.card["null_source"])
     except (NotApplicable, InputError) as exc:
         notes.append(f"pattern claims not calibrated on a null model: {getattr(exc, 'reason', exc)}")
         return pattern
@@ -391,14 +399,13 @@ def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
     """The :class:`.necessity.NullSweep` of the mean and uniform removals of ``heads`` on
     the null model ``nadapter`` (``None`` without one)."""
     from .necessity import NullSweep
-    from .null_model import NULL_SOURCE
     from .removal import removal_sweep
 
     if nadapter is None:
         return None
     modes = ("mean",) if nadapter.arch == "encoder-decoder" else ("mean", "uniform")
     sweep = removal_sweep(nadapter, corpus, obj, units=heads, modes=modes, seed=seed, progress=progress)
-    return NullSweep(sweep, NULL_SOURCE.format(seed=seed))
+    return NullSweep(sweep, nadapter.card["null_source"])
 
 
 def removal_table(sweep: Any) -> pd.DataFrame:

@@ -152,7 +152,7 @@ def redundancy_claims(
                 null_harm=float(null_harm.mean()),
                 p_null=p_null,
                 p_floor=p_floor,
-                null_source="the same group in the model re-initialised",
+                null_source="the same group in " + null_adapter.card.get("null_source", "the null model"),
             )
             rows[-1]["null_harm"] = float(null_harm.mean())
         if not holds:

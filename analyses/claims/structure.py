@@ -22,7 +22,14 @@ import numpy as np
 
 from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.structure.streaming import GraphsByIndex, SkippingPerLayer
-from probe.analyses.structure.syntax import DIRECTIONS, OFFSETS, argmax_predictions
+from probe.analyses.structure.syntax import (
+    DIRECTIONS,
+    NOT_APPLICABLE_CAUSAL,
+    OFFSETS,
+    argmax_predictions,
+    reachable_counts,
+    reachable_offsets,
+)
 from probe.analyses.structure.word_graph import AlignmentError, word_graph
 
 from . import thresholds as T
@@ -34,9 +41,10 @@ from .statistics import benjamini_hochberg, detectable_from_se, se_from_interval
 
 def sentence_record(g: Any) -> Optional[tuple]:
     """One sentence's evidence from its :class:`probe.analyses.structure.word_graph.WordGraph`
-    (any layers): ``(hits bool [2, L·H, n], relations (n names), offset_hits bool [n, O])``
-    over its ``n`` non-root words (each direction's argmax is the gold head; each fixed
-    offset is), or ``None`` when it has no non-root word."""
+    (any layers): ``(hits bool [2, L·H, n], relations (n names), offset_hits bool [n, O],
+    left bool [n], causal)`` over its ``n`` non-root words (each direction's argmax is the
+    gold head; each fixed offset is; the gold head lies left of the word; the maps are a
+    causal model's), or ``None`` when it has no non-root word."""
     L, H = g.attention.shape[:2]
     keep = g.heads >= 0
     if not bool(keep.any()):
@@ -46,7 +54,7 @@ def sentence_record(g: Any) -> Optional[tuple]:
     pos = np.nonzero(keep.numpy())[0]
     rels = tuple(r for r, k in zip(g.deprels, keep.tolist()) if k)
     off = (pos[:, None] + np.asarray(OFFSETS)[None, :]) == gold[:, None]
-    return pred == gold[None, None, :], rels, off
+    return pred == gold[None, None, :], rels, off, gold < pos, bool(getattr(g, "causal", False))
 
 
 def counts_from_records(records: Sequence, layers: Sequence[int], n_heads: int) -> dict:
@@ -61,23 +69,30 @@ def counts_from_records(records: Sequence, layers: Sequence[int], n_heads: int) 
     if not per:
         raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")
     vocab: dict[str, int] = {}
-    for _, rels, _ in per:
-        for r in rels:
+    for rec in per:
+        for r in rec[1]:
             vocab.setdefault(r, len(vocab))
     S, R, O = len(per), len(vocab), len(OFFSETS)
     LH = per[0][0].shape[1]
     hits = np.zeros((S, 2, LH, R))
     counts = np.zeros((S, R))
     offs = np.zeros((S, R, O))
-    for s, (hit, rels, off) in enumerate(per):
+    left = np.zeros((S, R))
+    causal = bool(per[0][4]) if len(per[0]) > 4 else False
+    for s, (hit, rels, off, *rest) in enumerate(per):
         onehot = np.eye(R)[[vocab[r] for r in rels]]  # [n, R]
         hits[s] = hit.astype(np.float64) @ onehot
         counts[s] = onehot.sum(0)
         offs[s] = onehot.T @ off.astype(np.float64)
+        if rest:
+            left[s] = rest[0].astype(np.float64) @ onehot
+    reach = np.stack([reachable_counts(counts[s], left[s], causal) for s in range(S)])  # [S, 2, R]
     return {
         "hits": hits,
         "counts": counts,
         "offset_hits": offs,
+        "reach": reach,
+        "causal": causal,
         "relations": tuple(vocab),
         "layers": tuple(layers),
         "n_heads": int(n_heads),
@@ -155,7 +170,7 @@ class StructureCounts(SkippingPerLayer):
                 records.append(None)
                 continue
             hits = np.concatenate([p[0] for p in pieces], axis=1)  # [2, L·H, n], layer-major
-            records.append((hits, pieces[0][1], pieces[0][2]))
+            records.append((hits, *pieces[0][1:]))
         if not any(r is not None for r in records):
             raise NotApplicable("no dependency to evaluate: no sentence with a non-root word")
         H = next(r for r in records if r is not None)[0].shape[1] // len(layers)
@@ -164,51 +179,58 @@ class StructureCounts(SkippingPerLayer):
 
 def relation_margins(sc: dict, n_boot: int = T.N_BOOT, confidence: float = T.CONFIDENCE, seed: int = 0) -> dict:
     """Margins over the best offset with bootstrap intervals and p-values for the relations
-    with at least :data:`.thresholds.STRUCTURE_MIN_COUNT` instances (and not excluded).
+    and directions with at least :data:`.thresholds.STRUCTURE_MIN_COUNT` instances (and not
+    excluded). On a causal model each direction counts only the instances it can attend,
+    and its baseline only the offsets on that side (:mod:`probe.analyses.structure.syntax`):
+    a relation and direction a causal model cannot attend is not tested, never a miss.
 
     Returns dict of arrays over tested ``(direction, head index, relation)``: ``margin,
     low, high, p, accuracy, baseline, count`` and the index arrays ``d, j, r``."""
     from scipy.stats import norm
 
     hits, counts, offs = sc["hits"], sc["counts"], sc["offset_hits"]
-    total = counts.sum(0)
-    rels = [
-        r
-        for r, name in enumerate(sc["relations"])
-        if total[r] >= T.STRUCTURE_MIN_COUNT and name.split(":")[0] not in T.STRUCTURE_EXCLUDED
-    ]
+    reach = sc.get("reach")
+    reach = np.stack([counts, counts], 1) if reach is None else reach  # [S, 2, R]
+    causal = bool(sc.get("causal", False))
+    total = reach.sum(0)  # [2, R]
+    named = [
+        r for r, name in enumerate(sc["relations"]) if name.split(":")[0] not in T.STRUCTURE_EXCLUDED
+    ]  # fmt: skip
     S = hits.shape[0]
     C = resample_counts(S, n_boot, seed).astype(np.float64)  # [B, S]
     out = {k: [] for k in ("margin", "low", "high", "p", "accuracy", "baseline", "count", "d", "j", "r")}
     a = (1 - confidence) / 2
-    for r in rels:
-        n = total[r]
-        base = offs[:, r].sum(0).max() / n
-        acc = hits[:, :, :, r].sum(0) / n  # [2, LH]
-        nb = np.maximum(C @ counts[:, r], 1)  # [B]
-        base_b = (C @ offs[:, r]).max(1) / nb  # [B]
-        acc_b = (C @ hits[:, :, :, r].reshape(S, -1)) / nb[:, None]  # [B, 2·LH]
-        margin_b = acc_b - base_b[:, None]
-        margin = (acc - base).reshape(-1)
-        se = margin_b.std(0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            p = np.where(se > 0, norm.sf(margin / np.where(se > 0, se, 1)), np.where(margin > 0, 0.0, 1.0))
-        low, high = np.quantile(margin_b, [a, 1 - a], axis=0)
-        k = margin.size
-        d, j = np.divmod(np.arange(k), acc.shape[1])
-        for name, v in (
-            ("margin", margin),
-            ("low", low),
-            ("high", high),
-            ("p", p),
-            ("accuracy", acc.reshape(-1)),
-            ("baseline", np.full(k, base)),
-            ("count", np.full(k, n)),
-            ("d", d),
-            ("j", j),
-            ("r", np.full(k, r)),
-        ):
-            out[name].append(v)
+    for r in named:
+        for d in range(len(DIRECTIONS)):
+            n = total[d, r]
+            if n < T.STRUCTURE_MIN_COUNT:  # too few (or, on a causal model, none it can attend)
+                continue
+            o = reachable_offsets(sc.get("offsets", OFFSETS), d, causal)
+            base = offs[:, r][:, o].sum(0).max() / n
+            acc = hits[:, d, :, r].sum(0) / n  # [LH]
+            nb = np.maximum(C @ reach[:, d, r], 1)  # [B]
+            base_b = (C @ offs[:, r][:, o]).max(1) / nb  # [B]
+            acc_b = (C @ hits[:, d, :, r]) / nb[:, None]  # [B, LH]
+            margin_b = acc_b - base_b[:, None]
+            margin = acc - base
+            se = margin_b.std(0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                p = np.where(se > 0, norm.sf(margin / np.where(se > 0, se, 1)), np.where(margin > 0, 0.0, 1.0))
+            low, high = np.quantile(margin_b, [a, 1 - a], axis=0)
+            k = margin.size
+            for name, v in (
+                ("margin", margin),
+                ("low", low),
+                ("high", high),
+                ("p", p),
+                ("accuracy", acc),
+                ("baseline", np.full(k, base)),
+                ("count", np.full(k, n)),
+                ("d", np.full(k, d)),
+                ("j", np.arange(k)),
+                ("r", np.full(k, r)),
+            ):
+                out[name].append(v)
     return {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in out.items()}
 
 
@@ -252,6 +274,7 @@ def structure_claims(graphs: Any, n_sentences_skipped: int = 0) -> tuple:
         }
     )
     most = int(sc["counts"].sum(0).max()) if sc["counts"].size else 0
+    blocked = causal_blocked(sc)
     claims = {}
     for key in heads:
         t = table[(table["layer"] == key[0]) & (table["head"] == key[1])]
@@ -284,7 +307,7 @@ def structure_claims(graphs: Any, n_sentences_skipped: int = 0) -> tuple:
             threshold="structure_margin",
             reason=(
                 f"{best['accuracy']:.0%} vs {best['baseline']:.0%} best offset over {int(best['count'])} "
-                f"instances in {S} sentences"
+                f"instances in {S} sentences" + (f"; {NOT_APPLICABLE_CAUSAL}: {', '.join(blocked)}" if blocked else "")
             ),
             extra={
                 "accuracy": float(best["accuracy"]),
@@ -293,10 +316,26 @@ def structure_claims(graphs: Any, n_sentences_skipped: int = 0) -> tuple:
                 "relations_tested": int(len(t)),
                 "sentences": S,
                 "sentences_skipped": int(n_sentences_skipped),
+                **({"not_applicable_causal": blocked} if blocked else {}),
                 **({"detectable": detectable} if status == "does not hold" else {}),
             },
         )
     return claims, table
+
+
+def causal_blocked(sc: dict) -> list:
+    """``relation (direction)`` of each relation with enough instances that a causal model
+    cannot attend in that direction (every instance's head on the unreachable side); ``[]``
+    on a bidirectional model."""
+    if not sc.get("causal") or "reach" not in sc:
+        return []
+    total, reach = sc["counts"].sum(0), sc["reach"].sum(0)
+    return [
+        f"{name} ({DIRECTIONS[d].replace('_', ' ')})"
+        for r, name in enumerate(sc["relations"])
+        for d in range(len(DIRECTIONS))
+        if total[r] >= T.STRUCTURE_MIN_COUNT and reach[d, r] == 0 and name.split(":")[0] not in T.STRUCTURE_EXCLUDED
+    ]
 
 
 def no_treebank(heads: Any, reason: str) -> dict:

@@ -206,16 +206,18 @@ def _spans(corpus) -> Optional[list]:
     return None
 
 
-def _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_steps, internal_batch_size, seed):
+def _null_agreement(
+    adapter, target, corpus, encs, spans, attention_methods, n_steps, internal_batch_size, seed, kind=None
+):
     """``{"tau_max", "tau_quantile", "significant_max", "source", "n"}``: the per-head
-    agreement of attention with IG on the model re-initialised (the same examples, target
-    and IG gate), or ``None`` where it cannot run (logged)."""
+    agreement of attention with IG on the null model ``kind`` (``None``: the default;
+    :mod:`probe.analyses.claims.null_model`; the same examples, target and IG gate), or ``None`` where it cannot run (logged)."""
     from probe.analyses.claims import thresholds as T
-    from probe.analyses.claims.null_model import NULL_SOURCE, null_adapter
+    from probe.analyses.claims.null_model import DEFAULT_NULL, null_adapter
     from probe.runs.capture import capture
 
     try:
-        nadapter = null_adapter(adapter, seed=seed)
+        nadapter = null_adapter(adapter, seed=seed, kind=kind or DEFAULT_NULL)
         nencs = [nadapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
         nattrs = attribute(
             nadapter, target, nencs, methods=("ig",), n_steps=n_steps, internal_batch_size=internal_batch_size
@@ -240,7 +242,7 @@ def _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_s
         "tau_max": float(np.nanmax(tau)),
         "tau_quantile": float(np.nanquantile(tau, 1 - T.FDR)),
         "significant_max": float(np.nanmax(s["tau_significant"].to_numpy(dtype=float))),
-        "source": NULL_SOURCE.format(seed=seed),
+        "source": nadapter.card["null_source"],
         "n": int(len(keep)),
         "heads": int(len(s)),
     }
@@ -262,7 +264,7 @@ def run_faithfulness(
     seed: int = 0,
     progress: bool = False,
     pairs: Optional[str] = None,
-    null: bool = True,
+    null: Union[bool, str] = True,
 ) -> FaithfulnessReport:
     """Run the whole faithfulness study of ``target`` on ``corpus``.
 
@@ -280,8 +282,9 @@ def run_faithfulness(
         max_examples: explain only the first N examples (after a probe's split).
         seed: probe split and permutation seed.
         pairs: a pairs file for the ``similarity`` target (default: nearest neighbours).
-        null: also measure the agreement on the model re-initialised
-            (:mod:`probe.analyses.claims.null_model`; same examples, target and steps):
+        null: also measure the agreement on a null model (``True``: the default one,
+            or its name: ``reinit``, ``permute``; :mod:`probe.analyses.claims.null_model`;
+            same examples, target and steps):
             ``info["null_agreement"]``, the bar the attribution claim is held to.
 
     IG is gated (:mod:`.completeness`): an example whose completeness error stays above
@@ -327,7 +330,18 @@ def run_faithfulness(
     attr_sets = attribution_scoresets(attrs)
     agree = agreement([att[i] for i in keep], [attr_sets[i] for i in keep], progress=progress)
     null_agree = (
-        _null_agreement(adapter, target, corpus, encs, spans, attention_methods, n_steps, internal_batch_size, seed)
+        _null_agreement(
+            adapter,
+            target,
+            corpus,
+            encs,
+            spans,
+            attention_methods,
+            n_steps,
+            internal_batch_size,
+            seed,
+            kind=null if isinstance(null, str) else None,
+        )  # fmt: skip
         if null
         else None
     )

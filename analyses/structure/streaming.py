@@ -137,6 +137,8 @@ class LayerwiseRelations(SkippingPerLayer):
             offsets=first.offsets,
             layers=tuple(x for p in parts for x in p.layers),
             n_sentences=first.n_sentences,
+            left=None if first.left is None else ordered(first, first.left, 0),
+            causal=first.causal,
         )
 
 

@@ -8,6 +8,14 @@ For every UD relation and every (layer, head), at word level, the accuracy of
   both directions, so counts match and a head with several dependents of a relation can
   be right for each of them.
 
+On a causal model (a decoder) a word sees only the words on its left, so a dependent
+whose head lies to its right cannot attend to it (``dep_to_head``) and a head cannot
+attend to a dependent on its right (``head_to_dep``): those instances are *not
+applicable (causal)*, not misses. Each direction's accuracy and baseline then count only
+the instances it can reach (the baseline's offsets on that side: −3…−1 for
+``dep_to_head``, +1…+3 for ``head_to_dep``), and a relation and direction with none is
+not applicable (:data:`NOT_APPLICABLE_CAUSAL`; accuracy NaN).
+
 As in Clark et al.'s code, a word's attention to itself and to special tokens is ignored
 in the argmax; a word that puts no attention on any other word predicts nothing (a
 miss). The root word (head 0) is excluded. Alongside, the fixed-offset baseline: the
@@ -35,6 +43,30 @@ if TYPE_CHECKING:
 
 DIRECTIONS = ("dep_to_head", "head_to_dep")
 OFFSETS = (-3, -2, -1, 1, 2, 3)
+#: what a relation and direction a causal model cannot attend shows instead of an accuracy
+NOT_APPLICABLE_CAUSAL = "not applicable (causal)"
+
+
+def reachable_counts(counts: np.ndarray, left: Optional[np.ndarray], causal: bool) -> np.ndarray:
+    """``[direction, relation]``: the instances each direction can attend. ``counts
+    [relation]`` all instances, ``left [relation]`` those whose head lies left of the
+    dependent; on a causal model ``dep_to_head`` reaches the left ones and ``head_to_dep``
+    the rest; otherwise both reach every instance."""
+    counts = np.asarray(counts)
+    if not causal or left is None:
+        return np.stack([counts, counts])
+    left = np.asarray(left)
+    return np.stack([left, counts - left])
+
+
+def reachable_offsets(offsets: Sequence[int], direction: int, causal: bool) -> np.ndarray:
+    """Indices into ``offsets`` of the baseline offsets ``direction`` can reach (every one
+    but on a causal model: the negative ones for ``dep_to_head``, the positive for
+    ``head_to_dep``)."""
+    off = np.asarray(offsets)
+    if not causal:
+        return np.arange(len(off))
+    return np.nonzero(off < 0 if direction == 0 else off > 0)[0]
 
 
 def base_relation(deprel: str) -> str:
@@ -76,6 +108,10 @@ class RelationAccuracy:
         offsets: the fixed offsets tried by the baseline.
         layers: model layer index of each layer.
         n_sentences: sentences evaluated.
+        left: int ``[relation]``: instances whose gold head lies left of the dependent
+            (``None``: not counted).
+        causal: the counts are a causal model's (see the module: directions count only
+            the instances they can reach).
     """
 
     relations: tuple
@@ -85,6 +121,13 @@ class RelationAccuracy:
     offsets: tuple
     layers: tuple
     n_sentences: int
+    left: Optional[np.ndarray] = None
+    causal: bool = False
+
+    @property
+    def reachable(self) -> np.ndarray:
+        """``[direction, relation]`` instances each direction can attend (:func:`reachable_counts`)."""
+        return reachable_counts(self.counts, self.left, self.causal)
 
     def with_all(self) -> "RelationAccuracy":
         """Add the pooled relation ``all`` (every non-root word), as in Clark et al."""
@@ -98,15 +141,19 @@ class RelationAccuracy:
             offsets=self.offsets,
             layers=self.layers,
             n_sentences=self.n_sentences,
+            left=None if self.left is None else np.append(self.left, self.left.sum()),
+            causal=self.causal,
         )
 
     def to_frame(self) -> pd.DataFrame:
-        """Tidy table: relation, direction, layer, head, accuracy, hits, count."""
+        """Tidy table: relation, direction, layer, head, accuracy, hits, count (the
+        instances the direction can reach), note (:data:`NOT_APPLICABLE_CAUSAL` where a
+        causal model reaches none: accuracy NaN)."""
         import pandas as pd
 
         D, R, L, H = self.hits.shape
         d, r, l, h = np.meshgrid(np.arange(D), np.arange(R), np.arange(L), np.arange(H), indexing="ij")
-        counts = self.counts[r.ravel()]
+        counts = self.reachable[d.ravel(), r.ravel()]
         hits = self.hits.ravel()
         return pd.DataFrame(
             {
@@ -114,11 +161,38 @@ class RelationAccuracy:
                 "direction": np.asarray(DIRECTIONS, dtype=object)[d.ravel()],
                 "layer": np.asarray(self.layers)[l.ravel()],
                 "head": h.ravel(),
-                "accuracy": hits / np.maximum(counts, 1),
+                "accuracy": np.where(counts > 0, hits / np.maximum(counts, 1), np.nan),
                 "hits": hits,
                 "count": counts,
+                "note": np.where((counts == 0) & self.causal, NOT_APPLICABLE_CAUSAL, ""),
             }
         )
+
+    def direction_baselines(self) -> pd.DataFrame:
+        """Best fixed offset per relation and direction over the instances the direction
+        reaches (the same as :meth:`baselines` on both directions but on a causal model):
+        relation, direction, baseline_offset, baseline_accuracy (NaN where none is
+        reached), count, note."""
+        import pandas as pd
+
+        reach = self.reachable
+        rows = []
+        for r, rel in enumerate(self.relations):
+            for d, direction in enumerate(DIRECTIONS):
+                idx = reachable_offsets(self.offsets, d, self.causal)
+                k = idx[int(self.offset_hits[r, idx].argmax())]
+                n = int(reach[d, r])
+                rows.append(
+                    {
+                        "relation": rel,
+                        "direction": direction,
+                        "baseline_offset": int(self.offsets[k]),
+                        "baseline_accuracy": self.offset_hits[r, k] / n if n else float("nan"),
+                        "count": n,
+                        "note": NOT_APPLICABLE_CAUSAL if self.causal and not n else "",
+                    }
+                )
+        return pd.DataFrame(rows)
 
     def baselines(self) -> pd.DataFrame:
         """Best fixed offset per relation: relation, baseline_offset, baseline_accuracy, count."""
@@ -139,7 +213,9 @@ class RelationAccuracy:
         """One row per relation and direction: the best head beside the best offset.
 
         Columns: relation, direction, layer, head, accuracy, baseline_offset,
-        baseline_accuracy, count, flagged (``count < min_count``), sorted by count.
+        baseline_accuracy (over the instances the direction reaches: :meth:`direction_baselines`),
+        count, flagged (``count < min_count``), note (:data:`NOT_APPLICABLE_CAUSAL` where a
+        causal model reaches none: accuracies NaN), sorted by count.
 
         Raises:
             ValueError: a requested relation that the treebank does not have.
@@ -157,24 +233,28 @@ class RelationAccuracy:
             chosen = [rel_index[r] for r in relations]
         else:
             chosen = list(range(len(self.relations)))
-        base = self.baselines()
+        base = self.direction_baselines().set_index(["relation", "direction"])
+        reach = self.reachable
         rows = []
         L, H = self.hits.shape[2:]
         for r in chosen:
             for d, direction in enumerate(DIRECTIONS):
                 flat = int(self.hits[d, r].argmax())
                 layer, head = divmod(flat, H)
+                n = int(reach[d, r])
+                b = base.loc[(self.relations[r], direction)]
                 rows.append(
                     {
                         "relation": self.relations[r],
                         "direction": direction,
                         "layer": self.layers[layer],
                         "head": head,
-                        "accuracy": self.hits[d, r, layer, head] / max(int(self.counts[r]), 1),
-                        "baseline_offset": int(base.baseline_offset[r]),
-                        "baseline_accuracy": float(base.baseline_accuracy[r]),
-                        "count": int(self.counts[r]),
-                        "flagged": bool(self.counts[r] < min_count),
+                        "accuracy": self.hits[d, r, layer, head] / n if n else float("nan"),
+                        "baseline_offset": int(b.baseline_offset),
+                        "baseline_accuracy": float(b.baseline_accuracy),
+                        "count": n,
+                        "flagged": bool(n < min_count),
+                        "note": str(b.note),
                     }
                 )
         df = pd.DataFrame(rows)
@@ -219,6 +299,8 @@ class RelationCounter:
         self.hits: Any = None
         self.counts: Any = None
         self.offset_hits: Any = None
+        self.left: Any = None  # [relation]: instances whose head lies left of the dependent
+        self.causal: Optional[bool] = None
         self.shape: Any = None
         self.layers: tuple[int, ...] = ()
         self.n_sentences = 0
@@ -230,6 +312,7 @@ class RelationCounter:
             pad = n_relations - R
             self.hits = np.concatenate([self.hits, np.zeros((2, pad, L, H), dtype=np.int64)], 1)
             self.counts = np.append(self.counts, np.zeros(pad, dtype=np.int64))
+            self.left = np.append(self.left, np.zeros(pad, dtype=np.int64))
             self.offset_hits = np.concatenate([self.offset_hits, np.zeros((pad, len(self.offsets)), np.int64)], 0)
 
     def _start(self, shape: Sequence[int], layers: Sequence[int]) -> None:
@@ -238,6 +321,7 @@ class RelationCounter:
             self.layers = tuple(layers)
             self.hits = np.zeros((2, 0, L, H), dtype=np.int64)
             self.counts = np.zeros(0, dtype=np.int64)
+            self.left = np.zeros(0, dtype=np.int64)
             self.offset_hits = np.zeros((0, len(self.offsets)), dtype=np.int64)
         elif tuple(shape) != self.shape:
             raise InputError(
@@ -245,10 +329,17 @@ class RelationCounter:
                 "one model's capture at a time"
             )
 
+    def _kind(self, causal: bool) -> None:
+        if self.causal is None:
+            self.causal = bool(causal)
+        elif self.causal != bool(causal):
+            raise InputError("causal and bidirectional maps in one count: one model's capture at a time")
+
     def update(self, g: WordGraph) -> None:
         """Add one :class:`WordGraph` (``attention [L, H, W, W]``)."""
         L, H = g.attention.shape[:2]
         self._start((L, H), g.layers)
+        self._kind(getattr(g, "causal", False))
         self.n_sentences += 1
         keep = g.heads >= 0
         if not bool(keep.any()):
@@ -263,6 +354,7 @@ class RelationCounter:
         self.hits += hits.reshape(2, L, H, R).transpose(0, 3, 1, 2)
         self.counts += np.bincount(rel, minlength=R)
         pos = torch.nonzero(keep).flatten().numpy()
+        self.left += np.bincount(rel[gold < pos], minlength=R)
         off = np.asarray(self.offsets, dtype=np.int64)
         np.add.at(self.offset_hits, rel, (pos[:, None] + off[None, :] == gold[:, None]).astype(np.int64))
 
@@ -273,12 +365,14 @@ class RelationCounter:
         if other.shape is None:
             return self
         self._start(other.shape, other.layers)
+        self._kind(bool(other.causal))
         for label in sorted(other.vocab, key=other.vocab.__getitem__):
             self.vocab.setdefault(label, len(self.vocab))
         self._grow(len(self.vocab))
         to = np.array([self.vocab[label] for label in sorted(other.vocab, key=other.vocab.__getitem__)], dtype=np.int64)
         self.hits[:, to] += other.hits
         self.counts[to] += other.counts
+        self.left[to] += other.left
         self.offset_hits[to] += other.offset_hits
         self.n_sentences += other.n_sentences
         return self
@@ -296,6 +390,8 @@ class RelationCounter:
             offsets=self.offsets,
             layers=self.layers,
             n_sentences=self.n_sentences,
+            left=self.left.copy(),
+            causal=bool(self.causal),
         )
 
 

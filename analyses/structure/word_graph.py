@@ -54,6 +54,9 @@ class WordGraph:
         deprels: the gold relation of each word (full UD label, e.g. ``nmod:poss``).
         layers: model layer index of each captured layer.
         index: position of the sentence in its corpus.
+        causal: the maps are a causal model's (a word attends only to itself and the words
+            on its left: a relation whose head lies to its right cannot be attended from
+            the dependent, nor one whose head lies to its left from the head).
     """
 
     attention: torch.Tensor
@@ -63,6 +66,7 @@ class WordGraph:
     deprels: tuple
     layers: tuple
     index: int = 0
+    causal: bool = False
 
     @property
     def n_words(self) -> int:
@@ -101,6 +105,7 @@ def word_graph(maps: AttentionMaps, sentence: Sentence, index: int = 0) -> WordG
         deprels=tuple(sentence.deprels),
         layers=tuple(maps.layers),
         index=index,
+        causal=maps.kind == "causal",
     )
 
 

@@ -95,6 +95,14 @@ def _sections_help() -> str:
     help="with --engine stream|ray: examples captured whole for the pages and the sections that need "
     "whole maps or gradients (default 128, stated in the report); the corpus statistics use every example",
 )
+@click.option(
+    "--null",
+    type=click.Choice(["reinit", "permute", "none"]),
+    default=None,
+    help="the null model the claims (and faithfulness' agreement bar) are calibrated on: reinit (the model "
+    "re-initialised), permute (its attention weights permuted across heads and layers), none (the floor "
+    "alone); default: the toolkit's (docs/claims-statistics.md)",
+)
 @click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless --force)")
 @force_option
 @quiet_option

@@ -238,6 +238,7 @@ def build_report(
     workers: int = 2,
     address: Optional[str] = None,
     kept_examples: Optional[int] = None,
+    null: Optional[str] = None,
 ) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
@@ -273,6 +274,9 @@ def build_report(
             captured whole for the pages and the other sections (:mod:`.engine_sections`);
             ``auto`` (default): ``local`` while every example's maps fit in a quarter of
             the memory budget, else ``stream`` (:func:`choose_engine`).
+        null: the null model the claims and the faithfulness bar are calibrated on
+            (``reinit``, ``permute``, ``none``; default: the toolkit's,
+            :data:`probe.analyses.claims.null_model.DEFAULT_NULL`).
 
     Returns:
         :class:`ReportData`, with ``path`` set.
@@ -293,13 +297,12 @@ def build_report(
         return _write_from_maps(out, model, corpus, sections, strict, force, source, limit, t_start)
     fit: dict[str, Any] = {"window": window, "stride": stride, "truncate": truncate, "memory_budget": memory_budget}
     adapter, corpus, budget, engine, notes = _prepared(model, adapter, corpus, device, engine=engine, **fit)
-    overrides = _overrides(max_model_examples, explained_examples)
+    overrides = _overrides(max_model_examples, explained_examples, null)
     where = {"engine": engine, "address": address, "workers": workers, "kept_examples": kept_examples}
     ctx = _report_run(model, corpus, adapter, device, where, batch_size, overrides, objective, progress, sections)
     fingerprinted = dict(
-        input=source, limit=limit, sections=[s.name for s in choose(sections)], overrides=overrides,
-        objective=str(objective), batch_size=batch_size, device=device, window=window, stride=stride,
-        truncate=truncate,
+        input=source, limit=limit, sections=[s.name for s in choose(sections)], overrides=overrides, device=device,
+        objective=str(objective), batch_size=batch_size, window=window, stride=stride, truncate=truncate,
     )  # fmt: skip
     partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
     settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
@@ -607,7 +610,7 @@ def choose_engine(engine: str, corpus: Any, adapter: Any, budget: int) -> tuple:
     )
 
 
-def _overrides(max_model_examples, explained_examples=None) -> dict:
+def _overrides(max_model_examples, explained_examples=None, null=None) -> dict:
     """Section parameters set on the command line (the model-run caps), for the sections
     that declare them (``ReportState.overrides``); the objective is the run's, not a
     parameter (``ctx.objective(use)``)."""
@@ -616,6 +619,8 @@ def _overrides(max_model_examples, explained_examples=None) -> dict:
         out["explain_limit"] = explained_examples or None  # 0: every example
     if max_model_examples is not None:
         out["max_model_examples"] = max_model_examples or None  # 0: the whole corpus
+    if null is not None:
+        out["null"] = null
     return out
 
 

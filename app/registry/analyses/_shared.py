@@ -18,6 +18,18 @@ GROUPS = Param(
     multiple=True,
 )
 
+#: the null model claims are calibrated on (:mod:`probe.analyses.claims.null_model`); the
+#: claims' and faithfulness' (its agreement bar) share it, also as a report override
+NULL = Param(
+    "null",
+    str,
+    None,
+    "the null model claims are calibrated on: reinit (the model re-initialised), permute (its "
+    "attention weights permuted across heads and layers) or none (the floor alone); default: the "
+    "toolkit's (docs/claims-statistics.md)",
+    choices=("reinit", "permute", "none"),
+)
+
 
 def head_name(layer, head) -> str:
     return f"L{int(layer)}H{int(head)}"

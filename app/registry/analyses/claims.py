@@ -17,7 +17,7 @@ from probe.app.registry import Analysis, Param
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
-from ._shared import model_corpus
+from ._shared import NULL, model_corpus
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
@@ -60,6 +60,7 @@ def run(ctx: Context) -> ClaimsResult:
         faithfulness_info=faith.summary if faith else None,
         faithfulness_reason=_faithfulness_reason(ctx),
         seed=ctx.params.get("seed", 0),
+        null=ctx.params.get("null"),
         progress=ctx.progress,
         ablation=ablation.removals if ablation else None,  # its removals are not run again
         objective_why=why,
@@ -186,7 +187,10 @@ ANALYSIS = Analysis(
     "threshold; a claim that cannot be tested says why. Writes claims.csv, counts.csv and the evidence "
     "tables. Alone it has no ablation, importance or faithfulness run to reuse (the report has): the "
     "attribution claim is then not tested.",
-    params=(Param("seed", int, 0, "random seed of the nulls"),),
+    params=(
+        Param("seed", int, 0, "random seed of the nulls"),
+        NULL,
+    ),
     objective="corpus",
     section=True,
     produces=ClaimsResult,

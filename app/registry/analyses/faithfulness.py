@@ -10,6 +10,8 @@ from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.presentation import HeadBlock, Presentation, TableView, VerdictHint
 from probe.app.registry.results import FaithfulnessResult
 
+from ._shared import NULL
+
 if TYPE_CHECKING:
     from probe.analyses.common.objective import Objective
     from probe.app.registry import Context
@@ -43,6 +45,11 @@ def run(ctx: Context) -> FaithfulnessResult:
     return _run(ctx, _target(ctx))
 
 
+def _null(name: Any) -> Any:
+    """``run_faithfulness``'s ``null`` from the ``--null`` option (unset: the default null)."""
+    return True if name is None else (False if name == "none" else name)
+
+
 def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
@@ -62,6 +69,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         seed=p["seed"],
         progress=ctx.progress and len(ctx.whole_corpus) > 1,
         pairs=p.get("pairs"),
+        null=_null(p.get("null")),
     )
     v = rep.verdict
     counts = v["verdict"].value_counts().to_dict()
@@ -198,10 +206,33 @@ def _weights(by: dict, cls: str, sep: str) -> str:
     return f"weights {v} with {ref or 'attributions'}" + (f" (τ {tau:+.2f})" if tau is not None else "")
 
 
-def _block(data, layer: int, head: int) -> str:
-    from probe.app.report.evidence import paragraphs
+#: the claims that decide what the faithfulness block's "relevant" and "agrees" would say:
+#: whether where the head looks matters, and whether its attention agrees with the attributions
+VERDICT_CLAIMS = ("weights", "attribution")
 
-    return paragraphs("faithfulness", "faithfulness")(data, layer, head)
+
+def _block(data, layer: int, head: int) -> str:
+    """The head's faithfulness evidence; where the claims ran, its verdict is theirs (each of
+    :data:`VERDICT_CLAIMS` with its status), never the permutation test's own word beside
+    them ("relevant" beside "Do the weights matter — does not hold")."""
+    from dataclasses import replace
+
+    from probe.analyses.claims.protocol import claim_test
+    from probe.app.report.evidence import items, one, sentence
+    from probe.app.report.html import esc
+
+    claims = [(k, one(data, layer, head, "claims", k)) for k in VERDICT_CLAIMS]
+    claims = [(k, c) for k, c in claims if c is not None]
+    out = []
+    for ev in items(data, layer, head, "faithfulness", "faithfulness"):
+        if claims:
+            said = f" Verdict: {ev.label}."
+            ev = replace(ev, text=ev.text.replace(said, ""), strong=tuple(x for x in ev.strong if x != ev.label))
+        out.append(f"<p>{sentence(ev)}</p>")
+    if claims and out:
+        words = "; ".join(f"{claim_test(k).title} — {c.status}" for k, c in claims)
+        out.append(f'<p class="verdict-claims">Verdict (the claims above): {esc(words)}.</p>')
+    return "".join(out)
 
 
 SHOWS = Presentation(
@@ -251,6 +282,7 @@ ANALYSIS = Analysis(
             aliases=("--max-examples",),
         ),
         Param("seed", int, 0, "random seed"),
+        NULL,
     ),
     section=run_in_report,
     produces=FaithfulnessResult,

@@ -127,23 +127,46 @@ def section_from(accuracy: Any, skipped: Any) -> SyntaxResult:
     """The syntax section of relation counts however they were made (from the kept maps,
     or streamed on an engine: ``probe report --engine``); ``skipped``: a
     :class:`probe.analyses.structure.word_graph.Skipped`."""
+    from probe.analyses.structure.syntax import NOT_APPLICABLE_CAUSAL
+
     acc = accuracy.with_all()
-    base = acc.baselines()[["relation", "baseline_offset", "baseline_accuracy"]]
-    relations = acc.to_frame().merge(base, on="relation", how="left")  # the index sorts it by the margin
+    base = acc.direction_baselines()[["relation", "direction", "baseline_offset", "baseline_accuracy"]]
+    # the index sorts it by the margin; each direction against the offsets it can reach (a causal model's)
+    relations = acc.to_frame().merge(base, on=["relation", "direction"], how="left")
     lo, hi = SYNTAX_MIN_COUNT
     floor = int(min(hi, max(lo, int(acc.counts.sum()) // 200)))
     best = acc.best(min_count=floor)
+    if not acc.causal:  # the note says only "not applicable (causal)"
+        relations, best = relations.drop(columns="note"), best.drop(columns="note")
     per_head = best_relation_per_head(best, floor)
     notes = [
         f"{len(acc.relations) - 1} relations over {acc.n_sentences} sentences; the best head of each "
         f"relation with ≥ {floor} instances against the best fixed-offset baseline (Clark et al. 2019)"
     ]
+    blocked = not_applicable_causal(best)
+    if blocked:
+        notes.append(
+            f"{NOT_APPLICABLE_CAUSAL}: a causal model's word sees only the words on its left, so each direction "
+            f"counts only the instances it can attend, against the offsets on that side; {', '.join(blocked)} "
+            "have none (no accuracy, not 0%)"
+        )
     if len(skipped):
         notes.append(f"{len(skipped)} sentences skipped (word alignment): see tables/syntax_skipped.csv")
     tables = {"best": best, "relations": relations}
     if len(skipped):
         tables["skipped"] = skipped.to_frame()
     return SyntaxResult(tables=tables, per_head=per_head, notes=notes, summary={"min_count": floor})
+
+
+def not_applicable_causal(best: Any) -> list:
+    """``relation (direction)`` of each row of ``best`` a causal model cannot attend at all
+    (its ``note``, :data:`probe.analyses.structure.syntax.NOT_APPLICABLE_CAUSAL`)."""
+    from probe.analyses.structure.syntax import NOT_APPLICABLE_CAUSAL
+
+    if "note" not in best.columns:
+        return []
+    rows = best[best["note"] == NOT_APPLICABLE_CAUSAL]
+    return [f"{r.relation} ({r.direction.replace('_', ' ')})" for r in rows.itertuples(index=False)]
 
 
 def best_relations(best: Any, min_count: int) -> Any:
@@ -234,6 +257,7 @@ def head_evidence(result: SyntaxResult) -> dict:
 def _per_relation(best, t) -> dict:
     """``{(layer, head): [intro, relation, …]}``: the head page's rows (see :func:`head_evidence`)."""
     from probe.analyses.claims import thresholds as T
+    from probe.analyses.structure.syntax import NOT_APPLICABLE_CAUSAL
     from probe.app.registry.evidence import HeadEvidence
 
     floor = T.STRUCTURE_MIN_COUNT
@@ -241,13 +265,22 @@ def _per_relation(best, t) -> dict:
     mine = t[
         (t["direction"] == "dep_to_head") & ~t["relation"].isin(T.STRUCTURE_EXCLUDED) & t["relation"].isin(base.index)
     ]
+    blocked = sorted(set(mine[mine["note"] == NOT_APPLICABLE_CAUSAL]["relation"])) if "note" in mine.columns else []
+    mine = mine[~mine["relation"].isin(blocked)]  # a causal model cannot attend them: no accuracy to draw
     mine = mine.assign(margin=mine["accuracy"].to_numpy() - base.loc[mine["relation"]].to_numpy())
     mine = mine.assign(enough=mine["count"].to_numpy() >= floor)
     intro = HeadEvidence(
         "syntax",
         "relations",
         f"Per relation (dependent → head), sorted by margin over the best fixed offset (Clark et al. 2019); "
-        f"relations with fewer than {floor} instances, the claim's minimum, are greyed:",
+        f"relations with fewer than {floor} instances, the claim's minimum, are greyed"
+        + (
+            f"; {NOT_APPLICABLE_CAUSAL} (every head lies to the right of its dependent, which a causal model "
+            f"cannot attend): {', '.join(blocked)}"
+            if blocked
+            else ""
+        )
+        + ":",
         headline=False,
         floor=floor,
     )
@@ -328,9 +361,10 @@ def _tables() -> dict:
 
     shown = ("relation", "direction", "layer", "head", "accuracy", "baseline_accuracy")
     claim = {"min_count": STRUCTURE_MIN_COUNT, "min_count_source": "the structure claim's minimum"}
+    # note: "not applicable (causal)" where a causal model cannot attend the relation that way (no column otherwise)
     return {
-        "best": TableView("margin", False, (*shown, "baseline_offset", "margin", "count"), **claim),
-        "relations": TableView("margin", False, (*shown, "margin", "count"), **claim),
+        "best": TableView("margin", False, (*shown, "baseline_offset", "margin", "count", "note"), **claim),
+        "relations": TableView("margin", False, (*shown, "margin", "count", "note"), **claim),
     }
 
 
