@@ -18,8 +18,13 @@ FFN 64, the bundled BERT vocabulary; no download), opens it as a user would
 * ``failed`` — anything else: a traceback inside the toolkit, maps of the wrong layout or
   values (must be 0);
 * ``not built`` — the sweep could not build a tiny model from the shrunk default config, or
-  cannot make its inputs (required sub-models, multimodal inputs, missing optional libraries
-  such as timm, …), each with its reason: no statement about the toolkit;
+  its own forward runs on none of the inputs the sweep makes for it (:mod:`sweep_inputs`),
+  each with its reason: no statement about the toolkit. docs/coverage.md counts four kinds:
+  a library the toolkit does not install (timm, natten, detectron2, torchaudio); a type whose
+  own default config builds no model in the installed transformers (checked unshrunk on the
+  meta device: only a checkpoint's config would); no single forward over inputs (video
+  trackers' inference sessions, classes without a forward); and the rest, where the sweep's
+  shrink or inputs do not fit the type yet;
 * ``no reference`` — built and instrumented, but the model's own eager forward returns no
   attentions to compare with.
 
@@ -172,6 +177,26 @@ TWEAKS: dict[str, dict] = {
     # time series: a horizon and context the tiny inputs hold
     "autoformer": {"prediction_length": 4, "context_length": 8, "label_length": 4},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "esmc": {"num_key_value_heads": 4},  # no grouped keys and values
+    "bros": {"dim_bbox_projection": 8},  # one head's width
+    "zamba2": {"mamba_headdim": 8, "mamba_d_state": 16, "attention_hidden_size": 2 * HIDDEN, "hybrid_layer_ids": [1]},
+    "seggpt": {"image_size": [32, 16]},  # the prompt and the image stacked: each 16 × 16
+    "swin2sr": {"image_size": 16, "window_size": 2, "patch_size": 1},
+    "granite_speech5_encoder": {"context_size": 8},  # attention blocks of frames the tiny input fills
+    "encodec": {"codebook_dim": HIDDEN},  # the quantiser works at the encoder's width
+    "xcodec": {"codebook_dim": 2 * HIDDEN},  # acoustic | semantic features side by side
+    "dory": {"n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1, "sliding_window": 8},
+    # Zamba ties its shared transformer across hybrid layers: two of them; attention over [hidden | embeddings]
+    "zamba": {
+        "num_hidden_layers": 4,
+        "layers_block_type": ["linear_attention", "hybrid", "linear_attention", "hybrid"],
+        "attention_hidden_size": 2 * HIDDEN,
+    },
+    # Mimi's upsampling convolution has one group per channel (512): the shrunk width's
+    **{
+        t: {"upsample_groups": HIDDEN}
+        for t in ("mimi", "mimi_decoder", "pocket_tts_audio_tokenizer", "pocket_tts_audio_tokenizer_decoder")
+    },
     "mobilevitv2": {"image_size": 64},
     "tvp": {"max_img_size": 64, "visual_prompt_size": 8, "num_frames": 2},
     "informer": {"prediction_length": 4, "context_length": 8},
@@ -183,7 +208,6 @@ TWEAKS: dict[str, dict] = {
     },
     # state-space mixers: heads × head size = expand × the shrunk width, one group
     "mamba2": {"expand": 1, "n_groups": 1},
-    "zamba2": {"mamba_headdim": 8, "mamba_d_state": 16},
     "granitemoehybrid": {
         "layer_types": ["linear_attention", "full_attention"],
         "mamba_n_heads": 8,
@@ -204,11 +228,14 @@ TWEAKS: dict[str, dict] = {
     },
     "xlstm": {"embedding_dim": 32, "num_blocks": 2, "num_heads": 4},
     "vjepa2": {"pred_num_hidden_layers": 2, "pred_num_attention_heads": 4, "pred_hidden_size": 32},
-    "reformer": {"axial_pos_embds_dim": [16, 16], "axial_pos_shape": [4, 16], "attn_layers": ["local", "local"]},
+    "reformer": {"axial_pos_embds_dim": (16, 16), "axial_pos_shape": (4, 16), "attn_layers": ("local", "local")},
     "fastspeech2_conformer_hifigan": {"model_in_dim": 16},
     "layoutlmv3": {"coordinate_size": 4, "shape_size": 8, "input_size": 32},
     "lilt": {"hidden_size": 48},  # its six layout embeddings split the width
-    "step3p7_text": {"sliding_window": 8},
+    "step3p5": {"sliding_window": 8, "num_sliding_attention_heads": 4},  # Step 3.7's text model
+    "bridgetower": {"hidden_size": 64},  # its cross-modal attention has width // 64 heads
+    "bridgetower_vision_model": {"hidden_size": 64},
+    "bridgetower_text_model": {"hidden_size": 64},
     "align": {"projection_dim": 640},  # its EfficientNet's pooled width (320 channels × 2)
     "yolos": {"image_size": [32, 32], "num_detection_tokens": 4},
 }
@@ -512,6 +539,23 @@ def eager_reference(model, inputs: dict):
             model.config._attn_implementation_internal = prev
 
 
+def reference_key(adapter, stack: str) -> str:
+    """The output field holding ``stack``'s own eager maps (an encoder's cross-attention
+    stack, BLIP-2's Q-Former: ``cross_attentions``)."""
+    return REF_KEYS[stack] if adapter.arch == "encoder-decoder" or stack == "cross" else "attentions"
+
+
+def own_maps(ref, key: str):
+    """``ref``'s maps under ``key``; for ``attentions``, without the cross-attention maps a model
+    records there too (BLIP-2's Q-Former: one attention class for both, so its ``attentions``
+    interleave layer 0's self-, layer 0's cross- and layer 1's self-attention)."""
+    want = getattr(ref, key, None)
+    cross = getattr(ref, "cross_attentions", None) if key == "attentions" else None
+    if want is None or not cross:
+        return want
+    return tuple(w for w in want if not any(w is c for c in cross))
+
+
 def main_output(out):
     import torch
 
@@ -553,8 +597,8 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
     for stack in adapter.stacks:
         values = value_projections(adapter, stack) if has_sinks(adapter, stack) else None
         sinks = values is not None  # sinks, and values to check the maps' scale against
-        key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
-        want = getattr(ref, key, None)
+        key = reference_key(adapter, stack)
+        want = own_maps(ref, key)
         if want is None or len(want) == 0 or any(w is None for w in want):
             return {"status": "no reference", "reason": f"eager forward returned no {key}"}
         if lengths["encoder"] is None:  # images, audio
@@ -749,8 +793,7 @@ def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: 
     finally:
         for h in handles:
             h.remove()
-    key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
-    probs = getattr(ref, key)[layer].double()  # [batch, heads, query, key]
+    probs = own_maps(ref, reference_key(adapter, stack))[layer].double()  # [batch, heads, query, key]
     heads = probs.shape[1]
     if len(seen["o"]) <= call:
         raise RuntimeError(
@@ -871,8 +914,10 @@ def check_type(model_type: str) -> dict:
         row["class"] = model_class(model_type).__name__
         tokenizer = _tokenizer()
         model = build_model(model_type, tokenizer)
+    except ImportError as e:
+        return {**row, "status": "not built", "reason": f"{MISSING_LIBRARY}: {_line(e)}"}
     except Exception as e:
-        return {**row, "status": "not built", "reason": _line(e)}
+        return {**row, "status": "not built", "reason": default_fails(model_type) or _line(e)}
     _enter(1)
     try:
         own_forward(model, tokenizer)
@@ -916,6 +961,41 @@ def check_type(model_type: str) -> dict:
             f"effect {row['ablation_effect']:.1e}"
         )
     return row
+
+
+#: the start of a not-built reason where the type needs a library the toolkit does not install
+MISSING_LIBRARY = "needs a library that is not installed here (no dependency of the toolkit)"
+
+#: what kind of not built a reason is, by its start (docs/coverage.md counts them)
+NOT_BUILT_KINDS = (
+    (MISSING_LIBRARY, "needs a library not installed here (timm, natten, detectron2, torchaudio)"),
+    ("its own default config builds no model", "its own default config builds no model in this transformers"),
+    ("UnsupportedInput: ", "no single forward over inputs (a video session, no forward at all) or inputs not made"),
+    ("", "the sweep's shrink or inputs do not fit the type yet (left to do)"),
+)
+
+
+def _not_built_kind(reason: str) -> str:
+    return next(kind for start, kind in NOT_BUILT_KINDS if reason.startswith(start))
+
+
+def default_fails(model_type: str) -> str | None:
+    """Why the type's own default config, unshrunk, builds no model either (built on the meta
+    device: no memory), or None where it builds: then only a config from a checkpoint (a
+    download) builds the type, and the sweep says so."""
+    import torch
+    import transformers
+
+    try:
+        cfg = transformers.AutoConfig.for_model(model_type, **INIT_KWARGS.get(model_type, {}))
+        with torch.device("meta"):
+            model_class(model_type)(cfg)
+    except Exception as e:
+        return (
+            f"its own default config builds no model in transformers {transformers.__version__} "
+            f"(unshrunk, the same class raises {_line(e)}): only a checkpoint's config would"
+        )
+    return None
 
 
 def _line(e: BaseException) -> str:
@@ -1062,12 +1142,23 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         f"Generated by `python bench/coverage_sweep.py` with transformers {version}: {n_types} model types "
         "registered for `AutoModel`, each built as a tiny random model from its default config "
         "(hidden 32, 2 layers, 4 heads, sub-configs shrunk too; per-layer lists such as `layer_types` cut to "
-        "two layers keeping both kinds of layer; multimodal rotary sections fitted to the shrunk head; no "
-        "download) and opened with `ModelAdapter`. Each type runs in a "
+        "two layers keeping both kinds of layer; multimodal rotary sections fitted to the shrunk head; "
+        "hierarchical backbones one block per stage; per-type settings in `TWEAKS`; no download), given its "
+        "own kind of input (`bench/sweep_inputs.py`: the first input set its own forward runs on — tokens; "
+        "pixels at the config's image size, video frames or image pairs; mel features in either layout; "
+        "waveforms; a dual encoder's pixels or audio beside its tokens; flattened patches with `grid_thw`; "
+        "layout boxes; past values with time features; codec latents) and opened with `ModelAdapter`. "
+        "Each type runs in a "
         "forked process with a time and memory limit; on a shared machine run it as parallel workers "
         "(`--shard K/N --jsonl rows-K.jsonl`, a second worker per shard with `--reverse`) and merge the row "
         "files with `--from-jsonl` (a later file's row replaces an earlier one, so types re-run after a fix "
-        "replace their first row).",
+        "replace their first row). This table: `python bench/coverage_sweep.py --shard 0/1 --jsonl "
+        "rows-all.jsonl` (10 min on the shared 2-core machine), then, after later per-type fixes that touch "
+        "no exact type, the types not exact re-run in three rounds (every non-exact type, then every not-built "
+        "or failed one, then the five with a cross-attention stack outside an encoder-decoder: `python "
+        "bench/coverage_sweep.py TYPE … --jsonl rows-rerun-N.jsonl`) and all merged in that order: `python "
+        "bench/coverage_sweep.py --from-jsonl rows-all.jsonl rows-rerun-1.jsonl rows-rerun-2.jsonl "
+        "rows-rerun-3.jsonl`.",
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
         "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "
@@ -1114,7 +1205,10 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
                 f"{r['capture_delta']:.1e} | {r['ablation_delta']:.1e} | {r.get('head_columns', '')} |"
             )
     built = Counter(_group(r["reason"]) for r in rows if r["status"] == "not built")
-    lines += ["", "## Not built by the sweep", "", "| why | types |", "|---|---|"]
+    kinds = Counter(_not_built_kind(r["reason"]) for r in rows if r["status"] == "not built")
+    lines += ["", "## Not built by the sweep", "", "| kind | types |", "|---|---|"]
+    lines += [f"| {kind} | {kinds[kind]} |" for _, kind in NOT_BUILT_KINDS if kinds.get(kind)]
+    lines += ["", "| why | types |", "|---|---|"]
     for reason, _ in built.most_common():
         types = [r["model_type"] for r in rows if r["status"] == "not built" and _group(r["reason"]) == reason]
         lines.append(f"| {_cell(reason)} | {len(types)}: {', '.join(types)} |")
@@ -1123,6 +1217,14 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
 
 #: why a row failed, where it is understood (rendered beside it in docs/coverage.md)
 EXPLAINED = {
+    "pocket_tts_audio_tokenizer": (
+        "a toolkit limitation, not fixed: the codec runs two separate transformers (its encoder's, over the "
+        "audio frames, and its decoder's, over the quantised latents); the adapter joins their 2 + 2 "
+        "attention modules into one 4-layer 'decoder' stack, while the model's own output_attentions reports "
+        "one transformer's 2 layers. Each transformer should be its own stack (or the type refused); the "
+        "encoder-only and decoder-only types (pocket_tts_audio_tokenizer_encoder/_decoder) are exact. Mimi, "
+        "built the same way, returns no attentions of its own (no reference)"
+    ),
     "no reference": (
         "the model's own eager forward returns no attentions (its modules return none, or "
         "its output drops them) or fails on the tiny config, so the captured maps cannot be "
@@ -1182,9 +1284,12 @@ NOTES = [
         "head size places the head, and only where that does not fill O the width over the heads does."
     ),
     (
-        "- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
-        "`probe.runs.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
-        "every text path refuses them in one line."
+        "- **Images and audio** (`pixel_values`, `input_features`, `input_values`, and any other main input) "
+        "capture through `probe.runs.capture.capture_inputs` and ablate with `HeadIntervention` around the "
+        "model's own forward; every text path refuses them in one line. The main input is the class's "
+        "`main_input_name` where its forward takes it, else the forward's first required argument (Qwen-VL-like "
+        "vision towers keep the default `input_ids` but take `hidden_states` and `grid_thw`; they attend over "
+        "all images' patches as one sequence and are refused in one line)."
     ),
     ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
     (

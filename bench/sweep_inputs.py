@@ -213,6 +213,15 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
     g = _gen()
     if name == "input_ids":
         yield text(tokenizer, find(cfg, "vocab_size"))
+        codebooks = _get(cfg, "num_codebooks")
+        if isinstance(codebooks, int) and codebooks > 1:  # MusicGen: one row of codes per codebook
+            enc = text(tokenizer, find(cfg, "vocab_size"))
+            yield {
+                "input_ids": enc["input_ids"].repeat_interleave(codebooks, 0),
+                "attention_mask": enc["attention_mask"],
+            }
+            for k in (codebooks, codebooks + 1):  # Kyutai STT: text and audio codes per position
+                yield {"input_ids": enc["input_ids"][..., None].expand(-1, -1, k).contiguous()}
     elif name == "pixel_values":
         frames = find(cfg, "num_frames", towers_first=True)
         image, patch = _get(cfg, "image_size"), _get(cfg, "patch_size")
@@ -236,16 +245,48 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
                 )
             yield out
         yield {"input_features": audio_features(cfg, frames_last=False)[:, None]}  # CLAP: [batch, 1, frames, mel]
-    elif name == "input_values" and isinstance(_get(cfg, "num_mel_bins"), int):  # spectrogram patches (AST)
-        yield {"input_values": torch.randn(BATCH, _int(_get(cfg, "max_length"), 64), cfg.num_mel_bins, generator=g)}
+        for k in (2, 4):  # stacked frames (Granite Speech 5: four mel frames a step)
+            x = audio_features(cfg, frames_last=False)
+            yield {"input_features": torch.randn(BATCH, x.shape[1], k * x.shape[2], generator=g)}
+        window = find(cfg, "n_window", towers_first=True)  # Qwen3-ASR: frames in whole windows
+        if isinstance(window, int) and window > 0:
+            x = torch.randn(BATCH, audio_features(cfg).shape[1], 2 * window, generator=g)
+            yield {"input_features": x, "input_features_mask": torch.ones(BATCH, 2 * window, dtype=torch.long)}
     elif name == "input_values":
+        if isinstance(_get(cfg, "num_mel_bins"), int):  # spectrogram patches (AST)
+            yield {"input_values": torch.randn(BATCH, _int(_get(cfg, "max_length"), 64), cfg.num_mel_bins, generator=g)}
         channels = _int(find(cfg, "audio_channels", "channels", "in_channels"), 1)
         yield {"input_values": waveform(cfg)}
         yield {"input_values": waveform(cfg, channels)}
-        yield {"input_values": waveform(cfg, channels, samples=16000)}  # codecs with long strides
+        yield {"input_values": waveform(cfg, channels, samples=15360)}  # codecs with long strides
+        yield {"input_values": waveform(cfg, samples=15360)}  # Muse Spark: whole 1920-sample frames
+        width = _int(find(cfg, "hidden_size", "d_model"), 32)
+        x = torch.randn(BATCH, 16, width, generator=g)  # SpeechT5 without pre-nets: embeddings
+        yield {
+            "input_values": x,
+            **({"decoder_input_values": x[:, :4]} if "decoder_input_values" in _params(model) else {}),
+        }
     elif name == "inputs_embeds" or name == "inputs":  # Perceiver's preprocessed inputs, embeddings
         width = _int(find(cfg, "d_model", "hidden_size"), 32)
         yield {name: torch.randn(BATCH, 16, width, generator=g)}
+    elif name in ("latents", "hidden_states"):  # a codec's decoder (latents) or encoder (audio as channels)
+        width = _int(find(cfg, "hidden_size", "vae_dim", "d_model"), 32)
+        yield {name: torch.randn(BATCH, width, 8, generator=g)}
+        for samples in (1920, 24000):
+            yield {name: torch.randn(BATCH, _int(find(cfg, "channels", "audio_channels"), 1), samples, generator=g)}
+        yield {name: torch.randn(BATCH, 8, width, generator=g)}
+    elif name.endswith(("_embeds", "_hidden_states")):  # BLIP-2's Q-Former queries, a diffusion head's inputs
+        width = _int(find(cfg, "hidden_size", "d_model"), 32)
+        params = _params(model)
+        got = {
+            n: torch.randn(BATCH, 8, width, generator=g)
+            for n in _required(params)
+            if n == name or n.endswith(("_embeds", "_hidden_states"))
+        }
+        yield got
+        if "encoder_hidden_states" in params:  # the Q-Former's cross-attention over image features
+            other = _int(find(cfg, "encoder_hidden_size"), width)
+            yield {**got, "encoder_hidden_states": torch.randn(BATCH, 8, other, generator=g)}
     elif name == "states":  # Decision Transformer: states, actions, returns, timesteps
         steps = 4
         yield {
@@ -280,13 +321,16 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
         more["bbox"] = boxes(ids.shape[1])
     if "qformer_input_ids" in params and ids is not None:
         more["qformer_input_ids"] = ids
+    if "image_attention_mask" in params and ids is not None:  # IDEFICS: which image each token sees
+        more["image_attention_mask"] = torch.ones(BATCH, ids.shape[1], 1, dtype=torch.long)
     if "visual_feats" in params:  # LXMERT: region features and boxes
         n = 4
         more["visual_feats"] = torch.randn(BATCH, n, _int(_get(cfg, "visual_feat_dim"), 32), generator=_gen())
         more["visual_pos"] = torch.rand(BATCH, n, _int(_get(cfg, "visual_pos_dim"), 4), generator=_gen())
-    if "prompt_pixel_values" in params:  # SegGPT: a prompt image and its mask
-        more["prompt_pixel_values"] = pixels(cfg)
-        more["prompt_masks"] = pixels(cfg)
+    if "prompt_pixel_values" in params:  # SegGPT: the image, a prompt image and its mask, stacked in height
+        h, w = image_size(cfg)
+        half = torch.randn(BATCH, 3, h // 2, w, generator=_gen())
+        yield {**base, "pixel_values": half, "prompt_pixel_values": half, "prompt_masks": half}
     if "task_inputs" in params:  # OneFormer's task tokens
         more["task_inputs"] = text(tokenizer, find(cfg, "vocab_size"))["input_ids"]
     layouts: list[list[dict]] = []

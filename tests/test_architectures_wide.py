@@ -672,12 +672,11 @@ def test_models_it_cannot_read_are_refused_in_one_line(sweep, model_type, says):
     assert says in row["reason"] and "\n" not in row["reason"]
 
 
-@pytest.mark.parametrize("model_type", ["rt_detr_v2", "d_fine", "detr", "mgp-str"])
+@pytest.mark.parametrize("model_type", ["rt_detr_v2", "mgp-str"])
 def test_detectors_and_recognisers_capture_and_ablate_exactly(sweep, model_type):
-    """RT-DETR and D-FINE carry a backbone without SDPA (restoring the model's own attention
-    setting after the eager capture used to raise); DETR built with the transformers ResNet
-    backbone; MGP-STR's output holds only nested tuples. Maps equal eager, ablation equals the
-    independent reference."""
+    """RT-DETR carries a backbone without SDPA (restoring the model's own attention setting
+    after the eager capture used to raise); MGP-STR's output holds only nested tuples. Maps
+    equal eager, ablation equals the independent reference."""
     row = sweep.check_type(model_type)
     assert row["status"] == "exact", row
 
