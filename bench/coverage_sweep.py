@@ -232,6 +232,28 @@ TWEAKS: dict[str, dict] = {
     "fastspeech2_conformer_hifigan": {"model_in_dim": 16},
     "layoutlmv3": {"coordinate_size": 4, "shape_size": 8, "input_size": 32},
     "lilt": {"hidden_size": 48},  # its six layout embeddings split the width
+    # SAM: the vision neck's width is the prompt encoder's and the mask decoder's; its image
+    # embedding is the tiny image's patch grid
+    **{
+        f"{t}_vision_model": {"output_channels": HIDDEN, "window_size": 2, "num_pos_feats": 16}
+        for t in ("sam", "sam_hq")
+    },
+    **{f"{t}_prompt_encoder": {"image_embedding_size": 4} for t in ("sam", "sam_hq")},
+    # SAM 2's Hiera: four stages from 32 channels, one block each, windows of 2, a 64-pixel image;
+    # its neck takes the stages' widths and the feature maps' sizes
+    "sam2_hiera_det_model": {
+        "embed_dim_per_stage": [32, 64, 128, 256],
+        "blocks_per_stage": [1, 1, 1, 1],
+        "num_attention_heads_per_stage": [1, 2, 4, 8],
+        "window_size_per_stage": [2, 2, 2, 2],
+        "global_attention_blocks": [],  # a global block may not start a stage (its window 0 is pooled)
+        "window_positional_embedding_background_size": [2, 2],
+        "image_size": [64, 64],
+    },
+    "sam2_vision_model": {
+        "backbone_channel_list": [256, 128, 64, 32],
+        "backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]],
+    },
     "step3p5": {"sliding_window": 8, "num_sliding_attention_heads": 4},  # Step 3.7's text model
     "bridgetower": {"hidden_size": 64},  # its cross-modal attention has width // 64 heads
     "bridgetower_vision_model": {"hidden_size": 64},
@@ -1154,11 +1176,11 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         "files with `--from-jsonl` (a later file's row replaces an earlier one, so types re-run after a fix "
         "replace their first row). This table: `python bench/coverage_sweep.py --shard 0/1 --jsonl "
         "rows-all.jsonl` (10 min on the shared 2-core machine), then, after later per-type fixes that touch "
-        "no exact type, the types not exact re-run in three rounds (every non-exact type, then every not-built "
-        "or failed one, then the five with a cross-attention stack outside an encoder-decoder: `python "
+        "no exact type, the types not exact re-run in five rounds (1: every non-exact type; 2: every not-built "
+        "or failed one; 3: the five with a cross-attention stack outside an encoder-decoder and BLIP-2's "
+        "Q-Former; 4: every not-built or failed one and SAM's vision models; 5: SAM 2's: `python "
         "bench/coverage_sweep.py TYPE … --jsonl rows-rerun-N.jsonl`) and all merged in that order: `python "
-        "bench/coverage_sweep.py --from-jsonl rows-all.jsonl rows-rerun-1.jsonl rows-rerun-2.jsonl "
-        "rows-rerun-3.jsonl`.",
+        "bench/coverage_sweep.py --from-jsonl rows-all.jsonl rows-rerun-1.jsonl … rows-rerun-5.jsonl`.",
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
         "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "

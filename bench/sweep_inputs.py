@@ -232,6 +232,8 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
         yield {"pixel_values": pixels(cfg)}
         for n in dict.fromkeys([frames if isinstance(frames, int) else 2, 1, 2]):
             yield {"pixel_values": pixels(cfg, n)}  # video frames, image pairs (LightGlue), one image (IDEFICS)
+        c = pixels(cfg).shape[1]
+        yield {"pixel_values": torch.randn(BATCH, c, 64, 256, generator=g)}  # a text line (PP-OCR recognisers)
     elif name == "pixel_values_videos":
         yield {"pixel_values_videos": pixels(cfg, _int(find(cfg, "num_frames", towers_first=True), 2))}
     elif name == "input_features":
