@@ -31,7 +31,7 @@ FFN 64, the bundled BERT vocabulary; no download), opens it as a user would
 Each type runs in its own forked process with a timeout (one hang or crash costs one
 row). Writes ``docs/coverage.json``, ``docs/coverage.csv`` and ``docs/coverage.md``::
 
-    python bench/coverage_sweep.py                 # all types (rows: 20 min; 2 shards: 17 min wall)
+    python bench/coverage_sweep.py                 # all types (one worker: 3.6 min on 2 cores, 10 min loaded)
     python bench/coverage_sweep.py albert vit      # some types, printed
     python bench/coverage_sweep.py --from-json     # regenerate docs/coverage.md only
 """
@@ -1174,13 +1174,9 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         "forked process with a time and memory limit; on a shared machine run it as parallel workers "
         "(`--shard K/N --jsonl rows-K.jsonl`, a second worker per shard with `--reverse`) and merge the row "
         "files with `--from-jsonl` (a later file's row replaces an earlier one, so types re-run after a fix "
-        "replace their first row). This table: `python bench/coverage_sweep.py --shard 0/1 --jsonl "
-        "rows-all.jsonl` (10 min on the shared 2-core machine), then, after later per-type fixes that touch "
-        "no exact type, the types not exact re-run in five rounds (1: every non-exact type; 2: every not-built "
-        "or failed one; 3: the five with a cross-attention stack outside an encoder-decoder and BLIP-2's "
-        "Q-Former; 4: every not-built or failed one and SAM's vision models; 5: SAM 2's: `python "
-        "bench/coverage_sweep.py TYPE … --jsonl rows-rerun-N.jsonl`) and all merged in that order: `python "
-        "bench/coverage_sweep.py --from-jsonl rows-all.jsonl rows-rerun-1.jsonl … rows-rerun-5.jsonl`.",
+        "replace their first row). This table: one full sweep with one worker, `python bench/coverage_sweep.py "
+        "--shard 0/1 --jsonl rows.jsonl` (3.6 min wall on the shared 2-core machine, 10 min while it was "
+        "loaded), then `python bench/coverage_sweep.py --from-jsonl rows.jsonl`.",
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
         "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "
