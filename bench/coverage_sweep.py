@@ -18,15 +18,20 @@ FFN 64, the bundled BERT vocabulary; no download), opens it as a user would
 * ``failed`` — anything else: a traceback inside the toolkit, maps of the wrong layout or
   values (must be 0);
 * ``not built`` — the sweep could not build a tiny model from the shrunk default config, or
-  cannot make its inputs (required sub-models, multimodal inputs, missing optional libraries
-  such as timm, …), each with its reason: no statement about the toolkit;
+  its own forward runs on none of the inputs the sweep makes for it (:mod:`sweep_inputs`),
+  each with its reason: no statement about the toolkit. docs/coverage.md counts four kinds:
+  a library the toolkit does not install (timm, natten, detectron2, torchaudio); a type whose
+  own default config builds no model in the installed transformers (checked unshrunk on the
+  meta device: only a checkpoint's config would); no single forward over inputs (video
+  trackers' inference sessions, classes without a forward); and the rest, where the sweep's
+  shrink or inputs do not fit the type yet;
 * ``no reference`` — built and instrumented, but the model's own eager forward returns no
   attentions to compare with.
 
 Each type runs in its own forked process with a timeout (one hang or crash costs one
 row). Writes ``docs/coverage.json``, ``docs/coverage.csv`` and ``docs/coverage.md``::
 
-    python bench/coverage_sweep.py                 # all types (rows: 20 min; 2 shards: 17 min wall)
+    python bench/coverage_sweep.py                 # all types (one worker: 3.6 min on 2 cores, 10 min loaded)
     python bench/coverage_sweep.py albert vit      # some types, printed
     python bench/coverage_sweep.py --from-json     # regenerate docs/coverage.md only
 """
@@ -44,6 +49,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep_inputs import UnsupportedInput, working_inputs
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 TOL = 1e-5
@@ -60,6 +68,8 @@ SIZE_KEYS = {
     "embedding_size": HIDDEN,
     "word_embed_proj_dim": HIDDEN,
     "projection_dim": HIDDEN,
+    "projection_size": HIDDEN,  # SigLIP's text head
+    "pooler_output_size": HIDDEN,  # ViT's pooler (a dual encoder's image embedding)
     # depth
     "num_hidden_layers": 2,
     "n_layer": 2,
@@ -101,7 +111,8 @@ SIZE_KEYS = {
     "moe_intermediate_size": 16,
     "n_group": 1,
     "topk_group": 1,
-    # inputs
+    # inputs (detectors: fewer queries than a tiny image has anchors)
+    "num_queries": 4,
     "image_size": 32,
     "patch_size": 8,
     "num_mel_bins": 16,
@@ -110,12 +121,16 @@ SIZE_KEYS = {
 }
 
 
+#: sizes only ever shrunk (MobileViT V2's 2-pixel patches stay 2)
+NEVER_GROW = ("patch_size", "num_queries")
+
+
 def tiny_config(model_type: str, vocab: int):
     """The type's default config shrunk: every size field it has set to the tiny value
     (sub-configs too); ``num_key_value_heads`` 2 where the type has it."""
     import transformers
 
-    cfg = transformers.AutoConfig.for_model(model_type)
+    cfg = transformers.AutoConfig.for_model(model_type, **INIT_KWARGS.get(model_type, {}))
     _shrink(cfg, vocab, depth=0, max_depth=DEEP_CONFIGS.get(model_type, 2))
     return cfg
 
@@ -125,6 +140,14 @@ def tiny_config(model_type: str, vocab: int):
 DEEP_CONFIGS = {"nemo_speechlm": 3}
 
 
+#: arguments the config must be made with (not settable afterwards): DETR-likes and OmDet-Turbo
+#: take the transformers ResNet / Swin backbone instead of timm's, which is not installed
+INIT_KWARGS: dict[str, dict] = {
+    t: {"use_timm_backbone": False}
+    for t in ("detr", "conditional_detr", "dab-detr", "deformable_detr", "table-transformer", "omdet-turbo")
+}
+
+
 #: per-type settings the generic shrink cannot guess (sizes given as lists, …)
 TWEAKS: dict[str, dict] = {
     "funnel": {"block_sizes": [1, 1], "num_decoder_layers": 1},
@@ -132,7 +155,14 @@ TWEAKS: dict[str, dict] = {
     "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_chunk_size": 16},
     "longformer": {"attention_window": [4, 4]},
     # hybrids that place their attention layers by index or period (none in two layers otherwise)
-    "bamba": {"attn_layer_indices": [1]},
+    "bamba": {
+        "attn_layer_indices": [1],
+        "mamba_n_heads": 8,
+        "mamba_d_head": 8,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 16,
+    },
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     # VITS's vocoder and flows (512 channels, 256× upsampling) took ~80 s a type
     "vits": {
@@ -144,6 +174,91 @@ TWEAKS: dict[str, dict] = {
         "flow_size": 16,
         "duration_predictor_filter_channels": 32,
     },
+    # time series: a horizon and context the tiny inputs hold
+    "autoformer": {"prediction_length": 4, "context_length": 8, "label_length": 4},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "esmc": {"num_key_value_heads": 4},  # no grouped keys and values
+    "bros": {"dim_bbox_projection": 8},  # one head's width
+    "zamba2": {"mamba_headdim": 8, "mamba_d_state": 16, "attention_hidden_size": 2 * HIDDEN, "hybrid_layer_ids": [1]},
+    "seggpt": {"image_size": [32, 16]},  # the prompt and the image stacked: each 16 × 16
+    "swin2sr": {"image_size": 16, "window_size": 2, "patch_size": 1},
+    "granite_speech5_encoder": {"context_size": 8},  # attention blocks of frames the tiny input fills
+    "encodec": {"codebook_dim": HIDDEN},  # the quantiser works at the encoder's width
+    "xcodec": {"codebook_dim": 2 * HIDDEN},  # acoustic | semantic features side by side
+    "dory": {"n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1, "sliding_window": 8},
+    # Zamba ties its shared transformer across hybrid layers: two of them; attention over [hidden | embeddings]
+    "zamba": {
+        "num_hidden_layers": 4,
+        "layers_block_type": ["linear_attention", "hybrid", "linear_attention", "hybrid"],
+        "attention_hidden_size": 2 * HIDDEN,
+    },
+    # Mimi's upsampling convolution has one group per channel (512): the shrunk width's
+    **{
+        t: {"upsample_groups": HIDDEN}
+        for t in ("mimi", "mimi_decoder", "pocket_tts_audio_tokenizer", "pocket_tts_audio_tokenizer_decoder")
+    },
+    "mobilevitv2": {"image_size": 64},
+    "tvp": {"max_img_size": 64, "visual_prompt_size": 8, "num_frames": 2},
+    "informer": {"prediction_length": 4, "context_length": 8},
+    "time_series_transformer": {"prediction_length": 4, "context_length": 8},
+    # DETR-like detectors: fewer queries than the tiny image has anchors
+    **{
+        t: {"num_queries": 4}
+        for t in ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v3", "pp_doclayout_v4")
+    },
+    # state-space mixers: heads × head size = expand × the shrunk width, one group
+    "mamba2": {"expand": 1, "n_groups": 1},
+    "granitemoehybrid": {
+        "layer_types": ["linear_attention", "full_attention"],
+        "mamba_n_heads": 8,
+        "mamba_d_head": 8,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 16,
+    },
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    "gemma3n_text": {"num_kv_shared_layers": 0},
+    "efficientnet": {"hidden_dim": 2560},  # its last convolution's width (round_filters(1280))
+    "levit": {"patch_size": 16},  # its patch embedding always downsamples 16×
+    "sapiens2": {
+        "num_key_value_heads_per_layer": [2, 2],
+        "num_key_value_attention_heads": 2,
+        "num_first_full_attention_layers": 1,
+        "num_last_full_attention_layers": 1,
+    },
+    "xlstm": {"embedding_dim": 32, "num_blocks": 2, "num_heads": 4},
+    "vjepa2": {"pred_num_hidden_layers": 2, "pred_num_attention_heads": 4, "pred_hidden_size": 32},
+    "reformer": {"axial_pos_embds_dim": (16, 16), "axial_pos_shape": (4, 16), "attn_layers": ("local", "local")},
+    "fastspeech2_conformer_hifigan": {"model_in_dim": 16},
+    "layoutlmv3": {"coordinate_size": 4, "shape_size": 8, "input_size": 32},
+    "lilt": {"hidden_size": 48},  # its six layout embeddings split the width
+    # SAM: the vision neck's width is the prompt encoder's and the mask decoder's; its image
+    # embedding is the tiny image's patch grid
+    **{
+        f"{t}_vision_model": {"output_channels": HIDDEN, "window_size": 2, "num_pos_feats": 16}
+        for t in ("sam", "sam_hq")
+    },
+    **{f"{t}_prompt_encoder": {"image_embedding_size": 4} for t in ("sam", "sam_hq")},
+    # SAM 2's Hiera: four stages from 32 channels, one block each, windows of 2, a 64-pixel image;
+    # its neck takes the stages' widths and the feature maps' sizes
+    "sam2_hiera_det_model": {
+        "embed_dim_per_stage": [32, 64, 128, 256],
+        "blocks_per_stage": [1, 1, 1, 1],
+        "num_attention_heads_per_stage": [1, 2, 4, 8],
+        "window_size_per_stage": [2, 2, 2, 2],
+        "global_attention_blocks": [],  # a global block may not start a stage (its window 0 is pooled)
+        "window_positional_embedding_background_size": [2, 2],
+        "image_size": [64, 64],
+    },
+    "sam2_vision_model": {
+        "backbone_channel_list": [256, 128, 64, 32],
+        "backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]],
+    },
+    "step3p5": {"sliding_window": 8, "num_sliding_attention_heads": 4},  # Step 3.7's text model
+    "bridgetower": {"hidden_size": 64},  # its cross-modal attention has width // 64 heads
+    "bridgetower_vision_model": {"hidden_size": 64},
+    "bridgetower_text_model": {"hidden_size": 64},
+    "align": {"projection_dim": 640},  # its EfficientNet's pooled width (320 channels × 2)
     "yolos": {"image_size": [32, 32], "num_detection_tokens": 4},
 }
 
@@ -189,6 +304,49 @@ def _shrink_prefixed(cfg) -> None:
             _set(cfg, key, 8)
 
 
+#: size fields named by a suffix (a sub-module's own width: X-CLIP's ``mit_hidden_size``, a
+#: vision tower's ``out_hidden_size`` into the shrunk text model, CLAP's patch embedding)
+SUFFIX_SIZES = {"_hidden_size": HIDDEN, "_intermediate_size": 64, "_embed_dim": HIDDEN}
+
+
+#: suffixed sizes another size must equal (MobileBERT's true_hidden_size is its bottleneck's)
+SUFFIX_KEEP = ("true_hidden_size",)
+
+
+def _shrink_suffixed(cfg) -> None:
+    for key, value in list(vars(cfg).items()):
+        if key in SIZE_KEYS or key in SUFFIX_KEEP or not isinstance(value, int) or isinstance(value, bool):
+            continue
+        for suffix, size in SUFFIX_SIZES.items():
+            if key.endswith(suffix) and value > size:
+                _set(cfg, key, size)
+
+
+def _shrink_stages(cfg) -> None:
+    """Hierarchical vision backbones (Swin, Swin V2, Donut, MaskFormer-Swin, Swin2SR, ConvNeXt,
+    LeViT …): one block per stage, the stages' widths doubling from the shrunk ``embed_dim``
+    with one 32-wide head per 32 channels (every stage's width divides by its heads), a window
+    of 2 patches, and ``hidden_size`` the last stage's width as the model computes it."""
+    depths, heads, embed = _get(cfg, "depths"), _get(cfg, "num_heads"), _get(cfg, "embed_dim")
+    if isinstance(depths, (list, tuple)) and len(depths) > 1:
+        stages = _get(cfg, "stage_names")  # a backbone names its stages: keep them all
+        n = len(stages) - 1 if isinstance(stages, list) and len(stages) > len(depths) else len(depths)
+        _set(cfg, "depths", [1] * n)
+        if isinstance(_get(cfg, "num_layers"), int):
+            _set(cfg, "num_layers", n)
+        if isinstance(heads, (list, tuple)) and isinstance(embed, int):
+            _set(cfg, "num_heads", [max(1, embed * 2**i // 32) for i in range(n)])
+            _set(cfg, "hidden_size", embed * 2 ** (n - 1))
+            if isinstance(_get(cfg, "window_size"), int):
+                _set(cfg, "window_size", 2)
+            if isinstance(_get(cfg, "patch_size"), int):
+                _set(cfg, "patch_size", 4)
+                if isinstance(_get(cfg, "image_size"), int):  # the last stage still 2 × 2 patches
+                    _set(cfg, "image_size", 4 * 2**n)
+        if isinstance(_get(cfg, "num_stages"), int):
+            _set(cfg, "num_stages", n)
+
+
 def _shrink_per_layer(cfg, before: int, after: int) -> None:
     """Lists with one entry per layer (``layer_types``, ``mlp_only_layers`` of the full
     depth, …) cut to the shrunk depth. A hybrid's first layers are often all linear attention
@@ -214,16 +372,23 @@ def _shrink_rope_sections(cfg) -> None:
     if not isinstance(head, int):
         width, heads = _get(cfg, "hidden_size"), _get(cfg, "num_attention_heads")
         head = width // heads if isinstance(width, int) and isinstance(heads, int) and heads else None
+    partial = _get(cfg, "partial_rotary_factor")
+    if isinstance(head, int) and isinstance(partial, float) and 0 < partial < 1:
+        head = int(head * partial)  # GLM-4V: rotary on half the head
     for key in ("rope_parameters", "rope_scaling"):
         rope = _get(cfg, key)
         if not isinstance(head, int) or not isinstance(rope, dict):
             continue
+        rotary = head
+        partial = rope.get("partial_rotary_factor")
+        if isinstance(partial, float) and 0 < partial < 1 and not isinstance(_get(cfg, "partial_rotary_factor"), float):
+            rotary = int(head * partial)
         if "mrope_section" in getattr(type(cfg), "ignore_keys_at_rope_validation", ()) and "mrope_section" not in rope:
             rope["mrope_section"] = [0, 0, 0]  # the model's own default ([16, 24, 24]) is for a 128-wide head
         for name in ("mrope_section", "mrope_sections"):
             sections = rope.get(name)
-            if isinstance(sections, list) and sections and sum(sections) != head // 2:
-                n, total = len(sections), head // 2
+            if isinstance(sections, list) and sections and sum(sections) != rotary // 2:
+                n, total = len(sections), rotary // 2
                 rope[name] = [total // n + (1 if i < total % n else 0) for i in range(n)]
 
 
@@ -234,15 +399,19 @@ def _shrink(cfg, vocab: int, depth: int, max_depth: int = 2) -> None:
     for key, value in SIZE_KEYS.items():
         current = _get(cfg, key)
         if isinstance(current, int) and not isinstance(current, bool):
-            _set(cfg, key, value)
+            _set(cfg, key, min(value, current) if key in NEVER_GROW else value)
     _shrink_prefixed(cfg)
+    _shrink_suffixed(cfg)
     depth_after = next((v for k in DEPTH_KEYS if isinstance(v := _get(cfg, k), int)), None)
     if depth_before and depth_after:
         _shrink_per_layer(cfg, depth_before, depth_after)
+    _shrink_stages(cfg)
     if "head_dim" in vars(cfg) and vars(cfg)["head_dim"] is None:  # Ministral, HunYuan: None is not derived
         _set(cfg, "head_dim", SIZE_KEYS["head_dim"])
     _shrink_rope_sections(cfg)
-    if isinstance(_get(cfg, "num_key_value_heads"), int):
+    if isinstance(_get(cfg, "num_key_value_heads"), int) or (
+        "num_key_value_heads" in vars(cfg) and vars(cfg)["num_key_value_heads"] is None
+    ):  # None (Nemotron) is not derived either
         cfg.num_key_value_heads = 2
     if isinstance(_get(cfg, "qk_rope_head_dim"), int) and hasattr(cfg, "head_dim"):
         _set(cfg, "head_dim", cfg.qk_rope_head_dim)  # multi-head latent attention: rotary on the rope part
@@ -252,12 +421,14 @@ def _shrink(cfg, vocab: int, depth: int, max_depth: int = 2) -> None:
         )  # latent attention: no key/value groups
     for key, value in TWEAKS.get((_get(cfg, "model_type") or ""), {}).items():
         _set(cfg, key, value)
+    for key, value in {"num_experts_per_tok": 2, "vocab_size": vocab}.items():  # None is not derived (ESM, DeepSeek-V2)
+        if key in vars(cfg) and vars(cfg)[key] is None:
+            _set(cfg, key, value)
     if isinstance(_get(cfg, "vocab_size"), int):
         cfg.vocab_size = vocab
-    if isinstance(_get(cfg, "max_position_embeddings"), int):
-        cfg.max_position_embeddings = (
-            max(cfg.max_position_embeddings, 128) if cfg.max_position_embeddings >= 64 else cfg.max_position_embeddings
-        )
+    positions = _get(cfg, "max_position_embeddings")
+    if isinstance(positions, int):  # XLNet's raises (no limit): left alone
+        _set(cfg, "max_position_embeddings", max(positions, 128) if positions >= 64 else positions)
     if hasattr(cfg, "pad_token_id"):
         _set(cfg, "pad_token_id", 0)
     for key in ("decoder_start_token_id", "bos_token_id", "eos_token_id"):  # ids the shrunk vocabulary has
@@ -283,8 +454,15 @@ def build_model(model_type: str, tokenizer):
     import torch
 
     cfg = tiny_config(model_type, len(tokenizer))
+    cls = model_class(model_type)
+    own = getattr(cls, "config_class", None)
+    if isinstance(own, type) and not isinstance(cfg, own):  # MusicGen's model is its decoder: its own sub-config
+        cfg = next((v for v in vars(cfg).values() if isinstance(v, own)), cfg)
     torch.manual_seed(0)
-    model = model_class(model_type)(cfg)
+    model = cls(cfg)
+    languages = getattr(cfg, "languages", None)
+    if hasattr(model, "set_default_language") and languages:  # X-MOD: one adapter per language
+        model.set_default_language(languages[0])
     return model.eval()
 
 
@@ -295,10 +473,11 @@ REF_KEYS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "c
 
 
 def inputs_for(adapter) -> tuple[dict, dict]:
-    """Model inputs (text through the adapter's tokenizer, or the adapter's example
-    features) and, per stack, the real (query, key) lengths of each example."""
+    """Model inputs (text through the adapter's tokenizer, or the non-text inputs the model's
+    own forward ran on: :func:`sweep_inputs.working_inputs`) and, per stack, the real
+    (query, key) lengths of each example."""
     if adapter.input_name != "input_ids":
-        return example_features(adapter.model, adapter.input_name), {"encoder": None, "decoder": None}
+        return working_inputs(adapter.model, _tokenizer()), {"encoder": None, "decoder": None}
     encs = [adapter.encode(t) for t in TEXTS]
     inputs = adapter.batch(encs)
     lengths = {"encoder": [len(e) for e in encs], "decoder": [len(e) for e in encs]}
@@ -350,24 +529,10 @@ def example_features(model, name: str, batch: int = 2) -> dict:
     return inputs
 
 
-class UnsupportedInput(Exception):
-    """The sweep cannot make this model's inputs."""
-
-
-def own_forward(model, tokenizer) -> None:
-    """The tiny model's own forward on the sweep's inputs, without the toolkit."""
-    import torch
-
-    name = str(getattr(model, "main_input_name", "input_ids"))
-    if name != "input_ids":
-        inputs = example_features(model, name)
-    else:
-        inputs = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
-        inputs.pop("token_type_ids", None)
-        if getattr(model.config, "is_encoder_decoder", False):
-            inputs["decoder_input_ids"] = inputs["input_ids"][:, :4]
-    with torch.no_grad():
-        model(**inputs)
+def own_forward(model, tokenizer) -> dict:
+    """The tiny model's own forward on the sweep's inputs, without the toolkit: the first input
+    set of its kind that runs (:mod:`sweep_inputs`), returned."""
+    return working_inputs(model, tokenizer)
 
 
 def eager_reference(model, inputs: dict):
@@ -396,6 +561,23 @@ def eager_reference(model, inputs: dict):
             model.config._attn_implementation_internal = prev
 
 
+def reference_key(adapter, stack: str) -> str:
+    """The output field holding ``stack``'s own eager maps (an encoder's cross-attention
+    stack, BLIP-2's Q-Former: ``cross_attentions``)."""
+    return REF_KEYS[stack] if adapter.arch == "encoder-decoder" or stack == "cross" else "attentions"
+
+
+def own_maps(ref, key: str):
+    """``ref``'s maps under ``key``; for ``attentions``, without the cross-attention maps a model
+    records there too (BLIP-2's Q-Former: one attention class for both, so its ``attentions``
+    interleave layer 0's self-, layer 0's cross- and layer 1's self-attention)."""
+    want = getattr(ref, key, None)
+    cross = getattr(ref, "cross_attentions", None) if key == "attentions" else None
+    if want is None or not cross:
+        return want
+    return tuple(w for w in want if not any(w is c for c in cross))
+
+
 def main_output(out):
     import torch
 
@@ -403,7 +585,14 @@ def main_output(out):
         v = getattr(out, key, None)
         if torch.is_tensor(v):
             return v
-    return next(v for v in out.values() if torch.is_tensor(v))
+    items = list(out.values()) if hasattr(out, "values") else list(out)
+    while items:  # the first tensor, nested tuples included (MGP-STR's logits per head)
+        v = items.pop(0)
+        if torch.is_tensor(v):
+            return v
+        if isinstance(v, (tuple, list)):
+            items = list(v) + items
+    raise RuntimeError("the model's output holds no tensor")
 
 
 def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
@@ -415,14 +604,23 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
     try:
         ref = eager_reference(adapter.model, inputs)
     except Exception as e:
+        if lengths["encoder"] is not None:  # text the model cannot run on alone: the toolkit's refusal first
+            from probe.models.architectures import UnsupportedModel
+
+            try:
+                capture(adapter, TEXTS[:1], stack=adapter.default_stack)
+            except UnsupportedModel:
+                raise
+            except Exception:  # the model's own error (UDOP without boxes): no reference, as below
+                pass
         return {"status": "no reference", "reason": f"the model's own eager forward fails: {_line(e)}"}
     worst, source, vals = 0.0, "", None
     sinks = False
     for stack in adapter.stacks:
         values = value_projections(adapter, stack) if has_sinks(adapter, stack) else None
         sinks = values is not None  # sinks, and values to check the maps' scale against
-        key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
-        want = getattr(ref, key, None)
+        key = reference_key(adapter, stack)
+        want = own_maps(ref, key)
         if want is None or len(want) == 0 or any(w is None for w in want):
             return {"status": "no reference", "reason": f"eager forward returned no {key}"}
         if lengths["encoder"] is None:  # images, audio
@@ -591,7 +789,7 @@ def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: 
     size ``d`` the config or the module suggests (``v_head_dim``/``head_dim``/``d_kv``, hidden
     over the config's heads, the module's ``attention_head_size``, width over P's heads) the
     head's own output ``P_h @ V_g`` (``g`` its key/value group) is looked for among the
-    ``d``-wide windows of ``O``; the window it equals (max |Δ| ≤ 1e-4 relative) is the head's
+    ``d``-wide windows of ``O``; the window it equals (max |Δ| ≤ 1e-4 of the head's largest output) is the head's
     columns: ``source`` ``"values"``. Where no value projection is found or none matches
     (values normalised after the projection, a learned sink's rescaling), the config's head
     size places head ``h`` at ``h·d``: ``source`` ``"config"``, where the heads at that size
@@ -617,8 +815,7 @@ def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: 
     finally:
         for h in handles:
             h.remove()
-    key = REF_KEYS[stack] if adapter.arch == "encoder-decoder" else "attentions"
-    probs = getattr(ref, key)[layer].double()  # [batch, heads, query, key]
+    probs = own_maps(ref, reference_key(adapter, stack))[layer].double()  # [batch, heads, query, key]
     heads = probs.shape[1]
     if len(seen["o"]) <= call:
         raise RuntimeError(
@@ -653,7 +850,9 @@ def reference_head_columns(adapter, inputs: dict, stack: str, layer: int, head: 
                 continue
             windows = o.unfold(-1, d, 1)  # [batch, query, width - d + 1, d]
             diff = (windows - z[:, :, None, :])[valid].abs().amax(dim=(0, -1))  # per window start
-            tol = 1e-4 * max(1.0, z[valid].abs().max().item())
+            # relative to the head's own output: values near 0 (D-FINE's encoder on a one-position
+            # map) would otherwise match every window within an absolute tolerance
+            tol = 1e-4 * max(z[valid].abs().max().item(), 1e-12)
             hits = (diff <= tol).nonzero().flatten().tolist()
             if hits:
                 start = hits[0]
@@ -737,8 +936,10 @@ def check_type(model_type: str) -> dict:
         row["class"] = model_class(model_type).__name__
         tokenizer = _tokenizer()
         model = build_model(model_type, tokenizer)
+    except ImportError as e:
+        return {**row, "status": "not built", "reason": f"{MISSING_LIBRARY}: {_line(e)}"}
     except Exception as e:
-        return {**row, "status": "not built", "reason": _line(e)}
+        return {**row, "status": "not built", "reason": default_fails(model_type) or _line(e)}
     _enter(1)
     try:
         own_forward(model, tokenizer)
@@ -782,6 +983,41 @@ def check_type(model_type: str) -> dict:
             f"effect {row['ablation_effect']:.1e}"
         )
     return row
+
+
+#: the start of a not-built reason where the type needs a library the toolkit does not install
+MISSING_LIBRARY = "needs a library that is not installed here (no dependency of the toolkit)"
+
+#: what kind of not built a reason is, by its start (docs/coverage.md counts them)
+NOT_BUILT_KINDS = (
+    (MISSING_LIBRARY, "needs a library not installed here (timm, natten, detectron2, torchaudio)"),
+    ("its own default config builds no model", "its own default config builds no model in this transformers"),
+    ("UnsupportedInput: ", "no single forward over inputs (a video session, no forward at all) or inputs not made"),
+    ("", "the sweep's shrink or inputs do not fit the type yet (left to do)"),
+)
+
+
+def _not_built_kind(reason: str) -> str:
+    return next(kind for start, kind in NOT_BUILT_KINDS if reason.startswith(start))
+
+
+def default_fails(model_type: str) -> str | None:
+    """Why the type's own default config, unshrunk, builds no model either (built on the meta
+    device: no memory), or None where it builds: then only a config from a checkpoint (a
+    download) builds the type, and the sweep says so."""
+    import torch
+    import transformers
+
+    try:
+        cfg = transformers.AutoConfig.for_model(model_type, **INIT_KWARGS.get(model_type, {}))
+        with torch.device("meta"):
+            model_class(model_type)(cfg)
+    except Exception as e:
+        return (
+            f"its own default config builds no model in transformers {transformers.__version__} "
+            f"(unshrunk, the same class raises {_line(e)}): only a checkpoint's config would"
+        )
+    return None
 
 
 def _line(e: BaseException) -> str:
@@ -928,12 +1164,19 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         f"Generated by `python bench/coverage_sweep.py` with transformers {version}: {n_types} model types "
         "registered for `AutoModel`, each built as a tiny random model from its default config "
         "(hidden 32, 2 layers, 4 heads, sub-configs shrunk too; per-layer lists such as `layer_types` cut to "
-        "two layers keeping both kinds of layer; multimodal rotary sections fitted to the shrunk head; no "
-        "download) and opened with `ModelAdapter`. Each type runs in a "
+        "two layers keeping both kinds of layer; multimodal rotary sections fitted to the shrunk head; "
+        "hierarchical backbones one block per stage; per-type settings in `TWEAKS`; no download), given its "
+        "own kind of input (`bench/sweep_inputs.py`: the first input set its own forward runs on — tokens; "
+        "pixels at the config's image size, video frames or image pairs; mel features in either layout; "
+        "waveforms; a dual encoder's pixels or audio beside its tokens; flattened patches with `grid_thw`; "
+        "layout boxes; past values with time features; codec latents) and opened with `ModelAdapter`. "
+        "Each type runs in a "
         "forked process with a time and memory limit; on a shared machine run it as parallel workers "
         "(`--shard K/N --jsonl rows-K.jsonl`, a second worker per shard with `--reverse`) and merge the row "
         "files with `--from-jsonl` (a later file's row replaces an earlier one, so types re-run after a fix "
-        "replace their first row).",
+        "replace their first row). This table: one full sweep with one worker, `python bench/coverage_sweep.py "
+        "--shard 0/1 --jsonl rows.jsonl` (3.6 min wall on the shared 2-core machine, 10 min while it was "
+        "loaded), then `python bench/coverage_sweep.py --from-jsonl rows.jsonl`.",
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
         "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "
@@ -980,7 +1223,10 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
                 f"{r['capture_delta']:.1e} | {r['ablation_delta']:.1e} | {r.get('head_columns', '')} |"
             )
     built = Counter(_group(r["reason"]) for r in rows if r["status"] == "not built")
-    lines += ["", "## Not built by the sweep", "", "| why | types |", "|---|---|"]
+    kinds = Counter(_not_built_kind(r["reason"]) for r in rows if r["status"] == "not built")
+    lines += ["", "## Not built by the sweep", "", "| kind | types |", "|---|---|"]
+    lines += [f"| {kind} | {kinds[kind]} |" for _, kind in NOT_BUILT_KINDS if kinds.get(kind)]
+    lines += ["", "| why | types |", "|---|---|"]
     for reason, _ in built.most_common():
         types = [r["model_type"] for r in rows if r["status"] == "not built" and _group(r["reason"]) == reason]
         lines.append(f"| {_cell(reason)} | {len(types)}: {', '.join(types)} |")
@@ -989,6 +1235,14 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
 
 #: why a row failed, where it is understood (rendered beside it in docs/coverage.md)
 EXPLAINED = {
+    "pocket_tts_audio_tokenizer": (
+        "a toolkit limitation, not fixed: the codec runs two separate transformers (its encoder's, over the "
+        "audio frames, and its decoder's, over the quantised latents); the adapter joins their 2 + 2 "
+        "attention modules into one 4-layer 'decoder' stack, while the model's own output_attentions reports "
+        "one transformer's 2 layers. Each transformer should be its own stack (or the type refused); the "
+        "encoder-only and decoder-only types (pocket_tts_audio_tokenizer_encoder/_decoder) are exact. Mimi, "
+        "built the same way, returns no attentions of its own (no reference)"
+    ),
     "no reference": (
         "the model's own eager forward returns no attentions (its modules return none, or "
         "its output drops them) or fails on the tiny config, so the captured maps cannot be "
@@ -1048,9 +1302,12 @@ NOTES = [
         "head size places the head, and only where that does not fill O the width over the heads does."
     ),
     (
-        "- **Images and audio** (`pixel_values`, `input_features`, `input_values`) capture through "
-        "`probe.runs.capture.capture_inputs` and ablate with `HeadIntervention` around the model's own forward; "
-        "every text path refuses them in one line."
+        "- **Images and audio** (`pixel_values`, `input_features`, `input_values`, and any other main input) "
+        "capture through `probe.runs.capture.capture_inputs` and ablate with `HeadIntervention` around the "
+        "model's own forward; every text path refuses them in one line. The main input is the class's "
+        "`main_input_name` where its forward takes it, else the forward's first required argument (Qwen-VL-like "
+        "vision towers keep the default `input_ids` but take `hidden_states` and `grid_thw`; they attend over "
+        "all images' patches as one sequence and are refused in one line)."
     ),
     ("- **float64** models are captured in float64 (softmax kept in float64, maps stored in float64)."),
     (

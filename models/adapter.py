@@ -8,6 +8,7 @@ head-output site and value projection live (looked up in
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from dataclasses import dataclass, field
@@ -128,8 +129,24 @@ class ModelAdapter:
     @property
     def input_name(self) -> str:
         """The model's main input: ``input_ids`` (text), ``pixel_values`` (ViT, CLIP vision),
-        ``input_features`` (Whisper), ``input_values`` (wav2vec 2.0)…"""
-        return str(getattr(self.model, "main_input_name", "input_ids") or "input_ids")
+        ``input_features`` (Whisper), ``input_values`` (wav2vec 2.0)… The class's
+        ``main_input_name`` where its forward takes it; else the forward's first required
+        argument (a vision tower whose class keeps the default ``input_ids`` but whose forward
+        takes ``hidden_states`` and ``grid_thw``: Qwen2.5-VL's, GLM-4V's)."""
+        name = getattr(self.model, "main_input_name", "input_ids") or "input_ids"
+        name = str(name[0] if isinstance(name, (list, tuple)) else name)
+        try:
+            params = inspect.signature(self.model.forward).parameters
+        except (TypeError, ValueError):
+            return name
+        required = [
+            n
+            for n, p in params.items()
+            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        if name not in params and required:
+            return required[0]
+        return name
 
     def _text_only(self) -> None:
         if self.input_name != "input_ids" or isinstance(self.tokenizer, NoTokenizer):
@@ -194,7 +211,12 @@ class ModelAdapter:
             for k in ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads"):
                 if isinstance(getattr(c, k, None), int) and getattr(c, k) > 0:
                     return int(getattr(c, k))
-        raise NotApplicable(f"cannot tell the number of heads of {self.name}")
+        t = getattr(self.config, "model_type", "?")
+        raise UnsupportedModel(
+            f"{self.name} (model type {t!r}): neither its attention modules ({type(first).__name__}) nor its "
+            "config state a head count (no softmax heads: a recurrent or linear mixer); the toolkit cannot "
+            "capture or edit heads there"
+        )
 
     @property
     def head_dim(self) -> int:

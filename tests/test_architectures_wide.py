@@ -651,3 +651,43 @@ def test_albert_gradients_by_call(sweep, bert_tokenizer):
     assert scale > 1e-3 and (got.grads - want).abs().max() <= 1e-5 * scale
     assert (want[0] - want[1]).abs().max() > 0.1 * scale  # the two layers' gradients really differ
     assert (got.maps.attentions - torch.stack(out.attentions)[:, 0].detach()).abs().max() <= TOL
+
+
+# ---- types the sweep builds from their own configs (issue 40) ------------------------------
+@pytest.mark.parametrize(
+    "model_type, says",
+    [
+        ("rwkv", "state a head count"),  # a recurrent mixer named *Attention: no softmax heads
+        ("swin", "windowed attention"),  # each stage's windows are rows of its own
+        ("qwen2_5_vl_vision", "as 1 sequence"),  # a tower over flattened patches of several images
+        ("autoformer", "not attention probabilities"),  # auto-correlation weights
+    ],
+)
+def test_models_it_cannot_read_are_refused_in_one_line(sweep, model_type, says):
+    """Each of these used to end in a traceback inside the toolkit (a NotApplicable without a
+    model reason, a stack of unequal tensors, an InputError about the user's input) or was
+    read through the wrong input; each is now refused, in one line, naming why."""
+    row = sweep.check_type(model_type)
+    assert row["status"] == "refused", row
+    assert says in row["reason"] and "\n" not in row["reason"]
+
+
+@pytest.mark.parametrize("model_type", ["rt_detr_v2", "mgp-str"])
+def test_detectors_and_recognisers_capture_and_ablate_exactly(sweep, model_type):
+    """RT-DETR carries a backbone without SDPA (restoring the model's own attention setting
+    after the eager capture used to raise); MGP-STR's output holds only nested tuples. Maps
+    equal eager, ablation equals the independent reference."""
+    row = sweep.check_type(model_type)
+    assert row["status"] == "exact", row
+
+
+def test_reference_finds_each_head_on_a_one_position_map(sweep):
+    """D-FINE's encoder attends over one position on a tiny image: every head's output is its
+    value slice, near 0. The reference finds each head's own columns (an absolute tolerance
+    matched every window to head 0's)."""
+    tokenizer = sweep._tokenizer()
+    model = sweep.build_model("d_fine", tokenizer)
+    adapter = _adapter(model, tokenizer, "d_fine")
+    inputs = sweep.working_inputs(model, tokenizer)
+    found = [sweep.reference_head_columns(adapter, inputs, "encoder", 1, h)["columns"] for h in range(4)]
+    assert found == [(64 * h, 64 * (h + 1)) for h in range(4)]

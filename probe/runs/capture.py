@@ -215,6 +215,13 @@ class AttentionCapture(TraceView):
                 f"its layers attend over different lengths {sorted(shapes)} (pooled "
                 "or downsampled): not one [layer, head, query, key] map",
             )
+        rows = {tuple(t[layer].shape[:2]) for layer in self.layers}
+        if len(rows) > 1:  # Swin: each stage attends within its own windows, with its own head count
+            raise unsupported(
+                self.adapter,
+                f"its layers return attention of different [rows, heads] {sorted(rows)} (windowed attention: "
+                "each stage's windows are rows of its own, Swin): not one [layer, head, query, key] map per input",
+            )
         return torch.stack([t[layer] for layer in self.layers])
 
 
@@ -703,8 +710,8 @@ def capture_inputs(
                 query_special_mask=torch.zeros(n_q, dtype=torch.bool),
             )
         meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source, "inputs": name}
-        out.append(
-            AttentionMaps(
+        try:
+            maps = AttentionMaps(
                 attentions=a,
                 tokens=keys,
                 word_ids=(None,) * n_k,
@@ -714,5 +721,11 @@ def capture_inputs(
                 meta=meta,
                 **extra,
             )
-        )
+        except InputError as e:  # the model's own weights, not the user's input: a model we cannot read
+            raise unsupported(
+                adapter,
+                f"the weights its attention modules return are not attention probabilities ({e}; "
+                "Autoformer's auto-correlation): no [query, key] distribution to capture",
+            ) from None
+        out.append(maps)
     return out
