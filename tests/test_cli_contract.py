@@ -44,6 +44,7 @@ INPUTS = {
     "alignment": ["--limit", "3"],  # zoo:translate's own pairs
     "complexity": ["--n", "8,16", "--d", "4", "--kinds", "self_attention,rnn", "--repeats", "1"],
     "paper-figures": ["--top", "1"],  # needs English words in the vocabulary: its default, minilm
+    "decoder-heads": ["--n-tokens", "4", "--probe-inputs", "4"],  # its own probe inputs: no corpus, no --limit
 }
 DEFAULT_INPUT = ["--model", "zoo:constructed", "--limit", "4"]
 SPEED = {

@@ -48,7 +48,7 @@ def taxonomy_result(adapter, n_tokens: int, n_examples: int, seed: int) -> Resul
 
 def run(ctx: Context) -> Result:
     p = ctx.params
-    return taxonomy_result(ctx.adapter, p["n_tokens"], p["n_examples"], p["seed"])
+    return taxonomy_result(ctx.adapter, p["n_tokens"], p["probe_inputs"], p["seed"])
 
 
 def head_evidence(result: Result) -> dict:
@@ -149,7 +149,7 @@ ANALYSIS = Analysis(
     "heads, Gu et al. 2024 sinks, positional vs content); writes taxonomy.csv. Refused for non-causal models.",
     params=(
         Param("n_tokens", int, 10, "random tokens per copy of the repeated sequence", min=2),
-        Param("n_examples", int, 16, "probe inputs per detector", min=1),
+        Param("probe_inputs", int, 16, "probe inputs per detector (repeated sequences, needles)", min=1),
         Param("seed", int, 0, "seed of the random probe inputs", min=0),
     ),
     section=True,
