@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from probe.errors import NotApplicable
+from probe.errors import InputError, NotApplicable
 import torch
 
 from probe.analyses.flow.attention_flow import adjusted_attention, attention_flow, flow_graph, flow_maps
@@ -222,14 +222,14 @@ def test_long_inputs_warn_with_an_estimated_time_before_starting():
 
 
 @pytest.mark.parametrize(
-    "bad, match",
+    "bad, kind, match",
     [
-        (torch.rand(2, 2, 3, 4), "square"),
-        (torch.full((2, 2, 3, 3), 0.2), "sum to 1"),
+        (torch.rand(2, 2, 3, 4), NotApplicable, "square"),  # cross-attention: flow is not defined there
+        (torch.full((2, 2, 3, 3), 0.2), InputError, "sum to 1"),  # scores, not probabilities: bad input
     ],
 )
-def test_bad_maps_are_rejected(bad, match):
-    with pytest.raises(NotApplicable, match=match):
+def test_bad_maps_are_rejected(bad, kind, match):
+    with pytest.raises(kind, match=match):
         attention_flow(bad)
 
 

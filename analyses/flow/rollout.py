@@ -57,9 +57,11 @@ def validate_attention(a: torch.Tensor, *, name: str = "attention", causal: bool
         causal: also require no mass above the diagonal (no attention to the future).
 
     Raises:
-        ValueError: not a tensor of at least 2 dimensions, not square, not finite,
-            negative entries, rows not summing to 1 (tolerance 1e-3), or — when
-            ``causal`` — mass on future keys; the message says which and how far off.
+        InputError: not a tensor of at least 2 dimensions, not finite, negative entries,
+            rows not summing to 1 (tolerance 1e-3), or — when ``causal`` — mass on future
+            keys; the message says which and how far off.
+        NotApplicable: maps that are not square (cross-attention: rollout and flow are
+            not defined there).
     """
     if not torch.is_tensor(a):
         raise InputError(f"{name} must be a torch tensor, got {type(a).__name__}")
