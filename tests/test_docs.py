@@ -61,3 +61,7 @@ def test_package_tree_maps_the_folders_as_installed(tmp_path):
     assert (pkg / "maps.py").resolve() == (ROOT / "probe" / "maps.py").resolve()
     for folder in ("models", "analyses", "app"):
         assert (pkg / folder).resolve() == (ROOT / folder).resolve()
+    for room in ("tracing", "store", "inputs", "interventions", "runs"):  # the core floor's rooms too
+        assert (pkg / room).resolve() == (ROOT / "probe" / room).resolve()
+    assert (pkg / "runs" / "capture.py").is_file()  # what docs/api/capture.md documents
+    assert not (pkg / "__pycache__").exists()
