@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from probe.errors import NotApplicable
+from probe.errors import InputError, NotApplicable
 import torch
 
 from probe.analyses.flow.rollout import combine_heads, residual_adjust, rollout, rollout_batch, rollout_maps
@@ -123,15 +123,15 @@ def test_rollout_maps_default_for_causal_is_last_token():
 
 
 @pytest.mark.parametrize(
-    "bad, match",
+    "bad, kind, match",
     [
-        (torch.rand(2, 2, 3, 4), "square"),
-        (torch.full((2, 2, 3, 3), 0.5), "sum to 1"),
-        (torch.full((2, 2, 3, 3), float("nan")), "NaN"),
+        (torch.rand(2, 2, 3, 4), NotApplicable, "square"),  # cross-attention: rollout is not defined there
+        (torch.full((2, 2, 3, 3), 0.5), InputError, "sum to 1"),  # scores, not probabilities: bad input
+        (torch.full((2, 2, 3, 3), float("nan")), InputError, "NaN"),
     ],
 )
-def test_bad_maps_are_rejected_with_the_reason(bad, match):
-    with pytest.raises(NotApplicable, match=match):
+def test_bad_maps_are_rejected_with_the_reason(bad, kind, match):
+    with pytest.raises(kind, match=match):
         rollout(bad)
 
 

@@ -236,7 +236,7 @@ def hidden_states(out: Any) -> torch.Tensor:
     """The last hidden state ``[batch, seq, d]`` of a model output.
 
     Raises:
-        ValueError: an output that holds none (a task head's logits only), naming its type.
+        NotApplicable: an output that holds none (a task head's logits only), naming its type.
     """
     h = getattr(out, "last_hidden_state", None)
     if h is None and getattr(out, "hidden_states", None) is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from probe.app.registry import Analysis, Param, Result
+from probe.errors import NotApplicable
 from probe.app.registry.presentation import GridTag, HeadBlock, Presentation, TableView, VerdictHint
 
 if TYPE_CHECKING:
@@ -47,8 +48,20 @@ def taxonomy_result(adapter, n_tokens: int, n_examples: int, seed: int) -> Resul
 
 
 def run(ctx: Context) -> Result:
+    """The taxonomy of the run's model; the repeated sequence is shortened to fit a model
+    with fewer positions than it needs (said in one line), and refused below 2 tokens a copy."""
     p = ctx.params
-    return taxonomy_result(ctx.adapter, p["n_tokens"], p["probe_inputs"], p["seed"])
+    n_tokens, fits = p["n_tokens"], (ctx.adapter.max_length - 1) // 2
+    if fits < 2:
+        raise NotApplicable(
+            f"{ctx.adapter.name} has {ctx.adapter.max_length} positions: too few for the decoder probes"
+        )
+    if fits < n_tokens:
+        ctx.say(
+            f"decoder probes: {fits} random tokens per copy ({ctx.adapter.name} has {ctx.adapter.max_length} positions)"
+        )
+        n_tokens = fits
+    return taxonomy_result(ctx.adapter, n_tokens, p["probe_inputs"], p["seed"])
 
 
 def head_evidence(result: Result) -> dict:
