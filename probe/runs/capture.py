@@ -697,35 +697,41 @@ def capture_inputs(
             "concatenates images): not one map per input",
         )
     kind = _kind(adapter, stack)
-    out = []
-    for i in range(batch):
-        a = stacked[:, i].clone()
-        n_q, n_k = a.shape[-2:]
-        keys = tuple(f"<{k}>" for k in range(n_k))
-        extra: dict = {}
-        if kind == "cross":
-            extra = dict(
-                query_tokens=tuple(f"<{k}>" for k in range(n_q)),
-                query_word_ids=(None,) * n_q,
-                query_special_mask=torch.zeros(n_q, dtype=torch.bool),
-            )
-        meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source, "inputs": name}
-        try:
-            maps = AttentionMaps(
-                attentions=a,
-                tokens=keys,
-                word_ids=(None,) * n_k,
-                special_mask=torch.zeros(n_k, dtype=torch.bool),
-                layers=tuple(cap.layers),
-                kind=kind,
-                meta=meta,
-                **extra,
-            )
-        except InputError as e:  # the model's own weights, not the user's input: a model we cannot read
-            raise unsupported(
-                adapter,
-                f"the weights its attention modules return are not attention probabilities ({e}; "
-                "Autoformer's auto-correlation): no [query, key] distribution to capture",
-            ) from None
-        out.append(maps)
-    return out
+    meta = {"model": adapter.name, "stack": stack, "attention_source": cap.attention_source, "inputs": name}
+    return [_input_maps(adapter, stacked[:, i].clone(), kind, tuple(cap.layers), dict(meta)) for i in range(batch)]
+
+
+def _input_maps(adapter: ModelAdapter, a: torch.Tensor, kind: str, layers: tuple, meta: dict) -> AttentionMaps:
+    """One input's maps ``a`` ``[layer, head, query, key]``: positions named ``<0>``, ``<1>``,
+    … and of no word (a cross stack's queries too).
+
+    Raises:
+        UnsupportedModel: the weights the model's attention modules return are not
+            probabilities (the model's own, not the user's input).
+    """
+    n_q, n_k = a.shape[-2:]
+    keys = tuple(f"<{k}>" for k in range(n_k))
+    extra: dict = {}
+    if kind == "cross":
+        extra = dict(
+            query_tokens=tuple(f"<{k}>" for k in range(n_q)),
+            query_word_ids=(None,) * n_q,
+            query_special_mask=torch.zeros(n_q, dtype=torch.bool),
+        )
+    try:
+        return AttentionMaps(
+            attentions=a,
+            tokens=keys,
+            word_ids=(None,) * n_k,
+            special_mask=torch.zeros(n_k, dtype=torch.bool),
+            layers=layers,
+            kind=kind,
+            meta=meta,
+            **extra,
+        )
+    except InputError as e:  # the model's own weights, not the user's input: a model we cannot read
+        raise unsupported(
+            adapter,
+            f"the weights its attention modules return are not attention probabilities ({e}; "
+            "Autoformer's auto-correlation): no [query, key] distribution to capture",
+        ) from None
