@@ -252,3 +252,117 @@ def test_screen_on_a_runner_of_blocks_equals_one_process(linear_gpt2, w):
         for mode in ("mean", "resample"):
             assert np.abs(one.estimate[mode]).max() > 0
             np.testing.assert_array_equal(one.estimate[mode], blocks.estimate[mode])
+
+
+#: more sentences for the claims' tests (the betting test needs a few blocks to decide)
+MANY = [f"{a} {b} {c}" for a in TEXTS for b in TEXTS[:4] for c in TEXTS[:3]]  # 96
+
+
+def _exhaustive_verdicts(adapter, texts, obj, heads):
+    from probe.analyses.claims.necessity import necessity_claims
+
+    sweep = removal_sweep(adapter, texts, obj, heads, modes=("mean",), batch_size=8)
+    return sweep, {k: c.holds for k, c in necessity_claims(sweep).items()}
+
+
+@pytest.fixture(scope="module")
+def floor_at_minus_3():
+    """Mean-ablation harms of a linear readout average to about 0 over a corpus (the
+    replacement is the corpus mean), so the tests put the floor at -3: the heads' mean harms
+    on :data:`MANY` run from -3.4 to 0.15, one under it, seven over it."""
+    from probe.analyses.claims import thresholds as T
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(T.MIN_EFFECT, "linear-readout", -3.0)
+        yield
+
+
+HEADS = [(layer, h) for layer in range(2) for h in range(4)]
+
+
+@pytest.fixture(scope="module")
+def exhaustive(linear_gpt2, w, floor_at_minus_3):
+    return _exhaustive_verdicts(linear_gpt2, MANY, LinearReadout(w), HEADS)
+
+
+def test_screened_necessity_verdicts_equal_the_exhaustive_ones(linear_gpt2, w, exhaustive):
+    """The linear model (first-order = exact): the screened path (screen all, confirm what
+    reaches the floor, blocks until the betting test decides, e-BH) calls necessary
+    exactly the heads the exhaustive path does; most heads stop before the corpus ends,
+    and a head that used every example has the sweep's mean harm."""
+    from probe.analyses.claims.screened import screened_necessity
+
+    obj = LinearReadout(w)
+    sweep, want = exhaustive
+    assert 0 < sum(want.values()) < len(HEADS)
+    got = screened_necessity(linear_gpt2, as_corpus(MANY), obj, HEADS, batch_size=8, min_top=0, min_audit=2, block=32)
+    assert {k: c.holds for k, c in got.claims.items()} == want
+    used = got.info["examples_per_head"]
+    assert got.info["examples_screened"] == len(MANY) and got.info["exact_removals"] < len(HEADS) * len(MANY)
+    assert sum(k < len(MANY) for k in used.values()) >= len(HEADS) // 2  # stopped when decided
+    for i, (layer, h) in enumerate(HEADS):
+        c = got.claims[(layer, h)]
+        assert c.count == used[f"L{layer}H{h}"]
+        if c.count == len(MANY):
+            assert c.effect == pytest.approx(sweep.harm["mean"][i].mean(), rel=1e-5, abs=1e-6)
+
+
+def test_a_head_the_screen_rules_out_is_never_necessary_and_the_audit_bounds_the_misses(
+    linear_gpt2, w, floor_at_minus_3, exhaustive, monkeypatch
+):
+    """A screen that wrongly rules out two heads the exhaustive path calls necessary
+    (their estimates pushed under the floor, the upper bound without slack): one ruled-out
+    head is audited, removed exactly and decided by it (a miss when it holds, counted in
+    the Clopper–Pearson bound); the others, never removed, do not hold and read "not
+    necessary (screened out)" with that bound, although the exhaustive path calls one of
+    them necessary."""
+    from probe.analyses.claims.screened import SCREENED_OUT, screened_necessity
+    from probe.analyses.necessity import screen as screen_mod
+    from probe.analyses.necessity.confirm import miss_rate_bound
+
+    real = screen_mod.screen_heads
+
+    def wrong(*a, **k):
+        s = real(*a, **k)
+        s.estimate["mean"][:, 1, 2:] = -8.0  # L1H2, L1H3
+        return s
+
+    monkeypatch.setattr(screen_mod, "screen_heads", wrong)
+    obj = LinearReadout(w)
+    _, want = exhaustive
+    assert want[(1, 2)] and want[(1, 3)]
+    got = screened_necessity(
+        linear_gpt2, as_corpus(MANY), obj, HEADS, batch_size=8, min_top=0, audit=0.0, min_audit=1, block=32, slack=0.0
+    )
+    roles = dict(zip(zip(got.table["layer"], got.table["head"]), got.table["role"]))
+    audited = [k for k, r in roles.items() if r == "audited"]
+    out = [k for k, r in roles.items() if r == "screened out"]
+    assert len(audited) == 1 and {(1, 2), (1, 3)} <= set(audited + out)
+    misses = [k for k in audited if got.claims[k].holds]
+    assert misses == [k for k in audited if want[k]]  # the exact removal decides an audited head
+    for k in out:
+        c = got.claims[k]
+        assert not c.holds and c.statement == SCREENED_OUT and f"{miss_rate_bound(1, len(misses)):.1%}" in c.reason
+    assert any(want[k] for k in out)  # the exhaustive path calls it necessary; never removed, it is not
+    assert got.info["audit_misses"] == len(misses)
+    assert got.info["miss_rate_upper"] == miss_rate_bound(1, len(misses))
+    assert got.info["screened_out"] == len(out) and "screened out" in got.note()
+
+
+def test_screened_necessity_on_a_runner_of_blocks_equals_one_process(linear_gpt2, w, floor_at_minus_3):
+    """Every batch of the screened path (means, screen, exact blocks) runs on the runner:
+    split in two blocks, as an engine's workers would, the claims are this process's."""
+    from probe.analyses.claims.screened import screened_necessity
+
+    def split(job, items):
+        items = list(items)
+        return [job.run(linear_gpt2, items[:1], [0]), job.run(linear_gpt2, items[1:], list(range(1, len(items))))]
+
+    obj, texts = LinearReadout(w), as_corpus(MANY[:32])
+    kw = dict(batch_size=8, min_top=0, min_audit=2, block=16)
+    one = screened_necessity(linear_gpt2, texts, obj, HEADS, **kw)
+    two = screened_necessity(linear_gpt2, texts, obj, HEADS, runner=split, **kw)
+    assert one.info["examples_per_head"] == two.info["examples_per_head"]
+    for k, c in one.claims.items():
+        assert (c.status, c.count) == (two.claims[k].status, two.claims[k].count)
+        assert c.effect == pytest.approx(two.claims[k].effect, rel=1e-6, abs=1e-9)

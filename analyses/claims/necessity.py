@@ -70,7 +70,7 @@ def _null_side(null, mode: str, n: int):
     return null_quantile(nh, T.FDR), float(np.nanmax(nh.mean(1))), null.source
 
 
-def _tested(kind: str, sweep, mode: str, statement: str, null=None) -> dict:
+def _tested(kind: str, sweep, mode: str, statement: str, null=None, tests: Optional[int] = None) -> dict:
     """``{unit: Claim}`` of ``mode``'s harm against the objective's floor and, with
     ``null``, the null model's per-example ``1 − q`` quantile over its heads (the larger
     one-sided Wilcoxon p of the two, an intersection–union test; BH across units); the
@@ -88,7 +88,9 @@ def _tested(kind: str, sweep, mode: str, statement: str, null=None) -> dict:
         else np.full(len(sweep.units), np.nan)
     )
     p = p_floor if nq is None else np.fmax(p_floor, np.nan_to_num(p_null, nan=1.0))
-    sig = benjamini_hochberg(np.nan_to_num(p, nan=1.0), T.FDR)
+    total = len(sweep.units) if tests is None else max(int(tests), len(sweep.units))
+    padded = np.concatenate([np.nan_to_num(p, nan=1.0), np.ones(total - len(p))])
+    sig = benjamini_hochberg(padded, T.FDR)[: len(p)]
     null_level = float(np.mean(nq)) if nq is not None else float("nan")
     bar = floor if nq is None else max(floor, null_level, null_max)
     claims = {}
@@ -104,7 +106,7 @@ def _tested(kind: str, sweep, mode: str, statement: str, null=None) -> dict:
             "objective": sweep.objective,
             "objective_described": sweep.describe,
             "fdr": T.FDR,
-            "tests": int(len(sweep.units)),
+            "tests": int(total),
         }
         if nq is not None:
             extra.update(
@@ -148,11 +150,14 @@ def _tested(kind: str, sweep, mode: str, statement: str, null=None) -> dict:
     return claims
 
 
-def necessity_claims(sweep: Any, importance: Optional[pd.DataFrame] = None, null: Any = None) -> dict:
+def necessity_claims(
+    sweep: Any, importance: Optional[pd.DataFrame] = None, null: Any = None, tests: Optional[int] = None
+) -> dict:
     """``{(layer, head): Claim}`` from single-head units; ``importance``: a table with
     ``layer, head, importance`` (:func:`probe.analyses.necessity.importance.head_importance`);
-    ``null``: a :class:`NullSweep` of the same heads, examples and objective on a null model."""
-    claims = _tested("necessity", sweep, "mean", "needed alone", null)
+    ``null``: a :class:`NullSweep` of the same heads, examples and objective on a null model;
+    ``tests``: as :func:`_tested`'s (a screen's selection of the sweep's heads)."""
+    claims = _tested("necessity", sweep, "mean", "needed alone", null, tests)
     harm = sweep.harm["mean"].mean(1)
     keys = [u[0] for u in sweep.units]
     order = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -harm[keys.index(k)]))}

@@ -52,6 +52,7 @@ def plan_confirmation(
     audit: float = 0.1,
     min_audit: int = 5,
     seed: int = 0,
+    also: int = 0,
 ) -> ConfirmationPlan:
     """Choose the heads to confirm and to audit.
 
@@ -63,6 +64,8 @@ def plan_confirmation(
             whose estimates are not harms, ``readout-sketch``).
         audit: the fraction of the ruled-out heads to audit; ``min_audit``: at least this
             many (all of them, when fewer are ruled out).
+        also: with ``floor``, confirm besides the ``also`` heads with the largest upper
+            bounds (a first-order screen of a saturated loss has vanishing estimates).
 
     Raises:
         InputError: neither or both of ``floor`` and ``top``; ``audit`` outside [0, 1].
@@ -76,6 +79,8 @@ def plan_confirmation(
         raise InputError(f"audit is a fraction of the ruled-out heads, got {audit}")
     if floor is not None:
         chosen = np.flatnonzero(~(u < floor))  # NaN bounds are confirmed, never ruled out
+        if also > 0:
+            chosen = np.union1d(chosen, np.argsort(-np.nan_to_num(u, nan=np.inf), kind="stable")[:also])
     else:
         chosen = np.sort(np.argsort(-np.nan_to_num(u, nan=np.inf), kind="stable")[: max(0, int(top or 0))])
     rest = np.setdiff1d(np.arange(len(u)), chosen)

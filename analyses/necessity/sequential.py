@@ -153,6 +153,7 @@ def sequential_test(
     q: float = 0.05,
     alpha_against: Optional[float] = None,
     block: int = 32,
+    tests: Optional[int] = None,
 ) -> SequentialResult:
     """Run the test over ``n`` examples in blocks of ``block``.
 
@@ -162,15 +163,22 @@ def sequential_test(
             are to be taken: shuffle before).
         m: heads; floor: the claim's floor; bounds: ``(lo, hi)`` the harm's a-priori range.
         q: the FDR level; alpha_against: the level of a "not necessary" stop (default ``q``).
+        tests: the hypotheses e-BH counts (default ``m``); more than ``m`` when the ``m``
+            heads were selected from ``tests`` (a screen): the others enter e-BH with
+            e-value 0, so FDR ≤ q over all ``tests`` whatever chose the ``m``.
 
     Raises:
-        InputError: bounds that do not contain the floor, ``block < 1``, ``q`` outside (0, 1).
+        InputError: bounds that do not contain the floor, ``block < 1``, ``q`` outside (0, 1),
+            ``tests < m``.
     """
     lo, hi = map(float, bounds)
     if not lo < floor < hi:
         raise InputError(f"the harm bounds {bounds} must contain the floor {floor} strictly")
     if block < 1 or not 0.0 < q < 1.0:
         raise InputError(f"block must be ≥ 1 and q in (0, 1); got block={block}, q={q}")
+    total = m if tests is None else int(tests)
+    if total < m:
+        raise InputError(f"tests ({total}) counts every hypothesis, so it cannot be fewer than the {m} heads tested")
     a_against = q if alpha_against is None else alpha_against
     test = BettingTest(m, (floor - lo) / (hi - lo))
     state = np.array(["undecided"] * m, dtype=object)
@@ -184,11 +192,12 @@ def sequential_test(
         x[:, live] = ((np.clip(h, lo, hi) - lo) / (hi - lo)).T
         on = state == "undecided"
         test.update(np.nan_to_num(x, nan=test.m0), on)
-        state[on & (test.wealth >= m / q)] = "necessary"
+        state[on & (test.wealth >= total / q)] = "necessary"
         state[on & (state == "undecided") & (test.wealth_against >= 1.0 / a_against)] = "not necessary"
     # e-BH on e-values that are 0 for the heads stopped as not necessary (a smaller
     # e-value is still one), so the rejected set is e-BH's own: self-consistent, FDR ≤ q
-    final = e_bh(np.where(state == "not necessary", 0.0, test.wealth), q)
+    e = np.where(state == "not necessary", 0.0, test.wealth)
+    final = e_bh(np.concatenate([e, np.zeros(total - m)]), q)[:m]
     state[final] = "necessary"
     mean = lo + (hi - lo) * test._sum / np.maximum(test.count, 1)
     return SequentialResult(
@@ -219,6 +228,9 @@ def sequential_necessity(
     seed: int = 0,
     stack: Optional[str] = None,
     means=None,
+    runner: Optional[Callable] = None,
+    on_block: Optional[Callable] = None,
+    tests: Optional[int] = None,
 ) -> SequentialResult:
     """:func:`sequential_test` of ``heads`` on a live model: each block's exact removals of
     the heads still undecided (:func:`probe.analyses.claims.removal.run_removal_batches`,
@@ -227,14 +239,22 @@ def sequential_necessity(
 
     For a corpus-level objective (the similarity structure) a block's harms compare its
     sentences with the block's others, not the whole corpus's.
+
+    Args:
+        runner: where each block's batches run (:mod:`probe.runs.blocks`; default this
+            process), as :func:`~probe.analyses.claims.removal.removal_sweep`'s.
+        on_block: called as ``on_block(heads [k], examples [b], harms [k, b])`` with each
+            block's exact harms (heads index ``heads``, examples index ``corpus``).
+        tests: as :func:`sequential_test`'s.
     """
     import torch
 
-    from probe.analyses.claims.removal import RemovalPlan, run_removal_batches
+    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, _placed
     from probe.analyses.common.batch import batch_indices
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.common.objective import resolve_objective
     from probe.analyses.necessity.ablation import position_kind_means
+    from probe.runs.blocks import InProcess
 
     corpus = as_corpus(corpus)
     obj, _ = resolve_objective(objective, adapter, corpus)
@@ -253,12 +273,15 @@ def sequential_necessity(
         for chunk in batch_indices(texts, batch_size, by_length=True):
             batches.append((calls[0], tuple(idx[c] for c in chunk)))
             calls[0] += 1
-        got = run_removal_batches(adapter, plan, batches)
-        assert got.clean is not None  # at least one example in a block
-        pos = {ex: k for k, ex in enumerate(got.indices)}
-        take = torch.as_tensor([pos[i] for i in idx])
-        clean = got.clean[take].double().numpy()
-        pert = got.perturbed[mode][:, take].double().numpy()
-        return np.stack([obj.harm(clean, pert[j]) for j in range(len(live))])
+        parts = [p.value for p in (runner or InProcess(adapter))(RemovalJob(plan), batches)]
+        clean_all, pert_all = _placed(parts, len(corpus), len(live))
+        assert clean_all is not None  # at least one example in a block
+        take = torch.as_tensor(idx)
+        clean = clean_all[take].double().numpy()
+        pert = pert_all[mode][:, take].double().numpy()
+        got = np.stack([obj.harm(clean, pert[j]) for j in range(len(live))])
+        if on_block is not None:
+            on_block(live, np.asarray(idx), got)
+        return got
 
-    return sequential_test(harms, len(units), len(corpus), floor=floor, bounds=bounds, q=q, block=block)
+    return sequential_test(harms, len(units), len(corpus), floor=floor, bounds=bounds, q=q, block=block, tests=tests)

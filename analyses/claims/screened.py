@@ -1,0 +1,348 @@
+"""The necessity claims on the whole corpus by screening (issue 44): screen every head,
+confirm exactly what could matter, stop when decided.
+
+The exhaustive path (:func:`.removal.removal_sweep` → :func:`.necessity.necessity_claims`)
+removes every head on every example; the report caps it at the first examples. This path
+runs on every example and removes exactly only what the screen cannot rule out:
+
+1. **screen** — :func:`probe.analyses.necessity.screen.screen_heads` estimates every head's
+   mean-ablation harm from one forward and one backward per batch (attribution patching,
+   Nanda 2023; Kramár et al. 2024) on *all* examples;
+2. **confirm** — :func:`probe.analyses.necessity.confirm.plan_confirmation` picks the heads
+   whose screened upper bound reaches the floor (``first-order`` screens, in the
+   objective's units) or the top share by upper bound (sketch screens, whose estimates are
+   not harms), plus a random **audit** of the rest; only these are removed exactly, with
+   the exhaustive path's own machinery, so their harms are its numbers;
+3. **decide** — per-example objectives: sentences in blocks until each head's betting
+   e-process decides it (:func:`probe.analyses.necessity.sequential.sequential_necessity`;
+   e-BH at :data:`.thresholds.FDR` over *all* heads, the unconfirmed ones with e-value 0).
+   Corpus-level objectives (the similarity structure compares each sentence with every
+   other, so a block's harms are not the corpus's): the confirmed heads on every example,
+   decided by the exhaustive path's own test (:func:`.necessity.necessity_claims`), BH
+   counting every head (the unconfirmed with p = 1).
+
+A head never removed exactly is never necessary: its claim does not hold, reading
+:data:`SCREENED_OUT`, with the audit's Clopper–Pearson bound on the screen's miss rate
+(:func:`probe.analyses.necessity.confirm.miss_rate_bound`). The null model (issue 43,
+:mod:`.null_model`) is screened the same way and its top heads removed exactly; its
+per-example quantile and largest mean harm are taken over those heads (NaN for the
+others, which :func:`.null_model.null_quantile` ignores): at least the whole model's where
+the screen ranks the null's largest heads first, so the bar errs towards "not necessary".
+
+Shapes: ``ScreenedNecessity.table`` one row per head; harms ``[heads, examples]``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import thresholds as T
+from .claim import Claim
+
+__all__ = ["SCREENED_OUT", "ScreenedNecessity", "screened_necessity"]
+
+#: the reading of a head the screen ruled out and no exact removal looked at
+SCREENED_OUT = "not necessary (screened out)"
+
+
+@dataclass(frozen=True)
+class ScreenedNecessity:
+    """The screened path's necessity claims.
+
+    Attributes:
+        claims: ``{(layer, head): Claim}``; info: what summary.json states (the path, the
+            examples screened, each exactly removed head's examples, the audit and its
+            miss-rate bound, the null model's bar); table: per head its screened estimate,
+            upper bound, role (``confirmed`` | ``audited`` | ``screened out``), examples
+            removed exactly, exact mean harm and status.
+    """
+
+    claims: dict
+    info: dict
+    table: pd.DataFrame
+
+    def note(self) -> str:
+        """One line for the report's notes."""
+        i = self.info
+        used = list(i["examples_per_head"].values())
+        span = f"{min(used)}–{max(used)}" if used else "0"
+        return (
+            f"necessity by screening on all {i['examples_screened']} examples ({i['screen']} screen, one "
+            f"forward + backward per batch): {i['confirmed']} heads confirmed and {i['audited']} audited by "
+            f"exact removal on {span} examples each ({i['decision']}); {i['screened_out']} heads screened out "
+            f"and never called necessary; the audit found {i['audit_misses']} of {i['audited']} audited heads "
+            f"necessary (miss rate ≤ {i['miss_rate_upper']:.1%} at {i['confidence']:.0%})"
+        )
+
+
+def _plan(screen: Any, rows: list, floor: float, *, top_share, min_top, audit, min_audit, slack, seed):
+    """``(ConfirmationPlan, upper [m])`` over the heads at ``rows`` of ``screen``: a first-order
+    screen confirms every head whose upper bound reaches ``floor`` and, besides, its
+    ``min_top`` largest (a saturated loss's gradient vanishes, docs/screening.md); a sketch
+    the larger of ``top_share`` of the heads and ``min_top``."""
+    from probe.analyses.necessity.confirm import plan_confirmation
+
+    upper = screen.upper("mean", slack=slack)[rows]
+    kw = dict(audit=audit, min_audit=min_audit, seed=seed)
+    if screen.kind == "first-order":
+        return plan_confirmation(upper, floor, also=min(len(rows), min_top), **kw), upper
+    top = min(len(rows), max(min_top, math.ceil(top_share * len(rows))))
+    return plan_confirmation(upper, top=top, **kw), upper
+
+
+def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner):
+    """A :class:`.necessity.NullSweep` of every head on ``examples`` of ``corpus`` on the null
+    model: its ``k`` top screened heads removed exactly, NaN for the others; ``None``
+    without a null model."""
+    from probe.analyses.necessity.screen import screen_heads
+
+    from .necessity import NullSweep
+    from .removal import removal_sweep
+
+    if nadapter is None:
+        return None
+    sub = corpus if len(examples) == len(corpus) else corpus.subset(examples, reason="the null model's sample")
+    scr = screen_heads(nadapter, sub, obj, modes=("mean",), seed=seed, batch_size=batch_size)
+    index = {h: i for i, h in enumerate(scr.heads)}
+    upper = scr.upper("mean")[[index[tuple(h)] for h in heads]]
+    top = sorted(np.argsort(-np.nan_to_num(upper, nan=np.inf), kind="stable")[:k].tolist())
+    sweep = removal_sweep(nadapter, sub, obj, [heads[i] for i in top], modes=("mean",), seed=seed, runner=runner)
+    full = np.full((len(heads), len(sub)), np.nan)
+    full[top] = sweep.harm["mean"]
+    units = tuple((tuple(h),) for h in heads)
+    return NullSweep(replace(sweep, units=units, harm={"mean": full}), nadapter.card["null_source"]), len(top)
+
+
+def _screened_out(head_upper: float, estimate: float, n: int, bound: float, confidence: float, floor: float, units):
+    return Claim(
+        "necessity",
+        "does not hold",
+        statement=SCREENED_OUT,
+        count=n,
+        null=floor,
+        unit=units,
+        threshold="min_effect+fdr",
+        reason=(
+            f"screened out (estimate {estimate:.3g}, upper bound {head_upper:.3g}) and never removed exactly; "
+            f"the audit bounds the screen's miss rate at {bound:.1%} ({confidence:.0%})"
+        ),
+        extra={
+            "reading": "screened out",
+            "screened_estimate": float(estimate),
+            "screened_upper": float(head_upper),
+            "miss_rate_upper": float(bound),
+            "mode": "mean",
+            "min_effect": floor,
+        },
+    )
+
+
+def _whole_corpus(adapter, corpus, obj, units, importance, null, m, *, seed, batch_size, runner) -> tuple:
+    """``(claims, {head: examples})``: ``units`` removed on every example, decided by the
+    exhaustive path's test with BH counting ``m`` heads."""
+    from .necessity import necessity_claims
+    from .removal import removal_sweep
+
+    sweep = removal_sweep(adapter, corpus, obj, units, modes=("mean",), seed=seed, batch_size=batch_size, runner=runner)
+    claims = necessity_claims(sweep, importance, null=null, tests=m)
+    return claims, {u: len(corpus) for u in units}
+
+
+def _sequential(adapter, corpus, obj, units, null, m, means, *, bounds, seed, block, batch_size, runner) -> tuple:
+    """``(claims, {head: examples})``: ``units`` removed block by block until the betting
+    test decides each (e-BH over ``m`` heads), the bar the floor and the null model's."""
+    from probe.analyses.necessity.sequential import sequential_necessity
+
+    from .statistics import mean_ci
+
+    floor = T.min_effect(obj.name)
+    null_level = null_max = float("nan")
+    if null is not None:
+        from .null_model import null_quantile
+
+        nh = null.sweep.harm["mean"]
+        null_level, null_max = float(np.mean(null_quantile(nh, T.FDR))), float(np.nanmax(nh.mean(1)))
+    bar = max(floor, np.nan_to_num(null_level, nan=floor), np.nan_to_num(null_max, nan=floor))
+    lo, hi = bounds(bar)
+    got: dict = {i: [] for i in range(len(units))}
+
+    def keep(live, examples, harms):
+        for j, i in enumerate(live):
+            got[int(i)].append(harms[j])
+
+    res = sequential_necessity(
+        adapter, corpus, [u[0] for u in units], floor=bar, bounds=(lo, hi), objective=obj, q=T.FDR, block=block,
+        batch_size=batch_size, seed=seed, means=means, runner=runner, on_block=keep, tests=m,
+    )  # fmt: skip
+    claims, used = {}, {}
+    for i, u in enumerate(units):
+        h = np.concatenate(got[i]) if got[i] else np.zeros(0)
+        eff, clo, chi = mean_ci(h, seed=i) if len(h) else (float("nan"),) * 3
+        holds = res.decision[i] == "necessary" and eff >= bar
+        extra = {
+            "mode": "mean",
+            "decision": res.decision[i],
+            "e_value": float(res.e_value[i]),
+            "p": float(min(1.0, 1.0 / res.e_value[i])) if res.e_value[i] > 0 else 1.0,
+            "bh_significant": res.decision[i] == "necessary",
+            "min_effect": floor,
+            "floor_source": T.floor_source(obj.name),
+            "objective": obj.name,
+            "objective_described": obj.describe(),
+            "fdr": T.FDR,
+            "tests": int(m),
+            "bar": float(bar),
+            "bounds": [float(lo), float(hi)],
+        }
+        if null is not None:
+            extra.update(null_quantile=null_level, null_max=null_max, null_source=null.source)
+        claims[u[0]] = Claim(
+            "necessity", "holds" if holds else "does not hold", statement="needed alone", effect=eff,
+            ci_low=clo, ci_high=chi, count=len(h), null=floor, unit=obj.units, threshold="min_effect+fdr", extra=extra,
+        )  # fmt: skip
+        used[u] = len(h)
+    return claims, used
+
+
+def _default_bounds(estimates: Optional[np.ndarray]) -> Callable[[float], tuple]:
+    """The betting test's harm range around the bar, chosen before any exact removal: a
+    first-order screen's per-example estimates ``[n, k]`` (harms in the objective's units)
+    and the bar, widened by a quarter of their span on each side; without them (a sketch)
+    ``(bar − 2s, bar + 20s)``, ``s`` the bar (or 1), bench/bench_sequential.py's ``(−2, 20) × floor``."""
+
+    def of(bar: float) -> tuple:
+        if estimates is not None and estimates.size and np.isfinite(estimates).all():
+            lo, hi = min(float(estimates.min()), bar), max(float(estimates.max()), bar)
+            w = max(hi - lo, abs(bar), 1e-6)
+            return lo - 0.25 * w, hi + 0.25 * w
+        s = bar if bar > 0 else 1.0
+        return bar - 2 * s, bar + 20 * s
+
+    return of
+
+
+def screened_necessity(
+    adapter: Any,
+    corpus: Any,
+    objective: Any,
+    heads: Sequence,
+    *,
+    null_adapter: Any = None,
+    importance: Optional[pd.DataFrame] = None,
+    seed: int = 0,
+    runner: Optional[Callable] = None,
+    batch_size: int = 8,
+    top_share: float = 0.25,
+    min_top: int = 8,
+    audit: float = 0.1,
+    min_audit: int = 5,
+    slack: float = 0.5,
+    block: int = 64,
+    null_examples: int = 256,
+    bounds: Optional[tuple] = None,
+    confidence: float = 0.95,
+    progress: bool = False,
+) -> ScreenedNecessity:
+    """Necessity claims of ``heads`` on every example of ``corpus`` (module docstring).
+
+    Args:
+        objective: a resolved :class:`probe.analyses.common.objective.Objective`.
+        heads: ``[(layer, head)]`` of the adapter's default stack.
+        null_adapter: the null model (:mod:`.null_model`), ``None`` for the floor alone.
+        top_share, min_top: a sketch screen confirms this share of the heads (at least
+            ``min_top``) with the largest upper bounds; audit, min_audit: the share of the
+            others removed exactly as an audit (at least ``min_audit``).
+        slack: the first-order upper bound's relative allowance for the linearisation's
+            error (:meth:`probe.analyses.necessity.screen.HeadScreen.upper`).
+        block: examples per block of the sequential test; null_examples: the null model's
+            examples for a per-example objective (the first of the sequential order).
+        bounds: the betting test's a-priori ``(lo, hi)`` range of a head's harm per example
+            (default :func:`_default_bounds`: from a first-order screen's estimates).
+        runner: where every batch runs (screen, exact removals, blocks), as
+            :func:`.removal.removal_sweep`'s.
+
+    Raises:
+        InputError: an objective or head that does not fit (from the screen and the sweeps).
+    """
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.analyses.necessity.confirm import miss_rate_bound
+    from probe.analyses.necessity.screen import screen_heads
+
+    started = time.time()
+    heads = [tuple(map(int, h)) for h in heads]
+    m, n, floor = len(heads), len(corpus), T.min_effect(objective.name)
+    means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
+    scr = screen_heads(
+        adapter, corpus, objective, modes=("mean",), seed=seed, means=means, runner=runner,
+        batch_size=batch_size, progress=progress,
+    )  # fmt: skip
+    index = {h: i for i, h in enumerate(scr.heads)}
+    rows = [index[h] for h in heads]
+    plan, upper = _plan(
+        scr, rows, floor, top_share=top_share, min_top=min_top, audit=audit, min_audit=min_audit, slack=slack, seed=seed
+    )
+    todo = sorted(set(plan.confirm) | set(plan.audit))
+    units = [(heads[i],) for i in todo]
+    corpus_level = bool(getattr(objective, "corpus_level", False))
+    null_idx = (
+        list(range(n)) if corpus_level else sorted(np.random.default_rng(seed).permutation(n)[:null_examples].tolist())
+    )
+    k_null = max(min_top, math.ceil(2 * T.FDR * m))
+    got = _null(
+        null_adapter, corpus, objective, heads, null_idx, k=k_null, seed=seed, batch_size=batch_size, runner=runner
+    )
+    null, null_confirmed = got if got is not None else (None, 0)
+    common = dict(seed=seed, batch_size=batch_size, runner=runner)
+    if not units:
+        exact, used = {}, {}
+    elif corpus_level:
+        exact, used = _whole_corpus(adapter, corpus, objective, units, importance, null, m, **common)
+    else:
+        est = scr.estimate["mean"].reshape(n, -1)[:, [rows[i] for i in todo]] if scr.kind == "first-order" else None
+        of = _default_bounds(est) if bounds is None else (lambda bar: tuple(bounds))
+        exact, used = _sequential(adapter, corpus, objective, units, null, m, means, bounds=of, block=block, **common)
+    misses = [i for i in plan.audit if exact[heads[i]].holds]
+    bound = miss_rate_bound(len(plan.audit), len(misses), confidence)
+    est = scr.mean("mean")[rows]
+    claims, rows_out = {}, []
+    for i, h in enumerate(heads):
+        role = "confirmed" if i in plan.confirm else "audited" if i in plan.audit else "screened out"
+        c = exact.get(h) or _screened_out(upper[i], est[i], n, bound, confidence, floor, objective.units)
+        if h in exact:
+            c.extra.update(screen_role=role, screened_estimate=float(est[i]), screened_upper=float(upper[i]))
+        claims[h] = c
+        rows_out.append(
+            {"layer": h[0], "head": h[1], "screened": float(est[i]), "upper": float(upper[i]), "role": role,
+             "examples": int(used.get((h,), 0)), "exact_harm": c.effect if h in exact else float("nan"),
+             "status": c.status}
+        )  # fmt: skip
+    info = {
+        "path": "screened",
+        "screen": scr.kind,
+        "examples_screened": n,
+        "heads": m,
+        "confirmed": len(plan.confirm),
+        "audited": len(plan.audit),
+        "screened_out": m - len(todo),
+        "examples_per_head": {f"L{u[0][0]}H{u[0][1]}": int(k) for u, k in used.items()},
+        "exact_removals": int(sum(used.values())),
+        "exhaustive_removals": m * n,
+        "decision": (
+            f"BH at q = {T.FDR} over all {m} heads on every example (a corpus-level objective)"
+            if corpus_level
+            else f"betting e-processes in blocks of {block}, e-BH at q = {T.FDR} over all {m} heads"
+        ),
+        "audit_misses": len(misses),
+        "miss_rate": len(misses) / len(plan.audit) if plan.audit else None,
+        "miss_rate_upper": bound,
+        "confidence": confidence,
+        "null": ({"source": null.source, "heads_removed": null_confirmed, "examples": len(null_idx)} if null else None),
+        "seconds": time.time() - started,
+    }
+    return ScreenedNecessity(claims=claims, info=info, table=pd.DataFrame(rows_out))
