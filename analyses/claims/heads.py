@@ -14,13 +14,16 @@ import pandas as pd
 
 from . import thresholds as T
 from .attribution import attribution_claims
-from probe.errors import NotApplicable
+from probe.errors import InputError, NotApplicable
 
 from .claim import STATUSES, Claim
 from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
 
 log = logging.getLogger(__name__)
+
+#: the paths of the causal claims: every head removed on the (capped) corpus, or screened on the whole
+CAUSAL = ("exhaustive", "screened")
 
 
 @dataclass
@@ -187,6 +190,8 @@ def head_claims(
     objective_why: str = "",
     runner: Any = None,
     null: Optional[str] = None,
+    causal: str = "exhaustive",
+    screen_corpus: Any = None,
 ) -> HeadClaims:
     """Every claim of every captured head.
 
@@ -212,7 +217,13 @@ def head_claims(
             in this process): ``reinit`` (the model re-initialised), ``permute`` (its
             attention weights permuted across heads and layers), ``None`` the default
             (:data:`.null_model.DEFAULT_NULL`); ``none``: against the floor alone.
+        causal: ``exhaustive`` (every head removed on ``corpus``) or ``screened``: the
+            necessity claims by :func:`.screened.screened_necessity` on ``screen_corpus``
+            (default ``corpus``; the report passes the whole corpus), the weights and
+            redundancy claims as before on ``corpus``.
     """
+    if causal not in CAUSAL:
+        raise InputError(f"unknown causal path {causal!r}; use {' or '.join(CAUSAL)}")
     if evidence is None:
         evidence = _filled(evidence_accumulators(corpus), maps or [], corpus)
     notes: list = []
@@ -228,6 +239,7 @@ def head_claims(
     necessity, weights, redundancy, info = _causal(
         adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
         objective=chosen, objective_why=objective_why, seed=seed, progress=progress,
+        screen_corpus=(screen_corpus if screen_corpus is not None else corpus) if causal == "screened" else None,
     )  # fmt: skip
     attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
     built = {
@@ -289,10 +301,12 @@ def _causal(
     objective_why: str,
     seed: int,
     progress: bool,
+    screen_corpus: Any = None,
 ) -> tuple:
     """``(necessity, weights, redundancy, objective info)``: the claims that remove heads
     (:mod:`.removal`), *not tested* without a live model or an objective that fits; their
-    tables (``groups``, ``removal``) into ``tables`` and the objective's note into ``notes``."""
+    tables (``groups``, ``removal``) into ``tables`` and the objective's note into ``notes``.
+    With ``screen_corpus`` the necessity claims are the screened path's on it (:mod:`.screened`)."""
     from probe.analyses.common.objective import resolve_objective
 
     from .necessity import necessity_claims, weights_claims
@@ -323,6 +337,9 @@ def _causal(
             if null_sweep is not None:
                 info.update(null=null_sweep.source, null_quantile_level=1.0 - T.FDR)
             necessity = necessity_claims(sweep, importance, null=null_sweep)
+            if screen_corpus is not None:
+                necessity = _screened(adapter, nadapter, screen_corpus, obj, heads, importance, runner, tables, info,
+                                      seed=seed, progress=progress)  # fmt: skip
             weights = weights_claims(sweep, pattern, null=null_sweep)
             redundancy, groups = redundancy_claims(
                 adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter
@@ -331,7 +348,8 @@ def _causal(
                 tables["groups"] = pd.DataFrame(groups)
             tables["removal"] = removal_table(sweep)
             notes.append(
-                f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
+                ("necessity by screening (below); the removals here: " if screen_corpus is not None else "")
+                + f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
                 f"(Wang et al. 2022; zero and resample beside) on {len(corpus)} examples; necessity holds "
                 f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
                 f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads"
@@ -346,6 +364,20 @@ def _causal(
             why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     return necessity, weights, redundancy, info
+
+
+def _screened(adapter, nadapter, corpus, obj, heads, importance, runner, tables, info, *, seed, progress):
+    """The screened path's necessity claims on ``corpus`` (:func:`.screened.screened_necessity`);
+    its table into ``tables['screened']``, its summary and note into ``info['causal']``."""
+    from .screened import screened_necessity
+
+    got = screened_necessity(
+        adapter, corpus, obj, heads, null_adapter=nadapter, importance=importance, seed=seed, runner=runner,
+        progress=progress,
+    )  # fmt: skip
+    tables["screened"] = got.table
+    info["causal"] = dict(got.info, note=got.note())  # the caller states the note (the examples are not the cut's)
+    return got.claims
 
 
 def every_kind(inputs: ClaimInputs) -> dict:

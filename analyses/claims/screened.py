@@ -15,7 +15,9 @@ runs on every example and removes exactly only what the screen cannot rule out:
    the exhaustive path's own machinery, so their harms are its numbers;
 3. **decide** — per-example objectives: sentences in blocks until each head's betting
    e-process decides it (:func:`probe.analyses.necessity.sequential.sequential_necessity`;
-   e-BH at :data:`.thresholds.FDR` over *all* heads, the unconfirmed ones with e-value 0).
+   e-BH at :data:`.thresholds.FDR` over *all* heads, the unconfirmed ones with e-value 0);
+   a head it leaves undecided has then taken every example and is decided by the
+   exhaustive path's own test on them (its harms are that path's).
    Corpus-level objectives (the similarity structure compares each sentence with every
    other, so a block's harms are not the corpus's): the confirmed heads on every example,
    decided by the exhaustive path's own test (:func:`.necessity.necessity_claims`), BH
@@ -154,14 +156,19 @@ def _whole_corpus(adapter, corpus, obj, units, importance, null, m, *, seed, bat
     return claims, {u: len(corpus) for u in units}
 
 
-def _sequential(adapter, corpus, obj, units, null, m, means, *, bounds, seed, block, batch_size, runner) -> tuple:
+def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, bounds, seed, block, batch_size, runner):
     """``(claims, {head: examples})``: ``units`` removed block by block until the betting
-    test decides each (e-BH over ``m`` heads), the bar the floor and the null model's."""
+    test decides each (e-BH over ``m`` heads), the bar the floor and the null model's. A
+    head still undecided when the examples run out has every example's exact harm: it is
+    decided as the exhaustive path decides (:func:`.necessity.necessity_claims`, BH
+    counting ``m`` heads), which is more powerful near the bar than the betting test."""
     from probe.analyses.necessity.sequential import sequential_necessity
 
+    from .necessity import necessity_claims
+    from .removal import RemovalSweep
     from .statistics import mean_ci
 
-    floor = T.min_effect(obj.name)
+    floor, n = T.min_effect(obj.name), len(corpus)
     null_level = null_max = float("nan")
     if null is not None:
         from .null_model import null_quantile
@@ -170,24 +177,36 @@ def _sequential(adapter, corpus, obj, units, null, m, means, *, bounds, seed, bl
         null_level, null_max = float(np.mean(null_quantile(nh, T.FDR))), float(np.nanmax(nh.mean(1)))
     bar = max(floor, np.nan_to_num(null_level, nan=floor), np.nan_to_num(null_max, nan=floor))
     lo, hi = bounds(bar)
-    got: dict = {i: [] for i in range(len(units))}
+    harm = np.full((len(units), n), np.nan)  # [k, n] exact harms of the examples each head took
 
     def keep(live, examples, harms):
-        for j, i in enumerate(live):
-            got[int(i)].append(harms[j])
+        harm[np.ix_(np.asarray(live), np.asarray(examples))] = harms
 
     res = sequential_necessity(
         adapter, corpus, [u[0] for u in units], floor=bar, bounds=(lo, hi), objective=obj, q=T.FDR, block=block,
         batch_size=batch_size, seed=seed, means=means, runner=runner, on_block=keep, tests=m,
     )  # fmt: skip
-    claims, used = {}, {}
+    stopped = (res.n_used < n) | (res.e_value >= m / T.FDR)
+    claims, used = {}, {u: int(k) for u, k in zip(units, res.n_used)}
+    full = [i for i in range(len(units)) if not stopped[i]]
+    if full:
+        sweep = RemovalSweep(
+            units=tuple(units[i] for i in full), objective=obj.name, units_text=obj.units,
+            harm={"mean": harm[full]}, measures={}, corpus={}, n=n, describe=obj.describe(),
+        )  # fmt: skip
+        for k, c in necessity_claims(sweep, importance, null=null, tests=m).items():
+            c.extra.update(decision="every example: the exhaustive test", e_value=float(res.e_value[full[0]]))
+            claims[k] = c
     for i, u in enumerate(units):
-        h = np.concatenate(got[i]) if got[i] else np.zeros(0)
-        eff, clo, chi = mean_ci(h, seed=i) if len(h) else (float("nan"),) * 3
+        if not stopped[i]:
+            claims[u[0]].extra["e_value"] = float(res.e_value[i])
+            continue
+        h = harm[i][~np.isnan(harm[i])]
+        eff, clo, chi = mean_ci(h, seed=i)
         holds = res.decision[i] == "necessary" and eff >= bar
         extra = {
             "mode": "mean",
-            "decision": res.decision[i],
+            "decision": f"{res.decision[i]} (stopped by the betting test)",
             "e_value": float(res.e_value[i]),
             "p": float(min(1.0, 1.0 / res.e_value[i])) if res.e_value[i] > 0 else 1.0,
             "bh_significant": res.decision[i] == "necessary",
@@ -206,21 +225,22 @@ def _sequential(adapter, corpus, obj, units, null, m, means, *, bounds, seed, bl
             "necessity", "holds" if holds else "does not hold", statement="needed alone", effect=eff,
             ci_low=clo, ci_high=chi, count=len(h), null=floor, unit=obj.units, threshold="min_effect+fdr", extra=extra,
         )  # fmt: skip
-        used[u] = len(h)
     return claims, used
 
 
 def _default_bounds(estimates: Optional[np.ndarray]) -> Callable[[float], tuple]:
     """The betting test's harm range around the bar, chosen before any exact removal: a
     first-order screen's per-example estimates ``[n, k]`` (harms in the objective's units)
-    and the bar, widened by a quarter of their span on each side; without them (a sketch)
+    and the bar, widened by a quarter of their span on each side, the top at least
+    ``bar + 20 |bar|`` (a saturated loss's estimates are near 0, its harms are not, and a
+    range that ends near the bar leaves the bets for "necessary" no room); without them (a sketch)
     ``(bar − 2s, bar + 20s)``, ``s`` the bar (or 1), bench/bench_sequential.py's ``(−2, 20) × floor``."""
 
     def of(bar: float) -> tuple:
         if estimates is not None and estimates.size and np.isfinite(estimates).all():
             lo, hi = min(float(estimates.min()), bar), max(float(estimates.max()), bar)
             w = max(hi - lo, abs(bar), 1e-6)
-            return lo - 0.25 * w, hi + 0.25 * w
+            return lo - 0.25 * w, max(hi + 0.25 * w, bar + 20 * max(abs(bar), 1e-6))
         s = bar if bar > 0 else 1.0
         return bar - 2 * s, bar + 20 * s
 
@@ -244,7 +264,6 @@ def screened_necessity(
     min_audit: int = 5,
     slack: float = 0.5,
     block: int = 64,
-    null_examples: int = 256,
     bounds: Optional[tuple] = None,
     confidence: float = 0.95,
     progress: bool = False,
@@ -260,8 +279,7 @@ def screened_necessity(
             others removed exactly as an audit (at least ``min_audit``).
         slack: the first-order upper bound's relative allowance for the linearisation's
             error (:meth:`probe.analyses.necessity.screen.HeadScreen.upper`).
-        block: examples per block of the sequential test; null_examples: the null model's
-            examples for a per-example objective (the first of the sequential order).
+        block: examples per block of the sequential test.
         bounds: the betting test's a-priori ``(lo, hi)`` range of a head's harm per example
             (default :func:`_default_bounds`: from a first-order screen's estimates).
         runner: where every batch runs (screen, exact removals, blocks), as
@@ -290,9 +308,7 @@ def screened_necessity(
     todo = sorted(set(plan.confirm) | set(plan.audit))
     units = [(heads[i],) for i in todo]
     corpus_level = bool(getattr(objective, "corpus_level", False))
-    null_idx = (
-        list(range(n)) if corpus_level else sorted(np.random.default_rng(seed).permutation(n)[:null_examples].tolist())
-    )
+    null_idx = list(range(n))  # the exhaustive test of a head that takes every example pairs it with the null's
     k_null = max(min_top, math.ceil(2 * T.FDR * m))
     got = _null(
         null_adapter, corpus, objective, heads, null_idx, k=k_null, seed=seed, batch_size=batch_size, runner=runner
@@ -306,7 +322,9 @@ def screened_necessity(
     else:
         est = scr.estimate["mean"].reshape(n, -1)[:, [rows[i] for i in todo]] if scr.kind == "first-order" else None
         of = _default_bounds(est) if bounds is None else (lambda bar: tuple(bounds))
-        exact, used = _sequential(adapter, corpus, objective, units, null, m, means, bounds=of, block=block, **common)
+        exact, used = _sequential(
+            adapter, corpus, objective, units, null, m, means, importance, bounds=of, block=block, **common
+        )
     misses = [i for i in plan.audit if exact[heads[i]].holds]
     bound = miss_rate_bound(len(plan.audit), len(misses), confidence)
     est = scr.mean("mean")[rows]
@@ -336,7 +354,8 @@ def screened_necessity(
         "decision": (
             f"BH at q = {T.FDR} over all {m} heads on every example (a corpus-level objective)"
             if corpus_level
-            else f"betting e-processes in blocks of {block}, e-BH at q = {T.FDR} over all {m} heads"
+            else f"betting e-processes in blocks of {block} stop a head early (e-BH at q = {T.FDR} over all {m} "
+            f"heads); one undecided at the end: the exhaustive test on every example, BH counting {m} heads"
         ),
         "audit_misses": len(misses),
         "miss_rate": len(misses) / len(plan.audit) if plan.audit else None,

@@ -103,6 +103,14 @@ def _sections_help() -> str:
     "re-initialised), permute (its attention weights permuted across heads and layers), none (the floor "
     "alone); default: the toolkit's (docs/claims-statistics.md)",
 )
+@click.option(
+    "--causal",
+    type=click.Choice(["exhaustive", "screened"]),
+    default=None,
+    help="the necessity claims' path: exhaustive (default; every head removed on the model-run examples) or "
+    "screened (every example screened in one forward + backward per batch, the heads that could matter "
+    "removed exactly, an audit of the rest; docs/screening.md)",
+)
 @click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless --force)")
 @force_option
 @quiet_option

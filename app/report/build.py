@@ -239,6 +239,7 @@ def build_report(
     address: Optional[str] = None,
     kept_examples: Optional[int] = None,
     null: Optional[str] = None,
+    causal: Optional[str] = None,
 ) -> ReportData:
     """Capture a corpus with a model and write the per-head report to ``out``.
 
@@ -277,6 +278,9 @@ def build_report(
         null: the null model the claims and the faithfulness bar are calibrated on
             (``reinit``, ``permute``, ``none``; default: the toolkit's,
             :data:`probe.analyses.claims.null_model.DEFAULT_NULL`).
+        causal: the necessity claims' path: ``exhaustive`` (default; every head removed
+            on the capped examples) or ``screened`` (every example screened, the heads that
+            could matter removed exactly, :mod:`probe.analyses.claims.screened`).
 
     Returns:
         :class:`ReportData`, with ``path`` set.
@@ -297,7 +301,7 @@ def build_report(
         return _write_from_maps(out, model, corpus, sections, strict, force, source, limit, t_start)
     fit: dict[str, Any] = {"window": window, "stride": stride, "truncate": truncate, "memory_budget": memory_budget}
     adapter, corpus, budget, engine, notes = _prepared(model, adapter, corpus, device, engine=engine, **fit)
-    overrides = _overrides(max_model_examples, explained_examples, null)
+    overrides = _overrides(max_model_examples, explained_examples, null, causal)
     where = {"engine": engine, "address": address, "workers": workers, "kept_examples": kept_examples}
     ctx = _report_run(model, corpus, adapter, device, where, batch_size, overrides, objective, progress, sections)
     fingerprinted = dict(
@@ -610,7 +614,7 @@ def choose_engine(engine: str, corpus: Any, adapter: Any, budget: int) -> tuple:
     )
 
 
-def _overrides(max_model_examples, explained_examples=None, null=None) -> dict:
+def _overrides(max_model_examples, explained_examples=None, null=None, causal=None) -> dict:
     """Section parameters set on the command line (the model-run caps), for the sections
     that declare them (``ReportState.overrides``); the objective is the run's, not a
     parameter (``ctx.objective(use)``)."""
@@ -621,6 +625,8 @@ def _overrides(max_model_examples, explained_examples=None, null=None) -> dict:
         out["max_model_examples"] = max_model_examples or None  # 0: the whole corpus
     if null is not None:
         out["null"] = null
+    if causal is not None:
+        out["causal"] = causal
     return out
 
 

@@ -31,6 +31,18 @@ NULL = Param(
 )
 
 
+#: the necessity claims' path (:mod:`probe.analyses.claims.screened`), also as a report override
+CAUSAL = Param(
+    "causal",
+    str,
+    "exhaustive",
+    "the necessity claims' path: exhaustive (every head removed on the model-run examples) or screened "
+    "(every example screened in one forward + backward per batch, the heads that could matter removed "
+    "exactly, an audit of the rest; docs/screening.md)",
+    choices=("exhaustive", "screened"),
+)
+
+
 def head_name(layer, head) -> str:
     return f"L{int(layer)}H{int(head)}"
 

@@ -17,7 +17,7 @@ from probe.app.registry import Analysis, Param
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
-from ._shared import NULL, model_corpus
+from ._shared import CAUSAL, NULL, model_corpus
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
@@ -65,9 +65,14 @@ def run(ctx: Context) -> ClaimsResult:
         ablation=ablation.removals if ablation else None,  # its removals are not run again
         objective_why=why,
         runner=ctx.runner,  # the removals' batches wherever the run's engine runs them
+        causal=ctx.params.get("causal") or "exhaustive",
+        screen_corpus=ctx.whole_corpus,  # the screened path's necessity: every example
     )
     counts = hc.counts()
     notes = [n + cut for n in hc.notes]
+    causal = hc.objective.get("causal")
+    if causal:  # on every example, not the cut
+        notes.append(causal["note"])
     notes.append(
         "heads per claim: "
         + "; ".join(
@@ -82,7 +87,12 @@ def run(ctx: Context) -> ClaimsResult:
     )
     summary = {
         "counts": {k: {s: int(n) for s, n in row.items()} for k, row in counts.iterrows()},
-        "objective": hc.objective,
+        "objective": {k: v for k, v in hc.objective.items() if k != "causal"},
+        "causal": (
+            {k: v for k, v in hc.objective["causal"].items() if k != "note"}
+            if "causal" in hc.objective
+            else {"path": "exhaustive", "examples": len(corpus)}
+        ),
     }
     return ClaimsResult(
         tables={"claims": hc.to_frame(), "counts": counts.reset_index(), **hc.tables},
@@ -190,6 +200,7 @@ ANALYSIS = Analysis(
     params=(
         Param("seed", int, 0, "random seed of the nulls"),
         NULL,
+        CAUSAL,
     ),
     objective="corpus",
     section=True,
