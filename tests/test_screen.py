@@ -366,3 +366,27 @@ def test_screened_necessity_on_a_runner_of_blocks_equals_one_process(linear_gpt2
     for k, c in one.claims.items():
         assert (c.status, c.count) == (two.claims[k].status, two.claims[k].count)
         assert c.effect == pytest.approx(two.claims[k].effect, rel=1e-6, abs=1e-9)
+
+
+def test_screened_necessity_on_a_corpus_level_objective_is_the_exhaustive_test(tiny_models):
+    """The similarity structure (corpus-level: every sentence compared with every other) on a
+    tiny BERT: the confirmed heads are removed on every sentence, so with every head
+    confirmed (``min_top`` = all) their claims are the exhaustive path's own, number for
+    number; with 2 confirmed, the six others are screened out and BH counts all eight."""
+    from probe.analyses.claims.necessity import necessity_claims
+    from probe.analyses.claims.screened import SCREENED_OUT, screened_necessity
+    from probe.analyses.common.objective import resolve_objective
+
+    a, corpus = tiny_models["bert"], as_corpus(TEXTS)
+    obj, _ = resolve_objective("similarity-structure", a, corpus)
+    want = necessity_claims(removal_sweep(a, corpus, obj, HEADS, modes=("mean",)))
+    every = screened_necessity(a, corpus, obj, HEADS, min_top=len(HEADS), min_audit=0)
+    assert every.info["screen"] == "readout-sketch" and every.info["confirmed"] == len(HEADS)
+    for k, c in want.items():
+        got = every.claims[k]
+        assert (got.status, got.count) == (c.status, c.count)
+        assert got.effect == pytest.approx(c.effect, rel=1e-6) and got.extra["p"] == pytest.approx(c.extra["p"])
+    two = screened_necessity(a, corpus, obj, HEADS, min_top=2, top_share=0.0, min_audit=0)
+    out = [k for k, c in two.claims.items() if c.statement == SCREENED_OUT]
+    assert two.info["confirmed"] >= 2 and len(out) == len(HEADS) - two.info["confirmed"]
+    assert all(c.extra["tests"] == len(HEADS) for k, c in two.claims.items() if k not in out)

@@ -145,15 +145,49 @@ def _screened_out(head_upper: float, estimate: float, n: int, bound: float, conf
     )
 
 
-def _whole_corpus(adapter, corpus, obj, units, importance, null, m, *, seed, batch_size, runner) -> tuple:
-    """``(claims, {head: examples})``: ``units`` removed on every example, decided by the
-    exhaustive path's test with BH counting ``m`` heads."""
+def _merged(sweeps: list) -> Any:
+    """One :class:`.removal.RemovalSweep` of the units of ``sweeps`` (same examples, mean mode)."""
+    first = sweeps[0]
+    stack = lambda get: {k: np.concatenate([get(s)[k] for s in sweeps]) for k in get(first)}  # noqa: E731
+    return replace(
+        first,
+        units=tuple(u for s in sweeps for u in s.units),
+        harm=stack(lambda s: s.harm),
+        measures={"mean": stack(lambda s: s.measures.get("mean", {}))},
+        corpus={"mean": stack(lambda s: s.corpus.get("mean", {}))},
+    )
+
+
+def _whole_corpus(adapter, corpus, obj, heads, plan, upper, null, importance, *, grow, audit_of, kw) -> tuple:
+    """``(claims, {head: examples}, plan)``: the planned heads removed on every example and
+    decided by the exhaustive path's test, BH counting every head. With ``grow`` (a sketch
+    screen: a rank, not a harm) the confirmed heads grow by ``grow`` down the screen's
+    ranking while the last ``grow`` confirmed hold a head whose exact mean harm reaches
+    the floor; the audit (``audit_of(top)``) is drawn from the heads below."""
     from .necessity import necessity_claims
     from .removal import removal_sweep
 
-    sweep = removal_sweep(adapter, corpus, obj, units, modes=("mean",), seed=seed, batch_size=batch_size, runner=runner)
-    claims = necessity_claims(sweep, importance, null=null, tests=m)
-    return claims, {u: len(corpus) for u in units}
+    floor = T.min_effect(obj.name)
+    run = lambda idx: removal_sweep(adapter, corpus, obj, [(heads[i],) for i in idx], modes=("mean",), **kw)  # noqa: E731
+    sweeps = [run(plan.confirm)] if plan.confirm else []
+    if grow and sweeps:
+        order = np.argsort(-np.nan_to_num(upper, nan=np.inf), kind="stable").tolist()
+        k = len(plan.confirm)
+        while k < len(heads):
+            done = {u[0]: h for s in sweeps for u, h in zip(s.units, s.harm["mean"].mean(1))}
+            if not any(done[heads[i]] >= floor for i in order[max(0, k - grow) : k]):
+                break
+            sweeps.append(run(sorted(order[k : k + grow])))
+            k = min(len(heads), k + grow)
+        plan = audit_of(k)
+    todo_audit = [i for i in plan.audit]
+    if todo_audit:
+        sweeps.append(run(todo_audit))
+    if not sweeps:
+        return {}, {}, plan
+    sweep = _merged(sweeps)
+    claims = necessity_claims(sweep, importance, null=null, tests=len(heads))
+    return claims, {u: len(corpus) for u in sweep.units}, plan
 
 
 def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, bounds, seed, block, batch_size, runner):
@@ -289,7 +323,7 @@ def screened_necessity(
         InputError: an objective or head that does not fit (from the screen and the sweeps).
     """
     from probe.analyses.necessity.ablation import position_kind_means
-    from probe.analyses.necessity.confirm import miss_rate_bound
+    from probe.analyses.necessity.confirm import miss_rate_bound, plan_confirmation
     from probe.analyses.necessity.screen import screen_heads
 
     started = time.time()
@@ -318,13 +352,19 @@ def screened_necessity(
     if not units:
         exact, used = {}, {}
     elif corpus_level:
-        exact, used = _whole_corpus(adapter, corpus, objective, units, importance, null, m, **common)
+        grow = min_top if scr.kind != "first-order" else 0
+        audit_of = lambda top: plan_confirmation(upper, top=top, audit=audit, min_audit=min_audit, seed=seed)  # noqa: E731
+        exact, used, plan = _whole_corpus(
+            adapter, corpus, objective, heads, plan, upper, null, importance, grow=grow, audit_of=audit_of,
+            kw=common,
+        )  # fmt: skip
     else:
         est = scr.estimate["mean"].reshape(n, -1)[:, [rows[i] for i in todo]] if scr.kind == "first-order" else None
         of = _default_bounds(est) if bounds is None else (lambda bar: tuple(bounds))
         exact, used = _sequential(
             adapter, corpus, objective, units, null, m, means, importance, bounds=of, block=block, **common
         )
+    todo = sorted(set(plan.confirm) | set(plan.audit))
     misses = [i for i in plan.audit if exact[heads[i]].holds]
     bound = miss_rate_bound(len(plan.audit), len(misses), confidence)
     est = scr.mean("mean")[rows]
