@@ -390,3 +390,35 @@ def test_screened_necessity_on_a_corpus_level_objective_is_the_exhaustive_test(t
     out = [k for k, c in two.claims.items() if c.statement == SCREENED_OUT]
     assert two.info["confirmed"] >= 2 and len(out) == len(HEADS) - two.info["confirmed"]
     assert all(c.extra["tests"] == len(HEADS) for k, c in two.claims.items() if k not in out)
+
+
+def test_report_causal_screened_states_the_path_and_equals_across_engines(tmp_path):
+    """``probe report --causal screened`` on zoo:prev-token (16 examples, the model-run cap at
+    8): the necessity claims are screened on all 16 and summary.json says so (path,
+    examples, each removed head's examples, the audit's bound); the stream engine (its
+    batches on the engine's runner, 8 examples kept) gives the same claims."""
+    import json
+
+    from click.testing import CliRunner
+
+    from probe.app.cli import main
+
+    got = {}
+    for engine in ("local", "stream"):
+        out = tmp_path / engine
+        args = ["report", "--model", "zoo:prev-token", "--limit", "16", "--sections", "claims", "--causal", "screened"]
+        args += ["--max-model-examples", "8", "--engine", engine, "--out", str(out)]
+        args += ["--kept-examples", "8"] if engine == "stream" else []
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        got[engine] = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    for summary in got.values():
+        claims = next(s for s in summary["sections"] if s["name"] == "claims")
+        causal = claims["summary"]["causal"]
+        assert causal["path"] == "screened" and causal["examples_screened"] == 16
+        assert set(causal["examples_per_head"].values()) <= set(range(1, 17)) and "miss_rate_upper" in causal
+        assert any("necessity by screening on all 16 examples" in n for n in claims["notes"])
+    necessity = [
+        [(h["layer"], h["head"], h["claims"]["necessity"]["status"]) for h in s["heads"]] for s in got.values()
+    ]
+    assert necessity[0] == necessity[1]
