@@ -6,6 +6,7 @@ per mode.
     python bench/bench_screened_claims.py                       # MiniLM, the bundled sample (24)
     python bench/bench_screened_claims.py --conllu ../shared/data/ud-english-ewt/en_ewt-ud-dev.conllu --limit 128
     python bench/bench_screened_claims.py --conllu ... --screened-only            # every sentence, screened only
+    python bench/bench_screened_claims.py --model zoo:induction --limit 256       # a decoder's loss: blocks, stops
 
 Both paths use the claims' default null model (:data:`probe.analyses.claims.null_model.DEFAULT_NULL`)
 and the model's default objective (MiniLM: the similarity structure, corpus-level, screened
@@ -95,7 +96,12 @@ def main() -> None:
     from probe.models import load_model
 
     adapter = load_model(args.model)
-    corpus = load_corpus(conllu=args.conllu, limit=args.limit) if args.conllu else sample_corpus(args.limit)
+    if args.conllu:
+        corpus = load_corpus(conllu=args.conllu, limit=args.limit)
+    elif args.model.startswith("zoo:"):  # its task's examples (a per-example loss: the sequential test)
+        corpus = load_corpus(model=args.model, limit=args.limit)
+    else:
+        corpus = sample_corpus(args.limit)
     obj, why = resolve_objective("auto", adapter, corpus)
     heads = [(layer, h) for layer in range(adapter.n_layers) for h in range(adapter.n_heads)]
     nadapter = _null_adapter(adapter, None, 0)
