@@ -504,6 +504,28 @@ def test_boolean_mask_attention_refused_at_load(sweep, bert_tokenizer):
     assert "\n" not in str(e.value)
 
 
+def test_codec_with_two_transformers_refused_at_load(sweep, bert_tokenizer):
+    """Pocket TTS's audio tokenizer (no encoder-decoder) runs an encoder transformer, then a
+    decoder transformer, each counting its layers from 0, and reports the encoder's
+    attentions only: read as one stack the toolkit captured 4 layers against the model's 2
+    (the sweep's one failed row). It is refused at load in one line naming both stacks."""
+    from probe.models.architectures import UnsupportedModel, discover_attention
+    from sweep_inputs import working_inputs  # on the path once the sweep is loaded
+
+    model = sweep.build_model("pocket_tts_audio_tokenizer", bert_tokenizer)
+    inputs = working_inputs(model, bert_tokenizer)
+    assert len(sweep.eager_reference(model, inputs).attentions) == 2  # the encoder's two layers
+    with pytest.raises(UnsupportedModel, match="'pocket_tts_audio_tokenizer'.*two attention stacks") as e:
+        discover_attention(model)
+    assert "encoder.encoder_transformer.layers, 2 layers" in str(e.value)
+    assert "decoder.decoder_transformer.layers, 2 layers" in str(e.value)
+    with pytest.raises(UnsupportedModel, match="open one of them") as e:
+        _adapter(model, bert_tokenizer, "pocket_tts_audio_tokenizer")
+    assert "\n" not in str(e.value)
+    row = sweep.check_type("pocket_tts_audio_tokenizer")
+    assert row["status"] == "refused", row
+
+
 # ---- float64 --------------------------------------------------------------------------------
 def test_float64_captured_at_float64_accuracy(sweep, bert_tokenizer):
     from probe.runs.capture import capture
