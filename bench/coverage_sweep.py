@@ -260,6 +260,17 @@ TWEAKS: dict[str, dict] = {
     "bridgetower_text_model": {"hidden_size": 64},
     "align": {"projection_dim": 640},  # its EfficientNet's pooled width (320 channels × 2)
     "yolos": {"image_size": [32, 32], "num_detection_tokens": 4},
+    # Q-Former models: a placeholder id for the query outputs in the text (none by default)
+    **{t: {"image_token_id": 3} for t in ("blip-2", "instructblip")},
+    "instructblipvideo": {"video_token_id": 3},
+    # its projection after two stride-2 convolutions takes the first one's channels // 4 as the
+    # mel bins (128 unshrunk): 16 channels for the sweep's 16 bins
+    "gemma4_audio": {"subsampling_conv_channels": [16, 32]},
+    # block attention without grouped keys and values (its reshape uses the query heads)
+    **{t: {"num_key_value_heads": 4} for t in ("granite_speech5_ctc", "granite_speech5_encoder")},
+    "radio": {"patch_dim": 3 * 8 * 8},  # channels × patch² of the shrunk 8-pixel patch
+    # no projection around the quantiser: its codebook is the encoder's width
+    **{t: {"codebook_dim": HIDDEN} for t in ("wavtokenizer", "wavtokenizer_encoder")},
 }
 
 

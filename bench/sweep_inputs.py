@@ -286,6 +286,10 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
             if n == name or n.endswith(("_embeds", "_hidden_states"))
         }
         yield got
+        layers = _get(cfg, "target_layer_ids")  # Muse Glimmer's drafter: the target's layers side by side
+        if isinstance(layers, list) and len(layers) > 1:
+            wide = len(layers) * width
+            yield {n: v if n == name else torch.randn(BATCH, 8, wide, generator=g) for n, v in got.items()}
         if "encoder_hidden_states" in params:  # the Q-Former's cross-attention over image features
             other = _int(find(cfg, "encoder_hidden_size"), width)
             yield {**got, "encoder_hidden_states": torch.randn(BATCH, 8, other, generator=g)}
@@ -370,6 +374,48 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
         }
 
 
+#: config fields naming the token a vision-language model replaces with its image (or video)
+#: features: BLIP-2 and InstructBLIP put ``num_query_tokens`` Q-Former outputs there
+PLACEHOLDER_IDS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+
+
+def with_placeholders(model, inputs: dict) -> dict:
+    """``inputs`` with the image placeholders a Q-Former model's text must hold: its
+    ``num_query_tokens`` outputs (per video frame) replace as many placeholder tokens, so the
+    ids start with that many (the placeholder id is the config's; the sweep's tweak sets one
+    where the default config has none). Kosmos-2: ``latent_query_num`` tokens flagged in
+    ``image_embeds_position_mask``. Other inputs come back unchanged."""
+    import torch
+
+    cfg = model.config
+    ids, px = inputs.get("input_ids"), inputs.get("pixel_values")
+    if ids is None or px is None:
+        return inputs
+    params = _params(model)
+    frames = px.shape[1] if px.dim() == 5 else 1
+    latent = _get(cfg, "latent_query_num")
+    if "image_embeds_position_mask" in params and isinstance(latent, int):
+        flags = torch.zeros(BATCH, 1 + latent + ids.shape[1], dtype=torch.long)
+        flags[:, 1 : 1 + latent] = 1
+        ids = torch.cat([ids[:, :1], torch.full((BATCH, latent), 3), ids], 1)
+        mask = torch.ones_like(ids)
+        return {**inputs, "input_ids": ids, "attention_mask": mask, "image_embeds_position_mask": flags}
+    token = next((v for k in PLACEHOLDER_IDS if isinstance(v := _get(cfg, k), int)), None)
+    queries = _get(cfg, "num_query_tokens")
+    if (
+        token is None
+        or not isinstance(queries, int)
+        or "qformer_input_ids" not in params
+        and "num_query_tokens" not in vars(cfg)
+    ):
+        return inputs
+    n = queries * frames
+    out = {**inputs, "input_ids": torch.cat([torch.full((BATCH, n), token), ids], 1)}
+    if "attention_mask" in inputs:
+        out["attention_mask"] = torch.cat([torch.ones(BATCH, n, dtype=torch.long), inputs["attention_mask"]], 1)
+    return out
+
+
 def candidates(model, tokenizer) -> Iterator[dict]:
     """The input sets to try, in order (see the module's docstring)."""
     params = _params(model)
@@ -382,8 +428,9 @@ def candidates(model, tokenizer) -> Iterator[dict]:
     try:
         for base in _main_only(model, tokenizer, name):
             found = True
-            yield base
-            yield from _extras(model, tokenizer, base)
+            yield with_placeholders(model, base)
+            for inputs in _extras(model, tokenizer, base):
+                yield with_placeholders(model, inputs)
     except UnsupportedInput:
         if not found:
             yield from _extras(model, tokenizer, {})
