@@ -271,6 +271,10 @@ TWEAKS: dict[str, dict] = {
     "radio": {"patch_dim": 3 * 8 * 8},  # channels × patch² of the shrunk 8-pixel patch
     # no projection around the quantiser: its codebook is the encoder's width
     **{t: {"codebook_dim": HIDDEN} for t in ("wavtokenizer", "wavtokenizer_encoder")},
+    # codecs with a semantic encoder: the quantiser takes acoustic | semantic features (2 × 32),
+    # rotary attention without key/value groups
+    **{t: {"quantization_dim": 2 * HIDDEN, "num_key_value_heads": 4} for t in ("neucodec", "xcodec2")},
+    "lightglue": {"descriptor_dim": HIDDEN},  # its keypoints' descriptors enter at its width
 }
 
 

@@ -233,7 +233,8 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
         for n in dict.fromkeys([frames if isinstance(frames, int) else 2, 1, 2]):
             yield {"pixel_values": pixels(cfg, n)}  # video frames, image pairs (LightGlue), one image (IDEFICS)
         c = pixels(cfg).shape[1]
-        yield {"pixel_values": torch.randn(BATCH, c, 64, 256, generator=g)}  # a text line (PP-OCR recognisers)
+        for height in (64, 96):  # a text line (PP-OCR recognisers; V5 mobile pools the 32× downsampled height by 3)
+            yield {"pixel_values": torch.randn(BATCH, c, height, 256, generator=g)}
     elif name == "pixel_values_videos":
         yield {"pixel_values_videos": pixels(cfg, _int(find(cfg, "num_frames", towers_first=True), 2))}
     elif name == "input_features":
@@ -247,9 +248,13 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
                 )
             yield out
         yield {"input_features": audio_features(cfg, frames_last=False)[:, None]}  # CLAP: [batch, 1, frames, mel]
-        for k in (2, 4):  # stacked frames (Granite Speech 5: four mel frames a step)
+        stacked = _get(cfg, "num_stacked_frames")  # Fun-ASR-Nano: seven mel frames a step, with their mask
+        for k in (2, 4, *([stacked] if isinstance(stacked, int) and stacked > 4 else [])):  # Granite Speech 5: four
             x = audio_features(cfg, frames_last=False)
-            yield {"input_features": torch.randn(BATCH, x.shape[1], k * x.shape[2], generator=g)}
+            out = {"input_features": torch.randn(BATCH, x.shape[1], k * x.shape[2], generator=g)}
+            if "input_features_mask" in params:
+                out["input_features_mask"] = torch.ones(BATCH, x.shape[1], dtype=torch.long)
+            yield out
         window = find(cfg, "n_window", towers_first=True)  # Qwen3-ASR: frames in whole windows
         if isinstance(window, int) and window > 0:
             x = torch.randn(BATCH, audio_features(cfg).shape[1], 2 * window, generator=g)
@@ -339,6 +344,16 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
         yield {**base, "pixel_values": half, "prompt_pixel_values": half, "prompt_masks": half}
     if "task_inputs" in params:  # OneFormer's task tokens
         more["task_inputs"] = text(tokenizer, find(cfg, "vocab_size"))["input_ids"]
+    semantic = _get(cfg, "semantic_model_config")
+    if semantic is not None and "input_features" in params and "input_values" in base:
+        # a codec with a semantic encoder (NeuCodec, XCodec2): its features, one frame per hop of the audio
+        width = _int(_get(semantic, "feature_projection_input_dim"), 160)
+        frames = base["input_values"].shape[-1] // _int(find(cfg, "hop_length"), 320)
+        yield {
+            **base,
+            "input_features": torch.randn(BATCH, frames, width, generator=_gen()),
+            "input_features_mask": torch.ones(BATCH, frames, dtype=torch.long),
+        }
     layouts: list[list[dict]] = []
     for name in ("pixel_values", "pixel_values_videos", "input_features", "input_values"):
         if name in params and name not in base:
@@ -362,6 +377,10 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
         got = patches_with_grid(cfg, flat, grid, 1)
         p = _int(find(cfg, "patch_size", towers_first=True), 8)
         yield {flat: got[flat].reshape(got[flat].shape[0], -1, p, p), grid: got[grid]}  # Kimi: [patches, C, p, p]
+    if ids is not None and "input_features" in params and "input_features" not in base:
+        # Voxtral Realtime adds each audio position to a text position: 8 mel frames a token
+        mel = audio_features(cfg).shape[1]
+        yield {**base, **more, "input_features": torch.randn(BATCH, mel, 8 * ids.shape[1], generator=_gen())}
     if "spatial_shapes" in params:  # SigLIP 2's NaFlex: patches flattened with their grid
         patch = _int(find(cfg, "patch_size", towers_first=True), 8)
         c = _int(find(cfg, "num_channels", towers_first=True), 3)
