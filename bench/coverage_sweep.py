@@ -275,6 +275,16 @@ TWEAKS: dict[str, dict] = {
     # rotary attention without key/value groups
     **{t: {"quantization_dim": 2 * HIDDEN, "num_key_value_heads": 4} for t in ("neucodec", "xcodec2")},
     "lightglue": {"descriptor_dim": HIDDEN},  # its keypoints' descriptors enter at its width
+    # latent attention with its query head size stated apart (nope + rope), and 4 zero experts
+    "longcat_flash": {"qk_head_dim": 8, "zero_expert_num": 4},
+    # rotary on part of an 8-wide head (the shrink's rope-only head leaves none for the rest);
+    # output groups that divide the 4 heads, a low-rank output at the tiny width
+    "deepseek_v4": {"head_dim": 8, "o_groups": 2, "o_lora_rank": 16},
+    # its cache slots: layers per stack × H cycles × (L cycles + 1) = the 2 layers
+    "hrm_text": {"num_layers_per_stack": 1, "H_cycles": 1, "L_cycles": 1, "L_bp_cycles": [1]},
+    "muse_spark_audio": {"hidden_sizes": (HIDDEN,) * 4},  # its four downsampling stages at the tiny width
+    # Dia's decoder's cross-attention sizes are named apart (16 heads of 128 unshrunk)
+    "dia_decoder": {"cross_num_attention_heads": 4, "cross_head_dim": 8, "cross_num_key_value_heads": 2},
 }
 
 
@@ -1191,7 +1201,9 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         "files with `--from-jsonl` (a later file's row replaces an earlier one, so types re-run after a fix "
         "replace their first row). This table: one full sweep with one worker, `python bench/coverage_sweep.py "
         "--shard 0/1 --jsonl rows.jsonl` (3.6 min wall on the shared 2-core machine, 10 min while it was "
-        "loaded), then `python bench/coverage_sweep.py --from-jsonl rows.jsonl`.",
+        "loaded), then `python bench/coverage_sweep.py --from-jsonl rows.jsonl`; the types whose inputs or "
+        "settings changed since (issue 40: 26 of them) re-run with `python bench/coverage_sweep.py --update "
+        "TYPE ...`, which merges their rows into docs/coverage.json.",
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
         "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "

@@ -220,8 +220,9 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
                 "input_ids": enc["input_ids"].repeat_interleave(codebooks, 0),
                 "attention_mask": enc["attention_mask"],
             }
-            for k in (codebooks, codebooks + 1):  # Kyutai STT: text and audio codes per position
-                yield {"input_ids": enc["input_ids"][..., None].expand(-1, -1, k).contiguous()}
+            codes = enc["input_ids"] % _int(_get(cfg, "codebook_vocab_size"), find(cfg, "vocab_size") or 1)
+            for k in (codebooks, codebooks + 1):  # Kyutai STT: text and audio codes per position (in each vocabulary)
+                yield {"input_ids": codes[..., None].expand(-1, -1, k).contiguous()}
     elif name == "pixel_values":
         frames = find(cfg, "num_frames", towers_first=True)
         image, patch = _get(cfg, "image_size"), _get(cfg, "patch_size")
@@ -381,6 +382,14 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
         # Voxtral Realtime adds each audio position to a text position: 8 mel frames a token
         mel = audio_features(cfg).shape[1]
         yield {**base, **more, "input_features": torch.randn(BATCH, mel, 8 * ids.shape[1], generator=_gen())}
+    if "pixel_position_ids" in params:  # Gemma 4's vision tower: flattened patches and their (x, y)
+        patch = _int(find(cfg, "patch_size", towers_first=True), 8)
+        side = 2 * _int(_get(cfg, "pooling_kernel_size"), 1)  # whole pooling windows
+        ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+        yield {
+            "pixel_values": torch.randn(BATCH, side * side, 3 * patch * patch, generator=_gen()),
+            "pixel_position_ids": torch.stack([xs.flatten(), ys.flatten()], -1).repeat(BATCH, 1, 1),
+        }
     if "spatial_shapes" in params:  # SigLIP 2's NaFlex: patches flattened with their grid
         patch = _int(find(cfg, "patch_size", towers_first=True), 8)
         c = _int(find(cfg, "num_channels", towers_first=True), 3)
@@ -467,7 +476,11 @@ def with_decoder(model, inputs: dict) -> dict:
         return inputs
     start = getattr(cfg, "decoder_start_token_id", None) or 0
     start = start if start < (getattr(cfg, "vocab_size", None) or 0) else 0
-    return {**inputs, "decoder_input_ids": torch.tensor([[start, 5, 6, 7]] * BATCH)}
+    ids = torch.tensor([[start, 5, 6, 7]] * BATCH)
+    channels = _get(_get(cfg, "decoder_config"), "num_channels")
+    if isinstance(channels, int) and channels > 1:  # Dia: one audio code per channel at each step
+        ids = ids[..., None].expand(-1, -1, channels).contiguous()
+    return {**inputs, "decoder_input_ids": ids}
 
 
 def working_inputs(model, tokenizer) -> dict:
