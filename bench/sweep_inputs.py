@@ -382,6 +382,14 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
         # Voxtral Realtime adds each audio position to a text position: 8 mel frames a token
         mel = audio_features(cfg).shape[1]
         yield {**base, **more, "input_features": torch.randn(BATCH, mel, 8 * ids.shape[1], generator=_gen())}
+    if "target_sizes" in params:  # MiniCPM's NaViT-style tower: the images' patches packed in one row
+        patch = _int(find(cfg, "patch_size", towers_first=True), 8)
+        side = image_size(cfg)[0] // patch
+        c = _int(find(cfg, "num_channels", towers_first=True), 3)
+        yield {
+            "pixel_values": torch.randn(1, c, patch, BATCH * side * side * patch, generator=_gen()),
+            "target_sizes": torch.tensor([[side, side]] * BATCH),
+        }
     if "pixel_position_ids" in params:  # Gemma 4's vision tower: flattened patches and their (x, y)
         patch = _int(find(cfg, "patch_size", towers_first=True), 8)
         side = 2 * _int(_get(cfg, "pooling_kernel_size"), 1)  # whole pooling windows
