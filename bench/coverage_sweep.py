@@ -1227,7 +1227,7 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         lines += ["## Refused, by reason", "", "| reason | types |", "|---|---|"]
         for reason, _ in refused.most_common():
             types = [r["model_type"] for r in rows if r["status"] == "refused" and _group(r["reason"]) == reason]
-            lines.append(f"| {reason} | {len(types)}: {', '.join(types)} |")
+            lines.append(f"| {_cell(reason)} | {len(types)}: {', '.join(types)} |")
         lines.append("")
     failed = [r for r in rows if r["status"] in ("failed", "no reference")]
     if failed:
@@ -1399,7 +1399,9 @@ def _group(reason: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:240]
+    """``text`` as one table cell: pipes escaped, one line, and ``] [`` escaped (Markdown, and
+    mkdocs --strict, read ``[rows, heads] [(…, …)]`` as a reference link to a missing target)."""
+    return text.replace("|", "\\|").replace("\n", " ").replace("] [", "] \\[")[:240]
 
 
 def main(argv: list[str] | None = None) -> int:
