@@ -20,7 +20,7 @@ import torch
 
 from .alignment import absorbing_tokens, align_batch
 from .architectures import ARCHITECTURES, STACKS, UnsupportedModel, discover_attention
-from .batching import ANY_LENGTHS, ONE_LENGTH, padding_check
+from .batching import ANY_LENGTHS, ONE_LENGTH, layer_prefixes, padding_check, sequence_convolutions
 from .errors import InputError, NotApplicable
 from .hooks import HookSet
 
@@ -138,7 +138,14 @@ class ModelAdapter:
         the toolkit pads nothing else), note it in the card and say it on stderr."""
         if self.input_name != "input_ids" or isinstance(self.tokenizer, NoTokenizer):
             return
-        why = padding_check(self.model, self.pad_token_id)
+        if not sequence_convolutions(self.model):  # the common case: no forward, nothing to name
+            return
+        names = {id(m): n for n, m in self._modules.items()}
+        try:
+            attention = [names[id(m)] for s in self.stacks for m in self.attention_modules(s) if id(m) in names]
+        except NotApplicable:  # no attention modules by the table's names: every convolution counts
+            attention = []
+        why = padding_check(self.model, self.pad_token_id, layer_prefixes(attention))
         if why is None:
             return
         self.batching = ONE_LENGTH

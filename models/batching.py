@@ -27,6 +27,7 @@ __all__ = [
     "sequence_convolutions",
     "main_output",
     "output_leak",
+    "layer_prefixes",
     "padding_check",
     "one_length_batches",
 ]
@@ -89,11 +90,27 @@ def _probe_rows(model: torch.nn.Module, pad_id: int) -> Optional[tuple[dict, dic
     return batch, alone
 
 
-def padding_check(model: torch.nn.Module, pad_id: int) -> Optional[str]:
+def layer_prefixes(names: Iterable[str]) -> tuple[str, ...]:
+    """The layer each named module sits in: its name up to its first numeric part
+    (``encoder.layer.3.attention.self`` -> ``encoder.layer.3.``)."""
+    out = []
+    for name in names:
+        parts = name.split(".")
+        k = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+        if k is not None:
+            out.append(".".join(parts[: k + 1]) + ".")
+    return tuple(dict.fromkeys(out))
+
+
+def padding_check(model: torch.nn.Module, pad_id: int, layers: Sequence[str] = ()) -> Optional[str]:
     """Why ``model`` (a text model) must run one length per batch, or None when padded
     batches are exact. Structural (:func:`sequence_convolutions`), then, where a convolution
     is found, measured on two rows of token ids (:func:`output_leak`, right padding as the
-    toolkit pads); a forward that cannot run on ids alone leaves the structural verdict.
+    toolkit pads); a forward that cannot run on ids alone (a model that needs pixels or a
+    fixed length) leaves the structural verdict, for convolutions inside the ``layers``
+    (:func:`layer_prefixes` of the attention modules; all where none are given): one length
+    per batch costs speed, never exactness, and a vision tower's patch convolution (Florence-2,
+    ViLT) says nothing of the text's padding.
     """
     found = sequence_convolutions(model)
     if not found:
@@ -106,13 +123,15 @@ def padding_check(model: torch.nn.Module, pad_id: int) -> Optional[str]:
     if rows is not None:
         try:
             leak, scale = output_leak(model, *rows)
-        except (RuntimeError, TypeError, IndexError) as e:  # needs more than ids (a fixed length, other inputs)
-            measured = f"not measured: {type(e).__name__}"
+        except Exception as e:  # needs more than ids (a fixed length, pixels): the structural verdict stands
+            measured = f"not measured: a forward on ids alone raises {type(e).__name__}"
         else:
             low = next(model.parameters()).dtype not in (torch.float32, torch.float64)
             if leak <= (1e-2 if low else LEAK_TOLERANCE) * max(scale, 1.0):
                 return None  # the convolution sees no padding (masked, or causal under right padding)
             measured = f"a right-padded row's outputs move by {leak:.3g} (of {scale:.3g})"
+    if measured.startswith("not measured") and layers and not any(n.startswith(tuple(layers)) for n, _ in found):
+        return None
     return f"its layers mix positions outside the attention mask: {what}; {measured}"
 
 

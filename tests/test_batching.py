@@ -168,3 +168,26 @@ def test_the_analyses_batchers_form_batches_of_one_length(leaky, tiny_models):
     together = embed(adapter, TEXTS, pooling)
     for i, text in enumerate(TEXTS):
         torch.testing.assert_close(together[i], embed(adapter, [text], pooling)[0], atol=1e-5, rtol=0)
+
+
+def test_an_unmeasurable_model_is_judged_by_the_convolutions_inside_its_layers():
+    """Where no forward on ids can run (here: no vocabulary in a config), a convolution in a
+    layer that holds attention flags the model; one outside (a vision tower's patch
+    convolution) does not; without layer names every convolution counts."""
+    from probe.models.batching import layer_prefixes, padding_check
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList([torch.nn.Module()])
+    model.layers[0].attention = torch.nn.Linear(4, 4)
+    model.layers[0].mix = torch.nn.Conv1d(4, 4, kernel_size=3, padding=1, groups=4)
+    model.tower = torch.nn.Conv2d(3, 4, kernel_size=(2, 2))
+    model.pointwise = torch.nn.Conv1d(4, 4, kernel_size=1)
+    layers = layer_prefixes(["layers.0.attention", "embeddings"])
+    assert layers == ("layers.0.",)
+    why = padding_check(model, 0, layers)
+    assert why is not None and "Conv1d layers.0.mix (kernel (3,), and 1 more)" in why and "not measured" in why
+    del model.layers[0].mix
+    assert padding_check(model, 0, layers) is None  # only the tower's convolution is left
+    assert padding_check(model, 0) is not None  # no layer names: it counts
+    del model.tower
+    assert padding_check(model, 0) is None  # a kernel of 1 mixes no positions
