@@ -500,17 +500,27 @@ TARGETS = ["le chat", "une phrase plus longue avec des virgules"]
 REF_KEYS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
 
 
+def texts_for(adapter) -> tuple[list, list]:
+    """``(TEXTS, TARGETS)``, or their first pair alone for a model that runs one length per
+    batch (``adapter.batching``: its padding leaks, so a ragged batch has no exact reference)."""
+    from probe.models.batching import ONE_LENGTH
+
+    n = 1 if adapter.batching == ONE_LENGTH else len(TEXTS)
+    return TEXTS[:n], TARGETS[:n]
+
+
 def inputs_for(adapter) -> tuple[dict, dict]:
     """Model inputs (text through the adapter's tokenizer, or the non-text inputs the model's
     own forward ran on: :func:`sweep_inputs.working_inputs`) and, per stack, the real
     (query, key) lengths of each example."""
     if adapter.input_name != "input_ids":
         return working_inputs(adapter.model, _tokenizer()), {"encoder": None, "decoder": None}
-    encs = [adapter.encode(t) for t in TEXTS]
+    texts, targets = texts_for(adapter)
+    encs = [adapter.encode(t) for t in texts]
     inputs = adapter.batch(encs)
     lengths = {"encoder": [len(e) for e in encs], "decoder": [len(e) for e in encs]}
     if adapter.arch == "encoder-decoder":
-        tencs = [adapter.encode(t, target=True) for t in TARGETS]
+        tencs = [adapter.encode(t, target=True) for t in targets]
         inputs.update(adapter.decoder_inputs(tencs))
         lengths["decoder"] = [len(t) for t in tencs]
     return inputs, lengths
@@ -655,7 +665,8 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
             maps = capture_inputs(adapter, inputs, stack=stack)
         else:  # text, as a user captures it (padding trimmed per example)
             enc_dec = adapter.arch == "encoder-decoder"
-            maps = capture(adapter, TEXTS, stack=stack, targets=TARGETS if enc_dec else None)
+            texts, targets = texts_for(adapter)
+            maps = capture(adapter, texts, stack=stack, targets=targets if enc_dec else None)
         source = maps[0].meta["attention_source"]
         want = torch.stack(list(want))
         for i, m in enumerate(maps):
@@ -1311,6 +1322,13 @@ NOTES = [
         "- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
         "card and said on stderr when it loads): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
         "on short inputs."
+    ),
+    (
+        "- **Padding that leaks** (ConvBERT's span convolution, Nyströmformer's convolution on the values: "
+        "layers that mix positions outside the attention mask) is found when the model loads "
+        "(`probe.models.batching.padding_check`), noted in the adapter's card (`batching: one length per batch`) and "
+        "said on stderr; the toolkit then batches texts of one token length, and these rows compare the capture with "
+        "the eager forward of one text (a ragged batch has no exact reference)."
     ),
     (
         "- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
