@@ -150,8 +150,8 @@ AGREEMENT_MARGIN = _t(
 EXPLAIN_CAP = _t(
     "explain_cap",
     256,
-    "a compute cap: integrated gradients, the null model's and the permutations cost about 1 s per "
-    "example on 2 cores for MiniLM (docs/explanation.md)",
+    "a compute cap: each explained example costs about 3 CPU-seconds for MiniLM on EWT dev (integrated "
+    "gradients, the null model's, the permutations; docs/explanation.md), 256 about 13 CPU-minutes",
 )
 
 
