@@ -260,6 +260,34 @@ TWEAKS: dict[str, dict] = {
     "bridgetower_text_model": {"hidden_size": 64},
     "align": {"projection_dim": 640},  # its EfficientNet's pooled width (320 channels × 2)
     "yolos": {"image_size": [32, 32], "num_detection_tokens": 4},
+    # Q-Former models: a placeholder id for the query outputs in the text (none by default)
+    **{t: {"image_token_id": 3} for t in ("blip-2", "instructblip")},
+    "instructblipvideo": {"video_token_id": 3},
+    # its projection after two stride-2 convolutions takes the first one's channels // 4 as the
+    # mel bins (128 unshrunk): 16 channels for the sweep's 16 bins
+    "gemma4_audio": {"subsampling_conv_channels": [16, 32]},
+    # block attention without grouped keys and values (its reshape uses the query heads)
+    **{t: {"num_key_value_heads": 4} for t in ("granite_speech5_ctc", "granite_speech5_encoder")},
+    "radio": {"patch_dim": 3 * 8 * 8},  # channels × patch² of the shrunk 8-pixel patch
+    # no projection around the quantiser: its codebook is the encoder's width
+    **{t: {"codebook_dim": HIDDEN} for t in ("wavtokenizer", "wavtokenizer_encoder")},
+    # codecs with a semantic encoder: the quantiser takes acoustic | semantic features (2 × 32),
+    # rotary attention without key/value groups
+    **{t: {"quantization_dim": 2 * HIDDEN, "num_key_value_heads": 4} for t in ("neucodec", "xcodec2")},
+    "lightglue": {"descriptor_dim": HIDDEN},  # its keypoints' descriptors enter at its width
+    # latent attention with its query head size stated apart (nope + rope), and 4 zero experts
+    "longcat_flash": {"qk_head_dim": 8, "zero_expert_num": 4},
+    # rotary on part of an 8-wide head (the shrink's rope-only head leaves none for the rest);
+    # output groups that divide the 4 heads, a low-rank output at the tiny width
+    "deepseek_v4": {"head_dim": 8, "o_groups": 2, "o_lora_rank": 16},
+    # its cache slots: layers per stack × H cycles × (L cycles + 1) = the 2 layers
+    "hrm_text": {"num_layers_per_stack": 1, "H_cycles": 1, "L_cycles": 1, "L_bp_cycles": [1]},
+    "muse_spark_audio": {"hidden_sizes": (HIDDEN,) * 4},  # its four downsampling stages at the tiny width
+    # Dia's decoder's cross-attention sizes are named apart (16 heads of 128 unshrunk)
+    "dia_decoder": {"cross_num_attention_heads": 4, "cross_head_dim": 8, "cross_num_key_value_heads": 2},
+    # the Omni thinkers' rotary index reads vision_start_token_id, which their config class does not
+    # define: an id the sweep's texts do not hold (text-only, no vision start)
+    **{t: {"vision_start_token_id": 4} for t in ("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")},
 }
 
 
@@ -472,17 +500,27 @@ TARGETS = ["le chat", "une phrase plus longue avec des virgules"]
 REF_KEYS = {"encoder": "encoder_attentions", "decoder": "decoder_attentions", "cross": "cross_attentions"}
 
 
+def texts_for(adapter) -> tuple[list, list]:
+    """``(TEXTS, TARGETS)``, or their first pair alone for a model that runs one length per
+    batch (``adapter.batching``: its padding leaks, so a ragged batch has no exact reference)."""
+    from probe.models.batching import ONE_LENGTH
+
+    n = 1 if adapter.batching == ONE_LENGTH else len(TEXTS)
+    return TEXTS[:n], TARGETS[:n]
+
+
 def inputs_for(adapter) -> tuple[dict, dict]:
     """Model inputs (text through the adapter's tokenizer, or the non-text inputs the model's
     own forward ran on: :func:`sweep_inputs.working_inputs`) and, per stack, the real
     (query, key) lengths of each example."""
     if adapter.input_name != "input_ids":
         return working_inputs(adapter.model, _tokenizer()), {"encoder": None, "decoder": None}
-    encs = [adapter.encode(t) for t in TEXTS]
+    texts, targets = texts_for(adapter)
+    encs = [adapter.encode(t) for t in texts]
     inputs = adapter.batch(encs)
     lengths = {"encoder": [len(e) for e in encs], "decoder": [len(e) for e in encs]}
     if adapter.arch == "encoder-decoder":
-        tencs = [adapter.encode(t, target=True) for t in TARGETS]
+        tencs = [adapter.encode(t, target=True) for t in targets]
         inputs.update(adapter.decoder_inputs(tencs))
         lengths["decoder"] = [len(t) for t in tencs]
     return inputs, lengths
@@ -627,7 +665,8 @@ def check_capture(adapter, inputs: dict, lengths: dict) -> dict:
             maps = capture_inputs(adapter, inputs, stack=stack)
         else:  # text, as a user captures it (padding trimmed per example)
             enc_dec = adapter.arch == "encoder-decoder"
-            maps = capture(adapter, TEXTS, stack=stack, targets=TARGETS if enc_dec else None)
+            texts, targets = texts_for(adapter)
+            maps = capture(adapter, texts, stack=stack, targets=targets if enc_dec else None)
         source = maps[0].meta["attention_source"]
         want = torch.stack(list(want))
         for i, m in enumerate(maps):
@@ -1176,7 +1215,9 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         "files with `--from-jsonl` (a later file's row replaces an earlier one, so types re-run after a fix "
         "replace their first row). This table: one full sweep with one worker, `python bench/coverage_sweep.py "
         "--shard 0/1 --jsonl rows.jsonl` (3.6 min wall on the shared 2-core machine, 10 min while it was "
-        "loaded), then `python bench/coverage_sweep.py --from-jsonl rows.jsonl`.",
+        "loaded), then `python bench/coverage_sweep.py --from-jsonl rows.jsonl`; the types whose inputs or "
+        "settings changed since (issue 40: 30 of them) re-run with `python bench/coverage_sweep.py --update "
+        "TYPE ...`, which merges their rows into docs/coverage.json.",
         "",
         f"- **exact**: {counts.get('exact', 0)} — captured maps of every stack equal the model's own eager "
         "`output_attentions` (types with learned sinks: maps × values equal the output projection's input, "
@@ -1197,7 +1238,7 @@ def markdown(rows: list[dict], version: str, n_types: int) -> str:
         lines += ["## Refused, by reason", "", "| reason | types |", "|---|---|"]
         for reason, _ in refused.most_common():
             types = [r["model_type"] for r in rows if r["status"] == "refused" and _group(r["reason"]) == reason]
-            lines.append(f"| {reason} | {len(types)}: {', '.join(types)} |")
+            lines.append(f"| {_cell(reason)} | {len(types)}: {', '.join(types)} |")
         lines.append("")
     failed = [r for r in rows if r["status"] in ("failed", "no reference")]
     if failed:
@@ -1281,6 +1322,13 @@ NOTES = [
         "- **BigBird** runs with full attention (`attention_type='original_full'`, noted in the adapter's "
         "card and said on stderr when it loads): block-sparse attention has no `[query, key]` map, and BigBird swaps its modules by itself "
         "on short inputs."
+    ),
+    (
+        "- **Padding that leaks** (ConvBERT's span convolution, Nyströmformer's convolution on the values: "
+        "layers that mix positions outside the attention mask) is found when the model loads "
+        "(`probe.models.batching.padding_check`), noted in the adapter's card (`batching: one length per batch`) and "
+        "said on stderr; the toolkit then batches texts of one token length, and these rows compare the capture with "
+        "the eager forward of one text (a ragged batch has no exact reference)."
     ),
     (
         "- **Ablation** is refused where the output projection's input is not the heads side by side (a norm "
@@ -1369,7 +1417,9 @@ def _group(reason: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:240]
+    """``text`` as one table cell: pipes escaped, one line, and ``] [`` escaped (Markdown, and
+    mkdocs --strict, read ``[rows, heads] [(…, …)]`` as a reference link to a missing target)."""
+    return text.replace("|", "\\|").replace("\n", " ").replace("] [", "] \\[")[:240]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -220,8 +220,9 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
                 "input_ids": enc["input_ids"].repeat_interleave(codebooks, 0),
                 "attention_mask": enc["attention_mask"],
             }
-            for k in (codebooks, codebooks + 1):  # Kyutai STT: text and audio codes per position
-                yield {"input_ids": enc["input_ids"][..., None].expand(-1, -1, k).contiguous()}
+            codes = enc["input_ids"] % _int(_get(cfg, "codebook_vocab_size"), find(cfg, "vocab_size") or 1)
+            for k in (codebooks, codebooks + 1):  # Kyutai STT: text and audio codes per position (in each vocabulary)
+                yield {"input_ids": codes[..., None].expand(-1, -1, k).contiguous()}
     elif name == "pixel_values":
         frames = find(cfg, "num_frames", towers_first=True)
         image, patch = _get(cfg, "image_size"), _get(cfg, "patch_size")
@@ -233,7 +234,8 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
         for n in dict.fromkeys([frames if isinstance(frames, int) else 2, 1, 2]):
             yield {"pixel_values": pixels(cfg, n)}  # video frames, image pairs (LightGlue), one image (IDEFICS)
         c = pixels(cfg).shape[1]
-        yield {"pixel_values": torch.randn(BATCH, c, 64, 256, generator=g)}  # a text line (PP-OCR recognisers)
+        for height in (64, 96):  # a text line (PP-OCR recognisers; V5 mobile pools the 32× downsampled height by 3)
+            yield {"pixel_values": torch.randn(BATCH, c, height, 256, generator=g)}
     elif name == "pixel_values_videos":
         yield {"pixel_values_videos": pixels(cfg, _int(find(cfg, "num_frames", towers_first=True), 2))}
     elif name == "input_features":
@@ -247,9 +249,13 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
                 )
             yield out
         yield {"input_features": audio_features(cfg, frames_last=False)[:, None]}  # CLAP: [batch, 1, frames, mel]
-        for k in (2, 4):  # stacked frames (Granite Speech 5: four mel frames a step)
+        stacked = _get(cfg, "num_stacked_frames")  # Fun-ASR-Nano: seven mel frames a step, with their mask
+        for k in (2, 4, *([stacked] if isinstance(stacked, int) and stacked > 4 else [])):  # Granite Speech 5: four
             x = audio_features(cfg, frames_last=False)
-            yield {"input_features": torch.randn(BATCH, x.shape[1], k * x.shape[2], generator=g)}
+            out = {"input_features": torch.randn(BATCH, x.shape[1], k * x.shape[2], generator=g)}
+            if "input_features_mask" in params:
+                out["input_features_mask"] = torch.ones(BATCH, x.shape[1], dtype=torch.long)
+            yield out
         window = find(cfg, "n_window", towers_first=True)  # Qwen3-ASR: frames in whole windows
         if isinstance(window, int) and window > 0:
             x = torch.randn(BATCH, audio_features(cfg).shape[1], 2 * window, generator=g)
@@ -286,6 +292,10 @@ def _main_only(model, tokenizer, name: str) -> Iterator[dict]:
             if n == name or n.endswith(("_embeds", "_hidden_states"))
         }
         yield got
+        layers = _get(cfg, "target_layer_ids")  # Muse Glimmer's drafter: the target's layers side by side
+        if isinstance(layers, list) and len(layers) > 1:
+            wide = len(layers) * width
+            yield {n: v if n == name else torch.randn(BATCH, 8, wide, generator=g) for n, v in got.items()}
         if "encoder_hidden_states" in params:  # the Q-Former's cross-attention over image features
             other = _int(find(cfg, "encoder_hidden_size"), width)
             yield {**got, "encoder_hidden_states": torch.randn(BATCH, 8, other, generator=g)}
@@ -335,6 +345,16 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
         yield {**base, "pixel_values": half, "prompt_pixel_values": half, "prompt_masks": half}
     if "task_inputs" in params:  # OneFormer's task tokens
         more["task_inputs"] = text(tokenizer, find(cfg, "vocab_size"))["input_ids"]
+    semantic = _get(cfg, "semantic_model_config")
+    if semantic is not None and "input_features" in params and "input_values" in base:
+        # a codec with a semantic encoder (NeuCodec, XCodec2): its features, one frame per hop of the audio
+        width = _int(_get(semantic, "feature_projection_input_dim"), 160)
+        frames = base["input_values"].shape[-1] // _int(find(cfg, "hop_length"), 320)
+        yield {
+            **base,
+            "input_features": torch.randn(BATCH, frames, width, generator=_gen()),
+            "input_features_mask": torch.ones(BATCH, frames, dtype=torch.long),
+        }
     layouts: list[list[dict]] = []
     for name in ("pixel_values", "pixel_values_videos", "input_features", "input_values"):
         if name in params and name not in base:
@@ -358,6 +378,26 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
         got = patches_with_grid(cfg, flat, grid, 1)
         p = _int(find(cfg, "patch_size", towers_first=True), 8)
         yield {flat: got[flat].reshape(got[flat].shape[0], -1, p, p), grid: got[grid]}  # Kimi: [patches, C, p, p]
+    if ids is not None and "input_features" in params and "input_features" not in base:
+        # Voxtral Realtime adds each audio position to a text position: 8 mel frames a token
+        mel = audio_features(cfg).shape[1]
+        yield {**base, **more, "input_features": torch.randn(BATCH, mel, 8 * ids.shape[1], generator=_gen())}
+    if "target_sizes" in params:  # MiniCPM's NaViT-style tower: the images' patches packed in one row
+        patch = _int(find(cfg, "patch_size", towers_first=True), 8)
+        side = image_size(cfg)[0] // patch
+        c = _int(find(cfg, "num_channels", towers_first=True), 3)
+        yield {
+            "pixel_values": torch.randn(1, c, patch, BATCH * side * side * patch, generator=_gen()),
+            "target_sizes": torch.tensor([[side, side]] * BATCH),
+        }
+    if "pixel_position_ids" in params:  # Gemma 4's vision tower: flattened patches and their (x, y)
+        patch = _int(find(cfg, "patch_size", towers_first=True), 8)
+        side = 2 * _int(_get(cfg, "pooling_kernel_size"), 1)  # whole pooling windows
+        ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+        yield {
+            "pixel_values": torch.randn(BATCH, side * side, 3 * patch * patch, generator=_gen()),
+            "pixel_position_ids": torch.stack([xs.flatten(), ys.flatten()], -1).repeat(BATCH, 1, 1),
+        }
     if "spatial_shapes" in params:  # SigLIP 2's NaFlex: patches flattened with their grid
         patch = _int(find(cfg, "patch_size", towers_first=True), 8)
         c = _int(find(cfg, "num_channels", towers_first=True), 3)
@@ -368,6 +408,48 @@ def _extras(model, tokenizer, base: dict) -> Iterator[dict]:
             "spatial_shapes": torch.tensor([[side, side]] * BATCH),
             **{k: v for k, v in {**base, **more}.items() if k in ("input_ids", "attention_mask")},
         }
+
+
+#: config fields naming the token a vision-language model replaces with its image (or video)
+#: features: BLIP-2 and InstructBLIP put ``num_query_tokens`` Q-Former outputs there
+PLACEHOLDER_IDS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+
+
+def with_placeholders(model, inputs: dict) -> dict:
+    """``inputs`` with the image placeholders a Q-Former model's text must hold: its
+    ``num_query_tokens`` outputs (per video frame) replace as many placeholder tokens, so the
+    ids start with that many (the placeholder id is the config's; the sweep's tweak sets one
+    where the default config has none). Kosmos-2: ``latent_query_num`` tokens flagged in
+    ``image_embeds_position_mask``. Other inputs come back unchanged."""
+    import torch
+
+    cfg = model.config
+    ids, px = inputs.get("input_ids"), inputs.get("pixel_values")
+    if ids is None or px is None:
+        return inputs
+    params = _params(model)
+    frames = px.shape[1] if px.dim() == 5 else 1
+    latent = _get(cfg, "latent_query_num")
+    if "image_embeds_position_mask" in params and isinstance(latent, int):
+        flags = torch.zeros(BATCH, 1 + latent + ids.shape[1], dtype=torch.long)
+        flags[:, 1 : 1 + latent] = 1
+        ids = torch.cat([ids[:, :1], torch.full((BATCH, latent), 3), ids], 1)
+        mask = torch.ones_like(ids)
+        return {**inputs, "input_ids": ids, "attention_mask": mask, "image_embeds_position_mask": flags}
+    token = next((v for k in PLACEHOLDER_IDS if isinstance(v := _get(cfg, k), int)), None)
+    queries = _get(cfg, "num_query_tokens")
+    if (
+        token is None
+        or not isinstance(queries, int)
+        or "qformer_input_ids" not in params
+        and "num_query_tokens" not in vars(cfg)
+    ):
+        return inputs
+    n = queries * frames
+    out = {**inputs, "input_ids": torch.cat([torch.full((BATCH, n), token), ids], 1)}
+    if "attention_mask" in inputs:
+        out["attention_mask"] = torch.cat([torch.ones(BATCH, n, dtype=torch.long), inputs["attention_mask"]], 1)
+    return out
 
 
 def candidates(model, tokenizer) -> Iterator[dict]:
@@ -382,8 +464,9 @@ def candidates(model, tokenizer) -> Iterator[dict]:
     try:
         for base in _main_only(model, tokenizer, name):
             found = True
-            yield base
-            yield from _extras(model, tokenizer, base)
+            yield with_placeholders(model, base)
+            for inputs in _extras(model, tokenizer, base):
+                yield with_placeholders(model, inputs)
     except UnsupportedInput:
         if not found:
             yield from _extras(model, tokenizer, {})
@@ -401,7 +484,11 @@ def with_decoder(model, inputs: dict) -> dict:
         return inputs
     start = getattr(cfg, "decoder_start_token_id", None) or 0
     start = start if start < (getattr(cfg, "vocab_size", None) or 0) else 0
-    return {**inputs, "decoder_input_ids": torch.tensor([[start, 5, 6, 7]] * BATCH)}
+    ids = torch.tensor([[start, 5, 6, 7]] * BATCH)
+    channels = _get(_get(cfg, "decoder_config"), "num_channels")
+    if isinstance(channels, int) and channels > 1:  # Dia: one audio code per channel at each step
+        ids = ids[..., None].expand(-1, -1, channels).contiguous()
+    return {**inputs, "decoder_input_ids": ids}
 
 
 def working_inputs(model, tokenizer) -> dict:

@@ -20,6 +20,7 @@ import torch
 
 from .alignment import absorbing_tokens, align_batch
 from .architectures import ARCHITECTURES, STACKS, UnsupportedModel, discover_attention
+from .batching import ANY_LENGTHS, ONE_LENGTH, layer_prefixes, padding_check, sequence_convolutions
 from .errors import InputError, NotApplicable
 from .hooks import HookSet
 
@@ -82,6 +83,10 @@ class ModelAdapter:
         family: key into :data:`ARCHITECTURES`.
         source: where the weights came from (a path or package).
         card: extra facts (zoo cards, pooling of sentence models).
+        batching: ``any lengths``, or ``one length per batch`` for a text model whose layers
+            leak padding into real positions (found at load: :func:`models.batching.padding_check`;
+            the reason is in ``card["batching"]``): every batcher of the toolkit then groups
+            texts by token length, and :meth:`batch` refuses a batch of mixed lengths.
     """
 
     name: str
@@ -92,6 +97,7 @@ class ModelAdapter:
     family: str
     source: str = ""
     card: dict = field(default_factory=dict)
+    batching: str = field(default=ANY_LENGTHS, init=False)
 
     def __post_init__(self) -> None:
         self.model.eval()
@@ -125,6 +131,29 @@ class ModelAdapter:
         self._table = table
         self._modules = dict(self.model.named_modules())
         self._cache: dict = {}
+        self._check_padding()
+
+    def _check_padding(self) -> None:
+        """Set :attr:`batching` from :func:`models.batching.padding_check` (text models only:
+        the toolkit pads nothing else), note it in the card and say it on stderr."""
+        if self.input_name != "input_ids" or isinstance(self.tokenizer, NoTokenizer):
+            return
+        if not sequence_convolutions(self.model):  # the common case: no forward, nothing to name
+            return
+        names = {id(m): n for n, m in self._modules.items()}
+        try:
+            attention = [names[id(m)] for s in self.stacks for m in self.attention_modules(s) if id(m) in names]
+        except NotApplicable:  # no attention modules by the table's names: every convolution counts
+            attention = []
+        why = padding_check(self.model, self.pad_token_id, layer_prefixes(attention))
+        if why is None:
+            return
+        self.batching = ONE_LENGTH
+        self.card["batching"] = f"{ONE_LENGTH}: {why}"
+        t = getattr(self.config, "model_type", "?")
+        log.warning(
+            "model type %r runs %s: a padded batch would change a text's maps and outputs (%s)", t, ONE_LENGTH, why
+        )
 
     @property
     def input_name(self) -> str:
@@ -524,8 +553,19 @@ class ModelAdapter:
 
     def batch(self, encodings: Sequence[Encoding]) -> dict:
         """Right-padded ``input_ids`` and ``attention_mask`` ``[batch, max_len]`` on the
-        model's device."""
+        model's device.
+
+        Raises:
+            InputError: encodings of different lengths for a model that runs one length per
+                batch (:attr:`batching`).
+        """
         lengths = torch.tensor([len(e) for e in encodings])
+        if self.batching == ONE_LENGTH and len(set(lengths.tolist())) > 1:
+            raise InputError(
+                f"{self.name} runs {ONE_LENGTH} (its padding leaks into other positions: see its card), "
+                f"but this batch holds texts of {len(set(lengths.tolist()))} token lengths; "
+                "give texts of one length per call, or batch_size=1 (--batch-size 1)"
+            )
         n = int(lengths.max())
         mask = (torch.arange(n)[None, :] < lengths[:, None]).long()
         ids = torch.full((len(encodings), n), self.pad_token_id, dtype=torch.long)

@@ -288,13 +288,14 @@ def discover_attention(model: Any, causal: Optional[bool] = None) -> dict:
     inner = [(n, m) for n, m in found if not any(o.startswith(n + ".") for o, _ in found)]
     enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
     stacks: dict = {}
+    names: dict = {}
     for name, module in inner:
         proj = _projection_of(name, module, modules)
         if proj is None:
             continue
-        stacks.setdefault(_stack_of(name, module, enc_dec), []).append(
-            (module, proj, _value_of(module), _head_mixer(module))
-        )
+        stack = _stack_of(name, module, enc_dec)
+        stacks.setdefault(stack, []).append((module, proj, _value_of(module), _head_mixer(module)))
+        names.setdefault(stack, []).append(name)
     if not stacks:
         t = getattr(model.config, "model_type", "?")
         raise UnsupportedModel(
@@ -302,6 +303,8 @@ def discover_attention(model: Any, causal: Optional[bool] = None) -> dict:
             "toolkit instruments modules named *Attention with a Linear output projection)"
         )
     _refuse_boolean_masks(model, [e[0] for entries in stacks.values() for e in entries])
+    if "main" in stacks:
+        _refuse_separate_stacks(model, names["main"], [e[0] for e in stacks["main"]])
     if "main" in stacks:
         if causal is None:
             causal = getattr(stacks["main"][0][0], "is_causal", None)
@@ -317,6 +320,40 @@ def discover_attention(model: Any, causal: Optional[bool] = None) -> dict:
             site: [e[k] for e in entries] for k, site in enumerate(("attention", "head_output", "value", "mixed_by"))
         }
     return table
+
+
+def _refuse_separate_stacks(model: Any, names: list, modules: list) -> None:
+    """Refuse a model that is no encoder-decoder (no cross-attention, one ``attentions``
+    output) but holds an ``encoder`` and a ``decoder`` sub-model, each a transformer counting
+    its layers from 0: Pocket TTS's and Mimi's codecs run an encoder transformer, then a
+    decoder transformer, and report the encoder's attentions only. Read as one stack, they
+    would be one map per layer of both.
+
+    Raises:
+        UnsupportedModel: naming both layer lists and saying to open one of them alone.
+    """
+    parts: dict = {}
+    for name, module in zip(names, modules):
+        idx = getattr(module, "layer_idx", None)
+        top = name.split(".", 1)[0]
+        if top in ("encoder", "decoder") and isinstance(idx, int) and not isinstance(idx, bool):
+            root = name.split(".")
+            root = ".".join(root[: max(i for i, p in enumerate(root) if p.isdigit())])
+            parts.setdefault(top, {}).setdefault(root, []).append(idx)
+    if len(parts) < 2:
+        return
+    seen = [i for roots in parts.values() for idx in roots.values() for i in idx]
+    if len(seen) == len(set(seen)):
+        return  # one stack split over both (its layers numbered once)
+    t = getattr(model.config, "model_type", "?")
+    lists = " and ".join(
+        f"its {top}'s ({root}, {len(idx)} layers)" for top, roots in parts.items() for root, idx in roots.items()
+    )
+    raise UnsupportedModel(
+        f"model type {t!r} ({type(model).__name__}): two attention stacks, {lists}, each numbering its "
+        "layers from 0, in a model that is not an encoder-decoder (its output reports one of them): not "
+        "one [layer, head, query, key] map; open one of them on its own (model.encoder or model.decoder)"
+    )
 
 
 #: attention classes that apply the mask they are given as a boolean (``attention_mask.logical_not()``

@@ -121,25 +121,27 @@ def tiny_models(bert_tokenizer):
     return out
 
 
-def previous_token_by_position(model) -> None:
-    """Make head 0 of a 1-layer, 32-wide GPT-2 (``n_positions`` >= 16) a previous-token head
-    that reads positions only: token embeddings zero, one-hot position embeddings ×10,
-    ``q_i ∝ e_{i-1}`` against ``k_j ∝ e_j``; every other q|k|v weight and bias zero (head 1's
-    are the caller's to set)."""
+def previous_token_by_position(model, first_dim: int = 0, n_positions: int = 16) -> None:
+    """Make head 0 of layer 0 of a GPT-2 (``n_head`` wide enough for ``n_positions`` query/key
+    dims) a previous-token head that reads positions only: token embeddings zero, one-hot
+    position embeddings ×10 in residual dims ``first_dim … first_dim + n_positions``,
+    ``q_i ∝ e_{i-1}`` against ``k_j ∝ e_j`` in head 0's first ``n_positions`` dims; every other
+    layer-0 q|k|v weight and bias zero (the other heads' and head 0's values are the caller's)."""
     m = model.transformer
-    attn = m.h[0].attn.c_attn  # Conv1D: x @ W + b, W [32, 96] = q | k | v
+    d = model.config.n_embd
+    attn = m.h[0].attn.c_attn  # Conv1D: x @ W + b, W [d, 3d] = q | k | v
     with torch.no_grad():
         m.wte.weight.zero_()
         m.wpe.weight.zero_()
-        m.wpe.weight[:16, :16] = 10 * torch.eye(16)
+        m.wpe.weight[:n_positions, first_dim : first_dim + n_positions] = 10 * torch.eye(n_positions)
         m.h[0].ln_1.weight.fill_(1.0)
         m.h[0].ln_1.bias.zero_()
         attn.weight.zero_()
         attn.bias.zero_()
-        for p in range(1, 16):
-            attn.weight[p, p - 1] = 1.0
-        for p in range(16):
-            attn.weight[p, 32 + p] = 1.0
+        for p in range(1, n_positions):
+            attn.weight[first_dim + p, p - 1] = 1.0
+        for p in range(n_positions):
+            attn.weight[first_dim + p, d + p] = 1.0
 
 
 # ---- hand-built maps with known answers -------------------------------------------

@@ -419,6 +419,7 @@ ALLOWED_BROAD_HANDLERS = {
     "app/report/html.py": 1,
     "app/registry/analyses/roles.py": 1,  # float(value) of NAME=VALUE, refused right after
     "app/report/fonts.py": 2,  # a font file that cannot be read: the next one is tried
+    "models/batching.py": 1,  # the padding check's trial forward on ids alone failed: the structural verdict stands
     "models/adapter.py": 2,  # discovery's trial forward failed: nothing is left out; a forward whose
     # signature inspect cannot read keeps the class's main_input_name
     "probe/tracing/hooks.py": 1,  # restoring the attention setting on a sub-model that has none of its own

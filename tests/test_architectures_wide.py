@@ -504,6 +504,28 @@ def test_boolean_mask_attention_refused_at_load(sweep, bert_tokenizer):
     assert "\n" not in str(e.value)
 
 
+def test_codec_with_two_transformers_refused_at_load(sweep, bert_tokenizer):
+    """Pocket TTS's audio tokenizer (no encoder-decoder) runs an encoder transformer, then a
+    decoder transformer, each counting its layers from 0, and reports the encoder's
+    attentions only: read as one stack the toolkit captured 4 layers against the model's 2
+    (the sweep's one failed row). It is refused at load in one line naming both stacks."""
+    from probe.models.architectures import UnsupportedModel, discover_attention
+    from sweep_inputs import working_inputs  # on the path once the sweep is loaded
+
+    model = sweep.build_model("pocket_tts_audio_tokenizer", bert_tokenizer)
+    inputs = working_inputs(model, bert_tokenizer)
+    assert len(sweep.eager_reference(model, inputs).attentions) == 2  # the encoder's two layers
+    with pytest.raises(UnsupportedModel, match="'pocket_tts_audio_tokenizer'.*two attention stacks") as e:
+        discover_attention(model)
+    assert "encoder.encoder_transformer.layers, 2 layers" in str(e.value)
+    assert "decoder.decoder_transformer.layers, 2 layers" in str(e.value)
+    with pytest.raises(UnsupportedModel, match="open one of them") as e:
+        _adapter(model, bert_tokenizer, "pocket_tts_audio_tokenizer")
+    assert "\n" not in str(e.value)
+    row = sweep.check_type("pocket_tts_audio_tokenizer")
+    assert row["status"] == "refused", row
+
+
 # ---- float64 --------------------------------------------------------------------------------
 def test_float64_captured_at_float64_accuracy(sweep, bert_tokenizer):
     from probe.runs.capture import capture
@@ -532,6 +554,11 @@ SUBSET = {
     "mamba": "refused",
     "longformer": "refused",
     "nemotron_asr_streaming_encoder": "refused",
+    # built since issue 40 gave them their own inputs (stacked mel frames with their mask;
+    # flattened patches with their positions) and refused since it (two stacks in a codec)
+    "fun_asr_nano_encoder": "exact",
+    "gemma4_vision": "exact",
+    "pocket_tts_audio_tokenizer": "refused",
 }
 
 
@@ -542,7 +569,7 @@ def test_coverage_sweep_subset(sweep):
         if r["status"] == "refused":
             assert f"'{r['model_type']}'" in r["reason"] and "\n" not in r["reason"]
     text = sweep.markdown(rows, "x", len(SUBSET))
-    assert "**exact**: 5" in text and "**refused**: 4" in text and "**failed**: 0" in text
+    assert "**exact**: 7" in text and "**refused**: 5" in text and "**failed**: 0" in text
 
 
 def test_head_mixing_norm_refuses_ablation_not_capture(sweep, bert_tokenizer):

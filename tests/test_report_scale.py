@@ -227,6 +227,37 @@ def test_report_one_objective_option(checkpoints, tmp_path):
     assert said and "--objective embedding-drift is not one explain knows, so auto" in said[0], said
 
 
+def test_report_faithfulness_notes_say_which_examples_were_explained_and_why(checkpoints, tmp_path):
+    """The report's faithfulness notes state the sizing rule (the attribution claim's power:
+    71, more than 8, so all 8), and with --explained-examples 3 the length-stratified draw;
+    IG's steps per example are summarised and recorded."""
+
+    def section(out, *extra):
+        res = _report(checkpoints["seqcls"], out, "--sections", "faithfulness", *extra)
+        assert res.exit_code == 0, res.output
+        summary = json.loads((out / "summary.json").read_text())
+        return next(s for s in summary["sections"] if s["name"] == "faithfulness")
+
+    faith = section(tmp_path / "a")
+    assert faith["status"] == "ran", faith
+    said = [n for n in faith["notes"] if "explained" in n]
+    assert said == [
+        "all 8 examples explained; 71 = the fewest at which the attribution claim calls a head significant in 55% "
+        "of examples agreeing and one in 45% not, each with 80% power (⌈(z_0.8 · 0.5 / 0.05)²⌉), capped at 256"
+    ]
+    gate = faith["summary"]["ig_gate"]
+    steps = [n for n in faith["notes"] if n.startswith("IG steps per example, doubled from 8")]
+    assert steps and f"median {gate['median_steps']:g}, max {gate['max_steps']}" in steps[0]
+    assert sum(gate["steps_counts"].values()) == 8 and faith["summary"]["explained"]["n"] == 8
+    faith = section(tmp_path / "b", "--explained-examples", "3")
+    said = [n for n in faith["notes"] if "explained" in n]
+    assert len(said) == 1 and said[0].startswith(
+        "3 of 8 explained, drawn across the corpus in 3 length strata (seed 0) among its"
+    )
+    assert said[0].endswith("the number fixed by --explained-examples (--explain-limit)")
+    assert faith["summary"]["n_examples"] == 3 and faith["summary"]["explained"]["strata"] == 3
+
+
 @pytest.mark.parametrize("kind, target", [("seqcls", "logit"), ("tokcls", "similarity")])
 def test_classifier_checkpoints_use_head_or_encoder_underneath(checkpoints, kind, target):
     """A sequence classifier explains its logit and is judged on its head (the KL of its
@@ -538,10 +569,11 @@ def test_report_options_reach_the_sections_that_declare_them():
 def test_every_example_cap_is_stated_with_the_flag_that_lifts_it():
     from probe.app.report.build import _model_examples_setting, _overrides
 
-    stated = _model_examples_setting(2001, None)
-    assert "first 16 of 2001" in stated["faithfulness examples"]
-    assert "--explained-examples N" in stated["faithfulness examples"]
+    stated = _model_examples_setting(2001, None)["faithfulness examples"]
+    assert stated.startswith("71 of 2001 explained, as many as the attribution claim's power needs")
+    assert "drawn across the corpus in 8 length strata" in stated and "--explained-examples N" in stated
+    assert _model_examples_setting(2001, None, 40)["faithfulness examples"].startswith("40 of 2001 explained, fixed")
     assert _model_examples_setting(2001, None, 0)["faithfulness examples"] == "all 2001"
     assert _model_examples_setting(10, None)["faithfulness examples"] == "all 10"
-    assert _overrides(None, 0) == {"explain_limit": None}
-    assert _overrides(None, 40) == {"explain_limit": 40}
+    assert _overrides(None, 0) == {"explain_limit": None, "sized_by_power": False}
+    assert _overrides(None, 40) == {"explain_limit": 40, "sized_by_power": False}

@@ -16,13 +16,38 @@ would reach that share with 80% probability (:func:`.statistics.detectable_share
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from typing import Optional
 
 from . import thresholds as T
 from .claim import Claim
-from .statistics import detectable_share, wilson_interval
+from .statistics import detectable_share, examples_for_power, wilson_interval
+
+
+def examples_needed(
+    margin: float = T.AGREEMENT_MARGIN, share: float = T.AGREEMENT_SHARE, power: float = T.POWER
+) -> int:
+    """The fewest examples at which the claim's call (significant in at least ``share`` of the
+    examples) is right with probability ``power`` both for a head whose true rate of significant
+    agreement is ``share + margin`` (called agreeing) and for one at ``share − margin`` (called
+    not): ``⌈(z_power · √(share·(1 − share)) / margin)²⌉`` (:func:`.statistics.examples_for_power`;
+    the normal approximation to the binomial, Cohen 1988). ``√(share·(1 − share))`` is the
+    spread of one example's significant-or-not at the bar, the largest a rate near it can
+    have, so the rule needs no pilot. 71 at the defaults (⌈(0.8416 · 0.5 / 0.05)²⌉ = ⌈70.8⌉)."""
+    return examples_for_power(math.sqrt(share * (1 - share)), margin, power)
+
+
+def sizing_rule(n: int) -> str:
+    """The words the report states beside the ``n`` examples :func:`examples_needed` chose."""
+    return (
+        f"{n} = the fewest at which the attribution claim calls a head significant in "
+        f"{T.AGREEMENT_SHARE + T.AGREEMENT_MARGIN:.0%} of examples agreeing and one in "
+        f"{T.AGREEMENT_SHARE - T.AGREEMENT_MARGIN:.0%} not, each with {T.POWER:.0%} power "
+        f"(⌈(z_{T.POWER:g} · {math.sqrt(T.AGREEMENT_SHARE * (1 - T.AGREEMENT_SHARE)):g} / {T.AGREEMENT_MARGIN:g})²⌉), "
+        f"capped at {T.EXPLAIN_CAP}"
+    )
 
 
 def target_validity(info: dict) -> tuple:
@@ -62,7 +87,8 @@ def attribution_claims(heads: Any, verdict: Any = None, info: Optional[dict] = N
     rows = {(int(r["layer"]), int(r["head"])): r for _, r in verdict.iterrows()}
     n = int(info.get("n_examples") or 0)
     gate = info.get("ig_gate") or {}
-    n = n - int(gate.get("excluded") or 0)
+    # the examples the agreement test used: IG within completeness, long enough for a Kendall test
+    n = n - int(gate.get("excluded") or 0) - int(info.get("agreement_skipped_short") or 0)
     null = info.get("null_agreement") or None
     out = {}
     for k in heads:

@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from probe.analyses.common.batch import batch_indices
+from probe.analyses.common.batch import batch_indices, by_one_length
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
@@ -237,11 +237,15 @@ class BatchReadouts:
     perturbed: dict
 
 
-def sweep_batches(corpus: Any, batch_size: int) -> list:
+def sweep_batches(adapter: Any, corpus: Any, batch_size: int) -> list:
     """``[(number, example indices)]``: the sweep's batches, examples of similar length
     together (:func:`probe.analyses.common.batch.batch_indices`, as
-    ``Objective.batches(by_length=True)`` forms them), numbered."""
-    return list(enumerate(tuple(idx) for idx in batch_indices(corpus.texts, batch_size, by_length=True)))
+    ``Objective.batches(by_length=True)`` forms them; of one length where the model's
+    padding leaks, :func:`probe.analyses.common.batch.by_one_length`), numbered."""
+    batches = by_one_length(
+        adapter, batch_indices(corpus.texts, batch_size, by_length=True), corpus.texts, corpus.word_spans
+    )
+    return list(enumerate(tuple(idx) for idx in batches))
 
 
 @torch.no_grad()
@@ -394,7 +398,7 @@ def removal_sweep(
     if todo:
         means = position_kind_means(adapter, corpus, obj, batch_size, stack) if "mean" in todo else None
         plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size)
-        batches = sweep_batches(corpus, batch_size)
+        batches = sweep_batches(adapter, corpus, batch_size)
         parts = [p.value for p in (runner or InProcess(adapter, progress))(RemovalJob(plan), batches)]
         clean, pert = _placed(parts, n, len(units))
     harm, measures, corpus_m = {}, {}, {}

@@ -21,6 +21,7 @@ __all__ = [
     "detectable_effect",
     "detectable_from_se",
     "detectable_share",
+    "examples_for_power",
     "mean_ci",
     "se_from_interval",
     "wilson_interval",
@@ -100,6 +101,28 @@ def detectable_from_se(se: float, floor: float = 0.0, q: Any = 0.05, power: floa
         return float("nan")
     z = (norm.ppf(1 - q) if q is not None else 0.0) + norm.ppf(power)
     return float(floor + z * se)
+
+
+def examples_for_power(sd: float, margin: float, power: float = 0.8, q: Any = None) -> int:
+    """The fewest examples at which a mean of per-example values with spread ``sd`` resolves
+    ``margin``: ``⌈((z_{1−q} + z_{power}) · sd / margin)²⌉`` (Cohen 1988's sample size for a
+    one-sided test at level ``q``; ``q=None`` for a rule that compares the point estimate
+    with a bar and tests nothing, ``⌈(z_{power} · sd / margin)²⌉``). The inverse of
+    :func:`detectable_from_se` with ``se = sd / √n``; at least 1.
+
+    Raises:
+        InputError: ``margin ≤ 0``, ``sd < 0`` (or NaN), ``power`` or ``q`` outside (0, 1).
+    """
+    from scipy.stats import norm
+
+    if not margin > 0:
+        raise InputError(f"the effect to resolve must be > 0, got {margin}")
+    if not sd >= 0:
+        raise InputError(f"the per-example spread must be ≥ 0, got {sd}")
+    if not 0 < power < 1 or (q is not None and not 0 < q < 1):
+        raise InputError(f"power and level must be in (0, 1), got power {power}, level {q}")
+    z = (norm.ppf(1 - q) if q is not None else 0.0) + norm.ppf(power)
+    return max(1, math.ceil((z * sd / margin) ** 2 - 1e-9))
 
 
 def se_from_interval(low: float, high: float, confidence: float = 0.95) -> float:

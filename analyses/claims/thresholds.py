@@ -138,6 +138,22 @@ AGREEMENT_SHARE = _t(
     "Jain & Wallace (2019): a head agrees with attributions when its ranking correlates significantly in most examples",
 )
 
+#: the attribution claim's resolution: how far from AGREEMENT_SHARE a head's rate of significant
+#: agreement may be and still be called wrongly with probability above 1 − POWER
+AGREEMENT_MARGIN = _t(
+    "agreement_margin",
+    0.05,
+    "the explained examples are as many as it takes for a head significant in 55% of them to be called "
+    "agreeing, and one in 45% not, each with 80% power: Jain & Wallace's 'most examples' resolved to 5 points",
+)
+#: the most examples the report's faithfulness section explains by that rule (a compute cap)
+EXPLAIN_CAP = _t(
+    "explain_cap",
+    256,
+    "a compute cap: each explained example costs about 3 CPU-seconds for MiniLM on EWT dev (integrated "
+    "gradients, the null model's, the permutations; docs/explanation.md), 256 about 13 CPU-minutes",
+)
+
 
 def thresholds_in_force() -> dict:
     """``name -> {"value", "source"}`` for every threshold above (JSON-able)."""

@@ -16,11 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from probe.errors import InputError
+from probe.models.batching import ONE_LENGTH, one_length_batches
 
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
 
-__all__ = ["MetricBatch", "batch_indices", "special_mask", "f32", "token_nll", "check_scalar"]
+__all__ = ["MetricBatch", "batch_indices", "by_one_length", "special_mask", "f32", "token_nll", "check_scalar"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,24 @@ def batch_indices(texts: Sequence[str], batch_size: int, by_length: bool = False
     if by_length:
         order.sort(key=lambda i: -len(texts[i]))
     return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+def by_one_length(
+    adapter: ModelAdapter,
+    batches: Sequence[Sequence[int]],
+    texts: Sequence[str],
+    spans: Optional[Sequence] = None,
+    *,
+    truncate: bool = False,
+) -> list[list[int]]:
+    """``batches`` (indices into ``texts``) as they are, or split into groups of one token
+    length where the model runs one length per batch (``adapter.batching``: its padding
+    leaks into other positions, :mod:`probe.models.batching`). Callers place results by
+    index, so the order of the results is kept."""
+    if adapter.batching != ONE_LENGTH:
+        return [list(b) for b in batches]
+    lengths = [len(e) for e in adapter.encode_batch(list(texts), spans, truncate=truncate)]
+    return list(one_length_batches(batches, lengths))
 
 
 def special_mask(adapter: ModelAdapter, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

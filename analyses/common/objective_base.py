@@ -37,7 +37,7 @@ import torch
 
 from probe.errors import NotApplicable
 
-from .batch import MetricBatch, batch_indices, check_scalar, special_mask
+from .batch import MetricBatch, batch_indices, by_one_length, check_scalar, special_mask
 
 __all__ = ["Objective", "InputObjective", "Unfitted", "MetricBatch", "check_scalar", "scalar_function"]
 
@@ -103,8 +103,14 @@ class Objective:
                 the padded tokens every forward carries (the first 128 sentences of EWT
                 dev: 5,736 → 3,592 at batch size 8). Callers place each batch's results
                 by its ``indices``.
+
+        A model that runs one length per batch (``adapter.batching``: its padding leaks)
+        gets each batch split into groups of one token length.
         """
-        for idx in batch_indices(corpus.texts, batch_size, by_length):
+        batches = by_one_length(
+            adapter, batch_indices(corpus.texts, batch_size, by_length), corpus.texts, corpus.word_spans
+        )
+        for idx in batches:
             yield idx, self.make_batch(adapter, corpus, idx)
 
     def make_batch(self, adapter: ModelAdapter, corpus: Any, indices: Sequence[int]) -> MetricBatch:

@@ -106,11 +106,14 @@ class Attributions:
 
     def completeness(self) -> pd.DataFrame:
         """Per example: ``value, baseline_value, ig_sum, ig_delta, relative_error``
-        (``|delta| / |f(x) − f(x')|``), the IG completeness check."""
+        (``|delta| / |f(x) − f(x')|``), the IG completeness check, and ``steps``, the
+        integration steps its IG took (``settings["ig_steps_per_example"]`` once
+        :func:`.completeness.gate_ig` raised them, else ``settings["n_steps"]``)."""
         import pandas as pd
 
+        steps = self.settings.get("ig_steps_per_example") or [self.settings.get("n_steps")] * len(self.examples)
         rows = []
-        for ex in self.examples:
+        for ex, n_steps in zip(self.examples, steps):
             if "ig" not in ex.scores:
                 raise InputError("completeness needs the 'ig' attributions")
             gap = ex.value - ex.baseline_value
@@ -122,6 +125,7 @@ class Attributions:
                     "ig_sum": float(ex.scores["ig"].sum()),
                     "ig_delta": ex.ig_delta,
                     "relative_error": abs(ex.ig_delta) / max(abs(gap), 1e-12),
+                    "steps": n_steps,
                 }
             )
         return pd.DataFrame(rows)

@@ -30,12 +30,14 @@ MAX_STEPS_FACTOR = 8
 class IGGate:
     """What the gate did. ``passed``: indices of examples within :data:`TOLERANCE`;
     ``excluded``: the others; ``steps``: per example, the steps its IG was computed with;
-    ``errors``: per example, the final relative error."""
+    ``errors``: per example, the final relative error; ``start``: the steps every example
+    was first computed with."""
 
     passed: tuple
     excluded: tuple
     steps: tuple
     errors: tuple
+    start: int = 0
 
     def to_dict(self) -> dict:
         err = np.asarray(self.errors, dtype=np.float64)
@@ -45,7 +47,10 @@ class IGGate:
             "n": len(self.errors),
             "excluded": len(self.excluded),
             "excluded_share": len(self.excluded) / max(1, len(self.errors)),
+            "start_steps": self.start,
             "max_steps": int(max(self.steps)) if self.steps else 0,
+            "median_steps": float(np.median(self.steps)) if self.steps else 0.0,
+            "steps_counts": {int(k): int(v) for k, v in zip(*np.unique(self.steps, return_counts=True))},
             "max_relative_error_used": float(np.nanmax(used)) if self.passed else None,
         }
 
@@ -80,4 +85,5 @@ def gate_ig(adapter, target, encodings, attrs, n_steps: int, **kw) -> tuple:
     passed = tuple(i for i, e in enumerate(err) if e <= TOLERANCE)
     excluded = tuple(i for i in range(len(err)) if i not in set(passed))
     out = replace(attrs, examples=tuple(examples), settings=dict(attrs.settings, ig_steps_per_example=steps))
-    return out, IGGate(passed=passed, excluded=excluded, steps=tuple(steps), errors=tuple(float(e) for e in err))
+    errors = tuple(float(e) for e in err)
+    return out, IGGate(passed=passed, excluded=excluded, steps=tuple(steps), errors=errors, start=n_steps)

@@ -122,13 +122,19 @@ def _permutation_groups(adapter: ModelAdapter, lengths: Sequence[int], k: int, b
     """``[(start, stop, kc)]`` over examples sorted by ``lengths`` (ascending): each forward
     carries examples ``start:stop`` × ``kc`` permutations, at most ``batch_rows`` rows and
     what the memory budget allows at the group's longest length (:func:`probe.inputs.budget.rows_for`,
-    no gradients); ``kc < k`` only for a single example whose ``k`` rows do not fit."""
+    no gradients); ``kc < k`` only for a single example whose ``k`` rows do not fit. A
+    model whose padding leaks (``adapter.batching``) gets groups of one length."""
+    from bisect import bisect_right
+
     from probe.inputs.budget import rows_for
+    from probe.models.batching import ONE_LENGTH
 
     groups, start = [], 0
     per = max(1, batch_rows // k)
     while start < len(lengths):
         stop = min(len(lengths), start + per)
+        if adapter.batching == ONE_LENGTH:
+            stop = min(stop, bisect_right(lengths, lengths[start]))
         fit = rows_for(adapter, int(lengths[stop - 1]), cap=batch_rows, grad=False)
         stop = min(stop, start + max(1, fit // k))
         groups.append((start, stop, k if fit >= k else fit))

@@ -37,6 +37,7 @@ from probe.analyses.explanation.attention_scores import attention_scores
 from probe.analyses.explanation.attributions import METHODS, Attributions, attribute
 from probe.analyses.explanation.completeness import MAX_STEPS_FACTOR, TOLERANCE, gate_ig
 from probe.analyses.explanation.counterfactual import PermutationEffects, permutation_effects
+from probe.analyses.explanation.sample import N_STRATA
 from probe.analyses.explanation.ground_truth import EvidenceRecovery, evidence_recovery
 from probe.errors import InputError, NotApplicable
 
@@ -248,6 +249,30 @@ def _null_agreement(
     }
 
 
+def _drawn(adapter, corpus, evidence, n: int, seed: int, n_strata: int) -> tuple:
+    """``(corpus, evidence, info)``: ``n`` examples of ``corpus`` drawn across it, stratified by
+    token length (:func:`.sample.stratified_sample`), with their evidence words and what was
+    drawn. Drawn among the examples of at least :data:`.agreement.MIN_WORDS` words, those the
+    agreement test can use (every example when none has that many)."""
+    from probe.inputs.corpus import token_lengths
+
+    from .agreement import MIN_WORDS
+    from .sample import length_strata, stratified_sample
+
+    lengths = np.asarray(token_lengths(corpus.texts, adapter))
+    spans = _spans(corpus)
+    words = [len(spans[i]) if spans else len(t.split()) for i, t in enumerate(corpus.texts)]
+    pool = np.flatnonzero(np.asarray(words) >= MIN_WORDS)
+    pool = pool if len(pool) else np.arange(len(corpus))
+    picked = pool[stratified_sample(lengths[pool], n, seed=seed, n_strata=n_strata)]
+    k = int(length_strata(lengths[pool], min(n_strata, n, len(pool))).max()) + 1
+    sub = corpus.subset(picked.tolist(), reason="not drawn to be explained")
+    said = {"n": len(picked), "of": len(corpus), "eligible": len(pool), "min_words": MIN_WORDS, "strata": k}
+    said.update(seed=seed, indices=picked.tolist(), tokens_min=int(lengths[picked].min()))
+    said.update(tokens_max=int(lengths[picked].max()), corpus_tokens_max=int(lengths.max()))
+    return sub, [evidence[i] for i in picked] if evidence is not None else None, said
+
+
 def run_faithfulness(
     adapter,
     corpus,
@@ -265,6 +290,7 @@ def run_faithfulness(
     progress: bool = False,
     pairs: Optional[str] = None,
     null: Union[bool, str] = True,
+    n_strata: int = N_STRATA,
 ) -> FaithfulnessReport:
     """Run the whole faithfulness study of ``target`` on ``corpus``.
 
@@ -279,8 +305,11 @@ def run_faithfulness(
         n_steps, internal_batch_size: IG settings.
         n_permutations: random permutations per example and head.
         heads: heads to permute (default all); ``permute=False`` skips permutations.
-        max_examples: explain only the first N examples (after a probe's split).
-        seed: probe split and permutation seed.
+        max_examples: explain N examples drawn across the corpus (after a probe's split),
+            stratified by token length in ``n_strata`` strata (:func:`.sample.stratified_sample`,
+            seeded by ``seed``), among those long enough for the agreement test
+            (``info["explained"]`` says which and how); ``None``: every example.
+        seed: probe split, sample and permutation seed.
         pairs: a pairs file for the ``similarity`` target (default: nearest neighbours).
         null: also measure the agreement on a null model (``True``: the default one,
             or its name: ``reinit``, ``permute``; :mod:`probe.analyses.claims.null_model`;
@@ -297,9 +326,8 @@ def run_faithfulness(
     from probe.runs.capture import capture
 
     target, corpus, evidence, info = resolve_target(adapter, target, corpus, seed=seed, pairs=pairs)
-    if max_examples is not None:
-        corpus = corpus.subset(range(min(max_examples, len(corpus))), reason="beyond --max-examples")
-        evidence = evidence[: len(corpus)] if evidence is not None else None
+    if max_examples is not None and max_examples < len(corpus):
+        corpus, evidence, info["explained"] = _drawn(adapter, corpus, evidence, max_examples, seed, n_strata)
     if not len(corpus):
         raise InputError("no examples left to explain")
     spans = _spans(corpus)

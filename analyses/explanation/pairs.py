@@ -67,11 +67,13 @@ def embed(adapter: ModelAdapter, texts: Sequence[str], pooling: Pooling, batch_s
 
     Texts are batched with others of similar length (longest first), so a batch is not
     padded to one long text; each row is its text's embedding whatever its batch."""
+    from probe.analyses.common.batch import by_one_length
+
     base = getattr(adapter.model, "base_model", adapter.model)
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     out: Optional[torch.Tensor] = None
-    for s in range(0, len(order), batch_size):
-        idx = order[s : s + batch_size]
+    chunks = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    for idx in by_one_length(adapter, chunks, texts, truncate=True):
         inputs = adapter.batch(adapter.encode_batch([texts[i] for i in idx], truncate=True))
         h = base(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
         pooled = pooling.pool(h.float(), inputs["attention_mask"]).cpu()

@@ -126,11 +126,13 @@ def paired_batches(adapter, metric, clean, corrupted, batch_size: int, progress:
     """
     from tqdm.auto import tqdm
 
+    from probe.analyses.common.batch import by_one_length
+
     if len(clean) != len(corrupted):
         raise InputError(f"{len(clean)} clean and {len(corrupted)} corrupted inputs: give them in pairs")
     n = len(clean)
-    for start in tqdm(range(0, n, batch_size), disable=not progress, desc="patching"):
-        idx = list(range(start, min(n, start + batch_size)))
+    batches = [list(range(s, min(n, s + batch_size))) for s in range(0, n, batch_size)]
+    for idx in tqdm(by_one_length(adapter, batches, clean.texts), disable=not progress, desc="patching"):
         cb = metric.make_batch(adapter, clean, idx)
         kb = metric.make_batch(adapter, corrupted, idx)
         _check_pair(cb, kb, idx)

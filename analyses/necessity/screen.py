@@ -229,7 +229,7 @@ def screen_heads(
     if "mean" in modes and means is None:
         means = position_kind_means(adapter, corpus, obj, batch_size, stack)
     plan = ScreenPlan(corpus, obj, modes, kind, n_projections, means, seed, stack)
-    parts = (runner or InProcess(adapter, progress))(ScreenJob(plan), sweep_batches(corpus, batch_size))
+    parts = (runner or InProcess(adapter, progress))(ScreenJob(plan), sweep_batches(adapter, corpus, batch_size))
     n = len(corpus)
     est = {m: np.zeros((n, L, H)) for m in modes}
     for part in parts:

@@ -250,7 +250,7 @@ def sequential_necessity(
     import torch
 
     from probe.analyses.claims.removal import RemovalJob, RemovalPlan, _placed
-    from probe.analyses.common.batch import batch_indices
+    from probe.analyses.common.batch import batch_indices, by_one_length
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.common.objective import resolve_objective
     from probe.analyses.necessity.ablation import position_kind_means
@@ -270,7 +270,7 @@ def sequential_necessity(
         plan = RemovalPlan(corpus, obj, tuple(units[j] for j in live), (mode,), means, seed, stack, batch_size)
         texts = [corpus.texts[i] for i in idx]
         batches = []
-        for chunk in batch_indices(texts, batch_size, by_length=True):
+        for chunk in by_one_length(adapter, batch_indices(texts, batch_size, by_length=True), texts):
             batches.append((calls[0], tuple(idx[c] for c in chunk)))
             calls[0] += 1
         parts = [p.value for p in (runner or InProcess(adapter))(RemovalJob(plan), batches)]

@@ -114,11 +114,15 @@ def ud_labels(path: str | os.PathLike, prop: str = "subject-number", limit: Opti
 
 def sentence_embeddings(adapter, encodings: Sequence, target: ProbeLogit, batch_size: int = 32) -> np.ndarray:
     """Pooled embeddings ``[n, d]`` the probe reads (no gradient), via ``target.embed``."""
+    from probe.models.batching import ONE_LENGTH, one_length_batches
+
     rows: list = [None] * len(encodings)
     order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
+    chunks: list = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    if adapter.batching == ONE_LENGTH:  # its padding leaks: one length per forward
+        chunks = list(one_length_batches(chunks, [len(e) for e in encodings]))
     with torch.no_grad():
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size]
+        for idx in chunks:
             inputs = adapter.batch([encodings[i] for i in idx])
             out = target.output(adapter, inputs["input_ids"], inputs["attention_mask"])  # the encoder underneath
             emb = target.embed(out, inputs["attention_mask"]).float().cpu().numpy()

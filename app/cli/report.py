@@ -69,7 +69,8 @@ def _sections_help() -> str:
     "--explained-examples",
     type=click.IntRange(min=0),
     default=None,
-    help="examples faithfulness explains; 0: every example (default: the first 16, stated in the report)",
+    help="examples faithfulness explains, drawn across the corpus stratified by length; 0: every example "
+    "(default: as many as the attribution claim's power needs, stated in the report)",
 )
 @click.option(
     "--window",

@@ -619,8 +619,8 @@ def _overrides(max_model_examples, explained_examples=None, null=None, causal=No
     that declare them (``ReportState.overrides``); the objective is the run's, not a
     parameter (``ctx.objective(use)``)."""
     out: dict = {}
-    if explained_examples is not None:
-        out["explain_limit"] = explained_examples or None  # 0: every example
+    if explained_examples is not None:  # 0: every example; either way not sized by the claim's power
+        out.update(explain_limit=explained_examples or None, sized_by_power=False)
     if max_model_examples is not None:
         out["max_model_examples"] = max_model_examples or None  # 0: the whole corpus
     if null is not None:
@@ -650,16 +650,11 @@ def _model_examples_setting(
             "model-run examples": f"the first {cap} of {n} for {names} "
             "(--max-model-examples 0 runs them on every example)"
         }
+    from probe.app.registry.analyses.faithfulness import explained_setting
+
     for explains in (a for a in registered() if "explain_limit" in a.report_params):
-        default = explains.report_params["explain_limit"]
-        limit = default if explained_examples is None else (explained_examples or None)
-        key = f"{explains.name} examples"
-        if limit is None or n <= limit:
-            out[key] = f"all {n}"
-        else:
-            out[key] = (
-                f"the first {limit} of {n} explained (--explained-examples N changes it, 0 explains every example)"
-            )
+        params = dict(explains.report_params, **_overrides(None, explained_examples))
+        out[f"{explains.name} examples"] = explained_setting(n, params)
     return out
 
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from probe.errors import InputError
+from probe.models.batching import ONE_LENGTH, one_length_batches
 
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
@@ -166,7 +167,8 @@ def length_groups(lengths: Sequence[int], adapter: ModelAdapter, cap: int, grad:
     """Example indices in groups for one forward each: longest first, each group as many
     examples (at most ``cap``) as fit the budget at its longest length.
 
-    Returns a list of index lists covering ``range(len(lengths))`` once.
+    Returns a list of index lists covering ``range(len(lengths))`` once; each of one
+    length where the model runs one length per batch (``adapter.batching``).
     """
     order = sorted(range(len(lengths)), key=lambda i: -int(lengths[i]))
     groups, i = [], 0
@@ -174,4 +176,6 @@ def length_groups(lengths: Sequence[int], adapter: ModelAdapter, cap: int, grad:
         rows = rows_for(adapter, int(lengths[order[i]]), cap, grad)
         groups.append(order[i : i + rows])
         i += rows
+    if adapter.batching == ONE_LENGTH:
+        return list(one_length_batches(groups, [int(n) for n in lengths]))
     return groups

@@ -182,7 +182,7 @@ def fit_pairs(clean: Corpus, corrupted: Corpus, adapter: ModelAdapter) -> tuple[
     limit = adapter.max_length
     keep = [
         i
-        for i, (a, b) in enumerate(zip(_lengths(clean.texts, adapter), _lengths(corrupted.texts, adapter)))
+        for i, (a, b) in enumerate(zip(token_lengths(clean.texts, adapter), token_lengths(corrupted.texts, adapter)))
         if a <= limit and b <= limit
     ]
     if not keep:
@@ -265,7 +265,9 @@ def special_token_ids(tokenizer: Any) -> list:
     return sorted({i for i in (getattr(tokenizer, "all_special_ids", None) or []) if i != unk})
 
 
-def _lengths(texts: Iterable[str], adapter: ModelAdapter) -> list:
+def token_lengths(texts: Iterable[str], adapter: ModelAdapter) -> list:
+    """Each text's token count with the model's tokenizer, special tokens included (one
+    batched tokenizer call, no model forward)."""
     return [len(ids) for ids in adapter.tokenizer(list(texts), add_special_tokens=True)["input_ids"]]
 
 

@@ -9,24 +9,28 @@ batch carries ``position_ids`` counted over the real tokens only (``cumsum(mask)
 as transformers' ``generate`` does for decoders. ``tests/test_trace_decoders.py`` checks
 every site and the outputs of each text in batches of three lengths against its own
 forward, padded either side.
+
+That holds where the padding is masked out of every layer. A model whose layers mix
+positions without the mask (convolutions over the sequence) is found at load and runs one
+length per batch (``adapter.batching``, :mod:`probe.models.batching`); :func:`padding_leak`
+measures the leak on texts.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from probe.errors import InputError
+from probe.models.batching import LEAK_TOLERANCE, output_leak
 
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
 
 __all__ = ["padded_inputs", "real_positions", "padding_leak", "LEAK_TOLERANCE"]
 
-#: above this max |Δ| a text's outputs depend on its batch-mates (float32 noise is ~1e-6)
-LEAK_TOLERANCE = 1e-4
 _PROBE = ("A short text.", "A much longer text, with several clauses, that makes the batch ragged and padded.")
 
 
@@ -67,24 +71,13 @@ def real_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def _main(out: Any) -> torch.Tensor:
-    for key in ("logits", "last_hidden_state"):
-        v = getattr(out, key, None)
-        if torch.is_tensor(v):
-            return v
-    return out[0]
-
-
 def padding_leak(adapter: ModelAdapter, texts: Sequence[str] = _PROBE) -> float:
     """Max |Δ| of the first text's outputs on its real positions between its own forward
     and a right-padded batch with the others: 0 up to float noise where padding is masked
     out everywhere; large where a layer mixes positions without the mask (ConvBERT's span
-    convolutions, Jiang et al. 2020; Nyströmformer's landmark means, Xiong et al. 2021).
-    Such a model must run one text per batch (or one length per batch)."""
-    with torch.no_grad():
-        batch = padded_inputs(adapter, list(texts), side="right")
-        alone = padded_inputs(adapter, [texts[0]], side="right")
-        together = _main(adapter.model(**batch))[0]
-        own = _main(adapter.model(**alone))[0]
-    n = own.shape[0]
-    return float((together[:n].float() - own.float()).abs().max())
+    convolutions, Jiang et al. 2020; Nyströmformer's convolution on the values, Xiong et al. 2021).
+    Such a model runs one length per batch: the adapter finds it at load (``adapter.batching``).
+    ``LEAK_TOLERANCE`` (1e-4) separates the two on float32 models."""
+    batch = padded_inputs(adapter, list(texts), side="right")
+    alone = padded_inputs(adapter, [texts[0]], side="right")
+    return output_leak(adapter.model, batch, alone)[0]

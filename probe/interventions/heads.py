@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 import torch
 
 from probe.errors import InputError
+from probe.models.batching import ONE_LENGTH, one_length_batches
 
 from probe.tracing.edits import Edit, Gate, Mean, Patch, SiteContext, Zero
 from probe.models.sites import Site
@@ -203,6 +204,15 @@ class HeadGates(HeadIntervention):
         self._by_layer = {layer: [Gate(gates=gates, layer=layer)] for layer in range(len(modules))}
 
 
+def _batches_of(adapter: ModelAdapter, texts: list, batch_size: int) -> list:
+    """Indices of ``texts`` in corpus-order batches of ``batch_size``, split into groups of one
+    token length where the model leaks padding (``adapter.batching``)."""
+    batches = [list(range(s, min(s + batch_size, len(texts)))) for s in range(0, len(texts), batch_size)]
+    if adapter.batching != ONE_LENGTH:
+        return batches
+    return list(one_length_batches(batches, [len(e) for e in adapter.encode_batch(texts)]))
+
+
 def head_output_means(
     adapter: ModelAdapter,
     texts: Sequence[str],
@@ -229,13 +239,11 @@ def head_output_means(
     sums = torch.zeros(2, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)
     counts = torch.zeros(2, dtype=torch.float64)
     with HeadOutputRecorder(adapter, stack=stack) as rec:
-        for start in range(0, len(texts), batch_size):
-            encs = [adapter.encode(t) for t in texts[start : start + batch_size]]
+        for idx in _batches_of(adapter, texts, batch_size):
+            encs = [adapter.encode(texts[k]) for k in idx]
             inputs = adapter.batch(encs)
             if adapter.arch == "encoder-decoder":
-                inputs.update(
-                    adapter.decoder_inputs([adapter.encode(t, target=True) for t in texts[start : start + batch_size]])
-                )
+                inputs.update(adapter.decoder_inputs([adapter.encode(texts[k], target=True) for k in idx]))
             with torch.no_grad():
                 adapter.model(**inputs)
             for i, e in enumerate(encs):

@@ -28,6 +28,7 @@ from probe.errors import InputError
 
 from probe.inputs.long_inputs import warn_if_capture_too_large
 from probe.maps import AttentionMaps
+from probe.models.batching import ONE_LENGTH, one_length_batches
 from probe.models.sites import Site
 from probe.tracing.site_keys import Reader, unsupported
 from probe.tracing.trace_context import Trace, TraceView
@@ -339,10 +340,15 @@ def _window_maps(
 ) -> dict[int, AttentionMaps]:
     """The maps of one window's examples ``{position in the window: maps}``, captured in
     batches of similar length (:func:`_batches`; ``batch``: :func:`_capture_batch`'s
-    settings); ``bar``: a progress bar or None."""
+    settings), of one length where the model leaks padding (``adapter.batching``);
+    ``bar``: a progress bar or None."""
     order = sorted(range(len(encs)), key=lambda k: len(encs[k]))
     done: dict[int, AttentionMaps] = {}
-    for idx in _batches(order, cells, batch_size, max_cells):
+    batches = _batches(order, cells, batch_size, max_cells)
+    if adapter.batching == ONE_LENGTH:
+        lengths = [(len(e), len(tencs[k]) if tencs else 0) for k, e in enumerate(encs)]
+        batches = one_length_batches(batches, lengths)
+    for idx in batches:
         maps = _capture_batch(adapter, [encs[k] for k in idx], [tencs[k] for k in idx] if tencs else None, **batch)
         done.update(zip(idx, maps))
         if bar is not None:
@@ -621,7 +627,9 @@ def capture(adapter: ModelAdapter, texts: Sequence[str] | str, **kwargs: Any) ->
         texts: a string or a sequence of strings.
         layers: model layers to capture (default all).
         batch_size: examples per forward; batches of mixed length are right-padded and
-            the padding is trimmed from every map.
+            the padding is trimmed from every map. A model whose padding leaks into other
+            positions (``adapter.batching == "one length per batch"``) gets batches of one
+            token length, each text exactly the maps of its own forward.
         stack: ``encoder`` | ``decoder`` | ``cross`` (default: the main stack).
         word_spans: per text, the ``(start, end)`` character spans of its words
             (treebank words); default: words and punctuation split from the text.

@@ -26,6 +26,7 @@ import torch
 
 from probe.errors import InputError, NotApplicable
 
+from probe.models.batching import ONE_LENGTH, one_length_batches
 from probe.models.sites import Site
 from probe.tracing.trace_context import Trace
 from probe.maps import AttentionMaps
@@ -238,8 +239,10 @@ def stream_layers(
                 break
             encs = [adapter.encode(*_text_and_spans(item), truncate=truncate) for _, item in window]
             order = sorted(range(len(window)), key=lambda k: len(encs[k]))
-            for start in range(0, len(order), batch_size):
-                part = order[start : start + batch_size]
+            parts: Iterable = (order[start : start + batch_size] for start in range(0, len(order), batch_size))
+            if adapter.batching == ONE_LENGTH:  # its padding leaks: texts of one length per forward
+                parts = one_length_batches(parts, [len(e) for e in encs])
+            for part in parts:
                 meta = BatchMeta(
                     indices=tuple(window[k][0] for k in part),
                     items=tuple(window[k][1] for k in part),

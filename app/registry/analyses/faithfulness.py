@@ -50,10 +50,67 @@ def _null(name: Any) -> Any:
     return True if name is None else (False if name == "none" else name)
 
 
+def _explained(p: dict) -> tuple:
+    """``(N or None, rule)``: how many examples to explain and why: ``--explain-limit`` as
+    given, else with ``--sized-by-power`` as many as the attribution claim's power needs
+    (:func:`probe.analyses.claims.attribution.examples_needed`, capped at
+    :data:`~probe.analyses.claims.thresholds.EXPLAIN_CAP`), else every example."""
+    if p.get("explain_limit") is not None:
+        return p["explain_limit"], "the number fixed by --explained-examples (--explain-limit)"
+    if not p.get("sized_by_power"):
+        return None, ""
+    from probe.analyses.claims import thresholds as T
+    from probe.analyses.claims.attribution import examples_needed, sizing_rule
+
+    needed = examples_needed()
+    return min(needed, T.EXPLAIN_CAP), sizing_rule(needed)
+
+
+def explained_setting(n: int, params: dict) -> str:
+    """The report's settings line on the examples faithfulness explains out of ``n``, for the
+    section's parameters ``params`` (before the run: a probe's split may leave fewer)."""
+    from probe.analyses.explanation.sample import N_STRATA
+
+    limit, rule = _explained(params)
+    if limit is None or n <= limit:
+        return f"all {n}"
+    how = "fixed" if params.get("explain_limit") is not None else "as many as the attribution claim's power needs"
+    return (
+        f"{limit} of {n} explained, {how}, drawn across the corpus in {min(N_STRATA, limit)} length strata "
+        "(--explained-examples N fixes the number, 0 explains every example)"
+    )
+
+
+def _explained_note(info: dict, rule: str) -> str:
+    """The note on which examples were explained: how many of how many, how drawn, and why."""
+    drawn = info.get("explained")
+    if drawn:
+        said = (
+            f"{drawn['n']} of {drawn['of']} explained, drawn across the corpus in {drawn['strata']} length strata "
+            f"(seed {drawn['seed']}) among its {drawn['eligible']} examples of ≥ {drawn['min_words']} words, the "
+            f"agreement test's minimum ({drawn['tokens_min']}–{drawn['tokens_max']} tokens; the longest "
+            f"{drawn['corpus_tokens_max']})"
+        )
+    else:
+        said = f"all {info['n_examples']} examples explained"
+    return said + (f"; {rule}" if rule else "")
+
+
+def _steps_note(gate: dict) -> str:
+    """The note on IG's steps per example: where they started, the median and the most."""
+    counts = ", ".join(f"{n} with {k}" for k, n in sorted(gate.get("steps_counts", {}).items()))
+    return (
+        f"IG steps per example, doubled from {gate['start_steps']} until the completeness error is within "
+        f"{gate['tolerance']:.0%}: median {gate['median_steps']:g}, max {gate['max_steps']} ({counts}); "
+        f"{gate['excluded']} still beyond it left out"
+    )
+
+
 def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     p = ctx.params
+    limit, rule = _explained(p)
     rep = run_faithfulness(
         ctx.adapter,
         ctx.whole_corpus,
@@ -65,7 +122,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         n_permutations=max(p["permutations"], 1),
         heads=p["heads"],
         permute=p["permutations"] > 0,
-        max_examples=p["explain_limit"],
+        max_examples=limit,
         seed=p["seed"],
         progress=ctx.progress and len(ctx.whole_corpus) > 1,
         pairs=p.get("pairs"),
@@ -75,8 +132,11 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     counts = v["verdict"].value_counts().to_dict()
     notes = [
         f"{rep.info['n_examples']} examples, target {target.called}: "
-        + ", ".join(f"{n} heads {verdict}" for verdict, n in counts.items())
+        + ", ".join(f"{n} heads {verdict}" for verdict, n in counts.items()),
+        _explained_note(rep.info, rule),
     ]
+    if rep.info.get("ig_gate"):
+        notes.append(_steps_note(rep.info["ig_gate"]))
     probe = rep.info.get("probe") or {}
     if probe:
         notes.append(
@@ -92,8 +152,10 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     summary = {
         k: val
         for k, val in rep.info.items()
-        if k in ("target", "n_examples", "ig_completeness", "probe", "pairs", "pooling")
+        if k in ("target", "n_examples", "ig_completeness", "ig_gate", "probe", "pairs", "pooling")
     }
+    summary["explained"] = {k: v for k, v in (rep.info.get("explained") or {}).items() if k != "indices"}
+    summary["explained"].update(n=rep.info["n_examples"], rule=rule or "every example")
     if rep.info.get("pairs"):
         notes.append(f"similarity target: {rep.info['pairs']} ({rep.info.get('pooling')})")
     comp = rep.info.get("ig_completeness")
@@ -277,9 +339,16 @@ ANALYSIS = Analysis(
             "explain_limit",
             int,
             None,
-            "explain only the first N examples (after a probe's train/test split)",
+            "explain N examples drawn across the corpus, stratified by length (after a probe's train/test split)",
             min=1,
             aliases=("--max-examples",),
+        ),
+        Param(
+            "sized_by_power",
+            bool,
+            False,
+            "explain as many examples as the attribution claim's power needs (thresholds agreement_margin, "
+            "explain_cap), drawn across the corpus, stratified by length; --explain-limit overrides it",
         ),
         Param("seed", int, 0, "random seed"),
         NULL,
@@ -292,7 +361,8 @@ ANALYSIS = Analysis(
         "attention_methods": ("attention", "rollout", "flow"),
         "steps": 8,
         "permutations": 1,
-        "explain_limit": 16,
+        "explain_limit": None,
+        "sized_by_power": True,
     },
     order=40,
     example="probe faithfulness --model zoo:agreement --limit 8 --steps 8 --permutations 2 --out out/faith",
