@@ -319,7 +319,7 @@ class RemovalJob:
         return Part(first=int(indices[0]), value=value, n_items=len(items), started=started, ended=time.time())
 
 
-def _placed(parts: Sequence[BatchReadouts], n: int, n_units: int) -> tuple:
+def placed_readouts(parts: Sequence[BatchReadouts], n: int, n_units: int) -> tuple:
     """``(clean [n, ...], {mode: [n_units, n, ...]})``: the parts' rows at their indices."""
     clean: Optional[torch.Tensor] = None
     pert: dict = {}
@@ -400,7 +400,7 @@ def removal_sweep(
         plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size)
         batches = sweep_batches(adapter, corpus, batch_size)
         parts = [p.value for p in (runner or InProcess(adapter, progress))(RemovalJob(plan), batches)]
-        clean, pert = _placed(parts, n, len(units))
+        clean, pert = placed_readouts(parts, n, len(units))
     harm, measures, corpus_m = {}, {}, {}
     for mode in modes:
         if mode in done:  # measured by ``reuse``

@@ -249,7 +249,7 @@ def sequential_necessity(
     """
     import torch
 
-    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, _placed
+    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, placed_readouts
     from probe.analyses.common.batch import batch_indices, by_one_length
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.common.objective import resolve_objective
@@ -274,7 +274,7 @@ def sequential_necessity(
             batches.append((calls[0], tuple(idx[c] for c in chunk)))
             calls[0] += 1
         parts = [p.value for p in (runner or InProcess(adapter))(RemovalJob(plan), batches)]
-        clean_all, pert_all = _placed(parts, len(corpus), len(live))
+        clean_all, pert_all = placed_readouts(parts, len(corpus), len(live))
         assert clean_all is not None  # at least one example in a block
         take = torch.as_tensor(idx)
         clean = clean_all[take].double().numpy()
