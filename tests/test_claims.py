@@ -203,6 +203,19 @@ def test_prev_token_zoo(null):
     assert idle["pattern"].status == "holds" and idle["pattern"].statement == "previous-token"
     assert idle["necessity"].status == "does not hold"
     assert idle["weights"].status == "does not hold"
+    # the modes beside necessity run for the necessary head alone (heads.BESIDE_MODES), measured
+    for mode in ("zero", "resample", "random"):
+        assert used["necessity"].extra[f"{mode}_harm"]["effect"] > 0
+        assert f"{mode}_harm" not in idle["necessity"].extra
+    assert used["necessity"].extra["times_random"] == pytest.approx(
+        used["necessity"].effect / used["necessity"].extra["random_harm"]["effect"]
+    )
+    assert "times_random" not in idle["necessity"].extra
+    removal = hc.tables["removal"]
+    assert set(removal[(removal["layer"] == 0) & (removal["head"] == 1)]["mode"]) == {
+        "mean", "uniform", "zero", "resample", "random"
+    }  # fmt: skip
+    assert set(removal[(removal["layer"] == 0) & (removal["head"] == 0)]["mode"]) == {"mean", "uniform"}
     assert "needed alone" in hc.summary((0, 1)) and "not shown to be needed alone" in hc.summary((0, 0))
     assert used["structure"].status == "not tested"  # no dependency annotation
 
@@ -218,6 +231,10 @@ def test_induction_zoo_redundant_group(null):
         assert c["necessity"].status == "does not hold"
         assert c["redundancy"].status == "holds" and c["redundancy"].statement == "needed as a group of 4"
         assert "redundant: needed as a group of 4" in hc.summary((1, h))
+        # the group that holds gets its same-norm random perturbation beside it (context)
+        assert c["redundancy"].extra["random_harm"] is not None and c["redundancy"].extra["random_harm"] >= 0
+    groups = hc.tables["groups"]
+    assert groups[groups["holds"]]["random"].notna().all() and groups[~groups["holds"]]["random"].isna().all()
 
 
 def test_constructed_zoo_patterns():

@@ -307,8 +307,12 @@ def _redundancy_evidence(kind: str, c: Claim, base: dict) -> Evidence:
     text = (
         (
             f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "
-            f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups); a same-norm random "
-            f"perturbation of the group harms {fmt(x.get('random_harm'), True)}"
+            f"{fmt(c.null)}, p={fmt(x.get('p'))} (Bonferroni over {x.get('tests')} groups)"
+        )
+        + (
+            f"; a same-norm random perturbation of the group harms {fmt(x['random_harm'], True)}"
+            if x.get("random_harm") is not None
+            else ""
         )
         + (
             f"; {x['null_source']}: {fmt(x['null_harm'], True)}, p={fmt(x.get('p_null'))} against it"

@@ -330,9 +330,12 @@ def _causal(
                 "floor_source": T.floor_source(obj.name),
                 "n": len(corpus),
             }
+            # every head in the modes that decide a claim (mean: necessity; uniform: weights); the
+            # modes beside a necessary head's claim (zero, resample, random) for those heads, below
             sweep = removal_sweep(
-                adapter, corpus, obj, units=heads, seed=seed, progress=progress, reuse=ablation, runner=runner
-            )
+                adapter, corpus, obj, units=heads, modes=DECIDING_MODES + _measured(ablation), seed=seed,
+                progress=progress, reuse=ablation, runner=runner,
+            )  # fmt: skip
             null_sweep = _null_sweep(nadapter, corpus, obj, heads, seed, progress)
             if null_sweep is not None:
                 info.update(null=null_sweep.source, null_quantile_level=1.0 - T.FDR)
@@ -340,17 +343,21 @@ def _causal(
             if screen_corpus is not None:
                 necessity = _screened(adapter, nadapter, screen_corpus, obj, heads, importance, runner, tables, info,
                                       seed=seed, progress=progress)  # fmt: skip
+            beside = _beside_necessary(adapter, corpus, obj, necessity, sweep, seed, runner)
             weights = weights_claims(sweep, pattern, null=null_sweep)
             redundancy, groups = redundancy_claims(
                 adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter
             )
             if groups:
                 tables["groups"] = pd.DataFrame(groups)
-            tables["removal"] = removal_table(sweep)
+            tables["removal"] = removal_table(sweep) if beside is None else pd.concat(
+                [removal_table(sweep), removal_table(beside)], ignore_index=True
+            )
             notes.append(
                 ("necessity by screening (below); the removals here: " if screen_corpus is not None else "")
                 + f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
-                f"(Wang et al. 2022; zero and resample beside) on {len(corpus)} examples; necessity holds "
+                f"(Wang et al. 2022; beside a necessary head's claim: zero- and resample-ablation and a same-norm "
+                f"random perturbation of it) on {len(corpus)} examples; necessity holds "
                 f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
                 f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads"
                 + (
@@ -364,6 +371,30 @@ def _causal(
             why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     return necessity, weights, redundancy, info
+
+
+def _measured(ablation) -> tuple:
+    """The modes beside necessity that ``ablation`` (a sweep of every head) already has."""
+    return tuple(m for m in BESIDE_MODES if ablation is not None and m in ablation.harm)
+
+
+def _beside_necessary(adapter, corpus, obj, necessity: dict, sweep, seed: int, runner):
+    """The modes that stand beside a necessary head's claim (:data:`BESIDE_MODES`: zero- and
+    resample-ablation, the same-norm random perturbation; :func:`.necessity.beside_modes`),
+    run for the heads whose necessity holds only and added to their claims' extras; the
+    sweep (``None`` when no head is necessary). A mode ``sweep`` already has (the ablation
+    section's) is taken from it. On EWT dev's first 128 sentences each mode of all 72 heads
+    cost 22 s of the report, for numbers a head that is not necessary does not show."""
+    from .necessity import beside_modes
+    from .removal import removal_sweep
+
+    held = [k for k, c in necessity.items() if c.holds and isinstance(k, tuple) and len(k) == 2]
+    modes = tuple(m for m in BESIDE_MODES if m not in sweep.harm)
+    if not held:
+        return None
+    got = removal_sweep(adapter, corpus, obj, units=held, modes=modes, seed=seed, runner=runner) if modes else None
+    beside_modes(necessity, sweep, got)
+    return got
 
 
 def _screened(adapter, nadapter, corpus, obj, heads, importance, runner, tables, info, *, seed, progress):
@@ -425,6 +456,13 @@ def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, no
     except (NotApplicable, InputError) as exc:
         notes.append(f"pattern claims not calibrated on a null model: {getattr(exc, 'reason', exc)}")
         return pattern
+
+
+#: the removal modes whose harms decide a claim (necessity: mean; weights: uniform), run
+#: for every head
+DECIDING_MODES = ("mean", "uniform")
+#: the modes beside a necessary head's claim (context, never a test), run for those heads alone
+BESIDE_MODES = ("zero", "resample", "random")
 
 
 def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):

@@ -180,6 +180,29 @@ def necessity_claims(
     return claims
 
 
+def beside_modes(claims: dict, sweep: Any, beside: Any = None) -> None:
+    """Add to the necessity ``claims`` the harms of the modes beside ``mean`` (zero- and
+    resample-ablation, the ``random`` perturbation; :mod:`.removal`) of each single head in
+    ``sweep`` (every head) or ``beside`` (a sweep of some heads, e.g. the necessary ones):
+    ``{mode}_harm`` (effect and interval) and ``times_random``, the head's necessity effect
+    over the random perturbation's mean harm (context, never a test)."""
+    for source in (sweep, beside):
+        if source is None:
+            continue
+        for i, unit in enumerate(source.units):
+            c = claims.get(unit[0])
+            if c is None or len(unit) != 1:
+                continue
+            for mode in ("zero", "resample", "random"):
+                side = _side(source, mode, i)
+                if side is not None:
+                    c.extra[f"{mode}_harm"] = side
+            if "random" in source.harm:
+                rnd = float(source.harm["random"][i].mean())
+                if rnd > 0 and c.effect == c.effect:
+                    c.extra["times_random"] = float(c.effect / rnd)
+
+
 def weights_reading(removal: float, uniform: float, floor: float) -> str:
     """``routing`` | ``inert sink`` | ``mixed``: what a uniform-weights harm above the floor means."""
     if removal < floor:

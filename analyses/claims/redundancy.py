@@ -94,7 +94,7 @@ def redundancy_claims(
         corpus,
         objective,
         units=[heads for _, heads in items],
-        modes=("mean", "random"),
+        modes=("mean",),
         seed=seed,
         runner=runner,
     )
@@ -120,7 +120,7 @@ def redundancy_claims(
         holds = len(harm) >= T.MIN_EXAMPLES and p <= T.FDR / len(groups) and eff >= bar
         k = len(heads)
         names = "+".join(f"L{l}H{h}" for l, h in heads)
-        rnd = float(sweep.harm["random"][gi].mean())
+        rnd = None  # a same-norm random perturbation of the group: context for a group that holds, below
         rows.append(
             {
                 "role": role,
@@ -172,4 +172,26 @@ def redundancy_claims(
                 reason=f"{role} heads {names} mean-ablated together",
                 extra=dict(extra),
             )
+    _random_beside(adapter, corpus, objective, items, rows, claims, seed, runner)
     return claims, rows
+
+
+def _random_beside(adapter, corpus, objective, items: list, rows: list, claims: dict, seed: int, runner) -> None:
+    """The same-norm random perturbation of each group that holds (``random`` mode of
+    :mod:`.removal`; context, never a test), into its row's ``random`` and its heads' claims'
+    ``random_harm``: run for those groups alone (for every group it cost as much as the
+    groups' removals)."""
+    from .removal import removal_sweep
+
+    held = [gi for gi, row in enumerate(rows) if row["holds"]]
+    if not held:
+        return
+    sweep = removal_sweep(
+        adapter, corpus, objective, units=[items[gi][1] for gi in held], modes=("random",), seed=seed, runner=runner
+    )
+    for j, gi in enumerate(held):
+        rnd = float(sweep.harm["random"][j].mean())
+        rows[gi]["random"] = rnd
+        for key in items[gi][1]:
+            if claims[key].extra.get("group") == rows[gi]["heads"]:
+                claims[key].extra["random_harm"] = rnd
