@@ -350,8 +350,10 @@ def _causal(
             )
             if groups:
                 tables["groups"] = pd.DataFrame(groups)
-            tables["removal"] = removal_table(sweep) if beside is None else pd.concat(
-                [removal_table(sweep), removal_table(beside)], ignore_index=True
+            tables["removal"] = (
+                removal_table(sweep)
+                if beside is None
+                else pd.concat([removal_table(sweep), removal_table(beside)], ignore_index=True)
             )
             notes.append(
                 ("necessity by screening (below); the removals here: " if screen_corpus is not None else "")
