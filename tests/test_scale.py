@@ -579,3 +579,32 @@ def test_head_features_pickle_packed_and_equal(minilm):
         assert all(torch.equal(a, b) for a, b in zip(x[1:4], y[1:4])) and x[4] == y[4]
     pd.testing.assert_frame_equal(back.result(), acc.result())
     assert acc.result()["to_rare"].notna().all()  # the deferred features were really resolved
+
+
+@pytest.mark.slow
+def test_ray_screened_necessity_equals_one_process(ray_cluster, llama, llama_dir):
+    """The screened path (issue 44) on two Ray workers: its means, screen, exact
+    confirmations and sequential blocks are jobs on the engine's runner, split in blocks of
+    4 batches; the claims (status, examples used, effect) and the per-head examples equal
+    one process's."""
+    from probe.analyses.claims.screened import screened_necessity
+    from probe.analyses.common.objective import resolve_objective
+    from probe.app.engine.run import engine_runner
+    from probe.inputs.corpus import Corpus
+
+    corpus = Corpus(texts=tuple(s.text for s in _sentences(EWT_DEV, RAY_SENTENCES)), source="ewt")
+    obj, _ = resolve_objective("loss", llama, corpus)
+    heads = [(layer, h) for layer in range(llama.n_layers) for h in range(llama.n_heads)]
+    on_ray = engine_runner(llama_dir, engine="ray", workers=2, block_size=1)
+    kw = dict(batch_size=2, min_top=2, min_audit=2, block=4)
+    here = screened_necessity(llama, corpus, obj, heads, **kw)
+    there = screened_necessity(llama, corpus, obj, heads, runner=on_ray, **kw)
+    assert here.info["examples_per_head"] == there.info["examples_per_head"] and here.info["exact_removals"] > 0
+    assert here.info["confirmed"] == there.info["confirmed"] and here.info["audited"] == there.info["audited"]
+    for k, c in here.claims.items():
+        assert (c.status, c.count, c.statement) == (
+            there.claims[k].status,
+            there.claims[k].count,
+            there.claims[k].statement,
+        )
+        assert c.effect == pytest.approx(there.claims[k].effect, rel=1e-4, abs=1e-6, nan_ok=True)  # float32 readouts

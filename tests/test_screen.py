@@ -422,3 +422,63 @@ def test_report_causal_screened_states_the_path_and_equals_across_engines(tmp_pa
         [(h["layer"], h["head"], h["claims"]["necessity"]["status"]) for h in s["heads"]] for s in got.values()
     ]
     assert necessity[0] == necessity[1]
+
+
+def test_pilot_flags_heads_whose_exact_pilot_harm_could_reach_the_floor():
+    """``mean + 2·stderr + slack·|mean| >= floor``: a head far under the floor is not flagged,
+    one whose mean is under it but whose interval reaches it is, a NaN head is."""
+    from probe.analyses.claims.screened import pilot_flags
+
+    harm = np.array(
+        [
+            [0.0, 0.001, -0.001, 0.0],  # mean 0, tight: ruled out
+            [0.0, 0.02, 0.0, 0.02],  # mean 0.01, stderr 0.0058: upper 0.0265 reaches 0.02
+            [0.05, 0.05, 0.05, 0.05],  # over the floor
+            [np.nan, 0.0, 0.0, 0.0],
+        ]
+    )
+    flags, upper = pilot_flags(harm, 0.02, slack=0.0)
+    assert flags.tolist() == [False, True, True, True]
+    assert upper[1] == pytest.approx(0.01 + 2 * np.std([0, 0.02, 0, 0.02], ddof=1) / 2)
+    assert not pilot_flags(harm[:2], 0.03, slack=0.0)[0].any()  # the same heads against a higher floor
+
+
+def test_the_exact_pilot_confirms_a_head_the_sketch_ranks_last(tiny_models, monkeypatch):
+    """A sketch screen that ranks the head of largest harm last (MiniLM's L0H9 case,
+    docs/screening.md), the floor just under its harm: without the pilot the two confirmed
+    heads are under the floor, the confirmations stop and never reach it (screened out);
+    with the pilot (every head removed exactly on half the sentences) its pilot harm
+    could reach the floor, it is confirmed first, and its claim is the exhaustive path's,
+    number for number."""
+    from probe.analyses.claims import thresholds as T
+    from probe.analyses.claims.necessity import necessity_claims
+    from probe.analyses.claims.screened import SCREENED_OUT, screened_necessity
+    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.necessity import screen as screen_mod
+
+    a, corpus = tiny_models["bert"], as_corpus(MANY[::2])
+    obj, _ = resolve_objective("similarity-structure", a, corpus)
+    want = necessity_claims(removal_sweep(a, corpus, obj, HEADS, modes=("mean",)))
+    harms = {k: c.effect for k, c in want.items()}
+    top = max(harms, key=harms.get)
+    monkeypatch.setitem(T.MIN_EFFECT, obj.name, 0.95 * harms[top])  # under the largest head alone
+    want = necessity_claims(removal_sweep(a, corpus, obj, HEADS, modes=("mean",)))
+    real = screen_mod.screen_heads
+
+    def wrong(*args, **kw):  # ranks the heads by their exact harm, but the largest last
+        s = real(*args, **kw)
+        for (layer, h), harm in harms.items():
+            s.estimate["mean"][:, layer, h] = -1.0 if (layer, h) == top else harm
+        return s
+
+    monkeypatch.setattr(screen_mod, "screen_heads", wrong)
+    kw = dict(min_top=2, top_share=0.0, min_audit=0, audit=0.0, slack=0.0)
+    without = screened_necessity(a, corpus, obj, HEADS, pilot=0, **kw)
+    assert without.claims[top].statement == SCREENED_OUT and not without.claims[top].holds
+    got = screened_necessity(a, corpus, obj, HEADS, pilot=len(corpus) // 2, **kw)
+    assert got.info["pilot"] == {"examples": len(corpus) // 2, "flagged": got.info["pilot"]["flagged"]}
+    assert got.info["pilot"]["flagged"] >= 1 and f"pilot of {len(corpus) // 2} random examples" in got.note()
+    c = got.claims[top]  # removed exactly on every sentence: the exhaustive path's claim
+    assert c.statement != SCREENED_OUT and c.count == len(corpus) and c.status == want[top].status
+    assert c.effect == pytest.approx(want[top].effect, rel=1e-6) and c.extra["screen_role"] == "confirmed"
+    assert got.info["exact_removals"] >= len(HEADS) * (len(corpus) // 2)  # the pilot's removals counted
