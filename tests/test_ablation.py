@@ -392,6 +392,37 @@ def test_drift_gradient_is_degenerate_and_ig_is_complete(lm_models):
     assert frame.loc[frame["importance"].idxmax(), "rank"] == 1
 
 
+def test_ig_importance_takes_the_fewest_steps_within_the_tolerance(lm_models):
+    """With a tolerance each chunk climbs 4, 8, 16, … and stops at the first step count whose
+    relative completeness error |delta| / |f(1) − f(0)| is within it: the steps recorded are
+    that ladder's, the attributions equal a plain run at the same steps, and a tolerance no
+    chunk can meet ends at ``n_steps``."""
+    a = lm_models["gpt2"]
+    metric = get_metric("loss", a)
+    chunks = prepare(a, as_corpus(TEXTS[:4]), metric, batch_size=2)
+
+    def rel_error(steps):  # per chunk: |delta| / |f(1) − f(0)| of a plain run at ``steps``
+        out = []
+        for ch in chunks:
+            r = ig_importance(a, TEXTS[:4], metric, n_steps=steps, chunks=[ch])
+            out.append(r.delta / abs(float(r.raw.sum())))  # ≈ |f(1) − f(0)| to delta² (tolerances between)
+        return np.array(out)
+
+    errors = {k: rel_error(k) for k in (4, 8, 16)}
+    e = np.sort(np.concatenate(list(errors.values())))
+    tol = float(np.sqrt(e[2] * e[3]))  # between two measured errors: some chunks meet it early, not all
+    res = ig_importance(a, TEXTS[:4], metric, n_steps=16, chunks=chunks, tolerance=tol)
+    want = [next((k for k in (4, 8, 16) if errors[k][i] <= tol), 16) for i in range(len(chunks))]
+    assert list(res.steps) == want and res.tolerance == tol and len(set(want)) > 1
+    plain = [ig_importance(a, TEXTS[:4], metric, n_steps=k, chunks=[ch]).raw for k, ch in zip(want, chunks)]
+    np.testing.assert_allclose(res.raw, np.mean(plain, axis=0), rtol=1e-5, atol=1e-8)  # chunks of equal size
+    never = ig_importance(a, TEXTS[:4], metric, n_steps=16, chunks=chunks, tolerance=1e-30)
+    assert set(never.steps) == {16}
+    assert ig_importance(a, TEXTS[:4], metric, n_steps=16, chunks=chunks).steps == (16,) * len(chunks)
+    with pytest.raises(ValueError, match="tolerance"):
+        ig_importance(a, TEXTS[:4], metric, n_steps=16, chunks=chunks, tolerance=0.0)
+
+
 def test_ig_loss_importance_completeness(lm_models):
     a = lm_models["gpt2"]
     res = ig_importance(a, TEXTS[:2], "loss", n_steps=24, batch_size=2)

@@ -22,11 +22,18 @@ METHOD = Param(
     "importance: Michel et al.'s |dL/dξ| or integrated gradients (auto: ig for embedding-drift)",
     choices=("auto", "gradient", "ig"),
 )
-IG_STEPS = Param("ig_steps", int, 16, "integrated-gradient steps", min=2)
+IG_STEPS = Param(
+    "ig_steps",
+    int,
+    16,
+    "integrated-gradient steps at most (importance: the fewest of 4, 8, 16, … up to this whose completeness "
+    "error stays under 1%)",
+    min=2,
+)
 
 
 def run_importance(ctx: Context) -> ImportanceResult:
-    from probe.analyses.necessity.importance import head_importance
+    from probe.analyses.necessity.importance import COMPLETENESS_TOLERANCE, head_importance
 
     corpus, cut = model_corpus(ctx, ctx.whole_corpus)
     res = head_importance(
@@ -36,6 +43,7 @@ def run_importance(ctx: Context) -> ImportanceResult:
         method=ctx.params["method"],
         batch_size=ctx.params["batch_size"],
         n_steps=ctx.params["ig_steps"],
+        tolerance=COMPLETENESS_TOLERANCE,  # the fewest steps under 1% completeness error, up to ig_steps
         progress=ctx.progress and len(corpus) > 1,
     )
     t = res.to_frame()
@@ -63,11 +71,20 @@ def run_importance(ctx: Context) -> ImportanceResult:
         notes=[
             f"head importance by {res.method} over head gates{cut}, metric {res.metric}, "
             "normalised per layer (Michel et al. 2019)"
+            + (
+                f"; integrated gradients with the fewest steps of 4, 8, 16, … up to {ctx.params['ig_steps']} "
+                f"whose completeness error stays under {res.tolerance:.0%} per chunk of examples "
+                f"(steps used: {min(res.steps)}–{max(res.steps)}, median {sorted(res.steps)[len(res.steps) // 2]})"
+                if res.steps and res.tolerance is not None
+                else ""
+            )
         ],
         summary={
             "metric": res.metric,
             "method": res.method,
             "ig_convergence_delta": res.delta,
+            "ig_steps": list(res.steps),
+            "ig_tolerance": res.tolerance,
             "examples": len(corpus),
         },
         summary_name="importance",
@@ -216,7 +233,7 @@ IMPORTANCE = Analysis(
     objective="per-example",
     section=True,
     produces=ImportanceResult,
-    report_params={"max_model_examples": 128, "batch_size": 16, "ig_steps": 20},
+    report_params={"max_model_examples": 128, "batch_size": 16, "ig_steps": 32},
     modules=("probe.analyses.necessity.importance",),
     order=31,
     example="probe importance --model zoo:induction --limit 16 --out out/importance",
