@@ -8,7 +8,6 @@ head-output site and value projection live (looked up in
 
 from __future__ import annotations
 
-import functools
 
 import inspect
 import logging
@@ -628,18 +627,22 @@ class ModelAdapter:
         return d
 
 
-@functools.lru_cache(maxsize=None)
+_FUNCTIONAL_ATTENTION: dict = {}  # class -> whether its source calls multi_head_attention_forward
+
+
 def _calls_functional_attention(cls: type) -> bool:
     """Whether an attention module's forward calls torch's functional
     ``multi_head_attention_forward`` (WavLM): its output projection is then a weight, not a call.
     Cached per class: reading and parsing the source took 27 ms a call, and every head
     removal asks (``check_head_site``), 49 s of the EWT dev report before the cache."""
-    import inspect
-
+    if cls in _FUNCTIONAL_ATTENTION:
+        return _FUNCTIONAL_ATTENTION[cls]
     try:
-        return "multi_head_attention_forward(" in inspect.getsource(cls)
+        found = "multi_head_attention_forward(" in inspect.getsource(cls)
     except (OSError, TypeError):
-        return False
+        found = False
+    _FUNCTIONAL_ATTENTION[cls] = found
+    return found
 
 
 def _fan_in(proj: torch.nn.Module) -> int:
