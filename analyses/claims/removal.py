@@ -350,6 +350,7 @@ def removal_sweep(
     progress: bool = False,
     reuse: Optional[RemovalSweep] = None,
     runner: Optional[Callable] = None,
+    means: Optional[torch.Tensor] = None,
 ) -> RemovalSweep:
     """Remove every unit in every mode on every example; harms on ``objective``.
 
@@ -363,6 +364,10 @@ def removal_sweep(
             (:class:`probe.runs.blocks.InProcess`). The plan (objective,
             units, the mean mode's head means) is made here either way, and the harms
             are computed here from every example's readouts.
+        means: ``[2, L, H, head_dim]`` the ``mean`` mode's per-kind head means of this
+            corpus (:func:`probe.analyses.necessity.ablation.position_kind_means`, the same
+            batch size), when a caller already has them (one forward over the corpus
+            saved per sweep: 10 s on EWT dev); computed here when ``None``.
 
     Raises:
         InputError: an unknown mode, an objective that does not fit, a head out of range,
@@ -396,7 +401,10 @@ def removal_sweep(
     clean: Optional[torch.Tensor] = None  # [n, ...] readouts, placed by example index
     pert: dict = {}  # mode -> [n_units, n, ...]
     if todo:
-        means = position_kind_means(adapter, corpus, obj, batch_size, stack) if "mean" in todo else None
+        if "mean" not in todo:
+            means = None
+        elif means is None:
+            means = position_kind_means(adapter, corpus, obj, batch_size, stack)
         plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size)
         batches = sweep_batches(adapter, corpus, batch_size)
         parts = [p.value for p in (runner or InProcess(adapter, progress))(RemovalJob(plan), batches)]

@@ -149,6 +149,7 @@ def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner
     """A :class:`.necessity.NullSweep` of every head on ``examples`` of ``corpus`` on the null
     model: its ``k`` top screened heads removed exactly, NaN for the others; ``None``
     without a null model."""
+    from probe.analyses.necessity.ablation import position_kind_means
     from probe.analyses.necessity.screen import screen_heads
 
     from .necessity import NullSweep
@@ -157,11 +158,15 @@ def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner
     if nadapter is None:
         return None
     sub = corpus if len(examples) == len(corpus) else corpus.subset(examples, reason="the null model's sample")
-    scr = screen_heads(nadapter, sub, obj, modes=("mean",), seed=seed, batch_size=batch_size)
+    means = position_kind_means(nadapter, sub, obj, batch_size, nadapter.default_stack)  # screen and sweep share it
+    scr = screen_heads(nadapter, sub, obj, modes=("mean",), seed=seed, batch_size=batch_size, means=means)
     index = {h: i for i, h in enumerate(scr.heads)}
     upper = scr.upper("mean")[[index[tuple(h)] for h in heads]]
     top = sorted(np.argsort(-np.nan_to_num(upper, nan=np.inf), kind="stable")[:k].tolist())
-    sweep = removal_sweep(nadapter, sub, obj, [heads[i] for i in top], modes=("mean",), seed=seed, runner=runner)
+    sweep = removal_sweep(
+        nadapter, sub, obj, [heads[i] for i in top], modes=("mean",), seed=seed, runner=runner, batch_size=batch_size,
+        means=means,
+    )  # fmt: skip
     full = np.full((len(heads), len(sub)), np.nan)
     full[top] = sweep.harm["mean"]
     units = tuple((tuple(h),) for h in heads)
@@ -413,7 +418,7 @@ def screened_necessity(
         audit_of = lambda top: plan_confirmation(rank, top=top, audit=audit, min_audit=min_audit, seed=seed)  # noqa: E731
         exact, used, plan = _whole_corpus(
             adapter, corpus, objective, heads, plan, rank, null, importance, grow=grow, audit_of=audit_of,
-            kw=common,
+            kw=dict(common, means=means),  # every confirmation round shares the screen's head means
         )  # fmt: skip
     else:
         est = scr.estimate["mean"].reshape(n, -1)[:, [rows[i] for i in todo]] if scr.kind == "first-order" else None
