@@ -482,3 +482,50 @@ def test_the_exact_pilot_confirms_a_head_the_sketch_ranks_last(tiny_models, monk
     assert c.statement != SCREENED_OUT and c.count == len(corpus) and c.status == want[top].status
     assert c.effect == pytest.approx(want[top].effect, rel=1e-6) and c.extra["screen_role"] == "confirmed"
     assert got.info["exact_removals"] >= len(HEADS) * (len(corpus) // 2)  # the pilot's removals counted
+
+
+def test_graddrop_is_the_direct_effect_on_the_linear_model(linear_gpt2, w):
+    """AtP*'s GradDrop (Kramár et al. 2024) on the linear GPT-2 (additive layers ``y = x + f(x)``):
+    dropping the gradient through layer 1's contribution leaves a layer-0 head its direct path
+    alone, and dropping layer 0's leaves a layer-1 head all of its effect, so with L = 2 the
+    estimate is ``|direct effect|`` for a layer-0 head (checked against an exact removal with
+    layer 1's contribution held at its clean value, example by example) and ``|AtP|`` for a
+    layer-1 head; a sketch screen refuses it."""
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.models.sites import Site
+    from probe.tracing.edits import Apply
+    from probe.tracing.trace_context import Trace
+
+    a, obj, corpus = linear_gpt2, LinearReadout(w), as_corpus(TEXTS)
+    st = a.default_stack
+    means = position_kind_means(a, corpus, obj, 8, st)
+    scr = screen_heads(a, corpus, obj, modes=("mean",), means=means, graddrop=True)
+    gd, atp = scr.graddrop["mean"], scr.estimate["mean"]
+    np.testing.assert_allclose(gd[:, 1], np.abs(atp[:, 1]), rtol=1e-4, atol=1e-6)
+    direct = np.zeros((len(corpus), 4))
+    for i in range(len(corpus)):
+        batch = obj.make_batch(a, corpus, [i])
+        with torch.no_grad(), Trace(a, read=[Site("resid_pre", 1, st), Site("resid_post", 1, st)], stack=st) as tr:
+            clean = obj.readout(obj.forward(a, batch), batch)
+        layer_1 = tr.cache["resid_post", 1, st] - tr.cache["resid_pre", 1, st]  # f(x) of the clean run
+        r = means[:, 0][batch.special.long()]
+        for h in range(4):
+            held: dict = {}
+
+            def patch(z, ctx, h=h):
+                z = z.clone()
+                z[:, :, h] = r[:, :, h].to(z.dtype)
+                return z
+
+            edit = {
+                Site("z", 0, st): Apply(patch, in_place=False),
+                Site("resid_pre", 1, st): Apply(lambda x, ctx: held.update(x=x), in_place=False),
+                Site("resid_post", 1, st): Apply(lambda y, ctx: held["x"] + layer_1, in_place=False),
+            }
+            with torch.no_grad(), Trace(a, edit=edit, stack=st):
+                direct[i, h] = float(obj.readout(obj.forward(a, batch), batch) - clean)
+    assert np.abs(direct).max() > 1e-2  # the heads' direct paths carry an effect
+    np.testing.assert_allclose(gd[:, 0], np.abs(direct), rtol=1e-3, atol=1e-5)
+    assert not np.allclose(gd[:, 0], np.abs(atp[:, 0]), atol=1e-3)  # the path through layer 1 is not in it
+    with pytest.raises(InputError, match="GradDrop"):
+        screen_heads(a, corpus, LinearReadout(w, vector=True), modes=("mean",), graddrop=True)

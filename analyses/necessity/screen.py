@@ -46,8 +46,10 @@ AtP*'s two refinements and what they mean here: the *QK fix* recomputes the soft
 the patched node is a head's query or key; the nodes screened here are head outputs
 ``z``, so the softmax of the head itself is not linearised (downstream heads' are, which is
 the error that remains; :func:`probe.analyses.claims.removal.removal_sweep` confirms).
-*GradDrop* (against cancellation along different paths) needs one backward per layer with
-that layer's residual gradient dropped; it is not implemented (docs/necessity.md).
+*GradDrop* (against effects that cancel along different paths): ``graddrop=True`` on a
+first-order screen runs ``L`` more forwards and backwards per batch, each with the gradient
+through one layer's contribution to the residual stream dropped, and averages the absolute
+estimates, ``1/(L−1) Σ_ℓ |ΔR_ℓ|`` (:attr:`HeadScreen.graddrop`; docs/screening.md).
 
 Cost: one forward + one backward per batch (``readout-sketch``: ``k`` backwards), against
 ``n_heads × n_modes`` restarted forwards per batch for the exact sweep.
@@ -99,6 +101,9 @@ class HeadScreen:
         kind: one of :data:`KINDS`; n_projections: ``k`` of a sketch (0 for first-order).
         objective: its name; n: examples; seconds: wall time of the screen (means included);
         units: what an estimate of 1 means.
+        graddrop: mode -> ``[n, n_layers, n_heads]`` AtP*'s GradDrop estimates (``graddrop=True``,
+            first-order only): ``1/(L−1) Σ_ℓ |ΔR_ℓ|``, ``ΔR_ℓ`` the first-order estimate with the
+            gradient through layer ℓ's contribution to the residual stream dropped; else ``None``.
     """
 
     estimate: dict
@@ -108,6 +113,7 @@ class HeadScreen:
     n_projections: int = 0
     seconds: float = 0.0
     units: str = ""
+    graddrop: Optional[dict] = None
 
     @property
     def heads(self) -> list:
@@ -189,6 +195,7 @@ def screen_heads(
     means: Optional[torch.Tensor] = None,
     progress: bool = False,
     runner: Optional[Callable] = None,
+    graddrop: bool = False,
 ) -> HeadScreen:
     """Screen every head's removal in every mode on every example (module docstring).
 
@@ -205,6 +212,13 @@ def screen_heads(
             when ``mean`` is screened and none is given.
         runner: where the batches run (:mod:`probe.runs.blocks`; default this process): each
             batch draws from its own number, so blocks split any way give the same estimates.
+        graddrop: a first-order screen also gives AtP*'s GradDrop estimates (Kramár et al.
+            2024, against effects that cancel along different paths): ``L`` more forwards and
+            backwards per batch, each with the gradient through one layer's contribution to the
+            residual stream dropped (the layer's output ``y = x + f(x)`` becomes
+            ``x + (y − x).detach()``); :attr:`HeadScreen.graddrop`. In a post-LN model (BERT)
+            ``y − x`` is not the layer's additive contribution, so there it drops the layer's
+            whole Jacobian but the identity.
 
     Returns:
         :class:`HeadScreen` with ``estimate[mode] [n, L, H]``.
@@ -220,6 +234,7 @@ def screen_heads(
         raise InputError(f"unknown screen kind {kind!r}; use auto, {', '.join(KINDS)}")
     if n_projections < 1:
         raise InputError(f"n_projections must be at least 1, got {n_projections}")
+    graddrop = bool(graddrop)
     corpus = as_corpus(corpus)
     obj, _ = resolve_objective(objective, adapter, corpus)
     kind = screen_kind(obj) if kind == "auto" else kind
@@ -228,14 +243,19 @@ def screen_heads(
     modes = tuple(modes)
     if "mean" in modes and means is None:
         means = position_kind_means(adapter, corpus, obj, batch_size, stack)
-    plan = ScreenPlan(corpus, obj, modes, kind, n_projections, means, seed, stack)
+    if graddrop and kind != "first-order":
+        raise InputError(f"GradDrop refines a first-order screen; this one is {kind!r} (use graddrop=False)")
+    plan = ScreenPlan(corpus, obj, modes, kind, n_projections, means, seed, stack, graddrop)
     parts = (runner or InProcess(adapter, progress))(ScreenJob(plan), sweep_batches(adapter, corpus, batch_size))
     n = len(corpus)
     est = {m: np.zeros((n, L, H)) for m in modes}
+    gd = {m: np.zeros((n, L, H)) for m in modes} if graddrop else None
     for part in parts:
-        idx, got = part.value
+        idx, got, dropped = part.value
         for mode in modes:
             est[mode][idx] = got[mode]
+            if gd is not None:
+                gd[mode][idx] = dropped[mode]
     return HeadScreen(
         estimate=est,
         kind=kind,
@@ -244,6 +264,7 @@ def screen_heads(
         n_projections=0 if kind == "first-order" else n_projections,
         seconds=time.time() - started,
         units=_UNITS.get(kind, obj.units),
+        graddrop=gd,
     )
 
 
@@ -261,10 +282,11 @@ class ScreenPlan:
     means: Optional[torch.Tensor]
     seed: int
     stack: Optional[str]
+    graddrop: bool = False
 
 
 def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool = False) -> tuple:
-    """``(example indices [m], {mode: [m, L, H]})``: the screen of ``batches``
+    """``(example indices [m], {mode: [m, L, H]}, GradDrop's {mode: [m, L, H]} or None)``: the screen of ``batches``
     (``(number, example indices)`` of :func:`probe.analyses.claims.removal.sweep_batches`);
     batch ``number`` draws its resample sources and projections from
     ``seed × 1,000,003 + number``, as the removal sweep's batch does."""
@@ -275,6 +297,7 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
     sign = -1.0 if getattr(obj, "higher_is_better", False) else 1.0
     indices: list = []
     out: dict = {m: [] for m in modes}
+    dropped: dict = {m: [] for m in modes}  # GradDrop's estimates (plan.graddrop)
     for number, idx in tqdm(batches, disable=not progress, desc="screen"):
         idx = list(idx)
         batch = obj.make_batch(adapter, plan.corpus, idx)
@@ -282,16 +305,8 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
         src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
         device = batch.inputs["input_ids"].device
         src = src.to(device)
-        alphas = [torch.zeros(len(modes), len(idx), H, device=device, requires_grad=True) for _ in range(L)]
-        edit = {
-            Site("z", layer, stack): Apply(
-                _linearised_edit(alphas[layer], modes, layer, batch, plan.means, src), in_place=False
-            )
-            for layer in range(L)
-        }
-        with torch.enable_grad(), Trace(adapter, edit=edit, stack=stack, path="hooks"):
-            res = obj.forward(adapter, batch)
-            readout = _log_probs(res, batch) if kind == "output-sketch" else obj.readout(res, batch)
+
+        readout, alphas = _linearised_forward(adapter, plan, batch, src)
         if kind == "first-order":
             got = _first_order(readout, alphas) * sign
         else:
@@ -299,13 +314,19 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
         indices.extend(idx)
         for m, mode in enumerate(modes):
             out[mode].append(got[:, m].transpose(0, 1).numpy())  # [L, b, H] -> [b, L, H]
-    return indices, {m: np.concatenate(v) if v else np.zeros((0, L, H)) for m, v in out.items()}
+        if plan.graddrop:
+            total = sum(_first_order(*_linearised_forward(adapter, plan, batch, src, drop)).abs() for drop in range(L))
+            gd = total / max(L - 1, 1)
+            for m, mode in enumerate(modes):
+                dropped[mode].append(gd[:, m].transpose(0, 1).numpy())
+    stacked = lambda d: {m: np.concatenate(v) if v else np.zeros((0, L, H)) for m, v in d.items()}  # noqa: E731
+    return indices, stacked(out), stacked(dropped) if plan.graddrop else None
 
 
 class ScreenJob:
     """Batches of a screen as a job over blocks (:mod:`probe.runs.blocks`), as
     :class:`probe.analyses.claims.removal.RemovalJob`: the items are the batches, the
-    part's value is :func:`screen_batches`' ``(indices, estimates)``."""
+    part's value is :func:`screen_batches`' ``(indices, estimates, GradDrop estimates)``."""
 
     def __init__(self, plan: ScreenPlan):
         self.plan = plan
@@ -334,6 +355,49 @@ def _log_probs(out, batch) -> torch.Tensor:
     m = mask.double()[..., None]
     lp = torch.log_softmax(logits.double(), -1) * m / m.sum(1, keepdim=True).clamp(min=1).sqrt()
     return lp.reshape(lp.shape[0], -1)
+
+
+def _linearised_forward(adapter, plan: ScreenPlan, batch, src, drop: Optional[int] = None) -> tuple:
+    """``(readout, alphas)`` of one forward of ``batch`` with every layer's ``α`` edit
+    (``alphas``: ``L`` leaves ``[M, b, H]`` at zero) and, with ``drop``, the gradient through
+    that layer's contribution to the residual stream dropped (:func:`_dropped_layer`)."""
+    stack = plan.stack or adapter.default_stack
+    L, H, modes = adapter.n_layers_of(stack), adapter.n_heads, plan.modes
+    device = batch.inputs["input_ids"].device
+    b = batch.inputs["input_ids"].shape[0]
+    alphas = [torch.zeros(len(modes), b, H, device=device, requires_grad=True) for _ in range(L)]
+    edit = {
+        Site("z", layer, stack): Apply(
+            _linearised_edit(alphas[layer], modes, layer, batch, plan.means, src), in_place=False
+        )
+        for layer in range(L)
+    }
+    if drop is not None:
+        edit.update(_dropped_layer(drop, stack))
+    obj = plan.objective
+    with torch.enable_grad(), Trace(adapter, edit=edit, stack=stack, path="hooks"):
+        res = obj.forward(adapter, batch)
+        readout = _log_probs(res, batch) if plan.kind == "output-sketch" else obj.readout(res, batch)
+    return readout, alphas
+
+
+def _dropped_layer(layer: int, stack: str) -> dict:
+    """Edits that keep layer ``layer``'s output but drop the gradient through its
+    contribution to the residual stream (GradDrop, Kramár et al. 2024): the output
+    ``y = x + f(x)`` becomes ``x + (y − x).detach()``, ``x`` the layer's input."""
+    held: dict = {}
+
+    def keep(x, ctx):
+        held["x"] = x  # the layer's input in this forward (resid_pre runs before resid_post)
+
+    def cut(y, ctx):
+        x = held.pop("x")
+        return x + (y - x).detach()
+
+    return {
+        Site("resid_pre", layer, stack): Apply(keep, in_place=False),
+        Site("resid_post", layer, stack): Apply(cut, in_place=False),
+    }
 
 
 def _first_order(readout: torch.Tensor, alphas: list) -> torch.Tensor:
