@@ -512,15 +512,21 @@ def test_graddrop_is_the_direct_effect_on_the_linear_model(linear_gpt2, w):
         for h in range(4):
             held: dict = {}
 
-            def patch(z, ctx, h=h):
+            def patch(z, ctx, h=h, r=r):
                 z = z.clone()
                 z[:, :, h] = r[:, :, h].to(z.dtype)
                 return z
 
+            def keep(x, ctx, held=held):
+                held["x"] = x
+
+            def direct_only(y, ctx, held=held, f=layer_1):  # layer 1 adds its clean contribution
+                return held["x"] + f
+
             edit = {
                 Site("z", 0, st): Apply(patch, in_place=False),
-                Site("resid_pre", 1, st): Apply(lambda x, ctx: held.update(x=x), in_place=False),
-                Site("resid_post", 1, st): Apply(lambda y, ctx: held["x"] + layer_1, in_place=False),
+                Site("resid_pre", 1, st): Apply(keep, in_place=False),
+                Site("resid_post", 1, st): Apply(direct_only, in_place=False),
             }
             with torch.no_grad(), Trace(a, edit=edit, stack=st):
                 direct[i, h] = float(obj.readout(obj.forward(a, batch), batch) - clean)
