@@ -287,7 +287,9 @@ ANALYSIS = Analysis(
     ),
     section=True,
     produces=AblationResult,
-    report_params={"max_model_examples": 128},
+    # the report ablates in the necessity claims' own mode (mean): the pages show the removal the
+    # claims test, and the claims reuse it (zero-ablation stands beside a necessary head's claim)
+    report_params={"max_model_examples": 128, "mode": "mean"},
     modules=("probe.analyses.necessity.ablation",),
     order=30,
     engines=STREAMING,
