@@ -390,12 +390,12 @@ def _beside_necessary(adapter, corpus, obj, necessity: dict, sweep, seed: int, r
     from .necessity import beside_modes
     from .removal import removal_sweep
 
-    held = [k for k, c in necessity.items() if c.holds and isinstance(k, tuple) and len(k) == 2]
+    held = [k for k, c in necessity.items() if c.holds]
     modes = tuple(m for m in BESIDE_MODES if m not in sweep.harm)
-    if not held:
+    if not held or not modes:
         return None
-    got = removal_sweep(adapter, corpus, obj, units=held, modes=modes, seed=seed, runner=runner) if modes else None
-    beside_modes(necessity, sweep, got)
+    got = removal_sweep(adapter, corpus, obj, units=held, modes=modes, seed=seed, runner=runner)
+    beside_modes(necessity, got)
     return got
 
 

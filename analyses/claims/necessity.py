@@ -161,12 +161,9 @@ def necessity_claims(
     harm = sweep.harm["mean"].mean(1)
     keys = [u[0] for u in sweep.units]
     order = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -harm[keys.index(k)]))}
-    rnd = sweep.harm["random"].mean(1) if "random" in sweep.harm else None
-    for i, k in enumerate(keys):
-        c = claims[k]
-        c.extra.update(removal_rank=order[k], of=len(keys))
-        if rnd is not None and rnd[i] > 0:
-            c.extra["times_random"] = float(harm[i] / rnd[i])
+    for k in keys:
+        claims[k].extra.update(removal_rank=order[k], of=len(keys))
+    beside_modes(claims, sweep)
     if importance is None or len(importance) == 0:
         return claims
     imp = {
@@ -180,27 +177,24 @@ def necessity_claims(
     return claims
 
 
-def beside_modes(claims: dict, sweep: Any, beside: Any = None) -> None:
+def beside_modes(claims: dict, sweep: Any) -> None:
     """Add to the necessity ``claims`` the harms of the modes beside ``mean`` (zero- and
     resample-ablation, the ``random`` perturbation; :mod:`.removal`) of each single head in
-    ``sweep`` (every head) or ``beside`` (a sweep of some heads, e.g. the necessary ones):
-    ``{mode}_harm`` (effect and interval) and ``times_random``, the head's necessity effect
-    over the random perturbation's mean harm (context, never a test)."""
-    for source in (sweep, beside):
-        if source is None:
+    ``sweep`` (every head, or some, e.g. the necessary ones): ``{mode}_harm`` (effect and
+    interval) and ``times_random``, the head's necessity effect over the random
+    perturbation's mean harm (context, never a test)."""
+    for i, unit in enumerate(sweep.units):
+        c = claims.get(unit[0])
+        if c is None or len(unit) != 1:
             continue
-        for i, unit in enumerate(source.units):
-            c = claims.get(unit[0])
-            if c is None or len(unit) != 1:
-                continue
-            for mode in ("zero", "resample", "random"):
-                side = _side(source, mode, i)
-                if side is not None:
-                    c.extra[f"{mode}_harm"] = side
-            if "random" in source.harm:
-                rnd = float(source.harm["random"][i].mean())
-                if rnd > 0 and c.effect == c.effect:
-                    c.extra["times_random"] = float(c.effect / rnd)
+        for mode in ("zero", "resample", "random"):
+            side = _side(sweep, mode, i)
+            if side is not None:
+                c.extra[f"{mode}_harm"] = side
+        if "random" in sweep.harm:
+            rnd = float(sweep.harm["random"][i].mean())
+            if rnd > 0 and c.effect == c.effect:
+                c.extra["times_random"] = float(c.effect / rnd)
 
 
 def weights_reading(removal: float, uniform: float, floor: float) -> str:

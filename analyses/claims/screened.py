@@ -115,16 +115,14 @@ def pilot_flags(harm: np.ndarray, floor: float, slack: float = 0.5, z: float = 2
     """``(flags [m] bool, upper [m])``: the heads whose exact pilot harms ``harm`` ``[m, k]``
     (each head mean-ablated on ``k`` examples) could reach ``floor``: upper bound ``mean +
     z · stderr + slack · |mean|`` at or above it (NaN counts as flagged)."""
-    h = np.asarray(harm, np.float64)
-    k = h.shape[1]
-    mean = h.mean(1)
-    se = h.std(1, ddof=1) / math.sqrt(k) if k > 1 else np.full(len(h), np.inf)
-    upper = mean + z * se + slack * np.abs(mean)
+    from probe.analyses.necessity.screen import upper_bound
+
+    upper = upper_bound(np.asarray(harm, np.float64).T, z, slack)
     return ~(upper < floor), upper
 
 
 def _pilot(adapter, corpus, obj, heads, *, size: int, slack: float, seed: int, batch_size: int, runner) -> tuple:
-    """``(flags [m], upper [m], examples)``: every head mean-ablated exactly on ``size``
+    """``(flags [m], examples)``: every head mean-ablated exactly on ``size``
     examples drawn at random (at most half the corpus), :func:`pilot_flags` of their harms
     against the objective's floor. A sketch screen ranks heads by the linearised change of
     the readout, which misses a head whose effect is not first-order (MiniLM's L0H9 on the
@@ -135,14 +133,14 @@ def _pilot(adapter, corpus, obj, heads, *, size: int, slack: float, seed: int, b
     n = len(corpus)
     k = min(int(size), n // 2)
     if k < 4:
-        return np.zeros(len(heads), bool), np.full(len(heads), np.nan), 0
+        return np.zeros(len(heads), bool), 0
     idx = sorted(np.random.default_rng(seed).choice(n, k, replace=False).tolist())
     sub = corpus.subset(idx, reason="the screened path's exact pilot")
     sweep = removal_sweep(
         adapter, sub, obj, [(h,) for h in heads], modes=("mean",), seed=seed, batch_size=batch_size, runner=runner
     )
-    flags, upper = pilot_flags(sweep.harm["mean"], T.min_effect(obj.name), slack)
-    return flags, upper, k
+    flags, _ = pilot_flags(sweep.harm["mean"], T.min_effect(obj.name), slack)
+    return flags, k
 
 
 def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner):
@@ -394,7 +392,7 @@ def screened_necessity(
     rows = [index[h] for h in heads]
     first, pilot_n = None, 0
     if scr.kind != "first-order" and pilot > 0:
-        first, _, pilot_n = _pilot(
+        first, pilot_n = _pilot(
             adapter, corpus, objective, heads, size=pilot, slack=slack, seed=seed, batch_size=batch_size, runner=runner
         )
     plan, upper, rank = _plan(

@@ -84,6 +84,7 @@ __all__ = [
     "screen_batches",
     "screen_heads",
     "screen_kind",
+    "upper_bound",
 ]
 
 #: the removal modes a screen linearises (those that replace ``z`` by a value)
@@ -139,8 +140,8 @@ class HeadScreen:
         It bounds the *screened* mean, not the exact harm: where the first-order estimate is
         far from the harm (a saturated loss, docs/screening.md) it is no bound on the harm,
         which is why :mod:`.confirm` audits the heads it rules out."""
-        m = self.mean(mode)
-        return m + z * self.stderr(mode) + slack * np.abs(m)
+        e = self.estimate[mode]
+        return upper_bound(e.reshape(e.shape[0], -1), z, slack)
 
     def to_frame(self) -> pd.DataFrame:
         """``layer, head, mode, estimate, stderr`` (one row per head and mode)."""
@@ -149,6 +150,16 @@ class HeadScreen:
             for (layer, h), m, s in zip(self.heads, self.mean(mode), self.stderr(mode)):
                 rows.append({"layer": layer, "head": h, "mode": mode, "estimate": m, "stderr": s})
         return pd.DataFrame(rows)
+
+
+def upper_bound(values: np.ndarray, z: float = 2.0, slack: float = 0.0) -> np.ndarray:
+    """``[m]``: ``mean + z · stderr + slack · |mean|`` over the rows of ``values [n, m]``
+    (``stderr`` infinite with one row): the screen's bound on a head's mean effect, and the
+    exact pilot's (:func:`probe.analyses.claims.screened.pilot_flags`)."""
+    v = np.asarray(values, np.float64)
+    mean = v.mean(0)
+    se = v.std(0, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else np.full(v.shape[1], np.inf)
+    return mean + z * se + slack * np.abs(mean)
 
 
 def screen_kind(obj) -> str:
