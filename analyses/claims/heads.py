@@ -23,7 +23,7 @@ from .summary import summary_sentence
 log = logging.getLogger(__name__)
 
 #: the paths of the causal claims: every head removed on the (capped) corpus, or screened on the whole
-CAUSAL = ("exhaustive", "screened")
+CAUSAL = ("exhaustive", "screened", "sequential")
 
 
 @dataclass
@@ -217,10 +217,12 @@ def head_claims(
             in this process): ``reinit`` (the model re-initialised), ``permute`` (its
             attention weights permuted across heads and layers), ``None`` the default
             (:data:`.null_model.DEFAULT_NULL`); ``none``: against the floor alone.
-        causal: ``exhaustive`` (every head removed on ``corpus``) or ``screened``: the
+        causal: ``exhaustive`` (every head removed on ``corpus``); ``screened``: the
             necessity claims by :func:`.screened.screened_necessity` on ``screen_corpus``
             (default ``corpus``; the report passes the whole corpus), the weights and
-            redundancy claims as before on ``corpus``.
+            redundancy claims as before on ``corpus``; ``sequential``: the necessity and
+            weights claims decided head by head in blocks of ``screen_corpus``
+            (:func:`.decided.decided_claims`), redundancy on ``corpus``.
     """
     if causal not in CAUSAL:
         raise InputError(f"unknown causal path {causal!r}; use {' or '.join(CAUSAL)}")
@@ -239,7 +241,8 @@ def head_claims(
     necessity, weights, redundancy, info = _causal(
         adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
         objective=chosen, objective_why=objective_why, seed=seed, progress=progress,
-        screen_corpus=(screen_corpus if screen_corpus is not None else corpus) if causal == "screened" else None,
+        screen_corpus=(screen_corpus if screen_corpus is not None else corpus) if causal != "exhaustive" else None,
+        path=causal,
     )  # fmt: skip
     attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
     built = {
@@ -302,11 +305,14 @@ def _causal(
     seed: int,
     progress: bool,
     screen_corpus: Any = None,
+    path: str = "exhaustive",
 ) -> tuple:
     """``(necessity, weights, redundancy, objective info)``: the claims that remove heads
     (:mod:`.removal`), *not tested* without a live model or an objective that fits; their
     tables (``groups``, ``removal``) into ``tables`` and the objective's note into ``notes``.
-    With ``screen_corpus`` the necessity claims are the screened path's on it (:mod:`.screened`)."""
+    With ``screen_corpus`` the necessity claims are the screened path's on it (:mod:`.screened`),
+    or with ``path="sequential"`` the necessity and weights claims are decided on it in
+    blocks (:mod:`.decided`)."""
     from probe.analyses.common.objective import resolve_objective
 
     from .necessity import necessity_claims, weights_claims
@@ -330,6 +336,12 @@ def _causal(
                 "floor_source": T.floor_source(obj.name),
                 "n": len(corpus),
             }
+            if path == "sequential":
+                necessity, weights, redundancy = _decided(
+                    adapter, nadapter, screen_corpus, corpus, obj, heads, pattern, importance, runner, notes, tables,
+                    info, seed=seed, why=why,
+                )  # fmt: skip
+                return necessity, weights, redundancy, info
             # every head in the modes that decide a claim (mean: necessity; uniform: weights); the
             # modes beside a necessary head's claim (zero, resample, random) for those heads, below
             sweep = removal_sweep(
@@ -397,6 +409,39 @@ def _beside_necessary(adapter, corpus, obj, necessity: dict, sweep, seed: int, r
     got = removal_sweep(adapter, corpus, obj, units=held, modes=modes, seed=seed, runner=runner)
     beside_modes(necessity, got)
     return got
+
+
+def _decided(
+    adapter, nadapter, whole, corpus, obj, heads, pattern, importance, runner, notes, tables, info, *, seed, why
+):
+    """``(necessity, weights, redundancy)``: the necessity and weights claims decided head by
+    head on ``whole`` (:func:`.decided.decided_claims`), redundancy on ``corpus`` (the cap);
+    the decided table into ``tables['decided']``, its summary and note into ``info['causal']``."""
+    from .decided import decided_claims
+    from .necessity import add_importance
+    from .redundancy import redundancy_claims
+
+    got = decided_claims(
+        adapter, whole, obj, heads, null_adapter=nadapter,
+        null_source=nadapter.card["null_source"] if nadapter is not None else "", seed=seed, runner=runner,
+        pattern=pattern,
+    )  # fmt: skip
+    necessity = add_importance(got.necessity, importance)
+    if nadapter is not None:
+        info.update(null=nadapter.card["null_source"], null_quantile_level=1.0 - T.FDR)
+    tables["decided"] = got.table
+    info["causal"] = dict(got.info, note=got.note())
+    redundancy, groups = redundancy_claims(
+        adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter
+    )
+    if groups:
+        tables["groups"] = pd.DataFrame(groups)
+    notes.append(
+        f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone (Wang et al. 2022) "
+        f"and given uniform attention weights, on random blocks of the whole corpus until decided (below); "
+        f"redundancy groups removed together"
+    )
+    return necessity, got.weights, redundancy
 
 
 def _screened(adapter, nadapter, corpus, obj, heads, importance, runner, tables, info, *, seed, progress):

@@ -158,12 +158,19 @@ def necessity_claims(
     ``null``: a :class:`NullSweep` of the same heads, examples and objective on a null model;
     ``tests``: as :func:`_tested`'s (a screen's selection of the sweep's heads)."""
     claims = _tested("necessity", sweep, "mean", "needed alone", null, tests)
-    harm = sweep.harm["mean"].mean(1)
-    keys = [u[0] for u in sweep.units]
-    order = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -harm[keys.index(k)]))}
+    beside_modes(claims, sweep)
+    return add_importance(claims, importance)
+
+
+def add_importance(claims: dict, importance: Optional[pd.DataFrame] = None) -> dict:
+    """The necessity ``claims`` with each head's rank by its removal harm (``removal_rank``
+    ``of``) and, given ``importance`` (``layer, head, importance``), its gradient importance,
+    rank and the Spearman agreement of the two over heads."""
+    keys = list(claims)
+    harm = np.array([claims[k].effect for k in keys], np.float64)
+    order = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -np.nan_to_num(harm[keys.index(k)], nan=-1e9)))}
     for k in keys:
         claims[k].extra.update(removal_rank=order[k], of=len(keys))
-    beside_modes(claims, sweep)
     if importance is None or len(importance) == 0:
         return claims
     imp = {
@@ -216,7 +223,15 @@ def weights_claims(sweep: Any, pattern: Optional[dict] = None, null: Any = None)
         return {k: Claim("weights", "not tested", reason=why) for k in keys}
     claims = _tested("weights", sweep, "uniform", "where it looks matters", null)
     removal = sweep.harm["mean"].mean(1) if "mean" in sweep.harm else np.full(len(keys), np.nan)
-    floor = T.min_effect(sweep.objective)
+    return read_weights(claims, keys, removal, pattern, T.min_effect(sweep.objective))
+
+
+def read_weights(claims: dict, keys: list, removal: np.ndarray, pattern: Optional[dict], floor: float) -> dict:
+    """The weights ``claims`` with their reading (:func:`weights_reading`): each head's
+    removal harm ``removal`` ``[len(keys)]`` (mean-ablation) beside its uniform-weights
+    harm, and for a head that holds, what it does and where it parks its attention
+    (``pattern``: the pattern claims' profiles)."""
+    claims = dict(claims)
     for i, k in enumerate(keys):
         c = claims[k]
         c.extra["removal_harm"] = float(removal[i])

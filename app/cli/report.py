@@ -106,11 +106,14 @@ def _sections_help() -> str:
 )
 @click.option(
     "--causal",
-    type=click.Choice(["exhaustive", "screened"]),
+    type=click.Choice(["auto", "sequential", "exhaustive", "screened"]),
     default=None,
-    help="the necessity claims' path: exhaustive (default; every head removed on the model-run examples) or "
-    "screened (every example screened in one forward + backward per batch, the heads that could matter "
-    "removed exactly, an audit of the rest; docs/screening.md)",
+    help="the causal claims' path: auto (default: sequential where the model-run limit would cut the "
+    "corpus, else exhaustive), "
+    "sequential (necessity and weights on every example, each head decided in random blocks and stopped "
+    "when decided), exhaustive (every head removed on the model-run examples), screened (necessity: every "
+    "example screened in one forward + backward per batch, the heads that could matter removed exactly; "
+    "docs/screening.md)",
 )
 @click.option("--out", "-o", required=True, type=click.Path(), help="report directory (must be empty unless --force)")
 @force_option

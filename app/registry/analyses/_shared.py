@@ -31,16 +31,28 @@ NULL = Param(
 )
 
 
-#: the necessity claims' path (:mod:`probe.analyses.claims.screened`), also as a report override
+#: the causal claims' path (:mod:`probe.analyses.claims.decided`, :mod:`probe.analyses.claims.screened`),
+#: also as a report override
 CAUSAL = Param(
     "causal",
     str,
-    "exhaustive",
-    "the necessity claims' path: exhaustive (every head removed on the model-run examples) or screened "
-    "(every example screened in one forward + backward per batch, the heads that could matter removed "
-    "exactly, an audit of the rest; docs/screening.md)",
-    choices=("exhaustive", "screened"),
+    "auto",
+    "the causal claims' path: sequential (necessity and weights on every example, each head decided in "
+    "random blocks and stopped when decided), exhaustive (every head removed on every model-run example), "
+    "screened (necessity: every example screened in one forward + backward per batch, the heads that could "
+    "matter removed exactly); auto: sequential where the model-run limit would cut the corpus, else "
+    "exhaustive (docs/screening.md)",
+    choices=("auto", "sequential", "exhaustive", "screened"),
 )
+
+
+def causal_path(chosen, n: int, cap) -> str:
+    """The causal path ``chosen``; ``auto`` (or ``None``): sequential where the model-run
+    limit ``cap`` would cut the ``n`` examples (the exhaustive path would see only the first
+    ``cap``), else exhaustive (it sees them all)."""
+    if chosen in (None, "", "auto"):
+        return "sequential" if cap and n > cap else "exhaustive"
+    return str(chosen)
 
 
 def head_name(layer, head) -> str:

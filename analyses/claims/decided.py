@@ -1,0 +1,329 @@
+"""The necessity and weights claims on the whole corpus, each head decided in blocks (issue 44).
+
+The exhaustive path removes every head on every example, so a report caps it at the
+first examples. This path takes the corpus in random blocks (:data:`BLOCK` sentences) and
+stops each head as soon as its claim is decided, so every head sees as much of the corpus
+as its decision needs and the hard ones see all of it:
+
+1. **the null model's bar** — every head of the null model (:mod:`.null_model`) removed
+   block by block in each deciding mode (mean: necessity; uniform weights: weights) and
+   decided against the floor; the bar a trained head must pass is the largest of the
+   floor, the null heads' mean harms and the mean over the first block's sentences of
+   their per-sentence ``1 − q`` quantile over the null's heads (the exhaustive path's
+   three bars, each on the examples the null heads took);
+2. **the model's heads** — removed block by block (the exhaustive path's removals,
+   :func:`probe.analyses.necessity.sequential.sequential_necessity`) until an
+   anytime-valid test decides each against the bar: betting e-processes on per-example
+   harms (Waudby-Smith & Ramdas 2023), or on a corpus-level objective (the similarity
+   structure) normal-mixture e-processes on each block's size-corrected harm and its
+   jackknife variance (Robbins 1970; Howard et al. 2021); e-BH over every head at
+   :data:`.thresholds.FDR` (Wang & Ramdas 2022). A head the corpus leaves undecided has
+   taken every example; e-BH on its final e-value decides it, else it does not hold
+   ("undecided after all n examples");
+3. **beside a necessary head** — zero- and resample-ablation and the same-norm random
+   perturbation on the first block (context, never a test).
+
+Every claim states the examples its head took (``count``) and why it stopped
+(``extra['decision']``). Shapes: ``DecidedClaims.table`` one row per head and mode.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import thresholds as T
+from .claim import Claim
+
+__all__ = ["BLOCK", "DecidedClaims", "decided_claims", "block_removals"]
+
+#: sentences per block: the similarity structure's size correction and jackknife are
+#: measured at 64 (docs/screening.md); a per-example objective's betting test takes them one by one
+BLOCK = 64
+
+_STATEMENT = {"mean": "needed alone", "uniform": "where it looks matters"}
+_KIND = {"mean": "necessity", "uniform": "weights"}
+
+
+@dataclass(frozen=True)
+class DecidedClaims:
+    """The decided path's claims.
+
+    Attributes:
+        necessity, weights: ``{(layer, head): Claim}``; info: what summary.json states
+            (examples, blocks, removals used against the exhaustive count, the null's bar,
+            per mode the heads decided early, at the end and undecided); table: per head
+            and mode its decision, examples taken, mean harm and interval, e-values.
+    """
+
+    necessity: dict
+    weights: dict
+    info: dict
+    table: pd.DataFrame
+
+    def note(self) -> str:
+        """One line for the report's notes."""
+        i = self.info
+        parts = []
+        for mode, s in i["modes"].items():
+            parts.append(
+                f"{_KIND[mode]} ({mode}): {s['necessary']} hold, {s['not_necessary']} stopped below the bar, "
+                f"{s['undecided']} undecided; examples per head {s['examples_min']}–{s['examples_max']} "
+                f"(median {s['examples_median']:g})"
+            )
+        return (
+            f"necessity and weights decided head by head on all {i['examples']} examples in random blocks of "
+            f"{i['block']} ({i['test']}; e-BH at q = {T.FDR} over {i['heads']} heads): "
+            + "; ".join(parts)
+            + f"; {i['removals']} head × example removals of the exhaustive {i['exhaustive_removals']} "
+            f"({i['removals'] / max(1, i['exhaustive_removals']):.0%})"
+            + (
+                f"; the bar {i['bars']['mean']:.3g} (mean), {i['bars']['uniform']:.3g} (uniform) with {i['null']['source']}"
+                if i.get("null")
+                else ""
+            )
+        )
+
+
+class _Record:
+    """Each head's per-example harms on the examples it took (``on_block``)."""
+
+    def __init__(self, m: int, n: int):
+        self.harm = np.full((m, n), np.nan)
+        self.first: Optional[np.ndarray] = None  # the first block's examples (every head takes it)
+
+    def keep(self, live: np.ndarray, examples: np.ndarray, harms: np.ndarray) -> None:
+        if self.first is None:
+            self.first = np.asarray(examples)
+        self.harm[np.ix_(np.asarray(live), np.asarray(examples))] = harms
+
+
+def _null_bar(nadapter, corpus, obj, heads, mode, *, floor, bounds, block, seed, batch_size, runner) -> dict:
+    """The null model's heads decided against the floor in ``mode``: ``{bar, null_max,
+    null_level, decided_below, examples}`` (module docstring, step 1)."""
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.analyses.necessity.sequential import sequential_necessity
+
+    from .null_model import null_quantile
+
+    means = position_kind_means(nadapter, corpus, obj, batch_size, nadapter.default_stack) if mode == "mean" else None
+    rec = _Record(len(heads), len(corpus))
+    res = sequential_necessity(
+        nadapter, corpus, heads, floor=floor, bounds=bounds(floor), objective=obj, mode=mode, q=T.FDR, block=block,
+        batch_size=batch_size, seed=seed, means=means, runner=runner, on_block=rec.keep,
+    )  # fmt: skip
+    null_max = float(np.nanmax(res.mean))
+    first = rec.harm[:, rec.first] if rec.first is not None else np.full((len(heads), 1), np.nan)
+    null_level = float(np.nanmean(null_quantile(first, T.FDR)))
+    return {
+        "bar": float(max(floor, np.nan_to_num(null_max, nan=floor), np.nan_to_num(null_level, nan=floor))),
+        "null_max": null_max,
+        "null_level": null_level,
+        "decided_below": int(sum(d == "not necessary" for d in res.decision)),
+        "removals": int(res.n_used.sum()),
+    }
+
+
+def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_size, means=None) -> dict:
+    """``{mode: [k, b]}``: the harm of each head in ``heads`` removed in each of ``modes`` on
+    the block ``examples`` of ``corpus``, per example: a corpus-level objective's
+    size-corrected harm over the block's others (:meth:`block_harm`), else the objective's
+    own (:func:`probe.analyses.claims.removal.run_removal_batches`, the sweep's removals)."""
+    from probe.analyses.common.batch import batch_indices, by_one_length
+
+    from .removal import RemovalPlan, placed_readouts, run_removal_batches
+
+    idx = [int(i) for i in examples]
+    texts = [corpus.texts[i] for i in idx]
+    batches = [
+        (number, tuple(idx[c] for c in chunk))
+        for number, chunk in enumerate(by_one_length(adapter, batch_indices(texts, batch_size, by_length=True), texts))
+    ]
+    units = tuple((tuple(map(int, h)),) for h in heads)
+    plan = RemovalPlan(corpus, obj, units, tuple(modes), means, seed, adapter.default_stack, batch_size)
+    clean_all, pert_all = placed_readouts([run_removal_batches(adapter, plan, batches)], len(corpus), len(units))
+    assert clean_all is not None
+    take = np.asarray(idx)
+    clean = clean_all[take].double().numpy()
+    out = {}
+    for mode in modes:
+        pert = pert_all[mode][:, take].double().numpy()
+        if getattr(obj, "corpus_level", False):
+            out[mode] = np.stack([obj.block_harm(clean, pert[j]).rows for j in range(len(units))])
+        else:
+            out[mode] = np.stack([obj.harm(clean, pert[j]) for j in range(len(units))])
+    return out
+
+
+def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level) -> Claim:
+    from .statistics import mean_ci
+
+    decision, used = res.decision[i], int(res.n_used[i])
+    h = rec.harm[i][~np.isnan(rec.harm[i])]
+    if block_level:
+        eff = float(res.mean[i])
+        half = 1.96 * float(np.sqrt(max(res.variance[i], 0.0)))
+        lo, hi = eff - half, eff + half
+    else:
+        eff, lo, hi = mean_ci(h, seed=i)
+    e_value = float(res.e_value[i])
+    stopped = used < res.n
+    why = {
+        "necessary": "its e-value passed m/q" if stopped else "e-BH on the final e-values",
+        "not necessary": "its e-value against passed 1/q (below the bar)",
+        "undecided": "undecided",
+    }[decision]
+    extra = {
+        "mode": mode,
+        "decision": f"{decision} after {used} of {res.n} examples ({why})",
+        "stopped_early": bool(stopped),
+        "e_value": e_value,
+        "e_against": float(res.e_against[i]),
+        "p": float(min(1.0, 1.0 / e_value)) if e_value > 0 else 1.0,
+        "bh_significant": decision == "necessary",
+        "min_effect": floor,
+        "floor_source": T.floor_source(obj.name),
+        "objective": obj.name,
+        "objective_described": obj.describe(),
+        "fdr": T.FDR,
+        "tests": int(m),
+        "bar": float(bar),
+        "test": res.method,
+    }
+    if null is not None:
+        extra.update(null_quantile=null["null_level"], null_max=null["null_max"], null_source=null["source"])
+    holds = decision == "necessary" and eff >= bar
+    reason = f"undecided after all {res.n} examples" if decision == "undecided" else ""
+    return Claim(
+        kind, "holds" if holds else "does not hold", statement=_STATEMENT[mode], effect=eff, ci_low=lo, ci_high=hi,
+        count=used, null=floor, unit=obj.units, threshold="min_effect+fdr", reason=reason, extra=extra,
+    )  # fmt: skip
+
+
+def decided_claims(
+    adapter: Any,
+    corpus: Any,
+    objective: Any,
+    heads: Sequence,
+    *,
+    null_adapter: Any = None,
+    null_source: str = "",
+    modes: Sequence[str] = ("mean", "uniform"),
+    seed: int = 0,
+    runner: Optional[Callable] = None,
+    batch_size: int = 8,
+    block: int = BLOCK,
+    beside: Sequence[str] = ("zero", "resample", "random"),
+    pattern: Optional[dict] = None,
+) -> DecidedClaims:
+    """Necessity (``mean``) and weights (``uniform``) claims of ``heads`` on every example of
+    ``corpus``, each head decided in blocks (module docstring).
+
+    Args:
+        objective: a resolved :class:`probe.analyses.common.objective.Objective`.
+        heads: ``[(layer, head)]`` of the adapter's default stack.
+        null_adapter: the null model (:mod:`.null_model`), ``None`` for the floor alone.
+        modes: the deciding modes to run (``mean``, ``uniform``).
+        beside: the modes run beside a necessary head's claim, on the first block.
+        pattern: the pattern claims (where a head that holds the weights claim parks its attention).
+        runner: where each block's batches run (:mod:`probe.runs.blocks`), as
+            :func:`.removal.removal_sweep`'s.
+
+    Raises:
+        InputError: an objective or head that does not fit (from the removals).
+    """
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.analyses.necessity.sequential import sequential_necessity
+
+    from .necessity import beside_modes
+    from .removal import RemovalSweep
+    from .screened import _default_bounds
+
+    started = time.time()
+    heads = [tuple(map(int, h)) for h in heads]
+    m, n, floor = len(heads), len(corpus), T.min_effect(objective.name)
+    block_level = bool(getattr(objective, "corpus_level", False))
+    bounds = _default_bounds(None)  # a per-example objective's betting range around the bar
+    common: dict[str, Any] = dict(block=block, seed=seed, batch_size=batch_size, runner=runner)
+    bars, nulls = {}, {}
+    for mode in modes:
+        if null_adapter is None:
+            bars[mode] = floor
+            continue
+        got = _null_bar(null_adapter, corpus, objective, heads, mode, floor=floor, bounds=bounds, **common)
+        nulls[mode] = dict(got, source=null_source)
+        bars[mode] = got["bar"]
+    means = (
+        position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack) if "mean" in modes else None
+    )
+    claims: dict = {mode: {} for mode in modes}
+    rows, summary, removals, first = [], {}, 0, None
+    for mode in modes:
+        rec = _Record(m, n)
+        res = sequential_necessity(
+            adapter, corpus, heads, floor=bars[mode], bounds=bounds(bars[mode]), objective=objective, mode=mode,
+            q=T.FDR, means=means if mode == "mean" else None, on_block=rec.keep, **common,
+        )  # fmt: skip
+        first = rec.first if first is None else first
+        removals += int(res.n_used.sum())
+        for i, h in enumerate(heads):
+            c = _claim(
+                _KIND[mode], mode, res, rec, i, bar=bars[mode], floor=floor, obj=objective, m=m,
+                null=nulls.get(mode), block_level=block_level,
+            )  # fmt: skip
+            claims[mode][h] = c
+            rows.append(
+                {"layer": h[0], "head": h[1], "mode": mode, "decision": res.decision[i], "examples": int(res.n_used[i]),
+                 "harm": c.effect, "ci_low": c.ci_low, "ci_high": c.ci_high, "e_value": float(res.e_value[i]),
+                 "e_against": float(res.e_against[i]), "bar": bars[mode], "status": c.status}
+            )  # fmt: skip
+        used = res.n_used
+        summary[mode] = {
+            **{k: v for k, v in res.summary().items() if k in ("necessary", "not_necessary", "undecided")},
+            "holds": sum(c.holds for c in claims[mode].values()),
+            "stopped_early": int((used < n).sum()),
+            "examples_min": int(used.min()),
+            "examples_max": int(used.max()),
+            "examples_median": float(np.median(used)),
+        }
+    necessity = claims.get("mean", {})
+    held = [h for h, c in necessity.items() if c.holds]
+    if held and beside and first is not None:
+        got = block_removals(
+            adapter, corpus, objective, held, beside, first, seed=seed, batch_size=batch_size, means=means
+        )
+        sweep = RemovalSweep(
+            units=tuple((h,) for h in held), objective=objective.name, units_text=objective.units, harm=got,
+            measures={}, corpus={}, n=len(first), describe=objective.describe(),
+        )  # fmt: skip
+        beside_modes(necessity, sweep)
+        removals += len(held) * len(beside) * len(first)
+    if "uniform" in modes and "mean" in modes:
+        from .necessity import read_weights
+
+        removal = np.array([necessity[h].effect for h in heads])
+        claims["uniform"] = read_weights(claims["uniform"], heads, removal, pattern, floor)
+    info = {
+        "path": "sequential",
+        "examples": n,
+        "block": block,
+        "heads": m,
+        "test": "normal-mixture e-processes on block means" if block_level else "betting e-processes per example",
+        "modes": summary,
+        "bars": bars,
+        "null": {
+            "source": null_source,
+            **{mode: {k: v for k, v in s.items() if k != "source"} for mode, s in nulls.items()},
+        }
+        if nulls
+        else None,
+        "removals": removals,
+        "null_removals": int(sum(s["removals"] for s in nulls.values())),
+        "exhaustive_removals": m * n * len(modes),
+        "seconds": time.time() - started,
+    }
+    return DecidedClaims(necessity=necessity, weights=claims.get("uniform", {}), info=info, table=pd.DataFrame(rows))

@@ -1,0 +1,55 @@
+"""The causal claims decided head by head on the whole corpus (issue 44,
+:mod:`probe.analyses.claims.decided`): the report's default path where its model-run
+limit would cut the corpus, what summary.json and the notes state, the same claims on
+every engine."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from probe.app.cli import main
+
+
+def _report(tmp_path, name: str, args: list) -> dict:
+    out = tmp_path / name
+    r = CliRunner().invoke(main, ["report", *args, "--sections", "claims", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    return next(s for s in summary["sections"] if s["name"] == "claims")
+
+
+def test_auto_decides_every_head_on_the_whole_corpus_where_the_limit_would_cut_it(tmp_path):
+    """MiniLM on the bundled sample (24 sentences) with a model-run limit of 16: the claims
+    take the sequential path on all 24 (the similarity structure in blocks, the block test),
+    every necessity and weights claim states the examples its head took and why it stopped;
+    without the cut (limit 0) the path is the exhaustive one."""
+    claims = _report(tmp_path, "cut", ["--max-model-examples", "16", "--causal", "auto"])
+    causal = claims["summary"]["causal"]
+    assert causal["path"] == "sequential" and causal["examples"] == 24 and causal["heads"] == 72
+    assert causal["test"] == "normal-mixture e-processes on block means"
+    assert causal["removals"] <= causal["exhaustive_removals"] and causal["block"] == 64
+    for mode in ("mean", "uniform"):
+        s = causal["modes"][mode]
+        assert s["necessary"] + s["not_necessary"] + s["undecided"] == 72
+        assert 1 <= s["examples_min"] <= s["examples_max"] <= 24
+    assert any("decided head by head on all 24 examples" in n for n in claims["notes"])
+    whole = _report(tmp_path, "whole", ["--max-model-examples", "0"])
+    assert whole["summary"]["causal"]["path"] == "exhaustive"
+
+
+def test_sequential_claims_equal_across_engines(tmp_path):
+    """zoo:prev-token (16 examples, limit 8, per-example objective: the betting test): the
+    stream engine (blocks on its runner, 8 examples kept) gives the local claims."""
+    got = {}
+    for engine in ("local", "stream"):
+        args = ["--model", "zoo:prev-token", "--limit", "16", "--max-model-examples", "8", "--engine", engine]
+        args += ["--kept-examples", "8"] if engine == "stream" else []
+        got[engine] = _report(tmp_path, engine, args)
+    for claims in got.values():
+        causal = claims["summary"]["causal"]
+        assert causal["path"] == "sequential" and causal["examples"] == 16
+        assert causal["test"] == "betting e-processes per example"
+    assert got["local"]["summary"]["causal"]["modes"] == got["stream"]["summary"]["causal"]["modes"]
+    assert got["local"]["summary"]["counts"] == got["stream"]["summary"]["counts"]
