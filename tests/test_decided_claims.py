@@ -53,3 +53,29 @@ def test_sequential_claims_equal_across_engines(tmp_path):
         assert causal["test"] == "betting e-processes per example"
     assert got["local"]["summary"]["causal"]["modes"] == got["stream"]["summary"]["causal"]["modes"]
     assert got["local"]["summary"]["counts"] == got["stream"]["summary"]["counts"]
+
+
+def test_heads_undecided_after_every_example_are_decided_by_the_exhaustive_test():
+    """A head the anytime test leaves undecided after every example is tested as the
+    exhaustive path tests it (Wilcoxon against the bar, BH counting every head): one well
+    above the bar holds, one at the bar does not; a head stopped early is not re-tested."""
+    import numpy as np
+
+    from probe.analyses.claims.decided import _at_the_end, _Record
+    from probe.analyses.necessity.sequential import SequentialResult
+
+    n, m, bar = 40, 5, 0.02
+    rng = np.random.default_rng(0)
+    rec = _Record(m, n)
+    rec.harm[0] = 0.03 + 0.005 * rng.standard_normal(n)  # above the bar on every example
+    rec.harm[1] = bar + 0.005 * rng.standard_normal(n)  # at the bar
+    rec.harm[2, :8] = 0.2  # stopped after one block
+    res = SequentialResult(
+        decision=("undecided", "undecided", "necessary", "not necessary", "not necessary"),
+        n_used=np.array([n, n, 8, 8, 8]), e_value=np.ones(m), e_against=np.ones(m), mean=np.zeros(m),
+        floor=bar, bounds=(), q=0.05, n=n,
+    )  # fmt: skip
+    end = _at_the_end(res, rec, bar, m)
+    assert set(end) == {0, 1}
+    assert end[0][1] and end[0][0] < 1e-6
+    assert not end[1][1]

@@ -18,8 +18,10 @@ as its decision needs and the hard ones see all of it:
    structure) normal-mixture e-processes on each block's size-corrected harm and its
    jackknife variance (Robbins 1970; Howard et al. 2021); e-BH over every head at
    :data:`.thresholds.FDR` (Wang & Ramdas 2022). A head the corpus leaves undecided has
-   taken every example; e-BH on its final e-value decides it, else it does not hold
-   ("undecided after all n examples");
+   taken every example, so it is decided as the exhaustive path decides (one-sided Wilcoxon
+   of its per-example harms against the bar, Benjamini–Hochberg counting every head), which
+   is more powerful near the bar than the anytime test; the early stops are controlled by
+   e-BH and these by BH, and the union has no proved FDR bound;
 3. **beside a necessary head** — zero- and resample-ablation and the same-norm random
    perturbation on the first block (context, never a test).
 
@@ -71,9 +73,10 @@ class DecidedClaims:
         parts = []
         for mode, s in i["modes"].items():
             parts.append(
-                f"{_KIND[mode]} ({mode}): {s['necessary']} hold, {s['not_necessary']} stopped below the bar, "
-                f"{s['undecided']} undecided; examples per head {s['examples_min']}–{s['examples_max']} "
-                f"(median {s['examples_median']:g})"
+                f"{_KIND[mode]} ({mode}): {s['necessary']} decided necessary by it, {s['not_necessary']} stopped below "
+                f"the bar, {s['undecided']} undecided after every example ({s['held_at_the_end']} of them held by "
+                f"the exhaustive test on all of them); {s['holds']} hold; examples per head "
+                f"{s['examples_min']}–{s['examples_max']} (median {s['examples_median']:g})"
             )
         return (
             f"necessity and weights decided head by head on all {i['examples']} examples in random blocks of "
@@ -159,7 +162,22 @@ def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_
     return out
 
 
-def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level) -> Claim:
+def _at_the_end(res, rec, bar: float, m: int) -> dict:
+    """``{head index: (p, significant)}`` of the heads the sequential test left undecided after
+    every example: the exhaustive path's test of their per-example harms against ``bar``
+    (one-sided Wilcoxon), Benjamini–Hochberg at :data:`.thresholds.FDR` counting all ``m`` heads."""
+    from .statistics import benjamini_hochberg, floor_test
+
+    end = [i for i, d in enumerate(res.decision) if d == "undecided" and res.n_used[i] == res.n]
+    if not end:
+        return {}
+    p = np.array([floor_test(rec.harm[i][~np.isnan(rec.harm[i])], bar) for i in end])
+    padded = np.concatenate([np.nan_to_num(p, nan=1.0), np.ones(m - len(end))])
+    sig = benjamini_hochberg(padded, T.FDR)[: len(end)]
+    return {i: (float(p[j]), bool(sig[j])) for j, i in enumerate(end)}
+
+
+def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level, end=None) -> Claim:
     from .statistics import mean_ci
 
     decision, used = res.decision[i], int(res.n_used[i])
@@ -198,6 +216,14 @@ def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level) ->
         extra.update(null_quantile=null["null_level"], null_max=null["null_max"], null_source=null["source"])
     holds = decision == "necessary" and eff >= bar
     reason = f"undecided after all {res.n} examples" if decision == "undecided" else ""
+    if end is not None:  # every example taken: the exhaustive path's test decides
+        p, sig = end
+        holds, reason = sig and eff >= bar, ""
+        extra.update(
+            p=p, bh_significant=sig, test=f"{res.method}, then Wilcoxon against the bar on every example",
+            decision=f"undecided by the sequential test after all {res.n} examples; the exhaustive test on them: "
+            f"p = {p:.3g} (Wilcoxon against the bar, BH over {m} heads) — {'holds' if holds else 'does not hold'}",
+        )  # fmt: skip
     return Claim(
         kind, "holds" if holds else "does not hold", statement=_STATEMENT[mode], effect=eff, ci_low=lo, ci_high=hi,
         count=used, null=floor, unit=obj.units, threshold="min_effect+fdr", reason=reason, extra=extra,
@@ -270,10 +296,11 @@ def decided_claims(
         )  # fmt: skip
         first = rec.first if first is None else first
         removals += int(res.n_used.sum())
+        end = _at_the_end(res, rec, bars[mode], m)
         for i, h in enumerate(heads):
             c = _claim(
                 _KIND[mode], mode, res, rec, i, bar=bars[mode], floor=floor, obj=objective, m=m,
-                null=nulls.get(mode), block_level=block_level,
+                null=nulls.get(mode), block_level=block_level, end=end.get(i),
             )  # fmt: skip
             claims[mode][h] = c
             rows.append(
@@ -285,6 +312,8 @@ def decided_claims(
         summary[mode] = {
             **{k: v for k, v in res.summary().items() if k in ("necessary", "not_necessary", "undecided")},
             "holds": sum(c.holds for c in claims[mode].values()),
+            "decided_at_the_end": len(end),
+            "held_at_the_end": sum(claims[mode][heads[i]].holds for i in end),
             "stopped_early": int((used < n).sum()),
             "examples_min": int(used.min()),
             "examples_max": int(used.max()),
