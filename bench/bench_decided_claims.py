@@ -93,7 +93,9 @@ def main() -> None:
     exact, t_exact = exhaustive(adapter, corpus, obj, heads, nadapter, args.batch_size)
     print(f"exhaustive: {t_exact:.1f} s; peak {peak_gib():.2f} GiB; ratio {t_exact / t_decided:.2f}×")
     print()
-    print("| claim | heads | agree | holds (exhaustive) | holds (sequential) | examples per head (min / median / max) |")
+    print(
+        "| claim | heads | agree | holds (exhaustive) | holds (sequential) | examples per head (min / median / max) |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     disagreements = []
     for mode, kind, decided in (("mean", "necessity", got.necessity), ("uniform", "weights", got.weights)):

@@ -35,6 +35,10 @@ def test_auto_decides_every_head_on_the_whole_corpus_where_the_limit_would_cut_i
         assert s["necessary"] + s["not_necessary"] + s["undecided"] == 72
         assert 1 <= s["examples_min"] <= s["examples_max"] <= 24
     assert any("decided head by head on all 24 examples" in n for n in claims["notes"])
+    # the null model's own heads set the bar (the re-initialised MiniLM's harm the structure
+    # little, so the bar is the floor); its removals run on the null model, not the trained one
+    for mode in ("mean", "uniform"):
+        assert causal["null"][mode]["null_max"] < 0.01 and causal["bars"][mode] == 0.02
     whole = _report(tmp_path, "whole", ["--max-model-examples", "0"])
     assert whole["summary"]["causal"]["path"] == "exhaustive"
 
@@ -79,3 +83,24 @@ def test_heads_undecided_after_every_example_are_decided_by_the_exhaustive_test(
     assert set(end) == {0, 1}
     assert end[0][1] and end[0][0] < 1e-6
     assert not end[1][1]
+
+
+def test_a_runner_of_this_process_on_another_model_is_refused(minilm):
+    """A null model's removals given the run's runner (bound to the trained model) would run
+    on the trained model with the null's head means: refused in one line."""
+    import pytest
+
+    from probe.analyses.claims.null_model import null_adapter
+    from probe.analyses.claims.removal import removal_sweep
+    from probe.analyses.necessity.sequential import sequential_necessity
+    from probe.errors import InputError
+    from probe.runs.blocks import InProcess
+
+    null = null_adapter(minilm, 0, "reinit")
+    texts = ["the cat sat on the mat", "a dog ran", "it rains", "we read books", "she sings"]
+    with pytest.raises(InputError, match="the runner runs minilm, not minilm \\(null\\)"):
+        removal_sweep(null, texts, "embedding-drift", [(0, 0)], modes=("mean",), runner=InProcess(minilm))
+    with pytest.raises(InputError, match="runner=None"):
+        sequential_necessity(
+            null, texts, [(0, 0)], floor=0.02, objective="similarity-structure", runner=InProcess(minilm)
+        )

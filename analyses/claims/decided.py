@@ -280,14 +280,17 @@ def decided_claims(
         if null_adapter is None:
             bars[mode] = floor
             continue
-        got = _null_bar(null_adapter, corpus, objective, heads, mode, floor=floor, bounds=bounds, **common)
+        # the null model lives in this process only: the run's runner would run the trained model
+        got = _null_bar(
+            null_adapter, corpus, objective, heads, mode, floor=floor, bounds=bounds, **{**common, "runner": None}
+        )
         nulls[mode] = dict(got, source=null_source)
         bars[mode] = got["bar"]
     means = (
         position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack) if "mean" in modes else None
     )
     claims: dict = {mode: {} for mode in modes}
-    rows, summary, removals, first = [], {}, 0, None
+    rows, summary, removals, first, beside_removals = [], {}, 0, None, 0
     for mode in modes:
         rec = _Record(m, n)
         res = sequential_necessity(
@@ -330,7 +333,7 @@ def decided_claims(
             measures={}, corpus={}, n=len(first), describe=objective.describe(),
         )  # fmt: skip
         beside_modes(necessity, sweep)
-        removals += len(held) * len(beside) * len(first)
+        beside_removals = len(held) * len(beside) * len(first)
     if "uniform" in modes and "mean" in modes:
         from .necessity import read_weights
 
@@ -352,6 +355,7 @@ def decided_claims(
         else None,
         "removals": removals,
         "null_removals": int(sum(s["removals"] for s in nulls.values())),
+        "beside_removals": beside_removals,
         "exhaustive_removals": m * n * len(modes),
         "seconds": time.time() - started,
     }

@@ -371,11 +371,15 @@ def removal_sweep(
 
     Raises:
         InputError: an unknown mode, an objective that does not fit, a head out of range,
-            an empty corpus.
+            an empty corpus, a runner of this process bound to another model.
     """
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise InputError(f"unknown removal mode(s) {', '.join(bad)}; use {', '.join(MODES)}")
+    if runner is not None:
+        from probe.runs.blocks import check_runs_on
+
+        check_runs_on(runner, adapter)
     corpus = as_corpus(corpus)
     obj, _ = resolve_objective(objective, adapter, corpus)
     stack = stack or adapter.default_stack

@@ -405,7 +405,15 @@ def screened_necessity(
     null_idx = list(range(n))  # the exhaustive test of a head that takes every example pairs it with the null's
     k_null = max(min_top, math.ceil(2 * T.FDR * m))
     got = _null(
-        null_adapter, corpus, objective, heads, null_idx, k=k_null, seed=seed, batch_size=batch_size, runner=runner
+        null_adapter,
+        corpus,
+        objective,
+        heads,
+        null_idx,
+        k=k_null,
+        seed=seed,
+        batch_size=batch_size,
+        runner=None,  # the null model lives in this process: the run's runner would run the trained model
     )
     null, null_confirmed = got if got is not None else (None, 0)
     common = dict(seed=seed, batch_size=batch_size, runner=runner)

@@ -430,6 +430,10 @@ def sequential_necessity(
     from probe.analyses.necessity.ablation import position_kind_means
     from probe.runs.blocks import InProcess
 
+    from probe.runs.blocks import check_runs_on
+
+    if runner is not None:
+        check_runs_on(runner, adapter)
     corpus = as_corpus(corpus)
     obj, _ = resolve_objective(objective, adapter, corpus)
     stack = stack or adapter.default_stack

@@ -118,6 +118,21 @@ class InProcess:
         return [job.run(self.adapter, items, list(range(len(items))), progress=self.progress)]
 
 
+def check_runs_on(runner: Any, adapter: Any) -> None:
+    """Refuse a runner of this process bound to another model than ``adapter``: a job given to
+    it would run on that model (a null model's removals on the trained one, say). Runners of
+    other processes (an engine's actors) load their own model and are not checked here.
+
+    Raises:
+        InputError: ``runner`` is an :class:`InProcess` on another adapter.
+    """
+    if isinstance(runner, InProcess) and runner.adapter is not adapter:
+        raise InputError(
+            f"the runner runs {getattr(runner.adapter, 'name', 'another model')}, not "
+            f"{getattr(adapter, 'name', 'this model')}: run this model's batches here (runner=None)"
+        )
+
+
 def as_runner(model: Any, progress: bool = False) -> Runner:
     """``model`` as a runner: a loaded :class:`probe.models.ModelAdapter` runs here
     (:class:`InProcess`); a runner (any other callable) is returned as it is."""
