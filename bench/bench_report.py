@@ -14,8 +14,10 @@ only the kept sample.
 
 Prints wall and CPU seconds of loading, capture, each section and rendering, the peak
 RSS after each section (the process's high-water mark so far, so the section that raised it
-shows), and the ratio of the total to the budget (3 min on 2 cores). Writes the report to
-a temporary directory (or --out).
+shows), the ratio of the total to the budget (3 min on 2 cores), and the claims' causal
+path (``--causal``: the report's default ``auto`` decides necessity and weights per head on
+every example; ``exhaustive`` is the capped report of before). Writes the report to a
+temporary directory (or --out).
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def main():
     )
     ap.add_argument("--memory-budget", default="2G")
     ap.add_argument("--max-model-examples", type=int, default=None, help="0: every example")
+    ap.add_argument(
+        "--causal",
+        default=None,
+        choices=("auto", "sequential", "exhaustive", "screened"),
+        help="the causal claims' path (default: the report's, auto); exhaustive: the capped report of before",
+    )
     ap.add_argument("--engine", default="local", choices=("local", "stream", "ray"))
     ap.add_argument("--workers", type=int, default=2, help="Ray actors (--engine ray)")
     ap.add_argument("--kept-examples", type=int, default=None, help="--engine stream|ray: maps held (default 128)")
@@ -90,7 +98,7 @@ def main():
         adapter=adapter,
         engine=Engine(args.engine, workers=args.workers),
         kept_examples=(args.kept_examples or KEPT_EXAMPLES) if args.engine != "local" else None,
-        report=ReportState(overrides=_overrides(args.max_model_examples)),
+        report=ReportState(overrides=_overrides(args.max_model_examples, causal=args.causal)),
         quiet=False,
         echo=False,
     )
@@ -148,10 +156,35 @@ def main():
             f"peak RSS so far {after[o.name]:6.0f} MiB  "
             f"{o.reason}"
         )
+    _causal_line(out)
     peak = _peak_mib()
     print(
         f"total {total:.1f}s wall, {time.process_time() - c0:.1f}s cpu; peak RSS {peak:.0f} MiB; "
         f"{total / budget:.2f} of the {budget // 60}-minute budget; report in {out}"
+    )
+
+
+def _causal_line(out: Path) -> None:
+    """The claims' causal path as summary.json states it (the examples each head took)."""
+    import json
+
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    claims = next((x for x in summary["sections"] if x["name"] == "claims"), None)
+    causal = (claims or {}).get("summary", {}).get("causal")
+    if not causal:
+        return
+    if causal.get("path") != "sequential":
+        print(f"claims: {causal.get('path')} path on {causal.get('examples')} examples")
+        return
+    for mode, m in causal["modes"].items():
+        print(
+            f"claims ({mode}): sequential on all {causal['examples']} examples, {m['holds']} hold, examples per head "
+            f"{m['examples_min']}–{m['examples_max']} (median {m['examples_median']:g}), {m['undecided']} undecided "
+            f"after every example"
+        )
+    print(
+        f"claims: {causal['removals']} + {causal['null_removals']} (null) removals of the exhaustive "
+        f"{causal['exhaustive_removals']}; bars {causal['bars']}"
     )
 
 

@@ -104,3 +104,33 @@ def test_a_runner_of_this_process_on_another_model_is_refused(minilm):
         sequential_necessity(
             null, texts, [(0, 0)], floor=0.02, objective="similarity-structure", runner=InProcess(minilm)
         )
+
+
+def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(tmp_path, monkeypatch):
+    """The report's ablation section on the sequential path (MiniLM, bundled 24, limit 16):
+    every head mean-ablated on the whole corpus until its necessity is decided, the
+    embedding drift measured on the same removals with each head's own count; the claims
+    take its mean-mode removals instead of running them again (the trained model's mean-mode
+    test runs once; the null model's and the uniform mode's beside it)."""
+    import probe.analyses.necessity.sequential as S
+
+    calls = []
+    original = S.sequential_necessity
+
+    def counted(adapter, corpus, heads, **kw):
+        calls.append((adapter.name, kw.get("mode", "mean")))
+        return original(adapter, corpus, heads, **kw)
+
+    monkeypatch.setattr(S, "sequential_necessity", counted)
+    out = tmp_path / "r"
+    args = ["report", "--sections", "ablation,claims", "--max-model-examples", "16", "--out", str(out)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    ablation = next(s for s in summary["sections"] if s["name"] == "ablation")
+    assert "sequential (each head on random blocks until its necessity is decided)" in ablation["notes"][0]
+    assert "24 examples (examples per head 24–24" in ablation["notes"][0]
+    assert calls.count(("minilm", "mean")) == 1 and calls.count(("minilm", "uniform")) == 1
+    assert calls.count(("minilm (null)", "mean")) == 1
+    heads = {(h["layer"], h["head"]): h for h in summary["heads"]}
+    assert heads[(0, 9)]["claims"]["necessity"]["count"] == 24

@@ -41,7 +41,7 @@ import pandas as pd
 from . import thresholds as T
 from .claim import Claim
 
-__all__ = ["BLOCK", "DecidedClaims", "decided_claims", "block_removals"]
+__all__ = ["BLOCK", "DecidedClaims", "DecidedRun", "decided_claims", "decided_removals", "block_removals"]
 
 #: sentences per block: the similarity structure's size correction and jackknife are
 #: measured at 64 (docs/screening.md); a per-example objective's betting test takes them one by one
@@ -90,6 +90,75 @@ class DecidedClaims:
                 else ""
             )
         )
+
+
+@dataclass(frozen=True)
+class DecidedRun:
+    """One deciding mode's sequential removals of every head (:func:`decided_removals`).
+
+    Attributes:
+        result: the :class:`probe.analyses.necessity.sequential.SequentialResult`; harm:
+            ``[m, n]`` each head's per-example harm on the examples it took (NaN elsewhere);
+        measured: ``{name: [m, n]}`` per-example measures of the same removals (NaN where
+            not taken); heads, mode, bar, n: what was run; means: the mean mode's head means;
+        first: the first block's examples (every head took it).
+    """
+
+    result: Any
+    harm: np.ndarray
+    measured: dict
+    heads: tuple
+    mode: str
+    bar: float
+    n: int
+    means: Any = None
+    first: Optional[np.ndarray] = None
+
+
+def decided_removals(
+    adapter: Any,
+    corpus: Any,
+    objective: Any,
+    heads: Sequence,
+    *,
+    mode: str = "mean",
+    bar: Optional[float] = None,
+    measures: Optional[dict] = None,
+    seed: int = 0,
+    runner: Optional[Callable] = None,
+    batch_size: int = 8,
+    block: int = BLOCK,
+    means: Any = None,
+    tests: Optional[int] = None,
+) -> DecidedRun:
+    """Every head of ``heads`` removed in ``mode`` on random blocks of ``corpus`` until the
+    sequential test decides it against ``bar`` (default: the objective's floor), e-BH over
+    the heads (module docstring, step 2); ``measures``: ``{name: f(clean [b, d], perturbed
+    [b, d]) -> [b]}`` computed from each block's readouts of each head (the ablation
+    section's embedding drift, say)."""
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.analyses.necessity.sequential import sequential_necessity
+
+    from .screened import betting_bounds
+
+    heads = tuple(tuple(map(int, h)) for h in heads)
+    bar = T.min_effect(objective.name) if bar is None else float(bar)
+    if mode == "mean" and means is None:
+        means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
+    rec = _Record(len(heads), len(corpus))
+    measured = {name: np.full((len(heads), len(corpus)), np.nan) for name in (measures or {})}
+
+    def read(live, examples, clean, pert):
+        for name, f in (measures or {}).items():
+            for j, i in enumerate(live):
+                measured[name][i, examples] = f(clean, pert[j])
+
+    res = sequential_necessity(
+        adapter, corpus, list(heads), floor=bar, bounds=betting_bounds(None)(bar), objective=objective, mode=mode,
+        q=T.FDR, block=block, batch_size=batch_size, seed=seed, means=means if mode == "mean" else None,
+        runner=runner, on_block=rec.keep, on_readouts=read if measures else None, tests=tests,
+    )  # fmt: skip
+    return DecidedRun(res, rec.harm, measured, heads, mode, bar, len(corpus), means, rec.first)
 
 
 class _Record:
@@ -245,6 +314,7 @@ def decided_claims(
     block: int = BLOCK,
     beside: Sequence[str] = ("zero", "resample", "random"),
     pattern: Optional[dict] = None,
+    reuse: Optional[DecidedRun] = None,
 ) -> DecidedClaims:
     """Necessity (``mean``) and weights (``uniform``) claims of ``heads`` on every example of
     ``corpus``, each head decided in blocks (module docstring).
@@ -256,6 +326,8 @@ def decided_claims(
         modes: the deciding modes to run (``mean``, ``uniform``).
         beside: the modes run beside a necessary head's claim, on the first block.
         pattern: the pattern claims (where a head that holds the weights claim parks its attention).
+        reuse: a :class:`DecidedRun` of the same heads, corpus and objective (the report's
+            ablation section's): its mode is not run again where its bar is this one's.
         runner: where each block's batches run (:mod:`probe.runs.blocks`), as
             :func:`.removal.removal_sweep`'s.
 
@@ -267,13 +339,13 @@ def decided_claims(
 
     from .necessity import beside_modes
     from .removal import RemovalSweep
-    from .screened import _default_bounds
+    from .screened import betting_bounds
 
     started = time.time()
     heads = [tuple(map(int, h)) for h in heads]
     m, n, floor = len(heads), len(corpus), T.min_effect(objective.name)
     block_level = bool(getattr(objective, "corpus_level", False))
-    bounds = _default_bounds(None)  # a per-example objective's betting range around the bar
+    bounds = betting_bounds(None)  # a per-example objective's betting range around the bar
     common: dict[str, Any] = dict(block=block, seed=seed, batch_size=batch_size, runner=runner)
     bars, nulls = {}, {}
     for mode in modes:
@@ -286,17 +358,26 @@ def decided_claims(
         )
         nulls[mode] = dict(got, source=null_source)
         bars[mode] = got["bar"]
-    means = (
-        position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack) if "mean" in modes else None
-    )
+    if reuse is not None and reuse.means is not None:
+        means = reuse.means
+    else:
+        means = (
+            position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
+            if "mean" in modes
+            else None
+        )
     claims: dict = {mode: {} for mode in modes}
     rows, summary, removals, first, beside_removals = [], {}, 0, None, 0
     for mode in modes:
-        rec = _Record(m, n)
-        res = sequential_necessity(
-            adapter, corpus, heads, floor=bars[mode], bounds=bounds(bars[mode]), objective=objective, mode=mode,
-            q=T.FDR, means=means if mode == "mean" else None, on_block=rec.keep, **common,
-        )  # fmt: skip
+        if reuse is not None and reuse.mode == mode and reuse.bar == bars[mode] and reuse.heads == tuple(heads):
+            rec, res = _Record(m, n), reuse.result  # the ablation section's removals: not run again
+            rec.harm, rec.first = reuse.harm, reuse.first
+        else:
+            rec = _Record(m, n)
+            res = sequential_necessity(
+                adapter, corpus, heads, floor=bars[mode], bounds=bounds(bars[mode]), objective=objective, mode=mode,
+                q=T.FDR, means=means if mode == "mean" else None, on_block=rec.keep, **common,
+            )  # fmt: skip
         first = rec.first if first is None else first
         removals += int(res.n_used.sum())
         end = _at_the_end(res, rec, bars[mode], m)

@@ -336,12 +336,16 @@ def _causal(
                 "floor_source": T.floor_source(obj.name),
                 "n": len(corpus),
             }
+            from .decided import DecidedRun
+
             if path == "sequential":
                 necessity, weights, redundancy = _decided(
                     adapter, nadapter, screen_corpus, corpus, obj, heads, pattern, importance, runner, notes, tables,
-                    info, seed=seed, why=why,
+                    info, seed=seed, why=why, reuse=ablation if isinstance(ablation, DecidedRun) else None,
                 )  # fmt: skip
                 return necessity, weights, redundancy, info
+            if isinstance(ablation, DecidedRun):  # decided on other examples: nothing to reuse here
+                ablation = None
             # every head in the modes that decide a claim (mean: necessity; uniform: weights); the
             # modes beside a necessary head's claim (zero, resample, random) for those heads, below
             sweep = removal_sweep(
@@ -412,10 +416,26 @@ def _beside_necessary(adapter, corpus, obj, necessity: dict, sweep, seed: int, r
 
 
 def _decided(
-    adapter, nadapter, whole, corpus, obj, heads, pattern, importance, runner, notes, tables, info, *, seed, why
+    adapter,
+    nadapter,
+    whole,
+    corpus,
+    obj,
+    heads,
+    pattern,
+    importance,
+    runner,
+    notes,
+    tables,
+    info,
+    *,
+    seed,
+    why,
+    reuse=None,
 ):
     """``(necessity, weights, redundancy)``: the necessity and weights claims decided head by
-    head on ``whole`` (:func:`.decided.decided_claims`), redundancy on ``corpus`` (the cap);
+    head on ``whole`` (:func:`.decided.decided_claims`; ``reuse``: the ablation section's
+    decided mean-ablation, not run again), redundancy on ``corpus`` (the cap);
     the decided table into ``tables['decided']``, its summary and note into ``info['causal']``."""
     from .decided import decided_claims
     from .necessity import add_importance
@@ -424,7 +444,7 @@ def _decided(
     got = decided_claims(
         adapter, whole, obj, heads, null_adapter=nadapter,
         null_source=nadapter.card["null_source"] if nadapter is not None else "", seed=seed, runner=runner,
-        pattern=pattern,
+        pattern=pattern, reuse=reuse,
     )  # fmt: skip
     necessity = add_importance(got.necessity, importance)
     if nadapter is not None:

@@ -312,7 +312,7 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
     return claims, used
 
 
-def _default_bounds(estimates: Optional[np.ndarray]) -> Callable[[float], tuple]:
+def betting_bounds(estimates: Optional[np.ndarray]) -> Callable[[float], tuple]:
     """The betting test's harm range around the bar, chosen before any exact removal: a
     first-order screen's per-example estimates ``[n, k]`` (harms in the objective's units)
     and the bar, widened by a quarter of their span on each side, the top at least
@@ -369,7 +369,7 @@ def screened_necessity(
             drawn at random (at most half the corpus; 0: none), and the heads whose pilot
             harm could reach the floor (:func:`pilot_flags`) confirmed first.
         bounds: the betting test's a-priori ``(lo, hi)`` range of a head's harm per example
-            (default :func:`_default_bounds`: from a first-order screen's estimates).
+            (default :func:`betting_bounds`: from a first-order screen's estimates).
         runner: where every batch runs (screen, exact removals, blocks), as
             :func:`.removal.removal_sweep`'s.
 
@@ -428,7 +428,7 @@ def screened_necessity(
         )  # fmt: skip
     else:
         est = scr.estimate["mean"].reshape(n, -1)[:, [rows[i] for i in todo]] if scr.kind == "first-order" else None
-        of = _default_bounds(est) if bounds is None else (lambda bar: tuple(bounds))
+        of = betting_bounds(est) if bounds is None else (lambda bar: tuple(bounds))
         exact, used = _sequential(
             adapter, corpus, objective, units, null, m, means, importance, bounds=of, block=block, **common
         )

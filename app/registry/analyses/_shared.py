@@ -50,9 +50,9 @@ def causal_path(chosen, n: int, cap) -> str:
     """The causal path ``chosen``; ``auto`` (or ``None``): sequential where the model-run
     limit ``cap`` would cut the ``n`` examples (the exhaustive path would see only the first
     ``cap``), else exhaustive (it sees them all)."""
-    if chosen in (None, "", "auto"):
-        return "sequential" if cap and n > cap else "exhaustive"
-    return str(chosen)
+    if chosen in ("sequential", "exhaustive", "screened"):  # chosen by name; otherwise the default
+        return str(chosen)
+    return "sequential" if cap and n > cap else "exhaustive"
 
 
 def head_name(layer, head) -> str:

@@ -10,7 +10,18 @@ from probe.app.registry import STREAMING, Analysis, Param
 from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, Streamed, TableView, VerdictHint
 from probe.app.registry.results import AblationResult
 
-from ._shared import BATCH, GROUPS, N_BOOT, group_note, group_table, head_name, model_corpus, top_heads
+from ._shared import (
+    BATCH,
+    CAUSAL,
+    GROUPS,
+    N_BOOT,
+    causal_path,
+    group_note,
+    group_table,
+    head_name,
+    model_corpus,
+    top_heads,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,8 +45,13 @@ def run(ctx: Context) -> AblationResult:
         for g in p["group"]
         if g
     ]
-    removals = _removals(ctx, corpus, objective.called)  # the claims reuse them
-    res = _sweep(ctx, corpus, objective, removals)
+    decided = _decided(ctx, objective.called, groups)
+    if decided is not None:  # every example, each head until its necessity is decided (the claims reuse it)
+        corpus, cut, removals = ctx.whole_corpus, "", decided
+        res = _decided_sweep(decided, objective.called, p["n_boot"])
+    else:
+        removals = _removals(ctx, corpus, objective.called)  # the claims reuse them
+        res = _sweep(ctx, corpus, objective, removals)
     t = res.table
     top, sig, gt = top_heads(t, "delta"), int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum()), group_table(groups)
     return AblationResult(
@@ -49,6 +65,60 @@ def run(ctx: Context) -> AblationResult:
         ],
         data={"sweep": res, "removals": removals},
     )
+
+
+def _decided(ctx: Context, name: str, groups: list) -> Any:
+    """Where the claims decide necessity head by head on the whole corpus (the sequential
+    path: ``--causal auto`` where the model-run limit cuts the corpus), this section's
+    removals are theirs: every head mean-ablated on random blocks of every example until its
+    necessity is decided (:func:`probe.analyses.claims.decided.decided_removals`), with
+    ``name`` (the embedding drift of a mean-pooled similarity structure) measured on the same
+    removals; ``None`` where the section runs its own sweep."""
+    from probe.analyses.claims.decided import decided_removals
+    from probe.analyses.claims.removal import derives
+    from probe.analyses.common.similarity import drift
+    from probe.errors import NotApplicable
+
+    p = ctx.params
+    if p["mode"] != "mean" or p["layers"] is not None or groups:
+        return None
+    path = causal_path(p.get("causal"), len(ctx.whole_corpus), p.get("max_model_examples"))
+    if path != "sequential":
+        return None
+    try:
+        objective = ctx.objective("corpus")
+    except (InputError, NotApplicable):
+        return None
+    if not derives(objective, name) or name != "embedding-drift":
+        return None
+    return decided_removals(
+        ctx.adapter, ctx.whole_corpus, objective, [(l, h) for l in range(ctx.adapter.n_layers) for h in range(ctx.adapter.n_heads)],
+        mode="mean", measures={name: drift}, runner=ctx.runner, batch_size=p["batch_size"],
+    )  # fmt: skip
+
+
+def _decided_sweep(decided: Any, name: str, n_boot: int) -> SweepResult:
+    """The section's table from a :class:`probe.analyses.claims.decided.DecidedRun`: each
+    head's Δ ``name`` (its drift from the clean embedding) over the examples its decision
+    took, with the bootstrap interval over those examples and their count (``examples``)."""
+    import numpy as np
+    import pandas as pd
+
+    from probe.analyses.common.bootstrap import bootstrap_mean_ci
+    from probe.analyses.necessity.ablation import COLUMNS, SweepResult
+
+    values = decided.measured[name]
+    rows = []
+    for i, (layer, head) in enumerate(decided.heads):
+        v = values[i][~np.isnan(values[i])]
+        low, high = bootstrap_mean_ci(v, n_boot=n_boot, seed=i) if len(v) > 1 else (float("nan"), float("nan"))
+        rows.append(
+            {"layer": layer, "head": head, "mode": "mean", "metric": name, "clean": 0.0, "ablated": float(v.mean()),
+             "delta": float(v.mean()), "ci_low": float(low), "ci_high": float(high), "examples": len(v)}
+        )  # fmt: skip
+    table = pd.DataFrame(rows, columns=[*COLUMNS, "examples"])
+    path = "sequential (each head on random blocks until its necessity is decided)"
+    return SweepResult(table=table, clean=np.zeros(decided.n), ablated=values, heads=decided.heads, path=path)
 
 
 def _sweep(ctx: Context, corpus: Corpus, objective: Objective, removals: Any) -> SweepResult:
@@ -102,9 +172,15 @@ def _notes(
     res: SweepResult, corpus: Corpus, cut: str, name: str, mode: str, top: pd.DataFrame, sig: int, gt: Any
 ) -> list:
     t = res.table
+    per_head = (
+        f" (examples per head {int(t['examples'].min())}–{int(t['examples'].max())}, "
+        f"median {float(t['examples'].median()):g})"
+        if "examples" in t
+        else ""
+    )
     notes = [
         f"{mode}-ablation of each head alone{cut}, metric {name} ({res.path}): {len(t)} heads, "
-        f"{len(corpus)} examples; {sig} "
+        f"{len(corpus)} examples{per_head}; {sig} "
         + (
             "change it with a 95% CI excluding 0"
             if bool((t["ci_low"] < 0).any())
@@ -185,6 +261,9 @@ def head_evidence(result: AblationResult) -> dict:
     for r in t.itertuples(index=False):
         if not finite(r.delta):
             continue
+        if "examples" in t:  # the sequential path: each head's own examples
+            n = int(r.examples)
+            over = f"{n} examples (the random ones its necessity's decision took)"
         d, interval = float(r.delta), (float(r.ci_low), float(r.ci_high))
         ci = interval if finite(interval[0]) and finite(interval[1]) else None
         shown, rank = number(d, ci, signed=True), int((sizes > abs(d)).sum()) + 1
@@ -284,6 +363,7 @@ ANALYSIS = Analysis(
         N_BOOT,
         GROUPS,
         BATCH,
+        CAUSAL,
     ),
     section=True,
     produces=AblationResult,
