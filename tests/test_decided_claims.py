@@ -134,3 +134,14 @@ def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(tmp_path
     assert calls.count(("minilm (null)", "mean")) == 1
     heads = {(h["layer"], h["head"]): h for h in summary["heads"]}
     assert heads[(0, 9)]["claims"]["necessity"]["count"] == 24
+
+
+def test_probe_ablate_says_when_the_sequential_path_does_not_apply(tmp_path):
+    """``probe ablate --causal sequential`` in zero mode (the command's default) cannot
+    decide heads: it runs the exhaustive sweep and says so among its notes."""
+    out = tmp_path / "a"
+    args = ["ablate", "--model", "zoo:prev-token", "--limit", "8", "--causal", "sequential", "--out", str(out)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "--causal sequential decides heads only for mean-ablation" in r.output
+    assert "this ran the exhaustive sweep" in r.output

@@ -264,23 +264,13 @@ def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level, en
         "not necessary": "its e-value against passed 1/q (below the bar)",
         "undecided": "undecided",
     }[decision]
-    extra = {
-        "mode": mode,
-        "decision": f"{decision} after {used} of {res.n} examples ({why})",
-        "stopped_early": bool(stopped),
-        "e_value": e_value,
-        "e_against": float(res.e_against[i]),
-        "p": float(min(1.0, 1.0 / e_value)) if e_value > 0 else 1.0,
-        "bh_significant": decision == "necessary",
-        "min_effect": floor,
-        "floor_source": T.floor_source(obj.name),
-        "objective": obj.name,
-        "objective_described": obj.describe(),
-        "fdr": T.FDR,
-        "tests": int(m),
-        "bar": float(bar),
-        "test": res.method,
-    }
+    from .screened import stopped_extra
+
+    extra = stopped_extra(
+        obj, mode=mode, decision=f"{decision} after {used} of {res.n} examples ({why})",
+        necessary=decision == "necessary", e_value=e_value, m=m, bar=bar,
+    )  # fmt: skip
+    extra.update(stopped_early=bool(stopped), e_against=float(res.e_against[i]), test=res.method)
     if null is not None:
         extra.update(null_quantile=null["null_level"], null_max=null["null_max"], null_source=null["source"])
     holds = decision == "necessary" and eff >= bar

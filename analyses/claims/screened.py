@@ -288,21 +288,11 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
         h = harm[i][~np.isnan(harm[i])]
         eff, clo, chi = mean_ci(h, seed=i)
         holds = res.decision[i] == "necessary" and eff >= bar
-        extra = {
-            "mode": "mean",
-            "decision": f"{res.decision[i]} (stopped by the betting test)",
-            "e_value": float(res.e_value[i]),
-            "p": float(min(1.0, 1.0 / res.e_value[i])) if res.e_value[i] > 0 else 1.0,
-            "bh_significant": res.decision[i] == "necessary",
-            "min_effect": floor,
-            "floor_source": T.floor_source(obj.name),
-            "objective": obj.name,
-            "objective_described": obj.describe(),
-            "fdr": T.FDR,
-            "tests": int(m),
-            "bar": float(bar),
-            "bounds": [float(lo), float(hi)],
-        }
+        extra = stopped_extra(
+            obj, mode="mean", decision=f"{res.decision[i]} (stopped by the betting test)",
+            necessary=res.decision[i] == "necessary", e_value=float(res.e_value[i]), m=m, bar=bar,
+        )  # fmt: skip
+        extra["bounds"] = [float(lo), float(hi)]
         if null is not None:
             extra.update(null_quantile=null_level, null_max=null_max, null_source=null.source)
         claims[u[0]] = Claim(
@@ -310,6 +300,26 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
             ci_low=clo, ci_high=chi, count=len(h), null=floor, unit=obj.units, threshold="min_effect+fdr", extra=extra,
         )  # fmt: skip
     return claims, used
+
+
+def stopped_extra(obj: Any, *, mode: str, decision: str, necessary: bool, e_value: float, m: int, bar: float) -> dict:
+    """A sequentially decided claim's ``extra``: its mode and decision, the e-value at its stop
+    (and ``p = min(1, 1/e)``), whether e-BH called it necessary, the floor, objective, FDR
+    level, tests counted and the bar it was tested against."""
+    return {
+        "mode": mode,
+        "decision": decision,
+        "e_value": float(e_value),
+        "p": float(min(1.0, 1.0 / e_value)) if e_value > 0 else 1.0,
+        "bh_significant": bool(necessary),
+        "min_effect": T.min_effect(obj.name),
+        "floor_source": T.floor_source(obj.name),
+        "objective": obj.name,
+        "objective_described": obj.describe(),
+        "fdr": T.FDR,
+        "tests": int(m),
+        "bar": float(bar),
+    }
 
 
 def betting_bounds(estimates: Optional[np.ndarray]) -> Callable[[float], tuple]:

@@ -57,7 +57,7 @@ def run(ctx: Context) -> AblationResult:
     return AblationResult(
         tables={"ablation": t} if gt is None else {"ablation": t, "groups": gt},
         per_head=_per_head(t),
-        notes=_notes(res, corpus, cut, objective.called, p["mode"], top, sig, gt),
+        notes=_notes(res, corpus, cut, objective.called, p["mode"], top, sig, gt) + _not_sequential(p, decided),
         summary=_summary(ctx.adapter.name, res, corpus, objective.called, p["mode"], top, sig),
         summary_name="ablation",
         writers=[
@@ -95,6 +95,17 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
         ctx.adapter, ctx.whole_corpus, objective, [(l, h) for l in range(ctx.adapter.n_layers) for h in range(ctx.adapter.n_heads)],
         mode="mean", measures={name: drift}, runner=ctx.runner, batch_size=p["batch_size"],
     )  # fmt: skip
+
+
+def _not_sequential(p: dict, decided: Any) -> list:
+    """The note that says why ``--causal sequential`` was not taken here (it is not silently dropped)."""
+    if decided is not None or p.get("causal") != "sequential":
+        return []
+    return [
+        "--causal sequential decides heads only for mean-ablation of every head (no --layers, no --group) "
+        "where the metric is the embedding drift of a sentence encoder's similarity structure; this ran "
+        "the exhaustive sweep"
+    ]
 
 
 def _decided_sweep(decided: Any, name: str, n_boot: int) -> SweepResult:
