@@ -145,3 +145,23 @@ def test_probe_ablate_says_when_the_sequential_path_does_not_apply(tmp_path):
     assert r.exit_code == 0, r.output
     assert "--causal sequential decides heads only for mean-ablation" in r.output
     assert "this ran the exhaustive sweep" in r.output
+
+
+def test_an_encoder_decoder_is_decided_on_mean_ablation_and_its_weights_not_tested(tiny_models):
+    """A tiny random BART (per-example loss: the betting test): necessity decided on every
+    example, the weights claim not tested with the reason (no attention replacement for an
+    encoder-decoder), as the exhaustive path says; the note names the bar of the mode run."""
+    from probe.analyses.claims.decided import decided_claims
+    from probe.analyses.claims.null_model import null_adapter
+    from probe.analyses.common.objective import resolve_objective
+
+    adapter = tiny_models["bart"]
+    texts = ["the cat sat on the mat", "a dog ran home", "it rains today", "we read the books", "she sings loud"] * 2
+    obj, _ = resolve_objective("auto", adapter, texts)
+    heads = [(0, 0), (1, 3)]
+    nadapter = null_adapter(adapter, 0, "reinit")
+    got = decided_claims(adapter, texts, obj, heads, null_adapter=nadapter, null_source="null", block=4, beside=())
+    assert set(got.info["modes"]) == {"mean"} and set(got.info["bars"]) == {"mean"}
+    assert all(c.status in ("holds", "does not hold") for c in got.necessity.values())
+    assert all(c.status == "not tested" and "encoder-decoder" in c.reason for c in got.weights.values())
+    assert "(mean) with null" in got.note()

@@ -85,7 +85,9 @@ class DecidedClaims:
             + f"; {i['removals']} head × example removals of the exhaustive {i['exhaustive_removals']} "
             f"({i['removals'] / max(1, i['exhaustive_removals']):.0%})"
             + (
-                f"; the bar {i['bars']['mean']:.3g} (mean), {i['bars']['uniform']:.3g} (uniform) with {i['null']['source']}"
+                "; the bar "
+                + ", ".join(f"{b:.3g} ({mode})" for mode, b in i["bars"].items())
+                + f" with {i['null']['source']}"
                 if i.get("null")
                 else ""
             )
@@ -141,6 +143,9 @@ def decided_removals(
 
     from .screened import betting_bounds
 
+    from probe.analyses.common.metrics import as_corpus
+
+    corpus = as_corpus(corpus)
     heads = tuple(tuple(map(int, h)) for h in heads)
     bar = T.min_effect(objective.name) if bar is None else float(bar)
     if mode == "mean" and means is None:
@@ -331,9 +336,16 @@ def decided_claims(
     from .removal import RemovalSweep
     from .screened import betting_bounds
 
+    from probe.analyses.common.metrics import as_corpus
+
     started = time.time()
+    corpus = as_corpus(corpus)
     heads = [tuple(map(int, h)) for h in heads]
     m, n, floor = len(heads), len(corpus), T.min_effect(objective.name)
+    skipped = {}
+    if "uniform" in modes and adapter.arch == "encoder-decoder":  # as removal_sweep: no attention replacement
+        modes = tuple(mode for mode in modes if mode != "uniform")
+        skipped["uniform"] = "attention replacement supports encoder or decoder models, not encoder-decoder"
     block_level = bool(getattr(objective, "corpus_level", False))
     bounds = betting_bounds(None)  # a per-example objective's betting range around the bar
     common: dict[str, Any] = dict(block=block, seed=seed, batch_size=batch_size, runner=runner)
@@ -430,4 +442,7 @@ def decided_claims(
         "exhaustive_removals": m * n * len(modes),
         "seconds": time.time() - started,
     }
-    return DecidedClaims(necessity=necessity, weights=claims.get("uniform", {}), info=info, table=pd.DataFrame(rows))
+    weights = claims.get("uniform") or {
+        h: Claim("weights", "not tested", reason=skipped.get("uniform", "not run")) for h in heads
+    }
+    return DecidedClaims(necessity=necessity, weights=weights, info=info, table=pd.DataFrame(rows))
