@@ -210,16 +210,11 @@ def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_
     the block ``examples`` of ``corpus``, per example: a corpus-level objective's
     size-corrected harm over the block's others (:meth:`block_harm`), else the objective's
     own (:func:`probe.analyses.claims.removal.run_removal_batches`, the sweep's removals)."""
-    from probe.analyses.common.batch import batch_indices, by_one_length
 
-    from .removal import RemovalPlan, placed_readouts, run_removal_batches
+    from .removal import RemovalPlan, block_batches, placed_readouts, run_removal_batches
 
     idx = [int(i) for i in examples]
-    texts = [corpus.texts[i] for i in idx]
-    batches = [
-        (number, tuple(idx[c] for c in chunk))
-        for number, chunk in enumerate(by_one_length(adapter, batch_indices(texts, batch_size, by_length=True), texts))
-    ]
+    batches = block_batches(adapter, corpus, idx, batch_size)
     units = tuple((tuple(map(int, h)),) for h in heads)
     plan = RemovalPlan(corpus, obj, units, tuple(modes), means, seed, adapter.default_stack, batch_size)
     clean_all, pert_all = placed_readouts([run_removal_batches(adapter, plan, batches)], len(corpus), len(units))

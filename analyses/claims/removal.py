@@ -53,6 +53,7 @@ __all__ = [
     "BatchReadouts",
     "removal_sweep",
     "run_removal_batches",
+    "block_batches",
     "sweep_batches",
     "MODES",
     "resample_sources",
@@ -246,6 +247,16 @@ def sweep_batches(adapter: Any, corpus: Any, batch_size: int) -> list:
         adapter, batch_indices(corpus.texts, batch_size, by_length=True), corpus.texts, corpus.word_spans
     )
     return list(enumerate(tuple(idx) for idx in batches))
+
+
+def block_batches(adapter: Any, corpus: Any, examples: Sequence[int], batch_size: int, first: int = 0) -> list:
+    """``[(number, example indices)]``: the examples ``examples`` of ``corpus`` (one block of a
+    sequential test) in batches of similar length (of one length where the model's padding
+    leaks), numbered from ``first`` (a batch's random draws follow its number)."""
+    idx = [int(i) for i in examples]
+    texts = [corpus.texts[i] for i in idx]
+    chunks = by_one_length(adapter, batch_indices(texts, batch_size, by_length=True), texts)
+    return [(first + k, tuple(idx[c] for c in chunk)) for k, chunk in enumerate(chunks)]
 
 
 @torch.no_grad()

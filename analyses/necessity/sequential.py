@@ -423,8 +423,7 @@ def sequential_necessity(
     """
     import torch
 
-    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, placed_readouts
-    from probe.analyses.common.batch import batch_indices, by_one_length
+    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, block_batches, placed_readouts
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.common.objective import resolve_objective
     from probe.analyses.necessity.ablation import position_kind_means
@@ -449,11 +448,8 @@ def sequential_necessity(
     def harms(live: np.ndarray, examples: np.ndarray) -> Any:
         idx = [int(order[i]) for i in examples]
         plan = RemovalPlan(corpus, obj, tuple(units[j] for j in live), (mode,), means, seed, stack, batch_size)
-        texts = [corpus.texts[i] for i in idx]
-        batches = []
-        for chunk in by_one_length(adapter, batch_indices(texts, batch_size, by_length=True), texts):
-            batches.append((calls[0], tuple(idx[c] for c in chunk)))
-            calls[0] += 1
+        batches = block_batches(adapter, corpus, idx, batch_size, first=calls[0])
+        calls[0] += len(batches)
         parts = [p.value for p in (runner or InProcess(adapter))(RemovalJob(plan), batches)]
         clean_all, pert_all = placed_readouts(parts, len(corpus), len(live))
         assert clean_all is not None  # at least one example in a block

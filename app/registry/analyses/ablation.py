@@ -77,6 +77,7 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
     from probe.analyses.claims.decided import decided_removals
     from probe.analyses.claims.removal import derives
     from probe.analyses.common.similarity import drift
+    from probe.analyses.necessity.ablation import check_heads
     from probe.errors import NotApplicable
 
     p = ctx.params
@@ -92,7 +93,7 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
     if not derives(objective, name) or name != "embedding-drift":
         return None
     return decided_removals(
-        ctx.adapter, ctx.whole_corpus, objective, [(l, h) for l in range(ctx.adapter.n_layers) for h in range(ctx.adapter.n_heads)],
+        ctx.adapter, ctx.whole_corpus, objective, check_heads(ctx.adapter, None),
         mode="mean", measures={name: drift}, runner=ctx.runner, batch_size=p["batch_size"],
     )  # fmt: skip
 
