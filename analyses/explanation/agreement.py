@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 import numpy as np
 
 from probe.analyses.common.word_scores import ScoreSet
+from .rank_tests import rank_tests
 from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
@@ -81,16 +82,6 @@ def attribution_scoresets(attributions: Attributions) -> list[ScoreSet]:
             )
         )
     return out
-
-
-def _tests(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
-    from scipy.stats import kendalltau, spearmanr
-
-    if np.ptp(x) == 0 or np.ptp(y) == 0:  # constant: no ranking, no test
-        return (np.nan,) * 4
-    t = kendalltau(x, y)
-    r = spearmanr(x, y)
-    return float(t.statistic), float(t.pvalue), float(r.statistic), float(r.pvalue)
 
 
 def agreement(
@@ -147,9 +138,12 @@ def agreement(
             if n_words < min_words:
                 skipped += 1
                 continue
+            got = rank_tests(wa, wb)  # every attention row against every attribution at once
             for i, ka in enumerate(a.keys):
                 for j, kb in enumerate(b.keys):
-                    rows.append((a.index, *ka, kb[0], n_words, *_tests(wa[i], wb[j])))
+                    rows.append(
+                        (a.index, *ka, kb[0], n_words, *(float(v[i, j]) for v in got))
+                    )  # fmt: skip
     if not rows:
         raise NotApplicable(
             f"too few examples for a significance test: none of the {len(attention)} examples has "
