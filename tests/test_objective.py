@@ -125,9 +125,10 @@ def test_auto_on_zoo_and_decoder():
 
 
 def _independent_similarity_harm(minilm, texts, heads):
-    """1 − ρ per sentence under mean-ablation with plain transformers forward pre-hooks on
-    the attention output projection (per-kind means: word and special positions), mean pooling."""
-    from scipy.stats import spearmanr
+    """1 − ρ̂ per sentence (Spearman's r_s and Kendall's τ from scipy, corrected for the corpus's
+    size) under mean-ablation with plain transformers forward pre-hooks on the attention output
+    projection (per-kind means: word and special positions), mean pooling."""
+    from scipy.stats import kendalltau, spearmanr
 
     model, tok = minilm.model, minilm.tokenizer
     enc = tok(list(texts), padding=True, return_tensors="pt")
@@ -168,9 +169,10 @@ def _independent_similarity_harm(minilm, texts, heads):
             hook.remove()
         c0, c1 = clean @ clean.T, ablated @ ablated.T
         n = len(texts)
-        out[(layer, head)] = np.array(
-            [1 - spearmanr(np.delete(c0[i], i), np.delete(c1[i], i)).statistic for i in range(n)]
-        )
+        k = n - 1  # each row's others; ρ̂ = ((k + 1) r_s − 3τ) / (k − 2) corrects r_s for k (Kendall & Gibbons)
+        rs = np.array([spearmanr(np.delete(c0[i], i), np.delete(c1[i], i)).statistic for i in range(n)])
+        tau = np.array([kendalltau(np.delete(c0[i], i), np.delete(c1[i], i)).statistic for i in range(n)])
+        out[(layer, head)] = 1 - ((k + 1) * rs - 3 * tau) / (k - 2)
     return out
 
 
