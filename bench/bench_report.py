@@ -186,6 +186,20 @@ def _causal_line(out: Path) -> None:
         f"claims: {causal['removals']} + {causal['null_removals']} (null) removals of the exhaustive "
         f"{causal['exhaustive_removals']}; bars {causal['bars']}"
     )
+    red = causal.get("redundancy") or {}
+    if red.get("groups"):
+        print(
+            f"redundancy: {red['groups']} groups on all {red['examples']} examples, {red['holds']} hold; "
+            f"{red['removals']} + {red['null_removals']} (null) group removals of the exhaustive "
+            f"{red['exhaustive_removals']}"
+        )
+    imp = next((x for x in summary["sections"] if x["name"] == "importance"), None)
+    blocks = ((imp or {}).get("summary") or {}).get("blocks")
+    if blocks:
+        print(
+            f"importance: {imp['summary']['examples']} of {blocks['of']} examples in {blocks['blocks']} random blocks, "
+            f"widest 95% half-width ±{blocks['widest']:.3f} (asked ±{blocks['precision']:g})"
+        )
 
 
 def _peak_mib() -> float:

@@ -6,7 +6,7 @@ stops each head as soon as its claim is decided, so every head sees as much of t
 as its decision needs and the hard ones see all of it:
 
 1. **the null model's bar** — every head of the null model (:mod:`.null_model`) removed
-   block by block in each deciding mode (mean: necessity; uniform weights: weights) and
+   block by block (:data:`NULL_BLOCK` sentences) in each deciding mode (mean: necessity; uniform weights: weights) and
    decided against the floor; the bar a trained head must pass is the largest of the
    floor, the null heads' mean harms and the mean over the first block's sentences of
    their per-sentence ``1 − q`` quantile over the null's heads (the exhaustive path's
@@ -41,11 +41,26 @@ import pandas as pd
 from . import thresholds as T
 from .claim import Claim
 
-__all__ = ["BLOCK", "DecidedClaims", "DecidedRun", "decided_claims", "decided_removals", "block_removals"]
+__all__ = [
+    "BLOCK",
+    "NULL_BLOCK",
+    "DecidedClaims",
+    "DecidedRun",
+    "BlockRecord",
+    "decided_claims",
+    "decided_removals",
+    "block_removals",
+    "at_the_end",
+    "decided_effect",
+]
 
 #: sentences per block: the similarity structure's size correction and jackknife are
 #: measured at 64 (docs/screening.md); a per-example objective's betting test takes them one by one
 BLOCK = 64
+#: sentences per block of the null model's heads and groups: they sit far below the floor
+#: (MiniLM's reinitialised null on EWT dev: every head's harm under a tenth of it), so their
+#: first block decides them and a smaller one halves what the bar costs
+NULL_BLOCK = 32
 
 _STATEMENT = {"mean": "needed alone", "uniform": "where it looks matters"}
 _KIND = {"mean": "necessity", "uniform": "weights"}
@@ -59,13 +74,17 @@ class DecidedClaims:
         necessity, weights: ``{(layer, head): Claim}``; info: what summary.json states
             (examples, blocks, removals used against the exhaustive count, the null's bar,
             per mode the heads decided early, at the end and undecided); table: per head
-            and mode its decision, examples taken, mean harm and interval, e-values.
+            and mode its decision, examples taken, mean harm and interval, e-values;
+            means, null_means: the mean mode's head means of the model and the null model
+            (for the redundancy groups' removals, :mod:`.decided_groups`).
     """
 
     necessity: dict
     weights: dict
     info: dict
     table: pd.DataFrame
+    means: Any = None
+    null_means: Any = None
 
     def note(self) -> str:
         """One line for the report's notes."""
@@ -74,7 +93,7 @@ class DecidedClaims:
         for mode, s in i["modes"].items():
             parts.append(
                 f"{_KIND[mode]} ({mode}): {s['necessary']} decided necessary by it, {s['not_necessary']} stopped below "
-                f"the bar, {s['undecided']} undecided after every example ({s['held_at_the_end']} of them held by "
+                f"the bar, {s['undecided']} undecided after every example ({s['heldat_the_end']} of them held by "
                 f"the exhaustive test on all of them); {s['holds']} hold; examples per head "
                 f"{s['examples_min']}–{s['examples_max']} (median {s['examples_median']:g})"
             )
@@ -103,7 +122,10 @@ class DecidedRun:
             ``[m, n]`` each head's per-example harm on the examples it took (NaN elsewhere);
         measured: ``{name: [m, n]}`` per-example measures of the same removals (NaN where
             not taken); heads, mode, bar, n: what was run; means: the mean mode's head means;
-        first: the first block's examples (every head took it).
+        first: the first block's examples (every head took it); clean: ``[n, ...]`` the
+            clean readouts of the examples the run took (NaN rows elsewhere), what
+            ``readout`` describes (the objective's, pooling included: a sentence encoder's
+            embeddings, which the faithfulness section's similarity target reuses).
     """
 
     result: Any
@@ -115,6 +137,8 @@ class DecidedRun:
     n: int
     means: Any = None
     first: Optional[np.ndarray] = None
+    clean: Optional[np.ndarray] = None
+    readout: str = ""
 
 
 def decided_removals(
@@ -150,10 +174,15 @@ def decided_removals(
     bar = T.min_effect(objective.name) if bar is None else float(bar)
     if mode == "mean" and means is None:
         means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
-    rec = _Record(len(heads), len(corpus))
+    rec = BlockRecord(len(heads), len(corpus))
     measured = {name: np.full((len(heads), len(corpus)), np.nan) for name in (measures or {})}
 
+    seen: list = []  # the clean readouts [n, ...] of the examples taken, once the first block is read
+
     def read(live, examples, clean, pert):
+        if not seen:
+            seen.append(np.full((len(corpus),) + tuple(clean.shape[1:]), np.nan))
+        seen[0][examples] = clean
         for name, f in (measures or {}).items():
             for j, i in enumerate(live):
                 measured[name][i, examples] = f(clean, pert[j])
@@ -161,12 +190,15 @@ def decided_removals(
     res = sequential_necessity(
         adapter, corpus, list(heads), floor=bar, bounds=betting_bounds(None)(bar), objective=objective, mode=mode,
         q=T.FDR, block=block, batch_size=batch_size, seed=seed, means=means if mode == "mean" else None,
-        runner=runner, on_block=rec.keep, on_readouts=read if measures else None, tests=tests,
+        runner=runner, on_block=rec.keep, on_readouts=read, tests=tests,
     )  # fmt: skip
-    return DecidedRun(res, rec.harm, measured, heads, mode, bar, len(corpus), means, rec.first)
+    return DecidedRun(
+        res, rec.harm, measured, heads, mode, bar, len(corpus), means, rec.first, seen[0] if seen else None,
+        objective.describe(),
+    )  # fmt: skip
 
 
-class _Record:
+class BlockRecord:
     """Each head's per-example harms on the examples it took (``on_block``)."""
 
     def __init__(self, m: int, n: int):
@@ -179,16 +211,16 @@ class _Record:
         self.harm[np.ix_(np.asarray(live), np.asarray(examples))] = harms
 
 
-def _null_bar(nadapter, corpus, obj, heads, mode, *, floor, bounds, block, seed, batch_size, runner) -> dict:
-    """The null model's heads decided against the floor in ``mode``: ``{bar, null_max,
-    null_level, decided_below, examples}`` (module docstring, step 1)."""
+def _null_bar(nadapter, corpus, obj, heads, mode, *, floor, bounds, block, seed, batch_size, runner) -> tuple:
+    """``({bar, null_max, null_level, decided_below, removals}, head means or None)``: the null
+    model's heads decided against the floor in ``mode`` (module docstring, step 1)."""
     from probe.analyses.necessity.ablation import position_kind_means
     from probe.analyses.necessity.sequential import sequential_necessity
 
     from .null_model import null_quantile
 
     means = position_kind_means(nadapter, corpus, obj, batch_size, nadapter.default_stack) if mode == "mean" else None
-    rec = _Record(len(heads), len(corpus))
+    rec = BlockRecord(len(heads), len(corpus))
     res = sequential_necessity(
         nadapter, corpus, heads, floor=floor, bounds=bounds(floor), objective=obj, mode=mode, q=T.FDR, block=block,
         batch_size=batch_size, seed=seed, means=means, runner=runner, on_block=rec.keep,
@@ -202,7 +234,7 @@ def _null_bar(nadapter, corpus, obj, heads, mode, *, floor, bounds, block, seed,
         "null_level": null_level,
         "decided_below": int(sum(d == "not necessary" for d in res.decision)),
         "removals": int(res.n_used.sum()),
-    }
+    }, means
 
 
 def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_size, means=None) -> dict:
@@ -211,11 +243,13 @@ def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_
     size-corrected harm over the block's others (:meth:`block_harm`), else the objective's
     own (:func:`probe.analyses.claims.removal.run_removal_batches`, the sweep's removals)."""
 
+    from probe.analyses.necessity.sequential import as_units
+
     from .removal import RemovalPlan, block_batches, placed_readouts, run_removal_batches
 
     idx = [int(i) for i in examples]
     batches = block_batches(adapter, corpus, idx, batch_size)
-    units = tuple((tuple(map(int, h)),) for h in heads)
+    units = tuple(as_units(heads))
     plan = RemovalPlan(corpus, obj, units, tuple(modes), means, seed, adapter.default_stack, batch_size)
     clean_all, pert_all = placed_readouts([run_removal_batches(adapter, plan, batches)], len(corpus), len(units))
     assert clean_all is not None
@@ -231,7 +265,7 @@ def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_
     return out
 
 
-def _at_the_end(res, rec, bar: float, m: int) -> dict:
+def at_the_end(res, rec, bar: float, m: int) -> dict:
     """``{head index: (p, significant)}`` of the heads the sequential test left undecided after
     every example: the exhaustive path's test of their per-example harms against ``bar``
     (one-sided Wilcoxon), Benjamini–Hochberg at :data:`.thresholds.FDR` counting all ``m`` heads."""
@@ -246,17 +280,24 @@ def _at_the_end(res, rec, bar: float, m: int) -> dict:
     return {i: (float(p[j]), bool(sig[j])) for j, i in enumerate(end)}
 
 
-def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level, end=None) -> Claim:
+def decided_effect(res, rec, i: int, block_level: bool) -> tuple:
+    """``(harms taken [k], effect, low, high)`` of unit ``i`` of a sequential test: on a
+    corpus-level objective the test's own mean of its block means ± 1.96 of its jackknife
+    standard error, else the mean of the per-example harms with its bootstrap interval."""
     from .statistics import mean_ci
 
-    decision, used = res.decision[i], int(res.n_used[i])
     h = rec.harm[i][~np.isnan(rec.harm[i])]
     if block_level:
         eff = float(res.mean[i])
         half = 1.96 * float(np.sqrt(max(res.variance[i], 0.0)))
-        lo, hi = eff - half, eff + half
-    else:
-        eff, lo, hi = mean_ci(h, seed=i)
+        return h, eff, eff - half, eff + half
+    eff, lo, hi = mean_ci(h, seed=i)
+    return h, eff, lo, hi
+
+
+def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level, end=None) -> Claim:
+    decision, used = res.decision[i], int(res.n_used[i])
+    _, eff, lo, hi = decided_effect(res, rec, i, block_level)
     e_value = float(res.e_value[i])
     stopped = used < res.n
     why = {
@@ -344,15 +385,17 @@ def decided_claims(
     block_level = bool(getattr(objective, "corpus_level", False))
     bounds = betting_bounds(None)  # a per-example objective's betting range around the bar
     common: dict[str, Any] = dict(block=block, seed=seed, batch_size=batch_size, runner=runner)
-    bars, nulls = {}, {}
+    bars, nulls, null_means = {}, {}, None
     for mode in modes:
         if null_adapter is None:
             bars[mode] = floor
             continue
         # the null model lives in this process only: the run's runner would run the trained model
-        got = _null_bar(
-            null_adapter, corpus, objective, heads, mode, floor=floor, bounds=bounds, **{**common, "runner": None}
-        )
+        got, got_means = _null_bar(
+            null_adapter, corpus, objective, heads, mode, floor=floor, bounds=bounds,
+            **{**common, "runner": None, "block": min(block, NULL_BLOCK)},
+        )  # fmt: skip
+        null_means = got_means if got_means is not None else null_means
         nulls[mode] = dict(got, source=null_source)
         bars[mode] = got["bar"]
     if reuse is not None and reuse.means is not None:
@@ -367,17 +410,17 @@ def decided_claims(
     rows, summary, removals, first, beside_removals = [], {}, 0, None, 0
     for mode in modes:
         if reuse is not None and reuse.mode == mode and reuse.bar == bars[mode] and reuse.heads == tuple(heads):
-            rec, res = _Record(m, n), reuse.result  # the ablation section's removals: not run again
+            rec, res = BlockRecord(m, n), reuse.result  # the ablation section's removals: not run again
             rec.harm, rec.first = reuse.harm, reuse.first
         else:
-            rec = _Record(m, n)
+            rec = BlockRecord(m, n)
             res = sequential_necessity(
                 adapter, corpus, heads, floor=bars[mode], bounds=bounds(bars[mode]), objective=objective, mode=mode,
                 q=T.FDR, means=means if mode == "mean" else None, on_block=rec.keep, **common,
             )  # fmt: skip
         first = rec.first if first is None else first
         removals += int(res.n_used.sum())
-        end = _at_the_end(res, rec, bars[mode], m)
+        end = at_the_end(res, rec, bars[mode], m)
         for i, h in enumerate(heads):
             c = _claim(
                 _KIND[mode], mode, res, rec, i, bar=bars[mode], floor=floor, obj=objective, m=m,
@@ -393,8 +436,8 @@ def decided_claims(
         summary[mode] = {
             **{k: v for k, v in res.summary().items() if k in ("necessary", "not_necessary", "undecided")},
             "holds": sum(c.holds for c in claims[mode].values()),
-            "decided_at_the_end": len(end),
-            "held_at_the_end": sum(claims[mode][heads[i]].holds for i in end),
+            "decidedat_the_end": len(end),
+            "heldat_the_end": sum(claims[mode][heads[i]].holds for i in end),
             "stopped_early": int((used < n).sum()),
             "examples_min": int(used.min()),
             "examples_max": int(used.max()),
@@ -421,6 +464,7 @@ def decided_claims(
         "path": "sequential",
         "examples": n,
         "block": block,
+        "null_block": min(block, NULL_BLOCK),
         "heads": m,
         "test": "normal-mixture e-processes on block means" if block_level else "betting e-processes per example",
         "modes": summary,
@@ -440,4 +484,6 @@ def decided_claims(
     weights = claims.get("uniform") or {
         h: Claim("weights", "not tested", reason=skipped.get("uniform", "not run")) for h in heads
     }
-    return DecidedClaims(necessity=necessity, weights=weights, info=info, table=pd.DataFrame(rows))
+    return DecidedClaims(
+        necessity=necessity, weights=weights, info=info, table=pd.DataFrame(rows), means=means, null_means=null_means
+    )

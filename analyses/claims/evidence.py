@@ -124,6 +124,27 @@ def _power(c) -> str:
     return f"; the smallest mean harm this sample could have detected: {fmt(d)} (80% power)"
 
 
+def _decided(c) -> bool:
+    """Was the claim decided by a sequential test (its stop and e-value stated)?"""
+    return c.extra.get("e_value") is not None and c.extra.get("decision") is not None
+
+
+def _decided_words(c, units: str) -> str:
+    """A sequentially decided claim's interval, bar and decision, in words."""
+    x = c.extra
+    bar = x.get("bar", c.null)
+    return (
+        f"(95% interval over the {c.count} examples it took; {c.unit}); bar {fmt(bar)} (floor {fmt(c.null)}"
+        + (f", {x['null_source']}" if x.get("null_source") else "")
+        + f"); {x['decision']}; e-value {fmt(x['e_value'])} against the bar (e-BH at q={fmt(T.FDR)} over "
+        f"{x.get('tests')} {units})"
+    )
+
+
+def _decided_test(c, units: str) -> str:
+    return f"{c.extra.get('test', 'sequential test')} against the bar, e-BH q={T.FDR} over {units}"
+
+
 def _causal(kind: str, c) -> tuple:
     x = c.extra
     obj = x.get("objective", "")
@@ -132,12 +153,15 @@ def _causal(kind: str, c) -> tuple:
         "weights": "Uniform attention weights (values kept)",
     }.get(kind, "")
     verb = ("harms" if c.effect >= 0 else "changes") if kind == "necessity" else ("harm" if c.effect >= 0 else "change")
-    text = (
-        f"{what} {verb} {obj} by {fmt(c.effect, True)} {_ci(c)} (95% bootstrap CI over {c.count} examples; "
-        f"{c.unit}); floor {fmt(c.null)}, one-sided Wilcoxon p={fmt(x.get('p'))} against the floor, "
-        f"{'significant' if x.get('bh_significant') else 'not significant'} after BH at q={fmt(x.get('fdr'))} "
-        f"over {x.get('tests')} heads"
-    ) + _null_words(c)
+    if _decided(c):
+        text = f"{what} {verb} {obj} by {fmt(c.effect, True)} {_ci(c)} " + _decided_words(c, "heads")
+    else:
+        text = (
+            f"{what} {verb} {obj} by {fmt(c.effect, True)} {_ci(c)} (95% bootstrap CI over {c.count} examples; "
+            f"{c.unit}); floor {fmt(c.null)}, one-sided Wilcoxon p={fmt(x.get('p'))} against the floor, "
+            f"{'significant' if x.get('bh_significant') else 'not significant'} after BH at q={fmt(x.get('fdr'))} "
+            f"over {x.get('tests')} heads"
+        ) + _null_words(c)
     numbers = {k: x[k] for k in ("null_quantile", "null_max", "p_null") if x.get(k) is not None}
     if kind == "necessity":
         for mode, words in (("zero", "zero-ablation"), ("resample", "resample-ablation")):
@@ -176,6 +200,8 @@ def _causal(kind: str, c) -> tuple:
         elif c.holds:
             text = f"{c.statement}: uniform weights do {pct(x.get('share_of_removal'))} of the removal's harm. " + text
     text += _power(c)
+    if _decided(c):
+        return text, _decided_test(c, "heads"), numbers
     test = f"one-sided Wilcoxon of harm − floor ({T.floor_source(obj)}), Benjamini–Hochberg q={T.FDR}"
     if x.get("null_source"):
         test += f"; and of harm − the null model's {pct(x.get('null_quantile_level'))} head quantile (the larger p)"
@@ -304,6 +330,19 @@ def _causal_evidence(kind: str, c: Claim, base: dict) -> Evidence:
 def _redundancy_evidence(kind: str, c: Claim, base: dict) -> Evidence:
     """The evidence of a redundancy claim that was tested."""
     x = c.extra
+    if _decided(c):
+        text = (
+            f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} "
+            + _decided_words(c, "groups")
+            + (
+                f"; a same-norm random perturbation of the group harms {fmt(x['random_harm'], True)}"
+                if x.get("random_harm") is not None
+                else ""
+            )
+            + _power(c)
+        )
+        return Evidence(text=text, test=_decided_test(c, "groups"), floor=c.null, detectable=_detectable(c),
+                        detectable_units=c.unit, **base)  # fmt: skip
     text = (
         (
             f"{c.statement}: {c.reason}; harm {fmt(c.effect, True)} {_ci(c)} over {c.count} examples, floor "

@@ -340,7 +340,7 @@ def _causal(
 
             if path == "sequential":
                 necessity, weights, redundancy = _decided(
-                    adapter, nadapter, screen_corpus, corpus, obj, heads, pattern, importance, runner, notes, tables,
+                    adapter, nadapter, screen_corpus, obj, heads, pattern, importance, runner, notes, tables,
                     info, seed=seed, why=why, reuse=ablation if isinstance(ablation, DecidedRun) else None,
                 )  # fmt: skip
                 return necessity, weights, redundancy, info
@@ -419,7 +419,6 @@ def _decided(
     adapter,
     nadapter,
     whole,
-    corpus,
     obj,
     heads,
     pattern,
@@ -435,11 +434,12 @@ def _decided(
 ):
     """``(necessity, weights, redundancy)``: the necessity and weights claims decided head by
     head on ``whole`` (:func:`.decided.decided_claims`; ``reuse``: the ablation section's
-    decided mean-ablation, not run again), redundancy on ``corpus`` (the cap);
+    decided mean-ablation, not run again), and the redundancy groups decided on it too
+    (:func:`.decided_groups.decided_redundancy`);
     the decided table into ``tables['decided']``, its summary and note into ``info['causal']``."""
     from .decided import decided_claims
+    from .decided_groups import decided_redundancy
     from .necessity import add_importance
-    from .redundancy import redundancy_claims
 
     got = decided_claims(
         adapter, whole, obj, heads, null_adapter=nadapter,
@@ -451,15 +451,24 @@ def _decided(
         info.update(null=nadapter.card["null_source"], null_quantile_level=1.0 - T.FDR)
     tables["decided"] = got.table
     info["causal"] = dict(got.info, note=got.note())
-    redundancy, groups = redundancy_claims(
-        adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter
-    )
+    redundancy, groups, red = decided_redundancy(
+        adapter, whole, obj, pattern, necessity, null_adapter=nadapter,
+        null_source=nadapter.card["null_source"] if nadapter is not None else "", seed=seed, runner=runner,
+        means=got.means, null_means=got.null_means,
+    )  # fmt: skip
+    info["causal"]["redundancy"] = red
+    if red["groups"]:
+        info["causal"]["note"] += (
+            f"; redundancy: {red['groups']} candidate group(s) mean-ablated together, decided the same way against "
+            f"their size's bar ({red['holds']} hold; {red['removals']} group × example removals of the exhaustive "
+            f"{red['exhaustive_removals']})"
+        )
     if groups:
         tables["groups"] = pd.DataFrame(groups)
     notes.append(
         f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone (Wang et al. 2022) "
-        f"and given uniform attention weights, on random blocks of the whole corpus until decided (below); "
-        f"redundancy groups removed together"
+        f"and given uniform attention weights, and each redundancy group mean-ablated together, on random blocks "
+        f"of the whole corpus until decided (below)"
     )
     return necessity, got.weights, redundancy
 

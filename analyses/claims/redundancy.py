@@ -33,11 +33,27 @@ def candidate_groups(pattern: dict, necessity: dict) -> dict:
     return {r: sorted(h) for r, h in groups.items() if len(h) >= T.GROUP_MIN}
 
 
+def not_grouped(necessity: dict) -> dict:
+    """``{(layer, head): Claim}`` "not tested", with the reason, for every head of
+    ``necessity``: the claims a head keeps unless a candidate group takes it."""
+    claims = {}
+    for key, n in necessity.items():
+        if n.status == "holds":
+            claims[key] = Claim("redundancy", "not tested", reason="needed alone")
+        elif n.status != "does not hold":
+            claims[key] = Claim("redundancy", "not tested", reason=f"necessity {n.status}")
+        else:
+            claims[key] = Claim(
+                "redundancy", "not tested", reason="no other head that is not needed alone shares a named pattern"
+            )
+    return claims
+
+
 #: groups of each size drawn from each layer of the null model
 NULL_GROUPS_PER_LAYER = 4
 
 
-def _null_groups(adapter, sizes, seed: int) -> dict:
+def null_groups(adapter, sizes, seed: int) -> dict:
     """``{k: [group of k heads of one layer]}``: up to :data:`NULL_GROUPS_PER_LAYER`
     distinct random groups of each size ``k`` from every layer (seeded): the groups whose
     removal in the null model is the redundancy claim's null distribution."""
@@ -76,16 +92,7 @@ def redundancy_claims(
     from .removal import removal_sweep
 
     groups = candidate_groups(pattern, necessity)
-    claims, rows = {}, []
-    for key, n in necessity.items():
-        if n.status == "holds":
-            claims[key] = Claim("redundancy", "not tested", reason="needed alone")
-        elif n.status != "does not hold":
-            claims[key] = Claim("redundancy", "not tested", reason=f"necessity {n.status}")
-        else:
-            claims[key] = Claim(
-                "redundancy", "not tested", reason="no other head that is not needed alone shares a named pattern"
-            )
+    claims, rows = not_grouped(necessity), []
     if not groups:
         return claims, rows
     items = sorted(groups.items())
@@ -98,7 +105,7 @@ def redundancy_claims(
         seed=seed,
         runner=runner,
     )
-    null_sets = _null_groups(adapter, sorted({len(h) for _, h in items}), seed) if null_adapter is not None else {}
+    null_sets = null_groups(adapter, sorted({len(h) for _, h in items}), seed) if null_adapter is not None else {}
     null_units = [g for k in sorted(null_sets) for g in null_sets[k]]
     null = (
         removal_sweep(null_adapter, corpus, objective, units=null_units, modes=("mean",), seed=seed)

@@ -73,6 +73,7 @@ __all__ = [
     "sequential_test",
     "sequential_block_test",
     "sequential_necessity",
+    "as_units",
     "MIXTURE_SCALE",
 ]
 
@@ -380,6 +381,17 @@ def sequential_block_test(
     )
 
 
+def as_units(heads: Sequence) -> list:
+    """``[((layer, head), …)]``: each of ``heads`` as a unit removed at once — a head
+    ``(layer, head)`` alone, or a group ``[(layer, head), …]`` together."""
+    out = []
+    for h in heads:
+        h = tuple(h)
+        group = len(h) > 0 and isinstance(h[0], (tuple, list))
+        out.append(tuple(tuple(map(int, x)) for x in h) if group else (tuple(map(int, h)),))
+    return out
+
+
 def sequential_necessity(
     adapter,
     corpus,
@@ -403,7 +415,10 @@ def sequential_necessity(
     """:func:`sequential_test` of ``heads`` on a live model: each block's exact removals of
     the heads still undecided (:func:`probe.analyses.claims.removal.run_removal_batches`,
     the same replacements as :func:`~probe.analyses.claims.removal.removal_sweep`; the
-    mean mode's head means from the whole corpus).
+    mean mode's head means from :func:`~probe.analyses.necessity.ablation.position_kind_means`).
+
+    ``heads``: ``[(layer, head)]``, or groups ``[[(layer, head), …]]`` each removed at
+    once (:func:`as_units`; the redundancy claim's).
 
     For a corpus-level objective (the similarity structure) a block's harms compare its
     sentences with the block's others, corrected for the block's size, and the heads are
@@ -436,7 +451,7 @@ def sequential_necessity(
     corpus = as_corpus(corpus)
     obj, _ = resolve_objective(objective, adapter, corpus)
     stack = stack or adapter.default_stack
-    units = [(tuple(map(int, h)),) for h in heads]
+    units = as_units(heads)
     if mode == "mean" and means is None:
         means = position_kind_means(adapter, corpus, obj, batch_size, stack)
     order = np.random.default_rng(seed).permutation(len(corpus))

@@ -34,18 +34,29 @@ IG_STEPS = Param(
 
 def run_importance(ctx: Context) -> ImportanceResult:
     from probe.analyses.necessity.importance import COMPLETENESS_TOLERANCE, head_importance
+    from probe.analyses.necessity.importance_blocks import BLOCK, importance_in_blocks
 
-    corpus, cut = model_corpus(ctx, ctx.whole_corpus)
-    res = head_importance(
-        ctx.adapter,
-        corpus,
+    whole = ctx.whole_corpus
+    corpus, cut = model_corpus(ctx, whole)
+    kw = dict(
         metric=ctx.objective("per-example"),
         method=ctx.params["method"],
         batch_size=ctx.params["batch_size"],
         n_steps=ctx.params["ig_steps"],
         tolerance=COMPLETENESS_TOLERANCE,  # the fewest steps under 1% completeness error, up to ig_steps
-        progress=ctx.progress and len(corpus) > 1,
     )
+    blocks = None
+    if cut:  # the model-run limit would cut the corpus: random blocks of all of it, until precise
+        blocks = importance_in_blocks(ctx.adapter, whole, seed=ctx.params.get("seed", 0), **kw)
+        res, n = blocks.result, len(blocks.examples)
+        cut = f" on {n} of {len(whole)} examples in random blocks of about {BLOCK}, " + (
+            f"drawn until every head's normalised importance was within ±{blocks.precision:g} (95%; widest "
+            f"±{blocks.widest:.3f}, median ±{blocks.median:.3f}; Chow & Robbins 1965)"
+            if blocks.reached
+            else f"every block (widest 95% half-width ±{blocks.widest:.3f}, asked ±{blocks.precision:g})"
+        )
+    else:
+        res, n = head_importance(ctx.adapter, corpus, progress=ctx.progress and len(corpus) > 1, **kw), len(corpus)
     t = res.to_frame()
     per_head = t[["layer", "head", "importance", "rank"]].rename(columns={"rank": "importance_rank"})
     per_head = per_head.assign(importance_of=len(t), importance_method=res.method)
@@ -85,7 +96,17 @@ def run_importance(ctx: Context) -> ImportanceResult:
             "ig_convergence_delta": res.delta,
             "ig_steps": list(res.steps),
             "ig_tolerance": res.tolerance,
-            "examples": len(corpus),
+            "examples": n,
+            "blocks": None
+            if blocks is None
+            else {
+                "blocks": blocks.blocks,
+                "precision": blocks.precision,
+                "widest": blocks.widest,
+                "median": blocks.median,
+                "reached": blocks.reached,
+                "of": len(whole),
+            },
         },
         summary_name="importance",
     )
