@@ -65,12 +65,12 @@ def test_heads_undecided_after_every_example_are_decided_by_the_exhaustive_test(
     above the bar holds, one at the bar does not; a head stopped early is not re-tested."""
     import numpy as np
 
-    from probe.analyses.claims.decided import _at_the_end, _Record
+    from probe.analyses.claims.decided import at_the_end, BlockRecord
     from probe.analyses.necessity.sequential import SequentialResult
 
     n, m, bar = 40, 5, 0.02
     rng = np.random.default_rng(0)
-    rec = _Record(m, n)
+    rec = BlockRecord(m, n)
     rec.harm[0] = 0.03 + 0.005 * rng.standard_normal(n)  # above the bar on every example
     rec.harm[1] = bar + 0.005 * rng.standard_normal(n)  # at the bar
     rec.harm[2, :8] = 0.2  # stopped after one block
@@ -79,7 +79,7 @@ def test_heads_undecided_after_every_example_are_decided_by_the_exhaustive_test(
         n_used=np.array([n, n, 8, 8, 8]), e_value=np.ones(m), e_against=np.ones(m), mean=np.zeros(m),
         floor=bar, bounds=(), q=0.05, n=n,
     )  # fmt: skip
-    end = _at_the_end(res, rec, bar, m)
+    end = at_the_end(res, rec, bar, m)
     assert set(end) == {0, 1}
     assert end[0][1] and end[0][0] < 1e-6
     assert not end[1][1]
@@ -118,7 +118,8 @@ def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(tmp_path
     original = S.sequential_necessity
 
     def counted(adapter, corpus, heads, **kw):
-        calls.append((adapter.name, kw.get("mode", "mean")))
+        groups = isinstance(tuple(heads[0])[0], (tuple, list))  # the redundancy groups' own test
+        calls.append((adapter.name, kw.get("mode", "mean") + (" groups" if groups else "")))
         return original(adapter, corpus, heads, **kw)
 
     monkeypatch.setattr(S, "sequential_necessity", counted)
@@ -132,6 +133,12 @@ def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(tmp_path
     assert "24 examples (examples per head 24–24" in ablation["notes"][0]
     assert calls.count(("minilm", "mean")) == 1 and calls.count(("minilm", "uniform")) == 1
     assert calls.count(("minilm (null)", "mean")) == 1
+    # the redundancy groups: the null model's random groups once, the candidate groups once per size
+    claims = next(s for s in summary["sections"] if s["name"] == "claims")
+    groups = claims["summary"]["causal"]["redundancy"]
+    assert groups["path"] == "sequential" and groups["groups"] >= 1, groups
+    assert calls.count(("minilm (null)", "mean groups")) == 1
+    assert calls.count(("minilm", "mean groups")) == len(groups["bars"])  # one test per group size
     heads = {(h["layer"], h["head"]): h for h in summary["heads"]}
     assert heads[(0, 9)]["claims"]["necessity"]["count"] == 24
 
@@ -165,3 +172,37 @@ def test_an_encoder_decoder_is_decided_on_mean_ablation_and_its_weights_not_test
     assert all(c.status in ("holds", "does not hold") for c in got.necessity.values())
     assert all(c.status == "not tested" and "encoder-decoder" in c.reason for c in got.weights.values())
     assert "(mean) with null" in got.note()
+
+
+def test_the_decided_runs_clean_embeddings_are_the_similarity_targets(minilm):
+    """The ablation section's decided removals keep the clean readouts of the sentences they
+    took (a sentence encoder's pooled embeddings): equal to the similarity target's own
+    embeddings, so the faithfulness section reuses them (only missing rows run the model) and
+    finds the same nearest neighbours."""
+    import numpy as np
+    import torch
+
+    from probe.analyses.claims.decided import decided_removals
+    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.common.pooling import model_pooling
+    from probe.analyses.explanation.pairs import embed, similarity_target
+    from probe.app.report.bundled import sample_corpus
+
+    corpus = sample_corpus(24)
+    obj, _ = resolve_objective("similarity-structure", minilm, corpus)
+    run = decided_removals(minilm, corpus, obj, [(0, 9), (3, 1)], block=8)
+    assert run.clean is not None and run.clean.shape == (24, minilm.model.config.hidden_size)
+    took = ~np.isnan(run.clean).any(1)
+    assert took[run.first].all()
+    own = embed(minilm, list(corpus.texts), model_pooling(minilm)).numpy()
+    np.testing.assert_allclose(run.clean[took], own[took], atol=1e-5)
+    partial = run.clean.copy()
+    partial[:5] = np.nan  # rows not taken are embedded here
+    mixed = embed(minilm, list(corpus.texts), model_pooling(minilm), known=partial).numpy()
+    np.testing.assert_allclose(mixed, own, atol=1e-5)
+    a = similarity_target(minilm, corpus)[0]
+    b = similarity_target(minilm, corpus, known=(run.readout, partial))[0]
+    assert a.pair_words == b.pair_words
+    torch.testing.assert_close(a.partners, b.partners, atol=1e-5, rtol=0)
+    other = similarity_target(minilm, corpus, known=("cls pooling", np.zeros_like(partial)))[0]
+    assert other.pair_words == a.pair_words  # another pooling's rows are not taken

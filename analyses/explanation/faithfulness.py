@@ -151,14 +151,21 @@ class FaithfulnessReport:
 
 
 def resolve_target(
-    adapter: ModelAdapter, target: Union[Objective, str], corpus: Corpus, *, seed: int = 0, pairs: Optional[str] = None
+    adapter: ModelAdapter,
+    target: Union[Objective, str],
+    corpus: Corpus,
+    *,
+    seed: int = 0,
+    pairs: Optional[str] = None,
+    embeddings: Optional[tuple] = None,
 ) -> tuple[Objective, Corpus, Optional[list], dict]:
     """``(target, corpus to explain, evidence words or None, info)`` for a target: a
     resolved :class:`probe.analyses.common.objective.Objective` (a run's, resolved once:
     only checked here), or a name resolved here.
 
     ``probe:<property>`` fits a probe on the treebank (``corpus.sentences``) and returns
-    its held-out split; zoo corpora give their examples' ``evidence_word``.
+    its held-out split; zoo corpora give their examples' ``evidence_word``. ``embeddings``:
+    the corpus's embeddings from an earlier run (:func:`.pairs.similarity_target`'s ``known``).
 
     Raises:
         InputError: a probe target without a CoNLL-U corpus, an unknown spec.
@@ -170,7 +177,7 @@ def resolve_target(
     if isinstance(resolved, Unfitted) and resolved.kind == "similarity":
         from probe.analyses.explanation.pairs import similarity_target
 
-        fitted_pairs, corpus, info = similarity_target(adapter, corpus, pairs)
+        fitted_pairs, corpus, info = similarity_target(adapter, corpus, pairs, known=embeddings)
         return fitted_pairs, corpus, None, info
     if isinstance(resolved, Unfitted):  # probe:<property>
         from probe.analyses.structure.ud_probe import fit_probe, ud_labels
@@ -291,6 +298,7 @@ def run_faithfulness(
     pairs: Optional[str] = None,
     null: Union[bool, str] = True,
     n_strata: int = N_STRATA,
+    embeddings: Optional[tuple] = None,
 ) -> FaithfulnessReport:
     """Run the whole faithfulness study of ``target`` on ``corpus``.
 
@@ -315,6 +323,8 @@ def run_faithfulness(
             or its name: ``reinit``, ``permute``; :mod:`probe.analyses.claims.null_model`;
             same examples, target and steps):
             ``info["null_agreement"]``, the bar the attribution claim is held to.
+        embeddings: ``(readout described, [n, d])``: the corpus's embeddings from an earlier
+            run of the model (NaN rows where not computed), for the similarity target.
 
     IG is gated (:mod:`.completeness`): an example whose completeness error stays above
     1% after raising the steps is left out of the agreement and counted
@@ -325,7 +335,9 @@ def run_faithfulness(
     """
     from probe.runs.capture import capture
 
-    target, corpus, evidence, info = resolve_target(adapter, target, corpus, seed=seed, pairs=pairs)
+    target, corpus, evidence, info = resolve_target(
+        adapter, target, corpus, seed=seed, pairs=pairs, embeddings=embeddings
+    )
     if max_examples is not None and max_examples < len(corpus):
         corpus, evidence, info["explained"] = _drawn(adapter, corpus, evidence, max_examples, seed, n_strata)
     if not len(corpus):

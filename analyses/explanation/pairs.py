@@ -11,7 +11,7 @@ before any model forward.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -62,16 +62,29 @@ def read_pairs(path: str | os.PathLike, adapter: ModelAdapter | None = None) -> 
 
 
 @torch.no_grad()
-def embed(adapter: ModelAdapter, texts: Sequence[str], pooling: Pooling, batch_size: int = 32) -> torch.Tensor:
+def embed(
+    adapter: ModelAdapter,
+    texts: Sequence[str],
+    pooling: Pooling,
+    batch_size: int = 32,
+    known: Optional[np.ndarray] = None,
+) -> torch.Tensor:
     """``[n, d]`` pooled embeddings of ``texts`` (float32, on CPU), in the order given.
 
     Texts are batched with others of similar length (longest first), so a batch is not
-    padded to one long text; each row is its text's embedding whatever its batch."""
+    padded to one long text; each row is its text's embedding whatever its batch.
+    ``known``: ``[n, d]`` embeddings already computed with this pooling (NaN rows where
+    not): only the others run the model."""
     from probe.analyses.common.batch import by_one_length
 
     base = getattr(adapter.model, "base_model", adapter.model)
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    todo: Sequence[int] = range(len(texts))
     out: Optional[torch.Tensor] = None
+    if known is not None and len(known) == len(texts) and np.ndim(known) == 2:
+        have = ~np.isnan(known).any(1)
+        out = torch.as_tensor(np.nan_to_num(known), dtype=torch.float32).clone()
+        todo = np.flatnonzero(~have).tolist()
+    order = sorted(todo, key=lambda i: -len(texts[i]))
     chunks = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
     for idx in by_one_length(adapter, chunks, texts, truncate=True):
         inputs = adapter.batch(adapter.encode_batch([texts[i] for i in idx], truncate=True))
@@ -93,9 +106,11 @@ def nearest_neighbours(e: torch.Tensor) -> np.ndarray:
     return c.argmax(1).numpy()
 
 
-def similarity_target(adapter, corpus, pairs_file: Optional[str] = None) -> tuple:
+def similarity_target(adapter, corpus, pairs_file: Optional[str] = None, known: Optional[Any] = None) -> tuple:
     """``(target, corpus to explain, info)``: similarity to the nearest neighbour in the
-    corpus (default) or to the pair's other side (``pairs_file``)."""
+    corpus (default) or to the pair's other side (``pairs_file``). ``known``: ``(readout
+    described, [n, d] embeddings with NaN rows)`` of the corpus from an earlier run of the
+    model (the report's ablation section): used where the pooling is this target's."""
     from probe.analyses.common.pooling import model_pooling
     from probe.analyses.common.targets import PairSimilarity
     from probe.inputs.corpus import Corpus
@@ -113,7 +128,8 @@ def similarity_target(adapter, corpus, pairs_file: Optional[str] = None) -> tupl
                 "a similarity target pairs each sentence with its nearest neighbour: give at least "
                 "2 sentences, or --pairs FILE"
             )
-        e = embed(adapter, list(corpus.texts), pooling)
+        rows = known[1] if known is not None and pooling.describe() in str(known[0]) else None
+        e = embed(adapter, list(corpus.texts), pooling, known=rows)
         nn = nearest_neighbours(e)
         partners, others = e[nn], [corpus.texts[j] for j in nn]
         how = "each sentence against its nearest neighbour in the corpus"

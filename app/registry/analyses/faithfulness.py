@@ -106,6 +106,21 @@ def _steps_note(gate: dict) -> str:
     )
 
 
+def _embeddings(ctx: Context):
+    """``(readout described, [n, d])``: the whole corpus's clean embeddings the ablation
+    section's decided removals read (NaN rows for sentences it did not take), or ``None``:
+    the similarity target embeds only the sentences they miss (on EWT dev, none: 8.7 s)."""
+    from probe.analyses.claims.decided import DecidedRun
+
+    from probe.app.registry.results import AblationResult
+
+    ablation = ctx.result_of(AblationResult)
+    run = getattr(ablation, "removals", None) if ablation is not None else None
+    if not isinstance(run, DecidedRun) or run.clean is None or run.n != len(ctx.whole_corpus):
+        return None
+    return run.readout, run.clean
+
+
 def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
@@ -127,6 +142,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         progress=ctx.progress and len(ctx.whole_corpus) > 1,
         pairs=p.get("pairs"),
         null=_null(p.get("null")),
+        embeddings=_embeddings(ctx),
     )
     v = rep.verdict
     counts = v["verdict"].value_counts().to_dict()
