@@ -561,9 +561,13 @@ def test_report_options_reach_the_sections_that_declare_them():
     ctx = open_run(None, report=ReportState(overrides=_overrides(0, 16)))
     run_section(ctx, sec)
     assert seen == {"seed": 0, "max_model_examples": None}  # no "explain_limit": x does not declare it
-    assert "--max-model-examples 0" in _model_examples_setting(2001, None)["model-run examples"]
-    assert "first 128 of 2001" in _model_examples_setting(2001, None)["model-run examples"]
+    capped = _model_examples_setting(2001, None, causal="exhaustive")["model-run examples"]
+    assert "--max-model-examples 0" in capped and "first 128 of 2001" in capped
     assert _model_examples_setting(2001, 0)["model-run examples"].startswith("all 2001")
+    # the default (auto) on a corpus the cap cuts: ablation, importance and claims read all of it in blocks
+    default = _model_examples_setting(2001, None)["model-run examples"]
+    assert default.startswith("all 2001 for ablation, importance and claims, in random blocks")
+    assert "first 128 of 2001" not in default or "patching" in default or "circuit" in default
 
 
 def test_every_example_cap_is_stated_with_the_flag_that_lifts_it():

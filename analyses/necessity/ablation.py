@@ -86,7 +86,7 @@ ABLATION_MODES = ("zero", "mean")
 MIN_MEAN_EXAMPLES = 8
 #: the most examples the head means are averaged over: a larger corpus gives a seeded random
 #: sample of this many (MiniLM on EWT dev: every head's mean-ablation harm within 0.00011 of
-#: the whole corpus's means, 1.8% relative at most, for a quarter of the forwards; docs/screening.md)
+#: the whole corpus's means, 2.1% relative at most, for a quarter of the forwards; docs/screening.md)
 MEAN_SAMPLE = 512
 COLUMNS = ["layer", "head", "mode", "metric", "clean", "ablated", "delta", "ci_low", "ci_high"]
 

@@ -110,8 +110,9 @@ def _sections_help() -> str:
     default=None,
     help="the causal claims' path: auto (default: sequential where the model-run limit would cut the "
     "corpus, else exhaustive), "
-    "sequential (necessity and weights on every example, each head decided in random blocks and stopped "
-    "when decided), exhaustive (every head removed on the model-run examples), screened (necessity: every "
+    "sequential (necessity, weights and redundancy on every example, each head or group decided in random "
+    "blocks and stopped when decided; the ablation section's removals the same; importance in random blocks "
+    "until precise), exhaustive (every head removed on the model-run examples), screened (necessity: every "
     "example screened in one forward + backward per batch, the heads that could matter removed exactly; "
     "docs/screening.md)",
 )

@@ -310,7 +310,7 @@ def build_report(
     )  # fmt: skip
     partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
     settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
-    settings.update(_model_examples_setting(len(ctx.input_corpus), max_model_examples, explained_examples))
+    settings.update(_model_examples_setting(len(ctx.input_corpus), max_model_examples, explained_examples, causal))
     settings.update({k: v for k, v in notes.items() if v})
     ctx.report.settings.update(settings, **_streamed_settings(ctx, batch_size, bool(progress), sections))
     shown = progress if callable(progress) else (_print_progress if progress else None)
@@ -630,13 +630,23 @@ def _overrides(max_model_examples, explained_examples=None, null=None, causal=No
     return out
 
 
+#: the model-running sections that read the whole corpus in random blocks where the cap would
+#: cut it (the sequential path): each head or group until decided, importance until precise
+IN_BLOCKS = ("ablation", "importance", "claims")
+
+
+def _names(names: list) -> str:
+    return ", ".join(names[:-1]) + (f" and {names[-1]}" if len(names) > 1 else "".join(names))
+
+
 def _model_examples_setting(
-    n: int, max_model_examples: Optional[int], explained_examples: Optional[int] = None
+    n: int, max_model_examples: Optional[int], explained_examples: Optional[int] = None, causal: Optional[str] = None
 ) -> dict:
     """The caps of the model-running sections (those whose ``report_params`` cap
     ``max_model_examples``) and of the explaining one (``explain_limit``), stated on the
-    index page and in summary.json."""
-    from probe.app.registry.analyses._shared import MODEL_EXAMPLES
+    index page and in summary.json; on the sequential path (``causal``, :func:`causal_path`)
+    ablation, importance and claims read every example in random blocks instead."""
+    from probe.app.registry.analyses._shared import MODEL_EXAMPLES, causal_path
 
     from .sections import registered
 
@@ -645,11 +655,19 @@ def _model_examples_setting(
     if cap is None or n <= cap:
         out = {"model-run examples": f"all {n} ({', '.join(capped)})"}
     else:
-        names = ", ".join(capped[:-1]) + (f" and {capped[-1]}" if len(capped) > 1 else "".join(capped))
-        out = {
-            "model-run examples": f"the first {cap} of {n} for {names} "
-            "(--max-model-examples 0 runs them on every example)"
-        }
+        blocks = [a for a in capped if a in IN_BLOCKS] if causal_path(causal, n, cap) == "sequential" else []
+        first = [a for a in capped if a not in blocks]
+        said = []
+        if blocks:
+            said.append(
+                f"all {n} for {_names(blocks)}, in random blocks: each head and redundancy group until its claim "
+                f"is decided, importance until every head is within ±0.1 (--causal exhaustive: the first {cap})"
+            )
+        if first:
+            said.append(
+                f"the first {cap} of {n} for {_names(first)} (--max-model-examples 0 runs them on every example)"
+            )
+        out = {"model-run examples": "; ".join(said)}
     from probe.app.registry.analyses.faithfulness import explained_setting
 
     for explains in (a for a in registered() if "explain_limit" in a.report_params):

@@ -37,8 +37,9 @@ CAUSAL = Param(
     "causal",
     str,
     "auto",
-    "the causal claims' path: sequential (necessity and weights on every example, each head decided in "
-    "random blocks and stopped when decided), exhaustive (every head removed on every model-run example), "
+    "the causal claims' path: sequential (necessity, weights and redundancy on every example, each head or "
+    "group decided in random blocks and stopped when decided; importance in random blocks until precise), "
+    "exhaustive (every head removed on every model-run example), "
     "screened (necessity: every example screened in one forward + backward per batch, the heads that could "
     "matter removed exactly); auto: sequential where the model-run limit would cut the corpus, else "
     "exhaustive (docs/screening.md)",
