@@ -73,8 +73,10 @@ def run(ctx: Context) -> ClaimsResult:
         screen_corpus=ctx.whole_corpus,  # the sequential and screened paths: every example
     )
     counts = hc.counts()
-    notes = [n + cut for n in hc.notes]
     causal = hc.objective.get("causal")
+    if causal and causal.get("path") == "sequential":
+        cut = ""  # every removal read the whole corpus in blocks (the note below says how many per head)
+    notes = [n + cut for n in hc.notes]
     if causal:  # on every example, not the cut
         notes.append(causal["note"])
     notes.append(
