@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from probe.app.cli import main
@@ -207,3 +208,27 @@ def test_the_decided_runs_clean_embeddings_are_the_similarity_targets(minilm):
     torch.testing.assert_close(a.partners, b.partners, atol=1e-5, rtol=0)
     other = similarity_target(minilm, corpus, known=("cls pooling", np.zeros_like(partial)))[0]
     assert other.pair_words == a.pair_words  # another pooling's rows are not taken
+
+
+@pytest.mark.slow
+def test_the_sequential_default_on_ray_equals_local(tmp_path):
+    """MiniLM, the bundled 24 with a limit of 16 (the sequential path: the block test, the
+    redundancy groups decided too): the same claims, per head and per group, with the blocks
+    of the model's removals on two Ray workers as in this process (the null model's stay here)."""
+    ray = pytest.importorskip("ray", reason='Ray is an optional extra: pip install -e ".[ray]"')
+    got = {}
+    try:
+        for engine in ("local", "ray"):
+            args = ["--max-model-examples", "16", "--engine", engine]
+            args += ["--workers", "2", "--kept-examples", "8"] if engine == "ray" else []
+            got[engine] = _report(tmp_path, engine, args)
+    finally:
+        ray.shutdown()
+    local, on_ray = (got[e]["summary"]["causal"] for e in ("local", "ray"))
+    assert local["path"] == on_ray["path"] == "sequential" and local["redundancy"]["groups"] >= 1
+    assert local["modes"] == on_ray["modes"] and local["bars"] == on_ray["bars"]
+    assert local["redundancy"]["holds"] == on_ray["redundancy"]["holds"]
+    assert (
+        local["removals"] == on_ray["removals"] and local["redundancy"]["removals"] == on_ray["redundancy"]["removals"]
+    )
+    assert got["local"]["summary"]["counts"] == got["ray"]["summary"]["counts"]

@@ -630,11 +630,6 @@ def _overrides(max_model_examples, explained_examples=None, null=None, causal=No
     return out
 
 
-#: the model-running sections that read the whole corpus in random blocks where the cap would
-#: cut it (the sequential path): each head or group until decided, importance until precise
-IN_BLOCKS = ("ablation", "importance", "claims")
-
-
 def _names(names: list) -> str:
     return ", ".join(names[:-1]) + (f" and {names[-1]}" if len(names) > 1 else "".join(names))
 
@@ -650,12 +645,15 @@ def _model_examples_setting(
 
     from .sections import registered
 
-    capped = [a.name for a in registered() if "max_model_examples" in a.report_params]
+    running = [a for a in registered() if "max_model_examples" in a.report_params]
+    capped = [a.name for a in running]
+    # the sections that take the causal path (they declare --causal) read every example in blocks on it
+    in_blocks = [a.name for a in running if any(p.name == "causal" for p in a.params)]
     cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
     if cap is None or n <= cap:
         out = {"model-run examples": f"all {n} ({', '.join(capped)})"}
     else:
-        blocks = [a for a in capped if a in IN_BLOCKS] if causal_path(causal, n, cap) == "sequential" else []
+        blocks = in_blocks if causal_path(causal, n, cap) == "sequential" else []
         first = [a for a in capped if a not in blocks]
         said = []
         if blocks:
