@@ -142,3 +142,27 @@ def lm_models_small(bert_tokenizer):
     )
     texts = [f"the cat number {i} sat on mat {i % 3}" for i in range(12)]
     return adapter, texts
+
+
+def test_a_decoders_induction_group_is_decided_by_the_betting_test():
+    """zoo:induction (its loss, a per-example objective: the betting test), layer 1's four
+    heads as one candidate group: needed together, as the zoo's card says, decided before the
+    last of its 128 examples against the null model's same-size groups."""
+    from probe.analyses.claims.decided_groups import decided_redundancy
+    from probe.analyses.claims.null_model import null_adapter
+    from probe.analyses.common.objective import resolve_objective
+    from probe.inputs.corpus import fit_to_model, load_corpus
+    from probe.models import load_model
+
+    a = load_model("zoo:induction")
+    corpus = fit_to_model(load_corpus(model="zoo:induction", limit=128), a)
+    obj, _ = resolve_objective("auto", a, corpus)
+    heads = [(1, h) for h in range(a.n_heads)]
+    pattern, necessity = _claims({"induction": heads}, [(0, h) for h in range(a.n_heads)])
+    claims, rows, info = decided_redundancy(
+        a, corpus, obj, pattern, necessity, null_adapter=null_adapter(a, 0, "reinit")
+    )
+    assert info["test"] == "betting e-processes per example" and info["groups"] == 1
+    (row,) = rows
+    assert row["holds"] and row["examples"] < 128 and row["harm"] > 10 * row["bar"]
+    assert claims[(1, 2)].statement == "needed as a group of 4" and claims[(0, 1)].status == "not tested"
