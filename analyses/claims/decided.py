@@ -52,6 +52,7 @@ __all__ = [
     "block_removals",
     "at_the_end",
     "decided_effect",
+    "null_bar",
 ]
 
 #: sentences per block: the similarity structure's size correction and jackknife are
@@ -93,7 +94,7 @@ class DecidedClaims:
         for mode, s in i["modes"].items():
             parts.append(
                 f"{_KIND[mode]} ({mode}): {s['necessary']} decided necessary by it, {s['not_necessary']} stopped below "
-                f"the bar, {s['undecided']} undecided after every example ({s['heldat_the_end']} of them held by "
+                f"the bar, {s['undecided']} undecided after every example ({s['held_at_the_end']} of them held by "
                 f"the exhaustive test on all of them); {s['holds']} hold; examples per head "
                 f"{s['examples_min']}–{s['examples_max']} (median {s['examples_median']:g})"
             )
@@ -157,9 +158,9 @@ def decided_removals(
     means: Any = None,
     tests: Optional[int] = None,
 ) -> DecidedRun:
-    """Every head of ``heads`` removed in ``mode`` on random blocks of ``corpus`` until the
-    sequential test decides it against ``bar`` (default: the objective's floor), e-BH over
-    the heads (module docstring, step 2); ``measures``: ``{name: f(clean [b, d], perturbed
+    """Every head of ``heads`` (or group: ``[(layer, head), …]`` removed together) removed in
+    ``mode`` on random blocks of ``corpus`` until the sequential test decides it against
+    ``bar`` (default: the objective's floor), e-BH over the heads (module docstring, step 2); ``measures``: ``{name: f(clean [b, d], perturbed
     [b, d]) -> [b]}`` computed from each block's readouts of each head (the ablation
     section's embedding drift, say)."""
     from probe.analyses.necessity.ablation import position_kind_means
@@ -169,8 +170,10 @@ def decided_removals(
 
     from probe.analyses.common.metrics import as_corpus
 
+    from probe.analyses.necessity.sequential import as_units
+
     corpus = as_corpus(corpus)
-    heads = tuple(tuple(map(int, h)) for h in heads)
+    heads = tuple(u[0] if len(u) == 1 else u for u in as_units(heads))  # a head (layer, head), or a group
     bar = T.min_effect(objective.name) if bar is None else float(bar)
     if mode == "mean" and means is None:
         means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
@@ -211,30 +214,35 @@ class BlockRecord:
         self.harm[np.ix_(np.asarray(live), np.asarray(examples))] = harms
 
 
-def _null_bar(nadapter, corpus, obj, heads, mode, *, floor, bounds, block, seed, batch_size, runner) -> tuple:
-    """``({bar, null_max, null_level, decided_below, removals}, head means or None)``: the null
-    model's heads decided against the floor in ``mode`` (module docstring, step 1)."""
-    from probe.analyses.necessity.ablation import position_kind_means
-    from probe.analyses.necessity.sequential import sequential_necessity
-
+def null_bar(run: DecidedRun, rows: Any, floor: float) -> dict:
+    """``{bar, null_max, null_level}`` from the null model's units ``rows`` of ``run`` (its
+    decided removals against the floor): the largest of the floor, their mean harms and the
+    mean over the first block's examples of their per-example ``1 − q`` quantile (module
+    docstring, step 1)."""
     from .null_model import null_quantile
 
-    means = position_kind_means(nadapter, corpus, obj, batch_size, nadapter.default_stack) if mode == "mean" else None
-    rec = BlockRecord(len(heads), len(corpus))
-    res = sequential_necessity(
-        nadapter, corpus, heads, floor=floor, bounds=bounds(floor), objective=obj, mode=mode, q=T.FDR, block=block,
-        batch_size=batch_size, seed=seed, means=means, runner=runner, on_block=rec.keep,
-    )  # fmt: skip
-    null_max = float(np.nanmax(res.mean))
-    first = rec.harm[:, rec.first] if rec.first is not None else np.full((len(heads), 1), np.nan)
+    rows = np.asarray(rows)
+    null_max = float(np.nanmax(run.result.mean[rows]))
+    first = run.harm[np.ix_(rows, run.first)] if run.first is not None else np.full((len(rows), 1), np.nan)
     null_level = float(np.nanmean(null_quantile(first, T.FDR)))
     return {
         "bar": float(max(floor, np.nan_to_num(null_max, nan=floor), np.nan_to_num(null_level, nan=floor))),
         "null_max": null_max,
         "null_level": null_level,
-        "decided_below": int(sum(d == "not necessary" for d in res.decision)),
-        "removals": int(res.n_used.sum()),
-    }, means
+    }
+
+
+def _null_bar(nadapter, corpus, obj, heads, mode, *, floor, block, seed, batch_size) -> tuple:
+    """``({bar, null_max, null_level, decided_below, removals}, head means or None)``: the null
+    model's heads decided against the floor in ``mode`` (module docstring, step 1), in this
+    process (the run's runner holds the trained model)."""
+    run = decided_removals(
+        nadapter, corpus, obj, heads, mode=mode, bar=floor, seed=seed, runner=None, batch_size=batch_size, block=block
+    )
+    res = run.result
+    got = null_bar(run, np.arange(len(heads)), floor)
+    got.update(decided_below=int(sum(d == "not necessary" for d in res.decision)), removals=int(res.n_used.sum()))
+    return got, run.means
 
 
 def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_size, means=None) -> dict:
@@ -366,11 +374,8 @@ def decided_claims(
         InputError: an objective or head that does not fit (from the removals).
     """
     from probe.analyses.necessity.ablation import position_kind_means
-    from probe.analyses.necessity.sequential import sequential_necessity
-
     from .necessity import beside_modes
     from .removal import RemovalSweep
-    from .screened import betting_bounds
 
     from probe.analyses.common.metrics import as_corpus
 
@@ -383,7 +388,6 @@ def decided_claims(
         modes = tuple(mode for mode in modes if mode != "uniform")
         skipped["uniform"] = "attention replacement supports encoder or decoder models, not encoder-decoder"
     block_level = bool(getattr(objective, "corpus_level", False))
-    bounds = betting_bounds(None)  # a per-example objective's betting range around the bar
     common: dict[str, Any] = dict(block=block, seed=seed, batch_size=batch_size, runner=runner)
     bars, nulls, null_means = {}, {}, None
     for mode in modes:
@@ -392,8 +396,8 @@ def decided_claims(
             continue
         # the null model lives in this process only: the run's runner would run the trained model
         got, got_means = _null_bar(
-            null_adapter, corpus, objective, heads, mode, floor=floor, bounds=bounds,
-            **{**common, "runner": None, "block": min(block, NULL_BLOCK)},
+            null_adapter, corpus, objective, heads, mode, floor=floor, block=min(block, NULL_BLOCK), seed=seed,
+            batch_size=batch_size,
         )  # fmt: skip
         null_means = got_means if got_means is not None else null_means
         nulls[mode] = dict(got, source=null_source)
@@ -410,14 +414,13 @@ def decided_claims(
     rows, summary, removals, first, beside_removals = [], {}, 0, None, 0
     for mode in modes:
         if reuse is not None and reuse.mode == mode and reuse.bar == bars[mode] and reuse.heads == tuple(heads):
-            rec, res = BlockRecord(m, n), reuse.result  # the ablation section's removals: not run again
-            rec.harm, rec.first = reuse.harm, reuse.first
+            rec = reuse  # the ablation section's removals: not run again
         else:
-            rec = BlockRecord(m, n)
-            res = sequential_necessity(
-                adapter, corpus, heads, floor=bars[mode], bounds=bounds(bars[mode]), objective=objective, mode=mode,
-                q=T.FDR, means=means if mode == "mean" else None, on_block=rec.keep, **common,
+            rec = decided_removals(
+                adapter, corpus, objective, heads, mode=mode, bar=bars[mode], means=means if mode == "mean" else None,
+                **common,
             )  # fmt: skip
+        res = rec.result
         first = rec.first if first is None else first
         removals += int(res.n_used.sum())
         end = at_the_end(res, rec, bars[mode], m)
@@ -436,8 +439,8 @@ def decided_claims(
         summary[mode] = {
             **{k: v for k, v in res.summary().items() if k in ("necessary", "not_necessary", "undecided")},
             "holds": sum(c.holds for c in claims[mode].values()),
-            "decidedat_the_end": len(end),
-            "heldat_the_end": sum(claims[mode][heads[i]].holds for i in end),
+            "decided_at_the_end": len(end),
+            "held_at_the_end": sum(claims[mode][heads[i]].holds for i in end),
             "stopped_early": int((used < n).sum()),
             "examples_min": int(used.min()),
             "examples_max": int(used.max()),

@@ -35,50 +35,24 @@ from .claim import Claim
 __all__ = ["decided_redundancy"]
 
 
-def _decide(adapter, corpus, obj, groups, *, bar, floor, seed, batch_size, block, means, runner, tests) -> tuple:
-    """``(SequentialResult, BlockRecord)`` of ``groups`` removed together against ``bar``."""
-    from probe.analyses.necessity.sequential import sequential_necessity
-
-    from .decided import BlockRecord
-    from .screened import betting_bounds
-
-    rec = BlockRecord(len(groups), len(corpus))
-    res = sequential_necessity(
-        adapter, corpus, groups, floor=bar, bounds=betting_bounds(None)(bar), objective=obj, mode="mean",
-        q=T.FDR, block=block, batch_size=batch_size, seed=seed, means=means, runner=runner, on_block=rec.keep,
-        tests=tests,
-    )  # fmt: skip
-    return res, rec
-
-
 def _null_bars(nadapter, corpus, obj, sizes, *, floor, seed, batch_size, block, means) -> dict:
     """``{k: {bar, null_max, null_level, groups, removals}}``: the null model's random groups of
     each size decided against the floor (module docstring, step 1); in this process (the run's
     runner holds the trained model)."""
-    from .decided import NULL_BLOCK
-    from .null_model import null_quantile
+    from .decided import NULL_BLOCK, decided_removals, null_bar
     from .redundancy import null_groups
 
     sets = null_groups(nadapter, sizes, seed)
     units = [g for k in sorted(sets) for g in sets[k]]
-    res, rec = _decide(
-        nadapter, corpus, obj, units, bar=floor, floor=floor, seed=seed, batch_size=batch_size,
-        block=min(block, NULL_BLOCK), means=means, runner=None, tests=None,
+    run = decided_removals(
+        nadapter, corpus, obj, units, bar=floor, seed=seed, runner=None, batch_size=batch_size,
+        block=min(block, NULL_BLOCK), means=means,
     )  # fmt: skip
     out, at = {}, 0
     for k in sorted(sets):
         rows = np.arange(at, at + len(sets[k]))
         at += len(sets[k])
-        null_max = float(np.nanmax(res.mean[rows]))
-        first = rec.harm[np.ix_(rows, rec.first)] if rec.first is not None else np.full((len(rows), 1), np.nan)
-        null_level = float(np.nanmean(null_quantile(first, T.FDR)))
-        out[k] = {
-            "bar": float(max(floor, np.nan_to_num(null_max, nan=floor), np.nan_to_num(null_level, nan=floor))),
-            "null_max": null_max,
-            "null_level": null_level,
-            "groups": len(rows),
-            "removals": int(res.n_used[rows].sum()),
-        }
+        out[k] = dict(null_bar(run, rows, floor), groups=len(rows), removals=int(run.result.n_used[rows].sum()))
     return out
 
 
@@ -112,7 +86,7 @@ def decided_redundancy(
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.necessity.ablation import position_kind_means
 
-    from .decided import BLOCK, at_the_end, block_removals, decided_effect
+    from .decided import BLOCK, at_the_end, block_removals, decided_effect, decided_removals
     from .redundancy import candidate_groups, not_grouped
     from .statistics import floor_test
 
@@ -124,13 +98,13 @@ def decided_redundancy(
     if not groups:
         return claims, [], info
     floor = T.min_effect(objective.name)
-    common: dict = dict(floor=floor, seed=seed, batch_size=batch_size, block=block)
+    common: dict = dict(seed=seed, batch_size=batch_size, block=block)
     sizes = sorted({len(h) for _, h in groups})
     bars = {k: {"bar": floor} for k in sizes}
     if null_adapter is not None:
         if null_means is None:
             null_means = position_kind_means(null_adapter, corpus, objective, batch_size, null_adapter.default_stack)
-        bars = _null_bars(null_adapter, corpus, objective, sizes, means=null_means, **common)
+        bars = _null_bars(null_adapter, corpus, objective, sizes, floor=floor, means=null_means, **common)
     if means is None:
         means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
     block_level = bool(getattr(objective, "corpus_level", False))
@@ -138,10 +112,11 @@ def decided_redundancy(
     for k in sizes:
         members = [(role, heads) for role, heads in groups if len(heads) == k]
         bar = bars[k]["bar"]
-        res, rec = _decide(
+        rec = decided_removals(
             adapter, corpus, objective, [heads for _, heads in members], bar=bar, means=means, runner=runner,
             tests=len(groups), **common,
         )  # fmt: skip
+        res = rec.result
         first = rec.first if first is None else first
         removals += int(res.n_used.sum())
         end = at_the_end(res, rec, bar, len(groups))
