@@ -112,19 +112,19 @@ def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(tmp_path
     """The report's ablation section on the sequential path (MiniLM, bundled 24, limit 16):
     every head mean-ablated on the whole corpus until its necessity is decided, the
     embedding drift measured on the same removals with each head's own count; the claims
-    take its mean-mode removals instead of running them again (the trained model's mean-mode
-    test runs once; the null model's and the uniform mode's beside it)."""
+    take its removals instead of running them again (the trained model's heads are removed in
+    one pass of both deciding modes; the null model's beside it)."""
     import probe.analyses.necessity.sequential as S
 
     calls = []
-    original = S.sequential_necessity
+    original = S.sequential_removals
 
-    def counted(adapter, corpus, heads, **kw):
-        groups = isinstance(tuple(heads[0])[0], (tuple, list))  # the redundancy groups' own test
-        calls.append((adapter.name, kw.get("mode", "mean") + (" groups" if groups else "")))
-        return original(adapter, corpus, heads, **kw)
+    def counted(adapter, corpus, tests, **kw):
+        groups = [isinstance(tuple(t.heads[0])[0], (tuple, list)) for t in tests]  # the redundancy groups' families
+        calls.append((adapter.name, tuple(t.mode + (" groups" if g else "") for t, g in zip(tests, groups))))
+        return original(adapter, corpus, tests, **kw)
 
-    monkeypatch.setattr(S, "sequential_necessity", counted)
+    monkeypatch.setattr(S, "sequential_removals", counted)
     out = tmp_path / "r"
     args = ["report", "--sections", "ablation,claims", "--max-model-examples", "16", "--out", str(out)]
     r = CliRunner().invoke(main, args)
@@ -133,14 +133,17 @@ def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(tmp_path
     ablation = next(s for s in summary["sections"] if s["name"] == "ablation")
     assert "sequential (each head on random blocks until its necessity is decided)" in ablation["notes"][0]
     assert "24 examples (examples per head 24–24" in ablation["notes"][0]
-    assert calls.count(("minilm", "mean")) == 1 and calls.count(("minilm", "uniform")) == 1
-    assert calls.count(("minilm (null)", "mean")) == 1
-    # the redundancy groups: the null model's random groups once, the candidate groups once per size
+    # the trained model's heads: one pass of both modes (the ablation section's), not run again by the claims
+    mine = [c for c in calls if c[0] == "minilm"]
+    assert mine.count(("minilm", ("mean", "uniform"))) == 1 and not any("mean" == m for c in mine[1:] for m in c[1])
+    assert calls.count(("minilm (null)", ("mean",))) == 1 and calls.count(("minilm (null)", ("uniform",))) == 1
+    # the redundancy groups: the null model's random groups once, the candidate groups in one pass of every size
     claims = next(s for s in summary["sections"] if s["name"] == "claims")
     groups = claims["summary"]["causal"]["redundancy"]
     assert groups["path"] == "sequential" and groups["groups"] >= 1, groups
-    assert calls.count(("minilm (null)", "mean groups")) == 1
-    assert calls.count(("minilm", "mean groups")) == len(groups["bars"])  # one test per group size
+    assert calls.count(("minilm (null)", ("mean groups",))) == 1
+    assert calls.count(("minilm", ("mean groups",) * len(groups["bars"]))) == 1  # a family per group size
+    assert len(calls) == 5, calls
     heads = {(h["layer"], h["head"]): h for h in summary["heads"]}
     assert heads[(0, 9)]["claims"]["necessity"]["count"] == 24
 

@@ -43,6 +43,9 @@ from .claim import Claim
 
 __all__ = [
     "BLOCK",
+    "Decide",
+    "DecidedPass",
+    "decided_pass",
     "NULL_BLOCK",
     "DecidedClaims",
     "DecidedRun",
@@ -76,8 +79,9 @@ class DecidedClaims:
             (examples, blocks, removals used against the exhaustive count, the null's bar,
             per mode the heads decided early, at the end and undecided); table: per head
             and mode its decision, examples taken, mean harm and interval, e-values;
-            means, null_means: the mean mode's head means of the model and the null model
-            (for the redundancy groups' removals, :mod:`.decided_groups`).
+            means, null_means: the mean mode's head means of the model and the null model,
+            clean: ``[n, ...]`` the clean readouts the runs took (NaN rows elsewhere) — for the
+            redundancy groups' removals, :mod:`.decided_groups`.
     """
 
     necessity: dict
@@ -86,6 +90,7 @@ class DecidedClaims:
     table: pd.DataFrame
     means: Any = None
     null_means: Any = None
+    clean: Any = None
 
     def note(self) -> str:
         """One line for the report's notes."""
@@ -142,6 +147,122 @@ class DecidedRun:
     readout: str = ""
 
 
+@dataclass(frozen=True)
+class DecidedPass:
+    """The runs of one :func:`decided_pass`, one per family (the report's ablation section's:
+    every head in the mean and the uniform mode, which the claims take instead of running
+    them again).
+
+    Attributes:
+        runs: ``(DecidedRun, …)`` in the order asked; clean, readout, n: the clean
+            readouts the pass took (every run's), what they are and the corpus size.
+    """
+
+    runs: tuple
+
+    def of(self, mode: str) -> Optional[DecidedRun]:
+        """The run of single heads in ``mode``, or ``None``."""
+        return next(
+            (r for r in self.runs if r.mode == mode and all(not isinstance(h[0], tuple) for h in r.heads)), None
+        )
+
+    @property
+    def clean(self) -> Optional[np.ndarray]:
+        return self.runs[0].clean if self.runs else None
+
+    @property
+    def readout(self) -> str:
+        return self.runs[0].readout if self.runs else ""
+
+    @property
+    def n(self) -> int:
+        return self.runs[0].n if self.runs else 0
+
+
+@dataclass(frozen=True)
+class Decide:
+    """One family of a decided pass (:func:`decided_pass`): ``heads`` (``[(layer, head)]``, or
+    groups ``[[(layer, head), …]]`` removed together) removed in ``mode`` and decided against
+    ``bar`` (default: the objective's floor), e-BH over ``tests`` hypotheses (default: the
+    heads); ``measures``: ``{name: f(clean [b, d], perturbed [b, d]) -> [b]}`` computed from
+    each block's readouts of each head (the ablation section's embedding drift, say)."""
+
+    heads: Sequence
+    mode: str = "mean"
+    bar: Optional[float] = None
+    measures: Optional[dict] = None
+    tests: Optional[int] = None
+
+
+def decided_pass(
+    adapter: Any,
+    corpus: Any,
+    objective: Any,
+    asks: Sequence[Decide],
+    *,
+    seed: int = 0,
+    runner: Optional[Callable] = None,
+    batch_size: int = 8,
+    block: int = BLOCK,
+    means: Any = None,
+    known: Optional[np.ndarray] = None,
+) -> list:
+    """``[DecidedRun]`` per family of ``asks``, all decided in one pass over random blocks of
+    ``corpus`` (:func:`probe.analyses.necessity.sequential.sequential_removals`: each block
+    goes to every family with a unit still undecided, and its clean forward runs once for all
+    of them); each family's test, stops and e-BH are its own (module docstring, step 2), so
+    each run equals the pass of its family alone. ``known``: ``[n, ...]`` clean readouts an
+    earlier pass took (a :class:`DecidedRun`'s ``clean``): their batches' clean forwards stop
+    after the layers removed (:func:`probe.analyses.necessity.sequential.sequential_removals`)."""
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.analyses.necessity.sequential import RemovalTest, as_units, sequential_removals
+
+    from .screened import betting_bounds
+
+    corpus = as_corpus(corpus)
+    heads = [tuple(u[0] if len(u) == 1 else u for u in as_units(a.heads)) for a in asks]  # a head, or a group
+    bars = [T.min_effect(objective.name) if a.bar is None else float(a.bar) for a in asks]
+    if means is None and any(a.mode == "mean" for a in asks):
+        means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
+    recs = [BlockRecord(len(h), len(corpus)) for h in heads]
+    measured = [
+        {name: np.full((len(h), len(corpus)), np.nan) for name in (a.measures or {})} for h, a in zip(heads, asks)
+    ]
+    seen: list = []  # the clean readouts [n, ...] of the examples taken, once the first block is read
+
+    def read(f, live, examples, clean, pert):
+        if not seen:
+            seen.append(np.full((len(corpus),) + tuple(clean.shape[1:]), np.nan))
+        seen[0][examples] = clean
+        for name, fn in (asks[f].measures or {}).items():
+            for j, i in enumerate(live):
+                measured[f][name][i, examples] = fn(clean, pert[j])
+
+    tests = [RemovalTest(h, bar, a.mode, a.tests, betting_bounds(None)(bar)) for h, a, bar in zip(heads, asks, bars)]
+    results = sequential_removals(
+        adapter, corpus, tests, objective=objective, q=T.FDR, block=block, batch_size=batch_size, seed=seed,
+        means=means, runner=runner, on_block=lambda f, *a: recs[f].keep(*a), on_readouts=read, known=known,
+    )  # fmt: skip
+    clean = seen[0] if seen else None
+    return [
+        DecidedRun(
+            res,
+            rec.harm,
+            got,
+            h,
+            a.mode,
+            bar,
+            len(corpus),
+            means if a.mode == "mean" else None,
+            rec.first,
+            clean,
+            objective.describe(),
+        )  # fmt: skip
+        for res, rec, got, h, a, bar in zip(results, recs, measured, heads, asks, bars)
+    ]
+
+
 def decided_removals(
     adapter: Any,
     corpus: Any,
@@ -160,45 +281,12 @@ def decided_removals(
 ) -> DecidedRun:
     """Every head of ``heads`` (or group: ``[(layer, head), …]`` removed together) removed in
     ``mode`` on random blocks of ``corpus`` until the sequential test decides it against
-    ``bar`` (default: the objective's floor), e-BH over the heads (module docstring, step 2); ``measures``: ``{name: f(clean [b, d], perturbed
-    [b, d]) -> [b]}`` computed from each block's readouts of each head (the ablation
-    section's embedding drift, say)."""
-    from probe.analyses.necessity.ablation import position_kind_means
-    from probe.analyses.necessity.sequential import sequential_necessity
-
-    from .screened import betting_bounds
-
-    from probe.analyses.common.metrics import as_corpus
-
-    from probe.analyses.necessity.sequential import as_units
-
-    corpus = as_corpus(corpus)
-    heads = tuple(u[0] if len(u) == 1 else u for u in as_units(heads))  # a head (layer, head), or a group
-    bar = T.min_effect(objective.name) if bar is None else float(bar)
-    if mode == "mean" and means is None:
-        means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
-    rec = BlockRecord(len(heads), len(corpus))
-    measured = {name: np.full((len(heads), len(corpus)), np.nan) for name in (measures or {})}
-
-    seen: list = []  # the clean readouts [n, ...] of the examples taken, once the first block is read
-
-    def read(live, examples, clean, pert):
-        if not seen:
-            seen.append(np.full((len(corpus),) + tuple(clean.shape[1:]), np.nan))
-        seen[0][examples] = clean
-        for name, f in (measures or {}).items():
-            for j, i in enumerate(live):
-                measured[name][i, examples] = f(clean, pert[j])
-
-    res = sequential_necessity(
-        adapter, corpus, list(heads), floor=bar, bounds=betting_bounds(None)(bar), objective=objective, mode=mode,
-        q=T.FDR, block=block, batch_size=batch_size, seed=seed, means=means if mode == "mean" else None,
-        runner=runner, on_block=rec.keep, on_readouts=read, tests=tests,
-    )  # fmt: skip
-    return DecidedRun(
-        res, rec.harm, measured, heads, mode, bar, len(corpus), means, rec.first, seen[0] if seen else None,
-        objective.describe(),
-    )  # fmt: skip
+    ``bar`` (default: the objective's floor), e-BH over the heads (module docstring, step 2):
+    :func:`decided_pass` of one family (:class:`Decide`, ``measures`` as there)."""
+    ask = Decide(heads, mode, bar, measures, tests)
+    return decided_pass(
+        adapter, corpus, objective, [ask], seed=seed, runner=runner, batch_size=batch_size, block=block, means=means
+    )[0]
 
 
 class BlockRecord:
@@ -353,7 +441,7 @@ def decided_claims(
     block: int = BLOCK,
     beside: Sequence[str] = ("zero", "resample", "random"),
     pattern: Optional[dict] = None,
-    reuse: Optional[DecidedRun] = None,
+    reuse: Any = None,
 ) -> DecidedClaims:
     """Necessity (``mean``) and weights (``uniform``) claims of ``heads`` on every example of
     ``corpus``, each head decided in blocks (module docstring).
@@ -365,8 +453,9 @@ def decided_claims(
         modes: the deciding modes to run (``mean``, ``uniform``).
         beside: the modes run beside a necessary head's claim, on the first block.
         pattern: the pattern claims (where a head that holds the weights claim parks its attention).
-        reuse: a :class:`DecidedRun` of the same heads, corpus and objective (the report's
-            ablation section's): its mode is not run again where its bar is this one's.
+        reuse: a :class:`DecidedPass` (or :class:`DecidedRun`) of the same heads, corpus and
+            objective (the report's ablation section's): a mode it ran is not run again where
+            its bar is this one's.
         runner: where each block's batches run (:mod:`probe.runs.blocks`), as
             :func:`.removal.removal_sweep`'s.
 
@@ -402,24 +491,21 @@ def decided_claims(
         null_means = got_means if got_means is not None else null_means
         nulls[mode] = dict(got, source=null_source)
         bars[mode] = got["bar"]
-    if reuse is not None and reuse.means is not None:
-        means = reuse.means
-    else:
-        means = (
-            position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
-            if "mean" in modes
-            else None
-        )
+    reused = reuse.runs if isinstance(reuse, DecidedPass) else (() if reuse is None else (reuse,))
+    means = next((r.means for r in reused if r.means is not None), None)
+    if means is None and "mean" in modes:
+        means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
     claims: dict = {mode: {} for mode in modes}
     rows, summary, removals, first, beside_removals = [], {}, 0, None, 0
+    runs = {
+        mode: r for mode in modes for r in reused if r.mode == mode and r.bar == bars[mode] and r.heads == tuple(heads)
+    }
+    todo = [mode for mode in modes if mode not in runs]  # the ablation section's removals are not run again
+    if todo:  # the modes left in one pass: each block's clean forward once for both
+        asks = [Decide(heads, mode, bars[mode]) for mode in todo]
+        runs.update(zip(todo, decided_pass(adapter, corpus, objective, asks, means=means, **common)))
     for mode in modes:
-        if reuse is not None and reuse.mode == mode and reuse.bar == bars[mode] and reuse.heads == tuple(heads):
-            rec = reuse  # the ablation section's removals: not run again
-        else:
-            rec = decided_removals(
-                adapter, corpus, objective, heads, mode=mode, bar=bars[mode], means=means if mode == "mean" else None,
-                **common,
-            )  # fmt: skip
+        rec = runs[mode]
         res = rec.result
         first = rec.first if first is None else first
         removals += int(res.n_used.sum())
@@ -487,6 +573,8 @@ def decided_claims(
     weights = claims.get("uniform") or {
         h: Claim("weights", "not tested", reason=skipped.get("uniform", "not run")) for h in heads
     }
+    clean = next((r.clean for r in runs.values() if r.clean is not None), None)
     return DecidedClaims(
-        necessity=necessity, weights=weights, info=info, table=pd.DataFrame(rows), means=means, null_means=null_means
-    )
+        necessity=necessity, weights=weights, info=info, table=pd.DataFrame(rows), means=means,
+        null_means=null_means, clean=clean,
+    )  # fmt: skip

@@ -11,7 +11,8 @@ random blocks and each group stops as soon as its claim is decided:
    against the floor; the bar for a group of ``k`` is the largest of the floor, the null's
    size-``k`` groups' mean harms and the mean over the first block's sentences of their
    per-sentence ``1 − q`` quantile (the exhaustive claim's bar, and the single heads' three);
-2. **the candidate groups** — removed together block by block until the sequential test
+2. **the candidate groups** — removed together block by block (every size in one pass, each
+   size its own family against its own bar) until the sequential test
    decides each against its size's bar (:func:`probe.analyses.necessity.sequential.sequential_necessity`:
    normal-mixture e-processes on a corpus-level objective's size-corrected block harms,
    betting e-processes on per-example harms), e-BH over the groups at
@@ -71,6 +72,7 @@ def decided_redundancy(
     block: Optional[int] = None,
     means: Any = None,
     null_means: Any = None,
+    known: Optional[np.ndarray] = None,
 ) -> tuple:
     """``({(layer, head): Claim}, groups table rows, info)``: the redundancy claim of every
     head in ``necessity``, its candidate groups decided on random blocks of ``corpus``
@@ -81,12 +83,14 @@ def decided_redundancy(
         pattern, necessity: the heads' pattern and necessity claims (:func:`.redundancy.candidate_groups`).
         means, null_means: the mean mode's head means of the model and the null model
             (:func:`probe.analyses.necessity.ablation.position_kind_means`; made here when ``None``).
+        known: ``[n, ...]`` the model's clean readouts an earlier pass took (the single
+            heads'): the groups' clean forwards stop after the groups' layers there.
         runner: where the model's blocks run (:mod:`probe.runs.blocks`).
     """
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.necessity.ablation import position_kind_means
 
-    from .decided import BLOCK, at_the_end, block_removals, decided_effect, decided_removals
+    from .decided import BLOCK, Decide, at_the_end, block_removals, decided_effect, decided_pass
     from .redundancy import candidate_groups, not_grouped
     from .statistics import floor_test
 
@@ -109,13 +113,11 @@ def decided_redundancy(
         means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
     block_level = bool(getattr(objective, "corpus_level", False))
     rows, row_heads, removals, first = [], [], 0, None
-    for k in sizes:
-        members = [(role, heads) for role, heads in groups if len(heads) == k]
-        bar = bars[k]["bar"]
-        rec = decided_removals(
-            adapter, corpus, objective, [heads for _, heads in members], bar=bar, means=means, runner=runner,
-            tests=len(groups), **common,
-        )  # fmt: skip
+    by_size = {k: [(role, heads) for role, heads in groups if len(heads) == k] for k in sizes}
+    asks = [Decide([heads for _, heads in by_size[k]], "mean", bars[k]["bar"], tests=len(groups)) for k in sizes]
+    runs = decided_pass(adapter, corpus, objective, asks, means=means, runner=runner, known=known, **common)
+    for k, rec in zip(sizes, runs):
+        members, bar = by_size[k], bars[k]["bar"]
         res = rec.result
         first = rec.first if first is None else first
         removals += int(res.n_used.sum())

@@ -336,15 +336,16 @@ def _causal(
                 "floor_source": T.floor_source(obj.name),
                 "n": len(corpus),
             }
-            from .decided import DecidedRun
+            from .decided import DecidedPass, DecidedRun
 
+            decided = isinstance(ablation, (DecidedRun, DecidedPass))
             if path == "sequential":
                 necessity, weights, redundancy = _decided(
                     adapter, nadapter, screen_corpus, obj, heads, pattern, importance, runner, notes, tables,
-                    info, seed=seed, why=why, reuse=ablation if isinstance(ablation, DecidedRun) else None,
+                    info, seed=seed, why=why, reuse=ablation if decided else None,
                 )  # fmt: skip
                 return necessity, weights, redundancy, info
-            if isinstance(ablation, DecidedRun):  # decided on other examples: nothing to reuse here
+            if decided:  # decided on other examples: nothing to reuse here
                 ablation = None
             # every head in the modes that decide a claim (mean: necessity; uniform: weights); the
             # modes beside a necessary head's claim (zero, resample, random) for those heads, below
@@ -454,7 +455,7 @@ def _decided(
     redundancy, groups, red = decided_redundancy(
         adapter, whole, obj, pattern, necessity, null_adapter=nadapter,
         null_source=nadapter.card["null_source"] if nadapter is not None else "", seed=seed, runner=runner,
-        means=got.means, null_means=got.null_means,
+        means=got.means, null_means=got.null_means, known=got.clean,
     )  # fmt: skip
     info["causal"]["redundancy"] = red
     if red["groups"]:

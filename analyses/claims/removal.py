@@ -216,6 +216,13 @@ class RemovalPlan:
             ``seed × 1,000,003 + batch number``, so a batch's draws do not depend on
             which process runs it or what ran before.
         stack: the attention stack; batch_size: examples per batch.
+        unit_modes: per unit, the modes it is removed in (``None``: every mode); a unit
+            not removed in a mode reads NaN there (a sequential pass of several families,
+            :func:`probe.analyses.necessity.sequential.sequential_removals`).
+        known: ``{example index: clean readout}`` already read (an earlier pass's): a batch
+            whose every example is known runs its clean forward only up to the units' last
+            layer (:func:`probe.analyses.necessity.sweep.clean_run` with ``stop``) and takes
+            these readouts.
     """
 
     corpus: Any
@@ -226,6 +233,8 @@ class RemovalPlan:
     seed: int
     stack: Optional[str]
     batch_size: int
+    unit_modes: Optional[tuple] = None
+    known: Optional[dict] = None
 
 
 @dataclass
@@ -278,34 +287,50 @@ def run_removal_batches(adapter: Any, plan: RemovalPlan, batches: Sequence, prog
         idx = list(idx)
         batch = obj.make_batch(adapter, plan.corpus, idx)
         gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + int(number))
-        run = clean_run(adapter, obj.forward, batch, layers, stack=stack, path=path, values="uniform" in plan.modes)
-        cleans.append(obj.readout(run.output, batch).detach().cpu())
+        known = [plan.known.get(i) for i in idx] if plan.known else []
+        stop = bool(known) and all(k is not None for k in known)
+        run = clean_run(
+            adapter, obj.forward, batch, layers, stack=stack, path=path, values="uniform" in plan.modes, stop=stop
+        )
+        clean = obj.readout(run.output, batch).detach().cpu() if run.output is not None else None
         indices.extend(idx)
         z = run.z
         v = {l: run.v[l].to(z[l].dtype) for l in run.v}
-        src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
+        src = None
+        if {"resample", "random"} & set(plan.modes):  # the rotations are drawn after the sources
+            src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
+            src = src.to(z[layers[0]].device)
         rot = (
             {l: random_rotations(z[l].shape[0], z[l].shape[2], z[l].shape[3], gen) for l in layers}
             if "random" in plan.modes
             else {}
         )
-        src = src.to(z[layers[0]].device)
         trim = trimmable(adapter, obj, batch)
         for mode in plan.modes:
+            chosen = [j for j in range(len(units)) if plan.unit_modes is None or mode in plan.unit_modes[j]]
+            if not chosen:
+                continue
             r = sweep_batch(
                 adapter,
                 obj.forward,
                 _readout(obj),
                 batch,
                 run,
-                units,
+                [units[j] for j in chosen],
                 lambda j, layer: _layer_value(mode, layer, z, v, batch, plan.means, src, rot, causal),  # noqa: B023 (this mode's)
                 stack=stack,
                 path=path,
                 trim=trim,
                 max_tokens=MAX_TOKENS,
-            )
-            pert[mode].append(r.cpu())  # [units, b, ...] in unit order
+            ).cpu()
+            if len(chosen) < len(units):  # NaN for the units not removed in this mode
+                full = torch.full((len(units),) + tuple(r.shape[1:]), float("nan"), dtype=r.dtype)
+                full[torch.as_tensor(chosen, dtype=torch.long)] = r
+                r = full
+            pert[mode].append(r)  # [units, b, ...] in unit order
+            if clean is None:  # the known readouts, in the readouts' own precision
+                clean = torch.as_tensor(np.stack([k for k in known if k is not None])).to(r.dtype)
+        cleans.append(clean)
     return BatchReadouts(
         indices=indices,
         clean=torch.cat(cleans) if cleans else None,

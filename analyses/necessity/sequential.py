@@ -17,14 +17,24 @@ however the stopping was chosen (optional stopping: data-dependent, per head).
 Across heads the false-discovery rate is controlled by **e-BH** (Wang & Ramdas 2022,
 "False discovery rate control with e-values", JRSS-B): with ``m`` heads and e-values
 ``e_j = K_j(τ_j)``, reject the ``k*`` largest, ``k* = max{k : e_(k) ≥ m / (q k)}``; FDR ≤ q
-under any dependence between heads (they share sentences). A head stops
+under any dependence between heads (they share sentences). After each block a head stops
 
-* as **necessary** when ``K ≥ m/q`` (e-BH rejects it whatever the others do);
+* as **necessary** when e-BH over the heads' e-values *now* rejects it — a stopped head's
+  frozen at its stop, 0 for one stopped as not necessary — (alone: ``K ≥ m/q``; with ``r``
+  heads rejected together, ``K ≥ m/(q r)``): every head of a rejected set ``R`` stops, so
+  its e-values stay ``≥ m/(q |R|)`` and the final e-BH, whose set only grows, rejects them
+  all (a head rejected with many others stops sooner than the ``m/q`` a lone head needs);
 * as **not necessary** when ``K' ≥ 1/α'`` (its own anytime-valid test at level ``α'``,
   default ``q``: the chance of stopping a head whose mean harm reaches the floor is ``≤ α'``);
 * **undecided** when the corpus is used up; e-BH on every head's final e-value (0 for the
   heads stopped as not necessary) then decides which are called necessary: the heads
-  stopped early are among them, and the rejected set is e-BH's own (FDR ≤ q).
+  stopped early are among them, and the rejected set is e-BH's own on e-values taken at
+  stopping times (FDR ≤ q).
+
+Several **families** (the heads in two removal modes, the redundancy groups), each with
+its own floor and e-BH, can share one pass (:func:`sequential_families`,
+:func:`sequential_removals`): a block goes to every family that still has an undecided head,
+and its clean forward runs once for all of them.
 
 **Corpus-level objectives** (the similarity structure: a sentence's harm is over the
 others in its block, so the harms of one block's sentences are dependent) are tested one
@@ -58,7 +68,7 @@ be called not necessary (bench/bench_sequential.py uses ``(−2, 20) × floor``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -66,6 +76,10 @@ import numpy as np
 from probe.errors import InputError
 
 __all__ = [
+    "Family",
+    "RemovalTest",
+    "sequential_families",
+    "sequential_removals",
     "BettingTest",
     "MixtureTest",
     "SequentialResult",
@@ -241,6 +255,137 @@ class SequentialResult:
         }
 
 
+@dataclass(frozen=True)
+class Family:
+    """One family of hypotheses decided in a shared pass (:func:`sequential_families`): ``m``
+    heads (or groups) tested against ``floor``, e-BH over ``tests`` hypotheses (default
+    ``m``) at ``q``; ``alpha_against`` the level of a "not necessary" stop (default ``q``);
+    ``bounds`` the harm's a-priori range (the betting test's); ``scale`` the block test's
+    mixing scale (:data:`MIXTURE_SCALE`)."""
+
+    m: int
+    floor: float
+    q: float = 0.05
+    tests: Optional[int] = None
+    alpha_against: Optional[float] = None
+    bounds: Optional[tuple] = None
+    scale: float = MIXTURE_SCALE
+
+
+class _Decider:
+    """One family's test and stops as a pass takes blocks (module docstring)."""
+
+    def __init__(self, family: Family, kind: str):
+        f = family
+        self.family, self.kind = f, kind
+        self.total = _check_levels(f.q, f.m, f.tests)
+        self.alpha_against = f.q if f.alpha_against is None else f.alpha_against
+        if kind == "betting":
+            if f.bounds is None:
+                raise InputError("the betting test needs the harm's a-priori bounds (bounds=(lo, hi))")
+            lo, hi = map(float, f.bounds)
+            if not lo < f.floor < hi:
+                raise InputError(f"the harm bounds {f.bounds} must contain the floor {f.floor} strictly")
+            self.lo, self.hi = lo, hi
+            self.test: Any = BettingTest(f.m, (f.floor - lo) / (hi - lo))
+        else:
+            self.test = MixtureTest(f.m, f.floor, f.scale)
+        self.state = np.array(["undecided"] * f.m, dtype=object)
+
+    def live(self) -> np.ndarray:
+        return np.flatnonzero(self.state == "undecided")
+
+    def _log_e(self, against: bool = False) -> np.ndarray:
+        if self.kind == "betting":
+            with np.errstate(divide="ignore"):
+                return np.log(self.test.wealth_against if against else self.test.wealth)
+        return self.test.log_wealth_against if against else self.test.log_wealth
+
+    def take(self, live: np.ndarray, values: Any, size: int) -> None:
+        """One block's values of the ``live`` heads: harms ``[k, b]`` (betting) or
+        ``(estimates [k], variances [k])`` (the block test)."""
+        m, on = self.family.m, self.state == "undecided"
+        if self.kind == "betting":
+            h = np.asarray(values, np.float64).reshape(len(live), size)
+            x = np.full((size, m), np.nan)
+            x[:, live] = ((np.clip(h, self.lo, self.hi) - self.lo) / (self.hi - self.lo)).T
+            self.test.update(np.nan_to_num(x, nan=self.test.m0), on)
+        else:
+            est, var = (np.asarray(v, np.float64).reshape(len(live)) for v in values)
+            full_est, full_var = np.full(m, np.nan), np.full(m, np.nan)
+            full_est[live], full_var[live] = est, var
+            self.test.update(full_est, full_var, size, on)
+        # e-BH over the family's e-values now (a stopped head's frozen at its stop, 0 for one
+        # stopped as not necessary): every head it rejects stops as necessary
+        now = np.where(self.state == "not necessary", 0.0, np.exp(np.minimum(self._log_e(), 700.0)))
+        self.state[on & e_bh(np.concatenate([now, np.zeros(self.total - m)]), self.family.q)[:m]] = "necessary"
+        against = self._log_e(against=True) >= np.log(1.0 / self.alpha_against)
+        self.state[on & (self.state == "undecided") & against] = "not necessary"
+
+    def result(self, n: int) -> SequentialResult:
+        f, state = self.family, self.state.copy()
+        if self.kind == "betting":
+            e_value, e_against = self.test.wealth.copy(), self.test.wealth_against.copy()
+        else:
+            e_value = np.exp(np.minimum(self.test.log_wealth, 700.0))
+            e_against = np.exp(np.minimum(self.test.log_wealth_against, 700.0))
+        # e-BH on e-values that are 0 for the heads stopped as not necessary (a smaller
+        # e-value is still one), so the rejected set is e-BH's own: self-consistent, FDR ≤ q
+        e = np.where(state == "not necessary", 0.0, e_value)
+        state[e_bh(np.concatenate([e, np.zeros(self.total - f.m)]), f.q)[: f.m]] = "necessary"
+        common = dict(decision=tuple(state.tolist()), n_used=self.test.count.copy(), e_value=e_value,
+                      e_against=e_against, floor=float(f.floor), q=f.q, n=n)  # fmt: skip
+        if self.kind == "betting":
+            mean = self.lo + (self.hi - self.lo) * self.test._sum / np.maximum(self.test.count, 1)
+            return SequentialResult(mean=mean, bounds=(self.lo, self.hi), **common)
+        return SequentialResult(
+            mean=self.test.mean, bounds=(), method="block mixture", variance=self.test.variance, **common
+        )
+
+
+def sequential_families(
+    harms: Callable[[list, np.ndarray], list],
+    families: Sequence[Family],
+    n: int,
+    *,
+    kind: str = "betting",
+    block: int = 32,
+) -> list:
+    """Several families decided in one pass over ``n`` examples: each block goes to every
+    family that still has an undecided head, so a pass that removes the heads of several
+    families (several modes, heads and groups) runs each block's clean forward once.
+
+    Args:
+        harms: ``harms(live [per family: heads [k]], examples [b]) -> [per family: values]``
+            of the undecided heads on the next block (examples ``0..n-1`` in the order they
+            are taken: shuffle before): harms ``[k, b]`` (``kind="betting"``,
+            :func:`sequential_test`) or ``(estimates [k], variances [k])`` (``"mixture"``,
+            :func:`sequential_block_test`); anything for a family with no live head.
+        block: examples per block (the betting test: consecutive ``block`` examples; the
+            block test: :func:`blocks_of`).
+
+    Returns:
+        ``[SequentialResult]`` per family; each family's stops and e-BH are its own.
+
+    Raises:
+        InputError: ``block < 1``, a family's ``q`` outside (0, 1), ``tests < m``, bounds that
+            do not contain the floor (betting), a floor that is not positive (mixture).
+    """
+    if block < 1:
+        raise InputError(f"block must be ≥ 1; got block={block}")
+    deciders = [_Decider(f, kind) for f in families]
+    cuts = [np.arange(s, min(n, s + block)) for s in range(0, n, block)] if kind == "betting" else blocks_of(n, block)
+    for examples in cuts:
+        lives = [d.live() for d in deciders]
+        if not any(len(live) for live in lives):
+            break
+        got = harms(lives, examples)
+        for d, live, values in zip(deciders, lives, got):
+            if len(live):
+                d.take(live, values, len(examples))
+    return [d.result(n) for d in deciders]
+
+
 def sequential_test(
     harms: Callable[[np.ndarray, np.ndarray], np.ndarray],
     m: int,
@@ -269,47 +414,13 @@ def sequential_test(
         InputError: bounds that do not contain the floor, ``block < 1``, ``q`` outside (0, 1),
             ``tests < m``.
     """
-    lo, hi = map(float, bounds)
-    if not lo < floor < hi:
-        raise InputError(f"the harm bounds {bounds} must contain the floor {floor} strictly")
-    total = _check_levels(block, q, m, tests)
-    a_against = q if alpha_against is None else alpha_against
-    test = BettingTest(m, (floor - lo) / (hi - lo))
-    state = np.array(["undecided"] * m, dtype=object)
-    for start in range(0, n, block):
-        live = np.flatnonzero(state == "undecided")
-        if not len(live):
-            break
-        examples = np.arange(start, min(n, start + block))
-        h = np.asarray(harms(live, examples), np.float64).reshape(len(live), len(examples))
-        x = np.full((len(examples), m), np.nan)
-        x[:, live] = ((np.clip(h, lo, hi) - lo) / (hi - lo)).T
-        on = state == "undecided"
-        test.update(np.nan_to_num(x, nan=test.m0), on)
-        state[on & (test.wealth >= total / q)] = "necessary"
-        state[on & (state == "undecided") & (test.wealth_against >= 1.0 / a_against)] = "not necessary"
-    # e-BH on e-values that are 0 for the heads stopped as not necessary (a smaller
-    # e-value is still one), so the rejected set is e-BH's own: self-consistent, FDR ≤ q
-    e = np.where(state == "not necessary", 0.0, test.wealth)
-    final = e_bh(np.concatenate([e, np.zeros(total - m)]), q)[:m]
-    state[final] = "necessary"
-    mean = lo + (hi - lo) * test._sum / np.maximum(test.count, 1)
-    return SequentialResult(
-        decision=tuple(state.tolist()),
-        n_used=test.count.copy(),
-        e_value=test.wealth.copy(),
-        e_against=test.wealth_against.copy(),
-        mean=mean,
-        floor=float(floor),
-        bounds=(lo, hi),
-        q=q,
-        n=n,
-    )
+    family = Family(m, floor, q=q, tests=tests, alpha_against=alpha_against, bounds=bounds)
+    return sequential_families(lambda lives, ex: [harms(lives[0], ex)], [family], n, kind="betting", block=block)[0]
 
 
-def _check_levels(block: int, q: float, m: int, tests: Optional[int]) -> int:
-    if block < 1 or not 0.0 < q < 1.0:
-        raise InputError(f"block must be ≥ 1 and q in (0, 1); got block={block}, q={q}")
+def _check_levels(q: float, m: int, tests: Optional[int]) -> int:
+    if not 0.0 < q < 1.0:
+        raise InputError(f"q must lie in (0, 1); got q={q}")
     total = m if tests is None else int(tests)
     if total < m:
         raise InputError(f"tests ({total}) counts every hypothesis, so it cannot be fewer than the {m} heads tested")
@@ -347,38 +458,8 @@ def sequential_block_test(
         InputError: a floor that is not positive, ``block < 1``, ``q`` outside (0, 1),
             ``tests < m``.
     """
-    total = _check_levels(block, q, m, tests)
-    a_against = q if alpha_against is None else alpha_against
-    test = MixtureTest(m, floor, scale)
-    state = np.array(["undecided"] * m, dtype=object)
-    for examples in blocks_of(n, block):
-        live = np.flatnonzero(state == "undecided")
-        if not len(live):
-            break
-        est, var = (np.asarray(v, np.float64).reshape(len(live)) for v in harms(live, examples))
-        full_est, full_var = np.full(m, np.nan), np.full(m, np.nan)
-        full_est[live], full_var[live] = est, var
-        on = state == "undecided"
-        test.update(full_est, full_var, len(examples), on)
-        state[on & (test.log_wealth >= np.log(total / q))] = "necessary"
-        state[on & (state == "undecided") & (test.log_wealth_against >= np.log(1.0 / a_against))] = "not necessary"
-    wealth = np.exp(np.minimum(test.log_wealth, 700.0))
-    e = np.where(state == "not necessary", 0.0, wealth)
-    final = e_bh(np.concatenate([e, np.zeros(total - m)]), q)[:m]
-    state[final] = "necessary"
-    return SequentialResult(
-        decision=tuple(state.tolist()),
-        n_used=test.count.copy(),
-        e_value=wealth,
-        e_against=np.exp(np.minimum(test.log_wealth_against, 700.0)),
-        mean=test.mean,
-        floor=float(floor),
-        bounds=(),
-        q=q,
-        n=n,
-        method="block mixture",
-        variance=test.variance,
-    )
+    family = Family(m, floor, q=q, tests=tests, alpha_against=alpha_against, scale=scale)
+    return sequential_families(lambda lives, ex: [harms(lives[0], ex)], [family], n, kind="mixture", block=block)[0]
 
 
 def as_units(heads: Sequence) -> list:
@@ -390,6 +471,139 @@ def as_units(heads: Sequence) -> list:
         group = len(h) > 0 and isinstance(h[0], (tuple, list))
         out.append(tuple(tuple(map(int, x)) for x in h) if group else (tuple(map(int, h)),))
     return out
+
+
+@dataclass(frozen=True)
+class RemovalTest:
+    """One family of :func:`sequential_removals`: ``heads`` (``[(layer, head)]``, or groups
+    ``[[(layer, head), …]]`` each removed at once) removed in ``mode`` and decided against
+    ``floor``, e-BH over ``tests`` hypotheses (default: the heads); ``bounds`` the harm's
+    a-priori range (a per-example objective's betting test)."""
+
+    heads: Sequence
+    floor: float
+    mode: str = "mean"
+    tests: Optional[int] = None
+    bounds: Optional[tuple] = None
+
+
+def sequential_removals(
+    adapter,
+    corpus,
+    tests: Sequence[RemovalTest],
+    *,
+    objective="auto",
+    q: float = 0.05,
+    block: int = 64,
+    batch_size: int = 8,
+    seed: int = 0,
+    stack: Optional[str] = None,
+    means=None,
+    runner: Optional[Callable] = None,
+    on_block: Optional[Callable] = None,
+    on_readouts: Optional[Callable] = None,
+    known: Optional[np.ndarray] = None,
+) -> list:
+    """Every family of ``tests`` decided on a live model in one pass (:func:`sequential_families`):
+    each block's exact removals of the units still undecided in every family, one clean
+    forward per batch for all of them (:func:`probe.analyses.claims.removal.run_removal_batches`,
+    each unit in its family's mode; the mean mode's head means from
+    :func:`~probe.analyses.necessity.ablation.position_kind_means`).
+
+    For a corpus-level objective (the similarity structure) a block's harms compare its
+    sentences with the block's others, corrected for the block's size, and the families are
+    decided by the block test (:func:`sequential_block_test`'s; ``bounds`` unused); per-example
+    objectives by the betting test (:func:`sequential_test`'s).
+
+    Args:
+        runner: where each block's batches run (:mod:`probe.runs.blocks`; default this
+            process), as :func:`~probe.analyses.claims.removal.removal_sweep`'s.
+        on_block: called as ``on_block(family, heads [k], examples [b], harms [k, b])`` with
+            each block's exact harms (heads index the family's, examples index ``corpus``; a
+            corpus-level objective's: each sentence's size-corrected harm in its block).
+        on_readouts: called as ``on_readouts(family, heads [k], examples [b], clean [b, ...],
+            perturbed [k, b, ...])`` with each block's readouts (e.g. for measures beside the
+            objective's harm).
+        known: ``[n, ...]`` the clean readouts an earlier pass read (NaN rows where it did
+            not): a batch of known examples runs its clean forward only up to the layers
+            it removes (:class:`probe.analyses.claims.removal.RemovalPlan`'s ``known``).
+
+    Returns:
+        ``[SequentialResult]``, one per family of ``tests``.
+
+    Raises:
+        InputError: a runner bound to another model, a per-example objective's family without
+            ``bounds``, and :func:`sequential_families`' refusals.
+    """
+    import torch
+
+    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, block_batches, placed_readouts
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.runs.blocks import InProcess
+
+    from probe.runs.blocks import check_runs_on
+
+    if runner is not None:
+        check_runs_on(runner, adapter)
+    corpus = as_corpus(corpus)
+    obj, _ = resolve_objective(objective, adapter, corpus)
+    stack = stack or adapter.default_stack
+    units = [as_units(t.heads) for t in tests]
+    if means is None and any(t.mode == "mean" for t in tests):
+        means = position_kind_means(adapter, corpus, obj, batch_size, stack)
+    order = np.random.default_rng(seed).permutation(len(corpus))
+    calls = [0]
+    block_level = bool(getattr(obj, "corpus_level", False)) and hasattr(obj, "block_harm")
+    if not block_level and any(t.bounds is None for t in tests):
+        raise InputError(f"the betting test of {obj.name} needs the harm's a-priori bounds (bounds=(lo, hi))")
+
+    def harms(lives: list, examples: np.ndarray) -> list:
+        idx = [int(order[i]) for i in examples]
+        entries = [(f, int(j)) for f, live in enumerate(lives) for j in live]  # the plan's units, family by family
+        modes = tuple(dict.fromkeys(tests[f].mode for f, _ in entries))
+        plan = RemovalPlan(
+            corpus, obj, tuple(units[f][j] for f, j in entries), modes, means, seed, stack, batch_size,
+            unit_modes=None if len(modes) == 1 else tuple((tests[f].mode,) for f, _ in entries),
+            known=None if known is None else {i: known[i] for i in idx if np.isfinite(known[i]).all()},
+        )  # fmt: skip
+        batches = block_batches(adapter, corpus, idx, batch_size, first=calls[0])
+        calls[0] += len(batches)
+        at = {i: k for k, i in enumerate(idx)}  # the block's rows, not the corpus's (memory: units × block)
+        parts = [
+            replace(p.value, indices=[at[i] for i in p.value.indices])
+            for p in (runner or InProcess(adapter))(RemovalJob(plan), batches)
+        ]
+        clean_block, pert_all = placed_readouts(parts, len(idx), len(entries))
+        assert clean_block is not None  # at least one example in a block
+        clean = clean_block.double().numpy()
+        out: list = []
+        first = 0
+        for f, live in enumerate(lives):
+            rows = torch.arange(first, first + len(live))
+            first += len(live)
+            if not len(live):
+                out.append(None)
+                continue
+            pert = pert_all[tests[f].mode][rows].double().numpy()
+            if on_readouts is not None:
+                on_readouts(f, live, np.asarray(idx), clean, pert)
+            if block_level:
+                got = [obj.block_harm(clean, pert[j]) for j in range(len(live))]
+                if on_block is not None:
+                    on_block(f, live, np.asarray(idx), np.stack([p.rows for p in got]))
+                out.append((np.array([p.estimate for p in got]), np.array([p.variance for p in got])))
+                continue
+            rows_harm = np.stack([obj.harm(clean, pert[j]) for j in range(len(live))])
+            if on_block is not None:
+                on_block(f, live, np.asarray(idx), rows_harm)
+            out.append(rows_harm)
+        return out
+
+    families = [Family(len(u), t.floor, q=q, tests=t.tests, bounds=t.bounds) for u, t in zip(units, tests)]
+    kind = "mixture" if block_level else "betting"
+    return sequential_families(harms, families, len(corpus), kind=kind, block=block)
 
 
 def sequential_necessity(
@@ -412,79 +626,15 @@ def sequential_necessity(
     tests: Optional[int] = None,
     on_readouts: Optional[Callable] = None,
 ) -> SequentialResult:
-    """:func:`sequential_test` of ``heads`` on a live model: each block's exact removals of
-    the heads still undecided (:func:`probe.analyses.claims.removal.run_removal_batches`,
-    the same replacements as :func:`~probe.analyses.claims.removal.removal_sweep`; the
-    mean mode's head means from :func:`~probe.analyses.necessity.ablation.position_kind_means`).
-
-    ``heads``: ``[(layer, head)]``, or groups ``[[(layer, head), …]]`` each removed at
-    once (:func:`as_units`; the redundancy claim's).
-
-    For a corpus-level objective (the similarity structure) a block's harms compare its
-    sentences with the block's others, corrected for the block's size, and the heads are
-    decided by :func:`sequential_block_test` (``bounds`` unused); per-example objectives by
-    :func:`sequential_test`.
-
-    Args:
-        runner: where each block's batches run (:mod:`probe.runs.blocks`; default this
-            process), as :func:`~probe.analyses.claims.removal.removal_sweep`'s.
-        on_block: called as ``on_block(heads [k], examples [b], harms [k, b])`` with each
-            block's exact harms (heads index ``heads``, examples index ``corpus``; a
-            corpus-level objective's: each sentence's size-corrected harm in its block).
-        on_readouts: called as ``on_readouts(heads [k], examples [b], clean [b, ...],
-            perturbed [k, b, ...])`` with each block's readouts (e.g. for measures beside the
-            objective's harm).
-        tests: as :func:`sequential_test`'s.
-    """
-    import torch
-
-    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, block_batches, placed_readouts
-    from probe.analyses.common.metrics import as_corpus
-    from probe.analyses.common.objective import resolve_objective
-    from probe.analyses.necessity.ablation import position_kind_means
-    from probe.runs.blocks import InProcess
-
-    from probe.runs.blocks import check_runs_on
-
-    if runner is not None:
-        check_runs_on(runner, adapter)
-    corpus = as_corpus(corpus)
-    obj, _ = resolve_objective(objective, adapter, corpus)
-    stack = stack or adapter.default_stack
-    units = as_units(heads)
-    if mode == "mean" and means is None:
-        means = position_kind_means(adapter, corpus, obj, batch_size, stack)
-    order = np.random.default_rng(seed).permutation(len(corpus))
-    calls = [0]
-    block_level = bool(getattr(obj, "corpus_level", False)) and hasattr(obj, "block_harm")
-    if not block_level and bounds is None:
-        raise InputError(f"the betting test of {obj.name} needs the harm's a-priori bounds (bounds=(lo, hi))")
-
-    def harms(live: np.ndarray, examples: np.ndarray) -> Any:
-        idx = [int(order[i]) for i in examples]
-        plan = RemovalPlan(corpus, obj, tuple(units[j] for j in live), (mode,), means, seed, stack, batch_size)
-        batches = block_batches(adapter, corpus, idx, batch_size, first=calls[0])
-        calls[0] += len(batches)
-        parts = [p.value for p in (runner or InProcess(adapter))(RemovalJob(plan), batches)]
-        clean_all, pert_all = placed_readouts(parts, len(corpus), len(live))
-        assert clean_all is not None  # at least one example in a block
-        take = torch.as_tensor(idx)
-        clean = clean_all[take].double().numpy()
-        pert = pert_all[mode][:, take].double().numpy()
-        if on_readouts is not None:
-            on_readouts(live, np.asarray(idx), clean, pert)
-        if block_level:
-            parts = [obj.block_harm(clean, pert[j]) for j in range(len(live))]
-            got = np.stack([p.rows for p in parts])
-            if on_block is not None:
-                on_block(live, np.asarray(idx), got)
-            return np.array([p.estimate for p in parts]), np.array([p.variance for p in parts])
-        got = np.stack([obj.harm(clean, pert[j]) for j in range(len(live))])
-        if on_block is not None:
-            on_block(live, np.asarray(idx), got)
-        return got
-
-    if block_level:
-        return sequential_block_test(harms, len(units), len(corpus), floor=floor, q=q, block=block, tests=tests)
-    assert bounds is not None  # refused above
-    return sequential_test(harms, len(units), len(corpus), floor=floor, bounds=bounds, q=q, block=block, tests=tests)
+    """:func:`sequential_removals` of one family: ``heads`` removed in ``mode`` (``[(layer,
+    head)]``, or groups ``[[(layer, head), …]]`` each removed at once, :func:`as_units`) until
+    each is decided against ``floor``; ``on_block(heads [k], examples [b], harms [k, b])`` and
+    ``on_readouts(heads [k], examples [b], clean [b, ...], perturbed [k, b, ...])`` as there,
+    without the family."""
+    got = sequential_removals(
+        adapter, corpus, [RemovalTest(heads, floor, mode, tests, bounds)], objective=objective, q=q, block=block,
+        batch_size=batch_size, seed=seed, stack=stack, means=means, runner=runner,
+        on_block=None if on_block is None else (lambda f, *a: on_block(*a)),
+        on_readouts=None if on_readouts is None else (lambda f, *a: on_readouts(*a)),
+    )  # fmt: skip
+    return got[0]

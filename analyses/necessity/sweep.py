@@ -94,9 +94,13 @@ def clean_run(
     stack: Optional[str] = None,
     path: str = "full forward",
     values: bool = False,
+    stop: bool = False,
 ) -> CleanRun:
     """``forward(adapter, batch)`` once, reading ``z`` (and ``v``) of ``layers`` and, for a
-    restart ``path``, the residual stream (and output-projection inputs) of every layer."""
+    restart ``path``, the residual stream (and output-projection inputs) of every layer;
+    with ``stop`` (a caller that knows the clean output), only up to the last of ``layers``
+    (:class:`probe.tracing.trace_context.Trace`'s ``stop_before``: ``output`` is ``None``
+    where it stopped)."""
     stack = stack or adapter.default_stack
     n = adapter.n_layers_of(stack)
     read: list = [Site("z", layer, stack) for layer in layers]
@@ -106,7 +110,9 @@ def clean_run(
         read += [Site("resid_pre", layer, stack) for layer in range(n)]
     if path == "site-restart":
         read += [Site("proj_in", layer, stack) for layer in range(n)]
-    with Trace(adapter, read=read, stack=stack, path="hooks") as tr:
+    until = max(layers) + 1 if stop and layers and path != "full forward" else n  # restart: layers of their own
+    out = None
+    with Trace(adapter, read=read, stack=stack, path="hooks", stop_before=until if until < n else None) as tr:
         out = forward(adapter, batch)
     c = tr.cache
 

@@ -65,6 +65,9 @@ class ReportState:
             :func:`probe.app.report.examples.representative_examples` when empty).
         overrides: section parameters the user set for every section that declares them
             (``probe report --max-model-examples/--explained-examples``).
+        produces: the result types of the sections this report runs (a section may do work
+            a later one takes: the ablation section's decided pass runs the claims' weights
+            test where a section producing the claims runs too).
     """
 
     results: dict = field(default_factory=dict)
@@ -74,6 +77,7 @@ class ReportState:
     settings: dict = field(default_factory=dict)
     representatives: list = field(default_factory=list)
     overrides: dict = field(default_factory=dict)
+    produces: tuple = ()
 
 
 #: what a frozen run still lets change: the parameters of the analysis that is running

@@ -195,6 +195,7 @@ def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = 
     """
     outcomes = []
     sections = in_order(sections)
+    ctx.report.produces = tuple(produced(sec) for sec in sections)
     for i, sec in enumerate(sections):
         saved = partial.load(sec.name, produced(sec)) if partial is not None else None
         if saved is not None:

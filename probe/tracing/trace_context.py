@@ -41,7 +41,15 @@ from probe.models.sites import (
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
 
-__all__ = ["Trace", "TraceView", "Restart"]
+__all__ = ["Trace", "TraceView", "Restart", "StopForward"]
+
+
+class StopForward(Exception):
+    """Ends a forward inside a :class:`Trace` with ``stop_before`` (the trace swallows it)."""
+
+
+def _stop(module: Any, args: Any, kwargs: Any) -> None:
+    raise StopForward()
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,11 @@ class Trace(HookContext, SiteHooks):
             list of them (applied in order).
         rows: batch rows of edits that name none themselves (None: every row).
         restart_from: a :class:`Restart`.
+        stop_before: end every forward as this layer is entered (layers before it and the
+            embeddings run; nothing after): the sites read before it are in :attr:`cache`,
+            the forward returns nothing (the caller's result stays unassigned) and
+            :attr:`stopped` says so. A clean run whose output is already known reads only
+            what it restarts from (TransformerLens's ``stop_at_layer``, nnsight's ``stop()``).
         stack: stack of names without a stack prefix (default: the main one).
         path: ``auto`` | ``interface`` | ``hooks`` for attention weights and edits of ``z``.
         keep_grad: keep cached values in the autograd graph.
@@ -90,11 +103,13 @@ class Trace(HookContext, SiteHooks):
         *,
         rows: Optional[Sequence[int]] = None,
         restart_from: Optional[Restart] = None,
+        stop_before: Optional[int] = None,
         stack: Optional[str] = None,
         path: str = "auto",
         keep_grad: bool = False,
     ) -> None:
         self.adapter = adapter
+        self.stopped = False
         self.keep_grad = keep_grad
         self.cache = Cache(adapter.default_stack)
         self.attention_source = ""
@@ -116,6 +131,7 @@ class Trace(HookContext, SiteHooks):
             edits += [(s, es) for s in expand_key(adapter, key, stack)]
         self._plan(readers, edits)
         self._restart = self._check_restart(restart_from, stack) if restart_from is not None else None
+        self._stop_module = self._check_stop(stop_before, stack) if stop_before is not None else None
         self._stubbed: list = []
 
     # ---- planning: which module, which path ---------------------------------------
@@ -263,6 +279,16 @@ class Trace(HookContext, SiteHooks):
             self._projected = any(m is self._projection for m in self._attention.modules())
         return r
 
+    def _check_stop(self, layer: int, stack: Optional[str]) -> torch.nn.Module:
+        layers = layer_modules(self.adapter, stack or self.adapter.default_stack)
+        if len(set(map(id, layers))) < len(layers):
+            raise NotApplicable(
+                f"{self.adapter.name} shares one module between layers: a forward cannot stop before one"
+            )
+        if not 1 <= int(layer) < len(layers):
+            raise InputError(f"a forward can stop before layers 1–{len(layers) - 1}, not {layer}")
+        return layers[int(layer)]
+
     # ---- hooks ------------------------------------------------------------------------
     def _register(self, hooks: HookSet) -> None:
         calls = self._calls
@@ -280,6 +306,8 @@ class Trace(HookContext, SiteHooks):
             if r.context is not None:
                 self._stub(self._attention, self._attention_from_site)
             hooks.pre(self._layers[r.layer], self._replace, with_kwargs=True)
+        if self._stop_module is not None:
+            hooks.pre(self._stop_module, _stop, with_kwargs=True)
         if self._router_shape:
             hooks.pre(self.adapter.model, self._record_shape, with_kwargs=True)
         for (module, side), by_layer in self._hooks_plan.items():
@@ -355,14 +383,17 @@ class Trace(HookContext, SiteHooks):
             else:
                 module.forward = saved
 
-    def __exit__(self, *exc: Any) -> Literal[False]:
+    def __exit__(self, *exc: Any) -> bool:
+        self.stopped = exc[0] is StopForward and self._stop_module is not None
+        if self.stopped:
+            exc = (None, None, None)  # the forward ended where it was asked to
         try:
             super().__exit__(*exc)
             self._unstub()
         finally:
             self._pending.clear()
             self._context.__exit__(*exc)
-        return False
+        return self.stopped
 
 
 class TraceView:

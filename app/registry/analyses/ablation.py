@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from probe.errors import InputError
 from probe.app.registry import STREAMING, Analysis, Param
 from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, Streamed, TableView, VerdictHint
-from probe.app.registry.results import AblationResult
+from probe.app.registry.results import AblationResult, ClaimsResult
 
 from ._shared import (
     BATCH,
@@ -48,7 +48,7 @@ def run(ctx: Context) -> AblationResult:
     decided = _decided(ctx, objective.called, groups)
     if decided is not None:  # every example, each head until its necessity is decided (the claims reuse it)
         corpus, cut, removals = ctx.whole_corpus, "", decided
-        res = _decided_sweep(decided, objective.called, p["n_boot"])
+        res = _decided_sweep(decided.runs[0], objective.called, p["n_boot"])
     else:
         removals = _removals(ctx, corpus, objective.called)  # the claims reuse them
         res = _sweep(ctx, corpus, objective, removals)
@@ -71,10 +71,13 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
     """Where the claims decide necessity head by head on the whole corpus (the sequential
     path: ``--causal auto`` where the model-run limit cuts the corpus), this section's
     removals are theirs: every head mean-ablated on random blocks of every example until its
-    necessity is decided (:func:`probe.analyses.claims.decided.decided_removals`), with
-    ``name`` (the embedding drift of a mean-pooled similarity structure) measured on the same
-    removals; ``None`` where the section runs its own sweep."""
-    from probe.analyses.claims.decided import decided_removals
+    necessity is decided, with ``name`` (the embedding drift of a mean-pooled similarity
+    structure) measured on the same removals, and — where the claims section runs too — given
+    uniform attention weights until its weights claim is decided against the floor, on the
+    same blocks (:func:`probe.analyses.claims.decided.decided_pass`: each block's clean forward
+    once for both; the claims take both runs where the null model's bars are the floor);
+    ``None`` where the section runs its own sweep."""
+    from probe.analyses.claims.decided import Decide, DecidedPass, decided_pass
     from probe.analyses.claims.removal import derives
     from probe.analyses.common.similarity import drift
     from probe.analyses.necessity.ablation import check_heads
@@ -92,10 +95,12 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
         return None
     if not derives(objective, name) or name != "embedding-drift":
         return None
-    return decided_removals(
-        ctx.adapter, ctx.whole_corpus, objective, check_heads(ctx.adapter, None),
-        mode="mean", measures={name: drift}, runner=ctx.runner, batch_size=p["batch_size"],
-    )  # fmt: skip
+    heads = check_heads(ctx.adapter, None)
+    asks = [Decide(heads, "mean", measures={name: drift})]
+    if ClaimsResult in ctx.report.produces and ctx.adapter.arch != "encoder-decoder":
+        asks.append(Decide(heads, "uniform"))  # the claims' weights test, on the same blocks' clean forwards
+    runs = decided_pass(ctx.adapter, ctx.whole_corpus, objective, asks, runner=ctx.runner, batch_size=p["batch_size"])
+    return DecidedPass(tuple(runs))
 
 
 def _not_sequential(p: dict, decided: Any) -> list:

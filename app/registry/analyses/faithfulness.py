@@ -110,13 +110,13 @@ def _embeddings(ctx: Context):
     """``(readout described, [n, d])``: the whole corpus's clean embeddings the ablation
     section's decided removals read (NaN rows for sentences it did not take), or ``None``:
     the similarity target embeds only the sentences they miss (on EWT dev, none: 8.7 s)."""
-    from probe.analyses.claims.decided import DecidedRun
+    from probe.analyses.claims.decided import DecidedPass, DecidedRun
 
     from probe.app.registry.results import AblationResult
 
     ablation = ctx.result_of(AblationResult)
     run = getattr(ablation, "removals", None) if ablation is not None else None
-    if not isinstance(run, DecidedRun) or run.clean is None or run.n != len(ctx.whole_corpus):
+    if not isinstance(run, (DecidedRun, DecidedPass)) or run.clean is None or run.n != len(ctx.whole_corpus):
         return None
     return run.readout, run.clean
 
