@@ -133,6 +133,10 @@ def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(tmp_path
     ablation = next(s for s in summary["sections"] if s["name"] == "ablation")
     assert "sequential (each head on random blocks until its necessity is decided)" in ablation["notes"][0]
     assert "24 examples (examples per head 24–24" in ablation["notes"][0]
+    assert any(
+        n.startswith("the claims' weights test (uniform attention weights; 1728 head × example")
+        for n in ablation["notes"]
+    )
     # the trained model's heads: one pass of both modes (the ablation section's), not run again by the claims
     mine = [c for c in calls if c[0] == "minilm"]
     assert mine.count(("minilm", ("mean", "uniform"))) == 1 and not any("mean" == m for c in mine[1:] for m in c[1])
@@ -211,6 +215,29 @@ def test_the_decided_runs_clean_embeddings_are_the_similarity_targets(minilm):
     torch.testing.assert_close(a.partners, b.partners, atol=1e-5, rtol=0)
     other = similarity_target(minilm, corpus, known=("cls pooling", np.zeros_like(partial)))[0]
     assert other.pair_words == a.pair_words  # another pooling's rows are not taken
+
+
+def test_the_report_hands_the_decided_pass_embeddings_to_the_similarity_target(tmp_path, monkeypatch):
+    """In the report (bundled 24, limit 16: the sequential path), the faithfulness section's
+    similarity target takes the ablation section's pass's clean embeddings of every sentence:
+    the model embeds none of them again."""
+    import numpy as np
+
+    import probe.analyses.explanation.pairs as P
+
+    given = []
+    original = P.embed
+
+    def recorded(adapter, texts, pooling, known=None, **kw):
+        given.append(None if known is None else np.isfinite(known).all(1).sum())
+        return original(adapter, texts, pooling, known=known, **kw)
+
+    monkeypatch.setattr(P, "embed", recorded)
+    out = tmp_path / "r"
+    args = ["report", "--sections", "ablation,faithfulness", "--max-model-examples", "16", "--out", str(out)]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert given == [24]
 
 
 @pytest.mark.slow

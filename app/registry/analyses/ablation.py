@@ -57,7 +57,9 @@ def run(ctx: Context) -> AblationResult:
     return AblationResult(
         tables={"ablation": t} if gt is None else {"ablation": t, "groups": gt},
         per_head=_per_head(t),
-        notes=_notes(res, corpus, cut, objective.called, p["mode"], top, sig, gt) + _not_sequential(p, decided),
+        notes=_notes(res, corpus, cut, objective.called, p["mode"], top, sig, gt)
+        + _not_sequential(p, decided)
+        + _riders(decided),
         summary=_summary(ctx.adapter.name, res, corpus, objective.called, p["mode"], top, sig),
         summary_name="ablation",
         writers=[
@@ -101,6 +103,18 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
         asks.append(Decide(heads, "uniform"))  # the claims' weights test, on the same blocks' clean forwards
     runs = decided_pass(ctx.adapter, ctx.whole_corpus, objective, asks, runner=ctx.runner, batch_size=p["batch_size"])
     return DecidedPass(tuple(runs))
+
+
+def _riders(decided: Any) -> list:
+    """The note that says which of the claims' tests ran in this section's pass (its time
+    includes them; the claims section does not run them again)."""
+    weights = decided.of("uniform") if decided is not None else None
+    if weights is None:
+        return []
+    return [
+        f"the claims' weights test (uniform attention weights; {int(weights.result.n_used.sum())} head × example "
+        "removals) ran in this section's pass on the same blocks, each block's clean forward once for both"
+    ]
 
 
 def _not_sequential(p: dict, decided: Any) -> list:
