@@ -35,8 +35,35 @@ def local_summary(tmp_path_factory):
     return _report(tmp_path_factory.mktemp("local"), "auto")  # the default: local on 24 sentences
 
 
+#: context measures beside a necessity claim that are step functions of the readouts: the
+#: Spearman of all 276 pairwise cosines (one near-tie swapped moves it by at most 6·2·23 /
+#: (276·(276² − 1)) ≈ 7e-6) and the share of sentences whose nearest neighbour changed (1/24 a
+#: step). A worker process's float32 readouts can differ from this process's in the last bit
+#: (seen once in a CI run: 0.0056289 against 0.0056158 for L2H6, the embedding drift 7e-7
+#: relative apart), which can swap a near-tie; these compare within a few steps, the rest at 1e-6.
+STEP_MEASURES = {"pairwise_rank_harm": 5e-5, "neighbour_changed": 1.0 / 24 + 1e-9}
+
+
+def _beyond_steps(differences: list) -> list:
+    """The differences left once the step measures are compared within their steps."""
+    left = []
+    for layer, head, sec, key, a, b in differences:
+        if key == "extra" and isinstance(a, dict) and isinstance(b, dict) and set(a) == set(b):
+            off = [
+                k
+                for k in a
+                if not (
+                    close(a[k], b[k]) or (k in STEP_MEASURES and abs(float(a[k]) - float(b[k])) <= STEP_MEASURES[k])
+                )
+            ]
+            if not off:
+                continue
+        left.append((layer, head, sec, key, a, b))
+    return left
+
+
 def _check_against_local(got: dict, ref: dict, engine: str) -> None:
-    assert fact_differences(got, ref) == []
+    assert _beyond_steps(fact_differences(got, ref)) == []
     n_facts, n_claim_fields = fact_count(ref)
     assert n_facts > 1000  # syntax, ablation and roles facts of all 72 heads were compared
     assert n_claim_fields >= 6 * 72 * 10  # and every field of the six claims of every head
@@ -184,3 +211,17 @@ def test_auto_engine_streams_when_the_maps_would_take_over_a_quarter_of_the_budg
     assert engine == "stream" and "over a quarter of the memory budget" in why
     assert choose_engine("ray", corpus, minilm, 1) == ("ray", "")  # a chosen engine is kept
     assert local_summary["settings"]["engine choice"].startswith("--engine auto: local")  # the default, stated
+
+
+def test_only_the_step_measures_compare_within_their_steps():
+    """The engine comparison's allowance: a near-tie swap in a step measure passes, anything
+    else that differs — another extra number, a step measure beyond a few steps, a top-level
+    field — is still a difference."""
+    extra = {"pairwise_rank_harm": 0.0056158, "neighbour_changed": 0.0, "embedding_drift": 0.0023752}
+    swap = dict(extra, pairwise_rank_harm=0.0056289, neighbour_changed=1 / 24)
+    assert _beyond_steps([(2, 6, "claims:necessity", "extra", swap, extra)]) == []
+    for changed in ({"pairwise_rank_harm": 0.0057}, {"neighbour_changed": 2 / 24}, {"embedding_drift": 0.0024}):
+        row = (2, 6, "claims:necessity", "extra", dict(extra, **changed), extra)
+        assert _beyond_steps([row]) == [row]
+    top = (2, 6, "claims:necessity", "effect", 0.02, 0.03)
+    assert _beyond_steps([top]) == [top]
