@@ -189,3 +189,22 @@ def test_a_plan_removes_each_unit_only_in_its_own_modes(minilm):
         )
         torch.testing.assert_close(got.perturbed[mode][j], alone.perturbed[mode][0], rtol=0, atol=1e-6)
         torch.testing.assert_close(got.clean, alone.clean, rtol=0, atol=0)
+
+
+def test_a_known_batch_whose_modes_remove_nothing_still_reads_its_clean_readouts(minilm):
+    """A plan whose every batch is known (its clean forwards stop) and whose only unit is not
+    removed in the plan's mode: the batches still hand back the known clean readouts, in
+    order, and no perturbed readout."""
+    from probe.analyses.claims.removal import RemovalPlan, block_batches, run_removal_batches
+    from probe.analyses.common.objective import resolve_objective
+    from probe.app.report.bundled import sample_corpus
+
+    corpus = sample_corpus(8)
+    obj, _ = resolve_objective("similarity-structure", minilm, corpus)
+    batches = block_batches(minilm, corpus, range(8), 4)
+    known = {i: np.full(3, float(i), dtype=np.float32) for i in range(8)}
+    plan = RemovalPlan(corpus, obj, (((2, 0),),), ("mean",), None, 0, None, 4, unit_modes=(("uniform",),), known=known)
+    got = run_removal_batches(minilm, plan, batches)
+    assert got.perturbed == {}
+    assert got.clean is not None and got.clean.dtype == torch.float32
+    np.testing.assert_array_equal(got.clean.numpy(), np.stack([known[i] for i in got.indices]))

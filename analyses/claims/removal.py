@@ -306,6 +306,7 @@ def run_removal_batches(adapter: Any, plan: RemovalPlan, batches: Sequence, prog
             else {}
         )
         trim = trimmable(adapter, obj, batch)
+        dtype: Optional[torch.dtype] = None  # the perturbed readouts' (the known clean ones take it)
         for mode in plan.modes:
             chosen = [j for j in range(len(units)) if plan.unit_modes is None or mode in plan.unit_modes[j]]
             if not chosen:
@@ -328,8 +329,10 @@ def run_removal_batches(adapter: Any, plan: RemovalPlan, batches: Sequence, prog
                 full[torch.as_tensor(chosen, dtype=torch.long)] = r
                 r = full
             pert[mode].append(r)  # [units, b, ...] in unit order
-            if clean is None:  # the known readouts, in the readouts' own precision
-                clean = torch.as_tensor(np.stack([k for k in known if k is not None])).to(r.dtype)
+            dtype = r.dtype
+        if clean is None:  # a stopped clean forward: the known readouts, in the readouts' own precision
+            clean = torch.as_tensor(np.stack([k for k in known if k is not None]))
+            clean = clean.to(dtype) if dtype is not None else clean
         cleans.append(clean)
     return BatchReadouts(
         indices=indices,
