@@ -240,6 +240,10 @@ def test_report_faithfulness_notes_say_which_examples_were_explained_and_why(che
 
     faith = section(tmp_path / "a")
     assert faith["status"] == "ran", faith
+    first = faith["notes"][0]  # the heads per verdict, each verdict quoted (some hold a comma)
+    assert first.startswith("8 examples, target ") and first.count("“") == first.count("”") >= 1
+    counted = [int(part.split(" head")[0]) for part in first.split(": ", 1)[1].split("”, ")]
+    assert sum(counted) == 2 * 4  # every head of the 2-layer, 4-head checkpoint, once
     said = [n for n in faith["notes"] if "explained" in n]
     assert said == [
         "all 8 examples explained; 71 = the fewest at which the attribution claim calls a head significant in 55% "

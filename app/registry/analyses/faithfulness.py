@@ -148,7 +148,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     counts = v["verdict"].value_counts().to_dict()
     notes = [
         f"{rep.info['n_examples']} examples, target {target.called}: "
-        + ", ".join(f"{n} heads {verdict}" for verdict, n in counts.items()),
+        + ", ".join(f"{n} head{'s' if n != 1 else ''} “{verdict}”" for verdict, n in counts.items()),
         _explained_note(rep.info, rule),
     ]
     if rep.info.get("ig_gate"):
