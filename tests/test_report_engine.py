@@ -38,9 +38,12 @@ def local_summary(tmp_path_factory):
 #: context measures beside a necessity claim that are step functions of the readouts: the
 #: Spearman of all 276 pairwise cosines (one near-tie swapped moves it by at most 6·2·23 /
 #: (276·(276² − 1)) ≈ 7e-6) and the share of sentences whose nearest neighbour changed (1/24 a
-#: step). A worker process's float32 readouts can differ from this process's in the last bit
-#: (seen once in a CI run: 0.0056289 against 0.0056158 for L2H6, the embedding drift 7e-7
-#: relative apart), which can swap a near-tie; these compare within a few steps, the rest at 1e-6.
+#: step). A Ray worker's float32 readouts differ from this process's in the last bits: two
+#: workers on 2 cores run torch with one thread each, this process with two, and torch splits
+#: its sums by thread (every head mean-ablated on the bundled sample: 78% of the readout values
+#: differ between 1 and 2 threads, by ≤ 1.8e-7; docs/scale.md). That can swap a near-tie (seen
+#: once in a CI run: 0.0056289 against 0.0056158 for L2H6, the embedding drift 7e-7 relative
+#: apart); these compare within a few steps, the rest at 1e-6.
 STEP_MEASURES = {"pairwise_rank_harm": 5e-5, "neighbour_changed": 1.0 / 24 + 1e-9}
 
 
