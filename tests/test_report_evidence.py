@@ -167,3 +167,19 @@ def test_flattened_names_live_only_in_their_producing_module():
     report = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "app" / "report").glob("*.py"))
     for name in ("ablation_delta", "faith_tau_", "importance_rank", "ablation_ci_low"):
         assert name not in report
+
+
+def test_the_syntax_plots_legend_fits_inside_the_plot():
+    """Each legend line of the per-relation plot fits the plot's width (12px sans-serif, at
+    most 7 px a character) and height; it names what the bar's colours mean (the whole legend
+    on one line once ran past the right edge and was cut)."""
+    from probe.app.report.evidence import W, versus_svg
+
+    svg = versus_svg([("det", 0.8, 0.6, 100), ("conj", 0.2, 0.3, 900), ("voc", 0.5, 0.2, 5)], min_count=20)
+    height = int(re.search(r'height="(\d+)"', svg).group(1))
+    texts = re.findall(r'<text x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', svg)
+    legend = [(float(x), float(y), t) for x, y, t in texts if ":" in t]
+    assert [t.split(":")[0] for _, _, t in legend] == ["bar", "tick", "pale"]
+    for x, y, t in legend:
+        assert x + 7 * len(html.unescape(t)) <= W and y <= height, t
+    assert "pale" not in versus_svg([("det", 0.8, 0.6, 100)])

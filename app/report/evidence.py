@@ -127,9 +127,11 @@ def strip_svg(values: list, mine: float, ci: Optional[tuple] = None, *, xlabel: 
 
 def versus_svg(rows: list, *, label_w: int = 90, min_count: int = 0) -> str:
     """Per row ``(label, accuracy, baseline, count)``: a bar for the head's accuracy and a
-    black tick for the baseline (both in [0, 1]); rows under ``min_count`` greyed."""
+    black tick for the baseline (both in [0, 1]); rows under ``min_count`` pale; a legend line per mark."""
     row = 18
-    h = row * len(rows) + 20
+    legend = ["bar: this head (blue above the tick, grey not)", "tick: the best fixed offset"]
+    legend += ["pale: fewer instances than the claim needs"] if min_count else []
+    h = row * len(rows) + 6 + 14 * len(legend)  # the legend a line per item, each within the width
     bar_w = W - label_w - 130
     out = [f'<svg class="ev" width="{W}" height="{h}" viewBox="0 0 {W} {h}" role="img">']
     for i, (label, acc, base, count) in enumerate(rows):
@@ -148,10 +150,8 @@ def versus_svg(rows: list, *, label_w: int = 90, min_count: int = 0) -> str:
             f'<text x="{label_w + bar_w + 6}" y="{y + 13}" class="evl">{a:.0%} / {b:.0%}{note}</text>'
         )
     y = 2 + len(rows) * row + 12
-    out.append(
-        f'<text x="{label_w}" y="{y}" class="evl">bar: this head · tick: best fixed offset'
-        f"{' · grey: fewer instances than the claim needs' if min_count else ''}</text></svg>"
-    )
+    out += [f'<text x="{label_w}" y="{y + 14 * k}" class="evl">{line}</text>' for k, line in enumerate(legend)]
+    out.append("</svg>")
     return "".join(out)
 
 
