@@ -298,6 +298,15 @@ def test_report_on_minilm_with_bundled_treebank(minilm, tmp_path):
     assert det.accuracy > det.baseline_accuracy  # a det head beats the +1 baseline
     top = data.ctx.report.results["rollout"].tables["top"]
     assert set(top["method"]) == {"rollout", "flow"}
+    # the heads no rule names ("attends 35% [CLS], 7% itself", one string each) share one
+    # legend entry under the grid, not one entry per string
+    roles = data.ctx.report.results["roles"].tables["roles"]
+    profiles = {r for r in roles["role"] if r.startswith("attends ")}
+    assert len(profiles) >= 2
+    html = (tmp_path / "r" / "index.html").read_text()
+    legend = html[html.index('<p class="legend">') :]
+    assert legend.count("attends … (no rule cleared") == 1
+    assert not any(f">{p}<" in legend for p in profiles)
 
 
 @pytest.mark.slow

@@ -45,7 +45,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 import pandas as pd
 
 from probe.analyses.patterns.head_clusters import HeadClusters, HeadDivergenceAccumulator, clusters_from
-from probe.analyses.patterns.vocabulary import PROFILE, choose_rule, component_names, nearest_rule, profile_role
+from probe.analyses.patterns.vocabulary import (
+    base_role,
+    choose_rule,
+    component_names,
+    nearest_rule,
+    profile_role,
+)
 from probe.analyses.patterns.role_features import (
     FEATURES,
     HeadFeatureAccumulator,
@@ -169,15 +175,6 @@ def _shares(features: pd.DataFrame, h: int) -> dict:
 
 def _chance(shares: dict) -> dict:
     return {k: shares[k] for k in ("rare_chance", "punct_chance") if k in shares}
-
-
-def base_role(role: str) -> str:
-    """``"syntactic (nsubj)"`` → ``"syntactic"``; ``"attends 35% [CLS], …"`` → ``"profile"``;
-    other roles unchanged."""
-    role = str(role)
-    if role.startswith("attends "):
-        return PROFILE
-    return role.split(" (", 1)[0]
 
 
 def _check_evidence(table: Optional[pd.DataFrame], name: str) -> Optional[pd.DataFrame]:

@@ -20,6 +20,7 @@ __all__ = [
     "PROFILE",
     "RULES",
     "Rule",
+    "base_role",
     "choose_rule",
     "nearest_rule",
     "profile_words",
@@ -51,6 +52,15 @@ def profile_words(shares: dict, names: dict, k: int = 2) -> str:
     """``"43% [CLS], 31% next token"``: the ``k`` largest components (NaN left out)."""
     items = sorted(((v, c) for c, v in shares.items() if v == v and v is not None), reverse=True)[:k]
     return ", ".join(f"{v:.0%} {names[c]}" for v, c in items)
+
+
+def base_role(role: object) -> str:
+    """``"syntactic (nsubj)"`` → ``"syntactic"``; ``"attends 35% [CLS], …"`` (a profile) →
+    :data:`PROFILE`; other roles unchanged; ``None`` → ``""``."""
+    role = "" if role is None else str(role)
+    if role.startswith("attends "):
+        return PROFILE
+    return role.split(" (", 1)[0].strip()
 
 
 def profile_role(shares: dict, names: dict) -> str:

@@ -12,11 +12,13 @@ from typing import Any
 import os
 from pathlib import Path
 
+from probe.analyses.patterns.vocabulary import PROFILE, base_role
+
 from .claims_html import head_claims_html
 from .evidence import evidence_html
 from .head_view import HeadView, head_view_js
 from .html import esc, kv_table, link, page
-from .style import ROLE_ABBREV, ROLE_COLOURS, base_role
+from .style import ROLE_ABBREV, ROLE_COLOURS
 from .tables import ranked_table
 from .views_pages import COMPARE_FILE, MODEL_FILE, view_examples
 
@@ -113,6 +115,11 @@ def claim_line(data: Any, layer: int, head: int) -> str:
     return str(data.verdicts.get((layer, head), ""))
 
 
+def _legend_name(role: str) -> str:
+    """A base role as the grid's legend names it: the heads no rule names share one entry."""
+    return "attends … (no rule cleared: its largest shares)" if role == PROFILE else role
+
+
 def _grid(data) -> str:
     n_total = len(data.layers) * data.n_heads
     head_row = "".join(f"<th>H{h}</th>" for h in range(data.n_heads))
@@ -137,7 +144,9 @@ def _grid(data) -> str:
             )
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
     used = sorted({base_role(_role_label(data, layer, h)) for layer in data.layers for h in range(data.n_heads)} - {""})
-    legend = "".join(f'<span style="background:{ROLE_COLOURS.get(r, "#eeeeee")}">{esc(r)}</span>' for r in used)
+    legend = "".join(
+        f'<span style="background:{ROLE_COLOURS.get(r, "#eeeeee")}">{esc(_legend_name(r))}</span>' for r in used
+    )
     legend = (
         (
             f'<p class="legend">{legend} &nbsp; ★ top 10% importance, ● top 30% or a significant '

@@ -14,6 +14,8 @@ import math
 import re
 import unicodedata
 
+from probe.analyses.patterns.vocabulary import base_role
+
 #: sequential map of attention weights and token scores (0 = a pale peach, 1 = near black); seaborn's
 #: "rocket" reversed, so that light cells read as "little attention" on a white page
 ATTENTION_CMAP = "rocket_r"
@@ -53,12 +55,6 @@ ROLE_ABBREV = {
     "coreference": "coref",
     "profile": "?",
 }
-
-
-def base_role(role: Any) -> str:
-    """``"syntactic (det)"`` -> ``"syntactic"``; other roles unchanged; ``None`` -> ``""``."""
-    role = str(role or "")
-    return role.split(" (", 1)[0].strip()
 
 
 def role_colour(role: Any) -> str:
