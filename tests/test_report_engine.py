@@ -228,3 +228,14 @@ def test_only_the_step_measures_compare_within_their_steps():
         assert _beyond_steps([row]) == [row]
     top = (2, 6, "claims:necessity", "effect", 0.02, 0.03)
     assert _beyond_steps([top]) == [top]
+
+
+def test_a_sections_wall_time_is_not_a_result_the_engines_must_share():
+    """Two summaries that differ only in a wall time (the sequential claims' ``seconds``, which
+    differed between the local and the Ray report of EWT dev) compare equal; the key must
+    still be in both, and any other value that differs still counts."""
+    causal = {"path": "sequential", "removals": 24704, "seconds": 8.09, "bars": {"mean": 0.02}}
+    assert close(causal, dict(causal, seconds=7.69))
+    assert not close(causal, {k: v for k, v in causal.items() if k != "seconds"})
+    assert not close(causal, dict(causal, removals=24705))
+    assert not close(causal, dict(causal, bars={"mean": 0.021}))
