@@ -550,6 +550,35 @@ def test_one_ray_worker_takes_every_cpu_of_the_local_cluster(ray_cluster, llama_
     assert [p.value for p in parts] == [want // 2] * 2
 
 
+class WhoJob:
+    """Reports the process and the loaded model object of the actor that ran the block."""
+
+    def run(self, adapter, items, indices, progress=False):
+        from probe.runs.blocks import Part
+
+        return Part(first=int(indices[0]), value=(os.getpid(), id(adapter)), n_items=len(items))
+
+
+@pytest.mark.slow
+def test_later_ray_calls_reuse_the_loaded_actors(ray_cluster, llama_dir):
+    """The sequential claims call the runner once per block of sentences: every call with the
+    same settings runs on the same actors, their model loaded once (each call used to start a
+    pool and load the model again: 437 s against 171 s local for the report on EWT dev);
+    other settings (threads) replace the pool."""
+    from probe.app.engine.run import run_job
+
+    texts = ["a b c", "d e f", "g h", "i j"]
+
+    def who(workers):
+        return {p.value for p in run_job(llama_dir, texts, WhoJob(), engine="ray", workers=workers, block_size=1)}
+
+    first = who(2)
+    assert len({pid for pid, _ in first}) == 2  # two actors shared the four blocks
+    assert who(2) == first and who(2) == first  # the same processes and the same loaded models
+    other = who(1)
+    assert len(other) == 1 and not other & first  # one actor with both CPUs: a new pool
+
+
 def test_auto_block_size_gives_each_worker_about_four_blocks():
     from probe.app.engine.jobs import StoreJob
     from probe.app.engine.run import auto_block_size

@@ -1,12 +1,14 @@
 """The Ray side of :func:`probe.app.engine.run.run_job`: blocks, an actor pool, parts in order.
 
-Ray Data (Moritz et al. 2018, "Ray: a distributed framework for emerging AI
-applications"; Ray Data's streaming executor) holds one row per block of the corpus
-(the block's corpus indices and items, pickled); ``map_batches`` with an
-``ActorPoolStrategy`` of ``workers`` actors (no more than there are blocks: an idle actor
-would still load the model) calls :class:`BlockWorker` on one block at a time. Each
-actor loads the model once in its constructor. Ray Data's defaults for actor pools
-restart a dead actor and retry its block (``max_restarts=-1``, ``max_task_retries=-1``),
+Ray (Moritz et al. 2018, "Ray: a distributed framework for emerging AI applications")
+actors, each holding the model: :class:`BlockActor` loads it once in its constructor and
+runs the job on one block per call (the block's corpus indices and items, pickled);
+``ray.util.ActorPool`` hands each block to the next idle actor and returns the parts in
+block order. The pool is kept for the process's Ray session and reused by every later call
+with the same model, device, precision and threads, so a run whose jobs come in many small
+calls (the sequential claims: a call per block of 64 sentences) starts its actors and loads
+the model once, not once per call; a call with other settings replaces the pool. An actor
+that dies is restarted and its block retried (``max_restarts=-1``, ``max_task_retries=-1``),
 so a killed worker costs time, not results.
 """
 
@@ -17,7 +19,6 @@ import os
 import pickle
 from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
 
 from probe.runs.blocks import Part
 
@@ -25,7 +26,7 @@ from probe.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BlockWorker", "run_blocks", "ensure_ray", "require_ray", "RAY_HINT"]
+__all__ = ["BlockActor", "run_blocks", "ensure_ray", "require_ray", "RAY_HINT"]
 
 
 RAY_HINT = 'the Ray engine needs the optional extra: pip install -e ".[ray]"'
@@ -41,29 +42,50 @@ def require_ray() -> Any:
     return ray
 
 
-class BlockWorker:
-    """A Ray Data callable class: holds the model, runs the job on one block per call."""
+class BlockActor:
+    """A Ray actor holding the model: runs a job on one block per call."""
 
-    def __init__(self, model: str, device: str, dtype: Optional[str], job: bytes, threads: int = 1):
+    def __init__(self, model: str, device: str, dtype: Optional[str], threads: int = 1):
         import torch
-        from ray import cloudpickle
 
         from probe.models import load_model
 
         torch.set_num_threads(max(1, threads))
         self.adapter = load_model(model, device=device, dtype=dtype)
-        self.job = cloudpickle.loads(job)
+        self.job_key: Optional[str] = None
+        self.job: Any = None
 
-    def __call__(self, batch: dict) -> dict:
+    def run(self, job_key: str, job: bytes, payload: bytes) -> bytes:
+        """One block: ``payload`` = pickled ``(corpus indices, items)``; the job (cloudpickled)
+        is unpickled once per ``job_key`` (a call of :func:`run_blocks`)."""
         from ray import cloudpickle
 
-        blocks, parts = [], []
-        for b, payload in zip(batch["block"], batch["payload"]):
-            ids, items = pickle.loads(payload)
-            part = self.job.run(self.adapter, items, ids)
-            blocks.append(int(b))
-            parts.append(cloudpickle.dumps(part))
-        return {"block": np.asarray(blocks, dtype=np.int64), "part": np.asarray(parts, dtype=object)}
+        if job_key != self.job_key:
+            self.job_key, self.job = job_key, cloudpickle.loads(job)
+        ids, items = pickle.loads(payload)
+        return cloudpickle.dumps(self.job.run(self.adapter, items, ids))
+
+
+#: the kept actor pool: ``{"key": (Ray job id, driver node id, model, device, dtype, resources), "actors": [...]}``
+_POOL: dict = {}
+
+
+def _actor_pool(ray: Any, key: tuple, size: int, options: dict, args: tuple) -> list:
+    """``size`` actors of the kept pool for ``key`` (made on first need; a pool of another
+    key, or of an earlier Ray session, is killed and replaced)."""
+    here = ray.get_runtime_context()
+    session = (here.get_job_id(), here.get_node_id())  # a new local cluster reuses job ids, not node ids
+    key = session + key
+    if _POOL.get("key") != key:
+        if _POOL.get("key", ())[:2] == session:  # other settings in this session: free their CPUs
+            for actor in _POOL["actors"]:
+                ray.kill(actor)
+        _POOL.clear()  # (an earlier session's actors went with it)
+        _POOL.update(key=key, actors=[])
+    remote = ray.remote(max_restarts=-1, max_task_retries=-1)(BlockActor).options(**options)
+    while len(_POOL["actors"]) < size:
+        _POOL["actors"].append(remote.remote(*args))
+    return _POOL["actors"][:size]
 
 
 def ensure_ray(address: Optional[str], workers: int) -> Any:
@@ -117,48 +139,47 @@ def run_blocks(
     """Run ``job`` on every block (lists of corpus indices) with a pool of actors.
 
     On CPUs each actor asks for ``threads_per_worker`` CPUs (default: as many as let all
-    ``min(workers, blocks)`` actors fit on the cluster's nodes, :func:`cpus_per_worker`)
-    and runs torch with that many threads; on GPUs, ``gpus_per_worker`` GPUs and one
-    thread.
+    ``min(workers, blocks)`` actors fit on the cluster's nodes, :func:`cpus_per_worker`: a
+    call of one block runs on one actor with every CPU, as this process would) and runs
+    torch with that many threads; on GPUs, ``gpus_per_worker`` GPUs and one thread. The
+    actors are the kept pool's (:func:`_actor_pool`): a later call with the same settings
+    finds them loaded (the sequential claims' calls, one block each, all share one actor).
 
     Returns:
         the parts in block order; ``on_part`` sees each as soon as every earlier block
         is done.
     """
     ray = ensure_ray(address, workers)
-    import ray.data  # noqa: F811 (the submodule of the module ensure_ray imported)
-    from ray import cloudpickle
+    import uuid
 
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = bool(progress)
-    rows = [
-        {"block": b, "payload": pickle.dumps(([int(i) for i in ids], [items[i] for i in ids]))}
-        for b, ids in enumerate(blocks)
-    ]
+    from ray import cloudpickle
+    from ray.util import ActorPool
+
+    rows = [pickle.dumps(([int(i) for i in ids], [items[i] for i in ids])) for ids in blocks]
     gpu = str(device).startswith("cuda") or device == "auto"
-    size = min(workers, len(rows))
+    size = min(workers, len(rows))  # no more actors than blocks: an idle one would still load the model
     threads = 1 if gpu else (threads_per_worker or cpus_per_worker(_node_cpus(ray), size))
-    resources = {"num_gpus": gpus_per_worker} if gpu else {"num_cpus": threads}
-    ds = ray.data.from_items(rows, override_num_blocks=len(rows))
-    ds = ds.map_batches(
-        BlockWorker,
-        batch_size=1,
-        batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=size),
-        fn_constructor_kwargs=dict(
-            model=model, device=device, dtype=dtype, job=cloudpickle.dumps(job), threads=threads
-        ),
-        **resources,
+    options = {"num_gpus": gpus_per_worker} if gpu else {"num_cpus": threads}
+    actors = _actor_pool(
+        ray, (model, device, dtype, tuple(sorted(options.items()))), size, options, (model, device, dtype, threads)
     )
-    done: dict = {}
+    job_key, job_ref = uuid.uuid4().hex, ray.put(cloudpickle.dumps(job))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(rows), unit="block", desc="blocks on Ray")
     ordered: list = []
-    for row in ds.iter_rows():
-        done[int(row["block"])] = cloudpickle.loads(row["part"])
-        while len(ordered) in done:  # hand parts on in input order
-            part = done.pop(len(ordered))
-            ordered.append(part)
-            if on_part is not None:
-                on_part(part)
+    pool = ActorPool(actors)
+    for done in pool.map(lambda actor, row: actor.run.remote(job_key, job_ref, row), rows):
+        part = cloudpickle.loads(done)
+        ordered.append(part)
+        if bar is not None:
+            bar.update(1)
+        if on_part is not None:
+            on_part(part)
+    if bar is not None:
+        bar.close()
     if len(ordered) != len(blocks):
         raise RuntimeError(f"the Ray run returned {len(ordered)} of {len(blocks)} blocks")
     return ordered

@@ -2,13 +2,14 @@
 
 ``engine="local"`` or ``"stream"`` (:mod:`.kind`): this process, the whole corpus as one
 block (the streaming path; what a run holds is the run's business, not the job's).
-``engine="ray"``: Ray Data holds the corpus as a dataset of blocks (``block_size``
-items each, the items themselves travel in the rows); a pool of ``workers`` actors,
-each loading the model once (``num_gpus=1`` per actor when the model runs on CUDA,
-else its share of the CPUs: all of a node for one worker), runs the job on one block per call and returns a :class:`Part`; the
-driver hands the parts to ``on_part`` in input order and merges them. Ray Data
-restarts an actor that died and retries its block on another actor, and a block's
-part depends on the block alone, so a run that lost a worker gives the same result.
+``engine="ray"``: the corpus is cut into blocks (``block_size`` items each, the items
+themselves travel with the block); a pool of ``workers`` Ray actors, each loading the
+model once (``num_gpus=1`` per actor when the model runs on CUDA, else its share of the
+CPUs: all of a node for one worker) and kept for later calls with the same settings
+(:mod:`.ray_engine`), runs the job on one block per call and returns a :class:`Part`; the
+driver hands the parts to ``on_part`` in input order and merges them. Ray restarts an
+actor that died and retries its block, and a block's part depends on the block alone, so
+a run that lost a worker gives the same result.
 
 Ray is an optional extra: ``pip install -e ".[ray]"``.
 """
