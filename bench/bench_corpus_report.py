@@ -104,7 +104,7 @@ def main() -> None:
             continue
         med = statistics.median(w for w, _ in runs)
         print(
-            f"| {name} (`probe report {' '.join(VARIANTS[name])}`) | {len(runs)} | {med:.1f} | {med / base:.2f}× | "
+            f"| {name} (`{' '.join(['probe report', *VARIANTS[name]])}`) | {len(runs)} | {med:.1f} | {med / base:.2f}× | "
             f"{max(p for _, p in runs):.2f} | {causal_counts(summaries[name])} |"
         )
     if "exhaustive" not in summaries:
