@@ -16,9 +16,9 @@
 Each command runs in its own process under GNU time (wall seconds, peak resident set); the
 default and capped commands alternate round by round, so a drifting machine moves both
 alike. Prints each run, the medians, the ratios to the default, how many examples each
-report's causal sections read (from its summary.json), and the default's per-head causal
-verdicts (necessity, weights, redundancy) against the exhaustive run's: agreement per
-claim and every disagreement. Prints, never asserts.
+report's causal sections read (from its summary.json), and the default's causal verdicts
+against the exhaustive run's — necessity and weights per head, redundancy per candidate
+group —: agreement per claim and every disagreement. Prints, never asserts.
 """
 
 from __future__ import annotations
@@ -60,13 +60,18 @@ def causal_counts(summary: dict) -> str:
     return str(summary["settings"].get("model-run examples", "?")).split(":")[0]
 
 
-def verdicts(summary: dict) -> dict[tuple[str, int, int], str]:
+def verdicts(summary: dict) -> dict[tuple[str, str], str]:
+    """``{(claim, unit): status}``: necessity and weights per head (``L2H4``), redundancy per
+    tested group (``L4H2+L4H4+…``: each of its heads carries the group's verdict; a head in no
+    group is not a verdict)."""
     got = {}
     for head in summary["heads"]:
         for kind in CAUSAL:
             claim = head.get("claims", {}).get(kind)
-            if claim is not None:
-                got[(kind, head["layer"], head["head"])] = claim["status"]
+            if claim is None or claim["status"] == "not tested":
+                continue
+            unit = claim["extra"]["group"] if kind == "redundancy" else f"L{head['layer']}H{head['head']}"
+            got[(kind, unit)] = claim["status"]
     return got
 
 
@@ -112,7 +117,7 @@ def main() -> None:
         return
     default, exact = verdicts(summaries["default"]), verdicts(summaries["exhaustive"])
     print()
-    print("| claim | units | agree | holds (exhaustive) | holds (default) |")
+    print("| claim | units (heads; redundancy: groups) | agree | holds (exhaustive) | holds (default) |")
     print("| --- | --- | --- | --- | --- |")
     disagreements = []
     for kind in CAUSAL:
@@ -122,7 +127,9 @@ def main() -> None:
             f"| {kind} | {len(keys)} | {agree} | {sum(exact[k] == 'holds' for k in keys)} | "
             f"{sum(default[k] == 'holds' for k in keys)} |"
         )
-        disagreements += [f"{kind} L{k[1]}H{k[2]}: exhaustive {exact[k]}, default {default[k]}" for k in keys
+        only = {k for k in set(exact) ^ set(default) if k[0] == kind}  # tested on one side only
+        disagreements += [f"{kind} {k[1]}: tested on one side only" for k in sorted(only)]
+        disagreements += [f"{kind} {k[1]}: exhaustive {exact[k]}, default {default[k]}" for k in keys
                           if default[k] != exact[k]]  # fmt: skip
     print("\ndisagreements:" if disagreements else "\ndisagreements: none")
     for line in disagreements:
