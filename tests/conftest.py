@@ -24,6 +24,37 @@ MAKING = (
 )
 
 
+def _new_files_in_tree() -> "set[str] | None":
+    """Untracked, unignored files under the checkout (``git status``), or ``None`` outside git."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return {line[3:] for line in out.stdout.splitlines() if line.startswith("??")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_test_writes_into_the_source_tree():
+    """The rule "no test writes into the source tree", held for the whole run: the files a
+    test session leaves in the checkout that git does not ignore are an error at the end
+    (a test wrote ``tests/_results_sample.py`` there)."""
+    before = _new_files_in_tree()
+    yield
+    after = _new_files_in_tree()
+    if before is not None and after is not None:
+        written = sorted(after - before)
+        assert not written, f"tests wrote into the source tree (use tmp_path): {written}"
+
+
 def need_data(path: Path) -> Path:
     """Skip (with the reason) when the shared treebanks are not beside the project."""
     if not path.exists():

@@ -496,14 +496,11 @@ def test_no_section_reads_another_through_a_string_key():
     )
 
 
-def test_results_check_finds_a_read_by_name():
+def test_results_check_finds_a_read_by_name(tmp_path):
     src = 'def f(ctx, n):\n    a = ctx.results["ablation"]\n    b = ctx.results.get(n)\n    return ctx.result_of(a)\n'
-    path = ROOT / "tests" / "_results_sample.py"
-    try:
-        path.write_text(src)
-        assert _results_by_key(path) == ["2: ctx.results['ablation']", "3: ctx.results.get(n)"]
-    finally:
-        path.unlink()
+    path = tmp_path / "_results_sample.py"  # never into the source tree
+    path.write_text(src)
+    assert _results_by_key(path) == ["2: ctx.results['ablation']", "3: ctx.results.get(n)"]
 
 
 def _classes(path: Path) -> list:

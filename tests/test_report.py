@@ -330,3 +330,18 @@ def test_cli_report_text_input_and_force(minilm, tmp_path, monkeypatch):
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &quot;quotes&quot;" in page
     r4 = CliRunner().invoke(report_cmd, ["--out", str(tmp_path / "x"), "--sections", "nope"])
     assert r4.exit_code == 1 and "unknown report section" in r4.output
+
+
+def test_a_table_caption_says_strongest_first_only_when_it_is_sorted_so():
+    """The index captions each table by how :func:`ranked` orders it: a declared view whose
+    sort column is there ("strongest first"), else the analysis' own order (the captions
+    said "strongest first" over tables left in layer and head order)."""
+    import pandas as pd
+
+    from probe.app.report.tables import order_said, ranked
+
+    df = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "delta": [0.1, -0.9, 0.5], "metric": ["m"] * 3})
+    assert order_said("ablation", "ablation", df) == "strongest first"
+    assert ranked("ablation", "ablation", df)["delta"].tolist() == [-0.9, 0.5, 0.1]
+    assert order_said("ablation", "no-such-table", df) == "in the analysis' order"
+    assert order_said("ablation", "ablation", df.drop(columns="delta")) == "in the analysis' order"

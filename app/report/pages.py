@@ -19,7 +19,7 @@ from .evidence import evidence_html
 from .head_view import HeadView, head_view_js
 from .html import esc, kv_table, link, page
 from .style import ROLE_ABBREV, ROLE_COLOURS
-from .tables import ranked_table
+from .tables import order_said, ranked_table
 from .views_pages import COMPARE_FILE, MODEL_FILE, view_examples
 
 
@@ -171,8 +171,9 @@ def _section_blocks(data) -> str:
         parts = [f"<h3>{esc(o.title)}</h3>"]
         parts += [f"<p>{esc(n)}</p>" for n in o.result.notes]
         for name, table in o.result.tables.items():
+            order = order_said(o.name, name, table)
             parts.append(
-                f'<p class="muted">{esc(name)}: {len(table)} rows, strongest first — '
+                f'<p class="muted">{esc(name)}: {len(table)} rows, {order} — '
                 f"{link(f'tables/{o.name}_{name}.csv', 'CSV')}</p>"
             )
             parts.append(ranked_table(o.name, name, table, min_count=_min_count(o)))

@@ -25,6 +25,17 @@ def view_of(section: str, name: str) -> Any:
     return shows.tables.get(name) if shows is not None else None
 
 
+def order_said(section: str, name: str, df: Any) -> str:
+    """How :func:`ranked` orders this table, as its caption says it: "strongest first" only
+    where the analysis declares a view whose sort column the table has; otherwise the rows
+    stay in the analysis' own order and the caption says so."""
+    view = view_of(section, name)
+    key = view.sort.strip("|") if view is not None else None
+    if key is not None and (key in df.columns or (key == "margin" and "baseline_accuracy" in df.columns)):
+        return "strongest first"
+    return "in the analysis' order"
+
+
 def min_count_of(section: str, name: str, section_min: Optional[int] = None) -> Optional[int]:
     """The count under which a row of this table is greyed: the table's declared minimum
     (the structure tables: the claim's), else the section's ``section_min``."""
