@@ -408,6 +408,7 @@ BROAD = {"Exception", "BaseException", "ValueError"}
 #: on is "ValueError as control flow" (tests/test_errors.py, probe.errors).
 ALLOWED_BROAD_HANDLERS = {
     "app/report/sections.py": 1,  # failed: <type>: <message>
+    "app/registry/__init__.py": 1,  # an installed analysis plugin that fails to import: left out, said in one line
     "probe/store/repair.py": 1,  # a store's bad records listed as problems
     "probe/store/schema.py": 1,
     "probe/inputs/readers.py": 1,  # a malformed CoNLL-U sentence, reported with --skip-invalid

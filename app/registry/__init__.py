@@ -10,8 +10,10 @@ options (``--model``, ``--text/--file/--conllu``, ``--limit``, ``--device``), pl
 tidy tables, per-head facts (``layer``, ``head`` columns), notes, a summary, and
 writes itself into a directory.
 
-Adding an analysis is one new module, in ``app/registry/analyses/`` (found by name) or
-anywhere that calls :func:`register` before the CLI or the report starts::
+Adding an analysis is one new module, in ``app/registry/analyses/`` (found by name), in an
+installed package that names it under the entry-point group ``attention_probe.analyses``
+(:data:`PLUGIN_GROUP`: it then appears in ``probe --help``, ``probe.run`` and the report),
+or anywhere that calls :func:`register` before the CLI or the report starts::
 
     from probe.app.registry import Analysis, Param, Result
     from probe.app.registry.presentation import Presentation, TableView
@@ -66,6 +68,7 @@ __all__ = [
     "NEEDS",
     "ENGINES",
     "STREAMING",
+    "PLUGIN_GROUP",
 ]
 
 #: what an analysis may need, with the common CLI options each one brings
@@ -309,10 +312,48 @@ def _load_builtin() -> None:
         for a in getattr(mod, "ANALYSES", ()) or ((mod.ANALYSIS,) if hasattr(mod, "ANALYSIS") else ()):
             if a.name not in _REGISTRY:
                 register(a)
+    _load_plugins()
+
+
+#: the entry-point group an installed package declares its analyses in (pyproject:
+#: ``[project.entry-points."attention_probe.analyses"] name = "pkg.module"``)
+PLUGIN_GROUP = "attention_probe.analyses"
+
+
+def _load_plugins() -> None:
+    """Register the analyses installed packages declare under :data:`PLUGIN_GROUP`: each
+    entry point names a module with ``ANALYSIS``/``ANALYSES`` (as a built-in one) or an
+    :class:`Analysis` itself. A plugin that fails to import, or whose name a built-in
+    analysis already has, is left out with one logged line naming it and why; it never
+    stops the command line."""
+    import logging
+    from importlib.metadata import entry_points
+
+    log = logging.getLogger(__name__)
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            obj = ep.load()
+        except Exception as exc:  # a third party's import error: the plugin is left out, said once
+            log.warning("analysis plugin %r (%s) left out: %s: %s", ep.name, ep.value, type(exc).__name__, exc)
+            continue
+        found = obj if isinstance(obj, Analysis) else None
+        analyses = (found,) if found else tuple(getattr(obj, "ANALYSES", ()) or ())
+        if not analyses and hasattr(obj, "ANALYSIS"):
+            analyses = (obj.ANALYSIS,)
+        if not analyses:
+            log.warning(
+                "analysis plugin %r (%s) left out: it names no Analysis, ANALYSIS or ANALYSES", ep.name, ep.value
+            )
+        for a in analyses:
+            if a.name in _REGISTRY:
+                log.warning("analysis plugin %r left out: the name %r is taken", ep.name, a.name)
+                continue
+            register(a)
 
 
 def registered() -> list:
-    """Every registered analysis, by ``order`` then name."""
+    """Every registered analysis, by ``order`` then name: the built-in ones, those
+    registered by :func:`register`, and installed plugins (:data:`PLUGIN_GROUP`)."""
     _load_builtin()
     return sorted(_REGISTRY.values(), key=lambda a: (a.order, a.name))
 
