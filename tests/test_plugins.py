@@ -44,7 +44,27 @@ ANALYSIS = Analysis("first-token", "Attention to the first token (a plugin)", ru
 '''
 
 
-def _install(site: Path, name: str, module: str, source: str | None, entry: str) -> None:
+CLAIM_PLUGIN = '''
+"""A third party's claim kind: a head's attention on the first token, as a claim."""
+from probe.analyses.claims.claim import Claim
+from probe.analyses.claims.protocol import ClaimTest, register_claim
+
+
+def compute(inputs):
+    out = {}
+    for layer, head in inputs.heads:
+        share = sum(float(m.attentions[layer, head, :, 0].mean()) for m in inputs.maps) / max(len(inputs.maps), 1)
+        status = "holds" if share > 0.5 else "does not hold"
+        out[(layer, head)] = Claim("first-heavy", status, "attends to the first token", effect=share,
+                                   count=len(inputs.maps), reason=f"share {share:.2f}")
+    return out
+
+
+register_claim(ClaimTest("first-heavy", "First-token heavy", "most of its attention is on the first token", compute))
+'''
+
+
+def _install(site: Path, name: str, module: str, source: str | None, entry: str, group: str = "analyses") -> None:
     """A distribution ``name`` in ``site``: module ``module`` (when ``source``) and the entry point."""
     if source is not None:
         (site / module).mkdir(parents=True)
@@ -52,7 +72,7 @@ def _install(site: Path, name: str, module: str, source: str | None, entry: str)
     info = site / f"{name.replace('-', '_')}-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[attention_probe.analyses]\n{entry}\n")
+    (info / "entry_points.txt").write_text(f"[attention_probe.{group}]\n{entry}\n")
 
 
 def _python(site: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -64,6 +84,7 @@ def _python(site: Path, code: str, cwd: Path) -> subprocess.CompletedProcess:
 def site(tmp_path_factory) -> Path:
     site = tmp_path_factory.mktemp("site-packages")
     _install(site, "probe-first-token", "probe_first_token", PLUGIN, "first = probe_first_token")
+    _install(site, "probe-first-heavy", "probe_first_heavy", CLAIM_PLUGIN, "first-heavy = probe_first_heavy", "claims")
     _install(
         site,
         "probe-broken",
@@ -85,7 +106,7 @@ def test_an_installed_plugin_is_a_command_a_run_and_a_report_section(site, tmp_p
         help_text = CliRunner().invoke(main, ["--help"]).output
         res = probe.run("first-token", model="zoo:constructed", limit=4)
         report = CliRunner().invoke(main, ["report", "--model", "zoo:constructed", "--limit", "4",
-                                           "--sections", "first-token,roles", "--out", "rep", "--quiet"])
+                                           "--sections", "first-token,roles,claims", "--out", "rep", "--quiet"])
         print(json.dumps({"help": help_text, "rows": len(res.tables["first"]),
                           "cols": list(res.tables["first"].columns), "report_exit": report.exit_code,
                           "report_output": report.output}))
@@ -99,6 +120,8 @@ def test_an_installed_plugin_is_a_command_a_run_and_a_report_section(site, tmp_p
     assert out["report_exit"] == 0, out["report_output"]
     summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
     assert "first-token" in json.dumps(summary)
+    claims = [h["claims"]["first-heavy"] for h in summary["heads"] if "first-heavy" in h["claims"]]
+    assert len(claims) == 2 and {c["status"] for c in claims} <= {"holds", "does not hold"}
     index = (tmp_path / "rep" / "index.html").read_text()
     assert "Attention to the first token (a plugin)" in index
     # the broken plugin is left out in one line naming it, and nothing else changed

@@ -16,6 +16,11 @@ tables list them all. A new kind is one module that calls :func:`register_claim`
 
     register_claim(ClaimTest("sharp", "Sharpness", "its rows peak on one token", compute))
 
+An installed package adds a kind by naming that module under the entry-point group
+``attention_probe.claims`` (:data:`PLUGIN_GROUP`): it is imported (and so registers its
+kinds) the first time the kinds are listed; one that fails to import is left out with one
+logged line.
+
 The six built-in kinds (pattern, structure, necessity, redundancy, weights, attribution)
 are registered here. Their computations share one pipeline (weights and redundancy read the
 necessity sweep, redundancy the pattern claims), so :func:`head_claims` runs it once and
@@ -27,7 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-__all__ = ["ClaimInputs", "ClaimTest", "claim_kinds", "claim_test", "claim_tests", "register_claim"]
+__all__ = ["PLUGIN_GROUP", "ClaimInputs", "ClaimTest", "claim_kinds", "claim_test", "claim_tests", "register_claim"]
+
+#: the entry-point group an installed package names its claim-kind modules in
+PLUGIN_GROUP = "attention_probe.claims"
 
 
 @dataclass
@@ -96,13 +104,37 @@ def register_claim(test: ClaimTest, replace: bool = False) -> ClaimTest:
     return test
 
 
+_PLUGINS_LOADED = False
+
+
+def _load_plugins() -> None:
+    """Import, once, the modules installed packages name under :data:`PLUGIN_GROUP` (each
+    calls :func:`register_claim`); one that fails to import is left out, said in one line."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    import logging
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            ep.load()
+        except Exception as exc:  # a third party's import error: the kind is left out, said once
+            logging.getLogger(__name__).warning(
+                "claim plugin %r (%s) left out: %s: %s", ep.name, ep.value, type(exc).__name__, exc
+            )
+
+
 def claim_tests() -> list:
-    """Every registered :class:`ClaimTest`, in the order they are shown."""
+    """Every registered :class:`ClaimTest` (installed plugins included), in the order they are shown."""
+    _load_plugins()
     return list(_TESTS.values())
 
 
 def claim_kinds() -> tuple:
-    """The registered claim kinds, in the order they are shown."""
+    """The registered claim kinds (installed plugins included), in the order they are shown."""
+    _load_plugins()
     return tuple(_TESTS)
 
 
@@ -112,6 +144,7 @@ def claim_test(kind: str) -> ClaimTest:
     Raises:
         KeyError: no such kind is registered.
     """
+    _load_plugins()
     return _TESTS[kind]
 
 
