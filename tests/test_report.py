@@ -328,6 +328,11 @@ def test_cli_report_text_input_and_force(minilm, tmp_path, monkeypatch):
     assert r3.exit_code == 0, r3.output
     page = (out / "heads" / "L0H0.html").read_text()
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &quot;quotes&quot;" in page
+    # one run time: the command's last line states the time the index states (they said 387 s and 455 s)
+    import re
+
+    said = re.search(r"built in (\d+ s), as the index says", r3.output).group(1)
+    assert f"built in {said}" in (out / "index.html").read_text()
     r4 = CliRunner().invoke(report_cmd, ["--out", str(tmp_path / "x"), "--sections", "nope"])
     assert r4.exit_code == 1 and "unknown report section" in r4.output
 

@@ -167,7 +167,10 @@ def _say_done(data: Any, quiet: bool) -> None:
         for o in data.outcomes:
             click.echo(f"  {o.name:<12} {o.status}" + (f": {o.reason}" if o.reason else ""))
     kept = "" if data.ctx.report.on_engine is None else f", {len(data.ctx.report.on_engine.corpus)} in the statistics"
-    click.echo(f"wrote {data.path}/index.html ({len(data.ctx.maps)} examples{kept}, {data.seconds:.0f}s)")
+    took = data.built_in.split(" (")[0] if data.built_in else f"{data.seconds:.0f} s"
+    click.echo(
+        f"wrote {data.path}/index.html ({len(data.ctx.maps)} examples{kept}; built in {took}, as the index says)"
+    )
 
 
 COMMANDS = [report_cmd]

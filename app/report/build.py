@@ -51,6 +51,8 @@ class ReportData:
     seconds: float = 0.0
     claims: Optional[object] = None  # probe.analyses.claims.heads.HeadClaims when that section ran
     path: Optional[Path] = None
+    #: the run time the index states ("455 s (from the start of the process …)"), set as it is written
+    built_in: str = ""
 
     @property
     def layers(self) -> tuple:

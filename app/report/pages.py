@@ -205,7 +205,7 @@ def index_html(data: Any) -> str:
     for k, v in ctx.report.settings.items():
         if k not in ("model_info", "model"):
             summary[f"setting: {k}"] = v
-    summary["built in"] = _built_in(data)
+    summary["built in"] = data.built_in = _built_in(data)  # the one run time: the CLI says the same
     examples, titles = view_examples(ctx)  # every head, so as many sentences as the budget allows
     k = _within_budget([ctx.maps[i] for i in examples[:2]])
     view = HeadView([ctx.maps[i] for i in examples[:k]], titles=titles[:k], initial=_showcase(data)).fragment(
