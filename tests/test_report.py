@@ -350,3 +350,24 @@ def test_a_table_caption_says_strongest_first_only_when_it_is_sorted_so():
     assert ranked("ablation", "ablation", df)["delta"].tolist() == [-0.9, 0.5, 0.1]
     assert order_said("ablation", "no-such-table", df) == "in the analysis' order"
     assert order_said("ablation", "ablation", df.drop(columns="delta")) == "in the analysis' order"
+
+
+def test_the_grid_paints_a_role_only_where_its_pattern_claim_holds(evil_report):
+    """With the claims run, a role the roles' rule names but whose pattern claim does not hold
+    is not painted as one (a random model's grid was all "broad", confidence 1.0, while no
+    pattern claim held): its cell is white, its role in parentheses, and the legend says why."""
+    from probe.analyses.claims.claim import Claim
+    from probe.analyses.claims.heads import HeadClaims
+    from probe.app.report.html import esc
+    from probe.app.report.pages import UNHELD, _grid
+    from probe.app.report.style import ROLE_COLOURS
+
+    data, _ = evil_report
+    before = _grid(data)
+    assert ROLE_COLOURS["broad"] in before and esc(UNHELD) not in before
+    status = {(0, 0): "holds", (0, 1): "does not hold", (1, 0): "not enough evidence", (1, 1): "does not hold"}
+    data.claims = HeadClaims({k: {"pattern": Claim("pattern", s)} for k, s in status.items()})
+    after = _grid(data)
+    assert ROLE_COLOURS["previous-token"] in after  # L0H0's claim holds: painted
+    assert ROLE_COLOURS["broad"] not in after and esc(UNHELD) in after
+    assert after.count('<span class="muted">(broad)</span>') == 3

@@ -120,6 +120,22 @@ def _legend_name(role: str) -> str:
     return "attends … (no rule cleared: its largest shares)" if role == PROFILE else role
 
 
+#: the legend line for a role the roles section names but its pattern claim does not hold
+UNHELD = (
+    "(role in parentheses, cell left white): the roles section's rule names it, but the head's pattern "
+    "claim does not hold against the null model, so it is not painted as one"
+)
+
+
+def _role_held(data: Any, layer: int, head: int) -> bool:
+    """Whether the grid may paint the head's role: always when the claims did not run; when
+    they did, only if its pattern claim holds (a random model's heads all look "broad" to
+    the roles' rule, and none holds the claim)."""
+    claims = getattr(getattr(data, "claims", None), "claims", None) or {}
+    pattern = claims.get((layer, head), {}).get("pattern")
+    return pattern is None or pattern.status == "holds"
+
+
 def _grid(data) -> str:
     n_total = len(data.layers) * data.n_heads
     head_row = "".join(f"<th>H{h}</th>" for h in range(data.n_heads))
@@ -133,17 +149,32 @@ def _grid(data) -> str:
             tagged = f'<br><span class="tag">{esc(" ".join(tags))}</span>' if tags else ""
             full = _role_label(data, layer, h)
             role = base_role(full)
-            colour = ROLE_COLOURS.get(role, "#eeeeee") if role else "#ffffff"
+            held = _role_held(data, layer, h)
+            colour = ROLE_COLOURS.get(role, "#eeeeee") if role and held else "#ffffff"
             sym, why = importance_mark(data.evidence.get((layer, h), []), n_total)
             tip = f"L{layer}H{h}: {claim_line(data, layer, h)}" + (f" ({why})" if why else "")
-            label = esc(role_label(full)) if role else "&nbsp;"
+            label = (
+                (esc(role_label(full)) if held else f'<span class="muted">({esc(role_label(full))})</span>')
+                if role
+                else "&nbsp;"
+            )
+            if role and not held and UNHELD not in legends:
+                legends.append(UNHELD)
             cells.append(
                 f'<td style="background:{colour}"><a href="heads/{head_file(layer, h)}" '
                 f'title="{esc(tip)}">L{layer}H{h}<br>{label} <span class="imp">{esc(sym)}</span>{tagged}'
                 f"</a></td>"
             )
         rows.append(f"<tr><th>L{layer}</th>{''.join(cells)}</tr>")
-    used = sorted({base_role(_role_label(data, layer, h)) for layer in data.layers for h in range(data.n_heads)} - {""})
+    used = sorted(
+        {
+            base_role(_role_label(data, layer, h))
+            for layer in data.layers
+            for h in range(data.n_heads)
+            if _role_held(data, layer, h)
+        }
+        - {""}
+    )
     legend = "".join(
         f'<span style="background:{ROLE_COLOURS.get(r, "#eeeeee")}">{esc(_legend_name(r))}</span>' for r in used
     )
