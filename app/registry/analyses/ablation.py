@@ -210,13 +210,15 @@ def _notes(
         else ""
     )
     notes = [
-        f"{mode}-ablation of each head alone{cut}, metric {name} ({res.path}): {len(t)} heads, "
+        f"{mode}-ablation of each head alone{cut}, objective {name} ({res.path}): {len(t)} heads, "
         f"{len(corpus)} examples{per_head}; {sig} "
         + (
             "change it with a 95% CI excluding 0"
             if bool((t["ci_low"] < 0).any())
             else "have a 95% CI above 0 (no interval reaches below 0)"
         )
+        + " (any change at all, however small: whether the model needs a head is the necessity claim, "
+        "judged against the objective's practical floor)"
         + "; largest: "
         + ", ".join(f"{head_name(r.layer, r.head)} Δ={r.delta:+.4g}" for r in top.itertuples())
     ]
