@@ -53,7 +53,9 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
     """Load a model and return its :class:`ModelAdapter`, in eval mode.
 
     Args:
-        spec: ``minilm``, ``hf:<id or path>`` or ``zoo:<task>``.
+        spec: ``minilm``, ``smollm2``, ``hf:<id or path>``, ``gguf:<path>``, ``zoo:<task>``, or
+            as a user names a model: a directory, a ``.gguf`` file or a hub id in the local
+            Hugging Face cache (:mod:`models.model_names`).
         device: ``cpu`` (default) or ``cuda``/``cuda:N``.
         dtype: optional forward dtype (``float32``, ``float16``, ``bfloat16``);
             captured maps are stored as float32 regardless. ``hf:`` models on CUDA
@@ -83,9 +85,14 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
         if not rest:
             raise InputError(f"model spec {spec!r} names no model after '{prefix}:'")
         adapter = _LOADERS[prefix](rest)
-    else:
-        known = sorted(_NAMED) + [f"{p}:<…>" for p in sorted(_LOADERS)]
-        raise InputError(f"unknown model {spec!r}; known: {', '.join(known)}")
+    else:  # a directory, a .gguf file or a cached hub id, as the user names it (models/model_names.py)
+        from .model_names import bare_spec, unknown_model
+
+        prefixed = bare_spec(spec)
+        if prefixed is None:
+            raise unknown_model(spec, _NAMED, _LOADERS)
+        prefix, rest = prefixed.split(":", 1)
+        adapter = _LOADERS[prefix](rest)
     return _place(adapter, device, dtype)
 
 
