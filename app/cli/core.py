@@ -127,11 +127,14 @@ def capture_cmd(
     input order)."""
     setup_logging(verbose)
     configure_progress()
+    from .preflight import preflight
+
+    preflight(model, (file_, conllu))  # before the imports below
+    store_dir = _store_dir(out, force)
     from probe.app.engine.kind import Engine
     from probe.inputs.corpus import load_corpus
     from probe.models import load_model
 
-    store_dir = _store_dir(out, force)
     corpus = load_corpus(text=text, file=file_, conllu=conllu, limit=limit, model=model)
     run = Engine(engine, address=address, workers=workers, device=device)
     if not run.holds_every_map and (stack or truncate):

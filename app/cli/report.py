@@ -8,6 +8,7 @@ from typing import Any, Optional
 import click
 
 from .numbers import integer
+from .preflight import preflight
 
 from .common import (
     configure_progress,
@@ -139,6 +140,10 @@ def report_cmd(
     Prints one line per section as it starts."""
     setup_logging(verbose)
     configure_progress()
+    from probe.app.registry.outdir import check_out
+
+    check_out(options["out"], options.get("force", False))  # a non-empty --out: refused before any import
+    preflight(options.get("model"), (file_, options.get("conllu")))
     from probe.app.report.build import build_report
     from probe.inputs.budget import parse_size
     from probe.inputs.long_inputs import check_window

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from probe.app.registry import Analysis, Result
 
 from .numbers import Number
+from .preflight import preflight
 from .common import (
     configure_progress,
     device_option,
@@ -232,6 +233,7 @@ def run_analysis(
     from probe.app.registry.runs import engine_of
 
     target = OutDir(out, force)  # refuses a bad --out before anything is computed
+    preflight(model, (file_, conllu))  # a bad model name or input file: refused before torch is imported
     run_engine = engine_of(engine, analysis.engines, analysis.name, address=address, workers=workers, device=device)
     t0 = time.perf_counter()
     with target as tmp:
