@@ -99,7 +99,11 @@ PROBE_EXAMPLES = 16
 #: Gu et al. (2024)'s sequence length T for Sink₁^ε
 SINK_LENGTH = 64
 #: role -> the TransformerLens ``detect_head`` name its ``*_tl`` column equals
-TL_COLUMNS = {"previous_token": "previous_token_head", "duplicate_token": "duplicate_token_head", "induction": "induction_head"}
+TL_COLUMNS = {
+    "previous_token": "previous_token_head",
+    "duplicate_token": "duplicate_token_head",
+    "induction": "induction_head",
+}
 #: content score at or under which a head is positional, over which it is a content head (ours)
 POSITIONAL_MAX, CONTENT_MIN = 0.1, 0.5
 
@@ -251,8 +255,15 @@ def sink_probe_tokens(
         raise InputError(f"a sink probe of {length} tokens does not fit {adapter.name} ({len(vocab)} tokens)")
     g = torch.Generator().manual_seed(seed + 2)
     pool = torch.as_tensor(vocab, dtype=torch.long)
-    rows = [torch.cat([torch.tensor(prefix, dtype=torch.long), pool[torch.randperm(len(pool), generator=g)[:n]]]) for _ in range(n_examples)]
-    first = f"the tokenizer's {adapter.tokenizer.convert_ids_to_tokens(prefix[0])}" if prefix else "a random token (the tokenizer prepends nothing)"
+    rows = [
+        torch.cat([torch.tensor(prefix, dtype=torch.long), pool[torch.randperm(len(pool), generator=g)[:n]]])
+        for _ in range(n_examples)
+    ]
+    first = (
+        f"the tokenizer's {adapter.tokenizer.convert_ids_to_tokens(prefix[0])}"
+        if prefix
+        else "a random token (the tokenizer prepends nothing)"
+    )
     return torch.stack(rows).to(adapter.device), first
 
 

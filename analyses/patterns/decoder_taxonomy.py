@@ -79,9 +79,7 @@ def _roles() -> tuple:
         TaxonomyRole(
             "retrieval", "retrieval", "retrieval_head", RETRIEVAL_THRESHOLD, "needle in a haystack", "Wu et al. 2024"
         ),
-        TaxonomyRole(
-            "sink", "sink", "sink_head", THRESHOLDS["sink"], "random tokens, length 64", "Gu et al. 2024"
-        ),
+        TaxonomyRole("sink", "sink", "sink_head", THRESHOLDS["sink"], "random tokens, length 64", "Gu et al. 2024"),
         TaxonomyRole(
             "positional", "content", "positional_head", POSITIONAL_MAX, "two token draws", "ours", above=False
         ),
@@ -242,8 +240,10 @@ def decoder_taxonomy(
     if n_tokens is None:  # the default, cut to the model's positions (said)
         n_tokens = min(REPEAT_TOKENS, max(2, (adapter.max_length - 1) // 2))
         if n_tokens < REPEAT_TOKENS:
-            notes.append(f"settings: {n_tokens} random tokens per copy, not {REPEAT_TOKENS}: "
-                         f"{adapter.name} has {adapter.max_length} positions")
+            notes.append(
+                f"settings: {n_tokens} random tokens per copy, not {REPEAT_TOKENS}: "
+                f"{adapter.name} has {adapter.max_length} positions"
+            )
     n_examples = PROBE_EXAMPLES if n_examples is None else n_examples
     sink_length = SINK_LENGTH if sink_length is None else sink_length
     base = decoder_head_scores(adapter, n_tokens, n_examples, seed, sink_length)

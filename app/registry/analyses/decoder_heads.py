@@ -55,7 +55,9 @@ def taxonomy_result(
             "sink_ratio": tax.sink_ratio,
             "n_examples": n_examples,
             "n_tokens": n_tokens,
-            "settings": [n.removeprefix("settings: ") for n in tax.notes if n.startswith(("settings:", "calibration:"))],
+            "settings": [
+                n.removeprefix("settings: ") for n in tax.notes if n.startswith(("settings:", "calibration:"))
+            ],
         },
     )
 
@@ -177,7 +179,9 @@ ANALYSIS = Analysis(
     "induction and copying, previous/duplicate-token, Gould et al. 2023 successor heads, Wu et al. 2024 retrieval "
     "heads, Gu et al. 2024 sinks, positional vs content); writes taxonomy.csv. Refused for non-causal models.",
     params=(
-        Param("n_tokens", int, 50, "random tokens per copy of the repeated sequence (TransformerLens's demos: 50)", min=2),
+        Param(
+            "n_tokens", int, 50, "random tokens per copy of the repeated sequence (TransformerLens's demos: 50)", min=2
+        ),
         Param("sink_length", int, 64, "tokens per sequence of the sink probe (Gu et al. 2024: 64)", min=2),
         Param("probe_inputs", int, 16, "probe inputs per detector (repeated sequences, needles)", min=1),
         Param(
