@@ -103,3 +103,17 @@ def test_the_named_induction_heads_carry_the_induction(smollm2, smol_scores):
     )
     assert without_induction - base > 1.0
     assert without_induction - base > 4 * max(without_others - base, 0.05)
+
+
+def test_successor_says_the_model_cannot_do_its_task(smollm2):
+    """SmolLM2 (quantised) continues 3-token ordinal prompts (' Monday Tuesday Wednesday' →
+    ' Thursday') in 1 of 42: the successor detector names no head and says so with that
+    accuracy, not silently (its best OV succession score is 0.10)."""
+    from probe.analyses.patterns.decoder_circuits import successor_scores, successor_task_accuracy
+    from probe.analyses.patterns.decoder_taxonomy import _task_gate
+
+    accuracy, n_prompts = successor_task_accuracy(smollm2)
+    assert n_prompts == 42 and accuracy < 0.1
+    table, note = _task_gate(successor_scores(smollm2), "successor", accuracy, "continues an ordinal sequence")
+    assert note.startswith("successor: not applicable") and f"{accuracy:.0%}" in note
+    assert not table["successor_head"].any() and table["successor"].max() > 0
