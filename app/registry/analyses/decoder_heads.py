@@ -40,9 +40,10 @@ def taxonomy_result(
     from probe.analyses.patterns.decoder_heads import PROBE_EXAMPLES, REPEAT_TOKENS
     from probe.analyses.patterns.decoder_taxonomy import TAXONOMY, decoder_taxonomy
 
-    n_tokens = REPEAT_TOKENS if n_tokens is None else n_tokens
     n_examples = PROBE_EXAMPLES if n_examples is None else n_examples
     tax = decoder_taxonomy(adapter, n_tokens=n_tokens, n_examples=n_examples, seed=seed, **settings)
+    if n_tokens is None:  # the default, cut to the model's positions as decoder_taxonomy does
+        n_tokens = min(REPEAT_TOKENS, max(2, (adapter.max_length - 1) // 2))
     named = {r.role: [f"L{a}H{b}" for a, b in tax.heads(r.role)] for r in TAXONOMY}
     notes = list(tax.notes) + [f"{role}: {', '.join(h) if h else 'none'}" for role, h in named.items()]
     scores = ["layer", "head"] + list(dict.fromkeys(r.column for r in TAXONOMY))
