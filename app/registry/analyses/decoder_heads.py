@@ -1,7 +1,8 @@
 """``probe decoder-heads`` and the report's decoder section: the decoder head taxonomy
 (induction and copying, previous- and duplicate-token, successor, retrieval, sink,
 positional versus content), each score on its own probe input as its paper defines it
-(:mod:`probe.analyses.patterns.decoder_taxonomy`). Skipped, with the reason, on a model
+(:mod:`probe.analyses.patterns.decoder_taxonomy`), the settings written in the notes and in
+``summary.json``'s ``settings``. Skipped, with the reason, on a model
 that is not a causal language model."""
 
 from __future__ import annotations
@@ -178,7 +179,10 @@ ANALYSIS = Analysis(
     needs=("model",),
     help="Score every head of a causal LM on the decoder probes as their papers define them (Olsson et al. 2022 "
     "induction and copying, previous/duplicate-token, Gould et al. 2023 successor heads, Wu et al. 2024 retrieval "
-    "heads, Gu et al. 2024 sinks, positional vs content); writes taxonomy.csv. Refused for non-causal models.",
+    "heads, Gu et al. 2024 sinks, positional vs content) at the papers' settings, written beside the scores with "
+    "TransformerLens's detect_head scores (*_tl) and the share of a re-initialised model's heads that pass; a "
+    "detector whose task the model cannot do says so with its accuracy; writes taxonomy.csv. Refused for non-causal "
+    "models.",
     params=(
         Param(
             "n_tokens", int, 50, "random tokens per copy of the repeated sequence (TransformerLens's demos: 50)", min=2
