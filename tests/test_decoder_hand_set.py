@@ -130,7 +130,7 @@ def test_hand_set_retrieval_head_copies_every_needle_token(taxonomy):
     position holding the token emitted: score 1. L0H1 attends inside the needle too, to the
     earlier copy of the current token, which is not the one emitted: score 0."""
     t = taxonomy.table.set_index(["layer", "head"])
-    assert any("the model emitted 100% of the needles' answer tokens" in n for n in taxonomy.notes)
+    assert any("the model emits the needle's answer tokens in 100% of the prompts" in n for n in taxonomy.notes)
     assert taxonomy.heads("retrieval") == [(1, 0)]
     assert t.loc[(1, 0), "retrieval"] == 1.0 > RETRIEVAL_THRESHOLD
     assert (t.loc[[(0, 0), (0, 1), (1, 1)], "retrieval"] == 0.0).all()

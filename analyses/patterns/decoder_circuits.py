@@ -48,12 +48,17 @@ __all__ = [
     "copying_scores",
     "ordinal_tokens",
     "successor_scores",
+    "TASK_MIN_ACCURACY",
+    "successor_task_accuracy",
 ]
 
 #: a head copies when Σλ/Σ|λ| of its full OV circuit exceeds this (ours)
 COPYING_THRESHOLD = 0.5
 #: a head is a successor head when its succession score exceeds this (ours; chance is 1/#tokens)
 SUCCESSOR_THRESHOLD = 0.5
+#: the share of its task a model must do for a task-bound detector (successor, retrieval) to
+#: name heads (ours): below it the scores are kept but read as "the model cannot do the task"
+TASK_MIN_ACCURACY = 0.5
 #: Gould et al. (2023)'s ordinal sequences, as words (each tried with and without a leading
 #: space and in lower case; elements that are not one token are left out)
 ORDINAL_SEQUENCES = {
@@ -205,3 +210,30 @@ def successor_scores(adapter: ModelAdapter) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     table.attrs.update(n_pairs=len(src), n_tokens=len(ids), sequences={k: len(v) for k, v in seqs.items()})
     return table
+
+
+def successor_task_accuracy(adapter: ModelAdapter, context: int = 3) -> tuple:
+    """``(accuracy, n_prompts)``: the share of prompts ``t_{i-context+1} … t_i`` (consecutive
+    elements of one :func:`ordinal_tokens` sequence, after what the tokenizer puts first)
+    whose greedy next token is ``t_{i+1}`` — Gould et al. (2023)'s incrementation task, the
+    behaviour a successor head serves. One forward over all prompts.
+
+    Raises:
+        NotApplicable: no ordinal sequence in the tokenizer, or none longer than ``context``.
+    """
+    from .decoder_heads import text_prefix
+
+    seqs = ordinal_tokens(adapter)
+    prefix = text_prefix(adapter)
+    prompts, answers = [], []
+    for s in seqs.values():
+        for i in range(context - 1, len(s) - 1):
+            prompts.append(prefix + s[i - context + 1 : i + 1])
+            answers.append(s[i + 1])
+    if not prompts:
+        raise NotApplicable(f"no ordinal sequence of {adapter.name}'s tokenizer is longer than {context} tokens")
+    ids = torch.tensor(prompts, device=adapter.device)
+    with torch.no_grad():
+        logits = adapter.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, -1]
+    hit = logits.argmax(-1).cpu() == torch.tensor(answers)
+    return float(hit.float().mean()), len(prompts)

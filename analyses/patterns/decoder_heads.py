@@ -1,9 +1,16 @@
 """The decoder head taxonomy, scored as its papers define it, on their own probe inputs.
 
-Each score is a pure function of attention patterns ``[example, layer, head, query, key]``
-on **repeated random tokens**: ``<bos>`` then ``T`` random tokens then the same ``T``
-again (Olsson et al. 2022's probe; TransformerLens's head detector uses the same
-sequences). Positions: ``0`` is ``<bos>``, the first copy ``1..T``, the second ``T+1..2T``.
+Each score is a pure function of attention patterns ``[example, layer, head, query, key]``.
+
+**The repeated-token probe** (Olsson et al. 2022, "In-context Learning and Induction Heads":
+prefix matching averaged over the second copy of a repeated random sequence; TransformerLens's
+``detect_head`` scores the same sequences): ``<bos>`` then ``T`` random tokens then the same
+``T`` again, ``T = 50`` and 16 sequences by default (:data:`REPEAT_TOKENS`,
+:data:`PROBE_EXAMPLES`; TransformerLens's demos and ARENA's induction exercises use 50 — a
+score is only comparable at the same ``T``, so the output writes it). The token pool is the
+tokenizer's vocabulary within the embedding, its special tokens left out, drawn uniformly
+without replacement within a copy. Positions: ``0`` is ``<bos>`` (TransformerLens's
+``to_tokens`` prepends it), the first copy ``1..T``, the second ``T+1..2T``.
 
 * previous-token score: mean over queries ``i ≥ 1`` of ``A[i, i-1]``
   (TransformerLens's ``previous_token_head`` detection pattern);
@@ -11,9 +18,6 @@ sequences). Positions: ``0`` is ``<bos>``, the first copy ``1..T``, the second `
   earlier occurrence of the same token);
 * induction (prefix-matching) score, Olsson et al. (2022): mean over the second copy of
   ``A[i, i-T+1]`` (attention to the token *after* the earlier occurrence);
-* sink score α₁, Gu et al. (2024, "When attention sink emerges"): mean over queries of the
-  attention to the first token; a head is a sink head when α₁ > ε, and the model's
-  Sink₁^ε is the fraction of its heads that are, with ε = 0.3 as in the paper;
 * content score (positional versus content heads): the mean over examples and queries
   ``i ≥ 1`` of the total-variation distance ``½ Σ_j |A_X[i, j] − A_Y[i, j]|`` between the
   head's rows on the repeated sequence ``X`` and on ``Y``, distinct random tokens of the
@@ -22,17 +26,29 @@ sequences). Positions: ``0`` is ``<bos>``, the first copy ``1..T``, the second `
   et al. 2019 name positional heads by the argmax's relative position, which
   ``previous_token`` reads here).
 
+**The sink probe** (Gu et al. 2024, "When Attention Sink Emerges in Language Models"): ``L = 64``
+tokens (:data:`SINK_LENGTH`), random tokens of the same pool after what the tokenizer puts
+first when it encodes text (its ``<bos>``/``[CLS]``; nothing for a tokenizer that prepends
+nothing, such as SmolLM2's or GPT-2's: then the first token is the first random token).
+α₁ = the mean over examples and all ``L`` queries of the attention to position 0; a head is a
+sink head when α₁ > ε = 0.3, the paper's ε, and the model's Sink₁^ε is the share of heads
+that are.
+
 TransformerLens's ``detect_head`` (``error_measure="mul"``, its default) scores the first three
 patterns on the same sequences but divides by all ``N = 1 + 2T`` rows, the ones its pattern
 leaves empty included: its previous-token score is ours × (N−1)/N, its duplicate-token and
-induction scores ours × T/N (``tests/test_transformer_lens.py`` checks both to 1e-5).
+induction scores ours × T/N. The table carries those too (``*_tl`` columns), equal to
+``detect_head``'s on the same weights (``tests/test_transformer_lens.py``,
+``tests/test_smollm2.py``).
 
 A head takes a role when its score clears the role's threshold (:data:`THRESHOLDS`; the
 pattern scores are attention mass, so 0.4 means 40% of each query's attention on the
-one position the role names; random tokens make content matches other than the repeat
-improbable). The copying half of Olsson's induction definition and successor heads are
-read from the weights (:mod:`.decoder_circuits`), retrieval heads from needle-in-a-haystack
-decoding (:mod:`.retrieval_heads`); :mod:`.decoder_taxonomy` gathers them all.
+one position the role names). TransformerLens and Olsson et al. give no threshold: 0.4 is
+ours, calibrated on a re-initialised model of the same architecture (null share in the
+output, measured in docs/patterns.md). The copying half of Olsson's induction definition
+and successor heads are read from the weights (:mod:`.decoder_circuits`), retrieval heads
+from needle-in-a-haystack decoding (:mod:`.retrieval_heads`); :mod:`.decoder_taxonomy`
+gathers them all.
 """
 
 from __future__ import annotations
@@ -52,6 +68,11 @@ if TYPE_CHECKING:
 __all__ = [
     "THRESHOLDS",
     "SINK_EPSILON",
+    "REPEAT_TOKENS",
+    "PROBE_EXAMPLES",
+    "SINK_LENGTH",
+    "TL_COLUMNS",
+    "sink_probe_tokens",
     "repeated_random_tokens",
     "probe_tokens",
     "previous_token_scores",
@@ -71,6 +92,18 @@ __all__ = [
 SINK_EPSILON = 0.3
 #: role -> the score a head must exceed (attention mass on the named position)
 THRESHOLDS = {"previous_token": 0.4, "duplicate_token": 0.4, "induction": 0.4, "sink": SINK_EPSILON}
+#: random tokens per copy of the repeated probe (TransformerLens's demos / ARENA use 50)
+REPEAT_TOKENS = 50
+#: sequences per probe (ours: the papers average over their corpus and state no count)
+PROBE_EXAMPLES = 16
+#: Gu et al. (2024)'s sequence length T for Sink₁^ε
+SINK_LENGTH = 64
+#: role -> the TransformerLens ``detect_head`` name its ``*_tl`` column equals
+TL_COLUMNS = {
+    "previous_token": "previous_token_head",
+    "duplicate_token": "duplicate_token_head",
+    "induction": "induction_head",
+}
 #: content score at or under which a head is positional, over which it is a content head (ours)
 POSITIONAL_MAX, CONTENT_MIN = 0.1, 0.5
 
@@ -158,12 +191,15 @@ def content_scores(patterns_x: torch.Tensor, patterns_y: torch.Tensor) -> torch.
 
 @dataclass(frozen=True)
 class DecoderHeadScores:
-    """Per-head scores and roles; ``sink_ratio`` is the model's Sink₁^ε."""
+    """Per-head scores and roles; ``sink_ratio`` is the model's Sink₁^ε; ``sink_length`` the
+    sink probe's length and ``sink_first`` what its first token is (in words)."""
 
     table: pd.DataFrame
     sink_ratio: float
     n_tokens: int
     n_examples: int
+    sink_length: int = SINK_LENGTH
+    sink_first: str = "<bos>"
 
     def heads(self, role: str) -> list:
         """``[(layer, head)]`` that take ``role``."""
@@ -174,7 +210,9 @@ class DecoderHeadScores:
         return self.table
 
 
-def probe_tokens(adapter: ModelAdapter, n_tokens: int = 10, n_examples: int = 16, seed: int = 0) -> torch.Tensor:
+def probe_tokens(
+    adapter: ModelAdapter, n_tokens: int = REPEAT_TOKENS, n_examples: int = PROBE_EXAMPLES, seed: int = 0
+) -> torch.Tensor:
     """The probe input of :func:`decoder_head_scores`: ``[n_examples, 1 + 2·n_tokens]``
     repeated random tokens of ``adapter``'s vocabulary (its special tokens excluded) after its
     ``bos`` (else ``cls``, else 0), on the adapter's device.
@@ -189,40 +227,88 @@ def probe_tokens(adapter: ModelAdapter, n_tokens: int = 10, n_examples: int = 16
     return repeated_random_tokens(vocab, n_tokens, n_examples, bos, seed).to(adapter.device)
 
 
-def decoder_head_scores(
-    adapter: ModelAdapter, n_tokens: int = 10, n_examples: int = 16, seed: int = 0
-) -> DecoderHeadScores:
-    """Every head's previous-token, duplicate-token, induction and sink scores on repeated
-    random tokens of ``adapter``'s vocabulary (its special tokens excluded), one traced
-    forward; a column ``<role>_head`` per role (score > :data:`THRESHOLDS`); its content
-    score against a second forward on distinct random tokens (``content``,
-    ``positional_head``, ``content_head``).
+def text_prefix(adapter: ModelAdapter) -> list:
+    """The token ids the tokenizer puts before a text's own (``[bos]``, ``[cls]`` or ``[]``)."""
+    tok = adapter.tokenizer
+    plain = tok.encode("a", add_special_tokens=False)
+    full = tok.encode("a")
+    k = next((i for i in range(len(full)) if full[i : i + len(plain)] == plain), 0)
+    return [int(t) for t in full[:k]]
+
+
+def sink_probe_tokens(
+    adapter: ModelAdapter, length: int = SINK_LENGTH, n_examples: int = PROBE_EXAMPLES, seed: int = 0
+) -> tuple:
+    """``(ids [n_examples, length], first)``: Gu et al. (2024)'s random-token input — what the
+    tokenizer puts first when it encodes text, then random tokens of the probe pool up to
+    ``length``; ``first`` says what position 0 holds. ``length`` is cut to the model's
+    positions.
 
     Raises:
-        InputError: the sequence does not fit the model's positions, or the vocabulary is
-            too small.
+        InputError: fewer than 2 positions, or a vocabulary too small.
     """
+    length = min(int(length), adapter.max_length)
+    prefix = text_prefix(adapter)
+    vocab, _ = probe_vocabulary(adapter)
+    n = length - len(prefix)
+    if n < 1 or len(vocab) < n:
+        raise InputError(f"a sink probe of {length} tokens does not fit {adapter.name} ({len(vocab)} tokens)")
+    g = torch.Generator().manual_seed(seed + 2)
+    pool = torch.as_tensor(vocab, dtype=torch.long)
+    rows = [
+        torch.cat([torch.tensor(prefix, dtype=torch.long), pool[torch.randperm(len(pool), generator=g)[:n]]])
+        for _ in range(n_examples)
+    ]
+    first = (
+        f"the tokenizer's {adapter.tokenizer.convert_ids_to_tokens(prefix[0])}"
+        if prefix
+        else "a random token (the tokenizer prepends nothing)"
+    )
+    return torch.stack(rows).to(adapter.device), first
+
+
+def _patterns_of(adapter: ModelAdapter, x: torch.Tensor) -> torch.Tensor:
+    """``[example, layer, head, q, k]`` of one traced forward over ``x`` (float32, on the CPU)."""
     from probe.tracing.trace import trace
 
+    cache = trace(adapter, {"input_ids": x, "attention_mask": torch.ones_like(x)}, read="pattern")
+    return cache.stack("pattern").transpose(0, 1).float().cpu()
+
+
+def decoder_head_scores(
+    adapter: ModelAdapter,
+    n_tokens: int = REPEAT_TOKENS,
+    n_examples: int = PROBE_EXAMPLES,
+    seed: int = 0,
+    sink_length: int = SINK_LENGTH,
+) -> DecoderHeadScores:
+    """Every head's previous-token, duplicate-token and induction scores on repeated random
+    tokens and its sink α₁ on Gu et al.'s random-token probe (module docstring), a column
+    ``<role>_head`` per role (score > :data:`THRESHOLDS`), TransformerLens's ``detect_head``
+    scores (``<role>_tl``), and the content score against a forward on distinct random tokens
+    (``content``, ``positional_head``, ``content_head``).
+
+    Raises:
+        InputError: a sequence does not fit the model's positions, or the vocabulary is
+            too small.
+    """
     ids = probe_tokens(adapter, n_tokens, n_examples, seed)
     vocab, bos = probe_vocabulary(adapter)
-
-    def patterns_of(x: torch.Tensor) -> torch.Tensor:  # [example, layer, head, q, k]
-        cache = trace(adapter, {"input_ids": x, "attention_mask": torch.ones_like(x)}, read="pattern")
-        return cache.stack("pattern").transpose(0, 1).float().cpu()
-
-    patterns = patterns_of(ids)
+    patterns = _patterns_of(adapter, ids)
     if len(vocab) >= 2 * n_tokens:  # Y: as many distinct tokens, no repeat
         other = repeated_random_tokens(vocab, 2 * n_tokens, n_examples, bos, seed + 1)[:, : 1 + 2 * n_tokens]
-        content = content_scores(patterns, patterns_of(other.to(adapter.device)))
+        content = content_scores(patterns, _patterns_of(adapter, other.to(adapter.device)))
     else:
         content = torch.full(patterns.shape[1:3], float("nan"))
+    sink_ids, first = sink_probe_tokens(adapter, sink_length, n_examples, seed)
+    n = 1 + 2 * n_tokens
     scores = {
         "previous_token": previous_token_scores(patterns),
         "duplicate_token": duplicate_token_scores(patterns, n_tokens),
         "induction": induction_scores(patterns, n_tokens),
-        "sink": sink_scores(patterns),
+        "sink": sink_scores(_patterns_of(adapter, sink_ids)),
     }
+    tl_factor = {"previous_token": (n - 1) / n, "duplicate_token": n_tokens / n, "induction": n_tokens / n}
     n_layers, n_heads = scores["sink"].shape
     rows = []
     for layer in range(n_layers):
@@ -231,7 +317,10 @@ def decoder_head_scores(
             for role, s in scores.items():
                 row[role] = float(s[layer, head])
                 row[role + "_head"] = row[role] > THRESHOLDS[role]
+            row.update({role + "_tl": row[role] * f for role, f in tl_factor.items()})
             c = float(content[layer, head])
             row.update(content=c, positional_head=c <= POSITIONAL_MAX, content_head=c > CONTENT_MIN)
             rows.append(row)
-    return DecoderHeadScores(pd.DataFrame(rows), sink_ratio(scores["sink"]), n_tokens, n_examples)
+    return DecoderHeadScores(
+        pd.DataFrame(rows), sink_ratio(scores["sink"]), n_tokens, n_examples, int(sink_ids.shape[1]), first
+    )

@@ -4,7 +4,12 @@
 :data:`TAXONOMY` names each role once, with the column that holds its score, the threshold
 a head must pass, the probe it is measured on and its source. A detector the model cannot
 take (no ordinal tokens for successor heads, no unembedding, too few positions for a needle)
-leaves its column NaN and says why in ``notes``.
+leaves its column NaN and says why in ``notes``. A detector bound to a task the model does
+not do — successor heads serve continuing an ordinal sequence, retrieval heads copying a
+needle — names no head when the model does its task in under half of the prompts
+(:data:`.decoder_circuits.TASK_MIN_ACCURACY`) and says so with the measured accuracy
+(a "not applicable" note), instead of silently naming none. ``notes`` write every detector's
+settings (``settings: …`` lines) beside the scores.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ def _roles() -> tuple:
         TaxonomyRole(
             "retrieval", "retrieval", "retrieval_head", RETRIEVAL_THRESHOLD, "needle in a haystack", "Wu et al. 2024"
         ),
-        TaxonomyRole("sink", "sink", "sink_head", THRESHOLDS["sink"], rr, "Gu et al. 2024"),
+        TaxonomyRole("sink", "sink", "sink_head", THRESHOLDS["sink"], "random tokens, length 64", "Gu et al. 2024"),
         TaxonomyRole(
             "positional", "content", "positional_head", POSITIONAL_MAX, "two token draws", "ours", above=False
         ),
@@ -112,25 +117,51 @@ class DecoderTaxonomy:
         return self.table
 
 
-def decoder_taxonomy(adapter: ModelAdapter, n_tokens: int = 10, n_examples: int = 16, seed: int = 0) -> DecoderTaxonomy:
-    """Run every detector on ``adapter`` (a causal LM); see the module docstring.
+def _settings(base, vocab_size: int) -> list:
+    """The pattern detectors' settings, one line each (what the output writes beside the scores)."""
+    from .decoder_heads import CONTENT_MIN, POSITIONAL_MAX, THRESHOLDS
 
-    Raises:
-        NotApplicable: ``adapter`` is not a causal (decoder) model.
-        InputError: the repeated random tokens do not fit its positions.
-    """
-    from .decoder_circuits import copying_scores, successor_scores
-    from .decoder_heads import decoder_head_scores
-    from .retrieval_heads import retrieval_scores
-
-    if not adapter.causal:
-        raise NotApplicable(f"{adapter.name} is not a causal language model: the decoder head taxonomy needs one")
-    base = decoder_head_scores(adapter, n_tokens=n_tokens, n_examples=n_examples, seed=seed)
-    table = base.table
-    notes = [
-        f"induction, previous-token, duplicate-token, sink and content scores on {n_examples} sequences of "
-        f"<bos> + {n_tokens} random tokens repeated; Sink1^0.3 = {base.sink_ratio:.2f}"
+    t, n = base.n_tokens, base.n_examples
+    big_n = 1 + 2 * t
+    return [
+        f"settings: repeated-token probe = {n} sequences of <bos> + {t} random tokens + the same {t} again "
+        f"({big_n} positions; pool: the {vocab_size} non-special tokens, uniform, distinct within a copy)",
+        f"settings: induction = mean over the second copy of A[i, i-{t}+1] (Olsson et al. 2022 prefix matching), "
+        f"head when > {THRESHOLDS['induction']:g} (ours, no published threshold); duplicate-token = A[i, i-{t}], "
+        f"head when > {THRESHOLDS['duplicate_token']:g} (ours); previous-token = A[i, i-1] over i >= 1, head when > "
+        f"{THRESHOLDS['previous_token']:g} (ours)",
+        f"settings: TransformerLens detect_head (error_measure='mul', same tokens) = induction and duplicate-token x "
+        f"{t}/{big_n}, previous-token x {big_n - 1}/{big_n}: the *_tl columns",
+        f"settings: sink probe (Gu et al. 2024) = {n} sequences of {base.sink_length} tokens, the first "
+        f"{base.sink_first}, the rest random; alpha_1 = mean attention to position 0 over all queries; sink head when "
+        f"> {THRESHOLDS['sink']:g} (the paper's epsilon); Sink1^0.3 = {base.sink_ratio:.2f}",
+        f"settings: content = mean total variation between the rows on the repeated probe and on {2 * t} distinct "
+        f"random tokens; positional when <= {POSITIONAL_MAX:g}, content when > {CONTENT_MIN:g} (ours)",
     ]
+
+
+def _task_gate(table: pd.DataFrame, name: str, accuracy: float, task: str) -> tuple:
+    """``(table, note)``: ``name``'s heads unnamed (scores kept) when the model does its task
+    in fewer than :data:`TASK_MIN_ACCURACY` of the prompts, said with the measured accuracy."""
+    from .decoder_circuits import TASK_MIN_ACCURACY
+
+    if accuracy >= TASK_MIN_ACCURACY:
+        return table, f"{name}: the model {task} in {accuracy:.0%} of the prompts"
+    best = float(table[name].max())
+    note = (
+        f"{name}: not applicable: the model {task} in only {accuracy:.0%} of the prompts (< {TASK_MIN_ACCURACY:.0%}), "
+        f"so no head is named {name} (scores kept in the column, max {best:.2f})"
+    )
+    return table.assign(**{name + "_head": False}), note
+
+
+def _detect_circuits(adapter: ModelAdapter, table: pd.DataFrame, n_examples: int, seed: int) -> tuple:
+    """``(table, notes)``: copying, successor and retrieval merged in, each with its settings
+    or the reason it was not scored."""
+    from .decoder_circuits import SUCCESSOR_THRESHOLD, copying_scores, successor_scores, successor_task_accuracy
+    from .retrieval_heads import RETRIEVAL_THRESHOLD, retrieval_scores
+
+    notes = []
     n_context = min(24, adapter.max_length - 6)
     for name, detect in (
         ("copying", lambda: copying_scores(adapter)),
@@ -139,16 +170,89 @@ def decoder_taxonomy(adapter: ModelAdapter, n_tokens: int = 10, n_examples: int 
     ):
         try:
             part = detect()
+            if name == "successor":
+                accuracy, n_prompts = successor_task_accuracy(adapter)
+                part.attrs.update(task_accuracy=accuracy, n_prompts=n_prompts)
         except (NotApplicable, InputError) as exc:
             notes.append(f"{name}: not scored ({exc})")
             table = table.assign(**{name: float("nan"), name + "_head": False})
             continue
         table = table.merge(part, on=["layer", "head"])
         if name == "successor":
-            notes.append(f"successor: {part.attrs['n_pairs']} ordinal pairs among {part.attrs['n_tokens']} tokens")
+            notes.append(
+                f"settings: successor (Gould et al. 2023) = OV circuit on {part.attrs['n_pairs']} ordinal pairs among "
+                f"{part.attrs['n_tokens']} tokens, head when > {SUCCESSOR_THRESHOLD:g} (ours; chance "
+                f"{1 / part.attrs['n_tokens']:.2f}); task: {part.attrs['n_prompts']} prompts of 3 ordinal tokens"
+            )
+            table, note = _task_gate(
+                table, "successor", part.attrs["task_accuracy"], "continues an ordinal sequence (greedy next token)"
+            )
+            notes.append(note)
         if name == "retrieval":
             notes.append(
-                f"retrieval: {n_examples} needle inputs, the model emitted {part.attrs['answer_recall']:.0%} of "
-                "the needles' answer tokens"
+                f"settings: retrieval (Wu et al. 2024) = {n_examples} needle inputs (<bos>, {n_context} random tokens "
+                f"holding a needle of {part.attrs['answer_len'] + 1}, its first token as the cue, "
+                f"{part.attrs['answer_len']} tokens decoded greedily), head when > {RETRIEVAL_THRESHOLD:g} (the paper's)"
             )
-    return DecoderTaxonomy(table, tuple(notes), base.sink_ratio)
+            table, note = _task_gate(
+                table, "retrieval", part.attrs["answer_recall"], "emits the needle's answer tokens"
+            )
+            notes.append(note)
+    return table, notes
+
+
+def null_shares(adapter: ModelAdapter, n_tokens: int, n_examples: int, seed: int = 0) -> dict:
+    """``{role: share}``: the share of the re-initialised model's heads
+    (:func:`probe.analyses.claims.null_model.null_adapter`, seed ``seed``) that pass each
+    pattern role's threshold on the same probes — what a threshold without a published value
+    is calibrated against (the share should be small)."""
+    from probe.analyses.claims.null_model import null_adapter
+
+    from .decoder_heads import THRESHOLDS, decoder_head_scores
+
+    null = null_adapter(adapter, seed=seed)
+    t = decoder_head_scores(null, n_tokens=n_tokens, n_examples=n_examples, seed=seed).table
+    roles = list(THRESHOLDS) + ["positional", "content"]
+    return {role: float(t[role + "_head"].mean()) for role in roles}
+
+
+def decoder_taxonomy(
+    adapter: ModelAdapter,
+    n_tokens: int | None = None,
+    n_examples: int | None = None,
+    seed: int = 0,
+    sink_length: int | None = None,
+    calibrate: bool = False,
+) -> DecoderTaxonomy:
+    """Run every detector on ``adapter`` (a causal LM) at its paper's settings (the
+    defaults of :mod:`.decoder_heads`); ``notes`` write each detector's settings and, with
+    ``calibrate``, the share of a re-initialised model's heads that pass each pattern role.
+
+    Raises:
+        NotApplicable: ``adapter`` is not a causal (decoder) model.
+        InputError: the repeated random tokens do not fit its positions.
+    """
+    from .decoder_heads import PROBE_EXAMPLES, REPEAT_TOKENS, SINK_LENGTH, decoder_head_scores, probe_vocabulary
+
+    if not adapter.causal:
+        raise NotApplicable(f"{adapter.name} is not a causal language model: the decoder head taxonomy needs one")
+    notes = []
+    if n_tokens is None:  # the default, cut to the model's positions (said)
+        n_tokens = min(REPEAT_TOKENS, max(2, (adapter.max_length - 1) // 2))
+        if n_tokens < REPEAT_TOKENS:
+            notes.append(
+                f"settings: {n_tokens} random tokens per copy, not {REPEAT_TOKENS}: "
+                f"{adapter.name} has {adapter.max_length} positions"
+            )
+    n_examples = PROBE_EXAMPLES if n_examples is None else n_examples
+    sink_length = SINK_LENGTH if sink_length is None else sink_length
+    base = decoder_head_scores(adapter, n_tokens, n_examples, seed, sink_length)
+    notes = _settings(base, len(probe_vocabulary(adapter)[0])) + notes
+    if calibrate:
+        shares = null_shares(adapter, n_tokens, n_examples, seed)
+        notes.append(
+            "calibration: share of the re-initialised model's heads that pass (same probes): "
+            + ", ".join(f"{role} {share:.1%}" for role, share in shares.items())
+        )
+    table, more = _detect_circuits(adapter, base.table, n_examples, seed)
+    return DecoderTaxonomy(table, tuple(notes + more), base.sink_ratio)

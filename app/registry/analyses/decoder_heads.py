@@ -1,7 +1,8 @@
 """``probe decoder-heads`` and the report's decoder section: the decoder head taxonomy
 (induction and copying, previous- and duplicate-token, successor, retrieval, sink,
 positional versus content), each score on its own probe input as its paper defines it
-(:mod:`probe.analyses.patterns.decoder_taxonomy`). Skipped, with the reason, on a model
+(:mod:`probe.analyses.patterns.decoder_taxonomy`), the settings written in the notes and in
+``summary.json``'s ``settings``. Skipped, with the reason, on a model
 that is not a causal language model."""
 
 from __future__ import annotations
@@ -30,12 +31,20 @@ ABBREV = {
 }
 
 
-def taxonomy_result(adapter, n_tokens: int, n_examples: int, seed: int) -> Result:
-    """The taxonomy of ``adapter`` as a :class:`Result` (tables ``taxonomy``; summary: the
-    heads of each role, Sink₁^ε); ``probe roles`` adds the same table for a decoder."""
+def taxonomy_result(
+    adapter, n_tokens: int | None = None, n_examples: int | None = None, seed: int = 0, **settings
+) -> Result:
+    """The taxonomy of ``adapter`` as a :class:`Result` (tables ``taxonomy``; notes: each
+    detector's settings, then the heads of each role; summary: the heads of each role,
+    Sink₁^ε and ``settings``); ``probe roles`` adds the same table for a decoder.
+    ``settings``: ``sink_length``, ``calibrate`` (:func:`decoder_taxonomy`)."""
+    from probe.analyses.patterns.decoder_heads import PROBE_EXAMPLES, REPEAT_TOKENS
     from probe.analyses.patterns.decoder_taxonomy import TAXONOMY, decoder_taxonomy
 
-    tax = decoder_taxonomy(adapter, n_tokens=n_tokens, n_examples=n_examples, seed=seed)
+    n_examples = PROBE_EXAMPLES if n_examples is None else n_examples
+    tax = decoder_taxonomy(adapter, n_tokens=n_tokens, n_examples=n_examples, seed=seed, **settings)
+    if n_tokens is None:  # the default, cut to the model's positions as decoder_taxonomy does
+        n_tokens = min(REPEAT_TOKENS, max(2, (adapter.max_length - 1) // 2))
     named = {r.role: [f"L{a}H{b}" for a, b in tax.heads(r.role)] for r in TAXONOMY}
     notes = list(tax.notes) + [f"{role}: {', '.join(h) if h else 'none'}" for role, h in named.items()]
     scores = ["layer", "head"] + list(dict.fromkeys(r.column for r in TAXONOMY))
@@ -43,13 +52,22 @@ def taxonomy_result(adapter, n_tokens: int, n_examples: int, seed: int) -> Resul
         tables={"taxonomy": tax.table},
         per_head=tax.table[scores],
         notes=notes,
-        summary={"heads": named, "sink_ratio": tax.sink_ratio, "n_examples": n_examples, "n_tokens": n_tokens},
+        summary={
+            "heads": named,
+            "sink_ratio": tax.sink_ratio,
+            "n_examples": n_examples,
+            "n_tokens": n_tokens,
+            "settings": [
+                n.removeprefix("settings: ") for n in tax.notes if n.startswith(("settings:", "calibration:"))
+            ],
+        },
     )
 
 
 def run(ctx: Context) -> Result:
-    """The taxonomy of the run's model; the repeated sequence is shortened to fit a model
-    with fewer positions than it needs (said in one line), and refused below 2 tokens a copy."""
+    """The taxonomy of the run's model at the papers' settings; the repeated sequence is
+    shortened to fit a model with fewer positions than it needs (said in one line), and
+    refused below 2 tokens a copy."""
     p = ctx.params
     n_tokens, fits = p["n_tokens"], (ctx.adapter.max_length - 1) // 2
     if fits < 2:
@@ -61,7 +79,9 @@ def run(ctx: Context) -> Result:
             f"decoder probes: {fits} random tokens per copy ({ctx.adapter.name} has {ctx.adapter.max_length} positions)"
         )
         n_tokens = fits
-    return taxonomy_result(ctx.adapter, n_tokens, p["probe_inputs"], p["seed"])
+    return taxonomy_result(
+        ctx.adapter, n_tokens, p["probe_inputs"], p["seed"], sink_length=p["sink_length"], calibrate=not p["no_null"]
+    )
 
 
 def head_evidence(result: Result) -> dict:
@@ -159,10 +179,22 @@ ANALYSIS = Analysis(
     needs=("model",),
     help="Score every head of a causal LM on the decoder probes as their papers define them (Olsson et al. 2022 "
     "induction and copying, previous/duplicate-token, Gould et al. 2023 successor heads, Wu et al. 2024 retrieval "
-    "heads, Gu et al. 2024 sinks, positional vs content); writes taxonomy.csv. Refused for non-causal models.",
+    "heads, Gu et al. 2024 sinks, positional vs content) at the papers' settings, written beside the scores with "
+    "TransformerLens's detect_head scores (*_tl) and the share of a re-initialised model's heads that pass; a "
+    "detector whose task the model cannot do says so with its accuracy; writes taxonomy.csv. Refused for non-causal "
+    "models.",
     params=(
-        Param("n_tokens", int, 10, "random tokens per copy of the repeated sequence", min=2),
+        Param(
+            "n_tokens", int, 50, "random tokens per copy of the repeated sequence (TransformerLens's demos: 50)", min=2
+        ),
+        Param("sink_length", int, 64, "tokens per sequence of the sink probe (Gu et al. 2024: 64)", min=2),
         Param("probe_inputs", int, 16, "probe inputs per detector (repeated sequences, needles)", min=1),
+        Param(
+            "no_null",
+            bool,
+            False,
+            "skip the calibration: the probes on the re-initialised model, the share of its heads that pass each role",
+        ),
         Param("seed", int, 0, "seed of the random probe inputs", min=0),
     ),
     section=True,

@@ -125,7 +125,7 @@ def run(ctx: Context) -> Result:
     if ctx.model is not None and ctx.adapter.causal:  # a decoder: its taxonomy on its own probe inputs too
         from .decoder_heads import taxonomy_result
 
-        tax = taxonomy_result(ctx.adapter, n_tokens=10, n_examples=16, seed=0)
+        tax = taxonomy_result(ctx.adapter)
         tables["decoder_heads"] = tax.tables["taxonomy"]
         summary["decoder_heads"] = tax.summary["heads"]
         notes.append("decoder taxonomy (decoder_heads.csv): " + "; ".join(tax.notes[-8:]))
