@@ -78,18 +78,23 @@ def _supported_architectures() -> set:
     return set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
 
 
-def _reader(path: Path) -> Any:
-    """A ``gguf.GGUFReader`` of ``path``, or one line saying why it is not a whole GGUF file."""
-    try:
-        from gguf import GGUFReader
-    except ImportError:
-        raise InputError(f"reading GGUF files needs the gguf and accelerate packages: {INSTALL_LINE}") from None
+def check_magic(path: Path) -> None:
+    """Refuse a path that is not a file starting with GGUF's magic bytes."""
     if not path.is_file():
         raise InputError(f"gguf:{path}: no such file; gguf: names a local .gguf file")
     with open(path, "rb") as f:
         head = f.read(4)
     if head != _MAGIC:
         raise InputError(f"{path} is not a GGUF file (it starts with {head!r}, not b'GGUF'); give a .gguf model file")
+
+
+def _reader(path: Path) -> Any:
+    """A ``gguf.GGUFReader`` of ``path``, or one line saying why it is not a whole GGUF file."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise InputError(f"reading GGUF files needs the gguf and accelerate packages: {INSTALL_LINE}") from None
+    check_magic(path)
     try:
         reader = GGUFReader(str(path))
     except Exception as exc:  # the reader's errors on a cut header: ValueError, IndexError, struct.error…
@@ -214,9 +219,12 @@ def load_gguf_file(path: Path, name: str, description: str = "", card: dict | No
     from .registry import load_hf
 
     path = path.expanduser().resolve()
-    info = inspect_gguf(path)
+    check_magic(path)
     fingerprint = gguf_fingerprint(path)
-    cached: CachedFolder = cached_folder(path, lambda folder: dequantise_into(path, folder), fingerprint=fingerprint)
+    cached: CachedFolder = cached_folder(
+        path, lambda folder: dequantise_into(path, folder), fingerprint=fingerprint, prepare=lambda: inspect_gguf(path)
+    )  # the file is inspected (~5 s for SmolLM2's 49k-token vocabulary) only when a build is needed
+    info = cached.record if {"name", "quantisation"} <= set(cached.record) else inspect_gguf(path)
     description = (
         description or f"{info['name']}, dequantised from {info['quantisation']}: the heads of the quantised model"
     )

@@ -71,8 +71,10 @@ def test_gguf_loads_with_the_original_logits_built_once_then_read(tiny, tiny_ggu
     assert record["gguf"]["sha256"] == gguf_cache.file_sha256(tiny_gguf)
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(record["files"])
     monkeypatch.setattr(gguf_load, "dequantise_into", _no_dequantising)
+    monkeypatch.setattr(gguf_load, "inspect_gguf", _no_dequantising)  # a good cache needs no parsing either
     second = load_model(f"gguf:{tiny_gguf}")
     assert second.card["cache_state"] == "read" and _logit_gap(second, tiny) == 0.0
+    assert second.card["description"] == first.card["description"]  # from the record
     renamed = shutil.copy(tiny_gguf, tiny_gguf.parent / "same-bytes.gguf")  # the key is the content
     assert load_model(f"gguf:{renamed}").card["cache"] == first.card["cache"]
 
