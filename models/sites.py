@@ -30,6 +30,10 @@ Site kinds (``batch`` = rows of the forward, ``seq`` = padded positions)::
     mlp_in      blocks.{l}.hook_mlp_in             (block_parts)     …          [batch, seq, d_model]
     mlp_out     blocks.{l}.hook_mlp_out            (block_parts)     …          [batch, seq, d_model]
     router      blocks.{l}.mlp.hook_router_logits  MoE router        output     [batch, seq, expert]
+    ln1_normalized blocks.{l}.ln1.hook_normalized  pre-attention norm input   [batch, seq, d_model]
+    ln1_scale   blocks.{l}.ln1.hook_scale          pre-attention norm input   [batch, seq, 1]
+    ln2_normalized blocks.{l}.ln2.hook_normalized  pre-MLP norm      input      [batch, seq, d_model]
+    ln2_scale   blocks.{l}.ln2.hook_scale          pre-MLP norm      input      [batch, seq, 1]
     resid_post  blocks.{l}.hook_resid_post         layer (block)     output     [batch, seq, d_model]
     ln_final    ln_final.hook_normalized           final norm        output     [batch, seq, d_model]
 
@@ -48,7 +52,11 @@ the scaled, soft-capped, masked logits the softmax turns into ``pattern``. ``res
 each head's ``z`` through its slice of the output projection (TransformerLens's
 ``hook_result``): Σ_h result_h + bias is the projection's output. ``z`` and ``proj_in`` are
 the same values (the output projection's input), split into heads or not. ``v`` has one
-entry per query head (key/value heads repeated; its consumers read it per head). Where the
+entry per query head (key/value heads repeated; its consumers read it per head). ``ln1``/``ln2`` are TransformerLens's
+norm sites of the norms before attention and before the MLP (read only, computed from the
+norm's input ``x``): ``hook_scale`` = sqrt(mean(x'²) + eps) and ``hook_normalized`` =
+x' / scale, before the norm's weight and bias, with x' = x − mean(x) for LayerNorm and x' = x
+for RMSNorm (Zhang & Sennrich 2019). Where the
 block-level sites live, and why a family lacks one, is :mod:`probe.models.block_parts`.
 Stacks other than the model's main one are prefixed: ``decoder.blocks.0.attn.hook_pattern``,
 ``cross.blocks.0.attn.hook_z`` (encoder-decoder models).
@@ -89,6 +97,8 @@ __all__ = [
     "supports_site_restart",
     "has_rotary",
     "query_key_projection",
+    "NORM_KINDS",
+    "norm_parts",
 ]
 
 
@@ -126,6 +136,10 @@ SITE_KINDS: dict[str, SiteKind] = {
         SiteKind("mlp_in", "hook_mlp_in", "block", "", "[batch, seq, d_model]", None),
         SiteKind("mlp_out", "hook_mlp_out", "block", "", "[batch, seq, d_model]", None),
         SiteKind("router", "mlp.hook_router_logits", "block", "", "[batch, seq, expert]", None),
+        SiteKind("ln1_normalized", "ln1.hook_normalized", "block", "", "[batch, seq, d_model]", None),
+        SiteKind("ln1_scale", "ln1.hook_scale", "block", "", "[batch, seq, 1]", None),
+        SiteKind("ln2_normalized", "ln2.hook_normalized", "block", "", "[batch, seq, d_model]", None),
+        SiteKind("ln2_scale", "ln2.hook_scale", "block", "", "[batch, seq, 1]", None),
         SiteKind("embed", "hook_embed", "model", "output", "[batch, seq, d_model]", None),
         SiteKind("pos_embed", "hook_pos_embed", "model", "output", "[batch, seq, d_model]", None),
         SiteKind("ln_final", "ln_final.hook_normalized", "model", "output", "[batch, seq, d_model]", None),
@@ -136,6 +150,8 @@ MODEL_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.module == "mode
 #: kinds read inside transformers' attention interface (``q``/``k`` only on models without
 #: rotary positions: :func:`site_side`)
 INTERFACE_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.side == "interface")
+#: the norm sites (read only: computed from the norm's input, :func:`norm_parts`)
+NORM_KINDS = ("ln1_normalized", "ln1_scale", "ln2_normalized", "ln2_scale")
 #: kinds held by a module of the block found through :mod:`probe.models.block_parts`
 BLOCK_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.module == "block")
 _BY_SUFFIX = {k.suffix: k.kind for k in SITE_KINDS.values()}
@@ -409,3 +425,26 @@ def supports_site_restart(adapter: ModelAdapter, stack: Optional[str] = None) ->
     :data:`RESTARTABLE_FAMILIES` returns ``(output, weights)`` from its attention module
     with ``output`` the site or its projection, and the model is in eval mode."""
     return supports_restart(adapter, stack) and not adapter.model.training
+
+
+def norm_parts(norm: torch.nn.Module, x: torch.Tensor) -> tuple:
+    """``(normalized, scale)`` of a LayerNorm or RMSNorm module ``norm`` on its input ``x``
+    ``[batch, seq, d_model]``, as TransformerLens's ``hook_normalized`` ``[batch, seq, d_model]``
+    and ``hook_scale`` ``[batch, seq, 1]``: before the norm's weight and bias (computed in
+    float32, as transformers' RMSNorms do, then cast back).
+
+    Raises:
+        NotApplicable: ``norm`` is neither a ``torch.nn.LayerNorm`` nor an RMSNorm.
+    """
+    name = type(norm).__name__
+    if isinstance(norm, torch.nn.LayerNorm):
+        centred = x.float() - x.float().mean(-1, keepdim=True)
+    elif "RMSNorm" in name or name == "T5LayerNorm":
+        centred = x.float()
+    else:
+        raise NotApplicable(f"{name} is neither LayerNorm nor RMSNorm: its hook_normalized is not defined here")
+    eps = next(
+        (getattr(norm, a) for a in ("variance_epsilon", "eps") if isinstance(getattr(norm, a, None), float)), 1e-5
+    )
+    scale = (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    return (centred / scale).to(x.dtype), scale.to(x.dtype)

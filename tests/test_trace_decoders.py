@@ -160,6 +160,41 @@ def test_a_query_edit_before_rotary_equals_zeroing_its_projection(decoders):
 
 
 @pytest.mark.parametrize("t", FAMILIES)
+def test_norm_sites_rebuild_the_norms_input_and_output(decoders, t):
+    """``ln1``/``ln2`` ``hook_normalized`` × ``hook_scale`` is the norm's input (centred for
+    LayerNorm), and ``hook_normalized`` through the norm's own weight (and bias) is its output."""
+    from probe.models.block_parts import part_of
+    from probe.models.sites import layer_modules
+
+    adapter = decoders[t]
+    blocks = layer_modules(adapter)
+    for layer, block in enumerate(blocks):
+        for ln in ("ln1", "ln2"):
+            norm = part_of(adapter, block, f"{ln}_normalized")[0]
+            b = f"blocks.{layer}.{ln}."
+            sites = [
+                b + "hook_normalized",
+                b + "hook_scale",
+                ModuleSite(norm, "input", "x"),
+                ModuleSite(norm, "output", "y"),
+            ]
+            cache = trace(adapter, TEXTS[:2], read=sites)
+            x, normalized, scale = cache["x"], cache[b + "hook_normalized"], cache[b + "hook_scale"]
+            if isinstance(norm, torch.nn.LayerNorm):
+                x = x - x.mean(-1, keepdim=True)
+            assert scale.shape == (*x.shape[:2], 1)
+            torch.testing.assert_close(normalized * scale, x, **TOL)
+            weight = (1 + norm.weight) if "Gemma" in type(norm).__name__ else norm.weight
+            bias = norm.bias if getattr(norm, "bias", None) is not None else 0
+            torch.testing.assert_close(normalized * weight + bias, cache["y"], **TOL)
+
+
+def test_norm_sites_are_read_only(decoders):
+    with pytest.raises(InputError, match=r"blocks.0.ln1.hook_normalized is read only"):
+        trace(decoders["llama"], TEXTS[:1], edit={"blocks.0.ln1.hook_normalized": Zero()})
+
+
+@pytest.mark.parametrize("t", FAMILIES)
 def test_heads_results_sum_to_the_attention_output(decoders, t):
     adapter = decoders[t]
     proj = adapter.head_output_modules()[0]

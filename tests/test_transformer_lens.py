@@ -130,6 +130,8 @@ def test_every_site_equals_run_with_cache(kind, bert_tokenizer):
     assert {"hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"} <= kinds
     assert {"hook_attn_out", "hook_mlp_in", "hook_mlp_out", "hook_resid_pre", "hook_resid_mid"} <= kinds
     assert {"hook_resid_post", "hook_embed", "hook_normalized"} <= kinds
+    ln = {f"blocks.{l}.{n}.{h}" for l in (0, 1) for n in ("ln1", "ln2") for h in ("hook_normalized", "hook_scale")}
+    assert ln <= set(compared)  # the norms' sites, before their weights, by the bridge's names
     if kind == "llama":  # TransformerLens's names: hook_q/hook_k before rotary, hook_rot_q/hook_rot_k after
         assert {"hook_rot_q", "hook_rot_k"} <= kinds
         assert ours["blocks.1.attn.hook_k"].shape[-2] == 2  # per key/value head, as the bridge's
