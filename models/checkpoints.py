@@ -77,10 +77,11 @@ def _zoo_dir(directory: Path) -> Optional[Checkpoint]:
 
 def _check_bare_name(arg: str) -> None:
     from .model_names import bare_spec, unknown_model
-    from .registry import _LOADERS, _NAMED
+    from .registry import known_names
 
-    if ":" not in arg and arg not in _NAMED and bare_spec(arg) is None:
-        raise unknown_model(arg, _NAMED, _LOADERS)
+    named, prefixes = known_names()
+    if ":" not in arg and arg not in named and bare_spec(arg) is None:
+        raise unknown_model(arg, named, prefixes)
 
 
 def resolve_checkpoints(args: Sequence[str]) -> list:

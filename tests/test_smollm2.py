@@ -30,6 +30,9 @@ def test_smollm2_is_the_quantised_llama_and_says_so(smollm2):
     assert smollm2.card["quantisation"] == "Q4_1"
     assert not hasattr(cfg, "quantization_config")  # a plain model, read from safetensors
     assert smollm2.card["cache"].startswith(smollm2.card["cache_root"])
+    from probe.models.catalog import smollm2_row
+
+    assert (smollm2_row()["layers"], smollm2_row()["heads"]) == (30, 9)  # probe models, from the cached config
 
 
 @pytest.mark.slow
@@ -57,3 +60,39 @@ def test_second_load_reads_the_cache_and_equals_the_gguf_model(smollm2, monkeypa
     with torch.no_grad():
         diff = (again.model(ids).logits - direct(ids).logits).abs().max().item()
     assert diff <= 1e-5
+
+
+@pytest.mark.slow
+def test_every_site_equals_transformer_lens_on_smollm2(smollm2):
+    """SmolLM2 through TransformerLens 4's bridge (same weights, a deep copy): every site probe has
+    equals the bridge's tensor by the mapped name (hook_q/hook_k before rotary, hook_rot_q/hook_rot_k
+    after, ln1/ln2 hook_normalized and hook_scale before the norm's weight), to 1e-4 in float32."""
+    pytest.importorskip("transformer_lens", reason="TransformerLens is not installed: the [compare] extra")
+    from test_transformer_lens import bridge_of
+
+    from probe.tracing.peers import as_probe_site, transformer_lens_name
+    from probe.tracing.site_keys import available_sites
+    from probe.tracing.trace import trace
+
+    bridge = bridge_of(smollm2)
+    bridge.set_use_attn_result(True)
+    ids = smollm2.tokenizer(["The capital of France is Paris, and the capital of Italy is"], return_tensors="pt")
+    ids = ids.input_ids
+    names = available_sites(smollm2)
+    ours = trace(smollm2, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, read=names)
+    with torch.no_grad():
+        logits, tl = bridge.run_with_cache(ids)
+    torch.testing.assert_close(logits, ours.output.logits, atol=1e-4, rtol=1e-4)
+    worst = {}
+    for name in names:
+        theirs = as_probe_site(name, tl[transformer_lens_name(name, tl.keys())], smollm2.n_heads)
+        mine = ours[name].expand_as(theirs)
+        worst[name] = (mine - theirs).abs().max().item() / max(theirs.abs().max().item(), 1.0)
+    bad = {n: e for n, e in worst.items() if e > 1e-4}
+    assert not bad, sorted(bad.items(), key=lambda kv: -kv[1])[:5]
+    for layer in (0, 29):
+        for site in ("hook_q", "hook_k", "hook_rot_q", "hook_rot_k"):
+            assert f"blocks.{layer}.attn.{site}" in worst
+        assert {f"blocks.{layer}.ln1.hook_normalized", f"blocks.{layer}.ln2.hook_scale"} <= set(worst)
+    gap = (ours["blocks.0.attn.hook_q"] - ours["blocks.0.attn.hook_rot_q"]).abs().max().item()
+    assert gap > 0.1  # rotary moves them: the two names are different tensors

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from probe.errors import InputError, NotApplicable
-from probe.models.sites import BLOCK_KINDS, SITE_KINDS, split_heads, value_heads, value_layout
+from probe.models.sites import BLOCK_KINDS, NORM_KINDS, SITE_KINDS, norm_parts, split_heads, value_heads, value_layout
 from probe.tracing.edits import SiteContext
 from probe.tracing.site_keys import unsupported
 
@@ -169,6 +169,11 @@ class SiteHooks:
                 work = kinds.get(kind)
                 for reader, c in work["read"] if work is not None else ():
                     reader.fn(x, c)
+            if any(kind in kinds for kind in NORM_KINDS):  # ln1/ln2: the norm's input, normalised (read only)
+                normalized, scale = norm_parts(module, x)
+                for kind in NORM_KINDS:
+                    for reader, c in kinds[kind]["read"] if kind in kinds else ():
+                        reader.fn(scale if kind.endswith("scale") else normalized, c)
             if not changed:
                 return None
             x = x.reshape(flat) if flat is not None else x
@@ -208,6 +213,13 @@ class SiteHooks:
                     v = value_heads(new, adapter.n_heads, adapter.head_dim, layout)
                 for reader, c in work["read"]:
                     reader.fn(v, c)
+            for kind in ("q", "k"):  # a rotary model's projections: before rotary, split into heads
+                work = kinds.get(kind)
+                if work is None:
+                    continue
+                heads, changed = self._edited(new.reshape(*new.shape[:-1], -1, adapter.head_dim), work)
+                if changed or self.keep_grad:  # the attention reads the site's tensor (edits, gradients)
+                    new = heads.reshape(new.shape)
             if new is out:
                 return None
             new = new.reshape(flat) if flat is not None else new

@@ -29,6 +29,7 @@ from probe.tracing.site_hooks import SiteHooks, accepts_keyword, ask_for_attenti
 from probe.tracing.site_keys import ModuleSite, Reader, as_list, expand_key, interface_values, keys_of, refusal
 from probe.models.sites import (
     BLOCK_KINDS,
+    NORM_KINDS,
     MODEL_KINDS,
     Site,
     site_side,
@@ -221,6 +222,11 @@ class Trace(HookContext, SiteHooks):
             self.interface = True
             work = self._qk.setdefault(module, {}).setdefault(site.layer, {})
             work = work.setdefault(site.kind, {"read": [], "edit": [], "ctx": ctx})
+        elif site.kind in NORM_KINDS and edits:
+            raise InputError(
+                f"{ctx.name} is read only (computed from the norm's input); edit the stream the norm reads "
+                "(hook_resid_pre, hook_resid_mid) instead"
+            )
         elif site.kind == "router" and edits:
             raise InputError(
                 f"{ctx.name} is read only: the router's top-k choice is made inside its forward; "
