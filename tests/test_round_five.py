@@ -1,0 +1,186 @@
+"""Issue 59, reliability round five: damaged weights, absurd configs, foreign stores and edits
+out of range end in one clear line, before the work.
+
+One section per row of the issue's table (``row N``); each test failed on the code before
+the fix (a raw exception, exit 3, a silent wrong result or, for row 3, a process that grew
+until killed: that test runs the check, not the load, on today's code it built modules).
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from probe.app.cli import main as cli
+from probe.errors import InputError
+
+
+def _run(*args):
+    r = CliRunner().invoke(cli, [str(a) for a in args])
+    return r, (r.output.strip().splitlines() or [""])[-1]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(bert_tokenizer, tmp_path_factory):
+    """A saved 2-layer BERT with the MiniLM tokenizer (an hf: folder)."""
+    import transformers as T
+
+    d = tmp_path_factory.mktemp("tinybert5")
+    cfg = T.BertConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=16,
+        vocab_size=len(bert_tokenizer),
+        architectures=["BertModel"],
+    )
+    torch.manual_seed(0)
+    T.BertModel(cfg).save_pretrained(d)
+    bert_tokenizer.save_pretrained(d)
+    return d
+
+
+def _copy(src, tmp_path, name="model", **config):
+    d = tmp_path / name
+    shutil.copytree(src, d)
+    if config:
+        c = json.loads((d / "config.json").read_text())
+        c.update(config)
+        (d / "config.json").write_text(json.dumps(c))
+    return d
+
+
+# ---- rows 1-2: damaged safetensors files ------------------------------------------------------
+def test_row01_a_truncated_weights_file_is_one_line_naming_it(tiny_dir, tmp_path):
+    d = _copy(tiny_dir, tmp_path)
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    r, last = _run("capture", "--model", f"hf:{d}", "--text", "The dog barks.", "--out", tmp_path / "o")
+    assert r.exit_code == 1, r.output
+    assert last.startswith("Error: weights file ") and str(w) in last and "truncated" in last, last
+    assert not (tmp_path / "o").exists()
+
+
+def test_row02_an_absurd_header_length_is_one_line_naming_it(tiny_dir, tmp_path):
+    d = _copy(tiny_dir, tmp_path)
+    w = d / "model.safetensors"
+    data = w.read_bytes()
+    w.write_bytes((2**60).to_bytes(8, "little") + data[8:])
+    r, last = _run("capture", "--model", f"hf:{d}", "--text", "The dog barks.", "--out", tmp_path / "o")
+    assert r.exit_code == 1, r.output
+    assert str(w) in last and "header length is 1,152,921,504,606,846,976 bytes (absurd" in last, last
+
+
+def test_row01_02_the_sound_folder_still_loads(tiny_dir):
+    from probe.models import load_model
+
+    assert load_model(f"hf:{tiny_dir}").n_layers == 2
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (lambda b: b[:-1], "truncated"),
+        (lambda b: b + b"\0", "has bytes after its last tensor"),
+        (lambda b: b[:4], "fewer than the 8-byte header length"),
+        (lambda b: (5).to_bytes(8, "little") + b"[1,2]", "not a JSON object"),
+        (lambda b: (3).to_bytes(8, "little") + b"\xff\xfe{", "not JSON"),
+    ],
+)
+def test_row01_02_each_damage_is_named(tiny_dir, tmp_path, edit, said):
+    from probe.models.weights_check import read_safetensors_header
+
+    w = tmp_path / "w.safetensors"
+    w.write_bytes(edit((tiny_dir / "model.safetensors").read_bytes()))
+    with pytest.raises(InputError, match=rf"weights file {w} is corrupted or truncated: .*{said}"):
+        read_safetensors_header(w)
+
+
+def test_row01_an_offset_that_lies_about_its_tensor_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    from probe.models.weights_check import read_safetensors_header
+
+    w = tmp_path / "w.safetensors"
+    save_file({"a": torch.zeros(2, 3), "b": torch.ones(4)}, str(w))
+    assert {k: v["shape"] for k, v in read_safetensors_header(w).items()} == {"a": [2, 3], "b": [4]}
+    raw = w.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    header["a"]["shape"] = [2, 4]  # 32 bytes claimed over a 24-byte range
+    text = json.dumps(header, separators=(",", ":")).encode().ljust(n)
+    w.write_bytes(raw[:8] + text + raw[8 + n :])
+    with pytest.raises(InputError, match=r"tensor 'a' spans 24 bytes but \[2, 4\] of F32 is 32"):
+        read_safetensors_header(w)
+
+
+# ---- rows 3-4: absurd configs, refused before any module is built ------------------------------
+def test_row03_a_billion_layers_is_refused_before_anything_is_built(tiny_dir, tmp_path, monkeypatch):
+    import transformers as T
+
+    d = _copy(tiny_dir, tmp_path, num_hidden_layers=1_000_000_000)
+
+    def never(*a, **k):  # on the old code the load went on to build the modules (killed at the memory limit)
+        raise AssertionError("a module was built")
+
+    monkeypatch.setattr(T.BertModel, "from_pretrained", never)
+    r, last = _run("capture", "--model", f"hf:{d}", "--text", "The dog barks.", "--out", tmp_path / "o")
+    assert r.exit_code == 1, r.output
+    assert "num_hidden_layers=1,000,000,000" in last and "more than this machine's" in last, last
+
+
+def test_row04_a_size_given_as_a_float_is_one_line(tiny_dir, tmp_path):
+    d = _copy(tiny_dir, tmp_path, num_hidden_layers=1e9)
+    r, last = _run("capture", "--model", f"hf:{d}", "--text", "The dog barks.", "--out", tmp_path / "o")
+    assert r.exit_code == 1, r.output
+    assert "config.json gives num_hidden_layers (the layers) as 1000000000.0, not a whole number" in last, last
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("num_attention_heads", 2.5, "as 2.5, not a whole number: write it as an integer such as 2"),
+        ("hidden_size", "16", "as '16', not a whole number"),
+        ("vocab_size", 0, "vocab_size (the vocabulary) as 0: it must be at least 1"),
+        ("max_position_embeddings", -5, "(the positions) as -5: it must be at least 1"),
+        ("num_hidden_layers", True, "as True, not a whole number"),
+        ("vocab_size", 10**15, "more than this machine's"),
+    ],
+)
+def test_row03_04_every_size_field_is_checked(field, value, said):
+    from probe.models.weights_check import check_config
+
+    config = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 100}
+    check_config(config, "m")  # the sound config passes
+    with pytest.raises(InputError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        check_config({**config, field: value}, "m")
+
+
+def test_row03_the_estimate_is_against_the_memory_given():
+    from probe.models.weights_check import check_config, parameter_bytes
+
+    config = {"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152, "intermediate_size": 1536}
+    need = parameter_bytes(config)
+    # SmolLM2-135M: 135 M parameters; the estimate is a lower bound within 20 %
+    assert 0.8 * 135e6 * 4 < need <= 135e6 * 4 * 1.05
+    check_config(config, "m", memory=need)
+    with pytest.raises(InputError, match=r"asks for at least 0.5 GiB of parameters, more than this machine's 0.5 GiB"):
+        check_config(config, "m", memory=need - 1)
+
+
+# ---- row 23: a zoo checkpoint folder gets the config-vs-weights check --------------------------
+@pytest.mark.parametrize("layers, said", [(3, "layers 2..2 would be random"), (1, "layers 1..1 would be dropped")])
+def test_row23_a_zoo_folder_whose_config_contradicts_its_weights_is_refused(tmp_path, layers, said):
+    from probe.models.checkpoints import load_checkpoint, resolve_checkpoints
+    from probe.models.zoo import WEIGHTS_DIR
+
+    d = _copy(WEIGHTS_DIR / "induction", tmp_path, name="step-000003", num_hidden_layers=layers)
+    (checkpoint,) = resolve_checkpoints([str(d)])
+    with pytest.raises(
+        InputError, match=rf"config.json says num_hidden_layers={layers} but its weights hold 2 layers \({said}"
+    ):
+        load_checkpoint(checkpoint)
+    sound = _copy(WEIGHTS_DIR / "induction", tmp_path, name="sound")
+    assert load_checkpoint(resolve_checkpoints([str(sound)])[0]).n_layers == 2
