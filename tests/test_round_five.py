@@ -184,3 +184,128 @@ def test_row23_a_zoo_folder_whose_config_contradicts_its_weights_is_refused(tmp_
         load_checkpoint(checkpoint)
     sound = _copy(WEIGHTS_DIR / "induction", tmp_path, name="sound")
     assert load_checkpoint(resolve_checkpoints([str(sound)])[0]).n_layers == 2
+
+
+# ---- rows 6, 7b, 21: edits checked against the site, integers are integers --------------------
+@pytest.fixture(scope="module")
+def tiny_lm(bert_tokenizer):
+    """A 2-layer Llama causal LM, 4 query heads over 2 key/value heads (seeded)."""
+    import transformers as T
+
+    from probe.models import ModelAdapter
+
+    cfg = T.LlamaConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=len(bert_tokenizer),
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=101,
+        eos_token_id=102,
+    )
+    torch.manual_seed(0)
+    model = T.LlamaForCausalLM(cfg).eval()
+    return ModelAdapter(name="tiny-llama-lm", model=model, tokenizer=bert_tokenizer, family="llama")
+
+
+def _no_forward(adapter, monkeypatch):
+    def never(*a, **k):
+        raise AssertionError("the forward ran")
+
+    monkeypatch.setattr(adapter.model, "forward", never)
+
+
+def test_row06_a_head_past_the_site_is_refused_before_the_forward(tiny_models, monkeypatch):
+    from probe.tracing.edits import Zero
+    from probe.tracing.trace import trace
+
+    adapter = tiny_models["bert"]
+    with monkeypatch.context() as m:
+        _no_forward(adapter, m)
+        with pytest.raises(
+            InputError,
+            match=r"site blocks.1.attn.hook_z has 4 heads \(0..3\); the edit names head 9: give a head below 4",
+        ):
+            trace(adapter, ["The cat sat."], edit={"blocks.1.attn.hook_z": Zero(head=9)})
+    # in range, the edit runs and changes the output
+    clean = trace(adapter, ["The cat sat."], read=["blocks.1.hook_resid_post"])["blocks.1.hook_resid_post"]
+    cut = trace(
+        adapter, ["The cat sat."], edit={"blocks.1.attn.hook_z": Zero(head=3)}, read=["blocks.1.hook_resid_post"]
+    )
+    assert not torch.allclose(clean, cut["blocks.1.hook_resid_post"])
+
+
+def test_row06_the_key_site_counts_key_value_heads_and_gates_their_width(tiny_lm, monkeypatch):
+    from probe.tracing.edits import Gate, Zero
+    from probe.tracing.trace import trace
+
+    with monkeypatch.context() as m:
+        _no_forward(tiny_lm, m)
+        with pytest.raises(InputError, match=r"site blocks.0.attn.hook_k has 2 heads \(0..1\); the edit names head 2"):
+            trace(tiny_lm, ["The cat sat."], edit={"blocks.0.attn.hook_k": Zero(head=2)})
+        with pytest.raises(InputError, match=r"has 4 heads; the gates have 3 in their last axis"):
+            trace(tiny_lm, ["The cat sat."], edit={"blocks.0.attn.hook_z": Gate(torch.ones(3))})
+        with pytest.raises(InputError, match=r"site blocks.0.hook_resid_post has no head axis; .*head=1"):
+            trace(tiny_lm, ["The cat sat."], edit={"blocks.0.hook_resid_post": Zero(head=1)})
+    trace(tiny_lm, ["The cat sat."], edit={"blocks.0.attn.hook_k": Zero(head=1)})  # in range: runs
+
+
+def test_row07b_a_pattern_edit_of_the_wrong_shape_or_dtype_is_one_line(tiny_lm):
+    from probe.tracing.trace import trace
+
+    with pytest.raises(
+        InputError, match=r"the edit of blocks.0.attn.hook_pattern returned \(1, 4, 3, 3\), but the site is"
+    ):
+        trace(tiny_lm, ["The cat sat."], edit={"blocks.0.attn.hook_pattern": lambda x, ctx: x[..., :3, :3]})
+    with pytest.raises(InputError, match=r"returned a torch.float64 tensor, but the site is torch.float32"):
+        trace(tiny_lm, ["The cat sat."], edit={"blocks.0.attn.hook_pattern": lambda x, ctx: x.double()})
+    with pytest.raises(InputError, match=r"the edit of blocks.1.attn.hook_z returned \(2,\)"):
+        trace(tiny_lm, ["The cat sat."], edit={"blocks.1.attn.hook_z": lambda x, ctx: torch.zeros(2)})
+    out = trace(tiny_lm, ["The cat sat."], edit={"blocks.0.attn.hook_pattern": lambda x, ctx: x * 1.0})
+    assert out.output is not None
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda E: E.Zero(head=-1), r"Zero's head must be at least 0, got -1 \(negative indices are not counted"),
+        (lambda E: E.Zero(head=1.9), r"Zero's head must be a whole number, got 1.9"),
+        (lambda E: E.Zero(head=True), r"Zero's head must be a whole number, got True"),
+        (lambda E: E.Scale(0.5, head="2"), r"Scale's head must be a whole number, got '2'"),
+        (lambda E: E.Zero(rows=[-1]), r"Zero's rows must be at least 0, got -1"),
+        (lambda E: E.Zero(rows=[0.5]), r"Zero's rows must be a whole number, got 0.5"),
+        (lambda E: E.ReplaceWeights(head=-2), r"ReplaceWeights's head must be at least 0, got -2"),
+        (lambda E: E.Gate(torch.ones(4), layer=1.0), r"Gate's layer must be a whole number, got 1.0"),
+    ],
+)
+def test_row21_heads_and_rows_are_whole_numbers_in_range(make, said):
+    import numpy as np
+
+    from probe.tracing import edits as E
+
+    with pytest.raises(InputError, match=said):
+        make(E)
+    assert E.Zero(head=np.int64(3), rows=torch.tensor([0, 2])) == E.Zero(head=3, rows=(0, 2))  # integers of any kind
+
+
+def test_row21_a_row_past_the_batch_is_refused(tiny_models):
+    from probe.tracing.edits import Zero
+    from probe.tracing.trace import trace
+
+    with pytest.raises(InputError, match=r"names row 2 but the batch has 1 rows"):
+        trace(tiny_models["bert"], ["The cat sat."], edit={"blocks.0.attn.hook_z": Zero(head=0, rows=[2])})
+    with pytest.raises(InputError, match=r"the trace's rows must be at least 0, got -1"):
+        trace(tiny_models["bert"], ["The cat sat."], edit={"blocks.0.attn.hook_z": Zero(head=0)}, rows=[-1])
+
+
+def test_row21_generate_counts_tokens_in_whole_numbers(tiny_lm):
+    from probe.tracing.generate import trace_generate
+
+    for bad, said in ((2.7, "must be a whole number, got 2.7"), (0, "must be at least 1, got 0")):
+        with pytest.raises(InputError, match=f"max_new_tokens {said}"):
+            trace_generate(tiny_lm, ["The cat"], bad)
+    out = trace_generate(tiny_lm, ["The cat"], 3, min_new_tokens=3).output
+    assert out.shape[1] == len(tiny_lm.tokenizer("The cat")["input_ids"]) + 3
