@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
-from probe.errors import InputError, NotApplicable
-from probe.models.sites import BLOCK_KINDS, SITE_KINDS, split_heads, value_heads, value_layout
-from probe.tracing.edits import SiteContext, checked
+from probe.errors import NotApplicable
+from probe.models.sites import BLOCK_KINDS, split_heads, value_heads, value_layout
+from probe.tracing.edits import checked
 from probe.tracing.site_keys import unsupported
 
 if TYPE_CHECKING:
