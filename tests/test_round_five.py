@@ -309,3 +309,105 @@ def test_row21_generate_counts_tokens_in_whole_numbers(tiny_lm):
             trace_generate(tiny_lm, ["The cat"], bad)
     out = trace_generate(tiny_lm, ["The cat"], 3, min_new_tokens=3).output
     assert out.shape[1] == len(tiny_lm.tokenizer("The cat")["input_ids"]) + 3
+
+
+# ---- rows 5, 11, 22: a store is read only by its model; manifests validated; skipped counted ---
+@pytest.fixture(scope="module")
+def induction_store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("r5store") / "ind"
+    r, last = _run("capture", "--model", "zoo:induction", "--text", "a b c a b c", "--text", "d e f d e", "--out", d)
+    assert r.exit_code == 0, r.output
+    return d
+
+
+@pytest.mark.parametrize("cmd", ["roles", "rollout", "flow"])
+def test_row05_a_store_read_with_another_model_is_refused(induction_store, tmp_path, cmd):
+    out = tmp_path / ("o.csv" if cmd == "roles" else "o")
+    r, last = _run(cmd, "--model", "minilm", "--store", induction_store, "--out", out)
+    assert r.exit_code == 1, r.output
+    assert f"{induction_store} holds the maps of 'zoo:induction', not of 'minilm'" in last, last
+    assert "read it with --model zoo:induction, or leave --model out" in last
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("cmd", ["roles", "rollout"])
+def test_row05_without_model_a_store_is_read_with_its_own(induction_store, tmp_path, cmd):
+    out = tmp_path / ("o.csv" if cmd == "roles" else "o")
+    r, _ = _run(cmd, "--store", induction_store, "--out", out)
+    assert r.exit_code == 0, r.output
+    r, _ = _run(cmd, "--model", "zoo:induction", "--store", induction_store, "--out", tmp_path / "again")
+    assert r.exit_code in (0, 1) and "holds the maps of" not in r.output  # the same model: not refused
+
+
+def test_row05_the_python_api_compares_too(induction_store, tmp_path):
+    from probe.app.registry import Inputs, open_run
+
+    ctx = open_run("minilm", Inputs(), params={"store": str(induction_store)}, quiet=True)
+    with pytest.raises(InputError, match=r"holds the maps of 'zoo:induction', not of 'minilm'"):
+        ctx.read_store(induction_store)
+    assert len(open_run("zoo:induction", Inputs(), quiet=True).read_store(induction_store)) == 2
+
+
+def test_row05_the_same_weights_under_another_name_are_accepted(induction_store):
+    from probe.store.provenance import refuse_other_model
+    from probe.store.schema import read_manifest
+
+    manifest = read_manifest(induction_store)
+    refuse_other_model(induction_store, manifest, "hf:/copy/of/induction", lambda: manifest["weights"])
+    with pytest.raises(InputError, match="not of 'hf:/other'"):
+        refuse_other_model(induction_store, manifest, "hf:/other", lambda: "0" * 32)
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("n_input", 10**30, "n_input must be a count of examples 0..1,000,000,000, found 10000"),
+        ("n_input", -3, "n_input must be a count of examples 0..1,000,000,000, found -3"),
+        ("n_input", "2", "n_input must be a count of examples 0..1,000,000,000, found '2'"),
+        ("n_heads", 0, "n_heads must be a count of heads 1..10,000, found 0"),
+        ("skipped", {"x": -1}, "skipped must be an object of reasons and counts"),
+        ("model", 7, "model must be a model name, found 7"),
+        ("rows", "sum to 2", "rows must be 'sum to 1' or 'at most 1'"),
+    ],
+)
+def test_row11_a_hand_edited_manifest_is_refused_by_every_reader(induction_store, tmp_path, field, value, said):
+    from probe.store.repair import verify_store
+
+    d = tmp_path / "s"
+    shutil.copytree(induction_store, d)
+    m = json.loads((d / "manifest.json").read_text())
+    m[field] = value
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(InputError, match=said):
+        verify_store(d)
+    r, last = _run("roles", "--model", "zoo:induction", "--store", d, "--out", tmp_path / "o.csv")
+    assert r.exit_code == 1 and said.split(",")[0] in last, r.output
+
+
+def _skip_invalid_store(tmp_path):
+    good = "# text = The dog barks\n1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\t_\t_\t3\tnsubj\t_\t_\n3\tbarks\tbark\tVERB\t_\t_\t0\troot\t_\t_\n\n"
+    bad = good.replace("\t0\troot", "\t9\troot")
+    p = tmp_path / "t.conllu"
+    p.write_text(good + bad + good + bad + bad)
+    out = tmp_path / "s"
+    r, _ = _run("capture", "--conllu", p, "--skip-invalid", "--out", out)
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_row22_a_skip_invalid_store_counts_right_both_ways(tmp_path, caplog):
+    import logging
+
+    from probe.store.directory import Store
+    from probe.store.repair import verify_store
+
+    out = _skip_invalid_store(tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["n_input"] == 5 and manifest["skipped"] == {"invalid CoNLL-U": 3}
+    with caplog.at_level(logging.WARNING):
+        store = Store(out)
+    assert len(store) == 2 and store.complete and "interrupted" not in caplog.text  # complete: no warning
+    assert not verify_store(out).incomplete
+    lines = (out / "index.jsonl").read_text().splitlines()
+    (out / "index.jsonl").write_text(lines[0] + "\n")  # one index line missing
+    assert "the index lists 1 of the 2 examples" in verify_store(out).incomplete

@@ -11,6 +11,7 @@ compute, written atomically), ``--quiet`` and ``--verbose``.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import click
@@ -195,10 +196,26 @@ def _common_options(analysis: Analysis, cmd: Callable) -> Callable:
             "--objective", default="auto", show_default=True, help=objective_help((analysis.objective,))
         )(cmd)
     if needs & {"model", "corpus", "maps", "zoo", "gradients", "treebank"}:
+        reads_stores = "store" in {p.name for p in analysis.params}
         cmd = click.option(
-            "--model", "-m", default=analysis.model, show_default=True, help="minilm | hf:<id or path> | zoo:<task>"
+            "--model",
+            "-m",
+            default=None if reads_stores else analysis.model,
+            show_default=not reads_stores,
+            help="minilm | hf:<id or path> | zoo:<task>"
+            + (f" (default: a --store's own model, else {analysis.model})" if reads_stores else ""),
         )(device_option(cmd))
     return cmd
+
+
+def _store_model(store: Optional[str], has_input: bool) -> Optional[str]:
+    """The model named by the manifest of the store a command reads (None: no store read)."""
+    if not store or has_input or not (Path(store) / "manifest.json").exists():
+        return None
+    from probe.store.schema import read_manifest
+
+    name = read_manifest(store).get("model")
+    return name if isinstance(name, str) else None
 
 
 def run_analysis(
@@ -208,7 +225,7 @@ def run_analysis(
     out: str,
     force: bool = False,
     quiet: bool = False,
-    model: str = "minilm",
+    model: Optional[str] = "minilm",
     device: str = "cpu",
     text: Sequence[str] = (),
     file_: Optional[str] = None,
@@ -228,6 +245,8 @@ def run_analysis(
     from probe.app.registry.runs import engine_of
 
     target = OutDir(out, force)  # refuses a bad --out before anything is computed
+    if model is None:  # --model left out: a store is read with its own model (probe.store.provenance)
+        model = _store_model(params.get("store"), has_input=bool(text or file_ or conllu)) or analysis.model
     run_engine = engine_of(engine, analysis.engines, analysis.name, address=address, workers=workers, device=device)
     t0 = time.perf_counter()
     with target as tmp:
