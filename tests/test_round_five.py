@@ -411,3 +411,41 @@ def test_row22_a_skip_invalid_store_counts_right_both_ways(tmp_path, caplog):
     lines = (out / "index.jsonl").read_text().splitlines()
     (out / "index.jsonl").write_text(lines[0] + "\n")  # one index line missing
     assert "the index lists 1 of the 2 examples" in verify_store(out).incomplete
+
+
+# ---- rows 7, 9: every range checked before the work ---------------------------------------------
+@pytest.mark.parametrize("cmd", ["patch", "ablate"])
+def test_row07_a_group_past_the_model_is_refused_before_any_forward(tmp_path, monkeypatch, cmd):
+    import probe.analyses.necessity.head_groups as groups
+
+    def never(*a, **k):
+        raise AssertionError("the intervention ran")
+
+    monkeypatch.setattr(groups, "patch_group", never)
+    monkeypatch.setattr(groups, "ablate_group", never)
+    r, last = _run(cmd, "--model", "zoo:induction", "--text", "a b c a b c", "--group", "L5H0", "--out", tmp_path / "o")
+    assert r.exit_code == 1, r.output
+    assert last == "Error: --group L5H0: layer 5 out of range: zoo:induction has layers 0..1", last
+
+
+def test_row07_the_python_api_checks_heads_too():
+    import probe
+
+    with pytest.raises(InputError, match=r"--group L0H9: head 9 out of range: zoo:induction has heads 0..3"):
+        probe.run("ablate", model="zoo:induction", text=["a b c a b c"], group=["L0H9"])
+
+
+@pytest.mark.parametrize("value", [",", " , ", ""])
+def test_row09_an_empty_section_list_is_refused(tmp_path, value):
+    r, last = _run("report", "--text", "The cat sat.", "--sections", value, "--out", tmp_path / "o")
+    assert r.exit_code == 2, r.output
+    assert "names no section" in r.output and not (tmp_path / "o").exists()
+
+
+def test_row09_build_report_refuses_an_empty_list_too():
+    from probe.app.report.sections import choose
+
+    with pytest.raises(InputError, match="no section named"):
+        choose([])
+    assert [s.name for s in choose(["roles"])] == ["roles"]
+    assert len(choose(None)) > 1

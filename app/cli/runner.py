@@ -263,6 +263,9 @@ def run_analysis(
         )
         if analysis.objective:
             ctx.objective(analysis.objective)  # resolved (a bad name refused) before any forward
+        from probe.app.registry.validate import check_heads_in_model
+
+        check_heads_in_model(analysis, ctx)  # every named head in range before any forward
         result = analysis.run(ctx)
         result.write(tmp)
         names = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())

@@ -102,11 +102,16 @@ def choose(names: Any = None) -> list:
     """The sections to run: the default ones, or those named (in registry order).
 
     Raises:
-        ValueError: an unknown section name (the message lists the known ones).
+        InputError: an unknown section name (the message lists the known ones), an empty list.
     """
     sections = registered()
-    if not names:
+    if names is None:
         return [s for s in sections if s.report_default]
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",")]
+    names = [n for n in names if n]
+    if not names:  # an empty list is no section, not "every section"
+        raise InputError("no section named: give sections like ablation,roles (or none at all: every default section)")
     known = {s.name for s in sections}
     bad = [n for n in names if n not in known]
     if bad:
