@@ -449,3 +449,56 @@ def test_row09_build_report_refuses_an_empty_list_too():
         choose([])
     assert [s.name for s in choose(["roles"])] == ["roles"]
     assert len(choose(None)) > 1
+
+
+# ---- rows 12, 13: one vocabulary ---------------------------------------------------------------
+def test_row12_an_unknown_objective_is_called_an_objective_with_a_suggestion(tmp_path):
+    r, last = _run("ablate", "--objective", "acuracy", "--text", "The cat sat.", "--out", tmp_path / "o")
+    assert r.exit_code == 1, r.output
+    assert last.startswith("Error: unknown objective 'acuracy'; did you mean 'accuracy'? known: loss, accuracy"), last
+    r, last = _run("ablate", "--objective", "zzzz", "--text", "The cat sat.", "--out", tmp_path / "o")
+    assert "unknown objective 'zzzz'; known:" in last and "did you mean" not in last
+
+
+def test_row12_no_message_says_metric_or_names_an_option_the_commands_lack():
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    said = {
+        str(p.relative_to(root)): m.group(0)
+        for folder in ("analyses", "app", "probe", "models")
+        for p in (root / folder).rglob("*.py")
+        for m in [re.search(r"f?\"(unknown )?metric [{']|--metric\b", p.read_text())]
+        if m
+    }
+    assert not said, said
+
+
+def _commands(group, prefix=""):
+    import click
+
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, f"{prefix}{name} ")
+        else:
+            yield f"{prefix}{name}", cmd
+
+
+def test_row13_every_command_that_takes_engine_takes_the_same_names():
+    taking = {name: list(p.type.choices) for name, cmd in _commands(cli) for p in cmd.params if p.name == "engine"}
+    assert {"roles", "report", "capture", "ablate", "syntax"} <= set(taking)
+    assert all(choices == ["auto", "local", "stream", "ray"] for choices in taking.values()), taking
+
+
+def test_row13_roles_runs_with_engine_local_in_this_process(tmp_path, monkeypatch):
+    import probe.app.registry.runs as runs
+
+    seen = []
+    real = runs.engine_of
+    monkeypatch.setattr(runs, "engine_of", lambda name, *a, **k: seen.append(real(name, *a, **k)) or seen[-1])
+    r, _ = _run(
+        "roles", "--engine", "local", "--text", "The cat sat.", "--text", "A dog ran.", "--out", tmp_path / "o.csv"
+    )
+    assert r.exit_code == 0, r.output
+    assert seen[-1].name == "stream" and seen[-1].in_process

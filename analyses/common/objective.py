@@ -30,7 +30,7 @@ from probe.errors import InputError, NotApplicable
 from . import metrics, similarity, targets
 from .batch import MetricBatch, check_scalar
 from .objective_base import InputObjective, Objective, Unfitted, scalar_function
-from .objective_names import NOUNS, FORMS, NAMES, USES, known_for
+from .objective_names import FORMS, NAMES, USES, known_for
 from .similarity import applicable_objectives
 
 __all__ = [
@@ -94,13 +94,24 @@ def _parse(spec: str, use: str, probe: Optional[Objective]) -> Objective:
             if spec == "mlm":
                 return targets.OwnTokensLoss()
         except ValueError:
-            raise InputError(f"{NOUNS[use]} {spec!r}: expected an integer after '{kind}:'") from None
+            raise InputError(f"objective {spec!r}: expected an integer after '{kind}:'") from None
         if kind == "probe" and probe is not None:
             return probe
         if kind in ("similarity", "probe"):
             return Unfitted(spec)
     note = " (or a callable in the Python API)" if use == "per-example" else ""
-    raise InputError(f"unknown {NOUNS[use]} {spec!r}; known: {', '.join(FORMS[use])}, auto{note}")
+    raise InputError(
+        f"unknown objective {spec!r}; {_did_you_mean(spec, use)}known: {', '.join(FORMS[use])}, auto{note}"
+    )
+
+
+def _did_you_mean(spec: str, use: str) -> str:
+    """``"did you mean 'accuracy'? "`` for a name close to one ``use`` knows, else ``""``."""
+    import difflib
+
+    names = [form.partition(":<")[0] for form in FORMS[use]] + ["auto"]
+    close = difflib.get_close_matches(str(spec).strip(), names, n=1, cutoff=0.75)
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def _auto(adapter, corpus, use: str) -> tuple:

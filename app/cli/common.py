@@ -206,7 +206,7 @@ def engine_option(engines: Sequence[str] = ("local", "stream", "ray"), default: 
     one of them (docs/scale.md). The names and their help come from one place,
     :mod:`probe.app.engine.kind`.
     """
-    from probe.app.engine.kind import ENGINE_HELP
+    from probe.app.engine.kind import ENGINE_HELP, ENGINES
 
     def add(fn: Callable) -> Callable:
         if "ray" in engines:
@@ -222,12 +222,28 @@ def engine_option(engines: Sequence[str] = ("local", "stream", "ray"), default: 
                 default=None,
                 help="existing Ray cluster (e.g. auto or ray://host:10001); default: start a local one (--engine ray)",
             )(fn)
+        first = default or engines[0]
+
+        def resolve(ctx: click.Context, param: click.Parameter, value: str) -> str:
+            # one vocabulary on every command: auto is this command's default engine, and
+            # local (one process) on a command that always streams is its stream engine
+            if value == "auto" and "auto" not in engines:
+                return first
+            if value == "local" and "local" not in engines and "stream" in engines:
+                return "stream"
+            return value
+
+        notes = {
+            "auto": ENGINE_HELP["auto"] if "auto" in engines else f"{first} here",
+            "local": ENGINE_HELP["local"] if "local" in engines else "stream here (this command always streams)",
+        }
         return click.option(
             "--engine",
-            type=click.Choice(list(engines)),
-            default=default or engines[0],
+            type=click.Choice(["auto", *ENGINES]),
+            default=first,
             show_default=True,
-            help="; ".join(f"{e}: {ENGINE_HELP[e]}" for e in engines),
+            callback=resolve,
+            help="; ".join(f"{e}: {notes.get(e, ENGINE_HELP[e])}" for e in ("auto", *ENGINES)),
         )(fn)
 
     return add
