@@ -502,3 +502,58 @@ def test_row13_roles_runs_with_engine_local_in_this_process(tmp_path, monkeypatc
     )
     assert r.exit_code == 0, r.output
     assert seen[-1].name == "stream" and seen[-1].in_process
+
+
+# ---- row 8: a section that cannot run on the input is skipped; warnings are one line -----------
+def test_row08_a_section_refusing_its_input_is_skipped_with_the_reason(monkeypatch):
+    from types import SimpleNamespace
+
+    import probe.app.report.sections as sections
+
+    def refuses(ctx, sec):
+        raise InputError("one sentence gives no bootstrap interval; give at least 2 sentences")
+
+    monkeypatch.setattr(sections, "run_section", refuses)
+    monkeypatch.setattr(sections, "_unmet", lambda *a: None)
+    ctx = SimpleNamespace(report=SimpleNamespace(skipped={}, results={}))
+    sec = SimpleNamespace(name="faithfulness", title="Faithfulness", produces=None)
+    outcomes: list = []
+    sections._run_one(ctx, sec, 0, [sec], outcomes, strict=False, progress=None)
+    (out,) = outcomes
+    assert out.status == "skipped" and "one sentence gives no bootstrap interval" in out.reason, out
+
+
+def test_row08_python_warnings_are_one_toolkit_line_without_options_the_command_lacks(caplog):
+    import logging
+    import warnings
+
+    import click
+
+    from probe.app.cli.common import toolkit_warning
+
+    @click.command()
+    @click.option("--out")
+    def report(out):
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = toolkit_warning
+            warnings.warn("the mean is noisy — give at least 5 examples or use --mode zero", UserWarning)
+            warnings.warn("choose fewer positions or raise --out", UserWarning)
+
+    with caplog.at_level(logging.WARNING):
+        r = CliRunner().invoke(report, ["--out", "x"])
+    assert r.exit_code == 0, r.output
+    said = [rec.getMessage() for rec in caplog.records if rec.name == "probe"]
+    assert said == ["the mean is noisy — give at least 5 examples", "choose fewer positions or raise --out"]
+    assert not any(".py" in m for m in said)
+
+
+# ---- row 19: train --stop-after says what it saved ----------------------------------------------
+def test_row19_stop_after_says_the_step_it_saved(tmp_path):
+    r, last = _run("train", "zoo:prev-token", "--steps", 10, "--stop-after", 3, "--out", tmp_path / "m")
+    assert r.exit_code == 0, r.output
+    assert "after 3 of 10 steps (--stop-after 3: the saved model is step 3's)" in last, last
+    card = json.loads((tmp_path / "m" / "card.json").read_text())
+    assert card["step"] == 3 and card["train_steps"] == 10
+    r, last = _run("train", "zoo:prev-token", "--steps", 4, "--out", tmp_path / "m4")
+    assert "after 4 steps (" in last, last

@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
-from typing import Callable, Optional, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 import click
 
@@ -174,6 +175,25 @@ def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    import warnings
+
+    warnings.showwarning = toolkit_warning  # one line each, no source path (issue 59, row 8)
+
+
+_ADVICE = re.compile(r"(?:;| or| —|,)(?:(?! or )[^;,—])*--([a-z][\w-]*)[^;,—]*")
+
+
+def toolkit_warning(
+    message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """A Python warning shown as the toolkit's own one-line message (logger ``probe``, no
+    source path or line), its advice naming an option the running command lacks left out."""
+    text = " ".join(str(message).split())
+    here = click.get_current_context(silent=True)
+    if here is not None:
+        options = {o.lstrip("-") for p in here.command.params for o in getattr(p, "opts", ())}
+        text = _ADVICE.sub(lambda m: m.group(0) if m.group(1) in options else "", text)
+    logging.getLogger("probe").warning("%s", text)
 
 
 class _LineStream:
