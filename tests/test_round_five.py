@@ -537,8 +537,8 @@ def test_row08_python_warnings_are_one_toolkit_line_without_options_the_command_
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.showwarning = toolkit_warning
-            warnings.warn("the mean is noisy — give at least 5 examples or use --mode zero", UserWarning)
-            warnings.warn("choose fewer positions or raise --out", UserWarning)
+            warnings.warn("the mean is noisy — give at least 5 examples or use --mode zero", UserWarning, stacklevel=1)
+            warnings.warn("choose fewer positions or raise --out", UserWarning, stacklevel=1)
 
     with caplog.at_level(logging.WARNING):
         r = CliRunner().invoke(report, ["--out", "x"])
