@@ -557,3 +557,37 @@ def test_row19_stop_after_says_the_step_it_saved(tmp_path):
     assert card["step"] == 3 and card["train_steps"] == 10
     r, last = _run("train", "zoo:prev-token", "--steps", 4, "--out", tmp_path / "m4")
     assert "after 4 steps (" in last, last
+
+
+# ---- rows 17, 18: claims with too little data say so on every path ---------------------------------
+@pytest.mark.parametrize("n", [1, 2])
+def test_row17_the_sequential_path_on_few_sentences_is_not_enough_evidence(n):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from analyses.claims import thresholds as T
+    from analyses.claims.decided import _claim
+
+    res = SimpleNamespace(
+        n=n, decision=np.array(["not necessary"]), n_used=np.array([n]), e_value=np.array([0.1]),
+        e_against=np.array([50.0]), method="e-values",
+    )  # fmt: skip
+    obj = SimpleNamespace(units="sentences")
+    c = _claim("necessity", "mean", res, None, 0, bar=0.01, floor=0.0, obj=obj, m=72, null=None, block_level=False)
+    assert c.status == "not enough evidence" and c.reason == f"{n} examples < the minimum {T.MIN_EXAMPLES}"
+    assert c.count == n
+
+
+def test_row18_the_similarity_structure_of_copies_of_one_sentence_is_refused(minilm):
+    from probe.analyses.common.objective import resolve_objective
+    from probe.errors import NotApplicable
+    from probe.inputs.corpus import Corpus
+
+    copies = Corpus(texts=("The cat sat on the mat.",) * 1000)
+    with pytest.raises(NotApplicable, match=r"give at least 4 different sentences \(got 1 different of 1000"):
+        resolve_objective("similarity-structure", minilm, copies)
+    obj, why = resolve_objective("auto", minilm, copies)
+    assert obj.name != "similarity-structure", why
+    four = Corpus(texts=("A cat sat.", "A dog ran.", "Birds fly.", "It rained.") * 3)
+    assert resolve_objective("similarity-structure", minilm, four)[0].name == "similarity-structure"

@@ -117,7 +117,7 @@ def _did_you_mean(spec: str, use: str) -> str:
 def _auto(adapter, corpus, use: str) -> tuple:
     """``(name, why)``: the objective ``auto`` means for ``adapter`` (and ``corpus``) in ``use``."""
     from .metrics import MASK_FRACTION, has_lm_head, zoo_has_loss, zoo_task
-    from .similarity import MIN_SENTENCES
+    from .similarity import MIN_SENTENCES, distinct_sentences
 
     model = type(adapter.model).__name__
     if use == "explain":
@@ -152,7 +152,12 @@ def _auto(adapter, corpus, use: str) -> tuple:
         return "prediction-kl", f"{model}'s classification head: the KL divergence of its predicted distribution"
     if use == "gradient":
         return "similarity", "no task or LM head: the similarity to a partner sentence"
-    if use == "corpus" and adapter.arch == "encoder" and not zoo and (corpus is None or len(corpus) >= MIN_SENTENCES):
+    if (
+        use == "corpus"
+        and adapter.arch == "encoder"
+        and not zoo
+        and (corpus is None or distinct_sentences(corpus) >= MIN_SENTENCES)
+    ):
         return "similarity-structure", "a sentence encoder: the similarity structure of the corpus"
     return "embedding-drift", "the model has no language-model or task head to score a loss with"
 
