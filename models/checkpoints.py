@@ -67,12 +67,41 @@ def _zoo_dir(directory: Path) -> Optional[Checkpoint]:
     if card is None or not isinstance(card.get("task"), str):
         return None
     step = card.get("step")
-    return Checkpoint(
-        label=directory.name,
-        path=directory,
-        task=card["task"],
-        step=int(step) if isinstance(step, int) else None,
-    )
+    if step is not None and (type(step) is not int or step < 0):
+        raise InputError(
+            f"{directory / 'card.json'}: step must be a whole number ≥ 0 (the training steps the weights took), "
+            f"found {step!r}; fix the card"
+        )
+    return Checkpoint(label=directory.name, path=directory, task=card["task"], step=step)
+
+
+def _run_checkpoints(run: Path) -> list:
+    """The checkpoints of a run's ``checkpoints/`` folder by step; every folder must be one
+    (a folder without a card is said, not dropped)."""
+    found = []
+    for d in sorted(p for p in run.iterdir() if p.is_dir()):
+        ck = _zoo_dir(d)
+        if ck is None:
+            raise InputError(
+                f"{d} has no card.json naming its task: not a checkpoint of this run; "
+                "remove it from checkpoints/, or compare the checkpoints one by one"
+            )
+        found.append(ck)
+    if not found:
+        raise InputError(f"{run} holds no checkpoint (no card.json in its folders)")
+    return sorted(found, key=lambda c: (c.step is None, c.step or 0, c.label))
+
+
+def refuse_duplicate_labels(checkpoints: Sequence) -> None:
+    """Refuse two checkpoints with one label (their rows would merge in every table)."""
+    seen: dict = {}
+    for ck in checkpoints:
+        if ck.label in seen:
+            raise InputError(
+                f"two checkpoints are labelled {ck.label!r} ({seen[ck.label]} and {ck.path or ck.spec}): "
+                "their tables would merge; give folders with different names"
+            )
+        seen[ck.label] = ck.path or ck.spec
 
 
 def resolve_checkpoints(args: Sequence[str]) -> list:
@@ -94,13 +123,11 @@ def resolve_checkpoints(args: Sequence[str]) -> list:
             raise InputError(f"checkpoint {arg!r} is a file; give a model directory or a spec")
         run = p / "checkpoints"
         if run.is_dir():  # a training run: its checkpoints, by step
-            found = [c for c in (_zoo_dir(d) for d in sorted(run.iterdir()) if d.is_dir()) if c is not None]
-            if not found:
-                raise InputError(f"{run} holds no checkpoint (no card.json in its folders)")
-            out.extend(sorted(found, key=lambda c: (c.step is None, c.step or 0, c.label)))
+            out.extend(_run_checkpoints(run))
             continue
         zoo = _zoo_dir(p)
         out.append(zoo if zoo is not None else Checkpoint(label=p.name or arg, spec=f"hf:{p}"))
+    refuse_duplicate_labels(out)
     return out
 
 

@@ -591,3 +591,67 @@ def test_row18_the_similarity_structure_of_copies_of_one_sentence_is_refused(min
     assert obj.name != "similarity-structure", why
     four = Corpus(texts=("A cat sat.", "A dog ran.", "Birds fly.", "It rained.") * 3)
     assert resolve_objective("similarity-structure", minilm, four)[0].name == "similarity-structure"
+
+
+# ---- rows 10, 20: compare fingerprints the tokenizer; checkpoint cards validated -----------------
+def test_row10_compare_says_when_only_the_tokenizer_changed():
+    import copy
+
+    from probe.analyses.compare.run import compare_checkpoints
+    from probe.inputs.corpus import Corpus
+    from probe.models import load_model
+    from probe.models.checkpoints import Checkpoint
+
+    a = load_model("zoo:induction")
+    b = type(a)(name=a.name, model=a.model, tokenizer=copy.deepcopy(a.tokenizer), family=a.family, card=a.card)
+    b.tokenizer.add_tokens(["zzzextra"])  # same weights, another tokenizer
+    models = {"A": a, "B": b, "A again": a}
+    cks = [Checkpoint(label, spec=label) for label in models]
+    res = compare_checkpoints(
+        cks, Corpus(texts=("a b c a b c",) * 4), loader=lambda ck, d: models[ck.label], n_boot=50, necessity=False
+    )
+    assert any("A and B hold identical weights" in w and "but different tokenizers" in w for w in res.warnings)
+    # byte-identical copies two checkpoints apart are found too (was: only neighbours compared)
+    assert any("A and A again hold identical weights" in w and "and tokenizers" in w for w in res.warnings)
+
+
+def _run_dir(tmp_path, cards: dict):
+    from probe.models.zoo import WEIGHTS_DIR
+
+    run = tmp_path / "run" / "checkpoints"
+    for name, card in cards.items():
+        d = run / name
+        shutil.copytree(WEIGHTS_DIR / "induction", d)
+        if card is None:
+            (d / "card.json").unlink()
+        else:
+            c = json.loads((d / "card.json").read_text())
+            c.update(card)
+            (d / "card.json").write_text(json.dumps(c))
+    return run.parent
+
+
+@pytest.mark.parametrize(
+    "cards, said",
+    [
+        ({"step-a": {"step": -7}, "step-b": {"step": 3}}, r"step must be a whole number ≥ 0 .*found -7"),
+        ({"step-a": {"step": 1.5}, "step-b": {"step": 3}}, r"found 1.5"),
+        ({"step-a": {"step": 1}, "step-b": None}, r"step-b has no card.json naming its task"),
+    ],
+)
+def test_row20_checkpoint_cards_are_validated(tmp_path, cards, said):
+    from probe.models.checkpoints import resolve_checkpoints
+
+    with pytest.raises(InputError, match=said):
+        resolve_checkpoints([str(_run_dir(tmp_path, cards))])
+
+
+def test_row20_two_checkpoints_with_one_label_are_refused(tmp_path):
+    from probe.models.checkpoints import resolve_checkpoints
+
+    run = _run_dir(tmp_path, {"step-1": {"step": 1}, "step-2": {"step": 2}})
+    (tmp_path / "other").mkdir()
+    shutil.copytree(run / "checkpoints" / "step-1", tmp_path / "other" / "step-1")
+    assert [c.step for c in resolve_checkpoints([str(run)])] == [1, 2]
+    with pytest.raises(InputError, match=r"two checkpoints are labelled 'step-1'"):
+        resolve_checkpoints([str(run), str(tmp_path / "other" / "step-1")])
