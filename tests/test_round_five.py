@@ -655,3 +655,76 @@ def test_row20_two_checkpoints_with_one_label_are_refused(tmp_path):
     assert [c.step for c in resolve_checkpoints([str(run)])] == [1, 2]
     with pytest.raises(InputError, match=r"two checkpoints are labelled 'step-1'"):
         resolve_checkpoints([str(run), str(tmp_path / "other" / "step-1")])
+
+
+# ---- rows 14-16: resume only what the same inputs made; --out re-checked; one report per --out ----
+def test_row14_a_resume_after_the_weights_changed_recomputes_every_section(tmp_path, caplog):
+    import logging
+
+    from probe.app.report.resume import PartialReport, fingerprint
+
+    out = tmp_path / "r"
+    first = PartialReport(out, fingerprint(model="hf:d", weights="aaa", tokenizer="t1", sections=["x"]))
+    (first.dir / "sections" / "x.json").write_text("{}")
+    first.release()
+    same = PartialReport(out, fingerprint(model="hf:d", weights="aaa", tokenizer="t1", sections=["x"]))
+    assert same.resumed == ["x"]  # the same inputs: resumed
+    same.release()
+    with caplog.at_level(logging.WARNING):
+        changed = PartialReport(out, fingerprint(model="hf:d", weights="bbb", tokenizer="t1", sections=["x"]))
+    assert changed.resumed == [] and not (changed.dir / "sections" / "x.json").exists()
+    assert "the model's weights changed since" in caplog.text and "recomputed" in caplog.text
+    changed.release()
+    # another option still refuses (nothing overwritten), as before
+    (changed.dir / "sections" / "x.json").write_text("{}")
+    with pytest.raises(InputError, match="cannot resume"):
+        PartialReport(out, fingerprint(model="hf:d", weights="bbb", tokenizer="t1", sections=["y"]))
+    assert (changed.dir / "sections" / "x.json").exists()
+
+
+def test_row14_the_report_fingerprints_the_weights_and_tokenizer(tiny_models, tmp_path):
+    from types import SimpleNamespace
+
+    from probe.app.report.build import _partial_report
+    from probe.inputs.corpus import Corpus
+    from probe.models.fingerprint import tokenizer_fingerprint, weights_fingerprint
+
+    adapter = tiny_models["bert"]
+    corpus = Corpus(texts=("The cat sat.",))
+    ctx = SimpleNamespace(corpus=corpus, input_corpus=corpus)
+    p = _partial_report(tmp_path / "r", ctx, adapter, {}, streamed=False, fresh=True)
+    try:
+        assert p.fingerprint["weights"] == weights_fingerprint(adapter.model)
+        assert p.fingerprint["tokenizer"] == tokenizer_fingerprint(adapter.tokenizer)
+    finally:
+        p.discard()
+
+
+def test_row15_out_is_rechecked_before_it_is_replaced(tmp_path):
+    from probe.app.registry.outdir import OutDir
+
+    out = tmp_path / "o"
+    with pytest.raises(InputError, match=r"--out .*o changed while this command ran \('theirs.txt' appeared\)"):
+        with OutDir(out) as tmp:
+            (tmp / "result.csv").write_text("mine")
+            out.mkdir()
+            (out / "theirs.txt").write_text("another program's")
+    assert (out / "theirs.txt").read_text() == "another program's"  # nothing the run did not write removed
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith(".o.tmp-")]
+    assert len(kept) == 1 and (kept[0] / "result.csv").read_text() == "mine"  # nor the result lost
+    with OutDir(tmp_path / "fresh") as tmp:  # untouched: replaced as before
+        (tmp / "a").write_text("x")
+    assert (tmp_path / "fresh" / "a").read_text() == "x"
+
+
+def test_row16_a_second_report_on_one_out_is_refused_by_a_lock(tmp_path):
+    from probe.app.report.resume import PartialReport, fingerprint
+
+    out = tmp_path / "r"
+    first = PartialReport(out, fingerprint(model="a"))
+    with pytest.raises(InputError, match=r"is being written by process \d+ on this host"):
+        PartialReport(out, fingerprint(model="a"), fresh=True)  # --no-resume: was rmtree under the first
+    assert first.dir.is_dir()
+    first.discard()
+    assert not (tmp_path / ".r.lock").exists()
+    PartialReport(out, fingerprint(model="a"), fresh=True).discard()  # free again
