@@ -220,9 +220,10 @@ def check_config(config: Any, name: str, memory: Optional[int] = None) -> None:
 
 
 def _integer_hint(value: Any) -> str:
-    if isinstance(value, float) and math.isfinite(value) and abs(value) < 1e6:
+    """How the value would be written as an integer (``1e9`` -> ``1000000000``)."""
+    if isinstance(value, float) and math.isfinite(value) and abs(value) < 1e18:
         return str(max(1, round(value)))
-    return "12"
+    return "12 (digits only, no decimal point or exponent)"
 
 
 def layers_in_weights(headers: list) -> set:
