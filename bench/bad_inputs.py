@@ -443,8 +443,8 @@ def _round_five_cases(f: dict, o, add) -> None:
         ANY,
     )
     add(  # row 18
-        "ablate:r5_copies_similarity",
-        ["ablate", "--file", f["copies.txt"], "--objective", "similarity-structure", "--out", o("r5_cp")],
+        "claims:r5_copies_similarity",
+        ["claims", "--file", f["copies.txt"], "--objective", "similarity-structure", "--out", o("r5_cp")],
     )
     add("compare:r5_negative_step", ["compare", f["r5_run"], "--out", o("r5_neg")])  # row 20
     add("compare:r5_zoo_three_layers", ["compare", f["r5_three"], "zoo:induction", "--out", o("r5_three")])  # row 23

@@ -92,7 +92,20 @@ def main() -> None:
         tj = json.loads((t / "tokenizer.json").read_text())
         tj["normalizer"]["lowercase"] = False
         (t / "tokenizer.json").write_text(json.dumps(tj))
-        probe(d, "compare", "minilm", f"hf:{t.name}", "--limit", "4", "--no-necessity", "--out", "cmp", keep=4)
+        tc = json.loads((t / "tokenizer_config.json").read_text())
+        tc["do_lower_case"] = False  # a cased tokenizer over the same weights
+        (t / "tokenizer_config.json").write_text(json.dumps(tc))
+        texts = [
+            "--text",
+            "The cat sat.",
+            "--text",
+            "A dog ran home.",
+            "--text",
+            "Birds fly south.",
+            "--text",
+            "It rained.",
+        ]
+        probe(d, "compare", "minilm", f"hf:{t.name}", *texts, "--no-necessity", "--out", "cmp", keep=3)
 
         row(11, "a store manifest edited by hand (n_input 10^30)")
         shutil.copytree(d / "ind", d / "edited")
@@ -122,7 +135,7 @@ def main() -> None:
 
         row(18, "1,000 copies of one sentence with --objective similarity-structure")
         (d / "copies.txt").write_text("The cat sat on the mat.\n" * 1000)
-        probe(d, "ablate", "--file", "copies.txt", "--objective", "similarity-structure", "--out", "a18")
+        probe(d, "claims", "--file", "copies.txt", "--objective", "similarity-structure", "--out", "a18")
 
         row(19, "probe train --steps 10 --stop-after 3")
         probe(d, "train", "zoo:prev-token", "--steps", "10", "--stop-after", "3", "--out", "t19", keep=1)

@@ -18,6 +18,7 @@ trap of a model hub serving the final weights under every step's name).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, TYPE_CHECKING
@@ -28,6 +29,8 @@ from .fingerprint import weights_fingerprint  # the one fingerprint, as stores r
 
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Checkpoint", "resolve_checkpoints", "load_checkpoint", "weights_fingerprint", "shape_of"]
 
@@ -92,16 +95,25 @@ def _run_checkpoints(run: Path) -> list:
     return sorted(found, key=lambda c: (c.step is None, c.step or 0, c.label))
 
 
-def refuse_duplicate_labels(checkpoints: Sequence) -> None:
-    """Refuse two checkpoints with one label (their rows would merge in every table)."""
+def unique_labels(checkpoints: list) -> list:
+    """``checkpoints`` with every label unique: a label given before is shown as ``label#2``,
+    ``label#3`` … and said in a warning (two checkpoints under one label merged their rows in
+    every table: issue 59, row 20)."""
+    import dataclasses
+
     seen: dict = {}
+    out = []
     for ck in checkpoints:
-        if ck.label in seen:
-            raise InputError(
-                f"two checkpoints are labelled {ck.label!r} ({seen[ck.label]} and {ck.path or ck.spec}): "
-                "their tables would merge; give folders with different names"
+        k = seen.get(ck.label, 0) + 1
+        seen[ck.label] = k
+        if k > 1:
+            new = f"{ck.label}#{k}"
+            log.warning(
+                "two checkpoints are labelled %r (%s): the later one is shown as %r", ck.label, ck.path or ck.spec, new
             )
-        seen[ck.label] = ck.path or ck.spec
+            ck = dataclasses.replace(ck, label=new)
+        out.append(ck)
+    return out
 
 
 def resolve_checkpoints(args: Sequence[str]) -> list:
@@ -127,8 +139,7 @@ def resolve_checkpoints(args: Sequence[str]) -> list:
             continue
         zoo = _zoo_dir(p)
         out.append(zoo if zoo is not None else Checkpoint(label=p.name or arg, spec=f"hf:{p}"))
-    refuse_duplicate_labels(out)
-    return out
+    return unique_labels(out)
 
 
 def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu") -> Any:

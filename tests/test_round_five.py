@@ -646,15 +646,19 @@ def test_row20_checkpoint_cards_are_validated(tmp_path, cards, said):
         resolve_checkpoints([str(_run_dir(tmp_path, cards))])
 
 
-def test_row20_two_checkpoints_with_one_label_are_refused(tmp_path):
+def test_row20_two_checkpoints_with_one_label_are_told_apart(tmp_path, caplog):
+    import logging
+
     from probe.models.checkpoints import resolve_checkpoints
 
     run = _run_dir(tmp_path, {"step-1": {"step": 1}, "step-2": {"step": 2}})
     (tmp_path / "other").mkdir()
     shutil.copytree(run / "checkpoints" / "step-1", tmp_path / "other" / "step-1")
     assert [c.step for c in resolve_checkpoints([str(run)])] == [1, 2]
-    with pytest.raises(InputError, match=r"two checkpoints are labelled 'step-1'"):
-        resolve_checkpoints([str(run), str(tmp_path / "other" / "step-1")])
+    with caplog.at_level(logging.WARNING):
+        cks = resolve_checkpoints([str(run), str(tmp_path / "other" / "step-1"), "zoo:induction", "zoo:induction"])
+    assert [c.label for c in cks] == ["step-1", "step-2", "step-1#2", "zoo:induction", "zoo:induction#2"]
+    assert "two checkpoints are labelled 'step-1'" in caplog.text  # said, and their rows no longer merge
 
 
 # ---- rows 14-16: resume only what the same inputs made; --out re-checked; one report per --out ----
