@@ -141,7 +141,7 @@ def main() -> None:
         probe(d, "train", "zoo:prev-token", "--steps", "10", "--stop-after", "3", "--out", "t19", keep=1)
 
         row(20, "probe compare over checkpoints whose card gives a negative step, or two with one label")
-        probe(d, "train", "zoo:prev-token", "--steps", "4", "--checkpoint-every", "2", "--out", "run", keep=0)
+        probe(d, "train", "zoo:prev-token", "--steps", "4", "--checkpoint-every", "2", "--out", "run", keep=1)
         card = d / "run" / "checkpoints" / "step-000002" / "card.json"
         c = json.loads(card.read_text())
         c["step"] = -7
