@@ -218,6 +218,13 @@ def _store_model(store: Optional[str], has_input: bool) -> Optional[str]:
     return name if isinstance(name, str) else None
 
 
+def _loadable(spec: str) -> bool:
+    """Whether :func:`probe.models.load_model` knows the spec's name or prefix (no loading)."""
+    from probe.models import registry
+
+    return spec in registry._NAMED or spec.split(":", 1)[0] in registry._LOADERS
+
+
 def run_analysis(
     analysis: Analysis,
     params: dict,
@@ -246,7 +253,9 @@ def run_analysis(
 
     target = OutDir(out, force)  # refuses a bad --out before anything is computed
     if model is None:  # --model left out: a store is read with its own model (probe.store.provenance)
-        model = _store_model(params.get("store"), has_input=bool(text or file_ or conllu)) or analysis.model
+        stored = _store_model(params.get("store"), has_input=bool(text or file_ or conllu))
+        # a store of maps made by hand names no loadable model: the run reads its maps alone
+        model = analysis.model if stored is None else (stored if _loadable(stored) else None)
     run_engine = engine_of(engine, analysis.engines, analysis.name, address=address, workers=workers, device=device)
     t0 = time.perf_counter()
     with target as tmp:
