@@ -256,7 +256,7 @@ def test_streamed_roles_report_in_blocks_equals_roles_report(minilm, monkeypatch
     assert b.matrix.max() > 0.1
 
 
-def test_cli_engine_stream_streams_and_local_is_refused_in_one_line(tmp_path, monkeypatch):
+def test_cli_engine_stream_streams_and_local_runs_as_stream(tmp_path, monkeypatch):
     """``probe syntax --engine stream`` streams: its sentences go through
     :func:`probe.runs.streaming.stream_layers` (one layer of one batch at a time) and no
     example's maps are captured whole; ``--engine local`` (every example's maps held) is
