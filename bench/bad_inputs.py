@@ -14,7 +14,12 @@ index line without id, shard outside the store, index naming a tensor the shard 
 unwritable ``--out`` (``/proc/x``, ``a_file/sub``); round three: byte-order marks, an index
 line naming another example's tensor, NaN/inf option values, repeated heads and layers, an
 ``hf:`` path to a file, a config contradicting its weights, ``--out`` through a symbolic
-link, a 1,000,000-character word.
+link, a 1,000,000-character word; round five (issue 59): a truncated weights file, an absurd
+safetensors header length, a billion layers (as an integer and as a float), a store read
+with another model, ``--group`` past the model, ``--sections ,``, hand-edited manifest
+counts, a misspelt objective, ``--engine local`` on roles, copies of one sentence for the
+similarity structure, a checkpoint card with a negative step, a zoo folder whose config
+contradicts its weights.
 
 Each case runs in its own process with a timeout and is classified as:
 
@@ -192,7 +197,67 @@ def make_fixtures(d: Path, probe: list) -> dict:
         return lines + [json.dumps(rec)]
 
     corrupt("index_steals_tensor", lambda c: index_edit(c, steal))
+    _round_five_fixtures(d, probe, f, corrupt)
     return f
+
+
+def _minilm_copy(d: Path, name: str) -> Path:
+    from probe.models.registry import minilm_path
+
+    out = d / name
+    shutil.copytree(
+        minilm_path(), out, ignore=shutil.ignore_patterns("onnx", "openvino", "*.onnx", "*.bin", "*.h5", "*.ot")
+    )
+    return out
+
+
+def _edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def _round_five_fixtures(d: Path, probe: list, f: dict, corrupt) -> None:
+    """Issue 59's inputs: damaged weights, absurd configs, a foreign store, lying cards."""
+    from probe.models.zoo import WEIGHTS_DIR
+
+    half = _minilm_copy(d, "r5_half")
+    w = half / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    absurd = _minilm_copy(d, "r5_absurd")
+    w = absurd / "model.safetensors"
+    w.write_bytes((2**60).to_bytes(8, "little") + w.read_bytes()[8:])
+    billion = _minilm_copy(d, "r5_billion")
+    _edit_json(billion / "config.json", num_hidden_layers=1_000_000_000)
+    floated = _minilm_copy(d, "r5_float")
+    _edit_json(floated / "config.json", num_hidden_layers=1e9)
+    three = d / "r5_three"
+    shutil.copytree(WEIGHTS_DIR / "induction", three)
+    _edit_json(three / "config.json", num_hidden_layers=3)
+    f.update(
+        r5_half=str(half), r5_absurd=str(absurd), r5_billion=str(billion), r5_float=str(floated), r5_three=str(three)
+    )
+    ind = d / "r5_ind_store"
+    subprocess.run(
+        probe + ["capture", "--model", "zoo:induction", "--text", "a b c a b c", "--text", "d e f", "--out", str(ind)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    f["r5_ind_store"] = str(ind)
+    for name, value in {"huge": 10**30, "negative": -3, "string": "2"}.items():
+        corrupt(f"r5_n_input_{name}", lambda c, v=value: _edit_json(c / "manifest.json", n_input=v))
+    (d / "copies.txt").write_text("The cat sat on the mat.\n" * 50)
+    f["copies.txt"] = str(d / "copies.txt")
+    run = d / "r5_run"
+    subprocess.run(
+        probe + ["train", "zoo:prev-token", "--steps", "4", "--checkpoint-every", "2", "--out", str(run)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    _edit_json(run / "checkpoints" / "step-000002" / "card.json", step=-7)
+    f["r5_run"] = str(run)
 
 
 def cases(f: dict, out: str) -> list:
@@ -349,7 +414,40 @@ def cases(f: dict, out: str) -> list:
     )
     add("ablate:repeated_group", ["ablate", "--text", "The cat sat.", "--group", "L0H1,L0H1", "--out", o("r3_ag")])
     add("ablate:repeated_layers", ["ablate", "--text", "The cat sat.", "--layers", "0,0", "--out", o("r3_al")])
+    _round_five_cases(f, o, add)
     return c
+
+
+def _round_five_cases(f: dict, o, add) -> None:
+    """Issue 59's rows (round five) shown on the command line."""
+    for k in ("r5_half", "r5_absurd", "r5_billion", "r5_float"):  # rows 1-4
+        add(f"capture:{k}", ["capture", "--model", f"hf:{f[k]}", "--text", "The dog barks.", "--out", o(k)])
+    for cmd in ("roles", "rollout", "flow"):  # row 5
+        out = o(f"r5_{cmd}") + (".csv" if cmd == "roles" else "")
+        add(f"{cmd}:r5_foreign_store", [cmd, "--model", "minilm", "--store", f["r5_ind_store"], "--out", out])
+    add("rollout:r5_own_store", ["rollout", "--store", f["r5_ind_store"], "--out", o("r5_own")], ANY)
+    for cmd in ("patch", "ablate"):  # row 7
+        add(
+            f"{cmd}:r5_group_past_model",
+            [cmd, "--model", "zoo:induction", "--text", "a b c a b c", "--group", "L5H0", "--out", o(f"r5_g{cmd}")],
+        )
+    add("report:r5_empty_sections", ["report", "--text", "The cat sat.", "--sections", ",", "--out", o("r5_sec")])
+    for k in ("huge", "negative", "string"):  # row 11
+        store = f[f"store_r5_n_input_{k}"]
+        add(f"store-verify:r5_n_input_{k}", ["store", "verify", store])
+        add(f"roles:r5_n_input_{k}", ["roles", "--store", store, "--out", o(f"r5_ni_{k}") + ".csv"])
+    add("ablate:r5_objective_typo", ["ablate", "--objective", "acuracy", "--text", "The cat sat.", "--out", o("r5_ot")])
+    add(  # row 13: accepted now (one vocabulary)
+        "roles:r5_engine_local",
+        ["roles", "--engine", "local", "--text", "The cat sat.", "--text", "A dog ran.", "--out", o("r5_el") + ".csv"],
+        ANY,
+    )
+    add(  # row 18
+        "claims:r5_copies_similarity",
+        ["claims", "--file", f["copies.txt"], "--objective", "similarity-structure", "--out", o("r5_cp")],
+    )
+    add("compare:r5_negative_step", ["compare", f["r5_run"], "--out", o("r5_neg")])  # row 20
+    add("compare:r5_zoo_three_layers", ["compare", f["r5_three"], "zoo:induction", "--out", o("r5_three")])  # row 23
 
 
 def classify(expect: str, rc, stdout: str, stderr: str) -> str:
@@ -412,6 +510,7 @@ def main() -> int:
         default=None,
         help="run only this many cases per command, spread over its list (a quicker sample)",
     )
+    ap.add_argument("--match", default=None, help="only cases whose name contains this (e.g. r5_: round five)")
     ap.add_argument("--csv", default=None, help="write one row per case here")
     ap.add_argument("--show", action="store_true", help="print every case, not only the failing ones")
     a = ap.parse_args()
@@ -426,6 +525,8 @@ def main() -> int:
         if a.only:
             keep = {c.strip() for c in a.only.split(",")}
             todo = [c for c in todo if c[0].split(":")[0] in keep]
+        if a.match:
+            todo = [c for c in todo if a.match in c[0]]
         if a.per_command:
             todo = _sample(todo, a.per_command)
         print(f"{len(todo)} cases over {len({c[0].split(':')[0] for c in todo})} commands ({env_note})", flush=True)

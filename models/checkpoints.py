@@ -18,6 +18,7 @@ trap of a model hub serving the final weights under every step's name).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence, TYPE_CHECKING
@@ -28,6 +29,8 @@ from .fingerprint import weights_fingerprint  # the one fingerprint, as stores r
 
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Checkpoint", "resolve_checkpoints", "load_checkpoint", "weights_fingerprint", "shape_of"]
 
@@ -67,12 +70,50 @@ def _zoo_dir(directory: Path) -> Optional[Checkpoint]:
     if card is None or not isinstance(card.get("task"), str):
         return None
     step = card.get("step")
-    return Checkpoint(
-        label=directory.name,
-        path=directory,
-        task=card["task"],
-        step=int(step) if isinstance(step, int) else None,
-    )
+    if step is not None and (type(step) is not int or step < 0):
+        raise InputError(
+            f"{directory / 'card.json'}: step must be a whole number ≥ 0 (the training steps the weights took), "
+            f"found {step!r}; fix the card"
+        )
+    return Checkpoint(label=directory.name, path=directory, task=card["task"], step=step)
+
+
+def _run_checkpoints(run: Path) -> list:
+    """The checkpoints of a run's ``checkpoints/`` folder by step; every folder must be one
+    (a folder without a card is said, not dropped)."""
+    found = []
+    for d in sorted(p for p in run.iterdir() if p.is_dir()):
+        ck = _zoo_dir(d)
+        if ck is None:
+            raise InputError(
+                f"{d} has no card.json naming its task: not a checkpoint of this run; "
+                "remove it from checkpoints/, or compare the checkpoints one by one"
+            )
+        found.append(ck)
+    if not found:
+        raise InputError(f"{run} holds no checkpoint (no card.json in its folders)")
+    return sorted(found, key=lambda c: (c.step is None, c.step or 0, c.label))
+
+
+def unique_labels(checkpoints: list) -> list:
+    """``checkpoints`` with every label unique: a label given before is shown as ``label#2``,
+    ``label#3`` … and said in a warning (two checkpoints under one label merged their rows in
+    every table: issue 59, row 20)."""
+    import dataclasses
+
+    seen: dict = {}
+    out = []
+    for ck in checkpoints:
+        k = seen.get(ck.label, 0) + 1
+        seen[ck.label] = k
+        if k > 1:
+            new = f"{ck.label}#{k}"
+            log.warning(
+                "two checkpoints are labelled %r (%s): the later one is shown as %r", ck.label, ck.path or ck.spec, new
+            )
+            ck = dataclasses.replace(ck, label=new)
+        out.append(ck)
+    return out
 
 
 def _check_bare_name(arg: str) -> None:
@@ -102,14 +143,11 @@ def resolve_checkpoints(args: Sequence[str]) -> list:
             raise InputError(f"checkpoint {arg!r} is a file; give a model directory or a spec")
         run = p / "checkpoints"
         if run.is_dir():  # a training run: its checkpoints, by step
-            found = [c for c in (_zoo_dir(d) for d in sorted(run.iterdir()) if d.is_dir()) if c is not None]
-            if not found:
-                raise InputError(f"{run} holds no checkpoint (no card.json in its folders)")
-            out.extend(sorted(found, key=lambda c: (c.step is None, c.step or 0, c.label)))
+            out.extend(_run_checkpoints(run))
             continue
         zoo = _zoo_dir(p)
         out.append(zoo if zoo is not None else Checkpoint(label=p.name or arg, spec=f"hf:{p}"))
-    return out
+    return unique_labels(out)
 
 
 def load_checkpoint(checkpoint: Checkpoint, device: str = "cpu") -> Any:

@@ -31,6 +31,7 @@ import torch
 from .adapter import ModelAdapter
 from .architectures import family_for
 from .errors import InputError, NotApplicable
+from .weights_check import check_model_folder
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,7 @@ def load_hf(
     source = str(local.resolve()) if local.exists() else path_or_id
     if local.is_dir():
         refuse_custom_code(local)
+        check_model_folder(local, name=repr(path_or_id))  # headers, sizes and config before transformers
     try:
         config = transformers.AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError) as exc:

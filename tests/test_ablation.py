@@ -309,7 +309,7 @@ def test_loss_on_headless_encoder_names_the_metrics_that_apply(minilm):
     with pytest.raises(NotApplicable, match="accuracy.*zoo"):
         sweep_heads(minilm, TEXTS[:1], "accuracy")
     with pytest.raises(
-        ValueError, match="unknown metric 'bleu'; known: loss, accuracy, prediction-kl, embedding-drift"
+        ValueError, match="unknown objective 'bleu'; known: loss, accuracy, prediction-kl, embedding-drift"
     ):
         sweep_heads(minilm, TEXTS[:1], "bleu")
 

@@ -110,7 +110,7 @@ def test_class_logit_needs_logits_and_parse_target(tiny_models):
         ClassLogit().aux(a, b["input_ids"], b["attention_mask"])
     assert isinstance(parse_target("logit:1", a), ClassLogit) and parse_target("logit:1", a).label == 1
     assert isinstance(parse_target("loss:-1", a), LMLoss)
-    with pytest.raises(ValueError, match="unknown target"):
+    with pytest.raises(ValueError, match="unknown objective"):
         parse_target("banana", a)
 
 

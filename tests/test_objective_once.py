@@ -94,5 +94,5 @@ def test_one_objective_option_with_no_old_spellings(tmp_path):
         r = CliRunner().invoke(main, ["ablate", "--text", "A b.", old, "loss", "--out", str(tmp_path / "o")])
         assert r.exit_code == 2 and f"No such option '{old}'" in r.output
     r = CliRunner().invoke(main, ["ablate", "--text", "A b.", "--objective", "banana", "--out", str(tmp_path / "o")])
-    assert r.exit_code == 1 and r.output.count("\n") == 1 and "unknown metric 'banana'" in r.output, r.output
+    assert r.exit_code == 1 and r.output.count("\n") == 1 and "unknown objective 'banana'" in r.output, r.output
     assert not (tmp_path / "o").exists()

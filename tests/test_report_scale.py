@@ -431,6 +431,7 @@ def test_resume_over_other_settings_is_refused_and_keeps_the_partial(tmp_path):
     out = tmp_path / "r"
     first = PartialReport(out, fingerprint(model="a", sections=["x"]))
     (first.dir / "sections" / "x.json").write_text("{}")
+    first.release()  # the first run ended (a live one holds the --out's lock: issue 59, row 16)
     with pytest.raises(ValueError, match=r"model 'a' there, 'b' now.*nothing was overwritten"):
         PartialReport(out, fingerprint(model="b", sections=["x"]))
     assert (first.dir / "sections" / "x.json").read_text() == "{}"

@@ -256,7 +256,7 @@ def test_streamed_roles_report_in_blocks_equals_roles_report(minilm, monkeypatch
     assert b.matrix.max() > 0.1
 
 
-def test_cli_engine_stream_streams_and_local_is_refused_in_one_line(tmp_path, monkeypatch):
+def test_cli_engine_stream_streams_and_local_runs_as_stream(tmp_path, monkeypatch):
     """``probe syntax --engine stream`` streams: its sentences go through
     :func:`probe.runs.streaming.stream_layers` (one layer of one batch at a time) and no
     example's maps are captured whole; ``--engine local`` (every example's maps held) is
@@ -280,13 +280,21 @@ def test_cli_engine_stream_streams_and_local_is_refused_in_one_line(tmp_path, mo
     assert r.exit_code == 0, r.output
     assert streamed and not whole
     assert len(pd.read_csv(tmp_path / "s" / "best.csv"))
+    # one vocabulary (issue 59, row 13): local, one process, is this always-streaming command's stream
+    streamed.clear()
     r = CliRunner().invoke(main, [*args, "--engine", "local", "-o", str(tmp_path / "l")])
-    assert r.exit_code == 2 and "'local' is not one of 'stream', 'ray'" in r.output
-    assert not (tmp_path / "l").exists()
+    assert r.exit_code == 0, r.output
+    assert streamed and not whole
+    r = CliRunner().invoke(main, [*args, "--engine", "bogus", "-o", str(tmp_path / "b")])
+    assert r.exit_code == 2 and "'bogus' is not one of 'auto', 'local', 'stream', 'ray'" in r.output
+    assert not (tmp_path / "b").exists()
     import probe
 
-    with pytest.raises(InputError, match=r"^syntax runs with --engine stream or ray, not 'local'$"):
-        probe.run("syntax", conllu=conllu, limit=2, engine="local")
+    from probe.app.registry.runs import engine_of
+
+    assert engine_of("local", ("stream", "ray"), "syntax").name == "stream"
+    with pytest.raises(InputError, match=r"^syntax runs with --engine local, not 'ray'$"):
+        engine_of("ray", ("local",), "syntax")
 
 
 def test_cli_engine_stream_ablates_a_zoo_model_with_its_task_loss(tmp_path):

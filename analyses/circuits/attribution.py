@@ -168,7 +168,7 @@ def edge_attribution(
     metric = get_metric(metric, adapter, clean)
     if not metric.differentiable:
         raise InputError(
-            f"metric {metric.name!r} has no gradient; edge attribution needs a differentiable objective (e.g. loss)"
+            f"objective {metric.name!r} has no gradient; edge attribution needs a differentiable objective (e.g. loss)"
         )
     edges = list(all_edges(adapter) if edges is None else edges)
     receivers = receivers_of(edges)

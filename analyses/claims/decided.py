@@ -392,6 +392,11 @@ def decided_effect(res, rec, i: int, block_level: bool) -> tuple:
 
 
 def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level, end=None) -> Claim:
+    if res.n < T.MIN_EXAMPLES:  # as the exhaustive path says it (issue 59, row 17)
+        return Claim(
+            kind, "not enough evidence", statement=_STATEMENT[mode], count=int(res.n), unit=obj.units,
+            threshold="min_effect+fdr", reason=f"{res.n} examples < the minimum {T.MIN_EXAMPLES}",
+        )  # fmt: skip
     decision, used = res.decision[i], int(res.n_used[i])
     _, eff, lo, hi = decided_effect(res, rec, i, block_level)
     e_value = float(res.e_value[i])

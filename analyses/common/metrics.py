@@ -179,7 +179,7 @@ class LossMetric(Objective):
         if zoo_task(adapter):
             if corpus is not None and not corpus.examples:
                 raise NotApplicable(
-                    f"metric 'loss' on {adapter.name} needs the zoo evaluation examples "
+                    f"objective 'loss' on {adapter.name} needs the zoo evaluation examples "
                     "(run without --text/--file/--conllu); metrics that apply to other "
                     "inputs: embedding-drift"
                 )
@@ -192,7 +192,7 @@ class LossMetric(Objective):
         if not has_lm_head(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
             raise NotApplicable(
-                f"metric 'loss' needs a model with a language-model or task head, but "
+                f"objective 'loss' needs a model with a language-model or task head, but "
                 f"{adapter.name} ({type(adapter.model).__name__}) is a headless "
                 f"{adapter.arch}; metrics that apply: {ok}"
             )
@@ -270,7 +270,7 @@ class AccuracyMetric(LossMetric):
         if not zoo_task(adapter):
             ok = ", ".join(applicable_metrics(adapter, corpus))
             raise NotApplicable(
-                f"metric 'accuracy' needs a zoo:<task> model with ground truth; for "
+                f"objective 'accuracy' needs a zoo:<task> model with ground truth; for "
                 f"{adapter.name} the metrics that apply: {ok}"
             )
         super().check(adapter, corpus)
@@ -416,7 +416,7 @@ class CallableMetric(Objective):
         s = self.fn(outputs, batch)
         if not isinstance(s, torch.Tensor) or s.shape != (batch.rows,):
             raise InputError(
-                f"metric {self.name!r} must return a tensor [rows] = [{batch.rows}], got {getattr(s, 'shape', type(s))}"
+                f"objective {self.name!r} must return a tensor [rows] = [{batch.rows}], got {getattr(s, 'shape', type(s))}"
             )
         return s
 

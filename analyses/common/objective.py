@@ -30,7 +30,7 @@ from probe.errors import InputError, NotApplicable
 from . import metrics, similarity, targets
 from .batch import MetricBatch, check_scalar
 from .objective_base import InputObjective, Objective, Unfitted, scalar_function
-from .objective_names import NOUNS, FORMS, NAMES, USES, known_for
+from .objective_names import FORMS, NAMES, USES, known_for
 from .similarity import applicable_objectives
 
 __all__ = [
@@ -94,19 +94,30 @@ def _parse(spec: str, use: str, probe: Optional[Objective]) -> Objective:
             if spec == "mlm":
                 return targets.OwnTokensLoss()
         except ValueError:
-            raise InputError(f"{NOUNS[use]} {spec!r}: expected an integer after '{kind}:'") from None
+            raise InputError(f"objective {spec!r}: expected an integer after '{kind}:'") from None
         if kind == "probe" and probe is not None:
             return probe
         if kind in ("similarity", "probe"):
             return Unfitted(spec)
     note = " (or a callable in the Python API)" if use == "per-example" else ""
-    raise InputError(f"unknown {NOUNS[use]} {spec!r}; known: {', '.join(FORMS[use])}, auto{note}")
+    raise InputError(
+        f"unknown objective {spec!r}; {_did_you_mean(spec, use)}known: {', '.join(FORMS[use])}, auto{note}"
+    )
+
+
+def _did_you_mean(spec: str, use: str) -> str:
+    """``"did you mean 'accuracy'? "`` for a name close to one ``use`` knows, else ``""``."""
+    import difflib
+
+    names = [form.partition(":<")[0] for form in FORMS[use]] + ["auto"]
+    close = difflib.get_close_matches(str(spec).strip(), names, n=1, cutoff=0.75)
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def _auto(adapter, corpus, use: str) -> tuple:
     """``(name, why)``: the objective ``auto`` means for ``adapter`` (and ``corpus``) in ``use``."""
     from .metrics import MASK_FRACTION, has_lm_head, zoo_has_loss, zoo_task
-    from .similarity import MIN_SENTENCES
+    from .similarity import MIN_SENTENCES, distinct_sentences
 
     model = type(adapter.model).__name__
     if use == "explain":
@@ -141,7 +152,12 @@ def _auto(adapter, corpus, use: str) -> tuple:
         return "prediction-kl", f"{model}'s classification head: the KL divergence of its predicted distribution"
     if use == "gradient":
         return "similarity", "no task or LM head: the similarity to a partner sentence"
-    if use == "corpus" and adapter.arch == "encoder" and not zoo and (corpus is None or len(corpus) >= MIN_SENTENCES):
+    if (
+        use == "corpus"
+        and adapter.arch == "encoder"
+        and not zoo
+        and (corpus is None or distinct_sentences(corpus) >= MIN_SENTENCES)
+    ):
         return "similarity-structure", "a sentence encoder: the similarity structure of the corpus"
     return "embedding-drift", "the model has no language-model or task head to score a loss with"
 

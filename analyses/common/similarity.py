@@ -68,6 +68,12 @@ __all__ = [
 MIN_SENTENCES = 4
 
 
+def distinct_sentences(corpus: Any) -> int:
+    """How many different texts ``corpus`` holds (the similarity structure of copies of one
+    sentence is undefined: every cosine is 1, so no head can change their ranking)."""
+    return len(set(getattr(corpus, "texts", corpus)))
+
+
 #: fewest sentences in a block of :func:`block_row_harm` (its jackknife ranks ``b − 2`` others)
 MIN_BLOCK = 8
 
@@ -260,10 +266,11 @@ class SimilarityStructure(Objective):
                 f"objective 'similarity-structure' pools a sentence encoder's states; {adapter.name} "
                 f"is a {adapter.arch}; objectives that fit it: {ok}"
             )
-        if corpus is not None and len(corpus) < MIN_SENTENCES:
+        if corpus is not None and distinct_sentences(corpus) < MIN_SENTENCES:
             raise NotApplicable(
                 f"objective 'similarity-structure' compares each sentence with the others: give at "
-                f"least {MIN_SENTENCES} sentences (got {len(corpus)})"
+                f"least {MIN_SENTENCES} different sentences (got {distinct_sentences(corpus)} different "
+                f"of {len(corpus)}: copies of one sentence have no structure to harm)"
             )
         if self.pooling is None:
             self.pooling = model_pooling(adapter)
@@ -332,6 +339,6 @@ def applicable_objectives(adapter: ModelAdapter, corpus: Corpus | None = None) -
     out = list(applicable_metrics(adapter, corpus))
     if adapter.arch == "decoder" and has_lm_head(adapter) and not zoo_task(adapter):
         out.insert(0, "next-token-loss")
-    if adapter.arch == "encoder" and (corpus is None or len(corpus) >= MIN_SENTENCES):
+    if adapter.arch == "encoder" and (corpus is None or distinct_sentences(corpus) >= MIN_SENTENCES):
         out.insert(len(out) - 1, "similarity-structure")
     return out

@@ -102,11 +102,21 @@ def head_summary(changes: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["flagged", "jsd"], ascending=[False, False], kind="stable").reset_index(drop=True)
 
 
-def same_weights_warning(a_label: str, b_label: str, a_fp: str, b_fp: str) -> str | None:
-    """The warning line when two checkpoints' weights fingerprints are equal, else ``None``."""
-    if a_fp and a_fp == b_fp:
+def same_weights_warning(
+    a_label: str, b_label: str, a_fp: str, b_fp: str, a_tok: str = "", b_tok: str = ""
+) -> str | None:
+    """The warning line when two checkpoints' weights fingerprints are equal, else ``None``;
+    with the tokenizers' fingerprints, it says whether the tokenizer changed (then every
+    difference is the tokenization's)."""
+    if not a_fp or a_fp != b_fp:
+        return None
+    if a_tok and b_tok and a_tok != b_tok:
         return (
-            f"warning: {a_label} and {b_label} hold identical weights ({a_fp[:19]}…): nothing can have changed "
-            "between them; check that each names the checkpoint you meant"
+            f"warning: {a_label} and {b_label} hold identical weights ({a_fp[:19]}…) but different tokenizers "
+            f"({a_tok[:16]} ≠ {b_tok[:16]}): only the tokenizer changed, so every difference below is the "
+            "tokenization's"
         )
-    return None
+    return (
+        f"warning: {a_label} and {b_label} hold identical weights ({a_fp[:19]}…) and tokenizers: nothing can "
+        "have changed between them; check that each names the checkpoint you meant"
+    )

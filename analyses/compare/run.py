@@ -140,6 +140,7 @@ def compare_checkpoints(
     """
     from probe.inputs.corpus import fit_to_model
     from probe.models.checkpoints import load_checkpoint, shape_of, weights_fingerprint
+    from probe.models.fingerprint import tokenizer_fingerprint
 
     if len(checkpoints) < 2:
         raise InputError(f"compare needs two or more checkpoints, got {len(checkpoints)}")
@@ -156,7 +157,9 @@ def compare_checkpoints(
     attribution: dict = {}
     for ck, adapter, shape in zip(checkpoints, adapters, shapes):
         fp = weights_fingerprint(adapter.model)
-        rows.append({"label": ck.label, "step": ck.step, "fingerprint": fp, "source": adapter.source, **shape})
+        tok = tokenizer_fingerprint(adapter.tokenizer) if adapter.tokenizer is not None else ""
+        row = {"label": ck.label, "step": ck.step, "fingerprint": fp, "tokenizer": tok, "source": adapter.source}
+        rows.append({**row, **shape})
         log.info("measuring %s (%d examples)", ck.label, len(corpus))
         m = measure_checkpoint(
             adapter,
@@ -169,10 +172,11 @@ def compare_checkpoints(
             batch_size=batch_size,
         )
         notes.extend(f"{ck.label}: {n}" for n in m.notes)
-        if measured:
-            w = same_weights_warning(measured[-1].label, m.label, measured[-1].fingerprint, fp)
+        for earlier in rows[:-1]:  # any earlier checkpoint, not only the previous: byte-identical copies
+            w = same_weights_warning(earlier["label"], m.label, earlier["fingerprint"], fp, earlier["tokenizer"], tok)
             if w:
                 warnings.append(w)
+                break
         if attribute and measured:
             from .attribution import attribute_change
 

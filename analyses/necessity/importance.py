@@ -173,7 +173,7 @@ def gradient_importance(
     metric = get_metric(metric, adapter, corpus)
     if not metric.differentiable:
         raise InputError(
-            f"metric {metric.name!r} is not differentiable; gradient importance needs a loss (use --metric loss)"
+            f"objective {metric.name!r} is not differentiable; gradient importance needs a loss (use --objective loss)"
         )
     if metric.stationary_at_clean and mask is None:
         raise InputError(
@@ -233,7 +233,7 @@ def ig_importance(
     corpus = as_corpus(corpus)
     metric = get_metric(metric, adapter, corpus)
     if not metric.differentiable:
-        raise InputError(f"metric {metric.name!r} is not differentiable; use loss or embedding-drift")
+        raise InputError(f"objective {metric.name!r} is not differentiable; use --objective loss or embedding-drift")
     if n_steps < 2:
         raise InputError(f"n_steps must be ≥ 2, got {n_steps}")
     base = _base_gates(adapter, mask, stack).to(adapter.device)

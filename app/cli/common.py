@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
-from typing import Callable, Optional, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 import click
 
@@ -178,6 +179,25 @@ def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    import warnings
+
+    warnings.showwarning = toolkit_warning  # one line each, no source path (issue 59, row 8)
+
+
+_ADVICE = re.compile(r"(?:;| or| —|,)(?:(?! or )[^;,—])*--([a-z][\w-]*)[^;,—]*")
+
+
+def toolkit_warning(
+    message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """A Python warning shown as the toolkit's own one-line message (logger ``probe``, no
+    source path or line), its advice naming an option the running command lacks left out."""
+    text = " ".join(str(message).split())
+    here = click.get_current_context(silent=True)
+    if here is not None:
+        options = {o.lstrip("-") for p in here.command.params for o in getattr(p, "opts", ())}
+        text = _ADVICE.sub(lambda m: m.group(0) if m.group(1) in options else "", text)
+    logging.getLogger("probe").warning("%s", text)
 
 
 class _LineStream:
@@ -210,7 +230,7 @@ def engine_option(engines: Sequence[str] = ("local", "stream", "ray"), default: 
     one of them (docs/scale.md). The names and their help come from one place,
     :mod:`probe.app.engine.kind`.
     """
-    from probe.app.engine.kind import ENGINE_HELP
+    from probe.app.engine.kind import ENGINE_HELP, ENGINES
 
     def add(fn: Callable) -> Callable:
         if "ray" in engines:
@@ -226,12 +246,28 @@ def engine_option(engines: Sequence[str] = ("local", "stream", "ray"), default: 
                 default=None,
                 help="existing Ray cluster (e.g. auto or ray://host:10001); default: start a local one (--engine ray)",
             )(fn)
+        first = default or engines[0]
+
+        def resolve(ctx: click.Context, param: click.Parameter, value: str) -> str:
+            # one vocabulary on every command: auto is this command's default engine, and
+            # local (one process) on a command that always streams is its stream engine
+            if value == "auto" and "auto" not in engines:
+                return first
+            if value == "local" and "local" not in engines and "stream" in engines:
+                return "stream"
+            return value
+
+        notes = {
+            "auto": ENGINE_HELP["auto"] if "auto" in engines else f"{first} here",
+            "local": ENGINE_HELP["local"] if "local" in engines else "stream here (this command always streams)",
+        }
         return click.option(
             "--engine",
-            type=click.Choice(list(engines)),
-            default=default or engines[0],
+            type=click.Choice(["auto", *ENGINES]),
+            default=first,
             show_default=True,
-            help="; ".join(f"{e}: {ENGINE_HELP[e]}" for e in engines),
+            callback=resolve,
+            help="; ".join(f"{e}: {notes.get(e, ENGINE_HELP[e])}" for e in ("auto", *ENGINES)),
         )(fn)
 
     return add

@@ -150,7 +150,13 @@ def report_cmd(
 
     budget = parse_size(memory_budget)  # bad values: one Error line before the model loads
     check_window(window, stride, truncate)
-    names = [s.strip() for s in sections.split(",") if s.strip()] if sections else None
+    names = [s.strip() for s in sections.split(",") if s.strip()] if sections is not None else None
+    if names is not None and not names:  # ',' or '' is no section, not "every section"
+        raise click.BadParameter(
+            f"{sections!r} names no section; give sections like ablation,roles (or leave --sections out: "
+            "all that apply)",
+            param_hint="--sections",
+        )
     progress = None if quiet else (lambda i, n, name: click.echo(f"[{i + 1}/{n}] {name} …", err=True))
     data = build_report(
         text=list(text) or None,

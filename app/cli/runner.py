@@ -11,6 +11,7 @@ compute, written atomically), ``--quiet`` and ``--verbose``.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import click
@@ -196,14 +197,33 @@ def _common_options(analysis: Analysis, cmd: Callable) -> Callable:
             "--objective", default="auto", show_default=True, help=objective_help((analysis.objective,))
         )(cmd)
     if needs & {"model", "corpus", "maps", "zoo", "gradients", "treebank"}:
+        reads_stores = "store" in {p.name for p in analysis.params}
         cmd = click.option(
             "--model",
             "-m",
-            default=analysis.model,
-            show_default=True,
-            help="minilm | smollm2 | hf:<id or path> | gguf:<file> | zoo:<task> | a model directory",
+            default=None if reads_stores else analysis.model,
+            show_default=not reads_stores,
+            help="minilm | smollm2 | hf:<id or path> | gguf:<file> | zoo:<task> | a model directory"
+            + (f" (default: a --store's own model, else {analysis.model})" if reads_stores else ""),
         )(device_option(cmd))
     return cmd
+
+
+def _store_model(store: Optional[str], has_input: bool) -> Optional[str]:
+    """The model named by the manifest of the store a command reads (None: no store read)."""
+    if not store or has_input or not (Path(store) / "manifest.json").exists():
+        return None
+    from probe.store.schema import read_manifest
+
+    name = read_manifest(store).get("model")
+    return name if isinstance(name, str) else None
+
+
+def _loadable(spec: str) -> bool:
+    """Whether :func:`probe.models.load_model` knows the spec's name or prefix (no loading)."""
+    from probe.models import registry
+
+    return spec in registry._NAMED or spec.split(":", 1)[0] in registry._LOADERS
 
 
 def run_analysis(
@@ -213,7 +233,7 @@ def run_analysis(
     out: str,
     force: bool = False,
     quiet: bool = False,
-    model: str = "minilm",
+    model: Optional[str] = "minilm",
     device: str = "cpu",
     text: Sequence[str] = (),
     file_: Optional[str] = None,
@@ -233,6 +253,10 @@ def run_analysis(
     from probe.app.registry.runs import engine_of
 
     target = OutDir(out, force)  # refuses a bad --out before anything is computed
+    if model is None:  # --model left out: a store is read with its own model (probe.store.provenance)
+        stored = _store_model(params.get("store"), has_input=bool(text or file_ or conllu))
+        # a store of maps made by hand names no loadable model: the run reads its maps alone
+        model = analysis.model if stored is None else (stored if _loadable(stored) else None)
     preflight(model, (file_, conllu))  # a bad model name or input file: refused before torch is imported
     run_engine = engine_of(engine, analysis.engines, analysis.name, address=address, workers=workers, device=device)
     t0 = time.perf_counter()
@@ -250,6 +274,9 @@ def run_analysis(
         )
         if analysis.objective:
             ctx.objective(analysis.objective)  # resolved (a bad name refused) before any forward
+        from probe.app.registry.validate import check_heads_in_model
+
+        check_heads_in_model(analysis, ctx)  # every named head in range before any forward
         result = analysis.run(ctx)
         result.write(tmp)
         names = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())

@@ -95,7 +95,7 @@ def train_cmd(
     else:
         click.echo(
             f"zoo:{card['task']}: {card['metric']} {card['accuracy']:.2f}% on {card['n_eval']} "
-            f"held-out examples after {card['train_steps']} steps ({card['train_seconds']}s) -> {out}"
+            f"held-out examples after {_steps_said(card)} ({card['train_seconds']}s) -> {out}"
             + (f" ({len(schedule)} checkpoints in {out}/checkpoints)" if schedule else "")
         )
 
@@ -132,3 +132,11 @@ def evaluate_cmd(model: str, path: Optional[str], n: Optional[int], n_old: Optio
 
 
 COMMANDS = [train_cmd, evaluate_cmd]
+
+
+def _steps_said(card: dict) -> str:
+    """``"10 steps"``, or ``"3 of 10 steps (--stop-after 3: the saved model is step 3's)"``."""
+    done, total = card.get("step", card["train_steps"]), card["train_steps"]
+    if done == total:
+        return f"{total} steps"
+    return f"{done} of {total} steps (--stop-after {done}: the saved model is step {done}'s)"

@@ -10,7 +10,8 @@
 Each name means that everywhere: the CLI's ``--engine``, an analysis' ``engines``,
 :func:`probe.app.registry.open_run` and :func:`probe.app.engine.run.run_job`. A command
 whose analysis always streams its corpus (``roles``, ``syntax``, ``coref``, ``ablate``)
-offers ``stream`` and ``ray``, not ``local``; ``capture`` and the report offer all three.
+runs ``local`` as ``stream`` (one process either way); every command that takes
+``--engine`` accepts ``auto`` (its own default) and the three names.
 This module imports nothing heavy (the CLI's ``--help`` reads it).
 """
 

@@ -432,6 +432,9 @@ def run(
         engine=run_engine,
         objective=objective,
     )
+    from probe.app.registry.validate import check_heads_in_model
+
+    check_heads_in_model(analysis, ctx)  # every named head in range before any forward
     result = analysis.run(ctx)
     if target is not None:
         with target as tmp:

@@ -195,6 +195,24 @@ class Context:
         name = str(getattr(self._adapter, "name", None) or self.model)
         return name.split(":", 1)[1] if name.startswith("zoo:") else None
 
+    def read_store(self, path: Any) -> Any:
+        """The :class:`probe.store.directory.Store` at ``path``, refused when the run's model
+        is not the one that captured it (:func:`probe.store.provenance.refuse_other_model`;
+        the weights fingerprint is compared, loading the model, only when the names differ)."""
+        from probe.store.directory import Store
+        from probe.store.provenance import refuse_other_model
+
+        store = Store(path)
+        if self.model is not None or self._adapter is not None:
+
+            def fingerprint() -> str:
+                from probe.models.fingerprint import weights_fingerprint
+
+                return weights_fingerprint(self.adapter.model)
+
+            refuse_other_model(path, store.manifest, self.model_name, fingerprint)
+        return store
+
     def say(self, line: str) -> None:
         """A line for people (a choice made for the user, e.g. the objective): logged, kept
         under ``settings["choices"]`` (the report's index page and summary.json) and, when

@@ -69,6 +69,11 @@ def probe_writable(directory: Path, given: Union[str, Path]) -> None:
         ) from None
 
 
+def _entries(out: Path) -> Optional[set]:
+    """The names in ``out`` (None: no such directory)."""
+    return {p.name for p in out.iterdir()} if out.is_dir() else None
+
+
 class OutDir:
     """Context manager yielding a temporary directory beside ``out``; on success it
     replaces ``out``, on error it is removed and ``out`` is left as it was."""
@@ -76,6 +81,7 @@ class OutDir:
     def __init__(self, out: Union[str, Path], force: bool = False) -> None:
         self.out = check_out(out, force)
         self.tmp: Optional[Path] = None
+        self.seen = _entries(self.out)  # what --out held when the command checked it
 
     def __enter__(self) -> Path:
         self.out.absolute().parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +96,7 @@ class OutDir:
             shutil.rmtree(tmp, ignore_errors=True)
             return False
         os.chmod(tmp, 0o755)
+        self._recheck(tmp)
         if self.out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.absolute().parent))
             os.replace(self.out, old / "x")
@@ -98,3 +105,16 @@ class OutDir:
         else:
             os.replace(tmp, self.out)
         return False
+
+    def _recheck(self, tmp: Path) -> None:
+        """``out`` checked again before it is replaced (issue 59, row 15): what another program
+        wrote there while this command ran is never removed; the result is kept in ``tmp``."""
+        now = _entries(self.out)
+        new = sorted((now or set()) - (self.seen or set())) if now is not None else []
+        if self.out.exists() and not self.out.is_dir():
+            new = [self.out.name]
+        if new:
+            raise InputError(
+                f"--out {self.out} changed while this command ran ({new[0]!r} appeared); nothing in it was "
+                f"removed and the result is in {tmp}: move it, or run again with another --out"
+            )

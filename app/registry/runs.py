@@ -129,6 +129,10 @@ def engine_of(
     from probe.app.engine.kind import Engine
 
     offered = tuple(engines) or ("local",)
+    if name in (None, "auto") and "auto" not in offered:
+        name = offered[0]
+    if name == "local" and "local" not in offered and "stream" in offered:
+        name = "stream"  # one process either way: this analysis always streams its corpus
     engine = Engine(name or offered[0], address=address, workers=workers, device=device)
     if engine.name not in offered:
         raise InputError(f"{analysis} runs with --engine {' or '.join(offered)}, not {engine.name!r}")

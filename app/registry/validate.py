@@ -89,3 +89,28 @@ def _one(p: Any, value: Any, parse_heads, parse_int_list) -> Any:
     if p.type == "ints":
         return parse_int_list(value, p.option)
     return value
+
+
+def check_heads_in_model(analysis: Any, ctx: Any) -> None:
+    """Every head an analysis' ``"heads"`` parameters name (``--heads``, ``--group``, …)
+    checked against the run's model before the analysis runs (issue 59, row 7: ``--group
+    L5H0`` on a 2-layer model was refused only after the patching ran).
+
+    Raises:
+        InputError: naming the option, the head and the model's range.
+    """
+    from probe.errors import InputError
+
+    named = [(p, ctx.params.get(p.name)) for p in analysis.params if p.type == "heads"]
+    named = [(p, v) for p, v in named if v]
+    if not named or (ctx.model is None and getattr(ctx, "_adapter", None) is None):
+        return
+    adapter = ctx.adapter
+    for p, value in named:
+        groups = value if p.multiple else (value,)
+        for heads in groups:
+            for layer, head in heads or ():
+                try:
+                    adapter.check_head(layer, head)
+                except InputError as exc:
+                    raise InputError(f"{p.option} L{layer}H{head}: {exc}") from None

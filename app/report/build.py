@@ -311,15 +311,18 @@ def build_report(
         objective=str(objective), batch_size=batch_size, window=window, stride=stride, truncate=truncate,
     )  # fmt: skip
     partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
-    settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
-    settings.update(_model_examples_setting(len(ctx.input_corpus), max_model_examples, explained_examples, causal))
-    settings.update({k: v for k, v in notes.items() if v})
-    ctx.report.settings.update(settings, **_streamed_settings(ctx, batch_size, bool(progress), sections))
-    shown = progress if callable(progress) else (_print_progress if progress else None)
-    with budget_in_force(budget):
-        data = analyse(ctx, sections=sections, strict=strict, partial=partial, progress=shown)
-    write_report(data, out, force=force)
-    partial.discard()
+    try:
+        settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
+        settings.update(_model_examples_setting(len(ctx.input_corpus), max_model_examples, explained_examples, causal))
+        settings.update({k: v for k, v in notes.items() if v})
+        ctx.report.settings.update(settings, **_streamed_settings(ctx, batch_size, bool(progress), sections))
+        shown = progress if callable(progress) else (_print_progress if progress else None)
+        with budget_in_force(budget):
+            data = analyse(ctx, sections=sections, strict=strict, partial=partial, progress=shown)
+        write_report(data, out, force=force)
+        partial.discard()
+    finally:
+        partial.release()  # the lock, also when a section or the writing failed
     data.seconds = time.perf_counter() - t_start
     log.info("report written to %s in %.1fs", out, data.seconds)
     return data
@@ -467,7 +470,10 @@ def _partial_report(out: Path, ctx: Context, adapter: Any, fingerprinted: dict, 
 
     corpus, full = ctx.corpus, ctx.input_corpus  # the kept sample (maps held); the whole corpus
     engine = {"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if streamed else {}
+    from probe.models.fingerprint import tokenizer_fingerprint, weights_fingerprint
+
     keys = dict(model=adapter.name, model_info=adapter.describe(), corpus=corpus_digest(corpus), examples=len(corpus))
+    keys.update(weights=weights_fingerprint(adapter.model), tokenizer=tokenizer_fingerprint(adapter.tokenizer))
     return PartialReport(out, fingerprint(**keys, **fingerprinted, **engine), fresh=fresh)
 
 

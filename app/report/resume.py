@@ -203,7 +203,18 @@ class PartialReport:
     def __init__(self, out: Any, fp: dict, fresh: bool = False) -> None:
         self.dir = partial_dir(out)
         self.fingerprint = fp
+        self._lock = _report_lock(out)  # one report on one --out at a time (issue 59, row 16)
+        try:
+            self._open(fresh)
+        except BaseException:
+            self.release()
+            raise
+
+    def _open(self, fresh: bool) -> None:
+        fp = self.fingerprint
         state = self.dir / "state.json"
+        if self.dir.exists() and not fresh:
+            fresh = self._inputs_changed(state)
         if self.dir.exists() and fresh:
             shutil.rmtree(self.dir)
         if self.dir.exists():
@@ -227,6 +238,33 @@ class PartialReport:
             (self.dir / "sections").mkdir(parents=True)
             state.write_text(json.dumps({"format": FORMAT, "fingerprint": fp}, indent=1), encoding="utf-8")
             self.resumed = []
+
+    def _inputs_changed(self, state: Path) -> bool:
+        """Whether the saved sections were made from other weights or another tokenizer under
+        the same command (a model folder changed in place): then every section is recomputed,
+        since each reads the model (issue 59, row 14: they were resumed with the old weights)."""
+        try:
+            saved = json.loads(state.read_text(encoding="utf-8")).get("fingerprint") or {}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            return False  # said (and refused) by _open's own reading
+        changed = [k for k in _MODEL_FILES if k in saved and saved.get(k) != self.fingerprint.get(k)]
+        rest = {k for k in set(saved) | set(self.fingerprint) if k not in _MODEL_FILES}
+        if not changed or any(saved.get(k) != self.fingerprint.get(k) for k in rest):
+            return False
+        log.warning(
+            "the model's %s changed since %s was written: its finished sections are recomputed",
+            " and ".join(_MODEL_FILES[k] for k in changed),
+            self.dir,
+        )
+        return True
+
+    def release(self) -> None:
+        """Give back the report's lock on its --out (and remove the lock's folder)."""
+        self._lock.release()
+        try:
+            self._lock.directory.rmdir()
+        except OSError:
+            pass  # another run's lock, or already gone
 
     def _differs(self, saved: dict) -> str:
         if saved.get("format") != FORMAT:
@@ -313,6 +351,21 @@ class PartialReport:
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.release()
+
+
+#: fingerprint keys of the model's files -> how a message names them
+_MODEL_FILES = {"weights": "weights", "tokenizer": "tokenizer"}
+
+
+def _report_lock(out: Any) -> Any:
+    """The lock of the report on ``out``: ``.OUT.lock/.lock`` beside it (not inside the
+    partial folder, which --no-resume removes), taken at once or refused in one line."""
+    from probe.store.lock import StoreLock
+
+    lock_dir = Path(out).absolute().parent / f".{Path(out).name}.lock"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    return StoreLock(lock_dir).acquire()
 
 
 def _plain_default(v):

@@ -102,11 +102,16 @@ def choose(names: Any = None) -> list:
     """The sections to run: the default ones, or those named (in registry order).
 
     Raises:
-        ValueError: an unknown section name (the message lists the known ones).
+        InputError: an unknown section name (the message lists the known ones), an empty list.
     """
     sections = registered()
-    if not names:
+    if names is None:
         return [s for s in sections if s.report_default]
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",")]
+    names = [n for n in names if n]
+    if not names:  # an empty list is no section, not "every section"
+        raise InputError("no section named: give sections like ablation,roles (or none at all: every default section)")
     known = {s.name for s in sections}
     bad = [n for n in names if n not in known]
     if bad:
@@ -231,11 +236,14 @@ def _run_one(ctx, sec, i: int, sections: list, outcomes: list, strict: bool, pro
         progress(i, len(sections), sec.name)
     try:
         result = run_section(ctx, sec)
-    except NotApplicable as exc:
+    except (NotApplicable, InputError) as exc:
         # the analysis does not apply to this input (too few sentences, no applicable
-        # metric…): the only source of "skipped", with the analysis' own reason
-        _note_skip(ctx, sec.name, exc.reason)
-        outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", exc.reason, time.perf_counter() - t0))
+        # metric…), or refuses it as too little or wrong for it (one sentence for a
+        # bootstrap): the report's input was checked when the run opened, so the section
+        # is skipped with its own reason, never "failed" with exit 0 (issue 59, row 8)
+        reason = exc.reason if isinstance(exc, NotApplicable) else f"not applicable to this input: {exc}"
+        _note_skip(ctx, sec.name, reason)
+        outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", reason, time.perf_counter() - t0))
         return
     except Exception as exc:  # anything else is a bug: the section failed, with its type
         if strict:

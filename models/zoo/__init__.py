@@ -227,6 +227,7 @@ def train(
         "generator": mod.GENERATOR,
         "seed": seed,
         "train_steps": steps,
+        "step": last,  # the steps the saved weights took (--stop-after ends the run early)
         "train_seconds": round(time.perf_counter() - t0, 1),
         "train_final_loss": stats.get("loss"),
         "trained_with": _common.n_threads_note(),

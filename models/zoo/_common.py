@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Optional, Self, Sequence
 import torch
 
 from ..errors import InputError
+from ..weights_check import check_model_folder, read_safetensors_header
 
 log = logging.getLogger(__name__)
 
@@ -266,36 +267,12 @@ def read_card(directory: Path) -> dict:
 
 
 def check_safetensors(path: Path) -> None:
-    """Raise ``ValueError`` naming ``path`` if it is missing, truncated or corrupted.
-
-    Reads the safetensors header and checks that every tensor's byte range lies inside
-    the file; never unpickles anything.
-    """
-    from safetensors import safe_open
-
+    """Raise :class:`InputError` naming ``path`` if it is missing, truncated or corrupted
+    (:func:`probe.models.weights_check.read_safetensors_header`; never unpickles anything)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"weights file {path} is missing; retrain with `probe train`")
-    size = path.stat().st_size
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise ValueError("file shorter than the 8-byte header length")
-            n = int.from_bytes(head, "little")
-            if n <= 0 or 8 + n > size:
-                raise ValueError("header length points past the end of the file")
-            header = json.loads(f.read(n))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        if 8 + n + end != size:
-            raise ValueError(f"expected {8 + n + end} bytes, found {size}")
-        with safe_open(str(path), framework="pt") as f:
-            for k in f.keys():
-                f.get_slice(k)
-    except ValueError as e:
-        raise InputError(f"weights file {path} is corrupted or truncated: {e}") from None
-    except Exception as e:  # safetensors raises its own error types
-        raise InputError(f"weights file {path} is corrupted or truncated: {e}") from None
+    read_safetensors_header(path)
 
 
 def save_hf(model: Any, tokenizer: Any, directory: Path) -> None:
@@ -311,6 +288,7 @@ def load_hf(model_class: Any, directory: str | os.PathLike, **kwargs: Any) -> tu
 
     directory = Path(directory)
     check_safetensors(directory / WEIGHTS)
+    check_model_folder(directory, layers=True)  # the config's sizes, and its layers against the weights'
     model = model_class.from_pretrained(directory, attn_implementation="eager", trust_remote_code=False, **kwargs)
     model.eval()
     tok = PreTrainedTokenizerFast.from_pretrained(directory, trust_remote_code=False)

@@ -165,7 +165,9 @@ def store_manifest(
         "layers": sorted(layers) if layers is not None else list(range(adapter.n_layers_of(stack))),
         "input": fingerprint(corpus.texts),
         "source": corpus.source,
-        "n_input": len(corpus),
+        # the inputs given, those the reader skipped (--skip-invalid) included: a finished
+        # store holds n_input less every skipped count (Store.expected)
+        "n_input": len(corpus) + sum(corpus.skipped.values()),
         "skipped": fitted.skipped,
         "n_heads": adapter.n_heads,
         "weights": weights_fingerprint(adapter.model),

@@ -367,7 +367,8 @@ class Store:
         n, skipped = self.manifest.get("n_input"), self.manifest.get("skipped") or {}
         if not _is_count(n) or not isinstance(skipped, dict) or not all(_is_count(v) for v in skipped.values()):
             return None
-        return n - sum(skipped.values())
+        expected = n - sum(skipped.values())
+        return expected if expected >= 0 else None
 
     @property
     def complete(self) -> bool:

@@ -56,6 +56,7 @@ def read_manifest(directory: str | os.PathLike) -> dict:
         raise InputError(f"{mpath}: store version {data['version']!r}, this toolkit reads version {STORE_VERSION}")
     if data["dtype"] not in DTYPES:
         raise InputError(f"{mpath}: dtype must be float32 or float16, found {data['dtype']!r}")
+    _check_fields(mpath, data)
     layers = data.get("layers")
     if layers is not None and not (isinstance(layers, list) and all(_is_int(x) and x >= 0 for x in layers)):
         raise InputError(f"{mpath}: layers must be a list of layer numbers, found {layers!r}")
@@ -65,6 +66,46 @@ def read_manifest(directory: str | os.PathLike) -> dict:
             "capture again into a new --out"
         )
     return data
+
+
+#: a count larger than this is no store's (a billion examples, ten thousand heads)
+MAX_EXAMPLES, MAX_HEADS = 10**9, 10**4
+#: manifest field -> (its check, what it must be); optional fields are checked when present
+MANIFEST_FIELDS = {
+    "model": (lambda v: isinstance(v, str) and bool(v), "a model name"),
+    "stack": (lambda v: v in ("encoder", "decoder", "cross"), "encoder, decoder or cross"),
+    "input": (lambda v: isinstance(v, str), "a fingerprint string"),
+    "source": (lambda v: isinstance(v, str), "a string"),
+    "n_input": (lambda v: _is_int(v) and 0 <= v <= MAX_EXAMPLES, f"a count of examples 0..{MAX_EXAMPLES:,}"),
+    "skipped": (
+        lambda v: isinstance(v, dict) and all(_is_int(n) and 0 <= n <= MAX_EXAMPLES for n in v.values()),
+        "an object of reasons and counts",
+    ),
+    "n_heads": (lambda v: _is_int(v) and 1 <= v <= MAX_HEADS, f"a count of heads 1..{MAX_HEADS:,}"),
+    "weights": (lambda v: isinstance(v, str), "a fingerprint string"),
+    "tokenizer": (lambda v: v is None or isinstance(v, str), "a fingerprint string"),
+    "forward_dtype": (lambda v: isinstance(v, str), "a dtype name"),
+    "device": (lambda v: isinstance(v, str), "a device kind"),
+    "toolkit": (lambda v: isinstance(v, str), "a version string"),
+    "options": (lambda v: isinstance(v, dict), "an object of capture options"),
+    "rows": (lambda v: v in ("sum to 1", "at most 1"), "'sum to 1' or 'at most 1'"),
+}
+
+
+def _check_fields(mpath: Path, data: dict) -> None:
+    """Each known manifest field of the right type and in range (:data:`MANIFEST_FIELDS`):
+    a hand-edited manifest is refused before any reader trusts its counts."""
+    for key, (ok, what) in MANIFEST_FIELDS.items():
+        if key in data and not ok(data[key]):
+            raise InputError(
+                f"{mpath}: {key} must be {what}, found {_short_value(data[key])}; the manifest was edited or damaged: "
+                "capture again into a new --out"
+            )
+
+
+def _short_value(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "…"
 
 
 def _is_int(x: object) -> bool:

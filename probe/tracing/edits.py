@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from probe.errors import InputError
+from probe.models.sites import SITE_KINDS
 
 __all__ = [
     "SiteContext",
@@ -43,6 +44,9 @@ __all__ = [
     "as_edit",
     "allowed_keys",
     "WEIGHT_MODES",
+    "checked",
+    "check_at_site",
+    "whole_number",
 ]
 
 WEIGHT_MODES = ("uniform", "permute", "given")
@@ -60,6 +64,77 @@ class SiteContext:
     stack: str
     head_axis: Optional[int]
     mask: Optional[torch.Tensor] = None
+
+
+def whole_number(value: Any, what: str, minimum: int = 0) -> int:
+    """``value`` as an ``int`` when it is a whole number ≥ ``minimum`` (a Python, numpy or
+    0-d torch integer; never a bool or a float, whose silent truncation would edit another
+    head), else one line naming ``what`` and the value given.
+
+    Raises:
+        InputError: a float (``1.9``), a bool, a string, a negative index (``-1`` would
+            silently count from the end).
+    """
+    import operator
+
+    if isinstance(value, bool) or (torch.is_tensor(value) and value.dtype == torch.bool):
+        raise InputError(f"{what} must be a whole number, got {value!r}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise InputError(f"{what} must be a whole number, got {value!r}") from None
+    if number < minimum:
+        note = " (negative indices are not counted from the end)" if minimum == 0 else ""
+        raise InputError(f"{what} must be at least {minimum}, got {number}{note}")
+    return int(number)
+
+
+def _row_numbers(rows: Any, what: str) -> tuple:
+    """``rows`` (one number, a sequence, a numpy array or a tensor) as a tuple of whole numbers ≥ 0."""
+    rows = rows.tolist() if hasattr(rows, "tolist") else rows
+    rows = rows if isinstance(rows, (list, tuple, range)) else [rows]
+    return tuple(whole_number(r, what) for r in rows)
+
+
+def checked(new: Any, old: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
+    """``new`` when it is a tensor of ``old``'s shape and dtype, else one line naming both
+    (a wrong shape reaching the model's own code is a raw error deep inside it)."""
+    if not torch.is_tensor(new) or tuple(new.shape) != tuple(old.shape):
+        got = tuple(new.shape) if torch.is_tensor(new) else type(new).__name__
+        raise InputError(
+            f"the edit of {ctx.name} returned {got}, but the site is {tuple(old.shape)} "
+            f"{SITE_KINDS[ctx.kind].shape if ctx.kind in SITE_KINDS else ''}: return a tensor of the site's shape"
+        )
+    if new.dtype != old.dtype:
+        raise InputError(
+            f"the edit of {ctx.name} returned a {new.dtype} tensor, but the site is {old.dtype}: "
+            f"return the site's dtype (value.to({old.dtype}))"
+        )
+    return new
+
+
+def check_at_site(edit: "Edit", ctx: SiteContext, n_heads: Optional[int]) -> None:
+    """Refuse, before the forward, an edit that does not fit its site: a head on a site
+    without a head axis, a head index past the site's ``n_heads``, gates of another width.
+
+    Raises:
+        InputError: naming the site, its head count and what was given.
+    """
+    head = getattr(edit, "head", None)
+    if head is not None:
+        if ctx.head_axis is None:
+            raise InputError(f"site {ctx.name} has no head axis; give the edit no head (it was given head={head})")
+        if n_heads is not None and head >= n_heads:
+            raise InputError(
+                f"site {ctx.name} has {n_heads} heads (0..{n_heads - 1}); the edit names head {head}: "
+                f"give a head below {n_heads}"
+            )
+    gates = getattr(edit, "gates", None)
+    if isinstance(edit, Gate) and torch.is_tensor(gates) and n_heads is not None and gates.shape[-1] != n_heads:
+        raise InputError(
+            f"site {ctx.name} has {n_heads} heads; the gates have {gates.shape[-1]} in their last axis: "
+            f"give one gate per head"
+        )
 
 
 def _index(x: torch.Tensor, ctx: SiteContext, head: Optional[int], rows: Optional[tuple]) -> tuple:
@@ -85,7 +160,18 @@ class Edit:
     #: writes into the value it is given (the trace then hands it a copy)
     in_place: bool = True
 
+    def __post_init__(self) -> None:
+        """Heads and rows are whole numbers ≥ 0 (:func:`whole_number`), checked when the edit is made."""
+        if self.head is not None:
+            object.__setattr__(self, "head", whole_number(self.head, f"{type(self).__name__}'s head"))
+        if self.rows is not None:
+            object.__setattr__(self, "rows", _row_numbers(self.rows, f"{type(self).__name__}'s rows"))
+
     def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
+        if self.rows is not None and self.rows and max(self.rows) >= x.shape[0]:
+            raise InputError(
+                f"the edit of {ctx.name} names row {max(self.rows)} but the batch has {x.shape[0]} rows (0..{x.shape[0] - 1})"
+            )
         idx = _index(x, ctx, self.head, self.rows)
         x[idx] = self.new(x[idx], x, ctx)
         return x
@@ -100,7 +186,7 @@ class Edit:
         import copy
 
         out = copy.copy(self)
-        object.__setattr__(out, "rows", tuple(rows))
+        object.__setattr__(out, "rows", _row_numbers(rows, "the trace's rows"))
         return out
 
 
@@ -221,6 +307,10 @@ class Gate(Edit):
     layer: Optional[int] = None
     in_place = False
 
+    def __post_init__(self) -> None:
+        if self.layer is not None:
+            object.__setattr__(self, "layer", whole_number(self.layer, "Gate's layer"))
+
     def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         if ctx.head_axis is None or self.gates is None:
             raise InputError(f"Gate needs gates and a site with a head axis, got {ctx.name}")
@@ -260,6 +350,7 @@ class ReplaceWeights(Edit):
     seed: int = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.mode not in WEIGHT_MODES:
             raise InputError(f"unknown reweighting mode {self.mode!r}; use one of {', '.join(WEIGHT_MODES)}")
         if self.mode == "given" and self.weights is None:
@@ -270,6 +361,8 @@ class ReplaceWeights(Edit):
     def __call__(self, x: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
         if ctx.kind != "pattern":
             raise InputError(f"ReplaceWeights edits attention weights (a hook_pattern site), not {ctx.name}")
+        if self.rows and max(self.rows) >= x.shape[0]:
+            raise InputError(f"the edit of {ctx.name} names row {max(self.rows)} but the batch has {x.shape[0]} rows")
         rows = slice(None) if self.rows is None else list(self.rows)
         alpha = x[:, self.head].clone()
         x[rows, self.head] = self.replacement(alpha, allowed_keys(x, ctx.mask), ctx)[rows]

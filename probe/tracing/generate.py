@@ -19,6 +19,7 @@ import torch
 
 from probe.tracing.cache import Cache
 from probe.errors import InputError
+from probe.tracing.edits import whole_number
 from probe.inputs.padding import padded_inputs
 from probe.tracing.trace_context import Trace
 
@@ -48,8 +49,7 @@ def trace_generate(
         InputError: the prompt plus ``max_new_tokens`` exceeds the model's position limit
             (before any forward), ``max_new_tokens`` < 1, a model without ``generate``.
     """
-    if int(max_new_tokens) < 1:
-        raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    max_new_tokens = whole_number(max_new_tokens, "max_new_tokens", minimum=1)
     model = adapter.model
     if (
         not callable(getattr(model, "generate", None))

@@ -11,7 +11,7 @@ import torch
 
 from probe.errors import NotApplicable
 from probe.tracing.attention_interface import AttentionSession, repeat_kv
-from probe.tracing.edits import SiteContext
+from probe.tracing.edits import SiteContext, checked
 
 __all__ = ["TraceSession", "TraceWork"]
 
@@ -114,7 +114,7 @@ class TraceSession(AttentionSession):
             ctx = SiteContext(ctx.name, ctx.kind, ctx.layer, ctx.stack, ctx.head_axis, mask)
             new = weights.clone()
             for e in work["edit"]:
-                new = e(new, ctx)
+                new = checked(e(new, ctx), new, ctx)
         for reader, ctx in work["read"]:
             reader.fn(weights if new is None else new, ctx)
         return new
@@ -128,5 +128,5 @@ class TraceSession(AttentionSession):
         self.tr._pending[module] = True
         z = output.clone()
         for e in edits:
-            z = e(z, ctx)
+            z = checked(e(z, ctx), z, ctx)
         return z

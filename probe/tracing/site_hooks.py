@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
-from probe.errors import InputError, NotApplicable
-from probe.models.sites import BLOCK_KINDS, NORM_KINDS, SITE_KINDS, norm_parts, split_heads, value_heads, value_layout
-from probe.tracing.edits import SiteContext
+from probe.errors import NotApplicable
+from probe.models.sites import BLOCK_KINDS, NORM_KINDS, norm_parts, split_heads, value_heads, value_layout
+from probe.tracing.edits import checked
 from probe.tracing.site_keys import unsupported
 
 if TYPE_CHECKING:
@@ -301,17 +301,6 @@ INPUT_KINDS = ("resid_pre", "proj_in", "resid_mid", "mlp_in")
 OUTPUT_KINDS = ("resid_post", "attn_out", "mlp_out", "embed", "pos_embed", "ln_final")
 
 
-def checked(new: Any, old: torch.Tensor, ctx: SiteContext) -> torch.Tensor:
-    """``new`` when it is a tensor of ``old``'s shape, else one line naming both shapes."""
-    if not torch.is_tensor(new) or tuple(new.shape) != tuple(old.shape):
-        got = tuple(new.shape) if torch.is_tensor(new) else type(new).__name__
-        raise InputError(
-            f"the edit of {ctx.name} returned {got}, but the site is {tuple(old.shape)} "
-            f"{SITE_KINDS[ctx.kind].shape if ctx.kind in SITE_KINDS else ''}: return a tensor of the site's shape"
-        )
-    return new
-
-
 def write_values(
     out: torch.Tensor, v: torch.Tensor, work: dict, n_heads: int, head_dim: int, layout: Optional[tuple]
 ) -> torch.Tensor:
@@ -324,7 +313,7 @@ def write_values(
         )
     v = v.clone()
     for e in work["edit"]:
-        v = e(v, work["ctx"])
+        v = checked(e(v, work["ctx"]), v, work["ctx"])
     flat = v.reshape(out.shape[0], out.shape[1], width).to(out.dtype)
     if layout is None:
         return flat

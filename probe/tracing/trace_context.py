@@ -20,7 +20,7 @@ from probe.errors import InputError, NotApplicable
 
 from probe.tracing.attention_interface import InterfaceSwitch, choose_path
 from probe.tracing.cache import Cache
-from probe.tracing.edits import SiteContext, as_edit
+from probe.tracing.edits import SiteContext, as_edit, check_at_site
 from probe.models.hooks import HookContext, HookSet
 from probe.tracing.hooks import eager_attention
 from probe.tracing.layer_calls import LayerCalls
@@ -47,6 +47,18 @@ __all__ = ["Trace", "TraceView", "Restart", "StopForward"]
 
 class StopForward(Exception):
     """Ends a forward inside a :class:`Trace` with ``stop_before`` (the trace swallows it)."""
+
+
+def site_heads(adapter: ModelAdapter, site: "Site | ModuleSite") -> Optional[int]:
+    """The heads on ``site``'s head axis (the key/value heads on ``hook_k`` under grouped-query
+    attention; None: the site has no head axis)."""
+    if isinstance(site, ModuleSite) or site.spec.head_axis is None:
+        return None
+    if site.kind == "k":
+        c = adapter.config
+        kv = getattr(c, "num_key_value_heads", None) or (1 if getattr(c, "multi_query", False) else None)
+        return int(kv) if isinstance(kv, int) and kv > 0 else adapter.n_heads
+    return adapter.n_heads
 
 
 def _stop(module: Any, args: Any, kwargs: Any) -> None:
@@ -130,6 +142,10 @@ class Trace(HookContext, SiteHooks):
         for key, value in (edit or {}).items():
             es = [as_edit(e).with_rows(None if rows is None else tuple(rows)) for e in as_list(value)]
             edits += [(s, es) for s in expand_key(adapter, key, stack)]
+        for site, es in edits:  # heads, gates and sites checked before the forward
+            n_heads = site_heads(adapter, site)
+            for e in es:
+                check_at_site(e, self._ctx(site), n_heads)
         self._plan(readers, edits)
         self._restart = self._check_restart(restart_from, stack) if restart_from is not None else None
         self._stop_module = self._check_stop(stop_before, stack) if stop_before is not None else None

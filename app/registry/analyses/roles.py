@@ -84,9 +84,7 @@ def _store(ctx):
     """The ``--store`` to read: an existing one, or one captured into now from the input."""
     store_dir = ctx.params["store"]
     if not ctx.has_input and (Path(store_dir) / "manifest.json").exists():
-        from probe.store.directory import Store
-
-        return Store(store_dir), f"store {store_dir}"
+        return ctx.read_store(store_dir), f"store {store_dir}"
     if not ctx.has_input and not ctx.is_zoo:
         raise InputError(
             f"{store_dir} is not a store (no manifest.json): give an input "

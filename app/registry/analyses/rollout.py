@@ -64,9 +64,7 @@ def _maps(ctx):
     if ctx.params["store"]:
         if ctx.has_input:
             raise InputError("give an input (--text/--file/--conllu) or --store, not both")
-        from probe.store.directory import Store
-
-        store = Store(ctx.params["store"])
+        store = ctx.read_store(ctx.params["store"])
         i = ctx.params["example"]
         if i >= len(store):
             raise InputError(f"--example {i}: the store has {len(store)} examples (0..{len(store) - 1})")
