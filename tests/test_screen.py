@@ -508,7 +508,7 @@ def test_graddrop_is_the_direct_effect_on_the_linear_model(linear_gpt2, w):
         with torch.no_grad(), Trace(a, read=[Site("resid_pre", 1, st), Site("resid_post", 1, st)], stack=st) as tr:
             clean = obj.readout(obj.forward(a, batch), batch)
         layer_1 = tr.cache["resid_post", 1, st] - tr.cache["resid_pre", 1, st]  # f(x) of the clean run
-        r = means[:, 0][batch.special.long()]
+        r = means.at(0, batch)
         for h in range(4):
             held: dict = {}
 
