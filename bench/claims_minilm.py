@@ -58,7 +58,7 @@ def main() -> None:
     if runs:
         print(f"{runs}\n")
     counts = s["claims"]["counts"]
-    statuses = ["holds", "does not hold", "not tested", "not enough evidence"]
+    from probe.analyses.claims.claim import STATUSES as statuses
     print("| claim | " + " | ".join(statuses) + " |\n| --- |" + " --- |" * len(statuses))
     for kind, row in counts.items():
         print(f"| {kind} | " + " | ".join(str(row.get(st, 0)) for st in statuses) + " |")

@@ -100,6 +100,8 @@ class RemovalSweep:
     higher_is_better: bool = False
     #: :func:`corpus_key` of the examples
     corpus_key: str = ""
+    #: the mean modes' position kinds (``KindMeans.to_dict`` and ``described``; empty without them)
+    kinds: dict = field(default_factory=dict)
 
     def row(self, unit: Any) -> int:
         return self.units.index(tuple(unit))
@@ -494,4 +496,9 @@ def removal_sweep(
         pooling=str(getattr(getattr(obj, "pooling", None), "mode", "") or ""),
         higher_is_better=bool(getattr(obj, "higher_is_better", False)),
         corpus_key=corpus_key(corpus),
+        kinds=(
+            dict(means.to_dict(), described=means.describe())
+            if means is not None
+            else (dict(reuse.kinds) if reuse is not None and done else {})
+        ),
     )
