@@ -59,6 +59,7 @@ def main() -> None:
         print(f"{runs}\n")
     counts = s["claims"]["counts"]
     from probe.analyses.claims.claim import STATUSES as statuses
+
     print("| claim | " + " | ".join(statuses) + " |\n| --- |" + " --- |" * len(statuses))
     for kind, row in counts.items():
         print(f"| {kind} | " + " | ".join(str(row.get(st, 0)) for st in statuses) + " |")

@@ -36,6 +36,7 @@ __all__ = [
     "baseline_words",
     "baselines_info",
     "baselines_note",
+    "to_heads",
 ]
 
 #: the baselines a mean-ablation claim must hold under, the default (deciding) one first
@@ -117,6 +118,7 @@ def confirm_decided(
     means: Any,
     seed: int = 0,
     batch_size: int = 8,
+    block: Optional[int] = None,
     runner: Optional[Any] = None,
     modes: Sequence[str] = BASELINES[1:],
 ) -> tuple:
@@ -124,7 +126,7 @@ def confirm_decided(
     other baseline: the same sequential test on the same random blocks (the same ``seed``),
     against the same ``bar``, e-BH over ``tests`` hypotheses. Returns ``(claims as
     :func:`judge` leaves them, removals used)``."""
-    from .decided import Decide, at_the_end, decided_effect, decided_pass
+    from .decided import BLOCK, Decide, at_the_end, decided_effect, decided_pass
 
     held = [k for k, c in claims.items() if c.holds]
     if not held:
@@ -132,8 +134,9 @@ def confirm_decided(
     block_level = bool(getattr(objective, "corpus_level", False))
     asks = [Decide(held, mode, bar, tests=tests) for mode in modes]
     runs = decided_pass(
-        adapter, corpus, objective, asks, means=means, seed=seed, batch_size=batch_size, runner=runner
-    )
+        adapter, corpus, objective, asks, means=means, seed=seed, batch_size=batch_size, runner=runner,
+        block=BLOCK if block is None else int(block),
+    )  # fmt: skip
     values: dict = {}
     used = 0
     for run in runs:
@@ -191,3 +194,21 @@ def baselines_note(b: dict) -> str:
         f"the same examples by the same test: {len(b['confirmed'])} held under each"
         + (f", {len(b['depends'])} {DEPENDS} ({', '.join(b['depends'])})" if b["depends"] else "")
     )
+
+
+def to_heads(claims: dict, groups: dict) -> dict:
+    """The redundancy ``claims`` of every head (``{(layer, head): Claim}``) with the verdict of
+    its group under the baselines: ``groups`` ``{group heads: Claim}`` as :func:`judge` left
+    them (a group that depends on the baseline makes each of its heads' claims depend on it)."""
+    out = dict(claims)
+    for heads, g in groups.items():
+        for key in heads:
+            c = out.get(key)
+            if c is None or c.extra.get("group") != "+".join(f"L{l}H{h}" for l, h in heads):
+                continue
+            out[key] = replace(c, status=g.status, reason=g.reason or c.reason, extra=dict(c.extra, **_side(g)))
+    return out
+
+
+def _side(g: Claim) -> dict:
+    return {"baselines": g.extra["baselines"]} if "baselines" in g.extra else {}

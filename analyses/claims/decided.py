@@ -545,7 +545,7 @@ def decided_claims(
 
         necessity, baseline_removals = confirm_decided(
             adapter, corpus, objective, necessity, bar=bars["mean"], tests=m, means=means, seed=seed,
-            batch_size=batch_size, runner=runner,
+            batch_size=batch_size, block=block, runner=runner,
         )  # fmt: skip
         claims["mean"] = necessity
     held = [h for h, c in necessity.items() if c.holds]

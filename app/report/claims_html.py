@@ -53,9 +53,7 @@ def baselines_table(ev: Any) -> str:
         return ""
     head = "".join(f"<th>{esc(BASELINE_WORDS.get(m, m))}</th>" for m in modes)
     harm = "".join(f"<td>{esc(fmt(ev.numbers.get(f'baseline:{m}'), True))}</td>" for m in modes)
-    held = "".join(
-        f"<td>{'holds' if ev.numbers.get(f'baseline_holds:{m}') else 'does not hold'}</td>" for m in modes
-    )
+    held = "".join(f"<td>{'holds' if ev.numbers.get(f'baseline_holds:{m}') else 'does not hold'}</td>" for m in modes)
     return (
         f'<table class="baselines"><tr><th>baseline</th>{head}</tr><tr><td>harm</td>{harm}</tr>'
         f"<tr><td>claim</td>{held}</tr></table>"
