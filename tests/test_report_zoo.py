@@ -39,7 +39,13 @@ def test_report_on_every_zoo_model(task, tmp_path):
     assert heads and all(set(h["claims"]) == KINDS for h in heads)
     for h in heads:
         for kind, c in h["claims"].items():
-            assert c["status"] in ("holds", "does not hold", "depends on the baseline", "not tested", "not enough evidence")
+            assert c["status"] in (
+                "holds",
+                "does not hold",
+                "depends on the baseline",
+                "not tested",
+                "not enough evidence",
+            )
             if c["status"] == "not tested":
                 assert c["reason"], (task, h["layer"], h["head"], kind)
             else:

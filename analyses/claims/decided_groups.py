@@ -57,6 +57,10 @@ def _null_bars(nadapter, corpus, obj, sizes, *, floor, seed, batch_size, block, 
     return out
 
 
+def _key(heads) -> tuple:
+    return tuple(tuple(int(x) for x in h) for h in heads)
+
+
 def _confirm_groups(adapter, corpus, objective, rows, row_heads, claims, bars, *, n_groups, means, common, runner):
     """``(head claims, removals)``: the groups that hold decided again under the other baselines
     (:func:`.baselines.confirm_decided`, each size against its own bar, e-BH over all
@@ -69,7 +73,7 @@ def _confirm_groups(adapter, corpus, objective, rows, row_heads, claims, bars, *
         if not mine:
             continue
         groups = {
-            row_heads[i]: Claim(
+            _key(row_heads[i]): Claim(
                 "redundancy", "holds", effect=rows[i]["harm"], ci_low=rows[i]["ci_low"], ci_high=rows[i]["ci_high"]
             )
             for i in mine
@@ -80,7 +84,7 @@ def _confirm_groups(adapter, corpus, objective, rows, row_heads, claims, bars, *
         )  # fmt: skip
         removals += used
         for i in mine:
-            rows[i]["baselines"] = got[row_heads[i]].status
+            rows[i]["baselines"] = got[_key(row_heads[i])].status
         claims = to_heads(claims, got)
     return claims, removals
 

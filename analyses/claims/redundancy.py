@@ -209,7 +209,7 @@ def _random_beside(adapter, corpus, objective, items: list, rows: list, claims: 
         for key in items[gi][1]:
             if claims[key].extra.get("group") == rows[gi]["heads"]:
                 claims[key].extra["random_harm"] = rnd
-        row, heads = rows[gi], items[gi][1]
+        row, heads = rows[gi], tuple(tuple(h) for h in items[gi][1])
         groups[heads] = Claim("redundancy", "holds", effect=row["harm"], ci_low=row["ci_low"], ci_high=row["ci_high"])
         for mode in BASELINES[1:]:
             harm = sweep.harm[mode][j]
@@ -220,5 +220,5 @@ def _random_beside(adapter, corpus, objective, items: list, rows: list, claims: 
             values.setdefault(heads, {})[mode] = {"effect": eff, "ci_low": lo, "ci_high": hi, "p": p, "holds": ok}
     groups = judge(groups, values)
     for gi in held:
-        rows[gi]["baselines"] = groups[items[gi][1]].status
+        rows[gi]["baselines"] = groups[tuple(tuple(h) for h in items[gi][1])].status
     return to_heads(claims, groups)
