@@ -379,7 +379,7 @@ def _causal(
             notes.append(
                 ("necessity by screening (below); the removals here: " if screen_corpus is not None else "")
                 + f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
-                f"(Wang et al. 2022; beside a necessary head's claim: zero- and resample-ablation and a same-norm "
+                f"(Wang et al. 2022; beside a necessary head's claim: zero-, one-mean and resample-ablation and a same-norm "
                 f"random perturbation of it) on {len(corpus)} examples; necessity holds "
                 f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
                 f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads"
