@@ -58,7 +58,8 @@ def main() -> None:
     if runs:
         print(f"{runs}\n")
     counts = s["claims"]["counts"]
-    statuses = ["holds", "does not hold", "not tested", "not enough evidence"]
+    from probe.analyses.claims.claim import STATUSES as statuses
+
     print("| claim | " + " | ".join(statuses) + " |\n| --- |" + " --- |" * len(statuses))
     for kind, row in counts.items():
         print(f"| {kind} | " + " | ".join(str(row.get(st, 0)) for st in statuses) + " |")
@@ -82,6 +83,23 @@ def main() -> None:
             f"{(x.get('zero_harm') or {}).get('effect', float('nan')):.4f} | "
             f"{'' if c['evidence'].get('detectable') is None else format(c['evidence']['detectable'], '.4f')} |"
         )
+    confirmed = [h for h in s["heads"] if (h["claims"]["necessity"].get("extra") or {}).get("baselines")]
+    if confirmed:  # a necessary head confirmed (or not) under each baseline (issue 58)
+        modes = list(confirmed[0]["claims"]["necessity"]["extra"]["baselines"])
+        print("\n| head | necessity | " + " | ".join(modes) + " |\n| --- | --- |" + " --- |" * len(modes))
+        for h in confirmed:
+            c = h["claims"]["necessity"]
+            side = c["extra"]["baselines"]
+            print(
+                f"| L{h['layer']}H{h['head']} | {c['status']} | "
+                + " | ".join(
+                    f"{side[m]['effect']:.4f} ({'holds' if side[m]['holds'] else 'does not hold'})" for m in modes
+                )
+                + " |"
+            )
+    necessity_notes = [n for n in claims.get("notes", []) if "baseline" in n]
+    for n in necessity_notes:
+        print("\n" + n)
     if "faithfulness" not in args.sections:
         return
     att = [h["claims"]["attribution"] for h in s["heads"]]

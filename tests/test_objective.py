@@ -124,16 +124,28 @@ def test_auto_on_zoo_and_decoder():
     assert obj.name == "loss" and "zoo task" in why
 
 
-def _independent_similarity_harm(minilm, texts, heads):
+def _independent_similarity_harm(minilm, texts, heads, baseline="per-kind"):
     """1 − ρ̂ per sentence (Spearman's r_s and Kendall's τ from scipy, corrected for the corpus's
     size) under mean-ablation with plain transformers forward pre-hooks on the attention output
-    projection (per-kind means: word and special positions), mean pooling."""
+    projection, mean pooling.
+
+    The mean, written here from its definition (Wang et al. 2022: what the head writes on average
+    at that position) and not from the toolkit: ``per-kind`` — one mean per special token
+    ([CLS] apart from [SEP]) and one over the content positions (padding never a position);
+    ``one`` — one mean over every position; ``pooled`` — words / special tokens pooled ([CLS] and
+    [SEP] together: what the toolkit did before issue 58)."""
     from scipy.stats import kendalltau, spearmanr
 
     model, tok = minilm.model, minilm.tokenizer
     enc = tok(list(texts), padding=True, return_tensors="pt")
     valid = enc["attention_mask"].bool()
-    special = torch.isin(enc["input_ids"], torch.tensor(tok.all_special_ids)) & valid
+    ids = enc["input_ids"]
+    kind = torch.zeros_like(ids)  # 0: content
+    if baseline == "per-kind":
+        kind[(ids == tok.cls_token_id) & valid] = 1
+        kind[(ids == tok.sep_token_id) & valid] = 2
+    elif baseline == "pooled":
+        kind[((ids == tok.cls_token_id) | (ids == tok.sep_token_id)) & valid] = 1
     dh = model.config.hidden_size // model.config.num_attention_heads
     rec = {}
 
@@ -154,12 +166,12 @@ def _independent_similarity_harm(minilm, texts, heads):
     out = {}
     for layer, head in heads:
         z = rec[layer]
-        means = torch.stack([z[valid & ~special].mean(0), z[special].mean(0)])
+        means = torch.stack([z[valid & (kind == k)].mean(0) for k in range(int(kind.max()) + 1)])
 
         def pre(m, a, layer=layer, head=head, means=means):
             x = a[0].clone()
             sl = slice(head * dh, (head + 1) * dh)
-            x[..., sl] = means[special.long()][..., sl]
+            x[..., sl] = means[kind][..., sl]
             return (x,)
 
         hook = dense[layer].register_forward_pre_hook(pre)
@@ -180,7 +192,7 @@ def test_necessity_effects_equal_an_independent_computation(minilm, sample):
     from probe.analyses.claims.necessity import necessity_claims
     from probe.analyses.claims.removal import removal_sweep
 
-    heads = [(5, 10), (0, 2), (4, 5), (2, 7)]
+    heads = [(5, 10), (0, 2), (4, 5), (2, 7), (0, 9)]  # L0H9: large at [CLS], small at [SEP] (issue 58)
     sweep = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("mean",))
     claims = necessity_claims(sweep)
     ref = _independent_similarity_harm(minilm, sample.texts, heads)

@@ -165,6 +165,7 @@ def test_a_new_claim_kind_is_one_module(sharpness, tmp_path):
     assert summary["claims"]["counts"][sharpness.KIND] == {
         "holds": 1,
         "does not hold": 1,
+        "depends on the baseline": 0,
         "not tested": 0,
         "not enough evidence": 0,
     }

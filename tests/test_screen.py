@@ -268,12 +268,13 @@ def _exhaustive_verdicts(adapter, texts, obj, heads):
 @pytest.fixture(scope="module")
 def floor_at_minus_3():
     """Mean-ablation harms of a linear readout average to about 0 over a corpus (the
-    replacement is the corpus mean), so the tests put the floor at -3: the heads' mean harms
-    on :data:`MANY` run from -3.4 to 0.15, one under it, seven over it."""
+    replacement is the corpus mean), so the tests put the floor at -1.5: the heads' mean harms
+    on :data:`MANY` under per-kind means (the first position, [CLS] and [SEP] apart) run from
+    -2.04 to 0.15, one under it, seven over it (with [CLS] and [SEP] pooled: -3.4 to 0.15)."""
     from probe.analyses.claims import thresholds as T
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(T.MIN_EFFECT, "linear-readout", -3.0)
+        mp.setitem(T.MIN_EFFECT, "linear-readout", -1.5)
         yield
 
 
@@ -288,7 +289,7 @@ def exhaustive(linear_gpt2, w, floor_at_minus_3):
 def test_screened_necessity_verdicts_equal_the_exhaustive_ones(linear_gpt2, w, exhaustive):
     """The linear model (first-order = exact): the screened path (screen all, confirm what
     reaches the floor, blocks until the betting test decides, e-BH) calls necessary
-    exactly the heads the exhaustive path does; most heads stop before the corpus ends,
+    exactly the heads the exhaustive path does; some heads stop before the corpus ends,
     and a head that used every example has the sweep's mean harm."""
     from probe.analyses.claims.screened import screened_necessity
 
@@ -299,7 +300,10 @@ def test_screened_necessity_verdicts_equal_the_exhaustive_ones(linear_gpt2, w, e
     assert {k: c.holds for k, c in got.claims.items()} == want
     used = got.info["examples_per_head"]
     assert got.info["examples_screened"] == len(MANY) and got.info["exact_removals"] < len(HEADS) * len(MANY)
-    assert sum(k < len(MANY) for k in used.values()) >= len(HEADS) // 2  # stopped when decided
+    # stopped when decided: under per-kind means the one floor that splits the heads sits within
+    # 0.7–1.3 of seven of them (per-example spread 0.9–4.1), so 3 of 8 stop early (4 with the
+    # pooled means and the floor at -3, 2.8 from most heads)
+    assert sum(k < len(MANY) for k in used.values()) >= 3
     for i, (layer, h) in enumerate(HEADS):
         c = got.claims[(layer, h)]
         assert c.count == used[f"L{layer}H{h}"]
@@ -508,7 +512,7 @@ def test_graddrop_is_the_direct_effect_on_the_linear_model(linear_gpt2, w):
         with torch.no_grad(), Trace(a, read=[Site("resid_pre", 1, st), Site("resid_post", 1, st)], stack=st) as tr:
             clean = obj.readout(obj.forward(a, batch), batch)
         layer_1 = tr.cache["resid_post", 1, st] - tr.cache["resid_pre", 1, st]  # f(x) of the clean run
-        r = means[:, 0][batch.special.long()]
+        r = means.at(0, batch)
         for h in range(4):
             held: dict = {}
 

@@ -6,8 +6,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: the four outcomes of a claim
-STATUSES = ("holds", "does not hold", "not tested", "not enough evidence")
+#: a causal claim that holds under some removal baselines and not others (:mod:`.baselines`)
+DEPENDS = "depends on the baseline"
+#: the outcomes of a claim
+STATUSES = ("holds", "does not hold", DEPENDS, "not tested", "not enough evidence")
 
 
 @dataclass(frozen=True)

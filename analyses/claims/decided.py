@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from . import thresholds as T
+from .baselines import baselines_info, baselines_note
 from .claim import Claim
 
 __all__ = [
@@ -116,6 +117,7 @@ class DecidedClaims:
                 if i.get("null")
                 else ""
             )
+            + (f"; {baselines_note(i['baselines'])}" if i.get("baselines") else "")
         )
 
 
@@ -447,6 +449,7 @@ def decided_claims(
     beside: Sequence[str] = ("zero", "resample", "random"),
     pattern: Optional[dict] = None,
     reuse: Any = None,
+    baselines: bool = True,
 ) -> DecidedClaims:
     """Necessity (``mean``) and weights (``uniform``) claims of ``heads`` on every example of
     ``corpus``, each head decided in blocks (module docstring).
@@ -458,6 +461,9 @@ def decided_claims(
         modes: the deciding modes to run (``mean``, ``uniform``).
         beside: the modes run beside a necessary head's claim, on the first block.
         pattern: the pattern claims (where a head that holds the weights claim parks its attention).
+        baselines: decide each necessary head again under the other baselines
+            (:func:`.baselines.confirm_decided`): one that does not hold under each
+            *depends on the baseline*.
         reuse: a :class:`DecidedPass` (or :class:`DecidedRun`) of the same heads, corpus and
             objective (the report's ablation section's): a mode it ran is not run again where
             its bar is this one's.
@@ -538,6 +544,15 @@ def decided_claims(
             "examples_median": float(np.median(used)),
         }
     necessity = claims.get("mean", {})
+    baseline_removals = 0
+    if "mean" in modes and baselines:  # the held heads decided again under the other baselines
+        from .baselines import confirm_decided
+
+        necessity, baseline_removals = confirm_decided(
+            adapter, corpus, objective, necessity, bar=bars["mean"], tests=m, means=means, seed=seed,
+            batch_size=batch_size, block=block, runner=runner,
+        )  # fmt: skip
+        claims["mean"] = necessity
     held = [h for h, c in necessity.items() if c.holds]
     if held and beside and first is not None:
         got = block_removals(
@@ -572,6 +587,10 @@ def decided_claims(
         "removals": removals,
         "null_removals": int(sum(s["removals"] for s in nulls.values())),
         "beside_removals": beside_removals,
+        "baseline_removals": baseline_removals,
+        "baselines": baselines_info(
+            necessity, dict(means.to_dict(), described=means.describe()) if means is not None else {}
+        ),
         "exhaustive_removals": m * n * len(modes),
         "seconds": time.time() - started,
     }

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import thresholds as T
-from .claim import Claim
+from .claim import DEPENDS, Claim
 
 __all__ = ["decided_redundancy"]
 
@@ -55,6 +55,38 @@ def _null_bars(nadapter, corpus, obj, sizes, *, floor, seed, batch_size, block, 
         at += len(sets[k])
         out[k] = dict(null_bar(run, rows, floor), groups=len(rows), removals=int(run.result.n_used[rows].sum()))
     return out
+
+
+def _key(heads) -> tuple:
+    return tuple(tuple(int(x) for x in h) for h in heads)
+
+
+def _confirm_groups(adapter, corpus, objective, rows, row_heads, claims, bars, *, n_groups, means, common, runner):
+    """``(head claims, removals)``: the groups that hold decided again under the other baselines
+    (:func:`.baselines.confirm_decided`, each size against its own bar, e-BH over all
+    ``n_groups``); a group that fails one makes its heads' claims *depend on the baseline*."""
+    from .baselines import confirm_decided, to_heads
+
+    removals = 0
+    for k in sorted({len(h) for h in row_heads}):
+        mine = [i for i, h in enumerate(row_heads) if len(h) == k and rows[i]["holds"]]
+        if not mine:
+            continue
+        groups = {
+            _key(row_heads[i]): Claim(
+                "redundancy", "holds", effect=rows[i]["harm"], ci_low=rows[i]["ci_low"], ci_high=rows[i]["ci_high"]
+            )
+            for i in mine
+        }
+        got, used = confirm_decided(
+            adapter, corpus, objective, groups, bar=bars[k]["bar"], tests=n_groups, means=means,
+            seed=common["seed"], batch_size=common["batch_size"], block=common["block"], runner=runner,
+        )  # fmt: skip
+        removals += used
+        for i in mine:
+            rows[i]["baselines"] = got[_key(row_heads[i])].status
+        claims = to_heads(claims, got)
+    return claims, removals
 
 
 def decided_redundancy(
@@ -166,6 +198,19 @@ def decided_redundancy(
                     extra=dict(extra),
                 )  # fmt: skip
     held = [i for i, r in enumerate(rows) if r["holds"]]
+    claims, baseline_removals = _confirm_groups(
+        adapter,
+        corpus,
+        objective,
+        rows,
+        row_heads,
+        claims,
+        bars,
+        n_groups=len(groups),
+        means=means,
+        common=common,
+        runner=runner,
+    )
     if held and first is not None:  # the same-norm random perturbation beside a group that holds
         units = [row_heads[i] for i in held]
         got = block_removals(adapter, corpus, objective, units, ("random",), first, seed=seed, batch_size=batch_size)
@@ -180,6 +225,8 @@ def decided_redundancy(
         exhaustive_removals=len(groups) * len(corpus),
         bars={int(k): b for k, b in bars.items()},
         holds=len(held),
+        baseline_removals=baseline_removals,
+        depends=sorted(r["heads"] for r in rows if r.get("baselines") == DEPENDS),
         test="normal-mixture e-processes on block means" if block_level else "betting e-processes per example",
     )
     return claims, rows, info

@@ -180,6 +180,13 @@ def _causal(kind: str, c) -> tuple:
         if x.get("times_random") is not None:
             text += f"; removing it harms {fmt(x['times_random'])}× as much as a same-norm random perturbation"
             numbers["times_random"] = x["times_random"]
+        if x.get("baselines"):
+            from .baselines import baseline_words
+
+            text += baseline_words(c)
+            for mode, side in x["baselines"].items():
+                numbers[f"baseline:{mode}"] = side.get("effect")
+                numbers[f"baseline_holds:{mode}"] = 1.0 if side.get("holds") else 0.0
         if x.get("removal_rank") is not None:
             text += f"; rank {x['removal_rank']} of {x.get('of')} heads by harm"
         if x.get("importance_rank") is not None:

@@ -10,10 +10,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 import pandas as pd
 
 from . import thresholds as T
 from .attribution import attribution_claims
+from .baselines import baselines_info, baselines_note
 from probe.errors import InputError, NotApplicable
 
 from .claim import STATUSES, Claim
@@ -361,6 +363,8 @@ def _causal(
                 necessity = _screened(adapter, nadapter, screen_corpus, obj, heads, importance, runner, tables, info,
                                       seed=seed, progress=progress)  # fmt: skip
             beside = _beside_necessary(adapter, corpus, obj, necessity, sweep, seed, runner)
+            necessity = _confirm_baselines(necessity, (sweep, beside), len(heads))
+            info["baselines"] = baselines_info(necessity, sweep.kinds)
             weights = weights_claims(sweep, pattern, null=null_sweep)
             redundancy, groups = redundancy_claims(
                 adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter
@@ -375,7 +379,7 @@ def _causal(
             notes.append(
                 ("necessity by screening (below); the removals here: " if screen_corpus is not None else "")
                 + f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
-                f"(Wang et al. 2022; beside a necessary head's claim: zero- and resample-ablation and a same-norm "
+                f"(Wang et al. 2022; beside a necessary head's claim: zero-, one-mean and resample-ablation and a same-norm "
                 f"random perturbation of it) on {len(corpus)} examples; necessity holds "
                 f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
                 f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads"
@@ -384,12 +388,39 @@ def _causal(
                     if null_sweep is not None
                     else ""
                 )
+                + f"; {baselines_note(info['baselines'])}"
             )
         except NotApplicable as exc:  # an objective that does not fit this model or corpus: say so per claim
             log.warning("causal claims not tested: %s", exc.reason)
             why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     return necessity, weights, redundancy, info
+
+
+def _confirm_baselines(necessity: dict, sweeps: tuple, tests: int) -> dict:
+    """The held necessity claims confirmed under the other baselines
+    (:func:`.baselines.confirm_sweep`), their harms read from whichever of ``sweeps`` (the
+    deciding sweep, the sweep beside the held heads; ``None`` skipped) measured them."""
+    from types import SimpleNamespace
+
+    from .baselines import BASELINES, confirm_sweep
+
+    held = [k for k, c in necessity.items() if c.holds]
+    got = [s for s in sweeps if s is not None]
+    if not held or not got:
+        return necessity
+    harm = {}
+    for mode in BASELINES[1:]:
+        rows = []
+        for k in held:
+            src = next((s for s in got if mode in s.harm and (k,) in s.units), None)
+            if src is None:
+                break
+            rows.append(src.harm[mode][src.row((k,))])
+        if len(rows) == len(held):
+            harm[mode] = np.stack(rows)
+    view = SimpleNamespace(objective=got[0].objective, units=tuple((k,) for k in held), harm=harm)
+    return confirm_sweep(necessity, view, tests)
 
 
 def _measured(ablation) -> tuple:
@@ -539,7 +570,7 @@ def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, no
 #: for every head
 DECIDING_MODES = ("mean", "uniform")
 #: the modes beside a necessary head's claim (context, never a test), run for those heads alone
-BESIDE_MODES = ("zero", "resample", "random")
+BESIDE_MODES = ("zero", "one-mean", "resample", "random")
 
 
 def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):

@@ -179,26 +179,46 @@ def redundancy_claims(
                 reason=f"{role} heads {names} mean-ablated together",
                 extra=dict(extra),
             )
-    _random_beside(adapter, corpus, objective, items, rows, claims, seed, runner)
+    claims = _random_beside(adapter, corpus, objective, items, rows, claims, seed, runner)
     return claims, rows
 
 
-def _random_beside(adapter, corpus, objective, items: list, rows: list, claims: dict, seed: int, runner) -> None:
+def _random_beside(adapter, corpus, objective, items: list, rows: list, claims: dict, seed: int, runner) -> dict:
     """The same-norm random perturbation of each group that holds (``random`` mode of
     :mod:`.removal`; context, never a test), into its row's ``random`` and its heads' claims'
     ``random_harm``: run for those groups alone (for every group it cost as much as the
-    groups' removals)."""
+    groups' removals); and each such group removed under the other baselines
+    (:mod:`.baselines`), judged by the same test (Wilcoxon against the floor, Bonferroni over
+    the groups, the mean at least the bar): the claims returned, a group that fails one
+    *depends on the baseline*."""
+    from .baselines import BASELINES, judge, to_heads
     from .removal import removal_sweep
 
     held = [gi for gi, row in enumerate(rows) if row["holds"]]
     if not held:
-        return
+        return claims
     sweep = removal_sweep(
-        adapter, corpus, objective, units=[items[gi][1] for gi in held], modes=("random",), seed=seed, runner=runner
-    )
+        adapter, corpus, objective, units=[items[gi][1] for gi in held], modes=("random", *BASELINES[1:]),
+        seed=seed, runner=runner,
+    )  # fmt: skip
+    floor, tests = T.min_effect(sweep.objective), len(rows)
+    groups, values = {}, {}
     for j, gi in enumerate(held):
         rnd = float(sweep.harm["random"][j].mean())
         rows[gi]["random"] = rnd
         for key in items[gi][1]:
             if claims[key].extra.get("group") == rows[gi]["heads"]:
                 claims[key].extra["random_harm"] = rnd
+        row, heads = rows[gi], tuple(tuple(h) for h in items[gi][1])
+        groups[heads] = Claim("redundancy", "holds", effect=row["harm"], ci_low=row["ci_low"], ci_high=row["ci_high"])
+        for mode in BASELINES[1:]:
+            harm = sweep.harm[mode][j]
+            eff, lo, hi = mean_ci(harm, seed=gi)
+            p = floor_test(harm, floor)
+            bar = claims[heads[0]].extra.get("bar", floor)
+            ok = len(harm) >= T.MIN_EXAMPLES and p <= T.FDR / tests and eff >= bar
+            values.setdefault(heads, {})[mode] = {"effect": eff, "ci_low": lo, "ci_high": hi, "p": p, "holds": ok}
+    groups = judge(groups, values)
+    for gi in held:
+        rows[gi]["baselines"] = groups[tuple(tuple(h) for h in items[gi][1])].status
+    return to_heads(claims, groups)

@@ -6,11 +6,14 @@ example, the objective's readout (:mod:`probe.analyses.common.objective`) under 
 **mode** of removal, compared with the clean readouts as a harm per example:
 
 * ``mean`` (the default, deciding necessity) — the head's output replaced by its corpus
-  mean, taken separately at word and special-token positions, so the model stays on its
-  input distribution (Wang et al. 2022, "Interpretability in the Wild");
+  mean, taken separately per position kind (content, each special token, a decoder's
+  first position: :mod:`probe.analyses.necessity.position_kinds`), so the model stays on
+  its input distribution (Wang et al. 2022, "Interpretability in the Wild");
+* ``one-mean`` — the head's output replaced by its one corpus mean over all positions (a
+  baseline a necessity claim must also hold under, :mod:`.baselines`);
 * ``zero`` — the output set to 0 (Michel et al. 2019; off-distribution, reported beside);
-* ``resample`` — each position's output taken from a random position of the same kind in
-  another sentence of the batch (Chan et al. 2022, "Causal Scrubbing");
+* ``resample`` — each position's output taken from a random position of the same kind
+  (as ``mean``'s) in another sentence of the batch (Chan et al. 2022, "Causal Scrubbing");
 * ``uniform`` — the head's attention replaced by uniform weights over the keys it may see,
   values kept (where it looks, not whether it contributes);
 * ``random`` — the head's output moved by a same-norm vector in a random direction
@@ -40,6 +43,7 @@ from probe.analyses.common.batch import batch_indices, by_one_length
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
+from probe.analyses.necessity.position_kinds import KindMeans, position_kinds
 from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
 from probe.runs.blocks import InProcess, Part
 from probe.errors import InputError
@@ -63,7 +67,7 @@ __all__ = [
     "corpus_key",
 ]
 
-MODES = ("mean", "zero", "resample", "uniform", "random")
+MODES = ("mean", "one-mean", "zero", "resample", "uniform", "random")
 #: most rows × tokens per forward (bounds memory)
 MAX_TOKENS = 2048  # as the single-head sweep: larger forwards were slower on 2 cores (4096: ~10%)
 
@@ -96,6 +100,8 @@ class RemovalSweep:
     higher_is_better: bool = False
     #: :func:`corpus_key` of the examples
     corpus_key: str = ""
+    #: the mean modes' position kinds (``KindMeans.to_dict`` and ``described``; empty without them)
+    kinds: dict = field(default_factory=dict)
 
     def row(self, unit: Any) -> int:
         return self.units.index(tuple(unit))
@@ -157,23 +163,23 @@ def reusable(sweep: Optional[RemovalSweep], units: tuple, corpus: Any, objective
     return set(sweep.harm) if sweep.corpus_key == corpus_key(corpus) else set()
 
 
-def resample_sources(special: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def resample_sources(kind: torch.Tensor, mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """``[b, s]`` flat source index per position: a random position of the same kind
-    (word / special) in another example of the batch (any example when there is one).
+    (:meth:`probe.analyses.necessity.position_kinds.PositionKinds.index`: content, each
+    special token, a decoder's first position) in another example of the batch (any
+    example of the batch when no other has that kind).
 
-    Args: ``special``, ``mask``: bool ``[b, s]``.
+    Args: ``kind``: long ``[b, s]``; ``mask``: ``[b, s]`` (padding is never a source).
     """
     b, s = mask.shape
-    flat_kind = special.reshape(-1)
+    flat_kind = kind.reshape(-1).long()
     flat_valid = mask.reshape(-1).bool()
     owner = torch.arange(b).repeat_interleave(s)
     src = torch.arange(b * s)
-    for kind in (False, True):
-        pool = torch.nonzero(flat_valid & (flat_kind == kind)).flatten()
-        if not len(pool):
-            continue
+    for k in torch.unique(flat_kind[flat_valid]).tolist():
+        pool = torch.nonzero(flat_valid & (flat_kind == k)).flatten()
         for i in range(b):
-            mine = torch.nonzero(flat_valid & (flat_kind == kind) & (owner == i)).flatten()
+            mine = torch.nonzero(flat_valid & (flat_kind == k) & (owner == i)).flatten()
             if not len(mine):
                 continue
             others = pool[owner[pool] != i] if b > 1 else pool
@@ -188,8 +194,8 @@ def _layer_value(mode, layer, z, v, batch, means, src, rot, causal):
     zl = z[layer]
     if mode == "zero":
         return None
-    if mode == "mean":
-        return means[:, layer].to(zl.device)[batch.special.long()].to(zl.dtype)
+    if mode in ("mean", "one-mean"):
+        return (means if mode == "mean" else means.one_mean()).at(layer, batch).to(zl.device, zl.dtype)
     if mode == "resample":
         b, s, H, dh = zl.shape
         return zl.reshape(b * s, H, dh)[src.reshape(-1)].reshape(b, s, H, dh)
@@ -211,7 +217,8 @@ class RemovalPlan:
     Attributes:
         corpus: the examples (a :class:`probe.inputs.corpus.Corpus`); objective: resolved.
         units: tuples of ``(layer, head)``; modes: the modes to run.
-        means: ``[2, L, H, head_dim]`` per-kind head means (``mean`` mode), else ``None``.
+        means: the per-kind head means (:class:`probe.analyses.necessity.position_kinds.KindMeans`;
+            ``mean`` and ``one-mean`` modes), else ``None``.
         seed: each batch draws its resample sources and rotations from
             ``seed × 1,000,003 + batch number``, so a batch's draws do not depend on
             which process runs it or what ran before.
@@ -229,7 +236,7 @@ class RemovalPlan:
     objective: Any
     units: tuple
     modes: tuple
-    means: Optional[torch.Tensor]
+    means: Optional[KindMeans]
     seed: int
     stack: Optional[str]
     batch_size: int
@@ -277,6 +284,7 @@ def run_removal_batches(adapter: Any, plan: RemovalPlan, batches: Sequence, prog
     from tqdm.auto import tqdm
 
     obj, units, stack = plan.objective, plan.units, plan.stack
+    kinds = position_kinds(adapter)
     layers = sorted({l for u in units for l, _ in u})
     causal = adapter.arch == "decoder"
     path = restart_path(adapter, stack)
@@ -298,7 +306,7 @@ def run_removal_batches(adapter: Any, plan: RemovalPlan, batches: Sequence, prog
         v = {l: run.v[l].to(z[l].dtype) for l in run.v}
         src = None
         if {"resample", "random"} & set(plan.modes):  # the rotations are drawn after the sources
-            src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
+            src = resample_sources(kinds.index(batch).cpu(), batch.inputs["attention_mask"].cpu(), gen)
             src = src.to(z[layers[0]].device)
         rot = (
             {l: random_rotations(z[l].shape[0], z[l].shape[2], z[l].shape[3], gen) for l in layers}
@@ -389,7 +397,7 @@ def removal_sweep(
     progress: bool = False,
     reuse: Optional[RemovalSweep] = None,
     runner: Optional[Callable] = None,
-    means: Optional[torch.Tensor] = None,
+    means: Optional[KindMeans] = None,
 ) -> RemovalSweep:
     """Remove every unit in every mode on every example; harms on ``objective``.
 
@@ -403,7 +411,7 @@ def removal_sweep(
             (:class:`probe.runs.blocks.InProcess`). The plan (objective,
             units, the mean mode's head means) is made here either way, and the harms
             are computed here from every example's readouts.
-        means: ``[2, L, H, head_dim]`` the ``mean`` mode's per-kind head means of this
+        means: the ``mean`` mode's per-kind head means (a ``KindMeans``) of this
             corpus (:func:`probe.analyses.necessity.ablation.position_kind_means`, the same
             batch size), when a caller already has them (one forward over the corpus
             saved per sweep: 10 s on EWT dev); computed here when ``None``.
@@ -444,7 +452,7 @@ def removal_sweep(
     clean: Optional[torch.Tensor] = None  # [n, ...] readouts, placed by example index
     pert: dict = {}  # mode -> [n_units, n, ...]
     if todo:
-        if "mean" not in todo:
+        if not {"mean", "one-mean"} & set(todo):
             means = None
         elif means is None:
             means = position_kind_means(adapter, corpus, obj, batch_size, stack)
@@ -488,4 +496,9 @@ def removal_sweep(
         pooling=str(getattr(getattr(obj, "pooling", None), "mode", "") or ""),
         higher_is_better=bool(getattr(obj, "higher_is_better", False)),
         corpus_key=corpus_key(corpus),
+        kinds=(
+            dict(means.to_dict(), described=means.describe())
+            if means is not None
+            else (dict(reuse.kinds) if reuse is not None and done else {})
+        ),
     )

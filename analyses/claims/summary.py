@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .claim import DEPENDS
+
 
 def _num(c, digits: int = 3) -> str:
     v = c.effect
@@ -64,6 +66,8 @@ def summary_sentence(claims: dict) -> str:
             f"needed alone ({n.extra.get('objective')} harm {n.effect:+.3g} "
             f"[{n.ci_low:+.3g}, {n.ci_high:+.3g}], floor {n.null:.3g}, n={n.count})"
         )
+    elif n is not None and n.status == DEPENDS:
+        parts.append(f"needed alone under some baselines only ({n.reason})")
     elif r is not None and r.holds:
         parts.append(f"redundant: {r.statement}")
     elif n is not None and n.status == "does not hold":

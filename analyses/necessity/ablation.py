@@ -3,8 +3,9 @@ zeroed or mean-ablated, with bootstrap confidence intervals over examples.
 
 Michel et al. (2019, "Are Sixteen Heads Really Better than One?") ablate one head at a
 time and report the metric change; mean-ablation replaces a head's output by its mean
-over the corpus, here taken separately for word and special-token positions (the
-"per position kind" mean), so position-specific offsets survive.
+over the corpus, here taken separately per position kind (content, each special token,
+a decoder's first position: :mod:`probe.analyses.necessity.position_kinds`), so
+position-specific offsets survive.
 
 Batched by the one sweep (:mod:`probe.analyses.necessity.sweep`): for each chunk of ``b``
 examples and each layer ``l``, forwards carry the ablation of every swept head of layer
@@ -61,6 +62,8 @@ from probe.errors import InputError
 from probe.interventions.heads import HeadIntervention, HeadOutputRecorder
 from probe.tracing.edits import Edit, Patch, Zero
 
+from probe.analyses.necessity.position_kinds import KindMeans, position_kinds
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -69,6 +72,7 @@ __all__ = [
     "sweep_heads_naive",
     "sweep_values",
     "position_kind_means",
+    "KindMeans",
     "check_heads",
     "run_rows",
     "plan_forwards",
@@ -149,16 +153,18 @@ def position_kind_means(
     stack: Optional[str] = None,
     sample: Optional[int] = MEAN_SAMPLE,
     seed: int = 0,
-) -> torch.Tensor:
+) -> KindMeans:
     """Mean output of every head over the corpus, per position kind.
 
-    The value mean-ablation puts in a head's place (Wang et al. 2023): averaged over every
+    The value mean-ablation puts in a head's place (Wang et al. 2022): what the head writes
+    on average at a position of that kind (:mod:`probe.analyses.necessity.position_kinds`:
+    content, each special token apart, a decoder's first position), averaged over every
     example, or over a seeded random ``sample`` of them where the corpus has more
     (:data:`MEAN_SAMPLE`; ``None``: every example).
 
     Returns:
-        ``[2, n_layers, n_heads, head_dim]``: index 0 over word-token positions, 1 over
-        special-token positions (a kind absent from the corpus gets the other's mean).
+        a :class:`KindMeans`: ``values`` ``[n_kinds, n_layers, n_heads, head_dim]`` (a
+        kind absent from the corpus gets the one mean over all positions, ``overall``).
 
     Warns:
         UserWarning when the corpus has fewer than :data:`MIN_MEAN_EXAMPLES` examples.
@@ -173,30 +179,29 @@ def position_kind_means(
     if sample is not None and len(corpus) > sample:
         keep = np.sort(np.random.default_rng(seed).choice(len(corpus), sample, replace=False))
         corpus = corpus.subset(keep.tolist(), reason="not in the head means' sample")
+    kinds = position_kinds(adapter)
     n_layers = adapter.n_layers_of(stack)
-    sums = torch.zeros(2, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)
-    counts = torch.zeros(2, dtype=torch.float64)
+    sums = torch.zeros(kinds.n, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)
+    counts = torch.zeros(kinds.n, dtype=torch.float64)
     with HeadOutputRecorder(adapter, stack=stack) as rec:
         for _, batch in metric.batches(adapter, corpus, batch_size, by_length=True):
             metric.forward(adapter, batch)
             valid = batch.inputs["attention_mask"].bool().cpu()
-            kind = batch.special.cpu()
-            for k, sel in enumerate((valid & ~kind, valid & kind)):
+            kind = kinds.index(batch).cpu()
+            for k in range(kinds.n):
+                sel = valid & (kind == k)
                 counts[k] += float(sel.sum())
                 for layer in range(n_layers):
                     sums[k, layer] += rec.outputs[layer].cpu().double()[sel].sum(0)
     means = sums / counts.clamp(min=1)[:, None, None, None]
     total = sums.sum(0) / counts.sum().clamp(min=1)
-    for k in (0, 1):
-        if counts[k] == 0:
-            means[k] = total
-    return means.float()
+    means[counts == 0] = total
+    return KindMeans(means.float(), total.float(), kinds, tuple(int(c) for c in counts))
 
 
-def row_values(means: torch.Tensor, layer: int, batch: MetricBatch) -> torch.Tensor:
+def row_values(means: KindMeans, layer: int, batch: MetricBatch) -> torch.Tensor:
     """``[b, seq, head, head_dim]``: each position's per-kind mean for ``layer``."""
-    m = means[:, layer].to(batch.inputs["input_ids"].device)  # [2, head, dh]
-    return m[batch.special.long()]  # type: ignore[union-attr]  # per-kind means come with batches that carry their special mask
+    return means.at(layer, batch).to(batch.inputs["input_ids"].device)
 
 
 def run_rows(

@@ -32,7 +32,7 @@ class AblateJob:
         corpus: the fitted :class:`probe.inputs.corpus.Corpus` (every example within the model's limit).
         metric: a resolved :class:`probe.analyses.common.objective.Objective` (picklable).
         heads: checked ``(layer, head)`` pairs.
-        mode, means: ``zero`` (``means`` ``None``) or ``mean`` (``means`` ``[2, L, H, head_dim]``).
+        mode, means: ``zero`` (``means`` ``None``) or ``mean`` (``means`` a ``KindMeans``, ``[n_kinds, L, H, head_dim]``).
         batch_size, restart, max_tokens, stack: as :func:`probe.analyses.necessity.ablation.sweep_values`.
         n_boot, confidence, seed: the bootstrap of the merged result.
     """

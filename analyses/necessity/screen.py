@@ -69,6 +69,7 @@ from probe.analyses.claims.removal import resample_sources, sweep_batches
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import resolve_objective
 from probe.analyses.necessity.ablation import position_kind_means
+from probe.analyses.necessity.position_kinds import KindMeans, position_kinds
 from probe.runs.blocks import InProcess, Part
 from probe.tracing.edits import Apply
 from probe.errors import InputError
@@ -174,7 +175,7 @@ def _replacements(mode: str, z: torch.Tensor, layer: int, batch, means, src) -> 
     if mode == "zero":
         return -z
     if mode == "mean":
-        return means[:, layer].to(z.device)[batch.special.long().to(z.device)].to(z.dtype) - z
+        return means.at(layer, batch).to(z.device, z.dtype) - z
     b, s, H, dh = z.shape  # resample
     return z.reshape(b * s, H, dh)[src.reshape(-1)].reshape(b, s, H, dh) - z
 
@@ -203,7 +204,7 @@ def screen_heads(
     batch_size: int = 8,
     seed: int = 0,
     stack: Optional[str] = None,
-    means: Optional[torch.Tensor] = None,
+    means: Optional[KindMeans] = None,
     progress: bool = False,
     runner: Optional[Callable] = None,
     graddrop: bool = False,
@@ -218,7 +219,7 @@ def screen_heads(
         batch_size, seed: as :func:`probe.analyses.claims.removal.removal_sweep` (the same
             batches and, for ``resample``, the same sources per batch, so estimates and
             exact harms are paired by example).
-        means: ``[2, L, H, head_dim]`` per-kind head means
+        means: the per-kind head means (a ``KindMeans``)
             (:func:`probe.analyses.necessity.ablation.position_kind_means`), computed here
             when ``mean`` is screened and none is given.
         runner: where the batches run (:mod:`probe.runs.blocks`; default this process): each
@@ -290,7 +291,7 @@ class ScreenPlan:
     modes: tuple
     kind: str
     n_projections: int
-    means: Optional[torch.Tensor]
+    means: Optional[KindMeans]
     seed: int
     stack: Optional[str]
     graddrop: bool = False
@@ -304,6 +305,7 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
     from tqdm.auto import tqdm
 
     obj, modes, kind, stack = plan.objective, plan.modes, plan.kind, plan.stack or adapter.default_stack
+    kinds = position_kinds(adapter)
     L, H = adapter.n_layers_of(stack), adapter.n_heads
     sign = -1.0 if getattr(obj, "higher_is_better", False) else 1.0
     indices: list = []
@@ -313,7 +315,7 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
         idx = list(idx)
         batch = obj.make_batch(adapter, plan.corpus, idx)
         gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + int(number))  # as removal_sweep's batch
-        src = resample_sources(batch.special.cpu(), batch.inputs["attention_mask"].cpu(), gen)
+        src = resample_sources(kinds.index(batch).cpu(), batch.inputs["attention_mask"].cpu(), gen)
         device = batch.inputs["input_ids"].device
         src = src.to(device)
 

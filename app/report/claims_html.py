@@ -9,7 +9,13 @@ from typing import Any
 
 from .html import esc
 
-STATUS_CLASS = {"holds": "ran", "does not hold": "muted", "not tested": "skipped", "not enough evidence": "skipped"}
+STATUS_CLASS = {
+    "holds": "ran",
+    "does not hold": "muted",
+    "depends on the baseline": "skipped",
+    "not tested": "skipped",
+    "not enough evidence": "skipped",
+}
 
 
 def _title(kind: str) -> str:
@@ -30,10 +36,28 @@ def claims_block(data: Any, layer: int, head: int) -> str:
         return ""
     items = [
         f'<li><b>{esc(_title(ev.kind))}</b> — <span class="{STATUS_CLASS[ev.status]}">'
-        f"{esc(ev.status)}</span>: {esc(ev.text)}</li>"
+        f"{esc(ev.status)}</span>: {esc(ev.text)}{baselines_table(ev)}</li>"
         for ev in found
     ]
     return f'<h2>Claims</h2><ul class="claims">{"".join(items)}</ul>'
+
+
+def baselines_table(ev: Any) -> str:
+    """The harm of a causal claim under each removal baseline, side by side
+    (:mod:`probe.analyses.claims.baselines`; '' for a claim confirmed under none)."""
+    from probe.analyses.claims.baselines import BASELINE_WORDS
+    from probe.analyses.claims.evidence import fmt
+
+    modes = [k.split(":", 1)[1] for k in ev.numbers if k.startswith("baseline:")]
+    if not modes:
+        return ""
+    head = "".join(f"<th>{esc(BASELINE_WORDS.get(m, m))}</th>" for m in modes)
+    harm = "".join(f"<td>{esc(fmt(ev.numbers.get(f'baseline:{m}'), True))}</td>" for m in modes)
+    held = "".join(f"<td>{'holds' if ev.numbers.get(f'baseline_holds:{m}') else 'does not hold'}</td>" for m in modes)
+    return (
+        f'<table class="baselines"><tr><th>baseline</th>{head}</tr><tr><td>harm</td>{harm}</tr>'
+        f"<tr><td>claim</td>{held}</tr></table>"
+    )
 
 
 def head_claims_html(data: Any, layer: int, head: int) -> str:

@@ -105,7 +105,7 @@ def _claim_cell(c: dict) -> str:
         return f"{out}: {c['evidence']['text']}"
     if c.get("statement"):
         out += f": {c['statement']}"
-    if c.get("effect") is not None and c["status"] in ("holds", "does not hold"):
+    if c.get("effect") is not None and c["status"] in ("holds", "does not hold", "depends on the baseline"):
         ci = (
             f" [{c['ci_low']:.3g}, {c['ci_high']:.3g}]"
             if c.get("ci_low") is not None and c.get("ci_high") is not None

@@ -171,6 +171,7 @@ def _save_removals(k: str, sweep, arrays: dict) -> dict:
             "pooling": sweep.pooling,
             "higher_is_better": sweep.higher_is_better,
             "corpus_key": sweep.corpus_key,
+            "kinds": sweep.kinds,
         },
     }
 

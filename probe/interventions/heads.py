@@ -226,7 +226,9 @@ def head_output_means(
     Returns:
         ``[n_layers, n_heads, head_dim]``; with ``by_special``, a pair of such tensors
         stacked as ``[2, n_layers, n_heads, head_dim]`` (index 0: word tokens, 1: special
-        tokens), the "per position kind" mean used for mean-ablation.
+        tokens, every special token pooled). The toolkit's mean-ablation keeps each special
+        token apart (``probe.analyses.necessity.position_kinds``): pooling [CLS] with [SEP]
+        puts at one what a head writes at the other (issue 58).
 
     Raises:
         ValueError: on an empty corpus.

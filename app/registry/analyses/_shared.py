@@ -116,7 +116,7 @@ def necessity_block(data, layer: int, head: int) -> str:
     if ev is None:
         return ""
     text = f"<p>{esc(ev.text)}.</p>"
-    if ev.status not in ("holds", "does not hold"):
+    if ev.status not in ("holds", "does not hold", "depends on the baseline"):
         return text
     return text + strip_svg(
         every_head(data, "claims", "necessity"),
