@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Sequence, cast
 
+import numpy
 import pandas as pd
 import torch
 
@@ -196,7 +197,7 @@ def copying_scores(adapter: ModelAdapter, threshold: Optional[float] = None) -> 
         for h in range(adapter.n_heads):
             w_v, w_o = ov_circuit(adapter, layer, h)
             k = w_o.double().T @ c @ w_v.double().T  # [dh, dh]: M's non-zero eigenvalues
-            lam = torch.linalg.eigvals(k)
+            lam = torch.from_numpy(numpy.linalg.eigvals(k.numpy()))  # LAPACK via numpy: torch's fails on repeated ones
             total = float(lam.abs().sum())
             score = float(lam.real.sum()) / total if total > 1e-9 * max(float(k.abs().max()), 1e-30) else 0.0
             rows.append({"layer": layer, "head": h, "copying": score, "copying_head": score > limit})
