@@ -18,7 +18,7 @@ import torch
 
 from probe.errors import NotApplicable
 
-from .folding import NormFold, check_fold, final_norm
+from .folding import NormFold, check_fold, final_norm, unembedding
 
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
@@ -101,8 +101,9 @@ def decompose(adapter: ModelAdapter, text: str, *, sources: bool = False) -> Str
     from probe.tracing.site_keys import ModuleSite
     from probe.tracing.trace import trace
 
+    unembedding(adapter)  # refuses a model without a language-model head
+    module, fold = final_norm(adapter)  # refuses post-norm blocks (an MLM's BERT) with the reason
     _check_causal(adapter)
-    module, fold = final_norm(adapter)
     batch = encode_text(adapter, text)
     layers = adapter.n_layers_of()
     final_in = ModuleSite(module, "input", "final_resid")
