@@ -141,7 +141,9 @@ def test_models_without_a_linear_read_out_are_refused(tiny_models, bert_tokenize
     cfg = tr.BertConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=len(bert_tokenizer)
     )  # an MLM head is an unembedding, but BERT's blocks are post-norm: its stream is no sum of parts
-    mlm = ModelAdapter(name="tiny-bert-mlm", model=tr.BertForMaskedLM(cfg).eval(), tokenizer=bert_tokenizer, family="bert")
+    mlm = ModelAdapter(
+        name="tiny-bert-mlm", model=tr.BertForMaskedLM(cfg).eval(), tokenizer=bert_tokenizer, family="bert"
+    )
     with pytest.raises(NotApplicable, match="post-norm"):
         decompose(mlm, TEXT)
 
@@ -176,7 +178,17 @@ def test_cli_writes_the_table_the_figures_and_parts_that_sum(tmp_path):
     from probe.app.cli import main
 
     out = tmp_path / "o"
-    args = ["logit-attribution", "--model", "zoo:induction", "--text", "t3 t4 t5 t3 t4", "--answer", " t5", "--out", str(out)]
+    args = [
+        "logit-attribution",
+        "--model",
+        "zoo:induction",
+        "--text",
+        "t3 t4 t5 t3 t4",
+        "--answer",
+        " t5",
+        "--out",
+        str(out),
+    ]
     r = CliRunner().invoke(main, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     heads = pd.read_csv(out / "heads.csv")

@@ -64,9 +64,9 @@ def test_head_dla_equals_transformer_lens_logit_attrs(pair):
         pos_slice=-1,
     )[:, 0]
     torch.testing.assert_close(theirs.float(), mine, **TOL)
-    direction = bridge.tokens_to_residual_directions(torch.tensor(target.answer)) - bridge.tokens_to_residual_directions(
-        torch.tensor(target.against)
-    )
+    direction = bridge.tokens_to_residual_directions(
+        torch.tensor(target.answer)
+    ) - bridge.tokens_to_residual_directions(torch.tensor(target.against))
     scaled = cache.stack_head_results(apply_ln=True, pos_slice=-1)[:, 0] @ direction
     torch.testing.assert_close(scaled.float(), mine, **TOL)
     assert mine.abs().max() > 1e-3  # not a comparison of zeros

@@ -134,7 +134,9 @@ def source_parts(adapter: ModelAdapter, stream: Stream, attribution: Attribution
             read = stream.values[layer, :, h] @ (w_o.double().T @ folded)  # [seq]
             contrib = stream.pattern[layer, h, pos] * read
             rows += [
-                (layer, h, k, stream.tokens[k], float(contrib[k])) for k in range(pos + 1) if stream.pattern[layer, h, pos, k] > 0
+                (layer, h, k, stream.tokens[k], float(contrib[k]))
+                for k in range(pos + 1)
+                if stream.pattern[layer, h, pos, k] > 0
             ]
     return pd.DataFrame(rows, columns=["layer", "head", "source", "token", "dla"])
 

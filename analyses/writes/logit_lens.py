@@ -75,7 +75,9 @@ def _streams(adapter: ModelAdapter, batch: dict, position: int) -> tuple:
     return [(layer, stage) for layer, stage, _ in names], rows, cache.output.logits[0, position]
 
 
-def logit_lens(adapter: ModelAdapter, text: str, target: Target = Target(), position: int = -1, k: int = 5) -> LogitLens:
+def logit_lens(
+    adapter: ModelAdapter, text: str, target: Target = Target(), position: int = -1, k: int = 5
+) -> LogitLens:
     """The logit lens of ``text`` at ``position`` (-1: the last) for ``target.answer`` (None:
     the model's own top prediction there).
 

@@ -57,7 +57,10 @@ def _read(fold, w: torch.Tensor, project: Optional[torch.Tensor] = None, unembed
     """Each row of ``w [vocab, d]`` through the fold (``fold.linear``: an embedding the norm
     reads; ``unembed``: ``fold.direction``, an unembedding row reading the norm's output),
     times ``project [d, k]`` when given, in float64 (block-wise: no float64 vocabulary copy)."""
-    out = torch.empty((len(w), w.shape[1] if project is None else project.shape[1]), dtype=w.dtype if project is None else torch.float64)
+    out = torch.empty(
+        (len(w), w.shape[1] if project is None else project.shape[1]),
+        dtype=w.dtype if project is None else torch.float64,
+    )
     for i in range(0, len(w), 8192):
         x = fold.direction(w[i : i + 8192]) if unembed else fold.linear(w[i : i + 8192])
         out[i : i + 8192] = x if project is None else x @ project.double()
@@ -91,7 +94,9 @@ def _top_rows(a: torch.Tensor, b: torch.Tensor, rows: Sequence[int], k: int) -> 
     return torch.cat(vals), torch.cat(idx)
 
 
-def _frame(adapter: ModelAdapter, rows: Sequence[int], vals: torch.Tensor, idx: torch.Tensor, cols: tuple) -> pd.DataFrame:
+def _frame(
+    adapter: ModelAdapter, rows: Sequence[int], vals: torch.Tensor, idx: torch.Tensor, cols: tuple
+) -> pd.DataFrame:
     dec = adapter.tokenizer.decode
     out = [
         (int(r), dec([int(r)]), rank, int(j), dec([int(j)]), float(v))
@@ -119,7 +124,12 @@ def ov_copied_tokens(adapter: ModelAdapter, layer: int, head: int, k: int = 10) 
     ranks = [int(((a[int(t)] @ b) > v).sum()) for t, v in zip(idx, vals)]
     dec = adapter.tokenizer.decode
     return pd.DataFrame(
-        {"token": idx.tolist(), "token_str": [dec([int(t)]) for t in idx], "self_logit": vals.tolist(), "self_rank": ranks}
+        {
+            "token": idx.tolist(),
+            "token_str": [dec([int(t)]) for t in idx],
+            "self_logit": vals.tolist(),
+            "self_rank": ranks,
+        }
     )
 
 

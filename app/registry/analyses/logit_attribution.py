@@ -43,7 +43,10 @@ def _promoted(ctx: Context, heads, k: int) -> "object":
 
     from probe.analyses.writes.token_circuits import ov_copied_tokens
 
-    parts = [ov_copied_tokens(ctx.adapter, int(r.layer), int(r.head), k).assign(layer=r.layer, head=r.head) for r in heads.itertuples()]
+    parts = [
+        ov_copied_tokens(ctx.adapter, int(r.layer), int(r.head), k).assign(layer=r.layer, head=r.head)
+        for r in heads.itertuples()
+    ]
     t = pd.concat(parts, ignore_index=True)
     t["rank"] = t.groupby(["layer", "head"]).cumcount()
     return t[["layer", "head", "rank", "token", "token_str", "self_logit", "self_rank"]]
@@ -112,8 +115,12 @@ def _notes(ctx: Context, summary: list, best) -> list:
             f"{s['constant']:.2g} ({s['parts_plus_rest']:.4f}); logit lens top-1 from "
             + ("never" if top1 is None else f"layer {top1['layer']} {top1['stage']}")
         )
-    notes.append("largest direct writers: " + ", ".join(f"{head_name(r.layer, r.head)} {r.dla:+.2f}" for r in best.itertuples()))
-    notes.append("direct effect only (a head may write the answer and be compensated when removed: McGrath et al. 2023)")
+    notes.append(
+        "largest direct writers: " + ", ".join(f"{head_name(r.layer, r.head)} {r.dla:+.2f}" for r in best.itertuples())
+    )
+    notes.append(
+        "direct effect only (a head may write the answer and be compensated when removed: McGrath et al. 2023)"
+    )
     return notes
 
 
@@ -122,9 +129,15 @@ def _figures(ctx: Context, mean, lens, summary: list, d) -> list:
     from probe.app.report.writes_figures import logit_lens_figure
 
     target = summary[0]["answer"]
-    paths = [head_heatmap(mean, "dla", d / "logit_attribution.png", f"{ctx.adapter.name}: direct logit attribution to {target!r}")]
+    paths = [
+        head_heatmap(
+            mean, "dla", d / "logit_attribution.png", f"{ctx.adapter.name}: direct logit attribution to {target!r}"
+        )
+    ]
     for i, s in enumerate(summary):
-        paths.append(logit_lens_figure(lens[lens["example"] == i], d / f"logit_lens_{i}.png", f"{s['text']!r} → {s['answer']!r}"))
+        paths.append(
+            logit_lens_figure(lens[lens["example"] == i], d / f"logit_lens_{i}.png", f"{s['text']!r} → {s['answer']!r}")
+        )
     return paths
 
 
