@@ -112,6 +112,14 @@ def _mean_z(adapter: ModelAdapter, texts: Sequence[str]) -> dict:
     return {layer: s / count for layer, s in sums.items()}
 
 
+def _read(logits: torch.Tensor, ids: torch.Tensor, answers, i: int) -> torch.Tensor:
+    """The logits the claim reads: each next token's, or text ``i``'s answer (− against) at the end."""
+    if answers is None:
+        return logits[torch.arange(len(ids) - 1), ids[1:]]
+    a = answers[i]
+    return logits[-1, a.answer] - (0 if a.against is None else logits[-1, a.against])
+
+
 def _ablation_drop(adapter: ModelAdapter, texts, answers, layer: int, head: int, mean_z: dict) -> float:
     """Mean over texts of the drop of the read logits when ``head``'s z is its mean."""
     from probe.tracing.edits import Mean
@@ -126,14 +134,7 @@ def _ablation_drop(adapter: ModelAdapter, texts, answers, layer: int, head: int,
         clean = trace(adapter, batch).output.logits[0].double()
         edit = {f"blocks.{layer}.attn.hook_z": Mean(value=mean_z[layer][head].float(), head=head)}
         hurt = trace(adapter, batch, edit=edit).output.logits[0].double()
-        if answers is None:
-            pos = torch.arange(len(ids) - 1)
-            tgt = ids[1:]
-            read = lambda x: x[pos, tgt]  # noqa: E731
-        else:
-            a = answers[i]
-            read = lambda x: x[-1, a.answer] - (0 if a.against is None else x[-1, a.against])  # noqa: E731
-        drops.append(float((read(clean) - read(hurt)).mean()))
+        drops.append(float((_read(clean, ids, answers, i) - _read(hurt, ids, answers, i)).mean()))
     return float(np.mean(drops))
 
 
