@@ -160,8 +160,9 @@ def check(adapter) -> dict:
         if c("attn.hook_attn_scores") in cache:
             scores, pattern = get("attn.hook_attn_scores", layer), get("attn.hook_pattern", layer)
             worst("attn_scores", _err(torch.softmax(scores.float(), -1), pattern))
-            if c("attn.hook_q") in cache:
-                q, k = get("attn.hook_q", layer), get("attn.hook_k", layer)
+            rot = "rot_" if c("attn.hook_rot_q") in cache else ""  # scores come from q and k after rotary
+            if c(f"attn.hook_{rot}q") in cache:
+                q, k = get(f"attn.hook_{rot}q", layer), get(f"attn.hook_{rot}k", layer)
                 module = adapter.attention_modules()[layer]
                 scale = getattr(module, "scaling", None) or q.shape[-1] ** -0.5
                 if model_type == "opt":  # OPT scales its queries before the attention function (scaling=1.0 there)

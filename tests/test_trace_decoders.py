@@ -86,14 +86,18 @@ def _all(adapter, texts=TEXTS[:2], **kw):
 
 @pytest.mark.parametrize("t", FAMILIES)
 def test_scores_softmax_to_the_pattern_and_come_from_q_and_k_after_rotary(decoders, t):
+    """The scores are q·k scaled with q and k after rotary: ``hook_rot_q``/``hook_rot_k`` on the
+    rotary models, ``hook_q``/``hook_k`` on GPT-2 (no rotary, no ``hook_rot_*``)."""
     adapter = decoders[t]
     cache = _all(adapter)
     kv = adapter.config.num_key_value_heads if hasattr(adapter.config, "num_key_value_heads") else adapter.n_heads
+    rot = "rot_" if t != "gpt2" else ""
+    assert ("blocks.0.attn.hook_rot_q" in cache) == (t != "gpt2")
     for layer in range(adapter.n_layers):
         scores = cache[f"blocks.{layer}.attn.hook_attn_scores"]
         pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
         torch.testing.assert_close(torch.softmax(scores, -1), pattern, **TOL)
-        q, k = cache[f"blocks.{layer}.attn.hook_q"], cache[f"blocks.{layer}.attn.hook_k"]
+        q, k = cache[f"blocks.{layer}.attn.hook_{rot}q"], cache[f"blocks.{layer}.attn.hook_{rot}k"]
         assert q.shape[2] == adapter.n_heads and k.shape[2] == kv  # keys per KV head
         module = adapter.attention_modules()[layer]
         scale = getattr(module, "scaling", adapter.head_dim**-0.5)
@@ -101,6 +105,58 @@ def test_scores_softmax_to_the_pattern_and_come_from_q_and_k_after_rotary(decode
             raw = torch.einsum("bqd,bkd->bqk", q[:, :, h], k[:, :, kv_head_of(adapter, h)]) * scale
             live = scores[:, h] > -1e4  # unmasked entries (the mask adds the dtype's minimum)
             torch.testing.assert_close(raw[live], scores[:, h][live], **TOL)
+
+
+@pytest.mark.parametrize("t", ["llama", "qwen3", "mixtral"])
+def test_q_and_k_are_before_rotary_and_rotate_into_rot_q_and_rot_k(decoders, t):
+    """TransformerLens's names: ``hook_q``/``hook_k`` are the projections' output split into heads
+    (before q/k norms and rotary), ``hook_rot_q``/``hook_rot_k`` are them through the model's own
+    q/k norm and rotary embedding (its ``rotary_emb`` and ``apply_rotary_pos_emb``)."""
+    import sys
+
+    adapter = decoders[t]
+    ids = adapter.inputs_of(TEXTS[:1])
+    cache = trace(adapter, ids, read=lambda n: "hook_q" in n or "hook_k" in n or "hook_rot" in n or "resid_pre" in n)
+    base = adapter.model.model
+    for layer, block in enumerate(base.layers):
+        attn, b = block.self_attn, f"blocks.{layer}."
+        x = block.input_layernorm(cache[b + "hook_resid_pre"])
+        q, k = cache[b + "attn.hook_q"], cache[b + "attn.hook_k"]
+        torch.testing.assert_close(q.flatten(-2), attn.q_proj(x), **TOL)
+        torch.testing.assert_close(k.flatten(-2), attn.k_proj(x), **TOL)
+        assert k.shape[-2] == adapter.config.num_key_value_heads
+        if hasattr(attn, "q_norm"):
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        position = torch.arange(q.shape[1])[None]
+        cos, sin = base.rotary_emb(x, position)
+        rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+        rq, rk = rotate(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        torch.testing.assert_close(rq.transpose(1, 2), cache[b + "attn.hook_rot_q"], **TOL)
+        torch.testing.assert_close(rk.transpose(1, 2), cache[b + "attn.hook_rot_k"], **TOL)
+        assert not torch.allclose(cache[b + "attn.hook_q"][:, 1:], cache[b + "attn.hook_rot_q"][:, 1:], atol=1e-3)
+
+
+def test_rotary_sites_are_refused_with_the_reason_where_they_do_not_exist(decoders):
+    with pytest.raises(NotApplicable, match=r"has no rotary embeddings, so no attn.hook_rot_q: its queries and keys"):
+        trace(decoders["gpt2"], TEXTS[:1], read="blocks.0.attn.hook_rot_q")
+    with pytest.raises(NotApplicable, match=r"fuses its query/key/value projection.*read attn.hook_rot_k"):
+        trace(decoders["gpt_neox"], TEXTS[:1], read="blocks.0.attn.hook_k")
+    every = trace(decoders["gpt_neox"], TEXTS[:1], read=lambda n: True)
+    assert "blocks.0.attn.hook_rot_k" in every and "blocks.0.attn.hook_k" not in every
+
+
+def test_a_query_edit_before_rotary_equals_zeroing_its_projection(decoders):
+    """Zeroing head 2's hook_q (before rotary) is zeroing its rows of q_proj."""
+    import copy
+
+    adapter = decoders["qwen3"]  # a q norm between the projection and rotary: the site is before it
+    edited = trace(adapter, TEXTS[:2], edit={"blocks.1.attn.hook_q": Zero(head=2)}).output.logits
+    surgery = copy.deepcopy(adapter.model)
+    d = adapter.head_dim
+    with torch.no_grad():
+        surgery.model.layers[1].self_attn.q_proj.weight[2 * d : 3 * d] = 0
+        want = surgery(**adapter.inputs_of(TEXTS[:2])).logits
+    torch.testing.assert_close(edited, want, **TOL)
 
 
 @pytest.mark.parametrize("t", FAMILIES)

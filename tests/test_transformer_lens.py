@@ -130,6 +130,11 @@ def test_every_site_equals_run_with_cache(kind, bert_tokenizer):
     assert {"hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"} <= kinds
     assert {"hook_attn_out", "hook_mlp_in", "hook_mlp_out", "hook_resid_pre", "hook_resid_mid"} <= kinds
     assert {"hook_resid_post", "hook_embed", "hook_normalized"} <= kinds
-    if kind == "llama":  # after rotary, per key/value head: the bridge's hook_rot_k, not its hook_k
-        assert ours["blocks.1.attn.hook_k"].shape[-2] == 2
-        assert not torch.allclose(ours["blocks.1.attn.hook_k"], tl["blocks.1.attn.hook_k"], **TOL)
+    if kind == "llama":  # TransformerLens's names: hook_q/hook_k before rotary, hook_rot_q/hook_rot_k after
+        assert {"hook_rot_q", "hook_rot_k"} <= kinds
+        assert ours["blocks.1.attn.hook_k"].shape[-2] == 2  # per key/value head, as the bridge's
+        for name in ("hook_q", "hook_k", "hook_rot_q", "hook_rot_k"):
+            assert transformer_lens_name(f"blocks.1.attn.{name}", tl.keys()) == f"blocks.1.attn.{name}"
+        assert not torch.allclose(ours["blocks.1.attn.hook_q"], ours["blocks.1.attn.hook_rot_q"], atol=1e-3)
+    else:  # no rotary: no hook_rot_* on either side
+        assert not any("hook_rot" in n for n in list(tl.keys()) + names)

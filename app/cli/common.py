@@ -20,7 +20,11 @@ from probe.errors import InputError
 from .numbers import integer
 
 model_option = click.option(
-    "--model", "-m", default="minilm", show_default=True, help="minilm | hf:<id or path> | zoo:<task>"
+    "--model",
+    "-m",
+    default="minilm",
+    show_default=True,
+    help="minilm | smollm2 | hf:<id or path> | gguf:<file> | zoo:<task> | a model directory",
 )
 device_option = click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N]")
 dtype_option = click.option(

@@ -196,7 +196,11 @@ def _common_options(analysis: Analysis, cmd: Callable) -> Callable:
         )(cmd)
     if needs & {"model", "corpus", "maps", "zoo", "gradients", "treebank"}:
         cmd = click.option(
-            "--model", "-m", default=analysis.model, show_default=True, help="minilm | hf:<id or path> | zoo:<task>"
+            "--model",
+            "-m",
+            default=analysis.model,
+            show_default=True,
+            help="minilm | smollm2 | hf:<id or path> | gguf:<file> | zoo:<task> | a model directory",
         )(device_option(cmd))
     return cmd
 

@@ -21,7 +21,7 @@ class Cache(Mapping):
         hook_embed, hook_pos_embed, ln_final.hook_normalized   [batch, seq, d_model]
         blocks.{l}.hook_resid_pre / _mid / _post, hook_attn_out, hook_mlp_in, hook_mlp_out
                                                      [batch, seq, d_model]
-        blocks.{l}.attn.hook_q                       [batch, seq, head, head_dim]  (after rotary)
+        blocks.{l}.attn.hook_q                       [batch, seq, head, head_dim]  (before rotary; hook_rot_q after)
         blocks.{l}.attn.hook_k                       [batch, seq, kv_head, head_dim]
         blocks.{l}.attn.hook_attn_scores, hook_pattern   [batch, head, query, key]
         blocks.{l}.attn.hook_v                       [batch, seq, head, head_dim]  (kv heads repeated)

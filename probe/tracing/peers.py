@@ -2,13 +2,13 @@
 
 probe names its sites as TransformerLens's ``HookedTransformer`` did. TransformerLens 4
 removed ``HookedTransformer``; its ``TransformerBridge`` wraps the Hugging Face model (the
-same weights, the same forward) and keeps most names, but four of probe's sites sit under
+same weights, the same forward) and keeps most names, but three of probe's sites sit under
 another name or shape there (checked on GPT-2 and Llama with grouped-query attention by
 ``tests/test_transformer_lens.py``, to 1e-5 in float32):
 
-* ``attn.hook_q`` / ``attn.hook_k``: probe's are after rotary; the bridge's ``hook_q`` /
-  ``hook_k`` are before it, its ``hook_rot_q`` / ``hook_rot_k`` after (models without rotary
-  have no ``hook_rot_*``, and the names agree);
+* ``attn.hook_q`` / ``attn.hook_k`` and ``attn.hook_rot_q`` / ``attn.hook_rot_k`` have the
+  same names and tensors (before and after rotary; models without rotary have no
+  ``hook_rot_*`` in either);
 * ``attn.hook_v``: probe repeats grouped-query values per query head; the bridge keeps one per
   key/value head (as probe's ``hook_k`` does);
 * ``hook_mlp_in``: the bridge's ``mlp.hook_in``;
@@ -35,13 +35,12 @@ __all__ = ["transformer_lens_name", "as_probe_site"]
 
 # probe's kind -> the bridge's name inside a block (``blocks.{l}.``) where it differs
 _BLOCK_NAMES = {"mlp_in": "mlp.hook_in", "proj_in": "attn.o.hook_in"}
-_ROTARY = {"q": "attn.hook_rot_q", "k": "attn.hook_rot_k"}
 
 
 def transformer_lens_name(site: str, bridge_names: Container[str]) -> str:
     """The key of TransformerLens 4's bridge cache that holds probe's ``site``
-    (``bridge_names``: the names the bridge caches, e.g. a ``run_with_cache`` cache's keys,
-    which say whether the model has rotary positions).
+    (``bridge_names``: the names the bridge caches, e.g. a ``run_with_cache`` cache's keys;
+    kept for callers, every mapping is by name now).
 
     Raises:
         InputError: ``site`` is not a site name probe knows.
@@ -51,9 +50,6 @@ def transformer_lens_name(site: str, bridge_names: Container[str]) -> str:
         return "ln_final.hook_out"
     if s.layer < 0:
         return site
-    rotary = _ROTARY.get(s.kind)
-    if rotary is not None and f"blocks.{s.layer}.{rotary}" in bridge_names:
-        return f"blocks.{s.layer}.{rotary}"
     if s.kind in _BLOCK_NAMES:
         return f"blocks.{s.layer}.{_BLOCK_NAMES[s.kind]}"
     return site

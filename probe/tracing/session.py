@@ -51,15 +51,16 @@ class TraceSession(AttentionSession):
     def on_qkv(
         self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ) -> Optional[tuple]:
-        """Queries, keys ``[batch, heads, seq, d]`` and values ``[batch, kv_heads, seq, d]`` read or edited at the ``q``/``k``/``v`` sites (viewed ``[batch, seq, head, d]``); None when nothing is planned."""
+        """Queries, keys ``[batch, heads, seq, d]`` and values ``[batch, kv_heads, seq, d]`` read or edited at the ``rot_q``/``rot_k`` (``q``/``k`` without rotary)/``v`` sites (viewed ``[batch, seq, head, d]``); None when nothing is planned."""
         work = self.tr.now(self.tr._qk, module)
-        if not work or not ("q" in work or "k" in work or "v" in work):
+        if not work or not any(kind in work for kind in ("q", "k", "rot_q", "rot_k", "v")):
             return None
         # the site is [batch, seq, head, d]: a transposed view the attention then reads from,
         # so that a gradient at the site is one of the forward's own tensors
         out = []
         for kind, x in (("q", query), ("k", key)):
-            w = work.get(kind)
+            # hook_rot_q/k on a rotary model, hook_q/k on one without (never both: models.sites.site_side)
+            w = work.get(f"rot_{kind}") or work.get(kind)
             if w is None:
                 out.append(x)
                 continue

@@ -208,6 +208,13 @@ class SiteHooks:
                     v = value_heads(new, adapter.n_heads, adapter.head_dim, layout)
                 for reader, c in work["read"]:
                     reader.fn(v, c)
+            for kind in ("q", "k"):  # a rotary model's projections: before rotary, split into heads
+                work = kinds.get(kind)
+                if work is None:
+                    continue
+                heads, changed = self._edited(new.reshape(*new.shape[:-1], -1, adapter.head_dim), work)
+                if changed or self.keep_grad:  # the attention reads the site's tensor (edits, gradients)
+                    new = heads.reshape(new.shape)
             if new is out:
                 return None
             new = new.reshape(flat) if flat is not None else new

@@ -19,6 +19,7 @@ from probe.models.sites import (
     parse_site,
     site_module,
     site_names,
+    site_side,
     value_layout,
 )
 from probe.tracing.attention_interface import choose_path
@@ -96,7 +97,11 @@ def refusal(adapter: ModelAdapter, site: Site) -> Optional[str]:
         site_module(adapter, site)
     except NotApplicable as e:
         return str(e)
-    if site.kind in INTERFACE_KINDS and choose_path(adapter, site.stack, "auto") != "interface":
+    if (
+        site.kind in INTERFACE_KINDS
+        and site_side(adapter, site) == "interface"
+        and choose_path(adapter, site.stack, "auto") != "interface"
+    ):
         return (
             f"{adapter.name} has no site {site.kind}: queries, keys and scores after rotary are read "
             "inside transformers' attention interface, which its attention does not call"
