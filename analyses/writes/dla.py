@@ -32,7 +32,15 @@ from .stream import Stream
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
 
-__all__ = ["Attribution", "direction", "attribute", "attribute_positions", "source_parts", "logit_attribution"]
+__all__ = [
+    "Attribution",
+    "direction",
+    "attribute",
+    "attribute_positions",
+    "source_parts",
+    "component_writes",
+    "logit_attribution",
+]
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,20 @@ def source_parts(adapter: ModelAdapter, stream: Stream, attribution: Attribution
                 if stream.pattern[layer, h, pos, k] > 0
             ]
     return pd.DataFrame(rows, columns=["layer", "head", "source", "token", "dla"])
+
+
+def component_writes(adapter: ModelAdapter, stream: Stream, index: int, position: int, k: int = 10) -> pd.DataFrame:
+    """``rank, token, token_str, dla``: the ``k`` tokens whose logits component ``index`` (a
+    row of ``stream.labels``) raises most at ``position`` — its DLA to every token at once
+    (``W_U' · (g ⊙ centre(c)) / s``), what the head actually writes there."""
+    w_u, _ = unembedding(adapter)
+    folded = stream.fold.linear(stream.parts[index, position]) / float(stream.scale[position])  # [d]
+    logits = w_u.double().cpu() @ folded
+    vals, idx = logits.topk(k)
+    dec = adapter.tokenizer.decode
+    return pd.DataFrame(
+        {"rank": range(k), "token": idx.tolist(), "token_str": [dec([int(i)]) for i in idx], "dla": vals.tolist()}
+    )
 
 
 def logit_attribution(

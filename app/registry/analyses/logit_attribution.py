@@ -33,23 +33,50 @@ def _one(ctx: Context, text: str, target, p: dict) -> tuple:
     stream = decompose(ctx.adapter, text, sources=True)
     att = attribute(ctx.adapter, stream, target, p["position"])
     lens = logit_lens(ctx.adapter, text, type(target)(att.answer, target.against), att.position, k=p["top_k"])
-    return att, source_parts(ctx.adapter, stream, att), lens
+    return att, source_parts(ctx.adapter, stream, att), lens, stream
 
 
-def _promoted(ctx: Context, heads, k: int) -> "object":
-    """``layer, head, rank, token, token_str, self_logit``: the tokens each listed head's OV
-    circuit copies most (its diagonal)."""
+def _promoted(ctx: Context, heads, sources, ids, k: int) -> tuple:
+    """``(promoted, copied)`` for each listed head: ``layer, head, source, source_token, rank,
+    token, token_str, logit``, the tokens its OV circuit raises most given the source token
+    it takes most of its attribution from (first text), and ``layer, head, rank, token,
+    token_str, self_logit, self_rank``, the tokens it copies most (the circuit's diagonal)."""
     import pandas as pd
 
-    from probe.analyses.writes.token_circuits import ov_copied_tokens
+    from probe.analyses.writes.token_circuits import ov_copied_tokens, ov_top_tokens
 
-    parts = [
-        ov_copied_tokens(ctx.adapter, int(r.layer), int(r.head), k).assign(layer=r.layer, head=r.head)
-        for r in heads.itertuples()
-    ]
-    t = pd.concat(parts, ignore_index=True)
-    t["rank"] = t.groupby(["layer", "head"]).cumcount()
-    return t[["layer", "head", "rank", "token", "token_str", "self_logit", "self_rank"]]
+    promoted, copied = [], []
+    first = sources[sources["example"] == 0]
+    for r in heads.itertuples():
+        mine = first[(first["layer"] == r.layer) & (first["head"] == r.head)]
+        src = int(ids[int(mine.loc[mine["dla"].abs().idxmax(), "source"])])
+        promoted.append(
+            ov_top_tokens(ctx.adapter, int(r.layer), int(r.head), [src], k).assign(layer=r.layer, head=r.head)
+        )
+        copied.append(ov_copied_tokens(ctx.adapter, int(r.layer), int(r.head), k).assign(layer=r.layer, head=r.head))
+    p = pd.concat(promoted, ignore_index=True)
+    c = pd.concat(copied, ignore_index=True)
+    c["rank"] = c.groupby(["layer", "head"]).cumcount()
+    cols = ["layer", "head", "source", "source_token", "rank", "token", "token_str", "logit"]
+    return p[cols], c[["layer", "head", "rank", "token", "token_str", "self_logit", "self_rank"]]
+
+
+def _writes(ctx: Context, heads, stream, att, k: int):
+    """``layer, head, rank, token, token_str, dla``: the tokens each listed head's output
+    raises most at the read position of the first text (its DLA to every token)."""
+    import pandas as pd
+
+    from probe.analyses.writes.dla import component_writes
+
+    labels = stream.labels
+    out = []
+    for r in heads.itertuples():
+        index = int(
+            labels.index[(labels["component"] == "head") & (labels["layer"] == r.layer) & (labels["head"] == r.head)][0]
+        )
+        out.append(component_writes(ctx.adapter, stream, index, att.position, k).assign(layer=r.layer, head=r.head))
+    t = pd.concat(out, ignore_index=True)
+    return t[["layer", "head", "rank", "token", "token_str", "dla"]]
 
 
 def run(ctx: Context) -> Result:
@@ -60,9 +87,10 @@ def run(ctx: Context) -> Result:
 
     p = ctx.params
     target = target_of(ctx.adapter, p["answer"], p["against"])
-    heads, sources, others, lenses, summary = [], [], [], [], []
+    heads, sources, others, lenses, summary, first = [], [], [], [], [], None
     for i, text in enumerate(_texts(ctx)):
-        att, src, lens = _one(ctx, text, target, p)
+        att, src, lens, stream = _one(ctx, text, target, p)
+        first = (stream, att) if first is None else first
         t = att.table.assign(example=i)
         heads.append(t[t["component"] == "head"][["example", "layer", "head", "dla"]])
         others.append(t[t["component"] != "head"][["example", "component", "layer", "dla"]])
@@ -86,12 +114,16 @@ def run(ctx: Context) -> Result:
     per_head = pd.concat(heads, ignore_index=True)
     mean = per_head.groupby(["layer", "head"], as_index=False)["dla"].mean()
     best = mean.reindex(mean["dla"].abs().sort_values(ascending=False).index).head(p["top_heads"])
+    positions = pd.concat(sources, ignore_index=True)
+    promoted, copied = _promoted(ctx, best, positions, first[0].ids.tolist(), p["top_k"])
     tables = {
         "heads": per_head,
-        "positions": pd.concat(sources, ignore_index=True),
+        "positions": positions,
         "components": pd.concat(others, ignore_index=True),
         "logit_lens": pd.concat(lenses, ignore_index=True),
-        "promoted": _promoted(ctx, best, p["top_k"]),
+        "writes": _writes(ctx, best, *first, p["top_k"]),
+        "promoted": promoted,
+        "copied": copied,
     }
     return Result(
         tables=tables,
@@ -190,7 +222,7 @@ ANALYSIS = Analysis(
     help="For each text: each head's, MLP's and embedding's direct contribution to the answer's logit (or answer − "
     "against), the final norm folded as TransformerLens folds it (Elhage et al. 2021), the parts summing to the logit; "
     "each head's part per source position; the logit lens per layer (nostalgebraist 2020); the tokens the top heads' "
-    "OV circuits copy. Writes heads.csv, positions.csv, components.csv, logit_lens.csv, promoted.csv and figures.",
+    "OV circuits promote from the source token they read most, and copy. Writes heads.csv, positions.csv, components.csv, logit_lens.csv, writes.csv (the tokens each top head's output raises most), promoted.csv, copied.csv and figures.",
     params=(
         Param("answer", str, None, "the token whose logit to read (default: the model's top prediction)"),
         Param("against", str, None, "a second token: read the logit difference answer − against"),
