@@ -87,10 +87,10 @@ def run(ctx: Context) -> Result:
 
     p = ctx.params
     target = target_of(ctx.adapter, p["answer"], p["against"])
-    heads, sources, others, lenses, summary, first = [], [], [], [], [], None
+    heads, sources, others, lenses, summary, firsts = [], [], [], [], [], []
     for i, text in enumerate(_texts(ctx)):
         att, src, lens, stream = _one(ctx, text, target, p)
-        first = (stream, att) if first is None else first
+        firsts += [] if firsts else [(stream, att)]  # the first text's stream: what its heads write
         t = att.table.assign(example=i)
         heads.append(t[t["component"] == "head"][["example", "layer", "head", "dla"]])
         others.append(t[t["component"] != "head"][["example", "component", "layer", "dla"]])
@@ -115,13 +115,13 @@ def run(ctx: Context) -> Result:
     mean = per_head.groupby(["layer", "head"], as_index=False)["dla"].mean()
     best = mean.reindex(mean["dla"].abs().sort_values(ascending=False).index).head(p["top_heads"])
     positions = pd.concat(sources, ignore_index=True)
-    promoted, copied = _promoted(ctx, best, positions, first[0].ids.tolist(), p["top_k"])
+    promoted, copied = _promoted(ctx, best, positions, firsts[0][0].ids.tolist(), p["top_k"])
     tables = {
         "heads": per_head,
         "positions": positions,
         "components": pd.concat(others, ignore_index=True),
         "logit_lens": pd.concat(lenses, ignore_index=True),
-        "writes": _writes(ctx, best, *first, p["top_k"]),
+        "writes": _writes(ctx, best, firsts[0][0], firsts[0][1], p["top_k"]),
         "promoted": promoted,
         "copied": copied,
     }
