@@ -111,3 +111,33 @@ def test_copying_score_equals_transformer_lens_ov_eigenvalues(pair):
         full = bridge.W_E @ bridge.OV[row.layer, row.head] @ bridge.W_U
         lam = torch.linalg.eigvals(full.B.double() @ full.A.double())
         assert row.copying == pytest.approx(float(lam.real.sum() / lam.abs().sum()), abs=1e-4)
+
+
+@pytest.mark.slow
+def test_smollm2_dla_logit_lens_and_ov_equal_transformer_lens(smollm2):
+    """On SmolLM2-135M (the Q4_1 GGUF's dequantised heads), "The capital of France is" →
+    " Paris": every head's DLA, the logit lens at every stage and L23H4's OV top tokens equal
+    TransformerLens's at 1e-4; the parts sum to the logit, 17.37, of which L23H4 writes 2.82."""
+    text = "The capital of France is"
+    bridge = _folded_bridge(smollm2)
+    ids = smollm2.inputs_of([text])["input_ids"]
+    _, cache = bridge.run_with_cache(ids)
+    target = target_of(smollm2, " Paris")
+    ours = attribute(smollm2, decompose(smollm2, text), target)
+    theirs = cache.logit_attrs(
+        cache.stack_head_results(pos_slice=-1), tokens=torch.tensor([target.answer]), pos_slice=-1
+    )[:, 0]
+    torch.testing.assert_close(theirs.float(), torch.tensor(ours.heads()["dla"].values, dtype=torch.float32), **TOL)
+    assert ours.logit == pytest.approx(17.37, abs=0.01) and ours.total == pytest.approx(ours.logit, abs=1e-4)
+    heads = ours.heads().set_index(["layer", "head"])["dla"]
+    assert heads.idxmax() == (23, 4) and heads[(23, 4)] == pytest.approx(2.82, abs=0.01)
+    lens = logit_lens(smollm2, text, target)
+    acc = cache.accumulated_resid(apply_ln=True, incl_mid=True, pos_slice=-1)[:, 0] @ bridge.W_U
+    keep = [i for i, r in enumerate(lens.table.itertuples()) if r.stage != "resid_post" or r.layer == 29]
+    torch.testing.assert_close(acc.float(), lens.logits[keep], **TOL)
+    france = smollm2.tokenizer.encode(" France", add_special_tokens=False)
+    ov = ov_top_tokens(smollm2, 23, 4, france, k=5)
+    full = bridge.W_E @ bridge.OV[23, 4] @ bridge.W_U
+    vals, idx = (full.A.double()[france] @ full.B.double()).topk(5, dim=-1)
+    assert ov["token"].tolist() == idx.flatten().tolist()
+    torch.testing.assert_close(torch.tensor(ov["logit"].values), vals.flatten(), **TOL)
