@@ -1,6 +1,7 @@
 """The 'writes the answer' claim on SmolLM2 and on its re-initialised copy (EWT dev, first N sentences)."""
 
-import sys, time
+import sys
+import time
 import probe
 from probe.inputs.readers import read_conllu
 from probe.analyses.claims.null_model import null_adapter
