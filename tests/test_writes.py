@@ -170,6 +170,16 @@ def test_cli_refuses_bad_answers_in_one_line(extra, needle, tmp_path):
     _one_line(CliRunner().invoke(main, args + extra, catch_exceptions=False), needle)
 
 
+def test_cli_refuses_an_encoder_and_an_over_long_text_in_one_line(tmp_path):
+    from probe.app.cli import main
+
+    args = ["logit-attribution", "--text", "The capital of France is", "--out", str(tmp_path / "a")]
+    _one_line(CliRunner().invoke(main, args + ["--model", "minilm"]), "no unembedding (no language-model head)")
+    long = " ".join(["t3"] * 40)
+    args = ["logit-attribution", "--model", "zoo:induction", "--text", long, "--out", str(tmp_path / "b")]
+    _one_line(CliRunner().invoke(main, args), "at most 32")
+
+
 def test_cli_writes_the_table_the_figures_and_parts_that_sum(tmp_path):
     import json
 
