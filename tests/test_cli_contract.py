@@ -26,6 +26,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 INPUTS = {
     "syntax": ["--model", "zoo:brackets", "--limit", "6", "--tree-limit", "2", "--probe-limit", "0"],  # gold trees
     "coref": None,  # needs a CorefUD treebank: run in test_coref.py on GUM
+    "logit-attribution": ["--model", "zoo:induction", "--limit", "2"],  # a causal LM (an encoder is refused)
     "faithfulness": [
         "--model",
         "zoo:agreement",

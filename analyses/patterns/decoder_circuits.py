@@ -129,19 +129,12 @@ def _heads(adapter: ModelAdapter) -> list:
 
 
 def copying_scores(adapter: ModelAdapter) -> pd.DataFrame:
-    """``layer, head, copying, copying_head``: ``Σλ/Σ|λ|`` of each head's full OV circuit
-    (module docstring), eigenvalues in float64 (0 when every eigenvalue is 0)."""
-    w_e, w_u = _embed_unembed(adapter)
-    c = (w_e.T.double() @ w_u.double()).float()  # [d, d] = W_Eᵀ W_U
-    rows = []
-    for layer, h in _heads(adapter):
-        w_v, w_o = ov_circuit(adapter, layer, h)
-        k = (w_v @ c @ w_o).double()  # [dh, dh]: M's non-zero eigenvalues
-        lam = torch.linalg.eigvals(k)
-        total = float(lam.abs().sum())
-        score = float(lam.real.sum()) / total if total > 1e-9 * max(float(k.abs().max()), 1e-30) else 0.0
-        rows.append({"layer": layer, "head": h, "copying": score, "copying_head": score > COPYING_THRESHOLD})
-    return pd.DataFrame(rows)
+    """``layer, head, copying, copying_head``: ``Σλ/Σ|λ|`` of each head's full OV circuit with
+    the norms' gains folded in — the one implementation,
+    :func:`probe.analyses.writes.token_circuits.copying_scores`."""
+    from probe.analyses.writes.token_circuits import copying_scores as folded
+
+    return folded(adapter, COPYING_THRESHOLD)
 
 
 def _single_token(tok, word: str):
