@@ -131,8 +131,8 @@ def _role_held(data: Any, layer: int, head: int) -> bool:
     """Whether the grid may paint the head's role: always when the claims did not run; when
     they did, only if its pattern claim holds (a random model's heads all look "broad" to
     the roles' rule, and none holds the claim)."""
-    claims = getattr(getattr(data, "claims", None), "claims", None) or {}
-    pattern = claims.get((layer, head), {}).get("pattern")
+    by_head = data.claims.claims if data.claims is not None else {}
+    pattern = by_head.get((layer, head), {}).get("pattern")
     return pattern is None or pattern.status == "holds"
 
 
