@@ -423,8 +423,8 @@ def test_readme_tour_rows(decoders):
     import probe
 
     adapter, texts, tok = decoders["llama"], TEXTS[:2], 7
-    cache = probe.trace(adapter, texts, read=lambda n: n.endswith(("hook_q", "hook_k", "hook_attn_scores")))
-    assert cache["blocks.0.attn.hook_k"].shape[2:] == (2, adapter.head_dim)  # [batch, pos, kv_head, d_head]
+    cache = probe.trace(adapter, texts, read=lambda n: n.endswith(("hook_q", "hook_rot_k", "hook_attn_scores")))
+    assert cache["blocks.0.attn.hook_rot_k"].shape[2:] == (2, adapter.head_dim)  # [batch, pos, kv_head, d_head]
     assert len(cache) == 3 * adapter.n_layers
     cache = probe.trace(adapter, texts, read=["resid_pre", "resid_mid", "resid_post"])
     assert cache.stack("resid_post").shape[:2] == (adapter.n_layers, 2)

@@ -19,7 +19,7 @@ the heads that hold are run again, so the cost is a few heads' removals, not the
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,9 +31,7 @@ __all__ = [
     "BASELINES",
     "BASELINE_WORDS",
     "confirm_sweep",
-    "confirm_decided",
     "judge",
-    "baseline_words",
     "baselines_info",
     "baselines_note",
     "to_heads",
@@ -105,68 +103,6 @@ def confirm_sweep(claims: dict, sweep: Any, tests: int) -> dict:
                 "effect": eff, "ci_low": lo, "ci_high": hi, "p": float(p[i]), "holds": bool(sig[i]) and eff >= bar,
             }  # fmt: skip
     return judge(claims, values)
-
-
-def confirm_decided(
-    adapter: Any,
-    corpus: Any,
-    objective: Any,
-    claims: dict,
-    *,
-    bar: float,
-    tests: int,
-    means: Any,
-    seed: int = 0,
-    batch_size: int = 8,
-    block: Optional[int] = None,
-    runner: Optional[Any] = None,
-    modes: Sequence[str] = BASELINES[1:],
-) -> tuple:
-    """The decided path's (:mod:`.decided`) held heads (or groups) decided again under each
-    other baseline: the same sequential test on the same random blocks (the same ``seed``),
-    against the same ``bar``, e-BH over ``tests`` hypotheses. Returns ``(claims as
-    :func:`judge` leaves them, removals used)``."""
-    from .decided import BLOCK, Decide, at_the_end, decided_effect, decided_pass
-
-    held = [k for k, c in claims.items() if c.holds]
-    if not held:
-        return claims, 0
-    block_level = bool(getattr(objective, "corpus_level", False))
-    asks = [Decide(held, mode, bar, tests=tests) for mode in modes]
-    runs = decided_pass(
-        adapter, corpus, objective, asks, means=means, seed=seed, batch_size=batch_size, runner=runner,
-        block=BLOCK if block is None else int(block),
-    )  # fmt: skip
-    values: dict = {}
-    used = 0
-    for run in runs:
-        res = run.result
-        used += int(res.n_used.sum())
-        end = at_the_end(res, run, bar, tests)
-        for i, key in enumerate(held):
-            _, eff, lo, hi = decided_effect(res, run, i, block_level)
-            ok = res.decision[i] == "necessary"
-            if i in end:
-                ok = end[i][1]
-            values.setdefault(key, {})[run.mode] = {
-                "effect": eff, "ci_low": lo, "ci_high": hi, "holds": bool(ok) and eff >= bar,
-                "examples": int(res.n_used[i]), "decision": str(res.decision[i]),
-            }  # fmt: skip
-    return judge(claims, values), used
-
-
-def baseline_words(c: Claim) -> str:
-    """The baselines of a claim side by side in words (``""`` when it has none)."""
-    side = c.extra.get("baselines") or {}
-    if not side:
-        return ""
-    from .evidence import fmt
-
-    return "; under each baseline: " + ", ".join(
-        f"{BASELINE_WORDS.get(m, m)} {fmt(v.get('effect'), True)} [{fmt(v.get('ci_low'), True)}, "
-        f"{fmt(v.get('ci_high'), True)}] {'holds' if v.get('holds') else 'does not hold'}"
-        for m, v in side.items()
-    )
 
 
 def baselines_info(necessity: dict, kinds: dict) -> dict:

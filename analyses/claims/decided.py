@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from . import thresholds as T
-from .baselines import baselines_info, baselines_note
+from .baselines import BASELINES, baselines_info, baselines_note, judge
 from .claim import Claim
 
 __all__ = [
@@ -462,7 +462,7 @@ def decided_claims(
         beside: the modes run beside a necessary head's claim, on the first block.
         pattern: the pattern claims (where a head that holds the weights claim parks its attention).
         baselines: decide each necessary head again under the other baselines
-            (:func:`.baselines.confirm_decided`): one that does not hold under each
+            (:func:`confirm_decided`): one that does not hold under each
             *depends on the baseline*.
         reuse: a :class:`DecidedPass` (or :class:`DecidedRun`) of the same heads, corpus and
             objective (the report's ablation section's): a mode it ran is not run again where
@@ -546,8 +546,6 @@ def decided_claims(
     necessity = claims.get("mean", {})
     baseline_removals = 0
     if "mean" in modes and baselines:  # the held heads decided again under the other baselines
-        from .baselines import confirm_decided
-
         necessity, baseline_removals = confirm_decided(
             adapter, corpus, objective, necessity, bar=bars["mean"], tests=m, means=means, seed=seed,
             batch_size=batch_size, block=block, runner=runner,
@@ -602,3 +600,49 @@ def decided_claims(
         necessity=necessity, weights=weights, info=info, table=pd.DataFrame(rows), means=means,
         null_means=null_means, clean=clean,
     )  # fmt: skip
+
+
+def confirm_decided(
+    adapter: Any,
+    corpus: Any,
+    objective: Any,
+    claims: dict,
+    *,
+    bar: float,
+    tests: int,
+    means: Any,
+    seed: int = 0,
+    batch_size: int = 8,
+    block: Optional[int] = None,
+    runner: Optional[Any] = None,
+    modes: Sequence[str] = BASELINES[1:],
+) -> tuple:
+    """The decided path's held heads (or groups) decided again under each
+    other baseline: the same sequential test on the same random blocks (the same ``seed``),
+    against the same ``bar``, e-BH over ``tests`` hypotheses. Returns ``(claims as
+    :func:`judge` leaves them, removals used)``."""
+    held = [k for k, c in claims.items() if c.holds]
+    if not held:
+        return claims, 0
+    block_level = bool(getattr(objective, "corpus_level", False))
+    asks = [Decide(held, mode, bar, tests=tests) for mode in modes]
+    runs = decided_pass(
+        adapter, corpus, objective, asks, means=means, seed=seed, batch_size=batch_size, runner=runner,
+        block=BLOCK if block is None else int(block),
+    )  # fmt: skip
+    values: dict = {}
+    used = 0
+    for run in runs:
+        res = run.result
+        used += int(res.n_used.sum())
+        end = at_the_end(res, run, bar, tests)
+        for i, key in enumerate(held):
+            _, eff, lo, hi = decided_effect(res, run, i, block_level)
+            ok = res.decision[i] == "necessary"
+            if i in end:
+                ok = end[i][1]
+            values.setdefault(key, {})[run.mode] = {
+                "effect": eff, "ci_low": lo, "ci_high": hi, "holds": bool(ok) and eff >= bar,
+                "examples": int(res.n_used[i]), "decision": str(res.decision[i]),
+            }  # fmt: skip
+    return judge(claims, values), used

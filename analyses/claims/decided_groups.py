@@ -63,9 +63,10 @@ def _key(heads) -> tuple:
 
 def _confirm_groups(adapter, corpus, objective, rows, row_heads, claims, bars, *, n_groups, means, common, runner):
     """``(head claims, removals)``: the groups that hold decided again under the other baselines
-    (:func:`.baselines.confirm_decided`, each size against its own bar, e-BH over all
+    (:func:`.decided.confirm_decided`, each size against its own bar, e-BH over all
     ``n_groups``); a group that fails one makes its heads' claims *depend on the baseline*."""
-    from .baselines import confirm_decided, to_heads
+    from .baselines import to_heads
+    from .decided import confirm_decided
 
     removals = 0
     for k in sorted({len(h) for h in row_heads}):

@@ -17,11 +17,12 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from . import thresholds as T
+from .baselines import BASELINE_WORDS
 
 if TYPE_CHECKING:
     from .claim import Claim
 
-__all__ = ["Evidence", "builtin_evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
+__all__ = ["Evidence", "baseline_words", "builtin_evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
 
 
 def fmt(v: Any, signed: bool = False) -> str:
@@ -181,8 +182,6 @@ def _causal(kind: str, c) -> tuple:
             text += f"; removing it harms {fmt(x['times_random'])}× as much as a same-norm random perturbation"
             numbers["times_random"] = x["times_random"]
         if x.get("baselines"):
-            from .baselines import baseline_words
-
             text += baseline_words(c)
             for mode, side in x["baselines"].items():
                 numbers[f"baseline:{mode}"] = side.get("effect")
@@ -413,3 +412,15 @@ def builtin_evidence(kind: str, c: Claim) -> Evidence:
     base = _base(kind, c)
     render = _BUILTIN.get(kind)
     return render(kind, c, base) if render is not None else Evidence(text=c.reason, **base)
+
+
+def baseline_words(c: Claim) -> str:
+    """The baselines of a claim side by side in words (``""`` when it has none)."""
+    side = c.extra.get("baselines") or {}
+    if not side:
+        return ""
+    return "; under each baseline: " + ", ".join(
+        f"{BASELINE_WORDS.get(m, m)} {fmt(v.get('effect'), True)} [{fmt(v.get('ci_low'), True)}, "
+        f"{fmt(v.get('ci_high'), True)}] {'holds' if v.get('holds') else 'does not hold'}"
+        for m, v in side.items()
+    )

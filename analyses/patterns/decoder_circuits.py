@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, cast
 import pandas as pd
 import torch
 
+from probe.analyses.writes.token_circuits import COPYING_THRESHOLD, ov_circuit
+from probe.analyses.writes.token_circuits import copying_scores as folded_copying_scores
 from probe.errors import NotApplicable
 
 if TYPE_CHECKING:
@@ -53,7 +55,6 @@ __all__ = [
 ]
 
 #: a head copies when Σλ/Σ|λ| of its full OV circuit exceeds this (ours)
-COPYING_THRESHOLD = 0.5
 #: a head is a successor head when its succession score exceeds this (ours; chance is 1/#tokens)
 SUCCESSOR_THRESHOLD = 0.5
 #: the share of its task a model must do for a task-bound detector (successor, retrieval) to
@@ -82,37 +83,6 @@ ORDINAL_SEQUENCES = {
 }
 
 
-def _weight(module: torch.nn.Module) -> torch.Tensor:
-    from probe.runs.values import projection_weight
-
-    return projection_weight(module).detach().float()
-
-
-def ov_circuit(adapter: ModelAdapter, layer: int, head: int) -> tuple:
-    """``(W_V^h [head_dim, d_model], W_O^h [d_model, head_dim])`` of ``head`` in ``layer``: its
-    rows of the value projection (the value part of a fused q|k|v; its key/value head under
-    grouped-query attention) and its columns of the output projection.
-
-    Raises:
-        NotApplicable: the model has no separate output projection per head, or its value
-            projection is not a linear map of the residual stream.
-    """
-    from probe.models.sites import kv_head_of, value_layout
-
-    adapter.check_head_site()
-    dh = adapter.head_dim
-    w_v = _weight(adapter.value_modules()[layer])  # [out, d_model]
-    layout = value_layout(adapter)
-    if layout is not None:
-        parts, index = layout
-        width = w_v.shape[0] // parts
-        w_v = w_v[index * width : (index + 1) * width]
-    n_kv = w_v.shape[0] // dh
-    g = kv_head_of(adapter, head, n_kv)
-    w_o = _weight(adapter.head_output_modules()[layer])  # [d_model, heads * dh]
-    return w_v[g * dh : (g + 1) * dh], w_o[:, head * dh : (head + 1) * dh]
-
-
 def _embed_unembed(adapter: ModelAdapter) -> tuple:
     """``(W_E [vocab, d], W_U [vocab, d])``; NotApplicable without an unembedding."""
     out = adapter.model.get_output_embeddings() if hasattr(adapter.model, "get_output_embeddings") else None
@@ -132,9 +102,7 @@ def copying_scores(adapter: ModelAdapter) -> pd.DataFrame:
     """``layer, head, copying, copying_head``: ``Σλ/Σ|λ|`` of each head's full OV circuit with
     the norms' gains folded in — the one implementation,
     :func:`probe.analyses.writes.token_circuits.copying_scores`."""
-    from probe.analyses.writes.token_circuits import copying_scores as folded
-
-    return folded(adapter, COPYING_THRESHOLD)
+    return folded_copying_scores(adapter, COPYING_THRESHOLD)
 
 
 def _single_token(tok, word: str):

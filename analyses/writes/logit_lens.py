@@ -89,9 +89,9 @@ def logit_lens(
     from probe.errors import InputError
 
     from .folding import final_norm, unembedding
-    from .stream import _check_causal, encode_text
+    from .stream import check_causal, encode_text
 
-    _check_causal(adapter)
+    check_causal(adapter)
     module, _ = final_norm(adapter)
     head = adapter.model.get_output_embeddings()
     unembedding(adapter)  # refuses a model without one

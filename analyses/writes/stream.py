@@ -65,7 +65,7 @@ def encode_text(adapter: ModelAdapter, text: str) -> dict:
     return adapter.batch([enc])
 
 
-def _check_causal(adapter: ModelAdapter) -> None:
+def check_causal(adapter: ModelAdapter) -> None:
     if adapter.arch != "decoder":
         raise NotApplicable(
             f"{adapter.name} is {'an' if adapter.arch[0] in 'ae' else 'a'} {adapter.arch}: direct logit "
@@ -103,7 +103,7 @@ def decompose(adapter: ModelAdapter, text: str, *, sources: bool = False) -> Str
 
     unembedding(adapter)  # refuses a model without a language-model head
     module, fold = final_norm(adapter)  # refuses post-norm blocks (an MLM's BERT) with the reason
-    _check_causal(adapter)
+    check_causal(adapter)
     batch = encode_text(adapter, text)
     layers = adapter.n_layers_of()
     final_in = ModuleSite(module, "input", "final_resid")

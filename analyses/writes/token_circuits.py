@@ -31,7 +31,16 @@ from probe.errors import NotApplicable
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
 
-__all__ = ["ov_factors", "ov_top_tokens", "ov_copied_tokens", "qk_top_sources", "copying_scores", "BLOCK"]
+__all__ = [
+    "COPYING_THRESHOLD",
+    "ov_circuit",
+    "ov_factors",
+    "ov_top_tokens",
+    "ov_copied_tokens",
+    "qk_top_sources",
+    "copying_scores",
+    "BLOCK",
+]
 
 #: rows of a circuit formed at once (BLOCK × vocab floats)
 BLOCK = 256
@@ -67,6 +76,42 @@ def _read(fold, w: torch.Tensor, project: Optional[torch.Tensor] = None, unembed
     return out
 
 
+#: the copying score over which the decoder taxonomy calls a head a copying head (Olsson et al.
+#: 2022 report copying heads' positive-eigenvalue share near 1; 0.5: more positive than negative)
+COPYING_THRESHOLD = 0.5
+
+
+def _weight(module: torch.nn.Module) -> torch.Tensor:
+    from probe.runs.values import projection_weight
+
+    return projection_weight(module).detach().float()
+
+
+def ov_circuit(adapter: ModelAdapter, layer: int, head: int) -> tuple:
+    """``(W_V^h [head_dim, d_model], W_O^h [d_model, head_dim])`` of ``head`` in ``layer``: its
+    rows of the value projection (the value part of a fused q|k|v; its key/value head under
+    grouped-query attention) and its columns of the output projection.
+
+    Raises:
+        NotApplicable: the model has no separate output projection per head, or its value
+            projection is not a linear map of the residual stream.
+    """
+    from probe.models.sites import kv_head_of, value_layout
+
+    adapter.check_head_site()
+    dh = adapter.head_dim
+    w_v = _weight(adapter.value_modules()[layer])  # [out, d_model]
+    layout = value_layout(adapter)
+    if layout is not None:
+        parts, index = layout
+        width = w_v.shape[0] // parts
+        w_v = w_v[index * width : (index + 1) * width]
+    n_kv = w_v.shape[0] // dh
+    g = kv_head_of(adapter, head, n_kv)
+    w_o = _weight(adapter.head_output_modules()[layer])  # [d_model, heads * dh]
+    return w_v[g * dh : (g + 1) * dh], w_o[:, head * dh : (head + 1) * dh]
+
+
 def ov_factors(adapter: ModelAdapter, layer: int, head: int) -> tuple:
     """``(A [vocab, head_dim], B [head_dim, vocab])`` with ``M = A @ B`` the full OV circuit
     (module docstring), float64.
@@ -74,8 +119,6 @@ def ov_factors(adapter: ModelAdapter, layer: int, head: int) -> tuple:
     Raises:
         NotApplicable: no unembedding, no foldable norms, no per-head output projection.
     """
-    from probe.analyses.patterns.decoder_circuits import ov_circuit
-
     pre, final = _folds(adapter, layer)
     w_e, w_u = _embed_unembed(adapter)
     w_v, w_o = ov_circuit(adapter, layer, head)  # [dh, d], [d, dh]
@@ -185,13 +228,11 @@ def copying_scores(adapter: ModelAdapter, threshold: Optional[float] = None) -> 
     head's full OV circuit with the norms folded in (module docstring; Elhage et al. 2021,
     Olsson et al. 2022), from ``[head_dim, head_dim]`` matrices in float64 (0 when every
     eigenvalue is 0); ``copying_head``: the score exceeds ``threshold`` (default the
-    taxonomy's :data:`probe.analyses.patterns.decoder_circuits.COPYING_THRESHOLD`).
+    taxonomy's :data:`COPYING_THRESHOLD`).
 
     Raises:
         NotApplicable: no unembedding, or norms that do not fold.
     """
-    from probe.analyses.patterns.decoder_circuits import COPYING_THRESHOLD, ov_circuit
-
     from .folding import final_norm
 
     limit = COPYING_THRESHOLD if threshold is None else threshold

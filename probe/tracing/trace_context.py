@@ -76,6 +76,17 @@ class Restart:
     context: Optional[torch.Tensor] = None
 
 
+#: the sites a trace reads but does not edit, with why and what to edit instead
+READ_ONLY = {
+    **{
+        kind: " (computed from the norm's input); edit the stream the norm reads (hook_resid_pre, "
+        "hook_resid_mid) instead"
+        for kind in NORM_KINDS
+    },
+    "router": ": the router's top-k choice is made inside its forward; edit hook_mlp_in or hook_mlp_out instead",
+}
+
+
 class Trace(HookContext, SiteHooks):
     """Context manager: read ``read`` and apply ``edit`` on every forward inside it.
 
@@ -238,16 +249,8 @@ class Trace(HookContext, SiteHooks):
             self.interface = True
             work = self._qk.setdefault(module, {}).setdefault(site.layer, {})
             work = work.setdefault(site.kind, {"read": [], "edit": [], "ctx": ctx})
-        elif site.kind in NORM_KINDS and edits:
-            raise InputError(
-                f"{ctx.name} is read only (computed from the norm's input); edit the stream the norm reads "
-                "(hook_resid_pre, hook_resid_mid) instead"
-            )
-        elif site.kind == "router" and edits:
-            raise InputError(
-                f"{ctx.name} is read only: the router's top-k choice is made inside its forward; "
-                "edit hook_mlp_in or hook_mlp_out instead"
-            )
+        elif edits and site.kind in READ_ONLY:
+            raise InputError(f"{ctx.name} is read only{READ_ONLY[site.kind]}")
         elif site.kind == "pattern":
             path = choose_path(self.adapter, stack, "interface") if edits else self.path_of(stack)
             if path == "interface":
