@@ -381,7 +381,7 @@ def analyses_registered() -> list:
 def run(
     name: str,
     *,
-    model: str = "minilm",
+    model: Optional[str] = None,
     text: Any = None,
     file: Any = None,
     conllu: Any = None,
@@ -400,8 +400,10 @@ def run(
     """Run the analysis ``name`` from Python and return its :class:`Result`.
 
     Args:
-        model, text, file, conllu, limit, device: the same as the CLI's common options.
-        adapter: an already loaded model (instead of ``model``).
+        model, text, file, conllu, limit, device: the same as the CLI's common options
+            (``model`` defaults to ``minilm``, or to the given ``adapter``'s own name).
+        adapter: an already loaded model (instead of ``model``): the run, its notes and
+            an engine's workers name this model, never the default spec.
         out: also write the result into this directory (refused when non-empty unless
             ``force``), as the CLI does.
         engine, address, workers: ``--engine`` and its settings, for analyses that
@@ -421,6 +423,8 @@ def run(
     values = analysis.defaults(**params)
     run_engine = engine_of(engine, analysis.engines, analysis.name, address=address, workers=workers, device=device)
     target = OutDir(out, force) if out is not None else None
+    if model is None and adapter is None:
+        model = "minilm"
     ctx = open_run(
         model,
         Inputs(text or (), file, conllu),
