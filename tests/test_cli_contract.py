@@ -230,7 +230,9 @@ def test_python_api_on_a_loaded_model_names_that_model_not_the_default(tiny_mode
     named the default spec, ``minilm``, before)."""
     import probe
 
-    res = probe.run("roles", adapter=tiny_models["bert"], text=["The cat sat.", "A dog ran."], no_figure=True, clusters=0)
+    res = probe.run(
+        "roles", adapter=tiny_models["bert"], text=["The cat sat.", "A dog ran."], no_figure=True, clusters=0
+    )
     line = next(n for n in res.notes if "heads from" in n)
     assert "tiny-bert on text" in line and "minilm" not in line
 
