@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -47,6 +48,9 @@ from probe.interventions.paths import (
 
 from .edges import OUTPUT, all_edges, edge_row, grouped, receivers_of
 from .path_patching import MAX_ROWS, chunks, record_head_outputs
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["METHODS", "AttributionResult", "edge_attribution"]
 
@@ -142,10 +146,10 @@ def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: di
 
 
 def edge_attribution(
-    adapter,
-    clean,
-    corrupted,
-    metric="loss",
+    adapter: ModelAdapter,
+    clean: Any,
+    corrupted: Any,
+    metric: Any = "loss",
     method: str = "eap",
     *,
     steps: int = 5,

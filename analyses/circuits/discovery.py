@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -60,10 +60,10 @@ def drop_masks(adapter: ModelAdapter, kept: Sequence[Edge], graph: Sequence[Edge
 
 @torch.no_grad()
 def circuit_objective(
-    adapter,
-    clean,
-    corrupted,
-    metric,
+    adapter: ModelAdapter,
+    clean: Any,
+    corrupted: Any,
+    metric: Any,
     circuits: Sequence[Sequence[Edge]],
     graph: Sequence[Edge] | None = None,
     *,
@@ -129,10 +129,10 @@ class CircuitCurve:
 
 
 def recovery_curve(
-    adapter,
-    clean,
-    corrupted,
-    metric,
+    adapter: ModelAdapter,
+    clean: Any,
+    corrupted: Any,
+    metric: Any,
     scores: pd.DataFrame,
     *,
     share: float = 0.9,

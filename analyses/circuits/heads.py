@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -63,10 +63,10 @@ def node_scores(adapter: ModelAdapter, scores: pd.DataFrame, column: str = "effe
 
 @torch.no_grad()
 def head_circuit_objective(
-    adapter,
-    clean,
-    corrupted,
-    metric,
+    adapter: ModelAdapter,
+    clean: Any,
+    corrupted: Any,
+    metric: Any,
     circuits: Sequence[Sequence[tuple]],
     *,
     batch_size: int = 8,
@@ -124,10 +124,10 @@ class HeadCurve(CircuitCurve):
 
 
 def head_recovery_curve(
-    adapter,
-    clean,
-    corrupted,
-    metric,
+    adapter: ModelAdapter,
+    clean: Any,
+    corrupted: Any,
+    metric: Any,
     scores: pd.DataFrame,
     *,
     share: float = 0.9,

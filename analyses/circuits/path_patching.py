@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -41,6 +42,9 @@ from probe.errors import InputError
 from probe.interventions.paths import HeadOutputOverride, ProjectionHooks, head_sites
 
 from .edges import Edge, all_edges, check_edge, edge_row, grouped
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["MAX_ROWS", "PathPatchingResult", "chunks", "path_patch", "record_head_outputs", "repeat_ref"]
 
@@ -73,7 +77,7 @@ class PathPatchingResult:
         return self.table.copy()
 
 
-def record_head_outputs(adapter, metric, batch: MetricBatch, reference=None):
+def record_head_outputs(adapter: ModelAdapter, metric: Any, batch: MetricBatch, reference: Any = None) -> tuple:
     """One forward of ``batch``: ``({layer: z [rows, seq, heads, dh]}, outputs)`` (no grad)."""
     z: dict = {}
 
@@ -134,10 +138,10 @@ def _receiver_runs(adapter, metric, cb, ref, edges: list, sender_pos: dict, reco
 
 
 def path_patch(
-    adapter,
-    clean,
-    corrupted,
-    metric="loss",
+    adapter: ModelAdapter,
+    clean: Any,
+    corrupted: Any,
+    metric: Any = "loss",
     edges: Sequence[Edge] | None = None,
     *,
     batch_size: int = 8,

@@ -7,6 +7,7 @@ Pure composition of :mod:`.path_patching`, :mod:`.attribution`, :mod:`.discovery
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -17,6 +18,9 @@ from .discovery import CircuitCurve, recovery_curve
 from .edges import all_edges, edge_from_row
 from .heads import HeadCurve, head_recovery_curve
 from .path_patching import path_patch
+
+if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
 
 __all__ = ["CircuitStudy", "rank_agreement", "study_circuit"]
 
@@ -46,17 +50,17 @@ class CircuitStudy:
 
 
 def study_circuit(
-    adapter,
-    clean,
-    corrupted,
-    metric,
+    adapter: ModelAdapter,
+    clean: Any,
+    corrupted: Any,
+    metric: Any,
     *,
     share: float = 0.9,
     ranking: str = "exact",
     steps: int = 5,
     batch_size: int = 8,
-    known=None,
-    exact_edges=None,
+    known: Any = None,
+    exact_edges: Any = None,
     exact_top: int | None = None,
 ) -> CircuitStudy:
     """Run the three scorings, the curve for ``ranking`` (``exact`` | ``eap`` | ``eap_ig``)

@@ -19,7 +19,7 @@ embedding, so ``score(B) = 0``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -65,7 +65,14 @@ def _z_sites(adapter: ModelAdapter) -> list[str]:
 
 @torch.no_grad()
 def attribute_change(
-    adapter_a, adapter_b, corpus, metric="auto", *, batch_size: int = 8, n_boot: int = 1000, seed: int = 0
+    adapter_a: ModelAdapter,
+    adapter_b: ModelAdapter,
+    corpus: Any,
+    metric: Any = "auto",
+    *,
+    batch_size: int = 8,
+    n_boot: int = 1000,
+    seed: int = 0,
 ) -> AttributionResult:
     """Patch each head's output from ``adapter_a`` into ``adapter_b`` on ``corpus`` and
     measure the objective (module docstring).
@@ -75,8 +82,6 @@ def attribute_change(
         NotApplicable: an objective that does not fit the model.
     """
     from probe.analyses.common.objective import resolve_objective
-    from probe.tracing.edits import Patch
-    from probe.tracing.trace_context import Trace
 
     if (adapter_a.n_layers, adapter_a.n_heads) != (adapter_b.n_layers, adapter_b.n_heads):
         raise InputError(
@@ -86,25 +91,8 @@ def attribute_change(
     if not len(corpus):
         raise InputError("no examples to attribute on")
     obj, _why = resolve_objective(metric, adapter_b, corpus, use="per-example")
+    score_a, score_b, patched = _patched_scores(adapter_a, adapter_b, corpus, obj, batch_size)
     L, H = adapter_b.n_layers, adapter_b.n_heads
-    n = len(corpus)
-    score_a, score_b = np.zeros(n), np.zeros(n)
-    patched = np.zeros((n, L * H))
-    sites = _z_sites(adapter_b)
-    for idx, batch in obj.batches(adapter_b, corpus, batch_size):
-        with Trace(adapter_a, read=sites) as tr:
-            out_a = obj.forward(adapter_a, batch)
-        out_b = obj.forward(adapter_b, batch)
-        ref = obj.reference(out_b, batch)
-        score_b[idx] = obj.score(out_b, batch, ref).double().cpu().numpy()
-        score_a[idx] = obj.score(out_a, batch, ref).double().cpu().numpy()
-        for layer in range(L):
-            z = tr.cache[sites[layer]]  # [batch, pos, head, d_head]
-            for h in range(H):
-                edit = {sites[layer]: Patch(value=z[:, :, h].clone(), head=h)}
-                with Trace(adapter_b, edit=edit):
-                    out = obj.forward(adapter_b, batch)
-                patched[idx, layer * H + h] = obj.score(out, batch, ref).double().cpu().numpy()
     effects = patched - score_b[:, None]
     total = score_a - score_b
     low, high = bootstrap_mean_ci(effects.T, n_boot=n_boot, seed=seed)
@@ -131,3 +119,34 @@ def attribute_change(
         objective=getattr(obj, "spec", obj.name),
         effects=effects,
     )
+
+
+def _patched_scores(
+    adapter_a: ModelAdapter, adapter_b: ModelAdapter, corpus: Any, obj: Any, batch_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(score_a [n], score_b [n], patched [n, layers·heads])``: the objective of each
+    example on either checkpoint, and on ``adapter_b`` with one head's output taken from
+    ``adapter_a``."""
+    from probe.tracing.edits import Patch
+    from probe.tracing.trace_context import Trace
+
+    L, H = adapter_b.n_layers, adapter_b.n_heads
+    n = len(corpus)
+    score_a, score_b = np.zeros(n), np.zeros(n)
+    patched = np.zeros((n, L * H))
+    sites = _z_sites(adapter_b)
+    for idx, batch in obj.batches(adapter_b, corpus, batch_size):
+        with Trace(adapter_a, read=sites) as tr:
+            out_a = obj.forward(adapter_a, batch)
+        out_b = obj.forward(adapter_b, batch)
+        ref = obj.reference(out_b, batch)
+        score_b[idx] = obj.score(out_b, batch, ref).double().cpu().numpy()
+        score_a[idx] = obj.score(out_a, batch, ref).double().cpu().numpy()
+        for layer in range(L):
+            z = tr.cache[sites[layer]]  # [batch, pos, head, d_head]
+            for h in range(H):
+                edit = {sites[layer]: Patch(value=z[:, :, h].clone(), head=h)}
+                with Trace(adapter_b, edit=edit):
+                    out = obj.forward(adapter_b, batch)
+                patched[idx, layer * H + h] = obj.score(out, batch, ref).double().cpu().numpy()
+    return score_a, score_b, patched

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Any, TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
@@ -132,14 +132,14 @@ def _necessity(adapter, corpus, metric, batch_size: int, n_heads: int) -> tuple:
 
 
 def measure_checkpoint(
-    adapter,
-    corpus,
+    adapter: ModelAdapter,
+    corpus: Any,
     *,
     label: str = "",
     step: Optional[int] = None,
     fingerprint: str = "",
     necessity: bool = True,
-    metric="auto",
+    metric: Any = "auto",
     batch_size: int = 8,
 ) -> Measurements:
     """Measure one checkpoint on ``corpus`` (a :class:`probe.inputs.corpus.Corpus`): its maps,

@@ -116,17 +116,17 @@ def check_shapes(labels: Sequence[str], shapes: Sequence[dict]) -> None:
 
 def compare_checkpoints(
     checkpoints: Sequence,
-    corpus,
+    corpus: Any,
     *,
     device: str = "cpu",
     necessity: bool = True,
     attribute: bool = False,
-    metric="auto",
+    metric: Any = "auto",
     q: float = 0.05,
     n_boot: int = 1000,
     batch_size: int = 8,
     seed: int = 0,
-    loader=None,
+    loader: Any = None,
 ) -> Comparison:
     """Compare ``checkpoints`` (:class:`probe.models.checkpoints.Checkpoint`, two or more)
     on ``corpus`` (:class:`probe.inputs.corpus.Corpus`).

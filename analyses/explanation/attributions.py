@@ -165,7 +165,7 @@ def _special_batch(encodings: Sequence[Any], n: int, device: torch.device | str)
 
 
 def attribute(
-    adapter,
+    adapter: ModelAdapter,
     target: Objective,
     encodings: Sequence,
     *,

@@ -11,11 +11,12 @@ is excluded from every comparison with IG and counted (:class:`IGGate`), never u
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
     from .attributions import Attributions
 
 __all__ = ["TOLERANCE", "MAX_STEPS_FACTOR", "IGGate", "gate_ig", "relative_errors"]
@@ -60,7 +61,7 @@ def relative_errors(attrs: Attributions) -> np.ndarray:
     return np.array(attrs.completeness()["relative_error"], dtype=np.float64)  # a writable copy
 
 
-def gate_ig(adapter, target, encodings, attrs, n_steps: int, **kw) -> tuple:
+def gate_ig(adapter: ModelAdapter, target: Any, encodings: Any, attrs: Any, n_steps: int, **kw: Any) -> tuple:
     """``(attrs, IGGate)``: ``attrs`` with the IG of every example beyond
     :data:`TOLERANCE` recomputed with more steps (doubling, up to
     :data:`MAX_STEPS_FACTOR` × ``n_steps``); ``kw`` go to :func:`.attributions.attribute`."""

@@ -143,7 +143,7 @@ def _permutation_groups(adapter: ModelAdapter, lengths: Sequence[int], k: int, b
 
 
 def permutation_effects(
-    adapter,
+    adapter: ModelAdapter,
     target: Objective,
     encodings: Sequence,
     *,

@@ -20,7 +20,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, TYPE_CHECKING, Union
+from typing import Any, Optional, Sequence, TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
     import os
@@ -281,8 +281,8 @@ def _drawn(adapter, corpus, evidence, n: int, seed: int, n_strata: int) -> tuple
 
 
 def run_faithfulness(
-    adapter,
-    corpus,
+    adapter: ModelAdapter,
+    corpus: Any,
     target: Union[Objective, str],
     *,
     methods: Sequence[str] = METHODS,

@@ -106,7 +106,9 @@ def nearest_neighbours(e: torch.Tensor) -> np.ndarray:
     return c.argmax(1).numpy()
 
 
-def similarity_target(adapter, corpus, pairs_file: Optional[str] = None, known: Optional[Any] = None) -> tuple:
+def similarity_target(
+    adapter: ModelAdapter, corpus: Any, pairs_file: Optional[str] = None, known: Optional[Any] = None
+) -> tuple:
     """``(target, corpus to explain, info)``: similarity to the nearest neighbour in the
     corpus (default) or to the pair's other side (``pairs_file``). ``known``: ``(readout
     described, [n, d] embeddings with NaN rows)`` of the corpus from an earlier run of the

@@ -19,7 +19,7 @@ groups query rows by their input word; here rows are grouped by the word they pr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import Any, TYPE_CHECKING, Iterable, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -281,7 +281,7 @@ def zoo_cross_maps(task: str, examples: Sequence[dict], batch_size: int = 32) ->
     return [rnn_attention_maps(zm.model, zm.tokenizer, e["text"], e["target_text"]) for e in examples]
 
 
-def rnn_attention_maps(model, tokenizer, source: str, target: str):
+def rnn_attention_maps(model: Any, tokenizer: Any, source: str, target: str) -> AttentionMaps:
     """The zoo GRU translator's additive attention (Bahdanau et al. 2015) on one pair, as
     :class:`probe.maps.AttentionMaps` ``kind="cross"``, ``[1, 1, n_target + 1, n_source]``
     (fields from :func:`probe.models.zoo.translate_rnn.attention_fields`)."""

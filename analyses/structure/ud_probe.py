@@ -112,7 +112,9 @@ def ud_labels(path: str | os.PathLike, prop: str = "subject-number", limit: Opti
     return out
 
 
-def sentence_embeddings(adapter, encodings: Sequence, target: ProbeLogit, batch_size: int = 32) -> np.ndarray:
+def sentence_embeddings(
+    adapter: ModelAdapter, encodings: Sequence, target: ProbeLogit, batch_size: int = 32
+) -> np.ndarray:
     """Pooled embeddings ``[n, d]`` the probe reads (no gradient), via ``target.embed``."""
     from probe.models.batching import ONE_LENGTH, one_length_batches
 

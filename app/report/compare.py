@@ -4,6 +4,8 @@ a tolerance (``probe report --engine local`` against ``--engine stream|ray``; us
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 
 from probe.errors import InputError
@@ -16,7 +18,7 @@ TOLERANCE = 1e-6
 TIMINGS = frozenset({"seconds"})
 
 
-def close(a, b, tol: float = TOLERANCE) -> bool:
+def close(a: Any, b: Any, tol: float = TOLERANCE) -> bool:
     """``a == b`` with floats equal to ``tol`` (relative or absolute), through dicts and lists;
     a dict's :data:`TIMINGS` must be in both, their values are not compared."""
     if isinstance(a, float) and isinstance(b, float):

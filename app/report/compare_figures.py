@@ -3,6 +3,8 @@ the phase change (the ICL score beside the induction heads' score, Olsson et al.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from .style import pyplot
 __all__ = ["dynamics_figure", "phase_figure"]
 
 
-def dynamics_figure(scores, path, highlight=()) -> Path:
+def dynamics_figure(scores: Any, path: Any, highlight: Any = ()) -> Path:
     """One panel per measure, one line per head against the step (``highlight``:
     ``(layer, head)`` drawn thick and labelled)."""
     plt = pyplot()
@@ -44,7 +46,7 @@ def dynamics_figure(scores, path, highlight=()) -> Path:
     return Path(path)
 
 
-def phase_figure(scores, icl, heads, path, phase=None) -> Path:
+def phase_figure(scores: Any, icl: Any, heads: Any, path: Any, phase: Any = None) -> Path:
     """The in-context-learning score (nats, with its 95% interval) and the induction
     score of ``heads`` against the step; the interval where each moves most shaded."""
     plt = pyplot()

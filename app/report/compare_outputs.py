@@ -3,6 +3,8 @@ the figures of a run, and the side-by-side page (:mod:`.compare_page`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from probe.app.registry import jsonable
 __all__ = ["write_comparison"]
 
 
-def write_comparison(comparison, directory) -> list:
+def write_comparison(comparison: Any, directory: Any) -> list:
     """Write every table, the summary, the figures and ``compare.html`` into
     ``directory``; returns the paths."""
     d = Path(directory)

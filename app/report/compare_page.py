@@ -10,6 +10,8 @@ labels, paths, the corpus's name) is escaped (:func:`.html.esc`); the numbers co
 
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 from .html import esc, fmt, frame_table, kv_table, page
@@ -26,7 +28,7 @@ def _shade(value: float, top: float) -> str:
     return f"rgb(255,{g},{g})"
 
 
-def head_grid(heads, top: float) -> str:
+def head_grid(heads: Any, top: float) -> str:
     """One pair's ``layer × head`` grid (rows: layers); cells show the JSD, flagged heads
     outlined and listing their flagged measures in the tooltip."""
     layers = sorted(heads["layer"].unique())
@@ -49,7 +51,7 @@ def head_grid(heads, top: float) -> str:
     return f'<table class="grid"><tr><th></th>{cols}</tr>{"".join(rows)}</table>'
 
 
-def compare_page(comparison, figures=()) -> str:
+def compare_page(comparison: Any, figures: Any = ()) -> str:
     """The HTML of the page (``figures``: image file names beside it, with captions)."""
     c = comparison
     parts = [f"<h1>{esc('Checkpoints compared: ' + ' → '.join(map(str, c.checkpoints['label'])))}</h1>"]
@@ -91,7 +93,7 @@ def compare_page(comparison, figures=()) -> str:
     return page("probe compare", "\n".join(parts))
 
 
-def write_compare_page(comparison, path, figures=()) -> Path:
+def write_compare_page(comparison: Any, path: Any, figures: Any = ()) -> Path:
     """Write :func:`compare_page` to ``path``; returns it."""
     path = Path(path)
     path.write_text(compare_page(comparison, figures), encoding="utf-8")

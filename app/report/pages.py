@@ -49,7 +49,7 @@ def importance_mark(evidence: list, n_heads_total: int) -> tuple:
     return "", ""
 
 
-def grid_tags(data, layer: int, head: int) -> tuple:
+def grid_tags(data: Any, layer: int, head: int) -> tuple:
     """``([tag, …], [legend, …])``: the words each registered analysis declaring a
     :class:`probe.app.registry.presentation.GridTag` puts in the head's grid cell, from the
     head's evidence of that analysis, and the legends of those that said something."""

@@ -7,13 +7,14 @@ that is not a causal language model."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from probe.app.registry import Analysis, Param, Result
 from probe.errors import NotApplicable
 from probe.app.registry.presentation import GridTag, HeadBlock, Presentation, TableView, VerdictHint
 
 if TYPE_CHECKING:
+    from probe.models.adapter import ModelAdapter
     from probe.app.registry import Context
 
 NAME = "decoder-heads"
@@ -32,7 +33,7 @@ ABBREV = {
 
 
 def taxonomy_result(
-    adapter, n_tokens: int | None = None, n_examples: int | None = None, seed: int = 0, **settings
+    adapter: ModelAdapter, n_tokens: int | None = None, n_examples: int | None = None, seed: int = 0, **settings: Any
 ) -> Result:
     """The taxonomy of ``adapter`` as a :class:`Result` (tables ``taxonomy``; notes: each
     detector's settings, then the heads of each role; summary: the heads of each role,
