@@ -36,7 +36,7 @@ from .stream import decompose
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
 
-__all__ = ["WritesClaims", "head_effects", "writes_answer_claims", "COMPENSATED"]
+__all__ = ["WritesClaims", "head_effects", "read_directions", "writes_answer_claims", "COMPENSATED"]
 
 #: a held head is "compensated" when mean-ablating it lowers the logits by less than this share of its DLA
 COMPENSATED = 0.5
@@ -61,8 +61,9 @@ class WritesClaims:
         return [(int(a), int(b)) for a, b in zip(t["layer"], t["head"])]
 
 
-def _targets(adapter: ModelAdapter, stream, answer: Optional[Target]) -> tuple:
-    """``(u [seq, d], b [seq], positions)``: the read direction at each position."""
+def read_directions(adapter: ModelAdapter, stream, answer: Optional[Target] = None) -> tuple:
+    """``(u [seq, d], b [seq], positions)``: the read direction at each position read: each
+    position's next token, or ``answer`` at the last position alone."""
     n, d = len(stream.ids), stream.parts.shape[-1]
     u, b = torch.zeros(n, d, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
     if answer is not None:
@@ -86,7 +87,7 @@ def head_effects(adapter: ModelAdapter, texts: Sequence[str], answers: Optional[
     index = None
     for i, text in enumerate(texts):
         stream = decompose(adapter, text)
-        u, b, positions = _targets(adapter, stream, None if answers is None else answers[i])
+        u, b, positions = read_directions(adapter, stream, None if answers is None else answers[i])
         if not positions:
             raise InputError(f"text {i} is one token: there is no next token to read; give longer texts")
         parts, _, _ = attribute_positions(stream, u, b)
@@ -120,8 +121,21 @@ def _read(logits: torch.Tensor, ids: torch.Tensor, answers, i: int) -> torch.Ten
     return logits[-1, a.answer] - (0 if a.against is None else logits[-1, a.against])
 
 
-def _ablation_drop(adapter: ModelAdapter, texts, answers, layer: int, head: int, mean_z: dict) -> float:
-    """Mean over texts of the drop of the read logits when ``head``'s z is its mean."""
+def _clean_reads(adapter: ModelAdapter, texts, answers) -> list:
+    """The read logits of each text on the unedited model (one forward each, kept for every head)."""
+    from probe.tracing.trace import trace
+
+    from .stream import encode_text
+
+    out = []
+    for i, text in enumerate(texts):
+        batch = encode_text(adapter, text)
+        out.append(_read(trace(adapter, batch).output.logits[0].double(), batch["input_ids"][0], answers, i))
+    return out
+
+
+def _ablation_drop(adapter: ModelAdapter, texts, answers, layer: int, head: int, mean_z: dict, clean: list) -> float:
+    """Mean over texts of the drop of the read logits (``clean``: :func:`_clean_reads`) when ``head``'s z is its mean."""
     from probe.tracing.edits import Mean
     from probe.tracing.trace import trace
 
@@ -130,11 +144,9 @@ def _ablation_drop(adapter: ModelAdapter, texts, answers, layer: int, head: int,
     drops = []
     for i, text in enumerate(texts):
         batch = encode_text(adapter, text)
-        ids = batch["input_ids"][0]
-        clean = trace(adapter, batch).output.logits[0].double()
         edit = {f"blocks.{layer}.attn.hook_z": Mean(value=mean_z[layer][head].float(), head=head)}
         hurt = trace(adapter, batch, edit=edit).output.logits[0].double()
-        drops.append(float((_read(clean, ids, answers, i) - _read(hurt, ids, answers, i)).mean()))
+        drops.append(float((clean[i] - _read(hurt, batch["input_ids"][0], answers, i)).mean()))
     return float(np.mean(drops))
 
 
@@ -187,8 +199,9 @@ def _causal(adapter: ModelAdapter, texts, answers, t: pd.DataFrame, check: int) 
     if not chosen:
         return t
     mean_z = _mean_z(adapter, texts)
+    clean = _clean_reads(adapter, texts, answers)
     for i in sorted(chosen):
-        drop = _ablation_drop(adapter, texts, answers, int(t.at[i, "layer"]), int(t.at[i, "head"]), mean_z)
+        drop = _ablation_drop(adapter, texts, answers, int(t.at[i, "layer"]), int(t.at[i, "head"]), mean_z, clean)
         t.at[i, "ablation_drop"] = drop
         t.at[i, "compensated"] = bool(t.at[i, "effect"] > 0 and drop < COMPENSATED * t.at[i, "effect"])
     return t
