@@ -275,3 +275,80 @@ def test_smollm2_ioi_top_logit_difference_heads_are_confirmed_by_path_patching(s
     assert (res.clean > 0).all() and res.clean.mean() > 3 * res.corrupted.mean()
     effect = dict(zip(res.table["sender_layer"], res.table["effect"]))
     assert effect[23] > 0.3 and effect[29] < 0
+
+
+# ---- a templated task: one answer per example (--task) ------------------------------------
+
+TASK = [
+    {"text": "t3 t4 t5 t3 t4", "answer": " t5", "against": " t3"},
+    {"text": "t7 t1 t9 t7 t1", "answer": " t9", "against": " t7"},
+    {"text": "t2 t8 t6 t2 t8", "answer": " t6"},
+    {"text": "t5 t0 t4 t5 t0", "answer": " t4", "against": " t0"},
+]
+
+
+def _task(tmp_path, lines) -> str:
+    import json
+
+    path = tmp_path / "task.jsonl"
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_cli_task_reads_each_examples_answer_and_gives_each_heads_mean_and_interval(tmp_path):
+    """Each example's heads are its own answer's (− against's) DLA, equal to attributing
+    that example alone; head_means.csv is their mean per head with a bootstrap interval
+    around it; the induction heads write each example's answer."""
+    import pandas as pd
+
+    import probe
+    from probe.app.cli import main
+
+    out = tmp_path / "o"
+    args = ["logit-attribution", "--model", "zoo:induction", "--task", _task(tmp_path, TASK), "--out", str(out)]
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "4 examples: mean logit" in r.output and "95% bootstrap interval" in r.output
+    heads, means = pd.read_csv(out / "heads.csv"), pd.read_csv(out / "head_means.csv")
+    adapter = probe.load_model("zoo:induction")
+    for i, ex in enumerate(TASK):
+        att = attribute(adapter, decompose(adapter, ex["text"]), target_of(adapter, ex["answer"], ex.get("against")))
+        mine = heads[heads["example"] == i]["dla"].to_numpy()
+        torch.testing.assert_close(torch.tensor(mine), torch.tensor(att.heads()["dla"].to_numpy()), atol=1e-6, rtol=0)
+    expected = heads.groupby(["layer", "head"])["dla"].mean().to_numpy()
+    torch.testing.assert_close(torch.tensor(means["dla"].to_numpy()), torch.tensor(expected), atol=1e-9, rtol=0)
+    assert (means["count"] == 4).all() and (means["ci_low"] <= means["dla"]).all()
+    assert (means["dla"] <= means["ci_high"]).all() and (means["ci_high"] > means["ci_low"]).all()
+    assert means[means["layer"] == 1]["ci_low"].min() > means[means["layer"] == 0]["dla"].max()
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("{not json", "line 2: not JSON"),
+        ('["t3 t4", " t5"]', "line 2: a JSON list, not an object"),
+        ('{"text": "t3 t4 t5 t3 t4"}', "line 2: 'answer' is missing"),
+        ('{"text": "t3 t4", "answer": " t5", "anwser": " t3"}', "line 2: unknown key(s) 'anwser'"),
+        ('{"text": "t3 t4", "answer": " t5", "against": 3}', "line 2: 'against' is a int"),
+        ('{"text": "t3 t4", "answer": " t5 t6"}', "line 2: the answer ' t5 t6' is 2 tokens"),
+        ('{"text": "t3 t4", "answer": " t5", "against": " t5"}', "line 2: --against ' t5' is the same token"),
+        ('{"text": "' + " ".join(["t3"] * 40) + '", "answer": " t5"}', "line 2: text has 41 tokens"),
+    ],
+)
+def test_cli_task_refuses_a_bad_line_in_one_line_naming_it(line, needle, tmp_path):
+    from probe.app.cli import main
+
+    path = _task(tmp_path, [TASK[0], line])
+    args = ["logit-attribution", "--model", "zoo:induction", "--task", path, "--out", str(tmp_path / "o")]
+    _one_line(CliRunner().invoke(main, args, catch_exceptions=False), needle, path)
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_task_refuses_text_or_answer_beside_it(tmp_path):
+    from probe.app.cli import main
+
+    path = _task(tmp_path, TASK)
+    base = ["logit-attribution", "--model", "zoo:induction", "--task", path, "--out", str(tmp_path / "o")]
+    _one_line(CliRunner().invoke(main, base + ["--text", "t3 t4"]), "leave out --text")
+    _one_line(CliRunner().invoke(main, base + ["--answer", " t5"]), "leave out --answer")
+    _one_line(CliRunner().invoke(main, base[:4] + [_task(tmp_path, [""]), "--out", str(tmp_path / "o")]), "no example")
