@@ -1,5 +1,6 @@
 """The 'writes the answer' claim on SmolLM2 and on its re-initialised copy (EWT dev, first N sentences)."""
 
+import logging
 import sys
 import time
 import probe
@@ -7,6 +8,7 @@ from probe.inputs.readers import read_conllu
 from probe.analyses.claims.null_model import null_adapter
 from probe.analyses.writes.claim import writes_answer_claims
 
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 sents = read_conllu("/work/shared/data/ud-english-ewt/en_ewt-ud-dev.conllu", limit=4 * n)
 texts = [s.text for s in sents if len(s.text.split()) >= 5][:n]  # a sentence of 1-4 words has few next tokens
@@ -19,6 +21,12 @@ print(
 )
 print(t.sort_values("effect", ascending=False).head(10).round(4).to_string())
 print("held:", " ".join(f"L{l}H{h}" for l, h in c.held()))
+comp = t[t["compensated"] == True]  # noqa: E712  (None where not checked)
+print(
+    "compensated (mean-ablation drop under half the DLA):",
+    " ".join(f"L{l}H{h}" for l, h in zip(comp["layer"], comp["head"])) or "none",
+)
+print(t[t["ablation_drop"].notna()].round(4).to_string())
 null = null_adapter(a, 0)
 t0 = time.time()
 c2 = writes_answer_claims(null, texts, null=null_adapter(a, 1), n_boot=1000, check=0)
