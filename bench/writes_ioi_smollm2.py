@@ -18,6 +18,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 import torch
 
 import probe
@@ -31,7 +32,7 @@ NAMES = (
     "Susan Karen George Henry Rachel Jessica Daniel Michael Robert William Richard Thomas Chris Amy Ben Sam Dan"
 ).split()
 TEMPLATE = "When{a} and{b} went to the store,{c} gave a drink to"
-IO, S = 1, 3  # token positions of the two names
+IO, S, S2 = 1, 3, 9  # token positions of the indirect object, the subject and its second occurrence
 
 
 def single_token_names(adapter) -> list:
@@ -56,6 +57,35 @@ def logit_difference(outputs, batch) -> torch.Tensor:
     last = outputs.logits[:, -1]
     rows = torch.arange(len(ids))
     return last[rows, ids[:, IO]] - last[rows, ids[:, S]]
+
+
+def reads_and_writes(adapter, clean: list, targets: list, best) -> None:
+    """For each listed head: its attention from the last position to IO, S1 and S2 (mean over
+    prompts, and the prompts where IO gets more than S1 + S2), and its DLA split into the part
+    that raises IO and the part that lowers S (DLA to IO alone, and minus DLA to S alone)."""
+    from probe.tracing.trace import trace
+
+    pattern = trace(adapter, adapter.inputs_of(clean), read="pattern")
+    io_only, _ = head_effects(adapter, clean, [Target(t.answer) for t in targets])
+    s_only, index = head_effects(adapter, clean, [Target(t.against) for t in targets])
+    rows = []
+    for r in best.itertuples():
+        p = pattern[f"blocks.{r.layer}.attn.hook_pattern"][:, r.head, -1]  # [prompt, key]
+        i = int(index[(index["layer"] == r.layer) & (index["head"] == r.head)].index[0])
+        rows.append(
+            {
+                "layer": r.layer,
+                "head": r.head,
+                "attn_IO": float(p[:, IO].mean()),
+                "attn_S1": float(p[:, S].mean()),
+                "attn_S2": float(p[:, S2].mean()),
+                "IO_above_S": f"{int((p[:, IO] > p[:, S] + p[:, S2]).sum())}/{len(clean)}",
+                "dla_IO": float(io_only[i].mean()),
+                "dla_minus_S": float(-s_only[i].mean()),
+            }
+        )
+    print("attention from the last position (mean over prompts) and the DLA split (IO up, S down):")
+    print(pd.DataFrame(rows).round(3).to_string(index=False))
 
 
 def main(n: int = 24) -> None:
@@ -91,6 +121,7 @@ def main(n: int = 24) -> None:
         f"path patching (ABBA -> ABC), sender -> logits: clean {res.clean.mean():.3f}, corrupted {res.corrupted.mean():.3f}"
     )
     print(res.table[["sender_layer", "sender_head", "delta", "effect"]].round(3).to_string(index=False))
+    reads_and_writes(adapter, clean, targets, best)
     print(f"({time.time() - t0:.0f} s after loading)")
 
 

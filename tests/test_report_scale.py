@@ -200,6 +200,7 @@ def test_lm_checkpoint_report_runs_every_section_with_its_head(checkpoints, tmp_
     assert set(status) >= {"syntax", "ablation", "importance", "faithfulness", "roles", "rollout", "claims"}
     # the decoder taxonomy runs on the causal LM and is skipped, with its reason, on the masked LM
     assert status.pop("decoder-heads") == ("ran" if kind == "gpt2" else "skipped"), status
+    assert status.pop("writes") == ("ran" if kind == "gpt2" else "skipped"), status  # BERT: post-norm
     assert all(v == "ran" for v in status.values()), status
     choices = summary["settings"]["choices"]
     assert any(c.startswith("metric: loss") and metric_words in c for c in choices), choices

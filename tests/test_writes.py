@@ -243,24 +243,28 @@ def test_writes_the_answer_holds_for_zoo_induction_heads_and_for_no_head_of_its_
     assert writes_answer_claims(null, texts, null=null_adapter(adapter, 1), n_boot=200, check=0).held() == []
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # ~6 s of forwards on an idle 2-core machine; minutes under load
 def test_smollm2_ioi_top_logit_difference_heads_are_confirmed_by_path_patching(smollm2):
-    """SmolLM2 does indirect-object identification (Wang et al. 2022) on names from its
-    vocabulary; the head with the largest logit-difference DLA, L23H3, carries a large share
-    of the corruption's effect through its direct path (exact path patching), L29H0 (which
-    writes against the indirect object) a negative one. bench/writes_ioi_smollm2.py: 24 prompts."""
+    """SmolLM2 does indirect-object identification (Wang et al. 2022) on 6 prompts with names
+    from its vocabulary (the indirect object's logit above the subject's in every one); the
+    head with the largest logit-difference DLA, L23H3, carries a large share of the
+    corruption's effect through its direct path (exact path patching), and so does L23H0.
+    What they attend to from the last position differs: L23H0 reads the indirect object (a
+    name mover), L23H3 the subject's second occurrence, not the indirect object.
+    bench/writes_ioi_smollm2.py: 24 prompts."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from writes_ioi_smollm2 import logit_difference, prompts, single_token_names
+    from writes_ioi_smollm2 import IO, S, S2, logit_difference, prompts, single_token_names
 
     from probe.analyses.circuits.edges import Edge
     from probe.analyses.circuits.path_patching import path_patch
     from probe.analyses.writes.claim import head_effects
+    from probe.tracing.trace import trace
 
     tok = smollm2.tokenizer
-    clean, corrupt, answers = prompts(single_token_names(smollm2), 8)
+    clean, corrupt, answers = prompts(single_token_names(smollm2), 6)
     targets = [
         Target(tok.encode(a, add_special_tokens=False)[0], tok.encode(b, add_special_tokens=False)[0])
         for a, b in answers
@@ -268,10 +272,111 @@ def test_smollm2_ioi_top_logit_difference_heads_are_confirmed_by_path_patching(s
     effects, index = head_effects(smollm2, clean, targets)
     assert (effects.sum(0) > 0).all()  # the heads' direct parts favour the indirect object in every prompt
     table = index.assign(dla=effects.mean(1)).set_index(["layer", "head"])["dla"]
-    assert table.idxmax() == (23, 3) and table[(29, 0)] < 0
-    res = path_patch(
-        smollm2, clean, corrupt, metric=logit_difference, edges=[Edge(23, 3, -1, -1, "out"), Edge(29, 0, -1, -1, "out")]
-    )
-    assert (res.clean > 0).all() and res.clean.mean() > 3 * res.corrupted.mean()
-    effect = dict(zip(res.table["sender_layer"], res.table["effect"]))
-    assert effect[23] > 0.3 and effect[29] < 0
+    assert table.idxmax() == (23, 3) and table[(23, 0)] > 0.5
+    edges = [Edge(23, 3, -1, -1, "out"), Edge(23, 0, -1, -1, "out")]
+    res = path_patch(smollm2, clean, corrupt, metric=logit_difference, edges=edges)
+    assert (res.clean > 0).all() and res.clean.mean() > 3 * res.corrupted.mean()  # it answers the IO in all 6
+    effect = dict(zip(zip(res.table["sender_layer"], res.table["sender_head"]), res.table["effect"]))
+    assert effect[(23, 3)] > 0.3 and effect[(23, 0)] > 0.1
+    pattern = trace(smollm2, smollm2.inputs_of(clean), read="pattern")["blocks.23.attn.hook_pattern"][:, :, -1]
+    assert (pattern[:, 0, IO] > pattern[:, 0, S] + pattern[:, 0, S2]).all()  # L23H0: the indirect object
+    assert (pattern[:, 3, S2] > 3 * pattern[:, 3, IO]).all()  # L23H3: the subject's second occurrence
+
+
+# ---- a templated task: one answer per example (--task) ------------------------------------
+
+TASK = [
+    {"text": "t3 t4 t5 t3 t4", "answer": " t5", "against": " t3"},
+    {"text": "t7 t1 t9 t7 t1", "answer": " t9", "against": " t7"},
+    {"text": "t2 t8 t6 t2 t8", "answer": " t6"},
+    {"text": "t5 t0 t4 t5 t0", "answer": " t4", "against": " t0"},
+]
+
+
+def _task(tmp_path, lines) -> str:
+    import json
+
+    path = tmp_path / "task.jsonl"
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_cli_task_reads_each_examples_answer_and_gives_each_heads_mean_and_interval(tmp_path):
+    """Each example's heads are its own answer's (− against's) DLA, equal to attributing
+    that example alone; head_means.csv is their mean per head with a bootstrap interval
+    around it; the induction heads write each example's answer."""
+    import pandas as pd
+
+    import probe
+    from probe.app.cli import main
+
+    out = tmp_path / "o"
+    args = ["logit-attribution", "--model", "zoo:induction", "--task", _task(tmp_path, TASK), "--out", str(out)]
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "4 examples: mean logit" in r.output and "95% bootstrap interval" in r.output
+    heads, means = pd.read_csv(out / "heads.csv"), pd.read_csv(out / "head_means.csv")
+    adapter = probe.load_model("zoo:induction")
+    for i, ex in enumerate(TASK):
+        att = attribute(adapter, decompose(adapter, ex["text"]), target_of(adapter, ex["answer"], ex.get("against")))
+        mine = heads[heads["example"] == i]["dla"].to_numpy()
+        torch.testing.assert_close(torch.tensor(mine), torch.tensor(att.heads()["dla"].to_numpy()), atol=1e-6, rtol=0)
+    expected = heads.groupby(["layer", "head"])["dla"].mean().to_numpy()
+    torch.testing.assert_close(torch.tensor(means["dla"].to_numpy()), torch.tensor(expected), atol=1e-9, rtol=0)
+    assert (means["count"] == 4).all() and (means["ci_low"] <= means["dla"]).all()
+    assert (means["dla"] <= means["ci_high"]).all() and (means["ci_high"] > means["ci_low"]).all()
+    assert means[means["layer"] == 1]["ci_low"].min() > means[means["layer"] == 0]["dla"].max()
+
+
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("{not json", "line 2: not JSON"),
+        ('["t3 t4", " t5"]', "line 2: a JSON list, not an object"),
+        ('{"text": "t3 t4 t5 t3 t4"}', "line 2: 'answer' is missing"),
+        ('{"text": "t3 t4", "answer": " t5", "anwser": " t3"}', "line 2: unknown key(s) 'anwser'"),
+        ('{"text": "t3 t4", "answer": " t5", "against": 3}', "line 2: 'against' is a int"),
+        ('{"text": "t3 t4", "answer": " t5 t6"}', "line 2: the answer ' t5 t6' is 2 tokens"),
+        ('{"text": "t3 t4", "answer": " t5", "against": " t5"}', "line 2: --against ' t5' is the same token"),
+        ('{"text": "' + " ".join(["t3"] * 40) + '", "answer": " t5"}', "line 2: text has 41 tokens"),
+    ],
+)
+def test_cli_task_refuses_a_bad_line_in_one_line_naming_it(line, needle, tmp_path):
+    from probe.app.cli import main
+
+    path = _task(tmp_path, [TASK[0], line])
+    args = ["logit-attribution", "--model", "zoo:induction", "--task", path, "--out", str(tmp_path / "o")]
+    _one_line(CliRunner().invoke(main, args, catch_exceptions=False), needle, path)
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_task_refuses_text_or_answer_beside_it(tmp_path):
+    from probe.app.cli import main
+
+    path = _task(tmp_path, TASK)
+    base = ["logit-attribution", "--model", "zoo:induction", "--task", path, "--out", str(tmp_path / "o")]
+    _one_line(CliRunner().invoke(main, base + ["--text", "t3 t4"]), "leave out --text")
+    _one_line(CliRunner().invoke(main, base + ["--answer", " t5"]), "leave out --answer")
+    _one_line(CliRunner().invoke(main, base[:4] + [_task(tmp_path, [""]), "--out", str(tmp_path / "o")]), "no example")
+
+
+def test_the_claims_batched_causal_check_equals_one_text_at_a_time(bert_tokenizer):
+    """The mean-ablation check reads right-padded batches: each text's read logits, the
+    heads' mean z over real positions and a head's drop equal those of one text a forward."""
+    from probe.analyses.writes import claim
+
+    adapter = _tiny("llama", bert_tokenizer)
+    texts = ["the cat sat on the mat", "a dog", "the dog saw the cat and the bird sang"]
+    batched = claim._reads(adapter, texts, None)
+    alone = [claim._reads(adapter, [t], None)[0] for t in texts]
+    for b, a in zip(batched, alone):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    assert [len(b) for b in batched] == [int(adapter.inputs_of([t])["attention_mask"].sum()) - 1 for t in texts]
+    mean_z = claim._mean_z(adapter, texts)
+    per_text = [claim._mean_z(adapter, [t]) for t in texts]
+    counts = [len(b) + 1 for b in batched]
+    expected = sum(m[1] * c for m, c in zip(per_text, counts)) / sum(counts)
+    torch.testing.assert_close(mean_z[1], expected, atol=1e-6, rtol=1e-6)
+    drop = claim._ablation_drop(adapter, texts, None, 1, 2, mean_z, batched)
+    one_by_one = [claim._ablation_drop(adapter, [t], None, 1, 2, mean_z, [a]) for t, a in zip(texts, alone)]
+    assert drop == pytest.approx(sum(one_by_one) / 3, abs=1e-5) and abs(drop) > 1e-4

@@ -24,7 +24,7 @@ from probe.analyses.writes.answers import target_of
 from probe.analyses.writes.dla import attribute
 from probe.analyses.writes.logit_lens import logit_lens
 from probe.analyses.writes.stream import decompose
-from probe.analyses.writes.token_circuits import copying_scores, ov_top_tokens
+from probe.analyses.writes.token_circuits import copying_scores, ov_top_tokens, qk_top_sources
 
 from test_transformer_lens import _tiny, bridge_of
 
@@ -111,6 +111,22 @@ def test_copying_score_equals_transformer_lens_ov_eigenvalues(pair):
         full = bridge.W_E @ bridge.OV[row.layer, row.head] @ bridge.W_U
         lam = torch.linalg.eigvals(full.B.double() @ full.A.double())
         assert row.copying == pytest.approx(float(lam.real.sum() / lam.abs().sum()), abs=1e-4)
+
+
+def test_qk_top_sources_equal_transformer_lens_qk_circuit(pair):
+    """For destination tokens, the source tokens each head's QK circuit scores highest
+    (``W_E' W_Q^h W_K^hᵀ W_E'ᵀ``, norms folded, biases and positions left out) equal
+    TransformerLens's ``W_E @ QK[l, h] @ W_E.T``; a grouped-query head reads its key/value head."""
+    adapter, bridge = pair
+    destinations = adapter.tokenizer.convert_tokens_to_ids(["cat", "dog", "mat", "the"])
+    for layer, head in [(0, 1), (1, 2), (1, 3)]:
+        ours = qk_top_sources(adapter, layer, head, destinations, k=5)
+        full = bridge.W_E @ bridge.QK[layer, head] @ bridge.W_E.T  # a FactoredMatrix: never multiplied out
+        rows = full.A.double()[destinations] @ full.B.double()
+        vals, idx = rows.topk(5, dim=-1)
+        assert ours["token"].tolist() == idx.flatten().tolist()
+        torch.testing.assert_close(torch.tensor(ours["score"].values), vals.flatten(), **TOL)
+        assert vals.abs().max() > 0.1
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ components make up for it (Wang et al. 2022, "Interpretability in the Wild"; McG
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -36,7 +37,9 @@ from .stream import decompose
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
 
-__all__ = ["WritesClaims", "head_effects", "writes_answer_claims", "COMPENSATED"]
+log = logging.getLogger(__name__)
+
+__all__ = ["WritesClaims", "head_effects", "read_directions", "writes_answer_claims", "COMPENSATED"]
 
 #: a held head is "compensated" when mean-ablating it lowers the logits by less than this share of its DLA
 COMPENSATED = 0.5
@@ -61,8 +64,9 @@ class WritesClaims:
         return [(int(a), int(b)) for a, b in zip(t["layer"], t["head"])]
 
 
-def _targets(adapter: ModelAdapter, stream, answer: Optional[Target]) -> tuple:
-    """``(u [seq, d], b [seq], positions)``: the read direction at each position."""
+def read_directions(adapter: ModelAdapter, stream, answer: Optional[Target] = None) -> tuple:
+    """``(u [seq, d], b [seq], positions)``: the read direction at each position read: each
+    position's next token, or ``answer`` at the last position alone."""
     n, d = len(stream.ids), stream.parts.shape[-1]
     u, b = torch.zeros(n, d, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
     if answer is not None:
@@ -86,7 +90,7 @@ def head_effects(adapter: ModelAdapter, texts: Sequence[str], answers: Optional[
     index = None
     for i, text in enumerate(texts):
         stream = decompose(adapter, text)
-        u, b, positions = _targets(adapter, stream, None if answers is None else answers[i])
+        u, b, positions = read_directions(adapter, stream, None if answers is None else answers[i])
         if not positions:
             raise InputError(f"text {i} is one token: there is no next token to read; give longer texts")
         parts, _, _ = attribute_positions(stream, u, b)
@@ -96,19 +100,34 @@ def head_effects(adapter: ModelAdapter, texts: Sequence[str], answers: Optional[
     return np.stack(cols, axis=1), index
 
 
-def _mean_z(adapter: ModelAdapter, texts: Sequence[str]) -> dict:
-    from probe.tracing.trace import trace
+#: texts per batched forward of the causal check (right-padded: each text's own positions are read)
+BATCH = 16
 
-    from .stream import encode_text
+
+def _batches(adapter: ModelAdapter, texts: Sequence[str]):
+    """``(first index, batch)`` of right-padded batches of ``BATCH`` texts (a causal LM's
+    positions before the padding are those of the text alone; one text a batch for a model
+    whose layers leak padding into real positions)."""
+    from probe.models.batching import ONE_LENGTH
+
+    size = 1 if adapter.batching == ONE_LENGTH else BATCH  # a model that leaks padding: one text a forward
+    for start in range(0, len(texts), size):
+        yield start, adapter.inputs_of(list(texts[start : start + size]))
+
+
+def _mean_z(adapter: ModelAdapter, texts: Sequence[str]) -> dict:
+    """``{layer: [head, head_dim]}``: each head's ``hook_z`` averaged over every real position."""
+    from probe.tracing.trace import trace
 
     sums: dict = {}
     count = 0
-    for text in texts:
-        cache = trace(adapter, encode_text(adapter, text), read="z")
+    for _, batch in _batches(adapter, texts):
+        cache = trace(adapter, batch, read="z")
+        mask = batch["attention_mask"].double()[..., None, None]  # [b, seq, 1, 1]
         for layer in range(adapter.n_layers_of()):
-            z = cache[f"blocks.{layer}.attn.hook_z"][0].double()  # [seq, head, dh]
-            sums[layer] = sums.get(layer, 0) + z.sum(0)
-        count += int(z.shape[0])
+            z = cache[f"blocks.{layer}.attn.hook_z"].double() * mask  # [b, seq, head, dh]
+            sums[layer] = sums.get(layer, 0) + z.sum((0, 1))
+        count += int(batch["attention_mask"].sum())
     return {layer: s / count for layer, s in sums.items()}
 
 
@@ -120,22 +139,26 @@ def _read(logits: torch.Tensor, ids: torch.Tensor, answers, i: int) -> torch.Ten
     return logits[-1, a.answer] - (0 if a.against is None else logits[-1, a.against])
 
 
-def _ablation_drop(adapter: ModelAdapter, texts, answers, layer: int, head: int, mean_z: dict) -> float:
-    """Mean over texts of the drop of the read logits when ``head``'s z is its mean."""
-    from probe.tracing.edits import Mean
+def _reads(adapter: ModelAdapter, texts, answers, edit: Optional[dict] = None) -> list:
+    """The read logits of each text (:func:`_read`), under ``edit`` when given; batched."""
     from probe.tracing.trace import trace
 
-    from .stream import encode_text
+    out = []
+    for start, batch in _batches(adapter, texts):
+        logits = trace(adapter, batch, edit=edit).output.logits
+        for j, mask in enumerate(batch["attention_mask"]):
+            n = int(mask.sum())
+            out.append(_read(logits[j, :n].double(), batch["input_ids"][j, :n], answers, start + j))
+    return out
 
-    drops = []
-    for i, text in enumerate(texts):
-        batch = encode_text(adapter, text)
-        ids = batch["input_ids"][0]
-        clean = trace(adapter, batch).output.logits[0].double()
-        edit = {f"blocks.{layer}.attn.hook_z": Mean(value=mean_z[layer][head].float(), head=head)}
-        hurt = trace(adapter, batch, edit=edit).output.logits[0].double()
-        drops.append(float((_read(clean, ids, answers, i) - _read(hurt, ids, answers, i)).mean()))
-    return float(np.mean(drops))
+
+def _ablation_drop(adapter: ModelAdapter, texts, answers, layer: int, head: int, mean_z: dict, clean: list) -> float:
+    """Mean over texts of the drop of the read logits (``clean``: :func:`_reads` unedited) when ``head``'s z is its mean."""
+    from probe.tracing.edits import Mean
+
+    edit = {f"blocks.{layer}.attn.hook_z": Mean(value=mean_z[layer][head].float(), head=head)}
+    hurt = _reads(adapter, texts, answers, edit)
+    return float(np.mean([float((c - h).mean()) for c, h in zip(clean, hurt)]))
 
 
 def writes_answer_claims(
@@ -162,6 +185,7 @@ def writes_answer_claims(
     if len(texts) < 2:
         raise InputError(f"the claim tests heads over examples: give at least 2 texts, got {len(texts)}")
     effects, index = head_effects(adapter, texts, answers)
+    log.info("writes claim: %s's DLA read on %d texts; now the null model's", adapter.name, len(texts))
     null_model = null if null is not None else null_adapter(adapter, seed)
     null_effects, _ = head_effects(null_model, texts, answers)
     bar = null_quantile(null_effects, q)  # [n]
@@ -187,8 +211,10 @@ def _causal(adapter: ModelAdapter, texts, answers, t: pd.DataFrame, check: int) 
     if not chosen:
         return t
     mean_z = _mean_z(adapter, texts)
+    clean = _reads(adapter, texts, answers)
+    log.info("writes claim: mean-ablating %d heads", len(chosen))
     for i in sorted(chosen):
-        drop = _ablation_drop(adapter, texts, answers, int(t.at[i, "layer"]), int(t.at[i, "head"]), mean_z)
+        drop = _ablation_drop(adapter, texts, answers, int(t.at[i, "layer"]), int(t.at[i, "head"]), mean_z, clean)
         t.at[i, "ablation_drop"] = drop
         t.at[i, "compensated"] = bool(t.at[i, "effect"] > 0 and drop < COMPENSATED * t.at[i, "effect"])
     return t

@@ -80,6 +80,8 @@ class TableView:
         min_count: rows whose ``count`` is under it are greyed and put last; ``None``: the
             section's own ``summary["min_count"]``.
         min_count_source: who set ``min_count`` (said in the legend), or ``""``.
+        colour: a signed column whose cells are tinted by value (red above 0, blue below,
+            the strongest shown row the deepest), or ``None``.
     """
 
     sort: str
@@ -87,6 +89,7 @@ class TableView:
     columns: Optional[tuple] = None
     min_count: Optional[int] = None
     min_count_source: str = ""
+    colour: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,8 @@ def ranked_table(section: str, name: str, df: Any, min_count: Optional[int] = No
     df = ranked(section, name, df, min_count)
     count_col = next((c for c in ("count", "n_examples") if c in df.columns), None)
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
+    view = view_of(section, name)
+    tint = _tint(df.head(max_rows), None if view is None else view.colour)
     body = []
     for rec in df.head(max_rows).to_dict("records"):
         few = (
@@ -92,9 +94,9 @@ def ranked_table(section: str, name: str, df: Any, min_count: Optional[int] = No
             and rec[count_col] < min_count
         )
         cls = ' class="few" title="fewer instances than the minimum: not trusted"' if few else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{esc(fmt(v, 3))}</td>" for v in rec.values()) + "</tr>")
+        cells = "".join(f"<td{tint(c, v)}>{esc(fmt(v, 3))}</td>" for c, v in rec.items())
+        body.append(f"<tr{cls}>{cells}</tr>")
     more = f'<p class="muted">top {max_rows} of {len(df)} rows; all in the CSV</p>' if len(df) > max_rows else ""
-    view = view_of(section, name)
     whose = f" ({view.min_count_source})" if view is not None and view.min_count_source else ""
     legend = (
         f'<p class="muted">greyed: fewer than {min_count} instances{whose}</p>'
@@ -102,3 +104,22 @@ def ranked_table(section: str, name: str, df: Any, min_count: Optional[int] = No
         else ""
     )
     return f'<div class="scroll"><table class="data"><tr>{head}</tr>{"".join(body)}</table></div>{more}{legend}'
+
+
+def _tint(shown: Any, column: Optional[str]) -> Any:
+    """``tint(col, value) -> ' style="…"'``: the cells of the declared signed ``column``
+    tinted red (above 0) or blue (below), opacity |value| over the largest |value| shown."""
+    import math
+
+    top = 0.0
+    if column is not None and column in shown.columns:
+        vals = [abs(float(v)) for v in shown[column] if isinstance(v, (int, float)) and math.isfinite(float(v))]
+        top = max(vals, default=0.0)
+
+    def tint(col: str, value: Any) -> str:
+        if col != column or top == 0 or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+            return ""
+        rgb = "214,39,40" if value > 0 else "31,119,180"
+        return f' style="background:rgba({rgb},{abs(float(value)) / top * 0.6:.2f})"'
+
+    return tint

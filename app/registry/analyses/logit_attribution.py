@@ -79,16 +79,66 @@ def _writes(ctx: Context, heads, stream, att, k: int):
     return t[["layer", "head", "rank", "token", "token_str", "dla"]]
 
 
-def run(ctx: Context) -> Result:
-    """DLA, per-source parts and the logit lens of each text; the heads' OV tokens."""
+def _examples(ctx: Context, p: dict) -> list:
+    """``[(text, Target), …]``: each input text with ``--answer``/``--against``, or each
+    line of ``--task`` (its own answer and against).
+
+    Raises:
+        InputError: ``--task`` with ``--text``/``--file``/``--conllu`` or with ``--answer``/``--against``;
+            a bad task line (:func:`probe.analyses.writes.task.read_task`).
+    """
+    from probe.analyses.writes.answers import target_of
+    from probe.analyses.writes.task import read_task
+    from probe.errors import InputError
+
+    if p["task"] is None:
+        target = target_of(ctx.adapter, p["answer"], p["against"])
+        return [(text, target) for text in _texts(ctx)]
+    if ctx.inputs.text or ctx.inputs.file or ctx.inputs.conllu:
+        raise InputError("--task names its own texts: leave out --text, --file and --conllu")
+    if p["answer"] is not None or p["against"] is not None:
+        raise InputError("--task gives each example's answer and against: leave out --answer and --against")
+    return read_task(ctx.adapter, p["task"])
+
+
+def _summary_row(ctx: Context, text: str, att, lens) -> dict:
+    top1 = lens.becomes_top1()
+    return {
+        "text": text,
+        "answer": ctx.adapter.tokenizer.decode([att.answer]),
+        "against": None if att.against is None else ctx.adapter.tokenizer.decode([att.against]),
+        "position": att.position,
+        "logit": att.logit,
+        "sum_of_parts": float(att.table["dla"].sum()),
+        "rest": att.rest,
+        "constant": att.constant,
+        "parts_plus_rest": att.total,
+        "top1_from": None if top1 is None else {"layer": top1[0], "stage": top1[1]},
+    }
+
+
+def _head_means(per_head, p: dict):
+    """``layer, head, dla, ci_low, ci_high, count``: each head's mean over the examples with
+    its 95% percentile bootstrap interval (:func:`probe.analyses.claims.statistics.mean_ci`)."""
+    from probe.analyses.claims.statistics import mean_ci
+
+    rows = []
+    for (layer, head), g in per_head.groupby(["layer", "head"], sort=True):
+        m, lo, hi = mean_ci(g["dla"].to_numpy(), n_boot=p["n_boot"], seed=0)
+        rows.append((layer, head, m, lo, hi, len(g)))
     import pandas as pd
 
-    from probe.analyses.writes.answers import target_of
+    return pd.DataFrame(rows, columns=["layer", "head", "dla", "ci_low", "ci_high", "count"])
+
+
+def run(ctx: Context) -> Result:
+    """DLA, per-source parts and the logit lens of each example; the heads' OV tokens."""
+    import pandas as pd
 
     p = ctx.params
-    target = target_of(ctx.adapter, p["answer"], p["against"])
+    examples = _examples(ctx, p)
     heads, sources, others, lenses, summary, firsts = [], [], [], [], [], []
-    for i, text in enumerate(_texts(ctx)):
+    for i, (text, target) in enumerate(examples):
         att, src, lens, stream = _one(ctx, text, target, p)
         firsts += [] if firsts else [(stream, att)]  # the first text's stream: what its heads write
         t = att.table.assign(example=i)
@@ -96,28 +146,15 @@ def run(ctx: Context) -> Result:
         others.append(t[t["component"] != "head"][["example", "component", "layer", "dla"]])
         sources.append(src.assign(example=i))
         lenses.append(lens.table.assign(example=i))
-        top1 = lens.becomes_top1()
-        summary.append(
-            {
-                "text": text,
-                "answer": ctx.adapter.tokenizer.decode([att.answer]),
-                "against": None if att.against is None else ctx.adapter.tokenizer.decode([att.against]),
-                "position": att.position,
-                "logit": att.logit,
-                "sum_of_parts": float(att.table["dla"].sum()),
-                "rest": att.rest,
-                "constant": att.constant,
-                "parts_plus_rest": att.total,
-                "top1_from": None if top1 is None else {"layer": top1[0], "stage": top1[1]},
-            }
-        )
+        summary.append(_summary_row(ctx, text, att, lens))
     per_head = pd.concat(heads, ignore_index=True)
-    mean = per_head.groupby(["layer", "head"], as_index=False)["dla"].mean()
+    mean = _head_means(per_head, p)
     best = mean.reindex(mean["dla"].abs().sort_values(ascending=False).index).head(p["top_heads"])
     positions = pd.concat(sources, ignore_index=True)
     promoted, copied = _promoted(ctx, best, positions, firsts[0][0].ids.tolist(), p["top_k"])
     tables = {
         "heads": per_head,
+        "head_means": mean,
         "positions": positions,
         "components": pd.concat(others, ignore_index=True),
         "logit_lens": pd.concat(lenses, ignore_index=True),
@@ -125,21 +162,27 @@ def run(ctx: Context) -> Result:
         "promoted": promoted,
         "copied": copied,
     }
+    targets = {t for _, t in examples}
+    said = examples[0][1].describe(ctx.adapter) if len(targets) == 1 else "each example's answer"
     return Result(
         tables=tables,
         per_head=mean.rename(columns={"dla": "logit_attribution"}),
         notes=_notes(ctx, summary, best),
-        summary={"model": ctx.adapter.name, "target": target.describe(ctx.adapter), "examples": summary},
+        summary={"model": ctx.adapter.name, "target": said, "examples": summary},
         summary_name="logit_attribution",
         writers=[lambda d: _figures(ctx, mean, tables["logit_lens"], summary, d)],
     )
+
+
+#: examples whose line (and logit lens figure) is written out; the rest are in the tables
+SHOWN = 5
 
 
 def _notes(ctx: Context, summary: list, best) -> list:
     from probe.app.registry.notation import head_name
 
     notes = []
-    for s in summary:
+    for s in summary[:SHOWN]:
         top1 = s["top1_from"]
         notes.append(
             f"{s['text']!r} → {s['answer']!r}{'' if s['against'] is None else ' − ' + repr(s['against'])}: logit "
@@ -147,8 +190,19 @@ def _notes(ctx: Context, summary: list, best) -> list:
             f"{s['constant']:.2g} ({s['parts_plus_rest']:.4f}); logit lens top-1 from "
             + ("never" if top1 is None else f"layer {top1['layer']} {top1['stage']}")
         )
+    n = len(summary)
+    if n > 1:
+        logits = [s["logit"] for s in summary]
+        notes.append(
+            (f"… {n - SHOWN} more examples in logit_attribution.json; " if n > SHOWN else "")
+            + f"{n} examples: mean logit {sum(logits) / n:.3f}, above 0 in {sum(v > 0 for v in logits)} of {n}"
+        )
+    ci = (lambda r: f" [{r.ci_low:+.2f}, {r.ci_high:+.2f}]") if n > 1 else (lambda r: "")
     notes.append(
-        "largest direct writers: " + ", ".join(f"{head_name(r.layer, r.head)} {r.dla:+.2f}" for r in best.itertuples())
+        "largest direct writers"
+        + (f" (mean over {n} examples, 95% bootstrap interval)" if n > 1 else "")
+        + ": "
+        + ", ".join(f"{head_name(r.layer, r.head)} {r.dla:+.2f}{ci(r)}" for r in best.itertuples())
     )
     notes.append(
         "direct effect only (a head may write the answer and be compensated when removed: McGrath et al. 2023)"
@@ -160,13 +214,15 @@ def _figures(ctx: Context, mean, lens, summary: list, d) -> list:
     from probe.app.report.ablation_figures import head_heatmap
     from probe.app.report.writes_figures import logit_lens_figure
 
-    target = summary[0]["answer"]
+    pairs = {(s["answer"], s["against"]) for s in summary}
+    a, b = summary[0]["answer"], summary[0]["against"]
+    target = (repr(a) + ("" if b is None else f" − {b!r}")) if len(pairs) == 1 else "each example's answer"
     paths = [
         head_heatmap(
-            mean, "dla", d / "logit_attribution.png", f"{ctx.adapter.name}: direct logit attribution to {target!r}"
+            mean, "dla", d / "logit_attribution.png", f"{ctx.adapter.name}: direct logit attribution to {target}"
         )
     ]
-    for i, s in enumerate(summary):
+    for i, s in enumerate(summary[:SHOWN]):
         paths.append(
             logit_lens_figure(lens[lens["example"] == i], d / f"logit_lens_{i}.png", f"{s['text']!r} → {s['answer']!r}")
         )
@@ -229,6 +285,14 @@ ANALYSIS = Analysis(
         Param("position", int, -1, "the position whose next-token logit is read (-1: the last)"),
         Param("top_k", int, 5, "tokens listed per layer of the logit lens and per head's OV circuit", min=1),
         Param("top_heads", int, 5, "heads whose OV circuits are listed", min=1),
+        Param(
+            "task",
+            str,
+            None,
+            'a JSON-lines file, one example a line: {"text": …, "answer": …, "against": …} (against optional); '
+            "instead of --text/--answer: each head's mean over the examples with its bootstrap interval",
+        ),
+        Param("n_boot", int, 1000, "bootstrap resamples of each head's interval over the examples", min=100),
     ),
     section=False,
     modules=("probe.analyses.writes.dla",),
