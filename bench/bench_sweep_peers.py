@@ -118,7 +118,10 @@ def setup(n: int):
     adapter = build_adapter()
     corpus = load_corpus(conllu=str(EWT), limit=n)
     obj, _ = resolve_objective("auto", adapter, corpus)
-    batches = [(num, list(idx), obj.make_batch(adapter, corpus, list(idx))) for num, idx in sweep_batches(adapter, corpus, BATCH)]
+    batches = [
+        (num, list(idx), obj.make_batch(adapter, corpus, list(idx)))
+        for num, idx in sweep_batches(adapter, corpus, BATCH)
+    ]
     return adapter, corpus, obj, batches
 
 
@@ -327,24 +330,24 @@ def peaks(n: int, threads: int) -> dict:
 # ---------------------------------------------------------------- main
 
 
-def measure(n: int, repeats: int) -> tuple:
+def measure(n: int, repeats: int, warm: bool = True) -> tuple:
     ctx = setup(n)
     run = methods(ctx)
-    results = {(m, mode): run[m](mode) for m in METHODS for mode in MODES}  # warm-up, and the values compared
-    diffs = {
-        (m, mode): float(np.abs(results[m, mode] - results["probe", mode]).max())
-        for m in METHODS[1:]
-        for mode in MODES
-    }
-    times: dict = {key: [] for key in results}
-    order = list(results)
+    keys = [(m, mode) for m in METHODS for mode in MODES]
+    results = {k: run[k[0]](k[1]) for k in keys} if warm else {}  # warm-up, and the values compared
+    times: dict = {key: [] for key in keys}
+    order = list(keys)
     rng = random.Random(n)
     for _ in range(repeats):
         rng.shuffle(order)
         for m, mode in order:
             t = time.perf_counter()
-            run[m](mode)
+            r = run[m](mode)
             times[m, mode].append(time.perf_counter() - t)
+            results.setdefault((m, mode), r)  # without a warm-up, the first round's values
+    diffs = {
+        (m, mode): float(np.abs(results[m, mode] - results["probe", mode]).max()) for m in METHODS[1:] for mode in MODES
+    }
     lengths = [int(b.inputs["attention_mask"].sum()) for _, _, b in ctx[3]]
     return times, diffs, sum(lengths), len(ctx[3])
 
@@ -355,6 +358,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-warmup", action="store_true", help="time the first round too (its values compared)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import nnsight
@@ -366,13 +370,16 @@ def main() -> None:
         f"torch {torch.__version__}, transformers {tr.__version__}, transformer-lens {version('transformer-lens')}, "
         f"nnsight {nnsight.__version__}; random GPT-2 4 layers × 8 heads (128 wide, vocabulary 2,048), next-token loss, batch {BATCH}, "
         f"{args.threads} thread(s), median of {args.repeats} shuffled rounds"
+        + (" (no warm-up round)" if args.no_warmup else "")
     )
     print(f"load average before: {' '.join(f'{x:.2f}' for x in load0)}\n")
-    print("| n | mode | probe s | nnsight s | TL s | nnsight / probe | TL / probe | max \\|Δ\\| nnsight | max \\|Δ\\| TL |")
+    print(
+        "| n | mode | probe s | nnsight s | TL s | nnsight / probe | TL / probe | max \\|Δ\\| nnsight | max \\|Δ\\| TL |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     with torch.no_grad():
         for n in args.n:
-            times, diffs, tokens, n_batches = measure(n, args.repeats)
+            times, diffs, tokens, n_batches = measure(n, args.repeats, warm=not args.no_warmup)
             med = {k: statistics.median(v) for k, v in times.items()}
             for mode in MODES:
                 p, nn, tl = med["probe", mode], med["nnsight", mode], med["TL", mode]
@@ -388,14 +395,21 @@ def main() -> None:
                 f"{tot['nnsight'] / tot['probe']:.2f}× | {tot['TL'] / tot['probe']:.2f}× | | |",
                 flush=True,
             )
-            print(f"|   | ({tokens} tokens in {n_batches} batches; per-round times: " + "; ".join(
-                f"{m} {mode} [{', '.join(f'{t:.2f}' for t in times[m, mode])}]" for m in METHODS for mode in MODES
-            ) + ") | | | | | | | |", flush=True)
+            print(
+                f"|   | ({tokens} tokens in {n_batches} batches; per-round times: "
+                + "; ".join(
+                    f"{m} {mode} [{', '.join(f'{t:.2f}' for t in times[m, mode])}]" for m in METHODS for mode in MODES
+                )
+                + ") | | | | | | | |",
+                flush=True,
+            )
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if not args.no_memory:
         n = max(args.n)
         for m, (base, peak) in peaks(n, args.threads).items():
-            print(f"peak RSS {m:<8} n={n}, three modes: {peak:.0f} MiB (after setup {base:.0f} MiB, +{peak - base:.0f} MiB)")
+            print(
+                f"peak RSS {m:<8} n={n}, three modes: {peak:.0f} MiB (after setup {base:.0f} MiB, +{peak - base:.0f} MiB)"
+            )
 
 
 if __name__ == "__main__":
