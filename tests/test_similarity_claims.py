@@ -4,20 +4,12 @@ render exactly the evidence summary.json holds."""
 from __future__ import annotations
 
 import html
-import json
 import re
 
 import numpy as np
 import pytest
 
 LIMIT = 8
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    from probe.models.registry import load_model
-
-    return load_model("minilm")
 
 
 # ---- pairs files -------------------------------------------------------------------------
@@ -85,12 +77,13 @@ def test_similarity_target_explains_the_pairs_cosine(minilm, tmp_path):
 
 # ---- the report: one source of numbers ------------------------------------------------------
 @pytest.fixture(scope="module")
-def small_report(minilm, tmp_path_factory):
-    from probe.app.report.build import build_report
-
-    out = tmp_path_factory.mktemp("sim") / "r"
-    build_report(out, adapter=minilm, limit=LIMIT, sections=["faithfulness", "claims"], strict=True)
-    return out, json.loads((out / "summary.json").read_text())
+def small_report(minilm_report_8):
+    """MiniLM's report on the first 8 bundled sentences with the faithfulness and claims
+    sections (and syntax, ablation and roles: the session's shared report, tests/conftest.py)."""
+    out, summary = minilm_report_8
+    assert len(summary["heads"]) == 72 and summary["corpus"]["examples"] == LIMIT
+    assert {"faithfulness", "claims"} <= {s["name"] for s in summary["sections"]}
+    return out, summary
 
 
 def _claims_items(page: str) -> dict:
