@@ -17,7 +17,7 @@ from probe.app.registry import Analysis, Param
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
-from ._shared import CAUSAL, NULL, causal_path, model_corpus
+from ._shared import CAUSAL, NULL, causal_path, head_count, model_corpus
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
@@ -66,7 +66,12 @@ def run(ctx: Context) -> ClaimsResult:
         objective_why=why,
         runner=ctx.runner,  # the removals' batches wherever the run's engine runs them
         causal=(
-            causal_path(ctx.params.get("causal"), len(ctx.whole_corpus), ctx.params.get("max_model_examples"))
+            causal_path(
+                ctx.params.get("causal"),
+                len(ctx.whole_corpus),
+                ctx.params.get("max_model_examples"),
+                head_count(adapter),
+            )
             if adapter is not None
             else "exhaustive"
         ),
