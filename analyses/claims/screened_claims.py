@@ -18,7 +18,11 @@ either is hours on two cores. Here:
   (the per-example quantile over heads is estimated from the sample), BH counting every
   head; every other head's weights claim is *not tested*, with that reason.
 * **redundancy** and the baselines beside a necessary head as on the exhaustive path (their
-  removals are of candidate groups and held heads, not of every head).
+  removals are of candidate groups and held heads, not of every head), the null's bar from
+  :data:`NULL_GROUPS` random groups of each size in all (the exhaustive path: 4 of each
+  size from every layer, 240 per size at SmolLM2's 30 layers). The candidate groups (heads
+  of one layer sharing a pattern, none needed alone) are at most one per layer and role:
+  their count grows with the layers, not with the heads per layer.
 
 Shapes: claims ``{(layer, head): Claim}``.
 """
@@ -34,10 +38,14 @@ import pandas as pd
 from . import thresholds as T
 from .claim import Claim
 
-__all__ = ["screened_claims", "reusable_screen", "NULL_WEIGHT_HEADS", "REPORT_SCREEN"]
+__all__ = ["screened_claims", "reusable_screen", "NULL_WEIGHT_HEADS", "NULL_GROUPS", "REPORT_SCREEN"]
 
 #: null-model heads given uniform weights for the weights claims' bar on the screened path
 NULL_WEIGHT_HEADS = 16
+
+#: null-model groups of each size the redundancy claims' bar takes on the screened path (in
+#: all, each from a random layer; the exhaustive path takes 4 of each size from every layer)
+NULL_GROUPS = 8
 
 #: the report's screened necessity (:func:`.screened.screened_necessity`): the null model's
 #: heads ranked by a screen of 64 random examples and its 8 largest removed exactly on every
@@ -146,8 +154,9 @@ def screened_claims(
     necessity = _confirm_baselines(necessity, (sweep, beside), len(heads))
     info["baselines"] = baselines_info(necessity, getattr(beside or sweep, "kinds", {}))
     redundancy, groups = redundancy_claims(
-        adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter
-    )
+        adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter,
+        null_per_size=NULL_GROUPS,
+    )  # fmt: skip
     if groups:
         tables["groups"] = pd.DataFrame(groups)
     done = [removal_table(s) for s in (sweep, beside) if s is not None]
