@@ -9,13 +9,14 @@ runs, each in its own process under GNU time (``/usr/bin/time -v``: wall seconds
 2. the whole report: ``probe report --model smollm2 --conllu … --limit N -v`` (the default
    ``--causal auto``: at 270 heads, more than 144, the screened path).
 
-Prints each command's wall seconds and peak RSS, the report's own capture time and each
+Prints each command's wall and CPU seconds (user + system) and peak RSS, the report's own capture time and each
 section's time (from its ``-v`` log: "captured N examples in …", "section X ran in …"), the
 machine's load average before and after, and the ratio of the report's wall time to the
 capture pass's (the goal: ≤ 25 capture passes). Both include loading the model from the
 GGUF cache (``load_model("smollm2")``; the first load dequantises, ~1 min: run the bench a
-second time for the cached figure). On a shared machine the times are upper bounds; the
-ratio compares two runs under about the same load only when they run back to back.
+second time for the cached figure). On a shared machine the wall times are upper bounds and
+the CPU-time ratio is the steadier one (a loaded machine stretches wall time, much less the
+CPU seconds a process is given).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def timed(cmd: list, log: Path) -> dict:
     wall = time.perf_counter() - started
     text = log.read_text(encoding="utf-8", errors="replace")
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-    return {"wall": wall, "rss_gib": int(rss.group(1)) / 2**20 if rss else float("nan"), "rc": rc, "log": text}
+    cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", text))
+    rss_gib = int(rss.group(1)) / 2**20 if rss else float("nan")
+    return {"wall": wall, "cpu": cpu, "rss_gib": rss_gib, "rc": rc, "log": text}
 
 
 def sections(text: str) -> list:
@@ -63,15 +66,24 @@ def main() -> None:
     given = ["--model", "smollm2", "--conllu", args.conllu, "--limit", str(args.limit)]
     print(f"load average before: {os.getloadavg()}", flush=True)
     cap = timed([*probe, "capture", *given, "--out", str(base / "store")], base / "capture.log")
-    print(f"capture pass: {cap['wall']:.1f} s wall, peak RSS {cap['rss_gib']:.2f} GiB (rc {cap['rc']})", flush=True)
+    print(
+        f"capture pass: {cap['wall']:.1f} s wall, {cap['cpu']:.1f} s CPU, peak RSS {cap['rss_gib']:.2f} GiB "
+        f"(rc {cap['rc']})",
+        flush=True,
+    )
     report_cmd = [*probe, "report", *given, "-v", "--no-resume", "--force", "--out", str(base / "report")]
     report_cmd += args.report_args.split()
     print("report: " + " ".join(report_cmd), flush=True)
     rep = timed(report_cmd, base / "report.log")
-    print(f"report: {rep['wall']:.1f} s wall, peak RSS {rep['rss_gib']:.2f} GiB (rc {rep['rc']})")
+    print(
+        f"report: {rep['wall']:.1f} s wall, {rep['cpu']:.1f} s CPU, peak RSS {rep['rss_gib']:.2f} GiB (rc {rep['rc']})"
+    )
     for name, s in sections(rep["log"]):
-        print(f"  {name}: {s:.1f} s")
-    print(f"ratio: report / capture pass = {rep['wall'] / cap['wall']:.1f} (goal ≤ 25)")
+        print(f"  {name}: {s:.1f} s wall")
+    print(
+        f"ratio: report / capture pass = {rep['wall'] / cap['wall']:.1f} by wall time, "
+        f"{rep['cpu'] / max(cap['cpu'], 1e-9):.1f} by CPU time (goal ≤ 25)"
+    )
     print(f"load average after: {os.getloadavg()}")
     if rep["rc"] != 0:
         print(rep["log"][-3000:])
