@@ -19,6 +19,7 @@ from .baselines import baselines_info, baselines_note
 from probe.errors import InputError, NotApplicable
 
 from .claim import STATUSES, Claim
+from .screened_claims import screened_claims
 from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
 
@@ -349,14 +350,10 @@ def _causal(
                     info, seed=seed, why=why, reuse=ablation if decided else None,
                 )  # fmt: skip
                 return necessity, weights, redundancy, info
-            if path == "screened":
-                from .screened_claims import screened_claims
-
-                necessity, weights, redundancy = screened_claims(
-                    adapter, nadapter, corpus, screen_corpus, obj, heads, pattern, importance, runner, notes, tables,
-                    info, seed=seed, why=why, progress=progress, reuse=ablation,
-                )  # fmt: skip
-                return necessity, weights, redundancy, info
+            if path == "screened":  # necessity screened on every example, weights on the confirmed heads
+                got = screened_claims(adapter, nadapter, corpus, screen_corpus, obj, heads, pattern, importance, runner,
+                                      notes, tables, info, seed=seed, why=why, progress=progress, reuse=ablation)  # fmt: skip
+                return (*got, info)
             if decided:  # decided on other examples: nothing to reuse here
                 ablation = None
             # every head in the modes that decide a claim (mean: necessity; uniform: weights); the

@@ -107,20 +107,10 @@ def redundancy_claims(
     if not groups:
         return claims, rows
     items = sorted(groups.items())
-    sweep = removal_sweep(
-        adapter,
-        corpus,
-        objective,
-        units=[heads for _, heads in items],
-        modes=("mean",),
-        seed=seed,
-        runner=runner,
-    )
-    null_sets = (
-        null_groups(adapter, sorted({len(h) for _, h in items}), seed, null_per_size)
-        if null_adapter is not None
-        else {}
-    )
+    units = [heads for _, heads in items]
+    sweep = removal_sweep(adapter, corpus, objective, units=units, modes=("mean",), seed=seed, runner=runner)
+    sizes = sorted({len(h) for _, h in items})
+    null_sets = null_groups(adapter, sizes, seed, null_per_size) if null_adapter is not None else {}
     null_units = [g for k in sorted(null_sets) for g in null_sets[k]]
     null = (
         removal_sweep(null_adapter, corpus, objective, units=null_units, modes=("mean",), seed=seed)

@@ -178,6 +178,14 @@ def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner
     return NullSweep(replace(sweep, units=units, harm={"mean": full}), nadapter.card["null_source"]), len(top)
 
 
+def _null_info(null: Any, removed: int, n: int, screened_on: Optional[int]) -> Optional[dict]:
+    """What summary.json states of the null model's side: its source, the heads removed
+    exactly (on all ``n`` examples) and the examples its screen ranked them on."""
+    if null is None:
+        return None
+    return {"source": null.source, "heads_removed": removed, "examples": n, "screened_on": min(n, screened_on or n)}
+
+
 def _screened_out(head_upper: float, estimate: float, n: int, bound: float, confidence: float, floor: float, units):
     return Claim(
         "necessity",
@@ -429,17 +437,9 @@ def screened_necessity(
     null_idx = list(range(n))  # the exhaustive test of a head that takes every example pairs it with the null's
     k_null = max(min_top, math.ceil(2 * T.FDR * m)) if null_top is None else int(null_top)
     got = _null(
-        null_adapter,
-        corpus,
-        objective,
-        heads,
-        null_idx,
-        k=k_null,
-        seed=seed,
-        batch_size=batch_size,
-        runner=None,  # the null model lives in this process: the run's runner would run the trained model
-        screen_on=null_screen,
-    )
+        null_adapter, corpus, objective, heads, null_idx, k=k_null, seed=seed, batch_size=batch_size,
+        runner=None, screen_on=null_screen,  # the null lives here: the run's runner would run the trained model
+    )  # fmt: skip
     null, null_confirmed = got if got is not None else (None, 0)
     common = dict(seed=seed, batch_size=batch_size, runner=runner)
     if not units:
@@ -469,9 +469,8 @@ def screened_necessity(
             c.extra.update(screen_role=role, screened_estimate=float(est[i]), screened_upper=float(upper[i]))
         claims[h] = c
         rows_out.append(
-            {"layer": h[0], "head": h[1], "screened": float(est[i]), "stderr": float(err[i]),
-             "upper": float(upper[i]), "role": role,
-             "examples": int(used.get((h,), 0)), "exact_harm": c.effect if h in exact else float("nan"),
+            {"layer": h[0], "head": h[1], "screened": float(est[i]), "stderr": float(err[i]), "upper": float(upper[i]),
+             "role": role, "examples": int(used.get((h,), 0)), "exact_harm": c.effect if h in exact else float("nan"),
              "status": c.status}
         )  # fmt: skip
     info = {
@@ -497,16 +496,7 @@ def screened_necessity(
         "miss_rate": len(misses) / len(plan.audit) if plan.audit else None,
         "miss_rate_upper": bound,
         "confidence": confidence,
-        "null": (
-            {
-                "source": null.source,
-                "heads_removed": null_confirmed,
-                "examples": len(null_idx),
-                "screened_on": min(n, null_screen or n),
-            }
-            if null
-            else None
-        ),  # fmt: skip
+        "null": _null_info(null, null_confirmed, n, null_screen),
         "seconds": time.time() - started,
     }
     return ScreenedNecessity(claims=claims, info=info, table=pd.DataFrame(rows_out), screen=scr)

@@ -95,6 +95,31 @@ def _weights(adapter, nadapter, corpus, obj, heads, exact, necessity, pattern, *
     return out, sweep
 
 
+def _screen(adapter, nadapter, whole, obj, heads, *, seed, runner, progress, reuse) -> Any:
+    """The ablation section's screened run ``reuse`` when :func:`reusable_screen`, else a new
+    one on ``whole`` with the report's settings (:data:`REPORT_SCREEN`)."""
+    from .screened import screened_necessity
+
+    if reusable_screen(reuse, obj.name, len(whole)):
+        return reuse
+    return screened_necessity(
+        adapter, whole, obj, heads, null_adapter=nadapter, seed=seed, runner=runner, progress=progress,
+        **REPORT_SCREEN,
+    )  # fmt: skip
+
+
+def _note(obj, why: str, n_whole: int, n_corpus: int, n_exact: int, n_heads: int, baselines: dict) -> str:
+    """The claims' note on the screened path: what was screened, removed and tested on what."""
+    from .baselines import baselines_note
+
+    return (
+        f"objective: {obj.describe()} — {why}; units: {obj.units}; necessity by screening every head on all "
+        f"{n_whole} examples (below); the {n_exact} heads it confirmed also given uniform attention weights on "
+        f"{n_corpus} examples (weights; the other {n_heads - n_exact} not tested), the redundancy groups and the "
+        f"baselines beside a necessary head on the same {n_corpus}; " + baselines_note(baselines)
+    )
+
+
 def screened_claims(
     adapter: Any,
     nadapter: Any,
@@ -119,27 +144,12 @@ def screened_claims(
     when :func:`reusable_screen`), weights, redundancy and the baselines on ``corpus`` (the
     model-run examples). Fills ``tables`` (``screened``, ``removal``, ``groups``), ``info``
     (``causal``: the screened run's summary and note) and ``notes``."""
+    from .baselines import baselines_info
     from .heads import _beside_necessary, _confirm_baselines, removal_table
-    from .baselines import baselines_info, baselines_note
     from .necessity import add_importance
     from .redundancy import redundancy_claims
-    from .screened import screened_necessity
 
-    got = (
-        reuse
-        if reusable_screen(reuse, obj.name, len(whole))
-        else screened_necessity(
-            adapter,
-            whole,
-            obj,
-            heads,
-            null_adapter=nadapter,
-            seed=seed,
-            runner=runner,
-            progress=progress,
-            **REPORT_SCREEN,
-        )  # fmt: skip
-    )
+    got = _screen(adapter, nadapter, whole, obj, heads, seed=seed, runner=runner, progress=progress, reuse=reuse)
     necessity = add_importance(dict(got.claims), importance)
     tables["screened"] = got.table
     info["causal"] = dict(got.info, note=got.note(), reused=got is reuse)
@@ -162,11 +172,5 @@ def screened_claims(
     done = [removal_table(s) for s in (sweep, beside) if s is not None]
     if done:
         tables["removal"] = pd.concat(done, ignore_index=True)
-    notes.append(
-        f"objective: {obj.describe()} — {why}; units: {obj.units}; necessity by screening every head on all "
-        f"{len(whole)} examples (below); the {len(exact)} heads it confirmed also given uniform attention "
-        f"weights on {len(corpus)} examples (weights; the other {len(heads) - len(exact)} not tested), the "
-        f"redundancy groups and the baselines beside a necessary head on the same {len(corpus)}; "
-        + baselines_note(info["baselines"])
-    )
+    notes.append(_note(obj, why, len(whole), len(corpus), len(exact), len(heads), info["baselines"]))
     return necessity, weights, redundancy

@@ -280,9 +280,11 @@ def build_report(
         null: the null model the claims and the faithfulness bar are calibrated on
             (``reinit``, ``permute``, ``none``; default: the toolkit's,
             :data:`probe.analyses.claims.null_model.DEFAULT_NULL`).
-        causal: the necessity claims' path: ``exhaustive`` (default; every head removed
-            on the capped examples) or ``screened`` (every example screened, the heads that
-            could matter removed exactly, :mod:`probe.analyses.claims.screened`).
+        causal: the causal claims' path (``--causal``): ``auto`` (``None``: screened above
+            144 heads, else sequential where the model-run cap cuts the corpus, else
+            exhaustive), ``exhaustive`` (every head removed on the capped examples),
+            ``sequential`` or ``screened`` (every example screened, the heads that could
+            matter removed exactly, :mod:`probe.analyses.claims.screened_claims`).
 
     Returns:
         :class:`ReportData`, with ``path`` set.
@@ -313,16 +315,12 @@ def build_report(
     partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
     try:
         settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
-        settings.update(
-            _model_examples_setting(
-                len(ctx.input_corpus), max_model_examples, explained_examples, causal, heads=_head_count(adapter)
-            )
-        )
+        n, heads = len(ctx.input_corpus), _head_count(adapter)
+        settings.update(_model_examples_setting(n, max_model_examples, explained_examples, causal, heads=heads))
         settings.update({k: v for k, v in notes.items() if v})
         ctx.report.settings.update(settings, **_streamed_settings(ctx, batch_size, bool(progress), sections))
-        shown = progress if callable(progress) else (_print_progress if progress else None)
         with budget_in_force(budget):
-            data = analyse(ctx, sections=sections, strict=strict, partial=partial, progress=shown)
+            data = analyse(ctx, sections=sections, strict=strict, partial=partial, progress=_shown(progress))
         write_report(data, out, force=force)
         partial.discard()
     finally:
@@ -644,6 +642,11 @@ def _overrides(max_model_examples, explained_examples=None, null=None, causal=No
 
 def _names(names: list) -> str:
     return ", ".join(names[:-1]) + (f" and {names[-1]}" if len(names) > 1 else "".join(names))
+
+
+def _shown(progress: Any) -> Any:
+    """The progress callback: the caller's, or one line per section printed, or none."""
+    return progress if callable(progress) else (_print_progress if progress else None)
 
 
 def _head_count(adapter: Any) -> int:

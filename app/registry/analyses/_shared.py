@@ -74,6 +74,13 @@ def causal_path(chosen, n: int, cap, heads: int = 0) -> str:
     return "sequential" if cap and n > cap else "exhaustive"
 
 
+def run_causal_path(ctx, n: int) -> str:
+    """The run's causal path (:func:`causal_path`) for ``n`` examples: its ``--causal``, its
+    model-run cap and its model's head count."""
+    p = ctx.params
+    return causal_path(p.get("causal"), n, p.get("max_model_examples"), head_count(getattr(ctx, "adapter", None)))
+
+
 def screened_setting(chosen, n: int, heads: int) -> str:
     """The report's setting line for the screened path: why it was taken and what it costs."""
     why = (

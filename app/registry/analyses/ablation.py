@@ -15,7 +15,7 @@ from ._shared import (
     CAUSAL,
     GROUPS,
     N_BOOT,
-    causal_path,
+    run_causal_path,
     group_note,
     group_table,
     head_name,
@@ -93,8 +93,7 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
     p = ctx.params
     if p["mode"] != "mean" or p["layers"] is not None or groups:
         return None
-    path = causal_path(p.get("causal"), len(ctx.whole_corpus), p.get("max_model_examples"))
-    if path != "sequential":
+    if run_causal_path(ctx, len(ctx.whole_corpus)) != "sequential":
         return None
     try:
         objective = ctx.objective("corpus")
@@ -125,13 +124,10 @@ def _screened(ctx: Context, groups: list) -> Any:
     from probe.analyses.necessity.ablation import check_heads
     from probe.errors import NotApplicable
 
-    from ._shared import head_count
-
     p = ctx.params
     if p["mode"] != "mean" or p["layers"] is not None or groups:
         return None
-    heads = head_count(ctx.adapter)
-    if causal_path(p.get("causal"), len(ctx.whole_corpus), p.get("max_model_examples"), heads) != "screened":
+    if run_causal_path(ctx, len(ctx.whole_corpus)) != "screened":
         return None
     try:
         objective = ctx.objective("corpus")
