@@ -52,7 +52,7 @@ NULL_GROUPS = 8
 #: example (the bar: their per-example 95% quantile and largest mean, at least the whole
 #: null's where the screen ranks its largest first, so it errs towards "not necessary");
 #: a cost that does not grow with the head count
-REPORT_SCREEN = {"null_top": 8, "null_screen": 64}
+REPORT_SCREEN: dict[str, Any] = {"null_top": 8, "null_screen": 64}
 
 
 def reusable_screen(got: Any, objective: str, n: int) -> bool:

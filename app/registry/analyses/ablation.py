@@ -166,7 +166,8 @@ def _screened_sweep(got: Any) -> SweepResult:
         ablated.append(per_example[index[key]])
         c = got.claims[key]
         exact = r.role != "screened out" and c.effect is not None and np.isfinite(c.effect)
-        d, half = (float(c.effect), None) if exact else (float(r.screened), 1.96 * float(r.stderr))
+        d = float(c.effect) if exact else float(r.screened)
+        half = 1.96 * float(r.stderr)  # the screen's interval, for a head not removed exactly
         low, high = (float(c.ci_low), float(c.ci_high)) if exact else (d - half, d + half)
         rows.append(
             {"layer": key[0], "head": key[1], "mode": "mean", "metric": name, "clean": 0.0, "ablated": d,
