@@ -19,6 +19,7 @@ from .baselines import baselines_info, baselines_note
 from probe.errors import InputError, NotApplicable
 
 from .claim import STATUSES, Claim
+from .screened_claims import screened_claims
 from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
 
@@ -221,8 +222,10 @@ def head_claims(
             (:data:`.null_model.DEFAULT_NULL`); ``none``: against the floor alone.
         causal: ``exhaustive`` (every head removed on ``corpus``); ``screened``: the
             necessity claims by :func:`.screened.screened_necessity` on ``screen_corpus``
-            (default ``corpus``; the report passes the whole corpus), the weights and
-            redundancy claims as before on ``corpus``; ``sequential``: the necessity and
+            (default ``corpus``; the report passes the whole corpus), weights on the heads
+            it removed exactly and redundancy on ``corpus``
+            (:func:`.screened_claims.screened_claims`: no head is removed on every example);
+            ``sequential``: the necessity and
             weights claims decided head by head in blocks of ``screen_corpus``
             (:func:`.decided.decided_claims`), redundancy on ``corpus``.
     """
@@ -312,8 +315,8 @@ def _causal(
     """``(necessity, weights, redundancy, objective info)``: the claims that remove heads
     (:mod:`.removal`), *not tested* without a live model or an objective that fits; their
     tables (``groups``, ``removal``) into ``tables`` and the objective's note into ``notes``.
-    With ``screen_corpus`` the necessity claims are the screened path's on it (:mod:`.screened`),
-    or with ``path="sequential"`` the necessity and weights claims are decided on it in
+    With ``path="screened"`` the claims of :mod:`.screened_claims` (necessity screened on
+    ``screen_corpus``), or with ``path="sequential"`` the necessity and weights claims are decided on it in
     blocks (:mod:`.decided`)."""
     from probe.analyses.common.objective import resolve_objective
 
@@ -347,6 +350,10 @@ def _causal(
                     info, seed=seed, why=why, reuse=ablation if decided else None,
                 )  # fmt: skip
                 return necessity, weights, redundancy, info
+            if path == "screened":  # necessity screened on every example, weights on the confirmed heads
+                got = screened_claims(adapter, nadapter, corpus, screen_corpus, obj, heads, pattern, importance, runner,
+                                      notes, tables, info, seed=seed, why=why, progress=progress, reuse=ablation)  # fmt: skip
+                return (*got, info)
             if decided:  # decided on other examples: nothing to reuse here
                 ablation = None
             # every head in the modes that decide a claim (mean: necessity; uniform: weights); the
@@ -359,9 +366,6 @@ def _causal(
             if null_sweep is not None:
                 info.update(null=null_sweep.source, null_quantile_level=1.0 - T.FDR)
             necessity = necessity_claims(sweep, importance, null=null_sweep)
-            if screen_corpus is not None:
-                necessity = _screened(adapter, nadapter, screen_corpus, obj, heads, importance, runner, tables, info,
-                                      seed=seed, progress=progress)  # fmt: skip
             beside = _beside_necessary(adapter, corpus, obj, necessity, sweep, seed, runner)
             necessity = _confirm_baselines(necessity, (sweep, beside), len(heads))
             info["baselines"] = baselines_info(necessity, sweep.kinds)
@@ -377,8 +381,7 @@ def _causal(
                 else pd.concat([removal_table(sweep), removal_table(beside)], ignore_index=True)
             )
             notes.append(
-                ("necessity by screening (below); the removals here: " if screen_corpus is not None else "")
-                + f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
+                f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
                 f"(Wang et al. 2022; beside a necessary head's claim: zero-, one-mean and resample-ablation and a same-norm "
                 f"random perturbation of it) on {len(corpus)} examples; necessity holds "
                 f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
@@ -503,20 +506,6 @@ def _decided(
         f"of the whole corpus until decided (below)"
     )
     return necessity, got.weights, redundancy
-
-
-def _screened(adapter, nadapter, corpus, obj, heads, importance, runner, tables, info, *, seed, progress):
-    """The screened path's necessity claims on ``corpus`` (:func:`.screened.screened_necessity`);
-    its table into ``tables['screened']``, its summary and note into ``info['causal']``."""
-    from .screened import screened_necessity
-
-    got = screened_necessity(
-        adapter, corpus, obj, heads, null_adapter=nadapter, importance=importance, seed=seed, runner=runner,
-        progress=progress,
-    )  # fmt: skip
-    tables["screened"] = got.table
-    info["causal"] = dict(got.info, note=got.note())  # the caller states the note (the examples are not the cut's)
-    return got.claims
 
 
 def every_kind(inputs: ClaimInputs) -> dict:

@@ -213,16 +213,25 @@ def weights_reading(removal: float, uniform: float, floor: float) -> str:
     return "partly routing"
 
 
-def weights_claims(sweep: Any, pattern: Optional[dict] = None, null: Any = None) -> dict:
+def weights_claims(
+    sweep: Any,
+    pattern: Optional[dict] = None,
+    null: Any = None,
+    tests: Optional[int] = None,
+    removal: Optional[np.ndarray] = None,
+) -> dict:
     """``{(layer, head): Claim}`` of the uniform-weights test (``not tested`` when the
     sweep could not replace attention, e.g. encoder-decoder models). ``pattern``: the
-    pattern claims, naming where an inert head parks its attention."""
+    pattern claims, naming where an inert head parks its attention; ``tests``: the heads BH
+    counts (default the sweep's); ``removal``: each unit's mean-ablation harm (default the
+    sweep's ``mean`` mode)."""
     keys = [u[0] for u in sweep.units]
     if "uniform" not in sweep.harm:
         why = sweep.skipped.get("uniform", "uniform weights were not run")
         return {k: Claim("weights", "not tested", reason=why) for k in keys}
-    claims = _tested("weights", sweep, "uniform", "where it looks matters", null)
-    removal = sweep.harm["mean"].mean(1) if "mean" in sweep.harm else np.full(len(keys), np.nan)
+    claims = _tested("weights", sweep, "uniform", "where it looks matters", null, tests=tests)
+    if removal is None:
+        removal = sweep.harm["mean"].mean(1) if "mean" in sweep.harm else np.full(len(keys), np.nan)
     return read_weights(claims, keys, removal, pattern, T.min_effect(sweep.objective))
 
 

@@ -13,7 +13,7 @@ whole group is reported as context.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 from . import thresholds as T
@@ -53,19 +53,28 @@ def not_grouped(necessity: dict) -> dict:
 NULL_GROUPS_PER_LAYER = 4
 
 
-def null_groups(adapter, sizes, seed: int) -> dict:
+def null_groups(adapter, sizes, seed: int, per_size: Optional[int] = None) -> dict:
     """``{k: [group of k heads of one layer]}``: up to :data:`NULL_GROUPS_PER_LAYER`
     distinct random groups of each size ``k`` from every layer (seeded): the groups whose
-    removal in the null model is the redundancy claim's null distribution."""
+    removal in the null model is the redundancy claim's null distribution. ``per_size``:
+    instead, that many groups of each size in all, each from a layer drawn at random (the
+    screened path's: a count that does not grow with the layers)."""
     import itertools
     import random
 
     rng = random.Random(seed)
     H = adapter.n_heads
+    L = adapter.n_layers_of(adapter.default_stack)
     out: dict = {}
     for k in sizes:
         groups = []
-        for layer in range(adapter.n_layers_of(adapter.default_stack)):
+        if per_size is not None:
+            for _ in range(per_size):
+                layer = rng.randrange(L)
+                groups.append(tuple((layer, h) for h in sorted(rng.sample(range(H), k))))
+            out[k] = groups
+            continue
+        for layer in range(L):
             combos = list(itertools.combinations(range(H), k))
             for c in rng.sample(combos, min(NULL_GROUPS_PER_LAYER, len(combos))):
                 groups.append(tuple((layer, h) for h in c))
@@ -82,13 +91,15 @@ def redundancy_claims(
     seed: int = 0,
     runner: Any = None,
     null_adapter: Any = None,
+    null_per_size: Optional[int] = None,
 ) -> tuple:
     """``({(layer, head): Claim}, groups table rows)`` for every head in ``necessity``: each
     candidate group mean-ablated at once (:func:`.removal.removal_sweep`, its batches run
     by ``runner``), its harm on the objective tested against the floor (one-sided
     Wilcoxon, Bonferroni over groups) and, with ``null_adapter`` (:mod:`.null_model`),
     against the same group mean-ablated in the null model, per example (paired; the
-    larger p of the two)."""
+    larger p of the two); ``null_per_size``: that many null groups of each size in all
+    (:func:`null_groups`)."""
     from .removal import removal_sweep
 
     groups = candidate_groups(pattern, necessity)
@@ -96,16 +107,10 @@ def redundancy_claims(
     if not groups:
         return claims, rows
     items = sorted(groups.items())
-    sweep = removal_sweep(
-        adapter,
-        corpus,
-        objective,
-        units=[heads for _, heads in items],
-        modes=("mean",),
-        seed=seed,
-        runner=runner,
-    )
-    null_sets = null_groups(adapter, sorted({len(h) for _, h in items}), seed) if null_adapter is not None else {}
+    units = [heads for _, heads in items]
+    sweep = removal_sweep(adapter, corpus, objective, units=units, modes=("mean",), seed=seed, runner=runner)
+    sizes = sorted({len(h) for _, h in items})
+    null_sets = null_groups(adapter, sizes, seed, null_per_size) if null_adapter is not None else {}
     null_units = [g for k in sorted(null_sets) for g in null_sets[k]]
     null = (
         removal_sweep(null_adapter, corpus, objective, units=null_units, modes=("mean",), seed=seed)

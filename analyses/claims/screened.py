@@ -62,12 +62,14 @@ class ScreenedNecessity:
             examples screened, each exactly removed head's examples, the audit and its
             miss-rate bound, the null model's bar); table: per head its screened estimate,
             upper bound, role (``confirmed`` | ``audited`` | ``screened out``), examples
-            removed exactly, exact mean harm and status.
+            removed exactly, exact mean harm and status; screen: the
+            :class:`probe.analyses.necessity.screen.HeadScreen` itself (per-example estimates).
     """
 
     claims: dict
     info: dict
     table: pd.DataFrame
+    screen: Any = None
 
     def note(self) -> str:
         """One line for the report's notes."""
@@ -143,10 +145,11 @@ def _pilot(adapter, corpus, obj, heads, *, size: int, slack: float, seed: int, b
     return flags, k
 
 
-def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner):
+def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner, screen_on=None):
     """A :class:`.necessity.NullSweep` of every head on ``examples`` of ``corpus`` on the null
     model: its ``k`` top screened heads removed exactly, NaN for the others; ``None``
-    without a null model."""
+    without a null model. ``screen_on``: screen (rank) the null's heads on this many of the
+    examples drawn at random (default all), the chosen heads still removed on every one."""
     from probe.analyses.necessity.ablation import position_kind_means
     from probe.analyses.necessity.screen import screen_heads
 
@@ -157,7 +160,11 @@ def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner
         return None
     sub = corpus if len(examples) == len(corpus) else corpus.subset(examples, reason="the null model's sample")
     means = position_kind_means(nadapter, sub, obj, batch_size, nadapter.default_stack)  # screen and sweep share it
-    scr = screen_heads(nadapter, sub, obj, modes=("mean",), seed=seed, batch_size=batch_size, means=means)
+    ranked = sub
+    if screen_on is not None and screen_on < len(sub):
+        pick = sorted(np.random.default_rng(seed).choice(len(sub), int(screen_on), replace=False).tolist())
+        ranked = sub.subset(pick, reason="the null model's screened sample")
+    scr = screen_heads(nadapter, ranked, obj, modes=("mean",), seed=seed, batch_size=batch_size, means=means)
     index = {h: i for i, h in enumerate(scr.heads)}
     upper = scr.upper("mean")[[index[tuple(h)] for h in heads]]
     top = sorted(np.argsort(-np.nan_to_num(upper, nan=np.inf), kind="stable")[:k].tolist())
@@ -169,6 +176,14 @@ def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner
     full[top] = sweep.harm["mean"]
     units = tuple((tuple(h),) for h in heads)
     return NullSweep(replace(sweep, units=units, harm={"mean": full}), nadapter.card["null_source"]), len(top)
+
+
+def _null_info(null: Any, removed: int, n: int, screened_on: Optional[int]) -> Optional[dict]:
+    """What summary.json states of the null model's side: its source, the heads removed
+    exactly (on all ``n`` examples) and the examples its screen ranked them on."""
+    if null is None:
+        return None
+    return {"source": null.source, "heads_removed": removed, "examples": n, "screened_on": min(n, screened_on or n)}
 
 
 def _screened_out(head_upper: float, estimate: float, n: int, bound: float, confidence: float, floor: float, units):
@@ -362,6 +377,8 @@ def screened_necessity(
     bounds: Optional[tuple] = None,
     confidence: float = 0.95,
     progress: bool = False,
+    null_top: Optional[int] = None,
+    null_screen: Optional[int] = None,
 ) -> ScreenedNecessity:
     """Necessity claims of ``heads`` on every example of ``corpus`` (module docstring).
 
@@ -382,6 +399,11 @@ def screened_necessity(
             (default :func:`betting_bounds`: from a first-order screen's estimates).
         runner: where every batch runs (screen, exact removals, blocks), as
             :func:`.removal.removal_sweep`'s.
+        null_top: the null model's heads removed exactly on every example (default the
+            larger of ``min_top`` and twice the FDR's share of the heads); fewer make the
+            null's per-example quantile over heads that of its largest heads only, a bar
+            that errs towards "not necessary".
+        null_screen: screen the null's heads on this many random examples (default all).
 
     Raises:
         InputError: an objective or head that does not fit (from the screen and the sweeps).
@@ -413,18 +435,11 @@ def screened_necessity(
     units = [(heads[i],) for i in todo]
     corpus_level = bool(getattr(objective, "corpus_level", False))
     null_idx = list(range(n))  # the exhaustive test of a head that takes every example pairs it with the null's
-    k_null = max(min_top, math.ceil(2 * T.FDR * m))
+    k_null = max(min_top, math.ceil(2 * T.FDR * m)) if null_top is None else int(null_top)
     got = _null(
-        null_adapter,
-        corpus,
-        objective,
-        heads,
-        null_idx,
-        k=k_null,
-        seed=seed,
-        batch_size=batch_size,
-        runner=None,  # the null model lives in this process: the run's runner would run the trained model
-    )
+        null_adapter, corpus, objective, heads, null_idx, k=k_null, seed=seed, batch_size=batch_size,
+        runner=None, screen_on=null_screen,  # the null lives here: the run's runner would run the trained model
+    )  # fmt: skip
     null, null_confirmed = got if got is not None else (None, 0)
     common = dict(seed=seed, batch_size=batch_size, runner=runner)
     if not units:
@@ -445,7 +460,7 @@ def screened_necessity(
     todo = sorted(set(plan.confirm) | set(plan.audit))
     misses = [i for i in plan.audit if exact[heads[i]].holds]
     bound = miss_rate_bound(len(plan.audit), len(misses), confidence)
-    est = scr.mean("mean")[rows]
+    est, err = scr.mean("mean")[rows], scr.stderr("mean")[rows]
     claims, rows_out = {}, []
     for i, h in enumerate(heads):
         role = "confirmed" if i in plan.confirm else "audited" if i in plan.audit else "screened out"
@@ -454,12 +469,13 @@ def screened_necessity(
             c.extra.update(screen_role=role, screened_estimate=float(est[i]), screened_upper=float(upper[i]))
         claims[h] = c
         rows_out.append(
-            {"layer": h[0], "head": h[1], "screened": float(est[i]), "upper": float(upper[i]), "role": role,
-             "examples": int(used.get((h,), 0)), "exact_harm": c.effect if h in exact else float("nan"),
+            {"layer": h[0], "head": h[1], "screened": float(est[i]), "stderr": float(err[i]), "upper": float(upper[i]),
+             "role": role, "examples": int(used.get((h,), 0)), "exact_harm": c.effect if h in exact else float("nan"),
              "status": c.status}
         )  # fmt: skip
     info = {
         "path": "screened",
+        "objective": objective.name,
         "screen": scr.kind,
         "examples_screened": n,
         "heads": m,
@@ -480,7 +496,7 @@ def screened_necessity(
         "miss_rate": len(misses) / len(plan.audit) if plan.audit else None,
         "miss_rate_upper": bound,
         "confidence": confidence,
-        "null": ({"source": null.source, "heads_removed": null_confirmed, "examples": len(null_idx)} if null else None),
+        "null": _null_info(null, null_confirmed, n, null_screen),
         "seconds": time.time() - started,
     }
-    return ScreenedNecessity(claims=claims, info=info, table=pd.DataFrame(rows_out))
+    return ScreenedNecessity(claims=claims, info=info, table=pd.DataFrame(rows_out), screen=scr)

@@ -280,9 +280,11 @@ def build_report(
         null: the null model the claims and the faithfulness bar are calibrated on
             (``reinit``, ``permute``, ``none``; default: the toolkit's,
             :data:`probe.analyses.claims.null_model.DEFAULT_NULL`).
-        causal: the necessity claims' path: ``exhaustive`` (default; every head removed
-            on the capped examples) or ``screened`` (every example screened, the heads that
-            could matter removed exactly, :mod:`probe.analyses.claims.screened`).
+        causal: the causal claims' path (``--causal``): ``auto`` (``None``: screened above
+            144 heads, else sequential where the model-run cap cuts the corpus, else
+            exhaustive), ``exhaustive`` (every head removed on the capped examples),
+            ``sequential`` or ``screened`` (every example screened, the heads that could
+            matter removed exactly, :mod:`probe.analyses.claims.screened_claims`).
 
     Returns:
         :class:`ReportData`, with ``path`` set.
@@ -313,12 +315,12 @@ def build_report(
     partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
     try:
         settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
-        settings.update(_model_examples_setting(len(ctx.input_corpus), max_model_examples, explained_examples, causal))
+        n, heads = len(ctx.input_corpus), _head_count(adapter)
+        settings.update(_model_examples_setting(n, max_model_examples, explained_examples, causal, heads=heads))
         settings.update({k: v for k, v in notes.items() if v})
         ctx.report.settings.update(settings, **_streamed_settings(ctx, batch_size, bool(progress), sections))
-        shown = progress if callable(progress) else (_print_progress if progress else None)
         with budget_in_force(budget):
-            data = analyse(ctx, sections=sections, strict=strict, partial=partial, progress=shown)
+            data = analyse(ctx, sections=sections, strict=strict, partial=partial, progress=_shown(progress))
         write_report(data, out, force=force)
         partial.discard()
     finally:
@@ -642,14 +644,31 @@ def _names(names: list) -> str:
     return ", ".join(names[:-1]) + (f" and {names[-1]}" if len(names) > 1 else "".join(names))
 
 
+def _shown(progress: Any) -> Any:
+    """The progress callback: the caller's, or one line per section printed, or none."""
+    return progress if callable(progress) else (_print_progress if progress else None)
+
+
+def _head_count(adapter: Any) -> int:
+    from probe.app.registry.analyses._shared import head_count
+
+    return head_count(adapter)
+
+
 def _model_examples_setting(
-    n: int, max_model_examples: Optional[int], explained_examples: Optional[int] = None, causal: Optional[str] = None
+    n: int,
+    max_model_examples: Optional[int],
+    explained_examples: Optional[int] = None,
+    causal: Optional[str] = None,
+    heads: int = 0,
 ) -> dict:
     """The caps of the model-running sections (those whose ``report_params`` cap
     ``max_model_examples``) and of the explaining one (``explain_limit``), stated on the
     index page and in summary.json; on the sequential path (``causal``, :func:`causal_path`)
-    ablation, importance and claims read every example in random blocks instead."""
-    from probe.app.registry.analyses._shared import MODEL_EXAMPLES, causal_path
+    ablation, importance and claims read every example in random blocks instead; on the
+    screened path (``auto`` above :data:`SCREEN_ABOVE_HEADS` ``heads``) ablation and the
+    necessity claims screen every example."""
+    from probe.app.registry.analyses._shared import MODEL_EXAMPLES, causal_path, screened_setting
 
     from .sections import registered
 
@@ -658,10 +677,11 @@ def _model_examples_setting(
     # the sections that take the causal path (they declare --causal) read every example in blocks on it
     in_blocks = [a.name for a in running if any(p.name == "causal" for p in a.params)]
     cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
+    path = causal_path(causal, n, cap, heads)
     if cap is None or n <= cap:
         out = {"model-run examples": f"all {n} ({', '.join(capped)})"}
     else:
-        blocks = in_blocks if causal_path(causal, n, cap) == "sequential" else []
+        blocks = in_blocks if path == "sequential" else []
         first = [a for a in capped if a not in blocks]
         said = []
         if blocks:
@@ -674,6 +694,8 @@ def _model_examples_setting(
                 f"the first {cap} of {n} for {_names(first)} (--max-model-examples 0 runs them on every example)"
             )
         out = {"model-run examples": "; ".join(said)}
+    if path == "screened":
+        out["causal path"] = screened_setting(causal, n, heads)
     from probe.app.registry.analyses.faithfulness import explained_setting
 
     for explains in (a for a in registered() if "explain_limit" in a.report_params):

@@ -41,19 +41,59 @@ CAUSAL = Param(
     "group decided in random blocks and stopped when decided; importance in random blocks until precise), "
     "exhaustive (every head removed on every model-run example), "
     "screened (necessity: every example screened in one forward + backward per batch, the heads that could "
-    "matter removed exactly); auto: sequential where the model-run limit would cut the corpus, else "
-    "exhaustive (docs/screening.md)",
+    "matter removed exactly); auto: screened above 144 heads (SmolLM2's 270), else sequential where the "
+    "model-run limit would cut the corpus, else exhaustive (docs/screening.md)",
     choices=("auto", "sequential", "exhaustive", "screened"),
 )
 
 
-def causal_path(chosen, n: int, cap) -> str:
-    """The causal path ``chosen``; ``auto`` (or ``None``): sequential where the model-run
-    limit ``cap`` would cut the ``n`` examples (the exhaustive path would see only the first
-    ``cap``), else exhaustive (it sees them all)."""
+#: above this many heads ``--causal auto`` takes the screened path: the exhaustive and
+#: sequential paths remove every head exactly (at least one block each), so their cost grows
+#: with the head count; the screen costs one forward + backward per batch whatever the count
+#: (144: BERT-base's, the largest the sequential path was measured on; SmolLM2 has 270)
+SCREEN_ABOVE_HEADS = 144
+
+
+def head_count(adapter) -> int:
+    """The heads of ``adapter``'s default stack (layers × heads); 0 without a live model."""
+    if adapter is None or not hasattr(adapter, "n_heads"):
+        return 0
+    return int(adapter.n_layers) * int(adapter.n_heads)
+
+
+def causal_path(chosen, n: int, cap, heads: int = 0) -> str:
+    """The causal path ``chosen``; ``auto`` (or ``None``): screened for more than
+    :data:`SCREEN_ABOVE_HEADS` ``heads`` (every head screened at once, only those that could
+    matter removed exactly), else sequential where the model-run limit ``cap`` would cut the
+    ``n`` examples (the exhaustive path would see only the first ``cap``), else exhaustive
+    (it sees them all)."""
     if chosen in ("sequential", "exhaustive", "screened"):  # chosen by name; otherwise the default
         return str(chosen)
+    if heads > SCREEN_ABOVE_HEADS:
+        return "screened"
     return "sequential" if cap and n > cap else "exhaustive"
+
+
+def run_causal_path(ctx, n: int) -> str:
+    """The run's causal path (:func:`causal_path`) for ``n`` examples: its ``--causal``, its
+    model-run cap and its model's head count."""
+    p = ctx.params
+    return causal_path(p.get("causal"), n, p.get("max_model_examples"), head_count(getattr(ctx, "adapter", None)))
+
+
+def screened_setting(chosen, n: int, heads: int) -> str:
+    """The report's setting line for the screened path: why it was taken and what it costs."""
+    why = (
+        f"--causal auto with {heads} heads (more than {SCREEN_ABOVE_HEADS})"
+        if chosen in (None, "auto")
+        else "--causal screened"
+    )
+    return (
+        f"screened ({why}): ablation and the necessity claims screen every head on all {n} examples at once "
+        "(attribution patching, one forward + backward per batch) and remove exactly only the heads that "
+        "could matter plus a random audit (its miss rate stated); weights claims on the heads the screen confirmed "
+        "(docs/screening.md)"
+    )
 
 
 def head_name(layer, head) -> str:

@@ -15,7 +15,7 @@ from ._shared import (
     CAUSAL,
     GROUPS,
     N_BOOT,
-    causal_path,
+    run_causal_path,
     group_note,
     group_table,
     head_name,
@@ -46,9 +46,13 @@ def run(ctx: Context) -> AblationResult:
         if g
     ]
     decided = _decided(ctx, objective.called, groups)
+    screened = _screened(ctx, groups) if decided is None else None
     if decided is not None:  # every example, each head until its necessity is decided (the claims reuse it)
         corpus, cut, removals = ctx.whole_corpus, "", decided
         res = _decided_sweep(decided.runs[0], objective.called, p["n_boot"])
+    elif screened is not None:  # every head screened at once, the ones that could matter removed exactly
+        corpus, cut, removals = ctx.whole_corpus, "", screened
+        res = _screened_sweep(screened)
     else:
         removals = _removals(ctx, corpus, objective.called)  # the claims reuse them
         res = _sweep(ctx, corpus, objective, removals)
@@ -59,7 +63,8 @@ def run(ctx: Context) -> AblationResult:
         per_head=_per_head(t),
         notes=_notes(res, corpus, cut, objective.called, p["mode"], top, sig, gt)
         + _not_sequential(p, decided)
-        + _riders(decided),
+        + _riders(decided)
+        + ([screened.note()] if screened is not None else []),
         summary=_summary(ctx.adapter.name, res, corpus, objective.called, p["mode"], top, sig),
         summary_name="ablation",
         writers=[
@@ -88,8 +93,7 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
     p = ctx.params
     if p["mode"] != "mean" or p["layers"] is not None or groups:
         return None
-    path = causal_path(p.get("causal"), len(ctx.whole_corpus), p.get("max_model_examples"))
-    if path != "sequential":
+    if run_causal_path(ctx, len(ctx.whole_corpus)) != "sequential":
         return None
     try:
         objective = ctx.objective("corpus")
@@ -103,6 +107,76 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
         asks.append(Decide(heads, "uniform"))  # the claims' weights test, on the same blocks' clean forwards
     runs = decided_pass(ctx.adapter, ctx.whole_corpus, objective, asks, runner=ctx.runner, batch_size=p["batch_size"])
     return DecidedPass(tuple(runs))
+
+
+def _screened(ctx: Context, groups: list) -> Any:
+    """On the screened path (``--causal auto`` above :data:`._shared.SCREEN_ABOVE_HEADS` heads,
+    or ``--causal screened``), this section's removals are the necessity claims': every head
+    screened on every example at once (attribution patching: one forward + backward per
+    batch), the heads whose screened harm could reach the floor and a random audit removed
+    exactly, each in blocks until its betting test decides it, against the null model's bar
+    (:func:`probe.analyses.claims.screened.screened_necessity`); the claims reuse it. ``None``
+    where the section runs its own sweep (another mode, some layers, groups, or an objective
+    that is corpus-level: a similarity structure's harms are not per example)."""
+    from probe.analyses.claims.heads import _null_adapter
+    from probe.analyses.claims.screened import screened_necessity
+    from probe.analyses.claims.screened_claims import REPORT_SCREEN
+    from probe.analyses.necessity.ablation import check_heads
+    from probe.errors import NotApplicable
+
+    p = ctx.params
+    if p["mode"] != "mean" or p["layers"] is not None or groups:
+        return None
+    if run_causal_path(ctx, len(ctx.whole_corpus)) != "screened":
+        return None
+    try:
+        objective = ctx.objective("corpus")
+    except (InputError, NotApplicable):
+        return None
+    if getattr(objective, "corpus_level", False):
+        return None
+    over = ctx.report.overrides
+    seed = int(over.get("seed", 0) or 0)
+    null = _null_adapter(ctx.adapter, over.get("null"), seed) if ClaimsResult in ctx.report.produces else None
+    return screened_necessity(
+        ctx.adapter, ctx.whole_corpus, objective, check_heads(ctx.adapter, None), null_adapter=null, seed=seed,
+        runner=ctx.runner, batch_size=p["batch_size"], progress=ctx.progress, **REPORT_SCREEN,
+    )  # fmt: skip
+
+
+def _screened_sweep(got: Any) -> SweepResult:
+    """The section's table from a :class:`probe.analyses.claims.screened.ScreenedNecessity`:
+    each head's Δ objective, exact (its mean harm and interval over the examples its
+    decision took) for the heads removed exactly, else the screen's estimate with ±1.96
+    standard errors over every example (``source`` says which); ``ablated`` ``[heads, n]``
+    holds the screen's per-example estimates."""
+    import numpy as np
+    import pandas as pd
+
+    from probe.analyses.necessity.ablation import COLUMNS, SweepResult
+
+    scr, name = got.screen, got.info["objective"]
+    n = int(got.info["examples_screened"])
+    per_example = scr.estimate["mean"].reshape(n, -1).T  # [L·H, n], the screen's head order
+    index = {tuple(h): i for i, h in enumerate(scr.heads)}
+    rows, ablated, keys = [], [], []
+    for r in got.table.itertuples(index=False):
+        key = (int(r.layer), int(r.head))
+        keys.append(key)
+        ablated.append(per_example[index[key]])
+        c = got.claims[key]
+        exact = r.role != "screened out" and c.effect is not None and np.isfinite(c.effect)
+        d = float(c.effect) if exact else float(r.screened)
+        half = 1.96 * float(r.stderr)  # the screen's interval, for a head not removed exactly
+        low, high = (float(c.ci_low), float(c.ci_high)) if exact else (d - half, d + half)
+        rows.append(
+            {"layer": key[0], "head": key[1], "mode": "mean", "metric": name, "clean": 0.0, "ablated": d,
+             "delta": d, "ci_low": low, "ci_high": high, "examples": int(r.examples) if exact else n,
+             "source": "exact removal" if exact else "screened (attribution patching)"}
+        )  # fmt: skip
+    table = pd.DataFrame(rows, columns=[*COLUMNS, "examples", "source"])
+    path = "screened (every head by attribution patching; those that could matter removed exactly)"
+    return SweepResult(table=table, clean=np.zeros(n), ablated=np.stack(ablated), heads=tuple(keys), path=path)
 
 
 def _riders(decided: Any) -> list:
@@ -294,16 +368,21 @@ def head_evidence(result: AblationResult) -> dict:
     for r in t.itertuples(index=False):
         if not finite(r.delta):
             continue
-        if "examples" in t:  # the sequential path: each head's own examples
+        screened = str(getattr(r, "source", "")).startswith("screened")
+        if "examples" in t:  # the sequential and screened paths: each head's own examples
             n = int(r.examples)
             over = f"{n} examples (the random ones its necessity's decision took)"
         d, interval = float(r.delta), (float(r.ci_low), float(r.ci_high))
         ci = interval if finite(interval[0]) and finite(interval[1]) else None
         shown, rank = number(d, ci, signed=True), int((sizes > abs(d)).sum()) + 1
         text = (
-            f"{str(r.mode).capitalize()}-ablation of this head (Michel et al. 2019) changes the {r.metric} by "
-            f"{shown} (95% bootstrap CI over {over}). It ranks {rank} of {len(t)} heads by the size of the effect."
-        )
+            f"Attribution patching (Nanda 2023; Kramár et al. 2024) estimates that {r.mode}-ablation of this head "
+            f"changes the {r.metric} by {shown} (±1.96 standard errors over {n} examples); the screen ruled it "
+            "out, so it was not removed exactly."
+            if screened
+            else f"{str(r.mode).capitalize()}-ablation of this head (Michel et al. 2019) changes the {r.metric} by "
+            f"{shown} (95% bootstrap CI over {over})."
+        ) + f" It ranks {rank} of {len(t)} heads by the size of the effect."
         out[(int(r.layer), int(r.head))] = [
             HeadEvidence(
                 "ablation",

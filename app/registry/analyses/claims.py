@@ -17,7 +17,7 @@ from probe.app.registry import Analysis, Param
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
-from ._shared import CAUSAL, NULL, causal_path, model_corpus
+from ._shared import CAUSAL, NULL, model_corpus, run_causal_path
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
@@ -65,11 +65,7 @@ def run(ctx: Context) -> ClaimsResult:
         ablation=ablation.removals if ablation else None,  # its removals are not run again
         objective_why=why,
         runner=ctx.runner,  # the removals' batches wherever the run's engine runs them
-        causal=(
-            causal_path(ctx.params.get("causal"), len(ctx.whole_corpus), ctx.params.get("max_model_examples"))
-            if adapter is not None
-            else "exhaustive"
-        ),
+        causal=(run_causal_path(ctx, len(ctx.whole_corpus)) if adapter is not None else "exhaustive"),
         screen_corpus=ctx.whole_corpus,  # the sequential and screened paths: every example
     )
     counts = hc.counts()

@@ -121,11 +121,56 @@ def _embeddings(ctx: Context):
     return run.readout, run.clean
 
 
+#: heads permuted on the screened path when the ablation section's screen is not at hand
+PERMUTED_AT_SCALE = 32
+
+
+def _permuted_heads(ctx: Context) -> tuple:
+    """``(heads to permute or None for all, [its note]``): the ``heads`` parameter when given; on the
+    screened path (more than :data:`._shared.SCREEN_ABOVE_HEADS` heads: one permuted forward
+    per head and example batch would make the cost grow with the head count) the heads the
+    ablation section's screen removed exactly (those that could matter, and its random audit),
+    else :data:`PERMUTED_AT_SCALE` heads drawn at random (seeded); the others' verdicts are
+    read from the agreement alone."""
+    import numpy as np
+
+    from probe.app.registry.results import AblationResult
+
+    from ._shared import causal_path, head_count
+
+    p = ctx.params
+    if p["heads"] is not None or p["permutations"] < 1:
+        return p["heads"], []
+    m = head_count(ctx.adapter)
+    over = ctx.report.overrides if ctx.report is not None else {}
+    if causal_path(over.get("causal"), len(ctx.whole_corpus), None, m) != "screened":
+        return None, []
+    ablation = ctx.result_of(AblationResult)
+    table = getattr(getattr(ablation, "removals", None), "table", None)
+    if table is not None and "role" in table:
+        exact = table[table["role"] != "screened out"]
+        heads = [(int(r.layer), int(r.head)) for r in exact.itertuples(index=False)]
+        why = "the heads the ablation section's screen removed exactly (those that could matter, and its audit)"
+    else:
+        pick = np.random.default_rng(int(p.get("seed", 0))).choice(m, min(m, PERMUTED_AT_SCALE), replace=False)
+        heads = [divmod(int(i), int(ctx.adapter.n_heads)) for i in sorted(pick)]
+        why = f"{len(heads)} heads drawn at random (seed {p.get('seed', 0)})"
+    return heads, [
+        f"attention permuted in {len(heads)} of {m} heads only: {why}; at more than 144 heads a permuted forward per "
+        "head would make the section's cost grow with the head count (the others' verdicts read the agreement alone)"
+    ]
+
+
+def _permutations(p: dict, heads: Any) -> dict:
+    """The permutation test's settings: permutations per example and head, the heads, whether to run it."""
+    return {"n_permutations": max(p["permutations"], 1), "heads": heads, "permute": p["permutations"] > 0}
+
+
 def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     p = ctx.params
-    limit, rule = _explained(p)
+    (limit, rule), (permuted, said) = _explained(p), _permuted_heads(ctx)
     rep = run_faithfulness(
         ctx.adapter,
         ctx.whole_corpus,
@@ -134,9 +179,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         attention_methods=list(p["attention_methods"]),
         n_steps=p["steps"],
         internal_batch_size=p["internal_batch_size"],
-        n_permutations=max(p["permutations"], 1),
-        heads=p["heads"],
-        permute=p["permutations"] > 0,
+        **_permutations(p, permuted),
         max_examples=limit,
         seed=p["seed"],
         progress=ctx.progress and len(ctx.whole_corpus) > 1,
@@ -150,6 +193,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         f"{rep.info['n_examples']} examples, target {target.called}: "
         + ", ".join(f"{n} head{'s' if n != 1 else ''} “{verdict}”" for verdict, n in counts.items()),
         _explained_note(rep.info, rule),
+        *said,
     ]
     if rep.info.get("ig_gate"):
         notes.append(_steps_note(rep.info["ig_gate"]))

@@ -10,7 +10,7 @@ from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, T
 
 from probe.app.registry.results import ImportanceResult
 
-from ._shared import BATCH, CAUSAL, causal_path, model_corpus
+from ._shared import BATCH, CAUSAL, model_corpus, run_causal_path
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
@@ -46,7 +46,7 @@ def run_importance(ctx: Context) -> ImportanceResult:
         tolerance=COMPLETENESS_TOLERANCE,  # the fewest steps under 1% completeness error, up to ig_steps
     )
     blocks = None
-    path = causal_path(ctx.params.get("causal"), len(whole), ctx.params.get("max_model_examples"))
+    path = run_causal_path(ctx, len(whole))
     if cut and path == "sequential":  # the model-run limit would cut the corpus: random blocks of all of it
         blocks = importance_in_blocks(ctx.adapter, whole, seed=ctx.params.get("seed", 0), **kw)
         res, n = blocks.result, len(blocks.examples)

@@ -1,0 +1,176 @@
+"""The causal claims on the screened path, whose cost does not grow with the head count.
+
+The exhaustive path removes every head in every deciding mode on every model-run example
+(``n_heads × modes`` restarted forwards per batch, on the model and on the null); the
+sequential path removes every head exactly on at least one block. At SmolLM2's 270 heads
+either is hours on two cores. Here:
+
+* **necessity** — :func:`.screened.screened_necessity`: every head screened at once by
+  attribution patching (Nanda 2023; Kramár et al. 2024; one forward + backward per batch,
+  on every example), the heads whose screened upper bound reaches the floor plus a random
+  audit removed exactly and stopped in blocks when decided; a head never removed exactly
+  is not necessary, with the audit's Clopper–Pearson bound on the screen's miss rate. The
+  report's ablation section runs it and the claims reuse it (``reuse``).
+* **weights** — uniform attention weights are not a replacement of the head's output the
+  screen linearises (the uniform output depends on the head's values, not a fixed vector):
+  the heads removed exactly for necessity are given uniform weights on the model-run
+  examples, against the null model's uniform harms over a seeded random sample of its heads
+  (the per-example quantile over heads is estimated from the sample), BH counting every
+  head; every other head's weights claim is *not tested*, with that reason.
+* **redundancy** and the baselines beside a necessary head as on the exhaustive path (their
+  removals are of candidate groups and held heads, not of every head), the null's bar from
+  :data:`NULL_GROUPS` random groups of each size in all (the exhaustive path: 4 of each
+  size from every layer, 240 per size at SmolLM2's 30 layers). The candidate groups (heads
+  of one layer sharing a pattern, none needed alone) are at most one per layer and role:
+  their count grows with the layers, not with the heads per layer.
+
+Shapes: claims ``{(layer, head): Claim}``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from . import thresholds as T
+from .claim import Claim
+
+__all__ = ["screened_claims", "reusable_screen", "NULL_WEIGHT_HEADS", "NULL_GROUPS", "REPORT_SCREEN"]
+
+#: null-model heads given uniform weights for the weights claims' bar on the screened path
+NULL_WEIGHT_HEADS = 16
+
+#: null-model groups of each size the redundancy claims' bar takes on the screened path (in
+#: all, each from a random layer; the exhaustive path takes 4 of each size from every layer)
+NULL_GROUPS = 8
+
+#: the report's screened necessity (:func:`.screened.screened_necessity`): the null model's
+#: heads ranked by a screen of 64 random examples and its 8 largest removed exactly on every
+#: example (the bar: their per-example 95% quantile and largest mean, at least the whole
+#: null's where the screen ranks its largest first, so it errs towards "not necessary");
+#: a cost that does not grow with the head count
+REPORT_SCREEN: dict[str, Any] = {"null_top": 8, "null_screen": 64}
+
+
+def reusable_screen(got: Any, objective: str, n: int) -> bool:
+    """Whether ``got`` (the ablation section's removals) is a screened necessity run of
+    ``objective`` on ``n`` examples, so the claims take it instead of screening again."""
+    from .screened import ScreenedNecessity
+
+    return (
+        isinstance(got, ScreenedNecessity)
+        and got.info.get("objective") == objective
+        and int(got.info.get("examples_screened", -1)) == int(n)
+    )
+
+
+def _weights(adapter, nadapter, corpus, obj, heads, exact, necessity, pattern, *, seed, runner, progress) -> tuple:
+    """``(weights claims of every head, the uniform sweep or None)``: ``exact`` given uniform
+    weights on ``corpus``, the null's bar from :data:`NULL_WEIGHT_HEADS` of its heads."""
+    from .necessity import NullSweep, weights_claims
+    from .removal import removal_sweep
+
+    why = (
+        f"not tested on the screened path ({len(heads)} heads): uniform attention weights are not a replacement "
+        f"of the head's output the screen linearises, so only the {len(exact)} heads the necessity screen "
+        "confirmed were given uniform weights; this head was not among them"
+    )
+    out = {h: Claim("weights", "not tested", reason=why) for h in heads}
+    if not exact:
+        return out, None
+    sweep = removal_sweep(
+        adapter, corpus, obj, units=exact, modes=("uniform",), seed=seed, runner=runner, progress=progress
+    )
+    null = None
+    if nadapter is not None and "uniform" in sweep.harm:
+        rng = np.random.default_rng(seed)
+        pick = sorted(rng.choice(len(heads), min(len(heads), NULL_WEIGHT_HEADS), replace=False).tolist())
+        ns = removal_sweep(nadapter, corpus, obj, units=[heads[i] for i in pick], modes=("uniform",), seed=seed)
+        null = NullSweep(ns, nadapter.card["null_source"] + f" ({len(pick)} of its heads at random)")
+    removal = np.array([necessity[h].effect for h in exact], np.float64)
+    out.update(weights_claims(sweep, pattern, null=null, tests=len(heads), removal=removal))
+    return out, sweep
+
+
+def _screen(adapter, nadapter, whole, obj, heads, *, seed, runner, progress, reuse) -> Any:
+    """The ablation section's screened run ``reuse`` when :func:`reusable_screen`, else a new
+    one on ``whole`` with the report's settings (:data:`REPORT_SCREEN`)."""
+    from .screened import screened_necessity
+
+    if reusable_screen(reuse, obj.name, len(whole)):
+        return reuse
+    return screened_necessity(
+        adapter, whole, obj, heads, null_adapter=nadapter, seed=seed, runner=runner, progress=progress,
+        **REPORT_SCREEN,
+    )  # fmt: skip
+
+
+def _note(obj, why: str, n_whole: int, n_corpus: int, n_exact: int, n_heads: int, baselines: dict) -> str:
+    """The claims' note on the screened path: what was screened, removed and tested on what."""
+    from .baselines import baselines_note
+
+    return (
+        f"objective: {obj.describe()} — {why}; units: {obj.units}; necessity by screening every head on all "
+        f"{n_whole} examples (below); the {n_exact} heads it confirmed also given uniform attention weights on "
+        f"{n_corpus} examples (weights; the other {n_heads - n_exact} not tested), the redundancy groups and the "
+        f"baselines beside a necessary head on the same {n_corpus}; " + baselines_note(baselines)
+    )
+
+
+def screened_claims(
+    adapter: Any,
+    nadapter: Any,
+    corpus: Any,
+    whole: Any,
+    obj: Any,
+    heads: list,
+    pattern: dict,
+    importance: Optional[pd.DataFrame],
+    runner: Any,
+    notes: list,
+    tables: dict,
+    info: dict,
+    *,
+    seed: int,
+    why: str,
+    progress: bool = False,
+    reuse: Any = None,
+) -> tuple:
+    """``(necessity, weights, redundancy)`` on the screened path (module docstring):
+    necessity screened on ``whole`` (every example; ``reuse``: the ablation section's run,
+    when :func:`reusable_screen`), weights, redundancy and the baselines on ``corpus`` (the
+    model-run examples). Fills ``tables`` (``screened``, ``removal``, ``groups``), ``info``
+    (``causal``: the screened run's summary and note) and ``notes``."""
+    from .baselines import baselines_info
+    from .heads import _beside_necessary, _confirm_baselines, removal_table
+    from .necessity import add_importance
+    from .redundancy import redundancy_claims
+
+    got = _screen(adapter, nadapter, whole, obj, heads, seed=seed, runner=runner, progress=progress, reuse=reuse)
+    necessity = add_importance(dict(got.claims), importance)
+    tables["screened"] = got.table
+    info["causal"] = dict(got.info, note=got.note(), reused=got is reuse)
+    if nadapter is not None:
+        info.update(null=nadapter.card["null_source"], null_quantile_level=1.0 - T.FDR)
+    roles = {(int(r.layer), int(r.head)): r.role for r in got.table.itertuples(index=False)}
+    exact = [h for h in heads if roles.get(h) == "confirmed"]
+    weights, sweep = _weights(
+        adapter, nadapter, corpus, obj, heads, exact, necessity, pattern, seed=seed, runner=runner, progress=progress
+    )
+    beside = _beside_necessary(adapter, corpus, obj, necessity, sweep or SimpleNamespace(harm={}), seed, runner)
+    necessity = _confirm_baselines(necessity, (sweep, beside), len(heads))
+    info["baselines"] = baselines_info(necessity, getattr(beside or sweep, "kinds", {}))
+    redundancy, groups = redundancy_claims(
+        adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter,
+        null_per_size=NULL_GROUPS,
+    )  # fmt: skip
+    if groups:
+        tables["groups"] = pd.DataFrame(groups)
+    done = [removal_table(s) for s in (sweep, beside) if s is not None]
+    if done:
+        tables["removal"] = pd.concat(done, ignore_index=True)
+    notes.append(_note(obj, why, len(whole), len(corpus), len(exact), len(heads), info["baselines"]))
+    return necessity, weights, redundancy

@@ -1,0 +1,93 @@
+"""Time `probe report` on SmolLM2 beside one capture pass of the same sentences (issue 54 item 4).
+
+    python bench/bench_report_smollm2.py --conllu /work/shared/data/ud-english-ewt/en_ewt-ud-dev.conllu --limit 256
+
+runs, each in its own process under GNU time (``/usr/bin/time -v``: wall seconds, peak RSS):
+
+1. one capture pass: ``probe capture --model smollm2 --conllu … --limit N`` (the model's
+   attention maps of every sentence, as the report's capture step makes them);
+2. the whole report: ``probe report --model smollm2 --conllu … --limit N -v`` (the default
+   ``--causal auto``: at 270 heads, more than 144, the screened path).
+
+Prints each command's wall and CPU seconds (user + system) and peak RSS, the report's own capture time and each
+section's time (from its ``-v`` log: "captured N examples in …", "section X ran in …"), the
+machine's load average before and after, and the ratio of the report's wall time to the
+capture pass's (the goal: ≤ 25 capture passes). Both include loading the model from the
+GGUF cache (``load_model("smollm2")``; the first load dequantises, ~1 min: run the bench a
+second time for the cached figure). On a shared machine the wall times are upper bounds and
+the CPU-time ratio is the steadier one (a loaded machine stretches wall time, much less the
+CPU seconds a process is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EWT_DEV = "/work/shared/data/ud-english-ewt/en_ewt-ud-dev.conllu"
+
+
+def timed(cmd: list, log: Path) -> dict:
+    """Run ``cmd`` under ``/usr/bin/time -v`` writing its output to ``log``: ``{wall, rss_gib, rc}``."""
+    started = time.perf_counter()
+    with open(log, "w", encoding="utf-8") as f:
+        rc = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=f, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - started
+    text = log.read_text(encoding="utf-8", errors="replace")
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", text))
+    rss_gib = int(rss.group(1)) / 2**20 if rss else float("nan")
+    return {"wall": wall, "cpu": cpu, "rss_gib": rss_gib, "rc": rc, "log": text}
+
+
+def sections(text: str) -> list:
+    """``[(name, seconds)]`` of the report's ``-v`` log, with its capture step first."""
+    out = [("capture (in the report)", float(m)) for m in re.findall(r"captured \d+ examples in ([\d.]+)s", text)]
+    out += [(n, float(s)) for n, s in re.findall(r"section (\S+) ran in ([\d.]+)s", text)]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--conllu", default=EWT_DEV)
+    ap.add_argument("--limit", type=int, default=256)
+    ap.add_argument("--out", default=None, help="folder for the report, the store and the logs (default: temporary)")
+    ap.add_argument("--report-args", default="", help="more arguments for probe report, e.g. '--causal exhaustive'")
+    args = ap.parse_args()
+    probe = [str(Path(sys.executable).with_name("probe"))]  # the venv's console script
+    base = Path(args.out or tempfile.mkdtemp(prefix="bench-smollm2-"))
+    base.mkdir(parents=True, exist_ok=True)
+    given = ["--model", "smollm2", "--conllu", args.conllu, "--limit", str(args.limit)]
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    cap = timed([*probe, "capture", *given, "--out", str(base / "store")], base / "capture.log")
+    print(
+        f"capture pass: {cap['wall']:.1f} s wall, {cap['cpu']:.1f} s CPU, peak RSS {cap['rss_gib']:.2f} GiB "
+        f"(rc {cap['rc']})",
+        flush=True,
+    )
+    report_cmd = [*probe, "report", *given, "-v", "--no-resume", "--force", "--out", str(base / "report")]
+    report_cmd += args.report_args.split()
+    print("report: " + " ".join(report_cmd), flush=True)
+    rep = timed(report_cmd, base / "report.log")
+    print(
+        f"report: {rep['wall']:.1f} s wall, {rep['cpu']:.1f} s CPU, peak RSS {rep['rss_gib']:.2f} GiB (rc {rep['rc']})"
+    )
+    for name, s in sections(rep["log"]):
+        print(f"  {name}: {s:.1f} s wall")
+    print(
+        f"ratio: report / capture pass = {rep['wall'] / cap['wall']:.1f} by wall time, "
+        f"{rep['cpu'] / max(cap['cpu'], 1e-9):.1f} by CPU time (goal ≤ 25)"
+    )
+    print(f"load average after: {os.getloadavg()}")
+    if rep["rc"] != 0:
+        print(rep["log"][-3000:])
+
+
+if __name__ == "__main__":
+    main()
