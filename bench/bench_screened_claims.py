@@ -89,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from probe.analyses.claims.heads import _null_adapter
+    from probe.analyses.claims.null_model import null_model_for
     from probe.analyses.common.objective import resolve_objective
     from probe.app.report.bundled import sample_corpus
     from probe.inputs.corpus import load_corpus
@@ -104,7 +104,7 @@ def main() -> None:
         corpus = sample_corpus(args.limit)
     obj, why = resolve_objective("auto", adapter, corpus)
     heads = [(layer, h) for layer in range(adapter.n_layers) for h in range(adapter.n_heads)]
-    nadapter = _null_adapter(adapter, None, 0)
+    nadapter = null_model_for(adapter, None, 0)
     print(
         f"{args.model}, {len(corpus)} examples, objective {obj.name} ({why}), null: {nadapter.card['null_source']}; "
         f"torch threads {torch.get_num_threads()}, batch size {args.batch_size}"

@@ -28,7 +28,7 @@ def _sweep(one_mean_of_second: float):
 def test_a_claim_that_fails_one_baseline_depends_on_it_with_each_value():
     from probe.analyses.claims.claim import DEPENDS, STATUSES
     from probe.analyses.claims.evidence import claim_evidence
-    from probe.analyses.claims.heads import _confirm_baselines
+    from probe.analyses.claims.held_heads import confirm_baselines
     from probe.analyses.claims.necessity import necessity_claims
     from probe.analyses.claims.summary import summary_sentence
 
@@ -36,7 +36,7 @@ def test_a_claim_that_fails_one_baseline_depends_on_it_with_each_value():
     sweep = _sweep(0.002)
     claims = necessity_claims(sweep)
     assert claims[(0, 0)].holds and claims[(0, 1)].holds  # under the default, per-kind means
-    got = _confirm_baselines(claims, (sweep,), tests=72)
+    got = confirm_baselines(claims, (sweep,), tests=72)
     assert got[(0, 0)].status == "holds"
     c = got[(0, 1)]
     assert c.status == DEPENDS and not c.holds
@@ -56,17 +56,17 @@ def test_a_claim_that_fails_one_baseline_depends_on_it_with_each_value():
 
 def test_the_head_page_shows_the_baselines_side_by_side():
     from probe.analyses.claims.evidence import claim_evidence
-    from probe.analyses.claims.heads import _confirm_baselines
+    from probe.analyses.claims.held_heads import confirm_baselines
     from probe.analyses.claims.necessity import necessity_claims
     from probe.app.report.claims_html import STATUS_CLASS, baselines_table
 
     sweep = _sweep(0.002)
-    c = _confirm_baselines(necessity_claims(sweep), (sweep,), tests=72)[(0, 1)]
+    c = confirm_baselines(necessity_claims(sweep), (sweep,), tests=72)[(0, 1)]
     html = baselines_table(claim_evidence("necessity", c))
     assert "<th>per-kind means</th><th>one mean over all positions</th><th>resample (same kind)</th>" in html
     assert "<td>+0.002" in html and "<td>holds</td><td>does not hold</td><td>holds</td>" in html
     assert STATUS_CLASS[c.status]
-    held = _confirm_baselines(necessity_claims(_sweep(0.05)), (_sweep(0.05),), tests=72)
+    held = confirm_baselines(necessity_claims(_sweep(0.05)), (_sweep(0.05),), tests=72)
     assert all(x.status == "holds" for x in held.values())
 
 

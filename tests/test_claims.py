@@ -203,7 +203,7 @@ def test_prev_token_zoo(null):
     assert idle["pattern"].status == "holds" and idle["pattern"].statement == "previous-token"
     assert idle["necessity"].status == "does not hold"
     assert idle["weights"].status == "does not hold"
-    # the modes beside necessity run for the necessary head alone (heads.BESIDE_MODES), measured
+    # the modes beside necessity run for the necessary head alone (held_heads.BESIDE_MODES), measured
     for mode in ("zero", "resample", "random"):
         assert used["necessity"].extra[f"{mode}_harm"]["effect"] > 0
         assert f"{mode}_harm" not in idle["necessity"].extra

@@ -10,7 +10,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import numpy as np
 import pandas as pd
 
 from . import thresholds as T
@@ -19,6 +18,8 @@ from .baselines import baselines_info, baselines_note
 from probe.errors import InputError, NotApplicable
 
 from .claim import STATUSES, Claim
+from .held_heads import beside_necessary, confirm_baselines, measured_beside, removal_table
+from .null_model import null_model_for
 from .screened_claims import screened_claims
 from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
@@ -273,7 +274,7 @@ def _pattern(
     tables: dict,
 ) -> tuple:
     """``(heads, pattern claims, null model)`` from the pattern evidence, calibrated on the
-    null model of ``adapter`` (:func:`_null_adapter`; ``None`` without one); its profile
+    null model of ``adapter`` (:func:`.null_model.null_model_for`; ``None`` without one); its profile
     table into ``tables``."""
     from .pattern import pattern_claims
 
@@ -287,7 +288,7 @@ def _pattern(
             raise
         heads = [(int(layer), h) for layer in maps[0].layers for h in range(maps[0].n_heads)]
         pattern = _fill("pattern", heads, exc.reason)
-    nadapter = _null_adapter(adapter, null, seed)
+    nadapter = null_model_for(adapter, null, seed)
     if nadapter is not None and pattern_ev is not None:
         pattern = _calibrated_pattern(pattern, pattern_ev, nadapter, corpus, seed, notes)
     return heads, pattern, nadapter
@@ -359,15 +360,15 @@ def _causal(
             # every head in the modes that decide a claim (mean: necessity; uniform: weights); the
             # modes beside a necessary head's claim (zero, resample, random) for those heads, below
             sweep = removal_sweep(
-                adapter, corpus, obj, units=heads, modes=DECIDING_MODES + _measured(ablation), seed=seed,
+                adapter, corpus, obj, units=heads, modes=DECIDING_MODES + measured_beside(ablation), seed=seed,
                 progress=progress, reuse=ablation, runner=runner,
             )  # fmt: skip
             null_sweep = _null_sweep(nadapter, corpus, obj, heads, seed, progress)
             if null_sweep is not None:
                 info.update(null=null_sweep.source, null_quantile_level=1.0 - T.FDR)
             necessity = necessity_claims(sweep, importance, null=null_sweep)
-            beside = _beside_necessary(adapter, corpus, obj, necessity, sweep, seed, runner)
-            necessity = _confirm_baselines(necessity, (sweep, beside), len(heads))
+            beside = beside_necessary(adapter, corpus, obj, necessity, sweep, seed, runner)
+            necessity = confirm_baselines(necessity, (sweep, beside), len(heads))
             info["baselines"] = baselines_info(necessity, sweep.kinds)
             weights = weights_claims(sweep, pattern, null=null_sweep)
             redundancy, groups = redundancy_claims(
@@ -398,56 +399,6 @@ def _causal(
             why = f"not tested on this model: {exc.reason}"
             necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
     return necessity, weights, redundancy, info
-
-
-def _confirm_baselines(necessity: dict, sweeps: tuple, tests: int) -> dict:
-    """The held necessity claims confirmed under the other baselines
-    (:func:`.baselines.confirm_sweep`), their harms read from whichever of ``sweeps`` (the
-    deciding sweep, the sweep beside the held heads; ``None`` skipped) measured them."""
-    from types import SimpleNamespace
-
-    from .baselines import BASELINES, confirm_sweep
-
-    held = [k for k, c in necessity.items() if c.holds]
-    got = [s for s in sweeps if s is not None]
-    if not held or not got:
-        return necessity
-    harm = {}
-    for mode in BASELINES[1:]:
-        rows = []
-        for k in held:
-            src = next((s for s in got if mode in s.harm and (k,) in s.units), None)
-            if src is None:
-                break
-            rows.append(src.harm[mode][src.row((k,))])
-        if len(rows) == len(held):
-            harm[mode] = np.stack(rows)
-    view = SimpleNamespace(objective=got[0].objective, units=tuple((k,) for k in held), harm=harm)
-    return confirm_sweep(necessity, view, tests)
-
-
-def _measured(ablation) -> tuple:
-    """The modes beside necessity that ``ablation`` (a sweep of every head) already has."""
-    return tuple(m for m in BESIDE_MODES if ablation is not None and m in ablation.harm)
-
-
-def _beside_necessary(adapter, corpus, obj, necessity: dict, sweep, seed: int, runner):
-    """The modes that stand beside a necessary head's claim (:data:`BESIDE_MODES`: zero- and
-    resample-ablation, the same-norm random perturbation; :func:`.necessity.beside_modes`),
-    run for the heads whose necessity holds only and added to their claims' extras; the
-    sweep (``None`` when no head is necessary). A mode ``sweep`` already has (the ablation
-    section's) is taken from it. On EWT dev's first 128 sentences each mode of all 72 heads
-    cost 22 s of the report, for numbers a head that is not necessary does not show."""
-    from .necessity import beside_modes
-    from .removal import removal_sweep
-
-    held = [k for k, c in necessity.items() if c.holds]
-    modes = tuple(m for m in BESIDE_MODES if m not in sweep.harm)
-    if not held or not modes:
-        return None
-    got = removal_sweep(adapter, corpus, obj, units=held, modes=modes, seed=seed, runner=runner)
-    beside_modes(necessity, got)
-    return got
 
 
 def _decided(
@@ -522,20 +473,6 @@ def every_kind(inputs: ClaimInputs) -> dict:
     return {k: {kind: got.get(k, Claim(kind, "not tested")) for kind, got in by_kind.items()} for k in inputs.heads}
 
 
-def _null_adapter(adapter, null: Optional[str], seed: int):
-    """The null model ``null`` (:mod:`.null_model`; ``None``: the default) of ``adapter``;
-    ``None`` without a live model or for ``null="none"``."""
-    from .null_model import DEFAULT_NULL, null_adapter, null_source
-
-    kind = DEFAULT_NULL if null is None else null
-    if kind in ("none", ""):
-        return None
-    null_source(kind, seed)  # an unknown name is refused with or without a live model
-    if adapter is None:
-        return None
-    return null_adapter(adapter, seed=seed, kind=kind)
-
-
 def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, notes: list) -> dict:
     """The pattern claims calibrated on the null model's attention over ``corpus``
     (:func:`.pattern.calibrate_pattern`); unchanged, with a note, where it cannot be captured."""
@@ -558,8 +495,6 @@ def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, no
 #: the removal modes whose harms decide a claim (necessity: mean; weights: uniform), run
 #: for every head
 DECIDING_MODES = ("mean", "uniform")
-#: the modes beside a necessary head's claim (context, never a test), run for those heads alone
-BESIDE_MODES = ("zero", "one-mean", "resample", "random")
 
 
 def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
@@ -573,30 +508,3 @@ def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
     modes = ("mean",) if nadapter.arch == "encoder-decoder" else ("mean", "uniform")
     sweep = removal_sweep(nadapter, corpus, obj, units=heads, modes=modes, seed=seed, progress=progress)
     return NullSweep(sweep, nadapter.card["null_source"])
-
-
-def removal_table(sweep: Any) -> pd.DataFrame:
-    """Tidy: ``layer, head, mode, objective, harm, ci_low, ci_high, count`` (+ secondary measures)."""
-    from .statistics import mean_ci
-
-    rows = []
-    for i, unit in enumerate(sweep.units):
-        ((layer, head),) = unit
-        for mode, harm in sweep.harm.items():
-            eff, lo, hi = mean_ci(harm[i], seed=i)
-            row = {
-                "layer": layer,
-                "head": head,
-                "mode": mode,
-                "objective": sweep.objective,
-                "harm": eff,
-                "ci_low": lo,
-                "ci_high": hi,
-                "count": int(harm.shape[1]),
-            }
-            for name, vals in (sweep.measures.get(mode) or {}).items():
-                row[name] = float(vals[i].mean())
-            for name, vals in (sweep.corpus.get(mode) or {}).items():
-                row[name] = float(vals[i])
-            rows.append(row)
-    return pd.DataFrame(rows)

@@ -22,7 +22,7 @@ the null model itself clears it on too few examples to be declared.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import copy
 import logging
@@ -36,7 +36,16 @@ from . import thresholds as T
 
 log = logging.getLogger(__name__)
 
-__all__ = ["reinitialised", "permuted", "null_adapter", "null_quantile", "null_source", "NULL_SOURCE", "NULLS"]
+__all__ = [
+    "reinitialised",
+    "permuted",
+    "null_adapter",
+    "null_model_for",
+    "null_quantile",
+    "null_source",
+    "NULL_SOURCE",
+    "NULLS",
+]
 
 #: how each null model is made (stated on every calibrated claim), by its name
 NULLS = {
@@ -187,3 +196,15 @@ def null_quantile(null_effects: Any, q: float = T.FDR) -> np.ndarray:
     if e.ndim != 2 or e.shape[0] < 1:
         raise InputError(f"null effects must be [heads, examples], got shape {e.shape}")
     return np.nanquantile(e, 1.0 - q, axis=0)
+
+
+def null_model_for(adapter: Any, null: Optional[str], seed: int) -> Any:
+    """The null model ``null`` (``None``: :data:`DEFAULT_NULL`) of ``adapter``;
+    ``None`` without a live model or for ``null="none"``."""
+    kind = DEFAULT_NULL if null is None else null
+    if kind in ("none", ""):
+        return None
+    null_source(kind, seed)  # an unknown name is refused with or without a live model
+    if adapter is None:
+        return None
+    return null_adapter(adapter, seed=seed, kind=kind)

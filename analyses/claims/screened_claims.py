@@ -145,7 +145,7 @@ def screened_claims(
     model-run examples). Fills ``tables`` (``screened``, ``removal``, ``groups``), ``info``
     (``causal``: the screened run's summary and note) and ``notes``."""
     from .baselines import baselines_info
-    from .heads import _beside_necessary, _confirm_baselines, removal_table
+    from .held_heads import beside_necessary, confirm_baselines, removal_table
     from .necessity import add_importance
     from .redundancy import redundancy_claims
 
@@ -160,8 +160,8 @@ def screened_claims(
     weights, sweep = _weights(
         adapter, nadapter, corpus, obj, heads, exact, necessity, pattern, seed=seed, runner=runner, progress=progress
     )
-    beside = _beside_necessary(adapter, corpus, obj, necessity, sweep or SimpleNamespace(harm={}), seed, runner)
-    necessity = _confirm_baselines(necessity, (sweep, beside), len(heads))
+    beside = beside_necessary(adapter, corpus, obj, necessity, sweep or SimpleNamespace(harm={}), seed, runner)
+    necessity = confirm_baselines(necessity, (sweep, beside), len(heads))
     info["baselines"] = baselines_info(necessity, getattr(beside or sweep, "kinds", {}))
     redundancy, groups = redundancy_claims(
         adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from probe.app.registry import Param
 
 #: most examples the report's model-running sections use (the analyses over captured maps
@@ -81,12 +83,13 @@ def run_causal_path(ctx, n: int) -> str:
     return causal_path(p.get("causal"), n, p.get("max_model_examples"), head_count(getattr(ctx, "adapter", None)))
 
 
-def screened_setting(chosen, n: int, heads: int) -> str:
-    """The report's setting line for the screened path: why it was taken and what it costs."""
+def screened_setting(causal: Optional[str], n: int, heads: int) -> str:
+    """The report's setting line for the screened path: why it was taken (``--causal
+    screened`` by name, or the default's head-count rule) and what it costs."""
     why = (
-        f"--causal auto with {heads} heads (more than {SCREEN_ABOVE_HEADS})"
-        if chosen in (None, "auto")
-        else "--causal screened"
+        "--causal screened"
+        if causal == "screened"
+        else f"--causal auto with {heads} heads (more than {SCREEN_ABOVE_HEADS})"
     )
     return (
         f"screened ({why}): ablation and the necessity claims screen every head on all {n} examples at once "

@@ -118,7 +118,7 @@ def _screened(ctx: Context, groups: list) -> Any:
     (:func:`probe.analyses.claims.screened.screened_necessity`); the claims reuse it. ``None``
     where the section runs its own sweep (another mode, some layers, groups, or an objective
     that is corpus-level: a similarity structure's harms are not per example)."""
-    from probe.analyses.claims.heads import _null_adapter
+    from probe.analyses.claims.null_model import null_model_for
     from probe.analyses.claims.screened import screened_necessity
     from probe.analyses.claims.screened_claims import REPORT_SCREEN
     from probe.analyses.necessity.ablation import check_heads
@@ -137,7 +137,7 @@ def _screened(ctx: Context, groups: list) -> Any:
         return None
     over = ctx.report.overrides
     seed = int(over.get("seed", 0) or 0)
-    null = _null_adapter(ctx.adapter, over.get("null"), seed) if ClaimsResult in ctx.report.produces else None
+    null = null_model_for(ctx.adapter, over.get("null"), seed) if ClaimsResult in ctx.report.produces else None
     return screened_necessity(
         ctx.adapter, ctx.whole_corpus, objective, check_heads(ctx.adapter, None), null_adapter=null, seed=seed,
         runner=ctx.runner, batch_size=p["batch_size"], progress=ctx.progress, **REPORT_SCREEN,
