@@ -7,6 +7,7 @@ until killed: that test runs the check, not the load, on today's code it built m
 """
 
 import json
+import re
 import shutil
 
 import pytest
@@ -546,6 +547,56 @@ def test_row08_python_warnings_are_one_toolkit_line_without_options_the_command_
     said = [rec.getMessage() for rec in caplog.records if rec.name == "probe"]
     assert said == ["the mean is noisy — give at least 5 examples", "choose fewer positions or raise --out"]
     assert not any(".py" in m for m in said)
+
+
+def _report(tmp_path, lines, *args):
+    """``(exit code, stdout, stderr, summary.json)`` of ``probe report --file`` over ``lines``,
+    run as a user runs it (a process of its own: Python's warnings reach stderr as they would)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "rep"
+    cmd = [sys.executable, "-m", "probe", "report", "--file", str(tmp_path / "in.txt"), "--out", str(out), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+    return proc.returncode, proc.stdout, proc.stderr, summary
+
+
+def _options_named_elsewhere(text: str, command: str) -> list:
+    """Each ``--option`` ``text`` names that ``probe <command>`` lacks, unless the words just
+    before it run another command that has it (``run probe faithfulness with --pairs``)."""
+    import re
+
+    commands = dict(_commands(cli))
+    has = {c: {o for p in cmd.params for o in getattr(p, "opts", ())} for c, cmd in commands.items()}
+    wrong = []
+    for m in re.finditer(r"(?<![\w-])--[a-z][\w-]*", text):
+        other = re.search(r"probe ([a-z-]+)(?: [\w-]+)?\W*$", text[max(0, m.start() - 40) : m.start()])
+        if m.group(0) not in has[command] and not (other and m.group(0) in has.get(other.group(1), ())):
+            wrong.append(text[max(0, m.start() - 60) : m.end() + 10])
+    return wrong
+
+
+@pytest.fixture(scope="module")
+def one_sentence_report(tmp_path_factory):
+    """``probe report --file one.txt`` (every section, minilm), run once for the row 8 and 17 tests."""
+    return _report(tmp_path_factory.mktemp("one"), ["The cat sat on the mat."])
+
+
+@pytest.mark.slow  # one whole report on one sentence: ~60 s on the loaded 2-core machine
+def test_row08_a_report_on_one_sentence_skips_what_cannot_run_and_speaks_in_its_own_lines(one_sentence_report):
+    code, stdout, stderr, summary = one_sentence_report
+    assert code == 0, stderr[-3000:]
+    status = {s["name"]: (s["status"], s["reason"]) for s in summary["sections"]}
+    assert not [n for n, (st, _) in status.items() if st == "failed"], status
+    assert status["faithfulness"][0] == "skipped" and "give at least 2 sentences" in status["faithfulness"][1]
+    assert "faithfulness skipped: " in stdout and "failed" not in stdout
+    assert "Warning:" not in stderr and "UserWarning" not in stderr and "Traceback" not in stderr, stderr
+    assert not re.search(r"\.py:\d+", stderr), stderr  # no source path of a raw Python warning
+    assert "mean-ablation averages head outputs over only 1 example(s)" in stderr  # said, as the toolkit's line
+    said = stdout + stderr + json.dumps([[s["reason"], *s["notes"]] for s in summary["sections"]])
+    assert not _options_named_elsewhere(said, "report")  # was --mode zero (twice) and --pairs FILE
 
 
 # ---- row 19: train --stop-after says what it saved ----------------------------------------------
