@@ -730,11 +730,62 @@ def test_row14_a_resume_after_the_weights_changed_recomputes_every_section(tmp_p
     assert changed.resumed == [] and not (changed.dir / "sections" / "x.json").exists()
     assert "the model's weights changed since" in caplog.text and "recomputed" in caplog.text
     changed.release()
-    # another option still refuses (nothing overwritten), as before
+    # another input still refuses (nothing overwritten), as before
     (changed.dir / "sections" / "x.json").write_text("{}")
-    with pytest.raises(InputError, match="cannot resume"):
-        PartialReport(out, fingerprint(model="hf:d", weights="bbb", tokenizer="t1", sections=["y"]))
+    with pytest.raises(InputError, match="cannot resume: .*input None there, 'b.txt' now"):
+        PartialReport(out, fingerprint(model="hf:d", weights="bbb", tokenizer="t1", sections=["x"], input="b.txt"))
     assert (changed.dir / "sections" / "x.json").exists()
+
+
+def _saved(partial, name, options):
+    from probe.app.registry import Result
+    from probe.app.report.sections import SectionOutcome
+
+    outcome = SectionOutcome(name, name.title(), "ran", "", 1.0, Result(summary={"made under": options}))
+    assert partial.save(outcome, options=options)
+
+
+def test_row14_other_section_options_recompute_only_the_sections_they_reach(tmp_path, caplog):
+    import logging
+
+    from probe.app.report.resume import PartialReport, fingerprint
+
+    out, base = tmp_path / "r", dict(model="hf:d", weights="w", tokenizer="t", input="a.txt")
+    first = PartialReport(out, fingerprint(**base, sections=["ablation", "faithfulness"], overrides={}))
+    _saved(first, "ablation", {"params": {}, "reads": {}})
+    _saved(first, "faithfulness", {"params": {}, "objective": "auto", "reads": {}})
+    first.release()
+    now = fingerprint(**base, sections=["ablation", "faithfulness", "claims"], overrides={"explain_limit": 2})
+    with caplog.at_level(logging.WARNING):
+        again = PartialReport(out, now)  # was: "cannot resume … overrides {} there, {...} now"
+        assert again.load("ablation", options={"params": {}, "reads": {}}).status == "ran"  # unchanged: resumed
+        faith = {"params": {"explain_limit": 2}, "objective": "auto", "reads": {}}
+        assert again.load("faithfulness", options=faith) is None  # its options changed: run again
+    assert "section faithfulness: its options changed" in caplog.text and "ablation" not in caplog.text
+    assert not (again.dir / "sections" / "faithfulness.json").exists()
+    assert json.loads((again.dir / "state.json").read_text())["fingerprint"] == now
+    again.release()
+
+
+def test_row14_a_section_options_follow_the_options_and_the_results_it_reads():
+    from types import SimpleNamespace
+
+    from probe.app.report.sections import choose, section_options
+
+    secs = {s.name: s for s in choose("ablation,faithfulness,roles,claims")}
+
+    def opts(name, overrides, objective="auto", names=tuple(secs)):
+        ctx = SimpleNamespace(report=SimpleNamespace(overrides=overrides), objective_spec=objective)
+        return section_options(ctx, secs[name], [secs[n] for n in names])
+
+    explain = {"explain_limit": 2, "sized_by_power": False}
+    assert opts("ablation", explain) == opts("ablation", {})  # faithfulness' option: ablation resumed
+    assert opts("faithfulness", explain) != opts("faithfulness", {})
+    assert opts("claims", explain) != opts("claims", {})  # claims read faithfulness' result
+    assert opts("roles", {"causal": "sequential"}, "loss") == opts("roles", {})  # roles reads the maps alone
+    assert opts("ablation", {"causal": "sequential"}) != opts("ablation", {})
+    assert opts("ablation", {}, "loss") != opts("ablation", {})
+    assert opts("claims", {}, names=("claims",)) != opts("claims", {})  # without faithfulness: attribution untested
 
 
 def test_row14_the_report_fingerprints_the_weights_and_tokenizer(tiny_models, tmp_path):
