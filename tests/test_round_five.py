@@ -630,6 +630,23 @@ def test_row17_the_sequential_path_on_few_sentences_is_not_enough_evidence(n):
     assert c.count == n
 
 
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_row17_the_attribution_claim_on_few_examples_is_not_enough_evidence(n):
+    import pandas as pd
+
+    from analyses.claims import thresholds as T
+    from analyses.claims.attribution import attribution_claims
+
+    # every example significant, τ far above the null's: it "held" on 2 sentences (12 heads on minilm)
+    verdict = pd.DataFrame({"layer": [0], "head": [0], "tau_ig": [0.8], "tau_ig_significant": [1.0]})
+    null = {"tau_max": 0.1, "tau_quantile": 0.05, "source": "re-initialised", "significant_max": 0.0}
+    c = attribution_claims([(0, 0)], verdict, {"target": "logit", "n_examples": n, "null_agreement": null})[(0, 0)]
+    assert c.status == "not enough evidence" and c.count == n, c
+    assert c.reason.startswith(f"{n} examples < the minimum {T.MIN_EXAMPLES}; τ +0.80, significant in 100%")
+    enough = attribution_claims([(0, 0)], verdict, {"target": "logit", "n_examples": 8, "null_agreement": null})
+    assert enough[(0, 0)].status == "holds"
+
+
 def test_row18_the_similarity_structure_of_copies_of_one_sentence_is_refused(minilm):
     from probe.analyses.common.objective import resolve_objective
     from probe.errors import NotApplicable
