@@ -805,6 +805,66 @@ def test_row14_a_section_options_follow_the_options_and_the_results_it_reads():
     assert opts("claims", {}, names=("claims",)) != opts("claims", {})  # without faithfulness: attribution untested
 
 
+class _Killed(Exception):
+    """Stands for a report killed as a section starts."""
+
+
+def _log_sections(ran: list, killed_at: str = ""):
+    """A report's ``progress`` callback: each section's name (a resumed one says so) into
+    ``ran``; the run is killed when section ``killed_at`` starts."""
+
+    def progress(i, n, name):
+        if name == killed_at:
+            raise _Killed(name)
+        ran.append(name.split(" (resumed")[0] + (" resumed" if "(resumed" in name else ""))
+
+    return progress
+
+
+def _same_report(a, b) -> list:
+    """What differs between two reports' summary.json: each section's status and summary
+    (floats to 1e-6, timings left out) and every per-head fact (bench/compare_summaries.py's test)."""
+    from probe.app.report.compare import close, fact_differences
+
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    sections = [
+        (x["name"], x["status"], y["status"])
+        for x, y in zip(sa["sections"], sb["sections"], strict=True)
+        if x["status"] != y["status"] or not close(x["summary"], y["summary"])
+    ]
+    return sections + fact_differences(sa, sb)
+
+
+@pytest.mark.slow  # six reports of a 2-layer model on four sentences
+def test_row14_a_resumed_report_equals_a_clean_one_after_the_weights_or_the_options_changed(tiny_dir, tmp_path):
+    import transformers as T
+
+    from probe.app.report.build import build_report
+
+    d = _copy(tiny_dir, tmp_path)
+    texts = ["The cat sat on the mat.", "A dog ran in the park.", "Birds fly south.", "It rained all day."]
+    kw = dict(model=f"hf:{d}", text=texts, sections="ablation,importance,faithfulness,claims")
+    with pytest.raises(_Killed):
+        build_report(tmp_path / "r", progress=_log_sections([], killed_at="faithfulness"), **kw)
+    torch.manual_seed(1)  # the folder's weights changed in place: another model under the same command
+    T.BertModel(T.BertConfig.from_pretrained(d)).save_pretrained(d)
+    ran: list = []
+    build_report(tmp_path / "r", progress=_log_sections(ran), **kw)
+    assert ran == ["ablation", "importance", "faithfulness", "claims"]  # nothing of the old weights resumed
+    build_report(tmp_path / "clean", **kw)
+    assert _same_report(tmp_path / "r", tmp_path / "clean") == []  # was: 602 per-head facts differed
+
+    # only an option of faithfulness changed: ablation and importance resumed, the rest recomputed
+    with pytest.raises(_Killed):
+        build_report(tmp_path / "o", progress=_log_sections([], killed_at="faithfulness"), **kw)
+    ran = []
+    build_report(tmp_path / "o", progress=_log_sections(ran), explained_examples=2, **kw)
+    assert ran == ["ablation resumed", "importance resumed", "faithfulness", "claims"]  # was: refused
+    build_report(tmp_path / "o-clean", explained_examples=2, **kw)
+    assert _same_report(tmp_path / "o", tmp_path / "o-clean") == []
+    assert _same_report(tmp_path / "o", tmp_path / "clean") != []  # the option did change the result
+
+
 def test_row14_the_report_fingerprints_the_weights_and_tokenizer(tiny_models, tmp_path):
     from types import SimpleNamespace
 
