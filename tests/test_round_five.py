@@ -720,13 +720,24 @@ def test_row20_two_checkpoints_with_one_label_are_told_apart(tmp_path, caplog):
     from probe.models.checkpoints import resolve_checkpoints
 
     run = _run_dir(tmp_path, {"step-1": {"step": 1}, "step-2": {"step": 2}})
-    (tmp_path / "other").mkdir()
-    shutil.copytree(run / "checkpoints" / "step-1", tmp_path / "other" / "step-1")
+    other = _run_dir(tmp_path / "b", {"step-1": {"step": 1}})  # a second run: its checkpoints under the same names
+    (tmp_path / "loose").mkdir()
+    shutil.copytree(run / "checkpoints" / "step-1", tmp_path / "loose" / "step-1")
     assert [c.step for c in resolve_checkpoints([str(run)])] == [1, 2]
     with caplog.at_level(logging.WARNING):
-        cks = resolve_checkpoints([str(run), str(tmp_path / "other" / "step-1"), "zoo:induction", "zoo:induction"])
-    assert [c.label for c in cks] == ["step-1", "step-2", "step-1#2", "zoo:induction", "zoo:induction#2"]
-    assert "two checkpoints are labelled 'step-1'" in caplog.text  # said, and their rows no longer merge
+        cks = resolve_checkpoints([str(run), str(other), str(tmp_path / "loose" / "step-1"), "zoo:induction"])
+    # another checkpoint under a label given before is named by its run (or folder): its rows stay its own
+    assert [c.label for c in cks] == ["step-1", "step-2", "b/run/step-1", "loose/step-1", "zoo:induction"]
+    said = caplog.text
+    first, second = run / "checkpoints" / "step-1", other / "checkpoints" / "step-1"
+    assert f"two checkpoints are labelled 'step-1' ({first.resolve()}, and {second.resolve()})" in said
+    assert "the later one is shown as 'b/run/step-1'" in said
+    # the same checkpoint given twice is label#2, said as such (compare then finds their weights identical)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        twice = resolve_checkpoints(["zoo:induction", "zoo:induction", str(run), str(run)])
+    assert [c.label for c in twice] == ["zoo:induction", "zoo:induction#2", "step-1", "step-2", "step-1#2", "step-2#2"]
+    assert "labelled 'zoo:induction' (zoo:induction, and the same again): the later one is shown as" in caplog.text
 
 
 # ---- rows 14-16: resume only what the same inputs made; --out re-checked; one report per --out ----
