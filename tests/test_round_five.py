@@ -647,6 +647,54 @@ def test_row17_the_attribution_claim_on_few_examples_is_not_enough_evidence(n):
     assert enough[(0, 0)].status == "holds"
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_row17_a_pattern_on_one_or_two_long_sentences_is_not_enough_evidence(n):
+    from conftest import make_maps, previous_token
+
+    from analyses.claims import thresholds as T
+    from analyses.claims.pattern import pattern_claims
+
+    # a perfect previous-token head over 60 query rows per sentence: past the 50-row bar, but its
+    # interval is a bootstrap over 1 or 2 examples ([1.0, 1.0]: it "held" with a zero-width interval)
+    c = pattern_claims([make_maps(previous_token(60)) for _ in range(n)])[0][(0, 0)]
+    assert c.status == "not enough evidence" and c.threshold == "pattern_min_examples", c
+    assert c.reason.startswith(f"{n} examples < {T.PATTERN_MIN_EXAMPLES}") and c.count == 60 * n
+    held = pattern_claims([make_maps(previous_token(6)) for _ in range(T.PATTERN_MIN_EXAMPLES)])[0][(0, 0)]
+    assert held.status == "holds" and held.statement == "previous-token"
+
+
+@pytest.mark.slow  # two reports (faithfulness and sequential claims) of minilm on 1 and 2 sentences
+@pytest.mark.parametrize("n", [1, 2])
+def test_row17_no_claim_kind_is_decided_on_one_or_two_sentences_on_the_sequential_path(minilm, tmp_path, n):
+    from probe.app.report.build import build_report
+    from probe.app.report.bundled import SAMPLE_CONLLU
+
+    # the bundled treebank's first sentences (27 and 24 words: 50 query rows and more between them)
+    data = build_report(
+        tmp_path / "r", adapter=minilm, conllu=str(SAMPLE_CONLLU), limit=n, causal="sequential",
+        sections=["syntax", "faithfulness", "claims"],
+    )  # fmt: skip
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert {s["name"]: s["status"] for s in summary["sections"]}["claims"] == "ran"
+    assert summary["sections"][-1]["summary"]["causal"]["path"] == "sequential"
+    counts = summary["claims"]["counts"]
+    decided = {
+        k: {s: c for s, c in v.items() if c and s not in ("not enough evidence", "not tested")}
+        for k, v in counts.items()
+    }
+    assert decided == {k: {} for k in counts}, (
+        decided
+    )  # was: necessity, weights 'does not hold' ×72, attribution 'holds' ×12
+    claims = [h["claims"] for h in summary["heads"]]
+    for kind in ("pattern", "structure", "necessity", "weights"):
+        assert {c[kind]["status"] for c in claims} == {"not enough evidence"}, kind
+    # redundancy groups heads whose necessity does not hold: none is decided, so none is grouped
+    assert {c["redundancy"]["reason"] for c in claims} == {"necessity not enough evidence"}
+    attribution = {c["attribution"]["status"] for c in claims}
+    assert attribution == ({"not tested"} if n == 1 else {"not enough evidence"})  # one sentence: no pair to explain
+    assert not data.statuses.get("faithfulness") == "failed"
+
+
 def test_row18_the_similarity_structure_of_copies_of_one_sentence_is_refused(minilm):
     from probe.analyses.common.objective import resolve_objective
     from probe.errors import NotApplicable
