@@ -139,7 +139,8 @@ def _source(ck: Checkpoint) -> str:
 def _folders(ck: Checkpoint) -> Optional[list]:
     """The folders holding a checkpoint on disk, innermost last (a run's ``checkpoints/``
     left out); ``None`` for a spec of no folder."""
-    where = ck.path if ck.path is not None else (Path(ck.spec[3:]) if (ck.spec or "").startswith("hf:") else None)
+    spec = ck.spec or ""
+    where = ck.path if ck.path is not None else (Path(spec[3:]) if spec.startswith("hf:") else None)
     if where is None:
         return None
     parts = list(Path(where).resolve().parent.parts)
