@@ -1,6 +1,7 @@
 """Issue 59's report rows (8, 14, 17), run as a user would run them: whole reports, so minutes.
 
-    python bench/round_five_reports.py          # rows 8, 14 and 17; prints each command and what it said
+    python bench/round_five_reports.py          # rows 8, 14, 15, 16 and 17; prints each command and what it said
+    python bench/round_five_reports.py 15,16    # only those rows
 
 Row 8: ``probe report --file one.txt`` (one sentence, minilm, every section): each section's
 line, the warnings, the exit status. Row 17: ``probe report --file two.txt --causal
@@ -8,7 +9,8 @@ sequential`` and the same on one sentence: the claims per kind from summary.json
 report on a saved 2-layer BERT (``hf:<folder>``) killed as its faithfulness section starts,
 the folder's weights changed in place, the same command run again, then a clean run, and
 ``bench/compare_summaries.py`` between them; then killed again and rerun with only
-``--explained-examples`` changed (which sections are resumed). The temporary directory is
+``--explained-examples`` changed (which sections are resumed). Rows 15 and 16: a file written
+into ``--out`` while ``probe compare`` runs; a second report on one ``--out``. The temporary directory is
 printed as ``.``. docs/reliability.md quotes this output; bench/round_five.py has the other rows.
 """
 
@@ -117,18 +119,62 @@ def compare(d: Path, a: str, b: str) -> None:
     print("  " + (r.stdout.strip().splitlines() or [r.stderr.strip()])[-1])
 
 
-def main() -> None:
-    d = Path(tempfile.mkdtemp(prefix="round-five-reports-"))
-    try:
-        (d / "one.txt").write_text("The cat sat on the mat.\n")
-        (d / "two.txt").write_text("The cat sat on the mat.\nA dog ran in the park.\n")
+def row15(d: Path) -> None:
+    import time
+
+    row(15, "probe compare <models> --out c15 while another program writes a file into c15")
+    args = ["compare", "zoo:induction", "zoo:induction", "--text", "a b c a b c", "--out", "c15", "-q"]
+    print(f"$ probe {' '.join(args)}   # c15/theirs.txt written by another program 2 s after the start")
+    proc = subprocess.Popen([*PROBE, *args], cwd=d, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    time.sleep(2)
+    (d / "c15").mkdir()
+    (d / "c15" / "theirs.txt").write_text("another program's")
+    out, _ = proc.communicate()
+    print(f"  (exit {proc.returncode})")
+    for ln in out.strip().splitlines()[-1:]:
+        print("  " + shown(d, ln))
+    print(f"$ cat c15/theirs.txt\n  {(d / 'c15' / 'theirs.txt').read_text()}")
+
+
+def row16(d: Path) -> None:
+    row(16, "two probe report runs on one --out, the second with --no-resume")
+    args = ["report", "--file", "two.txt", "--out", "r16"]
+    print(f"$ probe {' '.join(args)} &   # the first, left running")
+    first = subprocess.Popen([*PROBE, *args], cwd=d, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert first.stderr is not None
+    for line in first.stderr:
+        if line.startswith("["):  # its lock is taken and its first section running
+            break
+    second = subprocess.run([*PROBE, *args, "--no-resume"], cwd=d, text=True, capture_output=True)
+    print(f"$ probe {' '.join(args)} --no-resume\n  (exit {second.returncode})")
+    print("  " + shown(d, (second.stdout + second.stderr).strip().splitlines()[-1]))
+    first.kill()
+    first.wait()
+
+
+ROWS = {"8": None, "14": row14, "15": row15, "16": row16, "17": None}
+
+
+def rows_8_17(d: Path, which: set) -> None:
+    if "8" in which:
         row(8, "probe report --file one.txt (one sentence, every section)")
         report(d, "--file", "one.txt", "--out", "one")
+    if "17" in which:
         row(17, "probe report --file two.txt --causal sequential (and one sentence): the claims per kind")
         for name in ("two", "one"):
             report(d, "--file", f"{name}.txt", "--causal", "sequential", "--out", f"{name}-seq", "-q")
             claim_counts(d / f"{name}-seq")
-        row14(d)
+
+
+def main() -> None:
+    which = set(sys.argv[1].split(",")) if len(sys.argv) > 1 else set(ROWS)  # e.g. 15,16
+    d = Path(tempfile.mkdtemp(prefix="round-five-reports-"))
+    try:
+        (d / "one.txt").write_text("The cat sat on the mat.\n")
+        (d / "two.txt").write_text("The cat sat on the mat.\nA dog ran in the park.\n")
+        rows_8_17(d, which)
+        for name in sorted(which & {"14", "15", "16"}, key=int):
+            ROWS[name](d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
