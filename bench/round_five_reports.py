@@ -124,9 +124,10 @@ def row15(d: Path) -> None:
 
     row(15, "probe compare <models> --out c15 while another program writes a file into c15")
     args = ["compare", "zoo:induction", "zoo:induction", "--text", "a b c a b c", "--out", "c15", "-q"]
-    print(f"$ probe {' '.join(args)}   # c15/theirs.txt written by another program 2 s after the start")
+    print(f"$ probe {' '.join(args)}   # c15/theirs.txt written by another program once the run is under way")
     proc = subprocess.Popen([*PROBE, *args], cwd=d, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    time.sleep(2)
+    while not list(d.glob(".c15.tmp-*")) and proc.poll() is None:  # --out checked, its result being built
+        time.sleep(0.2)
     (d / "c15").mkdir()
     (d / "c15" / "theirs.txt").write_text("another program's")
     out, _ = proc.communicate()
