@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REFUSE, ANY = "refuse", "any"
@@ -511,6 +511,11 @@ def main() -> int:
         help="run only this many cases per command, spread over its list (a quicker sample)",
     )
     ap.add_argument("--match", default=None, help="only cases whose name contains this (e.g. r5_: round five)")
+    ap.add_argument(
+        "--first",
+        default=None,
+        help="comma-separated parts of case names run before the others (e.g. r5_,report:,compare:)",
+    )
     ap.add_argument("--csv", default=None, help="write one row per case here")
     ap.add_argument("--show", action="store_true", help="print every case, not only the failing ones")
     a = ap.parse_args()
@@ -529,10 +534,20 @@ def main() -> int:
             todo = [c for c in todo if a.match in c[0]]
         if a.per_command:
             todo = _sample(todo, a.per_command)
+        if a.first:
+            parts = [x for x in a.first.split(",") if x]
+            todo.sort(key=lambda c: next((i for i, x in enumerate(parts) if x in c[0]), len(parts)))  # stable
         print(f"{len(todo)} cases over {len({c[0].split(':')[0] for c in todo})} commands ({env_note})", flush=True)
         start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-            results = list(pool.map(lambda c: run_case(c, probe, a.timeout), todo))
+        results = []
+        with ThreadPoolExecutor(max_workers=a.jobs) as pool:  # each case said as it ends: a cut run still counts
+            for r in as_completed([pool.submit(run_case, c, probe, a.timeout) for c in todo]):
+                results.append(r.result())
+                row = results[-1]
+                print(
+                    f"[{len(results)}/{len(todo)}] {row['outcome']:<17} {row['case']} rc={row['rc']} {row['seconds']}s",
+                    flush=True,
+                )
         wall = time.perf_counter() - start
         evil_ran = (d / "EVIL_RAN").exists()
     counts: dict = {}

@@ -7,8 +7,8 @@ models with a damaged weights file or an absurd or contradicting config; a store
 from zoo:induction; a hand-edited manifest; a training run whose cards lie), runs the real
 ``probe`` command there (paths print short) and prints ``$ command``, its exit status and
 its last output lines, the temporary directory written as ``.``. The rows of the Python
-API (6, 7b, 21) run as ``python -c`` one-liners. Rows 14-17 need a killed report or a
-sequential claims run: their tests (tests/test_round_five.py) show them.
+API (6, 7b, 21) run as ``python -c`` one-liners. Rows 8, 14 and 17 need whole reports:
+bench/round_five_reports.py runs them.
 docs/reliability.md quotes this output.
 """
 
@@ -149,8 +149,9 @@ def main() -> None:
         probe(d, "compare", "run", "--out", "c20")
         c["step"] = 2
         card.write_text(json.dumps(c))
-        shutil.copytree(d / "run" / "checkpoints" / "step-000002", d / "step-000002")
-        probe(d, "compare", "run", "step-000002", "--out", "c20b")
+        shutil.copytree(d / "run" / "checkpoints" / "step-000002", d / "copy" / "step-000002")
+        probe(d, "compare", "run", "copy/step-000002", "--out", "c20b")  # a byte-identical copy, another folder
+        probe(d, "compare", "zoo:induction", "zoo:induction", "--text", "a b c a b c", "--out", "c20c", keep=2)
 
         row(22, "a store captured with --skip-invalid (3 of 5 sentences invalid), then one index line removed")
         bad = ROWS.replace("\t0\troot", "\t9\troot")

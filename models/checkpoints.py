@@ -96,24 +96,68 @@ def _run_checkpoints(run: Path) -> list:
 
 
 def unique_labels(checkpoints: list) -> list:
-    """``checkpoints`` with every label unique: a label given before is shown as ``label#2``,
-    ``label#3`` … and said in a warning (two checkpoints under one label merged their rows in
-    every table: issue 59, row 20)."""
+    """``checkpoints`` with every label unique (two checkpoints under one label merged their
+    rows in every table: issue 59, row 20), each relabelling said in a warning naming both:
+    another checkpoint under a label given before is named by its folder too
+    (``runB/step-1``: two runs' checkpoints compared step by step), the same checkpoint given
+    again is ``label#2``, ``label#3`` … (the comparison then finds their weights identical)."""
     import dataclasses
 
-    seen: dict = {}
+    first: dict = {}
+    taken = {ck.label for ck in checkpoints}
     out = []
     for ck in checkpoints:
-        k = seen.get(ck.label, 0) + 1
-        seen[ck.label] = k
-        if k > 1:
+        if ck.label not in first:
+            first[ck.label] = ck
+            out.append(ck)
+            continue
+        earlier = first[ck.label]
+        same = _source(ck) == _source(earlier)
+        new = None if same else _folder_label(ck, earlier)
+        if new is None or new in taken:
+            k = 2
+            while f"{ck.label}#{k}" in taken:
+                k += 1
             new = f"{ck.label}#{k}"
-            log.warning(
-                "two checkpoints are labelled %r (%s): the later one is shown as %r", ck.label, ck.path or ck.spec, new
-            )
-            ck = dataclasses.replace(ck, label=new)
-        out.append(ck)
+        taken.add(new)
+        log.warning(
+            "two checkpoints are labelled %r (%s, and %s): the later one is shown as %r",
+            ck.label, _source(earlier), "the same again" if same else _source(ck), new,
+        )  # fmt: skip
+        out.append(dataclasses.replace(ck, label=new))
     return out
+
+
+def _source(ck: Checkpoint) -> str:
+    """Where a checkpoint's weights come from: its folder (resolved) or its spec."""
+    if ck.path is not None:
+        return str(Path(ck.path).resolve())
+    spec = ck.spec or ck.label
+    return f"hf:{Path(spec[3:]).resolve()}" if spec.startswith("hf:") and Path(spec[3:]).exists() else spec
+
+
+def _folders(ck: Checkpoint) -> Optional[list]:
+    """The folders holding a checkpoint on disk, innermost last (a run's ``checkpoints/``
+    left out); ``None`` for a spec of no folder."""
+    spec = ck.spec or ""
+    where = ck.path if ck.path is not None else (Path(spec[3:]) if spec.startswith("hf:") else None)
+    if where is None:
+        return None
+    parts = list(Path(where).resolve().parent.parts)
+    return parts[:-1] if parts and parts[-1] == "checkpoints" else parts
+
+
+def _folder_label(ck: Checkpoint, earlier: Checkpoint) -> Optional[str]:
+    """``<folders>/<label>``: ``ck``'s label behind the fewest of its folders that tell it
+    from ``earlier`` (``runB/step-1`` for ``runB/checkpoints/step-1`` beside
+    ``runA/checkpoints/step-1``); ``None`` when no folder does."""
+    mine, theirs = _folders(ck), _folders(earlier) or []
+    if not mine:
+        return None
+    for k in range(1, len(mine) + 1):
+        if mine[-k:] != theirs[-k:]:
+            return "/".join([*mine[-k:], ck.label]).lstrip("/")
+    return None
 
 
 def _check_bare_name(arg: str) -> None:

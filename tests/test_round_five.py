@@ -7,6 +7,7 @@ until killed: that test runs the check, not the load, on today's code it built m
 """
 
 import json
+import re
 import shutil
 
 import pytest
@@ -548,6 +549,61 @@ def test_row08_python_warnings_are_one_toolkit_line_without_options_the_command_
     assert not any(".py" in m for m in said)
 
 
+def _report(tmp_path, lines, *args):
+    """``(exit code, stdout, stderr, summary.json)`` of ``probe report --file`` over ``lines``,
+    run as a user runs it (a process of its own: Python's warnings reach stderr as they would)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "rep"
+    cmd = [sys.executable, "-m", "probe", "report", "--file", str(tmp_path / "in.txt"), "--out", str(out), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+    return proc.returncode, proc.stdout, proc.stderr, summary
+
+
+def _options_named_elsewhere(text: str, command: str) -> list:
+    """Each ``--option`` ``text`` names that ``probe <command>`` lacks, unless the words just
+    before it run another command that has it (``run probe faithfulness with --pairs``)."""
+    import re
+
+    commands = dict(_commands(cli))
+    has = {c: {o for p in cmd.params for o in getattr(p, "opts", ())} for c, cmd in commands.items()}
+    wrong = []
+    for m in re.finditer(r"(?<![\w-])--[a-z][\w-]*", text):
+        other = re.search(r"probe ([a-z-]+)(?: [\w-]+)?\W*$", text[max(0, m.start() - 40) : m.start()])
+        if m.group(0) not in has[command] and not (other and m.group(0) in has.get(other.group(1), ())):
+            wrong.append(text[max(0, m.start() - 60) : m.end() + 10])
+    return wrong
+
+
+@pytest.fixture(scope="module")
+def one_sentence_report(tmp_path_factory):
+    """``probe report --file one.txt`` (every section, minilm), run once for the row 8 and 17 tests."""
+    return _report(tmp_path_factory.mktemp("one"), ["The cat sat on the mat."])
+
+
+@pytest.mark.slow  # one whole report on one sentence: ~60 s on the loaded 2-core machine
+def test_row08_a_report_on_one_sentence_skips_what_cannot_run_and_speaks_in_its_own_lines(one_sentence_report):
+    code, stdout, stderr, summary = one_sentence_report
+    assert code == 0, stderr[-3000:]
+    status = {s["name"]: (s["status"], s["reason"]) for s in summary["sections"]}
+    assert not [n for n, (st, _) in status.items() if st == "failed"], status
+    assert status["faithfulness"][0] == "skipped" and "give at least 2 sentences" in status["faithfulness"][1]
+    assert "faithfulness skipped: " in stdout and "failed" not in stdout
+    assert "Warning:" not in stderr and "UserWarning" not in stderr and "Traceback" not in stderr, stderr
+    assert not re.search(r"\.py:\d+", stderr), stderr  # no source path of a raw Python warning
+    assert "mean-ablation averages head outputs over only 1 example(s)" in stderr  # said, as the toolkit's line
+    said = stdout + stderr + json.dumps([[s["reason"], *s["notes"]] for s in summary["sections"]])
+    assert not _options_named_elsewhere(said, "report")  # was --mode zero (twice) and --pairs FILE
+    # row 17 on the default path: no claim kind is decided on one sentence
+    undecided = {"not enough evidence", "not tested"}
+    assert all(
+        set(h["claims"][k]["status"] for h in summary["heads"]) <= undecided for k in summary["claims"]["counts"]
+    )
+
+
 # ---- row 19: train --stop-after says what it saved ----------------------------------------------
 def test_row19_stop_after_says_the_step_it_saved(tmp_path):
     r, last = _run("train", "zoo:prev-token", "--steps", 10, "--stop-after", 3, "--out", tmp_path / "m")
@@ -577,6 +633,71 @@ def test_row17_the_sequential_path_on_few_sentences_is_not_enough_evidence(n):
     c = _claim("necessity", "mean", res, None, 0, bar=0.01, floor=0.0, obj=obj, m=72, null=None, block_level=False)
     assert c.status == "not enough evidence" and c.reason == f"{n} examples < the minimum {T.MIN_EXAMPLES}"
     assert c.count == n
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_row17_the_attribution_claim_on_few_examples_is_not_enough_evidence(n):
+    import pandas as pd
+
+    from analyses.claims import thresholds as T
+    from analyses.claims.attribution import attribution_claims
+
+    # every example significant, τ far above the null's: it "held" on 2 sentences (12 heads on minilm)
+    verdict = pd.DataFrame({"layer": [0], "head": [0], "tau_ig": [0.8], "tau_ig_significant": [1.0]})
+    null = {"tau_max": 0.1, "tau_quantile": 0.05, "source": "re-initialised", "significant_max": 0.0}
+    c = attribution_claims([(0, 0)], verdict, {"target": "logit", "n_examples": n, "null_agreement": null})[(0, 0)]
+    assert c.status == "not enough evidence" and c.count == n, c
+    assert c.reason.startswith(f"{n} examples < the minimum {T.MIN_EXAMPLES}; τ +0.80, significant in 100%")
+    enough = attribution_claims([(0, 0)], verdict, {"target": "logit", "n_examples": 8, "null_agreement": null})
+    assert enough[(0, 0)].status == "holds"
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_row17_a_pattern_on_one_or_two_long_sentences_is_not_enough_evidence(n):
+    from conftest import make_maps, previous_token
+
+    from analyses.claims import thresholds as T
+    from analyses.claims.pattern import pattern_claims
+
+    # a perfect previous-token head over 60 query rows per sentence: past the 50-row bar, but its
+    # interval is a bootstrap over 1 or 2 examples ([1.0, 1.0]: it "held" with a zero-width interval)
+    c = pattern_claims([make_maps(previous_token(60)) for _ in range(n)])[0][(0, 0)]
+    assert c.status == "not enough evidence" and c.threshold == "pattern_min_examples", c
+    assert c.reason.startswith(f"{n} examples < {T.PATTERN_MIN_EXAMPLES}") and c.count == 60 * n
+    held = pattern_claims([make_maps(previous_token(6)) for _ in range(T.PATTERN_MIN_EXAMPLES)])[0][(0, 0)]
+    assert held.status == "holds" and held.statement == "previous-token"
+
+
+@pytest.mark.slow  # a report (faithfulness and sequential claims) of minilm on 2 sentences: minutes on 2 cores
+@pytest.mark.parametrize("n", [2])  # one sentence: test_row17_the_sequential_path_… and the row 8 report
+def test_row17_no_claim_kind_is_decided_on_one_or_two_sentences_on_the_sequential_path(minilm, tmp_path, n):
+    from probe.app.report.build import build_report
+    from probe.app.report.bundled import SAMPLE_CONLLU
+
+    # the bundled treebank's first sentences (27 and 24 words: 50 query rows and more between them)
+    data = build_report(
+        tmp_path / "r", adapter=minilm, conllu=str(SAMPLE_CONLLU), limit=n, causal="sequential",
+        sections=["syntax", "faithfulness", "claims"],
+    )  # fmt: skip
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert {s["name"]: s["status"] for s in summary["sections"]}["claims"] == "ran"
+    assert summary["sections"][-1]["summary"]["causal"]["path"] == "sequential"
+    counts = summary["claims"]["counts"]
+    decided = {
+        k: {s: c for s, c in v.items() if c and s not in ("not enough evidence", "not tested")}
+        for k, v in counts.items()
+    }
+    assert decided == {k: {} for k in counts}, (
+        decided
+    )  # was: necessity, weights 'does not hold' ×72, attribution 'holds' ×12
+    claims = [h["claims"] for h in summary["heads"]]
+    for kind in ("pattern", "structure", "necessity", "weights"):
+        assert {c[kind]["status"] for c in claims} == {"not enough evidence"}, kind
+    # redundancy groups heads whose necessity does not hold: none is decided, so none is grouped
+    assert {c["redundancy"]["reason"] for c in claims} == {"necessity not enough evidence"}
+    attribution = {c["attribution"]["status"] for c in claims}
+    assert attribution == ({"not tested"} if n == 1 else {"not enough evidence"})  # one sentence: no pair to explain
+    assert not data.statuses.get("faithfulness") == "failed"
 
 
 def test_row18_the_similarity_structure_of_copies_of_one_sentence_is_refused(minilm):
@@ -652,13 +773,24 @@ def test_row20_two_checkpoints_with_one_label_are_told_apart(tmp_path, caplog):
     from probe.models.checkpoints import resolve_checkpoints
 
     run = _run_dir(tmp_path, {"step-1": {"step": 1}, "step-2": {"step": 2}})
-    (tmp_path / "other").mkdir()
-    shutil.copytree(run / "checkpoints" / "step-1", tmp_path / "other" / "step-1")
+    other = _run_dir(tmp_path / "b", {"step-1": {"step": 1}})  # a second run: its checkpoints under the same names
+    (tmp_path / "loose").mkdir()
+    shutil.copytree(run / "checkpoints" / "step-1", tmp_path / "loose" / "step-1")
     assert [c.step for c in resolve_checkpoints([str(run)])] == [1, 2]
     with caplog.at_level(logging.WARNING):
-        cks = resolve_checkpoints([str(run), str(tmp_path / "other" / "step-1"), "zoo:induction", "zoo:induction"])
-    assert [c.label for c in cks] == ["step-1", "step-2", "step-1#2", "zoo:induction", "zoo:induction#2"]
-    assert "two checkpoints are labelled 'step-1'" in caplog.text  # said, and their rows no longer merge
+        cks = resolve_checkpoints([str(run), str(other), str(tmp_path / "loose" / "step-1"), "zoo:induction"])
+    # another checkpoint under a label given before is named by its run (or folder): its rows stay its own
+    assert [c.label for c in cks] == ["step-1", "step-2", "b/run/step-1", "loose/step-1", "zoo:induction"]
+    said = caplog.text
+    first, second = run / "checkpoints" / "step-1", other / "checkpoints" / "step-1"
+    assert f"two checkpoints are labelled 'step-1' ({first.resolve()}, and {second.resolve()})" in said
+    assert "the later one is shown as 'b/run/step-1'" in said
+    # the same checkpoint given twice is label#2, said as such (compare then finds their weights identical)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        twice = resolve_checkpoints(["zoo:induction", "zoo:induction", str(run), str(run)])
+    assert [c.label for c in twice] == ["zoo:induction", "zoo:induction#2", "step-1", "step-2", "step-1#2", "step-2#2"]
+    assert "labelled 'zoo:induction' (zoo:induction, and the same again): the later one is shown as" in caplog.text
 
 
 # ---- rows 14-16: resume only what the same inputs made; --out re-checked; one report per --out ----
@@ -679,11 +811,122 @@ def test_row14_a_resume_after_the_weights_changed_recomputes_every_section(tmp_p
     assert changed.resumed == [] and not (changed.dir / "sections" / "x.json").exists()
     assert "the model's weights changed since" in caplog.text and "recomputed" in caplog.text
     changed.release()
-    # another option still refuses (nothing overwritten), as before
+    # another input still refuses (nothing overwritten), as before
     (changed.dir / "sections" / "x.json").write_text("{}")
-    with pytest.raises(InputError, match="cannot resume"):
-        PartialReport(out, fingerprint(model="hf:d", weights="bbb", tokenizer="t1", sections=["y"]))
+    with pytest.raises(InputError, match="cannot resume: .*input None there, 'b.txt' now"):
+        PartialReport(out, fingerprint(model="hf:d", weights="bbb", tokenizer="t1", sections=["x"], input="b.txt"))
     assert (changed.dir / "sections" / "x.json").exists()
+
+
+def _saved(partial, name, options):
+    from probe.app.registry import Result
+    from probe.app.report.sections import SectionOutcome
+
+    outcome = SectionOutcome(name, name.title(), "ran", "", 1.0, Result(summary={"made under": options}))
+    assert partial.save(outcome, options=options)
+
+
+def test_row14_other_section_options_recompute_only_the_sections_they_reach(tmp_path, caplog):
+    import logging
+
+    from probe.app.report.resume import PartialReport, fingerprint
+
+    out, base = tmp_path / "r", dict(model="hf:d", weights="w", tokenizer="t", input="a.txt")
+    first = PartialReport(out, fingerprint(**base, sections=["ablation", "faithfulness"], overrides={}))
+    _saved(first, "ablation", {"params": {}, "reads": {}})
+    _saved(first, "faithfulness", {"params": {}, "objective": "auto", "reads": {}})
+    first.release()
+    now = fingerprint(**base, sections=["ablation", "faithfulness", "claims"], overrides={"explain_limit": 2})
+    with caplog.at_level(logging.WARNING):
+        again = PartialReport(out, now)  # was: "cannot resume … overrides {} there, {...} now"
+        assert again.load("ablation", options={"params": {}, "reads": {}}).status == "ran"  # unchanged: resumed
+        faith = {"params": {"explain_limit": 2}, "objective": "auto", "reads": {}}
+        assert again.load("faithfulness", options=faith) is None  # its options changed: run again
+    assert "section faithfulness: its options changed" in caplog.text and "ablation" not in caplog.text
+    assert not (again.dir / "sections" / "faithfulness.json").exists()
+    assert json.loads((again.dir / "state.json").read_text())["fingerprint"] == now
+    again.release()
+
+
+def test_row14_a_section_options_follow_the_options_and_the_results_it_reads():
+    from types import SimpleNamespace
+
+    from probe.app.report.sections import choose, section_options
+
+    secs = {s.name: s for s in choose("ablation,faithfulness,roles,claims")}
+
+    def opts(name, overrides, objective="auto", names=tuple(secs)):
+        ctx = SimpleNamespace(report=SimpleNamespace(overrides=overrides), objective_spec=objective)
+        return section_options(ctx, secs[name], [secs[n] for n in names])
+
+    explain = {"explain_limit": 2, "sized_by_power": False}
+    assert opts("ablation", explain) == opts("ablation", {})  # faithfulness' option: ablation resumed
+    assert opts("faithfulness", explain) != opts("faithfulness", {})
+    assert opts("claims", explain) != opts("claims", {})  # claims read faithfulness' result
+    assert opts("roles", {"causal": "sequential"}, "loss") == opts("roles", {})  # roles reads the maps alone
+    assert opts("ablation", {"causal": "sequential"}) != opts("ablation", {})
+    assert opts("ablation", {}, "loss") != opts("ablation", {})
+    assert opts("claims", {}, names=("claims",)) != opts("claims", {})  # without faithfulness: attribution untested
+
+
+class _Killed(Exception):
+    """Stands for a report killed as a section starts."""
+
+
+def _log_sections(ran: list, killed_at: str = ""):
+    """A report's ``progress`` callback: each section's name (a resumed one says so) into
+    ``ran``; the run is killed when section ``killed_at`` starts."""
+
+    def progress(i, n, name):
+        if name == killed_at:
+            raise _Killed(name)
+        ran.append(name.split(" (resumed")[0] + (" resumed" if "(resumed" in name else ""))
+
+    return progress
+
+
+def _same_report(a, b) -> list:
+    """What differs between two reports' summary.json: each section's status and summary
+    (floats to 1e-6, timings left out) and every per-head fact (bench/compare_summaries.py's test)."""
+    from probe.app.report.compare import close, fact_differences
+
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    sections = [
+        (x["name"], x["status"], y["status"])
+        for x, y in zip(sa["sections"], sb["sections"], strict=True)
+        if x["status"] != y["status"] or not close(x["summary"], y["summary"])
+    ]
+    return sections + fact_differences(sa, sb)
+
+
+@pytest.mark.slow  # six reports of a 2-layer model on four sentences
+def test_row14_a_resumed_report_equals_a_clean_one_after_the_weights_or_the_options_changed(tiny_dir, tmp_path):
+    import transformers as T
+
+    from probe.app.report.build import build_report
+
+    d = _copy(tiny_dir, tmp_path)
+    texts = ["The cat sat on the mat.", "A dog ran in the park.", "Birds fly south.", "It rained all day."]
+    kw = dict(model=f"hf:{d}", text=texts, sections="ablation,importance,faithfulness,claims")
+    with pytest.raises(_Killed):
+        build_report(tmp_path / "r", progress=_log_sections([], killed_at="faithfulness"), **kw)
+    torch.manual_seed(1)  # the folder's weights changed in place: another model under the same command
+    T.BertModel(T.BertConfig.from_pretrained(d)).save_pretrained(d)
+    ran: list = []
+    build_report(tmp_path / "r", progress=_log_sections(ran), **kw)
+    assert ran == ["ablation", "importance", "faithfulness", "claims"]  # nothing of the old weights resumed
+    build_report(tmp_path / "clean", **kw)
+    assert _same_report(tmp_path / "r", tmp_path / "clean") == []  # was: 602 per-head facts differed
+
+    # only an option of faithfulness changed: ablation and importance resumed, the rest recomputed
+    with pytest.raises(_Killed):
+        build_report(tmp_path / "o", progress=_log_sections([], killed_at="faithfulness"), **kw)
+    ran = []
+    build_report(tmp_path / "o", progress=_log_sections(ran), explained_examples=2, **kw)
+    assert ran == ["ablation resumed", "importance resumed", "faithfulness", "claims"]  # was: refused
+    build_report(tmp_path / "o-clean", explained_examples=2, **kw)
+    assert _same_report(tmp_path / "o", tmp_path / "o-clean") == []
+    assert _same_report(tmp_path / "o", tmp_path / "clean") != []  # the option did change the result
 
 
 def test_row14_the_report_fingerprints_the_weights_and_tokenizer(tiny_models, tmp_path):

@@ -11,7 +11,8 @@ Word scores average a word's pieces (:mod:`probe.analyses.explanation.agreement`
 examples whose integrated gradients miss completeness by more than 1% are not counted
 (:mod:`probe.analyses.explanation.completeness`). A claim that does not hold states its
 power: the smallest per-example rate of significant agreement at which its ``n`` examples
-would reach that share with 80% probability (:func:`.statistics.detectable_share`).
+would reach that share with 80% probability (:func:`.statistics.detectable_share`). Fewer than :data:`.thresholds.MIN_EXAMPLES` examples
+counted: "not enough evidence", as every other claim says it, on every causal path.
 """
 
 from __future__ import annotations
@@ -109,18 +110,22 @@ def attribution_claims(heads: Any, verdict: Any = None, info: Optional[dict] = N
                 null_tau_max=null["tau_max"], null_tau_quantile=null["tau_quantile"], null_source=null["source"]
             )
         holds = tau > bar and share >= T.AGREEMENT_SHARE
-        if not holds:
+        status = "holds" if holds else "does not hold"
+        if n < T.MIN_EXAMPLES:  # a share of 1 or 2 examples decides nothing (issue 59, row 17)
+            status = "not enough evidence"
+        elif not holds:
             extra["detectable"] = detectable_share(n, T.AGREEMENT_SHARE, T.POWER)
+        few = f"{n} examples < the minimum {T.MIN_EXAMPLES}; " if status == "not enough evidence" else ""
         out[k] = Claim(
             "attribution",
-            "holds" if holds else "does not hold",
+            status,
             statement=f"agrees with {ref}",
             effect=tau,
             count=n,
             null=bar,
             unit=f"mean Kendall τ with {ref}",
             threshold="agreement_share",
-            reason=f"τ {tau:+.2f}, significant in {share:.0%} of {n} examples"
+            reason=f"{few}τ {tau:+.2f}, significant in {share:.0%} of {n} examples"
             + (f"; the null model's heads reach τ {bar:+.2f}" if null else ""),
             extra=extra,
         )

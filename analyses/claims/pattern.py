@@ -214,6 +214,7 @@ def pattern_claims(evidence: Any) -> tuple:
     names = {c: w.format(cls=cls, sep=sep) for c, w in COMPONENTS.items()}
     fi = {f: i for i, f in enumerate(FEATURES)}
     n_rows = int(weights.sum())
+    n_examples = int((weights > 0).sum())
     punct_chance = ev.punct_chance
     claims, profile_rows = {}, []
     for j in range(values.shape[1]):
@@ -239,15 +240,18 @@ def pattern_claims(evidence: Any) -> tuple:
             "profile": {names[c]: v for c, v in profile.items() if v == v},
             "entropy_ratio": share["entropy_ratio"],
         }
-        if n_rows < T.PATTERN_MIN_ROWS:
+        if n_rows < T.PATTERN_MIN_ROWS or n_examples < T.PATTERN_MIN_EXAMPLES:  # issue 59, row 17
+            few_rows = n_rows < T.PATTERN_MIN_ROWS
             claims[(layer, head)] = Claim(
                 "pattern",
                 "not enough evidence",
                 statement=words,
                 count=n_rows,
-                threshold="pattern_min_rows",
+                threshold="pattern_min_rows" if few_rows else "pattern_min_examples",
                 unit="share of attention",
-                reason=f"{n_rows} query rows < {T.PATTERN_MIN_ROWS}",
+                reason=f"{n_rows} query rows < {T.PATTERN_MIN_ROWS}"
+                if few_rows
+                else f"{n_examples} examples < {T.PATTERN_MIN_EXAMPLES} (the share's interval is a bootstrap over examples)",
                 extra=extra,
             )
             continue

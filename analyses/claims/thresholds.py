@@ -64,6 +64,13 @@ BROAD_MAX_ATTENTION = _t(
 )
 #: fewest query rows before a pattern is stated
 PATTERN_MIN_ROWS = _t("pattern_min_rows", 50, "below 50 query rows a share moves by > 0.1 with one sentence")
+#: fewest examples before a pattern is stated (its interval is a bootstrap over examples)
+PATTERN_MIN_EXAMPLES = _t(
+    "pattern_min_examples",
+    10,
+    "a share's interval is a bootstrap over examples: fewer than 10 have too few distinct resamples "
+    "(as structure_min_sentences); one long sentence gave a zero-width interval",
+)
 
 # ---- structure --------------------------------------------------------------------------
 #: accuracy above the best fixed-offset baseline (fraction)

@@ -128,7 +128,7 @@ def similarity_target(
         if len(corpus) < 2:
             raise InputError(
                 "a similarity target pairs each sentence with its nearest neighbour: give at least "
-                "2 sentences, or --pairs FILE"
+                "2 sentences (or run probe faithfulness with --pairs FILE, a file of sentence pairs)"
             )
         rows = known[1] if known is not None and pooling.describe() in str(known[0]) else None
         e = embed(adapter, list(corpus.texts), pooling, known=rows)

@@ -10,9 +10,14 @@ parent directory, where the report is built before it is renamed into place)::
     .DIR.partial/sections/<name>.safetensors its arrays (the ablation sweep's per-example scores)
 
 A rerun whose fingerprint (toolkit version, model, input, sections, the report's options)
-equals the saved one loads the finished sections instead of running them; one that
-differs is refused, naming what differs, and nothing is overwritten. When the report is
-written the directory is removed. Values round-trip exactly (floats as JSON numbers,
+equals the saved one loads the finished sections instead of running them. One whose model
+weights or tokenizer differ (a model folder changed in place) recomputes every section, since
+each reads the model. One whose section options alone differ (``--objective``, the section
+list, the options a section declares: ``--causal``, ``--null``, ``--explained-examples`` …)
+resumes the sections whose own options (:func:`probe.app.report.sections.section_options`,
+saved with each) are unchanged and recomputes the others (issue 59, row 14). Any other
+difference (the input, the device, the batch size …) is refused, naming what differs, and
+nothing is overwritten. When the report is written the directory is removed. Values round-trip exactly (floats as JSON numbers,
 dtypes restored), so a resumed report says what an uninterrupted one says.
 
 A section whose in-memory data cannot be saved (the claims' objects) is run again.
@@ -226,6 +231,10 @@ class PartialReport:
                     f"{self.dir} holds no readable state.json: not a partial report of this "
                     "toolkit; remove it or use another --out"
                 ) from None
+            if saved.get("format") == FORMAT and _options_alone_differ(saved.get("fingerprint"), fp):
+                log.info("resuming %s with other section options: %s", self.dir, self._differs(saved))
+                state.write_text(json.dumps({"format": FORMAT, "fingerprint": fp}, indent=1), encoding="utf-8")
+                saved = {"format": FORMAT, "fingerprint": fp}  # each section's own options decide (load)
             if saved.get("format") != FORMAT or saved.get("fingerprint") != fp:
                 raise InputError(
                     f"cannot resume: {self.dir} was written {self._differs(saved)}; nothing was "
@@ -249,7 +258,7 @@ class PartialReport:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
             return False  # said (and refused) by _open's own reading
         changed = [k for k in _MODEL_FILES if k in saved and saved.get(k) != self.fingerprint.get(k)]
-        rest = {k for k in set(saved) | set(self.fingerprint) if k not in _MODEL_FILES}
+        rest = {k for k in set(saved) | set(self.fingerprint) if k not in _MODEL_FILES and k not in _SECTION_OPTIONS}
         if not changed or any(saved.get(k) != self.fingerprint.get(k) for k in rest):
             return False
         log.warning(
@@ -280,9 +289,11 @@ class PartialReport:
         return "with other settings: " + "; ".join(diffs)
 
     # ---- one section --------------------------------------------------------------
-    def load(self, name: str, kind: Any = None) -> Any:
+    def load(self, name: str, kind: Any = None, options: Any = None) -> Any:
         """The saved :class:`probe.app.report.sections.SectionOutcome`, or ``None``; its
-        result is a ``kind`` (the section's declared result type; default :class:`Result`)."""
+        result is a ``kind`` (the section's declared result type; default :class:`Result`).
+        ``options``: the section's options now (:func:`probe.app.report.sections.section_options`);
+        a section saved under others is removed and ``None`` returned (it is run again)."""
         from probe.app.registry import Result
 
         from .sections import SectionOutcome
@@ -291,6 +302,11 @@ class PartialReport:
         if not path.is_file():
             return None
         d = json.loads(path.read_text(encoding="utf-8"))
+        if options is not None and d.get("options") != _plain_json(options):
+            log.warning("section %s: its options changed since it finished, so it is recomputed", name)
+            path.unlink()
+            path.with_suffix(".safetensors").unlink(missing_ok=True)
+            return None
         arrays = {}
         st = path.with_suffix(".safetensors")
         if st.is_file():
@@ -315,8 +331,9 @@ class PartialReport:
             return []
         return list(json.loads(path.read_text(encoding="utf-8")).get("said", []))
 
-    def save(self, outcome: Any, said: list | None = None) -> bool:
-        """Save a finished section (ran or skipped); ``False`` when its data cannot be saved."""
+    def save(self, outcome: Any, said: list | None = None, options: Any = None) -> bool:
+        """Save a finished section (ran or skipped) with the ``options`` it ran under;
+        ``False`` when its data cannot be saved."""
         if outcome.status not in ("ran", "skipped"):
             return False
         r = outcome.result
@@ -338,6 +355,7 @@ class PartialReport:
             "per_head": None if r.per_head is None else _table_to_json(r.per_head),
             "data": plain,
             "said": list(said or []),
+            "options": _plain_json(options),
         }
         sections = self.dir / "sections"
         if arrays:
@@ -357,6 +375,22 @@ class PartialReport:
 
 #: fingerprint keys of the model's files -> how a message names them
 _MODEL_FILES = {"weights": "weights", "tokenizer": "tokenizer"}
+
+#: fingerprint keys that only some sections read: each section's own options (saved with it) decide
+_SECTION_OPTIONS = ("sections", "overrides", "objective")
+
+
+def _options_alone_differ(saved: Any, now: dict) -> bool:
+    """Whether fingerprints ``saved`` and ``now`` differ, and only in :data:`_SECTION_OPTIONS`."""
+    if not isinstance(saved, dict) or saved == now:
+        return False
+    keys = set(saved) | set(now)
+    return all(saved.get(k) == now.get(k) for k in keys if k not in _SECTION_OPTIONS)
+
+
+def _plain_json(value: Any) -> Any:
+    """``value`` as JSON reads it back (tuples as lists, numpy scalars as numbers)."""
+    return json.loads(json.dumps(value, default=_plain_default))
 
 
 def _report_lock(out: Any) -> Any:

@@ -172,6 +172,24 @@ def _unmet(ctx, sec, producers: dict) -> Optional[str]:
     return None
 
 
+def section_options(ctx: Any, sec: Any, sections: Any) -> dict:
+    """What section ``sec``'s result depends on besides the model and the input: the
+    report's options it receives (the ``overrides`` it declares as parameters), the
+    ``--objective`` when it measures the model by one, and the same of each section among
+    ``sections`` whose result it reads (``None`` where none makes it). A resumed report
+    reruns a finished section whose options differ (:mod:`.resume`; issue 59, row 14)."""
+    declared = {**sec.defaults(), **sec.report_params}
+    opts: dict = {"params": {k: v for k, v in sorted(ctx.report.overrides.items()) if k in declared}}
+    if sec.objective:
+        opts["objective"] = str(getattr(ctx, "objective_spec", None))
+    makers = {produced(s): s for s in sections if s is not sec}
+    opts["reads"] = {
+        kind.__name__: section_options(ctx, makers[kind], sections) if kind in makers else None
+        for kind in (*sec.consumes, *sec.requires)
+    }
+    return opts
+
+
 def run_section(ctx: Any, sec: Any) -> Result:
     """Run one section on ``ctx`` with its report parameters."""
     params = sec.defaults()
@@ -202,7 +220,8 @@ def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = 
     sections = in_order(sections)
     ctx.report.produces = tuple(produced(sec) for sec in sections)
     for i, sec in enumerate(sections):
-        saved = partial.load(sec.name, produced(sec)) if partial is not None else None
+        options = section_options(ctx, sec, sections) if partial is not None else None
+        saved = partial.load(sec.name, produced(sec), options) if partial is not None else None
         if saved is not None:
             if progress:
                 progress(i, len(sections), f"{sec.name} (resumed: finished by the previous run)")
@@ -219,7 +238,7 @@ def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = 
         _run_one(ctx, sec, i, sections, outcomes, strict, progress)
         if partial is not None and len(outcomes) > n_before:
             said = list(ctx.report.settings.get("choices", [])[said_before:])
-            partial.save(outcomes[-1], said=said)
+            partial.save(outcomes[-1], said=said, options=options)
     return outcomes
 
 
