@@ -192,6 +192,25 @@ def _pair(a: float, b: float) -> str:
     return f"{a:.3%}"
 
 
+def _too_little_evidence(words: str, n_rows: int, n_examples: int, extra: dict) -> Claim:
+    """The pattern claim of a head seen on fewer than ``PATTERN_MIN_ROWS`` query rows or
+    ``PATTERN_MIN_EXAMPLES`` examples (its interval is a bootstrap over examples: one long
+    sentence would give a zero-width one): not enough evidence, with which bar it missed."""
+    few_rows = n_rows < T.PATTERN_MIN_ROWS
+    return Claim(
+        "pattern",
+        "not enough evidence",
+        statement=words,
+        count=n_rows,
+        threshold="pattern_min_rows" if few_rows else "pattern_min_examples",
+        unit="share of attention",
+        reason=f"{n_rows} query rows < {T.PATTERN_MIN_ROWS}"
+        if few_rows
+        else f"{n_examples} examples < {T.PATTERN_MIN_EXAMPLES} (the share's interval is a bootstrap over examples)",
+        extra=extra,
+    )
+
+
 def pattern_claims(evidence: Any) -> tuple:
     """Pattern claims of every head.
 
@@ -241,19 +260,7 @@ def pattern_claims(evidence: Any) -> tuple:
             "entropy_ratio": share["entropy_ratio"],
         }
         if n_rows < T.PATTERN_MIN_ROWS or n_examples < T.PATTERN_MIN_EXAMPLES:  # issue 59, row 17
-            few_rows = n_rows < T.PATTERN_MIN_ROWS
-            claims[(layer, head)] = Claim(
-                "pattern",
-                "not enough evidence",
-                statement=words,
-                count=n_rows,
-                threshold="pattern_min_rows" if few_rows else "pattern_min_examples",
-                unit="share of attention",
-                reason=f"{n_rows} query rows < {T.PATTERN_MIN_ROWS}"
-                if few_rows
-                else f"{n_examples} examples < {T.PATTERN_MIN_EXAMPLES} (the share's interval is a bootstrap over examples)",
-                extra=extra,
-            )
+            claims[(layer, head)] = _too_little_evidence(words, n_rows, n_examples, extra)
             continue
         hit = choose_rule(
             {**share, "punct_chance": punct_chance},
