@@ -123,7 +123,7 @@ def test_screened_verdicts_equal_the_exhaustive_ones_with_fewer_removals(llama, 
         assert r.exact_harm == pytest.approx(want[(r.layer, r.head)].effect, rel=1e-4, abs=1e-6)
     assert got.info["exact_removals"] <= got.info["exhaustive_removals"]
     held = {k for k, c in want.items() if c.holds}
-    assert held <= set(zip(exact.layer, exact.head))  # the screen confirmed every head that holds
+    assert held <= set(zip(exact["layer"], exact["head"]))  # the screen confirmed every head that holds
     assert np.isfinite(got.table.screened).all()
 
 
