@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WritesClaims", "head_effects", "read_directions", "writes_answer_claims", "COMPENSATED"]
+__all__ = ["WritesClaims", "head_effects", "read_directions", "text_head_dla", "writes_answer_claims", "COMPENSATED"]
 
 #: a held head is "compensated" when mean-ablating it lowers the logits by less than this share of its DLA
 COMPENSATED = 0.5
@@ -89,15 +89,27 @@ def head_effects(adapter: ModelAdapter, texts: Sequence[str], answers: Optional[
     cols = []
     index = None
     for i, text in enumerate(texts):
-        stream = decompose(adapter, text)
-        u, b, positions = read_directions(adapter, stream, None if answers is None else answers[i])
-        if not positions:
+        one = text_head_dla(adapter, text, None if answers is None else answers[i])
+        if one is None:
             raise InputError(f"text {i} is one token: there is no next token to read; give longer texts")
-        parts, _, _ = attribute_positions(stream, u, b)
-        heads = (stream.labels["component"] == "head").to_numpy()
-        cols.append(parts[torch.from_numpy(heads.copy())][:, positions].mean(1).numpy())
-        index = stream.labels[heads][["layer", "head"]].reset_index(drop=True)
+        dla, stream, heads, _ = one
+        cols.append(dla.numpy())
+        index = stream.labels[heads.numpy()][["layer", "head"]].reset_index(drop=True)
     return np.stack(cols, axis=1), index
+
+
+def text_head_dla(adapter: ModelAdapter, text: str, answer: Optional[Target] = None) -> Optional[tuple]:
+    """``(dla [heads], stream, heads [components] bool, positions)``: each head's DLA to the
+    directions :func:`read_directions` reads in one text, averaged over those positions; ``None``
+    for a text of one token without an answer (no next token to read). Shared by the claim
+    and the report's corpus section (:mod:`.corpus`)."""
+    stream = decompose(adapter, text)
+    u, b, positions = read_directions(adapter, stream, answer)
+    if not positions:
+        return None
+    parts, _, _ = attribute_positions(stream, u, b)
+    heads = torch.from_numpy((stream.labels["component"] == "head").to_numpy().copy())
+    return parts[heads][:, positions].mean(1), stream, heads, positions
 
 
 #: texts per batched forward of the causal check (right-padded: each text's own positions are read)

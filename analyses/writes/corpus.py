@@ -47,17 +47,12 @@ class CorpusWrites:
 def _one_text(adapter: ModelAdapter, text: str) -> Optional[tuple]:
     """``(dla [heads], written [heads, d_model] summed over positions, n_positions, index)``
     of one text, or ``None`` for a text of one token."""
-    from .claim import read_directions
-    from .dla import attribute_positions
-    from .stream import decompose
+    from .claim import text_head_dla
 
-    stream = decompose(adapter, text)
-    u, b, positions = read_directions(adapter, stream)
-    if not positions:
+    one = text_head_dla(adapter, text)
+    if one is None:
         return None
-    parts, _, _ = attribute_positions(stream, u, b)
-    heads = torch.from_numpy((stream.labels["component"] == "head").to_numpy().copy())
-    dla = parts[heads][:, positions].mean(1)
+    dla, stream, heads, positions = one
     scale = stream.scale[positions][None, :, None]
     written = (stream.fold.linear(stream.parts[heads][:, positions]) / scale).sum(1)  # [heads, d]
     index = stream.labels[heads.numpy()][["layer", "head"]].reset_index(drop=True)
