@@ -88,18 +88,10 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
     from probe.analyses.claims.removal import derives
     from probe.analyses.common.similarity import drift
     from probe.analyses.necessity.ablation import check_heads
-    from probe.errors import NotApplicable
 
     p = ctx.params
-    if p["mode"] != "mean" or p["layers"] is not None or groups:
-        return None
-    if run_causal_path(ctx, len(ctx.whole_corpus)) != "sequential":
-        return None
-    try:
-        objective = ctx.objective("corpus")
-    except (InputError, NotApplicable):
-        return None
-    if not derives(objective, name) or name != "embedding-drift":
+    objective = _claims_objective(ctx, groups, "sequential")
+    if objective is None or not derives(objective, name) or name != "embedding-drift":
         return None
     heads = check_heads(ctx.adapter, None)
     asks = [Decide(heads, "mean", measures={name: drift})]
@@ -107,6 +99,24 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
         asks.append(Decide(heads, "uniform"))  # the claims' weights test, on the same blocks' clean forwards
     runs = decided_pass(ctx.adapter, ctx.whole_corpus, objective, asks, runner=ctx.runner, batch_size=p["batch_size"])
     return DecidedPass(tuple(runs))
+
+
+def _claims_objective(ctx: Context, groups: list, path: str) -> Any:
+    """The corpus objective when this section's removals can be the causal claims' on
+    ``path`` (``sequential`` or ``screened``: mean-ablation of every head alone, no groups,
+    and the run's ``--causal`` resolving to ``path``), else ``None`` (the section runs its
+    own sweep; an objective that does not fit the model is the sweep's to refuse)."""
+    from probe.errors import NotApplicable
+
+    p = ctx.params
+    if p["mode"] != "mean" or p["layers"] is not None or groups:
+        return None
+    if run_causal_path(ctx, len(ctx.whole_corpus)) != path:
+        return None
+    try:
+        return ctx.objective("corpus")
+    except (InputError, NotApplicable):
+        return None
 
 
 def _screened(ctx: Context, groups: list) -> Any:
@@ -122,18 +132,10 @@ def _screened(ctx: Context, groups: list) -> Any:
     from probe.analyses.claims.screened import screened_necessity
     from probe.analyses.claims.screened_claims import REPORT_SCREEN
     from probe.analyses.necessity.ablation import check_heads
-    from probe.errors import NotApplicable
 
     p = ctx.params
-    if p["mode"] != "mean" or p["layers"] is not None or groups:
-        return None
-    if run_causal_path(ctx, len(ctx.whole_corpus)) != "screened":
-        return None
-    try:
-        objective = ctx.objective("corpus")
-    except (InputError, NotApplicable):
-        return None
-    if getattr(objective, "corpus_level", False):
+    objective = _claims_objective(ctx, groups, "screened")
+    if objective is None or getattr(objective, "corpus_level", False):
         return None
     over = ctx.report.overrides
     seed = int(over.get("seed", 0) or 0)
