@@ -131,6 +131,19 @@ def test_causal_induction_and_duplicate_closed_form():
     assert "special-token" in role_of(roles, 0, 0).also
 
 
+def test_examples_shorter_than_the_offsets_count_no_offset_rows():
+    """A one-token example (a decoder without BOS reading "Thanks") has no row at offset ±2:
+    the features skip those rows instead of failing (SmolLM2's report on EWT dev failed its
+    roles section with torch.arange's "upper bound and lower bound inconsistent")."""
+    long = make_maps(previous_token(6), kind="causal")
+    one, two = make_maps(all_on(1, 0), kind="causal"), make_maps(previous_token(2), kind="causal")
+    feats = head_features([long, one, two])
+    alone = head_features([long])
+    # the short examples add rows at offsets −1/0 only: −2 keeps the long example's 4 rows
+    assert feats.prev2.iloc[0] == pytest.approx(alone.prev2.iloc[0])
+    assert feats.prev.iloc[0] == pytest.approx(1.0)  # every row with a previous token attends to it
+
+
 def test_no_special_tokens_drops_the_special_role():
     m = make_maps(torch.cat([all_on(6, 0), previous_token(6)], 1), kind="causal")
     roles = head_roles([m], min_examples=1)

@@ -253,7 +253,7 @@ class HeadFeatureAccumulator:
                 valid = torch.zeros_like(valid)
             nv = int(valid.sum())
             d = torch.diagonal(a, offset=k, dim1=-2, dim2=-1)  # [L, H, n-|k|]
-            rows = torch.arange(n - abs(k)) + (abs(k) if k < 0 else 0)
+            rows = torch.arange(max(0, n - abs(k))) + (abs(k) if k < 0 else 0)  # none when |k| ≥ n
             vmask = valid[rows].to(a.dtype) if nv else torch.zeros(len(rows))
             self._add(name, (d * vmask).sum(-1), nv)
             self._add(f"argmax_{name}", ((rel == k) & valid).sum(-1), nv)
