@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probe.errors import NotApplicable
+from probe.errors import InputError, NotApplicable
 import torch
 
 from probe.analyses.explanation.agreement import agreement
@@ -251,3 +251,32 @@ def test_zoo_agreement_evidence_recovery():
     # the subject noun alone decides the label: occlusion and IG must find it far above chance
     assert s.loc["blank_out", "top1_rate"] > 2 * chance
     assert s.loc["ig", "top1_rate"] > 2 * chance
+
+
+def test_examples_the_target_cannot_read_are_left_out_and_said(bert_tokenizer):
+    """One example too short for the target (a one-token EWT sentence has no next-token
+    loss) is left out of the explanation and said, not the whole study refused: SmolLM2's
+    report on EWT dev skipped its faithfulness section for one such sentence."""
+    import transformers as T_
+    from conftest import _tiny_configs
+
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.explanation.faithfulness import run_faithfulness
+    from probe.models import ModelAdapter
+
+    torch.manual_seed(0)
+    model = T_.GPT2LMHeadModel(_tiny_configs(len(bert_tokenizer))["gpt2"]).eval()
+    lm = ModelAdapter(name="tiny-lm", model=model, tokenizer=bert_tokenizer, family="gpt2")
+    texts = [
+        "the cat sat on the mat by the door",
+        "yes",
+        "a dog ran home after the long day",
+        "no",
+        "we met at noon by the sea",
+    ]
+    rep = run_faithfulness(lm, as_corpus(texts), "loss:6", methods=("ig",), n_steps=4, permute=False, null=False)
+    said = rep.info["unreadable"]
+    assert said["n"] == 2 and said["of"] == 5 and said["indices"] == [1, 3]
+    assert "out of range" in said["why"]
+    with pytest.raises(InputError, match="out of range"):  # none readable: the target's own error
+        run_faithfulness(lm, as_corpus(["yes", "no"]), "loss:6", methods=("ig",), n_steps=4, permute=False, null=False)

@@ -280,6 +280,37 @@ def _drawn(adapter, corpus, evidence, n: int, seed: int, n_strata: int) -> tuple
     return sub, [evidence[i] for i in picked] if evidence is not None else None, said
 
 
+def _readable(adapter: ModelAdapter, target: Any, corpus: Any, evidence: Any, info: dict) -> tuple:
+    """``(corpus, evidence)`` without the examples ``target`` cannot read (a one-token text
+    has no next-token loss: ``target.reads`` refuses it), said in ``info["unreadable"]``;
+    as given when every example is readable, or none is (the target's own error then says why)."""
+    from probe.inputs.corpus import token_lengths
+
+    bad, why = [], ""
+    for i, n in enumerate(token_lengths(corpus.texts, adapter)):
+        try:
+            target.reads(int(n), adapter)
+        except InputError as exc:
+            bad.append(i)
+            why = why or str(exc)
+    if not bad or len(bad) == len(corpus):
+        return corpus, evidence
+    keep = [i for i in range(len(corpus)) if i not in set(bad)]
+    info["unreadable"] = {"n": len(bad), "of": len(corpus), "indices": bad, "why": why}
+    log.info("faithfulness leaves out %d of %d example(s) the target cannot read: %s", len(bad), len(corpus), why)
+    sub = corpus.subset(keep, reason="the target cannot read it")
+    return sub, [evidence[i] for i in keep] if evidence is not None else None
+
+
+def _to_explain(adapter, target, corpus, evidence, info: dict, max_examples, seed: int, n_strata: int) -> tuple:
+    """``(corpus, evidence)`` to explain: the readable examples (:func:`_readable`), then
+    ``max_examples`` of them drawn across the corpus (:func:`_drawn`, said in ``info["explained"]``)."""
+    corpus, evidence = _readable(adapter, target, corpus, evidence, info)
+    if max_examples is not None and max_examples < len(corpus):
+        corpus, evidence, info["explained"] = _drawn(adapter, corpus, evidence, max_examples, seed, n_strata)
+    return corpus, evidence
+
+
 def run_faithfulness(
     adapter: ModelAdapter,
     corpus: Any,
@@ -338,8 +369,7 @@ def run_faithfulness(
     target, corpus, evidence, info = resolve_target(
         adapter, target, corpus, seed=seed, pairs=pairs, embeddings=embeddings
     )
-    if max_examples is not None and max_examples < len(corpus):
-        corpus, evidence, info["explained"] = _drawn(adapter, corpus, evidence, max_examples, seed, n_strata)
+    corpus, evidence = _to_explain(adapter, target, corpus, evidence, info, max_examples, seed, n_strata)
     if not len(corpus):
         raise InputError("no examples left to explain")
     spans = _spans(corpus)

@@ -93,6 +93,9 @@ def _explained_note(info: dict, rule: str) -> str:
         )
     else:
         said = f"all {info['n_examples']} examples explained"
+    left = info.get("unreadable")
+    if left:
+        said += f"; {left['n']} of {left['of']} left out, too short for the target ({left['why']})"
     return said + (f"; {rule}" if rule else "")
 
 
