@@ -9,8 +9,9 @@ runs on every example and removes exactly only what the screen cannot rule out:
    mean-ablation harm from one forward and one backward per batch (attribution patching,
    Nanda 2023; Kramár et al. 2024) on *all* examples;
 2. **confirm** — :func:`probe.analyses.necessity.confirm.plan_confirmation` picks the heads
-   whose screened upper bound reaches the floor (``first-order`` screens, in the
-   objective's units) or the top share by upper bound (sketch screens, whose estimates are
+   whose screened upper bound reaches the bar (``first-order`` screens, in the
+   objective's units: the floor, or, per example, the null model's bar where higher; the
+   null is screened and removed first) or the top share by upper bound (sketch screens, whose estimates are
    not harms), plus a random **audit** of the rest; only these are removed exactly, with
    the exhaustive path's own machinery, so their harms are its numbers;
 3. **decide** — per-example objectives: sentences in blocks until each head's betting
@@ -186,6 +187,19 @@ def _null_info(null: Any, removed: int, n: int, screened_on: Optional[int]) -> O
     return {"source": null.source, "heads_removed": removed, "examples": n, "screened_on": min(n, screened_on or n)}
 
 
+def _bar(floor: float, null: Any) -> tuple:
+    """``(bar, null_level, null_max)``: what a head's harm must reach to be necessary on the
+    sequential path: the floor, the null model's mean per-example quantile over its heads
+    (at the FDR) and its largest mean harm, whichever is highest (NaN parts without a null)."""
+    null_level = null_max = float("nan")
+    if null is not None:
+        from .null_model import null_quantile
+
+        nh = null.sweep.harm["mean"]
+        null_level, null_max = float(np.mean(null_quantile(nh, T.FDR))), float(np.nanmax(nh.mean(1)))
+    return max(floor, np.nan_to_num(null_level, nan=floor), np.nan_to_num(null_max, nan=floor)), null_level, null_max
+
+
 def _screened_out(head_upper: float, estimate: float, n: int, bound: float, confidence: float, floor: float, units):
     return Claim(
         "necessity",
@@ -196,7 +210,8 @@ def _screened_out(head_upper: float, estimate: float, n: int, bound: float, conf
         unit=units,
         threshold="min_effect+fdr",
         reason=(
-            f"screened out (estimate {estimate:.3g}, upper bound {head_upper:.3g}) and never removed exactly; "
+            f"screened out (estimate {estimate:.3g}, upper bound {head_upper:.3g} under the bar {floor:.3g}) and "
+            "never removed exactly; "
             f"the audit bounds the screen's miss rate at {bound:.1%} ({confidence:.0%})"
         ),
         extra={
@@ -268,13 +283,7 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
     from .statistics import mean_ci
 
     floor, n = T.min_effect(obj.name), len(corpus)
-    null_level = null_max = float("nan")
-    if null is not None:
-        from .null_model import null_quantile
-
-        nh = null.sweep.harm["mean"]
-        null_level, null_max = float(np.mean(null_quantile(nh, T.FDR))), float(np.nanmax(nh.mean(1)))
-    bar = max(floor, np.nan_to_num(null_level, nan=floor), np.nan_to_num(null_max, nan=floor))
+    bar, null_level, null_max = _bar(floor, null)
     lo, hi = bounds(bar)
     harm = np.full((len(units), n), np.nan)  # [k, n] exact harms of the examples each head took
 
@@ -427,20 +436,21 @@ def screened_necessity(
         first, pilot_n = _pilot(
             adapter, corpus, objective, heads, size=pilot, slack=slack, seed=seed, batch_size=batch_size, runner=runner
         )
+    corpus_level = bool(getattr(objective, "corpus_level", False))
+    k_null = max(min_top, math.ceil(2 * T.FDR * m)) if null_top is None else int(null_top)
+    got = _null(
+        null_adapter, corpus, objective, heads, list(range(n)), k=k_null, seed=seed, batch_size=batch_size,
+        runner=None, screen_on=null_screen,  # the null lives here: the run's runner would run the trained model
+    )  # fmt: skip
+    null, null_confirmed = got if got is not None else (None, 0)
+    # per example, a head under the null's bar is never necessary (_sequential): the plan confirms at the bar
+    bar = floor if corpus_level else _bar(floor, null)[0]
     plan, upper, rank = _plan(
-        scr, rows, floor, top_share=top_share, min_top=min_top, audit=audit, min_audit=min_audit, slack=slack, seed=seed,
+        scr, rows, bar, top_share=top_share, min_top=min_top, audit=audit, min_audit=min_audit, slack=slack, seed=seed,
         first=first,
     )  # fmt: skip
     todo = sorted(set(plan.confirm) | set(plan.audit))
     units = [(heads[i],) for i in todo]
-    corpus_level = bool(getattr(objective, "corpus_level", False))
-    null_idx = list(range(n))  # the exhaustive test of a head that takes every example pairs it with the null's
-    k_null = max(min_top, math.ceil(2 * T.FDR * m)) if null_top is None else int(null_top)
-    got = _null(
-        null_adapter, corpus, objective, heads, null_idx, k=k_null, seed=seed, batch_size=batch_size,
-        runner=None, screen_on=null_screen,  # the null lives here: the run's runner would run the trained model
-    )  # fmt: skip
-    null, null_confirmed = got if got is not None else (None, 0)
     common = dict(seed=seed, batch_size=batch_size, runner=runner)
     if not units:
         exact, used = {}, {}
@@ -464,7 +474,7 @@ def screened_necessity(
     claims, rows_out = {}, []
     for i, h in enumerate(heads):
         role = "confirmed" if i in plan.confirm else "audited" if i in plan.audit else "screened out"
-        c = exact.get(h) or _screened_out(upper[i], est[i], n, bound, confidence, floor, objective.units)
+        c = exact.get(h) or _screened_out(upper[i], est[i], n, bound, confidence, bar, objective.units)
         if h in exact:
             c.extra.update(screen_role=role, screened_estimate=float(est[i]), screened_upper=float(upper[i]))
         claims[h] = c
@@ -480,6 +490,7 @@ def screened_necessity(
         "examples_screened": n,
         "heads": m,
         "confirmed": len(plan.confirm),
+        "confirmed_at": float(bar),
         "pilot": {"examples": pilot_n, "flagged": int(np.sum(first)) if first is not None else 0},
         "audited": len(plan.audit),
         "screened_out": m - len(todo),
