@@ -82,6 +82,7 @@ def test_the_table_has_one_row_per_claim_and_escapes():
         ("Agreement with attributions", "does not hold"),
     ]  # fmt: skip
     assert table.count("<svg") == 5  # every claim with an effect; none for the one not tested
+    assert "null 99.8%" in table and "null 100%" not in table  # L0H3's null model, not rounded to a certainty
     assert "+0.0475 [+0.0356, +0.0607]" in table and "-29% [-46%, -13%]" in table and "303 query rows" in table
     evil = {"pattern": Claim("pattern", "does not hold", "<b>x</b> & \"y\"", 0.3, count=5,
                              threshold="no role rule cleared", extra={"nearest_rule": "<i>", "nearest_share": 0.2,

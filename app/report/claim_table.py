@@ -32,7 +32,12 @@ def _num(v: Optional[float], percent: bool, signed: bool = True) -> str:
 
     if v is None:
         return "—"
-    return f"{v:.0%}" if percent else fmt(v, signed)
+    if not percent:
+        return fmt(v, signed)
+    decimals = 0
+    while decimals < 2 and v not in (0.0, 1.0) and round(abs(v) * 10 ** (2 + decimals)) in (0, 10 ** (2 + decimals)):
+        decimals += 1  # 0.998 is not "100%", nor 0.004 "0%"
+    return f"{v:.{decimals}%}"
 
 
 def effect_svg(d: Any, status: str) -> str:
