@@ -286,13 +286,16 @@ def test_head_page_opens_with_its_claims_table(default_report, tmp_path, browser
         bottom = await page.js("document.querySelector('table.ctab').getBoundingClientRect().bottom")
         assert bottom < 900, bottom  # the whole table in the first screen (1280 × 900)
         folded = "document.querySelector('details.cstats')"
+        height = f"{folded}.getBoundingClientRect().height"
         assert await page.js(f"{folded}.open") is False
-        assert await page.js(f"{folded}.querySelector('ul.claims').getBoundingClientRect().height") == 0
+        closed = await page.js(height)
+        assert closed < 60, closed  # one line: its summary
         _save(await page.screenshot(tmp_path / "head_claims.png"))
         summary = f"{folded}.querySelector('summary')"
         box = json.loads(await page.js(f"JSON.stringify({summary}.getBoundingClientRect())"))
         await page.click(box["x"] + 20, box["y"] + box["height"] / 2)
         assert await page.js(f"{folded}.open") is True
+        assert await page.js(height) > closed + 200  # the six evidence sentences, unfolded
         assert "p=" in await page.js(f"{folded}.querySelector('ul.claims').innerText")
         errors = page.errors()
         page.ws.close()
