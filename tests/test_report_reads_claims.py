@@ -157,3 +157,20 @@ def test_a_random_model_grid_paints_no_role_its_claims_reject(tiny_models, tmp_p
     for layer, head, role, status in rows:
         assert status == summary["heads"][int(layer) * 4 + int(head)]["claims"]["pattern"]["status"]
         assert role.startswith("(") == (status != "holds"), (layer, head, role, status)
+
+
+def test_the_grid_tags_no_decoder_role_a_null_model_takes_as_often():
+    """A random GPT-2's grid tagged every head "pos" (positional) while every head of a
+    re-initialised model passes that probe too (the calibration says 100%): a role half
+    or more of the null model's heads pass is in parentheses."""
+    from probe.app.registry.analyses.decoder_heads import _tag
+    from probe.app.registry.evidence import HeadEvidence
+
+    def tagged(label, **shares):
+        numbers = {f"null_share:{k.replace('_', '-')}": v for k, v in shares.items()}
+        return _tag([HeadEvidence("decoder-heads", "taxonomy", label=label, numbers=numbers)])
+
+    assert tagged("positional", positional=1.0) == "(pos)"
+    assert tagged("induction, positional", induction=0.0, positional=0.5) == "ind (pos)"
+    assert tagged("previous-token", previous_token=0.02) == "prev"
+    assert tagged("sink") == "sink"  # not calibrated (--no-null): as the taxonomy says
