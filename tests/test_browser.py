@@ -268,3 +268,38 @@ def test_report_in_headless_chromium(default_report, tmp_path, browser):
     assert urls and not left, f"requests that leave the page: {left}"
     for name in ("model_view", "head", "index", "rollout_flow"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
+
+
+@needs_chromium
+def test_head_page_opens_with_its_claims_table(default_report, tmp_path, browser):
+    """The MiniLM L5H10 page (issue 56: six claims as ~250 words of paragraphs before the
+    evidence): a table of its six claims fills the first screen, each row a status, a plain
+    sentence and a drawn interval; the statistics are folded and open with one real click."""
+    out = default_report.path
+
+    async def run():
+        page = await _open_page(browser)
+        await page.goto((out / "heads" / "L5H10.html").as_uri())
+        rows = "document.querySelectorAll('table.ctab tr')"
+        assert await page.js(f"{rows}.length") == 7  # a header and six claims
+        assert await page.js("document.querySelectorAll('table.ctab svg.cbar circle').length") >= 4
+        bottom = await page.js("document.querySelector('table.ctab').getBoundingClientRect().bottom")
+        assert bottom < 900, bottom  # the whole table in the first screen (1280 × 900)
+        folded = "document.querySelector('details.cstats')"
+        height = f"{folded}.getBoundingClientRect().height"
+        assert await page.js(f"{folded}.open") is False
+        closed = await page.js(height)
+        assert closed < 60, closed  # one line: its summary
+        _save(await page.screenshot(tmp_path / "head_claims.png"))
+        summary = f"{folded}.querySelector('summary')"
+        box = json.loads(await page.js(f"JSON.stringify({summary}.getBoundingClientRect())"))
+        await page.click(box["x"] + 20, box["y"] + box["height"] / 2)
+        assert await page.js(f"{folded}.open") is True
+        assert await page.js(height) > closed + 200  # the six evidence sentences, unfolded
+        assert "p=" in await page.js(f"{folded}.querySelector('ul.claims').innerText")
+        errors = page.errors()
+        page.ws.close()
+        return errors
+
+    assert asyncio.run(run()) == []
+    assert (tmp_path / "head_claims.png").stat().st_size > 10_000

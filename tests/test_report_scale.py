@@ -205,7 +205,10 @@ def test_lm_checkpoint_report_runs_every_section_with_its_head(checkpoints, tmp_
     choices = summary["settings"]["choices"]
     assert any(c.startswith("metric: loss") and metric_words in c for c in choices), choices
     assert any(c.startswith(f"target: {target} ") for c in choices), choices
-    assert metric_words in res.output and f"target: {target} " in res.output
+    # one objective line, each objective with the sections it measures (the whys in the choices above)
+    (line,) = [x.strip() for x in res.output.splitlines() if x.strip().startswith("objective: ")]
+    assert f"{target} (faithfulness)" in line and "loss (ablation" in line, line
+    assert "metric: " not in res.output and "target: " not in res.output
     faith = next(s for s in summary["sections"] if s["name"] == "faithfulness")
     assert faith["summary"]["target"] == target
     abl = next(s for s in summary["sections"] if s["name"] == "ablation")

@@ -43,7 +43,41 @@ from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FaithfulnessReport", "run_faithfulness", "verdict_table", "resolve_target"]
+__all__ = ["FaithfulnessReport", "run_faithfulness", "verdict_rule", "verdict_table", "resolve_target"]
+
+
+#: the median total variation under permutation below which a head's weights are "irrelevant"
+MIN_EFFECT = 1e-3
+#: the share of examples whose τ must be positive and significant for a head to "agree"
+MIN_SIGNIFICANT = 0.5
+
+
+def verdict_rule(v: pd.DataFrame, min_effect: float = MIN_EFFECT, min_significant: float = MIN_SIGNIFICANT) -> str:
+    """One line saying how :func:`verdict_table` decided each head, with the numbers of
+    ``v`` (its output) that put every head where it is: the smallest median total variation
+    (why no head is "weights irrelevant") and the largest share of significant τ (why none
+    "agrees"), each with its head. ``""`` for an empty table."""
+    if not len(v):
+        return ""
+    ref = v.attrs.get("reference", "ig")
+    sig = f"tau_{ref}_significant"
+    line = (
+        f"verdict per head: “weights irrelevant” when permuting its attention moves the output by a median "
+        f"total variation under {min_effect:g}, else “relevant, agrees” when its τ with {ref} is positive and "
+        f"significant in ≥ {min_significant:.0%} of the examples, else “relevant, disagrees”; here"
+    )
+    said = []
+    if "tvd_median" in v.columns and v["tvd_median"].notna().any():
+        r = v.loc[v["tvd_median"].idxmin()]
+        said.append(f"smallest median total variation {r['tvd_median']:.3g} (L{int(r['layer'])}H{int(r['head'])})")
+    if sig in v.columns and v[sig].notna().any():
+        positive = v[v[f"tau_{ref}"] > 0] if (v[f"tau_{ref}"] > 0).any() else v
+        r = positive.loc[positive[sig].idxmax()]
+        said.append(
+            f"largest share of examples with a significant τ, of a head whose mean τ is positive, {r[sig]:.0%} "
+            f"(L{int(r['layer'])}H{int(r['head'])})"
+        )
+    return line + (" " + ", ".join(said) if said else " (no head measured)")
 
 
 def verdict_table(
@@ -52,8 +86,8 @@ def verdict_table(
     truth: Optional[EvidenceRecovery] = None,
     *,
     reference: str = "ig",
-    min_effect: float = 1e-3,
-    min_significant: float = 0.5,
+    min_effect: float = MIN_EFFECT,
+    min_significant: float = MIN_SIGNIFICANT,
 ) -> pd.DataFrame:
     """Per head: agreement with the reference attribution, permutation effect, evidence
     recovery, and a verdict.

@@ -14,7 +14,7 @@ settings (``settings: …`` lines) beside the scores.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -95,11 +95,14 @@ TAXONOMY: tuple = _roles()
 class DecoderTaxonomy:
     """``table``: ``layer, head`` and every score and ``*_head`` flag of :data:`TAXONOMY`
     (NaN / False where a detector did not run); ``notes``: why one did not, and on what the
-    others ran; ``sink_ratio``: Gu et al.'s Sink₁^ε of the model."""
+    others ran; ``sink_ratio``: Gu et al.'s Sink₁^ε of the model; ``null_shares``: with
+    the calibration, the share of a re-initialised model's heads that pass each role
+    (:func:`null_shares`, keyed by the role's flag without ``_head``), else empty."""
 
     table: pd.DataFrame
     notes: tuple
     sink_ratio: float
+    null_shares: dict = field(default_factory=dict)
 
     def heads(self, role: str) -> list:
         """``[(layer, head)]`` that take ``role`` (a :data:`TAXONOMY` role name)."""
@@ -248,6 +251,7 @@ def decoder_taxonomy(
     sink_length = SINK_LENGTH if sink_length is None else sink_length
     base = decoder_head_scores(adapter, n_tokens, n_examples, seed, sink_length)
     notes = _settings(base, len(probe_vocabulary(adapter)[0])) + notes
+    shares: dict = {}
     if calibrate:
         shares = null_shares(adapter, n_tokens, n_examples, seed)
         notes.append(
@@ -255,4 +259,4 @@ def decoder_taxonomy(
             + ", ".join(f"{role} {share:.1%}" for role, share in shares.items())
         )
     table, more = _detect_circuits(adapter, base.table, n_examples, seed)
-    return DecoderTaxonomy(table, tuple(notes + more), base.sink_ratio)
+    return DecoderTaxonomy(table, tuple(notes + more), base.sink_ratio, shares)

@@ -313,9 +313,13 @@ class Context:
             raise got
         return got[0]
 
-    def open_objectives(self, uses: Iterable[str]) -> None:
+    def open_objectives(self, uses: Iterable[str], readers: Optional[dict] = None) -> None:
         """Resolve the objective now for each of ``uses`` (the report's sections'), before
-        any forward; each is kept for the analyses that ask (:meth:`objective`).
+        any forward; each is kept for the analyses that ask (:meth:`objective`). With
+        ``readers`` (``{use: [section, …]}``) the run prints one line naming each objective
+        with the sections measured by it (``objective: similarity-structure (claims),
+        embedding-drift (ablation, importance)``), the names the pages use; each one's why
+        stays in ``settings["choices"]`` (the index and summary.json).
 
         Raises:
             InputError: a named objective that none of ``uses`` knows (listing the names),
@@ -325,15 +329,35 @@ class Context:
 
         uses = list(dict.fromkeys(uses))
         spec = self.objective_spec
-        for use in uses:
-            try:
-                self.objective(use)
-            except NotApplicable as exc:  # named by the user it is a bad input; auto: the sections skip
-                if isinstance(spec, str) and known_for(spec, use):
-                    raise InputError(f"--objective {spec}: {exc.reason}") from None
+        echo, self._echo = self._echo, self._echo and readers is None
+        try:
+            for use in uses:
+                try:
+                    self.objective(use)
+                except NotApplicable as exc:  # named by the user it is a bad input; auto: the sections skip
+                    if isinstance(spec, str) and known_for(spec, use):
+                        raise InputError(f"--objective {spec}: {exc.reason}") from None
+        finally:
+            self._echo = echo
+        if readers and echo:
+            print(f"{self._indent}{self._objectives_line(uses, readers)}", file=sys.stderr, flush=True)
         if uses and all(use in self._fell_back for use in uses):
             names = list(dict.fromkeys(n for use in uses for n in FORMS[use]))
             raise InputError(f"unknown objective {spec!r}; known: {', '.join(names)}, auto")
+
+    def _objectives_line(self, uses: list, readers: dict) -> str:
+        """``objective: <name> (<sections>), …`` of the uses resolved (one name once, with
+        every section measured by it), the uses that fell back to auto said after."""
+        by_name: dict = {}
+        for use in uses:
+            got = self._objectives.get(use)
+            name = getattr(got[0], "called", str(got[0])) if isinstance(got, tuple) else "none (skipped)"
+            by_name.setdefault(name, []).extend(readers.get(use, [use]))
+        said = ", ".join(f"{name} ({', '.join(dict.fromkeys(who))})" for name, who in by_name.items())
+        fell = [u for u in uses if u in self._fell_back]
+        if fell:
+            said += f"; --objective {self.objective_spec} is not one {', '.join(fell)} knows, so auto there"
+        return f"objective: {said}; why each: the index's settings; choose with --objective"
 
     def objective_why(self, use: str) -> str:
         """Why :meth:`objective` chose what it did for ``use`` (``named``, ``given`` or the

@@ -82,6 +82,10 @@ class TableView:
         min_count_source: who set ``min_count`` (said in the legend), or ``""``.
         colour: a signed column whose cells are tinted by value (red above 0, blue below,
             the strongest shown row the deepest), or ``None``.
+        beside_claims: ``beside_claims(df, claims) -> df``: the shown rows as the claims
+            read them (``claims``: ``{(layer, head): {kind: Claim}}`` when the claims
+            ran), e.g. a role whose pattern claim does not hold in parentheses with the
+            claim's status beside it; ``None``: shown as they are.
     """
 
     sort: str
@@ -90,6 +94,7 @@ class TableView:
     min_count: Optional[int] = None
     min_count_source: str = ""
     colour: Optional[str] = None
+    beside_claims: Optional[Callable[[Any, dict], Any]] = None
 
 
 @dataclass(frozen=True)

@@ -397,7 +397,11 @@ def _report_run(
         echo=bool(progress),
         indent="  ",
     )
-    ctx.open_objectives(s.objective for s in choose(sections) if s.objective)
+    readers: dict = {}
+    for s in choose(sections):
+        if s.objective:
+            readers.setdefault(s.objective, []).append(s.name)
+    ctx.open_objectives(readers, readers=readers)
     return ctx
 
 

@@ -26,8 +26,12 @@ def _title(kind: str) -> str:
 
 
 def claims_block(data: Any, layer: int, head: int) -> str:
-    """HTML list of the head's claims, from the evidence objects of the sections whose
-    evidence is claims (``Analysis.shows.claims``; '' when none ran)."""
+    """The head's claims: the table a page opens with (:func:`.claim_table.claims_table`:
+    each claim's status, a plain sentence and its effect drawn against the floor and the
+    null) over the list of their evidence sentences (tests, p-values, nulls), folded in a
+    ``<details>`` one click away; from the evidence objects of the sections whose evidence
+    is claims (``Analysis.shows.claims``; '' when none ran)."""
+    from .claim_table import claims_table
     from probe.app.registry import registered
 
     claim_sections = {a.name for a in registered() if a.shows.claims}
@@ -39,7 +43,15 @@ def claims_block(data: Any, layer: int, head: int) -> str:
         f"{esc(ev.status)}</span>: {esc(ev.text)}{baselines_table(ev)}</li>"
         for ev in found
     ]
-    return f'<h2>Claims</h2><ul class="claims">{"".join(items)}</ul>'
+    by_head = data.claims.claims if data.claims is not None else {}
+    table = claims_table(by_head.get((layer, head), {}))
+    listed = f'<ul class="claims">{"".join(items)}</ul>'
+    if not table:
+        return f"<h2>Claims</h2>{listed}"
+    return (
+        f'<h2>Claims</h2>{table}<details class="cstats"><summary>Statistics: each claim\'s test, p-values, '
+        f"null model and floor</summary>{listed}</details>"
+    )
 
 
 def baselines_table(ev: Any) -> str:

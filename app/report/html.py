@@ -43,6 +43,11 @@ nav a{margin-right:1em}
 .ev{display:block;margin:.3em 0 .8em}.evl{font:12px sans-serif;fill:#333}section.evidence p{margin:.4em 0}
 .phv-sentence{font-family:Georgia,serif;color:#444;margin:.2em 0 .4em}.phv-dim{fill:#bbb}
 .claims{background:#f6f8fa;padding:.6em .8em;border-left:4px solid #4c72b0}
+table.ctab{border-collapse:collapse;font-size:.92em;margin:.4em 0}table.ctab td,table.ctab th{border-bottom:1px solid #e4e4e4;
+ padding:4px 10px 4px 0;text-align:left;vertical-align:middle}table.ctab th{font-weight:600;color:#555}
+table.ctab .plain{color:#333}table.ctab td.ceff,table.ctab td.cagainst{white-space:nowrap}.cbar{vertical-align:middle}
+.cnum{font-variant-numeric:tabular-nums;font-size:.9em}.legend-c{font-size:.8em;margin:.2em 0 .6em}
+details.cstats summary{cursor:pointer;color:#4c72b0}
 .views a{margin-right:1.2em}.pair{display:flex;flex-wrap:wrap;gap:1.5em}.pair>div{flex:1 1 520px;min-width:0}
 """
 

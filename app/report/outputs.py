@@ -164,6 +164,9 @@ def _evidence_cells(head: dict) -> dict:
         if ev["headline"] and ev["kind"] not in out:
             value = ev.get("value")
             out[ev["kind"]] = ev.get("brief") or ev.get("label") or ("" if value is None else f"{value:.4g}")
+    pattern = (head.get(CLAIMS_FIELD) or {}).get("pattern")
+    if out.get("role") and pattern is not None and pattern["status"] != "holds":
+        out["role"] = f"({out['role']}; pattern claim: {pattern['status']})"  # the rule names it, the claim does not
     return out
 
 

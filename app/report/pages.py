@@ -196,6 +196,7 @@ def _min_count(o):
 
 def _section_blocks(data) -> str:
     out = []
+    claims = data.claims.claims if data.claims is not None else None
     for o in data.outcomes:
         if o.status != "ran":
             continue
@@ -207,7 +208,7 @@ def _section_blocks(data) -> str:
                 f'<p class="muted">{esc(name)}: {len(table)} rows, {order} — '
                 f"{link(f'tables/{o.name}_{name}.csv', 'CSV')}</p>"
             )
-            parts.append(ranked_table(o.name, name, table, min_count=_min_count(o)))
+            parts.append(ranked_table(o.name, name, table, min_count=_min_count(o), claims=claims))
         out.append("".join(parts))
     return "".join(out)
 

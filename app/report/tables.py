@@ -74,16 +74,27 @@ def _ranked(df: Any, view: Any) -> Any:
     return df
 
 
-def ranked_table(section: str, name: str, df: Any, min_count: Optional[int] = None, max_rows: int = 12) -> str:
+def ranked_table(
+    section: str,
+    name: str,
+    df: Any,
+    min_count: Optional[int] = None,
+    max_rows: int = 12,
+    claims: Optional[dict] = None,
+) -> str:
     """:func:`ranked` as HTML: every cell escaped, at most ``max_rows`` rows, rows with
-    ``count`` (or ``n_examples``) under ``min_count`` greyed, in a sideways-scrolling box."""
+    ``count`` (or ``n_examples``) under ``min_count`` greyed, in a sideways-scrolling box;
+    with ``claims`` (``{(layer, head): {kind: Claim}}``) the rows as the table's declared
+    ``beside_claims`` reads them."""
     if df is None or len(df) == 0:
         return '<p class="muted">(empty)</p>'
     min_count = min_count_of(section, name, min_count)
     df = ranked(section, name, df, min_count)
+    view = view_of(section, name)
+    if claims and view is not None and view.beside_claims is not None:
+        df = view.beside_claims(df, claims)
     count_col = next((c for c in ("count", "n_examples") if c in df.columns), None)
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
-    view = view_of(section, name)
     tint = _tint(df.head(max_rows), None if view is None else view.colour)
     body = []
     for rec in df.head(max_rows).to_dict("records"):

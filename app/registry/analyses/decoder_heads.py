@@ -56,6 +56,7 @@ def taxonomy_result(
         summary={
             "heads": named,
             "sink_ratio": tax.sink_ratio,
+            "null_shares": tax.null_shares,
             "n_examples": n_examples,
             "n_tokens": n_tokens,
             "settings": [
@@ -95,9 +96,15 @@ def head_evidence(result: Result) -> dict:
     if t is None or not len(t):
         return {}
     n = result.summary.get("n_examples")
+    shares = result.summary.get("null_shares") or {}
     out = {}
     for rec in t.to_dict("records"):
         roles = [r.role for r in TAXONOMY if bool(rec.get(r.flag))]
+        null = {
+            f"null_share:{r.role}": shares[r.flag.removesuffix("_head")]
+            for r in TAXONOMY
+            if bool(rec.get(r.flag)) and r.flag.removesuffix("_head") in shares
+        }
         said = ", ".join(roles) if roles else "none of the taxonomy's roles"
         text = (
             f"Decoder probes: {said} (each score against its threshold on its own probe input: "
@@ -113,17 +120,28 @@ def head_evidence(result: Result) -> dict:
                 label=", ".join(roles),
                 brief=said,
                 strong=(said,),
-                numbers={r.column: rec[r.column] for r in TAXONOMY if finite(rec.get(r.column))},
+                numbers={**{r.column: rec[r.column] for r in TAXONOMY if finite(rec.get(r.column))}, **null},
             )
         ]
     return out
 
 
+#: a role that at least this share of a re-initialised model's heads pass is not painted as one
+NULL_SHARE_MAX = 0.5
+
+
 def _tag(evidence: list) -> str:
+    """The head's taxonomy roles in short; in parentheses a role that half or more of a
+    re-initialised model's heads pass too (a random GPT-2's heads all read "positional")."""
     ev = next((e for e in evidence if e.kind == "taxonomy"), None)
     if ev is None or not ev.label:
         return ""
-    return " ".join(ABBREV.get(r, r) for r in ev.label.split(", "))
+    said = []
+    for role in ev.label.split(", "):
+        share = ev.number(f"null_share:{role}")
+        short = ABBREV.get(role, role)
+        said.append(f"({short})" if share is not None and share >= NULL_SHARE_MAX else short)
+    return " ".join(said)
 
 
 def _block(data, layer: int, head: int) -> str:
@@ -168,7 +186,8 @@ SHOWS = Presentation(
     tag=GridTag(
         _tag,
         "decoder probes (second line): ind induction, copy copying (OV), prev previous-token, dup duplicate-token, "
-        "succ successor, retr retrieval, sink attention sink, pos positional, cont content",
+        "succ successor, retr retrieval, sink attention sink, pos positional, cont content; in parentheses: a role "
+        "half or more of a re-initialised model's heads pass too",
     ),
 )
 

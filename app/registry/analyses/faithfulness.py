@@ -170,7 +170,7 @@ def _permutations(p: dict, heads: Any) -> dict:
 
 
 def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
-    from probe.analyses.explanation.faithfulness import run_faithfulness
+    from probe.analyses.explanation.faithfulness import run_faithfulness, verdict_rule
 
     p = ctx.params
     (limit, rule), (permuted, said) = _explained(p), _permuted_heads(ctx)
@@ -195,6 +195,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     notes = [
         f"{rep.info['n_examples']} examples, target {target.called}: "
         + ", ".join(f"{n} head{'s' if n != 1 else ''} “{verdict}”" for verdict, n in counts.items()),
+        verdict_rule(v),
         _explained_note(rep.info, rule),
         *said,
     ]

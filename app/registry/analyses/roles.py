@@ -382,11 +382,44 @@ TABLE_COLUMNS = (
     "n_rows",
 )
 
+
+def _pattern_status(claims: dict, layer: Any, head: Any) -> str:
+    """The status of the head's pattern claim, or ``""`` when it has none."""
+    c = claims.get((int(layer), int(head)), {}).get("pattern")
+    return "" if c is None else str(c.status)
+
+
+def _roles_beside_claims(df: Any, claims: dict) -> Any:
+    """The roles table beside the claims: a ``pattern claim`` column after ``role`` with the
+    head's status, and the role in parentheses where that claim does not hold (the roles'
+    rule names it, the claim does not: a random model's heads all read "broad")."""
+    status = [_pattern_status(claims, la, h) for la, h in zip(df["layer"], df["head"])]
+    df = df.copy()
+    df["role"] = [r if s in ("", "holds") else f"({r})" for r, s in zip(df["role"], status)]
+    df.insert(list(df.columns).index("role") + 1, "pattern claim", status)
+    return df
+
+
+def _counts_beside_claims(df: Any, claims: dict) -> Any:
+    """The role counts beside the claims: of each role's heads, how many hold it as a pattern claim."""
+    from probe.analyses.patterns.vocabulary import base_role
+
+    held: dict = {}
+    for by_kind in claims.values():
+        c = by_kind.get("pattern")
+        if c is not None and c.status == "holds":
+            held[base_role(c.statement)] = held.get(base_role(c.statement), 0) + 1
+    return df.assign(**{"pattern claim holds": [held.get(base_role(r), 0) for r in df["role"]]})
+
+
 SHOWS = Presentation(
     evidence=head_evidence,
     kinds=("role", "profile"),
     block=HeadBlock("What it attends to", _block, order=10),
-    tables={"roles": TableView("confidence", False, TABLE_COLUMNS), "role_counts": TableView("heads")},
+    tables={
+        "roles": TableView("confidence", False, TABLE_COLUMNS, beside_claims=_roles_beside_claims),
+        "role_counts": TableView("heads", beside_claims=_counts_beside_claims),
+    },
     verdict=(VerdictHint("what", _what),),
     streamed=Streamed(whole="roles"),
 )
