@@ -332,7 +332,7 @@ def test_path_patching_eap_and_eap_ig_agree_and_rank_the_induction_heads_first(c
 RERANDOMISED = [(29, 1), (29, 4), (29, 7)]
 
 
-@pytest.mark.slow  # 428 s on one core at load 7, of which the two measurements ~11 s: the rest is compare_pair's statistics (not yet profiled; docs/smollm2.md)
+@pytest.mark.slow  # ~12 s on one core at load 7 (428 s before _signed_rank_p's shortcut for no positive difference)
 def test_compare_flags_the_re_randomised_heads_and_no_other(smollm2):
     """``probe compare`` of SmolLM2 and a copy whose heads L29H1, L29H4, L29H7 have their query
     rows and output columns re-drawn (same scale; keys and values are shared by a group of
