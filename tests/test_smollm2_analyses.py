@@ -158,7 +158,7 @@ def test_padded_batches_equal_each_text_alone(smollm2, side):
 
 
 # ---- the decoder taxonomy ------------------------------------------------------------
-@pytest.mark.slow  # ~16 s on one core at load 7 (the copying, successor and retrieval probes)
+@pytest.mark.slow  # ~11 s on one core at load 5.5 (the copying, successor and retrieval probes)
 def test_decoder_heads_cli_names_the_induction_heads_with_their_settings(smollm2, cli, tmp_path):
     """``probe decoder-heads --model smollm2`` (short probes here): L18H6 is named induction,
     its score equals the mean over the second copy of its attention to the token after the
@@ -246,7 +246,7 @@ def test_rollout_cli_is_the_product_of_the_residual_adjusted_maps(smollm2, cli, 
 
 
 # ---- claims on next-token loss --------------------------------------------------------
-@pytest.mark.slow  # ~45 s on one core at load 7
+@pytest.mark.slow  # ~33 s on one core at load 5.5
 def test_claims_on_next_token_loss_hold_for_the_induction_head_not_for_a_weak_one(smollm2, task):
     """The claims of layer 18 on the repeated words, judged on next-token loss against
     the floor: necessity (mean-ablation) holds for L18H6, confirmed under every baseline, and
@@ -306,7 +306,7 @@ def circuit_scores(smollm2, task):
     return exact, eap, eap_ig
 
 
-@pytest.mark.slow  # its fixture: ~43 s on one core at load 7
+@pytest.mark.slow  # its fixture: ~30 s on one core at load 5.5
 def test_path_patching_eap_and_eap_ig_agree_and_rank_the_induction_heads_first(circuit_scores):
     """The corruption (first copy replaced) raises the loss; the three scorings of the heads'
     direct paths agree in rank (Spearman ≥ 0.4 over the 36 edges) and each puts L18H6 among
@@ -332,7 +332,7 @@ def test_path_patching_eap_and_eap_ig_agree_and_rank_the_induction_heads_first(c
 RERANDOMISED = [(29, 1), (29, 4), (29, 7)]
 
 
-@pytest.mark.slow  # ~12 s on one core at load 7 (428 s before _signed_rank_p's shortcut for no positive difference)
+@pytest.mark.slow  # ~11 s on one core at load 5.5 (428 s before _signed_rank_p's shortcut for no positive difference)
 def test_compare_flags_the_re_randomised_heads_and_no_other(smollm2):
     """``probe compare`` of SmolLM2 and a copy whose heads L29H1, L29H4, L29H7 have their query
     rows and output columns re-drawn (same scale; keys and values are shared by a group of
