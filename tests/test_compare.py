@@ -277,3 +277,18 @@ def test_cli_trains_a_run_and_compares_its_checkpoints_against_the_step(tmp_path
     assert (out / "dynamics.png").is_file() and (out / "phase.csv").is_file()
     summary = json.loads((out / "compare.json").read_text())
     assert [c["step"] for c in summary["checkpoints"]] == [0, 2, 4]
+
+
+def test_one_sided_p_without_a_positive_difference_is_scipys_exact_one():
+    """No positive difference (an unchanged head's JSD − floor): p = 1, as scipy's exact test
+    gives it (it takes a permutation test over 2^n sign flips for n ≤ 13 with ties: ~1 s a
+    head at n = 12, minutes over SmolLM2's 270 heads); a positive difference still goes to scipy."""
+    from scipy.stats import wilcoxon
+
+    from probe.analyses.compare.changes import _signed_rank_p
+
+    rng = np.random.default_rng(0)
+    for d in (np.full(6, -0.05), -np.abs(rng.normal(size=7)), np.r_[0.0, 0.0, -np.abs(rng.normal(size=5))]):
+        assert _signed_rank_p(d, "greater") == float(wilcoxon(d, zero_method="wilcox", alternative="greater").pvalue)
+    d = np.r_[0.3, -np.abs(rng.normal(size=6))]
+    assert _signed_rank_p(d, "greater") == float(wilcoxon(d, zero_method="wilcox", alternative="greater").pvalue) < 1
