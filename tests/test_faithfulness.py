@@ -16,6 +16,7 @@ from probe.analyses.common.targets import CallableTarget
 from probe.analyses.common.word_scores import ScoreSet
 
 from conftest import make_maps, previous_token, uniform
+from probe.analyses.common.objective import parse_target
 
 
 def _set(index, rows, method="m"):
@@ -245,7 +246,7 @@ def test_zoo_agreement_evidence_recovery():
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     corpus = load_corpus(model="zoo:agreement", limit=24)
-    rep = run_faithfulness(adapter, corpus, "logit", n_steps=20, permute=False)
+    rep = run_faithfulness(adapter, corpus, parse_target("logit", adapter), n_steps=20, permute=False)
     s = rep.ground_truth.summary.set_index("method")
     chance = s.loc["chance", "top1_rate"]
     # the subject noun alone decides the label: occlusion and IG must find it far above chance

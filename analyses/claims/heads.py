@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TYPE_CHECKING
 
 import pandas as pd
 
@@ -23,6 +23,9 @@ from .null_model import null_model_for
 from .screened_claims import screened_claims
 from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
+
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +96,6 @@ class HeadClaims:
             index=list(claim_kinds()), columns=list(STATUSES), fill_value=0
         )
         return out.fillna(0).astype(int)
-
-
-def default_metric(adapter: Any, corpus: Any) -> str:
-    """The name of the objective ``auto`` resolves to (:func:`probe.analyses.common.objective.resolve_objective`)."""
-    from probe.analyses.common.objective import resolve_objective
-
-    return resolve_objective("auto", adapter, corpus)[0].name
 
 
 def zoo_sentences(corpus: Any) -> Optional[list]:
@@ -190,7 +186,7 @@ def head_claims(
     seed: int = 0,
     progress: bool = False,
     ablation: Any = None,
-    objective: Any = None,
+    objective: Optional[Objective] = None,
     objective_why: str = "",
     runner: Any = None,
     null: Optional[str] = None,
@@ -208,10 +204,11 @@ def head_claims(
             larger corpus through them than the maps held here).
         importance: table ``layer, head, importance`` shown beside necessity.
         faithfulness, faithfulness_info: the faithfulness verdict table and run info.
-        objective: what necessity is measured on (a name, ``auto`` or an objective;
-            :mod:`probe.analyses.common.objective`; a run passes its resolved one).
-        objective_why: how an objective passed as an object was chosen (stated in the
-            notes and ``HeadClaims.objective``; default: ``given``).
+        objective: what necessity is measured on: the run's resolved
+            :class:`probe.analyses.common.objective.Objective` (``use="corpus"``; needed
+            with ``adapter``, a name is refused: resolve it first).
+        objective_why: how the run chose it (stated in the notes and
+            ``HeadClaims.objective``; default: ``given``).
         ablation: a :class:`.removal.RemovalSweep` already run on these heads, examples and
             objective (the report's ablation section's): its modes are not run again.
         runner: where the removal sweeps' batches run (:func:`.removal.removal_sweep`'s
@@ -243,10 +240,9 @@ def head_claims(
         structure, st_table = _fill("structure", heads, exc.reason), None
     if st_table is not None and len(st_table):
         tables["structure"] = st_table
-    chosen = objective or "auto"
     necessity, weights, redundancy, info = _causal(
         adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
-        objective=chosen, objective_why=objective_why, seed=seed, progress=progress,
+        objective=objective, objective_why=objective_why, seed=seed, progress=progress,
         screen_corpus=(screen_corpus if screen_corpus is not None else corpus) if causal != "exhaustive" else None,
         path=causal,
     )  # fmt: skip
@@ -306,7 +302,7 @@ def _causal(
     notes: list,
     tables: dict,
     *,
-    objective: Any,
+    objective: Optional[Objective],
     objective_why: str,
     seed: int,
     progress: bool,
@@ -319,7 +315,7 @@ def _causal(
     With ``path="screened"`` the claims of :mod:`.screened_claims` (necessity screened on
     ``screen_corpus``), or with ``path="sequential"`` the necessity and weights claims are decided on it in
     blocks (:mod:`.decided`)."""
-    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.common.objective import given_objective
 
     from .necessity import necessity_claims, weights_claims
     from .redundancy import redundancy_claims
@@ -331,8 +327,7 @@ def _causal(
     info: dict = {}
     if adapter is not None:
         try:
-            obj, why = resolve_objective(objective or "auto", adapter, corpus)
-            why = objective_why or why  # how the caller chose an objective it resolved itself
+            obj, why = given_objective(objective, adapter, corpus), objective_why or "given"
             info = {
                 "objective": obj.name,
                 "described": obj.describe(),
@@ -405,7 +400,7 @@ def _decided(
     adapter,
     nadapter,
     whole,
-    obj,
+    objective,
     heads,
     pattern,
     importance,
@@ -428,7 +423,7 @@ def _decided(
     from .necessity import add_importance
 
     got = decided_claims(
-        adapter, whole, obj, heads, null_adapter=nadapter,
+        adapter, whole, objective, heads, null_adapter=nadapter,
         null_source=nadapter.card["null_source"] if nadapter is not None else "", seed=seed, runner=runner,
         pattern=pattern, reuse=reuse,
     )  # fmt: skip
@@ -438,7 +433,7 @@ def _decided(
     tables["decided"] = got.table
     info["causal"] = dict(got.info, note=got.note())
     redundancy, groups, red = decided_redundancy(
-        adapter, whole, obj, pattern, necessity, null_adapter=nadapter,
+        adapter, whole, objective, pattern, necessity, null_adapter=nadapter,
         null_source=nadapter.card["null_source"] if nadapter is not None else "", seed=seed, runner=runner,
         means=got.means, null_means=got.null_means, known=got.clean,
     )  # fmt: skip
@@ -452,7 +447,7 @@ def _decided(
     if groups:
         tables["groups"] = pd.DataFrame(groups)
     notes.append(
-        f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone (Wang et al. 2022) "
+        f"objective: {objective.describe()} — {why}; units: {objective.units}; each head mean-ablated alone (Wang et al. 2022) "
         f"and given uniform attention weights, and each redundancy group mean-ablated together, on random blocks "
         f"of the whole corpus until decided (below)"
     )
@@ -497,7 +492,7 @@ def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, no
 DECIDING_MODES = ("mean", "uniform")
 
 
-def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
+def _null_sweep(nadapter, corpus, objective, heads, seed: int, progress: bool):
     """The :class:`.necessity.NullSweep` of the mean and uniform removals of ``heads`` on
     the null model ``nadapter`` (``None`` without one)."""
     from .necessity import NullSweep
@@ -506,5 +501,5 @@ def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
     if nadapter is None:
         return None
     modes = ("mean",) if nadapter.arch == "encoder-decoder" else ("mean", "uniform")
-    sweep = removal_sweep(nadapter, corpus, obj, units=heads, modes=modes, seed=seed, progress=progress)
+    sweep = removal_sweep(nadapter, corpus, objective, units=heads, modes=modes, seed=seed, progress=progress)
     return NullSweep(sweep, nadapter.card["null_source"])

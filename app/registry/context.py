@@ -346,14 +346,12 @@ class Context:
         from probe.analyses.common.objective_names import NOUNS, known_for
 
         spec, note = self.objective_spec, ""
-        try:
-            obj, why = resolve_objective(spec, self.adapter, self.whole_corpus, use=use)
-        except InputError:  # a name this use does not know: auto here, said, when the run serves several uses
-            if not (self._objective_fallback and isinstance(spec, str)) or known_for(spec, use):
-                raise
+        named = isinstance(spec, str) and spec.strip() not in ("", "auto")
+        if named and self._objective_fallback and not known_for(spec, use):
+            # a name this use does not know: auto here, said, when the run serves several uses
             self._fell_back.add(use)
-            note = f"--objective {spec} is not one {use} knows, so auto; "
-            obj, why = resolve_objective(None, self.adapter, self.whole_corpus, use=use)
+            spec, note = None, f"--objective {spec} is not one {use} knows, so auto; "
+        obj, why = resolve_objective(spec, self.adapter, self.whole_corpus, use=use)  # the one resolution of this use
         shown = obj.describe() if use == "corpus" else obj.called
         self.say(f"{NOUNS[use]}: {shown} ({note}{why}; choose with --objective)")
         return obj, why
