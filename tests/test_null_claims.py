@@ -42,7 +42,7 @@ def _claims(adapter, limit=12, **kw):
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans))
     from probe.analyses.common.objective import resolve_objective
 
-    kw.setdefault("objective", resolve_objective("auto", adapter, corpus)[0])  # the run's, resolved once
+    kw["objective"] = resolve_objective(kw.get("objective", "auto"), adapter, corpus)[0]  # the run's, resolved once
     return head_claims(adapter, corpus, maps, **kw)
 
 

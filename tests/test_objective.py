@@ -233,7 +233,7 @@ def test_ablation_values_read_from_the_claims_removals_equal_their_own_sweep(min
 
     heads = [(5, 10), (0, 2), (3, 1)]
     obj, _ = resolve_objective("auto", minilm, sample)
-    drift, loss = get_metric("embedding-drift", minilm), resolve_objective("loss", minilm, use="per-example")[0]
+    drift, loss = get_metric("embedding-drift", minilm), resolve_objective("loss", None, use="per-example")[0]
     assert derives(obj, drift) and not derives(obj, loss)
     for mode in ("zero", "mean"):
         sweep = removal_sweep(minilm, sample, obj, units=heads, modes=(mode,))

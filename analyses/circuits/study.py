@@ -111,27 +111,11 @@ def study_circuit(
             + (f" (the top {len(checked)} by |EAP-IG|)" if exact_edges is None else " (those named)")
             + "; the others have EAP and EAP-IG scores only"
         )
+    pair, graded = (adapter, clean, corrupted, objective), scores.assign(effect=scores[ranking])
     if additive_residual(adapter):
-        curve = recovery_curve(
-            adapter,
-            clean,
-            corrupted,
-            objective,
-            scores.assign(effect=scores[ranking]),
-            share=share,
-            graph=edges,
-            batch_size=batch_size,
-        )
+        curve = recovery_curve(*pair, graded, share=share, graph=edges, batch_size=batch_size)
     else:
-        head_curve = head_recovery_curve(
-            adapter,
-            clean,
-            corrupted,
-            objective,
-            scores.assign(effect=scores[ranking]),
-            share=share,
-            batch_size=batch_size,
-        )
+        head_curve = head_recovery_curve(*pair, graded, share=share, batch_size=batch_size)
         why = (
             "an encoder-decoder (the edge mixer covers one pre-LayerNorm stack, not the encoder output "
             "cross-attention reads)"

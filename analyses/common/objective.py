@@ -170,6 +170,7 @@ def resolve_objective(
     *,
     use: str = "corpus",
     probe: Optional[Objective] = None,
+    fallback: Optional[set] = None,
 ) -> tuple:
     """``(objective, why)`` from a name, ``auto`` or an :class:`Objective` (or, for the
     per-example uses, a callable ``fn(outputs, batch) -> [rows]``); checked against
@@ -179,6 +180,9 @@ def resolve_objective(
         spec: ``auto`` (or ``None``/``""``), a name known for ``use`` or an object.
         use: one of :data:`USES` (which names are known and what ``auto`` chooses).
         probe: the fitted probe objective a bare ``probe`` names (``explain``).
+        fallback: a set where a run whose one name serves several uses (the report) keeps
+            the uses that do not know it: such a name is resolved as ``auto`` for ``use``,
+            which is added to the set (``None``: refused).
 
     Raises:
         InputError: an unknown name (listing the known ones), a bad argument.
@@ -197,6 +201,9 @@ def resolve_objective(
             obj.check(adapter, corpus)
         return obj, "given"
     spec, why = (spec or "auto").strip(), "named"
+    if fallback is not None and spec != "auto" and not known_for(spec, use):
+        fallback.add(use)
+        spec = "auto"
     if spec == "auto":
         if adapter is None:
             raise InputError("'auto' chooses an objective for a model: give the model")

@@ -180,15 +180,9 @@ def compare_checkpoints(
         rows.append({**row, **shape})
         log.info("measuring %s (%d examples)", ck.label, len(corpus))
         m = measure_checkpoint(
-            adapter,
-            corpus,
-            label=ck.label,
-            step=ck.step,
-            fingerprint=fp,
-            necessity=necessity,
-            objective=objective,
+            adapter, corpus, label=ck.label, step=ck.step, fingerprint=fp, necessity=necessity, objective=objective,
             batch_size=batch_size,
-        )
+        )  # fmt: skip
         notes.extend(f"{ck.label}: {n}" for n in m.notes)
         for earlier in rows[:-1]:  # any earlier checkpoint, not only the previous: byte-identical copies
             w = same_weights_warning(earlier["label"], m.label, earlier["fingerprint"], fp, earlier["tokenizer"], tok)
