@@ -31,7 +31,6 @@ LONG_TODAY = {
     "analyses/claims/decided.py:decided_claims": 141,
     "analyses/claims/decided_groups.py:decided_redundancy": 126,
     "analyses/claims/evidence.py:_causal": 66,
-    "analyses/claims/heads.py:_causal": 93,
     "analyses/claims/necessity.py:_tested": 72,
     "analyses/claims/pattern.py:calibrate_pattern": 80,
     "analyses/claims/pattern.py:pattern_claims": 100,
