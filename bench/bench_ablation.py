@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from probe.analyses.common.objective import get_metric
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -80,11 +81,13 @@ def _run(name, adapter, corpus, bs, max_tokens=None):
 
     if name == "sweep":
         kw = {} if max_tokens is None else {"max_tokens": max_tokens}
-        return sweep_heads(adapter, corpus, "embedding-drift", batch_size=bs, **kw)
+        return sweep_heads(adapter, corpus, get_metric("embedding-drift", adapter), batch_size=bs, **kw)
     if name == "naive":
-        return sweep_heads_naive(adapter, corpus, "embedding-drift", batch_size=bs)
+        return sweep_heads_naive(adapter, corpus, get_metric("embedding-drift", adapter), batch_size=bs)
     if name == "naive-sorted":
-        return sweep_heads_naive(adapter, sorted_by_length(adapter, corpus), "embedding-drift", batch_size=bs)
+        return sweep_heads_naive(
+            adapter, sorted_by_length(adapter, corpus), get_metric("embedding-drift", adapter), batch_size=bs
+        )
     metric = CallableMetric(emb_norm, "emb-norm")
     chunks = prepare(adapter, corpus, metric, bs)
     if name == "forward":

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from probe.analyses.common.objective import get_metric
 
 PAIRS = [
     ("the cat sat quietly on the warm mat", "the dog sat quietly on the cold mat"),
@@ -165,13 +166,13 @@ def seq2seq() -> None:
         a = ModelAdapter(name=f"tiny-{family}", model=model, tokenizer=tok, family=family)
         times = []
         t = time.perf_counter()
-        pp = path_patch(a, clean, bad, "loss")
+        pp = path_patch(a, clean, bad, get_metric("loss", a))
         times.append(time.perf_counter() - t)
         t = time.perf_counter()
-        eap = edge_attribution(a, clean, bad, "loss", "eap")
+        eap = edge_attribution(a, clean, bad, get_metric("loss", a), "eap")
         times.append(time.perf_counter() - t)
         t = time.perf_counter()
-        ig = edge_attribution(a, clean, bad, "loss", "eap-ig", steps=4)
+        ig = edge_attribution(a, clean, bad, get_metric("loss", a), "eap-ig", steps=4)
         times.append(time.perf_counter() - t)
         cross = pp.table["channel"].isin(["k", "v"]) & pp.table["edge"].str.contains("->x")
         rho = lambda x, y: spearmanr(x, y)[0]  # noqa: E731

@@ -42,6 +42,7 @@ from probe.runs.streaming import feed, stream_layers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import peak_rss
+from probe.analyses.common.objective import get_metric
 
 ROOT = Path(__file__).resolve().parents[1]
 EWT = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
@@ -304,7 +305,7 @@ def part_costs(args) -> None:
     texts = [s.text for s in sents[:20]]
     n20 = sum(len(x) for x in ad.tokenizer(texts)["input_ids"])
     t = time.perf_counter()
-    sweep_heads(ad, texts, "embedding-drift", n_boot=10)
+    sweep_heads(ad, texts, get_metric("embedding-drift", ad), n_boot=10)
     sec = time.perf_counter() - t
     print(f"  ablate 72 heads    {sec:7.2f} s  {sec / n20 * 1e3:7.3f} ms/token (embedding-drift, 20 sentences)")
 

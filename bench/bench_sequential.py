@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from probe.analyses.common.objective import resolve_objective
 
 
 def main() -> None:
@@ -33,11 +34,14 @@ def main() -> None:
     corpus = load_corpus(model=args.model, limit=args.limit)
     heads = [(layer, h) for layer in range(adapter.n_layers) for h in range(adapter.n_heads)]
     bounds = (-2 * args.floor, 20 * args.floor)
+    objective = resolve_objective("auto", adapter, corpus)[0]
     t = time.perf_counter()
-    seq = sequential_necessity(adapter, corpus, heads, floor=args.floor, bounds=bounds, q=args.q, block=args.block)
+    seq = sequential_necessity(
+        adapter, corpus, heads, floor=args.floor, bounds=bounds, objective=objective, q=args.q, block=args.block
+    )
     t_seq = time.perf_counter() - t
     t = time.perf_counter()
-    sweep = removal_sweep(adapter, corpus, "auto", heads, modes=("mean",))
+    sweep = removal_sweep(adapter, corpus, objective, heads, modes=("mean",))
     t_exact = time.perf_counter() - t
     exact = sweep.harm["mean"].mean(1)
     print(

@@ -10,6 +10,7 @@ configuration the share the known circuit recovers vs random edge sets of its co
 from __future__ import annotations
 
 import argparse
+from probe.analyses.common.objective import get_metric
 
 
 def _pairs(task: str, n: int):
@@ -42,7 +43,7 @@ def _random_null(a, clean, bad, known, draws: int = 20):
     null = matched_random_circuits(graph, known, draws)
     out = {}
     for name, model in (("trained/hand-set", a), ("random init", rand)):
-        vals = circuit_objective(model, clean, bad, "loss", [known] + null + [graph, []], graph)
+        vals = circuit_objective(model, clean, bad, get_metric("loss", model), [known] + null + [graph, []], graph)
         faith = (vals[:-2] - vals[-1]) / (vals[-2] - vals[-1])
         out[name] = (
             faith[0],
@@ -68,7 +69,7 @@ def main() -> None:
         a = load_model(f"zoo:{task}")
         clean, bad = _pairs(task, args.pairs)
         known = known_edges(a)
-        st = study_circuit(a, clean, bad, "loss", known=known, batch_size=16)
+        st = study_circuit(a, clean, bad, get_metric("loss", a), known=known, batch_size=16)
         for col, label in (("exact", "exact path patching"), ("eap", "EAP"), ("eap_ig", "EAP-IG (5 steps)")):
             k = st.known[col]
             rho = "1" if col == "exact" else f"{st.agreement[col]:.2f}"

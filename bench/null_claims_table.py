@@ -81,6 +81,9 @@ def random_claims(adapter, corpus, **kw):
 
     spans = list(corpus.word_spans) if corpus.word_spans else None
     maps = capture(adapter, list(corpus.texts), word_spans=spans)
+    from probe.analyses.common.objective import resolve_objective
+
+    kw.setdefault("objective", resolve_objective("auto", adapter, corpus)[0])  # the run's, resolved once
     return head_claims(adapter, corpus, maps, **kw)
 
 

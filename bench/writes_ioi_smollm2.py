@@ -24,6 +24,7 @@ import torch
 import probe
 from probe.analyses.circuits.edges import Edge
 from probe.analyses.circuits.path_patching import path_patch
+from probe.analyses.common.metrics import CallableMetric
 from probe.analyses.writes.answers import Target
 from probe.analyses.writes.claim import head_effects
 
@@ -116,7 +117,7 @@ def main(n: int = 24) -> None:
     print("largest logit-difference DLA (mean over prompts):")
     print(best.round(3).to_string(index=False))
     edges = [Edge(int(r.layer), int(r.head), -1, -1, "out") for r in best.itertuples()]
-    res = path_patch(adapter, clean, corrupt, metric=logit_difference, edges=edges, batch_size=8)
+    res = path_patch(adapter, clean, corrupt, objective=CallableMetric(logit_difference), edges=edges, batch_size=8)
     print(
         f"path patching (ABBA -> ABC), sender -> logits: clean {res.clean.mean():.3f}, corrupted {res.corrupted.mean():.3f}"
     )

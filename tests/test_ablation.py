@@ -12,7 +12,7 @@ import torch
 from probe.analyses.necessity.ablation import plan_forwards, run_rows, sweep_heads, sweep_heads_naive
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.necessity.importance import gradient_importance, head_importance, ig_importance
-from probe.analyses.common.metrics import as_corpus, prepare
+from probe.analyses.common.metrics import CallableMetric, as_corpus, prepare
 from probe.analyses.common.objective import get_metric
 from probe.analyses.necessity.pruning import pruning_curve
 from probe.tracing.hooks import count_hooks
@@ -90,6 +90,7 @@ def lm_models(bert_tokenizer):
 )
 def test_batched_sweep_equals_naive_loop(lm_models, family, metric, mode, max_tokens):
     a = lm_models[family]
+    metric = get_metric(metric, a)  # the name resolved once, as a run does
     with pytest.warns(UserWarning, match="only 5 example") if mode == "mean" else _nothing():
         fast = sweep_heads(a, TEXTS, metric, mode, batch_size=3, max_tokens=max_tokens)
     with pytest.warns(UserWarning) if mode == "mean" else _nothing():
@@ -128,9 +129,9 @@ def test_roberta_layout_sweep_equals_naive_loop(bert_tokenizer, mode):
     )
     a = ModelAdapter(name="tiny-roberta", model=T.RobertaModel(cfg), tokenizer=bert_tokenizer, family="bert")
     with pytest.warns(UserWarning) if mode == "mean" else _nothing():
-        fast = sweep_heads(a, TEXTS, "embedding-drift", mode, batch_size=5)
+        fast = sweep_heads(a, TEXTS, get_metric("embedding-drift", a), mode, batch_size=5)
     with pytest.warns(UserWarning) if mode == "mean" else _nothing():
-        slow = sweep_heads_naive(a, TEXTS, "embedding-drift", mode, batch_size=5)
+        slow = sweep_heads_naive(a, TEXTS, get_metric("embedding-drift", a), mode, batch_size=5)
     assert fast.path == "site-restart"
     np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-5)
     assert fast.ablated.max() > 1e-3
@@ -174,7 +175,7 @@ def test_site_restart_needs_eval_mode_and_a_fitting_context(lm_models):
         with pytest.raises(ValueError, match="eval mode"):
             RestartFrom(a, 1, hidden, context=torch.zeros(2, 5, 32))
         # in training mode the sweep restarts at the layer input instead
-        assert sweep_heads(a, TEXTS[:1], "loss", heads=[(1, 0)]).path == "layer-restart"
+        assert sweep_heads(a, TEXTS[:1], get_metric("loss", a), heads=[(1, 0)]).path == "layer-restart"
     finally:
         a.model.eval()
 
@@ -211,7 +212,7 @@ def test_forwards_are_cut_to_their_longest_example(lm_models):
     ]
     try:
         # 4 heads × 9–12 tokens: one example per forward; "Hi there." (5) alone too, being last
-        sweep_heads(a, TEXTS, "loss", heads=[(1, h) for h in range(4)], batch_size=5, max_tokens=60)
+        sweep_heads(a, TEXTS, get_metric("loss", a), heads=[(1, h) for h in range(4)], batch_size=5, max_tokens=60)
     finally:
         for h in handles:
             h.remove()
@@ -225,12 +226,12 @@ def test_forwards_are_cut_to_their_longest_example(lm_models):
 def test_headless_and_encoder_decoder_fall_back_to_full_forward(tiny_models):
     a = tiny_models["bart"]
     heads = [(0, 1), (1, 3)]
-    fast = sweep_heads(a, TEXTS[:2], "embedding-drift", heads=heads, batch_size=2)
-    slow = sweep_heads_naive(a, TEXTS[:2], "embedding-drift", heads=heads, batch_size=2)
+    fast = sweep_heads(a, TEXTS[:2], get_metric("embedding-drift", a), heads=heads, batch_size=2)
+    slow = sweep_heads_naive(a, TEXTS[:2], get_metric("embedding-drift", a), heads=heads, batch_size=2)
     assert fast.path == "full forward"
     np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-5)
     # one row per forward: rows split, never cut (encoder and decoder lengths differ)
-    split = sweep_heads(a, TEXTS[:2], "embedding-drift", heads=heads, batch_size=2, max_tokens=1)
+    split = sweep_heads(a, TEXTS[:2], get_metric("embedding-drift", a), heads=heads, batch_size=2, max_tokens=1)
     np.testing.assert_allclose(split.ablated, slow.ablated, atol=1e-5)
 
 
@@ -246,7 +247,7 @@ def test_restart_skips_earlier_layers_and_leaves_no_hooks(lm_models):
     ]  # GPT-2's fused q|k|v projection
     before = count_hooks(a.model)
     try:
-        sweep_heads(a, TEXTS[:2], "loss", batch_size=2)
+        sweep_heads(a, TEXTS[:2], get_metric("loss", a), batch_size=2)
     finally:
         for h in handles:
             h.remove()
@@ -262,7 +263,7 @@ def test_restart_skips_earlier_layers_and_leaves_no_hooks(lm_models):
 def test_sweep_matches_removing_the_head_by_hand(lm_models):
     """Zero-ablation = zeroing the head's slice of the output projection's weights."""
     a = lm_models["bert"]
-    res = sweep_heads(a, TEXTS[:2], "loss", heads=[(1, 2)], batch_size=2)
+    res = sweep_heads(a, TEXTS[:2], get_metric("loss", a), heads=[(1, 2)], batch_size=2)
     proj = a.head_output_modules()[1]
     dh = a.head_dim
     saved = proj.weight.data.clone()
@@ -297,7 +298,9 @@ def test_one_example_gives_no_interval_and_no_significant_head(minilm):
     assert all(np.isnan(bootstrap_mean_ci(np.array([0.5]))))
     from probe.analyses.necessity.ablation import sweep_heads
 
-    res = sweep_heads(minilm, ["The cat sat on the mat."], metric="embedding-drift", heads=[(5, 11), (0, 0)])
+    res = sweep_heads(
+        minilm, ["The cat sat on the mat."], objective=get_metric("embedding-drift", minilm), heads=[(5, 11), (0, 0)]
+    )
     assert (res.table["delta"].abs() > 0).all()  # the heads do move the output
     assert res.table[["ci_low", "ci_high"]].isna().all().all()
 
@@ -305,28 +308,28 @@ def test_one_example_gives_no_interval_and_no_significant_head(minilm):
 # ---- bad input ----------------------------------------------------------------------
 def test_loss_on_headless_encoder_names_the_metrics_that_apply(minilm):
     with pytest.raises(NotApplicable, match="headless encoder.*metrics that apply: embedding-drift"):
-        sweep_heads(minilm, TEXTS[:1], "loss")
+        sweep_heads(minilm, TEXTS[:1], get_metric("loss", minilm))
     with pytest.raises(NotApplicable, match="accuracy.*zoo"):
-        sweep_heads(minilm, TEXTS[:1], "accuracy")
+        sweep_heads(minilm, TEXTS[:1], get_metric("accuracy", minilm))
     with pytest.raises(
         ValueError, match="unknown objective 'bleu'; known: loss, accuracy, prediction-kl, embedding-drift"
     ):
-        sweep_heads(minilm, TEXTS[:1], "bleu")
+        sweep_heads(minilm, TEXTS[:1], get_metric("bleu", minilm))
 
 
 def test_head_out_of_range_names_the_valid_range(lm_models):
     a = lm_models["bert"]
     with pytest.raises(ValueError, match=r"head 4 out of range: .* heads 0\.\.3"):
-        sweep_heads(a, TEXTS[:1], "loss", heads=[(0, 4)])
+        sweep_heads(a, TEXTS[:1], get_metric("loss", a), heads=[(0, 4)])
     with pytest.raises(ValueError, match=r"layer 2 out of range: .* layers 0\.\.1"):
-        sweep_heads(a, TEXTS[:1], "loss", heads=[(2, 0)])
+        sweep_heads(a, TEXTS[:1], get_metric("loss", a), heads=[(2, 0)])
     with pytest.raises(ValueError, match="unknown ablation mode 'random'"):
-        sweep_heads(a, TEXTS[:1], "loss", mode="random")
+        sweep_heads(a, TEXTS[:1], get_metric("loss", a), mode="random")
 
 
 def test_mean_mode_with_too_few_examples_warns(lm_models):
     with pytest.warns(UserWarning, match="only 2 example"):
-        sweep_heads(lm_models["gpt2"], TEXTS[:2], "loss", mode="mean", heads=[(0, 0)])
+        sweep_heads(lm_models["gpt2"], TEXTS[:2], get_metric("loss", lm_models["gpt2"]), mode="mean", heads=[(0, 0)])
 
 
 def test_callable_metric(lm_models):
@@ -335,16 +338,17 @@ def test_callable_metric(lm_models):
     def last_logit_norm(outputs, batch):
         return outputs.logits[:, -1].norm(dim=-1)
 
-    fast = sweep_heads(a, TEXTS[:3], last_logit_norm, batch_size=2)
-    slow = sweep_heads_naive(a, TEXTS[:3], last_logit_norm, batch_size=2)
+    norm = CallableMetric(last_logit_norm)  # a callable is wrapped at the top, as the resolver does
+    fast = sweep_heads(a, TEXTS[:3], norm, batch_size=2)
+    slow = sweep_heads_naive(a, TEXTS[:3], norm, batch_size=2)
     assert fast.table["metric"].iloc[0] == "last_logit_norm"
     np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-4)
     # a callable may read padding (here the last position): one example per forward,
     # yet not cut to its own length
-    split = sweep_heads(a, TEXTS[:3], last_logit_norm, batch_size=2, max_tokens=8)
+    split = sweep_heads(a, TEXTS[:3], norm, batch_size=2, max_tokens=8)
     np.testing.assert_allclose(split.ablated, slow.ablated, atol=1e-4)
     with pytest.raises(ValueError, match="must return a tensor"):
-        sweep_heads(a, TEXTS[:2], lambda o, b: o.logits, batch_size=2)
+        sweep_heads(a, TEXTS[:2], CallableMetric(lambda o, b: o.logits), batch_size=2)
 
 
 # ---- importance ---------------------------------------------------------------------
@@ -352,7 +356,7 @@ def test_gradient_importance_equals_per_example_finite_differences(lm_models):
     a = lm_models["gpt2"]
     a.model.double()
     try:
-        res = gradient_importance(a, TEXTS[:2], "loss", batch_size=2)
+        res = gradient_importance(a, TEXTS[:2], get_metric("loss", a), batch_size=2)
         metric = get_metric("loss", a)
         chunks = prepare(a, as_corpus(TEXTS[:2]), metric, batch_size=1)
         fd = np.zeros((2, 4))
@@ -376,8 +380,8 @@ def test_gradient_importance_equals_per_example_finite_differences(lm_models):
 def test_drift_gradient_is_degenerate_and_ig_is_complete(lm_models):
     a = lm_models["bert"]
     with pytest.raises(ValueError, match="use method 'ig'"):
-        gradient_importance(a, TEXTS[:2], "embedding-drift")
-    res = head_importance(a, TEXTS[:3], "embedding-drift", "auto", n_steps=24, batch_size=2)
+        gradient_importance(a, TEXTS[:2], get_metric("embedding-drift", a))
+    res = head_importance(a, TEXTS[:3], get_metric("embedding-drift", a), "auto", n_steps=24, batch_size=2)
     assert res.method == "ig"
     # completeness: attributions sum to f(ξ=1) − f(ξ=0) = 0 − drift with every head off
     metric = get_metric("embedding-drift", a)
@@ -425,7 +429,7 @@ def test_ig_importance_takes_the_fewest_steps_within_the_tolerance(lm_models):
 
 def test_ig_loss_importance_completeness(lm_models):
     a = lm_models["gpt2"]
-    res = ig_importance(a, TEXTS[:2], "loss", n_steps=24, batch_size=2)
+    res = ig_importance(a, TEXTS[:2], get_metric("loss", a), n_steps=24, batch_size=2)
     metric = get_metric("loss", a)
     ch = prepare(a, as_corpus(TEXTS[:2]), metric, batch_size=2)[0]
     with torch.no_grad(), HeadGates(a, torch.zeros(2, 4)):
@@ -436,7 +440,7 @@ def test_ig_loss_importance_completeness(lm_models):
 # ---- pruning ------------------------------------------------------------------------
 def test_pruning_curve_shape_and_ends(lm_models):
     a = lm_models["gpt2"]
-    res = pruning_curve(a, TEXTS[:3], "loss", method="gradient", step_fraction=0.25, batch_size=3)
+    res = pruning_curve(a, TEXTS[:3], get_metric("loss", a), method="gradient", step_fraction=0.25, batch_size=3)
     t = res.table
     assert set(t["order"]) == {"importance", "random"}
     imp = t[t["order"] == "importance"]
@@ -495,7 +499,7 @@ def test_minilm_ewt_sweep_drift(minilm, ewt_dev):
     from probe.inputs.corpus import load_corpus
 
     corpus = load_corpus(conllu=str(ewt_dev), limit=8)
-    res = sweep_heads(minilm, corpus, "embedding-drift", "zero", batch_size=8)
+    res = sweep_heads(minilm, corpus, get_metric("embedding-drift", minilm), "zero", batch_size=8)
     t = res.table
     assert res.path == "site-restart" and len(t) == 72
     # drift is non-negative, bounded, and the CI brackets the mean
@@ -542,7 +546,7 @@ def test_zoo_prev_token_head_ablation_hurts_most():
 
     a = _zoo("prev-token")
     corpus = load_corpus(model="zoo:prev-token", limit=200)
-    res = sweep_heads(a, corpus, "accuracy", "zero", batch_size=50)
+    res = sweep_heads(a, corpus, get_metric("accuracy", a), "zero", batch_size=50)
     t = res.table.sort_values("delta")
     prev = _prev_token_attention(a, list(corpus.texts[:100]))
     doer = divmod(int(prev.flatten().argmax()), a.n_heads)

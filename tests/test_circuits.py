@@ -15,6 +15,7 @@ from probe.analyses.circuits.objectives import SimilarityMetric
 from probe.analyses.circuits.path_patching import path_patch
 
 from probe.tracing.hooks import count_hooks
+from probe.analyses.common.objective import get_metric
 
 CLEAN = ["the cat sat on the mat today", "a dog ran in the big park"]
 CORRUPT = ["the cow ate on the hill today", "a man ran at the old house"]
@@ -135,13 +136,13 @@ def test_relay_path_patching_finds_exactly_the_constructed_edges():
     from probe.analyses.circuits.known import known_edges, recovery_stats
 
     a, clean, bad = _relay()
-    pp = path_patch(a, clean, bad, "loss")
+    pp = path_patch(a, clean, bad, get_metric("loss", a))
     eff = dict(zip(pp.table["edge"], pp.table["effect"]))
     assert eff["0.0->1.0.v"] == pytest.approx(1.0, abs=0.01) and eff["1.0->out"] == pytest.approx(1.0, abs=0.01)
     others = [abs(v) for k, v in eff.items() if k not in ("0.0->1.0.v", "1.0->out")]
     assert max(others) < 1e-3
     known = known_edges(a)
-    curve = recovery_curve(a, clean, bad, "loss", pp.table, share=0.9)
+    curve = recovery_curve(a, clean, bad, get_metric("loss", a), pp.table, share=0.9)
     assert set(curve.circuit) == set(known) and curve.curve["faithfulness"].iloc[2] == pytest.approx(1, abs=0.01)
     assert curve.curve["faithfulness"].iloc[1] < 0.1  # one of the two edges alone recovers nothing
     stats = recovery_stats(pp.table, known, curve.circuit, a)
@@ -167,7 +168,7 @@ def test_random_model_known_circuit_recovers_no_more_than_random_edge_sets():
     graph = all_edges(rand)
     null = matched_random_circuits(graph, known, 20)
     assert all(sorted(e.channel for e in n) == sorted(e.channel for e in known) for n in null)
-    vals = circuit_objective(rand, clean, bad, "loss", [known] + null + [graph, []], graph)
+    vals = circuit_objective(rand, clean, bad, get_metric("loss", rand), [known] + null + [graph, []], graph)
     full, empty = vals[-2], vals[-1]
     faith = (vals[:-2] - empty) / (full - empty)
     assert faith[0] <= np.quantile(faith[1:], 0.95)
@@ -236,7 +237,7 @@ def test_induction_previous_token_head_feeds_induction_heads_through_keys():
     corr = Corpus(texts=tuple(e["text"] for e in bad), examples=tuple(bad))
     known = known_edges(a)
     assert {e.channel for e in known} == {"k", "out"} and len({e.sender for e in known if e.channel == "k"}) == 1
-    pp = path_patch(a, clean, corr, "loss", batch_size=16)
+    pp = path_patch(a, clean, corr, get_metric("loss", a), batch_size=16)
     stats = recovery_stats(pp.table, known, [], a)
     assert stats["auc"] > 0.9
     k_edges = pp.table[pp.table["channel"] == "k"].sort_values("effect", ascending=False)
@@ -402,11 +403,11 @@ def test_encoder_decoder_path_patching_equals_an_independent_computation(bert_to
     names = ["e0.1->e1.2.v", "e0.1->x1.2.k", "e1.3->x0.1.v", "d1.2->x1.3.q", "x0.1->d1.0.k", "d1.1->out", "x1.3->out"]
     edges = [parse_edge(a, t) for t in names]
     assert [e.name() for e in edges] == names
-    pp = path_patch(a, clean, bad, "loss", edges)
+    pp = path_patch(a, clean, bad, get_metric("loss", a), edges)
     manual = [_manual_path_patch(a, clean, bad, e) for e in edges]
     np.testing.assert_allclose(pp.table["delta"].to_numpy(), manual, rtol=1e-9, atol=1e-12)
     assert np.abs(manual).min() > 1e-5  # each edge moves the loss
-    zero = path_patch(a, clean, bad, "loss", [parse_edge(a, "d0.2->x0.3.q"), parse_edge(a, "d0.1->out")])
+    zero = path_patch(a, clean, bad, get_metric("loss", a), [parse_edge(a, "d0.2->x0.3.q"), parse_edge(a, "d0.1->out")])
     assert np.abs(zero.table["delta"]).max() < 1e-12  # block 0's self-attention never sees the corruption
     assert count_hooks(a.model) == 0
 
@@ -445,9 +446,9 @@ def test_encoder_decoder_edge_attribution_ranks_like_exact(bert_tokenizer, famil
 
     a = _tiny_seq2seq(bert_tokenizer, family)
     clean, bad = _seq2seq_pairs()
-    pp = path_patch(a, clean, bad, "loss")
-    eap = edge_attribution(a, clean, bad, "loss", "eap")
-    ig = edge_attribution(a, clean, bad, "loss", "eap-ig", steps=4)
+    pp = path_patch(a, clean, bad, get_metric("loss", a))
+    eap = edge_attribution(a, clean, bad, get_metric("loss", a), "eap")
+    ig = edge_attribution(a, clean, bad, get_metric("loss", a), "eap-ig", steps=4)
     assert spearmanr(pp.table["effect"], eap.table["effect"])[0] > 0.8
     assert spearmanr(pp.table["effect"], ig.table["effect"])[0] > 0.6
     cross = (pp.table["channel"].isin(["k", "v"])) & pp.table["edge"].str.contains("->x")
@@ -635,7 +636,7 @@ def test_encoder_decoder_study_gives_a_head_curve_over_all_three_stacks(bert_tok
 
     a = _tiny_seq2seq(bert_tokenizer, "bart")
     clean, bad = _seq2seq_pairs()
-    st = study_circuit(a, clean, bad, "loss", ranking="eap", exact_top=20, steps=2)
+    st = study_circuit(a, clean, bad, get_metric("loss", a), ranking="eap", exact_top=20, steps=2)
     hc = st.head_curve
     assert st.curve is None and hc is not None and len(hc.ranking) == 24
     assert set(hc.nodes["site"]) == {"e0", "e1", "d0", "x0", "d1", "x1"}

@@ -11,6 +11,7 @@ import torch
 
 from probe.analyses.claims import thresholds as T
 from probe.analyses.claims.statistics import benjamini_hochberg, mean_ci, paired_greater, wilson_interval
+from probe.analyses.common.objective import parse_target
 
 ZOO_EXAMPLES = 48  # enough for the paired tests, small for CI
 
@@ -180,6 +181,9 @@ def _claims(task: str, limit: int = ZOO_EXAMPLES, **kw):
     adapter = load_model(f"zoo:{task}")
     corpus = fit_to_model(load_corpus(model=f"zoo:{task}", limit=limit), adapter)
     maps = capture(adapter, list(corpus.texts))
+    from probe.analyses.common.objective import resolve_objective
+
+    kw.setdefault("objective", resolve_objective("auto", adapter, corpus)[0])  # the run's, resolved once
     return adapter, corpus, head_claims(adapter, corpus, maps, **kw)
 
 
@@ -265,7 +269,7 @@ def test_agreement_zoo_evidence_heads_not_called_meaningless():
     rep = run_faithfulness(
         adapter,
         corpus,
-        "logit",
+        parse_target("logit", adapter),
         methods=("ig",),
         attention_methods=("attention",),
         n_steps=8,
@@ -301,7 +305,9 @@ def test_random_minilm_shape_gets_no_structure_and_few_discoveries():
     adapter = ModelAdapter(name="random-minilm", model=model, tokenizer=tok, family="bert")
     corpus = sample_corpus(limit=16)
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans))
-    hc = head_claims(adapter, corpus, maps)
+    from probe.analyses.common.objective import resolve_objective
+
+    hc = head_claims(adapter, corpus, maps, objective=resolve_objective("auto", adapter, corpus)[0])
     n = len(hc.claims)
     assert n == 72
     status = lambda kind: [c[kind].status for c in hc.claims.values()]  # noqa: E731

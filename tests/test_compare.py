@@ -120,10 +120,12 @@ def test_weights_fingerprint_tells_weights_apart():
 
 def test_attribution_names_the_changed_head(one_thread):
     from probe.analyses.compare.attribution import attribute_change
+    from probe.analyses.common.objective import resolve_objective
 
     a, b = load_model("zoo:induction"), load_model("zoo:induction")
     _break_query(b, *BROKEN)
-    res = attribute_change(a, b, load_corpus(model="zoo:induction", limit=12), n_boot=200)
+    corpus = load_corpus(model="zoo:induction", limit=12)
+    res = attribute_change(a, b, corpus, resolve_objective("auto", b, corpus, use="per-example")[0], n_boot=200)
     assert res.score_b > res.score_a + 0.03 and res.total_ci[1] < 0  # breaking the head costs loss
     top = res.table.iloc[0]
     assert (int(top["layer"]), int(top["head"])) == BROKEN and top["ci_high"] < 0

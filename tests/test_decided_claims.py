@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from probe.app.cli import main
+from probe.analyses.common.objective import resolve_objective
 
 
 def _report(tmp_path, name: str, args: list) -> dict:
@@ -114,10 +115,22 @@ def test_a_runner_of_this_process_on_another_model_is_refused(minilm):
     null = null_adapter(minilm, 0, "reinit")
     texts = ["the cat sat on the mat", "a dog ran", "it rains", "we read books", "she sings"]
     with pytest.raises(InputError, match="the runner runs minilm, not minilm \\(null\\)"):
-        removal_sweep(null, texts, "embedding-drift", [(0, 0)], modes=("mean",), runner=InProcess(minilm))
+        removal_sweep(
+            null,
+            texts,
+            resolve_objective("embedding-drift", null)[0],
+            [(0, 0)],
+            modes=("mean",),
+            runner=InProcess(minilm),
+        )
     with pytest.raises(InputError, match="runner=None"):
         sequential_necessity(
-            null, texts, [(0, 0)], floor=0.02, objective="similarity-structure", runner=InProcess(minilm)
+            null,
+            texts,
+            [(0, 0)],
+            floor=0.02,
+            objective=resolve_objective("similarity-structure", null)[0],
+            runner=InProcess(minilm),
         )
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from probe.analyses.claims.claim import Claim
+from probe.analyses.common.objective import get_metric
 
 
 def _claims(heads_by_role: dict, others: list) -> tuple:
@@ -89,17 +90,24 @@ def test_importance_in_blocks_stops_when_precise_and_pools_the_blocks(lm_models_
     from probe.analyses.necessity.importance_blocks import _halfwidth, importance_in_blocks
 
     adapter, texts = lm_models_small
-    loose = importance_in_blocks(adapter, texts, "loss", method="gradient", block=3, precision=10.0, batch_size=4)
+    loose = importance_in_blocks(
+        adapter, texts, get_metric("loss", adapter), method="gradient", block=3, precision=10.0, batch_size=4
+    )
     assert loose.blocks == 3 and loose.reached and len(loose.examples) == 9
     order = np.random.default_rng(0).permutation(len(texts))
     cuts = [c for c in np.array_split(order, len(texts) // 3)][:3]
-    raws = [head_importance(adapter, [texts[i] for i in sorted(c)], "loss", method="gradient").raw for c in cuts]
+    raws = [
+        head_importance(adapter, [texts[i] for i in sorted(c)], get_metric("loss", adapter), method="gradient").raw
+        for c in cuts
+    ]
     sizes = np.array([len(c) for c in cuts], float)
     np.testing.assert_allclose(loose.result.raw, np.average(np.stack(raws), axis=0, weights=sizes), rtol=1e-5)
     np.testing.assert_allclose(
         loose.halfwidth, _halfwidth(np.stack(raws).astype(np.float64), sizes, "gradient"), rtol=1e-5
     )
-    tight = importance_in_blocks(adapter, texts, "loss", method="gradient", block=3, precision=1e-9, batch_size=4)
+    tight = importance_in_blocks(
+        adapter, texts, get_metric("loss", adapter), method="gradient", block=3, precision=1e-9, batch_size=4
+    )
     assert not tight.reached and sorted(tight.examples) == list(range(len(texts)))
 
 
@@ -121,7 +129,7 @@ def test_importance_in_blocks_refuses_bad_settings(lm_models_small):
 
     adapter, texts = lm_models_small
     with pytest.raises(InputError, match="min_blocks ≥ 2"):
-        importance_in_blocks(adapter, texts, "loss", method="gradient", min_blocks=1)
+        importance_in_blocks(adapter, texts, get_metric("loss", adapter), method="gradient", min_blocks=1)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from probe.analyses.common.targets import CallableTarget
 from probe.analyses.common.word_scores import ScoreSet
 
 from conftest import make_maps, previous_token, uniform
+from probe.analyses.common.objective import parse_target
 
 
 def _set(index, rows, method="m"):
@@ -245,7 +246,7 @@ def test_zoo_agreement_evidence_recovery():
     from probe.analyses.explanation.faithfulness import run_faithfulness
 
     corpus = load_corpus(model="zoo:agreement", limit=24)
-    rep = run_faithfulness(adapter, corpus, "logit", n_steps=20, permute=False)
+    rep = run_faithfulness(adapter, corpus, parse_target("logit", adapter), n_steps=20, permute=False)
     s = rep.ground_truth.summary.set_index("method")
     chance = s.loc["chance", "top1_rate"]
     # the subject noun alone decides the label: occlusion and IG must find it far above chance
@@ -274,9 +275,19 @@ def test_examples_the_target_cannot_read_are_left_out_and_said(bert_tokenizer):
         "no",
         "we met at noon by the sea",
     ]
-    rep = run_faithfulness(lm, as_corpus(texts), "loss:6", methods=("ig",), n_steps=4, permute=False, null=False)
+    rep = run_faithfulness(
+        lm, as_corpus(texts), parse_target("loss:6", lm), methods=("ig",), n_steps=4, permute=False, null=False
+    )
     said = rep.info["unreadable"]
     assert said["n"] == 2 and said["of"] == 5 and said["indices"] == [1, 3]
     assert "out of range" in said["why"]
     with pytest.raises(InputError, match="out of range"):  # none readable: the target's own error
-        run_faithfulness(lm, as_corpus(["yes", "no"]), "loss:6", methods=("ig",), n_steps=4, permute=False, null=False)
+        run_faithfulness(
+            lm,
+            as_corpus(["yes", "no"]),
+            parse_target("loss:6", lm),
+            methods=("ig",),
+            n_steps=4,
+            permute=False,
+            null=False,
+        )

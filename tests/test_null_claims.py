@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from probe.analyses.claims import thresholds as T
+from probe.analyses.common.objective import parse_target
 
 
 def _random(kind: str, tokenizer):
@@ -39,6 +40,9 @@ def _claims(adapter, limit=12, **kw):
 
     corpus = sample_corpus(limit=limit)
     maps = capture(adapter, list(corpus.texts), word_spans=list(corpus.word_spans))
+    from probe.analyses.common.objective import resolve_objective
+
+    kw["objective"] = resolve_objective(kw.get("objective", "auto"), adapter, corpus)[0]  # the run's, resolved once
     return head_claims(adapter, corpus, maps, **kw)
 
 
@@ -201,7 +205,9 @@ def test_random_gpt2_attribution_agreement_calibrated_and_ig_gated(bert_tokenize
     from probe.app.report.bundled import sample_corpus
 
     adapter = _random("gpt2", bert_tokenizer)
-    rep = run_faithfulness(adapter, sample_corpus(limit=10), "loss:-1", methods=("ig",), n_steps=4, permute=False)
+    rep = run_faithfulness(
+        adapter, sample_corpus(limit=10), parse_target("loss:-1", adapter), methods=("ig",), n_steps=4, permute=False
+    )
     heads = [(layer, h) for layer in range(2) for h in range(4)]
     claims = attribution_claims(heads, rep.verdict, rep.info)
     assert sum(c.holds for c in claims.values()) <= T.FDR * len(heads)

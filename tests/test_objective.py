@@ -17,6 +17,7 @@ from probe.analyses.common.similarity import (
     row_rank_harm,
 )
 from probe.analyses.common.pooling import Pooling, model_pooling
+from probe.analyses.common.objective import get_metric
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +194,9 @@ def test_necessity_effects_equal_an_independent_computation(minilm, sample):
     from probe.analyses.claims.removal import removal_sweep
 
     heads = [(5, 10), (0, 2), (4, 5), (2, 7), (0, 9)]  # L0H9: large at [CLS], small at [SEP] (issue 58)
-    sweep = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("mean",))
+    sweep = removal_sweep(
+        minilm, sample, resolve_objective("similarity-structure", minilm)[0], units=heads, modes=("mean",)
+    )
     claims = necessity_claims(sweep)
     ref = _independent_similarity_harm(minilm, sample.texts, heads)
     for i, k in enumerate(heads):
@@ -207,7 +210,11 @@ def test_removal_modes_differ_and_zero_matches_its_definition(minilm, sample):
     from probe.analyses.claims.removal import removal_sweep
 
     sweep = removal_sweep(
-        minilm, sample, "similarity-structure", units=[(5, 10)], modes=("mean", "zero", "resample", "uniform", "random")
+        minilm,
+        sample,
+        resolve_objective("similarity-structure", minilm)[0],
+        units=[(5, 10)],
+        modes=("mean", "zero", "resample", "uniform", "random"),
     )
     assert set(sweep.harm) == {"mean", "zero", "resample", "uniform", "random"}
     assert all(np.all(h >= -1e-9) or h.mean() > 0 for h in sweep.harm.values())
@@ -226,11 +233,12 @@ def test_ablation_values_read_from_the_claims_removals_equal_their_own_sweep(min
 
     heads = [(5, 10), (0, 2), (3, 1)]
     obj, _ = resolve_objective("auto", minilm, sample)
-    assert derives(obj, "embedding-drift") and not derives(obj, "loss")
+    drift, loss = get_metric("embedding-drift", minilm), resolve_objective("loss", None, use="per-example")[0]
+    assert derives(obj, drift) and not derives(obj, loss)
     for mode in ("zero", "mean"):
         sweep = removal_sweep(minilm, sample, obj, units=heads, modes=(mode,))
-        clean, ablated = single_head_values(sweep, "embedding-drift", mode)
-        own = sweep_heads(minilm, sample, "embedding-drift", mode, heads)
+        clean, ablated = single_head_values(sweep, drift, mode)
+        own = sweep_heads(minilm, sample, drift, mode, heads)
         assert np.allclose(clean, own.clean, atol=1e-6)
         assert np.allclose(ablated, own.ablated, atol=2e-5), mode
         assert ablated[0].mean() > 0.01  # L5H10 moves the embedding: not a vacuous match
@@ -247,16 +255,34 @@ def test_claims_reuse_a_sweep_without_running_its_mode_again(minilm, sample):
     model = minilm.model
     hook = model.register_forward_pre_hook(lambda m, a: calls.append(1))
     try:
-        zero = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("zero",))
+        zero = removal_sweep(
+            minilm, sample, resolve_objective("similarity-structure", minilm)[0], units=heads, modes=("zero",)
+        )
         calls.clear()
-        both = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("zero", "mean"))
+        both = removal_sweep(
+            minilm, sample, resolve_objective("similarity-structure", minilm)[0], units=heads, modes=("zero", "mean")
+        )
         fresh = len(calls)
         calls.clear()
-        reused = removal_sweep(minilm, sample, "similarity-structure", units=heads, modes=("zero", "mean"), reuse=zero)
+        reused = removal_sweep(
+            minilm,
+            sample,
+            resolve_objective("similarity-structure", minilm)[0],
+            units=heads,
+            modes=("zero", "mean"),
+            reuse=zero,
+        )
         fewer = len(calls)
         other = sample.subset(range(8), reason="test")
         calls.clear()
-        removal_sweep(minilm, other, "similarity-structure", units=heads, modes=("zero",), reuse=zero)
+        removal_sweep(
+            minilm,
+            other,
+            resolve_objective("similarity-structure", minilm)[0],
+            units=heads,
+            modes=("zero",),
+            reuse=zero,
+        )
         not_reused = len(calls)
     finally:
         hook.remove()
@@ -285,8 +311,12 @@ def test_removal_batches_split_between_workers_give_the_same_harms(minilm, sampl
         parts = {s: pickle.loads(pickle.dumps(job.run(minilm, batches[s : s + 1], [s]))) for s in starts}
         return [parts[s] for s in sorted(parts)]
 
-    here = removal_sweep(minilm, sample, "similarity-structure", units=heads, batch_size=4)
-    there = removal_sweep(minilm, sample, "similarity-structure", units=heads, batch_size=4, runner=runner)
+    here = removal_sweep(
+        minilm, sample, resolve_objective("similarity-structure", minilm)[0], units=heads, batch_size=4
+    )
+    there = removal_sweep(
+        minilm, sample, resolve_objective("similarity-structure", minilm)[0], units=heads, batch_size=4, runner=runner
+    )
     assert seen == [3]  # 10 sentences in batches of 4, one block each
     for mode in MODES:
         assert np.allclose(there.harm[mode], here.harm[mode], rtol=0, atol=1e-9), mode

@@ -34,7 +34,7 @@ def gpt2_lm(bert_tokenizer):
 
 def test_patching_equals_one_forward_per_head(gpt2_lm):
     a = gpt2_lm
-    res = patch_heads(a, CLEAN, CORRUPT, "embedding-drift", batch_size=2)
+    res = patch_heads(a, CLEAN, CORRUPT, get_metric("embedding-drift", a), batch_size=2)
     assert res.path == "layer-restart"
     metric = get_metric("embedding-drift", a)
     cb = metric.make_batch(a, as_corpus(CLEAN), [0, 1])
@@ -57,12 +57,12 @@ def test_group_of_one_head_equals_the_single_head_tools(gpt2_lm):
     from probe.analyses.necessity.head_groups import ablate_group, patch_group
 
     a = gpt2_lm
-    sweep = sweep_heads(a, CLEAN, "loss", "zero", batch_size=2)
-    patch = patch_heads(a, CLEAN, CORRUPT, "loss", batch_size=2)
+    sweep = sweep_heads(a, CLEAN, get_metric("loss", a), "zero", batch_size=2)
+    patch = patch_heads(a, CLEAN, CORRUPT, get_metric("loss", a), batch_size=2)
     for j, (layer, head) in enumerate(sweep.heads):
-        g = ablate_group(a, CLEAN, [(layer, head)], "loss")
+        g = ablate_group(a, CLEAN, [(layer, head)], get_metric("loss", a))
         np.testing.assert_allclose(g.intervened, sweep.ablated[j], atol=1e-5)
-        p = patch_group(a, CLEAN, CORRUPT, [(layer, head)], "loss")
+        p = patch_group(a, CLEAN, CORRUPT, [(layer, head)], get_metric("loss", a))
         np.testing.assert_allclose(p.intervened, patch.patched[j], atol=1e-5)
         assert p.effect == pytest.approx(float(patch.table["restored"][j]), abs=1e-4)
 
@@ -75,8 +75,8 @@ def test_zero_ablating_a_whole_layer_equals_zeroing_its_output_projection(gpt2_l
     from probe.analyses.necessity.head_groups import ablate_group
 
     a = gpt2_lm
-    group = ablate_group(a, CLEAN, [(1, h) for h in range(a.n_heads)], "loss")
-    single = ablate_group(a, CLEAN, [(1, 0)], "loss")
+    group = ablate_group(a, CLEAN, [(1, h) for h in range(a.n_heads)], get_metric("loss", a))
+    single = ablate_group(a, CLEAN, [(1, 0)], get_metric("loss", a))
     assert not np.allclose(group.intervened, single.intervened)
     b = copy.deepcopy(a)
     with torch.no_grad():
@@ -93,25 +93,25 @@ def test_group_bad_input(gpt2_lm):
     from probe.analyses.necessity.head_groups import ablate_group, patch_group
 
     with pytest.raises(ValueError, match="at least one"):
-        ablate_group(gpt2_lm, CLEAN, [], "loss")
+        ablate_group(gpt2_lm, CLEAN, [], get_metric("loss", gpt2_lm))
     with pytest.raises(ValueError, match="head"):
-        ablate_group(gpt2_lm, CLEAN, [(0, 9)], "loss")
+        ablate_group(gpt2_lm, CLEAN, [(0, 9)], get_metric("loss", gpt2_lm))
     with pytest.raises(NotApplicable, match="does not change"):
-        patch_group(gpt2_lm, CLEAN, CLEAN, [(0, 1)], "loss")
+        patch_group(gpt2_lm, CLEAN, CLEAN, [(0, 1)], get_metric("loss", gpt2_lm))
 
 
 def test_patching_a_pair_with_itself_is_undefined_and_lengths_must_match(gpt2_lm):
     with pytest.raises(NotApplicable, match="does not change"):
-        patch_heads(gpt2_lm, CLEAN, CLEAN, "embedding-drift")
+        patch_heads(gpt2_lm, CLEAN, CLEAN, get_metric("embedding-drift", gpt2_lm))
     with pytest.raises(ValueError, match="pair 0: .*different lengths"):
-        patch_heads(gpt2_lm, CLEAN, ["A short one.", CORRUPT[1]], "embedding-drift")
+        patch_heads(gpt2_lm, CLEAN, ["A short one.", CORRUPT[1]], get_metric("embedding-drift", gpt2_lm))
     with pytest.raises(ValueError, match="in pairs"):
-        patch_heads(gpt2_lm, CLEAN, CORRUPT[:1], "embedding-drift")
+        patch_heads(gpt2_lm, CLEAN, CORRUPT[:1], get_metric("embedding-drift", gpt2_lm))
 
 
 def test_patching_loss_table_and_interval(gpt2_lm):
     """Loss targets come from the clean input; the bootstrap CI brackets each estimate."""
-    res = patch_heads(gpt2_lm, CLEAN, CORRUPT, "loss", batch_size=2)
+    res = patch_heads(gpt2_lm, CLEAN, CORRUPT, get_metric("loss", gpt2_lm), batch_size=2)
     assert len(res.table) == 8
     assert res.clean.mean() != pytest.approx(res.corrupted.mean())
     t = res.table
@@ -155,24 +155,24 @@ def test_zoo_induction_ablation_destroys_copying_and_patching_restores_it():
     prev = [(int(r.layer), int(r.head)) for r in roles.itertuples() if r.role == "previous-token"]
     assert ind and prev and {l for l, _ in ind} == {1} and {l for l, _ in prev} == {0}
 
-    sweep = sweep_heads(a, clean, "accuracy", "zero", batch_size=50).table.sort_values("delta")
+    sweep = sweep_heads(a, clean, get_metric("accuracy", a), "zero", batch_size=50).table.sort_values("delta")
     worst = (int(sweep["layer"].iloc[0]), int(sweep["head"].iloc[0]))
     assert sweep["clean"].iloc[0] > 99
     assert worst in prev and sweep["ablated"].iloc[0] < 50  # no other head can write "previous token"
     alone = sweep.set_index(["layer", "head"]).loc[ind, "delta"]
     assert alone.min() > -5  # each induction head alone is redundant …
-    together = ablate_group(a, clean, ind, "accuracy")
+    together = ablate_group(a, clean, ind, get_metric("accuracy", a))
     assert together.intervened.mean() < 10  # … all of them together are not (chance is 1/26–1/34)
 
     bad = corrupt_zoo("induction", clean.examples)
     corrupted = as_corpus(clean).__class__(texts=tuple(e["text"] for e in bad), examples=tuple(bad))
-    restored = patch_group(a, clean, corrupted, ind, "accuracy")
+    restored = patch_group(a, clean, corrupted, ind, get_metric("accuracy", a))
     assert restored.corrupted.mean() < 5 and restored.effect > 0.95 and restored.ci_low > 0.9
     # the previous-token head's clean output points layer 1 at the right position, but the
     # token found there is the corrupted one: patching it alone restores nothing
-    assert abs(patch_group(a, clean, corrupted, prev, "accuracy").effect) < 0.05
-    single = patch_heads(a, clean, corrupted, "accuracy", heads=ind[:1], batch_size=50).table
-    one = patch_group(a, clean, corrupted, ind[:1], "accuracy")
+    assert abs(patch_group(a, clean, corrupted, prev, get_metric("accuracy", a)).effect) < 0.05
+    single = patch_heads(a, clean, corrupted, get_metric("accuracy", a), heads=ind[:1], batch_size=50).table
+    one = patch_group(a, clean, corrupted, ind[:1], get_metric("accuracy", a))
     assert one.effect == pytest.approx(single["restored"][0], abs=1e-9)
 
 
@@ -247,7 +247,11 @@ def test_one_pair_gives_no_interval(minilm):
     from probe.analyses.necessity.patching import patch_heads
 
     res = patch_heads(
-        minilm, ["The cat sat on the mat."], ["mat the on sat cat The."], "embedding-drift", heads=[(5, 11), (2, 3)]
+        minilm,
+        ["The cat sat on the mat."],
+        ["mat the on sat cat The."],
+        get_metric("embedding-drift", minilm),
+        heads=[(5, 11), (2, 3)],
     )
     assert res.table["restored"].notna().all()
     assert res.table[["ci_low", "ci_high"]].isna().all().all()

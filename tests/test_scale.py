@@ -21,6 +21,7 @@ from probe.analyses.patterns.role_features import LayerwiseHeadFeatures, head_fe
 from probe.app.engine.run import run_corpus
 from probe.runs.capture import iter_capture
 from probe.runs.streaming import feed, stream_layers
+from probe.analyses.common.objective import get_metric
 
 TEXTS = [
     "The cat sat on the mat.",
@@ -200,9 +201,9 @@ def test_ablation_values_merge_to_the_whole_sweep():
     )
     a = ModelAdapter(name="tiny-llama-lm", model=T.LlamaForCausalLM(cfg), tokenizer=tok, family="llama")
     for mode in ("zero", "mean"):
-        ref = sweep_heads(a, TEXTS * 2, "loss", mode, n_boot=200)
+        ref = sweep_heads(a, TEXTS * 2, get_metric("loss", a), mode, n_boot=200)
         runner = BlockRunner(a, 3)  # blocks of 3 examples, the last first, pickled
-        got = sweep_heads_in_blocks(runner, a, TEXTS * 2, "loss", mode, n_boot=200)
+        got = sweep_heads_in_blocks(runner, a, TEXTS * 2, get_metric("loss", runner), mode, n_boot=200)
         assert runner.blocks == 3
         np.testing.assert_allclose(got.ablated, ref.ablated, atol=1e-5)
         pd.testing.assert_frame_equal(got.table, ref.table, atol=1e-5)
@@ -316,7 +317,13 @@ def test_cli_engine_stream_ablates_a_zoo_model_with_its_task_loss(tmp_path):
     got = pd.read_csv(tmp_path / "s" / "ablation.csv")
     assert set(got["metric"]) == {"loss"}
     adapter = load_model("zoo:prev-token")
-    ref = sweep_heads(adapter, load_corpus(limit=6, model="zoo:prev-token"), metric="loss", mode="zero", n_boot=20)
+    ref = sweep_heads(
+        adapter,
+        load_corpus(limit=6, model="zoo:prev-token"),
+        objective=get_metric("loss", adapter),
+        mode="zero",
+        n_boot=20,
+    )
     pd.testing.assert_frame_equal(got, ref.table.reset_index(drop=True), atol=1e-6, check_dtype=False)
 
 
@@ -465,8 +472,10 @@ def test_ray_ablation_sums_equal_one_process(ray_cluster, llama, llama_dir):
 
     on_ray = engine_runner(llama_dir, engine="ray", workers=2, block_size=RAY_BLOCK)
     for mode in ("zero", "mean"):  # mean: the driver's head means travel with the job
-        swept = sweep_heads_in_blocks(on_ray, llama, Corpus(texts=tuple(texts), source="ewt"), "loss", mode, n_boot=200)
-        whole = sweep_heads(llama, texts, "loss", mode, n_boot=200)
+        swept = sweep_heads_in_blocks(
+            on_ray, llama, Corpus(texts=tuple(texts), source="ewt"), get_metric("loss", on_ray), mode, n_boot=200
+        )
+        whole = sweep_heads(llama, texts, get_metric("loss", llama), mode, n_boot=200)
         np.testing.assert_allclose(swept.ablated, whole.ablated, atol=1e-5)
         pd.testing.assert_frame_equal(swept.table, whole.table, atol=1e-5)
         assert np.abs(whole.ablated - whole.clean).max() > 1e-3

@@ -19,6 +19,7 @@ from probe.analyses.necessity.screen import HeadScreen, screen_heads
 from probe.tracing.edits import Zero
 from probe.errors import InputError
 from probe.tracing.trace import trace
+from probe.analyses.common.objective import resolve_objective
 
 TEXTS = [
     "the cat sat on the mat",
@@ -210,10 +211,14 @@ def test_zoo_induction_output_sketch_finds_the_previous_token_head_where_first_o
 
     a = load_model("zoo:induction")
     corpus = load_corpus(model="zoo:induction", limit=16)
-    first = screen_heads(a, corpus, "auto", modes=("mean",))
-    sketch = screen_heads(a, corpus, "auto", modes=("mean",), kind="output-sketch", n_projections=4)
+    first = screen_heads(a, corpus, resolve_objective("auto", a, corpus)[0], modes=("mean",))
+    sketch = screen_heads(
+        a, corpus, resolve_objective("auto", a, corpus)[0], modes=("mean",), kind="output-sketch", n_projections=4
+    )
     assert first.kind == "first-order" and np.abs(first.mean("mean")).max() < 0.05
-    exact = removal_sweep(a, corpus, "auto", [(0, 3)], modes=("mean",)).harm["mean"].mean()
+    exact = (
+        removal_sweep(a, corpus, resolve_objective("auto", a, corpus)[0], [(0, 3)], modes=("mean",)).harm["mean"].mean()
+    )
     assert exact > 1.0
     assert sketch.heads[int(np.argmax(sketch.mean("mean")))] == (0, 3)
 
@@ -229,8 +234,14 @@ def test_minilm_readout_sketch_ranks_heads_as_the_exact_similarity_harm(minilm):
     from probe.app.report.bundled import sample_corpus
 
     corpus = sample_corpus(8)
-    screen = screen_heads(minilm, corpus, "auto", modes=("zero",), n_projections=4)
-    exact = removal_sweep(minilm, corpus, "auto", modes=("zero",)).harm["zero"].mean(1)
+    screen = screen_heads(
+        minilm, corpus, resolve_objective("auto", minilm, corpus)[0], modes=("zero",), n_projections=4
+    )
+    exact = (
+        removal_sweep(minilm, corpus, resolve_objective("auto", minilm, corpus)[0], modes=("zero",))
+        .harm["zero"]
+        .mean(1)
+    )
     assert screen.kind == "readout-sketch"
     assert spearmanr(screen.mean("zero"), exact).statistic > 0.5
 

@@ -259,7 +259,10 @@ def test_claims_on_next_token_loss_hold_for_the_induction_head_not_for_a_weak_on
 
     corpus = fit_to_model(load_corpus(text=task.clean), smollm2)
     maps = capture(smollm2, list(corpus.texts), layers=[18])
-    hc = head_claims(smollm2, corpus, maps, objective="next-token-loss", null="none")
+    from probe.analyses.common.objective import resolve_objective
+
+    objective = resolve_objective("next-token-loss", smollm2, corpus)[0]  # the run's, resolved once
+    hc = head_claims(smollm2, corpus, maps, objective=objective, null="none")
     for key in (INDUCTION, (18, 0)):
         print(key, {kind: (c.status, c.effect) for kind, c in hc.claims[key].items()})
     assert sorted(hc.claims) == [(18, h) for h in range(9)]
@@ -296,13 +299,15 @@ def circuit_scores(smollm2, task):
     pairs (the loss: next-token, every position)."""
     from probe.analyses.circuits.attribution import edge_attribution
     from probe.analyses.circuits.edges import Edge
+    from probe.analyses.common.objective import resolve_objective
     from probe.analyses.circuits.path_patching import path_patch
 
     clean, corrupted = task.clean[:4], task.corrupted[:4]
     edges = [Edge(layer, h, -1, -1, "out") for layer in range(16, 20) for h in range(smollm2.n_heads)]
-    exact = path_patch(smollm2, clean, corrupted, metric="loss", edges=edges)
-    eap = edge_attribution(smollm2, clean, corrupted, metric="loss", method="eap", edges=edges)
-    eap_ig = edge_attribution(smollm2, clean, corrupted, metric="loss", method="eap-ig", steps=3, edges=edges)
+    loss = resolve_objective("loss", smollm2, None, use="gradient")[0]  # the run's, resolved once
+    exact = path_patch(smollm2, clean, corrupted, loss, edges=edges)
+    eap = edge_attribution(smollm2, clean, corrupted, loss, method="eap", edges=edges)
+    eap_ig = edge_attribution(smollm2, clean, corrupted, loss, method="eap-ig", steps=3, edges=edges)
     return exact, eap, eap_ig
 
 

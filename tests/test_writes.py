@@ -260,6 +260,7 @@ def test_smollm2_ioi_top_logit_difference_heads_are_confirmed_by_path_patching(s
 
     from probe.analyses.circuits.edges import Edge
     from probe.analyses.circuits.path_patching import path_patch
+    from probe.analyses.common.metrics import CallableMetric
     from probe.analyses.writes.claim import head_effects
     from probe.tracing.trace import trace
 
@@ -274,7 +275,7 @@ def test_smollm2_ioi_top_logit_difference_heads_are_confirmed_by_path_patching(s
     table = index.assign(dla=effects.mean(1)).set_index(["layer", "head"])["dla"]
     assert table.idxmax() == (23, 3) and table[(23, 0)] > 0.5
     edges = [Edge(23, 3, -1, -1, "out"), Edge(23, 0, -1, -1, "out")]
-    res = path_patch(smollm2, clean, corrupt, metric=logit_difference, edges=edges)
+    res = path_patch(smollm2, clean, corrupt, objective=CallableMetric(logit_difference), edges=edges)
     assert (res.clean > 0).all() and res.clean.mean() > 3 * res.corrupted.mean()  # it answers the IO in all 6
     effect = dict(zip(zip(res.table["sender_layer"], res.table["sender_head"]), res.table["effect"]))
     assert effect[(23, 3)] > 0.3 and effect[(23, 0)] > 0.1

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 from probe.analyses.common.metrics import as_corpus
-from probe.analyses.common.objective import get_metric
+from probe.analyses.common.objective import Objective, given_objective
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
 
 from probe.errors import InputError
@@ -74,19 +74,19 @@ class AttributionResult:
         return self.table.copy()
 
 
-def _embeddings(adapter, metric, batch) -> torch.Tensor:
+def _embeddings(adapter, objective, batch) -> torch.Tensor:
     with torch.no_grad(), EmbeddingRecorder(adapter) as rec:
-        metric.forward(adapter, batch)
+        objective.forward(adapter, batch)
     assert rec.value is not None  # the forward ran the embedding
     return rec.value
 
 
-def _receiver_grads(adapter, metric, cb, kb, ref, layers: list, method: str, steps: int) -> dict:
+def _receiver_grads(adapter, objective, cb, kb, ref, layers: list, method: str, steps: int) -> dict:
     """``{(layer, c): ∂m/∂x [b, s, slots, dh]}`` (EAP: at clean; EAP-IG: mean over the path)."""
     alphas = [1.0] if method == "eap" else [k / steps for k in range(1, steps + 1)]
     mix = None
     if method == "eap-ig":
-        mix = EmbeddingMix(adapter, _embeddings(adapter, metric, kb), _embeddings(adapter, metric, cb))
+        mix = EmbeddingMix(adapter, _embeddings(adapter, objective, kb), _embeddings(adapter, objective, cb))
     total: dict = {}
     for a in alphas:
         with torch.enable_grad(), ExitStack() as stack:
@@ -95,8 +95,8 @@ def _receiver_grads(adapter, metric, cb, kb, ref, layers: list, method: str, ste
                 stack.enter_context(mix)
             rec = stack.enter_context(ProjectionHooks(adapter, layers, record=True, keep_graph=True))
             fin = stack.enter_context(FinalRepresentation(adapter))
-            out = metric.forward(adapter, cb)
-            m = metric.score(out, cb, ref).sum()
+            out = objective.forward(adapter, cb)
+            m = objective.score(out, cb, ref).sum()
             keys = list(rec.outputs) + [OUTPUT]
             tensors = [rec.outputs[k] for k in keys[:-1]] + [fin.value]
             grads = torch.autograd.grad(m, tensors, allow_unused=True)
@@ -106,8 +106,8 @@ def _receiver_grads(adapter, metric, cb, kb, ref, layers: list, method: str, ste
     return total
 
 
-def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: dict):
-    """``{receiver: {layer: ∂(block objective)/∂δ [b, s, heads, dh]}}`` for ``receivers``."""
+def _jacobian_pass(adapter, objective, cb, ref, z_clean, receivers: list, grads: dict):
+    """``{receiver: {layer: ∂(the block's linearised objective)/∂δ [b, s, heads, dh]}}`` for ``receivers``."""
     b, k = cb.rows, len(receivers)
     big = cb.repeat(k)
     deltas = {
@@ -125,19 +125,19 @@ def _jacobian_pass(adapter, metric, cb, ref, z_clean, receivers: list, grads: di
             FinalRepresentation(adapter) as fin,
             ProjectionHooks(adapter, layers, record=True, keep_graph=True) as rec,
         ):
-            metric.forward(adapter, big)
-        objective = torch.zeros((), dtype=torch.float64)
+            objective.forward(adapter, big)
+        scalar = torch.zeros((), dtype=torch.float64)
         for j, (l, slot, c) in enumerate(receivers):
             rows = slice(j * b, (j + 1) * b)
             if c == OUTPUT:  # the output's input: the final representation
                 assert fin.value is not None  # read by the forward above
                 x = fin.value[rows]
-                objective = objective + (x * grads[OUTPUT].to(x.dtype)).sum()
+                scalar = scalar + (x * grads[OUTPUT].to(x.dtype)).sum()
             else:
                 x = rec.outputs[(l, c)][rows, :, slot]
-                objective = objective + (x * grads[(l, c)][:, :, slot].to(x.dtype)).sum()
+                scalar = scalar + (x * grads[(l, c)][:, :, slot].to(x.dtype)).sum()
         keys = sorted(deltas)
-        got = torch.autograd.grad(objective, [deltas[l] for l in keys], allow_unused=True)
+        got = torch.autograd.grad(scalar, [deltas[l] for l in keys], allow_unused=True)
     out_grads: dict = {}
     for j, r in enumerate(receivers):
         rows = slice(j * b, (j + 1) * b)
@@ -149,7 +149,7 @@ def edge_attribution(
     adapter: ModelAdapter,
     clean: Any,
     corrupted: Any,
-    metric: Any = "loss",
+    objective: Objective,
     method: str = "eap",
     *,
     steps: int = 5,
@@ -169,10 +169,10 @@ def edge_attribution(
     if steps < 1:
         raise InputError(f"steps must be >= 1, got {steps}")
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
-    metric = get_metric(metric, adapter, clean)
-    if not metric.differentiable:
+    objective = given_objective(objective, adapter, clean)
+    if not objective.differentiable:
         raise InputError(
-            f"objective {metric.name!r} has no gradient; edge attribution needs a differentiable objective (e.g. loss)"
+            f"objective {objective.name!r} has no gradient; edge attribution needs a differentiable objective (e.g. loss)"
         )
     edges = list(all_edges(adapter) if edges is None else edges)
     receivers = receivers_of(edges)
@@ -184,18 +184,18 @@ def edge_attribution(
     for i, e in enumerate(edges):
         index_of.setdefault((e.receiver_layer, e.receiver_slot, e.channel), []).append(i)
     passes = 0
-    for idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size, progress):
+    for idx, cb, kb in paired_batches(adapter, objective, clean, corrupted, batch_size, progress):
         b = cb.rows
-        z_clean, out = record_head_outputs(adapter, metric, cb)
-        ref = metric.reference(out, cb)
-        c_vals[idx] = metric.score(out, cb, ref).double().cpu().numpy()
-        z_corr, out_k = record_head_outputs(adapter, metric, kb)
-        k_vals[idx] = metric.score(out_k, kb, ref).double().cpu().numpy()
+        z_clean, out = record_head_outputs(adapter, objective, cb)
+        ref = objective.reference(out, cb)
+        c_vals[idx] = objective.score(out, cb, ref).double().cpu().numpy()
+        z_corr, out_k = record_head_outputs(adapter, objective, kb)
+        k_vals[idx] = objective.score(out_k, kb, ref).double().cpu().numpy()
         dz = {l: z_corr[l] - z_clean[l] for l in z_clean}
-        grads = _receiver_grads(adapter, metric, cb, kb, ref, layers, method, steps)
+        grads = _receiver_grads(adapter, objective, cb, kb, ref, layers, method, steps)
         passes = (1 if method == "eap" else steps) + 2
         for part in chunks(receivers, max_rows // b):
-            jac = _jacobian_pass(adapter, metric, cb, ref, z_clean, part, grads)
+            jac = _jacobian_pass(adapter, objective, cb, ref, z_clean, part, grads)
             passes += 1
             for r in part:
                 for i in index_of[r]:
@@ -205,7 +205,7 @@ def edge_attribution(
                         continue
                     s = (dz[e.sender_layer][:, :, e.sender_head] * g[:, :, e.sender_head]).sum((-1, -2))
                     per[i, idx] = s.double().cpu().numpy()
-    gap = -corruption_gap(metric, c_vals, k_vals)
+    gap = -corruption_gap(objective, c_vals, k_vals)
     table = pd.DataFrame([edge_row(e, grouped(adapter)) for e in edges])
     table["score"] = per.mean(1)
     table["effect"] = per.mean(1) / gap
@@ -215,6 +215,6 @@ def edge_attribution(
         corrupted=k_vals,
         edges=tuple(edges),
         method=method,
-        metric=metric.name,
+        metric=objective.name,
         passes=passes,
     )

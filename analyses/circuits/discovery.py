@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 from probe.analyses.common.metrics import as_corpus
-from probe.analyses.common.objective import get_metric
+from probe.analyses.common.objective import given_objective
 from probe.analyses.necessity.patching import paired_batches
 
 from probe.errors import InputError, NotApplicable
@@ -33,6 +33,7 @@ from .edges import Edge, all_edges, check_edge
 from .path_patching import record_head_outputs
 
 if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
     from probe.models.adapter import ModelAdapter
 
 __all__ = ["CircuitCurve", "circuit_objective", "drop_masks", "faithfulness", "recovery_curve"]
@@ -63,7 +64,7 @@ def circuit_objective(
     adapter: ModelAdapter,
     clean: Any,
     corrupted: Any,
-    metric: Any,
+    objective: Objective,
     circuits: Sequence[Sequence[Edge]],
     graph: Sequence[Edge] | None = None,
     *,
@@ -76,18 +77,18 @@ def circuit_objective(
     """
     residual_sites(adapter)  # refuses post-LN models with a message
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
-    metric = get_metric(metric, adapter, clean)
+    objective = given_objective(objective, adapter, clean)
     graph = list(all_edges(adapter) if graph is None else graph)
     masks = [drop_masks(adapter, c, graph) for c in circuits]
     sums = np.zeros(len(circuits))
-    for _idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size):
-        _, out = record_head_outputs(adapter, metric, cb)
-        ref = metric.reference(out, cb)
-        z_corr, _ = record_head_outputs(adapter, metric, kb)
+    for _idx, cb, kb in paired_batches(adapter, objective, clean, corrupted, batch_size):
+        _, out = record_head_outputs(adapter, objective, cb)
+        ref = objective.reference(out, cb)
+        z_corr, _ = record_head_outputs(adapter, objective, kb)
         for j, mask in enumerate(masks):
             with EdgeMixer(adapter, z_corr, mask):
-                out = metric.forward(adapter, cb)
-            sums[j] += float(metric.score(out, cb, ref).double().sum())
+                out = objective.forward(adapter, cb)
+            sums[j] += float(objective.score(out, cb, ref).double().sum())
     return sums / len(clean)
 
 
@@ -132,7 +133,7 @@ def recovery_curve(
     adapter: ModelAdapter,
     clean: Any,
     corrupted: Any,
-    metric: Any,
+    objective: Objective,
     scores: pd.DataFrame,
     *,
     share: float = 0.9,
@@ -158,7 +159,7 @@ def recovery_curve(
     graph = list(all_edges(adapter) if graph is None else graph)
     sizes = list(range(len(ranking) + 1)) if sizes is None else sorted({int(k) for k in sizes} | {0, len(ranking)})
     values = circuit_objective(
-        adapter, clean, corrupted, metric, [ranking[:k] for k in sizes] + [graph], graph, batch_size=batch_size
+        adapter, clean, corrupted, objective, [ranking[:k] for k in sizes] + [graph], graph, batch_size=batch_size
     )
     full, empty = float(values[-1]), float(values[0])  # sizes start at 0: the empty circuit
     curve, circuit = curve_of("n_edges", sizes, values[:-1], full, empty, ranking, share)

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 from probe.analyses.common.metrics import as_corpus
-from probe.analyses.common.objective import get_metric
+from probe.analyses.common.objective import given_objective
 from probe.analyses.necessity.patching import paired_batches
 
 from probe.errors import InputError
@@ -45,6 +45,7 @@ from .discovery import CircuitCurve, check_share, curve_of
 from .path_patching import MAX_ROWS, chunks, repeat_ref, record_head_outputs
 
 if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
     from probe.models.adapter import ModelAdapter
 
 __all__ = ["HeadCurve", "head_circuit_objective", "head_recovery_curve", "node_scores"]
@@ -66,7 +67,7 @@ def head_circuit_objective(
     adapter: ModelAdapter,
     clean: Any,
     corrupted: Any,
-    metric: Any,
+    objective: Objective,
     circuits: Sequence[Sequence[tuple]],
     *,
     batch_size: int = 8,
@@ -80,7 +81,7 @@ def head_circuit_objective(
         ValueError: unpaired corpora, a pair of different lengths, a head that does not exist.
     """
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
-    metric = get_metric(metric, adapter, clean)
+    objective = given_objective(objective, adapter, clean)
     n_sites, n_heads = len(head_sites(adapter)), adapter.n_heads
     keep = torch.zeros(len(circuits), n_sites, n_heads, dtype=torch.bool)
     for j, c in enumerate(circuits):
@@ -91,11 +92,11 @@ def head_circuit_objective(
                 )
             keep[j, layer, head] = True
     sums = np.zeros(len(circuits))
-    for _idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size):
+    for _idx, cb, kb in paired_batches(adapter, objective, clean, corrupted, batch_size):
         b = cb.rows
-        _, out = record_head_outputs(adapter, metric, cb)
-        ref = metric.reference(out, cb)
-        z_corr, _ = record_head_outputs(adapter, metric, kb)
+        _, out = record_head_outputs(adapter, objective, cb)
+        ref = objective.reference(out, cb)
+        z_corr, _ = record_head_outputs(adapter, objective, kb)
         for part in chunks(list(range(len(circuits))), max_rows // b):
             k = len(part)
             mask = keep[part]  # [k, sites, heads]
@@ -106,7 +107,7 @@ def head_circuit_objective(
 
             big = cb.repeat(k)
             with HeadOutputOverride(adapter, mix):
-                got = metric.score(metric.forward(adapter, big), big, repeat_ref(ref, k)).double().reshape(k, b)
+                got = objective.score(objective.forward(adapter, big), big, repeat_ref(ref, k)).double().reshape(k, b)
             sums[part] += got.sum(1).cpu().numpy()
     return sums / len(clean)
 
@@ -127,7 +128,7 @@ def head_recovery_curve(
     adapter: ModelAdapter,
     clean: Any,
     corrupted: Any,
-    metric: Any,
+    objective: Objective,
     scores: pd.DataFrame,
     *,
     share: float = 0.9,
@@ -148,7 +149,7 @@ def head_recovery_curve(
     ranking += [x for x in every if x not in set(ranking)]  # heads with no outgoing edge last
     sizes = list(range(len(ranking) + 1)) if sizes is None else sorted({int(k) for k in sizes} | {0, len(ranking)})
     values = head_circuit_objective(
-        adapter, clean, corrupted, metric, [ranking[:k] for k in sizes], batch_size=batch_size
+        adapter, clean, corrupted, objective, [ranking[:k] for k in sizes], batch_size=batch_size
     )
     full, empty = float(values[-1]), float(values[0])
     curve, circuit = curve_of("n_heads", sizes, values, full, empty, ranking, share)

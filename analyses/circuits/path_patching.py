@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 from probe.analyses.common.metrics import MetricBatch, as_corpus
-from probe.analyses.common.objective import get_metric
+from probe.analyses.common.objective import Objective, given_objective
 from probe.analyses.necessity.patching import corruption_gap, paired_batches
 
 from probe.errors import InputError
@@ -77,7 +77,9 @@ class PathPatchingResult:
         return self.table.copy()
 
 
-def record_head_outputs(adapter: ModelAdapter, metric: Any, batch: MetricBatch, reference: Any = None) -> tuple:
+def record_head_outputs(
+    adapter: ModelAdapter, objective: Objective, batch: MetricBatch, reference: Any = None
+) -> tuple:
     """One forward of ``batch``: ``({layer: z [rows, seq, heads, dh]}, outputs)`` (no grad)."""
     z: dict = {}
 
@@ -85,7 +87,7 @@ def record_head_outputs(adapter: ModelAdapter, metric: Any, batch: MetricBatch, 
         z[layer] = value.detach().clone()
 
     with torch.no_grad(), HeadOutputOverride(adapter, keep):
-        out = metric.forward(adapter, batch)
+        out = objective.forward(adapter, batch)
     return z, out
 
 
@@ -100,7 +102,7 @@ def repeat_ref(ref: torch.Tensor | None, k: int) -> torch.Tensor | None:
     return None if ref is None else ref.repeat(k, *([1] * (ref.dim() - 1)))
 
 
-def _sender_runs(adapter, metric, cb, ref, z_clean, z_corr, layer: int, heads: list, record_from: int):
+def _sender_runs(adapter, objective, cb, ref, z_clean, z_corr, layer: int, heads: list, record_from: int):
     """Step 1 for senders ``heads`` of ``layer``: ``(objective [k, b], {(l, c): [k·b, s, slots, dh]})``."""
     b, k = cb.rows, len(heads)
     big = cb.repeat(k)
@@ -116,12 +118,12 @@ def _sender_runs(adapter, metric, cb, ref, z_clean, z_corr, layer: int, heads: l
 
     layers = list(range(record_from, len(head_sites(adapter))))
     with torch.no_grad(), HeadOutputOverride(adapter, freeze), ProjectionHooks(adapter, layers, record=True) as rec:
-        out = metric.forward(adapter, big)
-    m = metric.score(out, big, repeat_ref(ref, k)).double().reshape(k, b)
+        out = objective.forward(adapter, big)
+    m = objective.score(out, big, repeat_ref(ref, k)).double().reshape(k, b)
     return m, rec.outputs
 
 
-def _receiver_runs(adapter, metric, cb, ref, edges: list, sender_pos: dict, recorded: dict):
+def _receiver_runs(adapter, objective, cb, ref, edges: list, sender_pos: dict, recorded: dict):
     """Step 2 for ``edges``: objective ``[len(edges), b]``."""
     b, k = cb.rows, len(edges)
     big = cb.repeat(k)
@@ -133,15 +135,15 @@ def _receiver_runs(adapter, metric, cb, ref, edges: list, sender_pos: dict, reco
         patches.setdefault((e.receiver_layer, e.channel), []).append((rows, e.receiver_slot, value))
     layers = sorted({e.receiver_layer for e in edges})
     with torch.no_grad(), ProjectionHooks(adapter, layers, patches=patches):
-        out = metric.forward(adapter, big)
-    return metric.score(out, big, repeat_ref(ref, k)).double().reshape(k, b)
+        out = objective.forward(adapter, big)
+    return objective.score(out, big, repeat_ref(ref, k)).double().reshape(k, b)
 
 
 def path_patch(
     adapter: ModelAdapter,
     clean: Any,
     corrupted: Any,
-    metric: Any = "loss",
+    objective: Objective,
     edges: Sequence[Edge] | None = None,
     *,
     batch_size: int = 8,
@@ -152,7 +154,7 @@ def path_patch(
 
     Args:
         clean, corrupted: paired corpora (or text lists) of equal size, pairs of equal length.
-        metric: a metric name or :class:`probe.analyses.common.objective.Objective`.
+        objective: the run's resolved :class:`probe.analyses.common.objective.Objective`.
         max_rows: rows per forward (senders or edges × pairs of a batch).
 
     Raises:
@@ -161,7 +163,7 @@ def path_patch(
             change the objective.
     """
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
-    metric = get_metric(metric, adapter, clean)
+    objective = given_objective(objective, adapter, clean)
     edges = list(all_edges(adapter) if edges is None else [check_edge(adapter, e) for e in edges])
     if not edges:
         raise InputError("no edges to patch")
@@ -172,17 +174,17 @@ def path_patch(
     by_sender_layer: dict = {}
     for e in edges:
         by_sender_layer.setdefault(e.sender_layer, {}).setdefault(e.sender_head, []).append(e)
-    for idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size, progress):
+    for idx, cb, kb in paired_batches(adapter, objective, clean, corrupted, batch_size, progress):
         b = cb.rows
-        z_clean, out = record_head_outputs(adapter, metric, cb)
-        ref = metric.reference(out, cb)
-        m_clean = metric.score(out, cb, ref).double()
-        z_corr, out_k = record_head_outputs(adapter, metric, kb)
+        z_clean, out = record_head_outputs(adapter, objective, cb)
+        ref = objective.reference(out, cb)
+        m_clean = objective.score(out, cb, ref).double()
+        z_corr, out_k = record_head_outputs(adapter, objective, kb)
         c_vals[idx] = m_clean.cpu().numpy()
-        k_vals[idx] = metric.score(out_k, kb, ref).double().cpu().numpy()
+        k_vals[idx] = objective.score(out_k, kb, ref).double().cpu().numpy()
         for layer, senders in sorted(by_sender_layer.items()):
             for heads in chunks(sorted(senders), max_rows // b):
-                m, recorded = _sender_runs(adapter, metric, cb, ref, z_clean, z_corr, layer, heads, layer + 1)
+                m, recorded = _sender_runs(adapter, objective, cb, ref, z_clean, z_corr, layer, heads, layer + 1)
                 pos = {h: j for j, h in enumerate(heads)}
                 for h in heads:
                     for e in senders[h]:
@@ -190,14 +192,14 @@ def path_patch(
                             per[index[e], idx] = (m[pos[h]] - m_clean).cpu().numpy()
                 inner = [e for h in heads for e in senders[h] if not e.to_output]
                 for part in chunks(inner, max_rows // b):
-                    mp = _receiver_runs(adapter, metric, cb, ref, part, pos, recorded)
+                    mp = _receiver_runs(adapter, objective, cb, ref, part, pos, recorded)
                     for j, e in enumerate(part):
                         per[index[e], idx] = (mp[j] - m_clean).cpu().numpy()
-    gap = -corruption_gap(metric, c_vals, k_vals)  # m(corrupted) − m(clean), refused when 0
+    gap = -corruption_gap(objective, c_vals, k_vals)  # m(corrupted) − m(clean), refused when 0
     g = grouped(adapter)
     table = pd.DataFrame([edge_row(e, g) for e in edges])
     table["delta"] = per.mean(1)
     table["effect"] = per.mean(1) / gap
     return PathPatchingResult(
-        table=table, clean=c_vals, corrupted=k_vals, per_example=per, edges=tuple(edges), metric=metric.name
+        table=table, clean=c_vals, corrupted=k_vals, per_example=per, edges=tuple(edges), metric=objective.name
     )

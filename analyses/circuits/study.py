@@ -20,6 +20,7 @@ from .heads import HeadCurve, head_recovery_curve
 from .path_patching import path_patch
 
 if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
     from probe.models.adapter import ModelAdapter
 
 __all__ = ["CircuitStudy", "rank_agreement", "study_circuit"]
@@ -53,7 +54,7 @@ def study_circuit(
     adapter: ModelAdapter,
     clean: Any,
     corrupted: Any,
-    metric: Any,
+    objective: Objective,
     *,
     share: float = 0.9,
     ranking: str = "exact",
@@ -87,14 +88,14 @@ def study_circuit(
             "ranking the whole graph by exact path patching needs every edge patched: "
             "drop --edge, or rank by eap_ig (--ranking eap_ig) without known-edge statistics"
         )
-    eap = edge_attribution(adapter, clean, corrupted, metric, "eap", batch_size=batch_size)
-    ig = edge_attribution(adapter, clean, corrupted, metric, "eap-ig", steps=steps, batch_size=batch_size)
+    eap = edge_attribution(adapter, clean, corrupted, objective, "eap", batch_size=batch_size)
+    ig = edge_attribution(adapter, clean, corrupted, objective, "eap-ig", steps=steps, batch_size=batch_size)
     scores = eap.table.drop(columns=["score"]).rename(columns={"effect": "eap"})
     scores["eap_ig"] = ig.table["effect"].to_numpy()
     if exact_edges is None and exact_top is not None and exact_top < len(edges):
         top = scores.reindex(scores["eap_ig"].abs().sort_values(ascending=False, kind="stable").index)
         checked = [edge_from_row(r) for _, r in top.head(max(1, int(exact_top))).iterrows()]
-    exact = path_patch(adapter, clean, corrupted, metric, checked, batch_size=batch_size)
+    exact = path_patch(adapter, clean, corrupted, objective, checked, batch_size=batch_size)
     scores["exact"] = scores["edge"].map(dict(zip(exact.table["edge"], exact.table["effect"])))
     both = scores.dropna(subset=["exact"])
     agreement = {
@@ -110,21 +111,11 @@ def study_circuit(
             + (f" (the top {len(checked)} by |EAP-IG|)" if exact_edges is None else " (those named)")
             + "; the others have EAP and EAP-IG scores only"
         )
+    pair, graded = (adapter, clean, corrupted, objective), scores.assign(effect=scores[ranking])
     if additive_residual(adapter):
-        curve = recovery_curve(
-            adapter,
-            clean,
-            corrupted,
-            metric,
-            scores.assign(effect=scores[ranking]),
-            share=share,
-            graph=edges,
-            batch_size=batch_size,
-        )
+        curve = recovery_curve(*pair, graded, share=share, graph=edges, batch_size=batch_size)
     else:
-        head_curve = head_recovery_curve(
-            adapter, clean, corrupted, metric, scores.assign(effect=scores[ranking]), share=share, batch_size=batch_size
-        )
+        head_curve = head_recovery_curve(*pair, graded, share=share, batch_size=batch_size)
         why = (
             "an encoder-decoder (the edge mixer covers one pre-LayerNorm stack, not the encoder output "
             "cross-attention reads)"

@@ -53,7 +53,7 @@ def sizing_rule(n: int) -> str:
 
 def target_validity(info: dict) -> tuple:
     """``(valid, words)`` for a faithfulness run's ``info`` (``info["probe"]`` from
-    :func:`probe.analyses.explanation.faithfulness.resolve_target` when the target is a probe)."""
+    :func:`probe.analyses.explanation.faithfulness.fit_objective` when the target is a probe)."""
     target = str(info.get("target", ""))
     probe = info.get("probe")
     if not probe:

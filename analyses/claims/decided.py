@@ -33,7 +33,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
 
 import numpy as np
 import pandas as pd
@@ -128,7 +131,7 @@ class DecidedRun:
     Attributes:
         result: the :class:`probe.analyses.necessity.sequential.SequentialResult`; harm:
             ``[m, n]`` each head's per-example harm on the examples it took (NaN elsewhere);
-        measured: ``{name: [m, n]}`` per-example measures of the same removals (NaN where
+        measured: ``{key: [m, n]}`` per-example measures (keyed as :class:`Decide`'s ``measures``) of the same removals (NaN where
             not taken); heads, mode, bar, n: what was run; means: the mean mode's head means;
         first: the first block's examples (every head took it); clean: ``[n, ...]`` the
             clean readouts of the examples the run took (NaN rows elsewhere), what
@@ -186,8 +189,9 @@ class Decide:
     """One family of a decided pass (:func:`decided_pass`): ``heads`` (``[(layer, head)]``, or
     groups ``[[(layer, head), …]]`` removed together) removed in ``mode`` and decided against
     ``bar`` (default: the objective's floor), e-BH over ``tests`` hypotheses (default: the
-    heads); ``measures``: ``{name: f(clean [b, d], perturbed [b, d]) -> [b]}`` computed from
-    each block's readouts of each head (the ablation section's embedding drift, say)."""
+    heads); ``measures``: ``{key: f(clean [b, d], perturbed [b, d]) -> [b]}`` computed from
+    each block's readouts of each head (the ablation section's embedding drift, keyed by its
+    per-example :class:`probe.analyses.common.objective.Objective`, never by a name)."""
 
     heads: Sequence
     mode: str = "mean"
@@ -199,7 +203,7 @@ class Decide:
 def decided_pass(
     adapter: Any,
     corpus: Any,
-    objective: Any,
+    objective: Objective,
     asks: Sequence[Decide],
     *,
     seed: int = 0,
@@ -268,7 +272,7 @@ def decided_pass(
 def decided_removals(
     adapter: Any,
     corpus: Any,
-    objective: Any,
+    objective: Objective,
     heads: Sequence,
     *,
     mode: str = "mean",
@@ -322,12 +326,21 @@ def null_bar(run: DecidedRun, rows: Any, floor: float) -> dict:
     }
 
 
-def _null_bar(nadapter, corpus, obj, heads, mode, *, floor, block, seed, batch_size) -> tuple:
+def _null_bar(nadapter, corpus, objective, heads, mode, *, floor, block, seed, batch_size) -> tuple:
     """``({bar, null_max, null_level, decided_below, removals}, head means or None)``: the null
     model's heads decided against the floor in ``mode`` (module docstring, step 1), in this
     process (the run's runner holds the trained model)."""
     run = decided_removals(
-        nadapter, corpus, obj, heads, mode=mode, bar=floor, seed=seed, runner=None, batch_size=batch_size, block=block
+        nadapter,
+        corpus,
+        objective,
+        heads,
+        mode=mode,
+        bar=floor,
+        seed=seed,
+        runner=None,
+        batch_size=batch_size,
+        block=block,
     )
     res = run.result
     got = null_bar(run, np.arange(len(heads)), floor)
@@ -335,7 +348,7 @@ def _null_bar(nadapter, corpus, obj, heads, mode, *, floor, block, seed, batch_s
     return got, run.means
 
 
-def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_size, means=None) -> dict:
+def block_removals(adapter, corpus, objective, heads, modes, examples, *, seed, batch_size, means=None) -> dict:
     """``{mode: [k, b]}``: the harm of each head in ``heads`` removed in each of ``modes`` on
     the block ``examples`` of ``corpus``, per example: a corpus-level objective's
     size-corrected harm over the block's others (:meth:`block_harm`), else the objective's
@@ -348,7 +361,7 @@ def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_
     idx = [int(i) for i in examples]
     batches = block_batches(adapter, corpus, idx, batch_size)
     units = tuple(as_units(heads))
-    plan = RemovalPlan(corpus, obj, units, tuple(modes), means, seed, adapter.default_stack, batch_size)
+    plan = RemovalPlan(corpus, objective, units, tuple(modes), means, seed, adapter.default_stack, batch_size)
     clean_all, pert_all = placed_readouts([run_removal_batches(adapter, plan, batches)], len(corpus), len(units))
     assert clean_all is not None
     take = np.asarray(idx)
@@ -356,10 +369,10 @@ def block_removals(adapter, corpus, obj, heads, modes, examples, *, seed, batch_
     out = {}
     for mode in modes:
         pert = pert_all[mode][:, take].double().numpy()
-        if getattr(obj, "corpus_level", False):
-            out[mode] = np.stack([obj.block_harm(clean, pert[j]).rows for j in range(len(units))])
+        if getattr(objective, "corpus_level", False):
+            out[mode] = np.stack([objective.block_harm(clean, pert[j]).rows for j in range(len(units))])
         else:
-            out[mode] = np.stack([obj.harm(clean, pert[j]) for j in range(len(units))])
+            out[mode] = np.stack([objective.harm(clean, pert[j]) for j in range(len(units))])
     return out
 
 
@@ -393,10 +406,10 @@ def decided_effect(res, rec, i: int, block_level: bool) -> tuple:
     return h, eff, lo, hi
 
 
-def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level, end=None) -> Claim:
+def _claim(kind, mode, res, rec, i, *, bar, floor, objective, m, null, block_level, end=None) -> Claim:
     if res.n < T.MIN_EXAMPLES:  # as the exhaustive path says it (issue 59, row 17)
         return Claim(
-            kind, "not enough evidence", statement=_STATEMENT[mode], count=int(res.n), unit=obj.units,
+            kind, "not enough evidence", statement=_STATEMENT[mode], count=int(res.n), unit=objective.units,
             threshold="min_effect+fdr", reason=f"{res.n} examples < the minimum {T.MIN_EXAMPLES}",
         )  # fmt: skip
     decision, used = res.decision[i], int(res.n_used[i])
@@ -411,7 +424,7 @@ def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level, en
     from .screened import stopped_extra
 
     extra = stopped_extra(
-        obj, mode=mode, decision=f"{decision} after {used} of {res.n} examples ({why})",
+        objective, mode=mode, decision=f"{decision} after {used} of {res.n} examples ({why})",
         necessary=decision == "necessary", e_value=e_value, m=m, bar=bar,
     )  # fmt: skip
     extra.update(stopped_early=bool(stopped), e_against=float(res.e_against[i]), test=res.method)
@@ -429,14 +442,14 @@ def _claim(kind, mode, res, rec, i, *, bar, floor, obj, m, null, block_level, en
         )  # fmt: skip
     return Claim(
         kind, "holds" if holds else "does not hold", statement=_STATEMENT[mode], effect=eff, ci_low=lo, ci_high=hi,
-        count=used, null=floor, unit=obj.units, threshold="min_effect+fdr", reason=reason, extra=extra,
+        count=used, null=floor, unit=objective.units, threshold="min_effect+fdr", reason=reason, extra=extra,
     )  # fmt: skip
 
 
 def decided_claims(
     adapter: Any,
     corpus: Any,
-    objective: Any,
+    objective: Objective,
     heads: Sequence,
     *,
     null_adapter: Any = None,
@@ -523,7 +536,7 @@ def decided_claims(
         end = at_the_end(res, rec, bars[mode], m)
         for i, h in enumerate(heads):
             c = _claim(
-                _KIND[mode], mode, res, rec, i, bar=bars[mode], floor=floor, obj=objective, m=m,
+                _KIND[mode], mode, res, rec, i, bar=bars[mode], floor=floor, objective=objective, m=m,
                 null=nulls.get(mode), block_level=block_level, end=end.get(i),
             )  # fmt: skip
             claims[mode][h] = c
@@ -605,7 +618,7 @@ def decided_claims(
 def confirm_decided(
     adapter: Any,
     corpus: Any,
-    objective: Any,
+    objective: Objective,
     claims: dict,
     *,
     bar: float,

@@ -26,7 +26,10 @@ table one row per group.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
 
 import numpy as np
 
@@ -36,7 +39,7 @@ from .claim import DEPENDS, Claim
 __all__ = ["decided_redundancy"]
 
 
-def _null_bars(nadapter, corpus, obj, sizes, *, floor, seed, batch_size, block, means) -> dict:
+def _null_bars(nadapter, corpus, objective, sizes, *, floor, seed, batch_size, block, means) -> dict:
     """``{k: {bar, null_max, null_level, groups, removals}}``: the null model's random groups of
     each size decided against the floor (module docstring, step 1); in this process (the run's
     runner holds the trained model)."""
@@ -46,7 +49,7 @@ def _null_bars(nadapter, corpus, obj, sizes, *, floor, seed, batch_size, block, 
     sets = null_groups(nadapter, sizes, seed)
     units = [g for k in sorted(sets) for g in sets[k]]
     run = decided_removals(
-        nadapter, corpus, obj, units, bar=floor, seed=seed, runner=None, batch_size=batch_size,
+        nadapter, corpus, objective, units, bar=floor, seed=seed, runner=None, batch_size=batch_size,
         block=min(block, NULL_BLOCK), means=means,
     )  # fmt: skip
     out, at = {}, 0
@@ -93,7 +96,7 @@ def _confirm_groups(adapter, corpus, objective, rows, row_heads, claims, bars, *
 def decided_redundancy(
     adapter: Any,
     corpus: Any,
-    objective: Any,
+    objective: Objective,
     pattern: dict,
     necessity: dict,
     *,

@@ -8,26 +8,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TYPE_CHECKING, cast
 
 import pandas as pd
 
-from . import thresholds as T
 from .attribution import attribution_claims
-from .baselines import baselines_info, baselines_note
 from probe.errors import InputError, NotApplicable
 
+from .causal_paths import PATHS, CausalRecord
 from .claim import STATUSES, Claim
-from .held_heads import beside_necessary, confirm_baselines, measured_beside, removal_table
 from .null_model import null_model_for
-from .screened_claims import screened_claims
 from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
 
-#: the paths of the causal claims: every head removed on the (capped) corpus, or screened on the whole
-CAUSAL = ("exhaustive", "screened", "sequential")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,6 +35,8 @@ class HeadClaims:
     tables: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     objective: dict = field(default_factory=dict)
+    #: what the causal path decided and how (:class:`.causal_paths.CausalRecord`; ``objective`` is its ``info``)
+    record: Optional[CausalRecord] = None
 
     def summary(self, key: Any) -> str:
         return summary_sentence(self.claims[key])
@@ -93,13 +92,6 @@ class HeadClaims:
             index=list(claim_kinds()), columns=list(STATUSES), fill_value=0
         )
         return out.fillna(0).astype(int)
-
-
-def default_metric(adapter: Any, corpus: Any) -> str:
-    """The name of the objective ``auto`` resolves to (:func:`probe.analyses.common.objective.resolve_objective`)."""
-    from probe.analyses.common.objective import resolve_objective
-
-    return resolve_objective("auto", adapter, corpus)[0].name
 
 
 def zoo_sentences(corpus: Any) -> Optional[list]:
@@ -190,7 +182,7 @@ def head_claims(
     seed: int = 0,
     progress: bool = False,
     ablation: Any = None,
-    objective: Any = None,
+    objective: Optional[Objective] = None,
     objective_why: str = "",
     runner: Any = None,
     null: Optional[str] = None,
@@ -208,10 +200,11 @@ def head_claims(
             larger corpus through them than the maps held here).
         importance: table ``layer, head, importance`` shown beside necessity.
         faithfulness, faithfulness_info: the faithfulness verdict table and run info.
-        objective: what necessity is measured on (a name, ``auto`` or an objective;
-            :mod:`probe.analyses.common.objective`; a run passes its resolved one).
-        objective_why: how an objective passed as an object was chosen (stated in the
-            notes and ``HeadClaims.objective``; default: ``given``).
+        objective: what necessity is measured on: the run's resolved
+            :class:`probe.analyses.common.objective.Objective` (``use="corpus"``; needed
+            with ``adapter``, a name is refused: resolve it first).
+        objective_why: how the run chose it (stated in the notes and
+            ``HeadClaims.objective``; default: ``given``).
         ablation: a :class:`.removal.RemovalSweep` already run on these heads, examples and
             objective (the report's ablation section's): its modes are not run again.
         runner: where the removal sweeps' batches run (:func:`.removal.removal_sweep`'s
@@ -230,8 +223,8 @@ def head_claims(
             weights claims decided head by head in blocks of ``screen_corpus``
             (:func:`.decided.decided_claims`), redundancy on ``corpus``.
     """
-    if causal not in CAUSAL:
-        raise InputError(f"unknown causal path {causal!r}; use {' or '.join(CAUSAL)}")
+    if causal not in PATHS:  # refused before the pattern claims' work
+        raise InputError(f"unknown causal path {causal!r}; use {' or '.join(PATHS)}")
     if evidence is None:
         evidence = _filled(evidence_accumulators(corpus), maps or [], corpus)
     notes: list = []
@@ -243,10 +236,9 @@ def head_claims(
         structure, st_table = _fill("structure", heads, exc.reason), None
     if st_table is not None and len(st_table):
         tables["structure"] = st_table
-    chosen = objective or "auto"
-    necessity, weights, redundancy, info = _causal(
+    record = _causal(
         adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
-        objective=chosen, objective_why=objective_why, seed=seed, progress=progress,
+        objective=objective, objective_why=objective_why, seed=seed, progress=progress,
         screen_corpus=(screen_corpus if screen_corpus is not None else corpus) if causal != "exhaustive" else None,
         path=causal,
     )  # fmt: skip
@@ -254,13 +246,13 @@ def head_claims(
     built = {
         "pattern": pattern,
         "structure": structure,
-        "necessity": necessity,
-        "redundancy": redundancy,
-        "weights": weights,
+        "necessity": record.necessity,
+        "redundancy": record.redundancy,
+        "weights": record.weights,
         "attribution": attribution,
     }
     inputs = ClaimInputs(heads, adapter=adapter, corpus=corpus, maps=list(maps or []), evidence=evidence, built=built)
-    return HeadClaims(claims=every_kind(inputs), tables=tables, notes=notes, objective=info)
+    return HeadClaims(claims=every_kind(inputs), tables=tables, notes=notes, objective=record.info, record=record)
 
 
 def _pattern(
@@ -306,157 +298,28 @@ def _causal(
     notes: list,
     tables: dict,
     *,
-    objective: Any,
+    objective: Optional[Objective],
     objective_why: str,
     seed: int,
     progress: bool,
     screen_corpus: Any = None,
     path: str = "exhaustive",
-) -> tuple:
-    """``(necessity, weights, redundancy, objective info)``: the claims that remove heads
-    (:mod:`.removal`), *not tested* without a live model or an objective that fits; their
-    tables (``groups``, ``removal``) into ``tables`` and the objective's note into ``notes``.
-    With ``path="screened"`` the claims of :mod:`.screened_claims` (necessity screened on
-    ``screen_corpus``), or with ``path="sequential"`` the necessity and weights claims are decided on it in
-    blocks (:mod:`.decided`)."""
-    from probe.analyses.common.objective import resolve_objective
+) -> CausalRecord:
+    """The claims that remove heads (necessity, weights, redundancy) decided on ``path``
+    through the one interface of :mod:`.causal_paths` (*not tested* without a live model or
+    an objective that fits); the record's notes and tables into ``notes`` and ``tables``."""
+    from .causal_paths import CausalInputs, decide_causal
 
-    from .necessity import necessity_claims, weights_claims
-    from .redundancy import redundancy_claims
-    from .removal import removal_sweep
-
-    necessity = _fill("necessity", heads, "no live model")
-    weights = _fill("weights", heads, "no live model")
-    redundancy = _fill("redundancy", heads, "no live model")
-    info: dict = {}
-    if adapter is not None:
-        try:
-            obj, why = resolve_objective(objective or "auto", adapter, corpus)
-            why = objective_why or why  # how the caller chose an objective it resolved itself
-            info = {
-                "objective": obj.name,
-                "described": obj.describe(),
-                "why": why,
-                "units": obj.units,
-                "floor": T.min_effect(obj.name),
-                "floor_source": T.floor_source(obj.name),
-                "n": len(corpus),
-            }
-            from .decided import DecidedPass, DecidedRun
-
-            decided = isinstance(ablation, (DecidedRun, DecidedPass))
-            if path == "sequential":
-                necessity, weights, redundancy = _decided(
-                    adapter, nadapter, screen_corpus, obj, heads, pattern, importance, runner, notes, tables,
-                    info, seed=seed, why=why, reuse=ablation if decided else None,
-                )  # fmt: skip
-                return necessity, weights, redundancy, info
-            if path == "screened":  # necessity screened on every example, weights on the confirmed heads
-                got = screened_claims(adapter, nadapter, corpus, screen_corpus, obj, heads, pattern, importance, runner,
-                                      notes, tables, info, seed=seed, why=why, progress=progress, reuse=ablation)  # fmt: skip
-                return (*got, info)
-            if decided:  # decided on other examples: nothing to reuse here
-                ablation = None
-            # every head in the modes that decide a claim (mean: necessity; uniform: weights); the
-            # modes beside a necessary head's claim (zero, resample, random) for those heads, below
-            sweep = removal_sweep(
-                adapter, corpus, obj, units=heads, modes=DECIDING_MODES + measured_beside(ablation), seed=seed,
-                progress=progress, reuse=ablation, runner=runner,
-            )  # fmt: skip
-            null_sweep = _null_sweep(nadapter, corpus, obj, heads, seed, progress)
-            if null_sweep is not None:
-                info.update(null=null_sweep.source, null_quantile_level=1.0 - T.FDR)
-            necessity = necessity_claims(sweep, importance, null=null_sweep)
-            beside = beside_necessary(adapter, corpus, obj, necessity, sweep, seed, runner)
-            necessity = confirm_baselines(necessity, (sweep, beside), len(heads))
-            info["baselines"] = baselines_info(necessity, sweep.kinds)
-            weights = weights_claims(sweep, pattern, null=null_sweep)
-            redundancy, groups = redundancy_claims(
-                adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter
-            )
-            if groups:
-                tables["groups"] = pd.DataFrame(groups)
-            tables["removal"] = (
-                removal_table(sweep)
-                if beside is None
-                else pd.concat([removal_table(sweep), removal_table(beside)], ignore_index=True)
-            )
-            notes.append(
-                f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone "
-                f"(Wang et al. 2022; beside a necessary head's claim: zero-, one-mean and resample-ablation and a same-norm "
-                f"random perturbation of it) on {len(corpus)} examples; necessity holds "
-                f"when the harm exceeds the floor {T.min_effect(obj.name):g} "
-                f"({T.floor_source(obj.name)}), BH at q = {T.FDR} across {len(heads)} heads"
-                + (
-                    f", and the {1 - T.FDR:.0%} quantile over the heads of {null_sweep.source} per example"
-                    if null_sweep is not None
-                    else ""
-                )
-                + f"; {baselines_note(info['baselines'])}"
-            )
-        except NotApplicable as exc:  # an objective that does not fit this model or corpus: say so per claim
-            log.warning("causal claims not tested: %s", exc.reason)
-            why = f"not tested on this model: {exc.reason}"
-            necessity, weights, redundancy = (_fill(k, heads, why) for k in ("necessity", "weights", "redundancy"))
-    return necessity, weights, redundancy, info
-
-
-def _decided(
-    adapter,
-    nadapter,
-    whole,
-    obj,
-    heads,
-    pattern,
-    importance,
-    runner,
-    notes,
-    tables,
-    info,
-    *,
-    seed,
-    why,
-    reuse=None,
-):
-    """``(necessity, weights, redundancy)``: the necessity and weights claims decided head by
-    head on ``whole`` (:func:`.decided.decided_claims`; ``reuse``: the ablation section's
-    decided mean-ablation, not run again), and the redundancy groups decided on it too
-    (:func:`.decided_groups.decided_redundancy`);
-    the decided table into ``tables['decided']``, its summary and note into ``info['causal']``."""
-    from .decided import decided_claims
-    from .decided_groups import decided_redundancy
-    from .necessity import add_importance
-
-    got = decided_claims(
-        adapter, whole, obj, heads, null_adapter=nadapter,
-        null_source=nadapter.card["null_source"] if nadapter is not None else "", seed=seed, runner=runner,
-        pattern=pattern, reuse=reuse,
-    )  # fmt: skip
-    necessity = add_importance(got.necessity, importance)
-    if nadapter is not None:
-        info.update(null=nadapter.card["null_source"], null_quantile_level=1.0 - T.FDR)
-    tables["decided"] = got.table
-    info["causal"] = dict(got.info, note=got.note())
-    redundancy, groups, red = decided_redundancy(
-        adapter, whole, obj, pattern, necessity, null_adapter=nadapter,
-        null_source=nadapter.card["null_source"] if nadapter is not None else "", seed=seed, runner=runner,
-        means=got.means, null_means=got.null_means, known=got.clean,
-    )  # fmt: skip
-    info["causal"]["redundancy"] = red
-    if red["groups"]:
-        info["causal"]["note"] += (
-            f"; redundancy: {red['groups']} candidate group(s) mean-ablated together, decided the same way against "
-            f"their size's bar ({red['holds']} hold; {red['removals']} group × example removals of the exhaustive "
-            f"{red['exhaustive_removals']})"
-        )
-    if groups:
-        tables["groups"] = pd.DataFrame(groups)
-    notes.append(
-        f"objective: {obj.describe()} — {why}; units: {obj.units}; each head mean-ablated alone (Wang et al. 2022) "
-        f"and given uniform attention weights, and each redundancy group mean-ablated together, on random blocks "
-        f"of the whole corpus until decided (below)"
-    )
-    return necessity, got.weights, redundancy
+    inputs = None
+    if adapter is not None:  # the objective is checked by decide_causal (a name: TypeError)
+        inputs = CausalInputs(
+            adapter, nadapter, corpus, screen_corpus, cast("Objective", objective), objective_why or "given",
+            heads, pattern, importance=importance, reuse=ablation, runner=runner, seed=seed, progress=progress,
+        )  # fmt: skip
+    record = decide_causal(path, inputs, heads)
+    notes.extend(record.notes)
+    tables.update(record.tables)
+    return record
 
 
 def every_kind(inputs: ClaimInputs) -> dict:
@@ -490,21 +353,3 @@ def _calibrated_pattern(pattern: dict, evidence, nadapter, corpus, seed: int, no
     except (NotApplicable, InputError) as exc:
         notes.append(f"pattern claims not calibrated on a null model: {getattr(exc, 'reason', exc)}")
         return pattern
-
-
-#: the removal modes whose harms decide a claim (necessity: mean; weights: uniform), run
-#: for every head
-DECIDING_MODES = ("mean", "uniform")
-
-
-def _null_sweep(nadapter, corpus, obj, heads, seed: int, progress: bool):
-    """The :class:`.necessity.NullSweep` of the mean and uniform removals of ``heads`` on
-    the null model ``nadapter`` (``None`` without one)."""
-    from .necessity import NullSweep
-    from .removal import removal_sweep
-
-    if nadapter is None:
-        return None
-    modes = ("mean",) if nadapter.arch == "encoder-decoder" else ("mean", "uniform")
-    sweep = removal_sweep(nadapter, corpus, obj, units=heads, modes=modes, seed=seed, progress=progress)
-    return NullSweep(sweep, nadapter.card["null_source"])

@@ -51,7 +51,7 @@ def measured_beside(ablation) -> tuple:
     return tuple(m for m in BESIDE_MODES if ablation is not None and m in ablation.harm)
 
 
-def beside_necessary(adapter, corpus, obj, necessity: dict, sweep, seed: int, runner):
+def beside_necessary(adapter, corpus, objective, necessity: dict, sweep, seed: int, runner):
     """The modes that stand beside a necessary head's claim (:data:`BESIDE_MODES`: zero- and
     resample-ablation, the same-norm random perturbation; :func:`.necessity.beside_modes`),
     run for the heads whose necessity holds only and added to their claims' extras; the
@@ -65,7 +65,7 @@ def beside_necessary(adapter, corpus, obj, necessity: dict, sweep, seed: int, ru
     modes = tuple(m for m in BESIDE_MODES if m not in sweep.harm)
     if not held or not modes:
         return None
-    got = removal_sweep(adapter, corpus, obj, units=held, modes=modes, seed=seed, runner=runner)
+    got = removal_sweep(adapter, corpus, objective, units=held, modes=modes, seed=seed, runner=runner)
     beside_modes(necessity, got)
     return got
 

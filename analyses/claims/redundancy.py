@@ -13,7 +13,10 @@ whole group is reported as context.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
 
 
 from . import thresholds as T
@@ -85,7 +88,7 @@ def null_groups(adapter, sizes, seed: int, per_size: Optional[int] = None) -> di
 def redundancy_claims(
     adapter: Any,
     corpus: Any,
-    objective: Any,
+    objective: Objective,
     pattern: dict,
     necessity: dict,
     seed: int = 0,

@@ -41,7 +41,7 @@ import torch
 
 from probe.analyses.common.batch import batch_indices, by_one_length
 from probe.analyses.common.metrics import as_corpus
-from probe.analyses.common.objective import resolve_objective
+from probe.analyses.common.objective import Objective, given_objective
 from probe.analyses.necessity.ablation import position_kind_means
 from probe.analyses.necessity.position_kinds import KindMeans, position_kinds
 from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
@@ -107,40 +107,42 @@ class RemovalSweep:
         return self.units.index(tuple(unit))
 
 
-def single_head_values(sweep: RemovalSweep, metric: str, mode: str) -> Optional[tuple]:
-    """``(clean [n], ablated [n_heads, n])`` of ``metric`` for a sweep of single heads
-    under ``mode``, read from the sweep instead of running the model again; ``None``
-    when the sweep's objective does not determine ``metric``.
+def single_head_values(sweep: RemovalSweep, objective: Objective, mode: str) -> Optional[tuple]:
+    """``(clean [n], ablated [n_heads, n])`` of ``objective`` (a per-example objective, the
+    ablation section's) for a sweep of single heads under ``mode``, read from the sweep
+    instead of running the model again; ``None`` when the sweep's objective does not
+    determine it.
 
-    Determined: ``metric`` is the sweep's own objective and reads one number per example
+    Determined: ``objective`` is the sweep's own and reads one number per example
     (``ablated = clean ± harm``), or ``embedding-drift`` (``1 − cos`` of the mean-pooled
     last hidden state, :class:`probe.analyses.common.metrics.DriftMetric`) from a
     similarity-structure sweep whose pooling is the mean: its ``embedding_drift`` measure
     is that number per example, and the clean run's drift is 0.
     """
+    called = objective.called
     if mode not in sweep.harm or any(len(u) != 1 for u in sweep.units):
         return None
-    if metric == "embedding-drift" and sweep.pooling == "mean" and "embedding_drift" in sweep.measures.get(mode, {}):
+    if called == "embedding-drift" and sweep.pooling == "mean" and "embedding_drift" in sweep.measures.get(mode, {}):
         return np.zeros(sweep.n), np.asarray(sweep.measures[mode]["embedding_drift"], np.float64)
-    if metric == sweep.objective and sweep.clean is not None:
+    if called == sweep.objective and sweep.clean is not None:
         sign = -1.0 if sweep.higher_is_better else 1.0
         return sweep.clean, sweep.clean[None, :] + sign * sweep.harm[mode]
     return None
 
 
-def derives(objective: Any, metric: str) -> bool:
-    """Whether a sweep on ``objective`` determines ``metric`` per head and example
-    (:func:`single_head_values`), so a section measuring ``metric`` can read the sweep
-    the claims run anyway instead of running the model again."""
-    from probe.analyses.common.objective import Objective
-
-    if metric == "embedding-drift":
-        pooling = getattr(getattr(objective, "pooling", None), "mode", "")
-        return objective.name == "similarity-structure" and pooling == "mean"
+def derives(swept: Objective, objective: Objective) -> bool:
+    """Whether a sweep on ``swept`` (the claims' corpus objective) determines ``objective``
+    (a per-example one) per head and example (:func:`single_head_values`), so a section
+    measuring ``objective`` can read the sweep the claims run anyway instead of running
+    the model again."""
+    called = objective.called
+    if called == "embedding-drift":
+        pooling = getattr(getattr(swept, "pooling", None), "mode", "")
+        return swept.name == "similarity-structure" and pooling == "mean"
     return (
-        metric == objective.name
-        and not getattr(objective, "corpus_level", False)
-        and getattr(type(objective), "reference", None) is Objective.reference  # a score without a clean reference
+        called == swept.name
+        and not getattr(swept, "corpus_level", False)
+        and getattr(type(swept), "reference", None) is Objective.reference  # a score without a clean reference
     )
 
 
@@ -155,10 +157,10 @@ def corpus_key(corpus: Any) -> str:
     return h.hexdigest()
 
 
-def reusable(sweep: Optional[RemovalSweep], units: tuple, corpus: Any, objective: str) -> set:
+def reusable(sweep: Optional[RemovalSweep], units: tuple, corpus: Any, objective: Objective) -> set:
     """The modes ``sweep`` already measured on these units, examples and objective (what
     :func:`removal_sweep` need not run again)."""
-    if sweep is None or (sweep.units, sweep.n, sweep.objective) != (units, len(corpus), objective):
+    if sweep is None or (sweep.units, sweep.n, sweep.objective) != (units, len(corpus), objective.name):
         return set()
     return set(sweep.harm) if sweep.corpus_key == corpus_key(corpus) else set()
 
@@ -204,9 +206,9 @@ def _layer_value(mode, layer, z, v, batch, means, src, rot, causal):
     return zl - rotate(zl, rot[layer])  # random
 
 
-def _readout(obj):
+def _readout(objective):
     """The sweep's ``read``: the objective's readouts of every row (detached)."""
-    return lambda out, big, rows, k: obj.readout(out, big).detach()
+    return lambda out, big, rows, k: objective.readout(out, big).detach()
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,7 @@ class RemovalPlan:
     """
 
     corpus: Any
-    objective: Any
+    objective: Objective
     units: tuple
     modes: tuple
     means: Optional[KindMeans]
@@ -387,7 +389,7 @@ def placed_readouts(parts: Sequence[BatchReadouts], n: int, n_units: int) -> tup
 def removal_sweep(
     adapter: Any,
     corpus: Any,
-    objective: Any = "auto",
+    objective: Objective,
     units: Optional[Sequence] = None,
     *,
     modes: Sequence[str] = MODES,
@@ -428,7 +430,7 @@ def removal_sweep(
 
         check_runs_on(runner, adapter)
     corpus = as_corpus(corpus)
-    obj, _ = resolve_objective(objective, adapter, corpus)
+    obj = given_objective(objective, adapter, corpus)
     stack = stack or adapter.default_stack
     if units is None:
         units = [(l, h) for l in range(adapter.n_layers_of(stack)) for h in range(adapter.n_heads)]
@@ -442,7 +444,7 @@ def removal_sweep(
         for layer, h in u:
             adapter.check_head(layer, h, stack)
     n = len(corpus)
-    done = reusable(reuse, units, corpus, obj.name)
+    done = reusable(reuse, units, corpus, obj)
     modes = list(modes)
     skipped = {}
     if "uniform" in modes and adapter.arch == "encoder-decoder":

@@ -40,7 +40,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
 
 import numpy as np
 import pandas as pd
@@ -124,7 +127,7 @@ def pilot_flags(harm: np.ndarray, floor: float, slack: float = 0.5, z: float = 2
     return ~(upper < floor), upper
 
 
-def _pilot(adapter, corpus, obj, heads, *, size: int, slack: float, seed: int, batch_size: int, runner) -> tuple:
+def _pilot(adapter, corpus, objective, heads, *, size: int, slack: float, seed: int, batch_size: int, runner) -> tuple:
     """``(flags [m], examples)``: every head mean-ablated exactly on ``size``
     examples drawn at random (at most half the corpus), :func:`pilot_flags` of their harms
     against the objective's floor. A sketch screen ranks heads by the linearised change of
@@ -140,13 +143,13 @@ def _pilot(adapter, corpus, obj, heads, *, size: int, slack: float, seed: int, b
     idx = sorted(np.random.default_rng(seed).choice(n, k, replace=False).tolist())
     sub = corpus.subset(idx, reason="the screened path's exact pilot")
     sweep = removal_sweep(
-        adapter, sub, obj, [(h,) for h in heads], modes=("mean",), seed=seed, batch_size=batch_size, runner=runner
+        adapter, sub, objective, [(h,) for h in heads], modes=("mean",), seed=seed, batch_size=batch_size, runner=runner
     )
-    flags, _ = pilot_flags(sweep.harm["mean"], T.min_effect(obj.name), slack)
+    flags, _ = pilot_flags(sweep.harm["mean"], T.min_effect(objective.name), slack)
     return flags, k
 
 
-def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner, screen_on=None):
+def _null(nadapter, corpus, objective, heads, examples, *, k, seed, batch_size, runner, screen_on=None):
     """A :class:`.necessity.NullSweep` of every head on ``examples`` of ``corpus`` on the null
     model: its ``k`` top screened heads removed exactly, NaN for the others; ``None``
     without a null model. ``screen_on``: screen (rank) the null's heads on this many of the
@@ -160,17 +163,19 @@ def _null(nadapter, corpus, obj, heads, examples, *, k, seed, batch_size, runner
     if nadapter is None:
         return None
     sub = corpus if len(examples) == len(corpus) else corpus.subset(examples, reason="the null model's sample")
-    means = position_kind_means(nadapter, sub, obj, batch_size, nadapter.default_stack)  # screen and sweep share it
+    means = position_kind_means(
+        nadapter, sub, objective, batch_size, nadapter.default_stack
+    )  # screen and sweep share it
     ranked = sub
     if screen_on is not None and screen_on < len(sub):
         pick = sorted(np.random.default_rng(seed).choice(len(sub), int(screen_on), replace=False).tolist())
         ranked = sub.subset(pick, reason="the null model's screened sample")
-    scr = screen_heads(nadapter, ranked, obj, modes=("mean",), seed=seed, batch_size=batch_size, means=means)
+    scr = screen_heads(nadapter, ranked, objective, modes=("mean",), seed=seed, batch_size=batch_size, means=means)
     index = {h: i for i, h in enumerate(scr.heads)}
     upper = scr.upper("mean")[[index[tuple(h)] for h in heads]]
     top = sorted(np.argsort(-np.nan_to_num(upper, nan=np.inf), kind="stable")[:k].tolist())
     sweep = removal_sweep(
-        nadapter, sub, obj, [heads[i] for i in top], modes=("mean",), seed=seed, runner=runner, batch_size=batch_size,
+        nadapter, sub, objective, [heads[i] for i in top], modes=("mean",), seed=seed, runner=runner, batch_size=batch_size,
         means=means,
     )  # fmt: skip
     full = np.full((len(heads), len(sub)), np.nan)
@@ -238,7 +243,7 @@ def _merged(sweeps: list) -> Any:
     )
 
 
-def _whole_corpus(adapter, corpus, obj, heads, plan, upper, null, importance, *, grow, audit_of, kw) -> tuple:
+def _whole_corpus(adapter, corpus, objective, heads, plan, upper, null, importance, *, grow, audit_of, kw) -> tuple:
     """``(claims, {head: examples}, plan)``: the planned heads removed on every example and
     decided by the exhaustive path's test, BH counting every head. With ``grow`` (a sketch
     screen: a rank, not a harm) the confirmed heads grow by ``grow`` down the screen's
@@ -247,8 +252,8 @@ def _whole_corpus(adapter, corpus, obj, heads, plan, upper, null, importance, *,
     from .necessity import necessity_claims
     from .removal import removal_sweep
 
-    floor = T.min_effect(obj.name)
-    run = lambda idx: removal_sweep(adapter, corpus, obj, [(heads[i],) for i in idx], modes=("mean",), **kw)  # noqa: E731
+    floor = T.min_effect(objective.name)
+    run = lambda idx: removal_sweep(adapter, corpus, objective, [(heads[i],) for i in idx], modes=("mean",), **kw)  # noqa: E731
     sweeps = [run(plan.confirm)] if plan.confirm else []
     if grow and sweeps:
         order = np.argsort(-np.nan_to_num(upper, nan=np.inf), kind="stable").tolist()
@@ -270,7 +275,9 @@ def _whole_corpus(adapter, corpus, obj, heads, plan, upper, null, importance, *,
     return claims, {u: len(corpus) for u in sweep.units}, plan
 
 
-def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, bounds, seed, block, batch_size, runner):
+def _sequential(
+    adapter, corpus, objective, units, null, m, means, importance, *, bounds, seed, block, batch_size, runner
+):
     """``(claims, {head: examples})``: ``units`` removed block by block until the betting
     test decides each (e-BH over ``m`` heads), the bar the floor and the null model's. A
     head still undecided when the examples run out has every example's exact harm: it is
@@ -282,7 +289,7 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
     from .removal import RemovalSweep
     from .statistics import mean_ci
 
-    floor, n = T.min_effect(obj.name), len(corpus)
+    floor, n = T.min_effect(objective.name), len(corpus)
     bar, null_level, null_max = _bar(floor, null)
     lo, hi = bounds(bar)
     harm = np.full((len(units), n), np.nan)  # [k, n] exact harms of the examples each head took
@@ -291,7 +298,7 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
         harm[np.ix_(np.asarray(live), np.asarray(examples))] = harms
 
     res = sequential_necessity(
-        adapter, corpus, [u[0] for u in units], floor=bar, bounds=(lo, hi), objective=obj, q=T.FDR, block=block,
+        adapter, corpus, [u[0] for u in units], floor=bar, bounds=(lo, hi), objective=objective, q=T.FDR, block=block,
         batch_size=batch_size, seed=seed, means=means, runner=runner, on_block=keep, tests=m,
     )  # fmt: skip
     stopped = (res.n_used < n) | (res.e_value >= m / T.FDR)
@@ -299,8 +306,8 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
     full = [i for i in range(len(units)) if not stopped[i]]
     if full:
         sweep = RemovalSweep(
-            units=tuple(units[i] for i in full), objective=obj.name, units_text=obj.units,
-            harm={"mean": harm[full]}, measures={}, corpus={}, n=n, describe=obj.describe(),
+            units=tuple(units[i] for i in full), objective=objective.name, units_text=objective.units,
+            harm={"mean": harm[full]}, measures={}, corpus={}, n=n, describe=objective.describe(),
         )  # fmt: skip
         for k, c in necessity_claims(sweep, importance, null=null, tests=m).items():
             c.extra.update(decision="every example: the exhaustive test", e_value=float(res.e_value[full[0]]))
@@ -313,7 +320,7 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
         eff, clo, chi = mean_ci(h, seed=i)
         holds = res.decision[i] == "necessary" and eff >= bar
         extra = stopped_extra(
-            obj, mode="mean", decision=f"{res.decision[i]} (stopped by the betting test)",
+            objective, mode="mean", decision=f"{res.decision[i]} (stopped by the betting test)",
             necessary=res.decision[i] == "necessary", e_value=float(res.e_value[i]), m=m, bar=bar,
         )  # fmt: skip
         extra["bounds"] = [float(lo), float(hi)]
@@ -321,12 +328,14 @@ def _sequential(adapter, corpus, obj, units, null, m, means, importance, *, boun
             extra.update(null_quantile=null_level, null_max=null_max, null_source=null.source)
         claims[u[0]] = Claim(
             "necessity", "holds" if holds else "does not hold", statement="needed alone", effect=eff,
-            ci_low=clo, ci_high=chi, count=len(h), null=floor, unit=obj.units, threshold="min_effect+fdr", extra=extra,
+            ci_low=clo, ci_high=chi, count=len(h), null=floor, unit=objective.units, threshold="min_effect+fdr", extra=extra,
         )  # fmt: skip
     return claims, used
 
 
-def stopped_extra(obj: Any, *, mode: str, decision: str, necessary: bool, e_value: float, m: int, bar: float) -> dict:
+def stopped_extra(
+    objective: Objective, *, mode: str, decision: str, necessary: bool, e_value: float, m: int, bar: float
+) -> dict:
     """A sequentially decided claim's ``extra``: its mode and decision, the e-value at its stop
     (and ``p = min(1, 1/e)``), whether e-BH called it necessary, the floor, objective, FDR
     level, tests counted and the bar it was tested against."""
@@ -336,10 +345,10 @@ def stopped_extra(obj: Any, *, mode: str, decision: str, necessary: bool, e_valu
         "e_value": float(e_value),
         "p": float(min(1.0, 1.0 / e_value)) if e_value > 0 else 1.0,
         "bh_significant": bool(necessary),
-        "min_effect": T.min_effect(obj.name),
-        "floor_source": T.floor_source(obj.name),
-        "objective": obj.name,
-        "objective_described": obj.describe(),
+        "min_effect": T.min_effect(objective.name),
+        "floor_source": T.floor_source(objective.name),
+        "objective": objective.name,
+        "objective_described": objective.describe(),
         "fdr": T.FDR,
         "tests": int(m),
         "bar": float(bar),
@@ -368,7 +377,7 @@ def betting_bounds(estimates: Optional[np.ndarray]) -> Callable[[float], tuple]:
 def screened_necessity(
     adapter: Any,
     corpus: Any,
-    objective: Any,
+    objective: Objective,
     heads: Sequence,
     *,
     null_adapter: Any = None,

@@ -30,13 +30,16 @@ Shapes: claims ``{(layer, head): Claim}``.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any, Optional, TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from . import thresholds as T
 from .claim import Claim
+
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
 
 __all__ = ["screened_claims", "reusable_screen", "NULL_WEIGHT_HEADS", "NULL_GROUPS", "REPORT_SCREEN"]
 
@@ -55,19 +58,21 @@ NULL_GROUPS = 8
 REPORT_SCREEN: dict[str, Any] = {"null_top": 8, "null_screen": 64}
 
 
-def reusable_screen(got: Any, objective: str, n: int) -> bool:
+def reusable_screen(got: Any, objective: Objective, n: int) -> bool:
     """Whether ``got`` (the ablation section's removals) is a screened necessity run of
     ``objective`` on ``n`` examples, so the claims take it instead of screening again."""
     from .screened import ScreenedNecessity
 
     return (
         isinstance(got, ScreenedNecessity)
-        and got.info.get("objective") == objective
+        and got.info.get("objective") == objective.name
         and int(got.info.get("examples_screened", -1)) == int(n)
     )
 
 
-def _weights(adapter, nadapter, corpus, obj, heads, exact, necessity, pattern, *, seed, runner, progress) -> tuple:
+def _weights(
+    adapter, nadapter, corpus, objective, heads, exact, necessity, pattern, *, seed, runner, progress
+) -> tuple:
     """``(weights claims of every head, the uniform sweep or None)``: ``exact`` given uniform
     weights on ``corpus``, the null's bar from :data:`NULL_WEIGHT_HEADS` of its heads."""
     from .necessity import NullSweep, weights_claims
@@ -82,38 +87,38 @@ def _weights(adapter, nadapter, corpus, obj, heads, exact, necessity, pattern, *
     if not exact:
         return out, None
     sweep = removal_sweep(
-        adapter, corpus, obj, units=exact, modes=("uniform",), seed=seed, runner=runner, progress=progress
+        adapter, corpus, objective, units=exact, modes=("uniform",), seed=seed, runner=runner, progress=progress
     )
     null = None
     if nadapter is not None and "uniform" in sweep.harm:
         rng = np.random.default_rng(seed)
         pick = sorted(rng.choice(len(heads), min(len(heads), NULL_WEIGHT_HEADS), replace=False).tolist())
-        ns = removal_sweep(nadapter, corpus, obj, units=[heads[i] for i in pick], modes=("uniform",), seed=seed)
+        ns = removal_sweep(nadapter, corpus, objective, units=[heads[i] for i in pick], modes=("uniform",), seed=seed)
         null = NullSweep(ns, nadapter.card["null_source"] + f" ({len(pick)} of its heads at random)")
     removal = np.array([necessity[h].effect for h in exact], np.float64)
     out.update(weights_claims(sweep, pattern, null=null, tests=len(heads), removal=removal))
     return out, sweep
 
 
-def _screen(adapter, nadapter, whole, obj, heads, *, seed, runner, progress, reuse) -> Any:
+def _screen(adapter, nadapter, whole, objective, heads, *, seed, runner, progress, reuse) -> Any:
     """The ablation section's screened run ``reuse`` when :func:`reusable_screen`, else a new
     one on ``whole`` with the report's settings (:data:`REPORT_SCREEN`)."""
     from .screened import screened_necessity
 
-    if reusable_screen(reuse, obj.name, len(whole)):
+    if reusable_screen(reuse, objective, len(whole)):
         return reuse
     return screened_necessity(
-        adapter, whole, obj, heads, null_adapter=nadapter, seed=seed, runner=runner, progress=progress,
+        adapter, whole, objective, heads, null_adapter=nadapter, seed=seed, runner=runner, progress=progress,
         **REPORT_SCREEN,
     )  # fmt: skip
 
 
-def _note(obj, why: str, n_whole: int, n_corpus: int, n_exact: int, n_heads: int, baselines: dict) -> str:
+def _note(objective, why: str, n_whole: int, n_corpus: int, n_exact: int, n_heads: int, baselines: dict) -> str:
     """The claims' note on the screened path: what was screened, removed and tested on what."""
     from .baselines import baselines_note
 
     return (
-        f"objective: {obj.describe()} — {why}; units: {obj.units}; necessity by screening every head on all "
+        f"objective: {objective.describe()} — {why}; units: {objective.units}; necessity by screening every head on all "
         f"{n_whole} examples (below); the {n_exact} heads it confirmed also given uniform attention weights on "
         f"{n_corpus} examples (weights; the other {n_heads - n_exact} not tested), the redundancy groups and the "
         f"baselines beside a necessary head on the same {n_corpus}; " + baselines_note(baselines)
@@ -125,7 +130,7 @@ def screened_claims(
     nadapter: Any,
     corpus: Any,
     whole: Any,
-    obj: Any,
+    objective: Objective,
     heads: list,
     pattern: dict,
     importance: Optional[pd.DataFrame],
@@ -149,7 +154,7 @@ def screened_claims(
     from .necessity import add_importance
     from .redundancy import redundancy_claims
 
-    got = _screen(adapter, nadapter, whole, obj, heads, seed=seed, runner=runner, progress=progress, reuse=reuse)
+    got = _screen(adapter, nadapter, whole, objective, heads, seed=seed, runner=runner, progress=progress, reuse=reuse)
     necessity = add_importance(dict(got.claims), importance)
     tables["screened"] = got.table
     info["causal"] = dict(got.info, note=got.note(), reused=got is reuse)
@@ -158,13 +163,23 @@ def screened_claims(
     roles = {(int(r.layer), int(r.head)): r.role for r in got.table.itertuples(index=False)}
     exact = [h for h in heads if roles.get(h) == "confirmed"]
     weights, sweep = _weights(
-        adapter, nadapter, corpus, obj, heads, exact, necessity, pattern, seed=seed, runner=runner, progress=progress
+        adapter,
+        nadapter,
+        corpus,
+        objective,
+        heads,
+        exact,
+        necessity,
+        pattern,
+        seed=seed,
+        runner=runner,
+        progress=progress,
     )
-    beside = beside_necessary(adapter, corpus, obj, necessity, sweep or SimpleNamespace(harm={}), seed, runner)
+    beside = beside_necessary(adapter, corpus, objective, necessity, sweep or SimpleNamespace(harm={}), seed, runner)
     necessity = confirm_baselines(necessity, (sweep, beside), len(heads))
     info["baselines"] = baselines_info(necessity, getattr(beside or sweep, "kinds", {}))
     redundancy, groups = redundancy_claims(
-        adapter, corpus, obj, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter,
+        adapter, corpus, objective, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter,
         null_per_size=NULL_GROUPS,
     )  # fmt: skip
     if groups:
@@ -172,5 +187,5 @@ def screened_claims(
     done = [removal_table(s) for s in (sweep, beside) if s is not None]
     if done:
         tables["removal"] = pd.concat(done, ignore_index=True)
-    notes.append(_note(obj, why, len(whole), len(corpus), len(exact), len(heads), info["baselines"]))
+    notes.append(_note(objective, why, len(whole), len(corpus), len(exact), len(heads), info["baselines"]))
     return necessity, weights, redundancy

@@ -170,11 +170,12 @@ def thresholds_in_force() -> dict:
     }
 
 
-def floor_source(objective: str) -> str:
-    """Why :func:`min_effect` of ``objective`` is what it is."""
-    return FLOOR_SOURCES.get(str(objective), "no practical floor stated for this objective: 0")
+def floor_source(name: str) -> str:
+    """Why :func:`min_effect` of the objective named ``name`` is what it is."""
+    return FLOOR_SOURCES.get(str(name), "no practical floor stated for this objective: 0")
 
 
-def min_effect(metric: str) -> float:
-    """:data:`MIN_EFFECT` of ``metric`` (0 for a metric without a stated floor)."""
-    return float(MIN_EFFECT.get(str(metric), 0.0))
+def min_effect(name: str) -> float:
+    """:data:`MIN_EFFECT` of the objective named ``name`` (``Objective.name``, which a saved
+    sweep records; 0 for an objective without a stated floor)."""
+    return float(MIN_EFFECT.get(str(name), 0.0))

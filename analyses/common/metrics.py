@@ -455,15 +455,15 @@ class Chunk:
 
 @torch.no_grad()
 def prepare(
-    adapter: ModelAdapter, corpus: Any, metric: Objective, batch_size: int = 16, progress: bool = False
+    adapter: ModelAdapter, corpus: Any, objective: Objective, batch_size: int = 16, progress: bool = False
 ) -> list:
     """Tokenize the corpus and run the clean model once: a list of :class:`Chunk`."""
     from tqdm.auto import tqdm
 
     chunks = []
-    it = metric.batches(adapter, corpus, batch_size)
+    it = objective.batches(adapter, corpus, batch_size)
     for idx, batch in tqdm(it, total=-(-len(corpus) // batch_size), disable=not progress, desc="clean"):
-        out = metric.forward(adapter, batch)
-        ref = metric.reference(out, batch)
-        chunks.append(Chunk(tuple(idx), batch, ref, metric.score(out, batch, ref).detach()))
+        out = objective.forward(adapter, batch)
+        ref = objective.reference(out, batch)
+        chunks.append(Chunk(tuple(idx), batch, ref, objective.score(out, batch, ref).detach()))
     return chunks

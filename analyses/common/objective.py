@@ -44,6 +44,7 @@ __all__ = [
     "NAMES",
     "FORMS",
     "resolve_objective",
+    "given_objective",
     "known_for",
     "applicable_objectives",
     "head_kind",
@@ -169,6 +170,7 @@ def resolve_objective(
     *,
     use: str = "corpus",
     probe: Optional[Objective] = None,
+    fallback: Optional[set] = None,
 ) -> tuple:
     """``(objective, why)`` from a name, ``auto`` or an :class:`Objective` (or, for the
     per-example uses, a callable ``fn(outputs, batch) -> [rows]``); checked against
@@ -178,6 +180,9 @@ def resolve_objective(
         spec: ``auto`` (or ``None``/``""``), a name known for ``use`` or an object.
         use: one of :data:`USES` (which names are known and what ``auto`` chooses).
         probe: the fitted probe objective a bare ``probe`` names (``explain``).
+        fallback: a set where a run whose one name serves several uses (the report) keeps
+            the uses that do not know it: such a name is resolved as ``auto`` for ``use``,
+            which is added to the set (``None``: refused).
 
     Raises:
         InputError: an unknown name (listing the known ones), a bad argument.
@@ -196,6 +201,9 @@ def resolve_objective(
             obj.check(adapter, corpus)
         return obj, "given"
     spec, why = (spec or "auto").strip(), "named"
+    if fallback is not None and spec != "auto" and not known_for(spec, use):
+        fallback.add(use)
+        spec = "auto"
     if spec == "auto":
         if adapter is None:
             raise InputError("'auto' chooses an objective for a model: give the model")
@@ -208,6 +216,33 @@ def resolve_objective(
     if use == "corpus" and pooling is not None and hasattr(pooling, "describe"):
         why = f"{why}; {pooling.describe()}"
     return obj, why
+
+
+def given_objective(objective: object, adapter: Optional[ModelAdapter] = None, corpus: Any = None) -> Objective:
+    """``objective``, checked against ``adapter`` and ``corpus``: what every analysis below
+    the run calls on the objective it is handed (the run resolved it, once per use, with
+    :func:`resolve_objective`; nothing below the run parses a name).
+
+    Raises:
+        TypeError: ``objective`` is not an :class:`Objective` (a name or a callable: resolve
+            it first, naming how).
+        NotApplicable: the objective does not fit the model or corpus (naming those that do).
+    """
+    if not isinstance(objective, Objective):
+        import sys
+
+        frame = sys._getframe(1)  # named: the library's function the caller called
+        while frame.f_back is not None and str(frame.f_back.f_globals.get("__name__", "")).startswith("probe."):
+            frame = frame.f_back
+        where = frame.f_code.co_name
+        raise TypeError(
+            f"{where}() takes a resolved Objective, not {objective!r}: resolve it once at the top with "
+            f"probe.analyses.common.objective.resolve_objective({objective!r}, adapter, corpus, use=...)[0] "
+            "(a callable: probe.analyses.common.metrics.CallableMetric(fn)), or give the name to probe.run(..., objective=...)"
+        )
+    if adapter is not None:
+        objective.check(adapter, corpus)
+    return objective
 
 
 def floor_of(objective: Objective) -> tuple:

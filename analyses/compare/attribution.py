@@ -29,6 +29,7 @@ from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.errors import InputError
 
 if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
     from probe.models.adapter import ModelAdapter
 
 __all__ = ["AttributionResult", "attribute_change"]
@@ -68,7 +69,7 @@ def attribute_change(
     adapter_a: ModelAdapter,
     adapter_b: ModelAdapter,
     corpus: Any,
-    metric: Any = "auto",
+    objective: Objective,
     *,
     batch_size: int = 8,
     n_boot: int = 1000,
@@ -81,7 +82,7 @@ def attribute_change(
         InputError: checkpoints of different shape, an empty corpus.
         NotApplicable: an objective that does not fit the model.
     """
-    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.common.objective import given_objective
 
     if (adapter_a.n_layers, adapter_a.n_heads) != (adapter_b.n_layers, adapter_b.n_heads):
         raise InputError(
@@ -90,7 +91,7 @@ def attribute_change(
         )
     if not len(corpus):
         raise InputError("no examples to attribute on")
-    obj, _why = resolve_objective(metric, adapter_b, corpus, use="per-example")
+    obj = given_objective(objective, adapter_b, corpus)
     score_a, score_b, patched = _patched_scores(adapter_a, adapter_b, corpus, obj, batch_size)
     L, H = adapter_b.n_layers, adapter_b.n_heads
     effects = patched - score_b[:, None]
@@ -122,7 +123,7 @@ def attribute_change(
 
 
 def _patched_scores(
-    adapter_a: ModelAdapter, adapter_b: ModelAdapter, corpus: Any, obj: Any, batch_size: int
+    adapter_a: ModelAdapter, adapter_b: ModelAdapter, corpus: Any, objective: Objective, batch_size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(score_a [n], score_b [n], patched [n, layers·heads])``: the objective of each
     example on either checkpoint, and on ``adapter_b`` with one head's output taken from
@@ -135,18 +136,18 @@ def _patched_scores(
     score_a, score_b = np.zeros(n), np.zeros(n)
     patched = np.zeros((n, L * H))
     sites = _z_sites(adapter_b)
-    for idx, batch in obj.batches(adapter_b, corpus, batch_size):
+    for idx, batch in objective.batches(adapter_b, corpus, batch_size):
         with Trace(adapter_a, read=sites) as tr:
-            out_a = obj.forward(adapter_a, batch)
-        out_b = obj.forward(adapter_b, batch)
-        ref = obj.reference(out_b, batch)
-        score_b[idx] = obj.score(out_b, batch, ref).double().cpu().numpy()
-        score_a[idx] = obj.score(out_a, batch, ref).double().cpu().numpy()
+            out_a = objective.forward(adapter_a, batch)
+        out_b = objective.forward(adapter_b, batch)
+        ref = objective.reference(out_b, batch)
+        score_b[idx] = objective.score(out_b, batch, ref).double().cpu().numpy()
+        score_a[idx] = objective.score(out_a, batch, ref).double().cpu().numpy()
         for layer in range(L):
             z = tr.cache[sites[layer]]  # [batch, pos, head, d_head]
             for h in range(H):
                 edit = {sites[layer]: Patch(value=z[:, :, h].clone(), head=h)}
                 with Trace(adapter_b, edit=edit):
-                    out = obj.forward(adapter_b, batch)
-                patched[idx, layer * H + h] = obj.score(out, batch, ref).double().cpu().numpy()
+                    out = objective.forward(adapter_b, batch)
+                patched[idx, layer * H + h] = objective.score(out, batch, ref).double().cpu().numpy()
     return score_a, score_b, patched

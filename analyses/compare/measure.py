@@ -24,6 +24,7 @@ from probe.errors import InputError, NotApplicable
 from .floors import RATIO_FLOOR, SHARE_FLOOR
 
 if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
     from probe.models.adapter import ModelAdapter
 
 log = logging.getLogger(__name__)
@@ -117,18 +118,18 @@ def icl_scores(adapter: ModelAdapter, texts: Sequence[str]) -> np.ndarray:
     return np.asarray(out)
 
 
-def _necessity(adapter, corpus, metric, batch_size: int, n_heads: int) -> tuple:
-    """``(harm [examples, L·H], objective name)``: each head zeroed alone."""
-    from probe.analyses.common.objective import floor_of, resolve_objective
+def _necessity(adapter, corpus, objective: Objective, batch_size: int, n_heads: int) -> tuple:
+    """``(harm [examples, L·H], objective name, floor)``: each head zeroed alone."""
+    from probe.analyses.common.objective import floor_of, given_objective
     from probe.analyses.necessity.ablation import sweep_heads
 
-    obj, why = resolve_objective(metric, adapter, corpus, use="per-example")
+    obj = given_objective(objective, adapter, corpus)
     heads = [(layer, h) for layer in range(adapter.n_layers) for h in range(n_heads)]
     sweep = sweep_heads(adapter, corpus, obj, heads=heads, batch_size=batch_size, n_boot=10)
     delta = (np.asarray(sweep.ablated) - np.asarray(sweep.clean)[None, :]).T  # [E, L·H] score changes
     harm = -delta if obj.higher_is_better else delta  # positive: worse without the head
     floor, _source = floor_of(obj)
-    return harm, obj.called, float(floor), why
+    return harm, obj.called, float(floor)
 
 
 def measure_checkpoint(
@@ -139,12 +140,13 @@ def measure_checkpoint(
     step: Optional[int] = None,
     fingerprint: str = "",
     necessity: bool = True,
-    metric: Any = "auto",
+    objective: Optional[Objective] = None,
     batch_size: int = 8,
 ) -> Measurements:
     """Measure one checkpoint on ``corpus`` (a :class:`probe.inputs.corpus.Corpus`): its maps,
-    every role score per example, necessity (``necessity``) and, for a causal LM, the
-    in-context-learning score.
+    every role score per example, necessity (``necessity``, on ``objective``: resolved by
+    the run, :func:`probe.analyses.compare.run.compare_checkpoints`; ``None``: not measured)
+    and, for a causal LM, the in-context-learning score.
 
     Raises:
         InputError: an empty corpus.
@@ -160,10 +162,10 @@ def measure_checkpoint(
     values = role_values(maps, list(measures))
     n_heads = int(maps[0].attentions.shape[1])
     notes = []
-    objective = None
-    if necessity:
+    name = None
+    if necessity and objective is not None:
         try:
-            harm, objective, floor, why = _necessity(adapter, corpus, metric, batch_size, n_heads)
+            harm, name, floor = _necessity(adapter, corpus, objective, batch_size, n_heads)
         except NotApplicable as exc:
             notes.append(f"necessity not measured: {exc}")
         else:
@@ -184,7 +186,7 @@ def measure_checkpoint(
         floors=measures,
         step=step,
         fingerprint=fingerprint,
-        objective=objective,
+        objective=name,
         icl=icl,
         notes=notes,
     )

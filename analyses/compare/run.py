@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+
 import pandas as pd
 
 from probe.errors import InputError, NotApplicable
@@ -114,6 +115,22 @@ def check_shapes(labels: Sequence[str], shapes: Sequence[dict]) -> None:
             )
 
 
+def _resolved(objective: Any, adapter: Any, corpus: Any, needed: bool) -> tuple:
+    """``(objective or None, notes)``: the run's objective (a name, ``auto`` or an
+    :class:`Objective`) resolved once, against the first checkpoint (every checkpoint has
+    its shape), for necessity and attribution; ``None`` with the reason in a note where it
+    does not fit the model, or where neither is measured."""
+    from probe.analyses.common.objective import resolve_objective
+    from probe.errors import NotApplicable
+
+    if not needed:
+        return None, []
+    try:
+        return resolve_objective(objective, adapter, corpus, use="per-example")[0], []
+    except NotApplicable as exc:
+        return None, [f"necessity and attribution not measured: {exc}"]
+
+
 def compare_checkpoints(
     checkpoints: Sequence,
     corpus: Any,
@@ -121,7 +138,7 @@ def compare_checkpoints(
     device: str = "cpu",
     necessity: bool = True,
     attribute: bool = False,
-    metric: Any = "auto",
+    objective: Any = "auto",
     q: float = 0.05,
     n_boot: int = 1000,
     batch_size: int = 8,
@@ -153,7 +170,8 @@ def compare_checkpoints(
         shapes.append(shape_of(adapters[-1]))
         check_shapes([c.label for c in checkpoints[: i + 1]], shapes)
     corpus = fit_to_model(corpus, adapters[0])
-    rows, measured, warnings, notes = [], [], [], []
+    objective, notes = _resolved(objective, adapters[0], corpus, necessity or attribute)
+    rows, measured, warnings = [], [], []
     attribution: dict = {}
     for ck, adapter, shape in zip(checkpoints, adapters, shapes):
         fp = weights_fingerprint(adapter.model)
@@ -162,22 +180,16 @@ def compare_checkpoints(
         rows.append({**row, **shape})
         log.info("measuring %s (%d examples)", ck.label, len(corpus))
         m = measure_checkpoint(
-            adapter,
-            corpus,
-            label=ck.label,
-            step=ck.step,
-            fingerprint=fp,
-            necessity=necessity,
-            metric=metric,
+            adapter, corpus, label=ck.label, step=ck.step, fingerprint=fp, necessity=necessity, objective=objective,
             batch_size=batch_size,
-        )
+        )  # fmt: skip
         notes.extend(f"{ck.label}: {n}" for n in m.notes)
         for earlier in rows[:-1]:  # any earlier checkpoint, not only the previous: byte-identical copies
             w = same_weights_warning(earlier["label"], m.label, earlier["fingerprint"], fp, earlier["tokenizer"], tok)
             if w:
                 warnings.append(w)
                 break
-        if attribute and measured:
+        if attribute and measured and objective is not None:
             from .attribution import attribute_change
 
             try:
@@ -185,7 +197,7 @@ def compare_checkpoints(
                     adapters[len(measured) - 1],
                     adapter,
                     corpus,
-                    metric,
+                    objective,
                     batch_size=batch_size,
                     n_boot=n_boot,
                     seed=seed,

@@ -166,7 +166,7 @@ def _special_batch(encodings: Sequence[Any], n: int, device: torch.device | str)
 
 def attribute(
     adapter: ModelAdapter,
-    target: Objective,
+    objective: Objective,
     encodings: Sequence,
     *,
     methods: Sequence[str] = METHODS,
@@ -176,11 +176,11 @@ def attribute(
     baseline: str = "pad",
     progress: bool = False,
 ) -> Attributions:
-    """Attribute ``target`` to the tokens of each encoding with captum.
+    """Attribute ``objective`` to the tokens of each encoding with captum.
 
     Args:
         adapter: a :class:`models.ModelAdapter` (encoder or decoder model).
-        target: what to explain (:mod:`probe.analyses.common.targets`).
+        objective: what to explain (:mod:`probe.analyses.common.targets`).
         encodings: :class:`models.adapter.Encoding` s (``adapter.encode(...)``).
         methods: any of :data:`METHODS`.
         n_steps: IG integration steps (Gauss–Legendre).
@@ -217,7 +217,7 @@ def attribute(
         )
     from captum.attr import FeatureAblation, LayerGradientXActivation, LayerIntegratedGradients
 
-    f = scalar_function(adapter, target)
+    f = scalar_function(adapter, objective)
     emb = adapter.embeddings()
     from probe.inputs.budget import length_groups, rows_for
 
@@ -237,7 +237,7 @@ def attribute(
             rows = rows_for(adapter, max(len(e) for e in encs), internal_batch_size, grad=True)
             inputs = adapter.batch(encs)
             ids, mask = inputs["input_ids"], inputs["attention_mask"]
-            aux = target.aux(adapter, ids, mask)
+            aux = objective.aux(adapter, ids, mask)
             special = _special_batch(encs, ids.shape[1], ids.device)
             base = baseline_ids(adapter, ids, mask, special, baseline)
             args = (mask, aux)
@@ -303,7 +303,7 @@ def attribute(
     return Attributions(
         examples=tuple(out),
         methods=methods,
-        target=target.describe(),
+        target=objective.describe(),
         settings={
             "n_steps": n_steps,
             "internal_batch_size": internal_batch_size,

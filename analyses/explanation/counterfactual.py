@@ -144,7 +144,7 @@ def _permutation_groups(adapter: ModelAdapter, lengths: Sequence[int], k: int, b
 
 def permutation_effects(
     adapter: ModelAdapter,
-    target: Objective,
+    objective: Objective,
     encodings: Sequence,
     *,
     heads: Optional[Sequence[tuple]] = None,
@@ -160,7 +160,7 @@ def permutation_effects(
 
     Args:
         adapter: an encoder or decoder :class:`models.ModelAdapter`.
-        target: what to measure (:mod:`probe.analyses.common.targets`).
+        objective: what to measure (:mod:`probe.analyses.common.targets`).
         encodings: the examples (``adapter.encode(...)``).
         heads: ``(layer, head)`` pairs (default: every head).
         n_permutations: random permutations per example and head.
@@ -232,12 +232,12 @@ def permutation_effects(
             ids, mask = inputs["input_ids"], inputs["attention_mask"]
             lengths = [len(e) for e in encs]
             B, S = ids.shape
-            aux = target.aux(adapter, ids, mask)
+            aux = objective.aux(adapter, ids, mask)
             with Trace(adapter, read=read) as clean, torch.no_grad():
-                out = target.output(adapter, ids, mask)
+                out = objective.output(adapter, ids, mask)
             with torch.no_grad():
-                p0 = target.distribution(out, mask, aux).float()
-                f0 = check_scalar(target.scalar(out, mask, aux), B, target.describe()).float()
+                p0 = objective.distribution(out, mask, aux).float()
+                f0 = check_scalar(objective.scalar(out, mask, aux), B, objective.describe()).float()
             rep = lambda t: t.repeat_interleave(kc, 0)  # noqa: E731, B023  row b*kc + k (this group's kc)
             ids_k, mask_k, aux_k = rep(ids), rep(mask), rep(aux)
             p0_k, f0_k = rep(p0), rep(f0)
@@ -254,9 +254,9 @@ def permutation_effects(
                         if site:
                             hidden, context = rep(clean.cache["resid_pre", l]), rep(clean.cache["proj_in", l])
                             st.enter_context(RestartFrom(adapter, l, hidden, context=context))
-                        out_k = target.output(adapter, ids_k, mask_k)
-                        p1 = target.distribution(out_k, mask_k, aux_k).float()
-                        f1 = target.scalar(out_k, mask_k, aux_k).float()
+                        out_k = objective.output(adapter, ids_k, mask_k)
+                        p1 = objective.distribution(out_k, mask_k, aux_k).float()
+                        f1 = objective.scalar(out_k, mask_k, aux_k).float()
                     del out_k
                     for part, d in zip(parts, (tvd(p0_k, p1), jsd(p0_k, p1), (f1 - f0_k).abs())):
                         part.append(d.reshape(B, kc))

@@ -43,7 +43,7 @@ from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FaithfulnessReport", "run_faithfulness", "verdict_rule", "verdict_table", "resolve_target"]
+__all__ = ["FaithfulnessReport", "run_faithfulness", "verdict_rule", "verdict_table", "fit_objective"]
 
 
 #: the median total variation under permutation below which a head's weights are "irrelevant"
@@ -184,29 +184,30 @@ class FaithfulnessReport:
         return paths
 
 
-def resolve_target(
+def fit_objective(
     adapter: ModelAdapter,
-    target: Union[Objective, str],
+    objective: Objective,
     corpus: Corpus,
     *,
     seed: int = 0,
     pairs: Optional[str] = None,
     embeddings: Optional[tuple] = None,
 ) -> tuple[Objective, Corpus, Optional[list], dict]:
-    """``(target, corpus to explain, evidence words or None, info)`` for a target: a
-    resolved :class:`probe.analyses.common.objective.Objective` (a run's, resolved once:
-    only checked here), or a name resolved here.
-
-    ``probe:<property>`` fits a probe on the treebank (``corpus.sentences``) and returns
-    its held-out split; zoo corpora give their examples' ``evidence_word``. ``embeddings``:
-    the corpus's embeddings from an earlier run (:func:`.pairs.similarity_target`'s ``known``).
+    """``(objective, corpus to explain, evidence words or None, info)`` for the run's
+    resolved explain objective (:func:`probe.analyses.common.objective.resolve_objective`
+    with ``use="explain"``, once, by the run: only checked here), fitted where it names
+    data: ``similarity`` takes its partner sentences, ``probe:<property>`` fits a probe on
+    the treebank (``corpus.sentences``) and returns its held-out split; zoo corpora give
+    their examples' ``evidence_word``. ``embeddings``: the corpus's embeddings from an
+    earlier run (:func:`.pairs.similarity_target`'s ``known``).
 
     Raises:
-        InputError: a probe target without a CoNLL-U corpus, an unknown spec.
+        TypeError: ``objective`` is not an :class:`Objective` (a name: resolve it first).
+        InputError: a probe target without a CoNLL-U corpus.
     """
-    from probe.analyses.common.objective import Unfitted, resolve_objective
+    from probe.analyses.common.objective import Unfitted, given_objective
 
-    resolved, _ = resolve_objective(target, adapter, corpus, use="explain")
+    resolved = given_objective(objective, adapter, corpus)
     info: dict = {"target": resolved.called}
     if isinstance(resolved, Unfitted) and resolved.kind == "similarity":
         from probe.analyses.explanation.pairs import similarity_target
@@ -348,7 +349,7 @@ def _to_explain(adapter, target, corpus, evidence, info: dict, max_examples, see
 def run_faithfulness(
     adapter: ModelAdapter,
     corpus: Any,
-    target: Union[Objective, str],
+    objective: Objective,
     *,
     methods: Sequence[str] = METHODS,
     attention_methods: Sequence[str] = ("attention", "rollout", "flow"),
@@ -365,14 +366,14 @@ def run_faithfulness(
     n_strata: int = N_STRATA,
     embeddings: Optional[tuple] = None,
 ) -> FaithfulnessReport:
-    """Run the whole faithfulness study of ``target`` on ``corpus``.
+    """Run the whole faithfulness study of ``objective`` on ``corpus``.
 
     Args:
         adapter: the model.
         corpus: a :class:`probe.inputs.corpus.Corpus`.
-        target: a resolved :class:`probe.analyses.common.objective.Objective` (``use="explain"``),
-            or its name: ``logit`` / ``logit:<class>`` / ``loss:<position>`` /
-            ``probe:<property>`` / ``similarity`` (see :func:`resolve_target`).
+        objective: the run's resolved :class:`probe.analyses.common.objective.Objective`
+            (``use="explain"``: ``logit`` / ``logit:<class>`` / ``loss:<position>`` /
+            ``probe:<property>`` / ``similarity``; fitted by :func:`fit_objective`).
         methods: attribution methods (:data:`probe.analyses.explanation.attributions.METHODS`).
         attention_methods: see :data:`probe.analyses.explanation.attention_scores.ATTENTION_METHODS`.
         n_steps, internal_batch_size: IG settings.
@@ -400,17 +401,17 @@ def run_faithfulness(
     """
     from probe.runs.capture import capture
 
-    target, corpus, evidence, info = resolve_target(
-        adapter, target, corpus, seed=seed, pairs=pairs, embeddings=embeddings
+    objective, corpus, evidence, info = fit_objective(
+        adapter, objective, corpus, seed=seed, pairs=pairs, embeddings=embeddings
     )
-    corpus, evidence = _to_explain(adapter, target, corpus, evidence, info, max_examples, seed, n_strata)
+    corpus, evidence = _to_explain(adapter, objective, corpus, evidence, info, max_examples, seed, n_strata)
     if not len(corpus):
         raise InputError("no examples left to explain")
     spans = _spans(corpus)
     encs = [adapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
     attrs = attribute(
         adapter,
-        target,
+        objective,
         encs,
         methods=methods,
         n_steps=n_steps,
@@ -419,7 +420,7 @@ def run_faithfulness(
     )
     gate = None
     if "ig" in methods:
-        attrs, gate = gate_ig(adapter, target, encs, attrs, n_steps, internal_batch_size=internal_batch_size)
+        attrs, gate = gate_ig(adapter, objective, encs, attrs, n_steps, internal_batch_size=internal_batch_size)
     keep = list(gate.passed) if gate is not None else list(range(len(encs)))
     if not keep:  # nothing IG explains correctly: the comparison is not made (a report marks it not tested)
         raise NotApplicable(
@@ -428,7 +429,7 @@ def run_faithfulness(
         )
     maps = capture(adapter, list(corpus.texts), word_spans=spans)
     att = [
-        attention_scores(m, target.reads(m.n_tokens, adapter), methods=attention_methods, index=i, adapter=adapter)
+        attention_scores(m, objective.reads(m.n_tokens, adapter), methods=attention_methods, index=i, adapter=adapter)
         for i, m in enumerate(maps)
     ]
     attr_sets = attribution_scoresets(attrs)
@@ -436,7 +437,7 @@ def run_faithfulness(
     null_agree = (
         _null_agreement(
             adapter,
-            target,
+            objective,
             corpus,
             encs,
             spans,
@@ -452,7 +453,7 @@ def run_faithfulness(
     perm = None
     if permute:
         perm = permutation_effects(
-            adapter, target, encs, heads=heads, n_permutations=n_permutations, seed=seed, progress=progress
+            adapter, objective, encs, heads=heads, n_permutations=n_permutations, seed=seed, progress=progress
         )
     truth = evidence_recovery([att, attr_sets], evidence) if evidence is not None else None
     verdict = verdict_table(agree, perm, truth)

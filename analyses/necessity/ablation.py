@@ -46,8 +46,7 @@ import torch
 
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.common.metrics import MetricBatch, as_corpus
-from probe.analyses.common.objective import get_metric
-from probe.analyses.common.objective import Objective
+from probe.analyses.common.objective import Objective, given_objective
 from probe.analyses.necessity.sweep import (
     MAX_TOKENS,
     CleanRun,
@@ -148,7 +147,7 @@ def check_mode(mode: str) -> None:
 def position_kind_means(
     adapter,
     corpus,
-    metric: Objective,
+    objective: Objective,
     batch_size: int = 16,
     stack: Optional[str] = None,
     sample: Optional[int] = MEAN_SAMPLE,
@@ -184,8 +183,8 @@ def position_kind_means(
     sums = torch.zeros(kinds.n, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)
     counts = torch.zeros(kinds.n, dtype=torch.float64)
     with HeadOutputRecorder(adapter, stack=stack) as rec:
-        for _, batch in metric.batches(adapter, corpus, batch_size, by_length=True):
-            metric.forward(adapter, batch)
+        for _, batch in objective.batches(adapter, corpus, batch_size, by_length=True):
+            objective.forward(adapter, batch)
             valid = batch.inputs["attention_mask"].bool().cpu()
             kind = kinds.index(batch).cpu()
             for k in range(kinds.n):
@@ -206,7 +205,7 @@ def row_values(means: KindMeans, layer: int, batch: MetricBatch) -> torch.Tensor
 
 def run_rows(
     adapter,
-    metric: Objective,
+    objective: Objective,
     batch: MetricBatch,
     reference,
     layer: int,
@@ -234,8 +233,8 @@ def run_rows(
     tokens = batch.rows * int(batch.inputs["input_ids"].shape[1]) * max(1, len(units))
     return sweep_batch(
         adapter,
-        metric.forward,
-        scorer(metric, reference),
+        objective.forward,
+        scorer(objective, reference),
         batch,
         clean,
         units,
@@ -246,38 +245,38 @@ def run_rows(
     )
 
 
-def scorer(metric: Objective, reference):
+def scorer(objective: Objective, reference):
     """The sweep's ``read`` (:func:`probe.analyses.necessity.sweep.sweep_batch`): metric
     scores of ``k`` copies of rows ``rows``, against those rows' clean ``reference``."""
 
     def read(out, big, rows, k):
         ref = None if reference is None else cut(reference, rows)
-        return metric.score(out, big, None if ref is None else ref.repeat(k, *([1] * (ref.dim() - 1))))
+        return objective.score(out, big, None if ref is None else ref.repeat(k, *([1] * (ref.dim() - 1))))
 
     return read
 
 
 def _sweep_chunk(
-    adapter, metric: Objective, batch: MetricBatch, layers: dict, means, stack, path: str, max_tokens: int
+    adapter, objective: Objective, batch: MetricBatch, layers: dict, means, stack, path: str, max_tokens: int
 ):
     """Clean and ablated scores of one chunk: ``[b]`` and ``{layer: [k, b]}``, ``k`` =
     the heads swept in that layer, in the order of ``layers[layer]``."""
-    run = clean_run(adapter, metric.forward, batch, [], stack=stack, path=path)
-    ref = metric.reference(run.output, batch)
-    clean = metric.score(run.output, batch, ref)
+    run = clean_run(adapter, objective.forward, batch, [], stack=stack, path=path)
+    ref = objective.reference(run.output, batch)
+    clean = objective.score(run.output, batch, ref)
     units = [((layer, h),) for layer, heads in layers.items() for h in heads]
     values = {layer: row_values(means, layer, batch) for layer in layers} if means is not None else {}
     scores = sweep_batch(
         adapter,
-        metric.forward,
-        scorer(metric, ref),
+        objective.forward,
+        scorer(objective, ref),
         batch,
         run,
         units,
         lambda j, layer: values.get(layer),
         stack=stack,
         path=path,
-        trim=trimmable(adapter, metric, batch),
+        trim=trimmable(adapter, objective, batch),
         max_tokens=max_tokens,
     ).to(clean.dtype)
     ablated, start = {}, 0
@@ -287,16 +286,16 @@ def _sweep_chunk(
     return clean, ablated
 
 
-def setup_sweep(adapter, corpus, metric, mode, heads, stack, batch_size):
+def setup_sweep(adapter, corpus, objective, mode, heads, stack, batch_size):
     """``(corpus, objective, heads, means)`` of a sweep, checked: the corpus as a
     :class:`probe.inputs.corpus.Corpus`, the resolved objective, the checked heads and, for
     mean-ablation, :func:`position_kind_means` (else ``None``)."""
     corpus = as_corpus(corpus)
-    metric = get_metric(metric, adapter, corpus)
+    objective = given_objective(objective, adapter, corpus)
     check_mode(mode)
     heads = check_heads(adapter, heads, stack)
-    means = position_kind_means(adapter, corpus, metric, batch_size, stack) if mode == "mean" else None
-    return corpus, metric, heads, means
+    means = position_kind_means(adapter, corpus, objective, batch_size, stack) if mode == "mean" else None
+    return corpus, objective, heads, means
 
 
 def sweep_result(heads, clean, ablated, mode, metric_name: str, path, n_boot, confidence, seed) -> SweepResult:
@@ -324,7 +323,7 @@ def sweep_result(heads, clean, ablated, mode, metric_name: str, path, n_boot, co
 def sweep_heads(
     adapter,
     corpus,
-    metric="loss",
+    objective: Objective,
     mode: str = "zero",
     heads: Optional[Sequence] = None,
     *,
@@ -337,12 +336,13 @@ def sweep_heads(
     stack: Optional[str] = None,
     progress: bool = False,
 ) -> SweepResult:
-    """Ablate each head alone and measure ``metric`` on every example (batched).
+    """Ablate each head alone and measure ``objective`` on every example (batched).
 
     Args:
         corpus: a :class:`probe.inputs.corpus.Corpus` or a list of texts.
-        metric: ``loss`` | ``accuracy`` | ``embedding-drift`` | a :class:`probe.analyses.common.objective.Objective` |
-            a callable ``fn(outputs, batch) -> Tensor[rows]``.
+        objective: the run's resolved :class:`probe.analyses.common.objective.Objective`
+            (``loss``, ``accuracy``, ``embedding-drift`` …; a callable ``fn(outputs, batch) ->
+            Tensor[rows]`` wrapped in :class:`probe.analyses.common.metrics.CallableMetric`).
         mode: ``zero`` or ``mean`` (per-position-kind corpus mean).
         heads: ``(layer, head)`` pairs (default: all ``L·H``).
         batch_size: examples per chunk (one clean forward each).
@@ -350,17 +350,18 @@ def sweep_heads(
         max_tokens: padded tokens (rows × length) per ablation forward; bounds memory.
 
     Raises:
-        ValueError: unknown mode or metric, a metric that does not apply (naming those
-            that do), a head out of range (naming the valid range), an empty corpus,
+        TypeError: ``objective`` is a name, not an Objective (resolve it first).
+        ValueError: unknown mode, an objective that does not apply (naming those that
+            do), a head out of range (naming the valid range), an empty corpus,
             ``max_tokens < 1``.
     """
     if max_tokens < 1:
         raise InputError(f"max_tokens must be ≥ 1, got {max_tokens}")
-    corpus, metric, heads, means = setup_sweep(adapter, corpus, metric, mode, heads, stack, batch_size)
+    corpus, objective, heads, means = setup_sweep(adapter, corpus, objective, mode, heads, stack, batch_size)
     clean, ablated, path = sweep_values(
         adapter,
         corpus,
-        metric,
+        objective,
         heads,
         means,
         batch_size=batch_size,
@@ -369,14 +370,14 @@ def sweep_heads(
         stack=stack,
         progress=progress,
     )
-    return sweep_result(heads, clean, ablated, mode, metric.name, path, n_boot, confidence, seed)
+    return sweep_result(heads, clean, ablated, mode, objective.name, path, n_boot, confidence, seed)
 
 
 @torch.no_grad()
 def sweep_values(
     adapter,
     corpus,
-    metric: Objective,
+    objective: Objective,
     heads: Sequence,
     means: Optional[torch.Tensor],
     *,
@@ -405,9 +406,9 @@ def sweep_values(
     n = len(corpus)
     clean = np.zeros(n)
     ablated = np.zeros((len(heads), n))
-    chunks = metric.batches(adapter, corpus, batch_size, by_length=True)
+    chunks = objective.batches(adapter, corpus, batch_size, by_length=True)
     for idx, batch in tqdm(chunks, total=-(-n // batch_size), disable=not progress, desc="sweep"):
-        c, by = _sweep_chunk(adapter, metric, batch, layers, means, stack, path, max_tokens)
+        c, by = _sweep_chunk(adapter, objective, batch, layers, means, stack, path, max_tokens)
         clean[idx] = c.double().cpu().numpy()
         for layer, items in by_layer.items():
             ablated[np.ix_([j for j, _ in items], idx)] = by[layer].double().cpu().numpy()
@@ -418,7 +419,7 @@ def sweep_values(
 def sweep_heads_naive(
     adapter,
     corpus,
-    metric="loss",
+    objective: Objective,
     mode: str = "zero",
     heads: Optional[Sequence] = None,
     *,
@@ -433,16 +434,19 @@ def sweep_heads_naive(
     ablated head (same arguments, same result up to float error)."""
     from tqdm.auto import tqdm
 
-    corpus, metric, heads, means = setup_sweep(adapter, corpus, metric, mode, heads, stack, batch_size)
+    corpus, objective, heads, means = setup_sweep(adapter, corpus, objective, mode, heads, stack, batch_size)
     n = len(corpus)
     clean = np.zeros(n)
     ablated = np.zeros((len(heads), n))
     for idx, batch in tqdm(
-        metric.batches(adapter, corpus, batch_size), total=-(-n // batch_size), disable=not progress, desc="naive sweep"
+        objective.batches(adapter, corpus, batch_size),
+        total=-(-n // batch_size),
+        disable=not progress,
+        desc="naive sweep",
     ):
-        out = metric.forward(adapter, batch)
-        ref = metric.reference(out, batch)
-        clean[idx] = metric.score(out, batch, ref).double().cpu().numpy()
+        out = objective.forward(adapter, batch)
+        ref = objective.reference(out, batch)
+        clean[idx] = objective.score(out, batch, ref).double().cpu().numpy()
         for j, (layer, head) in enumerate(heads):
             edit: Edit
             if means is None:
@@ -450,6 +454,6 @@ def sweep_heads_naive(
             else:
                 edit = Patch(value=row_values(means, layer, batch)[:, :, head], head=head)
             with HeadIntervention(adapter, {layer: edit}, stack=stack):
-                out = metric.forward(adapter, batch)
-            ablated[j, idx] = metric.score(out, batch, ref).double().cpu().numpy()
-    return sweep_result(heads, clean, ablated, mode, metric.name, "naive loop", n_boot, confidence, seed)
+                out = objective.forward(adapter, batch)
+            ablated[j, idx] = objective.score(out, batch, ref).double().cpu().numpy()
+    return sweep_result(heads, clean, ablated, mode, objective.name, "naive loop", n_boot, confidence, seed)

@@ -12,7 +12,7 @@ the whole corpus (Michel et al. 2019, "Are sixteen heads really better than one?
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from typing import Optional, Sequence, TYPE_CHECKING
 
 import torch
 
@@ -20,6 +20,11 @@ from probe.runs.blocks import Part
 
 from .ablation import MAX_TOKENS, setup_sweep, sweep_values
 from .ablation_sums import AblationSums
+
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
+
+    from .ablation import SweepResult
 
 __all__ = ["AblateJob", "sweep_heads_in_blocks"]
 
@@ -30,7 +35,7 @@ class AblateJob:
 
     Args:
         corpus: the fitted :class:`probe.inputs.corpus.Corpus` (every example within the model's limit).
-        metric: a resolved :class:`probe.analyses.common.objective.Objective` (picklable).
+        objective: the run's resolved :class:`probe.analyses.common.objective.Objective` (picklable).
         heads: checked ``(layer, head)`` pairs.
         mode, means: ``zero`` (``means`` ``None``) or ``mean`` (``means`` a ``KindMeans``, ``[n_kinds, L, H, head_dim]``).
         batch_size, restart, max_tokens, stack: as :func:`probe.analyses.necessity.ablation.sweep_values`.
@@ -40,7 +45,7 @@ class AblateJob:
     def __init__(
         self,
         corpus,
-        metric,
+        objective,
         heads: Sequence,
         mode: str = "zero",
         means: Optional[torch.Tensor] = None,
@@ -53,7 +58,7 @@ class AblateJob:
         confidence: float = 0.95,
         seed: int = 0,
     ):
-        self.corpus, self.metric, self.heads, self.mode, self.means = corpus, metric, list(heads), mode, means
+        self.corpus, self.objective, self.heads, self.mode, self.means = corpus, objective, list(heads), mode, means
         self.batch_size, self.restart, self.max_tokens, self.stack = batch_size, restart, max_tokens, stack
         self.n_boot, self.confidence, self.seed = n_boot, confidence, seed
 
@@ -61,11 +66,11 @@ class AblateJob:
 
         started = time.time()
         block = [int(i) for i in items]
-        sums = AblationSums(self.heads, self.mode, self.metric.name, self.n_boot, self.confidence, self.seed)
+        sums = AblationSums(self.heads, self.mode, self.objective.name, self.n_boot, self.confidence, self.seed)
         clean, ablated, path = sweep_values(
             adapter,
             self.corpus.subset(block),
-            self.metric,
+            self.objective,
             self.heads,
             self.means,
             batch_size=self.batch_size,
@@ -85,7 +90,9 @@ class AblateJob:
         return first
 
 
-def sweep_heads_in_blocks(runner, adapter, corpus, metric="loss", mode: str = "zero", heads=None, **settings):
+def sweep_heads_in_blocks(
+    runner, adapter, corpus, objective: Objective, mode: str = "zero", heads=None, **settings
+) -> SweepResult:
     """:func:`probe.analyses.necessity.ablation.sweep_heads` with its forwards on
     ``runner`` (:mod:`probe.runs.blocks`: this process, or an engine's workers, a block of the
     corpus each) → the same :class:`~probe.analyses.necessity.ablation.SweepResult`.
@@ -100,6 +107,6 @@ def sweep_heads_in_blocks(runner, adapter, corpus, metric="loss", mode: str = "z
         InputError: as :func:`~probe.analyses.necessity.ablation.sweep_heads`.
     """
     batch_size, stack = settings.get("batch_size", 8), settings.get("stack")
-    corpus, objective, heads, means = setup_sweep(adapter, corpus, metric, mode, heads, stack, batch_size)
+    corpus, objective, heads, means = setup_sweep(adapter, corpus, objective, mode, heads, stack, batch_size)
     job = AblateJob(corpus, objective, heads, mode, means, **settings)
     return AblateJob.merge(runner(job, list(range(len(corpus))))).result()

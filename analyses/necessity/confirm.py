@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from probe.analyses.common.objective import Objective
+
 import numpy as np
 from scipy.stats import beta
 
@@ -144,7 +146,7 @@ def confirm_heads(
     heads: Sequence,
     plan: ConfirmationPlan,
     *,
-    objective="auto",
+    objective: Objective,
     mode: str = "mean",
     floor: Optional[float] = None,
     decide: Optional[Callable[[np.ndarray], np.ndarray]] = None,

@@ -28,7 +28,7 @@ import torch
 from probe.analyses.necessity.ablation import check_heads, check_mode, position_kind_means, row_values, scorer
 from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.common.metrics import as_corpus
-from probe.analyses.common.objective import get_metric
+from probe.analyses.common.objective import Objective, given_objective
 from probe.analyses.necessity.patching import corruption_gap, paired_batches, ratio_ci
 from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
 from probe.errors import InputError
@@ -86,7 +86,7 @@ def ablate_group(
     adapter,
     corpus,
     heads: Sequence,
-    metric="loss",
+    objective: Objective,
     mode: str = "zero",
     *,
     batch_size: int = 16,
@@ -95,7 +95,7 @@ def ablate_group(
     seed: int = 0,
     stack: Optional[str] = None,
 ) -> GroupResult:
-    """Ablate all ``heads`` at once and measure ``metric`` on every example.
+    """Ablate all ``heads`` at once and measure ``objective`` on every example.
 
     Args:
         heads: ``(layer, head)`` pairs, all removed in the same forward.
@@ -107,35 +107,35 @@ def ablate_group(
             not apply.
     """
     corpus = as_corpus(corpus)
-    metric = get_metric(metric, adapter, corpus)
+    objective = given_objective(objective, adapter, corpus)
     check_mode(mode)
     heads = _need_heads(adapter, heads, stack)
-    means = position_kind_means(adapter, corpus, metric, batch_size, stack) if mode == "mean" else None
+    means = position_kind_means(adapter, corpus, objective, batch_size, stack) if mode == "mean" else None
     n = len(corpus)
     clean, ablated = np.zeros(n), np.zeros(n)
     path = restart_path(adapter, stack)
-    for idx, batch in metric.batches(adapter, corpus, batch_size, by_length=True):
-        run = clean_run(adapter, metric.forward, batch, [], stack=stack, path=path)
-        ref = metric.reference(run.output, batch)
-        clean[idx] = metric.score(run.output, batch, ref).double().cpu().numpy()
+    for idx, batch in objective.batches(adapter, corpus, batch_size, by_length=True):
+        run = clean_run(adapter, objective.forward, batch, [], stack=stack, path=path)
+        ref = objective.reference(run.output, batch)
+        clean[idx] = objective.score(run.output, batch, ref).double().cpu().numpy()
         values = {} if means is None else {layer: row_values(means, layer, batch) for layer, _ in heads}
         r = sweep_batch(
             adapter,
-            metric.forward,
-            scorer(metric, ref),
+            objective.forward,
+            scorer(objective, ref),
             batch,
             run,
             [tuple(heads)],
             lambda j, layer: values.get(layer),  # noqa: B023 (this batch's)
             stack=stack,
             path=path,
-            trim=trimmable(adapter, metric, batch),
+            trim=trimmable(adapter, objective, batch),
         )
         ablated[idx] = r[0].double().cpu().numpy()
     low, high = bootstrap_mean_ci((ablated - clean)[None], n_boot=n_boot, confidence=confidence, seed=seed)
     return GroupResult(
         heads=tuple(heads),
-        metric=metric.name,
+        metric=objective.name,
         kind=mode,
         clean=clean,
         intervened=ablated,
@@ -152,7 +152,7 @@ def patch_group(
     clean,
     corrupted,
     heads: Sequence,
-    metric="loss",
+    objective: Objective,
     *,
     batch_size: int = 16,
     n_boot: int = 1000,
@@ -170,22 +170,22 @@ def patch_group(
             the corruption does not change), or no heads.
     """
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
-    metric = get_metric(metric, adapter, clean)
+    objective = given_objective(objective, adapter, clean)
     heads = _need_heads(adapter, heads, stack)
     n = len(clean)
     c_vals, k_vals, p_vals = np.zeros(n), np.zeros(n), np.zeros(n)
     path = restart_path(adapter, stack)
     layers = sorted({layer for layer, _ in heads})
-    for idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size):
-        source = clean_run(adapter, metric.forward, cb, layers, stack=stack)  # the clean head outputs
-        ref = metric.reference(source.output, cb)
-        c_vals[idx] = metric.score(source.output, cb, ref).double().cpu().numpy()
-        run = clean_run(adapter, metric.forward, kb, [], stack=stack, path=path)  # the run patched into
-        k_vals[idx] = metric.score(run.output, kb, ref).double().cpu().numpy()
+    for idx, cb, kb in paired_batches(adapter, objective, clean, corrupted, batch_size):
+        source = clean_run(adapter, objective.forward, cb, layers, stack=stack)  # the clean head outputs
+        ref = objective.reference(source.output, cb)
+        c_vals[idx] = objective.score(source.output, cb, ref).double().cpu().numpy()
+        run = clean_run(adapter, objective.forward, kb, [], stack=stack, path=path)  # the run patched into
+        k_vals[idx] = objective.score(run.output, kb, ref).double().cpu().numpy()
         r = sweep_batch(
             adapter,
-            metric.forward,
-            scorer(metric, ref),
+            objective.forward,
+            scorer(objective, ref),
             kb,
             run,
             [tuple(heads)],
@@ -194,11 +194,11 @@ def patch_group(
             path=path,
         )
         p_vals[idx] = r[0].double().cpu().numpy()
-    gap = corruption_gap(metric, c_vals, k_vals)
+    gap = corruption_gap(objective, c_vals, k_vals)
     low, high = ratio_ci(c_vals, k_vals, p_vals[None], n_boot, confidence, seed)
     return GroupResult(
         heads=tuple(heads),
-        metric=metric.name,
+        metric=objective.name,
         kind="patch",
         clean=c_vals,
         intervened=p_vals,

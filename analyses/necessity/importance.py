@@ -29,8 +29,7 @@ import pandas as pd
 import torch
 
 from probe.analyses.common.metrics import Chunk, as_corpus, prepare
-from probe.analyses.common.objective import get_metric
-from probe.analyses.common.objective import Objective
+from probe.analyses.common.objective import Objective, given_objective
 from probe.inputs.budget import length_groups, rows_for
 from probe.errors import InputError
 from probe.interventions.heads import HeadGates
@@ -118,21 +117,21 @@ def _lengths(adapter, corpus) -> list:
 
 
 @torch.no_grad()
-def sized_chunks(adapter, corpus, metric: Objective, batch_size: int = 16) -> list:
+def sized_chunks(adapter, corpus, objective: Objective, batch_size: int = 16) -> list:
     """Like :func:`probe.analyses.common.metrics.prepare`, but each chunk holds examples
     of similar length (longest first), as many (at most ``batch_size``) as fit one
     forward with gradients under the memory budget (:mod:`probe.inputs.budget`): a long input
     no longer pads a whole batch to its length, and its rows are few."""
     if getattr(corpus, "examples", ()):  # zoo tasks: the metric builds the inputs itself
-        return prepare(adapter, corpus, metric, batch_size)
+        return prepare(adapter, corpus, objective, batch_size)
     lengths = _lengths(adapter, corpus)
     chunks = []
     for idx in length_groups(lengths, adapter, batch_size, grad=True):
         idx = sorted(idx)
-        batch = metric.make_batch(adapter, corpus, idx)
-        out = metric.forward(adapter, batch)
-        ref = metric.reference(out, batch)
-        chunks.append(Chunk(tuple(idx), batch, ref, metric.score(out, batch, ref).detach()))
+        batch = objective.make_batch(adapter, corpus, idx)
+        out = objective.forward(adapter, batch)
+        ref = objective.reference(out, batch)
+        chunks.append(Chunk(tuple(idx), batch, ref, objective.score(out, batch, ref).detach()))
     return chunks
 
 
@@ -152,7 +151,7 @@ def _bar(chunks: list, progress: bool, desc: str):
 def gradient_importance(
     adapter,
     corpus,
-    metric="loss",
+    objective: Objective,
     *,
     mask=None,
     batch_size: int = 16,
@@ -170,39 +169,39 @@ def gradient_importance(
             clean model (use ``ig``); a mask of the wrong shape.
     """
     corpus = as_corpus(corpus)
-    metric = get_metric(metric, adapter, corpus)
-    if not metric.differentiable:
+    objective = given_objective(objective, adapter, corpus)
+    if not objective.differentiable:
         raise InputError(
-            f"objective {metric.name!r} is not differentiable; gradient importance needs a loss (use --objective loss)"
+            f"objective {objective.name!r} is not differentiable; gradient importance needs a loss (use --objective loss)"
         )
-    if metric.stationary_at_clean and mask is None:
+    if objective.stationary_at_clean and mask is None:
         raise InputError(
-            f"{metric.name!r} is zero with zero gradient on the unablated model, so "
+            f"{objective.name!r} is zero with zero gradient on the unablated model, so "
             "|∂L/∂ξ| vanishes: use method 'ig' (integrated gradients over the gates)"
         )
     base = _base_gates(adapter, mask, stack).to(adapter.device)
-    chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, metric, batch_size)
+    chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, objective, batch_size)
     total = torch.zeros_like(base, dtype=torch.float64)
     n = 0
     for ch in _bar(chunks, progress, "importance (gradient)"):
         gates = base.expand(ch.batch.rows, *base.shape).clone().requires_grad_(True)
         with torch.enable_grad():
             with HeadGates(adapter, gates, stack):
-                out = metric.forward(adapter, ch.batch)
-            s = metric.score(out, ch.batch, ch.reference)
+                out = objective.forward(adapter, ch.batch)
+            s = objective.score(out, ch.batch, ch.reference)
             (grad,) = torch.autograd.grad(s.sum(), gates)
         total += grad.abs().sum(0).double().cpu()
         n += ch.batch.rows
     raw = (total / max(n, 1)).float()
     return ImportanceResult(
-        scores=normalize_per_layer(raw).numpy(), raw=raw.numpy(), method="gradient", metric=metric.name
+        scores=normalize_per_layer(raw).numpy(), raw=raw.numpy(), method="gradient", metric=objective.name
     )
 
 
 def ig_importance(
     adapter,
     corpus,
-    metric="loss",
+    objective: Objective,
     *,
     mask=None,
     n_steps: int = 20,
@@ -231,13 +230,13 @@ def ig_importance(
     from captum.attr import IntegratedGradients
 
     corpus = as_corpus(corpus)
-    metric = get_metric(metric, adapter, corpus)
-    if not metric.differentiable:
-        raise InputError(f"objective {metric.name!r} is not differentiable; use --objective loss or embedding-drift")
+    objective = given_objective(objective, adapter, corpus)
+    if not objective.differentiable:
+        raise InputError(f"objective {objective.name!r} is not differentiable; use --objective loss or embedding-drift")
     if n_steps < 2:
         raise InputError(f"n_steps must be ≥ 2, got {n_steps}")
     base = _base_gates(adapter, mask, stack).to(adapter.device)
-    chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, metric, batch_size)
+    chunks = chunks if chunks is not None else sized_chunks(adapter, corpus, objective, batch_size)
     total = torch.zeros_like(base, dtype=torch.float64)
     deltas, n, used = [], 0, []
     if tolerance is not None and not tolerance > 0:
@@ -253,9 +252,9 @@ def ig_importance(
             big = ch.batch.repeat(k)
             ref = None if ch.reference is None else ch.reference.repeat(k, *([1] * (ch.reference.dim() - 1)))
             with HeadGates(adapter, g.repeat_interleave(b, 0).reshape(k * b, *base.shape), stack):
-                out = metric.forward(adapter, big)
+                out = objective.forward(adapter, big)
             # repeat() puts copy j at rows j·b…; repeat_interleave gives gate j to those rows
-            return metric.score(out, big, ref).reshape(k, b).mean(1)
+            return objective.score(out, big, ref).reshape(k, b).mean(1)
 
         ig = IntegratedGradients(f)
         for k in ladder:
@@ -281,14 +280,14 @@ def ig_importance(
         scores=normalize_per_layer(raw.abs()).numpy(),
         raw=raw.numpy(),
         method="ig",
-        metric=metric.name,
+        metric=objective.name,
         delta=delta,
         steps=tuple(used),
         tolerance=tolerance,
     )
 
 
-def head_importance(adapter, corpus, metric="loss", method: str = "auto", **kwargs) -> ImportanceResult:
+def head_importance(adapter, corpus, objective: Objective, method: str = "auto", **kwargs) -> ImportanceResult:
     """Dispatch to :func:`gradient_importance` or :func:`ig_importance`; ``auto`` picks
     ``ig`` for metrics whose gradient vanishes at the clean model (embedding-drift).
 
@@ -297,7 +296,7 @@ def head_importance(adapter, corpus, metric="loss", method: str = "auto", **kwar
     """
     if method not in IMPORTANCE_METHODS:
         raise InputError(f"unknown importance method {method!r}; use one of {', '.join(IMPORTANCE_METHODS)}")
-    m = get_metric(metric, adapter, as_corpus(corpus))
+    m = given_objective(objective, adapter, as_corpus(corpus))
     if method == "auto":
         method = "ig" if m.stationary_at_clean else "gradient"
     fn = gradient_importance if method == "gradient" else ig_importance

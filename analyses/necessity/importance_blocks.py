@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from probe.analyses.common.objective import Objective
+
 import numpy as np
 
 from .importance import ImportanceResult, head_importance, normalize_per_layer
@@ -69,7 +71,7 @@ class BlockImportance:
 def importance_in_blocks(
     adapter: Any,
     corpus: Any,
-    metric: Any = "loss",
+    objective: Objective,
     *,
     method: str = "auto",
     block: int = BLOCK,
@@ -105,7 +107,7 @@ def importance_in_blocks(
     first: Optional[ImportanceResult] = None
     halfwidth = np.full((adapter.n_layers_of(kwargs.get("stack")), adapter.n_heads), np.nan)
     for idx in cuts:
-        got = head_importance(adapter, corpus.subset(sorted(idx.tolist())), metric, method=method, **kwargs)
+        got = head_importance(adapter, corpus.subset(sorted(idx.tolist())), objective, method=method, **kwargs)
         first = first or got
         raws.append(np.asarray(got.raw, np.float64))
         sizes.append(len(idx))

@@ -30,7 +30,7 @@ import torch
 from probe.analyses.necessity.ablation import check_heads, run_rows
 from probe.analyses.common.bootstrap import resample_counts
 from probe.analyses.common.metrics import as_corpus
-from probe.analyses.common.objective import get_metric
+from probe.analyses.common.objective import Objective, given_objective
 from probe.tracing.restart import ResidualCache, supports_restart
 from probe.errors import InputError, NotApplicable
 from probe.interventions.heads import HeadOutputRecorder
@@ -116,7 +116,7 @@ def _check_pair(cb, kb, idx: Sequence[int]) -> None:
         )
 
 
-def paired_batches(adapter, metric, clean, corrupted, batch_size: int, progress: bool = False):
+def paired_batches(adapter, objective, clean, corrupted, batch_size: int, progress: bool = False):
     """Yield ``(indices, clean_batch, corrupted_batch)`` over paired corpora; the corrupted
     batch carries the clean one's targets (``aux``), so the metric scores both against
     the clean answer.
@@ -133,18 +133,18 @@ def paired_batches(adapter, metric, clean, corrupted, batch_size: int, progress:
     n = len(clean)
     batches = [list(range(s, min(n, s + batch_size))) for s in range(0, n, batch_size)]
     for idx in tqdm(by_one_length(adapter, batches, clean.texts), disable=not progress, desc="patching"):
-        cb = metric.make_batch(adapter, clean, idx)
-        kb = metric.make_batch(adapter, corrupted, idx)
+        cb = objective.make_batch(adapter, clean, idx)
+        kb = objective.make_batch(adapter, corrupted, idx)
         _check_pair(cb, kb, idx)
         yield idx, cb, replace(kb, aux=cb.aux)
 
 
-def corruption_gap(metric, clean: np.ndarray, corrupted: np.ndarray) -> float:
+def corruption_gap(objective, clean: np.ndarray, corrupted: np.ndarray) -> float:
     """``mean(clean) − mean(corrupted)``; raises when it is 0 (restored fraction undefined)."""
     gap = clean.mean() - corrupted.mean()
     if abs(gap) < 1e-12:
         raise NotApplicable(
-            f"the corruption does not change {metric.name} (clean = corrupted = "
+            f"the corruption does not change {objective.name} (clean = corrupted = "
             f"{clean.mean():.4g}): the restored fraction is undefined"
         )
     return float(gap)
@@ -155,7 +155,7 @@ def patch_heads(
     adapter,
     clean,
     corrupted,
-    metric="loss",
+    objective: Objective,
     heads: Optional[Sequence] = None,
     *,
     batch_size: int = 8,
@@ -171,7 +171,7 @@ def patch_heads(
     Args:
         clean, corrupted: paired corpora (or lists of texts) of equal size; each pair
             must tokenize to the same length.
-        metric: as in :func:`probe.analyses.necessity.ablation.sweep_heads`.
+        objective: as in :func:`probe.analyses.necessity.ablation.sweep_heads`.
 
     Raises:
         ValueError: corpora of different sizes, a pair of different token lengths
@@ -179,7 +179,7 @@ def patch_heads(
             that the corruption does not change (restored fraction undefined).
     """
     clean, corrupted = as_corpus(clean), as_corpus(corrupted)
-    metric = get_metric(metric, adapter, clean)
+    objective = given_objective(objective, adapter, clean)
     heads = check_heads(adapter, heads, stack)
     use_restart = restart and supports_restart(adapter, stack)
     by_layer: dict[int, list] = {}
@@ -187,28 +187,28 @@ def patch_heads(
         by_layer.setdefault(layer, []).append((j, head))
     n = len(clean)
     c_vals, k_vals, p_vals = np.zeros(n), np.zeros(n), np.zeros((len(heads), n))
-    for idx, cb, kb in paired_batches(adapter, metric, clean, corrupted, batch_size, progress):
+    for idx, cb, kb in paired_batches(adapter, objective, clean, corrupted, batch_size, progress):
         with HeadOutputRecorder(adapter, stack=stack) as rec:
-            out = metric.forward(adapter, cb)
-        ref = metric.reference(out, cb)
-        c_vals[idx] = metric.score(out, cb, ref).double().cpu().numpy()
+            out = objective.forward(adapter, cb)
+        ref = objective.reference(out, cb)
+        c_vals[idx] = objective.score(out, cb, ref).double().cpu().numpy()
         with ExitStack() as ctx:
             cache: Any = (
                 ctx.enter_context(ResidualCache(adapter, stack)) if use_restart else None
             )  # None unless restarting
-            out = metric.forward(adapter, kb)
-        k_vals[idx] = metric.score(out, kb, ref).double().cpu().numpy()
+            out = objective.forward(adapter, kb)
+        k_vals[idx] = objective.score(out, kb, ref).double().cpu().numpy()
         for layer, items in by_layer.items():
             residual = cache.inputs[layer] if use_restart else None
-            s = run_rows(adapter, metric, kb, ref, layer, [h for _, h in items], rec.outputs[layer], residual, stack)
+            s = run_rows(adapter, objective, kb, ref, layer, [h for _, h in items], rec.outputs[layer], residual, stack)
             p_vals[np.ix_([j for j, _ in items], idx)] = s.double().cpu().numpy()
-    restored = (p_vals.mean(1) - k_vals.mean()) / corruption_gap(metric, c_vals, k_vals)
+    restored = (p_vals.mean(1) - k_vals.mean()) / corruption_gap(objective, c_vals, k_vals)
     low, high = ratio_ci(c_vals, k_vals, p_vals, n_boot, confidence, seed)
     table = pd.DataFrame(
         {
             "layer": [l for l, _ in heads],
             "head": [h for _, h in heads],
-            "metric": metric.name,
+            "metric": objective.name,
             "clean": c_vals.mean(),
             "corrupted": k_vals.mean(),
             "patched": p_vals.mean(1),

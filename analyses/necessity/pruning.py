@@ -26,7 +26,7 @@ import torch
 
 from probe.analyses.necessity.importance import head_importance
 from probe.analyses.common.metrics import as_corpus, prepare
-from probe.analyses.common.objective import get_metric
+from probe.analyses.common.objective import Objective, given_objective
 from probe.errors import InputError
 from probe.interventions.heads import HeadGates
 
@@ -64,13 +64,13 @@ class PruningResult:
 
 
 @torch.no_grad()
-def masked_metric(adapter, chunks, metric, mask: torch.Tensor, stack: Optional[str] = None) -> float:
+def masked_metric(adapter, chunks, objective, mask: torch.Tensor, stack: Optional[str] = None) -> float:
     """Mean metric over prepared ``chunks`` with head gates ``mask`` ``[layers, heads]``."""
     total, n = 0.0, 0
     with HeadGates(adapter, mask.to(adapter.device), stack=stack):
         for ch in chunks:
-            out = metric.forward(adapter, ch.batch)
-            total += float(metric.score(out, ch.batch, ch.reference).double().sum())
+            out = objective.forward(adapter, ch.batch)
+            total += float(objective.score(out, ch.batch, ch.reference).double().sum())
             n += ch.batch.rows
     return total / max(n, 1)
 
@@ -78,7 +78,7 @@ def masked_metric(adapter, chunks, metric, mask: torch.Tensor, stack: Optional[s
 def pruning_curve(
     adapter,
     corpus,
-    metric="loss",
+    objective: Objective,
     *,
     method: str = "auto",
     step_fraction: float = 0.1,
@@ -108,24 +108,24 @@ def pruning_curve(
     if not 0 < step_fraction <= 1 or not 0 < max_fraction <= 1:
         raise InputError(f"step_fraction and max_fraction must be in (0, 1], got {step_fraction}, {max_fraction}")
     corpus = as_corpus(corpus)
-    metric = get_metric(metric, adapter, corpus)
+    objective = given_objective(objective, adapter, corpus)
     L, H = adapter.n_layers_of(stack), adapter.n_heads
     total = L * H
     per_step = max(1, int(round(step_fraction * total)))
     limit = min(total, int(math.floor(max_fraction * total + 1e-9)))
-    chunks = prepare(adapter, corpus, metric, batch_size)
-    clean = masked_metric(adapter, chunks, metric, torch.ones(L, H), stack)
+    chunks = prepare(adapter, corpus, objective, batch_size)
+    clean = masked_metric(adapter, chunks, objective, torch.ones(L, H), stack)
     rows = []
 
     def record(order, step, mask, removed):
-        value = masked_metric(adapter, chunks, metric, mask, stack)
+        value = masked_metric(adapter, chunks, objective, mask, stack)
         rows.append(
             {
                 "order": order,
                 "step": step,
                 "n_pruned": int((mask == 0).sum()),
                 "fraction": float((mask == 0).sum()) / total,
-                "metric": metric.name,
+                "metric": objective.name,
                 "value": value,
                 "delta": value - clean,
                 "pruned": " ".join(f"{l}:{h}" for l, h in removed),
@@ -140,7 +140,7 @@ def pruning_curve(
         alive = torch.nonzero(mask.flatten()).flatten()
         if k < alive.numel():
             imp = head_importance(
-                adapter, corpus, metric, method, mask=mask, chunks=chunks, stack=stack, n_steps=n_steps
+                adapter, corpus, objective, method, mask=mask, chunks=chunks, stack=stack, n_steps=n_steps
             )
             scores = torch.as_tensor(imp.scores).flatten()[alive]
             drop = alive[torch.argsort(scores, stable=True)[:k]]
@@ -160,5 +160,5 @@ def pruning_curve(
             mask.view(-1)[torch.as_tensor(picked)] = 0
             record(name, step, mask, [(int(i) // H, int(i) % H) for i in picked])
     return PruningResult(
-        table=pd.DataFrame(rows), clean=clean, metric=metric.name, higher_is_better=metric.higher_is_better
+        table=pd.DataFrame(rows), clean=clean, metric=objective.name, higher_is_better=objective.higher_is_better
     )

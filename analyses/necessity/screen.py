@@ -67,7 +67,7 @@ import torch
 
 from probe.analyses.claims.removal import resample_sources, sweep_batches
 from probe.analyses.common.metrics import as_corpus
-from probe.analyses.common.objective import resolve_objective
+from probe.analyses.common.objective import Objective, given_objective
 from probe.analyses.necessity.ablation import position_kind_means
 from probe.analyses.necessity.position_kinds import KindMeans, position_kinds
 from probe.runs.blocks import InProcess, Part
@@ -163,9 +163,9 @@ def upper_bound(values: np.ndarray, z: float = 2.0, slack: float = 0.0) -> np.nd
     return mean + z * se + slack * np.abs(mean)
 
 
-def screen_kind(obj) -> str:
+def screen_kind(objective) -> str:
     """``first-order`` or ``readout-sketch`` for a resolved objective (module docstring)."""
-    if getattr(obj, "stationary_at_clean", False) or getattr(obj, "corpus_level", False):
+    if getattr(objective, "stationary_at_clean", False) or getattr(objective, "corpus_level", False):
         return "readout-sketch"
     return "first-order"
 
@@ -196,7 +196,7 @@ def _linearised_edit(alpha: torch.Tensor, modes: Sequence[str], layer: int, batc
 def screen_heads(
     adapter,
     corpus,
-    objective="auto",
+    objective: Objective,
     *,
     modes: Sequence[str] = SCREEN_MODES,
     kind: str = "auto",
@@ -212,7 +212,7 @@ def screen_heads(
     """Screen every head's removal in every mode on every example (module docstring).
 
     Args:
-        objective: a name, ``auto`` or an :class:`probe.analyses.common.objective.Objective`.
+        objective: the run's resolved :class:`probe.analyses.common.objective.Objective`.
         modes: of :data:`SCREEN_MODES`.
         kind: ``auto`` (from the objective, :func:`screen_kind`) or one of :data:`KINDS`.
         n_projections: random projections of the readout per batch (``readout-sketch``).
@@ -248,7 +248,7 @@ def screen_heads(
         raise InputError(f"n_projections must be at least 1, got {n_projections}")
     graddrop = bool(graddrop)
     corpus = as_corpus(corpus)
-    obj, _ = resolve_objective(objective, adapter, corpus)
+    obj = given_objective(objective, adapter, corpus)
     kind = screen_kind(obj) if kind == "auto" else kind
     stack = stack or adapter.default_stack
     L, H = adapter.n_layers_of(stack), adapter.n_heads
@@ -287,7 +287,7 @@ class ScreenPlan:
     objective, the modes, the kind, ``k`` projections, the head means, the seed, the stack."""
 
     corpus: Any
-    objective: Any
+    objective: Objective
     modes: tuple
     kind: str
     n_projections: int

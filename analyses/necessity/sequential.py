@@ -69,7 +69,10 @@ be called not necessary (bench/bench_sequential.py uses ``(−2, 20) × floor``)
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from probe.analyses.common.objective import Objective
 
 import numpy as np
 
@@ -492,7 +495,7 @@ def sequential_removals(
     corpus,
     tests: Sequence[RemovalTest],
     *,
-    objective="auto",
+    objective: Objective,
     q: float = 0.05,
     block: int = 64,
     batch_size: int = 8,
@@ -539,7 +542,7 @@ def sequential_removals(
 
     from probe.analyses.claims.removal import RemovalJob, RemovalPlan, block_batches, placed_readouts
     from probe.analyses.common.metrics import as_corpus
-    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.common.objective import given_objective
     from probe.analyses.necessity.ablation import position_kind_means
     from probe.runs.blocks import InProcess
 
@@ -548,7 +551,7 @@ def sequential_removals(
     if runner is not None:
         check_runs_on(runner, adapter)
     corpus = as_corpus(corpus)
-    obj, _ = resolve_objective(objective, adapter, corpus)
+    obj: Any = given_objective(objective, adapter, corpus)  # its block_harm, where corpus-level
     stack = stack or adapter.default_stack
     units = [as_units(t.heads) for t in tests]
     if means is None and any(t.mode == "mean" for t in tests):
@@ -613,7 +616,7 @@ def sequential_necessity(
     *,
     floor: float,
     bounds: Optional[tuple] = None,
-    objective="auto",
+    objective: Objective,
     mode: str = "mean",
     q: float = 0.05,
     block: int = 64,

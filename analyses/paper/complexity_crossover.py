@@ -140,11 +140,11 @@ def _verify_crossover(cell: str, d: int, n_star: int) -> None:
         raise RuntimeError(f"d={d}: self-attention already exceeds {cell} at n={n_star - 1}")
 
 
-def _grid_crossover(grid, d, cell, metric):
+def _grid_crossover(grid, d, cell, column):
     if grid is None:
         return None
-    sa = grid[(grid.layer == "self_attention") & (grid.d == d)].set_index("n")[metric]
-    rec = grid[(grid.layer == cell) & (grid.d == d)].set_index("n")[metric]
+    sa = grid[(grid.layer == "self_attention") & (grid.d == d)].set_index("n")[column]
+    rec = grid[(grid.layer == cell) & (grid.d == d)].set_index("n")[column]
     common = sa.index.intersection(rec.index).sort_values()
     above = [n for n in common if sa[n] > rec[n]]
     return int(above[0]) if above else None

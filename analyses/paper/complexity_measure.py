@@ -46,15 +46,15 @@ def _op_kind(func) -> Tuple[bool, bool]:
     return kind
 
 
-def _tensors(obj):
+def _tensors(value):
     """The tensors in ``obj`` (nested lists, tuples and dicts)."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for item in obj:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
             yield from _tensors(item)
-    elif isinstance(obj, dict):
-        for item in obj.values():
+    elif isinstance(value, dict):
+        for item in value.values():
             yield from _tensors(item)
 
 

@@ -101,7 +101,7 @@ def compare_cmd(
         device=device,
         necessity=not no_necessity,
         attribute=attribute,
-        metric=objective,
+        objective=objective,
         q=fdr,
         n_boot=n_boot,
         batch_size=batch_size,

@@ -367,17 +367,14 @@ class Context:
 
     def _resolve(self, use: str) -> tuple:
         from probe.analyses.common.objective import resolve_objective
-        from probe.analyses.common.objective_names import NOUNS, known_for
+        from probe.analyses.common.objective_names import NOUNS
 
-        spec, note = self.objective_spec, ""
-        try:
-            obj, why = resolve_objective(spec, self.adapter, self.whole_corpus, use=use)
-        except InputError:  # a name this use does not know: auto here, said, when the run serves several uses
-            if not (self._objective_fallback and isinstance(spec, str)) or known_for(spec, use):
-                raise
-            self._fell_back.add(use)
-            note = f"--objective {spec} is not one {use} knows, so auto; "
-            obj, why = resolve_objective(None, self.adapter, self.whole_corpus, use=use)
+        spec = self.objective_spec
+        # the one resolution of this use; a name it does not know is auto here (said) when the
+        # run serves several uses (the report): ``resolve_objective`` adds the use to ``_fell_back``
+        fallback = self._fell_back if self._objective_fallback else None
+        obj, why = resolve_objective(spec, self.adapter, self.whole_corpus, use=use, fallback=fallback)
+        note = f"--objective {spec} is not one {use} knows, so auto; " if use in self._fell_back else ""
         shown = obj.describe() if use == "corpus" else obj.called
         self.say(f"{NOUNS[use]}: {shown} ({note}{why}; choose with --objective)")
         return obj, why

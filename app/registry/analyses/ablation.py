@@ -45,16 +45,16 @@ def run(ctx: Context) -> AblationResult:
         for g in p["group"]
         if g
     ]
-    decided = _decided(ctx, objective.called, groups)
+    decided = _decided(ctx, objective, groups)
     screened = _screened(ctx, groups) if decided is None else None
     if decided is not None:  # every example, each head until its necessity is decided (the claims reuse it)
         corpus, cut, removals = ctx.whole_corpus, "", decided
-        res = _decided_sweep(decided.runs[0], objective.called, p["n_boot"])
+        res = _decided_sweep(decided.runs[0], objective, p["n_boot"])
     elif screened is not None:  # every head screened at once, the ones that could matter removed exactly
         corpus, cut, removals = ctx.whole_corpus, "", screened
         res = _screened_sweep(screened)
     else:
-        removals = _removals(ctx, corpus, objective.called)  # the claims reuse them
+        removals = _removals(ctx, corpus, objective)  # the claims reuse them
         res = _sweep(ctx, corpus, objective, removals)
     t = res.table
     top, sig, gt = top_heads(t, "delta"), int(((t["ci_low"] > 0) | (t["ci_high"] < 0)).sum()), group_table(groups)
@@ -74,11 +74,11 @@ def run(ctx: Context) -> AblationResult:
     )
 
 
-def _decided(ctx: Context, name: str, groups: list) -> Any:
+def _decided(ctx: Context, per_example: Objective, groups: list) -> Any:
     """Where the claims decide necessity head by head on the whole corpus (the sequential
     path: ``--causal auto`` where the model-run limit cuts the corpus), this section's
     removals are theirs: every head mean-ablated on random blocks of every example until its
-    necessity is decided, with ``name`` (the embedding drift of a mean-pooled similarity
+    necessity is decided, with ``per_example`` (the embedding drift of a mean-pooled similarity
     structure) measured on the same removals, and — where the claims section runs too — given
     uniform attention weights until its weights claim is decided against the floor, on the
     same blocks (:func:`probe.analyses.claims.decided.decided_pass`: each block's clean forward
@@ -91,10 +91,10 @@ def _decided(ctx: Context, name: str, groups: list) -> Any:
 
     p = ctx.params
     objective = _claims_objective(ctx, groups, "sequential")
-    if objective is None or not derives(objective, name) or name != "embedding-drift":
+    if objective is None or not derives(objective, per_example) or per_example.called != "embedding-drift":
         return None
     heads = check_heads(ctx.adapter, None)
-    asks = [Decide(heads, "mean", measures={name: drift})]
+    asks = [Decide(heads, "mean", measures={per_example: drift})]  # keyed by the objective it measures
     if ClaimsResult in ctx.report.produces and ctx.adapter.arch != "encoder-decoder":
         asks.append(Decide(heads, "uniform"))  # the claims' weights test, on the same blocks' clean forwards
     runs = decided_pass(ctx.adapter, ctx.whole_corpus, objective, asks, runner=ctx.runner, batch_size=p["batch_size"])
@@ -204,9 +204,9 @@ def _not_sequential(p: dict, decided: Any) -> list:
     ]
 
 
-def _decided_sweep(decided: Any, name: str, n_boot: int) -> SweepResult:
+def _decided_sweep(decided: Any, objective: Objective, n_boot: int) -> SweepResult:
     """The section's table from a :class:`probe.analyses.claims.decided.DecidedRun`: each
-    head's Δ ``name`` (its drift from the clean embedding) over the examples its decision
+    head's Δ ``objective`` (its drift from the clean embedding) over the examples its decision
     took, with the bootstrap interval over those examples and their count (``examples``)."""
     import numpy as np
     import pandas as pd
@@ -214,7 +214,7 @@ def _decided_sweep(decided: Any, name: str, n_boot: int) -> SweepResult:
     from probe.analyses.common.bootstrap import bootstrap_mean_ci
     from probe.analyses.necessity.ablation import COLUMNS, SweepResult
 
-    values = decided.measured[name]
+    values, name = decided.measured[objective], objective.called
     rows = []
     for i, (layer, head) in enumerate(decided.heads):
         v = values[i][~np.isnan(values[i])]
@@ -237,7 +237,7 @@ def _sweep(ctx: Context, corpus: Corpus, objective: Objective, removals: Any) ->
     from ._shared import heads_of_layers
 
     p = ctx.params
-    values = single_head_values(removals, objective.called, p["mode"]) if removals is not None else None
+    values = single_head_values(removals, objective, p["mode"]) if removals is not None else None
     if removals is not None and values is not None:
         from probe.analyses.necessity.ablation import sweep_result
         from probe.analyses.necessity.sweep import restart_path
@@ -321,10 +321,10 @@ def _summary(model: str, res: SweepResult, corpus: Corpus, name: str, mode: str,
     }
 
 
-def _removals(ctx: Context, corpus: Corpus, name: str) -> Any:
+def _removals(ctx: Context, corpus: Corpus, per_example: Objective) -> Any:
     """Every head removed alone in this section's mode on the objective the claims
     measure (:func:`probe.analyses.claims.removal.removal_sweep`, the run's ``corpus``
-    objective), when that sweep determines ``name``
+    objective), when that sweep determines ``per_example``
     (:func:`probe.analyses.claims.removal.derives`: the same objective, or the embedding
     drift of a mean-pooled similarity structure): the claims then reuse it instead of
     running the same forwards again. ``None`` otherwise (the section runs
@@ -339,7 +339,7 @@ def _removals(ctx: Context, corpus: Corpus, name: str) -> Any:
         objective = ctx.objective("corpus")
     except (InputError, NotApplicable):  # not one of the claims' objectives, or it does not fit here
         return None
-    if not derives(objective, name):
+    if not derives(objective, per_example):
         return None
     return removal_sweep(
         ctx.adapter,

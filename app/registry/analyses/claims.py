@@ -47,7 +47,7 @@ def run(ctx: Context) -> ClaimsResult:
     # the model runs on the whole corpus's first examples, also when only a kept sample's maps are held
     corpus, cut = model_corpus(ctx, ctx.whole_corpus) if adapter is not None else (ctx.corpus, "")
     # the run's objective, resolved once (printed); without a live model the causal claims are not tested
-    objective = ctx.objective("corpus") if adapter is not None else ctx.objective_spec
+    objective = ctx.objective("corpus") if adapter is not None else None
     why = ctx.objective_why("corpus") if adapter is not None else ""
     hc = head_claims(
         adapter,

@@ -248,9 +248,9 @@ def run_in_report(ctx: Context) -> FaithfulnessResult:
     target = _target(ctx)
     if isinstance(target, Unfitted) and target.kind == "probe":
         from probe.analyses.claims.attribution import target_validity
-        from probe.analyses.explanation.faithfulness import resolve_target
+        from probe.analyses.explanation.faithfulness import fit_objective
 
-        info = resolve_target(ctx.adapter, target, ctx.whole_corpus, seed=ctx.params["seed"])[3]
+        info = fit_objective(ctx.adapter, target, ctx.whole_corpus, seed=ctx.params["seed"])[3]
         valid, words = target_validity(info)
         if not valid:
             raise SkipAnalysis(f"not tested: target no better than chance ({words})")

@@ -39,7 +39,7 @@ def run_importance(ctx: Context) -> ImportanceResult:
     whole = ctx.whole_corpus
     corpus, cut = model_corpus(ctx, whole)
     kw = dict(
-        metric=ctx.objective("per-example"),
+        objective=ctx.objective("per-example"),
         method=ctx.params["method"],
         batch_size=ctx.params["batch_size"],
         n_steps=ctx.params["ig_steps"],
