@@ -15,6 +15,15 @@ from typing import Any, Optional
 
 from .html import esc
 
+#: the CSS class of each claim status (the head page's table and its evidence list)
+STATUS_CLASS = {
+    "holds": "ran",
+    "does not hold": "muted",
+    "depends on the baseline": "skipped",
+    "not tested": "skipped",
+    "not enough evidence": "skipped",
+}
+
 __all__ = ["claim_rows", "claims_table", "effect_svg", "LEGEND"]
 
 #: the picture's key, printed under the table
@@ -109,7 +118,6 @@ def claim_rows(claims: dict) -> list:
 
 def claims_table(claims: dict) -> str:
     """The head's claims as the table its page opens with ('' for no claims)."""
-    from .claims_html import STATUS_CLASS
 
     if not claims:
         return ""

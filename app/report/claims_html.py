@@ -7,15 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .claim_table import STATUS_CLASS
 from .html import esc
-
-STATUS_CLASS = {
-    "holds": "ran",
-    "does not hold": "muted",
-    "depends on the baseline": "skipped",
-    "not tested": "skipped",
-    "not enough evidence": "skipped",
-}
 
 
 def _title(kind: str) -> str:
