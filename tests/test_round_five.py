@@ -630,7 +630,9 @@ def test_row17_the_sequential_path_on_few_sentences_is_not_enough_evidence(n):
         e_against=np.array([50.0]), method="e-values",
     )  # fmt: skip
     obj = SimpleNamespace(units="sentences")
-    c = _claim("necessity", "mean", res, None, 0, bar=0.01, floor=0.0, obj=obj, m=72, null=None, block_level=False)
+    c = _claim(
+        "necessity", "mean", res, None, 0, bar=0.01, floor=0.0, objective=obj, m=72, null=None, block_level=False
+    )
     assert c.status == "not enough evidence" and c.reason == f"{n} examples < the minimum {T.MIN_EXAMPLES}"
     assert c.count == n
 

@@ -203,7 +203,7 @@ def test_ablation_values_merge_to_the_whole_sweep():
     for mode in ("zero", "mean"):
         ref = sweep_heads(a, TEXTS * 2, get_metric("loss", a), mode, n_boot=200)
         runner = BlockRunner(a, 3)  # blocks of 3 examples, the last first, pickled
-        got = sweep_heads_in_blocks(runner, a, TEXTS * 2, get_metric("loss", runner), mode, n_boot=200)
+        got = sweep_heads_in_blocks(runner, a, TEXTS * 2, get_metric("loss", a), mode, n_boot=200)
         assert runner.blocks == 3
         np.testing.assert_allclose(got.ablated, ref.ablated, atol=1e-5)
         pd.testing.assert_frame_equal(got.table, ref.table, atol=1e-5)
@@ -473,7 +473,7 @@ def test_ray_ablation_sums_equal_one_process(ray_cluster, llama, llama_dir):
     on_ray = engine_runner(llama_dir, engine="ray", workers=2, block_size=RAY_BLOCK)
     for mode in ("zero", "mean"):  # mean: the driver's head means travel with the job
         swept = sweep_heads_in_blocks(
-            on_ray, llama, Corpus(texts=tuple(texts), source="ewt"), get_metric("loss", on_ray), mode, n_boot=200
+            on_ray, llama, Corpus(texts=tuple(texts), source="ewt"), get_metric("loss", llama), mode, n_boot=200
         )
         whole = sweep_heads(llama, texts, get_metric("loss", llama), mode, n_boot=200)
         np.testing.assert_allclose(swept.ablated, whole.ablated, atol=1e-5)
