@@ -70,6 +70,16 @@ def _null_side(null, mode: str, n: int):
     return null_quantile(nh, T.FDR), float(np.nanmax(nh.mean(1))), null.source
 
 
+def head_bar(floor: float, null_quantiles: Optional[np.ndarray], null_max: float) -> tuple:
+    """``(bar, null_level)``: what a head's mean harm must reach to be necessary: the floor,
+    the mean of the null model's per-example quantiles over its heads and its largest head's
+    mean harm, whichever is highest (the floor alone without a null; a NaN part counts as the floor)."""
+    if null_quantiles is None:
+        return floor, float("nan")
+    level = float(np.mean(null_quantiles))
+    return max(floor, np.nan_to_num(level, nan=floor), np.nan_to_num(null_max, nan=floor)), level
+
+
 def _tested(kind: str, sweep, mode: str, statement: str, null=None, tests: Optional[int] = None) -> dict:
     """``{unit: Claim}`` of ``mode``'s harm against the objective's floor and, with
     ``null``, the null model's per-example ``1 − q`` quantile over its heads (the larger
@@ -91,8 +101,7 @@ def _tested(kind: str, sweep, mode: str, statement: str, null=None, tests: Optio
     total = len(sweep.units) if tests is None else max(int(tests), len(sweep.units))
     padded = np.concatenate([np.nan_to_num(p, nan=1.0), np.ones(total - len(p))])
     sig = benjamini_hochberg(padded, T.FDR)[: len(p)]
-    null_level = float(np.mean(nq)) if nq is not None else float("nan")
-    bar = floor if nq is None else max(floor, null_level, null_max)
+    bar, null_level = head_bar(floor, nq, null_max)
     claims = {}
     for i, unit in enumerate(sweep.units):
         eff, lo, hi = mean_ci(harm[i], seed=i)

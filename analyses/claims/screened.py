@@ -193,16 +193,16 @@ def _null_info(null: Any, removed: int, n: int, screened_on: Optional[int]) -> O
 
 
 def _bar(floor: float, null: Any) -> tuple:
-    """``(bar, null_level, null_max)``: what a head's harm must reach to be necessary on the
-    sequential path: the floor, the null model's mean per-example quantile over its heads
-    (at the FDR) and its largest mean harm, whichever is highest (NaN parts without a null)."""
-    null_level = null_max = float("nan")
-    if null is not None:
-        from .null_model import null_quantile
+    """``(bar, null_level, null_max)`` of the sequential path: :func:`.necessity.head_bar` of
+    the null model's mean removals (its unremoved heads NaN; NaN parts without a null)."""
+    from .necessity import head_bar
+    from .null_model import null_quantile
 
-        nh = null.sweep.harm["mean"]
-        null_level, null_max = float(np.mean(null_quantile(nh, T.FDR))), float(np.nanmax(nh.mean(1)))
-    return max(floor, np.nan_to_num(null_level, nan=floor), np.nan_to_num(null_max, nan=floor)), null_level, null_max
+    if null is None:
+        return floor, float("nan"), float("nan")
+    nh = null.sweep.harm["mean"]
+    null_max = float(np.nanmax(nh.mean(1)))
+    return (*head_bar(floor, null_quantile(nh, T.FDR), null_max), null_max)
 
 
 def _screened_out(head_upper: float, estimate: float, n: int, bound: float, confidence: float, floor: float, units):

@@ -330,7 +330,8 @@ def _readable(adapter: ModelAdapter, target: Any, corpus: Any, evidence: Any, in
             why = why or str(exc)
     if not bad or len(bad) == len(corpus):
         return corpus, evidence
-    keep = [i for i in range(len(corpus)) if i not in set(bad)]
+    skip = set(bad)
+    keep = [i for i in range(len(corpus)) if i not in skip]
     info["unreadable"] = {"n": len(bad), "of": len(corpus), "indices": bad, "why": why}
     log.info("faithfulness leaves out %d of %d example(s) the target cannot read: %s", len(bad), len(corpus), why)
     sub = corpus.subset(keep, reason="the target cannot read it")
