@@ -98,6 +98,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conllu", default=None)
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--model", default="minilm", help="the model (default minilm; smollm2 counts its LlamaMLP blocks)")
     ap.add_argument("--sections", default=None, help="comma-separated (default: all)")
     ap.add_argument("--out", default=None, help="where the report is written (default: a temporary folder)")
     args = ap.parse_args()
@@ -114,14 +115,14 @@ def main() -> None:
     from probe.inputs.corpus import fit_to_model, load_corpus
     from probe.models import load_model
 
-    adapter = load_model("minilm")
+    adapter = load_model(args.model)
     corpus = load_corpus(conllu=args.conllu, limit=args.limit) if args.conllu else sample_corpus(args.limit)
     corpus = fit_to_model(corpus, adapter)
-    block = next(type(m) for m in adapter.model.modules() if type(m).__name__.endswith("Intermediate"))
+    block = next(type(m) for m in adapter.model.modules() if type(m).__name__.endswith(("Intermediate", "MLP")))
     t_load = time.perf_counter() - t0
     with WorkCounter(type(adapter.model), block) as counter:
         ctx = open_run(
-            "minilm",
+            args.model,
             corpus,
             adapter=adapter,
             report=ReportState(overrides=_overrides(None)),
@@ -132,7 +133,7 @@ def main() -> None:
         maps = ctx.maps
         t_capture = time.perf_counter() - t
         capture = counter.snapshot()
-        ctx.report.settings.update({"model": "minilm", **_model_examples_setting(len(ctx.input_corpus), None)})
+        ctx.report.settings.update({"model": args.model, **_model_examples_setting(len(ctx.input_corpus), None)})
         marks: list = []  # (section, time, counts, peak) at each section's start
 
         print(
@@ -162,7 +163,7 @@ def main() -> None:
     unit = max(1, capture[1])
     n = len(maps)
     print(
-        f"{'EWT dev' if args.conllu else 'bundled sample'}: {n} examples, model minilm, torch threads "
+        f"{'EWT dev' if args.conllu else 'bundled sample'}: {n} examples, model {args.model}, torch threads "
         f"{torch.get_num_threads()}; load average before {' '.join(f'{x:.2f}' for x in load0)}, "
         f"after {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )

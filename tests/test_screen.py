@@ -550,3 +550,42 @@ def test_graddrop_is_the_direct_effect_on_the_linear_model(linear_gpt2, w):
     assert not np.allclose(gd[:, 0], np.abs(atp[:, 0]), atol=1e-3)  # the path through layer 1 is not in it
     with pytest.raises(InputError, match="GradDrop"):
         screen_heads(a, corpus, LinearReadout(w, vector=True), modes=("mean",), graddrop=True)
+
+
+def test_the_null_removed_on_a_sample_sets_the_bar_from_that_sample(linear_gpt2, w, floor_at_minus_3):
+    """``null_sample``: the null model's heads are removed on a random sample of the examples
+    only (the report's 64: the bar is a mean over examples and the largest head's mean, so a
+    sample estimates it); the bar the plan confirms at is :func:`head_bar` of the null's
+    harms on exactly those examples, computed here by an independent sweep of the sample."""
+    from probe.analyses.claims.necessity import head_bar
+    from probe.analyses.claims.null_model import null_adapter, null_quantile
+    from probe.analyses.claims.screened import null_examples, screened_necessity
+
+    obj, nad, corpus = LinearReadout(w), null_adapter(linear_gpt2, seed=0, kind="permute"), as_corpus(MANY)
+    kw = dict(null_adapter=nad, batch_size=8, min_top=0, min_audit=2, block=32, null_top=len(HEADS))
+    got = screened_necessity(linear_gpt2, corpus, obj, HEADS, null_sample=24, **kw)
+    sample = null_examples(len(MANY), 24, 0)
+    assert got.info["null"]["examples"] == 24 and len(sample) == 24 and sample != list(range(24))
+    sub = corpus.subset(sample, reason="test")
+    harm = removal_sweep(nad, sub, obj, HEADS, modes=("mean",), batch_size=8).harm["mean"]  # [heads, 24]
+    from probe.analyses.claims import thresholds as T
+
+    bar, _ = head_bar(T.min_effect(obj.name), null_quantile(harm), float(harm.mean(1).max()))
+    assert got.info["confirmed_at"] == pytest.approx(bar, rel=1e-6)
+    whole = screened_necessity(linear_gpt2, corpus, obj, HEADS, **kw)  # every example: another bar
+    assert whole.info["null"]["examples"] == len(MANY) and whole.info["confirmed_at"] != pytest.approx(bar)
+
+
+def test_a_null_removed_on_some_examples_gives_the_others_its_mean_level():
+    """The exhaustive test of a head still undecided at the end pairs each example's harm with
+    the null's quantile there; where the null was not removed (NaN) the example takes the mean
+    of the measured quantiles, and the largest null head's mean ignores the gaps."""
+    from types import SimpleNamespace
+
+    from probe.analyses.claims.necessity import NullSweep, _null_side
+
+    harm = np.array([[1.0, np.nan, 3.0, np.nan], [2.0, np.nan, 5.0, np.nan]])
+    quantiles, null_max, source = _null_side(NullSweep(SimpleNamespace(harm={"mean": harm}), "test"), "mean", 4)
+    measured = np.nanquantile(harm[:, [0, 2]], 0.95, axis=0)
+    np.testing.assert_allclose(quantiles, [measured[0], measured.mean(), measured[1], measured.mean()])
+    assert null_max == 3.5 and source == "test"

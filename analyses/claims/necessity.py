@@ -25,6 +25,8 @@ have detected (:func:`.statistics.detectable_effect`).
 
 from __future__ import annotations
 
+import warnings
+
 from typing import Any
 
 from dataclasses import dataclass, replace
@@ -61,13 +63,20 @@ def _side(sweep, mode: str, i: int) -> Optional[dict]:
 
 def _null_side(null, mode: str, n: int):
     """``(per-example null quantile [n] or None, the largest null head's mean harm, source)``
-    of ``mode`` in ``null`` (a :class:`NullSweep`)."""
+    of ``mode`` in ``null`` (a :class:`NullSweep`); a null removed on a sample of the
+    examples (NaN elsewhere) gives the other examples the mean of its sampled quantiles."""
     if null is None or mode not in null.sweep.harm:
         return None, float("nan"), ""
     nh = null.sweep.harm[mode]
     if nh.shape[1] != n:
         raise InputError(f"the null sweep has {nh.shape[1]} examples, the sweep {n}: run both on the same examples")
-    return null_quantile(nh, T.FDR), float(np.nanmax(nh.mean(1))), null.source
+    with warnings.catch_warnings():  # a null removed on a sample of the examples is NaN elsewhere
+        warnings.simplefilter("ignore", RuntimeWarning)
+        quantiles, null_max = null_quantile(nh, T.FDR), float(np.nanmax(np.nanmean(nh, 1)))
+    measured = ~np.isnan(quantiles)
+    if measured.any() and not measured.all():  # the examples it was not removed on take its mean level
+        quantiles = np.where(measured, quantiles, float(np.mean(quantiles[measured])))
+    return quantiles, null_max, null.source
 
 
 def head_bar(floor: float, null_quantiles: Optional[np.ndarray], null_max: float) -> tuple:

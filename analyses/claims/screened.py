@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
 
@@ -150,10 +151,11 @@ def _pilot(adapter, corpus, objective, heads, *, size: int, slack: float, seed: 
 
 
 def _null(nadapter, corpus, objective, heads, examples, *, k, seed, batch_size, runner, screen_on=None):
-    """A :class:`.necessity.NullSweep` of every head on ``examples`` of ``corpus`` on the null
-    model: its ``k`` top screened heads removed exactly, NaN for the others; ``None``
-    without a null model. ``screen_on``: screen (rank) the null's heads on this many of the
-    examples drawn at random (default all), the chosen heads still removed on every one."""
+    """A :class:`.necessity.NullSweep` of every head on every example of ``corpus`` on the null
+    model: its ``k`` top screened heads removed exactly on ``examples`` (indices into
+    ``corpus``), NaN for the other heads and examples; ``None`` without a null model.
+    ``screen_on``: screen (rank) the null's heads on this many of ``examples`` drawn at
+    random (default all of them)."""
     from probe.analyses.necessity.ablation import position_kind_means
     from probe.analyses.necessity.screen import screen_heads
 
@@ -178,15 +180,25 @@ def _null(nadapter, corpus, objective, heads, examples, *, k, seed, batch_size, 
         nadapter, sub, objective, [heads[i] for i in top], modes=("mean",), seed=seed, runner=runner, batch_size=batch_size,
         means=means,
     )  # fmt: skip
-    full = np.full((len(heads), len(sub)), np.nan)
-    full[top] = sweep.harm["mean"]
+    full = np.full((len(heads), len(corpus)), np.nan)
+    full[np.ix_(top, list(examples))] = sweep.harm["mean"]
     units = tuple((tuple(h),) for h in heads)
-    return NullSweep(replace(sweep, units=units, harm={"mean": full}), nadapter.card["null_source"]), len(top)
+    whole = replace(sweep, units=units, harm={"mean": full}, n=len(corpus))
+    return NullSweep(whole, nadapter.card["null_source"]), len(top)
+
+
+def null_examples(n: int, size: Optional[int], seed: int) -> list:
+    """The examples (of ``n``) the null model's top heads are removed on: all of them, or
+    ``size`` drawn at random (sorted); the bar is a mean over examples and the largest null
+    head's mean, so a sample estimates it without a removal per head per example."""
+    if size is None or size >= n:
+        return list(range(n))
+    return sorted(np.random.default_rng(seed + 1).choice(n, int(size), replace=False).tolist())
 
 
 def _null_info(null: Any, removed: int, n: int, screened_on: Optional[int]) -> Optional[dict]:
     """What summary.json states of the null model's side: its source, the heads removed
-    exactly (on all ``n`` examples) and the examples its screen ranked them on."""
+    exactly, the ``n`` examples they were removed on and the examples its screen ranked them on."""
     if null is None:
         return None
     return {"source": null.source, "heads_removed": removed, "examples": n, "screened_on": min(n, screened_on or n)}
@@ -201,8 +213,11 @@ def _bar(floor: float, null: Any) -> tuple:
     if null is None:
         return floor, float("nan"), float("nan")
     nh = null.sweep.harm["mean"]
-    null_max = float(np.nanmax(nh.mean(1)))
-    return (*head_bar(floor, null_quantile(nh, T.FDR), null_max), null_max)
+    with warnings.catch_warnings():  # heads and examples the null was not removed on are NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        null_max = float(np.nanmax(np.nanmean(nh, 1)))
+        quantiles = null_quantile(nh, T.FDR)
+    return (*head_bar(floor, quantiles[~np.isnan(quantiles)], null_max), null_max)
 
 
 def _screened_out(head_upper: float, estimate: float, n: int, bound: float, confidence: float, floor: float, units):
@@ -397,6 +412,7 @@ def screened_necessity(
     progress: bool = False,
     null_top: Optional[int] = None,
     null_screen: Optional[int] = None,
+    null_sample: Optional[int] = None,
 ) -> ScreenedNecessity:
     """Necessity claims of ``heads`` on every example of ``corpus`` (module docstring).
 
@@ -422,6 +438,10 @@ def screened_necessity(
             null's per-example quantile over heads that of its largest heads only, a bar
             that errs towards "not necessary".
         null_screen: screen the null's heads on this many random examples (default all).
+        null_sample: remove the null's top heads on this many random examples (default
+            all): its bar (a mean over examples, its largest head's mean) estimated on a
+            sample; an undecided head's exhaustive test then takes, on the other examples,
+            the null's mean quantile (:func:`.necessity.head_bar`'s level).
 
     Raises:
         InputError: an objective or head that does not fit (from the screen and the sweeps).
@@ -447,8 +467,9 @@ def screened_necessity(
         )
     corpus_level = bool(getattr(objective, "corpus_level", False))
     k_null = max(min_top, math.ceil(2 * T.FDR * m)) if null_top is None else int(null_top)
+    sampled = null_examples(n, null_sample, seed)
     got = _null(
-        null_adapter, corpus, objective, heads, list(range(n)), k=k_null, seed=seed, batch_size=batch_size,
+        null_adapter, corpus, objective, heads, sampled, k=k_null, seed=seed, batch_size=batch_size,
         runner=None, screen_on=null_screen,  # the null lives here: the run's runner would run the trained model
     )  # fmt: skip
     null, null_confirmed = got if got is not None else (None, 0)
@@ -516,7 +537,7 @@ def screened_necessity(
         "miss_rate": len(misses) / len(plan.audit) if plan.audit else None,
         "miss_rate_upper": bound,
         "confidence": confidence,
-        "null": _null_info(null, null_confirmed, n, null_screen),
+        "null": _null_info(null, null_confirmed, len(sampled), null_screen),
         "seconds": time.time() - started,
     }
     return ScreenedNecessity(claims=claims, info=info, table=pd.DataFrame(rows_out), screen=scr)
