@@ -291,3 +291,34 @@ def test_examples_the_target_cannot_read_are_left_out_and_said(bert_tokenizer):
             permute=False,
             null=False,
         )
+
+
+def test_permutations_on_a_sample_of_the_explained_examples(bert_tokenizer):
+    """``permute_examples``: each head is permuted on that many explained examples drawn at
+    random (the report's 16 on the screened path), not on every one; the rows name the
+    explained examples they were run on, and a head's median reads only those."""
+    import transformers as T_
+    from conftest import _tiny_configs
+
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.explanation.faithfulness import run_faithfulness
+    from probe.models import ModelAdapter
+
+    torch.manual_seed(0)
+    model = T_.GPT2LMHeadModel(_tiny_configs(len(bert_tokenizer))["gpt2"]).eval()
+    lm = ModelAdapter(name="tiny-lm", model=model, tokenizer=bert_tokenizer, family="gpt2")
+    texts = [
+        "the cat sat on the mat by the door",
+        "a dog ran home after the long day",
+        "we met at noon by the sea and the sky",
+        "the old man read a book in the park",
+        "she left the keys on the kitchen table",
+    ]
+    kw = dict(methods=("ig",), n_steps=4, null=False, heads=[(0, 0), (1, 1)], n_permutations=3)
+    some = run_faithfulness(lm, as_corpus(texts), parse_target("loss:6", lm), permute_examples=2, **kw)
+    every = run_faithfulness(lm, as_corpus(texts), parse_target("loss:6", lm), **kw)
+    picked = some.info["permuted_examples"]
+    assert len(picked) == 2 and set(picked) < set(range(5)) and every.info["permuted_examples"] == list(range(5))
+    assert sorted(set(some.permutation.per_example["example"])) == picked
+    assert some.permutation.summary["n_examples"].tolist() == [2, 2]
+    assert every.permutation.summary["n_examples"].tolist() == [5, 5]

@@ -151,3 +151,29 @@ def test_report_takes_the_screened_path_and_the_claims_reuse_the_ablation(many_h
     assert "more than 144" in json.dumps(summary["settings"])
     weights = [h["claims"]["weights"] for h in summary["heads"]]
     assert sum(w["status"] == "not tested" for w in weights) == 160 - causal["confirmed"]
+
+
+def test_faithfulness_permutes_the_screened_heads_on_a_sample_of_the_explained_examples():
+    """Above :data:`SCREEN_ABOVE_HEADS` heads the faithfulness section permutes
+    :data:`PERMUTED_AT_SCALE` heads (without the ablation's screen at hand), each on
+    :data:`PERMUTED_EXAMPLES_AT_SCALE` explained examples, and says so; at 72 heads every head
+    on every explained example, as before. A permuted forward per head, permutation and
+    example made SmolLM2's section alone cost more than the rest of the report."""
+    from types import SimpleNamespace
+
+    from probe.app.registry.analyses import faithfulness as F
+
+    def ctx(layers, heads):
+        return SimpleNamespace(
+            params={"heads": None, "permutations": 5, "seed": 0},
+            adapter=SimpleNamespace(n_layers=layers, n_heads=heads),
+            report=SimpleNamespace(overrides={}),
+            whole_corpus=list(range(40)),
+            result_of=lambda kind: None,
+        )
+
+    heads, said, on = F._permuted_heads(ctx(30, 9))
+    assert len(heads) == F.PERMUTED_AT_SCALE == 32 and on == F.PERMUTED_EXAMPLES_AT_SCALE == 16
+    assert f"each on {on} of the explained examples drawn at random" in said[0]
+    assert F._permutations({"permutations": 5}, heads, on)["permute_examples"] == 16
+    assert F._permuted_heads(ctx(6, 12)) == (None, [], None)

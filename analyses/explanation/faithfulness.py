@@ -347,6 +347,21 @@ def _to_explain(adapter, target, corpus, evidence, info: dict, max_examples, see
     return corpus, evidence
 
 
+def _permuted(adapter, objective, encs, heads, n_permutations, examples, seed, progress) -> tuple:
+    """``(PermutationEffects, [indices])``: :func:`permutation_effects` on ``examples`` of the
+    encodings ``encs`` drawn at random (seeded; all where ``None`` or at least their number),
+    its ``example`` column the index into ``encs``."""
+    idx = list(range(len(encs)))
+    if examples is not None and 0 < examples < len(encs):
+        idx = sorted(np.random.default_rng(seed).choice(len(encs), int(examples), replace=False).tolist())
+    perm = permutation_effects(
+        adapter, objective, [encs[i] for i in idx], heads=heads, n_permutations=n_permutations, seed=seed,
+        progress=progress,
+    )  # fmt: skip
+    perm.per_example["example"] = [idx[i] for i in perm.per_example["example"]]
+    return perm, idx
+
+
 def run_faithfulness(
     adapter: ModelAdapter,
     corpus: Any,
@@ -359,6 +374,7 @@ def run_faithfulness(
     n_permutations: int = 5,
     heads: Optional[Sequence[tuple]] = None,
     permute: bool = True,
+    permute_examples: Optional[int] = None,
     max_examples: Optional[int] = None,
     seed: int = 0,
     progress: bool = False,
@@ -380,6 +396,9 @@ def run_faithfulness(
         n_steps, internal_batch_size: IG settings.
         n_permutations: random permutations per example and head.
         heads: heads to permute (default all); ``permute=False`` skips permutations.
+        permute_examples: permute on this many of the explained examples, drawn at random
+            (seeded; default all): a head's verdict reads the median change over them
+            (``info["permuted_examples"]``).
         max_examples: explain N examples drawn across the corpus (after a probe's split),
             stratified by token length in ``n_strata`` strata (:func:`.sample.stratified_sample`,
             seeded by ``seed``), among those long enough for the agreement test
@@ -453,8 +472,8 @@ def run_faithfulness(
     )
     perm = None
     if permute:
-        perm = permutation_effects(
-            adapter, objective, encs, heads=heads, n_permutations=n_permutations, seed=seed, progress=progress
+        perm, info["permuted_examples"] = _permuted(
+            adapter, objective, encs, heads, n_permutations, permute_examples, seed, progress
         )
     truth = evidence_recovery([att, attr_sets], evidence) if evidence is not None else None
     verdict = verdict_table(agree, perm, truth)

@@ -4,7 +4,7 @@ explanation? Attention vs attributions (Kendall τ), head permutations (Jain & W
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.presentation import HeadBlock, Presentation, TableView, VerdictHint
@@ -127,13 +127,21 @@ def _embeddings(ctx: Context):
 #: heads permuted on the screened path when the ablation section's screen is not at hand
 PERMUTED_AT_SCALE = 32
 
+#: explained examples the permutations run on, on the screened path: a head's verdict reads
+#: the median output change over them (5 permutations each), so 16 examples give each head
+#: 80 permuted forwards; on every explained example (71) the permutations alone of SmolLM2's
+#: screened heads would cost more than the rest of the report
+PERMUTED_EXAMPLES_AT_SCALE = 16
+
 
 def _permuted_heads(ctx: Context) -> tuple:
-    """``(heads to permute or None for all, [its note]``): the ``heads`` parameter when given; on the
+    """``(heads to permute or None for all, [its note], examples to permute on or None for all)``:
+    the ``heads`` parameter when given; on the
     screened path (more than :data:`._shared.SCREEN_ABOVE_HEADS` heads: one permuted forward
     per head and example batch would make the cost grow with the head count) the heads the
     ablation section's screen removed exactly (those that could matter, and its random audit),
-    else :data:`PERMUTED_AT_SCALE` heads drawn at random (seeded); the others' verdicts are
+    else :data:`PERMUTED_AT_SCALE` heads drawn at random (seeded), each on
+    :data:`PERMUTED_EXAMPLES_AT_SCALE` of the explained examples; the others' verdicts are
     read from the agreement alone."""
     import numpy as np
 
@@ -143,11 +151,11 @@ def _permuted_heads(ctx: Context) -> tuple:
 
     p = ctx.params
     if p["heads"] is not None or p["permutations"] < 1:
-        return p["heads"], []
+        return p["heads"], [], None
     m = head_count(ctx.adapter)
     over = ctx.report.overrides if ctx.report is not None else {}
     if causal_path(over.get("causal"), len(ctx.whole_corpus), None, m) != "screened":
-        return None, []
+        return None, [], None
     ablation = ctx.result_of(AblationResult)
     table = getattr(getattr(ablation, "removals", None), "table", None)
     if table is not None and "role" in table:
@@ -158,22 +166,34 @@ def _permuted_heads(ctx: Context) -> tuple:
         pick = np.random.default_rng(int(p.get("seed", 0))).choice(m, min(m, PERMUTED_AT_SCALE), replace=False)
         heads = [divmod(int(i), int(ctx.adapter.n_heads)) for i in sorted(pick)]
         why = f"{len(heads)} heads drawn at random (seed {p.get('seed', 0)})"
-    return heads, [
-        f"attention permuted in {len(heads)} of {m} heads only: {why}; at more than 144 heads a permuted forward per "
-        "head would make the section's cost grow with the head count (the others' verdicts read the agreement alone)"
-    ]
+    return (
+        heads,
+        [
+            f"attention permuted in {len(heads)} of {m} heads only, each on {PERMUTED_EXAMPLES_AT_SCALE} of the "
+            f"explained examples drawn at random: {why}; at more than 144 heads a permuted forward per head and "
+            "example would make the section's cost grow with the head count (the others' verdicts read the "
+            "agreement alone)"
+        ],
+        PERMUTED_EXAMPLES_AT_SCALE,
+    )
 
 
-def _permutations(p: dict, heads: Any) -> dict:
-    """The permutation test's settings: permutations per example and head, the heads, whether to run it."""
-    return {"n_permutations": max(p["permutations"], 1), "heads": heads, "permute": p["permutations"] > 0}
+def _permutations(p: dict, heads: Any, examples: Optional[int] = None) -> dict:
+    """The permutation test's settings: permutations per example and head, the heads, the
+    examples it runs on (``None``: every explained one), whether to run it."""
+    return {
+        "n_permutations": max(p["permutations"], 1),
+        "heads": heads,
+        "permute": p["permutations"] > 0,
+        "permute_examples": examples,
+    }
 
 
 def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness, verdict_rule
 
     p = ctx.params
-    (limit, rule), (permuted, said) = _explained(p), _permuted_heads(ctx)
+    (limit, rule), (permuted, said, on) = _explained(p), _permuted_heads(ctx)
     rep = run_faithfulness(
         ctx.adapter,
         ctx.whole_corpus,
@@ -182,7 +202,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         attention_methods=list(p["attention_methods"]),
         n_steps=p["steps"],
         internal_batch_size=p["internal_batch_size"],
-        **_permutations(p, permuted),
+        **_permutations(p, permuted, on),
         max_examples=limit,
         seed=p["seed"],
         progress=ctx.progress and len(ctx.whole_corpus) > 1,
