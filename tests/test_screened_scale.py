@@ -177,3 +177,19 @@ def test_faithfulness_permutes_the_screened_heads_on_a_sample_of_the_explained_e
     assert f"each on {on} of the explained examples drawn at random" in said[0]
     assert F._permutations({"permutations": 5}, heads, on)["permute_examples"] == 16
     assert F._permuted_heads(ctx(6, 12)) == (None, [], None)
+
+
+def test_faithfulness_explains_a_capped_number_of_examples_above_the_head_count_rule():
+    """Sized by power the report explains 71 examples (the attribution claim's rule); above
+    :data:`SCREEN_ABOVE_HEADS` heads :data:`EXPLAINED_AT_SCALE` (integrated gradients through
+    SmolLM2's 30 layers need up to 64 steps an example), said on the settings line;
+    ``--explained-examples`` still fixes the number at any scale."""
+    from probe.app.registry.analyses import faithfulness as F
+
+    sized = {"sized_by_power": True}
+    assert F._explained(sized, 72)[0] == 71 and F._explained(sized, 270)[0] == F.EXPLAINED_AT_SCALE == 16
+    assert "asks 71" in F._explained(sized, 270)[1]
+    assert F._explained({"explain_limit": 40, "sized_by_power": True}, 270)[0] == 40
+    line = F.explained_setting(256, sized, 270)
+    assert line.startswith("16 of 256 explained, a compute cap above 144 heads"), line
+    assert F.explained_setting(256, sized, 72).startswith("71 of 256 explained, as many as the attribution claim")

@@ -704,7 +704,7 @@ def _model_examples_setting(
 
     for explains in (a for a in registered() if "explain_limit" in a.report_params):
         params = dict(explains.report_params, **_overrides(None, explained_examples))
-        out[f"{explains.name} examples"] = explained_setting(n, params)
+        out[f"{explains.name} examples"] = explained_setting(n, params, heads)
     return out
 
 

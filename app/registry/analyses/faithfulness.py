@@ -10,7 +10,7 @@ from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.presentation import HeadBlock, Presentation, TableView, VerdictHint
 from probe.app.registry.results import FaithfulnessResult
 
-from ._shared import NULL
+from ._shared import NULL, head_count
 
 if TYPE_CHECKING:
     from probe.analyses.common.objective import Objective
@@ -50,11 +50,20 @@ def _null(name: Any) -> Any:
     return True if name is None else (False if name == "none" else name)
 
 
-def _explained(p: dict) -> tuple:
+#: examples the report explains at more than :data:`._shared.SCREEN_ABOVE_HEADS` heads (unless
+#: ``--explained-examples``): a compute cap. Integrated gradients to 1% completeness through
+#: SmolLM2's 30 layers take 8, 16, 32 and then 64 steps on every example (the gate doubles,
+#: 120 forward + backward passes of it), so the 71 the attribution claim's power rule asks
+#: would cost more than the rest of the report together on a 2-core machine
+EXPLAINED_AT_SCALE = 16
+
+
+def _explained(p: dict, heads: int = 0) -> tuple:
     """``(N or None, rule)``: how many examples to explain and why: ``--explain-limit`` as
     given, else with ``--sized-by-power`` as many as the attribution claim's power needs
     (:func:`probe.analyses.claims.attribution.examples_needed`, capped at
-    :data:`~probe.analyses.claims.thresholds.EXPLAIN_CAP`), else every example."""
+    :data:`~probe.analyses.claims.thresholds.EXPLAIN_CAP`, and at :data:`EXPLAINED_AT_SCALE`
+    for a model of more than :data:`._shared.SCREEN_ABOVE_HEADS` ``heads``), else every example."""
     if p.get("explain_limit") is not None:
         return p["explain_limit"], "the number fixed by --explained-examples (--explain-limit)"
     if not p.get("sized_by_power"):
@@ -62,19 +71,35 @@ def _explained(p: dict) -> tuple:
     from probe.analyses.claims import thresholds as T
     from probe.analyses.claims.attribution import examples_needed, sizing_rule
 
+    from ._shared import SCREEN_ABOVE_HEADS
+
     needed = examples_needed()
+    if heads > SCREEN_ABOVE_HEADS and needed > EXPLAINED_AT_SCALE:
+        return EXPLAINED_AT_SCALE, (
+            f"{EXPLAINED_AT_SCALE}: a compute cap above {SCREEN_ABOVE_HEADS} heads (the attribution claim's power "
+            f"rule asks {needed}; on fewer it calls only the clearer cases; --explained-examples N sets the number)"
+        )
     return min(needed, T.EXPLAIN_CAP), sizing_rule(needed)
 
 
-def explained_setting(n: int, params: dict) -> str:
+def explained_setting(n: int, params: dict, heads: int = 0) -> str:
     """The report's settings line on the examples faithfulness explains out of ``n``, for the
-    section's parameters ``params`` (before the run: a probe's split may leave fewer)."""
+    section's parameters ``params`` and a model of ``heads`` heads (before the run: a probe's
+    split may leave fewer)."""
     from probe.analyses.explanation.sample import N_STRATA
 
-    limit, rule = _explained(params)
+    from ._shared import SCREEN_ABOVE_HEADS
+
+    limit, rule = _explained(params, heads)
     if limit is None or n <= limit:
         return f"all {n}"
-    how = "fixed" if params.get("explain_limit") is not None else "as many as the attribution claim's power needs"
+    how = (
+        "fixed"
+        if params.get("explain_limit") is not None
+        else f"a compute cap above {SCREEN_ABOVE_HEADS} heads"
+        if heads > SCREEN_ABOVE_HEADS
+        else "as many as the attribution claim's power needs"
+    )
     return (
         f"{limit} of {n} explained, {how}, drawn across the corpus in {min(N_STRATA, limit)} length strata "
         "(--explained-examples N fixes the number, 0 explains every example)"
@@ -147,7 +172,7 @@ def _permuted_heads(ctx: Context) -> tuple:
 
     from probe.app.registry.results import AblationResult
 
-    from ._shared import causal_path, head_count
+    from ._shared import causal_path
 
     p = ctx.params
     if p["heads"] is not None or p["permutations"] < 1:
@@ -193,7 +218,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     from probe.analyses.explanation.faithfulness import run_faithfulness, verdict_rule
 
     p = ctx.params
-    (limit, rule), (permuted, said, on) = _explained(p), _permuted_heads(ctx)
+    (limit, rule), (permuted, said, on) = _explained(p, head_count(ctx.adapter)), _permuted_heads(ctx)
     rep = run_faithfulness(
         ctx.adapter,
         ctx.whole_corpus,
