@@ -82,3 +82,22 @@ def test_the_section_is_skipped_with_its_reason_on_an_encoder(tiny_models, tmp_p
     data = analyse(open_run(adapter.name, Corpus(texts=TEXTS), adapter=adapter), sections=["writes"])
     (o,) = data.outcomes
     assert o.status == "skipped" and "next-token logits" in o.reason, o.reason
+
+
+def test_the_section_reads_the_first_texts_within_the_model_run_cap(bert_tokenizer):
+    """One traced forward per text: the section takes the report's model-run cap
+    (``--max-model-examples``, 128 by default) as the other model-running sections do, and says
+    so; its table is :func:`corpus_writes` of those first texts. On SmolLM2 every one of
+    EWT dev's 256 sentences took a forward of its own."""
+    from probe.app.registry import open_run
+    from probe.app.registry.context import ReportState
+    from probe.app.report.build import _overrides, analyse
+    from probe.inputs.corpus import Corpus
+
+    adapter = _tiny("gpt2", bert_tokenizer)
+    ctx = open_run(adapter.name, Corpus(texts=TEXTS), adapter=adapter, report=ReportState(overrides=_overrides(2)))
+    (o,) = analyse(ctx, sections=["writes"], strict=True).outcomes
+    want = corpus_writes(adapter, list(TEXTS[:2]), k=5, n_boot=1000)
+    got = o.result.tables["heads"]
+    torch.testing.assert_close(torch.tensor(got["dla"].to_numpy()), torch.tensor(want.table["dla"].to_numpy()))
+    assert got["count"].eq(2).all() and "texts on the first 2 of 4 examples" in o.result.notes[0], o.result.notes

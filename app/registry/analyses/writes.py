@@ -3,7 +3,7 @@ direct logit attribution to the corpus's own next tokens (mean and bootstrap int
 head, the final norm folded; Elhage et al. 2021) and the tokens its output raises most there
 (:mod:`probe.analyses.writes.corpus`); for the largest writers, the tokens their OV circuit
 copies most (:func:`probe.analyses.writes.token_circuits.ov_copied_tokens`). One forward per
-kept example. Skipped, with the reason, for a model without an unembedding or that is not a
+kept example, at most the report's model-run cap (``--max-model-examples``: the first 128). Skipped, with the reason, for a model without an unembedding or that is not a
 causal LM (``probe logit-attribution`` is the command for one text and answer)."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from probe.app.registry import Analysis, Param, Result
 from probe.app.registry.presentation import HeadBlock, Presentation, TableView
+
+from ._shared import MODEL_EXAMPLES
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
@@ -41,13 +43,16 @@ def run(ctx: Context) -> Result:
     from probe.analyses.writes.stream import check_causal
     from probe.app.registry.notation import head_name
 
+    from ._shared import model_corpus
+
     p = ctx.params
     check_causal(ctx.adapter)  # an encoder's reason first (its stream is not read at the next token)
-    w = corpus_writes(ctx.adapter, list(ctx.corpus.texts), p["top_k"], p["n_boot"], p["seed"])
+    corpus, cut = model_corpus(ctx)  # one traced forward per text: the report's model-run cap
+    w = corpus_writes(ctx.adapter, list(corpus.texts), p["top_k"], p["n_boot"], p["seed"])
     copied = _copied(ctx, w.table, p["ov_heads"], p["top_k"])
     best = w.table.reindex(w.table["dla"].abs().sort_values(ascending=False).index).head(5)
     notes = [
-        f"direct logit attribution to the next token, {w.n_positions} positions of {w.n_texts} texts"
+        f"direct logit attribution to the next token, {w.n_positions} positions of {w.n_texts} texts{cut}"
         + (f" ({w.skipped} of one token left out)" if w.skipped else "")
         + "; mean per text, 95% bootstrap interval over texts; the final norm folded; direct effect only",
         "largest direct writers: "
@@ -145,6 +150,7 @@ ANALYSIS = Analysis(
     ),
     command=False,
     section=True,
+    report_params={"max_model_examples": MODEL_EXAMPLES},
     modules=("probe.analyses.writes.corpus",),
     order=48,
     model="zoo:induction",
