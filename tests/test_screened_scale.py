@@ -127,14 +127,18 @@ def test_screened_verdicts_equal_the_exhaustive_ones_with_fewer_removals(llama, 
     assert np.isfinite(got.table.screened).all()
 
 
-def test_report_takes_the_screened_path_and_the_claims_reuse_the_ablation(many_heads, tmp_path, floor):
+def test_report_takes_the_screened_path_and_the_claims_reuse_the_ablation(many_heads, tmp_path, floor, monkeypatch):
     """``probe report`` with the default ``--causal auto`` on 160 heads: the ablation section's
     table is the screen's (every head; the confirmed ones exact), the claims take its run
     (``reused``) instead of screening again, the settings state the rule, and the weights of a
-    screened-out head are not tested with the reason."""
+    screened-out head are not tested with the reason; the confirmed heads' weights read the
+    first :data:`SCREENED_EXAMPLES` of the model-run examples (here 6 of 16)."""
     from click.testing import CliRunner
 
+    from probe.analyses.claims import screened_claims
     from probe.app.cli import main
+
+    monkeypatch.setattr(screened_claims, "SCREENED_EXAMPLES", 6)
 
     out = tmp_path / "report"
     args = ["report", "--model", many_heads, "--sections", "ablation,claims", "--null", "none", "--out", str(out)]
@@ -151,6 +155,8 @@ def test_report_takes_the_screened_path_and_the_claims_reuse_the_ablation(many_h
     assert "more than 144" in json.dumps(summary["settings"])
     weights = [h["claims"]["weights"] for h in summary["heads"]]
     assert sum(w["status"] == "not tested" for w in weights) == 160 - causal["confirmed"]
+    tested = [w for w in weights if w["status"] != "not tested"]
+    assert tested and all(w["count"] == 6 for w in tested), tested[:2]
 
 
 def test_faithfulness_permutes_the_screened_heads_on_a_sample_of_the_explained_examples():

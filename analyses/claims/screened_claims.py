@@ -41,7 +41,14 @@ from .claim import Claim
 if TYPE_CHECKING:
     from probe.analyses.common.objective import Objective
 
-__all__ = ["screened_claims", "reusable_screen", "NULL_WEIGHT_HEADS", "NULL_GROUPS", "REPORT_SCREEN"]
+__all__ = [
+    "screened_claims",
+    "reusable_screen",
+    "NULL_WEIGHT_HEADS",
+    "NULL_GROUPS",
+    "REPORT_SCREEN",
+    "SCREENED_EXAMPLES",
+]
 
 #: null-model heads given uniform weights for the weights claims' bar on the screened path
 NULL_WEIGHT_HEADS = 16
@@ -56,6 +63,13 @@ NULL_GROUPS = 8
 #: whole null's where the screen ranks its largest first, so it errs towards "not
 #: necessary"); a cost that grows neither with the head count nor with the corpus
 REPORT_SCREEN: dict[str, Any] = {"null_top": 8, "null_screen": 64, "null_sample": 64}
+
+#: the examples the weights, baselines and redundancy claims read on the screened path: the
+#: first 64 of the model-run examples, one block of the sequential test (its betting test
+#: decides a clear head on one). Their cost is heads × modes × examples; on SmolLM2 the
+#: confirmed heads given uniform weights and each necessary head's three baselines on all
+#: 128 would cost more than the screen of every head on every example
+SCREENED_EXAMPLES = 64
 
 
 def reusable_screen(got: Any, objective: Objective, n: int) -> bool:
@@ -146,8 +160,8 @@ def screened_claims(
 ) -> tuple:
     """``(necessity, weights, redundancy)`` on the screened path (module docstring):
     necessity screened on ``whole`` (every example; ``reuse``: the ablation section's run,
-    when :func:`reusable_screen`), weights, redundancy and the baselines on ``corpus`` (the
-    model-run examples). Fills ``tables`` (``screened``, ``removal``, ``groups``), ``info``
+    when :func:`reusable_screen`), weights, redundancy and the baselines on the first
+    :data:`SCREENED_EXAMPLES` of ``corpus`` (the model-run examples). Fills ``tables`` (``screened``, ``removal``, ``groups``), ``info``
     (``causal``: the screened run's summary and note) and ``notes``."""
     from .baselines import baselines_info
     from .held_heads import beside_necessary, confirm_baselines, removal_table
@@ -155,6 +169,8 @@ def screened_claims(
     from .redundancy import redundancy_claims
 
     got = _screen(adapter, nadapter, whole, objective, heads, seed=seed, runner=runner, progress=progress, reuse=reuse)
+    if len(corpus) > SCREENED_EXAMPLES:
+        corpus = corpus.subset(range(SCREENED_EXAMPLES), reason="the screened path's weights, baselines and groups")
     necessity = add_importance(dict(got.claims), importance)
     tables["screened"] = got.table
     info["causal"] = dict(got.info, note=got.note(), reused=got is reuse)
