@@ -178,6 +178,10 @@ class Analysis:
         objective: the use (:data:`probe.analyses.common.objective.USES`) whose objective
             ``run`` measures the model by, read as ``ctx.objective(use)`` (resolved once
             per run); non-empty adds the one ``--objective`` option to the command.
+        reads: the named stages of the run ``run`` reads with ``ctx.stage(STAGE)``
+            (:class:`probe.app.registry.stages.Read` s, e.g. ``DECIDED("necessity")`` of
+            :mod:`probe.app.registry.removal_stages`): the report computes each once, before
+            the first section that reads it.
     """
 
     name: str
@@ -201,6 +205,7 @@ class Analysis:
     accumulators: Optional[Callable] = None
     shows: Presentation = field(default_factory=Presentation)
     objective: Optional[str] = None
+    reads: tuple = ()
 
     @property
     def command_name(self) -> Optional[str]:
