@@ -182,6 +182,10 @@ class Analysis:
             (:class:`probe.app.registry.stages.Read` s, e.g. ``DECIDED("necessity")`` of
             :mod:`probe.app.registry.removal_stages`): the report computes each once, before
             the first section that reads it.
+        settings: ``settings(n, heads, params) -> {name: line}``: what the report states among
+            its settings about this section before any runs (``n`` examples, ``heads`` of the
+            model, ``params`` the section's report parameters with the report's options in),
+            e.g. how many examples it runs the model on; ``None``: nothing.
     """
 
     name: str
@@ -206,6 +210,7 @@ class Analysis:
     shows: Presentation = field(default_factory=Presentation)
     objective: Optional[str] = None
     reads: tuple = ()
+    settings: Optional[Callable[[int, int, dict], dict]] = None
 
     @property
     def command_name(self) -> Optional[str]:

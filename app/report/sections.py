@@ -190,14 +190,19 @@ def section_options(ctx: Any, sec: Any, sections: Any) -> dict:
     return opts
 
 
-def section_params(ctx: Any, sec: Any) -> dict:
-    """Section ``sec``'s parameters in this report: its defaults, its ``report_params`` and
-    the report's own options (``--max-model-examples``, ``--explained-examples``, ``--null``,
-    ``--causal``) for the sections that declare them."""
+def params_with(sec: Any, overrides: dict) -> dict:
+    """Section ``sec``'s parameters in a report: its defaults, its ``report_params`` and the
+    report's own options ``overrides`` (``--max-model-examples``, ``--explained-examples``,
+    ``--null``, ``--causal``) that it declares."""
     params = sec.defaults()
     params.update(sec.report_params)
-    params.update({k: v for k, v in ctx.report.overrides.items() if k in params})
+    params.update({k: v for k, v in overrides.items() if k in params})
     return params
+
+
+def section_params(ctx: Any, sec: Any) -> dict:
+    """Section ``sec``'s parameters in the report ``ctx`` (:func:`params_with` its overrides)."""
+    return params_with(sec, ctx.report.overrides)
 
 
 def open_stages(ctx: Any, sec: Any, sections: list) -> None:

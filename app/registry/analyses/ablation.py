@@ -12,6 +12,7 @@ from probe.app.registry.removal_stages import DECIDED, SCREENED
 from probe.app.registry.results import AblationResult
 
 from ._shared import (
+    model_run_setting,
     BATCH,
     CAUSAL,
     GROUPS,
@@ -409,6 +410,7 @@ ANALYSIS = Analysis(
     objective="per-example",
     # the causal claims' shared removals, started here for mean-ablation of every head
     reads=(DECIDED("necessity", when=_every_head_mean), SCREENED("necessity", when=_every_head_mean)),
+    settings=model_run_setting,  # the model-run examples line of the report's settings
     params=(
         Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
         Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"),

@@ -21,7 +21,7 @@ from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, T
 from probe.app.registry.removal_stages import DECIDED, SCREENED
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
-from ._shared import CAUSAL, NULL, model_corpus, run_causal_path
+from ._shared import CAUSAL, NULL, model_corpus, model_run_setting, run_causal_path
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
@@ -191,7 +191,7 @@ SHOWS = Presentation(
         whole="the claims' pattern and structure evidence",
         part="the claims' removal sweeps on the model-run examples, their batches on the engine",
     ),
-    claims=True,
+    claims=lambda result: result.claims,  # the HeadClaims, which the verdicts are read from
 )
 
 
@@ -218,6 +218,7 @@ ANALYSIS = Analysis(
     # the run's shared removals: joined (the weights test on the decided pass' blocks, the null
     # model's bar on the screen), never started here
     reads=(DECIDED("necessity", "weights", starts=False), SCREENED("necessity", "null", starts=False)),
+    settings=model_run_setting,  # the model-run examples line of the report's settings
     report_params={"max_model_examples": 128},  # the ablation section's cut: its sweep is reused
     modules=("probe.analyses.claims.heads",),
     order=90,

@@ -82,6 +82,11 @@ def explained_setting(n: int, params: dict) -> str:
     )
 
 
+def _settings(n: int, heads: int, params: dict) -> dict:
+    """The report's settings line on the examples this section explains (:func:`explained_setting`)."""
+    return {f"{ANALYSIS.name} examples": explained_setting(n, params)}
+
+
 def _explained_note(info: dict, rule: str) -> str:
     """The note on which examples were explained: how many of how many, how drawn, and why."""
     drawn = info.get("explained")
@@ -377,6 +382,7 @@ ANALYSIS = Analysis(
     objective="explain",
     # the run's shared removals, read where made: the decided pass' clean embeddings, the screen's heads
     reads=(DECIDED(starts=False), SCREENED(starts=False)),
+    settings=_settings,
     params=(
         Param(
             "pairs",
