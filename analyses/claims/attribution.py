@@ -24,6 +24,7 @@ from typing import Optional
 
 from . import thresholds as T
 from .claim import Claim
+from .protocol import ClaimInputs, ClaimTest
 from .statistics import detectable_share, examples_for_power, wilson_interval
 
 
@@ -130,3 +131,22 @@ def attribution_claims(heads: Any, verdict: Any = None, info: Optional[dict] = N
             extra=extra,
         )
     return out
+
+
+def attribution_kind(inputs: ClaimInputs) -> dict:
+    """The attribution claims from the faithfulness section's verdict and run info
+    (``inputs.faithfulness``; *not tested* with its reason where it did not run)."""
+    verdict, info, reason = inputs.faithfulness
+    return attribution_claims(inputs.heads, verdict, info, reason=reason)
+
+
+#: this module's claim kind (:mod:`.protocol`)
+CLAIMS = (
+    ClaimTest(
+        "attribution",
+        "Agreement with attributions",
+        "its attention ranks tokens as the attributions do",
+        attribution_kind,
+        order=60,
+    ),
+)

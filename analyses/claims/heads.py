@@ -12,7 +12,6 @@ from typing import Any, Optional, TYPE_CHECKING, cast
 
 import pandas as pd
 
-from .attribution import attribution_claims
 from probe.errors import InputError, NotApplicable
 
 from .causal_paths import PATHS, CausalRecord
@@ -20,6 +19,7 @@ from .claim import STATUSES, Claim
 from .null_model import null_model_for
 from .protocol import ClaimInputs, claim_kinds, claim_tests
 from .summary import summary_sentence
+from .thresholds import thresholds_in_force
 
 if TYPE_CHECKING:
     from probe.analyses.common.objective import Objective
@@ -146,17 +146,6 @@ def evidence_accumulators(corpus: Any) -> dict:
     return accs
 
 
-def _structure(acc, heads) -> tuple:
-    from .structure import no_treebank, structure_claims
-
-    if acc is None:
-        return no_treebank(heads, "no dependency annotation (give a treebank with --conllu)"), None
-    counts, n_skipped = acc.result()
-    if counts is None:
-        return no_treebank(heads, "no sentence aligned with its words"), None
-    return structure_claims(counts, n_sentences_skipped=n_skipped)
-
-
 def _filled(accumulators: dict, maps, corpus) -> dict:
     """``accumulators`` (a dict) filled from ``corpus``'s held ``maps`` (:func:`probe.runs.streaming.feed_maps`)."""
     from probe.runs.streaming import feed_maps, held_items
@@ -230,29 +219,35 @@ def head_claims(
     notes: list = []
     tables: dict = {}
     heads, pattern, nadapter = _pattern(evidence, maps, adapter, null, corpus, seed, notes, tables)
-    try:
-        structure, st_table = _structure(evidence.get("structure"), heads)
-    except NotApplicable as exc:
-        structure, st_table = _fill("structure", heads, exc.reason), None
-    if st_table is not None and len(st_table):
-        tables["structure"] = st_table
-    record = _causal(
-        adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
-        objective=objective, objective_why=objective_why, seed=seed, progress=progress,
-        screen_corpus=(screen_corpus if screen_corpus is not None else corpus) if causal != "exhaustive" else None,
-        path=causal,
+    decide = _Once(
+        lambda: _causal(
+            adapter, nadapter, corpus, heads, pattern, importance, ablation, runner, notes, tables,
+            objective=objective, objective_why=objective_why, seed=seed, progress=progress,
+            screen_corpus=(screen_corpus if screen_corpus is not None else corpus) if causal != "exhaustive" else None,
+            path=causal,
+        )
     )  # fmt: skip
-    attribution = attribution_claims(heads, faithfulness, faithfulness_info, reason=faithfulness_reason)
-    built = {
-        "pattern": pattern,
-        "structure": structure,
-        "necessity": record.necessity,
-        "redundancy": record.redundancy,
-        "weights": record.weights,
-        "attribution": attribution,
-    }
-    inputs = ClaimInputs(heads, adapter=adapter, corpus=corpus, maps=list(maps or []), evidence=evidence, built=built)
-    return HeadClaims(claims=every_kind(inputs), tables=tables, notes=notes, objective=record.info, record=record)
+    inputs = ClaimInputs(
+        heads, adapter=adapter, corpus=corpus, maps=list(maps or []), evidence=evidence, objective=objective,
+        objective_why=objective_why, runner=runner, null=nadapter, thresholds=thresholds_in_force(), seed=seed,
+        progress=progress, importance=importance, faithfulness=(faithfulness, faithfulness_info, faithfulness_reason),
+        pattern=pattern, causal=decide, notes=notes, tables=tables,
+    )  # fmt: skip
+    claims = every_kind(inputs)  # the causal path decides once, when the first causal kind asks
+    record = decide()
+    return HeadClaims(claims=claims, tables=tables, notes=notes, objective=record.info, record=record)
+
+
+class _Once:
+    """``fn()`` called the first time, its value kept (the causal record every causal kind reads)."""
+
+    def __init__(self, fn: Any):
+        self._fn, self._got = fn, None
+
+    def __call__(self) -> Any:
+        if self._got is None:
+            self._got = self._fn()
+        return self._got
 
 
 def _pattern(

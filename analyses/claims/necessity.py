@@ -41,6 +41,7 @@ from probe.errors import InputError
 
 from . import thresholds as T
 from .claim import Claim
+from .protocol import ClaimInputs, ClaimTest
 from .null_model import null_quantile
 from .statistics import benjamini_hochberg, detectable_effect, floor_test, mean_ci, paired_greater, spearman
 
@@ -280,3 +281,32 @@ def read_weights(claims: dict, keys: list, removal: np.ndarray, pattern: Optiona
         }[reading]
         claims[k] = replace(c, statement=statement)
     return claims
+
+
+def _necessity_kind(inputs: ClaimInputs) -> dict:
+    """The necessity claims the run's causal path decided (``inputs.causal()``)."""
+    return inputs.causal().necessity
+
+
+def _weights_kind(inputs: ClaimInputs) -> dict:
+    """The weights claims the run's causal path decided (``inputs.causal()``)."""
+    return inputs.causal().weights
+
+
+#: this module's claim kinds (:mod:`.protocol`)
+CLAIMS = (
+    ClaimTest(
+        "necessity",
+        "Necessity",
+        "removing it alone harms the objective past the floor (Wang et al. 2022)",
+        _necessity_kind,
+        order=30,
+    ),
+    ClaimTest(
+        "weights",
+        "Do the weights matter",
+        "uniform weights in its place harm the objective",
+        _weights_kind,
+        order=50,
+    ),
+)

@@ -32,6 +32,7 @@ from . import thresholds as T
 from probe.errors import NotApplicable
 
 from .claim import Claim
+from .protocol import ClaimInputs, ClaimTest
 from .statistics import detectable_from_se, se_from_interval
 
 #: the role rules' thresholds (:data:`probe.analyses.patterns.vocabulary.RULES`, the ones ``probe roles`` applies)
@@ -429,3 +430,21 @@ def null_shares(null_evidence: PatternEvidence) -> dict:
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = (w * np.nan_to_num(values)).sum(0) / w.sum(0)  # [L·H, F]
     return {f: mean[:, i] for i, f in enumerate(FEATURES)}
+
+
+def _carried(inputs: ClaimInputs) -> dict:
+    """The pattern claims the pipeline computed first (:func:`.heads.head_claims`: the causal
+    path reads them), calibrated on the null model where one is given."""
+    return inputs.pattern
+
+
+#: this module's claim kind (:mod:`.protocol`)
+CLAIMS = (
+    ClaimTest(
+        "pattern",
+        "Pattern",
+        "its attention follows a named pattern, past a null model (Clark et al. 2019)",
+        _carried,
+        order=10,
+    ),
+)

@@ -4,41 +4,75 @@ A claim kind is one :class:`ClaimTest`: its name (``kind``), what it tests, how 
 computed (``compute(inputs) -> {(layer, head): Claim}`` from :class:`ClaimInputs`) and how
 it renders (its head-page ``title``, its evidence sentence ``evidence(claim) -> Evidence``
 and, optionally, its words in the head's one-line summary). :func:`head_claims
-<probe.analyses.claims.heads.head_claims>` computes every registered kind, in registration
-order; head pages, ``report.md``, ``summary.json`` (``heads[i].claims``) and the claims'
-tables list them all. A new kind is one module that calls :func:`register_claim`::
+<probe.analyses.claims.heads.head_claims>` computes every registered kind, in ``order``;
+head pages, ``report.md``, ``summary.json`` (``heads[i].claims``) and the claims' tables
+list them all.
+
+The inputs carry everything a kind may test against, pattern and causal alike: the heads,
+the captured maps and the pattern/structure evidence, and for a causal kind the live model,
+the run's resolved objective, the runner its removals run on, the null model and the
+thresholds in force (its floor: :attr:`ClaimInputs.floor`). A new kind is one module that
+calls :func:`register_claim`::
 
     from probe.analyses.claims.claim import Claim
     from probe.analyses.claims.protocol import ClaimTest, register_claim
 
-    def compute(inputs):                      # ClaimInputs: heads, maps, corpus, adapter, …
+    def compute(inputs):                      # ClaimInputs: heads, maps, objective, runner, null, …
         return {key: Claim("sharp", "holds", effect=0.9, count=12) for key in inputs.heads}
 
     register_claim(ClaimTest("sharp", "Sharpness", "its rows peak on one token", compute))
 
-An installed package adds a kind by naming that module under the entry-point group
-``attention_probe.claims`` (:data:`PLUGIN_GROUP`): it is imported (and so registers its
-kinds) the first time the kinds are listed; one that fails to import is left out with one
-logged line.
+A module anywhere registers its kinds when imported; one in an installed package is found
+by naming it under the entry-point group ``attention_probe.claims`` (:data:`PLUGIN_GROUP`,
+as analyses plugins use ``attention_probe.analyses``): it is imported the first time the
+kinds are listed, and one that fails to import is left out with one logged line. A kind of
+this package is found by its module's name in :data:`KIND_MODULES`, the one list of the
+built-in kinds' modules: each declares its kinds as ``CLAIMS = (ClaimTest(...), …)``.
 
-The six built-in kinds (pattern, structure, necessity, redundancy, weights, attribution)
-are registered here. Their computations share one pipeline (weights and redundancy read the
-necessity sweep, redundancy the pattern claims), so :func:`head_claims` runs it once and
-their ``compute`` reads their part of it (``inputs.built``).
+The six built-in kinds live in their own modules (:mod:`.pattern`, :mod:`.structure`,
+:mod:`.necessity` — necessity and weights —, :mod:`.redundancy`, :mod:`.attribution`). The
+causal ones (necessity, weights, redundancy) are decided together by the run's causal path
+(:func:`.causal_paths.decide_causal`, once, the first time a kind asks
+``inputs.causal()``); pattern is computed before every kind (the causal path reads it) and
+carried as ``inputs.pattern``.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-__all__ = ["PLUGIN_GROUP", "ClaimInputs", "ClaimTest", "claim_kinds", "claim_test", "claim_tests", "register_claim"]
+__all__ = [
+    "KIND_MODULES",
+    "PLUGIN_GROUP",
+    "ClaimInputs",
+    "ClaimTest",
+    "claim_kinds",
+    "claim_test",
+    "claim_tests",
+    "register_claim",
+]
 
 #: the entry-point group an installed package names its claim-kind modules in
 PLUGIN_GROUP = "attention_probe.claims"
 
+#: the modules of this package that declare the built-in kinds (``CLAIMS``), imported the
+#: first time the kinds are listed; a new built-in kind's module is added here
+KIND_MODULES = (
+    "probe.analyses.claims.pattern",
+    "probe.analyses.claims.structure",
+    "probe.analyses.claims.necessity",
+    "probe.analyses.claims.redundancy",
+    "probe.analyses.claims.attribution",
+)
 
-@dataclass
+
+def _no_record() -> Any:
+    raise LookupError("no causal path was given to these inputs")
+
+
+@dataclass(frozen=True)
 class ClaimInputs:
     """What a claim kind's ``compute`` may read.
 
@@ -50,7 +84,23 @@ class ClaimInputs:
             when an engine streamed the evidence instead).
         evidence: the pattern and structure accumulators, filled
             (:func:`probe.analyses.claims.heads.evidence_accumulators`).
-        built: the built-in kinds' claims, ``{kind: {(layer, head): Claim}}``.
+        objective: the run's resolved :class:`probe.analyses.common.objective.Objective`
+            (``use="corpus"``) a causal kind measures harm on, or ``None`` without a model;
+            objective_why: how the run chose it.
+        runner: where a kind's removal batches run (:mod:`probe.runs.blocks`; ``None``: this
+            process), as :func:`.removal.removal_sweep`'s ``runner``.
+        null: the null model (:mod:`.null_model`: the model re-initialised or its attention
+            permuted) a kind calibrates against, or ``None`` (the floor alone).
+        thresholds: the thresholds in force (:func:`.thresholds.thresholds_in_force`:
+            name -> ``{"value", "source"}``); :attr:`floor` is the objective's.
+        seed, progress: the run's seed of every random draw, and whether to show progress.
+        importance: table ``layer, head, importance`` (the importance section's), or ``None``.
+        faithfulness: ``(verdict table, run info, reason when absent)`` of the faithfulness
+            section (``(None, None, reason)`` where it did not run).
+        pattern: the pattern claims (computed first: the causal path reads them).
+        causal: ``causal() -> CausalRecord``: the causal path's record
+            (:class:`.causal_paths.CausalRecord`), decided once, the first time it is asked.
+        notes, tables: where a kind adds the sentences and evidence tables the report shows.
     """
 
     heads: list
@@ -58,7 +108,28 @@ class ClaimInputs:
     corpus: Any = None
     maps: list = field(default_factory=list)
     evidence: dict = field(default_factory=dict)
-    built: dict = field(default_factory=dict)
+    objective: Any = None
+    objective_why: str = ""
+    runner: Any = None
+    null: Any = None
+    thresholds: dict = field(default_factory=dict)
+    seed: int = 0
+    progress: bool = False
+    importance: Any = None
+    faithfulness: tuple = (None, None, "")
+    pattern: dict = field(default_factory=dict)
+    causal: Callable[[], Any] = _no_record
+    notes: list = field(default_factory=list)
+    tables: dict = field(default_factory=dict)
+
+    @property
+    def floor(self) -> Optional[float]:
+        """The objective's practical floor (:func:`.thresholds.min_effect`), ``None`` without one."""
+        if self.objective is None:
+            return None
+        from .thresholds import min_effect
+
+        return min_effect(self.objective.name)
 
 
 @dataclass(frozen=True)
@@ -79,6 +150,7 @@ class ClaimTest:
             with its effect, interval and count.
         summary: ``summary(claim) -> str``: its words in the head's one-line summary
             (``""``: none); the built-in kinds' words are :func:`.summary.summary_sentence`'s.
+        order: its place among the kinds (the built-in ones 10–60; default after them).
     """
 
     kind: str
@@ -87,6 +159,7 @@ class ClaimTest:
     compute: Callable[[ClaimInputs], dict]
     evidence: Optional[Callable[[Any], Any]] = None  # (Claim) -> Evidence; this module imports neither
     summary: Optional[Callable[[Any], str]] = None
+    order: int = 100
 
 
 _TESTS: dict = {}
@@ -105,12 +178,26 @@ def register_claim(test: ClaimTest, replace: bool = False) -> ClaimTest:
 
 
 _PLUGINS_LOADED = False
+_BUILT_IN_INTO: list = []  # the registry the built-in kinds were put in (a test may swap in a copy)
+
+
+def _load_built_in() -> None:
+    """Put the kinds of every :data:`KIND_MODULES` module (its ``CLAIMS``) in the registry,
+    keeping any registered under the same name before."""
+    if _BUILT_IN_INTO and _BUILT_IN_INTO[0] is _TESTS:
+        return
+    for name in KIND_MODULES:
+        for test in getattr(importlib.import_module(name), "CLAIMS", ()):
+            _TESTS.setdefault(test.kind, test)
+    _BUILT_IN_INTO[:] = [_TESTS]
 
 
 def _load_plugins() -> None:
-    """Import, once, the modules installed packages name under :data:`PLUGIN_GROUP` (each
-    calls :func:`register_claim`); one that fails to import is left out, said in one line."""
+    """The built-in kinds (:func:`_load_built_in`) and, once, the modules installed packages
+    name under :data:`PLUGIN_GROUP` (each calls :func:`register_claim`); a plugin that fails
+    to import is left out, said in one line."""
     global _PLUGINS_LOADED
+    _load_built_in()
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
@@ -127,15 +214,15 @@ def _load_plugins() -> None:
 
 
 def claim_tests() -> list:
-    """Every registered :class:`ClaimTest` (installed plugins included), in the order they are shown."""
+    """Every registered :class:`ClaimTest` (installed plugins included), in the order they
+    are shown (``order``, then registration)."""
     _load_plugins()
-    return list(_TESTS.values())
+    return sorted(_TESTS.values(), key=lambda t: t.order)
 
 
 def claim_kinds() -> tuple:
     """The registered claim kinds (installed plugins included), in the order they are shown."""
-    _load_plugins()
-    return tuple(_TESTS)
+    return tuple(t.kind for t in claim_tests())
 
 
 def claim_test(kind: str) -> ClaimTest:
@@ -146,22 +233,3 @@ def claim_test(kind: str) -> ClaimTest:
     """
     _load_plugins()
     return _TESTS[kind]
-
-
-def _built(kind: str) -> Callable[[ClaimInputs], dict]:
-    def compute(inputs: ClaimInputs) -> dict:
-        return inputs.built.get(kind, {})
-
-    compute.__doc__ = f"The {kind} claims of the built-in pipeline (:func:`.heads.head_claims`)."
-    return compute
-
-
-for _kind, _title, _tests in (
-    ("pattern", "Pattern", "its attention follows a named pattern, past a null model (Clark et al. 2019)"),
-    ("structure", "Structure", "it finds a dependency relation better than the best fixed offset"),
-    ("necessity", "Necessity", "removing it alone harms the objective past the floor (Wang et al. 2022)"),
-    ("redundancy", "Redundancy", "removing it with its look-alikes harms more than each alone"),
-    ("weights", "Do the weights matter", "uniform weights in its place harm the objective"),
-    ("attribution", "Agreement with attributions", "its attention ranks tokens as the attributions do"),
-):
-    register_claim(ClaimTest(_kind, _title, _tests, _built(_kind)))  # rendered by .evidence.builtin_evidence

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 from . import thresholds as T
 from .claim import Claim
+from .protocol import ClaimInputs, ClaimTest
 from .null_model import null_quantile
 from .statistics import detectable_effect, floor_test, mean_ci, paired_greater
 
@@ -230,3 +231,20 @@ def _random_beside(adapter, corpus, objective, items: list, rows: list, claims: 
     for gi in held:
         rows[gi]["baselines"] = groups[tuple(tuple(h) for h in items[gi][1])].status
     return to_heads(claims, groups)
+
+
+def _redundancy_kind(inputs: ClaimInputs) -> dict:
+    """The redundancy claims the run's causal path decided (``inputs.causal()``)."""
+    return inputs.causal().redundancy
+
+
+#: this module's claim kind (:mod:`.protocol`)
+CLAIMS = (
+    ClaimTest(
+        "redundancy",
+        "Redundancy",
+        "removing it with its look-alikes harms more than each alone",
+        _redundancy_kind,
+        order=40,
+    ),
+)

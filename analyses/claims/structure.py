@@ -36,6 +36,7 @@ from . import thresholds as T
 from probe.errors import NotApplicable
 
 from .claim import Claim, not_tested
+from .protocol import ClaimInputs, ClaimTest
 from .statistics import benjamini_hochberg, detectable_from_se, se_from_interval
 
 
@@ -340,3 +341,31 @@ def causal_blocked(sc: dict) -> list:
 
 def no_treebank(heads: Any, reason: str) -> dict:
     return {k: not_tested("structure", reason) for k in heads}
+
+
+def structure_kind(inputs: ClaimInputs) -> dict:
+    """The structure claims from the filled structure accumulator (``inputs.evidence``), its
+    evidence table into ``inputs.tables``; *not tested* without dependency annotation or
+    where no sentence aligned with its words."""
+    acc = inputs.evidence.get("structure")
+    if acc is None:
+        return no_treebank(inputs.heads, "no dependency annotation (give a treebank with --conllu)")
+    counts, n_skipped = acc.result()
+    if counts is None:
+        return no_treebank(inputs.heads, "no sentence aligned with its words")
+    claims, table = structure_claims(counts, n_sentences_skipped=n_skipped)
+    if table is not None and len(table):
+        inputs.tables["structure"] = table
+    return claims
+
+
+#: this module's claim kind (:mod:`.protocol`)
+CLAIMS = (
+    ClaimTest(
+        "structure",
+        "Structure",
+        "it finds a dependency relation better than the best fixed offset",
+        structure_kind,
+        order=20,
+    ),
+)

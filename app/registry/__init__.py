@@ -178,6 +178,14 @@ class Analysis:
         objective: the use (:data:`probe.analyses.common.objective.USES`) whose objective
             ``run`` measures the model by, read as ``ctx.objective(use)`` (resolved once
             per run); non-empty adds the one ``--objective`` option to the command.
+        reads: the named stages of the run ``run`` reads with ``ctx.stage(STAGE)``
+            (:class:`probe.app.registry.stages.Read` s, e.g. ``DECIDED("necessity")`` of
+            :mod:`probe.app.registry.removal_stages`): the report computes each once, before
+            the first section that reads it.
+        settings: ``settings(n, heads, params) -> {name: line}``: what the report states among
+            its settings about this section before any runs (``n`` examples, ``heads`` of the
+            model, ``params`` the section's report parameters with the report's options in),
+            e.g. how many examples it runs the model on; ``None``: nothing.
     """
 
     name: str
@@ -201,6 +209,8 @@ class Analysis:
     accumulators: Optional[Callable] = None
     shows: Presentation = field(default_factory=Presentation)
     objective: Optional[str] = None
+    reads: tuple = ()
+    settings: Optional[Callable[[int, int, dict], dict]] = None
 
     @property
     def command_name(self) -> Optional[str]:

@@ -65,9 +65,8 @@ class ReportState:
             :func:`probe.app.report.examples.representative_examples` when empty).
         overrides: section parameters the user set for every section that declares them
             (``probe report --max-model-examples/--explained-examples``).
-        produces: the result types of the sections this report runs (a section may do work
-            a later one takes: the ablation section's decided pass runs the claims' weights
-            test where a section producing the claims runs too).
+        produces: the result types of the sections this report runs (work several
+            sections share is a named stage of the run instead: :mod:`probe.app.registry.stages`).
     """
 
     results: dict = field(default_factory=dict)
@@ -162,6 +161,7 @@ class Context:
         self._input_corpus = corpus  # a corpus given is the run's whole corpus as is
         self._whole: Optional[Corpus] = None  # the corpus a kept sample was cut from (keep_first)
         self._sentences: Optional[list] = None
+        self._stages: dict = {}  # stage name -> its value on this run (probe.app.registry.stages)
 
         self._frozen = True  # the run is fixed from here on (see __setattr__)
 
@@ -285,6 +285,31 @@ class Context:
             if type(result) is kind:
                 return result
         return None
+
+    def why_no_result(self, kind: type) -> str:
+        """Why :meth:`result_of` gives ``None`` for ``kind``: the reason the analysis that
+        produces it was skipped or failed on this run, else that it did not run."""
+        from . import registered
+
+        names = [a.name for a in registered() if a.produces is kind] or [kind.__name__]
+        for name in names:
+            if name in self.report.skipped:
+                return self.report.skipped[name]
+        return f"the {names[0]} section did not run"
+
+    # -- named stages of the run (probe.app.registry.stages) ----------------------------------
+    @property
+    def stages(self) -> dict:
+        """stage name -> its value on this run (each computed once)."""
+        return self._stages
+
+    def stage(self, stage: Any, reader: Any = None) -> Any:
+        """The value of ``stage`` (:class:`probe.app.registry.stages.Stage`) on this run, or
+        ``None`` when it was not made: the report computes it before its first reader runs; a
+        lone command computes it when its analysis, ``reader``, first asks."""
+        from .stages import stage_value
+
+        return stage_value(self, stage, reader)
 
     # -- the objective, resolved once per use ---------------------------------------------
     def objective(self, use: str) -> Objective:

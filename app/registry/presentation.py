@@ -17,7 +17,8 @@ declarations; it knows no section by name. A presentation says:
 - ``tag``: a few words in a head's grid cell beside its role (:class:`GridTag`);
 - ``streamed``: what an engine computes of it over the whole corpus (:class:`Streamed`);
 - ``claims``: its evidence is the heads' claims (shown at the top of a head page and as
-  ``claims`` in summary.json, not among the other evidence).
+  ``claims`` in summary.json, not among the other evidence): ``claims(result) -> HeadClaims``
+  gives them (the verdicts are read from them).
 
 A new analysis that shows nothing declares nothing: the report lists its tables and its
 per-head facts under its title.
@@ -170,7 +171,7 @@ class Presentation:
     mark: Optional[HeadMark] = None
     tag: Optional[GridTag] = None
     streamed: Optional[Streamed] = None
-    claims: bool = False
+    claims: Optional[Callable[[Any], Any]] = None  # (result) -> HeadClaims; set: the evidence is the claims
 
     def head_evidence(self, result: Result) -> dict:
         """``{(layer, head): [HeadEvidence, …]}`` of ``result`` (``{}`` when the analysis

@@ -111,8 +111,6 @@ def analyse(
     Raises:
         ValueError: an unknown section name, or a run with no example captured.
     """
-    from probe.app.registry.results import ClaimsResult
-
     t0 = time.perf_counter()
     if not ctx.maps:
         raise InputError("nothing to report: no example was captured")
@@ -125,9 +123,7 @@ def analyse(
     by_name = {a.name: a for a in choose(sections)}
     data.evidence = collect((by_name[o.name], o.result) for o in outcomes if o.status == "ran")
     cls, sep = _special_names(ctx.maps)
-    ran = ctx.result_of(ClaimsResult)
-    claims = ran.claims if ran is not None else None  # HeadClaims
-    data.claims = claims
+    claims = data.claims = _claims_made(by_name, outcomes)
     for layer in ctx.layers:
         for h in range(ctx.n_heads):
             if claims is not None and (layer, h) in claims.claims:
@@ -136,6 +132,16 @@ def analyse(
                 data.verdicts[(layer, h)] = verdict(data.evidence.get((layer, h), []), cls=cls, sep=sep)
     data.seconds = time.perf_counter() - t0
     return data
+
+
+def _claims_made(by_name: dict, outcomes: list) -> Any:
+    """The heads' claims (:class:`probe.analyses.claims.heads.HeadClaims`) of the section whose
+    presentation says its evidence is the claims (``Presentation.claims``), where it ran."""
+    for o in outcomes:
+        made = by_name[o.name].shows.claims
+        if o.status == "ran" and callable(made):
+            return made(o.result)
+    return None
 
 
 def _check_out(out, force: bool) -> Path:
@@ -644,10 +650,6 @@ def _overrides(max_model_examples, explained_examples=None, null=None, causal=No
     return out
 
 
-def _names(names: list) -> str:
-    return ", ".join(names[:-1]) + (f" and {names[-1]}" if len(names) > 1 else "".join(names))
-
-
 def _shown(progress: Any) -> Any:
     """The progress callback: the caller's, or one line per section printed, or none."""
     return progress if callable(progress) else (_print_progress if progress else None)
@@ -666,45 +668,17 @@ def _model_examples_setting(
     causal: Optional[str] = None,
     heads: int = 0,
 ) -> dict:
-    """The caps of the model-running sections (those whose ``report_params`` cap
-    ``max_model_examples``) and of the explaining one (``explain_limit``), stated on the
-    index page and in summary.json; on the sequential path (``causal``, :func:`causal_path`)
-    ablation, importance and claims read every example in random blocks instead; on the
-    screened path (``auto`` above :data:`SCREEN_ABOVE_HEADS` ``heads``) ablation and the
-    necessity claims screen every example."""
-    from probe.app.registry.analyses._shared import MODEL_EXAMPLES, causal_path, screened_setting
+    """The settings the registered sections state before any runs (``Analysis.settings``:
+    the model-running sections' examples and causal path, the explaining one's examples),
+    each given its report parameters with the report's options (:func:`_overrides`) in, for
+    ``n`` examples and a model of ``heads`` heads."""
+    from .sections import params_with, registered
 
-    from .sections import registered
-
-    running = [a for a in registered() if "max_model_examples" in a.report_params]
-    capped = [a.name for a in running]
-    # the sections that take the causal path (they declare --causal) read every example in blocks on it
-    in_blocks = [a.name for a in running if any(p.name == "causal" for p in a.params)]
-    cap = MODEL_EXAMPLES if max_model_examples is None else (max_model_examples or None)
-    path = causal_path(causal, n, cap, heads)
-    if cap is None or n <= cap:
-        out = {"model-run examples": f"all {n} ({', '.join(capped)})"}
-    else:
-        blocks = in_blocks if path == "sequential" else []
-        first = [a for a in capped if a not in blocks]
-        said = []
-        if blocks:
-            said.append(
-                f"all {n} for {_names(blocks)}, in random blocks: each head and redundancy group until its claim "
-                f"is decided, importance until every head is within ±0.1 (--causal exhaustive: the first {cap})"
-            )
-        if first:
-            said.append(
-                f"the first {cap} of {n} for {_names(first)} (--max-model-examples 0 runs them on every example)"
-            )
-        out = {"model-run examples": "; ".join(said)}
-    if path == "screened":
-        out["causal path"] = screened_setting(causal, n, heads)
-    from probe.app.registry.analyses.faithfulness import explained_setting
-
-    for explains in (a for a in registered() if "explain_limit" in a.report_params):
-        params = dict(explains.report_params, **_overrides(None, explained_examples))
-        out[f"{explains.name} examples"] = explained_setting(n, params, heads)
+    overrides = _overrides(max_model_examples, explained_examples, causal=causal)
+    out: dict = {}
+    for section in registered():
+        if section.settings is not None:
+            out.update(section.settings(n, heads, params_with(section, overrides)))
     return out
 
 

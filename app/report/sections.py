@@ -178,7 +178,7 @@ def section_options(ctx: Any, sec: Any, sections: Any) -> dict:
     ``--objective`` when it measures the model by one, and the same of each section among
     ``sections`` whose result it reads (``None`` where none makes it). A resumed report
     reruns a finished section whose options differ (:mod:`.resume`; issue 59, row 14)."""
-    declared = {**sec.defaults(), **sec.report_params}
+    declared = {**sec.defaults(), **sec.report_params}  # the names; section_params gives the values
     opts: dict = {"params": {k: v for k, v in sorted(ctx.report.overrides.items()) if k in declared}}
     if sec.objective:
         opts["objective"] = str(getattr(ctx, "objective_spec", None))
@@ -190,14 +190,39 @@ def section_options(ctx: Any, sec: Any, sections: Any) -> dict:
     return opts
 
 
-def run_section(ctx: Any, sec: Any) -> Result:
-    """Run one section on ``ctx`` with its report parameters."""
+def params_with(sec: Any, overrides: dict) -> dict:
+    """Section ``sec``'s parameters in a report: its defaults, its ``report_params`` and the
+    report's own options ``overrides`` (``--max-model-examples``, ``--explained-examples``,
+    ``--null``, ``--causal``) that it declares."""
     params = sec.defaults()
     params.update(sec.report_params)
-    # the report's own options (--max-model-examples, --explained-examples) for the
-    # sections that declare them
-    params.update({k: v for k, v in ctx.report.overrides.items() if k in params})
-    ctx.params = params
+    params.update({k: v for k, v in overrides.items() if k in params})
+    return params
+
+
+def section_params(ctx: Any, sec: Any) -> dict:
+    """Section ``sec``'s parameters in the report ``ctx`` (:func:`params_with` its overrides)."""
+    return params_with(sec, ctx.report.overrides)
+
+
+def open_stages(ctx: Any, sec: Any, sections: list) -> None:
+    """Compute, once per run, each stage ``sec`` reads (``Analysis.reads``,
+    :mod:`probe.app.registry.stages`) that no earlier section made: from the asks of ``sec``
+    and of the sections after it that read it too (a reader before it was resumed or
+    skipped, else the stage would be made already)."""
+    from probe.app.registry.stages import compute_stage, reads_of
+
+    later = sections[sections.index(sec) :] if sec in sections else [sec]
+    for read in sec.reads:
+        readers = [(s, section_params(ctx, s)) for s in later if reads_of(s, read.stage) is not None]
+        compute_stage(ctx, read.stage, readers)
+
+
+def run_section(ctx: Any, sec: Any, sections: Optional[list] = None) -> Result:
+    """Run one section on ``ctx`` with its report parameters, after the stages it reads
+    (computed here the first time, so their time counts in the first reader's)."""
+    open_stages(ctx, sec, sections if sections is not None else [sec])
+    ctx.params = section_params(ctx, sec)
     fn = sec.section if callable(sec.section) else sec.run
     result = fn(ctx)  # the same on every engine: what it sums over the corpus, it reads from ctx.accumulated
     if not isinstance(result, produced(sec)):  # a bug in the declaration or the analysis
@@ -254,7 +279,7 @@ def _run_one(ctx, sec, i: int, sections: list, outcomes: list, strict: bool, pro
     if progress:
         progress(i, len(sections), sec.name)
     try:
-        result = run_section(ctx, sec)
+        result = run_section(ctx, sec, sections)
     except (NotApplicable, InputError) as exc:
         # the analysis does not apply to this input (too few sentences, no applicable
         # metric…), or refuses it as too little or wrong for it (one sentence for a

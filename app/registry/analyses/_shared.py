@@ -99,6 +99,46 @@ def screened_setting(causal: Optional[str], n: int, heads: int) -> str:
     )
 
 
+def _names(names: list) -> str:
+    return ", ".join(names[:-1]) + (f" and {names[-1]}" if len(names) > 1 else "".join(names))
+
+
+def model_run_setting(n: int, heads: int, params: dict) -> dict:
+    """The report's settings on the model-running sections (the registered ones whose
+    ``report_params`` cap ``max_model_examples``; ``params``: a declaring section's, the
+    report's options in): how many of the ``n`` examples they run the model on; on the
+    sequential path (:func:`causal_path`) those that take ``--causal`` read every example in
+    random blocks instead; on the screened path (``auto`` above :data:`SCREEN_ABOVE_HEADS`
+    ``heads``) why, and what it costs. Declared by each of them (``Analysis.settings``)."""
+    from probe.app.registry import registered
+
+    running = [a for a in registered() if a.section and "max_model_examples" in a.report_params]
+    capped = [a.name for a in running]
+    # the sections that take the causal path (they declare --causal) read every example in blocks on it
+    in_blocks = [a.name for a in running if any(p.name == "causal" for p in a.params)]
+    cap, causal = params.get("max_model_examples"), params.get("causal")
+    path = causal_path(causal, n, cap, heads)
+    if cap is None or n <= cap:
+        out = {"model-run examples": f"all {n} ({', '.join(capped)})"}
+    else:
+        blocks = in_blocks if path == "sequential" else []
+        first = [a for a in capped if a not in blocks]
+        said = []
+        if blocks:
+            said.append(
+                f"all {n} for {_names(blocks)}, in random blocks: each head and redundancy group until its claim "
+                f"is decided, importance until every head is within ±0.1 (--causal exhaustive: the first {cap})"
+            )
+        if first:
+            said.append(
+                f"the first {cap} of {n} for {_names(first)} (--max-model-examples 0 runs them on every example)"
+            )
+        out = {"model-run examples": "; ".join(said)}
+    if path == "screened":
+        out["causal path"] = screened_setting(causal, n, heads)
+    return out
+
+
 def head_name(layer, head) -> str:
     return f"L{int(layer)}H{int(head)}"
 

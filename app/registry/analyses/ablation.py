@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from probe.errors import InputError
 from probe.app.registry import STREAMING, Analysis, Param
 from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, Streamed, TableView, VerdictHint
-from probe.app.registry.results import AblationResult, ClaimsResult
+from probe.app.registry.removal_stages import DECIDED, SCREENED
+from probe.app.registry.results import AblationResult
 
 from ._shared import (
+    model_run_setting,
     BATCH,
     CAUSAL,
     GROUPS,
     N_BOOT,
-    run_causal_path,
     group_note,
     group_table,
     head_name,
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
 
 def run(ctx: Context) -> AblationResult:
     """Ablate each head alone (and each ``--group`` together) on the run's per-example
-    objective; the claims' removal sweep is reused when it determines the same values."""
+    objective; where the run made the causal claims' shared removals (the stages this
+    section reads: the decided pass, the screened necessity) the table is read from them,
+    else from the claims' removal sweep when it determines the same values."""
     from probe.analyses.necessity.head_groups import ablate_group
 
     p = ctx.params
@@ -45,9 +48,9 @@ def run(ctx: Context) -> AblationResult:
         for g in p["group"]
         if g
     ]
-    decided = _decided(ctx, objective, groups)
-    screened = _screened(ctx, groups) if decided is None else None
-    if decided is not None:  # every example, each head until its necessity is decided (the claims reuse it)
+    decided = ctx.stage(DECIDED, ANALYSIS) if _every_head_mean(p) else None
+    screened = ctx.stage(SCREENED, ANALYSIS) if decided is None and _every_head_mean(p) else None
+    if decided is not None:  # every example, each head until its necessity is decided (the claims read it too)
         corpus, cut, removals = ctx.whole_corpus, "", decided
         res = _decided_sweep(decided.runs[0], objective, p["n_boot"])
     elif screened is not None:  # every head screened at once, the ones that could matter removed exactly
@@ -74,76 +77,10 @@ def run(ctx: Context) -> AblationResult:
     )
 
 
-def _decided(ctx: Context, per_example: Objective, groups: list) -> Any:
-    """Where the claims decide necessity head by head on the whole corpus (the sequential
-    path: ``--causal auto`` where the model-run limit cuts the corpus), this section's
-    removals are theirs: every head mean-ablated on random blocks of every example until its
-    necessity is decided, with ``per_example`` (the embedding drift of a mean-pooled similarity
-    structure) measured on the same removals, and — where the claims section runs too — given
-    uniform attention weights until its weights claim is decided against the floor, on the
-    same blocks (:func:`probe.analyses.claims.decided.decided_pass`: each block's clean forward
-    once for both; the claims take both runs where the null model's bars are the floor);
-    ``None`` where the section runs its own sweep."""
-    from probe.analyses.claims.decided import Decide, DecidedPass, decided_pass
-    from probe.analyses.claims.removal import derives
-    from probe.analyses.common.similarity import drift
-    from probe.analyses.necessity.ablation import check_heads
-
-    p = ctx.params
-    objective = _claims_objective(ctx, groups, "sequential")
-    if objective is None or not derives(objective, per_example) or per_example.called != "embedding-drift":
-        return None
-    heads = check_heads(ctx.adapter, None)
-    asks = [Decide(heads, "mean", measures={per_example: drift})]  # keyed by the objective it measures
-    if ClaimsResult in ctx.report.produces and ctx.adapter.arch != "encoder-decoder":
-        asks.append(Decide(heads, "uniform"))  # the claims' weights test, on the same blocks' clean forwards
-    runs = decided_pass(ctx.adapter, ctx.whole_corpus, objective, asks, runner=ctx.runner, batch_size=p["batch_size"])
-    return DecidedPass(tuple(runs))
-
-
-def _claims_objective(ctx: Context, groups: list, path: str) -> Any:
-    """The corpus objective when this section's removals can be the causal claims' on
-    ``path`` (``sequential`` or ``screened``: mean-ablation of every head alone, no groups,
-    and the run's ``--causal`` resolving to ``path``), else ``None`` (the section runs its
-    own sweep; an objective that does not fit the model is the sweep's to refuse)."""
-    from probe.errors import NotApplicable
-
-    p = ctx.params
-    if p["mode"] != "mean" or p["layers"] is not None or groups:
-        return None
-    if run_causal_path(ctx, len(ctx.whole_corpus)) != path:
-        return None
-    try:
-        return ctx.objective("corpus")
-    except (InputError, NotApplicable):
-        return None
-
-
-def _screened(ctx: Context, groups: list) -> Any:
-    """On the screened path (``--causal auto`` above :data:`._shared.SCREEN_ABOVE_HEADS` heads,
-    or ``--causal screened``), this section's removals are the necessity claims': every head
-    screened on every example at once (attribution patching: one forward + backward per
-    batch), the heads whose screened harm could reach the floor and a random audit removed
-    exactly, each in blocks until its betting test decides it, against the null model's bar
-    (:func:`probe.analyses.claims.screened.screened_necessity`); the claims reuse it. ``None``
-    where the section runs its own sweep (another mode, some layers, groups, or an objective
-    that is corpus-level: a similarity structure's harms are not per example)."""
-    from probe.analyses.claims.null_model import null_model_for
-    from probe.analyses.claims.screened import screened_necessity
-    from probe.analyses.claims.screened_claims import REPORT_SCREEN
-    from probe.analyses.necessity.ablation import check_heads
-
-    p = ctx.params
-    objective = _claims_objective(ctx, groups, "screened")
-    if objective is None or getattr(objective, "corpus_level", False):
-        return None
-    over = ctx.report.overrides
-    seed = int(over.get("seed", 0) or 0)
-    null = null_model_for(ctx.adapter, over.get("null"), seed) if ClaimsResult in ctx.report.produces else None
-    return screened_necessity(
-        ctx.adapter, ctx.whole_corpus, objective, check_heads(ctx.adapter, None), null_adapter=null, seed=seed,
-        runner=ctx.runner, batch_size=p["batch_size"], progress=ctx.progress, **REPORT_SCREEN,
-    )  # fmt: skip
+def _every_head_mean(p: dict) -> bool:
+    """Whether this section's removals can be the causal claims' shared ones
+    (:mod:`probe.app.registry.removal_stages`): mean-ablation of every head alone, no groups."""
+    return p["mode"] == "mean" and p["layers"] is None and not any(p["group"])
 
 
 def _screened_sweep(got: Any) -> SweepResult:
@@ -471,6 +408,9 @@ ANALYSIS = Analysis(
     "also ablate each group of heads together (groups.csv): redundant heads show no effect alone and a "
     "large one together.",
     objective="per-example",
+    # the causal claims' shared removals, started here for mean-ablation of every head
+    reads=(DECIDED("necessity", when=_every_head_mean), SCREENED("necessity", when=_every_head_mean)),
+    settings=model_run_setting,  # the model-run examples line of the report's settings
     params=(
         Param("mode", str, "zero", "zero or mean ablation", choices=("zero", "mean")),
         Param("layers", "ints", None, "only heads of these layers, e.g. 0,3 or 0-2"),

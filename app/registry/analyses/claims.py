@@ -5,8 +5,11 @@ count, null and named threshold (:mod:`probe.analyses.claims`).
 In the report the section reads, by type, the results of the sections that ran before it
 (``consumes``): the ablation section's removals (the same single-head sweep on the same
 objective: its mode is not run again), the importance table and the faithfulness verdict;
-a claim whose evidence did not run is *not tested*, with the reason (``ctx.report.skipped`` gives
-a skipped section's).
+a claim whose evidence did not run is *not tested*, with the reason
+(``ctx.why_no_result(FaithfulnessResult)``). It reads the run's shared removals, the
+decided pass and the screened necessity (:mod:`probe.app.registry.removal_stages`): it
+joins them (its weights test rides on the decided pass, its null model's bar on the screen)
+and takes them instead of running them again.
 """
 
 from __future__ import annotations
@@ -15,21 +18,25 @@ from typing import TYPE_CHECKING, Any
 
 from probe.app.registry import Analysis, Param
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
+from probe.app.registry.removal_stages import DECIDED, SCREENED
 from probe.app.registry.results import AblationResult, ClaimsResult, FaithfulnessResult, ImportanceResult
 
-from ._shared import CAUSAL, NULL, model_corpus, run_causal_path
+from ._shared import CAUSAL, NULL, model_corpus, model_run_setting, run_causal_path
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
 
 
-def _faithfulness_reason(ctx: Any) -> str:
-    """Why the attribution claim has no faithfulness verdict to read."""
-    from .faithfulness import ANALYSIS as FAITHFULNESS
-
-    if FAITHFULNESS.name in ctx.report.skipped:
-        return ctx.report.skipped[FAITHFULNESS.name]
-    return f"the {FAITHFULNESS.name} section did not run"
+def _shared_removals(ctx: Any, ablation: Any) -> Any:
+    """The removals the claims take instead of running them again: the run's decided pass
+    or screened necessity where it made one, else the ablation section's own sweep."""
+    if _adapter(ctx) is None:
+        return None
+    made = ctx.stage(DECIDED, ANALYSIS)
+    made = made if made is not None else ctx.stage(SCREENED, ANALYSIS)
+    if made is not None:
+        return made
+    return ablation.removals if ablation else None
 
 
 def _adapter(ctx):
@@ -58,11 +65,11 @@ def run(ctx: Context) -> ClaimsResult:
         objective=objective,
         faithfulness=faith.verdict if faith else None,
         faithfulness_info=faith.summary if faith else None,
-        faithfulness_reason=_faithfulness_reason(ctx),
+        faithfulness_reason=ctx.why_no_result(FaithfulnessResult),
         seed=ctx.params.get("seed", 0),
         null=ctx.params.get("null"),
         progress=ctx.progress,
-        ablation=ablation.removals if ablation else None,  # its removals are not run again
+        ablation=_shared_removals(ctx, ablation),  # removals already run are not run again
         objective_why=why,
         runner=ctx.runner,  # the removals' batches wherever the run's engine runs them
         causal=(run_causal_path(ctx, len(ctx.whole_corpus)) if adapter is not None else "exhaustive"),
@@ -184,7 +191,7 @@ SHOWS = Presentation(
         whole="the claims' pattern and structure evidence",
         part="the claims' removal sweeps on the model-run examples, their batches on the engine",
     ),
-    claims=True,
+    claims=lambda result: result.claims,  # the HeadClaims, which the verdicts are read from
 )
 
 
@@ -208,6 +215,10 @@ ANALYSIS = Analysis(
     section=True,
     produces=ClaimsResult,
     consumes=(AblationResult, ImportanceResult, FaithfulnessResult),
+    # the run's shared removals: joined (the weights test on the decided pass' blocks, the null
+    # model's bar on the screen), never started here
+    reads=(DECIDED("necessity", "weights", starts=False), SCREENED("necessity", "null", starts=False)),
+    settings=model_run_setting,  # the model-run examples line of the report's settings
     report_params={"max_model_examples": 128},  # the ablation section's cut: its sweep is reused
     modules=("probe.analyses.claims.heads",),
     order=90,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from probe.app.registry import Analysis, Param, SkipAnalysis
 from probe.app.registry.presentation import HeadBlock, Presentation, TableView, VerdictHint
+from probe.app.registry.removal_stages import DECIDED, SCREENED
 from probe.app.registry.results import FaithfulnessResult
 
 from ._shared import NULL, head_count
@@ -106,6 +107,11 @@ def explained_setting(n: int, params: dict, heads: int = 0) -> str:
     )
 
 
+def _settings(n: int, heads: int, params: dict) -> dict:
+    """The report's settings line on the examples this section explains (:func:`explained_setting`)."""
+    return {f"{ANALYSIS.name} examples": explained_setting(n, params, heads)}
+
+
 def _explained_note(info: dict, rule: str) -> str:
     """The note on which examples were explained: how many of how many, how drawn, and why."""
     drawn = info.get("explained")
@@ -135,16 +141,12 @@ def _steps_note(gate: dict) -> str:
 
 
 def _embeddings(ctx: Context):
-    """``(readout described, [n, d])``: the whole corpus's clean embeddings the ablation
-    section's decided removals read (NaN rows for sentences it did not take), or ``None``:
-    the similarity target embeds only the sentences they miss (on EWT dev, none: 8.7 s)."""
-    from probe.analyses.claims.decided import DecidedPass, DecidedRun
-
-    from probe.app.registry.results import AblationResult
-
-    ablation = ctx.result_of(AblationResult)
-    run = getattr(ablation, "removals", None) if ablation is not None else None
-    if not isinstance(run, (DecidedRun, DecidedPass)) or run.clean is None or run.n != len(ctx.whole_corpus):
+    """``(readout described, [n, d])``: the whole corpus's clean embeddings the run's decided
+    pass read (:data:`probe.app.registry.removal_stages.DECIDED`; NaN rows for sentences it did
+    not take), or ``None``: the similarity target embeds only the sentences they miss (on EWT
+    dev, none: 8.7 s)."""
+    run = ctx.stage(DECIDED, ANALYSIS)
+    if run is None or run.clean is None or run.n != len(ctx.whole_corpus):
         return None
     return run.readout, run.clean
 
@@ -170,8 +172,6 @@ def _permuted_heads(ctx: Context) -> tuple:
     read from the agreement alone."""
     import numpy as np
 
-    from probe.app.registry.results import AblationResult
-
     from ._shared import causal_path
 
     p = ctx.params
@@ -181,8 +181,8 @@ def _permuted_heads(ctx: Context) -> tuple:
     over = ctx.report.overrides if ctx.report is not None else {}
     if causal_path(over.get("causal"), len(ctx.whole_corpus), None, m) != "screened":
         return None, [], None
-    ablation = ctx.result_of(AblationResult)
-    table = getattr(getattr(ablation, "removals", None), "table", None)
+    screened = ctx.stage(SCREENED, ANALYSIS)
+    table = getattr(screened, "table", None)
     if table is not None and "role" in table:
         exact = table[table["role"] != "screened out"]
         heads = [(int(r.layer), int(r.head)) for r in exact.itertuples(index=False)]
@@ -425,6 +425,9 @@ ANALYSIS = Analysis(
     "evidence is known) and verdict.csv to --out. The default target: loss:-1 (next-token loss) for a causal LM, "
     "logit for a zoo classifier, probe:subject-number on a treebank.",
     objective="explain",
+    # the run's shared removals, read where made: the decided pass' clean embeddings, the screen's heads
+    reads=(DECIDED(starts=False), SCREENED(starts=False)),
+    settings=_settings,
     params=(
         Param(
             "pairs",

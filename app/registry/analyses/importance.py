@@ -10,7 +10,7 @@ from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, T
 
 from probe.app.registry.results import ImportanceResult
 
-from ._shared import BATCH, CAUSAL, model_corpus, run_causal_path
+from ._shared import BATCH, CAUSAL, model_corpus, model_run_setting, run_causal_path
 
 if TYPE_CHECKING:
     from probe.app.registry import Context
@@ -256,6 +256,7 @@ IMPORTANCE = Analysis(
     section=True,
     produces=ImportanceResult,
     report_params={"max_model_examples": 128, "batch_size": 16, "ig_steps": 32},
+    settings=model_run_setting,  # the model-run examples line of the report's settings
     modules=("probe.analyses.necessity.importance",),
     order=31,
     example="probe importance --model zoo:induction --limit 16 --out out/importance",
