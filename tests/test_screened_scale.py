@@ -176,6 +176,7 @@ def test_faithfulness_permutes_the_screened_heads_on_a_sample_of_the_explained_e
             report=SimpleNamespace(overrides={}),
             whole_corpus=list(range(40)),
             result_of=lambda kind: None,
+            stage=lambda stage, analysis: None,
         )
 
     heads, said, on = F._permuted_heads(ctx(30, 9))
