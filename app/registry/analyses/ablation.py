@@ -38,7 +38,7 @@ def run(ctx: Context) -> AblationResult:
     from probe.analyses.necessity.head_groups import ablate_group
 
     p = ctx.params
-    corpus, cut = model_corpus(ctx, ctx.whole_corpus)  # the whole corpus's first examples, not a kept sample's
+    corpus, cut = model_corpus(ctx, ctx.corpus.whole)  # the whole corpus's first examples, not a kept sample's
     objective = ctx.objective("per-example")
     groups = [
         ablate_group(ctx.adapter, corpus, g, objective, p["mode"], batch_size=p["batch_size"], n_boot=p["n_boot"])
@@ -48,10 +48,10 @@ def run(ctx: Context) -> AblationResult:
     decided = _decided(ctx, objective, groups)
     screened = _screened(ctx, groups) if decided is None else None
     if decided is not None:  # every example, each head until its necessity is decided (the claims reuse it)
-        corpus, cut, removals = ctx.whole_corpus, "", decided
+        corpus, cut, removals = ctx.corpus.whole, "", decided
         res = _decided_sweep(decided.runs[0], objective, p["n_boot"])
     elif screened is not None:  # every head screened at once, the ones that could matter removed exactly
-        corpus, cut, removals = ctx.whole_corpus, "", screened
+        corpus, cut, removals = ctx.corpus.whole, "", screened
         res = _screened_sweep(screened)
     else:
         removals = _removals(ctx, corpus, objective)  # the claims reuse them
@@ -97,7 +97,7 @@ def _decided(ctx: Context, per_example: Objective, groups: list) -> Any:
     asks = [Decide(heads, "mean", measures={per_example: drift})]  # keyed by the objective it measures
     if ClaimsResult in ctx.report.produces and ctx.adapter.arch != "encoder-decoder":
         asks.append(Decide(heads, "uniform"))  # the claims' weights test, on the same blocks' clean forwards
-    runs = decided_pass(ctx.adapter, ctx.whole_corpus, objective, asks, runner=ctx.runner, batch_size=p["batch_size"])
+    runs = decided_pass(ctx.adapter, ctx.corpus.whole, objective, asks, runner=ctx.runner, batch_size=p["batch_size"])
     return DecidedPass(tuple(runs))
 
 
@@ -111,7 +111,7 @@ def _claims_objective(ctx: Context, groups: list, path: str) -> Any:
     p = ctx.params
     if p["mode"] != "mean" or p["layers"] is not None or groups:
         return None
-    if run_causal_path(ctx, len(ctx.whole_corpus)) != path:
+    if run_causal_path(ctx, len(ctx.corpus.whole)) != path:
         return None
     try:
         return ctx.objective("corpus")
@@ -141,7 +141,7 @@ def _screened(ctx: Context, groups: list) -> Any:
     seed = int(over.get("seed", 0) or 0)
     null = null_model_for(ctx.adapter, over.get("null"), seed) if ClaimsResult in ctx.report.produces else None
     return screened_necessity(
-        ctx.adapter, ctx.whole_corpus, objective, check_heads(ctx.adapter, None), null_adapter=null, seed=seed,
+        ctx.adapter, ctx.corpus.whole, objective, check_heads(ctx.adapter, None), null_adapter=null, seed=seed,
         runner=ctx.runner, batch_size=p["batch_size"], progress=ctx.progress, **REPORT_SCREEN,
     )  # fmt: skip
 

@@ -119,7 +119,7 @@ def _embeddings(ctx: Context):
 
     ablation = ctx.result_of(AblationResult)
     run = getattr(ablation, "removals", None) if ablation is not None else None
-    if not isinstance(run, (DecidedRun, DecidedPass)) or run.clean is None or run.n != len(ctx.whole_corpus):
+    if not isinstance(run, (DecidedRun, DecidedPass)) or run.clean is None or run.n != len(ctx.corpus.whole):
         return None
     return run.readout, run.clean
 
@@ -146,7 +146,7 @@ def _permuted_heads(ctx: Context) -> tuple:
         return p["heads"], []
     m = head_count(ctx.adapter)
     over = ctx.report.overrides if ctx.report is not None else {}
-    if causal_path(over.get("causal"), len(ctx.whole_corpus), None, m) != "screened":
+    if causal_path(over.get("causal"), len(ctx.corpus.whole), None, m) != "screened":
         return None, []
     ablation = ctx.result_of(AblationResult)
     table = getattr(getattr(ablation, "removals", None), "table", None)
@@ -176,7 +176,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     (limit, rule), (permuted, said) = _explained(p), _permuted_heads(ctx)
     rep = run_faithfulness(
         ctx.adapter,
-        ctx.whole_corpus,
+        ctx.corpus.whole,
         target,
         methods=list(p["methods"]),
         attention_methods=list(p["attention_methods"]),
@@ -185,7 +185,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         **_permutations(p, permuted),
         max_examples=limit,
         seed=p["seed"],
-        progress=ctx.progress and len(ctx.whole_corpus) > 1,
+        progress=ctx.progress and len(ctx.corpus.whole) > 1,
         pairs=p.get("pairs"),
         null=_null(p.get("null")),
         embeddings=_embeddings(ctx),
@@ -250,7 +250,7 @@ def run_in_report(ctx: Context) -> FaithfulnessResult:
         from probe.analyses.claims.attribution import target_validity
         from probe.analyses.explanation.faithfulness import fit_objective
 
-        info = fit_objective(ctx.adapter, target, ctx.whole_corpus, seed=ctx.params["seed"])[3]
+        info = fit_objective(ctx.adapter, target, ctx.corpus.whole, seed=ctx.params["seed"])[3]
         valid, words = target_validity(info)
         if not valid:
             raise SkipAnalysis(f"not tested: target no better than chance ({words})")

@@ -43,7 +43,7 @@ def run(ctx: Context) -> Result:
 
     p = ctx.params
     check_causal(ctx.adapter)  # an encoder's reason first (its stream is not read at the next token)
-    w = corpus_writes(ctx.adapter, list(ctx.corpus.texts), p["top_k"], p["n_boot"], p["seed"])
+    w = corpus_writes(ctx.adapter, list(ctx.corpus.kept.texts), p["top_k"], p["n_boot"], p["seed"])
     copied = _copied(ctx, w.table, p["ov_heads"], p["top_k"])
     best = w.table.reindex(w.table["dla"].abs().sort_values(ascending=False).index).head(5)
     notes = [
