@@ -102,7 +102,7 @@ def main():
         quiet=False,
         echo=False,
     )
-    corpus, on_engine = ctx.corpus, None
+    corpus, on_engine = ctx.corpus.kept, None
     if args.engine != "local":
         from probe.app.report.build import _engine_statistics
 
@@ -111,7 +111,7 @@ def main():
     maps = ctx.maps
     t, c = lap(f"capture ({len(maps)} examples)", t, c)
     settings = ctx.report.settings
-    settings.update({"model": "minilm", **_model_examples_setting(len(ctx.input_corpus), args.max_model_examples)})
+    settings.update({"model": "minilm", **_model_examples_setting(len(ctx.corpus.as_given), args.max_model_examples)})
     if on_engine is not None:
         from probe.app.report.sections import choose
 

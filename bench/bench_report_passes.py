@@ -133,7 +133,7 @@ def main() -> None:
         maps = ctx.maps
         t_capture = time.perf_counter() - t
         capture = counter.snapshot()
-        ctx.report.settings.update({"model": args.model, **_model_examples_setting(len(ctx.input_corpus), None)})
+        ctx.report.settings.update({"model": args.model, **_model_examples_setting(len(ctx.corpus.as_given), None)})
         marks: list = []  # (section, time, counts, peak) at each section's start
 
         print(

@@ -78,8 +78,10 @@ def test_the_faithfulness_verdict_says_why_in_one_line():
 
 
 def test_a_report_prints_one_objective_line(minilm, capsys):
-    """MiniLM's report measured by three objectives printed three lines under three nouns
-    (metric, target, objective); now one line names each objective with its sections."""
+    """MiniLM's report printed three objectives under three nouns (``metric: embedding-drift``,
+    ``target: similarity``, ``objective: similarity-structure``), then one line with three
+    names side by side; now the run's objective is named once, as the claims (the head pages
+    and summary.json) name it, and the other sections say how they measure it."""
     from probe.app.registry import open_run
     from probe.inputs.corpus import Corpus
 
@@ -89,10 +91,57 @@ def test_a_report_prints_one_objective_line(minilm, capsys):
     ctx.open_objectives(readers, readers=readers)
     printed = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert printed == [
-        "objective: embedding-drift (ablation, importance), similarity (faithfulness), similarity-structure "
-        "(claims); why each: the index's settings; choose with --objective"
+        "objective: similarity-structure (claims), measured per example as embedding-drift (ablation, importance) "
+        "and per input as similarity (faithfulness); why each: the index's settings; choose with --objective"
     ]
-    assert len(ctx.report.settings["choices"]) == 3  # each use's why kept for the index
+    # the name printed first is the one the claims record (summary.json's claims and the head pages)
+    assert printed[0].split()[1] == ctx.objective("corpus").called == "similarity-structure"
+    assert [line.split(" (")[0] for line in ctx.said] == [
+        "objective: embedding-drift", "objective: similarity", "objective: similarity-structure"
+    ]  # each use's why kept for the index, under the one noun  # fmt: skip
+
+
+def test_a_command_prints_its_objective_under_the_one_noun(minilm, capsys):
+    """``probe ablate`` printed ``metric: embedding-drift (…)``, ``probe faithfulness``
+    ``target: similarity (…)``: each command's one objective is now ``objective: <name>``,
+    the name its tables and notes use (``Objective.called``)."""
+    from probe.app.registry import open_run
+    from probe.inputs.corpus import Corpus
+
+    for use, name in (("per-example", "embedding-drift"), ("explain", "similarity")):
+        ctx = open_run(minilm, Corpus(texts=("The cat sat on the mat.", "A dog ran home.")), echo=True)
+        assert ctx.objective(use).called == name
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert line.startswith(f"objective: {name} (") and line.endswith("; choose with --objective)"), line
+
+
+def test_the_roles_note_counts_heads_as_the_table_shows_them():
+    """The roles note counted heads per role by its own rule ("broad 2") beside a table that
+    puts a role its pattern claim rejects in parentheses; now a head counts for its role
+    only where its pattern claim does not reject it, the rejected counted apart."""
+    from probe.app.registry.results import RolesResult
+    from probe.app.report.tables import notes_shown
+
+    roles = pd.DataFrame(
+        {"layer": [0, 0, 1, 1, 2], "head": [3, 2, 0, 1, 0],
+         "role": ["broad", "previous-token", "special-token", "broad", "syntactic (nsubj)"]}
+    )  # fmt: skip
+    counts = pd.DataFrame({"role": ["previous-token", "special-token", "broad", "syntactic"], "heads": [1, 1, 2, 1]})
+    result = RolesResult(
+        tables={"roles": roles, "role_counts": counts},
+        notes=["heads per role: previous-token 1, special-token 1, broad 2, syntactic 1", "roles estimated from 24"],
+    )
+    claims = {(0, 3): _pattern("does not hold"), (0, 2): _pattern("holds", "previous-token"),
+              (1, 0): _pattern("not enough evidence", "special-token"), (1, 1): _pattern("holds")}  # fmt: skip
+    # L2H0 has no pattern claim: it counts, as the table shows its role plainly
+    assert notes_shown("roles", result, claims) == [
+        "heads per role: previous-token 1, broad 1, syntactic 1 (a role counts where its pattern claim does not "
+        "reject it, as in the table); named by the rule but not held by the pattern claim, shown in parentheses: "
+        "(special-token) 1, (broad) 1",
+        "roles estimated from 24",
+    ]
+    assert notes_shown("roles", result, None) == result.notes  # no claims ran: the rule's counts
+    assert notes_shown("syntax", result, claims) == result.notes  # a section that declares none
 
 
 def test_tables_said_strongest_first_are_sorted_so(minilm_report_8):

@@ -203,11 +203,13 @@ def test_lm_checkpoint_report_runs_every_section_with_its_head(checkpoints, tmp_
     assert status.pop("writes") == ("ran" if kind == "gpt2" else "skipped"), status  # BERT: post-norm
     assert all(v == "ran" for v in status.values()), status
     choices = summary["settings"]["choices"]
-    assert any(c.startswith("metric: loss") and metric_words in c for c in choices), choices
-    assert any(c.startswith(f"target: {target} ") for c in choices), choices
-    # one objective line, each objective with the sections it measures (the whys in the choices above)
+    assert any(c.startswith("objective: loss") and metric_words in c for c in choices), choices
+    assert any(c.startswith(f"objective: {target} ") for c in choices), choices
+    # one objective line: the run's objective named once, how the other sections measure it
+    # (the whys in the choices above)
     (line,) = [x.strip() for x in res.output.splitlines() if x.strip().startswith("objective: ")]
-    assert f"{target} (faithfulness)" in line and "loss (ablation" in line, line
+    assert line.startswith("objective: loss (claims, ablation, importance), measured"), line
+    assert f"per input as {target} (faithfulness)" in line, line
     assert "metric: " not in res.output and "target: " not in res.output
     faith = next(s for s in summary["sections"] if s["name"] == "faithfulness")
     assert faith["summary"]["target"] == target
@@ -227,7 +229,7 @@ def test_report_one_objective_option(checkpoints, tmp_path):
     by = {s["name"]: s for s in summary["sections"]}
     assert by["ablation"]["summary"]["metric"] == "embedding-drift"
     assert by["faithfulness"]["summary"]["target"] == "mlm"
-    said = [c for c in summary["settings"]["choices"] if c.startswith("target: mlm")]
+    said = [c for c in summary["settings"]["choices"] if c.startswith("objective: mlm")]
     assert said and "--objective embedding-drift is not one explain knows, so auto" in said[0], said
 
 

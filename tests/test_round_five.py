@@ -940,7 +940,7 @@ def test_row14_the_report_fingerprints_the_weights_and_tokenizer(tiny_models, tm
 
     adapter = tiny_models["bert"]
     corpus = Corpus(texts=("The cat sat.",))
-    ctx = SimpleNamespace(corpus=corpus, input_corpus=corpus)
+    ctx = SimpleNamespace(corpus=SimpleNamespace(kept=corpus, whole=corpus))
     p = _partial_report(tmp_path / "r", ctx, adapter, {}, streamed=False, fresh=True)
     try:
         assert p.fingerprint["weights"] == weights_fingerprint(adapter.model)

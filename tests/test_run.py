@@ -33,9 +33,10 @@ def test_open_run_keeps_the_maps_of_a_sample_on_an_engine(minilm):
     from probe.app.registry import Inputs, open_run
 
     ctx = open_run(minilm, Inputs(text=TEXTS), engine="stream", kept_examples=2)
-    assert len(ctx.corpus) == 2 and len(ctx.input_corpus) == len(TEXTS)  # maps held for 2; all 5 streamed
-    assert len(ctx.maps) == 2
-    assert len(open_run(minilm, Inputs(text=TEXTS), kept_examples=2).corpus) == len(TEXTS)  # local keeps all
+    assert len(ctx.corpus.kept) == 2 and len(ctx.maps) == 2  # maps held for 2
+    assert ctx.corpus.as_given is ctx.corpus.whole and len(ctx.corpus.whole) == len(TEXTS)  # all 5 streamed
+    local = open_run(minilm, Inputs(text=TEXTS), kept_examples=2)
+    assert len(local.corpus.kept) == len(TEXTS) and local.corpus.kept is local.corpus.whole  # local keeps all
 
 
 def test_open_run_refuses_an_unknown_engine():
@@ -49,21 +50,42 @@ def test_open_run_refuses_an_unknown_engine():
 
 
 def test_a_run_is_frozen_and_the_report_state_lives_apart(minilm):
-    """The run's model, inputs, engine and objective are fixed when it opens; what a report
-    gathers (results, skipped reasons, streamed sums, settings) is its ReportState."""
+    """Every attribute of a run is fixed when it opens, its parameters and its lazy caches
+    included (set: AttributeError); what a report gathers (results, skipped reasons,
+    streamed sums, settings) is its ReportState, which the run does not write."""
     from probe.app.registry import Inputs, open_run
     from probe.app.registry.context import ReportState
 
     state = ReportState(settings={"model": "x"})
     ctx = open_run(minilm, Inputs(text=TEXTS[:1]), engine="stream", objective="embedding-drift", report=state)
-    for name, value in (("engine", "local"), ("objective_spec", "loss"), ("model", "other"), ("results", {})):
+    fixed = ("engine", "objective_spec", "model", "results", "params", "corpus", "report", "_built", "_echo")
+    for name in fixed:
         with pytest.raises(AttributeError, match=f"a run is frozen: {name} is fixed"):
-            setattr(ctx, name, value)
-    assert ctx.engine.name == "stream" and ctx.objective_spec == "embedding-drift"
-    ctx.params = {"seed": 1}  # the running analysis' parameters: set by the report per section
+            setattr(ctx, name, None)
+    with pytest.raises(AttributeError, match="a run is frozen"):
+        del ctx.model
+    assert ctx.engine.name == "stream" and ctx.objective_spec == "embedding-drift" and ctx.params == {}
     ctx.say("metric: a choice")
-    assert ctx.report is state and state.settings["choices"] == ["metric: a choice"]
-    assert open_run(minilm).report.results == {}  # each run its own, empty outside a report
+    ctx.say("metric: a choice")  # said once
+    assert ctx.said == ("metric: a choice",) and state.settings == {"model": "x"}  # the report copies them
+    assert ctx.report is state and open_run(minilm).report.results == {}  # each run its own report state
+
+
+def test_each_analysis_gets_its_parameters_on_its_own_view_of_the_run(minilm):
+    """``with_params`` gives an analysis the run with its parameters (read-only): the run is
+    unchanged, and the view shares what the run builds (maps captured once, for both)."""
+    from probe.app.registry import Inputs, open_run
+
+    ctx = open_run(minilm, Inputs(text=TEXTS[:2]), params={"seed": 0})
+    view = ctx.with_params({"seed": 1, "top": 3})
+    assert view.params == {"seed": 1, "top": 3} and ctx.params == {"seed": 0}
+    with pytest.raises(TypeError, match="parameters are fixed"):
+        view.params["seed"] = 2
+    with pytest.raises(AttributeError, match="a run is frozen: params"):
+        view.params = {"seed": 2}
+    assert view.maps is ctx.maps and view.corpus is ctx.corpus and view.report is ctx.report
+    view.say("a choice")
+    assert ctx.said == ("a choice",)
 
 
 def test_results_are_read_by_type(minilm):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-__all__ = ["USES", "NAMES", "TARGET_FORMS", "FORMS", "NOUNS", "known_for", "objective_help"]
+__all__ = ["USES", "NAMES", "TARGET_FORMS", "FORMS", "MEASURED", "known_for", "objective_help", "objective_line"]
 
 #: what an objective is resolved for (the candidates ``auto`` chooses among differ):
 #: ``corpus`` the claims' necessity (the similarity structure allowed), ``per-example`` a
@@ -22,8 +22,13 @@ FORMS = {
     "gradient": ("loss", "accuracy", "embedding-drift", "similarity", *TARGET_FORMS),
     "explain": (*TARGET_FORMS, "similarity", "probe:<property>"),
 }
-#: what each use calls its objective (in errors and in the line a run prints)
-NOUNS = {"corpus": "objective", "per-example": "metric", "gradient": "metric", "explain": "target"}
+#: how a use measures the run's objective, in the line a run prints ("measured per example as …")
+MEASURED = {
+    "corpus": "over the corpus",
+    "per-example": "per example",
+    "gradient": "by gradient",
+    "explain": "per input",
+}
 
 
 def known_for(spec: str, use: str) -> bool:
@@ -45,3 +50,33 @@ def objective_help(uses: tuple) -> str:
         + " | ".join(names)
         + "; one that does not fit the model is refused before any forward, naming those that do"
     )
+
+
+def objective_line(names: dict, readers: dict, fell: list, spec: object) -> str:
+    """The one line a run with several uses prints: the run's objective named once, as the
+    pages and summary.json name it (the first use of :data:`USES` resolved: the claims'
+    corpus objective where they run), with the sections measured by it, then how the other
+    uses measure it where their name differs (``measured per example as embedding-drift
+    (ablation, importance)``).
+
+    Args:
+        names: use -> the name its objective is called by (``Objective.called``), or
+            ``None`` where the use found none (its sections skip).
+        readers: use -> the sections that read it.
+        fell: the uses that did not know the named ``spec`` and took ``auto``.
+    """
+    order = [u for u in USES if u in names] + [u for u in names if u not in USES]
+    who = {u: ", ".join(readers.get(u, [u])) for u in order}
+    found = [u for u in order if names[u] is not None]
+    main = names[found[0]] if found else None
+    same = [who[u] for u in found if names[u] == main]
+    said = f"objective: {main} ({', '.join(same)})" if main else "objective: none"
+    others = [f"{MEASURED.get(u, u)} as {names[u]} ({who[u]})" for u in found if names[u] != main]
+    if others:
+        said += ", measured " + " and ".join(others)
+    skipped = [who[u] for u in order if names[u] is None]
+    if skipped:
+        said += f"; none for {', '.join(skipped)} (skipped)"
+    if fell:
+        said += f"; --objective {spec} is not one {', '.join(fell)} knows, so auto there"
+    return f"{said}; why each: the index's settings; choose with --objective"

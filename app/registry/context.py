@@ -10,9 +10,14 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Optional, TypeVar
 
 from probe.errors import InputError, NotApplicable
+
+from .run_corpus import RunCorpus
+from .run_parts import Inputs, Params, ReportState
+
+__all__ = ["Context", "Inputs", "Params", "ReportState"]
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,73 +38,39 @@ def _local(device: str) -> Engine:
     return Engine("local", device=device)
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """What the user gave as input: ``--text`` (repeatable), ``--file`` or ``--conllu``
-    (at most one of the three; none: a zoo model's own evaluation set)."""
-
-    text: Sequence[str] = ()
-    file: Optional[str] = None
-    conllu: Optional[str] = None
-
-
 @dataclass
-class ReportState:
-    """What a report gathers while its sections run, kept apart from the run they read
-    (:class:`Context`: the model, corpus, engine and objective). The report owns it
-    (:mod:`probe.app.report`); a command's or ``probe.run``'s run has an empty one.
+class _Built:
+    """What a run builds on first use and keeps (shared by every analysis' view of it)."""
 
-    Attributes:
-        results: analysis name -> the :class:`probe.app.registry.Result` it produced;
-            written by the report's section runner (:mod:`probe.app.report.sections`) alone
-            (analyses read them by type: :meth:`Context.result_of`).
-        skipped: analysis name -> why it was skipped or failed (later sections give the reason).
-        streamed: analysis name -> its declared accumulators (``Analysis.accumulators``)
-            filled by an engine's pass over the whole corpus (:meth:`Context.accumulated`
-            fills them from the held maps when no engine did).
-        on_engine: the streamed statistics of the whole corpus
-            (:class:`probe.app.report.engine_sections.EngineRun`), or ``None``.
-        settings: JSON-able settings shown in the report (model, limit, the choices
-            :meth:`Context.say` states).
-        representatives: example indices shown on every page (the report's
-            :func:`probe.app.report.examples.representative_examples` when empty).
-        overrides: section parameters the user set for every section that declares them
-            (``probe report --max-model-examples/--explained-examples``).
-        produces: the result types of the sections this report runs (work several
-            sections share is a named stage of the run instead: :mod:`probe.app.registry.stages`).
-    """
-
-    results: dict = field(default_factory=dict)
-    skipped: dict = field(default_factory=dict)
-    streamed: dict = field(default_factory=dict)
-    on_engine: Optional[Any] = None
-    settings: dict = field(default_factory=dict)
-    representatives: list = field(default_factory=list)
-    overrides: dict = field(default_factory=dict)
-    produces: tuple = ()
-
-
-#: what a frozen run still lets change: the parameters of the analysis that is running
-_SET_PER_ANALYSIS = frozenset({"params"})
+    adapter: Any = None
+    maps: Optional[list] = None
+    sentences: Optional[list] = None
+    #: use -> (Objective, why), or the exception its resolution raised
+    objectives: dict = field(default_factory=dict)
+    #: the uses that did not know the named objective (``auto`` there)
+    fell_back: set = field(default_factory=set)
+    #: the lines said for people, in order (:meth:`Context.say`)
+    said: list = field(default_factory=list)
+    #: stage name -> its value on this run (:mod:`probe.app.registry.stages`)
+    stages: dict = field(default_factory=dict)
 
 
 class Context:
     """One run, frozen once open (:func:`probe.app.registry.runs.open_run`): the model,
-    one corpus with its views (``corpus``: the kept examples whose maps are held;
-    ``whole_corpus``: every fitted example; ``input_corpus``: as given, for an engine's
-    workers), the engine, the objective resolved once per use, the runner.
+    one corpus with its views (:attr:`corpus`), the engine, the objective resolved once
+    per use, the runner; and the parameters of the analysis reading it (:attr:`params`,
+    fixed per analysis: :meth:`with_params` gives an analysis its own view of the run).
 
     Attributes (lazy; each built once, on first access):
         adapter: the live model (:func:`probe.models.load_model` of ``model``), or
             ``None`` for a run on maps alone (``model`` given as ``None``).
-        corpus: the :class:`probe.inputs.corpus.Corpus` (``--text/--file/--conllu``, or a zoo
-            model's evaluation set), fitted to the model's length limit; on a stream or
-            Ray engine with ``kept_examples``, the kept sample whose maps are held.
-        input_corpus: the corpus as given, not fitted (an engine's workers leave out
-            what is too long themselves), or the whole corpus the run was opened on.
+        corpus: the run's one :class:`probe.app.registry.run_corpus.RunCorpus`:
+            ``corpus.as_given`` (as the user gave it, not fitted), ``corpus.whole``
+            (every example fitted to the model) and ``corpus.kept`` (the examples whose
+            maps are held: ``whole``, or a kept sample of it on a stream or Ray engine).
         sentences: the treebank's :class:`probe.inputs.readers.Sentence` s (``--conllu``).
-        maps: one :class:`probe.maps.AttentionMaps` per corpus example, in order.
-        params: the running analysis' parameters (defaults filled in).
+        maps: one :class:`probe.maps.AttentionMaps` per ``corpus.kept`` example, in order.
+        params: the running analysis' parameters (defaults filled in; read-only).
         report: the report's state, apart from the run (:class:`ReportState`: results so
             far, skipped reasons, streamed statistics, settings, representative examples).
             Read earlier results by type with :meth:`result_of`.
@@ -111,12 +82,31 @@ class Context:
         objective_spec: the objective the user named (``--objective``: a name, ``auto``, an
             :class:`probe.analyses.common.objective.Objective` or a callable); analyses read
             it resolved, once per use, with :meth:`objective`.
+        said: the lines said for people so far (:meth:`say`), in order.
         inputs, limit, device, model: what the user gave (:class:`Inputs`: ``--text``,
             ``--file`` or ``--conllu``; ``--limit``, ``--device``, ``--model``).
 
     ``say(line)`` states a choice made for the user (a chosen default, a warning): logged,
-    kept under ``report.settings["choices"]`` and, when ``echo``, printed to stderr.
+    kept in :attr:`said` (the report shows them in its settings) and, when ``echo``,
+    printed to stderr.
     """
+
+    model: Any
+    inputs: Inputs
+    limit: Optional[int]
+    device: str
+    params: Params
+    workdir: Optional[Path]
+    engine: Engine
+    objective_spec: Any
+    report: ReportState
+    corpus: RunCorpus
+    _quiet: bool
+    _batch_size: int
+    _objective_fallback: bool
+    _echo: bool
+    _indent: str
+    _built: _Built
 
     def __init__(
         self,
@@ -128,6 +118,7 @@ class Context:
         params: Optional[dict] = None,
         adapter: Optional[ModelAdapter] = None,
         corpus: Optional[Corpus] = None,
+        kept_examples: Optional[int] = None,
         maps: Optional[list] = None,
         quiet: bool = False,
         batch_size: int = 16,
@@ -139,47 +130,50 @@ class Context:
         echo: Optional[bool] = None,
         indent: str = "",
     ):
-        self.model = model
-        self.inputs: Inputs = inputs if inputs is not None else Inputs()
-        self.limit = limit
-        self.device = device
-        self.params = dict(params or {})
-        self._quiet, self._batch_size = quiet, batch_size
+        fix = self.__dict__
+        fix["model"] = model
+        fix["inputs"] = inputs if inputs is not None else Inputs()
+        fix["limit"], fix["device"] = limit, device
+        fix["params"] = Params(params or {})
+        fix["_quiet"], fix["_batch_size"] = quiet, batch_size
         #: the (temporary) output directory of a CLI run, for files written while running
-        self.workdir = workdir
-        self.engine: Engine = engine if engine is not None else _local(device)
-        self.objective_spec = objective
+        fix["workdir"] = workdir
+        fix["engine"] = engine if engine is not None else _local(device)
+        fix["objective_spec"] = objective
         #: a name a use does not know means ``auto`` there (the report: one --objective, many uses)
-        self._objective_fallback = objective_fallback
-        self._objectives: dict = {}  # use -> (Objective, why) or the exception its resolution raised
-        self._fell_back: set = set()  # the uses that did not know the named objective (auto there)
+        fix["_objective_fallback"] = objective_fallback
         #: the report's mutable state, apart from the run (an empty one outside a report)
-        self.report: ReportState = report if report is not None else ReportState()
-        self._echo = (not quiet) if echo is None else echo
-        self._indent = indent
-        self._adapter, self._corpus, self._maps = adapter, corpus, maps
-        self._input_corpus = corpus  # a corpus given is the run's whole corpus as is
-        self._whole: Optional[Corpus] = None  # the corpus a kept sample was cut from (keep_first)
-        self._sentences: Optional[list] = None
-        self._stages: dict = {}  # stage name -> its value on this run (probe.app.registry.stages)
-
-        self._frozen = True  # the run is fixed from here on (see __setattr__)
+        fix["report"] = report if report is not None else ReportState()
+        fix["_echo"] = (not quiet) if echo is None else echo
+        fix["_indent"] = indent
+        fix["_built"] = _Built(adapter=adapter, maps=maps)
+        fix["corpus"] = RunCorpus(self._given_corpus, lambda: self.adapter, given=corpus, keep=kept_examples)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """A run is frozen once open: its model, inputs, engine and objective are what
-        :func:`probe.app.registry.runs.open_run` gave; only the running analysis'
-        ``params`` (set by the report's section runner) and the lazily built caches
-        change. What a report gathers lives in :attr:`report`.
+        """A run is frozen once open: its model, inputs, corpus, engine, objective and
+        parameters are what :func:`probe.app.registry.runs.open_run` (and, for an
+        analysis' parameters, :meth:`with_params`) gave; what it builds on first use is
+        kept inside it, and what a report gathers lives in :attr:`report`.
 
         Raises:
-            AttributeError: any other attribute set after the run opened.
+            AttributeError: always.
         """
-        if name.startswith("_") or name in _SET_PER_ANALYSIS or not getattr(self, "_frozen", False):
-            object.__setattr__(self, name, value)
-            return
         raise AttributeError(
-            f"a run is frozen: {name} is fixed when it opens (open_run); report state goes in ctx.report"
+            f"a run is frozen: {name} is fixed when it opens (open_run; an analysis' parameters: "
+            "ctx.with_params), report state goes in ctx.report"
         )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a run is frozen: {name} is fixed when it opens")
+
+    def with_params(self, params: Optional[dict]) -> Context:
+        """This run as one analysis reads it: the same model, corpus, engine, objectives,
+        caches and report (shared, not copied), with ``params`` as :attr:`params` (the
+        report's section runner gives each section its own; this run is unchanged)."""
+        view = object.__new__(Context)
+        view.__dict__.update(self.__dict__)
+        view.__dict__["params"] = Params(params or {})
+        return view
 
     # -- what the user gave ---------------------------------------------------------------
     @property
@@ -188,11 +182,11 @@ class Context:
 
     @property
     def is_zoo(self) -> bool:
-        return str(self.model).startswith("zoo:") or str(getattr(self._adapter, "name", "")).startswith("zoo:")
+        return str(self.model).startswith("zoo:") or str(getattr(self._built.adapter, "name", "")).startswith("zoo:")
 
     @property
     def zoo_task(self) -> Optional[str]:
-        name = str(getattr(self._adapter, "name", None) or self.model)
+        name = str(getattr(self._built.adapter, "name", None) or self.model)
         return name.split(":", 1)[1] if name.startswith("zoo:") else None
 
     def read_store(self, path: Any) -> Any:
@@ -203,7 +197,7 @@ class Context:
         from probe.store.provenance import refuse_other_model
 
         store = Store(path)
-        if self.model is not None or self._adapter is not None:
+        if self.model is not None or self._built.adapter is not None:
 
             def fingerprint() -> str:
                 from probe.models.fingerprint import weights_fingerprint
@@ -213,16 +207,21 @@ class Context:
             refuse_other_model(path, store.manifest, self.model_name, fingerprint)
         return store
 
-    def say(self, line: str) -> None:
+    def say(self, line: str, echo: bool = True) -> None:
         """A line for people (a choice made for the user, e.g. the objective): logged, kept
-        under ``settings["choices"]`` (the report's index page and summary.json) and, when
-        ``echo``, printed to stderr once."""
+        in :attr:`said` (the report shows them in its settings: the index page and
+        summary.json) and, when the run echoes and ``echo``, printed to stderr once."""
         log.info("%s", line)
-        choices = self.report.settings.setdefault("choices", [])
-        if line not in choices:
-            choices.append(line)
-            if self._echo:
+        said = self._built.said
+        if line not in said:
+            said.append(line)
+            if self._echo and echo:
                 print(f"{self._indent}{line}", file=sys.stderr, flush=True)
+
+    @property
+    def said(self) -> tuple:
+        """The lines said for people so far (:meth:`say`), in order, each once."""
+        return tuple(self._built.said)
 
     @property
     def progress(self) -> bool:
@@ -270,8 +269,8 @@ class Context:
     def engine_model(self) -> Any:
         """What the engine's workers load: the model's spec, or in this process the model
         already loaded (not loaded twice)."""
-        if self.engine.in_process and self._adapter is not None:
-            return self._adapter
+        if self.engine.in_process and self._built.adapter is not None:
+            return self._built.adapter
         if self.model is None or not isinstance(self.model, str):
             return self.adapter.name
         return self.model
@@ -300,8 +299,9 @@ class Context:
     # -- named stages of the run (probe.app.registry.stages) ----------------------------------
     @property
     def stages(self) -> dict:
-        """stage name -> its value on this run (each computed once)."""
-        return self._stages
+        """stage name -> its value on this run (each computed once; every analysis' view of
+        the run shares them)."""
+        return self._built.stages
 
     def stage(self, stage: Any, reader: Any = None) -> Any:
         """The value of ``stage`` (:class:`probe.app.registry.stages.Stage`) on this run, or
@@ -328,23 +328,29 @@ class Context:
             NotApplicable: the objective does not fit the model (naming those that do), or
                 ``auto`` found nothing for this use (the analysis is skipped with the reason).
         """
-        if use not in self._objectives:
+        return self._resolved(use, echo=True)[0]
+
+    def _resolved(self, use: str, echo: bool) -> tuple:
+        """``(Objective, why)`` of ``use``, resolved the first time (said; printed when ``echo``)."""
+        objectives = self._built.objectives
+        if use not in objectives:
             try:
-                self._objectives[use] = self._resolve(use)
+                objectives[use] = self._resolve(use, echo)
             except (InputError, NotApplicable) as exc:
-                self._objectives[use] = exc
-        got = self._objectives[use]
+                objectives[use] = exc
+        got = objectives[use]
         if isinstance(got, Exception):
             raise got
-        return got[0]
+        return got
 
     def open_objectives(self, uses: Iterable[str], readers: Optional[dict] = None) -> None:
         """Resolve the objective now for each of ``uses`` (the report's sections'), before
         any forward; each is kept for the analyses that ask (:meth:`objective`). With
-        ``readers`` (``{use: [section, …]}``) the run prints one line naming each objective
-        with the sections measured by it (``objective: similarity-structure (claims),
-        embedding-drift (ablation, importance)``), the names the pages use; each one's why
-        stays in ``settings["choices"]`` (the index and summary.json).
+        ``readers`` (``{use: [section, …]}``) the run prints one line naming the run's
+        objective once, as the pages name it, and how the other sections measure it
+        (``objective: similarity-structure (claims), measured per example as embedding-drift
+        (ablation, importance) and per input as similarity (faithfulness)``); each use's why
+        stays in :attr:`said` (the report's settings: the index and summary.json).
 
         Raises:
             InputError: a named objective that none of ``uses`` knows (listing the names),
@@ -354,72 +360,59 @@ class Context:
 
         uses = list(dict.fromkeys(uses))
         spec = self.objective_spec
-        echo, self._echo = self._echo, self._echo and readers is None
-        try:
-            for use in uses:
-                try:
-                    self.objective(use)
-                except NotApplicable as exc:  # named by the user it is a bad input; auto: the sections skip
-                    if isinstance(spec, str) and known_for(spec, use):
-                        raise InputError(f"--objective {spec}: {exc.reason}") from None
-        finally:
-            self._echo = echo
-        if readers and echo:
+        for use in uses:
+            try:
+                self._resolved(use, echo=readers is None)
+            except NotApplicable as exc:  # named by the user it is a bad input; auto: the sections skip
+                if isinstance(spec, str) and known_for(spec, use):
+                    raise InputError(f"--objective {spec}: {exc.reason}") from None
+        if readers and self._echo:
             print(f"{self._indent}{self._objectives_line(uses, readers)}", file=sys.stderr, flush=True)
-        if uses and all(use in self._fell_back for use in uses):
+        if uses and all(use in self._built.fell_back for use in uses):
             names = list(dict.fromkeys(n for use in uses for n in FORMS[use]))
             raise InputError(f"unknown objective {spec!r}; known: {', '.join(names)}, auto")
 
     def _objectives_line(self, uses: list, readers: dict) -> str:
-        """``objective: <name> (<sections>), …`` of the uses resolved (one name once, with
-        every section measured by it), the uses that fell back to auto said after."""
-        by_name: dict = {}
-        for use in uses:
-            got = self._objectives.get(use)
-            name = getattr(got[0], "called", str(got[0])) if isinstance(got, tuple) else "none (skipped)"
-            by_name.setdefault(name, []).extend(readers.get(use, [use]))
-        said = ", ".join(f"{name} ({', '.join(dict.fromkeys(who))})" for name, who in by_name.items())
-        fell = [u for u in uses if u in self._fell_back]
-        if fell:
-            said += f"; --objective {self.objective_spec} is not one {', '.join(fell)} knows, so auto there"
-        return f"objective: {said}; why each: the index's settings; choose with --objective"
+        """:func:`probe.analyses.common.objective_names.objective_line` of the uses resolved."""
+        from probe.analyses.common.objective_names import objective_line
+
+        got = {use: self._built.objectives.get(use) for use in uses}
+        names = {u: (getattr(g[0], "called", str(g[0])) if isinstance(g, tuple) else None) for u, g in got.items()}
+        fell = [u for u in uses if u in self._built.fell_back]
+        return objective_line(names, readers, fell, self.objective_spec)
 
     def objective_why(self, use: str) -> str:
         """Why :meth:`objective` chose what it did for ``use`` (``named``, ``given`` or the
         reason ``auto`` chose it)."""
-        self.objective(use)
-        return self._objectives[use][1]
+        return self._resolved(use, echo=True)[1]
 
-    def _resolve(self, use: str) -> tuple:
+    def _resolve(self, use: str, echo: bool) -> tuple:
         from probe.analyses.common.objective import resolve_objective
-        from probe.analyses.common.objective_names import NOUNS
 
         spec = self.objective_spec
         # the one resolution of this use; a name it does not know is auto here (said) when the
-        # run serves several uses (the report): ``resolve_objective`` adds the use to ``_fell_back``
-        fallback = self._fell_back if self._objective_fallback else None
-        obj, why = resolve_objective(spec, self.adapter, self.whole_corpus, use=use, fallback=fallback)
-        note = f"--objective {spec} is not one {use} knows, so auto; " if use in self._fell_back else ""
+        # run serves several uses (the report): ``resolve_objective`` adds the use to ``fell_back``
+        fell_back = self._built.fell_back
+        fallback = fell_back if self._objective_fallback else None
+        obj, why = resolve_objective(spec, self.adapter, self.corpus.whole, use=use, fallback=fallback)
+        note = f"--objective {spec} is not one {use} knows, so auto; " if use in fell_back else ""
         shown = obj.describe() if use == "corpus" else obj.called
-        self.say(f"{NOUNS[use]}: {shown} ({note}{why}; choose with --objective)")
+        self.say(f"objective: {shown} ({note}{why}; choose with --objective)", echo=echo)
         return obj, why
 
     # -- built on first use -----------------------------------------------------------------
     @property
     def adapter(self) -> Any:
-        if self._adapter is None and self.model is not None:
+        built = self._built
+        if built.adapter is None and self.model is not None:
             from probe.models import load_model
 
-            self._adapter = load_model(self.model, device=self.device)
-        return self._adapter
+            built.adapter = load_model(self.model, device=self.device)
+        return built.adapter
 
-    @property
-    def input_corpus(self) -> Corpus:
-        """The corpus as given, not yet fitted to the model (no model loaded: an engine's
-        workers leave out what is too long for the model themselves); the whole corpus
-        when the run was opened on one."""
-        if self._input_corpus is not None:
-            return self._input_corpus
+    def _given_corpus(self) -> Corpus:
+        """The corpus the user gave (``corpus.as_given``), loaded: ``--text/--file/--conllu``
+        with ``--limit``, or a zoo model's evaluation set."""
         from probe.inputs.corpus import load_corpus
 
         return load_corpus(
@@ -431,35 +424,28 @@ class Context:
         )
 
     @property
-    def corpus(self) -> Corpus:
-        if self._corpus is None:
-            from probe.inputs.corpus import fit_to_model
-
-            self._corpus = fit_to_model(self.input_corpus, self.adapter)
-            if not len(self._corpus):
-                raise InputError(f"every example is longer than the model's {self.adapter.max_length} tokens")
-        return self._corpus
-
-    @property
     def sentences(self) -> list:
-        if self._sentences is None:
-            if self._corpus is not None and self._corpus.sentences:
-                self._sentences = list(self._corpus.sentences)
+        built = self._built
+        if built.sentences is None:
+            kept = self.corpus.kept_if_built()
+            if kept is not None and kept.sentences:
+                built.sentences = list(kept.sentences)
             elif self.inputs.conllu:
                 from probe.inputs.readers import read_conllu
 
-                self._sentences = read_conllu(self.inputs.conllu, limit=self.limit)
+                built.sentences = read_conllu(self.inputs.conllu, limit=self.limit)
             else:
                 raise NotApplicable("this analysis needs a treebank: give --conllu (CoNLL-U with dependency heads)")
-        return self._sentences
+        return built.sentences
 
     @property
     def maps(self) -> list:
-        if self._maps is None:
+        built = self._built
+        if built.maps is None:
             from probe.runs.capture import capture
 
-            c = self.corpus
-            self._maps = capture(
+            c = self.corpus.kept
+            built.maps = capture(
                 self.adapter,
                 list(c.texts),
                 word_spans=list(c.word_spans) if c.word_spans else None,
@@ -467,7 +453,7 @@ class Context:
                 batch_size=self._batch_size,
                 progress=self.progress and len(c) > 1,
             )
-        return self._maps
+        return built.maps
 
     def accumulated(self, name: str) -> dict:
         """The accumulators analysis ``name`` declares (``Analysis.accumulators``), filled
@@ -487,31 +473,15 @@ class Context:
         declare = get(name).accumulators  # (ctx, corpus) -> {key: accumulator}
         if declare is None:
             raise TypeError(f"analysis {name!r} declares no accumulators")
-        accs = declare(self, self.corpus)
-        feed_maps(list(accs.values()), self.maps, items=held_items(self.corpus))
+        accs = declare(self, self.corpus.kept)
+        feed_maps(list(accs.values()), self.maps, items=held_items(self.corpus.kept))
         self.report.streamed[name] = accs
         return accs
 
     @property
-    def whole_corpus(self) -> Corpus:
-        """The whole fitted corpus the run analyses: ``corpus``, unless the run holds the
-        maps of a kept sample only (``kept_examples`` of :func:`probe.app.registry.runs.open_run`), then the corpus it was cut from
-        (an engine streams it; the model-running analyses take their examples from it)."""
-        return self._whole if self._whole is not None else self.corpus
-
-    def _keep_first(self, n: int) -> None:
-        """Hold the maps of the first ``n`` examples only: ``corpus`` becomes them and
-        ``input_corpus`` and :attr:`whole_corpus` stay the whole (fitted) corpus, for an
-        engine to stream."""
-        whole = self.corpus
-        self._input_corpus = self._whole = whole
-        if n < len(whole):
-            self._corpus = whole.subset(range(n))
-
-    @property
     def maps_captured(self) -> bool:
         """Whether the maps are held (given, or captured by an earlier access)."""
-        return self._maps is not None
+        return self._built.maps is not None
 
     # -- what the report shows ------------------------------------------------------------------
     @property

@@ -18,7 +18,9 @@ declarations; it knows no section by name. A presentation says:
 - ``streamed``: what an engine computes of it over the whole corpus (:class:`Streamed`);
 - ``claims``: its evidence is the heads' claims (shown at the top of a head page and as
   ``claims`` in summary.json, not among the other evidence): ``claims(result) -> HeadClaims``
-  gives them (the verdicts are read from them).
+  gives them (the verdicts are read from them);
+- ``notes_beside_claims``: its notes as the claims read them (the roles' counts per role
+  follow the pattern claims, as its table does).
 
 A new analysis that shows nothing declares nothing: the report lists its tables and its
 per-head facts under its title.
@@ -172,6 +174,17 @@ class Presentation:
     tag: Optional[GridTag] = None
     streamed: Optional[Streamed] = None
     claims: Optional[Callable[[Any], Any]] = None  # (result) -> HeadClaims; set: the evidence is the claims
+    #: ``notes_beside_claims(result, claims) -> [line, …]``: the section's notes as the
+    #: claims read them (``claims``: ``{(layer, head): {kind: Claim}}`` when the claims ran),
+    #: on the index page and in summary.json; ``None``: its notes as they are
+    notes_beside_claims: Optional[Callable[[Any, dict], list]] = None
+
+    def notes(self, result: Result, claims: Optional[dict]) -> list:
+        """The notes the report shows of ``result``: :attr:`notes_beside_claims` when the
+        claims ran and the analysis declares it, else the result's own."""
+        if claims and self.notes_beside_claims is not None:
+            return list(self.notes_beside_claims(result, claims))
+        return list(result.notes)
 
     def head_evidence(self, result: Result) -> dict:
         """``{(layer, head): [HeadEvidence, …]}`` of ``result`` (``{}`` when the analysis

@@ -48,7 +48,7 @@ def _path(ctx: Any, params: dict) -> str:
     """The run's causal path for the whole corpus with ``params``' ``--causal`` and cap."""
     from .analyses._shared import causal_path, head_count
 
-    n, cap = len(ctx.whole_corpus), params.get("max_model_examples")
+    n, cap = len(ctx.corpus.whole), params.get("max_model_examples")
     return causal_path(params.get("causal"), n, cap, head_count(getattr(ctx, "adapter", None)))
 
 
@@ -83,7 +83,7 @@ def _decided(ctx: Any, asks: list) -> Optional[Any]:
     if "weights" in parts and ctx.adapter.arch != "encoder-decoder":
         families.append(Decide(heads, "uniform"))  # on the same blocks' clean forwards
     runs = decided_pass(
-        ctx.adapter, ctx.whole_corpus, objective, families, runner=ctx.runner, batch_size=start.params["batch_size"]
+        ctx.adapter, ctx.corpus.whole, objective, families, runner=ctx.runner, batch_size=start.params["batch_size"]
     )
     return DecidedPass(tuple(runs))
 
@@ -106,7 +106,7 @@ def _screened(ctx: Any, asks: list) -> Optional[Any]:
     seed = int(nulls[0].params.get("seed", 0) or 0) if nulls else 0
     null = null_model_for(ctx.adapter, nulls[0].params.get("null"), seed) if nulls else None
     return screened_necessity(
-        ctx.adapter, ctx.whole_corpus, objective, check_heads(ctx.adapter, None), null_adapter=null, seed=seed,
+        ctx.adapter, ctx.corpus.whole, objective, check_heads(ctx.adapter, None), null_adapter=null, seed=seed,
         runner=ctx.runner, batch_size=start.params["batch_size"], progress=ctx.progress, **REPORT_SCREEN,
     )  # fmt: skip
 

@@ -65,11 +65,14 @@ def open_run(
             ``objective_fallback``: a name a use does not know means ``auto`` there (the
             report's many uses), instead of an error.
         kept_examples: on ``stream``/``ray``, the examples whose maps are kept: the run's
-            ``corpus`` is the first ``kept_examples`` of the whole corpus, which stays the
-            ``input_corpus`` the engine runs on. Ignored on ``local`` (every map is kept).
+            ``corpus.kept`` is the first ``kept_examples`` of ``corpus.whole``, which is the
+            corpus the engine runs on. Ignored on ``local`` (every map is kept).
         adapter: an already loaded model (``model`` stays the spec an engine's workers load).
         maps: maps already captured, one per corpus example (not captured again).
-        params, quiet, batch_size, workdir: see :class:`probe.app.registry.Context`.
+        params: the parameters of the one analysis the run is opened for (a command's,
+            ``probe.run``'s); the report gives each section its own
+            (:meth:`probe.app.registry.Context.with_params`).
+        quiet, batch_size, workdir: see :class:`probe.app.registry.Context`.
         report, echo, indent: the report's (its :class:`ReportState`: results, settings,
             the section overrides …; see the Context); ``echo``
             defaults to ``not quiet``.
@@ -94,6 +97,7 @@ def open_run(
         params=params,
         adapter=adapter,
         corpus=corpus,
+        kept_examples=kept_examples if not run_engine.holds_every_map and maps is None else None,
         maps=maps,
         quiet=quiet,
         batch_size=batch_size,
@@ -105,8 +109,6 @@ def open_run(
         echo=echo,
         indent=indent,
     )
-    if not run_engine.holds_every_map and kept_examples is not None and maps is None:
-        ctx._keep_first(kept_examples)
     return ctx
 
 

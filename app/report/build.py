@@ -28,7 +28,7 @@ from probe.app.registry import Context, open_run
 from probe.errors import InputError
 
 from .examples import representative_examples, sharpest_examples
-from .sections import choose, run_sections
+from .sections import choose, note_choices, run_sections
 from .verdict import claims_verdict, verdict
 
 log = logging.getLogger(__name__)
@@ -321,7 +321,7 @@ def build_report(
     partial = _partial_report(out, ctx, adapter, fingerprinted, streamed=engine != "local", fresh=not resume)
     try:
         settings = _run_settings(ctx, adapter, source, limit, device, budget, _timed_capture(ctx))
-        n, heads = len(ctx.input_corpus), _head_count(adapter)
+        n, heads = len(ctx.corpus.whole), _head_count(adapter)
         settings.update(_model_examples_setting(n, max_model_examples, explained_examples, causal, heads=heads))
         settings.update({k: v for k, v in notes.items() if v})
         ctx.report.settings.update(settings, **_streamed_settings(ctx, batch_size, bool(progress), sections))
@@ -408,6 +408,7 @@ def _report_run(
         if s.objective:
             readers.setdefault(s.objective, []).append(s.name)
     ctx.open_objectives(readers, readers=readers)
+    note_choices(ctx)  # the objective of each use and why: the report's settings
     return ctx
 
 
@@ -427,7 +428,7 @@ def _streamed_settings(ctx: Context, batch_size: int, progress: bool, sections: 
     if ctx.engine.holds_every_map:
         return {}
     on_engine = _engine_statistics(ctx, batch_size, progress, sections)
-    out = on_engine.statement(len(ctx.corpus), choose(sections))
+    out = on_engine.statement(len(ctx.corpus.kept), choose(sections))
     out["engine seconds"] = round(on_engine.stats["seconds"], 2)
     return out
 
@@ -480,7 +481,7 @@ def _partial_report(out: Path, ctx: Context, adapter: Any, fingerprinted: dict, 
     model and the kept corpus (and, when ``streamed`` on an engine, the whole corpus's digest)."""
     from .resume import PartialReport, corpus_digest, fingerprint
 
-    corpus, full = ctx.corpus, ctx.input_corpus  # the kept sample (maps held); the whole corpus
+    corpus, full = ctx.corpus.kept, ctx.corpus.whole  # the kept sample (maps held); the whole corpus
     engine = {"engine_kept": len(corpus), "engine_corpus": corpus_digest(full)} if streamed else {}
     from probe.models.fingerprint import tokenizer_fingerprint, weights_fingerprint
 
@@ -503,7 +504,7 @@ def _run_settings(
         "device": device,
         "capture seconds": round(t_capture, 2),
         "memory budget": format_size(budget),
-        "unknown tokens": _unknown_summary(ctx.corpus, adapter),
+        "unknown tokens": _unknown_summary(ctx.corpus.kept, adapter),
     }
 
 
@@ -521,7 +522,7 @@ def _engine_statistics(ctx: Context, batch_size: int, progress: bool, sections: 
     run = ctx.engine_run
     if run is None:
         raise RuntimeError("the local engine holds every example's maps: it streams no statistics")
-    on_engine = ctx.report.on_engine = EngineRun(ctx.engine.name, run, ctx.input_corpus)
+    on_engine = ctx.report.on_engine = EngineRun(ctx.engine.name, run, ctx.corpus.whole)
     corpus = on_engine.corpus
     if progress:
         where = f"{on_engine.run.get('workers')} Ray workers" if on_engine.name == "ray" else "this process"

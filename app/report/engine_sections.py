@@ -45,7 +45,7 @@ class EngineRun:
     Attributes:
         name: ``stream`` or ``ray`` (the ``--engine`` choice).
         run: :func:`probe.app.engine.run_job` settings (``engine``, ``workers``, …).
-        corpus: the whole fitted corpus (the kept sample is ``ctx.corpus``).
+        corpus: the whole fitted corpus (the kept sample is ``ctx.corpus.kept``).
         stats: the sections' declared accumulators filled over ``corpus`` before the
             sections run (``filled``: ``{analysis: {key: accumulator}}``), the items left
             out for their length (``long``) and the pass's wall time (``seconds``).

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from probe.app.registry.presentation import CLAIMS_FIELD
 
+from .tables import notes_shown
+
 
 def _clean(v):
     """JSON-able, with NaN as ``null`` and numpy scalars as Python numbers."""
@@ -56,22 +58,23 @@ def summary_dict(data: Any) -> dict:
     """Everything the report says, as one JSON-able dict."""
     ctx = data.ctx
     heads = _head_entries(data)
+    claims = data.claims.claims if data.claims is not None else None
     return _clean(
         {
             "format": "attention-probe report 1",
             "model": ctx.report.settings.get("model_info") or {"name": ctx.report.settings.get("model")},
             "corpus": {
-                "source": ctx.corpus.source,
+                "source": ctx.corpus.kept.source,
                 "examples": len(ctx.maps),
                 "tokens": sum(m.n_tokens for m in ctx.maps),
-                "skipped": dict(ctx.corpus.skipped or {}),
+                "skipped": dict(ctx.corpus.kept.skipped or {}),
                 "representatives": list(ctx.report.representatives),
             },
             "settings": {k: v for k, v in ctx.report.settings.items() if k != "model_info"},
             "sections": [
                 dict(
                     o.to_dict(),
-                    notes=list(o.result.notes),
+                    notes=notes_shown(o.name, o.result, claims),
                     summary=o.result.summary,
                     tables=[f"tables/{o.name}_{n}.csv" for n in o.result.tables],
                 )

@@ -19,7 +19,7 @@ from .evidence import evidence_html
 from .head_view import HeadView, head_view_js
 from .html import esc, kv_table, link, page
 from .style import ROLE_ABBREV, ROLE_COLOURS
-from .tables import order_said, ranked_table
+from .tables import notes_shown, order_said, ranked_table
 from .views_pages import COMPARE_FILE, MODEL_FILE, view_examples
 
 
@@ -201,7 +201,7 @@ def _section_blocks(data) -> str:
         if o.status != "ran":
             continue
         parts = [f"<h3>{esc(o.title)}</h3>"]
-        parts += [f"<p>{esc(n)}</p>" for n in o.result.notes]
+        parts += [f"<p>{esc(n)}</p>" for n in notes_shown(o.name, o.result, claims)]
         for name, table in o.result.tables.items():
             order = order_said(o.name, name, table)
             parts.append(
@@ -228,11 +228,11 @@ def index_html(data: Any) -> str:
         "model": model.get("name", ctx.report.settings.get("model")),
         "layers × heads": f"{len(data.layers)} × {data.n_heads}",
         "model source": model.get("source", ""),
-        "corpus": ctx.corpus.source or "text",
+        "corpus": ctx.corpus.kept.source or "text",
         "examples": len(ctx.maps),
         "tokens": sum(m.n_tokens for m in ctx.maps),
     }
-    for why, n in (ctx.corpus.skipped or {}).items():
+    for why, n in (ctx.corpus.kept.skipped or {}).items():
         summary[f"skipped ({why})"] = n
     for k, v in ctx.report.settings.items():
         if k not in ("model_info", "model"):

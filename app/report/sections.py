@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 #: inputs a section may need, and how to tell whether a report's context has them
 NEEDS = {
     "treebank": (
-        lambda ctx: bool(ctx.corpus.sentences) and all(s.heads for s in ctx.corpus.sentences),
+        lambda ctx: bool(ctx.corpus.kept.sentences) and all(s.heads for s in ctx.corpus.kept.sentences),
         "no treebank input (give --conllu with dependency annotation)",
     ),
     "model": (lambda ctx: ctx.adapter is not None, "no live model (report built from stored maps)"),
@@ -205,6 +205,14 @@ def section_params(ctx: Any, sec: Any) -> dict:
     return params_with(sec, ctx.report.overrides)
 
 
+def note_choices(ctx: Any) -> None:
+    """Keep the lines the run said for people (``ctx.said``: the objective chosen and why,
+    a default taken …) as the report's ``settings["choices"]`` (its index page and
+    summary.json), where the report shows them."""
+    if ctx.said:
+        ctx.report.settings["choices"] = list(ctx.said)
+
+
 def open_stages(ctx: Any, sec: Any, sections: list) -> None:
     """Compute, once per run, each stage ``sec`` reads (``Analysis.reads``,
     :mod:`probe.app.registry.stages`) that no earlier section made: from the asks of ``sec``
@@ -219,12 +227,13 @@ def open_stages(ctx: Any, sec: Any, sections: list) -> None:
 
 
 def run_section(ctx: Any, sec: Any, sections: Optional[list] = None) -> Result:
-    """Run one section on ``ctx`` with its report parameters, after the stages it reads
-    (computed here the first time, so their time counts in the first reader's)."""
+    """Run one section on its own view of the run ``ctx`` (:meth:`Context.with_params`: the
+    run with the section's report parameters, :func:`section_params`), after the stages it
+    reads (computed here the first time, so their time counts in the first reader's)."""
     open_stages(ctx, sec, sections if sections is not None else [sec])
-    ctx.params = section_params(ctx, sec)
     fn = sec.section if callable(sec.section) else sec.run
-    result = fn(ctx)  # the same on every engine: what it sums over the corpus, it reads from ctx.accumulated
+    # the same on every engine: what it sums over the corpus, it reads from ctx.accumulated
+    result = fn(ctx.with_params(section_params(ctx, sec)))
     if not isinstance(result, produced(sec)):  # a bug in the declaration or the analysis
         raise TypeError(
             f"section {sec.name} returned a {type(result).__name__}, not the {produced(sec).__name__} it declares"
@@ -256,14 +265,15 @@ def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = 
                 _note_skip(ctx, sec.name, saved.reason)
             for line in partial.said(sec.name):  # the choices it made for the user, said again
                 ctx.say(line)
+            note_choices(ctx)
             outcomes.append(saved)
             continue
         n_before = len(outcomes)
-        said_before = len(ctx.report.settings.get("choices", []))
+        said_before = len(ctx.said)
         _run_one(ctx, sec, i, sections, outcomes, strict, progress)
+        note_choices(ctx)
         if partial is not None and len(outcomes) > n_before:
-            said = list(ctx.report.settings.get("choices", [])[said_before:])
-            partial.save(outcomes[-1], said=said, options=options)
+            partial.save(outcomes[-1], said=list(ctx.said[said_before:]), options=options)
     return outcomes
 
 

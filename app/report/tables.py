@@ -25,6 +25,16 @@ def view_of(section: str, name: str) -> Any:
     return shows.tables.get(name) if shows is not None else None
 
 
+def notes_shown(section: str, result: Any, claims: Optional[dict]) -> list:
+    """The notes the report shows of section ``section``'s ``result``: as its presentation
+    reads them beside ``claims`` (``{(layer, head): {kind: Claim}}``, or ``None`` when the
+    claims did not run; :meth:`probe.app.registry.presentation.Presentation.notes`)."""
+    from probe.app.registry import registered
+
+    shows = {a.name: a.shows for a in registered()}.get(section)
+    return shows.notes(result, claims) if shows is not None else list(result.notes)
+
+
 def order_said(section: str, name: str, df: Any) -> str:
     """How :func:`ranked` orders this table, as its caption says it: "strongest first" only
     where the analysis declares a view whose sort column the table has; otherwise the rows

@@ -143,11 +143,10 @@ def head_name(layer, head) -> str:
     return f"L{int(layer)}H{int(head)}"
 
 
-def model_corpus(ctx, corpus=None):
+def model_corpus(ctx, corpus):
     """``(corpus, note)``: at most ``ctx.params['max_model_examples']`` (the report's cap)
-    examples of ``corpus`` (default ``ctx.corpus``) for analyses that run the model once
-    per head."""
-    corpus = ctx.corpus if corpus is None else corpus
+    examples of ``corpus`` (the run's ``ctx.corpus.whole``) for analyses that run the model
+    once per head."""
     cap = ctx.params.get("max_model_examples")
     n = len(corpus)
     if not cap or n <= cap:

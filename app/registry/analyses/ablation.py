@@ -41,7 +41,7 @@ def run(ctx: Context) -> AblationResult:
     from probe.analyses.necessity.head_groups import ablate_group
 
     p = ctx.params
-    corpus, cut = model_corpus(ctx, ctx.whole_corpus)  # the whole corpus's first examples, not a kept sample's
+    corpus, cut = model_corpus(ctx, ctx.corpus.whole)  # the whole corpus's first examples, not a kept sample's
     objective = ctx.objective("per-example")
     groups = [
         ablate_group(ctx.adapter, corpus, g, objective, p["mode"], batch_size=p["batch_size"], n_boot=p["n_boot"])
@@ -51,10 +51,10 @@ def run(ctx: Context) -> AblationResult:
     decided = ctx.stage(DECIDED, ANALYSIS) if _every_head_mean(p) else None
     screened = ctx.stage(SCREENED, ANALYSIS) if decided is None and _every_head_mean(p) else None
     if decided is not None:  # every example, each head until its necessity is decided (the claims read it too)
-        corpus, cut, removals = ctx.whole_corpus, "", decided
+        corpus, cut, removals = ctx.corpus.whole, "", decided
         res = _decided_sweep(decided.runs[0], objective, p["n_boot"])
     elif screened is not None:  # every head screened at once, the ones that could matter removed exactly
-        corpus, cut, removals = ctx.whole_corpus, "", screened
+        corpus, cut, removals = ctx.corpus.whole, "", screened
         res = _screened_sweep(screened)
     else:
         removals = _removals(ctx, corpus, objective)  # the claims reuse them

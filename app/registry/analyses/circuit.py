@@ -73,7 +73,7 @@ def _pairs(ctx: Context) -> tuple:
     changes the encoder input only."""
     from probe.inputs.corpus import fit_pairs
 
-    clean = ctx.input_corpus
+    clean = ctx.corpus.as_given
     clean, bad = fit_pairs(clean, _corrupted(ctx, clean), ctx.adapter)
     if ctx.adapter.arch == "encoder-decoder":  # corrupt the encoder's input only: one decoder target per pair
         from dataclasses import replace

@@ -52,7 +52,7 @@ def run(ctx: Context) -> ClaimsResult:
     imp, faith = ctx.result_of(ImportanceResult), ctx.result_of(FaithfulnessResult)
     ablation = ctx.result_of(AblationResult)
     # the model runs on the whole corpus's first examples, also when only a kept sample's maps are held
-    corpus, cut = model_corpus(ctx, ctx.whole_corpus) if adapter is not None else (ctx.corpus, "")
+    corpus, cut = model_corpus(ctx, ctx.corpus.whole) if adapter is not None else (ctx.corpus.kept, "")
     # the run's objective, resolved once (printed); without a live model the causal claims are not tested
     objective = ctx.objective("corpus") if adapter is not None else None
     why = ctx.objective_why("corpus") if adapter is not None else ""
@@ -72,8 +72,8 @@ def run(ctx: Context) -> ClaimsResult:
         ablation=_shared_removals(ctx, ablation),  # removals already run are not run again
         objective_why=why,
         runner=ctx.runner,  # the removals' batches wherever the run's engine runs them
-        causal=(run_causal_path(ctx, len(ctx.whole_corpus)) if adapter is not None else "exhaustive"),
-        screen_corpus=ctx.whole_corpus,  # the sequential and screened paths: every example
+        causal=(run_causal_path(ctx, len(ctx.corpus.whole)) if adapter is not None else "exhaustive"),
+        screen_corpus=ctx.corpus.whole,  # the sequential and screened paths: every example
     )
     counts = hc.counts()
     causal = hc.objective.get("causal")

@@ -146,7 +146,7 @@ def _embeddings(ctx: Context):
     not take), or ``None``: the similarity target embeds only the sentences they miss (on EWT
     dev, none: 8.7 s)."""
     run = ctx.stage(DECIDED, ANALYSIS)
-    if run is None or run.clean is None or run.n != len(ctx.whole_corpus):
+    if run is None or run.clean is None or run.n != len(ctx.corpus.whole):
         return None
     return run.readout, run.clean
 
@@ -179,7 +179,7 @@ def _permuted_heads(ctx: Context) -> tuple:
         return p["heads"], [], None
     m = head_count(ctx.adapter)
     over = ctx.report.overrides if ctx.report is not None else {}
-    if causal_path(over.get("causal"), len(ctx.whole_corpus), None, m) != "screened":
+    if causal_path(over.get("causal"), len(ctx.corpus.whole), None, m) != "screened":
         return None, [], None
     screened = ctx.stage(SCREENED, ANALYSIS)
     table = getattr(screened, "table", None)
@@ -221,7 +221,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     (limit, rule), (permuted, said, on) = _explained(p, head_count(ctx.adapter)), _permuted_heads(ctx)
     rep = run_faithfulness(
         ctx.adapter,
-        ctx.whole_corpus,
+        ctx.corpus.whole,
         target,
         methods=list(p["methods"]),
         attention_methods=list(p["attention_methods"]),
@@ -230,7 +230,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
         **_permutations(p, permuted, on),
         max_examples=limit,
         seed=p["seed"],
-        progress=ctx.progress and len(ctx.whole_corpus) > 1,
+        progress=ctx.progress and len(ctx.corpus.whole) > 1,
         pairs=p.get("pairs"),
         null=_null(p.get("null")),
         embeddings=_embeddings(ctx),
@@ -295,7 +295,7 @@ def run_in_report(ctx: Context) -> FaithfulnessResult:
         from probe.analyses.claims.attribution import target_validity
         from probe.analyses.explanation.faithfulness import fit_objective
 
-        info = fit_objective(ctx.adapter, target, ctx.whole_corpus, seed=ctx.params["seed"])[3]
+        info = fit_objective(ctx.adapter, target, ctx.corpus.whole, seed=ctx.params["seed"])[3]
         valid, words = target_validity(info)
         if not valid:
             raise SkipAnalysis(f"not tested: target no better than chance ({words})")

@@ -36,7 +36,7 @@ def run_importance(ctx: Context) -> ImportanceResult:
     from probe.analyses.necessity.importance import COMPLETENESS_TOLERANCE, head_importance
     from probe.analyses.necessity.importance_blocks import BLOCK, importance_in_blocks
 
-    whole = ctx.whole_corpus
+    whole = ctx.corpus.whole
     corpus, cut = model_corpus(ctx, whole)
     kw = dict(
         objective=ctx.objective("per-example"),
@@ -193,7 +193,7 @@ def run_prune(ctx: Context) -> Result:
     p = ctx.params
     imp = run_importance(ctx)
     name = imp.summary["metric"]
-    corpus, _ = model_corpus(ctx, ctx.whole_corpus)
+    corpus, _ = model_corpus(ctx, ctx.corpus.whole)
     res = pruning_curve(
         ctx.adapter,
         corpus,

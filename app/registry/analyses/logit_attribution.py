@@ -19,7 +19,7 @@ def _texts(ctx: Context) -> list:
     """The input texts as given (an over-long one is refused, not dropped)."""
     from probe.errors import InputError
 
-    texts = list(ctx.input_corpus.texts)
+    texts = list(ctx.corpus.as_given.texts)
     if not texts:
         raise InputError("give the text to read the logit at: --text 'The capital of France is'")
     return texts

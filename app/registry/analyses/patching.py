@@ -60,7 +60,7 @@ def run(ctx: Context) -> Result:
     p = ctx.params
     from probe.inputs.corpus import fit_pairs
 
-    clean = ctx.input_corpus
+    clean = ctx.corpus.as_given
     bad = _corrupted(ctx, clean)
     clean, bad = fit_pairs(clean, bad, ctx.adapter)  # a pair with an over-long side is dropped whole
     objective = ctx.objective("per-example")

@@ -92,7 +92,7 @@ def _store(ctx):
         )
     from probe.runs.pipeline import capture_corpus
 
-    corpus = ctx.corpus
+    corpus = ctx.corpus.kept
     store = capture_corpus(
         ctx.adapter,
         corpus,
@@ -163,7 +163,7 @@ def _roles(ctx: Context) -> tuple:
     from probe.analyses.patterns.roles import roles_streamed  # the corpus streams wherever the run's engine runs it
     from probe.runs.blocks import corpus_items
 
-    corpus = ctx.input_corpus
+    corpus = ctx.corpus.as_given
     report = roles_streamed(ctx.runner, corpus_items(corpus), syntax=syntax, batch_size=p["batch_size"], **settings)
     engine = ctx.engine.name
     return report, f"{ctx.model_name} on {corpus.source}" + (f" (--engine {engine})" if engine != "local" else "")
@@ -235,7 +235,7 @@ def section_from(ctx: Context, roles: Any, n_examples: int) -> RolesResult:
 
     cols = [c for c in ROLE_FACTS if c in roles.columns]
     counts = role_counts(roles)
-    notes = ["heads per role: " + ", ".join(f"{r} {n}" for r, n in zip(counts["role"], counts["heads"]))]
+    notes = [COUNTS_NOTE + ", ".join(f"{r} {n}" for r, n in zip(counts["role"], counts["heads"]))]
     if n_examples < 100:
         notes.append(f"roles estimated from {n_examples} examples (fewer than 100: unstable)")
     return RolesResult(
@@ -400,6 +400,38 @@ def _roles_beside_claims(df: Any, claims: dict) -> Any:
     return df
 
 
+#: how the roles section's first note starts (the heads per role, by its rule)
+COUNTS_NOTE = "heads per role: "
+
+
+def _notes_beside_claims(result: RolesResult, claims: dict) -> list:
+    """The roles section's notes beside the claims: the heads per role counted as the roles
+    table shows them (:func:`_roles_beside_claims`): a head counts for its role only where its
+    pattern claim does not reject it (holds, or the head has none); the heads whose pattern
+    claim does not hold are counted apart, by the role the roles' rule named."""
+    from collections import Counter
+
+    from probe.analyses.patterns.vocabulary import base_role
+
+    notes = list(result.notes)
+    roles = result.roles
+    if roles is None or not len(roles) or not notes or not notes[0].startswith(COUNTS_NOTE):
+        return notes
+    held: Counter = Counter()
+    rejected: Counter = Counter()
+    for layer, head, role in zip(roles["layer"], roles["head"], roles["role"]):
+        status = _pattern_status(claims, layer, head)
+        (held if status in ("", "holds") else rejected)[base_role(role)] += 1
+    order = list(result.tables["role_counts"]["role"]) if "role_counts" in result.tables else sorted(held | rejected)
+    line = COUNTS_NOTE + (", ".join(f"{r} {held[r]}" for r in order if held[r]) or "none")
+    line += " (a role counts where its pattern claim does not reject it, as in the table)"
+    if rejected:
+        line += "; named by the rule but not held by the pattern claim, shown in parentheses: " + ", ".join(
+            f"({r}) {rejected[r]}" for r in order if rejected[r]
+        )
+    return [line] + notes[1:]
+
+
 def _counts_beside_claims(df: Any, claims: dict) -> Any:
     """The role counts beside the claims: of each role's heads, how many hold it as a pattern claim."""
     from probe.analyses.patterns.vocabulary import base_role
@@ -422,6 +454,7 @@ SHOWS = Presentation(
     },
     verdict=(VerdictHint("what", _what),),
     streamed=Streamed(whole="roles"),
+    notes_beside_claims=_notes_beside_claims,
 )
 
 

@@ -52,7 +52,7 @@ def _combine(value):
 
 
 def _text(ctx) -> str:
-    texts = ctx.corpus.texts
+    texts = ctx.corpus.kept.texts
     i = ctx.params["example"]
     if i >= len(texts):
         raise InputError(f"--example {i}: the input has {len(texts)} examples (0..{len(texts) - 1})")

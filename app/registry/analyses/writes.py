@@ -47,7 +47,7 @@ def run(ctx: Context) -> Result:
 
     p = ctx.params
     check_causal(ctx.adapter)  # an encoder's reason first (its stream is not read at the next token)
-    corpus, cut = model_corpus(ctx)  # one traced forward per text: the report's model-run cap
+    corpus, cut = model_corpus(ctx, ctx.corpus.kept)  # one traced forward per text: the report's model-run cap
     w = corpus_writes(ctx.adapter, list(corpus.texts), p["top_k"], p["n_boot"], p["seed"])
     copied = _copied(ctx, w.table, p["ov_heads"], p["top_k"])
     best = w.table.reindex(w.table["dla"].abs().sort_values(ascending=False).index).head(5)
