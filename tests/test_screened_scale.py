@@ -174,7 +174,7 @@ def test_faithfulness_permutes_the_screened_heads_on_a_sample_of_the_explained_e
             params={"heads": None, "permutations": 5, "seed": 0},
             adapter=SimpleNamespace(n_layers=layers, n_heads=heads),
             report=SimpleNamespace(overrides={}),
-            whole_corpus=list(range(40)),
+            corpus=SimpleNamespace(whole=list(range(40))),
             result_of=lambda kind: None,
             stage=lambda stage, analysis: None,
         )
