@@ -511,7 +511,7 @@ def test_row08_a_section_refusing_its_input_is_skipped_with_the_reason(monkeypat
 
     import probe.app.report.sections as sections
 
-    def refuses(ctx, sec):
+    def refuses(ctx, sec, sections=None):
         raise InputError("one sentence gives no bootstrap interval; give at least 2 sentences")
 
     monkeypatch.setattr(sections, "run_section", refuses)

@@ -117,7 +117,7 @@ def test_row01_the_tokenizer_fingerprint_ignores_the_state_a_call_leaves():
     from probe.models import load_model
     from probe.models.fingerprint import tokenizer_fingerprint
 
-    tok = load_model("minilm").tokenizer
+    tok = copy.deepcopy(load_model("minilm").tokenizer)  # a copy: the bundled one is shared by later tests
     before = tokenizer_fingerprint(tok)
     tok(["a short text", "a somewhat longer text to pad against"], truncation=True, padding=True, max_length=6)
     assert tokenizer_fingerprint(tok) == before

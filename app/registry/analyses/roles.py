@@ -404,7 +404,7 @@ def _roles_beside_claims(df: Any, claims: dict) -> Any:
 COUNTS_NOTE = "heads per role: "
 
 
-def _notes_beside_claims(result: RolesResult, claims: dict) -> list:
+def _notes_beside_claims(result: Result, claims: dict) -> list:
     """The roles section's notes beside the claims: the heads per role counted as the roles
     table shows them (:func:`_roles_beside_claims`): a head counts for its role only where its
     pattern claim does not reject it (holds, or the head has none); the heads whose pattern
@@ -414,7 +414,7 @@ def _notes_beside_claims(result: RolesResult, claims: dict) -> list:
     from probe.analyses.patterns.vocabulary import base_role
 
     notes = list(result.notes)
-    roles = result.roles
+    roles = result.tables.get("roles")  # a plain Result where the section ran as its streamed form
     if roles is None or not len(roles) or not notes or not notes[0].startswith(COUNTS_NOTE):
         return notes
     held: Counter = Counter()
