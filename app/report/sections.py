@@ -296,6 +296,7 @@ def _run_one(ctx, sec, i: int, sections: list, outcomes: list, strict: bool, pro
         # bootstrap): the report's input was checked when the run opened, so the section
         # is skipped with its own reason, never "failed" with exit 0 (issue 59, row 8)
         reason = exc.reason if isinstance(exc, NotApplicable) else f"not applicable to this input: {exc}"
+        log.info("section %s skipped: %s", sec.name, reason)  # -v: SmolLM2's faithfulness went by unsaid
         _note_skip(ctx, sec.name, reason)
         outcomes.append(SectionOutcome(sec.name, sec.title, "skipped", reason, time.perf_counter() - t0))
         return
