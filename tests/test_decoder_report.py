@@ -38,14 +38,18 @@ def _config(kind: str, vocab: int):
 
 @pytest.mark.slow  # four whole reports of tiny models: ~60-90 s each on 2 shared cores
 @pytest.mark.parametrize("kind", ["llama", "qwen3", "gemma3_text", "gpt2"])
-def test_decoder_report_runs_every_section_on_next_token_loss_with_the_taxonomy(kind, bert_tokenizer, tmp_path):
+def test_decoder_report_runs_every_section_on_next_token_loss_with_the_taxonomy(kind, tmp_path):
     import transformers as T
 
     from probe.app.cli import main
+    from probe.models.registry import minilm_path
 
     torch.manual_seed(0)
-    T.AutoModelForCausalLM.from_config(_config(kind, len(bert_tokenizer))).save_pretrained(tmp_path / "m")
-    bert_tokenizer.save_pretrained(tmp_path / "m")
+    # its own tokenizer, saved and read back first: under pytest -n 2 the session's shared
+    # one had been given a 30,523rd token by an earlier test in the same worker
+    T.AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True).save_pretrained(tmp_path / "m")
+    vocab = len(T.AutoTokenizer.from_pretrained(str(tmp_path / "m"), local_files_only=True))
+    T.AutoModelForCausalLM.from_config(_config(kind, vocab)).save_pretrained(tmp_path / "m")
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "r"
