@@ -254,20 +254,26 @@ def test_zoo_agreement_evidence_recovery():
     assert s.loc["ig", "top1_rate"] > 2 * chance
 
 
-def test_examples_the_target_cannot_read_are_left_out_and_said(bert_tokenizer):
-    """One example too short for the target (a one-token EWT sentence has no next-token
-    loss) is left out of the explanation and said, not the whole study refused: SmolLM2's
-    report on EWT dev skipped its faithfulness section for one such sentence."""
+def _tiny_lm(bert_tokenizer):
+    """A tiny random GPT-2 with a language-model head (seed 0), on the shared BERT tokenizer."""
     import transformers as T_
     from conftest import _tiny_configs
 
-    from probe.analyses.common.metrics import as_corpus
-    from probe.analyses.explanation.faithfulness import run_faithfulness
     from probe.models import ModelAdapter
 
     torch.manual_seed(0)
     model = T_.GPT2LMHeadModel(_tiny_configs(len(bert_tokenizer))["gpt2"]).eval()
-    lm = ModelAdapter(name="tiny-lm", model=model, tokenizer=bert_tokenizer, family="gpt2")
+    return ModelAdapter(name="tiny-lm", model=model, tokenizer=bert_tokenizer, family="gpt2")
+
+
+def test_examples_the_target_cannot_read_are_left_out_and_said(bert_tokenizer):
+    """One example too short for the target (a one-token EWT sentence has no next-token
+    loss) is left out of the explanation and said, not the whole study refused: SmolLM2's
+    report on EWT dev skipped its faithfulness section for one such sentence."""
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.explanation.faithfulness import run_faithfulness
+
+    lm = _tiny_lm(bert_tokenizer)
     texts = [
         "the cat sat on the mat by the door",
         "yes",
@@ -297,16 +303,10 @@ def test_permutations_on_a_sample_of_the_explained_examples(bert_tokenizer):
     """``permute_examples``: each head is permuted on that many explained examples drawn at
     random (the report's 16 on the screened path), not on every one; the rows name the
     explained examples they were run on, and a head's median reads only those."""
-    import transformers as T_
-    from conftest import _tiny_configs
-
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.explanation.faithfulness import run_faithfulness
-    from probe.models import ModelAdapter
 
-    torch.manual_seed(0)
-    model = T_.GPT2LMHeadModel(_tiny_configs(len(bert_tokenizer))["gpt2"]).eval()
-    lm = ModelAdapter(name="tiny-lm", model=model, tokenizer=bert_tokenizer, family="gpt2")
+    lm = _tiny_lm(bert_tokenizer)
     texts = [
         "the cat sat on the mat by the door",
         "a dog ran home after the long day",

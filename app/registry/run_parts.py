@@ -44,9 +44,6 @@ class ReportState:
         overrides: section parameters the user set for every section that declares them
             (``probe report --max-model-examples/--explained-examples``); the section runner
             gives each section its parameters (:meth:`Context.with_params`).
-        produces: the result types of the sections this report runs (a section may do work
-            a later one takes: the ablation section's decided pass runs the claims' weights
-            test where a section producing the claims runs too).
     """
 
     results: dict = field(default_factory=dict)
@@ -56,7 +53,6 @@ class ReportState:
     settings: dict = field(default_factory=dict)
     representatives: list = field(default_factory=list)
     overrides: dict = field(default_factory=dict)
-    produces: tuple = ()
 
 
 class Params(dict):

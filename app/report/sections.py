@@ -252,7 +252,6 @@ def run_sections(ctx: Any, sections: Any, strict: bool = False, progress: Any = 
     """
     outcomes = []
     sections = in_order(sections)
-    ctx.report.produces = tuple(produced(sec) for sec in sections)
     for i, sec in enumerate(sections):
         options = section_options(ctx, sec, sections) if partial is not None else None
         saved = partial.load(sec.name, produced(sec), options) if partial is not None else None
