@@ -589,3 +589,43 @@ def test_a_null_removed_on_some_examples_gives_the_others_its_mean_level():
     measured = np.nanquantile(harm[:, [0, 2]], 0.95, axis=0)
     np.testing.assert_allclose(quantiles, [measured[0], measured.mean(), measured[1], measured.mean()])
     assert null_max == 3.5 and source == "test"
+
+
+@pytest.fixture()
+def floor_at_half(monkeypatch):
+    """A bar over every head's mean harm (theirs run from -2.04 to 0.15 on :data:`MANY`)."""
+    from probe.analyses.claims import thresholds as T
+
+    monkeypatch.setitem(T.MIN_EFFECT, "linear-readout", 0.5)
+
+
+def test_the_block_test_stops_heads_far_under_the_bar_after_a_block(linear_gpt2, w, floor_at_half):
+    """Per-example objective, every head confirmed and under a positive bar: the default
+    decide step (the block test on each block's mean harm and variance) stops most heads as
+    "not necessary" in blocks of 16 before the 96 sentences run out, where the betting test
+    on its a-priori range (:func:`betting_bounds`) takes every sentence for all but one or two;
+    the verdicts agree with the exhaustive path's (none holds)."""
+    from probe.analyses.claims.screened import screened_necessity
+
+    obj, corpus = LinearReadout(w), as_corpus(MANY)
+    sweep, want = _exhaustive_verdicts(linear_gpt2, MANY, obj, HEADS)
+    assert not any(want.values())
+    kw = dict(batch_size=8, min_top=len(HEADS), min_audit=0, block=16)
+    block = screened_necessity(linear_gpt2, corpus, obj, HEADS, **kw)
+    betting = screened_necessity(linear_gpt2, corpus, obj, HEADS, test="betting", **kw)
+    used = block.info["examples_per_head"]
+    early = {k for k, v in used.items() if v < len(MANY)}
+    # measured: the block test stopped 6 of 8 heads early (448 removals), the betting test 1 (736)
+    assert len(early) >= 5 and sum(v < len(MANY) for v in betting.info["examples_per_head"].values()) <= 2
+    assert sum(used.values()) < 0.7 * sum(betting.info["examples_per_head"].values())
+    assert not any(c.holds for c in block.claims.values()) and not any(c.holds for c in betting.claims.values())
+    for (layer, h), c in block.claims.items():
+        assert c.effect < 0.5 and c.count == used[f"L{layer}H{h}"]
+        if f"L{layer}H{h}" in early:
+            assert c.extra["decision"] == "not necessary (stopped by the block test)" and "bounds" not in c.extra
+            taken = np.random.default_rng(0).permutation(len(MANY))[: c.count]  # the pass's order (seed 0)
+            harm = sweep.harm["mean"][HEADS.index((layer, h))]
+            assert c.count % 16 == 0 and c.effect == pytest.approx(harm[taken].mean(), rel=1e-5, abs=1e-6)
+    assert "normal-mixture" in block.info["decision"] and "betting" in betting.info["decision"]
+    with pytest.raises(InputError, match="test must be one of"):
+        screened_necessity(linear_gpt2, corpus, obj, HEADS, test="t", **kw)

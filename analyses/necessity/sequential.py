@@ -506,6 +506,7 @@ def sequential_removals(
     on_block: Optional[Callable] = None,
     on_readouts: Optional[Callable] = None,
     known: Optional[np.ndarray] = None,
+    test: Optional[str] = None,
 ) -> list:
     """Every family of ``tests`` decided on a live model in one pass (:func:`sequential_families`):
     each block's exact removals of the units still undecided in every family, one clean
@@ -530,6 +531,11 @@ def sequential_removals(
         known: ``[n, ...]`` the clean readouts an earlier pass read (NaN rows where it did
             not): a batch of known examples runs its clean forward only up to the layers
             it removes (:class:`probe.analyses.claims.removal.RemovalPlan`'s ``known``).
+        test: ``"betting"`` or ``"mixture"`` for a per-example objective (default betting);
+            ``"mixture"`` tests each block's mean harm with its variance (the sample
+            variance over the block's examples / its size) by the block test, whose power
+            follows the harms' own spread instead of an a-priori range (no ``bounds``
+            needed). A corpus-level objective is always tested by the block test.
 
     Returns:
         ``[SequentialResult]``, one per family of ``tests``.
@@ -559,7 +565,10 @@ def sequential_removals(
     order = np.random.default_rng(seed).permutation(len(corpus))
     calls = [0]
     block_level = bool(getattr(obj, "corpus_level", False)) and hasattr(obj, "block_harm")
-    if not block_level and any(t.bounds is None for t in tests):
+    if test not in (None, "betting", "mixture"):
+        raise InputError(f"test must be 'betting' or 'mixture', got {test!r}")
+    by_block = block_level or test == "mixture"
+    if not by_block and any(t.bounds is None for t in tests):
         raise InputError(f"the betting test of {obj.name} needs the harm's a-priori bounds (bounds=(lo, hi))")
 
     def harms(lives: list, examples: np.ndarray) -> list:
@@ -601,12 +610,22 @@ def sequential_removals(
             rows_harm = np.stack([obj.harm(clean, pert[j]) for j in range(len(live))])
             if on_block is not None:
                 on_block(f, live, np.asarray(idx), rows_harm)
-            out.append(rows_harm)
+            out.append(block_mean_and_variance(rows_harm) if by_block else rows_harm)
         return out
 
     families = [Family(len(u), t.floor, q=q, tests=t.tests, bounds=t.bounds) for u, t in zip(units, tests)]
-    kind = "mixture" if block_level else "betting"
+    kind = "mixture" if by_block else "betting"
     return sequential_families(harms, families, len(corpus), kind=kind, block=block)
+
+
+def block_mean_and_variance(harms: np.ndarray) -> tuple:
+    """``(estimates [k], variances [k])`` of per-example harms ``[k, b]``: each row's mean
+    and the variance of that mean (the sample variance, ``ddof=1``, over ``b``; 0 for
+    ``b = 1``), the block test's inputs for a per-example objective."""
+    h = np.asarray(harms, np.float64)
+    b = h.shape[1]
+    var = h.var(axis=1, ddof=1) / b if b > 1 else np.zeros(len(h))
+    return h.mean(axis=1), var
 
 
 def sequential_necessity(
@@ -628,16 +647,17 @@ def sequential_necessity(
     on_block: Optional[Callable] = None,
     tests: Optional[int] = None,
     on_readouts: Optional[Callable] = None,
+    test: Optional[str] = None,
 ) -> SequentialResult:
     """:func:`sequential_removals` of one family: ``heads`` removed in ``mode`` (``[(layer,
     head)]``, or groups ``[[(layer, head), …]]`` each removed at once, :func:`as_units`) until
     each is decided against ``floor``; ``on_block(heads [k], examples [b], harms [k, b])`` and
     ``on_readouts(heads [k], examples [b], clean [b, ...], perturbed [k, b, ...])`` as there,
-    without the family."""
+    without the family; ``test`` as there."""
     got = sequential_removals(
         adapter, corpus, [RemovalTest(heads, floor, mode, tests, bounds)], objective=objective, q=q, block=block,
         batch_size=batch_size, seed=seed, stack=stack, means=means, runner=runner,
         on_block=None if on_block is None else (lambda f, *a: on_block(*a)),
-        on_readouts=None if on_readouts is None else (lambda f, *a: on_readouts(*a)),
+        on_readouts=None if on_readouts is None else (lambda f, *a: on_readouts(*a)), test=test,
     )  # fmt: skip
     return got[0]
