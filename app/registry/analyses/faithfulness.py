@@ -246,6 +246,8 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     ]
     if rep.info.get("ig_gate"):
         notes.append(_steps_note(rep.info["ig_gate"]))
+    if rep.info.get("reference_why"):  # IG not trusted (or not computed): what the verdict compares with
+        notes.append(rep.info["reference_why"])
     probe = rep.info.get("probe") or {}
     if probe:
         notes.append(
@@ -261,7 +263,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     summary = {
         k: val
         for k, val in rep.info.items()
-        if k in ("target", "n_examples", "ig_completeness", "ig_gate", "probe", "pairs", "pooling")
+        if k in ("target", "n_examples", "ig_completeness", "ig_gate", "probe", "pairs", "pooling", "reference_why")
     }
     summary["explained"] = {k: v for k, v in (rep.info.get("explained") or {}).items() if k != "indices"}
     summary["explained"].update(n=rep.info["n_examples"], rule=rule or "every example")
