@@ -107,9 +107,9 @@ def test_reference_without_ig_is_the_first_fallback_computed():
         "input_x_gradient",
         "integrated gradients were not computed: the reference is input × gradient",
     )
-    failed = IGGate(passed=(), excluded=(0, 1), steps=(16, 32), errors=(0.5, 0.2), start=8)
+    failed = IGGate(passed=(), excluded=(0, 1), steps=(16, 32), errors=(0.5, 0.2), start=8, stopped=(1,))
     ref, why = choose_reference(("ig", "saliency"), failed)
-    assert ref == "saliency" and "on all 2 examples at up to 32 steps: the reference is saliency" in why
+    assert ref == "saliency" and "on all 2 examples at up to 32 steps (1 stopped early, not converging" in why
     assert choose_reference(("ig",), failed)[1].endswith("blank-out (leave-one-out occlusion), computed for it")
     ok = replace(failed, passed=(0,), excluded=(1,))
     assert choose_reference(("ig", "blank_out"), ok) == ("ig", "")
@@ -126,3 +126,60 @@ def test_attribution_claim_with_a_non_ig_reference_excludes_nothing_for_ig():
     c = attribution_claims([(0, 0)], verdict, info)[(0, 0)]
     assert c.count == 38 and c.status == "holds" and c.statement == "agrees with blank_out"
     assert "ig_excluded" not in c.extra and "of 38 examples" in c.reason
+
+
+# ---- the gate's stop rule ------------------------------------------------------------------------
+def _fake_ig(errors_at: dict):
+    """An ``attribute`` whose IG of example ``i`` at ``s`` steps has relative error
+    ``errors_at[i][s]`` (``f(x) − f(x') = 1``), and the start attributions at 1 step."""
+    from probe.analyses.explanation.attributions import Attributions, ExampleAttribution
+
+    def ex(i, s):
+        e = errors_at[i][s]
+        return ExampleAttribution(
+            index=i, tokens=("a",), word_ids=(0,), special_mask=(False,), words=("a",),
+            scores={"ig": np.array([1.0 + e])}, value=1.0, baseline_value=0.0, ig_delta=e,
+        )  # fmt: skip
+
+    def attribute(adapter, target, encs, *, methods, n_steps, **kw):
+        return Attributions(examples=tuple(ex(i, n_steps) for i in encs), methods=("ig",), target="t")
+
+    start = Attributions(examples=tuple(ex(i, 1) for i in errors_at), methods=("ig",), target="t")
+    return attribute, start
+
+
+def test_gate_stops_raising_steps_where_the_error_cannot_reach_the_tolerance(monkeypatch):
+    """From 1 step, cap 8. Example 0: 0.5 → 0.3 at 2 steps; even converging exponentially at that
+    rate (0.3 · 0.6⁶ = 0.014 by 8 steps) it would miss 1%: stopped at 2, excluded, its last error
+    kept. Example 1 converges fast enough to hope (0.5 → 0.2 → 0.04) and goes to the cap, still
+    missing. Example 2 falls slowly (0.05 → 0.03, not halved; 0.03 · 0.6⁶ ≈ 0.0014 hoped) and
+    passes at 4. Example 3: 0.1 → 0.09 at 4 steps, stopped there. Example 4 passes at 1. The old
+    code raised examples 0 and 3 to 8 steps."""
+    from probe.analyses.explanation import attributions, completeness
+
+    errors_at = {
+        0: {1: 0.5, 2: 0.3, 4: 0.001, 8: 0.001},
+        1: {1: 0.5, 2: 0.2, 4: 0.04, 8: 0.03},
+        2: {1: 0.05, 2: 0.03, 4: 0.005},
+        3: {1: 0.5, 2: 0.1, 4: 0.09, 8: 0.001},
+        4: {1: 0.002},
+    }
+    fake, start = _fake_ig(errors_at)
+    monkeypatch.setattr(attributions, "attribute", fake)
+    out, gate = completeness.gate_ig(None, None, list(errors_at), start, 1)
+    assert gate.steps == (2, 8, 4, 4, 1) and gate.stopped == (0, 3)
+    assert gate.passed == (2, 4) and gate.excluded == (0, 1, 3)
+    assert gate.errors == pytest.approx((0.3, 0.03, 0.005, 0.09, 0.002))
+    said = gate.to_dict()
+    assert said["stopped_not_converging"] == 2 and said["max_steps"] == 8 and said["excluded"] == 3
+    assert out.settings["ig_steps_per_example"] == [2, 8, 4, 4, 1]
+    assert out.examples[0].ig_delta == pytest.approx(0.3)
+
+
+def test_hopeful_extrapolates_exponential_convergence():
+    """``e′ · r^(2^(k+1) − 2)`` against 1%: the bounds either side, a rising error, the cap."""
+    from probe.analyses.explanation.completeness import hopeful
+
+    assert hopeful(0.5, 0.3, 4) is False and hopeful(0.5, 0.25, 4) is True  # 0.3·0.6⁶ = 0.014; 0.25·0.5⁶ = 0.0039
+    assert hopeful(0.1, 0.05, 2) is False and hopeful(0.1, 0.04, 2) is True  # 0.05·0.5² = 0.0125; 0.04·0.4² = 0.0064
+    assert hopeful(0.2, 0.3, 8) is False and hopeful(0.2, 0.3, 1) is True and hopeful(9.0, 0.009, 8) is True

@@ -51,7 +51,7 @@ def choose_reference(methods: Sequence[str], gate: Optional[IGGate]) -> tuple:
             f"at up to {g['max_steps']} steps"
         )
         if g.get("stopped_not_converging"):
-            why += f" ({g['stopped_not_converging']} stopped where doubling the steps did not halve the error)"
+            why += f" ({g['stopped_not_converging']} stopped early, not converging towards it)"
     else:
         why = "integrated gradients were not computed"
     ref = next((m for m in FALLBACK if m in methods), FALLBACK[0])
