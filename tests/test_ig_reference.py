@@ -183,3 +183,43 @@ def test_hopeful_extrapolates_exponential_convergence():
     assert hopeful(0.5, 0.3, 4) is False and hopeful(0.5, 0.25, 4) is True  # 0.3·0.6⁶ = 0.014; 0.25·0.5⁶ = 0.0039
     assert hopeful(0.1, 0.05, 2) is False and hopeful(0.1, 0.04, 2) is True  # 0.05·0.5² = 0.0125; 0.04·0.4² = 0.0064
     assert hopeful(0.2, 0.3, 8) is False and hopeful(0.2, 0.3, 1) is True and hopeful(9.0, 0.009, 8) is True
+
+
+# ---- the LM head on the read positions only (issue 57) ---------------------------------------------
+def test_lm_loss_through_the_head_at_the_read_positions_only(bert_tokenizer):
+    """``loss:-1`` on a causal LM: the attribution forward projects only the predicting
+    positions onto the vocabulary (logits ``[batch, k, vocab]``, ``k`` the distinct positions,
+    examples of different lengths in one padded batch) and gives the same scalar, gradients
+    and IG as the forward through every position (1e-5)."""
+    import torch
+
+    from probe.analyses.common.objective_base import Objective, scalar_function
+    from probe.analyses.common.targets import KeptLogits, LMLoss
+    from probe.analyses.explanation.attributions import attribute
+
+    lm = _tiny_lm(bert_tokenizer)
+    target = parse_target("loss:-1", lm)
+    assert isinstance(target, LMLoss)
+
+    class EveryPosition(LMLoss):
+        def gradient_output(self, adapter, input_ids, attention_mask, aux):
+            return Objective.gradient_output(self, adapter, input_ids, attention_mask, aux)
+
+    full = EveryPosition(-1)
+    encs = [lm.encode(t) for t in TEXTS[:3] + ["a short one here"]]
+    inputs = lm.batch(encs)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    aux = target.aux(lm, ids, mask)
+    kept = target.gradient_output(lm, ids, mask, aux)
+    assert isinstance(kept, KeptLogits) and kept.logits.shape[:2] == (4, len(set(aux[:, 0].tolist()))) > (4, 1)
+    assert kept.logits.shape[1] < ids.shape[1]
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            scalar_function(lm, target)(ids, mask, aux), scalar_function(lm, full)(ids, mask, aux), atol=1e-5
+        )
+    a = attribute(lm, target, encs, methods=("ig", "saliency"), n_steps=4)
+    b = attribute(lm, full, encs, methods=("ig", "saliency"), n_steps=4)
+    for x, y in zip(a.examples, b.examples):
+        assert x.value == pytest.approx(y.value, abs=1e-5) and x.ig_delta == pytest.approx(y.ig_delta, abs=1e-5)
+        for m in ("ig", "saliency"):
+            np.testing.assert_allclose(x.scores[m], y.scores[m], atol=1e-5)
