@@ -223,3 +223,26 @@ def test_lm_loss_through_the_head_at_the_read_positions_only(bert_tokenizer):
         assert x.value == pytest.approx(y.value, abs=1e-5) and x.ig_delta == pytest.approx(y.ig_delta, abs=1e-5)
         for m in ("ig", "saliency"):
             np.testing.assert_allclose(x.scores[m], y.scores[m], atol=1e-5)
+
+
+def test_the_report_section_keeps_what_the_attribution_claim_reads(bert_tokenizer):
+    """The claims section reads the faithfulness section's summary: the attribution claim from
+    it is the claim from the run's own info, held to the null model's bar (the old summary
+    dropped ``null_agreement``: the report's claim was held to 0, its null computed for nothing)."""
+    from probe.analyses.claims.attribution import attribution_claims
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.explanation.faithfulness import run_faithfulness
+    from probe.app.registry.analyses.faithfulness import section_summary
+
+    lm = _tiny_lm(bert_tokenizer)
+    rep = run_faithfulness(lm, as_corpus(TEXTS), parse_target("loss:6", lm), methods=("ig",), n_steps=8, permute=False)
+    heads = [(0, 0), (1, 2)]
+    said = section_summary(rep.info)
+    assert said["null_agreement"] == rep.info["null_agreement"] and said["explained"]["n"] == 5
+    for k in heads:
+        from_summary, from_info = (
+            attribution_claims(heads, rep.verdict, said)[k],
+            attribution_claims(heads, rep.verdict, rep.info)[k],
+        )
+        assert from_summary == from_info and from_summary.null == max(0.0, rep.info["null_agreement"]["tau_max"])
+        assert from_summary.extra["null_source"] == rep.info["null_agreement"]["source"]
