@@ -316,6 +316,13 @@ def run_in_report(ctx: Context) -> FaithfulnessResult:
     return _run(ctx, target)
 
 
+def _called(method: str) -> str:
+    """An attribution method as the head pages name it: ``IG``, ``blank-out (leave-one-out occlusion)`` …"""
+    from probe.analyses.explanation.reference import WORDS
+
+    return "IG" if method == "ig" else WORDS.get(method, method)
+
+
 def head_evidence(result: FaithfulnessResult) -> dict:
     """Each explained head's agreement with the attributions (Kendall τ per attribution,
     the share of examples where it is significant), the effect of permuting its weights
@@ -340,7 +347,7 @@ def head_evidence(result: FaithfulnessResult) -> dict:
             strong.append(shown)
             numbers.update({f"tau {ref}": tau, f"significant share {ref}": share})
             parts.append(
-                f"Kendall τ between its attention and the {ref.upper()} attributions: {shown} (mean over "
+                f"Kendall τ between its attention and the {_called(ref)} attributions: {shown} (mean over "
                 f"{n or '?'} sentences"
                 + (
                     f"; significant at p < 0.05 in {number(share, percent=True, digits=2)} of them"
