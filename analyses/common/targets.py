@@ -63,10 +63,7 @@ def _keeps_logits(model: Any) -> bool:
     """Whether ``model``'s forward takes ``logits_to_keep`` (Hugging Face causal LMs since 4.50)."""
     import inspect
 
-    try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 def _lengths(attention_mask: torch.Tensor) -> torch.Tensor:
