@@ -9,7 +9,9 @@ construction. The claim holds when τ is significant in at least
 model re-initialised (``info["null_agreement"]``, :mod:`.null_model`; 0 without one).
 Word scores average a word's pieces (:mod:`probe.analyses.explanation.agreement`), and
 examples whose integrated gradients miss completeness by more than 1% are not counted
-(:mod:`probe.analyses.explanation.completeness`). A claim that does not hold states its
+(:mod:`probe.analyses.explanation.completeness`); where IG misses it on every example the
+reference is blank-out on every example (:mod:`probe.analyses.explanation.reference`), and
+the statement names it ("agrees with blank_out"). A claim that does not hold states its
 power: the smallest per-example rate of significant agreement at which its ``n`` examples
 would reach that share with 80% probability (:func:`.statistics.detectable_share`). Fewer than :data:`.thresholds.MIN_EXAMPLES` examples
 counted: "not enough evidence", as every other claim says it, on every causal path.
@@ -88,8 +90,8 @@ def attribution_claims(heads: Any, verdict: Any = None, info: Optional[dict] = N
     )
     rows = {(int(r["layer"]), int(r["head"])): r for _, r in verdict.iterrows()}
     n = int(info.get("n_examples") or 0)
-    gate = info.get("ig_gate") or {}
-    # the examples the agreement test used: IG within completeness, long enough for a Kendall test
+    gate = (info.get("ig_gate") or {}) if ref == "ig" else {}  # another reference: IG excluded nothing
+    # the examples the agreement test used: IG within completeness (IG the reference), long enough for a Kendall test
     n = n - int(gate.get("excluded") or 0) - int(info.get("agreement_skipped_short") or 0)
     null = info.get("null_agreement") or None
     out = {}

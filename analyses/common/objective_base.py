@@ -161,6 +161,13 @@ class Objective:
             )
         return self.run_model(adapter, {"input_ids": input_ids, "attention_mask": attention_mask})
 
+    def gradient_output(
+        self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor, aux: torch.Tensor
+    ) -> Any:
+        """The output :meth:`scalar` reads in an attribution (:func:`scalar_function`):
+        :meth:`output`; an objective that reads a few positions may compute only those."""
+        return self.output(adapter, input_ids, attention_mask)
+
     def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-example choices ``[batch, k]``, resolved on the clean inputs."""
         return torch.zeros(input_ids.shape[0], 1, dtype=torch.long, device=input_ids.device)
@@ -219,7 +226,7 @@ class Unfitted(Objective):
     def _unfitted(self, *args, **kwargs):
         raise NotApplicable(f"objective {self.spec!r} is fitted on the data first (its partners, its treebank)")
 
-    forward = output = aux = score = scalar = _unfitted
+    forward = output = gradient_output = aux = score = scalar = _unfitted
 
 
 def scalar_function(adapter: ModelAdapter, objective: Objective) -> Callable:
@@ -230,7 +237,7 @@ def scalar_function(adapter: ModelAdapter, objective: Objective) -> Callable:
     """
 
     def f(input_ids, attention_mask, aux):
-        out = objective.output(adapter, input_ids, attention_mask)
+        out = objective.gradient_output(adapter, input_ids, attention_mask, aux)
         return check_scalar(objective.scalar(out, attention_mask, aux), input_ids.shape[0], objective.describe())
 
     return f

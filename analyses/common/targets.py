@@ -25,6 +25,7 @@ with the inputs when it batches integration steps or ablations.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -47,6 +48,22 @@ __all__ = [
     "check_scalar",
     "hidden_states",
 ]
+
+
+@dataclass(frozen=True)
+class KeptLogits:
+    """A model output cut to the positions read: ``logits`` ``[batch, k, vocab]`` at the
+    sorted sequence ``positions`` ``[k]`` (:meth:`LMLoss.gradient_output`)."""
+
+    logits: torch.Tensor
+    positions: torch.Tensor
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` (Hugging Face causal LMs since 4.50)."""
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 def _lengths(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -148,6 +165,19 @@ class LMLoss(InputObjective):
             rows.append((p - 1 if causal else p, tok))
         return torch.tensor(rows, dtype=torch.long, device=input_ids.device)
 
+    def gradient_output(
+        self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor, aux: Any
+    ) -> Any:
+        """A causal LM's output with the logits of the predicting positions ``aux[:, 0]`` only
+        (:class:`KeptLogits`): the head projects those few positions onto the vocabulary (49,152
+        wide on SmolLM2), not every one (Hugging Face's ``logits_to_keep``); the same values.
+        :meth:`output` for a model whose forward takes no ``logits_to_keep``."""
+        if adapter.arch != "decoder" or not _keeps_logits(adapter.model):
+            return self.output(adapter, input_ids, attention_mask)
+        kept = torch.unique(aux[:, 0])  # sorted
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "logits_to_keep": kept}
+        return KeptLogits(_logits(self.run_model(adapter, inputs)), kept)
+
     def _rows(self, out, aux):
         """The logits ``[batch, vocab]`` at each example's predicting position."""
         logits = _logits(out)
@@ -156,7 +186,10 @@ class LMLoss(InputObjective):
                 f"LM-loss target needs per-position logits [batch, seq, vocab]; the model gives "
                 f"{tuple(logits.shape)}; use a class-logit target (logit:<class>)"
             )
-        return logits[torch.arange(logits.shape[0], device=logits.device), aux[:, 0]]
+        col = (
+            aux[:, 0] if not isinstance(out, KeptLogits) else torch.searchsorted(out.positions, aux[:, 0].contiguous())
+        )
+        return logits[torch.arange(logits.shape[0], device=logits.device), col]
 
     def _logprobs(self, out, aux):
         return torch.log_softmax(self._rows(out, aux).float(), -1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Sequence, TYPE_CHECKING
+from typing import Optional, Sequence, TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,17 +66,18 @@ class Agreement:
         return self.summary
 
 
-def attribution_scoresets(attributions: Attributions) -> list[ScoreSet]:
+def attribution_scoresets(attributions: Attributions, methods: Optional[Sequence[str]] = None) -> list[ScoreSet]:
     """:class:`probe.analyses.explanation.attributions.Attributions` as one :class:`ScoreSet` per example,
-    keys ``(method, -1, -1)``."""
+    keys ``(method, -1, -1)``; only ``methods`` where given (default: every method computed)."""
     out = []
     for ex in attributions.examples:
-        keys = tuple((m, -1, -1) for m in ex.scores)
+        names = [m for m in ex.scores if methods is None or m in methods]
+        keys = tuple((m, -1, -1) for m in names)
         out.append(
             ScoreSet(
                 index=ex.index,
                 keys=keys,
-                scores=np.stack([ex.scores[m] for m in ex.scores]),
+                scores=np.stack([ex.scores[m] for m in names]),
                 word_ids=ex.word_ids,
                 words=ex.words,
             )

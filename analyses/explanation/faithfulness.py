@@ -35,10 +35,11 @@ import numpy as np
 from probe.analyses.explanation.agreement import Agreement, agreement, attribution_scoresets
 from probe.analyses.explanation.attention_scores import attention_scores
 from probe.analyses.explanation.attributions import METHODS, Attributions, attribute
-from probe.analyses.explanation.completeness import MAX_STEPS_FACTOR, TOLERANCE, gate_ig
+from probe.analyses.explanation.completeness import gate_ig
 from probe.analyses.explanation.counterfactual import PermutationEffects, permutation_effects
 from probe.analyses.explanation.sample import N_STRATA
 from probe.analyses.explanation.ground_truth import EvidenceRecovery, evidence_recovery
+from probe.analyses.explanation.reference import choose_reference, with_method
 from probe.errors import InputError, NotApplicable
 
 log = logging.getLogger(__name__)
@@ -250,11 +251,14 @@ def _spans(corpus) -> Optional[list]:
 
 
 def _null_agreement(
-    adapter, target, corpus, encs, spans, attention_methods, n_steps, internal_batch_size, seed, kind=None
-):
-    """``{"tau_max", "tau_quantile", "significant_max", "source", "n"}``: the per-head
-    agreement of attention with IG on the null model ``kind`` (``None``: the default;
-    :mod:`probe.analyses.claims.null_model`; the same examples, target and IG gate), or ``None`` where it cannot run (logged)."""
+    adapter, target, corpus, encs, spans, attention_methods, n_steps, internal_batch_size, seed, kind=None,
+    reference="ig",
+):  # fmt: skip
+    """``{"tau_max", "tau_quantile", "significant_max", "source", "n", "heads", "reference"}``: the
+    per-head agreement of attention with the run's ``reference`` attribution on the null model
+    ``kind`` (``None``: the default; :mod:`probe.analyses.claims.null_model`; the same examples
+    and target; IG with the same gate, any other reference on every example, IG not computed),
+    or ``None`` where it cannot run (logged)."""
     from probe.analyses.claims import thresholds as T
     from probe.analyses.claims.null_model import DEFAULT_NULL, null_adapter
     from probe.runs.capture import capture
@@ -263,21 +267,23 @@ def _null_agreement(
         nadapter = null_adapter(adapter, seed=seed, kind=kind or DEFAULT_NULL)
         nencs = [nadapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
         nattrs = attribute(
-            nadapter, target, nencs, methods=("ig",), n_steps=n_steps, internal_batch_size=internal_batch_size
+            nadapter, target, nencs, methods=(reference,), n_steps=n_steps, internal_batch_size=internal_batch_size
         )
-        nattrs, ngate = gate_ig(nadapter, target, nencs, nattrs, n_steps, internal_batch_size=internal_batch_size)
+        keep = list(range(len(nencs)))
+        if reference == "ig":
+            nattrs, ngate = gate_ig(nadapter, target, nencs, nattrs, n_steps, internal_batch_size=internal_batch_size)
+            keep = list(ngate.passed)
         maps = capture(nadapter, list(corpus.texts), word_spans=spans)
         att = [
             attention_scores(m, target.reads(m.n_tokens, nadapter), methods=("attention",), index=i, adapter=nadapter)
             for i, m in enumerate(maps)
         ]
         sets = attribution_scoresets(nattrs)
-        keep = list(ngate.passed)
         s = agreement([att[i] for i in keep], [sets[i] for i in keep]).summary
     except (NotApplicable, InputError) as exc:
         log.warning("no null agreement: %s", getattr(exc, "reason", exc))
         return None
-    s = s[(s["method"] == "attention") & (s["head"] >= 0) & (s["attribution"] == "ig")]
+    s = s[(s["method"] == "attention") & (s["head"] >= 0) & (s["attribution"] == reference)]
     if not len(s):
         return None
     tau = s["tau_mean"].to_numpy(dtype=float)
@@ -288,6 +294,7 @@ def _null_agreement(
         "source": nadapter.card["null_source"],
         "n": int(len(keep)),
         "heads": int(len(s)),
+        "reference": reference,
     }
 
 
@@ -362,6 +369,35 @@ def _permuted(adapter, objective, encs, heads, n_permutations, examples, seed, p
     return perm, idx
 
 
+def _attributed(adapter, objective, encs, methods, n_steps, internal_batch_size, progress, info: dict) -> tuple:
+    """``(attributions, IG gate or None, reference, examples kept, methods compared or None
+    for all)``: ``methods`` attributed, IG gated (:func:`.completeness.gate_ig`), and the
+    reference chosen (:func:`.reference.choose_reference`, said in ``info["reference"]`` and,
+    where it is not IG, ``info["reference_why"]``). With IG the reference, the examples it
+    passed are kept; otherwise every example, compared with every method but IG (the
+    reference computed for it where it was not asked)."""
+    attrs = attribute(
+        adapter,
+        objective,
+        encs,
+        methods=methods,
+        n_steps=n_steps,
+        internal_batch_size=internal_batch_size,
+        progress=progress,
+    )
+    gate = None
+    if "ig" in methods:
+        attrs, gate = gate_ig(adapter, objective, encs, attrs, n_steps, internal_batch_size=internal_batch_size)
+    reference, why = choose_reference(methods, gate)
+    info["reference"] = reference
+    if reference == "ig" and gate is not None:
+        return attrs, gate, reference, list(gate.passed), None
+    info["reference_why"] = why
+    log.info("faithfulness: %s", why)
+    attrs = with_method(adapter, objective, encs, attrs, reference, internal_batch_size=internal_batch_size)
+    return attrs, gate, reference, list(range(len(encs))), [m for m in attrs.methods if m != "ig"]
+
+
 def run_faithfulness(
     adapter: ModelAdapter,
     corpus: Any,
@@ -414,7 +450,8 @@ def run_faithfulness(
 
     IG is gated (:mod:`.completeness`): an example whose completeness error stays above
     1% after raising the steps is left out of the agreement and counted
-    (``info["ig_gate"]``).
+    (``info["ig_gate"]``). The verdict's reference is IG where it passes on some example,
+    else blank-out (:mod:`.reference`; ``info["reference"]``, ``info["reference_why"]``).
 
     Raises:
         ValueError: on bad input anywhere along the way (see the modules).
@@ -429,30 +466,15 @@ def run_faithfulness(
         raise InputError("no examples left to explain")
     spans = _spans(corpus)
     encs = [adapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
-    attrs = attribute(
-        adapter,
-        objective,
-        encs,
-        methods=methods,
-        n_steps=n_steps,
-        internal_batch_size=internal_batch_size,
-        progress=progress,
+    attrs, gate, reference, keep, used = _attributed(
+        adapter, objective, encs, methods, n_steps, internal_batch_size, progress, info
     )
-    gate = None
-    if "ig" in methods:
-        attrs, gate = gate_ig(adapter, objective, encs, attrs, n_steps, internal_batch_size=internal_batch_size)
-    keep = list(gate.passed) if gate is not None else list(range(len(encs)))
-    if not keep:  # nothing IG explains correctly: the comparison is not made (a report marks it not tested)
-        raise NotApplicable(
-            f"integrated gradients missed completeness by more than {TOLERANCE:.0%} on every example, "
-            f"even with {MAX_STEPS_FACTOR}× the steps: raise --steps"
-        )
     maps = capture(adapter, list(corpus.texts), word_spans=spans)
     att = [
         attention_scores(m, objective.reads(m.n_tokens, adapter), methods=attention_methods, index=i, adapter=adapter)
         for i, m in enumerate(maps)
     ]
-    attr_sets = attribution_scoresets(attrs)
+    attr_sets = attribution_scoresets(attrs, used)
     agree = agreement([att[i] for i in keep], [attr_sets[i] for i in keep], progress=progress)
     null_agree = (
         _null_agreement(
@@ -466,6 +488,7 @@ def run_faithfulness(
             internal_batch_size,
             seed,
             kind=null if isinstance(null, str) else None,
+            reference=reference,
         )  # fmt: skip
         if null
         else None
@@ -476,12 +499,12 @@ def run_faithfulness(
             adapter, objective, encs, heads, n_permutations, permute_examples, seed, progress
         )
     truth = evidence_recovery([att, attr_sets], evidence) if evidence is not None else None
-    verdict = verdict_table(agree, perm, truth)
+    verdict = verdict_table(agree, perm, truth, reference=reference)
     info.update(
         {
             "model": adapter.name,
             "n_examples": len(encs),
-            "attribution_methods": list(methods),
+            "attribution_methods": list(attrs.methods),
             "attention_methods": list(attention_methods),
             "n_steps": n_steps,
             "internal_batch_size": internal_batch_size,

@@ -140,6 +140,24 @@ def _steps_note(gate: dict) -> str:
     )
 
 
+#: the run's ``info`` the section keeps in its summary: what the report shows and what the
+#: attribution claim reads from it (:func:`probe.analyses.claims.attribution.attribution_claims`:
+#: the null model's bar, whether it could be computed, the examples its agreement test skipped)
+SUMMARY_KEYS = (
+    "target", "n_examples", "ig_completeness", "ig_gate", "probe", "pairs", "pooling", "reference_why",
+    "null_agreement", "null_agreement_unavailable", "agreement_skipped_short",
+)  # fmt: skip
+
+
+def section_summary(info: dict, rule: str = "") -> dict:
+    """The section's summary from :func:`~probe.analyses.explanation.faithfulness.run_faithfulness`'s
+    ``info``: its :data:`SUMMARY_KEYS` and ``explained`` (which examples, how drawn, ``rule``)."""
+    summary = {k: val for k, val in info.items() if k in SUMMARY_KEYS}
+    summary["explained"] = {k: v for k, v in (info.get("explained") or {}).items() if k != "indices"}
+    summary["explained"].update(n=info["n_examples"], rule=rule or "every example")
+    return summary
+
+
 def _embeddings(ctx: Context):
     """``(readout described, [n, d])``: the whole corpus's clean embeddings the run's decided
     pass read (:data:`probe.app.registry.removal_stages.DECIDED`; NaN rows for sentences it did
@@ -246,6 +264,8 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
     ]
     if rep.info.get("ig_gate"):
         notes.append(_steps_note(rep.info["ig_gate"]))
+    if rep.info.get("reference_why"):  # IG not trusted (or not computed): what the verdict compares with
+        notes.append(rep.info["reference_why"])
     probe = rep.info.get("probe") or {}
     if probe:
         notes.append(
@@ -258,13 +278,7 @@ def _run(ctx: Context, target: Objective) -> FaithfulnessResult:
                 f"sentences: its explanations say little; give a larger treebank"
             )
     per_head = v.rename(columns={c: f"faith_{c}" for c in v.columns if c not in ("layer", "head")})
-    summary = {
-        k: val
-        for k, val in rep.info.items()
-        if k in ("target", "n_examples", "ig_completeness", "ig_gate", "probe", "pairs", "pooling")
-    }
-    summary["explained"] = {k: v for k, v in (rep.info.get("explained") or {}).items() if k != "indices"}
-    summary["explained"].update(n=rep.info["n_examples"], rule=rule or "every example")
+    summary = section_summary(rep.info, rule)
     if rep.info.get("pairs"):
         notes.append(f"similarity target: {rep.info['pairs']} ({rep.info.get('pooling')})")
     comp = rep.info.get("ig_completeness")
@@ -302,6 +316,13 @@ def run_in_report(ctx: Context) -> FaithfulnessResult:
     return _run(ctx, target)
 
 
+def _called(method: str) -> str:
+    """An attribution method as the head pages name it: ``IG``, ``blank-out (leave-one-out occlusion)`` …"""
+    from probe.analyses.explanation.reference import WORDS
+
+    return "IG" if method == "ig" else WORDS.get(method, method)
+
+
 def head_evidence(result: FaithfulnessResult) -> dict:
     """Each explained head's agreement with the attributions (Kendall τ per attribution,
     the share of examples where it is significant), the effect of permuting its weights
@@ -326,7 +347,7 @@ def head_evidence(result: FaithfulnessResult) -> dict:
             strong.append(shown)
             numbers.update({f"tau {ref}": tau, f"significant share {ref}": share})
             parts.append(
-                f"Kendall τ between its attention and the {ref.upper()} attributions: {shown} (mean over "
+                f"Kendall τ between its attention and the {_called(ref)} attributions: {shown} (mean over "
                 f"{n or '?'} sentences"
                 + (
                     f"; significant at p < 0.05 in {number(share, percent=True, digits=2)} of them"

@@ -1,0 +1,248 @@
+"""The faithfulness reference where integrated gradients cannot be trusted, and the IG gate's
+stop rule (issue 54: SmolLM2's faithfulness section skipped as IG missed 1% completeness on
+every example, after 700 s of raising its steps)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from probe.analyses.common.objective import parse_target
+
+TEXTS = [
+    "the cat sat on the mat by the door",
+    "a dog ran home after the long day",
+    "we met at noon by the sea and the sky",
+    "the old man read a book in the park",
+    "she left the keys on the kitchen table",
+]
+
+
+def _tiny_lm(bert_tokenizer):
+    from test_faithfulness import _tiny_lm as build
+
+    return build(bert_tokenizer)
+
+
+def test_ig_failing_everywhere_falls_back_to_blank_out(bert_tokenizer, monkeypatch):
+    """IG passing the gate on no example (tolerance 0): the study still runs, with blank-out
+    (computed for it, the run asked IG only) as the reference of the verdict, the agreement,
+    the null model's bar (on which IG is not computed) and the attribution claim, and says
+    why in one line. The old code raised NotApplicable ("raise --steps")."""
+    from probe.analyses.claims.attribution import attribution_claims
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.explanation import completeness, faithfulness
+    from probe.analyses.explanation.attributions import attribute
+
+    lm = _tiny_lm(bert_tokenizer)
+    target = parse_target("loss:6", lm)
+    monkeypatch.setattr(completeness, "TOLERANCE", 0.0)
+    calls: list = []
+
+    def spy(adapter, objective, encs, *, methods, **kw):
+        calls.append((adapter.name, tuple(methods)))
+        return attribute(adapter, objective, encs, methods=methods, **kw)
+
+    monkeypatch.setattr(faithfulness, "attribute", spy)
+    rep = faithfulness.run_faithfulness(lm, as_corpus(TEXTS), target, methods=("ig",), n_steps=2, permute=False)
+
+    why = rep.info["reference_why"]
+    assert rep.info["reference"] == "blank_out" and rep.verdict.attrs["reference"] == "blank_out"
+    assert why.startswith("integrated gradients missed 1% completeness on all 5 examples at up to ")
+    assert why.endswith(": the reference is blank-out (leave-one-out occlusion), computed for it")
+    assert rep.info["ig_gate"]["excluded"] == 5 and rep.info["ig_gate"]["n"] == 5
+    assert "tau_blank_out" in rep.verdict.columns and not any(
+        c.endswith("_ig") or "_ig_" in c for c in rep.verdict.columns
+    )
+    assert set(rep.agreement.summary["attribution"]) == {"blank_out"}
+    assert set(rep.agreement.summary["n_examples"]) == {5}  # every example, none excluded for IG
+    # the blank-out scores are those attribute() gives on its own
+    encs = [lm.encode(t) for t in TEXTS]
+    own = attribute(lm, target, encs, methods=("blank_out",))
+    for ex, o in zip(rep.attributions.examples, own.examples):
+        np.testing.assert_allclose(ex.scores["blank_out"], o.scores["blank_out"], atol=1e-6)
+    # the null model: blank-out only, no IG (the gate ran once, on the model itself)
+    null = rep.info["null_agreement"]
+    assert null["reference"] == "blank_out" and null["n"] == 5
+    assert calls[0] == ("tiny-lm", ("ig",)) and [m for _, m in calls[1:]] == [("blank_out",)]
+    assert calls[1][0] != "tiny-lm"
+    # the attribution claim: tested against blank-out on every example
+    heads = [(0, 0), (1, 1)]
+    claims = attribution_claims(heads, rep.verdict, rep.info)
+    for k in heads:
+        c = claims[k]
+        assert c.statement == "agrees with blank_out" and c.extra["reference"] == "blank_out"
+        assert c.count == 5 - rep.info["agreement_skipped_short"] and c.status != "not tested"
+        assert "ig_excluded" not in c.extra and c.null == max(0.0, null["tau_max"])
+
+
+def test_ig_within_completeness_stays_the_reference(bert_tokenizer):
+    """Where IG passes the gate the study is as before: IG the reference, no reason line,
+    the null model gated with IG."""
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.explanation.faithfulness import run_faithfulness
+
+    lm = _tiny_lm(bert_tokenizer)
+    rep = run_faithfulness(
+        lm, as_corpus(TEXTS), parse_target("loss:6", lm), methods=("ig", "saliency"), n_steps=8, permute=False
+    )
+    assert rep.info["ig_gate"]["excluded"] < 5  # the premise: IG passes on some example here
+    assert rep.info["reference"] == "ig" and "reference_why" not in rep.info
+    assert rep.verdict.attrs["reference"] == "ig" and "tau_ig" in rep.verdict.columns
+    assert set(rep.agreement.summary["attribution"]) == {"ig", "saliency"}
+    assert rep.info["null_agreement"]["reference"] == "ig"
+
+
+def test_reference_without_ig_is_the_first_fallback_computed():
+    """``choose_reference``: IG not asked → blank-out where asked, else input × gradient,
+    else saliency; blank-out computed for it where no fallback was asked."""
+    from probe.analyses.explanation.completeness import IGGate
+    from probe.analyses.explanation.reference import choose_reference
+
+    assert choose_reference(("saliency", "blank_out"), None)[0] == "blank_out"
+    assert choose_reference(("saliency", "input_x_gradient"), None) == (
+        "input_x_gradient",
+        "integrated gradients were not computed: the reference is input × gradient",
+    )
+    failed = IGGate(passed=(), excluded=(0, 1), steps=(16, 32), errors=(0.5, 0.2), start=8, stopped=(1,))
+    ref, why = choose_reference(("ig", "saliency"), failed)
+    assert ref == "saliency" and "on all 2 examples at up to 32 steps (1 stopped early, not converging" in why
+    assert choose_reference(("ig",), failed)[1].endswith("blank-out (leave-one-out occlusion), computed for it")
+    ok = replace(failed, passed=(0,), excluded=(1,))
+    assert choose_reference(("ig", "blank_out"), ok) == ("ig", "")
+
+
+def test_attribution_claim_with_a_non_ig_reference_excludes_nothing_for_ig():
+    """With blank-out the reference, IG's 40 failed examples are not subtracted from the
+    claim's count (the old code counted 0 and called it "not enough evidence")."""
+    from probe.analyses.claims.attribution import attribution_claims
+
+    verdict = pd.DataFrame({"layer": [0], "head": [0], "tau_blank_out": [0.3], "tau_blank_out_significant": [0.9]})
+    verdict.attrs["reference"] = "blank_out"
+    info = {"target": "loss:-1", "n_examples": 40, "ig_gate": {"excluded": 40}, "agreement_skipped_short": 2}
+    c = attribution_claims([(0, 0)], verdict, info)[(0, 0)]
+    assert c.count == 38 and c.status == "holds" and c.statement == "agrees with blank_out"
+    assert "ig_excluded" not in c.extra and "of 38 examples" in c.reason
+
+
+# ---- the gate's stop rule ------------------------------------------------------------------------
+def _fake_ig(errors_at: dict):
+    """An ``attribute`` whose IG of example ``i`` at ``s`` steps has relative error
+    ``errors_at[i][s]`` (``f(x) − f(x') = 1``), and the start attributions at 1 step."""
+    from probe.analyses.explanation.attributions import Attributions, ExampleAttribution
+
+    def ex(i, s):
+        e = errors_at[i][s]
+        return ExampleAttribution(
+            index=i, tokens=("a",), word_ids=(0,), special_mask=(False,), words=("a",),
+            scores={"ig": np.array([1.0 + e])}, value=1.0, baseline_value=0.0, ig_delta=e,
+        )  # fmt: skip
+
+    def attribute(adapter, target, encs, *, methods, n_steps, **kw):
+        return Attributions(examples=tuple(ex(i, n_steps) for i in encs), methods=("ig",), target="t")
+
+    start = Attributions(examples=tuple(ex(i, 1) for i in errors_at), methods=("ig",), target="t")
+    return attribute, start
+
+
+def test_gate_stops_raising_steps_where_the_error_cannot_reach_the_tolerance(monkeypatch):
+    """From 1 step, cap 8. Example 0: 0.5 → 0.3 at 2 steps; even converging exponentially at that
+    rate (0.3 · 0.6⁶ = 0.014 by 8 steps) it would miss 1%: stopped at 2, excluded, its last error
+    kept. Example 1 converges fast enough to hope (0.5 → 0.2 → 0.04) and goes to the cap, still
+    missing. Example 2 falls slowly (0.05 → 0.03, not halved; 0.03 · 0.6⁶ ≈ 0.0014 hoped) and
+    passes at 4. Example 3: 0.1 → 0.09 at 4 steps, stopped there. Example 4 passes at 1. The old
+    code raised examples 0 and 3 to 8 steps."""
+    from probe.analyses.explanation import attributions, completeness
+
+    errors_at = {
+        0: {1: 0.5, 2: 0.3, 4: 0.001, 8: 0.001},
+        1: {1: 0.5, 2: 0.2, 4: 0.04, 8: 0.03},
+        2: {1: 0.05, 2: 0.03, 4: 0.005},
+        3: {1: 0.5, 2: 0.1, 4: 0.09, 8: 0.001},
+        4: {1: 0.002},
+    }
+    fake, start = _fake_ig(errors_at)
+    monkeypatch.setattr(attributions, "attribute", fake)
+    out, gate = completeness.gate_ig(None, None, list(errors_at), start, 1)
+    assert gate.steps == (2, 8, 4, 4, 1) and gate.stopped == (0, 3)
+    assert gate.passed == (2, 4) and gate.excluded == (0, 1, 3)
+    assert gate.errors == pytest.approx((0.3, 0.03, 0.005, 0.09, 0.002))
+    said = gate.to_dict()
+    assert said["stopped_not_converging"] == 2 and said["max_steps"] == 8 and said["excluded"] == 3
+    assert out.settings["ig_steps_per_example"] == [2, 8, 4, 4, 1]
+    assert out.examples[0].ig_delta == pytest.approx(0.3)
+
+
+def test_hopeful_extrapolates_exponential_convergence():
+    """``e′ · r^(2^(k+1) − 2)`` against 1%: the bounds either side, a rising error, the cap."""
+    from probe.analyses.explanation.completeness import hopeful
+
+    assert hopeful(0.5, 0.3, 4) is False and hopeful(0.5, 0.25, 4) is True  # 0.3·0.6⁶ = 0.014; 0.25·0.5⁶ = 0.0039
+    assert hopeful(0.1, 0.05, 2) is False and hopeful(0.1, 0.04, 2) is True  # 0.05·0.5² = 0.0125; 0.04·0.4² = 0.0064
+    assert hopeful(0.2, 0.3, 8) is False and hopeful(0.2, 0.3, 1) is True and hopeful(9.0, 0.009, 8) is True
+
+
+# ---- the LM head on the read positions only (issue 57) ---------------------------------------------
+def test_lm_loss_through_the_head_at_the_read_positions_only(bert_tokenizer):
+    """``loss:-1`` on a causal LM: the attribution forward projects only the predicting
+    positions onto the vocabulary (logits ``[batch, k, vocab]``, ``k`` the distinct positions,
+    examples of different lengths in one padded batch) and gives the same scalar, gradients
+    and IG as the forward through every position (1e-5)."""
+    import torch
+
+    from probe.analyses.common.objective_base import Objective, scalar_function
+    from probe.analyses.common.targets import KeptLogits, LMLoss
+    from probe.analyses.explanation.attributions import attribute
+
+    lm = _tiny_lm(bert_tokenizer)
+    target = parse_target("loss:-1", lm)
+    assert isinstance(target, LMLoss)
+
+    class EveryPosition(LMLoss):
+        def gradient_output(self, adapter, input_ids, attention_mask, aux):
+            return Objective.gradient_output(self, adapter, input_ids, attention_mask, aux)
+
+    full = EveryPosition(-1)
+    encs = [lm.encode(t) for t in TEXTS[:3] + ["a short one here"]]
+    inputs = lm.batch(encs)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    aux = target.aux(lm, ids, mask)
+    kept = target.gradient_output(lm, ids, mask, aux)
+    assert isinstance(kept, KeptLogits) and kept.logits.shape[:2] == (4, len(set(aux[:, 0].tolist()))) > (4, 1)
+    assert kept.logits.shape[1] < ids.shape[1]
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            scalar_function(lm, target)(ids, mask, aux), scalar_function(lm, full)(ids, mask, aux), atol=1e-5
+        )
+    a = attribute(lm, target, encs, methods=("ig", "saliency"), n_steps=4)
+    b = attribute(lm, full, encs, methods=("ig", "saliency"), n_steps=4)
+    for x, y in zip(a.examples, b.examples):
+        assert x.value == pytest.approx(y.value, abs=1e-5) and x.ig_delta == pytest.approx(y.ig_delta, abs=1e-5)
+        for m in ("ig", "saliency"):
+            np.testing.assert_allclose(x.scores[m], y.scores[m], atol=1e-5)
+
+
+def test_the_report_section_keeps_what_the_attribution_claim_reads(bert_tokenizer):
+    """The claims section reads the faithfulness section's summary: the attribution claim from
+    it is the claim from the run's own info, held to the null model's bar (the old summary
+    dropped ``null_agreement``: the report's claim was held to 0, its null computed for nothing)."""
+    from probe.analyses.claims.attribution import attribution_claims
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.explanation.faithfulness import run_faithfulness
+    from probe.app.registry.analyses.faithfulness import section_summary
+
+    lm = _tiny_lm(bert_tokenizer)
+    rep = run_faithfulness(lm, as_corpus(TEXTS), parse_target("loss:6", lm), methods=("ig",), n_steps=8, permute=False)
+    heads = [(0, 0), (1, 2)]
+    said = section_summary(rep.info)
+    assert said["null_agreement"] == rep.info["null_agreement"] and said["explained"]["n"] == 5
+    for k in heads:
+        from_summary, from_info = (
+            attribution_claims(heads, rep.verdict, said)[k],
+            attribution_claims(heads, rep.verdict, rep.info)[k],
+        )
+        assert from_summary == from_info and from_summary.null == max(0.0, rep.info["null_agreement"]["tau_max"])
+        assert from_summary.extra["null_source"] == rep.info["null_agreement"]["source"]
