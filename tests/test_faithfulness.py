@@ -322,3 +322,40 @@ def test_permutations_on_a_sample_of_the_explained_examples(bert_tokenizer):
     assert sorted(set(some.permutation.per_example["example"])) == picked
     assert some.permutation.summary["n_examples"].tolist() == [2, 2]
     assert every.permutation.summary["n_examples"].tolist() == [5, 5]
+
+
+def test_permuted_forwards_project_only_the_read_positions_with_the_same_effects(bert_tokenizer, monkeypatch):
+    """``loss:-1`` on a causal LM: the permutation test's clean and permuted forwards ask the
+    head for the predicting positions only (``logits_to_keep``, :class:`KeptLogits`); the
+    effects equal those of full-width forwards (the head on every position) to 1e-6."""
+    import functools
+
+    import probe.analyses.common.targets as targets
+    from probe.analyses.common.objective import resolve_objective
+
+    lm = _tiny_lm(bert_tokenizer)
+    target, _ = resolve_objective("loss:-1", lm, use="explain")
+    encs = [lm.encode(t) for t in ("the cat sat on the mat", "a dog ran home after the long day", "we met")]
+    widths: list = []  # the logits' sequence width of every forward
+    forward = lm.model.forward
+
+    @functools.wraps(forward)  # its signature: the objective asks it for logits_to_keep
+    def spy(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        widths.append(out.logits.shape[1])
+        return out
+
+    monkeypatch.setattr(lm.model, "forward", spy)
+    fast = permutation_effects(lm, target, encs, heads=[(0, 1), (1, 0)], n_permutations=3, seed=2)
+    assert widths and max(widths) < min(len(e) for e in encs)  # never every position's logits
+    widths.clear()
+    monkeypatch.setattr(targets, "_keeps_logits", lambda model: False)
+    full = permutation_effects(lm, target, encs, heads=[(0, 1), (1, 0)], n_permutations=3, seed=2)
+    assert max(widths) == max(len(e) for e in encs)
+    assert fast.per_example["tvd"].min() > 5e-6  # the permutations change the prediction (a tiny random LM's)
+    np.testing.assert_allclose(
+        fast.per_example[["tvd", "jsd", "abs_delta"]],
+        full.per_example[["tvd", "jsd", "abs_delta"]],
+        rtol=1e-3,
+        atol=1e-9,
+    )

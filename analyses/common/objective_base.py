@@ -164,8 +164,10 @@ class Objective:
     def gradient_output(
         self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor, aux: torch.Tensor
     ) -> Any:
-        """The output :meth:`scalar` reads in an attribution (:func:`scalar_function`):
-        :meth:`output`; an objective that reads a few positions may compute only those."""
+        """The output :meth:`scalar` and :meth:`distribution` read in an attribution
+        (:func:`scalar_function`) or a permuted forward
+        (:func:`probe.analyses.explanation.counterfactual.permutation_effects`): :meth:`output`;
+        an objective that reads a few positions may compute only those."""
         return self.output(adapter, input_ids, attention_mask)
 
     def aux(self, adapter: ModelAdapter, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -234,7 +234,7 @@ def permutation_effects(
             B, S = ids.shape
             aux = objective.aux(adapter, ids, mask)
             with Trace(adapter, read=read) as clean, torch.no_grad():
-                out = objective.output(adapter, ids, mask)
+                out = objective.gradient_output(adapter, ids, mask, aux)  # the positions read only
             with torch.no_grad():
                 p0 = objective.distribution(out, mask, aux).float()
                 f0 = check_scalar(objective.scalar(out, mask, aux), B, objective.describe()).float()
@@ -254,7 +254,7 @@ def permutation_effects(
                         if site:
                             hidden, context = rep(clean.cache["resid_pre", l]), rep(clean.cache["proj_in", l])
                             st.enter_context(RestartFrom(adapter, l, hidden, context=context))
-                        out_k = objective.output(adapter, ids_k, mask_k)
+                        out_k = objective.gradient_output(adapter, ids_k, mask_k, aux_k)
                         p1 = objective.distribution(out_k, mask_k, aux_k).float()
                         f1 = objective.scalar(out_k, mask_k, aux_k).float()
                     del out_k
