@@ -152,37 +152,43 @@ def test_gate_stops_raising_steps_where_the_error_cannot_reach_the_tolerance(mon
     """From 1 step, cap 8. Example 0: 0.5 → 0.3 at 2 steps; even converging exponentially at that
     rate (0.3 · 0.6⁶ = 0.014 by 8 steps) it would miss 1%: stopped at 2, excluded, its last error
     kept. Example 1 converges fast enough to hope (0.5 → 0.2 → 0.04) and goes to the cap, still
-    missing. Example 2 falls slowly (0.05 → 0.03, not halved; 0.03 · 0.6⁶ ≈ 0.0014 hoped) and
-    passes at 4. Example 3: 0.1 → 0.09 at 4 steps, stopped there. Example 4 passes at 1. The old
-    code raised examples 0 and 3 to 8 steps."""
+    missing. Example 2 falls slowly (0.05 → 0.03, not halved) but is near the tolerance (within
+    10×) and passes at 4. Example 3: 0.5 → 0.45 at 2 steps (0.45 · 0.9⁶ = 0.24), stopped there.
+    Example 4 passes at 1. Example 5: 0.0135 → 0.013 at 2 (the rate alone would stop it: 0.013 ·
+    0.96⁶ > 1%), near the tolerance, passes at 4 (zoo:agreement's case). The old code raised
+    examples 0 and 3 to 8 steps."""
     from probe.analyses.explanation import attributions, completeness
 
     errors_at = {
         0: {1: 0.5, 2: 0.3, 4: 0.001, 8: 0.001},
         1: {1: 0.5, 2: 0.2, 4: 0.04, 8: 0.03},
         2: {1: 0.05, 2: 0.03, 4: 0.005},
-        3: {1: 0.5, 2: 0.1, 4: 0.09, 8: 0.001},
+        3: {1: 0.5, 2: 0.45, 4: 0.4, 8: 0.001},
         4: {1: 0.002},
+        5: {1: 0.0135, 2: 0.013, 4: 0.0006},
     }
     fake, start = _fake_ig(errors_at)
     monkeypatch.setattr(attributions, "attribute", fake)
     out, gate = completeness.gate_ig(None, None, list(errors_at), start, 1)
-    assert gate.steps == (2, 8, 4, 4, 1) and gate.stopped == (0, 3)
-    assert gate.passed == (2, 4) and gate.excluded == (0, 1, 3)
-    assert gate.errors == pytest.approx((0.3, 0.03, 0.005, 0.09, 0.002))
+    assert gate.steps == (2, 8, 4, 2, 1, 4) and gate.stopped == (0, 3)
+    assert gate.passed == (2, 4, 5) and gate.excluded == (0, 1, 3)
+    assert gate.errors == pytest.approx((0.3, 0.03, 0.005, 0.45, 0.002, 0.0006))
     said = gate.to_dict()
     assert said["stopped_not_converging"] == 2 and said["max_steps"] == 8 and said["excluded"] == 3
-    assert out.settings["ig_steps_per_example"] == [2, 8, 4, 4, 1]
+    assert out.settings["ig_steps_per_example"] == [2, 8, 4, 2, 1, 4]
     assert out.examples[0].ig_delta == pytest.approx(0.3)
 
 
 def test_hopeful_extrapolates_exponential_convergence():
-    """``e′ · r^(2^(k+1) − 2)`` against 1%: the bounds either side, a rising error, the cap."""
+    """``e′ · r^(2^(k+1) − 2)`` against 1% beyond 10× the tolerance: the bounds either side, a
+    rising error, the cap; within 10× the tolerance always hopeful."""
     from probe.analyses.explanation.completeness import hopeful
 
     assert hopeful(0.5, 0.3, 4) is False and hopeful(0.5, 0.25, 4) is True  # 0.3·0.6⁶ = 0.014; 0.25·0.5⁶ = 0.0039
-    assert hopeful(0.1, 0.05, 2) is False and hopeful(0.1, 0.04, 2) is True  # 0.05·0.5² = 0.0125; 0.04·0.4² = 0.0064
+    assert hopeful(1.0, 0.5, 2) is False and hopeful(1.0, 0.4, 2) is False  # 0.5·0.5² = 0.125; 0.4·0.4² = 0.064
+    assert hopeful(1.0, 0.2, 2) is True  # 0.2·0.2² = 0.008
     assert hopeful(0.2, 0.3, 8) is False and hopeful(0.2, 0.3, 1) is True and hopeful(9.0, 0.009, 8) is True
+    assert hopeful(0.1, 0.05, 2) is True and hopeful(0.02, 0.03, 8) is True  # near the tolerance: one more doubling
 
 
 # ---- the LM head on the read positions only (issue 57) ---------------------------------------------

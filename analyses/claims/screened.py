@@ -364,6 +364,20 @@ def _sequential(
 TESTS = {"mixture": "block test", "betting": "betting test"}
 
 
+def _decision(corpus_level: bool, test: str, block: int, m: int) -> str:
+    """How the screened path decided the heads it removed exactly, as ``info["decision"]``
+    says it; refuses a ``test`` not in :data:`TESTS`."""
+    if test not in TESTS:
+        raise InputError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
+    if corpus_level:
+        return f"BH at q = {T.FDR} over all {m} heads on every example (a corpus-level objective)"
+    how = "betting e-processes" if test == "betting" else "normal-mixture e-processes on block means"
+    return (
+        f"{how} in blocks of {block} stop a head early (e-BH at q = {T.FDR} over all {m} heads); one undecided "
+        f"at the end: the exhaustive test on every example, BH counting {m} heads"
+    )
+
+
 def stopped_extra(
     objective: Objective, *, mode: str, decision: str, necessary: bool, e_value: float, m: int, bar: float
 ) -> dict:
@@ -470,8 +484,7 @@ def screened_necessity(
     from probe.analyses.necessity.confirm import miss_rate_bound, plan_confirmation
     from probe.analyses.necessity.screen import screen_heads
 
-    if test not in TESTS:
-        raise InputError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
+    _decision(False, test, block, len(heads))  # an unknown test refused before any forward
     started = time.time()
     heads = [tuple(map(int, h)) for h in heads]
     m, n, floor = len(heads), len(corpus), T.min_effect(objective.name)
@@ -549,13 +562,7 @@ def screened_necessity(
         "examples_per_head": {f"L{u[0][0]}H{u[0][1]}": int(k) for u, k in used.items()},
         "exact_removals": int(sum(used.values())) + m * pilot_n,  # the pilot's removals included
         "exhaustive_removals": m * n,
-        "decision": (
-            f"BH at q = {T.FDR} over all {m} heads on every example (a corpus-level objective)"
-            if corpus_level
-            else f"{'betting e-processes' if test == 'betting' else 'normal-mixture e-processes on block means'} "
-            f"in blocks of {block} stop a head early (e-BH at q = {T.FDR} over all {m} "
-            f"heads); one undecided at the end: the exhaustive test on every example, BH counting {m} heads"
-        ),
+        "decision": _decision(corpus_level, test, block, m),
         "audit_misses": len(misses),
         "miss_rate": len(misses) / len(plan.audit) if plan.audit else None,
         "miss_rate_upper": bound,

@@ -550,9 +550,7 @@ def sequential_removals(
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.common.objective import given_objective
     from probe.analyses.necessity.ablation import position_kind_means
-    from probe.runs.blocks import InProcess
-
-    from probe.runs.blocks import check_runs_on
+    from probe.runs.blocks import InProcess, check_runs_on
 
     if runner is not None:
         check_runs_on(runner, adapter)
@@ -565,11 +563,7 @@ def sequential_removals(
     order = np.random.default_rng(seed).permutation(len(corpus))
     calls = [0]
     block_level = bool(getattr(obj, "corpus_level", False)) and hasattr(obj, "block_harm")
-    if test not in (None, "betting", "mixture"):
-        raise InputError(f"test must be 'betting' or 'mixture', got {test!r}")
-    by_block = block_level or test == "mixture"
-    if not by_block and any(t.bounds is None for t in tests):
-        raise InputError(f"the betting test of {obj.name} needs the harm's a-priori bounds (bounds=(lo, hi))")
+    by_block = _by_block(obj, tests, test, block_level)
 
     def harms(lives: list, examples: np.ndarray) -> list:
         idx = [int(order[i]) for i in examples]
@@ -616,6 +610,17 @@ def sequential_removals(
     families = [Family(len(u), t.floor, q=q, tests=t.tests, bounds=t.bounds) for u, t in zip(units, tests)]
     kind = "mixture" if by_block else "betting"
     return sequential_families(harms, families, len(corpus), kind=kind, block=block)
+
+
+def _by_block(obj: Any, tests: Sequence[RemovalTest], test: Optional[str], block_level: bool) -> bool:
+    """Whether :func:`sequential_removals` decides by the block test (a corpus-level objective,
+    or ``test="mixture"``); refuses an unknown ``test`` and a betting family without bounds."""
+    if test not in (None, "betting", "mixture"):
+        raise InputError(f"test must be 'betting' or 'mixture', got {test!r}")
+    by_block = block_level or test == "mixture"
+    if not by_block and any(t.bounds is None for t in tests):
+        raise InputError(f"the betting test of {obj.name} needs the harm's a-priori bounds (bounds=(lo, hi))")
+    return by_block
 
 
 def block_mean_and_variance(harms: np.ndarray) -> tuple:
