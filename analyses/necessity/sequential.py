@@ -612,14 +612,14 @@ def sequential_removals(
     return sequential_families(harms, families, len(corpus), kind=kind, block=block)
 
 
-def _by_block(obj: Any, tests: Sequence[RemovalTest], test: Optional[str], block_level: bool) -> bool:
+def _by_block(objective: Any, tests: Sequence[RemovalTest], test: Optional[str], block_level: bool) -> bool:
     """Whether :func:`sequential_removals` decides by the block test (a corpus-level objective,
     or ``test="mixture"``); refuses an unknown ``test`` and a betting family without bounds."""
     if test not in (None, "betting", "mixture"):
         raise InputError(f"test must be 'betting' or 'mixture', got {test!r}")
     by_block = block_level or test == "mixture"
     if not by_block and any(t.bounds is None for t in tests):
-        raise InputError(f"the betting test of {obj.name} needs the harm's a-priori bounds (bounds=(lo, hi))")
+        raise InputError(f"the betting test of {objective.name} needs the harm's a-priori bounds (bounds=(lo, hi))")
     return by_block
 
 
