@@ -364,11 +364,14 @@ def _sequential(
 TESTS = {"mixture": "block test", "betting": "betting test"}
 
 
-def _decision(corpus_level: bool, test: str, block: int, m: int) -> str:
-    """How the screened path decided the heads it removed exactly, as ``info["decision"]``
-    says it; refuses a ``test`` not in :data:`TESTS`."""
+def _check_test(test: str) -> None:
+    """Refuse a decide-step ``test`` not in :data:`TESTS` (before any forward)."""
     if test not in TESTS:
         raise InputError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
+
+
+def _decision(corpus_level: bool, test: str, block: int, m: int) -> str:
+    """How the screened path decided the heads it removed exactly, as ``info["decision"]`` says it."""
     if corpus_level:
         return f"BH at q = {T.FDR} over all {m} heads on every example (a corpus-level objective)"
     how = "betting e-processes" if test == "betting" else "normal-mixture e-processes on block means"
@@ -484,7 +487,7 @@ def screened_necessity(
     from probe.analyses.necessity.confirm import miss_rate_bound, plan_confirmation
     from probe.analyses.necessity.screen import screen_heads
 
-    _decision(False, test, block, len(heads))  # an unknown test refused before any forward
+    _check_test(test)
     started = time.time()
     heads = [tuple(map(int, h)) for h in heads]
     m, n, floor = len(heads), len(corpus), T.min_effect(objective.name)
