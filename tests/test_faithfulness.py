@@ -349,7 +349,7 @@ def test_permuted_forwards_project_only_the_read_positions_with_the_same_effects
     fast = permutation_effects(lm, target, encs, heads=[(0, 1), (1, 0)], n_permutations=3, seed=2)
     assert widths and max(widths) < min(len(e) for e in encs)  # never every position's logits
     widths.clear()
-    monkeypatch.setattr(targets, "_keeps_logits", lambda model: False)
+    monkeypatch.setattr(targets, "keeps_logits", lambda model: False)
     full = permutation_effects(lm, target, encs, heads=[(0, 1), (1, 0)], n_permutations=3, seed=2)
     assert max(widths) == max(len(e) for e in encs)
     assert fast.per_example["tvd"].min() > 5e-6  # the permutations change the prediction (a tiny random LM's)

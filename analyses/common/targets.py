@@ -59,7 +59,7 @@ class KeptLogits:
     positions: torch.Tensor
 
 
-def _keeps_logits(model: Any) -> bool:
+def keeps_logits(model: Any) -> bool:
     """Whether ``model``'s forward takes ``logits_to_keep`` (Hugging Face causal LMs since 4.50)."""
     import inspect
 
@@ -172,7 +172,7 @@ class LMLoss(InputObjective):
         (:class:`KeptLogits`): the head projects those few positions onto the vocabulary (49,152
         wide on SmolLM2), not every one (Hugging Face's ``logits_to_keep``); the same values.
         :meth:`output` for a model whose forward takes no ``logits_to_keep``."""
-        if adapter.arch != "decoder" or not _keeps_logits(adapter.model):
+        if adapter.arch != "decoder" or not keeps_logits(adapter.model):
             return self.output(adapter, input_ids, attention_mask)
         kept = torch.unique(aux[:, 0])  # sorted
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "logits_to_keep": kept}

@@ -157,6 +157,31 @@ def baseline_ids(
     return torch.where(word, torch.full_like(input_ids, int(tid)), input_ids)
 
 
+@torch.no_grad()
+def _blank_out(adapter, objective, f, ids, base, args: tuple, per_eval: int) -> torch.Tensor:
+    """``[batch, seq]`` blank-out scores of a batch: a causal LM's from its clean prefix's cache
+    (:mod:`.causal_occlusion`, the same scores in about a third of the time on SmolLM2), else
+    captum's ``FeatureAblation`` of ``f`` with one feature per token, ``per_eval`` occlusions a forward."""
+    from captum.attr import FeatureAblation
+
+    from .causal_occlusion import applies, causal_blank_out
+
+    if applies(adapter, objective):
+        return causal_blank_out(adapter, objective, ids, args[0], base)
+    feature_mask = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    return (
+        FeatureAblation(f)
+        .attribute(
+            ids,
+            baselines=base,
+            additional_forward_args=args,
+            feature_mask=feature_mask,
+            perturbations_per_eval=per_eval,
+        )
+        .detach()
+    )
+
+
 def _special_batch(encodings: Sequence[Any], n: int, device: torch.device | str) -> torch.Tensor:
     m = torch.ones(len(encodings), n, dtype=torch.bool)
     for i, e in enumerate(encodings):
@@ -215,7 +240,7 @@ def attribute(
             f"batch_size {batch_size} exceeds internal_batch_size {internal_batch_size}: "
             "one forward would hold more rows than the memory bound allows"
         )
-    from captum.attr import FeatureAblation, LayerGradientXActivation, LayerIntegratedGradients
+    from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
 
     f = scalar_function(adapter, objective)
     emb = adapter.embeddings()
@@ -268,20 +293,7 @@ def attribute(
                     with torch.no_grad():
                         scores["input_x_gradient"] = (emb(ids) * grad).sum(-1)
             if "blank_out" in methods:
-                feature_mask = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-                per_eval = max(1, rows // len(idx))
-                with torch.no_grad():
-                    scores["blank_out"] = (
-                        FeatureAblation(f)
-                        .attribute(
-                            ids,
-                            baselines=base,
-                            additional_forward_args=args,
-                            feature_mask=feature_mask,
-                            perturbations_per_eval=per_eval,
-                        )
-                        .detach()
-                    )
+                scores["blank_out"] = _blank_out(adapter, objective, f, ids, base, args, max(1, rows // len(idx)))
             for r, (i, e) in enumerate(zip(idx, encs)):
                 n = len(e)
                 out[i] = ExampleAttribution(
