@@ -130,16 +130,18 @@ def structure_sentences(corpus: Any) -> tuple:
     return zoo_sentences(corpus), False
 
 
-def evidence_accumulators(corpus: Any) -> dict:
+def evidence_accumulators(corpus: Any, summed: Optional[tuple] = None) -> dict:
     """The pattern and structure claims' evidence as accumulators over ``corpus`` (the
     protocol of :mod:`probe.analyses.common.accumulate`): ``{"pattern":
     PatternFeatures, "structure": StructureCounts}`` (no ``structure`` without dependency
     annotation). A run fills them from its held maps or streams its corpus through them;
-    :func:`head_claims` reads them (``evidence=``)."""
+    :func:`head_claims` reads them (``evidence=``). ``summed``: ``(token features kept per
+    example, punctuation share)`` already summed over the same examples, which the pattern
+    evidence takes instead of summing them again (:class:`.pattern.PatternFeatures`)."""
     from .pattern import PatternFeatures
     from .structure import StructureCounts
 
-    accs: dict = {"pattern": PatternFeatures()}
+    accs: dict = {"pattern": PatternFeatures(*summed) if summed is not None else PatternFeatures()}
     sentences, own = structure_sentences(corpus)
     if sentences:
         accs["structure"] = StructureCounts(None if own else sentences)

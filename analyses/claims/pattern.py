@@ -81,9 +81,19 @@ class PatternFeatures:
     sentences: 20 MB).
     """
 
-    def __init__(self) -> None:
-        self.features = LayerwiseHeadFeatures("token", keep_examples=True)
-        self.punct = PunctuationShare()
+    def __init__(
+        self, features: Optional[LayerwiseHeadFeatures] = None, punct: Optional[PunctuationShare] = None
+    ) -> None:
+        """``features`` and ``punct``: token features (kept per example) and the punctuation
+        share another accumulator already summed over the same examples (the roles section's,
+        :func:`probe.app.registry.analyses.claims.summed_by_roles`), taken as they are: the
+        updates then only note the first example's special tokens."""
+        given = features is not None and punct is not None
+        self.shared = given
+        self.features = (
+            features if features is not None and given else LayerwiseHeadFeatures("token", keep_examples=True)
+        )
+        self.punct = punct if punct is not None and given else PunctuationShare()
         self.first: Optional[tuple] = None  # (corpus index, special names)
         self.not_applicable = ""  # why the maps have no pattern features (cross-attention), said by result()
 
@@ -94,6 +104,9 @@ class PatternFeatures:
 
     def update(self, layer: int, maps: Sequence, meta: Any) -> None:
         """One layer of a batch (single-layer maps ``[1, H, n, n]``)."""
+        if self.shared:
+            self._first(meta, maps)
+            return
         try:
             self.features.update(layer, maps, meta)
         except NotApplicable as exc:  # the other claims still run; this one says why at result()
@@ -104,6 +117,9 @@ class PatternFeatures:
 
     def update_examples(self, maps: Sequence, meta: Any) -> None:
         """Whole examples (``[L, H, n, n]``) of a batch."""
+        if self.shared:
+            self._first(meta, maps)
+            return
         try:
             self.features.update_examples(maps, meta)
         except NotApplicable as exc:

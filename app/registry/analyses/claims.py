@@ -14,7 +14,7 @@ and takes them instead of running them again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from probe.app.registry import Analysis, Param
 from probe.app.registry.presentation import HeadBlock, Presentation, Streamed, TableView
@@ -113,10 +113,25 @@ def run(ctx: Context) -> ClaimsResult:
 
 
 def accumulators(ctx: Context, corpus: Any) -> dict:
-    """The pattern and structure claims' sums over examples (an engine streams them)."""
+    """The pattern and structure claims' sums over examples (an engine streams them); the
+    token features and punctuation share the roles section already summed over the same
+    held maps are taken as they are (:func:`summed_by_roles`), not summed again."""
     from probe.analyses.claims.heads import evidence_accumulators
 
-    return evidence_accumulators(corpus)
+    return evidence_accumulators(corpus, summed_by_roles(ctx))
+
+
+def summed_by_roles(ctx: Context) -> Optional[tuple]:
+    """``(token features kept per example, punctuation share)`` of the roles section's
+    accumulators where it has filled them already (:meth:`Context.accumulated` over the held
+    maps, the examples the pattern claims read), else ``None``. An engine declares every
+    section's accumulators before its one pass, so there each sums its own."""
+    got = ctx.report.streamed.get("roles")
+    token, punct = (got.get("token"), got.get("punct")) if got else (None, None)
+    whole = getattr(token, "whole", None)
+    if whole is None or whole.examples is None or punct is None:  # not filled, or not kept per example
+        return None
+    return token, punct
 
 
 def head_evidence(result: ClaimsResult) -> dict:

@@ -196,12 +196,18 @@ def _writers(report: Any, described: str, no_figure: bool) -> list:
 
 def accumulators(ctx: Context, corpus: Any) -> dict:
     """The report section's sums: the head features of every example at token and word
-    level (:class:`probe.analyses.patterns.role_features.LayerwiseHeadFeatures`) and the
-    corpus's punctuation share (the chance rule of ``to_punct``)."""
+    level (:class:`probe.analyses.patterns.role_features.LayerwiseHeadFeatures`; the token
+    level's kept per example, which the pattern claims take as they are:
+    :func:`.claims.summed_by_roles`) and the corpus's punctuation share (the chance rule of
+    ``to_punct``)."""
     from probe.analyses.patterns.role_features import PunctuationShare
     from probe.analyses.patterns.role_features import LayerwiseHeadFeatures
 
-    return {"token": LayerwiseHeadFeatures("token"), "word": LayerwiseHeadFeatures("word"), "punct": PunctuationShare()}
+    return {
+        "token": LayerwiseHeadFeatures("token", keep_examples=True),
+        "word": LayerwiseHeadFeatures("word"),
+        "punct": PunctuationShare(),
+    }
 
 
 def section(ctx: Context) -> RolesResult:
