@@ -148,6 +148,33 @@ def test_models_without_a_linear_read_out_are_refused(tiny_models, bert_tokenize
         decompose(mlm, TEXT)
 
 
+def test_the_read_out_check_passes_the_unembedding_and_refuses_a_soft_cap(bert_tokenizer):
+    """``check_fold`` in float32 (the weights' precision): the unembedding of the final norm's
+    output passes; scaled or soft-capped logits are refused."""
+    import transformers as tr
+
+    from probe.analyses.writes.folding import check_fold, final_norm, unembedding
+    from probe.models import ModelAdapter
+
+    cfg = tr.LlamaConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=len(bert_tokenizer)
+    )
+    torch.manual_seed(0)
+    model = tr.LlamaForCausalLM(cfg).eval()
+    a = ModelAdapter(name="tiny-llama-lm", model=model, tokenizer=bert_tokenizer, family="llama")
+    _, fold = final_norm(a)
+    w_u, _ = unembedding(a)
+    resid = 3 * torch.randn(5, 32, dtype=torch.float64)
+    normed = fold.apply(resid).float()
+    logits = 40 * (normed.float() @ w_u.float().T)  # large enough for the cap to bind
+    with pytest.raises(NotApplicable, match="not the unembedding"):
+        check_fold(a, fold, resid, normed, logits)  # scaled
+    w_u.mul_(40)  # the model's own head now gives exactly these logits
+    check_fold(a, fold, resid, normed, logits)
+    with pytest.raises(NotApplicable, match="not the unembedding"):
+        check_fold(a, fold, resid, normed, 30 * torch.tanh(logits / 30))  # Gemma 2's final soft-cap
+
+
 def _one_line(result, *needles):
     lines = [x for x in result.output.strip().splitlines() if x.strip()]
     assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error:"), result.output
