@@ -81,6 +81,22 @@ def test_an_interior_position_scores_nothing_after_it(bert_tokenizer, monkeypatc
         assert (f[4:] == 0.0).all() and np.abs(f[1:4]).max() > 1e-4
 
 
+def test_a_tight_memory_budget_runs_fewer_occlusions_a_forward_with_the_same_scores(bert_tokenizer, monkeypatch):
+    from probe.inputs import budget
+
+    a = _decoder("llama", bert_tokenizer)
+    encs = [a.encode(t) for t in TEXTS]
+    wide = attribute(a, LMLoss(-1), encs, methods=("blank_out",))
+    groups = []
+    one_example = C._one_example
+    monkeypatch.setattr(budget, "rows_for", lambda *a, **k: 2)  # two rows of an example fit a forward
+    monkeypatch.setattr(C, "_one_example", lambda *a: groups.append(a[-1]) or one_example(*a))
+    narrow = attribute(a, LMLoss(-1), encs, methods=("blank_out",))
+    assert groups and set(groups) == {2}
+    for w, n in zip(wide.examples, narrow.examples):
+        np.testing.assert_allclose(w.scores["blank_out"], n.scores["blank_out"], atol=1e-6)
+
+
 def test_a_sliding_window_model_takes_captums_path(bert_tokenizer):
     """A sliding-window layer's cache cannot be cut back to a prefix: the whole forwards run."""
     a = _decoder("gemma3_text", bert_tokenizer)

@@ -67,12 +67,17 @@ def causal_blank_out(
     """``[batch, seq]`` blank-out scores ``f(x) − f(x with token t blanked)`` of a right-padded
     batch (``input_ids``, ``attention_mask`` ``[batch, seq]``; ``baseline`` ``[batch, seq]`` the
     token each position is blanked to, :func:`.attributions.baseline_ids`), each example from
-    its clean prefix's key/value cache (module docstring); 0 at padding, at positions the
-    baseline leaves unchanged and after the last position the objective reads."""
+    its clean prefix's key/value cache (module docstring), at most ``group`` occlusions a
+    forward and as many as the memory budget allows at the example's length
+    (:func:`probe.inputs.budget.rows_for`); 0 at padding, at positions the baseline leaves
+    unchanged and after the last position the objective reads."""
+    from probe.inputs.budget import rows_for
+
     out = torch.zeros(input_ids.shape, dtype=torch.float32)
     for r in range(input_ids.shape[0]):
         n = int(attention_mask[r].sum())
-        scores = _one_example(adapter, objective, input_ids[r, :n], baseline[r, :n], group)
+        rows = rows_for(adapter, n, cap=group, grad=False)  # a long input: fewer occlusions a forward
+        scores = _one_example(adapter, objective, input_ids[r, :n], baseline[r, :n], rows)
         out[r, :n] = scores
     return out
 
