@@ -88,12 +88,11 @@ class PatternFeatures:
         share another accumulator already summed over the same examples (the roles section's,
         :func:`probe.app.registry.analyses.claims.summed_by_roles`), taken as they are: the
         updates then only note the first example's special tokens."""
-        given = features is not None and punct is not None
-        self.shared = given
-        self.features = (
-            features if features is not None and given else LayerwiseHeadFeatures("token", keep_examples=True)
-        )
-        self.punct = punct if punct is not None and given else PunctuationShare()
+        self.shared = features is not None and punct is not None
+        if features is not None and punct is not None:
+            self.features, self.punct = features, punct
+        else:
+            self.features, self.punct = LayerwiseHeadFeatures("token", keep_examples=True), PunctuationShare()
         self.first: Optional[tuple] = None  # (corpus index, special names)
         self.not_applicable = ""  # why the maps have no pattern features (cross-attention), said by result()
 

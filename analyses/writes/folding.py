@@ -196,7 +196,7 @@ def check_fold(
     dt = torch.promote_types(w_u.dtype, torch.float32)
     out = normed.to(dt) @ w_u.to(dt).T[:, : logits.shape[-1]] + (0 if b_u is None else b_u.to(dt))
     tol = 1e-3 * max(1.0, float(logits.abs().max()))
-    if out.shape != logits.shape or float((out.double() - logits.double()).abs().max()) > tol:
+    if out.shape != logits.shape or float((out - logits.to(dt)).abs().max()) > tol:
         raise NotApplicable(
             f"{adapter.name}: its logits are not the unembedding of the final norm's output (a transform, scale or "
             "soft-cap between them): the logit is not a sum of the components' parts"
