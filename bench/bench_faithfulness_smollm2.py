@@ -14,6 +14,12 @@ and CPU seconds (``time.process_time``: with ``OMP_NUM_THREADS=1`` one thread, s
 machine stretches the wall time, not the CPU seconds), whether the section ran or why not,
 its reference and the IG gate's numbers. The model: the Q4_1 GGUF dequantised (the
 quantised model's heads, not the bf16 checkpoint's).
+
+``--pilot 0`` runs the IG gate without its pilot (every example raised at once, as before
+the pilot); run it beside the default to compare (``--out`` keeps each run's verdict table):
+
+    OMP_NUM_THREADS=1 python bench/bench_faithfulness_smollm2.py --pilot 0 --out /tmp/f0 &
+    OMP_NUM_THREADS=1 python bench/bench_faithfulness_smollm2.py --out /tmp/f4
 """
 
 from __future__ import annotations
@@ -30,11 +36,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conllu", default=EWT_DEV)
     ap.add_argument("--limit", type=int, default=256)
+    ap.add_argument("--pilot", type=int, default=None, help="the IG gate's pilot size (0: none; default: PILOT)")
+    ap.add_argument("--out", default=None, help="write the verdict table to OUT/verdict.csv")
     args = ap.parse_args()
 
     import numpy as np
 
     from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.explanation import completeness
     from probe.analyses.explanation.faithfulness import run_faithfulness
     from probe.app.registry.analyses import faithfulness as section
     from probe.app.registry.analyses._shared import head_count
@@ -43,6 +52,8 @@ def main() -> None:
     from probe.inputs.corpus import fit_to_model, load_corpus
     from probe.models import load_model
 
+    if args.pilot is not None:
+        completeness.PILOT = args.pilot
     adapter = load_model("smollm2")
     corpus = fit_to_model(load_corpus(conllu=args.conllu, limit=args.limit), adapter)
     target, _ = resolve_objective("loss:-1", adapter, corpus, use="explain")
@@ -53,6 +64,7 @@ def main() -> None:
     heads = [divmod(int(i), int(adapter.n_heads)) for i in sorted(pick)]
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}; load average {os.getloadavg()}")
     print(f"target {target.called}; explained {limit} of {len(corpus)}; steps {p['steps']}; methods {p['methods']}")
+    print(f"IG gate pilot: {completeness.PILOT}")
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         rep = run_faithfulness(
@@ -72,6 +84,9 @@ def main() -> None:
         null = info.get("null_agreement") or {}
         print("null agreement:", json.dumps({k: null.get(k) for k in ("reference", "n", "tau_max")}))
         print("verdicts:", rep.verdict["verdict"].value_counts().to_dict())
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            rep.verdict.to_csv(os.path.join(args.out, "verdict.csv"), index=False)
 
 
 if __name__ == "__main__":

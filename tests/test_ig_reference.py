@@ -51,9 +51,11 @@ def test_ig_failing_everywhere_falls_back_to_blank_out(bert_tokenizer, monkeypat
 
     why = rep.info["reference_why"]
     assert rep.info["reference"] == "blank_out" and rep.verdict.attrs["reference"] == "blank_out"
-    assert why.startswith("integrated gradients missed 1% completeness on all 5 examples at up to ")
+    # none passes at 2 steps: the 4 closest are raised first (the gate's pilot), none passes, the 5th is not raised
+    assert why.startswith("integrated gradients missed 1% completeness on all 5 examples at 2 steps and on the 4 ")
     assert why.endswith(": the reference is blank-out (leave-one-out occlusion), computed for it")
     assert rep.info["ig_gate"]["excluded"] == 5 and rep.info["ig_gate"]["n"] == 5
+    assert rep.info["ig_gate"]["pilot"] == 4 and rep.info["ig_gate"]["untried"] == 1
     assert "tau_blank_out" in rep.verdict.columns and not any(
         c.endswith("_ig") or "_ig_" in c for c in rep.verdict.columns
     )
@@ -252,3 +254,63 @@ def test_the_report_section_keeps_what_the_attribution_claim_reads(bert_tokenize
         )
         assert from_summary == from_info and from_summary.null == max(0.0, rep.info["null_agreement"]["tau_max"])
         assert from_summary.extra["null_source"] == rep.info["null_agreement"]["source"]
+
+
+def test_gate_raises_a_pilot_first_where_no_example_passes_and_gives_up_when_it_fails(monkeypatch):
+    """From 1 step, cap 8, no example within 1% at 1 step. The 4 closest (errors 0.05, 0.06,
+    0.07, 0.2: examples 1, 2, 4, 5) are raised first; none reaches 1% by 8 steps, so examples 0
+    and 3 (errors 0.9 and 0.8) are never raised: they keep their 1-step IG, are excluded and
+    counted as untried, and ``attribute`` never sees them. The old gate raised all six to 8."""
+    from probe.analyses.explanation import attributions, completeness
+    from probe.analyses.explanation.reference import choose_reference
+
+    slow = {2: 0.04, 4: 0.03, 8: 0.02}
+    errors_at = {
+        0: {1: 0.9, 2: 0.001},  # would pass at 2: the pilot's rule gives it up unseen
+        1: {1: 0.05, **slow},
+        2: {1: 0.06, **slow},
+        3: {1: 0.8, 2: 0.001},
+        4: {1: 0.07, **slow},
+        5: {1: 0.2, **slow},
+    }
+    fake, start = _fake_ig(errors_at)
+    seen: list = []
+
+    def counting(adapter, target, encs, **kw):
+        seen.extend(encs)
+        return fake(adapter, target, encs, **kw)
+
+    monkeypatch.setattr(attributions, "attribute", counting)
+    out, gate = completeness.gate_ig(None, None, list(errors_at), start, 1)
+    assert completeness.PILOT == 4 and gate.pilot == (1, 2, 4, 5) and gate.untried == (0, 3)
+    assert set(seen) == {1, 2, 4, 5} and len(seen) == 12  # 4 examples × 3 doublings
+    assert gate.passed == () and gate.excluded == (0, 1, 2, 3, 4, 5)
+    assert gate.steps == (1, 8, 8, 1, 8, 8) and gate.errors == pytest.approx((0.9, 0.02, 0.02, 0.8, 0.02, 0.02))
+    said = gate.to_dict()
+    assert said["pilot"] == 4 and said["untried"] == 2 and said["excluded"] == 6
+    ref, why = choose_reference(("ig", "blank_out"), gate)
+    assert ref == "blank_out" and "on all 6 examples at 1 steps and on the 4 closest to it at up to 8 steps" in why
+    assert why.endswith("up to 8 steps (the other 2 not raised): the reference is blank-out (leave-one-out occlusion)")
+
+
+def test_gate_raises_every_example_once_a_pilot_example_passes(monkeypatch):
+    """As above, but example 4 converges (0.07 → 0.005 at 2 steps): one pilot example passes, so
+    examples 0 and 3 are raised too (both pass at 2): the pilot changes what is computed first,
+    not which examples pass."""
+    from probe.analyses.explanation import attributions, completeness
+
+    slow = {2: 0.04, 4: 0.03, 8: 0.02}
+    errors_at = {
+        0: {1: 0.9, 2: 0.001},
+        1: {1: 0.05, **slow},
+        2: {1: 0.06, **slow},
+        3: {1: 0.8, 2: 0.001},
+        4: {1: 0.07, 2: 0.005},
+        5: {1: 0.2, **slow},
+    }
+    fake, start = _fake_ig(errors_at)
+    monkeypatch.setattr(attributions, "attribute", fake)
+    _, gate = completeness.gate_ig(None, None, list(errors_at), start, 1)
+    assert gate.pilot == (1, 2, 4, 5) and gate.untried == ()
+    assert gate.passed == (0, 3, 4) and gate.steps == (2, 8, 8, 2, 2, 8)
+    assert gate.to_dict()["untried"] == 0

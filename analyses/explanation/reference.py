@@ -50,8 +50,16 @@ def choose_reference(methods: Sequence[str], gate: Optional[IGGate]) -> tuple:
             f"integrated gradients missed {TOLERANCE:.0%} completeness on all {g['n']} examples "
             f"at up to {g['max_steps']} steps"
         )
+        notes = []
+        if g.get("untried"):
+            why = (
+                f"integrated gradients missed {TOLERANCE:.0%} completeness on all {g['n']} examples at "
+                f"{g['start_steps']} steps and on the {g['pilot']} closest to it at up to {g['max_steps']} steps"
+            )
+            notes.append(f"the other {g['untried']} not raised")
         if g.get("stopped_not_converging"):
-            why += f" ({g['stopped_not_converging']} stopped early, not converging towards it)"
+            notes.append(f"{g['stopped_not_converging']} stopped early, not converging towards it")
+        why += f" ({'; '.join(notes)})" if notes else ""
     else:
         why = "integrated gradients were not computed"
     ref = next((m for m in FALLBACK if m in methods), FALLBACK[0])

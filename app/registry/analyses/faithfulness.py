@@ -137,6 +137,12 @@ def _steps_note(gate: dict) -> str:
         f"IG steps per example, doubled from {gate['start_steps']} until the completeness error is within "
         f"{gate['tolerance']:.0%}: median {gate['median_steps']:g}, max {gate['max_steps']} ({counts}); "
         f"{gate['excluded']} still beyond it left out"
+        + (
+            f" ({gate['untried']} of them not raised: none passed at {gate['start_steps']} steps and none of the "
+            f"{gate['pilot']} closest to the tolerance passed when raised)"
+            if gate.get("untried")
+            else ""
+        )
     )
 
 
