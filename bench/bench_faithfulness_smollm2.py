@@ -20,6 +20,9 @@ the pilot); run it beside the default to compare (``--out`` keeps each run's ver
 
     OMP_NUM_THREADS=1 python bench/bench_faithfulness_smollm2.py --pilot 0 --out /tmp/f0 &
     OMP_NUM_THREADS=1 python bench/bench_faithfulness_smollm2.py --out /tmp/f4
+
+``--no-padding-bound`` groups the attributed examples as before ``attributions.PADDING`` (up
+to 16 of any lengths that fit the memory budget).
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=256)
     ap.add_argument("--pilot", type=int, default=None, help="the IG gate's pilot size (0: none; default: PILOT)")
     ap.add_argument("--out", default=None, help="write the verdict table to OUT/verdict.csv")
+    ap.add_argument("--no-padding-bound", action="store_true", help="group attributed examples as before PADDING")
     args = ap.parse_args()
 
     import numpy as np
 
     from probe.analyses.common.objective import resolve_objective
-    from probe.analyses.explanation import completeness
+    from probe.analyses.explanation import attributions, completeness
     from probe.analyses.explanation.faithfulness import run_faithfulness
     from probe.app.registry.analyses import faithfulness as section
     from probe.app.registry.analyses._shared import head_count
@@ -54,6 +58,8 @@ def main() -> None:
 
     if args.pilot is not None:
         completeness.PILOT = args.pilot
+    if args.no_padding_bound:
+        attributions.PADDING = None
     adapter = load_model("smollm2")
     corpus = fit_to_model(load_corpus(conllu=args.conllu, limit=args.limit), adapter)
     target, _ = resolve_objective("loss:-1", adapter, corpus, use="explain")
@@ -64,7 +70,7 @@ def main() -> None:
     heads = [divmod(int(i), int(adapter.n_heads)) for i in sorted(pick)]
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}; load average {os.getloadavg()}")
     print(f"target {target.called}; explained {limit} of {len(corpus)}; steps {p['steps']}; methods {p['methods']}")
-    print(f"IG gate pilot: {completeness.PILOT}")
+    print(f"IG gate pilot: {completeness.PILOT}; padding bound: {attributions.PADDING}")
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         rep = run_faithfulness(

@@ -86,7 +86,7 @@ def test_target_that_is_not_a_scalar_is_refused_with_its_shape(one_token_bert):
     a = one_token_bert
     bad = CallableTarget(lambda out, mask: out.last_hidden_state[:, 0])  # [batch, d]
     with pytest.raises(ValueError, match=r"one scalar per example.*got shape \(2, 32\)"):
-        attribute(a, bad, [a.encode(t) for t in TEXTS[:2]], methods=["saliency"])
+        attribute(a, bad, [a.encode(TEXTS[0])] * 2, methods=["saliency"])  # one length: one batch of 2
     with pytest.raises(ValueError, match=r"\(3,\)"):
         check_scalar(torch.zeros(3, 4), 3)
 

@@ -314,3 +314,31 @@ def test_gate_raises_every_example_once_a_pilot_example_passes(monkeypatch):
     assert gate.pilot == (1, 2, 4, 5) and gate.untried == ()
     assert gate.passed == (0, 3, 4) and gate.steps == (2, 8, 8, 2, 2, 8)
     assert gate.to_dict()["untried"] == 0
+
+
+def test_attribute_batches_examples_with_bounded_padding(bert_tokenizer, monkeypatch):
+    """``attribute`` groups examples so that padding is at most ``PADDING`` of a group's
+    tokens (the short sentences apart from the long one, though all fit one forward), and each
+    example's scores are the ones it gets alone (1e-5)."""
+    from probe.analyses.explanation import attributions
+    from probe.inputs import budget
+
+    lm = _tiny_lm(bert_tokenizer)
+    target = parse_target("loss:-1", lm)
+    texts = [TEXTS[0], " ".join([TEXTS[1]] * 4), TEXTS[2]]
+    encs = [lm.encode(t) for t in texts]
+    seen: list = []
+    groups_of = budget.length_groups
+
+    def spy(lengths, adapter, cap, grad=True, waste=None):
+        seen.append((list(lengths), waste, groups_of(lengths, adapter, cap, grad, waste=waste)))
+        return seen[-1][2]
+
+    monkeypatch.setattr(budget, "length_groups", spy)
+    together = attributions.attribute(lm, target, encs, methods=("saliency",))
+    lengths, waste, groups = seen[0]
+    assert waste == attributions.PADDING == 0.15 and max(lengths) > 3 * min(lengths)
+    assert sorted(map(sorted, groups)) == [[0, 2], [1]]  # the long one alone
+    for ex, enc in zip(together.examples, encs):
+        alone = attributions.attribute(lm, target, [enc], methods=("saliency",)).examples[0]
+        np.testing.assert_allclose(ex.scores["saliency"], alone.scores["saliency"], atol=1e-5)

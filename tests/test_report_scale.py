@@ -53,6 +53,22 @@ def test_length_groups_cover_corpus_and_shrink_for_long_inputs(tiny_models):
         assert len(groups) == 2 and sorted(groups[1]) == [0, 2, 4, 5]
 
 
+def test_length_groups_bound_the_padding_when_asked(tiny_models):
+    """``waste=0.15``: a group closes before an example that would make its padded tokens
+    (size × its longest) exceed 1.15 × its tokens; without it the group fills to ``cap``.
+    Lengths 20, 19, 18, 16, 15, 10, 9: 20+19+18 = 57 tokens padded to 60 (1.05); with 16,
+    73 padded to 80 (1.096); with 15, 88 padded to 100 (1.136); with 10, 98 padded to 120
+    (1.22 > 1.15): the group stops at 15, and 10 and 9 start the next."""
+    from probe.inputs.budget import length_groups
+
+    a = tiny_models["bert"]
+    lengths = [16, 10, 20, 9, 18, 15, 19]
+    assert length_groups(lengths, a, cap=16) == [[2, 6, 4, 0, 5, 1, 3]]
+    assert length_groups(lengths, a, cap=16, waste=0.15) == [[2, 6, 4, 0, 5], [1, 3]]
+    assert length_groups(lengths, a, cap=16, waste=0.0) == [[2], [6], [4], [0], [5], [1], [3]]
+    assert length_groups([7, 7, 7], a, cap=2, waste=0.0) == [[0, 1], [2]]  # equal lengths: no padding
+
+
 def test_batches_by_length_cover_the_corpus_once_with_less_padding(tiny_models):
     """Length-sorted batches: every example once, batches of similar length (longest
     first), fewer padded tokens than corpus order on a corpus of mixed lengths."""

@@ -42,9 +42,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["METHODS", "ExampleAttribution", "Attributions", "attribute", "baseline_ids"]
+__all__ = ["METHODS", "PADDING", "ExampleAttribution", "Attributions", "attribute", "baseline_ids"]
 
 METHODS = ("ig", "saliency", "input_x_gradient", "blank_out")
+#: the most padding a group of examples attributed together may carry, as a share of its
+#: tokens (:func:`probe.inputs.budget.length_groups`'s ``waste``)
+PADDING = 0.15
 
 
 @dataclass(frozen=True)
@@ -247,8 +250,9 @@ def attribute(
     from probe.inputs.budget import length_groups, rows_for
 
     # groups of similar length, each as many examples as fit one forward under the memory
-    # budget (probe.inputs.budget): a long input gets few rows per forward
-    groups = length_groups([len(e) for e in encodings], adapter, batch_size, grad=True)[::-1]
+    # budget (probe.inputs.budget): a long input gets few rows per forward; padding at most
+    # PADDING of a group's tokens (each example's scores are its own, whatever its group)
+    groups = length_groups([len(e) for e in encodings], adapter, batch_size, grad=True, waste=PADDING)[::-1]
     out: list = [None] * len(encodings)
     bar = None
     if progress:

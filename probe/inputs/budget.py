@@ -163,9 +163,15 @@ def check_budget(adapter: ModelAdapter, longest_tokens: int, total: int | None =
         )
 
 
-def length_groups(lengths: Sequence[int], adapter: ModelAdapter, cap: int, grad: bool = True) -> list:
+def length_groups(
+    lengths: Sequence[int], adapter: ModelAdapter, cap: int, grad: bool = True, waste: float | None = None
+) -> list:
     """Example indices in groups for one forward each: longest first, each group as many
-    examples (at most ``cap``) as fit the budget at its longest length.
+    examples (at most ``cap``) as fit the budget at its longest length; with ``waste``, a
+    group also closes before an example that would make its padded tokens (its size × its
+    first, longest, length) exceed ``1 + waste`` times its own tokens (examples of one
+    forward whose values do not depend on the others': padding costs every layer as much as a
+    token does).
 
     Returns a list of index lists covering ``range(len(lengths))`` once; each of one
     length where the model runs one length per batch (``adapter.batching``).
@@ -173,9 +179,17 @@ def length_groups(lengths: Sequence[int], adapter: ModelAdapter, cap: int, grad:
     order = sorted(range(len(lengths)), key=lambda i: -int(lengths[i]))
     groups, i = [], 0
     while i < len(order):
-        rows = rows_for(adapter, int(lengths[order[i]]), cap, grad)
-        groups.append(order[i : i + rows])
-        i += rows
+        longest = int(lengths[order[i]])
+        take = order[i : i + rows_for(adapter, longest, cap, grad)]
+        if waste is not None:
+            tokens = 0
+            for k, j in enumerate(take):  # the first always fits: its padding is 0
+                tokens += int(lengths[j])
+                if (k + 1) * longest > (1.0 + waste) * tokens:
+                    take = take[:k]
+                    break
+        groups.append(take)
+        i += len(take)
     if adapter.batching == ONE_LENGTH:
         return list(one_length_batches(groups, [int(n) for n in lengths]))
     return groups
