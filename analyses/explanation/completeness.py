@@ -160,12 +160,11 @@ def gate_ig(adapter: ModelAdapter, target: Any, encodings: Any, attrs: Any, n_st
     err = relative_errors(attrs)
     steps = [n_steps] * len(examples)
     stopped: set = set()
-    everyone = list(range(len(examples)))
     pilot: list = []
     if len(examples) > PILOT and not (err <= TOLERANCE).any():
         pilot = sorted(np.argsort(err, kind="stable")[:PILOT].tolist())  # NaN errors sort last
         _raise(adapter, target, encodings, pilot, examples, err, steps, stopped, n_steps, kw)
-    rest = [i for i in everyone if i not in set(pilot)]
+    rest = sorted(set(range(len(examples))) - set(pilot))
     given_up = bool(pilot) and not (err[pilot] <= TOLERANCE).any()
     if not given_up:
         _raise(adapter, target, encodings, rest, examples, err, steps, stopped, n_steps, kw)
