@@ -97,6 +97,34 @@ def test_parts_plus_rest_equal_the_logit_and_rest_is_nothing(kind, bert_tokenize
     assert abs(att.table["dla"].sum()) > 1e-4
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_decomposed_texts_in_batches_equal_one_text_a_forward(kind, bert_tokenizer, monkeypatch):
+    """:func:`decompose_texts` runs right-padded forwards of several texts (fewer forwards
+    than texts) and gives every text, by its index, the stream one forward of it alone gives:
+    its ids, every component's part, the rest, the scale and the logits (a padded position
+    read, or a row mixed up, would differ by far more than float rounding)."""
+    from probe.analyses.writes import stream as stream_module
+    from probe.tracing import trace as trace_module
+
+    adapter = _tiny(kind, bert_tokenizer)
+    texts = ["the cat sat on the mat", "a dog sat", "the dog saw the cat", "the cat sat on a mat", "cat"]
+    alone = [decompose(adapter, t) for t in texts]
+    forwards = []
+    real = trace_module.trace
+    monkeypatch.setattr(
+        trace_module, "trace", lambda a, batch, **kw: forwards.append(len(batch["input_ids"])) or real(a, batch, **kw)
+    )
+    got = dict(stream_module.decompose_texts(adapter, texts))
+    assert sorted(got) == list(range(len(texts))) and len(forwards) < len(texts) and max(forwards) > 1
+    for i, a in enumerate(alone):
+        b = got[i]
+        assert torch.equal(b.ids, a.ids) and b.tokens == a.tokens and b.labels.equals(a.labels)
+        for name in ("parts", "rest", "scale", "logits"):
+            torch.testing.assert_close(
+                getattr(b, name), getattr(a, name), atol=1e-5, rtol=1e-5, msg=f"text {i}: {name}"
+            )
+
+
 def test_qk_circuit_ranks_a_hand_set_key_first(bert_tokenizer):
     """L0H0's query reads dimension 0 (every token's 5) and its key dimension 7 (3 in
     'cat' only): every destination attends to 'cat' most."""

@@ -39,7 +39,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WritesClaims", "head_effects", "read_directions", "text_head_dla", "writes_answer_claims", "COMPENSATED"]
+__all__ = [
+    "WritesClaims",
+    "head_effects",
+    "read_directions",
+    "stream_head_dla",
+    "text_head_dla",
+    "texts_head_dla",
+    "writes_answer_claims",
+    "COMPENSATED",
+]
 
 #: a held head is "compensated" when mean-ablating it lowers the logits by less than this share of its DLA
 COMPENSATED = 0.5
@@ -86,30 +95,45 @@ def head_effects(adapter: ModelAdapter, texts: Sequence[str], answers: Optional[
     """
     from probe.errors import InputError
 
-    cols = []
+    by_text: dict = {}
     index = None
-    for i, text in enumerate(texts):
-        one = text_head_dla(adapter, text, None if answers is None else answers[i])
+    for i, one in texts_head_dla(adapter, texts, answers):
         if one is None:
             raise InputError(f"text {i} is one token: there is no next token to read; give longer texts")
         dla, stream, heads, _ = one
-        cols.append(dla.numpy())
+        by_text[i] = dla.numpy()
         index = stream.labels[heads.numpy()][["layer", "head"]].reset_index(drop=True)
+    cols = [by_text[i] for i in range(len(texts))]
     return np.stack(cols, axis=1), index
 
 
-def text_head_dla(adapter: ModelAdapter, text: str, answer: Optional[Target] = None) -> Optional[tuple]:
+def stream_head_dla(adapter: ModelAdapter, stream, answer: Optional[Target] = None) -> Optional[tuple]:
     """``(dla [heads], stream, heads [components] bool, positions)``: each head's DLA to the
-    directions :func:`read_directions` reads in one text, averaged over those positions; ``None``
-    for a text of one token without an answer (no next token to read). Shared by the claim
-    and the report's corpus section (:mod:`.corpus`)."""
-    stream = decompose(adapter, text)
+    directions :func:`read_directions` reads in one text's decomposed ``stream``, averaged
+    over those positions; ``None`` for a text of one token without an answer (no next token
+    to read)."""
     u, b, positions = read_directions(adapter, stream, answer)
     if not positions:
         return None
     parts, _, _ = attribute_positions(stream, u, b)
     heads = torch.from_numpy((stream.labels["component"] == "head").to_numpy().copy())
     return parts[heads][:, positions].mean(1), stream, heads, positions
+
+
+def text_head_dla(adapter: ModelAdapter, text: str, answer: Optional[Target] = None) -> Optional[tuple]:
+    """:func:`stream_head_dla` of one text (one forward)."""
+    return stream_head_dla(adapter, decompose(adapter, text), answer)
+
+
+def texts_head_dla(adapter: ModelAdapter, texts: Sequence[str], answers: Optional[Sequence[Target]] = None):
+    """``(index, stream_head_dla of text index)`` for every text, from batched forwards
+    (:func:`.stream.decompose_texts`: longest first, not in the order of ``texts``);
+    ``answers``: one :class:`Target` per text, else next tokens. Shared by the claim
+    (:func:`head_effects`) and the report's corpus section (:mod:`.corpus`)."""
+    from .stream import decompose_texts
+
+    for i, stream in decompose_texts(adapter, texts):
+        yield i, stream_head_dla(adapter, stream, None if answers is None else answers[i])
 
 
 #: texts per batched forward of the causal check (right-padded: each text's own positions are read)

@@ -1,11 +1,11 @@
 """What each head writes over a corpus: its direct logit attribution to the corpus's own
 next tokens, and the tokens its output raises most there.
 
-One forward per text (:func:`.stream.decompose`). At every position ``p`` but the last, a
+Batched forwards of texts of near lengths (:func:`.stream.decompose_texts`). At every position ``p`` but the last, a
 head's DLA to the token that follows (:mod:`.dla`: ``(g ⊙ c_p / s_p) · W_U[next]``, the
 final norm folded) is averaged over the text's positions; over texts, the mean and its
-percentile bootstrap interval (Efron 1979; the same :func:`probe.analyses.claims.statistics.mean_ci`
-the claims use). What the head *promotes* is read from the same pass: its folded output
+percentile bootstrap interval (Efron 1979; :func:`probe.analyses.common.bootstrap.bootstrap_mean_ci`,
+every head on the same resamples, as the claims' :func:`probe.analyses.claims.statistics.mean_ci` draws them). What the head *promotes* is read from the same pass: its folded output
 ``g ⊙ c_p / s_p`` averaged over every position of every text, through the unembedding —
 its DLA to every token at once, the tokens it raises most on this corpus (Elhage et al.
 2021; nostalgebraist 2020 for reading the stream through the unembedding). Causal LMs only.
@@ -14,7 +14,7 @@ its DLA to every token at once, the tokens it raises most on this corpus (Elhage
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
@@ -44,17 +44,18 @@ class CorpusWrites:
         return self.table
 
 
-def _one_text(adapter: ModelAdapter, text: str) -> Optional[tuple]:
+def _one_text(one: tuple) -> tuple:
     """``(dla [heads], written [heads, d_model] summed over positions, n_positions, index)``
-    of one text, or ``None`` for a text of one token."""
-    from .claim import text_head_dla
-
-    one = text_head_dla(adapter, text)
-    if one is None:
-        return None
+    of one text's :func:`.claim.stream_head_dla`."""
     dla, stream, heads, positions = one
-    scale = stream.scale[positions][None, :, None]
-    written = (stream.fold.linear(stream.parts[heads][:, positions]) / scale).sum(1)  # [heads, d]
+    read = (
+        slice(positions[0], positions[-1] + 1)
+        if positions == list(range(positions[0], positions[-1] + 1))
+        else positions
+    )
+    # Σ_p g ⊙ centre(c_p) / s_p = g ⊙ centre(Σ_p c_p / s_p): the fold is linear
+    summed = torch.einsum("cpd,p->cd", stream.parts[:, read], 1.0 / stream.scale[read])  # [components, d]
+    written = stream.fold.linear(summed[heads])  # [heads, d]
     index = stream.labels[heads.numpy()][["layer", "head"]].reset_index(drop=True)
     return dla.numpy(), written, len(positions), index
 
@@ -86,22 +87,24 @@ def corpus_writes(
         InputError: no text of two tokens or more (no next token to read anywhere).
         NotApplicable: not a causal LM with a foldable final norm (:func:`.stream.decompose`).
     """
-    from probe.analyses.claims.statistics import mean_ci
+    from probe.analyses.common.bootstrap import bootstrap_mean_ci
     from probe.errors import InputError
 
-    effects, written, n_positions, index = [], None, 0, None
-    for text in texts:
-        one = _one_text(adapter, text)
-        if one is None:
+    from .claim import texts_head_dla
+
+    effects, written, n_positions, index = {}, None, 0, None
+    for i, got in texts_head_dla(adapter, texts):
+        if got is None:
             continue
-        effects.append(one[0])
+        one = _one_text(got)
+        effects[i] = one[0]
         written = one[1] if written is None else written + one[1]
         n_positions += one[2]
         index = one[3]
     if written is None or index is None:
         raise InputError("every text is one token: there is no next token whose logit a head writes; give longer texts")
-    e = np.stack(effects, axis=1)  # [heads, texts]
-    cis = [mean_ci(row, n_boot=n_boot, seed=seed) for row in e]
-    table = index.assign(dla=e.mean(1), ci_low=[c[1] for c in cis], ci_high=[c[2] for c in cis], count=e.shape[1])
+    e = np.stack([effects[i] for i in sorted(effects)], axis=1)  # [heads, texts], in the texts' order
+    low, high = bootstrap_mean_ci(e, n_boot=n_boot, seed=seed)  # every head on the same resamples of the texts
+    table = index.assign(dla=e.mean(1), ci_low=low, ci_high=high, count=e.shape[1])
     promoted = _promoted(adapter, written / n_positions, index, k)
     return CorpusWrites(table, promoted, e.shape[1], n_positions, len(texts) - e.shape[1])

@@ -11,7 +11,7 @@ not covered as ``rest`` (0 up to float error where the sum holds).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -23,7 +23,7 @@ from .folding import NormFold, check_fold, final_norm, unembedding
 if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
 
-__all__ = ["Stream", "decompose", "encode_text"]
+__all__ = ["Stream", "decompose", "decompose_texts", "encode_text"]
 
 
 @dataclass(frozen=True)
@@ -88,51 +88,50 @@ def _sites(adapter: ModelAdapter, layers: int, sources: bool) -> list:
     return [w for w in want if w in have]
 
 
-def decompose(adapter: ModelAdapter, text: str, *, sources: bool = False) -> Stream:
-    """Split ``text``'s final residual stream into components (module docstring).
-
-    Raises:
-        InputError: empty text or longer than the model's positions.
-        NotApplicable: not a causal LM, no unembedding, a post-norm block, a final norm
-            that is not a LayerNorm/RMSNorm, logits that are not a linear read-out of the
-            norm, or heads whose outputs pass through a norm before the stream (Gemma 2's
-            post-attention norm: the heads' outputs do not add to it).
-    """
+def _read_sites(adapter: ModelAdapter, sources: bool) -> tuple:
+    """``(fold, sites to read)`` of :func:`decompose`, refusing a model it does not apply to."""
     from probe.tracing.site_keys import ModuleSite
-    from probe.tracing.trace import trace
 
     unembedding(adapter)  # refuses a model without a language-model head
     module, fold = final_norm(adapter)  # refuses post-norm blocks (an MLM's BERT) with the reason
     check_causal(adapter)
-    batch = encode_text(adapter, text)
-    layers = adapter.n_layers_of()
     final_in = ModuleSite(module, "input", "final_resid")
     final_out = ModuleSite(module, "output", "final_normed")
-    cache = trace(adapter, batch, read=[*_sites(adapter, layers, sources), final_in, final_out])
-    logits = cache.output.logits[0].double()
-    resid = cache["final_resid"][0].double()
-    check_fold(adapter, fold, resid, cache["final_normed"][0], logits)
+    return fold, [*_sites(adapter, adapter.n_layers_of(), sources), final_in, final_out]
+
+
+def _stream(
+    adapter: ModelAdapter, cache, ids: torch.Tensor, row: int, fold: NormFold, *, check: bool, sources: bool
+) -> Stream:
+    """Row ``row`` of a traced batch ``cache`` (its first ``len(ids)`` positions, right
+    padding after them) as one text's :class:`Stream`; ``check``: :func:`.folding.check_fold`
+    on it first; ``sources``: the patterns and values were read."""
+    n, layers = len(ids), adapter.n_layers_of()
+    logits = cache.output.logits[row, :n].double()
+    resid = cache["final_resid"][row, :n].double()
+    if check:
+        check_fold(adapter, fold, resid, cache["final_normed"][row, :n], logits)
     parts, rows = [], []
     for kind in ("hook_embed", "hook_pos_embed"):
         if kind in cache:
-            parts.append(cache[kind][0].double())
+            t = cache[kind]
+            parts.append(t[row if t.shape[0] > 1 else 0, :n].double())  # a position embedding: one row for all
             rows.append((kind[5:], -1, -1))
     for layer in range(layers):
-        result = cache[f"blocks.{layer}.attn.hook_result"][0].double()  # [seq, head, d]
-        bias = cache[f"blocks.{layer}.hook_attn_out"][0].double() - result.sum(1)
+        result = cache[f"blocks.{layer}.attn.hook_result"][row, :n].double()  # [seq, head, d]
+        bias = cache[f"blocks.{layer}.hook_attn_out"][row, :n].double() - result.sum(1)
         if float((bias - bias[:1]).abs().max()) > 1e-4 * max(1.0, float(result.abs().max())):
             raise NotApplicable(
                 f"{adapter.name}: layer {layer}'s attention output is not the sum of its heads' outputs plus a bias "
                 "(a norm after attention): a head's direct effect on the logits is not defined"
             )
-        parts += [*result.unbind(1), bias, cache[f"blocks.{layer}.hook_mlp_out"][0].double()]
+        parts += [*result.unbind(1), bias, cache[f"blocks.{layer}.hook_mlp_out"][row, :n].double()]
         rows += [("head", layer, h) for h in range(result.shape[1])] + [("attn_bias", layer, -1), ("mlp", layer, -1)]
     stacked = torch.stack(parts)
     pattern = values = None
     if sources:
-        pattern = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(layers)]).double()
-        values = torch.stack([cache[f"blocks.{i}.attn.hook_v"][0] for i in range(layers)]).double()
-    ids = batch["input_ids"][0].cpu()
+        pattern = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][row, :, :n, :n] for i in range(layers)]).double()
+        values = torch.stack([cache[f"blocks.{i}.attn.hook_v"][row, :n] for i in range(layers)]).double()
     return Stream(
         ids=ids,
         tokens=tuple(adapter.tokenizer.convert_ids_to_tokens(ids.tolist())),
@@ -145,3 +144,53 @@ def decompose(adapter: ModelAdapter, text: str, *, sources: bool = False) -> Str
         pattern=None if pattern is None else pattern.cpu(),
         values=None if values is None else values.cpu(),
     )
+
+
+def decompose(adapter: ModelAdapter, text: str, *, sources: bool = False) -> Stream:
+    """Split ``text``'s final residual stream into components (module docstring).
+
+    Raises:
+        InputError: empty text or longer than the model's positions.
+        NotApplicable: not a causal LM, no unembedding, a post-norm block, a final norm
+            that is not a LayerNorm/RMSNorm, logits that are not a linear read-out of the
+            norm, or heads whose outputs pass through a norm before the stream (Gemma 2's
+            post-attention norm: the heads' outputs do not add to it).
+    """
+    from probe.tracing.trace import trace
+
+    fold, read = _read_sites(adapter, sources)
+    batch = encode_text(adapter, text)
+    cache = trace(adapter, batch, read=read)
+    return _stream(adapter, cache, batch["input_ids"][0].cpu(), 0, fold, check=True, sources=sources)
+
+
+#: most texts per forward of :func:`decompose_texts`
+TEXTS_PER_FORWARD = 16
+
+#: the padding a forward of :func:`decompose_texts` may carry, as a share of its texts' tokens
+PADDING = 0.15
+
+
+def decompose_texts(adapter: ModelAdapter, texts: Sequence[str]) -> Iterator[tuple]:
+    """``(index, Stream)`` of every text of ``texts``, as :func:`decompose` gives each
+    (float rounding of the batched float32 forward aside), from right-padded forwards of
+    up to :data:`TEXTS_PER_FORWARD` texts of near lengths (padding at most :data:`PADDING`
+    of their tokens; rows per forward under the memory budget as for a forward with
+    gradients, whose kept activations are about the size of every layer's head results
+    cached here): a causal LM's positions before the padding are those of the text alone.
+    In the forwards' order (longest first); the fold is checked on each forward's first text.
+
+    Raises:
+        As :func:`decompose`.
+    """
+    from probe.inputs.budget import length_groups
+    from probe.tracing.trace import trace
+
+    fold, read = _read_sites(adapter, False)
+    encodings = [adapter.encode(t) for t in texts]
+    for group in length_groups([len(e) for e in encodings], adapter, TEXTS_PER_FORWARD, waste=PADDING):
+        batch = adapter.batch([encodings[i] for i in group])
+        cache = trace(adapter, batch, read=read)
+        for row, i in enumerate(group):
+            ids = batch["input_ids"][row, : len(encodings[i])].cpu()
+            yield i, _stream(adapter, cache, ids, row, fold, check=row == 0, sources=False)

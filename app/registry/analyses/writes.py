@@ -2,9 +2,10 @@
 direct logit attribution to the corpus's own next tokens (mean and bootstrap interval per
 head, the final norm folded; Elhage et al. 2021) and the tokens its output raises most there
 (:mod:`probe.analyses.writes.corpus`); for the largest writers, the tokens their OV circuit
-copies most (:func:`probe.analyses.writes.token_circuits.ov_copied_tokens`). One forward per
-kept example, at most the report's model-run cap (``--max-model-examples``: the first 128). Skipped, with the reason, for a model without an unembedding or that is not a
-causal LM (``probe logit-attribution`` is the command for one text and answer)."""
+copies most (:func:`probe.analyses.writes.token_circuits.ov_copied_tokens`). The kept
+examples up to the report's model-run cap (``--max-model-examples``: the first 128), in
+batched forwards of near lengths. Skipped, with the reason, for a model without an
+unembedding or that is not a causal LM (``probe logit-attribution`` is the command for one text and answer)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def run(ctx: Context) -> Result:
 
     p = ctx.params
     check_causal(ctx.adapter)  # an encoder's reason first (its stream is not read at the next token)
-    corpus, cut = model_corpus(ctx, ctx.corpus.kept)  # one traced forward per text: the report's model-run cap
+    corpus, cut = model_corpus(ctx, ctx.corpus.kept)  # traced in batches: the report's model-run cap
     w = corpus_writes(ctx.adapter, list(corpus.texts), p["top_k"], p["n_boot"], p["seed"])
     copied = _copied(ctx, w.table, p["ov_heads"], p["top_k"])
     best = w.table.reindex(w.table["dla"].abs().sort_values(ascending=False).index).head(5)
