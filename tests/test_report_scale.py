@@ -168,6 +168,42 @@ def test_importance_in_budget_sized_chunks_equals_one_batch(checkpoints):
     assert abs(ig_whole.raw - ig_sized.raw).max() < 1e-5 * max(1.0, abs(ig_whole.raw).max())
 
 
+def test_importance_chunks_run_the_clean_forward_only_for_an_objective_with_a_reference(checkpoints):
+    """A loss reads no clean-run reference: its chunks are built without a forward (its
+    importance as before, from the forwards with gradients alone); the embedding drift's
+    chunks run one clean forward each and carry the clean embeddings."""
+    from probe.analyses.common.objective import get_metric
+    from probe.analyses.necessity.importance import gradient_importance, sized_chunks
+    from probe.inputs.corpus import Corpus
+    from probe.models import load_model
+
+    a = load_model(f"hf:{checkpoints['mlm']}")
+    corpus = Corpus(texts=("a short one .", "The cat sat on the mat .", "Dogs bark ."), source="texts")
+    loss, drift = get_metric("loss", a, corpus), get_metric("embedding-drift", a, corpus)
+    with_forward = gradient_importance(a, corpus, loss, chunks=[*_chunks_with_forward(a, corpus, loss)])
+    forwards = []
+    embeddings = next(m for n, m in a.model.named_modules() if n.endswith("embeddings"))  # every run passes it
+    hook = embeddings.register_forward_pre_hook(lambda module, args: forwards.append(1))
+    try:
+        chunks = sized_chunks(a, corpus, loss)
+        assert forwards == [] and all(c.reference is None and c.clean is None for c in chunks)
+        drift_chunks = sized_chunks(a, corpus, drift)
+        assert len(forwards) == len(drift_chunks) and all(c.reference is not None for c in drift_chunks)
+    finally:
+        hook.remove()
+    assert abs(gradient_importance(a, corpus, loss, chunks=chunks).raw - with_forward.raw).max() == 0
+
+
+def _chunks_with_forward(adapter, corpus, objective):
+    """Chunks as :func:`sized_chunks` built them before: each with its clean forward's scores."""
+    from probe.analyses.common.metrics import Chunk
+    from probe.analyses.necessity.importance import sized_chunks
+
+    for c in sized_chunks(adapter, corpus, objective):
+        out = objective.forward(adapter, c.batch)
+        yield Chunk(c.indices, c.batch, objective.reference(out, c.batch), objective.score(out, c.batch).detach())
+
+
 def test_report_refuses_too_small_budget_before_capture(checkpoints, tmp_path):
     from probe.app.cli import main
 

@@ -445,12 +445,13 @@ def applicable_metrics(adapter: ModelAdapter, corpus: Any = None) -> list[str]:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One batch of examples with its clean-run reference and clean scores ``[rows]``."""
+    """One batch of examples with its clean-run reference and clean scores ``[rows]``
+    (``None`` where no clean forward ran: an objective without a reference, for importance)."""
 
     indices: tuple
     batch: MetricBatch
     reference: Optional[torch.Tensor]
-    clean: torch.Tensor
+    clean: Optional[torch.Tensor]
 
 
 @torch.no_grad()

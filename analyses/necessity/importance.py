@@ -121,14 +121,20 @@ def sized_chunks(adapter, corpus, objective: Objective, batch_size: int = 16) ->
     """Like :func:`probe.analyses.common.metrics.prepare`, but each chunk holds examples
     of similar length (longest first), as many (at most ``batch_size``) as fit one
     forward with gradients under the memory budget (:mod:`probe.inputs.budget`): a long input
-    no longer pads a whole batch to its length, and its rows are few."""
+    no longer pads a whole batch to its length, and its rows are few. The clean forward
+    runs only for an objective with a reference (its own :meth:`~Objective.reference`):
+    importance reads nothing else of it, and a loss's was a tenth of SmolLM2's section."""
     if getattr(corpus, "examples", ()):  # zoo tasks: the metric builds the inputs itself
         return prepare(adapter, corpus, objective, batch_size)
     lengths = _lengths(adapter, corpus)
+    clean_run = type(objective).reference is not Objective.reference  # else no reference: no clean forward
     chunks = []
     for idx in length_groups(lengths, adapter, batch_size, grad=True):
         idx = sorted(idx)
         batch = objective.make_batch(adapter, corpus, idx)
+        if not clean_run:
+            chunks.append(Chunk(tuple(idx), batch, None, None))
+            continue
         out = objective.forward(adapter, batch)
         ref = objective.reference(out, batch)
         chunks.append(Chunk(tuple(idx), batch, ref, objective.score(out, batch, ref).detach()))
