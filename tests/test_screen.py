@@ -629,3 +629,43 @@ def test_the_block_test_stops_heads_far_under_the_bar_after_a_block(linear_gpt2,
     assert "normal-mixture" in block.info["decision"] and "betting" in betting.info["decision"]
     with pytest.raises(InputError, match="test must be one of"):
         screened_necessity(linear_gpt2, corpus, obj, HEADS, test="t", **kw)
+
+
+def test_the_screen_reads_the_clean_readouts_so_exact_removals_stop_after_their_layer(
+    linear_gpt2, w, floor_at_half, monkeypatch
+):
+    """The screen's forwards (their α edits at 0) read the clean readouts the exact removals
+    read, example by example; given them, the decide step's clean forwards of a block whose
+    heads are all in layer 0 stop before layer 1 (fewer layer-1 calls), and every claim's
+    verdict, examples, harm and interval are those of the decide step that ran its clean
+    forwards to the end (to float32 rounding: the two read the clean model in other batches)."""
+    from probe.analyses.claims.screened import screened_necessity
+    from probe.analyses.necessity import screen as screen_module
+
+    obj, corpus = LinearReadout(w), as_corpus(MANY)
+    scr = screen_heads(linear_gpt2, corpus, obj, modes=("mean",))
+    sweep = removal_sweep(linear_gpt2, corpus, obj, [((1, 0),)], modes=("mean",))
+    assert scr.clean is not None and scr.clean.shape == (len(MANY),)
+    np.testing.assert_allclose(scr.clean, sweep.clean, rtol=1e-6, atol=1e-6)
+    heads = [(0, h) for h in range(4)]
+    kw = dict(batch_size=8, min_top=len(heads), min_audit=0, block=16)
+    calls = []
+    hook = linear_gpt2.model.h[1].register_forward_hook(lambda m, a, out: calls.append(a[0].shape[0]))
+    try:
+        known = screened_necessity(linear_gpt2, corpus, obj, heads, **kw)
+        with_known = sum(calls)
+        real = screen_module.screen_heads
+        monkeypatch.setattr(
+            screen_module, "screen_heads", lambda *a, **k: __import__("dataclasses").replace(real(*a, **k), clean=None)
+        )
+        calls.clear()
+        full = screened_necessity(linear_gpt2, corpus, obj, heads, **kw)
+    finally:
+        hook.remove()
+    assert with_known < sum(calls) - len(MANY) // 2  # no clean forward reached layer 1 in the decide step
+    assert known.info["examples_per_head"] == full.info["examples_per_head"]
+    for h in heads:
+        a, b = known.claims[h], full.claims[h]
+        assert (a.status, a.count) == (b.status, b.count)
+        # the clean readouts of two batchings: equal to float32 rounding of readouts of order 1
+        assert a.effect == pytest.approx(b.effect, abs=1e-6) and a.ci_low == pytest.approx(b.ci_low, abs=1e-6)

@@ -298,14 +298,16 @@ def _whole_corpus(adapter, corpus, objective, heads, plan, upper, null, importan
 
 
 def _sequential(
-    adapter, corpus, objective, units, null, m, means, importance, *, bounds, seed, block, batch_size, runner, test
-):
+    adapter, corpus, objective, units, null, m, means, importance, *, bounds, seed, block, batch_size, runner, test,
+    known=None,
+):  # fmt: skip
     """``(claims, {head: examples})``: ``units`` removed block by block until ``test``
     (``mixture``: the block test; ``betting``) decides each (e-BH over ``m`` heads), the bar
     the floor and the null model's. A head still undecided when the examples run out has
     every example's exact harm: it is decided as the exhaustive path decides
     (:func:`.necessity.necessity_claims`, BH counting ``m`` heads), which is more powerful
-    near the bar than the anytime test."""
+    near the bar than the anytime test. ``known``: the clean readouts of ``corpus`` the
+    screen read (a batch's clean forward then stops after the last layer it removes)."""
     from probe.analyses.necessity.sequential import sequential_necessity
 
     from .necessity import necessity_claims
@@ -325,7 +327,7 @@ def _sequential(
     res = sequential_necessity(
         adapter, corpus, [u[0] for u in units], floor=bar, bounds=(lo, hi) if test == "betting" else None,
         objective=objective, q=T.FDR, block=block, batch_size=batch_size, seed=seed, means=means, runner=runner,
-        on_block=keep, tests=m, test=test,
+        on_block=keep, tests=m, test=test, known=known,
     )  # fmt: skip
     stopped = (res.n_used < n) | (res.e_value >= m / T.FDR)
     claims, used = {}, {u: int(k) for u, k in zip(units, res.n_used)}
@@ -533,8 +535,9 @@ def screened_necessity(
         est = scr.estimate["mean"].reshape(n, -1)[:, [rows[i] for i in todo]] if scr.kind == "first-order" else None
         of = betting_bounds(est) if bounds is None else (lambda bar: tuple(bounds))
         exact, used = _sequential(
-            adapter, corpus, objective, units, null, m, means, importance, bounds=of, block=block, test=test, **common
-        )
+            adapter, corpus, objective, units, null, m, means, importance, bounds=of, block=block, test=test,
+            known=scr.clean, **common,
+        )  # fmt: skip
     todo = sorted(set(plan.confirm) | set(plan.audit))
     misses = [i for i in plan.audit if exact[heads[i]].holds]
     bound = miss_rate_bound(len(plan.audit), len(misses), confidence)

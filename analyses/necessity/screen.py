@@ -106,6 +106,11 @@ class HeadScreen:
         graddrop: mode -> ``[n, n_layers, n_heads]`` AtP*'s GradDrop estimates (``graddrop=True``,
             first-order only): ``1/(L−1) Σ_ℓ |ΔR_ℓ|``, ``ΔR_ℓ`` the first-order estimate with the
             gradient through layer ℓ's contribution to the residual stream dropped; else ``None``.
+        clean: ``[n, ...]`` the objective's readouts of the clean model, read by the screen's
+            own forwards (their ``α`` edits at 0 leave every value as is), which exact removals
+            of the same examples need not run again to the end
+            (:class:`probe.analyses.claims.removal.RemovalPlan`'s ``known``); ``None`` for an
+            ``output-sketch`` (its forward reads the log-probabilities, not the readout).
     """
 
     estimate: dict
@@ -116,6 +121,7 @@ class HeadScreen:
     seconds: float = 0.0
     units: str = ""
     graddrop: Optional[dict] = None
+    clean: Optional[np.ndarray] = None
 
     @property
     def heads(self) -> list:
@@ -260,14 +266,7 @@ def screen_heads(
     plan = ScreenPlan(corpus, obj, modes, kind, n_projections, means, seed, stack, graddrop)
     parts = (runner or InProcess(adapter, progress))(ScreenJob(plan), sweep_batches(adapter, corpus, batch_size))
     n = len(corpus)
-    est = {m: np.zeros((n, L, H)) for m in modes}
-    gd = {m: np.zeros((n, L, H)) for m in modes} if graddrop else None
-    for part in parts:
-        idx, got, dropped = part.value
-        for mode in modes:
-            est[mode][idx] = got[mode]
-            if gd is not None:
-                gd[mode][idx] = dropped[mode]
+    est, gd, clean = _placed(parts, n, modes, (L, H), graddrop)
     return HeadScreen(
         estimate=est,
         kind=kind,
@@ -277,7 +276,27 @@ def screen_heads(
         seconds=time.time() - started,
         units=_UNITS.get(kind, obj.units),
         graddrop=gd,
+        clean=clean,
     )
+
+
+def _placed(parts, n: int, modes: tuple, shape: tuple, graddrop: bool) -> tuple:
+    """``(estimates {mode: [n, L, H]}, GradDrop's or None, clean readouts [n, ...] or None)``
+    of the screen's ``parts`` (:func:`screen_batches`' values), placed by example index."""
+    est = {m: np.zeros((n, *shape)) for m in modes}
+    gd = {m: np.zeros((n, *shape)) for m in modes} if graddrop else None
+    clean: Optional[np.ndarray] = None
+    for part in parts:
+        idx, got, dropped, readouts = part.value
+        for mode in modes:
+            est[mode][idx] = got[mode]
+            if gd is not None:
+                gd[mode][idx] = dropped[mode]
+        if readouts is not None:
+            if clean is None:
+                clean = np.full((n, *readouts.shape[1:]), np.nan, dtype=readouts.dtype)
+            clean[idx] = readouts
+    return est, gd, clean
 
 
 @dataclass(frozen=True)
@@ -298,7 +317,8 @@ class ScreenPlan:
 
 
 def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool = False) -> tuple:
-    """``(example indices [m], {mode: [m, L, H]}, GradDrop's {mode: [m, L, H]} or None)``: the screen of ``batches``
+    """``(example indices [m], {mode: [m, L, H]}, GradDrop's {mode: [m, L, H]} or None, clean readouts
+    [m, ...] or None)``: the screen of ``batches``
     (``(number, example indices)`` of :func:`probe.analyses.claims.removal.sweep_batches`);
     batch ``number`` draws its resample sources and projections from
     ``seed × 1,000,003 + number``, as the removal sweep's batch does."""
@@ -311,6 +331,7 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
     indices: list = []
     out: dict = {m: [] for m in modes}
     dropped: dict = {m: [] for m in modes}  # GradDrop's estimates (plan.graddrop)
+    readouts: list = []  # the clean readouts (the α edits at 0 change no value)
     for number, idx in tqdm(batches, disable=not progress, desc="screen"):
         idx = list(idx)
         batch = obj.make_batch(adapter, plan.corpus, idx)
@@ -320,6 +341,8 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
         src = src.to(device)
 
         readout, alphas = _linearised_forward(adapter, plan, batch, src)
+        if kind != "output-sketch":
+            readouts.append(readout.detach().cpu().numpy())
         if kind == "first-order":
             got = _first_order(readout, alphas) * sign
         else:
@@ -333,13 +356,14 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
             for m, mode in enumerate(modes):
                 dropped[mode].append(gd[:, m].transpose(0, 1).numpy())
     stacked = lambda d: {m: np.concatenate(v) if v else np.zeros((0, L, H)) for m, v in d.items()}  # noqa: E731
-    return indices, stacked(out), stacked(dropped) if plan.graddrop else None
+    clean = np.concatenate(readouts) if readouts else None
+    return indices, stacked(out), stacked(dropped) if plan.graddrop else None, clean
 
 
 class ScreenJob:
     """Batches of a screen as a job over blocks (:mod:`probe.runs.blocks`), as
     :class:`probe.analyses.claims.removal.RemovalJob`: the items are the batches, the
-    part's value is :func:`screen_batches`' ``(indices, estimates, GradDrop estimates)``."""
+    part's value is :func:`screen_batches`' ``(indices, estimates, GradDrop estimates, clean readouts)``."""
 
     def __init__(self, plan: ScreenPlan):
         self.plan = plan

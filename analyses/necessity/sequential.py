@@ -653,16 +653,17 @@ def sequential_necessity(
     tests: Optional[int] = None,
     on_readouts: Optional[Callable] = None,
     test: Optional[str] = None,
+    known: Optional[np.ndarray] = None,
 ) -> SequentialResult:
     """:func:`sequential_removals` of one family: ``heads`` removed in ``mode`` (``[(layer,
     head)]``, or groups ``[[(layer, head), …]]`` each removed at once, :func:`as_units`) until
     each is decided against ``floor``; ``on_block(heads [k], examples [b], harms [k, b])`` and
     ``on_readouts(heads [k], examples [b], clean [b, ...], perturbed [k, b, ...])`` as there,
-    without the family; ``test`` as there."""
+    without the family; ``test`` and ``known`` as there."""
     got = sequential_removals(
         adapter, corpus, [RemovalTest(heads, floor, mode, tests, bounds)], objective=objective, q=q, block=block,
         batch_size=batch_size, seed=seed, stack=stack, means=means, runner=runner,
         on_block=None if on_block is None else (lambda f, *a: on_block(*a)),
-        on_readouts=None if on_readouts is None else (lambda f, *a: on_readouts(*a)), test=test,
+        on_readouts=None if on_readouts is None else (lambda f, *a: on_readouts(*a)), test=test, known=known,
     )  # fmt: skip
     return got[0]
