@@ -34,6 +34,7 @@ import torch
 from probe.analyses.common.objective import Objective, scalar_function
 from probe.analyses.common.word_scores import n_words_of, to_words
 from probe.errors import InputError
+from probe.inputs import budget
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,8 +47,8 @@ __all__ = ["METHODS", "PADDING", "ExampleAttribution", "Attributions", "attribut
 
 METHODS = ("ig", "saliency", "input_x_gradient", "blank_out")
 #: the most padding a group of examples attributed together may carry, as a share of its
-#: tokens (:func:`probe.inputs.budget.length_groups`'s ``waste``)
-PADDING = 0.15
+#: tokens (:data:`probe.inputs.budget.PADDING`; a module name, so a bench can lift the bound)
+PADDING = budget.PADDING
 
 
 @dataclass(frozen=True)

@@ -48,11 +48,7 @@ def _one_text(one: tuple) -> tuple:
     """``(dla [heads], written [heads, d_model] summed over positions, n_positions, index)``
     of one text's :func:`.claim.stream_head_dla`."""
     dla, stream, heads, positions = one
-    read = (
-        slice(positions[0], positions[-1] + 1)
-        if positions == list(range(positions[0], positions[-1] + 1))
-        else positions
-    )
+    read = slice(positions[0], positions[-1] + 1)  # read_directions' positions are one run
     # Σ_p g ⊙ centre(c_p) / s_p = g ⊙ centre(Σ_p c_p / s_p): the fold is linear
     summed = torch.einsum("cpd,p->cd", stream.parts[:, read], 1.0 / stream.scale[read])  # [components, d]
     written = stream.fold.linear(summed[heads])  # [heads, d]

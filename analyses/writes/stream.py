@@ -167,15 +167,12 @@ def decompose(adapter: ModelAdapter, text: str, *, sources: bool = False) -> Str
 #: most texts per forward of :func:`decompose_texts`
 TEXTS_PER_FORWARD = 16
 
-#: the padding a forward of :func:`decompose_texts` may carry, as a share of its texts' tokens
-PADDING = 0.15
-
 
 def decompose_texts(adapter: ModelAdapter, texts: Sequence[str]) -> Iterator[tuple]:
     """``(index, Stream)`` of every text of ``texts``, as :func:`decompose` gives each
     (float rounding of the batched float32 forward aside), from right-padded forwards of
-    up to :data:`TEXTS_PER_FORWARD` texts of near lengths (padding at most :data:`PADDING`
-    of their tokens; rows per forward under the memory budget as for a forward with
+    up to :data:`TEXTS_PER_FORWARD` texts of near lengths (padding at most
+    :data:`probe.inputs.budget.PADDING` of their tokens; rows per forward under the memory budget as for a forward with
     gradients, whose kept activations are about the size of every layer's head results
     cached here): a causal LM's positions before the padding are those of the text alone.
     In the forwards' order (longest first); the fold is checked on each forward's first text.
@@ -183,7 +180,7 @@ def decompose_texts(adapter: ModelAdapter, texts: Sequence[str]) -> Iterator[tup
     Raises:
         As :func:`decompose`.
     """
-    from probe.inputs.budget import length_groups
+    from probe.inputs.budget import PADDING, length_groups
     from probe.tracing.trace import trace
 
     fold, read = _read_sites(adapter, False)

@@ -43,6 +43,7 @@ __all__ = [
     "current_budget",
     "format_size",
     "length_groups",
+    "PADDING",
     "memory_budget",
     "parse_size",
     "row_bytes",
@@ -161,6 +162,11 @@ def check_budget(adapter: ModelAdapter, longest_tokens: int, total: int | None =
             f"{WORKSPACE_FRACTION:.3g} of the budget; the smallest budget that works is "
             f"{format_size(need)} (or shorten the inputs: --window/--truncate)"
         )
+
+
+#: the padding a group of examples whose values do not depend on each other may carry, as a
+#: share of its tokens (:func:`length_groups`' ``waste``): attributions and the writes' streams
+PADDING = 0.15
 
 
 def length_groups(

@@ -181,7 +181,7 @@ class Trace(HookContext, SiteHooks):
             return reader
         name = site.label if isinstance(site, ModuleSite) else site.name(self.adapter.default_stack)
         keep, cache = self.keep_grad, self.cache  # not ``self``: a trace → reader → trace cycle kept
-        # every read tensor alive until the cyclic collector ran (SmolLM2's batched writes: +1.5 GB)
+        # every read tensor alive until the cyclic collector ran (SmolLM2's batched writes peaked at 2.84 GiB, 1.94 without it)
         return Reader(lambda v, ctx: cache.add(name, v if keep else v.detach()))
 
     def _plan(self, readers: list, edits: list) -> None:
