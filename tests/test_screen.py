@@ -669,3 +669,68 @@ def test_the_screen_reads_the_clean_readouts_so_exact_removals_stop_after_their_
         assert (a.status, a.count) == (b.status, b.count)
         # the clean readouts of two batchings: equal to float32 rounding of readouts of order 1
         assert a.effect == pytest.approx(b.effect, abs=1e-6) and a.ci_low == pytest.approx(b.ci_low, abs=1e-6)
+
+
+def test_sweeps_given_the_screens_clean_readouts_skip_their_clean_forwards_and_equal_full_ones(
+    linear_gpt2, w, monkeypatch
+):
+    """``removal_sweep(known=)``: given the clean readouts a screen read (NaN rows where it
+    read none), a batch of known examples stops its clean forward after the units' layer
+    (no layer-1 call for layer-0 heads) and the harms equal a sweep that ran its clean
+    forwards (to float32 rounding: the two read the clean model in other batches); a
+    ``known`` of another length is refused. The screened path hands them on: the null
+    model's sweep gets its screen's readouts of the examples it ranked on, and the claims'
+    sweeps the model's screen's readouts of the corpus's first examples
+    (:func:`screened_readouts`), none where the examples are not the screen's prefix."""
+    from probe.analyses.claims import removal as removal_module
+    from probe.analyses.claims.null_model import null_adapter
+    from probe.analyses.claims.screened import screened_necessity
+    from probe.analyses.claims.screened_claims import screened_readouts
+
+    obj, corpus = LinearReadout(w), as_corpus(MANY)
+    scr = screen_heads(linear_gpt2, corpus, obj, modes=("mean",))
+    part = scr.clean.copy()
+    unread = [i for _, idx in removal_module.sweep_batches(linear_gpt2, corpus, 8)[:5] for i in idx]
+    part[unread] = np.nan  # five batches not read: they run their clean forwards to the end
+    units = [((0, h),) for h in range(4)]
+    calls: list = []
+    hook = linear_gpt2.model.h[1].register_forward_hook(lambda m, a, out: calls.append(a[0].shape[0]))
+    got = {}
+    try:
+        for name, known in (("none", None), ("half", part), ("all", scr.clean)):
+            calls.clear()
+            got[name] = (
+                removal_sweep(linear_gpt2, corpus, obj, units, modes=("mean",), batch_size=8, known=known),
+                sum(calls),
+            )
+    finally:
+        hook.remove()
+    (full, n_full), (half, n_half), (known, n_known) = got["none"], got["half"], got["all"]
+    assert n_full - n_known == len(MANY) and n_full - n_half == len(MANY) - len(unread) == len(MANY) - 40
+    for sweep in (half, known):
+        np.testing.assert_allclose(sweep.harm["mean"], full.harm["mean"], rtol=0, atol=1e-6)
+    assert np.abs(full.harm["mean"]).max() > 1e-2
+    with pytest.raises(InputError, match="known clean readouts of 95 examples do not fit a corpus of 96"):
+        removal_sweep(linear_gpt2, corpus, obj, units, modes=("mean",), known=scr.clean[:-1])
+    seen: list = []
+    real = removal_module.removal_sweep
+    monkeypatch.setattr(
+        removal_module, "removal_sweep", lambda *a, **k: (seen.append((a[0], k.get("known"))), real(*a, **k))[1]
+    )
+    nad = null_adapter(linear_gpt2, seed=0, kind="permute")
+    screened_necessity(
+        linear_gpt2, corpus, obj, HEADS, null_adapter=nad, batch_size=8, min_top=0, min_audit=2, block=32, null_top=2,
+        null_sample=24, null_screen=12,
+    )  # fmt: skip
+    ((_, null_known),) = [(a, k) for a, k in seen if a is nad]
+    assert null_known.shape == (24,) and int(np.isfinite(null_known).sum()) == 12  # the 12 the null's screen ranked on
+    ran = types_ns(screen=scr)
+    np.testing.assert_array_equal(screened_readouts(ran, corpus, corpus.subset(range(40))), scr.clean[:40])
+    assert screened_readouts(ran, corpus, corpus.subset(range(1, 41))) is None
+    assert screened_readouts(types_ns(screen=None), corpus, corpus.subset(range(40))) is None
+
+
+def types_ns(**kw):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**kw)

@@ -92,8 +92,78 @@ def test_the_trace_stops_a_forward_before_a_layer_and_keeps_what_it_read(minilm)
     assert tr.stopped and out == "unset" and not ran
     for site in read:
         assert torch.equal(tr.cache[site], full.cache[site])
-    with pytest.raises(InputError, match="stop before layers 1–5, not 6"):
-        Trace(minilm, read=read, stop_before=6)
+    with pytest.raises(InputError, match=r"stop before layers 1–5 or after the last \(6\), not 7"):
+        Trace(minilm, read=read, stop_before=7)
+
+
+def _counting(counts: dict, key: str):
+    """A forward hook adding one to ``counts[key]`` per call."""
+
+    def hook(module, args, output) -> None:
+        counts[key] += 1
+
+    return hook
+
+
+def test_a_trace_stops_after_the_last_layer_and_the_head_means_need_nothing_after_it(minilm, monkeypatch):
+    """``Trace(stop_before=L)`` (TransformerLens's ``stop_at_layer=n_layers``): every layer runs
+    and its sites equal a full forward's, nothing after the last layer runs (a language
+    model's final norm and vocabulary projection, MiniLM's pooler); the mean-ablation head
+    means, whose forwards stop there, equal those of full forwards on both models."""
+    import transformers as T
+
+    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.necessity import ablation
+    from probe.app.report.bundled import sample_corpus
+    from probe.interventions import heads as head_views
+    from probe.models import ModelAdapter
+    from probe.models.sites import layer_modules
+    from probe.tracing.trace_context import Trace
+
+    torch.manual_seed(0)
+    cfg = T.LlamaConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+        vocab_size=len(minilm.tokenizer), pad_token_id=0, initializer_range=0.2,
+    )  # fmt: skip
+    llama = ModelAdapter(
+        name="tiny-llama-lm", model=T.LlamaForCausalLM(cfg).eval(), tokenizer=minilm.tokenizer, family="llama"
+    )
+    corpus = sample_corpus(12)
+    for a, after in ((minilm, minilm.model.pooler), (llama, llama.model.lm_head)):
+        L = a.n_layers
+        ids = a.batch([a.encode("the cat sat on the mat"), a.encode("a dog ran")])
+        read = [("z", L - 1), ("resid_post", L - 1)]
+        with Trace(a, read=read, path="hooks") as full:
+            a.model(**ids)
+        ran: dict = {"last": 0, "after": 0}
+        hooks = [
+            layer_modules(a)[-1].register_forward_hook(_counting(ran, "last")),
+            after.register_forward_hook(_counting(ran, "after")),
+        ]
+        out = "unset"
+        try:
+            with Trace(a, read=read, path="hooks", stop_before=L) as tr:
+                out = a.model(**ids)
+        finally:
+            for h in hooks:
+                h.remove()
+        assert tr.stopped and out == "unset" and ran == {"last": 1, "after": 0}
+        for site in read:
+            assert torch.equal(tr.cache[site], full.cache[site])
+        obj, _ = resolve_objective("auto", a, corpus)
+        ran["after"] = 0
+        hook = after.register_forward_hook(_counting(ran, "after"))
+        try:
+            stopped = ablation.position_kind_means(a, corpus, obj, 4)
+            assert ran["after"] == 0  # no forward of the means reached the head
+            monkeypatch.setattr(head_views, "_stoppable", lambda *args: False)
+            whole = ablation.position_kind_means(a, corpus, obj, 4)
+            monkeypatch.undo()
+            assert ran["after"] == 3  # three batches of 4, each through the head
+        finally:
+            hook.remove()
+        assert stopped.counts == whole.counts and torch.equal(stopped.values, whole.values)
+        assert float(stopped.values.abs().max()) > 0
 
 
 def test_a_decided_pass_of_both_modes_equals_each_mode_alone(minilm, monkeypatch):

@@ -51,13 +51,14 @@ def measured_beside(ablation) -> tuple:
     return tuple(m for m in BESIDE_MODES if ablation is not None and m in ablation.harm)
 
 
-def beside_necessary(adapter, corpus, objective, necessity: dict, sweep, seed: int, runner):
+def beside_necessary(adapter, corpus, objective, necessity: dict, sweep, seed: int, runner, known=None):
     """The modes that stand beside a necessary head's claim (:data:`BESIDE_MODES`: zero- and
     resample-ablation, the same-norm random perturbation; :func:`.necessity.beside_modes`),
     run for the heads whose necessity holds only and added to their claims' extras; the
     sweep (``None`` when no head is necessary). A mode ``sweep`` already has (the ablation
     section's) is taken from it. On EWT dev's first 128 sentences each mode of all 72 heads
-    cost 22 s of the report, for numbers a head that is not necessary does not show."""
+    cost 22 s of the report, for numbers a head that is not necessary does not show.
+    ``known``: ``corpus``'s clean readouts already read (:func:`.removal.removal_sweep`'s)."""
     from .necessity import beside_modes
     from .removal import removal_sweep
 
@@ -65,7 +66,7 @@ def beside_necessary(adapter, corpus, objective, necessity: dict, sweep, seed: i
     modes = tuple(m for m in BESIDE_MODES if m not in sweep.harm)
     if not held or not modes:
         return None
-    got = removal_sweep(adapter, corpus, objective, units=held, modes=modes, seed=seed, runner=runner)
+    got = removal_sweep(adapter, corpus, objective, units=held, modes=modes, seed=seed, runner=runner, known=known)
     beside_modes(necessity, got)
     return got
 

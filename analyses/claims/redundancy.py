@@ -96,6 +96,7 @@ def redundancy_claims(
     runner: Any = None,
     null_adapter: Any = None,
     null_per_size: Optional[int] = None,
+    known: Any = None,
 ) -> tuple:
     """``({(layer, head): Claim}, groups table rows)`` for every head in ``necessity``: each
     candidate group mean-ablated at once (:func:`.removal.removal_sweep`, its batches run
@@ -103,7 +104,8 @@ def redundancy_claims(
     Wilcoxon, Bonferroni over groups) and, with ``null_adapter`` (:mod:`.null_model`),
     against the same group mean-ablated in the null model, per example (paired; the
     larger p of the two); ``null_per_size``: that many null groups of each size in all
-    (:func:`null_groups`)."""
+    (:func:`null_groups`); ``known``: ``corpus``'s clean readouts in the model already read
+    (:func:`.removal.removal_sweep`'s)."""
     from .removal import removal_sweep
 
     groups = candidate_groups(pattern, necessity)
@@ -112,7 +114,9 @@ def redundancy_claims(
         return claims, rows
     items = sorted(groups.items())
     units = [heads for _, heads in items]
-    sweep = removal_sweep(adapter, corpus, objective, units=units, modes=("mean",), seed=seed, runner=runner)
+    sweep = removal_sweep(
+        adapter, corpus, objective, units=units, modes=("mean",), seed=seed, runner=runner, known=known
+    )
     sizes = sorted({len(h) for _, h in items})
     null_sets = null_groups(adapter, sizes, seed, null_per_size) if null_adapter is not None else {}
     null_units = [g for k in sorted(null_sets) for g in null_sets[k]]
@@ -188,11 +192,13 @@ def redundancy_claims(
                 reason=f"{role} heads {names} mean-ablated together",
                 extra=dict(extra),
             )
-    claims = _random_beside(adapter, corpus, objective, items, rows, claims, seed, runner)
+    claims = _random_beside(adapter, corpus, objective, items, rows, claims, seed, runner, known)
     return claims, rows
 
 
-def _random_beside(adapter, corpus, objective, items: list, rows: list, claims: dict, seed: int, runner) -> dict:
+def _random_beside(
+    adapter, corpus, objective, items: list, rows: list, claims: dict, seed: int, runner, known=None
+) -> dict:
     """The same-norm random perturbation of each group that holds (``random`` mode of
     :mod:`.removal`; context, never a test), into its row's ``random`` and its heads' claims'
     ``random_harm``: run for those groups alone (for every group it cost as much as the
@@ -208,7 +214,7 @@ def _random_beside(adapter, corpus, objective, items: list, rows: list, claims: 
         return claims
     sweep = removal_sweep(
         adapter, corpus, objective, units=[items[gi][1] for gi in held], modes=("random", *BASELINES[1:]),
-        seed=seed, runner=runner,
+        seed=seed, runner=runner, known=known,
     )  # fmt: skip
     floor, tests = T.min_effect(sweep.objective), len(rows)
     groups, values = {}, {}

@@ -386,6 +386,21 @@ def placed_readouts(parts: Sequence[BatchReadouts], n: int, n_units: int) -> tup
     return clean, pert
 
 
+def known_readouts(known: Optional[np.ndarray], n: int) -> Optional[dict]:
+    """``{example index: readout}`` of the rows of ``known`` ``[n, ...]`` (NaN rows: not
+    read) that were read, for :class:`RemovalPlan`'s ``known``; ``None`` for none.
+
+    Raises:
+        InputError: ``known`` of another number of examples than the corpus's ``n``.
+    """
+    if known is None:
+        return None
+    if len(known) != n:
+        raise InputError(f"known clean readouts of {len(known)} examples do not fit a corpus of {n}")
+    read = {i: known[i] for i in range(n) if np.isfinite(known[i]).all()}
+    return read or None
+
+
 def removal_sweep(
     adapter: Any,
     corpus: Any,
@@ -400,6 +415,7 @@ def removal_sweep(
     reuse: Optional[RemovalSweep] = None,
     runner: Optional[Callable] = None,
     means: Optional[KindMeans] = None,
+    known: Optional[np.ndarray] = None,
 ) -> RemovalSweep:
     """Remove every unit in every mode on every example; harms on ``objective``.
 
@@ -417,6 +433,10 @@ def removal_sweep(
             corpus (:func:`probe.analyses.necessity.ablation.position_kind_means`, the same
             batch size), when a caller already has them (one forward over the corpus
             saved per sweep: 10 s on EWT dev); computed here when ``None``.
+        known: ``[n, ...]`` the clean readouts of ``corpus`` an earlier pass read (a
+            screen's, :class:`probe.analyses.necessity.screen.HeadScreen`'s ``clean``; NaN
+            rows where it read none): a batch whose every example is known takes them and
+            runs its clean forward only up to the units' last layer (:class:`RemovalPlan`).
 
     Raises:
         InputError: an unknown mode, an objective that does not fit, a head out of range,
@@ -440,9 +460,8 @@ def removal_sweep(
         else tuple(tuple(map(int, x)) for x in u)
         for u in units
     )
-    for u in units:
-        for layer, h in u:
-            adapter.check_head(layer, h, stack)
+    for layer, h in (x for u in units for x in u):
+        adapter.check_head(layer, h, stack)
     n = len(corpus)
     done = reusable(reuse, units, corpus, obj)
     modes = list(modes)
@@ -458,7 +477,7 @@ def removal_sweep(
             means = None
         elif means is None:
             means = position_kind_means(adapter, corpus, obj, batch_size, stack)
-        plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size)
+        plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size, known=known_readouts(known, n))
         batches = sweep_batches(adapter, corpus, batch_size)
         parts = [p.value for p in (runner or InProcess(adapter, progress))(RemovalJob(plan), batches)]
         clean, pert = placed_readouts(parts, n, len(units))

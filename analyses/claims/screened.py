@@ -175,7 +175,7 @@ def _null(nadapter, corpus, objective, heads, examples, *, k, seed, batch_size, 
     means = position_kind_means(
         nadapter, sub, objective, batch_size, nadapter.default_stack
     )  # screen and sweep share it
-    ranked = sub
+    ranked, pick = sub, list(range(len(sub)))
     if screen_on is not None and screen_on < len(sub):
         pick = sorted(np.random.default_rng(seed).choice(len(sub), int(screen_on), replace=False).tolist())
         ranked = sub.subset(pick, reason="the null model's screened sample")
@@ -183,9 +183,13 @@ def _null(nadapter, corpus, objective, heads, examples, *, k, seed, batch_size, 
     index = {h: i for i, h in enumerate(scr.heads)}
     upper = scr.upper("mean")[[index[tuple(h)] for h in heads]]
     top = sorted(np.argsort(-np.nan_to_num(upper, nan=np.inf), kind="stable")[:k].tolist())
+    known = None  # the screen's clean readouts of the examples it ranked on: no clean forward for them
+    if scr.clean is not None:
+        known = np.full((len(sub), *scr.clean.shape[1:]), np.nan)
+        known[pick] = scr.clean
     sweep = removal_sweep(
         nadapter, sub, objective, [heads[i] for i in top], modes=("mean",), seed=seed, runner=runner, batch_size=batch_size,
-        means=means,
+        means=means, known=known,
     )  # fmt: skip
     full = np.full((len(heads), len(corpus)), np.nan)
     full[np.ix_(top, list(examples))] = sweep.harm["mean"]

@@ -84,11 +84,25 @@ def reusable_screen(got: Any, objective: Objective, n: int) -> bool:
     )
 
 
+def screened_readouts(got: Any, whole: Any, corpus: Any) -> Optional[np.ndarray]:
+    """``[len(corpus), ...]`` the clean readouts the screen ``got`` (a ScreenedNecessity) read
+    on ``whole``, for ``corpus`` where it is ``whole``'s first examples (the model-run ones);
+    ``None`` where the screen kept none or ``corpus`` is not such a prefix."""
+    clean = getattr(getattr(got, "screen", None), "clean", None)
+    k = len(corpus)
+    if clean is None or k > len(whole) or tuple(corpus.texts) != tuple(whole.texts[:k]):
+        return None
+    if (corpus.targets or whole.targets) and tuple(corpus.targets or ()) != tuple((whole.targets or ())[:k]):
+        return None
+    return clean[:k]
+
+
 def _weights(
-    adapter, nadapter, corpus, objective, heads, exact, necessity, pattern, *, seed, runner, progress
+    adapter, nadapter, corpus, objective, heads, exact, necessity, pattern, *, seed, runner, progress, known=None
 ) -> tuple:
     """``(weights claims of every head, the uniform sweep or None)``: ``exact`` given uniform
-    weights on ``corpus``, the null's bar from :data:`NULL_WEIGHT_HEADS` of its heads."""
+    weights on ``corpus`` (``known``: its clean readouts already read), the null's bar from
+    :data:`NULL_WEIGHT_HEADS` of its heads."""
     from .necessity import NullSweep, weights_claims
     from .removal import removal_sweep
 
@@ -101,8 +115,9 @@ def _weights(
     if not exact:
         return out, None
     sweep = removal_sweep(
-        adapter, corpus, objective, units=exact, modes=("uniform",), seed=seed, runner=runner, progress=progress
-    )
+        adapter, corpus, objective, units=exact, modes=("uniform",), seed=seed, runner=runner, progress=progress,
+        known=known,
+    )  # fmt: skip
     null = None
     if nadapter is not None and "uniform" in sweep.harm:
         rng = np.random.default_rng(seed)
@@ -178,25 +193,19 @@ def screened_claims(
         info.update(null=nadapter.card["null_source"], null_quantile_level=1.0 - T.FDR)
     roles = {(int(r.layer), int(r.head)): r.role for r in got.table.itertuples(index=False)}
     exact = [h for h in heads if roles.get(h) == "confirmed"]
+    known = screened_readouts(got, whole, corpus)  # the screen's clean readouts: no clean forward to read them again
     weights, sweep = _weights(
-        adapter,
-        nadapter,
-        corpus,
-        objective,
-        heads,
-        exact,
-        necessity,
-        pattern,
-        seed=seed,
-        runner=runner,
-        progress=progress,
+        adapter, nadapter, corpus, objective, heads, exact, necessity, pattern, seed=seed, runner=runner,
+        progress=progress, known=known,
+    )  # fmt: skip
+    beside = beside_necessary(
+        adapter, corpus, objective, necessity, sweep or SimpleNamespace(harm={}), seed, runner, known=known
     )
-    beside = beside_necessary(adapter, corpus, objective, necessity, sweep or SimpleNamespace(harm={}), seed, runner)
     necessity = confirm_baselines(necessity, (sweep, beside), len(heads))
     info["baselines"] = baselines_info(necessity, getattr(beside or sweep, "kinds", {}))
     redundancy, groups = redundancy_claims(
         adapter, corpus, objective, pattern, necessity, seed=seed, runner=runner, null_adapter=nadapter,
-        null_per_size=NULL_GROUPS,
+        null_per_size=NULL_GROUPS, known=known,
     )  # fmt: skip
     if groups:
         tables["groups"] = pd.DataFrame(groups)

@@ -182,16 +182,17 @@ def position_kind_means(
     n_layers = adapter.n_layers_of(stack)
     sums = torch.zeros(kinds.n, n_layers, adapter.n_heads, adapter.head_dim, dtype=torch.float64)
     counts = torch.zeros(kinds.n, dtype=torch.float64)
-    with HeadOutputRecorder(adapter, stack=stack) as rec:
-        for _, batch in objective.batches(adapter, corpus, batch_size, by_length=True):
+    for _, batch in objective.batches(adapter, corpus, batch_size, by_length=True):
+        # each forward ends after the last layer: the means need no final norm, head or loss
+        with HeadOutputRecorder(adapter, stack=stack, stop=True) as rec:
             objective.forward(adapter, batch)
-            valid = batch.inputs["attention_mask"].bool().cpu()
-            kind = kinds.index(batch).cpu()
-            for k in range(kinds.n):
-                sel = valid & (kind == k)
-                counts[k] += float(sel.sum())
-                for layer in range(n_layers):
-                    sums[k, layer] += rec.outputs[layer].cpu().double()[sel].sum(0)
+        valid = batch.inputs["attention_mask"].bool().cpu()
+        kind = kinds.index(batch).cpu()
+        for k in range(kinds.n):
+            sel = valid & (kind == k)
+            counts[k] += float(sel.sum())
+            for layer in range(n_layers):
+                sums[k, layer] += rec.outputs[layer].cpu().double()[sel].sum(0)
     means = sums / counts.clamp(min=1)[:, None, None, None]
     total = sums.sum(0) / counts.sum().clamp(min=1)
     means[counts == 0] = total

@@ -145,14 +145,30 @@ def ablate_heads(
     return HeadIntervention(adapter, edits, stack=stack)
 
 
+def _stoppable(adapter: ModelAdapter, stack: str) -> bool:
+    """Whether a forward can stop after ``stack``'s last layer: the families whose layers a
+    forward restarts at (:func:`probe.models.sites.supports_restart`: layers of their own,
+    located; not an encoder-decoder, whose other stack would not run)."""
+    from probe.models.sites import supports_restart
+
+    return supports_restart(adapter, stack)
+
+
 class HeadOutputRecorder(TraceView):
     """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
 
-    ``recorder.outputs[layer]`` holds the last forward's outputs.
+    ``recorder.outputs[layer]`` holds the last forward's outputs. With ``stop``, the forward
+    ends after the stack's last layer (:class:`Trace`'s ``stop_before``: the final norm and
+    the head, a language model's vocabulary projection, do not run, and the forward returns
+    nothing) where the model's layers are modules of their own; one forward per entry then.
     """
 
     def __init__(
-        self, adapter: ModelAdapter, layers: Optional[Sequence[int]] = None, stack: Optional[str] = None
+        self,
+        adapter: ModelAdapter,
+        layers: Optional[Sequence[int]] = None,
+        stack: Optional[str] = None,
+        stop: bool = False,
     ) -> None:
         self.adapter = adapter
         self.stack = stack or adapter.default_stack
@@ -161,6 +177,7 @@ class HeadOutputRecorder(TraceView):
         for layer in self.layers:
             adapter.check_head(layer, 0, self.stack)
         self.outputs: dict[int, torch.Tensor] = {}
+        self.stop = stop and _stoppable(adapter, self.stack)
 
     def _keep(self, layer: int) -> Reader:
         def fn(z: torch.Tensor, ctx: SiteContext) -> None:
@@ -170,7 +187,8 @@ class HeadOutputRecorder(TraceView):
 
     def _trace(self) -> Trace:
         read = {Site("z", layer, self.stack): self._keep(layer) for layer in self.layers}
-        return Trace(self.adapter, read=read, path="hooks")
+        stop = self.adapter.n_layers_of(self.stack) if self.stop else None
+        return Trace(self.adapter, read=read, path="hooks", stack=self.stack, stop_before=stop)
 
 
 class HeadGates(HeadIntervention):

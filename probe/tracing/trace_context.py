@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Optional, Self, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Self, Sequence, Union
 
 import torch
 
@@ -65,6 +65,10 @@ def _stop(module: Any, args: Any, kwargs: Any) -> None:
     raise StopForward()
 
 
+def _stop_after(module: Any, args: Any, output: Any) -> None:
+    raise StopForward()
+
+
 @dataclass(frozen=True)
 class Restart:
     """Restart the forward at ``layer`` from ``hidden`` ``[rows, seq, d_model]`` (the
@@ -104,6 +108,8 @@ class Trace(HookContext, SiteHooks):
             the forward returns nothing (the caller's result stays unassigned) and
             :attr:`stopped` says so. A clean run whose output is already known reads only
             what it restarts from (TransformerLens's ``stop_at_layer``, nnsight's ``stop()``).
+            The number of layers ends it after the last layer: the final norm and the
+            head do not run (what reads the head outputs alone needs no logits).
         stack: stack of names without a stack prefix (default: the main one).
         path: ``auto`` | ``interface`` | ``hooks`` for attention weights and edits of ``z``.
         keep_grad: keep cached values in the autograd graph.
@@ -159,7 +165,9 @@ class Trace(HookContext, SiteHooks):
                 check_at_site(e, self._ctx(site), n_heads)
         self._plan(readers, edits)
         self._restart = self._check_restart(restart_from, stack) if restart_from is not None else None
-        self._stop_module = self._check_stop(stop_before, stack) if stop_before is not None else None
+        self._stop_module, self._stop_after_it = (
+            self._check_stop(stop_before, stack) if stop_before is not None else (None, False)
+        )
         self._stubbed: list = []
 
     # ---- planning: which module, which path ---------------------------------------
@@ -305,15 +313,19 @@ class Trace(HookContext, SiteHooks):
             self._projected = any(m is self._projection for m in self._attention.modules())
         return r
 
-    def _check_stop(self, layer: int, stack: Optional[str]) -> torch.nn.Module:
+    def _check_stop(self, layer: int, stack: Optional[str]) -> tuple:
+        """``(module, after)``: the layer a forward stops as it enters, or the last layer a
+        forward stops as it leaves (``stop_before`` the number of layers)."""
         layers = layer_modules(self.adapter, stack or self.adapter.default_stack)
         if len(set(map(id, layers))) < len(layers):
             raise NotApplicable(
                 f"{self.adapter.name} shares one module between layers: a forward cannot stop before one"
             )
-        if not 1 <= int(layer) < len(layers):
-            raise InputError(f"a forward can stop before layers 1–{len(layers) - 1}, not {layer}")
-        return layers[int(layer)]
+        if not 1 <= int(layer) <= len(layers):
+            raise InputError(
+                f"a forward can stop before layers 1–{len(layers) - 1} or after the last ({len(layers)}), not {layer}"
+            )
+        return (layers[-1], True) if int(layer) == len(layers) else (layers[int(layer)], False)
 
     # ---- hooks ------------------------------------------------------------------------
     def _register(self, hooks: HookSet) -> None:
@@ -332,7 +344,7 @@ class Trace(HookContext, SiteHooks):
             if r.context is not None:
                 self._stub(self._attention, self._attention_from_site)
             hooks.pre(self._layers[r.layer], self._replace, with_kwargs=True)
-        if self._stop_module is not None:
+        if self._stop_module is not None and not self._stop_after_it:
             hooks.pre(self._stop_module, _stop, with_kwargs=True)
         if self._router_shape:
             hooks.pre(self.adapter.model, self._record_shape, with_kwargs=True)
@@ -354,6 +366,8 @@ class Trace(HookContext, SiteHooks):
                 hooks.pre(module, self._module_input_hook(work), with_kwargs=True)
             else:
                 hooks.forward(module, self._module_output_hook(work))
+        if self._stop_after_it:  # last: what reads the last layer's output reads it first
+            hooks.forward(self._stop_module, _stop_after)
 
     # ---- restart ------------------------------------------------------------------------
     def _stub(self, module: torch.nn.Module, forward: Callable) -> None:
@@ -443,8 +457,8 @@ class TraceView:
     def _entered(self, tr: Trace) -> None:
         """Called with the entered trace (e.g. to read its ``attention_source``)."""
 
-    def __exit__(self, *exc: Any) -> Literal[False]:
+    def __exit__(self, *exc: Any) -> bool:
+        """Leaves the trace; ``True`` (the exception swallowed) where it stopped a forward
+        as asked (:class:`StopForward`)."""
         tr, self._active = self._active, None
-        if tr is not None:
-            tr.__exit__(*exc)
-        return False
+        return bool(tr.__exit__(*exc)) if tr is not None else False
