@@ -108,8 +108,9 @@ def _counting(counts: dict, key: str):
 def test_a_trace_stops_after_the_last_layer_and_the_head_means_need_nothing_after_it(minilm, monkeypatch):
     """``Trace(stop_before=L)`` (TransformerLens's ``stop_at_layer=n_layers``): every layer runs
     and its sites equal a full forward's, nothing after the last layer runs (a language
-    model's final norm and vocabulary projection, MiniLM's pooler); the mean-ablation head
-    means, whose forwards stop there, equal those of full forwards on both models."""
+    model's final norm and vocabulary projection, MiniLM's pooler), ``trace`` returns its
+    patterns without an output (and refuses ``grad=``, which needs one); the mean-ablation
+    head means, whose forwards stop there, equal those of full forwards on both models."""
     import transformers as T
 
     from probe.analyses.common.objective import resolve_objective
@@ -117,7 +118,9 @@ def test_a_trace_stops_after_the_last_layer_and_the_head_means_need_nothing_afte
     from probe.app.report.bundled import sample_corpus
     from probe.interventions import heads as head_views
     from probe.models import ModelAdapter
+    from probe.errors import InputError
     from probe.models.sites import layer_modules
+    from probe.tracing.trace import trace
     from probe.tracing.trace_context import Trace
 
     torch.manual_seed(0)
@@ -150,6 +153,12 @@ def test_a_trace_stops_after_the_last_layer_and_the_head_means_need_nothing_afte
         assert tr.stopped and out == "unset" and ran == {"last": 1, "after": 0}
         for site in read:
             assert torch.equal(tr.cache[site], full.cache[site])
+        cache = trace(a, ids, read="pattern", stop_before=L)  # as the decoder taxonomy's probes read them
+        assert cache.output is None and torch.equal(
+            cache.stack("pattern"), trace(a, ids, read="pattern").stack("pattern")
+        )
+        with pytest.raises(InputError, match="grad= needs the model's output"):
+            trace(a, ids, read=read, stop_before=L, grad=lambda out: out[0].sum())
         obj, _ = resolve_objective("auto", a, corpus)
         ran["after"] = 0
         hook = after.register_forward_hook(_counting(ran, "after"))

@@ -268,10 +268,14 @@ def sink_probe_tokens(
 
 
 def _patterns_of(adapter: ModelAdapter, x: torch.Tensor) -> torch.Tensor:
-    """``[example, layer, head, q, k]`` of one traced forward over ``x`` (float32, on the CPU)."""
+    """``[example, layer, head, q, k]`` of one traced forward over ``x`` (float32, on the CPU),
+    which stops after the last layer where the model allows (no final norm, no vocabulary
+    projection: the patterns need no logits)."""
+    from probe.models.sites import supports_restart
     from probe.tracing.trace import trace
 
-    cache = trace(adapter, {"input_ids": x, "attention_mask": torch.ones_like(x)}, read="pattern")
+    stop = adapter.n_layers if supports_restart(adapter) else None
+    cache = trace(adapter, {"input_ids": x, "attention_mask": torch.ones_like(x)}, read="pattern", stop_before=stop)
     return cache.stack("pattern").transpose(0, 1).float().cpu()
 
 

@@ -66,6 +66,7 @@ def trace(
     path: str = "auto",
     keep_grad: bool = False,
     grad: Optional[Callable] = None,
+    stop_before: Optional[int] = None,
 ) -> Cache:
     """Run ``adapter``'s model once on ``inputs`` (texts, encodings or a batch dict) with
     ``edit`` applied, and return the :class:`Cache` of ``read`` (shapes in its docstring),
@@ -77,18 +78,27 @@ def trace(
     ``grad``: ``fn(output) -> scalar``; the gradient of that scalar at every read site is
     in ``cache.grad(name)`` (same shape as the site), from the same forward.
 
+    ``stop_before``: as :class:`Trace`'s (``n_layers``: after the last layer, TransformerLens's
+    ``stop_at_layer``); ``cache.output`` is then ``None``.
+
     Example (TransformerLens: ``model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z",
     zero_head_2)])``)::
 
         cache = trace(adapter, ["The cat sat."], edit={"blocks.1.attn.hook_z": Zero(head=2)},
                       read=["blocks.1.hook_resid_post"])
     """
+    if grad is not None and stop_before is not None:
+        raise InputError("grad= needs the model's output: a forward that stops before it has none")
     batch = _batch(adapter, inputs)
     keep = keep_grad or grad is not None
+    out = None  # where the forward stops (stop_before), the model returns nothing
     with (
-        Trace(adapter, read, edit, rows=rows, restart_from=restart_from, stack=stack, path=path, keep_grad=keep) as tr,
+        Trace(
+            adapter, read, edit, rows=rows, restart_from=restart_from, stack=stack, path=path, keep_grad=keep,
+            stop_before=stop_before,
+        ) as tr,
         torch.set_grad_enabled(keep),
-    ):
+    ):  # fmt: skip
         out = adapter.model(**batch)
         if grad is not None:
             names = list(tr.cache)
