@@ -16,7 +16,8 @@ every model in the process (the null model's included): a global forward hook
 * **backward layer work**: the same tokens when a gradient flows back through the block
   (a tensor hook on its output), in capture passes.
 
-Prints the capture pass's time, the whole run's time (load, capture, sections, render) and
+Prints the capture pass's time (the median of ``--captures`` passes: the report's own and
+the others after the run), the whole run's time (load, capture, sections, render) and
 their ratio, each section's time, forwards, forward and backward work in capture passes,
 peak resident memory (the process's high-water mark), the load average, and for the claims'
 removals the floor their decisions need, read from summary.json: every (head, example)
@@ -31,6 +32,7 @@ import json
 import logging
 import os
 import resource
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -94,6 +96,24 @@ def claims_floor(summary: dict, n_layers: int, n_examples: int) -> str:
     )
 
 
+def recapture(ctx) -> float:
+    """Seconds of one more capture pass of the run's corpus, as the run captured it (the
+    report's batch size), outside the report's time: one capture pass moved by a fifth
+    between runs of the same hour, more than the changes measured against it."""
+    from probe.runs.capture import capture
+
+    c = ctx.corpus.kept
+    t = time.perf_counter()
+    capture(
+        ctx.adapter,
+        list(c.texts),
+        word_spans=list(c.word_spans) if c.word_spans else None,
+        targets=list(c.targets) if c.targets else None,
+        batch_size=16,  # open_run's, the report's
+    )
+    return time.perf_counter() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conllu", default=None)
@@ -101,6 +121,12 @@ def main() -> None:
     ap.add_argument("--model", default="minilm", help="the model (default minilm; smollm2 counts its LlamaMLP blocks)")
     ap.add_argument("--sections", default=None, help="comma-separated (default: all)")
     ap.add_argument("--out", default=None, help="where the report is written (default: a temporary folder)")
+    ap.add_argument(
+        "--captures",
+        type=int,
+        default=3,
+        help="capture passes timed: the report's own and the others after it; the ratio takes their median",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     load0 = os.getloadavg()
@@ -160,6 +186,8 @@ def main() -> None:
     write_report(data, out, force=True)
     t_render = time.perf_counter() - t
     total = time.perf_counter() - t0
+    captures = [t_capture] + [recapture(ctx) for _ in range(max(1, args.captures) - 1)]
+    t_capture = statistics.median(captures)
     unit = max(1, capture[1])
     n = len(maps)
     print(
@@ -168,7 +196,8 @@ def main() -> None:
         f"after {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print(
-        f"capture pass {t_capture:.1f} s ({capture[0]} forwards, {capture[1]} layer-tokens); whole run {total:.1f} s "
+        f"capture pass {t_capture:.1f} s, the median of {len(captures)} ({', '.join(f'{x:.1f}' for x in captures)} s; "
+        f"{capture[0]} forwards, {capture[1]} layer-tokens); whole run {total:.1f} s "
         f"(load {t_load:.1f} s, render {t_render:.1f} s) = {total / t_capture:.1f} capture passes of time"
     )
     print(
