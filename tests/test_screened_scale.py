@@ -132,13 +132,17 @@ def test_report_takes_the_screened_path_and_the_claims_reuse_the_ablation(many_h
     table is the screen's (every head; the confirmed ones exact), the claims take its run
     (``reused``) instead of screening again, the settings state the rule, and the weights of a
     screened-out head are not tested with the reason; the confirmed heads' weights read the
-    first :data:`SCREENED_EXAMPLES` of the model-run examples (here 6 of 16)."""
+    first :data:`SCREENED_EXAMPLES` of the model-run examples (here 6 of 16), whose clean
+    readouts every claims sweep takes from the screen instead of a clean forward."""
     from click.testing import CliRunner
 
-    from probe.analyses.claims import screened_claims
+    from probe.analyses.claims import removal, screened_claims
     from probe.app.cli import main
 
     monkeypatch.setattr(screened_claims, "SCREENED_EXAMPLES", 6)
+    known: list = []
+    real = removal.removal_sweep
+    monkeypatch.setattr(removal, "removal_sweep", lambda *a, **k: (known.append(k.get("known")), real(*a, **k))[1])
 
     out = tmp_path / "report"
     args = ["report", "--model", many_heads, "--sections", "ablation,claims", "--null", "none", "--out", str(out)]
@@ -157,6 +161,7 @@ def test_report_takes_the_screened_path_and_the_claims_reuse_the_ablation(many_h
     assert sum(w["status"] == "not tested" for w in weights) == 160 - causal["confirmed"]
     tested = [w for w in weights if w["status"] != "not tested"]
     assert tested and all(w["count"] == 6 for w in tested), tested[:2]
+    assert known and all(k is not None and k.shape == (6,) and np.isfinite(k).all() for k in known), known
 
 
 def test_faithfulness_permutes_the_screened_heads_on_a_sample_of_the_explained_examples():
