@@ -95,6 +95,7 @@ __all__ = [
     "split_heads",
     "supports_restart",
     "supports_site_restart",
+    "after_last_layer",
     "has_rotary",
     "query_key_projection",
     "NORM_KINDS",
@@ -417,6 +418,14 @@ def supports_restart(adapter: ModelAdapter, stack: Optional[str] = None) -> bool
     return (
         adapter.family in RESTARTABLE_FAMILIES and adapter.arch != "encoder-decoder" and stack == adapter.default_stack
     )
+
+
+def after_last_layer(adapter: ModelAdapter, stack: Optional[str] = None) -> Optional[int]:
+    """The ``stop_before`` that ends a forward after ``stack``'s last layer (its number of
+    layers: no final norm, no head), where the family's layers are located modules of their
+    own (:func:`supports_restart`; not an encoder-decoder, whose other stack would not run);
+    ``None`` (run the whole forward) elsewhere."""
+    return adapter.n_layers_of(stack) if supports_restart(adapter, stack) else None
 
 
 def supports_site_restart(adapter: ModelAdapter, stack: Optional[str] = None) -> bool:

@@ -165,7 +165,7 @@ def test_a_trace_stops_after_the_last_layer_and_the_head_means_need_nothing_afte
         try:
             stopped = ablation.position_kind_means(a, corpus, obj, 4)
             assert ran["after"] == 0  # no forward of the means reached the head
-            monkeypatch.setattr(head_views, "_stoppable", lambda *args: False)
+            monkeypatch.setattr(head_views, "after_last_layer", lambda *args: None)
             whole = ablation.position_kind_means(a, corpus, obj, 4)
             monkeypatch.undo()
             assert ran["after"] == 3  # three batches of 4, each through the head

@@ -88,7 +88,7 @@ def screened_readouts(got: Any, whole: Any, corpus: Any) -> Optional[np.ndarray]
     """``[len(corpus), ...]`` the clean readouts the screen ``got`` (a ScreenedNecessity) read
     on ``whole``, for ``corpus`` where it is ``whole``'s first examples (the model-run ones);
     ``None`` where the screen kept none or ``corpus`` is not such a prefix."""
-    clean = getattr(getattr(got, "screen", None), "clean", None)
+    clean = got.screen.clean if got.screen is not None else None
     k = len(corpus)
     if clean is None or k > len(whole) or tuple(corpus.texts) != tuple(whole.texts[:k]):
         return None

@@ -546,7 +546,7 @@ def sequential_removals(
     """
     import torch
 
-    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, block_batches, placed_readouts
+    from probe.analyses.claims.removal import RemovalJob, RemovalPlan, block_batches, known_readouts, placed_readouts
     from probe.analyses.common.metrics import as_corpus
     from probe.analyses.common.objective import given_objective
     from probe.analyses.necessity.ablation import position_kind_means
@@ -561,6 +561,7 @@ def sequential_removals(
     if means is None and any(t.mode == "mean" for t in tests):
         means = position_kind_means(adapter, corpus, obj, batch_size, stack)
     order = np.random.default_rng(seed).permutation(len(corpus))
+    read = known_readouts(known, len(corpus)) or {}
     calls = [0]
     block_level = bool(getattr(obj, "corpus_level", False)) and hasattr(obj, "block_harm")
     by_block = _by_block(obj, tests, test, block_level)
@@ -572,7 +573,7 @@ def sequential_removals(
         plan = RemovalPlan(
             corpus, obj, tuple(units[f][j] for f, j in entries), modes, means, seed, stack, batch_size,
             unit_modes=None if len(modes) == 1 else tuple((tests[f].mode,) for f, _ in entries),
-            known=None if known is None else {i: known[i] for i in idx if np.isfinite(known[i]).all()},
+            known={i: read[i] for i in idx if i in read},
         )  # fmt: skip
         batches = block_batches(adapter, corpus, idx, batch_size, first=calls[0])
         calls[0] += len(batches)

@@ -271,11 +271,13 @@ def _patterns_of(adapter: ModelAdapter, x: torch.Tensor) -> torch.Tensor:
     """``[example, layer, head, q, k]`` of one traced forward over ``x`` (float32, on the CPU),
     which stops after the last layer where the model allows (no final norm, no vocabulary
     projection: the patterns need no logits)."""
-    from probe.models.sites import supports_restart
+    from probe.models.sites import after_last_layer
     from probe.tracing.trace import trace
 
-    stop = adapter.n_layers if supports_restart(adapter) else None
-    cache = trace(adapter, {"input_ids": x, "attention_mask": torch.ones_like(x)}, read="pattern", stop_before=stop)
+    ones = torch.ones_like(x)
+    cache = trace(
+        adapter, {"input_ids": x, "attention_mask": ones}, read="pattern", stop_before=after_last_layer(adapter)
+    )
     return cache.stack("pattern").transpose(0, 1).float().cpu()
 
 

@@ -32,7 +32,7 @@ from probe.errors import InputError
 from probe.models.batching import ONE_LENGTH, one_length_batches
 
 from probe.tracing.edits import Edit, Gate, Mean, Patch, SiteContext, Zero
-from probe.models.sites import Site
+from probe.models.sites import Site, after_last_layer
 from probe.tracing.site_keys import Reader
 from probe.tracing.trace_context import Trace, TraceView
 
@@ -145,15 +145,6 @@ def ablate_heads(
     return HeadIntervention(adapter, edits, stack=stack)
 
 
-def _stoppable(adapter: ModelAdapter, stack: str) -> bool:
-    """Whether a forward can stop after ``stack``'s last layer: the families whose layers a
-    forward restarts at (:func:`probe.models.sites.supports_restart`: layers of their own,
-    located; not an encoder-decoder, whose other stack would not run)."""
-    from probe.models.sites import supports_restart
-
-    return supports_restart(adapter, stack)
-
-
 class HeadOutputRecorder(TraceView):
     """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
 
@@ -177,7 +168,7 @@ class HeadOutputRecorder(TraceView):
         for layer in self.layers:
             adapter.check_head(layer, 0, self.stack)
         self.outputs: dict[int, torch.Tensor] = {}
-        self.stop = stop and _stoppable(adapter, self.stack)
+        self.stop_before = after_last_layer(adapter, self.stack) if stop else None
 
     def _keep(self, layer: int) -> Reader:
         def fn(z: torch.Tensor, ctx: SiteContext) -> None:
@@ -187,8 +178,7 @@ class HeadOutputRecorder(TraceView):
 
     def _trace(self) -> Trace:
         read = {Site("z", layer, self.stack): self._keep(layer) for layer in self.layers}
-        stop = self.adapter.n_layers_of(self.stack) if self.stop else None
-        return Trace(self.adapter, read=read, path="hooks", stack=self.stack, stop_before=stop)
+        return Trace(self.adapter, read=read, path="hooks", stack=self.stack, stop_before=self.stop_before)
 
 
 class HeadGates(HeadIntervention):
