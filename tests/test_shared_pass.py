@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_llama_lm
 
 from probe.analyses.necessity.sequential import (
     Family,
@@ -111,26 +112,16 @@ def test_a_trace_stops_after_the_last_layer_and_the_head_means_need_nothing_afte
     model's final norm and vocabulary projection, MiniLM's pooler), ``trace`` returns its
     patterns without an output (and refuses ``grad=``, which needs one); the mean-ablation
     head means, whose forwards stop there, equal those of full forwards on both models."""
-    import transformers as T
-
     from probe.analyses.common.objective import resolve_objective
     from probe.analyses.necessity import ablation
     from probe.app.report.bundled import sample_corpus
     from probe.interventions import heads as head_views
-    from probe.models import ModelAdapter
     from probe.errors import InputError
     from probe.models.sites import layer_modules
     from probe.tracing.trace import trace
     from probe.tracing.trace_context import Trace
 
-    torch.manual_seed(0)
-    cfg = T.LlamaConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-        vocab_size=len(minilm.tokenizer), pad_token_id=0, initializer_range=0.2,
-    )  # fmt: skip
-    llama = ModelAdapter(
-        name="tiny-llama-lm", model=T.LlamaForCausalLM(cfg).eval(), tokenizer=minilm.tokenizer, family="llama"
-    )
+    llama = tiny_llama_lm(minilm.tokenizer)
     corpus = sample_corpus(12)
     for a, after in ((minilm, minilm.model.pooler), (llama, llama.model.lm_head)):
         L = a.n_layers

@@ -66,6 +66,11 @@ class AttentionCapture(TraceView):
             shape, dtype and device: the interface path computes each layer's weights in
             its slot, so recording costs no copy; the hooks path copies them there. Later
             calls, and records of another shape, are kept as usual.
+        stop: end each forward after the last chosen layer (before the next layer, or
+            after the stack's last layer: no final norm, no LM head; TransformerLens's
+            ``stop_at_layer``), where the family's layers are modules of their own
+            (:func:`probe.models.sites.after_last_layer`); the model's output is then not
+            computed (the forward returns nothing). Not with ``keep_grad``.
 
     A view of :class:`probe.tracing.trace_context.Trace`: it reads the ``pattern`` site of each chosen
     layer (layer identity by call where layers share a module: ALBERT). Hooks (or
@@ -86,6 +91,7 @@ class AttentionCapture(TraceView):
         store_dtype: Optional[torch.dtype] = None,
         path: str = "auto",
         into_buffer: bool = False,
+        stop: bool = False,
     ) -> None:
         from probe.tracing.attention_interface import choose_path
 
@@ -116,6 +122,9 @@ class AttentionCapture(TraceView):
         self.path = choose_path(adapter, self.stack, path)
         self._records: dict[int, list] = {}
         self.into_buffer = into_buffer
+        if stop and keep_grad:
+            raise InputError("a capture that stops after its last layer computes no output to take a gradient of")
+        self.stop_before = self._stop_before() if stop else None
         self._buffer: Optional[torch.Tensor] = None
         self._slot = {layer: k for k, layer in enumerate(layers)}
         self._in_buffer: set = set()
@@ -187,9 +196,16 @@ class AttentionCapture(TraceView):
             out=lambda shape, dtype, device: self._weights_out(layer, shape, dtype, device),
         )
 
+    def _stop_before(self) -> Optional[int]:
+        """The layer a stopping forward ends before (the stack's number of layers: after the
+        last), or None where the family's forward cannot stop there."""
+        from probe.models.sites import after_last_layer
+
+        return None if after_last_layer(self.adapter, self.stack) is None else self.layers[-1] + 1
+
     def _trace(self) -> Trace:
         read = {Site("pattern", layer, self.stack): self._reader(layer) for layer in self.layers}
-        return Trace(self.adapter, read=read, path=self.path)
+        return Trace(self.adapter, read=read, path=self.path, stop_before=self.stop_before)
 
     def _entered(self, tr: Trace) -> None:
         self.attention_source = tr.attention_source
@@ -540,9 +556,12 @@ def _capture_batch(
     # hooks live only during the forward, never while the caller holds a yielded map;
     # inference mode (no autograd bookkeeping at all: the records are detached anyway)
     # costs ~1–2% less than no_grad at small n; the buffer is made outside it, so the
-    # maps handed out are ordinary tensors
+    # maps handed out are ordinary tensors; the forward ends after the last captured layer
+    # (no final norm or LM head: SmolLM2's 49,152-token head is a fifth of its forward)
     with (
-        AttentionCapture(adapter, layers=layers, stack=stack, heads=heads, path=path, into_buffer=into_buffer) as cap,
+        AttentionCapture(
+            adapter, layers=layers, stack=stack, heads=heads, path=path, into_buffer=into_buffer, stop=True
+        ) as cap,
         torch.inference_mode(),
     ):
         adapter.model(**inputs)
