@@ -627,6 +627,10 @@ def test_the_block_test_stops_heads_far_under_the_bar_after_a_block(linear_gpt2,
             harm = sweep.harm["mean"][HEADS.index((layer, h))]
             assert c.count % 16 == 0 and c.effect == pytest.approx(harm[taken].mean(), rel=1e-5, abs=1e-6)
     assert "normal-mixture" in block.info["decision"] and "betting" in betting.info["decision"]
+    for run in (block, betting):  # the heads that took every example, counted in the note (not "one")
+        late = sum(v == len(MANY) for v in run.info["examples_per_head"].values())
+        took = sum(c.extra.get("decision") == "every example: the exhaustive test" for c in run.claims.values())
+        assert late == took and f"; {took} head{'' if took == 1 else 's'} still undecided" in run.info["decision"]
     with pytest.raises(InputError, match="test must be one of"):
         screened_necessity(linear_gpt2, corpus, obj, HEADS, test="t", **kw)
 

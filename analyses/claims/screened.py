@@ -342,7 +342,7 @@ def _sequential(
             harm={"mean": harm[full]}, measures={}, corpus={}, n=n, describe=objective.describe(),
         )  # fmt: skip
         for k, c in necessity_claims(sweep, importance, null=null, tests=m).items():
-            c.extra.update(decision="every example: the exhaustive test", e_value=float(res.e_value[full[0]]))
+            c.extra.update(decision=EXHAUSTIVE, e_value=float(res.e_value[full[0]]))
             claims[k] = c
     for i, u in enumerate(units):
         if not stopped[i]:
@@ -368,6 +368,13 @@ def _sequential(
 
 #: the sequential tests of the decide step, as a claim names the one that stopped it
 TESTS = {"mixture": "block test", "betting": "betting test"}
+#: the decision of a head the anytime test left undecided when the examples ran out
+EXHAUSTIVE = "every example: the exhaustive test"
+
+
+def _exhaustive(claim: Any) -> bool:
+    """Whether a sequentially tested head was left undecided and took the exhaustive test."""
+    return str((claim.extra or {}).get("decision", "")).startswith(EXHAUSTIVE)
 
 
 def _check_test(test: str) -> None:
@@ -376,14 +383,16 @@ def _check_test(test: str) -> None:
         raise InputError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
 
 
-def _decision(corpus_level: bool, test: str, block: int, m: int) -> str:
-    """How the screened path decided the heads it removed exactly, as ``info["decision"]`` says it."""
+def _decision(corpus_level: bool, test: str, block: int, m: int, exhaustive: int = 0) -> str:
+    """How the screened path decided the heads it removed exactly, as ``info["decision"]`` says
+    it; ``exhaustive``: how many were still undecided when the examples ran out."""
     if corpus_level:
         return f"BH at q = {T.FDR} over all {m} heads on every example (a corpus-level objective)"
     how = "betting e-processes" if test == "betting" else "normal-mixture e-processes on block means"
     return (
-        f"{how} in blocks of {block} stop a head early (e-BH at q = {T.FDR} over all {m} heads); one undecided "
-        f"at the end: the exhaustive test on every example, BH counting {m} heads"
+        f"{how} in blocks of {block} stop a head early (e-BH at q = {T.FDR} over all {m} heads); "
+        f"{exhaustive} {'head' if exhaustive == 1 else 'heads'} still undecided when the examples ran out, "
+        f"decided by the exhaustive test on every example, BH counting {m} heads"
     )
 
 
@@ -572,7 +581,7 @@ def screened_necessity(
         "examples_per_head": {f"L{u[0][0]}H{u[0][1]}": int(k) for u, k in used.items()},
         "exact_removals": int(sum(used.values())) + m * pilot_n,  # the pilot's removals included
         "exhaustive_removals": m * n,
-        "decision": _decision(corpus_level, test, block, m),
+        "decision": _decision(corpus_level, test, block, m, sum(_exhaustive(c) for c in exact.values())),
         "audit_misses": len(misses),
         "miss_rate": len(misses) / len(plan.audit) if plan.audit else None,
         "miss_rate_upper": bound,
