@@ -2,6 +2,7 @@
 
     python bench/bench_report_passes.py                      # the bundled sample (the main command)
     python bench/bench_report_passes.py --conllu /work/shared/data/ud-english-ewt/en_ewt-ud-dev.conllu
+    python bench/bench_report_passes.py --model smollm2 --conllu /work/shared/data/ud-english-ewt/en_ewt-ud-dev.conllu --limit 256
 
 Runs the default report of the bundled model (MiniLM) as ``probe report`` does (open the run,
 capture, every default section, render) in this process, with a counter on every forward of
@@ -9,12 +10,17 @@ every model in the process (the null model's included): a global forward hook
 (``torch.nn.modules.module.register_module_forward_hook``) counts
 
 * **forwards**: calls of the model's top module (``BertModel``; a restarted forward counts
-  as one: it calls the model's own forward);
+  as one: it calls the model's own forward; so does one that stops after a layer);
 * **layer work**: the tokens (rows × padded length) through each layer's feed-forward block
   (``BertIntermediate``): a layer skipped by a restart is not counted, a restarted layer is;
   divided by the capture pass's own count, it is the section's work in **capture passes**;
 * **backward layer work**: the same tokens when a gradient flows back through the block
-  (a tensor hook on its output), in capture passes.
+  (a tensor hook on its output), in capture passes;
+* **LM head**: the tokens projected onto the vocabulary by any model's output embedding
+  (``get_output_embeddings()``, known from a pre-hook on the top module), as passes of the
+  corpus' tokens (head tokens × layers / the capture's layer-tokens). A decoder's head costs
+  ``vocab × d_model`` per token (SmolLM2: 49,152 × 576, about 8 of its 30 layers), which the
+  layer work does not show.
 
 Prints the capture pass's time (the median of ``--captures`` passes: the report's own and
 the others after the run), the whole run's time (load, capture, sections, render) and
@@ -35,6 +41,7 @@ import resource
 import statistics
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 
@@ -47,10 +54,12 @@ class WorkCounter:
         self.forwards = 0
         self.tokens = 0
         self.back_tokens = 0
+        self.head_tokens = 0
+        self.heads: weakref.WeakSet = weakref.WeakSet()  # the output embeddings (LM heads) of the models seen
 
     def _hook(self, module, args, output) -> None:
-        if isinstance(module, self.top):
-            self.forwards += 1
+        if module in self.heads and args and hasattr(args[0], "shape"):
+            self.head_tokens += int(args[0].shape[:-1].numel())
         elif isinstance(module, self.block):
             n = int(args[0].shape[:-1].numel())
             self.tokens += n
@@ -61,17 +70,26 @@ class WorkCounter:
 
                 output.register_hook(back)
 
+    def _pre_hook(self, module, args) -> None:
+        if isinstance(module, self.top):  # counted as it starts (a forward that stops early too); its LM head
+            self.forwards += 1  # known before the head runs (the null model's too)
+            head = getattr(module, "get_output_embeddings", lambda: None)()
+            if head is not None:
+                self.heads.add(head)
+
     def __enter__(self):
         import torch
 
         self._handle = torch.nn.modules.module.register_module_forward_hook(self._hook)
+        self._pre = torch.nn.modules.module.register_module_forward_pre_hook(self._pre_hook)
         return self
 
     def __exit__(self, *exc) -> None:
         self._handle.remove()
+        self._pre.remove()
 
     def snapshot(self) -> tuple:
-        return (self.forwards, self.tokens, self.back_tokens)
+        return (self.forwards, self.tokens, self.back_tokens, self.head_tokens)
 
 
 def _peak_mib() -> float:
@@ -146,6 +164,7 @@ def main() -> None:
     corpus = fit_to_model(corpus, adapter)
     block = next(type(m) for m in adapter.model.modules() if type(m).__name__.endswith(("Intermediate", "MLP")))
     t_load = time.perf_counter() - t0
+    n_layers = adapter.n_layers  # LM-head tokens × layers / layer-tokens: passes of the corpus' tokens through the head
     with WorkCounter(type(adapter.model), block) as counter:
         ctx = open_run(
             args.model,
@@ -163,7 +182,8 @@ def main() -> None:
         marks: list = []  # (section, time, counts, peak) at each section's start
 
         print(
-            f"capture pass {t_capture:.1f} s: {capture[0]} forwards, {capture[1]} layer-tokens "
+            f"capture pass {t_capture:.1f} s: {capture[0]} forwards, {capture[1]} layer-tokens, "
+            f"{capture[3]} LM-head tokens "
             f"(load average {os.getloadavg()[0]:.2f})",
             flush=True,
         )
@@ -174,7 +194,8 @@ def main() -> None:
                 (done, ts, c0, _), (_, te, c1, peak) = marks[-2], marks[-1]
                 print(
                     f"  {done}: {te - ts:.1f} s, {c1[0] - c0[0]} forwards, work {(c1[1] - c0[1]) / max(1, capture[1]):.2f} "
-                    f"+ backward {(c1[2] - c0[2]) / max(1, capture[1]):.2f} capture passes, peak {peak:.0f} MiB "
+                    f"+ backward {(c1[2] - c0[2]) / max(1, capture[1]):.2f} capture passes, LM head "
+                    f"{(c1[3] - c0[3]) * n_layers / max(1, capture[1]):.2f} passes of the tokens, peak {peak:.0f} MiB "
                     f"(load {os.getloadavg()[0]:.2f})",
                     flush=True,
                 )
@@ -201,21 +222,22 @@ def main() -> None:
         f"(load {t_load:.1f} s, render {t_render:.1f} s) = {total / t_capture:.1f} capture passes of time"
     )
     print(
-        "| section | status | s | × capture time | forwards | forward work (capture passes) | backward work | peak RSS MiB |"
+        "| section | status | s | × capture time | forwards | forward work (capture passes) | backward work | "
+        "LM head (passes of the tokens) | peak RSS MiB |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     status = {o.name: o.status for o in data.outcomes}
-    sums = [0.0, 0, 0, 0]
+    sums = [0.0, 0, 0, 0, 0]
     for (name, ts, c0, _), (_, te, c1, peak) in zip(marks, marks[1:]):
-        s, f, w, b = te - ts, c1[0] - c0[0], c1[1] - c0[1], c1[2] - c0[2]
-        sums = [sums[0] + s, sums[1] + f, sums[2] + w, sums[3] + b]
+        s, f, w, b, h = te - ts, c1[0] - c0[0], c1[1] - c0[1], c1[2] - c0[2], c1[3] - c0[3]
+        sums = [sums[0] + s, sums[1] + f, sums[2] + w, sums[3] + b, sums[4] + h]
         print(
             f"| {name} | {status.get(name, '?')} | {s:.1f} | {s / t_capture:.1f} | {f} | {w / unit:.2f} | "
-            f"{b / unit:.2f} | {peak:.0f} |"
+            f"{b / unit:.2f} | {h * n_layers / unit:.2f} | {peak:.0f} |"
         )
     print(
         f"| all sections | | {sums[0]:.1f} | {sums[0] / t_capture:.1f} | {sums[1]} | {sums[2] / unit:.2f} | "
-        f"{sums[3] / unit:.2f} | {_peak_mib():.0f} |"
+        f"{sums[3] / unit:.2f} | {sums[4] * n_layers / unit:.2f} | {_peak_mib():.0f} |"
     )
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     print(claims_floor(summary, adapter.n_layers, n))
