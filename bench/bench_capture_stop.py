@@ -7,8 +7,8 @@
 after the last captured layer (``AttentionCapture(stop=True)``: no final norm, no LM head; a
 ``--layers`` subset ends after its last layer). This runs, alternating in one process on the
 same model, ``capture`` of the first ``--limit`` EWT dev sentences as it runs now and with the
-stop switched off (``probe.models.sites.after_last_layer`` patched to ``None``, the whole
-forward), ``--repeats`` rounds, and prints each round's seconds, the medians, their ratio and
+stop switched off (``supports_restart`` patched to ``False`` in ``probe.runs.capture``: the
+whole forward), ``--repeats`` rounds, and prints each round's seconds, the medians, their ratio and
 the largest difference of the maps (they must be equal: the layers that run are the same).
 SmolLM2's LM head projects every token onto 49,152 words (28 M multiply-adds a token against
 about 3.5 M for each of its 30 layers); MiniLM (a ``BertModel``) has only its pooler after the
@@ -49,7 +49,7 @@ def main() -> None:
         if stop:
             maps = capture(adapter, texts, word_spans=spans, batch_size=args.batch_size)
         else:
-            with mock.patch("probe.models.sites.after_last_layer", lambda *a, **k: None):
+            with mock.patch("probe.runs.capture.supports_restart", lambda *a, **k: False):
                 maps = capture(adapter, texts, word_spans=spans, batch_size=args.batch_size)
         return time.perf_counter() - t, maps
 

@@ -29,7 +29,7 @@ from probe.errors import InputError
 from probe.inputs.long_inputs import warn_if_capture_too_large
 from probe.maps import AttentionMaps
 from probe.models.batching import ONE_LENGTH, one_length_batches
-from probe.models.sites import Site
+from probe.models.sites import Site, supports_restart
 from probe.tracing.site_keys import Reader, unsupported
 from probe.tracing.trace_context import Trace, TraceView
 
@@ -69,7 +69,7 @@ class AttentionCapture(TraceView):
         stop: end each forward after the last chosen layer (before the next layer, or
             after the stack's last layer: no final norm, no LM head; TransformerLens's
             ``stop_at_layer``), where the family's layers are modules of their own
-            (:func:`probe.models.sites.after_last_layer`); the model's output is then not
+            (:func:`probe.models.sites.supports_restart`); the model's output is then not
             computed (the forward returns nothing). Not with ``keep_grad``.
 
     A view of :class:`probe.tracing.trace_context.Trace`: it reads the ``pattern`` site of each chosen
@@ -124,7 +124,8 @@ class AttentionCapture(TraceView):
         self.into_buffer = into_buffer
         if stop and keep_grad:
             raise InputError("a capture that stops after its last layer computes no output to take a gradient of")
-        self.stop_before = self._stop_before() if stop else None
+        # after the last chosen layer: before the next one, or after the stack's last (no norm, no head)
+        self.stop_before = self.layers[-1] + 1 if stop and supports_restart(adapter, self.stack) else None
         self._buffer: Optional[torch.Tensor] = None
         self._slot = {layer: k for k, layer in enumerate(layers)}
         self._in_buffer: set = set()
@@ -195,13 +196,6 @@ class AttentionCapture(TraceView):
             lambda probs, ctx: self._keep(layer, probs),
             out=lambda shape, dtype, device: self._weights_out(layer, shape, dtype, device),
         )
-
-    def _stop_before(self) -> Optional[int]:
-        """The layer a stopping forward ends before (the stack's number of layers: after the
-        last), or None where the family's forward cannot stop there."""
-        from probe.models.sites import after_last_layer
-
-        return None if after_last_layer(self.adapter, self.stack) is None else self.layers[-1] + 1
 
     def _trace(self) -> Trace:
         read = {Site("pattern", layer, self.stack): self._reader(layer) for layer in self.layers}
