@@ -331,6 +331,8 @@ def test_a_head_the_screen_rules_out_is_never_necessary_and_the_audit_bounds_the
     the Clopper–Pearson bound); the others, never removed, do not hold and read "not
     necessary (screened out)" with that bound, although the exhaustive path calls one of
     them necessary."""
+    from probe.analyses.claims.evidence import claim_evidence
+    from probe.analyses.claims.necessity import add_importance
     from probe.analyses.claims.screened import SCREENED_OUT, screened_necessity
     from probe.analyses.necessity import screen as screen_mod
     from probe.analyses.necessity.confirm import miss_rate_bound
@@ -359,6 +361,17 @@ def test_a_head_the_screen_rules_out_is_never_necessary_and_the_audit_bounds_the
         c = got.claims[k]
         assert not c.holds and c.statement == SCREENED_OUT and f"{miss_rate_bound(1, len(misses)):.1%}" in c.reason
     assert any(want[k] for k in out)  # the exhaustive path calls it necessary; never removed, it is not
+    # what a head page says of it: the screen's estimate and bound, never an empty exact-removal sentence,
+    # and no rank by a harm it never had (only the exactly removed heads are ranked, among themselves)
+    claims = add_importance(dict(got.claims))
+    for k in out:
+        c, ev = claims[k], claim_evidence("necessity", claims[k])
+        assert ev.text.startswith("never removed exactly") and "—" not in ev.text and "None" not in ev.text, ev.text
+        assert f"{c.extra['screened_estimate']:+.3g}" in ev.text and f"{c.extra['screened_upper']:.3g}" in ev.text
+        assert f"{miss_rate_bound(1, len(misses)):.1%} (95%)" in ev.text and "rank" not in ev.text
+        assert ev.numbers["screened_upper"] == c.extra["screened_upper"] and "audit" in ev.test
+    ranks = sorted(claims[k].extra["removal_rank"] for k in audited + [k for k, r in roles.items() if r == "confirmed"])
+    assert ranks == list(range(1, len(ranks) + 1)) and all(claims[k].extra["of"] == len(ranks) for k in audited)
     assert got.info["audit_misses"] == len(misses)
     assert got.info["miss_rate_upper"] == miss_rate_bound(1, len(misses))
     assert got.info["screened_out"] == len(out) and "screened out" in got.note()

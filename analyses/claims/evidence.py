@@ -146,8 +146,43 @@ def _decided_test(c, units: str) -> str:
     return f"{c.extra.get('test', 'sequential test')} against the bar, e-BH q={T.FDR} over {units}"
 
 
+def _rank_words(x: dict) -> str:
+    """A necessity claim's rank among the heads by removal harm and by gradient importance."""
+    words = ""
+    if x.get("removal_rank") is not None:
+        words += f"; rank {x['removal_rank']} of {x.get('of')} heads by harm"
+        if x.get("ranked_among"):
+            words += f" ({x['ranked_among']})"
+    if x.get("importance_rank") is not None:
+        words += (
+            f"; gradient importance rank {x['importance_rank']} (Spearman ρ over heads "
+            f"{fmt(x.get('rank_agreement_spearman'))})"
+        )
+    return words
+
+
+def _screened_out_words(c) -> tuple:
+    """A necessity claim the first-order screen ruled out (never removed exactly), in words:
+    the screen's estimate and upper bound against the bar and the audit's bound on the
+    screen's miss rate; ``(text, test, numbers)`` as :func:`_causal`."""
+    x = c.extra
+    text = (
+        f"never removed exactly: the first-order screen (attribution patching, one forward and backward "
+        f"over all {c.count} examples) puts mean-ablating it at {fmt(x.get('screened_estimate'), True)} "
+        f"({c.unit}), its upper bound {fmt(x.get('screened_upper'))} under the bar {fmt(c.null)}; "
+        f"a random audit of the screened-out heads, removed exactly, bounds the screen's miss rate at "
+        f"{x['miss_rate_upper']:.1%} ({pct(x.get('miss_rate_confidence', 0.95))})"
+    )
+    text += _rank_words(x)
+    numbers = {k: x[k] for k in ("screened_estimate", "screened_upper", "miss_rate_upper") if x.get(k) is not None}
+    test = "first-order screen's upper bound under the bar; a random audit by exact removal bounds its miss rate"
+    return text, test, numbers
+
+
 def _causal(kind: str, c) -> tuple:
     x = c.extra
+    if kind == "necessity" and x.get("reading") == "screened out":
+        return _screened_out_words(c)
     obj = x.get("objective", "")
     what = {
         "necessity": "Mean-ablating the head (its output replaced by its corpus mean)",
@@ -186,13 +221,7 @@ def _causal(kind: str, c) -> tuple:
             for mode, side in x["baselines"].items():
                 numbers[f"baseline:{mode}"] = side.get("effect")
                 numbers[f"baseline_holds:{mode}"] = 1.0 if side.get("holds") else 0.0
-        if x.get("removal_rank") is not None:
-            text += f"; rank {x['removal_rank']} of {x.get('of')} heads by harm"
-        if x.get("importance_rank") is not None:
-            text += (
-                f"; gradient importance rank {x['importance_rank']} (Spearman ρ over heads "
-                f"{fmt(x.get('rank_agreement_spearman'))})"
-            )
+        text += _rank_words(x)
     else:
         if x.get("removal_harm") is not None:
             text += f"; mean-ablation harms it by {fmt(x['removal_harm'], True)}"

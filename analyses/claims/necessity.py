@@ -183,13 +183,17 @@ def necessity_claims(
 
 def add_importance(claims: dict, importance: Optional[pd.DataFrame] = None) -> dict:
     """The necessity ``claims`` with each head's rank by its removal harm (``removal_rank``
-    ``of``) and, given ``importance`` (``layer, head, importance``), its gradient importance,
-    rank and the Spearman agreement of the two over heads."""
+    ``of``; only the heads with a measured harm are ranked, among themselves) and, given
+    ``importance`` (``layer, head, importance``), its gradient importance, rank and the
+    Spearman agreement of the two over heads."""
     keys = list(claims)
     harm = np.array([claims[k].effect for k in keys], np.float64)
-    order = {k: r + 1 for r, k in enumerate(sorted(keys, key=lambda k: -np.nan_to_num(harm[keys.index(k)], nan=-1e9)))}
-    for k in keys:
-        claims[k].extra.update(removal_rank=order[k], of=len(keys))
+    measured = [k for k, v in zip(keys, harm) if np.isfinite(v)]  # a head never removed exactly has no rank
+    order = {k: r + 1 for r, k in enumerate(sorted(measured, key=lambda k: -harm[keys.index(k)]))}
+    for k in measured:
+        claims[k].extra.update(removal_rank=order[k], of=len(measured))
+        if len(measured) < len(keys):
+            claims[k].extra.update(ranked_among="the heads removed exactly")
     if importance is None or len(importance) == 0:
         return claims
     imp = {

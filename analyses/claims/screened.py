@@ -250,6 +250,7 @@ def _screened_out(head_upper: float, estimate: float, n: int, bound: float, conf
             "screened_estimate": float(estimate),
             "screened_upper": float(head_upper),
             "miss_rate_upper": float(bound),
+            "miss_rate_confidence": float(confidence),
             "mode": "mean",
             "min_effect": floor,
         },
