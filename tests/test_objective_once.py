@@ -59,6 +59,11 @@ def test_a_report_resolves_its_objective_once_per_use(tiny_models, tmp_path, res
     # each use's choice said once, under the one noun (it was metric:, target: and objective:)
     assert len(choices) == 3 and all(c.startswith("objective: ") for c in choices), choices
     assert len({c.split(" (")[0] for c in choices}) == 3, choices
+    # the index page and report.md say them in one line, not as a Python list
+    md = (data.path / "report.md").read_text(encoding="utf-8")
+    index = (data.path / "index.html").read_text(encoding="utf-8")
+    assert f"- choices: {'; '.join(choices)}\n" in md.replace("&lt;", "<").replace("&gt;", ">"), md[:2000]
+    assert "[&quot;objective" not in index and "[&#x27;objective" not in index and "; objective: " in index
     by = {s["name"]: s["summary"] for s in summary["sections"]}
     assert by["ablation"]["metric"] == by["importance"]["metric"] == "embedding-drift"  # the one per-example resolution
 

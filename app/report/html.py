@@ -90,6 +90,12 @@ def _json_default(x):
     return str(x)
 
 
+def joined(value: Any) -> Any:
+    """A list or tuple of settings or sayings as one line (``"a; b"``), not its Python repr;
+    anything else unchanged."""
+    return "; ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     """A number formatted for humans: ``digits`` significant digits (see
     :func:`probe.app.report.style.number`), ``—`` for missing/NaN; other values as ``str``."""
@@ -97,6 +103,8 @@ def fmt(value: Any, digits: int = 3) -> str:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return str(joined(value))
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float) or hasattr(value, "dtype"):

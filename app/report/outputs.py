@@ -11,6 +11,7 @@ from pathlib import Path
 
 from probe.app.registry.presentation import CLAIMS_FIELD
 
+from .html import joined
 from .tables import notes_shown
 
 
@@ -186,7 +187,7 @@ def report_markdown(summary: dict) -> str:
         lines.append(f"- skipped examples: {n} {_md(why)}")
     for k, v in summary["settings"].items():
         if k != "model":  # written above, with its shape
-            lines.append(f"- {_md(k)}: {_md(v)}")
+            lines.append(f"- {_md(k)}: {_md(joined(v))}")
     lines += ["", "## Sections", "", "| section | status | reason | seconds |", "| --- | --- | --- | --- |"]
     for s in summary["sections"]:
         lines.append(f"| {_md(s['title'])} | {s['status']} | {_md(s['reason'])} | {s['seconds']} |")
