@@ -122,7 +122,10 @@ def test_hand_set_induction_head_is_named_by_k_composition(taxonomy):
     assert t.loc[(0, 0), "previous_token"] > 0.95
     assert taxonomy.heads("copying") == [(1, 0)] and t.loc[(1, 0), "copying"] == pytest.approx(1.0)
     assert taxonomy.roles_of(0, 0) == ["previous-token", "positional"]
-    assert taxonomy.roles_of(1, 1) == ["sink", "positional"]
+    # a sink points at position 0, an absolute position: its offset moves with the row, so it is
+    # not positional in Voita et al.'s sense (one relative offset), though its content score is 0
+    assert taxonomy.roles_of(1, 1) == ["sink"] and t.loc[(1, 1), "content"] < 0.01
+    assert t.loc[(0, 0), "positional_offset"] == -1 and t.loc[(0, 0), "positional"] > 0.9
 
 
 def test_hand_set_retrieval_head_copies_every_needle_token(taxonomy):
@@ -156,7 +159,17 @@ if __name__ == "__main__":  # python tests/test_decoder_hand_set.py: the table d
     from probe.analyses.patterns.decoder_taxonomy import decoder_taxonomy
 
     tax = decoder_taxonomy(hand_set_decoder())
-    cols = ["previous_token", "duplicate_token", "induction", "sink", "copying", "retrieval", "content"]
+    cols = [
+        "previous_token",
+        "duplicate_token",
+        "induction",
+        "sink",
+        "copying",
+        "retrieval",
+        "content",
+        "positional",
+        "positional_offset",
+    ]
     print(tax.table[["layer", "head", *cols]].round(3).to_string(index=False))
     for layer, head in zip(tax.table["layer"], tax.table["head"]):
         print(f"L{layer}H{head}: {', '.join(tax.roles_of(layer, head)) or '-'}")

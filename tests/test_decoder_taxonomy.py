@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from probe.analyses.patterns.decoder_circuits import copying_scores, ordinal_tokens, successor_scores
-from probe.analyses.patterns.decoder_heads import content_scores, decoder_head_scores
+from probe.analyses.patterns.decoder_heads import content_scores, decoder_head_scores, positional_scores
 from probe.analyses.patterns.retrieval_heads import NeedleInputs, copy_paste_scores, needle_inputs
 from probe.errors import NotApplicable
 
@@ -91,8 +91,40 @@ def test_hand_set_attention_makes_a_positional_head_and_a_content_head(bert_toke
         attn.weight[20, 32 + 16] = 4.0  # … against the token's feature
     t = decoder_head_scores(adapter, n_tokens=7, n_examples=8).table.set_index("head")
     assert t.loc[0, "content"] < 0.01 and t.loc[0, "positional_head"] and not t.loc[0, "content_head"]
+    assert t.loc[0, "positional"] == 1.0 and t.loc[0, "positional_offset"] == -1  # Voita et al.: one offset
     assert t.loc[1, "content"] > 0.5 and t.loc[1, "content_head"] and not t.loc[1, "positional_head"]
+    assert t.loc[1, "positional"] < 0.5  # its largest weight follows the token feature
     assert t.loc[0, "previous_token"] > 0.95
+
+
+def test_positional_score_closed_form():
+    """Rows i ≥ 1 of 4 × 4 maps: a previous-token map points at offset −1 in every row (share
+    1); a map on the first token points at offsets −1, −2, −3 (share 1/3, the offset of the
+    first such row); uniform rows tie, and ties go to the first key, the same."""
+    prev = torch.zeros(4, 4)
+    prev[0, 0] = 1.0
+    prev[torch.arange(1, 4), torch.arange(0, 3)] = 1.0
+    first = torch.zeros(4, 4)
+    first[:, 0] = 1.0
+    uniform = torch.tril(torch.ones(4, 4)) / torch.arange(1, 5)[:, None]
+    share, offset = positional_scores(torch.stack([prev, first, uniform])[None, None])
+    assert share[0].tolist() == pytest.approx([1.0, 1 / 3, 1 / 3]) and offset[0].tolist() == [-1, -3, -3]
+
+
+def test_a_random_models_near_uniform_heads_are_not_positional(bert_tokenizer):
+    """The calibration the positional role is held to: a random Llama's heads attend almost
+    uniformly, so their content score is near 0 (the old rule, content ≤ 0.1, named 93% of
+    re-initialised SmolLM2's heads positional), while their largest weight wanders: none
+    reaches Voita et al.'s 90% of rows at one offset."""
+    from conftest import tiny_llama_lm
+
+    adapter = tiny_llama_lm(bert_tokenizer)  # initialised at 0.2: its attention is far from uniform …
+    with torch.no_grad():
+        for layer in adapter.model.model.layers:  # … so its queries are shrunk to SmolLM2's initialiser's scale
+            layer.self_attn.q_proj.weight.mul_(0.1)
+    t = decoder_head_scores(adapter, n_tokens=10, n_examples=8).table
+    assert (t["content"] <= 0.1).all(), t["content"].tolist()
+    assert not t["positional_head"].any() and (t["positional"] < 0.3).all(), t["positional"].tolist()
 
 
 def test_content_score_closed_form():
@@ -156,6 +188,19 @@ def test_zoo_induction_taxonomy_names_its_heads_and_no_other(induction_model):
     assert any("answer tokens in 95%" in n for n in tax.notes)  # the model retrieves
     assert any(n.startswith("settings: retrieval (Wu et al. 2024)") for n in tax.notes)
     assert any("10 random tokens + the same 10 again" in n for n in tax.notes)
+
+
+def test_a_head_page_says_which_offset_a_positional_head_points_at(induction_model):
+    """The evidence a head page shows names the offset (Voita et al.'s positional head points
+    at one): zoo:induction's previous-token head at −1, a head attending to itself at 0."""
+    from probe.app.registry.analyses.decoder_heads import head_evidence, taxonomy_result
+
+    evidence = head_evidence(taxonomy_result(induction_model, n_tokens=10))
+    (prev,) = evidence[(0, 3)]
+    assert "previous-token, positional (offset -1)" in prev.text and prev.number("positional_offset") == -1
+    assert prev.label == "previous-token, positional"  # the grid's tag reads the role names
+    (self_,) = evidence[(0, 1)]
+    assert "positional (offset 0)" in self_.text and "offset" not in evidence[(1, 0)][0].text
 
 
 def test_a_model_that_cannot_retrieve_says_so_with_its_accuracy(bert_tokenizer):

@@ -18,13 +18,19 @@ without replacement within a copy. Positions: ``0`` is ``<bos>`` (TransformerLen
   earlier occurrence of the same token);
 * induction (prefix-matching) score, Olsson et al. (2022): mean over the second copy of
   ``A[i, i-T+1]`` (attention to the token *after* the earlier occurrence);
-* content score (positional versus content heads): the mean over examples and queries
-  ``i ≥ 1`` of the total-variation distance ``½ Σ_j |A_X[i, j] − A_Y[i, j]|`` between the
-  head's rows on the repeated sequence ``X`` and on ``Y``, distinct random tokens of the
-  same length: ``0`` when the pattern is a function of positions only, ``1`` when the tokens
-  decide it entirely. A head is *positional* at ≤ 0.1 and *content* over 0.5 (ours; Voita
-  et al. 2019 name positional heads by the argmax's relative position, which
-  ``previous_token`` reads here).
+* content score (content heads): the mean over examples and queries ``i ≥ 1`` of the
+  total-variation distance ``½ Σ_j |A_X[i, j] − A_Y[i, j]|`` between the head's rows on the
+  repeated sequence ``X`` and on ``Y``, distinct random tokens of the same length: ``0`` when
+  the pattern is a function of positions only, ``1`` when the tokens decide it entirely. A
+  head is *content* over 0.5 (ours).
+* positional score, Voita et al. (2019, "Analyzing Multi-Head Self-Attention"): the share of
+  the rows ``i ≥ 1`` of both ``X`` and ``Y`` whose largest weight falls at the head's most
+  common relative offset ``j − i`` (kept as ``positional_offset``: −1 the previous token, 0
+  itself); a head is *positional* at ≥ 0.9, the paper's "at least 90% of the time", on both
+  draws of tokens (an induction head that attends to itself where nothing repeats points
+  elsewhere on the second copy). A low content score alone does not make a head positional:
+  a re-initialised model's near-uniform heads have one (93% of SmolLM2's re-initialised
+  heads score ≤ 0.1) while their largest weight wanders.
 
 **The sink probe** (Gu et al. 2024, "When Attention Sink Emerges in Language Models"): ``L = 64``
 tokens (:data:`SINK_LENGTH`), random tokens of the same pool after what the tokenizer puts
@@ -82,7 +88,8 @@ __all__ = [
     "sink_ratio",
     "probe_vocabulary",
     "content_scores",
-    "POSITIONAL_MAX",
+    "positional_scores",
+    "POSITIONAL_SHARE",
     "CONTENT_MIN",
     "DecoderHeadScores",
     "decoder_head_scores",
@@ -104,8 +111,10 @@ TL_COLUMNS = {
     "duplicate_token": "duplicate_token_head",
     "induction": "induction_head",
 }
-#: content score at or under which a head is positional, over which it is a content head (ours)
-POSITIONAL_MAX, CONTENT_MIN = 0.1, 0.5
+#: content score over which a head is a content head (ours)
+CONTENT_MIN = 0.5
+#: share of rows whose largest weight is at one relative offset from which a head is positional (Voita et al. 2019)
+POSITIONAL_SHARE = 0.9
 
 
 def repeated_random_tokens(
@@ -187,6 +196,26 @@ def content_scores(patterns_x: torch.Tensor, patterns_y: torch.Tensor) -> torch.
     if a.shape != b.shape:
         raise InputError(f"content scores compare patterns of one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     return 0.5 * (a - b).abs().sum(-1).mean(dim=(0, -1))
+
+
+def positional_scores(patterns: torch.Tensor) -> tuple:
+    """``(share, offset)``, each ``[layer, head]``: over every example and row ``i ≥ 1`` of
+    ``patterns`` ``[example, layer, head, n, n]``, the relative offset ``j − i`` (≤ 0 under
+    a causal mask) of each row's largest weight, the head's most common one (``offset``) and
+    the share of rows at it (``share``), Voita et al. (2019)'s positional-head reading. Ties
+    go to the earliest key (``argmax``), so exactly uniform rows point at position 0, whose
+    offset moves with the row."""
+    p = _check(patterns)[..., 1:, :]
+    n = p.shape[-1]
+    rows = torch.arange(1, n, device=p.device)
+    offset = p.argmax(-1) - rows + (n - 1)  # [example, layer, head, n-1], shifted to 0 .. 2n-2
+    layers, heads = p.shape[1], p.shape[2]
+    flat = offset.permute(1, 2, 0, 3).reshape(layers, heads, -1)
+    counts = torch.zeros(layers, heads, 2 * n - 1, device=p.device).scatter_add_(
+        -1, flat, torch.ones(flat.shape, device=p.device)
+    )
+    best = counts.max(-1)
+    return (best.values / flat.shape[-1]).cpu(), (best.indices - (n - 1)).cpu()
 
 
 @dataclass(frozen=True)
@@ -292,7 +321,9 @@ def decoder_head_scores(
     tokens and its sink α₁ on Gu et al.'s random-token probe (module docstring), a column
     ``<role>_head`` per role (score > :data:`THRESHOLDS`), TransformerLens's ``detect_head``
     scores (``<role>_tl``), and the content score against a forward on distinct random tokens
-    (``content``, ``positional_head``, ``content_head``).
+    (``content``, ``content_head``) and the positional share and offset on both draws
+    (``positional``, ``positional_offset``, ``positional_head``; on the repeated probe alone
+    when the vocabulary is too small for distinct tokens).
 
     Raises:
         InputError: a sequence does not fit the model's positions, or the vocabulary is
@@ -303,9 +334,12 @@ def decoder_head_scores(
     patterns = _patterns_of(adapter, ids)
     if len(vocab) >= 2 * n_tokens:  # Y: as many distinct tokens, no repeat
         other = repeated_random_tokens(vocab, 2 * n_tokens, n_examples, bos, seed + 1)[:, : 1 + 2 * n_tokens]
-        content = content_scores(patterns, _patterns_of(adapter, other.to(adapter.device)))
+        distinct = _patterns_of(adapter, other.to(adapter.device))
+        content = content_scores(patterns, distinct)
+        positional, offset = positional_scores(torch.cat([patterns, distinct]))
     else:
         content = torch.full(patterns.shape[1:3], float("nan"))
+        positional, offset = positional_scores(patterns)
     sink_ids, first = sink_probe_tokens(adapter, sink_length, n_examples, seed)
     n = 1 + 2 * n_tokens
     scores = {
@@ -325,7 +359,10 @@ def decoder_head_scores(
                 row[role + "_head"] = row[role] > THRESHOLDS[role]
             row.update({role + "_tl": row[role] * f for role, f in tl_factor.items()})
             c = float(content[layer, head])
-            row.update(content=c, positional_head=c <= POSITIONAL_MAX, content_head=c > CONTENT_MIN)
+            row.update(content=c, content_head=c > CONTENT_MIN, positional=float(positional[layer, head]))
+            row.update(
+                positional_offset=int(offset[layer, head]), positional_head=row["positional"] >= POSITIONAL_SHARE
+            )
             rows.append(row)
     return DecoderHeadScores(
         pd.DataFrame(rows), sink_ratio(scores["sink"]), n_tokens, n_examples, int(sink_ids.shape[1]), first

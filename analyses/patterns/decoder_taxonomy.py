@@ -30,7 +30,7 @@ __all__ = ["TaxonomyRole", "TAXONOMY", "DecoderTaxonomy", "decoder_taxonomy"]
 @dataclass(frozen=True)
 class TaxonomyRole:
     """One role: ``column`` holds its score, ``flag`` the boolean ``score`` passes ``threshold``
-    (``above``: greater than; else at most), measured on ``probe``, defined by ``source``."""
+    (``at_least``: at or over it; else over it), measured on ``probe``, defined by ``source``."""
 
     role: str
     column: str
@@ -38,12 +38,21 @@ class TaxonomyRole:
     threshold: float
     probe: str
     source: str
-    above: bool = True
+    at_least: bool = False
+
+    def passes(self, score: float) -> bool:
+        """Whether ``score`` clears the role's threshold (as the ``flag`` column says)."""
+        return score >= self.threshold if self.at_least else score > self.threshold
+
+    @property
+    def rule(self) -> str:
+        """The threshold in words, e.g. ``> 0.4``."""
+        return f"{'≥' if self.at_least else '>'} {self.threshold:g}"
 
 
 def _roles() -> tuple:
     from .decoder_circuits import COPYING_THRESHOLD, SUCCESSOR_THRESHOLD
-    from .decoder_heads import CONTENT_MIN, POSITIONAL_MAX, THRESHOLDS
+    from .decoder_heads import CONTENT_MIN, POSITIONAL_SHARE, THRESHOLDS
     from .retrieval_heads import RETRIEVAL_THRESHOLD
 
     rr = "repeated random tokens"
@@ -81,7 +90,13 @@ def _roles() -> tuple:
         ),
         TaxonomyRole("sink", "sink", "sink_head", THRESHOLDS["sink"], "random tokens, length 64", "Gu et al. 2024"),
         TaxonomyRole(
-            "positional", "content", "positional_head", POSITIONAL_MAX, "two token draws", "ours", above=False
+            "positional",
+            "positional",
+            "positional_head",
+            POSITIONAL_SHARE,
+            "repeated and distinct random tokens",
+            "Voita et al. 2019",
+            at_least=True,
         ),
         TaxonomyRole("content", "content", "content_head", CONTENT_MIN, "two token draws", "ours"),
     )
@@ -122,7 +137,7 @@ class DecoderTaxonomy:
 
 def _settings(base, vocab_size: int) -> list:
     """The pattern detectors' settings, one line each (what the output writes beside the scores)."""
-    from .decoder_heads import CONTENT_MIN, POSITIONAL_MAX, THRESHOLDS
+    from .decoder_heads import CONTENT_MIN, POSITIONAL_SHARE, THRESHOLDS
 
     t, n = base.n_tokens, base.n_examples
     big_n = 1 + 2 * t
@@ -139,7 +154,9 @@ def _settings(base, vocab_size: int) -> list:
         f"{base.sink_first}, the rest random; alpha_1 = mean attention to position 0 over all queries; sink head when "
         f"> {THRESHOLDS['sink']:g} (the paper's epsilon); Sink1^0.3 = {base.sink_ratio:.2f}",
         f"settings: content = mean total variation between the rows on the repeated probe and on {2 * t} distinct "
-        f"random tokens; positional when <= {POSITIONAL_MAX:g}, content when > {CONTENT_MIN:g} (ours)",
+        f"random tokens, content head when > {CONTENT_MIN:g} (ours); positional = share of the rows i >= 1 of both "
+        f"probes whose largest weight is at the head's most common relative offset, head when >= "
+        f"{POSITIONAL_SHARE:g} (Voita et al. 2019)",
     ]
 
 

@@ -105,7 +105,10 @@ def head_evidence(result: Result) -> dict:
             for r in TAXONOMY
             if bool(rec.get(r.flag)) and r.flag.removesuffix("_head") in shares
         }
-        said = ", ".join(roles) if roles else "none of the taxonomy's roles"
+        words = [
+            f"positional (offset {int(rec['positional_offset'])})" if r == "positional" else r for r in roles
+        ]  # Voita et al.'s positional head points at one relative offset: say which
+        said = ", ".join(words) if roles else "none of the taxonomy's roles"
         text = (
             f"Decoder probes: {said} (each score against its threshold on its own probe input: "
             "repeated random tokens, the OV circuit, needle-in-a-haystack decoding)."
@@ -120,7 +123,11 @@ def head_evidence(result: Result) -> dict:
                 label=", ".join(roles),
                 brief=said,
                 strong=(said,),
-                numbers={**{r.column: rec[r.column] for r in TAXONOMY if finite(rec.get(r.column))}, **null},
+                numbers={
+                    **{r.column: rec[r.column] for r in TAXONOMY if finite(rec.get(r.column))},
+                    **({"positional_offset": rec["positional_offset"]} if finite(rec.get("positional_offset")) else {}),
+                    **null,
+                },
             )
         ]
     return out
@@ -132,7 +139,8 @@ NULL_SHARE_MAX = 0.5
 
 def _tag(evidence: list) -> str:
     """The head's taxonomy roles in short; in parentheses a role that half or more of a
-    re-initialised model's heads pass too (a random GPT-2's heads all read "positional")."""
+    re-initialised model's heads pass too (a content-score rule once named every head of a random
+    GPT-2 "positional")."""
     ev = next((e for e in evidence if e.kind == "taxonomy"), None)
     if ev is None or not ev.label:
         return ""
@@ -162,8 +170,7 @@ def _block(data, layer: int, head: int) -> str:
         if v is None:
             rows.append(f"<tr><td>{esc(role)}</td><td>not scored</td><td></td><td>{esc(r.probe)}</td><td></td></tr>")
             continue
-        passes = v > r.threshold if r.above else v <= r.threshold
-        rule = f"{'>' if r.above else '≤'} {r.threshold:g}"
+        passes, rule = r.passes(v), r.rule
         rows.append(
             f"<tr><td>{esc(role)}</td><td>{'<b>' if passes else ''}{number(v, digits=2)}{'</b>' if passes else ''}"
             f"</td><td>{esc(rule)}</td><td>{esc(r.probe)}</td><td>{esc(r.source)}</td></tr>"
