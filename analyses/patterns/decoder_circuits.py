@@ -15,17 +15,20 @@ unembedding ``[vocab, d_model]``).
   when it does neither (a permutation of tokens, a random map). It is computed from the
   ``[head_dim, head_dim]`` matrix ``W_V^h W_Eᵀ W_U W_O^h``, whose eigenvalues are ``M``'s
   non-zero ones. This is the eigenvalue version, not the logit increase of the attended
-  token on a forward. A head copies when the score exceeds 0.5 (:data:`COPYING_THRESHOLD`;
-  ours: the papers show the distribution and do not threshold it).
+  token on a forward. The norms' gains are folded in as TransformerLens folds them
+  (:func:`probe.analyses.writes.token_circuits.copying_scores`, the one implementation). A
+  head copies when the score exceeds 0.5 (:data:`COPYING_THRESHOLD`; ours: the papers show
+  the distribution and do not threshold it; no head of a re-initialised SmolLM2 passes it,
+  whose largest score is 0.08, :func:`.decoder_taxonomy.null_shares`).
 * **Successor score** (Gould et al. 2023, "Successor Heads"): for the ordinal sequences the
   tokenizer holds as single tokens (numbers 1–20, letters, weekdays, months), the share of
   tokens ``t_i`` (not the last of its sequence) whose OV-circuit logits, among every
   ordinal token found, are highest at ``t_{i+1}``. Chance is ``1 / #ordinal tokens``. A
   head is a successor head when the score exceeds 0.5 (:data:`SUCCESSOR_THRESHOLD`; ours).
 
-Both ignore the layer norms and biases on the way (their per-dimension scales are not
-folded in) and Gould et al.'s first-MLP "effective embedding": the raw input embedding is
-used, which is what a model without such an MLP reads.
+The successor score ignores the layer norms and biases on the way (their per-dimension
+scales are not folded in); both leave out Gould et al.'s first-MLP "effective embedding":
+the raw input embedding is used, which is what a model without such an MLP reads.
 """
 
 from __future__ import annotations

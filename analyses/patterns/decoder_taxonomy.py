@@ -224,16 +224,24 @@ def _detect_circuits(adapter: ModelAdapter, table: pd.DataFrame, n_examples: int
 def null_shares(adapter: ModelAdapter, n_tokens: int, n_examples: int, seed: int = 0) -> dict:
     """``{role: share}``: the share of the re-initialised model's heads
     (:func:`probe.analyses.claims.null_model.null_adapter`, seed ``seed``) that pass each
-    pattern role's threshold on the same probes — what a threshold without a published value
-    is calibrated against (the share should be small)."""
+    pattern role's threshold on the same probes, and the copying and successor thresholds on
+    its weights (successor where the tokenizer holds ordinal tokens) — what a threshold
+    without a published value is calibrated against (the share should be small)."""
     from probe.analyses.claims.null_model import null_adapter
 
+    from .decoder_circuits import copying_scores, successor_scores
     from .decoder_heads import THRESHOLDS, decoder_head_scores
 
     null = null_adapter(adapter, seed=seed)
     t = decoder_head_scores(null, n_tokens=n_tokens, n_examples=n_examples, seed=seed).table
     roles = list(THRESHOLDS) + ["positional", "content"]
-    return {role: float(t[role + "_head"].mean()) for role in roles}
+    shares = {role: float(t[role + "_head"].mean()) for role in roles}
+    shares["copying"] = float(copying_scores(null)["copying_head"].mean())
+    try:
+        shares["successor"] = float(successor_scores(null)["successor_head"].mean())
+    except NotApplicable:  # no ordinal tokens: the model's successor scores are not computed either
+        pass
+    return shares
 
 
 def decoder_taxonomy(
@@ -272,7 +280,7 @@ def decoder_taxonomy(
     if calibrate:
         shares = null_shares(adapter, n_tokens, n_examples, seed)
         notes.append(
-            "calibration: share of the re-initialised model's heads that pass (same probes): "
+            "calibration: share of the re-initialised model's heads that pass (same probes and readings of the weights): "
             + ", ".join(f"{role} {share:.1%}" for role, share in shares.items())
         )
     table, more = _detect_circuits(adapter, base.table, n_examples, seed)
