@@ -101,6 +101,10 @@ def test_position_out_of_range_names_the_range(tiny_models):
         LMLoss(0).aux(a, b["input_ids"], b["attention_mask"])
     assert LMLoss(-1).aux(a, b["input_ids"], b["attention_mask"])[0].tolist() == [n - 2, int(b["input_ids"][0, -1])]
     assert LMLoss(-1).reads(n, a) == (n - 2,)
+    one = b["input_ids"][:, :1]  # a single token: no range to name, and not "1..0"
+    with pytest.raises(ValueError, match="of 1 token: it has no position with a loss") as e:
+        LMLoss(-1).aux(a, one, torch.ones_like(one))
+    assert "1..0" not in str(e.value) and "tokens" not in str(e.value)
 
 
 def test_class_logit_needs_logits_and_parse_target(tiny_models):
