@@ -64,6 +64,7 @@ def test_a_report_resolves_its_objective_once_per_use(tiny_models, tmp_path, res
     index = (data.path / "index.html").read_text(encoding="utf-8")
     assert f"- choices: {'; '.join(choices)}\n" in md.replace("&lt;", "<").replace("&gt;", ">"), md[:2000]
     assert "[&quot;objective" not in index and "[&#x27;objective" not in index and "; objective: " in index
+    assert "- limit: none\n" in md and "None" not in md  # no limit was given: said, not a Python None
     by = {s["name"]: s["summary"] for s in summary["sections"]}
     assert by["ablation"]["metric"] == by["importance"]["metric"] == "embedding-drift"  # the one per-example resolution
 

@@ -187,7 +187,7 @@ def report_markdown(summary: dict) -> str:
         lines.append(f"- skipped examples: {n} {_md(why)}")
     for k, v in summary["settings"].items():
         if k != "model":  # written above, with its shape
-            lines.append(f"- {_md(k)}: {_md(joined(v))}")
+            lines.append(f"- {_md(k)}: {_md('none' if v is None else joined(v))}")
     lines += ["", "## Sections", "", "| section | status | reason | seconds |", "| --- | --- | --- | --- |"]
     for s in summary["sections"]:
         lines.append(f"| {_md(s['title'])} | {s['status']} | {_md(s['reason'])} | {s['seconds']} |")
