@@ -198,6 +198,7 @@ def make_fixtures(d: Path, probe: list) -> dict:
 
     corrupt("index_steals_tensor", lambda c: index_edit(c, steal))
     _round_five_fixtures(d, probe, f, corrupt)
+    _gguf_fixtures(d, f)
     return f
 
 
@@ -215,6 +216,24 @@ def _edit_json(path: Path, **changes) -> None:
     data = json.loads(path.read_text())
     data.update(changes)
     path.write_text(json.dumps(data))
+
+
+def _gguf_fixtures(d: Path, f: dict) -> None:
+    """Issue 54's GGUF inputs: a text file, an empty file, a GGUF cut after its first MiB (the
+    wheel's SmolLM2 file where it is installed, else no truncated case)."""
+    (d / "not_a_model.gguf").write_text("this is not a GGUF file\n")
+    (d / "empty.gguf").write_bytes(b"")
+    f.update(gguf_text=str(d / "not_a_model.gguf"), gguf_empty=str(d / "empty.gguf"), gguf_dir=str(d))
+    from probe.errors import InputError
+    from probe.models.gguf_load import smollm2_gguf
+
+    try:
+        whole = smollm2_gguf()
+    except InputError:  # the wheel is not installed: no truncated case (the battery lists the cases it ran)
+        return
+    with open(whole, "rb") as src:
+        (d / "truncated.gguf").write_bytes(src.read(1 << 20))
+    f["gguf_truncated"] = str(d / "truncated.gguf")
 
 
 def _round_five_fixtures(d: Path, probe: list, f: dict, corrupt) -> None:
@@ -415,6 +434,10 @@ def cases(f: dict, out: str) -> list:
     add("ablate:repeated_group", ["ablate", "--text", "The cat sat.", "--group", "L0H1,L0H1", "--out", o("r3_ag")])
     add("ablate:repeated_layers", ["ablate", "--text", "The cat sat.", "--layers", "0,0", "--out", o("r3_al")])
     _round_five_cases(f, o, add)
+    for k in ("gguf_text", "gguf_empty", "gguf_truncated"):  # issue 54: each refused in one line, nothing cached
+        if k in f:
+            add(f"capture:{k}", ["capture", "--model", f"gguf:{f[k]}", "--text", "The dog barks.", "--out", o(k)])
+    add("capture:gguf_directory", ["capture", "--model", f"gguf:{f['gguf_dir']}", "--text", "hi", "--out", o("gg_dir")])
     return c
 
 

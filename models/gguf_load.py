@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from .errors import InputError
 from .gguf_cache import INSTALL_LINE, CachedFolder, cached_folder, cache_root, gguf_fingerprint
+from .model_names import missing_file_words
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def _supported_architectures() -> set:
 def check_magic(path: Path) -> None:
     """Refuse a path that is not a file starting with GGUF's magic bytes."""
     if not path.is_file():
-        raise InputError(f"gguf:{path}: no such file; gguf: names a local .gguf file")
+        raise InputError(f"gguf:{path}: {missing_file_words(path)}; gguf: names a local .gguf file")
     with open(path, "rb") as f:
         head = f.read(4)
     if head != _MAGIC:

@@ -21,6 +21,11 @@ from .errors import InputError
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
+def missing_file_words(path: Path) -> str:
+    """Why ``path`` is not a file, in a few words: ``no such file`` or ``a directory, not a file``."""
+    return "a directory, not a file" if path.is_dir() else "no such file"
+
+
 def in_hub_cache(repo_id: str) -> bool:
     """Whether the local Hugging Face cache holds ``repo_id``'s ``config.json`` (no network)."""
     if not _HUB_ID.match(repo_id):
@@ -126,4 +131,4 @@ def _check_prefixed(spec: str, prefix: str, rest: str) -> None:
             f"never downloads: download it first (hf download {rest}) or pass a local path as hf:/path/to/model"
         )
     elif prefix == "gguf" and not Path(rest).expanduser().is_file():
-        raise InputError(f"gguf:{rest}: no such file; gguf: names a local .gguf file")
+        raise InputError(f"gguf:{rest}: {missing_file_words(Path(rest).expanduser())}; gguf: names a local .gguf file")

@@ -53,6 +53,10 @@ CASES = {
         ("roles", "--model", "gguf:/nonexistent/m.gguf", "--text", "a"),
         "gguf:/nonexistent/m.gguf: no such file",
     ),
+    "gguf path a directory": (
+        ("roles", "--model", "gguf:/tmp", "--text", "a"),
+        "gguf:/tmp: a directory, not a file",
+    ),
     "missing --file": (("roles", "--file", "/nonexistent/in.txt"), "cannot read /nonexistent/in.txt"),
     "missing --conllu": (("syntax", "--conllu", "/nonexistent/t.conllu"), "cannot read /nonexistent/t.conllu"),
     "report: unknown name": (("report", "--model", "minlm"), "did you mean minilm?"),
