@@ -333,6 +333,7 @@ def test_a_head_the_screen_rules_out_is_never_necessary_and_the_audit_bounds_the
     them necessary."""
     from probe.analyses.claims.evidence import claim_evidence
     from probe.analyses.claims.necessity import add_importance
+    from probe.analyses.claims.plain import plain_sentence
     from probe.analyses.claims.screened import SCREENED_OUT, screened_necessity
     from probe.analyses.necessity import screen as screen_mod
     from probe.analyses.necessity.confirm import miss_rate_bound
@@ -370,6 +371,7 @@ def test_a_head_the_screen_rules_out_is_never_necessary_and_the_audit_bounds_the
         assert f"{c.extra['screened_estimate']:+.3g}" in ev.text and f"{c.extra['screened_upper']:.3g}" in ev.text
         assert f"{miss_rate_bound(1, len(misses)):.1%} (95%)" in ev.text and "rank" not in ev.text
         assert ev.numbers["screened_upper"] == c.extra["screened_upper"] and "audit" in ev.test
+        assert "not removed exactly" in plain_sentence("necessity", c)  # the claims table's sentence
     ranks = sorted(claims[k].extra["removal_rank"] for k in audited + [k for k, r in roles.items() if r == "confirmed"])
     assert ranks == list(range(1, len(ranks) + 1)) and all(claims[k].extra["of"] == len(ranks) for k in audited)
     assert got.info["audit_misses"] == len(misses)

@@ -130,6 +130,8 @@ def _causal_sentence(kind: str, c: Any) -> str:
     if kind == "necessity":
         if depends:
             return f"Removing it harms {obj} under some removal baselines but not others."
+        if c.extra.get("reading") == "screened out":  # never removed: the screen's bound is what it rests on
+            return "The screen puts the harm of removing it under the bar: it was not removed exactly."
         return f"Removing it alone harms {obj}." if holds else f"Removing it alone does not harm {obj} past the floor."
     if kind == "weights":
         if holds and c.extra.get("reading") == "inert sink":
