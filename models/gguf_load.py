@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 from .errors import InputError
 from .gguf_cache import INSTALL_LINE, CachedFolder, cached_folder, cache_root, gguf_fingerprint
-from .model_names import missing_file_words
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +75,11 @@ def _supported_architectures() -> set:
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     return set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
+
+
+def missing_file_words(path: Path) -> str:
+    """Why ``path`` is not a file, in a few words: ``no such file`` or ``a directory, not a file``."""
+    return "a directory, not a file" if path.is_dir() else "no such file"
 
 
 def check_magic(path: Path) -> None:

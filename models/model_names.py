@@ -21,11 +21,6 @@ from .errors import InputError
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
-def missing_file_words(path: Path) -> str:
-    """Why ``path`` is not a file, in a few words: ``no such file`` or ``a directory, not a file``."""
-    return "a directory, not a file" if path.is_dir() else "no such file"
-
-
 def in_hub_cache(repo_id: str) -> bool:
     """Whether the local Hugging Face cache holds ``repo_id``'s ``config.json`` (no network)."""
     if not _HUB_ID.match(repo_id):
@@ -131,4 +126,6 @@ def _check_prefixed(spec: str, prefix: str, rest: str) -> None:
             f"never downloads: download it first (hf download {rest}) or pass a local path as hf:/path/to/model"
         )
     elif prefix == "gguf" and not Path(rest).expanduser().is_file():
+        from .gguf_load import missing_file_words  # torch-free, as the smollm2 check above
+
         raise InputError(f"gguf:{rest}: {missing_file_words(Path(rest).expanduser())}; gguf: names a local .gguf file")
