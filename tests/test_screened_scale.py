@@ -162,6 +162,12 @@ def test_report_takes_the_screened_path_and_the_claims_reuse_the_ablation(many_h
     tested = [w for w in weights if w["status"] != "not tested"]
     assert tested and all(w["count"] == 6 for w in tested), tested[:2]
     assert known and all(k is not None and k.shape == (6,) and np.isfinite(k).all() for k in known), known
+    # every claim's evidence a reader sees is written from numbers it has: no Python None, no empty
+    # interval (a screened-out head's necessity once read "changes  by — [—, —] … over None heads")
+    for h in summary["heads"]:
+        for kind, c in h["claims"].items():
+            text = c["evidence"]["text"]
+            assert "None" not in text and "[—, —]" not in text and "  " not in text, (h["layer"], h["head"], kind, text)
 
 
 def test_faithfulness_permutes_the_screened_heads_on_a_sample_of_the_explained_examples():
