@@ -422,6 +422,24 @@ def test_screened_necessity_on_a_corpus_level_objective_is_the_exhaustive_test(t
     assert all(c.extra["tests"] == len(HEADS) for k, c in two.claims.items() if k not in out)
 
 
+def test_a_head_a_sketch_ruled_out_is_not_said_to_be_under_the_bar():
+    """A sketch's score ranks heads (a squared change of the readout) and the plan confirms its
+    top heads; no upper bound of a harm is compared with the bar. The words of a head it ruled
+    out say so, where a first-order screen's say the estimate and the bound under the bar; the
+    claim's reason and its evidence are the same sentence."""
+    from probe.analyses.claims.evidence import claim_evidence
+    from probe.analyses.claims.screened import _screened_out
+
+    sketch = _screened_out(0.02, 0.01, 40, 0.3, 0.95, 0.05, "cosine", "readout-sketch")
+    text = claim_evidence("necessity", sketch).text
+    assert text.startswith("never removed exactly: the readout-sketch screen over all 40 examples ranks it below")
+    assert "attribution patching" not in text and "under the bar" not in text and "30.0% (95%)" in text
+    assert text == sketch.reason and "readout-sketch screen" in claim_evidence("necessity", sketch).test
+    first = _screened_out(0.02, 0.01, 40, 0.3, 0.95, 0.05, "cosine", "first-order")
+    words = claim_evidence("necessity", first).text
+    assert "attribution patching" in words and "+0.01 (cosine), its upper bound 0.02 under the bar 0.05" in words
+
+
 def test_report_causal_screened_states_the_path_and_equals_across_engines(tmp_path):
     """``probe report --causal screened`` on zoo:prev-token (16 examples, the model-run cap at
     8): the necessity claims are screened on all 16 and summary.json says so (path,

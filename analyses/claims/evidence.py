@@ -22,7 +22,16 @@ from .baselines import BASELINE_WORDS
 if TYPE_CHECKING:
     from .claim import Claim
 
-__all__ = ["Evidence", "baseline_words", "builtin_evidence", "claim_evidence", "fmt", "pct", "pct_pair"]
+__all__ = [
+    "Evidence",
+    "baseline_words",
+    "builtin_evidence",
+    "claim_evidence",
+    "fmt",
+    "pct",
+    "pct_pair",
+    "screened_out_words",
+]
 
 
 def fmt(v: Any, signed: bool = False) -> str:
@@ -161,21 +170,38 @@ def _rank_words(x: dict) -> str:
     return words
 
 
-def _screened_out_words(c) -> tuple:
-    """A necessity claim the first-order screen ruled out (never removed exactly), in words:
-    the screen's estimate and upper bound against the bar and the audit's bound on the
-    screen's miss rate; ``(text, test, numbers)`` as :func:`_causal`."""
-    x = c.extra
-    text = (
-        f"never removed exactly: the first-order screen (attribution patching, one forward and backward "
-        f"over all {c.count} examples) puts mean-ablating it at {fmt(x.get('screened_estimate'), True)} "
-        f"({c.unit}), its upper bound {fmt(x.get('screened_upper'))} under the bar {fmt(c.null)}; "
-        f"a random audit of the screened-out heads, removed exactly, bounds the screen's miss rate at "
-        f"{x['miss_rate_upper']:.1%} ({pct(x.get('miss_rate_confidence', 0.95))})"
+def screened_out_words(x: dict, count: int, unit: str, bar: float) -> str:
+    """Why a head the screen ruled out is not necessary, from its claim's ``extra`` (the
+    screen's ``screen`` kind, ``screened_estimate``, ``screened_upper``, the audit's
+    ``miss_rate_upper`` and ``miss_rate_confidence``): a first-order screen's estimate of the
+    harm and its upper bound under ``bar``; a sketch's score, which ranks heads and is not in
+    the objective's units, below the heads it confirmed. The claim's reason and its evidence
+    both say this."""
+    kind = x.get("screen", "first-order")
+    if kind == "first-order":
+        why = (
+            f"the first-order screen (attribution patching, one forward and backward over all {count} examples) "
+            f"puts mean-ablating it at {fmt(x.get('screened_estimate'), True)} ({unit}), its upper bound "
+            f"{fmt(x.get('screened_upper'))} under the bar {fmt(bar)}"
+        )
+    else:
+        why = (
+            f"the {kind} screen over all {count} examples ranks it below the heads it confirmed (its score "
+            f"{fmt(x.get('screened_upper'))}, a squared change of the readout, not in {unit})"
+        )
+    return (
+        f"never removed exactly: {why}; a random audit of the screened-out heads, removed exactly, bounds the "
+        f"screen's miss rate at {x['miss_rate_upper']:.1%} ({pct(x.get('miss_rate_confidence', 0.95))})"
     )
-    text += _rank_words(x)
+
+
+def _screened_out_words(c) -> tuple:
+    """A necessity claim the screen ruled out (never removed exactly), in words
+    (:func:`screened_out_words`) with its ranks; ``(text, test, numbers)`` as :func:`_causal`."""
+    x = c.extra
+    text = screened_out_words(x, c.count, c.unit, c.null) + _rank_words(x)
     numbers = {k: x[k] for k in ("screened_estimate", "screened_upper", "miss_rate_upper") if x.get(k) is not None}
-    test = "first-order screen's upper bound under the bar; a random audit by exact removal bounds its miss rate"
+    test = f"{x.get('screen', 'first-order')} screen; a random audit by exact removal bounds its miss rate"
     return text, test, numbers
 
 

@@ -231,7 +231,23 @@ def _bar(floor: float, null: Any) -> tuple:
     return (*head_bar(floor, quantiles[~np.isnan(quantiles)], null_max), null_max)
 
 
-def _screened_out(head_upper: float, estimate: float, n: int, bound: float, confidence: float, floor: float, units):
+def _screened_out(
+    head_upper: float, estimate: float, n: int, bound: float, confidence: float, floor: float, units, kind: str
+) -> Claim:
+    """The necessity claim of a head the ``kind`` screen ruled out: it does not hold, and says
+    why (:func:`.evidence.screened_out_words`)."""
+    from .evidence import screened_out_words
+
+    extra = {
+        "reading": "screened out",
+        "screen": kind,
+        "screened_estimate": float(estimate),
+        "screened_upper": float(head_upper),
+        "miss_rate_upper": float(bound),
+        "miss_rate_confidence": float(confidence),
+        "mode": "mean",
+        "min_effect": floor,
+    }
     return Claim(
         "necessity",
         "does not hold",
@@ -240,20 +256,8 @@ def _screened_out(head_upper: float, estimate: float, n: int, bound: float, conf
         null=floor,
         unit=units,
         threshold="min_effect+fdr",
-        reason=(
-            f"screened out (estimate {estimate:.3g}, upper bound {head_upper:.3g} under the bar {floor:.3g}) and "
-            "never removed exactly; "
-            f"the audit bounds the screen's miss rate at {bound:.1%} ({confidence:.0%})"
-        ),
-        extra={
-            "reading": "screened out",
-            "screened_estimate": float(estimate),
-            "screened_upper": float(head_upper),
-            "miss_rate_upper": float(bound),
-            "miss_rate_confidence": float(confidence),
-            "mode": "mean",
-            "min_effect": floor,
-        },
+        reason=screened_out_words(extra, n, units, floor),
+        extra=extra,
     )
 
 
@@ -559,7 +563,7 @@ def screened_necessity(
     claims, rows_out = {}, []
     for i, h in enumerate(heads):
         role = "confirmed" if i in plan.confirm else "audited" if i in plan.audit else "screened out"
-        c = exact.get(h) or _screened_out(upper[i], est[i], n, bound, confidence, bar, objective.units)
+        c = exact.get(h) or _screened_out(upper[i], est[i], n, bound, confidence, bar, objective.units, scr.kind)
         if h in exact:
             c.extra.update(screen_role=role, screened_estimate=float(est[i]), screened_upper=float(upper[i]))
         claims[h] = c
