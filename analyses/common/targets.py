@@ -149,21 +149,16 @@ class LMLoss(InputObjective):
         lo = 1 if causal else 0
         p = self.position + n if self.position < 0 else self.position
         if not lo <= p < n:
-            valid = (
-                f"valid positions are {lo}..{n - 1} (or {lo - n}..-1 from the end)"
-                if n > lo
-                else "it has no position with a loss (one token: nothing before it to predict it from)"
-                if causal
-                else "it has no token"
-            )
-            raise InputError(
-                f"target position {self.position} is out of range for an example of {n} token{'s' * (n != 1)}: "
-                + valid
-                + (
-                    " — a causal LM predicts position p from p−1, so position 0 has no loss"
-                    if causal and n > lo
-                    else ""
+            if n > lo:
+                why = f"valid positions are {lo}..{n - 1} (or {lo - n}..-1 from the end)" + (
+                    " — a causal LM predicts position p from p−1, so position 0 has no loss" if causal else ""
                 )
+            elif causal:
+                why = "it has no position with a loss (one token: nothing before it to predict it from)"
+            else:
+                why = "it has no token"
+            raise InputError(
+                f"target position {self.position} is out of range for an example of {n} token{'s' * (n != 1)}: {why}"
             )
         return p
 

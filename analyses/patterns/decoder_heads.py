@@ -204,7 +204,9 @@ def positional_scores(patterns: torch.Tensor) -> tuple:
     a causal mask) of each row's largest weight, the head's most common one (``offset``) and
     the share of rows at it (``share``), Voita et al. (2019)'s positional-head reading. Ties
     go to the earliest key (``argmax``), so exactly uniform rows point at position 0, whose
-    offset moves with the row."""
+    offset moves with the row. (:mod:`.role_features`' ``positional_share`` is the same
+    reading over a corpus, offsets −2…2 and special tokens left out; here every offset of a
+    probe's stacked patterns.)"""
     p = _check(patterns)[..., 1:, :]
     n = p.shape[-1]
     rows = torch.arange(1, n, device=p.device)
@@ -359,10 +361,9 @@ def decoder_head_scores(
                 row[role + "_head"] = row[role] > THRESHOLDS[role]
             row.update({role + "_tl": row[role] * f for role, f in tl_factor.items()})
             c = float(content[layer, head])
-            row.update(content=c, content_head=c > CONTENT_MIN, positional=float(positional[layer, head]))
-            row.update(
-                positional_offset=int(offset[layer, head]), positional_head=row["positional"] >= POSITIONAL_SHARE
-            )
+            share = float(positional[layer, head])
+            row.update(content=c, content_head=c > CONTENT_MIN, positional=share)
+            row.update(positional_offset=int(offset[layer, head]), positional_head=share >= POSITIONAL_SHARE)
             rows.append(row)
     return DecoderHeadScores(
         pd.DataFrame(rows), sink_ratio(scores["sink"]), n_tokens, n_examples, int(sink_ids.shape[1]), first

@@ -109,6 +109,9 @@ def head_evidence(result: Result) -> dict:
             f"positional (offset {int(rec['positional_offset'])})" if r == "positional" else r for r in roles
         ]  # Voita et al.'s positional head points at one relative offset: say which
         said = ", ".join(words) if roles else "none of the taxonomy's roles"
+        numbers = {r.column: rec[r.column] for r in TAXONOMY if finite(rec.get(r.column))}
+        if finite(rec.get("positional_offset")):
+            numbers["positional_offset"] = rec["positional_offset"]
         text = (
             f"Decoder probes: {said} (each score against its threshold on its own probe input: "
             "repeated random tokens, the OV circuit, needle-in-a-haystack decoding)."
@@ -123,11 +126,7 @@ def head_evidence(result: Result) -> dict:
                 label=", ".join(roles),
                 brief=said,
                 strong=(said,),
-                numbers={
-                    **{r.column: rec[r.column] for r in TAXONOMY if finite(rec.get(r.column))},
-                    **({"positional_offset": rec["positional_offset"]} if finite(rec.get("positional_offset")) else {}),
-                    **null,
-                },
+                numbers={**numbers, **null},
             )
         ]
     return out
