@@ -211,3 +211,52 @@ def test_faithfulness_explains_a_capped_number_of_examples_above_the_head_count_
     line = F.explained_setting(256, sized, 270)
     assert line.startswith("16 of 256 explained, a compute cap above 144 heads"), line
     assert F.explained_setting(256, sized, 72).startswith("71 of 256 explained, as many as the attribution claim")
+
+
+def test_the_weights_bar_gives_the_null_uniform_weights_on_a_sample_of_the_examples(llama, monkeypatch):
+    """The screened path's weights claims: the null model's sampled heads are given uniform
+    weights on :data:`NULL_WEIGHT_EXAMPLES` of the examples only (its sweep sees that many), the
+    claim's source says so, and the bar is the one the exhaustive null sweep gives on those
+    examples: its per-example 95% quantile there, the sampled quantiles' mean elsewhere, the
+    Wilcoxon p against that, and the largest sampled head's mean."""
+    from probe.analyses.claims import removal, screened_claims
+    from probe.analyses.claims.null_model import null_model_for, null_quantile
+    from probe.analyses.claims.screened import null_examples
+    from probe.analyses.claims.statistics import paired_greater
+    from probe.analyses.claims.claim import Claim
+    from probe.analyses.common.objective import resolve_objective
+
+    monkeypatch.setattr(screened_claims, "NULL_WEIGHT_HEADS", 4)
+    monkeypatch.setattr(screened_claims, "NULL_WEIGHT_EXAMPLES", 5)
+    corpus = as_corpus(CORPUS[:12])
+    obj, _ = resolve_objective("loss", llama, corpus)
+    nad = null_model_for(llama, None, 0)
+    heads = [(layer, h) for layer in range(10) for h in range(16)]
+    exact = list(STRONG)
+    necessity = {h: Claim("necessity", "holds", effect=0.3) for h in exact}
+    seen: list = []
+    real = removal.removal_sweep
+    monkeypatch.setattr(
+        removal, "removal_sweep", lambda a, c, *r, **k: (seen.append((a is nad, len(c))), real(a, c, *r, **k))[1]
+    )
+    claims, _ = screened_claims._weights(
+        llama, nad, corpus, obj, heads, exact, necessity, {}, seed=0, runner=None, progress=False
+    )
+    assert seen == [(False, 12), (True, 5)]  # the model's heads on every example, the null's on the sample
+    monkeypatch.setattr(removal, "removal_sweep", real)
+    sample = null_examples(12, 5, 0)
+    pick = sorted(np.random.default_rng(0).choice(len(heads), 4, replace=False).tolist())
+    whole = real(nad, corpus, obj, units=[heads[i] for i in pick], modes=("uniform",)).harm["uniform"]  # [4, 12]
+    sampled = null_quantile(whole[:, sample])
+    level = np.full(12, sampled.mean())
+    level[sample] = sampled
+    model = real(llama, corpus, obj, units=exact, modes=("uniform",)).harm["uniform"]
+    for i, h in enumerate(exact):
+        e = claims[h].extra
+        assert "on 5 of the 12 examples" in e["null_source"] and "4 of its heads" in e["null_source"]
+        assert e["null_quantile"] == pytest.approx(
+            sampled.mean(), rel=1e-4
+        )  # batches of other lengths: float32 rounding
+        assert e["null_max"] == pytest.approx(whole[:, sample].mean(1).max(), rel=1e-4)
+        assert e["p_null"] == pytest.approx(paired_greater(model[i], level), rel=1e-3)
+    assert sum(c.status == "not tested" for c in claims.values()) == len(heads) - len(exact)

@@ -45,6 +45,7 @@ __all__ = [
     "screened_claims",
     "reusable_screen",
     "NULL_WEIGHT_HEADS",
+    "NULL_WEIGHT_EXAMPLES",
     "NULL_GROUPS",
     "REPORT_SCREEN",
     "SCREENED_EXAMPLES",
@@ -52,6 +53,15 @@ __all__ = [
 
 #: null-model heads given uniform weights for the weights claims' bar on the screened path
 NULL_WEIGHT_HEADS = 16
+
+#: of the :data:`SCREENED_EXAMPLES` the weights claims read, the null model's heads are given
+#: uniform weights on this many drawn at random (:func:`.screened.null_examples`); the others
+#: take the mean of the sampled per-example quantiles (:func:`.necessity._null_side`), as the
+#: necessity bar's null sample does. The decided path's null block is as large
+#: (:data:`.decided.NULL_BLOCK`): the null's heads sit far below the floor (SmolLM2's: a 95%
+#: quantile of 0.0006 nats, its largest head 0.0001, against a floor of 0.01), and 16 × 64
+#: rows of it cost SmolLM2's report 46 s, more than the model's own 8 × 64
+NULL_WEIGHT_EXAMPLES = 32
 
 #: null-model groups of each size the redundancy claims' bar takes on the screened path (in
 #: all, each from a random layer; the exhaustive path takes 4 of each size from every layer)
@@ -102,9 +112,12 @@ def _weights(
 ) -> tuple:
     """``(weights claims of every head, the uniform sweep or None)``: ``exact`` given uniform
     weights on ``corpus`` (``known``: its clean readouts already read), the null's bar from
-    :data:`NULL_WEIGHT_HEADS` of its heads."""
+    :data:`NULL_WEIGHT_HEADS` of its heads on :data:`NULL_WEIGHT_EXAMPLES` of the examples."""
+    from dataclasses import replace
+
     from .necessity import NullSweep, weights_claims
     from .removal import removal_sweep
+    from .screened import null_examples
 
     why = (
         f"not tested on the screened path ({len(heads)} heads): uniform attention weights are not a replacement "
@@ -122,8 +135,16 @@ def _weights(
     if nadapter is not None and "uniform" in sweep.harm:
         rng = np.random.default_rng(seed)
         pick = sorted(rng.choice(len(heads), min(len(heads), NULL_WEIGHT_HEADS), replace=False).tolist())
-        ns = removal_sweep(nadapter, corpus, objective, units=[heads[i] for i in pick], modes=("uniform",), seed=seed)
-        null = NullSweep(ns, nadapter.card["null_source"] + f" ({len(pick)} of its heads at random)")
+        sample = null_examples(len(corpus), NULL_WEIGHT_EXAMPLES, seed)
+        sub = corpus if len(sample) == len(corpus) else corpus.subset(sample, reason="the null model's weights sample")
+        ns = removal_sweep(nadapter, sub, objective, units=[heads[i] for i in pick], modes=("uniform",), seed=seed)
+        on = f"{len(pick)} of its heads at random"
+        if len(sample) < len(corpus):  # NaN on the examples it was not given uniform weights on
+            full = np.full((len(pick), len(corpus)), np.nan)
+            full[:, sample] = ns.harm["uniform"]
+            ns = replace(ns, harm={"uniform": full}, n=len(corpus))
+            on += f", on {len(sample)} of the {len(corpus)} examples"
+        null = NullSweep(ns, nadapter.card["null_source"] + f" ({on})")
     removal = np.array([necessity[h].effect for h in exact], np.float64)
     out.update(weights_claims(sweep, pattern, null=null, tests=len(heads), removal=removal))
     return out, sweep
