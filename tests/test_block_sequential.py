@@ -213,3 +213,46 @@ def test_sequential_necessity_on_the_similarity_structure_takes_each_blocks_exac
     # L5H10 (0.05 on all 24), which takes every block
     assert r.decision[:2] == ("not necessary", "not necessary") and r.decision[2] in ("necessary", "undecided")
     assert r.n_used[2] == 24 and r.mean[2] > 0.04
+
+
+def _stopped_below(harms: np.ndarray, bar: float, block: int, spread=None, q: float = 0.05) -> np.ndarray:
+    """``[r]`` bool: each row of per-example ``harms`` ``[r, n]``, fed to the block test in blocks
+    of ``block`` (variances from :func:`floored_block_variance`), stopped as "not necessary"
+    (``E' ≥ 1/q``) before it was stopped the other way or the examples ran out."""
+    from probe.analyses.necessity.sequential import floored_block_variance
+
+    r, n = harms.shape
+    test = MixtureTest(r, bar)
+    live, below = np.ones(r, bool), np.zeros(r, bool)
+    for start in range(0, n, block):
+        part = harms[:, start : start + block]
+        est, var = floored_block_variance(part, None if spread is None else np.full(r, spread))
+        test.update(est, var, part.shape[1], active=live)
+        up = live & (test.log_wealth >= np.log(1 / q))
+        down = live & ~up & (test.log_wealth_against >= np.log(1 / q))
+        below |= down
+        live &= ~(up | down)
+    return below
+
+
+def test_a_variance_floor_keeps_the_block_test_at_its_level_on_skewed_harms():
+    """Harms whose mean is the bar but which are mostly near zero with a rare large value (the
+    skewed heads of a real model): a block usually holds no large value, so its own variance is
+    small exactly when its mean is, and the block test stops the head as "not necessary" far
+    more often than its level q = 0.05. With the per-example variance floored at the harms'
+    spread (known before the data: a screen's), it stays at its level; on Gaussian harms the
+    floor at their own variance changes no decision's rate by more than noise."""
+    from probe.analyses.necessity.sequential import floored_block_variance
+
+    bar, n, rounds = 0.0757, 256, 2000
+    rng = np.random.default_rng(0)
+    rare = rng.random((rounds, n)) < 0.03
+    skewed = np.where(rare, bar / 0.03, 0.0) + rng.normal(0.0, 0.01, (rounds, n))  # mean = the bar
+    truth = float(skewed.var())
+    assert _stopped_below(skewed, bar, 32).mean() > 0.3  # the plug-in variance: far above 0.05
+    assert _stopped_below(skewed, bar, 32, spread=truth).mean() <= 0.05
+    gauss = bar + rng.normal(0.0, 0.2, (rounds, n))
+    plain, floored = _stopped_below(gauss, bar, 32).mean(), _stopped_below(gauss, bar, 32, spread=0.04).mean()
+    assert plain <= 0.05 and floored <= 0.05 and abs(plain - floored) < 0.02
+    est, var = floored_block_variance(np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]), np.array([0.5, 0.3]))
+    assert est.tolist() == [2.0, 0.0] and var == pytest.approx([1.0 / 3, 0.1])  # max(s²/b, spread/b)

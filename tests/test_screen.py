@@ -322,6 +322,32 @@ def test_screened_necessity_verdicts_equal_the_exhaustive_ones(linear_gpt2, w, e
             assert c.effect == pytest.approx(sweep.harm["mean"][i].mean(), rel=1e-5, abs=1e-6)
 
 
+def test_the_decide_step_floors_each_heads_block_variance_by_its_screened_spread(linear_gpt2, w, monkeypatch):
+    """The block test's variance of each exactly removed head is at least the first-order
+    screen's per-example spread of that head over every example (a block that holds none of a
+    skewed head's rare large harms would read its variance low exactly when its mean is), in
+    blocks of :data:`SCREENED_BLOCK` by default; the decision says so."""
+    from probe.analyses.claims import screened as screened_mod
+    from probe.analyses.claims import thresholds as T
+    from probe.analyses.necessity import sequential
+
+    monkeypatch.setitem(T.MIN_EFFECT, "linear-readout", 0.1)  # a positive bar: the block test (a bar ≤ 0 bets)
+    seen: list = []
+    real = sequential.sequential_necessity
+    monkeypatch.setattr(sequential, "sequential_necessity", lambda *a, **k: (seen.append(k), real(*a, **k))[1])
+    got = screened_mod.screened_necessity(
+        linear_gpt2, as_corpus(MANY), LinearReadout(w), HEADS, batch_size=8, min_top=0, min_audit=2, test="mixture"
+    )
+    assert len(seen) == 1 and seen[0]["block"] == screened_mod.SCREENED_BLOCK == 32
+    exact = got.table[got.table.role != "screened out"]
+    assert len(exact) > 0
+    index = {tuple(h): i for i, h in enumerate(got.screen.heads)}
+    est = got.screen.estimate["mean"].reshape(len(MANY), -1)
+    want = [est[:, index[(int(r.layer), int(r.head))]].var(ddof=1) for r in exact.itertuples()]
+    assert np.asarray(seen[0]["spread"]) == pytest.approx(want, rel=1e-12)
+    assert "at least the screen's spread" in got.info["decision"]
+
+
 def test_a_head_the_screen_rules_out_is_never_necessary_and_the_audit_bounds_the_misses(
     linear_gpt2, w, floor_at_minus_3, exhaustive, monkeypatch
 ):
