@@ -75,8 +75,8 @@ NULL_GROUPS = 8
 REPORT_SCREEN: dict[str, Any] = {"null_top": 8, "null_screen": 64, "null_sample": 64}
 
 #: the examples the weights, baselines and redundancy claims read on the screened path: the
-#: first 64 of the model-run examples, one block of the sequential test (its betting test
-#: decides a clear head on one). Their cost is heads × modes × examples; on SmolLM2 the
+#: first 64 of the model-run examples (two blocks of the decide step,
+#: :data:`.screened.SCREENED_BLOCK`). Their cost is heads × modes × examples; on SmolLM2 the
 #: confirmed heads given uniform weights and each necessary head's three baselines on all
 #: 128 would cost more than the screen of every head on every example
 SCREENED_EXAMPLES = 64
