@@ -609,9 +609,7 @@ def sequential_removals(
             rows_harm = np.stack([obj.harm(clean, pert[j]) for j in range(len(live))])
             if on_block is not None:
                 on_block(f, live, np.asarray(idx), rows_harm)
-            spread = tests[f].spread
-            floor = None if spread is None else np.asarray(spread, np.float64)[np.asarray(live)]
-            out.append(floored_block_variance(rows_harm, floor) if by_block else rows_harm)
+            out.append(floored_block_variance(rows_harm, tests[f].spread, live) if by_block else rows_harm)
         return out
 
     families = [Family(len(u), t.floor, q=q, tests=t.tests, bounds=t.bounds) for u, t in zip(units, tests)]
@@ -640,10 +638,11 @@ def block_mean_and_variance(harms: np.ndarray) -> tuple:
     return h.mean(axis=1), var
 
 
-def floored_block_variance(harms: np.ndarray, spread: Optional[np.ndarray] = None) -> tuple:
+def floored_block_variance(harms: np.ndarray, spread: Optional[np.ndarray] = None, rows: Any = None) -> tuple:
     """``(estimates [k], variances [k])``: :func:`block_mean_and_variance` of per-example harms
     ``[k, b]``, each row's per-example variance at least ``spread`` ``[k]`` (its variance of
-    the mean at least ``spread / b``).
+    the mean at least ``spread / b``; ``rows``: the ``k`` entries of a longer ``spread`` the
+    rows are).
 
     Why: a block test on a head whose harms are strongly skewed (rare large harms, most
     sentences near zero) reads its variance from a block that usually holds none of the
@@ -657,8 +656,8 @@ def floored_block_variance(harms: np.ndarray, spread: Optional[np.ndarray] = Non
     est, var = block_mean_and_variance(harms)
     if spread is None:
         return est, var
-    b = max(1, np.asarray(harms).shape[1])
-    return est, np.maximum(var, np.nan_to_num(np.asarray(spread, np.float64)) / b)
+    floor = np.asarray(spread, np.float64) if rows is None else np.asarray(spread, np.float64)[np.asarray(rows)]
+    return est, np.maximum(var, np.nan_to_num(floor) / max(1, np.asarray(harms).shape[1]))
 
 
 def sequential_necessity(
