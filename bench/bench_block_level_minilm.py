@@ -28,6 +28,7 @@ import argparse
 import time
 
 import numpy as np
+from bench_block_size import decide  # the block test fed block by block, as the report's
 
 
 def main() -> None:
@@ -44,7 +45,6 @@ def main() -> None:
     from probe.analyses.claims.removal import RemovalPlan, placed_readouts, run_removal_batches, sweep_batches
     from probe.analyses.common.objective import resolve_objective
     from probe.analyses.necessity.ablation import position_kind_means
-    from probe.analyses.necessity.sequential import MixtureTest
     from probe.inputs.corpus import load_corpus
     from probe.models import load_model
 
@@ -91,15 +91,8 @@ def main() -> None:
                 rows.append(got.rows)
         every = np.concatenate(rows)
         skew = float(((every - every.mean()) ** 3).mean() / every.std() ** 3)
-        at_bar = harm - harm.mean() + bar
-        test = MixtureTest(args.rounds, bar)
-        live, down = np.ones(args.rounds, bool), np.zeros(args.rounds, bool)
-        for b in range(blocks):
-            test.update(at_bar[:, b], var[:, b], block, active=live)
-            up = live & (test.log_wealth >= np.log(1 / args.q))
-            dn = live & ~up & (test.log_wealth_against >= np.log(1 / args.q))
-            down |= dn
-            live &= ~(up | dn)
+        _, kind = decide(harm - harm.mean() + bar, var, [block] * blocks, bar, args.q)  # at the bar
+        down = kind == -1
         z = (harm - harm.mean()) / np.sqrt(var)
         rates.append(float(down.mean()))
         ((layer, head),) = units[j]

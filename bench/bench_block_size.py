@@ -48,32 +48,41 @@ def parse_heads(text: str) -> list:
     return out
 
 
-def run_test(harms: np.ndarray, bar: float, block: int, q: float, spread: float = 0.0) -> tuple:
-    """``(stop, kind)`` of each row of ``harms`` ``[r, n]`` fed in blocks of ``block``: the
-    examples taken at the first stop (``n`` if none) and ``+1`` necessary, ``-1`` not
-    necessary, ``0`` none, by the block test at level ``q`` (threshold ``1/q`` each way);
-    ``spread``: a floor under each block's per-example variance (a block's variance of its
-    mean is at least ``spread / size``)."""
-    from probe.analyses.necessity.sequential import MixtureTest, block_mean_and_variance
+def decide(estimates: np.ndarray, variances: np.ndarray, sizes: list, bar: float, q: float) -> tuple:
+    """``(stop, kind)`` of each row of block estimates and their variances ``[r, blocks]``
+    (blocks of ``sizes`` examples) fed to the block test
+    (:class:`probe.analyses.necessity.sequential.MixtureTest`) at level ``q``, threshold
+    ``1/q`` each way: the examples taken at the first stop (all if none) and ``+1`` necessary,
+    ``-1`` not necessary, ``0`` none."""
+    from probe.analyses.necessity.sequential import MixtureTest
 
-    r, n = harms.shape
+    r = len(estimates)
     test = MixtureTest(r, bar)
-    stop = np.full(r, n)
+    stop = np.full(r, int(sum(sizes)))
     kind = np.zeros(r, int)
     live = np.ones(r, bool)
     level = np.log(1.0 / q)
-    for start in range(0, n, block):
-        est, var = block_mean_and_variance(harms[:, start : start + block])
-        var = np.maximum(var, spread / harms[:, start : start + block].shape[1])
-        test.update(est, var, harms[:, start : start + block].shape[1], active=live)
+    for b, size in enumerate(sizes):
+        test.update(estimates[:, b], variances[:, b], size, active=live)
         hit_up = live & (test.log_wealth >= level)
         hit_down = live & ~hit_up & (test.log_wealth_against >= level)
-        stop[hit_up | hit_down] = min(start + block, n)
+        stop[hit_up | hit_down] = int(sum(sizes[: b + 1]))
         kind[hit_up], kind[hit_down] = 1, -1
         live &= ~(hit_up | hit_down)
-        if not live.any():
-            break
     return stop, kind
+
+
+def run_test(harms: np.ndarray, bar: float, block: int, q: float, spread: float = 0.0) -> tuple:
+    """:func:`decide` on per-example ``harms`` ``[r, n]`` cut into blocks of ``block``, each
+    block's variance as the report takes it (``floored_block_variance``; ``spread``: the floor
+    under the per-example variance, 0 for none)."""
+    from probe.analyses.necessity.sequential import floored_block_variance
+
+    r, n = harms.shape
+    parts = [harms[:, start : start + block] for start in range(0, n, block)]
+    got = [floored_block_variance(p, np.full(r, spread)) for p in parts]
+    est, var = np.stack([g[0] for g in got], 1), np.stack([g[1] for g in got], 1)
+    return decide(est, var, [p.shape[1] for p in parts], bar, q)
 
 
 def main() -> None:

@@ -200,11 +200,18 @@ def _null(nadapter, corpus, objective, heads, examples, *, k, seed, batch_size, 
         nadapter, sub, objective, [heads[i] for i in top], modes=("mean",), seed=seed, runner=runner, batch_size=batch_size,
         means=means, known=known,
     )  # fmt: skip
-    full = np.full((len(heads), len(corpus)), np.nan)
-    full[np.ix_(top, list(examples))] = sweep.harm["mean"]
-    units = tuple((tuple(h),) for h in heads)
-    whole = replace(sweep, units=units, harm={"mean": full}, n=len(corpus))
+    whole = placed_sweep(sweep, "mean", len(corpus), examples, units=tuple((tuple(h),) for h in heads), rows=top)
     return NullSweep(whole, nadapter.card["null_source"]), len(top)
+
+
+def placed_sweep(sweep: Any, mode: str, n: int, examples: Sequence[int], units: Any = None, rows: Any = None) -> Any:
+    """``sweep`` (a :class:`.removal.RemovalSweep` of ``mode`` on ``examples`` of a corpus of
+    ``n``) as one on the whole corpus: its harms ``[len(units), n]`` at those examples (and,
+    with ``units``, at its ``rows`` of them), NaN elsewhere, which the null's quantiles ignore."""
+    units = sweep.units if units is None else units
+    full = np.full((len(units), n), np.nan)
+    full[np.ix_(list(range(len(units))) if rows is None else list(rows), list(examples))] = sweep.harm[mode]
+    return replace(sweep, units=units, harm={mode: full}, n=n)
 
 
 def null_examples(n: int, size: Optional[int], seed: int) -> list:
@@ -347,7 +354,7 @@ def _sequential(
     res = sequential_necessity(
         adapter, corpus, [u[0] for u in units], floor=bar, bounds=(lo, hi) if test == "betting" else None,
         objective=objective, q=T.FDR, block=block, batch_size=batch_size, seed=seed, means=means, runner=runner,
-        on_block=keep, tests=m, test=test, known=known, spread=spread if test == "mixture" else None,
+        on_block=keep, tests=m, test=test, known=known, spread=spread,
     )  # fmt: skip
     stopped = (res.n_used < n) | (res.e_value >= m / T.FDR)
     claims, used = {}, {u: int(k) for u, k in zip(units, res.n_used)}

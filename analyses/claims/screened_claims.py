@@ -113,11 +113,9 @@ def _weights(
     """``(weights claims of every head, the uniform sweep or None)``: ``exact`` given uniform
     weights on ``corpus`` (``known``: its clean readouts already read), the null's bar from
     :data:`NULL_WEIGHT_HEADS` of its heads on :data:`NULL_WEIGHT_EXAMPLES` of the examples."""
-    from dataclasses import replace
-
     from .necessity import NullSweep, weights_claims
     from .removal import removal_sweep
-    from .screened import null_examples
+    from .screened import null_examples, placed_sweep
 
     why = (
         f"not tested on the screened path ({len(heads)} heads): uniform attention weights are not a replacement "
@@ -140,9 +138,7 @@ def _weights(
         ns = removal_sweep(nadapter, sub, objective, units=[heads[i] for i in pick], modes=("uniform",), seed=seed)
         on = f"{len(pick)} of its heads at random"
         if len(sample) < len(corpus):  # NaN on the examples it was not given uniform weights on
-            full = np.full((len(pick), len(corpus)), np.nan)
-            full[:, sample] = ns.harm["uniform"]
-            ns = replace(ns, harm={"uniform": full}, n=len(corpus))
+            ns = placed_sweep(ns, "uniform", len(corpus), sample)
             on += f", on {len(sample)} of the {len(corpus)} examples"
         null = NullSweep(ns, nadapter.card["null_source"] + f" ({on})")
     removal = np.array([necessity[h].effect for h in exact], np.float64)
