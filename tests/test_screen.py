@@ -797,3 +797,45 @@ def types_ns(**kw):
     from types import SimpleNamespace
 
     return SimpleNamespace(**kw)
+
+
+def test_a_first_order_screen_takes_the_head_means_from_its_own_forwards(bert_tokenizer, monkeypatch):
+    """The mean mode's first-order estimate is linear in the head means (``−Σ g·z + Σ_k m_k·S_k``),
+    so a screen given no means sums them from its own forwards and finishes the estimates after:
+    one forward per batch instead of a forward of the corpus for the means first, the same
+    means and estimates as a screen given :func:`position_kind_means` (float rounding). Where
+    the per-kind sums would not fit (``FOLD_BYTES``) it computes the means first, as before."""
+    from conftest import tiny_llama_lm
+
+    import probe.analyses.necessity.screen as screen_module
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.analyses.necessity.screen import folds_means
+
+    a = tiny_llama_lm(bert_tokenizer, layers=3)
+    corpus = as_corpus(TEXTS)
+    obj = resolve_objective("auto", a, corpus, use="per-example")[0]
+    assert obj.name == "loss" and folds_means(a, "first-order", len(corpus))
+    assert not folds_means(a, "readout-sketch", len(corpus)) and not folds_means(a, "first-order", 513)
+    means = position_kind_means(a, corpus, obj, 3, a.default_stack)
+    given = screen_heads(a, corpus, obj, modes=("mean", "zero"), batch_size=3, seed=4, means=means)
+    forwards: list = []
+    hook = a.model.register_forward_pre_hook(lambda m, args: forwards.append(1))
+    try:
+        folded = screen_heads(a, corpus, obj, modes=("mean", "zero"), batch_size=3, seed=4)
+        n_folded = len(forwards)
+        monkeypatch.setattr(screen_module, "FOLD_BYTES", 0)
+        forwards.clear()
+        first = screen_heads(a, corpus, obj, modes=("mean", "zero"), batch_size=3, seed=4)
+        n_first = len(forwards)
+    finally:
+        hook.remove()
+    assert n_folded == 3 and n_first == 6  # 8 sentences in batches of 3: the means' own 3 forwards saved
+    for got in (folded, first):
+        assert got.means.counts == means.counts
+        torch.testing.assert_close(got.means.values, means.values, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(got.estimate["zero"], given.estimate["zero"])
+        scale = np.abs(given.estimate["mean"]).max()
+        assert scale > 1e-2  # the heads matter
+        np.testing.assert_allclose(got.estimate["mean"], given.estimate["mean"], rtol=0, atol=1e-6 * scale)
+    with pytest.warns(UserWarning, match="averages head outputs over only 2 example"):
+        screen_heads(a, TEXTS[:2], obj, modes=("mean",), batch_size=2)

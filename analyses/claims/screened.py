@@ -181,14 +181,13 @@ def _null(nadapter, corpus, objective, heads, examples, *, k, seed, batch_size, 
     if nadapter is None:
         return None
     sub = corpus if len(examples) == len(corpus) else corpus.subset(examples, reason="the null model's sample")
-    means = position_kind_means(
-        nadapter, sub, objective, batch_size, nadapter.default_stack
-    )  # screen and sweep share it
-    ranked, pick = sub, list(range(len(sub)))
+    ranked, pick, means = sub, list(range(len(sub))), None
     if screen_on is not None and screen_on < len(sub):
         pick = sorted(np.random.default_rng(seed).choice(len(sub), int(screen_on), replace=False).tolist())
         ranked = sub.subset(pick, reason="the null model's screened sample")
+        means = position_kind_means(nadapter, sub, objective, batch_size, nadapter.default_stack)  # of sub, not ranked
     scr = screen_heads(nadapter, ranked, objective, modes=("mean",), seed=seed, batch_size=batch_size, means=means)
+    means = scr.means  # screen and sweep share it (the screen's own forwards sum it where it folds them)
     index = {h: i for i, h in enumerate(scr.heads)}
     upper = scr.upper("mean")[[index[tuple(h)] for h in heads]]
     top = sorted(np.argsort(-np.nan_to_num(upper, nan=np.inf), kind="stable")[:k].tolist())
@@ -526,7 +525,6 @@ def screened_necessity(
     Raises:
         InputError: an objective or head that does not fit (from the screen and the sweeps).
     """
-    from probe.analyses.necessity.ablation import position_kind_means
     from probe.analyses.necessity.confirm import miss_rate_bound, plan_confirmation
     from probe.analyses.necessity.screen import screen_heads
 
@@ -534,11 +532,11 @@ def screened_necessity(
     started = time.time()
     heads = [tuple(map(int, h)) for h in heads]
     m, n, floor = len(heads), len(corpus), T.min_effect(objective.name)
-    means = position_kind_means(adapter, corpus, objective, batch_size, adapter.default_stack)
     scr = screen_heads(
-        adapter, corpus, objective, modes=("mean",), seed=seed, means=means, runner=runner,
-        batch_size=batch_size, progress=progress,
+        adapter, corpus, objective, modes=("mean",), seed=seed, runner=runner, batch_size=batch_size,
+        progress=progress,
     )  # fmt: skip
+    means = scr.means  # its head means (summed by its own forwards where it folds them), for every removal
     index = {h: i for i, h in enumerate(scr.heads)}
     rows = [index[h] for h in heads]
     first, pilot_n = None, 0

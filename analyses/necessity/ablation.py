@@ -71,6 +71,8 @@ __all__ = [
     "sweep_heads_naive",
     "sweep_values",
     "position_kind_means",
+    "kind_means",
+    "warn_few_mean_examples",
     "KindMeans",
     "check_heads",
     "run_rows",
@@ -168,13 +170,7 @@ def position_kind_means(
     Warns:
         UserWarning when the corpus has fewer than :data:`MIN_MEAN_EXAMPLES` examples.
     """
-    if len(corpus) < MIN_MEAN_EXAMPLES:
-        warnings.warn(
-            f"mean-ablation averages head outputs over only {len(corpus)} example(s); "
-            f"the mean is noisy — give at least {MIN_MEAN_EXAMPLES} examples or use --mode zero",
-            UserWarning,
-            stacklevel=3,
-        )
+    warn_few_mean_examples(len(corpus), stacklevel=4)
     if sample is not None and len(corpus) > sample:
         keep = np.sort(np.random.default_rng(seed).choice(len(corpus), sample, replace=False))
         corpus = corpus.subset(keep.tolist(), reason="not in the head means' sample")
@@ -193,6 +189,24 @@ def position_kind_means(
             counts[k] += float(sel.sum())
             for layer in range(n_layers):
                 sums[k, layer] += rec.outputs[layer].cpu().double()[sel].sum(0)
+    return kind_means(sums, counts, kinds)
+
+
+def warn_few_mean_examples(n: int, stacklevel: int = 3) -> None:
+    """The ``UserWarning`` that head means over fewer than :data:`MIN_MEAN_EXAMPLES` examples are noisy."""
+    if n < MIN_MEAN_EXAMPLES:
+        warnings.warn(
+            f"mean-ablation averages head outputs over only {n} example(s); "
+            f"the mean is noisy — give at least {MIN_MEAN_EXAMPLES} examples or use --mode zero",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+
+
+def kind_means(sums: torch.Tensor, counts: torch.Tensor, kinds) -> KindMeans:
+    """The :class:`KindMeans` of per-kind sums of head outputs ``sums`` ``[n_kinds, n_layers,
+    n_heads, head_dim]`` (float64) over ``counts`` ``[n_kinds]`` positions (a kind with none
+    gets the one mean over all positions)."""
     means = sums / counts.clamp(min=1)[:, None, None, None]
     total = sums.sum(0) / counts.sum().clamp(min=1)
     means[counts == 0] = total

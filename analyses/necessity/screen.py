@@ -52,7 +52,10 @@ through one layer's contribution to the residual stream dropped, and averages th
 estimates, ``1/(L−1) Σ_ℓ |ΔR_ℓ|`` (:attr:`HeadScreen.graddrop`; docs/screening.md).
 
 Cost: one forward + one backward per batch (``readout-sketch``: ``k`` backwards), against
-``n_heads × n_modes`` restarted forwards per batch for the exact sweep.
+``n_heads × n_modes`` restarted forwards per batch for the exact sweep. The ``mean`` mode
+needs the corpus's head means before its replacement ``r_h`` is known; a first-order screen
+given none takes them from its own forwards (its estimate is linear in them, :class:`_Fold`),
+so the means cost no forward of their own.
 """
 
 from __future__ import annotations
@@ -68,8 +71,8 @@ import torch
 from probe.analyses.claims.removal import resample_sources, sweep_batches
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import Objective, given_objective
-from probe.analyses.necessity.ablation import position_kind_means
-from probe.analyses.necessity.position_kinds import KindMeans, position_kinds
+from probe.analyses.necessity.ablation import MEAN_SAMPLE, kind_means, position_kind_means, warn_few_mean_examples
+from probe.analyses.necessity.position_kinds import KindMeans, PositionKinds, position_kinds
 from probe.runs.blocks import InProcess, Part
 from probe.tracing.edits import Apply
 from probe.errors import InputError
@@ -86,10 +89,17 @@ __all__ = [
     "screen_heads",
     "screen_kind",
     "upper_bound",
+    "folds_means",
+    "FOLD_BYTES",
 ]
 
 #: the removal modes a screen linearises (those that replace ``z`` by a value)
 SCREEN_MODES = ("mean", "zero", "resample")
+#: the most bytes a first-order screen holds to take the head means from its own forwards
+#: (:func:`screen_heads`' ``means=None``: each example's gradient summed per position kind,
+#: ``[kinds, L, H, head_dim]`` float32, counted at 4 kinds an example; SmolLM2 on 256
+#: sentences: 71 MB); more, and the means take a forward of their own first
+FOLD_BYTES = 512 * 2**20
 KINDS = ("first-order", "readout-sketch", "output-sketch")
 
 
@@ -111,6 +121,9 @@ class HeadScreen:
             of the same examples need not run again to the end
             (:class:`probe.analyses.claims.removal.RemovalPlan`'s ``known``); ``None`` for an
             ``output-sketch`` (its forward reads the log-probabilities, not the readout).
+        means: the per-kind head means (a ``KindMeans``) the ``mean`` mode replaced ``z`` by:
+            those given, or computed for it (by the screen's own forwards where it folds
+            them, :func:`screen_heads`); ``None`` without the ``mean`` mode.
     """
 
     estimate: dict
@@ -122,6 +135,7 @@ class HeadScreen:
     units: str = ""
     graddrop: Optional[dict] = None
     clean: Optional[np.ndarray] = None
+    means: Optional[KindMeans] = None
 
     @property
     def heads(self) -> list:
@@ -186,17 +200,70 @@ def _replacements(mode: str, z: torch.Tensor, layer: int, batch, means, src) -> 
     return z.reshape(b * s, H, dh)[src.reshape(-1)].reshape(b, s, H, dh) - z
 
 
-def _linearised_edit(alpha: torch.Tensor, modes: Sequence[str], layer: int, batch, means, src):
-    """The edit ``z ← z + Σ_m α_m (r_m − z)`` of one layer (``alpha [M, b, H]``, zero)."""
+def _linearised_edit(alpha: torch.Tensor, modes: Sequence[str], layer: int, batch, means, src, fold=None):
+    """The edit ``z ← z + Σ_m α_m (r_m − z)`` of one layer (``alpha [M, b, H]``, zero); with
+    ``fold`` (a :class:`_Fold`, the means not known yet) the ``mean`` mode's term is
+    ``α (−z) + β[kind]`` and ``z`` is added to the fold's per-kind sums."""
 
     def edit(z, ctx):
         zd = z.detach()
         out = z
         for m, mode in enumerate(modes):
+            if fold is not None and mode == "mean":
+                out = out + alpha[m][:, None, :, None].to(z.dtype) * -zd + fold.term(layer, z)
+                fold.add(layer, zd)
+                continue
             out = out + alpha[m][:, None, :, None].to(z.dtype) * _replacements(mode, zd, layer, batch, means, src)
         return out
 
     return edit
+
+
+class _Fold:
+    """One batch of a screen that takes the head means from its own forward (:func:`screen_heads`
+    with ``means=None``). The mean mode's first-order estimate is linear in the means:
+    ``Σ_pos g·(m_kind(pos) − z) = −Σ_pos g·z + Σ_k m_k · S_k`` with ``S_k = Σ_{pos of kind k} g``
+    (``g = ∂R/∂z``), so each layer gets a leaf ``β [b, P, H, head_dim]`` at zero (``P``: the
+    batch's position kinds) added to ``z`` at each position's kind, whose gradient is ``S``;
+    the means are summed from the same forward's ``z`` (as
+    :func:`probe.analyses.necessity.ablation.position_kind_means` sums them) and the
+    estimates finished once every batch has run (:func:`_placed`)."""
+
+    def __init__(self, kinds: PositionKinds, batch: Any, n_layers: int, n_heads: int, head_dim: int) -> None:
+        kind = kinds.index(batch)
+        valid = batch.inputs["attention_mask"].bool().to(kind.device)
+        self.present = torch.unique(kind)  # sorted; padding reads content (0), as KindMeans.at gives it
+        self.slot = torch.searchsorted(self.present, kind)
+        self.select = [(int(k), valid & (kind == k)) for k in self.present.tolist()]
+        self.sums = torch.zeros(kinds.n, n_layers, n_heads, head_dim, dtype=torch.float64)
+        self.counts = torch.zeros(kinds.n, dtype=torch.float64)
+        for k, sel in self.select:
+            self.counts[k] += float(sel.sum())
+        b, P = kind.shape[0], len(self.present)
+        self.betas = [
+            torch.zeros(b, P, n_heads, head_dim, device=kind.device, requires_grad=True) for _ in range(n_layers)
+        ]
+
+    def term(self, layer: int, z: torch.Tensor) -> torch.Tensor:
+        """``[b, seq, H, head_dim]``: layer ``layer``'s ``β`` at each position's kind."""
+        rows = torch.arange(z.shape[0], device=z.device)[:, None]
+        return self.betas[layer][rows, self.slot.to(z.device)].to(z.dtype)
+
+    def add(self, layer: int, zd: torch.Tensor) -> None:
+        """Add the valid positions' ``z`` ``[b, seq, H, head_dim]`` of ``layer`` to the kinds' sums."""
+        for k, sel in self.select:
+            self.sums[k, layer] += zd.cpu().double()[sel.cpu()].sum(0)
+
+    def value(self, grads: list, sign: float) -> dict:
+        """This batch's share: ``present [P]``, ``S [b, P, L, H, head_dim]`` (signed, float32),
+        the kinds' ``sums`` and ``counts``."""
+        S = torch.stack([g if g is not None else torch.zeros_like(b) for g, b in zip(grads, self.betas)], 2)
+        return {
+            "present": self.present.cpu().numpy(),
+            "S": (S.detach().cpu() * sign).float().numpy(),
+            "sums": self.sums.numpy(),
+            "counts": self.counts.numpy(),
+        }
 
 
 def screen_heads(
@@ -226,8 +293,11 @@ def screen_heads(
             batches and, for ``resample``, the same sources per batch, so estimates and
             exact harms are paired by example).
         means: the per-kind head means (a ``KindMeans``)
-            (:func:`probe.analyses.necessity.ablation.position_kind_means`), computed here
-            when ``mean`` is screened and none is given.
+            (:func:`probe.analyses.necessity.ablation.position_kind_means`); when ``mean`` is
+            screened and none is given, computed here: from the screen's own forwards where
+            :func:`folds_means` (the first-order estimate is linear in the means,
+            :class:`_Fold`: a forward of the corpus saved, the same values to float
+            rounding), else by a forward of their own first; :attr:`HeadScreen.means` holds them.
         runner: where the batches run (:mod:`probe.runs.blocks`; default this process): each
             batch draws from its own number, so blocks split any way give the same estimates.
         graddrop: a first-order screen also gives AtP*'s GradDrop estimates (Kramár et al.
@@ -259,14 +329,17 @@ def screen_heads(
     stack = stack or adapter.default_stack
     L, H = adapter.n_layers_of(stack), adapter.n_heads
     modes = tuple(modes)
-    if "mean" in modes and means is None:
-        means = position_kind_means(adapter, corpus, obj, batch_size, stack)
     if graddrop and kind != "first-order":
         raise InputError(f"GradDrop refines a first-order screen; this one is {kind!r} (use graddrop=False)")
-    plan = ScreenPlan(corpus, obj, modes, kind, n_projections, means, seed, stack, graddrop)
+    fold = "mean" in modes and means is None and folds_means(adapter, kind, len(corpus), stack, graddrop)
+    if fold:
+        warn_few_mean_examples(len(corpus))
+    elif "mean" in modes and means is None:
+        means = position_kind_means(adapter, corpus, obj, batch_size, stack)
+    plan = ScreenPlan(corpus, obj, modes, kind, n_projections, means, seed, stack, graddrop, fold)
     parts = (runner or InProcess(adapter, progress))(ScreenJob(plan), sweep_batches(adapter, corpus, batch_size))
     n = len(corpus)
-    est, gd, clean = _placed(parts, n, modes, (L, H), graddrop)
+    est, gd, clean, folded = _placed(parts, n, modes, (L, H), graddrop, position_kinds(adapter) if fold else None)
     return HeadScreen(
         estimate=est,
         kind=kind,
@@ -277,17 +350,35 @@ def screen_heads(
         units=_UNITS.get(kind, obj.units),
         graddrop=gd,
         clean=clean,
+        means=folded if fold else means,
     )
 
 
-def _placed(parts, n: int, modes: tuple, shape: tuple, graddrop: bool) -> tuple:
-    """``(estimates {mode: [n, L, H]}, GradDrop's or None, clean readouts [n, ...] or None)``
-    of the screen's ``parts`` (:func:`screen_batches`' values), placed by example index."""
+def folds_means(adapter: Any, kind: str, n: int, stack: Optional[str] = None, graddrop: bool = False) -> bool:
+    """Whether a screen of the ``mean`` mode given no means takes them from its own forwards
+    (:class:`_Fold`) instead of a forward of their own first: a first-order screen without
+    GradDrop, of at most :data:`~probe.analyses.necessity.ablation.MEAN_SAMPLE` examples
+    (the means then average every one, as
+    :func:`~probe.analyses.necessity.ablation.position_kind_means` does) whose per-kind
+    gradient sums fit in :data:`FOLD_BYTES`."""
+    if kind != "first-order" or graddrop or n > MEAN_SAMPLE:
+        return False
+    kinds = min(position_kinds(adapter).n, 4)
+    return n * kinds * adapter.n_layers_of(stack) * adapter.n_heads * adapter.head_dim * 4 <= FOLD_BYTES
+
+
+def _placed(parts, n: int, modes: tuple, shape: tuple, graddrop: bool, kinds: Optional[PositionKinds] = None) -> tuple:
+    """``(estimates {mode: [n, L, H]}, GradDrop's or None, clean readouts [n, ...] or None,
+    the folded means or None)`` of the screen's ``parts`` (:func:`screen_batches`' values),
+    placed by example index; with ``kinds`` (a screen that folds the means), the means
+    summed over every part and the mean mode's estimates finished with them."""
     est = {m: np.zeros((n, *shape)) for m in modes}
     gd = {m: np.zeros((n, *shape)) for m in modes} if graddrop else None
     clean: Optional[np.ndarray] = None
+    shares: list = []
     for part in parts:
-        idx, got, dropped, readouts = part.value
+        idx, got, dropped, readouts, folds = part.value
+        shares += folds or []
         for mode in modes:
             est[mode][idx] = got[mode]
             if gd is not None:
@@ -296,14 +387,27 @@ def _placed(parts, n: int, modes: tuple, shape: tuple, graddrop: bool) -> tuple:
             if clean is None:
                 clean = np.full((n, *readouts.shape[1:]), np.nan, dtype=readouts.dtype)
             clean[idx] = readouts
-    return est, gd, clean
+    return est, gd, clean, _folded_means(est, shares, kinds) if kinds is not None else None
+
+
+def _folded_means(est: dict, shares: list, kinds: PositionKinds) -> KindMeans:
+    """The head means summed from every batch's ``shares`` (:meth:`_Fold.value`), and each
+    example's mean-mode estimate in ``est`` finished: ``+ Σ_k m_k · S_k``."""
+    sums = torch.from_numpy(np.sum([s["sums"] for _, s in shares], axis=0))
+    counts = torch.from_numpy(np.sum([s["counts"] for _, s in shares], axis=0))
+    means = kind_means(sums, counts, kinds)
+    values = means.values.double().numpy()  # [K, L, H, dh]
+    for idx, s in shares:
+        est["mean"][list(idx)] += np.einsum("bplhd,plhd->blh", s["S"].astype(np.float64), values[s["present"]])
+    return means
 
 
 @dataclass(frozen=True)
 class ScreenPlan:
     """What every batch of a screen runs with, decided once by the driver (picklable, as
     :class:`probe.analyses.claims.removal.RemovalPlan`): the examples, the resolved
-    objective, the modes, the kind, ``k`` projections, the head means, the seed, the stack."""
+    objective, the modes, the kind, ``k`` projections, the head means, the seed, the stack;
+    ``fold``: the head means are taken from the screen's own forwards (``means`` is ``None``)."""
 
     corpus: Any
     objective: Objective
@@ -314,11 +418,14 @@ class ScreenPlan:
     seed: int
     stack: Optional[str]
     graddrop: bool = False
+    fold: bool = False
 
 
 def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool = False) -> tuple:
     """``(example indices [m], {mode: [m, L, H]}, GradDrop's {mode: [m, L, H]} or None, clean readouts
-    [m, ...] or None)``: the screen of ``batches``
+    [m, ...] or None, the folded means' shares or None)``: the screen of ``batches``
+    (where ``plan.fold``, the mean mode's estimates lack their ``Σ_k m_k · S_k`` term, which
+    :func:`_placed` adds from the shares ``[(example indices, _Fold.value)]`` once the means are known)
     (``(number, example indices)`` of :func:`probe.analyses.claims.removal.sweep_batches`);
     batch ``number`` draws its resample sources and projections from
     ``seed × 1,000,003 + number``, as the removal sweep's batch does."""
@@ -332,6 +439,7 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
     out: dict = {m: [] for m in modes}
     dropped: dict = {m: [] for m in modes}  # GradDrop's estimates (plan.graddrop)
     readouts: list = []  # the clean readouts (the α edits at 0 change no value)
+    folds: list = []  # (example indices, _Fold.value) where the means are taken from these forwards
     for number, idx in tqdm(batches, disable=not progress, desc="screen"):
         idx = list(idx)
         batch = obj.make_batch(adapter, plan.corpus, idx)
@@ -340,10 +448,14 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
         device = batch.inputs["input_ids"].device
         src = src.to(device)
 
-        readout, alphas = _linearised_forward(adapter, plan, batch, src)
+        fold = _Fold(kinds, batch, L, H, adapter.head_dim) if plan.fold else None
+        readout, alphas = _linearised_forward(adapter, plan, batch, src, fold=fold)
         if kind != "output-sketch":
             readouts.append(readout.detach().cpu().numpy())
-        if kind == "first-order":
+        if fold is not None:
+            got, share = _folded_first_order(readout, alphas, fold, sign)
+            folds.append((idx, share))
+        elif kind == "first-order":
             got = _first_order(readout, alphas) * sign
         else:
             got = _sketch(readout, alphas, plan.n_projections, gen, normalise=kind == "readout-sketch")
@@ -357,13 +469,14 @@ def screen_batches(adapter, plan: ScreenPlan, batches: Sequence, progress: bool 
                 dropped[mode].append(gd[:, m].transpose(0, 1).numpy())
     stacked = lambda d: {m: np.concatenate(v) if v else np.zeros((0, L, H)) for m, v in d.items()}  # noqa: E731
     clean = np.concatenate(readouts) if readouts else None
-    return indices, stacked(out), stacked(dropped) if plan.graddrop else None, clean
+    return indices, stacked(out), stacked(dropped) if plan.graddrop else None, clean, folds if plan.fold else None
 
 
 class ScreenJob:
     """Batches of a screen as a job over blocks (:mod:`probe.runs.blocks`), as
     :class:`probe.analyses.claims.removal.RemovalJob`: the items are the batches, the
-    part's value is :func:`screen_batches`' ``(indices, estimates, GradDrop estimates, clean readouts)``."""
+    part's value is :func:`screen_batches`' ``(indices, estimates, GradDrop estimates, clean readouts,
+    folded means' shares)``."""
 
     def __init__(self, plan: ScreenPlan):
         self.plan = plan
@@ -394,10 +507,11 @@ def _log_probs(out, batch) -> torch.Tensor:
     return lp.reshape(lp.shape[0], -1)
 
 
-def _linearised_forward(adapter, plan: ScreenPlan, batch, src, drop: Optional[int] = None) -> tuple:
+def _linearised_forward(adapter, plan: ScreenPlan, batch, src, drop: Optional[int] = None, fold=None) -> tuple:
     """``(readout, alphas)`` of one forward of ``batch`` with every layer's ``α`` edit
     (``alphas``: ``L`` leaves ``[M, b, H]`` at zero) and, with ``drop``, the gradient through
-    that layer's contribution to the residual stream dropped (:func:`_dropped_layer`)."""
+    that layer's contribution to the residual stream dropped (:func:`_dropped_layer`); with
+    ``fold`` (a :class:`_Fold`), the mean mode's terms of the means not yet known."""
     stack = plan.stack or adapter.default_stack
     L, H, modes = adapter.n_layers_of(stack), adapter.n_heads, plan.modes
     device = batch.inputs["input_ids"].device
@@ -405,7 +519,7 @@ def _linearised_forward(adapter, plan: ScreenPlan, batch, src, drop: Optional[in
     alphas = [torch.zeros(len(modes), b, H, device=device, requires_grad=True) for _ in range(L)]
     edit = {
         Site("z", layer, stack): Apply(
-            _linearised_edit(alphas[layer], modes, layer, batch, plan.means, src), in_place=False
+            _linearised_edit(alphas[layer], modes, layer, batch, plan.means, src, fold), in_place=False
         )
         for layer in range(L)
     }
@@ -439,12 +553,28 @@ def _dropped_layer(layer: int, stack: str) -> dict:
 
 def _first_order(readout: torch.Tensor, alphas: list) -> torch.Tensor:
     """``[L, M, b, H]``: ``∂R_i/∂α`` of a readout of one number per row."""
+    _check_one_number(readout)
+    return _stacked(alphas, torch.autograd.grad(readout.double().sum(), alphas, allow_unused=True))
+
+
+def _check_one_number(readout: torch.Tensor) -> None:
     if readout.dim() != 1:
         raise InputError(
             f"a first-order screen needs one number per example, the readout has shape {tuple(readout.shape)}; "
             "use kind='readout-sketch'"
         )
-    grads = torch.autograd.grad(readout.double().sum(), alphas, allow_unused=True)
+
+
+def _folded_first_order(readout: torch.Tensor, alphas: list, fold: _Fold, sign: float) -> tuple:
+    """``([L, M, b, H] signed, the fold's share)``: :func:`_first_order` and, from the same
+    backward, the gradients of the fold's ``β`` (:meth:`_Fold.value`)."""
+    _check_one_number(readout)
+    grads = torch.autograd.grad(readout.double().sum(), [*alphas, *fold.betas], allow_unused=True)
+    return _stacked(alphas, grads[: len(alphas)]) * sign, fold.value(list(grads[len(alphas) :]), sign)
+
+
+def _stacked(alphas: list, grads: Sequence) -> torch.Tensor:
+    """``[L, M, b, H]``: the gradients of the ``alphas`` leaves (zero where unused), float64."""
     return torch.stack([torch.zeros_like(a) if g is None else g for a, g in zip(alphas, grads)]).detach().double().cpu()
 
 
