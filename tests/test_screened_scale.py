@@ -260,3 +260,42 @@ def test_the_weights_bar_gives_the_null_uniform_weights_on_a_sample_of_the_examp
         assert e["null_max"] == pytest.approx(whole[:, sample].mean(1).max(), rel=1e-4)
         assert e["p_null"] == pytest.approx(paired_greater(model[i], level), rel=1e-3)
     assert sum(c.status == "not tested" for c in claims.values()) == len(heads) - len(exact)
+
+
+def test_the_importance_section_reads_the_screens_gate_gradients(many_heads, tmp_path, monkeypatch):
+    """On the screened path the ablation section's screen differentiates the loss at every
+    head's output (the mean mode's ``−Σ g·z``), which is Michel et al.'s gate gradient: the
+    importance section reads it (its note says so) instead of a forward and backward of its
+    own, and gives the values the section computes alone (no ablation section, so no screen),
+    to the float rounding that the section's own batch size moves them by."""
+    from click.testing import CliRunner
+
+    from probe.analyses.necessity import importance
+    from probe.app.cli import main
+
+    ran: list = []
+    real = importance.gradient_importance
+    monkeypatch.setattr(importance, "gradient_importance", lambda *a, **k: (ran.append(1), real(*a, **k))[1])
+    got = {}
+    for sections in ("ablation,importance", "importance"):
+        out = tmp_path / sections.replace(",", "-")
+        args = ["report", "--model", many_heads, "--sections", sections, "--null", "none", "--out", str(out)]
+        for text in CORPUS[:12]:
+            args += ["--text", text]
+        args += ["--max-model-examples", "8"]  # importance on the first 8 of the 12 screened
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        got[sections] = next(s for s in summary["sections"] if s["name"] == "importance"), summary["heads"], len(ran)
+    (read, heads_read, n_read), (own, heads_own, n_own) = got["ablation,importance"], got["importance"]
+    assert n_read == 0 and n_own == 1  # the screen's gradients were read; alone, the section ran its own
+    assert any("read from the ablation section's screen" in n for n in read["notes"])
+    assert not any("read from the ablation section's screen" in n for n in own["notes"])
+    assert read["summary"]["examples"] == own["summary"]["examples"] == 8
+    a = np.array([h["facts"]["importance"]["importance"] for h in heads_read], dtype=float)
+    b = np.array([h["facts"]["importance"]["importance"] for h in heads_own], dtype=float)
+    assert a.shape == (160,) and np.isfinite(b).all() and b.std() > 0.01
+    # float rounding: the section's own values move by up to 6e-5 (relative) with its batch size alone
+    np.testing.assert_allclose(a, b, rtol=2e-4, atol=0)
+    rank = lambda heads: [h["facts"]["importance"]["importance_rank"] for h in heads]  # noqa: E731
+    assert rank(heads_read) == rank(heads_own)

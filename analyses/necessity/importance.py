@@ -40,6 +40,7 @@ __all__ = [
     "ImportanceResult",
     "head_importance",
     "gradient_importance",
+    "importance_from_gate_gradients",
     "ig_importance",
     "normalize_per_layer",
     "IMPORTANCE_METHODS",
@@ -199,6 +200,18 @@ def gradient_importance(
         total += grad.abs().sum(0).double().cpu()
         n += ch.batch.rows
     raw = (total / max(n, 1)).float()
+    return ImportanceResult(
+        scores=normalize_per_layer(raw).numpy(), raw=raw.numpy(), method="gradient", metric=objective.name
+    )
+
+
+def importance_from_gate_gradients(gradients: np.ndarray, objective: Objective) -> ImportanceResult:
+    """Michel et al.'s ``E_x |∂L(x)/∂ξ_h|`` (:func:`gradient_importance`'s) from per-example
+    gate gradients ``[n, n_layers, n_heads]`` of ``objective`` that another backward already gave, such as a head
+    screen's (:attr:`probe.analyses.necessity.screen.HeadScreen.gate_gradient`, the same
+    ``Σ g·z_h``): the same values to float rounding, without a forward and backward of its own."""
+    g = np.asarray(gradients, np.float64)
+    raw = torch.from_numpy(np.abs(g).sum(0) / max(len(g), 1)).float()
     return ImportanceResult(
         scores=normalize_per_layer(raw).numpy(), raw=raw.numpy(), method="gradient", metric=objective.name
     )

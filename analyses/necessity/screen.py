@@ -124,6 +124,10 @@ class HeadScreen:
         means: the per-kind head means (a ``KindMeans``) the ``mean`` mode replaced ``z`` by:
             those given, or computed for it (by the screen's own forwards where it folds
             them, :func:`screen_heads`); ``None`` without the ``mean`` mode.
+        gate_gradient: ``[n, n_layers, n_heads]`` each example's ``∂R_i/∂ξ_h = Σ g·z_h``, the
+            gradient of its readout with respect to a gate ``ξ`` on the head's output at 1
+            (Michel et al. 2019's head importance per example), which a screen that folds the
+            means computes on the way (the mean mode's ``−Σ g·z``); else ``None``.
     """
 
     estimate: dict
@@ -136,6 +140,7 @@ class HeadScreen:
     graddrop: Optional[dict] = None
     clean: Optional[np.ndarray] = None
     means: Optional[KindMeans] = None
+    gate_gradient: Optional[np.ndarray] = None
 
     @property
     def heads(self) -> list:
@@ -340,6 +345,7 @@ def screen_heads(
     parts = (runner or InProcess(adapter, progress))(ScreenJob(plan), sweep_batches(adapter, corpus, batch_size))
     n = len(corpus)
     est, gd, clean, folded = _placed(parts, n, modes, (L, H), graddrop, position_kinds(adapter) if fold else None)
+    sign = -1.0 if getattr(obj, "higher_is_better", False) else 1.0
     return HeadScreen(
         estimate=est,
         kind=kind,
@@ -350,7 +356,8 @@ def screen_heads(
         units=_UNITS.get(kind, obj.units),
         graddrop=gd,
         clean=clean,
-        means=folded if fold else means,
+        means=folded[0] if folded else means,
+        gate_gradient=-sign * folded[1] if folded else None,  # the mean mode's signed −Σ g·z, before Σ m·S
     )
 
 
@@ -369,7 +376,7 @@ def folds_means(adapter: Any, kind: str, n: int, stack: Optional[str] = None, gr
 
 def _placed(parts, n: int, modes: tuple, shape: tuple, graddrop: bool, kinds: Optional[PositionKinds] = None) -> tuple:
     """``(estimates {mode: [n, L, H]}, GradDrop's or None, clean readouts [n, ...] or None,
-    the folded means or None)`` of the screen's ``parts`` (:func:`screen_batches`' values),
+    (the folded means, the mean mode's estimates before them) or None)`` of the screen's ``parts`` (:func:`screen_batches`' values),
     placed by example index; with ``kinds`` (a screen that folds the means), the means
     summed over every part and the mean mode's estimates finished with them."""
     est = {m: np.zeros((n, *shape)) for m in modes}
@@ -390,16 +397,18 @@ def _placed(parts, n: int, modes: tuple, shape: tuple, graddrop: bool, kinds: Op
     return est, gd, clean, _folded_means(est, shares, kinds) if kinds is not None else None
 
 
-def _folded_means(est: dict, shares: list, kinds: PositionKinds) -> KindMeans:
-    """The head means summed from every batch's ``shares`` (:meth:`_Fold.value`), and each
-    example's mean-mode estimate in ``est`` finished: ``+ Σ_k m_k · S_k``."""
+def _folded_means(est: dict, shares: list, kinds: PositionKinds) -> tuple:
+    """``(the head means, the mean mode's estimates before)``: the means summed from every
+    batch's ``shares`` (:meth:`_Fold.value`), and each example's mean-mode estimate in
+    ``est`` finished: ``+ Σ_k m_k · S_k`` (before: the signed ``−Σ g·z`` alone)."""
+    before = est["mean"].copy()
     sums = torch.from_numpy(np.sum([s["sums"] for _, s in shares], axis=0))
     counts = torch.from_numpy(np.sum([s["counts"] for _, s in shares], axis=0))
     means = kind_means(sums, counts, kinds)
     values = means.values.double().numpy()  # [K, L, H, dh]
     for idx, s in shares:
         est["mean"][list(idx)] += np.einsum("bplhd,plhd->blh", s["S"].astype(np.float64), values[s["present"]])
-    return means
+    return means, before
 
 
 @dataclass(frozen=True)

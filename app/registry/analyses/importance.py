@@ -3,11 +3,12 @@ gates (Michel et al. 2019) and the pruning curve."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from probe.app.registry import Analysis, Param, Result
 from probe.app.registry.presentation import HeadBlock, HeadMark, Presentation, TableView, VerdictHint
 
+from probe.app.registry.removal_stages import SCREENED
 from probe.app.registry.results import ImportanceResult
 
 from ._shared import BATCH, CAUSAL, model_corpus, model_run_setting, run_causal_path
@@ -33,8 +34,7 @@ IG_STEPS = Param(
 
 
 def run_importance(ctx: Context) -> ImportanceResult:
-    from probe.analyses.necessity.importance import COMPLETENESS_TOLERANCE, head_importance
-    from probe.analyses.necessity.importance_blocks import BLOCK, importance_in_blocks
+    from probe.analyses.necessity.importance import COMPLETENESS_TOLERANCE
 
     whole = ctx.corpus.whole
     corpus, cut = model_corpus(ctx, whole)
@@ -45,19 +45,7 @@ def run_importance(ctx: Context) -> ImportanceResult:
         n_steps=ctx.params["ig_steps"],
         tolerance=COMPLETENESS_TOLERANCE,  # the fewest steps under 1% completeness error, up to ig_steps
     )
-    blocks = None
-    path = run_causal_path(ctx, len(whole))
-    if cut and path == "sequential":  # the model-run limit would cut the corpus: random blocks of all of it
-        blocks = importance_in_blocks(ctx.adapter, whole, seed=ctx.params.get("seed", 0), **kw)
-        res, n = blocks.result, len(blocks.examples)
-        cut = f" on {n} of {len(whole)} examples in random blocks of about {BLOCK}, " + (
-            f"drawn until every head's normalised importance was within ±{blocks.precision:g} (95%; widest "
-            f"±{blocks.widest:.3f}, median ±{blocks.median:.3f}; Chow & Robbins 1965)"
-            if blocks.reached
-            else f"every block (widest 95% half-width ±{blocks.widest:.3f}, asked ±{blocks.precision:g})"
-        )
-    else:
-        res, n = head_importance(ctx.adapter, corpus, progress=ctx.progress and len(corpus) > 1, **kw), len(corpus)
+    res, n, cut, blocks = _measured(ctx, whole, corpus, cut, kw)
     t = res.to_frame()
     per_head = t[["layer", "head", "importance", "rank"]].rename(columns={"rank": "importance_rank"})
     per_head = per_head.assign(importance_of=len(t), importance_method=res.method)
@@ -111,6 +99,64 @@ def run_importance(ctx: Context) -> ImportanceResult:
         },
         summary_name="importance",
     )
+
+
+def _measured(ctx: Context, whole, corpus, cut: str, kw: dict) -> tuple:
+    """``(importance, examples measured, the note's words on them, blocks or None)``: read from
+    the ablation section's screen where it differentiated the same objective at every gate
+    (:func:`_screened_gates`), on random blocks of the whole corpus where the model-run limit
+    would cut it on the sequential path, else on ``corpus``."""
+    from probe.analyses.necessity.importance import head_importance
+    from probe.analyses.necessity.importance_blocks import BLOCK, importance_in_blocks
+
+    path = run_causal_path(ctx, len(whole))
+    screened = _screened_gates(ctx, corpus, kw["objective"]) if path == "screened" else None
+    if screened is not None:
+        read = (
+            ", each example's ∂L/∂ξ read from the ablation section's screen, whose backward computes it at every "
+            "head (Σ g·z), not from a forward and backward of this section's own"
+        )
+        return screened, len(corpus), cut + read, None
+    if not (cut and path == "sequential"):
+        return (
+            head_importance(ctx.adapter, corpus, progress=ctx.progress and len(corpus) > 1, **kw),
+            len(corpus),
+            cut,
+            None,
+        )
+    blocks = importance_in_blocks(ctx.adapter, whole, seed=ctx.params.get("seed", 0), **kw)  # random blocks of it all
+    n = len(blocks.examples)
+    cut = f" on {n} of {len(whole)} examples in random blocks of about {BLOCK}, " + (
+        f"drawn until every head's normalised importance was within ±{blocks.precision:g} (95%; widest "
+        f"±{blocks.widest:.3f}, median ±{blocks.median:.3f}; Chow & Robbins 1965)"
+        if blocks.reached
+        else f"every block (widest 95% half-width ±{blocks.widest:.3f}, asked ±{blocks.precision:g})"
+    )
+    return blocks.result, n, cut, blocks
+
+
+def _screened_gates(ctx: Context, corpus, objective) -> Optional[Any]:
+    """Michel et al.'s gradient importance on ``corpus`` read from the run's screened necessity
+    (:data:`probe.app.registry.removal_stages.SCREENED`; its screen's
+    :attr:`~probe.analyses.necessity.screen.HeadScreen.gate_gradient`, the same ``∂L/∂ξ`` per
+    example and head that :func:`~probe.analyses.necessity.importance.gradient_importance`
+    computes), or ``None`` where the section computes its own: another method, an objective
+    with a clean reference or a readout other than its score, another objective than the
+    screen's, no such screen, or ``corpus`` not the first examples of the screened corpus."""
+    from probe.analyses.common.objective_base import Objective
+    from probe.analyses.necessity.importance import importance_from_gate_gradients
+
+    if ctx.params["method"] not in ("auto", "gradient") or objective.stationary_at_clean:
+        return None
+    if type(objective).reference is not Objective.reference or type(objective).readout is not Objective.readout:
+        return None
+    gates = getattr(getattr(ctx.stage(SCREENED, IMPORTANCE), "screen", None), "gate_gradient", None)
+    whole = ctx.corpus.whole
+    if gates is None or len(gates) != len(whole) or len(corpus) > len(whole):
+        return None
+    if ctx.objective("corpus").called != objective.called or tuple(corpus.texts) != tuple(whole.texts[: len(corpus)]):
+        return None
+    return importance_from_gate_gradients(gates[: len(corpus)], objective)
 
 
 def head_evidence(result: ImportanceResult) -> dict:
@@ -258,6 +304,7 @@ IMPORTANCE = Analysis(
     report_params={"max_model_examples": 128, "batch_size": 16, "ig_steps": 32},
     settings=model_run_setting,  # the model-run examples line of the report's settings
     modules=("probe.analyses.necessity.importance",),
+    reads=(SCREENED(starts=False),),  # where the ablation section screened every head: its gate gradients
     order=31,
     example="probe importance --model zoo:induction --limit 16 --out out/importance",
 )
