@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,7 +64,9 @@ def sections(text: str) -> list:
 
 
 def capture_pass(probe: list, given: list, base: Path, k: int) -> dict:
-    """One ``probe capture`` of the corpus into its own store (the ``k``-th), timed and printed."""
+    """One ``probe capture`` of the corpus into its own store (the ``k``-th, emptied first: a
+    complete store left by an earlier run would be resumed, not captured), timed and printed."""
+    shutil.rmtree(base / f"store{k}", ignore_errors=True)
     cap = timed([*probe, "capture", *given, "--out", str(base / f"store{k}")], base / f"capture{k}.log")
     print(
         f"capture pass {k}: {cap['wall']:.1f} s wall, {cap['cpu']:.1f} s CPU, peak RSS {cap['rss_gib']:.2f} GiB "
@@ -94,12 +97,13 @@ def main() -> None:
     base = Path(args.out or tempfile.mkdtemp(prefix="bench-smollm2-"))
     base.mkdir(parents=True, exist_ok=True)
     bundled = str(Path(__file__).resolve().parents[1] / "app" / "report" / "sample" / "sample.conllu")
-    given = ["--model", args.model, "--conllu", bundled if args.conllu == "bundled" else args.conllu]
-    given += ["--limit", str(args.limit)] if args.limit and args.conllu != "bundled" else []  # the sample: all 24
-    goal = args.goal or (60 if args.conllu == "bundled" else 25 if args.model == "smollm2" else 15)
+    sample = args.conllu == "bundled"  # the report reads it given no input; the capture by its path
+    limit = ["--limit", str(args.limit)] if args.limit and not sample else []  # the sample: all 24
+    given = ["--model", args.model, "--conllu", bundled if sample else args.conllu, *limit]
+    goal = args.goal or (60 if sample else 25 if args.model == "smollm2" else 15)
     print(f"load average before: {os.getloadavg()}", flush=True)
     captures = [capture_pass(probe, given, base, 1)]
-    asked = [a for a in given if a != bundled and a != "--conllu"] if args.conllu == "bundled" else given
+    asked = ["--model", args.model, *limit] if sample else given
     report_cmd = [*probe, "report", *asked, "-v", "--no-resume", "--force", "--out", str(base / "report")]
     report_cmd += args.report_args.split()
     print("report: " + " ".join(report_cmd), flush=True)

@@ -239,7 +239,7 @@ class _Fold:
         valid = batch.inputs["attention_mask"].bool().to(kind.device)
         self.present = torch.unique(kind)  # sorted; padding reads content (0), as KindMeans.at gives it
         self.slot = torch.searchsorted(self.present, kind)
-        self.select = [(int(k), valid & (kind == k)) for k in self.present.tolist()]
+        self.select = [(int(k), (valid & (kind == k)).cpu()) for k in self.present.tolist()]  # where sums are
         self.sums = torch.zeros(kinds.n, n_layers, n_heads, head_dim, dtype=torch.float64)
         self.counts = torch.zeros(kinds.n, dtype=torch.float64)
         for k, sel in self.select:
@@ -256,8 +256,9 @@ class _Fold:
 
     def add(self, layer: int, zd: torch.Tensor) -> None:
         """Add the valid positions' ``z`` ``[b, seq, H, head_dim]`` of ``layer`` to the kinds' sums."""
+        z = zd.cpu().double()
         for k, sel in self.select:
-            self.sums[k, layer] += zd.cpu().double()[sel.cpu()].sum(0)
+            self.sums[k, layer] += z[sel].sum(0)
 
     def value(self, grads: list, sign: float) -> dict:
         """This batch's share: ``present [P]``, ``S [b, P, L, H, head_dim]`` (signed, float32),

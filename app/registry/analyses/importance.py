@@ -152,7 +152,7 @@ def _screened_gates(ctx: Context, corpus, objective) -> Optional[Any]:
         return None
     gates = getattr(getattr(ctx.stage(SCREENED, IMPORTANCE), "screen", None), "gate_gradient", None)
     whole = ctx.corpus.whole
-    if gates is None or len(gates) != len(whole) or len(corpus) > len(whole):
+    if gates is None or len(gates) != len(whole):
         return None
     if ctx.objective("corpus").called != objective.called or tuple(corpus.texts) != tuple(whole.texts[: len(corpus)]):
         return None
