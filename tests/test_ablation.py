@@ -199,6 +199,36 @@ def test_plan_forwards_covers_each_row_once_within_budget():
     assert all(len(ex) * len(range(12)[part]) * max(lengths[i] for i in ex) <= 1000 for ex, part in plan)
 
 
+def test_plan_forwards_splits_a_run_where_padding_costs_more_than_a_forward():
+    from probe.analyses.necessity.sweep import FORWARD_TOKENS
+
+    # one forward of all six pads 4 units x 4 short examples to 40: 960 tokens against 320 + 80 split
+    assert plan_forwards([5, 40, 5, 40, 5, 5], 4, 2048) == [([1, 3], slice(0, 4)), ([0, 2, 4, 5], slice(0, 4))]
+    # where a second forward costs more than the padding it saves, the run stays whole
+    assert plan_forwards([12, 10, 11], 1, 2048) == [([0, 2, 1], slice(0, 1))]
+    # equal lengths (a batch that is not trimmed): the fewest forwards, each as full as the budget allows
+    assert [len(ex) for ex, _ in plan_forwards([10] * 9, 2, 80)] == [4, 4, 1]
+    # the split is the cheapest: padded tokens plus FORWARD_TOKENS per forward, by brute force over every split
+    import itertools
+
+    def cost(runs: list, lengths: list, k: int) -> int:
+        return sum(k * len(r) * max(lengths[i] for i in r) + FORWARD_TOKENS for r in runs)
+
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        lengths = [int(x) for x in rng.integers(1, 60, 7)]
+        k = int(rng.integers(1, 6))
+        got = plan_forwards(lengths, k, 1000)
+        order = sorted(range(7), key=lambda i: -lengths[i])
+        splits = []
+        for cuts in itertools.product([0, 1], repeat=6):
+            ends = [i + 1 for i in range(6) if cuts[i]] + [7]
+            runs = [order[a:b] for a, b in zip([0] + ends[:-1], ends)]
+            if all(k * len(r) * max(lengths[i] for i in r) <= 1000 for r in runs):
+                splits.append(cost(runs, lengths, k))
+        assert cost([ex for ex, _ in got], lengths, k) == min(splits)
+
+
 def test_forwards_are_cut_to_their_longest_example(lm_models):
     a = lm_models["bert"]
     metric = get_metric("loss", a)
