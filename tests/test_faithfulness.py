@@ -157,6 +157,32 @@ def test_identity_permutation_changes_nothing_and_alpha_v_is_the_head_output(tin
     assert torch.allclose(z, rec.outputs[1][:, :, 2], atol=1e-5)
 
 
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_an_examples_permutations_do_not_depend_on_which_examples_share_its_forward(tiny_models, family):
+    """Each example draws its permutations from its own generator (seed, example, head): one
+    forward per example and one forward of all of them give the same effects, and a
+    different seed different ones. The groups pad no more than a forward costs."""
+    from probe.analyses.explanation.counterfactual import _permutation_groups
+
+    a = tiny_models[family]
+    texts = ["the keys to the cabinet are here on the shelf by the door", "a dog barks", "we met at noon"]
+    encs = [a.encode(t) for t in texts]
+    w = torch.linspace(-1, 1, a.config.hidden_size)
+    last = lambda out, mask: out.last_hidden_state[torch.arange(len(mask)), mask.sum(1) - 1]  # noqa: E731 (not padding)
+    target = CallableTarget(lambda out, mask: last(out, mask) @ w)
+    kw = dict(heads=[(0, 1), (1, 2)], n_permutations=3, seed=1)
+    together = permutation_effects(a, target, encs, batch_rows=64, **kw).per_example
+    alone = permutation_effects(a, target, encs, batch_rows=3, **kw).per_example
+    other = permutation_effects(a, target, encs, batch_rows=64, **dict(kw, seed=2)).per_example
+    assert together["abs_delta"].max() > 1e-4
+    assert np.allclose(together["abs_delta"], alone["abs_delta"], atol=1e-5, rtol=1e-4)
+    assert not np.allclose(together["abs_delta"], other["abs_delta"], atol=1e-5, rtol=1e-4)
+    # 3 short inputs share a forward; 20 of 4 tokens and 2 of 60 do not: padding the short
+    # ones to 60 would cost more than a forward
+    assert _permutation_groups(a, [3, 4, 5], 3, 64) == [(0, 3, 3)]
+    assert _permutation_groups(a, [4] * 20 + [60, 60], 3, 64) == [(0, 20, 3), (20, 22, 3)]
+
+
 def test_permutation_bad_input(tiny_models):
     a = tiny_models["bert"]
     t = CallableTarget(lambda out, mask: out.last_hidden_state[:, 0, 0])

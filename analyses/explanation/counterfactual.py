@@ -122,24 +122,54 @@ def _permutation_groups(adapter: ModelAdapter, lengths: Sequence[int], k: int, b
     """``[(start, stop, kc)]`` over examples sorted by ``lengths`` (ascending): each forward
     carries examples ``start:stop`` × ``kc`` permutations, at most ``batch_rows`` rows and
     what the memory budget allows at the group's longest length (:func:`probe.inputs.budget.rows_for`,
-    no gradients); ``kc < k`` only for a single example whose ``k`` rows do not fit. A
-    model whose padding leaks (``adapter.batching``) gets groups of one length."""
-    from bisect import bisect_right
-
+    no gradients); ``kc < k`` only for a single example whose ``k`` rows do not fit. The
+    groups are the cheapest split of the sorted examples (padded tokens plus
+    :data:`probe.analyses.necessity.sweep.FORWARD_TOKENS` a forward, as the removal sweep's
+    :func:`~probe.analyses.necessity.sweep.plan_forwards`): 16 explained sentences of 9 to 82
+    tokens in groups of 12 padded half their tokens. A model whose padding leaks
+    (``adapter.batching``) gets groups of one length."""
+    from probe.analyses.necessity.sweep import FORWARD_TOKENS
     from probe.inputs.budget import rows_for
     from probe.models.batching import ONE_LENGTH
 
-    groups, start = [], 0
     per = max(1, batch_rows // k)
-    while start < len(lengths):
-        stop = min(len(lengths), start + per)
-        if adapter.batching == ONE_LENGTH:
-            stop = min(stop, bisect_right(lengths, lengths[start]))
-        fit = rows_for(adapter, int(lengths[stop - 1]), cap=batch_rows, grad=False)
-        stop = min(stop, start + max(1, fit // k))
-        groups.append((start, stop, k if fit >= k else fit))
-        start = stop
-    return groups
+    n = len(lengths)
+    best: list = [(0, 0, k)] + [None] * n  # best[stop]: (cost, start of the last group, its kc)
+    for stop in range(1, n + 1):
+        longest = max(1, int(lengths[stop - 1]))
+        fit = rows_for(adapter, longest, cap=batch_rows, grad=False)
+        for start in range(stop - 1, -1, -1):
+            size = stop - start
+            one_length = adapter.batching != ONE_LENGTH or lengths[start] == lengths[stop - 1]
+            if size > 1 and (size > per or size > fit // k or not one_length):
+                break  # a longer group only grows
+            kc = k if fit >= k else max(1, fit)
+            cost = best[start][0] + size * k * longest + -(-k // kc) * FORWARD_TOKENS
+            if best[stop] is None or cost < best[stop][0]:
+                best[stop] = (cost, start, kc)
+    groups, stop = [], n
+    while stop:
+        _, start, kc = best[stop]
+        groups.append((start, stop, kc))
+        stop = start
+    return groups[::-1]
+
+
+def _permutations(alpha, lengths, examples, layer, head, k, causal, seed, identity) -> torch.Tensor:
+    """``[B, k, S, S]``: ``k`` permutations of each example's rows of ``alpha`` ``[B, S, S]``
+    (:func:`permute_rows`, over its ``lengths[b]`` tokens; rows of padding as they were),
+    each example's drawn from its own generator (``seed``, its index ``examples[b]``, the
+    head), so the draws do not depend on which examples share a forward."""
+    import numpy as np
+
+    B, S, _ = alpha.shape
+    out = alpha[:, None].repeat(1, k, 1, 1)
+    for b, (i, n) in enumerate(zip(examples, lengths)):
+        state = np.random.SeedSequence([int(seed), int(i), int(layer), int(head)]).generate_state(1)[0]
+        g = torch.Generator().manual_seed(int(state))
+        a = alpha[b, :n, :n].expand(k, n, n)
+        out[b, :, :n, :n] = permute_rows(a, [n] * k, causal=causal, generator=g, identity=identity)
+    return out
 
 
 def permutation_effects(
@@ -209,7 +239,6 @@ def permutation_effects(
         adapter.check_head(l, h)
     layers = sorted({l for l, _ in heads})
     causal = adapter.arch == "decoder"
-    gen = torch.Generator().manual_seed(seed)
     K = n_permutations
     order = sorted(range(len(encodings)), key=lambda i: len(encodings[i]))
     groups = _permutation_groups(adapter, [len(encodings[i]) for i in order], K, batch_rows)
@@ -241,13 +270,13 @@ def permutation_effects(
             rep = lambda t: t.repeat_interleave(kc, 0)  # noqa: E731, B023  row b*kc + k (this group's kc)
             ids_k, mask_k, aux_k = rep(ids), rep(mask), rep(aux)
             p0_k, f0_k = rep(p0), rep(f0)
-            lengths_k = [n for n in lengths for _ in range(kc)]
             for l, h in heads:
                 alpha = clean.cache["pattern", l][:, h].float()  # [B, S, S]
                 v = clean.cache["v", l].float()  # [B, S, H, dh]
                 parts: list = [[], [], []]  # tvd, jsd, |Δ| as [B, kc] per forward
-                for _ in range(0, K, kc):  # kc < K only when one example's K rows exceed the budget
-                    alpha_k = permute_rows(rep(alpha), lengths_k, causal=causal, generator=gen, identity=identity)
+                drawn = _permutations(alpha, lengths, idx, l, h, -(-K // kc) * kc, causal, seed, identity)
+                for c in range(0, K, kc):  # kc < K only when one example's K rows exceed the budget
+                    alpha_k = drawn[:, c : c + kc].reshape(-1, S, S)  # row b*kc + k, as rep
                     z = head_output(alpha_k, rep(v[:, :, h]))
                     with ExitStack() as st, torch.no_grad():
                         st.enter_context(Trace(adapter, edit={("z", l): Patch(z, head=h)}))
