@@ -253,6 +253,36 @@ def test_forwards_are_cut_to_their_longest_example(lm_models):
     assert seen["value"] == [(5, 12)]
 
 
+def test_a_causal_loss_sweep_stops_each_row_at_its_last_labelled_position(lm_models):
+    """The next-token loss reads no logit of a sentence's last token and a causal position is
+    seen only by those after it, so its forwards stop one token short (the encoder's masked-LM
+    loss and a decoder's embedding drift read every position); the harms are the full
+    forwards'."""
+    from probe.analyses.necessity.sweep import trim_lengths
+
+    texts = TEXTS[:5]
+    for family, short in (("llama", 1), ("gpt2", 1), ("bert", 0)):
+        a = lm_models[family]
+        metric = get_metric("loss", a)
+        batch = metric.make_batch(a, as_corpus(texts), list(range(5)))
+        assert trim_lengths(a, metric, batch) == [n - short for n in batch.lengths.tolist()], family
+    drift = get_metric("embedding-drift", lm_models["llama"])
+    batch = drift.make_batch(lm_models["llama"], as_corpus(texts), list(range(5)))
+    assert trim_lengths(lm_models["llama"], drift, batch) == batch.lengths.tolist()
+    a = lm_models["llama"]
+    heads = [(0, 1), (1, 0), (1, 3)]
+    seen: list = []
+    hook = a.head_output_modules()[1].register_forward_pre_hook(lambda m, args: seen.append(args[0].shape[1]))
+    try:
+        fast = sweep_heads(a, texts, get_metric("loss", a), heads=heads, batch_size=5)
+    finally:
+        hook.remove()
+    slow = sweep_heads_naive(a, texts, get_metric("loss", a), heads=heads, batch_size=5)
+    np.testing.assert_allclose(fast.ablated, slow.ablated, atol=1e-5)
+    longest = max(len(a.encode(t)) for t in texts)
+    assert seen[0] == longest and max(seen[1:]) == longest - 1  # the clean forward whole, the removals one short
+
+
 def test_headless_and_encoder_decoder_fall_back_to_full_forward(tiny_models):
     a = tiny_models["bart"]
     heads = [(0, 1), (1, 3)]

@@ -44,7 +44,7 @@ from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import Objective, given_objective
 from probe.analyses.necessity.ablation import position_kind_means
 from probe.analyses.necessity.position_kinds import KindMeans, position_kinds
-from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
+from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trim_lengths
 from probe.runs.blocks import InProcess, Part
 from probe.errors import InputError
 
@@ -315,7 +315,7 @@ def run_removal_batches(adapter: Any, plan: RemovalPlan, batches: Sequence, prog
             if "random" in plan.modes
             else {}
         )
-        trim = trimmable(adapter, obj, batch)
+        trim = trim_lengths(adapter, obj, batch)
         dtype: Optional[torch.dtype] = None  # the perturbed readouts' (the known clean ones take it)
         for mode in plan.modes:
             chosen = [j for j in range(len(units)) if plan.unit_modes is None or mode in plan.unit_modes[j]]

@@ -171,6 +171,7 @@ class LossMetric(Objective):
     name = "loss"
     units = "nats of cross-entropy per scored token"
     ignores_padding = True  # masked / −100 positions do not count
+    reads_labelled = True  # only the positions its labels label (a causal forward may stop after the last)
 
     def __init__(self, seed: int = 0):
         self.seed = int(seed)

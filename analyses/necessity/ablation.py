@@ -55,7 +55,7 @@ from probe.analyses.necessity.sweep import (
     plan_forwards,
     restart_path,
     sweep_batch,
-    trimmable,
+    trim_lengths,
 )
 from probe.errors import InputError
 from probe.interventions.heads import HeadIntervention, HeadOutputRecorder
@@ -291,7 +291,7 @@ def _sweep_chunk(
         lambda j, layer: values.get(layer),
         stack=stack,
         path=path,
-        trim=trimmable(adapter, objective, batch),
+        trim=trim_lengths(adapter, objective, batch),
         max_tokens=max_tokens,
     ).to(clean.dtype)
     ablated, start = {}, 0

@@ -30,7 +30,7 @@ from probe.analyses.common.bootstrap import bootstrap_mean_ci
 from probe.analyses.common.metrics import as_corpus
 from probe.analyses.common.objective import Objective, given_objective
 from probe.analyses.necessity.patching import corruption_gap, paired_batches, ratio_ci
-from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trimmable
+from probe.analyses.necessity.sweep import clean_run, restart_path, sweep_batch, trim_lengths
 from probe.errors import InputError
 
 __all__ = ["GroupResult", "ablate_group", "patch_group"]
@@ -129,7 +129,7 @@ def ablate_group(
             lambda j, layer: values.get(layer),  # noqa: B023 (this batch's)
             stack=stack,
             path=path,
-            trim=trimmable(adapter, objective, batch),
+            trim=trim_lengths(adapter, objective, batch),
         )
         ablated[idx] = r[0].double().cpu().numpy()
     low, high = bootstrap_mean_ci((ablated - clean)[None], n_boot=n_boot, confidence=confidence, seed=seed)

@@ -24,7 +24,8 @@ al. 2022 for mean-ablation) share it:
   longest length when the readout ignores padding (right padding only), and a batch's
   examples split into the runs that pad least for what a forward costs
   (:func:`plan_forwards`: a block of 32 random EWT sentences in batches of 8 pads 33% of
-  its tokens, which the sequential test's removals computed).
+  its tokens, which the sequential test's removals computed); a causal model's next-token
+  loss stops each row at its last labelled position (:func:`trim_lengths`).
 
 Rows compute the same function as one full forward per unit (the naive loop,
 :func:`probe.analyses.necessity.ablation.sweep_heads_naive`), up to float rounding.
@@ -52,6 +53,7 @@ __all__ = [
     "sweep_batch",
     "plan_forwards",
     "trimmable",
+    "trim_lengths",
     "cut",
     "take",
     "restart_path",
@@ -150,6 +152,28 @@ def trimmable(adapter, readout: Any, batch: MetricBatch) -> bool:
     return right_padded and shapes_ok
 
 
+def trim_lengths(adapter, readout: Any, batch: MetricBatch) -> Any:
+    """Per row of ``batch``, how many leading positions a forward must compute for ``readout``
+    (a list), or ``False`` where rows cannot be cut (:func:`trimmable`): each row's length;
+    in a causal model, for a readout that reads only the positions ``batch.aux["labels"]``
+    labels (``readout.reads_labelled``: the next-token loss), up to its last labelled
+    position. A causal position is seen only by those after it, and a sentence's last token
+    has no next token to predict, so its column is never read: the removals of SmolLM2's
+    report computed one token in 22 for nothing."""
+    if not trimmable(adapter, readout, batch):
+        return False
+    lengths = batch.lengths.tolist()
+    labels = batch.aux.get("labels") if isinstance(batch.aux, dict) else None
+    ids = batch.inputs["input_ids"]
+    if adapter.arch != "decoder" or not getattr(readout, "reads_labelled", False) or labels is None:
+        return lengths
+    if labels.shape != ids.shape:
+        return lengths
+    seq = torch.arange(1, ids.shape[1] + 1, device=labels.device)
+    last = torch.where(labels != -100, seq, torch.zeros_like(seq)).amax(1)  # 1 + the last labelled position, 0: none
+    return [max(1, min(int(n), int(r))) for n, r in zip(lengths, last.tolist())]
+
+
 def plan_forwards(
     lengths: Sequence[int], k: int, max_tokens: int = MAX_TOKENS, per_forward: int = FORWARD_TOKENS
 ) -> list:
@@ -226,7 +250,7 @@ def sweep_batch(
     *,
     stack: Optional[str] = None,
     path: str = "full forward",
-    trim: bool = False,
+    trim: Any = False,
     max_tokens: int = MAX_TOKENS,
 ) -> torch.Tensor:
     """The readouts of ``batch`` with each unit removed.
@@ -239,13 +263,17 @@ def sweep_batch(
         units: tuples of ``(layer, head)``.
         replacement: ``replacement(j, layer) -> [b, seq, heads, head_dim]`` (the whole
             batch, every head; the unit's heads are taken from it) or None (zero).
-        path: :func:`restart_path`; ``trim``: :func:`trimmable`.
+        path: :func:`restart_path`; ``trim``: :func:`trimmable`, or per row the positions its
+            readout needs (:func:`trim_lengths`; rows cut to them).
 
     Returns:
         ``[len(units), b, ...]`` readouts, in unit order.
     """
     b = batch.rows
-    lengths = batch.lengths.tolist() if trim else [batch.inputs["input_ids"].shape[1]] * b
+    if isinstance(trim, bool):
+        lengths = batch.lengths.tolist() if trim else [batch.inputs["input_ids"].shape[1]] * b
+    else:  # the positions each row's readout needs (:func:`trim_lengths`)
+        lengths, trim = [int(n) for n in trim], True
     restart = path != "full forward"
     groups: dict = {}  # first layer of the unit -> unit indices: a forward restarts there
     for j, unit in enumerate(units):
