@@ -128,31 +128,22 @@ def _permutation_groups(adapter: ModelAdapter, lengths: Sequence[int], k: int, b
     :func:`~probe.analyses.necessity.sweep.plan_forwards`): 16 explained sentences of 9 to 82
     tokens in groups of 12 padded half their tokens. A model whose padding leaks
     (``adapter.batching``) gets groups of one length."""
-    from probe.analyses.necessity.sweep import FORWARD_TOKENS
+    from probe.analyses.necessity.sweep import FORWARD_TOKENS, cheapest_runs
     from probe.inputs.budget import rows_for
     from probe.models.batching import ONE_LENGTH
 
     per = max(1, batch_rows // k)
-    n = len(lengths)
-    best: list = [(0, 0, k)] + [None] * n  # best[stop]: (cost, start of the last group, its kc)
-    for stop in range(1, n + 1):
-        longest = max(1, int(lengths[stop - 1]))
-        fit = rows_for(adapter, longest, cap=batch_rows, grad=False)
-        for start in range(stop - 1, -1, -1):
-            size = stop - start
-            one_length = adapter.batching != ONE_LENGTH or lengths[start] == lengths[stop - 1]
-            if size > 1 and (size > per or size > fit // k or not one_length):
-                break  # a longer group only grows
-            kc = k if fit >= k else max(1, fit)
-            cost = best[start][0] + size * k * longest + -(-k // kc) * FORWARD_TOKENS
-            if best[stop] is None or cost < best[stop][0]:
-                best[stop] = (cost, start, kc)
-    groups, stop = [], n
-    while stop:
-        _, start, kc = best[stop]
-        groups.append((start, stop, kc))
-        stop = start
-    return groups[::-1]
+    fit = [rows_for(adapter, max(1, int(n)), cap=batch_rows, grad=False) for n in lengths]
+    kc = [k if f >= k else max(1, f) for f in fit]
+
+    def cost(start: int, stop: int) -> Optional[int]:  # examples start:stop, the longest the last
+        size = stop - start
+        leaks = adapter.batching == ONE_LENGTH and lengths[start] != lengths[stop - 1]
+        if size > 1 and (size > per or size > fit[stop - 1] // k or leaks):
+            return None  # a longer group only grows
+        return size * k * max(1, int(lengths[stop - 1])) + -(-k // kc[stop - 1]) * FORWARD_TOKENS
+
+    return [(start, stop, kc[stop - 1]) for start, stop in cheapest_runs(len(lengths), cost)]
 
 
 def _permutations(alpha, lengths, examples, layer, head, k, causal, seed, identity) -> torch.Tensor:

@@ -52,6 +52,7 @@ __all__ = [
     "clean_run",
     "sweep_batch",
     "plan_forwards",
+    "cheapest_runs",
     "trimmable",
     "trim_lengths",
     "cut",
@@ -163,8 +164,7 @@ def trim_lengths(adapter, readout: Any, batch: MetricBatch) -> Any:
     if not trimmable(adapter, readout, batch):
         return False
     lengths = batch.lengths.tolist()
-    labels = batch.aux.get("labels") if isinstance(batch.aux, dict) else None
-    ids = batch.inputs["input_ids"]
+    labels, ids = batch.aux.get("labels"), batch.inputs["input_ids"]
     if adapter.arch != "decoder" or not getattr(readout, "reads_labelled", False) or labels is None:
         return lengths
     if labels.shape != ids.shape:
@@ -193,30 +193,43 @@ def plan_forwards(
     """
     order = sorted(range(len(lengths)), key=lambda i: -int(lengths[i]))
     size = [max(1, int(lengths[i])) for i in order]
-    n = len(order)
-    best: list = [(0, 0)] + [None] * n  # best[j]: (cost, start of the last run) of the first j examples
-    for j in range(1, n + 1):
-        for i in range(j - 1, -1, -1):  # the run order[i:j], its longest size[i]
-            rows = (j - i) * k
-            if rows * size[i] > max_tokens and j - i > 1:
-                break  # longer runs only grow
-            forwards = 1 if rows * size[i] <= max_tokens else -(-k // max(1, max_tokens // size[i]))
-            cost = best[i][0] + rows * size[i] + forwards * per_forward
-            if best[j] is None or cost < best[j][0]:
-                best[j] = (cost, i)
-    runs, j = [], n
-    while j:
-        i = best[j][1]
-        runs.append((i, j))
-        j = i
+
+    def cost(i: int, j: int) -> Optional[int]:  # the run order[i:j], its longest size[i]
+        rows = (j - i) * k
+        if rows * size[i] > max_tokens and j - i > 1:
+            return None  # longer runs only grow
+        forwards = 1 if rows * size[i] <= max_tokens else -(-k // max(1, max_tokens // size[i]))
+        return rows * size[i] + forwards * per_forward
+
     plan: list = []
-    for i, j in reversed(runs):
+    for i, j in cheapest_runs(len(order), cost):
         if (j - i) * k * size[i] <= max_tokens:
             plan.append((order[i:j], slice(0, k)))
             continue
         per = max(1, max_tokens // size[i])  # one example whose k rows exceed the budget
         plan.extend(([order[i]], slice(s, min(k, s + per))) for s in range(0, k, per))
     return plan
+
+
+def cheapest_runs(n: int, cost: Callable[[int, int], Optional[int]]) -> list:
+    """``[(start, stop)]``: the split of ``0 … n−1`` into contiguous runs whose summed
+    ``cost(start, stop)`` is least (dynamic programming over where runs end). ``cost`` is
+    ``None`` for a run that cannot be, and then for every longer run ending at ``stop``; a
+    run of one always can. Ties keep the shortest last run."""
+    best: list = [(0, 0)] + [None] * n  # best[stop]: (cost, start of the last run) of the first stop
+    for stop in range(1, n + 1):
+        for start in range(stop - 1, -1, -1):
+            c = cost(start, stop)
+            if c is None:
+                break
+            if best[stop] is None or best[start][0] + c < best[stop][0]:
+                best[stop] = (best[start][0] + c, start)
+    runs, stop = [], n
+    while stop:
+        start = best[stop][1]
+        runs.append((start, stop))
+        stop = start
+    return runs[::-1]
 
 
 def cut(t: torch.Tensor, rows: torch.Tensor, length: Optional[int] = None) -> torch.Tensor:
