@@ -29,6 +29,13 @@ Methods (each mode timed on its own, each run from the texts to the ``[72, n]`` 
   ``attn.c_proj``'s input (its ``z``) set to zero / the mean / the resampled value.
 * ``TL``: TransformerLens's bridge, ``run_with_hooks`` once per batch and head with a hook on
   ``blocks.{l}.attn.hook_z`` setting ``z[:, :, h]``.
+* ``plain``: the same loop with no library, a PyTorch forward pre-hook on ``attn.c_proj``
+  setting the head's slice of its input: the work any one-forward-per-head loop does, at
+  no machinery's cost.
+
+Work: each method's multiply-adds of the linear maps (:func:`multiply_adds`, a global forward
+hook), and the seconds per GMAC each took: a ratio of times is the ratio of the work times the
+ratio of time per work, printed for the zero mode with what 4× TransformerLens would need.
 
 The peers get the same batches (``sweep_batches``: the toolkit's batching, sentences of
 similar length together, batch 8), the same per-position-kind means (each computes its own in
@@ -61,7 +68,7 @@ EWT = Path("/work/shared/data/ud-english-ewt/en_ewt-ud-dev.conllu")
 if not EWT.exists():
     EWT = ROOT.parent / "shared" / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
 MODES = ("zero", "mean", "resample")
-METHODS = ("probe", "nnsight", "TL")
+METHODS = ("probe", "nnsight", "TL", "plain")
 BATCH = 8
 SEED = 0
 VOCAB = 2048
@@ -249,6 +256,50 @@ def nnsight_methods(ctx):
     return forward, z_of
 
 
+# ---------------------------------------------------------------- the loop with no library
+
+
+def plain_methods(ctx):
+    """The natural loop with no library: a PyTorch forward pre-hook on ``attn.c_proj`` setting
+    the head's slice of its input. What nnsight's and TransformerLens's loops cost without
+    their machinery: the work any one-forward-per-head loop does."""
+    adapter = ctx[0]
+    model = copy.deepcopy(adapter.model)
+    dh, L = adapter.head_dim, adapter.n_layers
+    projs = [model.transformer.h[layer].attn.c_proj for layer in range(L)]
+
+    def forward(batch, layer, head, value):
+        if layer is None:
+            return model(**batch.inputs).logits
+
+        def edit(module, args):
+            z = args[0].clone()
+            z[:, :, head * dh : (head + 1) * dh] = 0 if value is None else value.reshape(*value.shape[:2], dh)
+            return (z,)
+
+        handle = projs[layer].register_forward_pre_hook(edit)
+        try:
+            return model(**batch.inputs).logits
+        finally:
+            handle.remove()
+
+    def z_of(batch):
+        saved = {}
+        hooks = [
+            p.register_forward_pre_hook(lambda m, a, layer=layer: saved.__setitem__(layer, a[0].detach()))
+            for layer, p in enumerate(projs)
+        ]
+        try:
+            saved["logits"] = model(**batch.inputs).logits
+        finally:
+            for h in hooks:
+                h.remove()
+        b, s = batch.inputs["input_ids"].shape
+        return {k: (v if k == "logits" else v.reshape(b, s, adapter.n_heads, dh)) for k, v in saved.items()}
+
+    return forward, z_of
+
+
 # ---------------------------------------------------------------- TransformerLens
 
 
@@ -286,11 +337,44 @@ def tl_methods(ctx):
 def methods(ctx) -> dict:
     nn_fwd, nn_z = nnsight_methods(ctx)
     tl_fwd, tl_z = tl_methods(ctx)
+    pl_fwd, pl_z = plain_methods(ctx)
     return {
         "probe": lambda mode: run_probe(ctx, mode),
         "nnsight": lambda mode: peer_sweep(ctx, mode, nn_fwd, nn_z),
         "TL": lambda mode: peer_sweep(ctx, mode, tl_fwd, tl_z),
+        "plain": lambda mode: peer_sweep(ctx, mode, pl_fwd, pl_z),
     }
+
+
+# ---------------------------------------------------------------- work
+
+
+def multiply_adds(run) -> int:
+    """The multiply-adds of every linear map ``run()`` applies, counted by a global forward
+    hook (``nn.Linear`` and GPT-2's ``Conv1D``: input rows × in × out; the attention scores,
+    norms and activations, a few % of the work here, not counted). The model's work, whatever
+    the method's machinery costs in time."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    total = [0]
+
+    def hook(module, args, output):
+        if not args or not hasattr(args[0], "shape"):
+            return
+        if isinstance(module, torch.nn.Linear):
+            fan_in, fan_out = module.in_features, module.out_features
+        elif type(module).__name__ == "Conv1D":
+            fan_in, fan_out = module.weight.shape
+        else:
+            return
+        total[0] += int(args[0].shape[:-1].numel()) * int(fan_in) * int(fan_out)
+
+    handle = register_module_forward_hook(hook)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return total[0]
 
 
 # ---------------------------------------------------------------- memory
@@ -349,7 +433,73 @@ def measure(n: int, repeats: int, warm: bool = True) -> tuple:
         (m, mode): float(np.abs(results[m, mode] - results["probe", mode]).max()) for m in METHODS[1:] for mode in MODES
     }
     lengths = [int(b.inputs["attention_mask"].sum()) for _, _, b in ctx[3]]
-    return times, diffs, sum(lengths), len(ctx[3])
+    work = {key: multiply_adds(lambda key=key: run[key[0]](key[1])) for key in keys}
+    return times, diffs, sum(lengths), len(ctx[3]), work
+
+
+def print_times(n: int, times: dict, diffs: dict, tokens: int, n_batches: int) -> None:
+    """The timing table's rows for one ``n``: each mode's medians and ratios, the three modes together."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for mode in MODES:
+        p, nn, tl, pl = (med[m, mode] for m in METHODS)
+        print(
+            f"| {n} | {mode} | {p:.2f} | {nn:.2f} | {tl:.2f} | {pl:.2f} | {nn / p:.2f}× | {tl / p:.2f}× | {pl / p:.2f}× | "
+            f"{diffs['nnsight', mode]:.1e} | {diffs['TL', mode]:.1e} | {diffs['plain', mode]:.1e} |",
+            flush=True,
+        )
+    every = {m: [sum(x) for x in zip(*(times[m, mode] for mode in MODES))] for m in METHODS}
+    tot = {m: statistics.median(v) for m, v in every.items()}
+    print(
+        f"| {n} | all three | {tot['probe']:.2f} | {tot['nnsight']:.2f} | {tot['TL']:.2f} | {tot['plain']:.2f} | "
+        f"{tot['nnsight'] / tot['probe']:.2f}× | {tot['TL'] / tot['probe']:.2f}× | {tot['plain'] / tot['probe']:.2f}× | | | |",
+        flush=True,
+    )
+    print(
+        f"|   | ({tokens} tokens in {n_batches} batches; per-round times: "
+        + "; ".join(f"{m} {mode} [{', '.join(f'{t:.2f}' for t in times[m, mode])}]" for m in METHODS for mode in MODES)
+        + ") | | | | | | | | | | |",
+        flush=True,
+    )
+
+
+def print_work(works: dict) -> None:
+    """Each method's model work (multiply-adds of its linear maps, :func:`multiply_adds`) and
+    the time it took per unit of work: a ratio of times is the ratio of work × the ratio of
+    time per work. The peers' loops do the plain loop's work; the sweep does less (each head
+    from its own layer's output projection on, no padding or unread last token) in fewer,
+    larger forwards."""
+    print("\nwork: multiply-adds of the linear maps (GMAC) and seconds per GMAC (the median time / the work)\n")
+    print(
+        "| n | mode | "
+        + " | ".join(f"{m} GMAC" for m in METHODS)
+        + " | "
+        + " | ".join(f"{m} s/GMAC" for m in METHODS)
+        + " |"
+    )
+    print("|---:|---|" + "---:|" * (2 * len(METHODS)))
+    said = []
+    for n, (work, med) in works.items():
+        for mode in MODES:
+            g = {m: work[m, mode] / 1e9 for m in METHODS}
+            print(
+                f"| {n} | {mode} | "
+                + " | ".join(f"{g[m]:.2f}" for m in METHODS)
+                + " | "
+                + " | ".join(f"{med[m, mode] / g[m]:.3f}" for m in METHODS)
+                + " |"
+            )
+        zero = {m: work[m, "zero"] for m in METHODS}
+        tl_ratio = med["TL", "zero"] / med["probe", "zero"]
+        work_ratio = zero["TL"] / zero["probe"]
+        said.append(
+            f"n = {n}, zero: the sweep does {zero['probe'] / zero['plain']:.0%} of the plain loop's work; "
+            f"TL / probe {tl_ratio:.2f}× = work {work_ratio:.2f}× × time per work "
+            f"{tl_ratio / work_ratio:.2f}× (TL's machinery and small forwards: "
+            f"{med['TL', 'zero'] / med['plain', 'zero']:.2f}× the plain loop's time for its work). "
+            f"At this work, 4× TL would need the sweep's multiply-adds {4.0 / work_ratio:.2f}× faster than TL's, "
+            f"{4.0 / work_ratio * med['plain', 'zero'] / med['TL', 'zero']:.2f}× faster than the plain loop's."
+        )
+    print("\n" + "\n".join(said))
 
 
 def main() -> None:
@@ -374,35 +524,17 @@ def main() -> None:
     )
     print(f"load average before: {' '.join(f'{x:.2f}' for x in load0)}\n")
     print(
-        "| n | mode | probe s | nnsight s | TL s | nnsight / probe | TL / probe | max \\|Δ\\| nnsight | max \\|Δ\\| TL |"
+        "| n | mode | probe s | nnsight s | TL s | plain s | nnsight / probe | TL / probe | plain / probe "
+        "| max \\|Δ\\| nnsight | max \\|Δ\\| TL | max \\|Δ\\| plain |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    works = {}
     with torch.no_grad():
         for n in args.n:
-            times, diffs, tokens, n_batches = measure(n, args.repeats, warm=not args.no_warmup)
-            med = {k: statistics.median(v) for k, v in times.items()}
-            for mode in MODES:
-                p, nn, tl = med["probe", mode], med["nnsight", mode], med["TL", mode]
-                print(
-                    f"| {n} | {mode} | {p:.2f} | {nn:.2f} | {tl:.2f} | {nn / p:.2f}× | {tl / p:.2f}× | "
-                    f"{diffs['nnsight', mode]:.1e} | {diffs['TL', mode]:.1e} |",
-                    flush=True,
-                )
-            every = {m: [sum(x) for x in zip(*(times[m, mode] for mode in MODES))] for m in METHODS}
-            tot = {m: statistics.median(v) for m, v in every.items()}
-            print(
-                f"| {n} | all three | {tot['probe']:.2f} | {tot['nnsight']:.2f} | {tot['TL']:.2f} | "
-                f"{tot['nnsight'] / tot['probe']:.2f}× | {tot['TL'] / tot['probe']:.2f}× | | |",
-                flush=True,
-            )
-            print(
-                f"|   | ({tokens} tokens in {n_batches} batches; per-round times: "
-                + "; ".join(
-                    f"{m} {mode} [{', '.join(f'{t:.2f}' for t in times[m, mode])}]" for m in METHODS for mode in MODES
-                )
-                + ") | | | | | | | |",
-                flush=True,
-            )
+            times, diffs, tokens, n_batches, work = measure(n, args.repeats, warm=not args.no_warmup)
+            works[n] = (work, {k: statistics.median(v) for k, v in times.items()})
+            print_times(n, times, diffs, tokens, n_batches)
+    print_work(works)
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if not args.no_memory:
         n = max(args.n)
