@@ -633,6 +633,20 @@ def test_report_options_reach_the_sections_that_declare_them():
     assert "first 128 of 2001" not in default or any(s in default for s in ("patching", "circuit", "writes"))
 
 
+def test_the_screened_path_states_that_its_necessity_takes_every_example():
+    """Above 144 heads (SmolLM2's 270) the necessity screen of ablation and claims reads every
+    example and removes exactly in random blocks of all of them; the settings line said "the
+    first 128 of 256 for ablation, importance, writes and claims", which only the rest keeps."""
+    from probe.app.report.build import _model_examples_setting
+
+    said = _model_examples_setting(256, None, heads=270)["model-run examples"]
+    whole, first = said.split("; ")
+    assert whole.startswith("all 256 for the necessity of ablation and claims: every head screened on each example")
+    assert first.startswith("the first 128 of 256 for importance, writes and claims (the necessity aside)")
+    assert "ablation" not in first and "--max-model-examples 0" in first
+    assert _model_examples_setting(100, None, heads=270)["model-run examples"].startswith("all 100")
+
+
 def test_every_example_cap_is_stated_with_the_flag_that_lifts_it():
     from probe.app.report.build import _model_examples_setting, _overrides
 

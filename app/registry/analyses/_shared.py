@@ -103,6 +103,35 @@ def _names(names: list) -> str:
     return ", ".join(names[:-1]) + (f" and {names[-1]}" if len(names) > 1 else "".join(names))
 
 
+def _screened_examples(running: list, n: int, cap: int) -> list:
+    """What the screened path runs the model on, for the model-running sections ``running``
+    over ``n`` examples with the model-run limit ``cap``: the necessity screen (the sections
+    that read the :data:`~probe.app.registry.removal_stages.SCREENED` stage's necessity) takes
+    every example, its exact removals random blocks of them until each head is decided; the
+    rest takes the first ``cap`` (a section that starts the screen reads nothing else)."""
+
+    def screened(a, starts: Optional[bool] = None) -> bool:  # the stage by name: removal_stages imports this module
+        return any(
+            r.stage.name == "screened" and "necessity" in r.parts and (starts is None or r.starts == starts)
+            for r in a.reads
+        )
+
+    whole = [a.name for a in running if screened(a)]
+    rest = [a.name for a in running if not screened(a, starts=True)]
+    said = []
+    if whole:
+        said.append(
+            f"all {n} for the necessity of {_names(whole)}: every head screened on each example, those that could "
+            "matter removed exactly in random blocks until decided"
+        )
+    if rest:
+        others = " (the necessity aside)" if set(whole) & set(rest) else ""
+        said.append(
+            f"the first {cap} of {n} for {_names(rest)}{others} (--max-model-examples 0 runs them on every example)"
+        )
+    return said
+
+
 def model_run_setting(n: int, heads: int, params: dict) -> dict:
     """The report's settings on the model-running sections (the registered ones whose
     ``report_params`` cap ``max_model_examples``; ``params``: a declaring section's, the
@@ -120,6 +149,9 @@ def model_run_setting(n: int, heads: int, params: dict) -> dict:
     path = causal_path(causal, n, cap, heads)
     if cap is None or n <= cap:
         out = {"model-run examples": f"all {n} ({', '.join(capped)})"}
+    elif path == "screened":
+        said = _screened_examples(running, n, cap)
+        out = {"model-run examples": "; ".join(said)}
     else:
         blocks = in_blocks if path == "sequential" else []
         first = [a for a in capped if a not in blocks]
