@@ -190,3 +190,42 @@ def test_resample_draws_from_the_same_kind():
         for p in torch.nonzero(flat_valid).flatten().tolist():
             q = int(s[p])
             assert flat_valid[q] and flat_kind[q] == flat_kind[p] and q // 5 != p // 5
+
+
+def test_the_means_of_some_layers_stop_after_the_last_of_them(bert_tokenizer):
+    """``position_kind_means(layers=...)`` runs each forward no further than the last layer asked
+    (the removal sweep asks for its units' layers: SmolLM2's necessary head in layer 1 paid for all
+    30 layers' means): those layers' means equal the full computation's, the others are NaN, and a
+    mean-ablation sweep of a layer-0 head gives the harms it gives with every layer's means."""
+    from conftest import tiny_llama_lm
+
+    from probe.analyses.claims.removal import removal_sweep
+    from probe.analyses.common.metrics import as_corpus
+    from probe.analyses.common.objective import resolve_objective
+    from probe.analyses.necessity.ablation import position_kind_means
+    from probe.models.sites import layer_modules
+
+    llama = tiny_llama_lm(bert_tokenizer, layers=3)
+    corpus = as_corpus(TEXTS)
+    obj, _ = resolve_objective("loss", llama, corpus)
+    ran = {"layer 2": 0, "head": 0}
+    hooks = [
+        layer_modules(llama)[2].register_forward_hook(lambda *_: ran.__setitem__("layer 2", ran["layer 2"] + 1)),
+        llama.model.lm_head.register_forward_hook(lambda *_: ran.__setitem__("head", ran["head"] + 1)),
+    ]
+    try:
+        some = position_kind_means(llama, corpus, obj, 4, layers=[0, 1])
+        assert ran == {"layer 2": 0, "head": 0}  # layer 2, the norm and the head never ran
+        every = position_kind_means(llama, corpus, obj, 4)
+        assert ran["layer 2"] > 0 and ran["head"] == 0
+    finally:
+        for h in hooks:
+            h.remove()
+    torch.testing.assert_close(some.values[:, :2], every.values[:, :2], atol=0, rtol=0)
+    assert torch.isnan(some.values[:, 2]).all() and not torch.isnan(every.values).any()
+    assert some.counts == every.counts
+    own = removal_sweep(llama, corpus, obj, units=[(0, 1)], modes=("mean", "one-mean"))
+    given = removal_sweep(llama, corpus, obj, units=[(0, 1)], modes=("mean", "one-mean"), means=every)
+    for mode in ("mean", "one-mean"):
+        np.testing.assert_allclose(own.harm[mode], given.harm[mode], atol=1e-6)
+        assert np.abs(own.harm[mode]).max() > 1e-4  # the removal harms something: the means were used

@@ -432,7 +432,8 @@ def removal_sweep(
         means: the ``mean`` mode's per-kind head means (a ``KindMeans``) of this
             corpus (:func:`probe.analyses.necessity.ablation.position_kind_means`, the same
             batch size), when a caller already has them (one forward over the corpus
-            saved per sweep: 10 s on EWT dev); computed here when ``None``.
+            saved per sweep: 10 s on EWT dev); computed here when ``None``, for the units'
+            layers only (each forward ends after the last of them).
         known: ``[n, ...]`` the clean readouts of ``corpus`` an earlier pass read (a
             screen's, :class:`probe.analyses.necessity.screen.HeadScreen`'s ``clean``; NaN
             rows where it read none): a batch whose every example is known takes them and
@@ -475,8 +476,9 @@ def removal_sweep(
     if todo:
         if not {"mean", "one-mean"} & set(todo):
             means = None
-        elif means is None:
-            means = position_kind_means(adapter, corpus, obj, batch_size, stack)
+        elif means is None:  # of the units' layers only: each forward ends after the last of them
+            layers = sorted({layer for u in units for layer, _ in u})
+            means = position_kind_means(adapter, corpus, obj, batch_size, stack, layers=layers)
         plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size, known=known_readouts(known, n))
         batches = sweep_batches(adapter, corpus, batch_size)
         parts = [p.value for p in (runner or InProcess(adapter, progress))(RemovalJob(plan), batches)]

@@ -149,9 +149,10 @@ class HeadOutputRecorder(TraceView):
     """Record each layer's head outputs ``[batch, seq, head, head_dim]`` (detached).
 
     ``recorder.outputs[layer]`` holds the last forward's outputs. With ``stop``, the forward
-    ends after the stack's last layer (:class:`Trace`'s ``stop_before``: the final norm and
-    the head, a language model's vocabulary projection, do not run, and the forward returns
-    nothing) where the model's layers are modules of their own; one forward per entry then.
+    ends after the last of ``layers`` (:class:`Trace`'s ``stop_before``: the layers after it,
+    the final norm and the head, a language model's vocabulary projection, do not run, and
+    the forward returns nothing) where the model's layers are modules of their own; one
+    forward per entry then.
     """
 
     def __init__(
@@ -168,7 +169,8 @@ class HeadOutputRecorder(TraceView):
         for layer in self.layers:
             adapter.check_head(layer, 0, self.stack)
         self.outputs: dict[int, torch.Tensor] = {}
-        self.stop_before = after_last_layer(adapter, self.stack) if stop else None
+        end = after_last_layer(adapter, self.stack) if stop else None
+        self.stop_before = min(end, max(self.layers) + 1) if end is not None and self.layers else end
 
     def _keep(self, layer: int) -> Reader:
         def fn(z: torch.Tensor, ctx: SiteContext) -> None:
