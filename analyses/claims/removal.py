@@ -401,6 +401,11 @@ def known_readouts(known: Optional[np.ndarray], n: int) -> Optional[dict]:
     return read or None
 
 
+def _unit_layers(units: Sequence) -> list:
+    """The layers ``units`` (tuples of ``(layer, head)``) remove heads of, sorted."""
+    return sorted({layer for unit in units for layer, _ in unit})
+
+
 def removal_sweep(
     adapter: Any,
     corpus: Any,
@@ -477,8 +482,7 @@ def removal_sweep(
         if not {"mean", "one-mean"} & set(todo):
             means = None
         elif means is None:  # of the units' layers only: each forward ends after the last of them
-            layers = sorted({layer for u in units for layer, _ in u})
-            means = position_kind_means(adapter, corpus, obj, batch_size, stack, layers=layers)
+            means = position_kind_means(adapter, corpus, obj, batch_size, stack, layers=_unit_layers(units))
         plan = RemovalPlan(corpus, obj, units, todo, means, seed, stack, batch_size, known=known_readouts(known, n))
         batches = sweep_batches(adapter, corpus, batch_size)
         parts = [p.value for p in (runner or InProcess(adapter, progress))(RemovalJob(plan), batches)]
