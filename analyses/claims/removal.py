@@ -287,7 +287,7 @@ def run_removal_batches(adapter: Any, plan: RemovalPlan, batches: Sequence, prog
 
     obj, units, stack = plan.objective, plan.units, plan.stack
     kinds = position_kinds(adapter)
-    layers = sorted({l for u in units for l, _ in u})
+    layers = _unit_layers(units)
     causal = adapter.arch == "decoder"
     path = restart_path(adapter, stack)
     indices: list = []

@@ -196,7 +196,7 @@ def position_kind_means(
             for layer in wanted:
                 sums[k, layer] += rec.outputs[layer].cpu().double()[sel].sum(0)
     if layers is not None:  # the layers not asked for: NaN, never a silent zero mean
-        sums[:, [layer for layer in range(n_layers) if layer not in set(wanted)]] = float("nan")
+        sums[:, sorted(set(range(n_layers)) - set(wanted))] = float("nan")
     return kind_means(sums, counts, kinds)
 
 
