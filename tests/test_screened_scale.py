@@ -242,7 +242,9 @@ def test_the_weights_bar_gives_the_null_uniform_weights_on_a_sample_of_the_examp
     claims, _ = screened_claims._weights(
         llama, nad, corpus, obj, heads, exact, necessity, {}, seed=0, runner=None, progress=False
     )
-    assert seen == [(False, 12), (True, 5)]  # the model's heads on every example, the null's on the sample
+    # the model's heads on every example, the null's on the sample, in two halves (this random
+    # null's first half reaches 0.1 × the floor, so the second half runs)
+    assert seen == [(False, 12), (True, 5), (True, 5)]
     monkeypatch.setattr(removal, "removal_sweep", real)
     sample = null_examples(12, 5, 0)
     pick = sorted(np.random.default_rng(0).choice(len(heads), 4, replace=False).tolist())
@@ -260,6 +262,70 @@ def test_the_weights_bar_gives_the_null_uniform_weights_on_a_sample_of_the_examp
         assert e["null_max"] == pytest.approx(whole[:, sample].mean(1).max(), rel=1e-4)
         assert e["p_null"] == pytest.approx(paired_greater(model[i], level), rel=1e-3)
     assert sum(c.status == "not tested" for c in claims.values()) == len(heads) - len(exact)
+    assert "drawn not run" not in claims[exact[0]].extra["null_source"]
+
+
+def test_the_null_uniform_sample_stops_at_half_where_its_harms_are_negligible(llama, monkeypatch):
+    """The null's uniform-weights heads run in two halves of the draw: where every harm of
+    the first half is within :data:`NULL_WEIGHT_NEGLIGIBLE` × the floor the second is not run,
+    the bar is the first half's (its quantiles and largest mean), and the source says so with
+    the largest harm; where one is beyond it, both halves run and give the whole draw's rows."""
+    from probe.analyses.claims import removal, screened_claims
+    from probe.analyses.claims import thresholds as T
+    from probe.analyses.claims.null_model import null_model_for
+    from probe.analyses.common.objective import resolve_objective
+
+    monkeypatch.setattr(screened_claims, "NULL_WEIGHT_HEADS", 4)
+    corpus = as_corpus(CORPUS[:6])
+    obj, _ = resolve_objective("loss", llama, corpus)
+    nad = null_model_for(llama, None, 0)
+    heads = [(layer, h) for layer in range(10) for h in range(16)]
+    drawn = np.random.default_rng(0).choice(len(heads), 4, replace=False)
+    first = [heads[i] for i in sorted(drawn[:2].tolist())]
+    whole = removal.removal_sweep(
+        nad, corpus, obj, units=[heads[i] for i in sorted(drawn.tolist())], modes=("uniform",)
+    )
+    half = removal.removal_sweep(nad, corpus, obj, units=first, modes=("uniform",))
+    part = half.harm["uniform"]
+    largest = float(part.max())
+    floor = T.min_effect(obj.name)
+
+    monkeypatch.setattr(screened_claims, "NULL_WEIGHT_NEGLIGIBLE", 1.001 * largest / floor)  # just within
+    ns, n_drawn, got = screened_claims._null_uniform(nad, corpus, obj, heads, 0)
+    assert (n_drawn, list(ns.units)) == (4, list(half.units))
+    assert got == pytest.approx(largest) and np.allclose(ns.harm["uniform"], part, atol=1e-6)
+
+    monkeypatch.setattr(screened_claims, "NULL_WEIGHT_NEGLIGIBLE", 0.999 * largest / floor)  # just beyond
+    ns, n_drawn, _ = screened_claims._null_uniform(nad, corpus, obj, heads, 0)
+    assert list(ns.units) == list(whole.units) and np.allclose(ns.harm["uniform"], whole.harm["uniform"], atol=1e-6)
+
+    monkeypatch.setattr(screened_claims, "NULL_WEIGHT_NEGLIGIBLE", 1e6)
+    from probe.analyses.claims.claim import Claim
+
+    exact = list(STRONG)
+    necessity = {h: Claim("necessity", "holds", effect=0.3) for h in exact}
+    claims, _ = screened_claims._weights(
+        llama, nad, corpus, obj, heads, exact, necessity, {}, seed=0, runner=None, progress=False
+    )
+    e = claims[exact[0]].extra
+    assert "2 of its heads at random; the other 2 of the 4 drawn not run" in e["null_source"], e["null_source"]
+    assert f"the largest {largest:.3g}" in e["null_source"]
+    assert e["null_max"] == pytest.approx(part.mean(1).max(), rel=1e-4)
+
+
+def test_a_null_under_the_floor_on_every_example_never_tests_above_the_floor():
+    """Why the null's second half may be skipped: a per-example null at or under the floor
+    gives a Wilcoxon p at most the floor test's (the signed-rank statistic counts positive
+    Walsh averages, which a lower null only adds to), so ``max(p_floor, p_null)`` is the
+    floor's p; checked on continuous harms at the exact (n ≤ 50) and normal sizes."""
+    from probe.analyses.claims.statistics import floor_test, paired_greater
+
+    rng = np.random.default_rng(0)
+    for n in (6, 32, 64, 200):
+        for _ in range(25):
+            harm = rng.normal(0.01, 0.02, n)
+            null = 0.01 - rng.exponential(0.005, n)  # every example at or under the floor 0.01
+            assert paired_greater(harm, null) <= floor_test(harm, 0.01) + 1e-12
 
 
 def test_the_importance_section_reads_the_screens_gate_gradients(many_heads, tmp_path, monkeypatch):
