@@ -34,7 +34,7 @@ def test_ig_failing_everywhere_falls_back_to_blank_out(bert_tokenizer, monkeypat
     why in one line. The old code raised NotApplicable ("raise --steps")."""
     from probe.analyses.claims.attribution import attribution_claims
     from probe.analyses.common.metrics import as_corpus
-    from probe.analyses.explanation import completeness, faithfulness
+    from probe.analyses.explanation import attributions, completeness, faithfulness
     from probe.analyses.explanation.attributions import attribute
 
     lm = _tiny_lm(bert_tokenizer)
@@ -43,16 +43,17 @@ def test_ig_failing_everywhere_falls_back_to_blank_out(bert_tokenizer, monkeypat
     calls: list = []
 
     def spy(adapter, objective, encs, *, methods, **kw):
-        calls.append((adapter.name, tuple(methods)))
+        calls.append((adapter.card.get("null_source", adapter.name), tuple(methods), len(encs)))
         return attribute(adapter, objective, encs, methods=methods, **kw)
 
-    monkeypatch.setattr(faithfulness, "attribute", spy)
+    monkeypatch.setattr(attributions, "attribute", spy)
     rep = faithfulness.run_faithfulness(lm, as_corpus(TEXTS), target, methods=("ig",), n_steps=2, permute=False)
 
     why = rep.info["reference_why"]
     assert rep.info["reference"] == "blank_out" and rep.verdict.attrs["reference"] == "blank_out"
-    # none passes at 2 steps: the 4 closest are raised first (the gate's pilot), none passes, the 5th is not raised
-    assert why.startswith("integrated gradients missed 1% completeness on all 5 examples at 2 steps and on the 4 ")
+    # the pilot (4 of 5, spread over the lengths) attributed first, none passes at 2 steps nor raised:
+    # the 5th is never given IG
+    assert why.startswith("integrated gradients missed 1% completeness on a pilot of 4 of the 5 examples, ")
     assert why.endswith(": the reference is blank-out (leave-one-out occlusion), computed for it")
     assert rep.info["ig_gate"]["excluded"] == 5 and rep.info["ig_gate"]["n"] == 5
     assert rep.info["ig_gate"]["pilot"] == 4 and rep.info["ig_gate"]["untried"] == 1
@@ -69,8 +70,12 @@ def test_ig_failing_everywhere_falls_back_to_blank_out(bert_tokenizer, monkeypat
     # the null model: blank-out only, no IG (the gate ran once, on the model itself)
     null = rep.info["null_agreement"]
     assert null["reference"] == "blank_out" and null["n"] == 5
-    assert calls[0] == ("tiny-lm", ("ig",)) and [m for _, m in calls[1:]] == [("blank_out",)]
-    assert calls[1][0] != "tiny-lm"
+    assert calls[0] == ("tiny-lm", ("ig",), 4)  # the pilot
+    assert {c for c in calls if c[1] == ("ig",)} <= {("tiny-lm", ("ig",), k) for k in range(1, 5)}
+    assert [c for c in calls if c[1] != ("ig",)] == [
+        ("tiny-lm", ("blank_out",), 5),
+        (null["source"], ("blank_out",), 5),
+    ]
     # the attribution claim: tested against blank-out on every example
     heads = [(0, 0), (1, 1)]
     claims = attribution_claims(heads, rep.verdict, rep.info)
@@ -256,12 +261,57 @@ def test_the_report_section_keeps_what_the_attribution_claim_reads(bert_tokenize
         assert from_summary.extra["null_source"] == rep.info["null_agreement"]["source"]
 
 
-def test_gate_raises_a_pilot_first_where_no_example_passes_and_gives_up_when_it_fails(monkeypatch):
-    """From 1 step, cap 8, no example within 1% at 1 step. The 4 closest (errors 0.05, 0.06,
-    0.07, 0.2: examples 1, 2, 4, 5) are raised first; none reaches 1% by 8 steps, so examples 0
-    and 3 (errors 0.9 and 0.8) are never raised: they keep their 1-step IG, are excluded and
-    counted as untried, and ``attribute`` never sees them. The old gate raised all six to 8."""
+class _Sized(int):
+    """An example id whose ``len`` is its length in :data:`_LENGTHS` (the fake IG's encodings)."""
+
+    def __len__(self) -> int:
+        return _LENGTHS[int(self)]
+
+
+#: lengths that make the pilot (the middle of each quarter of the length order 1, 0, 2, 4, 3, 5)
+#: examples 1, 2, 4 and 5
+_LENGTHS = {1: 1, 0: 2, 2: 3, 4: 4, 3: 5, 5: 6}
+
+
+def _gated(monkeypatch, errors_at: dict) -> tuple:
+    """``(attrs, gate, encodings the fake IG saw)`` of :func:`gated_attributions` from 1 step on
+    the fake IG of ``errors_at`` (examples 0–5, :data:`_LENGTHS`)."""
     from probe.analyses.explanation import attributions, completeness
+    from probe.analyses.explanation.attributions import Attributions, ExampleAttribution
+
+    fake, _ = _fake_ig(errors_at)
+    seen: list = []
+
+    def counting(adapter, target, encs, **kw):
+        seen.extend(int(e) for e in encs)
+        return fake(adapter, target, encs, **kw)
+
+    def values_only(adapter, target, encs):
+        blank = dict(tokens=("a",), word_ids=(0,), special_mask=(False,), words=("a",), scores={}, value=1.0)
+        return Attributions(tuple(ExampleAttribution(index=int(i), **blank) for i in encs), (), "t")
+
+    monkeypatch.setattr(attributions, "attribute", counting)
+    monkeypatch.setattr(attributions, "unattributed", values_only)
+    encs = [_Sized(i) for i in sorted(errors_at)]
+    attrs, gate = completeness.gated_attributions(None, None, encs, ("ig",), 1)
+    return attrs, gate, seen
+
+
+def test_the_pilot_is_the_examples_spread_over_the_lengths():
+    """:func:`pilot_of`: the middle example of each of ``k`` equal shares of the length order."""
+    from probe.analyses.explanation.completeness import pilot_of
+
+    assert pilot_of([_LENGTHS[i] for i in range(6)], 4) == [1, 2, 4, 5]
+    assert pilot_of(list(range(16, 0, -1)), 4) == [1, 5, 9, 13]  # lengths 15, 11, 7, 3 of 16 … 1
+    assert pilot_of([5, 3], 4) == [0, 1] and pilot_of([5, 3, 4], 0) == []
+
+
+def test_gate_attributes_a_pilot_first_and_gives_up_before_the_others_when_it_fails(monkeypatch):
+    """From 1 step, cap 8, 6 examples. The pilot, the 4 spread over the lengths (examples 1, 2,
+    4, 5), is attributed first: none within 1% at 1 step, raised, none reaches 1% by 8 steps,
+    so IG is given up before examples 0 and 3 (which would pass at 2) are attributed at all:
+    they get no IG (NaN, steps 0), are excluded and counted as untried. The gate that
+    attributed every example first computed their 1-step IG for nothing."""
     from probe.analyses.explanation.reference import choose_reference
 
     slow = {2: 0.04, 4: 0.03, 8: 0.02}
@@ -273,30 +323,31 @@ def test_gate_raises_a_pilot_first_where_no_example_passes_and_gives_up_when_it_
         4: {1: 0.07, **slow},
         5: {1: 0.2, **slow},
     }
-    fake, start = _fake_ig(errors_at)
-    seen: list = []
-
-    def counting(adapter, target, encs, **kw):
-        seen.extend(encs)
-        return fake(adapter, target, encs, **kw)
-
-    monkeypatch.setattr(attributions, "attribute", counting)
-    out, gate = completeness.gate_ig(None, None, list(errors_at), start, 1)
-    assert completeness.PILOT == 4 and gate.pilot == (1, 2, 4, 5) and gate.untried == (0, 3)
-    assert set(seen) == {1, 2, 4, 5} and len(seen) == 12  # 4 examples × 3 doublings
+    attrs, gate, seen = _gated(monkeypatch, errors_at)
+    assert gate.pilot == (1, 2, 4, 5) and gate.untried == (0, 3)
+    assert set(seen) == {1, 2, 4, 5} and len(seen) == 16  # 4 examples at 1 step and 3 doublings
     assert gate.passed == () and gate.excluded == (0, 1, 2, 3, 4, 5)
-    assert gate.steps == (1, 8, 8, 1, 8, 8) and gate.errors == pytest.approx((0.9, 0.02, 0.02, 0.8, 0.02, 0.02))
+    assert gate.steps == (0, 8, 8, 0, 8, 8)
+    assert np.isnan(gate.errors[0]) and np.isnan(gate.errors[3]) and gate.errors[1] == pytest.approx(0.02)
+    assert [ex.index for ex in attrs.examples] == list(range(6))
+    assert np.isnan(attrs.examples[0].scores["ig"]).all() and attrs.examples[0].value == 1.0
+    assert attrs.settings["ig_steps_per_example"] == [0, 8, 8, 0, 8, 8]
     said = gate.to_dict()
     assert said["pilot"] == 4 and said["untried"] == 2 and said["excluded"] == 6
+    assert said["max_steps"] == 8 and said["median_steps"] == 8 and said["steps_counts"] == {8: 4}
     ref, why = choose_reference(("ig", "blank_out"), gate)
-    assert ref == "blank_out" and "on all 6 examples at 1 steps and on the 4 closest to it at up to 8 steps" in why
-    assert why.endswith("up to 8 steps (the other 2 not raised): the reference is blank-out (leave-one-out occlusion)")
+    assert ref == "blank_out" and why.startswith(
+        "integrated gradients missed 1% completeness on a pilot of 4 of the 6 examples, spread over their "
+        "lengths, at up to 8 steps (the other 2 not given IG)"
+    ), why
 
 
-def test_gate_raises_every_example_once_a_pilot_example_passes(monkeypatch):
-    """As above, but example 4 converges (0.07 → 0.005 at 2 steps): one pilot example passes, so
-    examples 0 and 3 are raised too (both pass at 2): the pilot changes what is computed first,
-    not which examples pass."""
+@pytest.mark.parametrize("passes_at", [1, 2, 4])
+def test_once_a_pilot_example_passes_every_example_gets_the_steps_of_the_whole_gate(monkeypatch, passes_at):
+    """Example 4 of the pilot passing at 1 step, or raised, at 2 or 4: the others are
+    attributed and raised, and the steps, errors and passes are those :func:`gate_ig` gives
+    attributing every example first (the pilot changes what is computed first, not which
+    examples pass)."""
     from probe.analyses.explanation import attributions, completeness
 
     slow = {2: 0.04, 4: 0.03, 8: 0.02}
@@ -305,15 +356,17 @@ def test_gate_raises_every_example_once_a_pilot_example_passes(monkeypatch):
         1: {1: 0.05, **slow},
         2: {1: 0.06, **slow},
         3: {1: 0.8, 2: 0.001},
-        4: {1: 0.07, 2: 0.005},
+        4: {1: 0.005} if passes_at == 1 else {1: 0.07, 2: 0.03 if passes_at == 4 else 0.005, 4: 0.005},
         5: {1: 0.2, **slow},
     }
+    attrs, gate, _ = _gated(monkeypatch, errors_at)
     fake, start = _fake_ig(errors_at)
     monkeypatch.setattr(attributions, "attribute", fake)
-    _, gate = completeness.gate_ig(None, None, list(errors_at), start, 1)
-    assert gate.pilot == (1, 2, 4, 5) and gate.untried == ()
-    assert gate.passed == (0, 3, 4) and gate.steps == (2, 8, 8, 2, 2, 8)
-    assert gate.to_dict()["untried"] == 0
+    whole, plain = completeness.gate_ig(None, None, list(errors_at), start, 1)
+    assert gate.untried == () and (gate.passed, gate.steps, gate.stopped) == (plain.passed, plain.steps, plain.stopped)
+    assert gate.errors == pytest.approx(plain.errors)
+    for ex, ref in zip(attrs.examples, whole.examples):
+        assert ex.index == ref.index and ex.scores["ig"] == pytest.approx(ref.scores["ig"])
 
 
 def test_attribute_batches_examples_with_bounded_padding(bert_tokenizer, monkeypatch):

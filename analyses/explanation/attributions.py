@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["METHODS", "PADDING", "ExampleAttribution", "Attributions", "attribute", "baseline_ids"]
+__all__ = ["METHODS", "PADDING", "ExampleAttribution", "Attributions", "attribute", "baseline_ids", "unattributed"]
 
 METHODS = ("ig", "saliency", "input_x_gradient", "blank_out")
 #: the most padding a group of examples attributed together may carry, as a share of its
@@ -191,6 +191,32 @@ def _special_batch(encodings: Sequence[Any], n: int, device: torch.device | str)
     for i, e in enumerate(encodings):
         m[i, : len(e)] = e.special_mask
     return m.to(device)
+
+
+def unattributed(adapter: ModelAdapter, objective: Objective, encodings: Sequence) -> Attributions:
+    """:class:`Attributions` of ``encodings`` with no method's scores: each example's tokens and
+    its value ``f(x)`` (one forward without gradients per example), as
+    :func:`.completeness.gated_attributions` keeps the examples it gave no IG."""
+    f = scalar_function(adapter, objective)
+    out = []
+    for i, e in enumerate(encodings):
+        inputs = adapter.batch([e])
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        with torch.no_grad():
+            value = float(f(ids, mask, objective.aux(adapter, ids, mask)).float()[0])
+        special = tuple(bool(x) for x in e.special_mask)
+        out.append(
+            ExampleAttribution(
+                index=i,
+                tokens=e.tokens,
+                word_ids=e.word_ids,
+                special_mask=special,
+                words=e.words,
+                scores={},
+                value=value,
+            )  # fmt: skip
+        )
+    return Attributions(examples=tuple(out), methods=(), target=objective.describe(), settings={})
 
 
 def attribute(

@@ -27,25 +27,28 @@ monotone): an example within :data:`NEAR` × the tolerance always gets its next 
 to the cap. On ``zoo:agreement`` (``notebooks/05``, from 8 steps) one example's error was 0.013
 at 16 steps, barely below its error at 8, and 0.0006 at 32: the rate alone would have stopped it.
 
-Where no example passes at the steps asked for, the gate first raises only a **pilot**: the
-:data:`PILOT` examples closest to the tolerance there. Where none of them passes either, IG is
-given up — the others keep their first IG, are excluded and counted (``untried``), and the
-reference falls back (:mod:`.reference`) as it would have had every example failed; where one
-passes, the others are raised as above. On SmolLM2 (16 explained examples from 8 steps, none
-passing) the full ladder raised all 16 to 16 steps and 9 of them to 32, where every one stopped
-(not converging), for no passing example: 544 example-steps of forward and backward beyond the
-first 128; the pilot raised 4 to 16 (64), all four stopped, and the report's faithfulness
-section took 175.8 s of CPU against 276.9 s, with the same reference, null bar and 270
-verdicts (``bench/bench_faithfulness_smollm2.py --pilot 0`` beside the default, one thread
-each). A run whose examples pass at the first steps (MiniLM on EWT dev: 4 of 71 at 8) never
-takes the pilot; the bundled sample (none of 24 at 8) takes it, a pilot example passes, and
-every example is raised as before (the same steps and facts).
+Where more than :data:`PILOT` examples are explained, :func:`gated_attributions` attributes a
+**pilot** first: the :data:`PILOT` examples spread over the lengths (:func:`pilot_of`), raised
+where none passes at the steps asked for. Where one passes, the others are attributed and
+raised as above, to the same steps and verdicts as attributing every example first. Where
+none passes, IG is given up before the others are attributed: they get no IG, are excluded
+and counted (``untried``), and the reference falls back (:mod:`.reference`) as it would had
+every example failed. On SmolLM2 (16 explained examples from 8 steps, none passing) the
+full ladder raised all 16 to 16 steps and 9 of them to 32, where every one stopped (not
+converging), for no passing example: 544 example-steps of forward and backward beyond the
+first 128. A pilot of the 4 closest to the tolerance, chosen after all 16 were attributed
+at 8 steps (2026-12-06), raised 4 to 16 (64) with the same reference, null bar and 270
+verdicts (``bench/bench_faithfulness_smollm2.py --pilot 0`` beside it); attributing the
+pilot first (2026-12-07) also leaves out the other 12 examples' 96 example-steps at 8 steps,
+which no comparison read. A run whose examples pass at the first steps (MiniLM on EWT dev:
+4 of 71 at 8) or whose pilot passes once raised (the bundled sample) attributes every
+example and raises it as before (the same steps and facts).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, TYPE_CHECKING
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
 
@@ -53,7 +56,18 @@ if TYPE_CHECKING:
     from probe.models.adapter import ModelAdapter
     from .attributions import Attributions
 
-__all__ = ["TOLERANCE", "MAX_STEPS_FACTOR", "NEAR", "PILOT", "IGGate", "gate_ig", "hopeful", "relative_errors"]
+__all__ = [
+    "TOLERANCE",
+    "MAX_STEPS_FACTOR",
+    "NEAR",
+    "PILOT",
+    "IGGate",
+    "gate_ig",
+    "gated_attributions",
+    "hopeful",
+    "pilot_of",
+    "relative_errors",
+]
 
 #: largest relative completeness error an example may have to enter a verdict
 TOLERANCE = 0.01
@@ -89,15 +103,16 @@ class IGGate:
     def to_dict(self) -> dict:
         err = np.asarray(self.errors, dtype=np.float64)
         used = err[list(self.passed)] if self.passed else np.array([np.nan])
+        steps = [s for s in self.steps if s > 0]  # the examples IG was computed on
         return {
             "tolerance": TOLERANCE,
             "n": len(self.errors),
             "excluded": len(self.excluded),
             "excluded_share": len(self.excluded) / max(1, len(self.errors)),
             "start_steps": self.start,
-            "max_steps": int(max(self.steps)) if self.steps else 0,
-            "median_steps": float(np.median(self.steps)) if self.steps else 0.0,
-            "steps_counts": {int(k): int(v) for k, v in zip(*np.unique(self.steps, return_counts=True))},
+            "max_steps": int(max(steps)) if steps else 0,
+            "median_steps": float(np.median(steps)) if steps else 0.0,
+            "steps_counts": {int(k): int(v) for k, v in zip(*np.unique(steps, return_counts=True))},
             "max_relative_error_used": float(np.nanmax(used)) if self.passed else None,
             "stopped_not_converging": len(self.stopped),
             "pilot": len(self.pilot),
@@ -151,30 +166,105 @@ def _raise(adapter, target, encodings, todo_from, examples, err, steps, stopped,
 
 
 def gate_ig(adapter: ModelAdapter, target: Any, encodings: Any, attrs: Any, n_steps: int, **kw: Any) -> tuple:
-    """``(attrs, IGGate)``: ``attrs`` with the IG of every example beyond
-    :data:`TOLERANCE` recomputed with more steps (doubling, up to
+    """``(attrs, IGGate)``: ``attrs`` (every example attributed at ``n_steps``) with the IG of
+    every example beyond :data:`TOLERANCE` recomputed with more steps (doubling, up to
     :data:`MAX_STEPS_FACTOR` × ``n_steps``, and no further for an example :func:`hopeful`
-    says cannot reach it; where none passes at ``n_steps``, the :data:`PILOT` closest first and
-    the others only if one of them passes); ``kw`` go to :func:`.attributions.attribute`."""
+    says cannot reach it); ``kw`` go to :func:`.attributions.attribute`. Attributing with a
+    pilot first: :func:`gated_attributions`."""
     examples = list(attrs.examples)
     err = relative_errors(attrs)
     steps = [n_steps] * len(examples)
     stopped: set = set()
-    pilot: list = []
-    if len(examples) > PILOT and not (err <= TOLERANCE).any():
-        pilot = sorted(np.argsort(err, kind="stable")[:PILOT].tolist())  # NaN errors sort last
-        _raise(adapter, target, encodings, pilot, examples, err, steps, stopped, n_steps, kw)
-    rest = sorted(set(range(len(examples))) - set(pilot))
-    given_up = bool(pilot) and not (err[pilot] <= TOLERANCE).any()
-    if not given_up:
-        _raise(adapter, target, encodings, rest, examples, err, steps, stopped, n_steps, kw)
-    untried = rest if given_up else []
+    _raise(adapter, target, encodings, range(len(examples)), examples, err, steps, stopped, n_steps, kw)
+    out = replace(attrs, examples=tuple(examples), settings=dict(attrs.settings, ig_steps_per_example=steps))
+    return out, _gate(err, steps, stopped, n_steps)
+
+
+def _gate(err: np.ndarray, steps: list, stopped: set, n_steps: int, pilot: tuple = (), untried: tuple = ()) -> IGGate:
+    """The :class:`IGGate` of final errors ``err`` and ``steps`` per example."""
     passed = tuple(i for i, e in enumerate(err) if e <= TOLERANCE)
     excluded = tuple(i for i in range(len(err)) if i not in set(passed))
-    out = replace(attrs, examples=tuple(examples), settings=dict(attrs.settings, ig_steps_per_example=steps))
     errors = tuple(float(e) for e in err)
-    gate = IGGate(
-        passed, excluded, tuple(steps), errors, start=n_steps, stopped=tuple(sorted(stopped)), pilot=tuple(pilot),
-        untried=tuple(untried),
+    return IGGate(
+        passed, excluded, tuple(steps), errors, start=n_steps, stopped=tuple(sorted(stopped)), pilot=pilot,
+        untried=untried,
     )  # fmt: skip
-    return out, gate
+
+
+def pilot_of(lengths: Sequence[int], k: int = PILOT) -> list:
+    """The ``k`` examples (indices, sorted) spread over ``lengths``: the middle one of each of
+    ``k`` equal shares of the examples in length order (all of them where ``k ≥ len(lengths)``)."""
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    n = len(order)
+    if k >= n:
+        return list(range(n))
+    return sorted(int(order[(2 * j + 1) * n // (2 * k)]) for j in range(k))
+
+
+def gated_attributions(
+    adapter: ModelAdapter, target: Any, encodings: Any, methods: Sequence[str], n_steps: int, **kw: Any
+) -> tuple:
+    """``(attrs, IGGate or None)``: ``methods`` attributed on every encoding, IG gated as
+    :func:`gate_ig` gates it, with its pilot attributed before the others (``kw`` go to
+    :func:`.attributions.attribute`).
+
+    Where more than :data:`PILOT` examples are explained, the :data:`PILOT` spread over the
+    lengths (:func:`pilot_of`) are attributed first, and raised where none passes at
+    ``n_steps``. Where one passes (at ``n_steps`` or raised), the others are attributed and
+    every example beyond the tolerance is raised as :func:`gate_ig` raises it: the same steps
+    and verdicts as attributing every example first. Where none passes, IG is given up
+    before the others are attributed: they get no IG (NaN scores; their other methods as
+    asked, or only their values, :func:`.attributions.unattributed`), are excluded and counted
+    (``untried``, steps 0), and the reference falls back (:mod:`.reference`). On SmolLM2 (16 explained examples,
+    none within 1% at 8 or 16 steps) the others' 8-step IG was 12 × 8 example-steps of
+    forward and backward that no comparison read."""
+    from .attributions import attribute, unattributed
+
+    methods = tuple(methods)
+    if "ig" not in methods:
+        return attribute(adapter, target, encodings, methods=methods, n_steps=n_steps, **kw), None
+    encodings = list(encodings)
+    n = len(encodings)
+    quiet = {k: v for k, v in kw.items() if k != "progress"}  # the steps raised: no progress bar
+    if n <= PILOT or PILOT < 1:  # every example attributed, then raised
+        attrs = attribute(adapter, target, encodings, methods=methods, n_steps=n_steps, **kw)
+        return gate_ig(adapter, target, encodings, attrs, n_steps, **quiet)
+    pilot = pilot_of([len(e) for e in encodings], PILOT)
+    rest = [i for i in range(n) if i not in set(pilot)]
+    first = attribute(adapter, target, [encodings[i] for i in pilot], methods=methods, n_steps=n_steps, **quiet)
+    examples: list = [None] * n
+    err = np.full(n, np.nan)
+    steps = [0] * n
+    for j, i in enumerate(pilot):
+        examples[i] = replace(first.examples[j], index=i)
+        steps[i] = n_steps
+    err[pilot] = relative_errors(first)
+    stopped: set = set()
+    raised = not (err[pilot] <= TOLERANCE).any()
+    if raised:
+        _raise(adapter, target, encodings, pilot, examples, err, steps, stopped, n_steps, quiet)
+    given_up = not (err[pilot] <= TOLERANCE).any()
+    if given_up:  # the others without IG: the other methods as asked, or only their values
+        plain = tuple(m for m in methods if m != "ig")
+        encs = [encodings[i] for i in rest]
+        others = (
+            attribute(adapter, target, encs, methods=plain, n_steps=n_steps, **kw)
+            if plain
+            else unattributed(adapter, target, encs)
+        )
+        for j, i in enumerate(rest):
+            ex = others.examples[j]
+            no_ig = np.full(len(ex.tokens), np.nan)
+            examples[i] = replace(ex, index=i, scores={**ex.scores, "ig": no_ig}, baseline_value=float("nan"))
+    else:
+        others = attribute(adapter, target, [encodings[i] for i in rest], methods=methods, n_steps=n_steps, **kw)
+        for j, i in enumerate(rest):
+            examples[i] = replace(others.examples[j], index=i)
+    if not given_up:
+        err[rest] = relative_errors(others)
+        for i in rest:
+            steps[i] = n_steps
+        _raise(adapter, target, encodings, rest if raised else range(n), examples, err, steps, stopped, n_steps, quiet)
+    attrs = replace(first, examples=tuple(examples), settings=dict(first.settings, ig_steps_per_example=steps))
+    gate = _gate(err, steps, stopped, n_steps, pilot=tuple(pilot), untried=tuple(rest) if given_up else ())
+    return attrs, gate

@@ -34,8 +34,8 @@ import numpy as np
 
 from probe.analyses.explanation.agreement import Agreement, agreement, attribution_scoresets
 from probe.analyses.explanation.attention_scores import attention_scores
-from probe.analyses.explanation.attributions import METHODS, Attributions, attribute
-from probe.analyses.explanation.completeness import gate_ig
+from probe.analyses.explanation.attributions import METHODS, Attributions
+from probe.analyses.explanation.completeness import gated_attributions
 from probe.analyses.explanation.counterfactual import PermutationEffects, permutation_effects
 from probe.analyses.explanation.sample import N_STRATA
 from probe.analyses.explanation.ground_truth import EvidenceRecovery, evidence_recovery
@@ -266,13 +266,10 @@ def _null_agreement(
     try:
         nadapter = null_adapter(adapter, seed=seed, kind=kind or DEFAULT_NULL)
         nencs = [nadapter.encode(t, spans[i] if spans else None) for i, t in enumerate(corpus.texts)]
-        nattrs = attribute(
-            nadapter, target, nencs, methods=(reference,), n_steps=n_steps, internal_batch_size=internal_batch_size
+        nattrs, ngate = gated_attributions(
+            nadapter, target, nencs, (reference,), n_steps, internal_batch_size=internal_batch_size
         )
-        keep = list(range(len(nencs)))
-        if reference == "ig":
-            nattrs, ngate = gate_ig(nadapter, target, nencs, nattrs, n_steps, internal_batch_size=internal_batch_size)
-            keep = list(ngate.passed)
+        keep = list(ngate.passed) if ngate is not None else list(range(len(nencs)))
         maps = capture(nadapter, list(corpus.texts), word_spans=spans)
         att = [
             attention_scores(m, target.reads(m.n_tokens, nadapter), methods=("attention",), index=i, adapter=nadapter)
@@ -371,23 +368,14 @@ def _permuted(adapter, objective, encs, heads, n_permutations, examples, seed, p
 
 def _attributed(adapter, objective, encs, methods, n_steps, internal_batch_size, progress, info: dict) -> tuple:
     """``(attributions, IG gate or None, reference, examples kept, methods compared or None
-    for all)``: ``methods`` attributed, IG gated (:func:`.completeness.gate_ig`), and the
+    for all)``: ``methods`` attributed, IG gated (:func:`.completeness.gated_attributions`), and the
     reference chosen (:func:`.reference.choose_reference`, said in ``info["reference"]`` and,
     where it is not IG, ``info["reference_why"]``). With IG the reference, the examples it
     passed are kept; otherwise every example, compared with every method but IG (the
     reference computed for it where it was not asked)."""
-    attrs = attribute(
-        adapter,
-        objective,
-        encs,
-        methods=methods,
-        n_steps=n_steps,
-        internal_batch_size=internal_batch_size,
-        progress=progress,
+    attrs, gate = gated_attributions(
+        adapter, objective, encs, methods, n_steps, internal_batch_size=internal_batch_size, progress=progress
     )
-    gate = None
-    if "ig" in methods:
-        attrs, gate = gate_ig(adapter, objective, encs, attrs, n_steps, internal_batch_size=internal_batch_size)
     reference, why = choose_reference(methods, gate)
     info["reference"] = reference
     if reference == "ig" and gate is not None:

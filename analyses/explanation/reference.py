@@ -46,12 +46,15 @@ def choose_reference(methods: Sequence[str], gate: Optional[IGGate]) -> tuple:
         return "ig", ""
     if "ig" in methods and gate is not None:
         g = gate.to_dict()
-        why = f"integrated gradients missed {TOLERANCE:.0%} completeness on all {g['n']} examples "
         notes = []
-        if g.get("untried"):  # the gate's pilot failed: only the closest were raised
-            why += f"at {g['start_steps']} steps and on the {g['pilot']} closest to it at up to {g['max_steps']} steps"
-            notes.append(f"the other {g['untried']} not raised")
+        if g.get("untried"):  # the pilot failed: the others were never given IG
+            why = (
+                f"integrated gradients missed {TOLERANCE:.0%} completeness on a pilot of {g['pilot']} of the "
+                f"{g['n']} examples, spread over their lengths, at up to {g['max_steps']} steps"
+            )
+            notes.append(f"the other {g['untried']} not given IG")
         else:
+            why = f"integrated gradients missed {TOLERANCE:.0%} completeness on all {g['n']} examples "
             why += f"at up to {g['max_steps']} steps"
         if g.get("stopped_not_converging"):
             notes.append(f"{g['stopped_not_converging']} stopped early, not converging towards it")

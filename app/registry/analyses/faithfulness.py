@@ -134,12 +134,13 @@ def _steps_note(gate: dict) -> str:
     """The note on IG's steps per example: where they started, the median and the most."""
     counts = ", ".join(f"{n} with {k}" for k, n in sorted(gate.get("steps_counts", {}).items()))
     return (
-        f"IG steps per example, doubled from {gate['start_steps']} until the completeness error is within "
+        f"IG steps per example{' given IG' if gate.get('untried') else ''}, doubled from {gate['start_steps']} "
+        "until the completeness error is within "
         f"{gate['tolerance']:.0%}: median {gate['median_steps']:g}, max {gate['max_steps']} ({counts}); "
         f"{gate['excluded']} still beyond it left out"
         + (
-            f" ({gate['untried']} of them not raised: none passed at {gate['start_steps']} steps and none of the "
-            f"{gate['pilot']} closest to the tolerance passed when raised)"
+            f" ({gate['untried']} of them never given IG: a pilot of {gate['pilot']} spread over the lengths, "
+            f"computed first, passed at none of {gate['start_steps']} to {gate['max_steps']} steps)"
             if gate.get("untried")
             else ""
         )
