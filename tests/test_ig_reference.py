@@ -67,6 +67,9 @@ def test_ig_failing_everywhere_falls_back_to_blank_out(bert_tokenizer, monkeypat
     own = attribute(lm, target, encs, methods=("blank_out",))
     for ex, o in zip(rep.attributions.examples, own.examples):
         np.testing.assert_allclose(ex.scores["blank_out"], o.scores["blank_out"], atol=1e-6)
+        assert ex.value == pytest.approx(o.value, abs=1e-5)  # the one never given IG too: its value read
+    never = [i for i, s in enumerate(rep.attributions.settings["ig_steps_per_example"]) if s == 0]
+    assert len(never) == 1 and np.isnan(rep.attributions.examples[never[0]].scores["ig"]).all()
     # the null model: blank-out only, no IG (the gate ran once, on the model itself)
     null = rep.info["null_agreement"]
     assert null["reference"] == "blank_out" and null["n"] == 5
