@@ -75,8 +75,8 @@ TOLERANCE = 0.01
 MAX_STEPS_FACTOR = 8
 #: an example whose error is within this multiple of :data:`TOLERANCE` is never stopped early
 NEAR = 10
-#: where no example passes at the first steps, the examples raised first (the closest to the
-#: tolerance); none of them passing, the others are not raised
+#: the examples attributed first, spread over the lengths (:func:`gated_attributions`); none of
+#: them passing by the cap, the others are given no IG
 PILOT = 4
 
 
@@ -87,9 +87,9 @@ class IGGate:
     ``errors``: per example, the final relative error; ``start``: the steps every example
     was first computed with; ``stopped``: indices of the examples whose steps stopped rising
     before the cap, not converging towards the tolerance (:func:`hopeful`; a subset of
-    ``excluded``); ``pilot``: the examples raised first where none passed at ``start``
-    (empty where the gate raised every example at once); ``untried``: the others, left at
-    ``start`` because no pilot example passed (a subset of ``excluded``)."""
+    ``excluded``); ``pilot``: the examples attributed first (:func:`gated_attributions`;
+    empty where every example was attributed at once); ``untried``: the others, given no IG
+    because no pilot example passed (steps 0, error NaN; a subset of ``excluded``)."""
 
     passed: tuple
     excluded: tuple
