@@ -183,7 +183,7 @@ def gate_ig(adapter: ModelAdapter, target: Any, encodings: Any, attrs: Any, n_st
 def _gate(err: np.ndarray, steps: list, stopped: set, n_steps: int, pilot: tuple = (), untried: tuple = ()) -> IGGate:
     """The :class:`IGGate` of final errors ``err`` and ``steps`` per example."""
     passed = tuple(i for i, e in enumerate(err) if e <= TOLERANCE)
-    excluded = tuple(i for i in range(len(err)) if i not in set(passed))
+    excluded = tuple(i for i, e in enumerate(err) if not e <= TOLERANCE)
     errors = tuple(float(e) for e in err)
     return IGGate(
         passed, excluded, tuple(steps), errors, start=n_steps, stopped=tuple(sorted(stopped)), pilot=pilot,
@@ -230,7 +230,7 @@ def gated_attributions(
         attrs = attribute(adapter, target, encodings, methods=methods, n_steps=n_steps, **kw)
         return gate_ig(adapter, target, encodings, attrs, n_steps, **quiet)
     pilot = pilot_of([len(e) for e in encodings], PILOT)
-    rest = [i for i in range(n) if i not in set(pilot)]
+    rest = sorted(set(range(n)) - set(pilot))
     first = attribute(adapter, target, [encodings[i] for i in pilot], methods=methods, n_steps=n_steps, **quiet)
     examples: list = [None] * n
     err = np.full(n, np.nan)
@@ -244,25 +244,22 @@ def gated_attributions(
     if raised:
         _raise(adapter, target, encodings, pilot, examples, err, steps, stopped, n_steps, quiet)
     given_up = not (err[pilot] <= TOLERANCE).any()
+    encs = [encodings[i] for i in rest]
     if given_up:  # the others without IG: the other methods as asked, or only their values
         plain = tuple(m for m in methods if m != "ig")
-        encs = [encodings[i] for i in rest]
         others = (
             attribute(adapter, target, encs, methods=plain, n_steps=n_steps, **kw)
             if plain
             else unattributed(adapter, target, encs)
         )
-        for j, i in enumerate(rest):
-            ex = others.examples[j]
+        for j, ex in enumerate(others.examples):
             no_ig = np.full(len(ex.tokens), np.nan)
-            examples[i] = replace(ex, index=i, scores={**ex.scores, "ig": no_ig}, baseline_value=float("nan"))
-    else:
-        others = attribute(adapter, target, [encodings[i] for i in rest], methods=methods, n_steps=n_steps, **kw)
+            examples[rest[j]] = replace(ex, index=rest[j], scores={**ex.scores, "ig": no_ig}, baseline_value=np.nan)
+    else:  # attributed and raised as gate_ig does (the pilot, raised already, is not raised again)
+        others = attribute(adapter, target, encs, methods=methods, n_steps=n_steps, **kw)
+        err[rest] = relative_errors(others)
         for j, i in enumerate(rest):
             examples[i] = replace(others.examples[j], index=i)
-    if not given_up:
-        err[rest] = relative_errors(others)
-        for i in rest:
             steps[i] = n_steps
         _raise(adapter, target, encodings, rest if raised else range(n), examples, err, steps, stopped, n_steps, quiet)
     attrs = replace(first, examples=tuple(examples), settings=dict(first.settings, ig_steps_per_example=steps))
